@@ -1,0 +1,3 @@
+"""agent-server: hosts the agent conversations of one sandbox."""
+
+__version__ = "0.1.0"

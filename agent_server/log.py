@@ -1,0 +1,362 @@
+"""EventLog: the append-only, durable JSON Lines log of one conversation.
+
+It is the only writer of events. An append returns once the event is on disk (fsync, shared
+by the events that arrive while a sync is in flight: group commit), and only then is the event
+indexed and handed to listeners, so nobody ever sees an event a crash could take back.
+
+The index is built on open in one sequential read and holds, per event, its offset, id, kind,
+source and time: never the event itself. A search walks the index and reads from disk only the
+lines it returns, so its cost follows the page size, not the length of the conversation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import re
+import secrets
+import time
+from array import array
+from bisect import bisect_left, bisect_right
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+from ulid import ULID
+
+from agent_server.events import KIND_NAMES, Event, format_timestamp
+
+logger = logging.getLogger(__name__)
+
+SOURCES: tuple[str, ...] = ("agent", "user", "environment", "hook")
+_KIND_CODE = {name: i for i, name in enumerate(KIND_NAMES)}
+_SOURCE_CODE = {name: i for i, name in enumerate(SOURCES)}
+
+# Every stored line starts with the common fields in this order (see events.kinds).
+_PREFIX = re.compile(
+    rb'\{"id":"([0-9A-HJKMNP-TV-Z]{26})","timestamp":"([^"]+)","source":"([a-z]+)",'
+    rb'"parent_id":(?:null|"(?:[^"\\]|\\.)*"),"kind":"([A-Za-z]+)"'
+)
+
+#: Called with the events of one durable write, in order, with their stored JSON lines.
+Listener = Callable[[Sequence[tuple[Event, bytes]]], None]
+
+
+class LogError(Exception):
+    """The log cannot be used (unreadable file, failed write)."""
+
+
+@dataclass(frozen=True)
+class Query:
+    """Filters of an event search (SPEC 4.4 plus the usual OpenHands ones)."""
+
+    kind: str | None = None
+    source: str | None = None
+    timestamp_gte: datetime | None = None
+    timestamp_lt: datetime | None = None
+    descending: bool = False
+
+
+class _Ids:
+    """Monotonic ULIDs: strictly increasing even within a millisecond or if the clock steps back."""
+
+    def __init__(self, last: str | None) -> None:
+        self._last = int(ULID.from_str(last)) if last else 0
+
+    def next(self) -> str:
+        now_ms = int(time.time() * 1000)
+        candidate = (now_ms << 80) | int.from_bytes(secrets.token_bytes(10), "big")
+        if candidate <= self._last:
+            candidate = self._last + 1
+        self._last = candidate
+        return str(ULID.from_int(candidate))
+
+
+class EventLog:
+    """One conversation's events. Open with `EventLog.open` (blocking: call it off the loop)."""
+
+    def __init__(self, path: Path, fd: int) -> None:
+        self.path = path
+        self._fd = fd
+        self._offsets = array("Q")  # start of line i; _end is the end of the last line
+        self._end = 0
+        self._ids: list[str] = []
+        self._kinds = bytearray()
+        self._sources = bytearray()
+        self._times = array("d")  # seconds since the epoch, non-decreasing
+        self._by_kind: dict[int, array] = {}
+        self._pending: list[tuple[list[Event], list[bytes], asyncio.Future[None]]] = []
+        self._flusher: asyncio.Task[None] | None = None
+        self._listeners: list[Listener] = []
+        self._closed = False
+        self._ids_gen = _Ids(None)
+        self._last_time = 0.0
+
+    # -- opening -------------------------------------------------------------------------
+
+    @classmethod
+    def open(cls, path: Path) -> EventLog:
+        """Open (creating if needed), cut a torn last line, and build the index."""
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o600)
+        log = cls(path, fd)
+        try:
+            log._load()
+        except BaseException:
+            os.close(fd)
+            raise
+        return log
+
+    def _load(self) -> None:
+        offset = 0
+        with open(self.path, "rb") as f:
+            for line in f:
+                if not line.endswith(b"\n"):
+                    logger.warning("%s: cutting a torn last line of %d bytes", self.path, len(line))
+                    break
+                if not self._index_line(line, offset):
+                    logger.warning("%s: skipping an unreadable line at byte %d", self.path, offset)
+                offset += len(line)
+        size = os.fstat(self._fd).st_size
+        if size != offset:
+            os.ftruncate(self._fd, offset)
+            os.fsync(self._fd)
+        self._end = offset
+        self._ids_gen = _Ids(self._ids[-1] if self._ids else None)
+
+    def _index_line(self, line: bytes, offset: int) -> bool:
+        m = _PREFIX.match(line)
+        if m is None:
+            return False
+        event_id, stamp, source, kind = (g.decode() for g in m.groups())
+        kind_code, source_code = _KIND_CODE.get(kind), _SOURCE_CODE.get(source)
+        if kind_code is None or source_code is None:
+            return False
+        try:
+            moment = datetime.fromisoformat(stamp).timestamp()
+        except ValueError:
+            return False
+        self._add(offset, event_id, kind_code, source_code, moment)
+        return True
+
+    def _add(self, offset: int, event_id: str, kind: int, source: int, moment: float) -> None:
+        position = len(self._ids)
+        self._offsets.append(offset)
+        self._ids.append(event_id)
+        self._kinds.append(kind)
+        self._sources.append(source)
+        self._times.append(moment)
+        self._by_kind.setdefault(kind, array("I")).append(position)
+        self._last_time = max(self._last_time, moment)
+
+    # -- appending -----------------------------------------------------------------------
+
+    def subscribe(self, listener: Listener) -> Callable[[], None]:
+        """Call `listener` after each durable write; returns a function that unsubscribes."""
+        self._listeners.append(listener)
+        return lambda: self._listeners.remove(listener) if listener in self._listeners else None
+
+    async def append(self, *events: Event) -> list[Event]:
+        """Give each event its id and time, write it, and return once it is on disk.
+
+        Ids and times are taken in call order, so the log's order is the order of the calls.
+        A caller cancelled while waiting does not undo the write.
+        """
+        if self._closed:
+            raise LogError(f"{self.path} is closed")
+        lines = []
+        for event in events:
+            event.id = self._ids_gen.next()
+            now = max(time.time(), self._last_time)
+            self._last_time = now
+            event.timestamp = format_timestamp(datetime.fromtimestamp(now, timezone.utc))
+            lines.append(event.model_dump_json().encode() + b"\n")
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._pending.append((list(events), lines, done))
+        if self._flusher is None or self._flusher.done():
+            self._flusher = asyncio.create_task(self._flush(), name=f"flush {self.path.parent.name}")
+        await asyncio.shield(done)
+        return list(events)
+
+    async def _flush(self) -> None:
+        while self._pending:
+            batch, self._pending = self._pending, []
+            data = b"".join(line for _, lines, _ in batch for line in lines)
+            try:
+                await asyncio.to_thread(self._write, data)
+            except BaseException as exc:
+                for _, _, done in batch:
+                    if not done.done():
+                        done.set_exception(LogError(f"append to {self.path} failed: {exc}"))
+                continue
+            written: list[tuple[Event, bytes]] = []
+            for events, lines, _ in batch:
+                for event, line in zip(events, lines):
+                    assert event.id is not None and event.timestamp is not None
+                    when = datetime.fromisoformat(event.timestamp).timestamp()
+                    kind = _KIND_CODE[event.kind]
+                    self._add(self._end, event.id, kind, _SOURCE_CODE[event.source], when)
+                    self._end += len(line)
+                    written.append((event, line))
+            for _, _, done in batch:
+                if not done.done():
+                    done.set_result(None)
+            for listener in list(self._listeners):
+                try:
+                    listener(written)
+                except Exception:  # a listener must never break the writer
+                    logger.exception("event listener failed")
+
+    def _write(self, data: bytes) -> None:
+        view = memoryview(data)
+        try:
+            while view:
+                n = os.write(self._fd, view)
+                view = view[n:]
+            os.fdatasync(self._fd)
+        except BaseException:
+            # Leave no half batch behind: the next open would keep its complete lines.
+            os.ftruncate(self._fd, self._end)
+            raise
+
+    async def drain(self) -> None:
+        """Wait until every append so far is on disk."""
+        while self._flusher is not None and not self._flusher.done():
+            await asyncio.shield(self._flusher)
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            os.close(self._fd)
+
+    # -- reading -------------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    @property
+    def last_id(self) -> str | None:
+        return self._ids[-1] if self._ids else None
+
+    def position(self, event_id: str) -> int | None:
+        """Index of an event by id (ids are increasing, so this is a binary search)."""
+        i = bisect_left(self._ids, event_id)
+        return i if i < len(self._ids) and self._ids[i] == event_id else None
+
+    def position_after(self, event_id: str) -> int:
+        """Index of the first event whose id is greater than `event_id`."""
+        return bisect_right(self._ids, event_id)
+
+    def get(self, event_id: str) -> bytes | None:
+        i = self.position(event_id)
+        return None if i is None else self.read([i])[0]
+
+    def read(self, positions: Sequence[int]) -> list[bytes]:
+        """The stored lines (without newline) at these positions; adjacent ones in one read."""
+        out: list[bytes] = []
+        i = 0
+        while i < len(positions):
+            j = i
+            while j + 1 < len(positions) and positions[j + 1] == positions[j] + 1:
+                j += 1
+            start = self._offsets[positions[i]]
+            last = positions[j]
+            end = self._offsets[last + 1] if last + 1 < len(self._offsets) else self._end
+            chunk = os.pread(self._fd, end - start, start)
+            out.extend(chunk.split(b"\n")[: j - i + 1])
+            i = j + 1
+        return out
+
+    def _candidates(self, query: Query) -> Sequence[int]:
+        """Positions matching kind and time, as a sorted sequence (no copy of the index)."""
+        lo, hi = 0, len(self._ids)
+        if query.timestamp_gte is not None:
+            lo = bisect_left(self._times, query.timestamp_gte.timestamp())
+        if query.timestamp_lt is not None:
+            hi = bisect_left(self._times, query.timestamp_lt.timestamp())
+        if query.kind is None:
+            return range(lo, max(lo, hi))
+        positions = self._by_kind.get(_KIND_CODE[query.kind], array("I"))
+        return _Slice(positions, bisect_left(positions, lo), bisect_left(positions, hi))
+
+    def _matches(self, query: Query, page_id: str | None = None) -> Iterable[int]:
+        """Matching positions in the query's order, starting at `page_id` when given."""
+        found = self._candidates(query)
+        if query.descending:
+            stop = len(found)
+            if page_id is not None:  # events whose id is at most page_id
+                stop = bisect_left(found, bisect_right(self._ids, page_id))
+            order: Iterable[int] = (found[i] for i in range(stop - 1, -1, -1))
+        else:
+            start = 0
+            if page_id is not None:  # events whose id is at least page_id
+                start = bisect_left(found, bisect_left(self._ids, page_id))
+            order = (found[i] for i in range(start, len(found)))
+        if query.source is None:
+            return order
+        code = _SOURCE_CODE[query.source]
+        return (p for p in order if self._sources[p] == code)
+
+    def search(
+        self, query: Query, limit: int, page_id: str | None = None
+    ) -> tuple[list[bytes], str | None]:
+        """One page of stored lines and the id that starts the next page (or None)."""
+        picked: list[int] = []
+        for p in self._matches(query, page_id):
+            picked.append(p)
+            if len(picked) > limit:
+                break
+        next_id = self._ids[picked.pop()] if len(picked) > limit else None
+        lines = self.read(sorted(picked))
+        if query.descending:
+            lines.reverse()
+        return lines, next_id
+
+    def count(self, query: Query) -> int:
+        if query.source is None:
+            return len(self._candidates(query))
+        return sum(1 for _ in self._matches(query))
+
+    def lines_after(self, position: int, max_events: int, max_bytes: int) -> list[bytes]:
+        """Stored lines from `position` on, at most `max_events` and about `max_bytes`."""
+        end = min(len(self._ids), position + max_events)
+        if position >= end:
+            return []
+        total, stop = 0, position
+        while stop < end and (stop == position or total < max_bytes):
+            nxt = self._offsets[stop + 1] if stop + 1 < len(self._offsets) else self._end
+            total += nxt - self._offsets[stop]
+            stop += 1
+        return self.read(range(position, stop))
+
+    def id_at(self, position: int) -> str:
+        return self._ids[position]
+
+
+class _Slice(Sequence[int]):
+    """A view of part of an array without copying it."""
+
+    def __init__(self, data: array, start: int, stop: int) -> None:
+        self._data, self._start, self._stop = data, start, max(start, stop)
+
+    def __len__(self) -> int:
+        return self._stop - self._start
+
+    def __getitem__(self, i):  # type: ignore[override]
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        if i < 0:
+            i += len(self)
+        if not 0 <= i < len(self):
+            raise IndexError(i)
+        return self._data[self._start + i]
+
+    def __iter__(self):  # type: ignore[override]
+        for i in range(self._start, self._stop):
+            yield self._data[i]
+
+    def __reversed__(self):  # type: ignore[override]
+        for i in range(self._stop - 1, self._start - 1, -1):
+            yield self._data[i]

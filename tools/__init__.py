@@ -1,0 +1,44 @@
+"""The tools an agent can be given, by the names `agent.tools` uses.
+
+Each module holds one tool set: its Action and Observation kinds and the code that runs
+them. The event schema builds its Action and Observation unions from what is listed here.
+"""
+
+from __future__ import annotations
+
+from tools import finish, think
+from tools.base import Action, Observation, Tool, ToolContext, ToolError, ToolSet
+
+#: Added to every agent (SPEC 2.6 rule 1).
+ALWAYS: tuple[ToolSet, ...] = (finish.TOOL_SET, think.TOOL_SET)
+
+#: What `agent.tools[].name` may name.
+TOOL_SETS: dict[str, ToolSet] = {}
+
+#: Kinds that travel in events but belong to no tool set here (e.g. skills, MCP).
+EXTRA_ACTION_TYPES: list[type[Action]] = []
+EXTRA_OBSERVATION_TYPES: list[type[Observation]] = []
+
+
+def action_types() -> list[type[Action]]:
+    sets = [*ALWAYS, *TOOL_SETS.values()]
+    return [t for s in sets for t in s.action_types] + EXTRA_ACTION_TYPES
+
+
+def observation_types() -> list[type[Observation]]:
+    sets = [*ALWAYS, *TOOL_SETS.values()]
+    return [t for s in sets for t in s.observation_types] + EXTRA_OBSERVATION_TYPES
+
+
+__all__ = [
+    "ALWAYS",
+    "TOOL_SETS",
+    "Action",
+    "Observation",
+    "Tool",
+    "ToolContext",
+    "ToolError",
+    "ToolSet",
+    "action_types",
+    "observation_types",
+]

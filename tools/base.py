@@ -1,0 +1,185 @@
+"""The tool interface: an Action in, an Observation out, a context beside them.
+
+Tools know nothing of HTTP or the event log. A tool *set* (what `agent.tools` names, e.g.
+`terminal` or `browser_tool_set`) makes one or more tools for one conversation; each tool
+owns its state (a shell, a browser context) until `close()`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+from pydantic import ValidationError
+
+from agent_server.events.content import (
+    Content,
+    ImageContent,
+    Strict,
+    TextContent,
+    ToolAnnotations,
+    ToolDefinition,
+)
+
+#: Arguments the loop takes off every tool call before validating the Action (SPEC 6.2
+#: ActionEvent.security_risk and .summary); they are offered to the model by tools that act.
+META_ARGUMENTS = ("security_risk", "summary")
+
+
+class Action(Strict):
+    """Base of every action kind; subclasses pin `kind` to a Literal of their class name."""
+
+    kind: str
+
+
+class Observation(Strict):
+    """Base of every observation kind: what the model reads is `content`."""
+
+    kind: str
+    content: list[Content] = []
+    is_error: bool = False
+
+    @property
+    def text(self) -> str:
+        return "\n".join(c.text for c in self.content if isinstance(c, TextContent))
+
+
+class ToolError(Exception):
+    """A failure the model should hear about (becomes an AgentErrorEvent); the run goes on."""
+
+
+@dataclass
+class ToolContext:
+    """What a tool may know of its conversation."""
+
+    conversation_id: str
+    working_dir: Path
+    #: A private directory of this conversation for the tool's own files (saved outputs, lists).
+    state_dir: Path
+    #: Secret values by name: put in a shell's environment, never echoed back.
+    secrets: Mapping[str, str] = field(default_factory=dict)
+    #: Extra environment for processes the tool starts (git author, ...).
+    env: Mapping[str, str] = field(default_factory=dict)
+    #: Whether the model reads images (screenshots travel as ImageContent when it does).
+    vision: bool = False
+    #: Seconds of idleness after which tools holding processes release them.
+    idle_timeout: float = 600.0
+
+
+class Tool(ABC):
+    """One function the model can call."""
+
+    name: ClassVar[str]
+    description: ClassVar[str]
+    action_type: ClassVar[type[Action]]
+    observation_type: ClassVar[type[Observation]]
+    #: Whether the tool changes the world (offered a `security_risk` argument, SPEC 2.7).
+    acts: ClassVar[bool] = True
+    read_only: ClassVar[bool] = False
+
+    def __init__(self, ctx: ToolContext, params: Mapping[str, Any] | None = None) -> None:
+        self.ctx = ctx
+        self.params = dict(params or {})
+
+    @abstractmethod
+    async def run(self, action: Any) -> Observation:
+        """Carry out the action. Raise ToolError for failures the model should see.
+
+        Runs as an asyncio task that may be cancelled (interrupt): blocking work belongs in a
+        thread or a subprocess, and a cancelled call must leave no process running.
+        """
+
+    async def close(self) -> None:
+        """Release whatever the tool holds (processes, browser contexts)."""
+
+    # -- what the model sees -------------------------------------------------------------
+
+    @classmethod
+    def parameters(cls) -> dict[str, Any]:
+        """JSON schema of the arguments: the Action's fields without `kind`, plus the meta ones."""
+        schema = cls.action_type.model_json_schema()
+        props = dict(schema.get("properties", {}))
+        props.pop("kind", None)
+        required = [r for r in schema.get("required", []) if r != "kind"]
+        if cls.acts:
+            props["security_risk"] = {
+                "type": "string",
+                "enum": ["LOW", "MEDIUM", "HIGH"],
+                "description": "Your assessment of the risk of this action.",
+            }
+            props["summary"] = {
+                "type": "string",
+                "description": "About ten words saying what this action does.",
+            }
+        out: dict[str, Any] = {"type": "object", "properties": props, "required": required}
+        if "$defs" in schema:
+            out["$defs"] = schema["$defs"]
+        return out
+
+    @classmethod
+    def definition(cls) -> ToolDefinition:
+        return ToolDefinition(
+            kind=cls.__name__,
+            title=cls.name,
+            description=cls.description,
+            action_type=cls.action_type.__name__,
+            observation_type=cls.observation_type.__name__,
+            parameters=cls.parameters(),
+            annotations=ToolAnnotations(
+                title=cls.name,
+                readOnlyHint=cls.read_only,
+                destructiveHint=cls.acts and not cls.read_only,
+            ),
+        )
+
+    @classmethod
+    def parse(cls, arguments: Mapping[str, Any]) -> Action:
+        """Arguments of a tool call -> the Action; raises pydantic's ValidationError."""
+        args = {k: v for k, v in arguments.items() if k not in META_ARGUMENTS}
+        args["kind"] = cls.action_type.__name__
+        return cls.action_type.model_validate(args)
+
+
+@dataclass(frozen=True)
+class ToolSet:
+    """What one name in `agent.tools` stands for."""
+
+    name: str
+    make: Callable[[ToolContext, Mapping[str, Any]], list[Tool]]
+    action_types: tuple[type[Action], ...]
+    observation_types: tuple[type[Observation], ...]
+
+
+def single(tool: type[Tool]) -> ToolSet:
+    """A tool set made of one tool."""
+    return ToolSet(
+        name=tool.name,
+        make=lambda ctx, params: [tool(ctx, params)],
+        action_types=(tool.action_type,),
+        observation_types=(tool.observation_type,),
+    )
+
+
+async def run_in_thread(fn: Callable[..., Any], *args: Any) -> Any:
+    """Run blocking file work off the event loop."""
+    return await asyncio.to_thread(fn, *args)
+
+
+__all__ = [
+    "META_ARGUMENTS",
+    "Action",
+    "Observation",
+    "Tool",
+    "ToolContext",
+    "ToolError",
+    "ToolSet",
+    "ImageContent",
+    "TextContent",
+    "ValidationError",
+    "run_in_thread",
+    "single",
+]
