@@ -1,9 +1,15 @@
-"""The event schema of SPEC 6: shared content types and the 19 event kinds."""
+"""The event schema of SPEC 6: shared content types and the 19 event kinds.
 
-from agent_server.events.content import *  # noqa: F403
-from agent_server.events.kinds import *  # noqa: F403
-from agent_server.events.kinds import __all__ as _kinds_all
+The kinds are loaded on first use: their Action and Observation unions are built from the
+tools, and the tools import the content types from here, so importing eagerly would go round
+in a circle.
+"""
+
+import importlib
+from typing import Any
+
 from agent_server.events.content import (
+    AnyThinkingBlock,
     Content,
     CriticResult,
     ImageContent,
@@ -12,12 +18,26 @@ from agent_server.events.content import (
     ReasoningItemModel,
     RedactedThinkingBlock,
     SecurityRisk,
+    Strict,
     TextContent,
     ThinkingBlock,
+    ToolAnnotations,
     ToolDefinition,
 )
 
+
+def __getattr__(name: str) -> Any:
+    if name.startswith("__"):
+        raise AttributeError(name)
+    kinds = importlib.import_module("agent_server.events.kinds")
+    try:
+        return getattr(kinds, name)
+    except AttributeError:
+        raise AttributeError(f"module 'agent_server.events' has no attribute {name!r}") from None
+
+
 __all__ = [
+    "AnyThinkingBlock",
     "Content",
     "CriticResult",
     "ImageContent",
@@ -26,8 +46,9 @@ __all__ = [
     "ReasoningItemModel",
     "RedactedThinkingBlock",
     "SecurityRisk",
+    "Strict",
     "TextContent",
     "ThinkingBlock",
+    "ToolAnnotations",
     "ToolDefinition",
-    *_kinds_all,
 ]

@@ -1,0 +1,75 @@
+"""`agent-server` / `python -m agent_server`: flags and environment -> Config -> uvicorn."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from pydantic import ValidationError
+
+from agent_server.config import Config, ConfigError, from_env
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="agent-server",
+        description="Hosts the agent conversations of one sandbox. Each flag overrides its variable.",
+    )
+    parser.add_argument("--host", help="listen address (AGENT_SERVER_HOST, default 127.0.0.1)")
+    parser.add_argument("--port", type=int, help="listen port (AGENT_SERVER_PORT, default 8000)")
+    parser.add_argument("--state-dir", help="state directory (AGENT_SERVER_STATE_DIR)")
+    parser.add_argument("--log-level", help="log level (AGENT_SERVER_LOG_LEVEL, default info)")
+    parser.add_argument("--working-dir", help="default workspace (AGENT_SERVER_WORKING_DIR)")
+    parser.add_argument("--webhook-url", help="control plane webhook base (AGENT_SERVER_WEBHOOK_URL)")
+    return parser.parse_args(argv)
+
+
+def load_config(argv: list[str] | None = None) -> Config:
+    args = parse_args(argv)
+    return from_env(
+        host=args.host,
+        port=args.port,
+        state_dir=args.state_dir,
+        log_level=args.log_level,
+        default_working_dir=args.working_dir,
+        webhook_url=args.webhook_url,
+    )
+
+
+def main(argv: list[str] | None = None) -> None:
+    try:
+        config = load_config(argv)
+        config.check()
+    except (ConfigError, ValidationError) as exc:
+        print(f"agent-server: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+    logging.basicConfig(
+        level=config.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    if config.generated_key:
+        # Printed once, on stderr only, so the operator can reach a local server.
+        print(f"agent-server: no SESSION_API_KEY set; this run's key is {config.session_api_keys[0]}",
+              file=sys.stderr, flush=True)
+
+    import uvicorn
+
+    from agent_server.app import build_app
+
+    uvicorn.run(
+        build_app(config),
+        host=config.host,
+        port=config.port,
+        log_level=config.log_level,
+        access_log=False,  # our own access log never prints query strings (they may hold a key)
+        ws="websockets-sansio",
+        lifespan="on",
+        timeout_graceful_shutdown=10,
+    )
+
+
+if __name__ == "__main__":
+    main()

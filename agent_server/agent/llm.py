@@ -1,0 +1,261 @@
+"""The one LLM call: messages and tool schemas in, a completed response out, through litellm.
+
+litellm takes seconds and ~170 MB to import, so it is imported on first use, in a thread
+(the event loop keeps serving meanwhile). Retries are ours, not litellm's, so that Retry-After
+is honoured, the jitter is known, and an interrupt cancels a wait as promptly as a call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import logging
+import os
+import random
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from email.utils import parsedate_to_datetime
+from typing import Any
+
+from agent_server.models import LLMConfig, TokenUsage
+
+logger = logging.getLogger(__name__)
+
+_import_lock = threading.Lock()
+
+
+def _import() -> Any:
+    with _import_lock:  # one import even when several runs start together
+        os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+        os.environ.setdefault("LITELLM_TELEMETRY", "False")
+        module = importlib.import_module("litellm")
+        module.telemetry = False
+        module.suppress_debug_info = True
+        for name in ("LiteLLM", "LiteLLM Router", "LiteLLM Proxy"):
+            logging.getLogger(name).setLevel(logging.WARNING)
+        module.drop_params = True
+        return module
+
+
+async def load() -> Any:
+    """litellm, imported in a thread (its price map read from the package, not fetched)."""
+    module = sys.modules.get("litellm")
+    if module is not None and getattr(module, "drop_params", False):
+        return module
+    return await asyncio.to_thread(_import)
+
+
+def prewarm() -> None:
+    """Start importing litellm in the background (a conversation will probably run soon)."""
+    if "litellm" not in sys.modules:
+        threading.Thread(target=_import, name="import-litellm", daemon=True).start()
+
+
+class LLMFailure(Exception):
+    """The LLM call failed for good; `code` names the error class (never holds a secret)."""
+
+    def __init__(self, code: str, detail: str) -> None:
+        super().__init__(f"{code}: {detail}")
+        self.code = code
+        self.detail = detail
+
+
+@dataclass
+class ToolCall:
+    id: str
+    name: str
+    arguments: str
+
+
+@dataclass
+class Completion:
+    response_id: str
+    content: str
+    tool_calls: list[ToolCall]
+    reasoning_content: str | None
+    thinking_blocks: list[dict[str, Any]]
+    usage: TokenUsage
+    cost: float
+    latency: float
+    raw: Any = field(repr=False, default=None)
+
+
+#: Seam for tests of the backoff schedule; the loop uses asyncio.sleep.
+Sleep = Callable[[float], Any]
+
+
+def backoff(attempt: int, retry_after: float | None, base: float = 1.0, cap: float = 30.0) -> float:
+    """Seconds to wait before retry `attempt` (1-based): Retry-After, else full jitter."""
+    if retry_after is not None:
+        return min(max(retry_after, 0.0), 120.0)
+    return random.uniform(base / 2, min(cap, base * 2 ** (attempt - 1)))
+
+
+def _retry_after(exc: Exception) -> float | None:
+    headers: Any = getattr(exc, "litellm_response_headers", None)
+    response = getattr(exc, "response", None)
+    if not headers and response is not None:
+        headers = getattr(response, "headers", None)
+    if not headers:
+        return None
+    value = headers.get("retry-after") or headers.get("Retry-After")
+    if value is None:
+        return None
+    try:
+        return float(value)
+    except ValueError:
+        try:
+            return (parsedate_to_datetime(value).timestamp() - time.time())
+        except (TypeError, ValueError):
+            return None
+
+
+def _retryable(litellm: Any, exc: Exception) -> bool:
+    if isinstance(exc, (litellm.AuthenticationError, litellm.PermissionDeniedError,
+                        litellm.NotFoundError, litellm.ContextWindowExceededError)):
+        return False
+    if isinstance(exc, (litellm.RateLimitError, litellm.Timeout, litellm.APIConnectionError,
+                        litellm.InternalServerError, litellm.ServiceUnavailableError,
+                        litellm.BadGatewayError)):
+        return True
+    if isinstance(exc, litellm.BadRequestError):
+        return False
+    status = getattr(exc, "status_code", None)
+    return isinstance(status, int) and (status in (408, 409, 429) or status >= 500)
+
+
+def _failure(exc: Exception, secrets: list[str]) -> LLMFailure:
+    detail = str(exc)
+    for secret in secrets:
+        if secret:
+            detail = detail.replace(secret, "**********")
+    return LLMFailure(type(exc).__name__, detail[:2000])
+
+
+def _kwargs(config: LLMConfig, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> dict[str, Any]:
+    kwargs: dict[str, Any] = {
+        "model": config.model,
+        "messages": messages,
+        "num_retries": 0,
+        "max_retries": 0,
+    }
+    if tools:
+        kwargs["tools"] = tools
+    if config.api_key is not None:
+        kwargs["api_key"] = config.api_key.get_secret_value()
+    if config.base_url:
+        kwargs["base_url"] = config.base_url
+    if config.temperature is not None:
+        kwargs["temperature"] = config.temperature
+    if config.max_output_tokens is not None:
+        kwargs["max_tokens"] = config.max_output_tokens
+    if config.reasoning_effort is not None:
+        kwargs["reasoning_effort"] = config.reasoning_effort
+    if config.timeout is not None:
+        kwargs["timeout"] = config.timeout
+    if config.stream:
+        kwargs["stream"] = True
+        kwargs["stream_options"] = {"include_usage": True}
+    return kwargs
+
+
+async def complete(
+    config: LLMConfig,
+    messages: list[dict[str, Any]],
+    tools: list[dict[str, Any]],
+    on_delta: Callable[[str | None, str | None], None] | None = None,
+    sleep: Sleep = asyncio.sleep,
+) -> Completion:
+    """One model response, retried on rate limits, server errors and timeouts."""
+    litellm = await load()
+    kwargs = _kwargs(config, messages, tools)
+    secrets = [config.api_key.get_secret_value()] if config.api_key else []
+    attempt = 0
+    while True:
+        attempt += 1
+        started = time.perf_counter()
+        try:
+            if config.stream:
+                response = await _stream(litellm, kwargs, on_delta)
+            else:
+                response = await litellm.acompletion(**kwargs)
+            return _completion(litellm, config, response, time.perf_counter() - started)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            if not _retryable(litellm, exc) or attempt > config.num_retries:
+                raise _failure(exc, secrets) from None
+            wait = backoff(attempt, _retry_after(exc))
+            logger.info("LLM call failed (%s); retry %d in %.1fs", type(exc).__name__, attempt, wait)
+            await sleep(wait)
+
+
+async def _stream(litellm: Any, kwargs: dict[str, Any], on_delta: Any) -> Any:
+    chunks = []
+    stream = await litellm.acompletion(**kwargs)
+    async for chunk in stream:
+        chunks.append(chunk)
+        if on_delta is None or not chunk.choices:
+            continue
+        delta = chunk.choices[0].delta
+        text = getattr(delta, "content", None)
+        reasoning = getattr(delta, "reasoning_content", None)
+        if text or reasoning:
+            on_delta(text, reasoning)
+    return litellm.stream_chunk_builder(chunks, messages=kwargs["messages"])
+
+
+def _usage(response: Any, model: str) -> TokenUsage:
+    usage = getattr(response, "usage", None)
+    if usage is None:
+        return TokenUsage(model=model, response_id=getattr(response, "id", "") or "")
+
+    def num(obj: Any, name: str) -> int:
+        value = getattr(obj, name, None) if obj is not None else None
+        return int(value) if isinstance(value, (int, float)) else 0
+
+    prompt_details = getattr(usage, "prompt_tokens_details", None)
+    completion_details = getattr(usage, "completion_tokens_details", None)
+    prompt = num(usage, "prompt_tokens")
+    completion = num(usage, "completion_tokens")
+    return TokenUsage(
+        model=model,
+        prompt_tokens=prompt,
+        completion_tokens=completion,
+        cache_read_tokens=num(prompt_details, "cached_tokens") or num(usage, "cache_read_input_tokens"),
+        cache_write_tokens=num(usage, "cache_creation_input_tokens"),
+        reasoning_tokens=num(completion_details, "reasoning_tokens"),
+        per_turn_token=prompt + completion,
+        response_id=getattr(response, "id", "") or "",
+    )
+
+
+def _completion(litellm: Any, config: LLMConfig, response: Any, latency: float) -> Completion:
+    choice = response.choices[0]
+    message = choice.message
+    calls = []
+    for i, call in enumerate(getattr(message, "tool_calls", None) or []):
+        calls.append(ToolCall(
+            id=call.id or f"call_{response.id}_{i}",
+            name=call.function.name or "",
+            arguments=call.function.arguments or "{}",
+        ))
+    try:
+        cost = float(litellm.completion_cost(completion_response=response) or 0.0)
+    except Exception:  # models missing from the price map cost nothing we can know
+        cost = 0.0
+    blocks = getattr(message, "thinking_blocks", None) or []
+    return Completion(
+        response_id=response.id or f"resp-{time.time_ns()}",
+        content=message.content or "",
+        tool_calls=calls,
+        reasoning_content=getattr(message, "reasoning_content", None),
+        thinking_blocks=[dict(b) for b in blocks],
+        usage=_usage(response, config.model),
+        cost=cost,
+        latency=latency,
+        raw=response,
+    )

@@ -1,0 +1,242 @@
+"""The agent loop: view -> LLM -> ActionEvents -> tools -> observations, until done.
+
+A run ends by returning with the conversation's final status set: finished (a `finish` call or
+a plain reply), paused (a pause request between steps), error (LLM failure, max iterations),
+stuck. An interrupt cancels the task; whatever tool call was left without a result gets an
+AgentErrorEvent so the history stays valid for every provider.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import TYPE_CHECKING, Any
+
+from pydantic import ValidationError
+
+from agent_server.agent import llm
+from agent_server.agent.runtime import Runtime
+from agent_server.agent.stuck import Step, StuckDetector
+from agent_server.agent.view import View
+from agent_server.events import (
+    ActionEvent,
+    AgentErrorEvent,
+    ConversationErrorEvent,
+    ConversationStateUpdateEvent,
+    Event,
+    Message,
+    MessageEvent,
+    MessageToolCall,
+    ObservationEvent,
+    SecurityRisk,
+    StreamingDeltaEvent,
+    TextContent,
+    ThinkingBlock,
+    RedactedThinkingBlock,
+)
+from agent_server.models import ExecutionStatus
+from tools.base import ToolError
+
+if TYPE_CHECKING:
+    from agent_server.conversations import Conversation
+
+
+class RunEnded(Exception):
+    """Ends a run with a status (and, for errors, a ConversationErrorEvent)."""
+
+    def __init__(self, status: ExecutionStatus, code: str | None = None, detail: str = "") -> None:
+        super().__init__(code or status.value)
+        self.status, self.code, self.detail = status, code, detail
+
+
+async def run(conv: Conversation) -> None:
+    runtime = await runtime_for(conv)
+    runtime.ctx.vision = await _vision(conv)
+    view = await runtime.attach(conv, vision=runtime.ctx.vision)
+    stuck = StuckDetector()
+    try:
+        await repair(conv, view, "The previous run ended before this call finished.")
+        for _ in range(conv.record.max_iterations):
+            if conv.pause_requested:
+                raise RunEnded(ExecutionStatus.PAUSED)
+            await step(conv, runtime, view, stuck)
+        raise RunEnded(ExecutionStatus.ERROR, "MaxIterationsReached",
+                       f"Stopped after {conv.record.max_iterations} iterations (max_iterations).")
+    except RunEnded as end:
+        if end.code is not None:
+            await conv.append(ConversationErrorEvent(source="environment", code=end.code,
+                                                     detail=end.detail))
+        await conv.set_status(end.status)
+    except asyncio.CancelledError:
+        await asyncio.shield(repair(conv, view, "Interrupted before this call finished."))
+        raise
+
+
+async def step(conv: Conversation, runtime: Runtime, view: View, stuck: StuckDetector) -> None:
+    """One LLM response and the tool calls it asks for."""
+    try:
+        reply = await llm.complete(conv.record.agent.llm, view.request(), runtime.llm_tools(),
+                                   on_delta=lambda text, reasoning: _delta(conv, text, reasoning))
+    except llm.LLMFailure as failure:
+        raise RunEnded(ExecutionStatus.ERROR, failure.code, failure.detail) from None
+    await _record_usage(conv, reply)
+
+    thinking = [_thinking_block(b) for b in reply.thinking_blocks]
+    if not reply.tool_calls:
+        await conv.append(MessageEvent(
+            source="agent",
+            llm_message=Message(role="assistant", content=[TextContent(text=reply.content)],
+                                reasoning_content=reply.reasoning_content,
+                                thinking_blocks=thinking),
+            llm_response_id=reply.response_id,
+        ))
+        raise RunEnded(ExecutionStatus.FINISHED)
+
+    actions = [_action_event(runtime, reply, call, first=i == 0, thinking=thinking)
+               for i, call in enumerate(reply.tool_calls)]
+    await conv.append(*(event for event, _ in actions))
+
+    finished = False
+    for event, problem in actions:
+        if finished:
+            await conv.append(_error(event, "Not run: finish was called earlier in this response."))
+            continue
+        result = _error(event, problem) if problem else await execute(runtime, event)
+        await conv.append(result)
+        stuck.add(Step(f"{event.tool_name} {event.tool_call.arguments}", _outcome(result),
+                       isinstance(result, AgentErrorEvent)))
+        finished = event.tool_name == "finish" and isinstance(result, ObservationEvent)
+    if finished:
+        raise RunEnded(ExecutionStatus.FINISHED)
+    reason = stuck.reason() if conv.record.stuck_detection else None
+    if reason is not None:
+        raise RunEnded(ExecutionStatus.STUCK, "AgentStuck", f"The agent looks stuck: {reason}.")
+
+
+def _action_event(runtime: Runtime, reply: llm.Completion, call: llm.ToolCall, first: bool,
+                  thinking: list[Any]) -> tuple[ActionEvent, str | None]:
+    """The ActionEvent of one tool call, and why it cannot run (None when it can)."""
+    problem: str | None = None
+    action = None
+    risk, summary = SecurityRisk.UNKNOWN, None
+    try:
+        args = json.loads(call.arguments or "{}")
+        if not isinstance(args, dict):
+            raise ValueError("the arguments must be a JSON object")
+    except ValueError as exc:
+        args, problem = {}, f"Invalid JSON in the arguments of {call.name}: {exc}"
+    if isinstance(args.get("security_risk"), str):
+        risk = SecurityRisk.__members__.get(args["security_risk"].upper(), SecurityRisk.UNKNOWN)
+    if isinstance(args.get("summary"), str):
+        summary = args["summary"][:500]
+    tool = runtime.tools.get(call.name)
+    if problem is None and tool is None:
+        problem = f"Unknown tool {call.name!r}. Available tools: {', '.join(runtime.tools)}."
+    elif problem is None and tool is not None:
+        try:
+            action = tool.parse(args)
+        except ValidationError as exc:
+            problem = f"Invalid arguments for {call.name}: {_validation_text(exc)}"
+    event = ActionEvent(
+        thought=[TextContent(text=reply.content)] if first and reply.content else [],
+        reasoning_content=reply.reasoning_content if first else None,
+        thinking_blocks=thinking if first else [],
+        action=action,
+        tool_name=call.name,
+        tool_call_id=call.id,
+        tool_call=MessageToolCall(id=call.id, name=call.name, arguments=call.arguments,
+                                  origin="completion"),
+        llm_response_id=reply.response_id,
+        security_risk=risk,
+        summary=summary,
+    )
+    return event, problem
+
+
+async def execute(runtime: Runtime, event: ActionEvent) -> Event:
+    tool = runtime.tools[event.tool_name]
+    try:
+        observation = await tool.run(event.action)
+    except ToolError as exc:
+        return _error(event, str(exc))
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:  # a tool bug is the model's problem to hear about, not a crash
+        return _error(event, f"{type(exc).__name__}: {exc}")
+    assert event.id is not None
+    return ObservationEvent(tool_name=event.tool_name, tool_call_id=event.tool_call_id,
+                            observation=observation, action_id=event.id)
+
+
+async def repair(conv: Conversation, view: View, why: str) -> None:
+    """Give every tool call still without a result an AgentErrorEvent."""
+    errors = [AgentErrorEvent(tool_name=p.tool_name, tool_call_id=p.tool_call_id, error=why)
+              for p in view.pending.values()]
+    if errors:
+        await conv.append(*errors)
+
+
+async def runtime_for(conv: Conversation) -> Runtime:
+    if conv.runtime is None:
+        conv.runtime = Runtime(conv)
+    return conv.runtime
+
+
+def _error(event: ActionEvent, message: str) -> AgentErrorEvent:
+    return AgentErrorEvent(tool_name=event.tool_name, tool_call_id=event.tool_call_id,
+                           error=message)
+
+
+def _outcome(result: Event) -> str:
+    if isinstance(result, ObservationEvent):
+        return result.observation.model_dump_json()
+    return getattr(result, "error", "")
+
+
+def _validation_text(exc: ValidationError) -> str:
+    parts = []
+    for err in exc.errors(include_url=False):
+        where = ".".join(str(p) for p in err["loc"]) or "arguments"
+        parts.append(f"{where}: {err['msg']}")
+    return "; ".join(parts)
+
+
+def _thinking_block(block: dict[str, Any]) -> ThinkingBlock | RedactedThinkingBlock:
+    if block.get("type") == "redacted_thinking":
+        return RedactedThinkingBlock(data=str(block.get("data", "")))
+    return ThinkingBlock(thinking=str(block.get("thinking", "")), signature=block.get("signature"))
+
+
+def _delta(conv: Conversation, text: str | None, reasoning: str | None) -> None:
+    conv.publish_transient(StreamingDeltaEvent(content=text, reasoning_content=reasoning))
+
+
+async def _record_usage(conv: Conversation, reply: llm.Completion) -> None:
+    metrics = conv.record.metrics
+    usage, total = reply.usage, metrics.accumulated_token_usage
+    metrics.model_name = usage.model or metrics.model_name
+    metrics.accumulated_cost += reply.cost
+    metrics.response_count += 1
+    metrics.total_latency += reply.latency
+    for name in ("prompt_tokens", "completion_tokens", "cache_read_tokens", "cache_write_tokens",
+                 "reasoning_tokens"):
+        setattr(total, name, getattr(total, name) + getattr(usage, name))
+    total.per_turn_token = usage.per_turn_token
+    total.response_id = usage.response_id
+    total.model = usage.model
+    await conv.append(ConversationStateUpdateEvent(key="stats", value={
+        "usage_to_metrics": {conv.record.agent.llm.usage_id: metrics.model_dump(mode="json")},
+        "last_response": {**usage.model_dump(mode="json"), "cost": reply.cost,
+                          "latency": reply.latency},
+    }))
+
+
+async def _vision(conv: Conversation) -> bool:
+    config = conv.record.agent.llm
+    if config.vision is not None:
+        return config.vision
+    litellm = await llm.load()
+    try:
+        return bool(litellm.supports_vision(model=config.model))
+    except Exception:
+        return False

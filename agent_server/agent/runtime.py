@@ -1,0 +1,128 @@
+"""Runtime: what a conversation's agent keeps between runs (its tools and its view)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import tools as toolsets
+from agent_server.agent.view import View
+from agent_server.errors import invalid
+from agent_server.events import ToolDefinition, parse_event
+from agent_server.models import AgentSpec
+from tools.base import Tool, ToolContext
+
+if TYPE_CHECKING:
+    from agent_server.conversations import Conversation
+
+logger = logging.getLogger(__name__)
+
+#: Names the public OpenHands agent server uses for the same tool sets.
+ALIASES = {
+    "TerminalTool": "terminal",
+    "BashTool": "terminal",
+    "FileEditorTool": "file_editor",
+    "TaskTrackerTool": "task_tracker",
+    "BrowserToolSet": "browser_tool_set",
+}
+
+
+def canonical(name: str) -> str:
+    return ALIASES.get(name, name)
+
+
+def check_tools(agent: AgentSpec) -> None:
+    """An unknown tool name is a 422 that lists the known ones."""
+    known = sorted(toolsets.TOOL_SETS)
+    for i, spec in enumerate(agent.tools):
+        if canonical(spec.name) not in toolsets.TOOL_SETS:
+            raise invalid(
+                ["body", "agent", "tools", i, "name"],
+                f"Unknown tool {spec.name!r}; known tools: {', '.join(known)}",
+                "unknown_tool",
+                spec.name,
+            )
+
+
+def git_env(name: str | None, email: str | None) -> dict[str, str]:
+    """Commit authorship comes from settings, never from a push credential (SPEC 5 rule 5)."""
+    name = name or "agent-server"
+    email = email or "agent-server@localhost"
+    return {
+        "GIT_AUTHOR_NAME": name,
+        "GIT_COMMITTER_NAME": name,
+        "GIT_AUTHOR_EMAIL": email,
+        "GIT_COMMITTER_EMAIL": email,
+    }
+
+
+class Runtime:
+    def __init__(self, conv: Conversation) -> None:
+        settings = conv.service.settings()
+        self.ctx = ToolContext(
+            conversation_id=conv.id,
+            working_dir=conv.working_dir,
+            state_dir=conv.directory / "tools",
+            env=git_env(settings.git_user_name, settings.git_user_email),
+        )
+        self.tools: dict[str, Tool] = {}
+        sets = [*toolsets.ALWAYS]
+        sets += [toolsets.TOOL_SETS[canonical(s.name)] for s in conv.record.agent.tools]
+        params = {canonical(s.name): s.params for s in conv.record.agent.tools}
+        for toolset in sets:
+            for tool in toolset.make(self.ctx, params.get(toolset.name, {})):
+                self.tools[tool.name] = tool
+        self.view: View | None = None
+        self._unsubscribe: Callable[[], None] | None = None
+
+    def definitions(self) -> list[ToolDefinition]:
+        return [tool.definition() for tool in self.tools.values()]
+
+    def llm_tools(self) -> list[dict[str, Any]]:
+        return [
+            {
+                "type": "function",
+                "function": {
+                    "name": d.title,
+                    "description": d.description,
+                    "parameters": d.parameters,
+                },
+            }
+            for d in self.definitions()
+        ]
+
+    async def attach(self, conv: Conversation, vision: bool) -> View:
+        """The view of the whole log, kept current by a subscription from now on."""
+        if self.view is not None:
+            return self.view
+        log = await conv.log()
+        view = View(vision=vision)
+        backlog: list[Any] = []
+        loading = True
+
+        def listener(written: Any) -> None:
+            if loading:
+                backlog.extend(written)
+            else:
+                view.on_events(written)
+
+        count = len(log)
+        self._unsubscribe = log.subscribe(listener)
+        events = await asyncio.to_thread(lambda: [parse_event(x) for x in log.read(range(count))])
+        for event in events:
+            view.add(event)
+        view.on_events(backlog)
+        loading = False
+        self.view = view
+        return view
+
+    async def close(self) -> None:
+        if self._unsubscribe is not None:
+            self._unsubscribe()
+        for tool in self.tools.values():
+            try:
+                await tool.close()
+            except Exception:
+                logger.exception("closing tool %s failed", tool.name)

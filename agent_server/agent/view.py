@@ -1,0 +1,156 @@
+"""View: what the model sees, kept up to date from the log instead of rebuilt each step.
+
+It subscribes to the conversation's log, so every event (the agent's, a user's message sent
+over HTTP) reaches the model the same way. It also knows which tool calls still lack a
+result, so a cut run can give them one and every request stays valid for every provider.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from agent_server.events import (
+    ActionEvent,
+    AgentErrorEvent,
+    Event,
+    ImageContent,
+    MessageEvent,
+    ObservationEvent,
+    SystemPromptEvent,
+    TextContent,
+    UserRejectObservation,
+    parse_event,
+)
+
+ERROR_PREFIX = "[An error occurred during execution.]\n"
+
+
+@dataclass
+class Pending:
+    """A tool call without a result yet."""
+
+    action_id: str
+    tool_call_id: str
+    tool_name: str
+
+
+def _blocks(items: Iterable[TextContent | ImageContent], vision: bool) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for item in items:
+        if isinstance(item, TextContent):
+            block: dict[str, Any] = {"type": "text", "text": item.text}
+            if item.cache_prompt:
+                block["cache_control"] = {"type": "ephemeral"}
+            out.append(block)
+        elif vision:
+            out.extend({"type": "image_url", "image_url": {"url": u}} for u in item.image_urls)
+        else:
+            out.append({"type": "text", "text": f"[{len(item.image_urls)} image(s) omitted]"})
+    return out
+
+
+class View:
+    def __init__(self, vision: bool = False) -> None:
+        self.vision = vision
+        self.messages: list[dict[str, Any]] = []
+        self.pending: dict[str, Pending] = {}  # by tool_call_id, in call order
+        self._response_id: str | None = None  # the assistant message tool calls join
+        self.events_seen = 0
+        self.last_user_message_id: str | None = None
+
+    def load(self, lines: Iterable[bytes]) -> None:
+        for line in lines:
+            self.add(parse_event(line))
+
+    def on_events(self, written: Sequence[tuple[Event, bytes]]) -> None:
+        for event, _ in written:
+            self.add(event)
+
+    def add(self, event: Event) -> None:
+        self.events_seen += 1
+        if isinstance(event, ActionEvent):
+            self._add_action(event)
+            return
+        self._response_id = None
+        if isinstance(event, SystemPromptEvent):
+            blocks = [{"type": "text", "text": event.system_prompt.text}]
+            if event.dynamic_context is not None:
+                blocks.append({"type": "text", "text": event.dynamic_context.text})
+            self.messages.append({"role": "system", "content": blocks})
+        elif isinstance(event, MessageEvent):
+            self._add_message(event)
+        elif isinstance(event, ObservationEvent):
+            obs = event.observation
+            text = obs.text if hasattr(obs, "text") else ""
+            if getattr(obs, "is_error", False):
+                text = ERROR_PREFIX + text
+            text += "".join("\n" + c.text for c in event.extended_content)
+            self._add_result(event.tool_call_id, event.tool_name, text)
+        elif isinstance(event, AgentErrorEvent):
+            self._add_result(event.tool_call_id, event.tool_name, f"Error: {event.error}")
+        elif isinstance(event, UserRejectObservation):
+            self._add_result(
+                event.tool_call_id, event.tool_name, f"Action rejected: {event.rejection_reason}"
+            )
+
+    def _add_message(self, event: MessageEvent) -> None:
+        msg = event.llm_message
+        content = [*msg.content, *event.extended_content]
+        if event.source == "user":
+            self.last_user_message_id = event.id
+            self.messages.append({"role": "user", "content": _blocks(content, self.vision)})
+            return
+        text = "".join(c.text for c in content if isinstance(c, TextContent))
+        out: dict[str, Any] = {"role": "assistant", "content": text}
+        self._reasoning(out, msg.reasoning_content, msg.thinking_blocks)
+        self.messages.append(out)
+
+    def _add_action(self, event: ActionEvent) -> None:
+        call = {
+            "id": event.tool_call.id,
+            "type": "function",
+            "function": {"name": event.tool_call.name, "arguments": event.tool_call.arguments},
+        }
+        if self._response_id == event.llm_response_id and self.messages:
+            self.messages[-1]["tool_calls"].append(call)
+        else:
+            text = "".join(c.text for c in event.thought)
+            out: dict[str, Any] = {"role": "assistant", "content": text or None, "tool_calls": [call]}
+            self._reasoning(out, event.reasoning_content, event.thinking_blocks)
+            self.messages.append(out)
+            self._response_id = event.llm_response_id
+        assert event.id is not None
+        self.pending[event.tool_call_id] = Pending(event.id, event.tool_call_id, event.tool_name)
+
+    @staticmethod
+    def _reasoning(out: dict[str, Any], reasoning: str | None, blocks: Sequence[Any]) -> None:
+        if reasoning:
+            out["reasoning_content"] = reasoning
+        if blocks:
+            out["thinking_blocks"] = [b.model_dump(exclude_none=True) for b in blocks]
+
+    def _add_result(self, tool_call_id: str, tool_name: str, text: str) -> None:
+        if self.pending.pop(tool_call_id, None) is None:
+            return  # a result for a call the model never saw: nothing to answer
+        message = {"role": "tool", "tool_call_id": tool_call_id, "name": tool_name, "content": text}
+        # A result goes right after its call's assistant message and the results already
+        # there, even when a user message arrived meanwhile: providers insist on that order.
+        at = len(self.messages)
+        for i in range(len(self.messages) - 1, -1, -1):
+            calls = self.messages[i].get("tool_calls") or ()
+            if any(c["id"] == tool_call_id for c in calls):
+                at = i + 1
+                while at < len(self.messages) and self.messages[at]["role"] == "tool":
+                    at += 1
+                break
+        self.messages.insert(at, message)
+
+    def request(self) -> list[dict[str, Any]]:
+        """The messages of the next LLM request (a shallow copy: litellm may add to it)."""
+        return list(self.messages)
+
+    def size(self) -> int:
+        return len(json.dumps(self.messages))

@@ -1,0 +1,1 @@
+"""HTTP and websocket endpoints; the route table itself is in agent_server.app."""

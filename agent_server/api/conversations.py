@@ -1,0 +1,83 @@
+"""/api/conversations: create, read, list, search, delete, and the run controls."""
+
+from __future__ import annotations
+
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+
+from agent_server.api.io import conversation, doc, read_body, read_query, reply, service
+from agent_server.models import (
+    ConversationIds,
+    ConversationInfo,
+    ConversationPage,
+    ConversationSearch,
+    CreateConversation,
+    Success,
+)
+
+
+@doc(summary="Create a conversation (201), or return the one with this conversation_id (200)",
+     body=CreateConversation, response=ConversationInfo, status=201)
+async def create(request: Request) -> Response:
+    body = await read_body(request, CreateConversation)
+    conv, created = await service(request).create(body)
+    return reply(ConversationInfo.of(conv.record), 201 if created else 200)
+
+
+@doc(summary="A conversation, with its execution_status", response=ConversationInfo, errors=(404,))
+async def get(request: Request) -> Response:
+    return reply(ConversationInfo.of(conversation(request).record))
+
+
+@doc(summary="Conversations by id (null for an unknown id)", query=ConversationIds,
+     response=list[ConversationInfo | None])
+async def batch_get(request: Request) -> Response:
+    query = read_query(request, ConversationIds)
+    found = [service(request).get(i) for i in query.ids]
+    return reply([None if c is None else ConversationInfo.of(c.record).model_dump(mode="json")
+                  for c in found])
+
+
+@doc(summary="Search conversations", query=ConversationSearch, response=ConversationPage)
+async def search(request: Request) -> Response:
+    query = read_query(request, ConversationSearch)
+    page, next_id = service(request).search(query)
+    return reply(ConversationPage(items=[ConversationInfo.of(c.record) for c in page],
+                                  next_page_id=next_id))
+
+
+@doc(summary="Count conversations", query=ConversationSearch, response=int)
+async def count(request: Request) -> Response:
+    query = read_query(request, ConversationSearch)
+    return reply(sum(1 for c in service(request)
+                     if query.status is None or c.status == query.status))  # type: ignore[arg-type]
+
+
+@doc(summary="Delete a conversation: stops its run and removes its log (the workspace stays)",
+     response=Success, errors=(404,))
+async def delete(request: Request) -> Response:
+    conv = conversation(request)
+    if not await service(request).delete(conv.record.id):
+        raise HTTPException(404, f"Conversation {conv.id} not found")
+    return reply(Success())
+
+
+@doc(summary="Start the agent; when it is already running it keeps running", response=Success,
+     errors=(404,))
+async def run(request: Request) -> Response:
+    await conversation(request).run()
+    return reply(Success())
+
+
+@doc(summary="Pause between steps (a PauseEvent)", response=Success, errors=(404,))
+async def pause(request: Request) -> Response:
+    await conversation(request).pause()
+    return reply(Success())
+
+
+@doc(summary="Interrupt at once: cancels the in-flight LLM call or tool (an InterruptEvent)",
+     response=Success, errors=(404,))
+async def interrupt(request: Request) -> Response:
+    await conversation(request).interrupt()
+    return reply(Success())

@@ -1,0 +1,63 @@
+"""/api/conversations/{id}/events: search, count, one event, and sending a message.
+
+Search answers with the stored JSON lines as they are: no event is parsed to be returned.
+"""
+
+from __future__ import annotations
+
+import json
+
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+
+from agent_server.api.io import conversation, doc, read_body, read_query, reply
+from agent_server.log import Query
+from agent_server.models import EventPage, EventSearch, SendMessage
+
+
+def _query(params: EventSearch) -> Query:
+    return Query(
+        kind=params.kind__eq or params.kind,
+        source=params.source__eq or params.source,
+        timestamp_gte=params.timestamp__gte,
+        timestamp_lt=params.timestamp__lt,
+        descending=params.sort_order == "TIMESTAMP_DESC",
+    )
+
+
+@doc(summary="Search a conversation's events", query=EventSearch, response=EventPage, errors=(404,))
+async def search(request: Request) -> Response:
+    params = read_query(request, EventSearch)
+    log = await conversation(request).log()
+    lines, next_id = log.search(_query(params), params.limit, params.page_id)
+    body = b'{"items":[' + b",".join(lines) + b'],"next_page_id":' + json.dumps(next_id).encode() + b"}"
+    return Response(body, media_type="application/json")
+
+
+@doc(summary="Count a conversation's events", query=EventSearch, response=int, errors=(404,))
+async def count(request: Request) -> Response:
+    params = read_query(request, EventSearch)
+    log = await conversation(request).log()
+    return reply(log.count(_query(params)))  # type: ignore[arg-type]
+
+
+@doc(summary="One event by id", response=dict, errors=(404,))
+async def get(request: Request) -> Response:
+    log = await conversation(request).log()
+    line = log.get(request.path_params["event_id"])
+    if line is None:
+        raise HTTPException(404, f"Event {request.path_params['event_id']} not found")
+    return Response(line, media_type="application/json")
+
+
+@doc(summary="Send a user message; with run, the agent starts", body=SendMessage,
+     response=dict, errors=(404,))
+async def send(request: Request) -> Response:
+    conv = conversation(request)
+    message = await read_body(request, SendMessage)
+    event = await conv.send_message(message)
+    return Response(event.model_dump_json(), media_type="application/json")
+
+
+__all__ = ["count", "get", "search", "send"]

@@ -1,0 +1,115 @@
+"""Reading requests into models and writing responses: one place for 422s and 404s."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any, TypeVar
+from uuid import UUID
+
+from pydantic import BaseModel, ValidationError
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from agent_server.conversations import Conversation, ConversationService
+from agent_server.errors import from_pydantic, invalid
+
+M = TypeVar("M", bound=BaseModel)
+MAX_BODY = 8 * 1024 * 1024
+
+
+async def read_body(request: Request, model: type[M]) -> M:
+    raw = await request.body()
+    if len(raw) > MAX_BODY:
+        raise HTTPException(413, f"request body over {MAX_BODY} bytes")
+    try:
+        data = json.loads(raw) if raw.strip() else None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise invalid(["body", getattr(exc, "pos", 0)], "JSON decode error", "json_invalid",
+                      {}) from None
+    if data is None:
+        raise invalid(["body"], "Field required: a JSON object", "missing")
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise from_pydantic(exc, "body") from None
+
+
+async def read_raw_object(request: Request) -> dict[str, Any]:
+    """A JSON object body (for merges validated afterwards)."""
+    raw = await request.body()
+    if len(raw) > MAX_BODY:
+        raise HTTPException(413, f"request body over {MAX_BODY} bytes")
+    try:
+        data = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise invalid(["body", getattr(exc, "pos", 0)], "JSON decode error", "json_invalid",
+                      {}) from None
+    if not isinstance(data, dict):
+        raise invalid(["body"], "Input should be a JSON object", "dict_type", data)
+    return data
+
+
+def read_query(request: Request, model: type[M]) -> M:
+    data: dict[str, Any] = {}
+    for key in request.query_params.keys():
+        values = request.query_params.getlist(key)
+        field = model.model_fields.get(key)
+        is_list = field is not None and "list" in str(field.annotation)
+        data[key] = values if is_list else values[-1]
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise from_pydantic(exc, "query") from None
+
+
+def path_uuid(request: Request, name: str = "conversation_id") -> UUID:
+    raw = request.path_params[name]
+    try:
+        return UUID(raw)
+    except ValueError:
+        raise invalid(["path", name], "Input should be a valid UUID", "uuid_parsing", raw) from None
+
+
+def service(request: Request) -> ConversationService:
+    return request.app.state.conversations
+
+
+def conversation(request: Request) -> Conversation:
+    conv_id = path_uuid(request)
+    conv = service(request).get(conv_id)
+    if conv is None:
+        raise HTTPException(404, f"Conversation {conv_id} not found")
+    return conv
+
+
+def reply(value: BaseModel | dict[str, Any] | list[Any], status: int = 200) -> Response:
+    if isinstance(value, BaseModel):
+        return Response(value.model_dump_json(), status_code=status, media_type="application/json")
+    return JSONResponse(value, status_code=status)
+
+
+def doc(
+    *,
+    summary: str,
+    body: type[BaseModel] | None = None,
+    query: type[BaseModel] | None = None,
+    response: Any = None,
+    status: int = 200,
+    errors: tuple[int, ...] = (),
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Describe an endpoint for /openapi.json (read by agent_server.openapi)."""
+
+    def mark(fn: Callable[..., Any]) -> Callable[..., Any]:
+        fn.__openapi__ = {  # type: ignore[attr-defined]
+            "summary": summary,
+            "body": body,
+            "query": query,
+            "response": response,
+            "status": status,
+            "errors": errors,
+        }
+        return fn
+
+    return mark

@@ -1,0 +1,63 @@
+"""Routes about the server itself: liveness, readiness, facts, the OpenAPI document."""
+
+from __future__ import annotations
+
+import time
+
+from pydantic import BaseModel
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from agent_server import __version__
+from agent_server.api.io import doc, reply
+
+
+class Status(BaseModel):
+    status: str
+
+
+class ServerInfo(BaseModel):
+    title: str = "agent-server"
+    version: str
+    uptime: float
+    idle_time: float
+    usable_tools: list[str]
+    conversations: int
+    running: int
+
+
+@doc(summary="Alive (no key needed)", response=Status)
+async def health(request: Request) -> Response:
+    return JSONResponse({"status": "ok"})
+
+
+@doc(summary="200 once conversations can be created and run (no key needed)", response=Status,
+     errors=(503,))
+async def ready(request: Request) -> Response:
+    if not getattr(request.app.state, "ready", False):
+        return JSONResponse({"status": "initializing"}, status_code=503)
+    return JSONResponse({"status": "ready"})
+
+
+@doc(summary="Version, uptime and tool names", response=ServerInfo)
+async def server_info(request: Request) -> Response:
+    import tools
+
+    state = request.app.state
+    convs = list(state.conversations)
+    now = time.monotonic()
+    return reply(ServerInfo(
+        version=__version__,
+        uptime=now - state.started,
+        idle_time=now - state.last_activity,
+        usable_tools=sorted(tools.TOOL_SETS),
+        conversations=len(convs),
+        running=sum(1 for c in convs if c.running),
+    ))
+
+
+@doc(summary="This document (OpenAPI 3.1.0)", response=dict)
+async def openapi(request: Request) -> Response:
+    from agent_server.openapi import document
+
+    return JSONResponse(document(request.app))

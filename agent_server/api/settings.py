@@ -1,0 +1,23 @@
+"""/api/settings: the stored default agent, secrets shown masked."""
+
+from __future__ import annotations
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from agent_server.api.io import doc, read_raw_object, reply
+from agent_server.models import Settings
+
+
+@doc(summary="The stored settings (secrets masked)", response=Settings)
+async def get(request: Request) -> Response:
+    return reply(request.app.state.settings.public())
+
+
+@doc(summary="Deep-merge into the stored settings; the result is validated whole",
+     body=Settings, response=Settings)
+async def patch(request: Request) -> Response:
+    changes = await read_raw_object(request)
+    store = request.app.state.settings
+    await store.patch(changes)
+    return reply(store.public())

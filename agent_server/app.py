@@ -1,0 +1,85 @@
+"""build_app(config): the whole route table in one place, and the server's lifespan."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import AsyncIterator
+
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.routing import Route
+
+from agent_server import agent
+from agent_server.accesslog import AccessLog
+from agent_server.api import conversations, events, server, settings
+from agent_server.auth import KeyRing, SessionAuth
+from agent_server.config import Config
+from agent_server.conversations import ConversationService
+from agent_server.errors import HANDLERS
+from agent_server.settings import SettingsStore
+
+C = "/api/conversations/{conversation_id}"
+
+ROUTES = [
+    Route("/health", server.health, methods=["GET"]),
+    Route("/alive", server.health, methods=["GET"], name="alive"),
+    Route("/ready", server.ready, methods=["GET"]),
+    Route("/server_info", server.server_info, methods=["GET"]),
+    Route("/openapi.json", server.openapi, methods=["GET"]),
+    Route("/api/conversations", conversations.create, methods=["POST"]),
+    Route("/api/conversations", conversations.batch_get, methods=["GET"]),
+    Route("/api/conversations/search", conversations.search, methods=["GET"]),
+    Route("/api/conversations/count", conversations.count, methods=["GET"]),
+    Route(C, conversations.get, methods=["GET"]),
+    Route(C, conversations.delete, methods=["DELETE"]),
+    Route(C + "/run", conversations.run, methods=["POST"]),
+    Route(C + "/pause", conversations.pause, methods=["POST"]),
+    Route(C + "/interrupt", conversations.interrupt, methods=["POST"]),
+    Route(C + "/events", events.send, methods=["POST"]),
+    Route(C + "/events/search", events.search, methods=["GET"]),
+    Route(C + "/events/count", events.count, methods=["GET"]),
+    Route(C + "/events/{event_id}", events.get, methods=["GET"]),
+    Route("/api/settings", settings.get, methods=["GET"]),
+    Route("/api/settings", settings.patch, methods=["PATCH"]),
+]
+
+
+def build_app(config: Config) -> Starlette:
+    store = SettingsStore(config.state_dir / "settings.json")
+    service = ConversationService(
+        state_dir=config.state_dir,
+        default_working_dir=config.working_dir,
+        runner=agent.run,
+        opener=agent.open_conversation,
+        check_tools=agent.check_tools,
+        settings=store.get,
+    )
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        config.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        store.load()
+        await service.start()
+        app.state.ready = True
+        try:
+            yield
+        finally:
+            app.state.ready = False
+            await service.close()
+
+    app = Starlette(
+        routes=ROUTES,
+        middleware=[
+            Middleware(AccessLog, on_activity=lambda: setattr(app.state, "last_activity", time.monotonic())),
+            Middleware(SessionAuth, keys=KeyRing(config.session_api_keys)),
+        ],
+        exception_handlers=HANDLERS,  # type: ignore[arg-type]
+        lifespan=lifespan,
+    )
+    app.state.config = config
+    app.state.settings = store
+    app.state.conversations = service
+    app.state.ready = False
+    app.state.started = app.state.last_activity = time.monotonic()
+    return app

@@ -1,0 +1,107 @@
+"""Config: everything the server is told at start, from flags and environment variables."""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import secrets
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+
+class ConfigError(Exception):
+    """The configuration cannot be used; the message says which setting and why."""
+
+
+class Config(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    host: str = "127.0.0.1"
+    """Address to listen on. A non-loopback address needs SESSION_API_KEY."""
+
+    port: int = Field(default=8000, ge=0, le=65535)
+    """TCP port (0 picks a free one)."""
+
+    state_dir: Path = Path("~/.local/state/agent-server")
+    """Where conversations, their logs and the settings live."""
+
+    session_api_keys: tuple[str, ...] = ()
+    """Keys accepted in X-Session-API-Key; several allow rotation. Never logged."""
+
+    generated_key: bool = False
+    """True when no key was configured and one was made up at start (printed once)."""
+
+    log_level: str = "info"
+    """Python logging level for the server's own logs (stderr)."""
+
+    default_working_dir: Path | None = None
+    """Working directory of conversations created without a workspace (default: state_dir/workspace)."""
+
+    max_conversations_running: int = Field(default=200, ge=1)
+    """Runs allowed at once; more are refused with 429 rather than starving the machine."""
+
+    terminal_idle_timeout: float = Field(default=600.0, gt=0)
+    """Seconds a conversation's shell may sit unused before it is closed."""
+
+    webhook_url: str | None = None
+    """Base address of the control plane's webhook (events go to {url}/events/{id})."""
+
+    webhook_api_key: str | None = None
+    """X-Session-API-Key sent to the webhook; default: the first session key."""
+
+    webhook_secret: str | None = None
+    """When set, webhook bodies are signed the Standard Webhooks way."""
+
+    @field_validator("state_dir", "default_working_dir")
+    @classmethod
+    def _expand(cls, value: Path | None) -> Path | None:
+        return None if value is None else value.expanduser().absolute()
+
+    @property
+    def working_dir(self) -> Path:
+        return self.default_working_dir or self.state_dir / "workspace"
+
+    def check(self) -> None:
+        """Refuse to serve beyond this machine without a configured key."""
+        if self.generated_key and not _is_loopback(self.host):
+            raise ConfigError(
+                f"refusing to listen on {self.host} without SESSION_API_KEY: "
+                "set it, or listen on 127.0.0.1"
+            )
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def keys_from_env(value: str | None) -> tuple[tuple[str, ...], bool]:
+    """SESSION_API_KEY (comma-separated) -> keys, or one fresh key when none is set."""
+    keys = tuple(k.strip() for k in (value or "").split(",") if k.strip())
+    if keys:
+        return keys, False
+    return (secrets.token_urlsafe(32),), True
+
+
+def from_env(environ: dict[str, str] | None = None, **flags: object) -> Config:
+    """Build the Config: a flag given (not None) wins over its environment variable."""
+    env = dict(os.environ if environ is None else environ)
+    keys, generated = keys_from_env(env.get("SESSION_API_KEY"))
+    values: dict[str, object] = {
+        "host": env.get("AGENT_SERVER_HOST"),
+        "port": env.get("AGENT_SERVER_PORT"),
+        "state_dir": env.get("AGENT_SERVER_STATE_DIR"),
+        "log_level": env.get("AGENT_SERVER_LOG_LEVEL"),
+        "default_working_dir": env.get("AGENT_SERVER_WORKING_DIR"),
+        "webhook_url": env.get("AGENT_SERVER_WEBHOOK_URL"),
+        "webhook_api_key": env.get("AGENT_SERVER_WEBHOOK_API_KEY"),
+        "webhook_secret": env.get("AGENT_SERVER_WEBHOOK_SECRET"),
+    }
+    values.update({k: v for k, v in flags.items() if v is not None})
+    values = {k: v for k, v in values.items() if v not in (None, "")}
+    return Config(session_api_keys=keys, generated_key=generated, **values)  # type: ignore[arg-type]

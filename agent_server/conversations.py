@@ -1,0 +1,355 @@
+"""ConversationService (the catalogue) and Conversation (one conversation's state and run).
+
+Start-up reads only each conversation's meta.json; a conversation's event log is opened the
+first time something needs it. A Conversation owns at most one run task at a time; what a run
+does is the runner's business (the agent loop), handed in from outside.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import shutil
+import uuid
+from collections.abc import Awaitable, Callable
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+from uuid import UUID
+
+from pydantic import ValidationError
+
+from agent_server.errors import invalid
+from agent_server.events import (
+    ConversationErrorEvent,
+    ConversationStateUpdateEvent,
+    Event,
+    InterruptEvent,
+    Message,
+    MessageEvent,
+    PauseEvent,
+)
+from agent_server.log import EventLog
+from agent_server.models import (
+    AgentSpec,
+    ConversationSearch,
+    CreateConversation,
+    ExecutionStatus,
+    SendMessage,
+    Settings,
+    StoredConversation,
+    Workspace,
+)
+from agent_server.store import read_json, write_json
+
+logger = logging.getLogger(__name__)
+
+#: What runs a conversation (the agent loop). It owns the status from RUNNING on.
+Runner = Callable[["Conversation"], Awaitable[None]]
+#: Makes the first events of a new conversation (the SystemPromptEvent).
+Opener = Callable[["Conversation"], Awaitable[None]]
+#: Checks the agent's tool names; raises RequestInvalid.
+ToolCheck = Callable[[AgentSpec], None]
+
+
+def now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+class Conversation:
+    """One conversation: its record, its log, its run task."""
+
+    def __init__(self, record: StoredConversation, directory: Path, service: ConversationService):
+        self.record = record
+        self.directory = directory
+        self.service = service
+        self._log: EventLog | None = None
+        self._log_lock = asyncio.Lock()
+        self._save_lock = asyncio.Lock()
+        self._task: asyncio.Task[None] | None = None
+        #: Set by pause(); the loop stops between steps when it sees it.
+        self.pause_requested = False
+        #: Per-conversation objects the runner keeps between runs (tools, shells).
+        self.runtime: Any = None
+
+    @property
+    def id(self) -> str:
+        return str(self.record.id)
+
+    @property
+    def status(self) -> ExecutionStatus:
+        return self.record.execution_status
+
+    @property
+    def working_dir(self) -> Path:
+        return Path(self.record.workspace.working_dir)
+
+    @property
+    def running(self) -> bool:
+        return self._task is not None and not self._task.done()
+
+    # -- persistence ---------------------------------------------------------------------
+
+    async def log(self) -> EventLog:
+        if self._log is None:
+            async with self._log_lock:
+                if self._log is None:
+                    self._log = await asyncio.to_thread(EventLog.open, self.directory / "events.jsonl")
+                    self.service.on_log_opened(self, self._log)
+        return self._log
+
+    async def append(self, *events: Event) -> list[Event]:
+        return await (await self.log()).append(*events)
+
+    def publish_transient(self, event: Event) -> None:
+        """Live-only events (streaming deltas): never stored, never pushed to the webhook."""
+        for listener in self.service.transient_listeners:
+            listener(self, event)
+
+    async def save(self) -> None:
+        async with self._save_lock:  # one writer at a time, each writing the latest record
+            self.record.updated_at = now()
+            data = self.record.model_dump(mode="json")
+            await asyncio.to_thread(write_json, self.directory / "meta.json", data)
+
+    async def set_status(self, status: ExecutionStatus) -> None:
+        if status == self.record.execution_status:
+            return
+        self.record.execution_status = status
+        await self.append(ConversationStateUpdateEvent(key="execution_status", value=status.value))
+        await self.save()
+
+    # -- control -------------------------------------------------------------------------
+
+    async def send_message(self, message: SendMessage) -> MessageEvent:
+        event = MessageEvent(
+            source="user",
+            llm_message=Message(role="user", content=message.contents()),
+            sender=message.sender,
+        )
+        await self.append(event)
+        if message.run:
+            await self.run()
+        return event
+
+    async def run(self) -> None:
+        """Start the runner unless it is already running (then nothing changes)."""
+        if self.running:
+            return
+        self.pause_requested = False
+        await self.set_status(ExecutionStatus.RUNNING)
+        self._task = asyncio.create_task(self._run(), name=f"run {self.id}")
+
+    async def _run(self) -> None:
+        try:
+            await self.service.runner(self)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # the runner failed itself: say so, never leave it "running"
+            logger.exception("run of %s failed", self.id)
+            await self.append(
+                ConversationErrorEvent(
+                    source="environment", code=type(exc).__name__, detail=str(exc)[:2000]
+                )
+            )
+            await self.set_status(ExecutionStatus.ERROR)
+
+    async def pause(self) -> None:
+        """Takes effect between steps (SPEC 3.3)."""
+        await self.append(PauseEvent())
+        if self.running:
+            self.pause_requested = True
+
+    async def interrupt(self) -> None:
+        """Cancels the in-flight LLM call or tool at once (SPEC 3.3)."""
+        await self.append(InterruptEvent())
+        await self.stop()
+        if self.status == ExecutionStatus.RUNNING:
+            await self.set_status(ExecutionStatus.PAUSED)
+
+    async def stop(self) -> None:
+        """Cancel the run task, if any, and wait for its clean-up."""
+        task, self._task = self._task, None
+        if task is not None and not task.done():
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+    async def close(self) -> None:
+        await self.stop()
+        closer = getattr(self.runtime, "close", None)
+        if closer is not None:
+            try:
+                await closer()
+            except Exception:
+                logger.exception("closing the tools of %s failed", self.id)
+        if self._log is not None:
+            await self._log.drain()
+            self._log.close()
+            self._log = None
+
+
+class ConversationService:
+    """The catalogue of conversations under state_dir/conversations."""
+
+    def __init__(
+        self,
+        state_dir: Path,
+        default_working_dir: Path,
+        runner: Runner,
+        opener: Opener,
+        check_tools: ToolCheck,
+        settings: Callable[[], Settings],
+    ) -> None:
+        self.root = state_dir / "conversations"
+        self.default_working_dir = default_working_dir
+        self.runner = runner
+        self.opener = opener
+        self.check_tools = check_tools
+        self.settings = settings
+        self._items: dict[UUID, Conversation] = {}
+        self._create_lock = asyncio.Lock()
+        self._log_listeners: list[Callable[[Conversation, EventLog], None]] = []
+        #: Called with each transient event (delivery to websockets hooks in here).
+        self.transient_listeners: list[Callable[[Conversation, Event], None]] = []
+
+    # -- start and stop ------------------------------------------------------------------
+
+    async def start(self) -> None:
+        records = await asyncio.to_thread(self._load_all)
+        for directory, record in records:
+            self._items[record.id] = Conversation(record, directory, self)
+        for conv in self._items.values():
+            if conv.status == ExecutionStatus.RUNNING:
+                # No task survives a restart: say the run was cut; `run` continues it.
+                await conv.append(
+                    ConversationErrorEvent(
+                        source="environment",
+                        code="RunInterrupted",
+                        detail="The server stopped during this run; POST .../run continues it.",
+                    )
+                )
+                await conv.set_status(ExecutionStatus.ERROR)
+
+    def _load_all(self) -> list[tuple[Path, StoredConversation]]:
+        self.root.mkdir(parents=True, exist_ok=True)
+        found = []
+        for directory in self.root.iterdir():
+            meta = directory / "meta.json"
+            if not meta.is_file():
+                continue
+            try:
+                found.append((directory, StoredConversation.model_validate(read_json(meta))))
+            except (OSError, ValueError, ValidationError) as exc:
+                logger.warning("skipping conversation in %s: %s", directory, exc)
+        return found
+
+    async def close(self, graceful_status: ExecutionStatus = ExecutionStatus.PAUSED) -> None:
+        """Stop every run (marking it paused, since `run` continues it) and close the logs."""
+        for conv in list(self._items.values()):
+            was_running = conv.running
+            await conv.stop()
+            if was_running and conv.status == ExecutionStatus.RUNNING:
+                await conv.set_status(graceful_status)
+            await conv.close()
+
+    def on_log_opened(self, conv: Conversation, log: EventLog) -> None:
+        for listener in self._log_listeners:
+            listener(conv, log)
+
+    def add_log_listener(self, listener: Callable[[Conversation, EventLog], None]) -> None:
+        """Called with each conversation's log as it is opened (delivery hooks in here)."""
+        self._log_listeners.append(listener)
+
+    # -- catalogue -----------------------------------------------------------------------
+
+    def get(self, conversation_id: UUID) -> Conversation | None:
+        return self._items.get(conversation_id)
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        return iter(list(self._items.values()))
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def search(self, query: ConversationSearch) -> tuple[list[Conversation], str | None]:
+        items = [
+            c for c in self._items.values() if query.status is None or c.status == query.status
+        ]
+        field = "updated_at" if query.sort_order.startswith("UPDATED") else "created_at"
+        items.sort(key=lambda c: (getattr(c.record, field), c.id), reverse=query.sort_order.endswith("DESC"))
+        start = 0
+        if query.page_id is not None:
+            start = next((i for i, c in enumerate(items) if c.id == query.page_id), len(items))
+        page = items[start : start + query.limit]
+        rest = items[start + query.limit : start + query.limit + 1]
+        return page, rest[0].id if rest else None
+
+    async def create(self, request: CreateConversation) -> tuple[Conversation, bool]:
+        """A new conversation (True), or the existing one with the same id (False)."""
+        async with self._create_lock:
+            conv_id = request.conversation_id or uuid.uuid4()
+            existing = self._items.get(conv_id)
+            if existing is not None:
+                return existing, False
+            agent = self._agent_for(request)
+            self.check_tools(agent)
+            workspace = request.workspace or Workspace(
+                working_dir=str(self.default_working_dir)
+            )
+            await self._make_working_dir(Path(workspace.working_dir))
+            moment = now()
+            record = StoredConversation(
+                id=conv_id,
+                agent=agent,
+                workspace=workspace,
+                max_iterations=request.max_iterations,
+                stuck_detection=request.stuck_detection,
+                title=request.title,
+                tags=request.tags,
+                created_at=moment,
+                updated_at=moment,
+            )
+            conv = Conversation(record, self.root / conv_id.hex, self)
+            await conv.save()
+            self._items[conv_id] = conv
+        await self.opener(conv)
+        if request.initial_message is not None:
+            await conv.send_message(request.initial_message)
+        return conv, True
+
+    def _agent_for(self, request: CreateConversation) -> AgentSpec:
+        """SPEC 2.6 rules 2 and 3: an agent given inline replaces the stored one, tools too."""
+        if request.agent is not None:
+            return request.agent
+        stored = self.settings().agent
+        if stored.llm is None:
+            raise invalid(
+                ["body", "agent"],
+                "Field required: no agent given and the settings hold no agent.llm "
+                "(PATCH /api/settings or pass agent inline)",
+                "missing",
+            )
+        return AgentSpec(llm=stored.llm, tools=stored.tools)
+
+    async def _make_working_dir(self, path: Path) -> None:
+        try:
+            await asyncio.to_thread(path.mkdir, parents=True, exist_ok=True)
+        except OSError as exc:
+            raise invalid(
+                ["body", "workspace", "working_dir"],
+                f"cannot create the working directory: {exc.strerror}",
+                input_=str(path),
+            ) from None
+        if not path.is_dir():
+            raise invalid(
+                ["body", "workspace", "working_dir"], "not a directory", input_=str(path)
+            )
+
+    async def delete(self, conversation_id: UUID) -> bool:
+        """Stop its run, close its tools, remove its log and metadata (the workspace stays)."""
+        conv = self._items.pop(conversation_id, None)
+        if conv is None:
+            return False
+        await conv.close()
+        await asyncio.to_thread(shutil.rmtree, conv.directory, True)
+        return True

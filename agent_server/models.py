@@ -1,0 +1,260 @@
+"""Request and response bodies of the HTTP interface (SPEC 2.6, 4.4).
+
+Requests tolerate unknown fields (clients of other servers send more); responses and stored
+records are exact. Shapes follow the public OpenHands agent server where the SPEC is silent.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import Enum
+from typing import Any, Literal
+from uuid import UUID
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_serializer, field_validator
+
+from agent_server.events import ImageContent, TextContent
+from agent_server.events.kinds import KindName
+
+
+class Lenient(BaseModel):
+    """Request models: unknown fields are ignored, not refused."""
+
+    model_config = ConfigDict(extra="ignore")
+
+
+class ExecutionStatus(str, Enum):
+    """SPEC 3.2, lowercase as the agent server returns it."""
+
+    IDLE = "idle"
+    RUNNING = "running"
+    PAUSED = "paused"
+    WAITING_FOR_CONFIRMATION = "waiting_for_confirmation"
+    FINISHED = "finished"
+    ERROR = "error"
+    STUCK = "stuck"
+
+
+# -- agent specification -------------------------------------------------------------------
+
+
+class LLMConfig(Lenient):
+    model: str = Field(min_length=1, max_length=200)
+    api_key: SecretStr | None = None
+    base_url: str | None = Field(default=None, max_length=2000)
+    temperature: float | None = Field(default=None, ge=0, le=2)
+    max_output_tokens: int | None = Field(default=None, ge=1, le=1_000_000)
+    reasoning_effort: Literal["none", "minimal", "low", "medium", "high"] | None = None
+    timeout: float | None = Field(default=None, gt=0, le=3600)
+    num_retries: int = Field(default=5, ge=0, le=20)
+    stream: bool = False
+    vision: bool | None = None
+    """Whether the model reads images; unknown (None) asks litellm's model map."""
+    usage_id: str = Field(default="default", max_length=100)
+
+    @field_serializer("api_key", when_used="json")
+    def _dump_key(self, key: SecretStr | None) -> str | None:
+        # Stored metadata keeps the key (mode 0600); responses go through `redacted()`.
+        return None if key is None else key.get_secret_value()
+
+
+class ToolSpec(Lenient):
+    name: str = Field(min_length=1, max_length=100)
+    params: dict[str, Any] = Field(default_factory=dict)
+
+
+class AgentSpec(Lenient):
+    kind: Literal["Agent"] = "Agent"
+    llm: LLMConfig
+    tools: list[ToolSpec] = Field(default_factory=list, max_length=50)
+
+    def redacted(self) -> dict[str, Any]:
+        data = self.model_dump(mode="json")
+        if data["llm"].get("api_key"):
+            data["llm"]["api_key"] = "**********"
+        return data
+
+
+class Workspace(Lenient):
+    kind: Literal["LocalWorkspace"] = "LocalWorkspace"
+    working_dir: str = Field(min_length=1, max_length=4096)
+
+    @field_validator("working_dir")
+    @classmethod
+    def _absolute(cls, value: str) -> str:
+        if not value.startswith("/"):
+            raise ValueError("working_dir must be an absolute path")
+        return value
+
+
+# -- messages --------------------------------------------------------------------------------
+
+
+class RequestText(Lenient):
+    type: Literal["text"] = "text"
+    text: str = Field(max_length=1_000_000)
+    cache_prompt: bool = False
+
+
+class RequestImage(Lenient):
+    type: Literal["image"]
+    image_urls: list[str] = Field(min_length=1, max_length=20)
+
+
+class SendMessage(Lenient):
+    """POST /api/conversations/{id}/events, and `initial_message` at creation."""
+
+    role: Literal["user"] = "user"
+    content: list[RequestText | RequestImage] = Field(min_length=1, max_length=100)
+    run: bool = False
+    sender: str | None = Field(default=None, max_length=200)
+
+    def contents(self) -> list[TextContent | ImageContent]:
+        out: list[TextContent | ImageContent] = []
+        for item in self.content:
+            if isinstance(item, RequestText):
+                out.append(TextContent(text=item.text, cache_prompt=item.cache_prompt))
+            else:
+                out.append(ImageContent(image_urls=item.image_urls))
+        return out
+
+
+# -- conversations ---------------------------------------------------------------------------
+
+
+class CreateConversation(Lenient):
+    agent: AgentSpec | None = None
+    workspace: Workspace | None = None
+    initial_message: SendMessage | None = None
+    conversation_id: UUID | None = None
+    max_iterations: int = Field(default=500, ge=1, le=100_000)
+    stuck_detection: bool = True
+    title: str | None = Field(default=None, max_length=200)
+    tags: dict[str, str] = Field(default_factory=dict, max_length=50)
+
+
+class TokenUsage(BaseModel):
+    model: str = ""
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    reasoning_tokens: int = 0
+    context_window: int = 0
+    per_turn_token: int = 0
+    response_id: str = ""
+
+
+class Metrics(BaseModel):
+    """Totals of a conversation's LLM use (OpenHands' MetricsSnapshot shape)."""
+
+    model_name: str = "default"
+    accumulated_cost: float = 0.0
+    max_budget_per_task: float | None = None
+    accumulated_token_usage: TokenUsage = Field(default_factory=TokenUsage)
+    response_count: int = 0
+    total_latency: float = 0.0
+
+
+class StoredConversation(BaseModel):
+    """What meta.json holds (mode 0600: it includes the LLM key)."""
+
+    id: UUID
+    agent: AgentSpec
+    workspace: Workspace
+    execution_status: ExecutionStatus = ExecutionStatus.IDLE
+    max_iterations: int = 500
+    stuck_detection: bool = True
+    title: str | None = None
+    tags: dict[str, str] = Field(default_factory=dict)
+    metrics: Metrics = Field(default_factory=Metrics)
+    created_at: datetime
+    updated_at: datetime
+
+
+class ConversationInfo(BaseModel):
+    """A conversation as the API returns it: the LLM key is never included."""
+
+    id: UUID
+    agent: dict[str, Any]
+    workspace: Workspace
+    execution_status: ExecutionStatus
+    max_iterations: int
+    stuck_detection: bool
+    title: str | None
+    tags: dict[str, str]
+    metrics: Metrics
+    created_at: datetime
+    updated_at: datetime
+
+    @classmethod
+    def of(cls, record: StoredConversation) -> ConversationInfo:
+        data = record.model_dump(exclude={"agent"})
+        return cls(agent=record.agent.redacted(), **data)
+
+
+class ConversationPage(BaseModel):
+    items: list[ConversationInfo]
+    next_page_id: str | None = None
+
+
+class ConversationSearch(Lenient):
+    limit: int = Field(default=100, ge=1, le=100)
+    page_id: str | None = None
+    status: ExecutionStatus | None = None
+    sort_order: Literal["CREATED_AT", "CREATED_AT_DESC", "UPDATED_AT", "UPDATED_AT_DESC"] = (
+        "CREATED_AT_DESC"
+    )
+
+
+class ConversationIds(Lenient):
+    ids: list[UUID] = Field(min_length=1, max_length=100)
+
+
+class Success(BaseModel):
+    success: bool = True
+
+
+# -- events ----------------------------------------------------------------------------------
+
+
+class EventSearch(Lenient):
+    """Filters of GET .../events/search and .../events/count (SPEC 4.4, OpenHands names too)."""
+
+    kind__eq: KindName | None = None
+    kind: KindName | None = None
+    source__eq: Literal["agent", "user", "environment", "hook"] | None = None
+    source: Literal["agent", "user", "environment", "hook"] | None = None
+    timestamp__gte: datetime | None = None
+    timestamp__lt: datetime | None = None
+    sort_order: Literal["TIMESTAMP", "TIMESTAMP_DESC"] = "TIMESTAMP"
+    limit: int = Field(default=100, ge=1, le=1000)
+    page_id: str | None = Field(default=None, pattern=r"^[0-9A-HJKMNP-TV-Z]{26}$")
+
+    @field_validator("timestamp__gte", "timestamp__lt")
+    @classmethod
+    def _aware(cls, value: datetime | None) -> datetime | None:
+        if value is not None and value.tzinfo is None:
+            raise ValueError("timestamp needs a UTC offset, e.g. 2026-01-31T12:00:00+00:00")
+        return value
+
+
+class EventPage(BaseModel):
+    items: list[dict[str, Any]]
+    next_page_id: str | None = None
+
+
+# -- settings --------------------------------------------------------------------------------
+
+
+class SettingsAgent(Lenient):
+    llm: LLMConfig | None = None
+    tools: list[ToolSpec] = Field(default_factory=list, max_length=50)
+
+
+class Settings(Lenient):
+    """Stored defaults (PATCH /api/settings deep-merges into these)."""
+
+    agent: SettingsAgent = Field(default_factory=SettingsAgent)
+    git_user_name: str | None = Field(default=None, max_length=200)
+    git_user_email: str | None = Field(default=None, max_length=200)

@@ -1,0 +1,69 @@
+"""SettingsStore: the stored default agent (PATCH /api/settings), deep-merged and validated."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from agent_server.errors import REDACTED, from_pydantic, redact
+from agent_server.models import Settings
+from agent_server.store import read_json, write_json
+
+
+def deep_merge(base: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
+    """Objects merge key by key; anything else (lists included) replaces."""
+    out = copy.deepcopy(base)
+    for key, value in changes.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = deep_merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def _keep_redacted(changes: Any, current: Any) -> Any:
+    """A client that sends back the mask it was shown keeps the stored secret."""
+    if isinstance(changes, dict):
+        cur = current if isinstance(current, dict) else {}
+        return {
+            k: (cur.get(k) if v == REDACTED else _keep_redacted(v, cur.get(k)))
+            for k, v in changes.items()
+        }
+    return changes
+
+
+class SettingsStore:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._raw: dict[str, Any] = {}
+        self._settings = Settings()
+        self._lock = asyncio.Lock()
+
+    def load(self) -> None:
+        if self.path.is_file():
+            raw = read_json(self.path)
+            self._settings = Settings.model_validate(raw)
+            self._raw = self._settings.model_dump(mode="json", exclude_none=True)
+
+    def get(self) -> Settings:
+        return self._settings
+
+    def public(self) -> dict[str, Any]:
+        return redact(self._settings.model_dump(mode="json"))
+
+    async def patch(self, changes: dict[str, Any]) -> Settings:
+        """Merge, validate the result whole, then write it; a bad patch changes nothing."""
+        async with self._lock:
+            merged = deep_merge(self._raw, _keep_redacted(changes, self._raw))
+            try:
+                settings = Settings.model_validate(merged)
+            except ValidationError as exc:
+                raise from_pydantic(exc, "body") from None
+            raw = settings.model_dump(mode="json", exclude_none=True)
+            await asyncio.to_thread(write_json, self.path, raw)
+            self._settings, self._raw = settings, raw
+            return settings

@@ -1,0 +1,213 @@
+"""A scripted OpenAI-compatible LLM server on a loopback port: the tests' only fake.
+
+litellm reaches it through `base_url`, so its whole request path runs. Each reply is taken
+from a script (per key, so concurrent conversations can have their own), or made by a
+responder function; every request is recorded.
+
+    llm = ScriptedLLM().start()
+    llm.script("a", call("terminal", command="echo hi"), call("finish", message="done"))
+    agent = {"llm": {"model": "openai/test", "base_url": llm.base_url("a"), "api_key": "sk-test"}}
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import socket
+import threading
+import time
+from collections import defaultdict, deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import uvicorn
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+
+@dataclass
+class Reply:
+    """One scripted answer."""
+
+    text: str = ""
+    tool_calls: list[tuple[str, dict[str, Any] | str]] = field(default_factory=list)
+    reasoning: str | None = None
+    delay: float = 0.0
+    status: int = 200
+    headers: dict[str, str] = field(default_factory=dict)
+    error: str | None = None
+    usage: dict[str, int] | None = None
+
+
+def text(content: str, **kw: Any) -> Reply:
+    return Reply(text=content, **kw)
+
+
+def call(name: str, _text: str = "", **arguments: Any) -> Reply:
+    """One tool call; arguments as keywords (a str `_args` is sent raw)."""
+    raw = arguments.pop("_args", None)
+    return Reply(text=_text, tool_calls=[(name, raw if raw is not None else arguments)])
+
+
+def calls(*pairs: tuple[str, dict[str, Any] | str], text: str = "") -> Reply:
+    return Reply(text=text, tool_calls=list(pairs))
+
+
+def error(status: int, message: str = "scripted error", retry_after: float | None = None) -> Reply:
+    headers = {"retry-after": str(retry_after)} if retry_after is not None else {}
+    return Reply(status=status, error=message, headers=headers)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class ScriptedLLM:
+    def __init__(self) -> None:
+        self.scripts: dict[str, deque[Reply]] = defaultdict(deque)
+        self.requests: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        self.responder: Callable[[str, dict[str, Any]], Reply] | None = None
+        self._ids = itertools.count(1)
+        self._lock = threading.Lock()
+        self.port = free_port()
+        self._server: uvicorn.Server | None = None
+        self._thread: threading.Thread | None = None
+
+    # -- scripting -----------------------------------------------------------------------
+
+    def script(self, key: str, *replies: Reply) -> None:
+        with self._lock:
+            self.scripts[key].extend(replies)
+
+    def base_url(self, key: str = "default") -> str:
+        return f"http://127.0.0.1:{self.port}/k/{key}/v1"
+
+    def requests_for(self, key: str = "default") -> list[dict[str, Any]]:
+        with self._lock:
+            return list(self.requests[key])
+
+    def _next(self, key: str, body: dict[str, Any]) -> Reply:
+        with self._lock:
+            self.requests[key].append(body)
+            if self.scripts[key]:
+                return self.scripts[key].popleft()
+        if self.responder is not None:
+            return self.responder(key, body)
+        return error(500, f"the script for {key!r} is exhausted")
+
+    # -- serving -------------------------------------------------------------------------
+
+    async def _completions(self, request: Request) -> Response:
+        key = request.path_params["key"]
+        body = await request.json()
+        reply = self._next(key, body)
+        if reply.delay:
+            await asyncio.sleep(reply.delay)
+        if reply.status != 200:
+            return JSONResponse(
+                {"error": {"message": reply.error, "type": "scripted", "code": reply.status}},
+                status_code=reply.status,
+                headers=reply.headers,
+            )
+        rid = f"chatcmpl-{next(self._ids)}"
+        model = body.get("model", "test")
+        prompt_tokens = len(json.dumps(body.get("messages", []))) // 4
+        usage = reply.usage or {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": 10 + len(reply.text) // 4,
+            "total_tokens": prompt_tokens + 10 + len(reply.text) // 4,
+        }
+        tool_calls = [
+            {
+                "id": f"call_{rid}_{i}",
+                "type": "function",
+                "function": {"name": name, "arguments": args if isinstance(args, str) else json.dumps(args)},
+            }
+            for i, (name, args) in enumerate(reply.tool_calls)
+        ]
+        if body.get("stream"):
+            return StreamingResponse(
+                self._chunks(rid, model, reply, tool_calls, usage), media_type="text/event-stream"
+            )
+        message: dict[str, Any] = {"role": "assistant", "content": reply.text or None}
+        if tool_calls:
+            message["tool_calls"] = tool_calls
+        if reply.reasoning:
+            message["reasoning_content"] = reply.reasoning
+        return JSONResponse(
+            {
+                "id": rid,
+                "object": "chat.completion",
+                "created": int(time.time()),
+                "model": model,
+                "choices": [
+                    {
+                        "index": 0,
+                        "message": message,
+                        "finish_reason": "tool_calls" if tool_calls else "stop",
+                    }
+                ],
+                "usage": usage,
+            }
+        )
+
+    async def _chunks(self, rid: str, model: str, reply: Reply, tool_calls: list[dict[str, Any]],
+                      usage: dict[str, int]):  # type: ignore[no-untyped-def]
+        def chunk(delta: dict[str, Any], finish: str | None = None, **extra: Any) -> str:
+            data = {
+                "id": rid,
+                "object": "chat.completion.chunk",
+                "created": int(time.time()),
+                "model": model,
+                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+                **extra,
+            }
+            return f"data: {json.dumps(data)}\n\n"
+
+        yield chunk({"role": "assistant", "content": ""})
+        if reply.reasoning:
+            yield chunk({"reasoning_content": reply.reasoning})
+        for i in range(0, len(reply.text), 8):
+            yield chunk({"content": reply.text[i : i + 8]})
+        for index, tc in enumerate(tool_calls):
+            args = tc["function"]["arguments"]
+            yield chunk({"tool_calls": [{"index": index, "id": tc["id"], "type": "function",
+                                          "function": {"name": tc["function"]["name"], "arguments": ""}}]})
+            for i in range(0, len(args), 10):
+                yield chunk({"tool_calls": [{"index": index, "function": {"arguments": args[i : i + 10]}}]})
+        yield chunk({}, "tool_calls" if tool_calls else "stop")
+        final = {"id": rid, "object": "chat.completion.chunk", "created": int(time.time()),
+                 "model": model, "choices": [], "usage": usage}
+        yield f"data: {json.dumps(final)}\n\n"
+        yield "data: [DONE]\n\n"
+
+    def app(self) -> Starlette:
+        return Starlette(routes=[
+            Route("/k/{key}/v1/chat/completions", self._completions, methods=["POST"]),
+            Route("/k/{key}/chat/completions", self._completions, methods=["POST"]),
+        ])
+
+    def start(self) -> ScriptedLLM:
+        config = uvicorn.Config(self.app(), host="127.0.0.1", port=self.port, log_level="warning",
+                                lifespan="off")
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(target=self._server.run, daemon=True)
+        self._thread.start()
+        deadline = time.monotonic() + 10
+        while not self._server.started:
+            if time.monotonic() > deadline:
+                raise RuntimeError("scripted LLM server did not start")
+            time.sleep(0.01)
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.should_exit = True
+        if self._thread is not None:
+            self._thread.join(timeout=10)

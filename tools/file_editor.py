@@ -1,0 +1,637 @@
+"""file_editor: view, create and edit UTF-8 text files by exact string replacement.
+
+Edits are verbatim (no fuzzy matching), so the model always knows exactly what changed, and
+each edit keeps the previous version in memory so `undo_edit` can step back. The Action and
+Observation are shaped like OpenHands' file editor so its clients read our events.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import shutil
+import tempfile
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field
+
+from tools.base import (
+    Action,
+    Observation,
+    TextContent,
+    Tool,
+    ToolContext,
+    ToolError,
+    run_in_thread,
+    single,
+)
+
+Command = Literal["view", "create", "str_replace", "insert", "undo_edit"]
+
+#: Larger files are refused for editing: the whole text is held in memory, and in history.
+MAX_FILE_BYTES = 10 * 1024 * 1024
+#: The most the model reads from one call; the rest is clipped with a note.
+MAX_OUTPUT_CHARS = 30_000
+#: old_content/new_content travel in events only up to this size, so the log stays bounded.
+MAX_SNAPSHOT_BYTES = 64 * 1024
+#: Versions kept per file for undo_edit.
+HISTORY_DEPTH = 10
+#: Characters of history kept across all files; the oldest versions are forgotten first.
+HISTORY_BUDGET_CHARS = 64 * 1024 * 1024
+#: Lines shown either side of an edit, so the model can check indentation and neighbours.
+SNIPPET_CONTEXT = 4
+#: A directory view stops after this many entries (a node_modules can hold 100,000).
+MAX_LISTING_ENTRIES = 1_000
+
+
+class FileEditorAction(Action):
+    kind: Literal["FileEditorAction"] = "FileEditorAction"
+    command: Command = Field(
+        description="The command to run: view, create, str_replace, insert or undo_edit."
+    )
+    path: str = Field(
+        description="Absolute path of the file or directory, e.g. /workspace/project/app.py."
+    )
+    file_text: str | None = Field(
+        default=None, description="Required for create: the full content of the new file."
+    )
+    old_str: str | None = Field(
+        default=None,
+        description=(
+            "Required for str_replace: the exact text to replace. It must occur exactly once "
+            "in the file, whitespace and indentation included."
+        ),
+    )
+    new_str: str | None = Field(
+        default=None,
+        description=(
+            "For str_replace: the replacement (omit or leave empty to delete old_str). "
+            "Required for insert: the line(s) to insert."
+        ),
+    )
+    insert_line: int | None = Field(
+        default=None,
+        ge=0,
+        description="Required for insert: new_str goes after this line (0 inserts at the top).",
+    )
+    view_range: list[int] | None = Field(
+        default=None,
+        description=(
+            "Optional for view of a file: [start, end], 1-based and inclusive; "
+            "end -1 means to the end of the file."
+        ),
+    )
+
+
+class FileEditorObservation(Observation):
+    kind: Literal["FileEditorObservation"] = "FileEditorObservation"
+    command: Command
+    path: str | None = None
+    #: False only when create made a new file.
+    prev_exist: bool = True
+    #: The file before and after an edit, for clients that show a diff; None when either
+    #: side is over MAX_SNAPSHOT_BYTES, so one edit of a big file cannot bloat the event log.
+    old_content: str | None = None
+    new_content: str | None = None
+
+
+class _Refusal(Exception):
+    """A mistake in the call (bad path, text not found): told to the model, nothing changed."""
+
+
+@dataclass(frozen=True)
+class _Version:
+    seq: int
+    #: The file's text as it was; None when the edit created the file.
+    text: str | None
+
+
+class _History:
+    """Previous versions per file for undo_edit, bounded per file and in total size."""
+
+    def __init__(self, depth: int = HISTORY_DEPTH, budget: int = HISTORY_BUDGET_CHARS) -> None:
+        self._depth = depth
+        self._budget = budget
+        self._versions: dict[Path, list[_Version]] = {}
+        self._seq = 0
+        self._chars = 0
+
+    def push(self, path: Path, text: str | None) -> None:
+        self._seq += 1
+        self._versions.setdefault(path, []).append(_Version(self._seq, text))
+        self._chars += len(text or "")
+        if len(self._versions[path]) > self._depth:
+            self._drop_oldest(path)
+        while self._chars > self._budget:
+            self._drop_oldest(min(self._versions, key=lambda p: self._versions[p][0].seq))
+
+    def pop(self, path: Path) -> _Version | None:
+        versions = self._versions.get(path)
+        if not versions:
+            return None
+        version = versions.pop()
+        self._forget(path, version)
+        return version
+
+    def _drop_oldest(self, path: Path) -> None:
+        self._forget(path, self._versions[path].pop(0))
+
+    def _forget(self, path: Path, version: _Version) -> None:
+        self._chars -= len(version.text or "")
+        if not self._versions[path]:
+            del self._versions[path]
+
+
+class FileEditorTool(Tool):
+    name = "file_editor"
+    description = (
+        "View, create and edit UTF-8 text files.\n"
+        "* `path` must be absolute, e.g. /workspace/project/src/app.py.\n"
+        "* view: on a file, shows its lines numbered like `cat -n`; pass view_range "
+        "[start, end] for part of a long file (end -1 reads to the end). On a directory, "
+        "lists files and directories two levels deep, hidden ones left out.\n"
+        "* create: writes a new file containing file_text, making parent directories as "
+        "needed; refuses if the file already exists.\n"
+        "* str_replace: replaces old_str with new_str. old_str must match exactly one place "
+        "in the file, character for character including whitespace and indentation: include "
+        "enough surrounding lines to make it unique. An empty new_str deletes old_str.\n"
+        "* insert: inserts new_str as new lines after line insert_line (0 = top of file).\n"
+        "* undo_edit: reverts the last create, str_replace or insert on that file "
+        f"(up to {HISTORY_DEPTH} steps back).\n"
+        "Notes: view a file before editing it. The line numbers shown by view are not part "
+        "of the file; never put them in old_str. Output over 30,000 characters is clipped. "
+        "Binary files and files over 10 MB are refused: use the terminal for those."
+    )
+    action_type = FileEditorAction
+    observation_type = FileEditorObservation
+    acts = True
+    read_only = False
+
+    def __init__(self, ctx: ToolContext, params: Mapping[str, Any] | None = None) -> None:
+        super().__init__(ctx, params)
+        self._history = _History()
+        # A lock held in the worker thread, not an asyncio one: a cancelled call's thread
+        # runs on to the end, and the next call must not edit the file underneath it.
+        self._lock = threading.Lock()
+
+    async def run(self, action: FileEditorAction) -> FileEditorObservation:
+        try:
+            result: FileEditorObservation = await run_in_thread(self._run_locked, action)
+            return result
+        except _Refusal as refusal:
+            return FileEditorObservation(
+                command=action.command,
+                path=action.path,
+                is_error=True,
+                content=[TextContent(text=str(refusal))],
+            )
+        except OSError as e:
+            where = f" ({e.filename})" if e.filename else ""
+            message = f"{action.command} on {action.path} failed: {e.strerror or e}{where}"
+            raise ToolError(message) from e
+
+    def _run_locked(self, action: FileEditorAction) -> FileEditorObservation:
+        with self._lock:
+            path = self._absolute(action.path)
+            commands = {
+                "view": self._view,
+                "create": self._create,
+                "str_replace": self._str_replace,
+                "insert": self._insert,
+                "undo_edit": self._undo,
+            }
+            return commands[action.command](action, path)
+
+    def _absolute(self, raw: str) -> Path:
+        if "\0" in raw:
+            raise _Refusal("The path contains a NUL character.")
+        if not Path(raw).is_absolute():
+            suggestion = os.path.normpath(self.ctx.working_dir / raw)
+            raise _Refusal(
+                f"The path {raw} is not an absolute path; file_editor needs absolute paths. "
+                f"Did you mean {suggestion}?"
+            )
+        return Path(os.path.normpath(raw))
+
+    # -- commands --------------------------------------------------------------------------
+
+    def _view(self, action: FileEditorAction, path: Path) -> FileEditorObservation:
+        if path.is_dir():
+            if action.view_range is not None:
+                raise _Refusal("view_range only applies to files, and this path is a directory.")
+            return _observe(action, path, _list_dir(path))
+        if not path.exists():
+            raise _Refusal(
+                f"The path {path} does not exist. View {path.parent} to see what is there."
+            )
+        if not path.is_file():
+            raise _Refusal(f"{path} is not a regular file.")
+        size = path.stat().st_size
+        if size > MAX_FILE_BYTES and action.view_range is None:
+            raise _Refusal(
+                f"{path} is {_megabytes(size)}, too big to view whole. Pass view_range "
+                "to see part of it, or search it with grep in the terminal."
+            )
+        if size > MAX_FILE_BYTES:
+            start, end = _parse_range(action.view_range)
+            text = _numbered_stream(path, start, end)
+        else:
+            text = _view_text(_to_lf(_read_file(path))[0], action.view_range)
+        return _observe(action, path, f"Here's the result of running `cat -n` on {path}:\n{text}")
+
+    def _create(self, action: FileEditorAction, path: Path) -> FileEditorObservation:
+        if action.file_text is None:
+            raise _Refusal("Parameter `file_text` is required for the create command.")
+        if path.is_dir():
+            raise _Refusal(f"{path} is a directory; create makes files.")
+        if path.exists() or path.is_symlink():
+            raise _Refusal(
+                f"File already exists at {path}. Use str_replace to change it, "
+                "or delete it first if you mean to write it anew."
+            )
+        _check_size(action.file_text, path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("x", encoding="utf-8", newline="") as f:
+            f.write(action.file_text)
+        self._history.push(path, None)
+        return _observe(
+            action,
+            path,
+            f"File created successfully at: {path}",
+            prev_exist=False,
+            **_snapshots(None, action.file_text),
+        )
+
+    def _str_replace(self, action: FileEditorAction, path: Path) -> FileEditorObservation:
+        if action.old_str is None:
+            raise _Refusal("Parameter `old_str` is required for the str_replace command.")
+        if action.old_str == "":
+            raise _Refusal("old_str is empty; give the exact text to replace.")
+        before = _read_file(path)
+        text, crlf = _to_lf(before)
+        old, new = action.old_str, action.new_str or ""
+        if crlf:
+            # The file's CRLF line ends are hidden while editing, so match on LF alone.
+            old, new = old.replace("\r\n", "\n"), new.replace("\r\n", "\n")
+        if old == new:
+            raise _Refusal("No replacement was performed: old_str and new_str are the same.")
+        starts = _find_all(text, old, limit=20)
+        if not starts:
+            raise _Refusal(
+                f"No replacement was performed: old_str was not found verbatim in {path}. It "
+                "must match exactly, whitespace and indentation included; view the file and "
+                "copy the text from it."
+            )
+        if len(starts) > 1:
+            lines = ", ".join(str(_line_of(text, s)) for s in starts)
+            many = "more than 20 times" if len(starts) > 20 else f"{len(starts)} times"
+            raise _Refusal(
+                f"No replacement was performed: old_str occurs {many} in {path}, starting at "
+                f"lines {lines}. Include more surrounding lines so it matches only one place."
+            )
+        edited = text[: starts[0]] + new + text[starts[0] + len(old) :]
+        first = _line_of(text, starts[0])
+        return self._commit(action, path, before, _from_lf(edited, crlf), edited, first, new)
+
+    def _insert(self, action: FileEditorAction, path: Path) -> FileEditorObservation:
+        if action.new_str is None:
+            raise _Refusal("Parameter `new_str` is required for the insert command.")
+        if action.insert_line is None:
+            raise _Refusal("Parameter `insert_line` is required for the insert command.")
+        before = _read_file(path)
+        text, crlf = _to_lf(before)
+        lines, trailing_newline = _split_lines(text)
+        at = action.insert_line
+        if at > len(lines):
+            raise _Refusal(
+                f"insert_line {at} is out of range: {path} has {len(lines)} lines, so it must "
+                f"be between 0 (top of file) and {len(lines)} (end of file)."
+            )
+        # A trailing newline in new_str ends its last line rather than adding a blank one.
+        block = action.new_str.replace("\r\n", "\n").removesuffix("\n")
+        edited_lines = lines[:at] + block.split("\n") + lines[at:]
+        edited = "\n".join(edited_lines) + ("\n" if trailing_newline else "")
+        return self._commit(action, path, before, _from_lf(edited, crlf), edited, at + 1, block)
+
+    def _undo(self, action: FileEditorAction, path: Path) -> FileEditorObservation:
+        version = self._history.pop(path)
+        if version is None:
+            raise _Refusal(f"No edit history for {path}: there is nothing to undo.")
+        current = _read_snapshot(path)
+        if version.text is None:
+            path.unlink(missing_ok=True)
+            return _observe(
+                action,
+                path,
+                f"Undid the creation of {path}: the file was removed.",
+                **_snapshots(current, None),
+            )
+        path.parent.mkdir(parents=True, exist_ok=True)
+        _write(path, version.text)
+        shown = _view_text(_to_lf(version.text)[0], None)
+        return _observe(
+            action,
+            path,
+            f"Last edit to {path} undone. Here's the result of running `cat -n` on {path}:\n"
+            f"{shown}",
+            **_snapshots(current, version.text),
+        )
+
+    def _commit(
+        self,
+        action: FileEditorAction,
+        path: Path,
+        before: str,
+        after: str,
+        edited_lf: str,
+        first_line: int,
+        inserted: str,
+    ) -> FileEditorObservation:
+        """Write an edit, remember the old version, and show the edited region."""
+        _check_size(after, path)
+        _write(path, after)
+        self._history.push(path, before)
+        last_line = first_line + inserted.count("\n")
+        snippet = _numbered(
+            _split_lines(edited_lf)[0],
+            max(1, first_line - SNIPPET_CONTEXT),
+            last_line + SNIPPET_CONTEXT,
+        )
+        return _observe(
+            action,
+            path,
+            f"The file {path} has been edited. Here's the result of running `cat -n` on a "
+            f"snippet of {path}:\n{snippet}\n"
+            "Review the changes and make sure they are as expected (indentation, no duplicated "
+            "lines). Edit the file again if necessary.",
+            **_snapshots(before, after),
+        )
+
+
+# -- reading and writing -----------------------------------------------------------------
+
+
+def _read_file(path: Path) -> str:
+    """The text of a file to edit, refusing what this tool cannot edit safely."""
+    if path.is_dir():
+        raise _Refusal(f"{path} is a directory; only view works on directories.")
+    if not path.exists():
+        raise _Refusal(f"The file {path} does not exist. Use create to make a new file.")
+    if not path.is_file():
+        raise _Refusal(f"{path} is not a regular file.")
+    size = path.stat().st_size
+    if size > MAX_FILE_BYTES:
+        raise _Refusal(
+            f"{path} is {_megabytes(size)}; file_editor edits files up to "
+            f"{_megabytes(MAX_FILE_BYTES)}. Use the terminal (sed, a script) for this one."
+        )
+    return _decode(path.read_bytes(), path)
+
+
+def _decode(data: bytes, path: Path) -> str:
+    if b"\0" in data:
+        raise _Refusal(
+            f"{path} is a binary file (it contains NUL bytes); file_editor only handles UTF-8 "
+            "text. Use the terminal to inspect it."
+        )
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise _Refusal(
+            f"{path} is not UTF-8 text (undecodable byte at offset {e.start}); file_editor "
+            "only handles UTF-8 text. Use the terminal to inspect it."
+        ) from None
+
+
+def _read_snapshot(path: Path) -> str | None:
+    """The current text for the event's diff, or None when it is gone, big or not text."""
+    try:
+        if path.stat().st_size > MAX_SNAPSHOT_BYTES:
+            return None
+        return path.read_bytes().decode("utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def _write(path: Path, text: str) -> None:
+    """Replace the file whole (temp file, fsync, rename): a crash never leaves half an edit."""
+    target = path.resolve()  # through symlinks, so the link itself stays a link
+    data = text.encode("utf-8")
+    try:
+        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    except PermissionError:
+        # The directory is not writable though the file may be: edit in place instead.
+        target.write_bytes(data)
+        return
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        if target.exists():
+            shutil.copymode(target, tmp)  # keep the mode bits, e.g. of executable scripts
+            st = target.stat()
+            with contextlib.suppress(OSError):
+                os.chown(tmp, st.st_uid, st.st_gid)
+        os.replace(tmp, target)
+    except OSError as e:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        # A bind-mounted file (/etc/hosts in a container) cannot be renamed over; anything
+        # else (a full disk) must not fall through to a write that could tear the file.
+        if e.errno != errno.EBUSY:
+            raise
+        target.write_bytes(data)
+
+
+def _check_size(text: str, path: Path) -> None:
+    size = len(text.encode("utf-8"))
+    if size > MAX_FILE_BYTES:
+        raise _Refusal(
+            f"The new content of {path} would be {_megabytes(size)}; file_editor writes files "
+            f"up to {_megabytes(MAX_FILE_BYTES)}."
+        )
+
+
+def _snapshots(old: str | None, new: str | None) -> dict[str, str | None]:
+    """Both sides of an edit, or neither: a diff against a missing side would mislead."""
+    small = all(len(t.encode("utf-8")) <= MAX_SNAPSHOT_BYTES for t in (old, new) if t is not None)
+    if not small:
+        return {"old_content": None, "new_content": None}
+    return {"old_content": old, "new_content": new}
+
+
+# -- text ----------------------------------------------------------------------------------
+
+
+def _to_lf(raw: str) -> tuple[str, bool]:
+    """Text with LF line ends, and whether every line end was CRLF (restored on writing)."""
+    crlf_count = raw.count("\r\n")
+    if crlf_count and crlf_count == raw.count("\n"):
+        return raw.replace("\r\n", "\n"), True
+    return raw, False
+
+
+def _from_lf(text: str, crlf: bool) -> str:
+    return text.replace("\n", "\r\n") if crlf else text
+
+
+def _split_lines(text: str) -> tuple[list[str], bool]:
+    """Lines of a text and whether it ends with a newline (an empty file counts as one that
+    does, so text inserted into it ends with a newline)."""
+    if text == "":
+        return [], True
+    lines = text.split("\n")
+    trailing_newline = text.endswith("\n")
+    if trailing_newline:
+        lines.pop()
+    return lines, trailing_newline
+
+
+def _find_all(text: str, needle: str, limit: int) -> list[int]:
+    """Start offsets of needle in text, at most limit + 1 of them."""
+    starts: list[int] = []
+    at = text.find(needle)
+    while at != -1 and len(starts) <= limit:
+        starts.append(at)
+        at = text.find(needle, at + 1)
+    return starts
+
+
+def _line_of(text: str, offset: int) -> int:
+    return text.count("\n", 0, offset) + 1
+
+
+def _numbered(lines: list[str], start: int, end: int) -> str:
+    """Lines start..end (1-based, inclusive) as `cat -n` prints them."""
+    return "\n".join(f"{n:6}\t{lines[n - 1]}" for n in range(start, min(end, len(lines)) + 1))
+
+
+def _parse_range(view_range: list[int] | None) -> tuple[int, int]:
+    """(start, end) of a view_range, checked for shape only; end -1 means to the end."""
+    if view_range is None:
+        return 1, -1
+    if len(view_range) != 2:
+        raise _Refusal(f"view_range must be two numbers [start, end]; got {view_range}.")
+    start, end = view_range
+    if start < 1:
+        raise _Refusal(f"view_range start {start} is invalid: lines are numbered from 1.")
+    if end != -1 and end < start:
+        raise _Refusal(
+            f"view_range {view_range} is invalid: end {end} is before start {start} "
+            "(use -1 as end to read to the end of the file)."
+        )
+    return start, end
+
+
+def _view_text(text: str, view_range: list[int] | None) -> str:
+    start, end = _parse_range(view_range)
+    lines, _ = _split_lines(text)
+    if not lines:
+        if view_range is not None:
+            raise _Refusal("view_range cannot apply: the file is empty.")
+        return "(the file is empty)"
+    if start > len(lines):
+        raise _Refusal(
+            f"view_range start {start} is beyond the end of the file, which has {len(lines)} "
+            "lines."
+        )
+    note = ""
+    if end > len(lines):
+        note = f"\n(the file ends at line {len(lines)})"
+    last = len(lines) if end == -1 else min(end, len(lines))
+    return _clip(_numbered(lines, start, last) + note)
+
+
+def _numbered_stream(path: Path, start: int, end: int) -> str:
+    """Lines start..end of a file too big to load, read one at a time until the output cap."""
+    out: list[str] = []
+    chars = 0
+    number = 0
+    with path.open("rb") as f:
+        for number, raw in enumerate(f, 1):
+            if number < start:
+                continue
+            if (end != -1 and number > end) or chars > MAX_OUTPUT_CHARS:
+                break
+            line = _decode(raw, path).removesuffix("\n").removesuffix("\r")
+            out.append(f"{number:6}\t{line}")
+            chars += len(out[-1]) + 1
+    if not out:
+        raise _Refusal(
+            f"view_range start {start} is beyond the end of the file, which has {number} lines."
+        )
+    return _clip("\n".join(out))
+
+
+def _clip(text: str) -> str:
+    """Cap what the model reads, at a line boundary, saying how to see the rest."""
+    if len(text) <= MAX_OUTPUT_CHARS:
+        return text
+    cut = text.rfind("\n", 0, MAX_OUTPUT_CHARS)
+    kept = text[: cut if cut > 0 else MAX_OUTPUT_CHARS]
+    return (
+        f"{kept}\n<response clipped: showing {len(kept):,} of {len(text):,} characters. "
+        "Use view_range to see a specific part, or grep in the terminal to find lines.>"
+    )
+
+
+def _megabytes(size: int) -> str:
+    return f"{size / (1024 * 1024):.1f} MB"
+
+
+def _list_dir(root: Path) -> str:
+    """Files and directories two levels under root, hidden ones (and their contents) left
+    out; symlinked directories are shown but not entered."""
+    entries: list[str] = []
+    truncated = False
+
+    def walk(directory: Path, depth: int) -> None:
+        nonlocal truncated
+        try:
+            with os.scandir(directory) as it:
+                visible = [e for e in it if not e.name.startswith(".")]
+            children = sorted(visible, key=lambda e: e.name)
+        except OSError as e:
+            entries.append(f"{directory}/  [cannot list: {e.strerror}]")
+            return
+        for child in children:
+            if len(entries) >= MAX_LISTING_ENTRIES:
+                truncated = True
+                return
+            is_dir = child.is_dir(follow_symlinks=False)
+            entries.append(f"{child.path}/" if is_dir else child.path)
+            if is_dir and depth < 2:
+                walk(Path(child.path), depth + 1)
+
+    walk(root, 1)
+    body = "\n".join(entries) if entries else "(empty directory)"
+    if truncated:
+        body += f"\n<listing stopped at {MAX_LISTING_ENTRIES} entries; view subdirectories>"
+    return _clip(
+        f"Here's the files and directories up to 2 levels deep in {root}, excluding hidden "
+        f"items:\n{body}"
+    )
+
+
+def _observe(
+    action: FileEditorAction, path: Path, text: str, **fields: Any
+) -> FileEditorObservation:
+    return FileEditorObservation(
+        command=action.command, path=str(path), content=[TextContent(text=text)], **fields
+    )
+
+
+TOOL_SET = single(FileEditorTool)
+
+__all__ = [
+    "TOOL_SET",
+    "FileEditorAction",
+    "FileEditorObservation",
+    "FileEditorTool",
+]
