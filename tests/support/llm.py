@@ -41,6 +41,8 @@ class Reply:
     headers: dict[str, str] = field(default_factory=dict)
     error: str | None = None
     usage: dict[str, int] | None = None
+    #: (thinking, signature) blocks: sent by the Anthropic-shaped endpoint only.
+    thinking: list[tuple[str, str]] = field(default_factory=list)
 
 
 def text(content: str, **kw: Any) -> Reply:
@@ -187,8 +189,39 @@ class ScriptedLLM:
         yield f"data: {json.dumps(final)}\n\n"
         yield "data: [DONE]\n\n"
 
+    async def _messages(self, request: Request) -> Response:
+        """Anthropic's messages API (litellm's `anthropic/` provider with base_url)."""
+        key = request.path_params["key"]
+        body = await request.json()
+        reply = self._next(key, body)
+        if reply.delay:
+            await asyncio.sleep(reply.delay)
+        if reply.status != 200:
+            return JSONResponse({"type": "error", "error": {"type": "api_error", "message": reply.error}},
+                                status_code=reply.status, headers=reply.headers)
+        rid = f"msg_{next(self._ids)}"
+        content: list[dict[str, Any]] = [
+            {"type": "thinking", "thinking": t, "signature": sig} for t, sig in reply.thinking
+        ]
+        if reply.text:
+            content.append({"type": "text", "text": reply.text})
+        for i, (name, args) in enumerate(reply.tool_calls):
+            content.append({"type": "tool_use", "id": f"toolu_{rid}_{i}", "name": name,
+                            "input": json.loads(args) if isinstance(args, str) else args})
+        return JSONResponse({
+            "id": rid, "type": "message", "role": "assistant", "model": body.get("model", "claude"),
+            "content": content, "stop_reason": "tool_use" if reply.tool_calls else "end_turn",
+            "stop_sequence": None,
+            "usage": {"input_tokens": 100, "output_tokens": 20, "cache_read_input_tokens": 0,
+                      "cache_creation_input_tokens": 0},
+        })
+
+    def anthropic_base_url(self, key: str) -> str:
+        return f"http://127.0.0.1:{self.port}/k/{key}"
+
     def app(self) -> Starlette:
         return Starlette(routes=[
+            Route("/k/{key}/v1/messages", self._messages, methods=["POST"]),
             Route("/k/{key}/v1/chat/completions", self._completions, methods=["POST"]),
             Route("/k/{key}/chat/completions", self._completions, methods=["POST"]),
         ])

@@ -81,7 +81,8 @@ INDEX_ELEMENTS_JS = """
       label: squash(el.getAttribute('aria-label') || el.getAttribute('title') ||
                     (el.labels && el.labels[0] ? el.labels[0].innerText : ''), 80) || null,
       placeholder: el.getAttribute('placeholder'),
-      text: squash(tag === 'select' ? '' : (el.innerText || el.value || el.getAttribute('alt') || ''), 100) || null,
+      text: squash(tag === 'select' || tag === 'textarea' || (tag === 'input' && value !== null) ? ''
+                   : (el.innerText || el.value || el.getAttribute('alt') || ''), 100) || null,
       value,
       href: tag === 'a' ? el.href : null,
       checked: (type === 'checkbox' || type === 'radio') ? el.checked : null,

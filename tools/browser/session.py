@@ -23,7 +23,7 @@ from tools.browser.manager import BrowserError, BrowserManager, EndReason, Lease
 
 T = TypeVar("T")
 
-#: Seconds the guard adds to the per-call limit, so Playwright's own timeouts (which carry a
+#: Most seconds the guard adds to the per-call limit (no more than the limit itself), so Playwright's own timeouts (which carry a
 #: better message) fire first and the guard only catches what has none (a hung evaluate).
 GUARD_GRACE = 5.0
 
@@ -93,7 +93,8 @@ class BrowserSession:
         async with self._lock:
             notes: list[str] = []
             try:
-                value = await asyncio.wait_for(self._attempt(op, notes), self.timeout + GUARD_GRACE)
+                limit = self.timeout + min(GUARD_GRACE, self.timeout)
+                value = await asyncio.wait_for(self._attempt(op, notes), limit)
                 return Outcome(value=value, notes=self._drain(notes))
             except TimeoutError:
                 return Outcome(

@@ -1,0 +1,67 @@
+"""Shared fixtures: the scripted LLM server and the real agent server in a subprocess."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.support.llm import ScriptedLLM
+from tests.support.server import ServerProcess
+
+
+@pytest.fixture(scope="session")
+def llm() -> Iterator[ScriptedLLM]:
+    server = ScriptedLLM().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """One agent server per test module (tests keep to their own conversations)."""
+    proc = ServerProcess(tmp_path_factory.mktemp("server") / "state").start()
+    yield proc
+    proc.stop()
+
+
+@pytest.fixture
+def client(server: ServerProcess) -> Iterator[httpx.Client]:
+    with server.client() as c:
+        yield c
+
+
+@pytest.fixture
+def key() -> str:
+    """A fresh script key for the scripted LLM (one per test)."""
+    return uuid.uuid4().hex[:12]
+
+
+def agent_spec(llm: ScriptedLLM, key: str, tools: list[str] | None = None, **llm_extra: Any) -> dict[str, Any]:
+    """The `agent` of a creation request aimed at the scripted LLM."""
+    spec: dict[str, Any] = {
+        "llm": {"model": "openai/test-model", "base_url": llm.base_url(key), "api_key": "sk-test-key",
+                "num_retries": 2, **llm_extra},
+    }
+    if tools is not None:
+        spec["tools"] = [{"name": t} for t in tools]
+    return spec
+
+
+def create(client: httpx.Client, llm: ScriptedLLM, key: str, workspace: Path,
+           tools: list[str] | None = None, message: str | None = None, run: bool = False,
+           **extra: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "agent": agent_spec(llm, key, tools, **extra.pop("llm_extra", {})),
+        "workspace": {"working_dir": str(workspace)},
+        **extra,
+    }
+    if message is not None:
+        body["initial_message"] = {"content": [{"type": "text", "text": message}], "run": run}
+    r = client.post("/api/conversations", json=body)
+    assert r.status_code == 201, r.text
+    return r.json()

@@ -1,0 +1,286 @@
+"""The agent loop end to end: the real server, litellm, and the scripted LLM."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import httpx
+
+from tests.conftest import create
+from tests.support.api import events, send, status, tool_names, wait_status
+from tests.support.llm import Reply, ScriptedLLM, call, calls, error, text
+from tests.support.server import wait_for
+
+
+def test_runs_to_finish_with_real_tool_effects(client: httpx.Client, llm: ScriptedLLM, key: str,
+                                               tmp_path: Path) -> None:
+    target = tmp_path / "app.py"
+    llm.script(
+        key,
+        call("task_tracker", command="plan",
+             task_list=[{"title": "write app.py", "status": "in_progress"}]),
+        call("file_editor", command="create", path=str(target), file_text="print('hi')\n"),
+        call("file_editor", command="str_replace", path=str(target), old_str="hi", new_str="hello"),
+        call("finish", message="app.py prints hello"),
+    )
+    conv = create(client, llm, key, tmp_path, tools=["file_editor", "task_tracker"],
+                  message="write app.py", run=True)
+    assert wait_status(client, conv["id"]) == "finished"
+    assert target.read_text() == "print('hello')\n"
+
+    kinds = [e["kind"] for e in events(client, conv["id"])]
+    assert kinds[:3] == ["SystemPromptEvent", "MessageEvent", "ConversationStateUpdateEvent"]
+    observations = events(client, conv["id"], "ObservationEvent")
+    assert [o["tool_name"] for o in observations] == ["task_tracker", "file_editor", "file_editor",
+                                                      "finish"]
+    assert "write app.py" in observations[0]["observation"]["content"][0]["text"]
+    actions = events(client, conv["id"], "ActionEvent")
+    assert all(o["action_id"] == a["id"] for o, a in zip(observations, actions))
+    statuses = [e["value"] for e in events(client, conv["id"], "ConversationStateUpdateEvent")
+                if e["key"] == "execution_status"]
+    assert statuses == ["running", "finished"]
+
+    # The model saw each result after its call, and its own earlier calls.
+    last = llm.requests_for(key)[-1]["messages"]
+    assert [m["role"] for m in last] == ["system", "user"] + ["assistant", "tool"] * 3
+    assert last[-1]["tool_call_id"] == last[-2]["tool_calls"][0]["id"]
+
+    info = client.get(f"/api/conversations/{conv['id']}").json()
+    usage = info["metrics"]["accumulated_token_usage"]
+    assert usage["prompt_tokens"] > 0 and usage["completion_tokens"] == 40
+
+
+def test_tools_offered_follow_the_agent_spec(client: httpx.Client, llm: ScriptedLLM, key: str,
+                                             tmp_path: Path) -> None:
+    llm.script(key, call("finish", message="ok"), call("finish", message="ok"))
+    with_tools = create(client, llm, key, tmp_path, tools=["file_editor"], message="go", run=True)
+    wait_status(client, with_tools["id"])
+    bare = create(client, llm, key, tmp_path, message="go", run=True)
+    wait_status(client, bare["id"])
+
+    first, second = llm.requests_for(key)
+    assert sorted(tool_names(first)) == ["file_editor", "finish", "think"]
+    assert sorted(tool_names(second)) == ["finish", "think"]
+    prompt = events(client, bare["id"], "SystemPromptEvent")[0]
+    assert sorted(t["title"] for t in prompt["tools"]) == ["finish", "think"]
+
+
+def test_parallel_calls_share_a_response_and_run_in_order(client: httpx.Client, llm: ScriptedLLM,
+                                                           key: str, tmp_path: Path) -> None:
+    llm.script(key, calls(("think", {"thought": "one"}), ("think", {"thought": "two"}),
+                          text="thinking twice"),
+               call("finish", message="done"))
+    conv = create(client, llm, key, tmp_path, message="go", run=True)
+    assert wait_status(client, conv["id"]) == "finished"
+    actions = events(client, conv["id"], "ActionEvent")[:2]
+    assert actions[0]["llm_response_id"] == actions[1]["llm_response_id"]
+    assert actions[0]["thought"][0]["text"] == "thinking twice" and actions[1]["thought"] == []
+    assert [a["action"]["thought"] for a in actions] == ["one", "two"]
+    second = llm.requests_for(key)[1]["messages"]
+    assert len(second[2]["tool_calls"]) == 2
+    assert [m["tool_call_id"] for m in second[3:5]] == [c["id"] for c in second[2]["tool_calls"]]
+
+
+def test_calls_after_finish_are_not_run(client: httpx.Client, llm: ScriptedLLM, key: str,
+                                        tmp_path: Path) -> None:
+    target = tmp_path / "late.txt"
+    llm.script(key, calls(("finish", {"message": "done"}),
+                          ("file_editor", {"command": "create", "path": str(target), "file_text": "x"})))
+    conv = create(client, llm, key, tmp_path, tools=["file_editor"], message="go", run=True)
+    assert wait_status(client, conv["id"]) == "finished"
+    assert not target.exists()
+    errors = events(client, conv["id"], "AgentErrorEvent")
+    assert [e["tool_name"] for e in errors] == ["file_editor"]
+
+
+def test_bad_arguments_are_reported_and_the_model_recovers(client: httpx.Client, llm: ScriptedLLM,
+                                                           key: str, tmp_path: Path) -> None:
+    llm.script(
+        key,
+        call("file_editor", command="create"),  # no path
+        call("file_editor", _args="{not json"),
+        call("no_such_tool", x=1),
+        call("file_editor", command="create", path=str(tmp_path / "ok.txt"), file_text="ok"),
+        call("finish", message="done"),
+    )
+    conv = create(client, llm, key, tmp_path, tools=["file_editor"], message="go", run=True)
+    assert wait_status(client, conv["id"]) == "finished"
+    errors = [e["error"] for e in events(client, conv["id"], "AgentErrorEvent")]
+    assert "path" in errors[0] and "Field required" in errors[0]
+    assert "Invalid JSON" in errors[1]
+    assert "Unknown tool 'no_such_tool'" in errors[2] and "file_editor" in errors[2]
+    assert (tmp_path / "ok.txt").read_text() == "ok"
+    # The model was told each time, as the result of its call.
+    fourth = llm.requests_for(key)[3]["messages"]
+    assert fourth[-1]["role"] == "tool" and "Unknown tool" in fourth[-1]["content"]
+    invalid = events(client, conv["id"], "ActionEvent")[0]
+    assert invalid["action"] is None
+
+
+def test_rate_limit_is_retried_after_retry_after(client: httpx.Client, llm: ScriptedLLM, key: str,
+                                                 tmp_path: Path) -> None:
+    llm.script(key, error(429, "slow down", retry_after=0.3), call("finish", message="done"))
+    conv = create(client, llm, key, tmp_path, message="go", run=True)
+    assert wait_status(client, conv["id"]) == "finished"
+    assert len(llm.requests_for(key)) == 2
+
+
+def test_authentication_error_is_not_retried(client: httpx.Client, llm: ScriptedLLM, key: str,
+                                             tmp_path: Path) -> None:
+    llm.script(key, error(401, "bad key"))
+    conv = create(client, llm, key, tmp_path, message="go", run=True)
+    assert wait_status(client, conv["id"]) == "error"
+    assert len(llm.requests_for(key)) == 1
+    failure = events(client, conv["id"], "ConversationErrorEvent")[-1]
+    assert failure["code"] == "AuthenticationError"
+    assert "sk-test-key" not in json.dumps(events(client, conv["id"]))
+
+
+def test_server_errors_are_retried_then_reported(client: httpx.Client, llm: ScriptedLLM, key: str,
+                                                 tmp_path: Path) -> None:
+    llm.script(key, error(500), error(500), error(500))
+    conv = create(client, llm, key, tmp_path, message="go", run=True)
+    assert wait_status(client, conv["id"]) == "error"
+    assert len(llm.requests_for(key)) == 3  # the first try and num_retries=2
+    assert events(client, conv["id"], "ConversationErrorEvent")[-1]["code"] == "InternalServerError"
+
+
+def test_interrupt_cancels_a_slow_reply_and_run_resumes(client: httpx.Client, llm: ScriptedLLM,
+                                                        key: str, tmp_path: Path) -> None:
+    llm.script(key, Reply(text="never seen", delay=30), call("finish", message="done"))
+    conv = create(client, llm, key, tmp_path, message="go", run=True)
+    wait_for(lambda: llm.requests_for(key), what="the LLM request")
+    started = time.monotonic()
+    assert client.post(f"/api/conversations/{conv['id']}/interrupt").status_code == 200
+    assert status(client, conv["id"]) == "paused"
+    assert time.monotonic() - started < 10
+    assert events(client, conv["id"], "InterruptEvent")
+    assert not events(client, conv["id"], "MessageEvent", source__eq="agent")
+
+    client.post(f"/api/conversations/{conv['id']}/run")
+    assert wait_status(client, conv["id"], "finished") == "finished"
+
+
+def test_pause_takes_effect_between_steps(client: httpx.Client, llm: ScriptedLLM, key: str,
+                                          tmp_path: Path) -> None:
+    llm.script(key, Reply(tool_calls=[("think", {"thought": "a"})], delay=1.0),
+               call("finish", message="done"))
+    conv = create(client, llm, key, tmp_path, message="go", run=True)
+    wait_for(lambda: llm.requests_for(key), what="the LLM request")
+    client.post(f"/api/conversations/{conv['id']}/pause")
+    assert wait_status(client, conv["id"]) == "paused"
+    # The step in flight completed: its action ran and has its observation.
+    assert len(events(client, conv["id"], "ObservationEvent")) == 1
+    assert len(llm.requests_for(key)) == 1
+    client.post(f"/api/conversations/{conv['id']}/run")
+    assert wait_status(client, conv["id"], "finished") == "finished"
+
+
+def test_max_iterations_ends_with_an_error(client: httpx.Client, llm: ScriptedLLM, key: str,
+                                           tmp_path: Path) -> None:
+    llm.script(key, *[call("think", thought=f"step {i}") for i in range(5)])
+    conv = create(client, llm, key, tmp_path, message="go", run=True, max_iterations=3)
+    assert wait_status(client, conv["id"]) == "error"
+    assert events(client, conv["id"], "ConversationErrorEvent")[-1]["code"] == "MaxIterationsReached"
+    assert len(llm.requests_for(key)) == 3
+
+
+def test_a_repeating_agent_is_stuck(client: httpx.Client, llm: ScriptedLLM, key: str,
+                                    tmp_path: Path) -> None:
+    llm.script(key, *[call("think", thought="same") for _ in range(6)])
+    conv = create(client, llm, key, tmp_path, message="go", run=True)
+    assert wait_status(client, conv["id"]) == "stuck"
+    assert len(llm.requests_for(key)) == 4
+
+
+def test_alternating_agent_is_stuck(client: httpx.Client, llm: ScriptedLLM, key: str,
+                                    tmp_path: Path) -> None:
+    llm.script(key, *[call("think", thought="ab"[i % 2]) for i in range(8)])
+    conv = create(client, llm, key, tmp_path, message="go", run=True)
+    assert wait_status(client, conv["id"]) == "stuck"
+    assert len(llm.requests_for(key)) == 6
+
+
+def test_a_plain_reply_finishes_and_a_new_message_continues(client: httpx.Client, llm: ScriptedLLM,
+                                                            key: str, tmp_path: Path) -> None:
+    llm.script(key, text("Which file?"), call("finish", message="done"))
+    conv = create(client, llm, key, tmp_path, message="fix it", run=True)
+    assert wait_status(client, conv["id"]) == "finished"
+    reply = events(client, conv["id"], "MessageEvent", source__eq="agent")[0]
+    assert reply["llm_message"]["content"][0]["text"] == "Which file?"
+    send(client, conv["id"], "app.py")
+    assert wait_status(client, conv["id"], "finished") == "finished"
+    roles = [m["role"] for m in llm.requests_for(key)[1]["messages"]]
+    assert roles == ["system", "user", "assistant", "user"]
+
+
+def test_streaming_stores_the_same_events_and_no_deltas(client: httpx.Client, llm: ScriptedLLM,
+                                                        key: str, tmp_path: Path) -> None:
+    llm.script(key, call("think", "let me think about this", thought="streamed"),
+               text("all done, streamed in pieces"))
+    conv = create(client, llm, key, tmp_path, message="go", run=True, llm_extra={"stream": True})
+    assert wait_status(client, conv["id"]) == "finished"
+    action = events(client, conv["id"], "ActionEvent")[0]
+    assert action["action"]["thought"] == "streamed"
+    assert action["thought"][0]["text"] == "let me think about this"
+    reply = events(client, conv["id"], "MessageEvent", source__eq="agent")[0]
+    assert reply["llm_message"]["content"][0]["text"] == "all done, streamed in pieces"
+    assert not events(client, conv["id"], "StreamingDeltaEvent")
+    assert all(r["stream"] for r in llm.requests_for(key))
+
+
+def test_anthropic_thinking_blocks_are_kept_and_sent_back(client: httpx.Client, llm: ScriptedLLM,
+                                                          key: str, tmp_path: Path) -> None:
+    llm.script(key, Reply(text="checking", thinking=[("I should think first", "sig-123")],
+                          tool_calls=[("think", {"thought": "x"})]),
+               Reply(text="done"))
+    body = {
+        "agent": {"llm": {"model": "anthropic/claude-sonnet-4-5", "api_key": "sk-ant-test",
+                          "base_url": llm.anthropic_base_url(key), "reasoning_effort": "low"}},
+        "workspace": {"working_dir": str(tmp_path)},
+        "initial_message": {"content": [{"text": "go"}], "run": True},
+    }
+    conv = client.post("/api/conversations", json=body).json()
+    assert wait_status(client, conv["id"]) == "finished"
+    action = events(client, conv["id"], "ActionEvent")[0]
+    assert action["thinking_blocks"] == [
+        {"type": "thinking", "thinking": "I should think first", "signature": "sig-123"}]
+    replayed = llm.requests_for(key)[1]["messages"]
+    assistant = next(m for m in replayed if m["role"] == "assistant")
+    assert assistant["content"][0] == {"type": "thinking", "thinking": "I should think first",
+                                       "signature": "sig-123"}
+    assert usage_of(client, conv["id"])["prompt_tokens"] == 200
+
+
+def usage_of(client: httpx.Client, cid: str) -> dict[str, int]:
+    return client.get(f"/api/conversations/{cid}").json()["metrics"]["accumulated_token_usage"]
+
+
+def test_cost_comes_from_the_bundled_price_map(client: httpx.Client, llm: ScriptedLLM, key: str,
+                                               tmp_path: Path) -> None:
+    llm.script(key, text("hi", usage={"prompt_tokens": 1000, "completion_tokens": 100,
+                                      "total_tokens": 1100}))
+    body = {"agent": {"llm": {"model": "openai/gpt-4o", "api_key": "sk-test",
+                              "base_url": llm.base_url(key)}},
+            "workspace": {"working_dir": str(tmp_path)},
+            "initial_message": {"content": [{"text": "go"}], "run": True}}
+    conv = client.post("/api/conversations", json=body).json()
+    assert wait_status(client, conv["id"]) == "finished"
+    metrics = client.get(f"/api/conversations/{conv['id']}").json()["metrics"]
+    assert metrics["accumulated_cost"] > 0
+    assert metrics["accumulated_token_usage"]["prompt_tokens"] == 1000
+
+
+def test_twenty_conversations_run_at_once(client: httpx.Client, llm: ScriptedLLM,
+                                          tmp_path: Path) -> None:
+    ids = []
+    for i in range(20):
+        key = f"many-{i}-{time.time_ns()}"
+        llm.script(key, *[call("think", thought=f"{i}-{n}") for n in range(3)],
+                   call("finish", message=f"done {i}"))
+        ids.append(create(client, llm, key, tmp_path, message="go", run=True)["id"])
+    for cid in ids:
+        assert wait_status(client, cid) == "finished"
+        assert len(events(client, cid, "ObservationEvent")) == 4

@@ -1,0 +1,68 @@
+"""browser_tool_set: a real Chromium the agent drives with numbered elements.
+
+Layout: `manager` owns the one Chromium process the server shares, `session` is one
+conversation's isolated context and tabs, `scripts` is the JavaScript run in pages,
+`actions` the Action/Observation kinds and `tools` the fourteen tools.
+
+`TOOL_SET.make(ctx, params)` takes, besides BrowserToolParams (`timeout`,
+`max_content_chars`), an optional `_manager`: the server's BrowserManager. Without it the
+process-wide `default_manager()` is used, and the server must call `shutdown()` when it
+stops; either way no browser starts until a tool is first called.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from tools.base import Tool, ToolContext, ToolSet
+from tools.browser.actions import ACTION_TYPES, BrowserAction, BrowserObservation
+from tools.browser.manager import (
+    BrowserError,
+    BrowserLaunchError,
+    BrowserManager,
+    BrowserSettings,
+    ManagerClosedError,
+    default_manager,
+    shutdown,
+)
+from tools.browser.session import BrowserSession
+from tools.browser.tools import TOOL_TYPES, BrowserToolParams
+
+
+def make(ctx: ToolContext, params: Mapping[str, Any]) -> list[Tool]:
+    """The conversation's fourteen tools, sharing one session (context made on first use)."""
+    manager = params.get("_manager")
+    if manager is None:
+        manager = default_manager()
+    elif not isinstance(manager, BrowserManager):
+        raise TypeError(f"params['_manager'] must be a BrowserManager, not {type(manager)!r}")
+    settings = BrowserToolParams.model_validate(
+        {k: v for k, v in params.items() if not k.startswith("_")}
+    )
+    session = BrowserSession(manager, timeout=settings.timeout)
+    return [tool(ctx, params, session) for tool in TOOL_TYPES]
+
+
+TOOL_SET = ToolSet(
+    name="browser_tool_set",
+    make=make,
+    action_types=ACTION_TYPES,
+    observation_types=(BrowserObservation,),
+)
+
+__all__ = [
+    "TOOL_SET",
+    "BrowserAction",
+    "BrowserError",
+    "BrowserLaunchError",
+    "BrowserManager",
+    "BrowserObservation",
+    "BrowserSession",
+    "BrowserSettings",
+    "BrowserToolParams",
+    "ManagerClosedError",
+    "default_manager",
+    "make",
+    "shutdown",
+]
