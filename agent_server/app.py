@@ -36,6 +36,7 @@ ROUTES = [
     Route(C + "/run", conversations.run, methods=["POST"]),
     Route(C + "/pause", conversations.pause, methods=["POST"]),
     Route(C + "/interrupt", conversations.interrupt, methods=["POST"]),
+    Route(C + "/secrets", conversations.update_secrets, methods=["POST"]),
     Route(C + "/events", events.send, methods=["POST"]),
     Route(C + "/events/search", events.search, methods=["GET"]),
     Route(C + "/events/count", events.count, methods=["GET"]),

@@ -30,6 +30,7 @@ from agent_server.events import (
     PauseEvent,
 )
 from agent_server.log import EventLog
+from agent_server.secrets import Masker, check_secrets
 from agent_server.models import (
     AgentSpec,
     ConversationSearch,
@@ -39,6 +40,7 @@ from agent_server.models import (
     Settings,
     StoredConversation,
     Workspace,
+    secret_values,
 )
 from agent_server.store import read_json, write_json
 
@@ -71,6 +73,25 @@ class Conversation:
         self.pause_requested = False
         #: Per-conversation objects the runner keeps between runs (tools, shells).
         self.runtime: Any = None
+        #: The secret values in force (settings', then the conversation's own); one live dict
+        #: that tools read, kept current by refresh_secrets().
+        self.secret_values: dict[str, str] = {}
+        self.masker = Masker()
+        self.refresh_secrets()
+
+    def refresh_secrets(self) -> None:
+        merged = {**self.service.settings().secrets, **self.record.secrets}
+        self.secret_values.clear()
+        self.secret_values.update(merged)
+        self.masker.update(merged)
+
+    def _redact(self, data: Any) -> Any:
+        return self.masker.data(data) if self.masker else data
+
+    async def add_secrets(self, values: dict[str, str]) -> None:
+        self.record.secrets.update(values)
+        self.refresh_secrets()
+        await self.save()
 
     @property
     def id(self) -> str:
@@ -94,7 +115,9 @@ class Conversation:
         if self._log is None:
             async with self._log_lock:
                 if self._log is None:
-                    self._log = await asyncio.to_thread(EventLog.open, self.directory / "events.jsonl")
+                    log = await asyncio.to_thread(EventLog.open, self.directory / "events.jsonl")
+                    log.redactor = self._redact
+                    self._log = log
                     self.service.on_log_opened(self, self._log)
         return self._log
 
@@ -252,6 +275,11 @@ class ConversationService:
                 await conv.set_status(graceful_status)
             await conv.close()
 
+    def refresh_secrets(self) -> None:
+        """After the settings' secrets changed."""
+        for conv in self._items.values():
+            conv.refresh_secrets()
+
     def on_log_opened(self, conv: Conversation, log: EventLog) -> None:
         for listener in self._log_listeners:
             listener(conv, log)
@@ -293,6 +321,9 @@ class ConversationService:
                 return existing, False
             agent = self._agent_for(request)
             self.check_tools(agent)
+            secrets = secret_values(request.secrets)
+            for name, problem in check_secrets(secrets):
+                raise invalid(["body", "secrets", name], problem, "value_error")
             workspace = request.workspace or Workspace(
                 working_dir=str(self.default_working_dir)
             )
@@ -306,6 +337,7 @@ class ConversationService:
                 stuck_detection=request.stuck_detection,
                 title=request.title,
                 tags=request.tags,
+                secrets=secrets,
                 created_at=moment,
                 updated_at=moment,
             )

@@ -12,6 +12,7 @@ lines it returns, so its cost follows the page size, not the length of the conve
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import re
@@ -23,10 +24,11 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 from ulid import ULID
 
-from agent_server.events import KIND_NAMES, Event, format_timestamp
+from agent_server.events import KIND_NAMES, Event, format_timestamp, parse_event
 
 logger = logging.getLogger(__name__)
 
@@ -93,6 +95,8 @@ class EventLog:
         self._closed = False
         self._ids_gen = _Ids(None)
         self._last_time = 0.0
+        #: Masks secrets in an event's JSON data before it is written (None: nothing to mask).
+        self.redactor: Callable[[Any], Any] | None = None
 
     # -- opening -------------------------------------------------------------------------
 
@@ -166,19 +170,33 @@ class EventLog:
         """
         if self._closed:
             raise LogError(f"{self.path} is closed")
-        lines = []
+        lines, stored = [], []
         for event in events:
             event.id = self._ids_gen.next()
             now = max(time.time(), self._last_time)
             self._last_time = now
             event.timestamp = format_timestamp(datetime.fromtimestamp(now, timezone.utc))
-            lines.append(event.model_dump_json().encode() + b"\n")
+            line, kept = self._serialize(event)
+            lines.append(line)
+            stored.append(kept)
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._pending.append((list(events), lines, done))
+        self._pending.append((stored, lines, done))
         if self._flusher is None or self._flusher.done():
             self._flusher = asyncio.create_task(self._flush(), name=f"flush {self.path.parent.name}")
         await asyncio.shield(done)
         return list(events)
+
+    def _serialize(self, event: Event) -> tuple[bytes, Event]:
+        """The stored line, and the event as stored (masked when a secret was in it)."""
+        line = event.model_dump_json().encode() + b"\n"
+        if self.redactor is None:
+            return line, event
+        data = event.model_dump(mode="json")
+        masked = self.redactor(data)
+        if masked == data:
+            return line, event
+        line = json.dumps(masked, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
+        return line, parse_event(line)
 
     async def _flush(self) -> None:
         while self._pending:

@@ -122,6 +122,20 @@ class SendMessage(Lenient):
 # -- conversations ---------------------------------------------------------------------------
 
 
+class StaticSecret(Lenient):
+    """OpenHands' object form of a secret value."""
+
+    kind: Literal["StaticSecret"] = "StaticSecret"
+    value: str = Field(max_length=65536)
+
+
+SecretValue = str | StaticSecret
+
+
+def secret_values(secrets: dict[str, SecretValue]) -> dict[str, str]:
+    return {k: v if isinstance(v, str) else v.value for k, v in secrets.items()}
+
+
 class CreateConversation(Lenient):
     agent: AgentSpec | None = None
     workspace: Workspace | None = None
@@ -131,6 +145,13 @@ class CreateConversation(Lenient):
     stuck_detection: bool = True
     title: str | None = Field(default=None, max_length=200)
     tags: dict[str, str] = Field(default_factory=dict, max_length=50)
+    secrets: dict[str, SecretValue] = Field(default_factory=dict, max_length=200)
+
+
+class UpdateSecrets(Lenient):
+    """POST /api/conversations/{id}/secrets: add or replace."""
+
+    secrets: dict[str, SecretValue] = Field(max_length=200)
 
 
 class TokenUsage(BaseModel):
@@ -168,6 +189,7 @@ class StoredConversation(BaseModel):
     title: str | None = None
     tags: dict[str, str] = Field(default_factory=dict)
     metrics: Metrics = Field(default_factory=Metrics)
+    secrets: dict[str, str] = Field(default_factory=dict)
     created_at: datetime
     updated_at: datetime
 
@@ -184,13 +206,15 @@ class ConversationInfo(BaseModel):
     title: str | None
     tags: dict[str, str]
     metrics: Metrics
+    secret_names: list[str]
+    """Names of the conversation's own secrets; values are never returned."""
     created_at: datetime
     updated_at: datetime
 
     @classmethod
     def of(cls, record: StoredConversation) -> ConversationInfo:
-        data = record.model_dump(exclude={"agent"})
-        return cls(agent=record.agent.redacted(), **data)
+        data = record.model_dump(exclude={"agent", "secrets"})
+        return cls(agent=record.agent.redacted(), secret_names=sorted(record.secrets), **data)
 
 
 class ConversationPage(BaseModel):
@@ -258,3 +282,5 @@ class Settings(Lenient):
     agent: SettingsAgent = Field(default_factory=SettingsAgent)
     git_user_name: str | None = Field(default=None, max_length=200)
     git_user_email: str | None = Field(default=None, max_length=200)
+    secrets: dict[str, str] = Field(default_factory=dict, max_length=200)
+    """Stored secrets; a conversation's own value wins on a name clash (SPEC 5 rule 4)."""

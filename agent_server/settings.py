@@ -9,7 +9,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from agent_server.errors import REDACTED, from_pydantic, redact
+from agent_server.errors import REDACTED, from_pydantic, invalid, redact
+from agent_server.secrets import check_secrets
 from agent_server.models import Settings
 from agent_server.store import read_json, write_json
 
@@ -63,6 +64,8 @@ class SettingsStore:
                 settings = Settings.model_validate(merged)
             except ValidationError as exc:
                 raise from_pydantic(exc, "body") from None
+            for name, problem in check_secrets(settings.secrets):
+                raise invalid(["body", "secrets", name], problem)
             raw = settings.model_dump(mode="json", exclude_none=True)
             await asyncio.to_thread(write_json, self.path, raw)
             self._settings, self._raw = settings, raw

@@ -65,6 +65,7 @@ class Runtime:
             conversation_id=conv.id,
             working_dir=conv.working_dir,
             state_dir=conv.directory / "tools",
+            secrets=conv.secret_values,
             env=git_env(settings.git_user_name, settings.git_user_email),
         )
         self.tools: dict[str, Tool] = {}

@@ -14,7 +14,11 @@ from agent_server.models import (
     ConversationSearch,
     CreateConversation,
     Success,
+    UpdateSecrets,
+    secret_values,
 )
+from agent_server.errors import invalid
+from agent_server.secrets import check_secrets
 
 
 @doc(summary="Create a conversation (201), or return the one with this conversation_id (200)",
@@ -80,4 +84,15 @@ async def pause(request: Request) -> Response:
      response=Success, errors=(404,))
 async def interrupt(request: Request) -> Response:
     await conversation(request).interrupt()
+    return reply(Success())
+
+
+@doc(summary="Add or replace the conversation's secrets (names only are ever returned)",
+     body=UpdateSecrets, response=Success, errors=(404,))
+async def update_secrets(request: Request) -> Response:
+    conv = conversation(request)
+    values = secret_values((await read_body(request, UpdateSecrets)).secrets)
+    for name, problem in check_secrets(values):
+        raise invalid(["body", "secrets", name], problem)
+    await conv.add_secrets(values)
     return reply(Success())

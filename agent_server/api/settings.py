@@ -20,4 +20,5 @@ async def patch(request: Request) -> Response:
     changes = await read_raw_object(request)
     store = request.app.state.settings
     await store.patch(changes)
+    request.app.state.conversations.refresh_secrets()
     return reply(store.public())
