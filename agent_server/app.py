@@ -37,6 +37,10 @@ ROUTES = [
     Route(C + "/pause", conversations.pause, methods=["POST"]),
     Route(C + "/interrupt", conversations.interrupt, methods=["POST"]),
     Route(C + "/secrets", conversations.update_secrets, methods=["POST"]),
+    Route(C + "/confirmation_policy", conversations.set_confirmation_policy, methods=["POST"]),
+    Route(C + "/events/respond_to_confirmation", conversations.respond_to_confirmation,
+          methods=["POST"]),
+    Route(C + "/hooks", conversations.hooks, methods=["GET"]),
     Route(C + "/events", events.send, methods=["POST"]),
     Route(C + "/events/search", events.search, methods=["GET"]),
     Route(C + "/events/count", events.count, methods=["GET"]),
@@ -51,9 +55,7 @@ def build_app(config: Config) -> Starlette:
     service = ConversationService(
         state_dir=config.state_dir,
         default_working_dir=config.working_dir,
-        runner=agent.run,
-        opener=agent.open_conversation,
-        check_tools=agent.check_tools,
+        agent=agent,  # type: ignore[arg-type]
         settings=store.get,
     )
 

@@ -2,7 +2,7 @@
 
 Start-up reads only each conversation's meta.json; a conversation's event log is opened the
 first time something needs it. A Conversation owns at most one run task at a time; what a run
-does is the runner's business (the agent loop), handed in from outside.
+does is the agent's business (agent_server.agent), handed in from outside.
 """
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ import asyncio
 import logging
 import shutil
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 from uuid import UUID
 
 from pydantic import ValidationError
@@ -46,12 +46,26 @@ from agent_server.store import read_json, write_json
 
 logger = logging.getLogger(__name__)
 
-#: What runs a conversation (the agent loop). It owns the status from RUNNING on.
-Runner = Callable[["Conversation"], Awaitable[None]]
-#: Makes the first events of a new conversation (the SystemPromptEvent).
-Opener = Callable[["Conversation"], Awaitable[None]]
-#: Checks the agent's tool names; raises RequestInvalid.
-ToolCheck = Callable[[AgentSpec], None]
+class Agent(Protocol):
+    """What the conversations need of the agent (agent_server.agent implements it)."""
+
+    def check_tools(self, agent: AgentSpec) -> None:
+        """Refuse unknown tool names (raises RequestInvalid)."""
+
+    async def open_conversation(self, conv: Conversation) -> None:
+        """Write the first events of a new conversation (the SystemPromptEvent)."""
+
+    async def run(self, conv: Conversation) -> None:
+        """The loop; it owns the status from RUNNING on."""
+
+    async def on_user_message(self, conv: Conversation, event: MessageEvent) -> bool:
+        """UserPromptSubmit hooks; True when they blocked the message."""
+
+    async def reject_pending(self, conv: Conversation, reason: str) -> None:
+        """Reject the actions waiting for confirmation."""
+
+    async def close(self, conv: Conversation) -> None:
+        """SessionEnd hooks, then release the conversation's tools."""
 
 
 def now() -> datetime:
@@ -71,6 +85,8 @@ class Conversation:
         self._task: asyncio.Task[None] | None = None
         #: Set by pause(); the loop stops between steps when it sees it.
         self.pause_requested = False
+        #: Set by an accepted confirmation: the next run first runs the waiting actions.
+        self.approved = False
         #: Per-conversation objects the runner keeps between runs (tools, shells).
         self.runtime: Any = None
         #: The secret values in force (settings', then the conversation's own); one live dict
@@ -145,27 +161,39 @@ class Conversation:
     # -- control -------------------------------------------------------------------------
 
     async def send_message(self, message: SendMessage) -> MessageEvent:
+        if self.status == ExecutionStatus.WAITING_FOR_CONFIRMATION and not self.running:
+            # A new message never approves what waits: it rejects it.
+            await self.service.agent.reject_pending(self, "superseded by a new user message")
+            await self.set_status(ExecutionStatus.IDLE)
         event = MessageEvent(
             source="user",
             llm_message=Message(role="user", content=message.contents()),
             sender=message.sender,
         )
         await self.append(event)
-        if message.run:
+        blocked = await self.service.agent.on_user_message(self, event)
+        if message.run and not blocked:
             await self.run()
         return event
 
-    async def run(self) -> None:
-        """Start the runner unless it is already running (then nothing changes)."""
+    async def run(self, approved: bool = False) -> None:
+        """Start the agent unless it is already running (then nothing changes).
+
+        Actions waiting for confirmation run only with `approved` (an explicit accept); a
+        plain run while waiting changes nothing.
+        """
         if self.running:
             return
+        if self.status == ExecutionStatus.WAITING_FOR_CONFIRMATION and not approved:
+            return
+        self.approved = approved
         self.pause_requested = False
         await self.set_status(ExecutionStatus.RUNNING)
         self._task = asyncio.create_task(self._run(), name=f"run {self.id}")
 
     async def _run(self) -> None:
         try:
-            await self.service.runner(self)
+            await self.service.agent.run(self)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # the runner failed itself: say so, never leave it "running"
@@ -199,12 +227,10 @@ class Conversation:
 
     async def close(self) -> None:
         await self.stop()
-        closer = getattr(self.runtime, "close", None)
-        if closer is not None:
-            try:
-                await closer()
-            except Exception:
-                logger.exception("closing the tools of %s failed", self.id)
+        try:
+            await self.service.agent.close(self)
+        except Exception:
+            logger.exception("closing the agent of %s failed", self.id)
         if self._log is not None:
             await self._log.drain()
             self._log.close()
@@ -218,16 +244,12 @@ class ConversationService:
         self,
         state_dir: Path,
         default_working_dir: Path,
-        runner: Runner,
-        opener: Opener,
-        check_tools: ToolCheck,
+        agent: Agent,
         settings: Callable[[], Settings],
     ) -> None:
         self.root = state_dir / "conversations"
         self.default_working_dir = default_working_dir
-        self.runner = runner
-        self.opener = opener
-        self.check_tools = check_tools
+        self.agent = agent
         self.settings = settings
         self._items: dict[UUID, Conversation] = {}
         self._create_lock = asyncio.Lock()
@@ -320,7 +342,7 @@ class ConversationService:
             if existing is not None:
                 return existing, False
             agent = self._agent_for(request)
-            self.check_tools(agent)
+            self.agent.check_tools(agent)
             secrets = secret_values(request.secrets)
             for name, problem in check_secrets(secrets):
                 raise invalid(["body", "secrets", name], problem, "value_error")
@@ -338,13 +360,15 @@ class ConversationService:
                 title=request.title,
                 tags=request.tags,
                 secrets=secrets,
+                confirmation_policy=request.confirmation_policy,
+                hook_config=request.hook_config,
                 created_at=moment,
                 updated_at=moment,
             )
             conv = Conversation(record, self.root / conv_id.hex, self)
             await conv.save()
             self._items[conv_id] = conv
-        await self.opener(conv)
+        await self.agent.open_conversation(conv)
         if request.initial_message is not None:
             await conv.send_message(request.initial_message)
         return conv, True

@@ -8,10 +8,19 @@ from __future__ import annotations
 
 from datetime import datetime
 from enum import Enum
-from typing import Any, Literal
+import re
+from typing import Annotated, Any, Literal
 from uuid import UUID
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_serializer, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    field_serializer,
+    field_validator,
+    model_validator,
+)
 
 from agent_server.events import ImageContent, TextContent
 from agent_server.events.kinds import KindName
@@ -119,6 +128,101 @@ class SendMessage(Lenient):
         return out
 
 
+# -- confirmation and hooks ------------------------------------------------------------------
+
+
+class NeverConfirm(Lenient):
+    kind: Literal["NeverConfirm"] = "NeverConfirm"
+
+
+class AlwaysConfirm(Lenient):
+    kind: Literal["AlwaysConfirm"] = "AlwaysConfirm"
+
+
+class ConfirmRisky(Lenient):
+    kind: Literal["ConfirmRisky"] = "ConfirmRisky"
+    threshold: Literal["LOW", "MEDIUM", "HIGH"] = "HIGH"
+    confirm_unknown: bool = True
+
+
+ConfirmationPolicy = Annotated[NeverConfirm | AlwaysConfirm | ConfirmRisky,
+                               Field(discriminator="kind")]
+
+
+class SetConfirmationPolicy(Lenient):
+    """POST .../confirmation_policy: `{"policy": {...}}` (OpenHands) or the policy itself."""
+
+    policy: ConfirmationPolicy
+
+    @model_validator(mode="before")
+    @classmethod
+    def _bare(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "policy" not in data and "kind" in data:
+            return {"policy": data}
+        return data
+
+
+class ConfirmationResponse(Lenient):
+    """POST .../events/respond_to_confirmation."""
+
+    accept: bool
+    reason: str = Field(default="User rejected the action.", max_length=10_000)
+
+
+class HookDefinition(Lenient):
+    type: Literal["command"] = "command"
+    command: str = Field(min_length=1, max_length=10_000)
+    timeout: float = Field(default=60, gt=0, le=3600)
+
+
+class HookMatcher(Lenient):
+    matcher: str = Field(default="*", max_length=1000)
+    """A regular expression on the tool name (PreToolUse, PostToolUse); `*` matches all."""
+    hooks: list[HookDefinition] = Field(default_factory=list, max_length=20)
+
+    @field_validator("matcher")
+    @classmethod
+    def _regex(cls, value: str) -> str:
+        if value not in ("", "*"):
+            try:
+                re.compile(value)
+            except re.error as exc:
+                raise ValueError(f"matcher is not a valid regular expression: {exc}") from None
+        return value
+
+
+HOOK_EVENT_TYPES = ("PreToolUse", "PostToolUse", "UserPromptSubmit", "SessionStart",
+                    "SessionEnd", "Stop")
+
+
+class HookConfig(Lenient):
+    """Hooks by event type, in the familiar shape (snake_case keys are accepted too)."""
+
+    PreToolUse: list[HookMatcher] = Field(default_factory=list, max_length=50)
+    PostToolUse: list[HookMatcher] = Field(default_factory=list, max_length=50)
+    UserPromptSubmit: list[HookMatcher] = Field(default_factory=list, max_length=50)
+    SessionStart: list[HookMatcher] = Field(default_factory=list, max_length=50)
+    SessionEnd: list[HookMatcher] = Field(default_factory=list, max_length=50)
+    Stop: list[HookMatcher] = Field(default_factory=list, max_length=50)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _names(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            if isinstance(data.get("hooks"), dict):  # the {"hooks": {...}} wrapper
+                data = data["hooks"]
+            snake = {re.sub(r"(?<!^)([A-Z])", r"_\1", n).lower(): n for n in HOOK_EVENT_TYPES}
+            data = {snake.get(k, k): v for k, v in data.items()}
+        return data
+
+    def matching(self, event_type: str, tool_name: str | None = None) -> list[HookDefinition]:
+        out = []
+        for group in getattr(self, event_type):
+            if tool_name is None or group.matcher in ("", "*") or re.fullmatch(group.matcher, tool_name):
+                out.extend(group.hooks)
+        return out
+
+
 # -- conversations ---------------------------------------------------------------------------
 
 
@@ -146,6 +250,8 @@ class CreateConversation(Lenient):
     title: str | None = Field(default=None, max_length=200)
     tags: dict[str, str] = Field(default_factory=dict, max_length=50)
     secrets: dict[str, SecretValue] = Field(default_factory=dict, max_length=200)
+    confirmation_policy: ConfirmationPolicy = Field(default_factory=NeverConfirm)
+    hook_config: HookConfig | None = None
 
 
 class UpdateSecrets(Lenient):
@@ -190,6 +296,8 @@ class StoredConversation(BaseModel):
     tags: dict[str, str] = Field(default_factory=dict)
     metrics: Metrics = Field(default_factory=Metrics)
     secrets: dict[str, str] = Field(default_factory=dict)
+    confirmation_policy: ConfirmationPolicy = Field(default_factory=NeverConfirm)
+    hook_config: HookConfig | None = None
     created_at: datetime
     updated_at: datetime
 
@@ -208,6 +316,8 @@ class ConversationInfo(BaseModel):
     metrics: Metrics
     secret_names: list[str]
     """Names of the conversation's own secrets; values are never returned."""
+    confirmation_policy: ConfirmationPolicy
+    hook_config: HookConfig | None
     created_at: datetime
     updated_at: datetime
 

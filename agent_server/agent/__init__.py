@@ -1,15 +1,19 @@
-"""The agent: what a conversation runs. `open_conversation` writes its first event,
-`run` is the loop, `check_tools` refuses tool names nobody knows."""
+"""The agent: what a conversation runs (the Agent interface of agent_server.conversations).
+
+`open_conversation` writes its first event, `run` is the loop, `check_tools` refuses tool
+names nobody knows, and the rest handle user messages, confirmations and the end of a session.
+"""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
 from agent_server.agent import llm
-from agent_server.agent.loop import run, runtime_for
+from agent_server.agent.hooks import run_hooks
+from agent_server.agent.loop import pending_actions, run, runtime_for
 from agent_server.agent.prompt import SYSTEM_PROMPT, dynamic_context
 from agent_server.agent.runtime import check_tools
-from agent_server.events import SystemPromptEvent, TextContent
+from agent_server.events import MessageEvent, SystemPromptEvent, TextContent, UserRejectObservation
 
 if TYPE_CHECKING:
     from agent_server.conversations import Conversation
@@ -28,4 +32,34 @@ async def open_conversation(conv: Conversation) -> None:
     llm.prewarm()
 
 
-__all__ = ["check_tools", "open_conversation", "run"]
+async def on_user_message(conv: Conversation, event: MessageEvent) -> bool:
+    text = "\n".join(c.text for c in event.llm_message.content if isinstance(c, TextContent))
+    outcome = await run_hooks(conv, "UserPromptSubmit", message_id=event.id,
+                              details={"message": text, "prompt": text})
+    return outcome.blocked
+
+
+async def reject_pending(conv: Conversation, reason: str) -> None:
+    """A UserRejectObservation for each action waiting for confirmation."""
+    runtime = await runtime_for(conv)
+    view = await runtime.attach(conv, vision=runtime.ctx.vision)
+    rejections = [
+        UserRejectObservation(tool_name=event.tool_name, tool_call_id=event.tool_call_id,
+                              action_id=event.id or "", rejection_reason=reason)
+        for event, _ in await pending_actions(conv, view)
+    ]
+    if rejections:
+        await conv.append(*rejections)
+
+
+async def close(conv: Conversation) -> None:
+    runtime = conv.runtime
+    if runtime is None:
+        return
+    if runtime.session_started:
+        runtime.session_started = False
+        await run_hooks(conv, "SessionEnd")
+    await runtime.close()
+
+
+__all__ = ["check_tools", "close", "on_user_message", "open_conversation", "reject_pending", "run"]

@@ -1,9 +1,10 @@
 """The agent loop: view -> LLM -> ActionEvents -> tools -> observations, until done.
 
 A run ends by returning with the conversation's final status set: finished (a `finish` call or
-a plain reply), paused (a pause request between steps), error (LLM failure, max iterations),
-stuck. An interrupt cancels the task; whatever tool call was left without a result gets an
-AgentErrorEvent so the history stays valid for every provider.
+a plain reply, unless a Stop hook objects), paused (a pause request between steps), waiting for
+confirmation, error (LLM failure, max iterations), stuck. An interrupt cancels the task;
+whatever tool call was left without a result gets an AgentErrorEvent so the history stays
+valid for every provider.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 
 from agent_server.agent import llm
+from agent_server.agent.confirmation import needs_confirmation
+from agent_server.agent.hooks import run_hooks
 from agent_server.agent.runtime import Runtime
 from agent_server.agent.stuck import Step, StuckDetector
 from agent_server.agent.view import View
@@ -28,17 +31,22 @@ from agent_server.events import (
     MessageEvent,
     MessageToolCall,
     ObservationEvent,
+    RedactedThinkingBlock,
     SecurityRisk,
     StreamingDeltaEvent,
     TextContent,
     ThinkingBlock,
-    RedactedThinkingBlock,
+    UserRejectObservation,
+    parse_event,
 )
 from agent_server.models import ExecutionStatus
 from tools.base import ToolError
 
 if TYPE_CHECKING:
     from agent_server.conversations import Conversation
+
+#: Times a Stop hook may send the agent back to work within one run.
+MAX_STOP_BLOCKS = 3
 
 
 class RunEnded(Exception):
@@ -49,68 +57,169 @@ class RunEnded(Exception):
         self.status, self.code, self.detail = status, code, detail
 
 
+class Run:
+    """One run of a conversation's agent: the state that lives as long as the run."""
+
+    def __init__(self, conv: Conversation, runtime: Runtime, view: View) -> None:
+        self.conv, self.runtime, self.view = conv, runtime, view
+        self.stuck = StuckDetector()
+        self.stop_blocks = 0
+
+    async def __call__(self) -> None:
+        conv = self.conv
+        try:
+            if not self.runtime.session_started:
+                self.runtime.session_started = True
+                await run_hooks(conv, "SessionStart")
+            if conv.approved:
+                conv.approved = False
+                if await self.act(await pending_actions(conv, self.view)):
+                    await self.finish()
+            await repair(conv, self.view, "The previous run ended before this call finished.")
+            for _ in range(conv.record.max_iterations):
+                if conv.pause_requested:
+                    raise RunEnded(ExecutionStatus.PAUSED)
+                await self.step()
+            raise RunEnded(ExecutionStatus.ERROR, "MaxIterationsReached",
+                           f"Stopped after {conv.record.max_iterations} iterations (max_iterations).")
+        except RunEnded as end:
+            if end.code is not None:
+                await conv.append(ConversationErrorEvent(source="environment", code=end.code,
+                                                         detail=end.detail))
+            await conv.set_status(end.status)
+        except asyncio.CancelledError:
+            await asyncio.shield(repair(conv, self.view, "Interrupted before this call finished."))
+            raise
+
+    async def step(self) -> None:
+        """One LLM response and the tool calls it asks for."""
+        conv, runtime = self.conv, self.runtime
+        try:
+            reply = await llm.complete(conv.record.agent.llm, self.view.request(),
+                                       runtime.llm_tools(), on_delta=lambda t, r: _delta(conv, t, r))
+        except llm.LLMFailure as failure:
+            raise RunEnded(ExecutionStatus.ERROR, failure.code, failure.detail) from None
+        await _record_usage(conv, reply)
+
+        thinking = [_thinking_block(b) for b in reply.thinking_blocks]
+        if not reply.tool_calls:
+            await conv.append(MessageEvent(
+                source="agent",
+                llm_message=Message(role="assistant", content=[TextContent(text=reply.content)],
+                                    reasoning_content=reply.reasoning_content,
+                                    thinking_blocks=thinking),
+                llm_response_id=reply.response_id,
+            ))
+            await self.finish()
+            return
+
+        calls = [_action_event(runtime, reply, call, i == 0, thinking)
+                 for i, call in enumerate(reply.tool_calls)]
+        await conv.append(*(event for event, _ in calls))
+        invalid = [_error(event, problem) for event, problem in calls if problem]
+        valid = [event for event, problem in calls if not problem]
+        policy = conv.record.confirmation_policy
+        if any(needs_confirmation(policy, e, runtime.tools[e.tool_name].acts) for e in valid):
+            if invalid:
+                await conv.append(*invalid)
+            raise RunEnded(ExecutionStatus.WAITING_FOR_CONFIRMATION)
+        if await self.act([(event, problem) for event, problem in calls]):
+            await self.finish()
+            return
+        reason = self.stuck.reason() if conv.record.stuck_detection else None
+        if reason is not None:
+            raise RunEnded(ExecutionStatus.STUCK, "AgentStuck", f"The agent looks stuck: {reason}.")
+
+    async def act(self, calls: list[tuple[ActionEvent, str | None]]) -> bool:
+        """Run the calls in order; True when `finish` ran (later calls are not run)."""
+        finished = False
+        for event, problem in calls:
+            if finished:
+                result: Event = _error(event, "Not run: finish was called earlier in this response.")
+            elif problem:
+                result = _error(event, problem)
+            else:
+                result = await self.execute(event)
+            await self.conv.append(result)
+            self.stuck.add(Step(f"{event.tool_name} {event.tool_call.arguments}", _outcome(result),
+                                isinstance(result, AgentErrorEvent)))
+            finished = finished or (event.tool_name == "finish" and isinstance(result, ObservationEvent))
+        return finished
+
+    async def execute(self, event: ActionEvent) -> Event:
+        """One tool call between its PreToolUse and PostToolUse hooks."""
+        conv, tool = self.conv, self.runtime.tools[event.tool_name]
+        arguments = _arguments(event)
+        pre = await run_hooks(conv, "PreToolUse", tool_name=event.tool_name, action_id=event.id,
+                              details={"tool_input": arguments})
+        assert event.id is not None
+        if pre.blocked:
+            return UserRejectObservation(tool_name=event.tool_name, tool_call_id=event.tool_call_id,
+                                         action_id=event.id, rejection_source="hook",
+                                         rejection_reason=pre.reason or "Blocked by a hook")
+        try:
+            observation = await tool.run(event.action)
+        except ToolError as exc:
+            return _error(event, str(exc))
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a tool bug is the model's problem to hear about, not a crash
+            return _error(event, f"{type(exc).__name__}: {exc}")
+        post = await run_hooks(conv, "PostToolUse", tool_name=event.tool_name, action_id=event.id,
+                               details={"tool_input": arguments,
+                                        "tool_response": observation.text})
+        extra = [TextContent(text=c) for c in post.additional_context or []]
+        if post.blocked and post.reason:
+            extra.append(TextContent(text=f"[PostToolUse hook] {post.reason}"))
+        return ObservationEvent(tool_name=event.tool_name, tool_call_id=event.tool_call_id,
+                                observation=observation, action_id=event.id,
+                                extended_content=extra)
+
+    async def finish(self) -> None:
+        """End the run as finished, unless a Stop hook sends the agent back to work."""
+        outcome = await run_hooks(self.conv, "Stop")
+        if outcome.blocked and self.stop_blocks < MAX_STOP_BLOCKS:
+            self.stop_blocks += 1
+            feedback = outcome.reason or "A Stop hook asked you to continue."
+            await self.conv.append(MessageEvent(
+                source="hook",
+                llm_message=Message(role="user", content=[TextContent(text=f"[Stop hook] {feedback}")]),
+            ))
+            return
+        raise RunEnded(ExecutionStatus.FINISHED)
+
+
 async def run(conv: Conversation) -> None:
     runtime = await runtime_for(conv)
     runtime.ctx.vision = await _vision(conv)
     view = await runtime.attach(conv, vision=runtime.ctx.vision)
-    stuck = StuckDetector()
-    try:
-        await repair(conv, view, "The previous run ended before this call finished.")
-        for _ in range(conv.record.max_iterations):
-            if conv.pause_requested:
-                raise RunEnded(ExecutionStatus.PAUSED)
-            await step(conv, runtime, view, stuck)
-        raise RunEnded(ExecutionStatus.ERROR, "MaxIterationsReached",
-                       f"Stopped after {conv.record.max_iterations} iterations (max_iterations).")
-    except RunEnded as end:
-        if end.code is not None:
-            await conv.append(ConversationErrorEvent(source="environment", code=end.code,
-                                                     detail=end.detail))
-        await conv.set_status(end.status)
-    except asyncio.CancelledError:
-        await asyncio.shield(repair(conv, view, "Interrupted before this call finished."))
-        raise
+    await Run(conv, runtime, view)()
 
 
-async def step(conv: Conversation, runtime: Runtime, view: View, stuck: StuckDetector) -> None:
-    """One LLM response and the tool calls it asks for."""
-    try:
-        reply = await llm.complete(conv.record.agent.llm, view.request(), runtime.llm_tools(),
-                                   on_delta=lambda text, reasoning: _delta(conv, text, reasoning))
-    except llm.LLMFailure as failure:
-        raise RunEnded(ExecutionStatus.ERROR, failure.code, failure.detail) from None
-    await _record_usage(conv, reply)
+async def runtime_for(conv: Conversation) -> Runtime:
+    if conv.runtime is None:
+        conv.runtime = Runtime(conv)
+    return conv.runtime
 
-    thinking = [_thinking_block(b) for b in reply.thinking_blocks]
-    if not reply.tool_calls:
-        await conv.append(MessageEvent(
-            source="agent",
-            llm_message=Message(role="assistant", content=[TextContent(text=reply.content)],
-                                reasoning_content=reply.reasoning_content,
-                                thinking_blocks=thinking),
-            llm_response_id=reply.response_id,
-        ))
-        raise RunEnded(ExecutionStatus.FINISHED)
 
-    actions = [_action_event(runtime, reply, call, first=i == 0, thinking=thinking)
-               for i, call in enumerate(reply.tool_calls)]
-    await conv.append(*(event for event, _ in actions))
+async def pending_actions(conv: Conversation, view: View) -> list[tuple[ActionEvent, str | None]]:
+    """The stored ActionEvents still waiting for a result, in call order."""
+    log = await conv.log()
+    out: list[tuple[ActionEvent, str | None]] = []
+    for pending in list(view.pending.values()):
+        line = log.get(pending.action_id)
+        event = parse_event(line) if line is not None else None
+        if isinstance(event, ActionEvent):
+            out.append((event, None if event.action is not None else "Not executable."))
+    return out
 
-    finished = False
-    for event, problem in actions:
-        if finished:
-            await conv.append(_error(event, "Not run: finish was called earlier in this response."))
-            continue
-        result = _error(event, problem) if problem else await execute(runtime, event)
-        await conv.append(result)
-        stuck.add(Step(f"{event.tool_name} {event.tool_call.arguments}", _outcome(result),
-                       isinstance(result, AgentErrorEvent)))
-        finished = event.tool_name == "finish" and isinstance(result, ObservationEvent)
-    if finished:
-        raise RunEnded(ExecutionStatus.FINISHED)
-    reason = stuck.reason() if conv.record.stuck_detection else None
-    if reason is not None:
-        raise RunEnded(ExecutionStatus.STUCK, "AgentStuck", f"The agent looks stuck: {reason}.")
+
+async def repair(conv: Conversation, view: View, why: str) -> None:
+    """Give every tool call still without a result an AgentErrorEvent."""
+    errors = [AgentErrorEvent(tool_name=p.tool_name, tool_call_id=p.tool_call_id, error=why)
+              for p in view.pending.values()]
+    if errors:
+        await conv.append(*errors)
 
 
 def _action_event(runtime: Runtime, reply: llm.Completion, call: llm.ToolCall, first: bool,
@@ -153,33 +262,11 @@ def _action_event(runtime: Runtime, reply: llm.Completion, call: llm.ToolCall, f
     return event, problem
 
 
-async def execute(runtime: Runtime, event: ActionEvent) -> Event:
-    tool = runtime.tools[event.tool_name]
+def _arguments(event: ActionEvent) -> Any:
     try:
-        observation = await tool.run(event.action)
-    except ToolError as exc:
-        return _error(event, str(exc))
-    except asyncio.CancelledError:
-        raise
-    except Exception as exc:  # a tool bug is the model's problem to hear about, not a crash
-        return _error(event, f"{type(exc).__name__}: {exc}")
-    assert event.id is not None
-    return ObservationEvent(tool_name=event.tool_name, tool_call_id=event.tool_call_id,
-                            observation=observation, action_id=event.id)
-
-
-async def repair(conv: Conversation, view: View, why: str) -> None:
-    """Give every tool call still without a result an AgentErrorEvent."""
-    errors = [AgentErrorEvent(tool_name=p.tool_name, tool_call_id=p.tool_call_id, error=why)
-              for p in view.pending.values()]
-    if errors:
-        await conv.append(*errors)
-
-
-async def runtime_for(conv: Conversation) -> Runtime:
-    if conv.runtime is None:
-        conv.runtime = Runtime(conv)
-    return conv.runtime
+        return json.loads(event.tool_call.arguments)
+    except ValueError:
+        return event.tool_call.arguments
 
 
 def _error(event: ActionEvent, message: str) -> AgentErrorEvent:
@@ -190,7 +277,7 @@ def _error(event: ActionEvent, message: str) -> AgentErrorEvent:
 def _outcome(result: Event) -> str:
     if isinstance(result, ObservationEvent):
         return result.observation.model_dump_json()
-    return getattr(result, "error", "")
+    return getattr(result, "error", "") or getattr(result, "rejection_reason", "")
 
 
 def _validation_text(exc: ValidationError) -> str:

@@ -76,6 +76,8 @@ class Runtime:
             for tool in toolset.make(self.ctx, params.get(toolset.name, {})):
                 self.tools[tool.name] = tool
         self.view: View | None = None
+        #: SessionStart hooks ran in this process (SessionEnd runs only after them).
+        self.session_started = False
         self._unsubscribe: Callable[[], None] | None = None
 
     def definitions(self) -> list[ToolDefinition]:

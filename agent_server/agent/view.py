@@ -16,6 +16,7 @@ from agent_server.events import (
     ActionEvent,
     AgentErrorEvent,
     Event,
+    HookExecutionEvent,
     ImageContent,
     MessageEvent,
     ObservationEvent,
@@ -91,6 +92,8 @@ class View:
             self._add_result(event.tool_call_id, event.tool_name, text)
         elif isinstance(event, AgentErrorEvent):
             self._add_result(event.tool_call_id, event.tool_name, f"Error: {event.error}")
+        elif isinstance(event, HookExecutionEvent) and event.hook_event_type == "UserPromptSubmit":
+            self._prompt_hook(event)
         elif isinstance(event, UserRejectObservation):
             self._add_result(
                 event.tool_call_id, event.tool_name, f"Action rejected: {event.rejection_reason}"
@@ -99,14 +102,26 @@ class View:
     def _add_message(self, event: MessageEvent) -> None:
         msg = event.llm_message
         content = [*msg.content, *event.extended_content]
-        if event.source == "user":
+        if event.source != "agent":  # the user's, or a hook's feedback
             self.last_user_message_id = event.id
-            self.messages.append({"role": "user", "content": _blocks(content, self.vision)})
+            self.messages.append({"role": "user", "content": _blocks(content, self.vision),
+                                  "_event_id": event.id})
             return
         text = "".join(c.text for c in content if isinstance(c, TextContent))
         out: dict[str, Any] = {"role": "assistant", "content": text}
         self._reasoning(out, msg.reasoning_content, msg.thinking_blocks)
         self.messages.append(out)
+
+    def _prompt_hook(self, event: HookExecutionEvent) -> None:
+        """A blocked user message leaves the model's view; added context joins it."""
+        for i in range(len(self.messages) - 1, -1, -1):
+            if self.messages[i].get("_event_id") == event.message_id:
+                if event.blocked:
+                    del self.messages[i]
+                elif event.additional_context:
+                    self.messages[i]["content"].append(
+                        {"type": "text", "text": event.additional_context})
+                return
 
     def _add_action(self, event: ActionEvent) -> None:
         call = {
@@ -149,8 +164,9 @@ class View:
         self.messages.insert(at, message)
 
     def request(self) -> list[dict[str, Any]]:
-        """The messages of the next LLM request (a shallow copy: litellm may add to it)."""
-        return list(self.messages)
+        """The messages of the next LLM request (copies without our bookkeeping keys)."""
+        return [{k: v for k, v in m.items() if k != "_event_id"} if "_event_id" in m else m
+                for m in self.messages]
 
     def size(self) -> int:
         return len(json.dumps(self.messages))

@@ -8,11 +8,15 @@ from starlette.responses import Response
 
 from agent_server.api.io import conversation, doc, read_body, read_query, reply, service
 from agent_server.models import (
+    ConfirmationResponse,
     ConversationIds,
     ConversationInfo,
     ConversationPage,
     ConversationSearch,
     CreateConversation,
+    ExecutionStatus,
+    HookConfig,
+    SetConfirmationPolicy,
     Success,
     UpdateSecrets,
     secret_values,
@@ -96,3 +100,34 @@ async def update_secrets(request: Request) -> Response:
         raise invalid(["body", "secrets", name], problem)
     await conv.add_secrets(values)
     return reply(Success())
+
+
+@doc(summary="Set the confirmation policy (NeverConfirm, AlwaysConfirm, ConfirmRisky)",
+     body=SetConfirmationPolicy, response=Success, errors=(404,))
+async def set_confirmation_policy(request: Request) -> Response:
+    conv = conversation(request)
+    conv.record.confirmation_policy = (await read_body(request, SetConfirmationPolicy)).policy
+    await conv.save()
+    return reply(Success())
+
+
+@doc(summary="Accept (run) or reject the actions waiting for confirmation",
+     body=ConfirmationResponse, response=Success, errors=(404, 409))
+async def respond_to_confirmation(request: Request) -> Response:
+    conv = conversation(request)
+    answer = await read_body(request, ConfirmationResponse)
+    if conv.status != ExecutionStatus.WAITING_FOR_CONFIRMATION or conv.running:
+        raise HTTPException(409, "No action is waiting for confirmation "
+                                 f"(execution_status is {conv.status.value})")
+    if answer.accept:
+        await conv.run(approved=True)
+    else:
+        await service(request).agent.reject_pending(conv, answer.reason)
+        await conv.set_status(ExecutionStatus.IDLE)
+    return reply(Success())
+
+
+@doc(summary="The conversation's hook configuration", response=HookConfig, errors=(404,))
+async def hooks(request: Request) -> Response:
+    config = conversation(request).record.hook_config
+    return reply(config if config is not None else HookConfig())
