@@ -49,8 +49,11 @@ logger = logging.getLogger(__name__)
 class Agent(Protocol):
     """What the conversations need of the agent (agent_server.agent implements it)."""
 
-    def check_tools(self, agent: AgentSpec) -> None:
-        """Refuse unknown tool names (raises RequestInvalid)."""
+    def check_tools(self, agent: AgentSpec, secrets: dict[str, str]) -> None:
+        """Refuse unknown tool names and unfillable placeholders (raises RequestInvalid)."""
+
+    def prepare_user_message(self, conv: Conversation, event: MessageEvent) -> None:
+        """Fill in what the agent adds to a user message before it is stored (skills)."""
 
     async def open_conversation(self, conv: Conversation) -> None:
         """Write the first events of a new conversation (the SystemPromptEvent)."""
@@ -170,6 +173,7 @@ class Conversation:
             llm_message=Message(role="user", content=message.contents()),
             sender=message.sender,
         )
+        self.service.agent.prepare_user_message(self, event)
         await self.append(event)
         blocked = await self.service.agent.on_user_message(self, event)
         if message.run and not blocked:
@@ -342,10 +346,10 @@ class ConversationService:
             if existing is not None:
                 return existing, False
             agent = self._agent_for(request)
-            self.agent.check_tools(agent)
             secrets = secret_values(request.secrets)
             for name, problem in check_secrets(secrets):
                 raise invalid(["body", "secrets", name], problem, "value_error")
+            self.agent.check_tools(agent, {**self.settings().secrets, **secrets})
             workspace = request.workspace or Workspace(
                 working_dir=str(self.default_working_dir)
             )

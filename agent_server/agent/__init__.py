@@ -32,6 +32,10 @@ async def open_conversation(conv: Conversation) -> None:
     llm.prewarm()
 
 
+def prepare_user_message(conv: Conversation, event: MessageEvent) -> None:
+    """Nothing yet: skills will name what a message activates here."""
+
+
 async def on_user_message(conv: Conversation, event: MessageEvent) -> bool:
     text = "\n".join(c.text for c in event.llm_message.content if isinstance(c, TextContent))
     outcome = await run_hooks(conv, "UserPromptSubmit", message_id=event.id,
@@ -62,4 +66,12 @@ async def close(conv: Conversation) -> None:
     await runtime.close()
 
 
-__all__ = ["check_tools", "close", "on_user_message", "open_conversation", "reject_pending", "run"]
+__all__ = [
+    "check_tools",
+    "close",
+    "on_user_message",
+    "open_conversation",
+    "prepare_user_message",
+    "reject_pending",
+    "run",
+]

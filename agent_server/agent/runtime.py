@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import tools as toolsets
@@ -33,7 +33,7 @@ def canonical(name: str) -> str:
     return ALIASES.get(name, name)
 
 
-def check_tools(agent: AgentSpec) -> None:
+def check_tools(agent: AgentSpec, secrets: Mapping[str, str] | None = None) -> None:
     """An unknown tool name is a 422 that lists the known ones."""
     known = sorted(toolsets.TOOL_SETS)
     for i, spec in enumerate(agent.tools):
