@@ -8,14 +8,16 @@ from collections.abc import AsyncIterator
 
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
-from starlette.routing import Route
+from starlette.routing import Route, WebSocketRoute
 
 from agent_server import agent
 from agent_server.accesslog import AccessLog
-from agent_server.api import conversations, events, server, settings
+from agent_server.api import conversations, events, server, settings, sockets
+from agent_server.api import export, metadata, workspace
 from agent_server.auth import KeyRing, SessionAuth
 from agent_server.config import Config
 from agent_server.conversations import ConversationService
+from agent_server.delivery import Delivery, DeliverySettings
 from agent_server.errors import HANDLERS
 from agent_server.settings import SettingsStore
 
@@ -41,12 +43,25 @@ ROUTES = [
     Route(C + "/events/respond_to_confirmation", conversations.respond_to_confirmation,
           methods=["POST"]),
     Route(C + "/hooks", conversations.hooks, methods=["GET"]),
+    Route(C + "/condense", conversations.condense, methods=["POST"]),
     Route(C + "/events", events.send, methods=["POST"]),
     Route(C + "/events/search", events.search, methods=["GET"]),
     Route(C + "/events/count", events.count, methods=["GET"]),
     Route(C + "/events/{event_id}", events.get, methods=["GET"]),
+    Route(C, metadata.update, methods=["PATCH"]),
+    Route(C + "/file", workspace.get_file, methods=["GET"]),
+    Route(C + "/file", workspace.upload_file, methods=["POST"]),
+    Route(C + "/git/changes", workspace.git_changes, methods=["GET"]),
+    Route(C + "/git/diff", workspace.git_diff, methods=["GET"]),
+    Route(C + "/commands", workspace.run_command, methods=["POST"]),
+    Route(C + "/download", export.download, methods=["GET"]),
     Route("/api/settings", settings.get, methods=["GET"]),
     Route("/api/settings", settings.patch, methods=["PATCH"]),
+]
+
+# Kept apart from ROUTES, which lists HTTP routes only; websockets check their key themselves.
+SOCKETS = [
+    WebSocketRoute("/sockets/events/{conversation_id}", sockets.events_socket),
 ]
 
 
@@ -58,24 +73,28 @@ def build_app(config: Config) -> Starlette:
         agent=agent,  # type: ignore[arg-type]
         settings=store.get,
     )
+    keys = KeyRing(config.session_api_keys)
+    delivery = Delivery(config, service, DeliverySettings.from_env())
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         config.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         store.load()
         await service.start()
+        await delivery.start()
         app.state.ready = True
         try:
             yield
         finally:
             app.state.ready = False
-            await service.close()
+            await service.close(flush=delivery.flush)
+            await delivery.close()
 
     app = Starlette(
-        routes=ROUTES,
+        routes=[*ROUTES, *SOCKETS],
         middleware=[
             Middleware(AccessLog, on_activity=lambda: setattr(app.state, "last_activity", time.monotonic())),
-            Middleware(SessionAuth, keys=KeyRing(config.session_api_keys)),
+            Middleware(SessionAuth, keys=keys),
         ],
         exception_handlers=HANDLERS,  # type: ignore[arg-type]
         lifespan=lifespan,
@@ -83,6 +102,8 @@ def build_app(config: Config) -> Starlette:
     app.state.config = config
     app.state.settings = store
     app.state.conversations = service
+    app.state.keys = keys
+    app.state.delivery = delivery
     app.state.ready = False
     app.state.started = app.state.last_activity = time.monotonic()
     return app

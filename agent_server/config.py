@@ -44,6 +44,9 @@ class Config(BaseModel):
     terminal_idle_timeout: float = Field(default=600.0, gt=0)
     """Seconds a conversation's shell may sit unused before it is closed."""
 
+    max_file_bytes: int = Field(default=50 * 1024 * 1024, ge=1)
+    """Largest workspace file the file, diff and upload routes move (413 beyond)."""
+
     webhook_url: str | None = None
     """Base address of the control plane's webhook (events go to {url}/events/{id})."""
 
@@ -98,6 +101,7 @@ def from_env(environ: dict[str, str] | None = None, **flags: object) -> Config:
         "state_dir": env.get("AGENT_SERVER_STATE_DIR"),
         "log_level": env.get("AGENT_SERVER_LOG_LEVEL"),
         "default_working_dir": env.get("AGENT_SERVER_WORKING_DIR"),
+        "max_file_bytes": env.get("AGENT_SERVER_MAX_FILE_BYTES"),
         "webhook_url": env.get("AGENT_SERVER_WEBHOOK_URL"),
         "webhook_api_key": env.get("AGENT_SERVER_WEBHOOK_API_KEY"),
         "webhook_secret": env.get("AGENT_SERVER_WEBHOOK_SECRET"),

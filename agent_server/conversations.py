@@ -11,7 +11,7 @@ import asyncio
 import logging
 import shutil
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Protocol
@@ -292,13 +292,19 @@ class ConversationService:
                 logger.warning("skipping conversation in %s: %s", directory, exc)
         return found
 
-    async def close(self, graceful_status: ExecutionStatus = ExecutionStatus.PAUSED) -> None:
-        """Stop every run (marking it paused, since `run` continues it) and close the logs."""
-        for conv in list(self._items.values()):
+    async def close(self, graceful_status: ExecutionStatus = ExecutionStatus.PAUSED,
+                    flush: Callable[[], Awaitable[None]] | None = None) -> None:
+        """Stop every run (marking it paused, since `run` continues it), let `flush` deliver
+        what the logs hold (the webhook), then close the logs."""
+        convs = list(self._items.values())
+        for conv in convs:
             was_running = conv.running
             await conv.stop()
             if was_running and conv.status == ExecutionStatus.RUNNING:
                 await conv.set_status(graceful_status)
+        if flush is not None:
+            await flush()
+        for conv in convs:
             await conv.close()
 
     def refresh_secrets(self) -> None:
@@ -364,6 +370,7 @@ class ConversationService:
                 title=request.title,
                 tags=request.tags,
                 secrets=secrets,
+                repository=request.repository,
                 confirmation_policy=request.confirmation_policy,
                 hook_config=request.hook_config,
                 created_at=moment,

@@ -67,6 +67,18 @@ class LLMConfig(Lenient):
         return None if key is None else key.get_secret_value()
 
 
+class CondenserConfig(Lenient):
+    """When the history is condensed (summarized) to stay inside the model's context window."""
+
+    enabled: bool = True
+    max_share: float = Field(default=0.75, gt=0, le=1)
+    """Condense when a request's prompt would pass this share of the model's context window."""
+    max_tokens: int | None = Field(default=None, ge=500, le=10_000_000)
+    """Condense when a request's prompt would pass this many tokens (estimated)."""
+    max_events: int | None = Field(default=None, ge=6, le=100_000)
+    """Condense when the model's view holds more messages than this."""
+
+
 class ToolSpec(Lenient):
     name: str = Field(min_length=1, max_length=100)
     params: dict[str, Any] = Field(default_factory=dict)
@@ -76,6 +88,7 @@ class AgentSpec(Lenient):
     kind: Literal["Agent"] = "Agent"
     llm: LLMConfig
     tools: list[ToolSpec] = Field(default_factory=list, max_length=50)
+    condenser: CondenserConfig = Field(default_factory=CondenserConfig)
 
     def redacted(self) -> dict[str, Any]:
         data = self.model_dump(mode="json")
@@ -250,6 +263,8 @@ class CreateConversation(Lenient):
     title: str | None = Field(default=None, max_length=200)
     tags: dict[str, str] = Field(default_factory=dict, max_length=50)
     secrets: dict[str, SecretValue] = Field(default_factory=dict, max_length=200)
+    repository: RepositorySpec | None = None
+    """Cloned (shallow) into the working directory before the first step (SPEC 2.5)."""
     confirmation_policy: ConfirmationPolicy = Field(default_factory=NeverConfirm)
     hook_config: HookConfig | None = None
 
@@ -283,6 +298,32 @@ class Metrics(BaseModel):
     total_latency: float = 0.0
 
 
+class WebhookStatus(BaseModel):
+    """How far the webhook push of one conversation has got: its lag, never a loss."""
+
+    delivered_through: str | None = None
+    """Id of the last event the receiver acknowledged (null: none yet)."""
+    pending: int = 0
+    """Stored events not acknowledged yet."""
+    last_error: str | None = None
+    """Why the last attempt failed, while failing (null once a batch gets through)."""
+    last_attempt: datetime | None = None
+    """When the last request was sent."""
+
+
+class WebhookTotals(BaseModel):
+    """The webhook push of all conversations, for /server_info."""
+
+    conversations: int = 0
+    behind: int = 0
+    """Conversations with events not acknowledged yet."""
+    pending: int = 0
+    failing: int = 0
+    """Conversations whose last attempt failed."""
+    last_error: str | None = None
+    """The most recent of their errors."""
+
+
 class StoredConversation(BaseModel):
     """What meta.json holds (mode 0600: it includes the LLM key)."""
 
@@ -296,10 +337,15 @@ class StoredConversation(BaseModel):
     tags: dict[str, str] = Field(default_factory=dict)
     metrics: Metrics = Field(default_factory=Metrics)
     secrets: dict[str, str] = Field(default_factory=dict)
+    repository: RepositorySpec | None = None
+    repository_status: RepositoryStatus | None = None
+    """None until the first run tries the clone (agent_server.repository)."""
     confirmation_policy: ConfirmationPolicy = Field(default_factory=NeverConfirm)
     hook_config: HookConfig | None = None
     created_at: datetime
     updated_at: datetime
+    webhook: WebhookStatus | None = Field(default=None, exclude=True)
+    """Live lag of the webhook push, kept by agent_server.delivery; never saved."""
 
 
 class ConversationInfo(BaseModel):
@@ -316,15 +362,20 @@ class ConversationInfo(BaseModel):
     metrics: Metrics
     secret_names: list[str]
     """Names of the conversation's own secrets; values are never returned."""
+    repository: RepositorySpec | None = None
+    repository_status: RepositoryStatus | None = None
     confirmation_policy: ConfirmationPolicy
     hook_config: HookConfig | None
     created_at: datetime
     updated_at: datetime
+    webhook: WebhookStatus | None = None
+    """The webhook push of this conversation (null when no webhook is configured)."""
 
     @classmethod
     def of(cls, record: StoredConversation) -> ConversationInfo:
         data = record.model_dump(exclude={"agent", "secrets"})
-        return cls(agent=record.agent.redacted(), secret_names=sorted(record.secrets), **data)
+        return cls(agent=record.agent.redacted(), secret_names=sorted(record.secrets),
+                   webhook=record.webhook, **data)
 
 
 class ConversationPage(BaseModel):
@@ -394,3 +445,152 @@ class Settings(Lenient):
     git_user_email: str | None = Field(default=None, max_length=200)
     secrets: dict[str, str] = Field(default_factory=dict, max_length=200)
     """Stored secrets; a conversation's own value wins on a name clash (SPEC 5 rule 4)."""
+
+
+# -- workspace, repository, metadata ---------------------------------------------------------
+
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+TAG_KEY = re.compile(r"^[a-z0-9_-]{1,50}$")
+BRANCH = re.compile(r"^(?!-)(?!.*\.\.)(?!.*//)[A-Za-z0-9._/-]{1,255}(?<![./])$")
+#: `user@host:path`, the scp-like form Git accepts for SSH.
+SCP_URL = re.compile(r"^[A-Za-z0-9._-]+@[A-Za-z0-9.-]+:(?!//).+$")
+RepositoryStatus = Literal["cloned", "failed"]
+
+
+class RepositorySpec(Lenient):
+    """`repository` at creation: what to clone into the working directory."""
+
+    url: str = Field(min_length=1, max_length=2000)
+    """https://, http://, ssh://, git://, file:// or user@host:path; never with a password in it."""
+    branch: str | None = Field(default=None, max_length=255)
+    credential_secret: str | None = Field(default=None, max_length=128)
+    """Name of the conversation's secret holding an HTTPS token; sent through GIT_ASKPASS only."""
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, value: str) -> str:
+        from urllib.parse import urlsplit
+
+        value = value.strip()
+        if value.startswith("-") or any(c.isspace() or ord(c) < 32 for c in value):
+            raise ValueError("url must not start with '-' or hold spaces or control characters")
+        parts = urlsplit(value)
+        if parts.scheme in ("https", "http", "ssh", "git", "file"):
+            if parts.password is not None:
+                raise ValueError("url holds a password: put the credential in `secrets` and name "
+                                 "it in `credential_secret`")
+            if parts.scheme != "file" and not parts.hostname:
+                raise ValueError("url has no host")
+            return value
+        if SCP_URL.match(value):
+            return value
+        raise ValueError("url must be https://, http://, ssh://, git:// or file:// "
+                         "(or user@host:path)")
+
+    @field_validator("branch")
+    @classmethod
+    def _branch(cls, value: str | None) -> str | None:
+        if value is not None and (not BRANCH.match(value) or value.endswith(".lock")):
+            raise ValueError("branch is not a valid Git branch name")
+        return value
+
+    @field_validator("credential_secret")
+    @classmethod
+    def _secret_name(cls, value: str | None) -> str | None:
+        if value is not None and not ENV_NAME.match(value):
+            raise ValueError("credential_secret is a secret name: letters, digits and _")
+        return value
+
+
+class FileQuery(Lenient):
+    """?path= of GET and POST .../file: relative to the working directory, or absolute in it."""
+
+    path: str = Field(min_length=1, max_length=4096)
+
+
+class FileWritten(BaseModel):
+    path: str
+    """Relative to the working directory."""
+    size: int
+
+
+GitStatus = Literal["ADDED", "UPDATED", "DELETED", "MOVED"]
+
+
+class GitChange(BaseModel):
+    path: str
+    """Relative to the working directory (repositories in subdirectories included)."""
+    status: GitStatus
+    old_path: str | None = None
+    """Where a MOVED file was in HEAD."""
+
+
+class DiffQuery(Lenient):
+    path: str | None = Field(default=None, min_length=1, max_length=4096)
+    """One file; without it the whole unified diff comes back as text/plain."""
+
+
+class GitDiff(BaseModel):
+    path: str
+    original: str | None
+    """The file in HEAD (null: not in HEAD)."""
+    modified: str | None
+    """The file in the working tree (null: deleted)."""
+
+
+class RunCommand(Lenient):
+    """POST .../commands: a shell command in the workspace, outside the agent's terminal."""
+
+    command: str = Field(min_length=1, max_length=100_000)
+    cwd: str | None = Field(default=None, min_length=1, max_length=4096)
+    """Relative to the working directory (or absolute inside it)."""
+    timeout: float = Field(default=60, gt=0, le=600)
+    """Seconds; then the command's whole process group is killed."""
+    env: dict[str, str] = Field(default_factory=dict, max_length=100)
+
+    @field_validator("env")
+    @classmethod
+    def _names(cls, value: dict[str, str]) -> dict[str, str]:
+        for name, item in value.items():
+            if not ENV_NAME.match(name):
+                raise ValueError(f"{name!r} is not an environment variable name")
+            if len(item) > 65536 or "\x00" in item:
+                raise ValueError(f"the value of {name} is over 65536 characters or holds NUL")
+        return value
+
+
+class CommandResult(BaseModel):
+    exit_code: int
+    """The command's status; -N when signal N ended it (a timeout ends it with SIGKILL)."""
+    stdout: str
+    stderr: str
+    timed_out: bool
+
+
+class UpdateConversation(Lenient):
+    """PATCH /api/conversations/{id}: fields left out stay; tags given replace all tags."""
+
+    title: str | None = Field(default=None, min_length=1, max_length=200)
+    """null clears the title."""
+    tags: dict[str, str] | None = None
+
+    @field_validator("title")
+    @classmethod
+    def _title(cls, value: str | None) -> str | None:
+        if value is not None and not value.strip():
+            raise ValueError("title must not be blank")
+        return value
+
+    @field_validator("tags")
+    @classmethod
+    def _tags(cls, value: dict[str, str] | None) -> dict[str, str] | None:
+        if value is None:
+            return None
+        if len(value) > 50:
+            raise ValueError("at most 50 tags")
+        for key, item in value.items():
+            if not TAG_KEY.match(key):
+                raise ValueError(f"tag key {key!r}: 1 to 50 of a-z, 0-9, _ and -")
+            if len(item) > 256:
+                raise ValueError(f"tag {key!r}: values are at most 256 characters")
+        return value

@@ -55,8 +55,11 @@ def agent_spec(llm: ScriptedLLM, key: str, tools: list[str] | None = None, **llm
 def create(client: httpx.Client, llm: ScriptedLLM, key: str, workspace: Path,
            tools: list[str] | None = None, message: str | None = None, run: bool = False,
            **extra: Any) -> dict[str, Any]:
+    agent = agent_spec(llm, key, tools, **extra.pop("llm_extra", {}))
+    if "agent_condenser" in extra:
+        agent["condenser"] = extra.pop("agent_condenser")
     body: dict[str, Any] = {
-        "agent": agent_spec(llm, key, tools, **extra.pop("llm_extra", {})),
+        "agent": agent,
         "workspace": {"working_dir": str(workspace)},
         **extra,
     }

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 
 from agent_server.agent import llm
+from agent_server.agent.condenser import Condenser
 from agent_server.agent.confirmation import needs_confirmation
 from agent_server.agent.hooks import run_hooks
 from agent_server.agent.runtime import Runtime
@@ -40,6 +41,7 @@ from agent_server.events import (
     parse_event,
 )
 from agent_server.models import ExecutionStatus
+from agent_server.repository import prepare_workspace
 from tools.base import ToolError
 
 if TYPE_CHECKING:
@@ -64,6 +66,7 @@ class Run:
         self.conv, self.runtime, self.view = conv, runtime, view
         self.stuck = StuckDetector()
         self.stop_blocks = 0
+        self.condenser = Condenser(conv.record.agent.condenser, conv.record.agent.llm)
 
     async def __call__(self) -> None:
         conv = self.conv
@@ -75,6 +78,7 @@ class Run:
                 conv.approved = False
                 if await self.act(await pending_actions(conv, self.view)):
                     await self.finish()
+            await prepare_workspace(conv)
             await repair(conv, self.view, "The previous run ended before this call finished.")
             for _ in range(conv.record.max_iterations):
                 if conv.pause_requested:
@@ -94,11 +98,21 @@ class Run:
     async def step(self) -> None:
         """One LLM response and the tool calls it asks for."""
         conv, runtime = self.conv, self.runtime
+        tools = runtime.llm_tools()
+        if await self.condenser.needed(self.view, tools):
+            await self.condenser.condense(conv, self.view, tools)
         try:
-            reply = await llm.complete(conv.record.agent.llm, self.view.request(),
-                                       runtime.llm_tools(), on_delta=lambda t, r: _delta(conv, t, r))
+            reply = await self.complete(tools)
         except llm.LLMFailure as failure:
-            raise RunEnded(ExecutionStatus.ERROR, failure.code, failure.detail) from None
+            if failure.code != "ContextWindowExceededError":
+                raise RunEnded(ExecutionStatus.ERROR, failure.code, failure.detail) from None
+            # Too long for the model after all: condense, then try the step once more.
+            if not await self.condenser.condense(conv, self.view, tools):
+                raise RunEnded(ExecutionStatus.ERROR, failure.code, failure.detail) from None
+            try:
+                reply = await self.complete(tools)
+            except llm.LLMFailure as again:
+                raise RunEnded(ExecutionStatus.ERROR, again.code, again.detail) from None
         await _record_usage(conv, reply)
 
         thinking = [_thinking_block(b) for b in reply.thinking_blocks]
@@ -129,6 +143,11 @@ class Run:
         reason = self.stuck.reason() if conv.record.stuck_detection else None
         if reason is not None:
             raise RunEnded(ExecutionStatus.STUCK, "AgentStuck", f"The agent looks stuck: {reason}.")
+
+    async def complete(self, tools: list[dict[str, Any]]) -> llm.Completion:
+        conv = self.conv
+        return await llm.complete(conv.record.agent.llm, self.view.request(), tools,
+                                  on_delta=lambda text, reasoning: _delta(conv, text, reasoning))
 
     async def act(self, calls: list[tuple[ActionEvent, str | None]]) -> bool:
         """Run the calls in order; True when `finish` ran (later calls are not run)."""

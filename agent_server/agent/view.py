@@ -15,6 +15,8 @@ from typing import Any
 from agent_server.events import (
     ActionEvent,
     AgentErrorEvent,
+    Condensation,
+    CondensationRequest,
     Event,
     HookExecutionEvent,
     ImageContent,
@@ -27,6 +29,7 @@ from agent_server.events import (
 )
 
 ERROR_PREFIX = "[An error occurred during execution.]\n"
+SUMMARY_PREFIX = "[Summary of the earlier part of this conversation]\n"
 
 
 @dataclass
@@ -61,6 +64,8 @@ class View:
         self._response_id: str | None = None  # the assistant message tool calls join
         self.events_seen = 0
         self.last_user_message_id: str | None = None
+        #: A CondensationRequest arrived and no Condensation followed yet.
+        self.condensation_requested = False
 
     def load(self, lines: Iterable[bytes]) -> None:
         for line in lines:
@@ -80,7 +85,7 @@ class View:
             blocks = [{"type": "text", "text": event.system_prompt.text}]
             if event.dynamic_context is not None:
                 blocks.append({"type": "text", "text": event.dynamic_context.text})
-            self.messages.append({"role": "system", "content": blocks})
+            self.messages.append({"role": "system", "content": blocks, "_ids": [event.id]})
         elif isinstance(event, MessageEvent):
             self._add_message(event)
         elif isinstance(event, ObservationEvent):
@@ -89,15 +94,17 @@ class View:
             if getattr(obs, "is_error", False):
                 text = ERROR_PREFIX + text
             text += "".join("\n" + c.text for c in event.extended_content)
-            self._add_result(event.tool_call_id, event.tool_name, text)
+            self._add_result(event, text)
         elif isinstance(event, AgentErrorEvent):
-            self._add_result(event.tool_call_id, event.tool_name, f"Error: {event.error}")
+            self._add_result(event, f"Error: {event.error}")
         elif isinstance(event, HookExecutionEvent) and event.hook_event_type == "UserPromptSubmit":
             self._prompt_hook(event)
         elif isinstance(event, UserRejectObservation):
-            self._add_result(
-                event.tool_call_id, event.tool_name, f"Action rejected: {event.rejection_reason}"
-            )
+            self._add_result(event, f"Action rejected: {event.rejection_reason}")
+        elif isinstance(event, Condensation):
+            self._condense(event)
+        elif isinstance(event, CondensationRequest):
+            self.condensation_requested = True
 
     def _add_message(self, event: MessageEvent) -> None:
         msg = event.llm_message
@@ -105,17 +112,17 @@ class View:
         if event.source != "agent":  # the user's, or a hook's feedback
             self.last_user_message_id = event.id
             self.messages.append({"role": "user", "content": _blocks(content, self.vision),
-                                  "_event_id": event.id})
+                                  "_ids": [event.id]})
             return
         text = "".join(c.text for c in content if isinstance(c, TextContent))
-        out: dict[str, Any] = {"role": "assistant", "content": text}
+        out: dict[str, Any] = {"role": "assistant", "content": text, "_ids": [event.id]}
         self._reasoning(out, msg.reasoning_content, msg.thinking_blocks)
         self.messages.append(out)
 
     def _prompt_hook(self, event: HookExecutionEvent) -> None:
         """A blocked user message leaves the model's view; added context joins it."""
         for i in range(len(self.messages) - 1, -1, -1):
-            if self.messages[i].get("_event_id") == event.message_id:
+            if self.messages[i]["_ids"] == [event.message_id]:
                 if event.blocked:
                     del self.messages[i]
                 elif event.additional_context:
@@ -131,9 +138,11 @@ class View:
         }
         if self._response_id == event.llm_response_id and self.messages:
             self.messages[-1]["tool_calls"].append(call)
+            self.messages[-1]["_ids"].append(event.id)
         else:
             text = "".join(c.text for c in event.thought)
-            out: dict[str, Any] = {"role": "assistant", "content": text or None, "tool_calls": [call]}
+            out: dict[str, Any] = {"role": "assistant", "content": text or None,
+                                   "tool_calls": [call], "_ids": [event.id]}
             self._reasoning(out, event.reasoning_content, event.thinking_blocks)
             self.messages.append(out)
             self._response_id = event.llm_response_id
@@ -147,10 +156,13 @@ class View:
         if blocks:
             out["thinking_blocks"] = [b.model_dump(exclude_none=True) for b in blocks]
 
-    def _add_result(self, tool_call_id: str, tool_name: str, text: str) -> None:
+    def _add_result(self, event: ObservationEvent | AgentErrorEvent | UserRejectObservation,
+                    text: str) -> None:
+        tool_call_id = event.tool_call_id
         if self.pending.pop(tool_call_id, None) is None:
             return  # a result for a call the model never saw: nothing to answer
-        message = {"role": "tool", "tool_call_id": tool_call_id, "name": tool_name, "content": text}
+        message = {"role": "tool", "tool_call_id": tool_call_id, "name": event.tool_name,
+                   "content": text, "_ids": [event.id]}
         # A result goes right after its call's assistant message and the results already
         # there, even when a user message arrived meanwhile: providers insist on that order.
         at = len(self.messages)
@@ -163,10 +175,22 @@ class View:
                 break
         self.messages.insert(at, message)
 
+    def _condense(self, event: Condensation) -> None:
+        """Forget the listed events; the summary takes their place at summary_offset."""
+        forgotten = set(event.forgotten_event_ids)
+        kept = [m for m in self.messages if not forgotten.issuperset(m["_ids"])]
+        if event.summary is not None:
+            at = min(event.summary_offset if event.summary_offset is not None else len(kept),
+                     len(kept))
+            kept.insert(at, {"role": "user", "_ids": [event.id], "content": [
+                {"type": "text", "text": SUMMARY_PREFIX + event.summary}]})
+        self.messages = kept
+        self.condensation_requested = False
+
     def request(self) -> list[dict[str, Any]]:
-        """The messages of the next LLM request (copies without our bookkeeping keys)."""
-        return [{k: v for k, v in m.items() if k != "_event_id"} if "_event_id" in m else m
-                for m in self.messages]
+        """The messages of the next LLM request (copies without our bookkeeping key)."""
+        return [{k: v for k, v in m.items() if k != "_ids"} for m in self.messages]
 
     def size(self) -> int:
-        return len(json.dumps(self.messages))
+        """Characters of the next request's messages (a cheap measure of its tokens)."""
+        return len(json.dumps(self.request()))

@@ -22,6 +22,7 @@ from agent_server.models import (
     secret_values,
 )
 from agent_server.errors import invalid
+from agent_server.events import CondensationRequest
 from agent_server.secrets import check_secrets
 
 
@@ -131,3 +132,10 @@ async def respond_to_confirmation(request: Request) -> Response:
 async def hooks(request: Request) -> Response:
     config = conversation(request).record.hook_config
     return reply(config if config is not None else HookConfig())
+
+
+@doc(summary="Ask for a condensation of the history: the next step condenses",
+     response=Success, errors=(404,))
+async def condense(request: Request) -> Response:
+    await conversation(request).append(CondensationRequest())
+    return reply(Success())

@@ -10,6 +10,7 @@ from starlette.responses import JSONResponse, Response
 
 from agent_server import __version__
 from agent_server.api.io import doc, reply
+from agent_server.models import WebhookTotals
 
 
 class Status(BaseModel):
@@ -24,6 +25,10 @@ class ServerInfo(BaseModel):
     usable_tools: list[str]
     conversations: int
     running: int
+    websockets: int = 0
+    """Sockets subscribed to conversations' events."""
+    webhook: WebhookTotals | None = None
+    """The webhook push over all conversations (null when no webhook is configured)."""
 
 
 @doc(summary="Alive (no key needed)", response=Status)
@@ -53,6 +58,8 @@ async def server_info(request: Request) -> Response:
         usable_tools=sorted(tools.TOOL_SETS),
         conversations=len(convs),
         running=sum(1 for c in convs if c.running),
+        websockets=state.delivery.pubsub.count(),
+        webhook=state.delivery.totals(),
     ))
 
 

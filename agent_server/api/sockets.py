@@ -1,0 +1,250 @@
+"""/sockets/events/{conversation_id}: a conversation's events, live, over a websocket.
+
+Authentication, in order of preference: the `X-Session-API-Key` header; a first frame
+`{"type": "auth", "session_api_key": "..."}` within a few seconds (browsers cannot set
+headers); the `session_api_key` query parameter (least safe: URLs end up in logs and
+histories). A wrong or missing key closes with 4001, an unknown conversation with 4004.
+
+Each frame is one event, exactly as events search returns it. `after_id` replays every stored
+event after that id, `resend_all=true` every stored event, then live ones follow with no gap
+and no duplicate: the subscription is taken first, the replay read from the log, and what
+arrived meanwhile is skipped up to the last id sent. Transient frames (streaming deltas, errors
+about this client's own frames) carry no id; resume from the last frame that has one.
+
+A client frame `{"role": "user", "content": [...], "run": bool}` is a user message; anything
+else is answered with a ServerErrorEvent frame (not stored) and the socket stays open. A
+client that falls behind its bounded queue is closed with 1013 and resumes with `after_id`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import re
+from datetime import datetime, timezone
+from typing import Any
+from uuid import UUID
+
+from pydantic import ValidationError
+from starlette.websockets import WebSocket
+
+from agent_server.auth import HEADER, KeyRing
+from agent_server.conversations import Conversation, ConversationService
+from agent_server.delivery import (
+    Delivery,
+    Frame,
+    Subscription,
+    SubscriptionEnded,
+    SubscriptionState,
+    TooManySubscribers,
+)
+from agent_server.events import ServerErrorEvent, format_timestamp
+from agent_server.log import EventLog
+from agent_server.models import SendMessage
+
+logger = logging.getLogger(__name__)
+
+CLOSE_UNAUTHORIZED = 4001
+CLOSE_NOT_FOUND = 4004
+CLOSE_TRY_AGAIN = 1013
+CLOSE_POLICY = 1008
+CLOSE_RESTART = 1012
+QUERY_KEY = "session_api_key"
+_EVENT_ID = re.compile(r"^[0-9A-HJKMNP-TV-Z]{26}$")
+_REPLAY_EVENTS = 256
+_REPLAY_BYTES = 1024 * 1024
+_WATCH_SECONDS = 5.0
+_CLOSE_SECONDS = 30.0
+
+
+async def events_socket(websocket: WebSocket) -> None:
+    state = websocket.app.state
+    delivery: Delivery = state.delivery
+    await websocket.accept()
+    if not await _authenticate(websocket, state.keys, delivery.settings.ws_auth_timeout):
+        await _close(websocket, CLOSE_UNAUTHORIZED, "missing or wrong session key")
+        return
+    conv = _conversation(websocket, state.conversations)
+    if conv is None:
+        await _close(websocket, CLOSE_NOT_FOUND, "conversation not found")
+        return
+    try:
+        start = _start(websocket)
+    except ValueError as exc:
+        await _close(websocket, CLOSE_POLICY, str(exc))
+        return
+    log = await conv.log()
+    try:
+        sub = delivery.pubsub.subscribe(conv.id)
+    except TooManySubscribers as exc:
+        await _close(websocket, CLOSE_TRY_AGAIN, f"at most {exc.limit} subscribers")
+        return
+    # No await between subscribing and this snapshot: every event below `end` was published
+    # before the subscription, every later one is in its queue.
+    end = len(log)
+    session = _Session(websocket, conv, log, sub, state.conversations)
+    try:
+        await session.run(start, end)
+    finally:
+        sub.close()
+
+
+async def _authenticate(websocket: WebSocket, keys: KeyRing, timeout: float) -> bool:
+    header = websocket.headers.get(HEADER)
+    if header is not None:
+        return keys.accepts(header)
+    query = websocket.query_params.get(QUERY_KEY)
+    if query is not None:
+        return keys.accepts(query)
+    try:
+        message = await asyncio.wait_for(websocket.receive(), timeout)
+    except TimeoutError:
+        return False
+    if message["type"] != "websocket.receive" or message.get("text") is None:
+        return False
+    try:
+        data = json.loads(message["text"])
+    except ValueError:
+        return False
+    if not isinstance(data, dict) or data.get("type") != "auth":
+        return False
+    key = data.get("session_api_key")
+    return isinstance(key, str) and keys.accepts(key)
+
+
+def _conversation(websocket: WebSocket, service: ConversationService) -> Conversation | None:
+    try:
+        return service.get(UUID(websocket.path_params["conversation_id"]))
+    except ValueError:
+        return None
+
+
+def _start(websocket: WebSocket) -> str | None:
+    """Where the replay starts: "" for the beginning, an id to follow, None for live only."""
+    params = websocket.query_params
+    resend = params.get("resend_all", "false").strip().lower()
+    if resend not in ("true", "1", "false", "0", ""):
+        raise ValueError("resend_all must be true or false")
+    after = params.get("after_id")
+    if after:
+        if not _EVENT_ID.match(after):
+            raise ValueError("after_id must be an event id")
+        return after
+    return "" if resend in ("true", "1") else None
+
+
+async def _close(websocket: WebSocket, code: int, reason: str) -> None:
+    # A peer that does not read cannot take the close frame either: do not wait for ever.
+    with contextlib.suppress(Exception):
+        await asyncio.wait_for(websocket.close(code, reason[:120]), _CLOSE_SECONDS)
+
+
+class _Session:
+    """One socket after the handshake: a sender task, a reader task, and why they ended."""
+
+    def __init__(self, websocket: WebSocket, conv: Conversation, log: EventLog,
+                 sub: Subscription, service: ConversationService) -> None:
+        self.websocket = websocket
+        self.conv = conv
+        self.log = log
+        self.sub = sub
+        self.service = service
+        self.last_sent: str | None = None
+
+    async def run(self, start: str | None, end: int) -> None:
+        sender = asyncio.create_task(self._send(start, end))
+        reader = asyncio.create_task(self._read())
+        overflow = asyncio.create_task(self.sub.ended.wait())
+        deleted = asyncio.create_task(self._watch())
+        tasks = {sender, reader, overflow, deleted}
+        try:
+            await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+        if self.service.get(self.conv.record.id) is not self.conv:
+            await _close(self.websocket, CLOSE_NOT_FOUND, "conversation deleted")
+        elif self.sub.state is SubscriptionState.OVERFLOWED:
+            hint = f"; resume with after_id={self.last_sent}" if self.last_sent else ""
+            await _close(self.websocket, CLOSE_TRY_AGAIN, "fell behind" + hint)
+        elif self.sub.state is SubscriptionState.CLOSED:
+            await _close(self.websocket, CLOSE_RESTART, "server shutting down")
+
+    async def _send(self, start: str | None, end: int) -> None:
+        ws, log = self.websocket, self.log
+        if start is not None:
+            position = log.position_after(start) if start else 0
+            while position < end:
+                if self.service.get(self.conv.record.id) is not self.conv:
+                    return  # deleted: its log is closed (the watcher closes the socket)
+                lines = log.lines_after(position, min(_REPLAY_EVENTS, end - position),
+                                        _REPLAY_BYTES)
+                for line in lines:
+                    await ws.send_text(line.decode())
+                    self.last_sent = log.id_at(position)
+                    position += 1
+        try:
+            while True:
+                frame = await self.sub.get()
+                if frame.event_id is not None:
+                    if self.last_sent is not None and frame.event_id <= self.last_sent:
+                        continue  # already sent by the replay
+                    await ws.send_text(frame.text)
+                    self.last_sent = frame.event_id
+                else:
+                    await ws.send_text(frame.text)
+        except SubscriptionEnded:
+            return
+
+    async def _read(self) -> None:
+        while True:
+            message = await self.websocket.receive()
+            if message["type"] == "websocket.disconnect":
+                return
+            text = message.get("text")
+            if text is None:
+                self._error("InvalidFrame", "binary frames are not accepted; send JSON text")
+                continue
+            await self._on_text(text)
+
+    async def _on_text(self, text: str) -> None:
+        try:
+            data: Any = json.loads(text)
+        except ValueError as exc:
+            self._error("InvalidFrame", f"not JSON: {exc}")
+            return
+        if isinstance(data, dict) and data.get("type") == "auth":
+            return  # already authenticated
+        if not isinstance(data, dict) or data.get("role") != "user":
+            self._error("InvalidFrame",
+                        'expected a user message {"role": "user", "content": [...], "run": false}')
+            return
+        try:
+            message = SendMessage.model_validate(data)
+        except ValidationError as exc:
+            detail = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'message'}: {e['msg']}"
+                               for e in exc.errors(include_url=False))
+            self._error("InvalidFrame", detail[:2000])
+            return
+        try:
+            # Shielded: a socket closing mid-way must not cut a message half sent.
+            await asyncio.shield(self.conv.send_message(message))
+        except Exception as exc:
+            detail = getattr(exc, "detail", None) or str(exc) or type(exc).__name__
+            self._error(type(exc).__name__, str(detail)[:2000])
+
+    def _error(self, code: str, detail: str) -> None:
+        event = ServerErrorEvent(source="environment", code=code, detail=detail,
+                                 timestamp=format_timestamp(datetime.now(timezone.utc)))
+        self.sub.put(Frame.transient(event))
+
+    async def _watch(self) -> None:
+        """Returns once the conversation is deleted (its socket then closes with 4004)."""
+        while self.service.get(self.conv.record.id) is self.conv:
+            await asyncio.sleep(_WATCH_SECONDS)
+
+
+__all__ = ["CLOSE_NOT_FOUND", "CLOSE_TRY_AGAIN", "CLOSE_UNAUTHORIZED", "events_socket"]

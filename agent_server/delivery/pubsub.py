@@ -1,0 +1,192 @@
+"""PubSub: fan-out of each conversation's events to bounded per-subscriber queues.
+
+Publishing is synchronous and never waits for anyone: it runs inside the log's writer (after
+each durable write) and inside the agent loop (streaming deltas). A subscriber whose queue
+passes its limits is cut off on the spot; its socket closes with 1013 and the client resumes
+with `after_id`, so neither the agent, the log nor the other subscribers ever wait for it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from agent_server.events import Event
+
+
+@dataclass(frozen=True, slots=True)
+class Frame:
+    """One event as a subscriber receives it: the JSON text exactly as events search returns it."""
+
+    event_id: str | None
+    """The stored event's id; None for what is not in the log (deltas, errors to one client)."""
+    text: str
+    size: int
+
+    @classmethod
+    def stored(cls, event_id: str, line: bytes) -> Frame:
+        """A stored line (its trailing newline, if any, is not part of the event)."""
+        if line.endswith(b"\n"):
+            line = line[:-1]
+        return cls(event_id, line.decode(), len(line))
+
+    @classmethod
+    def transient(cls, event: Event) -> Frame:
+        text = event.model_dump_json()
+        return cls(None, text, len(text))
+
+
+class SubscriptionState(enum.Enum):
+    OPEN = "open"
+    OVERFLOWED = "overflowed"
+    CLOSED = "closed"
+
+
+class TooManySubscribers(Exception):
+    """The conversation already has as many subscribers as allowed."""
+
+    def __init__(self, conversation_id: str, limit: int) -> None:
+        super().__init__(f"conversation {conversation_id} already has {limit} subscribers")
+        self.conversation_id = conversation_id
+        self.limit = limit
+
+
+class SubscriptionEnded(Exception):
+    """`get` on a subscription that overflowed or was closed."""
+
+    def __init__(self, state: SubscriptionState) -> None:
+        super().__init__(f"subscription is {state.value}")
+        self.state = state
+
+
+class Subscription:
+    """One subscriber's queue, bounded in events and bytes."""
+
+    def __init__(self, pubsub: PubSub, conversation_id: str, max_events: int, max_bytes: int) -> None:
+        self.conversation_id = conversation_id
+        self.max_events = max_events
+        self.max_bytes = max_bytes
+        self.state = SubscriptionState.OPEN
+        #: Set once the subscription overflowed or was closed.
+        self.ended = asyncio.Event()
+        self._pubsub = pubsub
+        self._queue: deque[Frame] = deque()
+        self._bytes = 0
+        self._ready = asyncio.Event()
+
+    def __len__(self) -> int:
+        return len(self._queue)
+
+    @property
+    def queued_bytes(self) -> int:
+        return self._bytes
+
+    def offer(self, frame: Frame) -> bool:
+        """Queue a published frame; past the limits the subscription overflows (False)."""
+        if self.state is not SubscriptionState.OPEN:
+            return False
+        if self._queue and (
+            len(self._queue) >= self.max_events or self._bytes + frame.size > self.max_bytes
+        ):
+            self._end(SubscriptionState.OVERFLOWED)
+            return False
+        self._push(frame)
+        return True
+
+    def put(self, frame: Frame) -> None:
+        """Queue a frame for this subscriber alone (an error about its own input): no limit."""
+        if self.state is SubscriptionState.OPEN:
+            self._push(frame)
+
+    def _push(self, frame: Frame) -> None:
+        self._queue.append(frame)
+        self._bytes += frame.size
+        self._ready.set()
+
+    async def get(self) -> Frame:
+        """The next frame, waiting for one; SubscriptionEnded once overflowed or closed."""
+        while not self._queue:
+            if self.state is not SubscriptionState.OPEN:
+                raise SubscriptionEnded(self.state)
+            self._ready.clear()
+            await self._ready.wait()
+        if self.state is not SubscriptionState.OPEN:
+            raise SubscriptionEnded(self.state)
+        frame = self._queue.popleft()
+        self._bytes -= frame.size
+        return frame
+
+    def close(self) -> None:
+        if self.state is SubscriptionState.OPEN:
+            self._end(SubscriptionState.CLOSED)
+
+    def _end(self, state: SubscriptionState) -> None:
+        self.state = state
+        self._queue.clear()  # nobody will read it: free the memory now
+        self._bytes = 0
+        self._pubsub._remove(self)
+        self.ended.set()
+        self._ready.set()
+
+
+class PubSub:
+    """Subscribers by conversation id; `publish` fans a write out to all of them."""
+
+    def __init__(self, max_subscribers: int = 100, max_events: int = 4096,
+                 max_bytes: int = 8 * 1024 * 1024) -> None:
+        self.max_subscribers = max_subscribers
+        self.max_events = max_events
+        self.max_bytes = max_bytes
+        self._subs: dict[str, list[Subscription]] = {}
+        #: Subscribers cut off because they fell behind, since start.
+        self.overflows = 0
+
+    def subscribe(self, conversation_id: str) -> Subscription:
+        subs = self._subs.setdefault(conversation_id, [])
+        if len(subs) >= self.max_subscribers:
+            raise TooManySubscribers(conversation_id, self.max_subscribers)
+        sub = Subscription(self, conversation_id, self.max_events, self.max_bytes)
+        subs.append(sub)
+        return sub
+
+    def has_subscribers(self, conversation_id: str) -> bool:
+        return bool(self._subs.get(conversation_id))
+
+    def count(self, conversation_id: str | None = None) -> int:
+        if conversation_id is not None:
+            return len(self._subs.get(conversation_id, ()))
+        return sum(len(subs) for subs in self._subs.values())
+
+    def publish(self, conversation_id: str, frames: Sequence[Frame]) -> None:
+        """Queue `frames` for every subscriber of the conversation; never waits."""
+        for sub in list(self._subs.get(conversation_id, ())):
+            for frame in frames:
+                if not sub.offer(frame):
+                    if sub.state is SubscriptionState.OVERFLOWED:
+                        self.overflows += 1
+                    break
+
+    def close_all(self) -> None:
+        for subs in list(self._subs.values()):
+            for sub in list(subs):
+                sub.close()
+
+    def _remove(self, sub: Subscription) -> None:
+        subs = self._subs.get(sub.conversation_id)
+        if subs is not None and sub in subs:
+            subs.remove(sub)
+            if not subs:
+                del self._subs[sub.conversation_id]
+
+
+__all__ = [
+    "Frame",
+    "PubSub",
+    "Subscription",
+    "SubscriptionEnded",
+    "SubscriptionState",
+    "TooManySubscribers",
+]

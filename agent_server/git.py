@@ -1,0 +1,229 @@
+"""Git in a workspace: the repositories in it, their changes against HEAD, and diffs.
+
+Read-only: nothing here changes a repository (GIT_OPTIONAL_LOCKS=0 keeps even a status from
+rewriting the index). The working directory is the ceiling: a repository above it is not the
+workspace's, and one in a subdirectory (a clone beside other files) is found by a short walk.
+Git runs as a subprocess with a timeout, never in the event loop's thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from agent_server.models import GitChange, GitDiff, GitStatus
+from agent_server.workspace import (
+    NotAFile,
+    NotFound,
+    TooLarge,
+    child_env,
+    read_capped,
+    resolve,
+    run_process,
+    stream_process,
+)
+
+#: The tree of no files: the base of a repository without a first commit.
+EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
+#: How deep below the working directory repositories are looked for, and how widely.
+MAX_DEPTH = 3
+MAX_DIRECTORIES = 5_000
+SKIPPED = frozenset({".git", "node_modules", ".venv", "venv", "__pycache__", ".tox", ".cache"})
+#: A repository's own settings must not run programs when we only look (fsmonitor, diff drivers).
+GIT = ["git", "-c", "core.fsmonitor=false", "-c", "core.quotepath=off", "-c", "safe.directory=*",
+       "-c", "color.ui=false"]
+TIMEOUT = 60.0
+#: Untracked files shown in the whole diff (each is one `git diff --no-index`).
+MAX_UNTRACKED_DIFFS = 1_000
+#: Listings (name-status, ls-files) beyond this are refused rather than cut.
+MAX_LISTING_BYTES = 64 * 1024 * 1024
+STATUS: dict[str, GitStatus] = {"A": "ADDED", "C": "ADDED", "M": "UPDATED", "T": "UPDATED",
+                                "U": "UPDATED", "D": "DELETED", "R": "MOVED"}
+
+
+class GitFailed(Exception):
+    def __init__(self, command: list[str], code: int, stderr: str) -> None:
+        super().__init__(f"git {' '.join(command)} exited with {code}: {stderr.strip()[-500:]}")
+        self.command, self.code, self.stderr = command, code, stderr
+
+
+class NotInRepository(NotFound):
+    """The path is in no Git repository of the working directory."""
+
+
+@dataclass(frozen=True)
+class Repository:
+    path: Path
+    """Its work tree (a real path)."""
+    prefix: str
+    """Where it is, relative to the working directory ("" for the working directory itself)."""
+
+    def shown(self, rel: str) -> str:
+        return f"{self.prefix}/{rel}" if self.prefix else rel
+
+
+def find_repositories(root: Path) -> list[Repository]:
+    """Repositories at or below root (blocking). A repository's own subdirectories are its
+    business: nested repositories and submodules are not looked for."""
+    base = Path(os.path.realpath(root))
+    found: list[Repository] = []
+    queue = [(base, 0)]
+    seen = 0
+    while queue and seen < MAX_DIRECTORIES:
+        directory, depth = queue.pop(0)
+        seen += 1
+        if os.path.lexists(directory / ".git"):
+            rel = directory.relative_to(base).as_posix()
+            found.append(Repository(directory, "" if rel == "." else rel))
+            continue
+        if depth >= MAX_DEPTH:
+            continue
+        try:
+            with os.scandir(directory) as entries:
+                subdirs = sorted(e.name for e in entries
+                                 if e.is_dir(follow_symlinks=False) and e.name not in SKIPPED)
+        except OSError:
+            continue
+        queue.extend((directory / name, depth + 1) for name in subdirs)
+    return found
+
+
+def _env(root: Path) -> dict[str, str]:
+    env = {k: v for k, v in child_env().items() if not k.startswith("GIT_")}
+    env.update({"GIT_OPTIONAL_LOCKS": "0", "GIT_TERMINAL_PROMPT": "0", "GIT_PAGER": "cat",
+                "LC_ALL": "C", "GIT_CEILING_DIRECTORIES": str(Path(os.path.realpath(root)).parent)})
+    return env
+
+
+async def _git(repo: Repository, *args: str, keep: int = MAX_LISTING_BYTES,
+               ok: tuple[int, ...] = (0,)) -> bytes:
+    done = await run_process([*GIT, *args], repo.path, _env(repo.path), TIMEOUT, keep=keep + 1)
+    if done.timed_out or done.exit_code not in ok:
+        raise GitFailed(list(args), done.exit_code,
+                        done.stderr.head.decode(errors="replace") or "timed out")
+    if done.stdout.total > keep:
+        raise TooLarge(f"git {args[0]} printed over {keep} bytes", keep)
+    return done.stdout.head
+
+
+async def _base(repo: Repository) -> str:
+    """HEAD, or the empty tree before the first commit."""
+    try:
+        await _git(repo, "rev-parse", "--verify", "--quiet", "HEAD^{commit}")
+        return "HEAD"
+    except GitFailed:
+        return EMPTY_TREE
+
+
+@dataclass(frozen=True)
+class Change:
+    status: GitStatus
+    path: str
+    old_path: str | None = None
+
+
+async def repository_changes(repo: Repository) -> list[Change]:
+    """The work tree against HEAD, renames found, untracked files as ADDED (repo-relative)."""
+    _, tracked, untracked = await _state(repo)
+    return tracked + [Change("ADDED", p) for p in untracked]
+
+
+async def _state(repo: Repository) -> tuple[str, list[Change], list[str]]:
+    """The base (HEAD or the empty tree), the tracked changes, the untracked files."""
+    base = await _base(repo)
+    listing, untracked = await asyncio.gather(
+        _git(repo, "diff", "--name-status", "-z", "-M", "--no-ext-diff", "--no-textconv", base,
+             "--"),
+        _git(repo, "ls-files", "--others", "--exclude-standard", "-z"),
+    )
+    out: list[Change] = []
+    fields = listing.decode(errors="surrogateescape").split("\0")
+    i = 0
+    while i < len(fields) and fields[i]:
+        code = fields[i][0]
+        if code in "RC":
+            out.append(Change(STATUS[code], fields[i + 2],
+                              fields[i + 1] if code == "R" else None))
+            i += 3
+        else:
+            out.append(Change(STATUS.get(code, "UPDATED"), fields[i + 1]))
+            i += 2
+    return base, out, [p for p in untracked.decode(errors="surrogateescape").split("\0") if p]
+
+
+def _text(path: str) -> str:
+    """A path as JSON can carry it (a name that is not UTF-8 gets replacement characters)."""
+    return path.encode(errors="surrogateescape").decode(errors="replace")
+
+
+async def changes(root: Path) -> tuple[list[GitChange], list[Repository]]:
+    """Every repository's changes, paths relative to the working directory."""
+    repos = await asyncio.to_thread(find_repositories, root)
+    found = await asyncio.gather(*(repository_changes(r) for r in repos))
+    items = [
+        GitChange(path=_text(repo.shown(c.path)), status=c.status,
+                  old_path=None if c.old_path is None else _text(repo.shown(c.old_path)))
+        for repo, repo_changes in zip(repos, found) for c in repo_changes
+    ]
+    items.sort(key=lambda c: c.path)
+    return items, repos
+
+
+def _holding(repos: list[Repository], target: Path) -> Repository | None:
+    holders = [r for r in repos if target == r.path or r.path in target.parents]
+    return max(holders, key=lambda r: len(r.path.parts), default=None)
+
+
+async def file_diff(root: Path, raw: str, max_bytes: int) -> GitDiff:
+    """One file in HEAD and in the work tree (a MOVED file's original is its old path's)."""
+    target = resolve(root, raw)
+    repos = await asyncio.to_thread(find_repositories, root)
+    repo = _holding(repos, target)
+    if repo is None:
+        raise NotInRepository(f"{raw!r} is in no Git repository of the working directory")
+    rel = target.relative_to(repo.path).as_posix()
+    if rel == "." or rel == ".git" or rel.startswith(".git/"):
+        raise NotAFile(f"{raw!r} is not a file of the repository")
+    if await asyncio.to_thread(target.is_dir):
+        raise NotAFile(f"{raw!r} is a directory")
+    moved = [c for c in await repository_changes(repo) if c.status == "MOVED" and c.path == rel]
+    old = moved[0].old_path if moved and moved[0].old_path else rel
+    original: bytes | None = None
+    if await _base(repo) == "HEAD":
+        try:
+            original = await _git(repo, "cat-file", "blob", f"HEAD:{old}", keep=max_bytes)
+        except GitFailed:
+            original = None
+    modified = await asyncio.to_thread(read_capped, target, max_bytes)
+    if original is None and modified is None:
+        raise NotFound(f"{raw!r} is neither in HEAD nor in the work tree")
+    return GitDiff(path=_text(repo.shown(rel)),
+                   original=None if original is None else original.decode(errors="replace"),
+                   modified=None if modified is None else modified.decode(errors="replace"))
+
+
+async def unified_diff(repos: list[Repository], max_bytes: int) -> AsyncIterator[bytes]:
+    """The whole diff of every repository against HEAD, untracked files as new ones; cut (with
+    a note) past max_bytes."""
+    sent = 0
+    for repo in repos:
+        prefixes = [f"--src-prefix=a/{repo.shown('')}", f"--dst-prefix=b/{repo.shown('')}"]
+        common = ["--no-ext-diff", "--no-textconv", "--no-color", *prefixes]
+        base, _, untracked = await _state(repo)
+        commands = [[*GIT, "diff", *common, "-M", base, "--"]]
+        commands += [[*GIT, "diff", "--no-index", *common, "--", "/dev/null", path]
+                     for path in untracked[:MAX_UNTRACKED_DIFFS]]
+        for argv in commands:
+            async for chunk in stream_process(argv, repo.path, _env(repo.path), TIMEOUT):
+                if sent + len(chunk) > max_bytes:
+                    yield chunk[: max_bytes - sent]
+                    yield f"\n[diff truncated at {max_bytes} bytes]\n".encode()
+                    return
+                sent += len(chunk)
+                yield chunk
+        if len(untracked) > MAX_UNTRACKED_DIFFS:
+            yield (f"[{len(untracked) - MAX_UNTRACKED_DIFFS} more untracked files in "
+                   f"{repo.shown('') or '.'} not shown]\n").encode()

@@ -1,0 +1,132 @@
+"""The conversation's repository (SPEC 2.5): cloned into the working directory before the
+agent's first step, once.
+
+The credential (a secret named by `credential_secret`) reaches Git only through GIT_ASKPASS:
+a helper script that prints an environment variable of the git process. It is never on a
+command line, in `.git/config` (which keeps the URL as given), in an event or in a log.
+Stored credential helpers are switched off for the clone, so none of them saves it either.
+
+A failed clone ends the run in `error` with a ConversationErrorEvent (code
+RepositoryCloneFailed, secrets masked) rather than letting the agent work in an empty
+directory; the conversation stays usable, and the next run tries the clone again (after, say,
+POST .../secrets supplied the missing credential).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from agent_server.models import ExecutionStatus, RepositorySpec
+from agent_server.secrets import MASK
+from agent_server.workspace import child_env, run_process
+
+if TYPE_CHECKING:
+    from agent_server.conversations import Conversation
+
+CLONE_TIMEOUT = 600.0
+#: The user name sent with a token; GitHub and GitLab accept a token with any user name
+#: (a user name in the URL takes precedence).
+TOKEN_USER = "x-access-token"
+PASSWORD_VARIABLE = "AGENT_SERVER_GIT_PASSWORD"
+USER_VARIABLE = "AGENT_SERVER_GIT_USERNAME"
+#: Git calls it with the prompt ("Username for ...", "Password for ...") as its argument.
+ASKPASS = f"""#!/bin/sh
+case "$1" in
+  Username*) printf '%s\\n' "${USER_VARIABLE}" ;;
+  *) printf '%s\\n' "${PASSWORD_VARIABLE}" ;;
+esac
+"""
+
+
+class CloneFailed(Exception):
+    """Why the repository could not be cloned (the detail may still hold secrets: mask it)."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(detail)
+        self.detail = detail
+
+
+async def prepare_workspace(conv: Conversation) -> None:
+    """Clone the conversation's repository unless that was done; raises RunEnded on failure."""
+    spec = conv.record.repository
+    if spec is None or conv.record.repository_status == "cloned":
+        return
+    try:
+        await clone(conv, spec)
+    except CloneFailed as failure:
+        conv.record.repository_status = "failed"
+        await conv.save()
+        # Imported here: the loop imports this module.
+        from agent_server.agent.loop import RunEnded
+
+        raise RunEnded(ExecutionStatus.ERROR, "RepositoryCloneFailed",
+                       conv.masker.text(failure.detail)[:2000]) from None
+    conv.record.repository_status = "cloned"
+    await conv.save()
+
+
+async def clone(conv: Conversation, spec: RepositorySpec) -> None:
+    """A shallow clone of spec into the (empty) working directory."""
+    from agent_server.agent.runtime import git_env  # the agent package imports the loop
+
+    target = conv.working_dir
+    if conv.masker.text(spec.url) != spec.url:
+        raise CloneFailed("the repository url holds a secret value; name the secret in "
+                          "credential_secret instead, so it stays out of .git/config")
+    if await _already_cloned(target, spec.url):
+        return
+    try:
+        entries = await asyncio.to_thread(os.listdir, target)
+    except OSError as exc:
+        raise CloneFailed(f"the working directory {target} cannot be read: {exc.strerror}") from None
+    if entries:
+        raise CloneFailed(f"the working directory {target} is not empty ({len(entries)} "
+                          "entries); a repository is cloned into an empty one")
+    settings = conv.service.settings()
+    author = git_env(settings.git_user_name, settings.git_user_email)
+    argv = ["git", "-c", "credential.helper=", "clone", "--depth", "1", "--single-branch",
+            "--config", f"user.name={author['GIT_AUTHOR_NAME']}",
+            "--config", f"user.email={author['GIT_AUTHOR_EMAIL']}"]
+    if spec.branch:
+        argv += ["--branch", spec.branch]
+    argv += ["--", spec.url, str(target)]
+    env = child_env(author)
+    credential = None
+    if spec.credential_secret is not None:
+        credential = conv.secret_values.get(spec.credential_secret)
+        if credential is None:
+            raise CloneFailed(f"credential_secret {spec.credential_secret!r} is not among the "
+                              "conversation's secrets (POST .../secrets adds it)")
+    with tempfile.TemporaryDirectory(prefix="agent-server-askpass-") as helper_dir:
+        if credential is not None:
+            helper = Path(helper_dir) / "askpass"
+            await asyncio.to_thread(_write_helper, helper)
+            env.update({"GIT_ASKPASS": str(helper), USER_VARIABLE: TOKEN_USER,
+                        PASSWORD_VARIABLE: credential})
+        done = await run_process(argv, target.parent, env, CLONE_TIMEOUT)
+    if done.timed_out or done.exit_code != 0:
+        why = "timed out" if done.timed_out else f"exited with {done.exit_code}"
+        message = done.stderr.head.decode(errors="replace").strip()
+        if credential:
+            message = message.replace(credential, MASK)
+        branch = f" (branch {spec.branch})" if spec.branch else ""
+        raise CloneFailed(f"git clone of {spec.url}{branch} {why}: {message[-1500:]}")
+
+
+def _write_helper(path: Path) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o700)
+    with os.fdopen(fd, "w") as f:
+        f.write(ASKPASS)
+
+
+async def _already_cloned(target: Path, url: str) -> bool:
+    """The working directory already holds a clone of url (a run cut short, or done by hand)."""
+    if not await asyncio.to_thread(os.path.exists, target / ".git"):
+        return False
+    done = await run_process(["git", "-c", "safe.directory=*", "config", "--get",
+                              "remote.origin.url"], target, child_env(), 30)
+    return done.exit_code == 0 and done.stdout.head.decode(errors="replace").strip() == url

@@ -1,0 +1,337 @@
+"""A conversation's workspace: paths confined to it, its files, and processes run in it.
+
+Nothing here knows HTTP: a failure is an exception naming what went wrong, and api/ maps it
+to a status. Blocking file work runs in threads; every process runs in a session of its own,
+so a timeout (or the end of the command) ends its whole process group.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import mimetypes
+import os
+import signal
+import stat
+import tempfile
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO
+
+from agent_server.secrets import Masker
+
+CHUNK = 64 * 1024
+#: Each of stdout and stderr of a command is cut beyond this many bytes.
+MAX_OUTPUT_BYTES = 100_000
+#: Server variables a child process never inherits (the session key, the server's settings).
+WITHHELD_ENV = ("SESSION_API_KEY", "AGENT_SERVER_")
+#: No pager, no prompt: nobody is at a terminal to answer.
+QUIET_ENV = {"TERM": "dumb", "PAGER": "cat", "GIT_PAGER": "cat", "GIT_TERMINAL_PROMPT": "0"}
+
+
+class WorkspaceError(Exception):
+    """Base of the failures below; `detail` is the sentence a client reads."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(detail)
+        self.detail = detail
+
+
+class OutsideWorkspace(WorkspaceError):
+    """The path leaves the working directory (`..`, another absolute path, a symlink)."""
+
+
+class NotFound(WorkspaceError):
+    """Nothing at that path."""
+
+
+class NotAFile(WorkspaceError):
+    """A directory (or a device, a socket) where a regular file was asked for."""
+
+
+class TooLarge(WorkspaceError):
+    """Over the configured size cap."""
+
+    def __init__(self, detail: str, limit: int) -> None:
+        super().__init__(detail)
+        self.limit = limit
+
+
+# -- paths -----------------------------------------------------------------------------------
+
+
+def resolve(root: Path, raw: str) -> Path:
+    """`raw` (relative to root, or absolute) as a real path that is root or inside it.
+
+    Symlinks are resolved first, so a link anywhere on the path that points out is refused
+    like `..` is; what does not exist yet resolves as written.
+    """
+    if "\x00" in raw:
+        raise OutsideWorkspace("the path holds a NUL character")
+    base = Path(os.path.realpath(root))
+    target = Path(os.path.realpath(os.path.join(base, raw)))
+    if target != base and base not in target.parents:
+        raise OutsideWorkspace(f"{raw!r} is outside the working directory {root}")
+    return target
+
+
+def relative(root: Path, path: Path) -> str:
+    """A resolved path as the API shows it: relative to the working directory."""
+    return path.relative_to(os.path.realpath(root)).as_posix()
+
+
+# -- files -----------------------------------------------------------------------------------
+
+
+@dataclass
+class OpenedFile:
+    """A regular file opened for reading; stream() closes it (and so does dropping it)."""
+
+    file: BinaryIO
+    size: int
+    path: Path
+
+    @property
+    def media_type(self) -> str:
+        return mimetypes.guess_type(self.path.name)[0] or "application/octet-stream"
+
+    async def stream(self) -> AsyncIterator[bytes]:
+        """The first `size` bytes (what was announced), in chunks; closes the file."""
+        try:
+            left = self.size
+            while left > 0:
+                chunk = await asyncio.to_thread(self.file.read, min(CHUNK, left))
+                if not chunk:
+                    return
+                left -= len(chunk)
+                yield chunk
+        finally:
+            self.file.close()
+
+
+def open_file(root: Path, raw: str, max_bytes: int) -> OpenedFile:
+    """Open a workspace file for reading (blocking: call it in a thread)."""
+    path = resolve(root, raw)
+    try:
+        # O_NONBLOCK: a FIFO must not hang the open; O_NOFOLLOW: no link swapped in since.
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except (FileNotFoundError, NotADirectoryError):
+        raise NotFound(f"no file {raw!r} in the working directory") from None
+    except PermissionError:
+        raise OutsideWorkspace(f"{raw!r} cannot be read: permission denied") from None
+    except OSError as exc:
+        raise NotAFile(f"{raw!r} cannot be opened: {exc.strerror}") from None
+    try:
+        info = os.fstat(fd)
+        if stat.S_ISDIR(info.st_mode):
+            raise NotAFile(f"{raw!r} is a directory")
+        if not stat.S_ISREG(info.st_mode):
+            raise NotAFile(f"{raw!r} is not a regular file")
+        if info.st_size > max_bytes:
+            raise TooLarge(f"{raw!r} has {info.st_size} bytes; the limit is {max_bytes}", max_bytes)
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return OpenedFile(os.fdopen(fd, "rb", buffering=0), info.st_size, path)
+
+
+def read_capped(path: Path, max_bytes: int) -> bytes | None:
+    """A regular file's bytes, None when it is missing (blocking)."""
+    try:
+        opened = open_file(path.parent, path.name, max_bytes)
+    except NotFound:
+        return None
+    with opened.file as f:
+        return f.read(opened.size)
+
+
+async def write_file(root: Path, raw: str, chunks: AsyncIterator[bytes], max_bytes: int) -> tuple[Path, int]:
+    """Write a workspace file from chunks, creating its parents; all or nothing.
+
+    The bytes go to a temporary file beside the target, renamed over it once complete, so a
+    refused (too large) or broken upload leaves the old file as it was.
+    """
+    path = await asyncio.to_thread(_prepare_write, root, raw)
+    fd, tmp = await asyncio.to_thread(tempfile.mkstemp, dir=path.parent, prefix=f".{path.name}.",
+                                      suffix=".upload")
+    size = 0
+    try:
+        async for chunk in chunks:
+            size += len(chunk)
+            if size > max_bytes:
+                raise TooLarge(f"the upload is over the limit of {max_bytes} bytes", max_bytes)
+            await asyncio.to_thread(_write_all, fd, chunk)
+        await asyncio.to_thread(_finish_write, fd, tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    return path, size
+
+
+def _prepare_write(root: Path, raw: str) -> Path:
+    path = resolve(root, raw)
+    if path == Path(os.path.realpath(root)):
+        raise NotAFile("the working directory itself is not a file")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        raise NotAFile(f"a parent of {raw!r} is a file, not a directory") from None
+    # A link created inside the workspace since resolve() would show here.
+    resolve(root, str(path.parent))
+    if path.is_dir():
+        raise NotAFile(f"{raw!r} is a directory")
+    return path
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def _finish_write(fd: int, tmp: str, path: Path) -> None:
+    try:
+        mode = stat.S_IMODE(os.stat(path).st_mode)
+    except FileNotFoundError:
+        mode = 0o644
+    os.fchmod(fd, mode)
+    os.close(fd)
+    os.replace(tmp, path)
+
+
+# -- processes -------------------------------------------------------------------------------
+
+
+def child_env(*layers: Mapping[str, str]) -> dict[str, str]:
+    """The server's environment without its own secrets, then each layer over it."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(WITHHELD_ENV)}
+    # PWD is the server's; GIT_DIR and its kin would point Git at the server's repository.
+    for name in ("PWD", "OLDPWD", "GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE",
+                 "GIT_OBJECT_DIRECTORY", "GIT_COMMON_DIR"):
+        env.pop(name, None)
+    env.update(QUIET_ENV)
+    for layer in layers:
+        env.update(layer)
+    return env
+
+
+@dataclass
+class Output:
+    """The head of one output stream and how many bytes there were in all."""
+
+    head: bytes
+    total: int
+
+
+@dataclass
+class Finished:
+    exit_code: int
+    stdout: Output
+    stderr: Output
+    timed_out: bool
+
+
+async def run_process(argv: list[str], cwd: Path, env: Mapping[str, str], timeout: float,
+                      keep: int = MAX_OUTPUT_BYTES) -> Finished:
+    """Run to completion or timeout; whatever it left behind in its process group is killed."""
+    proc = await asyncio.create_subprocess_exec(
+        *argv, cwd=cwd, env=dict(env), stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, start_new_session=True,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    readers = [asyncio.create_task(_collect(proc.stdout, keep)),
+               asyncio.create_task(_collect(proc.stderr, keep))]
+    timed_out = False
+    try:
+        try:
+            await asyncio.wait_for(proc.wait(), timeout)
+        except TimeoutError:
+            timed_out = True
+    finally:
+        # Also on cancellation: no process outlives the request that started it.
+        await _end_group(proc)
+    # A process that left the group (setsid) may still hold a pipe: do not wait for it.
+    await asyncio.wait(readers, timeout=2)
+    outputs = []
+    for task in readers:
+        if task.done():
+            outputs.append(task.result())
+        else:
+            task.cancel()
+            outputs.append(Output(b"", 0))
+    assert proc.returncode is not None
+    return Finished(proc.returncode, outputs[0], outputs[1], timed_out)
+
+
+async def stream_process(argv: list[str], cwd: Path, env: Mapping[str, str],
+                         timeout: float) -> AsyncIterator[bytes]:
+    """A process's stdout as it comes (stderr dropped), bounded by a timeout like run_process."""
+    proc = await asyncio.create_subprocess_exec(
+        *argv, cwd=cwd, env=dict(env), stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL, start_new_session=True,
+    )
+    assert proc.stdout is not None
+    deadline = asyncio.get_running_loop().time() + timeout
+    try:
+        while True:
+            # A deadline per read, not a timeout scope: this generator is suspended in between.
+            left = deadline - asyncio.get_running_loop().time()
+            try:
+                chunk = await asyncio.wait_for(proc.stdout.read(CHUNK), max(left, 0))
+            except TimeoutError:
+                return
+            if not chunk:
+                return
+            yield chunk
+    finally:
+        await _end_group(proc)
+
+
+async def _collect(stream: asyncio.StreamReader, keep: int) -> Output:
+    head = bytearray()
+    total = 0
+    while chunk := await stream.read(CHUNK):
+        total += len(chunk)
+        if len(head) < keep:
+            head += chunk[: keep - len(head)]
+    return Output(bytes(head), total)
+
+
+async def _end_group(proc: asyncio.subprocess.Process) -> None:
+    """SIGTERM the group, SIGKILL what is left a moment later (the leader too if needed)."""
+    pgid = proc.pid  # start_new_session: the leader's pid is the group's id
+    _signal_group(pgid, signal.SIGTERM)
+    try:
+        await asyncio.wait_for(asyncio.shield(proc.wait()), 1)
+    except TimeoutError:
+        pass
+    _signal_group(pgid, signal.SIGKILL)
+    await proc.wait()
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+
+
+def output_text(output: Output, limit: int, masker: Masker) -> str:
+    """Decoded, secrets masked, cut to `limit` characters with a note of what was left out.
+
+    The head kept is longer than the limit by the longest secret, so a secret that starts
+    before the cut is whole when masked: the cut can never leave a piece of one.
+    """
+    text = masker.text(output.head.decode("utf-8", errors="replace"))
+    if output.total <= limit and len(text) <= limit:
+        return text
+    return (text[:limit] + f"\n[output truncated: {output.total} bytes in all, "
+            f"the first {limit} shown]")
+
+
+def masked_keep(secrets: Mapping[str, str], limit: int = MAX_OUTPUT_BYTES) -> int:
+    """How many bytes to keep so output_text can mask before it cuts at `limit`."""
+    return limit + max((len(v.encode()) for v in secrets.values()), default=0)
