@@ -75,6 +75,8 @@ class ScriptedLLM:
         self.scripts: dict[str, deque[Reply]] = defaultdict(deque)
         self.requests: dict[str, list[dict[str, Any]]] = defaultdict(list)
         self.responder: Callable[[str, dict[str, Any]], Reply] | None = None
+        #: Per key: (monotonic time a request arrived, time its answer was ready) pairs.
+        self.timings: dict[str, list[tuple[float, float]]] = defaultdict(list)
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
         self.port = free_port()
@@ -106,9 +108,15 @@ class ScriptedLLM:
     # -- serving -------------------------------------------------------------------------
 
     async def _completions(self, request: Request) -> Response:
+        arrived = time.monotonic()
         key = request.path_params["key"]
         body = await request.json()
         reply = self._next(key, body)
+        response = await self._answer(key, body, reply)
+        self.timings[key].append((arrived, time.monotonic()))
+        return response
+
+    async def _answer(self, key: str, body: dict[str, Any], reply: Reply) -> Response:
         if reply.delay:
             await asyncio.sleep(reply.delay)
         if reply.status != 200:

@@ -1,0 +1,129 @@
+"""Agent loop figures (prints JSON): server work per step, terminal round trip, many at once.
+
+    .venv/bin/python bench/agent_loop.py [--steps 500] [--conversations 50] [--each 20]
+
+Server work per step is the time from the scripted LLM's answer to the next request it gets:
+everything the server does in between (events, fsync, the tool, litellm's request building).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from tests.support.api import wait_status  # noqa: E402
+from tests.support.llm import Reply, ScriptedLLM, call, text  # noqa: E402
+from tests.support.server import ServerProcess  # noqa: E402
+
+
+def memory_kib(pid: int) -> dict[str, int]:
+    """RSS and PSS (shared pages split between sharers) of a process and its descendants."""
+    total = {"rss": 0, "pss": 0, "processes": 0}
+    todo = [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            for line in Path(f"/proc/{p}/smaps_rollup").read_text().splitlines():
+                if line.startswith("Rss:"):
+                    total["rss"] += int(line.split()[1])
+                elif line.startswith("Pss:"):
+                    total["pss"] += int(line.split()[1])
+            total["processes"] += 1
+            for task in Path(f"/proc/{p}/task").iterdir():
+                todo += [int(c) for c in (task / "children").read_text().split()]
+        except (FileNotFoundError, ProcessLookupError, PermissionError):
+            continue
+    return total
+
+
+def echo_responder(steps: int):  # type: ignore[no-untyped-def]
+    counts: dict[str, int] = {}
+
+    def respond(key: str, body: dict[str, Any]) -> Reply:
+        n = counts[key] = counts.get(key, 0) + 1
+        if n > steps:
+            return text("done")
+        return call("terminal", command=f"echo step {n}")
+
+    return respond
+
+
+def create(client: Any, llm: ScriptedLLM, key: str, workspace: Path, iterations: int) -> str:
+    body = {"agent": {"llm": {"model": "openai/test-model", "base_url": llm.base_url(key),
+                              "api_key": "sk-bench"}, "tools": [{"name": "terminal"}],
+                      "condenser": {"enabled": False}},
+            "workspace": {"working_dir": str(workspace)}, "max_iterations": iterations,
+            "stuck_detection": False,
+            "initial_message": {"content": [{"text": "echo"}], "run": True}}
+    r = client.post("/api/conversations", json=body)
+    r.raise_for_status()
+    return r.json()["id"]
+
+
+def per_step_ms(llm: ScriptedLLM, key: str) -> list[float]:
+    t = llm.timings[key]
+    return [(t[i + 1][0] - t[i][1]) * 1000 for i in range(len(t) - 1)]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--steps", type=int, default=500)
+    parser.add_argument("--conversations", type=int, default=50)
+    parser.add_argument("--each", type=int, default=20)
+    args = parser.parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix="bench-agent-"))
+    llm = ScriptedLLM().start()
+    server = ServerProcess(tmp / "state").start()
+    out: dict[str, Any] = {}
+    with server.client(timeout=120) as client:
+        # Warm up litellm's import and the first shell.
+        llm.responder = echo_responder(2)
+        cid = create(client, llm, "warm", tmp / "ws", 10)
+        wait_status(client, cid, timeout=120)
+
+        llm.responder = echo_responder(args.steps)
+        cid = create(client, llm, "long", tmp / "ws", args.steps + 5)
+        wait_status(client, cid, timeout=600)
+        steps = per_step_ms(llm, "long")
+        out["steps"] = len(steps)
+        out["server_ms_per_step_first10_median"] = round(statistics.median(steps[:10]), 2)
+        out["server_ms_per_step_last10_median"] = round(statistics.median(steps[-10:]), 2)
+        out["server_ms_per_step_median"] = round(statistics.median(steps), 2)
+
+        obs = client.get(f"/api/conversations/{cid}/events/search",
+                         params={"kind__eq": "ObservationEvent", "limit": 3}).json()["items"]
+        out["sample_observation"] = obs[0]["observation"]["content"][0]["text"][:60]
+
+        llm.responder = echo_responder(args.each)
+        before = memory_kib(server.proc.pid)  # type: ignore[union-attr]
+        started = time.monotonic()
+        ids = [create(client, llm, f"many-{i}", tmp / f"ws{i}", args.each + 5)
+               for i in range(args.conversations)]
+        for cid in ids:
+            wait_status(client, cid, timeout=600)
+        elapsed = time.monotonic() - started
+        total_steps = args.conversations * (args.each + 1)
+        out["many_conversations"] = args.conversations
+        out["many_steps_per_second"] = round(total_steps / elapsed, 1)
+        after = memory_kib(server.proc.pid)  # type: ignore[union-attr]
+        out["processes_after"] = after["processes"]
+        out["server_and_shells_rss_mib"] = round(after["rss"] / 1024, 1)
+        out["server_and_shells_pss_mib"] = round(after["pss"] / 1024, 1)
+        n = args.conversations
+        out["added_rss_per_conversation_mib"] = round((after["rss"] - before["rss"]) / 1024 / n, 2)
+        out["added_pss_per_conversation_mib"] = round((after["pss"] - before["pss"]) / 1024 / n, 2)
+    server.stop()
+    llm.stop()
+    print(json.dumps(out, indent=2))
+
+
+if __name__ == "__main__":
+    main()
