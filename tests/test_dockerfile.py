@@ -1,0 +1,113 @@
+"""sandbox.Dockerfile: linted, and its entrypoint and environment start the server as the image
+would (Docker cannot build here, so the command line is run directly with paths mapped)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+
+from tests.support.llm import free_port
+from tests.support.server import wait_for
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCKERFILE = ROOT / "sandbox.Dockerfile"
+
+
+def instructions() -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) pairs, continuation lines joined, comments dropped."""
+    text = re.sub(r"\\\n", " ", DOCKERFILE.read_text())
+    out = []
+    for line in text.splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            word, _, rest = line.partition(" ")
+            out.append((word.upper(), rest.strip()))
+    return out
+
+
+def image_env() -> dict[str, str]:
+    env: dict[str, str] = {}
+    for word, rest in instructions():
+        if word == "ENV":
+            for pair in shlex.split(rest):
+                name, _, value = pair.partition("=")
+                env[name] = value
+    return env
+
+
+def entrypoint() -> list[str]:
+    return next(json.loads(rest) for word, rest in instructions() if word == "ENTRYPOINT")
+
+
+def test_hadolint_passes() -> None:
+    hadolint = Path(sys.executable).parent / "hadolint"
+    result = subprocess.run([str(hadolint), str(DOCKERFILE)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_image_shape() -> None:
+    words = [w for w, _ in instructions()]
+    assert words[0] == "FROM" and "slim" in instructions()[0][1]
+    assert {"EXPOSE", "HEALTHCHECK", "USER", "VOLUME", "ENTRYPOINT"} <= set(words)
+    user = next(rest for word, rest in instructions() if word == "USER")
+    assert not user.startswith(("0", "root"))
+    assert entrypoint()[0] == "agent-server"
+    env = image_env()
+    assert env["AGENT_SERVER_STATE_DIR"] == "/var/lib/agent-server"
+    assert "SESSION_API_KEY" not in env  # a key never lives in the image
+
+
+def run_image(tmp_path: Path, extra_env: dict[str, str]) -> tuple[subprocess.Popen[bytes], int, Path]:
+    """The entrypoint with the image's environment; image paths mapped into tmp_path."""
+    port = free_port()
+    state, workspace = tmp_path / "state", tmp_path / "workspace"
+    mapping = {"/var/lib/agent-server": str(state), "/workspace": str(workspace), "8000": str(port)}
+    fix = lambda v: mapping.get(v, v)  # noqa: E731
+    env = {k: fix(v) for k, v in image_env().items()}
+    args = [fix(a) for a in entrypoint()[1:]]
+    base = {k: v for k, v in os.environ.items() if k != "SESSION_API_KEY"}
+    proc = subprocess.Popen([sys.executable, "-m", "agent_server", *args],
+                            env={**base, **env, **extra_env}, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT)
+    return proc, port, state
+
+
+def test_entrypoint_refuses_to_serve_without_a_key(tmp_path: Path) -> None:
+    proc, _, _ = run_image(tmp_path, {})
+    out = proc.communicate(timeout=30)[0].decode()
+    assert proc.returncode != 0
+    assert "SESSION_API_KEY" in out
+
+
+def test_entrypoint_serves_with_the_key_and_passes_the_healthcheck(tmp_path: Path) -> None:
+    proc, port, state = run_image(tmp_path, {"SESSION_API_KEY": "image-key"})
+    try:
+        url = f"http://127.0.0.1:{port}"
+        wait_for(lambda: _ok(url + "/ready"), timeout=30, what="the server of the image")
+        health = next(rest for word, rest in instructions() if word == "HEALTHCHECK")
+        command = json.loads(health[health.index("CMD") + 3:].strip())
+        command = [c.replace("8000", str(port)) for c in command]
+        assert subprocess.run([sys.executable if c == "python" else c for c in command],
+                              timeout=10).returncode == 0
+        r = httpx.post(url + "/api/conversations", headers={"X-Session-API-Key": "image-key"},
+                       json={"agent": {"llm": {"model": "openai/x"}}})
+        assert r.status_code == 201, r.text
+        assert r.json()["workspace"]["working_dir"] == str(tmp_path / "workspace")
+        assert (state / "conversations").is_dir()
+    finally:
+        proc.terminate()
+        proc.wait(20)
+
+
+def _ok(url: str) -> bool:
+    try:
+        return httpx.get(url, timeout=1).status_code == 200
+    except httpx.HTTPError:
+        return False
