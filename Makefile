@@ -18,10 +18,10 @@ $(TEST_STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/pip install -q -e '.[test]'
 	touch $@ $(STAMP)
 
-# What the tests need from the system: bash, tmux, git, and Chromium for the browser tool.
+# What the tests need from the system: bash, git, and Chromium for the browser tool.
 system-deps:
 	@missing=""; \
-	for cmd in bash tmux git; do command -v $$cmd >/dev/null 2>&1 || missing="$$missing $$cmd"; done; \
+	for cmd in bash git chromium; do command -v $$cmd >/dev/null 2>&1 || missing="$$missing $$cmd"; done; \
 	if [ -n "$$missing" ]; then \
 		echo "installing:$$missing"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \

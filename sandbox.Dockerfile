@@ -5,7 +5,7 @@ FROM python:3.11-slim-bookworm
 
 # hadolint ignore=DL3008
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends bash ca-certificates chromium git tmux \
+    && apt-get install -y --no-install-recommends bash ca-certificates chromium git tini \
     && rm -rf /var/lib/apt/lists/*
 
 RUN useradd --create-home --uid 1000 --shell /bin/bash agent \
@@ -33,4 +33,5 @@ VOLUME ["/var/lib/agent-server"]
 EXPOSE 8000
 HEALTHCHECK --interval=10s --timeout=3s --start-period=5s --retries=3 \
     CMD ["python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8000/health', timeout=2)"]
-ENTRYPOINT ["agent-server", "--host", "0.0.0.0", "--port", "8000", "--state-dir", "/var/lib/agent-server"]
+# tini reaps what killed shells leave behind (the server would otherwise be PID 1).
+ENTRYPOINT ["tini", "--", "agent-server", "--host", "0.0.0.0", "--port", "8000", "--state-dir", "/var/lib/agent-server"]

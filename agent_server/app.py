@@ -12,7 +12,7 @@ from starlette.routing import Route, WebSocketRoute
 
 from agent_server import agent
 from agent_server.accesslog import AccessLog
-from agent_server.api import conversations, events, server, settings, sockets
+from agent_server.api import conversations, events, server, settings, skills, sockets
 from agent_server.api import export, metadata, workspace
 from agent_server.auth import KeyRing, SessionAuth
 from agent_server.config import Config
@@ -43,6 +43,7 @@ ROUTES = [
     Route(C + "/events/respond_to_confirmation", conversations.respond_to_confirmation,
           methods=["POST"]),
     Route(C + "/hooks", conversations.hooks, methods=["GET"]),
+    Route(C + "/skills", skills.list_skills, methods=["GET"]),
     Route(C + "/condense", conversations.condense, methods=["POST"]),
     Route(C + "/events", events.send, methods=["POST"]),
     Route(C + "/events/search", events.search, methods=["GET"]),
@@ -72,6 +73,7 @@ def build_app(config: Config) -> Starlette:
         default_working_dir=config.working_dir,
         agent=agent,  # type: ignore[arg-type]
         settings=store.get,
+        terminal_idle_timeout=config.terminal_idle_timeout,
     )
     keys = KeyRing(config.session_api_keys)
     delivery = Delivery(config, service, DeliverySettings.from_env())

@@ -250,10 +250,12 @@ class ConversationService:
         default_working_dir: Path,
         agent: Agent,
         settings: Callable[[], Settings],
+        terminal_idle_timeout: float = 600.0,
     ) -> None:
         self.root = state_dir / "conversations"
         self.default_working_dir = default_working_dir
         self.agent = agent
+        self.terminal_idle_timeout = terminal_idle_timeout
         self.settings = settings
         self._items: dict[UUID, Conversation] = {}
         self._create_lock = asyncio.Lock()

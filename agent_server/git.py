@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+from collections import deque
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -70,10 +71,10 @@ def find_repositories(root: Path) -> list[Repository]:
     business: nested repositories and submodules are not looked for."""
     base = Path(os.path.realpath(root))
     found: list[Repository] = []
-    queue = [(base, 0)]
+    queue = deque([(base, 0)])
     seen = 0
     while queue and seen < MAX_DIRECTORIES:
-        directory, depth = queue.pop(0)
+        directory, depth = queue.popleft()
         seen += 1
         if os.path.lexists(directory / ".git"):
             rel = directory.relative_to(base).as_posix()

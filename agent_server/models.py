@@ -88,6 +88,9 @@ class AgentSpec(Lenient):
     kind: Literal["Agent"] = "Agent"
     llm: LLMConfig
     tools: list[ToolSpec] = Field(default_factory=list, max_length=50)
+    mcp_config: dict[str, Any] | None = None
+    """MCP tool servers, `{"mcpServers": {name: {command, args, env} | {url, headers}}}`;
+    `${NAME}` placeholders anywhere in it are filled from the conversation's secrets."""
     condenser: CondenserConfig = Field(default_factory=CondenserConfig)
 
     def redacted(self) -> dict[str, Any]:
@@ -561,7 +564,7 @@ class RunCommand(Lenient):
 
 class CommandResult(BaseModel):
     exit_code: int
-    """The command's status; -N when signal N ended it (a timeout ends it with SIGKILL)."""
+    """The command's status; -N when signal N ended it (a timeout sends SIGTERM, then SIGKILL)."""
     stdout: str
     stderr: str
     timed_out: bool

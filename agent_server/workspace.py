@@ -14,10 +14,10 @@ import os
 import signal
 import stat
 import tempfile
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from agent_server.secrets import Masker
 
@@ -40,6 +40,10 @@ class WorkspaceError(Exception):
 
 class OutsideWorkspace(WorkspaceError):
     """The path leaves the working directory (`..`, another absolute path, a symlink)."""
+
+
+class PermissionDenied(WorkspaceError):
+    """Inside the workspace, but the server's user may not read or write it."""
 
 
 class NotFound(WorkspaceError):
@@ -119,7 +123,7 @@ def open_file(root: Path, raw: str, max_bytes: int) -> OpenedFile:
     except (FileNotFoundError, NotADirectoryError):
         raise NotFound(f"no file {raw!r} in the working directory") from None
     except PermissionError:
-        raise OutsideWorkspace(f"{raw!r} cannot be read: permission denied") from None
+        raise PermissionDenied(f"{raw!r} cannot be read: permission denied") from None
     except OSError as exc:
         raise NotAFile(f"{raw!r} cannot be opened: {exc.strerror}") from None
     try:
@@ -147,26 +151,33 @@ def read_capped(path: Path, max_bytes: int) -> bytes | None:
         return f.read(opened.size)
 
 
-async def write_file(root: Path, raw: str, chunks: AsyncIterator[bytes], max_bytes: int) -> tuple[Path, int]:
+async def write_file(root: Path, raw: str, chunks: AsyncIterator[bytes],
+                     max_bytes: int) -> tuple[Path, int]:
     """Write a workspace file from chunks, creating its parents; all or nothing.
 
     The bytes go to a temporary file beside the target, renamed over it once complete, so a
     refused (too large) or broken upload leaves the old file as it was.
     """
     path = await asyncio.to_thread(_prepare_write, root, raw)
-    fd, tmp = await asyncio.to_thread(tempfile.mkstemp, dir=path.parent, prefix=f".{path.name}.",
-                                      suffix=".upload")
+    try:
+        fd, tmp = await asyncio.to_thread(tempfile.mkstemp, dir=path.parent,
+                                          prefix=f".{path.name}.", suffix=".upload")
+    except PermissionError:
+        raise PermissionDenied(f"{raw!r} cannot be written: permission denied") from None
     size = 0
     try:
-        async for chunk in chunks:
-            size += len(chunk)
-            if size > max_bytes:
-                raise TooLarge(f"the upload is over the limit of {max_bytes} bytes", max_bytes)
-            await asyncio.to_thread(_write_all, fd, chunk)
-        await asyncio.to_thread(_finish_write, fd, tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
+        try:
+            async for chunk in chunks:
+                size += len(chunk)
+                if size > max_bytes:
+                    raise TooLarge(f"the upload is over the limit of {max_bytes} bytes",
+                                   max_bytes)
+                await _settled(_write_all, fd, chunk)
+            await _settled(os.fchmod, fd, _mode_for(path))
+        finally:
             os.close(fd)
+        await asyncio.to_thread(os.replace, tmp, path)
+    except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
@@ -181,11 +192,24 @@ def _prepare_write(root: Path, raw: str) -> Path:
         path.parent.mkdir(parents=True, exist_ok=True)
     except (FileExistsError, NotADirectoryError):
         raise NotAFile(f"a parent of {raw!r} is a file, not a directory") from None
+    except PermissionError:
+        raise PermissionDenied(f"{raw!r} cannot be written: permission denied") from None
     # A link created inside the workspace since resolve() would show here.
     resolve(root, str(path.parent))
     if path.is_dir():
         raise NotAFile(f"{raw!r} is a directory")
     return path
+
+
+async def _settled(fn: Callable[..., None], *args: Any) -> None:
+    """fn(*args) in a thread; when cancelled, returns only once the thread is done with it,
+    so the caller's clean-up never closes a descriptor a write is still using."""
+    work = asyncio.ensure_future(asyncio.to_thread(fn, *args))
+    try:
+        await asyncio.shield(work)
+    except asyncio.CancelledError:
+        await asyncio.wait([work])
+        raise
 
 
 def _write_all(fd: int, data: bytes) -> None:
@@ -194,14 +218,12 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view):]
 
 
-def _finish_write(fd: int, tmp: str, path: Path) -> None:
+def _mode_for(path: Path) -> int:
+    """An overwritten file keeps its mode (a script stays executable)."""
     try:
-        mode = stat.S_IMODE(os.stat(path).st_mode)
+        return stat.S_IMODE(os.stat(path).st_mode)
     except FileNotFoundError:
-        mode = 0o644
-    os.fchmod(fd, mode)
-    os.close(fd)
-    os.replace(tmp, path)
+        return 0o644
 
 
 # -- processes -------------------------------------------------------------------------------

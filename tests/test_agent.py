@@ -284,3 +284,59 @@ def test_twenty_conversations_run_at_once(client: httpx.Client, llm: ScriptedLLM
     for cid in ids:
         assert wait_status(client, cid) == "finished"
         assert len(events(client, cid, "ObservationEvent")) == 4
+
+
+def test_terminal_effects_persist_across_calls(client: httpx.Client, llm: ScriptedLLM, key: str,
+                                               tmp_path: Path) -> None:
+    llm.script(key,
+               call("terminal", command="mkdir sub && cd sub && export GREETING=hello"),
+               call("terminal", command="echo $GREETING > out.txt && pwd"),
+               call("finish", message="done"))
+    conv = create(client, llm, key, tmp_path, tools=["terminal"], message="go", run=True)
+    assert wait_status(client, conv["id"]) == "finished"
+    assert (tmp_path / "sub" / "out.txt").read_text() == "hello\n"
+    second = events(client, conv["id"], "ObservationEvent")[1]["observation"]
+    assert second["exit_code"] == 0
+    assert str(tmp_path / "sub") in second["content"][0]["text"]
+
+
+def test_interrupt_during_a_tool_leaves_a_valid_history(client: httpx.Client, llm: ScriptedLLM,
+                                                        key: str, tmp_path: Path) -> None:
+    llm.script(key, call("terminal", command="sleep 100"), call("finish", message="done"))
+    conv = create(client, llm, key, tmp_path, tools=["terminal"], message="go", run=True)
+    wait_for(lambda: events(client, conv["id"], "ActionEvent"), what="the terminal call")
+    time.sleep(0.5)
+    client.post(f"/api/conversations/{conv['id']}/interrupt")
+    assert status(client, conv["id"]) == "paused"
+    error = events(client, conv["id"], "AgentErrorEvent")[-1]
+    assert error["tool_name"] == "terminal" and "Interrupted" in error["error"]
+    client.post(f"/api/conversations/{conv['id']}/run")
+    assert wait_status(client, conv["id"], "finished") == "finished"
+    # The model saw a result for its cut call before being asked again.
+    second = llm.requests_for(key)[1]["messages"]
+    assert second[-1]["role"] == "tool" and "Interrupted" in second[-1]["content"]
+
+
+def test_restart_in_the_middle_of_a_run(llm: ScriptedLLM, key: str, tmp_path: Path) -> None:
+    from tests.support.server import ServerProcess
+
+    proc = ServerProcess(tmp_path / "state").start()
+    try:
+        llm.script(key, call("terminal", command="sleep 100"), call("finish", message="done"))
+        with proc.client() as c:
+            conv = create(c, llm, key, tmp_path / "ws", tools=["terminal"], message="go",
+                          run=True)
+            wait_for(lambda: events(c, conv["id"], "ActionEvent"), what="the terminal call")
+        proc.kill()
+        proc.start()
+        with proc.client() as c:
+            assert status(c, conv["id"]) == "error"
+            assert events(c, conv["id"], "ConversationErrorEvent")[-1]["code"] == "RunInterrupted"
+            c.post(f"/api/conversations/{conv['id']}/run")
+            assert wait_status(c, conv["id"], "finished") == "finished"
+            errors = events(c, conv["id"], "AgentErrorEvent")
+            assert [e["tool_name"] for e in errors] == ["terminal"]
+            messages = llm.requests_for(key)[-1]["messages"]
+            assert messages[-1]["role"] == "tool"
+    finally:
+        proc.stop()

@@ -6,7 +6,9 @@ them. The event schema builds its Action and Observation unions from what is lis
 
 from __future__ import annotations
 
-from tools import file_editor, finish, task_tracker, think
+from tools import file_editor, finish, task_tracker, terminal, think
+from tools.mcp import MCPToolAction, MCPToolObservation
+from tools.skills import InvokeSkillAction, InvokeSkillObservation
 from tools.base import Action, Observation, Tool, ToolContext, ToolError, ToolSet
 
 #: Added to every agent (SPEC 2.6 rule 1).
@@ -14,12 +16,12 @@ ALWAYS: tuple[ToolSet, ...] = (finish.TOOL_SET, think.TOOL_SET)
 
 #: What `agent.tools[].name` may name.
 TOOL_SETS: dict[str, ToolSet] = {
-    s.name: s for s in (file_editor.TOOL_SET, task_tracker.TOOL_SET)
+    s.name: s for s in (terminal.TOOL_SET, file_editor.TOOL_SET, task_tracker.TOOL_SET)
 }
 
 #: Kinds that travel in events but belong to no tool set here (e.g. skills, MCP).
-EXTRA_ACTION_TYPES: list[type[Action]] = []
-EXTRA_OBSERVATION_TYPES: list[type[Observation]] = []
+EXTRA_ACTION_TYPES: list[type[Action]] = [MCPToolAction, InvokeSkillAction]
+EXTRA_OBSERVATION_TYPES: list[type[Observation]] = [MCPToolObservation, InvokeSkillObservation]
 
 
 def action_types() -> list[type[Action]]:

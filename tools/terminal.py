@@ -2,16 +2,16 @@
 
 Why a pty: programs behave as they do for a person (line-buffered output, prompts, C-c), and
 bash gets job control, so each foreground command has its own process group that a timeout
-can kill while the shell lives on. The event loop reads the pty directly (no tmux server, no
-thread per shell), which keeps a round trip to about a millisecond and an idle shell to bash's
-own few megabytes.
+can kill while the shell lives on. The event loop reads the pty itself (no tmux server, no
+thread per shell): a round trip takes well under a millisecond and an idle shell costs what
+bash does, a few megabytes.
 
-How a command runs: its text is written to a private file and the shell is typed a fixed
-one-line trigger that reads the file and `eval`s it. So heredocs, many-line commands and lines
-longer than the terminal's 4 KiB line limit work, and the command is never echoed. The end of a
-command is the next prompt: PS1 prints a marker, an ASCII control byte and a random nonce
-carrying $?, $!, user, host, $PWD and $PATH. PS1 holds the byte as an octal escape that only
-prompt expansion turns into the byte, so printing PS1 or the environment cannot fake a prompt.
+How a command runs: its text goes to a private file and the shell is typed a fixed trigger line
+that reads the file and `eval`s it. So heredocs, many-line commands and lines longer than the
+terminal's 4 KiB line limit work, and the command is never echoed. The end of a command is the
+next prompt: PROMPT_COMMAND prints a marker (a control byte, a random nonce, then $?, $!, $PWD
+and $PATH). The function holds the byte as an octal escape that only printf turns into the
+byte, so printing the function or the environment cannot fake a marker.
 """
 
 from __future__ import annotations
@@ -23,10 +23,12 @@ import enum
 import fcntl
 import functools
 import os
+import pwd
 import re
 import shlex
 import shutil
 import signal
+import socket
 import struct
 import subprocess
 import tempfile
@@ -41,16 +43,9 @@ from pydantic import ConfigDict, Field
 from ulid import ULID
 
 from agent_server.events.content import Strict
-from tools.base import (
-    Action,
-    Observation,
-    TextContent,
-    Tool,
-    ToolContext,
-    ToolError,
-    run_in_thread,
-    single,
-)
+from agent_server.secrets import Masker
+from tools.base import Action, Observation, TextContent, Tool, ToolContext, ToolError
+from tools.base import run_in_thread, single
 
 # -- what the model sends and reads -------------------------------------------------------
 
@@ -123,7 +118,11 @@ class TerminalParams(Strict):
     model_config = ConfigDict(use_attribute_docstrings=True)
 
     no_output_timeout: float = Field(default=10.0, gt=0)
-    """Seconds without new output after which a call returns and the command keeps running."""
+    """Seconds without new output after which a call returns; the command keeps running."""
+
+    max_call_seconds: float = Field(default=300.0, gt=0)
+    """Seconds after which a call without `timeout` returns even while the command keeps
+    printing (a server in the foreground, `ping`); the command keeps running."""
 
     max_output_chars: int = Field(default=30_000, ge=200)
     """Longer output is cut in the middle (head and tail kept) and saved whole to a file."""
@@ -151,11 +150,27 @@ MAX_MARKER_BYTES = 64 * 1024
 MAX_ESCAPE_CHARS = 4096
 #: A line still open (a progress bar, a prompt) is held back up to this size.
 MAX_OPEN_LINE_CHARS = 64 * 1024
-#: Rounds of SIGKILL for a command list whose next member starts after the last was killed.
+#: Rounds of SIGKILL for a command list whose next member starts once the last is killed.
 KILL_ROUNDS = 5
-#: Environment variable that tags every process the shell starts, for close() to find.
+#: The shell runs as the server does (bash's `\u` would say the same).
+USERNAME = pwd.getpwuid(os.getuid()).pw_name
+#: Tags every process the shell starts, so close() finds daemons that left its session.
 TAG_VARIABLE = "AGENT_TERMINAL_ID"
-SECRET_MASK = "<secret-hidden>"
+#: What bash reads at start. PS1 stays empty: after some syntax errors bash expands PS1 early,
+#: with stale values, while PROMPT_COMMAND always runs just before the prompt. __agent_run
+#: reads the command and returns the previous status, so that `$?` means what it says.
+RC = r"""__agent_prompt() {
+    __agent_status=$?
+    builtin printf '\036NONCE\037%s\037%s\037%s\037%s\036' "$__agent_status" "$!" "$PWD" "$PATH" >&2
+    PS1= PS2=
+}
+__agent_run() { IFS= builtin read -r -d '' __agent_cmd <SCRIPT; return $__agent_status; }
+PROMPT_COMMAND=__agent_prompt
+set +o history
+unset HISTFILE
+"""
+#: What is typed for each command; `builtin`, so a function named `eval` cannot break it.
+TRIGGER = b'__agent_run; builtin eval "$__agent_cmd"\n'
 
 
 # -- from terminal bytes to text ----------------------------------------------------------
@@ -178,23 +193,21 @@ _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
 def _last_overwrite(line: str) -> str:
     """What a terminal shows of a line rewritten with carriage returns: the last rewrite."""
-    cut = line.rfind("\r", 0, len(line) - 1)
-    return line[cut + 1 :]
+    return line[line.rfind("\r", 0, len(line) - 1) + 1 :]
 
 
 class _Cleaner:
     """Turns the terminal's bytes into the text a person would read, one read at a time.
 
     Stateful because a UTF-8 character, an escape sequence or a line rewritten with carriage
-    returns can all be split between two reads.
+    returns can each be split between two reads.
     """
 
-    def __init__(self, secrets: list[str]) -> None:
+    def __init__(self, masker: Masker) -> None:
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         self._escape = ""  # the start of an escape sequence whose end has not come yet
         self._line = ""  # the open line: carriage returns may still rewrite it
-        # Longest first, so a secret that contains another is masked whole.
-        self._secrets = sorted(secrets, key=len, reverse=True)
+        self._masker = masker
 
     def feed(self, data: bytes) -> str:
         text = self._escape + self._decoder.decode(data)
@@ -226,39 +239,34 @@ class _Cleaner:
                 text = "\n".join(_last_overwrite(line) for line in text.split("\n"))
         if "\x08" in text:
             text = _BACKSPACED.sub("", text)
-        text = _CONTROL.sub("", text)
-        for secret in self._secrets:
-            if secret in text:
-                text = text.replace(secret, SECRET_MASK)
-        return text
+        # Masked here, before the text is saved or shown; a secret split by a flush is missed.
+        return self._masker.text(_CONTROL.sub("", text))
 
 
 class _Capture:
-    """The output behind one observation: head and tail in memory, all of it on disk once it
-    is longer than can be shown, so 100 MB of output costs a few tens of kilobytes of memory.
+    """The output behind one observation: head and tail in memory, and all of it on disk once
+    it is longer than can be shown, so 100 MB of output costs tens of kilobytes of memory.
     """
 
     def __init__(self, limit: int, save_dir: Path) -> None:
         self._half = limit // 2
         self._save_dir = save_dir
-        self._head = ""
-        self._tail = ""
+        self._head = self._tail = ""
         self.total = 0
-        #: Where the whole output is saved; set once it is too long to show.
-        self.path: Path | None = None
+        self.path: Path | None = None  # where all of it is saved, once it is too long
         self._unsaved: list[str] = []
         self.unsaved_chars = 0
         self._file: IO[str] | None = None
+        self._error = ""  # why it could not be saved
         self._lock = asyncio.Lock()  # one writer of the file at a time
 
     def write(self, text: str) -> None:
         if not text:
             return
         self.total += len(text)
-        room = self._half - len(self._head)
-        if room > 0:
-            self._head += text[:room]
-        rest = text[max(room, 0) :]
+        room = max(self._half - len(self._head), 0)
+        self._head += text[:room]
+        rest = text[room:]
         if self.path is None and self.total > 2 * self._half:
             # Nothing was dropped yet: head and tail still hold everything before `rest`.
             self.path = self._save_dir / f"{ULID()}.txt"
@@ -268,16 +276,19 @@ class _Capture:
         self._tail = (self._tail + rest)[-self._half :]
 
     def _queue(self, text: str) -> None:
-        self._unsaved.append(text)
-        self.unsaved_chars += len(text)
+        if not self._error:
+            self._unsaved.append(text)
+            self.unsaved_chars += len(text)
 
     async def drain(self) -> None:
         """Write what is queued, in a thread: a slow disk must not stall the event loop."""
         async with self._lock:
-            if not self._unsaved:
-                return
             chunks, self._unsaved, self.unsaved_chars = self._unsaved, [], 0
-            await run_in_thread(self._append, chunks)
+            if chunks:
+                try:
+                    await run_in_thread(self._append, chunks)
+                except OSError as e:  # a full disk costs the saved copy, not the call
+                    self._error = str(e)
 
     def _append(self, chunks: list[str]) -> None:
         if self._file is None:
@@ -296,9 +307,10 @@ class _Capture:
         if self.path is None:
             return self._head + self._tail
         cut = self.total - len(self._head) - len(self._tail)
+        where = f"could not be saved ({self._error})" if self._error else f"is saved in {self.path}"
         return (
             f"{self._head}\n[... {cut:,} characters cut here; the whole output "
-            f"({self.total:,} characters) is saved in {self.path} ...]\n{self._tail}"
+            f"({self.total:,} characters) {where} ...]\n{self._tail}"
         )
 
 
@@ -311,8 +323,6 @@ class Prompt:
 
     exit_code: int
     background_pid: int
-    username: str
-    hostname: str
     working_dir: str
     path: str
 
@@ -320,56 +330,41 @@ class Prompt:
 class Stop(enum.Enum):
     """How a running command was stopped."""
 
-    INTERRUPTED = "interrupted"  # C-c was enough
-    KILLED = "killed"  # its process group was killed
-    FAILED = "failed"  # the shell itself does not come back: only closing it helps
+    INTERRUPTED = "with C-c"
+    KILLED = "by killing it, as it ignored C-c"
+    FAILED = "by killing the shell, which did not respond to C-c"
 
 
 class Shell:
     """A bash in its own session on a pty, read by the event loop for as long as it lives.
 
-    A reader always drains the pty, even between calls, so background jobs that print never
-    block on a full terminal; what they print waits for the next call.
+    The pty is read even between calls, so background jobs that print never block on a full
+    terminal; what they print waits for the next call.
     """
 
-    def __init__(
-        self,
-        working_dir: Path,
-        env: Mapping[str, str],
-        secrets: list[str],
-        save_dir: Path,
-        max_output_chars: int,
-    ) -> None:
+    def __init__(self, working_dir: Path, env: Mapping[str, str], masker: Masker,
+                 save_dir: Path, max_output_chars: int) -> None:  # fmt: skip
         self.working_dir = working_dir
         self._nonce = os.urandom(8).hex()
         self._env = {**env, TAG_VARIABLE: self._nonce}
-        self._save_dir = save_dir
-        self._limit = max_output_chars
+        self._new_capture = functools.partial(_Capture, max_output_chars, save_dir)
         self._marker_start = b"\x1e" + self._nonce.encode()
         self._marker = re.compile(
-            re.escape(self._marker_start)
-            + rb"\x1f(\d+)\x1f(\d*)\x1f([^\x1f]*)\x1f([^\x1f]*)\x1f([^\x1f]*)\x1f([^\x1e]*)\x1e"
+            re.escape(self._marker_start) + rb"\x1f(\d+)\x1f(\d*)\x1f([^\x1f]*)\x1f([^\x1e]*)\x1e"
         )
-        self._cleaner = _Cleaner(secrets)
+        self._cleaner = _Cleaner(masker)
         self._capture = self._new_capture()
         self._held = b""  # the beginning of what may be a marker, split between reads
-        self._done: asyncio.Future[_Capture] | None = None
-        self._fd = -1
+        self._done: asyncio.Future[_Capture] | None = None  # the running command's end
+        self._fd = self._script = self._pidfd = -1  # pty, command file, bash's pidfd
         self._dir: Path | None = None
         self._proc: subprocess.Popen[bytes] | None = None
-        self._pump: asyncio.Task[None] | None = None
+        self._spawning: asyncio.Future[None] | None = None
+        self._reader: asyncio.Task[None] | None = None
         self._closing: asyncio.Future[int | None] | None = None
         self._exited = False
         self.prompt: Prompt | None = None
-        #: Loop time of the last bytes read.
-        self.last_output = 0.0
-
-    def _new_capture(self) -> _Capture:
-        return _Capture(self._limit, self._save_dir)
-
-    @property
-    def pid(self) -> int:
-        return self._proc.pid if self._proc is not None else -1
+        self.last_output = 0.0  # loop time of the last bytes read
 
     @property
     def running(self) -> bool:
@@ -379,76 +374,78 @@ class Shell:
     @property
     def exited(self) -> bool:
         if not self._exited and self._proc is not None and self._proc.poll() is not None:
-            # bash is gone but a background job still holds the terminal open (no EOF).
-            self._on_exit()
+            self._on_exit()  # bash is gone, but a background job still holds the pty open
         return self._exited
 
     async def start(self, timeout: float) -> None:
-        loop = asyncio.get_running_loop()
-        self._dir = Path(await run_in_thread(tempfile.mkdtemp, "", "terminal-"))
-        rcfile = self._dir / "rc"
-        # PROMPT_COMMAND sets PS1 afresh before each prompt, so whoever changed PS1 meanwhile
-        # (a virtualenv's activate, conda, the model) cannot hide the marker.
-        fields = r"\037".join(["$?", "$!", r"\u", r"\h", "$PWD", "$PATH"])
-        rc = (
-            f"__agent_prompt() {{ PS1='\\036{self._nonce}\\037{fields}\\036'; }}\n"
-            "PROMPT_COMMAND=__agent_prompt\nPS2=\nset +o history\nunset HISTFILE\n"
-        )
-        await run_in_thread(rcfile.write_text, rc)
-        master, slave = os.openpty()
-        _configure_terminal(slave)
-        # A session leader opening a terminal makes it its controlling terminal; that is what
-        # gives bash job control and lets C-c reach the foreground command. The redirection
-        # opens it by name, then exec keeps the pid (still the session leader).
-        argv = [
-            "bash", "--noprofile", "--norc", "-c",
-            'exec bash --noediting --noprofile --rcfile "$2" -i <"$1" >"$1" 2>&1',
-            "bash", os.ttyname(slave), str(rcfile),
-        ]  # fmt: skip
-        popen = functools.partial(
-            subprocess.Popen,
-            argv,
-            stdin=slave,
-            stdout=slave,
-            stderr=slave,
-            cwd=self.working_dir,
-            env=self._env,
-            start_new_session=True,
-        )
-        self._fd = master
-        os.set_blocking(master, False)
-        self._done = loop.create_future()  # resolved by the first prompt
+        """Start bash and wait for its first prompt; failing or cancelled, it leaves nothing."""
         try:
-            self._proc = await run_in_thread(popen)
-        except OSError as e:
-            os.close(master)
-            await run_in_thread(shutil.rmtree, self._dir, True)
-            raise ToolError(f"Cannot start bash in {self.working_dir}: {e}") from e
-        finally:
-            os.close(slave)
-        self._pump = asyncio.create_task(self._read())
-        if not await self.wait(timeout) or self.exited:
+            await self._spawn()
+            if not await self.wait(timeout) or self.exited:
+                raise ToolError(f"bash did not show a prompt within {timeout:g} seconds")
+        except BaseException:
             await self.close()
-            raise ToolError(f"bash did not show a prompt within {timeout:g} seconds")
-        await self.take().finish()  # whatever bash said while starting is not for the model
+            raise
+        await self.take().finish()  # what bash says while starting is not for the model
+
+    async def _spawn(self) -> None:
+        # A few small files once per shell, on the loop: in a thread, a cancelled start could
+        # lose track of them.
+        self._dir = Path(tempfile.mkdtemp(prefix="terminal-"))
+        rcfile, script = self._dir / "rc", self._dir / "command"
+        rc = RC.replace("NONCE", self._nonce).replace("SCRIPT", shlex.quote(str(script)))
+        rcfile.write_text(rc)
+        self._script = os.open(script, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        self._fd, slave = os.openpty()
+        os.set_blocking(self._fd, False)
+        _configure_terminal(slave)
+        # A session leader that opens a terminal makes it its controlling terminal, which gives
+        # bash job control and lets C-c reach the foreground command; `exec` keeps the pid.
+        argv = ["bash", "--noprofile", "--norc", "-c",
+                'exec bash --noediting --noprofile --rcfile "$2" -i <"$1" >"$1" 2>&1',
+                "bash", os.ttyname(slave), str(rcfile)]  # fmt: skip
+
+        def spawn() -> None:
+            try:
+                self._proc = subprocess.Popen(argv, stdin=slave, stdout=slave, stderr=slave,
+                                              cwd=self.working_dir, env=self._env,
+                                              start_new_session=True)  # fmt: skip
+            finally:
+                os.close(slave)
+
+        self._done = asyncio.get_running_loop().create_future()  # the first prompt ends it
+        # Shielded and kept: should this call be cancelled, close() still finds the bash.
+        self._spawning = asyncio.ensure_future(run_in_thread(spawn))
+        try:
+            await asyncio.shield(self._spawning)
+        except OSError as e:
+            raise ToolError(f"Cannot start bash in {self.working_dir}: {e}") from e
+        assert self._proc is not None
+        self._reader = asyncio.create_task(self._read())
+        # bash's end is seen at once even when a background job keeps the pty open (no EOF).
+        with contextlib.suppress(AttributeError, OSError):  # no pidfd: `exited` polls instead
+            self._pidfd = os.pidfd_open(self._proc.pid)
+            asyncio.get_running_loop().add_reader(self._pidfd, self._on_bash_exit)
 
     # -- reading ----------------------------------------------------------------------------
 
     async def _read(self) -> None:
-        while True:
-            try:
-                data = os.read(self._fd, 65536)
-            except BlockingIOError:
-                await self._ready()
-                continue
-            except OSError:  # EIO: no process holds the terminal any more
-                break
-            if not data:
-                break
-            self._feed(data)
-            if self._capture.unsaved_chars > MAX_UNSAVED_CHARS:
-                await self._capture.drain()  # not reading meanwhile makes the writer wait
-        self._on_exit()
+        try:
+            while True:
+                try:
+                    data = os.read(self._fd, 65536)
+                except BlockingIOError:
+                    await self._ready()
+                    continue
+                except OSError:  # EIO: no process holds the terminal any more
+                    return
+                if not data:
+                    return
+                self._feed(data)
+                if self._capture.unsaved_chars > MAX_UNSAVED_CHARS:
+                    await self._capture.drain()  # not reading meanwhile makes the writer wait
+        finally:
+            self._on_exit()
 
     async def _ready(self, writing: bool = False) -> None:
         """Wait until the pty can be read (or written)."""
@@ -456,13 +453,19 @@ class Shell:
         add, remove = (loop.add_writer, loop.remove_writer) if writing else (
             loop.add_reader, loop.remove_reader)  # fmt: skip
         ready: asyncio.Future[None] = loop.create_future()
-        add(self._fd, lambda: ready.done() or ready.set_result(None))
+
+        def wake() -> None:
+            if not ready.done():
+                ready.set_result(None)
+
+        add(self._fd, wake)
         try:
             await ready
         finally:
             remove(self._fd)
 
     def _feed(self, data: bytes) -> None:
+        """Split what was read into output and markers (either may be split between reads)."""
         self.last_output = asyncio.get_running_loop().time()
         buf, self._held = self._held + data, b""
         while buf:
@@ -473,26 +476,31 @@ class Shell:
                 self._held = buf[len(buf) - keep :]
                 return
             match = self._marker.match(buf, start)
-            if match is None:
-                if len(buf) - start <= MAX_MARKER_BYTES:  # the rest of it is still to come
-                    self._emit(buf[:start])
-                    self._held = buf[start:]
-                    return
-                self._emit(buf[: start + 1])  # not a marker after all
+            if match is None and len(buf) - start <= MAX_MARKER_BYTES:  # the rest is to come
+                self._emit(buf[:start])
+                self._held = buf[start:]
+                return
+            if match is None:  # not a marker after all
+                self._emit(buf[: start + 1])
                 buf = buf[start + 1 :]
                 continue
             self._emit(buf[:start])
-            self._on_prompt(match)
+            code, bg, cwd, path = (g.decode(errors="replace") for g in match.groups())
+            self.prompt = Prompt(int(code), int(bg or -1), cwd, path)
+            self._settle()
             buf = buf[match.end() :]
 
     def _emit(self, data: bytes) -> None:
         if data:
             self._capture.write(self._cleaner.feed(data))
 
-    def _on_prompt(self, match: re.Match[bytes]) -> None:
-        code, bg, user, host, cwd, path = (g.decode(errors="replace") for g in match.groups())
-        self.prompt = Prompt(int(code), int(bg or -1), user, host, cwd, path)
-        self._settle()
+    def _on_bash_exit(self) -> None:
+        """bash ended: take what it printed last, then settle."""
+        asyncio.get_running_loop().remove_reader(self._pidfd)
+        with contextlib.suppress(OSError):  # nothing more to read, or nobody holds the pty
+            for _ in range(16):  # bounded: a background job may still be printing
+                self._feed(os.read(self._fd, 65536))
+        self._on_exit()
 
     def _on_exit(self) -> None:
         if not self._exited:
@@ -500,7 +508,7 @@ class Shell:
             self._settle()
 
     def _settle(self) -> None:
-        """The running command is over: its capture goes to whoever waits for it."""
+        """The running command is over: its output goes to whoever waits for it."""
         if self._done is not None and not self._done.done():
             self._capture.write(self._cleaner.flush())
             self._done.set_result(self._capture)
@@ -510,15 +518,15 @@ class Shell:
 
     async def submit(self, command: str) -> None:
         """Start a command; the prompt coming back (see `wait`) ends it."""
-        assert self._dir is not None and not self.running
+        assert not self.running
         _configure_terminal(self._fd)  # a program may have left echo on
-        script = self._dir / "command"
-        # A few bytes for the page cache: a thread hop would cost more than the write.
-        script.write_text(command.replace("\0", ""), encoding="utf-8")
+        # Overwritten in place: a few bytes for the page cache, cheaper than a thread hop.
+        # (Truncating to zero first would make ext4 flush the file to disk on every call.)
+        data = command.replace("\0", "").encode()
+        os.pwrite(self._script, data, 0)
+        os.ftruncate(self._script, len(data))
         self._done = asyncio.get_running_loop().create_future()
-        # `builtin`, so a function the model named `read` or `eval` cannot break the trigger.
-        trigger = f"IFS= builtin read -r -d '' __agent_cmd <{shlex.quote(str(script))};"
-        await self.send(f'{trigger} builtin eval "$__agent_cmd"\n'.encode())
+        await self.send(TRIGGER)
 
     async def send(self, data: bytes) -> None:
         """Type into the terminal (what a running command reads, or a control key)."""
@@ -538,8 +546,7 @@ class Shell:
     def take(self) -> _Capture:
         """The output since the last take: the finished command's, or what came so far."""
         if self._done is not None and self._done.done():
-            captured = self._done.result()
-            self._done = None
+            captured, self._done = self._done.result(), None
             return captured
         self._capture.write(self._cleaner.flush())
         captured, self._capture = self._capture, self._new_capture()
@@ -551,7 +558,7 @@ class Shell:
             group = os.tcgetpgrp(self._fd)
         except OSError:
             return False
-        if group == self.pid:
+        if self._proc is None or group == self._proc.pid:
             return False
         with contextlib.suppress(ProcessLookupError):
             os.killpg(group, signal.SIGKILL)
@@ -562,7 +569,8 @@ class Shell:
 
         Killing repeats because a killed member of a list (`a; b`) lets bash start the next.
         """
-        await self.send(b"\x03")
+        if self.running:  # C-c at the prompt would print a stray marker
+            await self.send(b"\x03")
         if await self.wait(grace):
             return Stop.INTERRUPTED
         for _ in range(KILL_ROUNDS):
@@ -573,23 +581,29 @@ class Shell:
         return Stop.FAILED
 
     async def close(self) -> int | None:
-        """Kill bash and all it started; the exit status of bash (negative: killed by us)."""
+        """Kill bash and all it started; bash's exit status (negative: killed by a signal)."""
         if self._closing is None:
             self._closing = asyncio.ensure_future(self._shutdown())
         # Shielded: a cancelled caller must not leave the shell half closed.
         return await asyncio.shield(self._closing)
 
     async def _shutdown(self) -> int | None:
+        if self._spawning is not None:
+            with contextlib.suppress(Exception):  # a failed start: nothing to kill
+                await self._spawning
         proc = self._proc
         if proc is not None:
             await run_in_thread(_kill_all, proc.pid, f"{TAG_VARIABLE}={self._nonce}".encode())
-        if self._pump is not None:
-            self._pump.cancel()
+        if self._reader is not None:
+            self._reader.cancel()
             with contextlib.suppress(asyncio.CancelledError):
-                await self._pump
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
+                await self._reader
+        if self._pidfd >= 0:
+            asyncio.get_running_loop().remove_reader(self._pidfd)
+        for fd in (self._fd, self._script, self._pidfd):
+            if fd >= 0:
+                os.close(fd)
+        self._fd = self._script = self._pidfd = -1
         self._on_exit()
         await self._capture.finish()  # closes a file that background output may have opened
         if proc is not None:
@@ -600,12 +614,12 @@ class Shell:
 
 
 def _configure_terminal(fd: int) -> None:
-    """No echo (the model knows what it sent) and plain \\n line ends; a sane window size."""
+    """No echo (the model knows what it sent), plain \\n line ends, and a window size."""
     attrs = termios.tcgetattr(fd)
-    lflag = attrs[3] | termios.ICANON | termios.ISIG
+    lflag = (attrs[3] | termios.ICANON | termios.ISIG) & ~termios.ECHO
     oflag = attrs[1] & ~termios.ONLCR
-    if (lflag & ~termios.ECHO, oflag) != (attrs[3], attrs[1]):
-        attrs[3], attrs[1] = lflag & ~termios.ECHO, oflag
+    if (lflag, oflag) != (attrs[3], attrs[1]):
+        attrs[3], attrs[1] = lflag, oflag
         termios.tcsetattr(fd, termios.TCSANOW, attrs)
     fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", *WINDOW, 0, 0))
 
@@ -621,10 +635,8 @@ def _split_start(buf: bytes, token: bytes) -> int:
 
 
 def _kill_all(leader: int, tag: bytes) -> None:
-    """SIGKILL bash and all it started, until none is left (a dying process may have forked).
-
-    Blocking (it reads /proc): run in a thread.
-    """
+    """SIGKILL bash and all it started until none is left (a dying process may have forked).
+    Blocking (it reads /proc): run in a thread."""
     for _ in range(50):
         victims = _started_by(leader, tag)
         if not victims:
@@ -636,9 +648,8 @@ def _kill_all(leader: int, tag: bytes) -> None:
 
 
 def _started_by(leader: int, tag: bytes) -> set[int]:
-    """Live processes of the shell: its session, its descendants (also those that made a
-    session of their own), and any process carrying its environment tag (daemons that left
-    both, with `setsid` or a double fork).
+    """Live processes of the shell: its session, its descendants (also those in a session of
+    their own), and any process with its environment tag (daemons that left both).
     """
     parents: dict[int, int] = {}
     found: set[int] = set()
@@ -647,8 +658,7 @@ def _started_by(leader: int, tag: bytes) -> set[int]:
             continue
         pid = int(entry.name)
         try:
-            with open(f"/proc/{pid}/stat", "rb") as f:
-                stat = f.read()
+            stat = Path(f"/proc/{pid}/stat").read_bytes()
         except OSError:
             continue
         state, ppid, _group, session = stat[stat.rfind(b")") + 2 :].split()[:4]
@@ -665,13 +675,14 @@ def _started_by(leader: int, tag: bytes) -> set[int]:
 
 def _carries(pid: int, tag: bytes) -> bool:
     try:
-        with open(f"/proc/{pid}/environ", "rb") as f:
-            return tag in f.read()
+        return tag in Path(f"/proc/{pid}/environ").read_bytes()
     except OSError:
         return False
 
 
 # -- the tool -------------------------------------------------------------------------------
+
+Outcome = Literal["done", "silent", "long", "timeout"]
 
 
 class TerminalTool(Tool):
@@ -698,9 +709,11 @@ class TerminalTool(Tool):
     def __init__(self, ctx: ToolContext, params: Mapping[str, Any] | None = None) -> None:
         super().__init__(ctx, params)
         self.settings = TerminalParams.model_validate(self.params)
+        self._save_dir = ctx.state_dir / "terminal"
         self._shell: Shell | None = None
         self._lock = asyncio.Lock()  # one call at a time drives the shell
-        self._notice = ""  # said at the start of the next observation (a shell was replaced)
+        self._notice = ""  # for the next observation: the shell was replaced, and why
+        self._saved = False  # some output of this call was saved to a file
         self._idle_timer: asyncio.TimerHandle | None = None
         self._idle_close: asyncio.Task[None] | None = None
         self._last_used = 0.0
@@ -708,6 +721,7 @@ class TerminalTool(Tool):
     async def run(self, action: TerminalAction) -> TerminalObservation:
         async with self._lock:
             self._cancel_idle_timer()
+            self._saved = False
             try:
                 return await self._run(action)
             finally:
@@ -717,7 +731,7 @@ class TerminalTool(Tool):
         self._cancel_idle_timer()
         if self._idle_close is not None:
             self._idle_close.cancel()
-        # Not under the lock: a call still waiting on its command wakes up when the shell ends.
+        # Not under the lock: a call still waiting on its command wakes when the shell ends.
         await self._close_shell()
 
     # -- one call -----------------------------------------------------------------------------
@@ -733,120 +747,96 @@ class TerminalTool(Tool):
         notice, self._notice = self._notice, ""
         if action.is_input:
             if not shell.running:
-                return self._error(
-                    command,
-                    "[Nothing was sent: no command is running. To run this text as a command, "
-                    "send it with is_input=false.]",
-                    notice,
-                )
+                return self._error(command, notice, "[Nothing was sent: no command is running. "
+                                   "To run this text as a command, send it with is_input=false.]")
             await shell.send(_keys(command))
             return await self._follow(shell, command, action.timeout, notice)
-        if not command.strip():
-            if shell.running:
-                return await self._follow(shell, command, action.timeout, notice)
-            if action.reset:
-                return self._observe(shell, None, "", prefix=notice)
-            earlier = await shell.take().finish()
-            text = "[No command is running; send a command to run.]"
-            return self._error(command, text, _join(notice, _background(earlier)))
         if shell.running:
-            return self._error(
-                command,
-                "[Not run: the previous command is still running. Send an empty command to "
-                "wait for its output, text with is_input=true to answer it, or C-c with "
-                "is_input=true to stop it; then run this command again.]",
-                notice,
-            )
-        earlier = await shell.take().finish()  # what background jobs printed since last time
+            if not command.strip():
+                return await self._follow(shell, command, action.timeout, notice)
+            return self._error(command, notice, "[Not run: the previous command is still "
+                               f"running. {HOW_TO_CONTINUE} Then send this command again.]")
+        # What background jobs printed since the last call comes first, marked as theirs.
+        earlier = await self._text(shell.take())
+        if earlier.strip():
+            notice = _join(notice, "[Output of background processes since the last call:]",
+                           earlier.rstrip("\n"), "[End of background output.]")  # fmt: skip
+        if not command.strip():
+            if action.reset:
+                return self._observe(shell, None, "", None, prefix=notice)
+            return self._error(command, notice, "[No command is running; send one to run.]")
         await shell.submit(command)
-        return await self._follow(shell, command, action.timeout, _join(notice, _background(earlier)))
+        return await self._follow(shell, command, action.timeout, notice)
 
     async def _ensure_shell(self) -> Shell:
-        shell = self._shell
-        if shell is not None and shell.exited:  # it ended between calls
+        if self._shell is not None and self._shell.exited:  # it ended between calls
             code = await self._close_shell()
-            self._notice = _join(
-                self._notice,
-                f"[The shell had exited (code {code}); this is a new shell in "
-                f"{self.ctx.working_dir}.]",
-            )
-            shell = None
-        if shell is None:
-            shell = Shell(
-                self.ctx.working_dir,
-                self._environment(),
-                [v for v in self.ctx.secrets.values() if len(v) >= 3],
-                self.ctx.state_dir / "terminal",
-                self.settings.max_output_chars,
-            )
-            await shell.start(self.settings.start_timeout)
+            self._notice = _join(self._notice, f"[The shell had exited (code {code}); this "
+                                 f"is a new shell in {self.ctx.working_dir}.]")  # fmt: skip
+        if self._shell is None:
+            env = {k: v for k, v in os.environ.items() if not k.startswith(WITHHELD_ENV)}
+            for name in ("PWD", "OLDPWD", "PS1", "PROMPT_COMMAND"):
+                env.pop(name, None)
+            env.update({**TERMINAL_ENV, **self.ctx.env, **self.ctx.secrets})
+            shell = Shell(self.ctx.working_dir, env, Masker(self.ctx.secrets), self._save_dir,
+                          self.settings.max_output_chars)  # fmt: skip
+            await shell.start(self.settings.start_timeout)  # closes itself if it fails
             self._shell = shell
-        return shell
-
-    def _environment(self) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if not k.startswith(WITHHELD_ENV)}
-        for name in ("PWD", "OLDPWD", "PS1", "PROMPT_COMMAND"):
-            env.pop(name, None)
-        return {**env, **TERMINAL_ENV, **self.ctx.env, **self.ctx.secrets}
+        return self._shell
 
     async def _follow(
         self, shell: Shell, command: str, timeout: float | None, prefix: str
     ) -> TerminalObservation:
-        """Wait for the command to end, fall silent or run out of time; say which."""
+        """Wait for the command to end, fall silent or run out of time, and say which."""
         try:
             outcome = await self._wait(shell, timeout or None)
+            stop = await shell.stop(self.settings.kill_grace) if outcome == "timeout" else None
         except asyncio.CancelledError:
             await self._abandon(shell)
             raise
-        suffix = ""
-        if outcome == "timeout":
-            stop = await shell.stop(self.settings.kill_grace)
-            how = {Stop.INTERRUPTED: "with C-c", Stop.KILLED: "by killing it (it ignored C-c)"}
+        suffix, exit_code = "", -1
+        if stop is not None:
+            suffix = f"[The command reached its {timeout:g} s timeout; stopped {stop.value}.]"
             if stop is Stop.FAILED:
-                output = await shell.take().finish()
                 await self._close_shell()
-                suffix = (
-                    f"[The command reached its {timeout:g} second timeout and the shell did not "
-                    "respond to C-c, so it was killed; the next command starts a new shell.]"
-                )
-                return self._observe(shell, command, output, exit_code=-1, timeout=True,
-                                     prefix=prefix, suffix=suffix)  # fmt: skip
-            suffix = f"[The command reached its {timeout:g} second timeout and was stopped {how[stop]}.]"
+                self._notice = f"[This is a new shell in {self.ctx.working_dir}.]"
+        output = await self._text(shell.take())
         if shell.exited:
-            output = await shell.take().finish()
-            code = await self._close_shell()
-            suffix = _join(suffix, f"[The shell exited (code {code}); the next command starts a new shell.]")
-            return self._observe(shell, command, output, exit_code=code if code is not None else -1,
-                                 timeout=outcome == "timeout", prefix=prefix, suffix=suffix)  # fmt: skip
-        output = await shell.take().finish()
-        if shell.running:  # fell silent
-            suffix = (
-                f"[The command has printed nothing for {self.settings.no_output_timeout:g} "
-                "seconds and is still running. Send an empty command to wait for more output, "
-                "text with is_input=true to answer it, or C-c with is_input=true to stop it.]"
-            )
-            return self._observe(shell, command, output, exit_code=-1, prefix=prefix, suffix=suffix)
-        assert shell.prompt is not None
-        return self._observe(shell, command, output, exit_code=shell.prompt.exit_code,
-                             timeout=outcome == "timeout", prefix=prefix, suffix=suffix)  # fmt: skip
+            code = await self._close_shell()  # None: it was closed here, not by itself
+            if code is not None:
+                suffix = _join(suffix, f"[The shell exited (code {code}); the next command "
+                               "starts a new shell.]")  # fmt: skip
+                exit_code = code
+        elif shell.running:
+            said = (f"has printed nothing for {self.settings.no_output_timeout:g} seconds"
+                    if outcome == "silent" else f"has run for {self.settings.max_call_seconds:g} "
+                    "seconds in this call")  # fmt: skip
+            suffix = f"[The command {said} and is still running. {HOW_TO_CONTINUE}]"
+        elif shell.prompt is not None:
+            exit_code = shell.prompt.exit_code
+        return self._observe(shell, command, output, exit_code, timeout=outcome == "timeout",
+                             prefix=prefix, suffix=suffix)  # fmt: skip
 
-    async def _wait(self, shell: Shell, timeout: float | None) -> str:
-        """'done', 'silent' (no output for no_output_timeout seconds) or 'timeout'.
-
-        A hard timeout replaces the silence rule: whoever sets one expects quiet stretches.
+    async def _wait(self, shell: Shell, timeout: float | None) -> Outcome:
+        """Until the command ends, prints nothing for no_output_timeout seconds, has run
+        max_call_seconds, or reaches its hard timeout (which replaces the other two: whoever
+        sets one expects quiet stretches).
         """
         loop = asyncio.get_running_loop()
         start = loop.time()
         while True:
-            now = loop.time()
-            if timeout is not None:
-                left = start + timeout - now
-                if left <= 0:
-                    return "timeout"
-            else:
-                left = max(shell.last_output, start) + self.settings.no_output_timeout - now
-                if left <= 0:
-                    return "done" if shell.exited else "silent"
+            deadlines: dict[Outcome, float] = (
+                {"timeout": start + timeout}
+                if timeout is not None
+                else {
+                    "silent": max(shell.last_output, start) + self.settings.no_output_timeout,
+                    "long": start + self.settings.max_call_seconds,
+                }
+            )
+            outcome, deadline = min(deadlines.items(), key=lambda item: item[1])
+            left = deadline - loop.time()
+            if left <= 0:
+                return outcome
             if await shell.wait(left) or shell.exited:
                 return "done"
 
@@ -862,6 +852,15 @@ class TerminalTool(Tool):
             self._notice = "[The shell did not respond to C-c and was replaced by a new one.]"
         else:
             await shell.take().finish()
+
+    async def _text(self, capture: _Capture) -> str:
+        text = await capture.finish()
+        self._saved = self._saved or capture.path is not None
+        return text
+
+    async def _close_shell(self) -> int | None:
+        shell, self._shell = self._shell, None
+        return await shell.close() if shell is not None else None
 
     # -- idleness -------------------------------------------------------------------------
 
@@ -886,57 +885,54 @@ class TerminalTool(Tool):
                 return
             await self._close_shell()
             self._notice = (
-                f"[The previous shell was closed after {self.ctx.idle_timeout:g} seconds without "
-                f"use; this is a new shell in {self.ctx.working_dir}: the working directory, "
-                "environment variables and background processes of the old one are gone.]"
+                f"[The previous shell was closed after {self.ctx.idle_timeout:g} seconds "
+                f"without use; this is a new shell in {self.ctx.working_dir}: the working "
+                "directory, environment variables and background processes of the old one "
+                "are gone.]"
             )
-
-    async def _close_shell(self) -> int | None:
-        shell, self._shell = self._shell, None
-        return await shell.close() if shell is not None else None
 
     # -- observations -----------------------------------------------------------------------
 
     def _observe(
-        self,
-        shell: Shell,
-        command: str | None,
-        output: str,
-        *,
-        exit_code: int | None = None,
-        timeout: bool = False,
-        prefix: str = "",
-        suffix: str = "",
-    ) -> TerminalObservation:
+        self, shell: Shell, command: str | None, output: str, exit_code: int | None,
+        *, timeout: bool = False, prefix: str = "", suffix: str = "",
+    ) -> TerminalObservation:  # fmt: skip
         prompt = shell.prompt
-        metadata = CmdOutputMetadata(exit_code=-1 if exit_code is None else exit_code,
-                                     prefix=prefix, suffix=suffix)  # fmt: skip
-        trailer = ""
-        if prompt is not None:
-            metadata.pid = prompt.background_pid
-            metadata.username, metadata.hostname = prompt.username, prompt.hostname
-            metadata.working_dir = prompt.working_dir
-            metadata.py_interpreter_path = _python(prompt.path)
-            trailer = f"[Current working directory: {prompt.working_dir}]"
+        trailer = [f"[Current working directory: {prompt.working_dir}]"] if prompt else []
         if exit_code is not None and exit_code != -1:
-            trailer = _join(trailer, f"[Command finished with exit code {exit_code}]")
-        saved = re.search(r"is saved in (\S+) \.\.\.\]", output)
+            trailer.append(f"[Command finished with exit code {exit_code}]")
         return TerminalObservation(
-            content=[TextContent(text=_join(prefix, output.rstrip("\n"), suffix, trailer))],
+            content=[TextContent(text=_join(prefix, output.rstrip("\n"), suffix, *trailer))],
             command=command,
             exit_code=exit_code,
             timeout=timeout,
-            metadata=metadata,
-            full_output_save_dir=str(Path(saved.group(1)).parent) if saved else None,
+            metadata=CmdOutputMetadata(
+                exit_code=-1 if exit_code is None else exit_code,
+                pid=prompt.background_pid if prompt else -1,
+                username=USERNAME,
+                hostname=socket.gethostname(),
+                working_dir=prompt.working_dir if prompt else None,
+                py_interpreter_path=_python(prompt.path) if prompt else None,
+                prefix=prefix,
+                suffix=suffix,
+            ),
+            full_output_save_dir=str(self._save_dir) if self._saved else None,
         )
 
-    def _error(self, command: str, text: str, prefix: str = "") -> TerminalObservation:
+    def _error(self, command: str, prefix: str, text: str) -> TerminalObservation:
         return TerminalObservation(
             content=[TextContent(text=_join(prefix, text))],
             is_error=True,
             command=command,
             metadata=CmdOutputMetadata(prefix=prefix),
+            full_output_save_dir=str(self._save_dir) if self._saved else None,
         )
+
+
+HOW_TO_CONTINUE = (
+    "Send an empty command to wait for more output, text with is_input=true to answer it, "
+    "or C-c with is_input=true to stop it."
+)
 
 
 def _keys(text: str) -> bytes:
@@ -944,12 +940,6 @@ def _keys(text: str) -> bytes:
     if re.fullmatch(r"C-[a-zA-Z]", text):
         return bytes([ord(text[2].upper()) - 64])
     return (text + "\n").encode()
-
-
-def _background(output: str) -> str:
-    if not output.strip():
-        return ""
-    return f"[Output of background processes since the last call:]\n{output.rstrip()}\n[End of it.]"
 
 
 def _join(*parts: str) -> str:

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from agent_server.agent import llm
+from agent_server.agent import llm, skills
 from agent_server.agent.hooks import run_hooks
 from agent_server.agent.loop import pending_actions, run, runtime_for
 from agent_server.agent.prompt import SYSTEM_PROMPT, dynamic_context
-from agent_server.agent.runtime import check_tools
+from agent_server.agent.runtime import Runtime, check_tools
 from agent_server.events import MessageEvent, SystemPromptEvent, TextContent, UserRejectObservation
 
 if TYPE_CHECKING:
@@ -20,20 +20,34 @@ if TYPE_CHECKING:
 
 
 async def open_conversation(conv: Conversation) -> None:
-    """The first event: the SystemPromptEvent, listing exactly the tools the agent has."""
-    runtime = await runtime_for(conv)
+    """The first event: the SystemPromptEvent, listing exactly the tools the agent has.
+
+    MCP servers start first (their tools are listed); a server that fails is reported by a
+    ServerErrorEvent right after the SystemPromptEvent.
+    """
+    if conv.runtime is None:
+        conv.runtime = Runtime(conv)
+    runtime: Runtime = conv.runtime
+    errors = await runtime.start()
     definitions = runtime.definitions()
     await conv.append(SystemPromptEvent(
         system_prompt=TextContent(text=SYSTEM_PROMPT),
         tools=definitions,
         dynamic_context=TextContent(
-            text=dynamic_context(conv.working_dir, [d.title for d in definitions])),
+            text=dynamic_context(conv.working_dir, [d.title for d in definitions],
+                                 runtime.skills.skills if runtime.skills else ())),
     ))
+    if errors:
+        await conv.append(*errors)
     llm.prewarm()
 
 
 def prepare_user_message(conv: Conversation, event: MessageEvent) -> None:
-    """Nothing yet: skills will name what a message activates here."""
+    """A message containing a skill's trigger activates it: named, and its body carried."""
+    text = "\n".join(c.text for c in event.llm_message.content if isinstance(c, TextContent))
+    for skill, trigger in skills.book_for(conv).activate(text):
+        event.activated_skills.append(skill.name)
+        event.extended_content.append(skills.activation_text(skill, trigger))
 
 
 async def on_user_message(conv: Conversation, event: MessageEvent) -> bool:

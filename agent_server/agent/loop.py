@@ -216,8 +216,12 @@ async def run(conv: Conversation) -> None:
 
 
 async def runtime_for(conv: Conversation) -> Runtime:
+    """The conversation's runtime, made on first use; its MCP servers started (again)."""
     if conv.runtime is None:
         conv.runtime = Runtime(conv)
+    errors = await conv.runtime.start()
+    if errors:
+        await conv.append(*errors)
     return conv.runtime
 
 

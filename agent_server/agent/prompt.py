@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import getpass
 import platform
+from collections.abc import Sequence
 from datetime import datetime, timezone
 from pathlib import Path
+
+from agent_server.agent.skills import Skill, prompt_section
 
 SYSTEM_PROMPT = """\
 You are a coding agent working inside a sandbox: a container with a shell, a file system and \
@@ -32,8 +35,11 @@ When the task is complete, call `finish` with a short report of what you did, wh
 verified, and anything left open. If you need the user's input, ask in a plain reply."""
 
 
-def dynamic_context(working_dir: Path, tool_names: list[str]) -> str:
-    """Facts that differ per conversation; sent as a second block of the system message."""
+def dynamic_context(working_dir: Path, tool_names: list[str], skills: Sequence[Skill] = ()) -> str:
+    """Facts that differ per conversation; sent as a second block of the system message.
+
+    After the environment: AGENTS.md whole, and the workspace's skills by name and description.
+    """
     now = datetime.now(timezone.utc)
     try:
         user = getpass.getuser()
@@ -48,5 +54,6 @@ def dynamic_context(working_dir: Path, tool_names: list[str]) -> str:
             f"User: {user}",
             f"Tools: {', '.join(tool_names)}",
             "</environment>",
+            *([prompt_section(skills)] if skills else []),
         ]
     )

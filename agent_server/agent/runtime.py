@@ -8,11 +8,14 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import tools as toolsets
+from agent_server.agent import mcp, skills
 from agent_server.agent.view import View
 from agent_server.errors import invalid
-from agent_server.events import ToolDefinition, parse_event
+from agent_server.events import ServerErrorEvent, ToolDefinition, parse_event
 from agent_server.models import AgentSpec
 from tools.base import Tool, ToolContext
+from tools.mcp import MCPTool
+from tools.skills import InvokeSkillTool
 
 if TYPE_CHECKING:
     from agent_server.conversations import Conversation
@@ -44,6 +47,8 @@ def check_tools(agent: AgentSpec, secrets: Mapping[str, str] | None = None) -> N
                 "unknown_tool",
                 spec.name,
             )
+    for loc, msg, type_ in mcp.check_config(agent.mcp_config, secrets or {}):
+        raise invalid(["body", "agent", "mcp_config", *loc], msg, type_)
 
 
 def git_env(name: str | None, email: str | None) -> dict[str, str]:
@@ -67,6 +72,7 @@ class Runtime:
             state_dir=conv.directory / "tools",
             secrets=conv.secret_values,
             env=git_env(settings.git_user_name, settings.git_user_email),
+            idle_timeout=conv.service.terminal_idle_timeout,
         )
         self.tools: dict[str, Tool] = {}
         sets = [*toolsets.ALWAYS]
@@ -75,10 +81,36 @@ class Runtime:
         for toolset in sets:
             for tool in toolset.make(self.ctx, params.get(toolset.name, {})):
                 self.tools[tool.name] = tool
+        self.conv = conv
+        #: The MCP servers of agent.mcp_config; their tools join `tools` in start().
+        self.mcp = mcp.MCPServers(conv.record.agent.mcp_config, self.ctx, conv.append)
+        #: The workspace's skills (AGENTS.md, .agents/skills), read in start().
+        self.skills: skills.SkillBook | None = None
         self.view: View | None = None
         #: SessionStart hooks ran in this process (SessionEnd runs only after them).
         self.session_started = False
         self._unsubscribe: Callable[[], None] | None = None
+
+    async def start(self) -> list[ServerErrorEvent]:
+        """Read the skills (once), start the MCP servers not running; their failures.
+
+        Called before each run, so a server that died, or a restarted process, gets its
+        servers started again; the failures are events for the caller to append.
+        """
+        if self.skills is None:
+            self.skills = await asyncio.to_thread(skills.book_for, self.conv)
+            bodies = {name: skill.body for name, skill in self.skills.invocable.items()}
+            if bodies:
+                tool = InvokeSkillTool(self.ctx, bodies=bodies)
+                self.tools[tool.name] = tool
+        if not self.mcp:
+            return []
+        errors = await self.mcp.start()
+        for name in [n for n, t in self.tools.items() if isinstance(t, MCPTool)]:
+            del self.tools[name]
+        for tool in self.mcp.tools(set(self.tools)):
+            self.tools[tool.name] = tool
+        return errors
 
     def definitions(self) -> list[ToolDefinition]:
         return [tool.definition() for tool in self.tools.values()]
@@ -124,6 +156,7 @@ class Runtime:
     async def close(self) -> None:
         if self._unsubscribe is not None:
             self._unsubscribe()
+        await self.mcp.close()
         for tool in self.tools.values():
             try:
                 await tool.close()

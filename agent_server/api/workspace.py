@@ -36,6 +36,7 @@ from agent_server.workspace import (
     NotAFile,
     NotFound,
     OutsideWorkspace,
+    PermissionDenied,
     TooLarge,
     WorkspaceError,
     child_env,
@@ -48,7 +49,8 @@ from agent_server.workspace import (
     write_file,
 )
 
-STATUS = {OutsideWorkspace: 403, NotFound: 404, NotAFile: 400, TooLarge: 413}
+STATUS = {OutsideWorkspace: 403, PermissionDenied: 403, NotFound: 404, NotAFile: 400,
+          TooLarge: 413}
 #: Room for multipart boundaries and part headers on top of the file's own cap.
 MULTIPART_OVERHEAD = 64 * 1024
 #: Said (in the X-Detail header) when the answer is empty because there is no repository:

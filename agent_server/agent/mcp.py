@@ -1,0 +1,502 @@
+"""A conversation's MCP tool servers: configure, start, call, stop (SPEC 2.5, 5 rule 4).
+
+`agent.mcp_config` has the common `{"mcpServers": {name: {...}}}` shape: `command`, `args`,
+`env` (and `cwd`) for a server run over stdio; `url` and `headers` for streamable HTTP (or
+`"type": "sse"`). Optional per server: `timeout` (seconds per call), `startup_timeout`,
+`disabled`. `${NAME}` placeholders anywhere in it are filled from the conversation's secrets
+just before a connection opens; check_config() refuses, at creation, one that cannot be.
+
+Each server is held open by a task of its own. The `mcp` client is a nest of anyio task
+groups, and a transport that fails cancels the task that entered it: that task must be ours,
+never a run or a request. Every wait is bounded; a server that fails to start or dies is
+reported (ServerErrorEvent) and its tools answer with error observations until the next run
+starts it again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+from collections.abc import Awaitable, Callable, Mapping
+from contextlib import AsyncExitStack
+from dataclasses import dataclass, field
+from enum import Enum
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any
+
+from agent_server.events import ServerErrorEvent
+from tools.base import ToolContext
+from tools.mcp import MCPTool, MCPToolObservation, failure, observation
+
+if TYPE_CHECKING:
+    from mcp import Client
+
+logger = logging.getLogger(__name__)
+
+PLACEHOLDER = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+TOOL_NAME_MAX = 64
+STARTUP_TIMEOUT = 30.0
+CALL_TIMEOUT = 300.0
+#: Bound on stopping one server (the stdio client itself escalates to SIGKILL within ~6 s).
+STOP_TIMEOUT = 8.0
+MAX_SERVERS = 20
+MAX_TOOLS_PER_SERVER = 200
+MAX_DESCRIPTION = 4_000
+#: Characters of a failed server's stderr quoted in its ServerErrorEvent.
+STDERR_TAIL = 1_500
+
+STDIO, HTTP, SSE = "stdio", "http", "sse"
+TRANSPORTS = {"stdio": STDIO, "http": HTTP, "streamable-http": HTTP, "streamable_http": HTTP,
+              "streamableHttp": HTTP, "sse": SSE}
+
+
+class ServerState(str, Enum):
+    NEW = "new"
+    STARTING = "starting"
+    RUNNING = "running"
+    #: Failed to start, or died; the next start() tries again.
+    FAILED = "failed"
+    STOPPED = "stopped"
+
+
+class MCPServerError(Exception):
+    """A server could not be started or reached; `code` becomes a ServerErrorEvent's code."""
+
+    def __init__(self, code: str, detail: str) -> None:
+        super().__init__(detail)
+        self.code, self.detail = code, detail
+
+
+# -- configuration ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ServerSpec:
+    """One entry of mcpServers, placeholders filled."""
+
+    name: str
+    transport: str
+    command: str = ""
+    args: tuple[str, ...] = ()
+    env: Mapping[str, str] = field(default_factory=dict)
+    cwd: str | None = None
+    url: str = ""
+    headers: Mapping[str, str] = field(default_factory=dict)
+    call_timeout: float = CALL_TIMEOUT
+    startup_timeout: float = STARTUP_TIMEOUT
+
+
+Problem = tuple[list[str | int], str, str]  # loc under mcp_config, message, type
+
+
+def servers_of(config: Mapping[str, Any] | None) -> dict[str, Any]:
+    if not config:
+        return {}
+    servers = config.get("mcpServers", config.get("mcp_servers", {}))
+    return servers if isinstance(servers, dict) else {}
+
+
+def check_config(config: Mapping[str, Any] | None, secrets: Mapping[str, str]) -> list[Problem]:
+    """What is wrong with an mcp_config (shape, or a placeholder no secret fills)."""
+    if not config:
+        return []
+    key = "mcp_servers" if "mcp_servers" in config and "mcpServers" not in config else "mcpServers"
+    servers = config.get(key, {})
+    if not isinstance(servers, dict):
+        return [([key], "mcpServers must be an object: server name -> its configuration",
+                 "dict_type")]
+    problems: list[Problem] = []
+    if len(servers) > MAX_SERVERS:
+        problems.append(([key], f"at most {MAX_SERVERS} MCP servers", "too_long"))
+    for name, entry in servers.items():
+        loc: list[str | int] = [key, name]
+        if not name or len(name) > 64:
+            problems.append((loc, "a server name has 1 to 64 characters", "value_error"))
+        try:
+            spec(name, entry, {}, fill_placeholders=False)
+        except ValueError as exc:
+            problems.append((loc, str(exc), "value_error"))
+    for path, missing in _missing(config, secrets):
+        problems.append(
+            (path, f"No secret named {missing!r} for the placeholder ${{{missing}}}: placeholders "
+                   "in mcp_config are filled from the conversation's secrets (the request's "
+                   "`secrets` or the settings' secrets)", "missing_secret"))
+    return problems
+
+
+def _missing(value: Any, secrets: Mapping[str, str],
+             path: list[str | int] | None = None) -> list[tuple[list[str | int], str]]:
+    path = path or []
+    out: list[tuple[list[str | int], str]] = []
+    if isinstance(value, str):
+        out += [(path, m) for m in PLACEHOLDER.findall(value) if m not in secrets]
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            out += _missing(k, secrets, path + [k])
+            out += _missing(v, secrets, path + [k])
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            out += _missing(v, secrets, path + [i])
+    return out
+
+
+def fill(value: Any, secrets: Mapping[str, str]) -> Any:
+    """`value` with every `${NAME}` replaced by the secret NAME (KeyError when one is missing)."""
+    if isinstance(value, str):
+        return PLACEHOLDER.sub(lambda m: secrets[m.group(1)], value)
+    if isinstance(value, dict):
+        return {fill(k, secrets): fill(v, secrets) for k, v in value.items()}
+    if isinstance(value, list):
+        return [fill(v, secrets) for v in value]
+    return value
+
+
+def spec(name: str, entry: Any, secrets: Mapping[str, str], *,
+         fill_placeholders: bool = True) -> ServerSpec:
+    """One server's entry -> ServerSpec (KeyError: a missing secret; ValueError: its shape)."""
+    if not isinstance(entry, dict):
+        raise ValueError("a server entry must be an object with `command` or `url`")
+    data = fill(entry, secrets) if fill_placeholders else entry
+    kind = data.get("type", data.get("transport"))
+    if kind is None:
+        kind = STDIO if "command" in data else HTTP if "url" in data else None
+    if kind is None:
+        raise ValueError("a server entry needs `command` (stdio) or `url` (streamable HTTP)")
+    if kind not in TRANSPORTS:
+        raise ValueError(f"unknown transport {kind!r}; use stdio, http (streamable HTTP) or sse")
+    transport = TRANSPORTS[kind]
+    timeouts = {}
+    for key, default in (("timeout", CALL_TIMEOUT), ("startup_timeout", STARTUP_TIMEOUT)):
+        value = data.get(key, default)
+        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= 3600:
+            raise ValueError(f"`{key}` is a number of seconds between 0 and 3600")
+        timeouts[key] = float(value)
+    if transport == STDIO:
+        command, args, env = data.get("command"), data.get("args", []), data.get("env") or {}
+        if not isinstance(command, str) or not command:
+            raise ValueError("`command` must be a non-empty string")
+        if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
+            raise ValueError("`args` must be a list of strings")
+        if not _str_map(env):
+            raise ValueError("`env` must map names to strings")
+        cwd = data.get("cwd")
+        if cwd is not None and not isinstance(cwd, str):
+            raise ValueError("`cwd` must be a string")
+        return ServerSpec(name, transport, command=command, args=tuple(args), env=dict(env),
+                          cwd=cwd, call_timeout=timeouts["timeout"],
+                          startup_timeout=timeouts["startup_timeout"])
+    url, headers = data.get("url"), data.get("headers") or {}
+    if not isinstance(url, str) or not re.match(r"^https?://", url):
+        raise ValueError("`url` must be an http:// or https:// address")
+    if not _str_map(headers):
+        raise ValueError("`headers` must map names to strings")
+    return ServerSpec(name, transport, url=url, headers=dict(headers),
+                      call_timeout=timeouts["timeout"],
+                      startup_timeout=timeouts["startup_timeout"])
+
+
+def _str_map(value: Any) -> bool:
+    return isinstance(value, dict) and all(isinstance(k, str) and isinstance(v, str)
+                                           for k, v in value.items())
+
+
+def tool_name(server: str, tool: str, taken: set[str]) -> str:
+    """`<server>_<tool>` in what every provider accepts ([A-Za-z0-9_-], at most 64), unique."""
+    base = re.sub(r"[^A-Za-z0-9_-]", "_", f"{server}_{tool}")[:TOOL_NAME_MAX]
+    name, n = base, 2
+    while name in taken:
+        suffix = f"_{n}"
+        name, n = base[: TOOL_NAME_MAX - len(suffix)] + suffix, n + 1
+    taken.add(name)
+    return name
+
+
+def _describe(exc: BaseException) -> str:
+    """The innermost real error of an (exception-group wrapped) failure."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+# -- one server ---------------------------------------------------------------------------
+
+
+class ServerConnection:
+    """One MCP server: a task holds the client open between start() and stop()."""
+
+    def __init__(self, name: str, entry: Any, working_dir: Path, log_dir: Path) -> None:
+        self.name, self.entry = name, entry
+        self.working_dir, self.log_dir = working_dir, log_dir
+        self.state = ServerState.NEW
+        self.error: str | None = None
+        self.tools: list[Any] = []  # mcp_types.Tool, as last listed
+        self.call_timeout = CALL_TIMEOUT
+        self._client: Client | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._stop = asyncio.Event()
+        self._stderr: IO[str] | None = None
+        #: Called once when a running server is found dead (the manager reports it).
+        self.on_death: Callable[[ServerConnection, str], None] | None = None
+
+    @property
+    def stderr_path(self) -> Path:
+        return self.log_dir / f"{re.sub(r'[^A-Za-z0-9_.-]', '_', self.name)}.stderr.log"
+
+    async def start(self, secrets: Mapping[str, str]) -> None:
+        """Connect and list the tools, within the startup timeout; raises MCPServerError."""
+        try:
+            server = spec(self.name, self.entry, secrets)
+        except KeyError as exc:
+            self._fail(f"no secret named {exc.args[0]!r} fills its placeholder")
+            raise MCPServerError("MCPConfigError", f"MCP server {self.name!r}: {self.error}") from None
+        except ValueError as exc:
+            self._fail(str(exc))
+            raise MCPServerError("MCPConfigError", f"MCP server {self.name!r}: {exc}") from None
+        self.call_timeout = server.call_timeout
+        self.state, self.error = ServerState.STARTING, None
+        self._stop = asyncio.Event()
+        ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._task = asyncio.create_task(self._hold(server, ready), name=f"mcp {self.name}")
+        try:
+            await asyncio.wait_for(asyncio.shield(ready), server.startup_timeout)
+        except TimeoutError:
+            ready.cancel()
+            await self.stop()
+            self._fail(f"no answer within {server.startup_timeout:g} s")
+            raise MCPServerError("MCPServerStartTimeout",
+                                 f"MCP server {self.name!r} did not start: {self.error}"
+                                 + self._stderr_tail()) from None
+        except MCPServerError as exc:
+            exc.detail += self._stderr_tail()
+            raise
+
+    async def _hold(self, server: ServerSpec, ready: asyncio.Future[None]) -> None:
+        error = "the connection closed"
+        try:
+            async with AsyncExitStack() as stack:
+                client = await self._connect(server, stack)
+                tools = await _list_tools(client)
+                self._client, self.tools = client, tools
+                self.state = ServerState.RUNNING
+                ready.set_result(None)
+                await self._stop.wait()
+        except BaseException as exc:
+            # Whatever ended the connection (a transport's ExceptionGroup, a spawn's OSError)
+            # is what the ServerErrorEvent says.
+            error = _describe(exc)
+            if not isinstance(exc, Exception):
+                raise
+        finally:
+            self._client = None
+            if self._stderr is not None:
+                self._stderr.close()
+                self._stderr = None
+            if not ready.done():
+                self._fail(error)
+                ready.set_exception(MCPServerError(
+                    "MCPServerStartFailed", f"MCP server {self.name!r} failed to start: {error}"))
+            elif not self._stop.is_set():
+                self._died(error)
+
+    async def _connect(self, server: ServerSpec, stack: AsyncExitStack) -> Client:
+        from mcp import Client, StdioServerParameters
+        from mcp.client.sse import sse_client
+        from mcp.client.stdio import stdio_client
+        from mcp.client.streamable_http import streamable_http_client
+        from mcp.shared._httpx_utils import create_mcp_http_client
+        from mcp_types import Implementation
+
+        transport: Any
+        if server.transport == STDIO:
+            self.log_dir.mkdir(parents=True, exist_ok=True)
+            self._stderr = open(self.stderr_path, "w", encoding="utf-8", errors="replace")
+            cwd = Path(server.cwd) if server.cwd else self.working_dir
+            if not cwd.is_absolute():
+                cwd = self.working_dir / cwd
+            params = StdioServerParameters(command=server.command, args=list(server.args),
+                                           env=dict(server.env), cwd=cwd)
+            transport = stdio_client(params, errlog=self._stderr)
+        elif server.transport == SSE:
+            transport = sse_client(server.url, headers=dict(server.headers))
+        else:
+            http = await stack.enter_async_context(
+                create_mcp_http_client(headers=dict(server.headers)))
+            transport = streamable_http_client(server.url, http_client=http)
+        client = Client(transport, cache=None,
+                        client_info=Implementation(name="agent-server", version="0.1.0"))
+        return await stack.enter_async_context(client)
+
+    async def call(self, tool: str, arguments: dict[str, Any]) -> Any:
+        """The CallToolResult of one call; raises MCPServerError when no result can come."""
+        client = self._client
+        if self.state != ServerState.RUNNING or client is None:
+            raise MCPServerError("MCPServerNotRunning", f"The MCP server {self.name!r} is not "
+                                 f"running ({self.error or self.state.value}); it is started "
+                                 "again when the next run begins.")
+        from mcp.shared.exceptions import MCPError
+        from mcp_types import CONNECTION_CLOSED
+
+        try:
+            return await asyncio.wait_for(client.call_tool(tool, arguments), self.call_timeout)
+        except TimeoutError:
+            raise MCPServerError("MCPToolTimeout", f"No result from {self.name!r} within "
+                                 f"{self.call_timeout:g} s.") from None
+        except Exception as exc:
+            if isinstance(exc, MCPError) and exc.code != CONNECTION_CLOSED and self._alive():
+                raise MCPServerError("MCPToolCallFailed", _describe(exc)) from None
+            self._died(_describe(exc))
+            raise MCPServerError("MCPServerDied", self._death()) from None
+
+    def _alive(self) -> bool:
+        return self.state == ServerState.RUNNING and self._task is not None and not self._task.done()
+
+    def _death(self) -> str:
+        return f"The MCP server {self.name!r} stopped during the call: {self.error}."
+
+    async def stop(self) -> None:
+        """Close the connection (and the server process), within STOP_TIMEOUT."""
+        task, self._task = self._task, None
+        graceful = self.state == ServerState.RUNNING
+        self._stop.set()
+        if self.state in (ServerState.RUNNING, ServerState.STARTING):
+            self.state = ServerState.STOPPED
+        if task is None or task.done():
+            return
+        if graceful:  # the holding task closes the session and the process itself
+            done, _ = await asyncio.wait({task}, timeout=STOP_TIMEOUT)
+            if done:
+                return
+        task.cancel()  # the stdio client still ends its process, within bounds of its own
+        await asyncio.wait({task}, timeout=STOP_TIMEOUT)
+
+    def _fail(self, error: str) -> None:
+        self.state, self.error = ServerState.FAILED, error
+
+    def _died(self, error: str) -> None:
+        if self.state != ServerState.RUNNING:
+            return
+        self._fail(error)
+        self._stop.set()  # lets the holding task close what is left of the connection
+        if self.on_death is not None:
+            self.on_death(self, error)
+
+    def _stderr_tail(self) -> str:
+        try:
+            with open(self.stderr_path, "rb") as f:
+                f.seek(0, 2)
+                f.seek(max(0, f.tell() - STDERR_TAIL))
+                tail = f.read().decode("utf-8", "replace").strip()
+        except OSError:
+            return ""
+        return f"\nstderr:\n{tail}" if tail else ""
+
+
+async def _list_tools(client: Client) -> list[Any]:
+    tools: list[Any] = []
+    cursor: str | None = None
+    for _ in range(20):
+        page = await client.list_tools(cursor=cursor)
+        tools.extend(page.tools)
+        cursor = page.next_cursor
+        if cursor is None or len(tools) >= MAX_TOOLS_PER_SERVER:
+            break
+    return tools[:MAX_TOOLS_PER_SERVER]
+
+
+# -- the conversation's servers -----------------------------------------------------------
+
+
+Report = Callable[[ServerErrorEvent], Awaitable[Any]]
+
+
+class MCPServers:
+    """The MCP servers of one conversation, and the agent tools they offer."""
+
+    def __init__(self, config: Mapping[str, Any] | None, ctx: ToolContext, report: Report) -> None:
+        self.ctx = ctx
+        self.report = report
+        self.servers = [ServerConnection(name, entry, ctx.working_dir, ctx.state_dir / "mcp")
+                        for name, entry in servers_of(config).items()]
+        for server in self.servers:
+            server.on_death = self._on_death
+        self._lock = asyncio.Lock()
+        self._reports: set[asyncio.Task[Any]] = set()
+
+    def __bool__(self) -> bool:
+        return bool(self.servers)
+
+    async def start(self) -> list[ServerErrorEvent]:
+        """Start every server not running; the failures, as events for the caller to append."""
+        async with self._lock:
+            pending = [s for s in self.servers if s.state != ServerState.RUNNING]
+            results = await asyncio.gather(*(s.start(self.ctx.secrets) for s in pending),
+                                           return_exceptions=True)
+        errors = []
+        for server, result in zip(pending, results):
+            if isinstance(result, MCPServerError):
+                errors.append(ServerErrorEvent(source="environment", code=result.code,
+                                               detail=result.detail))
+            elif isinstance(result, BaseException):
+                logger.error("starting MCP server %s failed", server.name, exc_info=result)
+                errors.append(ServerErrorEvent(
+                    source="environment", code="MCPServerStartFailed",
+                    detail=f"MCP server {server.name!r} failed to start: {_describe(result)}"))
+        return errors
+
+    def tools(self, taken: set[str]) -> list[MCPTool]:
+        """One agent tool per tool of each server that has listed its tools."""
+        out = []
+        for server in self.servers:
+            for remote in server.tools:
+                name = tool_name(server.name, remote.name, taken)
+                annotations = remote.annotations
+                read_only = bool(annotations is not None and annotations.read_only_hint)
+                description = (remote.description or remote.title or remote.name)[:MAX_DESCRIPTION]
+                out.append(MCPTool(self.ctx, name=name, description=description,
+                                   schema=remote.input_schema or {}, server=server.name,
+                                   remote_name=remote.name, read_only=read_only,
+                                   call=self._caller(server, remote.name, name)))
+        return out
+
+    def _caller(self, server: ServerConnection, remote: str,
+                name: str) -> Callable[[dict[str, Any]], Awaitable[MCPToolObservation]]:
+        async def call(arguments: dict[str, Any]) -> MCPToolObservation:
+            try:
+                result = await server.call(remote, arguments)
+            except MCPServerError as exc:
+                await self._drain_reports()
+                return failure(name, exc.detail)
+            return observation(name, result)
+
+        return call
+
+    def _on_death(self, server: ServerConnection, error: str) -> None:
+        event = ServerErrorEvent(source="environment", code="MCPServerDied",
+                                 detail=f"MCP server {server.name!r} stopped: {error}")
+        task = asyncio.get_running_loop().create_task(self.report(event))
+        self._reports.add(task)
+        task.add_done_callback(self._reports.discard)
+
+    async def _drain_reports(self) -> None:
+        """The ServerErrorEvent of a death goes into the log before the call's observation."""
+        if self._reports:
+            await asyncio.wait(set(self._reports), timeout=5)
+
+    async def close(self) -> None:
+        await asyncio.gather(*(s.stop() for s in self.servers), return_exceptions=True)
+        await self._drain_reports()
+
+
+__all__ = [
+    "MCPServerError",
+    "MCPServers",
+    "ServerConnection",
+    "ServerSpec",
+    "ServerState",
+    "check_config",
+    "fill",
+    "spec",
+    "tool_name",
+]
