@@ -20,6 +20,7 @@ from agent_server.conversations import ConversationService
 from agent_server.delivery import Delivery, DeliverySettings
 from agent_server.errors import HANDLERS
 from agent_server.settings import SettingsStore
+from tools.browser import BrowserManager
 
 C = "/api/conversations/{conversation_id}"
 
@@ -78,6 +79,8 @@ def build_app(config: Config) -> Starlette:
     keys = KeyRing(config.session_api_keys)
     delivery = Delivery(config, service, DeliverySettings.from_env())
 
+    service.browser = BrowserManager()  # starts Chromium on first use only
+
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         config.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -91,6 +94,7 @@ def build_app(config: Config) -> Starlette:
             app.state.ready = False
             await service.close(flush=delivery.flush)
             await delivery.close()
+            await service.browser.close()  # no Chromium outlives the server
 
     app = Starlette(
         routes=[*ROUTES, *SOCKETS],

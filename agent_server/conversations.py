@@ -186,6 +186,12 @@ class Conversation:
         Actions waiting for confirmation run only with `approved` (an explicit accept); a
         plain run while waiting changes nothing.
         """
+        task = self._task
+        if task is not None and not task.done():
+            if self.status == ExecutionStatus.RUNNING:
+                return
+            # A run that has set its final status and is finishing: let it end, then start.
+            await asyncio.gather(asyncio.shield(task), return_exceptions=True)
         if self.running:
             return
         if self.status == ExecutionStatus.WAITING_FOR_CONFIRMATION and not approved:
@@ -256,6 +262,8 @@ class ConversationService:
         self.default_working_dir = default_working_dir
         self.agent = agent
         self.terminal_idle_timeout = terminal_idle_timeout
+        #: The one Chromium of this server, shared by the conversations' browser tools.
+        self.browser: Any = None
         self.settings = settings
         self._items: dict[UUID, Conversation] = {}
         self._create_lock = asyncio.Lock()

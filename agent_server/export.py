@@ -37,7 +37,8 @@ def trajectory_zip(meta: bytes, log: EventLog, count: int) -> Iterator[bytes]:
     """The zip's bytes, in pieces (blocking: iterate it in a thread). `count` events are
     included: those in the log when the download began."""
     sink = _Sink()
-    with zipfile.ZipFile(sink, "w", compression=zipfile.ZIP_DEFLATED) as archive:  # type: ignore[arg-type]
+    archive = zipfile.ZipFile(sink, "w", compression=zipfile.ZIP_DEFLATED)  # type: ignore[arg-type]
+    with archive:
         archive.writestr("meta.json", meta)
         yield sink.take()
         # force_zip64: the size is unknown when the entry starts and may pass 4 GiB.

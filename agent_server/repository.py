@@ -82,7 +82,8 @@ async def clone(conv: Conversation, spec: RepositorySpec) -> None:
     try:
         entries = await asyncio.to_thread(os.listdir, target)
     except OSError as exc:
-        raise CloneFailed(f"the working directory {target} cannot be read: {exc.strerror}") from None
+        raise CloneFailed(f"the working directory {target} cannot be read: "
+                          f"{exc.strerror}") from None
     if entries:
         raise CloneFailed(f"the working directory {target} is not empty ({len(entries)} "
                           "entries); a repository is cloned into an empty one")

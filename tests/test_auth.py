@@ -13,6 +13,7 @@ from typing import Any
 
 import httpx
 import pytest
+from starlette.routing import Route
 
 from agent_server.app import ROUTES
 from tests.conftest import create
@@ -26,7 +27,7 @@ def _api_calls() -> list[tuple[str, str]]:
     """(method, path template) of every HTTP route under /api."""
     found = []
     for route in ROUTES:
-        if not route.path.startswith("/api"):
+        if not isinstance(route, Route) or not route.path.startswith("/api"):
             continue
         for method in sorted(route.methods or ()):
             if method != "HEAD":
@@ -35,7 +36,7 @@ def _api_calls() -> list[tuple[str, str]]:
 
 
 def _open_calls() -> list[tuple[str, str]]:
-    return [(m, r.path) for r in ROUTES if not r.path.startswith("/api")
+    return [(m, r.path) for r in ROUTES if isinstance(r, Route) and not r.path.startswith("/api")
             for m in sorted(r.methods or ()) if m != "HEAD"]
 
 
@@ -129,7 +130,8 @@ def test_the_right_key_is_accepted(client: httpx.Client) -> None:
     assert client.get("/api/conversations/count").status_code == 200
 
 
-@pytest.mark.parametrize(("method", "path"), _open_calls(), ids=[f"{m} {p}" for m, p in _open_calls()])
+@pytest.mark.parametrize(("method", "path"), _open_calls(),
+                         ids=[f"{m} {p}" for m, p in _open_calls()])
 def test_routes_outside_api_need_no_key(server: ServerProcess, method: str, path: str) -> None:
     r = httpx.request(method, server.url + path, timeout=30)
     assert r.status_code != 401, r.text

@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 from ulid import ULID
 
+import tools
 from agent_server.events import (
     EVENT_ADAPTER,
     EVENT_LIST_ADAPTER,
@@ -40,9 +41,6 @@ from agent_server.events import (
     parse_event,
 )
 from agent_server.events.content import ToolAnnotations
-
-# After agent_server.events: importing `tools` first fails (see test_tools_imports_on_its_own).
-import tools  # noqa: E402  isort: skip
 
 GOLDEN = Path(__file__).parent / "golden"
 KIND_BY_NAME: dict[str, type[Event]] = {k.__name__: k for k in KINDS}
@@ -389,9 +387,8 @@ def events_of(name: str) -> st.SearchStrategy[Event]:
 
 
 def test_tools_imports_on_its_own() -> None:
-    # Bug: tools.base imports agent_server.events, whose kinds module calls
-    # tools.action_types() while `tools` is still half-initialised, so any process whose first
-    # import is `tools` (a tool module, a script) dies with AttributeError.
+    # The kinds build their unions from tools.action_types(), and tools import the content
+    # types from agent_server.events: a process whose first import is `tools` once died here.
     for module in ("tools", "tools.think"):
         done = subprocess.run(
             [sys.executable, "-c", f"import {module}"], capture_output=True, text=True
@@ -570,14 +567,32 @@ def test_an_unregistered_action_kind_is_rejected() -> None:
         parse_event(data)
 
 
-def test_every_registered_action_and_observation_kind_is_accepted() -> None:
+def test_the_always_present_tools_are_registered() -> None:
     names = [t.__name__ for t in tools.action_types()]
     assert {"FinishAction", "ThinkAction"} <= set(names)  # SPEC 2.6 rule 1
     assert len(names) == len(set(names))
-    for obs_type in tools.observation_types():
-        data = golden("ObservationEvent")
-        data["observation"] = {"kind": obs_type.__name__, "content": [], "is_error": True}
-        assert type(parse_event(data).observation) is obs_type  # type: ignore[attr-defined]
+    observations = [t.__name__ for t in tools.observation_types()]
+    assert len(observations) == len(set(observations))
+
+
+@pytest.mark.parametrize(
+    "payload", [*tools.action_types(), *tools.observation_types()], ids=lambda t: t.__name__
+)
+@given(data=st.data())
+@settings(max_examples=10, deadline=None)
+def test_every_registered_kind_travels_inside_its_event(payload: type, data: st.DataObject) -> None:
+    value = data.draw(
+        st.builds(payload, content=st.lists(contents, max_size=2))
+        if payload in tools.observation_types()
+        else st.builds(payload)
+    )
+    if payload in tools.action_types():
+        event = parse_event({**golden("ActionEvent"), "action": value.model_dump(mode="json")})
+        assert type(event.action) is payload and event.action == value  # type: ignore[attr-defined]
+    else:
+        event = parse_event({**golden("ObservationEvent"), "observation": value.model_dump(mode="json")})
+        assert type(event.observation) is payload  # type: ignore[attr-defined]
+        assert event.observation == value  # type: ignore[attr-defined]
 
 
 # -- constraints ---------------------------------------------------------------------------

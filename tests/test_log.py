@@ -17,7 +17,8 @@ import tempfile
 import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -319,6 +320,81 @@ async def test_a_listener_is_not_called_before_the_append_is_written(
         assert calls[-1] == n
 
 
+# -- masking -------------------------------------------------------------------------------
+
+
+def masking(secret: str, mask: str = "<secret-hidden>") -> Callable[[Any], Any]:
+    """A redactor that replaces `secret` in every string, as a conversation's secrets do."""
+
+    def redact(value: Any) -> Any:
+        if isinstance(value, str):
+            return value.replace(secret, mask)
+        if isinstance(value, dict):
+            return {k: redact(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [redact(v) for v in value]
+        return value
+
+    return redact
+
+
+def said(text: str) -> Event:
+    return make("MessageEvent", "user", llm_message={"role": "user", "content": [
+        {"type": "text", "text": text}]})
+
+
+async def test_a_redactor_masks_what_is_stored_and_what_listeners_see(
+    log: EventLog, path: Path
+) -> None:
+    log.redactor = masking("hunter2-token")
+    seen: list[tuple[Event, bytes]] = []
+    log.subscribe(seen.extend)
+    secret, plain = said("the key is hunter2-token"), make("PauseEvent")
+    await log.append(secret, plain)
+
+    assert b"hunter2-token" not in path.read_bytes()
+    stored = log.search(Query(), 10)[0]
+    masked = parse_event(stored[0])
+    assert (masked.id, masked.timestamp, masked.source) == (secret.id, secret.timestamp, "user")
+    assert masked.llm_message.content[0].text == "the key is <secret-hidden>"  # type: ignore[attr-defined]
+    assert stored[1] == line(plain)  # nothing to mask: stored as given
+    assert [e for e, _ in seen] == [masked, plain]
+    assert all(b"hunter2-token" not in s for _, s in seen)
+    assert log.get(secret.id) == stored[0]  # type: ignore[arg-type]
+    reopened = EventLog.open(path)
+    try:
+        assert reopened.search(Query(), 10)[0] == stored
+    finally:
+        reopened.close()
+
+
+@pytest.mark.parametrize("where", ["timestamp", "id"])
+async def test_a_secret_that_matches_part_of_an_id_or_time_leaves_them_alone(
+    path: Path, where: str
+) -> None:
+    # Bug: the redactor runs over the common fields too. A 4-character secret (the minimum
+    # agent_server.secrets allows) equal to the year masks every timestamp, parse_event then
+    # rejects the line, and every append of the conversation raises ValidationError. One that
+    # matches part of an id is stored under a masked id: get(id) misses it, the index's ids
+    # stop being sorted, and the next open skips the line, so the event is gone.
+    secret = str(datetime.now(timezone.utc).year) if where == "timestamp" else str(ULID())[:4]
+    log = EventLog.open(path)
+    log.redactor = masking(secret)
+    event = said(f"my pin is {secret}")
+    try:
+        await log.append(event)
+        assert log.get(event.id) is not None  # type: ignore[arg-type]
+    finally:
+        log.close()
+    reopened = EventLog.open(path)
+    try:
+        [stored] = [parse_event(s) for s in reopened.search(Query(), 10)[0]]
+        assert (stored.id, stored.timestamp) == (event.id, event.timestamp)
+        assert stored.llm_message.content[0].text == "my pin is <secret-hidden>"  # type: ignore[attr-defined]
+    finally:
+        reopened.close()
+
+
 # -- searching -----------------------------------------------------------------------------
 
 QUERIES = [
@@ -593,8 +669,8 @@ class LogMachine(RuleBasedStateMachine):
 
 
 LogMachine.TestCase.settings = settings(
-    max_examples=30,
-    stateful_step_count=15,
+    max_examples=50,
+    stateful_step_count=20,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
@@ -619,7 +695,6 @@ def test_sigkill_at_random_moments_loses_no_acknowledged_event(tmp_path: Path) -
     rng = random.Random(int(os.environ.get("AGENT_SERVER_CRASH_SEED", "0")) or None)
     path = tmp_path / "events.jsonl"
     acknowledged: list[str] = []
-    torn_tails = 0
     for round_ in range(kills):
         out = tmp_path / f"child-{round_}.out"
         with out.open("w") as sink:
@@ -647,7 +722,6 @@ def test_sigkill_at_random_moments_loses_no_acknowledged_event(tmp_path: Path) -
         assert ids == sorted(ids) and len(set(ids)) == len(ids)
         acknowledged.extend(ids)
 
-        torn_tails += not path.read_bytes().endswith(b"\n")
         log = EventLog.open(path)
         try:
             stored = file_lines(path)  # after the open: no torn line is left

@@ -6,7 +6,7 @@ them. The event schema builds its Action and Observation unions from what is lis
 
 from __future__ import annotations
 
-from tools import file_editor, finish, task_tracker, terminal, think
+from tools import browser, file_editor, finish, task_tracker, terminal, think
 from tools.mcp import MCPToolAction, MCPToolObservation
 from tools.skills import InvokeSkillAction, InvokeSkillObservation
 from tools.base import Action, Observation, Tool, ToolContext, ToolError, ToolSet
@@ -16,7 +16,8 @@ ALWAYS: tuple[ToolSet, ...] = (finish.TOOL_SET, think.TOOL_SET)
 
 #: What `agent.tools[].name` may name.
 TOOL_SETS: dict[str, ToolSet] = {
-    s.name: s for s in (terminal.TOOL_SET, file_editor.TOOL_SET, task_tracker.TOOL_SET)
+    s.name: s
+    for s in (terminal.TOOL_SET, file_editor.TOOL_SET, task_tracker.TOOL_SET, browser.TOOL_SET)
 }
 
 #: Kinds that travel in events but belong to no tool set here (e.g. skills, MCP).

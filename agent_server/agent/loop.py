@@ -71,6 +71,7 @@ class Run:
     async def __call__(self) -> None:
         conv = self.conv
         try:
+            await prepare_workspace(conv)  # the selected repository, cloned before anything runs
             if not self.runtime.session_started:
                 self.runtime.session_started = True
                 await run_hooks(conv, "SessionStart")
@@ -78,7 +79,6 @@ class Run:
                 conv.approved = False
                 if await self.act(await pending_actions(conv, self.view)):
                     await self.finish()
-            await prepare_workspace(conv)
             await repair(conv, self.view, "The previous run ended before this call finished.")
             for _ in range(conv.record.max_iterations):
                 if conv.pause_requested:

@@ -233,6 +233,7 @@ class ServerConnection:
         self.error: str | None = None
         self.tools: list[Any] = []  # mcp_types.Tool, as last listed
         self.call_timeout = CALL_TIMEOUT
+        self.transport = ""
         self._client: Client | None = None
         self._task: asyncio.Task[None] | None = None
         self._stop = asyncio.Event()
@@ -246,19 +247,19 @@ class ServerConnection:
 
     async def start(self, secrets: Mapping[str, str]) -> None:
         """Connect and list the tools, within the startup timeout; raises MCPServerError."""
+        await self.stop()  # what is left of an earlier connection ends before a new one
         try:
             server = spec(self.name, self.entry, secrets)
-        except KeyError as exc:
-            self._fail(f"no secret named {exc.args[0]!r} fills its placeholder")
-            raise MCPServerError("MCPConfigError", f"MCP server {self.name!r}: {self.error}") from None
-        except ValueError as exc:
-            self._fail(str(exc))
-            raise MCPServerError("MCPConfigError", f"MCP server {self.name!r}: {exc}") from None
-        self.call_timeout = server.call_timeout
+        except (KeyError, ValueError) as exc:
+            problem = (f"no secret named {exc.args[0]!r} fills its placeholder"
+                       if isinstance(exc, KeyError) else str(exc))
+            self._fail(problem)
+            raise MCPServerError("MCPConfigError", f"MCP server {self.name!r}: {problem}") from None
+        self.call_timeout, self.transport = server.call_timeout, server.transport
         self.state, self.error = ServerState.STARTING, None
-        self._stop = asyncio.Event()
+        self._stop = stop = asyncio.Event()
         ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._task = asyncio.create_task(self._hold(server, ready), name=f"mcp {self.name}")
+        self._task = asyncio.create_task(self._hold(server, ready, stop), name=f"mcp {self.name}")
         try:
             await asyncio.wait_for(asyncio.shield(ready), server.startup_timeout)
         except TimeoutError:
@@ -272,7 +273,8 @@ class ServerConnection:
             exc.detail += self._stderr_tail()
             raise
 
-    async def _hold(self, server: ServerSpec, ready: asyncio.Future[None]) -> None:
+    async def _hold(self, server: ServerSpec, ready: asyncio.Future[None],
+                    stop: asyncio.Event) -> None:
         error = "the connection closed"
         try:
             async with AsyncExitStack() as stack:
@@ -281,7 +283,7 @@ class ServerConnection:
                 self._client, self.tools = client, tools
                 self.state = ServerState.RUNNING
                 ready.set_result(None)
-                await self._stop.wait()
+                await stop.wait()
         except BaseException as exc:
             # Whatever ended the connection (a transport's ExceptionGroup, a spawn's OSError)
             # is what the ServerErrorEvent says.
@@ -297,7 +299,7 @@ class ServerConnection:
                 self._fail(error)
                 ready.set_exception(MCPServerError(
                     "MCPServerStartFailed", f"MCP server {self.name!r} failed to start: {error}"))
-            elif not self._stop.is_set():
+            elif not stop.is_set():
                 self._died(error)
 
     async def _connect(self, server: ServerSpec, stack: AsyncExitStack) -> Client:
@@ -344,16 +346,16 @@ class ServerConnection:
             raise MCPServerError("MCPToolTimeout", f"No result from {self.name!r} within "
                                  f"{self.call_timeout:g} s.") from None
         except Exception as exc:
-            if isinstance(exc, MCPError) and exc.code != CONNECTION_CLOSED and self._alive():
+            closed = isinstance(exc, MCPError) and exc.code == CONNECTION_CLOSED
+            if not closed and self._alive():  # a bad result, a refused call: the server is up
                 raise MCPServerError("MCPToolCallFailed", _describe(exc)) from None
             self._died(_describe(exc))
-            raise MCPServerError("MCPServerDied", self._death()) from None
+            raise MCPServerError("MCPServerDied", f"The MCP server {self.name!r} stopped "
+                                 f"during the call: {self.error}.") from None
 
     def _alive(self) -> bool:
-        return self.state == ServerState.RUNNING and self._task is not None and not self._task.done()
-
-    def _death(self) -> str:
-        return f"The MCP server {self.name!r} stopped during the call: {self.error}."
+        task = self._task
+        return self.state == ServerState.RUNNING and task is not None and not task.done()
 
     async def stop(self) -> None:
         """Close the connection (and the server process), within STOP_TIMEOUT."""
@@ -383,6 +385,8 @@ class ServerConnection:
             self.on_death(self, error)
 
     def _stderr_tail(self) -> str:
+        if self.transport != STDIO:
+            return ""
         try:
             with open(self.stderr_path, "rb") as f:
                 f.seek(0, 2)
@@ -414,7 +418,8 @@ Report = Callable[[ServerErrorEvent], Awaitable[Any]]
 class MCPServers:
     """The MCP servers of one conversation, and the agent tools they offer."""
 
-    def __init__(self, config: Mapping[str, Any] | None, ctx: ToolContext, report: Report) -> None:
+    def __init__(self, config: Mapping[str, Any] | None, ctx: ToolContext,
+                 report: Report) -> None:
         self.ctx = ctx
         self.report = report
         self.servers = [ServerConnection(name, entry, ctx.working_dir, ctx.state_dir / "mcp")

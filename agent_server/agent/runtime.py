@@ -77,7 +77,11 @@ class Runtime:
         self.tools: dict[str, Tool] = {}
         sets = [*toolsets.ALWAYS]
         sets += [toolsets.TOOL_SETS[canonical(s.name)] for s in conv.record.agent.tools]
-        params = {canonical(s.name): s.params for s in conv.record.agent.tools}
+        # Keys starting with _ are the server's own (e.g. the shared browser), never a client's.
+        params = {canonical(s.name): {k: v for k, v in s.params.items() if not k.startswith("_")}
+                  for s in conv.record.agent.tools}
+        if "browser_tool_set" in params:
+            params["browser_tool_set"]["_manager"] = conv.service.browser
         for toolset in sets:
             for tool in toolset.make(self.ctx, params.get(toolset.name, {})):
                 self.tools[tool.name] = tool

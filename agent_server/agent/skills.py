@@ -159,7 +159,8 @@ def _read(path: Path) -> str | None:
         return None
     text = data[:MAX_FILE_BYTES].decode("utf-8", "replace")
     if len(data) > MAX_FILE_BYTES:
-        text += f"\n\n[... cut: only the first {MAX_FILE_BYTES // 1024} KiB of {path.name} are read]"
+        text += (f"\n\n[... cut: only the first {MAX_FILE_BYTES // 1024} KiB of {path.name} "
+                 "are read]")
     return text
 
 

@@ -25,6 +25,7 @@ import logging
 import re
 from datetime import datetime, timezone
 from typing import Any
+from urllib.parse import parse_qsl, urlencode
 from uuid import UUID
 
 from pydantic import ValidationError
@@ -62,8 +63,9 @@ _CLOSE_SECONDS = 30.0
 async def events_socket(websocket: WebSocket) -> None:
     state = websocket.app.state
     delivery: Delivery = state.delivery
+    query_key = _take_query_key(websocket)
     await websocket.accept()
-    if not await _authenticate(websocket, state.keys, delivery.settings.ws_auth_timeout):
+    if not await _authenticate(websocket, query_key, state.keys, delivery.settings.ws_auth_timeout):
         await _close(websocket, CLOSE_UNAUTHORIZED, "missing or wrong session key")
         return
     conv = _conversation(websocket, state.conversations)
@@ -91,13 +93,24 @@ async def events_socket(websocket: WebSocket) -> None:
         sub.close()
 
 
-async def _authenticate(websocket: WebSocket, keys: KeyRing, timeout: float) -> bool:
+def _take_query_key(websocket: WebSocket) -> str | None:
+    """The key of the query string, taken out of it: uvicorn logs a websocket's path with its
+    query string, and a key must never reach a log."""
+    scope = websocket.scope
+    pairs = parse_qsl(scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True)
+    key = next((value for name, value in pairs if name == QUERY_KEY), None)
+    if key is not None:
+        scope["query_string"] = urlencode([(n, v) for n, v in pairs if n != QUERY_KEY]).encode()
+    return key
+
+
+async def _authenticate(websocket: WebSocket, query_key: str | None, keys: KeyRing,
+                        timeout: float) -> bool:
     header = websocket.headers.get(HEADER)
     if header is not None:
         return keys.accepts(header)
-    query = websocket.query_params.get(QUERY_KEY)
-    if query is not None:
-        return keys.accepts(query)
+    if query_key is not None:
+        return keys.accepts(query_key)
     try:
         message = await asyncio.wait_for(websocket.receive(), timeout)
     except TimeoutError:

@@ -26,9 +26,7 @@ from agent_server.events import (
     TextContent,
 )
 from agent_server.log import EventLog
-
-# After agent_server.events: importing `tools` first is a circular import.
-from tools.think import ThinkAction, ThinkObservation, ThinkTool  # isort: skip
+from tools.think import ThinkAction, ThinkObservation, ThinkTool
 
 
 def make_event(rng: random.Random, n: int) -> Event:

@@ -12,6 +12,7 @@ stops; either way no browser starts until a tool is first called.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from typing import Any
 
@@ -29,6 +30,8 @@ from tools.browser.manager import (
 from tools.browser.session import BrowserSession
 from tools.browser.tools import TOOL_TYPES, BrowserToolParams
 
+log = logging.getLogger(__name__)
+
 
 def make(ctx: ToolContext, params: Mapping[str, Any]) -> list[Tool]:
     """The conversation's fourteen tools, sharing one session (context made on first use)."""
@@ -37,9 +40,10 @@ def make(ctx: ToolContext, params: Mapping[str, Any]) -> list[Tool]:
         manager = default_manager()
     elif not isinstance(manager, BrowserManager):
         raise TypeError(f"params['_manager'] must be a BrowserManager, not {type(manager)!r}")
-    settings = BrowserToolParams.model_validate(
-        {k: v for k, v in params.items() if not k.startswith("_")}
-    )
+    settings = BrowserToolParams.model_validate(params)
+    ignored = sorted(k for k in params if k not in BrowserToolParams.model_fields and k[:1] != "_")
+    if ignored:
+        log.warning("browser_tool_set ignores unknown params: %s", ", ".join(ignored))
     session = BrowserSession(manager, timeout=settings.timeout)
     return [tool(ctx, params, session) for tool in TOOL_TYPES]
 

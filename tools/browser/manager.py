@@ -20,8 +20,9 @@ import secrets
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from enum import Enum
+from enum import Enum, StrEnum
 from pathlib import Path
+from typing import Any
 
 from playwright.async_api import Browser, Playwright, async_playwright
 from pydantic import BaseModel, ConfigDict, Field
@@ -38,6 +39,9 @@ CHROMIUM_FLAGS: tuple[str, ...] = (
     "--disable-component-update",
     "--disable-sync",
 )
+
+#: Seconds allowed on top of launch_timeout for starting Playwright's driver process.
+DRIVER_START_SLACK = 15.0
 
 
 # -- exceptions ------------------------------------------------------------------------------
@@ -104,7 +108,7 @@ class ManagerState(Enum):
     CLOSED = "closed"
 
 
-class EndReason(str, Enum):
+class EndReason(StrEnum):
     """Why a browser generation ended, as the agent is told."""
 
     CRASHED = "crashed or was killed"
@@ -202,10 +206,13 @@ class BrowserManager:
 
     def _check_loop(self) -> None:
         """Playwright's objects belong to the loop that started them; a manager used from a
-        new loop (the old one finished) forgets them. The old driver's pipe closed with its
-        loop, and the driver kills its browser when that happens."""
+        new loop (the old one finished, as between test modules) forgets them. The orphaned
+        driver ends when its pipe closes, at the latest when this process exits, and takes
+        its browser with it; the server itself runs one loop and never gets here."""
         loop = asyncio.get_running_loop()
-        if self._loop is not None and self._loop is not loop and self._loop.is_closed():
+        if self._loop is not None and self._loop is not loop and not self._loop.is_closed():
+            raise BrowserError("this browser manager belongs to another running event loop")
+        if self._loop is not None and self._loop is not loop:
             self._playwright = None
             self._browser = None
             self._starting = None
@@ -225,7 +232,15 @@ class BrowserManager:
             # A task, shielded below: a caller that times out or is cancelled mid-launch must
             # not orphan a half-started Chromium; the next caller picks up the result.
             self._starting = asyncio.create_task(self._launch())
-        return await asyncio.shield(self._starting)
+            self._starting.add_done_callback(retrieve_exception)
+        # Playwright bounds the launch itself; the slack covers starting its driver.
+        limit = self.settings.launch_timeout + DRIVER_START_SLACK
+        try:
+            return await asyncio.wait_for(asyncio.shield(self._starting), limit)
+        except TimeoutError as exc:
+            raise BrowserLaunchError(
+                self.settings.executable, f"Chromium did not start within {limit:.0f} s"
+            ) from exc
 
     async def _launch(self) -> Lease:
         if self._browser is not None:
@@ -339,6 +354,13 @@ class BrowserManager:
         if playwright is not None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(playwright.stop(), 10)
+
+
+def retrieve_exception(task: asyncio.Task[Any]) -> None:
+    """Mark a shielded task's failure as seen: its caller may have been cancelled, and the
+    failure is reported to whoever awaits the task next, not logged as lost."""
+    if not task.cancelled():
+        task.exception()
 
 
 # -- the process-wide default ----------------------------------------------------------------

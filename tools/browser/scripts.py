@@ -29,9 +29,10 @@ _INTERACTIVE = ", ".join(
         *(
             f"[role={role}]"
             for role in (
-                "button link checkbox radio tab menuitem option switch textbox combobox "
-                "searchbox slider spinbutton treeitem"
-            ).split()
+                *("button", "link", "checkbox", "radio", "tab", "menuitem", "option"),
+                *("switch", "textbox", "combobox", "searchbox", "slider", "spinbutton"),
+                "treeitem",
+            )
         ),
     ]
 )
@@ -81,14 +82,17 @@ INDEX_ELEMENTS_JS = """
       label: squash(el.getAttribute('aria-label') || el.getAttribute('title') ||
                     (el.labels && el.labels[0] ? el.labels[0].innerText : ''), 80) || null,
       placeholder: el.getAttribute('placeholder'),
-      text: squash(tag === 'select' || tag === 'textarea' || (tag === 'input' && value !== null) ? ''
-                   : (el.innerText || el.value || el.getAttribute('alt') || ''), 100) || null,
+      text: squash(
+        tag === 'select' || tag === 'textarea' || (tag === 'input' && value !== null) ? ''
+          : (el.innerText || el.value || el.getAttribute('alt') || ''), 100) || null,
       value,
       href: tag === 'a' ? el.href : null,
       checked: (type === 'checkbox' || type === 'radio') ? el.checked : null,
       disabled: el.disabled === true || el.getAttribute('aria-disabled') === 'true',
-      options: tag === 'select' ? Array.from(el.options).slice(0, 20).map(o => squash(o.label, 40)) : null,
-      in_view: rect.bottom > 0 && rect.top < innerHeight && rect.right > 0 && rect.left < innerWidth,
+      options: tag === 'select'
+        ? Array.from(el.options).slice(0, 20).map(o => squash(o.label, 40)) : null,
+      in_view: rect.bottom > 0 && rect.top < innerHeight
+        && rect.right > 0 && rect.left < innerWidth,
     });
   }
   return {
@@ -168,7 +172,10 @@ MARKDOWN_JS = """
       case 'UL': case 'OL': return list(el, ctx);
       case 'LI': return '\\n- ' + oneLine(inner(el, ctx)) + '\\n';
       case 'TABLE': return table(el, ctx);
-      case 'PRE': return '\\n\\n```\\n' + inner(el, {...ctx, pre: true}).replace(/\\n+$/, '') + '\\n```\\n\\n';
+      case 'PRE': {
+        const code = inner(el, {...ctx, pre: true}).replace(/\\n+$/, '');
+        return '\\n\\n```\\n' + code + '\\n```\\n\\n';
+      }
       case 'BLOCKQUOTE': {
         const body = inner(el, ctx).replace(/\\n{3,}/g, '\\n\\n').trim();
         return '\\n\\n' + body.split('\\n').map(l => '> ' + l.trim()).join('\\n') + '\\n\\n';
@@ -176,12 +183,16 @@ MARKDOWN_JS = """
       case 'A': {
         const text = oneLine(inner(el, ctx));
         const href = el.href;
-        if (!withLinks || !href || href.startsWith('javascript:')) return text ? ' ' + text + ' ' : '';
+        if (!withLinks || !href || href.startsWith('javascript:')) {
+          return text ? ' ' + text + ' ' : '';
+        }
         return ' [' + (text || href) + '](' + href + ') ';
       }
       case 'IMG': {
         const alt = oneLine(el.getAttribute('alt') || '');
-        if (withLinks && el.src && !el.src.startsWith('data:')) return '![' + alt + '](' + el.src + ')';
+        if (withLinks && el.src && !el.src.startsWith('data:')) {
+          return '![' + alt + '](' + el.src + ')';
+        }
         return alt ? '[image: ' + alt + ']' : '';
       }
       case 'STRONG': case 'B': {

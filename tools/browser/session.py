@@ -19,12 +19,19 @@ from playwright.async_api import BrowserContext, Page
 from playwright.async_api import Error as PlaywrightError
 from playwright.async_api import TimeoutError as PlaywrightTimeoutError
 
-from tools.browser.manager import BrowserError, BrowserManager, EndReason, Lease
+from tools.browser.manager import (
+    BrowserError,
+    BrowserManager,
+    EndReason,
+    Lease,
+    retrieve_exception,
+)
 
 T = TypeVar("T")
 
-#: Most seconds the guard adds to the per-call limit (no more than the limit itself), so Playwright's own timeouts (which carry a
-#: better message) fire first and the guard only catches what has none (a hung evaluate).
+#: Most seconds the guard adds to the per-call limit (never more than the limit itself), so
+#: Playwright's own timeouts (which carry a better message) fire first and the guard only
+#: catches what has none (an evaluate on a page stuck in a loop).
 GUARD_GRACE = 5.0
 
 #: How long a failed call waits for Playwright to report a dead browser before deciding it
@@ -86,19 +93,21 @@ class BrowserSession:
         """Run `op` against this conversation's context, within the time limit.
 
         Failures come back as `Outcome.error` rather than exceptions: the agent should read
-        what went wrong and carry on, and nothing here may hang the conversation.
+        what went wrong and carry on, and nothing here may hang the conversation. Starting
+        Chromium is not counted against the limit (the manager bounds it with its own
+        launch timeout): a slow start on a busy machine is no fault of the page.
         """
         if self.closed:
             return Outcome(error="This conversation's browser has been closed.")
+        limit = self.timeout + min(GUARD_GRACE, self.timeout)
         async with self._lock:
             notes: list[str] = []
             try:
-                limit = self.timeout + min(GUARD_GRACE, self.timeout)
-                value = await asyncio.wait_for(self._attempt(op, notes), limit)
+                value = await self._attempt(op, notes, limit)
                 return Outcome(value=value, notes=self._drain(notes))
             except TimeoutError:
                 return Outcome(
-                    error=f"The browser did not answer within {self.timeout:.0f} s; the page may "
+                    error=f"The browser did not answer within {limit:.0f} s; the page may "
                     "be busy. Try again, navigate elsewhere or close the tab.",
                     notes=self._drain(notes),
                 )
@@ -117,12 +126,12 @@ class BrowserSession:
         self._notes.clear()
         return out
 
-    async def _attempt(self, op: Callable[[], Awaitable[T]], notes: list[str]) -> T:
+    async def _attempt(self, op: Callable[[], Awaitable[T]], notes: list[str], limit: float) -> T:
         for attempt in (1, 2):
             async with self.manager.use() as lease:
-                await self._ensure_context(lease, notes)
+                await asyncio.wait_for(self._ensure_context(lease, notes), limit)
                 try:
-                    return await op()
+                    return await asyncio.wait_for(op(), limit)
                 except PlaywrightError as exc:
                     # A browser killed between calls is often only noticed by the call that
                     # hits the dead pipe; retrying once on the new browser is safe because
@@ -159,6 +168,7 @@ class BrowserSession:
             self._forget_context()
         if self._opening is None or self._opening.done():
             self._opening = asyncio.create_task(self._open_context(lease))
+            self._opening.add_done_callback(retrieve_exception)
         # Shielded: a call cancelled mid-way must not leave a context nobody will close.
         context = await asyncio.shield(self._opening)
         self._opening = None
@@ -253,19 +263,22 @@ class BrowserSession:
             return self._tabs[tab_id]
         return (await self.new_tab())[1]
 
-    @property
-    def current_tab_id(self) -> str | None:
-        """The current tab, falling back to the newest open one when it was closed."""
+    def _prune(self) -> None:
         for tab_id, page in list(self._tabs.items()):
             if page.is_closed():
                 self._tabs.pop(tab_id, None)
+
+    @property
+    def current_tab_id(self) -> str | None:
+        """The current tab, falling back to the newest open one when it was closed."""
+        self._prune()
         if self._current not in self._tabs:
             self._current = next(reversed(self._tabs), None)
         return self._current
 
     def tabs(self) -> dict[str, Page]:
         """Open tabs by id, in the order they were opened."""
-        self.current_tab_id  # prunes closed pages
+        self._prune()
         return dict(self._tabs)
 
     def switch(self, tab_id: str) -> Page:
@@ -289,9 +302,9 @@ class BrowserSession:
         opening, self._opening = self._opening, None
         if opening is not None:
             with contextlib.suppress(Exception, asyncio.CancelledError):
-                context = await asyncio.wait_for(asyncio.shield(opening), self.timeout)
-                if context is not self._context:
-                    await asyncio.wait_for(context.close(), 10)
+                opened = await asyncio.wait_for(asyncio.shield(opening), self.timeout)
+                if opened is not self._context:
+                    await asyncio.wait_for(opened.close(), 10)
         context = self._context
         self._forget_context()
         if context is not None and self.manager.end_reason(self._generation) is None:

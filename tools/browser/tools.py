@@ -11,11 +11,11 @@ import time
 from abc import abstractmethod
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from playwright.async_api import Frame, Page, Request, Route
+from playwright.async_api import Frame, Locator, Page, Request, Route
 from playwright.async_api import TimeoutError as PlaywrightTimeoutError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -54,9 +54,14 @@ MAX_ELEMENTS = 400
 
 
 class BrowserToolParams(BaseModel):
-    """Per-conversation settings (the shared Chromium's own are BrowserSettings)."""
+    """Per-conversation settings (the shared Chromium's own are BrowserSettings).
 
-    model_config = ConfigDict(extra="forbid")
+    Unknown keys are ignored (and logged by `make`), not refused: clients written for other
+    agent servers send their own tool parameters, and refusing them would fail the whole
+    conversation over a setting this implementation has no use for.
+    """
+
+    model_config = ConfigDict(extra="ignore")
 
     timeout: float = Field(
         default=30.0,
@@ -83,7 +88,7 @@ class Result:
 
 
 def _stamp() -> str:
-    return datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
+    return datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
 
 
 def _normalize_url(url: str) -> str:
@@ -142,21 +147,26 @@ async def _settle_after(page: Page, action: Callable[[], Awaitable[None]], timeo
         if frame == page.main_frame:
             finished.set()
 
+    def left() -> float:
+        return max(0.1, deadline - time.monotonic())
+
+    # One budget for the whole click, so the call's own limit is not overrun.
+    deadline = time.monotonic() + timeout
     page.on("request", on_request)
     page.on("framenavigated", on_navigated)
     page.on("requestfailed", on_done)
     try:
         await action()
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(started.wait(), NAVIGATION_START_WINDOW)
+            await asyncio.wait_for(started.wait(), min(NAVIGATION_START_WINDOW, left()))
         if not started.is_set():
             return ""
-        deadline = time.monotonic() + timeout
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(finished.wait(), timeout)
-        remaining = max(0.1, deadline - time.monotonic())
         try:
-            await page.wait_for_load_state("load", timeout=remaining * 1000)
+            await asyncio.wait_for(finished.wait(), left())
+        except TimeoutError:
+            return f"The click started loading a page that did not answer within {timeout:.0f} s."
+        try:
+            await page.wait_for_load_state("load", timeout=left() * 1000)
         except PlaywrightTimeoutError:
             return f"The new page did not finish loading within {timeout:.0f} s."
         return ""
@@ -166,7 +176,7 @@ async def _settle_after(page: Page, action: Callable[[], Awaitable[None]], timeo
         page.remove_listener("requestfailed", on_done)
 
 
-async def _locate(page: Page, index: int) -> Any:
+async def _locate(page: Page, index: int) -> Locator:
     """The element `index` of the last numbering pass, or a clear error with fresh numbers."""
     locator = page.locator(index_selector(index))
     if await locator.count():
@@ -196,9 +206,7 @@ class BrowserTool(Tool):
     ) -> None:
         super().__init__(ctx, params)
         self.session = session
-        self.settings = BrowserToolParams.model_validate(
-            {k: v for k, v in self.params.items() if not k.startswith("_")}
-        )
+        self.settings = BrowserToolParams.model_validate(self.params)
 
     async def run(self, action: Any) -> BrowserObservation:
         outcome = await self.session.call(lambda: self.perform(action))
@@ -206,9 +214,7 @@ class BrowserTool(Tool):
         result = outcome.value
         if result is None:
             parts.append(outcome.error or "The browser call failed.")
-            return BrowserObservation(
-                content=[TextContent(text="\n\n".join(parts))], is_error=True
-            )
+            return BrowserObservation(content=[TextContent(text="\n\n".join(parts))], is_error=True)
         parts.append(result.text)
         content: list[TextContent | ImageContent] = [TextContent(text="\n\n".join(parts))]
         if result.image_urls:
@@ -483,7 +489,7 @@ class BrowserCloseTabTool(BrowserTool):
     action_type = BrowserCloseTabAction
 
     async def perform(self, action: BrowserCloseTabAction) -> Result:
-        page = self.session.switch(action.tab_id) if action.tab_id in self.session.tabs() else None
+        page = self.session.tabs().get(action.tab_id)
         if page is None:
             raise ActionFailed(
                 f"No tab has id {action.tab_id!r}; open tabs: {', '.join(self.session.tabs())}."
@@ -508,7 +514,7 @@ class _Cookie(BaseModel):
     expires: float | None = None
     httpOnly: bool | None = None
     secure: bool | None = None
-    sameSite: str | None = None
+    sameSite: Literal["Lax", "None", "Strict"] | None = None
 
 
 class _StorageItem(BaseModel):
@@ -564,9 +570,9 @@ class BrowserSetStorageTool(BrowserTool):
             raise ActionFailed(f"storage_state is not a storage state: {exc}") from exc
         context = self.session.context
         if state.cookies:
-            await context.add_cookies(
-                [c.model_dump(exclude_none=True) for c in state.cookies]  # type: ignore[misc]
-            )
+            # Playwright types cookies as a TypedDict; _Cookie has checked these have its keys.
+            cookies = [c.model_dump(exclude_none=True) for c in state.cookies]
+            await context.add_cookies(cookies)  # type: ignore[arg-type]
         for origin in state.origins:
             if origin.localStorage:
                 await self._set_local_storage(origin)

@@ -1,0 +1,161 @@
+"""GET /openapi.json: an OpenAPI 3.1.0 document of every route, and SPEC 4.5's webhook."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import httpx
+import pytest
+
+from agent_server.app import ROUTES
+from agent_server.events import KIND_NAMES
+from tests.support.server import ServerProcess
+
+BUG_UNHASHABLE = (
+    "openapi.document() passes tuple(app.routes) to an lru_cache'd function; starlette's Route "
+    "defines __eq__ without __hash__, so every GET /openapi.json is a 500 (TypeError: "
+    "unhashable type: 'Route')"
+)
+BUG_OPERATION_IDS = (
+    "operationId is f'{method}_{route.name}' and route names are the endpoint function names, "
+    "which repeat across modules: get_get (conversation, event, settings), get_search and "
+    "get_count (conversations and events) are not unique, which OpenAPI requires"
+)
+
+
+def route_methods() -> dict[str, set[str]]:
+    found: dict[str, set[str]] = {}
+    for route in ROUTES:
+        found.setdefault(route.path, set()).update(
+            m.lower() for m in route.methods or () if m != "HEAD")
+    return found
+
+
+@pytest.mark.xfail(strict=True, reason=BUG_UNHASHABLE)
+def test_openapi_json_is_served(server: ServerProcess) -> None:
+    r = httpx.get(server.url + "/openapi.json", timeout=30)
+    assert r.status_code == 200, r.text
+    assert r.headers["content-type"].startswith("application/json")
+
+
+@pytest.fixture(scope="module")
+def doc(server: ServerProcess) -> dict[str, Any]:
+    r = httpx.get(server.url + "/openapi.json", timeout=30)
+    if r.status_code == 200:
+        return r.json()
+    # While BUG_UNHASHABLE stands the server cannot serve it; the document itself is still
+    # checked, built by the same code without its cache. Drop this once the xfail above passes.
+    from agent_server import openapi
+    return openapi._build.__wrapped__(0, tuple(ROUTES))
+
+
+def refs(node: Any) -> list[str]:
+    if isinstance(node, dict):
+        return [v for k, v in node.items() if k == "$ref" and isinstance(v, str)] + [
+            r for v in node.values() for r in refs(v)]
+    if isinstance(node, list):
+        return [r for v in node for r in refs(v)]
+    return []
+
+
+def resolve(doc: dict[str, Any], schema: dict[str, Any]) -> dict[str, Any]:
+    while "$ref" in schema:
+        schema = doc["components"]["schemas"][schema["$ref"].split("/")[-1]]
+    return schema
+
+
+def test_version_and_info(doc: dict[str, Any]) -> None:
+    assert doc["openapi"] == "3.1.0"
+    assert doc["info"]["title"] and doc["info"]["version"]
+
+
+def test_every_route_is_described_with_its_methods(doc: dict[str, Any]) -> None:
+    expected = route_methods()
+    described = {path: {m for m in item if m in {"get", "post", "put", "patch", "delete"}}
+                 for path, item in doc["paths"].items()}
+    assert described == expected
+
+
+def test_operations_are_complete(doc: dict[str, Any]) -> None:
+    for path, item in doc["paths"].items():
+        declared = set(re.findall(r"{(\w+)}", path))
+        for method, op in item.items():
+            assert op["operationId"], (method, path)
+            assert op["summary"], (method, path)
+            assert any(code.startswith("2") for code in op["responses"]), (method, path)
+            in_path = {p["name"] for p in op.get("parameters", []) if p["in"] == "path"}
+            assert in_path == declared, (method, path)
+            if path.startswith("/api"):
+                assert op["security"] == [{"APIKeyHeader": []}], (method, path)
+                assert "401" in op["responses"], (method, path)
+            else:
+                assert "security" not in op, (method, path)
+
+
+@pytest.mark.xfail(strict=True, reason=BUG_OPERATION_IDS)
+def test_operation_ids_are_unique(doc: dict[str, Any]) -> None:
+    ids = [op["operationId"] for item in doc["paths"].values() for op in item.values()]
+    ids += [op["operationId"] for item in doc["webhooks"].values() for op in item.values()]
+    assert sorted(ids) == sorted(set(ids))
+
+
+def test_the_security_scheme_is_the_session_key_header(doc: dict[str, Any]) -> None:
+    assert doc["components"]["securitySchemes"]["APIKeyHeader"] == {
+        "type": "apiKey", "in": "header", "name": "X-Session-API-Key"}
+
+
+def test_every_reference_resolves(doc: dict[str, Any]) -> None:
+    found = refs(doc)
+    assert found
+    schemas = doc["components"]["schemas"]
+    for ref in found:
+        assert ref.startswith("#/components/schemas/"), ref
+        assert ref.split("/")[-1] in schemas, ref
+
+
+def test_validation_errors_have_spec_7_shape(doc: dict[str, Any]) -> None:
+    op = doc["paths"]["/api/conversations"]["post"]
+    schema = resolve(doc, op["responses"]["422"]["content"]["application/json"]["schema"])
+    detail = schema["properties"]["detail"]
+    assert detail["type"] == "array"
+    item = resolve(doc, detail["items"])
+    assert {"loc", "msg", "type"} <= set(item["required"])
+    assert {"loc", "msg", "type", "input", "ctx"} <= set(item["properties"])
+
+
+def test_query_parameters_of_event_search(doc: dict[str, Any]) -> None:
+    op = doc["paths"]["/api/conversations/{conversation_id}/events/search"]["get"]
+    names = {p["name"] for p in op["parameters"] if p["in"] == "query"}
+    assert {"kind__eq", "source__eq", "limit", "page_id", "sort_order", "timestamp__gte",
+            "timestamp__lt"} <= names
+
+
+def test_the_webhook_of_spec_4_5(doc: dict[str, Any]) -> None:
+    assert doc["webhooks"]
+    (hook,) = doc["webhooks"].values()
+    post = hook["post"]
+    assert set(hook) == {"post"}
+    (param,) = post["parameters"]
+    assert param == {"name": "conversation_id", "in": "path", "required": True,
+                     "schema": {"type": "string", "format": "uuid"}}
+    body = post["requestBody"]
+    assert body["required"] is True
+    schema = resolve(doc, body["content"]["application/json"]["schema"])
+    assert schema["type"] == "array"
+    items = resolve(doc, schema["items"])
+    variants = items.get("oneOf") or items.get("anyOf")
+    assert variants, items
+    kinds = {resolve(doc, v)["properties"]["kind"].get("const") for v in variants}
+    assert kinds == set(KIND_NAMES) and len(kinds) == 19
+    ok = resolve(doc, post["responses"]["200"]["content"]["application/json"]["schema"])
+    assert ok["properties"]["success"] == {"default": True, "title": "Success", "type": "boolean"}
+    bad = resolve(doc, post["responses"]["422"]["content"]["application/json"]["schema"])
+    assert "detail" in bad["properties"]
+    assert post["security"] == [{"APIKeyHeader": []}]
+
+
+@pytest.mark.xfail(strict=True, reason=BUG_OPERATION_IDS)
+def test_the_document_is_valid_openapi(doc: dict[str, Any]) -> None:
+    validator = pytest.importorskip("openapi_spec_validator")
+    validator.validate(doc)

@@ -1,0 +1,156 @@
+"""/api/settings: defaults, deep merge, the masked LLM key, validation, and persistence.
+
+The tests of this module build on each other in file order (one server, one settings file):
+each states what it expects to find.
+"""
+
+from __future__ import annotations
+
+import json
+import stat
+import uuid
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.support.llm import ScriptedLLM
+from tests.support.server import ServerProcess
+
+MASK = "**********"
+SECRET = f"sk-settings-{uuid.uuid4().hex}"
+DEFAULTS = {"agent": {"llm": None, "tools": []}, "git_user_name": None, "git_user_email": None}
+
+
+def has_defaults(settings: dict[str, Any]) -> bool:
+    """The fields named here are at their defaults (other fields may exist)."""
+    return all(settings.get(name) == value for name, value in DEFAULTS.items())
+
+
+def settings_file(server: ServerProcess) -> Path:
+    return server.state_dir / "settings.json"
+
+
+def stored(server: ServerProcess) -> dict[str, Any]:
+    return json.loads(settings_file(server).read_text())
+
+
+def patch(client: httpx.Client, changes: Any) -> dict[str, Any]:
+    r = client.patch("/api/settings", json=changes)
+    assert r.status_code == 200, r.text
+    assert SECRET not in r.text
+    assert r.json() == client.get("/api/settings").json()
+    return r.json()
+
+
+def test_defaults(client: httpx.Client, server: ServerProcess) -> None:
+    r = client.get("/api/settings")
+    assert r.status_code == 200
+    assert has_defaults(r.json()), r.json()
+    assert not settings_file(server).exists()
+
+
+def test_without_settings_a_request_must_carry_the_agent(client: httpx.Client,
+                                                         tmp_path: Path) -> None:
+    r = client.post("/api/conversations", json={"workspace": {"working_dir": str(tmp_path)}})
+    assert r.status_code == 422, r.text
+    assert r.json()["detail"][0]["loc"] == ["body", "agent"]
+
+
+def test_patch_deep_merges(client: httpx.Client, llm: ScriptedLLM) -> None:
+    first = patch(client, {"agent": {"llm": {"model": "openai/first"}}})
+    assert first["agent"]["llm"]["model"] == "openai/first"
+    second = patch(client, {"agent": {"llm": {"base_url": llm.base_url("settings")}}})
+    assert second["agent"]["llm"]["model"] == "openai/first"
+    assert second["agent"]["llm"]["base_url"] == llm.base_url("settings")
+    third = patch(client, {"git_user_name": "Ada"})
+    assert third["agent"]["llm"] == second["agent"]["llm"]
+    assert third["git_user_name"] == "Ada"
+
+
+def test_lists_are_replaced_not_merged(client: httpx.Client) -> None:
+    patch(client, {"agent": {"tools": [{"name": "file_editor"}, {"name": "task_tracker"}]}})
+    now = patch(client, {"agent": {"tools": [{"name": "task_tracker"}]}})
+    assert now["agent"]["tools"] == [{"name": "task_tracker", "params": {}}]
+
+
+def test_the_api_key_is_masked_and_never_returned(client: httpx.Client,
+                                                  server: ServerProcess) -> None:
+    answer = patch(client, {"agent": {"llm": {"api_key": SECRET}}})
+    assert answer["agent"]["llm"]["api_key"] == MASK
+    assert answer["agent"]["llm"]["model"] == "openai/first"
+    r = client.get("/api/settings")
+    assert SECRET not in r.text and r.json()["agent"]["llm"]["api_key"] == MASK
+    assert stored(server)["agent"]["llm"]["api_key"] == SECRET
+
+
+def test_the_settings_file_is_private(server: ServerProcess) -> None:
+    mode = stat.S_IMODE(settings_file(server).stat().st_mode)
+    assert mode == 0o600, oct(mode)
+
+
+def test_sending_back_the_mask_keeps_the_stored_key(client: httpx.Client,
+                                                    server: ServerProcess) -> None:
+    shown = client.get("/api/settings").json()
+    assert shown["agent"]["llm"]["api_key"] == MASK
+    shown["agent"]["llm"]["temperature"] = 0.5
+    answer = patch(client, shown)  # what a settings form sends back after an edit
+    assert answer["agent"]["llm"]["temperature"] == 0.5
+    assert answer["agent"]["llm"]["api_key"] == MASK
+    assert stored(server)["agent"]["llm"]["api_key"] == SECRET
+    patch(client, {"agent": {"llm": {"api_key": MASK}}})
+    assert stored(server)["agent"]["llm"]["api_key"] == SECRET
+
+
+def test_a_conversation_from_settings_gets_the_real_key(client: httpx.Client,
+                                                        server: ServerProcess,
+                                                        tmp_path: Path) -> None:
+    r = client.post("/api/conversations", json={"workspace": {"working_dir": str(tmp_path)}})
+    assert r.status_code == 201, r.text
+    made = r.json()
+    assert SECRET not in r.text and made["agent"]["llm"]["api_key"] == MASK
+    assert made["agent"]["tools"] == [{"name": "task_tracker", "params": {}}]
+    meta = server.state_dir / "conversations" / uuid.UUID(made["id"]).hex / "meta.json"
+    assert json.loads(meta.read_text())["agent"]["llm"]["api_key"] == SECRET
+    assert stat.S_IMODE(meta.stat().st_mode) == 0o600
+
+
+@pytest.mark.parametrize("changes", [
+    {"agent": {"llm": {"temperature": 5}}},
+    {"agent": {"llm": {"model": ""}}},
+    {"agent": {"llm": None, "tools": "file_editor"}},
+    {"agent": {"tools": [{"params": {}}]}},
+    {"agent": "openai/gpt"},
+    {"git_user_email": 42},
+], ids=["temperature 5", "empty model", "tools a string", "tool without name",
+        "agent a string", "email a number"])
+def test_an_invalid_patch_is_422_and_changes_nothing(client: httpx.Client, server: ServerProcess,
+                                                      changes: dict[str, Any]) -> None:
+    before = client.get("/api/settings").json()
+    on_disk = settings_file(server).read_bytes()
+    r = client.patch("/api/settings", json=changes)
+    assert r.status_code == 422, r.text
+    detail = r.json()["detail"]
+    assert isinstance(detail, list) and detail
+    assert all(item["loc"][0] == "body" and item["msg"] and item["type"] for item in detail)
+    assert SECRET not in r.text
+    assert client.get("/api/settings").json() == before
+    assert settings_file(server).read_bytes() == on_disk
+
+
+def test_settings_survive_a_restart(server: ServerProcess) -> None:
+    with server.client() as c:
+        before = c.get("/api/settings").json()
+    assert before["agent"]["llm"]["model"] == "openai/first" and before["git_user_name"] == "Ada"
+    server.stop()
+    server.start()
+    with server.client() as c:
+        assert c.get("/api/settings").json() == before
+    assert stored(server)["agent"]["llm"]["api_key"] == SECRET
+
+
+def test_a_null_clears_a_setting(client: httpx.Client, server: ServerProcess) -> None:
+    answer = patch(client, {"git_user_name": None, "agent": {"llm": None, "tools": []}})
+    assert has_defaults(answer), answer
+    assert SECRET not in settings_file(server).read_text()

@@ -1,0 +1,345 @@
+"""/sockets/events/{id}: auth, replay and resume without gaps, fan-out, laggards, client frames.
+
+The real server runs in a subprocess with small socket limits (a queue of 32 events or 128 KB, a 1 s
+auth window, 55 subscribers per conversation) so that the limits are reached quickly; the
+client is the `websockets` package.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import socket
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlencode
+
+import httpx
+import pytest
+from websockets.asyncio.client import ClientConnection, connect
+from websockets.exceptions import ConnectionClosed
+
+from tests.conftest import agent_spec
+from tests.support.llm import Reply, ScriptedLLM, call
+from tests.support.server import KEY, ServerProcess
+
+LIMITS = {
+    "AGENT_SERVER_WS_AUTH_TIMEOUT": "1",
+    "AGENT_SERVER_WS_MAX_SUBSCRIBERS": "55",
+    "AGENT_SERVER_WS_QUEUE_EVENTS": "32",
+    "AGENT_SERVER_WS_QUEUE_BYTES": "131072",
+}
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    proc = ServerProcess(tmp_path_factory.mktemp("sockets") / "state", env=LIMITS).start()
+    yield proc
+    proc.stop()
+
+
+@pytest.fixture
+async def http(server: ServerProcess) -> AsyncIterator[httpx.AsyncClient]:
+    async with httpx.AsyncClient(base_url=server.url, headers={"X-Session-API-Key": KEY},
+                                 timeout=30) as client:
+        yield client
+
+
+# -- helpers ---------------------------------------------------------------------------------------
+
+
+async def create(http: httpx.AsyncClient, llm: ScriptedLLM, key: str, workspace: Path,
+                 message: str | None = None, **llm_extra: Any) -> str:
+    body: dict[str, Any] = {"agent": agent_spec(llm, key, **llm_extra),
+                            "workspace": {"working_dir": str(workspace)}}
+    if message is not None:
+        body["initial_message"] = {"content": [{"type": "text", "text": message}], "run": True}
+    r = await http.post("/api/conversations", json=body)
+    assert r.status_code == 201, r.text
+    return r.json()["id"]
+
+
+async def search(http: httpx.AsyncClient, cid: str) -> tuple[list[dict[str, Any]], str]:
+    """Every stored event, and the raw body of the search that returned them."""
+    r = await http.get(f"/api/conversations/{cid}/events/search", params={"limit": 1000})
+    assert r.status_code == 200 and r.json()["next_page_id"] is None
+    return r.json()["items"], r.text
+
+
+async def finished(http: httpx.AsyncClient, cid: str, timeout: float = 120) -> tuple[list[dict[str, Any]], str]:
+    """Wait for the run to finish and its last event (that status update) to be stored;
+    every stored event then, and the raw search body."""
+    deadline = time.monotonic() + timeout
+    while True:
+        items, body = await search(http, cid)
+        last = items[-1]
+        if last["kind"] == "ConversationStateUpdateEvent" and last["key"] == "execution_status" \
+                and last["value"] in ("finished", "error", "stuck"):
+            assert last["value"] == "finished", items[-3:]
+            return items, body
+        assert time.monotonic() < deadline, f"no end after {timeout}s: {last}"
+        await asyncio.sleep(0.05)
+
+
+async def send(http: httpx.AsyncClient, cid: str, text: str, run: bool = False) -> None:
+    r = await http.post(f"/api/conversations/{cid}/events",
+                        json={"role": "user", "content": [{"type": "text", "text": text}], "run": run})
+    assert r.status_code == 200, r.text
+
+
+def url(server: ServerProcess, cid: str, **params: str) -> str:
+    query = f"?{urlencode(params)}" if params else ""
+    return f"ws://127.0.0.1:{server.port}/sockets/events/{cid}{query}"
+
+
+async def open_socket(server: ServerProcess, cid: str, how: str = "header", key: str = KEY,
+                      **params: str) -> ClientConnection:
+    headers = {"X-Session-API-Key": key} if how == "header" else {}
+    if how == "query":
+        params["session_api_key"] = key
+    ws = await connect(url(server, cid, **params), additional_headers=headers, max_size=None,
+                       proxy=None)
+    if how == "frame":
+        await ws.send(json.dumps({"type": "auth", "session_api_key": key}))
+    return ws
+
+
+async def close_code(ws: ClientConnection, timeout: float = 10) -> int:
+    """Read until the server closes; its close code."""
+    async with asyncio.timeout(timeout):
+        try:
+            while True:
+                await ws.recv()
+        except ConnectionClosed as closed:
+            assert closed.rcvd is not None, "closed without a close frame"
+            return closed.rcvd.code
+
+
+class Reader:
+    """Collects one socket's frames in the background."""
+
+    def __init__(self, ws: ClientConnection) -> None:
+        self.ws = ws
+        self.frames: list[str] = []
+        self.closed: ConnectionClosed | None = None
+        self.task = asyncio.create_task(self._run())
+
+    async def _run(self) -> None:
+        try:
+            async for frame in self.ws:
+                self.frames.append(frame)  # type: ignore[arg-type]
+        except ConnectionClosed as exc:
+            self.closed = exc
+
+    def events(self) -> list[dict[str, Any]]:
+        return [json.loads(f) for f in self.frames]
+
+    def ids(self) -> list[str]:
+        return [e["id"] for e in self.events() if e.get("id")]
+
+    async def wait_count(self, n: int, timeout: float = 30) -> None:
+        """Until at least `n` stored events (frames with an id) arrived."""
+        deadline = time.monotonic() + timeout
+        while len(self.ids()) < n:
+            assert time.monotonic() < deadline, f"got {len(self.ids())} of {n} events"
+            await asyncio.sleep(0.02)
+
+    async def close(self) -> None:
+        await self.ws.close()
+        await self.task
+
+
+def think_steps(llm: ScriptedLLM, key: str, n: int, pad: int = 0, delay: float = 0.0) -> None:
+    """n think calls then finish; `pad` random bytes (incompressible) in each thought."""
+    llm.script(key, *[Reply(text=f"on to step {i}", delay=delay,
+                            tool_calls=[("think", {"thought": f"step {i} " + os.urandom(pad).hex()})])
+                      for i in range(n)], call("finish", message="done"))
+
+
+# -- auth and close codes ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("how", ["header", "frame", "query"])
+async def test_each_way_of_authenticating_gets_the_events(
+        server: ServerProcess, http: httpx.AsyncClient, llm: ScriptedLLM, key: str, tmp_path: Path,
+        how: str) -> None:
+    cid = await create(http, llm, key, tmp_path)
+    items, body = await search(http, cid)
+    ws = await open_socket(server, cid, how, resend_all="true")
+    first = await asyncio.wait_for(ws.recv(), 10)
+    assert json.loads(first) == items[0] and first in body  # byte for byte as search returns it
+    assert items[0]["kind"] == "SystemPromptEvent"
+    await ws.close()
+
+
+async def test_wrong_or_missing_keys_close_with_4001_and_unknown_conversations_with_4004(
+        server: ServerProcess, http: httpx.AsyncClient, llm: ScriptedLLM, key: str,
+        tmp_path: Path) -> None:
+    cid = await create(http, llm, key, tmp_path)
+    for how in ("header", "frame", "query"):
+        ws = await open_socket(server, cid, how, key="not-" + KEY)
+        assert await close_code(ws) == 4001, how
+    # No key at all: the auth window (1 s here) ends it; so does any first frame but auth.
+    ws = await open_socket(server, cid, "none")
+    assert await close_code(ws) == 4001
+    ws = await open_socket(server, cid, "none")
+    await ws.send(json.dumps({"role": "user", "content": [{"type": "text", "text": "hi"}]}))
+    assert await close_code(ws) == 4001
+    ws = await connect(url(server, cid), additional_headers={"Authorization": f"Bearer {KEY}"},
+                       proxy=None)
+    assert await close_code(ws) == 4001
+
+    unknown = "00000000-0000-4000-8000-000000000000"
+    assert await close_code(await open_socket(server, unknown)) == 4004
+    assert await close_code(await open_socket(server, "not-a-uuid")) == 4004
+    assert await close_code(await open_socket(server, unknown, key="wrong")) == 4001  # no hint
+    assert await close_code(await open_socket(server, cid, after_id="nonsense")) == 1008
+    # A key given in the query never reaches the server's log (uvicorn logs websocket paths).
+    assert "session_api_key" not in server.output() and KEY not in server.output()
+
+
+# -- what the frames hold ----------------------------------------------------------------------------
+
+
+async def test_frames_are_the_stored_events_then_live_ones_and_deltas_only_live(
+        server: ServerProcess, http: httpx.AsyncClient, llm: ScriptedLLM, key: str,
+        tmp_path: Path) -> None:
+    cid = await create(http, llm, key, tmp_path, stream=True)
+    think_steps(llm, key, 3)
+    reader = Reader(await open_socket(server, cid, resend_all="true"))
+    # The message that starts the run comes over the socket itself.
+    await reader.ws.send(json.dumps({"role": "user", "content": [{"type": "text", "text": "go"}],
+                                     "run": True}))
+    items, body = await finished(http, cid)
+    await reader.wait_count(len(items))
+    await asyncio.sleep(0.2)  # nothing more may come
+    await reader.close()
+
+    stored = [f for f in reader.frames if json.loads(f).get("id")]
+    assert [json.loads(f) for f in stored] == items  # each once, in order
+    assert all(f in body for f in stored)  # the very bytes search returns
+    deltas = [e for e in reader.events() if e["kind"] == "StreamingDeltaEvent"]
+    assert deltas and all(e["id"] is None for e in deltas)
+    assert not [e for e in items if e["kind"] == "StreamingDeltaEvent"]
+    user = [e for e in items if e["kind"] == "MessageEvent" and e["source"] == "user"]
+    assert user[0]["llm_message"]["content"][0]["text"] == "go"
+
+
+async def test_a_bad_client_frame_gets_a_server_error_and_the_socket_stays_open(
+        server: ServerProcess, http: httpx.AsyncClient, llm: ScriptedLLM, key: str,
+        tmp_path: Path) -> None:
+    cid = await create(http, llm, key, tmp_path)
+    ws = await open_socket(server, cid)
+    bad: list[str | bytes] = [
+        "not json",
+        json.dumps({"role": "assistant", "content": [{"type": "text", "text": "x"}]}),
+        json.dumps({"content": [{"type": "text", "text": "no role"}]}),
+        json.dumps({"role": "user", "content": []}),
+        json.dumps([1, 2]),
+        b"\x00binary",
+    ]
+    for frame in bad:
+        await ws.send(frame)
+        error = json.loads(await asyncio.wait_for(ws.recv(), 10))
+        assert error["kind"] == "ServerErrorEvent" and error["source"] == "environment", frame
+        assert error["code"] == "InvalidFrame" and error["detail"] and error["id"] is None
+    await ws.send(json.dumps({"role": "user", "content": [{"type": "text", "text": "still here"}]}))
+    message = json.loads(await asyncio.wait_for(ws.recv(), 10))
+    assert message["kind"] == "MessageEvent"
+    assert message["llm_message"]["content"][0]["text"] == "still here"
+    await ws.close()
+    items, _ = await search(http, cid)
+    assert items[-1] == message
+    assert not [e for e in items if e["kind"] == "ServerErrorEvent"]  # errors are not stored
+
+
+# -- resuming ----------------------------------------------------------------------------------------------
+
+
+async def test_after_id_after_a_disconnect_mid_run_gives_exactly_the_missing_events(
+        server: ServerProcess, http: httpx.AsyncClient, llm: ScriptedLLM, key: str,
+        tmp_path: Path) -> None:
+    think_steps(llm, key, 20, delay=0.05)
+    cid = await create(http, llm, key, tmp_path)
+    reader = Reader(await open_socket(server, cid, resend_all="true"))
+    await send(http, cid, "go", run=True)
+    await reader.wait_count(12)
+    await reader.close()
+    first = reader.ids()
+    assert (await http.get(f"/api/conversations/{cid}")).json()["execution_status"] == "running"
+
+    await asyncio.sleep(0.3)  # the run goes on without a socket
+    rest = Reader(await open_socket(server, cid, after_id=first[-1]))
+    items, _ = await finished(http, cid)
+    await rest.wait_count(len(items) - len(first))
+    await asyncio.sleep(0.2)
+    await rest.close()
+    assert first + rest.ids() == [e["id"] for e in items]
+
+
+async def test_fifty_subscribers_each_get_every_event_once(
+        server: ServerProcess, http: httpx.AsyncClient, llm: ScriptedLLM, key: str,
+        tmp_path: Path) -> None:
+    think_steps(llm, key, 10)
+    cid = await create(http, llm, key, tmp_path)
+    readers = [Reader(await open_socket(server, cid, resend_all="true")) for _ in range(50)]
+    # Up to the limit (55 here) more may come; one more is turned away with 1013.
+    extra = [Reader(await open_socket(server, cid)) for _ in range(5)]
+    assert (await http.get("/server_info")).json()["websockets"] >= 55
+    assert await close_code(await open_socket(server, cid)) == 1013
+
+    await send(http, cid, "go", run=True)
+    items, _ = await finished(http, cid)
+    want = [e["id"] for e in items]
+    for reader in readers:
+        await reader.wait_count(len(want))
+    await asyncio.sleep(0.2)
+    for reader in readers:
+        await reader.close()
+        assert reader.ids() == want
+    for reader in extra:
+        await reader.close()
+
+
+async def test_a_client_that_never_reads_is_closed_and_slows_nothing(
+        server: ServerProcess, http: httpx.AsyncClient, llm: ScriptedLLM, key: str,
+        tmp_path: Path) -> None:
+    think_steps(llm, key, 50, pad=2000)
+    cid = await create(http, llm, key, tmp_path)
+    # A small receive window, small segments (on loopback the kernel would otherwise buffer
+    # megabytes for the server: its send buffer grows with the segment size), no compression
+    # and a one-frame client queue: the server's socket fills after a few hundred KB.
+    raw = socket.socket()
+    raw.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_MAXSEG, 536)
+    raw.connect(("127.0.0.1", server.port))
+    stalled = await connect(url(server, cid, resend_all="true"), sock=raw, max_size=None,
+                            max_queue=1, compression=None, proxy=None, ping_interval=None,
+                            additional_headers={"X-Session-API-Key": KEY})
+    reader = Reader(await open_socket(server, cid, resend_all="true"))
+
+    await send(http, cid, "go", run=True)
+    items, _ = await finished(http, cid)
+    want = [e["id"] for e in items]
+    await reader.wait_count(len(want))  # the other subscriber got everything, in time
+    assert reader.ids() == want
+
+    # Now read what the stalled client was sent: a prefix, then 1013.
+    got: list[str] = []
+    with pytest.raises(ConnectionClosed) as closed:
+        async with asyncio.timeout(30):
+            while True:
+                got.append(json.loads(await stalled.recv())["id"])
+    assert closed.value.rcvd is not None and closed.value.rcvd.code == 1013
+    print(f"stalled client got {len(got)} of {len(want)} events")
+    assert 0 < len(got) < len(want) and got == want[:len(got)]
+    assert f"after_id={got[-1]}" in closed.value.rcvd.reason
+    # It resumes where it stopped.
+    resumed = Reader(await open_socket(server, cid, after_id=got[-1]))
+    await resumed.wait_count(len(want) - len(got))
+    await resumed.close()
+    await reader.close()
+    assert got + resumed.ids() == want
