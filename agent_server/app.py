@@ -12,6 +12,7 @@ from starlette.routing import Route, WebSocketRoute
 
 from agent_server import agent
 from agent_server.accesslog import AccessLog
+from agent_server.agent.runtime import check_tool_names
 from agent_server.api import conversations, events, server, settings, skills, sockets
 from agent_server.api import export, metadata, workspace
 from agent_server.auth import KeyRing, SessionAuth
@@ -68,7 +69,8 @@ SOCKETS = [
 
 
 def build_app(config: Config) -> Starlette:
-    store = SettingsStore(config.state_dir / "settings.json")
+    store = SettingsStore(config.state_dir / "settings.json",
+                          check=lambda settings: check_tool_names(settings.agent.tools))
     service = ConversationService(
         state_dir=config.state_dir,
         default_working_dir=config.working_dir,

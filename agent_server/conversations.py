@@ -349,7 +349,8 @@ class ConversationService:
         items.sort(key=lambda c: (getattr(c.record, field), c.id), reverse=query.sort_order.endswith("DESC"))
         start = 0
         if query.page_id is not None:
-            start = next((i for i, c in enumerate(items) if c.id == query.page_id), len(items))
+            start = next((i for i, c in enumerate(items) if c.record.id == query.page_id),
+                         len(items))
         page = items[start : start + query.limit]
         rest = items[start + query.limit : start + query.limit + 1]
         return page, rest[0].id if rest else None

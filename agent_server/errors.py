@@ -86,9 +86,16 @@ def invalid(loc: list[str | int], msg: str, type_: str = "value_error", input_: 
     return RequestInvalid([{"loc": loc, "msg": msg, "type": type_, "input": _plain(input_)}])
 
 
+class AsciiJSONResponse(JSONResponse):
+    """Error bodies echo client input, which may hold lone surrogates: escape, never fail."""
+
+    def render(self, content: Any) -> bytes:
+        return json.dumps(content, ensure_ascii=True, allow_nan=False, default=str).encode()
+
+
 async def on_invalid(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestInvalid)
-    return JSONResponse({"detail": exc.errors}, status_code=422)
+    return AsciiJSONResponse({"detail": exc.errors}, status_code=422)
 
 
 async def on_http(request: Request, exc: Exception) -> JSONResponse:

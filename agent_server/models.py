@@ -388,7 +388,7 @@ class ConversationPage(BaseModel):
 
 class ConversationSearch(Lenient):
     limit: int = Field(default=100, ge=1, le=100)
-    page_id: str | None = None
+    page_id: UUID | None = None
     status: ExecutionStatus | None = None
     sort_order: Literal["CREATED_AT", "CREATED_AT_DESC", "UPDATED_AT", "UPDATED_AT_DESC"] = (
         "CREATED_AT_DESC"

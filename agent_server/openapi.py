@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-from functools import lru_cache
 from typing import Any
 
 from pydantic import TypeAdapter
@@ -44,7 +43,7 @@ def _operation(route: Route, method: str, schemas: _Schemas) -> dict[str, Any]:
     meta = getattr(route.endpoint, "__openapi__", {})
     op: dict[str, Any] = {
         "summary": meta.get("summary", route.name),
-        "operationId": f"{method}_{route.name}",
+        "operationId": method + re.sub(r"[^A-Za-z0-9]+", "_", route.path).rstrip("_"),
         "responses": {},
     }
     params = [
@@ -104,11 +103,14 @@ def _webhook(schemas: _Schemas) -> dict[str, Any]:
 
 
 def document(app: Starlette) -> dict[str, Any]:
-    return _build(id(app), tuple(app.routes))
+    """Built once per app (the routes do not change while it runs)."""
+    cached = getattr(app.state, "openapi", None)
+    if cached is None:
+        cached = app.state.openapi = build(app.routes)
+    return cached
 
 
-@lru_cache(maxsize=4)
-def _build(_app_id: int, routes: tuple[Any, ...]) -> dict[str, Any]:
+def build(routes: list[Any]) -> dict[str, Any]:
     schemas = _Schemas()
     paths: dict[str, Any] = {}
     for route in routes:

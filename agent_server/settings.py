@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -38,8 +39,10 @@ def _keep_redacted(changes: Any, current: Any) -> Any:
 
 
 class SettingsStore:
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, check: Callable[[Settings], None] | None = None) -> None:
+        """`check` refuses settings that validate but cannot be used (unknown tool names)."""
         self.path = path
+        self.check = check
         self._raw: dict[str, Any] = {}
         self._settings = Settings()
         self._lock = asyncio.Lock()
@@ -66,6 +69,8 @@ class SettingsStore:
                 raise from_pydantic(exc, "body") from None
             for name, problem in check_secrets(settings.secrets):
                 raise invalid(["body", "secrets", name], problem)
+            if self.check is not None:
+                self.check(settings)
             raw = settings.model_dump(mode="json", exclude_none=True)
             await asyncio.to_thread(write_json, self.path, raw)
             self._settings, self._raw = settings, raw

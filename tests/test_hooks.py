@@ -174,7 +174,7 @@ def test_pre_tool_use_denial_skips_the_action(client: httpx.Client, llm: Scripte
     target = tmp_path / "app.py"
     config = {**hooks("PreToolUse", deny(how, "no writes in this repo"), READ + "touch second-ran",
                       matcher="file_.*"),
-              **hooks("PostToolUse", "touch post-ran")}
+              **hooks("PostToolUse", READ + "touch post-ran")}
     llm.script(key, write(target), call("finish", message="gave up"))
     cid = create(client, llm, key, tmp_path, tools=["file_editor"], message="go", run=True,
                  hook_config=config)["id"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -12,12 +13,13 @@ from typing import Any
 import httpx
 import pytest
 
-from agent_server.agent.mcp import check_config, fill, tool_name
+from agent_server.agent.mcp import MCPServers, check_config, fill, tool_name
 from tests.conftest import agent_spec, create
 from tests.support.api import events, send, tool_names, wait_status
 from tests.support.llm import ScriptedLLM, call, text
 from tests.support.mcp_servers import HTTPServer, stdio_config
 from tests.support.server import ServerProcess, wait_for
+from tools.base import ToolContext
 
 TOKEN = "tok-0123456789abcdef"
 MASK = "<secret-hidden>"
@@ -164,6 +166,26 @@ def test_placeholders_without_a_secret_are_refused(client: httpx.Client, llm: Sc
     body["agent"]["mcp_config"] = {"mcpServers": {"s": {"args": ["x"]}}}
     r = client.post("/api/conversations", json=body)
     assert r.status_code == 422 and "command" in r.json()["detail"][0]["msg"]
+
+
+async def test_a_server_that_never_answers_is_given_up_and_ended(tmp_path: Path) -> None:
+    pid_file = tmp_path / "hang.pid"
+    script = f"import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); time.sleep(60)"
+    config = {"mcpServers": {"hang": {"command": sys.executable, "args": ["-c", script],
+                                      "startup_timeout": 1}}}
+    ctx = ToolContext(conversation_id="c", working_dir=tmp_path, state_dir=tmp_path / "state")
+
+    async def report(event: Any) -> None:
+        raise AssertionError(f"nothing died: {event}")
+
+    servers = MCPServers(config, ctx, report)
+    started = time.monotonic()
+    [error] = await servers.start()
+    assert error.code == "MCPServerStartTimeout" and "'hang'" in error.detail
+    assert time.monotonic() - started < 10
+    assert servers.tools(set()) == []
+    assert not _alive(int(pid_file.read_text()))
+    await servers.close()
 
 
 # -- configuration, without servers -----------------------------------------------------------

@@ -12,17 +12,6 @@ from agent_server.app import ROUTES
 from agent_server.events import KIND_NAMES
 from tests.support.server import ServerProcess
 
-BUG_UNHASHABLE = (
-    "openapi.document() passes tuple(app.routes) to an lru_cache'd function; starlette's Route "
-    "defines __eq__ without __hash__, so every GET /openapi.json is a 500 (TypeError: "
-    "unhashable type: 'Route')"
-)
-BUG_OPERATION_IDS = (
-    "operationId is f'{method}_{route.name}' and route names are the endpoint function names, "
-    "which repeat across modules: get_get (conversation, event, settings), get_search and "
-    "get_count (conversations and events) are not unique, which OpenAPI requires"
-)
-
 
 def route_methods() -> dict[str, set[str]]:
     found: dict[str, set[str]] = {}
@@ -32,7 +21,6 @@ def route_methods() -> dict[str, set[str]]:
     return found
 
 
-@pytest.mark.xfail(strict=True, reason=BUG_UNHASHABLE)
 def test_openapi_json_is_served(server: ServerProcess) -> None:
     r = httpx.get(server.url + "/openapi.json", timeout=30)
     assert r.status_code == 200, r.text
@@ -42,12 +30,8 @@ def test_openapi_json_is_served(server: ServerProcess) -> None:
 @pytest.fixture(scope="module")
 def doc(server: ServerProcess) -> dict[str, Any]:
     r = httpx.get(server.url + "/openapi.json", timeout=30)
-    if r.status_code == 200:
-        return r.json()
-    # While BUG_UNHASHABLE stands the server cannot serve it; the document itself is still
-    # checked, built by the same code without its cache. Drop this once the xfail above passes.
-    from agent_server import openapi
-    return openapi._build.__wrapped__(0, tuple(ROUTES))
+    assert r.status_code == 200, r.text
+    return r.json()
 
 
 def refs(node: Any) -> list[str]:
@@ -93,7 +77,6 @@ def test_operations_are_complete(doc: dict[str, Any]) -> None:
                 assert "security" not in op, (method, path)
 
 
-@pytest.mark.xfail(strict=True, reason=BUG_OPERATION_IDS)
 def test_operation_ids_are_unique(doc: dict[str, Any]) -> None:
     ids = [op["operationId"] for item in doc["paths"].values() for op in item.values()]
     ids += [op["operationId"] for item in doc["webhooks"].values() for op in item.values()]
@@ -155,7 +138,6 @@ def test_the_webhook_of_spec_4_5(doc: dict[str, Any]) -> None:
     assert post["security"] == [{"APIKeyHeader": []}]
 
 
-@pytest.mark.xfail(strict=True, reason=BUG_OPERATION_IDS)
 def test_the_document_is_valid_openapi(doc: dict[str, Any]) -> None:
     validator = pytest.importorskip("openapi_spec_validator")
     validator.validate(doc)

@@ -154,3 +154,14 @@ def test_a_null_clears_a_setting(client: httpx.Client, server: ServerProcess) ->
     answer = patch(client, {"git_user_name": None, "agent": {"llm": None, "tools": []}})
     assert has_defaults(answer), answer
     assert SECRET not in settings_file(server).read_text()
+
+
+def test_unknown_tool_names_are_refused_in_settings(client: httpx.Client) -> None:
+    before = client.get("/api/settings").json()
+    r = client.patch("/api/settings", json={"agent": {"tools": [{"name": "terminal"},
+                                                                {"name": "teleporter"}]}})
+    assert r.status_code == 422
+    detail = r.json()["detail"][0]
+    assert detail["loc"] == ["body", "agent", "tools", 1, "name"]
+    assert "terminal" in detail["msg"] and "teleporter" in detail["msg"]
+    assert client.get("/api/settings").json() == before

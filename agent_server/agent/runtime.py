@@ -12,7 +12,7 @@ from agent_server.agent import mcp, skills
 from agent_server.agent.view import View
 from agent_server.errors import invalid
 from agent_server.events import ServerErrorEvent, ToolDefinition, parse_event
-from agent_server.models import AgentSpec
+from agent_server.models import AgentSpec, ToolSpec
 from tools.base import Tool, ToolContext
 from tools.mcp import MCPTool
 from tools.skills import InvokeSkillTool
@@ -36,10 +36,10 @@ def canonical(name: str) -> str:
     return ALIASES.get(name, name)
 
 
-def check_tools(agent: AgentSpec, secrets: Mapping[str, str] | None = None) -> None:
+def check_tool_names(tools: list[ToolSpec]) -> None:
     """An unknown tool name is a 422 that lists the known ones."""
     known = sorted(toolsets.TOOL_SETS)
-    for i, spec in enumerate(agent.tools):
+    for i, spec in enumerate(tools):
         if canonical(spec.name) not in toolsets.TOOL_SETS:
             raise invalid(
                 ["body", "agent", "tools", i, "name"],
@@ -47,6 +47,11 @@ def check_tools(agent: AgentSpec, secrets: Mapping[str, str] | None = None) -> N
                 "unknown_tool",
                 spec.name,
             )
+
+
+def check_tools(agent: AgentSpec, secrets: Mapping[str, str] | None = None) -> None:
+    """Tool names known, MCP placeholders fillable from the secrets (else a 422)."""
+    check_tool_names(agent.tools)
     for loc, msg, type_ in mcp.check_config(agent.mcp_config, secrets or {}):
         raise invalid(["body", "agent", "mcp_config", *loc], msg, type_)
 

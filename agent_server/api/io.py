@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable
 from typing import Any, TypeVar
 from uuid import UUID
@@ -19,15 +20,31 @@ M = TypeVar("M", bound=BaseModel)
 MAX_BODY = 8 * 1024 * 1024
 
 
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text} is out of range for a number")
+    return value
+
+
+def parse_json(raw: bytes) -> Any:
+    """Strict JSON: NaN, Infinity and numbers beyond a double are refused (422), not stored."""
+    try:
+        return json.loads(raw, parse_constant=_no_constant, parse_float=_finite)
+    except (ValueError, UnicodeDecodeError) as exc:  # JSONDecodeError is a ValueError
+        raise invalid(["body", getattr(exc, "pos", 0)], f"JSON decode error: {exc}",
+                      "json_invalid", {}) from None
+
+
 async def read_body(request: Request, model: type[M]) -> M:
     raw = await request.body()
     if len(raw) > MAX_BODY:
         raise HTTPException(413, f"request body over {MAX_BODY} bytes")
-    try:
-        data = json.loads(raw) if raw.strip() else None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise invalid(["body", getattr(exc, "pos", 0)], "JSON decode error", "json_invalid",
-                      {}) from None
+    data = parse_json(raw) if raw.strip() else None
     if data is None:
         raise invalid(["body"], "Field required: a JSON object", "missing")
     try:
@@ -41,11 +58,7 @@ async def read_raw_object(request: Request) -> dict[str, Any]:
     raw = await request.body()
     if len(raw) > MAX_BODY:
         raise HTTPException(413, f"request body over {MAX_BODY} bytes")
-    try:
-        data = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise invalid(["body", getattr(exc, "pos", 0)], "JSON decode error", "json_invalid",
-                      {}) from None
+    data = parse_json(raw)
     if not isinstance(data, dict):
         raise invalid(["body"], "Input should be a JSON object", "dict_type", data)
     return data
