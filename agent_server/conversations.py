@@ -92,6 +92,8 @@ class Conversation:
         self.approved = False
         #: Per-conversation objects the runner keeps between runs (tools, shells).
         self.runtime: Any = None
+        #: The workspace's skills, read on first need (agent_server.agent.skills).
+        self.skill_book: Any = None
         #: The secret values in force (settings', then the conversation's own); one live dict
         #: that tools read, kept current by refresh_secrets().
         self.secret_values: dict[str, str] = {}
@@ -407,7 +409,8 @@ class ConversationService:
                 "(PATCH /api/settings or pass agent inline)",
                 "missing",
             )
-        return AgentSpec(llm=stored.llm, tools=stored.tools)
+        return AgentSpec(llm=stored.llm, tools=stored.tools, condenser=stored.condenser,
+                         mcp_config=stored.mcp_config)
 
     async def _make_working_dir(self, path: Path) -> None:
         try:

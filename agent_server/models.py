@@ -94,10 +94,24 @@ class AgentSpec(Lenient):
     condenser: CondenserConfig = Field(default_factory=CondenserConfig)
 
     def redacted(self) -> dict[str, Any]:
+        """For responses: the LLM key and literal MCP env and header values masked."""
         data = self.model_dump(mode="json")
         if data["llm"].get("api_key"):
             data["llm"]["api_key"] = "**********"
+        servers = (data.get("mcp_config") or {}).get("mcpServers")
+        if isinstance(servers, dict):
+            for server in servers.values():
+                for field in ("env", "headers"):
+                    values = server.get(field) if isinstance(server, dict) else None
+                    if isinstance(values, dict):
+                        server[field] = {k: v if _placeholder_only(v) else "**********"
+                                         for k, v in values.items()}
         return data
+
+
+def _placeholder_only(value: Any) -> bool:
+    """`${NAME}` (a reference to a secret) is safe to show; a literal value may not be."""
+    return isinstance(value, str) and re.fullmatch(r"\$\{[A-Za-z_][A-Za-z0-9_]*\}", value) is not None
 
 
 class Workspace(Lenient):
@@ -438,6 +452,8 @@ class EventPage(BaseModel):
 class SettingsAgent(Lenient):
     llm: LLMConfig | None = None
     tools: list[ToolSpec] = Field(default_factory=list, max_length=50)
+    condenser: CondenserConfig = Field(default_factory=CondenserConfig)
+    mcp_config: dict[str, Any] | None = None
 
 
 class Settings(Lenient):

@@ -33,7 +33,8 @@ def write_args(path: Path, risk: str | None = None) -> tuple[str, dict[str, Any]
     return ("file_editor", {"command": "create", "path": str(path), "file_text": "x", **extra})
 
 
-def respond(client: httpx.Client, cid: str, accept: bool, reason: str | None = None) -> httpx.Response:
+def respond(client: httpx.Client, cid: str, accept: bool,
+            reason: str | None = None) -> httpx.Response:
     body: dict[str, Any] = {"accept": accept}
     if reason is not None:
         body["reason"] = reason
@@ -226,7 +227,7 @@ def test_a_new_message_while_waiting_rejects_and_never_runs(client: httpx.Client
     assert rejection["action_id"] == waiting["id"]
     assert rejection["rejection_reason"] == SUPERSEDED
     assert rejection["rejection_source"] == "user"
-    assert not events(client, cid, "ObservationEvent", )
+    assert not events(client, cid, "ObservationEvent")
     # Neither the message nor anything after it approved the action.
     assert respond(client, cid, True).status_code == 409
     assert not target.exists()

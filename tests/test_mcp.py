@@ -229,3 +229,17 @@ def _alive(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
     except OSError:
         return False
+
+
+def test_literal_values_in_mcp_config_are_not_returned(client: httpx.Client, llm: ScriptedLLM,
+                                                       key: str, tmp_path: Path) -> None:
+    config = {"mcpServers": {"gone": {"command": str(tmp_path / "no-such-server"),
+                                      "env": {"TOKEN": "literal-token-value", "REF": "${REF}"}},
+                             "site": {"url": "http://127.0.0.1:9/mcp",
+                                      "headers": {"Authorization": "Bearer literal-header"}}}}
+    conv = create(client, llm, key, tmp_path, secrets={"REF": "referenced-value"},
+                  agent={**agent_spec(llm, key), "mcp_config": config})
+    shown = client.get(f"/api/conversations/{conv['id']}").text
+    assert "literal-token-value" not in shown and "literal-header" not in shown
+    servers = json.loads(shown)["agent"]["mcp_config"]["mcpServers"]
+    assert servers["gone"]["env"] == {"TOKEN": "**********", "REF": "${REF}"}

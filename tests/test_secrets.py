@@ -183,7 +183,8 @@ def test_a_secret_never_reaches_events_the_model_or_the_disk(
     vault.write_text(f"password={value}\n")
     config = {
         **hooks("SessionStart", READ + 'echo "token=$MY_SECRET"; echo "warn $MY_SECRET" >&2'),
-        **hooks("PostToolUse", READ + """printf '{"additionalContext": "checked with %s"}' "$MY_SECRET" """,
+        **hooks("PostToolUse",
+                READ + """printf '{"additionalContext": "checked with %s"}' "$MY_SECRET" """,
                 matcher="file_editor"),
     }
     llm.script(
@@ -314,8 +315,8 @@ def test_the_terminal_has_secrets_in_its_environment_and_masks_them(
         client: httpx.Client, llm: ScriptedLLM, key: str, tmp_path: Path,
         server: ServerProcess) -> None:
     value = new_secret("term")
-    llm.script(key, call("terminal", command='echo "secret is $MY_SECRET"; echo "$MY_SECRET" | rev'),
-               call("finish", message="done"))
+    command = 'echo "secret is $MY_SECRET"; echo "$MY_SECRET" | rev'
+    llm.script(key, call("terminal", command=command), call("finish", message="done"))
     cid = create(client, llm, key, tmp_path, tools=["terminal"], message="go", run=True,
                  secrets={"MY_SECRET": value})["id"]
     assert wait_status(client, cid) == "finished"

@@ -133,7 +133,7 @@ class Run:
         invalid = [_error(event, problem) for event, problem in calls if problem]
         valid = [event for event, problem in calls if not problem]
         policy = conv.record.confirmation_policy
-        if any(needs_confirmation(policy, e, runtime.tools[e.tool_name].acts) for e in valid):
+        if any(needs_confirmation(policy, e, _acts(runtime, e.tool_name)) for e in valid):
             if invalid:
                 await conv.append(*invalid)
             raise RunEnded(ExecutionStatus.WAITING_FOR_CONFIRMATION)
@@ -167,7 +167,9 @@ class Run:
 
     async def execute(self, event: ActionEvent) -> Event:
         """One tool call between its PreToolUse and PostToolUse hooks."""
-        conv, tool = self.conv, self.runtime.tools[event.tool_name]
+        conv, tool = self.conv, self.runtime.tools.get(event.tool_name)
+        if tool is None:  # e.g. its MCP server did not come back after a restart
+            return _error(event, f"The tool {event.tool_name!r} is not available now.")
         arguments = _arguments(event)
         pre = await run_hooks(conv, "PreToolUse", tool_name=event.tool_name, action_id=event.id,
                               details={"tool_input": arguments})
@@ -283,6 +285,11 @@ def _action_event(runtime: Runtime, reply: llm.Completion, call: llm.ToolCall, f
         summary=summary,
     )
     return event, problem
+
+
+def _acts(runtime: Runtime, name: str) -> bool:
+    tool = runtime.tools.get(name)
+    return True if tool is None else tool.acts
 
 
 def _arguments(event: ActionEvent) -> Any:

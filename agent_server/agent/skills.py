@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import logging
 import re
-import threading
-import weakref
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -99,21 +97,16 @@ class SkillBook:
         return found
 
 
-_books: weakref.WeakKeyDictionary[Conversation, SkillBook] = weakref.WeakKeyDictionary()
-_books_lock = threading.Lock()
-
-
 def book_for(conv: Conversation) -> SkillBook:
     """The conversation's skills, read from its workspace the first time in this process.
 
     Blocking file reads (bounded): call it in a thread from async code. What was activated
     lives as long as the process: after a restart a trigger can activate a skill once more.
     """
-    with _books_lock:
-        book = _books.get(conv)
-        if book is None:
-            book = _books[conv] = SkillBook(load(conv.working_dir))
-        return book
+    book = conv.skill_book
+    if book is None:
+        book = conv.skill_book = SkillBook(load(conv.working_dir))
+    return book
 
 
 def load(working_dir: Path) -> list[Skill]:
