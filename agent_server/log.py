@@ -42,6 +42,8 @@ _PREFIX = re.compile(
     rb'"parent_id":(?:null|"(?:[^"\\]|\\.)*"),"kind":"([A-Za-z]+)"'
 )
 
+_COMMON = ("id", "timestamp", "source", "parent_id", "kind")
+
 #: Called with the events of one durable write, in order, with their stored JSON lines.
 Listener = Callable[[Sequence[tuple[Event, bytes]]], None]
 
@@ -82,8 +84,9 @@ class EventLog:
     def __init__(self, path: Path, fd: int) -> None:
         self.path = path
         self._fd = fd
-        self._offsets = array("Q")  # start of line i; _end is the end of the last line
-        self._end = 0
+        self._offsets = array("Q")  # where line i starts
+        self._ends = array("Q")  # where it ends (a skipped unreadable line may follow it)
+        self._end = 0  # end of the file's last complete line
         self._ids: list[str] = []
         self._kinds = bytearray()
         self._sources = bytearray()
@@ -120,7 +123,7 @@ class EventLog:
                 if not line.endswith(b"\n"):
                     logger.warning("%s: cutting a torn last line of %d bytes", self.path, len(line))
                     break
-                if not self._index_line(line, offset):
+                if not self._index_line(line, offset, offset + len(line)):
                     logger.warning("%s: skipping an unreadable line at byte %d", self.path, offset)
                 offset += len(line)
         size = os.fstat(self._fd).st_size
@@ -130,7 +133,7 @@ class EventLog:
         self._end = offset
         self._ids_gen = _Ids(self._ids[-1] if self._ids else None)
 
-    def _index_line(self, line: bytes, offset: int) -> bool:
+    def _index_line(self, line: bytes, offset: int, end: int) -> bool:
         m = _PREFIX.match(line)
         if m is None:
             return False
@@ -142,12 +145,14 @@ class EventLog:
             moment = datetime.fromisoformat(stamp).timestamp()
         except ValueError:
             return False
-        self._add(offset, event_id, kind_code, source_code, moment)
+        self._add(offset, end, event_id, kind_code, source_code, moment)
         return True
 
-    def _add(self, offset: int, event_id: str, kind: int, source: int, moment: float) -> None:
+    def _add(self, offset: int, end: int, event_id: str, kind: int, source: int,
+             moment: float) -> None:
         position = len(self._ids)
         self._offsets.append(offset)
+        self._ends.append(end)
         self._ids.append(event_id)
         self._kinds.append(kind)
         self._sources.append(source)
@@ -192,15 +197,29 @@ class EventLog:
         if self.redactor is None:
             return line, event
         data = event.model_dump(mode="json")
+        common = {k: data.pop(k) for k in _COMMON}  # ids and times are never secrets
         masked = self.redactor(data)
         if masked == data:
             return line, event
+        masked = {**common, **masked}
         line = json.dumps(masked, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
         return line, parse_event(line)
 
     async def _flush(self) -> None:
+        try:
+            await self._flush_pending()
+        finally:
+            if self._closed:  # close() came while writing: the fd is ours to release
+                self._release()
+
+    async def _flush_pending(self) -> None:
         while self._pending:
             batch, self._pending = self._pending, []
+            if self._closed:
+                for _, _, done in batch:
+                    if not done.done():
+                        done.set_exception(LogError(f"{self.path} was closed before the write"))
+                continue
             data = b"".join(line for _, lines, _ in batch for line in lines)
             try:
                 await asyncio.to_thread(self._write, data)
@@ -215,8 +234,8 @@ class EventLog:
                     assert event.id is not None and event.timestamp is not None
                     when = datetime.fromisoformat(event.timestamp).timestamp()
                     kind = _KIND_CODE[event.kind]
-                    self._add(self._end, event.id, kind, _SOURCE_CODE[event.source], when)
-                    self._end += len(line)
+                    start, self._end = self._end, self._end + len(line)
+                    self._add(start, self._end, event.id, kind, _SOURCE_CODE[event.source], when)
                     written.append((event, line))
             for _, _, done in batch:
                 if not done.done():
@@ -245,9 +264,17 @@ class EventLog:
             await asyncio.shield(self._flusher)
 
     def close(self) -> None:
-        if not self._closed:
-            self._closed = True
+        """No more appends; the file is closed now, or after a write in flight (never during)."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._flusher is None or self._flusher.done():
+            self._release()
+
+    def _release(self) -> None:
+        if self._fd >= 0:
             os.close(self._fd)
+            self._fd = -1
 
     # -- reading -------------------------------------------------------------------------
 
@@ -274,14 +301,14 @@ class EventLog:
     def read(self, positions: Sequence[int]) -> list[bytes]:
         """The stored lines (without newline) at these positions; adjacent ones in one read."""
         out: list[bytes] = []
+        offsets, ends = self._offsets, self._ends
         i = 0
         while i < len(positions):
             j = i
-            while j + 1 < len(positions) and positions[j + 1] == positions[j] + 1:
+            while (j + 1 < len(positions) and positions[j + 1] == positions[j] + 1
+                   and ends[positions[j]] == offsets[positions[j + 1]]):
                 j += 1
-            start = self._offsets[positions[i]]
-            last = positions[j]
-            end = self._offsets[last + 1] if last + 1 < len(self._offsets) else self._end
+            start, end = offsets[positions[i]], ends[positions[j]]
             chunk = os.pread(self._fd, end - start, start)
             out.extend(chunk.split(b"\n")[: j - i + 1])
             i = j + 1
@@ -344,8 +371,7 @@ class EventLog:
             return []
         total, stop = 0, position
         while stop < end and (stop == position or total < max_bytes):
-            nxt = self._offsets[stop + 1] if stop + 1 < len(self._offsets) else self._end
-            total += nxt - self._offsets[stop]
+            total += self._ends[stop] - self._offsets[stop]
             stop += 1
         return self.read(range(position, stop))
 

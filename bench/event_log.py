@@ -100,7 +100,9 @@ def step(rng: random.Random, n: int) -> list[Event]:
         events.append(
             MessageEvent(
                 source="agent",
-                llm_message=Message(role="assistant", content=[TextContent(text=prose(rng, 5, 80))]),
+                llm_message=Message(
+                    role="assistant", content=[TextContent(text=prose(rng, 5, 80))]
+                ),
                 llm_response_id=f"chatcmpl-{n}",
             )
         )
@@ -128,7 +130,10 @@ class Source:
 def quantiles(samples: list[float]) -> dict[str, float]:
     ordered = sorted(samples)
     p99 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))]
-    return {"median_ms": round(statistics.median(ordered) * 1000, 4), "p99_ms": round(p99 * 1000, 4)}
+    return {
+        "median_ms": round(statistics.median(ordered) * 1000, 4),
+        "p99_ms": round(p99 * 1000, 4),
+    }
 
 
 async def append_rates(directory: Path, sequential: int, groups: list[int]) -> dict[str, Any]:

@@ -44,9 +44,9 @@ def respond(client: httpx.Client, cid: str, accept: bool,
 def settled(client: httpx.Client, cid: str, *wanted: str) -> str:
     """wait_status, then a moment for the run task to end.
 
-    The status is visible before the run's task has ended, and until it has, a message, run or
-    respond is refused or ignored (see test_acting_at_once_on_waiting_is_heard); the tests of
-    other behaviour give it that moment.
+    waiting_for_confirmation is visible before the run's task has ended, and until it has, a
+    respond is refused and a message rejects nothing (see test_acting_at_once_on_waiting_is_heard);
+    the tests of other behaviour give it that moment.
     """
     reached = wait_status(client, cid, *wanted)
     time.sleep(0.3)
@@ -285,7 +285,7 @@ def test_respond_when_nothing_waits_is_409(client: httpx.Client, llm: ScriptedLL
 
     llm.script(key, call("finish", message="done"))
     send(client, conv["id"], "go")
-    assert settled(client, conv["id"]) == "finished"
+    assert wait_status(client, conv["id"]) == "finished"
     assert respond(client, conv["id"], True).status_code == 409
     missing = "/api/conversations/00000000-0000-4000-8000-000000000000"
     assert client.post(missing + "/events/respond_to_confirmation",
@@ -326,7 +326,7 @@ def test_policy_switches_mid_conversation(client: httpx.Client, llm: ScriptedLLM
                write(tmp_path / "second.txt", "HIGH"), call("finish", message="second done"),
                write(tmp_path / "third.txt", "LOW"), text("third done"))
     cid = start(client, llm, key, tmp_path, None)
-    assert settled(client, cid) == "finished"
+    assert wait_status(client, cid) == "finished"
     assert (tmp_path / "first.txt").exists()
 
     r = client.post(f"/api/conversations/{cid}/confirmation_policy", json={"kind": "AlwaysConfirm"})
@@ -337,7 +337,7 @@ def test_policy_switches_mid_conversation(client: httpx.Client, llm: ScriptedLLM
     assert settled(client, cid, "waiting_for_confirmation") == "waiting_for_confirmation"
     assert not (tmp_path / "second.txt").exists()
     assert respond(client, cid, True).status_code == 200
-    assert settled(client, cid, "finished") == "finished"
+    assert wait_status(client, cid, "finished") == "finished"
     assert (tmp_path / "second.txt").exists()
 
     # The OpenHands body shape, with a risky-only policy: a LOW action runs at once.

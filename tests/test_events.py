@@ -12,7 +12,8 @@ import subprocess
 import sys
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Any
+from types import UnionType
+from typing import Any, Union, get_args, get_origin
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -184,7 +185,8 @@ json_scalars = (
 )
 json_values = st.recursive(
     json_scalars,
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
+    lambda inner: st.lists(inner, max_size=3)
+    | st.dictionaries(st.text(max_size=6), inner, max_size=3),
     max_leaves=8,
 )
 json_objects = st.dictionaries(st.text(max_size=6), json_values, max_size=3)
@@ -273,11 +275,43 @@ tool_definitions = st.builds(
     ),
     meta=st.none() | json_objects,
 )
-# Whatever kinds the tools register: builds() fills their required fields from the types.
-actions = st.sampled_from(tools.action_types()).flatmap(st.builds)
-observations = st.sampled_from(tools.observation_types()).flatmap(
-    lambda t: st.builds(t, content=st.lists(contents, max_size=2), is_error=st.booleans())
-)
+
+
+def free_json(annotation: Any) -> st.SearchStrategy[Any]:
+    """JSON values for an annotation that holds Any (hypothesis cannot make an Any)."""
+    if annotation is Any:
+        return json_values
+    origin, args = get_origin(annotation), get_args(annotation)
+    if origin in (Union, UnionType):
+        return st.one_of(*(free_json(a) for a in args))
+    if origin is dict:
+        return st.dictionaries(free_json(args[0]), free_json(args[1]), max_size=3)
+    if origin is list:
+        return st.lists(free_json(args[0]), max_size=3)
+    return st.from_type(annotation)
+
+
+def mentions_any(annotation: Any) -> bool:
+    return annotation is Any or any(mentions_any(a) for a in get_args(annotation))
+
+
+def payloads(cls: type[Any]) -> st.SearchStrategy[Any]:
+    """Instances of a registered Action or Observation kind, whatever its fields are.
+
+    builds() fills the required fields from their types; fields typed with Any get JSON.
+    """
+    given_fields: dict[str, st.SearchStrategy[Any]] = {
+        name: free_json(info.annotation)
+        for name, info in cls.model_fields.items()
+        if mentions_any(info.annotation)
+    }
+    if issubclass(cls, tools.Observation):
+        given_fields |= {"content": st.lists(contents, max_size=2), "is_error": st.booleans()}
+    return st.builds(cls, **given_fields)
+
+
+actions = st.sampled_from(tools.action_types()).flatmap(payloads)
+observations = st.sampled_from(tools.observation_types()).flatmap(payloads)
 
 #: A strategy for every kind-specific field of every kind.
 FIELDS: dict[str, dict[str, st.SearchStrategy[Any]]] = {
@@ -391,7 +425,10 @@ def test_tools_imports_on_its_own() -> None:
     # types from agent_server.events: a process whose first import is `tools` once died here.
     for module in ("tools", "tools.think"):
         done = subprocess.run(
-            [sys.executable, "-c", f"import {module}"], capture_output=True, text=True
+            [sys.executable, "-c", f"import {module}"],
+            capture_output=True,
+            text=True,
+            cwd=GOLDEN.parent.parent,
         )
         assert done.returncode == 0, done.stderr.strip().splitlines()[-1]
 
@@ -511,6 +548,10 @@ def object_paths(value: Any, path: tuple[Any, ...] = ()) -> list[tuple[Any, ...]
     return found
 
 
+#: Tags pydantic puts in an error's loc inside discriminated unions (not part of the JSON path).
+UNION_TAGS = {t.__name__ for t in [*tools.action_types(), *tools.observation_types()]} | {
+    "text", "image", "thinking", "redacted_thinking"
+}
 NESTED = [(name, path) for name in KIND_NAMES for path in object_paths(golden(name))]
 
 
@@ -543,17 +584,10 @@ def test_unknown_fields_are_rejected(name: str, path: tuple[Any, ...]) -> None:
     with pytest.raises(ValidationError) as exc:
         parse_event(data)
     assert ("extra_forbidden", (name, *path, "surprise")) in [
-        (t, tuple(x for x in loc if x not in tools_kind_names())) for t, loc in errors_of(exc)
+        (t, tuple(x for x in loc if x not in UNION_TAGS)) for t, loc in errors_of(exc)
     ]
     with pytest.raises(ValidationError):
         parse_event(json.dumps(data))
-
-
-def tools_kind_names() -> set[str]:
-    """Union tags pydantic puts in an error's loc inside the action/observation unions."""
-    return {t.__name__ for t in [*tools.action_types(), *tools.observation_types()]} | {
-        "text", "image", "thinking", "redacted_thinking"
-    }
 
 
 def test_an_unregistered_action_kind_is_rejected() -> None:
@@ -581,16 +615,13 @@ def test_the_always_present_tools_are_registered() -> None:
 @given(data=st.data())
 @settings(max_examples=10, deadline=None)
 def test_every_registered_kind_travels_inside_its_event(payload: type, data: st.DataObject) -> None:
-    value = data.draw(
-        st.builds(payload, content=st.lists(contents, max_size=2))
-        if payload in tools.observation_types()
-        else st.builds(payload)
-    )
+    value = data.draw(payloads(payload))
     if payload in tools.action_types():
         event = parse_event({**golden("ActionEvent"), "action": value.model_dump(mode="json")})
         assert type(event.action) is payload and event.action == value  # type: ignore[attr-defined]
     else:
-        event = parse_event({**golden("ObservationEvent"), "observation": value.model_dump(mode="json")})
+        data = {**golden("ObservationEvent"), "observation": value.model_dump(mode="json")}
+        event = parse_event(data)
         assert type(event.observation) is payload  # type: ignore[attr-defined]
         assert event.observation == value  # type: ignore[attr-defined]
 

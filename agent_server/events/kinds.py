@@ -42,7 +42,10 @@ def parse_timestamp(text: str) -> datetime:
 
 
 def _normal_timestamp(text: str) -> str:
-    return format_timestamp(parse_timestamp(text))
+    try:
+        return format_timestamp(parse_timestamp(text))
+    except OverflowError:  # e.g. year 9999 with a negative offset: no UTC form exists
+        raise ValueError("timestamp is out of range once converted to UTC") from None
 
 
 Timestamp = Annotated[str, AfterValidator(_normal_timestamp)]
