@@ -90,6 +90,8 @@ class Conversation:
         self.pause_requested = False
         #: Set by an accepted confirmation: the next run first runs the waiting actions.
         self.approved = False
+        #: Held while a user message waits for its UserPromptSubmit hooks (see send_message).
+        self.prompt_gate = asyncio.Lock()
         #: Per-conversation objects the runner keeps between runs (tools, shells).
         self.runtime: Any = None
         #: The workspace's skills, read on first need (agent_server.agent.skills).
@@ -97,14 +99,13 @@ class Conversation:
         #: The secret values in force (settings', then the conversation's own); one live dict
         #: that tools read, kept current by refresh_secrets().
         self.secret_values: dict[str, str] = {}
-        self.masker = Masker()
+        self.masker = Masker(self.secret_values)  # follows the live dict
         self.refresh_secrets()
 
     def refresh_secrets(self) -> None:
         merged = {**self.service.settings().secrets, **self.record.secrets}
         self.secret_values.clear()
         self.secret_values.update(merged)
-        self.masker.update(merged)
 
     def _redact(self, data: Any) -> Any:
         return self.masker.data(data) if self.masker else data
@@ -165,7 +166,14 @@ class Conversation:
 
     # -- control -------------------------------------------------------------------------
 
+    async def settle(self) -> None:
+        """Wait for a run that has set its final status but whose task is still ending."""
+        task = self._task
+        if task is not None and not task.done() and self.status != ExecutionStatus.RUNNING:
+            await asyncio.gather(asyncio.shield(task), return_exceptions=True)
+
     async def send_message(self, message: SendMessage) -> MessageEvent:
+        await self.settle()
         if self.status == ExecutionStatus.WAITING_FOR_CONFIRMATION and not self.running:
             # A new message never approves what waits: it rejects it.
             await self.service.agent.reject_pending(self, "superseded by a new user message")
@@ -176,8 +184,10 @@ class Conversation:
             sender=message.sender,
         )
         self.service.agent.prepare_user_message(self, event)
-        await self.append(event)
-        blocked = await self.service.agent.on_user_message(self, event)
+        # A running agent takes no request while the message waits for its hooks' verdict.
+        async with self.prompt_gate:
+            await self.append(event)
+            blocked = await self.service.agent.on_user_message(self, event)
         if message.run and not blocked:
             await self.run()
         return event
@@ -188,12 +198,9 @@ class Conversation:
         Actions waiting for confirmation run only with `approved` (an explicit accept); a
         plain run while waiting changes nothing.
         """
-        task = self._task
-        if task is not None and not task.done():
-            if self.status == ExecutionStatus.RUNNING:
-                return
-            # A run that has set its final status and is finishing: let it end, then start.
-            await asyncio.gather(asyncio.shield(task), return_exceptions=True)
+        if self.running and self.status == ExecutionStatus.RUNNING:
+            return
+        await self.settle()
         if self.running:
             return
         if self.status == ExecutionStatus.WAITING_FOR_CONFIRMATION and not approved:

@@ -49,10 +49,15 @@ class RequestInvalid(Exception):
 def redact(value: Any) -> Any:
     """A copy of `value` with secret-looking fields masked."""
     if isinstance(value, dict):
-        return {
-            k: (REDACTED if k in SECRET_KEYS and v not in (None, "", {}) else redact(v))
-            for k, v in value.items()
-        }
+        out = {}
+        for k, v in value.items():
+            if k == "secrets" and isinstance(v, dict):  # names stay, values go
+                out[k] = {name: REDACTED for name in v}
+            elif k in SECRET_KEYS and v not in (None, "", {}):
+                out[k] = REDACTED
+            else:
+                out[k] = redact(v)
+        return out
     if isinstance(value, list):
         return [redact(v) for v in value]
     return value

@@ -226,7 +226,13 @@ HOOK_EVENT_TYPES = ("PreToolUse", "PostToolUse", "UserPromptSubmit", "SessionSta
 
 
 class HookConfig(Lenient):
-    """Hooks by event type, in the familiar shape (snake_case keys are accepted too)."""
+    """Hooks by event type, in the familiar shape (snake_case keys are accepted too).
+
+    Unknown keys are refused here, unlike elsewhere: a misspelt event type would silently
+    leave a safety hook unrun.
+    """
+
+    model_config = ConfigDict(extra="forbid")
 
     PreToolUse: list[HookMatcher] = Field(default_factory=list, max_length=50)
     PostToolUse: list[HookMatcher] = Field(default_factory=list, max_length=50)

@@ -6,6 +6,7 @@ masked as it is written (see EventLog.redactor), and nothing else carries event 
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -28,30 +29,48 @@ def check_secrets(values: Mapping[str, str]) -> list[tuple[str, str]]:
 
 
 class Masker:
-    """Replaces every known secret value in text (longest first, so overlaps mask whole)."""
+    """Replaces every known secret value in text (longest first, so overlaps mask whole).
+
+    It reads a mapping that may change (the conversation's live secrets): a value added later
+    is masked from then on, wherever this masker is used. A value is also masked in its JSON
+    string form (quotes and backslashes escaped), as it appears inside tool-call arguments.
+    """
 
     def __init__(self, values: Mapping[str, str] | None = None) -> None:
+        self._source: Mapping[str, str] = values if values is not None else {}
+        self._seen: frozenset[str] | None = None
         self._pattern: re.Pattern[str] | None = None
-        self.update(values or {})
 
     def update(self, values: Mapping[str, str]) -> None:
-        found = sorted({v for v in values.values() if len(v) >= MIN_LENGTH}, key=len, reverse=True)
-        self._pattern = re.compile("|".join(map(re.escape, found))) if found else None
+        self._source = values
+        self._seen = None
+
+    def _current(self) -> re.Pattern[str] | None:
+        values = frozenset(v for v in self._source.values() if len(v) >= MIN_LENGTH)
+        if values != self._seen:
+            forms = set(values) | {json.dumps(v)[1:-1] for v in values}
+            found = sorted(forms, key=len, reverse=True)
+            self._pattern = re.compile("|".join(map(re.escape, found))) if found else None
+            self._seen = values
+        return self._pattern
 
     def __bool__(self) -> bool:
-        return self._pattern is not None
+        return self._current() is not None
 
     def text(self, value: str) -> str:
-        return value if self._pattern is None else self._pattern.sub(MASK, value)
+        pattern = self._current()
+        return value if pattern is None else pattern.sub(MASK, value)
 
     def data(self, value: Any) -> Any:
         """A copy of JSON-like data with secrets masked in every string (keys kept)."""
-        if self._pattern is None:
-            return value
+        pattern = self._current()
+        return value if pattern is None else self._walk(value, pattern)
+
+    def _walk(self, value: Any, pattern: re.Pattern[str]) -> Any:
         if isinstance(value, str):
-            return self.text(value)
+            return pattern.sub(MASK, value)
         if isinstance(value, dict):
-            return {k: self.data(v) for k, v in value.items()}
+            return {k: self._walk(v, pattern) for k, v in value.items()}
         if isinstance(value, list):
-            return [self.data(v) for v in value]
+            return [self._walk(v, pattern) for v in value]
         return value

@@ -17,10 +17,12 @@ from agent_server.store import read_json, write_json
 
 
 def deep_merge(base: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
-    """Objects merge key by key; anything else (lists included) replaces."""
+    """Objects merge key by key; null removes a key; anything else (lists too) replaces."""
     out = copy.deepcopy(base)
     for key, value in changes.items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict):
+        if value is None:  # null removes: a setting back to its default, a secret gone
+            out.pop(key, None)
+        elif isinstance(value, dict) and isinstance(out.get(key), dict):
             out[key] = deep_merge(out[key], value)
         else:
             out[key] = copy.deepcopy(value)

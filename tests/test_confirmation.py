@@ -292,11 +292,6 @@ def test_respond_when_nothing_waits_is_409(client: httpx.Client, llm: ScriptedLL
                        json={"accept": True}).status_code == 404
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: execution_status becomes waiting_for_confirmation (record, then event, then meta.json) "
-    "while the run task is still alive; until it ends respond_to_confirmation answers 409 "
-    "'No action is waiting ... (execution_status is waiting_for_confirmation)' and a new "
-    "message neither rejects the pending actions nor starts a run (Conversation.running)"))
 def test_acting_at_once_on_waiting_is_heard(client: httpx.Client, llm: ScriptedLLM, key: str,
                                             tmp_path: Path) -> None:
     # A client that acts the moment it sees the status; the window is short, so try a few.

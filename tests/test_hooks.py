@@ -273,12 +273,6 @@ def test_hook_output_is_bounded(client: httpx.Client, llm: ScriptedLLM, key: str
         assert "cut" in hook[stream]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: hooks._run_one writes the JSON to stdin after the process may have exited; under "
-    "uvloop (the server's loop) that raises RuntimeError('... the handler is closed'), which "
-    "only BrokenPipeError/ConnectionResetError are caught for: send answers 500 with the message "
-    "stored and no HookExecutionEvent; in the loop (PreToolUse, Stop, ...) the run ends in "
-    "error with a ConversationErrorEvent code RuntimeError"))
 def test_a_hook_that_ignores_its_input_is_run_like_any_other(client: httpx.Client,
                                                              llm: ScriptedLLM, key: str,
                                                              tmp_path: Path) -> None:
@@ -384,10 +378,6 @@ def test_user_prompt_submit_denial_keeps_the_message_from_the_model(
     assert "do the allowed thing" in shown and "forbidden" not in shown
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: a message sent while the agent runs is appended (and so reaches the running loop's "
-    "view) before its UserPromptSubmit hooks run; the loop's next LLM request carries it even "
-    "though the hook then blocks it"))
 def test_a_blocked_message_never_reaches_a_running_agent(client: httpx.Client, llm: ScriptedLLM,
                                                          key: str, tmp_path: Path) -> None:
     command = "if grep -q forbidden; then sleep 1.5; echo 'no forbidden words' >&2; exit 2; fi"
@@ -428,9 +418,6 @@ def test_session_start_runs_once_before_the_first_step(client: httpx.Client, llm
     assert stdin["conversation_id"] == cid and stdin["event_type"] == "SessionStart"
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "GAP: SessionStart additionalContext is recorded on the HookExecutionEvent but never "
-    "reaches the model (only UserPromptSubmit and PostToolUse context do)"))
 def test_session_start_context_reaches_the_model(client: httpx.Client, llm: ScriptedLLM, key: str,
                                                  tmp_path: Path) -> None:
     command = READ + """echo '{"additionalContext": "Branch main is frozen."}'"""

@@ -266,11 +266,6 @@ def test_a_secret_added_later_is_masked_from_then_on(client: httpx.Client, llm: 
     assert files_holding(server.state_dir, value) == [conversation_dir(server, cid) / "meta.json"]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: hooks run with the server's whole environment (hooks.run_hooks: {**os.environ, ...}), "
-    "so a hook that prints it writes SESSION_API_KEY and AGENT_SERVER_* credentials (e.g. the "
-    "webhook key) into HookExecutionEvent.stdout: the log, websockets and the webhook. The "
-    "terminal and POST .../commands withhold them (WITHHELD_ENV)"))
 def test_a_hook_never_sees_the_servers_own_credentials(client: httpx.Client, llm: ScriptedLLM,
                                                        key: str, tmp_path: Path) -> None:
     cid = create(client, llm, key, tmp_path,
@@ -282,10 +277,6 @@ def test_a_hook_never_sees_the_servers_own_credentials(client: httpx.Client, llm
     assert "SESSION_API_KEY" not in output
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: the mask matches a value's raw text only; inside JSON text (a tool call's arguments, "
-    "a hook's JSON stdout) a value holding a quote or backslash appears escaped, so it is "
-    "stored, pushed and replayed to the model unmasked (one json.loads away from the value)"))
 def test_a_secret_with_a_quote_is_masked_inside_json_text(client: httpx.Client, llm: ScriptedLLM,
                                                           key: str, tmp_path: Path) -> None:
     value = 'pa"ss-' + uuid.uuid4().hex
@@ -364,10 +355,6 @@ def test_git_authorship_comes_from_settings_or_safe_defaults(client: httpx.Clien
 
 
 @needs_terminal
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: the terminal masks its captured output with Masker(ctx.secrets) built once when the "
-    "shell starts; a secret added later (POST .../secrets) is masked in the events but written "
-    "in clear to the full-output file under state_dir/conversations/<id>/tools/terminal/"))
 def test_a_long_output_saved_on_disk_is_masked_for_secrets_added_later(
         client: httpx.Client, llm: ScriptedLLM, key: str, tmp_path: Path,
         server: ServerProcess) -> None:

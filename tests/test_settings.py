@@ -25,7 +25,12 @@ DEFAULTS = {"agent": {"llm": None, "tools": []}, "git_user_name": None, "git_use
 
 def has_defaults(settings: dict[str, Any]) -> bool:
     """The fields named here are at their defaults (other fields may exist)."""
-    return all(settings.get(name) == value for name, value in DEFAULTS.items())
+    def matches(actual: Any, wanted: Any) -> bool:
+        if isinstance(wanted, dict):
+            return isinstance(actual, dict) and all(matches(actual.get(k), v)
+                                                    for k, v in wanted.items())
+        return actual == wanted
+    return matches(settings, DEFAULTS)
 
 
 def settings_file(server: ServerProcess) -> Path:
@@ -165,3 +170,16 @@ def test_unknown_tool_names_are_refused_in_settings(client: httpx.Client) -> Non
     assert detail["loc"] == ["body", "agent", "tools", 1, "name"]
     assert "terminal" in detail["msg"] and "teleporter" in detail["msg"]
     assert client.get("/api/settings").json() == before
+
+
+def test_stored_secrets_show_names_only_and_null_removes_one(client: httpx.Client) -> None:
+    r = client.patch("/api/settings", json={"secrets": {"DEPLOY_TOKEN": "tok-123456",
+                                                        "OTHER_TOKEN": "tok-654321"}})
+    assert r.status_code == 200
+    assert r.json()["secrets"] == {"DEPLOY_TOKEN": "**********", "OTHER_TOKEN": "**********"}
+    assert "tok-123456" not in r.text
+    r = client.patch("/api/settings", json={"secrets": {"DEPLOY_TOKEN": None}})
+    assert r.status_code == 200
+    assert r.json()["secrets"] == {"OTHER_TOKEN": "**********"}
+    client.patch("/api/settings", json={"secrets": None})
+    assert client.get("/api/settings").json()["secrets"] == {}

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from agent_server.events import HookExecutionEvent
 from agent_server.models import HookConfig
+from agent_server.workspace import child_env
 
 if TYPE_CHECKING:
     from agent_server.conversations import Conversation
@@ -64,11 +65,12 @@ async def _run_one(command: str, timeout: float, payload: dict[str, Any], cwd: s
 
     async def talk() -> tuple[str, str]:
         try:
-            proc.stdin.write(json.dumps(payload).encode())  # type: ignore[union-attr]
-            await proc.stdin.drain()  # type: ignore[union-attr]
+            if not proc.stdin.is_closing():  # type: ignore[union-attr]
+                proc.stdin.write(json.dumps(payload).encode())  # type: ignore[union-attr]
+                await proc.stdin.drain()  # type: ignore[union-attr]
             proc.stdin.close()  # type: ignore[union-attr]
-        except (BrokenPipeError, ConnectionResetError):
-            pass  # a hook that ignores its input is fine
+        except (BrokenPipeError, ConnectionResetError, RuntimeError):
+            pass  # a hook that exits without reading its input is fine
         out, err = await asyncio.gather(_read_capped(proc.stdout), _read_capped(proc.stderr))  # type: ignore[arg-type]
         await proc.wait()
         return out, err
@@ -115,7 +117,8 @@ async def run_hooks(conv: Conversation, event_type: str, *, tool_name: str | Non
         "tool_name": tool_name,
         **(details or {}),
     }
-    env = {**os.environ, **conv.secret_values, "AGENT_SERVER_CONVERSATION_ID": conv.id}
+    # The server's own credentials stay out: a hook's output lands in events.
+    env = child_env(conv.secret_values, {"AGENT_SERVER_CONVERSATION_ID": conv.id})
     for hook in hooks:
         code, out, err, error = await _run_one(hook.command, hook.timeout, payload,
                                                str(conv.working_dir), env)

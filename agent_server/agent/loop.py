@@ -74,7 +74,9 @@ class Run:
             await prepare_workspace(conv)  # the selected repository, cloned before anything runs
             if not self.runtime.session_started:
                 self.runtime.session_started = True
-                await run_hooks(conv, "SessionStart")
+                started = await run_hooks(conv, "SessionStart")
+                if started.context:
+                    await conv.append(_hook_message(f"[SessionStart hook] {started.context}"))
             if conv.approved:
                 conv.approved = False
                 if await self.act(await pending_actions(conv, self.view)):
@@ -99,10 +101,12 @@ class Run:
         """One LLM response and the tool calls it asks for."""
         conv, runtime = self.conv, self.runtime
         tools = runtime.llm_tools()
-        if await self.condenser.needed(self.view, tools):
-            await self.condenser.condense(conv, self.view, tools)
+        async with conv.prompt_gate:  # a message still waiting for its hooks stays out
+            if await self.condenser.needed(self.view, tools):
+                await self.condenser.condense(conv, self.view, tools)
+            messages = self.view.request()
         try:
-            reply = await self.complete(tools)
+            reply = await self.complete(tools, messages)
         except llm.LLMFailure as failure:
             if failure.code != "ContextWindowExceededError":
                 raise RunEnded(ExecutionStatus.ERROR, failure.code, failure.detail) from None
@@ -110,7 +114,7 @@ class Run:
             if not await self.condenser.condense(conv, self.view, tools):
                 raise RunEnded(ExecutionStatus.ERROR, failure.code, failure.detail) from None
             try:
-                reply = await self.complete(tools)
+                reply = await self.complete(tools, self.view.request())
             except llm.LLMFailure as again:
                 raise RunEnded(ExecutionStatus.ERROR, again.code, again.detail) from None
         await _record_usage(conv, reply)
@@ -144,9 +148,10 @@ class Run:
         if reason is not None:
             raise RunEnded(ExecutionStatus.STUCK, "AgentStuck", f"The agent looks stuck: {reason}.")
 
-    async def complete(self, tools: list[dict[str, Any]]) -> llm.Completion:
+    async def complete(self, tools: list[dict[str, Any]],
+                       messages: list[dict[str, Any]]) -> llm.Completion:
         conv = self.conv
-        return await llm.complete(conv.record.agent.llm, self.view.request(), tools,
+        return await llm.complete(conv.record.agent.llm, messages, tools,
                                   on_delta=lambda text, reasoning: _delta(conv, text, reasoning))
 
     async def act(self, calls: list[tuple[ActionEvent, str | None]]) -> bool:
@@ -202,10 +207,7 @@ class Run:
         if outcome.blocked and self.stop_blocks < MAX_STOP_BLOCKS:
             self.stop_blocks += 1
             feedback = outcome.reason or "A Stop hook asked you to continue."
-            await self.conv.append(MessageEvent(
-                source="hook",
-                llm_message=Message(role="user", content=[TextContent(text=f"[Stop hook] {feedback}")]),
-            ))
+            await self.conv.append(_hook_message(f"[Stop hook] {feedback}"))
             return
         raise RunEnded(ExecutionStatus.FINISHED)
 
@@ -285,6 +287,12 @@ def _action_event(runtime: Runtime, reply: llm.Completion, call: llm.ToolCall, f
         summary=summary,
     )
     return event, problem
+
+
+def _hook_message(text: str) -> MessageEvent:
+    """What a hook tells the model, as a user-role message from the hook."""
+    return MessageEvent(source="hook", llm_message=Message(role="user",
+                                                           content=[TextContent(text=text)]))
 
 
 def _acts(runtime: Runtime, name: str) -> bool:

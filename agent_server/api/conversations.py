@@ -117,6 +117,7 @@ async def set_confirmation_policy(request: Request) -> Response:
 async def respond_to_confirmation(request: Request) -> Response:
     conv = conversation(request)
     answer = await read_body(request, ConfirmationResponse)
+    await conv.settle()
     if conv.status != ExecutionStatus.WAITING_FOR_CONFIRMATION or conv.running:
         raise HTTPException(409, "No action is waiting for confirmation "
                                  f"(execution_status is {conv.status.value})")
