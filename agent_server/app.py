@@ -21,7 +21,6 @@ from agent_server.conversations import ConversationService
 from agent_server.delivery import Delivery, DeliverySettings
 from agent_server.errors import HANDLERS
 from agent_server.settings import SettingsStore
-from tools.browser import BrowserManager
 
 C = "/api/conversations/{conversation_id}"
 
@@ -81,8 +80,6 @@ def build_app(config: Config) -> Starlette:
     keys = KeyRing(config.session_api_keys)
     delivery = Delivery(config, service, DeliverySettings.from_env())
 
-    service.browser = BrowserManager()  # starts Chromium on first use only
-
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         config.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -96,7 +93,8 @@ def build_app(config: Config) -> Starlette:
             app.state.ready = False
             await service.close(flush=delivery.flush)
             await delivery.close()
-            await service.browser.close()  # no Chromium outlives the server
+            if service.browser is not None:
+                await service.browser.close()  # no Chromium outlives the server
 
     app = Starlette(
         routes=[*ROUTES, *SOCKETS],

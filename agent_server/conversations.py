@@ -271,7 +271,9 @@ class ConversationService:
         self.default_working_dir = default_working_dir
         self.agent = agent
         self.terminal_idle_timeout = terminal_idle_timeout
-        #: The one Chromium of this server, shared by the conversations' browser tools.
+        #: The one Chromium of this server, shared by the conversations' browser tools;
+        #: made by browser_manager() when a conversation first has them (Chromium itself
+        #: starts on the first browser call).
         self.browser: Any = None
         self.settings = settings
         self._items: dict[UUID, Conversation] = {}
@@ -325,6 +327,13 @@ class ConversationService:
             await flush()
         for conv in convs:
             await conv.close()
+
+    def browser_manager(self) -> Any:
+        if self.browser is None:
+            from tools.browser.manager import BrowserManager  # Playwright loads only now
+
+            self.browser = BrowserManager()
+        return self.browser
 
     def refresh_secrets(self) -> None:
         """After the settings' secrets changed."""

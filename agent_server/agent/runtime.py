@@ -86,7 +86,7 @@ class Runtime:
         params = {canonical(s.name): {k: v for k, v in s.params.items() if not k.startswith("_")}
                   for s in conv.record.agent.tools}
         if "browser_tool_set" in params:
-            params["browser_tool_set"]["_manager"] = conv.service.browser
+            params["browser_tool_set"]["_manager"] = conv.service.browser_manager()
         for toolset in sets:
             for tool in toolset.make(self.ctx, params.get(toolset.name, {})):
                 self.tools[tool.name] = tool

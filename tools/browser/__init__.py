@@ -12,29 +12,43 @@ stops; either way no browser starts until a tool is first called.
 
 from __future__ import annotations
 
+import importlib
 import logging
 from collections.abc import Mapping
 from typing import Any
 
 from tools.base import Tool, ToolContext, ToolSet
 from tools.browser.actions import ACTION_TYPES, BrowserAction, BrowserObservation
-from tools.browser.manager import (
-    BrowserError,
-    BrowserLaunchError,
-    BrowserManager,
-    BrowserSettings,
-    ManagerClosedError,
-    default_manager,
-    shutdown,
-)
-from tools.browser.session import BrowserSession
-from tools.browser.tools import TOOL_TYPES, BrowserToolParams
 
 log = logging.getLogger(__name__)
+
+#: Loaded on first use: Playwright is not imported until a browser is wanted.
+_LAZY = {
+    "BrowserError": "tools.browser.manager",
+    "BrowserLaunchError": "tools.browser.manager",
+    "BrowserManager": "tools.browser.manager",
+    "BrowserSettings": "tools.browser.manager",
+    "ManagerClosedError": "tools.browser.manager",
+    "default_manager": "tools.browser.manager",
+    "shutdown": "tools.browser.manager",
+    "BrowserSession": "tools.browser.session",
+    "BrowserToolParams": "tools.browser.tools",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'tools.browser' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)
 
 
 def make(ctx: ToolContext, params: Mapping[str, Any]) -> list[Tool]:
     """The conversation's fourteen tools, sharing one session (context made on first use)."""
+    from tools.browser.manager import BrowserManager, default_manager
+    from tools.browser.session import BrowserSession
+    from tools.browser.tools import TOOL_TYPES, BrowserToolParams
+
     manager = params.get("_manager")
     if manager is None:
         manager = default_manager()
