@@ -68,6 +68,8 @@ def main(argv: list[str] | None = None) -> None:
         ws="websockets-sansio",
         lifespan="on",
         timeout_graceful_shutdown=10,
+        ws_ping_interval=20.0,  # dead websocket peers are noticed within about 40 s
+        ws_ping_timeout=20.0,
     )
 
 

@@ -43,13 +43,14 @@ from tests.support.server import KEY, ServerProcess, wait_for  # noqa: E402
 # -- the scripted LLM in its own process --------------------------------------------------------------
 
 
-def _serve_llm(port: int, steps: int, ready: Any) -> None:
+def _serve_llm(port: int, ready: Any) -> None:
     llm = ScriptedLLM()
     llm.port = port
 
     def respond(key: str, body: dict[str, Any]) -> Reply:
+        # The key ends with the number of think steps wanted: "<name>-<steps>".
         done = sum(1 for m in body.get("messages", []) if m.get("role") == "tool")
-        if done >= steps:
+        if done >= int(key.rsplit("-", 1)[1]):
             return call("finish", message="done")
         return Reply(text=f"step {done}", tool_calls=[("think", {"thought": f"thinking {done}"})])
 
@@ -60,10 +61,10 @@ def _serve_llm(port: int, steps: int, ready: Any) -> None:
         time.sleep(3600)
 
 
-def start_llm(steps: int) -> tuple[multiprocessing.Process, ScriptedLLM]:
+def start_llm() -> tuple[multiprocessing.Process, ScriptedLLM]:
     probe = ScriptedLLM()  # only for its free port and base_url
     ready = multiprocessing.Event()
-    proc = multiprocessing.Process(target=_serve_llm, args=(probe.port, steps, ready), daemon=True)
+    proc = multiprocessing.Process(target=_serve_llm, args=(probe.port, ready), daemon=True)
     proc.start()
     if not ready.wait(30):
         raise RuntimeError("scripted LLM did not start")
@@ -83,7 +84,7 @@ async def fan_out(server: ServerProcess, llm: ScriptedLLM, subscribers: int, ste
     async with httpx.AsyncClient(base_url=server.url, headers={"X-Session-API-Key": KEY},
                                  timeout=60) as http:
         r = await http.post("/api/conversations", json={
-            "agent": agent_spec(llm, f"fan-{compression}"),
+            "agent": agent_spec(llm, f"fan{subscribers}{compression}-{steps}"),
             "workspace": {"working_dir": str(workspace)}, "max_iterations": steps + 10})
         cid = r.json()["id"]
         latencies: list[float] = []
@@ -102,7 +103,7 @@ async def fan_out(server: ServerProcess, llm: ScriptedLLM, subscribers: int, ste
                     sent = datetime.fromisoformat(event["timestamp"]).timestamp()
                     latencies.append((now - sent) * 1000)
                     counts[i] += 1
-                    if event.get("key") == "execution_status" and event.get("value") == "finished":
+                    if event.get("key") == "execution_status" and event.get("value") != "running":
                         break
 
         ready = asyncio.Semaphore(0)
@@ -148,7 +149,7 @@ def catch_up(state: Path, llm: ScriptedLLM, backlog: int, validate: bool,
              batch: int | None) -> dict[str, Any]:
     server = ServerProcess(state).start()
     with server.client() as c:
-        r = c.post("/api/conversations", json={"agent": agent_spec(llm, "hook"),
+        r = c.post("/api/conversations", json={"agent": agent_spec(llm, "hook-0"),
                                                "workspace": {"working_dir": str(state.parent)}})
         cid = r.json()["id"]
         base = c.get(f"/api/conversations/{cid}/events/count").json()
@@ -194,7 +195,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--backlog", type=int, default=100_000)
     args = parser.parse_args()
-    llm_proc, llm = start_llm(args.steps)
+    llm_proc, llm = start_llm()
     results: dict[str, Any] = {"cpus": os.cpu_count()}
     try:
         with tempfile.TemporaryDirectory() as tmp:

@@ -42,7 +42,7 @@ from tests.conftest import create
 from tests.support.api import events, send, wait_status
 from tests.support.llm import ScriptedLLM, call
 from tests.support.receiver import Receiver
-from tests.support.server import KEY, ServerProcess, wait_for
+from tests.support.server import ServerProcess, wait_for
 
 HOOK_KEY = "hook-key-for-tests"
 SECRET = "whsec_" + base64.b64encode(b"a webhook secret of 32 bytes....").decode()
@@ -74,9 +74,6 @@ class FakeClock(Clock):
         self.sleeps.append(seconds)
         self.now += seconds
         await asyncio.sleep(0)
-
-
-Handler = Callable[[httpx.Request], httpx.Response]
 
 
 class Script:
@@ -284,7 +281,7 @@ def test_the_log_tail_says_whether_a_push_is_needed(tmp_path: Path) -> None:
     assert read_cursor(tmp_path) is None and needs_push(tmp_path)
 
 
-def test_settings_come_from_the_environment_and_the_key_defaults_to_the_session_key(
+async def test_settings_come_from_the_environment_and_the_key_defaults_to_the_session_key(
         tmp_path: Path) -> None:
     settings = DeliverySettings.from_env({"AGENT_SERVER_WEBHOOK_BATCH_EVENTS": "7",
                                           "AGENT_SERVER_WS_QUEUE_EVENTS": "9"})
@@ -303,6 +300,7 @@ def test_settings_come_from_the_environment_and_the_key_defaults_to_the_session_
     assert delivery.webhook.client.headers("m", b"[]")["x-session-api-key"] == "first"
     assert "webhook-signature" not in delivery.webhook.client.headers("m", b"[]")
     assert delivery.webhook.batch_events == 7
+    await delivery.close()
 
 
 def test_the_receiver_is_strict() -> None:

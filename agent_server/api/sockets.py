@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import logging
 import re
 from datetime import datetime, timezone
 from typing import Any
@@ -44,8 +43,6 @@ from agent_server.delivery import (
 from agent_server.events import ServerErrorEvent, format_timestamp
 from agent_server.log import EventLog
 from agent_server.models import SendMessage
-
-logger = logging.getLogger(__name__)
 
 CLOSE_UNAUTHORIZED = 4001
 CLOSE_NOT_FOUND = 4004
@@ -188,6 +185,8 @@ class _Session:
 
     async def _send(self, start: str | None, end: int) -> None:
         ws, log = self.websocket, self.log
+        if start:
+            self.last_sent = start  # nothing up to after_id, even from the live queue
         if start is not None:
             position = log.position_after(start) if start else 0
             while position < end:

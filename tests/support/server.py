@@ -37,9 +37,10 @@ class ServerProcess:
         env = {**os.environ, "SESSION_API_KEY": KEY, "AGENT_SERVER_STATE_DIR": str(self.state_dir),
                "AGENT_SERVER_PORT": str(self.port), "AGENT_SERVER_LOG_LEVEL": "info",
                **self.extra_env}
-        log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen([sys.executable, "-m", "agent_server", *self.args], env=env,
-                                     stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        with open(self.log_path, "ab") as log:  # the child keeps its own copy of the handle
+            self.proc = subprocess.Popen([sys.executable, "-m", "agent_server", *self.args],
+                                         env=env, stdout=log, stderr=subprocess.STDOUT,
+                                         start_new_session=True)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
