@@ -7,15 +7,13 @@ server restart and a new tool instance picks it up. Shapes follow OpenHands' tas
 
 from __future__ import annotations
 
-import contextlib
-import os
-import tempfile
 from pathlib import Path
 from typing import Literal
 
 from pydantic import Field, ValidationError
 
 from agent_server.events.content import Strict
+from agent_server.store import write_atomic
 from tools.base import Action, Observation, TextContent, Tool, ToolError, run_in_thread, single
 
 #: Bounds that keep the list (and every observation that repeats it) small.
@@ -167,26 +165,8 @@ def _load(path: Path) -> list[TaskItem]:
 
 
 def _save(path: Path, tasks: list[TaskItem]) -> None:
-    """Write the list whole (temp file, fsync, rename, fsync of the directory): after a crash
-    the file holds the old list or the new one, never half of either."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    data = _StoredList(task_list=tasks).model_dump_json(indent=1).encode("utf-8")
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)  # makes the rename itself durable
-    finally:
-        os.close(dir_fd)
+    """Write the list whole: after a crash the file holds the old list or the new one."""
+    write_atomic(path, _StoredList(task_list=tasks).model_dump_json(indent=1).encode(), 0o644)
 
 
 def _observe(

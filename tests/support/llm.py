@@ -22,11 +22,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
+
+from tests.support.threaded import ThreadedServer
 
 
 @dataclass
@@ -80,8 +81,7 @@ class ScriptedLLM:
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
         self.port = free_port()
-        self._server: uvicorn.Server | None = None
-        self._thread: threading.Thread | None = None
+        self._server: ThreadedServer | None = None
 
     # -- scripting -----------------------------------------------------------------------
 
@@ -235,20 +235,10 @@ class ScriptedLLM:
         ])
 
     def start(self) -> ScriptedLLM:
-        config = uvicorn.Config(self.app(), host="127.0.0.1", port=self.port, log_level="warning",
-                                lifespan="off")
-        self._server = uvicorn.Server(config)
-        self._thread = threading.Thread(target=self._server.run, daemon=True)
-        self._thread.start()
-        deadline = time.monotonic() + 10
-        while not self._server.started:
-            if time.monotonic() > deadline:
-                raise RuntimeError("scripted LLM server did not start")
-            time.sleep(0.01)
+        self._server = ThreadedServer(self.app(), self.port, "scripted LLM server")
+        self._server.start()
         return self
 
     def stop(self) -> None:
         if self._server is not None:
-            self._server.should_exit = True
-        if self._thread is not None:
-            self._thread.join(timeout=10)
+            self._server.stop()

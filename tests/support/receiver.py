@@ -25,7 +25,6 @@ from dataclasses import dataclass, field
 from typing import Any
 from uuid import UUID
 
-import uvicorn
 from pydantic import ValidationError
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -35,6 +34,7 @@ from starlette.routing import Route
 from agent_server.errors import from_pydantic
 from agent_server.events.kinds import EVENT_LIST_ADAPTER
 from tests.support.llm import free_port
+from tests.support.threaded import ThreadedServer
 
 PATH = "/api/v1/webhooks"
 TOLERANCE = 300  # seconds a signature's timestamp may be off (Standard Webhooks' default)
@@ -79,8 +79,7 @@ class Receiver:
         self.refuse: tuple[int, str] | None = None
         self._script: deque[tuple[int, dict[str, str]]] = deque()
         self._lock = threading.Lock()
-        self._server: uvicorn.Server | None = None
-        self._thread: threading.Thread | None = None
+        self._server: ThreadedServer | None = None
 
     @property
     def base_url(self) -> str:
@@ -204,21 +203,11 @@ class Receiver:
         ])
 
     def start(self) -> Receiver:
-        config = uvicorn.Config(self.app(), host="127.0.0.1", port=self.port, log_level="warning",
-                                lifespan="off", timeout_graceful_shutdown=1)
-        self._server = uvicorn.Server(config)
-        self._thread = threading.Thread(target=self._server.run, daemon=True)
-        self._thread.start()
-        deadline = time.monotonic() + 10
-        while not self._server.started:
-            if time.monotonic() > deadline or not self._thread.is_alive():
-                raise RuntimeError("webhook receiver did not start")
-            time.sleep(0.01)
+        self._server = ThreadedServer(self.app(), self.port, "webhook receiver")
+        self._server.start()
         return self
 
     def stop(self) -> None:
         if self._server is not None:
-            self._server.should_exit = True
-        if self._thread is not None:
-            self._thread.join(timeout=10)
-        self._server = self._thread = None
+            self._server.stop()
+        self._server = None

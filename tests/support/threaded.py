@@ -1,0 +1,30 @@
+"""A Starlette app served by uvicorn in a thread on a loopback port (test peers)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import uvicorn
+from starlette.applications import Starlette
+
+
+class ThreadedServer:
+    def __init__(self, app: Starlette, port: int, name: str) -> None:
+        self.name = name
+        config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
+                                lifespan="off", timeout_graceful_shutdown=1)
+        self._server = uvicorn.Server(config)
+        self._thread = threading.Thread(target=self._server.run, daemon=True, name=name)
+
+    def start(self, timeout: float = 10) -> None:
+        self._thread.start()
+        deadline = time.monotonic() + timeout
+        while not self._server.started:
+            if time.monotonic() > deadline or not self._thread.is_alive():
+                raise RuntimeError(f"{self.name} did not start")
+            time.sleep(0.01)
+
+    def stop(self) -> None:
+        self._server.should_exit = True
+        self._thread.join(timeout=10)
