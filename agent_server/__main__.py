@@ -59,8 +59,13 @@ def main(argv: list[str] | None = None) -> None:
 
     from agent_server.app import build_app
 
+    try:
+        app = build_app(config)
+    except ValidationError as exc:  # e.g. a malformed AGENT_SERVER_WEBHOOK_* or _WS_* variable
+        print(f"agent-server: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
     uvicorn.run(
-        build_app(config),
+        app,
         host=config.host,
         port=config.port,
         log_level=config.log_level,

@@ -220,3 +220,13 @@ def test_request_log_has_one_line_per_request_and_no_secrets(spawn, tmp_path: Pa
     for secret in (KEY, llm_key, "session_api_key", "x=qs"):
         assert secret not in log, secret
     assert KEY not in server.stdout and llm_key not in server.stdout
+
+
+def test_a_malformed_delivery_variable_is_a_clear_error(tmp_path: Path) -> None:
+    env = clean_env(SESSION_API_KEY=KEY, AGENT_SERVER_WEBHOOK_BATCH_EVENTS="lots")
+    result = subprocess.run([sys.executable, "-m", "agent_server", "--port", str(free_port()),
+                             "--state-dir", str(tmp_path / "state")], env=env,
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2
+    assert "webhook_batch_events" in result.stderr
+    assert "Traceback" not in result.stderr
