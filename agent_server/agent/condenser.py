@@ -77,7 +77,7 @@ class Condenser:
         if tail <= head:
             return False
         middle = messages[head:tail]
-        forgotten = [i for m in middle for i in m["_ids"] if i]
+        forgotten = [i for m in middle for i in view.sources(m) if i]
         summary, response_id = await self._summarize(middle)
         await conv.append(Condensation(forgotten_event_ids=list(dict.fromkeys(forgotten)),
                                        summary=summary, summary_offset=head,

@@ -99,6 +99,7 @@ class Runtime:
         #: SessionStart hooks ran in this process (SessionEnd runs only after them).
         self.session_started = False
         self._unsubscribe: Callable[[], None] | None = None
+        self._llm_tools: tuple[tuple[tuple[str, int], ...], list[dict[str, Any]]] | None = None
 
     async def start(self) -> list[ServerErrorEvent]:
         """Read the skills (once), start the MCP servers not running; their failures.
@@ -125,17 +126,22 @@ class Runtime:
         return [tool.definition() for tool in self.tools.values()]
 
     def llm_tools(self) -> list[dict[str, Any]]:
-        return [
-            {
-                "type": "function",
-                "function": {
-                    "name": d.title,
-                    "description": d.description,
-                    "parameters": d.parameters,
-                },
-            }
-            for d in self.definitions()
-        ]
+        """The tool schemas of an LLM request, built again only when the tools changed."""
+        names = tuple((name, id(tool)) for name, tool in self.tools.items())
+        if self._llm_tools is None or self._llm_tools[0] != names:
+            schemas = [
+                {
+                    "type": "function",
+                    "function": {
+                        "name": d.title,
+                        "description": d.description,
+                        "parameters": d.parameters,
+                    },
+                }
+                for d in self.definitions()
+            ]
+            self._llm_tools = (names, schemas)
+        return self._llm_tools[1]
 
     async def attach(self, conv: Conversation, vision: bool) -> View:
         """The view of the whole log, kept current by a subscription from now on."""

@@ -60,6 +60,9 @@ class View:
     def __init__(self, vision: bool = False) -> None:
         self.vision = vision
         self.messages: list[dict[str, Any]] = []
+        #: The events each message came from, by id() of the message (messages stay plain
+        #: dicts, so a request needs no copy of them).
+        self._sources: dict[int, list[str]] = {}
         self.pending: dict[str, Pending] = {}  # by tool_call_id, in call order
         self._response_id: str | None = None  # the assistant message tool calls join
         self.events_seen = 0
@@ -85,7 +88,7 @@ class View:
             blocks = [{"type": "text", "text": event.system_prompt.text}]
             if event.dynamic_context is not None:
                 blocks.append({"type": "text", "text": event.dynamic_context.text})
-            self.messages.append({"role": "system", "content": blocks, "_ids": [event.id]})
+            self.messages.append(self._from({"role": "system", "content": blocks}, event))
         elif isinstance(event, MessageEvent):
             self._add_message(event)
         elif isinstance(event, ObservationEvent):
@@ -111,19 +114,20 @@ class View:
         content = [*msg.content, *event.extended_content]
         if event.source != "agent":  # the user's, or a hook's feedback
             self.last_user_message_id = event.id
-            self.messages.append({"role": "user", "content": _blocks(content, self.vision),
-                                  "_ids": [event.id]})
+            self.messages.append(self._from(
+                {"role": "user", "content": _blocks(content, self.vision)}, event))
             return
         text = "".join(c.text for c in content if isinstance(c, TextContent))
-        out: dict[str, Any] = {"role": "assistant", "content": text, "_ids": [event.id]}
+        out: dict[str, Any] = self._from({"role": "assistant", "content": text}, event)
         self._reasoning(out, msg.reasoning_content, msg.thinking_blocks)
         self.messages.append(out)
 
     def _prompt_hook(self, event: HookExecutionEvent) -> None:
         """A blocked user message leaves the model's view; added context joins it."""
         for i in range(len(self.messages) - 1, -1, -1):
-            if self.messages[i]["_ids"] == [event.message_id]:
+            if self.sources(self.messages[i]) == [event.message_id]:
                 if event.blocked:
+                    self._sources.pop(id(self.messages[i]), None)
                     del self.messages[i]
                 elif event.additional_context:
                     self.messages[i]["content"].append(
@@ -138,11 +142,11 @@ class View:
         }
         if self._response_id == event.llm_response_id and self.messages:
             self.messages[-1]["tool_calls"].append(call)
-            self.messages[-1]["_ids"].append(event.id)
+            self.sources(self.messages[-1]).append(event.id or "")
         else:
             text = "".join(c.text for c in event.thought)
-            out: dict[str, Any] = {"role": "assistant", "content": text or None,
-                                   "tool_calls": [call], "_ids": [event.id]}
+            out: dict[str, Any] = self._from(
+                {"role": "assistant", "content": text or None, "tool_calls": [call]}, event)
             self._reasoning(out, event.reasoning_content, event.thinking_blocks)
             self.messages.append(out)
             self._response_id = event.llm_response_id
@@ -161,8 +165,8 @@ class View:
         tool_call_id = event.tool_call_id
         if self.pending.pop(tool_call_id, None) is None:
             return  # a result for a call the model never saw: nothing to answer
-        message = {"role": "tool", "tool_call_id": tool_call_id, "name": event.tool_name,
-                   "content": text, "_ids": [event.id]}
+        message = self._from({"role": "tool", "tool_call_id": tool_call_id,
+                              "name": event.tool_name, "content": text}, event)
         # A result goes right after its call's assistant message and the results already
         # there, even when a user message arrived meanwhile: providers insist on that order.
         at = len(self.messages)
@@ -178,18 +182,31 @@ class View:
     def _condense(self, event: Condensation) -> None:
         """Forget the listed events; the summary takes their place at summary_offset."""
         forgotten = set(event.forgotten_event_ids)
-        kept = [m for m in self.messages if not forgotten.issuperset(m["_ids"])]
+        kept = []
+        for m in self.messages:
+            if forgotten.issuperset(self.sources(m)):
+                self._sources.pop(id(m), None)
+            else:
+                kept.append(m)
         if event.summary is not None:
             at = min(event.summary_offset if event.summary_offset is not None else len(kept),
                      len(kept))
-            kept.insert(at, {"role": "user", "_ids": [event.id], "content": [
-                {"type": "text", "text": SUMMARY_PREFIX + event.summary}]})
+            kept.insert(at, self._from({"role": "user", "content": [
+                {"type": "text", "text": SUMMARY_PREFIX + event.summary}]}, event))
         self.messages = kept
         self.condensation_requested = False
 
     def request(self) -> list[dict[str, Any]]:
-        """The messages of the next LLM request (copies without our bookkeeping key)."""
-        return [{k: v for k, v in m.items() if k != "_ids"} for m in self.messages]
+        """The messages of the next LLM request (a new list of the same message dicts)."""
+        return list(self.messages)
+
+    def sources(self, message: dict[str, Any]) -> list[str]:
+        """Ids of the events a message of this view came from."""
+        return self._sources.get(id(message), [])
+
+    def _from(self, message: dict[str, Any], event: Event) -> dict[str, Any]:
+        self._sources[id(message)] = [event.id or ""]
+        return message
 
     def size(self) -> int:
         """Characters of the next request's messages (a cheap measure of its tokens)."""

@@ -74,7 +74,8 @@ class ServerProcess:
         self.stop(signal.SIGKILL)
 
     def client(self, **kw: Any) -> httpx.Client:
-        return httpx.Client(base_url=self.url, headers={"X-Session-API-Key": KEY}, timeout=30, **kw)
+        kw.setdefault("timeout", 30)
+        return httpx.Client(base_url=self.url, headers={"X-Session-API-Key": KEY}, **kw)
 
 
 def wait_for(predicate: Any, timeout: float = 30, interval: float = 0.05, what: str = "") -> Any:
