@@ -105,6 +105,7 @@ def from_env(environ: dict[str, str] | None = None, **flags: object) -> Config:
         "webhook_url": env.get("AGENT_SERVER_WEBHOOK_URL"),
         "webhook_api_key": env.get("AGENT_SERVER_WEBHOOK_API_KEY"),
         "webhook_secret": env.get("AGENT_SERVER_WEBHOOK_SECRET"),
+        "terminal_idle_timeout": env.get("AGENT_SERVER_TERMINAL_IDLE_TIMEOUT"),
     }
     values.update({k: v for k, v in flags.items() if v is not None})
     values = {k: v for k, v in values.items() if v not in (None, "")}
