@@ -17,9 +17,9 @@ from agent_server.api import conversations, events, server, settings, skills, so
 from agent_server.api import export, metadata, workspace
 from agent_server.auth import KeyRing, SessionAuth
 from agent_server.config import Config
-from agent_server.conversations import ConversationService
+from agent_server.conversations import ConversationGone, ConversationService
 from agent_server.delivery import Delivery, DeliverySettings
-from agent_server.errors import HANDLERS
+from agent_server.errors import HANDLERS, on_gone
 from agent_server.settings import SettingsStore
 
 C = "/api/conversations/{conversation_id}"
@@ -102,7 +102,7 @@ def build_app(config: Config) -> Starlette:
             Middleware(AccessLog, on_activity=lambda: setattr(app.state, "last_activity", time.monotonic())),
             Middleware(SessionAuth, keys=keys),
         ],
-        exception_handlers=HANDLERS,  # type: ignore[arg-type]
+        exception_handlers={**HANDLERS, ConversationGone: on_gone},  # type: ignore[arg-type]
         lifespan=lifespan,
     )
     app.state.config = config

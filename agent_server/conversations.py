@@ -8,6 +8,7 @@ does is the agent's business (agent_server.agent), handed in from outside.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import shutil
 import uuid
@@ -45,6 +46,13 @@ from agent_server.models import (
 from agent_server.store import read_json, write_json
 
 logger = logging.getLogger(__name__)
+
+class ConversationGone(Exception):
+    """The conversation was deleted (or the server is stopping) while a request used it."""
+
+    def __init__(self, conversation_id: str) -> None:
+        super().__init__(f"Conversation {conversation_id} was deleted")
+
 
 class Agent(Protocol):
     """What the conversations need of the agent (agent_server.agent implements it)."""
@@ -92,6 +100,11 @@ class Conversation:
         self.approved = False
         #: Held while a user message waits for its UserPromptSubmit hooks (see send_message).
         self.prompt_gate = asyncio.Lock()
+        #: Held while a run is being started or stopped.
+        self._run_lock = asyncio.Lock()
+        #: Set when deletion or shutdown begins (no new run), then once it is done (no write).
+        self.closing = False
+        self.closed = False
         #: Per-conversation objects the runner keeps between runs (tools, shells).
         self.runtime: Any = None
         #: The workspace's skills, read on first need (agent_server.agent.skills).
@@ -134,6 +147,8 @@ class Conversation:
     # -- persistence ---------------------------------------------------------------------
 
     async def log(self) -> EventLog:
+        if self.closed:
+            raise ConversationGone(self.id)
         if self._log is None:
             async with self._log_lock:
                 if self._log is None:
@@ -152,6 +167,8 @@ class Conversation:
             listener(self, event)
 
     async def save(self) -> None:
+        if self.closed:  # a deleted conversation must not come back
+            return
         async with self._save_lock:  # one writer at a time, each writing the latest record
             self.record.updated_at = now()
             data = self.record.model_dump(mode="json")
@@ -198,17 +215,18 @@ class Conversation:
         Actions waiting for confirmation run only with `approved` (an explicit accept); a
         plain run while waiting changes nothing.
         """
-        if self.running and self.status == ExecutionStatus.RUNNING:
-            return
-        await self.settle()
-        if self.running:
-            return
-        if self.status == ExecutionStatus.WAITING_FOR_CONFIRMATION and not approved:
-            return
-        self.approved = approved
-        self.pause_requested = False
-        await self.set_status(ExecutionStatus.RUNNING)
-        self._task = asyncio.create_task(self._run(), name=f"run {self.id}")
+        async with self._run_lock:  # one run task at a time, even for calls made together
+            if self.closing or (self.running and self.status == ExecutionStatus.RUNNING):
+                return
+            await self.settle()
+            if self.running:
+                return
+            if self.status == ExecutionStatus.WAITING_FOR_CONFIRMATION and not approved:
+                return
+            self.approved = approved
+            self.pause_requested = False
+            await self.set_status(ExecutionStatus.RUNNING)
+            self._task = asyncio.create_task(self._run(), name=f"run {self.id}")
 
     async def _run(self) -> None:
         try:
@@ -217,12 +235,20 @@ class Conversation:
             raise
         except Exception as exc:  # the runner failed itself: say so, never leave it "running"
             logger.exception("run of %s failed", self.id)
-            await self.append(
-                ConversationErrorEvent(
-                    source="environment", code=type(exc).__name__, detail=str(exc)[:2000]
-                )
-            )
-            await self.set_status(ExecutionStatus.ERROR)
+            try:
+                await self.append(ConversationErrorEvent(
+                    source="environment", code=type(exc).__name__,
+                    detail=self.masker.text(str(exc))[:2000],
+                ))
+            except Exception:
+                logger.exception("recording the failure of %s failed", self.id)
+            finally:
+                try:
+                    await self.set_status(ExecutionStatus.ERROR)
+                except Exception:  # the log cannot take it: the record says it at least
+                    self.record.execution_status = ExecutionStatus.ERROR
+                    with contextlib.suppress(Exception):
+                        await self.save()
 
     async def pause(self) -> None:
         """Takes effect between steps (SPEC 3.3)."""
@@ -233,9 +259,10 @@ class Conversation:
     async def interrupt(self) -> None:
         """Cancels the in-flight LLM call or tool at once (SPEC 3.3)."""
         await self.append(InterruptEvent())
-        await self.stop()
-        if self.status == ExecutionStatus.RUNNING:
-            await self.set_status(ExecutionStatus.PAUSED)
+        async with self._run_lock:  # a run being started now is cancelled, not missed
+            await self.stop()
+            if self.status == ExecutionStatus.RUNNING:
+                await self.set_status(ExecutionStatus.PAUSED)
 
     async def stop(self) -> None:
         """Cancel the run task, if any, and wait for its clean-up."""
@@ -245,11 +272,14 @@ class Conversation:
             await asyncio.gather(task, return_exceptions=True)
 
     async def close(self) -> None:
-        await self.stop()
+        self.closing = True  # no new run from here on; SessionEnd hooks may still write
+        async with self._run_lock:
+            await self.stop()
         try:
             await self.service.agent.close(self)
         except Exception:
             logger.exception("closing the agent of %s failed", self.id)
+        self.closed = True
         if self._log is not None:
             await self._log.drain()
             self._log.close()
@@ -408,7 +438,11 @@ class ConversationService:
             conv = Conversation(record, self.root / conv_id.hex, self)
             await conv.save()
             self._items[conv_id] = conv
-        await self.agent.open_conversation(conv)
+        try:
+            await self.agent.open_conversation(conv)
+        except BaseException:  # leave nothing half made behind
+            await self.delete(conv_id)
+            raise
         if request.initial_message is not None:
             await conv.send_message(request.initial_message)
         return conv, True

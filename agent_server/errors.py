@@ -108,6 +108,11 @@ async def on_http(request: Request, exc: Exception) -> JSONResponse:
     return JSONResponse({"detail": exc.detail}, status_code=exc.status_code, headers=exc.headers)
 
 
+async def on_gone(request: Request, exc: Exception) -> JSONResponse:
+    """Something the request used was deleted meanwhile: 404, as if it had never been."""
+    return JSONResponse({"detail": str(exc)}, status_code=404)
+
+
 async def on_unexpected(request: Request, exc: Exception) -> JSONResponse:
     logger.exception("unexpected error on %s %s", request.method, request.url.path)
     return JSONResponse({"detail": "Internal server error"}, status_code=500)

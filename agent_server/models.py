@@ -98,15 +98,21 @@ class AgentSpec(Lenient):
         data = self.model_dump(mode="json")
         if data["llm"].get("api_key"):
             data["llm"]["api_key"] = "**********"
-        servers = (data.get("mcp_config") or {}).get("mcpServers")
-        if isinstance(servers, dict):
-            for server in servers.values():
-                for field in ("env", "headers"):
-                    values = server.get(field) if isinstance(server, dict) else None
-                    if isinstance(values, dict):
-                        server[field] = {k: v if _placeholder_only(v) else "**********"
-                                         for k, v in values.items()}
+        mask_mcp_config(data.get("mcp_config"))
         return data
+
+
+def mask_mcp_config(config: Any) -> None:
+    """Mask, in place, literal env and header values of an mcp_config (for responses)."""
+    servers = config.get("mcpServers") if isinstance(config, dict) else None
+    if not isinstance(servers, dict):
+        return
+    for server in servers.values():
+        for field in ("env", "headers"):
+            values = server.get(field) if isinstance(server, dict) else None
+            if isinstance(values, dict):
+                server[field] = {k: v if _placeholder_only(v) else "**********"
+                                 for k, v in values.items()}
 
 
 def _placeholder_only(value: Any) -> bool:

@@ -12,7 +12,7 @@ from pydantic import ValidationError
 
 from agent_server.errors import REDACTED, from_pydantic, invalid, redact
 from agent_server.secrets import check_secrets
-from agent_server.models import Settings
+from agent_server.models import Settings, mask_mcp_config
 from agent_server.store import read_json, write_json
 
 
@@ -59,7 +59,9 @@ class SettingsStore:
         return self._settings
 
     def public(self) -> dict[str, Any]:
-        return redact(self._settings.model_dump(mode="json"))
+        data = redact(self._settings.model_dump(mode="json"))
+        mask_mcp_config(data["agent"].get("mcp_config"))
+        return data
 
     async def patch(self, changes: dict[str, Any]) -> Settings:
         """Merge, validate the result whole, then write it; a bad patch changes nothing."""

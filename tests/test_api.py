@@ -698,3 +698,17 @@ def test_conversation_search_refuses_a_bad_page_id(client: httpx.Client) -> None
     r = client.get("/api/conversations/search", params={"page_id": "not-a-conversation"})
     assert r.status_code == 422
     assert r.json()["detail"][0]["loc"] == ["query", "page_id"]
+
+
+def test_bad_tool_params_are_422_and_leave_nothing(client: httpx.Client, llm: ScriptedLLM,
+                                                   tmp_path: Path) -> None:
+    cid = str(uuid.uuid4())
+    body = {"conversation_id": cid, "workspace": {"working_dir": str(tmp_path)},
+            "agent": {"llm": {"model": "openai/x"},
+                      "tools": [{"name": "terminal", "params": {"no_output_timeout": -1}}]}}
+    for _ in range(2):
+        r = client.post("/api/conversations", json=body)
+        assert r.status_code == 422, r.text
+        assert r.json()["detail"][0]["loc"] == ["body", "agent", "tools", 0, "params",
+                                                "no_output_timeout"]
+    assert client.get(f"/api/conversations/{cid}").status_code == 404

@@ -97,3 +97,21 @@ def test_context_window_error_condenses_and_retries(client: httpx.Client, llm: S
     assert wait_status(client, conv["id"]) == "finished"
     assert len(events(client, conv["id"], "Condensation")) == 1
     assert not events(client, conv["id"], "ConversationErrorEvent")
+
+
+def test_max_events_holds_for_a_model_with_a_known_window(client: httpx.Client, llm: ScriptedLLM,
+                                                          key: str, tmp_path: Path) -> None:
+    llm.script(key, *[call("think", thought=f"t{i}") for i in range(12)], text("summary"),
+               *[call("think", thought=f"u{i}") for i in range(3)], call("finish", message="ok"))
+    body = {"agent": {"llm": {"model": "openai/gpt-4o", "api_key": "sk-test",
+                              "base_url": llm.base_url(key)},
+                      "condenser": {"max_events": 20}},
+            "workspace": {"working_dir": str(tmp_path)}, "stuck_detection": False,
+            "initial_message": {"content": [{"text": "go"}], "run": True}}
+    conv = client.post("/api/conversations", json=body).json()
+    assert wait_status(client, conv["id"]) == "finished"
+    assert events(client, conv["id"], "Condensation")
+    for r in llm.requests_for(key):
+        if r.get("tools"):
+            assert len(r["messages"]) <= 22
+            check_valid(r["messages"])

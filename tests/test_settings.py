@@ -183,3 +183,17 @@ def test_stored_secrets_show_names_only_and_null_removes_one(client: httpx.Clien
     assert r.json()["secrets"] == {"OTHER_TOKEN": "**********"}
     client.patch("/api/settings", json={"secrets": None})
     assert client.get("/api/settings").json()["secrets"] == {}
+
+
+def test_mcp_env_and_header_values_are_masked_in_settings(client: httpx.Client) -> None:
+    config = {"mcpServers": {"gh": {"url": "http://127.0.0.1:9/mcp",
+                                    "headers": {"Authorization": "Bearer ghp_settings_secret"}},
+                             "local": {"command": "server", "env": {"PAT": "ghp_env_secret",
+                                                                    "REF": "${PAT_NAME}"}}}}
+    r = client.patch("/api/settings", json={"agent": {"mcp_config": config}})
+    assert r.status_code == 200, r.text
+    for answer in (r, client.get("/api/settings")):
+        assert "ghp_settings_secret" not in answer.text and "ghp_env_secret" not in answer.text
+        servers = answer.json()["agent"]["mcp_config"]["mcpServers"]
+        assert servers["local"]["env"] == {"PAT": "**********", "REF": "${PAT_NAME}"}
+    client.patch("/api/settings", json={"agent": {"mcp_config": None}})

@@ -6,6 +6,10 @@ them. The event schema builds its Action and Observation unions from what is lis
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+from pydantic import BaseModel
+
 from tools import browser, file_editor, finish, task_tracker, terminal, think
 from tools.mcp import MCPToolAction, MCPToolObservation
 from tools.skills import InvokeSkillAction, InvokeSkillObservation
@@ -15,9 +19,20 @@ from tools.base import Action, Observation, Tool, ToolContext, ToolError, ToolSe
 ALWAYS: tuple[ToolSet, ...] = (finish.TOOL_SET, think.TOOL_SET)
 
 #: What `agent.tools[].name` may name.
+def _browser_params() -> type[BaseModel]:
+    from tools.browser.tools import BrowserToolParams
+
+    return BrowserToolParams
+
+
 TOOL_SETS: dict[str, ToolSet] = {
     s.name: s
-    for s in (terminal.TOOL_SET, file_editor.TOOL_SET, task_tracker.TOOL_SET, browser.TOOL_SET)
+    for s in (
+        replace(terminal.TOOL_SET, params_model=lambda: terminal.TerminalParams),
+        file_editor.TOOL_SET,
+        task_tracker.TOOL_SET,
+        replace(browser.TOOL_SET, params_model=_browser_params),
+    )
 }
 
 #: Kinds that travel in events but belong to no tool set here (e.g. skills, MCP).

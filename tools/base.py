@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from agent_server.events.content import (
     Content,
@@ -152,6 +152,9 @@ class ToolSet:
     make: Callable[[ToolContext, Mapping[str, Any]], list[Tool]]
     action_types: tuple[type[Action], ...]
     observation_types: tuple[type[Observation], ...]
+    #: The model of the set's `params`, checked at creation (a callable, so that what it
+    #: lives beside, e.g. Playwright, is not imported until a conversation needs it).
+    params_model: Callable[[], type[BaseModel]] | None = None
 
 
 def single(tool: type[Tool]) -> ToolSet:

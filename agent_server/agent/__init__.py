@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from agent_server.agent import llm, skills
 from agent_server.agent.hooks import run_hooks
-from agent_server.agent.loop import pending_actions, run, runtime_for
+from agent_server.agent.loop import pending_actions, run, runtime_for, view_for
 from agent_server.agent.prompt import SYSTEM_PROMPT, dynamic_context
 from agent_server.agent.runtime import Runtime, check_tools
 from agent_server.events import MessageEvent, SystemPromptEvent, TextContent, UserRejectObservation
@@ -59,8 +59,7 @@ async def on_user_message(conv: Conversation, event: MessageEvent) -> bool:
 
 async def reject_pending(conv: Conversation, reason: str) -> None:
     """A UserRejectObservation for each action waiting for confirmation."""
-    runtime = await runtime_for(conv)
-    view = await runtime.attach(conv, vision=runtime.ctx.vision)
+    view = await view_for(conv, await runtime_for(conv))
     rejections = [
         UserRejectObservation(tool_name=event.tool_name, tool_call_id=event.tool_call_id,
                               action_id=event.id or "", rejection_reason=reason)

@@ -99,6 +99,8 @@ class Condenser:
             start = len(messages) - max(2, self.config.max_events // 2)
         else:  # no budget known (a context error told us we are over it): keep the last half
             start = len(messages) - max(2, len(messages) // 2)
+        if limit is not None and self.config.max_events:  # both bounds hold
+            start = max(start, len(messages) - max(2, self.config.max_events // 2))
         start = max(start, 0)
         # Never split a call from its result: a tail may not open with a tool result.
         while 0 < start < len(messages) and messages[start]["role"] == "tool":

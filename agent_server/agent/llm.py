@@ -144,7 +144,8 @@ def _failure(exc: Exception, secrets: list[str]) -> LLMFailure:
     for secret in secrets:
         if secret:
             detail = detail.replace(secret, "**********")
-    return LLMFailure(type(exc).__name__, detail[:2000])
+    # Kept long: the conversation masks its own secrets in it before cutting it to size.
+    return LLMFailure(type(exc).__name__, detail[:20000])
 
 
 def _kwargs(config: LLMConfig, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> dict[str, Any]:

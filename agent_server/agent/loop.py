@@ -66,6 +66,8 @@ class Run:
         self.conv, self.runtime, self.view = conv, runtime, view
         self.stuck = StuckDetector()
         self.stop_blocks = 0
+        #: The last user message the model had seen when it was last asked.
+        self.asked: str | None = view.last_user_message_id
         self.condenser = Condenser(conv.record.agent.condenser, conv.record.agent.llm)
 
     async def __call__(self) -> None:
@@ -89,9 +91,10 @@ class Run:
             raise RunEnded(ExecutionStatus.ERROR, "MaxIterationsReached",
                            f"Stopped after {conv.record.max_iterations} iterations (max_iterations).")
         except RunEnded as end:
-            if end.code is not None:
+            if end.code is not None:  # masked before it is cut, so no part of a secret stays
+                detail = conv.masker.text(end.detail)[:2000]
                 await conv.append(ConversationErrorEvent(source="environment", code=end.code,
-                                                         detail=end.detail))
+                                                         detail=detail))
             await conv.set_status(end.status)
         except asyncio.CancelledError:
             await asyncio.shield(repair(conv, self.view, "Interrupted before this call finished."))
@@ -105,6 +108,7 @@ class Run:
             if await self.condenser.needed(self.view, tools):
                 await self.condenser.condense(conv, self.view, tools)
             messages = self.view.request()
+            self.asked = self.view.last_user_message_id
         try:
             reply = await self.complete(tools, messages)
         except llm.LLMFailure as failure:
@@ -202,7 +206,10 @@ class Run:
                                 extended_content=extra)
 
     async def finish(self) -> None:
-        """End the run as finished, unless a Stop hook sends the agent back to work."""
+        """End the run as finished, unless a Stop hook sends the agent back to work, or the
+        user wrote again while the model was answering (the model has not seen that yet)."""
+        if self.view.last_user_message_id != self.asked:
+            return
         outcome = await run_hooks(self.conv, "Stop")
         if outcome.blocked and self.stop_blocks < MAX_STOP_BLOCKS:
             self.stop_blocks += 1
@@ -214,8 +221,7 @@ class Run:
 
 async def run(conv: Conversation) -> None:
     runtime = await runtime_for(conv)
-    runtime.ctx.vision = await _vision(conv)
-    view = await runtime.attach(conv, vision=runtime.ctx.vision)
+    view = await view_for(conv, runtime)
     await Run(conv, runtime, view)()
 
 
@@ -227,6 +233,13 @@ async def runtime_for(conv: Conversation) -> Runtime:
     if errors:
         await conv.append(*errors)
     return conv.runtime
+
+
+async def view_for(conv: Conversation, runtime: Runtime) -> View:
+    """The runtime's view of the log, made (once) knowing whether the model reads images."""
+    if runtime.view is None:
+        runtime.ctx.vision = await _vision(conv)
+    return await runtime.attach(conv, vision=runtime.ctx.vision)
 
 
 async def pending_actions(conv: Conversation, view: View) -> list[tuple[ActionEvent, str | None]]:
@@ -243,6 +256,7 @@ async def pending_actions(conv: Conversation, view: View) -> list[tuple[ActionEv
 
 async def repair(conv: Conversation, view: View, why: str) -> None:
     """Give every tool call still without a result an AgentErrorEvent."""
+    await (await conv.log()).drain()  # a result being written now counts: no second one
     errors = [AgentErrorEvent(tool_name=p.tool_name, tool_call_id=p.tool_call_id, error=why)
               for p in view.pending.values()]
     if errors:

@@ -7,10 +7,12 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from pydantic import ValidationError
+
 import tools as toolsets
 from agent_server.agent import mcp, skills
 from agent_server.agent.view import View
-from agent_server.errors import invalid
+from agent_server.errors import from_pydantic, invalid
 from agent_server.events import ServerErrorEvent, ToolDefinition, parse_event
 from agent_server.models import AgentSpec, ToolSpec
 from tools.base import Tool, ToolContext
@@ -37,16 +39,26 @@ def canonical(name: str) -> str:
 
 
 def check_tool_names(tools: list[ToolSpec]) -> None:
-    """An unknown tool name is a 422 that lists the known ones."""
+    """An unknown tool name, or params its tool set refuses, is a 422 (names the known ones)."""
     known = sorted(toolsets.TOOL_SETS)
     for i, spec in enumerate(tools):
-        if canonical(spec.name) not in toolsets.TOOL_SETS:
+        toolset = toolsets.TOOL_SETS.get(canonical(spec.name))
+        if toolset is None:
             raise invalid(
                 ["body", "agent", "tools", i, "name"],
                 f"Unknown tool {spec.name!r}; known tools: {', '.join(known)}",
                 "unknown_tool",
                 spec.name,
             )
+        if toolset.params_model is not None:
+            params = {k: v for k, v in spec.params.items() if not k.startswith("_")}
+            try:
+                toolset.params_model().model_validate(params)
+            except ValidationError as exc:
+                error = from_pydantic(exc, "body")
+                for item in error.errors:
+                    item["loc"] = ["body", "agent", "tools", i, "params", *item["loc"][1:]]
+                raise error from None
 
 
 def check_tools(agent: AgentSpec, secrets: Mapping[str, str] | None = None) -> None:

@@ -129,6 +129,10 @@ class View:
                 if event.blocked:
                     self._sources.pop(id(self.messages[i]), None)
                     del self.messages[i]
+                    if self.last_user_message_id == event.message_id:  # as if never sent
+                        self.last_user_message_id = next(
+                            (self.sources(m)[0] for m in reversed(self.messages)
+                             if m["role"] == "user" and self.sources(m)), None)
                 elif event.additional_context:
                     self.messages[i]["content"].append(
                         {"type": "text", "text": event.additional_context})

@@ -1,0 +1,80 @@
+"""Requests that arrive while a run starts, answers or ends: nothing lost, nothing doubled."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import httpx
+
+from tests.conftest import create
+from tests.support.api import events, wait_status
+from tests.support.llm import Reply, ScriptedLLM, call, text
+from tests.support.server import ServerProcess, wait_for
+
+
+def test_a_message_sent_while_the_model_answers_is_answered_too(
+        client: httpx.Client, llm: ScriptedLLM, key: str, tmp_path: Path) -> None:
+    llm.script(key, Reply(text="answer to the first", delay=1.5), text("answer to the second"))
+    conv = create(client, llm, key, tmp_path, message="first question", run=True)
+    wait_for(lambda: llm.requests_for(key), what="the first LLM request")
+    r = client.post(f"/api/conversations/{conv['id']}/events",
+                    json={"content": [{"type": "text", "text": "second question"}], "run": True})
+    assert r.status_code == 200
+    assert wait_status(client, conv["id"], "finished") == "finished"
+    requests = llm.requests_for(key)
+    assert len(requests) == 2
+    assert "second question" in str(requests[1]["messages"])
+    replies = events(client, conv["id"], "MessageEvent", source__eq="agent")
+    assert [m["llm_message"]["content"][0]["text"] for m in replies] == [
+        "answer to the first", "answer to the second"]
+
+
+def test_runs_requested_together_start_one_loop(client: httpx.Client, llm: ScriptedLLM, key: str,
+                                                tmp_path: Path, server: ServerProcess) -> None:
+    llm.script(key, Reply(text="once", delay=0.5), text("twice"))
+    conv = create(client, llm, key, tmp_path, message="go")
+    url = f"{server.url}/api/conversations/{conv['id']}/run"
+    answers: list[int] = []
+
+    def post() -> None:
+        with server.client() as c:
+            answers.append(c.post(url).status_code)
+
+    threads = [threading.Thread(target=post) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert answers == [200] * 6
+    assert wait_status(client, conv["id"], "finished") == "finished"
+    time.sleep(0.5)
+    assert len(llm.requests_for(key)) == 1
+    assert len(events(client, conv["id"], "MessageEvent", source__eq="agent")) == 1
+
+
+def test_a_deleted_conversation_does_not_come_back(client: httpx.Client, llm: ScriptedLLM,
+                                                   key: str, tmp_path: Path,
+                                                   server: ServerProcess) -> None:
+    hook = {"UserPromptSubmit": [{"hooks": [{"type": "command", "command": "sleep 2"}]}]}
+    llm.script(key, call("finish", message="should never run"))
+    conv = create(client, llm, key, tmp_path, hook_config=hook)
+    cid = conv["id"]
+    answer: list[int] = []
+
+    def send() -> None:
+        with server.client() as c:
+            answer.append(c.post(f"/api/conversations/{cid}/events",
+                                 json={"content": [{"text": "go"}], "run": True}).status_code)
+
+    sender = threading.Thread(target=send)
+    sender.start()
+    time.sleep(0.7)
+    assert client.delete(f"/api/conversations/{cid}").status_code == 200
+    sender.join()
+    assert answer and answer[0] in (200, 404)
+    time.sleep(1)
+    assert client.get(f"/api/conversations/{cid}").status_code == 404
+    assert not (server.state_dir / "conversations" / cid.replace("-", "")).exists()
+    assert llm.requests_for(key) == []
