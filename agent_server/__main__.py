@@ -50,6 +50,8 @@ def main(argv: list[str] | None = None) -> None:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    # httpx logs each request's full URL, credentials of a webhook URL included.
+    logging.getLogger("httpx").setLevel(logging.WARNING)
     if config.generated_key:
         # Printed once, on stderr only, so the operator can reach a local server.
         print(f"agent-server: no SESSION_API_KEY set; this run's key is {config.session_api_keys[0]}",

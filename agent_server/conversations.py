@@ -311,6 +311,8 @@ class ConversationService:
         self._log_listeners: list[Callable[[Conversation, EventLog], None]] = []
         #: Called with each transient event (delivery to websockets hooks in here).
         self.transient_listeners: list[Callable[[Conversation, Event], None]] = []
+        #: Called with each conversation deleted (delivery forgets its pusher).
+        self.delete_listeners: list[Callable[[Conversation], None]] = []
 
     # -- start and stop ------------------------------------------------------------------
 
@@ -482,5 +484,7 @@ class ConversationService:
         if conv is None:
             return False
         await conv.close()
+        for listener in self.delete_listeners:
+            listener(conv)
         await asyncio.to_thread(shutil.rmtree, conv.directory, True)
         return True

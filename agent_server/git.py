@@ -9,6 +9,7 @@ Git runs as a subprocess with a timeout, never in the event loop's thread.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 from collections import deque
 from collections.abc import AsyncIterator
@@ -34,6 +35,8 @@ MAX_DEPTH = 3
 MAX_DIRECTORIES = 5_000
 SKIPPED = frozenset({".git", "node_modules", ".venv", "venv", "__pycache__", ".tox", ".cache"})
 #: A repository's own settings must not run programs when we only look (fsmonitor, diff drivers).
+logger = logging.getLogger(__name__)
+
 GIT = ["git", "-c", "core.fsmonitor=false", "-c", "core.quotepath=off", "-c", "safe.directory=*",
        "-c", "color.ui=false"]
 TIMEOUT = 60.0
@@ -55,12 +58,14 @@ class NotInRepository(NotFound):
     """The path is in no Git repository of the working directory."""
 
 
-@dataclass(frozen=True)
+@dataclass
 class Repository:
     path: Path
     """Its work tree (a real path)."""
     prefix: str
     """Where it is, relative to the working directory ("" for the working directory itself)."""
+    no_filters: list[str] | None = None
+    """`-c` options that switch off the repository's own filter drivers (see _neutral)."""
 
     def shown(self, rel: str) -> str:
         return f"{self.prefix}/{rel}" if self.prefix else rel
@@ -76,7 +81,7 @@ def find_repositories(root: Path) -> list[Repository]:
     while queue and seen < MAX_DIRECTORIES:
         directory, depth = queue.popleft()
         seen += 1
-        if os.path.lexists(directory / ".git"):
+        if _is_repository(directory / ".git"):
             rel = directory.relative_to(base).as_posix()
             found.append(Repository(directory, "" if rel == "." else rel))
             continue
@@ -99,9 +104,34 @@ def _env(root: Path) -> dict[str, str]:
     return env
 
 
+def _is_repository(dot_git: Path) -> bool:
+    """A `.git` directory with a HEAD, or a `.git` file pointing at one (worktrees)."""
+    try:
+        if dot_git.is_file():
+            return dot_git.read_bytes()[:8] == b"gitdir: "
+        return (dot_git / "HEAD").is_file()
+    except OSError:
+        return False
+
+
+async def _neutral(repo: Repository) -> list[str]:
+    """Options that switch off every filter driver the repository configures: reading changes
+    must never run a program a workspace (or the agent) put in its .git/config."""
+    if repo.no_filters is None:
+        done = await run_process([*GIT, "config", "--null", "--name-only", "--get-regexp",
+                                  r"^filter\."], repo.path, _env(repo.path), TIMEOUT)
+        names = {n.rsplit(".", 1)[0] for n in done.stdout.head.decode(errors="replace")
+                 .split("\0") if n.startswith("filter.")}
+        repo.no_filters = [option for name in sorted(names) for option in (
+            "-c", f"{name}.clean=", "-c", f"{name}.smudge=", "-c", f"{name}.process=",
+            "-c", f"{name}.required=false")]
+    return repo.no_filters
+
+
 async def _git(repo: Repository, *args: str, keep: int = MAX_LISTING_BYTES,
                ok: tuple[int, ...] = (0,)) -> bytes:
-    done = await run_process([*GIT, *args], repo.path, _env(repo.path), TIMEOUT, keep=keep + 1)
+    argv = [*GIT, *await _neutral(repo), *args]
+    done = await run_process(argv, repo.path, _env(repo.path), TIMEOUT, keep=keep + 1)
     if done.timed_out or done.exit_code not in ok:
         raise GitFailed(list(args), done.exit_code,
                         done.stderr.head.decode(errors="replace") or "timed out")
@@ -163,7 +193,7 @@ def _text(path: str) -> str:
 async def changes(root: Path) -> tuple[list[GitChange], list[Repository]]:
     """Every repository's changes, paths relative to the working directory."""
     repos = await asyncio.to_thread(find_repositories, root)
-    found = await asyncio.gather(*(repository_changes(r) for r in repos))
+    found = await asyncio.gather(*(_changes_or_none(r) for r in repos))
     items = [
         GitChange(path=_text(repo.shown(c.path)), status=c.status,
                   old_path=None if c.old_path is None else _text(repo.shown(c.old_path)))
@@ -171,6 +201,15 @@ async def changes(root: Path) -> tuple[list[GitChange], list[Repository]]:
     ]
     items.sort(key=lambda c: c.path)
     return items, repos
+
+
+async def _changes_or_none(repo: Repository) -> list[Change]:
+    """A repository git cannot read is left out (and logged), not the end of the answer."""
+    try:
+        return await repository_changes(repo)
+    except GitFailed as exc:
+        logger.warning("skipping the repository at %s: %s", repo.path, exc)
+        return []
 
 
 def _holding(repos: list[Repository], target: Path) -> Repository | None:
@@ -213,9 +252,14 @@ async def unified_diff(repos: list[Repository], max_bytes: int) -> AsyncIterator
     for repo in repos:
         prefixes = [f"--src-prefix=a/{repo.shown('')}", f"--dst-prefix=b/{repo.shown('')}"]
         common = ["--no-ext-diff", "--no-textconv", "--no-color", *prefixes]
-        base, _, untracked = await _state(repo)
-        commands = [[*GIT, "diff", *common, "-M", base, "--"]]
-        commands += [[*GIT, "diff", "--no-index", *common, "--", "/dev/null", path]
+        try:
+            base, _, untracked = await _state(repo)
+        except GitFailed as exc:  # the answer has begun: say so in it and go on
+            yield f"[{repo.shown('') or '.'}: git could not read this repository: {exc}]\n".encode()
+            continue
+        git = [*GIT, *await _neutral(repo)]
+        commands = [[*git, "diff", *common, "-M", base, "--"]]
+        commands += [[*git, "diff", "--no-index", *common, "--", "/dev/null", path]
                      for path in untracked[:MAX_UNTRACKED_DIFFS]]
         for argv in commands:
             async for chunk in stream_process(argv, repo.path, _env(repo.path), TIMEOUT):

@@ -61,6 +61,22 @@ class Masker:
         pattern = self._current()
         return value if pattern is None else pattern.sub(MASK, value)
 
+    def without_partial_tail(self, text: str) -> str:
+        """`text` less any ending that is the start of a secret (text cut mid-secret)."""
+        self._current()
+        cut = 0
+        for value in self._seen or ():
+            for form in (value, json.dumps(value)[1:-1]):
+                for k in range(min(len(form) - 1, len(text)), cut, -1):
+                    if text.endswith(form[:k]):
+                        cut = k
+                        break
+        return text[: len(text) - cut] if cut else text
+
+    def stream(self) -> StreamMasker:
+        """A masker for text that arrives in pieces (a secret may be split between two)."""
+        return StreamMasker(self)
+
     def data(self, value: Any) -> Any:
         """A copy of JSON-like data with secrets masked in every string (keys kept)."""
         pattern = self._current()
@@ -74,3 +90,22 @@ class Masker:
         if isinstance(value, list):
             return [self._walk(v, pattern) for v in value]
         return value
+
+
+class StreamMasker:
+    """Masks a text stream piece by piece, holding back an ending that may begin a secret
+    until the next piece shows whether it does."""
+
+    def __init__(self, masker: Masker) -> None:
+        self.masker = masker
+        self._held = ""
+
+    def feed(self, piece: str) -> str:
+        text = self.masker.text(self._held + piece)
+        safe = self.masker.without_partial_tail(text)
+        self._held = text[len(safe):]
+        return safe
+
+    def flush(self) -> str:
+        text, self._held = self._held, ""
+        return self.masker.text(text)

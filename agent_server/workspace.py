@@ -11,17 +11,20 @@ import asyncio
 import contextlib
 import mimetypes
 import os
+import secrets
 import signal
 import stat
-import tempfile
 from collections.abc import AsyncIterator, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
 from agent_server.secrets import Masker
+from tools.terminal.processes import kill_all
 
 CHUNK = 64 * 1024
+#: Marks the processes a command started, to find those that left its session.
+TAG_VARIABLE = "AGENT_SERVER_RUN_TAG"
 #: Each of stdout and stderr of a command is cut beyond this many bytes.
 MAX_OUTPUT_BYTES = 100_000
 #: Server variables a child process never inherits (the session key, the server's settings).
@@ -73,11 +76,23 @@ def resolve(root: Path, raw: str) -> Path:
     """
     if "\x00" in raw:
         raise OutsideWorkspace("the path holds a NUL character")
-    base = Path(os.path.realpath(root))
-    target = Path(os.path.realpath(os.path.join(base, raw)))
+    try:
+        base = Path(os.path.realpath(root))
+        target = Path(os.path.realpath(os.path.join(base, raw)))
+    except OSError:  # the path changed under us while it was resolved
+        raise OutsideWorkspace(f"{raw!r} could not be resolved inside {root}") from None
     if target != base and base not in target.parents:
         raise OutsideWorkspace(f"{raw!r} is outside the working directory {root}")
     return target
+
+
+def _check_fd(root: Path, fd: int, raw: str) -> None:
+    """What an opened descriptor really is must be inside root: a directory on the path swapped
+    for a link between resolve() and open() is caught here (O_NOFOLLOW covers the last part)."""
+    base = os.path.realpath(root)
+    where = os.path.realpath(f"/proc/self/fd/{fd}")
+    if where != base and not where.startswith(base.rstrip("/") + "/"):
+        raise OutsideWorkspace(f"{raw!r} is outside the working directory {root}")
 
 
 def relative(root: Path, path: Path) -> str:
@@ -127,6 +142,7 @@ def open_file(root: Path, raw: str, max_bytes: int) -> OpenedFile:
     except OSError as exc:
         raise NotAFile(f"{raw!r} cannot be opened: {exc.strerror}") from None
     try:
+        _check_fd(root, fd, raw)
         info = os.fstat(fd)
         if stat.S_ISDIR(info.st_mode):
             raise NotAFile(f"{raw!r} is a directory")
@@ -155,32 +171,48 @@ async def write_file(root: Path, raw: str, chunks: AsyncIterator[bytes],
                      max_bytes: int) -> tuple[Path, int]:
     """Write a workspace file from chunks, creating its parents; all or nothing.
 
-    The bytes go to a temporary file beside the target, renamed over it once complete, so a
-    refused (too large) or broken upload leaves the old file as it was.
+    The bytes go to a temporary file beside the target, fsync'd and renamed over it once
+    complete, so a refused (too large) or broken upload leaves the old file as it was. Every
+    step works relative to the parent directory's descriptor, checked to be inside the
+    workspace, so a directory swapped for a link meanwhile cannot redirect the write.
     """
     path = await asyncio.to_thread(_prepare_write, root, raw)
     try:
-        fd, tmp = await asyncio.to_thread(tempfile.mkstemp, dir=path.parent,
-                                          prefix=f".{path.name}.", suffix=".upload")
+        dir_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except PermissionError:
         raise PermissionDenied(f"{raw!r} cannot be written: permission denied") from None
-    size = 0
+    except OSError:
+        raise OutsideWorkspace(f"{raw!r} could not be opened inside {root}") from None
     try:
+        _check_fd(root, dir_fd, raw)
+        tmp = f".{path.name}.{secrets.token_hex(6)}.upload"
         try:
-            async for chunk in chunks:
-                size += len(chunk)
-                if size > max_bytes:
-                    raise TooLarge(f"the upload is over the limit of {max_bytes} bytes",
-                                   max_bytes)
-                await _settled(_write_all, fd, chunk)
-            await _settled(os.fchmod, fd, _mode_for(path))
-        finally:
-            os.close(fd)
-        await asyncio.to_thread(os.replace, tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                         0o600, dir_fd=dir_fd)
+        except PermissionError:
+            raise PermissionDenied(f"{raw!r} cannot be written: permission denied") from None
+        size = 0
+        try:
+            try:
+                async for chunk in chunks:
+                    size += len(chunk)
+                    if size > max_bytes:
+                        raise TooLarge(f"the upload is over the limit of {max_bytes} bytes",
+                                       max_bytes)
+                    await _settled(_write_all, fd, chunk)
+                await _settled(os.fchmod, fd, _mode_for(path))
+                await _settled(os.fsync, fd)
+            finally:
+                os.close(fd)
+            await asyncio.to_thread(os.replace, tmp, path.name, src_dir_fd=dir_fd,
+                                    dst_dir_fd=dir_fd)
+            await asyncio.to_thread(os.fsync, dir_fd)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp, dir_fd=dir_fd)
+            raise
+    finally:
+        os.close(dir_fd)
     return path, size
 
 
@@ -260,14 +292,16 @@ class Finished:
 
 async def run_process(argv: list[str], cwd: Path, env: Mapping[str, str], timeout: float,
                       keep: int = MAX_OUTPUT_BYTES) -> Finished:
-    """Run to completion or timeout; whatever it left behind in its process group is killed."""
+    """Run to completion or timeout; whatever it started is killed when it ends."""
+    tag = secrets.token_hex(8)
     proc = await asyncio.create_subprocess_exec(
-        *argv, cwd=cwd, env=dict(env), stdin=asyncio.subprocess.DEVNULL,
+        *argv, cwd=cwd, env={**env, TAG_VARIABLE: tag}, stdin=asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, start_new_session=True,
     )
     assert proc.stdout is not None and proc.stderr is not None
-    readers = [asyncio.create_task(_collect(proc.stdout, keep)),
-               asyncio.create_task(_collect(proc.stderr, keep))]
+    sinks = [_Sink(), _Sink()]
+    readers = [asyncio.create_task(_collect(proc.stdout, keep, sinks[0])),
+               asyncio.create_task(_collect(proc.stderr, keep, sinks[1]))]
     timed_out = False
     try:
         try:
@@ -276,25 +310,21 @@ async def run_process(argv: list[str], cwd: Path, env: Mapping[str, str], timeou
             timed_out = True
     finally:
         # Also on cancellation: no process outlives the request that started it.
-        await _end_group(proc)
-    # A process that left the group (setsid) may still hold a pipe: do not wait for it.
+        await _end_group(proc, tag)
+    # Whatever still holds a pipe is dead now; what was read so far is kept either way.
     await asyncio.wait(readers, timeout=2)
-    outputs = []
     for task in readers:
-        if task.done():
-            outputs.append(task.result())
-        else:
-            task.cancel()
-            outputs.append(Output(b"", 0))
+        task.cancel()
     assert proc.returncode is not None
-    return Finished(proc.returncode, outputs[0], outputs[1], timed_out)
+    return Finished(proc.returncode, *(Output(bytes(k.head), k.total) for k in sinks), timed_out)
 
 
 async def stream_process(argv: list[str], cwd: Path, env: Mapping[str, str],
                          timeout: float) -> AsyncIterator[bytes]:
     """A process's stdout as it comes (stderr dropped), bounded by a timeout like run_process."""
+    tag = secrets.token_hex(8)
     proc = await asyncio.create_subprocess_exec(
-        *argv, cwd=cwd, env=dict(env), stdin=asyncio.subprocess.DEVNULL,
+        *argv, cwd=cwd, env={**env, TAG_VARIABLE: tag}, stdin=asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL, start_new_session=True,
     )
     assert proc.stdout is not None
@@ -311,21 +341,26 @@ async def stream_process(argv: list[str], cwd: Path, env: Mapping[str, str],
                 return
             yield chunk
     finally:
-        await _end_group(proc)
+        await _end_group(proc, tag)
 
 
-async def _collect(stream: asyncio.StreamReader, keep: int) -> Output:
-    head = bytearray()
-    total = 0
+@dataclass
+class _Sink:
+    head: bytearray = field(default_factory=bytearray)
+    total: int = 0
+
+
+async def _collect(stream: asyncio.StreamReader, keep: int, sink: _Sink) -> None:
+    """Read to the end, keeping the head in `sink` (kept too if the reader is cancelled)."""
     while chunk := await stream.read(CHUNK):
-        total += len(chunk)
-        if len(head) < keep:
-            head += chunk[: keep - len(head)]
-    return Output(bytes(head), total)
+        sink.total += len(chunk)
+        if len(sink.head) < keep:
+            sink.head += chunk[: keep - len(sink.head)]
 
 
-async def _end_group(proc: asyncio.subprocess.Process) -> None:
-    """SIGTERM the group, SIGKILL what is left a moment later (the leader too if needed)."""
+async def _end_group(proc: asyncio.subprocess.Process, tag: str) -> None:
+    """SIGTERM the group, SIGKILL what is left a moment later; then everything the process
+    started elsewhere (other groups, other sessions: found by session, parentage and tag)."""
     pgid = proc.pid  # start_new_session: the leader's pid is the group's id
     _signal_group(pgid, signal.SIGTERM)
     try:
@@ -334,6 +369,7 @@ async def _end_group(proc: asyncio.subprocess.Process) -> None:
         pass
     _signal_group(pgid, signal.SIGKILL)
     await proc.wait()
+    await asyncio.to_thread(kill_all, proc.pid, f"{TAG_VARIABLE}={tag}".encode())
 
 
 def _signal_group(pgid: int, sig: int) -> None:
@@ -344,10 +380,12 @@ def _signal_group(pgid: int, sig: int) -> None:
 def output_text(output: Output, limit: int, masker: Masker) -> str:
     """Decoded, secrets masked, cut to `limit` characters with a note of what was left out.
 
-    The head kept is longer than the limit by the longest secret, so a secret that starts
-    before the cut is whole when masked: the cut can never leave a piece of one.
+    Masking comes before the cut, and a head that was itself cut loses any tail that could be
+    the start of a secret: no piece of one is ever shown.
     """
     text = masker.text(output.head.decode("utf-8", errors="replace"))
+    if output.total > len(output.head):
+        text = masker.without_partial_tail(text)
     if output.total <= limit and len(text) <= limit:
         return text
     return (text[:limit] + f"\n[output truncated: {output.total} bytes in all, "

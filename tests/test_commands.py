@@ -101,3 +101,27 @@ def test_output_is_capped_with_a_note(client: httpx.Client, llm: ScriptedLLM, ke
     assert out["stdout"].startswith("a" * 100_000)
     assert "[output truncated: 300000 bytes in all, the first 100000 shown]" in out["stdout"]
     assert len(out["stdout"]) < 100_200 and len(out["stderr"]) == 5000
+
+
+def test_a_secret_cut_by_the_output_cap_is_not_shown_in_part(
+        client: httpx.Client, llm: ScriptedLLM, key: str, tmp_path: Path) -> None:
+    secret = "supersecret-1234567890"
+    conv = create(client, llm, key, tmp_path, secrets={"TOK": secret})
+    # Multibyte characters before the secret move the character cut past the byte cut.
+    result = run(client, conv["id"],
+                 "python3 -c \"print('€' * 33335, end='')\"; printf %s \"$TOK\"; printf 'x%.0s' {1..10}")
+    assert "output truncated" in result["stdout"]
+    for k in range(4, len(secret) + 1):
+        assert secret[:k] not in result["stdout"]
+
+
+def test_processes_that_leave_the_group_are_killed_and_output_kept(
+        client: httpx.Client, llm: ScriptedLLM, key: str, tmp_path: Path) -> None:
+    conv = create(client, llm, key, tmp_path)
+    pids = tmp_path / "pids"
+    command = (f"set -m; sleep 771 & echo $! > {pids}; setsid sleep 772 & "
+               f"sleep 0.2; pgrep -f 'sleep 772' >> {pids}; echo started; sleep 100")
+    result = run(client, conv["id"], command, timeout=2)
+    assert result["timed_out"] and "started" in result["stdout"]
+    for pid in (int(p) for p in pids.read_text().split()):
+        wait_for(lambda pid=pid: gone(pid), timeout=10, what=f"process {pid} to end")

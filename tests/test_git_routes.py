@@ -134,3 +134,36 @@ def test_a_workspace_without_git(client: httpx.Client, llm: ScriptedLLM, key: st
     assert r.status_code == 404 and "no Git repository" in r.json()["detail"]
     assert client.get("/api/conversations/00000000-0000-0000-0000-000000000000/git/changes"
                       ).status_code == 404
+
+
+def test_reading_changes_never_runs_a_repository_filter(client, llm, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import subprocess
+
+    from tests.conftest import create
+
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    marker = tmp_path / "FILTER_RAN"
+
+    def git(*args: str) -> None:
+        subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=ws,
+                       check=True, capture_output=True)
+
+    git("init", "-q", ".")
+    (ws / "a.txt").write_text("a\n")
+    git("add", "a.txt")
+    git("commit", "-qm", "one")
+    (ws / ".gitattributes").write_text("*.txt filter=evil\n")
+    git("config", "filter.evil.clean", f"touch {marker}; cat")
+    git("config", "filter.evil.process", f"touch {marker}; false")
+    (ws / "a.txt").write_text("a\nb\n")
+    (ws / "broken").mkdir()
+    (ws / "broken" / ".git").mkdir()  # not a repository: must not spoil the answer
+    conv = create(client, llm, "gitfilter", ws)
+    r = client.get(f"/api/conversations/{conv['id']}/git/changes")
+    assert r.status_code == 200, r.text
+    assert {"path": "a.txt", "status": "UPDATED"} in [
+        {k: c[k] for k in ("path", "status")} for c in r.json()]
+    r = client.get(f"/api/conversations/{conv['id']}/git/diff")
+    assert r.status_code == 200 and "+b" in r.text
+    assert not marker.exists()

@@ -260,7 +260,9 @@ def test_backoff_schedule() -> None:
         for _ in range(20):
             delay = backoff.delay(failures)
             assert max(1.0, ceiling / 2) <= delay <= ceiling
-    assert backoff.retry_after(3600) == 60 and backoff.retry_after(-5) == 0
+    # Retry-After is bounded both ways: "0" or a date in the past must not mean a tight loop.
+    assert backoff.retry_after(3600) == 60 and backoff.retry_after(-5) == 1
+    assert backoff.retry_after(0) == 1
     assert parse_retry_after("2.5", 0) == 2.5
     assert parse_retry_after("soon", 0) is None and parse_retry_after(None, 0) is None
 
@@ -294,6 +296,7 @@ async def test_settings_come_from_the_environment_and_the_key_defaults_to_the_se
             pass
 
         transient_listeners: list[Any] = []
+        delete_listeners: list[Any] = []
 
     delivery = Delivery(config, NoService(), settings)  # type: ignore[arg-type]
     assert delivery.webhook is not None
@@ -490,3 +493,27 @@ def test_sigterm_flushes_what_the_log_holds(
         assert healthy.events(conv["id"]) == want
     finally:
         proc.stop()
+
+
+def test_a_conversation_id_used_again_after_a_delete_is_pushed(
+        hooked: ServerProcess, healthy: Receiver, llm: ScriptedLLM, key: str, tmp_path: Path) -> None:
+    import uuid
+
+    cid = str(uuid.uuid4())
+    with hooked.client() as c:
+        first = create(c, llm, key, tmp_path, conversation_id=cid)
+        assert first["id"] == cid
+        wait_delivered(healthy, c, cid)
+        assert c.delete(f"/api/conversations/{cid}").status_code == 200
+        again = c.post("/api/conversations", json={
+            "conversation_id": cid, "agent": {"llm": {"model": "openai/x"}},
+            "workspace": {"working_dir": str(tmp_path)}})
+        assert again.status_code == 201
+        r = c.post(f"/api/conversations/{cid}/events",
+                   json={"content": [{"type": "text", "text": "second life"}]})
+        assert r.status_code == 200
+        want = [e["id"] for e in stored(c, cid)]
+        wait_for(lambda: set(want) <= set(healthy.unique_ids(cid)), timeout=30,
+                 what="the second life's events at the receiver")
+        wait_for(lambda: c.get(f"/api/conversations/{cid}").json()["webhook"]["pending"] == 0,
+                 what="nothing pending")

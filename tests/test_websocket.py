@@ -295,6 +295,7 @@ async def test_a_bad_client_frame_gets_a_server_error_and_the_socket_stays_open(
         json.dumps({"role": "user", "content": []}),
         json.dumps([1, 2]),
         b"\x00binary",
+        "[" * 100_000,  # nested past Python's recursion limit
     ]
     for frame in bad:
         await ws.send(frame)
@@ -398,3 +399,22 @@ async def test_a_client_that_never_reads_is_closed_and_slows_nothing(
     await resumed.close()
     await reader.close()
     assert got + resumed.ids() == want
+
+
+async def test_streaming_deltas_are_masked_like_stored_events(
+        server: ServerProcess, http: httpx.AsyncClient, llm: ScriptedLLM, key: str,
+        tmp_path: Path) -> None:
+    body = {"agent": agent_spec(llm, key, stream=True), "workspace": {"working_dir": str(tmp_path)},
+            "secrets": {"TOKEN": "hunter2-topsecret"}}
+    r = await http.post("/api/conversations", json=body)
+    cid = r.json()["id"]
+    llm.script(key, Reply(text="the token is hunter2-topsecret ok"))
+    reader = Reader(await open_socket(server, cid))
+    await send(http, cid, "say it", run=True)
+    await finished(http, cid)
+    await asyncio.sleep(0.3)
+    await reader.close()
+    deltas = "".join(e["content"] or "" for e in reader.events()
+                     if e["kind"] == "StreamingDeltaEvent")
+    assert "the token is <secret-hidden> ok" == deltas  # split between deltas, masked whole
+    assert "hunter2" not in deltas

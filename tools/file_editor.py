@@ -36,6 +36,8 @@ Command = Literal["view", "create", "str_replace", "insert", "undo_edit"]
 #: Larger files are refused for editing: the whole text is held in memory, and in history.
 MAX_FILE_BYTES = 10 * 1024 * 1024
 #: The most the model reads from one call; the rest is clipped with a note.
+#: Bytes of one line read at a time when a big file is viewed in parts.
+LINE_BYTES = 4 * 30_000
 MAX_OUTPUT_CHARS = 30_000
 #: old_content/new_content travel in events only up to this size, so the log stays bounded.
 MAX_SNAPSHOT_BYTES = 64 * 1024
@@ -554,12 +556,22 @@ def _numbered_stream(path: Path, start: int, end: int) -> str:
     chars = 0
     number = 0
     with path.open("rb") as f:
-        for number, raw in enumerate(f, 1):
+        while True:
+            # A line is read in bounded pieces: a huge file may be one huge line.
+            raw = f.readline(LINE_BYTES)
+            if not raw:
+                break
+            number += 1
+            cut = not raw.endswith(b"\n")
+            while cut and (more := f.readline(LINE_BYTES)):  # skip the rest of a long line
+                cut = not more.endswith(b"\n")
             if number < start:
                 continue
             if (end != -1 and number > end) or chars > MAX_OUTPUT_CHARS:
                 break
-            line = _decode(raw, path).removesuffix("\n").removesuffix("\r")
+            line = raw.decode("utf-8", errors="replace").removesuffix("\n").removesuffix("\r")
+            if not raw.endswith(b"\n") and len(raw) == LINE_BYTES:
+                line += " [... rest of this long line not shown]"
             out.append(f"{number:6}\t{line}")
             chars += len(out[-1]) + 1
     if not out:

@@ -155,8 +155,18 @@ class Run:
     async def complete(self, tools: list[dict[str, Any]],
                        messages: list[dict[str, Any]]) -> llm.Completion:
         conv = self.conv
-        return await llm.complete(conv.record.agent.llm, messages, tools,
-                                  on_delta=lambda text, reasoning: _delta(conv, text, reasoning))
+        # Deltas skip the log and its masking: masked here, a secret split between two
+        # deltas included (the tail that may begin one waits for the next delta).
+        text_mask, reasoning_mask = conv.masker.stream(), conv.masker.stream()
+
+        def on_delta(text: str | None, reasoning: str | None) -> None:
+            _delta(conv, text_mask.feed(text) if text else None,
+                   reasoning_mask.feed(reasoning) if reasoning else None)
+
+        try:
+            return await llm.complete(conv.record.agent.llm, messages, tools, on_delta=on_delta)
+        finally:
+            _delta(conv, text_mask.flush() or None, reasoning_mask.flush() or None)
 
     async def act(self, calls: list[tuple[ActionEvent, str | None]]) -> bool:
         """Run the calls in order; True when `finish` ran (later calls are not run)."""
@@ -347,7 +357,8 @@ def _thinking_block(block: dict[str, Any]) -> ThinkingBlock | RedactedThinkingBl
 
 
 def _delta(conv: Conversation, text: str | None, reasoning: str | None) -> None:
-    conv.publish_transient(StreamingDeltaEvent(content=text, reasoning_content=reasoning))
+    if text or reasoning:
+        conv.publish_transient(StreamingDeltaEvent(content=text, reasoning_content=reasoning))
 
 
 async def _record_usage(conv: Conversation, reply: llm.Completion) -> None:

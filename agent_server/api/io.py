@@ -20,6 +20,19 @@ M = TypeVar("M", bound=BaseModel)
 MAX_BODY = 8 * 1024 * 1024
 
 
+async def _bounded_body(request: Request) -> bytes:
+    """The body, refused with 413 as soon as it passes MAX_BODY (never held whole first)."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > MAX_BODY:
+        raise HTTPException(413, f"request body over {MAX_BODY} bytes")
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > MAX_BODY:
+            raise HTTPException(413, f"request body over {MAX_BODY} bytes")
+    return bytes(body)
+
+
 def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
@@ -41,9 +54,7 @@ def parse_json(raw: bytes) -> Any:
 
 
 async def read_body(request: Request, model: type[M]) -> M:
-    raw = await request.body()
-    if len(raw) > MAX_BODY:
-        raise HTTPException(413, f"request body over {MAX_BODY} bytes")
+    raw = await _bounded_body(request)
     data = parse_json(raw) if raw.strip() else None
     if data is None:
         raise invalid(["body"], "Field required: a JSON object", "missing")
@@ -55,9 +66,7 @@ async def read_body(request: Request, model: type[M]) -> M:
 
 async def read_raw_object(request: Request) -> dict[str, Any]:
     """A JSON object body (for merges validated afterwards)."""
-    raw = await request.body()
-    if len(raw) > MAX_BODY:
-        raise HTTPException(413, f"request body over {MAX_BODY} bytes")
+    raw = await _bounded_body(request)
     data = parse_json(raw)
     if not isinstance(data, dict):
         raise invalid(["body"], "Input should be a JSON object", "dict_type", data)

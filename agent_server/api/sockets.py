@@ -31,7 +31,7 @@ from pydantic import ValidationError
 from starlette.websockets import WebSocket
 
 from agent_server.auth import HEADER, KeyRing
-from agent_server.conversations import Conversation, ConversationService
+from agent_server.conversations import Conversation, ConversationGone, ConversationService
 from agent_server.delivery import (
     Delivery,
     Frame,
@@ -74,7 +74,11 @@ async def events_socket(websocket: WebSocket) -> None:
     except ValueError as exc:
         await _close(websocket, CLOSE_POLICY, str(exc))
         return
-    log = await conv.log()
+    try:
+        log = await conv.log()
+    except ConversationGone:
+        await _close(websocket, CLOSE_NOT_FOUND, "conversation not found")
+        return
     try:
         sub = delivery.pubsub.subscribe(conv.id)
     except TooManySubscribers as exc:
@@ -116,7 +120,7 @@ async def _authenticate(websocket: WebSocket, query_key: str | None, keys: KeyRi
         return False
     try:
         data = json.loads(message["text"])
-    except ValueError:
+    except (ValueError, RecursionError):
         return False
     if not isinstance(data, dict) or data.get("type") != "auth":
         return False
@@ -225,8 +229,8 @@ class _Session:
     async def _on_text(self, text: str) -> None:
         try:
             data: Any = json.loads(text)
-        except ValueError as exc:
-            self._error("InvalidFrame", f"not JSON: {exc}")
+        except (ValueError, RecursionError) as exc:
+            self._error("InvalidFrame", f"not JSON: {str(exc)[:200]}")
             return
         if isinstance(data, dict) and data.get("type") == "auth":
             return  # already authenticated
@@ -251,7 +255,8 @@ class _Session:
     def _error(self, code: str, detail: str) -> None:
         event = ServerErrorEvent(source="environment", code=code, detail=detail,
                                  timestamp=format_timestamp(datetime.now(timezone.utc)))
-        self.sub.put(Frame.transient(event))
+        # Bounded like every other frame: a client that sends junk and never reads is cut off.
+        self.sub.offer(Frame.transient(event))
 
     async def _watch(self) -> None:
         """Returns once the conversation is deleted (its socket then closes with 4004)."""

@@ -121,6 +121,7 @@ class Delivery:
         self._scan: asyncio.Task[None] | None = None
         service.add_log_listener(self._on_log_opened)
         service.transient_listeners.append(self._on_transient)
+        service.delete_listeners.append(self._on_deleted)
 
     # -- feeding -------------------------------------------------------------------------------
 
@@ -138,7 +139,13 @@ class Delivery:
 
     def _on_transient(self, conv: Conversation, event: Event) -> None:
         if self.pubsub.has_subscribers(conv.id):
+            if conv.masker:  # transient events skip the log, so they are masked here
+                event = type(event).model_validate(conv.masker.data(event.model_dump(mode="json")))
             self.pubsub.publish(conv.id, [Frame.transient(event)])
+
+    def _on_deleted(self, conv: Conversation) -> None:
+        if self.webhook is not None:
+            self.webhook.forget(conv.id)
 
     def _alive(self, conv: Conversation):  # type: ignore[no-untyped-def]
         record_id = conv.record.id

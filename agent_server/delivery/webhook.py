@@ -91,7 +91,7 @@ class Backoff:
     def retry_after(self, seconds: float) -> float:
         """The receiver's Retry-After, bounded by `maximum` so a recovered receiver is not
         left waiting for an hour."""
-        return min(self.maximum, max(0.0, seconds))
+        return min(self.maximum, max(self.minimum, seconds))
 
 
 def parse_retry_after(value: str | None, now: float) -> float | None:
@@ -468,13 +468,24 @@ class Webhook:
         #: Set at shutdown: no lingering, send what there is.
         self.flushing = False
         self.pushers: dict[str, Pusher] = {}
+        self._stopping: set[asyncio.Task[None]] = set()
 
     def pusher(self, conversation_id: str, directory: Path, alive: Callable[[], bool]) -> Pusher:
         """The conversation's pusher, made (idle, with its cursor read) if it has none yet."""
         found = self.pushers.get(conversation_id)
+        if found is not None and not found.alive():  # left over from a deleted life of the id
+            self.forget(conversation_id)
+            found = None
         if found is None:
             found = self.pushers[conversation_id] = Pusher(self, conversation_id, directory, alive)
         return found
+
+    def forget(self, conversation_id: str) -> None:
+        """The conversation is gone: stop its pusher (in the background) and let it go."""
+        pusher = self.pushers.pop(conversation_id, None)
+        if pusher is not None:
+            self._stopping.add(task := asyncio.get_running_loop().create_task(pusher.stop()))
+            task.add_done_callback(self._stopping.discard)
 
     def watch(self, conversation_id: str, directory: Path, log: EventLog,
               alive: Callable[[], bool] = lambda: True) -> Pusher:
