@@ -29,13 +29,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-
-import httpx
+from typing import TYPE_CHECKING
 
 from agent_server import __version__
 from agent_server.events import Event
 from agent_server.log import EventLog
 from agent_server.models import WebhookStatus, WebhookTotals
+
+if TYPE_CHECKING:
+    import httpx
 
 logger = logging.getLogger(__name__)
 
@@ -158,6 +160,8 @@ class WebhookClient:
         self._api_key = api_key
         self._key = signing_key(secret) if secret else None
         self._clock = clock or Clock()
+        import httpx  # only a server with a webhook pays for importing it
+
         self._http = httpx.AsyncClient(
             transport=transport,
             timeout=httpx.Timeout(timeout, connect=min(timeout, 10.0), pool=None),
@@ -183,6 +187,8 @@ class WebhookClient:
         return headers
 
     async def post(self, conversation_id: str, body: bytes, message_id: str) -> Reply:
+        import httpx
+
         try:
             response = await self._http.post(self.url(conversation_id), content=body,
                                              headers=self.headers(message_id, body))
