@@ -12,7 +12,7 @@ from typing import Literal
 
 from pydantic import Field, ValidationError
 
-from agent_server.events.content import Strict
+from core.content import Strict
 from agent_server.store import write_atomic
 from tools.base import Action, Observation, TextContent, Tool, ToolError, run_in_thread, single
 

@@ -1,14 +1,14 @@
 """The event schema of SPEC 6: shared content types and the 19 event kinds.
 
-The kinds are loaded on first use: their Action and Observation unions are built from the
-tools, and the tools import the content types from here, so importing eagerly would go round
-in a circle.
+The content types live in `core.content` (the tools and the control plane use them too) and
+are re-exported here. The kinds are loaded on first use: their Action and Observation unions
+are built from the tools, so importing them here would load every tool with this package.
 """
 
 import importlib
 from typing import Any
 
-from agent_server.events.content import (
+from core.content import (
     AnyThinkingBlock,
     Content,
     CriticResult,

@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from pydantic import ConfigDict, Field
 
-from agent_server.events.content import Strict
+from core.content import Strict
 from agent_server.secrets import Masker
 from tools.base import TextContent, Tool, ToolContext, ToolError, single
 from tools.terminal.actions import CmdOutputMetadata, TerminalAction, TerminalObservation
