@@ -15,11 +15,9 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
-logger = logging.getLogger(__name__)
+from core.masking import redact
 
-REDACTED = "**********"
-#: Keys whose values never go back to a client or into a log, wherever they appear.
-SECRET_KEYS = frozenset({"api_key", "session_api_key", "secrets", "password", "token"})
+logger = logging.getLogger(__name__)
 
 
 class ValidationErrorItem(BaseModel):
@@ -44,23 +42,6 @@ class RequestInvalid(Exception):
     def __init__(self, errors: list[dict[str, Any]]) -> None:
         super().__init__(errors)
         self.errors = errors
-
-
-def redact(value: Any) -> Any:
-    """A copy of `value` with secret-looking fields masked."""
-    if isinstance(value, dict):
-        out = {}
-        for k, v in value.items():
-            if k == "secrets" and isinstance(v, dict):  # names stay, values go
-                out[k] = {name: REDACTED for name in v}
-            elif k in SECRET_KEYS and v not in (None, "", {}):
-                out[k] = REDACTED
-            else:
-                out[k] = redact(v)
-        return out
-    if isinstance(value, list):
-        return [redact(v) for v in value]
-    return value
 
 
 def _plain(value: Any) -> Any:

@@ -24,6 +24,8 @@ from pydantic import (
 
 from agent_server.events import ImageContent, TextContent
 from agent_server.events.kinds import KindName
+from core.ids import ENV_NAME, EVENT_ID_PATTERN, PLACEHOLDER
+from core.masking import REDACTED
 
 
 class Lenient(BaseModel):
@@ -97,7 +99,7 @@ class AgentSpec(Lenient):
         """For responses: the LLM key and literal MCP env and header values masked."""
         data = self.model_dump(mode="json")
         if data["llm"].get("api_key"):
-            data["llm"]["api_key"] = "**********"
+            data["llm"]["api_key"] = REDACTED
         mask_mcp_config(data.get("mcp_config"))
         return data
 
@@ -111,13 +113,13 @@ def mask_mcp_config(config: Any) -> None:
         for field in ("env", "headers"):
             values = server.get(field) if isinstance(server, dict) else None
             if isinstance(values, dict):
-                server[field] = {k: v if _placeholder_only(v) else "**********"
+                server[field] = {k: v if _placeholder_only(v) else REDACTED
                                  for k, v in values.items()}
 
 
 def _placeholder_only(value: Any) -> bool:
     """`${NAME}` (a reference to a secret) is safe to show; a literal value may not be."""
-    return isinstance(value, str) and re.fullmatch(r"\$\{[A-Za-z_][A-Za-z0-9_]*\}", value) is not None
+    return isinstance(value, str) and PLACEHOLDER.fullmatch(value) is not None
 
 
 class Workspace(Lenient):
@@ -443,7 +445,7 @@ class EventSearch(Lenient):
     timestamp__lt: datetime | None = None
     sort_order: Literal["TIMESTAMP", "TIMESTAMP_DESC"] = "TIMESTAMP"
     limit: int = Field(default=100, ge=1, le=1000)
-    page_id: str | None = Field(default=None, pattern=r"^[0-9A-HJKMNP-TV-Z]{26}$")
+    page_id: str | None = Field(default=None, pattern=rf"^{EVENT_ID_PATTERN}$")
 
     @field_validator("timestamp__gte", "timestamp__lt")
     @classmethod
@@ -480,7 +482,6 @@ class Settings(Lenient):
 
 # -- workspace, repository, metadata ---------------------------------------------------------
 
-ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 TAG_KEY = re.compile(r"^[a-z0-9_-]{1,50}$")
 BRANCH = re.compile(r"^(?!-)(?!.*\.\.)(?!.*//)[A-Za-z0-9._/-]{1,255}(?<![./])$")
 #: `user@host:path`, the scp-like form Git accepts for SSH.

@@ -1,111 +1,11 @@
-"""Secrets: per-conversation values (SPEC 5 rule 4) and the mask that keeps them out of events.
+"""Secrets moved to `core.masking` (values, masks, checks) and `core.ids` (their names).
 
 A value never reaches the event log, a websocket, the webhook or the model: every event is
 masked as it is written (see EventLog.redactor), and nothing else carries event text.
 """
 
-from __future__ import annotations
+# re-export for modules not yet moved to core
+from core.ids import ENV_NAME as NAME
+from core.masking import MASK, MIN_LENGTH, Masker, StreamMasker, check_secrets
 
-import json
-import re
-from collections.abc import Mapping
-from typing import Any
-
-MASK = "<secret-hidden>"
-NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
-#: Shorter values would mask ordinary words and numbers all over the transcript.
-MIN_LENGTH = 4
-
-
-def check_secrets(values: Mapping[str, str]) -> list[tuple[str, str]]:
-    """Problems with a secrets map, as (name, message) pairs (empty when all is well)."""
-    problems = []
-    for name, value in values.items():
-        if not NAME.match(name):
-            problems.append((name, "secret names are letters, digits and _ (an environment name)"))
-        elif len(value) < MIN_LENGTH:
-            problems.append((name, f"secret values need at least {MIN_LENGTH} characters"))
-    return problems
-
-
-class Masker:
-    """Replaces every known secret value in text (longest first, so overlaps mask whole).
-
-    It reads a mapping that may change (the conversation's live secrets): a value added later
-    is masked from then on, wherever this masker is used. A value is also masked in its JSON
-    string form (quotes and backslashes escaped), as it appears inside tool-call arguments.
-    """
-
-    def __init__(self, values: Mapping[str, str] | None = None) -> None:
-        self._source: Mapping[str, str] = values if values is not None else {}
-        self._seen: frozenset[str] | None = None
-        self._pattern: re.Pattern[str] | None = None
-
-    def update(self, values: Mapping[str, str]) -> None:
-        self._source = values
-        self._seen = None
-
-    def _current(self) -> re.Pattern[str] | None:
-        values = frozenset(v for v in self._source.values() if len(v) >= MIN_LENGTH)
-        if values != self._seen:
-            forms = set(values) | {json.dumps(v)[1:-1] for v in values}
-            found = sorted(forms, key=len, reverse=True)
-            self._pattern = re.compile("|".join(map(re.escape, found))) if found else None
-            self._seen = values
-        return self._pattern
-
-    def __bool__(self) -> bool:
-        return self._current() is not None
-
-    def text(self, value: str) -> str:
-        pattern = self._current()
-        return value if pattern is None else pattern.sub(MASK, value)
-
-    def without_partial_tail(self, text: str) -> str:
-        """`text` less any ending that is the start of a secret (text cut mid-secret)."""
-        self._current()
-        cut = 0
-        for value in self._seen or ():
-            for form in (value, json.dumps(value)[1:-1]):
-                for k in range(min(len(form) - 1, len(text)), cut, -1):
-                    if text.endswith(form[:k]):
-                        cut = k
-                        break
-        return text[: len(text) - cut] if cut else text
-
-    def stream(self) -> StreamMasker:
-        """A masker for text that arrives in pieces (a secret may be split between two)."""
-        return StreamMasker(self)
-
-    def data(self, value: Any) -> Any:
-        """A copy of JSON-like data with secrets masked in every string (keys kept)."""
-        pattern = self._current()
-        return value if pattern is None else self._walk(value, pattern)
-
-    def _walk(self, value: Any, pattern: re.Pattern[str]) -> Any:
-        if isinstance(value, str):
-            return pattern.sub(MASK, value)
-        if isinstance(value, dict):
-            return {k: self._walk(v, pattern) for k, v in value.items()}
-        if isinstance(value, list):
-            return [self._walk(v, pattern) for v in value]
-        return value
-
-
-class StreamMasker:
-    """Masks a text stream piece by piece, holding back an ending that may begin a secret
-    until the next piece shows whether it does."""
-
-    def __init__(self, masker: Masker) -> None:
-        self.masker = masker
-        self._held = ""
-
-    def feed(self, piece: str) -> str:
-        text = self.masker.text(self._held + piece)
-        safe = self.masker.without_partial_tail(text)
-        self._held = text[len(safe):]
-        return safe
-
-    def flush(self) -> str:
-        text, self._held = self._held, ""
-        return self.masker.text(text)
+__all__ = ["MASK", "MIN_LENGTH", "NAME", "Masker", "StreamMasker", "check_secrets"]

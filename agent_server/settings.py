@@ -10,10 +10,10 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from agent_server.errors import REDACTED, from_pydantic, invalid, redact
-from agent_server.secrets import check_secrets
+from agent_server.errors import from_pydantic, invalid
 from agent_server.models import Settings, mask_mcp_config
-from agent_server.store import read_json, write_json
+from core.files import read_json, write_json
+from core.masking import REDACTED, check_secrets, redact
 
 
 def deep_merge(base: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from agent_server.secrets import Masker
+from core.masking import Masker
 from tools.terminal.processes import kill_all
 
 CHUNK = 64 * 1024

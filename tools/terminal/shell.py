@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from agent_server.secrets import Masker
+from core.masking import Masker
 from tools.base import ToolError, run_in_thread
 from tools.terminal.output import Capture, Cleaner
 from tools.terminal.processes import kill_all

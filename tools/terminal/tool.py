@@ -14,7 +14,7 @@ from typing import Any, Literal
 from pydantic import ConfigDict, Field
 
 from core.content import Strict
-from agent_server.secrets import Masker
+from core.masking import Masker
 from tools.base import TextContent, Tool, ToolContext, ToolError, single
 from tools.terminal.actions import CmdOutputMetadata, TerminalAction, TerminalObservation
 from tools.terminal.output import Capture
