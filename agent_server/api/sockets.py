@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import re
 from datetime import datetime, timezone
 from typing import Any
 from urllib.parse import parse_qsl, urlencode
@@ -43,6 +42,7 @@ from agent_server.delivery import (
 from agent_server.events import ServerErrorEvent, format_timestamp
 from agent_server.log import EventLog
 from agent_server.models import SendMessage
+from core.ids import EVENT_ID as _EVENT_ID
 
 CLOSE_UNAUTHORIZED = 4001
 CLOSE_NOT_FOUND = 4004
@@ -50,7 +50,6 @@ CLOSE_TRY_AGAIN = 1013
 CLOSE_POLICY = 1008
 CLOSE_RESTART = 1012
 QUERY_KEY = "session_api_key"
-_EVENT_ID = re.compile(r"^[0-9A-HJKMNP-TV-Z]{26}$")
 _REPLAY_EVENTS = 256
 _REPLAY_BYTES = 1024 * 1024
 _WATCH_SECONDS = 5.0
