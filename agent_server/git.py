@@ -17,16 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agent_server.models import GitChange, GitDiff, GitStatus
-from agent_server.workspace import (
-    NotAFile,
-    NotFound,
-    TooLarge,
-    child_env,
-    read_capped,
-    resolve,
-    run_process,
-    stream_process,
-)
+from agent_server.workspace import NotAFile, NotFound, TooLarge, read_capped, resolve
+from core.processes import child_env, run_process, stream_process
 
 #: The tree of no files: the base of a repository without a first commit.
 EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
