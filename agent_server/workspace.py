@@ -20,8 +20,8 @@ from typing import Any, BinaryIO
 
 from core.masking import Masker
 from core.processes import CHUNK, MAX_OUTPUT_BYTES, Output
-# re-export for modules not yet moved to core
-from core.processes import child_env, run_process  # noqa: F401
+from core.processes import child_env as child_env  # re-export for modules not yet moved to core
+from core.processes import run_process as run_process  # re-export for modules not yet moved to core
 
 
 class WorkspaceError(Exception):
