@@ -29,6 +29,7 @@ from typing import Any
 from ulid import ULID
 
 from agent_server.events import KIND_NAMES, Event, format_timestamp, parse_event
+from core.ids import EVENT_ID_PATTERN
 
 logger = logging.getLogger(__name__)
 
@@ -38,7 +39,7 @@ _SOURCE_CODE = {name: i for i, name in enumerate(SOURCES)}
 
 # Every stored line starts with the common fields in this order (see events.kinds).
 _PREFIX = re.compile(
-    rb'\{"id":"([0-9A-HJKMNP-TV-Z]{26})","timestamp":"([^"]+)","source":"([a-z]+)",'
+    rb'\{"id":"(' + EVENT_ID_PATTERN.encode() + rb')","timestamp":"([^"]+)","source":"([a-z]+)",'
     rb'"parent_id":(?:null|"(?:[^"\\]|\\.)*"),"kind":"([A-Za-z]+)"'
 )
 
@@ -413,3 +414,41 @@ class _Slice(Sequence[int]):
     def __reversed__(self):  # type: ignore[override]
         for i in range(self._stop - 1, self._start - 1, -1):
             yield self._data[i]
+
+
+# -- the log file seen from outside ----------------------------------------------------------
+
+#: The name of a conversation's log file in its directory.
+LOG_FILE_NAME = "events.jsonl"
+#: The start of a stored line, up to its id (the id always comes first: see _PREFIX).
+_ID_FIRST = re.compile(rb'\{"id":"(' + EVENT_ID_PATTERN.encode() + rb')"')
+
+
+def last_logged_id(path: Path, chunk: int = 65536) -> str | None:
+    """The id of the last complete line of a log file, read from its end (no index built), for
+    a caller that only needs to know whether there is something new.
+
+    None when there is no file or no complete line; "" when that line does not start with an
+    id: open the log to know more.
+    """
+    try:
+        f = open(path, "rb")
+    except FileNotFoundError:
+        return None
+    with f:
+        pos = f.seek(0, os.SEEK_END)
+        buf = b""
+        while pos > 0:
+            step = min(chunk, pos)
+            pos -= step
+            f.seek(pos)
+            buf = f.read(step) + buf
+            end = buf.rfind(b"\n")  # a torn last line (no newline) is not an event
+            if end == -1:
+                continue
+            start = buf.rfind(b"\n", 0, end)
+            if start == -1 and pos > 0:
+                continue
+            match = _ID_FIRST.match(buf, start + 1)
+            return match.group(1).decode() if match else ""
+    return None

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from agent_server.events import ServerErrorEvent
+from core.ids import PLACEHOLDER
 from tools.base import ToolContext
 from tools.mcp import MCPTool, MCPToolObservation, failure, observation
 
@@ -34,7 +35,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-PLACEHOLDER = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 TOOL_NAME_MAX = 64
 STARTUP_TIMEOUT = 30.0
 CALL_TIMEOUT = 300.0

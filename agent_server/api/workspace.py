@@ -16,6 +16,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from agent_server import git
+from agent_server.git import GitChange, GitDiff
 from agent_server.agent.toolbox import git_env
 from agent_server.api.io import conversation, doc, read_body, read_query, reply, services
 from agent_server.errors import PayloadTooLarge, invalid
@@ -24,25 +25,20 @@ from agent_server.api.schemas import (
     DiffQuery,
     FileQuery,
     FileWritten,
-    GitChange,
-    GitDiff,
     RunCommand,
 )
 from agent_server.workspace import (
-    CHUNK,
-    MAX_OUTPUT_BYTES,
-    NotAFile,
     FileMissing,
+    NotAFile,
     TooLarge,
-    child_env,
     masked_keep,
     open_file,
     output_text,
     relative,
     resolve,
-    run_process,
     write_file,
 )
+from core.processes import CHUNK, MAX_OUTPUT_BYTES, child_env, run_process
 
 #: Room for multipart boundaries and part headers on top of the file's own cap.
 MULTIPART_OVERHEAD = 64 * 1024

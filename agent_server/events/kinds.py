@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal, Union
 from pydantic import AfterValidator, Field, TypeAdapter
 
 import tools
-from agent_server.events.content import (
+from core.content import (
     AnyThinkingBlock,
     CriticResult,
     Message,
