@@ -20,7 +20,7 @@ import secrets
 import time
 from array import array
 from bisect import bisect_left, bisect_right
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -96,7 +96,7 @@ class EventLog:
         self._kinds = bytearray()
         self._sources = bytearray()
         self._times = array("d")  # seconds since the epoch, non-decreasing
-        self._by_kind: dict[int, array] = {}
+        self._by_kind: dict[int, array[int]] = {}
         self._pending: list[tuple[list[Event], list[bytes], asyncio.Future[None]]] = []
         self._flusher: asyncio.Task[None] | None = None
         self._listeners: list[Listener] = list(sinks)
@@ -392,13 +392,13 @@ class EventLog:
 class _Slice(Sequence[int]):
     """A view of part of an array without copying it."""
 
-    def __init__(self, data: array, start: int, stop: int) -> None:
+    def __init__(self, data: array[int], start: int, stop: int) -> None:
         self._data, self._start, self._stop = data, start, max(start, stop)
 
     def __len__(self) -> int:
         return self._stop - self._start
 
-    def __getitem__(self, i):  # type: ignore[override]
+    def __getitem__(self, i: Any) -> Any:
         if isinstance(i, slice):
             return [self[j] for j in range(*i.indices(len(self)))]
         if i < 0:
@@ -407,11 +407,11 @@ class _Slice(Sequence[int]):
             raise IndexError(i)
         return self._data[self._start + i]
 
-    def __iter__(self):  # type: ignore[override]
+    def __iter__(self) -> Iterator[int]:
         for i in range(self._start, self._stop):
             yield self._data[i]
 
-    def __reversed__(self):  # type: ignore[override]
+    def __reversed__(self) -> Iterator[int]:
         for i in range(self._stop - 1, self._start - 1, -1):
             yield self._data[i]
 

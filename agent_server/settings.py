@@ -77,7 +77,7 @@ class SettingsStore:
         return self._settings
 
     def public(self) -> dict[str, Any]:
-        data = redact(self._settings.model_dump(mode="json"))
+        data: dict[str, Any] = redact(self._settings.model_dump(mode="json"))
         mask_mcp_config(data["agent"].get("mcp_config"))
         return data
 

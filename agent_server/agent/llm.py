@@ -39,7 +39,7 @@ def _import() -> Any:
         # litellm's logging scans every message of every request for base64 to shorten; we
         # log no request bodies, so that work (growing with the conversation) is skipped.
         os.environ.setdefault("MAX_BASE64_LENGTH_FOR_LOGGING", "0")
-        module = importlib.import_module("litellm")
+        module: Any = importlib.import_module("litellm")
         module.telemetry = False
         module.suppress_debug_info = True
         for name in ("LiteLLM", "LiteLLM Router", "LiteLLM Proxy"):

@@ -480,7 +480,7 @@ class MCPServers:
     def _on_death(self, server: ServerConnection, error: str) -> None:
         event = ServerErrorEvent(source="environment", code="MCPServerDied",
                                  detail=f"MCP server {server.name!r} stopped: {error}")
-        task = asyncio.get_running_loop().create_task(self.report(event))
+        task = asyncio.ensure_future(self.report(event))
         self._reports.add(task)
         task.add_done_callback(self._reports.discard)
 

@@ -7,7 +7,7 @@ missing is 404, a directory where a file was asked for is 400, over the size cap
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from urllib.parse import quote
 
 from starlette.datastructures import UploadFile
@@ -105,7 +105,7 @@ async def _multipart_file(request: Request, limit: int) -> UploadFile:
     return upload
 
 
-async def _capped(stream: AsyncIterator[bytes], limit: int) -> AsyncIterator[bytes]:
+async def _capped(stream: AsyncIterator[bytes], limit: int) -> AsyncGenerator[bytes, None]:
     total = 0
     async for chunk in stream:
         total += len(chunk)
