@@ -10,7 +10,7 @@ from dataclasses import replace
 
 from pydantic import BaseModel
 
-from tools import apply_patch, browser, file_editor, finish, task_tracker, terminal, think
+from tools import apply_patch, browser, file_editor, finish, search, task_tracker, terminal, think
 from tools.mcp import MCPToolAction, MCPToolObservation
 from tools.skills import InvokeSkillAction, InvokeSkillObservation
 from tools.base import Action, Observation, Tool, ToolContext, ToolError, ToolSet
@@ -33,12 +33,16 @@ TOOL_SETS: dict[str, ToolSet] = {
         task_tracker.TOOL_SET,
         replace(browser.TOOL_SET, params_model=_browser_params),
         apply_patch.TOOL_SET,
+        search.GLOB_TOOL_SET,
+        search.GREP_TOOL_SET,
     )
 }
 
 #: The names the public OpenHands agent server gives the same tool sets (its class names).
 ALIASES: dict[str, str] = {
     "ApplyPatchTool": "apply_patch",
+    "GlobTool": "glob",
+    "GrepTool": "grep",
 }
 
 #: Kinds that travel in events but belong to no tool set here (e.g. skills, MCP).
