@@ -10,7 +10,18 @@ from dataclasses import replace
 
 from pydantic import BaseModel
 
-from tools import apply_patch, browser, file_editor, finish, search, task_tracker, terminal, think
+from tools import (
+    apply_patch,
+    browser,
+    file_editor,
+    finish,
+    gemini,
+    planning_file_editor,
+    search,
+    task_tracker,
+    terminal,
+    think,
+)
 from tools.mcp import MCPToolAction, MCPToolObservation
 from tools.skills import InvokeSkillAction, InvokeSkillObservation
 from tools.base import Action, Observation, Tool, ToolContext, ToolError, ToolSet
@@ -35,6 +46,8 @@ TOOL_SETS: dict[str, ToolSet] = {
         apply_patch.TOOL_SET,
         search.GLOB_TOOL_SET,
         search.GREP_TOOL_SET,
+        *gemini.TOOL_SETS,
+        planning_file_editor.TOOL_SET,
     )
 }
 
@@ -43,6 +56,11 @@ ALIASES: dict[str, str] = {
     "ApplyPatchTool": "apply_patch",
     "GlobTool": "glob",
     "GrepTool": "grep",
+    "ListDirectoryTool": "list_directory",
+    "ReadFileTool": "read_file",
+    "WriteFileTool": "write_file",
+    "EditTool": "edit",
+    "PlanningFileEditorTool": "planning_file_editor",
 }
 
 #: Kinds that travel in events but belong to no tool set here (e.g. skills, MCP).
