@@ -26,9 +26,9 @@ from typing import Any
 if sys.path and Path(sys.path[0]).resolve() == Path(__file__).resolve().parent:
     sys.path.pop(0)
 
-from tools.apply_patch import ApplyPatchTool  # noqa: E402
-from tools.base import Observation, ToolContext  # noqa: E402
-from tools.search import GlobTool, GrepTool, walk  # noqa: E402
+from tools.apply_patch import ApplyPatchAction, ApplyPatchTool
+from tools.base import Observation, ToolContext
+from tools.search import GlobAction, GlobTool, GrepAction, GrepTool, walk
 
 DIRS, PER_DIR = 1_000, 100
 PATCH_FILES, HUNKS, FILE_LINES = 20, 50, 400
@@ -89,17 +89,17 @@ async def main() -> dict[str, Any]:
         real = walk.ripgrep
         for backend in ("ripgrep", "python"):
             if backend == "python":
-                walk.ripgrep = lambda: None  # type: ignore[assignment]
+                walk.ripgrep = lambda: None
             elif real() is None:
                 continue
-            rare_ms, rare = await timed(lambda: grep.run(GrepTool.parse({"pattern": "needle_rare"})))
-            common_ms, common = await timed(lambda: grep.run(GrepTool.parse({"pattern": "common"})))
-            glob_ms, _ = await timed(lambda: glob.run(GlobTool.parse({"pattern": "**/*.py"})))
+            rare_ms, rare = await timed(lambda: grep.run(GrepAction(pattern="needle_rare")))
+            common_ms, common = await timed(lambda: grep.run(GrepAction(pattern="common")))
+            glob_ms, _ = await timed(lambda: glob.run(GlobAction(pattern="**/*.py")))
             out[f"grep_100k_files_ms_{backend}"] = {"rare_10_matches": rare_ms,
                                                     "every_file_matches": common_ms}
             out[f"glob_100k_files_ms_{backend}"] = glob_ms
             assert len(rare.matches) == 10 and len(common.matches) == 100  # type: ignore[attr-defined]
-        walk.ripgrep = real  # type: ignore[assignment]
+        walk.ripgrep = real
 
         work = root / "patch"
         work.mkdir()
@@ -110,7 +110,7 @@ async def main() -> dict[str, Any]:
             for path, text in originals.items():
                 path.write_text(text)
             start = time.perf_counter()
-            obs = await tool.run(ApplyPatchTool.parse({"patch": patch}))
+            obs = await tool.run(ApplyPatchAction(patch=patch))
             times.append((time.perf_counter() - start) * 1000)
             assert not obs.is_error, obs.text
         out["apply_patch_50_hunks_20_files_ms"] = round(statistics.median(times), 1)

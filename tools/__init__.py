@@ -22,9 +22,9 @@ from tools import (
     terminal,
     think,
 )
+from tools.base import Action, Observation, Tool, ToolContext, ToolError, ToolSet
 from tools.mcp import MCPToolAction, MCPToolObservation
 from tools.skills import InvokeSkillAction, InvokeSkillObservation
-from tools.base import Action, Observation, Tool, ToolContext, ToolError, ToolSet
 
 #: Added to every agent (SPEC 2.6 rule 1).
 ALWAYS: tuple[ToolSet, ...] = (finish.TOOL_SET, think.TOOL_SET)

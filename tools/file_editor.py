@@ -30,7 +30,6 @@ from tools.base import (
 from tools.files import (
     MAX_FILE_BYTES,
     MAX_OUTPUT_CHARS,
-    MAX_SNAPSHOT_BYTES,
     Refusal,
     check_size,
     clip,
@@ -102,7 +101,7 @@ class FileEditorObservation(Observation):
     #: False only when create made a new file.
     prev_exist: bool = True
     #: The file before and after an edit, for clients that show a diff; None when either
-    #: side is over MAX_SNAPSHOT_BYTES, so one edit of a big file cannot bloat the event log.
+    #: side is over files.MAX_SNAPSHOT_BYTES, so one edit of a big file cannot bloat the event log.
     old_content: str | None = None
     new_content: str | None = None
 

@@ -10,7 +10,13 @@ from typing import Any
 import pytest
 
 from tools import files
-from tools.apply_patch import ApplyPatchObservation, ApplyPatchTool, PatchError, parse
+from tools.apply_patch import (
+    ApplyPatchAction,
+    ApplyPatchObservation,
+    ApplyPatchTool,
+    PatchError,
+    parse,
+)
 from tools.apply_patch.parse import AddFile, DeleteFile, UpdateFile
 from tools.base import ToolContext
 
@@ -29,6 +35,7 @@ def tool(tmp_path: Path, workspace: Path) -> ApplyPatchTool:
 
 async def apply(tool: ApplyPatchTool, patch: str) -> ApplyPatchObservation:
     action = ApplyPatchTool.parse({"patch": patch})
+    assert isinstance(action, ApplyPatchAction)
     observation = await tool.run(action)
     assert isinstance(observation, ApplyPatchObservation)
     return observation

@@ -10,7 +10,11 @@ import pytest
 
 from tools.base import Observation, Tool, ToolContext
 from tools.gemini.edit import EditObservation, EditTool
-from tools.gemini.list_directory import MAX_ENTRIES, ListDirectoryObservation, ListDirectoryTool
+from tools.gemini.list_directory import (
+    MAX_ENTRIES,
+    ListDirectoryObservation,
+    ListDirectoryTool,
+)
 from tools.gemini.read_file import MAX_LINES_PER_READ, ReadFileObservation, ReadFileTool
 from tools.gemini.write_file import WriteFileObservation, WriteFileTool
 

@@ -10,6 +10,7 @@ from pydantic import ValidationError
 
 from tools.base import ToolContext
 from tools.planning_file_editor import (
+    PlanningFileEditorAction,
     PlanningFileEditorObservation,
     PlanningFileEditorParams,
     PlanningFileEditorTool,
@@ -28,7 +29,9 @@ async def call(workspace: Path, params: dict[str, Any] | None = None,
                **arguments: Any) -> PlanningFileEditorObservation:
     ctx = ToolContext("c1", working_dir=workspace, state_dir=workspace.parent / "state")
     tool = PlanningFileEditorTool(ctx, params)
-    return await tool.run(PlanningFileEditorTool.parse(arguments))
+    action = PlanningFileEditorTool.parse(arguments)
+    assert isinstance(action, PlanningFileEditorAction)
+    return await tool.run(action)
 
 
 async def test_views_any_file_and_writes_the_plan(workspace: Path) -> None:

@@ -13,7 +13,15 @@ from typing import Any
 import pytest
 
 from tools.base import ToolContext
-from tools.search import GlobObservation, GlobTool, GrepObservation, GrepTool, walk
+from tools.search import (
+    GlobAction,
+    GlobObservation,
+    GlobTool,
+    GrepAction,
+    GrepObservation,
+    GrepTool,
+    walk,
+)
 from tools.search.ignore import ParsedIgnorer
 from tools.search.patterns import matches
 
@@ -41,13 +49,17 @@ def ctx(tmp_path: Path, workspace: Path) -> ToolContext:
 
 
 async def grep(tmp_path: Path, workspace: Path, **arguments: Any) -> GrepObservation:
-    obs = await GrepTool(ctx(tmp_path, workspace)).run(GrepTool.parse(arguments))
+    action = GrepTool.parse(arguments)
+    assert isinstance(action, GrepAction)
+    obs = await GrepTool(ctx(tmp_path, workspace)).run(action)
     assert isinstance(obs, GrepObservation)
     return obs
 
 
 async def glob(tmp_path: Path, workspace: Path, **arguments: Any) -> GlobObservation:
-    obs = await GlobTool(ctx(tmp_path, workspace)).run(GlobTool.parse(arguments))
+    action = GlobTool.parse(arguments)
+    assert isinstance(action, GlobAction)
+    obs = await GlobTool(ctx(tmp_path, workspace)).run(action)
     assert isinstance(obs, GlobObservation)
     return obs
 

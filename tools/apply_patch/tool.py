@@ -12,7 +12,15 @@ from agent_server.events.content import Strict
 from tools import files
 from tools.apply_patch.commit import Change, WriteFailed, stage, write_all
 from tools.apply_patch.parse import PatchError, parse
-from tools.base import Action, Observation, TextContent, Tool, ToolContext, run_in_thread, single
+from tools.base import (
+    Action,
+    Observation,
+    TextContent,
+    Tool,
+    ToolContext,
+    run_in_thread,
+    single,
+)
 
 #: A patch longer than this is refused before parsing (the model should split it).
 MAX_PATCH_CHARS = 1_000_000

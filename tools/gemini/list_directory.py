@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal
 
@@ -117,7 +117,7 @@ def _walk(directory: Path, depth: int, out: list[FileEntry]) -> int:
             out.append(FileEntry(
                 name=child.name, path=child.path, is_directory=is_dir,
                 size=0 if is_dir else info.st_size,
-                modified_time=datetime.fromtimestamp(info.st_mtime, timezone.utc),
+                modified_time=datetime.fromtimestamp(info.st_mtime, UTC),
             ))
         if is_dir and depth > 1:
             total += _walk(Path(child.path), depth - 1, out)
@@ -134,5 +134,11 @@ def _line(base: Path, entry: FileEntry) -> str:
 
 TOOL_SET = single(ListDirectoryTool)
 
-__all__ = ["FileEntry", "ListDirectoryAction", "ListDirectoryObservation", "ListDirectoryTool",
-           "MAX_ENTRIES", "TOOL_SET"]
+__all__ = [
+    "MAX_ENTRIES",
+    "TOOL_SET",
+    "FileEntry",
+    "ListDirectoryAction",
+    "ListDirectoryObservation",
+    "ListDirectoryTool",
+]

@@ -93,4 +93,4 @@ def _error(action: GlobAction, text: str) -> GlobObservation:
                            is_error=True, content=[TextContent(text=text)])
 
 
-__all__ = ["GlobAction", "GlobObservation", "GlobTool", "MAX_FILES"]
+__all__ = ["MAX_FILES", "GlobAction", "GlobObservation", "GlobTool"]

@@ -214,8 +214,8 @@ def _render(base: Path, action: GrepAction, shown: list[str],
         text = f"No matches for {action.pattern!r}{where}."
     else:
         total = len(shown) + left_out
-        out = [f"{total} file{'s' if total != 1 else ''} match {action.pattern!r}{where}, "
-               "newest first:"]
+        plural = "s" if total != 1 else ""
+        out = [f"{total} file{plural} match {action.pattern!r}{where}, newest first:"]
         for name in shown:
             out.append(str(base / name))
             found = lines.get(name, [])
@@ -231,4 +231,4 @@ def _render(base: Path, action: GrepAction, shown: list[str],
     return text
 
 
-__all__ = ["GrepAction", "GrepObservation", "GrepTool", "LINES_PER_FILE", "MAX_FILES"]
+__all__ = ["LINES_PER_FILE", "MAX_FILES", "GrepAction", "GrepObservation", "GrepTool"]

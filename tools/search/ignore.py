@@ -31,6 +31,7 @@ def for_directory(base: Path, env: dict[str, str]) -> Ignorer:
         inside = subprocess.run(
             ["git", "rev-parse", "--is-inside-work-tree"], cwd=base, env=env,
             capture_output=True, text=True, timeout=GIT_TIMEOUT, stdin=subprocess.DEVNULL,
+            check=False,
         )
         if inside.returncode == 0 and inside.stdout.strip() == "true":
             return GitIgnorer(base, env)
@@ -51,7 +52,7 @@ class GitIgnorer:
         try:
             done = subprocess.run(
                 ["git", "check-ignore", "-z", "--stdin"], cwd=self.base, env=self.env,
-                input=data, capture_output=True, timeout=GIT_TIMEOUT,
+                input=data, capture_output=True, timeout=GIT_TIMEOUT, check=False,
             )
         except (OSError, subprocess.TimeoutExpired):
             return set()
@@ -107,8 +108,7 @@ def _parse(path: Path) -> list[_Rule]:
             continue
         negated = line.startswith("!")
         line = line[1:] if negated else line
-        if line.startswith("\\"):
-            line = line[1:]
+        line = line.removeprefix("\\")
         dir_only = line.endswith("/")
         rules.append(_Rule(compile_glob(line), negated, dir_only))
     return rules
