@@ -23,13 +23,14 @@ from agent_server.agent.model import LiteLLMModel, Model
 from agent_server.agent.session import ToolServices, session_factory
 from agent_server.agent.toolbox import check_tool_names
 from agent_server.api import conversations, events, server, settings, skills, sockets
-from agent_server.api import export, metadata, workspace
+from agent_server.api import export, llm, metadata, workspace
 from agent_server.auth import KeyRing, SessionAuth
 from agent_server.config import Config
 from agent_server.conversations import ConversationService
 from agent_server.delivery import Delivery
 from agent_server.errors import HANDLERS
 from agent_server.settings import SettingsStore
+from agent_server.subagents import SubagentHub
 
 if TYPE_CHECKING:
     from tools.browser.manager import BrowserManager
@@ -58,6 +59,9 @@ ROUTES = [
     Route(C + "/hooks", conversations.hooks, methods=["GET"]),
     Route(C + "/skills", skills.list_skills, methods=["GET"]),
     Route(C + "/condense", conversations.condense, methods=["POST"]),
+    Route(C + "/switch_profile", llm.switch_profile, methods=["POST"]),
+    Route(C + "/switch_llm", llm.switch_llm, methods=["POST"]),
+    Route(C + "/llm_key", llm.rotate_key, methods=["POST"]),
     Route(C + "/events", events.send, methods=["POST"]),
     Route(C + "/events/search", events.search, methods=["GET"]),
     Route(C + "/events/count", events.count, methods=["GET"]),
@@ -130,12 +134,15 @@ def build_services(config: Config, model: Model | None = None) -> Services:
                         config.webhook_api_key or config.session_api_keys[0],
                         config.webhook_secret)
     browser = SharedBrowser(config.chromium)
+    subagents = SubagentHub()  # sub-agents are conversations of the catalogue made below
     make_session = session_factory(
         model or LiteLLMModel(),
-        ToolServices(idle_timeout=config.terminal_idle_timeout, browser=browser),
+        ToolServices(idle_timeout=config.terminal_idle_timeout, browser=browser,
+                     subagents=subagents),
     )
     service = ConversationService(config.state_dir, config.working_dir, settings=store.get,
                                   make_session=make_session, fanout=delivery)
+    subagents.service = service
     return Services(config=config, settings=store, conversations=service, delivery=delivery,
                     keys=KeyRing(config.session_api_keys), browser=browser)
 

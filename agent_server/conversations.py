@@ -22,10 +22,11 @@ from uuid import UUID
 
 from pydantic import ValidationError
 
+from agent_server.agent.llms import ActiveLLM
 from agent_server.agent.session import AgentSession, ConversationSpec, RunControl, SessionFactory
 from agent_server.agent.sink import EventSink
 from agent_server.agent.skills import SkillList
-from agent_server.agent.spec import AgentSpec, ConfirmationPolicy, ExecutionStatus
+from agent_server.agent.spec import AgentSpec, ConfirmationPolicy, ExecutionStatus, LLMConfig
 from agent_server.agent.toolbox import check_tools, git_env
 from agent_server.errors import Conflict, ConversationGone, InvalidTransition, invalid
 from agent_server.events import (
@@ -132,7 +133,10 @@ class Conversation:
         self.secret_values: dict[str, str] = {}
         self.masker = Masker(self.secret_values)  # follows the live dict
         self.refresh_secrets()
-        self.control = RunControl(confirmation_policy=record.confirmation_policy)
+        llm = ActiveLLM(record.agent.llm, record.llm_profile,
+                        lambda: self._settings().llm_profiles)
+        llm.on_change = self._llm_changed
+        self.control = RunControl(confirmation_policy=record.confirmation_policy, llm=llm)
         settings_now = settings()
         self.session: AgentSession = make_session(
             ConversationSpec(
@@ -212,6 +216,24 @@ class Conversation:
         if tags is not None:
             self.record.tags = tags
         await self.save()
+
+    async def _llm_changed(self) -> None:
+        self.record.agent.llm = self.control.llm.stored
+        self.record.llm_profile = self.control.llm.profile
+        await self.save()
+
+    async def switch_profile(self, name: str, reason: str = "") -> None:
+        """The user's switch to a saved profile (from the next request on); KeyError when
+        no profile has that name."""
+        await self.append(await self.control.llm.switch_profile(name, reason, "user"))
+        await self.session.follow_llm()
+
+    async def switch_llm(self, config: LLMConfig, reason: str = "") -> None:
+        await self.append(await self.control.llm.switch_llm(config, reason, "user"))
+        await self.session.follow_llm()
+
+    async def rotate_llm_key(self, key: str) -> None:
+        await self.append(await self.control.llm.rotate_key(key))
 
     async def set_confirmation_policy(self, policy: ConfirmationPolicy) -> None:
         self.record.confirmation_policy = self.control.confirmation_policy = policy
@@ -348,6 +370,13 @@ class Conversation:
             if self.status == S.RUNNING:
                 await self.transition(S.PAUSED)
 
+    async def wait_run(self) -> ExecutionStatus:
+        """Wait for the run task, if any, to end; the status it left."""
+        task = self._task
+        if task is not None and not task.done():
+            await asyncio.gather(asyncio.shield(task), return_exceptions=True)
+        return self.status
+
     async def stop(self) -> None:
         """Cancel the run task, if any, and wait for its clean-up."""
         task, self._task = self._task, None
@@ -453,9 +482,16 @@ class ConversationService:
     def __len__(self) -> int:
         return len(self._items)
 
-    def matching(self, query: ConversationSearch) -> list[Conversation]:
+    def children(self, conversation_id: UUID) -> list[Conversation]:
+        """The conversations naming this one as their parent (its sub-agents)."""
         return [c for c in self._items.values()
-                if query.status is None or c.status == query.status]
+                if c.record.parent_conversation_id == conversation_id]
+
+    def matching(self, query: ConversationSearch) -> list[Conversation]:
+        parent = query.parent_conversation_id
+        return [c for c in self._items.values()
+                if (query.status is None or c.status == query.status)
+                and (parent is None or c.record.parent_conversation_id == parent)]
 
     def search(self, query: ConversationSearch) -> tuple[list[Conversation], str | None]:
         items = self.matching(query)
@@ -485,6 +521,10 @@ class ConversationService:
             for name, problem in check_secrets(secrets):
                 raise invalid(["secrets", name], problem, "value_error")
             check_tools(agent, {**self.settings().secrets, **secrets})
+            parent = request.parent_conversation_id
+            if parent is not None and (parent == conv_id or parent not in self._items):
+                raise invalid(["parent_conversation_id"],
+                              f"Parent conversation {parent} not found", input_=str(parent))
             workspace = request.workspace or Workspace(
                 working_dir=str(self.default_working_dir)
             )
@@ -502,6 +542,7 @@ class ConversationService:
                 repository=request.repository,
                 confirmation_policy=request.confirmation_policy,
                 hook_config=request.hook_config,
+                parent_conversation_id=parent,
                 created_at=moment,
                 updated_at=moment,
             )
@@ -549,7 +590,11 @@ class ConversationService:
         conv = self._items.pop(conversation_id, None)
         if conv is None:
             return False
-        await conv.close()
+        await conv.close()  # its run ends first: a sub-agent it waits on is interrupted
+        for child in self.children(conversation_id):  # and any child still running alone
+            if child.running:
+                with contextlib.suppress(Exception):
+                    await child.interrupt()
         self._fanout.forget(conv.id)
         await asyncio.to_thread(shutil.rmtree, conv.directory, True)
         return True

@@ -91,6 +91,8 @@ class CreateConversation(Lenient):
     """Cloned (shallow) into the working directory before the first step (SPEC 2.5)."""
     confirmation_policy: ConfirmationPolicy = Field(default_factory=NeverConfirm)
     hook_config: HookConfig | None = None
+    parent_conversation_id: UUID | None = None
+    """The conversation that owns this one (a sub-agent's parent); it must exist."""
 
 
 class WebhookStatus(BaseModel):
@@ -137,6 +139,10 @@ class StoredConversation(BaseModel):
     """None until the first run tries the clone (agent_server.repository)."""
     confirmation_policy: ConfirmationPolicy = Field(default_factory=NeverConfirm)
     hook_config: HookConfig | None = None
+    parent_conversation_id: UUID | None = None
+    """Set for a sub-agent: the conversation whose task, delegate or workflow call made it."""
+    llm_profile: str | None = None
+    """The saved LLM profile in force (None: the agent's own LLM, `agent.llm`)."""
     created_at: datetime
     updated_at: datetime
 
@@ -145,6 +151,8 @@ class ConversationSearch(Lenient):
     limit: int = Field(default=100, ge=1, le=100)
     page_id: UUID | None = None
     status: ExecutionStatus | None = None
+    parent_conversation_id: UUID | None = None
+    """Only the sub-agents of this conversation."""
     sort_order: Literal["CREATED_AT", "CREATED_AT_DESC", "UPDATED_AT", "UPDATED_AT_DESC"] = (
         "CREATED_AT_DESC"
     )

@@ -4,17 +4,19 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field, ValidationError
+from pydantic import Field, ValidationError, field_validator
 
 from agent_server.errors import from_pydantic, invalid
 from agent_server.agent.spec import CondenserConfig, Lenient, LLMConfig, ToolSpec, mask_mcp_config
 from core.files import read_json, write_json
 from core.masking import REDACTED, check_secrets, redact
 
+PROFILE_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
 
 
 class SettingsAgent(Lenient):
@@ -32,6 +34,18 @@ class Settings(Lenient):
     git_user_email: str | None = Field(default=None, max_length=200)
     secrets: dict[str, str] = Field(default_factory=dict, max_length=200)
     """Stored secrets; a conversation's own value wins on a name clash (SPEC 5 rule 4)."""
+    llm_profiles: dict[str, LLMConfig] = Field(default_factory=dict, max_length=50)
+    """Saved LLMs by name (keys shown masked): what switch_llm, vision_inspect,
+    consult_advisor and the switch_profile route may use."""
+
+    @field_validator("llm_profiles")
+    @classmethod
+    def _profile_names(cls, value: dict[str, LLMConfig]) -> dict[str, LLMConfig]:
+        for name in value:
+            if not PROFILE_NAME.match(name):
+                raise ValueError(f"profile name {name!r}: 1 to 100 letters, digits, '.', '_' "
+                                 "or '-'")
+        return value
 
 
 def deep_merge(base: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:

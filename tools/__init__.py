@@ -16,11 +16,14 @@ from tools import (
     file_editor,
     finish,
     gemini,
+    models,
     planning_file_editor,
     search,
+    subagents,
     task_tracker,
     terminal,
     think,
+    workflow,
 )
 from tools.base import Action, Observation, Tool, ToolContext, ToolError, ToolSet
 from tools.mcp import MCPToolAction, MCPToolObservation
@@ -48,6 +51,13 @@ TOOL_SETS: dict[str, ToolSet] = {
         search.GREP_TOOL_SET,
         *gemini.TOOL_SETS,
         planning_file_editor.TOOL_SET,
+        subagents.TASK_TOOL_SET,
+        subagents.DELEGATE_TOOL_SET,
+        workflow.TOOL_SET,
+        models.SWITCH_LLM_TOOL_SET,
+        models.VISION_TOOL_SET,
+        models.ADVISOR_TOOL_SET,
+        models.SLEEPTIME_TOOL_SET,
     )
 }
 
@@ -61,6 +71,16 @@ ALIASES: dict[str, str] = {
     "WriteFileTool": "write_file",
     "EditTool": "edit",
     "PlanningFileEditorTool": "planning_file_editor",
+    "TaskToolSet": "task",
+    "TaskTool": "task",
+    "DelegateTool": "delegate",
+    "WorkflowToolSet": "workflow",
+    "WorkflowTool": "workflow",
+    "SwitchLLMTool": "switch_llm",
+    "VisionInspectTool": "vision_inspect",
+    "inspect_image_with_vision": "vision_inspect",
+    "SleeptimeComputeTool": "sleeptime_compute",
+    "ConsultAdvisorTool": "consult_advisor",
 }
 
 #: Kinds that travel in events but belong to no tool set here (e.g. skills, MCP).

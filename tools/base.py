@@ -27,6 +27,7 @@ from core.content import (
 
 if TYPE_CHECKING:
     from tools.browser.manager import BrowserManager
+    from tools.conversation import History, IdleJobs, Models, Subagents
 
 #: Arguments the loop takes off every tool call before validating the Action (SPEC 6.2
 #: ActionEvent.security_risk and .summary); they are offered to the model by tools that act.
@@ -80,6 +81,14 @@ class ToolContext:
     idle_timeout: float = 600.0
     #: The server's one Chromium, shared by conversations (made on first call of this).
     browser: Callable[[], BrowserManager] | None = None
+    #: Child conversations of this one (task, delegate, workflow); None: not offered here.
+    subagents: Subagents | None = None
+    #: The conversation's LLM and saved profiles (switch_llm, vision_inspect, consult_advisor).
+    models: Models | None = None
+    #: A read-only, masked view of the conversation so far.
+    history: History | None = None
+    #: Work for when the run has ended (sleeptime_compute).
+    idle: IdleJobs | None = None
 
 
 class Tool(ABC):

@@ -8,6 +8,7 @@ tail never starts with a tool result, so a call and its result are never split.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from agent_server.agent.llm import LLMFailure
@@ -40,23 +41,28 @@ def estimate_tokens(messages: list[dict[str, Any]], tools: list[dict[str, Any]] 
 
 
 class Condenser:
-    def __init__(self, config: CondenserConfig, llm_config: LLMConfig, model: Model) -> None:
+    def __init__(self, config: CondenserConfig, llm: Callable[[], LLMConfig], model: Model) -> None:
+        """`llm` gives the conversation's LLM at the moment (a switch changes it)."""
         self.config = config
-        self.llm_config = llm_config
+        self.llm = llm
         self.model = model
-        self._limit: int | None = None
-        self._looked_up = False
+        #: Token budget by model (a switch to another model has its own window).
+        self._limits: dict[str, int | None] = {}
+
+    @property
+    def llm_config(self) -> LLMConfig:
+        return self.llm()
 
     async def limit(self) -> int | None:
         """Token budget of a prompt: the smaller of max_tokens and max_share of the window."""
-        if not self._looked_up:
-            self._looked_up = True
+        config = self.llm_config
+        if config.model not in self._limits:
             limits = [self.config.max_tokens] if self.config.max_tokens else []
-            window = await self.model.context_window(self.llm_config)
+            window = await self.model.context_window(config)
             if window:
                 limits.append(int(window * self.config.max_share))
-            self._limit = min(limits) if limits else None
-        return self._limit
+            self._limits[config.model] = min(limits) if limits else None
+        return self._limits[config.model]
 
     async def needed(self, view: View, tools: list[dict[str, Any]]) -> bool:
         if not self.config.enabled:
@@ -109,7 +115,7 @@ class Condenser:
     async def _summarize(self, middle: list[dict[str, Any]]) -> tuple[str, str]:
         limit = await self.limit()
         room = int((limit or 30_000) * SUMMARY_INPUT_SHARE) * CHARS_PER_TOKEN - len(PROMPT)
-        text = _render(middle)
+        text = render(middle)
         if len(text) > room:  # keep the start and the end of what is forgotten
             text = text[: room // 2] + "\n[...]\n" + text[-(room // 2):]
         try:
@@ -123,7 +129,8 @@ class Condenser:
             return f"(The earlier part of this conversation could not be summarized: {failure.code}.)", "none"
 
 
-def _render(messages: list[dict[str, Any]]) -> str:
+def render(messages: list[dict[str, Any]]) -> str:
+    """Messages of a view as plain text, each cut to MESSAGE_CHARS."""
     lines = []
     for m in messages:
         content = m.get("content")

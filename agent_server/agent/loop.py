@@ -154,7 +154,7 @@ class Run:
                        messages: list[dict[str, Any]]) -> Completion:
         deltas = self.s.sink.deltas()
         try:
-            return await self.s.model.complete(self.s.spec.agent.llm, messages, tools,
+            return await self.s.model.complete(self.s.control.llm.config, messages, tools,
                                                on_delta=deltas.feed)
         finally:
             deltas.flush()
@@ -164,7 +164,7 @@ class Run:
         metrics = self.s.metrics
         metrics.add(reply.usage, reply.cost, reply.latency)
         return ConversationStateUpdateEvent(key="stats", value={
-            "usage_to_metrics": {self.s.spec.agent.llm.usage_id: metrics.model_dump(mode="json")},
+            "usage_to_metrics": {self.s.control.llm.config.usage_id: metrics.model_dump(mode="json")},
             "last_response": {**reply.usage.model_dump(mode="json"), "cost": reply.cost,
                               "latency": reply.latency},
         })

@@ -93,6 +93,8 @@ class ScriptedModel:
                  window: int | None = None) -> None:
         self.script = list(script)
         self.requests: list[list[dict[str, Any]]] = []
+        #: The LLM configuration of each request (which model, after a switch, say).
+        self.configs: list[LLMConfig] = []
         self.vision = vision
         self.window = window
         #: Set whenever a request arrives (tests wait on it instead of sleeping).
@@ -101,6 +103,7 @@ class ScriptedModel:
     async def complete(self, config: LLMConfig, messages: list[dict[str, Any]],
                        tools: list[dict[str, Any]], on_delta: OnDelta | None = None) -> Completion:
         self.requests.append(messages)
+        self.configs.append(config)
         self.asked.set()
         answer = self.script.pop(0) if self.script else Scripted(content="done")
         if answer.delay:

@@ -20,9 +20,11 @@ from typing import TYPE_CHECKING, Any
 
 from agent_server.agent.condenser import Condenser
 from agent_server.agent.hooks import Hooks
+from agent_server.agent.llms import ActiveLLM
 from agent_server.agent.loop import Run
 from agent_server.agent.model import Model
 from agent_server.agent.prompt import SYSTEM_PROMPT, dynamic_context
+from agent_server.agent.seams import SessionSeams
 from agent_server.agent.sink import EventSink
 from agent_server.agent.skills import SkillBook, SkillList, activation_text
 from agent_server.agent.spec import (
@@ -48,6 +50,7 @@ from tools.base import ToolContext
 
 if TYPE_CHECKING:
     from tools.browser.manager import BrowserManager
+    from tools.conversation import Subagents
 
 
 @dataclass(frozen=True)
@@ -71,6 +74,8 @@ class RunControl:
     """What the user steers while the agent works: set by the conversation, read by the loop."""
 
     confirmation_policy: ConfirmationPolicy
+    #: The LLM in force (a switch by the agent or the user changes it for the next request).
+    llm: ActiveLLM
     #: Set by a pause; the loop stops between steps when it sees it.
     pause_requested: bool = False
     #: Set by an accepted confirmation: the run first carries out the waiting actions.
@@ -87,6 +92,9 @@ class ToolServices:
     idle_timeout: float = 600.0
     #: The server's one Chromium (made on first call); None: no browser tools here.
     browser: Callable[[], BrowserManager] | None = None
+    #: Sub-agents of a conversation, by its id (child conversations on this server); None:
+    #: task, delegate and workflow say sub-agents are not available.
+    subagents: Callable[[str], Subagents] | None = None
 
 
 class AgentSession:
@@ -100,9 +108,13 @@ class AgentSession:
             conversation_id=spec.id, working_dir=spec.working_dir,
             state_dir=spec.state_dir / "tools", secrets=secrets, env=spec.git_author,
             idle_timeout=services.idle_timeout, browser=services.browser,
+            subagents=services.subagents(spec.id) if services.subagents else None,
         )
+        #: The tools' view of this session: models, history, work for idle moments.
+        self.seams = SessionSeams(self)
+        self.ctx.models = self.ctx.history = self.ctx.idle = self.seams
         self.hooks = Hooks(spec.hook_config, spec.id, spec.working_dir, secrets, sink.append)
-        self.condenser = Condenser(spec.agent.condenser, spec.agent.llm, model)
+        self.condenser = Condenser(spec.agent.condenser, lambda: control.llm.config, model)
         self.toolbox = Toolbox(self.ctx, spec.agent, sink.append)
         #: SessionStart hooks ran in this process (SessionEnd runs only after them).
         self.session_started = False
@@ -133,11 +145,14 @@ class AgentSession:
 
     async def run(self) -> ExecutionStatus:
         """One run until it ends; the status it ended in (the conversation applies it)."""
+        self.seams.run_started()
         errors = await self.toolbox.start(await self._skills())
         if errors:
             await self.sink.append(*errors)
         await self._attach()
-        return await Run(self)()
+        status = await Run(self)()
+        self.seams.run_ended()
+        return status
 
     async def reject_pending(self, reason: str) -> None:
         """A UserRejectObservation for each action waiting for confirmation."""
@@ -172,11 +187,22 @@ class AgentSession:
         if self.session_started:
             self.session_started = False
             await self.hooks.run("SessionEnd")
+        await self.seams.close()
         if self._unsubscribe is not None:
             self._unsubscribe()
         await self.toolbox.close()
 
     # -- what the loop uses ------------------------------------------------------------------
+
+    def current_view(self) -> View | None:
+        """The view, when a run has attached it (tools read it between steps)."""
+        return self._view
+
+    async def follow_llm(self) -> None:
+        """After a switch: whether the new model reads images decides what it is shown."""
+        self.ctx.vision = await self.model.supports_vision(self.control.llm.config)
+        if self._view is not None:
+            self._view.vision = self.ctx.vision
 
     @property
     def view(self) -> View:
@@ -213,7 +239,7 @@ class AgentSession:
         """The view of the whole log, kept current by a subscription from then on."""
         if self._view is not None:
             return self._view
-        self.ctx.vision = await self.model.supports_vision(self.spec.agent.llm)
+        self.ctx.vision = await self.model.supports_vision(self.control.llm.config)
         log = await self.sink.log()
         view = View(vision=self.ctx.vision)
         backlog: list[Any] = []

@@ -69,6 +69,9 @@ class View:
         self.last_user_message_id: str | None = None
         #: A CondensationRequest arrived and no Condensation followed yet.
         self.condensation_requested = False
+        #: Image URLs of the latest user message that had any (vision_inspect reads them,
+        #: also when this view shows the model none).
+        self.user_images: list[str] = []
 
     def load(self, lines: Iterable[bytes]) -> None:
         for line in lines:
@@ -114,6 +117,9 @@ class View:
         content = [*msg.content, *event.extended_content]
         if event.source != "agent":  # the user's, or a hook's feedback
             self.last_user_message_id = event.id
+            images = [u for c in content if isinstance(c, ImageContent) for u in c.image_urls]
+            if images:
+                self.user_images = images
             self.messages.append(self._from(
                 {"role": "user", "content": _blocks(content, self.vision)}, event))
             return

@@ -71,6 +71,10 @@ class ConversationInfo(BaseModel):
     repository_status: RepositoryStatus | None = None
     confirmation_policy: ConfirmationPolicy
     hook_config: HookConfig | None
+    parent_conversation_id: UUID | None = None
+    """The conversation that made this one (a sub-agent's parent); null for the others."""
+    llm_profile: str | None = None
+    """The saved LLM profile in force; null while the agent's own `llm` is."""
     created_at: datetime
     updated_at: datetime
     webhook: WebhookStatus | None = None

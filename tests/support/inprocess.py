@@ -1,0 +1,103 @@
+"""The server in-process: build_app with a ScriptedModel, driven by Starlette's TestClient.
+
+No socket, no litellm: the loop, the tools, the log and the routes run as they do in the
+server, and the model answers from a script (agent_server.agent.model.ScriptedModel).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from starlette.testclient import TestClient
+
+from agent_server.agent.model import Scripted, ScriptedModel
+from agent_server.app import build_app
+from agent_server.config import Config
+
+KEY = "test-session-key"
+RESTING = ("finished", "error", "stuck", "paused", "idle", "waiting_for_confirmation")
+
+
+@contextmanager
+def app_client(state_dir: Path, model: ScriptedModel) -> Iterator[TestClient]:
+    config = Config(state_dir=state_dir, session_api_keys=(KEY,),
+                    default_working_dir=state_dir / "workspace")
+    with TestClient(build_app(config, model=model), headers={"X-Session-API-Key": KEY}) as client:
+        yield client
+
+
+def tool_call(name: str, /, **arguments: Any) -> Scripted:
+    import json
+
+    return Scripted(calls=[(name, json.dumps(arguments))])
+
+
+def llm(model: str = "scripted/main", **extra: Any) -> dict[str, Any]:
+    return {"model": model, "api_key": "sk-main-key-0000", **extra}
+
+
+def create(client: TestClient, workspace: Path, tools: list[Any], message: str | None = "go",
+           **extra: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "agent": {"llm": extra.pop("llm", llm()),
+                  "tools": [t if isinstance(t, dict) else {"name": t} for t in tools]},
+        "workspace": {"working_dir": str(workspace)},
+        **extra,
+    }
+    if message is not None:
+        body["initial_message"] = {"content": [{"type": "text", "text": message}], "run": True}
+    r = client.post("/api/conversations", json=body)
+    assert r.status_code == 201, r.text
+    return dict(r.json())
+
+
+def status(client: TestClient, cid: str) -> str:
+    r = client.get(f"/api/conversations/{cid}")
+    assert r.status_code == 200, r.text
+    return str(r.json()["execution_status"])
+
+
+def wait_status(client: TestClient, cid: str, *wanted: str, timeout: float = 30) -> str:
+    targets = wanted or RESTING
+    deadline = time.monotonic() + timeout
+    while True:
+        now = status(client, cid)
+        if now in targets:
+            return now
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{cid} is {now!r}, not one of {targets}")
+        time.sleep(0.02)
+
+
+def wait_for(what: Any, timeout: float = 30, message: str = "condition") -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = what()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {message}")
+        time.sleep(0.02)
+
+
+def events(client: TestClient, cid: str, kind: str | None = None) -> list[dict[str, Any]]:
+    params: dict[str, Any] = {"limit": 1000}
+    if kind:
+        params["kind__eq"] = kind
+    r = client.get(f"/api/conversations/{cid}/events/search", params=params)
+    assert r.status_code == 200, r.text
+    return list(r.json()["items"])
+
+
+def observations(client: TestClient, cid: str) -> list[dict[str, Any]]:
+    return [e for e in events(client, cid) if e["kind"] in ("ObservationEvent", "AgentErrorEvent")]
+
+
+def text_of(event: dict[str, Any]) -> str:
+    if event["kind"] == "AgentErrorEvent":
+        return str(event["error"])
+    return "".join(c.get("text", "") for c in event["observation"]["content"])

@@ -1,0 +1,48 @@
+"""Tools that work through other models: switch_llm, vision_inspect, consult_advisor and
+sleeptime_compute. They reach the conversation's LLM, its saved profiles and its history only
+through `tools.conversation` (Models, History, IdleJobs)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from tools.base import single
+from tools.models.advisor import (
+    AdvisorParams,
+    ConsultAdvisorAction,
+    ConsultAdvisorObservation,
+    ConsultAdvisorTool,
+)
+from tools.models.sleeptime import (
+    SleeptimeComputeAction,
+    SleeptimeComputeObservation,
+    SleeptimeComputeTool,
+    SleeptimeParams,
+)
+from tools.models.switch_llm import SwitchLLMAction, SwitchLLMObservation, SwitchLLMTool
+from tools.models.vision_inspect import (
+    VisionInspectAction,
+    VisionInspectObservation,
+    VisionInspectTool,
+    VisionParams,
+)
+
+SWITCH_LLM_TOOL_SET = single(SwitchLLMTool)
+VISION_TOOL_SET = replace(single(VisionInspectTool), params_model=lambda: VisionParams)
+ADVISOR_TOOL_SET = replace(single(ConsultAdvisorTool), params_model=lambda: AdvisorParams)
+SLEEPTIME_TOOL_SET = replace(single(SleeptimeComputeTool), params_model=lambda: SleeptimeParams)
+
+__all__ = [
+    "ADVISOR_TOOL_SET",
+    "SLEEPTIME_TOOL_SET",
+    "SWITCH_LLM_TOOL_SET",
+    "VISION_TOOL_SET",
+    "ConsultAdvisorAction",
+    "ConsultAdvisorObservation",
+    "SleeptimeComputeAction",
+    "SleeptimeComputeObservation",
+    "SwitchLLMAction",
+    "SwitchLLMObservation",
+    "VisionInspectAction",
+    "VisionInspectObservation",
+]

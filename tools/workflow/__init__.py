@@ -1,0 +1,13 @@
+"""workflow: a named multi-step workflow of the workspace (`definition` holds the format)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from tools.base import single
+from tools.subagents.common import SubagentParams
+from tools.workflow.tool import WorkflowAction, WorkflowObservation, WorkflowTool
+
+TOOL_SET = replace(single(WorkflowTool), params_model=lambda: SubagentParams)
+
+__all__ = ["TOOL_SET", "WorkflowAction", "WorkflowObservation", "WorkflowTool"]
