@@ -119,6 +119,14 @@ class SleeptimeComputeTool(Tool):
         text = answer.text.strip()[:MAX_MEMORY_CHARS]
         if not text:
             raise RuntimeError("the model returned an empty memory file")
-        await run_in_thread(lambda: files.write_text(target, text + "\n", root=root))
+
+        def write() -> None:
+            files.make_parents(target, root)
+            files.write_text(target, text + "\n", root=root)
+
+        try:
+            await run_in_thread(write)
+        except files.Refusal as exc:
+            raise RuntimeError(str(exc)) from None
         self.completed += 1
         return f"wrote {files.shown(root, target)} ({len(text)} characters, {answer.model})"
