@@ -7,6 +7,10 @@ grep_100k_files_ms: grep over a generated tree of 100,000 small files (1,000 dir
 one (every file matches, so the cap and the count of the rest do the work). glob_100k_files_ms:
 `**/*.py` over the same tree. apply_patch_50_hunks_ms: one patch of 50 hunks across 20 files
 of 400 lines, applied (and the files restored between runs); median of 5.
+subagent_round_trip_ms: a real server (subprocess) and the scripted LLM server; a conversation
+calls `task`, its child conversation finishes at once, the parent finishes: median of 10 of
+the whole round trip, of starting the child (from the LLM's task call to the child's first
+LLM request) and of returning (from the child's finish to the parent's next LLM request).
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from typing import Any
 # This file is named tools.py: run as a script, its directory would hide the tools package.
 if sys.path and Path(sys.path[0]).resolve() == Path(__file__).resolve().parent:
     sys.path.pop(0)
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tools.apply_patch import ApplyPatchAction, ApplyPatchTool
 from tools.base import Observation, ToolContext
@@ -75,6 +80,47 @@ def make_patch_files(root: Path) -> tuple[str, dict[Path, str]]:
     return "*** Begin Patch\n" + "\n".join(sections) + "\n*** End Patch\n", originals
 
 
+def subagent_round_trips(root: Path, runs: int = 10) -> dict[str, float]:
+    from tests.support.api import events, wait_status
+    from tests.support.llm import ScriptedLLM, call
+    from tests.support.server import ServerProcess
+
+    llm = ScriptedLLM().start()
+    server = ServerProcess(root / "server-state").start()
+    totals, starts, returns = [], [], []
+    try:
+        with server.client() as client:
+            for i in range(runs + 1):  # the first warms litellm up and is not counted
+                key = f"sub{i}"
+                llm.script(key, call("task", prompt="answer 42"), call("finish", message="42"),
+                           call("finish", message="the child said 42"))
+                started = time.perf_counter()
+                r = client.post("/api/conversations", json={
+                    "agent": {"llm": {"model": "openai/test-model", "base_url": llm.base_url(key),
+                                      "api_key": "sk-bench"}, "tools": [{"name": "task"}]},
+                    "workspace": {"working_dir": str(root / "ws")},
+                    "initial_message": {"content": [{"type": "text", "text": "go"}],
+                                        "run": True}})
+                assert r.status_code == 201, r.text
+                cid = r.json()["id"]
+                assert wait_status(client, cid) == "finished"
+                total = (time.perf_counter() - started) * 1000
+                obs = events(client, cid, "ObservationEvent")[0]
+                assert obs["observation"]["status"] == "completed", obs
+                (_, task_answered), (child_asked, child_answered), (parent_asked, _) = \
+                    llm.timings[key][:3]
+                if i:
+                    totals.append(total)
+                    starts.append((child_asked - task_answered) * 1000)
+                    returns.append((parent_asked - child_answered) * 1000)
+    finally:
+        server.stop()
+        llm.stop()
+    return {"round_trip": round(statistics.median(totals), 1),
+            "start_child": round(statistics.median(starts), 1),
+            "return_result": round(statistics.median(returns), 1)}
+
+
 async def main() -> dict[str, Any]:
     out: dict[str, Any] = {"ripgrep": shutil.which("rg") is not None}
     with tempfile.TemporaryDirectory() as tmp:
@@ -114,6 +160,8 @@ async def main() -> dict[str, Any]:
             times.append((time.perf_counter() - start) * 1000)
             assert not obs.is_error, obs.text
         out["apply_patch_50_hunks_20_files_ms"] = round(statistics.median(times), 1)
+        (root / "ws").mkdir()
+        out["subagent_round_trip_ms"] = await asyncio.to_thread(subagent_round_trips, root)
     return out
 
 

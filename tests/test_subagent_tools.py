@@ -357,3 +357,26 @@ async def test_without_the_seam_the_model_hears_why(tmp_path: Path) -> None:
     tool = TaskTool(ToolContext("c", working_dir=tmp_path, state_dir=tmp_path), {})
     with pytest.raises(ToolError, match="not available"):
         await tool.run(TaskTool.parse({"prompt": "x"}))
+
+
+# -- end to end: the real server, litellm and the scripted LLM server --------------------------
+
+
+def test_task_round_trip_through_litellm(client: Any, llm: Any, key: str, workspace: Path) -> None:
+    from tests.conftest import create as create_e2e
+    from tests.support.api import events as events_e2e
+    from tests.support.api import wait_status as wait_e2e
+    from tests.support.llm import call
+
+    # The child inherits its parent's LLM, so one script serves both, in call order.
+    llm.script(key, call("task", prompt="say hello", description="greet"),
+               call("finish", message="hello from the child"),
+               call("finish", message="the child said hello"))
+    conv = create_e2e(client, llm, key, workspace, tools=["task"], message="go", run=True)
+    assert wait_e2e(client, conv["id"]) == "finished"
+    obs = events_e2e(client, conv["id"], "ObservationEvent")[0]
+    assert obs["observation"]["kind"] == "TaskObservation"
+    assert "hello from the child" in text_of(obs)
+    child = client.get(f"/api/conversations/{obs['observation']['task_id']}").json()
+    assert child["parent_conversation_id"] == conv["id"] and child["execution_status"] == "finished"
+    assert child["agent"]["llm"]["api_key"] == "**********"
