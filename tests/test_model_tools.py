@@ -195,6 +195,7 @@ def test_sleeptime_writes_the_memory_file_when_idle(tmp_path: Path, workspace: P
     model = ScriptedModel([
         tool_call("sleeptime_compute", focus="the build commands"),
         tool_call("sleeptime_compute"),  # already scheduled
+        tool_call("sleeptime_compute", focus="x" * 3000),  # bad: too long
         finish("all done"),
         Scripted(content="# Memory\n- build with `make`"),  # the reflection, once idle
     ])
@@ -209,6 +210,7 @@ def test_sleeptime_writes_the_memory_file_when_idle(tmp_path: Path, workspace: P
         assert obs[0]["observation"]["kind"] == "SleeptimeComputeObservation"
         assert "docs/MEMORY.md" in obs[0]["observation"]["message"]
         assert "already scheduled" in text_of(obs[1])
+        assert obs[2]["kind"] == "AgentErrorEvent" and "focus" in text_of(obs[2])
         reflection = json.dumps(model.requests[-1])
         assert "the build commands" in reflection and "sleeptime_compute" in reflection
         done = wait_for(lambda: [e for e in events(client, conv["id"], "ConversationStateUpdateEvent")
@@ -236,3 +238,37 @@ def test_every_tool_is_listed_and_prompted(tmp_path: Path, workspace: Path) -> N
                                                         {"name": "inspect_image_with_vision"}]},
             "workspace": {"working_dir": str(workspace)}})
         assert r.status_code == 201, r.text
+
+
+async def test_vision_reads_the_last_browser_screenshot(tmp_path: Path) -> None:
+    from tools.base import ToolContext
+    from tools.conversation import Answer, ProfileInfo
+    from tools.models import VisionInspectAction
+    from tools.models.vision_inspect import VisionInspectTool
+
+    class Eyes:
+        asked: list[Any] = []
+
+        def profiles(self) -> list[ProfileInfo]:
+            return [ProfileInfo("text", "m1", vision=False), ProfileInfo("eyes", "m2", vision=True)]
+
+        async def supports_vision(self, name: str) -> bool:
+            return name == "eyes"
+
+        async def ask(self, name: str | None, messages: list[dict[str, Any]]) -> Answer:
+            self.asked.append((name, messages))
+            return Answer("a login form", "m2")
+
+    shots = tmp_path / "state" / "browser"
+    shots.mkdir(parents=True)
+    (shots / "screenshot-1.png").write_bytes(b"not png")
+    (shots / "screenshot-2.png").write_bytes(PNG)
+    import os
+    os.utime(shots / "screenshot-1.png", (1, 1))
+    eyes = Eyes()
+    ctx = ToolContext("c", working_dir=tmp_path, state_dir=tmp_path / "state", models=eyes)  # type: ignore[arg-type]
+    tool = VisionInspectTool(ctx, {})
+    obs = await tool.run(VisionInspectAction(question="what page?", screenshot=True))
+    assert obs.text == "a login form" and eyes.asked[0][0] == "eyes"
+    url = eyes.asked[0][1][1]["content"][1]["image_url"]["url"]
+    assert url == "data:image/png;base64," + base64.b64encode(PNG).decode()
