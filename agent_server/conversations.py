@@ -455,7 +455,10 @@ class ConversationService:
     async def close(self, flush: Callable[[], Awaitable[None]] | None = None) -> None:
         """Stop every run (marking it paused, since `run` continues it), let `flush` deliver
         what the logs hold (the webhook), then close the logs."""
-        convs = list(self._items.values())
+        # Top-level conversations first: stopping one interrupts the sub-agents it waits on,
+        # instead of a sub-agent ending first and its parent taking one more step.
+        convs = sorted(self._items.values(),
+                       key=lambda c: c.record.parent_conversation_id is not None)
         for conv in convs:
             was_running = conv.running
             await conv.stop()
