@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from agent_server.agent.model import Scripted, ScriptedModel
-from tests.support.inprocess import (
+from tests.support.scripted_client import (
     app_client,
     create,
     events,

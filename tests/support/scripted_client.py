@@ -1,4 +1,4 @@
-"""The server in-process: build_app with a ScriptedModel, driven by Starlette's TestClient.
+"""The server in-process behind Starlette's (synchronous) TestClient, with a ScriptedModel.
 
 No socket, no litellm: the loop, the tools, the log and the routes run as they do in the
 server, and the model answers from a script (agent_server.agent.model.ScriptedModel).
