@@ -135,3 +135,29 @@ async def events(conv: Conversation, kind: type[Event] | None = None) -> list[An
     await log.drain()
     parsed = [parse_event(line) for line in log.read(range(len(log)))]
     return [e for e in parsed if kind is None or isinstance(e, kind)]
+
+
+class GatedModel(ScriptedModel):
+    """A ScriptedModel that holds each answer until the test opens `gate`: `waiting` is set
+    while a request is held, so a test acts exactly while the model is being asked."""
+
+    def __init__(self, *args: Any, **kw: Any) -> None:
+        super().__init__(*args, **kw)
+        self.gate = asyncio.Event()
+        self.waiting = asyncio.Event()
+
+    async def complete(self, *args: Any, **kw: Any) -> Any:
+        self.waiting.set()
+        await self.gate.wait()
+        return await super().complete(*args, **kw)
+
+
+async def new_conversation(srv: InProcess, workspace: Path, tools: Iterable[str] = (),
+                           **extra: Any) -> Conversation:
+    """A conversation made through the service (not HTTP), for the core's own tests."""
+    from agent_server.record import CreateConversation
+
+    request = CreateConversation.model_validate(create_body(workspace, tools, **extra))
+    conv, created = await srv.services.conversations.create(request)
+    assert created
+    return conv
