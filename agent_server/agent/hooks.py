@@ -9,6 +9,7 @@ block. Every run becomes a HookExecutionEvent.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -19,7 +20,8 @@ from typing import Any
 
 from agent_server.events import HookExecutionEvent
 from agent_server.agent.spec import HookConfig
-from agent_server.workspace import child_env
+from agent_server.workspace import TAG_VARIABLE, child_env
+from tools.terminal.processes import kill_all
 
 #: Bytes of stdout and stderr kept from a hook (the rest is cut with a note).
 OUTPUT_LIMIT = 16 * 1024
@@ -52,9 +54,10 @@ async def _read_capped(stream: asyncio.StreamReader) -> str:
 async def _run_one(command: str, timeout: float, payload: dict[str, Any], cwd: str,
                    env: dict[str, str]) -> tuple[int, str, str, str | None]:
     """(exit code, stdout, stderr, error) of one hook command; never raises for its failures."""
+    tag = os.urandom(8).hex()
     try:
         proc = await asyncio.create_subprocess_shell(
-            command, cwd=cwd, env=env, start_new_session=True,
+            command, cwd=cwd, env={**env, TAG_VARIABLE: tag}, start_new_session=True,
             stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
         )
@@ -85,6 +88,12 @@ async def _run_one(command: str, timeout: float, payload: dict[str, Any], cwd: s
         if isinstance(exc, asyncio.CancelledError):
             raise
         return -1, "", "", f"timed out after {timeout:g}s"
+    finally:
+        # Found by tests/agent/test_hooks.py: a hook that exits after starting a background
+        # process (in its group, or daemonised into a new session) left it running for good.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        await asyncio.to_thread(kill_all, proc.pid, f"{TAG_VARIABLE}={tag}".encode())
     return proc.returncode or 0, out, err, None
 
 
