@@ -7,11 +7,15 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 
 from tests.conftest import create
 from tests.support.api import events, send, status, tool_names, wait_status
 from tests.support.llm import Reply, ScriptedLLM, call, calls, error, text
 from tests.support.server import wait_for
+
+# A server subprocess (or another process, a restart, SIGKILL, Chromium, Docker tools).
+pytestmark = pytest.mark.e2e
 
 
 def test_runs_to_finish_with_real_tool_effects(client: httpx.Client, llm: ScriptedLLM, key: str,

@@ -20,6 +20,9 @@ from tests.conftest import create
 from tests.support.llm import ScriptedLLM
 from tests.support.server import KEY, ServerProcess
 
+# A server subprocess (or another process, a restart, SIGKILL, Chromium, Docker tools).
+pytestmark = pytest.mark.e2e
+
 HEADER = "X-Session-API-Key"
 
 

@@ -14,6 +14,9 @@ from tests.conftest import create
 from tests.support.api import events, wait_status
 from tests.support.llm import ScriptedLLM, call
 
+# A server subprocess (or another process, a restart, SIGKILL, Chromium, Docker tools).
+pytestmark = pytest.mark.e2e
+
 PAGE = b"""<html><head><title>Release notes</title></head><body>
 <h1>Version 2.4</h1><p>The frobnicator now supports widgets.</p>
 <a href="/next">Next page</a></body></html>"""

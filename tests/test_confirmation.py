@@ -19,6 +19,9 @@ from tests.support.api import events, send, status, wait_status
 from tests.support.llm import Reply, ScriptedLLM, call, calls, text
 from tests.support.server import ServerProcess
 
+# A server subprocess (or another process, a restart, SIGKILL, Chromium, Docker tools).
+pytestmark = pytest.mark.e2e
+
 SUPERSEDED = "superseded by a new user message"
 
 

@@ -12,9 +12,13 @@ import sys
 from pathlib import Path
 
 import httpx
+import pytest
 
 from tests.support.llm import free_port
 from tests.support.server import wait_for
+
+# A server subprocess (or another process, a restart, SIGKILL, Chromium, Docker tools).
+pytestmark = pytest.mark.e2e
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCKERFILE = ROOT / "sandbox.Dockerfile"

@@ -20,6 +20,9 @@ from tests.support.api import events, send, status, wait_status
 from tests.support.llm import Reply, ScriptedLLM, call, text
 from tests.support.server import ServerProcess, wait_for
 
+# A server subprocess (or another process, a restart, SIGKILL, Chromium, Docker tools).
+pytestmark = pytest.mark.e2e
+
 HOOK_TYPES = ("PreToolUse", "PostToolUse", "UserPromptSubmit", "SessionStart", "SessionEnd", "Stop")
 #: Every field SPEC 6.2 gives a HookExecutionEvent, and the common ones of 6.1.
 FIELDS = {"id", "timestamp", "source", "parent_id", "kind", "hook_event_type", "hook_command",

@@ -12,6 +12,9 @@ from agent_server.app import ROUTES
 from agent_server.events import KIND_NAMES
 from tests.support.server import ServerProcess
 
+# A server subprocess (or another process, a restart, SIGKILL, Chromium, Docker tools).
+pytestmark = pytest.mark.e2e
+
 
 def route_methods() -> dict[str, set[str]]:
     found: dict[str, set[str]] = {}

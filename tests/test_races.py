@@ -7,11 +7,15 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 
 from tests.conftest import create
 from tests.support.api import events, wait_status
 from tests.support.llm import Reply, ScriptedLLM, call, text
 from tests.support.server import ServerProcess, wait_for
+
+# A server subprocess (or another process, a restart, SIGKILL, Chromium, Docker tools).
+pytestmark = pytest.mark.e2e
 
 
 def test_a_message_sent_while_the_model_answers_is_answered_too(

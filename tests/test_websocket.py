@@ -26,6 +26,9 @@ from tests.conftest import agent_spec
 from tests.support.llm import Reply, ScriptedLLM, call
 from tests.support.server import KEY, ServerProcess
 
+# A server subprocess (or another process, a restart, SIGKILL, Chromium, Docker tools).
+pytestmark = pytest.mark.e2e
+
 LIMITS = {
     "AGENT_SERVER_WS_AUTH_TIMEOUT": "1",
     "AGENT_SERVER_WS_MAX_SUBSCRIBERS": "55",
