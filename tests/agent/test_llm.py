@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from agent_server.agent import llm as llm_module
-from agent_server.agent.llm import LLMFailure, backoff
+from agent_server.agent.llm import BACKOFF, LLMFailure
 from agent_server.agent.spec import LLMConfig
 from tests.support.llm import ScriptedLLM, call, error, free_port, text
 
@@ -103,9 +103,9 @@ async def test_a_refused_connection_is_retried_then_fails() -> None:
     assert len(sleeps) == 2
 
 
-def test_backoff_bounds() -> None:
-    assert backoff(1, 7.5) == 7.5
-    assert backoff(1, 10_000) == 120.0  # a Retry-After is capped
-    assert backoff(1, -3) == 0.0  # a date in the past
+def test_the_llm_backoff_bounds() -> None:
+    assert BACKOFF.wait(1, 7.5) == 7.5
+    assert BACKOFF.wait(1, 10_000) == 120.0  # a Retry-After is capped
+    assert BACKOFF.wait(1, -3) == 0.0  # a date in the past
     for attempt in range(1, 12):
-        assert 0.5 <= backoff(attempt, None) <= min(30.0, 2 ** (attempt - 1))
+        assert 0.5 <= BACKOFF.wait(attempt, None) <= min(30.0, 2 ** (attempt - 1))

@@ -22,7 +22,7 @@ from agent_server.events import (
     StreamingDeltaEvent,
 )
 from agent_server.record import SendMessage
-from agent_server.secrets import MASK, Masker
+from core.masking import MASK, Masker
 from tests.support.inprocess import InProcess, events, new_conversation, run_ends
 
 THINK = ("think", '{"thought": "let me think"}')
