@@ -109,7 +109,7 @@ def test_entrypoint_serves_with_the_key_and_passes_the_healthcheck(tmp_path: Pat
         assert (state / "conversations").is_dir()
     finally:
         proc.terminate()
-        proc.wait(20)
+        proc.communicate(timeout=20)  # reads and closes its output pipe, unlike wait()
 
 
 def _ok(url: str) -> bool:
