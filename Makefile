@@ -18,10 +18,13 @@ $(TEST_STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/pip install -q -e '.[test]'
 	touch $@ $(STAMP)
 
-# What the tests need from the system: bash, git, and Chromium for the browser tool.
+# What the tests need from the system: bash, git, Chromium for the browser tool and ripgrep
+# for grep (command:package pairs).
 system-deps:
 	@missing=""; \
-	for cmd in bash git chromium; do command -v $$cmd >/dev/null 2>&1 || missing="$$missing $$cmd"; done; \
+	for pair in bash:bash git:git chromium:chromium rg:ripgrep; do \
+		command -v $${pair%%:*} >/dev/null 2>&1 || missing="$$missing $${pair#*:}"; \
+	done; \
 	if [ -n "$$missing" ]; then \
 		echo "installing:$$missing"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
