@@ -132,3 +132,16 @@ async def test_the_handler_answers_each_kind(client: httpx.AsyncClient) -> None:
         assert (r.status_code, r.json(), r.headers["allow"]) == (405, {"detail": "no"}, "GET")
         r = await client.get("/bug")
         assert (r.status_code, r.json()) == (500, {"detail": "Internal server error"})
+
+
+def test_every_upstream_failure_is_an_upstream_error() -> None:
+    from agent_server.agent.llm import LLMFailure
+    from agent_server.agent.mcp import MCPServerError
+    from agent_server.errors import UpstreamError
+    from agent_server.git import GitFailed
+    from agent_server.repository import CloneFailed
+
+    for failure in (LLMFailure("RateLimitError", "slow down"), MCPServerError("X", "gone"),
+                    CloneFailed("no such repository"), GitFailed(["status"], 128, "bad")):
+        assert isinstance(failure, UpstreamError)
+        assert failure.code and failure.detail
