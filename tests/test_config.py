@@ -23,6 +23,9 @@ from tests.conftest import agent_spec
 from tests.support.llm import ScriptedLLM, free_port
 from tests.support.server import KEY, wait_for
 
+# A server subprocess (or another process, a restart, SIGKILL, Chromium, Docker tools).
+pytestmark = pytest.mark.e2e
+
 HEADER = "X-Session-API-Key"
 #: One request-log line: method, path, status, milliseconds (agent_server.access).
 ACCESS = re.compile(r"agent_server\.access: (\S+) (\S+) (\d{3}) (\d+(?:\.\d+)?)ms$")

@@ -15,6 +15,9 @@ from tests.conftest import agent_spec, create
 from tests.support.api import events, wait_status
 from tests.support.llm import Reply, ScriptedLLM, call
 
+# A server subprocess (or another process, a restart, SIGKILL, Chromium, Docker tools).
+pytestmark = pytest.mark.e2e
+
 NEW_TOOLS = ["apply_patch", "glob", "grep", "list_directory", "read_file", "write_file", "edit",
              "planning_file_editor"]
 

@@ -201,6 +201,7 @@ def test_deleting_the_parent_stops_its_child(tmp_path: Path, workspace: Path) ->
         assert client.get(f"/api/conversations/{child_id}").status_code == 200
 
 
+@pytest.mark.e2e  # runs bash
 def test_children_inherit_secrets_masked(tmp_path: Path, workspace: Path) -> None:
     secret = "sk-live-very-secret-value"
     model = ScriptedModel([
@@ -246,6 +247,7 @@ def test_delegate_runs_named_subagents_in_parallel(tmp_path: Path, workspace: Pa
         assert obs[3]["kind"] == "AgentErrorEvent" and "needs `ids`" in text_of(obs[3])
 
 
+@pytest.mark.e2e  # runs bash
 def test_workflow_reports_each_step(tmp_path: Path, workspace: Path) -> None:
     flows = workspace / ".agents" / "workflows"
     flows.mkdir(parents=True)
@@ -362,6 +364,7 @@ async def test_without_the_seam_the_model_hears_why(tmp_path: Path) -> None:
 # -- end to end: the real server, litellm and the scripted LLM server --------------------------
 
 
+@pytest.mark.e2e  # a server process and the scripted LLM server
 def test_task_round_trip_through_litellm(client: Any, llm: Any, key: str, workspace: Path) -> None:
     from tests.conftest import create as create_e2e
     from tests.support.api import events as events_e2e
