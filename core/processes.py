@@ -78,18 +78,29 @@ class ProcessInfo:
 def list_processes() -> list[ProcessInfo]:
     """Every process /proc shows now; one that ends while being read is left out."""
     found = []
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry.name}/stat").read_bytes()
-        except OSError:
-            continue
-        # The command name (in parentheses) may hold spaces and parentheses: split after it.
-        state, ppid, pgid, session = stat[stat.rfind(b")") + 2:].split()[:4]
-        found.append(ProcessInfo(int(entry.name), state.decode(), int(ppid), int(pgid),
-                                 int(session)))
+    with os.scandir("/proc") as entries:
+        for entry in entries:
+            if not entry.name.isdigit():
+                continue
+            try:
+                stat = Path(f"/proc/{entry.name}/stat").read_bytes()
+            except OSError:
+                continue
+            info = parse_stat(int(entry.name), stat)
+            if info is not None:
+                found.append(info)
     return found
+
+
+def parse_stat(pid: int, stat: bytes) -> ProcessInfo | None:
+    """A /proc/PID/stat line; None when it is empty or cut short (the process ended while it
+    was read). The command name (in parentheses) may hold spaces and parentheses: the fields
+    are split after its last parenthesis."""
+    fields = stat[stat.rfind(b")") + 2:].split()[:4]
+    if len(fields) < 4:
+        return None
+    state, ppid, pgid, session = fields
+    return ProcessInfo(pid, state.decode(), int(ppid), int(pgid), int(session))
 
 
 def find_process(argument: str) -> int | None:

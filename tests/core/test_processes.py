@@ -135,3 +135,12 @@ def test_the_proc_scanner_finds_a_process_and_its_group() -> None:
         child.kill()
         child.wait()
     assert find_process(marker) is None and group_members(child.pid) == []
+
+
+def test_a_stat_file_read_as_its_process_ends_is_skipped_not_an_error() -> None:
+    from core.processes import parse_stat
+
+    assert parse_stat(7, b"") is None
+    assert parse_stat(7, b"7 (sh) S 1") is None
+    info = parse_stat(7, b"7 (a (weird) name) S 1 7 7 0 -1")
+    assert info is not None and (info.state, info.ppid, info.pgid, info.session) == ("S", 1, 7, 7)
