@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import json
 import logging
+import os
 import sys
+from pathlib import Path
 
 from pydantic import ValidationError
 
@@ -22,7 +25,23 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--log-level", help="log level (AGENT_SERVER_LOG_LEVEL, default info)")
     parser.add_argument("--working-dir", help="default workspace (AGENT_SERVER_WORKING_DIR)")
     parser.add_argument("--webhook-url", help="control plane webhook base (AGENT_SERVER_WEBHOOK_URL)")
+    parser.add_argument("--ready-file", help='once serving, {"port", "pid"} is written there '
+                        "atomically (AGENT_SERVER_READY_FILE); tells a supervisor the bound port")
     return parser.parse_args(argv)
+
+
+def ready_file(argv: list[str] | None = None) -> Path | None:
+    """--ready-file or AGENT_SERVER_READY_FILE; kept out of Config: it is the launcher's concern."""
+    value = parse_args(argv).ready_file or os.environ.get("AGENT_SERVER_READY_FILE")
+    return Path(value).expanduser().absolute() if value else None
+
+
+def write_ready_file(path: Path, port: int) -> None:
+    """Written to a temporary name and renamed, so a reader never sees half of it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    temporary.write_text(json.dumps({"port": port, "pid": os.getpid()}))
+    os.replace(temporary, path)
 
 
 def load_config(argv: list[str] | None = None) -> Config:
@@ -66,7 +85,7 @@ def main(argv: list[str] | None = None) -> None:
     except ValidationError as exc:  # e.g. a malformed AGENT_SERVER_WEBHOOK_* or _WS_* variable
         print(f"agent-server: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
-    uvicorn.run(
+    uvicorn_config = uvicorn.Config(
         app,
         host=config.host,
         port=config.port,
@@ -78,6 +97,16 @@ def main(argv: list[str] | None = None) -> None:
         ws_ping_interval=20.0,  # dead websocket peers are noticed within about 40 s
         ws_ping_timeout=20.0,
     )
+    ready_path = ready_file(argv)
+
+    class Server(uvicorn.Server):
+        async def startup(self, sockets: list | None = None) -> None:  # type: ignore[type-arg]
+            await super().startup(sockets)
+            if ready_path is not None and self.started:
+                # With --port 0 the OS picks the port: only the bound socket knows it.
+                write_ready_file(ready_path, self.servers[0].sockets[0].getsockname()[1])
+
+    Server(uvicorn_config).run()
 
 
 if __name__ == "__main__":
