@@ -1,0 +1,224 @@
+"""The process provider: each sandbox is an `agent-server` child in its own process group.
+
+The child listens on a loopback port the OS picks and reports it in a ready file
+(`--ready-file`); it has its own state and working directory, its own session key and the
+control plane's webhook address. Pause and resume are SIGSTOP and SIGCONT of the group; destroy
+is SIGTERM, SIGKILL after a grace period, then the workspace archived and the directory removed.
+Children are started in a new session so they outlive a control plane that is killed: the next
+one adopts them from the stored pid and start time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tarfile
+import time
+from pathlib import Path
+
+import httpx
+
+from control_plane.sandboxes import procfs
+from control_plane.sandboxes.provider import (
+    Handle,
+    Launch,
+    Liveness,
+    ProviderError,
+    SandboxProvider,
+    SandboxSpec,
+)
+
+logger = logging.getLogger(__name__)
+
+SPEC = SandboxSpec(id="process", description="an agent-server child process on this machine, "
+                   "in its own process group, sharing the host's tools (bash, git, Chromium)")
+READY_FILE = "ready.json"
+LOG_FILE = "agent-server.log"
+#: The control plane's own settings never reach a sandbox (its database, its secret key).
+_WITHHELD_PREFIXES = ("CONTROL_PLANE_", "AGENT_SERVER_", "SESSION_API_KEY")
+
+
+def child_env(launch: Launch) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(_WITHHELD_PREFIXES)}
+    env.update({
+        "SESSION_API_KEY": launch.session_api_key,
+        "AGENT_SERVER_HOST": "127.0.0.1",
+        "AGENT_SERVER_PORT": "0",
+        "AGENT_SERVER_STATE_DIR": str(launch.root_dir / "state"),
+        "AGENT_SERVER_WORKING_DIR": str(launch.workspace),
+        "AGENT_SERVER_READY_FILE": str(launch.root_dir / READY_FILE),
+        "AGENT_SERVER_WEBHOOK_URL": launch.webhook_url,
+        "AGENT_SERVER_LOG_LEVEL": "warning",
+    })
+    return env
+
+
+class ProcessProvider(SandboxProvider):
+    def __init__(self, archive_dir: Path, *, start_timeout: float = 60.0, stop_grace: float = 5.0,
+                 transport: httpx.AsyncBaseTransport | None = None) -> None:
+        self.archive_dir = archive_dir
+        self.start_timeout = start_timeout
+        self.stop_grace = stop_grace
+        self._http = httpx.AsyncClient(timeout=2.0, transport=transport)
+        #: Children started by this process: polled so they never linger as zombies.
+        self._children: dict[int, subprocess.Popen[bytes]] = {}
+
+    def specs(self) -> list[SandboxSpec]:
+        return [SPEC]
+
+    async def create(self, launch: Launch) -> Handle:
+        if launch.spec_id != SPEC.id:
+            raise ProviderError(f"unknown sandbox spec {launch.spec_id!r}")
+        (launch.root_dir / "state").mkdir(parents=True, exist_ok=True, mode=0o700)
+        launch.workspace.mkdir(parents=True, exist_ok=True)
+        ready = launch.root_dir / READY_FILE
+        ready.unlink(missing_ok=True)
+        with open(launch.root_dir / LOG_FILE, "ab") as log:  # the child keeps its own handle
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "agent_server"], env=child_env(launch),
+                cwd=launch.workspace, stdin=subprocess.DEVNULL, stdout=log,
+                stderr=subprocess.STDOUT, start_new_session=True,
+            )
+        self._children[proc.pid] = proc
+        try:
+            port = await self._wait_ready(proc, ready, launch.root_dir / LOG_FILE)
+            started = procfs.start_time(proc.pid)
+            if started is None:
+                raise ProviderError("the agent server exited right after starting")
+            handle = Handle(pid=proc.pid, pid_start_time=started, port=port)
+            await self._wait_alive(proc, handle)
+            return handle
+        except BaseException:
+            self._kill_now(proc)
+            raise
+
+    async def _wait_ready(self, proc: subprocess.Popen[bytes], ready: Path, log: Path) -> int:
+        deadline = time.monotonic() + self.start_timeout
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise ProviderError(f"the agent server exited with status {proc.returncode}: "
+                                    f"{_tail(log)}")
+            try:
+                data = json.loads(ready.read_text())
+                if data.get("pid") == proc.pid:
+                    return int(data["port"])
+            except (OSError, ValueError, KeyError, TypeError):
+                pass
+            await asyncio.sleep(0.01)
+        raise ProviderError(f"the agent server did not start within {self.start_timeout:g} s")
+
+    async def _wait_alive(self, proc: subprocess.Popen[bytes], handle: Handle) -> None:
+        deadline = time.monotonic() + self.start_timeout
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise ProviderError(f"the agent server exited with status {proc.returncode}")
+            if await self._alive(handle):
+                return
+            await asyncio.sleep(0.02)
+        raise ProviderError(f"the agent server did not answer /alive within {self.start_timeout:g} s")
+
+    async def _alive(self, handle: Handle) -> bool:
+        try:
+            response = await self._http.get(self.url(handle) + "/alive")
+            return response.status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    async def recover(self, launch: Launch) -> Handle | None:
+        """The child named in the ready file, if it is still there and really ours."""
+        try:
+            data = json.loads((launch.root_dir / READY_FILE).read_text())
+            pid, port = int(data["pid"]), int(data["port"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+        marker = f"AGENT_SERVER_READY_FILE={launch.root_dir / READY_FILE}".encode()
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as handle:
+                if marker not in handle.read().split(b"\0"):
+                    return None  # a reused pid
+        except OSError:
+            return None
+        started = procfs.start_time(pid)
+        return None if started is None else Handle(pid=pid, pid_start_time=started, port=port)
+
+    def _reap(self, pid: int) -> None:
+        proc = self._children.get(pid)
+        if proc is not None and proc.poll() is not None:
+            del self._children[pid]
+
+    async def inspect(self, handle: Handle) -> Liveness:
+        self._reap(handle.pid)
+        if not procfs.is_ours(handle.pid, handle.pid_start_time):
+            return Liveness.GONE
+        if procfs.state(handle.pid) == "T":
+            return Liveness.STOPPED
+        return Liveness.ALIVE if await self._alive(handle) else Liveness.UNRESPONSIVE
+
+    async def pause(self, handle: Handle) -> None:
+        self._signal(handle, signal.SIGSTOP)
+
+    async def resume(self, handle: Handle) -> None:
+        self._signal(handle, signal.SIGCONT)
+        deadline = time.monotonic() + self.start_timeout
+        while not await self._alive(handle):
+            if time.monotonic() > deadline or not procfs.is_ours(handle.pid, handle.pid_start_time):
+                raise ProviderError("the agent server did not answer after resuming")
+            await asyncio.sleep(0.02)
+
+    def _signal(self, handle: Handle, sig: signal.Signals) -> None:
+        if not procfs.is_ours(handle.pid, handle.pid_start_time) or not procfs.signal_group(handle.pid, sig):
+            raise ProviderError("the sandbox's process is gone")
+
+    async def destroy(self, sandbox_id: str, handle: Handle | None, root_dir: Path) -> Path | None:
+        if handle is not None and procfs.is_ours(handle.pid, handle.pid_start_time):
+            # A stopped group only acts on SIGTERM once continued.
+            procfs.signal_group(handle.pid, signal.SIGCONT)
+            procfs.signal_group(handle.pid, signal.SIGTERM)
+            deadline = time.monotonic() + self.stop_grace
+            while time.monotonic() < deadline:
+                self._reap(handle.pid)
+                if not procfs.is_ours(handle.pid, handle.pid_start_time):
+                    break
+                await asyncio.sleep(0.02)
+            # Whatever is left of the group (the server, or shells it left behind) goes now.
+            procfs.signal_group(handle.pid, signal.SIGKILL)
+            self._reap(handle.pid)
+        return await asyncio.to_thread(self._archive_and_remove, sandbox_id, root_dir)
+
+    def _archive_and_remove(self, sandbox_id: str, root_dir: Path) -> Path | None:
+        archive: Path | None = None
+        workspace = root_dir / "workspace"
+        if workspace.is_dir():
+            self.archive_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+            archive = self.archive_dir / f"{sandbox_id}.tar.gz"
+            partial = archive.with_suffix(".partial")
+            with tarfile.open(partial, "w:gz") as tar:
+                tar.add(workspace, arcname=sandbox_id)
+            os.chmod(partial, 0o600)
+            os.replace(partial, archive)
+        shutil.rmtree(root_dir, ignore_errors=True)
+        return archive
+
+    def _kill_now(self, proc: subprocess.Popen[bytes]) -> None:
+        procfs.signal_group(proc.pid, signal.SIGKILL)
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            pass
+        self._children.pop(proc.pid, None)
+
+    async def close(self) -> None:
+        await self._http.aclose()
+
+
+def _tail(log: Path, size: int = 2000) -> str:
+    try:
+        return log.read_bytes()[-size:].decode(errors="replace").strip()
+    except OSError:
+        return "(no log)"
