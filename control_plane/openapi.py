@@ -4,7 +4,6 @@ under `webhooks` (SPEC 4.5, 9: interface version 0.0.1)."""
 from __future__ import annotations
 
 import re
-from functools import lru_cache
 from typing import Any
 
 from pydantic import TypeAdapter
@@ -122,6 +121,12 @@ def build(routes: list[BaseRoute]) -> dict[str, Any]:
     }
 
 
-@lru_cache(maxsize=1)
-def cached(routes: tuple[BaseRoute, ...]) -> dict[str, Any]:
-    return build(list(routes))
+_built: dict[int, dict[str, Any]] = {}
+
+
+def cached(routes: list[BaseRoute]) -> dict[str, Any]:
+    """Built once per route table: the event schema alone is large."""
+    key = id(routes)
+    if key not in _built:
+        _built[key] = build(routes)
+    return _built[key]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from starlette.requests import Request
@@ -19,6 +19,7 @@ from control_plane.store import conversations, sandboxes, tasks
 from control_plane.store.conversations import ConversationRow, Filters
 from control_plane.store.tasks import TaskRow
 
+M = TypeVar("M", bound=BaseModel)
 #: The largest page of a search (SPEC 8 leaves it open; this is the documented limit).
 MAX_PAGE = 100
 TAG_KEY = r"^[a-z0-9_-]{1,50}$"
@@ -120,10 +121,13 @@ class DiffQuery(BaseModel):
     path: str | None = Field(default=None, min_length=1, max_length=4096)
 
 
-async def _owned(request: Request) -> ConversationRow:
+async def _owned(request: Request, model: type[M] | None = None) -> tuple[ConversationRow, M | None]:
+    """Auth, then input validation (422), then ownership (404)."""
     account = await user(request)
     conversation_id = path_uuid(request, "conversation_id")
-    return await services(request).conversations.owned(conversation_id, account.id)
+    params = None if model is None else query(request, model)
+    row = await services(request).conversations.owned(conversation_id, account.id)
+    return row, params
 
 
 @doc(summary="Start a conversation: answers at once with a start task", body=StartRequest,
@@ -191,7 +195,7 @@ async def count(request: Request) -> Response:
 @doc(summary="Send a follow-up message (a PAUSED sandbox is resumed first)", body=InitialMessage,
      response=Ack, errors=(404, 409, 410, 502))
 async def send_message(request: Request) -> Response:
-    row = await _owned(request)
+    row, _ = await _owned(request)
     message = await body(request, InitialMessage)
     await services(request).conversations.send_message(row, message.model_dump())
     return reply(Ack())
@@ -199,7 +203,7 @@ async def send_message(request: Request) -> Response:
 
 @doc(summary="Update title and tags", body=Patch, response=AppConversation, errors=(404,))
 async def patch(request: Request) -> Response:
-    row = await _owned(request)
+    row, _ = await _owned(request)
     change = await body(request, Patch)
     fields: dict[str, Any] = {k: getattr(change, k) for k in change.model_fields_set}
     svc = services(request)
@@ -209,7 +213,7 @@ async def patch(request: Request) -> Response:
 
 @doc(summary="Delete; the sandbox goes with its last conversation", response=Deleted, errors=(404,))
 async def delete(request: Request) -> Response:
-    row = await _owned(request)
+    row, _ = await _owned(request)
     removed = await services(request).conversations.delete(row)
     return reply(Deleted(sandbox_deleted=removed))
 
@@ -217,14 +221,14 @@ async def delete(request: Request) -> Response:
 @doc(summary="The trajectory (zip: events.jsonl, meta.json) from the control plane's own store",
      errors=(404,))
 async def download(request: Request) -> Response:
-    row = await _owned(request)
+    row, _ = await _owned(request)
     data = await services(request).conversations.download(row)
     return Response(data, media_type="application/zip", headers={
         "Content-Disposition": f'attachment; filename="conversation-{row.id}.zip"'})
 
 
-async def _inspect(request: Request, what: str, params: dict[str, str]) -> Response:
-    row = await _owned(request)
+async def _inspect(request: Request, row: ConversationRow, what: str,
+                   params: dict[str, str]) -> Response:
     raw = await services(request).conversations.inspect(row, what, params)
     return Response(raw.content, status_code=raw.status, media_type=raw.media_type)
 
@@ -232,27 +236,29 @@ async def _inspect(request: Request, what: str, params: dict[str, str]) -> Respo
 @doc(summary="A workspace file (read through the sandbox)", query=FileQuery,
      errors=(403, 404, 409, 410, 502))
 async def file(request: Request) -> Response:
-    params = query(request, FileQuery)
-    return await _inspect(request, "file", {"path": params.path})
+    row, params = await _owned(request, FileQuery)
+    assert params is not None
+    return await _inspect(request, row, "file", {"path": params.path})
 
 
 @doc(summary="Git changes of the workspace", errors=(404, 409, 410, 502))
 async def git_changes(request: Request) -> Response:
-    return await _inspect(request, "git/changes", {})
+    return await _inspect(request, (await _owned(request))[0], "git/changes", {})
 
 
 @doc(summary="The Git diff (one file with ?path=, else the whole diff)", query=DiffQuery,
      errors=(404, 409, 410, 502))
 async def git_diff(request: Request) -> Response:
-    params = query(request, DiffQuery)
-    return await _inspect(request, "git/diff", {"path": params.path} if params.path else {})
+    row, params = await _owned(request, DiffQuery)
+    assert params is not None
+    return await _inspect(request, row, "git/diff", {"path": params.path} if params.path else {})
 
 
 @doc(summary="Loaded skills", errors=(404, 409, 410, 502))
 async def skills(request: Request) -> Response:
-    return await _inspect(request, "skills", {})
+    return await _inspect(request, (await _owned(request))[0], "skills", {})
 
 
 @doc(summary="Configured hooks", errors=(404, 409, 410, 502))
 async def hooks(request: Request) -> Response:
-    return await _inspect(request, "hooks", {})
+    return await _inspect(request, (await _owned(request))[0], "hooks", {})

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from datetime import datetime, timezone
-from typing import Literal
+from typing import Literal, TypeVar
 
 from pydantic import BaseModel, Field, field_validator
 from starlette.requests import Request
@@ -17,6 +17,7 @@ from control_plane.api.paths import path_uuid
 from control_plane.store import events
 from control_plane.store.events import EventFilters
 
+M = TypeVar("M", bound=BaseModel)
 Source = Literal["agent", "user", "environment", "hook"]
 
 
@@ -59,18 +60,19 @@ class Count(BaseModel):
     count: int
 
 
-async def _conversation_id(request: Request) -> str:
+async def _conversation_id(request: Request, model: type[M]) -> tuple[str, M]:
+    """Auth, then input validation (422), then ownership (404)."""
     account = await user(request)
     conversation_id = path_uuid(request, "conversation_id")
+    params = query(request, model)
     await services(request).conversations.owned(conversation_id, account.id)
-    return conversation_id
+    return conversation_id, params
 
 
 @doc(summary="Search stored events (kind__eq, source__eq, timestamp range, sort_order, limit, page_id)",
      query=EventSearch, response=EventPage, errors=(404,))
 async def search(request: Request) -> Response:
-    conversation_id = await _conversation_id(request)
-    params = query(request, EventSearch)
+    conversation_id, params = await _conversation_id(request, EventSearch)
     bodies, following = await events.search(
         services(request).db, conversation_id, params.filters(),
         descending=params.sort_order == "TIMESTAMP_DESC", limit=params.limit,
@@ -83,8 +85,7 @@ async def search(request: Request) -> Response:
 
 @doc(summary="Count stored events", query=EventCount, response=Count, errors=(404,))
 async def count(request: Request) -> Response:
-    conversation_id = await _conversation_id(request)
-    params = query(request, EventCount)
+    conversation_id, params = await _conversation_id(request, EventCount)
     total = await events.count(services(request).db, conversation_id,
                                EventFilters(params.kind__eq, params.source__eq))
     return reply(Count(count=total))

@@ -92,9 +92,13 @@ def info(service: SandboxService, row: SandboxRow) -> SandboxInfo:
         created_at=row.created_at, last_activity_at=row.last_activity_at)
 
 
-async def owned(request: Request) -> tuple[SandboxService, SandboxRow]:
+async def owned(request: Request, validate: type[BaseModel] | None = None
+                ) -> tuple[SandboxService, SandboxRow]:
+    """Auth, then input validation (422), then ownership (404)."""
     account = await user(request)
     sandbox_id = path_id(request, "sandbox_id")
+    if validate is not None:
+        query(request, validate)
     svc = services(request)
     row = await rows.get(svc.db, sandbox_id, account.id)
     if row is None:
@@ -158,8 +162,8 @@ async def resume(request: Request) -> Response:
 @doc(summary="Delete; the query parameter sandbox_id must repeat the path value", query=DeleteQuery,
      response=Deleted, errors=(404,))
 async def delete(request: Request) -> Response:
+    service, row = await owned(request, DeleteQuery)
     confirm = query(request, DeleteQuery).sandbox_id
-    service, row = await owned(request)
     if confirm != row.id:
         raise invalid_field(["query", "sandbox_id"], "sandbox_id must equal the sandbox id of the "
                             "path", confirm)

@@ -13,4 +13,4 @@ async def health(request: Request) -> Response:
 
 
 async def openapi_json(request: Request) -> Response:
-    return JSONResponse(openapi.cached(tuple(request.app.routes)))
+    return JSONResponse(openapi.cached(request.app.routes))
