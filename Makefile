@@ -30,7 +30,8 @@ system-deps:
 	fi
 
 run: $(STAMP)
-	AGENT_SERVER_STATE_DIR=$${AGENT_SERVER_STATE_DIR:-./.agent-server} $(BIN)/agent-server --host 127.0.0.1 --port 8000
+	# Host and port come from AGENT_SERVER_HOST and AGENT_SERVER_PORT (127.0.0.1:8000 by default).
+	AGENT_SERVER_STATE_DIR=$${AGENT_SERVER_STATE_DIR:-./.agent-server} $(BIN)/agent-server
 
 test: system-deps $(TEST_STAMP)
 	$(BIN)/python -m pytest -q

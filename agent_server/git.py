@@ -16,10 +16,11 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from agent_server.models import GitChange, GitDiff, GitStatus
+from agent_server.api.schemas import GitChange, GitDiff, GitStatus
+from agent_server.errors import UpstreamError
 from agent_server.workspace import (
     NotAFile,
-    NotFound,
+    FileMissing,
     TooLarge,
     child_env,
     read_capped,
@@ -48,13 +49,18 @@ STATUS: dict[str, GitStatus] = {"A": "ADDED", "C": "ADDED", "M": "UPDATED", "T":
                                 "U": "UPDATED", "D": "DELETED", "R": "MOVED"}
 
 
-class GitFailed(Exception):
+class GitFailed(UpstreamError):
+    """A git command the server ran failed (not the client's doing)."""
+
+    status_code = 500
+
     def __init__(self, command: list[str], code: int, stderr: str) -> None:
-        super().__init__(f"git {' '.join(command)} exited with {code}: {stderr.strip()[-500:]}")
-        self.command, self.code, self.stderr = command, code, stderr
+        super().__init__("GitFailed",
+                         f"git {' '.join(command)} exited with {code}: {stderr.strip()[-500:]}")
+        self.command, self.exit_code, self.stderr = command, code, stderr
 
 
-class NotInRepository(NotFound):
+class NotInRepository(FileMissing):
     """The path is in no Git repository of the working directory."""
 
 
@@ -239,7 +245,7 @@ async def file_diff(root: Path, raw: str, max_bytes: int) -> GitDiff:
             original = None
     modified = await asyncio.to_thread(read_capped, target, max_bytes)
     if original is None and modified is None:
-        raise NotFound(f"{raw!r} is neither in HEAD nor in the work tree")
+        raise FileMissing(f"{raw!r} is neither in HEAD nor in the work tree")
     return GitDiff(path=_text(repo.shown(rel)),
                    original=None if original is None else original.decode(errors="replace"),
                    modified=None if modified is None else modified.decode(errors="replace"))

@@ -44,6 +44,9 @@ _PREFIX = re.compile(
 
 _COMMON = ("id", "timestamp", "source", "parent_id", "kind")
 
+#: The log's file name inside a conversation's directory.
+LOG_FILE_NAME = "events.jsonl"
+
 #: Called with the events of one durable write, in order, with their stored JSON lines.
 Listener = Callable[[Sequence[tuple[Event, bytes]]], None]
 
@@ -81,7 +84,8 @@ class _Ids:
 class EventLog:
     """One conversation's events. Open with `EventLog.open` (blocking: call it off the loop)."""
 
-    def __init__(self, path: Path, fd: int) -> None:
+    def __init__(self, path: Path, fd: int, redactor: Callable[[Any], Any] | None = None,
+                 sinks: Iterable[Listener] = ()) -> None:
         self.path = path
         self._fd = fd
         self._offsets = array("Q")  # where line i starts
@@ -94,21 +98,26 @@ class EventLog:
         self._by_kind: dict[int, array] = {}
         self._pending: list[tuple[list[Event], list[bytes], asyncio.Future[None]]] = []
         self._flusher: asyncio.Task[None] | None = None
-        self._listeners: list[Listener] = []
+        self._listeners: list[Listener] = list(sinks)
         self._closed = False
         self._ids_gen = _Ids(None)
         self._last_time = 0.0
         #: Masks secrets in an event's JSON data before it is written (None: nothing to mask).
-        self.redactor: Callable[[Any], Any] | None = None
+        self._redactor = redactor
 
     # -- opening -------------------------------------------------------------------------
 
     @classmethod
-    def open(cls, path: Path) -> EventLog:
-        """Open (creating if needed), cut a torn last line, and build the index."""
+    def open(cls, path: Path, *, redactor: Callable[[Any], Any] | None = None,
+             sinks: Iterable[Listener] = ()) -> EventLog:
+        """Open (creating if needed), cut a torn last line, and build the index.
+
+        `redactor` masks each event's JSON data before it is written; `sinks` hear every
+        durable write from the first on (more can `subscribe` later).
+        """
         path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o600)
-        log = cls(path, fd)
+        log = cls(path, fd, redactor, sinks)
         try:
             log._load()
         except BaseException:
@@ -194,11 +203,11 @@ class EventLog:
     def _serialize(self, event: Event) -> tuple[bytes, Event]:
         """The stored line, and the event as stored (masked when a secret was in it)."""
         line = event.model_dump_json().encode() + b"\n"
-        if self.redactor is None:
+        if self._redactor is None:
             return line, event
         data = event.model_dump(mode="json")
         common = {k: data.pop(k) for k in _COMMON}  # ids and times are never secrets
-        masked = self.redactor(data)
+        masked = self._redactor(data)
         if masked == data:
             return line, event
         masked = {**common, **masked}

@@ -13,7 +13,7 @@ from agent_server import __version__
 from agent_server.auth import HEADER
 from agent_server.errors import ErrorDetail, HTTPValidationError
 from agent_server.events.kinds import AnyEvent
-from agent_server.models import Success
+from agent_server.api.schemas import Success
 
 REF = "#/components/schemas/{model}"
 

@@ -12,6 +12,10 @@ from collections.abc import Mapping
 from typing import Any
 
 MASK = "<secret-hidden>"
+#: What a client is shown in place of a secret field's value (api_key, session_api_key...).
+REDACTED = "**********"
+#: Keys whose values never go back to a client or into a log, wherever they appear.
+SECRET_KEYS = frozenset({"api_key", "session_api_key", "secrets", "password", "token"})
 NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 #: Shorter values would mask ordinary words and numbers all over the transcript.
 MIN_LENGTH = 4
@@ -109,3 +113,20 @@ class StreamMasker:
     def flush(self) -> str:
         text, self._held = self._held, ""
         return self.masker.text(text)
+
+
+def redact(value: Any) -> Any:
+    """A copy of `value` with secret-looking fields masked (by key, not by value)."""
+    if isinstance(value, dict):
+        out = {}
+        for k, v in value.items():
+            if k == "secrets" and isinstance(v, dict):  # names stay, values go
+                out[k] = {name: REDACTED for name in v}
+            elif k in SECRET_KEYS and v not in (None, "", {}):
+                out[k] = REDACTED
+            else:
+                out[k] = redact(v)
+        return out
+    if isinstance(value, list):
+        return [redact(v) for v in value]
+    return value

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from agent_server.errors import AgentServerError
 from agent_server.secrets import Masker
 from tools.terminal.processes import kill_all
 
@@ -33,24 +34,28 @@ WITHHELD_ENV = ("SESSION_API_KEY", "AGENT_SERVER_")
 QUIET_ENV = {"TERM": "dumb", "PAGER": "cat", "GIT_PAGER": "cat", "GIT_TERMINAL_PROMPT": "0"}
 
 
-class WorkspaceError(Exception):
+class WorkspaceError(AgentServerError):
     """Base of the failures below; `detail` is the sentence a client reads."""
 
-    def __init__(self, detail: str) -> None:
-        super().__init__(detail)
-        self.detail = detail
+    status_code = 400
 
 
 class OutsideWorkspace(WorkspaceError):
     """The path leaves the working directory (`..`, another absolute path, a symlink)."""
 
+    status_code = 403
+
 
 class PermissionDenied(WorkspaceError):
     """Inside the workspace, but the server's user may not read or write it."""
 
+    status_code = 403
 
-class NotFound(WorkspaceError):
+
+class FileMissing(WorkspaceError):
     """Nothing at that path."""
+
+    status_code = 404
 
 
 class NotAFile(WorkspaceError):
@@ -59,6 +64,8 @@ class NotAFile(WorkspaceError):
 
 class TooLarge(WorkspaceError):
     """Over the configured size cap."""
+
+    status_code = 413
 
     def __init__(self, detail: str, limit: int) -> None:
         super().__init__(detail)
@@ -136,7 +143,7 @@ def open_file(root: Path, raw: str, max_bytes: int) -> OpenedFile:
         # O_NONBLOCK: a FIFO must not hang the open; O_NOFOLLOW: no link swapped in since.
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except (FileNotFoundError, NotADirectoryError):
-        raise NotFound(f"no file {raw!r} in the working directory") from None
+        raise FileMissing(f"no file {raw!r} in the working directory") from None
     except PermissionError:
         raise PermissionDenied(f"{raw!r} cannot be read: permission denied") from None
     except OSError as exc:
@@ -161,7 +168,7 @@ def read_capped(path: Path, max_bytes: int) -> bytes | None:
     """A regular file's bytes, None when it is missing (blocking)."""
     try:
         opened = open_file(path.parent, path.name, max_bytes)
-    except NotFound:
+    except FileMissing:
         return None
     with opened.file as f:
         return f.read(opened.size)

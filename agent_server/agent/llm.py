@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from email.utils import parsedate_to_datetime
 from typing import Any
 
-from agent_server.models import LLMConfig, TokenUsage
+from agent_server.agent.spec import LLMConfig, TokenUsage
 
 logger = logging.getLogger(__name__)
 

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING
 from agent_server import __version__
 from agent_server.events import Event
 from agent_server.log import EventLog
-from agent_server.models import WebhookStatus, WebhookTotals
+from agent_server.record import WebhookStatus, WebhookTotals
 
 if TYPE_CHECKING:
     import httpx

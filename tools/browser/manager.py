@@ -3,9 +3,9 @@ closed when idle and at shutdown.
 
 A Chromium costs ~150 MB before the first page, so conversations share one process and each
 gets its own BrowserContext (cookies, storage and tabs isolated, like separate profiles).
-The process is owned by a `BrowserManager`; the server either passes one to every
-conversation (params key `_manager`) or uses the process-wide default, which `shutdown()`
-closes. Either way nothing keeps a Chromium running once the owner is closed: Playwright
+The process is owned by a `BrowserManager` that the server makes and hands to every
+conversation's tools through their ToolContext; nothing keeps a Chromium running once the
+manager is closed: Playwright
 launches Chromium in its own process group and kills that group when the browser or its
 driver goes away.
 """
@@ -71,8 +71,8 @@ class ManagerClosedError(BrowserError):
 # -- settings and state ----------------------------------------------------------------------
 
 
-def _default_executable() -> str:
-    return os.environ.get("AGENT_SERVER_CHROMIUM", "/usr/bin/chromium")
+#: Debian's Chromium; the server's configuration (AGENT_SERVER_CHROMIUM) may name another.
+DEFAULT_EXECUTABLE = "/usr/bin/chromium"
 
 
 class BrowserSettings(BaseModel):
@@ -81,8 +81,8 @@ class BrowserSettings(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     executable: str = Field(
-        default_factory=_default_executable,
-        description="Chromium binary; AGENT_SERVER_CHROMIUM, else Debian's /usr/bin/chromium. "
+        default=DEFAULT_EXECUTABLE,
+        description="Chromium binary (the server passes its configured one). "
         "Playwright's own browser download is never used.",
     )
     idle_timeout: float = Field(
@@ -361,27 +361,6 @@ def retrieve_exception(task: asyncio.Task[Any]) -> None:
     failure is reported to whoever awaits the task next, not logged as lost."""
     if not task.cancelled():
         task.exception()
-
-
-# -- the process-wide default ----------------------------------------------------------------
-
-_default: BrowserManager | None = None
-
-
-def default_manager() -> BrowserManager:
-    """The manager conversations share when the server passes none; starts no browser."""
-    global _default
-    if _default is None or _default.state is ManagerState.CLOSED:
-        _default = BrowserManager()
-    return _default
-
-
-async def shutdown() -> None:
-    """Close the default manager's Chromium (call from the server's shutdown)."""
-    global _default
-    manager, _default = _default, None
-    if manager is not None:
-        await manager.close()
 
 
 # -- /proc helpers: find our Chromium without psutil -----------------------------------------
