@@ -131,21 +131,21 @@ class ProcessProvider(SandboxProvider):
             return False
 
     async def recover(self, launch: Launch) -> Handle | None:
-        """The child named in the ready file, if it is still there and really ours."""
+        """The child of a start that was cut short: its handle once it is up; a child still
+        booting (no ready file yet) is killed, so the caller can start the sandbox again."""
+        marker = f"AGENT_SERVER_READY_FILE={launch.root_dir / READY_FILE}".encode()
+        pids = procfs.with_environment(marker)
         try:
             data = json.loads((launch.root_dir / READY_FILE).read_text())
             pid, port = int(data["pid"]), int(data["port"])
         except (OSError, ValueError, KeyError, TypeError):
-            return None
-        marker = f"AGENT_SERVER_READY_FILE={launch.root_dir / READY_FILE}".encode()
-        try:
-            with open(f"/proc/{pid}/environ", "rb") as handle:
-                if marker not in handle.read().split(b"\0"):
-                    return None  # a reused pid
-        except OSError:
-            return None
-        started = procfs.start_time(pid)
-        return None if started is None else Handle(pid=pid, pid_start_time=started, port=port)
+            pid, port = 0, 0
+        started = procfs.start_time(pid) if pid in pids else None
+        if started is not None:
+            return Handle(pid=pid, pid_start_time=started, port=port)
+        for stray in pids:
+            procfs.signal_group(stray, signal.SIGKILL)
+        return None
 
     def _reap(self, pid: int) -> None:
         proc = self._children.get(pid)

@@ -40,3 +40,19 @@ def signal_group(pid: int, sig: signal.Signals) -> bool:
         return True
     except ProcessLookupError:
         return False
+
+
+def with_environment(entry: bytes) -> list[int]:
+    """Pids whose environment holds exactly `entry` (NAME=value): finds children whose pid was
+    never recorded (their parent died while they started)."""
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/environ", "rb") as handle:
+                if entry in handle.read().split(b"\0"):
+                    found.append(int(name))
+        except OSError:
+            continue
+    return found

@@ -93,7 +93,9 @@ class SandboxProvider(abc.ABC):
 
     @abc.abstractmethod
     async def recover(self, launch: Launch) -> Handle | None:
-        """Find a sandbox whose start was cut short (the control plane died while it booted)."""
+        """Find a sandbox whose start was cut short (the control plane died while it booted).
+
+        Its handle when it came up; otherwise None, and nothing of that start is left running."""
 
     async def close(self) -> None:
         """Release the provider's own resources; sandboxes keep running (they are adopted later)."""

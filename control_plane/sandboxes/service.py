@@ -184,44 +184,34 @@ class SandboxService:
     # -- adoption and health ------------------------------------------------------------------
 
     async def adopt(self) -> None:
-        """After a (re)start: adopt what still runs, mark what vanished MISSING."""
+        """After a (re)start: adopt what still runs, mark what vanished MISSING, and start again
+        the sandboxes whose start was cut short."""
         for row in await rows.live(self.db):
-            handle = handle_of(row) or await self.provider.recover(self._launch(row))
-            liveness = Liveness.GONE if handle is None else await self.provider.inspect(handle)
+            handle = handle_of(row)
+            if handle is None:
+                handle = await self.provider.recover(self._launch(row))
+                if handle is None:
+                    if row.status is SandboxStatus.STARTING:
+                        logger.info("starting sandbox %s again (its start was cut short)", row.id)
+                        self.launch(row)
+                    else:
+                        await rows.set_status(self.db, row.id, SandboxStatus.MISSING,
+                                              "the sandbox vanished while the control plane was down")
+                    continue
+                await rows.set_fields(self.db, row.id, pid=handle.pid,
+                                      pid_start_time=handle.pid_start_time, port=handle.port)
+            liveness = await self.provider.inspect(handle)
             if liveness is Liveness.GONE:
                 await rows.set_status(self.db, row.id, SandboxStatus.MISSING,
                                       "the sandbox vanished while the control plane was down")
-                continue
-            assert handle is not None
-            if handle_of(row) is None:
-                await rows.set_fields(self.db, row.id, pid=handle.pid,
-                                      pid_start_time=handle.pid_start_time, port=handle.port)
-            if liveness is Liveness.STOPPED:
+            elif liveness is Liveness.STOPPED:
                 await rows.set_status(self.db, row.id, SandboxStatus.PAUSED)
             elif liveness is Liveness.ALIVE:
                 await rows.set_status(self.db, row.id, SandboxStatus.RUNNING)
-            elif row.status is SandboxStatus.STARTING:
-                self.launch_watch(row.id, handle)
             else:
                 await rows.set_status(self.db, row.id, SandboxStatus.ERROR,
                                       "the agent server stopped answering")
-            logger.info("adopted sandbox %s (%s)", row.id, liveness.value)
-
-    def launch_watch(self, sandbox_id: str, handle: Handle) -> None:
-        """A sandbox caught mid-boot: RUNNING once it answers, ERROR if it never does."""
-        async def watch() -> None:
-            for _ in range(500):
-                state = await self.provider.inspect(handle)
-                if state is Liveness.ALIVE:
-                    await rows.set_status(self.db, sandbox_id, SandboxStatus.RUNNING)
-                    return
-                if state is Liveness.GONE:
-                    break
-                await asyncio.sleep(0.1)
-            await rows.set_status(self.db, sandbox_id, SandboxStatus.ERROR, "the agent server never answered")
-        task = asyncio.create_task(watch())
-        self._starts[sandbox_id] = task
-        task.add_done_callback(lambda _: self._starts.pop(sandbox_id, None))
+            logger.info("sandbox %s after restart: %s", row.id, liveness.value)
 
     def start_health_checks(self) -> None:
         self._health = asyncio.create_task(self._health_loop(), name="sandbox health")
