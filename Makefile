@@ -34,6 +34,7 @@ run: $(STAMP)
 	AGENT_SERVER_STATE_DIR=$${AGENT_SERVER_STATE_DIR:-./.agent-server} $(BIN)/agent-server
 
 test: system-deps $(TEST_STAMP)
+	$(BIN)/mypy
 	$(BIN)/python -m pytest -q
 
 clean:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import sys
@@ -11,6 +10,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from core.files import write_json
 from agent_server.config import ENV_PREFIX, Config, ConfigError, DeliverySettings, from_env
 
 
@@ -47,11 +47,8 @@ def ready_file(argv: list[str] | None = None) -> Path | None:
 
 
 def write_ready_file(path: Path, port: int) -> None:
-    """Written to a temporary name and renamed, so a reader never sees half of it."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    temporary.write_text(json.dumps({"port": port, "pid": os.getpid()}))
-    os.replace(temporary, path)
+    """Written atomically, so a reader never sees half of it."""
+    write_json(path, {"port": port, "pid": os.getpid()})
 
 
 def load_config(argv: list[str] | None = None) -> Config:

@@ -165,7 +165,7 @@ def build_app(config: Config, model: Model | None = None) -> Starlette:
             Middleware(AccessLog, on_activity=services.touch),
             Middleware(SessionAuth, keys=services.keys),
         ],
-        exception_handlers=HANDLERS,  # type: ignore[arg-type]
+        exception_handlers=HANDLERS,
         lifespan=lifespan,
     )
     return app

@@ -48,9 +48,9 @@ from agent_server.record import (
     secret_values,
 )
 from agent_server.repository import CloneFailed, clone
-from agent_server.secrets import Masker, check_secrets
 from agent_server.settings import Settings
-from agent_server.store import read_json, write_json
+from core.files import read_json, write_json
+from core.masking import Masker, check_secrets
 
 logger = logging.getLogger(__name__)
 

@@ -41,11 +41,11 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from agent_server.secrets import redact
+from core.masking import redact
 
-logger = logging.getLogger(__name__)
 
 Loc = Sequence[str | int]
+logger = logging.getLogger(__name__)
 
 
 class ValidationErrorItem(BaseModel):

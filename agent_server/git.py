@@ -8,6 +8,8 @@ Git runs as a subprocess with a timeout, never in the event loop's thread.
 
 from __future__ import annotations
 
+from typing import Literal
+
 import asyncio
 import logging
 import os
@@ -16,18 +18,28 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from agent_server.api.schemas import GitChange, GitDiff, GitStatus
+from pydantic import BaseModel
+
 from agent_server.errors import UpstreamError
-from agent_server.workspace import (
-    NotAFile,
-    FileMissing,
-    TooLarge,
-    child_env,
-    read_capped,
-    resolve,
-    run_process,
-    stream_process,
-)
+from agent_server.workspace import FileMissing, NotAFile, TooLarge, read_capped, resolve
+from core.processes import child_env, run_process, stream_process
+
+GitStatus = Literal["ADDED", "UPDATED", "DELETED", "MOVED"]
+
+class GitChange(BaseModel):
+    path: str
+    """Relative to the working directory (repositories in subdirectories included)."""
+    status: GitStatus
+    old_path: str | None = None
+    """Where a MOVED file was in HEAD."""
+
+class GitDiff(BaseModel):
+    path: str
+    original: str | None
+    """The file in HEAD (null: not in HEAD)."""
+    modified: str | None
+    """The file in the working tree (null: deleted)."""
+
 
 #: The tree of no files: the base of a repository without a first commit.
 EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"

@@ -59,7 +59,7 @@ def _operation(route: Route, method: str, schemas: _Schemas) -> dict[str, Any]:
             "required": True,
             "content": {"application/json": {"schema": schemas.ref(meta["body"])}},
         }
-    ok = {"description": "OK"}
+    ok: dict[str, Any] = {"description": "OK"}
     if meta.get("response") is not None:
         ok["content"] = {"application/json": {"schema": schemas.ref(meta["response"])}}
     op["responses"][str(meta.get("status", 200))] = ok

@@ -21,8 +21,8 @@ from pathlib import Path
 from collections.abc import Mapping
 
 from agent_server.agent.spec import RepositorySpec
-from agent_server.secrets import MASK, Masker
-from agent_server.workspace import child_env, run_process
+from core.masking import MASK, Masker
+from core.processes import child_env, run_process
 
 CLONE_TIMEOUT = 600.0
 #: The user name sent with a token; GitHub and GitLab accept a token with any user name

@@ -11,10 +11,9 @@ from typing import Any
 from pydantic import Field, ValidationError
 
 from agent_server.errors import from_pydantic, invalid
-from agent_server.secrets import REDACTED, redact
-from agent_server.secrets import check_secrets
 from agent_server.agent.spec import CondenserConfig, Lenient, LLMConfig, ToolSpec, mask_mcp_config
-from agent_server.store import read_json, write_json
+from core.files import read_json, write_json
+from core.masking import REDACTED, check_secrets, redact
 
 
 
@@ -78,7 +77,7 @@ class SettingsStore:
         return self._settings
 
     def public(self) -> dict[str, Any]:
-        data = redact(self._settings.model_dump(mode="json"))
+        data: dict[str, Any] = redact(self._settings.model_dump(mode="json"))
         mask_mcp_config(data["agent"].get("mcp_config"))
         return data
 

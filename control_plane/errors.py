@@ -17,11 +17,12 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from core.masking import REDACTED, SECRET_KEYS
+
 logger = logging.getLogger(__name__)
 
 #: Fields whose values never go back to a client, even inside a 422 body.
-SECRET_FIELDS = frozenset({"api_key", "llm_api_key", "session_api_key", "secrets", "password",
-                           "token", "value"})
+SECRET_FIELDS = SECRET_KEYS | {"llm_api_key", "value"}
 
 
 class ApiError(Exception):
@@ -108,7 +109,7 @@ class ErrorDetail(BaseModel):
 
 def _mask(value: Any) -> Any:
     if isinstance(value, dict):
-        return {k: "**********" if k in SECRET_FIELDS and v not in (None, "", {}) else _mask(v)
+        return {k: REDACTED if k in SECRET_FIELDS and v not in (None, "", {}) else _mask(v)
                 for k, v in value.items()}
     if isinstance(value, list):
         return [_mask(v) for v in value]
@@ -133,7 +134,7 @@ def invalid(where: str, exc: ValidationError) -> Invalid:
             "loc": loc,
             "msg": err.get("msg", "invalid"),
             "type": err.get("type", "value_error"),
-            "input": "**********" if secret else _plain(_mask(err.get("input"))),
+            "input": REDACTED if secret else _plain(_mask(err.get("input"))),
         }
         if err.get("ctx"):
             item["ctx"] = {k: _plain(v) for k, v in err["ctx"].items()}

@@ -3,22 +3,23 @@ stored secrets. The LLM key and the secrets are encrypted at rest and never retu
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
 from control_plane.crypto import Cipher
+from core.ids import ENV_NAME
+from core.masking import REDACTED
 from control_plane.models import GroupingStrategy
 from control_plane.store import Database
 from control_plane.store import accounts
 from control_plane.store.accounts import StoredSettings
 
-MASK = "**********"
+MASK = REDACTED
 DEFAULT_TOOLS = ("terminal", "file_editor", "task_tracker")
 TOOL_NAMES = ("terminal", "file_editor", "task_tracker", "browser_tool_set")
-SECRET_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+SECRET_NAME = ENV_NAME
 
 
 def check_secret_names(value: dict[str, Any]) -> None:

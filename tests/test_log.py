@@ -386,7 +386,7 @@ async def test_a_secret_that_matches_part_of_an_id_or_time_leaves_them_alone(
     path: Path, where: str
 ) -> None:
     # Bug: the redactor runs over the common fields too. A 4-character secret (the minimum
-    # agent_server.secrets allows) equal to the year masks every timestamp, parse_event then
+    # core.masking allows) equal to the year masks every timestamp, parse_event then
     # rejects the line, and every append of the conversation raises ValidationError. One that
     # matches part of an id is stored under a masked id: get(id) misses it, the index's ids
     # stop being sorted, and the next open skips the line, so the event is gone.

@@ -25,19 +25,11 @@ import pytest
 
 from agent_server.config import from_env
 from agent_server.app import build_services
-from agent_server.delivery.webhook import (
-    CURSOR_FILE,
-    Backoff,
-    Clock,
-    Webhook,
-    WebhookClient,
-    last_logged_id,
-    needs_push,
-    parse_retry_after,
-    read_cursor,
-)
+from agent_server.delivery.http import WebhookClient
+from agent_server.delivery.webhook import CURSOR_FILE, Webhook, needs_push, read_cursor
 from agent_server.events import Message, MessageEvent, PauseEvent, TextContent
-from agent_server.log import EventLog
+from agent_server.log import EventLog, last_logged_id
+from core.retry import Backoff, Clock, parse_retry_after
 from tests.conftest import create
 from tests.support.api import events, send, wait_status
 from tests.support.llm import ScriptedLLM, call

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import BaseModel, ValidationError
 
-from agent_server.events.content import (
+from core.content import (
     Content,
     ImageContent,
     Strict,

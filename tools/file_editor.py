@@ -7,11 +7,8 @@ Observation are shaped like OpenHands' file editor so its clients read our event
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import os
-import shutil
-import tempfile
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -20,6 +17,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
+from core.files import write_atomic
 from tools.base import (
     Action,
     Observation,
@@ -421,32 +419,17 @@ def _read_snapshot(path: Path) -> str | None:
 
 
 def _write(path: Path, text: str) -> None:
-    """Replace the file whole (temp file, fsync, rename): a crash never leaves half an edit."""
+    """Replace the file whole (temp file, fsync, rename): a crash never leaves half an edit.
+    It keeps its mode bits (a script stays executable) and, where allowed, its owner."""
     target = path.resolve()  # through symlinks, so the link itself stays a link
     data = text.encode("utf-8")
     try:
-        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-    except PermissionError:
-        # The directory is not writable though the file may be: edit in place instead.
-        target.write_bytes(data)
-        return
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        if target.exists():
-            shutil.copymode(target, tmp)  # keep the mode bits, e.g. of executable scripts
-            st = target.stat()
-            with contextlib.suppress(OSError):
-                os.chown(tmp, st.st_uid, st.st_gid)
-        os.replace(tmp, target)
+        write_atomic(target, data, keep_mode=True, parents=False)
     except OSError as e:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        # A bind-mounted file (/etc/hosts in a container) cannot be renamed over; anything
+        # A directory that refuses a temp file or a rename, though the file may be writable,
+        # and a bind-mounted file (/etc/hosts in a container), are edited in place; anything
         # else (a full disk) must not fall through to a write that could tear the file.
-        if e.errno != errno.EBUSY:
+        if not isinstance(e, PermissionError) and e.errno != errno.EBUSY:
             raise
         target.write_bytes(data)
 

@@ -44,17 +44,19 @@ class Condenser:
         self.config = config
         self.llm_config = llm_config
         self.model = model
-        self._limit: int | None | bool = False  # False: not looked up yet
+        self._limit: int | None = None
+        self._looked_up = False
 
     async def limit(self) -> int | None:
         """Token budget of a prompt: the smaller of max_tokens and max_share of the window."""
-        if self._limit is False:
+        if not self._looked_up:
+            self._looked_up = True
             limits = [self.config.max_tokens] if self.config.max_tokens else []
             window = await self.model.context_window(self.llm_config)
             if window:
                 limits.append(int(window * self.config.max_share))
             self._limit = min(limits) if limits else None
-        return self._limit  # type: ignore[return-value]
+        return self._limit
 
     async def needed(self, view: View, tools: list[dict[str, Any]]) -> bool:
         if not self.config.enabled:

@@ -8,10 +8,7 @@ block. Every run becomes a HookExecutionEvent.
 
 from __future__ import annotations
 
-import asyncio
 import json
-import os
-import signal
 from dataclasses import dataclass
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
@@ -19,7 +16,7 @@ from typing import Any
 
 from agent_server.events import HookExecutionEvent
 from agent_server.agent.spec import HookConfig
-from agent_server.workspace import child_env
+from core.processes import Output, child_env, run_process
 
 #: Bytes of stdout and stderr kept from a hook (the rest is cut with a note).
 OUTPUT_LIMIT = 16 * 1024
@@ -38,54 +35,27 @@ class HookOutcome:
         return "\n".join(self.additional_context) if self.additional_context else None
 
 
-async def _read_capped(stream: asyncio.StreamReader) -> str:
-    kept = bytearray()
-    dropped = 0
-    while chunk := await stream.read(65536):
-        room = OUTPUT_LIMIT - len(kept)
-        kept += chunk[:room]
-        dropped += max(0, len(chunk) - room)
-    text = kept.decode(errors="replace")
+def _text(output: Output) -> str:
+    text = output.head.decode(errors="replace")
+    dropped = output.total - len(output.head)
     return text + (f"\n[... {dropped} more bytes cut]" if dropped else "")
 
 
 async def _run_one(command: str, timeout: float, payload: dict[str, Any], cwd: str,
                    env: dict[str, str]) -> tuple[int, str, str, str | None]:
-    """(exit code, stdout, stderr, error) of one hook command; never raises for its failures."""
+    """(exit code, stdout, stderr, error) of one hook command; never raises for its failures.
+
+    It runs like a workspace command: whatever the hook started (a daemon too) is killed when
+    it ends, times out or the caller is cancelled.
+    """
     try:
-        proc = await asyncio.create_subprocess_shell(
-            command, cwd=cwd, env=env, start_new_session=True,
-            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-        )
+        done = await run_process(["/bin/sh", "-c", command], cwd, env, timeout, OUTPUT_LIMIT,
+                                 stdin=json.dumps(payload).encode())
     except OSError as exc:
         return -1, "", "", f"could not start the hook: {exc}"
-    assert proc.stdin and proc.stdout and proc.stderr
-
-    async def talk() -> tuple[str, str]:
-        try:
-            if not proc.stdin.is_closing():  # type: ignore[union-attr]
-                proc.stdin.write(json.dumps(payload).encode())  # type: ignore[union-attr]
-                await proc.stdin.drain()  # type: ignore[union-attr]
-            proc.stdin.close()  # type: ignore[union-attr]
-        except (BrokenPipeError, ConnectionResetError, RuntimeError):
-            pass  # a hook that exits without reading its input is fine
-        out, err = await asyncio.gather(_read_capped(proc.stdout), _read_capped(proc.stderr))  # type: ignore[arg-type]
-        await proc.wait()
-        return out, err
-
-    try:
-        out, err = await asyncio.wait_for(talk(), timeout)
-    except (asyncio.TimeoutError, asyncio.CancelledError) as exc:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        await proc.wait()
-        if isinstance(exc, asyncio.CancelledError):
-            raise
+    if done.timed_out:
         return -1, "", "", f"timed out after {timeout:g}s"
-    return proc.returncode or 0, out, err, None
+    return done.exit_code, _text(done.stdout), _text(done.stderr), None
 
 
 def _decision(stdout: str) -> dict[str, Any]:

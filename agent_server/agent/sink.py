@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable
 
 from agent_server.events import Event, StreamingDeltaEvent
 from agent_server.log import EventLog
-from agent_server.secrets import Masker
+from core.masking import Masker
 
 
 class EventSink:

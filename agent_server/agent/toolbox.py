@@ -112,8 +112,8 @@ class Toolbox:
         errors = await self.mcp.start()
         for name in [n for n, t in self.tools.items() if isinstance(t, MCPTool)]:
             del self.tools[name]
-        for tool in self.mcp.tools(set(self.tools)):
-            self.tools[tool.name] = tool
+        for mcp_tool in self.mcp.tools(set(self.tools)):
+            self.tools[mcp_tool.name] = mcp_tool
         return errors
 
     def definitions(self) -> list[ToolDefinition]:

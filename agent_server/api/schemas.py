@@ -137,28 +137,9 @@ class FileWritten(BaseModel):
     size: int
 
 
-GitStatus = Literal["ADDED", "UPDATED", "DELETED", "MOVED"]
-
-
-class GitChange(BaseModel):
-    path: str
-    """Relative to the working directory (repositories in subdirectories included)."""
-    status: GitStatus
-    old_path: str | None = None
-    """Where a MOVED file was in HEAD."""
-
-
 class DiffQuery(Lenient):
     path: str | None = Field(default=None, min_length=1, max_length=4096)
     """One file; without it the whole unified diff comes back as text/plain."""
-
-
-class GitDiff(BaseModel):
-    path: str
-    original: str | None
-    """The file in HEAD (null: not in HEAD)."""
-    modified: str | None
-    """The file in the working tree (null: deleted)."""
 
 
 class RunCommand(Lenient):

@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import re
 from datetime import datetime, timezone
 from typing import Any
 from urllib.parse import parse_qsl, urlencode
@@ -47,6 +46,7 @@ from agent_server.errors import AgentServerError, ConversationGone, validation_t
 from agent_server.events import ServerErrorEvent, format_timestamp
 from agent_server.log import EventLog
 from agent_server.record import SendMessage
+from core.ids import EVENT_ID as _EVENT_ID
 
 #: Close codes beyond Starlette's: the HTTP status they stand for, plus 4000.
 CLOSE_UNAUTHORIZED = 4001
@@ -56,7 +56,6 @@ CLOSE_POLICY = status.WS_1008_POLICY_VIOLATION
 CLOSE_RESTART = status.WS_1012_SERVICE_RESTART
 logger = logging.getLogger(__name__)
 QUERY_KEY = "session_api_key"
-_EVENT_ID = re.compile(r"^[0-9A-HJKMNP-TV-Z]{26}$")
 _REPLAY_EVENTS = 256
 _REPLAY_BYTES = 1024 * 1024
 _CLOSE_SECONDS = 30.0

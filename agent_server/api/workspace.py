@@ -7,7 +7,7 @@ missing is 404, a directory where a file was asked for is 400, over the size cap
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from urllib.parse import quote
 
 from starlette.datastructures import UploadFile
@@ -16,6 +16,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from agent_server import git
+from agent_server.git import GitChange, GitDiff
 from agent_server.agent.toolbox import git_env
 from agent_server.api.io import conversation, doc, read_body, read_query, reply, services
 from agent_server.errors import PayloadTooLarge, invalid
@@ -24,25 +25,20 @@ from agent_server.api.schemas import (
     DiffQuery,
     FileQuery,
     FileWritten,
-    GitChange,
-    GitDiff,
     RunCommand,
 )
 from agent_server.workspace import (
-    CHUNK,
-    MAX_OUTPUT_BYTES,
-    NotAFile,
     FileMissing,
+    NotAFile,
     TooLarge,
-    child_env,
     masked_keep,
     open_file,
     output_text,
     relative,
     resolve,
-    run_process,
     write_file,
 )
+from core.processes import CHUNK, MAX_OUTPUT_BYTES, child_env, run_process
 
 #: Room for multipart boundaries and part headers on top of the file's own cap.
 MULTIPART_OVERHEAD = 64 * 1024
@@ -109,7 +105,7 @@ async def _multipart_file(request: Request, limit: int) -> UploadFile:
     return upload
 
 
-async def _capped(stream: AsyncIterator[bytes], limit: int) -> AsyncIterator[bytes]:
+async def _capped(stream: AsyncIterator[bytes], limit: int) -> AsyncGenerator[bytes, None]:
     total = 0
     async for chunk in stream:
         total += len(chunk)

@@ -23,16 +23,10 @@ from agent_server.delivery.pubsub import (
     SubscriptionState,
     TooManySubscribers,
 )
-from agent_server.delivery.webhook import (
-    Backoff,
-    Clock,
-    Pusher,
-    Webhook,
-    WebhookClient,
-    WebhookUnreachable,
-    needs_push,
-)
+from agent_server.delivery.http import WebhookClient, WebhookUnreachable
+from agent_server.delivery.webhook import Pusher, Webhook, needs_push
 from agent_server.events import Event
+from core.retry import Backoff, Clock
 from agent_server.log import EventLog, Listener
 from agent_server.record import WebhookStatus, WebhookTotals
 

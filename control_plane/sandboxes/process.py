@@ -11,6 +11,7 @@ one adopts them from the stored pid and start time.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -25,6 +26,7 @@ from pathlib import Path
 import httpx
 
 from control_plane.sandboxes import procfs
+from core import processes
 from control_plane.sandboxes.provider import (
     Handle,
     Launch,
@@ -40,13 +42,15 @@ SPEC = SandboxSpec(id="process", description="an agent-server child process on t
                    "in its own process group, sharing the host's tools (bash, git, Chromium)")
 READY_FILE = "ready.json"
 LOG_FILE = "agent-server.log"
-#: The control plane's own settings never reach a sandbox (its database, its secret key).
-_WITHHELD_PREFIXES = ("CONTROL_PLANE_", "AGENT_SERVER_", "SESSION_API_KEY")
+def ready_marker(root_dir: Path) -> bytes:
+    """The environment entry that marks a sandbox's processes (found again after a restart)."""
+    return f"AGENT_SERVER_READY_FILE={root_dir / READY_FILE}".encode()
 
 
 def child_env(launch: Launch) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(_WITHHELD_PREFIXES)}
-    env.update({
+    """The control plane's own settings (its database, its secret key) never reach a sandbox:
+    core's child environment withholds them; the sandbox's own go on top."""
+    return processes.child_env({
         "SESSION_API_KEY": launch.session_api_key,
         "AGENT_SERVER_HOST": "127.0.0.1",
         "AGENT_SERVER_PORT": "0",
@@ -56,7 +60,6 @@ def child_env(launch: Launch) -> dict[str, str]:
         "AGENT_SERVER_WEBHOOK_URL": launch.webhook_url,
         "AGENT_SERVER_LOG_LEVEL": "warning",
     })
-    return env
 
 
 class ProcessProvider(SandboxProvider):
@@ -133,8 +136,7 @@ class ProcessProvider(SandboxProvider):
     async def recover(self, launch: Launch) -> Handle | None:
         """The child of a start that was cut short: its handle once it is up; a child still
         booting (no ready file yet) is killed, so the caller can start the sandbox again."""
-        marker = f"AGENT_SERVER_READY_FILE={launch.root_dir / READY_FILE}".encode()
-        pids = procfs.with_environment(marker)
+        pids = procfs.with_environment(ready_marker(launch.root_dir))
         try:
             data = json.loads((launch.root_dir / READY_FILE).read_text())
             pid, port = int(data["pid"]), int(data["port"])
@@ -177,6 +179,9 @@ class ProcessProvider(SandboxProvider):
 
     async def destroy(self, sandbox_id: str, handle: Handle | None, root_dir: Path) -> Path | None:
         if handle is not None and procfs.is_ours(handle.pid, handle.pid_start_time):
+            # Taken while the server lives: its shells run in sessions of their own, and once
+            # it is gone nothing links them to it any more.
+            tree = await asyncio.to_thread(processes.started_by, handle.pid, ready_marker(root_dir))
             # A stopped group only acts on SIGTERM once continued.
             procfs.signal_group(handle.pid, signal.SIGCONT)
             procfs.signal_group(handle.pid, signal.SIGTERM)
@@ -186,8 +191,13 @@ class ProcessProvider(SandboxProvider):
                 if not procfs.is_ours(handle.pid, handle.pid_start_time):
                     break
                 await asyncio.sleep(0.02)
-            # Whatever is left of the group (the server, or shells it left behind) goes now.
+            # Whatever is left goes now: the group, and what its processes started in sessions
+            # of their own (the terminal's shells), found by core's /proc sweep.
             procfs.signal_group(handle.pid, signal.SIGKILL)
+            for pid in tree:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
+            await asyncio.to_thread(processes.kill_tree, handle.pid, ready_marker(root_dir))
             self._reap(handle.pid)
         return await asyncio.to_thread(self._archive_and_remove, sandbox_id, root_dir)
 

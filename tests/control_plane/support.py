@@ -4,6 +4,7 @@ sandboxes it starts must reach its webhook), and small helpers for its API."""
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 import time
 from collections.abc import Callable
@@ -102,3 +103,10 @@ def conversation(client: httpx.Client, conversation_id: str) -> dict[str, Any]:
     assert r.status_code == 200, r.text
     record: dict[str, Any] = r.json()[0]
     return record
+
+
+def sandbox_pid(plane: ControlPlane, sandbox_id: str) -> int:
+    """The agent server's pid, from the ready file it wrote."""
+    ready = plane.config.state_dir / "sandboxes" / sandbox_id / "ready.json"
+    pid: int = json.loads(ready.read_text())["pid"]
+    return pid

@@ -3,7 +3,6 @@ sandbox routes (SPEC 4.3) and the OpenAPI document."""
 
 from __future__ import annotations
 
-import re
 import signal
 import time
 from typing import Any
@@ -14,7 +13,7 @@ from openapi_spec_validator import validate
 
 from control_plane.app import ROUTES
 from control_plane.sandboxes import procfs
-from tests.control_plane.support import ControlPlane, configure_llm, start, wait_for
+from tests.control_plane.support import ControlPlane, configure_llm, sandbox_pid, start, wait_for
 from tests.support.llm import ScriptedLLM, call
 
 V1_ROUTES = [(m, r.path) for r in ROUTES for m in sorted(r.methods or ()) if m != "HEAD"
@@ -157,8 +156,7 @@ def test_sandbox_routes(control_plane: ControlPlane) -> None:
     r = client.post(f"/api/v1/sandboxes/{sid}/pause")
     assert r.status_code == 200 and r.json()["status"] == "PAUSED"
     assert r.json()["session_api_key"] is None
-    pid = int(re.findall(r"\d+", (control_plane.config.state_dir / "sandboxes" / sid / "ready.json")
-                         .read_text())[-1])
+    pid = sandbox_pid(control_plane, sid)
     assert procfs.state(pid) == "T"
     with pytest.raises(httpx.HTTPError):
         httpx.get(url + "/alive", timeout=0.5)
@@ -183,8 +181,7 @@ def test_a_dead_sandbox_is_error_and_its_conversations_read_only(
     llm.script(key, call("finish", message="done"))
     task = start(client, "hi")
     cid, sid = task["app_conversation_id"], task["sandbox_id"]
-    pid = int(re.findall(r"\d+", (control_plane.config.state_dir / "sandboxes" / sid / "ready.json")
-                         .read_text())[-1])
+    pid = sandbox_pid(control_plane, sid)
     procfs.signal_group(pid, signal.SIGKILL)
     wait_for(lambda: client.get("/api/v1/sandboxes", params={"id": sid}).json()[0]["status"] == "ERROR",
              10, what="ERROR")

@@ -20,6 +20,7 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 import pytest_asyncio
 
+from core.processes import find_process, group_members
 from tools.base import ImageContent, Tool, ToolContext
 from tools.browser import (
     TOOL_SET,
@@ -27,7 +28,6 @@ from tools.browser import (
     BrowserObservation,
     BrowserSettings,
 )
-from tools.browser.manager import find_pid, process_group
 
 pytestmark = [
     pytest.mark.skipif(
@@ -556,7 +556,7 @@ async def test_closing_leaves_no_chromium(site: Site, tmp_path: Path) -> None:
 
     await manager.close()
     assert await wait_until_gone([*pids, driver]) == [], "Chromium and Playwright's driver end"
-    assert process_group(main) == [] and find_pid(manager.marker) is None
+    assert group_members(main) == [] and find_process(manager.marker) is None
     refused = await Conversation(
         TOOL_SET.make(
             ToolContext(conversation_id="z", working_dir=tmp_path, state_dir=tmp_path / "z",

@@ -27,6 +27,8 @@ from typing import Any
 from playwright.async_api import Browser, Playwright, async_playwright
 from pydantic import BaseModel, ConfigDict, Field
 
+from core.processes import find_process, group_members
+
 log = logging.getLogger(__name__)
 
 #: Flags that make Debian's Chromium work in a sandbox without network: without the
@@ -185,12 +187,14 @@ class BrowserManager:
         """Pid of the running Chromium's main process (found by our marker switch)."""
         if self._browser is None:
             return None
-        return find_pid(self.marker)
+        return find_process(self.marker)
 
     def process_ids(self) -> list[int]:
-        """Every process of the running Chromium: the main one and its process group."""
+        """Every process of the running Chromium: the main one and its process group
+        (Chromium's helpers join the group of its main process, which Playwright starts as a
+        group leader)."""
         pid = self.pid
-        return [] if pid is None else process_group(pid)
+        return [] if pid is None else group_members(pid)
 
     async def close(self) -> None:
         """Close Chromium and the Playwright driver for good (server shutdown)."""
@@ -363,37 +367,3 @@ def retrieve_exception(task: asyncio.Task[Any]) -> None:
         task.exception()
 
 
-# -- /proc helpers: find our Chromium without psutil -----------------------------------------
-
-
-def find_pid(marker: str) -> int | None:
-    """The process whose command line holds `marker` (only Chromium's main process does:
-    its children get a filtered copy of the switches)."""
-    needle = marker.encode()
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            cmdline = (entry / "cmdline").read_bytes()
-        except OSError:
-            continue
-        if needle in cmdline.split(b"\0"):
-            return int(entry.name)
-    return None
-
-
-def process_group(pgid: int) -> list[int]:
-    """Live processes in group `pgid` (Chromium's helpers join the group of its main process,
-    which Playwright starts as a group leader)."""
-    found: list[int] = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        fields = stat.rsplit(")", 1)[1].split()
-        if fields[0] != "Z" and int(fields[2]) == pgid:
-            found.append(int(entry.name))
-    return found
