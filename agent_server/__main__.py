@@ -5,13 +5,14 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import socket
 import sys
 from pathlib import Path
 
 from pydantic import ValidationError
 
-from core.files import write_json
 from agent_server.config import ENV_PREFIX, Config, ConfigError, DeliverySettings, from_env
+from core.files import write_json
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -107,7 +108,7 @@ def main(argv: list[str] | None = None) -> None:
     ready_path = ready_file(argv)
 
     class Server(uvicorn.Server):
-        async def startup(self, sockets: list | None = None) -> None:  # type: ignore[type-arg]
+        async def startup(self, sockets: list[socket.socket] | None = None) -> None:
             await super().startup(sockets)
             if ready_path is not None and self.started:
                 # With --port 0 the OS picks the port: only the bound socket knows it.
