@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 TEST_STAMP := $(VENV)/.installed-test
 
-.PHONY: run test system-deps clean
+.PHONY: run control-plane test system-deps clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -33,9 +33,13 @@ run: $(STAMP)
 	# Host and port come from AGENT_SERVER_HOST and AGENT_SERVER_PORT (127.0.0.1:8000 by default).
 	AGENT_SERVER_STATE_DIR=$${AGENT_SERVER_STATE_DIR:-./.agent-server} $(BIN)/agent-server
 
+# The whole service: the control plane on 127.0.0.1:3000; it starts agent-server sandboxes itself.
+control-plane: $(STAMP)
+	CONTROL_PLANE_STATE_DIR=$${CONTROL_PLANE_STATE_DIR:-./.control-plane} $(BIN)/control-plane serve
+
 test: system-deps $(TEST_STAMP)
 	$(BIN)/mypy
 	$(BIN)/python -m pytest -q
 
 clean:
-	rm -rf $(VENV) .pytest_cache .agent-server
+	rm -rf $(VENV) .pytest_cache .agent-server .control-plane

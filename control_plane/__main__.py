@@ -66,6 +66,7 @@ def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=config.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # it logs every URL
+    logging.getLogger("alembic").setLevel(logging.WARNING)  # a line per plugin at every start
     if args.command == "keys":
         try:
             key = asyncio.run(create_key(config, args.user))
