@@ -15,6 +15,7 @@ from control_plane.config import Config
 from control_plane.errors import HANDLERS
 from control_plane.sandboxes.provider import SandboxProvider
 from control_plane.services import Services
+from core.retry import Clock
 
 V1 = "/api/v1"
 C = V1 + "/app-conversations/{conversation_id}"
@@ -53,13 +54,14 @@ ROUTES = [
 ]
 
 
-def build_app(config: Config, provider: SandboxProvider | None = None) -> Starlette:
+def build_app(config: Config, provider: SandboxProvider | None = None,
+              clock: Clock | None = None) -> Starlette:
     """The ASGI app; its services are built and started by the lifespan, and handed to routes
     through the lifespan state (typed: `api.io.LifespanState`)."""
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[LifespanState]:
-        services = Services.build(config, provider)
+        services = Services.build(config, provider, clock)
         try:
             await services.start()
             yield LifespanState(services=services)

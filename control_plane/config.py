@@ -52,6 +52,15 @@ class Config(BaseModel):
     health_interval: float = Field(default=5.0, gt=0)
     """Seconds between health checks of running sandboxes."""
 
+    idle_seconds: float | None = Field(default=1800.0, gt=0)
+    """A RUNNING sandbox without activity this long is paused (SPEC 3.1 Idle Time); unset: never."""
+
+    deletion_seconds: float | None = Field(default=7 * 86400.0, gt=0)
+    """A sandbox PAUSED this long is deleted with its conversations (SPEC 3.1 Deletion Time)."""
+
+    lifecycle_interval: float = Field(default=10.0, gt=0)
+    """Seconds between rounds of the idle, 12-hour and deletion timers."""
+
     agent_timeout: float = Field(default=30.0, gt=0)
     """Timeout of one request to an agent server."""
 

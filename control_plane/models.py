@@ -5,10 +5,21 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from enum import Enum
 
+from core.retry import Clock
+
+
+_clock = Clock()
+
+
+def use_clock(clock: Clock) -> None:
+    """Stored times and timers read this clock (one per process: tests move it forward)."""
+    global _clock
+    _clock = clock
+
 
 def now() -> datetime:
     """The one clock reading of stored times: aware UTC."""
-    return datetime.now(timezone.utc)
+    return datetime.fromtimestamp(_clock.time(), timezone.utc)
 
 
 class SandboxStatus(str, Enum):

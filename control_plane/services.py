@@ -12,6 +12,8 @@ from control_plane.agent_client import AgentClient
 from control_plane.app_conversations import AppConversationService
 from control_plane.config import Config
 from control_plane.crypto import Cipher
+from control_plane.lifecycle import Lifecycle
+from control_plane.models import use_clock
 from control_plane.sandboxes.process import SPEC, ProcessProvider
 from control_plane.sandboxes.provider import SandboxProvider
 from control_plane.sandboxes.service import SandboxService
@@ -19,6 +21,7 @@ from control_plane.settings import SettingsService
 from control_plane.start_tasks import StartTaskService
 from control_plane.store import Database
 from control_plane.webhook import WebhookReceiver
+from core.retry import Clock
 
 
 @dataclass(frozen=True)
@@ -33,9 +36,13 @@ class Services:
     tasks: StartTaskService
     conversations: AppConversationService
     webhook: WebhookReceiver
+    lifecycle: Lifecycle
 
     @classmethod
-    def build(cls, config: Config, provider: SandboxProvider | None = None) -> Services:
+    def build(cls, config: Config, provider: SandboxProvider | None = None,
+              clock: Clock | None = None) -> Services:
+        """`clock`: the time of stored records and timers (default: the system's)."""
+        use_clock(clock or Clock())
         db = Database(config.db_url)
         cipher = Cipher.for_config(config.secret_key, config.state_dir)
         provider = provider or ProcessProvider(config.state_dir / "archives",
@@ -50,10 +57,13 @@ class Services:
                                  cap=config.max_conversations_per_sandbox,
                                  repository_url_template=config.repository_url_template,
                                  spec_id=provider.specs()[0].id if provider.specs() else SPEC.id)
+        records = AppConversationService(db, sandboxes, agents)
+        lifecycle = Lifecycle(db, sandboxes, records, idle_seconds=config.idle_seconds,
+                              deletion_seconds=config.deletion_seconds,
+                              interval=config.lifecycle_interval)
         return cls(config=config, db=db, cipher=cipher, provider=provider, sandboxes=sandboxes,
-                   agents=agents, settings=settings, tasks=tasks,
-                   conversations=AppConversationService(db, sandboxes, agents),
-                   webhook=WebhookReceiver(db))
+                   agents=agents, settings=settings, tasks=tasks, conversations=records,
+                   webhook=WebhookReceiver(db), lifecycle=lifecycle)
 
     async def start(self) -> None:
         """Migrations, then adoption of the sandboxes still there, then unfinished start tasks."""
@@ -62,8 +72,10 @@ class Services:
         await self.sandboxes.adopt()
         await self.tasks.resume_unfinished()
         self.sandboxes.start_health_checks()
+        self.lifecycle.start()
 
     async def close(self, stop_sandboxes: bool = False) -> None:
+        await self.lifecycle.close()
         await self.tasks.close()
         await self.sandboxes.close(stop_sandboxes=stop_sandboxes)
         await self.agents.close()

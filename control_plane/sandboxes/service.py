@@ -116,7 +116,8 @@ class SandboxService:
                 raise Unavailable(f"sandbox {sandbox_id} is still STARTING")
             await asyncio.sleep(0.02)
 
-    async def pause(self, row: SandboxRow) -> SandboxRow:
+    async def pause(self, row: SandboxRow, reason: str | None = None) -> SandboxRow:
+        """SIGSTOP-like: capacity released, state kept; `reason` is shown as status_detail."""
         async with self._lock(row.id):
             row = await self._current(row.id)
             if row.status is SandboxStatus.PAUSED:
@@ -130,7 +131,7 @@ class SandboxService:
             except ProviderError as exc:
                 await rows.set_status(self.db, row.id, SandboxStatus.ERROR, str(exc))
                 raise Conflict(f"sandbox {row.id} cannot be paused: {exc}") from None
-            await rows.set_status(self.db, row.id, SandboxStatus.PAUSED)
+            await rows.set_status(self.db, row.id, SandboxStatus.PAUSED, reason)
             return await self._current(row.id)
 
     async def resume(self, row: SandboxRow) -> SandboxRow:

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import func, select, update
+from sqlalchemy import and_, case, func, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from control_plane.models import SandboxStatus, now
@@ -30,6 +30,10 @@ class SandboxRow:
     created_at: datetime
     updated_at: datetime
     last_activity_at: datetime
+    running_since: datetime | None = None
+    """When it last became RUNNING (the 12-hour cap counts from here)."""
+    paused_at: datetime | None = None
+    """When it was paused (the deletion time counts from here)."""
 
     @classmethod
     def of(cls, row: Any) -> SandboxRow:
@@ -96,9 +100,20 @@ async def set_status(db: Database, sandbox_id: str, status: SandboxStatus,
     if unless_terminal:
         query = query.where(sandboxes.c.status.not_in(
             [SandboxStatus.ERROR.value, SandboxStatus.MISSING.value]))
+    moment = now()
+    values: dict[str, Any] = {"status": status.value, "status_detail": detail, "updated_at": moment}
+    # The timers start when the status is entered, not when it is stored again (adoption).
+    if status is SandboxStatus.RUNNING:
+        values["running_since"] = case(
+            (and_(sandboxes.c.status == status.value, sandboxes.c.running_since.is_not(None)),
+             sandboxes.c.running_since), else_=moment)
+        values["paused_at"] = None
+    elif status is SandboxStatus.PAUSED:
+        values["paused_at"] = case(
+            (and_(sandboxes.c.status == status.value, sandboxes.c.paused_at.is_not(None)),
+             sandboxes.c.paused_at), else_=moment)
     async with db.begin() as conn:
-        done = await conn.execute(query.values(status=status.value, status_detail=detail,
-                                               updated_at=now()))
+        done = await conn.execute(query.values(**values))
     return bool(done.rowcount)
 
 

@@ -96,6 +96,8 @@ sandboxes = Table(
     Column("created_at", UTCDateTime, nullable=False),
     Column("updated_at", UTCDateTime, nullable=False),
     Column("last_activity_at", UTCDateTime, nullable=False),
+    Column("running_since", UTCDateTime),
+    Column("paused_at", UTCDateTime),
 )
 
 start_tasks = Table(

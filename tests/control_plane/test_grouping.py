@@ -3,6 +3,7 @@ and load, concurrent starts under the cap, and a message resuming a PAUSED sandb
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -59,6 +60,9 @@ def test_strategies_and_explicit_placement(plane: ControlPlane, llm: ScriptedLLM
     r = client.post(f"/api/v1/app-conversations/{a['app_conversation_id']}/send-message",
                     json={"content": [{"type": "text", "text": "hi"}], "run": True})
     assert r.status_code == 200
+    # Its run's events reach the webhook after any of s2's: s1 is the most recently active.
+    wait_for(lambda: conversation(client, a["app_conversation_id"])["execution_status"] == "FINISHED", 30)
+    time.sleep(1.0)
     strategy(client, "LEAST_RECENTLY_USED")
     assert start(client)["sandbox_id"] == s2
     strategy(client, "NO_GROUPING")
