@@ -40,6 +40,10 @@ class Config(BaseModel):
     max_conversations_per_sandbox: int = Field(default=20, ge=1, le=10_000)
     """A grouped sandbox is 'available' only below this many conversations (SPEC 1)."""
 
+    max_sandboxes_per_user: int = Field(default=50, ge=1, le=10_000)
+    """Live (STARTING, RUNNING, PAUSED) sandboxes one user may have; a start needing one more
+    is refused, so a burst of requests cannot fill the machine."""
+
     repository_url_template: str = "https://github.com/{repository}.git"
     """`selected_repository` (org/repo) -> clone URL; tests point it at a local bare repository."""
 

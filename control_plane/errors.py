@@ -65,6 +65,12 @@ class Gone(ApiError):
     status = 410
 
 
+class LimitReached(ApiError):
+    """A configured bound (e.g. live sandboxes per user) would be passed."""
+
+    status = 429
+
+
 class PayloadTooLarge(ApiError):
     status = 413
 

@@ -50,7 +50,8 @@ class Services:
                                                stop_grace=config.sandbox_stop_grace)
         sandboxes = SandboxService(db, provider, cipher, sandboxes_dir=config.state_dir / "sandboxes",
                                    webhook_url=config.webhook_base,
-                                   health_interval=config.health_interval)
+                                   health_interval=config.health_interval,
+                                   max_per_user=config.max_sandboxes_per_user)
         agents = AgentClient(timeout=config.agent_timeout)
         settings = SettingsService(db, cipher)
         tasks = StartTaskService(db, cipher, sandboxes, settings, agents,

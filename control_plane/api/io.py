@@ -49,7 +49,7 @@ async def body(request: Request, model: type[M], limit: int | None = None) -> M:
     limit = limit or services(request).config.max_body_bytes
     data = await read_bounded(request, limit)
     try:
-        parsed = json.loads(data) if data else None
+        parsed = json.loads(data) if data.strip() else {}  # no body: every field left out
     except (ValueError, UnicodeDecodeError) as exc:
         raise invalid_field(["body"], f"body is not JSON: {exc}", type_="json_invalid") from None
     try:

@@ -14,6 +14,7 @@ from control_plane.api.paths import path_id
 from control_plane.errors import NotFound, invalid_field
 from control_plane.models import SandboxStatus
 from control_plane.sandboxes.service import SandboxService
+from control_plane.store import accounts
 from control_plane.store import sandboxes as rows
 from control_plane.store.sandboxes import SandboxRow
 
@@ -107,7 +108,7 @@ async def owned(request: Request, validate: type[BaseModel] | None = None
 
 
 @doc(summary="Create a sandbox; poll GET /api/v1/sandboxes?id= until RUNNING", body=CreateSandbox,
-     response=SandboxInfo, status=201)
+     response=SandboxInfo, status=201, errors=(429,))
 async def create(request: Request) -> Response:
     account = await user(request)
     svc = services(request)
@@ -115,6 +116,7 @@ async def create(request: Request) -> Response:
     if spec not in {s.id for s in svc.provider.specs()}:
         raise invalid_field(["body", "sandbox_spec_id"], f"unknown sandbox spec {spec!r}", spec)
     async with svc.db.begin() as conn:
+        await accounts.lock_user(conn, account.id)  # the per-user limit counts under the lock
         row = await svc.sandboxes.new_row(conn, account.id, spec)
     svc.sandboxes.launch(row)
     return reply(info(svc.sandboxes, row), 201)

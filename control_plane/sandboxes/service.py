@@ -16,7 +16,7 @@ from pathlib import Path
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from control_plane.crypto import Cipher, hash_key, new_key
-from control_plane.errors import Conflict, Gone, Unavailable
+from control_plane.errors import Conflict, Gone, LimitReached, Unavailable
 from control_plane.models import SandboxStatus, now
 from control_plane.sandboxes.provider import Handle, Launch, Liveness, ProviderError, SandboxProvider
 from control_plane.store import Database
@@ -24,6 +24,9 @@ from control_plane.store import sandboxes as rows
 from control_plane.store.sandboxes import SandboxRow
 
 logger = logging.getLogger(__name__)
+
+#: Health checks in a row a RUNNING sandbox may miss before it is in ERROR.
+UNRESPONSIVE_LIMIT = 3
 
 
 def handle_of(row: SandboxRow) -> Handle | None:
@@ -34,13 +37,17 @@ def handle_of(row: SandboxRow) -> Handle | None:
 
 class SandboxService:
     def __init__(self, db: Database, provider: SandboxProvider, cipher: Cipher, *,
-                 sandboxes_dir: Path, webhook_url: str, health_interval: float = 5.0) -> None:
+                 sandboxes_dir: Path, webhook_url: str, health_interval: float = 5.0,
+                 max_per_user: int = 50) -> None:
         self.db = db
         self.provider = provider
         self.cipher = cipher
         self.sandboxes_dir = sandboxes_dir
         self.webhook_url = webhook_url
         self.health_interval = health_interval
+        self.max_per_user = max_per_user
+        #: Health checks in a row a sandbox did not answer (ERROR after UNRESPONSIVE_LIMIT).
+        self._silent: dict[str, int] = {}
         self._starts: dict[str, asyncio.Task[None]] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         self._health: asyncio.Task[None] | None = None
@@ -48,9 +55,14 @@ class SandboxService:
     # -- rows --------------------------------------------------------------------------------
 
     async def new_row(self, conn: AsyncConnection, user_id: str, spec_id: str) -> SandboxRow:
-        """A STARTING row inside the caller's transaction; `launch()` starts it after commit."""
+        """A STARTING row inside the caller's transaction; `launch()` starts it after commit.
+
+        The caller holds the user's lock (`accounts.lock_user`), so the count below holds."""
         if spec_id not in {spec.id for spec in self.provider.specs()}:
             raise Conflict(f"unknown sandbox spec {spec_id!r}")
+        if await rows.live_count(conn, user_id) >= self.max_per_user:
+            raise LimitReached(f"at most {self.max_per_user} live sandboxes per user: delete or "
+                               "let some be cleaned up first")
         sandbox_id = uuid.uuid4().hex
         key = new_key("sk-sandbox")
         return await rows.insert(conn, id=sandbox_id, user_id=user_id, spec_id=spec_id,
@@ -226,14 +238,23 @@ class SandboxService:
                 logger.exception("sandbox health check failed")
 
     async def check_health(self) -> None:
-        """A RUNNING or PAUSED sandbox whose process is gone is in ERROR (SPEC 3.1)."""
+        """A RUNNING or PAUSED sandbox whose process is gone is in ERROR (SPEC 3.1); so is a
+        RUNNING one that stops answering for UNRESPONSIVE_LIMIT checks in a row."""
         for row in await rows.live(self.db):
             handle = handle_of(row)
             if handle is None or row.status is SandboxStatus.STARTING:
                 continue
-            if await self.provider.inspect(handle) is Liveness.GONE:
+            liveness = await self.provider.inspect(handle)
+            if liveness is Liveness.GONE:
                 await rows.set_status(self.db, row.id, SandboxStatus.ERROR,
                                       "the agent server exited unexpectedly")
+            elif liveness is Liveness.UNRESPONSIVE and row.status is SandboxStatus.RUNNING:
+                self._silent[row.id] = self._silent.get(row.id, 0) + 1
+                if self._silent[row.id] >= UNRESPONSIVE_LIMIT:
+                    await rows.set_status(self.db, row.id, SandboxStatus.ERROR,
+                                          "the agent server stopped answering its health check")
+                continue
+            self._silent.pop(row.id, None)
 
     async def close(self, stop_sandboxes: bool = False) -> None:
         if self._health is not None:

@@ -134,3 +134,11 @@ async def get_in(conn: AsyncConnection, sandbox_id: str) -> SandboxRow | None:
     """Read inside the caller's transaction (placement)."""
     row = (await conn.execute(select(sandboxes).where(sandboxes.c.id == sandbox_id))).first()
     return None if row is None else SandboxRow.of(row)
+
+
+async def live_count(conn: AsyncConnection, user_id: str) -> int:
+    """The user's sandboxes that hold (or may hold) a process."""
+    value = await conn.scalar(select(func.count()).select_from(sandboxes).where(
+        sandboxes.c.user_id == user_id, sandboxes.c.status.in_(
+            [SandboxStatus.STARTING.value, SandboxStatus.RUNNING.value, SandboxStatus.PAUSED.value])))
+    return int(value or 0)

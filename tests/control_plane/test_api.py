@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import signal
 import time
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -13,7 +14,14 @@ from openapi_spec_validator import validate
 
 from control_plane.app import ROUTES
 from control_plane.sandboxes import procfs
-from tests.control_plane.support import ControlPlane, configure_llm, sandbox_pid, start, wait_for
+from tests.control_plane.support import (
+    ControlPlane,
+    configure_llm,
+    make_config,
+    sandbox_pid,
+    start,
+    wait_for,
+)
 from tests.support.llm import ScriptedLLM, call
 
 V1_ROUTES = [(m, r.path) for r in ROUTES for m in sorted(r.methods or ()) if m != "HEAD"
@@ -208,3 +216,23 @@ def test_openapi_document(control_plane: ControlPlane) -> None:
     assert "/api/v1/sandboxes/{sandbox_id}" in doc["paths"]
     assert "/api/v1/conversation/{conversation_id}/events/search" in doc["paths"]
     time.sleep(0)
+
+
+def test_live_sandboxes_per_user_are_bounded(tmp_path: Path, llm: ScriptedLLM, key: str) -> None:
+    plane = ControlPlane(make_config(tmp_path / "cp", max_sandboxes_per_user=2)).start()
+    try:
+        client = plane.client(plane.new_user("gina"))
+        configure_llm(client, llm.base_url(key))
+        first = client.post("/api/v1/sandboxes")  # no body at all: every field left out
+        assert first.status_code == 201, first.text
+        assert start(client)["status"] == "READY"
+        r = client.post("/api/v1/sandboxes", json={})
+        assert r.status_code == 429 and "at most 2" in r.json()["detail"]
+        task = start(client)
+        assert task["status"] == "ERROR" and "at most 2" in task["detail"]
+        sid = first.json()["id"]
+        wait_running(client, sid)
+        assert client.delete(f"/api/v1/sandboxes/{sid}", params={"sandbox_id": sid}).status_code == 200
+        assert start(client)["status"] == "READY"  # a MISSING sandbox no longer counts
+    finally:
+        plane.stop()
