@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+from collections.abc import AsyncIterator
 import json
 import zipfile
 from datetime import datetime
@@ -193,13 +194,50 @@ class AppConversationService:
             return True
         return False
 
-    async def download(self, row: ConversationRow) -> bytes:
-        """The trajectory as a zip: events.jsonl (every stored event) and meta.json (the record)."""
+    async def download(self, row: ConversationRow) -> AsyncIterator[bytes]:
+        """The trajectory as a zip (meta.json: the record; events.jsonl: every stored event),
+        streamed: events are read a chunk at a time and the zip sent as it is written, so a
+        long conversation never sits in memory whole."""
         record = await self.record(row, live=False)
         meta = record.model_dump(mode="json", exclude={"session_api_key", "conversation_url"})
-        buffer = io.BytesIO()
-        with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+        sink = _Sink()
+        with zipfile.ZipFile(sink, "w", zipfile.ZIP_DEFLATED) as archive:
             archive.writestr("meta.json", json.dumps(meta, indent=2))
-            lines = [body async for body in events.all_bodies(self.db, row.id)]
-            archive.writestr("events.jsonl", "\n".join(lines) + ("\n" if lines else ""))
-        return buffer.getvalue()
+            with archive.open("events.jsonl", "w", force_zip64=True) as member:
+                async for body in events.all_bodies(self.db, row.id):
+                    member.write(body.encode() + b"\n")
+                    if sink.size() >= 256 * 1024:
+                        yield sink.take()
+        yield sink.take()
+
+
+class _Sink(io.RawIOBase):
+    """A write-only stream zipfile writes into and the response drains (no seeking: zipfile
+    then writes data descriptors after each member)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._chunks: list[bytes] = []
+        self._size = 0
+        self._position = 0
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: Any) -> int:
+        chunk = bytes(data)
+        self._chunks.append(chunk)
+        self._size += len(chunk)
+        self._position += len(chunk)
+        return len(chunk)
+
+    def tell(self) -> int:
+        return self._position
+
+    def size(self) -> int:
+        return self._size
+
+    def take(self) -> bytes:
+        out = b"".join(self._chunks)
+        self._chunks, self._size = [], 0
+        return out

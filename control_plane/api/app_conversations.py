@@ -7,7 +7,7 @@ from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import Response, StreamingResponse
 
 from control_plane.api.io import body, doc, query, reply, services, user
 from control_plane.api.paths import path_uuid
@@ -222,8 +222,8 @@ async def delete(request: Request) -> Response:
      errors=(404,))
 async def download(request: Request) -> Response:
     row, _ = await _owned(request)
-    data = await services(request).conversations.download(row)
-    return Response(data, media_type="application/zip", headers={
+    data = services(request).conversations.download(row)
+    return StreamingResponse(data, media_type="application/zip", headers={
         "Content-Disposition": f'attachment; filename="conversation-{row.id}.zip"'})
 
 

@@ -187,6 +187,7 @@ class SandboxService:
             row = await self._current(row.id)
         handle = handle_of(row) or await self.provider.recover(self._launch(row))
         await self.provider.destroy(row.id, handle, Path(row.root_dir))
+        self._locks.pop(row.id, None)  # MISSING is final: nothing waits on this lock again
 
     async def _current(self, sandbox_id: str) -> SandboxRow:
         row = await rows.get(self.db, sandbox_id)

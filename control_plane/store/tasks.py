@@ -35,12 +35,12 @@ class TaskRow:
 
 async def insert(db: Database, task_id: str, user_id: str, request_enc: str) -> TaskRow:
     moment = now()
-    values = dict(id=task_id, user_id=user_id, status=StartTaskStatus.WORKING.value, detail=None,
-                  request_enc=request_enc, app_conversation_id=None, sandbox_id=None,
-                  created_at=moment, updated_at=moment)
+    task = TaskRow(id=task_id, user_id=user_id, status=StartTaskStatus.WORKING, detail=None,
+                   request_enc=request_enc, app_conversation_id=None, sandbox_id=None,
+                   created_at=moment, updated_at=moment)
     async with db.begin() as conn:
-        await conn.execute(T.insert().values(**values))
-    return TaskRow.of(type("R", (), {"_mapping": values})())
+        await conn.execute(T.insert().values(**{**task.__dict__, "status": task.status.value}))
+    return task
 
 
 async def get_many(db: Database, ids: list[str], user_id: str) -> dict[str, TaskRow]:
