@@ -77,11 +77,13 @@ class Lifecycle:
     async def delete_forever(self, row: SandboxRow) -> None:
         """The sandbox and its conversations, with their events; they cannot be resumed."""
         logger.info("deleting sandbox %s: paused beyond the deletion time", row.id)
-        await self.sandboxes.destroy(row)
+        # Conversations first: cut short here, the next round finds a paused sandbox without
+        # conversations and finishes the job.
         for conversation_id in await conversations.in_sandbox(self.db, row.id):
             async with self.db.begin() as conn:
                 await conversations.remove(conn, conversation_id)
             await events.remove(self.db, conversation_id)
+        await self.sandboxes.destroy(row)
         await rows.set_status(self.db, row.id, SandboxStatus.MISSING,
                               "deleted: paused beyond the deletion time", unless_terminal=False)
 
