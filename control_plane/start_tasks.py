@@ -1,7 +1,10 @@
 """Start tasks: a conversation start answered at once and carried out in the background.
 
-Stages are stored as they are reached (WORKING, WAITING_FOR_SANDBOX, PREPARING_REPOSITORY,
-STARTING_CONVERSATION, then READY or ERROR with a detail). Placement and the conversation row
+Stages are stored as they are reached (WORKING, WAITING_FOR_SANDBOX, STARTING_CONVERSATION,
+PREPARING_REPOSITORY, then READY or ERROR with a detail). The agent server clones the selected
+repository before the first step of a run, so with `initial_message.run` the task waits in
+PREPARING_REPOSITORY for the clone: a repository that cannot be cloned ends the task in ERROR
+instead of leaving the agent in an empty directory. Placement and the conversation row
 are written in one transaction with the user locked (see `grouping`). Every step after it is
 idempotent (the agent-server conversation is created under the id chosen at placement), so a
 control plane that restarts simply runs unfinished tasks again; a task that cannot go on ends
@@ -30,6 +33,10 @@ from control_plane.store import accounts, conversations, sandboxes, tasks
 from control_plane.store.tasks import TaskRow
 
 logger = logging.getLogger(__name__)
+
+
+#: Seconds a start task waits for the selected repository to be cloned.
+CLONE_TIMEOUT = 600.0
 
 
 class StartFailed(Exception):
@@ -89,8 +96,6 @@ class StartTaskService:
                 placement = await self._place(task, request, user)
             await tasks.set_status(self.db, task.id, StartTaskStatus.WAITING_FOR_SANDBOX)
             row = await self.sandboxes.wait_running(placement.sandbox_id)
-            if request.selected_repository:
-                await tasks.set_status(self.db, task.id, StartTaskStatus.PREPARING_REPOSITORY)
             await tasks.set_status(self.db, task.id, StartTaskStatus.STARTING_CONVERSATION)
             url = self.sandboxes.url(row)
             assert url is not None
@@ -102,6 +107,9 @@ class StartTaskService:
             await self.agents.create_conversation(
                 target, self._creation_body(placement.conversation_id, conversation.working_dir,
                                             request, user))
+            if request.selected_repository and request.initial_message and request.initial_message.run:
+                await tasks.set_status(self.db, task.id, StartTaskStatus.PREPARING_REPOSITORY)
+                await self._wait_clone(target, placement.conversation_id, request.selected_repository)
             await conversations.update_fields(self.db, placement.conversation_id, started=True)
             await tasks.set_status(self.db, task.id, StartTaskStatus.READY)
         except asyncio.CancelledError:
@@ -111,6 +119,19 @@ class StartTaskService:
         except Exception as exc:
             logger.exception("start task %s failed", task.id)
             await self._fail(task, placement, f"unexpected error: {type(exc).__name__}: {exc}")
+
+    async def _wait_clone(self, target: Target, conversation_id: str, repository: str) -> None:
+        deadline = asyncio.get_running_loop().time() + CLONE_TIMEOUT
+        while asyncio.get_running_loop().time() < deadline:
+            info = await self.agents.get_conversation(target, conversation_id)
+            if info.get("repository_status") == "cloned":
+                return
+            if info.get("repository_status") == "failed":
+                await self.agents.delete_conversation(target, conversation_id)
+                raise StartFailed(f"{repository} could not be cloned (is the name right, and is "
+                                  "a credential needed?); the conversation was not started")
+            await asyncio.sleep(0.05)
+        raise StartFailed(f"cloning {repository} took more than {CLONE_TIMEOUT:g} s")
 
     async def _place(self, task: TaskRow, request: StartRequest, user: UserSettings) -> Placement:
         conversation_id = str(uuid.uuid4())

@@ -189,6 +189,8 @@ def test_a_dead_sandbox_is_error_and_its_conversations_read_only(
     llm.script(key, call("finish", message="done"))
     task = start(client, "hi")
     cid, sid = task["app_conversation_id"], task["sandbox_id"]
+    wait_for(lambda: client.get(f"/api/v1/conversation/{cid}/events/count",
+                                params={"kind__eq": "ActionEvent"}).json()["count"] == 1, 30)
     pid = sandbox_pid(control_plane, sid)
     procfs.signal_group(pid, signal.SIGKILL)
     wait_for(lambda: client.get("/api/v1/sandboxes", params={"id": sid}).json()[0]["status"] == "ERROR",
@@ -204,6 +206,16 @@ def test_a_dead_sandbox_is_error_and_its_conversations_read_only(
     assert client.get(f"/api/v1/app-conversations/{cid}/download").status_code == 200
     r = client.post("/api/v1/app-conversations", json={"sandbox_id": sid})
     assert r.status_code == 409
+
+    # Deleted (MISSING): still read-only, now answered 410; the transcript stays.
+    assert client.delete(f"/api/v1/sandboxes/{sid}", params={"sandbox_id": sid}).status_code == 200
+    assert client.get("/api/v1/app-conversations", params={"ids": cid}).json()[0]["sandbox_status"] == "MISSING"
+    r = client.post(f"/api/v1/app-conversations/{cid}/send-message",
+                    json={"content": [{"type": "text", "text": "x"}]})
+    assert r.status_code == 410 and "read-only" in r.json()["detail"]
+    assert client.get(f"/api/v1/app-conversations/{cid}/git/changes").status_code == 410
+    events = client.get(f"/api/v1/conversation/{cid}/events/search").json()["items"]
+    assert any(e["kind"] == "ActionEvent" for e in events)
 
 
 def test_openapi_document(control_plane: ControlPlane) -> None:

@@ -140,3 +140,15 @@ def test_the_whole_flow(plane: ControlPlane, llm: ScriptedLLM, key: str, tmp_pat
     assert not (plane.config.state_dir / "sandboxes" / sid).exists()
     assert client.get("/api/v1/app-conversations", params={"ids": cid}).json() == [None]
     assert client.get(f"/api/v1/conversation/{cid}/events/search").status_code == 404
+
+
+def test_a_repository_that_cannot_be_cloned_ends_the_task(plane: ControlPlane, llm: ScriptedLLM,
+                                                          key: str) -> None:
+    client = plane.client(plane.new_user("bob"))
+    configure_llm(client, llm.base_url(key))
+    task = start(client, "go", selected_repository="acme/missing")
+    assert task["status"] == "ERROR" and "acme/missing could not be cloned" in task["detail"]
+    assert client.get("/api/v1/app-conversations/search").json()["items"] == []
+    # The sandbox made for it went with it.
+    sandboxes = client.get("/api/v1/sandboxes/search").json()["items"]
+    assert [s["status"] for s in sandboxes] == ["MISSING"]
