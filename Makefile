@@ -18,11 +18,14 @@ $(TEST_STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/pip install -q -e '.[test]'
 	touch $@ $(STAMP)
 
-# What the tests need from the system: bash, git, Chromium for the browser tool, and PostgreSQL
-# for the control plane's store tests (its binaries live outside PATH, under /usr/lib/postgresql).
+# What the tests need from the system: bash, git, Chromium for the browser tool, ripgrep for
+# grep (command:package pairs), and PostgreSQL for the control plane's store tests (its
+# binaries live outside PATH, under /usr/lib/postgresql).
 system-deps:
 	@missing=""; \
-	for cmd in bash git chromium; do command -v $$cmd >/dev/null 2>&1 || missing="$$missing $$cmd"; done; \
+	for pair in bash:bash git:git chromium:chromium rg:ripgrep; do \
+		command -v $${pair%%:*} >/dev/null 2>&1 || missing="$$missing $${pair#*:}"; \
+	done; \
 	ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1 || missing="$$missing postgresql"; \
 	if [ -n "$$missing" ]; then \
 		echo "installing:$$missing"; \

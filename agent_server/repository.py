@@ -20,6 +20,7 @@ import tempfile
 from pathlib import Path
 from collections.abc import Mapping
 
+from agent_server.errors import UpstreamError
 from agent_server.agent.spec import RepositorySpec
 from core.masking import MASK, Masker
 from core.processes import child_env, run_process
@@ -39,12 +40,11 @@ esac
 """
 
 
-class CloneFailed(Exception):
+class CloneFailed(UpstreamError):
     """Why the repository could not be cloned (the detail may still hold secrets: mask it)."""
 
     def __init__(self, detail: str) -> None:
-        super().__init__(detail)
-        self.detail = detail
+        super().__init__("RepositoryCloneFailed", detail)
 
 
 async def clone(spec: RepositorySpec, target: Path, secrets: Mapping[str, str],

@@ -20,6 +20,7 @@ from typing import Any, BinaryIO
 
 from agent_server.errors import AgentServerError
 from core.masking import Masker
+from core.paths import OutsideRoot, confine
 from core.processes import CHUNK, MAX_OUTPUT_BYTES, Output
 
 
@@ -65,21 +66,11 @@ class TooLarge(WorkspaceError):
 
 
 def resolve(root: Path, raw: str) -> Path:
-    """`raw` (relative to root, or absolute) as a real path that is root or inside it.
-
-    Symlinks are resolved first, so a link anywhere on the path that points out is refused
-    like `..` is; what does not exist yet resolves as written.
-    """
-    if "\x00" in raw:
-        raise OutsideWorkspace("the path holds a NUL character")
+    """`raw` confined to the working directory `root` (core.paths.confine), or OutsideWorkspace."""
     try:
-        base = Path(os.path.realpath(root))
-        target = Path(os.path.realpath(os.path.join(base, raw)))
-    except OSError:  # the path changed under us while it was resolved
-        raise OutsideWorkspace(f"{raw!r} could not be resolved inside {root}") from None
-    if target != base and base not in target.parents:
-        raise OutsideWorkspace(f"{raw!r} is outside the working directory {root}")
-    return target
+        return confine(root, raw)
+    except OutsideRoot as exc:
+        raise OutsideWorkspace(str(exc)) from None
 
 
 def _check_fd(root: Path, fd: int, raw: str) -> None:

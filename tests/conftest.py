@@ -1,17 +1,33 @@
-"""Shared fixtures: the scripted LLM server and the real agent server in a subprocess."""
+"""Shared fixtures: the in-process server (the default tier), the scripted LLM server and the
+real agent server in a subprocess (e2e)."""
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
+from agent_server.agent.model import ScriptedModel
+from tests.support.inprocess import InProcess, serve
 from tests.support.llm import ScriptedLLM
 from tests.support.server import ServerProcess
+
+
+@pytest.fixture
+def model() -> ScriptedModel:
+    """The in-process server's model; tests add answers to `model.script`."""
+    return ScriptedModel()
+
+
+@pytest.fixture
+async def srv(tmp_path: Path, model: ScriptedModel) -> AsyncIterator[InProcess]:
+    """build_app(config, model) with its lifespan running, behind the ASGI transport."""
+    async with serve(tmp_path / "state", model) as running:
+        yield running
 
 
 @pytest.fixture(scope="session")

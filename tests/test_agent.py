@@ -7,11 +7,15 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 
 from tests.conftest import create
 from tests.support.api import events, send, status, tool_names, wait_status
 from tests.support.llm import Reply, ScriptedLLM, call, calls, error, text
 from tests.support.server import wait_for
+
+# A server subprocess (or another process, a restart, SIGKILL, Chromium, Docker tools).
+pytestmark = pytest.mark.e2e
 
 
 def test_runs_to_finish_with_real_tool_effects(client: httpx.Client, llm: ScriptedLLM, key: str,
@@ -302,14 +306,17 @@ def test_terminal_effects_persist_across_calls(client: httpx.Client, llm: Script
 
 def test_interrupt_during_a_tool_leaves_a_valid_history(client: httpx.Client, llm: ScriptedLLM,
                                                         key: str, tmp_path: Path) -> None:
-    llm.script(key, call("terminal", command="sleep 100"), call("finish", message="done"))
+    started = tmp_path / "started"
+    llm.script(key, call("terminal", command=f"touch {started} && sleep 100"),
+               call("finish", message="done"))
     conv = create(client, llm, key, tmp_path, tools=["terminal"], message="go", run=True)
-    wait_for(lambda: events(client, conv["id"], "ActionEvent"), what="the terminal call")
-    time.sleep(0.5)
-    client.post(f"/api/conversations/{conv['id']}/interrupt")
+    # The tool itself says when it is running (no guess at how long that takes).
+    wait_for(started.exists, what="the terminal command to start")
+    assert client.post(f"/api/conversations/{conv['id']}/interrupt").status_code == 200
     assert status(client, conv["id"]) == "paused"
-    error = events(client, conv["id"], "AgentErrorEvent")[-1]
-    assert error["tool_name"] == "terminal" and "Interrupted" in error["error"]
+    [error] = events(client, conv["id"], "AgentErrorEvent")
+    assert (error["tool_name"], error["error"]) == ("terminal",
+                                                    "Interrupted before this call finished.")
     client.post(f"/api/conversations/{conv['id']}/run")
     assert wait_status(client, conv["id"], "finished") == "finished"
     # The model saw a result for its cut call before being asked again.

@@ -20,6 +20,9 @@ from tests.conftest import create
 from tests.support.llm import ScriptedLLM
 from tests.support.server import KEY, ServerProcess
 
+# A server subprocess (or another process, a restart, SIGKILL, Chromium, Docker tools).
+pytestmark = pytest.mark.e2e
+
 HEADER = "X-Session-API-Key"
 
 
@@ -134,7 +137,7 @@ def test_the_right_key_is_accepted(client: httpx.Client) -> None:
                          ids=[f"{m} {p}" for m, p in _open_calls()])
 def test_routes_outside_api_need_no_key(server: ServerProcess, method: str, path: str) -> None:
     r = httpx.request(method, server.url + path, timeout=30)
-    assert r.status_code != 401, r.text
+    assert r.status_code == 200, r.text  # each of them answers, not only "not 401"
 
 
 def test_health_and_ready_answer_without_a_key(server: ServerProcess) -> None:

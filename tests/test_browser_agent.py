@@ -14,6 +14,9 @@ from tests.conftest import create
 from tests.support.api import events, wait_status
 from tests.support.llm import ScriptedLLM, call
 
+# A server subprocess (or another process, a restart, SIGKILL, Chromium, Docker tools).
+pytestmark = pytest.mark.e2e
+
 PAGE = b"""<html><head><title>Release notes</title></head><body>
 <h1>Version 2.4</h1><p>The frobnicator now supports widgets.</p>
 <a href="/next">Next page</a></body></html>"""
@@ -33,8 +36,11 @@ def site() -> Iterator[str]:
 
     httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{httpd.server_address[1]}"
-    httpd.shutdown()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    finally:
+        httpd.shutdown()
+        httpd.server_close()  # the listening socket too (a ResourceWarning otherwise)
 
 
 def test_the_agent_reads_a_page(client: httpx.Client, llm: ScriptedLLM, key: str, tmp_path: Path,

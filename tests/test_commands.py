@@ -9,10 +9,14 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 from tests.conftest import create
 from tests.support.llm import ScriptedLLM
 from tests.support.server import wait_for
+
+# A server subprocess (or another process, a restart, SIGKILL, Chromium, Docker tools).
+pytestmark = pytest.mark.e2e
 
 SECRET = "s3cr3t-value-4242"
 

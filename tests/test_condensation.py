@@ -6,11 +6,15 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 from agent_server.agent.condenser import estimate_tokens
 from tests.conftest import create
 from tests.support.api import events, send, wait_status
 from tests.support.llm import Reply, ScriptedLLM, call, error, text
+
+# A server subprocess (or another process, a restart, SIGKILL, Chromium, Docker tools).
+pytestmark = pytest.mark.e2e
 
 LIMIT = 3000
 

@@ -19,6 +19,9 @@ from tests.support.api import events, send, status, wait_status
 from tests.support.llm import Reply, ScriptedLLM, call, calls, text
 from tests.support.server import ServerProcess
 
+# A server subprocess (or another process, a restart, SIGKILL, Chromium, Docker tools).
+pytestmark = pytest.mark.e2e
+
 SUPERSEDED = "superseded by a new user message"
 
 
@@ -260,7 +263,9 @@ def test_run_while_waiting_changes_nothing(client: httpx.Client, llm: ScriptedLL
     for _ in range(2):
         r = client.post(f"/api/conversations/{cid}/run")
         assert r.status_code == 200, r.text
-    time.sleep(0.5)  # a run, had one started, would have called the model or written by now
+    # No waiting needed: POST /run answers only after a run it starts has moved the status to
+    # running (Conversation.run makes that transition before it returns), so what is stored
+    # now is proof that none started.
     assert status(client, cid) == "waiting_for_confirmation"
     assert events(client, cid) == before
     assert not target.exists()
@@ -345,18 +350,22 @@ def test_policy_switches_mid_conversation(client: httpx.Client, llm: ScriptedLLM
     assert (tmp_path / "third.txt").exists()
 
 
-@pytest.mark.parametrize("body", [
-    {"kind": "Sometimes"},
-    {"kind": "ConfirmRisky", "threshold": "EXTREME"},
-    {"policy": {"kind": "ConfirmRisky", "threshold": "UNKNOWN"}},
-    {},
+@pytest.mark.parametrize(("body", "loc", "type_"), [
+    ({"kind": "Sometimes"}, ["body", "policy"], "union_tag_invalid"),
+    ({"kind": "ConfirmRisky", "threshold": "EXTREME"},
+     ["body", "policy", "ConfirmRisky", "threshold"], "literal_error"),
+    ({"policy": {"kind": "ConfirmRisky", "threshold": "UNKNOWN"}},
+     ["body", "policy", "ConfirmRisky", "threshold"], "literal_error"),
+    ({}, ["body", "policy"], "missing"),
 ])
 def test_an_invalid_policy_is_422_and_changes_nothing(client: httpx.Client, llm: ScriptedLLM,
                                                       key: str, tmp_path: Path,
-                                                      body: dict[str, Any]) -> None:
+                                                      body: dict[str, Any], loc: list[Any],
+                                                      type_: str) -> None:
     conv = create(client, llm, key, tmp_path, confirmation_policy={"kind": "AlwaysConfirm"})
     r = client.post(f"/api/conversations/{conv['id']}/confirmation_policy", json=body)
     assert r.status_code == 422, r.text
+    assert [(e["loc"], e["type"]) for e in r.json()["detail"]] == [(loc, type_)]
     assert client.get(f"/api/conversations/{conv['id']}").json()["confirmation_policy"] == {
         "kind": "AlwaysConfirm"}
 
@@ -369,6 +378,8 @@ def test_an_invalid_policy_at_creation_is_422(client: httpx.Client, llm: Scripte
         "confirmation_policy": {"kind": "ConfirmRisky", "threshold": "SEVERE"},
     })
     assert r.status_code == 422, r.text
+    assert [(e["loc"], e["type"]) for e in r.json()["detail"]] == [
+        (["body", "confirmation_policy", "ConfirmRisky", "threshold"], "literal_error")]
 
 
 # Last: it restarts this module's server.
@@ -393,9 +404,10 @@ def test_policy_and_waiting_actions_survive_a_restart(client: httpx.Client, llm:
     info = client.get(f"/api/conversations/{cid}").json()
     assert info["confirmation_policy"] == policy
     assert info["execution_status"] == "waiting_for_confirmation"
-    client.post(f"/api/conversations/{cid}/run")
-    time.sleep(0.3)
+    assert client.post(f"/api/conversations/{cid}/run").status_code == 200
+    # As above: a run that started would be "running" by the time POST /run answered.
     assert status(client, cid) == "waiting_for_confirmation" and not target.exists()
+    assert statuses(client, cid)[-1] == "waiting_for_confirmation"
 
     assert respond(client, cid, True).status_code == 200
     assert wait_status(client, cid, "finished", "error") == "finished"

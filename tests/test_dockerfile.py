@@ -12,9 +12,13 @@ import sys
 from pathlib import Path
 
 import httpx
+import pytest
 
 from tests.support.llm import free_port
 from tests.support.server import wait_for
+
+# A server subprocess (or another process, a restart, SIGKILL, Chromium, Docker tools).
+pytestmark = pytest.mark.e2e
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCKERFILE = ROOT / "sandbox.Dockerfile"
@@ -105,7 +109,7 @@ def test_entrypoint_serves_with_the_key_and_passes_the_healthcheck(tmp_path: Pat
         assert (state / "conversations").is_dir()
     finally:
         proc.terminate()
-        proc.wait(20)
+        proc.communicate(timeout=20)  # reads and closes its output pipe, unlike wait()
 
 
 def _ok(url: str) -> bool:

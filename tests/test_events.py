@@ -420,6 +420,7 @@ def events_of(name: str) -> st.SearchStrategy[Event]:
     return st.fixed_dictionaries(required, optional=optional).map(lambda kw: cls(**kw))
 
 
+@pytest.mark.e2e
 def test_tools_imports_on_its_own() -> None:
     # The kinds build their unions from tools.action_types(), and tools import the content
     # types from agent_server.events: a process whose first import is `tools` once died here.

@@ -10,11 +10,15 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
+import pytest
 
 from tests.conftest import create
 from tests.support.api import events, wait_status
 from tests.support.llm import ScriptedLLM, call
 from tests.support.server import ServerProcess
+
+# A server subprocess (or another process, a restart, SIGKILL, Chromium, Docker tools).
+pytestmark = pytest.mark.e2e
 
 SECRET = "export-secret-9876"
 

@@ -7,9 +7,13 @@ import subprocess
 from pathlib import Path
 
 import httpx
+import pytest
 
 from tests.conftest import create
 from tests.support.llm import ScriptedLLM
+
+# A server subprocess (or another process, a restart, SIGKILL, Chromium, Docker tools).
+pytestmark = pytest.mark.e2e
 
 AUTHOR = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com", "GIT_COMMITTER_NAME": "t",
           "GIT_COMMITTER_EMAIL": "t@example.com"}

@@ -20,6 +20,9 @@ from tests.support.api import events, send, status, wait_status
 from tests.support.llm import Reply, ScriptedLLM, call, text
 from tests.support.server import ServerProcess, wait_for
 
+# A server subprocess (or another process, a restart, SIGKILL, Chromium, Docker tools).
+pytestmark = pytest.mark.e2e
+
 HOOK_TYPES = ("PreToolUse", "PostToolUse", "UserPromptSubmit", "SessionStart", "SessionEnd", "Stop")
 #: Every field SPEC 6.2 gives a HookExecutionEvent, and the common ones of 6.1.
 FIELDS = {"id", "timestamp", "source", "parent_id", "kind", "hook_event_type", "hook_command",
@@ -101,20 +104,27 @@ def test_get_hooks_returns_the_config(client: httpx.Client, llm: ScriptedLLM, ke
     assert client.get(missing).status_code == 404
 
 
-@pytest.mark.parametrize("config", [
-    {"PreToolUse": [{"matcher": "file_(", "hooks": [{"command": "true"}]}]},
-    {"PreToolUse": [{"hooks": [{"type": "prompt", "command": "true"}]}]},
-    {"Stop": [{"hooks": [{"command": "true", "timeout": 0}]}]},
-    {"Stop": [{"hooks": [{"command": ""}]}]},
+@pytest.mark.parametrize(("config", "loc", "type_"), [
+    ({"PreToolUse": [{"matcher": "file_(", "hooks": [{"command": "true"}]}]},
+     ["PreToolUse", 0, "matcher"], "value_error"),
+    ({"PreToolUse": [{"hooks": [{"type": "prompt", "command": "true"}]}]},
+     ["PreToolUse", 0, "hooks", 0, "type"], "literal_error"),
+    ({"Stop": [{"hooks": [{"command": "true", "timeout": 0}]}]},
+     ["Stop", 0, "hooks", 0, "timeout"], "greater_than"),
+    ({"Stop": [{"hooks": [{"command": ""}]}]},
+     ["Stop", 0, "hooks", 0, "command"], "string_too_short"),
 ])
 def test_an_invalid_hook_config_is_422(client: httpx.Client, llm: ScriptedLLM, key: str,
-                                       tmp_path: Path, config: dict[str, Any]) -> None:
+                                       tmp_path: Path, config: dict[str, Any], loc: list[Any],
+                                       type_: str) -> None:
     r = client.post("/api/conversations", json={
         "agent": {"llm": {"model": "openai/x", "base_url": llm.base_url(key), "api_key": "k"}},
         "workspace": {"working_dir": str(tmp_path)},
         "hook_config": config,
     })
     assert r.status_code == 422, r.text
+    assert [(e["loc"], e["type"]) for e in r.json()["detail"]] == [
+        (["body", "hook_config", *loc], type_)]
 
 
 # -- PreToolUse ------------------------------------------------------------------------------

@@ -701,6 +701,7 @@ def printed_ids(out: Path) -> list[str]:
     return complete.split()
 
 
+@pytest.mark.e2e
 @pytest.mark.slow
 def test_sigkill_at_random_moments_loses_no_acknowledged_event(tmp_path: Path) -> None:
     kills = 200 if SLOW else 20

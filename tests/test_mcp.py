@@ -21,6 +21,9 @@ from tests.support.mcp_servers import HTTPServer, stdio_config
 from tests.support.server import ServerProcess, wait_for
 from tools.base import ToolContext
 
+# A server subprocess (or another process, a restart, SIGKILL, Chromium, Docker tools).
+pytestmark = pytest.mark.e2e
+
 TOKEN = "tok-0123456789abcdef"
 MASK = "<secret-hidden>"
 

@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import threading
-import time
 from pathlib import Path
 
 import httpx
+import pytest
 
 from tests.conftest import create
 from tests.support.api import events, wait_status
 from tests.support.llm import Reply, ScriptedLLM, call, text
 from tests.support.server import ServerProcess, wait_for
+
+# A server subprocess (or another process, a restart, SIGKILL, Chromium, Docker tools).
+pytestmark = pytest.mark.e2e
 
 
 def test_a_message_sent_while_the_model_answers_is_answered_too(
@@ -49,7 +52,11 @@ def test_runs_requested_together_start_one_loop(client: httpx.Client, llm: Scrip
         t.join()
     assert answers == [200] * 6
     assert wait_status(client, conv["id"], "finished") == "finished"
-    time.sleep(0.5)
+    # Every POST has answered, and one that starts a run moves the status to running before
+    # it answers: so a second loop, had one started, would show here without any waiting.
+    statuses = [e["value"] for e in events(client, conv["id"], "ConversationStateUpdateEvent")
+                if e["key"] == "execution_status"]
+    assert statuses == ["running", "finished"]
     assert len(llm.requests_for(key)) == 1
     assert len(events(client, conv["id"], "MessageEvent", source__eq="agent")) == 1
 
@@ -57,7 +64,9 @@ def test_runs_requested_together_start_one_loop(client: httpx.Client, llm: Scrip
 def test_a_deleted_conversation_does_not_come_back(client: httpx.Client, llm: ScriptedLLM,
                                                    key: str, tmp_path: Path,
                                                    server: ServerProcess) -> None:
-    hook = {"UserPromptSubmit": [{"hooks": [{"type": "command", "command": "sleep 2"}]}]}
+    started = tmp_path / "hook-started"
+    hook = {"UserPromptSubmit": [{"hooks": [{"type": "command",
+                                             "command": f"touch {started}; sleep 2"}]}]}
     llm.script(key, call("finish", message="should never run"))
     conv = create(client, llm, key, tmp_path, hook_config=hook)
     cid = conv["id"]
@@ -70,11 +79,12 @@ def test_a_deleted_conversation_does_not_come_back(client: httpx.Client, llm: Sc
 
     sender = threading.Thread(target=send)
     sender.start()
-    time.sleep(0.7)
+    wait_for(started.exists, what="the UserPromptSubmit hook to run")  # the message waits on it
     assert client.delete(f"/api/conversations/{cid}").status_code == 200
     sender.join()
-    assert answer and answer[0] in (200, 404)
-    time.sleep(1)
+    # The message's hook finished after the delete: its verdict has no conversation to go to.
+    assert answer == [404]
+    # The send was the last request in flight; it has answered, so nothing can write now.
     assert client.get(f"/api/conversations/{cid}").status_code == 404
     assert not (server.state_dir / "conversations" / cid.replace("-", "")).exists()
     assert llm.requests_for(key) == []

@@ -21,6 +21,9 @@ from tests.support.api import events, send, status, wait_status
 from tests.support.llm import Reply, ScriptedLLM, call
 from tests.support.server import ServerProcess, wait_for
 
+# A server subprocess (or another process, a restart, SIGKILL, Chromium, Docker tools).
+pytestmark = pytest.mark.e2e
+
 TOKEN = "tok-for-the-repo-77"
 AUTHOR = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com", "GIT_COMMITTER_NAME": "t",
           "GIT_COMMITTER_EMAIL": "t@example.com", "GIT_CONFIG_GLOBAL": os.devnull,

@@ -27,6 +27,9 @@ from tests.support.llm import ScriptedLLM, call, error, text
 from tests.support.receiver import Receiver
 from tests.support.server import KEY, ServerProcess, wait_for
 
+# A server subprocess (or another process, a restart, SIGKILL, Chromium, Docker tools).
+pytestmark = pytest.mark.e2e
+
 MASK = "<secret-hidden>"
 HOOK_KEY = "secrets-webhook-key"
 #: Files that hold secret values by design (mode 0600); no other file may hold one.

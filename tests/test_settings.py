@@ -18,6 +18,9 @@ import pytest
 from tests.support.llm import ScriptedLLM
 from tests.support.server import ServerProcess
 
+# A server subprocess (or another process, a restart, SIGKILL, Chromium, Docker tools).
+pytestmark = pytest.mark.e2e
+
 MASK = "**********"
 SECRET = f"sk-settings-{uuid.uuid4().hex}"
 DEFAULTS = {"agent": {"llm": None, "tools": []}, "git_user_name": None, "git_user_email": None}

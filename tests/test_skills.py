@@ -7,6 +7,7 @@ import uuid
 from pathlib import Path
 
 import httpx
+import pytest
 
 from agent_server.agent.skills import MAX_FILE_BYTES, front_matter, load, parse
 from tests.conftest import create
@@ -44,6 +45,7 @@ def workspace(root: Path) -> Path:
     return root
 
 
+@pytest.mark.e2e
 def test_skills_are_listed_invoked_and_triggered(client: httpx.Client, llm: ScriptedLLM,
                                                  key: str, tmp_path: Path) -> None:
     workspace(tmp_path)
@@ -97,6 +99,7 @@ def test_skills_are_listed_invoked_and_triggered(client: httpx.Client, llm: Scri
     assert listed[1]["description"] == "Writing and running schema migrations"
 
 
+@pytest.mark.e2e
 def test_a_workspace_without_skills(client: httpx.Client, llm: ScriptedLLM, key: str,
                                     tmp_path: Path) -> None:
     conv = create(client, llm, key, tmp_path)

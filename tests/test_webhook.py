@@ -370,6 +370,7 @@ def wait_delivered(receiver: Receiver, client: httpx.Client, cid: str, timeout: 
     return stored(client, cid)
 
 
+@pytest.mark.e2e
 def test_every_event_arrives_as_search_returns_it_in_order(
         hooked: ServerProcess, healthy: Receiver, llm: ScriptedLLM, key: str, tmp_path: Path) -> None:
     steps(llm, key, 5)
@@ -392,6 +393,7 @@ def test_every_event_arrives_as_search_returns_it_in_order(
         assert c.get("/server_info").json()["webhook"]["failing"] == 0
 
 
+@pytest.mark.e2e
 def test_receiver_down_for_the_whole_run_then_up(
         hooked: ServerProcess, healthy: Receiver, llm: ScriptedLLM, key: str, tmp_path: Path) -> None:
     healthy.down()
@@ -412,6 +414,7 @@ def test_receiver_down_for_the_whole_run_then_up(
         wait_for(lambda: c.get(f"/api/conversations/{conv['id']}").json()["webhook"]["pending"] == 0)
 
 
+@pytest.mark.e2e
 def test_errors_and_refusals_are_retried_until_accepted(
         hooked: ServerProcess, healthy: Receiver, llm: ScriptedLLM, key: str, tmp_path: Path) -> None:
     steps(llm, key, 3)
@@ -432,6 +435,7 @@ def test_errors_and_refusals_are_retried_until_accepted(
     assert "webhook refused" in hooked.output()
 
 
+@pytest.mark.e2e
 def test_killed_mid_delivery_everything_arrives_after_restart(
         tmp_path_factory: pytest.TempPathFactory, healthy: Receiver, llm: ScriptedLLM, key: str,
         tmp_path: Path) -> None:
@@ -462,6 +466,7 @@ def test_killed_mid_delivery_everything_arrives_after_restart(
         proc.stop()
 
 
+@pytest.mark.e2e
 def test_sigterm_flushes_what_the_log_holds(
         tmp_path_factory: pytest.TempPathFactory, healthy: Receiver, llm: ScriptedLLM, key: str,
         tmp_path: Path) -> None:
@@ -481,6 +486,7 @@ def test_sigterm_flushes_what_the_log_holds(
         proc.stop()
 
 
+@pytest.mark.e2e
 def test_a_conversation_id_used_again_after_a_delete_is_pushed(
         hooked: ServerProcess, healthy: Receiver, llm: ScriptedLLM, key: str, tmp_path: Path) -> None:
     import uuid

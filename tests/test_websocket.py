@@ -22,17 +22,12 @@ import pytest
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
-from agent_server.delivery import (
-    Frame,
-    PubSub,
-    SubscriptionEnded,
-    SubscriptionState,
-    TooManySubscribers,
-)
-from agent_server.events import PauseEvent, StreamingDeltaEvent
 from tests.conftest import agent_spec
 from tests.support.llm import Reply, ScriptedLLM, call
 from tests.support.server import KEY, ServerProcess
+
+# A server subprocess (or another process, a restart, SIGKILL, Chromium, Docker tools).
+pytestmark = pytest.mark.e2e
 
 LIMITS = {
     "AGENT_SERVER_WS_AUTH_TIMEOUT": "1",
@@ -165,53 +160,6 @@ def think_steps(llm: ScriptedLLM, key: str, n: int, pad: int = 0, delay: float =
     llm.script(key, *[Reply(text=f"on to step {i}", delay=delay,
                             tool_calls=[("think", {"thought": f"step {i} " + os.urandom(pad).hex()})])
                       for i in range(n)], call("finish", message="done"))
-
-
-# -- PubSub in-process --------------------------------------------------------------------------------
-
-
-def frame(n: int, size: int = 10) -> Frame:
-    return Frame.stored(f"{n:026d}", b"x" * size + b"\n")
-
-
-async def test_publishing_queues_without_waiting_and_cuts_off_a_full_subscriber() -> None:
-    pubsub = PubSub(max_subscribers=3, max_events=4, max_bytes=100)
-    slow, fast = pubsub.subscribe("c"), pubsub.subscribe("c")
-    pubsub.publish("c", [frame(1), frame(2)])
-    assert await fast.get() == frame(1) and await fast.get() == frame(2)
-    pubsub.publish("c", [frame(3), frame(4)])  # synchronous: nobody is awaited
-    assert len(slow) == 4 and slow.state is SubscriptionState.OPEN
-    pubsub.publish("c", [frame(5)])  # a fifth event: past max_events
-    assert slow.state is SubscriptionState.OVERFLOWED and slow.ended.is_set() and len(slow) == 0
-    assert pubsub.count("c") == 1 and pubsub.overflows == 1
-    with pytest.raises(SubscriptionEnded):
-        await slow.get()
-    assert [(await fast.get()).event_id for _ in range(3)] == [frame(n).event_id for n in (3, 4, 5)]
-
-    by_bytes = pubsub.subscribe("c")
-    pubsub.publish("c", [frame(6, 60)])
-    pubsub.publish("c", [frame(7, 60)])  # 120 bytes waiting: past max_bytes
-    assert by_bytes.state is SubscriptionState.OVERFLOWED
-    big = pubsub.subscribe("c")
-    pubsub.publish("c", [frame(8, 500)])  # one event larger than the limit still goes, alone
-    assert big.state is SubscriptionState.OPEN and (await big.get()).size == 500
-
-
-async def test_subscriber_limit_private_frames_and_transient_events() -> None:
-    pubsub = PubSub(max_subscribers=2)
-    first, second = pubsub.subscribe("c"), pubsub.subscribe("c")
-    with pytest.raises(TooManySubscribers):
-        pubsub.subscribe("c")
-    assert pubsub.subscribe("other").conversation_id == "other"
-    first.put(Frame.transient(PauseEvent()))  # to one subscriber, past any limit
-    pubsub.publish("c", [Frame.transient(StreamingDeltaEvent(content="par"))])
-    assert json.loads((await first.get()).text)["kind"] == "PauseEvent"
-    delta = await first.get()
-    assert delta.event_id is None and json.loads(delta.text)["content"] == "par"
-    assert len(second) == 1
-    second.close()
-    assert pubsub.count("c") == 1 and second.state is SubscriptionState.CLOSED
-    pubsub.subscribe("c")  # room again
 
 
 # -- auth and close codes ----------------------------------------------------------------------------

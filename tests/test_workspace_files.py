@@ -13,6 +13,9 @@ from tests.conftest import create
 from tests.support.llm import ScriptedLLM
 from tests.support.server import ServerProcess
 
+# A server subprocess (or another process, a restart, SIGKILL, Chromium, Docker tools).
+pytestmark = pytest.mark.e2e
+
 CAP = 256 * 1024
 
 

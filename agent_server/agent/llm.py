@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from agent_server.errors import UpstreamError
 from agent_server.agent.spec import LLMConfig, TokenUsage
 from core.masking import REDACTED
 from core.retry import Backoff, parse_retry_after
@@ -66,13 +67,8 @@ def prewarm() -> None:
         threading.Thread(target=_import, name="import-litellm", daemon=True).start()
 
 
-class LLMFailure(Exception):
+class LLMFailure(UpstreamError):
     """The LLM call failed for good; `code` names the error class (never holds a secret)."""
-
-    def __init__(self, code: str, detail: str) -> None:
-        super().__init__(f"{code}: {detail}")
-        self.code = code
-        self.detail = detail
 
 
 @dataclass

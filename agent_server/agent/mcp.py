@@ -25,6 +25,7 @@ from enum import Enum
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
+from agent_server.errors import UpstreamError
 from agent_server.events import ServerErrorEvent
 from core.ids import PLACEHOLDER
 from tools.base import ToolContext
@@ -60,12 +61,8 @@ class ServerState(str, Enum):
     STOPPED = "stopped"
 
 
-class MCPServerError(Exception):
+class MCPServerError(UpstreamError):
     """A server could not be started or reached; `code` becomes a ServerErrorEvent's code."""
-
-    def __init__(self, code: str, detail: str) -> None:
-        super().__init__(detail)
-        self.code, self.detail = code, detail
 
 
 # -- configuration ------------------------------------------------------------------------

@@ -31,6 +31,7 @@ ALIASES = {
     "FileEditorTool": "file_editor",
     "TaskTrackerTool": "task_tracker",
     "BrowserToolSet": "browser_tool_set",
+    **toolsets.ALIASES,
 }
 
 

@@ -30,6 +30,7 @@ from tools.browser import (
 )
 
 pytestmark = [
+    pytest.mark.e2e,  # real Chromium
     pytest.mark.skipif(
         not Path(os.environ.get("AGENT_SERVER_CHROMIUM", "/usr/bin/chromium")).exists(),
         reason="Chromium is not installed (make system-deps)",

@@ -1,0 +1,147 @@
+"""agent_server.errors: one exception tree, each class with its status, one handler."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+from pydantic import BaseModel, Field, ValidationError
+from starlette import status
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from agent_server.errors import (
+    HANDLERS,
+    AgentServerError,
+    Conflict,
+    ConversationGone,
+    InvalidInput,
+    InvalidTransition,
+    NotFound,
+    PayloadTooLarge,
+    UpstreamError,
+    from_pydantic,
+    invalid,
+)
+from agent_server.git import GitFailed
+from agent_server.workspace import (
+    FileMissing,
+    NotAFile,
+    OutsideWorkspace,
+    PermissionDenied,
+    TooLarge,
+    WorkspaceError,
+)
+
+CASES: list[tuple[AgentServerError, type[AgentServerError], int, int]] = [
+    (AgentServerError("x"), AgentServerError, 500, status.WS_1011_INTERNAL_ERROR),
+    (invalid(["a"], "bad"), AgentServerError, 422, status.WS_1008_POLICY_VIOLATION),
+    (NotFound("x"), AgentServerError, 404, 4004),
+    (ConversationGone("c1"), NotFound, 404, 4004),
+    (Conflict("x"), AgentServerError, 409, status.WS_1008_POLICY_VIOLATION),
+    (InvalidTransition("idle", "paused", ["running"]), Conflict, 409,
+     status.WS_1008_POLICY_VIOLATION),
+    (PayloadTooLarge("x"), AgentServerError, 413, status.WS_1009_MESSAGE_TOO_BIG),
+    (WorkspaceError("x"), AgentServerError, 400, status.WS_1011_INTERNAL_ERROR),
+    (OutsideWorkspace("x"), WorkspaceError, 403, status.WS_1011_INTERNAL_ERROR),
+    (PermissionDenied("x"), WorkspaceError, 403, status.WS_1011_INTERNAL_ERROR),
+    (FileMissing("x"), WorkspaceError, 404, status.WS_1011_INTERNAL_ERROR),
+    (NotAFile("x"), WorkspaceError, 400, status.WS_1011_INTERNAL_ERROR),
+    (TooLarge("x", 10), WorkspaceError, 413, status.WS_1011_INTERNAL_ERROR),
+    (UpstreamError("Code", "x"), AgentServerError, 502, status.WS_1011_INTERNAL_ERROR),
+]
+
+
+@pytest.mark.parametrize(("exc", "parent", "http", "ws"), CASES,
+                         ids=[type(c[0]).__name__ for c in CASES])
+def test_each_class_declares_its_status(exc: AgentServerError, parent: type, http: int,
+                                        ws: int) -> None:
+    assert isinstance(exc, parent)
+    assert (exc.status_code, exc.ws_close_code) == (http, ws)
+
+
+def test_git_failure_is_an_upstream_error() -> None:
+    assert issubclass(GitFailed, UpstreamError)
+
+
+def test_invalid_transition_names_what_was_expected_and_what_happened() -> None:
+    exc = InvalidTransition("finished", "paused", ["running"])
+    assert exc.detail == ("execution_status cannot go from finished to paused "
+                          "(from finished it may go to: running)")
+    assert InvalidTransition("a", "b", []).detail.endswith("it may go to: none)")
+
+
+def test_invalid_input_at_prefixes_every_location() -> None:
+    exc = InvalidInput([{"loc": ["tools", 0, "name"], "msg": "unknown", "type": "t"},
+                        {"loc": ["secrets", "K"], "msg": "short", "type": "t"}])
+    moved = exc.at("body", "agent")
+    assert [e["loc"] for e in moved.errors] == [["body", "agent", "tools", 0, "name"],
+                                                 ["body", "agent", "secrets", "K"]]
+    assert [e["loc"] for e in exc.errors] == [["tools", 0, "name"], ["secrets", "K"]]
+    assert moved.detail == "body.agent.tools.0.name: unknown; body.agent.secrets.K: short"
+
+
+class Body(BaseModel):
+    name: str = Field(min_length=3)
+    api_key: str
+
+
+def test_from_pydantic_locates_and_redacts() -> None:
+    with pytest.raises(ValidationError) as caught:
+        Body.model_validate({"name": "x", "api_key": 5})
+    exc = from_pydantic(caught.value, "body")
+    by_loc = {tuple(e["loc"]): e for e in exc.errors}
+    assert set(by_loc) == {("body", "name"), ("body", "api_key")}
+    assert by_loc[("body", "name")]["type"] == "string_too_short"
+    assert by_loc[("body", "name")]["ctx"] == {"min_length": 3}
+
+
+async def raises(request: Request) -> Response:
+    raise {
+        "invalid": invalid(["x"], "bad \ud800 input", input_="\ud800"),
+        "gone": ConversationGone("c1"),
+        "upstream": UpstreamError("GitFailed", "git exploded"),
+        "http": HTTPException(405, "no", headers={"Allow": "GET"}),
+        "bug": RuntimeError("secret internals"),
+    }[request.path_params["what"]]
+
+
+@pytest.fixture
+async def client() -> httpx.AsyncClient:
+    app = Starlette(routes=[Route("/{what}", raises)],
+                    exception_handlers=HANDLERS)  # type: ignore[arg-type]
+    # Starlette re-raises an unexpected exception after its 500 is sent (for the server's log).
+    transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+    return httpx.AsyncClient(transport=transport, base_url="http://t")
+
+
+async def test_the_handler_answers_each_kind(client: httpx.AsyncClient) -> None:
+    async with client:
+        r = await client.get("/invalid")
+        assert r.status_code == 422
+        assert r.json() == {"detail": [{"loc": ["x"], "msg": "bad \ud800 input",
+                                        "type": "value_error", "input": "\ud800"}]}
+        assert b"\\ud800" in r.content  # a lone surrogate escaped, never a failure
+        r = await client.get("/gone")
+        assert (r.status_code, r.json()) == (404, {"detail": "Conversation c1 was deleted"})
+        r = await client.get("/upstream")
+        assert (r.status_code, r.json()) == (502, {"detail": "git exploded"})
+        r = await client.get("/http")
+        assert (r.status_code, r.json(), r.headers["allow"]) == (405, {"detail": "no"}, "GET")
+        r = await client.get("/bug")
+        assert (r.status_code, r.json()) == (500, {"detail": "Internal server error"})
+
+
+def test_every_upstream_failure_is_an_upstream_error() -> None:
+    from agent_server.agent.llm import LLMFailure
+    from agent_server.agent.mcp import MCPServerError
+    from agent_server.errors import UpstreamError
+    from agent_server.git import GitFailed
+    from agent_server.repository import CloneFailed
+
+    for failure in (LLMFailure("RateLimitError", "slow down"), MCPServerError("X", "gone"),
+                    CloneFailed("no such repository"), GitFailed(["status"], 128, "bad")):
+        assert isinstance(failure, UpstreamError)
+        assert failure.code and failure.detail
