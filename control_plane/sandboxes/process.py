@@ -17,7 +17,6 @@ import logging
 import os
 import shutil
 import signal
-import subprocess
 import sys
 import tarfile
 import time
@@ -69,8 +68,10 @@ class ProcessProvider(SandboxProvider):
         self.start_timeout = start_timeout
         self.stop_grace = stop_grace
         self._http = httpx.AsyncClient(timeout=2.0, transport=transport)
-        #: Children started by this process: polled so they never linger as zombies.
-        self._children: dict[int, subprocess.Popen[bytes]] = {}
+        #: Children started by this process, reaped so they never linger as zombies. They are
+        #: spawned without Popen objects on purpose: a sandbox outlives the control plane (the
+        #: next one adopts it), so nothing here may own, wait for or warn about its lifetime.
+        self._children: set[int] = set()
 
     def specs(self) -> list[SandboxSpec]:
         return [SPEC]
@@ -82,45 +83,39 @@ class ProcessProvider(SandboxProvider):
         launch.workspace.mkdir(parents=True, exist_ok=True)
         ready = launch.root_dir / READY_FILE
         ready.unlink(missing_ok=True)
-        with open(launch.root_dir / LOG_FILE, "ab") as log:  # the child keeps its own handle
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "agent_server"], env=child_env(launch),
-                cwd=launch.workspace, stdin=subprocess.DEVNULL, stdout=log,
-                stderr=subprocess.STDOUT, start_new_session=True,
-            )
-        self._children[proc.pid] = proc
+        pid = _spawn(child_env(launch), launch.root_dir / LOG_FILE)
+        self._children.add(pid)
         try:
-            port = await self._wait_ready(proc, ready, launch.root_dir / LOG_FILE)
-            started = procfs.start_time(proc.pid)
+            port = await self._wait_ready(pid, ready, launch.root_dir / LOG_FILE)
+            started = procfs.start_time(pid)
             if started is None:
                 raise ProviderError("the agent server exited right after starting")
-            handle = Handle(pid=proc.pid, pid_start_time=started, port=port)
-            await self._wait_alive(proc, handle)
+            handle = Handle(pid=pid, pid_start_time=started, port=port)
+            await self._wait_alive(pid, handle)
             return handle
         except BaseException:
-            self._kill_now(proc)
+            self._kill_now(pid)
             raise
 
-    async def _wait_ready(self, proc: subprocess.Popen[bytes], ready: Path, log: Path) -> int:
+    async def _wait_ready(self, pid: int, ready: Path, log: Path) -> int:
         deadline = time.monotonic() + self.start_timeout
         while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                raise ProviderError(f"the agent server exited with status {proc.returncode}: "
-                                    f"{_tail(log)}")
+            if (status := self._reap(pid)) is not None:
+                raise ProviderError(f"the agent server exited with status {status}: {_tail(log)}")
             try:
                 data = json.loads(ready.read_text())
-                if data.get("pid") == proc.pid:
+                if data.get("pid") == pid:
                     return int(data["port"])
             except (OSError, ValueError, KeyError, TypeError):
                 pass
             await asyncio.sleep(0.01)
         raise ProviderError(f"the agent server did not start within {self.start_timeout:g} s")
 
-    async def _wait_alive(self, proc: subprocess.Popen[bytes], handle: Handle) -> None:
+    async def _wait_alive(self, pid: int, handle: Handle) -> None:
         deadline = time.monotonic() + self.start_timeout
         while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                raise ProviderError(f"the agent server exited with status {proc.returncode}")
+            if (status := self._reap(pid)) is not None:
+                raise ProviderError(f"the agent server exited with status {status}")
             if await self._alive(handle):
                 return
             await asyncio.sleep(0.02)
@@ -149,10 +144,18 @@ class ProcessProvider(SandboxProvider):
             procfs.signal_group(stray, signal.SIGKILL)
         return None
 
-    def _reap(self, pid: int) -> None:
-        proc = self._children.get(pid)
-        if proc is not None and proc.poll() is not None:
-            del self._children[pid]
+    def _reap(self, pid: int) -> int | None:
+        """The exit status of our child `pid` when it has just ended (and is reaped now)."""
+        if pid not in self._children:
+            return None
+        try:
+            done, status = os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            done, status = pid, 0
+        if done == 0:
+            return None
+        self._children.discard(pid)
+        return os.waitstatus_to_exitcode(status)
 
     async def inspect(self, handle: Handle) -> Liveness:
         self._reap(handle.pid)
@@ -198,7 +201,11 @@ class ProcessProvider(SandboxProvider):
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.kill(pid, signal.SIGKILL)
             await asyncio.to_thread(processes.kill_tree, handle.pid, ready_marker(root_dir))
-            self._reap(handle.pid)
+            for _ in range(500):  # no zombie left behind: SIGKILL takes a moment to land
+                self._reap(handle.pid)
+                if handle.pid not in self._children:
+                    break
+                await asyncio.sleep(0.01)
         return await asyncio.to_thread(self._archive_and_remove, sandbox_id, root_dir)
 
     def _archive_and_remove(self, sandbox_id: str, root_dir: Path) -> Path | None:
@@ -215,16 +222,32 @@ class ProcessProvider(SandboxProvider):
         shutil.rmtree(root_dir, ignore_errors=True)
         return archive
 
-    def _kill_now(self, proc: subprocess.Popen[bytes]) -> None:
-        procfs.signal_group(proc.pid, signal.SIGKILL)
-        try:
-            proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            pass
-        self._children.pop(proc.pid, None)
+    def _kill_now(self, pid: int) -> None:
+        """A start that failed or was cancelled: nothing of it is left (it dies in moments)."""
+        procfs.signal_group(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 5
+        while pid in self._children and time.monotonic() < deadline:
+            self._reap(pid)
+            time.sleep(0.005)
 
     async def close(self) -> None:
         await self._http.aclose()
+
+
+def _spawn(env: dict[str, str], log: Path) -> int:
+    """`python -m agent_server` in a session of its own, output appended to `log`."""
+    out = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    try:
+        # Every other descriptor of this process is close-on-exec (Python's default).
+        return os.posix_spawn(sys.executable, [sys.executable, "-m", "agent_server"], env,
+                              file_actions=[(os.POSIX_SPAWN_DUP2, devnull, 0),
+                                            (os.POSIX_SPAWN_DUP2, out, 1),
+                                            (os.POSIX_SPAWN_DUP2, out, 2)],
+                              setsid=True)
+    finally:
+        os.close(out)
+        os.close(devnull)
 
 
 def _tail(log: Path, size: int = 2000) -> str:

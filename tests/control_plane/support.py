@@ -36,6 +36,7 @@ class ControlPlane:
                                                      port=config.port, log_level="warning",
                                                      lifespan="on", timeout_graceful_shutdown=2))
         self._thread = threading.Thread(target=self._server.run, daemon=True, name="control plane")
+        self._clients: list[httpx.Client] = []
 
     def start(self, timeout: float = 30) -> ControlPlane:
         self._thread.start()
@@ -47,6 +48,8 @@ class ControlPlane:
         return self
 
     def stop(self) -> None:
+        for client in self._clients:
+            client.close()
         self._server.should_exit = True
         self._thread.join(timeout=60)
 
@@ -54,8 +57,11 @@ class ControlPlane:
         return asyncio.run(create_key(self.config, name))
 
     def client(self, key: str | None, **kw: Any) -> httpx.Client:
+        """A client of this control plane, closed when it stops."""
         headers = {"Authorization": f"Bearer {key}"} if key else {}
-        return httpx.Client(base_url=self.url, headers=headers, timeout=kw.pop("timeout", 30), **kw)
+        client = httpx.Client(base_url=self.url, headers=headers, timeout=kw.pop("timeout", 30), **kw)
+        self._clients.append(client)
+        return client
 
 
 def wait_for(predicate: Callable[[], Any], timeout: float = 30, interval: float = 0.05,

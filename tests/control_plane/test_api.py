@@ -24,6 +24,8 @@ from tests.control_plane.support import (
 )
 from tests.support.llm import ScriptedLLM, call
 
+pytestmark = pytest.mark.e2e
+
 V1_ROUTES = [(m, r.path) for r in ROUTES for m in sorted(r.methods or ()) if m != "HEAD"
              and r.path.startswith("/api/v1") and not r.path.startswith("/api/v1/webhooks")]
 SOME_UUID = "00000000-0000-4000-8000-000000000000"

@@ -25,6 +25,8 @@ from tests.control_plane.support import (
 )
 from tests.support.llm import ScriptedLLM, call
 
+pytestmark = pytest.mark.e2e
+
 
 def bare_repository(root: Path, name: str) -> Path:
     """A local 'forge': <root>/<org>/<repo>.git with one commit on main."""

@@ -23,6 +23,8 @@ from tests.control_plane.support import (
 )
 from tests.support.llm import ScriptedLLM, call
 
+pytestmark = pytest.mark.e2e
+
 
 @pytest.fixture
 def plane(tmp_path: Path) -> Iterator[ControlPlane]:

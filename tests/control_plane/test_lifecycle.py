@@ -21,6 +21,8 @@ from tests.control_plane.support import (
 )
 from tests.support.llm import ScriptedLLM, call
 
+pytestmark = pytest.mark.e2e
+
 
 class MovableClock(Clock):
     """Real time plus an offset the test moves forward."""

@@ -11,8 +11,11 @@ import sys
 from pathlib import Path
 
 import httpx
+import pytest
 
 from tests.control_plane.support import wait_for
+
+pytestmark = pytest.mark.e2e
 
 
 def test_ready_file_reports_the_bound_port(tmp_path: Path) -> None:

@@ -21,6 +21,8 @@ from control_plane.sandboxes import procfs
 from tests.control_plane.support import configure_llm, wait_for, wait_task
 from tests.support.llm import ScriptedLLM, call, free_port
 
+pytestmark = pytest.mark.e2e
+
 
 class PlaneProcess:
     """`python -m control_plane` in a subprocess: the only way to SIGKILL it."""
@@ -92,7 +94,12 @@ def plane(tmp_path: Path) -> Iterator[PlaneProcess]:
 def test_killed_mid_start_and_mid_run(plane: PlaneProcess, llm: ScriptedLLM, key: str) -> None:
     api_key = plane.new_key("alice")
     assert api_key.startswith("cp_") and len(api_key) > 40
-    client = httpx.Client(base_url=plane.url, headers={"Authorization": f"Bearer {api_key}"}, timeout=30)
+    with httpx.Client(base_url=plane.url, headers={"Authorization": f"Bearer {api_key}"},
+                      timeout=30) as client:
+        run_and_kill(plane, client, llm, key)
+
+
+def run_and_kill(plane: PlaneProcess, client: httpx.Client, llm: ScriptedLLM, key: str) -> None:
     configure_llm(client, llm.base_url(key), tools=["terminal"])
     slow = call("terminal", command="echo two")
     slow.delay = 2.0

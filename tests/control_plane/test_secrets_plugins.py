@@ -4,12 +4,16 @@ plugin's (MCP server's) configuration before it starts."""
 
 from __future__ import annotations
 
+import pytest
+
 import json
 
 from core.masking import MASK
 from tests.control_plane.support import ControlPlane, configure_llm, start, wait_for
 from tests.support.llm import ScriptedLLM, call
 from tests.support.mcp_servers import stdio_config
+
+pytestmark = pytest.mark.e2e
 
 
 def test_conversation_secrets_win_and_fill_plugins(control_plane: ControlPlane, llm: ScriptedLLM,

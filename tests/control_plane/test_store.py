@@ -21,7 +21,7 @@ from control_plane.store import Database, accounts, conversations, events, sandb
 from control_plane.store.events import EventFilters
 from control_plane.store.tables import api_keys, metadata, user_settings
 
-pytestmark = pytest.mark.asyncio
+pytestmark = [pytest.mark.asyncio, pytest.mark.e2e]  # a real PostgreSQL server
 
 
 @pytest.fixture

@@ -8,11 +8,14 @@ import uuid
 from typing import Any
 
 import httpx
+import pytest
 from sqlalchemy import text
 
 from control_plane.store import Database
 from tests.control_plane.support import ControlPlane, configure_llm, conversation, start, wait_for
 from tests.support.llm import ScriptedLLM
+
+pytestmark = pytest.mark.e2e
 
 
 def message(i: int) -> dict[str, Any]:
