@@ -124,9 +124,14 @@ class SandboxService:
                 return await self.resume(row)
             if row.id not in self._starts and handle_of(row) is None:
                 self.launch(row)
-            if asyncio.get_running_loop().time() > deadline:
+            remaining = deadline - asyncio.get_running_loop().time()
+            if remaining <= 0:
                 raise Unavailable(f"sandbox {sandbox_id} is still STARTING")
-            await asyncio.sleep(0.02)
+            start = self._starts.get(row.id)
+            if start is not None:  # started here: wake when it ends, not by polling
+                await asyncio.wait([start], timeout=remaining)
+            else:
+                await asyncio.sleep(0.05)
 
     async def pause(self, row: SandboxRow, reason: str | None = None) -> SandboxRow:
         """SIGSTOP-like: capacity released, state kept; `reason` is shown as status_detail."""

@@ -113,6 +113,10 @@ def run_and_kill(plane: PlaneProcess, client: httpx.Client, llm: ScriptedLLM, ke
                                 params={"kind__eq": "ActionEvent"}).json()["count"] >= 1, 30)
     doomed = wait_task(client, client.post("/api/v1/app-conversations", json={}).json()["id"])
     doomed_pid = sandbox_pids(plane.state_dir)[doomed["sandbox_id"]]
+    # The control plane's own settings (its database, its secret key) never reach a sandbox.
+    environ = Path(f"/proc/{doomed_pid}/environ").read_bytes().split(b"\0")
+    assert not [e for e in environ if e.startswith(b"CONTROL_PLANE_")]
+    assert any(e.startswith(b"AGENT_SERVER_WEBHOOK_URL=") for e in environ)
     pids_before = sandbox_pids(plane.state_dir)
 
     # Mid run (the model is answering its slow reply) and mid start: SIGKILL.
