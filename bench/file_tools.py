@@ -1,6 +1,6 @@
 """Speed of the workspace file tools, printed as JSON.
 
-    .venv/bin/python bench/tools.py
+    .venv/bin/python bench/file_tools.py
 
 grep_100k_files_ms: grep over a generated tree of 100,000 small files (1,000 directories of
 100), with ripgrep and with the Python fallback: a rare pattern (10 files match) and a common
@@ -22,9 +22,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-# This file is named tools.py: run as a script, its directory would hide the tools package.
-if sys.path and Path(sys.path[0]).resolve() == Path(__file__).resolve().parent:
-    sys.path.pop(0)
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tools.apply_patch import ApplyPatchAction, ApplyPatchTool
 from tools.base import Observation, ToolContext
