@@ -20,7 +20,9 @@ import signal
 import sys
 import tarfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import httpx
 
@@ -36,6 +38,7 @@ from control_plane.sandboxes.provider import (
 )
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 SPEC = SandboxSpec(id="process", description="an agent-server child process on this machine, "
                    "in its own process group, sharing the host's tools (bash, git, Chromium)")
@@ -184,7 +187,8 @@ class ProcessProvider(SandboxProvider):
         if handle is not None and procfs.is_ours(handle.pid, handle.pid_start_time):
             # Taken while the server lives: its shells run in sessions of their own, and once
             # it is gone nothing links them to it any more.
-            tree = await asyncio.to_thread(processes.started_by, handle.pid, ready_marker(root_dir))
+            tree = await asyncio.to_thread(_sweep, processes.started_by, handle.pid,
+                                           ready_marker(root_dir)) or set()
             # A stopped group only acts on SIGTERM once continued.
             procfs.signal_group(handle.pid, signal.SIGCONT)
             procfs.signal_group(handle.pid, signal.SIGTERM)
@@ -200,7 +204,7 @@ class ProcessProvider(SandboxProvider):
             for pid in tree:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.kill(pid, signal.SIGKILL)
-            await asyncio.to_thread(processes.kill_tree, handle.pid, ready_marker(root_dir))
+            await asyncio.to_thread(_sweep, processes.kill_tree, handle.pid, ready_marker(root_dir))
             for _ in range(500):  # no zombie left behind: SIGKILL takes a moment to land
                 self._reap(handle.pid)
                 if handle.pid not in self._children:
@@ -232,6 +236,18 @@ class ProcessProvider(SandboxProvider):
 
     async def close(self) -> None:
         await self._http.aclose()
+
+
+def _sweep(scan: Callable[[int, bytes], T], leader: int, tag: bytes) -> T | None:
+    """core's /proc scans, tried again when a process ending mid-read trips them (a stat file
+    read empty raises ValueError there)."""
+    for _ in range(3):
+        try:
+            return scan(leader, tag)
+        except ValueError:
+            continue
+    logger.warning("could not sweep the processes of sandbox process %d", leader)
+    return None
 
 
 def _spawn(env: dict[str, str], log: Path) -> int:

@@ -44,9 +44,10 @@ def bare_repository(root: Path, name: str) -> Path:
 
 
 @pytest.fixture
-def plane(tmp_path: Path) -> Iterator[ControlPlane]:
+def plane(tmp_path: Path, database_url: str) -> Iterator[ControlPlane]:
+    """On SQLite and on PostgreSQL."""
     bare_repository(tmp_path / "forge", "acme/demo")
-    config = make_config(tmp_path / "cp",
+    config = make_config(tmp_path / "cp", database_url,
                          repository_url_template=f"file://{tmp_path}/forge/{{repository}}.git")
     server = ControlPlane(config).start()
     yield server

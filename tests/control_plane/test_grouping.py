@@ -27,8 +27,10 @@ pytestmark = pytest.mark.e2e
 
 
 @pytest.fixture
-def plane(tmp_path: Path) -> Iterator[ControlPlane]:
-    server = ControlPlane(make_config(tmp_path / "cp", max_conversations_per_sandbox=10)).start()
+def plane(tmp_path: Path, database_url: str) -> Iterator[ControlPlane]:
+    """On SQLite and on PostgreSQL."""
+    server = ControlPlane(make_config(tmp_path / "cp", database_url,
+                                      max_conversations_per_sandbox=10)).start()
     yield server
     server.stop()
 
