@@ -4,7 +4,6 @@ sandbox routes (SPEC 4.3) and the OpenAPI document."""
 from __future__ import annotations
 
 import signal
-import time
 from pathlib import Path
 from typing import Any
 
@@ -229,7 +228,6 @@ def test_openapi_document(control_plane: ControlPlane) -> None:
     assert "422" in hook["responses"] and hook["security"] == [{"APIKeyHeader": []}]
     assert "/api/v1/sandboxes/{sandbox_id}" in doc["paths"]
     assert "/api/v1/conversation/{conversation_id}/events/search" in doc["paths"]
-    time.sleep(0)
 
 
 def test_live_sandboxes_per_user_are_bounded(tmp_path: Path, llm: ScriptedLLM, key: str) -> None:

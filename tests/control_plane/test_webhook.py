@@ -12,7 +12,7 @@ import pytest
 from sqlalchemy import text
 
 from control_plane.store import Database
-from tests.control_plane.support import ControlPlane, configure_llm, conversation, start, wait_for
+from tests.control_plane.support import ControlPlane, configure_llm, conversation, start
 from tests.support.llm import ScriptedLLM
 
 pytestmark = pytest.mark.e2e
@@ -96,4 +96,3 @@ def test_webhook(control_plane: ControlPlane, llm: ScriptedLLM, key: str) -> Non
     asyncio.run(break_storage())
     r = post([message(7)])
     assert r.status_code == 503 and "again" in r.json()["detail"]
-    wait_for(lambda: True)
