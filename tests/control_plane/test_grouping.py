@@ -82,6 +82,12 @@ def test_strategies_and_explicit_placement(plane: ControlPlane, llm: ScriptedLLM
     assert r.status_code == 200, r.text
     assert client.get("/api/v1/sandboxes", params={"id": s1}).json()[0]["status"] == "RUNNING"
 
+    # An explicit sandbox_id that is PAUSED is resumed for the new conversation.
+    assert client.post(f"/api/v1/sandboxes/{s2}/pause").json()["status"] == "PAUSED"
+    explicit = start(client, sandbox_id=s2)
+    assert explicit["status"] == "READY" and explicit["sandbox_id"] == s2
+    assert client.get("/api/v1/sandboxes", params={"id": s2}).json()[0]["status"] == "RUNNING"
+
     # Grouped conversations each have their own working directory in the sandbox's workspace.
     workspaces = plane.config.state_dir / "sandboxes" / s1 / "workspace"
     assert (workspaces / a["app_conversation_id"]).is_dir()
