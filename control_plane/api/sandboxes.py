@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Literal
-
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.requests import Request
 from starlette.responses import Response
@@ -76,7 +74,8 @@ class SpecPage(BaseModel):
 
 class SpecSearch(BaseModel):
     limit: int = Field(default=100, ge=1, le=100)
-    page_id: Literal[None] = None
+    page_id: str | None = Field(default=None, max_length=100)
+    """Accepted for symmetry with other searches; the specs fit on one page."""
 
 
 class Deleted(BaseModel):
