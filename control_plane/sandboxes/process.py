@@ -169,7 +169,14 @@ class ProcessProvider(SandboxProvider):
         return Liveness.ALIVE if await self._alive(handle) else Liveness.UNRESPONSIVE
 
     async def pause(self, handle: Handle) -> None:
+        """Returns once the server is stopped: a signal lands asynchronously, and PAUSED is
+        only stored when it is true."""
         self._signal(handle, signal.SIGSTOP)
+        deadline = time.monotonic() + 5
+        while procfs.state(handle.pid) != "T":
+            if time.monotonic() > deadline or not procfs.is_ours(handle.pid, handle.pid_start_time):
+                raise ProviderError("the agent server did not stop")
+            await asyncio.sleep(0.005)
 
     async def resume(self, handle: Handle) -> None:
         self._signal(handle, signal.SIGCONT)
