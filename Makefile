@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 TEST_STAMP := $(VENV)/.installed-test
 
-.PHONY: run test system-deps clean
+.PHONY: run control-plane test system-deps clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -18,13 +18,15 @@ $(TEST_STAMP): pyproject.toml | $(BIN)/python
 	$(BIN)/pip install -q -e '.[test]'
 	touch $@ $(STAMP)
 
-# What the tests need from the system: bash, git, Chromium for the browser tool and ripgrep
-# for grep (command:package pairs).
+# What the tests need from the system: bash, git, Chromium for the browser tool, ripgrep for
+# grep (command:package pairs), and PostgreSQL for the control plane's store tests (its
+# binaries live outside PATH, under /usr/lib/postgresql).
 system-deps:
 	@missing=""; \
 	for pair in bash:bash git:git chromium:chromium rg:ripgrep; do \
 		command -v $${pair%%:*} >/dev/null 2>&1 || missing="$$missing $${pair#*:}"; \
 	done; \
+	ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1 || missing="$$missing postgresql"; \
 	if [ -n "$$missing" ]; then \
 		echo "installing:$$missing"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
@@ -34,9 +36,13 @@ run: $(STAMP)
 	# Host and port come from AGENT_SERVER_HOST and AGENT_SERVER_PORT (127.0.0.1:8000 by default).
 	AGENT_SERVER_STATE_DIR=$${AGENT_SERVER_STATE_DIR:-./.agent-server} $(BIN)/agent-server
 
+# The whole service: the control plane on 127.0.0.1:3000; it starts agent-server sandboxes itself.
+control-plane: $(STAMP)
+	CONTROL_PLANE_STATE_DIR=$${CONTROL_PLANE_STATE_DIR:-./.control-plane} $(BIN)/control-plane serve
+
 test: system-deps $(TEST_STAMP)
 	$(BIN)/mypy
 	$(BIN)/python -m pytest -q
 
 clean:
-	rm -rf $(VENV) .pytest_cache .agent-server
+	rm -rf $(VENV) .pytest_cache .agent-server .control-plane

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
+import socket
 import sys
+from pathlib import Path
 
 from pydantic import ValidationError
 
 from agent_server.config import ENV_PREFIX, Config, ConfigError, DeliverySettings, from_env
+from core.files import write_json
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -32,7 +36,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         kind = int if field.annotation in (int, "int") else float
         limits.add_argument("--" + name.replace("_", "-"), type=kind, dest=name,
                             help=f"{field.description or ''} ({ENV_PREFIX}{name.upper()})")
+    parser.add_argument("--ready-file", help='once serving, {"port", "pid"} is written there '
+                        "atomically (AGENT_SERVER_READY_FILE); tells a supervisor the bound port")
     return parser.parse_args(argv)
+
+
+def ready_file(argv: list[str] | None = None) -> Path | None:
+    """--ready-file or AGENT_SERVER_READY_FILE; kept out of Config: it is the launcher's concern."""
+    value = parse_args(argv).ready_file or os.environ.get("AGENT_SERVER_READY_FILE")
+    return Path(value).expanduser().absolute() if value else None
+
+
+def write_ready_file(path: Path, port: int) -> None:
+    """Written atomically, so a reader never sees half of it."""
+    write_json(path, {"port": port, "pid": os.getpid()})
 
 
 def load_config(argv: list[str] | None = None) -> Config:
@@ -76,7 +93,7 @@ def main(argv: list[str] | None = None) -> None:
     from agent_server.app import build_app
 
     app = build_app(config)
-    uvicorn.run(
+    uvicorn_config = uvicorn.Config(
         app,
         host=config.host,
         port=config.port,
@@ -88,6 +105,16 @@ def main(argv: list[str] | None = None) -> None:
         ws_ping_interval=20.0,  # dead websocket peers are noticed within about 40 s
         ws_ping_timeout=20.0,
     )
+    ready_path = ready_file(argv)
+
+    class Server(uvicorn.Server):
+        async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+            await super().startup(sockets)
+            if ready_path is not None and self.started:
+                # With --port 0 the OS picks the port: only the bound socket knows it.
+                write_ready_file(ready_path, self.servers[0].sockets[0].getsockname()[1])
+
+    Server(uvicorn_config).run()
 
 
 if __name__ == "__main__":

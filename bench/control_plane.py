@@ -1,0 +1,207 @@
+"""Control-plane figures (prints JSON): start latency, concurrent starts per strategy, webhook
+ingest on SQLite and PostgreSQL, conversation search among 10,000 conversations.
+
+    .venv/bin/python bench/control_plane.py [--starts 20] [--events 20000] [--conversations 10000]
+
+Everything is real: agent-server sandboxes, the scripted LLM, SQLite, and a PostgreSQL server
+started for the run (skipped when its binaries are absent).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from control_plane.models import now  # noqa: E402
+from control_plane.store import Database, accounts  # noqa: E402
+from control_plane.store.tables import app_conversations  # noqa: E402
+from tests.control_plane.postgres import PostgresServer, binaries  # noqa: E402
+from tests.control_plane.support import ControlPlane, configure_llm, make_config, wait_for  # noqa: E402
+from tests.support.llm import ScriptedLLM, call  # noqa: E402
+
+STRATEGIES = ("NO_GROUPING", "GROUP_BY_NEWEST", "LEAST_RECENTLY_USED", "FEWEST_CONVERSATIONS",
+              "ADD_TO_ANY")
+
+
+def post_start(client: httpx.Client, body: dict[str, Any]) -> str:
+    r = client.post("/api/v1/app-conversations", json=body)
+    r.raise_for_status()
+    task_id: str = r.json()["id"]
+    return task_id
+
+
+def wait_ready(client: httpx.Client, task_id: str) -> dict[str, Any]:
+    def done() -> dict[str, Any] | None:
+        task = client.get("/api/v1/app-conversations/start-tasks", params={"ids": task_id}).json()[0]
+        return task if task["status"] in ("READY", "ERROR") else None
+    task: dict[str, Any] = wait_for(done, 120, interval=0.01)
+    if task["status"] != "READY":
+        raise RuntimeError(task["detail"])
+    return task
+
+
+def start_latency(plane: ControlPlane, llm: ScriptedLLM, n: int) -> dict[str, float]:
+    """A new sandbox each time (NO_GROUPING): request -> READY, and -> first event stored."""
+    client = plane.client(plane.new_user("latency"))
+    configure_llm(client, llm.base_url("latency"), tools=["terminal"])
+    ready, first_event = [], []
+    for _ in range(n):
+        llm.script("latency", call("finish", message="done"))
+        began = time.monotonic()
+        task = wait_ready(client, post_start(client, {"initial_message": {
+            "content": [{"type": "text", "text": "hi"}], "run": True}}))
+        ready.append(time.monotonic() - began)
+        cid = task["app_conversation_id"]
+        wait_for(lambda: client.get(f"/api/v1/conversation/{cid}/events/count").json()["count"] > 0,
+                 60, interval=0.01)
+        first_event.append(time.monotonic() - began)
+        client.delete(f"/api/v1/app-conversations/{cid}")
+    return {"ready_median_s": round(statistics.median(ready), 3),
+            "ready_max_s": round(max(ready), 3),
+            "first_event_median_s": round(statistics.median(first_event), 3)}
+
+
+def concurrent_starts(plane: ControlPlane, llm: ScriptedLLM, n: int) -> dict[str, Any]:
+    """Per strategy: two RUNNING sandboxes exist, then n starts at once."""
+    out = {}
+    for strategy in STRATEGIES:
+        key = plane.new_user(f"concurrent-{strategy}")
+        client = plane.client(key)
+        configure_llm(client, llm.base_url("idle"))
+        seeds = [wait_ready(client, post_start(client, {}))["sandbox_id"] for _ in range(2)]
+        client.patch("/api/v1/settings", json={"grouping_strategy": strategy})
+        began = time.monotonic()
+
+        def one(_: int) -> str:
+            with plane.client(key) as own:
+                sandbox: str = wait_ready(own, post_start(own, {}))["sandbox_id"]
+                return sandbox
+        with ThreadPoolExecutor(n) as pool:
+            placed = Counter(pool.map(one, range(n)))
+        out[strategy] = {"all_ready_s": round(time.monotonic() - began, 3),
+                         "into_existing": sum(placed[s] for s in seeds),
+                         "new_sandboxes": len([s for s in placed if s not in seeds])}
+        for sandbox in {*placed, *seeds}:
+            client.delete(f"/api/v1/sandboxes/{sandbox}", params={"sandbox_id": sandbox})
+    return out
+
+
+def ingest(plane: ControlPlane, llm: ScriptedLLM, total: int, posters: int = 4) -> dict[str, float]:
+    """Batches of 100 events POSTed to the webhook, `posters` conversations at once."""
+    client = plane.client(plane.new_user("ingest"))
+    configure_llm(client, llm.base_url("idle"))
+    client.patch("/api/v1/settings", json={"grouping_strategy": "ADD_TO_ANY"})
+    tasks = [wait_ready(client, post_start(client, {})) for _ in range(posters)]
+    sid = tasks[0]["sandbox_id"]
+    session = client.get("/api/v1/sandboxes", params={"id": sid}).json()[0]["session_api_key"]
+
+    def batch(start: int) -> list[dict[str, Any]]:
+        return [{"id": f"01J{start + i:023d}", "timestamp": "2026-01-01T00:00:00+00:00",
+                 "source": "agent", "kind": "MessageEvent",
+                 "llm_message": {"role": "assistant", "content": [{"type": "text", "text": "x" * 200}]}}
+                for i in range(100)]
+
+    async def run() -> float:
+        async with httpx.AsyncClient(base_url=plane.url, headers={"X-Session-API-Key": session},
+                                     timeout=60) as http:
+            async def poster(cid: str, offset: int) -> None:
+                for start in range(offset, offset + total // posters, 100):
+                    r = await http.post(f"/api/v1/webhooks/events/{cid}", json=batch(start))
+                    r.raise_for_status()
+            began = time.monotonic()
+            await asyncio.gather(*(poster(t["app_conversation_id"], i * total // posters)
+                                   for i, t in enumerate(tasks)))
+            return time.monotonic() - began
+
+    elapsed = asyncio.run(run())
+    return {"events": total, "seconds": round(elapsed, 3), "events_per_s": round(total / elapsed)}
+
+
+def search(plane: ControlPlane, n: int) -> dict[str, float]:
+    """n conversation rows of one user (written straight to the store), then searches."""
+    key = plane.new_user("search")
+    client = plane.client(key)
+
+    async def fill() -> None:
+        db = Database(plane.config.db_url)
+        user = await accounts.get_or_create_user(db, "search")
+        from control_plane.store.tables import sandboxes
+        sid = uuid.uuid4().hex
+        moment = now()
+        async with db.begin() as conn:
+            await conn.execute(sandboxes.insert().values(
+                id=sid, user_id=user.id, spec_id="process", status="MISSING",
+                session_key_hash=uuid.uuid4().hex, session_key_enc="x", root_dir="/nowhere",
+                created_at=moment, updated_at=moment, last_activity_at=moment))
+            rows = [{"id": str(uuid.uuid4()), "user_id": user.id, "sandbox_id": sid, "started": True,
+                     "title": f"conversation {i}", "tags": {}, "working_dir": "/w",
+                     "created_at": moment - timedelta(seconds=i), "updated_at": moment,
+                     "last_activity_at": moment} for i in range(n)]
+            for i in range(0, n, 1000):
+                await conn.execute(app_conversations.insert(), rows[i:i + 1000])
+        await db.close()
+    asyncio.run(fill())
+
+    def timed(params: dict[str, Any], path: str = "/api/v1/app-conversations/search") -> float:
+        samples = []
+        for _ in range(10):
+            began = time.monotonic()
+            client.get(path, params=params).raise_for_status()
+            samples.append(time.monotonic() - began)
+        return round(statistics.median(samples) * 1000, 1)
+    return {"conversations": n, "first_page_100_ms": timed({"limit": 100}),
+            "deep_page_ms": timed({"limit": 100, "page_id": str(n - 200)}),
+            "title_contains_ms": timed({"title__contains": "tion 999", "limit": 100}),
+            "count_ms": timed({}, "/api/v1/app-conversations/count")}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--starts", type=int, default=20)
+    parser.add_argument("--events", type=int, default=20000)
+    parser.add_argument("--conversations", type=int, default=10000)
+    args = parser.parse_args()
+    llm = ScriptedLLM().start()
+    results: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        plane = ControlPlane(make_config(Path(tmp) / "sqlite")).start()
+        try:
+            results["start_latency"] = start_latency(plane, llm, args.starts)
+            results["concurrent_starts"] = concurrent_starts(plane, llm, args.starts)
+            results["ingest_sqlite"] = ingest(plane, llm, args.events)
+            results["search_sqlite"] = search(plane, args.conversations)
+        finally:
+            plane.stop()
+        bindir = binaries()
+        if bindir is not None:
+            postgres = PostgresServer(bindir).start()
+            try:
+                plane = ControlPlane(make_config(Path(tmp) / "pg", postgres.new_database())).start()
+                try:
+                    results["ingest_postgresql"] = ingest(plane, llm, args.events)
+                    results["search_postgresql"] = search(plane, args.conversations)
+                finally:
+                    plane.stop()
+            finally:
+                postgres.stop()
+    llm.stop()
+    print(json.dumps(results, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,88 @@
+"""`control-plane` / `python -m control_plane`: `serve` (the default) or `keys create --user NAME`."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+
+from pydantic import ValidationError
+
+from control_plane.config import Config, from_env
+from control_plane.crypto import hash_key, new_key
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="control-plane", description=(
+        "The application interface (/api/v1) of the agent service. Each flag overrides its "
+        "CONTROL_PLANE_* variable."))
+    parser.add_argument("--host", help="listen address (CONTROL_PLANE_HOST, default 127.0.0.1)")
+    parser.add_argument("--port", type=int, help="listen port (CONTROL_PLANE_PORT, default 3000)")
+    parser.add_argument("--state-dir", help="state directory (CONTROL_PLANE_STATE_DIR)")
+    parser.add_argument("--database-url", help="SQLAlchemy URL (CONTROL_PLANE_DATABASE_URL)")
+    parser.add_argument("--public-url", help="address sandboxes use (CONTROL_PLANE_PUBLIC_URL)")
+    parser.add_argument("--log-level", help="log level (CONTROL_PLANE_LOG_LEVEL, default info)")
+    commands = parser.add_subparsers(dest="command")
+    commands.add_parser("serve", help="serve the API (the default)")
+    keys = commands.add_parser("keys", help="API keys")
+    key_commands = keys.add_subparsers(dest="keys_command", required=True)
+    create = key_commands.add_parser("create", help="create a key for a user (printed once)")
+    create.add_argument("--user", required=True, help="user name (created when new)")
+    return parser.parse_args(argv)
+
+
+def load_config(args: argparse.Namespace) -> Config:
+    return from_env(host=args.host, port=args.port, state_dir=args.state_dir,
+                    database_url=args.database_url, public_url=args.public_url,
+                    log_level=args.log_level)
+
+
+async def create_key(config: Config, name: str) -> str:
+    """A new key for the user; only its hash is stored, so this is the one time it is shown."""
+    from control_plane.store import Database
+    from control_plane.store.accounts import add_key, get_or_create_user
+
+    if not name.strip() or len(name) > 200:
+        raise ValueError("user names are 1 to 200 characters")
+    db = Database(config.db_url)
+    try:
+        await db.migrate()
+        user = await get_or_create_user(db, name.strip())
+        key = new_key("cp")
+        await add_key(db, user, hash_key(key))
+        return key
+    finally:
+        await db.close()
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    try:
+        config = load_config(args)
+    except ValidationError as exc:
+        print(f"control-plane: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+    logging.basicConfig(level=config.log_level.upper(), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # it logs every URL
+    logging.getLogger("alembic").setLevel(logging.WARNING)  # a line per plugin at every start
+    if args.command == "keys":
+        try:
+            key = asyncio.run(create_key(config, args.user))
+        except ValueError as exc:
+            print(f"control-plane: {exc}", file=sys.stderr)
+            raise SystemExit(2) from None
+        print(key)
+        return
+
+    import uvicorn
+
+    from control_plane.app import build_app
+
+    uvicorn.run(build_app(config), host=config.host, port=config.port, log_level=config.log_level,
+                lifespan="on", timeout_graceful_shutdown=10)
+
+
+if __name__ == "__main__":
+    main()

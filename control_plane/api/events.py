@@ -1,0 +1,91 @@
+"""GET /api/v1/conversation/{id}/events/search and /count: the events stored from the webhook,
+with the agent server's filters (SPEC 4.1: note the singular 'conversation')."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from typing import Literal, TypeVar
+
+from pydantic import BaseModel, Field, field_validator
+from starlette.requests import Request
+from starlette.responses import Response
+
+from agent_server.events.kinds import KindName
+from control_plane.api.io import doc, query, reply, services, user
+from control_plane.api.paths import path_uuid
+from control_plane.store import events
+from control_plane.store.events import EventFilters
+
+M = TypeVar("M", bound=BaseModel)
+Source = Literal["agent", "user", "environment", "hook"]
+
+
+class EventSearch(BaseModel):
+    kind__eq: KindName | None = None
+    source__eq: Source | None = None
+    timestamp__gte: datetime | None = None
+    timestamp__lt: datetime | None = None
+    sort_order: Literal["TIMESTAMP", "TIMESTAMP_DESC"] = "TIMESTAMP"
+    limit: int = Field(default=100, ge=1, le=1000)
+    page_id: str | None = Field(default=None, pattern=r"^[0-9]{1,18}$")
+
+    @field_validator("timestamp__gte", "timestamp__lt")
+    @classmethod
+    def _aware(cls, value: datetime | None) -> datetime | None:
+        if value is not None and value.tzinfo is None:
+            raise ValueError("timestamp needs a UTC offset, e.g. 2026-01-31T12:00:00+00:00")
+        return value
+
+    def filters(self) -> EventFilters:
+        def text(moment: datetime | None) -> str | None:
+            # The stored form of the event schema: UTC, microseconds, explicit offset.
+            return None if moment is None else \
+                moment.astimezone(timezone.utc).isoformat(timespec="microseconds")
+        return EventFilters(self.kind__eq, self.source__eq, text(self.timestamp__gte),
+                            text(self.timestamp__lt))
+
+
+class EventCount(BaseModel):
+    kind__eq: KindName | None = None
+    source__eq: Source | None = None
+
+
+class EventPage(BaseModel):
+    items: list[dict[str, object]]
+    next_page_id: str | None
+
+
+class Count(BaseModel):
+    count: int
+
+
+async def _conversation_id(request: Request, model: type[M]) -> tuple[str, M]:
+    """Auth, then input validation (422), then ownership (404)."""
+    account = await user(request)
+    conversation_id = path_uuid(request, "conversation_id")
+    params = query(request, model)
+    await services(request).conversations.owned(conversation_id, account.id)
+    return conversation_id, params
+
+
+@doc(summary="Search stored events (kind__eq, source__eq, timestamp range, sort_order, limit, page_id)",
+     query=EventSearch, response=EventPage, errors=(404,))
+async def search(request: Request) -> Response:
+    conversation_id, params = await _conversation_id(request, EventSearch)
+    bodies, following = await events.search(
+        services(request).db, conversation_id, params.filters(),
+        descending=params.sort_order == "TIMESTAMP_DESC", limit=params.limit,
+        page=int(params.page_id) if params.page_id else None)
+    # Stored bodies are JSON already: spliced, not parsed and dumped again.
+    text = '{"items":[' + ",".join(bodies) + '],"next_page_id":' + json.dumps(
+        None if following is None else str(following)) + "}"
+    return Response(text, media_type="application/json")
+
+
+@doc(summary="Count stored events", query=EventCount, response=Count, errors=(404,))
+async def count(request: Request) -> Response:
+    conversation_id, params = await _conversation_id(request, EventCount)
+    total = await events.count(services(request).db, conversation_id,
+                               EventFilters(params.kind__eq, params.source__eq))
+    return reply(Count(count=total))

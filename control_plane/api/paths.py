@@ -1,0 +1,29 @@
+"""Path parameters, validated like any other input (422 with loc ["path", name])."""
+
+from __future__ import annotations
+
+import re
+import uuid
+
+from starlette.requests import Request
+
+from control_plane.errors import invalid_field
+
+_ID = re.compile(r"^[A-Za-z0-9-]{1,64}$")
+
+
+def path_id(request: Request, name: str) -> str:
+    value = str(request.path_params[name])
+    if not _ID.match(value):
+        raise invalid_field(["path", name], "not an id: 1 to 64 letters, digits or '-'", value,
+                            "string_pattern_mismatch")
+    return value
+
+
+def path_uuid(request: Request, name: str) -> str:
+    value = str(request.path_params[name])
+    try:
+        return str(uuid.UUID(value))
+    except ValueError:
+        raise invalid_field(["path", name], "Input should be a valid UUID", value,
+                            "uuid_parsing") from None

@@ -1,0 +1,180 @@
+"""/api/v1/sandboxes and /api/v1/sandbox-specs (SPEC 4.3)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.requests import Request
+from starlette.responses import Response
+
+from control_plane.api.io import body, doc, query, reply, services, user
+from control_plane.api.paths import path_id
+from control_plane.errors import NotFound, invalid_field
+from control_plane.models import SandboxStatus
+from control_plane.sandboxes.service import SandboxService
+from control_plane.store import accounts
+from control_plane.store import sandboxes as rows
+from control_plane.store.sandboxes import SandboxRow
+
+
+class ExposedUrl(BaseModel):
+    name: str
+    url: str
+    port: int
+
+
+class SandboxInfo(BaseModel):
+    """SPEC 2.3: the key and the URLs are present only while RUNNING."""
+
+    id: str
+    status: SandboxStatus
+    status_detail: str | None
+    sandbox_spec_id: str
+    session_api_key: str | None
+    exposed_urls: list[ExposedUrl] | None
+    created_at: datetime
+    last_activity_at: datetime
+
+
+class SandboxPage(BaseModel):
+    items: list[SandboxInfo]
+    next_page_id: str | None
+
+
+class CreateSandbox(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    sandbox_spec_id: str | None = Field(default=None, max_length=100)
+
+
+class SandboxSearch(BaseModel):
+    limit: int = Field(default=100, ge=1, le=100)
+    page_id: str | None = Field(default=None, pattern=r"^[0-9]{1,9}$")
+    """Opaque: the next_page_id of the previous page."""
+    status: SandboxStatus | None = None
+
+
+class SandboxIds(BaseModel):
+    id: list[str] = Field(min_length=1, max_length=100)
+
+
+class DeleteQuery(BaseModel):
+    sandbox_id: str = Field(min_length=1, max_length=64)
+
+
+class SandboxSpecInfo(BaseModel):
+    id: str
+    description: str
+
+
+class SpecPage(BaseModel):
+    items: list[SandboxSpecInfo]
+    next_page_id: str | None = None
+
+
+class SpecSearch(BaseModel):
+    limit: int = Field(default=100, ge=1, le=100)
+    page_id: str | None = Field(default=None, max_length=100)
+    """Accepted for symmetry with other searches; the specs fit on one page."""
+
+
+class Deleted(BaseModel):
+    success: bool = True
+
+
+def info(service: SandboxService, row: SandboxRow) -> SandboxInfo:
+    running = row.status is SandboxStatus.RUNNING
+    url = service.url(row) if running else None
+    return SandboxInfo(
+        id=row.id, status=row.status, status_detail=row.status_detail, sandbox_spec_id=row.spec_id,
+        session_api_key=service.session_key(row) if running else None,
+        exposed_urls=[ExposedUrl(name="AGENT_SERVER", url=url, port=row.port or 0)] if url else None,
+        created_at=row.created_at, last_activity_at=row.last_activity_at)
+
+
+async def owned(request: Request, validate: type[BaseModel] | None = None
+                ) -> tuple[SandboxService, SandboxRow]:
+    """Auth, then input validation (422), then ownership (404)."""
+    account = await user(request)
+    sandbox_id = path_id(request, "sandbox_id")
+    if validate is not None:
+        query(request, validate)
+    svc = services(request)
+    row = await rows.get(svc.db, sandbox_id, account.id)
+    if row is None:
+        raise NotFound(f"sandbox {sandbox_id} not found")
+    return svc.sandboxes, row
+
+
+@doc(summary="Create a sandbox; poll GET /api/v1/sandboxes?id= until RUNNING", body=CreateSandbox,
+     response=SandboxInfo, status=201, errors=(429,))
+async def create(request: Request) -> Response:
+    account = await user(request)
+    svc = services(request)
+    spec = (await body(request, CreateSandbox)).sandbox_spec_id or svc.provider.specs()[0].id
+    if spec not in {s.id for s in svc.provider.specs()}:
+        raise invalid_field(["body", "sandbox_spec_id"], f"unknown sandbox spec {spec!r}", spec)
+    async with svc.db.begin() as conn:
+        await accounts.lock_user(conn, account.id)  # the per-user limit counts under the lock
+        row = await svc.sandboxes.new_row(conn, account.id, spec)
+    svc.sandboxes.launch(row)
+    return reply(info(svc.sandboxes, row), 201)
+
+
+@doc(summary="The user's sandboxes, newest first", query=SandboxSearch, response=SandboxPage)
+async def search(request: Request) -> Response:
+    account = await user(request)
+    params = query(request, SandboxSearch)
+    svc = services(request)
+    offset = int(params.page_id or 0)
+    found = await rows.search(svc.db, account.id, status=params.status, limit=params.limit + 1,
+                              offset=offset)
+    following = str(offset + params.limit) if len(found) > params.limit else None
+    return reply(SandboxPage(items=[info(svc.sandboxes, r) for r in found[: params.limit]],
+                             next_page_id=following))
+
+
+@doc(summary="Sandboxes by id (null for ids that are unknown or not the user's)",
+     query=SandboxIds, response=list[SandboxInfo | None])
+async def batch_get(request: Request) -> Response:
+    account = await user(request)
+    ids = query(request, SandboxIds).id
+    svc = services(request)
+    out = []
+    for sandbox_id in ids:
+        row = await rows.get(svc.db, sandbox_id, account.id)
+        out.append(None if row is None else info(svc.sandboxes, row))
+    return reply(out)
+
+
+@doc(summary="Pause (SIGSTOP): conversations and workspace kept, CPU released",
+     response=SandboxInfo, errors=(404, 409, 410))
+async def pause(request: Request) -> Response:
+    service, row = await owned(request)
+    return reply(info(service, await service.pause(row)))
+
+
+@doc(summary="Resume a paused sandbox", response=SandboxInfo, errors=(404, 409, 410))
+async def resume(request: Request) -> Response:
+    service, row = await owned(request)
+    return reply(info(service, await service.resume(row)))
+
+
+@doc(summary="Delete; the query parameter sandbox_id must repeat the path value", query=DeleteQuery,
+     response=Deleted, errors=(404,))
+async def delete(request: Request) -> Response:
+    service, row = await owned(request, DeleteQuery)
+    confirm = query(request, DeleteQuery).sandbox_id
+    if confirm != row.id:
+        raise invalid_field(["query", "sandbox_id"], "sandbox_id must equal the sandbox id of the "
+                            "path", confirm)
+    await service.destroy(row)
+    return reply(Deleted())
+
+
+@doc(summary="The sandbox specs (templates) of this installation", query=SpecSearch, response=SpecPage)
+async def specs(request: Request) -> Response:
+    await user(request)
+    query(request, SpecSearch)
+    return reply(SpecPage(items=[SandboxSpecInfo(id=s.id, description=s.description)
+                                 for s in services(request).provider.specs()]))

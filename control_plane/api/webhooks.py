@@ -1,0 +1,23 @@
+"""POST /api/v1/webhooks/events/{conversation_id} (SPEC 4.5): events pushed by a sandbox."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel
+from starlette.requests import Request
+from starlette.responses import Response
+
+from control_plane.api.io import read_bounded, reply, services
+from control_plane.api.paths import path_uuid
+
+
+class Success(BaseModel):
+    success: bool = True
+
+
+async def receive(request: Request) -> Response:
+    svc = services(request)
+    key = request.headers.get("x-session-api-key")
+    conversation_id = path_uuid(request, "conversation_id")
+    data = await read_bounded(request, svc.config.max_webhook_body_bytes)
+    await svc.webhook.receive(key, conversation_id, data)
+    return reply(Success())

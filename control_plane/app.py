@@ -1,0 +1,72 @@
+"""build_app(config): the whole route table in one place, and the control plane's lifespan."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+
+from starlette.applications import Starlette
+from starlette.routing import Route
+
+from control_plane.api import app_conversations as convs
+from control_plane.api import events, sandboxes, server, settings, webhooks
+from control_plane.api.io import LifespanState
+from control_plane.config import Config
+from control_plane.errors import HANDLERS
+from control_plane.sandboxes.provider import SandboxProvider
+from control_plane.services import Services
+from core.retry import Clock
+
+V1 = "/api/v1"
+C = V1 + "/app-conversations/{conversation_id}"
+S = V1 + "/sandboxes/{sandbox_id}"
+
+ROUTES = [
+    Route("/health", server.health, methods=["GET"]),
+    Route("/alive", server.health, methods=["GET"], name="alive"),
+    Route("/openapi.json", server.openapi_json, methods=["GET"]),
+    Route(V1 + "/app-conversations", convs.start, methods=["POST"]),
+    Route(V1 + "/app-conversations", convs.batch_get, methods=["GET"]),
+    Route(V1 + "/app-conversations/start-tasks", convs.start_tasks, methods=["GET"]),
+    Route(V1 + "/app-conversations/search", convs.search, methods=["GET"]),
+    Route(V1 + "/app-conversations/count", convs.count, methods=["GET"]),
+    Route(C, convs.patch, methods=["PATCH"]),
+    Route(C, convs.delete, methods=["DELETE"]),
+    Route(C + "/send-message", convs.send_message, methods=["POST"]),
+    Route(C + "/download", convs.download, methods=["GET"]),
+    Route(C + "/file", convs.file, methods=["GET"]),
+    Route(C + "/git/changes", convs.git_changes, methods=["GET"]),
+    Route(C + "/git/diff", convs.git_diff, methods=["GET"]),
+    Route(C + "/skills", convs.skills, methods=["GET"]),
+    Route(C + "/hooks", convs.hooks, methods=["GET"]),
+    Route(V1 + "/conversation/{conversation_id}/events/search", events.search, methods=["GET"]),
+    Route(V1 + "/conversation/{conversation_id}/events/count", events.count, methods=["GET"]),
+    Route(V1 + "/sandboxes", sandboxes.create, methods=["POST"]),
+    Route(V1 + "/sandboxes", sandboxes.batch_get, methods=["GET"]),
+    Route(V1 + "/sandboxes/search", sandboxes.search, methods=["GET"]),
+    Route(S + "/pause", sandboxes.pause, methods=["POST"]),
+    Route(S + "/resume", sandboxes.resume, methods=["POST"]),
+    Route(S, sandboxes.delete, methods=["DELETE"]),
+    Route(V1 + "/sandbox-specs/search", sandboxes.specs, methods=["GET"]),
+    Route(V1 + "/settings", settings.get, methods=["GET"]),
+    Route(V1 + "/settings", settings.patch, methods=["PATCH"]),
+    Route(V1 + "/webhooks/events/{conversation_id}", webhooks.receive, methods=["POST"]),
+]
+
+
+def build_app(config: Config, provider: SandboxProvider | None = None,
+              clock: Clock | None = None) -> Starlette:
+    """The ASGI app; its services are built and started by the lifespan, and handed to routes
+    through the lifespan state (typed: `api.io.LifespanState`)."""
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[LifespanState]:
+        services = Services.build(config, provider, clock)
+        try:
+            await services.start()
+            yield LifespanState(services=services)
+        finally:
+            await services.close(stop_sandboxes=config.stop_sandboxes_on_exit)
+
+    return Starlette(routes=ROUTES, exception_handlers=HANDLERS,
+                     lifespan=lifespan)

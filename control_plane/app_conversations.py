@@ -1,0 +1,254 @@
+"""App conversations: the record of SPEC 2.1 and what can be done with one.
+
+Execution status is asked of the agent server while the sandbox is RUNNING, otherwise the last
+value the webhook brought is shown. Reads of the transcript come from this control plane's own
+event store, so they stay after the sandbox is gone; workspace reads and messages need the
+sandbox (refused with 409 for ERROR and 410 for MISSING; a PAUSED one is resumed first).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+from collections.abc import AsyncIterator
+import json
+import zipfile
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from control_plane.agent_client import AgentClient, AgentError, Raw, Target
+from control_plane.errors import BadGateway, Conflict, Gone, NotFound
+from control_plane.models import ExecutionStatus, SandboxStatus, now
+from control_plane.sandboxes.service import SandboxService
+from control_plane.store import Database
+from control_plane.store import conversations, events, sandboxes
+from control_plane.store.conversations import ConversationRow
+
+#: The agent-server routes a client may read through the control plane (SPEC 4.2).
+INSPECTION = {"file": "/file", "git/changes": "/git/changes", "git/diff": "/git/diff",
+              "skills": "/skills", "hooks": "/hooks"}
+
+
+class Metrics(BaseModel):
+    """Usage totals from the agent server's stats events, over all of the conversation's LLMs."""
+
+    accumulated_cost: float = 0.0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    reasoning_tokens: int = 0
+    response_count: int = 0
+
+
+class AppConversation(BaseModel):
+    id: str
+    app_conversation_id: str
+    """The same as `id` (SPEC 2.1's name for it)."""
+    sandbox_id: str
+    sandbox_status: SandboxStatus
+    execution_status: ExecutionStatus | None
+    selected_repository: str | None
+    selected_branch: str | None
+    title: str | None
+    tags: dict[str, str]
+    metrics: Metrics
+    observability_span_name: str | None = None
+    observability_tags: list[str] = Field(default_factory=list)
+    observability_metadata: dict[str, Any] = Field(default_factory=dict)
+    conversation_url: str | None
+    """The agent server's own address of this conversation (only while RUNNING)."""
+    session_api_key: str | None
+    """The key for `conversation_url` (only while RUNNING)."""
+    created_at: datetime
+    updated_at: datetime
+    last_activity_at: datetime
+
+
+def metrics_from_stats(value: Any) -> dict[str, Any] | None:
+    """A `stats` ConversationStateUpdateEvent value -> Metrics (summed over usage ids)."""
+    per_usage = value.get("usage_to_metrics") if isinstance(value, dict) else None
+    if not isinstance(per_usage, dict):
+        return None
+    total = Metrics()
+    for item in per_usage.values():
+        if not isinstance(item, dict):
+            continue
+        usage = item.get("accumulated_token_usage") or {}
+        total.accumulated_cost += float(item.get("accumulated_cost") or 0)
+        total.response_count += int(item.get("response_count") or 0)
+        for name in ("prompt_tokens", "completion_tokens", "cache_read_tokens",
+                     "cache_write_tokens", "reasoning_tokens"):
+            setattr(total, name, getattr(total, name) + int(usage.get(name) or 0))
+    return total.model_dump()
+
+
+class AppConversationService:
+    def __init__(self, db: Database, sandboxes_: SandboxService, agents: AgentClient) -> None:
+        self.db = db
+        self.sandboxes = sandboxes_
+        self.agents = agents
+
+    async def owned(self, conversation_id: str, user_id: str) -> ConversationRow:
+        row = await conversations.get(self.db, conversation_id, user_id)
+        if row is None or not row.started:
+            raise NotFound(f"conversation {conversation_id} not found")
+        return row
+
+    async def records(self, rows: list[ConversationRow], live: bool = True) -> list[AppConversation]:
+        return list(await asyncio.gather(*(self.record(r, live) for r in rows)))
+
+    async def record(self, row: ConversationRow, live: bool = True) -> AppConversation:
+        status = ExecutionStatus.parse(row.execution_status) if row.execution_status else None
+        url = key = None
+        if row.sandbox_status is SandboxStatus.RUNNING:
+            sandbox = await sandboxes.get(self.db, row.sandbox_id)
+            base = None if sandbox is None else self.sandboxes.url(sandbox)
+            if sandbox is not None and base is not None:
+                key = self.sandboxes.session_key(sandbox)
+                url = f"{base}/api/conversations/{row.id}"
+                if live:
+                    try:
+                        info = await asyncio.wait_for(
+                            self.agents.get_conversation(Target(base, key), row.id), timeout=2)
+                        status = ExecutionStatus.parse(info.get("execution_status")) or status
+                    except (AgentError, asyncio.TimeoutError):
+                        pass  # the stored value is the best we know
+        obs = row.observability or {}
+        return AppConversation(
+            id=row.id, app_conversation_id=row.id, sandbox_id=row.sandbox_id,
+            sandbox_status=row.sandbox_status, execution_status=status,
+            selected_repository=row.selected_repository, selected_branch=row.selected_branch,
+            title=row.title, tags=row.tags, metrics=Metrics(**(row.metrics or {})),
+            observability_span_name=obs.get("span_name"), observability_tags=obs.get("tags") or [],
+            observability_metadata=obs.get("metadata") or {}, conversation_url=url,
+            session_api_key=key, created_at=row.created_at, updated_at=row.updated_at,
+            last_activity_at=row.last_activity_at)
+
+    async def _target(self, row: ConversationRow, resume: bool) -> Target:
+        """The running agent server of the conversation's sandbox; PAUSED is resumed if asked."""
+        sandbox = await sandboxes.get(self.db, row.sandbox_id)
+        if sandbox is None or sandbox.status is SandboxStatus.MISSING:
+            raise Gone(f"sandbox {row.sandbox_id} of conversation {row.id} is MISSING: the "
+                       "conversation is read-only (transcript and events only)")
+        if sandbox.status is SandboxStatus.ERROR:
+            raise Conflict(f"sandbox {row.sandbox_id} of conversation {row.id} is in ERROR: the "
+                           "conversation is read-only (transcript and events only)")
+        if sandbox.status is SandboxStatus.PAUSED and resume:
+            sandbox = await self.sandboxes.resume(sandbox)
+        elif sandbox.status is not SandboxStatus.RUNNING:
+            raise Conflict(f"sandbox {row.sandbox_id} is {sandbox.status.value}; resume it first")
+        url = self.sandboxes.url(sandbox)
+        assert url is not None
+        return Target(url, self.sandboxes.session_key(sandbox))
+
+    async def send_message(self, row: ConversationRow, message: dict[str, Any]) -> None:
+        target = await self._target(row, resume=True)  # SPEC 3.1: the next access resumes
+        try:
+            await self.agents.send_message(target, row.id, message)
+        except AgentError as exc:
+            raise BadGateway(str(exc)) from None
+        moment = now()
+        async with self.db.begin() as conn:
+            await sandboxes.touch(conn, row.sandbox_id, moment)
+        await conversations.update_fields(self.db, row.id, last_activity_at=moment)
+
+    async def inspect(self, row: ConversationRow, what: str, params: dict[str, str]) -> Raw:
+        target = await self._target(row, resume=True)
+        try:
+            raw = await self.agents.raw_get(target, f"/api/conversations/{row.id}{INSPECTION[what]}",
+                                            params)
+        except AgentError as exc:
+            raise BadGateway(str(exc)) from None
+        if raw.status >= 500 or raw.status == 401:
+            raise BadGateway(f"the agent server answered {raw.status}")
+        return raw
+
+    async def update(self, row: ConversationRow, fields: dict[str, Any]) -> ConversationRow:
+        await conversations.update_fields(self.db, row.id, **fields)
+        found = await conversations.get(self.db, row.id)
+        assert found is not None
+        return found
+
+    async def delete(self, row: ConversationRow) -> bool:
+        """Remove it (and its events); the sandbox goes with its last conversation (SPEC 3.1).
+
+        Returns whether the sandbox was removed too."""
+        sandbox = await sandboxes.get(self.db, row.sandbox_id)
+        # A paused sandbox that keeps other conversations is thawed just long enough to delete
+        # this one's copy there, then paused again with its reason: nothing is left behind.
+        repause = (sandbox is not None and sandbox.status is SandboxStatus.PAUSED
+                   and await sandboxes.conversation_count(self.db, sandbox.id) > 1)
+        reason = sandbox.status_detail if sandbox is not None else None
+        if repause:
+            assert sandbox is not None
+            sandbox = await self.sandboxes.resume(sandbox)
+        if sandbox is not None and sandbox.status is SandboxStatus.RUNNING:
+            url = self.sandboxes.url(sandbox)
+            if url is not None:
+                try:
+                    await self.agents.delete_conversation(
+                        Target(url, self.sandboxes.session_key(sandbox)), row.id)
+                except AgentError:
+                    pass  # the sandbox's copy is unreachable; ours goes regardless
+        if repause:
+            assert sandbox is not None
+            sandbox = await self.sandboxes.pause(sandbox, reason)
+        async with self.db.begin() as conn:
+            await conversations.remove(conn, row.id)
+        await events.remove(self.db, row.id)
+        if sandbox is not None and not sandbox.status.terminal and \
+                await sandboxes.conversation_count(self.db, sandbox.id) == 0:
+            await self.sandboxes.destroy(sandbox)
+            return True
+        return False
+
+    async def download(self, row: ConversationRow) -> AsyncIterator[bytes]:
+        """The trajectory as a zip (meta.json: the record; events.jsonl: every stored event),
+        streamed: events are read a chunk at a time and the zip sent as it is written, so a
+        long conversation never sits in memory whole."""
+        record = await self.record(row, live=False)
+        meta = record.model_dump(mode="json", exclude={"session_api_key", "conversation_url"})
+        sink = _Sink()
+        with zipfile.ZipFile(sink, "w", zipfile.ZIP_DEFLATED) as archive:
+            archive.writestr("meta.json", json.dumps(meta, indent=2))
+            with archive.open("events.jsonl", "w", force_zip64=True) as member:
+                async for body in events.all_bodies(self.db, row.id):
+                    member.write(body.encode() + b"\n")
+                    if sink.size() >= 256 * 1024:
+                        yield sink.take()
+        yield sink.take()
+
+
+class _Sink(io.RawIOBase):
+    """A write-only stream zipfile writes into and the response drains (no seeking: zipfile
+    then writes data descriptors after each member)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._chunks: list[bytes] = []
+        self._size = 0
+        self._position = 0
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: Any) -> int:
+        chunk = bytes(data)
+        self._chunks.append(chunk)
+        self._size += len(chunk)
+        self._position += len(chunk)
+        return len(chunk)
+
+    def tell(self) -> int:
+        return self._position
+
+    def size(self) -> int:
+        return self._size
+
+    def take(self) -> bytes:
+        out = b"".join(self._chunks)
+        self._chunks, self._size = [], 0
+        return out

@@ -1,0 +1,119 @@
+"""Config: everything the control plane is told at start, read in one place (flags, then variables)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+PREFIX = "CONTROL_PLANE_"
+
+
+class Config(BaseModel):
+    """Every setting, with the reason it exists; a flag wins over its `CONTROL_PLANE_*` variable."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    host: str = "127.0.0.1"
+    """Listen address."""
+
+    port: int = Field(default=3000, ge=0, le=65535)
+    """Listen port."""
+
+    state_dir: Path = Path("~/.local/state/control-plane")
+    """Database (SQLite default), secret key, sandboxes' state and workspaces, archives."""
+
+    database_url: str | None = None
+    """SQLAlchemy URL; default `sqlite+aiosqlite:///<state_dir>/control-plane.db`.
+    `postgresql+asyncpg://…` (or plain `postgresql://…`) selects PostgreSQL."""
+
+    secret_key: str | None = None
+    """Fernet key for LLM keys and secrets at rest; default: generated once into the state dir."""
+
+    public_url: str | None = None
+    """How sandboxes reach this control plane (their webhook base); default http://host:port."""
+
+    log_level: str = "info"
+
+    max_conversations_per_sandbox: int = Field(default=20, ge=1, le=10_000)
+    """A grouped sandbox is 'available' only below this many conversations (SPEC 1)."""
+
+    max_sandboxes_per_user: int = Field(default=50, ge=1, le=10_000)
+    """Live (STARTING, RUNNING, PAUSED) sandboxes one user may have; a start needing one more
+    is refused, so a burst of requests cannot fill the machine."""
+
+    repository_url_template: str = "https://github.com/{repository}.git"
+    """`selected_repository` (org/repo) -> clone URL; tests point it at a local bare repository."""
+
+    sandbox_start_timeout: float = Field(default=60.0, gt=0)
+    """Seconds an agent server may take to answer /alive before its sandbox is ERROR."""
+
+    sandbox_stop_grace: float = Field(default=5.0, ge=0)
+    """Seconds between SIGTERM and SIGKILL when a sandbox is destroyed."""
+
+    health_interval: float = Field(default=5.0, gt=0)
+    """Seconds between health checks of running sandboxes."""
+
+    idle_seconds: float | None = Field(default=1800.0, gt=0)
+    """A RUNNING sandbox without activity this long is paused (SPEC 3.1 Idle Time); unset: never."""
+
+    deletion_seconds: float | None = Field(default=7 * 86400.0, gt=0)
+    """A sandbox PAUSED this long is deleted with its conversations (SPEC 3.1 Deletion Time)."""
+
+    lifecycle_interval: float = Field(default=10.0, gt=0)
+    """Seconds between rounds of the idle, 12-hour and deletion timers."""
+
+    agent_timeout: float = Field(default=30.0, gt=0)
+    """Timeout of one request to an agent server."""
+
+    max_body_bytes: int = Field(default=1024 * 1024, ge=1024)
+    """Largest request body of the application routes (413 beyond)."""
+
+    max_webhook_body_bytes: int = Field(default=32 * 1024 * 1024, ge=1024)
+    """Largest webhook batch (the agent server sends up to 100 events per batch)."""
+
+    stop_sandboxes_on_exit: bool = False
+    """Destroy every sandbox when the control plane stops. Off by default: sandboxes keep
+    running and the next start adopts them."""
+
+    @field_validator("state_dir")
+    @classmethod
+    def _expand(cls, value: Path) -> Path:
+        return value.expanduser().absolute()
+
+    @field_validator("database_url")
+    @classmethod
+    def _driver(cls, value: str | None) -> str | None:
+        # The plain forms are what people paste; the store needs the async drivers.
+        if value and value.startswith(("postgresql://", "postgres://")):
+            return "postgresql+asyncpg://" + value.split("://", 1)[1]
+        if value and value.startswith("sqlite:///"):
+            return "sqlite+aiosqlite:///" + value.split(":///", 1)[1]
+        return value or None
+
+    @property
+    def db_url(self) -> str:
+        return self.database_url or f"sqlite+aiosqlite:///{self.state_dir / 'control-plane.db'}"
+
+    @property
+    def base_url(self) -> str:
+        return (self.public_url or f"http://{self.host}:{self.port}").rstrip("/")
+
+    @property
+    def webhook_base(self) -> str:
+        """What each sandbox gets as AGENT_SERVER_WEBHOOK_URL; it appends /events/{id}."""
+        return self.base_url + "/api/v1/webhooks"
+
+
+#: Field name -> its variable: the only place the environment is read.
+VARIABLES = {name: PREFIX + name.upper() for name in Config.model_fields}
+
+
+def from_env(environ: dict[str, str] | None = None, **flags: Any) -> Config:
+    """Variables, then flags given (not None) on top; empty variables count as unset."""
+    env = os.environ if environ is None else environ
+    values: dict[str, Any] = {name: env.get(var) for name, var in VARIABLES.items()}
+    values.update({k: v for k, v in flags.items() if v is not None})
+    return Config(**{k: v for k, v in values.items() if v not in (None, "")})

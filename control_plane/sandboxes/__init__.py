@@ -1,0 +1,2 @@
+"""Sandboxes: the provider interface, the process provider, and the service that keeps rows and
+processes in step."""

@@ -1,0 +1,280 @@
+"""The process provider: each sandbox is an `agent-server` child in its own process group.
+
+The child listens on a loopback port the OS picks and reports it in a ready file
+(`--ready-file`); it has its own state and working directory, its own session key and the
+control plane's webhook address. Pause and resume are SIGSTOP and SIGCONT of the group; destroy
+is SIGTERM, SIGKILL after a grace period, then the workspace archived and the directory removed.
+Children are started in a new session so they outlive a control plane that is killed: the next
+one adopts them from the stored pid and start time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import shutil
+import signal
+import sys
+import tarfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TypeVar
+
+import httpx
+
+from control_plane.sandboxes import procfs
+from core import processes
+from control_plane.sandboxes.provider import (
+    Handle,
+    Launch,
+    Liveness,
+    ProviderError,
+    SandboxProvider,
+    SandboxSpec,
+)
+
+logger = logging.getLogger(__name__)
+T = TypeVar("T")
+
+SPEC = SandboxSpec(id="process", description="an agent-server child process on this machine, "
+                   "in its own process group, sharing the host's tools (bash, git, Chromium)")
+READY_FILE = "ready.json"
+LOG_FILE = "agent-server.log"
+def ready_marker(root_dir: Path) -> bytes:
+    """The environment entry that marks a sandbox's processes (found again after a restart)."""
+    return f"AGENT_SERVER_READY_FILE={root_dir / READY_FILE}".encode()
+
+
+def child_env(launch: Launch) -> dict[str, str]:
+    """The control plane's own settings (its database, its secret key) never reach a sandbox:
+    core's child environment withholds them; the sandbox's own go on top."""
+    return processes.child_env({
+        "SESSION_API_KEY": launch.session_api_key,
+        "AGENT_SERVER_HOST": "127.0.0.1",
+        "AGENT_SERVER_PORT": "0",
+        "AGENT_SERVER_STATE_DIR": str(launch.root_dir / "state"),
+        "AGENT_SERVER_WORKING_DIR": str(launch.workspace),
+        "AGENT_SERVER_READY_FILE": str(launch.root_dir / READY_FILE),
+        "AGENT_SERVER_WEBHOOK_URL": launch.webhook_url,
+        "AGENT_SERVER_LOG_LEVEL": "warning",
+    })
+
+
+class ProcessProvider(SandboxProvider):
+    def __init__(self, archive_dir: Path, *, start_timeout: float = 60.0, stop_grace: float = 5.0,
+                 transport: httpx.AsyncBaseTransport | None = None) -> None:
+        self.archive_dir = archive_dir
+        self.start_timeout = start_timeout
+        self.stop_grace = stop_grace
+        self._http = httpx.AsyncClient(timeout=2.0, transport=transport)
+        #: Children started by this process, reaped so they never linger as zombies. They are
+        #: spawned without Popen objects on purpose: a sandbox outlives the control plane (the
+        #: next one adopts it), so nothing here may own, wait for or warn about its lifetime.
+        self._children: set[int] = set()
+
+    def specs(self) -> list[SandboxSpec]:
+        return [SPEC]
+
+    async def create(self, launch: Launch) -> Handle:
+        if launch.spec_id != SPEC.id:
+            raise ProviderError(f"unknown sandbox spec {launch.spec_id!r}")
+        (launch.root_dir / "state").mkdir(parents=True, exist_ok=True, mode=0o700)
+        launch.workspace.mkdir(parents=True, exist_ok=True)
+        ready = launch.root_dir / READY_FILE
+        ready.unlink(missing_ok=True)
+        pid = _spawn(child_env(launch), launch.root_dir / LOG_FILE)
+        self._children.add(pid)
+        try:
+            port = await self._wait_ready(pid, ready, launch.root_dir / LOG_FILE)
+            started = procfs.start_time(pid)
+            if started is None:
+                raise ProviderError("the agent server exited right after starting")
+            handle = Handle(pid=pid, pid_start_time=started, port=port)
+            await self._wait_alive(pid, handle)
+            return handle
+        except BaseException:
+            self._kill_now(pid)
+            raise
+
+    async def _wait_ready(self, pid: int, ready: Path, log: Path) -> int:
+        deadline = time.monotonic() + self.start_timeout
+        while time.monotonic() < deadline:
+            if (status := self._reap(pid)) is not None:
+                raise ProviderError(f"the agent server exited with status {status}: {_tail(log)}")
+            try:
+                data = json.loads(ready.read_text())
+                if data.get("pid") == pid:
+                    return int(data["port"])
+            except (OSError, ValueError, KeyError, TypeError):
+                pass
+            await asyncio.sleep(0.01)
+        raise ProviderError(f"the agent server did not start within {self.start_timeout:g} s")
+
+    async def _wait_alive(self, pid: int, handle: Handle) -> None:
+        deadline = time.monotonic() + self.start_timeout
+        while time.monotonic() < deadline:
+            if (status := self._reap(pid)) is not None:
+                raise ProviderError(f"the agent server exited with status {status}")
+            if await self._alive(handle):
+                return
+            await asyncio.sleep(0.02)
+        raise ProviderError(f"the agent server did not answer /alive within {self.start_timeout:g} s")
+
+    async def _alive(self, handle: Handle) -> bool:
+        try:
+            response = await self._http.get(self.url(handle) + "/alive")
+            return response.status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    async def recover(self, launch: Launch) -> Handle | None:
+        """The child of a start that was cut short: its handle once it is up; a child still
+        booting (no ready file yet) is killed, so the caller can start the sandbox again."""
+        pids = procfs.with_environment(ready_marker(launch.root_dir))
+        try:
+            data = json.loads((launch.root_dir / READY_FILE).read_text())
+            pid, port = int(data["pid"]), int(data["port"])
+        except (OSError, ValueError, KeyError, TypeError):
+            pid, port = 0, 0
+        started = procfs.start_time(pid) if pid in pids else None
+        if started is not None:
+            return Handle(pid=pid, pid_start_time=started, port=port)
+        for stray in pids:
+            procfs.signal_group(stray, signal.SIGKILL)
+        return None
+
+    def _reap(self, pid: int) -> int | None:
+        """The exit status of our child `pid` when it has just ended (and is reaped now)."""
+        if pid not in self._children:
+            return None
+        try:
+            done, status = os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            done, status = pid, 0
+        if done == 0:
+            return None
+        self._children.discard(pid)
+        return os.waitstatus_to_exitcode(status)
+
+    async def inspect(self, handle: Handle) -> Liveness:
+        self._reap(handle.pid)
+        if not procfs.is_ours(handle.pid, handle.pid_start_time):
+            return Liveness.GONE
+        if procfs.state(handle.pid) == "T":
+            return Liveness.STOPPED
+        return Liveness.ALIVE if await self._alive(handle) else Liveness.UNRESPONSIVE
+
+    async def pause(self, handle: Handle) -> None:
+        """Returns once the server is stopped: a signal lands asynchronously, and PAUSED is
+        only stored when it is true."""
+        self._signal(handle, signal.SIGSTOP)
+        deadline = time.monotonic() + 5
+        while procfs.state(handle.pid) != "T":
+            if time.monotonic() > deadline or not procfs.is_ours(handle.pid, handle.pid_start_time):
+                raise ProviderError("the agent server did not stop")
+            await asyncio.sleep(0.005)
+
+    async def resume(self, handle: Handle) -> None:
+        self._signal(handle, signal.SIGCONT)
+        deadline = time.monotonic() + self.start_timeout
+        while not await self._alive(handle):
+            if time.monotonic() > deadline or not procfs.is_ours(handle.pid, handle.pid_start_time):
+                raise ProviderError("the agent server did not answer after resuming")
+            await asyncio.sleep(0.02)
+
+    def _signal(self, handle: Handle, sig: signal.Signals) -> None:
+        if not procfs.is_ours(handle.pid, handle.pid_start_time) or not procfs.signal_group(handle.pid, sig):
+            raise ProviderError("the sandbox's process is gone")
+
+    async def destroy(self, sandbox_id: str, handle: Handle | None, root_dir: Path) -> Path | None:
+        if handle is not None and procfs.is_ours(handle.pid, handle.pid_start_time):
+            # Taken while the server lives: its shells run in sessions of their own, and once
+            # it is gone nothing links them to it any more.
+            tree = await asyncio.to_thread(_sweep, processes.started_by, handle.pid,
+                                           ready_marker(root_dir)) or set()
+            # A stopped group only acts on SIGTERM once continued.
+            procfs.signal_group(handle.pid, signal.SIGCONT)
+            procfs.signal_group(handle.pid, signal.SIGTERM)
+            deadline = time.monotonic() + self.stop_grace
+            while time.monotonic() < deadline:
+                self._reap(handle.pid)
+                if not procfs.is_ours(handle.pid, handle.pid_start_time):
+                    break
+                await asyncio.sleep(0.02)
+            # Whatever is left goes now: the group, and what its processes started in sessions
+            # of their own (the terminal's shells), found by core's /proc sweep.
+            procfs.signal_group(handle.pid, signal.SIGKILL)
+            for pid in tree:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
+            await asyncio.to_thread(_sweep, processes.kill_tree, handle.pid, ready_marker(root_dir))
+            for _ in range(500):  # no zombie left behind: SIGKILL takes a moment to land
+                self._reap(handle.pid)
+                if handle.pid not in self._children:
+                    break
+                await asyncio.sleep(0.01)
+        return await asyncio.to_thread(self._archive_and_remove, sandbox_id, root_dir)
+
+    def _archive_and_remove(self, sandbox_id: str, root_dir: Path) -> Path | None:
+        archive: Path | None = None
+        workspace = root_dir / "workspace"
+        if workspace.is_dir():
+            self.archive_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+            archive = self.archive_dir / f"{sandbox_id}.tar.gz"
+            partial = archive.with_suffix(".partial")
+            with tarfile.open(partial, "w:gz") as tar:
+                tar.add(workspace, arcname=sandbox_id)
+            os.chmod(partial, 0o600)
+            os.replace(partial, archive)
+        shutil.rmtree(root_dir, ignore_errors=True)
+        return archive
+
+    def _kill_now(self, pid: int) -> None:
+        """A start that failed or was cancelled: nothing of it is left (it dies in moments)."""
+        procfs.signal_group(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 5
+        while pid in self._children and time.monotonic() < deadline:
+            self._reap(pid)
+            time.sleep(0.005)
+
+    async def close(self) -> None:
+        await self._http.aclose()
+
+
+def _sweep(scan: Callable[[int, bytes], T], leader: int, tag: bytes) -> T | None:
+    """core's /proc scans, tried again when a process ending mid-read trips them (a stat file
+    read empty raises ValueError there)."""
+    for _ in range(3):
+        try:
+            return scan(leader, tag)
+        except ValueError:
+            continue
+    logger.warning("could not sweep the processes of sandbox process %d", leader)
+    return None
+
+
+def _spawn(env: dict[str, str], log: Path) -> int:
+    """`python -m agent_server` in a session of its own, output appended to `log`."""
+    out = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    try:
+        # Every other descriptor of this process is close-on-exec (Python's default).
+        return os.posix_spawn(sys.executable, [sys.executable, "-m", "agent_server"], env,
+                              file_actions=[(os.POSIX_SPAWN_DUP2, devnull, 0),
+                                            (os.POSIX_SPAWN_DUP2, out, 1),
+                                            (os.POSIX_SPAWN_DUP2, out, 2)],
+                              setsid=True)
+    finally:
+        os.close(out)
+        os.close(devnull)
+
+
+def _tail(log: Path, size: int = 2000) -> str:
+    try:
+        return log.read_bytes()[-size:].decode(errors="replace").strip()
+    except OSError:
+        return "(no log)"

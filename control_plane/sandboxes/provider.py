@@ -1,0 +1,105 @@
+"""The SandboxProvider interface: what every kind of sandbox (process, container, pod) offers.
+
+The control plane never branches on which provider it has. A provider knows nothing of users,
+rows or HTTP routes: it starts an agent server with the environment it is given, says whether
+it is still there, stops and continues it, and destroys it (archiving the workspace first).
+"""
+
+from __future__ import annotations
+
+import abc
+import enum
+from dataclasses import dataclass
+from pathlib import Path
+
+
+class ProviderError(Exception):
+    """A sandbox could not be created or driven; the message says why (shown as status_detail)."""
+
+
+@dataclass(frozen=True)
+class SandboxSpec:
+    """A template for sandboxes (SPEC 2.4)."""
+
+    id: str
+    description: str
+    """What a sandbox made from it is."""
+
+
+@dataclass(frozen=True)
+class Handle:
+    """What the provider needs to find a sandbox again, stored so a restarted control plane can."""
+
+    pid: int
+    pid_start_time: int
+    """Kernel start time of the pid (clock ticks since boot): tells a reused pid from ours."""
+    port: int
+
+
+class Liveness(enum.Enum):
+    ALIVE = "alive"
+    """The agent server answers /alive."""
+    STOPPED = "stopped"
+    """The process group is stopped (paused)."""
+    UNRESPONSIVE = "unresponsive"
+    """The process is there but does not answer."""
+    GONE = "gone"
+    """No such process (or the pid now belongs to another)."""
+
+
+@dataclass(frozen=True)
+class Launch:
+    """Everything a provider is told to start one sandbox."""
+
+    sandbox_id: str
+    spec_id: str
+    root_dir: Path
+    """The sandbox's own directory: agent-server state, workspace, logs."""
+    session_api_key: str
+    webhook_url: str
+    """Base of this control plane's webhook; the agent server appends /events/{id}."""
+
+    @property
+    def workspace(self) -> Path:
+        return self.root_dir / "workspace"
+
+
+class SandboxProvider(abc.ABC):
+    @abc.abstractmethod
+    def specs(self) -> list[SandboxSpec]:
+        """The templates this provider can start."""
+
+    @abc.abstractmethod
+    async def create(self, launch: Launch) -> Handle:
+        """Start the sandbox and return once its agent server answers (ProviderError otherwise)."""
+
+    @abc.abstractmethod
+    async def inspect(self, handle: Handle) -> Liveness:
+        """A health check, never the scheduler's view alone."""
+
+    @abc.abstractmethod
+    async def pause(self, handle: Handle) -> None:
+        """Release its CPU, keep its memory and files."""
+
+    @abc.abstractmethod
+    async def resume(self, handle: Handle) -> None:
+        """Continue a paused sandbox."""
+
+    @abc.abstractmethod
+    async def destroy(self, sandbox_id: str, handle: Handle | None, root_dir: Path) -> Path | None:
+        """Stop it for good, archive its workspace where no route serves it, remove its files.
+
+        Returns the archive's path (None when there was no workspace)."""
+
+    @abc.abstractmethod
+    async def recover(self, launch: Launch) -> Handle | None:
+        """Find a sandbox whose start was cut short (the control plane died while it booted).
+
+        Its handle when it came up; otherwise None, and nothing of that start is left running."""
+
+    async def close(self) -> None:
+        """Release the provider's own resources; sandboxes keep running (they are adopted later)."""
+
+    def url(self, handle: Handle) -> str:
+        """The agent server's address (the AGENT_SERVER exposed URL)."""
+        return f"http://127.0.0.1:{handle.port}"

@@ -1,0 +1,83 @@
+"""Services: every long-lived object of the control plane, built once from the Config.
+
+This is what the lifespan yields; routes receive it typed (`api.io.services`), never through
+an untyped bag.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from control_plane.agent_client import AgentClient
+from control_plane.app_conversations import AppConversationService
+from control_plane.config import Config
+from control_plane.crypto import Cipher
+from control_plane.lifecycle import Lifecycle
+from control_plane.models import use_clock
+from control_plane.sandboxes.process import SPEC, ProcessProvider
+from control_plane.sandboxes.provider import SandboxProvider
+from control_plane.sandboxes.service import SandboxService
+from control_plane.settings import SettingsService
+from control_plane.start_tasks import StartTaskService
+from control_plane.store import Database
+from control_plane.webhook import WebhookReceiver
+from core.retry import Clock
+
+
+@dataclass(frozen=True)
+class Services:
+    config: Config
+    db: Database
+    cipher: Cipher
+    provider: SandboxProvider
+    sandboxes: SandboxService
+    agents: AgentClient
+    settings: SettingsService
+    tasks: StartTaskService
+    conversations: AppConversationService
+    webhook: WebhookReceiver
+    lifecycle: Lifecycle
+
+    @classmethod
+    def build(cls, config: Config, provider: SandboxProvider | None = None,
+              clock: Clock | None = None) -> Services:
+        """`clock`: the time of stored records and timers (default: the system's)."""
+        use_clock(clock or Clock())
+        db = Database(config.db_url)
+        cipher = Cipher.for_config(config.secret_key, config.state_dir)
+        provider = provider or ProcessProvider(config.state_dir / "archives",
+                                               start_timeout=config.sandbox_start_timeout,
+                                               stop_grace=config.sandbox_stop_grace)
+        sandboxes = SandboxService(db, provider, cipher, sandboxes_dir=config.state_dir / "sandboxes",
+                                   webhook_url=config.webhook_base,
+                                   health_interval=config.health_interval,
+                                   max_per_user=config.max_sandboxes_per_user)
+        agents = AgentClient(timeout=config.agent_timeout)
+        settings = SettingsService(db, cipher)
+        tasks = StartTaskService(db, cipher, sandboxes, settings, agents,
+                                 cap=config.max_conversations_per_sandbox,
+                                 repository_url_template=config.repository_url_template,
+                                 spec_id=provider.specs()[0].id if provider.specs() else SPEC.id)
+        records = AppConversationService(db, sandboxes, agents)
+        lifecycle = Lifecycle(db, sandboxes, records, idle_seconds=config.idle_seconds,
+                              deletion_seconds=config.deletion_seconds,
+                              interval=config.lifecycle_interval)
+        return cls(config=config, db=db, cipher=cipher, provider=provider, sandboxes=sandboxes,
+                   agents=agents, settings=settings, tasks=tasks, conversations=records,
+                   webhook=WebhookReceiver(db), lifecycle=lifecycle)
+
+    async def start(self) -> None:
+        """Migrations, then adoption of the sandboxes still there, then unfinished start tasks."""
+        self.config.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        await self.db.migrate()
+        await self.sandboxes.adopt()
+        await self.tasks.resume_unfinished()
+        self.sandboxes.start_health_checks()
+        self.lifecycle.start()
+
+    async def close(self, stop_sandboxes: bool = False) -> None:
+        await self.lifecycle.close()
+        await self.tasks.close()
+        await self.sandboxes.close(stop_sandboxes=stop_sandboxes)
+        await self.agents.close()
+        await self.db.close()

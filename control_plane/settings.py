@@ -1,0 +1,141 @@
+"""Per-user settings (GET/PATCH /api/v1/settings): grouping strategy, LLM, default tools, git author,
+stored secrets. The LLM key and the secrets are encrypted at rest and never returned."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+
+from control_plane.crypto import Cipher
+from core.ids import ENV_NAME
+from core.masking import REDACTED
+from control_plane.models import GroupingStrategy
+from control_plane.store import Database
+from control_plane.store import accounts
+from control_plane.store.accounts import StoredSettings
+
+MASK = REDACTED
+DEFAULT_TOOLS = ("terminal", "file_editor", "task_tracker")
+TOOL_NAMES = ("terminal", "file_editor", "task_tracker", "browser_tool_set")
+SECRET_NAME = ENV_NAME
+
+
+def check_secret_names(value: dict[str, Any]) -> None:
+    for name in value:
+        if not SECRET_NAME.match(name):
+            raise ValueError(f"{name!r} is not a secret name (letters, digits and _)")
+
+
+class SettingsView(BaseModel):
+    """What GET returns: the key masked, secrets by name only."""
+
+    grouping_strategy: GroupingStrategy
+    llm_model: str | None
+    llm_base_url: str | None
+    llm_api_key: str | None
+    """`**********` when set, else null (write-only)."""
+    default_tools: list[str]
+    git_user_name: str | None
+    git_user_email: str | None
+    secret_names: list[str]
+
+
+class SettingsPatch(BaseModel):
+    """PATCH body: fields left out stay; null clears; `secrets` merge by name (null removes one)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    grouping_strategy: GroupingStrategy | None = None
+    llm_model: str | None = Field(default=None, min_length=1, max_length=200)
+    llm_base_url: str | None = Field(default=None, max_length=2000, pattern=r"^https?://")
+    llm_api_key: SecretStr | None = Field(default=None, max_length=10_000)
+    default_tools: list[str] | None = Field(default=None, max_length=10)
+    git_user_name: str | None = Field(default=None, max_length=200)
+    git_user_email: str | None = Field(default=None, max_length=200)
+    secrets: dict[str, str | None] | None = Field(default=None, max_length=200)
+
+    @field_validator("default_tools")
+    @classmethod
+    def _tools(cls, value: list[str] | None) -> list[str] | None:
+        for name in value or ():
+            if name not in TOOL_NAMES:
+                raise ValueError(f"unknown tool {name!r}; known: {', '.join(TOOL_NAMES)}")
+        return value
+
+    @field_validator("secrets")
+    @classmethod
+    def _secrets(cls, value: dict[str, str | None] | None) -> dict[str, str | None] | None:
+        if value:
+            check_secret_names(value)
+            if any(v is not None and len(v) > 65536 for v in value.values()):
+                raise ValueError("a secret value is over 65536 characters")
+        return value
+
+
+@dataclass(frozen=True)
+class UserSettings:
+    """Settings as a start task uses them (decrypted)."""
+
+    grouping_strategy: GroupingStrategy = GroupingStrategy.NO_GROUPING
+    llm_model: str | None = None
+    llm_base_url: str | None = None
+    llm_api_key: str | None = None
+    default_tools: tuple[str, ...] = DEFAULT_TOOLS
+    git_user_name: str | None = None
+    git_user_email: str | None = None
+    secrets: dict[str, str] = field(default_factory=dict)
+
+    def view(self) -> SettingsView:
+        return SettingsView(
+            grouping_strategy=self.grouping_strategy, llm_model=self.llm_model,
+            llm_base_url=self.llm_base_url, llm_api_key=MASK if self.llm_api_key else None,
+            default_tools=list(self.default_tools), git_user_name=self.git_user_name,
+            git_user_email=self.git_user_email, secret_names=sorted(self.secrets))
+
+
+PLAIN = ("grouping_strategy", "llm_model", "llm_base_url", "default_tools", "git_user_name",
+         "git_user_email")
+
+
+class SettingsService:
+    def __init__(self, db: Database, cipher: Cipher) -> None:
+        self.db = db
+        self.cipher = cipher
+
+    async def get(self, user_id: str) -> UserSettings:
+        stored = await accounts.get_settings(self.db, user_id)
+        data = dict(stored.data)
+        return UserSettings(
+            grouping_strategy=GroupingStrategy(data.get("grouping_strategy") or "NO_GROUPING"),
+            llm_model=data.get("llm_model"), llm_base_url=data.get("llm_base_url"),
+            llm_api_key=self.cipher.decrypt(stored.llm_api_key_enc) if stored.llm_api_key_enc else None,
+            default_tools=tuple(data.get("default_tools") or DEFAULT_TOOLS),
+            git_user_name=data.get("git_user_name"), git_user_email=data.get("git_user_email"),
+            secrets=self.cipher.decrypt_json(stored.secrets_enc) if stored.secrets_enc else {},
+        )
+
+    async def patch(self, user_id: str, patch: SettingsPatch) -> UserSettings:
+        stored = await accounts.get_settings(self.db, user_id)
+        given = patch.model_fields_set
+        data = dict(stored.data)
+        for name in PLAIN:
+            if name in given:
+                value = getattr(patch, name)
+                data[name] = value.value if isinstance(value, GroupingStrategy) else value
+        key_enc = stored.llm_api_key_enc
+        if "llm_api_key" in given:
+            key = patch.llm_api_key.get_secret_value() if patch.llm_api_key else None
+            key_enc = self.cipher.encrypt(key) if key else None
+        secrets_enc = stored.secrets_enc
+        if "secrets" in given:
+            current = self.cipher.decrypt_json(secrets_enc) if secrets_enc else {}
+            for name, value in (patch.secrets or {}).items():
+                if value is None:
+                    current.pop(name, None)
+                else:
+                    current[name] = value
+            secrets_enc = self.cipher.encrypt_json(current) if current else None
+        await accounts.put_settings(self.db, user_id, StoredSettings(data, key_enc, secrets_enc, None))
+        return await self.get(user_id)

@@ -1,0 +1,131 @@
+"""The start request of SPEC 2.5 (body of POST /api/v1/app-conversations), validated."""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from control_plane.settings import check_secret_names
+
+REPOSITORY = re.compile(r"^[A-Za-z0-9_.-]{1,100}/[A-Za-z0-9_.-]{1,100}$")
+BRANCH = re.compile(r"^(?!-)(?!.*\.\.)(?!.*//)[A-Za-z0-9._/-]{1,255}(?<![./])$")
+Scalar = str | int | float | bool
+
+
+class TextItem(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["text"] = "text"
+    text: str = Field(max_length=1_000_000)
+
+
+class InitialMessage(BaseModel):
+    role: Literal["user"] = "user"
+    content: list[TextItem] = Field(min_length=1, max_length=100)
+    run: bool = False
+
+
+class Plugin(BaseModel):
+    """One MCP tool server: `{name, command, args?, env?}` or `{name, url, headers?}`.
+
+    Becomes an entry of the agent server's `mcp_config.mcpServers`; `${NAME}` placeholders are
+    filled there from the conversation's secrets before the server is connected (SPEC 5 rule 4).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(pattern=r"^[A-Za-z0-9_-]{1,64}$")
+    command: str | None = Field(default=None, max_length=1000)
+    args: list[str] = Field(default_factory=list, max_length=100)
+    env: dict[str, str] = Field(default_factory=dict, max_length=100)
+    url: str | None = Field(default=None, max_length=2000)
+    headers: dict[str, str] = Field(default_factory=dict, max_length=100)
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> Plugin:
+        if (self.command is None) == (self.url is None):
+            raise ValueError("a plugin has either command (a local tool server) or url (a remote one)")
+        return self
+
+    def server(self) -> dict[str, Any]:
+        if self.command is not None:
+            return {"command": self.command, "args": self.args, "env": self.env}
+        return {"url": self.url, "headers": self.headers}
+
+
+class StartRequest(BaseModel):
+    """Unknown fields are ignored (other clients send more); known ones are checked strictly."""
+
+    initial_message: InitialMessage | None = None
+    selected_repository: str | None = Field(default=None, max_length=201)
+    selected_branch: str | None = Field(default=None, max_length=255)
+    sandbox_id: str | None = Field(default=None, min_length=1, max_length=64)
+    secrets: dict[str, str] = Field(default_factory=dict, max_length=200)
+    plugins: list[Plugin] = Field(default_factory=list, max_length=20)
+    title: str | None = Field(default=None, min_length=1, max_length=200)
+    observability_span_name: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_.:/-]{1,128}$")
+    """Stable, low-cardinality: a short identifier, not free text."""
+    observability_tags: list[str] = Field(default_factory=list, max_length=50)
+    observability_metadata: dict[str, Scalar | list[Scalar]] = Field(default_factory=dict,
+                                                                   max_length=100)
+
+    @field_validator("selected_repository")
+    @classmethod
+    def _repository(cls, value: str | None) -> str | None:
+        if value is not None and not REPOSITORY.match(value):
+            raise ValueError("selected_repository is <organization>/<repository>")
+        return value
+
+    @field_validator("selected_branch")
+    @classmethod
+    def _branch(cls, value: str | None) -> str | None:
+        if value is not None and (not BRANCH.match(value) or value.endswith(".lock")):
+            raise ValueError("selected_branch is not a valid Git branch name")
+        return value
+
+    @field_validator("secrets")
+    @classmethod
+    def _secrets(cls, value: dict[str, str]) -> dict[str, str]:
+        check_secret_names(value)
+        return value
+
+    @field_validator("observability_tags")
+    @classmethod
+    def _tags(cls, value: list[str]) -> list[str]:
+        if any(not tag or len(tag) > 200 for tag in value):
+            raise ValueError("tags are 1 to 200 characters")
+        return value
+
+    @field_validator("observability_metadata", mode="before")
+    @classmethod
+    def _metadata(cls, value: Any) -> Any:
+        # SPEC 2.5: scalars, or arrays of one scalar type (bool is not a number here).
+        if isinstance(value, dict):
+            for key, item in value.items():
+                if isinstance(item, list):
+                    kinds = {_scalar_kind(x) for x in item}
+                    if None in kinds or len(kinds) > 1:
+                        raise ValueError(f"observability_metadata[{key!r}]: an array must hold "
+                                         "scalars of one type (string[], number[] or boolean[])")
+                elif _scalar_kind(item) is None:
+                    raise ValueError(f"observability_metadata[{key!r}] must be a string, number, "
+                                     "boolean or a homogeneous array of them")
+        return value
+
+    @model_validator(mode="after")
+    def _branch_needs_repository(self) -> StartRequest:
+        if self.selected_branch and not self.selected_repository:
+            raise ValueError("selected_branch needs selected_repository")
+        return self
+
+
+def _scalar_kind(value: Any) -> str | None:
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, (int, float)):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    return None

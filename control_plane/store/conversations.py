@@ -1,0 +1,129 @@
+"""App-conversation rows, joined with their sandbox's status for the record."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Select, delete, func, select, update
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from control_plane.models import SandboxStatus, now
+from control_plane.store.db import Database
+from control_plane.store.tables import app_conversations, sandboxes
+
+C = app_conversations
+
+
+@dataclass(frozen=True)
+class ConversationRow:
+    id: str
+    user_id: str
+    sandbox_id: str
+    start_task_id: str | None
+    started: bool
+    title: str | None
+    tags: dict[str, str]
+    selected_repository: str | None
+    selected_branch: str | None
+    working_dir: str
+    execution_status: str | None
+    metrics: dict[str, Any] | None
+    observability: dict[str, Any] | None
+    created_at: datetime
+    updated_at: datetime
+    last_activity_at: datetime
+    sandbox_status: SandboxStatus
+
+    @classmethod
+    def of(cls, row: Any) -> ConversationRow:
+        data = dict(row._mapping)
+        data["sandbox_status"] = SandboxStatus(data["sandbox_status"])
+        data["tags"] = dict(data["tags"] or {})
+        return cls(**data)
+
+
+def _select() -> Select[Any]:
+    return select(C, sandboxes.c.status.label("sandbox_status")).join(
+        sandboxes, sandboxes.c.id == C.c.sandbox_id)
+
+
+async def insert(conn: AsyncConnection, **values: Any) -> None:
+    moment = now()
+    await conn.execute(C.insert().values(started=False, tags={}, created_at=moment,
+                                         updated_at=moment, last_activity_at=moment, **values))
+
+
+async def get(db: Database, conversation_id: str, user_id: str | None = None) -> ConversationRow | None:
+    query = _select().where(C.c.id == conversation_id)
+    if user_id is not None:
+        query = query.where(C.c.user_id == user_id)
+    async with db.connect() as conn:
+        row = (await conn.execute(query)).first()
+    return None if row is None else ConversationRow.of(row)
+
+
+async def get_many(db: Database, ids: list[str], user_id: str) -> dict[str, ConversationRow]:
+    query = _select().where(C.c.id.in_(ids), C.c.user_id == user_id, C.c.started.is_(True))
+    async with db.connect() as conn:
+        return {r.id: r for r in (ConversationRow.of(x) for x in await conn.execute(query))}
+
+
+@dataclass(frozen=True)
+class Filters:
+    title_contains: str | None = None
+    created_at_gte: datetime | None = None
+    created_at_lt: datetime | None = None
+    updated_at_gte: datetime | None = None
+    updated_at_lt: datetime | None = None
+    sandbox_id: str | None = None
+
+
+def _filtered(query: Select[Any], user_id: str, f: Filters) -> Select[Any]:
+    query = query.where(C.c.user_id == user_id, C.c.started.is_(True))
+    if f.title_contains:
+        escaped = f.title_contains.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+        query = query.where(func.lower(C.c.title).like(f"%{escaped.lower()}%", escape="\\"))
+    for column, op, value in ((C.c.created_at, "ge", f.created_at_gte),
+                              (C.c.created_at, "lt", f.created_at_lt),
+                              (C.c.updated_at, "ge", f.updated_at_gte),
+                              (C.c.updated_at, "lt", f.updated_at_lt)):
+        if value is not None:
+            query = query.where(column >= value if op == "ge" else column < value)
+    if f.sandbox_id:
+        query = query.where(C.c.sandbox_id == f.sandbox_id)
+    return query
+
+
+async def search(db: Database, user_id: str, f: Filters, *, order: str, limit: int,
+                 offset: int) -> list[ConversationRow]:
+    """`order` is one of CREATED_AT, CREATED_AT_DESC, UPDATED_AT, UPDATED_AT_DESC, TITLE, TITLE_DESC."""
+    column = {"CREATED": C.c.created_at, "UPDATED": C.c.updated_at, "TITLE": C.c.title}[order.split("_")[0]]
+    desc = order.endswith("_DESC")
+    query = _filtered(_select(), user_id, f).order_by(
+        column.desc() if desc else column.asc(), C.c.id.desc() if desc else C.c.id.asc())
+    async with db.connect() as conn:
+        return [ConversationRow.of(r) for r in await conn.execute(query.limit(limit).offset(offset))]
+
+
+async def count(db: Database, user_id: str, f: Filters) -> int:
+    query = _filtered(select(func.count()).select_from(C), user_id, f)
+    async with db.connect() as conn:
+        return int(await conn.scalar(query) or 0)
+
+
+async def update_fields(db: Database, conversation_id: str, *, touch: bool = True, **values: Any) -> None:
+    if touch:
+        values["updated_at"] = now()
+    async with db.begin() as conn:
+        await conn.execute(update(C).where(C.c.id == conversation_id).values(**values))
+
+
+async def remove(conn: AsyncConnection, conversation_id: str) -> None:
+    await conn.execute(delete(C).where(C.c.id == conversation_id))
+
+
+async def in_sandbox(db: Database, sandbox_id: str) -> list[str]:
+    async with db.connect() as conn:
+        return list(await conn.scalars(select(C.c.id).where(C.c.sandbox_id == sandbox_id)))

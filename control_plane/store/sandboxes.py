@@ -1,0 +1,144 @@
+"""Sandbox rows: status, the provider's process facts (pid, start time, port), activity."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import and_, case, func, select, update
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from control_plane.models import SandboxStatus, now
+from control_plane.store.db import Database
+from control_plane.store.tables import app_conversations, sandboxes
+
+
+@dataclass(frozen=True)
+class SandboxRow:
+    id: str
+    user_id: str
+    spec_id: str
+    status: SandboxStatus
+    status_detail: str | None
+    session_key_hash: str
+    session_key_enc: str
+    port: int | None
+    pid: int | None
+    pid_start_time: int | None
+    root_dir: str
+    created_at: datetime
+    updated_at: datetime
+    last_activity_at: datetime
+    running_since: datetime | None = None
+    """When it last became RUNNING (the 12-hour cap counts from here)."""
+    paused_at: datetime | None = None
+    """When it was paused (the deletion time counts from here)."""
+
+    @classmethod
+    def of(cls, row: Any) -> SandboxRow:
+        data = dict(row._mapping)
+        data["status"] = SandboxStatus(data["status"])
+        return cls(**data)
+
+
+async def insert(conn: AsyncConnection, **values: Any) -> SandboxRow:
+    moment = now()
+    values = {"status": SandboxStatus.STARTING.value, "created_at": moment, "updated_at": moment,
+              "last_activity_at": moment, **values}
+    await conn.execute(sandboxes.insert().values(**values))
+    row = (await conn.execute(select(sandboxes).where(sandboxes.c.id == values["id"]))).one()
+    return SandboxRow.of(row)
+
+
+async def get(db: Database, sandbox_id: str, user_id: str | None = None) -> SandboxRow | None:
+    query = select(sandboxes).where(sandboxes.c.id == sandbox_id)
+    if user_id is not None:
+        query = query.where(sandboxes.c.user_id == user_id)
+    async with db.connect() as conn:
+        row = (await conn.execute(query)).first()
+    return None if row is None else SandboxRow.of(row)
+
+
+async def by_key_hash(db: Database, key_hash: str) -> SandboxRow | None:
+    async with db.connect() as conn:
+        row = (await conn.execute(select(sandboxes).where(sandboxes.c.session_key_hash == key_hash))).first()
+    return None if row is None else SandboxRow.of(row)
+
+
+async def search(db: Database, user_id: str, *, status: SandboxStatus | None, limit: int,
+                 offset: int) -> list[SandboxRow]:
+    """Newest first."""
+    query = select(sandboxes).where(sandboxes.c.user_id == user_id)
+    if status is not None:
+        query = query.where(sandboxes.c.status == status.value)
+    query = query.order_by(sandboxes.c.created_at.desc(), sandboxes.c.id.desc()).limit(limit).offset(offset)
+    async with db.connect() as conn:
+        return [SandboxRow.of(r) for r in await conn.execute(query)]
+
+
+async def live(db: Database) -> list[SandboxRow]:
+    """Every sandbox a provider may still have running (not ERROR or MISSING)."""
+    query = select(sandboxes).where(sandboxes.c.status.in_(
+        [SandboxStatus.STARTING.value, SandboxStatus.RUNNING.value, SandboxStatus.PAUSED.value]))
+    async with db.connect() as conn:
+        return [SandboxRow.of(r) for r in await conn.execute(query)]
+
+
+async def set_fields(db: Database, sandbox_id: str, **values: Any) -> None:
+    if isinstance(values.get("status"), SandboxStatus):
+        values["status"] = values["status"].value
+    async with db.begin() as conn:
+        await conn.execute(update(sandboxes).where(sandboxes.c.id == sandbox_id)
+                           .values(updated_at=now(), **values))
+
+
+async def set_status(db: Database, sandbox_id: str, status: SandboxStatus,
+                     detail: str | None = None, *, unless_terminal: bool = True) -> bool:
+    """Move to `status`; a terminal status (ERROR, MISSING) is never left. True when changed."""
+    query = update(sandboxes).where(sandboxes.c.id == sandbox_id)
+    if unless_terminal:
+        query = query.where(sandboxes.c.status.not_in(
+            [SandboxStatus.ERROR.value, SandboxStatus.MISSING.value]))
+    moment = now()
+    values: dict[str, Any] = {"status": status.value, "status_detail": detail, "updated_at": moment}
+    # The timers start when the status is entered, not when it is stored again (adoption).
+    if status is SandboxStatus.RUNNING:
+        values["running_since"] = case(
+            (and_(sandboxes.c.status == status.value, sandboxes.c.running_since.is_not(None)),
+             sandboxes.c.running_since), else_=moment)
+        values["paused_at"] = None
+    elif status is SandboxStatus.PAUSED:
+        values["paused_at"] = case(
+            (and_(sandboxes.c.status == status.value, sandboxes.c.paused_at.is_not(None)),
+             sandboxes.c.paused_at), else_=moment)
+    async with db.begin() as conn:
+        done = await conn.execute(query.values(**values))
+    return bool(done.rowcount)
+
+
+async def touch(conn: AsyncConnection, sandbox_id: str, moment: datetime) -> None:
+    """Activity (user or agent): what 'least recently used' orders by."""
+    await conn.execute(update(sandboxes).where(sandboxes.c.id == sandbox_id)
+                       .values(last_activity_at=moment))
+
+
+async def conversation_count(db: Database, sandbox_id: str) -> int:
+    async with db.connect() as conn:
+        value = await conn.scalar(select(func.count()).select_from(app_conversations)
+                                  .where(app_conversations.c.sandbox_id == sandbox_id))
+    return int(value or 0)
+
+
+async def get_in(conn: AsyncConnection, sandbox_id: str) -> SandboxRow | None:
+    """Read inside the caller's transaction (placement)."""
+    row = (await conn.execute(select(sandboxes).where(sandboxes.c.id == sandbox_id))).first()
+    return None if row is None else SandboxRow.of(row)
+
+
+async def live_count(conn: AsyncConnection, user_id: str) -> int:
+    """The user's sandboxes that hold (or may hold) a process."""
+    value = await conn.scalar(select(func.count()).select_from(sandboxes).where(
+        sandboxes.c.user_id == user_id, sandboxes.c.status.in_(
+            [SandboxStatus.STARTING.value, SandboxStatus.RUNNING.value, SandboxStatus.PAUSED.value])))
+    return int(value or 0)

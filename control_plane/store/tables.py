@@ -1,0 +1,149 @@
+"""The SQL schema (SQLAlchemy Core), the same on SQLite and PostgreSQL.
+
+Migrations in `migrations/versions` create exactly this; `tests/control_plane/test_store.py`
+checks that the two never drift apart.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    Column,
+    DateTime,
+    Dialect,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.types import TypeDecorator
+
+metadata = MetaData()
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """Aware UTC datetimes in, aware UTC out: SQLite keeps no offset, so it is restored here."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("naive datetime: every stored time is UTC with an offset")
+        value = value.astimezone(timezone.utc)
+        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        assert isinstance(value, datetime)
+        return value.replace(tzinfo=timezone.utc) if value.tzinfo is None else value
+
+
+ID = String(36)
+#: SQLite makes only INTEGER PRIMARY KEY an auto-increasing rowid.
+SEQ = BigInteger().with_variant(Integer(), "sqlite")
+
+users = Table(
+    "users", metadata,
+    Column("id", ID, primary_key=True),
+    Column("name", String(200), nullable=False, unique=True),
+    Column("placement_seq", BigInteger, nullable=False, default=0),
+    Column("created_at", UTCDateTime, nullable=False),
+)
+
+api_keys = Table(
+    "api_keys", metadata,
+    Column("id", ID, primary_key=True),
+    Column("user_id", ID, ForeignKey("users.id", ondelete="CASCADE"), nullable=False, index=True),
+    Column("key_hash", String(64), nullable=False, unique=True),
+    Column("created_at", UTCDateTime, nullable=False),
+)
+
+user_settings = Table(
+    "user_settings", metadata,
+    Column("user_id", ID, ForeignKey("users.id", ondelete="CASCADE"), primary_key=True),
+    Column("data", JSON, nullable=False),
+    Column("llm_api_key_enc", Text),
+    Column("secrets_enc", Text),
+    Column("updated_at", UTCDateTime, nullable=False),
+)
+
+sandboxes = Table(
+    "sandboxes", metadata,
+    Column("id", ID, primary_key=True),
+    Column("user_id", ID, ForeignKey("users.id", ondelete="CASCADE"), nullable=False, index=True),
+    Column("spec_id", String(100), nullable=False),
+    Column("status", String(16), nullable=False, index=True),
+    Column("status_detail", Text),
+    Column("session_key_hash", String(64), nullable=False, unique=True),
+    Column("session_key_enc", Text, nullable=False),
+    Column("port", Integer),
+    Column("pid", Integer),
+    Column("pid_start_time", BigInteger),
+    Column("root_dir", Text, nullable=False),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("updated_at", UTCDateTime, nullable=False),
+    Column("last_activity_at", UTCDateTime, nullable=False),
+    Column("running_since", UTCDateTime),
+    Column("paused_at", UTCDateTime),
+)
+
+start_tasks = Table(
+    "start_tasks", metadata,
+    Column("id", ID, primary_key=True),
+    Column("user_id", ID, ForeignKey("users.id", ondelete="CASCADE"), nullable=False, index=True),
+    Column("status", String(32), nullable=False, index=True),
+    Column("detail", Text),
+    Column("request_enc", Text, nullable=False),
+    Column("app_conversation_id", ID),
+    Column("sandbox_id", ID),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("updated_at", UTCDateTime, nullable=False),
+)
+
+app_conversations = Table(
+    "app_conversations", metadata,
+    Column("id", ID, primary_key=True),
+    Column("user_id", ID, ForeignKey("users.id", ondelete="CASCADE"), nullable=False),
+    Column("sandbox_id", ID, ForeignKey("sandboxes.id"), nullable=False, index=True),
+    Column("start_task_id", ID),
+    Column("started", Boolean, nullable=False, default=False),
+    Column("title", String(200)),
+    Column("tags", JSON, nullable=False),
+    Column("selected_repository", String(300)),
+    Column("selected_branch", String(255)),
+    Column("working_dir", Text, nullable=False),
+    Column("execution_status", String(32)),
+    Column("metrics", JSON),
+    Column("observability", JSON),
+    Column("created_at", UTCDateTime, nullable=False),
+    Column("updated_at", UTCDateTime, nullable=False),
+    Column("last_activity_at", UTCDateTime, nullable=False),
+    Index("ix_app_conversations_user_created", "user_id", "created_at"),
+)
+
+events = Table(
+    "events", metadata,
+    Column("seq", SEQ, primary_key=True, autoincrement=True),
+    Column("conversation_id", ID, nullable=False),
+    Column("event_id", String(64), nullable=False),
+    Column("kind", String(64), nullable=False),
+    Column("source", String(16), nullable=False),
+    Column("timestamp", String(40)),
+    Column("body", Text, nullable=False),
+    UniqueConstraint("conversation_id", "event_id", name="uq_events_conversation_event"),
+    Index("ix_events_conversation_seq", "conversation_id", "seq"),
+    Index("ix_events_conversation_kind_seq", "conversation_id", "kind", "seq"),
+)

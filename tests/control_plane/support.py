@@ -1,0 +1,119 @@
+"""The control plane under test: a real uvicorn server in a thread on a free loopback port (the
+sandboxes it starts must reach its webhook), and small helpers for its API."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import uvicorn
+
+from control_plane.__main__ import create_key
+from control_plane.app import build_app
+from control_plane.config import Config
+from core.retry import Clock
+from tests.support.llm import free_port
+
+
+def make_config(state_dir: Path, database_url: str | None = None, **extra: Any) -> Config:
+    port = free_port()
+    return Config(host="127.0.0.1", port=port, state_dir=state_dir, database_url=database_url,
+                  stop_sandboxes_on_exit=True, health_interval=0.5, sandbox_stop_grace=2.0,
+                  **extra)
+
+
+class ControlPlane:
+    def __init__(self, config: Config, clock: Clock | None = None) -> None:
+        self.config = config
+        self.url = f"http://127.0.0.1:{config.port}"
+        self._server = uvicorn.Server(uvicorn.Config(build_app(config, clock=clock), host="127.0.0.1",
+                                                     port=config.port, log_level="warning",
+                                                     lifespan="on", timeout_graceful_shutdown=2))
+        self._thread = threading.Thread(target=self._server.run, daemon=True, name="control plane")
+        self._clients: list[httpx.Client] = []
+
+    def start(self, timeout: float = 30) -> ControlPlane:
+        self._thread.start()
+        deadline = time.monotonic() + timeout
+        while not self._server.started:
+            if time.monotonic() > deadline or not self._thread.is_alive():
+                raise RuntimeError("the control plane did not start")
+            time.sleep(0.01)
+        return self
+
+    def stop(self) -> None:
+        for client in self._clients:
+            client.close()
+        self._server.should_exit = True
+        self._thread.join(timeout=60)
+
+    def new_user(self, name: str) -> str:
+        return asyncio.run(create_key(self.config, name))
+
+    def client(self, key: str | None, **kw: Any) -> httpx.Client:
+        """A client of this control plane, closed when it stops."""
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        client = httpx.Client(base_url=self.url, headers=headers, timeout=kw.pop("timeout", 30), **kw)
+        self._clients.append(client)
+        return client
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float = 30, interval: float = 0.05,
+             what: str = "") -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what or predicate}")
+        time.sleep(interval)
+
+
+def configure_llm(client: httpx.Client, base_url: str, tools: list[str] | None = None,
+                  **extra: Any) -> None:
+    body: dict[str, Any] = {"llm_model": "openai/test-model", "llm_base_url": base_url,
+                            "llm_api_key": "sk-test-key", **extra}
+    if tools is not None:
+        body["default_tools"] = tools
+    r = client.patch("/api/v1/settings", json=body)
+    assert r.status_code == 200, r.text
+
+
+def start(client: httpx.Client, text: str | None = None, run: bool = True, **extra: Any) -> dict[str, Any]:
+    """POST a start request and wait for its task to end; returns the task."""
+    body: dict[str, Any] = dict(extra)
+    if text is not None:
+        body["initial_message"] = {"role": "user", "content": [{"type": "text", "text": text}],
+                                   "run": run}
+    r = client.post("/api/v1/app-conversations", json=body)
+    assert r.status_code == 201, r.text
+    return wait_task(client, r.json()["id"])
+
+
+def wait_task(client: httpx.Client, task_id: str, timeout: float = 60) -> dict[str, Any]:
+    def done() -> dict[str, Any] | None:
+        task = client.get("/api/v1/app-conversations/start-tasks", params={"ids": task_id}).json()[0]
+        return task if task["status"] in ("READY", "ERROR") else None
+    result: dict[str, Any] = wait_for(done, timeout, what=f"start task {task_id}")
+    return result
+
+
+def conversation(client: httpx.Client, conversation_id: str) -> dict[str, Any]:
+    r = client.get("/api/v1/app-conversations", params={"ids": conversation_id})
+    assert r.status_code == 200, r.text
+    record: dict[str, Any] = r.json()[0]
+    return record
+
+
+def sandbox_pid(plane: ControlPlane, sandbox_id: str) -> int:
+    """The agent server's pid, from the ready file it wrote."""
+    ready = plane.config.state_dir / "sandboxes" / sandbox_id / "ready.json"
+    pid: int = json.loads(ready.read_text())["pid"]
+    return pid

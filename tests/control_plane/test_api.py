@@ -1,0 +1,250 @@
+"""Auth on every /api/v1 route, one user never sees another's things, SPEC 7 error bodies,
+sandbox routes (SPEC 4.3) and the OpenAPI document."""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from openapi_spec_validator import validate
+
+from control_plane.app import ROUTES
+from control_plane.sandboxes import procfs
+from tests.control_plane.support import (
+    ControlPlane,
+    configure_llm,
+    make_config,
+    sandbox_pid,
+    start,
+    wait_for,
+)
+from tests.support.llm import ScriptedLLM, call
+
+pytestmark = pytest.mark.e2e
+
+V1_ROUTES = [(m, r.path) for r in ROUTES for m in sorted(r.methods or ()) if m != "HEAD"
+             and r.path.startswith("/api/v1") and not r.path.startswith("/api/v1/webhooks")]
+SOME_UUID = "00000000-0000-4000-8000-000000000000"
+
+
+def fill(path: str, conversation_id: str = SOME_UUID, sandbox_id: str = "abc") -> str:
+    return path.replace("{conversation_id}", conversation_id).replace("{sandbox_id}", sandbox_id)
+
+
+def assert_validation_body(body: Any) -> None:
+    """SPEC 7: HTTPValidationError."""
+    assert isinstance(body["detail"], list) and body["detail"]
+    for item in body["detail"]:
+        assert isinstance(item["loc"], list) and isinstance(item["msg"], str)
+        assert isinstance(item["type"], str)
+
+
+def wait_running(client: httpx.Client, sandbox_id: str) -> dict[str, Any]:
+    def running() -> dict[str, Any] | None:
+        record: dict[str, Any] = client.get("/api/v1/sandboxes", params={"id": sandbox_id}).json()[0]
+        assert record["status"] in ("STARTING", "RUNNING"), record
+        return record if record["status"] == "RUNNING" else None
+    found: dict[str, Any] = wait_for(running, 30, what="RUNNING")
+    return found
+
+
+@pytest.mark.parametrize("method,path", V1_ROUTES)
+def test_every_route_refuses_a_missing_or_wrong_key(control_plane: ControlPlane, method: str,
+                                                    path: str) -> None:
+    for headers in ({}, {"Authorization": "Bearer cp_wrong"}, {"Authorization": "Basic eDp5"},
+                    {"X-Session-API-Key": "anything"}):
+        r = httpx.request(method, control_plane.url + fill(path), headers=headers, json={})
+        assert r.status_code == 401, (method, path, headers, r.text)
+        assert isinstance(r.json()["detail"], str)
+
+
+def test_users_see_only_their_own(control_plane: ControlPlane, llm: ScriptedLLM, key: str) -> None:
+    alice = control_plane.client(control_plane.new_user("alice"))
+    bob = control_plane.client(control_plane.new_user("bob"))
+    configure_llm(alice, llm.base_url(key))
+    llm.script(key, call("finish", message="done"))
+    task = start(alice, "hi")
+    assert task["status"] == "READY", task
+    cid, sid = task["app_conversation_id"], task["sandbox_id"]
+
+    for method, path in V1_ROUTES:
+        if "{" not in path:
+            continue
+        r = bob.request(method, fill(path, cid, sid), params={"sandbox_id": sid, "path": "x"},
+                        json={"role": "user", "content": [{"type": "text", "text": "x"}]})
+        assert r.status_code == 404, (method, path, r.text)
+        assert isinstance(r.json()["detail"], str)
+    assert bob.get("/api/v1/app-conversations", params={"ids": cid}).json() == [None]
+    assert bob.get("/api/v1/sandboxes", params={"id": sid}).json() == [None]
+    assert bob.get("/api/v1/sandboxes/search").json()["items"] == []
+    assert bob.get("/api/v1/app-conversations/search").json()["items"] == []
+    assert bob.get("/api/v1/app-conversations/start-tasks", params={"ids": task["id"]}).json() == [None]
+    r = bob.post("/api/v1/app-conversations", json={"sandbox_id": sid})
+    assert r.status_code == 404
+    # ... and alice still has all of it.
+    assert alice.get("/api/v1/app-conversations", params={"ids": cid}).json()[0]["id"] == cid
+
+
+def test_bad_input_is_422_with_validation_errors(control_plane: ControlPlane) -> None:
+    client = control_plane.client(control_plane.new_user("carol"))
+    cases = [
+        ("POST", "/api/v1/app-conversations", {"content": b"{not json"}),
+        ("POST", "/api/v1/app-conversations", {"json": {"initial_message": {"content": []}}}),
+        ("POST", "/api/v1/app-conversations", {"json": {"selected_repository": "no-slash"}}),
+        ("POST", "/api/v1/app-conversations", {"json": {"observability_metadata": {"a": [1, "x"]}}}),
+        ("POST", "/api/v1/app-conversations", {"json": {"observability_metadata": {"a": {"b": 1}}}}),
+        ("POST", "/api/v1/app-conversations", {"json": {"secrets": {"bad name": "v"}}}),
+        ("POST", "/api/v1/app-conversations", {"json": {"plugins": [{"name": "x"}]}}),
+        ("GET", "/api/v1/app-conversations", {}),
+        ("GET", "/api/v1/app-conversations/search", {"params": {"limit": 1000}}),
+        ("GET", "/api/v1/app-conversations/search", {"params": {"created_at__gte": "2026-01-01T00:00:00"}}),
+        ("GET", "/api/v1/app-conversations/start-tasks", {}),
+        ("GET", "/api/v1/sandboxes", {}),
+        ("GET", "/api/v1/sandboxes/search", {"params": {"status": "SLEEPING"}}),
+        ("POST", "/api/v1/sandboxes", {"json": {"sandbox_spec_id": "docker-xl"}}),
+        ("PATCH", "/api/v1/settings", {"json": {"grouping_strategy": "RANDOM"}}),
+        ("PATCH", "/api/v1/settings", {"json": {"default_tools": ["rm_rf"]}}),
+        ("PATCH", "/api/v1/settings", {"json": {"surprise": 1}}),
+        ("GET", "/api/v1/conversation/not-a-uuid/events/search", {}),
+        ("GET", f"/api/v1/conversation/{SOME_UUID}/events/search", {"params": {"kind__eq": "Nope"}}),
+        ("PATCH", "/api/v1/app-conversations/not-a-uuid", {"json": {}}),
+    ]
+    for method, path, kw in cases:
+        r = client.request(method, path, **kw)
+        assert r.status_code == 422, (method, path, kw, r.text)
+        assert_validation_body(r.json())
+    r = client.patch("/api/v1/settings", json={"llm_api_key": 5})
+    assert r.status_code == 422 and "**********" in r.text
+    r = client.post("/api/v1/app-conversations", content=b"x" * (2 * 1024 * 1024))
+    assert r.status_code == 413 and isinstance(r.json()["detail"], str)
+    r = client.get(f"/api/v1/app-conversations/{SOME_UUID}/file", params={"path": "a"})
+    assert r.status_code == 404 and isinstance(r.json()["detail"], str)
+    assert client.get("/api/v1/nothing-here").status_code == 404
+
+
+def test_settings_round_trip(control_plane: ControlPlane) -> None:
+    client = control_plane.client(control_plane.new_user("dana"))
+    initial = client.get("/api/v1/settings").json()
+    assert initial["grouping_strategy"] == "NO_GROUPING" and initial["llm_api_key"] is None
+    r = client.patch("/api/v1/settings", json={
+        "grouping_strategy": "LEAST_RECENTLY_USED", "llm_model": "openai/x", "llm_api_key": "sk-1",
+        "default_tools": ["terminal"], "git_user_name": "D", "secrets": {"GH": "ghp_x"}})
+    assert r.status_code == 200, r.text
+    view = client.get("/api/v1/settings").json()
+    assert view == {**r.json()}
+    assert view["grouping_strategy"] == "LEAST_RECENTLY_USED" and view["llm_api_key"] == "**********"
+    assert view["default_tools"] == ["terminal"] and view["secret_names"] == ["GH"]
+    assert "sk-1" not in r.text and "ghp_x" not in r.text
+    r = client.patch("/api/v1/settings", json={"llm_api_key": None})
+    assert r.json()["llm_api_key"] is None and r.json()["llm_model"] == "openai/x"
+
+
+def test_sandbox_routes(control_plane: ControlPlane) -> None:
+    client = control_plane.client(control_plane.new_user("erin"))
+    specs = client.get("/api/v1/sandbox-specs/search").json()["items"]
+    assert [s["id"] for s in specs] == ["process"]
+    r = client.post("/api/v1/sandboxes", json={})
+    assert r.status_code == 201 and r.json()["status"] == "STARTING"
+    assert r.json()["session_api_key"] is None and r.json()["exposed_urls"] is None
+    sid = r.json()["id"]
+    record = wait_running(client, sid)
+    url = record["exposed_urls"][0]["url"]
+    session = {"X-Session-API-Key": record["session_api_key"]}
+    assert httpx.get(url + "/api/conversations/search", headers=session).status_code == 200
+
+    # DELETE without, or with a different, sandbox_id: 422, and the sandbox stays.
+    for params in ({}, {"sandbox_id": "other"}):
+        r = client.delete(f"/api/v1/sandboxes/{sid}", params=params)
+        assert r.status_code == 422, r.text
+        assert_validation_body(r.json())
+    assert httpx.get(url + "/alive").status_code == 200
+
+    r = client.post(f"/api/v1/sandboxes/{sid}/pause")
+    assert r.status_code == 200 and r.json()["status"] == "PAUSED"
+    assert r.json()["session_api_key"] is None
+    pid = sandbox_pid(control_plane, sid)
+    assert procfs.state(pid) == "T"
+    with pytest.raises(httpx.HTTPError):
+        httpx.get(url + "/alive", timeout=0.5)
+    r = client.post(f"/api/v1/sandboxes/{sid}/resume")
+    assert r.status_code == 200 and r.json()["status"] == "RUNNING"
+    assert httpx.get(url + "/alive").status_code == 200
+
+    page = client.get("/api/v1/sandboxes/search", params={"status": "RUNNING"}).json()
+    assert [s["id"] for s in page["items"]] == [sid]
+    r = client.delete(f"/api/v1/sandboxes/{sid}", params={"sandbox_id": sid})
+    assert r.status_code == 200
+    assert client.get("/api/v1/sandboxes", params={"id": sid}).json()[0]["status"] == "MISSING"
+    assert procfs.state(pid) in (None, "Z")
+    r = client.post(f"/api/v1/sandboxes/{sid}/resume")
+    assert r.status_code == 410 and "MISSING" in r.json()["detail"]
+
+
+def test_a_dead_sandbox_is_error_and_its_conversations_read_only(
+        control_plane: ControlPlane, llm: ScriptedLLM, key: str) -> None:
+    client = control_plane.client(control_plane.new_user("fred"))
+    configure_llm(client, llm.base_url(key))
+    llm.script(key, call("finish", message="done"))
+    task = start(client, "hi")
+    cid, sid = task["app_conversation_id"], task["sandbox_id"]
+    wait_for(lambda: client.get(f"/api/v1/conversation/{cid}/events/count",
+                                params={"kind__eq": "ActionEvent"}).json()["count"] == 1, 30)
+    pid = sandbox_pid(control_plane, sid)
+    procfs.signal_group(pid, signal.SIGKILL)
+    wait_for(lambda: client.get("/api/v1/sandboxes", params={"id": sid}).json()[0]["status"] == "ERROR",
+             10, what="ERROR")
+    record = client.get("/api/v1/app-conversations", params={"ids": cid}).json()[0]
+    assert record["sandbox_status"] == "ERROR"
+    r = client.post(f"/api/v1/app-conversations/{cid}/send-message",
+                    json={"content": [{"type": "text", "text": "x"}]})
+    assert r.status_code == 409 and "read-only" in r.json()["detail"]
+    assert client.get(f"/api/v1/app-conversations/{cid}/file", params={"path": "a"}).status_code == 409
+    assert client.post(f"/api/v1/sandboxes/{sid}/resume").status_code == 409
+    assert client.get(f"/api/v1/conversation/{cid}/events/search").status_code == 200
+    assert client.get(f"/api/v1/app-conversations/{cid}/download").status_code == 200
+    r = client.post("/api/v1/app-conversations", json={"sandbox_id": sid})
+    assert r.status_code == 409
+
+    # Deleted (MISSING): still read-only, now answered 410; the transcript stays.
+    assert client.delete(f"/api/v1/sandboxes/{sid}", params={"sandbox_id": sid}).status_code == 200
+    assert client.get("/api/v1/app-conversations", params={"ids": cid}).json()[0]["sandbox_status"] == "MISSING"
+    r = client.post(f"/api/v1/app-conversations/{cid}/send-message",
+                    json={"content": [{"type": "text", "text": "x"}]})
+    assert r.status_code == 410 and "read-only" in r.json()["detail"]
+    assert client.get(f"/api/v1/app-conversations/{cid}/git/changes").status_code == 410
+    events = client.get(f"/api/v1/conversation/{cid}/events/search").json()["items"]
+    assert any(e["kind"] == "ActionEvent" for e in events)
+
+
+def test_openapi_document(control_plane: ControlPlane) -> None:
+    doc = httpx.get(control_plane.url + "/openapi.json").json()
+    validate(doc)
+    assert doc["openapi"] == "3.1.0" and doc["info"]["version"] == "0.0.1"
+    hook = doc["webhooks"]["events"]["post"]
+    assert hook["parameters"][0]["schema"]["format"] == "uuid"
+    assert "422" in hook["responses"] and hook["security"] == [{"APIKeyHeader": []}]
+    assert "/api/v1/sandboxes/{sandbox_id}" in doc["paths"]
+    assert "/api/v1/conversation/{conversation_id}/events/search" in doc["paths"]
+
+
+def test_live_sandboxes_per_user_are_bounded(tmp_path: Path, llm: ScriptedLLM, key: str) -> None:
+    plane = ControlPlane(make_config(tmp_path / "cp", max_sandboxes_per_user=2)).start()
+    try:
+        client = plane.client(plane.new_user("gina"))
+        configure_llm(client, llm.base_url(key))
+        first = client.post("/api/v1/sandboxes")  # no body at all: every field left out
+        assert first.status_code == 201, first.text
+        assert start(client)["status"] == "READY"
+        r = client.post("/api/v1/sandboxes", json={})
+        assert r.status_code == 429 and "at most 2" in r.json()["detail"]
+        task = start(client)
+        assert task["status"] == "ERROR" and "at most 2" in task["detail"]
+        sid = first.json()["id"]
+        wait_running(client, sid)
+        assert client.delete(f"/api/v1/sandboxes/{sid}", params={"sandbox_id": sid}).status_code == 200
+        assert start(client)["status"] == "READY"  # a MISSING sandbox no longer counts
+    finally:
+        plane.stop()

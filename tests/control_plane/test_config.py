@@ -1,0 +1,41 @@
+"""Config: read in one place, a flag over its CONTROL_PLANE_* variable, plain database URLs
+given their async drivers, bad values refused with the setting named."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from control_plane.config import VARIABLES, from_env
+
+
+def test_flags_override_variables(tmp_path: Path) -> None:
+    env = {"CONTROL_PLANE_PORT": "4000", "CONTROL_PLANE_HOST": "127.0.0.2",
+           "CONTROL_PLANE_STATE_DIR": str(tmp_path), "CONTROL_PLANE_MAX_CONVERSATIONS_PER_SANDBOX": "3",
+           "CONTROL_PLANE_LOG_LEVEL": ""}
+    config = from_env(env, port=5000)
+    assert (config.host, config.port, config.max_conversations_per_sandbox) == ("127.0.0.2", 5000, 3)
+    assert config.log_level == "info"  # empty counts as unset
+    assert config.db_url == f"sqlite+aiosqlite:///{tmp_path / 'control-plane.db'}"
+    assert config.webhook_base == "http://127.0.0.2:5000/api/v1/webhooks"
+    assert from_env(env, public_url="http://cp.internal:80/").webhook_base == \
+        "http://cp.internal:80/api/v1/webhooks"
+    assert set(VARIABLES.values()) >= {"CONTROL_PLANE_DATABASE_URL", "CONTROL_PLANE_SECRET_KEY"}
+
+
+def test_database_urls_get_async_drivers() -> None:
+    assert from_env({"CONTROL_PLANE_DATABASE_URL": "postgresql://u@h:5/db"}).db_url == \
+        "postgresql+asyncpg://u@h:5/db"
+    assert from_env({"CONTROL_PLANE_DATABASE_URL": "postgres://u@h/db"}).db_url == \
+        "postgresql+asyncpg://u@h/db"
+    assert from_env({"CONTROL_PLANE_DATABASE_URL": "sqlite:////x/y.db"}).db_url == \
+        "sqlite+aiosqlite:////x/y.db"
+
+
+def test_bad_values_name_the_setting() -> None:
+    with pytest.raises(ValidationError, match="port"):
+        from_env({"CONTROL_PLANE_PORT": "70000"})
+    with pytest.raises(ValidationError, match="max_conversations_per_sandbox"):
+        from_env({"CONTROL_PLANE_MAX_CONVERSATIONS_PER_SANDBOX": "0"})

@@ -1,0 +1,152 @@
+"""The control plane SIGKILLed mid start task and mid run, then restarted on the same state:
+tasks complete or end ERROR, running sandboxes are adopted (same process), vanished ones are
+MISSING, and not one event is lost or stored twice."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from control_plane.sandboxes import procfs
+from tests.control_plane.support import configure_llm, wait_for, wait_task
+from tests.support.llm import ScriptedLLM, call, free_port
+
+pytestmark = pytest.mark.e2e
+
+
+class PlaneProcess:
+    """`python -m control_plane` in a subprocess: the only way to SIGKILL it."""
+
+    def __init__(self, state_dir: Path) -> None:
+        self.state_dir = state_dir
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.env = {**os.environ, "CONTROL_PLANE_STATE_DIR": str(state_dir),
+                    "CONTROL_PLANE_PORT": str(self.port), "CONTROL_PLANE_HEALTH_INTERVAL": "0.5",
+                    "CONTROL_PLANE_STOP_SANDBOXES_ON_EXIT": "true",
+                    "CONTROL_PLANE_LOG_LEVEL": "warning"}
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> PlaneProcess:
+        log = open(self.state_dir.parent / "control-plane.log", "ab")
+        self.proc = subprocess.Popen([sys.executable, "-m", "control_plane"], env=self.env,
+                                     stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        log.close()
+        wait_for(lambda: self._up(), 30, what="the control plane")
+        return self
+
+    def _up(self) -> bool:
+        assert self.proc is not None and self.proc.poll() is None, "the control plane exited"
+        try:
+            return httpx.get(self.url + "/health", timeout=1).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def kill(self) -> None:
+        assert self.proc is not None
+        self.proc.kill()  # SIGKILL to the control plane alone: its sandboxes live on
+        self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+
+    def new_key(self, user: str) -> str:
+        out = subprocess.run([sys.executable, "-m", "control_plane", "keys", "create", "--user", user],
+                             env=self.env, capture_output=True, text=True, check=True)
+        return out.stdout.strip()
+
+
+def sandbox_pids(state_dir: Path) -> dict[str, int]:
+    pids = {}
+    for ready in (state_dir / "sandboxes").glob("*/ready.json"):
+        try:
+            pids[ready.parent.name] = json.loads(ready.read_text())["pid"]
+        except (OSError, ValueError):
+            pass
+    return pids
+
+
+@pytest.fixture
+def plane(tmp_path: Path) -> Iterator[PlaneProcess]:
+    (tmp_path / "cp").mkdir()
+    server = PlaneProcess(tmp_path / "cp").start()
+    yield server
+    server.stop()
+    for pid in sandbox_pids(tmp_path / "cp").values():  # whatever a failed test left behind
+        procfs.signal_group(pid, signal.SIGKILL)
+
+
+def test_killed_mid_start_and_mid_run(plane: PlaneProcess, llm: ScriptedLLM, key: str) -> None:
+    api_key = plane.new_key("alice")
+    assert api_key.startswith("cp_") and len(api_key) > 40
+    with httpx.Client(base_url=plane.url, headers={"Authorization": f"Bearer {api_key}"},
+                      timeout=30) as client:
+        run_and_kill(plane, client, llm, key)
+
+
+def run_and_kill(plane: PlaneProcess, client: httpx.Client, llm: ScriptedLLM, key: str) -> None:
+    configure_llm(client, llm.base_url(key), tools=["terminal"])
+    slow = call("terminal", command="echo two")
+    slow.delay = 2.0
+    llm.script(key, call("terminal", command="echo one"), slow, call("finish", message="done"))
+
+    body: dict[str, Any] = {"initial_message": {"content": [{"type": "text", "text": "go"}], "run": True}}
+    running = wait_task(client, client.post("/api/v1/app-conversations", json=body).json()["id"])
+    assert running["status"] == "READY"
+    cid, sid = running["app_conversation_id"], running["sandbox_id"]
+    wait_for(lambda: client.get(f"/api/v1/conversation/{cid}/events/count",
+                                params={"kind__eq": "ActionEvent"}).json()["count"] >= 1, 30)
+    doomed = wait_task(client, client.post("/api/v1/app-conversations", json={}).json()["id"])
+    doomed_pid = sandbox_pids(plane.state_dir)[doomed["sandbox_id"]]
+    # The control plane's own settings (its database, its secret key) never reach a sandbox.
+    environ = Path(f"/proc/{doomed_pid}/environ").read_bytes().split(b"\0")
+    assert not [e for e in environ if e.startswith(b"CONTROL_PLANE_")]
+    assert any(e.startswith(b"AGENT_SERVER_WEBHOOK_URL=") for e in environ)
+    pids_before = sandbox_pids(plane.state_dir)
+
+    # Mid run (the model is answering its slow reply) and mid start: SIGKILL.
+    pending = client.post("/api/v1/app-conversations", json={}).json()["id"]
+    plane.kill()
+    procfs.signal_group(doomed_pid, signal.SIGKILL)  # a sandbox that vanishes while it is down
+    time.sleep(0.5)
+    plane.start()
+
+    task = wait_task(client, pending, timeout=60)
+    assert task["status"] in ("READY", "ERROR"), task
+    if task["status"] == "ERROR":
+        assert task["detail"]
+    sandbox = client.get("/api/v1/sandboxes", params={"id": sid}).json()[0]
+    assert sandbox["status"] == "RUNNING"
+    assert sandbox_pids(plane.state_dir)[sid] == pids_before[sid]  # adopted, not restarted
+    gone = client.get("/api/v1/sandboxes", params={"id": doomed["sandbox_id"]}).json()[0]
+    assert gone["status"] == "MISSING"
+
+    # The run finishes; every event of the agent server's log is stored exactly once.
+    wait_for(lambda: client.get("/api/v1/app-conversations", params={"ids": cid})
+             .json()[0]["execution_status"] == "FINISHED", 60, what="the run")
+    agent = httpx.get(f"{sandbox['exposed_urls'][0]['url']}/api/conversations/{cid}/events/search",
+                      params={"limit": 1000}, headers={"X-Session-API-Key": sandbox["session_api_key"]})
+    expected = [e["id"] for e in agent.json()["items"]]
+
+    def stored() -> list[str] | None:
+        items = client.get(f"/api/v1/conversation/{cid}/events/search", params={"limit": 1000}).json()["items"]
+        ids = [e["id"] for e in items]
+        return ids if len(ids) >= len(expected) else None
+    ids = wait_for(stored, 90, interval=0.5, what="the webhook to catch up")
+    assert ids == expected and len(set(ids)) == len(ids)
+    assert sum(1 for e in agent.json()["items"] if e["kind"] == "ActionEvent") == 3

@@ -1,0 +1,155 @@
+"""The store on SQLite and on a real PostgreSQL: migrations, idempotent events, secrets at rest,
+hashed keys, and placement that never overfills a sandbox under concurrent starts."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from alembic.autogenerate import compare_metadata
+from alembic.migration import MigrationContext
+from sqlalchemy import select, text
+
+from control_plane import grouping
+from control_plane.crypto import Cipher, hash_key
+from control_plane.models import GroupingStrategy, SandboxStatus, now
+from control_plane.settings import SettingsPatch, SettingsService
+from control_plane.store import Database, accounts, conversations, events, sandboxes
+from control_plane.store.events import EventFilters
+from control_plane.store.tables import api_keys, metadata, user_settings
+
+pytestmark = [pytest.mark.asyncio, pytest.mark.e2e]  # a real PostgreSQL server
+
+
+@pytest.fixture
+async def db(database_url: str) -> Database:
+    database = Database(database_url)
+    await database.migrate()
+    yield database  # type: ignore[misc]
+    await database.close()
+
+
+async def test_migrations_create_exactly_the_tables(db: Database) -> None:
+    async with db.connect() as conn:
+        diff = await conn.run_sync(
+            lambda sync: compare_metadata(MigrationContext.configure(sync), metadata))
+    assert diff == []
+    await db.migrate()  # applying again at the next start changes nothing
+
+
+async def test_api_keys_are_stored_hashed(db: Database) -> None:
+    user = await accounts.get_or_create_user(db, "alice")
+    await accounts.add_key(db, user, hash_key("cp_secret"))
+    async with db.connect() as conn:
+        stored = list(await conn.scalars(select(api_keys.c.key_hash)))
+    assert stored == [hash_key("cp_secret")] and "cp_secret" not in stored[0]
+    assert await accounts.user_by_key_hash(db, hash_key("cp_secret")) == user
+    assert await accounts.user_by_key_hash(db, hash_key("cp_other")) is None
+    assert await accounts.get_or_create_user(db, "alice") == user
+
+
+async def test_llm_key_and_secrets_are_encrypted_at_rest(db: Database, tmp_path: Path) -> None:
+    user = await accounts.get_or_create_user(db, "bob")
+    service = SettingsService(db, Cipher.for_config(None, tmp_path))
+    await service.patch(user.id, SettingsPatch.model_validate(
+        {"llm_model": "m", "llm_api_key": "sk-very-secret", "secrets": {"TOKEN": "tok-123"}}))
+    async with db.connect() as conn:
+        row = (await conn.execute(select(user_settings))).one()
+    assert "sk-very-secret" not in json.dumps([str(v) for v in row])
+    assert "tok-123" not in json.dumps([str(v) for v in row])
+    loaded = await service.get(user.id)
+    assert loaded.llm_api_key == "sk-very-secret" and loaded.secrets == {"TOKEN": "tok-123"}
+    assert (tmp_path / "secret.key").stat().st_mode & 0o777 == 0o600
+    view = loaded.view()
+    assert view.llm_api_key == "**********" and view.secret_names == ["TOKEN"]
+    await service.patch(user.id, SettingsPatch.model_validate({"secrets": {"TOKEN": None}}))
+    assert (await service.get(user.id)).secrets == {}
+
+
+async def _sandbox(db: Database, user_id: str, name: str, status: SandboxStatus,
+                   age: int, idle: int) -> str:
+    async with db.begin() as conn:
+        row = await sandboxes.insert(conn, id=name, user_id=user_id, spec_id="process",
+                                     status=status.value, session_key_hash=hash_key(name),
+                                     session_key_enc="x", root_dir=f"/nowhere/{name}",
+                                     created_at=now() - timedelta(minutes=age),
+                                     last_activity_at=now() - timedelta(minutes=idle))
+    return row.id
+
+
+async def _conversation(db: Database, user_id: str, sandbox_id: str, cid: str) -> None:
+    async with db.begin() as conn:
+        await conversations.insert(conn, id=cid, user_id=user_id, sandbox_id=sandbox_id,
+                                   working_dir="/w")
+
+
+async def test_each_strategy_picks_the_sandbox_spec_1_says(db: Database) -> None:
+    user = await accounts.get_or_create_user(db, "carol")
+    other = await accounts.get_or_create_user(db, "dave")
+    # old: oldest, 3 conversations, used 1 min ago; mid: 1 conversation, used 30 min ago;
+    # new: newest, 2 conversations, used 10 min ago; full: at the cap; paused; another user's.
+    old = await _sandbox(db, user.id, "old", SandboxStatus.RUNNING, age=60, idle=1)
+    mid = await _sandbox(db, user.id, "mid", SandboxStatus.RUNNING, age=40, idle=30)
+    new = await _sandbox(db, user.id, "new", SandboxStatus.RUNNING, age=20, idle=10)
+    full = await _sandbox(db, user.id, "full", SandboxStatus.RUNNING, age=5, idle=50)
+    await _sandbox(db, user.id, "paused", SandboxStatus.PAUSED, age=1, idle=100)
+    await _sandbox(db, other.id, "theirs", SandboxStatus.RUNNING, age=2, idle=100)
+    for sandbox, n in ((old, 3), (mid, 1), (new, 2), (full, 4)):
+        for i in range(n):
+            await _conversation(db, user.id, sandbox, f"{sandbox}-{i}")
+    async with db.connect() as conn:
+        available = await grouping.candidates(conn, user.id, "process", cap=4)
+    assert [c.id for c in available] == [old, mid, new]
+    assert grouping.choose(GroupingStrategy.NO_GROUPING, available) is None
+    assert grouping.choose(GroupingStrategy.GROUP_BY_NEWEST, available) == new
+    assert grouping.choose(GroupingStrategy.LEAST_RECENTLY_USED, available) == mid
+    assert grouping.choose(GroupingStrategy.FEWEST_CONVERSATIONS, available) == mid
+    assert grouping.choose(GroupingStrategy.ADD_TO_ANY, available) == old
+    assert grouping.choose(GroupingStrategy.ADD_TO_ANY, []) is None
+
+
+async def test_concurrent_placements_never_overfill(db: Database) -> None:
+    """20 starts at once onto two sandboxes with room for 3 each: exactly 6 join them."""
+    user = await accounts.get_or_create_user(db, "erin")
+    a = await _sandbox(db, user.id, "a", SandboxStatus.RUNNING, age=10, idle=1)
+    b = await _sandbox(db, user.id, "b", SandboxStatus.RUNNING, age=5, idle=1)
+    await _conversation(db, user.id, a, "a-0")
+
+    async def place(i: int) -> str | None:
+        async with db.begin() as conn:
+            await accounts.lock_user(conn, user.id)
+            chosen = grouping.choose(GroupingStrategy.FEWEST_CONVERSATIONS,
+                                     await grouping.candidates(conn, user.id, "process", cap=4))
+            if chosen is not None:
+                await conversations.insert(conn, id=f"c{i}", user_id=user.id, sandbox_id=chosen,
+                                           working_dir="/w")
+            return chosen
+
+    placed = await asyncio.gather(*(place(i) for i in range(20)))
+    assert placed.count(a) == 3 and placed.count(b) == 4 and placed.count(None) == 13
+    assert await sandboxes.conversation_count(db, a) == 4
+    assert await sandboxes.conversation_count(db, b) == 4
+
+
+async def test_events_are_inserted_once_and_paged(db: Database) -> None:
+    rows = [{"conversation_id": "c1", "event_id": f"e{i:03}", "kind": "MessageEvent" if i % 2 else
+             "ActionEvent", "source": "agent", "timestamp": f"2026-01-01T00:00:{i:02}.000000+00:00",
+             "body": json.dumps({"id": f"e{i:03}"})} for i in range(30)]
+    await events.insert_batch(db, rows[:20])
+    await events.insert_batch(db, rows[10:])  # a replayed overlap
+    await events.insert_batch(db, rows)
+    assert await events.count(db, "c1", EventFilters()) == 30
+    assert await events.count(db, "c1", EventFilters(kind="ActionEvent")) == 15
+    first, following = await events.search(db, "c1", EventFilters(), descending=False, limit=12, page=None)
+    second, _ = await events.search(db, "c1", EventFilters(), descending=False, limit=100, page=following)
+    assert [json.loads(b)["id"] for b in first + second] == [f"e{i:03}" for i in range(30)]
+    late = EventFilters(timestamp_gte="2026-01-01T00:00:25.000000+00:00")
+    assert await events.count(db, "c1", late) == 5
+    newest, _ = await events.search(db, "c1", EventFilters(), descending=True, limit=1, page=None)
+    assert json.loads(newest[0])["id"] == "e029"
+    assert [b async for b in events.all_bodies(db, "c1", chunk=7)] == [r["body"] for r in rows]
+    async with db.connect() as conn:
+        assert await conn.scalar(text("SELECT count(*) FROM events")) == 30
