@@ -1,11 +1,11 @@
-# The sandbox image the control plane starts: the agent server, a shell, git, Chromium.
+# The sandbox image the control plane starts: the agent server, a shell, git, ripgrep, Chromium.
 #   docker build -f sandbox.Dockerfile -t agent-server .
 #   docker run -p 8000:8000 -e SESSION_API_KEY=... -v agent-state:/var/lib/agent-server agent-server
 FROM python:3.11-slim-bookworm
 
 # hadolint ignore=DL3008
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends bash ca-certificates chromium git tini \
+    && apt-get install -y --no-install-recommends bash ca-certificates chromium git ripgrep tini \
     && rm -rf /var/lib/apt/lists/*
 
 RUN useradd --create-home --uid 1000 --shell /bin/bash agent \

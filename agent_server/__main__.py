@@ -8,7 +8,7 @@ import sys
 
 from pydantic import ValidationError
 
-from agent_server.config import Config, ConfigError, from_env
+from agent_server.config import ENV_PREFIX, Config, ConfigError, DeliverySettings, from_env
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -22,6 +22,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--log-level", help="log level (AGENT_SERVER_LOG_LEVEL, default info)")
     parser.add_argument("--working-dir", help="default workspace (AGENT_SERVER_WORKING_DIR)")
     parser.add_argument("--webhook-url", help="control plane webhook base (AGENT_SERVER_WEBHOOK_URL)")
+    parser.add_argument("--max-file-bytes", type=int,
+                        help="largest workspace file moved (AGENT_SERVER_MAX_FILE_BYTES)")
+    parser.add_argument("--terminal-idle-timeout", type=float,
+                        help="seconds before an unused shell closes (AGENT_SERVER_TERMINAL_IDLE_TIMEOUT)")
+    parser.add_argument("--chromium", help="the browser tool's Chromium (AGENT_SERVER_CHROMIUM)")
+    limits = parser.add_argument_group("delivery limits")
+    for name, field in DeliverySettings.model_fields.items():
+        kind = int if field.annotation in (int, "int") else float
+        limits.add_argument("--" + name.replace("_", "-"), type=kind, dest=name,
+                            help=f"{field.description or ''} ({ENV_PREFIX}{name.upper()})")
     return parser.parse_args(argv)
 
 
@@ -34,6 +44,10 @@ def load_config(argv: list[str] | None = None) -> Config:
         log_level=args.log_level,
         default_working_dir=args.working_dir,
         webhook_url=args.webhook_url,
+        max_file_bytes=args.max_file_bytes,
+        terminal_idle_timeout=args.terminal_idle_timeout,
+        chromium=args.chromium,
+        **{name: getattr(args, name) for name in DeliverySettings.model_fields},
     )
 
 
@@ -61,11 +75,7 @@ def main(argv: list[str] | None = None) -> None:
 
     from agent_server.app import build_app
 
-    try:
-        app = build_app(config)
-    except ValidationError as exc:  # e.g. a malformed AGENT_SERVER_WEBHOOK_* or _WS_* variable
-        print(f"agent-server: {exc}", file=sys.stderr)
-        raise SystemExit(2) from None
+    app = build_app(config)
     uvicorn.run(
         app,
         host=config.host,

@@ -1,26 +1,38 @@
-"""build_app(config): the whole route table in one place, and the server's lifespan."""
+"""build_app(config): the whole route table in one place, and the one composition root.
+
+Everything is wired here, from nothing but the Config: the settings store, delivery (each
+conversation's fanout), the session factory (the Model over litellm and the shared tool
+services) and the catalogue. The lifespan yields them as typed state (`Services`), which the
+routes read through `agent_server.api.io.services`.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import time
 from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, TypedDict
 
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.routing import Route, WebSocketRoute
 
-from agent_server import agent
 from agent_server.accesslog import AccessLog
-from agent_server.agent.runtime import check_tool_names
+from agent_server.agent.model import LiteLLMModel, Model
+from agent_server.agent.session import ToolServices, session_factory
+from agent_server.agent.toolbox import check_tool_names
 from agent_server.api import conversations, events, server, settings, skills, sockets
 from agent_server.api import export, metadata, workspace
 from agent_server.auth import KeyRing, SessionAuth
 from agent_server.config import Config
-from agent_server.conversations import ConversationGone, ConversationService
-from agent_server.delivery import Delivery, DeliverySettings
-from agent_server.errors import HANDLERS, on_gone
+from agent_server.conversations import ConversationService
+from agent_server.delivery import Delivery
+from agent_server.errors import HANDLERS
 from agent_server.settings import SettingsStore
+
+if TYPE_CHECKING:
+    from tools.browser.manager import BrowserManager
 
 C = "/api/conversations/{conversation_id}"
 
@@ -67,49 +79,93 @@ SOCKETS = [
 ]
 
 
-def build_app(config: Config) -> Starlette:
+class SharedBrowser:
+    """The server's one Chromium manager, made when a conversation first has browser tools
+    (Playwright is imported only then); Chromium itself starts on the first browser call."""
+
+    def __init__(self, executable: str) -> None:
+        self.executable = executable
+        self.manager: BrowserManager | None = None
+
+    def __call__(self) -> BrowserManager:
+        if self.manager is None:
+            from tools.browser.manager import BrowserManager, BrowserSettings
+
+            self.manager = BrowserManager(BrowserSettings(executable=self.executable))
+        return self.manager
+
+    async def close(self) -> None:
+        if self.manager is not None:
+            await self.manager.close()  # no Chromium outlives the server
+
+
+@dataclass
+class Services:
+    """What the routes use, built once by build_app."""
+
+    config: Config
+    settings: SettingsStore
+    conversations: ConversationService
+    delivery: Delivery
+    keys: KeyRing
+    browser: SharedBrowser
+    started: float = field(default_factory=time.monotonic)
+    last_activity: float = field(default_factory=time.monotonic)
+    ready: bool = False
+
+    def touch(self) -> None:
+        self.last_activity = time.monotonic()
+
+
+class State(TypedDict):
+    """The lifespan state Starlette copies into every request (request.state.services)."""
+
+    services: Services
+
+
+def build_services(config: Config, model: Model | None = None) -> Services:
     store = SettingsStore(config.state_dir / "settings.json",
                           check=lambda settings: check_tool_names(settings.agent.tools))
-    service = ConversationService(
-        state_dir=config.state_dir,
-        default_working_dir=config.working_dir,
-        agent=agent,  # type: ignore[arg-type]
-        settings=store.get,
-        terminal_idle_timeout=config.terminal_idle_timeout,
+    delivery = Delivery(config.delivery, config.webhook_url,
+                        config.webhook_api_key or config.session_api_keys[0],
+                        config.webhook_secret)
+    browser = SharedBrowser(config.chromium)
+    make_session = session_factory(
+        model or LiteLLMModel(),
+        ToolServices(idle_timeout=config.terminal_idle_timeout, browser=browser),
     )
-    keys = KeyRing(config.session_api_keys)
-    delivery = Delivery(config, service, DeliverySettings.from_env())
+    service = ConversationService(config.state_dir, config.working_dir, settings=store.get,
+                                  make_session=make_session, fanout=delivery)
+    return Services(config=config, settings=store, conversations=service, delivery=delivery,
+                    keys=KeyRing(config.session_api_keys), browser=browser)
+
+
+def build_app(config: Config, model: Model | None = None) -> Starlette:
+    """The server for `config`; `model` replaces litellm (the loop's in-process tests)."""
+    services = build_services(config, model)
 
     @contextlib.asynccontextmanager
-    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+    async def lifespan(app: Starlette) -> AsyncIterator[State]:
         config.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-        store.load()
-        await service.start()
-        await delivery.start()
-        app.state.ready = True
+        services.settings.load()
+        await services.conversations.start()
+        await services.delivery.start(lambda: iter(services.conversations))
+        services.ready = True
         try:
-            yield
+            yield {"services": services}
         finally:
-            app.state.ready = False
-            await service.close(flush=delivery.flush)
-            await delivery.close()
-            if service.browser is not None:
-                await service.browser.close()  # no Chromium outlives the server
+            services.ready = False
+            await services.conversations.close(flush=services.delivery.flush)
+            await services.delivery.close()
+            await services.browser.close()
 
     app = Starlette(
         routes=[*ROUTES, *SOCKETS],
         middleware=[
-            Middleware(AccessLog, on_activity=lambda: setattr(app.state, "last_activity", time.monotonic())),
-            Middleware(SessionAuth, keys=keys),
+            Middleware(AccessLog, on_activity=services.touch),
+            Middleware(SessionAuth, keys=services.keys),
         ],
-        exception_handlers={**HANDLERS, ConversationGone: on_gone},  # type: ignore[arg-type]
+        exception_handlers=HANDLERS,
         lifespan=lifespan,
     )
-    app.state.config = config
-    app.state.settings = store
-    app.state.conversations = service
-    app.state.keys = keys
-    app.state.delivery = delivery
-    app.state.ready = False
-    app.state.started = app.state.last_activity = time.monotonic()
     return app

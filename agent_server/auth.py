@@ -41,7 +41,7 @@ class KeyRing:
 def _header(scope: Scope, name: bytes) -> bytes | None:
     for key, value in scope.get("headers", ()):
         if key == name:
-            return value
+            return bytes(value)
     return None
 
 

@@ -10,8 +10,54 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 
+ENV_PREFIX = "AGENT_SERVER_"
+
+
 class ConfigError(Exception):
     """The configuration cannot be used; the message says which setting and why."""
+
+
+class DeliverySettings(BaseModel):
+    """Limits and schedules of delivery. Each field can be set by the variable
+    AGENT_SERVER_<FIELD NAME IN CAPITALS>, e.g. AGENT_SERVER_WS_QUEUE_EVENTS=1000."""
+
+    model_config = ConfigDict(frozen=True, use_attribute_docstrings=True)
+
+    ws_queue_events: int = Field(default=4096, ge=1)
+    """Events a socket may have waiting to be sent; past it the socket closes with 1013."""
+
+    ws_queue_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
+    """Bytes a socket may have waiting to be sent; past it the socket closes with 1013."""
+
+    ws_max_subscribers: int = Field(default=100, ge=1)
+    """Sockets per conversation; one more is closed with 1013."""
+
+    ws_auth_timeout: float = Field(default=10.0, gt=0)
+    """Seconds a socket without a key in its header or query has to send its auth frame."""
+
+    webhook_batch_events: int = Field(default=100, ge=1)
+    """Events per webhook request at most."""
+
+    webhook_batch_ms: float = Field(default=250.0, ge=0)
+    """How long a few events wait for more before they are sent (milliseconds)."""
+
+    webhook_batch_bytes: int = Field(default=4 * 1024 * 1024, ge=1024)
+    """Body size a batch stops growing at (one event larger than this still goes, alone)."""
+
+    webhook_retry_min: float = Field(default=1.0, gt=0)
+    """First retry delay (seconds); it doubles on each failure, with jitter."""
+
+    webhook_retry_max: float = Field(default=60.0, gt=0)
+    """Longest retry delay (seconds); also the delay after a refusal (a 4xx)."""
+
+    webhook_timeout: float = Field(default=30.0, gt=0)
+    """Seconds a webhook request may take."""
+
+    webhook_concurrency: int = Field(default=32, ge=1)
+    """Webhook requests in flight at once, over all conversations (one per conversation)."""
+
+    shutdown_flush: float = Field(default=4.0, ge=0)
+    """Seconds the webhook may keep sending at shutdown."""
 
 
 class Config(BaseModel):
@@ -38,9 +84,6 @@ class Config(BaseModel):
     default_working_dir: Path | None = None
     """Working directory of conversations created without a workspace (default: state_dir/workspace)."""
 
-    max_conversations_running: int = Field(default=200, ge=1)
-    """Runs allowed at once; more are refused with 429 rather than starving the machine."""
-
     terminal_idle_timeout: float = Field(default=600.0, gt=0)
     """Seconds a conversation's shell may sit unused before it is closed."""
 
@@ -55,6 +98,12 @@ class Config(BaseModel):
 
     webhook_secret: str | None = None
     """When set, webhook bodies are signed the Standard Webhooks way."""
+
+    chromium: str = "/usr/bin/chromium"
+    """The browser tool's Chromium (Playwright's own download is never used)."""
+
+    delivery: DeliverySettings = Field(default_factory=DeliverySettings)
+    """Websocket and webhook limits (AGENT_SERVER_WS_* and AGENT_SERVER_WEBHOOK_*)."""
 
     @field_validator("state_dir", "default_working_dir")
     @classmethod
@@ -106,7 +155,16 @@ def from_env(environ: dict[str, str] | None = None, **flags: object) -> Config:
         "webhook_api_key": env.get("AGENT_SERVER_WEBHOOK_API_KEY"),
         "webhook_secret": env.get("AGENT_SERVER_WEBHOOK_SECRET"),
         "terminal_idle_timeout": env.get("AGENT_SERVER_TERMINAL_IDLE_TIMEOUT"),
+        "chromium": env.get("AGENT_SERVER_CHROMIUM"),
     }
+    delivery: dict[str, object] = {
+        name: env.get(ENV_PREFIX + name.upper()) for name in DeliverySettings.model_fields
+    }
+    for name in DeliverySettings.model_fields:  # --ws-queue-events and the like
+        if flags.get(name) is not None:
+            delivery[name] = flags.pop(name)
     values.update({k: v for k, v in flags.items() if v is not None})
     values = {k: v for k, v in values.items() if v not in (None, "")}
-    return Config(session_api_keys=keys, generated_key=generated, **values)  # type: ignore[arg-type]
+    values["delivery"] = {k: v for k, v in delivery.items() if v not in (None, "")}
+    return Config.model_validate(
+        {"session_api_keys": keys, "generated_key": generated, **values})

@@ -1,8 +1,9 @@
 """ConversationService (the catalogue) and Conversation (one conversation's state and run).
 
 Start-up reads only each conversation's meta.json; a conversation's event log is opened the
-first time something needs it. A Conversation owns at most one run task at a time; what a run
-does is the agent's business (agent_server.agent), handed in from outside.
+first time something needs it. A Conversation owns its execution status (moved only through
+the TRANSITIONS table), its lifecycle and at most one run task; what a run does is its
+AgentSession's business, built for it by the factory the composition root hands in.
 """
 
 from __future__ import annotations
@@ -12,15 +13,21 @@ import contextlib
 import logging
 import shutil
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from datetime import datetime, timezone
+from enum import Enum
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 from uuid import UUID
 
 from pydantic import ValidationError
 
-from agent_server.errors import invalid
+from agent_server.agent.session import AgentSession, ConversationSpec, RunControl, SessionFactory
+from agent_server.agent.sink import EventSink
+from agent_server.agent.skills import SkillList
+from agent_server.agent.spec import AgentSpec, ConfirmationPolicy, ExecutionStatus
+from agent_server.agent.toolbox import check_tools, git_env
+from agent_server.errors import Conflict, ConversationGone, InvalidTransition, invalid
 from agent_server.events import (
     ConversationErrorEvent,
     ConversationStateUpdateEvent,
@@ -30,53 +37,70 @@ from agent_server.events import (
     MessageEvent,
     PauseEvent,
 )
-from agent_server.log import EventLog
-from agent_server.secrets import Masker, check_secrets
-from agent_server.models import (
-    AgentSpec,
+from agent_server.log import LOG_FILE_NAME, EventLog, Listener
+from agent_server.record import (
     ConversationSearch,
     CreateConversation,
-    ExecutionStatus,
     SendMessage,
-    Settings,
     StoredConversation,
+    WebhookStatus,
     Workspace,
     secret_values,
 )
-from agent_server.store import read_json, write_json
+from agent_server.repository import CloneFailed, clone
+from agent_server.settings import Settings
+from core.files import read_json, write_json
+from core.masking import Masker, check_secrets
 
 logger = logging.getLogger(__name__)
 
-class ConversationGone(Exception):
-    """The conversation was deleted (or the server is stopping) while a request used it."""
+S = ExecutionStatus
+#: Where each execution status may go next. A run starts from any resting status (a
+#: conversation waiting for confirmation starts one only when the actions were approved) and
+#: ends in the status its loop returned; waiting actions rejected, the conversation rests.
+TRANSITIONS: dict[ExecutionStatus, frozenset[ExecutionStatus]] = {
+    S.IDLE: frozenset({S.RUNNING}),
+    S.RUNNING: frozenset({S.IDLE, S.PAUSED, S.WAITING_FOR_CONFIRMATION, S.FINISHED, S.ERROR,
+                          S.STUCK}),
+    S.PAUSED: frozenset({S.RUNNING}),
+    S.WAITING_FOR_CONFIRMATION: frozenset({S.RUNNING, S.IDLE}),
+    S.FINISHED: frozenset({S.RUNNING}),
+    S.ERROR: frozenset({S.RUNNING}),
+    S.STUCK: frozenset({S.RUNNING}),
+}
 
-    def __init__(self, conversation_id: str) -> None:
-        super().__init__(f"Conversation {conversation_id} was deleted")
+
+class Lifecycle(Enum):
+    """OPEN takes requests; CLOSING (deletion or shutdown begun) starts no run but may still
+    write (SessionEnd hooks); CLOSED writes nothing."""
+
+    OPEN = "open"
+    CLOSING = "closing"
+    CLOSED = "closed"
 
 
-class Agent(Protocol):
-    """What the conversations need of the agent (agent_server.agent implements it)."""
+class Fanout(Protocol):
+    """Where a conversation's events go besides its log (delivery implements it)."""
 
-    def check_tools(self, agent: AgentSpec, secrets: dict[str, str]) -> None:
-        """Refuse unknown tool names and unfillable placeholders (raises RequestInvalid)."""
+    def sinks(self, conversation_id: str) -> Sequence[Listener]:
+        """Listeners of the log's durable writes (websocket subscribers)."""
+        ...
 
-    def prepare_user_message(self, conv: Conversation, event: MessageEvent) -> None:
-        """Fill in what the agent adds to a user message before it is stored (skills)."""
+    def attach(self, conversation_id: str, directory: Path, log: EventLog,
+               closed: asyncio.Event) -> None:
+        """Called once the log is open (the webhook pusher reads from it)."""
+        ...
 
-    async def open_conversation(self, conv: Conversation) -> None:
-        """Write the first events of a new conversation (the SystemPromptEvent)."""
+    def publish_transient(self, conversation_id: str, event: Event) -> None:
+        ...
 
-    async def run(self, conv: Conversation) -> None:
-        """The loop; it owns the status from RUNNING on."""
+    def forget(self, conversation_id: str) -> None:
+        """The conversation was deleted."""
+        ...
 
-    async def on_user_message(self, conv: Conversation, event: MessageEvent) -> bool:
-        """UserPromptSubmit hooks; True when they blocked the message."""
-
-    async def reject_pending(self, conv: Conversation, reason: str) -> None:
-        """Reject the actions waiting for confirmation."""
-
-    async def close(self, conv: Conversation) -> None:
-        """SessionEnd hooks, then release the conversation's tools."""
+    def status(self, conversation_id: str) -> WebhookStatus | None:
+        """The webhook push of the conversation, when there is a webhook."""
+        ...
 
 
 def now() -> datetime:
@@ -84,49 +108,43 @@ def now() -> datetime:
 
 
 class Conversation:
-    """One conversation: its record, its log, its run task."""
+    """One conversation: its record, its log, its status, its run task and its session."""
 
-    def __init__(self, record: StoredConversation, directory: Path, service: ConversationService):
+    def __init__(self, record: StoredConversation, directory: Path, *,
+                 settings: Callable[[], Settings], make_session: SessionFactory,
+                 fanout: Fanout) -> None:
         self.record = record
         self.directory = directory
-        self.service = service
+        self._settings = settings
+        self._fanout = fanout
         self._log: EventLog | None = None
         self._log_lock = asyncio.Lock()
         self._save_lock = asyncio.Lock()
-        self._task: asyncio.Task[None] | None = None
-        #: Set by pause(); the loop stops between steps when it sees it.
-        self.pause_requested = False
-        #: Set by an accepted confirmation: the next run first runs the waiting actions.
-        self.approved = False
-        #: Held while a user message waits for its UserPromptSubmit hooks (see send_message).
-        self.prompt_gate = asyncio.Lock()
         #: Held while a run is being started or stopped.
         self._run_lock = asyncio.Lock()
-        #: Set when deletion or shutdown begins (no new run), then once it is done (no write).
-        self.closing = False
-        self.closed = False
-        #: Per-conversation objects the runner keeps between runs (tools, shells).
-        self.runtime: Any = None
-        #: The workspace's skills, read on first need (agent_server.agent.skills).
-        self.skill_book: Any = None
+        self._task: asyncio.Task[None] | None = None
+        self.lifecycle = Lifecycle.OPEN
+        #: Set once the conversation is closed (deleted or the server stopped): sockets and
+        #: the webhook pusher wait on it instead of polling.
+        self.closed = asyncio.Event()
         #: The secret values in force (settings', then the conversation's own); one live dict
-        #: that tools read, kept current by refresh_secrets().
+        #: that tools and hooks read, kept current by refresh_secrets().
         self.secret_values: dict[str, str] = {}
         self.masker = Masker(self.secret_values)  # follows the live dict
         self.refresh_secrets()
-
-    def refresh_secrets(self) -> None:
-        merged = {**self.service.settings().secrets, **self.record.secrets}
-        self.secret_values.clear()
-        self.secret_values.update(merged)
-
-    def _redact(self, data: Any) -> Any:
-        return self.masker.data(data) if self.masker else data
-
-    async def add_secrets(self, values: dict[str, str]) -> None:
-        self.record.secrets.update(values)
-        self.refresh_secrets()
-        await self.save()
+        self.control = RunControl(confirmation_policy=record.confirmation_policy)
+        settings_now = settings()
+        self.session: AgentSession = make_session(
+            ConversationSpec(
+                id=self.id, working_dir=self.working_dir, state_dir=directory,
+                agent=record.agent, max_iterations=record.max_iterations,
+                stuck_detection=record.stuck_detection, hook_config=record.hook_config,
+                git_author=git_env(settings_now.git_user_name, settings_now.git_user_email),
+            ),
+            EventSink(self.log, lambda event: fanout.publish_transient(self.id, event),
+                      self.masker),
+            self.control, self.secret_values, record.metrics,
+        )
 
     @property
     def id(self) -> str:
@@ -144,41 +162,72 @@ class Conversation:
     def running(self) -> bool:
         return self._task is not None and not self._task.done()
 
+    def webhook_status(self) -> WebhookStatus | None:
+        return self._fanout.status(self.id)
+
+    # -- secrets -------------------------------------------------------------------------------
+
+    def refresh_secrets(self) -> None:
+        merged = {**self._settings().secrets, **self.record.secrets}
+        self.secret_values.clear()
+        self.secret_values.update(merged)
+
+    async def add_secrets(self, values: dict[str, str]) -> None:
+        for name, problem in check_secrets(values):
+            raise invalid(["secrets", name], problem)
+        self.record.secrets.update(values)
+        self.refresh_secrets()
+        await self.save()
+
     # -- persistence ---------------------------------------------------------------------
 
     async def log(self) -> EventLog:
-        if self.closed:
+        if self.lifecycle is Lifecycle.CLOSED:
             raise ConversationGone(self.id)
         if self._log is None:
             async with self._log_lock:
                 if self._log is None:
-                    log = await asyncio.to_thread(EventLog.open, self.directory / "events.jsonl")
-                    log.redactor = self._redact
+                    log = await asyncio.to_thread(
+                        EventLog.open, self.directory / LOG_FILE_NAME,
+                        redactor=self.masker.data, sinks=self._fanout.sinks(self.id))
                     self._log = log
-                    self.service.on_log_opened(self, self._log)
+                    self._fanout.attach(self.id, self.directory, log, self.closed)
         return self._log
 
     async def append(self, *events: Event) -> list[Event]:
         return await (await self.log()).append(*events)
 
-    def publish_transient(self, event: Event) -> None:
-        """Live-only events (streaming deltas): never stored, never pushed to the webhook."""
-        for listener in self.service.transient_listeners:
-            listener(self, event)
-
     async def save(self) -> None:
-        if self.closed:  # a deleted conversation must not come back
+        if self.lifecycle is Lifecycle.CLOSED:  # a deleted conversation must not come back
             return
         async with self._save_lock:  # one writer at a time, each writing the latest record
             self.record.updated_at = now()
             data = self.record.model_dump(mode="json")
             await asyncio.to_thread(write_json, self.directory / "meta.json", data)
 
-    async def set_status(self, status: ExecutionStatus) -> None:
-        if status == self.record.execution_status:
+    async def update(self, *, title: str | None = None, clear_title: bool = False,
+                     tags: dict[str, str] | None = None) -> None:
+        if title is not None or clear_title:
+            self.record.title = title
+        if tags is not None:
+            self.record.tags = tags
+        await self.save()
+
+    async def set_confirmation_policy(self, policy: ConfirmationPolicy) -> None:
+        self.record.confirmation_policy = self.control.confirmation_policy = policy
+        await self.save()
+
+    async def transition(self, to: ExecutionStatus) -> None:
+        """Move the execution status along the table (staying put is no move), record it as
+        an event and save; any other move raises InvalidTransition."""
+        current = self.record.execution_status
+        if to == current:
             return
-        self.record.execution_status = status
-        await self.append(ConversationStateUpdateEvent(key="execution_status", value=status.value))
+        if to not in TRANSITIONS[current]:
+            raise InvalidTransition(current.value, to.value,
+                                    sorted(s.value for s in TRANSITIONS[current]))
+        self.record.execution_status = to
+        await self.append(ConversationStateUpdateEvent(key="execution_status", value=to.value))
         await self.save()
 
     # -- control -------------------------------------------------------------------------
@@ -186,28 +235,44 @@ class Conversation:
     async def settle(self) -> None:
         """Wait for a run that has set its final status but whose task is still ending."""
         task = self._task
-        if task is not None and not task.done() and self.status != ExecutionStatus.RUNNING:
+        if task is not None and not task.done() and self.status != S.RUNNING:
             await asyncio.gather(asyncio.shield(task), return_exceptions=True)
+
+    async def open(self) -> None:
+        """The first events of a new conversation (the SystemPromptEvent)."""
+        await self.session.open()
 
     async def send_message(self, message: SendMessage) -> MessageEvent:
         await self.settle()
-        if self.status == ExecutionStatus.WAITING_FOR_CONFIRMATION and not self.running:
+        if self.status == S.WAITING_FOR_CONFIRMATION and not self.running:
             # A new message never approves what waits: it rejects it.
-            await self.service.agent.reject_pending(self, "superseded by a new user message")
-            await self.set_status(ExecutionStatus.IDLE)
+            await self.session.reject_pending("superseded by a new user message")
+            await self.transition(S.IDLE)
         event = MessageEvent(
             source="user",
             llm_message=Message(role="user", content=message.contents()),
             sender=message.sender,
         )
-        self.service.agent.prepare_user_message(self, event)
+        await self.session.prepare_user_message(event)
         # A running agent takes no request while the message waits for its hooks' verdict.
-        async with self.prompt_gate:
+        async with self.control.prompt_gate:
             await self.append(event)
-            blocked = await self.service.agent.on_user_message(self, event)
+            blocked = await self.session.on_user_message(event)
         if message.run and not blocked:
             await self.run()
         return event
+
+    async def respond(self, accept: bool, reason: str) -> None:
+        """Run the actions waiting for confirmation (accept), or reject them and rest."""
+        await self.settle()
+        if self.status != S.WAITING_FOR_CONFIRMATION or self.running:
+            raise Conflict("No action is waiting for confirmation "
+                           f"(execution_status is {self.status.value})")
+        if accept:
+            await self.run(approved=True)
+        else:
+            await self.session.reject_pending(reason)
+            await self.transition(S.IDLE)
 
     async def run(self, approved: bool = False) -> None:
         """Start the agent unless it is already running (then nothing changes).
@@ -216,53 +281,72 @@ class Conversation:
         plain run while waiting changes nothing.
         """
         async with self._run_lock:  # one run task at a time, even for calls made together
-            if self.closing or (self.running and self.status == ExecutionStatus.RUNNING):
+            if self.lifecycle is not Lifecycle.OPEN or (self.running and self.status == S.RUNNING):
                 return
             await self.settle()
             if self.running:
                 return
-            if self.status == ExecutionStatus.WAITING_FOR_CONFIRMATION and not approved:
+            if self.status == S.WAITING_FOR_CONFIRMATION and not approved:
                 return
-            self.approved = approved
-            self.pause_requested = False
-            await self.set_status(ExecutionStatus.RUNNING)
+            self.control.approved = approved
+            self.control.pause_requested = False
+            await self.transition(S.RUNNING)
             self._task = asyncio.create_task(self._run(), name=f"run {self.id}")
 
     async def _run(self) -> None:
         try:
-            await self.service.agent.run(self)
+            if await self._prepare_workspace():
+                await self.transition(await self.session.run())
         except asyncio.CancelledError:
             raise
-        except Exception as exc:  # the runner failed itself: say so, never leave it "running"
+        except Exception as exc:  # the session failed itself: say so, never leave it "running"
             logger.exception("run of %s failed", self.id)
-            try:
-                await self.append(ConversationErrorEvent(
-                    source="environment", code=type(exc).__name__,
-                    detail=self.masker.text(str(exc))[:2000],
-                ))
-            except Exception:
-                logger.exception("recording the failure of %s failed", self.id)
-            finally:
-                try:
-                    await self.set_status(ExecutionStatus.ERROR)
-                except Exception:  # the log cannot take it: the record says it at least
-                    self.record.execution_status = ExecutionStatus.ERROR
-                    with contextlib.suppress(Exception):
-                        await self.save()
+            await self._fail(type(exc).__name__, str(exc))
+
+    async def _prepare_workspace(self) -> bool:
+        """Clone the selected repository before the first step (once); False when it failed."""
+        spec = self.record.repository
+        if spec is None or self.record.repository_status == "cloned":
+            return True
+        try:
+            settings = self._settings()
+            await clone(spec, self.working_dir, self.secret_values, self.masker,
+                        git_env(settings.git_user_name, settings.git_user_email))
+        except CloneFailed as failure:
+            self.record.repository_status = "failed"
+            await self._fail("RepositoryCloneFailed", failure.detail)
+            return False
+        self.record.repository_status = "cloned"
+        await self.save()
+        return True
+
+    async def _fail(self, code: str, detail: str) -> None:
+        """End the run in ERROR with a ConversationErrorEvent (masked, then cut)."""
+        try:
+            await self.append(ConversationErrorEvent(source="environment", code=code,
+                                                     detail=self.masker.text(detail)[:2000]))
+        except Exception:
+            logger.exception("recording the failure of %s failed", self.id)
+        try:
+            await self.transition(S.ERROR)
+        except Exception:  # the log cannot take it: the record says it at least
+            self.record.execution_status = S.ERROR
+            with contextlib.suppress(Exception):
+                await self.save()
 
     async def pause(self) -> None:
         """Takes effect between steps (SPEC 3.3)."""
         await self.append(PauseEvent())
         if self.running:
-            self.pause_requested = True
+            self.control.pause_requested = True
 
     async def interrupt(self) -> None:
         """Cancels the in-flight LLM call or tool at once (SPEC 3.3)."""
         await self.append(InterruptEvent())
         async with self._run_lock:  # a run being started now is cancelled, not missed
             await self.stop()
-            if self.status == ExecutionStatus.RUNNING:
-                await self.set_status(ExecutionStatus.PAUSED)
+            if self.status == S.RUNNING:
+                await self.transition(S.PAUSED)
 
     async def stop(self) -> None:
         """Cancel the run task, if any, and wait for its clean-up."""
@@ -271,15 +355,19 @@ class Conversation:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
 
+    async def skills(self) -> SkillList:
+        return await self.session.skills()
+
     async def close(self) -> None:
-        self.closing = True  # no new run from here on; SessionEnd hooks may still write
+        self.lifecycle = Lifecycle.CLOSING  # no new run from here on; SessionEnd may still write
         async with self._run_lock:
             await self.stop()
         try:
-            await self.service.agent.close(self)
+            await self.session.close()
         except Exception:
             logger.exception("closing the agent of %s failed", self.id)
-        self.closed = True
+        self.lifecycle = Lifecycle.CLOSED
+        self.closed.set()
         if self._log is not None:
             await self._log.drain()
             self._log.close()
@@ -289,39 +377,29 @@ class Conversation:
 class ConversationService:
     """The catalogue of conversations under state_dir/conversations."""
 
-    def __init__(
-        self,
-        state_dir: Path,
-        default_working_dir: Path,
-        agent: Agent,
-        settings: Callable[[], Settings],
-        terminal_idle_timeout: float = 600.0,
-    ) -> None:
+    def __init__(self, state_dir: Path, default_working_dir: Path, *,
+                 settings: Callable[[], Settings], make_session: SessionFactory,
+                 fanout: Fanout) -> None:
         self.root = state_dir / "conversations"
         self.default_working_dir = default_working_dir
-        self.agent = agent
-        self.terminal_idle_timeout = terminal_idle_timeout
-        #: The one Chromium of this server, shared by the conversations' browser tools;
-        #: made by browser_manager() when a conversation first has them (Chromium itself
-        #: starts on the first browser call).
-        self.browser: Any = None
         self.settings = settings
+        self._make_session = make_session
+        self._fanout = fanout
         self._items: dict[UUID, Conversation] = {}
         self._create_lock = asyncio.Lock()
-        self._log_listeners: list[Callable[[Conversation, EventLog], None]] = []
-        #: Called with each transient event (delivery to websockets hooks in here).
-        self.transient_listeners: list[Callable[[Conversation, Event], None]] = []
-        #: Called with each conversation deleted (delivery forgets its pusher).
-        self.delete_listeners: list[Callable[[Conversation], None]] = []
+
+    def _conversation(self, record: StoredConversation, directory: Path) -> Conversation:
+        return Conversation(record, directory, settings=self.settings,
+                            make_session=self._make_session, fanout=self._fanout)
 
     # -- start and stop ------------------------------------------------------------------
 
     async def start(self) -> None:
         records = await asyncio.to_thread(self._load_all)
         for directory, record in records:
-            self._items[record.id] = Conversation(record, directory, self)
+            self._items[record.id] = self._conversation(record, directory)
         for conv in self._items.values():
-            if conv.status == ExecutionStatus.RUNNING:
+            if conv.status == S.RUNNING:
                 # No task survives a restart: say the run was cut; `run` continues it.
                 await conv.append(
                     ConversationErrorEvent(
@@ -330,7 +408,7 @@ class ConversationService:
                         detail="The server stopped during this run; POST .../run continues it.",
                     )
                 )
-                await conv.set_status(ExecutionStatus.ERROR)
+                await conv.transition(S.ERROR)
 
     def _load_all(self) -> list[tuple[Path, StoredConversation]]:
         self.root.mkdir(parents=True, exist_ok=True)
@@ -345,58 +423,45 @@ class ConversationService:
                 logger.warning("skipping conversation in %s: %s", directory, exc)
         return found
 
-    async def close(self, graceful_status: ExecutionStatus = ExecutionStatus.PAUSED,
-                    flush: Callable[[], Awaitable[None]] | None = None) -> None:
+    async def close(self, flush: Callable[[], Awaitable[None]] | None = None) -> None:
         """Stop every run (marking it paused, since `run` continues it), let `flush` deliver
         what the logs hold (the webhook), then close the logs."""
         convs = list(self._items.values())
         for conv in convs:
             was_running = conv.running
             await conv.stop()
-            if was_running and conv.status == ExecutionStatus.RUNNING:
-                await conv.set_status(graceful_status)
+            if was_running and conv.status == S.RUNNING:
+                await conv.transition(S.PAUSED)
         if flush is not None:
             await flush()
         for conv in convs:
             await conv.close()
-
-    def browser_manager(self) -> Any:
-        if self.browser is None:
-            from tools.browser.manager import BrowserManager  # Playwright loads only now
-
-            self.browser = BrowserManager()
-        return self.browser
 
     def refresh_secrets(self) -> None:
         """After the settings' secrets changed."""
         for conv in self._items.values():
             conv.refresh_secrets()
 
-    def on_log_opened(self, conv: Conversation, log: EventLog) -> None:
-        for listener in self._log_listeners:
-            listener(conv, log)
-
-    def add_log_listener(self, listener: Callable[[Conversation, EventLog], None]) -> None:
-        """Called with each conversation's log as it is opened (delivery hooks in here)."""
-        self._log_listeners.append(listener)
-
     # -- catalogue -----------------------------------------------------------------------
 
     def get(self, conversation_id: UUID) -> Conversation | None:
         return self._items.get(conversation_id)
 
-    def __iter__(self):  # type: ignore[no-untyped-def]
+    def __iter__(self) -> Iterator[Conversation]:
         return iter(list(self._items.values()))
 
     def __len__(self) -> int:
         return len(self._items)
 
+    def matching(self, query: ConversationSearch) -> list[Conversation]:
+        return [c for c in self._items.values()
+                if query.status is None or c.status == query.status]
+
     def search(self, query: ConversationSearch) -> tuple[list[Conversation], str | None]:
-        items = [
-            c for c in self._items.values() if query.status is None or c.status == query.status
-        ]
+        items = self.matching(query)
         field = "updated_at" if query.sort_order.startswith("UPDATED") else "created_at"
-        items.sort(key=lambda c: (getattr(c.record, field), c.id), reverse=query.sort_order.endswith("DESC"))
+        items.sort(key=lambda c: (getattr(c.record, field), c.id),
+                   reverse=query.sort_order.endswith("DESC"))
         start = 0
         if query.page_id is not None:
             start = next((i for i, c in enumerate(items) if c.record.id == query.page_id),
@@ -406,7 +471,10 @@ class ConversationService:
         return page, rest[0].id if rest else None
 
     async def create(self, request: CreateConversation) -> tuple[Conversation, bool]:
-        """A new conversation (True), or the existing one with the same id (False)."""
+        """A new conversation (True), or the existing one with the same id (False).
+
+        Bad input raises InvalidInput located inside the request (the API adds "body").
+        """
         async with self._create_lock:
             conv_id = request.conversation_id or uuid.uuid4()
             existing = self._items.get(conv_id)
@@ -415,8 +483,8 @@ class ConversationService:
             agent = self._agent_for(request)
             secrets = secret_values(request.secrets)
             for name, problem in check_secrets(secrets):
-                raise invalid(["body", "secrets", name], problem, "value_error")
-            self.agent.check_tools(agent, {**self.settings().secrets, **secrets})
+                raise invalid(["secrets", name], problem, "value_error")
+            check_tools(agent, {**self.settings().secrets, **secrets})
             workspace = request.workspace or Workspace(
                 working_dir=str(self.default_working_dir)
             )
@@ -437,11 +505,11 @@ class ConversationService:
                 created_at=moment,
                 updated_at=moment,
             )
-            conv = Conversation(record, self.root / conv_id.hex, self)
+            conv = self._conversation(record, self.root / conv_id.hex)
             await conv.save()
             self._items[conv_id] = conv
         try:
-            await self.agent.open_conversation(conv)
+            await conv.open()
         except BaseException:  # leave nothing half made behind
             await self.delete(conv_id)
             raise
@@ -456,7 +524,7 @@ class ConversationService:
         stored = self.settings().agent
         if stored.llm is None:
             raise invalid(
-                ["body", "agent"],
+                ["agent"],
                 "Field required: no agent given and the settings hold no agent.llm "
                 "(PATCH /api/settings or pass agent inline)",
                 "missing",
@@ -469,14 +537,12 @@ class ConversationService:
             await asyncio.to_thread(path.mkdir, parents=True, exist_ok=True)
         except OSError as exc:
             raise invalid(
-                ["body", "workspace", "working_dir"],
+                ["workspace", "working_dir"],
                 f"cannot create the working directory: {exc.strerror}",
                 input_=str(path),
             ) from None
         if not path.is_dir():
-            raise invalid(
-                ["body", "workspace", "working_dir"], "not a directory", input_=str(path)
-            )
+            raise invalid(["workspace", "working_dir"], "not a directory", input_=str(path))
 
     async def delete(self, conversation_id: UUID) -> bool:
         """Stop its run, close its tools, remove its log and metadata (the workspace stays)."""
@@ -484,7 +550,6 @@ class ConversationService:
         if conv is None:
             return False
         await conv.close()
-        for listener in self.delete_listeners:
-            listener(conv)
+        self._fanout.forget(conv.id)
         await asyncio.to_thread(shutil.rmtree, conv.directory, True)
         return True

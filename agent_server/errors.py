@@ -1,4 +1,28 @@
-"""Error bodies: SPEC 7's HTTPValidationError (422) and `{"detail": ...}` for the rest.
+"""The one exception tree of the server, and how it becomes a response.
+
+    AgentServerError                 500, closes a socket with 1011
+    ├── InvalidInput                 422 HTTPValidationError (SPEC 7); loc relative to the domain
+    │                                object until the API prefixes "body", "query" or "path"
+    ├── NotFound                     404
+    │   └── ConversationGone         404: deleted (or the server stopping) while in use
+    ├── Conflict                     409: the request does not fit the current state
+    │   └── InvalidTransition        an execution-status move the table does not allow
+    ├── PayloadTooLarge              413
+    ├── WorkspaceError               400: a workspace path or file the request cannot use
+    │   ├── OutsideWorkspace         403
+    │   ├── PermissionDenied         403
+    │   ├── FileMissing              404
+    │   ├── NotAFile                 400
+    │   └── TooLarge                 413
+    └── UpstreamError                502: a peer failed (the LLM, git, a clone, an MCP server)
+        ├── LLMFailure               (agent.llm)
+        ├── GitFailed                (git)
+        ├── CloneFailed              (repository)
+        └── MCPServerError           (agent.mcp)
+
+Each class says its HTTP status and websocket close code; `HANDLERS` maps them, so routes and
+domain code raise, and never build error responses themselves. A tool's failure is not in this
+tree: tools raise `tools.base.ToolError`, which the loop turns into an AgentErrorEvent.
 
 A client never gets a traceback: unexpected exceptions are logged and answered with a plain
 500 body.
@@ -8,18 +32,20 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Sequence
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
+from starlette import status
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, Response
 
+from core.masking import redact
+
+
+Loc = Sequence[str | int]
 logger = logging.getLogger(__name__)
-
-REDACTED = "**********"
-#: Keys whose values never go back to a client or into a log, wherever they appear.
-SECRET_KEYS = frozenset({"api_key", "session_api_key", "secrets", "password", "token"})
 
 
 class ValidationErrorItem(BaseModel):
@@ -38,29 +64,72 @@ class ErrorDetail(BaseModel):
     detail: str
 
 
-class RequestInvalid(Exception):
-    """Bad input: answered 422 with the errors, prefixed by where they were found."""
+class AgentServerError(Exception):
+    """Base of every failure the server explains to its client."""
+
+    status_code: int = 500
+    ws_close_code: int = status.WS_1011_INTERNAL_ERROR
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(detail)
+        self.detail = detail
+
+
+class InvalidInput(AgentServerError):
+    """Bad input, as ValidationError items; `loc` is relative to what was checked."""
+
+    status_code = 422
+    ws_close_code = status.WS_1008_POLICY_VIOLATION
 
     def __init__(self, errors: list[dict[str, Any]]) -> None:
-        super().__init__(errors)
+        super().__init__("; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in errors))
         self.errors = errors
 
+    def at(self, *prefix: str | int) -> InvalidInput:
+        """The same errors found inside `prefix` (e.g. "body", or "body", "agent")."""
+        return InvalidInput([{**e, "loc": [*prefix, *e["loc"]]} for e in self.errors])
 
-def redact(value: Any) -> Any:
-    """A copy of `value` with secret-looking fields masked."""
-    if isinstance(value, dict):
-        out = {}
-        for k, v in value.items():
-            if k == "secrets" and isinstance(v, dict):  # names stay, values go
-                out[k] = {name: REDACTED for name in v}
-            elif k in SECRET_KEYS and v not in (None, "", {}):
-                out[k] = REDACTED
-            else:
-                out[k] = redact(v)
-        return out
-    if isinstance(value, list):
-        return [redact(v) for v in value]
-    return value
+
+class NotFound(AgentServerError):
+    status_code = 404
+    ws_close_code = 4004
+
+
+class ConversationGone(NotFound):
+    """The conversation was deleted (or the server is stopping) while a request used it."""
+
+    def __init__(self, conversation_id: str) -> None:
+        super().__init__(f"Conversation {conversation_id} was deleted")
+
+
+class Conflict(AgentServerError):
+    status_code = 409
+    ws_close_code = status.WS_1008_POLICY_VIOLATION
+
+
+class InvalidTransition(Conflict):
+    """A state change the transition table does not allow; says what was expected."""
+
+    def __init__(self, current: str, wanted: str, allowed: Sequence[str]) -> None:
+        expected = ", ".join(allowed) or "none"
+        super().__init__(f"execution_status cannot go from {current} to {wanted} "
+                         f"(from {current} it may go to: {expected})")
+        self.current, self.wanted, self.allowed = current, wanted, tuple(allowed)
+
+
+class PayloadTooLarge(AgentServerError):
+    status_code = 413
+    ws_close_code = status.WS_1009_MESSAGE_TOO_BIG
+
+
+class UpstreamError(AgentServerError):
+    """A peer the server depends on failed; `code` names the failure class."""
+
+    status_code = 502
+
+    def __init__(self, code: str, detail: str) -> None:
+        super().__init__(detail)
+        self.code = code
 
 
 def _plain(value: Any) -> Any:
@@ -71,12 +140,12 @@ def _plain(value: Any) -> Any:
         return str(value)
 
 
-def from_pydantic(exc: ValidationError, where: str) -> RequestInvalid:
-    """pydantic errors -> RequestInvalid with locations like ["body", "agent", "llm"]."""
+def from_pydantic(exc: ValidationError, *prefix: str | int) -> InvalidInput:
+    """pydantic errors -> InvalidInput, under `prefix` (e.g. "body")."""
     items = []
     for err in exc.errors(include_url=False):
         item: dict[str, Any] = {
-            "loc": [where, *err.get("loc", ())],
+            "loc": [*prefix, *err.get("loc", ())],
             "msg": err.get("msg", "invalid"),
             "type": err.get("type", "value_error"),
             "input": _plain(redact(err.get("input"))),
@@ -84,11 +153,20 @@ def from_pydantic(exc: ValidationError, where: str) -> RequestInvalid:
         if err.get("ctx"):
             item["ctx"] = {k: _plain(v) for k, v in err["ctx"].items()}
         items.append(item)
-    return RequestInvalid(items)
+    return InvalidInput(items)
 
 
-def invalid(loc: list[str | int], msg: str, type_: str = "value_error", input_: Any = None) -> RequestInvalid:
-    return RequestInvalid([{"loc": loc, "msg": msg, "type": type_, "input": _plain(input_)}])
+def invalid(loc: Loc, msg: str, type_: str = "value_error", input_: Any = None) -> InvalidInput:
+    return InvalidInput([{"loc": list(loc), "msg": msg, "type": type_, "input": _plain(input_)}])
+
+
+def validation_text(exc: ValidationError) -> str:
+    """A pydantic error as one line a model or a socket client reads."""
+    parts = []
+    for err in exc.errors(include_url=False):
+        where = ".".join(str(p) for p in err["loc"]) or "input"
+        parts.append(f"{where}: {err['msg']}")
+    return "; ".join(parts)
 
 
 class AsciiJSONResponse(JSONResponse):
@@ -98,28 +176,28 @@ class AsciiJSONResponse(JSONResponse):
         return json.dumps(content, ensure_ascii=True, allow_nan=False, default=str).encode()
 
 
-async def on_invalid(request: Request, exc: Exception) -> JSONResponse:
-    assert isinstance(exc, RequestInvalid)
-    return AsciiJSONResponse({"detail": exc.errors}, status_code=422)
+async def on_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, AgentServerError)
+    if isinstance(exc, InvalidInput):
+        return AsciiJSONResponse({"detail": exc.errors}, status_code=422)
+    if exc.status_code >= 500:
+        logger.warning("%s on %s %s: %s", type(exc).__name__, request.method, request.url.path,
+                       exc.detail)
+    return AsciiJSONResponse({"detail": exc.detail}, status_code=exc.status_code)
 
 
-async def on_http(request: Request, exc: Exception) -> JSONResponse:
+async def on_http(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
     return JSONResponse({"detail": exc.detail}, status_code=exc.status_code, headers=exc.headers)
 
 
-async def on_gone(request: Request, exc: Exception) -> JSONResponse:
-    """Something the request used was deleted meanwhile: 404, as if it had never been."""
-    return JSONResponse({"detail": str(exc)}, status_code=404)
-
-
-async def on_unexpected(request: Request, exc: Exception) -> JSONResponse:
+async def on_unexpected(request: Request, exc: Exception) -> Response:
     logger.exception("unexpected error on %s %s", request.method, request.url.path)
     return JSONResponse({"detail": "Internal server error"}, status_code=500)
 
 
 HANDLERS = {
-    RequestInvalid: on_invalid,
+    AgentServerError: on_error,
     HTTPException: on_http,
     Exception: on_unexpected,
 }

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import zipfile
 from collections.abc import Iterator
+from typing import IO, cast
 
 from agent_server.log import EventLog
 
@@ -37,7 +38,7 @@ def trajectory_zip(meta: bytes, log: EventLog, count: int) -> Iterator[bytes]:
     """The zip's bytes, in pieces (blocking: iterate it in a thread). `count` events are
     included: those in the log when the download began."""
     sink = _Sink()
-    archive = zipfile.ZipFile(sink, "w", compression=zipfile.ZIP_DEFLATED)  # type: ignore[arg-type]
+    archive = zipfile.ZipFile(cast(IO[bytes], sink), "w", compression=zipfile.ZIP_DEFLATED)
     with archive:
         archive.writestr("meta.json", meta)
         yield sink.take()

@@ -8,6 +8,8 @@ Git runs as a subprocess with a timeout, never in the event loop's thread.
 
 from __future__ import annotations
 
+from typing import Literal
+
 import asyncio
 import logging
 import os
@@ -16,17 +18,28 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from agent_server.models import GitChange, GitDiff, GitStatus
-from agent_server.workspace import (
-    NotAFile,
-    NotFound,
-    TooLarge,
-    child_env,
-    read_capped,
-    resolve,
-    run_process,
-    stream_process,
-)
+from pydantic import BaseModel
+
+from agent_server.errors import UpstreamError
+from agent_server.workspace import FileMissing, NotAFile, TooLarge, read_capped, resolve
+from core.processes import child_env, run_process, stream_process
+
+GitStatus = Literal["ADDED", "UPDATED", "DELETED", "MOVED"]
+
+class GitChange(BaseModel):
+    path: str
+    """Relative to the working directory (repositories in subdirectories included)."""
+    status: GitStatus
+    old_path: str | None = None
+    """Where a MOVED file was in HEAD."""
+
+class GitDiff(BaseModel):
+    path: str
+    original: str | None
+    """The file in HEAD (null: not in HEAD)."""
+    modified: str | None
+    """The file in the working tree (null: deleted)."""
+
 
 #: The tree of no files: the base of a repository without a first commit.
 EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
@@ -48,13 +61,18 @@ STATUS: dict[str, GitStatus] = {"A": "ADDED", "C": "ADDED", "M": "UPDATED", "T":
                                 "U": "UPDATED", "D": "DELETED", "R": "MOVED"}
 
 
-class GitFailed(Exception):
+class GitFailed(UpstreamError):
+    """A git command the server ran failed (not the client's doing)."""
+
+    status_code = 500
+
     def __init__(self, command: list[str], code: int, stderr: str) -> None:
-        super().__init__(f"git {' '.join(command)} exited with {code}: {stderr.strip()[-500:]}")
-        self.command, self.code, self.stderr = command, code, stderr
+        super().__init__("GitFailed",
+                         f"git {' '.join(command)} exited with {code}: {stderr.strip()[-500:]}")
+        self.command, self.exit_code, self.stderr = command, code, stderr
 
 
-class NotInRepository(NotFound):
+class NotInRepository(FileMissing):
     """The path is in no Git repository of the working directory."""
 
 
@@ -239,7 +257,7 @@ async def file_diff(root: Path, raw: str, max_bytes: int) -> GitDiff:
             original = None
     modified = await asyncio.to_thread(read_capped, target, max_bytes)
     if original is None and modified is None:
-        raise NotFound(f"{raw!r} is neither in HEAD nor in the work tree")
+        raise FileMissing(f"{raw!r} is neither in HEAD nor in the work tree")
     return GitDiff(path=_text(repo.shown(rel)),
                    original=None if original is None else original.decode(errors="replace"),
                    modified=None if modified is None else modified.decode(errors="replace"))

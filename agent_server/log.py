@@ -20,7 +20,7 @@ import secrets
 import time
 from array import array
 from bisect import bisect_left, bisect_right
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -29,6 +29,7 @@ from typing import Any
 from ulid import ULID
 
 from agent_server.events import KIND_NAMES, Event, format_timestamp, parse_event
+from core.ids import EVENT_ID_PATTERN
 
 logger = logging.getLogger(__name__)
 
@@ -38,11 +39,14 @@ _SOURCE_CODE = {name: i for i, name in enumerate(SOURCES)}
 
 # Every stored line starts with the common fields in this order (see events.kinds).
 _PREFIX = re.compile(
-    rb'\{"id":"([0-9A-HJKMNP-TV-Z]{26})","timestamp":"([^"]+)","source":"([a-z]+)",'
+    rb'\{"id":"(' + EVENT_ID_PATTERN.encode() + rb')","timestamp":"([^"]+)","source":"([a-z]+)",'
     rb'"parent_id":(?:null|"(?:[^"\\]|\\.)*"),"kind":"([A-Za-z]+)"'
 )
 
 _COMMON = ("id", "timestamp", "source", "parent_id", "kind")
+
+#: The log's file name inside a conversation's directory.
+LOG_FILE_NAME = "events.jsonl"
 
 #: Called with the events of one durable write, in order, with their stored JSON lines.
 Listener = Callable[[Sequence[tuple[Event, bytes]]], None]
@@ -81,7 +85,8 @@ class _Ids:
 class EventLog:
     """One conversation's events. Open with `EventLog.open` (blocking: call it off the loop)."""
 
-    def __init__(self, path: Path, fd: int) -> None:
+    def __init__(self, path: Path, fd: int, redactor: Callable[[Any], Any] | None = None,
+                 sinks: Iterable[Listener] = ()) -> None:
         self.path = path
         self._fd = fd
         self._offsets = array("Q")  # where line i starts
@@ -91,24 +96,29 @@ class EventLog:
         self._kinds = bytearray()
         self._sources = bytearray()
         self._times = array("d")  # seconds since the epoch, non-decreasing
-        self._by_kind: dict[int, array] = {}
+        self._by_kind: dict[int, array[int]] = {}
         self._pending: list[tuple[list[Event], list[bytes], asyncio.Future[None]]] = []
         self._flusher: asyncio.Task[None] | None = None
-        self._listeners: list[Listener] = []
+        self._listeners: list[Listener] = list(sinks)
         self._closed = False
         self._ids_gen = _Ids(None)
         self._last_time = 0.0
         #: Masks secrets in an event's JSON data before it is written (None: nothing to mask).
-        self.redactor: Callable[[Any], Any] | None = None
+        self._redactor = redactor
 
     # -- opening -------------------------------------------------------------------------
 
     @classmethod
-    def open(cls, path: Path) -> EventLog:
-        """Open (creating if needed), cut a torn last line, and build the index."""
+    def open(cls, path: Path, *, redactor: Callable[[Any], Any] | None = None,
+             sinks: Iterable[Listener] = ()) -> EventLog:
+        """Open (creating if needed), cut a torn last line, and build the index.
+
+        `redactor` masks each event's JSON data before it is written; `sinks` hear every
+        durable write from the first on (more can `subscribe` later).
+        """
         path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o600)
-        log = cls(path, fd)
+        log = cls(path, fd, redactor, sinks)
         try:
             log._load()
         except BaseException:
@@ -194,11 +204,11 @@ class EventLog:
     def _serialize(self, event: Event) -> tuple[bytes, Event]:
         """The stored line, and the event as stored (masked when a secret was in it)."""
         line = event.model_dump_json().encode() + b"\n"
-        if self.redactor is None:
+        if self._redactor is None:
             return line, event
         data = event.model_dump(mode="json")
         common = {k: data.pop(k) for k in _COMMON}  # ids and times are never secrets
-        masked = self.redactor(data)
+        masked = self._redactor(data)
         if masked == data:
             return line, event
         masked = {**common, **masked}
@@ -382,13 +392,13 @@ class EventLog:
 class _Slice(Sequence[int]):
     """A view of part of an array without copying it."""
 
-    def __init__(self, data: array, start: int, stop: int) -> None:
+    def __init__(self, data: array[int], start: int, stop: int) -> None:
         self._data, self._start, self._stop = data, start, max(start, stop)
 
     def __len__(self) -> int:
         return self._stop - self._start
 
-    def __getitem__(self, i):  # type: ignore[override]
+    def __getitem__(self, i: Any) -> Any:
         if isinstance(i, slice):
             return [self[j] for j in range(*i.indices(len(self)))]
         if i < 0:
@@ -397,10 +407,48 @@ class _Slice(Sequence[int]):
             raise IndexError(i)
         return self._data[self._start + i]
 
-    def __iter__(self):  # type: ignore[override]
+    def __iter__(self) -> Iterator[int]:
         for i in range(self._start, self._stop):
             yield self._data[i]
 
-    def __reversed__(self):  # type: ignore[override]
+    def __reversed__(self) -> Iterator[int]:
         for i in range(self._stop - 1, self._start - 1, -1):
             yield self._data[i]
+
+
+# -- the log file seen from outside ----------------------------------------------------------
+
+#: The name of a conversation's log file in its directory.
+LOG_FILE_NAME = "events.jsonl"
+#: The start of a stored line, up to its id (the id always comes first: see _PREFIX).
+_ID_FIRST = re.compile(rb'\{"id":"(' + EVENT_ID_PATTERN.encode() + rb')"')
+
+
+def last_logged_id(path: Path, chunk: int = 65536) -> str | None:
+    """The id of the last complete line of a log file, read from its end (no index built), for
+    a caller that only needs to know whether there is something new.
+
+    None when there is no file or no complete line; "" when that line does not start with an
+    id: open the log to know more.
+    """
+    try:
+        f = open(path, "rb")
+    except FileNotFoundError:
+        return None
+    with f:
+        pos = f.seek(0, os.SEEK_END)
+        buf = b""
+        while pos > 0:
+            step = min(chunk, pos)
+            pos -= step
+            f.seek(pos)
+            buf = f.read(step) + buf
+            end = buf.rfind(b"\n")  # a torn last line (no newline) is not an event
+            if end == -1:
+                continue
+            start = buf.rfind(b"\n", 0, end)
+            if start == -1 and pos > 0:
+                continue
+            match = _ID_FIRST.match(buf, start + 1)
+            return match.group(1).decode() if match else ""
+    return None

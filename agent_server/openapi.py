@@ -13,7 +13,7 @@ from agent_server import __version__
 from agent_server.auth import HEADER
 from agent_server.errors import ErrorDetail, HTTPValidationError
 from agent_server.events.kinds import AnyEvent
-from agent_server.models import Success
+from agent_server.api.schemas import Success
 
 REF = "#/components/schemas/{model}"
 
@@ -59,7 +59,7 @@ def _operation(route: Route, method: str, schemas: _Schemas) -> dict[str, Any]:
             "required": True,
             "content": {"application/json": {"schema": schemas.ref(meta["body"])}},
         }
-    ok = {"description": "OK"}
+    ok: dict[str, Any] = {"description": "OK"}
     if meta.get("response") is not None:
         ok["content"] = {"application/json": {"schema": schemas.ref(meta["response"])}}
     op["responses"][str(meta.get("status", 200))] = ok

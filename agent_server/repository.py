@@ -18,14 +18,11 @@ import asyncio
 import os
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
 
-from agent_server.models import ExecutionStatus, RepositorySpec
-from agent_server.secrets import MASK
-from agent_server.workspace import child_env, run_process
-
-if TYPE_CHECKING:
-    from agent_server.conversations import Conversation
+from agent_server.agent.spec import RepositorySpec
+from core.masking import MASK, Masker
+from core.processes import child_env, run_process
 
 CLONE_TIMEOUT = 600.0
 #: The user name sent with a token; GitHub and GitLab accept a token with any user name
@@ -50,31 +47,21 @@ class CloneFailed(Exception):
         self.detail = detail
 
 
-async def prepare_workspace(conv: Conversation) -> None:
-    """Clone the conversation's repository unless that was done; raises RunEnded on failure."""
-    spec = conv.record.repository
-    if spec is None or conv.record.repository_status == "cloned":
-        return
+async def clone(spec: RepositorySpec, target: Path, secrets: Mapping[str, str],
+                masker: Masker, author: Mapping[str, str]) -> None:
+    """A shallow clone of spec into the (empty) working directory `target`.
+
+    Raises CloneFailed, whose detail is masked with `masker` (it may quote git's output).
+    """
     try:
-        await clone(conv, spec)
+        await _clone(spec, target, secrets, masker, author)
     except CloneFailed as failure:
-        conv.record.repository_status = "failed"
-        await conv.save()
-        # Imported here: the loop imports this module.
-        from agent_server.agent.loop import RunEnded
-
-        raise RunEnded(ExecutionStatus.ERROR, "RepositoryCloneFailed",
-                       conv.masker.text(failure.detail)[:2000]) from None
-    conv.record.repository_status = "cloned"
-    await conv.save()
+        raise CloneFailed(masker.text(failure.detail)) from None
 
 
-async def clone(conv: Conversation, spec: RepositorySpec) -> None:
-    """A shallow clone of spec into the (empty) working directory."""
-    from agent_server.agent.runtime import git_env  # the agent package imports the loop
-
-    target = conv.working_dir
-    if conv.masker.text(spec.url) != spec.url:
+async def _clone(spec: RepositorySpec, target: Path, secrets: Mapping[str, str],
+                 masker: Masker, author: Mapping[str, str]) -> None:
+    if masker.text(spec.url) != spec.url:
         raise CloneFailed("the repository url holds a secret value; name the secret in "
                           "credential_secret instead, so it stays out of .git/config")
     if await _already_cloned(target, spec.url):
@@ -87,8 +74,6 @@ async def clone(conv: Conversation, spec: RepositorySpec) -> None:
     if entries:
         raise CloneFailed(f"the working directory {target} is not empty ({len(entries)} "
                           "entries); a repository is cloned into an empty one")
-    settings = conv.service.settings()
-    author = git_env(settings.git_user_name, settings.git_user_email)
     argv = ["git", "-c", "credential.helper=", "clone", "--depth", "1", "--single-branch",
             "--config", f"user.name={author['GIT_AUTHOR_NAME']}",
             "--config", f"user.email={author['GIT_AUTHOR_EMAIL']}"]
@@ -98,7 +83,7 @@ async def clone(conv: Conversation, spec: RepositorySpec) -> None:
     env = child_env(author)
     credential = None
     if spec.credential_secret is not None:
-        credential = conv.secret_values.get(spec.credential_secret)
+        credential = secrets.get(spec.credential_secret)
         if credential is None:
             raise CloneFailed(f"credential_secret {spec.credential_secret!r} is not among the "
                               "conversation's secrets (POST .../secrets adds it)")

@@ -8,12 +8,30 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import Field, ValidationError
 
-from agent_server.errors import REDACTED, from_pydantic, invalid, redact
-from agent_server.secrets import check_secrets
-from agent_server.models import Settings, mask_mcp_config
-from agent_server.store import read_json, write_json
+from agent_server.errors import from_pydantic, invalid
+from agent_server.agent.spec import CondenserConfig, Lenient, LLMConfig, ToolSpec, mask_mcp_config
+from core.files import read_json, write_json
+from core.masking import REDACTED, check_secrets, redact
+
+
+
+class SettingsAgent(Lenient):
+    llm: LLMConfig | None = None
+    tools: list[ToolSpec] = Field(default_factory=list, max_length=50)
+    condenser: CondenserConfig = Field(default_factory=CondenserConfig)
+    mcp_config: dict[str, Any] | None = None
+
+
+class Settings(Lenient):
+    """Stored defaults (PATCH /api/settings deep-merges into these)."""
+
+    agent: SettingsAgent = Field(default_factory=SettingsAgent)
+    git_user_name: str | None = Field(default=None, max_length=200)
+    git_user_email: str | None = Field(default=None, max_length=200)
+    secrets: dict[str, str] = Field(default_factory=dict, max_length=200)
+    """Stored secrets; a conversation's own value wins on a name clash (SPEC 5 rule 4)."""
 
 
 def deep_merge(base: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
@@ -59,7 +77,7 @@ class SettingsStore:
         return self._settings
 
     def public(self) -> dict[str, Any]:
-        data = redact(self._settings.model_dump(mode="json"))
+        data: dict[str, Any] = redact(self._settings.model_dump(mode="json"))
         mask_mcp_config(data["agent"].get("mcp_config"))
         return data
 
@@ -70,9 +88,9 @@ class SettingsStore:
             try:
                 settings = Settings.model_validate(merged)
             except ValidationError as exc:
-                raise from_pydantic(exc, "body") from None
+                raise from_pydantic(exc) from None
             for name, problem in check_secrets(settings.secrets):
-                raise invalid(["body", "secrets", name], problem)
+                raise invalid(["secrets", name], problem)
             if self.check is not None:
                 self.check(settings)
             raw = settings.model_dump(mode="json", exclude_none=True)

@@ -1,8 +1,8 @@
-"""A conversation's workspace: paths confined to it, its files, and processes run in it.
+"""A conversation's workspace: paths confined to it, its files, and what its commands print.
 
 Nothing here knows HTTP: a failure is an exception naming what went wrong, and api/ maps it
-to a status. Blocking file work runs in threads; every process runs in a session of its own,
-so a timeout (or the end of the command) ends its whole process group.
+to a status. Blocking file work runs in threads. Commands run through core.processes, which
+ends whatever they started.
 """
 
 from __future__ import annotations
@@ -12,45 +12,40 @@ import contextlib
 import mimetypes
 import os
 import secrets
-import signal
 import stat
 from collections.abc import AsyncIterator, Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from agent_server.secrets import Masker
-from tools.terminal.processes import kill_all
-
-CHUNK = 64 * 1024
-#: Marks the processes a command started, to find those that left its session.
-TAG_VARIABLE = "AGENT_SERVER_RUN_TAG"
-#: Each of stdout and stderr of a command is cut beyond this many bytes.
-MAX_OUTPUT_BYTES = 100_000
-#: Server variables a child process never inherits (the session key, the server's settings).
-WITHHELD_ENV = ("SESSION_API_KEY", "AGENT_SERVER_")
-#: No pager, no prompt: nobody is at a terminal to answer.
-QUIET_ENV = {"TERM": "dumb", "PAGER": "cat", "GIT_PAGER": "cat", "GIT_TERMINAL_PROMPT": "0"}
+from agent_server.errors import AgentServerError
+from core.masking import Masker
+from core.paths import OutsideRoot, confine
+from core.processes import CHUNK, MAX_OUTPUT_BYTES, Output
 
 
-class WorkspaceError(Exception):
+class WorkspaceError(AgentServerError):
     """Base of the failures below; `detail` is the sentence a client reads."""
 
-    def __init__(self, detail: str) -> None:
-        super().__init__(detail)
-        self.detail = detail
+    status_code = 400
 
 
 class OutsideWorkspace(WorkspaceError):
     """The path leaves the working directory (`..`, another absolute path, a symlink)."""
 
+    status_code = 403
+
 
 class PermissionDenied(WorkspaceError):
     """Inside the workspace, but the server's user may not read or write it."""
 
+    status_code = 403
 
-class NotFound(WorkspaceError):
+
+class FileMissing(WorkspaceError):
     """Nothing at that path."""
+
+    status_code = 404
 
 
 class NotAFile(WorkspaceError):
@@ -59,6 +54,8 @@ class NotAFile(WorkspaceError):
 
 class TooLarge(WorkspaceError):
     """Over the configured size cap."""
+
+    status_code = 413
 
     def __init__(self, detail: str, limit: int) -> None:
         super().__init__(detail)
@@ -69,21 +66,11 @@ class TooLarge(WorkspaceError):
 
 
 def resolve(root: Path, raw: str) -> Path:
-    """`raw` (relative to root, or absolute) as a real path that is root or inside it.
-
-    Symlinks are resolved first, so a link anywhere on the path that points out is refused
-    like `..` is; what does not exist yet resolves as written.
-    """
-    if "\x00" in raw:
-        raise OutsideWorkspace("the path holds a NUL character")
+    """`raw` confined to the working directory `root` (core.paths.confine), or OutsideWorkspace."""
     try:
-        base = Path(os.path.realpath(root))
-        target = Path(os.path.realpath(os.path.join(base, raw)))
-    except OSError:  # the path changed under us while it was resolved
-        raise OutsideWorkspace(f"{raw!r} could not be resolved inside {root}") from None
-    if target != base and base not in target.parents:
-        raise OutsideWorkspace(f"{raw!r} is outside the working directory {root}")
-    return target
+        return confine(root, raw)
+    except OutsideRoot as exc:
+        raise OutsideWorkspace(str(exc)) from None
 
 
 def _check_fd(root: Path, fd: int, raw: str) -> None:
@@ -136,7 +123,7 @@ def open_file(root: Path, raw: str, max_bytes: int) -> OpenedFile:
         # O_NONBLOCK: a FIFO must not hang the open; O_NOFOLLOW: no link swapped in since.
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except (FileNotFoundError, NotADirectoryError):
-        raise NotFound(f"no file {raw!r} in the working directory") from None
+        raise FileMissing(f"no file {raw!r} in the working directory") from None
     except PermissionError:
         raise PermissionDenied(f"{raw!r} cannot be read: permission denied") from None
     except OSError as exc:
@@ -161,7 +148,7 @@ def read_capped(path: Path, max_bytes: int) -> bytes | None:
     """A regular file's bytes, None when it is missing (blocking)."""
     try:
         opened = open_file(path.parent, path.name, max_bytes)
-    except NotFound:
+    except FileMissing:
         return None
     with opened.file as f:
         return f.read(opened.size)
@@ -174,7 +161,8 @@ async def write_file(root: Path, raw: str, chunks: AsyncIterator[bytes],
     The bytes go to a temporary file beside the target, fsync'd and renamed over it once
     complete, so a refused (too large) or broken upload leaves the old file as it was. Every
     step works relative to the parent directory's descriptor, checked to be inside the
-    workspace, so a directory swapped for a link meanwhile cannot redirect the write.
+    workspace, so a directory swapped for a link meanwhile cannot redirect the write. (That is
+    why this is not core.files.write_atomic, which works by path.)
     """
     path = await asyncio.to_thread(_prepare_write, root, raw)
     try:
@@ -258,123 +246,7 @@ def _mode_for(path: Path) -> int:
         return 0o644
 
 
-# -- processes -------------------------------------------------------------------------------
-
-
-def child_env(*layers: Mapping[str, str]) -> dict[str, str]:
-    """The server's environment without its own secrets, then each layer over it."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(WITHHELD_ENV)}
-    # PWD is the server's; GIT_DIR and its kin would point Git at the server's repository.
-    for name in ("PWD", "OLDPWD", "GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE",
-                 "GIT_OBJECT_DIRECTORY", "GIT_COMMON_DIR"):
-        env.pop(name, None)
-    env.update(QUIET_ENV)
-    for layer in layers:
-        env.update(layer)
-    return env
-
-
-@dataclass
-class Output:
-    """The head of one output stream and how many bytes there were in all."""
-
-    head: bytes
-    total: int
-
-
-@dataclass
-class Finished:
-    exit_code: int
-    stdout: Output
-    stderr: Output
-    timed_out: bool
-
-
-async def run_process(argv: list[str], cwd: Path, env: Mapping[str, str], timeout: float,
-                      keep: int = MAX_OUTPUT_BYTES) -> Finished:
-    """Run to completion or timeout; whatever it started is killed when it ends."""
-    tag = secrets.token_hex(8)
-    proc = await asyncio.create_subprocess_exec(
-        *argv, cwd=cwd, env={**env, TAG_VARIABLE: tag}, stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, start_new_session=True,
-    )
-    assert proc.stdout is not None and proc.stderr is not None
-    sinks = [_Sink(), _Sink()]
-    readers = [asyncio.create_task(_collect(proc.stdout, keep, sinks[0])),
-               asyncio.create_task(_collect(proc.stderr, keep, sinks[1]))]
-    timed_out = False
-    try:
-        try:
-            await asyncio.wait_for(proc.wait(), timeout)
-        except TimeoutError:
-            timed_out = True
-    finally:
-        # Also on cancellation: no process outlives the request that started it.
-        await _end_group(proc, tag)
-    # Whatever still holds a pipe is dead now; what was read so far is kept either way.
-    await asyncio.wait(readers, timeout=2)
-    for task in readers:
-        task.cancel()
-    assert proc.returncode is not None
-    return Finished(proc.returncode, *(Output(bytes(k.head), k.total) for k in sinks), timed_out)
-
-
-async def stream_process(argv: list[str], cwd: Path, env: Mapping[str, str],
-                         timeout: float) -> AsyncIterator[bytes]:
-    """A process's stdout as it comes (stderr dropped), bounded by a timeout like run_process."""
-    tag = secrets.token_hex(8)
-    proc = await asyncio.create_subprocess_exec(
-        *argv, cwd=cwd, env={**env, TAG_VARIABLE: tag}, stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL, start_new_session=True,
-    )
-    assert proc.stdout is not None
-    deadline = asyncio.get_running_loop().time() + timeout
-    try:
-        while True:
-            # A deadline per read, not a timeout scope: this generator is suspended in between.
-            left = deadline - asyncio.get_running_loop().time()
-            try:
-                chunk = await asyncio.wait_for(proc.stdout.read(CHUNK), max(left, 0))
-            except TimeoutError:
-                return
-            if not chunk:
-                return
-            yield chunk
-    finally:
-        await _end_group(proc, tag)
-
-
-@dataclass
-class _Sink:
-    head: bytearray = field(default_factory=bytearray)
-    total: int = 0
-
-
-async def _collect(stream: asyncio.StreamReader, keep: int, sink: _Sink) -> None:
-    """Read to the end, keeping the head in `sink` (kept too if the reader is cancelled)."""
-    while chunk := await stream.read(CHUNK):
-        sink.total += len(chunk)
-        if len(sink.head) < keep:
-            sink.head += chunk[: keep - len(sink.head)]
-
-
-async def _end_group(proc: asyncio.subprocess.Process, tag: str) -> None:
-    """SIGTERM the group, SIGKILL what is left a moment later; then everything the process
-    started elsewhere (other groups, other sessions: found by session, parentage and tag)."""
-    pgid = proc.pid  # start_new_session: the leader's pid is the group's id
-    _signal_group(pgid, signal.SIGTERM)
-    try:
-        await asyncio.wait_for(asyncio.shield(proc.wait()), 1)
-    except TimeoutError:
-        pass
-    _signal_group(pgid, signal.SIGKILL)
-    await proc.wait()
-    await asyncio.to_thread(kill_all, proc.pid, f"{TAG_VARIABLE}={tag}".encode())
-
-
-def _signal_group(pgid: int, sig: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, sig)
+# -- command output --------------------------------------------------------------------------
 
 
 def output_text(output: Output, limit: int, masker: Masker) -> str:

@@ -230,3 +230,22 @@ def test_a_malformed_delivery_variable_is_a_clear_error(tmp_path: Path) -> None:
     assert result.returncode == 2
     assert "webhook_batch_events" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_every_setting_has_a_flag_that_wins_over_its_variable(tmp_path: Path) -> None:
+    from agent_server.__main__ import load_config
+    from agent_server.config import DeliverySettings
+
+    os.environ["AGENT_SERVER_WS_QUEUE_EVENTS"] = "11"
+    try:
+        config = load_config(["--state-dir", str(tmp_path), "--ws-queue-events", "7",
+                              "--webhook-batch-ms", "5", "--chromium", "/opt/chromium",
+                              "--terminal-idle-timeout", "9", "--max-file-bytes", "1234"])
+        untouched = load_config(["--state-dir", str(tmp_path)])
+    finally:
+        del os.environ["AGENT_SERVER_WS_QUEUE_EVENTS"]
+    assert config.delivery.ws_queue_events == 7 and untouched.delivery.ws_queue_events == 11
+    assert config.delivery.webhook_batch_ms == 5.0
+    assert (config.chromium, config.terminal_idle_timeout, config.max_file_bytes) == (
+        "/opt/chromium", 9.0, 1234)
+    assert untouched.delivery.webhook_batch_ms == DeliverySettings().webhook_batch_ms

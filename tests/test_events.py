@@ -41,7 +41,7 @@ from agent_server.events import (
     format_timestamp,
     parse_event,
 )
-from agent_server.events.content import ToolAnnotations
+from core.content import ToolAnnotations
 
 GOLDEN = Path(__file__).parent / "golden"
 KIND_BY_NAME: dict[str, type[Event]] = {k.__name__: k for k in KINDS}

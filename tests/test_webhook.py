@@ -24,20 +24,12 @@ import httpx
 import pytest
 
 from agent_server.config import from_env
-from agent_server.delivery import Delivery, DeliverySettings
-from agent_server.delivery.webhook import (
-    CURSOR_FILE,
-    Backoff,
-    Clock,
-    Webhook,
-    WebhookClient,
-    last_logged_id,
-    needs_push,
-    parse_retry_after,
-    read_cursor,
-)
+from agent_server.app import build_services
+from agent_server.delivery.http import WebhookClient
+from agent_server.delivery.webhook import CURSOR_FILE, Webhook, needs_push, read_cursor
 from agent_server.events import Message, MessageEvent, PauseEvent, TextContent
-from agent_server.log import EventLog
+from agent_server.log import EventLog, last_logged_id
+from core.retry import Backoff, Clock, parse_retry_after
 from tests.conftest import create
 from tests.support.api import events, send, wait_status
 from tests.support.llm import ScriptedLLM, call
@@ -285,20 +277,14 @@ def test_the_log_tail_says_whether_a_push_is_needed(tmp_path: Path) -> None:
 
 async def test_settings_come_from_the_environment_and_the_key_defaults_to_the_session_key(
         tmp_path: Path) -> None:
-    settings = DeliverySettings.from_env({"AGENT_SERVER_WEBHOOK_BATCH_EVENTS": "7",
-                                          "AGENT_SERVER_WS_QUEUE_EVENTS": "9"})
-    assert settings.webhook_batch_events == 7 and settings.ws_queue_events == 9
     config = from_env({"SESSION_API_KEY": "first,second", "AGENT_SERVER_STATE_DIR": str(tmp_path),
-                       "AGENT_SERVER_WEBHOOK_URL": "http://x/hooks"})
-
-    class NoService:
-        def add_log_listener(self, fn: Any) -> None:
-            pass
-
-        transient_listeners: list[Any] = []
-        delete_listeners: list[Any] = []
-
-    delivery = Delivery(config, NoService(), settings)  # type: ignore[arg-type]
+                       "AGENT_SERVER_WEBHOOK_URL": "http://x/hooks",
+                       "AGENT_SERVER_WEBHOOK_BATCH_EVENTS": "7",
+                       "AGENT_SERVER_WS_QUEUE_EVENTS": "9"})
+    settings = config.delivery
+    assert settings.webhook_batch_events == 7 and settings.ws_queue_events == 9
+    services = build_services(config)
+    delivery = services.delivery
     assert delivery.webhook is not None
     assert delivery.webhook.client.headers("m", b"[]")["x-session-api-key"] == "first"
     assert "webhook-signature" not in delivery.webhook.client.headers("m", b"[]")

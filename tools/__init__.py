@@ -10,10 +10,21 @@ from dataclasses import replace
 
 from pydantic import BaseModel
 
-from tools import browser, file_editor, finish, task_tracker, terminal, think
+from tools import (
+    apply_patch,
+    browser,
+    file_editor,
+    finish,
+    gemini,
+    planning_file_editor,
+    search,
+    task_tracker,
+    terminal,
+    think,
+)
+from tools.base import Action, Observation, Tool, ToolContext, ToolError, ToolSet
 from tools.mcp import MCPToolAction, MCPToolObservation
 from tools.skills import InvokeSkillAction, InvokeSkillObservation
-from tools.base import Action, Observation, Tool, ToolContext, ToolError, ToolSet
 
 #: Added to every agent (SPEC 2.6 rule 1).
 ALWAYS: tuple[ToolSet, ...] = (finish.TOOL_SET, think.TOOL_SET)
@@ -32,7 +43,24 @@ TOOL_SETS: dict[str, ToolSet] = {
         file_editor.TOOL_SET,
         task_tracker.TOOL_SET,
         replace(browser.TOOL_SET, params_model=_browser_params),
+        apply_patch.TOOL_SET,
+        search.GLOB_TOOL_SET,
+        search.GREP_TOOL_SET,
+        *gemini.TOOL_SETS,
+        planning_file_editor.TOOL_SET,
     )
+}
+
+#: The names the public OpenHands agent server gives the same tool sets (its class names).
+ALIASES: dict[str, str] = {
+    "ApplyPatchTool": "apply_patch",
+    "GlobTool": "glob",
+    "GrepTool": "grep",
+    "ListDirectoryTool": "list_directory",
+    "ReadFileTool": "read_file",
+    "WriteFileTool": "write_file",
+    "EditTool": "edit",
+    "PlanningFileEditorTool": "planning_file_editor",
 }
 
 #: Kinds that travel in events but belong to no tool set here (e.g. skills, MCP).
@@ -51,6 +79,7 @@ def observation_types() -> list[type[Observation]]:
 
 
 __all__ = [
+    "ALIASES",
     "ALWAYS",
     "TOOL_SETS",
     "Action",

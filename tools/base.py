@@ -12,11 +12,11 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import BaseModel, ValidationError
 
-from agent_server.events.content import (
+from core.content import (
     Content,
     ImageContent,
     Strict,
@@ -24,6 +24,9 @@ from agent_server.events.content import (
     ToolAnnotations,
     ToolDefinition,
 )
+
+if TYPE_CHECKING:
+    from tools.browser.manager import BrowserManager
 
 #: Arguments the loop takes off every tool call before validating the Action (SPEC 6.2
 #: ActionEvent.security_risk and .summary); they are offered to the model by tools that act.
@@ -49,7 +52,14 @@ class Observation(Strict):
 
 
 class ToolError(Exception):
-    """A failure the model should hear about (becomes an AgentErrorEvent); the run goes on."""
+    """The one way a tool fails: the call could not be carried out (becomes an
+    AgentErrorEvent the model reads); the run goes on.
+
+    An Observation with `is_error=True` is not a second failure channel but a result in the
+    tool's own shape that says the request was refused (file_editor's "no such file", as
+    OpenHands clients expect to read it). The loop treats both alike as a failed call
+    (agent_server.agent.loop._failed), which is what stuck detection counts.
+    """
 
 
 @dataclass
@@ -68,6 +78,8 @@ class ToolContext:
     vision: bool = False
     #: Seconds of idleness after which tools holding processes release them.
     idle_timeout: float = 600.0
+    #: The server's one Chromium, shared by conversations (made on first call of this).
+    browser: Callable[[], BrowserManager] | None = None
 
 
 class Tool(ABC):

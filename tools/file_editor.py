@@ -7,11 +7,7 @@ Observation are shaped like OpenHands' file editor so its clients read our event
 
 from __future__ import annotations
 
-import contextlib
-import errno
 import os
-import shutil
-import tempfile
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -20,6 +16,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
+from tools import files
 from tools.base import (
     Action,
     Observation,
@@ -30,17 +27,24 @@ from tools.base import (
     run_in_thread,
     single,
 )
+from tools.files import (
+    MAX_FILE_BYTES,
+    MAX_OUTPUT_CHARS,
+    Refusal,
+    check_size,
+    clip,
+    from_lf,
+    megabytes,
+    read_snapshot,
+    snapshots,
+    to_lf,
+    write_text,
+)
 
 Command = Literal["view", "create", "str_replace", "insert", "undo_edit"]
 
-#: Larger files are refused for editing: the whole text is held in memory, and in history.
-MAX_FILE_BYTES = 10 * 1024 * 1024
-#: The most the model reads from one call; the rest is clipped with a note.
 #: Bytes of one line read at a time when a big file is viewed in parts.
 LINE_BYTES = 4 * 30_000
-MAX_OUTPUT_CHARS = 30_000
-#: old_content/new_content travel in events only up to this size, so the log stays bounded.
-MAX_SNAPSHOT_BYTES = 64 * 1024
 #: Versions kept per file for undo_edit.
 HISTORY_DEPTH = 10
 #: Characters of history kept across all files; the oldest versions are forgotten first.
@@ -97,13 +101,9 @@ class FileEditorObservation(Observation):
     #: False only when create made a new file.
     prev_exist: bool = True
     #: The file before and after an edit, for clients that show a diff; None when either
-    #: side is over MAX_SNAPSHOT_BYTES, so one edit of a big file cannot bloat the event log.
+    #: side is over files.MAX_SNAPSHOT_BYTES, so one edit of a big file cannot bloat the event log.
     old_content: str | None = None
     new_content: str | None = None
-
-
-class _Refusal(Exception):
-    """A mistake in the call (bad path, text not found): told to the model, nothing changed."""
 
 
 @dataclass(frozen=True)
@@ -185,7 +185,7 @@ class FileEditorTool(Tool):
         try:
             result: FileEditorObservation = await run_in_thread(self._run_locked, action)
             return result
-        except _Refusal as refusal:
+        except Refusal as refusal:
             return FileEditorObservation(
                 command=action.command,
                 path=action.path,
@@ -210,53 +210,45 @@ class FileEditorTool(Tool):
             return commands[action.command](action, path)
 
     def _absolute(self, raw: str) -> Path:
-        if "\0" in raw:
-            raise _Refusal("The path contains a NUL character.")
-        if not Path(raw).is_absolute():
-            suggestion = os.path.normpath(self.ctx.working_dir / raw)
-            raise _Refusal(
-                f"The path {raw} is not an absolute path; file_editor needs absolute paths. "
-                f"Did you mean {suggestion}?"
-            )
-        return Path(os.path.normpath(raw))
+        return files.absolute(self.ctx.working_dir, raw, "file_editor")
 
     # -- commands --------------------------------------------------------------------------
 
     def _view(self, action: FileEditorAction, path: Path) -> FileEditorObservation:
         if path.is_dir():
             if action.view_range is not None:
-                raise _Refusal("view_range only applies to files, and this path is a directory.")
+                raise Refusal("view_range only applies to files, and this path is a directory.")
             return _observe(action, path, _list_dir(path))
         if not path.exists():
-            raise _Refusal(
+            raise Refusal(
                 f"The path {path} does not exist. View {path.parent} to see what is there."
             )
         if not path.is_file():
-            raise _Refusal(f"{path} is not a regular file.")
+            raise Refusal(f"{path} is not a regular file.")
         size = path.stat().st_size
         if size > MAX_FILE_BYTES and action.view_range is None:
-            raise _Refusal(
-                f"{path} is {_megabytes(size)}, too big to view whole. Pass view_range "
+            raise Refusal(
+                f"{path} is {megabytes(size)}, too big to view whole. Pass view_range "
                 "to see part of it, or search it with grep in the terminal."
             )
         if size > MAX_FILE_BYTES:
             start, end = _parse_range(action.view_range)
             text = _numbered_stream(path, start, end)
         else:
-            text = _view_text(_to_lf(_read_file(path))[0], action.view_range)
+            text = _view_text(to_lf(_read_file(path))[0], action.view_range)
         return _observe(action, path, f"Here's the result of running `cat -n` on {path}:\n{text}")
 
     def _create(self, action: FileEditorAction, path: Path) -> FileEditorObservation:
         if action.file_text is None:
-            raise _Refusal("Parameter `file_text` is required for the create command.")
+            raise Refusal("Parameter `file_text` is required for the create command.")
         if path.is_dir():
-            raise _Refusal(f"{path} is a directory; create makes files.")
+            raise Refusal(f"{path} is a directory; create makes files.")
         if path.exists() or path.is_symlink():
-            raise _Refusal(
+            raise Refusal(
                 f"File already exists at {path}. Use str_replace to change it, "
                 "or delete it first if you mean to write it anew."
             )
-        _check_size(action.file_text, path)
+        check_size(action.file_text, path)
         path.parent.mkdir(parents=True, exist_ok=True)
         with path.open("x", encoding="utf-8", newline="") as f:
             f.write(action.file_text)
@@ -266,25 +258,25 @@ class FileEditorTool(Tool):
             path,
             f"File created successfully at: {path}",
             prev_exist=False,
-            **_snapshots(None, action.file_text),
+            **snapshots(None, action.file_text),
         )
 
     def _str_replace(self, action: FileEditorAction, path: Path) -> FileEditorObservation:
         if action.old_str is None:
-            raise _Refusal("Parameter `old_str` is required for the str_replace command.")
+            raise Refusal("Parameter `old_str` is required for the str_replace command.")
         if action.old_str == "":
-            raise _Refusal("old_str is empty; give the exact text to replace.")
+            raise Refusal("old_str is empty; give the exact text to replace.")
         before = _read_file(path)
-        text, crlf = _to_lf(before)
+        text, crlf = to_lf(before)
         old, new = action.old_str, action.new_str or ""
         if crlf:
             # The file's CRLF line ends are hidden while editing, so match on LF alone.
             old, new = old.replace("\r\n", "\n"), new.replace("\r\n", "\n")
         if old == new:
-            raise _Refusal("No replacement was performed: old_str and new_str are the same.")
+            raise Refusal("No replacement was performed: old_str and new_str are the same.")
         starts = _find_all(text, old, limit=20)
         if not starts:
-            raise _Refusal(
+            raise Refusal(
                 f"No replacement was performed: old_str was not found verbatim in {path}. It "
                 "must match exactly, whitespace and indentation included; view the file and "
                 "copy the text from it."
@@ -292,25 +284,25 @@ class FileEditorTool(Tool):
         if len(starts) > 1:
             lines = ", ".join(str(_line_of(text, s)) for s in starts)
             many = "more than 20 times" if len(starts) > 20 else f"{len(starts)} times"
-            raise _Refusal(
+            raise Refusal(
                 f"No replacement was performed: old_str occurs {many} in {path}, starting at "
                 f"lines {lines}. Include more surrounding lines so it matches only one place."
             )
         edited = text[: starts[0]] + new + text[starts[0] + len(old) :]
         first = _line_of(text, starts[0])
-        return self._commit(action, path, before, _from_lf(edited, crlf), edited, first, new)
+        return self._commit(action, path, before, from_lf(edited, crlf), edited, first, new)
 
     def _insert(self, action: FileEditorAction, path: Path) -> FileEditorObservation:
         if action.new_str is None:
-            raise _Refusal("Parameter `new_str` is required for the insert command.")
+            raise Refusal("Parameter `new_str` is required for the insert command.")
         if action.insert_line is None:
-            raise _Refusal("Parameter `insert_line` is required for the insert command.")
+            raise Refusal("Parameter `insert_line` is required for the insert command.")
         before = _read_file(path)
-        text, crlf = _to_lf(before)
+        text, crlf = to_lf(before)
         lines, trailing_newline = _split_lines(text)
         at = action.insert_line
         if at > len(lines):
-            raise _Refusal(
+            raise Refusal(
                 f"insert_line {at} is out of range: {path} has {len(lines)} lines, so it must "
                 f"be between 0 (top of file) and {len(lines)} (end of file)."
             )
@@ -318,30 +310,30 @@ class FileEditorTool(Tool):
         block = action.new_str.replace("\r\n", "\n").removesuffix("\n")
         edited_lines = lines[:at] + block.split("\n") + lines[at:]
         edited = "\n".join(edited_lines) + ("\n" if trailing_newline else "")
-        return self._commit(action, path, before, _from_lf(edited, crlf), edited, at + 1, block)
+        return self._commit(action, path, before, from_lf(edited, crlf), edited, at + 1, block)
 
     def _undo(self, action: FileEditorAction, path: Path) -> FileEditorObservation:
         version = self._history.pop(path)
         if version is None:
-            raise _Refusal(f"No edit history for {path}: there is nothing to undo.")
-        current = _read_snapshot(path)
+            raise Refusal(f"No edit history for {path}: there is nothing to undo.")
+        current = read_snapshot(path)
         if version.text is None:
             path.unlink(missing_ok=True)
             return _observe(
                 action,
                 path,
                 f"Undid the creation of {path}: the file was removed.",
-                **_snapshots(current, None),
+                **snapshots(current, None),
             )
         path.parent.mkdir(parents=True, exist_ok=True)
-        _write(path, version.text)
-        shown = _view_text(_to_lf(version.text)[0], None)
+        write_text(path, version.text)
+        shown = _view_text(to_lf(version.text)[0], None)
         return _observe(
             action,
             path,
             f"Last edit to {path} undone. Here's the result of running `cat -n` on {path}:\n"
             f"{shown}",
-            **_snapshots(current, version.text),
+            **snapshots(current, version.text),
         )
 
     def _commit(
@@ -355,8 +347,8 @@ class FileEditorTool(Tool):
         inserted: str,
     ) -> FileEditorObservation:
         """Write an edit, remember the old version, and show the edited region."""
-        _check_size(after, path)
-        _write(path, after)
+        check_size(after, path)
+        write_text(path, after)
         self._history.push(path, before)
         last_line = first_line + inserted.count("\n")
         snippet = _numbered(
@@ -371,7 +363,7 @@ class FileEditorTool(Tool):
             f"snippet of {path}:\n{snippet}\n"
             "Review the changes and make sure they are as expected (indentation, no duplicated "
             "lines). Edit the file again if necessary.",
-            **_snapshots(before, after),
+            **snapshots(before, after),
         )
 
 
@@ -381,106 +373,11 @@ class FileEditorTool(Tool):
 def _read_file(path: Path) -> str:
     """The text of a file to edit, refusing what this tool cannot edit safely."""
     if path.is_dir():
-        raise _Refusal(f"{path} is a directory; only view works on directories.")
-    if not path.exists():
-        raise _Refusal(f"The file {path} does not exist. Use create to make a new file.")
-    if not path.is_file():
-        raise _Refusal(f"{path} is not a regular file.")
-    size = path.stat().st_size
-    if size > MAX_FILE_BYTES:
-        raise _Refusal(
-            f"{path} is {_megabytes(size)}; file_editor edits files up to "
-            f"{_megabytes(MAX_FILE_BYTES)}. Use the terminal (sed, a script) for this one."
-        )
-    return _decode(path.read_bytes(), path)
-
-
-def _decode(data: bytes, path: Path) -> str:
-    if b"\0" in data:
-        raise _Refusal(
-            f"{path} is a binary file (it contains NUL bytes); file_editor only handles UTF-8 "
-            "text. Use the terminal to inspect it."
-        )
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise _Refusal(
-            f"{path} is not UTF-8 text (undecodable byte at offset {e.start}); file_editor "
-            "only handles UTF-8 text. Use the terminal to inspect it."
-        ) from None
-
-
-def _read_snapshot(path: Path) -> str | None:
-    """The current text for the event's diff, or None when it is gone, big or not text."""
-    try:
-        if path.stat().st_size > MAX_SNAPSHOT_BYTES:
-            return None
-        return path.read_bytes().decode("utf-8")
-    except (OSError, UnicodeDecodeError):
-        return None
-
-
-def _write(path: Path, text: str) -> None:
-    """Replace the file whole (temp file, fsync, rename): a crash never leaves half an edit."""
-    target = path.resolve()  # through symlinks, so the link itself stays a link
-    data = text.encode("utf-8")
-    try:
-        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-    except PermissionError:
-        # The directory is not writable though the file may be: edit in place instead.
-        target.write_bytes(data)
-        return
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        if target.exists():
-            shutil.copymode(target, tmp)  # keep the mode bits, e.g. of executable scripts
-            st = target.stat()
-            with contextlib.suppress(OSError):
-                os.chown(tmp, st.st_uid, st.st_gid)
-        os.replace(tmp, target)
-    except OSError as e:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        # A bind-mounted file (/etc/hosts in a container) cannot be renamed over; anything
-        # else (a full disk) must not fall through to a write that could tear the file.
-        if e.errno != errno.EBUSY:
-            raise
-        target.write_bytes(data)
-
-
-def _check_size(text: str, path: Path) -> None:
-    size = len(text.encode("utf-8"))
-    if size > MAX_FILE_BYTES:
-        raise _Refusal(
-            f"The new content of {path} would be {_megabytes(size)}; file_editor writes files "
-            f"up to {_megabytes(MAX_FILE_BYTES)}."
-        )
-
-
-def _snapshots(old: str | None, new: str | None) -> dict[str, str | None]:
-    """Both sides of an edit, or neither: a diff against a missing side would mislead."""
-    small = all(len(t.encode("utf-8")) <= MAX_SNAPSHOT_BYTES for t in (old, new) if t is not None)
-    if not small:
-        return {"old_content": None, "new_content": None}
-    return {"old_content": old, "new_content": new}
+        raise Refusal(f"{path} is a directory; only view works on directories.")
+    return files.read_text(path, missing_hint=" Use create to make a new file.")
 
 
 # -- text ----------------------------------------------------------------------------------
-
-
-def _to_lf(raw: str) -> tuple[str, bool]:
-    """Text with LF line ends, and whether every line end was CRLF (restored on writing)."""
-    crlf_count = raw.count("\r\n")
-    if crlf_count and crlf_count == raw.count("\n"):
-        return raw.replace("\r\n", "\n"), True
-    return raw, False
-
-
-def _from_lf(text: str, crlf: bool) -> str:
-    return text.replace("\n", "\r\n") if crlf else text
 
 
 def _split_lines(text: str) -> tuple[list[str], bool]:
@@ -519,12 +416,12 @@ def _parse_range(view_range: list[int] | None) -> tuple[int, int]:
     if view_range is None:
         return 1, -1
     if len(view_range) != 2:
-        raise _Refusal(f"view_range must be two numbers [start, end]; got {view_range}.")
+        raise Refusal(f"view_range must be two numbers [start, end]; got {view_range}.")
     start, end = view_range
     if start < 1:
-        raise _Refusal(f"view_range start {start} is invalid: lines are numbered from 1.")
+        raise Refusal(f"view_range start {start} is invalid: lines are numbered from 1.")
     if end != -1 and end < start:
-        raise _Refusal(
+        raise Refusal(
             f"view_range {view_range} is invalid: end {end} is before start {start} "
             "(use -1 as end to read to the end of the file)."
         )
@@ -536,10 +433,10 @@ def _view_text(text: str, view_range: list[int] | None) -> str:
     lines, _ = _split_lines(text)
     if not lines:
         if view_range is not None:
-            raise _Refusal("view_range cannot apply: the file is empty.")
+            raise Refusal("view_range cannot apply: the file is empty.")
         return "(the file is empty)"
     if start > len(lines):
-        raise _Refusal(
+        raise Refusal(
             f"view_range start {start} is beyond the end of the file, which has {len(lines)} "
             "lines."
         )
@@ -547,7 +444,7 @@ def _view_text(text: str, view_range: list[int] | None) -> str:
     if end > len(lines):
         note = f"\n(the file ends at line {len(lines)})"
     last = len(lines) if end == -1 else min(end, len(lines))
-    return _clip(_numbered(lines, start, last) + note)
+    return clip(_numbered(lines, start, last) + note)
 
 
 def _numbered_stream(path: Path, start: int, end: int) -> str:
@@ -575,26 +472,10 @@ def _numbered_stream(path: Path, start: int, end: int) -> str:
             out.append(f"{number:6}\t{line}")
             chars += len(out[-1]) + 1
     if not out:
-        raise _Refusal(
+        raise Refusal(
             f"view_range start {start} is beyond the end of the file, which has {number} lines."
         )
-    return _clip("\n".join(out))
-
-
-def _clip(text: str) -> str:
-    """Cap what the model reads, at a line boundary, saying how to see the rest."""
-    if len(text) <= MAX_OUTPUT_CHARS:
-        return text
-    cut = text.rfind("\n", 0, MAX_OUTPUT_CHARS)
-    kept = text[: cut if cut > 0 else MAX_OUTPUT_CHARS]
-    return (
-        f"{kept}\n<response clipped: showing {len(kept):,} of {len(text):,} characters. "
-        "Use view_range to see a specific part, or grep in the terminal to find lines.>"
-    )
-
-
-def _megabytes(size: int) -> str:
-    return f"{size / (1024 * 1024):.1f} MB"
+    return clip("\n".join(out))
 
 
 def _list_dir(root: Path) -> str:
@@ -625,7 +506,7 @@ def _list_dir(root: Path) -> str:
     body = "\n".join(entries) if entries else "(empty directory)"
     if truncated:
         body += f"\n<listing stopped at {MAX_LISTING_ENTRIES} entries; view subdirectories>"
-    return _clip(
+    return clip(
         f"Here's the files and directories up to 2 levels deep in {root}, excluding hidden "
         f"items:\n{body}"
     )

@@ -12,7 +12,7 @@ import json
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Literal
 
-from agent_server.events.content import ToolAnnotations, ToolDefinition
+from core.content import ToolAnnotations, ToolDefinition
 from tools.base import (
     META_ARGUMENTS,
     Action,

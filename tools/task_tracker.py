@@ -12,8 +12,8 @@ from typing import Literal
 
 from pydantic import Field, ValidationError
 
-from agent_server.events.content import Strict
-from agent_server.store import write_atomic
+from core.content import Strict
+from core.files import write_atomic
 from tools.base import Action, Observation, TextContent, Tool, ToolError, run_in_thread, single
 
 #: Bounds that keep the list (and every observation that repeats it) small.

@@ -10,13 +10,14 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from agent_server.agent import llm
+from agent_server.agent.llm import LLMFailure
 from agent_server.agent.view import View
 from agent_server.events import Condensation
-from agent_server.models import CondenserConfig, LLMConfig
+from agent_server.agent.spec import CondenserConfig, LLMConfig
 
 if TYPE_CHECKING:
-    from agent_server.conversations import Conversation
+    from agent_server.agent.model import Model
+    from agent_server.agent.sink import EventSink
 
 #: Characters per token assumed when estimating a prompt (a conservative ratio).
 CHARS_PER_TOKEN = 3
@@ -39,25 +40,23 @@ def estimate_tokens(messages: list[dict[str, Any]], tools: list[dict[str, Any]] 
 
 
 class Condenser:
-    def __init__(self, config: CondenserConfig, llm_config: LLMConfig) -> None:
+    def __init__(self, config: CondenserConfig, llm_config: LLMConfig, model: Model) -> None:
         self.config = config
         self.llm_config = llm_config
-        self._limit: int | None | bool = False  # False: not looked up yet
+        self.model = model
+        self._limit: int | None = None
+        self._looked_up = False
 
     async def limit(self) -> int | None:
         """Token budget of a prompt: the smaller of max_tokens and max_share of the window."""
-        if self._limit is False:
+        if not self._looked_up:
+            self._looked_up = True
             limits = [self.config.max_tokens] if self.config.max_tokens else []
-            litellm = await llm.load()
-            try:
-                info = litellm.get_model_info(self.llm_config.model)
-                window = info.get("max_input_tokens") or info.get("max_tokens")
-            except Exception:  # a model missing from litellm's map: no window known
-                window = None
+            window = await self.model.context_window(self.llm_config)
             if window:
                 limits.append(int(window * self.config.max_share))
             self._limit = min(limits) if limits else None
-        return self._limit  # type: ignore[return-value]
+        return self._limit
 
     async def needed(self, view: View, tools: list[dict[str, Any]]) -> bool:
         if not self.config.enabled:
@@ -69,7 +68,7 @@ class Condenser:
         limit = await self.limit()
         return limit is not None and estimate_tokens(view.request(), tools) > limit
 
-    async def condense(self, conv: Conversation, view: View, tools: list[dict[str, Any]]) -> bool:
+    async def condense(self, sink: EventSink, view: View, tools: list[dict[str, Any]]) -> bool:
         """Append a Condensation for the middle of the view; False when there is no middle."""
         messages = view.messages
         head = next((i + 1 for i, m in enumerate(messages) if m["role"] == "user"), 1)
@@ -79,7 +78,7 @@ class Condenser:
         middle = messages[head:tail]
         forgotten = [i for m in middle for i in view.sources(m) if i]
         summary, response_id = await self._summarize(middle)
-        await conv.append(Condensation(forgotten_event_ids=list(dict.fromkeys(forgotten)),
+        await sink.append(Condensation(forgotten_event_ids=list(dict.fromkeys(forgotten)),
                                        summary=summary, summary_offset=head,
                                        llm_response_id=response_id))
         return True
@@ -114,12 +113,12 @@ class Condenser:
         if len(text) > room:  # keep the start and the end of what is forgotten
             text = text[: room // 2] + "\n[...]\n" + text[-(room // 2):]
         try:
-            reply = await llm.complete(self.llm_config, [
+            reply = await self.model.complete(self.llm_config, [
                 {"role": "system", "content": PROMPT},
                 {"role": "user", "content": text},
             ], tools=[])
             return reply.content.strip() or "(empty summary)", reply.response_id
-        except llm.LLMFailure as failure:
+        except LLMFailure as failure:
             # Forgetting without a summary beats failing the run on an overfull context.
             return f"(The earlier part of this conversation could not be summarized: {failure.code}.)", "none"
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from agent_server.events import ActionEvent, SecurityRisk
-from agent_server.models import AlwaysConfirm, ConfirmationPolicy, ConfirmRisky
+from agent_server.agent.spec import AlwaysConfirm, ConfirmRisky, ConfirmationPolicy
 
 
 def needs_confirmation(policy: ConfirmationPolicy, event: ActionEvent, acts: bool) -> bool:

@@ -8,19 +8,15 @@ block. Every run becomes a HookExecutionEvent.
 
 from __future__ import annotations
 
-import asyncio
 import json
-import os
-import signal
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable, Mapping
+from pathlib import Path
+from typing import Any
 
 from agent_server.events import HookExecutionEvent
-from agent_server.models import HookConfig
-from agent_server.workspace import child_env
-
-if TYPE_CHECKING:
-    from agent_server.conversations import Conversation
+from agent_server.agent.spec import HookConfig
+from core.processes import Output, child_env, run_process
 
 #: Bytes of stdout and stderr kept from a hook (the rest is cut with a note).
 OUTPUT_LIMIT = 16 * 1024
@@ -39,54 +35,27 @@ class HookOutcome:
         return "\n".join(self.additional_context) if self.additional_context else None
 
 
-async def _read_capped(stream: asyncio.StreamReader) -> str:
-    kept = bytearray()
-    dropped = 0
-    while chunk := await stream.read(65536):
-        room = OUTPUT_LIMIT - len(kept)
-        kept += chunk[:room]
-        dropped += max(0, len(chunk) - room)
-    text = kept.decode(errors="replace")
+def _text(output: Output) -> str:
+    text = output.head.decode(errors="replace")
+    dropped = output.total - len(output.head)
     return text + (f"\n[... {dropped} more bytes cut]" if dropped else "")
 
 
 async def _run_one(command: str, timeout: float, payload: dict[str, Any], cwd: str,
                    env: dict[str, str]) -> tuple[int, str, str, str | None]:
-    """(exit code, stdout, stderr, error) of one hook command; never raises for its failures."""
+    """(exit code, stdout, stderr, error) of one hook command; never raises for its failures.
+
+    It runs like a workspace command: whatever the hook started (a daemon too) is killed when
+    it ends, times out or the caller is cancelled.
+    """
     try:
-        proc = await asyncio.create_subprocess_shell(
-            command, cwd=cwd, env=env, start_new_session=True,
-            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-        )
+        done = await run_process(["/bin/sh", "-c", command], cwd, env, timeout, OUTPUT_LIMIT,
+                                 stdin=json.dumps(payload).encode())
     except OSError as exc:
         return -1, "", "", f"could not start the hook: {exc}"
-    assert proc.stdin and proc.stdout and proc.stderr
-
-    async def talk() -> tuple[str, str]:
-        try:
-            if not proc.stdin.is_closing():  # type: ignore[union-attr]
-                proc.stdin.write(json.dumps(payload).encode())  # type: ignore[union-attr]
-                await proc.stdin.drain()  # type: ignore[union-attr]
-            proc.stdin.close()  # type: ignore[union-attr]
-        except (BrokenPipeError, ConnectionResetError, RuntimeError):
-            pass  # a hook that exits without reading its input is fine
-        out, err = await asyncio.gather(_read_capped(proc.stdout), _read_capped(proc.stderr))  # type: ignore[arg-type]
-        await proc.wait()
-        return out, err
-
-    try:
-        out, err = await asyncio.wait_for(talk(), timeout)
-    except (asyncio.TimeoutError, asyncio.CancelledError) as exc:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        await proc.wait()
-        if isinstance(exc, asyncio.CancelledError):
-            raise
+    if done.timed_out:
         return -1, "", "", f"timed out after {timeout:g}s"
-    return proc.returncode or 0, out, err, None
+    return done.exit_code, _text(done.stdout), _text(done.stderr), None
 
 
 def _decision(stdout: str) -> dict[str, Any]:
@@ -97,60 +66,71 @@ def _decision(stdout: str) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
-async def run_hooks(conv: Conversation, event_type: str, *, tool_name: str | None = None,
-                    action_id: str | None = None, message_id: str | None = None,
-                    details: dict[str, Any] | None = None) -> HookOutcome:
-    """Run the hooks configured for this moment, in order; a block stops the rest."""
-    config: HookConfig | None = conv.record.hook_config
-    outcome = HookOutcome()
-    if config is None:
+class Hooks:
+    """The hooks of one conversation, run in its workspace; each run becomes an event."""
+
+    def __init__(self, config: HookConfig | None, conversation_id: str, working_dir: Path,
+                 secrets: Mapping[str, str], append: Callable[..., Awaitable[Any]]) -> None:
+        self.config = config
+        self.conversation_id = conversation_id
+        self.working_dir = working_dir
+        #: The conversation's live secret values: a hook sees them as the terminal does.
+        self.secrets = secrets
+        self.append = append
+
+    async def run(self, event_type: str, *, tool_name: str | None = None,
+                  action_id: str | None = None, message_id: str | None = None,
+                  details: dict[str, Any] | None = None) -> HookOutcome:
+        """Run the hooks configured for this moment, in order; a block stops the rest."""
+        outcome = HookOutcome()
+        if self.config is None:
+            return outcome
+        hooks = self.config.matching(event_type, tool_name)
+        if not hooks:
+            return outcome
+        payload = {
+            "conversation_id": self.conversation_id,
+            "session_id": self.conversation_id,
+            "hook_event_name": event_type,
+            "event_type": event_type,
+            "working_dir": str(self.working_dir),
+            "tool_name": tool_name,
+            **(details or {}),
+        }
+        # The server's own credentials stay out: a hook's output lands in events.
+        env = child_env(self.secrets, {"AGENT_SERVER_CONVERSATION_ID": self.conversation_id})
+        for hook in hooks:
+            code, out, err, error = await _run_one(hook.command, hook.timeout, payload,
+                                                   str(self.working_dir), env)
+            answer = _decision(out) if code == 0 else {}
+            denied = str(answer.get("decision", "")).lower() in ("deny", "block")
+            blocked = code == 2 or denied
+            reason = answer.get("reason") if isinstance(answer.get("reason"), str) else None
+            if blocked and reason is None:
+                reason = err.strip() or f"blocked by hook: {hook.command}"
+            context = answer.get("additionalContext")
+            context = context if isinstance(context, str) and context else None
+            if error is None and code not in (0, 2):
+                error = f"exited with {code}"
+            await self.append(HookExecutionEvent(
+                hook_event_type=event_type,  # type: ignore[arg-type]
+                hook_command=hook.command,
+                tool_name=tool_name,
+                success=code == 0 and error is None,
+                blocked=blocked,
+                exit_code=code,
+                stdout=out,
+                stderr=err,
+                reason=reason,
+                additional_context=context,
+                error=error,
+                action_id=action_id,
+                message_id=message_id,
+                hook_input=payload,
+            ))
+            if context:
+                outcome.additional_context = [*(outcome.additional_context or []), context]
+            if blocked:
+                outcome.blocked, outcome.reason = True, reason
+                break
         return outcome
-    hooks = config.matching(event_type, tool_name)
-    if not hooks:
-        return outcome
-    payload = {
-        "conversation_id": conv.id,
-        "session_id": conv.id,
-        "hook_event_name": event_type,
-        "event_type": event_type,
-        "working_dir": str(conv.working_dir),
-        "tool_name": tool_name,
-        **(details or {}),
-    }
-    # The server's own credentials stay out: a hook's output lands in events.
-    env = child_env(conv.secret_values, {"AGENT_SERVER_CONVERSATION_ID": conv.id})
-    for hook in hooks:
-        code, out, err, error = await _run_one(hook.command, hook.timeout, payload,
-                                               str(conv.working_dir), env)
-        answer = _decision(out) if code == 0 else {}
-        denied = str(answer.get("decision", "")).lower() in ("deny", "block")
-        blocked = code == 2 or denied
-        reason = answer.get("reason") if isinstance(answer.get("reason"), str) else None
-        if blocked and reason is None:
-            reason = err.strip() or f"blocked by hook: {hook.command}"
-        context = answer.get("additionalContext")
-        context = context if isinstance(context, str) and context else None
-        if error is None and code not in (0, 2):
-            error = f"exited with {code}"
-        await conv.append(HookExecutionEvent(
-            hook_event_type=event_type,  # type: ignore[arg-type]
-            hook_command=hook.command,
-            tool_name=tool_name,
-            success=code == 0 and error is None,
-            blocked=blocked,
-            exit_code=code,
-            stdout=out,
-            stderr=err,
-            reason=reason,
-            additional_context=context,
-            error=error,
-            action_id=action_id,
-            message_id=message_id,
-            hook_input=payload,
-        ))
-        if context:
-            outcome.additional_context = [*(outcome.additional_context or []), context]
-        if blocked:
-            outcome.blocked, outcome.reason = True, reason
-            break
-    return outcome

@@ -12,16 +12,16 @@ import gc
 import importlib
 import logging
 import os
-import random
 import sys
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from email.utils import parsedate_to_datetime
 from typing import Any
 
-from agent_server.models import LLMConfig, TokenUsage
+from agent_server.agent.spec import LLMConfig, TokenUsage
+from core.masking import REDACTED
+from core.retry import Backoff, parse_retry_after
 
 logger = logging.getLogger(__name__)
 
@@ -39,7 +39,7 @@ def _import() -> Any:
         # litellm's logging scans every message of every request for base64 to shorten; we
         # log no request bodies, so that work (growing with the conversation) is skipped.
         os.environ.setdefault("MAX_BASE64_LENGTH_FOR_LOGGING", "0")
-        module = importlib.import_module("litellm")
+        module: Any = importlib.import_module("litellm")
         module.telemetry = False
         module.suppress_debug_info = True
         for name in ("LiteLLM", "LiteLLM Router", "LiteLLM Proxy"):
@@ -98,12 +98,9 @@ class Completion:
 #: Seam for tests of the backoff schedule; the loop uses asyncio.sleep.
 Sleep = Callable[[float], Any]
 
-
-def backoff(attempt: int, retry_after: float | None, base: float = 1.0, cap: float = 30.0) -> float:
-    """Seconds to wait before retry `attempt` (1-based): Retry-After, else full jitter."""
-    if retry_after is not None:
-        return min(max(retry_after, 0.0), 120.0)
-    return random.uniform(base / 2, min(cap, base * 2 ** (attempt - 1)))
+#: Full jitter from 0.5 s up to 30 s; a provider's Retry-After is obeyed up to two minutes
+#: (rate limits often ask for a minute), but no longer: the run must not look hung.
+BACKOFF = Backoff(minimum=1.0, maximum=30.0, full_jitter=True, retry_after_bounds=(0.0, 120.0))
 
 
 def _retry_after(exc: Exception) -> float | None:
@@ -114,15 +111,7 @@ def _retry_after(exc: Exception) -> float | None:
     if not headers:
         return None
     value = headers.get("retry-after") or headers.get("Retry-After")
-    if value is None:
-        return None
-    try:
-        return float(value)
-    except ValueError:
-        try:
-            return (parsedate_to_datetime(value).timestamp() - time.time())
-        except (TypeError, ValueError):
-            return None
+    return None if value is None else parse_retry_after(str(value), time.time())
 
 
 def _retryable(litellm: Any, exc: Exception) -> bool:
@@ -143,7 +132,7 @@ def _failure(exc: Exception, secrets: list[str]) -> LLMFailure:
     detail = str(exc)
     for secret in secrets:
         if secret:
-            detail = detail.replace(secret, "**********")
+            detail = detail.replace(secret, REDACTED)
     # Kept long: the conversation masks its own secrets in it before cutting it to size.
     return LLMFailure(type(exc).__name__, detail[:20000])
 
@@ -201,7 +190,7 @@ async def complete(
         except Exception as exc:
             if not _retryable(litellm, exc) or attempt > config.num_retries:
                 raise _failure(exc, secrets) from None
-            wait = backoff(attempt, _retry_after(exc))
+            wait = BACKOFF.wait(attempt, _retry_after(exc))
             logger.info("LLM call failed (%s); retry %d in %.1fs", type(exc).__name__, attempt, wait)
             await sleep(wait)
 

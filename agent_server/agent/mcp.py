@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from agent_server.events import ServerErrorEvent
+from core.ids import PLACEHOLDER
 from tools.base import ToolContext
 from tools.mcp import MCPTool, MCPToolObservation, failure, observation
 
@@ -34,7 +35,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-PLACEHOLDER = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 TOOL_NAME_MAX = 64
 STARTUP_TIMEOUT = 30.0
 CALL_TIMEOUT = 300.0
@@ -480,7 +480,7 @@ class MCPServers:
     def _on_death(self, server: ServerConnection, error: str) -> None:
         event = ServerErrorEvent(source="environment", code="MCPServerDied",
                                  detail=f"MCP server {server.name!r} stopped: {error}")
-        task = asyncio.get_running_loop().create_task(self.report(event))
+        task = asyncio.ensure_future(self.report(event))
         self._reports.add(task)
         task.add_done_callback(self._reports.discard)
 

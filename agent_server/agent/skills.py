@@ -17,14 +17,11 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydantic import BaseModel
 
 from agent_server.events import TextContent
-
-if TYPE_CHECKING:
-    from agent_server.conversations import Conversation
 
 logger = logging.getLogger(__name__)
 
@@ -74,6 +71,15 @@ class SkillBook:
     skills: list[Skill]
     activated: set[str] = field(default_factory=set)
 
+    @classmethod
+    def of(cls, working_dir: Path) -> SkillBook:
+        """The skills of a workspace (blocking, bounded file reads: call it in a thread).
+
+        What was activated lives as long as the book, i.e. the process: after a restart a
+        trigger can activate a skill once more.
+        """
+        return cls(load(working_dir))
+
     @property
     def invocable(self) -> dict[str, Skill]:
         return {s.name: s for s in self.skills if not s.always_on}
@@ -95,18 +101,6 @@ class SkillBook:
                 self.activated.add(skill.name)
                 found.append((skill, trigger))
         return found
-
-
-def book_for(conv: Conversation) -> SkillBook:
-    """The conversation's skills, read from its workspace the first time in this process.
-
-    Blocking file reads (bounded): call it in a thread from async code. What was activated
-    lives as long as the process: after a restart a trigger can activate a skill once more.
-    """
-    book = conv.skill_book
-    if book is None:
-        book = conv.skill_book = SkillBook(load(conv.working_dir))
-    return book
 
 
 def load(working_dir: Path) -> list[Skill]:
@@ -291,7 +285,6 @@ __all__ = [
     "SkillInfo",
     "SkillList",
     "activation_text",
-    "book_for",
     "front_matter",
     "load",
     "parse",

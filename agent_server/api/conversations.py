@@ -2,41 +2,46 @@
 
 from __future__ import annotations
 
-from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 
-from agent_server.api.io import conversation, doc, read_body, read_query, reply, service
-from agent_server.models import (
+from agent_server.api.io import (
+    conversation,
+    doc,
+    info,
+    located,
+    read_body,
+    read_query,
+    reply,
+    service,
+)
+from agent_server.agent.spec import HookConfig
+from agent_server.api.schemas import (
     ConfirmationResponse,
     ConversationIds,
     ConversationInfo,
     ConversationPage,
-    ConversationSearch,
-    CreateConversation,
-    ExecutionStatus,
-    HookConfig,
     SetConfirmationPolicy,
     Success,
     UpdateSecrets,
-    secret_values,
 )
-from agent_server.errors import invalid
+from agent_server.record import ConversationSearch, CreateConversation, secret_values
+from agent_server.errors import NotFound
 from agent_server.events import CondensationRequest
-from agent_server.secrets import check_secrets
 
 
 @doc(summary="Create a conversation (201), or return the one with this conversation_id (200)",
      body=CreateConversation, response=ConversationInfo, status=201)
 async def create(request: Request) -> Response:
     body = await read_body(request, CreateConversation)
-    conv, created = await service(request).create(body)
-    return reply(ConversationInfo.of(conv.record), 201 if created else 200)
+    with located("body"):
+        conv, created = await service(request).create(body)
+    return reply(info(conv), 201 if created else 200)
 
 
 @doc(summary="A conversation, with its execution_status", response=ConversationInfo, errors=(404,))
 async def get(request: Request) -> Response:
-    return reply(ConversationInfo.of(conversation(request).record))
+    return reply(info(conversation(request)))
 
 
 @doc(summary="Conversations by id (null for an unknown id)", query=ConversationIds,
@@ -44,23 +49,21 @@ async def get(request: Request) -> Response:
 async def batch_get(request: Request) -> Response:
     query = read_query(request, ConversationIds)
     found = [service(request).get(i) for i in query.ids]
-    return reply([None if c is None else ConversationInfo.of(c.record).model_dump(mode="json")
-                  for c in found])
+    return reply([None if c is None else info(c).model_dump(mode="json") for c in found])
 
 
 @doc(summary="Search conversations", query=ConversationSearch, response=ConversationPage)
 async def search(request: Request) -> Response:
     query = read_query(request, ConversationSearch)
     page, next_id = service(request).search(query)
-    return reply(ConversationPage(items=[ConversationInfo.of(c.record) for c in page],
+    return reply(ConversationPage(items=[info(c) for c in page],
                                   next_page_id=next_id))
 
 
 @doc(summary="Count conversations", query=ConversationSearch, response=int)
 async def count(request: Request) -> Response:
     query = read_query(request, ConversationSearch)
-    return reply(sum(1 for c in service(request)
-                     if query.status is None or c.status == query.status))  # type: ignore[arg-type]
+    return reply(len(service(request).matching(query)))  # type: ignore[arg-type]
 
 
 @doc(summary="Delete a conversation: stops its run and removes its log (the workspace stays)",
@@ -68,7 +71,7 @@ async def count(request: Request) -> Response:
 async def delete(request: Request) -> Response:
     conv = conversation(request)
     if not await service(request).delete(conv.record.id):
-        raise HTTPException(404, f"Conversation {conv.id} not found")
+        raise NotFound(f"Conversation {conv.id} not found")
     return reply(Success())
 
 
@@ -97,9 +100,8 @@ async def interrupt(request: Request) -> Response:
 async def update_secrets(request: Request) -> Response:
     conv = conversation(request)
     values = secret_values((await read_body(request, UpdateSecrets)).secrets)
-    for name, problem in check_secrets(values):
-        raise invalid(["body", "secrets", name], problem)
-    await conv.add_secrets(values)
+    with located("body"):
+        await conv.add_secrets(values)
     return reply(Success())
 
 
@@ -107,8 +109,7 @@ async def update_secrets(request: Request) -> Response:
      body=SetConfirmationPolicy, response=Success, errors=(404,))
 async def set_confirmation_policy(request: Request) -> Response:
     conv = conversation(request)
-    conv.record.confirmation_policy = (await read_body(request, SetConfirmationPolicy)).policy
-    await conv.save()
+    await conv.set_confirmation_policy((await read_body(request, SetConfirmationPolicy)).policy)
     return reply(Success())
 
 
@@ -117,15 +118,7 @@ async def set_confirmation_policy(request: Request) -> Response:
 async def respond_to_confirmation(request: Request) -> Response:
     conv = conversation(request)
     answer = await read_body(request, ConfirmationResponse)
-    await conv.settle()
-    if conv.status != ExecutionStatus.WAITING_FOR_CONFIRMATION or conv.running:
-        raise HTTPException(409, "No action is waiting for confirmation "
-                                 f"(execution_status is {conv.status.value})")
-    if answer.accept:
-        await conv.run(approved=True)
-    else:
-        await service(request).agent.reject_pending(conv, answer.reason)
-        await conv.set_status(ExecutionStatus.IDLE)
+    await conv.respond(answer.accept, answer.reason)
     return reply(Success())
 
 

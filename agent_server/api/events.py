@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import json
 
-from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 
 from agent_server.api.io import conversation, doc, read_body, read_query, reply
+from agent_server.errors import NotFound
 from agent_server.log import Query
-from agent_server.models import EventPage, EventSearch, SendMessage
+from agent_server.api.schemas import EventPage, EventSearch
+from agent_server.record import SendMessage
 
 
 def _query(params: EventSearch) -> Query:
@@ -47,7 +48,7 @@ async def get(request: Request) -> Response:
     log = await conversation(request).log()
     line = log.get(request.path_params["event_id"])
     if line is None:
-        raise HTTPException(404, f"Event {request.path_params['event_id']} not found")
+        raise NotFound(f"Event {request.path_params['event_id']} not found")
     return Response(line, media_type="application/json")
 
 

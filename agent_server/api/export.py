@@ -7,9 +7,8 @@ import json
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from agent_server.api.io import conversation, doc
+from agent_server.api.io import conversation, doc, info
 from agent_server.export import trajectory_zip
-from agent_server.models import ConversationInfo
 
 
 @doc(summary="The trajectory as a zip: events.jsonl (the events as stored) and meta.json "
@@ -17,8 +16,8 @@ from agent_server.models import ConversationInfo
 async def download(request: Request) -> Response:
     conv = conversation(request)
     log = await conv.log()
-    info = conv.masker.data(ConversationInfo.of(conv.record).model_dump(mode="json"))
-    meta = json.dumps(info, indent=1, sort_keys=True).encode()
+    shown = conv.masker.data(info(conv).model_dump(mode="json"))
+    meta = json.dumps(shown, indent=1, sort_keys=True).encode()
     # A sync iterator: Starlette runs it in a worker thread, so log reads never block the loop.
     return StreamingResponse(trajectory_zip(meta, log, len(log)), media_type="application/zip",
                              headers={"Content-Disposition":

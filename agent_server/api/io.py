@@ -2,19 +2,24 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
-from collections.abc import Callable
-from typing import Any, TypeVar
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 from uuid import UUID
 
 from pydantic import BaseModel, ValidationError
-from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import HTTPConnection, Request
 from starlette.responses import JSONResponse, Response
 
 from agent_server.conversations import Conversation, ConversationService
-from agent_server.errors import from_pydantic, invalid
+from agent_server.errors import InvalidInput, NotFound, PayloadTooLarge, from_pydantic, invalid
+
+from agent_server.api.schemas import ConversationInfo
+
+if TYPE_CHECKING:
+    from agent_server.app import Services
 
 M = TypeVar("M", bound=BaseModel)
 MAX_BODY = 8 * 1024 * 1024
@@ -24,12 +29,12 @@ async def _bounded_body(request: Request) -> bytes:
     """The body, refused with 413 as soon as it passes MAX_BODY (never held whole first)."""
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > MAX_BODY:
-        raise HTTPException(413, f"request body over {MAX_BODY} bytes")
+        raise PayloadTooLarge(f"request body over {MAX_BODY} bytes")
     body = bytearray()
     async for chunk in request.stream():
         body += chunk
         if len(body) > MAX_BODY:
-            raise HTTPException(413, f"request body over {MAX_BODY} bytes")
+            raise PayloadTooLarge(f"request body over {MAX_BODY} bytes")
     return bytes(body)
 
 
@@ -94,16 +99,36 @@ def path_uuid(request: Request, name: str = "conversation_id") -> UUID:
         raise invalid(["path", name], "Input should be a valid UUID", "uuid_parsing", raw) from None
 
 
+def services(request: HTTPConnection) -> Services:
+    """The lifespan's typed state (agent_server.app.State)."""
+    return cast("Services", request.state.services)
+
+
 def service(request: Request) -> ConversationService:
-    return request.app.state.conversations
+    return services(request).conversations
 
 
 def conversation(request: Request) -> Conversation:
     conv_id = path_uuid(request)
     conv = service(request).get(conv_id)
     if conv is None:
-        raise HTTPException(404, f"Conversation {conv_id} not found")
+        raise NotFound(f"Conversation {conv_id} not found")
     return conv
+
+
+@contextlib.contextmanager
+def located(*prefix: str | int) -> Iterator[None]:
+    """Domain code raises InvalidInput located inside what it checked; the API says where
+    that was in the request (e.g. "body")."""
+    try:
+        yield
+    except InvalidInput as exc:
+        raise exc.at(*prefix) from None
+
+
+def info(conv: Conversation) -> ConversationInfo:
+    """A conversation as the API shows it, with its webhook lag read from delivery now."""
+    return ConversationInfo.of(conv.record, conv.webhook_status())
 
 
 def reply(value: BaseModel | dict[str, Any] | list[Any], status: int = 200) -> Response:

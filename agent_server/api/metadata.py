@@ -5,8 +5,8 @@ from __future__ import annotations
 from starlette.requests import Request
 from starlette.responses import Response
 
-from agent_server.api.io import conversation, doc, read_body, reply
-from agent_server.models import ConversationInfo, UpdateConversation
+from agent_server.api.io import conversation, doc, info, read_body, reply
+from agent_server.api.schemas import ConversationInfo, UpdateConversation
 
 
 @doc(summary="Update the title (null clears it) and the tags (given tags replace them all)",
@@ -15,10 +15,7 @@ async def update(request: Request) -> Response:
     conv = conversation(request)
     body = await read_body(request, UpdateConversation)
     given = body.model_fields_set
-    if "title" in given:
-        conv.record.title = body.title
-    if "tags" in given:
-        conv.record.tags = body.tags or {}
     if given & {"title", "tags"}:
-        await conv.save()
-    return reply(ConversationInfo.of(conv.record))
+        await conv.update(title=body.title, clear_title="title" in given and body.title is None,
+                          tags=(body.tags or {}) if "tags" in given else None)
+    return reply(info(conv))

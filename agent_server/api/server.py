@@ -9,8 +9,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from agent_server import __version__
-from agent_server.api.io import doc, reply
-from agent_server.models import WebhookTotals
+from agent_server.api.io import doc, reply, services
+from agent_server.record import WebhookTotals
 
 
 class Status(BaseModel):
@@ -39,7 +39,8 @@ async def health(request: Request) -> Response:
 @doc(summary="200 once conversations can be created and run (no key needed)", response=Status,
      errors=(503,))
 async def ready(request: Request) -> Response:
-    if not getattr(request.app.state, "ready", False):
+    state = getattr(request.state, "services", None)
+    if state is None or not state.ready:
         return JSONResponse({"status": "initializing"}, status_code=503)
     return JSONResponse({"status": "ready"})
 
@@ -48,7 +49,7 @@ async def ready(request: Request) -> Response:
 async def server_info(request: Request) -> Response:
     import tools
 
-    state = request.app.state
+    state = services(request)
     convs = list(state.conversations)
     now = time.monotonic()
     return reply(ServerInfo(

@@ -5,20 +5,21 @@ from __future__ import annotations
 from starlette.requests import Request
 from starlette.responses import Response
 
-from agent_server.api.io import doc, read_raw_object, reply
-from agent_server.models import Settings
+from agent_server.api.io import doc, located, read_raw_object, reply, services
+from agent_server.settings import Settings
 
 
 @doc(summary="The stored settings (secrets masked)", response=Settings)
 async def get(request: Request) -> Response:
-    return reply(request.app.state.settings.public())
+    return reply(services(request).settings.public())
 
 
 @doc(summary="Deep-merge into the stored settings; the result is validated whole",
      body=Settings, response=Settings)
 async def patch(request: Request) -> Response:
     changes = await read_raw_object(request)
-    store = request.app.state.settings
-    await store.patch(changes)
-    request.app.state.conversations.refresh_secrets()
+    store = services(request).settings
+    with located("body"):
+        await store.patch(changes)
+    services(request).conversations.refresh_secrets()
     return reply(store.public())

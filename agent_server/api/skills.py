@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -14,5 +12,4 @@ from agent_server.api.io import conversation, doc, reply
 @doc(summary="The skills loaded from the conversation's workspace (AGENTS.md as always on)",
      response=skills.SkillList, errors=(404,))
 async def list_skills(request: Request) -> Response:
-    book = await asyncio.to_thread(skills.book_for, conversation(request))
-    return reply(book.info())
+    return reply(await conversation(request).skills())

@@ -21,73 +21,72 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import re
 from datetime import datetime, timezone
 from typing import Any
 from urllib.parse import parse_qsl, urlencode
 from uuid import UUID
+import logging
 
 from pydantic import ValidationError
+from starlette import status
+from starlette.exceptions import WebSocketException
 from starlette.websockets import WebSocket
 
+from agent_server.api.io import services
 from agent_server.auth import HEADER, KeyRing
-from agent_server.conversations import Conversation, ConversationGone, ConversationService
+from agent_server.conversations import Conversation, ConversationService
 from agent_server.delivery import (
-    Delivery,
     Frame,
     Subscription,
     SubscriptionEnded,
     SubscriptionState,
     TooManySubscribers,
 )
+from agent_server.errors import AgentServerError, ConversationGone, validation_text
 from agent_server.events import ServerErrorEvent, format_timestamp
 from agent_server.log import EventLog
-from agent_server.models import SendMessage
+from agent_server.record import SendMessage
+from core.ids import EVENT_ID as _EVENT_ID
 
+#: Close codes beyond Starlette's: the HTTP status they stand for, plus 4000.
 CLOSE_UNAUTHORIZED = 4001
 CLOSE_NOT_FOUND = 4004
-CLOSE_TRY_AGAIN = 1013
-CLOSE_POLICY = 1008
-CLOSE_RESTART = 1012
+CLOSE_TRY_AGAIN = status.WS_1013_TRY_AGAIN_LATER
+CLOSE_POLICY = status.WS_1008_POLICY_VIOLATION
+CLOSE_RESTART = status.WS_1012_SERVICE_RESTART
+logger = logging.getLogger(__name__)
 QUERY_KEY = "session_api_key"
-_EVENT_ID = re.compile(r"^[0-9A-HJKMNP-TV-Z]{26}$")
 _REPLAY_EVENTS = 256
 _REPLAY_BYTES = 1024 * 1024
-_WATCH_SECONDS = 5.0
 _CLOSE_SECONDS = 30.0
 
 
 async def events_socket(websocket: WebSocket) -> None:
-    state = websocket.app.state
-    delivery: Delivery = state.delivery
+    state = services(websocket)
+    delivery = state.delivery
     query_key = _take_query_key(websocket)
     await websocket.accept()
     if not await _authenticate(websocket, query_key, state.keys, delivery.settings.ws_auth_timeout):
-        await _close(websocket, CLOSE_UNAUTHORIZED, "missing or wrong session key")
-        return
+        raise WebSocketException(CLOSE_UNAUTHORIZED, "missing or wrong session key")
     conv = _conversation(websocket, state.conversations)
     if conv is None:
-        await _close(websocket, CLOSE_NOT_FOUND, "conversation not found")
-        return
+        raise WebSocketException(CLOSE_NOT_FOUND, "conversation not found")
     try:
         start = _start(websocket)
     except ValueError as exc:
-        await _close(websocket, CLOSE_POLICY, str(exc))
-        return
+        raise WebSocketException(CLOSE_POLICY, str(exc)[:120]) from None
     try:
         log = await conv.log()
     except ConversationGone:
-        await _close(websocket, CLOSE_NOT_FOUND, "conversation not found")
-        return
+        raise WebSocketException(CLOSE_NOT_FOUND, "conversation not found") from None
     try:
         sub = delivery.pubsub.subscribe(conv.id)
     except TooManySubscribers as exc:
-        await _close(websocket, CLOSE_TRY_AGAIN, f"at most {exc.limit} subscribers")
-        return
+        raise WebSocketException(CLOSE_TRY_AGAIN, f"at most {exc.limit} subscribers") from None
     # No await between subscribing and this snapshot: every event below `end` was published
     # before the subscription, every later one is in its queue.
     end = len(log)
-    session = _Session(websocket, conv, log, sub, state.conversations)
+    session = _Session(websocket, conv, log, sub)
     try:
         await session.run(start, end)
     finally:
@@ -159,19 +158,18 @@ class _Session:
     """One socket after the handshake: a sender task, a reader task, and why they ended."""
 
     def __init__(self, websocket: WebSocket, conv: Conversation, log: EventLog,
-                 sub: Subscription, service: ConversationService) -> None:
+                 sub: Subscription) -> None:
         self.websocket = websocket
         self.conv = conv
         self.log = log
         self.sub = sub
-        self.service = service
         self.last_sent: str | None = None
 
     async def run(self, start: str | None, end: int) -> None:
         sender = asyncio.create_task(self._send(start, end))
         reader = asyncio.create_task(self._read())
         overflow = asyncio.create_task(self.sub.ended.wait())
-        deleted = asyncio.create_task(self._watch())
+        deleted = asyncio.create_task(self.conv.closed.wait())
         tasks = {sender, reader, overflow, deleted}
         try:
             await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
@@ -179,7 +177,7 @@ class _Session:
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
-        if self.service.get(self.conv.record.id) is not self.conv:
+        if self.conv.closed.is_set() and self.sub.state is not SubscriptionState.CLOSED:
             await _close(self.websocket, CLOSE_NOT_FOUND, "conversation deleted")
         elif self.sub.state is SubscriptionState.OVERFLOWED:
             hint = f"; resume with after_id={self.last_sent}" if self.last_sent else ""
@@ -194,7 +192,7 @@ class _Session:
         if start is not None:
             position = log.position_after(start) if start else 0
             while position < end:
-                if self.service.get(self.conv.record.id) is not self.conv:
+                if self.conv.closed.is_set():
                     return  # deleted: its log is closed (the watcher closes the socket)
                 lines = log.lines_after(position, min(_REPLAY_EVENTS, end - position),
                                         _REPLAY_BYTES)
@@ -241,27 +239,21 @@ class _Session:
         try:
             message = SendMessage.model_validate(data)
         except ValidationError as exc:
-            detail = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'message'}: {e['msg']}"
-                               for e in exc.errors(include_url=False))
-            self._error("InvalidFrame", detail[:2000])
+            self._error("InvalidFrame", validation_text(exc)[:2000])
             return
         try:
             # Shielded: a socket closing mid-way must not cut a message half sent.
             await asyncio.shield(self.conv.send_message(message))
-        except Exception as exc:
-            detail = getattr(exc, "detail", None) or str(exc) or type(exc).__name__
-            self._error(type(exc).__name__, str(detail)[:2000])
+        except AgentServerError as exc:
+            self._error(type(exc).__name__, exc.detail[:2000])
+        except Exception:  # never a traceback to the client; the socket stays open
+            logger.exception("a message over the socket of %s failed", self.conv.id)
+            self._error("InternalError", "the message could not be sent")
 
     def _error(self, code: str, detail: str) -> None:
         event = ServerErrorEvent(source="environment", code=code, detail=detail,
                                  timestamp=format_timestamp(datetime.now(timezone.utc)))
         # Bounded like every other frame: a client that sends junk and never reads is cut off.
         self.sub.offer(Frame.transient(event))
-
-    async def _watch(self) -> None:
-        """Returns once the conversation is deleted (its socket then closes with 4004)."""
-        while self.service.get(self.conv.record.id) is self.conv:
-            await asyncio.sleep(_WATCH_SECONDS)
-
 
 __all__ = ["CLOSE_NOT_FOUND", "CLOSE_TRY_AGAIN", "CLOSE_UNAUTHORIZED", "events_socket"]

@@ -7,50 +7,39 @@ missing is 404, a directory where a file was asked for is 400, over the size cap
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from urllib.parse import quote
 
 from starlette.datastructures import UploadFile
-from starlette.exceptions import HTTPException
 from starlette.formparsers import MultiPartException, MultiPartParser
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from agent_server import git
-from agent_server.agent.runtime import git_env
-from agent_server.api.io import conversation, doc, read_body, read_query, reply
-from agent_server.errors import invalid
-from agent_server.models import (
+from agent_server.git import GitChange, GitDiff
+from agent_server.agent.toolbox import git_env
+from agent_server.api.io import conversation, doc, read_body, read_query, reply, services
+from agent_server.errors import PayloadTooLarge, invalid
+from agent_server.api.schemas import (
     CommandResult,
     DiffQuery,
     FileQuery,
     FileWritten,
-    GitChange,
-    GitDiff,
     RunCommand,
 )
 from agent_server.workspace import (
-    CHUNK,
-    MAX_OUTPUT_BYTES,
+    FileMissing,
     NotAFile,
-    NotFound,
-    OutsideWorkspace,
-    PermissionDenied,
     TooLarge,
-    WorkspaceError,
-    child_env,
     masked_keep,
     open_file,
     output_text,
     relative,
     resolve,
-    run_process,
     write_file,
 )
+from core.processes import CHUNK, MAX_OUTPUT_BYTES, child_env, run_process
 
-STATUS = {OutsideWorkspace: 403, PermissionDenied: 403, NotFound: 404, NotAFile: 400,
-          TooLarge: 413}
 #: Room for multipart boundaries and part headers on top of the file's own cap.
 MULTIPART_OVERHEAD = 64 * 1024
 #: Said (in the X-Detail header) when the answer is empty because there is no repository:
@@ -58,20 +47,8 @@ MULTIPART_OVERHEAD = 64 * 1024
 NO_REPOSITORY = "The working directory holds no Git repository (looked up to 3 levels deep)."
 
 
-@contextlib.contextmanager
-def _answered() -> Iterator[None]:
-    """Workspace failures as HTTP errors with their sentence as the detail."""
-    try:
-        yield
-    except WorkspaceError as exc:
-        status = next((s for cls, s in STATUS.items() if isinstance(exc, cls)), 400)
-        raise HTTPException(status, exc.detail) from None
-    except git.GitFailed as exc:
-        raise HTTPException(500, str(exc)) from None
-
-
 def _max_bytes(request: Request) -> int:
-    return request.app.state.config.max_file_bytes
+    return services(request).config.max_file_bytes
 
 
 # -- files -----------------------------------------------------------------------------------
@@ -82,9 +59,8 @@ def _max_bytes(request: Request) -> int:
 async def get_file(request: Request) -> Response:
     conv = conversation(request)
     query = read_query(request, FileQuery)
-    with _answered():
-        opened = await asyncio.to_thread(open_file, conv.working_dir, query.path,
-                                         _max_bytes(request))
+    opened = await asyncio.to_thread(open_file, conv.working_dir, query.path,
+                                     _max_bytes(request))
     return StreamingResponse(opened.stream(), media_type=opened.media_type, headers={
         "Content-Length": str(opened.size),
         "Content-Disposition": f"attachment; filename*=UTF-8''{quote(opened.path.name)}",
@@ -102,17 +78,16 @@ async def upload_file(request: Request) -> Response:
     multipart = request.headers.get("content-type", "").startswith("multipart/form-data")
     declared = request.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > limit + (MULTIPART_OVERHEAD if multipart else 0):
-        raise HTTPException(413, f"the upload is over the limit of {limit} bytes")
-    with _answered():
-        resolve(conv.working_dir, query.path)  # refuse before reading a byte of the body
-        if multipart:
-            upload = await _multipart_file(request, limit)
-            try:
-                path, size = await write_file(conv.working_dir, query.path, _read(upload), limit)
-            finally:
-                await upload.close()
-        else:
-            path, size = await write_file(conv.working_dir, query.path, request.stream(), limit)
+        raise PayloadTooLarge(f"the upload is over the limit of {limit} bytes")
+    resolve(conv.working_dir, query.path)  # refuse before reading a byte of the body
+    if multipart:
+        upload = await _multipart_file(request, limit)
+        try:
+            path, size = await write_file(conv.working_dir, query.path, _read(upload), limit)
+        finally:
+            await upload.close()
+    else:
+        path, size = await write_file(conv.working_dir, query.path, request.stream(), limit)
     return reply(FileWritten(path=relative(conv.working_dir, path), size=size))
 
 
@@ -130,7 +105,7 @@ async def _multipart_file(request: Request, limit: int) -> UploadFile:
     return upload
 
 
-async def _capped(stream: AsyncIterator[bytes], limit: int) -> AsyncIterator[bytes]:
+async def _capped(stream: AsyncIterator[bytes], limit: int) -> AsyncGenerator[bytes, None]:
     total = 0
     async for chunk in stream:
         total += len(chunk)
@@ -152,8 +127,7 @@ async def _read(upload: UploadFile) -> AsyncIterator[bytes]:
      errors=(404,))
 async def git_changes(request: Request) -> Response:
     conv = conversation(request)
-    with _answered():
-        items, repos = await git.changes(conv.working_dir)
+    items, repos = await git.changes(conv.working_dir)
     return JSONResponse([i.model_dump(mode="json") for i in items],
                         headers={} if repos else {"X-Detail": NO_REPOSITORY})
 
@@ -163,10 +137,9 @@ async def git_changes(request: Request) -> Response:
 async def git_diff(request: Request) -> Response:
     conv = conversation(request)
     query = read_query(request, DiffQuery)
-    with _answered():
-        if query.path is not None:
-            return reply(await git.file_diff(conv.working_dir, query.path, _max_bytes(request)))
-        repos = await asyncio.to_thread(git.find_repositories, conv.working_dir)
+    if query.path is not None:
+        return reply(await git.file_diff(conv.working_dir, query.path, _max_bytes(request)))
+    repos = await asyncio.to_thread(git.find_repositories, conv.working_dir)
     if not repos:
         return Response("", media_type="text/plain", headers={"X-Detail": NO_REPOSITORY})
     return StreamingResponse(git.unified_diff(repos, _max_bytes(request)),
@@ -182,13 +155,12 @@ async def git_diff(request: Request) -> Response:
 async def run_command(request: Request) -> Response:
     conv = conversation(request)
     body = await read_body(request, RunCommand)
-    with _answered():
-        cwd = resolve(conv.working_dir, body.cwd or ".")
-        if not await asyncio.to_thread(cwd.exists):
-            raise NotFound(f"cwd {body.cwd or conv.working_dir!s} does not exist")
-        if not await asyncio.to_thread(cwd.is_dir):
-            raise NotAFile(f"cwd {body.cwd!r} is not a directory")
-    settings = conv.service.settings()
+    cwd = resolve(conv.working_dir, body.cwd or ".")
+    if not await asyncio.to_thread(cwd.exists):
+        raise FileMissing(f"cwd {body.cwd or conv.working_dir!s} does not exist")
+    if not await asyncio.to_thread(cwd.is_dir):
+        raise NotAFile(f"cwd {body.cwd!r} is not a directory")
+    settings = services(request).settings.get()
     env = child_env(git_env(settings.git_user_name, settings.git_user_email),
                     conv.secret_values, body.env)
     done = await run_process(["bash", "-c", body.command], cwd, env, body.timeout,

@@ -1,8 +1,8 @@
 """Live delivery: websocket subscribers (PubSub) and the webhook push, both fed by the log.
 
-`Delivery` wires a ConversationService to them: every log, as it is opened, feeds PubSub after
-each durable write and gets a webhook Pusher; transient events (streaming deltas) go to PubSub
-only. At start, conversations whose logs hold events the webhook has not acknowledged are
+`Delivery` is each conversation's Fanout: every log is opened with a sink that feeds PubSub
+after each durable write, and gets a webhook Pusher once open; transient events (streaming
+deltas, masked by the conversation) go to PubSub only. At start, conversations whose logs hold events the webhook has not acknowledged are
 opened so that they are pushed; at shutdown the webhook flushes for a few seconds.
 """
 
@@ -10,13 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Protocol
 
-from pydantic import BaseModel, ConfigDict, Field
-
-from agent_server.config import Config
-from agent_server.conversations import Conversation, ConversationService
+from agent_server.config import DeliverySettings
 from agent_server.delivery.pubsub import (
     Frame,
     PubSub,
@@ -25,87 +23,41 @@ from agent_server.delivery.pubsub import (
     SubscriptionState,
     TooManySubscribers,
 )
-from agent_server.delivery.webhook import (
-    Backoff,
-    Clock,
-    Pusher,
-    Webhook,
-    WebhookClient,
-    WebhookUnreachable,
-    needs_push,
-)
+from agent_server.delivery.http import WebhookClient, WebhookUnreachable
+from agent_server.delivery.webhook import Pusher, Webhook, needs_push
 from agent_server.events import Event
-from agent_server.log import EventLog
-from agent_server.models import WebhookTotals
+from core.retry import Backoff, Clock
+from agent_server.log import EventLog, Listener
+from agent_server.record import WebhookStatus, WebhookTotals
+
 
 logger = logging.getLogger(__name__)
 
-ENV_PREFIX = "AGENT_SERVER_"
+class Behind(Protocol):
+    """What resuming the webhook needs of a conversation at start."""
 
+    @property
+    def id(self) -> str: ...
 
-class DeliverySettings(BaseModel):
-    """Limits and schedules of delivery. Each field can be set by the variable
-    AGENT_SERVER_<FIELD NAME IN CAPITALS>, e.g. AGENT_SERVER_WS_QUEUE_EVENTS=1000."""
+    directory: Path
+    closed: asyncio.Event
 
-    model_config = ConfigDict(frozen=True)
-
-    ws_queue_events: int = Field(default=4096, ge=1)
-    """Events a socket may have waiting to be sent; past it the socket closes with 1013."""
-
-    ws_queue_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
-    """Bytes a socket may have waiting to be sent; past it the socket closes with 1013."""
-
-    ws_max_subscribers: int = Field(default=100, ge=1)
-    """Sockets per conversation; one more is closed with 1013."""
-
-    ws_auth_timeout: float = Field(default=10.0, gt=0)
-    """Seconds a socket without a key in its header or query has to send its auth frame."""
-
-    webhook_batch_events: int = Field(default=100, ge=1)
-    """Events per webhook request at most."""
-
-    webhook_batch_ms: float = Field(default=250.0, ge=0)
-    """How long a few events wait for more before they are sent (milliseconds)."""
-
-    webhook_batch_bytes: int = Field(default=4 * 1024 * 1024, ge=1024)
-    """Body size a batch stops growing at (one event larger than this still goes, alone)."""
-
-    webhook_retry_min: float = Field(default=1.0, gt=0)
-    """First retry delay (seconds); it doubles on each failure, with jitter."""
-
-    webhook_retry_max: float = Field(default=60.0, gt=0)
-    """Longest retry delay (seconds); also the delay after a refusal (a 4xx)."""
-
-    webhook_timeout: float = Field(default=30.0, gt=0)
-    """Seconds a webhook request may take."""
-
-    webhook_concurrency: int = Field(default=32, ge=1)
-    """Webhook requests in flight at once, over all conversations (one per conversation)."""
-
-    shutdown_flush: float = Field(default=4.0, ge=0)
-    """Seconds the webhook may keep sending at shutdown."""
-
-    @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None) -> DeliverySettings:
-        env = os.environ if environ is None else environ
-        values = {name: env[ENV_PREFIX + name.upper()] for name in cls.model_fields
-                  if env.get(ENV_PREFIX + name.upper())}
-        return cls.model_validate(values)
+    async def log(self) -> EventLog: ...
 
 
 class Delivery:
-    """Feeds sockets and the webhook from one ConversationService."""
+    """Feeds sockets and the webhook from the conversations' logs (the Fanout of
+    agent_server.conversations): it never reaches into a conversation."""
 
-    def __init__(self, config: Config, service: ConversationService,
-                 settings: DeliverySettings | None = None, *,
+    def __init__(self, settings: DeliverySettings, webhook_url: str | None = None,
+                 webhook_api_key: str | None = None, webhook_secret: str | None = None, *,
                  client: WebhookClient | None = None, clock: Clock | None = None) -> None:
-        self.service = service
-        self.settings = s = settings or DeliverySettings()
+        self.settings = s = settings
         self.pubsub = PubSub(s.ws_max_subscribers, s.ws_queue_events, s.ws_queue_bytes)
         self.webhook: Webhook | None = None
-        if client is None and config.webhook_url:
-            api_key = config.webhook_api_key or config.session_api_keys[0]
-            client = WebhookClient(config.webhook_url, api_key, config.webhook_secret,
+        if client is None and webhook_url:
+            assert webhook_api_key is not None, "a webhook needs the key it sends"
+            client = WebhookClient(webhook_url, webhook_api_key, webhook_secret,
                                    timeout=s.webhook_timeout, clock=clock,
                                    max_connections=s.webhook_concurrency)
         if client is not None:
@@ -119,53 +71,52 @@ class Delivery:
                 concurrency=s.webhook_concurrency,
             )
         self._scan: asyncio.Task[None] | None = None
-        service.add_log_listener(self._on_log_opened)
-        service.transient_listeners.append(self._on_transient)
-        service.delete_listeners.append(self._on_deleted)
 
-    # -- feeding -------------------------------------------------------------------------------
+    # -- the Fanout of each conversation -------------------------------------------------------
 
-    def _on_log_opened(self, conv: Conversation, log: EventLog) -> None:
-        conv_id = conv.id
-
+    def sinks(self, conversation_id: str) -> list[Listener]:
         def publish(written: Sequence[tuple[Event, bytes]]) -> None:
-            if self.pubsub.has_subscribers(conv_id):
-                self.pubsub.publish(conv_id, [Frame.stored(e.id or "", line) for e, line in written])
+            if self.pubsub.has_subscribers(conversation_id):
+                self.pubsub.publish(conversation_id,
+                                    [Frame.stored(e.id or "", line) for e, line in written])
 
-        log.subscribe(publish)
+        return [publish]
+
+    def attach(self, conversation_id: str, directory: Path, log: EventLog,
+               closed: asyncio.Event) -> None:
         if self.webhook is not None:
-            pusher = self.webhook.watch(conv_id, conv.directory, log, self._alive(conv))
-            conv.record.webhook = pusher.status
+            self.webhook.watch(conversation_id, directory, log, lambda: not closed.is_set())
 
-    def _on_transient(self, conv: Conversation, event: Event) -> None:
-        if self.pubsub.has_subscribers(conv.id):
-            if conv.masker:  # transient events skip the log, so they are masked here
-                event = type(event).model_validate(conv.masker.data(event.model_dump(mode="json")))
-            self.pubsub.publish(conv.id, [Frame.transient(event)])
+    def publish_transient(self, conversation_id: str, event: Event) -> None:
+        """Already masked by the conversation's EventSink."""
+        if self.pubsub.has_subscribers(conversation_id):
+            self.pubsub.publish(conversation_id, [Frame.transient(event)])
 
-    def _on_deleted(self, conv: Conversation) -> None:
+    def forget(self, conversation_id: str) -> None:
         if self.webhook is not None:
-            self.webhook.forget(conv.id)
+            self.webhook.forget(conversation_id)
 
-    def _alive(self, conv: Conversation):  # type: ignore[no-untyped-def]
-        record_id = conv.record.id
-        return lambda: self.service.get(record_id) is conv
+    def status(self, conversation_id: str) -> WebhookStatus | None:
+        if self.webhook is None:
+            return None
+        pusher = self.webhook.pushers.get(conversation_id)
+        return None if pusher is None else pusher.status
 
     # -- start and stop --------------------------------------------------------------------------
 
-    async def start(self) -> None:
+    async def start(self, conversations: Callable[[], Iterable[Behind]]) -> None:
         """Begin pushing what earlier runs left unacknowledged (in the background)."""
         if self.webhook is not None:
-            self._scan = asyncio.create_task(self._resume(), name="webhook resume")
+            self._scan = asyncio.create_task(self._resume(conversations), name="webhook resume")
 
-    async def _resume(self) -> None:
+    async def _resume(self, conversations: Callable[[], Iterable[Behind]]) -> None:
         """Open the logs of conversations the webhook is behind on; note the others' cursors.
 
         Only a cursor file and the tail of each log are read: logs that are caught up stay
         closed (start-up cost does not grow with history).
         """
         assert self.webhook is not None
-        for conv in self.service:
+        for conv in conversations():
             if conv.id in self.webhook.pushers:
                 continue  # its log was opened meanwhile: it is being pushed already
             try:
@@ -173,7 +124,7 @@ class Delivery:
             except OSError as exc:
                 logger.warning("cannot tell whether %s needs a webhook push: %s", conv.id, exc)
                 behind = True
-            if self.service.get(conv.record.id) is not conv or conv.id in self.webhook.pushers:
+            if conv.closed.is_set() or conv.id in self.webhook.pushers:
                 continue
             if behind:
                 try:
@@ -181,8 +132,8 @@ class Delivery:
                 except Exception:
                     logger.exception("cannot open the log of %s to push it", conv.id)
             else:
-                pusher = self.webhook.pusher(conv.id, conv.directory, self._alive(conv))
-                conv.record.webhook = pusher.status
+                closed = conv.closed
+                self.webhook.pusher(conv.id, conv.directory, lambda: not closed.is_set())
 
     async def flush(self) -> None:
         """At shutdown, after the runs stopped and before the logs close: end the sockets'

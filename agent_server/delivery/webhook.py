@@ -10,198 +10,34 @@ batches are retried for ever and the lag is reported instead (`WebhookStatus`).
 Retries: 408, 429, 5xx and network errors back off exponentially with jitter (`Backoff`,
 about 1 s to 60 s) unless the receiver says Retry-After; any other 4xx means the receiver
 refuses the batch: it is kept, the answer logged, and tried again at the longest delay.
+
+The HTTP side (client, signature, the receiver's answer) is in `delivery/http.py`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
-import email.utils
-import hashlib
-import hmac
 import json
 import logging
-import os
-import random
-import re
-import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from agent_server import __version__
+from agent_server.delivery.http import WebhookClient, WebhookUnreachable
 from agent_server.events import Event
-from agent_server.log import EventLog
-from agent_server.models import WebhookStatus, WebhookTotals
-
-if TYPE_CHECKING:
-    import httpx
+from agent_server.log import LOG_FILE_NAME, EventLog, last_logged_id
+from agent_server.record import WebhookStatus, WebhookTotals
+from core.files import read_json, write_atomic
+from core.retry import Backoff, Clock
 
 logger = logging.getLogger(__name__)
 
 CURSOR_FILE = "webhook.json"
-LOG_FILE = "events.jsonl"
-_ID = re.compile(rb'\{"id":"([0-9A-HJKMNP-TV-Z]{26})"')
-
-
-# -- failures --------------------------------------------------------------------------------
-
-
-class WebhookError(Exception):
-    """A webhook request did not get an answer."""
-
-
-class WebhookUnreachable(WebhookError):
-    """Connection refused or reset, DNS failure, timeout: no HTTP answer at all."""
 
 
 class _Gone(Exception):
     """The conversation was deleted: its pusher stops."""
-
-
-# -- seams: time and the HTTP client ------------------------------------------------------------
-
-
-class Clock:
-    """Time and sleeping for the retry code; tests pass one that records instead of waiting."""
-
-    def monotonic(self) -> float:
-        return time.monotonic()
-
-    def time(self) -> float:
-        return time.time()
-
-    async def sleep(self, seconds: float) -> None:
-        await asyncio.sleep(seconds)
-
-
-@dataclass
-class Backoff:
-    """Exponential backoff with jitter: failure n waits between half of and all of
-    minimum * 2**(n-1), never less than `minimum` nor more than `maximum`."""
-
-    minimum: float = 1.0
-    maximum: float = 60.0
-    rng: random.Random = field(default_factory=random.Random)
-
-    def delay(self, failures: int) -> float:
-        ceiling = min(self.maximum, self.minimum * 2 ** min(max(failures - 1, 0), 62))
-        return min(self.maximum, max(self.minimum, self.rng.uniform(ceiling / 2, ceiling)))
-
-    def retry_after(self, seconds: float) -> float:
-        """The receiver's Retry-After, bounded by `maximum` so a recovered receiver is not
-        left waiting for an hour."""
-        return min(self.maximum, max(self.minimum, seconds))
-
-
-def parse_retry_after(value: str | None, now: float) -> float | None:
-    """Retry-After as seconds (delta-seconds or an HTTP date); None when absent or unreadable."""
-    if not value:
-        return None
-    value = value.strip()
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        moment = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=timezone.utc)
-    return max(0.0, moment.timestamp() - now)
-
-
-def signing_key(secret: str) -> bytes:
-    """The HMAC key of a webhook secret: `whsec_<base64>` (Standard Webhooks) is decoded,
-    anything else is used as given (its UTF-8 bytes)."""
-    if secret.startswith("whsec_"):
-        return base64.b64decode(secret[len("whsec_"):])
-    return secret.encode()
-
-
-def sign(key: bytes, message_id: str, timestamp: int, body: bytes) -> str:
-    """The Standard Webhooks signature header value: `v1,<base64 HMAC-SHA256 of id.timestamp.body>`."""
-    signed = message_id.encode() + b"." + str(timestamp).encode() + b"." + body
-    return "v1," + base64.b64encode(hmac.new(key, signed, hashlib.sha256).digest()).decode()
-
-
-@dataclass(frozen=True)
-class Reply:
-    """What the receiver answered."""
-
-    status: int
-    text: str
-    retry_after: float | None = None
-
-    @property
-    def ok(self) -> bool:
-        return 200 <= self.status < 300
-
-    @property
-    def retryable(self) -> bool:
-        """Worth retrying on the backoff schedule (the rest are refusals of the batch)."""
-        return self.status in (408, 429) or self.status >= 500
-
-
-class WebhookClient:
-    """The one outbound HTTP client of the webhook: timeouts set, transport swappable.
-
-    Tests aim it at a local receiver by `base_url`, or replace the network entirely with
-    `transport=httpx.MockTransport(handler)`.
-    """
-
-    def __init__(self, base_url: str, api_key: str, secret: str | None = None, *,
-                 timeout: float = 30.0, transport: httpx.AsyncBaseTransport | None = None,
-                 clock: Clock | None = None, max_connections: int = 32) -> None:
-        self.base_url = base_url.rstrip("/")
-        self._api_key = api_key
-        self._key = signing_key(secret) if secret else None
-        self._clock = clock or Clock()
-        import httpx  # only a server with a webhook pays for importing it
-
-        self._http = httpx.AsyncClient(
-            transport=transport,
-            timeout=httpx.Timeout(timeout, connect=min(timeout, 10.0), pool=None),
-            limits=httpx.Limits(max_connections=max_connections,
-                                max_keepalive_connections=max_connections),
-            follow_redirects=False,
-        )
-
-    def url(self, conversation_id: str) -> str:
-        return f"{self.base_url}/events/{conversation_id}"
-
-    def headers(self, message_id: str, body: bytes) -> dict[str, str]:
-        headers = {
-            "content-type": "application/json",
-            "user-agent": f"agent-server/{__version__}",
-            "x-session-api-key": self._api_key,
-        }
-        if self._key is not None:
-            stamp = int(self._clock.time())
-            headers["webhook-id"] = message_id
-            headers["webhook-timestamp"] = str(stamp)
-            headers["webhook-signature"] = sign(self._key, message_id, stamp, body)
-        return headers
-
-    async def post(self, conversation_id: str, body: bytes, message_id: str) -> Reply:
-        import httpx
-
-        try:
-            response = await self._http.post(self.url(conversation_id), content=body,
-                                             headers=self.headers(message_id, body))
-        except httpx.HTTPError as exc:  # no answer: connect, read, write or protocol failure
-            raise WebhookUnreachable(f"{type(exc).__name__}: {exc}".rstrip(": ")) from exc
-        return Reply(
-            status=response.status_code,
-            text=response.text[:1000],
-            retry_after=parse_retry_after(response.headers.get("retry-after"), self._clock.time()),
-        )
-
-    async def aclose(self) -> None:
-        await self._http.aclose()
 
 
 # -- cursor files ---------------------------------------------------------------------------------
@@ -211,54 +47,22 @@ def read_cursor(directory: Path) -> str | None:
     """The last acknowledged event id; None when there is none (or the file is unreadable:
     everything is then sent again, which at-least-once allows)."""
     try:
-        with open(directory / CURSOR_FILE, "rb") as f:
-            value = json.loads(f.read()).get("delivered_through")
+        value = read_json(directory / CURSOR_FILE).get("delivered_through")
     except (OSError, ValueError, AttributeError):
         return None
     return value if isinstance(value, str) else None
 
 
 def write_cursor(directory: Path, event_id: str) -> None:
-    """Replace the cursor file (rename, without fsync: losing it to a power cut only
-    repeats events, and this runs once per batch)."""
-    path = directory / CURSOR_FILE
-    tmp = directory / f".{CURSOR_FILE}.tmp"
-    with open(tmp, "wb") as f:
-        f.write(json.dumps({"delivered_through": event_id}).encode())
-    os.replace(tmp, path)
-
-
-def last_logged_id(path: Path, chunk: int = 65536) -> str | None:
-    """The id of the last complete line of an event log, read from its end (no index built).
-
-    Returns "" when that line has no readable id: the caller should open the log to know more.
-    """
-    try:
-        f = open(path, "rb")
-    except FileNotFoundError:
-        return None
-    with f:
-        pos = f.seek(0, os.SEEK_END)
-        buf = b""
-        while pos > 0:
-            step = min(chunk, pos)
-            pos -= step
-            f.seek(pos)
-            buf = f.read(step) + buf
-            end = buf.rfind(b"\n")  # a torn last line (no newline) is not an event
-            if end == -1:
-                continue
-            start = buf.rfind(b"\n", 0, end)
-            if start == -1 and pos > 0:
-                continue
-            match = _ID.match(buf, start + 1)
-            return match.group(1).decode() if match else ""
-    return None
+    """Replace the cursor file atomically. The directory is never made again: a deleted
+    conversation's cursor must not bring its directory back."""
+    write_atomic(directory / CURSOR_FILE, json.dumps({"delivered_through": event_id}).encode(),
+                 parents=False)
 
 
 def needs_push(directory: Path) -> bool:
     """Whether the log holds events after the cursor (cheap: one small file and a log tail)."""
-    last = last_logged_id(directory / LOG_FILE)
+    last = last_logged_id(directory / LOG_FILE_NAME)
     if last is None:
         return False
     cursor = read_cursor(directory)
@@ -420,9 +224,7 @@ class Pusher:
                     self._failed(detail + f" (retrying with {half} events)", 0.0)
                     continue
                 if reply.retryable:
-                    delay = (webhook.backoff.retry_after(reply.retry_after)
-                             if reply.retry_after is not None
-                             else webhook.backoff.delay(self.failures))
+                    delay = webhook.backoff.wait(self.failures, reply.retry_after)
                     self._failed(detail, delay)
                 else:
                     delay = webhook.backoff.maximum
@@ -535,20 +337,10 @@ class Webhook:
 
 
 __all__ = [
-    "Backoff",
     "Batch",
-    "Clock",
     "Pusher",
-    "Reply",
     "Webhook",
-    "WebhookClient",
-    "WebhookError",
-    "WebhookUnreachable",
-    "last_logged_id",
     "needs_push",
-    "parse_retry_after",
     "read_cursor",
-    "sign",
-    "signing_key",
     "write_cursor",
 ]

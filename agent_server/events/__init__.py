@@ -1,14 +1,12 @@
 """The event schema of SPEC 6: shared content types and the 19 event kinds.
 
-The kinds are loaded on first use: their Action and Observation unions are built from the
-tools, and the tools import the content types from here, so importing eagerly would go round
-in a circle.
+The content types live in `core.content` (the tools and the control plane use them too) and
+are re-exported here. The kinds' Action and Observation unions are built from the tool
+registry (`tools`), which imports nothing of this server: dependencies point one way,
+core <- tools <- events.
 """
 
-import importlib
-from typing import Any
-
-from agent_server.events.content import (
+from core.content import (
     AnyThinkingBlock,
     Content,
     CriticResult,
@@ -25,18 +23,73 @@ from agent_server.events.content import (
     ToolDefinition,
 )
 
-
-def __getattr__(name: str) -> Any:
-    if name.startswith("__"):
-        raise AttributeError(name)
-    kinds = importlib.import_module("agent_server.events.kinds")
-    try:
-        return getattr(kinds, name)
-    except AttributeError:
-        raise AttributeError(f"module 'agent_server.events' has no attribute {name!r}") from None
-
+from agent_server.events.kinds import (
+    ACPToolCallEvent,
+    ActionEvent,
+    AgentErrorEvent,
+    AnyEvent,
+    Condensation,
+    CondensationRequest,
+    CondensationSummaryEvent,
+    ConversationErrorEvent,
+    ConversationStateUpdateEvent,
+    EVENT_ADAPTER,
+    EVENT_LIST_ADAPTER,
+    Event,
+    HookExecutionEvent,
+    InterruptEvent,
+    KINDS,
+    KIND_NAMES,
+    KindName,
+    LLMCompletionLogEvent,
+    MessageEvent,
+    ObservationEvent,
+    PauseEvent,
+    ServerErrorEvent,
+    Source,
+    StreamingDeltaEvent,
+    SystemPromptEvent,
+    Timestamp,
+    TokenEvent,
+    UserRejectObservation,
+    format_timestamp,
+    parse_event,
+    parse_timestamp,
+)
 
 __all__ = [
+    "ACPToolCallEvent",
+    "ActionEvent",
+    "AgentErrorEvent",
+    "AnyEvent",
+    "Condensation",
+    "CondensationRequest",
+    "CondensationSummaryEvent",
+    "ConversationErrorEvent",
+    "ConversationStateUpdateEvent",
+    "EVENT_ADAPTER",
+    "EVENT_LIST_ADAPTER",
+    "Event",
+    "HookExecutionEvent",
+    "InterruptEvent",
+    "KINDS",
+    "KIND_NAMES",
+    "KindName",
+    "LLMCompletionLogEvent",
+    "MessageEvent",
+    "ObservationEvent",
+    "PauseEvent",
+    "ServerErrorEvent",
+    "Source",
+    "StreamingDeltaEvent",
+    "SystemPromptEvent",
+    "Timestamp",
+    "TokenEvent",
+    "UserRejectObservation",
+    "format_timestamp",
+    "parse_event",
+    "parse_timestamp",
+
     "AnyThinkingBlock",
     "Content",
     "CriticResult",

@@ -8,12 +8,12 @@ them off the front of a stored line without parsing the rest.
 from __future__ import annotations
 
 from datetime import datetime, timezone
-from typing import Annotated, Any, Literal, Union
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeAlias, Union
 
 from pydantic import AfterValidator, Field, TypeAdapter
 
 import tools
-from agent_server.events.content import (
+from core.content import (
     AnyThinkingBlock,
     CriticResult,
     Message,
@@ -50,11 +50,13 @@ def _normal_timestamp(text: str) -> str:
 
 Timestamp = Annotated[str, AfterValidator(_normal_timestamp)]
 
-ActionUnion = Annotated[Union[tuple(tools.action_types())], Field(discriminator="kind")]  # type: ignore[valid-type]
-ObservationUnion = Annotated[
-    Union[tuple(tools.observation_types())],  # type: ignore[valid-type]
-    Field(discriminator="kind"),
-]
+if TYPE_CHECKING:  # the checker sees the bases; pydantic gets the union of the registry
+    ActionUnion: TypeAlias = tools.Action
+    ObservationUnion: TypeAlias = tools.Observation
+else:
+    ActionUnion = Annotated[Union[tuple(tools.action_types())], Field(discriminator="kind")]
+    ObservationUnion = Annotated[Union[tuple(tools.observation_types())],
+                                 Field(discriminator="kind")]
 
 
 class Event(Strict):

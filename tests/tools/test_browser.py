@@ -20,16 +20,14 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 import pytest_asyncio
 
+from core.processes import find_process, group_members
 from tools.base import ImageContent, Tool, ToolContext
 from tools.browser import (
     TOOL_SET,
     BrowserManager,
     BrowserObservation,
     BrowserSettings,
-    default_manager,
-    shutdown,
 )
-from tools.browser.manager import find_pid, process_group
 
 pytestmark = [
     pytest.mark.skipif(
@@ -184,9 +182,10 @@ async def open_conversation(tmp_path: Path, manager: BrowserManager) -> AsyncIte
             working_dir=tmp_path / name / "workspace",
             state_dir=tmp_path / name / "state",
             vision=params.pop("vision", False),
+            browser=lambda: manager,
         )
         conversation = Conversation(
-            TOOL_SET.make(ctx, {"_manager": manager, "timeout": 15, **params})
+            TOOL_SET.make(ctx, {"timeout": 15, **params})
         )
         opened.append(conversation)
         return conversation
@@ -244,9 +243,10 @@ async def wait_until_gone(pids: list[int], limit: float = 20.0) -> list[int]:
 
 
 async def test_tool_set_shape(tmp_path: Path) -> None:
-    ctx = ToolContext(conversation_id="c", working_dir=tmp_path, state_dir=tmp_path / "s")
+    ctx = ToolContext(conversation_id="c", working_dir=tmp_path, state_dir=tmp_path / "s",
+                      browser=lambda: manager)
     manager = BrowserManager()
-    tools = TOOL_SET.make(ctx, {"_manager": manager})
+    tools = TOOL_SET.make(ctx, {})
     names = {t.name: t for t in tools}
     assert set(names) == {
         "browser_navigate", "browser_click", "browser_type", "browser_get_state",
@@ -271,11 +271,12 @@ async def test_tool_set_shape(tmp_path: Path) -> None:
     assert click["properties"]["index"]["minimum"] == 0
     action = names["browser_navigate"].parse({"url": "http://x", "summary": "open x"})
     assert action.kind == "BrowserNavigateAction"
-    assert len(TOOL_SET.make(ctx, {"_manager": manager, "headless": True})) == 14
+    assert len(TOOL_SET.make(ctx, {"headless": True})) == 14
     with pytest.raises(ValueError):
-        TOOL_SET.make(ctx, {"_manager": manager, "timeout": -1})
-    with pytest.raises(TypeError):
-        TOOL_SET.make(ctx, {"_manager": "not a manager"})
+        TOOL_SET.make(ctx, {"timeout": -1})
+    with pytest.raises(ValueError):  # no manager in the context: the server forgot to give one
+        TOOL_SET.make(ToolContext(conversation_id="c", working_dir=tmp_path,
+                                  state_dir=tmp_path / "s"), {})
 
 
 # -- pages -----------------------------------------------------------------------------------
@@ -476,8 +477,9 @@ async def test_recording(site: Site, open_conversation: Any, tmp_path: Path) -> 
 
 async def test_killed_browser_is_replaced(site: Site, tmp_path: Path) -> None:
     manager = BrowserManager()
-    ctx = ToolContext(conversation_id="c", working_dir=tmp_path, state_dir=tmp_path / "s")
-    c = Conversation(TOOL_SET.make(ctx, {"_manager": manager, "timeout": 15}))
+    ctx = ToolContext(conversation_id="c", working_dir=tmp_path, state_dir=tmp_path / "s",
+                      browser=lambda: manager)
+    c = Conversation(TOOL_SET.make(ctx, {"timeout": 15}))
     try:
         await c.ok("browser_navigate", url=f"{site.url}/form")
         pid = manager.pid
@@ -498,8 +500,9 @@ async def test_killed_browser_is_replaced(site: Site, tmp_path: Path) -> None:
 
 async def test_idle_browser_is_closed_and_restarted(site: Site, tmp_path: Path) -> None:
     manager = BrowserManager(BrowserSettings(idle_timeout=0.5))
-    ctx = ToolContext(conversation_id="c", working_dir=tmp_path, state_dir=tmp_path / "s")
-    c = Conversation(TOOL_SET.make(ctx, {"_manager": manager, "timeout": 15}))
+    ctx = ToolContext(conversation_id="c", working_dir=tmp_path, state_dir=tmp_path / "s",
+                      browser=lambda: manager)
+    c = Conversation(TOOL_SET.make(ctx, {"timeout": 15}))
     try:
         await c.ok("browser_navigate", url=f"{site.url}/form")
         pids = manager.process_ids()
@@ -518,8 +521,9 @@ async def test_idle_browser_is_closed_and_restarted(site: Site, tmp_path: Path) 
 
 async def test_launch_failure_is_an_error_observation(tmp_path: Path) -> None:
     manager = BrowserManager(BrowserSettings(executable=str(tmp_path / "no-chromium")))
-    ctx = ToolContext(conversation_id="c", working_dir=tmp_path, state_dir=tmp_path / "s")
-    c = Conversation(TOOL_SET.make(ctx, {"_manager": manager}))
+    ctx = ToolContext(conversation_id="c", working_dir=tmp_path, state_dir=tmp_path / "s",
+                      browser=lambda: manager)
+    c = Conversation(TOOL_SET.make(ctx, {}))
     try:
         observation = await c("browser_navigate", url="http://127.0.0.1:9/")
         assert observation.is_error and "no-chromium" in observation.text
@@ -532,9 +536,10 @@ async def test_closing_leaves_no_chromium(site: Site, tmp_path: Path) -> None:
     conversations = []
     for name in ("a", "b"):
         ctx = ToolContext(
-            conversation_id=name, working_dir=tmp_path / name, state_dir=tmp_path / name / "s"
+            conversation_id=name, working_dir=tmp_path / name, state_dir=tmp_path / name / "s",
+            browser=lambda: manager,
         )
-        conversations.append(Conversation(TOOL_SET.make(ctx, {"_manager": manager})))
+        conversations.append(Conversation(TOOL_SET.make(ctx, {})))
         await conversations[-1].ok("browser_navigate", url=f"{site.url}/form")
     main = manager.pid
     assert main is not None
@@ -551,23 +556,12 @@ async def test_closing_leaves_no_chromium(site: Site, tmp_path: Path) -> None:
 
     await manager.close()
     assert await wait_until_gone([*pids, driver]) == [], "Chromium and Playwright's driver end"
-    assert process_group(main) == [] and find_pid(manager.marker) is None
+    assert group_members(main) == [] and find_process(manager.marker) is None
     refused = await Conversation(
         TOOL_SET.make(
-            ToolContext(conversation_id="z", working_dir=tmp_path, state_dir=tmp_path / "z"),
-            {"_manager": manager},
+            ToolContext(conversation_id="z", working_dir=tmp_path, state_dir=tmp_path / "z",
+                        browser=lambda: manager),
+            {},
         )
     )("browser_list_tabs")
     assert refused.is_error and "closed" in refused.text
-
-
-async def test_default_manager_and_shutdown(site: Site, tmp_path: Path) -> None:
-    ctx = ToolContext(conversation_id="c", working_dir=tmp_path, state_dir=tmp_path / "s")
-    c = Conversation(TOOL_SET.make(ctx, {}))
-    await c.ok("browser_navigate", url=f"{site.url}/second")
-    manager = default_manager()
-    pids = manager.process_ids()
-    assert pids
-    await shutdown()
-    assert await wait_until_gone(pids) == []
-    assert default_manager() is not manager

@@ -4,10 +4,9 @@ Layout: `manager` owns the one Chromium process the server shares, `session` is 
 conversation's isolated context and tabs, `scripts` is the JavaScript run in pages,
 `actions` the Action/Observation kinds and `tools` the fourteen tools.
 
-`TOOL_SET.make(ctx, params)` takes, besides BrowserToolParams (`timeout`,
-`max_content_chars`), an optional `_manager`: the server's BrowserManager. Without it the
-process-wide `default_manager()` is used, and the server must call `shutdown()` when it
-stops; either way no browser starts until a tool is first called.
+`TOOL_SET.make(ctx, params)` takes BrowserToolParams (`timeout`, `max_content_chars`); the
+server's BrowserManager comes from `ctx.browser` (made on first need by whoever built the
+context). No browser starts until a tool is first called.
 """
 
 from __future__ import annotations
@@ -29,8 +28,6 @@ _LAZY = {
     "BrowserManager": "tools.browser.manager",
     "BrowserSettings": "tools.browser.manager",
     "ManagerClosedError": "tools.browser.manager",
-    "default_manager": "tools.browser.manager",
-    "shutdown": "tools.browser.manager",
     "BrowserSession": "tools.browser.session",
     "BrowserToolParams": "tools.browser.tools",
 }
@@ -45,17 +42,14 @@ def __getattr__(name: str) -> Any:
 
 def make(ctx: ToolContext, params: Mapping[str, Any]) -> list[Tool]:
     """The conversation's fourteen tools, sharing one session (context made on first use)."""
-    from tools.browser.manager import BrowserManager, default_manager
     from tools.browser.session import BrowserSession
     from tools.browser.tools import TOOL_TYPES, BrowserToolParams
 
-    manager = params.get("_manager")
-    if manager is None:
-        manager = default_manager()
-    elif not isinstance(manager, BrowserManager):
-        raise TypeError(f"params['_manager'] must be a BrowserManager, not {type(manager)!r}")
+    if ctx.browser is None:
+        raise ValueError("browser_tool_set needs ctx.browser: the server's BrowserManager")
+    manager = ctx.browser()
     settings = BrowserToolParams.model_validate(params)
-    ignored = sorted(k for k in params if k not in BrowserToolParams.model_fields and k[:1] != "_")
+    ignored = sorted(k for k in params if k not in BrowserToolParams.model_fields)
     if ignored:
         log.warning("browser_tool_set ignores unknown params: %s", ", ".join(ignored))
     session = BrowserSession(manager, timeout=settings.timeout)
@@ -80,7 +74,5 @@ __all__ = [
     "BrowserSettings",
     "BrowserToolParams",
     "ManagerClosedError",
-    "default_manager",
     "make",
-    "shutdown",
 ]

@@ -3,9 +3,9 @@ closed when idle and at shutdown.
 
 A Chromium costs ~150 MB before the first page, so conversations share one process and each
 gets its own BrowserContext (cookies, storage and tabs isolated, like separate profiles).
-The process is owned by a `BrowserManager`; the server either passes one to every
-conversation (params key `_manager`) or uses the process-wide default, which `shutdown()`
-closes. Either way nothing keeps a Chromium running once the owner is closed: Playwright
+The process is owned by a `BrowserManager` that the server makes and hands to every
+conversation's tools through their ToolContext; nothing keeps a Chromium running once the
+manager is closed: Playwright
 launches Chromium in its own process group and kills that group when the browser or its
 driver goes away.
 """
@@ -26,6 +26,8 @@ from typing import Any
 
 from playwright.async_api import Browser, Playwright, async_playwright
 from pydantic import BaseModel, ConfigDict, Field
+
+from core.processes import find_process, group_members
 
 log = logging.getLogger(__name__)
 
@@ -71,8 +73,8 @@ class ManagerClosedError(BrowserError):
 # -- settings and state ----------------------------------------------------------------------
 
 
-def _default_executable() -> str:
-    return os.environ.get("AGENT_SERVER_CHROMIUM", "/usr/bin/chromium")
+#: Debian's Chromium; the server's configuration (AGENT_SERVER_CHROMIUM) may name another.
+DEFAULT_EXECUTABLE = "/usr/bin/chromium"
 
 
 class BrowserSettings(BaseModel):
@@ -81,8 +83,8 @@ class BrowserSettings(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     executable: str = Field(
-        default_factory=_default_executable,
-        description="Chromium binary; AGENT_SERVER_CHROMIUM, else Debian's /usr/bin/chromium. "
+        default=DEFAULT_EXECUTABLE,
+        description="Chromium binary (the server passes its configured one). "
         "Playwright's own browser download is never used.",
     )
     idle_timeout: float = Field(
@@ -185,12 +187,14 @@ class BrowserManager:
         """Pid of the running Chromium's main process (found by our marker switch)."""
         if self._browser is None:
             return None
-        return find_pid(self.marker)
+        return find_process(self.marker)
 
     def process_ids(self) -> list[int]:
-        """Every process of the running Chromium: the main one and its process group."""
+        """Every process of the running Chromium: the main one and its process group
+        (Chromium's helpers join the group of its main process, which Playwright starts as a
+        group leader)."""
         pid = self.pid
-        return [] if pid is None else process_group(pid)
+        return [] if pid is None else group_members(pid)
 
     async def close(self) -> None:
         """Close Chromium and the Playwright driver for good (server shutdown)."""
@@ -363,58 +367,3 @@ def retrieve_exception(task: asyncio.Task[Any]) -> None:
         task.exception()
 
 
-# -- the process-wide default ----------------------------------------------------------------
-
-_default: BrowserManager | None = None
-
-
-def default_manager() -> BrowserManager:
-    """The manager conversations share when the server passes none; starts no browser."""
-    global _default
-    if _default is None or _default.state is ManagerState.CLOSED:
-        _default = BrowserManager()
-    return _default
-
-
-async def shutdown() -> None:
-    """Close the default manager's Chromium (call from the server's shutdown)."""
-    global _default
-    manager, _default = _default, None
-    if manager is not None:
-        await manager.close()
-
-
-# -- /proc helpers: find our Chromium without psutil -----------------------------------------
-
-
-def find_pid(marker: str) -> int | None:
-    """The process whose command line holds `marker` (only Chromium's main process does:
-    its children get a filtered copy of the switches)."""
-    needle = marker.encode()
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            cmdline = (entry / "cmdline").read_bytes()
-        except OSError:
-            continue
-        if needle in cmdline.split(b"\0"):
-            return int(entry.name)
-    return None
-
-
-def process_group(pgid: int) -> list[int]:
-    """Live processes in group `pgid` (Chromium's helpers join the group of its main process,
-    which Playwright starts as a group leader)."""
-    found: list[int] = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        fields = stat.rsplit(")", 1)[1].split()
-        if fields[0] != "Z" and int(fields[2]) == pgid:
-            found.append(int(entry.name))
-    return found

@@ -14,8 +14,8 @@ and $PATH). The function holds the byte as an octal escape that only printf turn
 byte, so printing the function or the environment cannot fake a marker.
 
 Layout: `actions` holds what the model sends and reads, `output` turns the terminal's bytes
-into text and caps and saves it, `shell` is the bash on a pty, `processes` finds and kills
-what a shell started, and `tool` is the Tool that drives a shell for one conversation.
+into text and caps and saves it, `shell` is the bash on a pty (what it started is found and
+killed by core.processes), and `tool` is the Tool that drives a shell for one conversation.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from agent_server.events.content import Strict
+from core.content import Strict
 from tools.base import Action, Observation
 
 # -- what the model sends and reads -------------------------------------------------------

@@ -10,7 +10,7 @@ from typing import IO
 
 from ulid import ULID
 
-from agent_server.secrets import Masker
+from core.masking import Masker
 from tools.base import run_in_thread
 
 # -- tuning that is no one's business but this module's -----------------------------------

@@ -20,10 +20,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from agent_server.secrets import Masker
+from core.masking import Masker
+from core.processes import kill_tree, signal_group
 from tools.base import ToolError, run_in_thread
 from tools.terminal.output import Capture, Cleaner
-from tools.terminal.processes import kill_all
 
 # -- tuning that is no one's business but this module's -----------------------------------
 
@@ -297,8 +297,7 @@ class Shell:
             return False
         if self._proc is None or group == self._proc.pid:
             return False
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(group, signal.SIGKILL)
+        signal_group(group, signal.SIGKILL)
         return True
 
     async def stop(self, grace: float) -> Stop:
@@ -330,7 +329,7 @@ class Shell:
                 await self._spawning
         proc = self._proc
         if proc is not None:
-            await run_in_thread(kill_all, proc.pid, f"{TAG_VARIABLE}={self._nonce}".encode())
+            await run_in_thread(kill_tree, proc.pid, f"{TAG_VARIABLE}={self._nonce}".encode())
         if self._reader is not None:
             self._reader.cancel()
             with contextlib.suppress(asyncio.CancelledError):

@@ -13,8 +13,9 @@ from typing import Any, Literal
 
 from pydantic import ConfigDict, Field
 
-from agent_server.events.content import Strict
-from agent_server.secrets import Masker
+from core.content import Strict
+from core.masking import Masker
+from core.processes import child_env
 from tools.base import TextContent, Tool, ToolContext, ToolError, single
 from tools.terminal.actions import CmdOutputMetadata, TerminalAction, TerminalObservation
 from tools.terminal.output import Capture
@@ -45,8 +46,6 @@ class TerminalParams(Strict):
 
 # -- tuning that is no one's business but this module's -----------------------------------
 
-#: Withheld from the shell: the server's own credentials are not the model's to use.
-WITHHELD_ENV = ("SESSION_API_KEY", "AGENT_SERVER_")
 #: A dumb terminal: programs then skip redraws and colours, and pagers cannot hold a call.
 TERMINAL_ENV = {"TERM": "dumb", "PAGER": "cat", "GIT_PAGER": "cat", "MANPAGER": "cat"}
 #: The shell runs as the server does (bash's `\u` would say the same).
@@ -145,10 +144,9 @@ class TerminalTool(Tool):
             self._notice = _join(self._notice, f"[The shell had exited (code {code}); this "
                                  f"is a new shell in {self.ctx.working_dir}.]")  # fmt: skip
         if self._shell is None:
-            env = {k: v for k, v in os.environ.items() if not k.startswith(WITHHELD_ENV)}
-            for name in ("PWD", "OLDPWD", "PS1", "PROMPT_COMMAND"):
-                env.pop(name, None)
-            env.update({**TERMINAL_ENV, **self.ctx.env, **self.ctx.secrets})
+            # The server's own credentials are not the model's to use (child_env withholds
+            # them); not quiet, so that a prompt (a password, a y/n) can be answered.
+            env = child_env(TERMINAL_ENV, self.ctx.env, self.ctx.secrets, quiet=False)
             shell = Shell(self.ctx.working_dir, env, Masker(self.ctx.secrets), self._save_dir,
                           self.settings.max_output_chars)  # fmt: skip
             await shell.start(self.settings.start_timeout)  # closes itself if it fails

@@ -1,5 +1,8 @@
 """The shared component types of SPEC 2.7: message content, tool calls and their neighbours.
 
+They live here, not beside the event kinds, because the tools, the agent server and the
+control plane all speak them, and none of those may import another's package for them.
+
 Every model forbids unknown fields: events never carry them, and these types only travel
 inside events.
 """
@@ -122,3 +125,21 @@ class ToolDefinition(Strict):
     parameters: dict[str, Any]
     annotations: ToolAnnotations | None = None
     meta: dict[str, Any] | None = None
+
+
+__all__ = [
+    "AnyThinkingBlock",
+    "Content",
+    "CriticResult",
+    "ImageContent",
+    "Message",
+    "MessageToolCall",
+    "ReasoningItemModel",
+    "RedactedThinkingBlock",
+    "SecurityRisk",
+    "Strict",
+    "TextContent",
+    "ThinkingBlock",
+    "ToolAnnotations",
+    "ToolDefinition",
+]

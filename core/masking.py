@@ -1,7 +1,10 @@
-"""Secrets: per-conversation values (SPEC 5 rule 4) and the mask that keeps them out of events.
+"""Keeping secrets out of what is shown: by value (`Masker`) and by key (`redact`).
 
-A value never reaches the event log, a websocket, the webhook or the model: every event is
-masked as it is written (see EventLog.redactor), and nothing else carries event text.
+Two literals, because they answer two different readers. `MASK` replaces a secret's value
+found inside text (an event, command output): the reader should see that something was
+hidden there. `REDACTED` replaces the whole value of a field whose key says it is secret (an
+API key in settings): clients send it back unchanged to mean "keep what you have", so it
+must be one fixed string.
 """
 
 from __future__ import annotations
@@ -11,8 +14,14 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from core.ids import ENV_NAME
+
+#: What a secret's value becomes wherever it appears in text.
 MASK = "<secret-hidden>"
-NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+#: What the value of a secret field (see SECRET_KEYS) becomes in a response or a log.
+REDACTED = "**********"
+#: Keys whose values never go back to a client or into a log, wherever they appear.
+SECRET_KEYS = frozenset({"api_key", "session_api_key", "secrets", "password", "token"})
 #: Shorter values would mask ordinary words and numbers all over the transcript.
 MIN_LENGTH = 4
 
@@ -21,11 +30,32 @@ def check_secrets(values: Mapping[str, str]) -> list[tuple[str, str]]:
     """Problems with a secrets map, as (name, message) pairs (empty when all is well)."""
     problems = []
     for name, value in values.items():
-        if not NAME.match(name):
+        if not ENV_NAME.match(name):
             problems.append((name, "secret names are letters, digits and _ (an environment name)"))
         elif len(value) < MIN_LENGTH:
             problems.append((name, f"secret values need at least {MIN_LENGTH} characters"))
     return problems
+
+
+def redact(value: Any) -> Any:
+    """A copy of JSON-like `value` with the values of secret keys replaced by REDACTED.
+
+    A `secrets` mapping keeps its names (a client needs to know which are set) and loses its
+    values; empty values stay as they are, so "not set" still reads as not set.
+    """
+    if isinstance(value, dict):
+        out: dict[Any, Any] = {}
+        for k, v in value.items():
+            if k == "secrets" and isinstance(v, dict):
+                out[k] = {name: REDACTED for name in v}
+            elif k in SECRET_KEYS and v not in (None, "", {}):
+                out[k] = REDACTED
+            else:
+                out[k] = redact(v)
+        return out
+    if isinstance(value, list):
+        return [redact(v) for v in value]
+    return value
 
 
 class Masker:
@@ -40,10 +70,6 @@ class Masker:
         self._source: Mapping[str, str] = values if values is not None else {}
         self._seen: frozenset[str] | None = None
         self._pattern: re.Pattern[str] | None = None
-
-    def update(self, values: Mapping[str, str]) -> None:
-        self._source = values
-        self._seen = None
 
     def _current(self) -> re.Pattern[str] | None:
         values = frozenset(v for v in self._source.values() if len(v) >= MIN_LENGTH)
@@ -109,3 +135,15 @@ class StreamMasker:
     def flush(self) -> str:
         text, self._held = self._held, ""
         return self.masker.text(text)
+
+
+__all__ = [
+    "MASK",
+    "MIN_LENGTH",
+    "REDACTED",
+    "SECRET_KEYS",
+    "Masker",
+    "StreamMasker",
+    "check_secrets",
+    "redact",
+]

@@ -1,0 +1,59 @@
+"""EventSink: where a conversation's agent writes, with secrets masked in one place.
+
+Stored events are masked by the log as they are written (the log's redactor is this sink's
+masker); transient events (streaming deltas) never reach the log, so they are masked here, a
+secret split between two deltas included. Nothing else masks events.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+from agent_server.events import Event, StreamingDeltaEvent
+from agent_server.log import EventLog
+from core.masking import Masker
+
+
+class EventSink:
+    def __init__(self, open_log: Callable[[], Awaitable[EventLog]],
+                 publish: Callable[[Event], None], masker: Masker) -> None:
+        self._open_log = open_log
+        self._publish = publish
+        self.masker = masker
+
+    async def log(self) -> EventLog:
+        return await self._open_log()
+
+    async def append(self, *events: Event) -> list[Event]:
+        """Durably stored (masked) before this returns; subscribers see them after."""
+        return await (await self._open_log()).append(*events)
+
+    def publish_transient(self, event: Event) -> None:
+        """Live subscribers only: never stored, never pushed to the webhook."""
+        if self.masker:
+            event = type(event).model_validate(self.masker.data(event.model_dump(mode="json")))
+        self._publish(event)
+
+    def deltas(self) -> DeltaStream:
+        return DeltaStream(self)
+
+
+class DeltaStream:
+    """The streamed pieces of one model response, masked as they go: an ending that may be
+    the start of a secret waits for the next piece to show whether it is."""
+
+    def __init__(self, sink: EventSink) -> None:
+        self._publish = sink._publish
+        self._text = sink.masker.stream()
+        self._reasoning = sink.masker.stream()
+
+    def feed(self, text: str | None, reasoning: str | None) -> None:
+        self._send(self._text.feed(text) if text else None,
+                   self._reasoning.feed(reasoning) if reasoning else None)
+
+    def flush(self) -> None:
+        self._send(self._text.flush() or None, self._reasoning.flush() or None)
+
+    def _send(self, text: str | None, reasoning: str | None) -> None:
+        if text or reasoning:
+            self._publish(StreamingDeltaEvent(content=text, reasoning_content=reasoning))

@@ -1,0 +1,200 @@
+"""Request and response bodies of the HTTP interface that no domain module needs (SPEC 4.4).
+
+Requests tolerate unknown fields; responses are exact. Shapes follow the public OpenHands
+agent server where the SPEC is silent.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from typing import Any, Literal
+from uuid import UUID
+
+from pydantic import BaseModel, Field, field_validator, model_validator
+
+from agent_server.agent.spec import (
+    ENV_NAME,
+    ConfirmationPolicy,
+    ExecutionStatus,
+    HookConfig,
+    Lenient,
+    Metrics,
+    RepositorySpec,
+    RepositoryStatus,
+)
+from agent_server.events.kinds import KindName
+from agent_server.record import SecretValue, StoredConversation, WebhookStatus, Workspace
+
+
+class SetConfirmationPolicy(Lenient):
+    """POST .../confirmation_policy: `{"policy": {...}}` (OpenHands) or the policy itself."""
+
+    policy: ConfirmationPolicy
+
+    @model_validator(mode="before")
+    @classmethod
+    def _bare(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "policy" not in data and "kind" in data:
+            return {"policy": data}
+        return data
+
+
+class ConfirmationResponse(Lenient):
+    """POST .../events/respond_to_confirmation."""
+
+    accept: bool
+    reason: str = Field(default="User rejected the action.", max_length=10_000)
+
+
+class UpdateSecrets(Lenient):
+    """POST /api/conversations/{id}/secrets: add or replace."""
+
+    secrets: dict[str, SecretValue] = Field(max_length=200)
+
+
+class ConversationInfo(BaseModel):
+    """A conversation as the API returns it: the LLM key is never included."""
+
+    id: UUID
+    agent: dict[str, Any]
+    workspace: Workspace
+    execution_status: ExecutionStatus
+    max_iterations: int
+    stuck_detection: bool
+    title: str | None
+    tags: dict[str, str]
+    metrics: Metrics
+    secret_names: list[str]
+    """Names of the conversation's own secrets; values are never returned."""
+    repository: RepositorySpec | None = None
+    repository_status: RepositoryStatus | None = None
+    confirmation_policy: ConfirmationPolicy
+    hook_config: HookConfig | None
+    created_at: datetime
+    updated_at: datetime
+    webhook: WebhookStatus | None = None
+    """The webhook push of this conversation (null when no webhook is configured)."""
+
+    @classmethod
+    def of(cls, record: StoredConversation, webhook: WebhookStatus | None = None) -> ConversationInfo:
+        data = record.model_dump(exclude={"agent", "secrets"})
+        return cls(agent=record.agent.redacted(), secret_names=sorted(record.secrets),
+                   webhook=webhook, **data)
+
+
+class ConversationPage(BaseModel):
+    items: list[ConversationInfo]
+    next_page_id: str | None = None
+
+
+class ConversationIds(Lenient):
+    ids: list[UUID] = Field(min_length=1, max_length=100)
+
+
+class Success(BaseModel):
+    success: bool = True
+
+
+class EventSearch(Lenient):
+    """Filters of GET .../events/search and .../events/count (SPEC 4.4, OpenHands names too)."""
+
+    kind__eq: KindName | None = None
+    kind: KindName | None = None
+    source__eq: Literal["agent", "user", "environment", "hook"] | None = None
+    source: Literal["agent", "user", "environment", "hook"] | None = None
+    timestamp__gte: datetime | None = None
+    timestamp__lt: datetime | None = None
+    sort_order: Literal["TIMESTAMP", "TIMESTAMP_DESC"] = "TIMESTAMP"
+    limit: int = Field(default=100, ge=1, le=1000)
+    page_id: str | None = Field(default=None, pattern=r"^[0-9A-HJKMNP-TV-Z]{26}$")
+
+    @field_validator("timestamp__gte", "timestamp__lt")
+    @classmethod
+    def _aware(cls, value: datetime | None) -> datetime | None:
+        if value is not None and value.tzinfo is None:
+            raise ValueError("timestamp needs a UTC offset, e.g. 2026-01-31T12:00:00+00:00")
+        return value
+
+
+class EventPage(BaseModel):
+    items: list[dict[str, Any]]
+    next_page_id: str | None = None
+
+
+TAG_KEY = re.compile(r"^[a-z0-9_-]{1,50}$")
+
+
+class FileQuery(Lenient):
+    """?path= of GET and POST .../file: relative to the working directory, or absolute in it."""
+
+    path: str = Field(min_length=1, max_length=4096)
+
+
+class FileWritten(BaseModel):
+    path: str
+    """Relative to the working directory."""
+    size: int
+
+
+class DiffQuery(Lenient):
+    path: str | None = Field(default=None, min_length=1, max_length=4096)
+    """One file; without it the whole unified diff comes back as text/plain."""
+
+
+class RunCommand(Lenient):
+    """POST .../commands: a shell command in the workspace, outside the agent's terminal."""
+
+    command: str = Field(min_length=1, max_length=100_000)
+    cwd: str | None = Field(default=None, min_length=1, max_length=4096)
+    """Relative to the working directory (or absolute inside it)."""
+    timeout: float = Field(default=60, gt=0, le=600)
+    """Seconds; then the command's whole process group is killed."""
+    env: dict[str, str] = Field(default_factory=dict, max_length=100)
+
+    @field_validator("env")
+    @classmethod
+    def _names(cls, value: dict[str, str]) -> dict[str, str]:
+        for name, item in value.items():
+            if not ENV_NAME.match(name):
+                raise ValueError(f"{name!r} is not an environment variable name")
+            if len(item) > 65536 or "\x00" in item:
+                raise ValueError(f"the value of {name} is over 65536 characters or holds NUL")
+        return value
+
+
+class CommandResult(BaseModel):
+    exit_code: int
+    """The command's status; -N when signal N ended it (a timeout sends SIGTERM, then SIGKILL)."""
+    stdout: str
+    stderr: str
+    timed_out: bool
+
+
+class UpdateConversation(Lenient):
+    """PATCH /api/conversations/{id}: fields left out stay; tags given replace all tags."""
+
+    title: str | None = Field(default=None, min_length=1, max_length=200)
+    """null clears the title."""
+    tags: dict[str, str] | None = None
+
+    @field_validator("title")
+    @classmethod
+    def _title(cls, value: str | None) -> str | None:
+        if value is not None and not value.strip():
+            raise ValueError("title must not be blank")
+        return value
+
+    @field_validator("tags")
+    @classmethod
+    def _tags(cls, value: dict[str, str] | None) -> dict[str, str] | None:
+        if value is None:
+            return None
+        if len(value) > 50:
+            raise ValueError("at most 50 tags")
+        for key, item in value.items():
+            if not TAG_KEY.match(key):
+                raise ValueError(f"tag key {key!r}: 1 to 50 of a-z, 0-9, _ and -")
+            if len(item) > 256:
+                raise ValueError(f"tag {key!r}: values are at most 256 characters")
+        return value

@@ -1,0 +1,303 @@
+"""Child processes: a clean environment, a bounded run, and nothing left behind.
+
+Every process runs in a session of its own, so its whole process group can be signalled at
+once. A group is not enough, though: a child can leave it (`setsid`, a daemon's double fork).
+So each run also carries a random tag in its environment, and when it ends /proc is swept
+for anything in its session, below it, or carrying the tag. The sweep reads /proc directly
+(no psutil): this is Linux-only, as the servers are.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import secrets
+import signal
+import time
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+#: Bytes read from a pipe at a time.
+CHUNK = 64 * 1024
+#: Each of stdout and stderr of a run is kept up to this many bytes unless told otherwise.
+MAX_OUTPUT_BYTES = 100_000
+#: Marks the processes a run started, to find those that left its session.
+TAG_VARIABLE = "AGENT_SERVER_RUN_TAG"
+#: Prefixes of the servers' own variables (their keys, their settings), never inherited.
+WITHHELD_ENV = ("SESSION_API_KEY", "AGENT_SERVER_", "CONTROL_PLANE_")
+#: The server's own place (PWD), its prompt, and Git variables that would point Git at the
+#: server's repository instead of the child's.
+DROPPED_ENV = ("PWD", "OLDPWD", "PS1", "PROMPT_COMMAND", "GIT_DIR", "GIT_WORK_TREE",
+               "GIT_INDEX_FILE", "GIT_OBJECT_DIRECTORY", "GIT_COMMON_DIR")
+#: No pager, no colours, no prompt: nobody is at a terminal to answer.
+QUIET_ENV = {"TERM": "dumb", "PAGER": "cat", "GIT_PAGER": "cat", "MANPAGER": "cat",
+             "GIT_TERMINAL_PROMPT": "0"}
+#: Rounds of the sweep: a process being killed may fork once more.
+SWEEP_ROUNDS = 50
+#: Seconds a group gets between SIGTERM and SIGKILL.
+TERM_GRACE = 1.0
+
+
+# -- environment -----------------------------------------------------------------------------
+
+
+def child_env(*layers: Mapping[str, str], quiet: bool = True) -> dict[str, str]:
+    """The server's environment without its own secrets, then QUIET_ENV (unless `quiet` is
+    False: an interactive shell may let a prompt be answered), then each layer over it."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(WITHHELD_ENV)}
+    for name in DROPPED_ENV:
+        env.pop(name, None)
+    if quiet:
+        env.update(QUIET_ENV)
+    for layer in layers:
+        env.update(layer)
+    return env
+
+
+# -- /proc -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ProcessInfo:
+    """One line of /proc/<pid>/stat, the fields that say where a process belongs."""
+
+    pid: int
+    state: str
+    ppid: int
+    pgid: int
+    session: int
+
+    @property
+    def alive(self) -> bool:
+        """False for a zombie: dead, only waiting for its parent to collect it."""
+        return self.state not in ("Z", "X")
+
+
+def list_processes() -> list[ProcessInfo]:
+    """Every process /proc shows now; one that ends while being read is left out."""
+    found = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry.name}/stat").read_bytes()
+        except OSError:
+            continue
+        # The command name (in parentheses) may hold spaces and parentheses: split after it.
+        state, ppid, pgid, session = stat[stat.rfind(b")") + 2:].split()[:4]
+        found.append(ProcessInfo(int(entry.name), state.decode(), int(ppid), int(pgid),
+                                 int(session)))
+    return found
+
+
+def find_process(argument: str) -> int | None:
+    """The process with `argument` as one whole argument of its command line."""
+    needle = argument.encode()
+    for info in list_processes():
+        try:
+            cmdline = Path(f"/proc/{info.pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if needle in cmdline.split(b"\0"):
+            return info.pid
+    return None
+
+
+def group_members(pgid: int) -> list[int]:
+    """Live processes in process group `pgid`."""
+    return [p.pid for p in list_processes() if p.alive and p.pgid == pgid]
+
+
+def started_by(leader: int, tag: bytes) -> set[int]:
+    """Live processes of a run: its session, its descendants (also those in a session of
+    their own), and any process with `tag` in its environment (daemons that left both)."""
+    parents: dict[int, int] = {}
+    found: set[int] = set()
+    for info in list_processes():
+        if not info.alive:
+            continue
+        parents[info.pid] = info.ppid
+        if info.pid == leader or info.session == leader or _carries(info.pid, tag):
+            found.add(info.pid)
+    while more := {p for p, pp in parents.items() if pp in found and p not in found}:
+        found |= more
+    found.discard(os.getpid())
+    return found
+
+
+def _carries(pid: int, tag: bytes) -> bool:
+    try:
+        return tag in Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return False
+
+
+# -- killing ---------------------------------------------------------------------------------
+
+
+def signal_group(pgid: int, sig: int) -> None:
+    """Signal a process group that may already be gone (or never ours to signal)."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+
+
+def kill_tree(leader: int, tag: bytes) -> None:
+    """SIGKILL the leader and all it started until none is left (a dying process may have
+    forked). Blocking (it reads /proc): run it in a thread."""
+    for _ in range(SWEEP_ROUNDS):
+        victims = started_by(leader, tag)
+        if not victims:
+            return
+        for pid in victims:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.005)
+
+
+async def end_group(proc: asyncio.subprocess.Process, tag: str) -> None:
+    """SIGTERM the process's group, SIGKILL what is left a moment later; then sweep for what
+    it started elsewhere (other groups, other sessions). `proc` must lead its own session."""
+    pgid = proc.pid  # start_new_session: the leader's pid is the group's id
+    signal_group(pgid, signal.SIGTERM)
+    try:
+        await asyncio.wait_for(asyncio.shield(proc.wait()), TERM_GRACE)
+    except TimeoutError:
+        pass
+    signal_group(pgid, signal.SIGKILL)
+    await proc.wait()
+    await asyncio.to_thread(kill_tree, proc.pid, f"{TAG_VARIABLE}={tag}".encode())
+
+
+# -- running ---------------------------------------------------------------------------------
+
+
+@dataclass
+class Output:
+    """The head of one output stream and how many bytes there were in all."""
+
+    head: bytes
+    total: int
+
+
+@dataclass
+class Finished:
+    """How a run ended; `exit_code` is negative when a signal ended it."""
+
+    exit_code: int
+    stdout: Output
+    stderr: Output
+    timed_out: bool
+
+
+async def run_process(argv: list[str], cwd: Path | str, env: Mapping[str, str],
+                      timeout: float, keep: int = MAX_OUTPUT_BYTES, *,
+                      stdin: bytes | None = None) -> Finished:
+    """Run to completion or timeout, keeping the first `keep` bytes of each output; whatever
+    it started is killed when it ends, also when the caller is cancelled.
+
+    `stdin` is written to the process (a process that exits without reading it is fine);
+    without it, stdin is /dev/null. Raises OSError when the process cannot start.
+    """
+    tag = secrets.token_hex(8)
+    proc = await asyncio.create_subprocess_exec(
+        *argv, cwd=cwd, env={**env, TAG_VARIABLE: tag},
+        stdin=asyncio.subprocess.DEVNULL if stdin is None else asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, start_new_session=True,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    sinks = [_Sink(), _Sink()]
+    tasks = [asyncio.create_task(_collect(proc.stdout, keep, sinks[0])),
+             asyncio.create_task(_collect(proc.stderr, keep, sinks[1]))]
+    if stdin is not None:
+        assert proc.stdin is not None
+        tasks.append(asyncio.create_task(_feed(proc.stdin, stdin)))
+    timed_out = False
+    try:
+        try:
+            await asyncio.wait_for(proc.wait(), timeout)
+        except TimeoutError:
+            timed_out = True
+    finally:
+        await end_group(proc, tag)
+    # Whatever still held a pipe is dead now; what was read so far is kept either way.
+    await asyncio.wait(tasks, timeout=2)
+    for task in tasks:
+        task.cancel()
+    assert proc.returncode is not None
+    out, err = (Output(bytes(sink.head), sink.total) for sink in sinks)
+    return Finished(proc.returncode, out, err, timed_out)
+
+
+async def stream_process(argv: list[str], cwd: Path | str, env: Mapping[str, str],
+                         timeout: float) -> AsyncIterator[bytes]:
+    """A process's stdout as it comes (stderr dropped), bounded by a timeout like run_process;
+    closing the iterator early ends the process too."""
+    tag = secrets.token_hex(8)
+    proc = await asyncio.create_subprocess_exec(
+        *argv, cwd=cwd, env={**env, TAG_VARIABLE: tag}, stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL, start_new_session=True,
+    )
+    assert proc.stdout is not None
+    deadline = asyncio.get_running_loop().time() + timeout
+    try:
+        while True:
+            # A deadline per read, not a timeout scope: this generator is suspended in between.
+            left = deadline - asyncio.get_running_loop().time()
+            try:
+                chunk = await asyncio.wait_for(proc.stdout.read(CHUNK), max(left, 0))
+            except TimeoutError:
+                return
+            if not chunk:
+                return
+            yield chunk
+    finally:
+        await end_group(proc, tag)
+
+
+@dataclass
+class _Sink:
+    head: bytearray = field(default_factory=bytearray)
+    total: int = 0
+
+
+async def _collect(stream: asyncio.StreamReader, keep: int, sink: _Sink) -> None:
+    """Read to the end, keeping the head in `sink` (kept too if the reader is cancelled)."""
+    while chunk := await stream.read(CHUNK):
+        sink.total += len(chunk)
+        if len(sink.head) < keep:
+            sink.head += chunk[: keep - len(sink.head)]
+
+
+async def _feed(pipe: asyncio.StreamWriter, data: bytes) -> None:
+    try:
+        if not pipe.is_closing():
+            pipe.write(data)
+            await pipe.drain()
+        pipe.close()
+    except (BrokenPipeError, ConnectionResetError, RuntimeError):
+        pass  # the process exited without reading all of it: its business
+
+
+__all__ = [
+    "CHUNK",
+    "DROPPED_ENV",
+    "MAX_OUTPUT_BYTES",
+    "QUIET_ENV",
+    "TAG_VARIABLE",
+    "WITHHELD_ENV",
+    "Finished",
+    "Output",
+    "ProcessInfo",
+    "child_env",
+    "end_group",
+    "find_process",
+    "group_members",
+    "kill_tree",
+    "list_processes",
+    "run_process",
+    "signal_group",
+    "started_by",
+    "stream_process",
+]

@@ -1,0 +1,144 @@
+"""list_directory: the entries of a workspace directory with sizes and times (Gemini's)."""
+
+from __future__ import annotations
+
+import os
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field
+
+from core.content import Strict
+from tools import files
+from tools.base import Action, Observation, TextContent, single
+from tools.gemini.common import WorkspaceFileTool, error_content
+
+#: Entries returned by one call; the rest are counted.
+MAX_ENTRIES = 500
+#: Levels a recursive listing goes down (1 is the directory itself).
+RECURSIVE_DEPTH = 2
+
+
+class FileEntry(Strict):
+    """Information about a file or directory."""
+
+    name: str = Field(description="Name of the file or directory")
+    path: str = Field(description="Absolute path to the file or directory")
+    is_directory: bool = Field(description="Whether this entry is a directory")
+    size: int = Field(description="Size of the file in bytes (0 for directories)")
+    modified_time: datetime = Field(description="Last modified timestamp")
+
+
+class ListDirectoryAction(Action):
+    kind: Literal["ListDirectoryAction"] = "ListDirectoryAction"
+    dir_path: str = Field(
+        default=".",
+        description="The path to the directory to list. Defaults to current directory.",
+    )
+    recursive: bool = Field(
+        default=False,
+        description="Whether to list subdirectories recursively (up to 2 levels).",
+    )
+
+
+class ListDirectoryObservation(Observation):
+    kind: Literal["ListDirectoryObservation"] = "ListDirectoryObservation"
+    dir_path: str | None = Field(default=None, description="The directory path that was listed.")
+    entries: list[FileEntry] = Field(
+        default_factory=list, description="List of files and directories found."
+    )
+    total_count: int = Field(default=0, description="Total number of entries found.")
+    is_truncated: bool = Field(
+        default=False,
+        description="Whether the listing was truncated due to too many entries.",
+    )
+
+
+class ListDirectoryTool(WorkspaceFileTool):
+    name = "list_directory"
+    description = (
+        "Lists a directory of the workspace: each entry's name, path, whether it is a "
+        "directory, its size in bytes and when it was last modified. Hidden entries are "
+        "included. `recursive` also lists subdirectories, two levels deep (symlinked "
+        f"directories are shown, not entered). At most {MAX_ENTRIES} entries are returned, "
+        "with the total counted. `dir_path` defaults to the working directory; paths are "
+        "relative to it, or absolute inside it."
+    )
+    action_type = ListDirectoryAction
+    observation_type = ListDirectoryObservation
+    acts = False
+    read_only = True
+
+    async def run(self, action: ListDirectoryAction) -> ListDirectoryObservation:
+        return await self.guarded(
+            lambda: self._list(action),
+            lambda why: ListDirectoryObservation(dir_path=action.dir_path, **error_content(why)),
+        )
+
+    def _list(self, action: ListDirectoryAction) -> ListDirectoryObservation:
+        path = self.path(action.dir_path)
+        if not path.exists():
+            raise files.Refusal(f"The directory {path} does not exist.")
+        if not path.is_dir():
+            raise files.Refusal(f"{path} is not a directory; use read_file to read a file.")
+        entries: list[FileEntry] = []
+        total = _walk(path, RECURSIVE_DEPTH if action.recursive else 1, entries)
+        lines = [_line(path, e) for e in entries]
+        text = f"{path} ({total} entr{'y' if total == 1 else 'ies'}):\n" + (
+            "\n".join(lines) if lines else "(empty directory)")
+        if total > len(entries):
+            text += (f"\n[{total - len(entries)} more entries not shown: list a "
+                     "subdirectory, or use glob]")
+        return ListDirectoryObservation(
+            dir_path=str(path), entries=entries, total_count=total,
+            is_truncated=total > len(entries),
+            content=[TextContent(text=files.clip(text, how="List a subdirectory."))],
+        )
+
+
+def _walk(directory: Path, depth: int, out: list[FileEntry]) -> int:
+    """Add the entries under directory (directories first, then by name) to `out` up to
+    MAX_ENTRIES; the number there were in all."""
+    try:
+        with os.scandir(directory) as it:
+            children = sorted(it, key=lambda e: (not e.is_dir(follow_symlinks=False), e.name))
+    except OSError:
+        return 0
+    total = 0
+    for child in children:
+        total += 1
+        is_dir = child.is_dir(follow_symlinks=False)
+        if len(out) < MAX_ENTRIES:
+            try:
+                info = child.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            out.append(FileEntry(
+                name=child.name, path=child.path, is_directory=is_dir,
+                size=0 if is_dir else info.st_size,
+                modified_time=datetime.fromtimestamp(info.st_mtime, UTC),
+            ))
+        if is_dir and depth > 1:
+            total += _walk(Path(child.path), depth - 1, out)
+    return total
+
+
+def _line(base: Path, entry: FileEntry) -> str:
+    rel = os.path.relpath(entry.path, base)
+    when = entry.modified_time.strftime("%Y-%m-%d %H:%M")
+    if entry.is_directory:
+        return f"[DIR]  {rel}/  {when}"
+    return f"       {rel}  {entry.size} bytes  {when}"
+
+
+TOOL_SET = single(ListDirectoryTool)
+
+__all__ = [
+    "MAX_ENTRIES",
+    "TOOL_SET",
+    "FileEntry",
+    "ListDirectoryAction",
+    "ListDirectoryObservation",
+    "ListDirectoryTool",
+]
