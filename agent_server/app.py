@@ -58,6 +58,7 @@ ROUTES = [
     Route(C + "/hooks", conversations.hooks, methods=["GET"]),
     Route(C + "/skills", skills.list_skills, methods=["GET"]),
     Route(C + "/condense", conversations.condense, methods=["POST"]),
+    Route(C + "/navigate", conversations.navigate, methods=["POST"]),
     Route(C + "/events", events.send, methods=["POST"]),
     Route(C + "/events/search", events.search, methods=["GET"]),
     Route(C + "/events/count", events.count, methods=["GET"]),

@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable, Iterator, Sequence
 from datetime import datetime, timezone
 from enum import Enum
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 from uuid import UUID
 
 from pydantic import ValidationError
@@ -27,7 +27,7 @@ from agent_server.agent.sink import EventSink
 from agent_server.agent.skills import SkillList
 from agent_server.agent.spec import AgentSpec, ConfirmationPolicy, ExecutionStatus
 from agent_server.agent.toolbox import check_tools, git_env
-from agent_server.errors import Conflict, ConversationGone, InvalidTransition, invalid
+from agent_server.errors import Conflict, ConversationGone, InvalidTransition, NotFound, invalid
 from agent_server.events import (
     ConversationErrorEvent,
     ConversationStateUpdateEvent,
@@ -39,6 +39,7 @@ from agent_server.events import (
 )
 from agent_server.log import LOG_FILE_NAME, EventLog, Listener
 from agent_server.record import (
+    ConversationInfo,
     ConversationSearch,
     CreateConversation,
     SendMessage,
@@ -49,7 +50,9 @@ from agent_server.record import (
 )
 from agent_server.repository import CloneFailed, clone
 from agent_server.settings import Settings
+from agent_server.events import format_timestamp
 from core.files import read_json, write_json
+from core.ids import new_event_id
 from core.masking import Masker, check_secrets
 
 logger = logging.getLogger(__name__)
@@ -165,6 +168,34 @@ class Conversation:
     def webhook_status(self) -> WebhookStatus | None:
         return self._fanout.status(self.id)
 
+    def info(self) -> ConversationInfo:
+        """The conversation as the API shows it. The tree's fields (HEAD, the last user
+        message) come from the log, so they are given only while it is open (`opened_info`)."""
+        log, leaf, last_user = self._log, None, None
+        if log is not None:
+            leaf = log.head
+            last_user = log.last_on_branch(leaf, "MessageEvent", "user")
+        elif self.record.head_set_at is not None:
+            leaf = self.record.head_event_id
+        return ConversationInfo.of(
+            self.record, directory=str(self.directory), webhook=self.webhook_status(),
+            leaf=leaf, head_is_empty=leaf is None and log is not None and len(log) > 0,
+            last_user_message=last_user)
+
+    async def opened_info(self) -> ConversationInfo:
+        await (await self.log()).drain()
+        return self.info()
+
+    def publish_state(self) -> None:
+        """A `full_state` ConversationStateUpdateEvent to the live subscribers (not stored):
+        what the OpenHands SDK client waits for when a run ends."""
+        self._fanout.publish_transient(self.id, self.state_event())
+
+    def state_event(self) -> ConversationStateUpdateEvent:
+        return ConversationStateUpdateEvent(
+            id=new_event_id(), timestamp=format_timestamp(now()), key="full_state",
+            value=self.masker.data(self.info().model_dump(mode="json", exclude_none=True)))
+
     # -- secrets -------------------------------------------------------------------------------
 
     def refresh_secrets(self) -> None:
@@ -178,6 +209,7 @@ class Conversation:
         self.record.secrets.update(values)
         self.refresh_secrets()
         await self.save()
+        self.publish_state()
 
     # -- persistence ---------------------------------------------------------------------
 
@@ -190,6 +222,8 @@ class Conversation:
                     log = await asyncio.to_thread(
                         EventLog.open, self.directory / LOG_FILE_NAME,
                         redactor=self.masker.data, sinks=self._fanout.sinks(self.id))
+                    if self.record.head_set_at is not None:
+                        log.restore_head(self.record.head_event_id, self.record.head_set_at)
                     self._log = log
                     self._fanout.attach(self.id, self.directory, log, self.closed)
         return self._log
@@ -212,10 +246,17 @@ class Conversation:
         if tags is not None:
             self.record.tags = tags
         await self.save()
+        self.publish_state()
 
     async def set_confirmation_policy(self, policy: ConfirmationPolicy) -> None:
         self.record.confirmation_policy = self.control.confirmation_policy = policy
         await self.save()
+        self.publish_state()
+
+    async def set_security_analyzer(self, analyzer: dict[str, Any] | None) -> None:
+        self.record.security_analyzer = analyzer
+        await self.save()
+        self.publish_state()
 
     async def transition(self, to: ExecutionStatus) -> None:
         """Move the execution status along the table (staying put is no move), record it as
@@ -229,6 +270,29 @@ class Conversation:
         self.record.execution_status = to
         await self.append(ConversationStateUpdateEvent(key="execution_status", value=to.value))
         await self.save()
+        if to != S.RUNNING:  # a run ended (or never will): the snapshot clients wait for
+            self.publish_state()
+
+    # -- the conversation tree -------------------------------------------------------------
+
+    async def navigate(self, event_id: str | None) -> None:
+        """Move HEAD to a stored event (None: the empty tree): the next event starts a sibling
+        branch there, and the model sees only the branch from the root to HEAD."""
+        async with self._run_lock:
+            await self.settle()
+            if self.running:
+                raise Conflict("The conversation is running: pause it before navigating")
+            log = await self.log()
+            await log.drain()
+            try:
+                log.navigate(event_id)
+            except KeyError:
+                raise NotFound(f"Event {event_id} not found in this conversation") from None
+            self.record.head_event_id, self.record.head_set_at = event_id, len(log)
+            self.session.forget_view()
+            if self.status == S.WAITING_FOR_CONFIRMATION:  # what waited is off the branch now
+                await self.transition(S.IDLE)
+            await self.save()
 
     # -- control -------------------------------------------------------------------------
 
@@ -263,9 +327,14 @@ class Conversation:
         return event
 
     async def respond(self, accept: bool, reason: str) -> None:
-        """Run the actions waiting for confirmation (accept), or reject them and rest."""
+        """Run the actions waiting for confirmation (accept), or reject them and rest.
+
+        Rejecting when nothing waits changes nothing (as the OpenHands agent server answers
+        it); accepting then is a conflict, since it would not run anything."""
         await self.settle()
         if self.status != S.WAITING_FOR_CONFIRMATION or self.running:
+            if not accept:
+                return
             raise Conflict("No action is waiting for confirmation "
                            f"(execution_status is {self.status.value})")
         if accept:
@@ -277,8 +346,9 @@ class Conversation:
     async def run(self, approved: bool = False) -> None:
         """Start the agent unless it is already running (then nothing changes).
 
-        Actions waiting for confirmation run only with `approved` (an explicit accept); a
-        plain run while waiting changes nothing.
+        A run while actions wait for confirmation runs them first: calling run again is how
+        the OpenHands SDK accepts (as its agent server does). A new user message, by contrast,
+        rejects them (send_message).
         """
         async with self._run_lock:  # one run task at a time, even for calls made together
             if self.lifecycle is not Lifecycle.OPEN or (self.running and self.status == S.RUNNING):
@@ -286,9 +356,7 @@ class Conversation:
             await self.settle()
             if self.running:
                 return
-            if self.status == S.WAITING_FOR_CONFIRMATION and not approved:
-                return
-            self.control.approved = approved
+            self.control.approved = approved or self.status == S.WAITING_FOR_CONFIRMATION
             self.control.pause_requested = False
             await self.transition(S.RUNNING)
             self._task = asyncio.create_task(self._run(), name=f"run {self.id}")

@@ -167,6 +167,13 @@ class AgentSession:
     async def skills(self) -> SkillList:
         return (await self._skills()).info()
 
+    def forget_view(self) -> None:
+        """HEAD moved to another branch: the next run builds the model's view anew."""
+        if self._unsubscribe is not None:
+            self._unsubscribe()
+            self._unsubscribe = None
+        self._view = None
+
     async def close(self) -> None:
         """SessionEnd hooks (when SessionStart ran), then release the tools."""
         if self.session_started:
@@ -210,7 +217,8 @@ class AgentSession:
         return self._book
 
     async def _attach(self) -> View:
-        """The view of the whole log, kept current by a subscription from then on."""
+        """The view of the current branch (root to HEAD), kept current by a subscription from
+        then on: whatever is appended hangs off HEAD, so it extends that branch."""
         if self._view is not None:
             return self._view
         self.ctx.vision = await self.model.supports_vision(self.spec.agent.llm)
@@ -225,10 +233,11 @@ class AgentSession:
             else:
                 view.on_events(written)
 
-        count = len(log)
+        await log.drain()  # HEAD and its ancestors indexed; nothing awaits from here to subscribe
+        branch = log.branch(log.head)
         self._unsubscribe = log.subscribe(listener)
         events: list[Event] = await asyncio.to_thread(
-            lambda: [parse_event(x) for x in log.read(range(count))])
+            lambda: [parse_event(x) for x in log.read(branch)])
         for event in events:
             view.add(event)
         view.on_events(backlog)

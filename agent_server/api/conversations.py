@@ -21,6 +21,7 @@ from agent_server.api.schemas import (
     ConversationIds,
     ConversationInfo,
     ConversationPage,
+    Navigate,
     SetConfirmationPolicy,
     Success,
     UpdateSecrets,
@@ -36,12 +37,12 @@ async def create(request: Request) -> Response:
     body = await read_body(request, CreateConversation)
     with located("body"):
         conv, created = await service(request).create(body)
-    return reply(info(conv), 201 if created else 200)
+    return reply(await conv.opened_info(), 201 if created else 200)
 
 
 @doc(summary="A conversation, with its execution_status", response=ConversationInfo, errors=(404,))
 async def get(request: Request) -> Response:
-    return reply(info(conversation(request)))
+    return reply(await conversation(request).opened_info())
 
 
 @doc(summary="Conversations by id (null for an unknown id)", query=ConversationIds,
@@ -133,3 +134,13 @@ async def hooks(request: Request) -> Response:
 async def condense(request: Request) -> Response:
     await conversation(request).append(CondensationRequest())
     return reply(Success())
+
+
+@doc(summary="Move HEAD of the conversation tree to an event (null: the empty tree): the next "
+             "event starts a sibling branch there, and the model sees the branch root to HEAD",
+     body=Navigate, response=ConversationInfo, errors=(404, 409))
+async def navigate(request: Request) -> Response:
+    conv = conversation(request)
+    body = await read_body(request, Navigate)
+    await conv.navigate(body.event_id)
+    return reply(await conv.opened_info())

@@ -24,7 +24,8 @@ from agent_server.agent.spec import (
     RepositoryStatus,
 )
 from agent_server.events.kinds import KindName
-from agent_server.record import SecretValue, StoredConversation, WebhookStatus, Workspace
+from agent_server.record import ConversationInfo as ConversationInfo
+from agent_server.record import SecretValue
 
 
 class SetConfirmationPolicy(Lenient):
@@ -53,34 +54,11 @@ class UpdateSecrets(Lenient):
     secrets: dict[str, SecretValue] = Field(max_length=200)
 
 
-class ConversationInfo(BaseModel):
-    """A conversation as the API returns it: the LLM key is never included."""
+class Navigate(Lenient):
+    """POST .../navigate."""
 
-    id: UUID
-    agent: dict[str, Any]
-    workspace: Workspace
-    execution_status: ExecutionStatus
-    max_iterations: int
-    stuck_detection: bool
-    title: str | None
-    tags: dict[str, str]
-    metrics: Metrics
-    secret_names: list[str]
-    """Names of the conversation's own secrets; values are never returned."""
-    repository: RepositorySpec | None = None
-    repository_status: RepositoryStatus | None = None
-    confirmation_policy: ConfirmationPolicy
-    hook_config: HookConfig | None
-    created_at: datetime
-    updated_at: datetime
-    webhook: WebhookStatus | None = None
-    """The webhook push of this conversation (null when no webhook is configured)."""
-
-    @classmethod
-    def of(cls, record: StoredConversation, webhook: WebhookStatus | None = None) -> ConversationInfo:
-        data = record.model_dump(exclude={"agent", "secrets"})
-        return cls(agent=record.agent.redacted(), secret_names=sorted(record.secrets),
-                   webhook=webhook, **data)
+    event_id: str | None = Field(default=None, max_length=100)
+    """The event to make HEAD; null: the empty tree (the next event is a new root)."""
 
 
 class ConversationPage(BaseModel):
@@ -108,6 +86,8 @@ class EventSearch(Lenient):
     sort_order: Literal["TIMESTAMP", "TIMESTAMP_DESC"] = "TIMESTAMP"
     limit: int = Field(default=100, ge=1, le=1000)
     page_id: str | None = Field(default=None, pattern=r"^[0-9A-HJKMNP-TV-Z]{26}$")
+    branch: str | None = Field(default=None, pattern=r"^([0-9A-HJKMNP-TV-Z]{26}|head)$")
+    """Only the events on the branch ending at this event id (`head`: the current branch)."""
 
     @field_validator("timestamp__gte", "timestamp__lt")
     @classmethod
