@@ -42,6 +42,7 @@ from agent_server.record import (
     ConversationInfo,
     ConversationSearch,
     CreateConversation,
+    ForkRequest,
     SendMessage,
     StoredConversation,
     WebhookStatus,
@@ -51,7 +52,7 @@ from agent_server.record import (
 from agent_server.repository import CloneFailed, clone
 from agent_server.settings import Settings
 from agent_server.events import format_timestamp
-from core.files import read_json, write_json
+from core.files import read_json, write_atomic, write_json
 from core.ids import new_event_id
 from core.masking import Masker, check_secrets
 
@@ -95,6 +96,10 @@ class Fanout(Protocol):
         ...
 
     def publish_transient(self, conversation_id: str, event: Event) -> None:
+        ...
+
+    async def delivered(self, conversation_id: str) -> None:
+        """Until the live subscribers' sockets carry what was published (bounded)."""
         ...
 
     def forget(self, conversation_id: str) -> None:
@@ -191,6 +196,12 @@ class Conversation:
         what the OpenHands SDK client waits for when a run ends."""
         self._fanout.publish_transient(self.id, self.state_event())
 
+    async def announce(self) -> None:
+        """Publish the state after a change a client asked for, and answer it only once the
+        sockets carry it: the OpenHands SDK reads its state from what the socket brought."""
+        self.publish_state()
+        await self._fanout.delivered(self.id)
+
     def state_event(self) -> ConversationStateUpdateEvent:
         return ConversationStateUpdateEvent(
             id=new_event_id(), timestamp=format_timestamp(now()), key="full_state",
@@ -209,7 +220,7 @@ class Conversation:
         self.record.secrets.update(values)
         self.refresh_secrets()
         await self.save()
-        self.publish_state()
+        await self.announce()
 
     # -- persistence ---------------------------------------------------------------------
 
@@ -246,17 +257,17 @@ class Conversation:
         if tags is not None:
             self.record.tags = tags
         await self.save()
-        self.publish_state()
+        await self.announce()
 
     async def set_confirmation_policy(self, policy: ConfirmationPolicy) -> None:
         self.record.confirmation_policy = self.control.confirmation_policy = policy
         await self.save()
-        self.publish_state()
+        await self.announce()
 
     async def set_security_analyzer(self, analyzer: dict[str, Any] | None) -> None:
         self.record.security_analyzer = analyzer
         await self.save()
-        self.publish_state()
+        await self.announce()
 
     async def transition(self, to: ExecutionStatus) -> None:
         """Move the execution status along the table (staying put is no move), record it as
@@ -293,6 +304,7 @@ class Conversation:
             if self.status == S.WAITING_FOR_CONFIRMATION:  # what waited is off the branch now
                 await self.transition(S.IDLE)
             await self.save()
+        await self.announce()
 
     # -- control -------------------------------------------------------------------------
 
@@ -426,6 +438,12 @@ class Conversation:
     async def skills(self) -> SkillList:
         return await self.session.skills()
 
+    async def ask(self, question: str) -> str:
+        """A side question, answered without adding to the conversation (LLMFailure: 502)."""
+        answer = await self.session.ask(self.masker.text(question))
+        await self.save()  # the call's cost is counted
+        return self.masker.text(answer)
+
     async def close(self) -> None:
         self.lifecycle = Lifecycle.CLOSING  # no new run from here on; SessionEnd may still write
         async with self._run_lock:
@@ -440,6 +458,11 @@ class Conversation:
             await self._log.drain()
             self._log.close()
             self._log = None
+
+
+def _write_log(directory: Path, data: bytes) -> None:
+    directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+    write_atomic(directory / LOG_FILE_NAME, data)
 
 
 class ConversationService:
@@ -611,6 +634,44 @@ class ConversationService:
             ) from None
         if not path.is_dir():
             raise invalid(["workspace", "working_dir"], "not a directory", input_=str(path))
+
+    async def fork(self, source: Conversation, request: ForkRequest) -> Conversation:
+        """A new conversation with the source's history (all of it, or the branch from the root
+        to `from_event_id`), agent (its LLM key included), workspace and settings; it rests
+        (idle) with HEAD where the source's was, or at `from_event_id`."""
+        log = await source.log()
+        await log.drain()
+        if request.from_event_id is not None:
+            if log.position(request.from_event_id) is None:
+                raise NotFound(f"Event {request.from_event_id} (from_event_id) not found")
+            positions: Sequence[int] = log.branch(request.from_event_id)
+            head: str | None = request.from_event_id
+        else:
+            positions, head = range(len(log)), log.head
+        lines = await asyncio.to_thread(log.read, positions)
+        async with self._create_lock:
+            fork_id = request.id or uuid.uuid4()
+            if fork_id in self._items:
+                raise Conflict(f"Conversation {fork_id} already exists")
+            directory = self.root / fork_id.hex
+            data = b"".join(line + b"\n" for line in lines)
+            await asyncio.to_thread(_write_log, directory, data)
+            moment = now()
+            record = source.record.model_copy(deep=True, update={
+                "id": fork_id, "execution_status": S.IDLE,
+                "title": request.title if request.title is not None else source.record.title,
+                "tags": request.tags if request.tags is not None else source.record.tags,
+                "head_event_id": head, "head_set_at": len(lines),
+                "forked_from_conversation_id": source.record.id,
+                "forked_from_event_id": request.from_event_id,
+                "created_at": moment, "updated_at": moment,
+            })
+            if request.reset_metrics:
+                record.metrics = type(record.metrics)()
+            conv = self._conversation(record, directory)
+            await conv.save()
+            self._items[fork_id] = conv
+        return conv
 
     async def delete(self, conversation_id: UUID) -> bool:
         """Stop its run, close its tools, remove its log and metadata (the workspace stays)."""

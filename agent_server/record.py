@@ -111,6 +111,19 @@ class CreateConversation(Lenient):
 MODULE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*){0,20}$")
 
 
+class ForkRequest(Lenient):
+    """POST /api/conversations/{id}/fork."""
+
+    id: UUID | None = None
+    """The fork's id (a new one when left out); 409 when it is taken."""
+    title: str | None = Field(default=None, max_length=200)
+    tags: dict[str, str] | None = Field(default=None, max_length=50)
+    reset_metrics: bool = True
+    """The fork's LLM totals start at zero (else the source's are copied)."""
+    from_event_id: str | None = Field(default=None, max_length=100)
+    """Copy only the branch from the root to this event, and put HEAD there (404 if unknown)."""
+
+
 class WebhookStatus(BaseModel):
     """How far the webhook push of one conversation has got: its lag, never a loss."""
 

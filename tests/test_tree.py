@@ -93,3 +93,66 @@ def test_navigate_starts_a_sibling_branch_the_model_follows(client: httpx.Client
                        json={"event_id": "0" * 26}).status_code == 404
     assert client.get(f"/api/conversations/{cid}/events/search",
                       params={"branch": "nope"}).status_code == 422
+
+
+def test_fork_copies_the_history_or_one_branch_and_runs_on_its_own(
+        client: httpx.Client, llm: ScriptedLLM, key: str, tmp_path: Path) -> None:
+    llm.script(key, text("answer one"), text("answer two"), text("fork answer"))
+    cid = create(client, llm, key, tmp_path, title="source")["id"]
+    for message in ("question one", "question two"):
+        send(client, cid, message)
+        assert wait_status(client, cid, "finished") == "finished"
+    source = events(client, cid)
+
+    r = client.post(f"/api/conversations/{cid}/fork", json={"title": "whole"})
+    assert r.status_code == 201, r.text
+    whole = r.json()
+    assert whole["id"] != cid and whole["execution_status"] == "idle"
+    assert whole["forked_from_conversation_id"] == cid and whole["title"] == "whole"
+    assert whole["leaf_event_id"] == info(client, cid)["leaf_event_id"]
+    assert whole["metrics"]["accumulated_token_usage"]["prompt_tokens"] == 0  # reset_metrics
+    assert events(client, whole["id"]) == source
+
+    answer = [e for e in source if e["kind"] == "MessageEvent" and e["source"] == "agent"][0]
+    r = client.post(f"/api/conversations/{cid}/fork", json={"from_event_id": answer["id"]})
+    assert r.status_code == 201, r.text
+    branch = r.json()
+    copied = events(client, branch["id"])
+    assert [e["kind"] for e in copied] == ["SystemPromptEvent", "MessageEvent", "MessageEvent"]
+    assert copied[-1] == answer and branch["leaf_event_id"] == answer["id"]
+    assert branch["forked_from_event_id"] == answer["id"]
+    # The fork keeps the LLM key: it runs, on its branch only.
+    send(client, branch["id"], "question on the fork")
+    assert wait_status(client, branch["id"], "finished") == "finished"
+    assert user_texts(llm.requests_for(key)[-1]) == ["question one", "question on the fork"]
+    assert len(events(client, cid)) == len(source)  # the source is untouched
+
+    taken = client.post(f"/api/conversations/{cid}/fork", json={"id": branch["id"]})
+    assert taken.status_code == 409
+    assert client.post(f"/api/conversations/{cid}/fork",
+                       json={"from_event_id": "0" * 26}).status_code == 404
+
+
+def test_ask_agent_security_analyzer_and_plugins(client: httpx.Client, llm: ScriptedLLM,
+                                                 key: str, tmp_path: Path) -> None:
+    llm.script(key, text("hello back"), text("you said hello"))
+    cid = create(client, llm, key, tmp_path)["id"]
+    send(client, cid, "hello")
+    assert wait_status(client, cid, "finished") == "finished"
+    count = len(events(client, cid))
+    r = client.post(f"/api/conversations/{cid}/ask_agent", json={"question": "what did I say?"})
+    assert r.status_code == 200 and r.json() == {"response": "you said hello"}
+    asked = llm.requests_for(key)[-1]["messages"]
+    assert "what did I say?" in asked[-1]["content"][0]["text"] and asked[-2]["role"] == "assistant"
+    assert len(events(client, cid)) == count and info(client, cid)["execution_status"] == "finished"
+
+    analyzer = {"kind": "LLMSecurityAnalyzer"}
+    r = client.post(f"/api/conversations/{cid}/security_analyzer",
+                    json={"security_analyzer": analyzer})
+    assert r.status_code == 200 and info(client, cid)["security_analyzer"] == analyzer
+    r = client.post(f"/api/conversations/{cid}/security_analyzer", json={"security_analyzer": None})
+    assert r.status_code == 200 and info(client, cid)["security_analyzer"] is None
+    assert client.post(f"/api/conversations/{cid}/security_analyzer",
+                       json={"security_analyzer": {"no": "kind"}}).status_code == 422
+    r = client.post(f"/api/conversations/{cid}/load_plugin", json={"plugin_ref": "github:x/y"})
+    assert r.status_code == 404 and "no plugins" in r.json()["detail"]

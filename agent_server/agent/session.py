@@ -50,6 +50,20 @@ if TYPE_CHECKING:
     from tools.browser.manager import BrowserManager
 
 
+#: How a side question (`ask`) is put to the model (the OpenHands SDK's wording).
+ASK_TEMPLATE = """<QUESTION>
+Based on the activity so far answer the following question
+
+## Question
+{}
+
+
+<IMPORTANT>
+This is a question, do not make any tool call and just answer my question.
+</IMPORTANT>
+</QUESTION>"""
+
+
 @dataclass(frozen=True)
 class ConversationSpec:
     """What the agent knows of its conversation; fixed for the conversation's life."""
@@ -166,6 +180,24 @@ class AgentSession:
 
     async def skills(self) -> SkillList:
         return (await self._skills()).info()
+
+    async def ask(self, question: str) -> str:
+        """A side question answered from the model's view of the conversation, which it leaves
+        as it was: no event, no status change; safe while a run goes on."""
+        view = await self._attach()
+        messages = view.request()
+        if view.pending:  # a call without its result yet would make the request invalid
+            waiting = {p.tool_call_id for p in view.pending.values()}
+            cut = next((i for i, m in enumerate(messages)
+                        if any(c["id"] in waiting for c in m.get("tool_calls") or ())),
+                       len(messages))
+            messages = messages[:cut]
+        messages.append({"role": "user", "content": [{"type": "text",
+                                                      "text": ASK_TEMPLATE.format(question)}]})
+        llm = self.spec.agent.llm.model_copy(update={"stream": False})
+        reply = await self.model.complete(llm, messages, self.toolbox.llm_tools())
+        self.metrics.add(reply.usage, reply.cost, reply.latency)
+        return reply.content
 
     def forget_view(self) -> None:
         """HEAD moved to another branch: the next run builds the model's view anew."""

@@ -20,13 +20,22 @@ from agent_server.api.schemas import (
     ConfirmationResponse,
     ConversationIds,
     ConversationInfo,
+    AgentAnswer,
+    AskAgent,
     ConversationPage,
+    LoadPlugin,
     Navigate,
+    SetSecurityAnalyzer,
     SetConfirmationPolicy,
     Success,
     UpdateSecrets,
 )
-from agent_server.record import ConversationSearch, CreateConversation, secret_values
+from agent_server.record import (
+    ConversationSearch,
+    CreateConversation,
+    ForkRequest,
+    secret_values,
+)
 from agent_server.errors import NotFound
 from agent_server.events import CondensationRequest
 
@@ -144,3 +153,40 @@ async def navigate(request: Request) -> Response:
     body = await read_body(request, Navigate)
     await conv.navigate(body.event_id)
     return reply(await conv.opened_info())
+
+
+@doc(summary="Fork: a new conversation with this one's history (all of it, or the branch from "
+             "the root to from_event_id), agent and workspace; it rests (idle)",
+     body=ForkRequest, response=ConversationInfo, status=201, errors=(404, 409))
+async def fork(request: Request) -> Response:
+    source = conversation(request)
+    body = await read_body(request, ForkRequest)
+    forked = await service(request).fork(source, body)
+    return reply(await forked.opened_info(), 201)
+
+
+@doc(summary="Ask a side question: answered by the LLM from the conversation's view, with "
+             "no event added and the status untouched (allowed while running)",
+     body=AskAgent, response=AgentAnswer, errors=(404, 502))
+async def ask_agent(request: Request) -> Response:
+    conv = conversation(request)
+    body = await read_body(request, AskAgent)
+    return reply(AgentAnswer(response=await conv.ask(body.question)))
+
+
+@doc(summary="Set (or clear with null) the security analyzer, kept and shown as given",
+     body=SetSecurityAnalyzer, response=Success, errors=(404,))
+async def set_security_analyzer(request: Request) -> Response:
+    conv = conversation(request)
+    body = await read_body(request, SetSecurityAnalyzer)
+    analyzer = body.security_analyzer
+    await conv.set_security_analyzer(None if analyzer is None else analyzer.model_dump())
+    return reply(Success())
+
+
+@doc(summary="Load a plugin: this server has none to load, so every reference is unknown (404)",
+     body=LoadPlugin, response=Success, errors=(404,))
+async def load_plugin(request: Request) -> Response:
+    conversation(request)
+    body = await read_body(request, LoadPlugin)
+    raise NotFound(f"Plugin {body.plugin_ref!r} not found: this server loads no plugins")

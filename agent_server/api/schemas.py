@@ -11,7 +11,7 @@ from datetime import datetime
 from typing import Any, Literal
 from uuid import UUID
 
-from pydantic import BaseModel, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from agent_server.agent.spec import (
     ENV_NAME,
@@ -59,6 +59,35 @@ class Navigate(Lenient):
 
     event_id: str | None = Field(default=None, max_length=100)
     """The event to make HEAD; null: the empty tree (the next event is a new root)."""
+
+
+class AskAgent(Lenient):
+    """POST .../ask_agent: a side question, answered from the conversation without adding to it."""
+
+    question: str = Field(min_length=1, max_length=100_000)
+
+
+class AgentAnswer(BaseModel):
+    response: str
+
+
+class SecurityAnalyzer(Lenient):
+    """An OpenHands SDK security analyzer, kept as given (e.g. {"kind": "LLMSecurityAnalyzer"})."""
+
+    model_config = ConfigDict(extra="allow")
+    kind: str = Field(min_length=1, max_length=100)
+
+
+class SetSecurityAnalyzer(Lenient):
+    """POST .../security_analyzer: `{"security_analyzer": {...} | null}`."""
+
+    security_analyzer: SecurityAnalyzer | None
+
+
+class LoadPlugin(Lenient):
+    """POST .../load_plugin."""
+
+    plugin_ref: str = Field(min_length=1, max_length=2000)
 
 
 class ConversationPage(BaseModel):

@@ -211,11 +211,13 @@ class _Session:
                 frame = await self.sub.get()
                 if frame.event_id is not None:
                     if self.last_sent is not None and frame.event_id <= self.last_sent:
+                        self.sub.sent()
                         continue  # already sent by the replay
                     await ws.send_text(frame.text)
                     self.last_sent = frame.event_id
                 else:
                     await ws.send_text(frame.text)
+                self.sub.sent()
         except SubscriptionEnded:
             return
 

@@ -32,6 +32,8 @@ from agent_server.record import WebhookStatus, WebhookTotals
 
 
 logger = logging.getLogger(__name__)
+#: Longest a state change waits for the sockets to carry its snapshot (Delivery.delivered).
+DELIVERED_WAIT = 1.0
 
 class Behind(Protocol):
     """What resuming the webhook needs of a conversation at start."""
@@ -91,6 +93,10 @@ class Delivery:
         """Already masked by the conversation's EventSink."""
         if self.pubsub.has_subscribers(conversation_id):
             self.pubsub.publish(conversation_id, [Frame.transient(event)])
+
+    async def delivered(self, conversation_id: str) -> None:
+        """Until the sockets were written what was published so far (about a second at most)."""
+        await self.pubsub.delivered(conversation_id, DELIVERED_WAIT)
 
     def forget(self, conversation_id: str) -> None:
         if self.webhook is not None:
