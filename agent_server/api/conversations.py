@@ -14,6 +14,7 @@ from agent_server.api.io import (
     read_query,
     reply,
     service,
+    services,
 )
 from agent_server.agent.spec import HookConfig
 from agent_server.api.schemas import (
@@ -82,6 +83,7 @@ async def delete(request: Request) -> Response:
     conv = conversation(request)
     if not await service(request).delete(conv.record.id):
         raise NotFound(f"Conversation {conv.id} not found")
+    services(request).commands.forget(conv.id)
     return reply(Success())
 
 

@@ -146,6 +146,21 @@ class FileWritten(BaseModel):
     size: int
 
 
+class FileUploaded(BaseModel):
+    """POST .../file/upload (the OpenHands FileUploadResult)."""
+
+    success: bool = True
+    path: str
+    """Where the file is, absolute."""
+    file_size: int
+
+
+class ChangesQuery(Lenient):
+    path: str | None = Field(default=None, min_length=1, max_length=4096)
+    """A directory (relative, or absolute inside a working directory): the repositories at or
+    below it, paths relative to it. Default: the working directory."""
+
+
 class DiffQuery(Lenient):
     path: str | None = Field(default=None, min_length=1, max_length=4096)
     """One file; without it the whole unified diff comes back as text/plain."""
