@@ -188,7 +188,7 @@ class Conversation:
             last_user_message=last_user)
 
     async def opened_info(self) -> ConversationInfo:
-        await (await self.log()).drain()
+        await self.log()
         return self.info()
 
     def publish_state(self) -> None:
@@ -196,10 +196,18 @@ class Conversation:
         what the OpenHands SDK client waits for when a run ends."""
         self._fanout.publish_transient(self.id, self.state_event())
 
-    async def announce(self) -> None:
-        """Publish the state after a change a client asked for, and answer it only once the
-        sockets carry it: the OpenHands SDK reads its state from what the socket brought."""
-        self.publish_state()
+    async def announce(self, *fields: str) -> None:
+        """Publish a change a client asked for, and answer it only once the sockets carry it:
+        the OpenHands SDK reads its state from what the socket brought. With `fields`, one
+        small update per field (the client takes them quicker), else the full state."""
+        if fields:
+            value = self.masker.data(self.info().model_dump(mode="json", include=set(fields)))
+            for name in fields:
+                self._fanout.publish_transient(self.id, ConversationStateUpdateEvent(
+                    id=new_event_id(), timestamp=format_timestamp(now()), key=name,
+                    value=value.get(name)))
+        else:
+            self.publish_state()
         await self._fanout.delivered(self.id)
 
     def state_event(self) -> ConversationStateUpdateEvent:
@@ -262,12 +270,12 @@ class Conversation:
     async def set_confirmation_policy(self, policy: ConfirmationPolicy) -> None:
         self.record.confirmation_policy = self.control.confirmation_policy = policy
         await self.save()
-        await self.announce()
+        await self.announce("confirmation_policy")
 
     async def set_security_analyzer(self, analyzer: dict[str, Any] | None) -> None:
         self.record.security_analyzer = analyzer
         await self.save()
-        await self.announce()
+        await self.announce("security_analyzer")
 
     async def transition(self, to: ExecutionStatus) -> None:
         """Move the execution status along the table (staying put is no move), record it as
@@ -304,7 +312,7 @@ class Conversation:
             if self.status == S.WAITING_FOR_CONFIRMATION:  # what waited is off the branch now
                 await self.transition(S.IDLE)
             await self.save()
-        await self.announce()
+        await self.announce("leaf_event_id", "head_is_empty", "last_user_message_id")
 
     # -- control -------------------------------------------------------------------------
 

@@ -243,13 +243,19 @@ class StatusWatcher:
     def _run(self) -> None:
         with http() as c:
             while not self._stop.is_set():
-                try:
-                    status = c.get(f"/api/conversations/{self.conversation_id}").json().get("execution_status")
-                except Exception:  # noqa: BLE001
-                    status = "<error>"
-                if not self.changes or self.changes[-1][1] != status:
-                    self.changes.append((now(), status))
+                self._poll(c)
                 time.sleep(0.025)
+            # Once more after stop(): a change that landed between the last poll and the
+            # blocking call's return (a server that answers within milliseconds) is kept.
+            self._poll(c)
+
+    def _poll(self, c: httpx.Client) -> None:
+        try:
+            status = c.get(f"/api/conversations/{self.conversation_id}").json().get("execution_status")
+        except Exception:  # noqa: BLE001
+            status = "<error>"
+        if not self.changes or self.changes[-1][1] != status:
+            self.changes.append((now(), status))
 
     def first(self, *statuses: str, after: float = 0.0) -> float | None:
         for at, status in self.changes:
@@ -259,7 +265,7 @@ class StatusWatcher:
 
     def stop(self) -> list[tuple[float, str | None]]:
         self._stop.set()
-        self._thread.join(2)
+        self._thread.join(5)
         return self.changes
 
 
