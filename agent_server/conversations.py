@@ -36,6 +36,7 @@ from agent_server.events import (
     Message,
     MessageEvent,
     PauseEvent,
+    format_timestamp,
 )
 from agent_server.log import LOG_FILE_NAME, EventLog, Listener
 from agent_server.record import (
@@ -51,7 +52,6 @@ from agent_server.record import (
 )
 from agent_server.repository import CloneFailed, clone
 from agent_server.settings import Settings
-from agent_server.events import format_timestamp
 from core.files import read_json, write_atomic, write_json
 from core.ids import new_event_id
 from core.masking import Masker, check_secrets
