@@ -9,6 +9,7 @@ routes read through `agent_server.api.io.services`.
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -23,8 +24,9 @@ from agent_server.agent.model import LiteLLMModel, Model
 from agent_server.agent.session import ToolServices, session_factory
 from agent_server.agent.toolbox import check_tool_names
 from agent_server.api import conversations, events, server, settings, skills, sockets
-from agent_server.api import export, llm, metadata, workspace
+from agent_server.api import bash, export, llm, metadata, workspace
 from agent_server.auth import KeyRing, SessionAuth
+from agent_server.commands import Commands
 from agent_server.config import Config
 from agent_server.conversations import ConversationService
 from agent_server.delivery import Delivery
@@ -35,6 +37,7 @@ from agent_server.subagents import SubagentHub
 if TYPE_CHECKING:
     from tools.browser.manager import BrowserManager
 
+logger = logging.getLogger(__name__)
 C = "/api/conversations/{conversation_id}"
 
 ROUTES = [
@@ -62,6 +65,11 @@ ROUTES = [
     Route(C + "/switch_profile", llm.switch_profile, methods=["POST"]),
     Route(C + "/switch_llm", llm.switch_llm, methods=["POST"]),
     Route(C + "/llm_key", llm.rotate_key, methods=["POST"]),
+    Route(C + "/navigate", conversations.navigate, methods=["POST"]),
+    Route(C + "/fork", conversations.fork, methods=["POST"]),
+    Route(C + "/ask_agent", conversations.ask_agent, methods=["POST"]),
+    Route(C + "/security_analyzer", conversations.set_security_analyzer, methods=["POST"]),
+    Route(C + "/load_plugin", conversations.load_plugin, methods=["POST"]),
     Route(C + "/events", events.send, methods=["POST"]),
     Route(C + "/events/search", events.search, methods=["GET"]),
     Route(C + "/events/count", events.count, methods=["GET"]),
@@ -72,6 +80,17 @@ ROUTES = [
     Route(C + "/git/changes", workspace.git_changes, methods=["GET"]),
     Route(C + "/git/diff", workspace.git_diff, methods=["GET"]),
     Route(C + "/commands", workspace.run_command, methods=["POST"]),
+    # The OpenHands names of the workspace routes, per conversation and for the host.
+    *(route for prefix in (C, "/api") for route in (
+        Route(prefix + "/file/upload", workspace.upload, methods=["POST"]),
+        Route(prefix + "/file/download", workspace.get_file, methods=["GET"]),
+        Route(prefix + "/bash/start_bash_command", bash.start, methods=["POST"]),
+        Route(prefix + "/bash/execute_bash_command", bash.execute, methods=["POST"]),
+        Route(prefix + "/bash/bash_events/search", bash.search, methods=["GET"]),
+        Route(prefix + "/bash/bash_commands/{command_id}/stop", bash.stop, methods=["POST"]),
+    )),
+    Route("/api/git/changes", workspace.git_changes, methods=["GET"]),
+    Route("/api/git/diff", workspace.git_diff, methods=["GET"]),
     Route(C + "/download", export.download, methods=["GET"]),
     Route("/api/settings", settings.get, methods=["GET"]),
     Route("/api/settings", settings.patch, methods=["PATCH"]),
@@ -113,6 +132,7 @@ class Services:
     delivery: Delivery
     keys: KeyRing
     browser: SharedBrowser
+    commands: Commands = field(default_factory=Commands)
     started: float = field(default_factory=time.monotonic)
     last_activity: float = field(default_factory=time.monotonic)
     ready: bool = False
@@ -154,6 +174,10 @@ def build_app(config: Config, model: Model | None = None) -> Starlette:
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[State]:
         config.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        try:  # the host's workspace (/api/bash, /api/file) and conversations' default one
+            config.working_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            logger.warning("cannot create the working directory %s: %s", config.working_dir, exc)
         services.settings.load()
         await services.conversations.start()
         await services.delivery.start(lambda: iter(services.conversations))
@@ -162,6 +186,7 @@ def build_app(config: Config, model: Model | None = None) -> Starlette:
             yield {"services": services}
         finally:
             services.ready = False
+            await services.commands.close()
             await services.conversations.close(flush=services.delivery.flush)
             await services.delivery.close()
             await services.browser.close()

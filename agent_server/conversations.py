@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable, Iterator, Sequence
 from datetime import datetime, timezone
 from enum import Enum
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 from uuid import UUID
 
 from pydantic import ValidationError
@@ -28,7 +28,7 @@ from agent_server.agent.sink import EventSink
 from agent_server.agent.skills import SkillList
 from agent_server.agent.spec import AgentSpec, ConfirmationPolicy, ExecutionStatus, LLMConfig
 from agent_server.agent.toolbox import check_tools, git_env
-from agent_server.errors import Conflict, ConversationGone, InvalidTransition, invalid
+from agent_server.errors import Conflict, ConversationGone, InvalidTransition, NotFound, invalid
 from agent_server.events import (
     ConversationErrorEvent,
     ConversationStateUpdateEvent,
@@ -37,11 +37,14 @@ from agent_server.events import (
     Message,
     MessageEvent,
     PauseEvent,
+    format_timestamp,
 )
 from agent_server.log import LOG_FILE_NAME, EventLog, Listener
 from agent_server.record import (
+    ConversationInfo,
     ConversationSearch,
     CreateConversation,
+    ForkRequest,
     SendMessage,
     StoredConversation,
     WebhookStatus,
@@ -50,7 +53,8 @@ from agent_server.record import (
 )
 from agent_server.repository import CloneFailed, clone
 from agent_server.settings import Settings
-from core.files import read_json, write_json
+from core.files import read_json, write_atomic, write_json
+from core.ids import new_event_id
 from core.masking import Masker, check_secrets
 
 logger = logging.getLogger(__name__)
@@ -93,6 +97,10 @@ class Fanout(Protocol):
         ...
 
     def publish_transient(self, conversation_id: str, event: Event) -> None:
+        ...
+
+    async def delivered(self, conversation_id: str) -> None:
+        """Until the live subscribers' sockets carry what was published (bounded)."""
         ...
 
     def forget(self, conversation_id: str) -> None:
@@ -169,6 +177,48 @@ class Conversation:
     def webhook_status(self) -> WebhookStatus | None:
         return self._fanout.status(self.id)
 
+    def info(self) -> ConversationInfo:
+        """The conversation as the API shows it. The tree's fields (HEAD, the last user
+        message) come from the log, so they are given only while it is open (`opened_info`)."""
+        log, leaf, last_user = self._log, None, None
+        if log is not None:
+            leaf = log.head
+            last_user = log.last_on_branch(leaf, "MessageEvent", "user")
+        elif self.record.head_set_at is not None:
+            leaf = self.record.head_event_id
+        return ConversationInfo.of(
+            self.record, directory=str(self.directory), webhook=self.webhook_status(),
+            leaf=leaf, head_is_empty=leaf is None and log is not None and len(log) > 0,
+            last_user_message=last_user)
+
+    async def opened_info(self) -> ConversationInfo:
+        await self.log()
+        return self.info()
+
+    def publish_state(self) -> None:
+        """A `full_state` ConversationStateUpdateEvent to the live subscribers (not stored):
+        what the OpenHands SDK client waits for when a run ends."""
+        self._fanout.publish_transient(self.id, self.state_event())
+
+    async def announce(self, *fields: str) -> None:
+        """Publish a change a client asked for, and answer it only once the sockets carry it:
+        the OpenHands SDK reads its state from what the socket brought. With `fields`, one
+        small update per field (the client takes them quicker), else the full state."""
+        if fields:
+            value = self.masker.data(self.info().model_dump(mode="json", include=set(fields)))
+            for name in fields:
+                self._fanout.publish_transient(self.id, ConversationStateUpdateEvent(
+                    id=new_event_id(), timestamp=format_timestamp(now()), key=name,
+                    value=value.get(name)))
+        else:
+            self.publish_state()
+        await self._fanout.delivered(self.id)
+
+    def state_event(self) -> ConversationStateUpdateEvent:
+        return ConversationStateUpdateEvent(
+            id=new_event_id(), timestamp=format_timestamp(now()), key="full_state",
+            value=self.masker.data(self.info().model_dump(mode="json", exclude_none=True)))
+
     # -- secrets -------------------------------------------------------------------------------
 
     def refresh_secrets(self) -> None:
@@ -182,6 +232,7 @@ class Conversation:
         self.record.secrets.update(values)
         self.refresh_secrets()
         await self.save()
+        await self.announce()
 
     # -- persistence ---------------------------------------------------------------------
 
@@ -194,6 +245,8 @@ class Conversation:
                     log = await asyncio.to_thread(
                         EventLog.open, self.directory / LOG_FILE_NAME,
                         redactor=self.masker.data, sinks=self._fanout.sinks(self.id))
+                    if self.record.head_set_at is not None:
+                        log.restore_head(self.record.head_event_id, self.record.head_set_at)
                     self._log = log
                     self._fanout.attach(self.id, self.directory, log, self.closed)
         return self._log
@@ -216,6 +269,7 @@ class Conversation:
         if tags is not None:
             self.record.tags = tags
         await self.save()
+        await self.announce()
 
     async def _llm_changed(self) -> None:
         self.record.agent.llm = self.control.llm.stored
@@ -238,6 +292,12 @@ class Conversation:
     async def set_confirmation_policy(self, policy: ConfirmationPolicy) -> None:
         self.record.confirmation_policy = self.control.confirmation_policy = policy
         await self.save()
+        await self.announce("confirmation_policy")
+
+    async def set_security_analyzer(self, analyzer: dict[str, Any] | None) -> None:
+        self.record.security_analyzer = analyzer
+        await self.save()
+        await self.announce("security_analyzer")
 
     async def transition(self, to: ExecutionStatus) -> None:
         """Move the execution status along the table (staying put is no move), record it as
@@ -251,6 +311,30 @@ class Conversation:
         self.record.execution_status = to
         await self.append(ConversationStateUpdateEvent(key="execution_status", value=to.value))
         await self.save()
+        if to != S.RUNNING:  # a run ended (or never will): the snapshot clients wait for
+            self.publish_state()
+
+    # -- the conversation tree -------------------------------------------------------------
+
+    async def navigate(self, event_id: str | None) -> None:
+        """Move HEAD to a stored event (None: the empty tree): the next event starts a sibling
+        branch there, and the model sees only the branch from the root to HEAD."""
+        async with self._run_lock:
+            await self.settle()
+            if self.running:
+                raise Conflict("The conversation is running: pause it before navigating")
+            log = await self.log()
+            await log.drain()
+            try:
+                log.navigate(event_id)
+            except KeyError:
+                raise NotFound(f"Event {event_id} not found in this conversation") from None
+            self.record.head_event_id, self.record.head_set_at = event_id, len(log)
+            self.session.forget_view()
+            if self.status == S.WAITING_FOR_CONFIRMATION:  # what waited is off the branch now
+                await self.transition(S.IDLE)
+            await self.save()
+        await self.announce("leaf_event_id", "head_is_empty", "last_user_message_id")
 
     # -- control -------------------------------------------------------------------------
 
@@ -285,9 +369,14 @@ class Conversation:
         return event
 
     async def respond(self, accept: bool, reason: str) -> None:
-        """Run the actions waiting for confirmation (accept), or reject them and rest."""
+        """Run the actions waiting for confirmation (accept), or reject them and rest.
+
+        Rejecting when nothing waits changes nothing (as the OpenHands agent server answers
+        it); accepting then is a conflict, since it would not run anything."""
         await self.settle()
         if self.status != S.WAITING_FOR_CONFIRMATION or self.running:
+            if not accept:
+                return
             raise Conflict("No action is waiting for confirmation "
                            f"(execution_status is {self.status.value})")
         if accept:
@@ -299,8 +388,9 @@ class Conversation:
     async def run(self, approved: bool = False) -> None:
         """Start the agent unless it is already running (then nothing changes).
 
-        Actions waiting for confirmation run only with `approved` (an explicit accept); a
-        plain run while waiting changes nothing.
+        A run while actions wait for confirmation runs them first: calling run again is how
+        the OpenHands SDK accepts (as its agent server does). A new user message, by contrast,
+        rejects them (send_message).
         """
         async with self._run_lock:  # one run task at a time, even for calls made together
             if self.lifecycle is not Lifecycle.OPEN or (self.running and self.status == S.RUNNING):
@@ -308,9 +398,7 @@ class Conversation:
             await self.settle()
             if self.running:
                 return
-            if self.status == S.WAITING_FOR_CONFIRMATION and not approved:
-                return
-            self.control.approved = approved
+            self.control.approved = approved or self.status == S.WAITING_FOR_CONFIRMATION
             self.control.pause_requested = False
             await self.transition(S.RUNNING)
             self._task = asyncio.create_task(self._run(), name=f"run {self.id}")
@@ -387,6 +475,12 @@ class Conversation:
     async def skills(self) -> SkillList:
         return await self.session.skills()
 
+    async def ask(self, question: str) -> str:
+        """A side question, answered without adding to the conversation (LLMFailure: 502)."""
+        answer = await self.session.ask(self.masker.text(question))
+        await self.save()  # the call's cost is counted
+        return self.masker.text(answer)
+
     async def close(self) -> None:
         self.lifecycle = Lifecycle.CLOSING  # no new run from here on; SessionEnd may still write
         async with self._run_lock:
@@ -401,6 +495,11 @@ class Conversation:
             await self._log.drain()
             self._log.close()
             self._log = None
+
+
+def _write_log(directory: Path, data: bytes) -> None:
+    directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+    write_atomic(directory / LOG_FILE_NAME, data)
 
 
 class ConversationService:
@@ -587,6 +686,44 @@ class ConversationService:
             ) from None
         if not path.is_dir():
             raise invalid(["workspace", "working_dir"], "not a directory", input_=str(path))
+
+    async def fork(self, source: Conversation, request: ForkRequest) -> Conversation:
+        """A new conversation with the source's history (all of it, or the branch from the root
+        to `from_event_id`), agent (its LLM key included), workspace and settings; it rests
+        (idle) with HEAD where the source's was, or at `from_event_id`."""
+        log = await source.log()
+        await log.drain()
+        if request.from_event_id is not None:
+            if log.position(request.from_event_id) is None:
+                raise NotFound(f"Event {request.from_event_id} (from_event_id) not found")
+            positions: Sequence[int] = log.branch(request.from_event_id)
+            head: str | None = request.from_event_id
+        else:
+            positions, head = range(len(log)), log.head
+        lines = await asyncio.to_thread(log.read, positions)
+        async with self._create_lock:
+            fork_id = request.id or uuid.uuid4()
+            if fork_id in self._items:
+                raise Conflict(f"Conversation {fork_id} already exists")
+            directory = self.root / fork_id.hex
+            data = b"".join(line + b"\n" for line in lines)
+            await asyncio.to_thread(_write_log, directory, data)
+            moment = now()
+            record = source.record.model_copy(deep=True, update={
+                "id": fork_id, "execution_status": S.IDLE,
+                "title": request.title if request.title is not None else source.record.title,
+                "tags": request.tags if request.tags is not None else source.record.tags,
+                "head_event_id": head, "head_set_at": len(lines),
+                "forked_from_conversation_id": source.record.id,
+                "forked_from_event_id": request.from_event_id,
+                "created_at": moment, "updated_at": moment,
+            })
+            if request.reset_metrics:
+                record.metrics = type(record.metrics)()
+            conv = self._conversation(record, directory)
+            await conv.save()
+            self._items[fork_id] = conv
+        return conv
 
     async def delete(self, conversation_id: UUID) -> bool:
         """Stop its run, close its tools, remove its log and metadata (the workspace stays)."""

@@ -5,8 +5,14 @@ by the events that arrive while a sync is in flight: group commit), and only the
 indexed and handed to listeners, so nobody ever sees an event a crash could take back.
 
 The index is built on open in one sequential read and holds, per event, its offset, id, kind,
-source and time: never the event itself. A search walks the index and reads from disk only the
-lines it returns, so its cost follows the page size, not the length of the conversation.
+source, time and parent: never the event itself. A search walks the index and reads from disk
+only the lines it returns, so its cost follows the page size, not the length of the conversation.
+
+The log is also the conversation tree of SPEC 6.1: an event's `parent_id` is the HEAD when it
+is appended (null for the first event), and HEAD then moves to it, except for state updates
+(ConversationStateUpdateEvent), which hang off HEAD without moving it. `navigate` moves HEAD
+back to any event, so what is appended next starts a sibling branch; every branch stays in the
+file. A branch is the path from the root to its last event.
 """
 
 from __future__ import annotations
@@ -40,8 +46,12 @@ _SOURCE_CODE = {name: i for i, name in enumerate(SOURCES)}
 # Every stored line starts with the common fields in this order (see events.kinds).
 _PREFIX = re.compile(
     rb'\{"id":"(' + EVENT_ID_PATTERN.encode() + rb')","timestamp":"([^"]+)","source":"([a-z]+)",'
-    rb'"parent_id":(?:null|"(?:[^"\\]|\\.)*"),"kind":"([A-Za-z]+)"'
+    rb'"parent_id":(?:null|"((?:[^"\\]|\\.)*)"),"kind":"([A-Za-z]+)"'
 )
+#: The kind that hangs off HEAD without moving it.
+_STATE_UPDATE = _KIND_CODE["ConversationStateUpdateEvent"]
+#: Parent position of a root (or of an event whose parent is not in this log).
+_NO_PARENT = -1
 
 _COMMON = ("id", "timestamp", "source", "parent_id", "kind")
 
@@ -65,6 +75,8 @@ class Query:
     timestamp_gte: datetime | None = None
     timestamp_lt: datetime | None = None
     descending: bool = False
+    branch: str | None = None
+    """Only the events on the path from the root to this event (included)."""
 
 
 class _Ids:
@@ -97,7 +109,11 @@ class EventLog:
         self._sources = bytearray()
         self._times = array("d")  # seconds since the epoch, non-decreasing
         self._by_kind: dict[int, array[int]] = {}
-        self._pending: list[tuple[list[Event], list[bytes], asyncio.Future[None]]] = []
+        self._parents = array("q")  # position of each event's parent, or _NO_PARENT
+        #: HEAD: the event the next one hangs off (None: the empty tree). It moves as events
+        #: are appended, before they are on disk; a failed write moves it back.
+        self._head_id: str | None = None
+        self._pending: list[tuple[list[Event], list[bytes], asyncio.Future[None], str | None]] = []
         self._flusher: asyncio.Task[None] | None = None
         self._listeners: list[Listener] = list(sinks)
         self._closed = False
@@ -142,12 +158,15 @@ class EventLog:
             os.fsync(self._fd)
         self._end = offset
         self._ids_gen = _Ids(self._ids[-1] if self._ids else None)
+        self._head_id = self._last_on_tree()
 
     def _index_line(self, line: bytes, offset: int, end: int) -> bool:
         m = _PREFIX.match(line)
         if m is None:
             return False
-        event_id, stamp, source, kind = (g.decode() for g in m.groups())
+        event_id, stamp, source, parent, kind = (
+            None if g is None else g.decode() for g in m.groups())
+        assert event_id is not None and stamp is not None and source is not None and kind
         kind_code, source_code = _KIND_CODE.get(kind), _SOURCE_CODE.get(source)
         if kind_code is None or source_code is None:
             return False
@@ -155,12 +174,15 @@ class EventLog:
             moment = datetime.fromisoformat(stamp).timestamp()
         except ValueError:
             return False
-        self._add(offset, end, event_id, kind_code, source_code, moment)
+        parent_position = None if parent is None else self.position(parent)
+        self._add(offset, end, event_id, kind_code, source_code, moment,
+                  _NO_PARENT if parent_position is None else parent_position)
         return True
 
     def _add(self, offset: int, end: int, event_id: str, kind: int, source: int,
-             moment: float) -> None:
+             moment: float, parent: int) -> None:
         position = len(self._ids)
+        self._parents.append(parent)
         self._offsets.append(offset)
         self._ends.append(end)
         self._ids.append(event_id)
@@ -186,8 +208,12 @@ class EventLog:
         if self._closed:
             raise LogError(f"{self.path} is closed")
         lines, stored = [], []
+        head_before = self._head_id
         for event in events:
             event.id = self._ids_gen.next()
+            event.parent_id = self._head_id
+            if event.kind != "ConversationStateUpdateEvent":
+                self._head_id = event.id
             now = max(time.time(), self._last_time)
             self._last_time = now
             event.timestamp = format_timestamp(datetime.fromtimestamp(now, timezone.utc))
@@ -195,7 +221,7 @@ class EventLog:
             lines.append(line)
             stored.append(kept)
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._pending.append((stored, lines, done))
+        self._pending.append((stored, lines, done, head_before))
         if self._flusher is None or self._flusher.done():
             self._flusher = asyncio.create_task(self._flush(), name=f"flush {self.path.parent.name}")
         await asyncio.shield(done)
@@ -226,28 +252,33 @@ class EventLog:
         while self._pending:
             batch, self._pending = self._pending, []
             if self._closed:
-                for _, _, done in batch:
+                for _, _, done, _ in batch:
                     if not done.done():
                         done.set_exception(LogError(f"{self.path} was closed before the write"))
                 continue
-            data = b"".join(line for _, lines, _ in batch for line in lines)
+            data = b"".join(line for _, lines, _, _ in batch for line in lines)
             try:
                 await asyncio.to_thread(self._write, data)
             except BaseException as exc:
-                for _, _, done in batch:
+                lost = {e.id for events, _, _, _ in batch for e in events}
+                if self._head_id in lost:  # HEAD goes back to where the lost events hung
+                    self._head_id = batch[0][3]
+                for _, _, done, _ in batch:
                     if not done.done():
                         done.set_exception(LogError(f"append to {self.path} failed: {exc}"))
                 continue
             written: list[tuple[Event, bytes]] = []
-            for events, lines, _ in batch:
+            for events, lines, _, _ in batch:
                 for event, line in zip(events, lines):
                     assert event.id is not None and event.timestamp is not None
                     when = datetime.fromisoformat(event.timestamp).timestamp()
                     kind = _KIND_CODE[event.kind]
+                    parent = None if event.parent_id is None else self.position(event.parent_id)
                     start, self._end = self._end, self._end + len(line)
-                    self._add(start, self._end, event.id, kind, _SOURCE_CODE[event.source], when)
+                    self._add(start, self._end, event.id, kind, _SOURCE_CODE[event.source], when,
+                              _NO_PARENT if parent is None else parent)
                     written.append((event, line))
-            for _, _, done in batch:
+            for _, _, done, _ in batch:
                 if not done.done():
                     done.set_result(None)
             for listener in list(self._listeners):
@@ -331,6 +362,10 @@ class EventLog:
             lo = bisect_left(self._times, query.timestamp_gte.timestamp())
         if query.timestamp_lt is not None:
             hi = bisect_left(self._times, query.timestamp_lt.timestamp())
+        if query.branch is not None:
+            code = None if query.kind is None else _KIND_CODE[query.kind]
+            return [p for p in self.branch(query.branch)
+                    if lo <= p < hi and (code is None or self._kinds[p] == code)]
         if query.kind is None:
             return range(lo, max(lo, hi))
         positions = self._by_kind.get(_KIND_CODE[query.kind], array("I"))
@@ -387,6 +422,55 @@ class EventLog:
 
     def id_at(self, position: int) -> str:
         return self._ids[position]
+
+    # -- the conversation tree -----------------------------------------------------------
+
+    @property
+    def head(self) -> str | None:
+        """The event the next appended one hangs off (None: the empty tree)."""
+        return self._head_id
+
+    def navigate(self, event_id: str | None) -> None:
+        """Move HEAD to a stored event (None: the empty tree); KeyError for an unknown id."""
+        if event_id is not None and self.position(event_id) is None:
+            raise KeyError(event_id)
+        self._head_id = event_id
+
+    def restore_head(self, event_id: str | None, set_at: int) -> None:
+        """HEAD as a navigate left it when the log held `set_at` events, unless an event that
+        moves HEAD was appended since (then HEAD is that one's, as on open)."""
+        if set_at > len(self._ids) or any(
+                self._kinds[p] != _STATE_UPDATE for p in range(set_at, len(self._ids))):
+            return
+        if event_id is None or self.position(event_id) is not None:
+            self._head_id = event_id
+
+    def _last_on_tree(self) -> str | None:
+        for p in range(len(self._ids) - 1, -1, -1):
+            if self._kinds[p] != _STATE_UPDATE:
+                return self._ids[p]
+        return None
+
+    def branch(self, leaf: str | None) -> list[int]:
+        """Positions of the path from the root to `leaf` (included), in order; [] for None or
+        an id not (yet) indexed."""
+        at = None if leaf is None else self.position(leaf)
+        path: list[int] = []
+        while at is not None and at != _NO_PARENT:
+            path.append(at)
+            at = self._parents[at]
+        path.reverse()
+        return path
+
+    def last_on_branch(self, leaf: str | None, kind: str, source: str | None = None) -> str | None:
+        """The id of the latest event of `kind` (and `source`) on the branch ending at `leaf`."""
+        code, src = _KIND_CODE[kind], None if source is None else _SOURCE_CODE[source]
+        at = None if leaf is None else self.position(leaf)
+        while at is not None and at != _NO_PARENT:
+            if self._kinds[at] == code and (src is None or self._sources[at] == src):
+                return self._ids[at]
+            at = self._parents[at]
+        return None
 
 
 class _Slice(Sequence[int]):

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
-from typing import Literal
+from typing import Any, Literal
 from uuid import UUID
 
 from pydantic import BaseModel, Field, field_validator
@@ -93,6 +94,36 @@ class CreateConversation(Lenient):
     hook_config: HookConfig | None = None
     parent_conversation_id: UUID | None = None
     """The conversation that owns this one (a sub-agent's parent); it must exist."""
+    client_tools: list[dict[str, Any]] = Field(default_factory=list, max_length=50)
+    """OpenHands SDK client tools (specs kept and shown, so that a client re-attaching can
+    register their action types; this server never runs them)."""
+    tool_module_qualnames: dict[str, str] = Field(default_factory=dict, max_length=100)
+    """OpenHands SDK tool name -> module, kept and shown for clients that re-attach."""
+
+    @field_validator("tool_module_qualnames")
+    @classmethod
+    def _modules(cls, value: dict[str, str]) -> dict[str, str]:
+        for name, module in value.items():
+            if len(name) > 200 or not MODULE.match(module):
+                raise ValueError(f"{name!r}: {module!r} is not a module name")
+        return value
+
+
+#: A dotted Python module name.
+MODULE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*){0,20}$")
+
+
+class ForkRequest(Lenient):
+    """POST /api/conversations/{id}/fork."""
+
+    id: UUID | None = None
+    """The fork's id (a new one when left out); 409 when it is taken."""
+    title: str | None = Field(default=None, max_length=200)
+    tags: dict[str, str] | None = Field(default=None, max_length=50)
+    reset_metrics: bool = True
+    """The fork's LLM totals start at zero (else the source's are copied)."""
+    from_event_id: str | None = Field(default=None, max_length=100)
+    """Copy only the branch from the root to this event, and put HEAD there (404 if unknown)."""
 
 
 class WebhookStatus(BaseModel):
@@ -143,6 +174,16 @@ class StoredConversation(BaseModel):
     """Set for a sub-agent: the conversation whose task, delegate or workflow call made it."""
     llm_profile: str | None = None
     """The saved LLM profile in force (None: the agent's own LLM, `agent.llm`)."""
+    security_analyzer: dict[str, Any] | None = None
+    """Kept and shown (OpenHands SDK shape, e.g. {"kind": "LLMSecurityAnalyzer"}); the model
+    rates each action's risk itself (security_risk), which ConfirmRisky reads."""
+    client_tools: list[dict[str, Any]] = Field(default_factory=list)
+    tool_module_qualnames: dict[str, str] = Field(default_factory=dict)
+    head_event_id: str | None = None
+    head_set_at: int | None = None
+    """Where the last navigate put HEAD and how long the log was then (None: never moved)."""
+    forked_from_conversation_id: UUID | None = None
+    forked_from_event_id: str | None = None
     created_at: datetime
     updated_at: datetime
 
@@ -156,3 +197,65 @@ class ConversationSearch(Lenient):
     sort_order: Literal["CREATED_AT", "CREATED_AT_DESC", "UPDATED_AT", "UPDATED_AT_DESC"] = (
         "CREATED_AT_DESC"
     )
+
+
+class ConversationInfo(BaseModel):
+    """A conversation as the API returns it (and as the `full_state` websocket frame holds it):
+    our fields plus those of the OpenHands SDK's ConversationInfo; the LLM key never included."""
+
+    id: UUID
+    agent: dict[str, Any]
+    """In the shape the OpenHands SDK validates (`AgentBase`), secrets masked."""
+    workspace: Workspace
+    persistence_dir: str
+    """The conversation's own directory on the server (its log and metadata)."""
+    execution_status: ExecutionStatus
+    max_iterations: int
+    stuck_detection: bool
+    title: str | None
+    tags: dict[str, str]
+    metrics: Metrics
+    stats: dict[str, Any]
+    """`{"usage_to_metrics": {usage_id: metrics}}`, the OpenHands SDK's ConversationStats."""
+    secret_names: list[str]
+    """Names of the conversation's own secrets; values are never returned."""
+    repository: RepositorySpec | None = None
+    repository_status: RepositoryStatus | None = None
+    confirmation_policy: ConfirmationPolicy
+    security_analyzer: dict[str, Any] | None = None
+    hook_config: HookConfig | None
+    leaf_event_id: str | None = None
+    """HEAD of the conversation tree: what the next event hangs off (SPEC 6.1)."""
+    head_is_empty: bool = False
+    """A navigate chose the empty tree: the next event is a new root."""
+    last_user_message_id: str | None = None
+    activated_knowledge_skills: list[str] = Field(default_factory=list)
+    invoked_skills: list[str] = Field(default_factory=list)
+    blocked_actions: dict[str, str] = Field(default_factory=dict)
+    blocked_messages: dict[str, str] = Field(default_factory=dict)
+    agent_state: dict[str, Any] = Field(default_factory=dict)
+    client_tools: list[dict[str, Any]] = Field(default_factory=list)
+    tool_module_qualnames: dict[str, str] = Field(default_factory=dict)
+    forked_from_conversation_id: UUID | None = None
+    forked_from_event_id: str | None = None
+    parent_conversation_id: UUID | None = None
+    """The conversation that made this one (a sub-agent's parent); null for the others."""
+    llm_profile: str | None = None
+    """The saved LLM profile in force; null while the agent's own `llm` is."""
+    created_at: datetime
+    updated_at: datetime
+    webhook: WebhookStatus | None = None
+    """The webhook push of this conversation (null when no webhook is configured)."""
+
+    @classmethod
+    def of(cls, record: StoredConversation, *, directory: str,
+           webhook: WebhookStatus | None = None, leaf: str | None = None,
+           head_is_empty: bool = False, last_user_message: str | None = None) -> ConversationInfo:
+        data = record.model_dump(exclude={"agent", "secrets", "head_event_id", "head_set_at"})
+        metrics = {**record.metrics.model_dump(mode="json"), "costs": [],
+                   "response_latencies": [], "token_usages": []}
+        return cls(agent=record.agent.redacted(), secret_names=sorted(record.secrets),
+                   persistence_dir=directory,
+                   stats={"usage_to_metrics": {record.agent.llm.usage_id: metrics}},
+                   leaf_event_id=leaf, head_is_empty=head_is_empty,
+                   last_user_message_id=last_user_message, webhook=webhook, **data)

@@ -12,7 +12,14 @@ from typing import Any
 from pydantic import Field, ValidationError, field_validator
 
 from agent_server.errors import from_pydantic, invalid
-from agent_server.agent.spec import CondenserConfig, Lenient, LLMConfig, ToolSpec, mask_mcp_config
+from agent_server.agent.spec import (
+    CondenserConfig,
+    CondenserSpec,
+    Lenient,
+    LLMConfig,
+    ToolSpec,
+    mask_mcp_config,
+)
 from core.files import read_json, write_json
 from core.masking import REDACTED, check_secrets, redact
 
@@ -22,7 +29,7 @@ PROFILE_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
 class SettingsAgent(Lenient):
     llm: LLMConfig | None = None
     tools: list[ToolSpec] = Field(default_factory=list, max_length=50)
-    condenser: CondenserConfig = Field(default_factory=CondenserConfig)
+    condenser: CondenserSpec = Field(default_factory=CondenserConfig)
     mcp_config: dict[str, Any] | None = None
 
 

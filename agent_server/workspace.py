@@ -1,4 +1,9 @@
-"""A conversation's workspace: paths confined to it, its files, and what its commands print.
+"""A workspace: paths confined to it, its files, and what its commands print.
+
+A `Scope` is what a request may touch: one conversation's working directory (its secrets in
+commands and masked in their output), or the host's (the server's default working directory
+and every conversation's, with the settings' secrets). The per-conversation routes and the
+OpenHands-style host routes share everything below through it.
 
 Nothing here knows HTTP: a failure is an exception naming what went wrong, and api/ maps it
 to a status. Blocking file work runs in threads. Commands run through core.processes, which
@@ -60,6 +65,48 @@ class TooLarge(WorkspaceError):
     def __init__(self, detail: str, limit: int) -> None:
         super().__init__(detail)
         self.limit = limit
+
+
+# -- scopes ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Scope:
+    """What a workspace request may touch, and with which secrets."""
+
+    key: str
+    """"host", or the conversation's id (commands are kept apart by it)."""
+    roots: tuple[Path, ...]
+    """Where paths may lead; relative paths start at the first."""
+    secrets: Mapping[str, str]
+    masker: Masker
+
+    @property
+    def home(self) -> Path:
+        return self.roots[0]
+
+    def root_for(self, raw: str) -> Path:
+        """The root a path is inside (the innermost when roots nest); OutsideWorkspace if none.
+        Relative paths belong to the first root."""
+        if not os.path.isabs(raw):
+            return self.home
+        found: Path | None = None
+        for root in self.roots:
+            try:
+                confine(root, raw)
+            except OutsideRoot:
+                continue
+            if found is None or len(Path(os.path.realpath(root)).parts) > len(
+                    Path(os.path.realpath(found)).parts):
+                found = root
+        if found is None:
+            raise OutsideWorkspace(f"{raw!r} is outside the working directories of this server"
+                                   if len(self.roots) > 1 else
+                                   f"{raw!r} is outside the working directory {self.home}")
+        return found
+
+    def resolve(self, raw: str) -> Path:
+        return resolve(self.root_for(raw), raw)
 
 
 # -- paths -----------------------------------------------------------------------------------

@@ -98,8 +98,8 @@ async def fan_out(server: ServerProcess, llm: ScriptedLLM, subscribers: int, ste
                 async for frame in ws:
                     now = time.time()
                     event = json.loads(frame)
-                    if not event.get("id"):
-                        continue
+                    if event.get("kind") == "StreamingDeltaEvent" or event.get("key") == "full_state":
+                        continue  # transient frames: not stored events
                     sent = datetime.fromisoformat(event["timestamp"]).timestamp()
                     latencies.append((now - sent) * 1000)
                     counts[i] += 1

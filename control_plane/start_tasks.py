@@ -217,15 +217,18 @@ class StartTaskService:
     async def _fail(self, task: TaskRow, placement: Placement | None, detail: str) -> None:
         """ERROR with the reason; the half-made conversation is removed, and a sandbox made for it."""
         logger.info("start task %s failed: %s", task.id, detail)
-        await tasks.set_status(self.db, task.id, StartTaskStatus.ERROR, detail[:2000])
-        if placement is None:
-            return
-        async with self.db.begin() as conn:
-            await conversations.remove(conn, placement.conversation_id)
-        row = await sandboxes.get(self.db, placement.sandbox_id)
-        if (row is not None and placement.new_sandbox and row.status is not SandboxStatus.MISSING
-                and await sandboxes.conversation_count(self.db, row.id) == 0):
-            await self.sandboxes.destroy(row)
+        try:  # cleaned up first: a client that sees ERROR sees what is left, not a race
+            if placement is None:
+                return
+            async with self.db.begin() as conn:
+                await conversations.remove(conn, placement.conversation_id)
+            row = await sandboxes.get(self.db, placement.sandbox_id)
+            if (row is not None and placement.new_sandbox
+                    and row.status is not SandboxStatus.MISSING
+                    and await sandboxes.conversation_count(self.db, row.id) == 0):
+                await self.sandboxes.destroy(row)
+        finally:
+            await tasks.set_status(self.db, task.id, StartTaskStatus.ERROR, detail[:2000])
 
     async def close(self) -> None:
         for job in list(self._running.values()):

@@ -631,7 +631,7 @@ def test_a_validation_error_never_echoes_the_api_key(client: httpx.Client) -> No
 def test_unknown_fields_are_tolerated(client: httpx.Client, llm: ScriptedLLM, key: str,
                                       tmp_path: Path, conv: dict[str, Any]) -> None:
     body = {
-        "agent": {**agent_spec(llm, key), "condenser": {"kind": "NoOp"}, "mcp_config": {}},
+        "agent": {**agent_spec(llm, key), "condenser": {"kind": "NoOpCondenser"}, "mcp_config": {}},
         "workspace": {"working_dir": str(tmp_path), "kind": "LocalWorkspace", "shared": True},
         "confirmation_policy": {"kind": "NeverConfirm"},
         "frobnicate": 1,

@@ -63,7 +63,8 @@ def target(server: ServerProcess, llm: ScriptedLLM,
     with server.client() as c:
         conv = create(c, llm, "auth", tmp_path_factory.mktemp("ws"))
         events = c.get(f"/api/conversations/{conv['id']}/events/search").json()["items"]
-    return {"conversation_id": conv["id"], "event_id": events[0]["id"]}
+    return {"conversation_id": conv["id"], "event_id": events[0]["id"],
+            "command_id": "00000000-0000-4000-8000-000000000001"}
 
 
 def test_the_walk_covers_every_api_route() -> None:
@@ -98,7 +99,7 @@ def test_api_route_refuses_missing_wrong_and_bearer_keys(
                 assert HEADER in detail, detail
     # The route exists behind the check: with the key it answers something other than 401/405.
     with server.client() as c:
-        unknown = {"conversation_id": str(uuid.uuid4()), "event_id": target["event_id"]}
+        unknown = {**target, "conversation_id": str(uuid.uuid4())}
         r = c.request(method, _fill(template, unknown), json={} if method == "PATCH" else None)
         assert r.status_code not in (401, 405, 500), r.text
         if r.status_code == 404:

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from pydantic import ValidationError
 
-from agent_server.agent.condenser import estimate_tokens
+from agent_server.agent.condenser import estimate_tokens, fallback, rules
+from agent_server.agent.spec import AgentSpec, CondenserConfig
 from tests.conftest import create
 from tests.support.api import events, send, wait_status
 from tests.support.llm import Reply, ScriptedLLM, call, error, text
@@ -119,3 +122,81 @@ def test_max_events_holds_for_a_model_with_a_known_window(client: httpx.Client, 
         if r.get("tools"):
             assert len(r["messages"]) <= 22
             check_valid(r["messages"])
+
+
+# -- the OpenHands SDK's condenser kinds (issue 12) ---------------------------------------------
+
+
+def test_condenser_kinds_are_accepted_and_echoed_with_their_kind() -> None:
+    llm = {"model": "openai/m", "api_key": "sk-secret-value"}
+    summarizing = {"kind": "LLMSummarizingCondenser", "llm": llm, "max_size": 40,
+                   "max_tokens": None, "keep_first": 2, "minimum_progress": 0.1,
+                   "hard_context_reset_max_retries": 5, "hard_context_reset_context_scaling": 0.8}
+    cases: list[tuple[Any, Any]] = [
+        (None, None),
+        ({"kind": "NoOpCondenser"}, "NoOpCondenser"),
+        (summarizing, "LLMSummarizingCondenser"),
+        ({"kind": "PipelineCondenser", "condensers": [{"kind": "NoOpCondenser"}, summarizing]},
+         "PipelineCondenser"),
+        ({"max_events": 30}, "LLMSummarizingCondenser"),  # our own form, as the nearest kind
+        ({"enabled": False}, "NoOpCondenser"),
+    ]
+    for given, kind in cases:
+        agent = AgentSpec.model_validate({"llm": llm, "condenser": given})
+        shown = agent.redacted()
+        assert (shown["condenser"] or {}).get("kind") == kind, given
+        assert "sk-secret-value" not in json.dumps(shown)
+        assert shown["kind"] == "Agent" and shown["mcp_config"] == {}
+    # Left out: our own defaults (on); null: none at all.
+    assert isinstance(AgentSpec.model_validate({"llm": llm}).condenser, CondenserConfig)
+    assert AgentSpec.model_validate({"llm": llm, "condenser": None}).condenser is None
+    with pytest.raises(ValidationError, match="kind must be"):
+        AgentSpec.model_validate({"llm": llm, "condenser": {"kind": "Nope"}})
+    with pytest.raises(ValidationError, match="keep_first"):
+        AgentSpec.model_validate({"llm": llm, "condenser": {**summarizing, "max_size": 4}})
+
+
+def test_condenser_rules_follow_the_spec() -> None:
+    summarizer = {"kind": "LLMSummarizingCondenser", "llm": {"model": "openai/small"},
+                  "max_size": 50, "max_tokens": 9000, "keep_first": 3}
+    spec = AgentSpec.model_validate({"llm": {"model": "openai/agent"}, "condenser": {
+        "kind": "PipelineCondenser", "condensers": [{"kind": "NoOpCondenser"}, summarizer]}})
+    [rule] = rules(spec.condenser)
+    assert rule.llm is not None
+    assert (rule.llm.model, rule.max_events, rule.max_tokens, rule.keep_first, rule.max_share) == (
+        "openai/small", 50, 9000, 3, None)
+    # Our own form and the fallback use the conversation's LLM of the moment (llm None).
+    assert rules(None) == [] and fallback(None).llm is None
+    [ours] = rules(CondenserConfig(max_tokens=1000))
+    assert ours.max_share == 0.75 and ours.keep_first is None and ours.llm is None
+
+
+def test_a_null_condenser_never_condenses_on_its_own(client: httpx.Client, llm: ScriptedLLM,
+                                                     key: str, tmp_path: Path) -> None:
+    llm.script(key, *[call("think", thought=f"t{i}" + "x" * 400) for i in range(8)],
+               call("finish", message="done"))
+    conv = create(client, llm, key, tmp_path, message="go", run=True, agent_condenser=None)
+    assert conv["agent"]["condenser"] is None
+    assert wait_status(client, conv["id"]) == "finished"
+    assert not events(client, conv["id"], "Condensation")
+
+
+def test_an_sdk_summarizing_condenser_condenses_past_max_size(client: httpx.Client,
+                                                              llm: ScriptedLLM, key: str,
+                                                              tmp_path: Path) -> None:
+    # 2 + 2 * 6 = 14 messages before the 7th call: past 12, condensed to the head (2), the
+    # summary and the last 6; two more steps stay under 12.
+    llm.script(key, *[call("think", thought=f"t{i}") for i in range(6)], text("the summary"),
+               call("think", thought="t6"), call("finish", message="done"))
+    summarizer = {"kind": "LLMSummarizingCondenser", "max_size": 12, "keep_first": 2,
+                  "llm": {"model": "openai/test-model", "base_url": llm.base_url(key),
+                          "api_key": "sk-test-key"}}
+    conv = create(client, llm, key, tmp_path, message="go", run=True, agent_condenser=summarizer,
+                  stuck_detection=False)
+    assert conv["agent"]["condenser"]["kind"] == "LLMSummarizingCondenser"
+    assert conv["agent"]["condenser"]["llm"]["api_key"] == "**********"
+    assert wait_status(client, conv["id"]) == "finished"
+    [condensation] = events(client, conv["id"], "Condensation")
+    assert condensation["summary"] == "the summary" and condensation["summary_offset"] == 2
+    for r in llm.requests_for(key):
+        check_valid(r["messages"])

@@ -252,39 +252,39 @@ def test_a_new_message_without_run_also_rejects(client: httpx.Client, llm: Scrip
     assert not (tmp_path / "a.txt").exists()
 
 
-def test_run_while_waiting_changes_nothing(client: httpx.Client, llm: ScriptedLLM, key: str,
-                                           tmp_path: Path) -> None:
+def test_run_while_waiting_runs_the_waiting_actions(client: httpx.Client, llm: ScriptedLLM,
+                                                    key: str, tmp_path: Path) -> None:
+    # Calling run again is how the OpenHands SDK accepts (its agent server does the same).
     target = tmp_path / "a.txt"
     llm.script(key, write(target, "HIGH"), call("finish", message="done"))
     cid = start(client, llm, key, tmp_path, {"kind": "AlwaysConfirm"})
     assert settled(client, cid) == "waiting_for_confirmation"
-    before = events(client, cid)
+    [waiting] = events(client, cid, "ActionEvent")
 
-    for _ in range(2):
+    for _ in range(2):  # a second run while the first runs changes nothing
         r = client.post(f"/api/conversations/{cid}/run")
         assert r.status_code == 200, r.text
-    # No waiting needed: POST /run answers only after a run it starts has moved the status to
-    # running (Conversation.run makes that transition before it returns), so what is stored
-    # now is proof that none started.
-    assert status(client, cid) == "waiting_for_confirmation"
-    assert events(client, cid) == before
-    assert not target.exists()
-    assert len(llm.requests_for(key)) == 1
-
-    # Only the explicit accept runs it.
-    assert respond(client, cid, True).status_code == 200
     assert wait_status(client, cid, "finished") == "finished"
     assert target.exists()
+    # The very action that waited ran, once; no new ActionEvent for it.
+    [observation] = [o for o in events(client, cid, "ObservationEvent")
+                     if o["tool_name"] == "file_editor"]
+    assert observation["action_id"] == waiting["id"]
+    assert [a["id"] for a in events(client, cid, "ActionEvent")][0] == waiting["id"]
+    assert not events(client, cid, "UserRejectObservation")
 
 
-def test_respond_when_nothing_waits_is_409(client: httpx.Client, llm: ScriptedLLM, key: str,
-                                           tmp_path: Path) -> None:
+def test_accept_when_nothing_waits_is_409_and_reject_a_no_op(client: httpx.Client,
+                                                            llm: ScriptedLLM, key: str,
+                                                            tmp_path: Path) -> None:
     conv = create(client, llm, key, tmp_path, tools=["file_editor"],
                   confirmation_policy={"kind": "AlwaysConfirm"})
-    for accept in (True, False):
-        r = respond(client, conv["id"], accept)
-        assert r.status_code == 409, r.text
-        assert "idle" in r.text
+    r = respond(client, conv["id"], True)  # nothing to run
+    assert r.status_code == 409, r.text
+    assert "idle" in r.text
+    # Rejecting nothing changes nothing (the OpenHands SDK calls it freely).
+    r = respond(client, conv["id"], False)
+    assert r.status_code == 200, r.text
     assert status(client, conv["id"]) == "idle"
     assert not events(client, conv["id"], "UserRejectObservation")
 
@@ -404,8 +404,7 @@ def test_policy_and_waiting_actions_survive_a_restart(client: httpx.Client, llm:
     info = client.get(f"/api/conversations/{cid}").json()
     assert info["confirmation_policy"] == policy
     assert info["execution_status"] == "waiting_for_confirmation"
-    assert client.post(f"/api/conversations/{cid}/run").status_code == 200
-    # As above: a run that started would be "running" by the time POST /run answered.
+    # Nothing asked for a run after the restart: the actions still wait.
     assert status(client, cid) == "waiting_for_confirmation" and not target.exists()
     assert statuses(client, cid)[-1] == "waiting_for_confirmation"
 

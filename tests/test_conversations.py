@@ -219,14 +219,18 @@ async def test_a_new_message_rejects_what_waits(srv: InProcess, model: ScriptedM
         "running", "waiting_for_confirmation", "idle", "running", "finished"]
 
 
-async def test_a_plain_run_while_waiting_changes_nothing(srv: InProcess, model: ScriptedModel,
-                                                         tmp_path: Path) -> None:
+async def test_a_plain_run_while_waiting_runs_the_waiting_actions(
+        srv: InProcess, model: ScriptedModel, tmp_path: Path) -> None:
+    # Calling run again is how the OpenHands SDK client accepts (its agent server does too).
     conv = await waiting_conversation(srv, model, tmp_path)
-    before = await events(conv)
+    [waiting] = await events(conv, ActionEvent)
+    model.script.append(Scripted(content="done"))
     await conv.run()
-    assert not conv.running
-    assert conv.status == S.WAITING_FOR_CONFIRMATION
-    assert len(await events(conv)) == len(before)
+    await run_ends(conv)
+    assert conv.status == S.FINISHED
+    [observation] = await events(conv, ObservationEvent)
+    assert observation.action_id == waiting.id
+    assert len(await events(conv, ActionEvent)) == 1  # the very action that waited, once
 
 
 # -- restart recovery, deletion, lifecycle ---------------------------------------------------

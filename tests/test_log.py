@@ -751,3 +751,56 @@ def test_sigkill_at_random_moments_loses_no_acknowledged_event(tmp_path: Path) -
         finally:
             log.close()
     assert total + len(acknowledged) > kills
+
+
+# -- the conversation tree (SPEC 6.1) ------------------------------------------------------
+
+
+def state(value: str) -> Event:
+    return make("ConversationStateUpdateEvent", key="execution_status", value=value)
+
+
+async def test_parents_follow_head_and_state_updates_do_not_move_it(log: EventLog,
+                                                                    path: Path) -> None:
+    a, s1, b, c = make("SystemPromptEvent"), state("running"), make("MessageEvent", "user"), \
+        make("ActionEvent")
+    await log.append(a, s1)
+    await log.append(b, c)
+    assert [e.parent_id for e in (a, s1, b, c)] == [None, eid(a), eid(a), eid(b)]
+    assert log.head == eid(c)
+    assert [json.loads(x)["parent_id"] for x in log.search(Query(), 10)[0]] == \
+        [None, eid(a), eid(a), eid(b)]
+    s2 = state("finished")
+    await log.append(s2)
+    assert s2.parent_id == eid(c) and log.head == eid(c)
+
+    # Navigating starts a sibling branch; the log keeps both.
+    log.navigate(eid(b))
+    d = make("MessageEvent", "user")
+    await log.append(d)
+    assert d.parent_id == eid(b) and log.head == eid(d)
+    assert log.branch(eid(d)) == [0, 2, 5]
+    assert log.branch(eid(c)) == [0, 2, 3]
+    assert log.search(Query(branch=eid(d)), 10)[0] == [line(a), line(b), line(d)]
+    assert log.search(Query(branch=eid(c), kind="ActionEvent"), 10)[0] == [line(c)]
+    assert log.count(Query(branch=eid(c), descending=True)) == 3
+    assert log.last_on_branch(eid(c), "MessageEvent", "user") == eid(b)
+    assert log.last_on_branch(eid(c), "MessageEvent", "agent") is None
+    with pytest.raises(KeyError):
+        log.navigate("0" * 26)
+    log.navigate(None)
+    root = make("MessageEvent", "user")
+    await log.append(root)
+    assert root.parent_id is None
+
+    # Reopened: the parents are indexed again and HEAD is the last event that moved it.
+    await log.drain()
+    reopened = EventLog.open(path)
+    try:
+        assert reopened.head == eid(root) and reopened.branch(eid(d)) == [0, 2, 5]
+        reopened.restore_head(eid(b), len(reopened))  # a navigate saved with the log this long
+        assert reopened.head == eid(b)
+        reopened.restore_head(eid(a), len(reopened) - 1)  # an event came after it: ignored
+        assert reopened.head == eid(b)
+    finally:
+        reopened.close()

@@ -121,6 +121,19 @@ async def close_code(ws: ClientConnection, timeout: float = 10) -> int:
             return closed.rcvd.code
 
 
+def is_stored(event: dict[str, Any]) -> bool:
+    """A frame of a stored event; the others (full_state snapshots, streaming deltas, errors
+    about a client's own frames) have ids of their own that are not in the log."""
+    if event["kind"] in ("StreamingDeltaEvent", "ServerErrorEvent"):
+        return False
+    return not (event["kind"] == "ConversationStateUpdateEvent" and event["key"] == "full_state")
+
+
+def is_full_state(frame: str | bytes) -> bool:
+    event = json.loads(frame)
+    return bool(event["kind"] == "ConversationStateUpdateEvent" and event["key"] == "full_state")
+
+
 class Reader:
     """Collects one socket's frames in the background."""
 
@@ -141,7 +154,8 @@ class Reader:
         return [json.loads(f) for f in self.frames]
 
     def ids(self) -> list[str]:
-        return [e["id"] for e in self.events() if e.get("id")]
+        """The ids of the stored events among the frames."""
+        return [e["id"] for e in self.events() if is_stored(e)]
 
     async def wait_count(self, n: int, timeout: float = 30) -> None:
         """Until at least `n` stored events (frames with an id) arrived."""
@@ -172,6 +186,10 @@ async def test_each_way_of_authenticating_gets_the_events(
     cid = await create(http, llm, key, tmp_path)
     items, body = await search(http, cid)
     ws = await open_socket(server, cid, how, resend_all="true")
+    state = json.loads(await asyncio.wait_for(ws.recv(), 10))  # the state comes first
+    assert state["key"] == "full_state" and state["value"]["id"] == cid and state["id"]
+    assert state["value"]["execution_status"] == "idle" and state["value"]["leaf_event_id"]
+    assert "sk-test-key" not in json.dumps(state)
     first = await asyncio.wait_for(ws.recv(), 10)
     assert json.loads(first) == items[0] and first in body  # byte for byte as search returns it
     assert items[0]["kind"] == "SystemPromptEvent"
@@ -221,11 +239,17 @@ async def test_frames_are_the_stored_events_then_live_ones_and_deltas_only_live(
     await asyncio.sleep(0.2)  # nothing more may come
     await reader.close()
 
-    stored = [f for f in reader.frames if json.loads(f).get("id")]
+    assert is_full_state(reader.frames[0])
+    stored = [f for f in reader.frames if is_stored(json.loads(f))]
     assert [json.loads(f) for f in stored] == items  # each once, in order
     assert all(f in body for f in stored)  # the very bytes search returns
     deltas = [e for e in reader.events() if e["kind"] == "StreamingDeltaEvent"]
-    assert deltas and all(e["id"] is None for e in deltas)
+    # Deltas carry ids and times (clients require them), never ids of the log.
+    assert deltas and all(e["id"] and e["timestamp"] for e in deltas)
+    assert not {e["id"] for e in deltas} & {e["id"] for e in items}
+    # The run's end is a full_state snapshot after its last event.
+    assert is_full_state(reader.frames[-1])
+    assert json.loads(reader.frames[-1])["value"]["execution_status"] == "finished"
     assert not [e for e in items if e["kind"] == "StreamingDeltaEvent"]
     user = [e for e in items if e["kind"] == "MessageEvent" and e["source"] == "user"]
     assert user[0]["llm_message"]["content"][0]["text"] == "go"
@@ -236,6 +260,7 @@ async def test_a_bad_client_frame_gets_a_server_error_and_the_socket_stays_open(
         tmp_path: Path) -> None:
     cid = await create(http, llm, key, tmp_path)
     ws = await open_socket(server, cid)
+    assert is_full_state(await asyncio.wait_for(ws.recv(), 10))
     bad: list[str | bytes] = [
         "not json",
         json.dumps({"role": "assistant", "content": [{"type": "text", "text": "x"}]}),
@@ -249,7 +274,7 @@ async def test_a_bad_client_frame_gets_a_server_error_and_the_socket_stays_open(
         await ws.send(frame)
         error = json.loads(await asyncio.wait_for(ws.recv(), 10))
         assert error["kind"] == "ServerErrorEvent" and error["source"] == "environment", frame
-        assert error["code"] == "InvalidFrame" and error["detail"] and error["id"] is None
+        assert error["code"] == "InvalidFrame" and error["detail"] and error["id"]
     await ws.send(json.dumps({"role": "user", "content": [{"type": "text", "text": "still here"}]}))
     message = json.loads(await asyncio.wait_for(ws.recv(), 10))
     assert message["kind"] == "MessageEvent"
@@ -336,7 +361,9 @@ async def test_a_client_that_never_reads_is_closed_and_slows_nothing(
     with pytest.raises(ConnectionClosed) as closed:
         async with asyncio.timeout(30):
             while True:
-                got.append(json.loads(await stalled.recv())["id"])
+                event = json.loads(await stalled.recv())
+                if is_stored(event):
+                    got.append(event["id"])
     assert closed.value.rcvd is not None and closed.value.rcvd.code == 1013
     print(f"stalled client got {len(got)} of {len(want)} events")
     assert 0 < len(got) < len(want) and got == want[:len(got)]

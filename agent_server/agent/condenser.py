@@ -1,20 +1,32 @@
 """Condensation: keep a long conversation inside the model's context window.
 
-The view keeps the system prompt, the first user message and the recent tail; the middle is
-summarized by the LLM and forgotten (a Condensation event: the log itself loses nothing). The
-tail never starts with a tool result, so a call and its result are never split.
+The view keeps its head (the system prompt and the first user message, or the first
+`keep_first` messages) and the recent tail; the middle is summarized by the LLM and forgotten
+(a Condensation event: the log itself loses nothing). The tail never starts with a tool result,
+so a call and its result are never split.
+
+`agent.condenser` says when: our own form, the OpenHands SDK's LLMSummarizingCondenser (each
+of a PipelineCondenser's in turn), or none (null, NoOpCondenser). Whatever it says, an explicit
+CondensationRequest and a context-window error still condense.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from agent_server.agent.llm import LLMFailure
 from agent_server.agent.view import View
 from agent_server.events import Condensation
-from agent_server.agent.spec import CondenserConfig, LLMConfig
+from agent_server.agent.spec import (
+    CondenserConfig,
+    CondenserSpec,
+    LLMConfig,
+    LLMSummarizingCondenser,
+    PipelineCondenser,
+)
 
 if TYPE_CHECKING:
     from agent_server.agent.model import Model
@@ -40,44 +52,100 @@ def estimate_tokens(messages: list[dict[str, Any]], tools: list[dict[str, Any]] 
     return (len(json.dumps(messages)) + len(json.dumps(tools or []))) // CHARS_PER_TOKEN
 
 
+@dataclass(frozen=True)
+class Rule:
+    """When to condense, and with which LLM (one per summarizing condenser of the spec)."""
+
+    #: None: the conversation's LLM at the moment (a switch_llm changes it).
+    llm: LLMConfig | None
+    max_share: float | None = None
+    max_tokens: int | None = None
+    max_events: int | None = None
+    #: Messages of the view's head always kept (None: through the first user message).
+    keep_first: int | None = None
+
+
+def rules(spec: CondenserSpec | None) -> list[Rule]:
+    if isinstance(spec, CondenserConfig):
+        if not spec.enabled:
+            return []
+        return [Rule(None, spec.max_share, spec.max_tokens, spec.max_events)]
+    if isinstance(spec, LLMSummarizingCondenser):
+        return [Rule(spec.llm, None, spec.max_tokens, spec.max_size, spec.keep_first)]
+    if isinstance(spec, PipelineCondenser):
+        return [r for c in spec.condensers for r in rules(c)]
+    return []  # null, NoOpCondenser
+
+
+def fallback(spec: CondenserSpec | None) -> Rule:
+    """What an explicit request or a context-window error condenses with."""
+    found = rules(spec)
+    if found:
+        return found[0]
+    if isinstance(spec, CondenserConfig):  # switched off, its bounds still size the tail
+        return Rule(None, spec.max_share, spec.max_tokens, spec.max_events)
+    return Rule(None, CondenserConfig().max_share)
+
+
 class Condenser:
-    def __init__(self, config: CondenserConfig, llm: Callable[[], LLMConfig], model: Model) -> None:
+    def __init__(self, spec: CondenserSpec | None, llm: Callable[[], LLMConfig],
+                 model: Model) -> None:
         """`llm` gives the conversation's LLM at the moment (a switch changes it)."""
-        self.config = config
         self.llm = llm
+        self.rules = rules(spec)
+        self._fallback = fallback(spec)
+        #: The rule the next condensation follows.
+        self.config = self._fallback
         self.model = model
-        #: Token budget by model (a switch to another model has its own window).
-        self._limits: dict[str, int | None] = {}
+        #: Token budget by rule and model (a switch to another model has its own window).
+        self._limits: dict[tuple[int, str], int | None] = {}
 
     @property
     def llm_config(self) -> LLMConfig:
-        return self.llm()
+        return self._llm_of(self.config)
 
-    async def limit(self) -> int | None:
+    def _llm_of(self, rule: Rule) -> LLMConfig:
+        return rule.llm or self.llm()
+
+    async def limit(self, rule: Rule | None = None) -> int | None:
         """Token budget of a prompt: the smaller of max_tokens and max_share of the window."""
-        config = self.llm_config
-        if config.model not in self._limits:
-            limits = [self.config.max_tokens] if self.config.max_tokens else []
-            window = await self.model.context_window(config)
-            if window:
-                limits.append(int(window * self.config.max_share))
-            self._limits[config.model] = min(limits) if limits else None
-        return self._limits[config.model]
+        rule = rule or self.config
+        llm = self._llm_of(rule)
+        key = (id(rule), llm.model)
+        if key not in self._limits:
+            limits = [rule.max_tokens] if rule.max_tokens else []
+            if rule.max_share:
+                window = await self.model.context_window(llm)
+                if window:
+                    limits.append(int(window * rule.max_share))
+            self._limits[key] = min(limits) if limits else None
+        return self._limits[key]
 
     async def needed(self, view: View, tools: list[dict[str, Any]]) -> bool:
-        if not self.config.enabled:
-            return view.condensation_requested
+        self.config = self._fallback
         if view.condensation_requested:
             return True
-        if self.config.max_events and len(view.messages) > self.config.max_events:
+        for rule in self.rules:
+            if await self._over(rule, view, tools):
+                self.config = rule
+                return True
+        return False
+
+    async def _over(self, rule: Rule, view: View, tools: list[dict[str, Any]]) -> bool:
+        if rule.max_events and len(view.messages) > rule.max_events:
             return True
-        limit = await self.limit()
+        limit = await self.limit(rule)
         return limit is not None and estimate_tokens(view.request(), tools) > limit
 
     async def condense(self, sink: EventSink, view: View, tools: list[dict[str, Any]]) -> bool:
         """Append a Condensation for the middle of the view; False when there is no middle."""
         messages = view.messages
-        head = next((i + 1 for i, m in enumerate(messages) if m["role"] == "user"), 1)
+        if self.config.keep_first is None:
+            head = next((i + 1 for i, m in enumerate(messages) if m["role"] == "user"), 1)
+        else:
+            head = max(1, self.config.keep_first)
+            while head < len(messages) and messages[head]["role"] == "tool":
+                head += 1  # a kept call keeps its results
         tail = self._tail_start(messages, await self.limit(), tools)
         if tail <= head:
             return False
@@ -130,7 +198,6 @@ class Condenser:
 
 
 def render(messages: list[dict[str, Any]]) -> str:
-    """Messages of a view as plain text, each cut to MESSAGE_CHARS."""
     lines = []
     for m in messages:
         content = m.get("content")

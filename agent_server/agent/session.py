@@ -53,6 +53,20 @@ if TYPE_CHECKING:
     from tools.conversation import Subagents
 
 
+#: How a side question (`ask`) is put to the model (the OpenHands SDK's wording).
+ASK_TEMPLATE = """<QUESTION>
+Based on the activity so far answer the following question
+
+## Question
+{}
+
+
+<IMPORTANT>
+This is a question, do not make any tool call and just answer my question.
+</IMPORTANT>
+</QUESTION>"""
+
+
 @dataclass(frozen=True)
 class ConversationSpec:
     """What the agent knows of its conversation; fixed for the conversation's life."""
@@ -182,6 +196,31 @@ class AgentSession:
     async def skills(self) -> SkillList:
         return (await self._skills()).info()
 
+    async def ask(self, question: str) -> str:
+        """A side question answered from the model's view of the conversation, which it leaves
+        as it was: no event, no status change; safe while a run goes on."""
+        view = await self._attach()
+        messages = view.request()
+        if view.pending:  # a call without its result yet would make the request invalid
+            waiting = {p.tool_call_id for p in view.pending.values()}
+            cut = next((i for i, m in enumerate(messages)
+                        if any(c["id"] in waiting for c in m.get("tool_calls") or ())),
+                       len(messages))
+            messages = messages[:cut]
+        messages.append({"role": "user", "content": [{"type": "text",
+                                                      "text": ASK_TEMPLATE.format(question)}]})
+        llm = self.spec.agent.llm.model_copy(update={"stream": False})
+        reply = await self.model.complete(llm, messages, self.toolbox.llm_tools())
+        self.metrics.add(reply.usage, reply.cost, reply.latency)
+        return reply.content
+
+    def forget_view(self) -> None:
+        """HEAD moved to another branch: the next run builds the model's view anew."""
+        if self._unsubscribe is not None:
+            self._unsubscribe()
+            self._unsubscribe = None
+        self._view = None
+
     async def close(self) -> None:
         """SessionEnd hooks (when SessionStart ran), then release the tools."""
         if self.session_started:
@@ -236,7 +275,8 @@ class AgentSession:
         return self._book
 
     async def _attach(self) -> View:
-        """The view of the whole log, kept current by a subscription from then on."""
+        """The view of the current branch (root to HEAD), kept current by a subscription from
+        then on: whatever is appended hangs off HEAD, so it extends that branch."""
         if self._view is not None:
             return self._view
         self.ctx.vision = await self.model.supports_vision(self.control.llm.config)
@@ -251,10 +291,11 @@ class AgentSession:
             else:
                 view.on_events(written)
 
-        count = len(log)
+        await log.drain()  # HEAD and its ancestors indexed; nothing awaits from here to subscribe
+        branch = log.branch(log.head)
         self._unsubscribe = log.subscribe(listener)
         events: list[Event] = await asyncio.to_thread(
-            lambda: [parse_event(x) for x in log.read(range(count))])
+            lambda: [parse_event(x) for x in log.read(branch)])
         for event in events:
             view.add(event)
         view.on_events(backlog)

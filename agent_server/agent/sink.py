@@ -3,15 +3,29 @@
 Stored events are masked by the log as they are written (the log's redactor is this sink's
 masker); transient events (streaming deltas) never reach the log, so they are masked here, a
 secret split between two deltas included. Nothing else masks events.
+
+Transient events get an id and a time here (the log gives stored ones theirs): clients such as
+the OpenHands SDK require both on every frame. Their ids are never in the log.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from datetime import datetime, timezone
 
-from agent_server.events import Event, StreamingDeltaEvent
+from agent_server.events import Event, StreamingDeltaEvent, format_timestamp
 from agent_server.log import EventLog
+from core.ids import new_event_id
 from core.masking import Masker
+
+
+def transient(event: Event) -> Event:
+    """`event` with the id and time a frame needs (it is never stored, so the log gives none)."""
+    if event.id is None:
+        event.id = new_event_id()
+    if event.timestamp is None:
+        event.timestamp = format_timestamp(datetime.now(timezone.utc))
+    return event
 
 
 class EventSink:
@@ -32,7 +46,7 @@ class EventSink:
         """Live subscribers only: never stored, never pushed to the webhook."""
         if self.masker:
             event = type(event).model_validate(self.masker.data(event.model_dump(mode="json")))
-        self._publish(event)
+        self._publish(transient(event))
 
     def deltas(self) -> DeltaStream:
         return DeltaStream(self)
@@ -56,4 +70,4 @@ class DeltaStream:
 
     def _send(self, text: str | None, reasoning: str | None) -> None:
         if text or reasoning:
-            self._publish(StreamingDeltaEvent(content=text, reasoning_content=reasoning))
+            self._publish(transient(StreamingDeltaEvent(content=text, reasoning_content=reasoning)))

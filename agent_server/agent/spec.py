@@ -11,7 +11,17 @@ import re
 from enum import Enum
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_serializer, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    SecretStr,
+    Tag,
+    field_serializer,
+    field_validator,
+    model_validator,
+)
 
 
 class Lenient(BaseModel):
@@ -53,7 +63,8 @@ class LLMConfig(Lenient):
 
 
 class CondenserConfig(Lenient):
-    """When the history is condensed (summarized) to stay inside the model's context window."""
+    """Our own form (no `kind`): when the history is condensed (summarized) to stay inside the
+    model's context window, by the agent's own LLM."""
 
     enabled: bool = True
     max_share: float = Field(default=0.75, gt=0, le=1)
@@ -62,6 +73,83 @@ class CondenserConfig(Lenient):
     """Condense when a request's prompt would pass this many tokens (estimated)."""
     max_events: int | None = Field(default=None, ge=6, le=100_000)
     """Condense when the model's view holds more messages than this."""
+
+
+class NoOpCondenser(Lenient):
+    """The OpenHands SDK's no-op condenser: nothing is condensed on its own."""
+
+    kind: Literal["NoOpCondenser"] = "NoOpCondenser"
+
+
+class LLMSummarizingCondenser(Lenient):
+    """The OpenHands SDK's summarizing condenser: past `max_size` messages (or `max_tokens`),
+    the middle of the history after the first `keep_first` is summarized by `llm`."""
+
+    kind: Literal["LLMSummarizingCondenser"] = "LLMSummarizingCondenser"
+    llm: LLMConfig
+    max_size: int = Field(default=240, gt=0, le=100_000)
+    max_tokens: int | None = Field(default=None, gt=0, le=10_000_000)
+    keep_first: int = Field(default=2, ge=0)
+    minimum_progress: float = Field(default=0.1, gt=0, lt=1)
+    hard_context_reset_max_retries: int = Field(default=5, gt=0)
+    hard_context_reset_context_scaling: float = Field(default=0.8, gt=0, lt=1)
+
+    @model_validator(mode="after")
+    def _room(self) -> LLMSummarizingCondenser:
+        if self.keep_first >= self.max_size // 2:
+            raise ValueError("keep_first must be less than max_size // 2 to leave room for "
+                             "condensation")
+        return self
+
+
+class PipelineCondenser(Lenient):
+    """The OpenHands SDK's pipeline: each condenser in turn."""
+
+    kind: Literal["PipelineCondenser"] = "PipelineCondenser"
+    condensers: list[CondenserSpec] = Field(default_factory=list, max_length=10)
+
+
+def _condenser_tag(value: Any) -> str:
+    """Our own form has no `kind`; the SDK's kinds name themselves."""
+    kind = value.get("kind") if isinstance(value, dict) else getattr(value, "kind", None)
+    return "ours" if kind is None else str(kind)
+
+
+CondenserSpec = Annotated[
+    Annotated[CondenserConfig, Tag("ours")]
+    | Annotated[NoOpCondenser, Tag("NoOpCondenser")]
+    | Annotated[LLMSummarizingCondenser, Tag("LLMSummarizingCondenser")]
+    | Annotated[PipelineCondenser, Tag("PipelineCondenser")],
+    Discriminator(_condenser_tag, custom_error_type="condenser_kind",
+                  custom_error_message="kind must be NoOpCondenser, LLMSummarizingCondenser or "
+                                       "PipelineCondenser (or no kind: our own form)"),
+]
+"""`agent.condenser`: our own form, or one of the OpenHands SDK's kinds; null: none."""
+PipelineCondenser.model_rebuild()
+
+
+def sdk_condenser(spec: CondenserSpec | None, llm: dict[str, Any]) -> dict[str, Any] | None:
+    """A condenser as the OpenHands SDK reads it (`llm`: the agent's, already masked).
+
+    Our own form is shown as the nearest SDK kind, its own fields kept beside."""
+    if spec is None:
+        return None
+    if isinstance(spec, CondenserConfig):
+        ours = spec.model_dump(mode="json")
+        if not spec.enabled:
+            return {"kind": "NoOpCondenser", **ours}
+        return {"kind": "LLMSummarizingCondenser", "llm": llm,
+                "max_size": spec.max_events or 240, "keep_first": 2, **ours}
+    if isinstance(spec, PipelineCondenser):
+        return {"kind": spec.kind, "condensers": [sdk_condenser(c, llm) for c in spec.condensers]}
+    data = spec.model_dump(mode="json")
+    if isinstance(spec, LLMSummarizingCondenser):
+        data["llm"] = mask_llm(data["llm"])
+    return data
+
+
+def mask_llm(llm: dict[str, Any]) -> dict[str, Any]:
+    return {**llm, "api_key": "**********"} if llm.get("api_key") else llm
 
 
 class ToolSpec(Lenient):
@@ -76,14 +164,17 @@ class AgentSpec(Lenient):
     mcp_config: dict[str, Any] | None = None
     """MCP tool servers, `{"mcpServers": {name: {command, args, env} | {url, headers}}}`;
     `${NAME}` placeholders anywhere in it are filled from the conversation's secrets."""
-    condenser: CondenserConfig = Field(default_factory=CondenserConfig)
+    condenser: CondenserSpec | None = Field(default_factory=CondenserConfig)
+    """Left out: our own form's defaults; null: no condenser (as the OpenHands SDK means it)."""
 
     def redacted(self) -> dict[str, Any]:
-        """For responses: the LLM key and literal MCP env and header values masked."""
+        """For responses, in the shape the OpenHands SDK validates (`AgentBase`): the LLM key
+        and literal MCP env and header values masked, the condenser with its `kind`."""
         data = self.model_dump(mode="json")
-        if data["llm"].get("api_key"):
-            data["llm"]["api_key"] = "**********"
-        mask_mcp_config(data.get("mcp_config"))
+        data["llm"] = mask_llm(data["llm"])
+        data["mcp_config"] = data.get("mcp_config") or {}
+        mask_mcp_config(data["mcp_config"])
+        data["condenser"] = sdk_condenser(self.condenser, data["llm"])
         return data
 
 

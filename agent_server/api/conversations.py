@@ -14,18 +14,29 @@ from agent_server.api.io import (
     read_query,
     reply,
     service,
+    services,
 )
 from agent_server.agent.spec import HookConfig
 from agent_server.api.schemas import (
     ConfirmationResponse,
     ConversationIds,
     ConversationInfo,
+    AgentAnswer,
+    AskAgent,
     ConversationPage,
+    LoadPlugin,
+    Navigate,
+    SetSecurityAnalyzer,
     SetConfirmationPolicy,
     Success,
     UpdateSecrets,
 )
-from agent_server.record import ConversationSearch, CreateConversation, secret_values
+from agent_server.record import (
+    ConversationSearch,
+    CreateConversation,
+    ForkRequest,
+    secret_values,
+)
 from agent_server.errors import NotFound
 from agent_server.events import CondensationRequest
 
@@ -36,12 +47,12 @@ async def create(request: Request) -> Response:
     body = await read_body(request, CreateConversation)
     with located("body"):
         conv, created = await service(request).create(body)
-    return reply(info(conv), 201 if created else 200)
+    return reply(await conv.opened_info(), 201 if created else 200)
 
 
 @doc(summary="A conversation, with its execution_status", response=ConversationInfo, errors=(404,))
 async def get(request: Request) -> Response:
-    return reply(info(conversation(request)))
+    return reply(await conversation(request).opened_info())
 
 
 @doc(summary="Conversations by id (null for an unknown id)", query=ConversationIds,
@@ -72,6 +83,7 @@ async def delete(request: Request) -> Response:
     conv = conversation(request)
     if not await service(request).delete(conv.record.id):
         raise NotFound(f"Conversation {conv.id} not found")
+    services(request).commands.forget(conv.id)
     return reply(Success())
 
 
@@ -133,3 +145,50 @@ async def hooks(request: Request) -> Response:
 async def condense(request: Request) -> Response:
     await conversation(request).append(CondensationRequest())
     return reply(Success())
+
+
+@doc(summary="Move HEAD of the conversation tree to an event (null: the empty tree): the next "
+             "event starts a sibling branch there, and the model sees the branch root to HEAD",
+     body=Navigate, response=ConversationInfo, errors=(404, 409))
+async def navigate(request: Request) -> Response:
+    conv = conversation(request)
+    body = await read_body(request, Navigate)
+    await conv.navigate(body.event_id)
+    return reply(await conv.opened_info())
+
+
+@doc(summary="Fork: a new conversation with this one's history (all of it, or the branch from "
+             "the root to from_event_id), agent and workspace; it rests (idle)",
+     body=ForkRequest, response=ConversationInfo, status=201, errors=(404, 409))
+async def fork(request: Request) -> Response:
+    source = conversation(request)
+    body = await read_body(request, ForkRequest)
+    forked = await service(request).fork(source, body)
+    return reply(await forked.opened_info(), 201)
+
+
+@doc(summary="Ask a side question: answered by the LLM from the conversation's view, with "
+             "no event added and the status untouched (allowed while running)",
+     body=AskAgent, response=AgentAnswer, errors=(404, 502))
+async def ask_agent(request: Request) -> Response:
+    conv = conversation(request)
+    body = await read_body(request, AskAgent)
+    return reply(AgentAnswer(response=await conv.ask(body.question)))
+
+
+@doc(summary="Set (or clear with null) the security analyzer, kept and shown as given",
+     body=SetSecurityAnalyzer, response=Success, errors=(404,))
+async def set_security_analyzer(request: Request) -> Response:
+    conv = conversation(request)
+    body = await read_body(request, SetSecurityAnalyzer)
+    analyzer = body.security_analyzer
+    await conv.set_security_analyzer(None if analyzer is None else analyzer.model_dump())
+    return reply(Success())
+
+
+@doc(summary="Load a plugin: this server has none to load, so every reference is unknown (404)",
+     body=LoadPlugin, response=Success, errors=(404,))
+async def load_plugin(request: Request) -> Response:
+    conversation(request)
+    body = await read_body(request, LoadPlugin)
+    raise NotFound(f"Plugin {body.plugin_ref!r} not found: this server loads no plugins")

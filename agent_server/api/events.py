@@ -12,13 +12,14 @@ from starlette.responses import Response
 
 from agent_server.api.io import conversation, doc, read_body, read_query, reply
 from agent_server.errors import NotFound
-from agent_server.log import Query
+from agent_server.log import EventLog, Query
 from agent_server.api.schemas import EventPage, EventSearch
 from agent_server.record import SendMessage
 
 
-def _query(params: EventSearch) -> Query:
+def _query(params: EventSearch, log: EventLog) -> Query:
     return Query(
+        branch=(log.head or "") if params.branch == "head" else params.branch,
         kind=params.kind__eq or params.kind,
         source=params.source__eq or params.source,
         timestamp_gte=params.timestamp__gte,
@@ -31,7 +32,7 @@ def _query(params: EventSearch) -> Query:
 async def search(request: Request) -> Response:
     params = read_query(request, EventSearch)
     log = await conversation(request).log()
-    lines, next_id = log.search(_query(params), params.limit, params.page_id)
+    lines, next_id = log.search(_query(params, log), params.limit, params.page_id)
     body = b'{"items":[' + b",".join(lines) + b'],"next_page_id":' + json.dumps(next_id).encode() + b"}"
     return Response(body, media_type="application/json")
 
@@ -40,7 +41,7 @@ async def search(request: Request) -> Response:
 async def count(request: Request) -> Response:
     params = read_query(request, EventSearch)
     log = await conversation(request).log()
-    return reply(log.count(_query(params)))  # type: ignore[arg-type]
+    return reply(log.count(_query(params, log)))  # type: ignore[arg-type]
 
 
 @doc(summary="One event by id", response=dict, errors=(404,))

@@ -128,7 +128,7 @@ def located(*prefix: str | int) -> Iterator[None]:
 
 def info(conv: Conversation) -> ConversationInfo:
     """A conversation as the API shows it, with its webhook lag read from delivery now."""
-    return ConversationInfo.of(conv.record, conv.webhook_status())
+    return conv.info()
 
 
 def reply(value: BaseModel | dict[str, Any] | list[Any], status: int = 200) -> Response:

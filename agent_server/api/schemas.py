@@ -11,20 +11,16 @@ from datetime import datetime
 from typing import Any, Literal
 from uuid import UUID
 
-from pydantic import BaseModel, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from agent_server.agent.spec import (
     ENV_NAME,
     ConfirmationPolicy,
-    ExecutionStatus,
-    HookConfig,
     Lenient,
-    Metrics,
-    RepositorySpec,
-    RepositoryStatus,
 )
 from agent_server.events.kinds import KindName
-from agent_server.record import SecretValue, StoredConversation, WebhookStatus, Workspace
+from agent_server.record import ConversationInfo as ConversationInfo
+from agent_server.record import SecretValue
 
 
 class SetConfirmationPolicy(Lenient):
@@ -53,38 +49,40 @@ class UpdateSecrets(Lenient):
     secrets: dict[str, SecretValue] = Field(max_length=200)
 
 
-class ConversationInfo(BaseModel):
-    """A conversation as the API returns it: the LLM key is never included."""
+class Navigate(Lenient):
+    """POST .../navigate."""
 
-    id: UUID
-    agent: dict[str, Any]
-    workspace: Workspace
-    execution_status: ExecutionStatus
-    max_iterations: int
-    stuck_detection: bool
-    title: str | None
-    tags: dict[str, str]
-    metrics: Metrics
-    secret_names: list[str]
-    """Names of the conversation's own secrets; values are never returned."""
-    repository: RepositorySpec | None = None
-    repository_status: RepositoryStatus | None = None
-    confirmation_policy: ConfirmationPolicy
-    hook_config: HookConfig | None
-    parent_conversation_id: UUID | None = None
-    """The conversation that made this one (a sub-agent's parent); null for the others."""
-    llm_profile: str | None = None
-    """The saved LLM profile in force; null while the agent's own `llm` is."""
-    created_at: datetime
-    updated_at: datetime
-    webhook: WebhookStatus | None = None
-    """The webhook push of this conversation (null when no webhook is configured)."""
+    event_id: str | None = Field(default=None, max_length=100)
+    """The event to make HEAD; null: the empty tree (the next event is a new root)."""
 
-    @classmethod
-    def of(cls, record: StoredConversation, webhook: WebhookStatus | None = None) -> ConversationInfo:
-        data = record.model_dump(exclude={"agent", "secrets"})
-        return cls(agent=record.agent.redacted(), secret_names=sorted(record.secrets),
-                   webhook=webhook, **data)
+
+class AskAgent(Lenient):
+    """POST .../ask_agent: a side question, answered from the conversation without adding to it."""
+
+    question: str = Field(min_length=1, max_length=100_000)
+
+
+class AgentAnswer(BaseModel):
+    response: str
+
+
+class SecurityAnalyzer(Lenient):
+    """An OpenHands SDK security analyzer, kept as given (e.g. {"kind": "LLMSecurityAnalyzer"})."""
+
+    model_config = ConfigDict(extra="allow")
+    kind: str = Field(min_length=1, max_length=100)
+
+
+class SetSecurityAnalyzer(Lenient):
+    """POST .../security_analyzer: `{"security_analyzer": {...} | null}`."""
+
+    security_analyzer: SecurityAnalyzer | None
+
+
+class LoadPlugin(Lenient):
+    """POST .../load_plugin."""
+
+    plugin_ref: str = Field(min_length=1, max_length=2000)
 
 
 class ConversationPage(BaseModel):
@@ -112,6 +110,8 @@ class EventSearch(Lenient):
     sort_order: Literal["TIMESTAMP", "TIMESTAMP_DESC"] = "TIMESTAMP"
     limit: int = Field(default=100, ge=1, le=1000)
     page_id: str | None = Field(default=None, pattern=r"^[0-9A-HJKMNP-TV-Z]{26}$")
+    branch: str | None = Field(default=None, pattern=r"^([0-9A-HJKMNP-TV-Z]{26}|head)$")
+    """Only the events on the branch ending at this event id (`head`: the current branch)."""
 
     @field_validator("timestamp__gte", "timestamp__lt")
     @classmethod
@@ -139,6 +139,21 @@ class FileWritten(BaseModel):
     path: str
     """Relative to the working directory."""
     size: int
+
+
+class FileUploaded(BaseModel):
+    """POST .../file/upload (the OpenHands FileUploadResult)."""
+
+    success: bool = True
+    path: str
+    """Where the file is, absolute."""
+    file_size: int
+
+
+class ChangesQuery(Lenient):
+    path: str | None = Field(default=None, min_length=1, max_length=4096)
+    """A directory (relative, or absolute inside a working directory): the repositories at or
+    below it, paths relative to it. Default: the working directory."""
 
 
 class DiffQuery(Lenient):

@@ -5,11 +5,13 @@ Authentication, in order of preference: the `X-Session-API-Key` header; a first 
 headers); the `session_api_key` query parameter (least safe: URLs end up in logs and
 histories). A wrong or missing key closes with 4001, an unknown conversation with 4004.
 
-Each frame is one event, exactly as events search returns it. `after_id` replays every stored
-event after that id, `resend_all=true` every stored event, then live ones follow with no gap
-and no duplicate: the subscription is taken first, the replay read from the log, and what
-arrived meanwhile is skipped up to the last id sent. Transient frames (streaming deltas, errors
-about this client's own frames) carry no id; resume from the last frame that has one.
+The first frame is the conversation's state (a `full_state` ConversationStateUpdateEvent, as
+the OpenHands SDK expects); each one after is one event, exactly as events search returns it.
+`after_id` replays every stored event after that id, `resend_all=true` every stored event, then
+live ones follow with no gap and no duplicate: the subscription is taken first, the replay read
+from the log, and what arrived meanwhile is skipped up to the last id sent. Transient frames
+(`full_state` snapshots, streaming deltas, errors about this client's own frames) have ids of
+their own that are not in the log; resume from the last stored event's id.
 
 A client frame `{"role": "user", "content": [...], "run": bool}` is a user message; anything
 else is answered with a ServerErrorEvent frame (not stored) and the socket stays open. A
@@ -47,6 +49,7 @@ from agent_server.events import ServerErrorEvent, format_timestamp
 from agent_server.log import EventLog
 from agent_server.record import SendMessage
 from core.ids import EVENT_ID as _EVENT_ID
+from core.ids import new_event_id
 
 #: Close codes beyond Starlette's: the HTTP status they stand for, plus 4000.
 CLOSE_UNAUTHORIZED = 4001
@@ -187,6 +190,9 @@ class _Session:
 
     async def _send(self, start: str | None, end: int) -> None:
         ws, log = self.websocket, self.log
+        # First the conversation's state as it is now (a `full_state` ConversationStateUpdateEvent,
+        # not stored): the OpenHands SDK client counts the socket ready only once it has it.
+        await ws.send_text(self.conv.state_event().model_dump_json())
         if start:
             self.last_sent = start  # nothing up to after_id, even from the live queue
         if start is not None:
@@ -205,11 +211,13 @@ class _Session:
                 frame = await self.sub.get()
                 if frame.event_id is not None:
                     if self.last_sent is not None and frame.event_id <= self.last_sent:
+                        self.sub.sent()
                         continue  # already sent by the replay
                     await ws.send_text(frame.text)
                     self.last_sent = frame.event_id
                 else:
                     await ws.send_text(frame.text)
+                self.sub.sent()
         except SubscriptionEnded:
             return
 
@@ -252,6 +260,7 @@ class _Session:
 
     def _error(self, code: str, detail: str) -> None:
         event = ServerErrorEvent(source="environment", code=code, detail=detail,
+                                 id=new_event_id(),
                                  timestamp=format_timestamp(datetime.now(timezone.utc)))
         # Bounded like every other frame: a client that sends junk and never reads is cut off.
         self.sub.offer(Frame.transient(event))

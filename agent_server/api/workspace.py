@@ -1,13 +1,19 @@
-"""/api/conversations/{id}/file, /git/changes, /git/diff, /commands: the workspace's work.
+"""Workspace routes: files, Git changes and diffs, commands; per conversation
+(/api/conversations/{id}/file, /git/..., /commands, and the OpenHands names /file/upload,
+/file/download, /bash/...) and for the host (/api/file/..., /api/git/..., /api/bash/...).
 
-Paths are confined to the conversation's working directory (403 when they leave it);
-missing is 404, a directory where a file was asked for is 400, over the size cap is 413.
+One implementation behind both: a request's `Scope` says what it may touch. Paths are confined
+to the conversation's working directory, or for the host to the server's default working
+directory and the conversations' (403 when they leave it); missing is 404, a directory where a
+file was asked for is 400, over the size cap is 413. Commands get the conversation's secrets
+(the host's: the settings'), masked in their output.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncGenerator, AsyncIterator
+from pathlib import Path
 from urllib.parse import quote
 
 from starlette.datastructures import UploadFile
@@ -21,24 +27,17 @@ from agent_server.agent.toolbox import git_env
 from agent_server.api.io import conversation, doc, read_body, read_query, reply, services
 from agent_server.errors import PayloadTooLarge, invalid
 from agent_server.api.schemas import (
+    ChangesQuery,
     CommandResult,
     DiffQuery,
     FileQuery,
+    FileUploaded,
     FileWritten,
     RunCommand,
 )
-from agent_server.workspace import (
-    FileMissing,
-    NotAFile,
-    TooLarge,
-    masked_keep,
-    open_file,
-    output_text,
-    relative,
-    resolve,
-    write_file,
-)
-from core.processes import CHUNK, MAX_OUTPUT_BYTES, child_env, run_process
+from agent_server.workspace import NotAFile, Scope, TooLarge, open_file, relative, write_file
+from core.masking import Masker
+from core.processes import CHUNK
 
 #: Room for multipart boundaries and part headers on top of the file's own cap.
 MULTIPART_OVERHEAD = 64 * 1024
@@ -51,15 +50,32 @@ def _max_bytes(request: Request) -> int:
     return services(request).config.max_file_bytes
 
 
+def scope(request: Request) -> Scope:
+    """The conversation's workspace on its routes; the host's on /api/file, /git, /bash."""
+    if "conversation_id" in request.path_params:
+        conv = conversation(request)
+        return Scope(conv.id, (conv.working_dir,), conv.secret_values, conv.masker)
+    state = services(request)
+    catalogue = state.conversations
+    roots = dict.fromkeys([catalogue.default_working_dir, *(c.working_dir for c in catalogue)])
+    secrets = state.settings.get().secrets
+    return Scope("host", tuple(roots), secrets, Masker(secrets))
+
+
+def git_author(request: Request) -> dict[str, str]:
+    settings = services(request).settings.get()
+    return git_env(settings.git_user_name, settings.git_user_email)
+
+
 # -- files -----------------------------------------------------------------------------------
 
 
 @doc(summary="A workspace file, streamed with a guessed content type", query=FileQuery,
      errors=(400, 403, 404, 413))
 async def get_file(request: Request) -> Response:
-    conv = conversation(request)
+    where = scope(request)
     query = read_query(request, FileQuery)
-    opened = await asyncio.to_thread(open_file, conv.working_dir, query.path,
+    opened = await asyncio.to_thread(open_file, where.root_for(query.path), query.path,
                                      _max_bytes(request))
     return StreamingResponse(opened.stream(), media_type=opened.media_type, headers={
         "Content-Length": str(opened.size),
@@ -68,27 +84,42 @@ async def get_file(request: Request) -> Response:
     })
 
 
-@doc(summary="Upload a workspace file (raw body, or multipart/form-data with a `file` part); "
-             "parent directories are created", query=FileQuery, response=FileWritten,
-     errors=(400, 403, 404, 413))
+UPLOAD = ("Upload a workspace file (raw body, or multipart/form-data with a `file` part); "
+          "parent directories are created")
+
+
+@doc(summary=UPLOAD, query=FileQuery, response=FileWritten, errors=(400, 403, 404, 413))
 async def upload_file(request: Request) -> Response:
-    conv = conversation(request)
+    root, path, size = await _upload(request)
+    return reply(FileWritten(path=relative(root, path), size=size))
+
+
+@doc(summary=UPLOAD + " (the OpenHands answer)", query=FileQuery, response=FileUploaded,
+     errors=(400, 403, 404, 413))
+async def upload(request: Request) -> Response:
+    root, path, size = await _upload(request)
+    return reply(FileUploaded(path=str(path), file_size=size))
+
+
+async def _upload(request: Request) -> tuple[Path, Path, int]:
+    where = scope(request)
     query = read_query(request, FileQuery)
     limit = _max_bytes(request)
     multipart = request.headers.get("content-type", "").startswith("multipart/form-data")
     declared = request.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > limit + (MULTIPART_OVERHEAD if multipart else 0):
         raise PayloadTooLarge(f"the upload is over the limit of {limit} bytes")
-    resolve(conv.working_dir, query.path)  # refuse before reading a byte of the body
+    root = where.root_for(query.path)
+    where.resolve(query.path)  # refuse before reading a byte of the body
     if multipart:
         upload = await _multipart_file(request, limit)
         try:
-            path, size = await write_file(conv.working_dir, query.path, _read(upload), limit)
+            path, size = await write_file(root, query.path, _read(upload), limit)
         finally:
             await upload.close()
     else:
-        path, size = await write_file(conv.working_dir, query.path, request.stream(), limit)
-    return reply(FileWritten(path=relative(conv.working_dir, path), size=size))
+        path, size = await write_file(root, query.path, request.stream(), limit)
+    return root, path, size
 
 
 async def _multipart_file(request: Request, limit: int) -> UploadFile:
@@ -122,12 +153,17 @@ async def _read(upload: UploadFile) -> AsyncIterator[bytes]:
 # -- git -------------------------------------------------------------------------------------
 
 
-@doc(summary="Changes against HEAD ([{path, status}], untracked included); without a "
-             "repository an empty list and an X-Detail header", response=list[GitChange],
-     errors=(404,))
+@doc(summary="Changes against HEAD ([{path, status}], untracked included) of the "
+             "repositories at or below `path` (default: the working directory), paths relative "
+             "to it; without a repository an empty list and an X-Detail header",
+     query=ChangesQuery, response=list[GitChange], errors=(403, 404))
 async def git_changes(request: Request) -> Response:
-    conv = conversation(request)
-    items, repos = await git.changes(conv.working_dir)
+    where = scope(request)
+    query = read_query(request, ChangesQuery)
+    root = where.resolve(query.path) if query.path else where.home
+    if not await asyncio.to_thread(root.is_dir):
+        raise NotAFile(f"{query.path!r} is not a directory")
+    items, repos = await git.changes(root)
     return JSONResponse([i.model_dump(mode="json") for i in items],
                         headers={} if repos else {"X-Detail": NO_REPOSITORY})
 
@@ -135,11 +171,12 @@ async def git_changes(request: Request) -> Response:
 @doc(summary="One file's {path, original, modified}; without path the whole unified diff "
              "(text/plain)", query=DiffQuery, response=GitDiff, errors=(400, 403, 404, 413))
 async def git_diff(request: Request) -> Response:
-    conv = conversation(request)
+    where = scope(request)
     query = read_query(request, DiffQuery)
     if query.path is not None:
-        return reply(await git.file_diff(conv.working_dir, query.path, _max_bytes(request)))
-    repos = await asyncio.to_thread(git.find_repositories, conv.working_dir)
+        return reply(await git.file_diff(where.root_for(query.path), query.path,
+                                         _max_bytes(request)))
+    repos = await asyncio.to_thread(git.find_repositories, where.home)
     if not repos:
         return Response("", media_type="text/plain", headers={"X-Detail": NO_REPOSITORY})
     return StreamingResponse(git.unified_diff(repos, _max_bytes(request)),
@@ -153,21 +190,10 @@ async def git_diff(request: Request) -> Response:
              "and masked in its output", body=RunCommand, response=CommandResult,
      errors=(400, 403, 404))
 async def run_command(request: Request) -> Response:
-    conv = conversation(request)
+    where = scope(request)
     body = await read_body(request, RunCommand)
-    cwd = resolve(conv.working_dir, body.cwd or ".")
-    if not await asyncio.to_thread(cwd.exists):
-        raise FileMissing(f"cwd {body.cwd or conv.working_dir!s} does not exist")
-    if not await asyncio.to_thread(cwd.is_dir):
-        raise NotAFile(f"cwd {body.cwd!r} is not a directory")
-    settings = services(request).settings.get()
-    env = child_env(git_env(settings.git_user_name, settings.git_user_email),
-                    conv.secret_values, body.env)
-    done = await run_process(["bash", "-c", body.command], cwd, env, body.timeout,
-                             keep=masked_keep(conv.secret_values))
-    return reply(CommandResult(
-        exit_code=done.exit_code,
-        stdout=output_text(done.stdout, MAX_OUTPUT_BYTES, conv.masker),
-        stderr=output_text(done.stderr, MAX_OUTPUT_BYTES, conv.masker),
-        timed_out=done.timed_out,
-    ))
+    done = await services(request).commands.run(where, body.command, body.cwd, body.timeout,
+                                                env=body.env, git=git_author(request))
+    assert done.exit_code is not None  # a command run to its end has one
+    return reply(CommandResult(exit_code=done.exit_code, stdout=done.stdout or "",
+                               stderr=done.stderr or "", timed_out=done.timed_out))

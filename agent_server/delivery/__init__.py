@@ -32,6 +32,9 @@ from agent_server.record import WebhookStatus, WebhookTotals
 
 
 logger = logging.getLogger(__name__)
+#: Longest a state change waits for the sockets to carry its snapshot (Delivery.delivered).
+DELIVERED_WAIT = 1.0
+DELIVERED_GRACE = 0.05
 
 class Behind(Protocol):
     """What resuming the webhook needs of a conversation at start."""
@@ -91,6 +94,14 @@ class Delivery:
         """Already masked by the conversation's EventSink."""
         if self.pubsub.has_subscribers(conversation_id):
             self.pubsub.publish(conversation_id, [Frame.transient(event)])
+
+    async def delivered(self, conversation_id: str) -> None:
+        """Until the sockets were written what was published so far (about a second at most),
+        and a moment more: a client reading its socket in another thread (the OpenHands SDK)
+        takes the frame in while its request's answer is on the way, not after."""
+        if self.pubsub.has_subscribers(conversation_id):
+            await self.pubsub.delivered(conversation_id, DELIVERED_WAIT)
+            await asyncio.sleep(DELIVERED_GRACE)
 
     def forget(self, conversation_id: str) -> None:
         if self.webhook is not None:

@@ -9,6 +9,7 @@ with `after_id`, so neither the agent, the log nor the other subscribers ever wa
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import enum
 from collections import deque
 from collections.abc import Sequence
@@ -76,6 +77,10 @@ class Subscription:
         self._queue: deque[Frame] = deque()
         self._bytes = 0
         self._ready = asyncio.Event()
+        #: Frames queued so far, and frames the socket has written (or skipped) so far.
+        self.offered = 0
+        self._sent = 0
+        self._progress = asyncio.Event()
 
     def __len__(self) -> int:
         return len(self._queue)
@@ -104,7 +109,19 @@ class Subscription:
     def _push(self, frame: Frame) -> None:
         self._queue.append(frame)
         self._bytes += frame.size
+        self.offered += 1
         self._ready.set()
+
+    def sent(self) -> None:
+        """The reader is done with the frame it took last (written to its socket, or skipped)."""
+        self._sent += 1
+        self._progress.set()
+
+    async def wait_sent(self, count: int) -> None:
+        """Until the first `count` frames ever queued were sent, or the subscription ended."""
+        while self._sent < count and self.state is SubscriptionState.OPEN:
+            self._progress.clear()
+            await self._progress.wait()
 
     async def get(self) -> Frame:
         """The next frame, waiting for one; SubscriptionEnded once overflowed or closed."""
@@ -130,6 +147,7 @@ class Subscription:
         self._pubsub._remove(self)
         self.ended.set()
         self._ready.set()
+        self._progress.set()
 
 
 class PubSub:
@@ -168,6 +186,15 @@ class PubSub:
                     if sub.state is SubscriptionState.OVERFLOWED:
                         self.overflows += 1
                     break
+
+    async def delivered(self, conversation_id: str, timeout: float) -> None:
+        """Until every subscriber's socket has been written what was published so far, for at
+        most `timeout` seconds (a stalled client delays the caller that long, never more)."""
+        waits = [sub.wait_sent(sub.offered) for sub in self._subs.get(conversation_id, ())]
+        if waits:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(timeout):
+                    await asyncio.gather(*waits)
 
     def close_all(self) -> None:
         for subs in list(self._subs.values()):

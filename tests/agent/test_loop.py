@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from agent_server.agent.model import Scripted, ScriptedModel
+from agent_server.agent.model import Scripted
 from agent_server.agent.sink import EventSink
 from agent_server.agent.spec import ExecutionStatus as S
 from agent_server.conversations import Conversation

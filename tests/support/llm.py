@@ -76,6 +76,9 @@ class ScriptedLLM:
         self.scripts: dict[str, deque[Reply]] = defaultdict(deque)
         self.requests: dict[str, list[dict[str, Any]]] = defaultdict(list)
         self.responder: Callable[[str, dict[str, Any]], Reply] | None = None
+        #: Consulted before the script: a Reply answers the request without using the script
+        #: (e.g. a reference server's side requests such as title generation).
+        self.interceptor: Callable[[str, dict[str, Any]], Reply | None] | None = None
         #: Per key: (monotonic time a request arrived, time its answer was ready) pairs.
         self.timings: dict[str, list[tuple[float, float]]] = defaultdict(list)
         self._ids = itertools.count(1)
@@ -97,6 +100,10 @@ class ScriptedLLM:
             return list(self.requests[key])
 
     def _next(self, key: str, body: dict[str, Any]) -> Reply:
+        if self.interceptor is not None:
+            intercepted = self.interceptor(key, body)
+            if intercepted is not None:
+                return intercepted
         with self._lock:
             self.requests[key].append(body)
             if self.scripts[key]:
