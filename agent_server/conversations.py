@@ -23,10 +23,16 @@ from uuid import UUID
 from pydantic import ValidationError
 
 from agent_server.agent.llms import ActiveLLM
-from agent_server.agent.session import AgentSession, ConversationSpec, RunControl, SessionFactory
+from agent_server.agent.session import ConversationSpec, RunControl, Session, SessionFactory
 from agent_server.agent.sink import EventSink
 from agent_server.agent.skills import SkillList
-from agent_server.agent.spec import AgentSpec, ConfirmationPolicy, ExecutionStatus, LLMConfig
+from agent_server.agent.spec import (
+    ACPAgentSpec,
+    AgentSpec,
+    ConfirmationPolicy,
+    ExecutionStatus,
+    LLMConfig,
+)
 from agent_server.agent.toolbox import check_tools, git_env
 from agent_server.errors import Conflict, ConversationGone, InvalidTransition, NotFound, invalid
 from agent_server.events import (
@@ -146,7 +152,7 @@ class Conversation:
         llm.on_change = self._llm_changed
         self.control = RunControl(confirmation_policy=record.confirmation_policy, llm=llm)
         settings_now = settings()
-        self.session: AgentSession = make_session(
+        self.session: Session = make_session(
             ConversationSpec(
                 id=self.id, working_dir=self.working_dir, state_dir=directory,
                 agent=record.agent, max_iterations=record.max_iterations,
@@ -622,7 +628,8 @@ class ConversationService:
             secrets = secret_values(request.secrets)
             for name, problem in check_secrets(secrets):
                 raise invalid(["secrets", name], problem, "value_error")
-            check_tools(agent, {**self.settings().secrets, **secrets})
+            if isinstance(agent, AgentSpec):  # an ACP agent brings its own tools
+                check_tools(agent, {**self.settings().secrets, **secrets})
             parent = request.parent_conversation_id
             if parent is not None and (parent == conv_id or parent not in self._items):
                 raise invalid(["parent_conversation_id"],
@@ -660,7 +667,7 @@ class ConversationService:
             await conv.send_message(request.initial_message)
         return conv, True
 
-    def _agent_for(self, request: CreateConversation) -> AgentSpec:
+    def _agent_for(self, request: CreateConversation) -> AgentSpec | ACPAgentSpec:
         """SPEC 2.6 rules 2 and 3: an agent given inline replaces the stored one, tools too."""
         if request.agent is not None:
             return request.agent

@@ -140,12 +140,22 @@ def _plain(value: Any) -> Any:
         return str(value)
 
 
+#: The tags of the `agent` union (agent.spec.AnyAgentSpec), which pydantic puts in an error's
+#: loc; left out, so that `agent.llm.model` is located as it was before ACP agents.
+AGENT_TAGS = ("Agent", "ACPAgent")
+
+
+def _untagged(loc: Sequence[str | int]) -> list[str | int]:
+    return [part for i, part in enumerate(loc)
+            if not (i > 0 and loc[i - 1] == "agent" and part in AGENT_TAGS)]
+
+
 def from_pydantic(exc: ValidationError, *prefix: str | int) -> InvalidInput:
     """pydantic errors -> InvalidInput, under `prefix` (e.g. "body")."""
     items = []
     for err in exc.errors(include_url=False):
         item: dict[str, Any] = {
-            "loc": [*prefix, *err.get("loc", ())],
+            "loc": [*prefix, *_untagged(err.get("loc", ()))],
             "msg": err.get("msg", "invalid"),
             "type": err.get("type", "value_error"),
             "input": _plain(redact(err.get("input"))),

@@ -10,7 +10,7 @@ from uuid import UUID
 from pydantic import BaseModel, Field, field_validator
 
 from agent_server.agent.spec import (
-    AgentSpec,
+    AnyAgentSpec,
     ConfirmationPolicy,
     ExecutionStatus,
     HookConfig,
@@ -79,7 +79,7 @@ def secret_values(secrets: dict[str, SecretValue]) -> dict[str, str]:
 
 
 class CreateConversation(Lenient):
-    agent: AgentSpec | None = None
+    agent: AnyAgentSpec | None = None
     workspace: Workspace | None = None
     initial_message: SendMessage | None = None
     conversation_id: UUID | None = None
@@ -156,7 +156,7 @@ class StoredConversation(BaseModel):
     """What meta.json holds (mode 0600: it includes the LLM key)."""
 
     id: UUID
-    agent: AgentSpec
+    agent: AnyAgentSpec
     workspace: Workspace
     execution_status: ExecutionStatus = ExecutionStatus.IDLE
     max_iterations: int = 500

@@ -13,10 +13,16 @@ def needs_confirmation(policy: ConfirmationPolicy, event: ActionEvent, acts: boo
     """
     if not acts or event.action is None:
         return False
+    return needs_risk_confirmation(policy, event.security_risk)
+
+
+def needs_risk_confirmation(policy: ConfirmationPolicy, risk: SecurityRisk) -> bool:
+    """True when the policy wants an accept for an action of this risk (an ACP agent's
+    permission request is asked through here too)."""
     if isinstance(policy, AlwaysConfirm):
         return True
     if isinstance(policy, ConfirmRisky):
-        if event.security_risk == SecurityRisk.UNKNOWN:
+        if risk == SecurityRisk.UNKNOWN:
             return policy.confirm_unknown
-        return event.security_risk.rank >= SecurityRisk(policy.threshold).rank
+        return risk.rank >= SecurityRisk(policy.threshold).rank
     return False

@@ -2,8 +2,10 @@
 
 The conversation hands it a spec (who the agent is), a sink (where events go, masked), run
 control (pause and approval flags it sets), a Model and the shared tool services; the session
-never sees the Conversation. The conversation calls only these methods: `open`, `run`,
-`reject_pending`, `prepare_user_message`, `on_user_message`, `skills` and `close`.
+never sees the Conversation. The conversation calls only the methods of `Session`: `open`,
+`run`, `reject_pending`, `prepare_user_message`, `on_user_message`, `skills`, `ask`,
+`follow_llm`, `forget_view` and `close`. An ACP agent (`agent.kind` "ACPAgent") is the other
+kind of session (`agent_server.agent.acp`); the factory picks one by the agent's kind.
 
     Conversation --calls--> AgentSession --appends--> EventSink --> EventLog --> View
                                  |                                               |
@@ -16,7 +18,7 @@ import asyncio
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from agent_server.agent.condenser import Condenser
 from agent_server.agent.hooks import Hooks
@@ -28,6 +30,7 @@ from agent_server.agent.seams import SessionSeams
 from agent_server.agent.sink import EventSink
 from agent_server.agent.skills import SkillBook, SkillList, activation_text
 from agent_server.agent.spec import (
+    ACPAgentSpec,
     AgentSpec,
     ConfirmationPolicy,
     ExecutionStatus,
@@ -75,7 +78,7 @@ class ConversationSpec:
     working_dir: Path
     #: The conversation's private directory (tools keep their files under it).
     state_dir: Path
-    agent: AgentSpec
+    agent: AgentSpec | ACPAgentSpec
     max_iterations: int = 500
     stuck_detection: bool = True
     hook_config: HookConfig | None = None
@@ -111,10 +114,53 @@ class ToolServices:
     subagents: Callable[[str], Subagents] | None = None
 
 
+class Session(Protocol):
+    """What a conversation asks of its agent, whichever kind it is."""
+
+    async def open(self) -> None:
+        """The first events of a new conversation."""
+        ...
+
+    async def run(self) -> ExecutionStatus:
+        """One run until it ends; the status it ended in (the conversation applies it)."""
+        ...
+
+    async def reject_pending(self, reason: str) -> None:
+        """Reject what waits for confirmation."""
+        ...
+
+    async def prepare_user_message(self, event: MessageEvent) -> None:
+        ...
+
+    async def on_user_message(self, event: MessageEvent) -> bool:
+        """The message is stored; True when it is blocked (it starts no run)."""
+        ...
+
+    async def skills(self) -> SkillList:
+        ...
+
+    async def ask(self, question: str) -> str:
+        ...
+
+    async def follow_llm(self) -> None:
+        ...
+
+    def forget_view(self) -> None:
+        ...
+
+    async def close(self) -> None:
+        ...
+
+
 class AgentSession:
+    """Our own agent: the loop over the Model and the toolbox."""
+
     def __init__(self, spec: ConversationSpec, sink: EventSink, control: RunControl,
                  model: Model, services: ToolServices, secrets: Mapping[str, str],
                  metrics: Metrics) -> None:
+        # The factory gives an ACP agent its own kind of session.
+        assert isinstance(spec.agent, AgentSpec), "AgentSession runs our own agent only"
+        self.agent: AgentSpec = spec.agent
         self.spec, self.sink, self.control, self.model = spec, sink, control, model
         #: Totals of LLM use; the conversation owns (and saves) the object, the loop adds.
         self.metrics = metrics
@@ -128,8 +174,8 @@ class AgentSession:
         self.seams = SessionSeams(self)
         self.ctx.models = self.ctx.history = self.ctx.idle = self.seams
         self.hooks = Hooks(spec.hook_config, spec.id, spec.working_dir, secrets, sink.append)
-        self.condenser = Condenser(spec.agent.condenser, lambda: control.llm.config, model)
-        self.toolbox = Toolbox(self.ctx, spec.agent, sink.append)
+        self.condenser = Condenser(self.agent.condenser, lambda: control.llm.config, model)
+        self.toolbox = Toolbox(self.ctx, self.agent, sink.append)
         #: SessionStart hooks ran in this process (SessionEnd runs only after them).
         self.session_started = False
         self._book: SkillBook | None = None
@@ -209,7 +255,7 @@ class AgentSession:
             messages = messages[:cut]
         messages.append({"role": "user", "content": [{"type": "text",
                                                       "text": ASK_TEMPLATE.format(question)}]})
-        llm = self.spec.agent.llm.model_copy(update={"stream": False})
+        llm = self.agent.llm.model_copy(update={"stream": False})
         reply = await self.model.complete(llm, messages, self.toolbox.llm_tools())
         self.metrics.add(reply.usage, reply.cost, reply.latency)
         return reply.content
@@ -306,12 +352,17 @@ class AgentSession:
 
 #: Builds the session of one conversation (the composition root supplies model and services).
 SessionFactory = Callable[[ConversationSpec, EventSink, RunControl, Mapping[str, str], Metrics],
-                          AgentSession]
+                          Session]
 
 
 def session_factory(model: Model, services: ToolServices) -> SessionFactory:
     def make(spec: ConversationSpec, sink: EventSink, control: RunControl,
-             secrets: Mapping[str, str], metrics: Metrics) -> AgentSession:
+             secrets: Mapping[str, str], metrics: Metrics) -> Session:
+        if isinstance(spec.agent, ACPAgentSpec):
+            # Imported here: the ACP session builds on this module's parts.
+            from agent_server.agent.acp import ACPSession
+
+            return ACPSession(spec, sink, control, secrets, services)
         return AgentSession(spec, sink, control, model, services, secrets, metrics)
 
     return make

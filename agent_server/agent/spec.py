@@ -178,6 +178,66 @@ class AgentSpec(Lenient):
         return data
 
 
+#: The LLM an ACP agent's record carries: never called (the external agent picks its model);
+#: it keeps what reads `agent.llm` (stats, switches) working, as the OpenHands SDK's does.
+ACP_LLM_MODEL = "acp-managed"
+
+
+class ACPAgentSpec(Lenient):
+    """An external agent spoken to over the Agent Client Protocol (the OpenHands SDK's
+    `ACPAgent` shape): the server starts `acp_command` + `acp_args` in the working directory
+    and relays its messages and tool calls as events."""
+
+    kind: Literal["ACPAgent"] = "ACPAgent"
+    acp_command: list[Annotated[str, Field(min_length=1, max_length=4096)]] = Field(
+        min_length=1, max_length=100)
+    """The program and its first arguments, e.g. ["npx", "-y", "@zed-industries/claude-code-acp"]."""
+    acp_args: list[Annotated[str, Field(max_length=4096)]] = Field(default_factory=list,
+                                                                   max_length=100)
+    acp_env: dict[str, Annotated[str, Field(max_length=65536)]] = Field(default_factory=dict,
+                                                                         max_length=100)
+    """Extra environment of the agent process; `${NAME}` in a value is filled from the
+    conversation's secrets (which reach the agent as variables of their own names too)."""
+    acp_prompt_timeout: float = Field(default=1800.0, gt=0, le=86_400)
+    """Seconds a turn may go without any update from the agent before it is ended (ERROR)."""
+    acp_startup_timeout: float = Field(default=90.0, gt=0, le=3600)
+    """Seconds for the process to start and answer initialize and session/new."""
+    llm: LLMConfig = Field(default_factory=lambda: LLMConfig(model=ACP_LLM_MODEL,
+                                                             usage_id=ACP_LLM_MODEL))
+    tools: list[ToolSpec] = Field(default_factory=list, max_length=0)
+    """Always empty: an ACP agent brings its own tools."""
+    mcp_config: dict[str, Any] | None = None
+    condenser: CondenserSpec | None = None
+
+    @field_validator("acp_env")
+    @classmethod
+    def _env_names(cls, value: dict[str, str]) -> dict[str, str]:
+        for name in value:
+            if not ENV_NAME.match(name):
+                raise ValueError(f"{name!r} is not an environment variable name")
+        return value
+
+    def redacted(self) -> dict[str, Any]:
+        """For responses: literal environment values masked (`${NAME}` references shown)."""
+        data = self.model_dump(mode="json")
+        data["llm"] = mask_llm(data["llm"])
+        data["acp_env"] = {k: v if _placeholder_only(v) else "**********"
+                           for k, v in data["acp_env"].items()}
+        return data
+
+
+def _agent_tag(value: Any) -> str:
+    kind = value.get("kind") if isinstance(value, dict) else getattr(value, "kind", None)
+    return "ACPAgent" if kind == "ACPAgent" else "Agent"
+
+
+AnyAgentSpec = Annotated[
+    Annotated[AgentSpec, Tag("Agent")] | Annotated[ACPAgentSpec, Tag("ACPAgent")],
+    Discriminator(_agent_tag),
+]
+"""`agent` of a creation request: our own agent (no `kind`, or "Agent") or an ACP agent."""
+
+
 def mask_mcp_config(config: Any) -> None:
     """Mask, in place, literal env and header values of an mcp_config (for responses)."""
     servers = config.get("mcpServers") if isinstance(config, dict) else None

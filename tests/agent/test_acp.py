@@ -1,0 +1,354 @@
+"""A conversation run by an ACP agent (agent_server.agent.acp), in-process, with the scripted
+ACP agent of tests/support/acp_agent.py as the child process."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from agent_server.agent.acp import session as acp_session
+from agent_server.agent.spec import ExecutionStatus as S
+from agent_server.conversations import Conversation
+from agent_server.events import (
+    ACPToolCallEvent,
+    ConversationErrorEvent,
+    MessageEvent,
+    UserRejectObservation,
+)
+from core.masking import MASK
+from tests.support.inprocess import InProcess, events, run_ends
+
+AGENT = [sys.executable, str(Path(__file__).parents[1] / "support" / "acp_agent.py")]
+SECRET = "acp-secret-7f3e9b1c5d"
+
+
+def acp_agent(**extra: Any) -> dict[str, Any]:
+    return {"kind": "ACPAgent", "acp_command": AGENT, **extra}
+
+
+def body(workspace: Path, message: str | None = None, run: bool = True,
+         **extra: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {"agent": acp_agent(), "workspace": {"working_dir": str(workspace)},
+                           **extra}
+    if message is not None:
+        out["initial_message"] = {"content": [{"type": "text", "text": message}], "run": run}
+    return out
+
+
+async def create(srv: InProcess, workspace: Path, message: str | None = None,
+                 **extra: Any) -> Conversation:
+    r = await srv.client.post("/api/conversations", json=body(workspace, message, **extra))
+    assert r.status_code == 201, r.text
+    return srv.conversation(r.json()["id"])
+
+
+async def send(client: httpx.AsyncClient, conv: Conversation, text: str, run: bool = True) -> None:
+    r = await client.post(f"/api/conversations/{conv.id}/events",
+                          json={"role": "user", "content": [{"type": "text", "text": text}],
+                                "run": run})
+    assert r.status_code == 200, r.text
+
+
+async def settled(conv: Conversation, timeout: float = 30) -> S:
+    """The status once the run task has ended."""
+    await run_ends(conv, timeout)
+    return conv.status
+
+
+async def status_becomes(conv: Conversation, wanted: S, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while conv.status != wanted:
+        assert time.monotonic() < deadline, f"status {conv.status}, wanted {wanted}"
+        await asyncio.sleep(0.02)
+
+
+async def calls(conv: Conversation) -> list[ACPToolCallEvent]:
+    return await events(conv, ACPToolCallEvent)
+
+
+async def agent_texts(conv: Conversation) -> list[str]:
+    return [e.llm_message.content[0].text for e in await events(conv, MessageEvent)
+            if e.source == "agent"]
+
+
+# -- a whole conversation -----------------------------------------------------------------------
+
+
+async def test_a_conversation_streams_text_reads_and_writes_files(srv: InProcess,
+                                                                  tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "notes.txt").write_text("line one\nline two\n")
+    sub = srv.services.delivery.pubsub.subscribe
+    conv = await create(srv, ws)
+    frames = sub(conv.id)
+    await send(srv.client, conv, "say Hello from ACP\nread notes.txt\nwrite out/new.txt fresh text\n"
+                                 "say Done.")
+    assert await settled(conv) == S.FINISHED
+    assert (ws / "out" / "new.txt").read_text() == "fresh text"
+
+    assert await agent_texts(conv) == ["Hello from ACP", "Done."]
+    read = [c for c in await calls(conv) if c.tool_call_id == "call-1"]
+    assert [c.status for c in read] == ["pending", "in_progress", "completed"]
+    assert read[-1].tool_kind == "read" and read[-1].title == "Read notes.txt"
+    assert read[-1].raw_output == {"content": "line one\nline two\n"}
+    assert read[-1].content and read[-1].content[0]["content"]["text"] == "line one\nline two\n"
+    write = [c for c in await calls(conv) if c.tool_call_id == "call-2"]
+    assert [c.status for c in write] == ["pending", "in_progress", "completed"]
+    assert not write[-1].is_error
+    assert not await events(conv, ConversationErrorEvent)
+
+    # The text came live as deltas (transient), before the stored message.
+    pieces = []
+    while len(frames):
+        frame = json.loads((await frames.get()).text)
+        if frame["kind"] == "StreamingDeltaEvent" and frame["content"]:
+            pieces.append(frame["content"])
+    assert "".join(pieces) == "Hello from ACPDone."
+
+    # A second message is a second turn of the same agent (only the new message is sent).
+    await send(srv.client, conv, "say Second turn")
+    assert await settled(conv) == S.FINISHED
+    assert (await agent_texts(conv))[-1] == "Second turn"
+    r = await srv.client.get(f"/api/conversations/{conv.id}")
+    assert r.json()["execution_status"] == "finished"
+    assert r.json()["agent"]["kind"] == "ACPAgent"
+
+
+async def test_reads_and_writes_stay_inside_the_workspace(srv: InProcess, tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (tmp_path / "outside.txt").write_text("private")
+    conv = await create(srv, ws)
+    await send(srv.client, conv, f"read {tmp_path / 'outside.txt'}\nread ../outside.txt\n"
+                                 "write ../escape.txt nope")
+    assert await settled(conv) == S.FINISHED
+    failed = {c.tool_call_id: c for c in await calls(conv) if c.status == "failed"}
+    assert set(failed) == {"call-1", "call-2", "call-3"}
+    assert "outside the workspace" in json.dumps(failed["call-1"].raw_output)
+    assert "private" not in json.dumps([c.model_dump() for c in await calls(conv)])
+    assert not (tmp_path / "escape.txt").exists()  # the write was refused: the turn went on
+
+
+async def test_a_terminal_runs_in_the_workspace_without_the_server_keys(
+        srv: InProcess, tmp_path: Path, monkeypatch: Any) -> None:
+    monkeypatch.setenv("SESSION_API_KEY", "server-own-key")
+    ws = tmp_path / "ws"
+    conv = await create(srv, ws)
+    await send(srv.client, conv, "terminal pwd; echo key=[$SESSION_API_KEY]")
+    assert await settled(conv) == S.FINISHED
+    done = (await calls(conv))[-1]
+    assert done.status == "completed"
+    assert done.raw_output["output"] == f"{os.path.realpath(ws)}\nkey=[]\n"
+
+
+# -- confirmation -------------------------------------------------------------------------------
+
+
+async def test_a_permission_request_waits_for_confirmation_and_accept_runs_it(
+        srv: InProcess, tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    conv = await create(srv, ws, confirmation_policy={"kind": "AlwaysConfirm"})
+    await send(srv.client, conv, "say Writing\nwrite a.txt accepted\nsay Written")
+    assert await settled(conv) == S.WAITING_FOR_CONFIRMATION
+    assert not (ws / "a.txt").exists()
+    waiting = (await calls(conv))[-1]
+    assert (waiting.tool_call_id, waiting.status, waiting.title) == ("call-1", "pending",
+                                                                     "Write a.txt")
+    assert await agent_texts(conv) == ["Writing"]
+
+    r = await srv.client.post(f"/api/conversations/{conv.id}/events/respond_to_confirmation",
+                              json={"accept": True})
+    assert r.status_code == 200, r.text
+    assert await settled(conv) == S.FINISHED
+    assert (ws / "a.txt").read_text() == "accepted"
+    assert (await calls(conv))[-1].status == "completed"
+    assert await agent_texts(conv) == ["Writing", "Written"]
+
+
+async def test_reject_answers_the_agent_and_the_conversation_rests(srv: InProcess,
+                                                                   tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    conv = await create(srv, ws, confirmation_policy={"kind": "AlwaysConfirm"})
+    await send(srv.client, conv, "write b.txt refused\nsay not reached")
+    assert await settled(conv) == S.WAITING_FOR_CONFIRMATION
+    r = await srv.client.post(f"/api/conversations/{conv.id}/events/respond_to_confirmation",
+                              json={"accept": False, "reason": "not that file"})
+    assert r.status_code == 200, r.text
+    assert conv.status == S.IDLE
+    [rejection] = await events(conv, UserRejectObservation)
+    waiting = [c for c in await calls(conv) if c.status == "pending"][-1]
+    assert rejection.tool_call_id == "call-1" and rejection.action_id == waiting.id
+    assert rejection.rejection_reason == "not that file"
+    assert not (ws / "b.txt").exists()
+
+    # The next message is a new turn (the refused one was drained first).
+    await send(srv.client, conv, "say after the rejection")
+    assert await settled(conv) == S.FINISHED
+    assert (await agent_texts(conv))[-1] == "after the rejection"
+    assert "not reached" not in await agent_texts(conv)
+    assert (await calls(conv))[-1].status == "failed"
+
+
+async def test_never_confirm_answers_permissions_itself(srv: InProcess, tmp_path: Path) -> None:
+    conv = await create(srv, tmp_path / "ws", confirmation_policy={"kind": "ConfirmRisky",
+                                                                   "confirm_unknown": False})
+    await send(srv.client, conv, "write c.txt fine")
+    assert await settled(conv) == S.FINISHED
+    assert (tmp_path / "ws" / "c.txt").read_text() == "fine"
+
+
+# -- interrupt, pause, crash ----------------------------------------------------------------------
+
+
+async def test_interrupt_cancels_the_turn_at_once(srv: InProcess, tmp_path: Path) -> None:
+    conv = await create(srv, tmp_path / "ws")
+    await send(srv.client, conv, "say Working on it\nread missing.txt\nhang")
+    await status_becomes(conv, S.RUNNING)
+    deadline = time.monotonic() + 20
+    while not [c for c in await calls(conv) if c.status == "failed"]:
+        assert time.monotonic() < deadline
+        await asyncio.sleep(0.02)
+    started = time.monotonic()
+    r = await srv.client.post(f"/api/conversations/{conv.id}/interrupt")
+    assert r.status_code == 200, r.text
+    assert time.monotonic() - started < 5
+    assert conv.status == S.PAUSED
+    assert await agent_texts(conv) == ["Working on it"]
+
+    await send(srv.client, conv, "say resumed")
+    assert await settled(conv) == S.FINISHED
+    assert (await agent_texts(conv))[-1] == "resumed"
+
+
+async def test_an_agent_ignoring_cancel_is_replaced(srv: InProcess, tmp_path: Path,
+                                                    monkeypatch: Any) -> None:
+    monkeypatch.setattr(acp_session, "CANCEL_GRACE", 0.5)
+    conv = await create(srv, tmp_path / "ws")
+    await send(srv.client, conv, "say stuck\nhang-hard")
+    deadline = time.monotonic() + 20
+    while await agent_texts(conv) == [] and not await _streamed(conv):
+        assert time.monotonic() < deadline
+        await asyncio.sleep(0.05)
+    await srv.client.post(f"/api/conversations/{conv.id}/interrupt")
+    assert conv.status == S.PAUSED
+    await send(srv.client, conv, "say fresh process")
+    assert await settled(conv) == S.FINISHED
+    assert (await agent_texts(conv))[-1] == "fresh process"
+
+
+async def _streamed(conv: Conversation) -> bool:
+    session = conv.session
+    assert isinstance(session, acp_session.ACPSession)
+    return bool(session._text)
+
+
+async def test_pause_takes_effect_at_the_end_of_the_turn(srv: InProcess, tmp_path: Path) -> None:
+    conv = await create(srv, tmp_path / "ws", confirmation_policy={"kind": "AlwaysConfirm"})
+    await send(srv.client, conv, "write d.txt x\nsay after")
+    assert await settled(conv) == S.WAITING_FOR_CONFIRMATION
+    await send(srv.client, conv, "say queued", run=False)  # rejects the waiting write
+    await srv.client.post(f"/api/conversations/{conv.id}/run")
+    await srv.client.post(f"/api/conversations/{conv.id}/pause")
+    assert await settled(conv) in (S.PAUSED, S.FINISHED)
+
+
+async def test_a_crash_is_an_error_with_exit_status_and_masked_stderr(
+        srv: InProcess, tmp_path: Path) -> None:
+    conv = await create(srv, tmp_path / "ws", secrets={"ACP_TEST_SECRET": SECRET})
+    await send(srv.client, conv, "say about to fail\ncrash 3")
+    assert await settled(conv) == S.ERROR
+    [error] = await events(conv, ConversationErrorEvent)
+    assert error.code == "ACPAgentExited"
+    assert "exit status 3" in error.detail
+    assert f"fatal: cannot go on with key {MASK}" in error.detail
+    assert SECRET not in error.detail
+    assert "noise line 29" in error.detail and "noise line 5\n" not in error.detail
+    assert await agent_texts(conv) == ["about to fail"]
+
+    # The next run starts the agent again.
+    await send(srv.client, conv, "say back")
+    assert await settled(conv) == S.FINISHED
+    assert (await agent_texts(conv))[-1] == "back"
+
+
+async def test_secrets_reach_the_agent_by_environment_and_are_masked_in_tool_calls(
+        srv: InProcess, tmp_path: Path) -> None:
+    conv = await create(srv, tmp_path / "ws", secrets={"ACP_TEST_SECRET": SECRET})
+    await send(srv.client, conv, "env ACP_TEST_SECRET")
+    assert await settled(conv) == S.FINISHED
+    done = (await calls(conv))[-1]
+    assert done.raw_output == {"stdout": MASK}
+    assert done.raw_input == {"command": f"echo {MASK}"}
+    assert done.content and MASK in json.dumps(done.content)
+    r = await srv.client.get(f"/api/conversations/{conv.id}/events/search")
+    assert SECRET not in r.text and MASK in r.text
+
+
+async def test_acp_env_fills_placeholders_and_is_masked_in_responses(srv: InProcess,
+                                                                    tmp_path: Path) -> None:
+    agent = acp_agent(acp_env={"FROM_SECRET": "${TOKEN}", "PLAIN": "visible-value"})
+    r = await srv.client.post("/api/conversations", json={
+        "agent": agent, "workspace": {"working_dir": str(tmp_path / "ws")},
+        "secrets": {"TOKEN": SECRET}})
+    assert r.status_code == 201, r.text
+    assert r.json()["agent"]["acp_env"] == {"FROM_SECRET": "${TOKEN}", "PLAIN": "**********"}
+    conv = srv.conversation(r.json()["id"])
+    await send(srv.client, conv, "env FROM_SECRET\nenv PLAIN")
+    assert await settled(conv) == S.FINISHED
+    outputs = [c.raw_output for c in await calls(conv) if c.status == "completed"]
+    assert outputs == [{"stdout": MASK}, {"stdout": "visible-value"}]
+
+
+async def test_deleting_the_conversation_stops_the_process_tree(srv: InProcess,
+                                                                tmp_path: Path) -> None:
+    pidfile = tmp_path / "pids"
+    conv = await create(srv, tmp_path / "ws")
+    await send(srv.client, conv, f"spawn {pidfile}\nhang")
+    deadline = time.monotonic() + 20
+    while not pidfile.exists() or not pidfile.read_text():
+        assert time.monotonic() < deadline
+        await asyncio.sleep(0.02)
+    pids = [int(p) for p in pidfile.read_text().split()]
+    assert all(_alive(p) for p in pids)
+    r = await srv.client.delete(f"/api/conversations/{conv.id}")
+    assert r.status_code == 200, r.text
+    deadline = time.monotonic() + 10
+    while any(_alive(p) for p in pids):
+        assert time.monotonic() < deadline, "the agent's processes outlived the conversation"
+        await asyncio.sleep(0.05)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X")
+
+
+# -- creation -------------------------------------------------------------------------------------
+
+
+async def test_creation_checks_the_acp_agent(srv: InProcess, tmp_path: Path) -> None:
+    ws = {"working_dir": str(tmp_path / "ws")}
+    r = await srv.client.post("/api/conversations", json={
+        "agent": {"kind": "ACPAgent", "acp_command": ["no-such-acp-agent-xyz"]}, "workspace": ws})
+    assert r.status_code == 422, r.text
+    assert r.json()["detail"][0]["loc"] == ["body", "agent", "acp_command", 0]
+    r = await srv.client.post("/api/conversations", json={
+        "agent": {"kind": "ACPAgent", "acp_command": []}, "workspace": ws})
+    assert r.status_code == 422
+    assert r.json()["detail"][0]["loc"] == ["body", "agent", "acp_command"]
+    r = await srv.client.post("/api/conversations", json={
+        "agent": {"kind": "ACPAgent", "acp_command": AGENT, "tools": [{"name": "terminal"}]},
+        "workspace": ws})
+    assert r.status_code == 422
+    assert len(srv.services.conversations) == 0

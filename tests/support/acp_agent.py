@@ -1,0 +1,185 @@
+"""A scripted ACP agent for the tests, written with the protocol package's agent side.
+
+Run as `python tests/support/acp_agent.py`. Each line of a prompt is one command:
+
+    say TEXT             stream TEXT as three message chunks
+    think TEXT           one thought chunk
+    read PATH            a `read` tool call that reads PATH through the client
+    write PATH TEXT      an `edit` tool call that asks permission, then writes PATH
+    env NAME             an `execute` tool call whose input and output hold $NAME's value
+    terminal COMMAND     an `execute` tool call that runs COMMAND in a client terminal
+    spawn PIDFILE        start a grandchild (sleep) in a session of its own; its pid to PIDFILE
+    hang                 wait until cancelled (then the turn ends `cancelled`)
+    hang-hard            wait for ever, cancel or not
+    crash CODE           write to stderr (with $ACP_TEST_SECRET), then exit with CODE
+
+After the last command the turn ends (`end_turn`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+from typing import Any
+
+import acp
+from acp import PROTOCOL_VERSION
+from acp.interfaces import Client
+from acp.schema import (
+    AgentCapabilities,
+    InitializeResponse,
+    NewSessionResponse,
+    PermissionOption,
+    PromptResponse,
+    TextContentBlock,
+    ToolCallUpdate,
+)
+
+
+class ScriptedAgent:
+    def __init__(self) -> None:
+        self.conn: Client | None = None
+        self.cancelled = asyncio.Event()
+        self.calls = 0
+
+    def on_connect(self, conn: Client) -> None:
+        self.conn = conn
+
+    async def initialize(self, protocol_version: int, client_capabilities: Any = None,
+                         client_info: Any = None, **kwargs: Any) -> InitializeResponse:
+        return InitializeResponse(protocol_version=PROTOCOL_VERSION,
+                                  agent_capabilities=AgentCapabilities())
+
+    async def new_session(self, cwd: str, mcp_servers: Any = None,
+                          **kwargs: Any) -> NewSessionResponse:
+        self.cwd = cwd
+        return NewSessionResponse(session_id="scripted-session")
+
+    async def cancel(self, session_id: str, **kwargs: Any) -> None:
+        self.cancelled.set()
+
+    async def prompt(self, session_id: str, prompt: list[Any], **kwargs: Any) -> PromptResponse:
+        self.cancelled.clear()
+        text = "\n".join(b.text for b in prompt if isinstance(b, TextContentBlock))
+        for line in text.splitlines():
+            command, _, rest = line.strip().partition(" ")
+            handler = getattr(self, "do_" + command.replace("-", "_"), None)
+            if handler is None:
+                continue
+            if await handler(session_id, rest) == "cancelled" or self.cancelled.is_set():
+                return PromptResponse(stop_reason="cancelled")
+        return PromptResponse(stop_reason="end_turn")
+
+    # -- commands ----------------------------------------------------------------------------
+
+    @property
+    def client(self) -> Client:
+        assert self.conn is not None
+        return self.conn
+
+    def call_id(self) -> str:
+        self.calls += 1
+        return f"call-{self.calls}"
+
+    async def do_say(self, sid: str, text: str) -> None:
+        third = max(len(text) // 3, 1)
+        for piece in (text[:third], text[third:2 * third], text[2 * third:]):
+            if piece:
+                await self.client.session_update(sid, acp.update_agent_message_text(piece))
+                await asyncio.sleep(0.01)
+
+    async def do_think(self, sid: str, text: str) -> None:
+        await self.client.session_update(sid, acp.update_agent_thought_text(text))
+
+    async def do_read(self, sid: str, path: str) -> None:
+        cid = self.call_id()
+        await self.client.session_update(sid, acp.start_read_tool_call(cid, f"Read {path}", path))
+        await self.client.session_update(sid, acp.update_tool_call(cid, status="in_progress"))
+        try:
+            got = await self.client.read_text_file(session_id=sid, path=path)
+        except acp.RequestError as exc:
+            await self.client.session_update(sid, acp.update_tool_call(
+                cid, status="failed", raw_output={"error": str(exc), "data": exc.data}))
+            return
+        await self.client.session_update(sid, acp.update_tool_call(
+            cid, status="completed", raw_output={"content": got.content},
+            content=[acp.tool_content(acp.text_block(got.content))]))
+
+    async def do_write(self, sid: str, rest: str) -> str | None:
+        path, _, content = rest.partition(" ")
+        cid = self.call_id()
+        await self.client.session_update(
+            sid, acp.start_edit_tool_call(cid, f"Write {path}", path, content))
+        answer = await self.client.request_permission(
+            session_id=sid, tool_call=ToolCallUpdate(tool_call_id=cid, title=f"Write {path}",
+                                                     kind="edit"),
+            options=[PermissionOption(option_id="yes", name="Allow", kind="allow_once"),
+                     PermissionOption(option_id="no", name="Reject", kind="reject_once")])
+        outcome = answer.outcome
+        if outcome.outcome == "cancelled":
+            await self.client.session_update(sid, acp.update_tool_call(cid, status="failed"))
+            return "cancelled"
+        if outcome.option_id != "yes":
+            await self.client.session_update(sid, acp.update_tool_call(
+                cid, status="failed", raw_output="rejected by the user"))
+            return None
+        await self.client.session_update(sid, acp.update_tool_call(cid, status="in_progress"))
+        try:
+            await self.client.write_text_file(session_id=sid, path=path, content=content)
+        except acp.RequestError as exc:
+            await self.client.session_update(sid, acp.update_tool_call(
+                cid, status="failed", raw_output={"error": str(exc), "data": exc.data}))
+            return None
+        await self.client.session_update(sid, acp.update_tool_call(
+            cid, status="completed", content=[acp.tool_diff_content(path, content)]))
+        return None
+
+    async def do_env(self, sid: str, name: str) -> None:
+        cid = self.call_id()
+        value = os.environ.get(name, "")
+        await self.client.session_update(sid, acp.start_tool_call(
+            cid, f"echo ${name}", kind="execute", status="in_progress",
+            raw_input={"command": f"echo {value}"}))
+        await self.client.session_update(sid, acp.update_tool_call(
+            cid, status="completed", raw_output={"stdout": value},
+            content=[acp.tool_content(acp.text_block(f"the value is {value}"))]))
+
+    async def do_terminal(self, sid: str, command: str) -> None:
+        cid = self.call_id()
+        await self.client.session_update(sid, acp.start_tool_call(
+            cid, command, kind="execute", status="in_progress", raw_input={"command": command}))
+        term = await self.client.create_terminal(session_id=sid, command="sh",
+                                                 args=["-c", command])
+        exited = await self.client.wait_for_terminal_exit(session_id=sid,
+                                                          terminal_id=term.terminal_id)
+        output = await self.client.terminal_output(session_id=sid, terminal_id=term.terminal_id)
+        await self.client.release_terminal(session_id=sid, terminal_id=term.terminal_id)
+        await self.client.session_update(sid, acp.update_tool_call(
+            cid, status="completed" if exited.exit_code == 0 else "failed",
+            raw_output={"output": output.output, "exit_code": exited.exit_code}))
+
+    async def do_spawn(self, sid: str, pidfile: str) -> None:
+        child = subprocess.Popen(["sleep", "300"], start_new_session=True)
+        with open(pidfile, "w") as f:
+            f.write(f"{os.getpid()} {child.pid}")
+
+    async def do_hang(self, sid: str, rest: str) -> str:
+        await self.cancelled.wait()
+        return "cancelled"
+
+    async def do_hang_hard(self, sid: str, rest: str) -> None:
+        await asyncio.sleep(3600)
+
+    async def do_crash(self, sid: str, code: str) -> None:
+        secret = os.environ.get("ACP_TEST_SECRET", "")
+        for i in range(30):
+            sys.stderr.write(f"noise line {i}\n")
+        sys.stderr.write(f"fatal: cannot go on with key {secret}\n")
+        sys.stderr.flush()
+        os._exit(int(code or 1))
+
+
+if __name__ == "__main__":
+    asyncio.run(acp.run_agent(ScriptedAgent()))
