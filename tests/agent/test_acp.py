@@ -352,3 +352,37 @@ async def test_creation_checks_the_acp_agent(srv: InProcess, tmp_path: Path) -> 
         "workspace": ws})
     assert r.status_code == 422
     assert len(srv.services.conversations) == 0
+
+
+async def test_an_agent_gone_quiet_ends_the_run_after_the_prompt_timeout(
+        srv: InProcess, tmp_path: Path, monkeypatch: Any) -> None:
+    monkeypatch.setattr(acp_session, "CANCEL_GRACE", 0.5)
+    r = await srv.client.post("/api/conversations", json={
+        "agent": acp_agent(acp_prompt_timeout=0.5),
+        "workspace": {"working_dir": str(tmp_path / "ws")}})
+    conv = srv.conversation(r.json()["id"])
+    await send(srv.client, conv, "say quiet now\nhang-hard")
+    assert await settled(conv) == S.ERROR
+    [error] = await events(conv, ConversationErrorEvent)
+    assert error.code == "ACPTimeout"
+    await send(srv.client, conv, "say awake")
+    assert await settled(conv) == S.FINISHED
+    assert await agent_texts(conv) == ["quiet now", "awake"]
+
+
+async def test_after_a_restart_only_unsent_messages_are_prompted(tmp_path: Path) -> None:
+    from tests.support.inprocess import serve
+
+    ws = tmp_path / "ws"
+    async with serve(tmp_path / "state") as srv:
+        conv = await create(srv, ws)
+        await send(srv.client, conv, "say first")
+        assert await settled(conv) == S.FINISHED
+        await send(srv.client, conv, "say second", run=False)
+        cid = conv.id
+    async with serve(tmp_path / "state") as srv:
+        conv = srv.conversation(cid)
+        r = await srv.client.post(f"/api/conversations/{cid}/run")
+        assert r.status_code == 200, r.text
+        assert await settled(conv) == S.FINISHED
+        assert await agent_texts(conv) == ["first", "second"]
