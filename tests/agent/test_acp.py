@@ -251,13 +251,21 @@ async def _streamed(conv: Conversation) -> bool:
 
 
 async def test_pause_takes_effect_at_the_end_of_the_turn(srv: InProcess, tmp_path: Path) -> None:
-    conv = await create(srv, tmp_path / "ws", confirmation_policy={"kind": "AlwaysConfirm"})
-    await send(srv.client, conv, "write d.txt x\nsay after")
-    assert await settled(conv) == S.WAITING_FOR_CONFIRMATION
-    await send(srv.client, conv, "say queued", run=False)  # rejects the waiting write
+    conv = await create(srv, tmp_path / "ws")
+    await send(srv.client, conv, "say one\nsleep 1\nsay two")
+    deadline = time.monotonic() + 20
+    while not await _streamed(conv):
+        assert time.monotonic() < deadline
+        await asyncio.sleep(0.02)
+    r = await srv.client.post(f"/api/conversations/{conv.id}/pause")
+    assert r.status_code == 200, r.text
+    await send(srv.client, conv, "say not before a run", run=False)
+    assert conv.status == S.RUNNING  # the turn goes on
+    assert await settled(conv) == S.PAUSED
+    assert await agent_texts(conv) == ["onetwo"]  # the message written meanwhile waits
     await srv.client.post(f"/api/conversations/{conv.id}/run")
-    await srv.client.post(f"/api/conversations/{conv.id}/pause")
-    assert await settled(conv) in (S.PAUSED, S.FINISHED)
+    assert await settled(conv) == S.FINISHED
+    assert (await agent_texts(conv))[-1] == "not before a run"
 
 
 async def test_a_crash_is_an_error_with_exit_status_and_masked_stderr(

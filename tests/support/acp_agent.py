@@ -9,6 +9,7 @@ Run as `python tests/support/acp_agent.py`. Each line of a prompt is one command
     env NAME             an `execute` tool call whose input and output hold $NAME's value
     terminal COMMAND     an `execute` tool call that runs COMMAND in a client terminal
     spawn PIDFILE        start a grandchild (sleep) in a session of its own; its pid to PIDFILE
+    sleep SECONDS        wait (a cancel ends the turn after it)
     hang                 wait until cancelled (then the turn ends `cancelled`)
     hang-hard            wait for ever, cancel or not
     crash CODE           write to stderr (with $ACP_TEST_SECRET), then exit with CODE
@@ -164,6 +165,9 @@ class ScriptedAgent:
         child = subprocess.Popen(["sleep", "300"], start_new_session=True)
         with open(pidfile, "w") as f:
             f.write(f"{os.getpid()} {child.pid}")
+
+    async def do_sleep(self, sid: str, seconds: str) -> None:
+        await asyncio.sleep(float(seconds))
 
     async def do_hang(self, sid: str, rest: str) -> str:
         await self.cancelled.wait()
