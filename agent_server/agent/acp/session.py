@@ -161,7 +161,7 @@ class ACPSession:
             return await self._run()
         except ACPFailure as failure:
             detail = self.sink.masker.text(failure.detail)[:2000]
-            await self.sink.append(*self._flush_message(),
+            await self.sink.append(*self._flush_message(), *self._close_calls("failed"),
                                    ConversationErrorEvent(source="environment", code=failure.code,
                                                           detail=detail))
             return S.ERROR
