@@ -394,3 +394,13 @@ async def test_after_a_restart_only_unsent_messages_are_prompted(tmp_path: Path)
         assert r.status_code == 200, r.text
         assert await settled(conv) == S.FINISHED
         assert await agent_texts(conv) == ["first", "second"]
+
+
+async def test_a_turn_ended_for_another_reason_is_an_error(srv: InProcess, tmp_path: Path) -> None:
+    conv = await create(srv, tmp_path / "ws")
+    await send(srv.client, conv, "say partial\nstop max_tokens")
+    assert await settled(conv) == S.ERROR
+    [error] = await events(conv, ConversationErrorEvent)
+    assert (error.code, error.detail) == ("ACPStopReason",
+                                          "The ACP agent ended its turn: max_tokens.")
+    assert await agent_texts(conv) == ["partial"]

@@ -10,6 +10,7 @@ Run as `python tests/support/acp_agent.py`. Each line of a prompt is one command
     terminal COMMAND     an `execute` tool call that runs COMMAND in a client terminal
     spawn PIDFILE        start a grandchild (sleep) in a session of its own; its pid to PIDFILE
     sleep SECONDS        wait (a cancel ends the turn after it)
+    stop REASON          end the turn now with this stop reason (max_tokens, refusal, ...)
     hang                 wait until cancelled (then the turn ends `cancelled`)
     hang-hard            wait for ever, cancel or not
     crash CODE           write to stderr (with $ACP_TEST_SECRET), then exit with CODE
@@ -69,8 +70,11 @@ class ScriptedAgent:
             handler = getattr(self, "do_" + command.replace("-", "_"), None)
             if handler is None:
                 continue
-            if await handler(session_id, rest) == "cancelled" or self.cancelled.is_set():
+            result = await handler(session_id, rest)
+            if result == "cancelled" or self.cancelled.is_set():
                 return PromptResponse(stop_reason="cancelled")
+            if isinstance(result, str) and result.startswith("stop:"):
+                return PromptResponse(stop_reason=result[5:])
         return PromptResponse(stop_reason="end_turn")
 
     # -- commands ----------------------------------------------------------------------------
@@ -165,6 +169,9 @@ class ScriptedAgent:
         child = subprocess.Popen(["sleep", "300"], start_new_session=True)
         with open(pidfile, "w") as f:
             f.write(f"{os.getpid()} {child.pid}")
+
+    async def do_stop(self, sid: str, reason: str) -> str:
+        return f"stop:{reason}"
 
     async def do_sleep(self, sid: str, seconds: str) -> None:
         await asyncio.sleep(float(seconds))

@@ -288,8 +288,7 @@ class ACPSession:
             if reason == "cancelled":  # the agent ended the turn itself
                 return S.PAUSED
             if reason != "end_turn":
-                raise ACPFailure(f"ACPStopReason_{reason}",
-                                 f"The ACP agent ended its turn: {reason}.")
+                raise ACPFailure("ACPStopReason", f"The ACP agent ended its turn: {reason}.")
 
     async def _prompt(self, messages: list[MessageEvent]) -> None:
         assert self._conn is not None and self._session_id is not None
