@@ -8,12 +8,14 @@ from typing import Any
 
 import uvicorn
 from starlette.applications import Starlette
-from starlette.routing import Route
+from starlette.middleware import Middleware
+from starlette.routing import Mount, Route
 
 from control_plane.api import app_conversations as convs
 from control_plane.api import controls, events, sandboxes, server, settings, webhooks
 from control_plane.api.io import LifespanState
 from control_plane.config import Config
+from control_plane.console import SecurityHeaders, static_files
 from control_plane.errors import HANDLERS
 from control_plane.relay import Bell
 from control_plane.sandboxes.provider import SandboxProvider
@@ -78,7 +80,10 @@ def build_app(config: Config, provider: SandboxProvider | None = None,
         finally:
             await services.close(stop_sandboxes=config.stop_sandboxes_on_exit)
 
-    app = Starlette(routes=ROUTES, exception_handlers=HANDLERS, lifespan=lifespan)
+    # After the API: the web console's files (`/` is its page).
+    routes = [*ROUTES, Mount("/", static_files(), name="console")]
+    app = Starlette(routes=routes, exception_handlers=HANDLERS,
+                    middleware=[Middleware(SecurityHeaders)], lifespan=lifespan)
     app.state.bell = bell
     return app
 

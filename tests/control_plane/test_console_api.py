@@ -1,16 +1,18 @@
-"""What the web console needs of /api/v1, through httpx against a real control plane: the live
-event relay (SSE) with resume, the conversation controls relayed to the sandbox, and the
-sandboxes' counts and deadlines."""
+"""What the web console needs of /api/v1, through httpx against a real control plane: its files
+and security headers, the live event relay (SSE) with resume, the conversation controls relayed
+to the sandbox, and the sandboxes' counts and deadlines."""
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
 
+from control_plane.console import STATIC
 from tests.control_plane.support import ControlPlane, configure_llm, conversation, start, wait_for
 from tests.support.llm import ScriptedLLM, call
 
@@ -54,6 +56,39 @@ def collect(client: httpx.Client, cid: str, until: int, **headers: str) -> list[
 def stored_ids(client: httpx.Client, cid: str) -> list[str]:
     r = client.get(f"/api/v1/conversation/{cid}/events/search", params={"limit": 1000})
     return [e["id"] for e in r.json()["items"]]
+
+
+def test_the_console_is_served_with_a_strict_policy(control_plane: ControlPlane) -> None:
+    anonymous = control_plane.client(None)
+    page = anonymous.get("/")
+    assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+    policy = page.headers["content-security-policy"]
+    assert "script-src 'self'" in policy and "default-src 'none'" in policy
+    assert "unsafe-inline" not in policy and "unsafe-eval" not in policy
+    assert page.headers["x-content-type-options"] == "nosniff"
+    assert page.headers["x-frame-options"] == "DENY"
+    # No inline script or style, nothing from another origin.
+    html = page.text
+    assert not re.search(r"<script(?![^>]*\bsrc=)", html) and "style=" not in html
+    assert "http://" not in html and "https://" not in html
+    script = anonymous.get("/js/app.js")
+    assert script.status_code == 200 and "javascript" in script.headers["content-type"]
+    for path in STATIC.rglob("*.js"):
+        source = path.read_text()
+        assert "innerHTML" not in source and "insertAdjacentHTML" not in source, path
+        assert "eval(" not in source and "document.write" not in source, path
+    # The API is unchanged: JSON errors, the policy on them too.
+    assert anonymous.get("/api/v1/settings").status_code == 401
+    missing = anonymous.get("/api/v1/nothing-here")
+    assert missing.status_code == 404 and missing.json() == {"detail": "Not Found"}
+    assert "content-security-policy" in missing.headers
+    paths = anonymous.get("/openapi.json").json()["paths"]
+    for path in ("/api/v1/conversation/{conversation_id}/events/stream",
+                 "/api/v1/app-conversations/{conversation_id}/pause",
+                 "/api/v1/app-conversations/{conversation_id}/interrupt",
+                 "/api/v1/app-conversations/{conversation_id}/confirmation-policy",
+                 "/api/v1/app-conversations/{conversation_id}/respond-to-confirmation"):
+        assert "post" in paths[path] or "get" in paths[path], path
 
 
 def test_events_are_relayed_live_and_resume_after_an_id(control_plane: ControlPlane, llm: ScriptedLLM,
