@@ -64,9 +64,10 @@ class AppConversation(BaseModel):
     observability_tags: list[str] = Field(default_factory=list)
     observability_metadata: dict[str, Any] = Field(default_factory=dict)
     conversation_url: str | None
-    """The agent server's own address of this conversation (only while RUNNING)."""
+    """The agent server's own address of this conversation (only while RUNNING; never to a
+    browser)."""
     session_api_key: str | None
-    """The key for `conversation_url` (only while RUNNING)."""
+    """The key for `conversation_url` (only while RUNNING; never to a browser)."""
     created_at: datetime
     updated_at: datetime
     last_activity_at: datetime

@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from control_plane.api.io import body, doc, query, reply, services, user
+from control_plane.api.io import body, doc, from_browser, query, reply, services, user
 from control_plane.api.paths import path_uuid
 from control_plane.app_conversations import AppConversation
 from control_plane.errors import Conflict, NotFound
@@ -121,6 +121,13 @@ class DiffQuery(BaseModel):
     path: str | None = Field(default=None, min_length=1, max_length=4096)
 
 
+def shown(request: Request, records: list[AppConversation]) -> list[AppConversation]:
+    """Without the sandbox's address and key when a browser asks (`io.from_browser`)."""
+    if not from_browser(request):
+        return records
+    return [r.model_copy(update={"conversation_url": None, "session_api_key": None}) for r in records]
+
+
 async def owned(request: Request, model: type[M] | None = None) -> tuple[ConversationRow, M | None]:
     """Auth, then input validation (422), then ownership (404)."""
     account = await user(request)
@@ -162,7 +169,7 @@ async def batch_get(request: Request) -> Response:
     ids = query(request, ConversationIds).ids
     svc = services(request)
     found = await conversations.get_many(svc.db, ids, account.id)
-    records = {r.id: r for r in await svc.conversations.records(list(found.values()))}
+    records = {r.id: r for r in shown(request, await svc.conversations.records(list(found.values())))}
     return reply([records.get(i) for i in ids])
 
 
@@ -176,7 +183,7 @@ async def search(request: Request) -> Response:
     found = await conversations.search(svc.db, account.id, params.filters(),
                                        order=params.sort_order, limit=params.limit + 1, offset=offset)
     following = str(offset + params.limit) if len(found) > params.limit else None
-    return reply(Page(items=await svc.conversations.records(found[: params.limit]),
+    return reply(Page(items=shown(request, await svc.conversations.records(found[: params.limit])),
                       next_page_id=following))
 
 
@@ -208,7 +215,7 @@ async def patch(request: Request) -> Response:
     fields: dict[str, Any] = {k: getattr(change, k) for k in change.model_fields_set}
     svc = services(request)
     updated = await svc.conversations.update(row, fields)
-    return reply(await svc.conversations.record(updated))
+    return reply(shown(request, [await svc.conversations.record(updated)])[0])
 
 
 @doc(summary="Delete; the sandbox goes with its last conversation", response=Deleted, errors=(404,))

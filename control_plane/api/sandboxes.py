@@ -7,7 +7,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.requests import Request
 from starlette.responses import Response
 
-from control_plane.api.io import body, doc, query, reply, services, user
+from control_plane.api.io import body, doc, from_browser, query, reply, services, user
 from control_plane.api.paths import path_id
 from control_plane.errors import NotFound, invalid_field
 from control_plane.models import SandboxStatus
@@ -24,7 +24,8 @@ class ExposedUrl(BaseModel):
 
 
 class SandboxInfo(BaseModel):
-    """SPEC 2.3: the key and the URLs are present only while RUNNING."""
+    """SPEC 2.3: the key and the URLs are present only while RUNNING (and never to a browser:
+    `io.from_browser`)."""
 
     id: str
     status: SandboxStatus
@@ -88,11 +89,13 @@ class Deleted(BaseModel):
     success: bool = True
 
 
-async def infos(svc: Services, found: list[SandboxRow]) -> list[SandboxInfo]:
+async def infos(request: Request, found: list[SandboxRow]) -> list[SandboxInfo]:
+    """A browser (`io.from_browser`) is given neither the key nor the addresses."""
+    svc = services(request)
     counts = await rows.conversation_counts(svc.db, [r.id for r in found])
     out = []
     for row in found:
-        running = row.status is SandboxStatus.RUNNING
+        running = row.status is SandboxStatus.RUNNING and not from_browser(request)
         url = svc.sandboxes.url(row) if running else None
         pause_at, delete_at = svc.lifecycle.deadlines(row)
         out.append(SandboxInfo(
@@ -105,8 +108,8 @@ async def infos(svc: Services, found: list[SandboxRow]) -> list[SandboxInfo]:
     return out
 
 
-async def info(svc: Services, row: SandboxRow) -> SandboxInfo:
-    return (await infos(svc, [row]))[0]
+async def info(request: Request, row: SandboxRow) -> SandboxInfo:
+    return (await infos(request, [row]))[0]
 
 
 async def owned(request: Request, validate: type[BaseModel] | None = None
@@ -135,7 +138,7 @@ async def create(request: Request) -> Response:
         await accounts.lock_user(conn, account.id)  # the per-user limit counts under the lock
         row = await svc.sandboxes.new_row(conn, account.id, spec)
     svc.sandboxes.launch(row)
-    return reply(await info(svc, row), 201)
+    return reply(await info(request, row), 201)
 
 
 @doc(summary="The user's sandboxes, newest first", query=SandboxSearch, response=SandboxPage)
@@ -147,7 +150,7 @@ async def search(request: Request) -> Response:
     found = await rows.search(svc.db, account.id, status=params.status, limit=params.limit + 1,
                               offset=offset)
     following = str(offset + params.limit) if len(found) > params.limit else None
-    return reply(SandboxPage(items=await infos(svc, found[: params.limit]), next_page_id=following))
+    return reply(SandboxPage(items=await infos(request, found[: params.limit]), next_page_id=following))
 
 
 @doc(summary="Sandboxes by id (null for ids that are unknown or not the user's)",
@@ -158,7 +161,7 @@ async def batch_get(request: Request) -> Response:
     svc = services(request)
     found = {i: await rows.get(svc.db, i, account.id) for i in ids}
     known = dict(zip([i for i, r in found.items() if r is not None],
-                     await infos(svc, [r for r in found.values() if r is not None])))
+                     await infos(request, [r for r in found.values() if r is not None])))
     return reply([known.get(i) for i in ids])
 
 
@@ -166,13 +169,13 @@ async def batch_get(request: Request) -> Response:
      response=SandboxInfo, errors=(404, 409, 410))
 async def pause(request: Request) -> Response:
     svc, row = await owned(request)
-    return reply(await info(svc, await svc.sandboxes.pause(row)))
+    return reply(await info(request, await svc.sandboxes.pause(row)))
 
 
 @doc(summary="Resume a paused sandbox", response=SandboxInfo, errors=(404, 409, 410))
 async def resume(request: Request) -> Response:
     svc, row = await owned(request)
-    return reply(await info(svc, await svc.sandboxes.resume(row)))
+    return reply(await info(request, await svc.sandboxes.resume(row)))
 
 
 @doc(summary="Delete; the query parameter sandbox_id must repeat the path value", query=DeleteQuery,

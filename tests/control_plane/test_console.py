@@ -139,6 +139,16 @@ def test_the_console_end_to_end(plane: ControlPlane, llm: ScriptedLLM, key: str,
     expect(page.locator(".meta")).to_contain_text("FINISHED", timeout=SLOW)
     expect(page.locator(".meta")).to_contain_text("live")
 
+    # The page never holds a sandbox's key or address (it reaches sandboxes through /api/v1).
+    session_key = api.get("/api/v1/sandboxes", params={"id": sid}).json()[0]["session_api_key"]
+    assert session_key and session_key not in page.content()
+    for path in ("/sandboxes/search", f"/app-conversations?ids={cid}", "/app-conversations/search"):
+        seen = page.evaluate("""async (path) => (await fetch('/api/v1' + path, {headers: {
+            Authorization: 'Bearer ' + sessionStorage.getItem('control-plane.api-key')}})).text()""",
+                             path)
+        assert cid in seen or sid in seen
+        assert session_key not in seen and "AGENT_SERVER" not in seen, path
+
     # Git changes and a file's diff.
     page.get_by_role("button", name="Show Git changes").click()
     changes = page.get_by_role("list", name="Changed files")

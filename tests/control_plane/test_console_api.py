@@ -158,6 +158,18 @@ def test_controls_are_relayed_to_the_sandbox(control_plane: ControlPlane, llm: S
     wait_for(lambda: conversation(client, cid)["execution_status"] == "FINISHED", 30, what="the run")
     assert client.get(base + "/file", params={"path": "accepted.txt"}).text == "accepted\n"
 
+    # A browser (every browser sends Sec-Fetch-Mode) is never given a session key or address.
+    browser = {"Sec-Fetch-Mode": "cors"}
+    assert client.get("/api/v1/sandboxes", params={"id": sid}).json()[0]["session_api_key"]
+    for path, params in (("/api/v1/sandboxes", {"id": sid}), ("/api/v1/sandboxes/search", {}),
+                         ("/api/v1/app-conversations", {"ids": cid}),
+                         ("/api/v1/app-conversations/search", {})):
+        found = client.get(path, params=params, headers=browser).json()
+        record = found[0] if isinstance(found, list) else found["items"][0]
+        assert record["session_api_key"] is None, path
+        assert record.get("exposed_urls") is None and record.get("conversation_url") is None, path
+        assert record["id"] in (sid, cid)
+
     # Pause and interrupt reach the agent server (a PauseEvent, an InterruptEvent).
     assert client.post(base + "/pause").status_code == 200
     assert client.post(base + "/interrupt").status_code == 200
