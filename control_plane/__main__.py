@@ -78,10 +78,11 @@ def main(argv: list[str] | None = None) -> None:
 
     import uvicorn
 
-    from control_plane.app import build_app
+    from control_plane.app import Server, build_app
 
-    uvicorn.run(build_app(config), host=config.host, port=config.port, log_level=config.log_level,
-                lifespan="on", timeout_graceful_shutdown=10)
+    Server(uvicorn.Config(build_app(config), host=config.host, port=config.port,
+                          log_level=config.log_level, lifespan="on",
+                          timeout_graceful_shutdown=10)).run()
 
 
 if __name__ == "__main__":

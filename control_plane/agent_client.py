@@ -70,6 +70,10 @@ class AgentClient:
     async def send_message(self, target: Target, conversation_id: str, message: dict[str, Any]) -> None:
         await self._json(target, "POST", f"/api/conversations/{conversation_id}/events", json=message)
 
+    async def post(self, target: Target, path: str, body: dict[str, Any] | None = None) -> Any:
+        """A control call (pause, interrupt, confirmation) answered with JSON."""
+        return await self._json(target, "POST", path, json=body if body is not None else {})
+
     async def delete_conversation(self, target: Target, conversation_id: str) -> None:
         response = await self._request(target, "DELETE", f"/api/conversations/{conversation_id}")
         if response.status_code >= 400 and response.status_code != 404:

@@ -4,15 +4,20 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator
+from typing import Any
 
+import uvicorn
 from starlette.applications import Starlette
-from starlette.routing import Route
+from starlette.middleware import Middleware
+from starlette.routing import Mount, Route
 
 from control_plane.api import app_conversations as convs
-from control_plane.api import events, sandboxes, server, settings, webhooks
+from control_plane.api import controls, events, sandboxes, server, settings, webhooks
 from control_plane.api.io import LifespanState
 from control_plane.config import Config
+from control_plane.console import SecurityHeaders, static_files
 from control_plane.errors import HANDLERS
+from control_plane.relay import Bell
 from control_plane.sandboxes.provider import SandboxProvider
 from control_plane.services import Services
 from core.retry import Clock
@@ -34,6 +39,10 @@ ROUTES = [
     Route(C, convs.delete, methods=["DELETE"]),
     Route(C + "/send-message", convs.send_message, methods=["POST"]),
     Route(C + "/download", convs.download, methods=["GET"]),
+    Route(C + "/pause", controls.pause, methods=["POST"]),
+    Route(C + "/interrupt", controls.interrupt, methods=["POST"]),
+    Route(C + "/confirmation-policy", controls.confirmation_policy, methods=["POST"]),
+    Route(C + "/respond-to-confirmation", controls.respond_to_confirmation, methods=["POST"]),
     Route(C + "/file", convs.file, methods=["GET"]),
     Route(C + "/git/changes", convs.git_changes, methods=["GET"]),
     Route(C + "/git/diff", convs.git_diff, methods=["GET"]),
@@ -41,6 +50,7 @@ ROUTES = [
     Route(C + "/hooks", convs.hooks, methods=["GET"]),
     Route(V1 + "/conversation/{conversation_id}/events/search", events.search, methods=["GET"]),
     Route(V1 + "/conversation/{conversation_id}/events/count", events.count, methods=["GET"]),
+    Route(V1 + "/conversation/{conversation_id}/events/stream", events.stream, methods=["GET"]),
     Route(V1 + "/sandboxes", sandboxes.create, methods=["POST"]),
     Route(V1 + "/sandboxes", sandboxes.batch_get, methods=["GET"]),
     Route(V1 + "/sandboxes/search", sandboxes.search, methods=["GET"]),
@@ -57,16 +67,34 @@ ROUTES = [
 def build_app(config: Config, provider: SandboxProvider | None = None,
               clock: Clock | None = None) -> Starlette:
     """The ASGI app; its services are built and started by the lifespan, and handed to routes
-    through the lifespan state (typed: `api.io.LifespanState`)."""
+    through the lifespan state (typed: `api.io.LifespanState`). `app.state.bell` is the live
+    relays' bell, for `Server` to end them."""
+    bell = Bell()
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[LifespanState]:
-        services = Services.build(config, provider, clock)
+        services = Services.build(config, provider, clock, bell)
         try:
             await services.start()
             yield LifespanState(services=services)
         finally:
             await services.close(stop_sandboxes=config.stop_sandboxes_on_exit)
 
-    return Starlette(routes=ROUTES, exception_handlers=HANDLERS,
-                     lifespan=lifespan)
+    # After the API: the web console's files (`/` is its page).
+    routes = [*ROUTES, Mount("/", static_files(), name="console")]
+    app = Starlette(routes=routes, exception_handlers=HANDLERS,
+                    middleware=[Middleware(SecurityHeaders)], lifespan=lifespan)
+    app.state.bell = bell
+    return app
+
+
+class Server(uvicorn.Server):
+    """uvicorn's server, ending the live event streams first when it stops: uvicorn waits for
+    open responses before the lifespan ends, so the streams would hold the shutdown up to its
+    time limit (a browser reconnects with Last-Event-ID and resumes where it was)."""
+
+    async def shutdown(self, sockets: Any = None) -> None:
+        bell = getattr(getattr(self.config.app, "state", None), "bell", None)
+        if isinstance(bell, Bell):
+            bell.close()
+        await super().shutdown(sockets)

@@ -30,6 +30,11 @@ from control_plane.store.conversations import ConversationRow
 INSPECTION = {"file": "/file", "git/changes": "/git/changes", "git/diff": "/git/diff",
               "skills": "/skills", "hooks": "/hooks"}
 
+#: The agent-server routes that steer a conversation (the console's buttons).
+CONTROLS = {"pause": "/pause", "interrupt": "/interrupt",
+            "confirmation-policy": "/confirmation_policy",
+            "respond-to-confirmation": "/events/respond_to_confirmation"}
+
 
 class Metrics(BaseModel):
     """Usage totals from the agent server's stats events, over all of the conversation's LLMs."""
@@ -59,9 +64,10 @@ class AppConversation(BaseModel):
     observability_tags: list[str] = Field(default_factory=list)
     observability_metadata: dict[str, Any] = Field(default_factory=dict)
     conversation_url: str | None
-    """The agent server's own address of this conversation (only while RUNNING)."""
+    """The agent server's own address of this conversation (only while RUNNING; never to a
+    browser)."""
     session_api_key: str | None
-    """The key for `conversation_url` (only while RUNNING)."""
+    """The key for `conversation_url` (only while RUNNING; never to a browser)."""
     created_at: datetime
     updated_at: datetime
     last_activity_at: datetime
@@ -154,6 +160,21 @@ class AppConversationService:
         async with self.db.begin() as conn:
             await sandboxes.touch(conn, row.sandbox_id, moment)
         await conversations.update_fields(self.db, row.id, last_activity_at=moment)
+
+    async def control(self, row: ConversationRow, action: str, body: dict[str, Any] | None,
+                      *, resume: bool) -> None:
+        """A control call on the agent server's conversation (CONTROLS). The agent server's
+        409 (e.g. nothing to confirm) is passed on; any other refusal is its failure: 502."""
+        target = await self._target(row, resume=resume)
+        try:
+            await self.agents.post(target, f"/api/conversations/{row.id}{CONTROLS[action]}", body)
+        except AgentError as exc:
+            if exc.status == 409:
+                raise Conflict(str(exc)) from None
+            raise BadGateway(str(exc)) from None
+        moment = now()
+        async with self.db.begin() as conn:
+            await sandboxes.touch(conn, row.sandbox_id, moment)
 
     async def inspect(self, row: ConversationRow, what: str, params: dict[str, str]) -> Raw:
         target = await self._target(row, resume=True)

@@ -44,6 +44,19 @@ class Lifecycle:
         self.interval = interval
         self._task: asyncio.Task[None] | None = None
 
+    def deadlines(self, row: SandboxRow) -> tuple[datetime | None, datetime | None]:
+        """When the timers will act on this sandbox as things stand: (pause, deletion).
+        Activity moves the pause later; the 12-hour cap does not move."""
+        if row.status is SandboxStatus.RUNNING:
+            moments = [row.last_activity_at + self.idle] if self.idle is not None else []
+            if row.running_since is not None:
+                moments.append(row.running_since + self.session)
+            return (min(moments) if moments else None), None
+        if row.status is SandboxStatus.PAUSED and self.deletion is not None \
+                and row.paused_at is not None:
+            return None, row.paused_at + self.deletion
+        return None, None
+
     def start(self) -> None:
         self._task = asyncio.create_task(self._loop(), name="lifecycle timers")
 

@@ -14,6 +14,7 @@ from control_plane.config import Config
 from control_plane.crypto import Cipher
 from control_plane.lifecycle import Lifecycle
 from control_plane.models import use_clock
+from control_plane.relay import Bell
 from control_plane.sandboxes.process import SPEC, ProcessProvider
 from control_plane.sandboxes.provider import SandboxProvider
 from control_plane.sandboxes.service import SandboxService
@@ -37,10 +38,12 @@ class Services:
     conversations: AppConversationService
     webhook: WebhookReceiver
     lifecycle: Lifecycle
+    bell: Bell
+    """Rung by the webhook for the live relays (`control_plane.relay`)."""
 
     @classmethod
     def build(cls, config: Config, provider: SandboxProvider | None = None,
-              clock: Clock | None = None) -> Services:
+              clock: Clock | None = None, bell: Bell | None = None) -> Services:
         """`clock`: the time of stored records and timers (default: the system's)."""
         use_clock(clock or Clock())
         db = Database(config.db_url)
@@ -62,9 +65,10 @@ class Services:
         lifecycle = Lifecycle(db, sandboxes, records, idle_seconds=config.idle_seconds,
                               deletion_seconds=config.deletion_seconds,
                               interval=config.lifecycle_interval)
+        bell = bell or Bell()
         return cls(config=config, db=db, cipher=cipher, provider=provider, sandboxes=sandboxes,
                    agents=agents, settings=settings, tasks=tasks, conversations=records,
-                   webhook=WebhookReceiver(db), lifecycle=lifecycle)
+                   webhook=WebhookReceiver(db, bell), lifecycle=lifecycle, bell=bell)
 
     async def start(self) -> None:
         """Migrations, then adoption of the sandboxes still there, then unfinished start tasks."""
@@ -76,6 +80,7 @@ class Services:
         self.lifecycle.start()
 
     async def close(self, stop_sandboxes: bool = False) -> None:
+        self.bell.close()
         await self.lifecycle.close()
         await self.tasks.close()
         await self.sandboxes.close(stop_sandboxes=stop_sandboxes)

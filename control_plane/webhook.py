@@ -23,6 +23,7 @@ from control_plane.app_conversations import metrics_from_stats
 from control_plane.crypto import hash_key
 from control_plane.errors import Forbidden, NotFound, Unauthorized, Unavailable, invalid
 from control_plane.models import ExecutionStatus, now
+from control_plane.relay import Bell
 from control_plane.store import Database
 from control_plane.store import conversations, sandboxes
 from control_plane.store.tables import app_conversations, events
@@ -39,8 +40,9 @@ def _event_id(event: Any, body: str) -> str:
 
 
 class WebhookReceiver:
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Database, bell: Bell | None = None) -> None:
         self.db = db
+        self.bell = bell or Bell()
 
     async def receive(self, session_key: str | None, conversation_id: str, body: bytes) -> int:
         """Store a batch; returns how many events it held."""
@@ -91,4 +93,6 @@ class WebhookReceiver:
         except SQLAlchemyError as exc:
             logger.error("webhook batch of %s not stored: %s", conversation_id, exc)
             raise Unavailable("events could not be stored; send the batch again") from None
+        if rows:
+            self.bell.ring(conversation_id)  # the live relays read what was just stored
         return len(rows)

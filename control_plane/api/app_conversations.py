@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from control_plane.api.io import body, doc, query, reply, services, user
+from control_plane.api.io import body, doc, from_browser, query, reply, services, user
 from control_plane.api.paths import path_uuid
 from control_plane.app_conversations import AppConversation
 from control_plane.errors import Conflict, NotFound
@@ -121,7 +121,14 @@ class DiffQuery(BaseModel):
     path: str | None = Field(default=None, min_length=1, max_length=4096)
 
 
-async def _owned(request: Request, model: type[M] | None = None) -> tuple[ConversationRow, M | None]:
+def shown(request: Request, records: list[AppConversation]) -> list[AppConversation]:
+    """Without the sandbox's address and key when a browser asks (`io.from_browser`)."""
+    if not from_browser(request):
+        return records
+    return [r.model_copy(update={"conversation_url": None, "session_api_key": None}) for r in records]
+
+
+async def owned(request: Request, model: type[M] | None = None) -> tuple[ConversationRow, M | None]:
     """Auth, then input validation (422), then ownership (404)."""
     account = await user(request)
     conversation_id = path_uuid(request, "conversation_id")
@@ -162,7 +169,7 @@ async def batch_get(request: Request) -> Response:
     ids = query(request, ConversationIds).ids
     svc = services(request)
     found = await conversations.get_many(svc.db, ids, account.id)
-    records = {r.id: r for r in await svc.conversations.records(list(found.values()))}
+    records = {r.id: r for r in shown(request, await svc.conversations.records(list(found.values())))}
     return reply([records.get(i) for i in ids])
 
 
@@ -176,7 +183,7 @@ async def search(request: Request) -> Response:
     found = await conversations.search(svc.db, account.id, params.filters(),
                                        order=params.sort_order, limit=params.limit + 1, offset=offset)
     following = str(offset + params.limit) if len(found) > params.limit else None
-    return reply(Page(items=await svc.conversations.records(found[: params.limit]),
+    return reply(Page(items=shown(request, await svc.conversations.records(found[: params.limit])),
                       next_page_id=following))
 
 
@@ -195,7 +202,7 @@ async def count(request: Request) -> Response:
 @doc(summary="Send a follow-up message (a PAUSED sandbox is resumed first)", body=InitialMessage,
      response=Ack, errors=(404, 409, 410, 502))
 async def send_message(request: Request) -> Response:
-    row, _ = await _owned(request)
+    row, _ = await owned(request)
     message = await body(request, InitialMessage)
     await services(request).conversations.send_message(row, message.model_dump())
     return reply(Ack())
@@ -203,17 +210,17 @@ async def send_message(request: Request) -> Response:
 
 @doc(summary="Update title and tags", body=Patch, response=AppConversation, errors=(404,))
 async def patch(request: Request) -> Response:
-    row, _ = await _owned(request)
+    row, _ = await owned(request)
     change = await body(request, Patch)
     fields: dict[str, Any] = {k: getattr(change, k) for k in change.model_fields_set}
     svc = services(request)
     updated = await svc.conversations.update(row, fields)
-    return reply(await svc.conversations.record(updated))
+    return reply(shown(request, [await svc.conversations.record(updated)])[0])
 
 
 @doc(summary="Delete; the sandbox goes with its last conversation", response=Deleted, errors=(404,))
 async def delete(request: Request) -> Response:
-    row, _ = await _owned(request)
+    row, _ = await owned(request)
     removed = await services(request).conversations.delete(row)
     return reply(Deleted(sandbox_deleted=removed))
 
@@ -221,7 +228,7 @@ async def delete(request: Request) -> Response:
 @doc(summary="The trajectory (zip: events.jsonl, meta.json) from the control plane's own store",
      errors=(404,))
 async def download(request: Request) -> Response:
-    row, _ = await _owned(request)
+    row, _ = await owned(request)
     data = services(request).conversations.download(row)
     return StreamingResponse(data, media_type="application/zip", headers={
         "Content-Disposition": f'attachment; filename="conversation-{row.id}.zip"'})
@@ -236,29 +243,29 @@ async def _inspect(request: Request, row: ConversationRow, what: str,
 @doc(summary="A workspace file (read through the sandbox)", query=FileQuery,
      errors=(403, 404, 409, 410, 502))
 async def file(request: Request) -> Response:
-    row, params = await _owned(request, FileQuery)
+    row, params = await owned(request, FileQuery)
     assert params is not None
     return await _inspect(request, row, "file", {"path": params.path})
 
 
 @doc(summary="Git changes of the workspace", errors=(404, 409, 410, 502))
 async def git_changes(request: Request) -> Response:
-    return await _inspect(request, (await _owned(request))[0], "git/changes", {})
+    return await _inspect(request, (await owned(request))[0], "git/changes", {})
 
 
 @doc(summary="The Git diff (one file with ?path=, else the whole diff)", query=DiffQuery,
      errors=(404, 409, 410, 502))
 async def git_diff(request: Request) -> Response:
-    row, params = await _owned(request, DiffQuery)
+    row, params = await owned(request, DiffQuery)
     assert params is not None
     return await _inspect(request, row, "git/diff", {"path": params.path} if params.path else {})
 
 
 @doc(summary="Loaded skills", errors=(404, 409, 410, 502))
 async def skills(request: Request) -> Response:
-    return await _inspect(request, (await _owned(request))[0], "skills", {})
+    return await _inspect(request, (await owned(request))[0], "skills", {})
 
 
 @doc(summary="Configured hooks", errors=(404, 409, 410, 502))
 async def hooks(request: Request) -> Response:
-    return await _inspect(request, (await _owned(request))[0], "hooks", {})
+    return await _inspect(request, (await owned(request))[0], "hooks", {})

@@ -9,12 +9,14 @@ from typing import Literal, TypeVar
 
 from pydantic import BaseModel, Field, field_validator
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import Response, StreamingResponse
 
 from agent_server.events.kinds import KindName
 from control_plane.api.io import doc, query, reply, services, user
 from control_plane.api.paths import path_uuid
-from control_plane.store import events
+from control_plane.errors import invalid_field
+from control_plane.relay import relay
+from control_plane.store import conversations, events
 from control_plane.store.events import EventFilters
 
 M = TypeVar("M", bound=BaseModel)
@@ -89,3 +91,33 @@ async def count(request: Request) -> Response:
     total = await events.count(services(request).db, conversation_id,
                                EventFilters(params.kind__eq, params.source__eq))
     return reply(Count(count=total))
+
+
+class StreamQuery(BaseModel):
+    last_event_id: str | None = Field(default=None, min_length=1, max_length=64)
+    """Resume after this event (the `Last-Event-ID` header says the same and wins)."""
+
+
+@doc(summary="Follow the stored events live (text/event-stream): each frame's id is the event's "
+     "id and its data the event; resume after an id with Last-Event-ID", query=StreamQuery,
+     errors=(404,))
+async def stream(request: Request) -> Response:
+    conversation_id, params = await _conversation_id(request, StreamQuery)
+    svc = services(request)
+    last = request.headers.get("last-event-id") or params.last_event_id
+    after = 0
+    if last:
+        found = await events.position(svc.db, conversation_id, last)
+        if found is None:
+            where = "header" if request.headers.get("last-event-id") else "query"
+            raise invalid_field([where, "last-event-id" if where == "header" else "last_event_id"],
+                                "no stored event of this conversation has this id", last)
+        after = found
+
+    async def still_there() -> bool:
+        return await conversations.get(svc.db, conversation_id) is not None
+
+    return StreamingResponse(
+        relay(svc.db, svc.bell, conversation_id, after, still_there),
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})

@@ -45,6 +45,13 @@ async def user(request: Request) -> User:
     return found
 
 
+def from_browser(request: Request) -> bool:
+    """Whether a browser made this request: every browser sends `Sec-Fetch-Mode` (a header no
+    page can set or remove). A browser is never given a sandbox's session key or address: it
+    reaches sandboxes through /api/v1 only."""
+    return "sec-fetch-mode" in request.headers
+
+
 async def body(request: Request, model: type[M], limit: int | None = None) -> M:
     limit = limit or services(request).config.max_body_bytes
     data = await read_bounded(request, limit)

@@ -7,11 +7,11 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.requests import Request
 from starlette.responses import Response
 
-from control_plane.api.io import body, doc, query, reply, services, user
+from control_plane.api.io import body, doc, from_browser, query, reply, services, user
 from control_plane.api.paths import path_id
 from control_plane.errors import NotFound, invalid_field
 from control_plane.models import SandboxStatus
-from control_plane.sandboxes.service import SandboxService
+from control_plane.services import Services
 from control_plane.store import accounts
 from control_plane.store import sandboxes as rows
 from control_plane.store.sandboxes import SandboxRow
@@ -24,7 +24,8 @@ class ExposedUrl(BaseModel):
 
 
 class SandboxInfo(BaseModel):
-    """SPEC 2.3: the key and the URLs are present only while RUNNING."""
+    """SPEC 2.3: the key and the URLs are present only while RUNNING (and never to a browser:
+    `io.from_browser`)."""
 
     id: str
     status: SandboxStatus
@@ -34,6 +35,12 @@ class SandboxInfo(BaseModel):
     exposed_urls: list[ExposedUrl] | None
     created_at: datetime
     last_activity_at: datetime
+    conversation_count: int
+    """Conversations attached to it."""
+    pause_at: datetime | None
+    """RUNNING: when it will be paused (idle time from its last activity, or the 12-hour cap)."""
+    delete_at: datetime | None
+    """PAUSED: when it will be deleted with its conversations (the deletion time)."""
 
 
 class SandboxPage(BaseModel):
@@ -82,18 +89,31 @@ class Deleted(BaseModel):
     success: bool = True
 
 
-def info(service: SandboxService, row: SandboxRow) -> SandboxInfo:
-    running = row.status is SandboxStatus.RUNNING
-    url = service.url(row) if running else None
-    return SandboxInfo(
-        id=row.id, status=row.status, status_detail=row.status_detail, sandbox_spec_id=row.spec_id,
-        session_api_key=service.session_key(row) if running else None,
-        exposed_urls=[ExposedUrl(name="AGENT_SERVER", url=url, port=row.port or 0)] if url else None,
-        created_at=row.created_at, last_activity_at=row.last_activity_at)
+async def infos(request: Request, found: list[SandboxRow]) -> list[SandboxInfo]:
+    """A browser (`io.from_browser`) is given neither the key nor the addresses."""
+    svc = services(request)
+    counts = await rows.conversation_counts(svc.db, [r.id for r in found])
+    out = []
+    for row in found:
+        running = row.status is SandboxStatus.RUNNING and not from_browser(request)
+        url = svc.sandboxes.url(row) if running else None
+        pause_at, delete_at = svc.lifecycle.deadlines(row)
+        out.append(SandboxInfo(
+            id=row.id, status=row.status, status_detail=row.status_detail,
+            sandbox_spec_id=row.spec_id,
+            session_api_key=svc.sandboxes.session_key(row) if running else None,
+            exposed_urls=[ExposedUrl(name="AGENT_SERVER", url=url, port=row.port or 0)] if url else None,
+            created_at=row.created_at, last_activity_at=row.last_activity_at,
+            conversation_count=counts[row.id], pause_at=pause_at, delete_at=delete_at))
+    return out
+
+
+async def info(request: Request, row: SandboxRow) -> SandboxInfo:
+    return (await infos(request, [row]))[0]
 
 
 async def owned(request: Request, validate: type[BaseModel] | None = None
-                ) -> tuple[SandboxService, SandboxRow]:
+                ) -> tuple[Services, SandboxRow]:
     """Auth, then input validation (422), then ownership (404)."""
     account = await user(request)
     sandbox_id = path_id(request, "sandbox_id")
@@ -103,7 +123,7 @@ async def owned(request: Request, validate: type[BaseModel] | None = None
     row = await rows.get(svc.db, sandbox_id, account.id)
     if row is None:
         raise NotFound(f"sandbox {sandbox_id} not found")
-    return svc.sandboxes, row
+    return svc, row
 
 
 @doc(summary="Create a sandbox; poll GET /api/v1/sandboxes?id= until RUNNING", body=CreateSandbox,
@@ -118,7 +138,7 @@ async def create(request: Request) -> Response:
         await accounts.lock_user(conn, account.id)  # the per-user limit counts under the lock
         row = await svc.sandboxes.new_row(conn, account.id, spec)
     svc.sandboxes.launch(row)
-    return reply(info(svc.sandboxes, row), 201)
+    return reply(await info(request, row), 201)
 
 
 @doc(summary="The user's sandboxes, newest first", query=SandboxSearch, response=SandboxPage)
@@ -130,8 +150,7 @@ async def search(request: Request) -> Response:
     found = await rows.search(svc.db, account.id, status=params.status, limit=params.limit + 1,
                               offset=offset)
     following = str(offset + params.limit) if len(found) > params.limit else None
-    return reply(SandboxPage(items=[info(svc.sandboxes, r) for r in found[: params.limit]],
-                             next_page_id=following))
+    return reply(SandboxPage(items=await infos(request, found[: params.limit]), next_page_id=following))
 
 
 @doc(summary="Sandboxes by id (null for ids that are unknown or not the user's)",
@@ -140,35 +159,34 @@ async def batch_get(request: Request) -> Response:
     account = await user(request)
     ids = query(request, SandboxIds).id
     svc = services(request)
-    out = []
-    for sandbox_id in ids:
-        row = await rows.get(svc.db, sandbox_id, account.id)
-        out.append(None if row is None else info(svc.sandboxes, row))
-    return reply(out)
+    found = {i: await rows.get(svc.db, i, account.id) for i in ids}
+    known = dict(zip([i for i, r in found.items() if r is not None],
+                     await infos(request, [r for r in found.values() if r is not None])))
+    return reply([known.get(i) for i in ids])
 
 
 @doc(summary="Pause (SIGSTOP): conversations and workspace kept, CPU released",
      response=SandboxInfo, errors=(404, 409, 410))
 async def pause(request: Request) -> Response:
-    service, row = await owned(request)
-    return reply(info(service, await service.pause(row)))
+    svc, row = await owned(request)
+    return reply(await info(request, await svc.sandboxes.pause(row)))
 
 
 @doc(summary="Resume a paused sandbox", response=SandboxInfo, errors=(404, 409, 410))
 async def resume(request: Request) -> Response:
-    service, row = await owned(request)
-    return reply(info(service, await service.resume(row)))
+    svc, row = await owned(request)
+    return reply(await info(request, await svc.sandboxes.resume(row)))
 
 
 @doc(summary="Delete; the query parameter sandbox_id must repeat the path value", query=DeleteQuery,
      response=Deleted, errors=(404,))
 async def delete(request: Request) -> Response:
-    service, row = await owned(request, DeleteQuery)
+    svc, row = await owned(request, DeleteQuery)
     confirm = query(request, DeleteQuery).sandbox_id
     if confirm != row.id:
         raise invalid_field(["query", "sandbox_id"], "sandbox_id must equal the sandbox id of the "
                             "path", confirm)
-    await service.destroy(row)
+    await svc.sandboxes.destroy(row)
     return reply(Deleted())
 
 

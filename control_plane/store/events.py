@@ -80,6 +80,25 @@ async def all_bodies(db: Database, conversation_id: str, chunk: int = 1000) -> A
         after = found[-1].seq
 
 
+async def position(db: Database, conversation_id: str, event_id: str) -> int | None:
+    """Where an event sits in the conversation's order (None when it is not stored)."""
+    async with db.connect() as conn:
+        found = await conn.scalar(select(E.c.seq).where(E.c.conversation_id == conversation_id,
+                                                        E.c.event_id == event_id))
+    return None if found is None else int(found)
+
+
+async def after(db: Database, conversation_id: str, seq: int,
+                limit: int) -> list[tuple[int, str, str]]:
+    """(seq, event id, body) of the events stored after position `seq`, in order (live relays)."""
+    async with db.connect() as conn:
+        found = (await conn.execute(
+            select(E.c.seq, E.c.event_id, E.c.body)
+            .where(E.c.conversation_id == conversation_id, E.c.seq > seq)
+            .order_by(E.c.seq).limit(limit))).all()
+    return [(int(r.seq), str(r.event_id), str(r.body)) for r in found]
+
+
 async def remove(db: Database, conversation_id: str) -> None:
     async with db.begin() as conn:
         await conn.execute(delete(E).where(E.c.conversation_id == conversation_id))

@@ -130,6 +130,18 @@ async def conversation_count(db: Database, sandbox_id: str) -> int:
     return int(value or 0)
 
 
+async def conversation_counts(db: Database, sandbox_ids: list[str]) -> dict[str, int]:
+    """Conversations per sandbox, for a page of sandboxes at once (absent ones: 0)."""
+    if not sandbox_ids:
+        return {}
+    query = (select(app_conversations.c.sandbox_id, func.count())
+             .where(app_conversations.c.sandbox_id.in_(sandbox_ids))
+             .group_by(app_conversations.c.sandbox_id))
+    async with db.connect() as conn:
+        found = {str(r[0]): int(r[1]) for r in await conn.execute(query)}
+    return {i: found.get(i, 0) for i in sandbox_ids}
+
+
 async def get_in(conn: AsyncConnection, sandbox_id: str) -> SandboxRow | None:
     """Read inside the caller's transaction (placement)."""
     row = (await conn.execute(select(sandboxes).where(sandboxes.c.id == sandbox_id))).first()

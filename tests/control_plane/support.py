@@ -15,7 +15,7 @@ import httpx
 import uvicorn
 
 from control_plane.__main__ import create_key
-from control_plane.app import build_app
+from control_plane.app import Server, build_app
 from control_plane.config import Config
 from core.retry import Clock
 from tests.support.llm import free_port
@@ -32,7 +32,7 @@ class ControlPlane:
     def __init__(self, config: Config, clock: Clock | None = None) -> None:
         self.config = config
         self.url = f"http://127.0.0.1:{config.port}"
-        self._server = uvicorn.Server(uvicorn.Config(build_app(config, clock=clock), host="127.0.0.1",
+        self._server = Server(uvicorn.Config(build_app(config, clock=clock), host="127.0.0.1",
                                                      port=config.port, log_level="warning",
                                                      lifespan="on", timeout_graceful_shutdown=2))
         self._thread = threading.Thread(target=self._server.run, daemon=True, name="control plane")

@@ -1,0 +1,72 @@
+// Building the page: elements from code, text from data. Nothing here parses HTML: strings
+// become text nodes (so an event holding "<script>" shows those characters and runs nothing).
+
+export function h(tag, props = {}, ...children) {
+  const element = document.createElement(tag);
+  for (const [name, value] of Object.entries(props || {})) {
+    if (value === undefined || value === null || value === false) continue;
+    if (name.startsWith("on") && typeof value === "function") {
+      element.addEventListener(name.slice(2), value);
+    } else if (name === "class") {
+      element.className = value;
+    } else if (name === "dataset") {
+      Object.assign(element.dataset, value);
+    } else if (name === "value" || name === "checked" || name === "disabled" || name === "selected") {
+      element[name] = value;
+    } else {
+      element.setAttribute(name, value === true ? "" : String(value));
+    }
+  }
+  append(element, children);
+  return element;
+}
+
+export function append(element, children) {
+  for (const child of [children].flat(Infinity)) {
+    if (child === undefined || child === null || child === false) continue;
+    element.append(child instanceof Node ? child : document.createTextNode(String(child)));
+  }
+  return element;
+}
+
+export function clear(element) {
+  element.replaceChildren();
+  return element;
+}
+
+// A status word as a badge (the word is also its text: colour is never the only cue).
+export function badge(value, label) {
+  const text = value ? String(value) : "—";
+  return h("span", { class: `badge badge-${text.toLowerCase().replace(/[^a-z_]/g, "")}`,
+    title: label ? `${label}: ${text}` : null }, text);
+}
+
+export function when(value) {
+  if (!value) return "—";
+  const date = new Date(value);
+  return Number.isNaN(date.getTime()) ? String(value) : date.toLocaleString();
+}
+
+export function timeElement(value) {
+  return value ? h("time", { datetime: value }, when(value)) : "—";
+}
+
+export function cost(value) {
+  return `$${Number(value || 0).toFixed(4)}`;
+}
+
+// One line in the page's live region (announced to screen readers too).
+export function notify(text, kind = "info") {
+  const notice = document.getElementById("notice");
+  notice.className = `notice notice-${kind}`;
+  notice.textContent = text;
+}
+
+export function field(label, control, hint) {
+  const id = control.id || `f-${Math.random().toString(36).slice(2)}`;
+  control.id = id;
+  const hintId = hint ? `${id}-hint` : null;
+  if (hintId) control.setAttribute("aria-describedby", hintId);
+  return h("div", { class: "field" },
+    h("label", { for: id }, label), control, hint ? h("p", { class: "hint", id: hintId }, hint) : null);
+}

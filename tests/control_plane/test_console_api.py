@@ -1,0 +1,197 @@
+"""What the web console needs of /api/v1, through httpx against a real control plane: its files
+and security headers, the live event relay (SSE) with resume, the conversation controls relayed
+to the sandbox, and the sandboxes' counts and deadlines."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from control_plane.console import STATIC
+from tests.control_plane.support import ControlPlane, configure_llm, conversation, start, wait_for
+from tests.support.llm import ScriptedLLM, call
+
+pytestmark = pytest.mark.e2e
+
+
+def frames(response: httpx.Response) -> Iterator[tuple[str | None, str | None, dict[str, Any] | None]]:
+    """(event name, id, data) of each server-sent event."""
+    name = event_id = None
+    data: list[str] = []
+    for line in response.iter_lines():
+        if line == "":
+            if data or name:
+                yield name, event_id, json.loads("\n".join(data)) if data else None
+            name = event_id = None
+            data = []
+        elif line.startswith("id: "):
+            event_id = line[4:]
+        elif line.startswith("event: "):
+            name = line[7:]
+        elif line.startswith("data: "):
+            data.append(line[6:])
+
+
+def collect(client: httpx.Client, cid: str, until: int, **headers: str) -> list[tuple[str, dict[str, Any]]]:
+    """The first `until` events of the stream (id, event)."""
+    out: list[tuple[str, dict[str, Any]]] = []
+    with client.stream("GET", f"/api/v1/conversation/{cid}/events/stream", headers=headers,
+                       timeout=30) as response:
+        assert response.status_code == 200, response.read()
+        assert response.headers["content-type"].startswith("text/event-stream")
+        for _, event_id, data in frames(response):
+            if event_id is None or data is None:
+                continue
+            out.append((event_id, data))
+            if len(out) >= until:
+                break
+    return out
+
+
+def stored_ids(client: httpx.Client, cid: str) -> list[str]:
+    r = client.get(f"/api/v1/conversation/{cid}/events/search", params={"limit": 1000})
+    return [e["id"] for e in r.json()["items"]]
+
+
+def test_the_console_is_served_with_a_strict_policy(control_plane: ControlPlane) -> None:
+    anonymous = control_plane.client(None)
+    page = anonymous.get("/")
+    assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+    policy = page.headers["content-security-policy"]
+    assert "script-src 'self'" in policy and "default-src 'none'" in policy
+    assert "unsafe-inline" not in policy and "unsafe-eval" not in policy
+    assert page.headers["x-content-type-options"] == "nosniff"
+    assert page.headers["x-frame-options"] == "DENY"
+    # No inline script or style, nothing from another origin.
+    html = page.text
+    assert not re.search(r"<script(?![^>]*\bsrc=)", html) and "style=" not in html
+    assert "http://" not in html and "https://" not in html
+    script = anonymous.get("/js/app.js")
+    assert script.status_code == 200 and "javascript" in script.headers["content-type"]
+    for path in STATIC.rglob("*.js"):
+        source = path.read_text()
+        assert "innerHTML" not in source and "insertAdjacentHTML" not in source, path
+        assert "eval(" not in source and "document.write" not in source, path
+    # The API is unchanged: JSON errors, the policy on them too.
+    assert anonymous.get("/api/v1/settings").status_code == 401
+    missing = anonymous.get("/api/v1/nothing-here")
+    assert missing.status_code == 404 and missing.json() == {"detail": "Not Found"}
+    assert "content-security-policy" in missing.headers
+    paths = anonymous.get("/openapi.json").json()["paths"]
+    for path in ("/api/v1/conversation/{conversation_id}/events/stream",
+                 "/api/v1/app-conversations/{conversation_id}/pause",
+                 "/api/v1/app-conversations/{conversation_id}/interrupt",
+                 "/api/v1/app-conversations/{conversation_id}/confirmation-policy",
+                 "/api/v1/app-conversations/{conversation_id}/respond-to-confirmation"):
+        assert "post" in paths[path] or "get" in paths[path], path
+
+
+def test_events_are_relayed_live_and_resume_after_an_id(control_plane: ControlPlane, llm: ScriptedLLM,
+                                                        key: str) -> None:
+    client = control_plane.client(control_plane.new_user("alice"))
+    configure_llm(client, llm.base_url(key), tools=["terminal"])
+    llm.script(key, call("terminal", command="echo one"), call("finish", message="done"))
+    task = start(client, "go")
+    cid = task["app_conversation_id"]
+    wait_for(lambda: conversation(client, cid)["execution_status"] == "FINISHED", 60, what="the run")
+    ids = wait_for(lambda: (found := stored_ids(client, cid)) and len(found) >= 6 and found, 30)
+
+    # From the start: every stored event, in the stored order, each frame's id its event's id.
+    relayed = collect(client, cid, len(ids))
+    assert [i for i, _ in relayed] == ids and all(e["id"] == i for i, e in relayed)
+    # Resumed after an id (the header, or the query parameter).
+    assert [i for i, _ in collect(client, cid, 2, **{"Last-Event-ID": ids[2]})] == ids[3:5]
+    with client.stream("GET", f"/api/v1/conversation/{cid}/events/stream",
+                       params={"last_event_id": ids[-2]}) as response:
+        first = next((i, d) for _, i, d in frames(response) if i is not None)
+    assert first[0] == ids[-1]
+
+    # Live: an open stream gets the follow-up's events as the webhook stores them.
+    llm.script(key, call("terminal", command="echo two"), call("finish", message="again"))
+    seen: list[dict[str, Any]] = []
+    with client.stream("GET", f"/api/v1/conversation/{cid}/events/stream",
+                       headers={"Last-Event-ID": ids[-1]}) as response:
+        r = client.post(f"/api/v1/app-conversations/{cid}/send-message",
+                        json={"content": [{"type": "text", "text": "more"}], "run": True})
+        assert r.status_code == 200, r.text
+        for _, event_id, data in frames(response):
+            if data is not None and event_id is not None:
+                seen.append(data)
+                if data["kind"] == "ActionEvent" and data["tool_name"] == "finish":
+                    break
+    kinds = [e["kind"] for e in seen]
+    assert kinds[0] == "MessageEvent" and "ObservationEvent" in kinds
+    assert [e["action"]["command"] for e in seen if e["kind"] == "ActionEvent"
+            and e["tool_name"] == "terminal"] == ["echo two"]
+
+    # Refusals: an id that is not one of its events, an unknown or another user's conversation.
+    r = client.get(f"/api/v1/conversation/{cid}/events/stream", headers={"Last-Event-ID": "nope"})
+    assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["header", "last-event-id"]
+    other = control_plane.client(control_plane.new_user("mallory"))
+    assert other.get(f"/api/v1/conversation/{cid}/events/stream").status_code == 404
+    assert control_plane.client(None).get(f"/api/v1/conversation/{cid}/events/stream").status_code == 401
+
+
+def test_controls_are_relayed_to_the_sandbox(control_plane: ControlPlane, llm: ScriptedLLM,
+                                             key: str) -> None:
+    client = control_plane.client(control_plane.new_user("alice"))
+    configure_llm(client, llm.base_url(key), tools=["terminal"])
+    task = start(client)  # no message: idle
+    cid, sid = task["app_conversation_id"], task["sandbox_id"]
+    base = f"/api/v1/app-conversations/{cid}"
+
+    # Every action waits: the run stops at the terminal call until it is accepted.
+    r = client.post(base + "/confirmation-policy", json={"policy": {"kind": "AlwaysConfirm"}})
+    assert r.status_code == 200, r.text
+    llm.script(key, call("terminal", command="echo accepted > accepted.txt"), call("finish", message="ok"))
+    client.post(base + "/send-message", json={"content": [{"type": "text", "text": "go"}], "run": True})
+    wait_for(lambda: conversation(client, cid)["execution_status"] == "WAITING_FOR_CONFIRMATION", 30,
+             what="the action to wait")
+    assert client.get(base + "/file", params={"path": "accepted.txt"}).status_code == 404
+    r = client.post(base + "/respond-to-confirmation", json={"accept": True})
+    assert r.status_code == 200, r.text
+    wait_for(lambda: conversation(client, cid)["execution_status"] == "FINISHED", 30, what="the run")
+    assert client.get(base + "/file", params={"path": "accepted.txt"}).text == "accepted\n"
+
+    # A browser (every browser sends Sec-Fetch-Mode) is never given a session key or address.
+    browser = {"Sec-Fetch-Mode": "cors"}
+    assert client.get("/api/v1/sandboxes", params={"id": sid}).json()[0]["session_api_key"]
+    for path, params in (("/api/v1/sandboxes", {"id": sid}), ("/api/v1/sandboxes/search", {}),
+                         ("/api/v1/app-conversations", {"ids": cid}),
+                         ("/api/v1/app-conversations/search", {})):
+        found = client.get(path, params=params, headers=browser).json()
+        record = found[0] if isinstance(found, list) else found["items"][0]
+        assert record["session_api_key"] is None, path
+        assert record.get("exposed_urls") is None and record.get("conversation_url") is None, path
+        assert record["id"] in (sid, cid)
+
+    # Pause and interrupt reach the agent server (a PauseEvent, an InterruptEvent).
+    assert client.post(base + "/pause").status_code == 200
+    assert client.post(base + "/interrupt").status_code == 200
+    wait_for(lambda: {"PauseEvent", "InterruptEvent"} <= {
+        e["kind"] for e in client.get(f"/api/v1/conversation/{cid}/events/search",
+                                      params={"limit": 1000}).json()["items"]}, 30)
+
+    # The usual rules: bad input 422, another user's 404, a paused sandbox 409, a deleted one 410.
+    r = client.post(base + "/confirmation-policy", json={"policy": {"kind": "Sometimes"}})
+    assert r.status_code == 422
+    assert client.post(base + "/respond-to-confirmation", json={}).status_code == 422
+    assert client.post("/api/v1/app-conversations/not-an-id/pause").status_code == 422
+    other = control_plane.client(control_plane.new_user("mallory"))
+    assert other.post(base + "/pause").status_code == 404
+    assert client.post(f"/api/v1/sandboxes/{sid}/pause").status_code == 200
+    assert client.post(base + "/interrupt").status_code == 409
+    sandbox = client.get("/api/v1/sandboxes", params={"id": sid}).json()[0]
+    assert sandbox["conversation_count"] == 1 and sandbox["pause_at"] is None
+    assert sandbox["delete_at"] is not None
+    assert client.post(f"/api/v1/sandboxes/{sid}/resume").status_code == 200
+    sandbox = client.get("/api/v1/sandboxes/search").json()["items"][0]
+    assert sandbox["pause_at"] is not None and sandbox["delete_at"] is None
+    assert client.delete(f"/api/v1/sandboxes/{sid}", params={"sandbox_id": sid}).status_code == 200
+    assert client.post(base + "/pause").status_code == 410
+    assert client.post(base + "/respond-to-confirmation", json={"accept": False}).status_code == 410
