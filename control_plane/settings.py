@@ -36,6 +36,9 @@ class SettingsView(BaseModel):
     llm_base_url: str | None
     llm_api_key: str | None
     """`**********` when set, else null (write-only)."""
+    llm_stream: bool
+    """Whether new conversations stream the model's text (`agent.llm.stream`): the console shows
+    it as it is written."""
     default_tools: list[str]
     git_user_name: str | None
     git_user_email: str | None
@@ -51,6 +54,8 @@ class SettingsPatch(BaseModel):
     llm_model: str | None = Field(default=None, min_length=1, max_length=200)
     llm_base_url: str | None = Field(default=None, max_length=2000, pattern=r"^https?://")
     llm_api_key: SecretStr | None = Field(default=None, max_length=10_000)
+    llm_stream: bool | None = None
+    """null: back to the default (false)."""
     default_tools: list[str] | None = Field(default=None, max_length=10)
     git_user_name: str | None = Field(default=None, max_length=200)
     git_user_email: str | None = Field(default=None, max_length=200)
@@ -82,6 +87,7 @@ class UserSettings:
     llm_model: str | None = None
     llm_base_url: str | None = None
     llm_api_key: str | None = None
+    llm_stream: bool = False
     default_tools: tuple[str, ...] = DEFAULT_TOOLS
     git_user_name: str | None = None
     git_user_email: str | None = None
@@ -91,12 +97,13 @@ class UserSettings:
         return SettingsView(
             grouping_strategy=self.grouping_strategy, llm_model=self.llm_model,
             llm_base_url=self.llm_base_url, llm_api_key=MASK if self.llm_api_key else None,
+            llm_stream=self.llm_stream,
             default_tools=list(self.default_tools), git_user_name=self.git_user_name,
             git_user_email=self.git_user_email, secret_names=sorted(self.secrets))
 
 
-PLAIN = ("grouping_strategy", "llm_model", "llm_base_url", "default_tools", "git_user_name",
-         "git_user_email")
+PLAIN = ("grouping_strategy", "llm_model", "llm_base_url", "llm_stream", "default_tools",
+         "git_user_name", "git_user_email")
 
 
 class SettingsService:
@@ -111,6 +118,7 @@ class SettingsService:
             grouping_strategy=GroupingStrategy(data.get("grouping_strategy") or "NO_GROUPING"),
             llm_model=data.get("llm_model"), llm_base_url=data.get("llm_base_url"),
             llm_api_key=self.cipher.decrypt(stored.llm_api_key_enc) if stored.llm_api_key_enc else None,
+            llm_stream=bool(data.get("llm_stream")),
             default_tools=tuple(data.get("default_tools") or DEFAULT_TOOLS),
             git_user_name=data.get("git_user_name"), git_user_email=data.get("git_user_email"),
             secrets=self.cipher.decrypt_json(stored.secrets_enc) if stored.secrets_enc else {},

@@ -189,6 +189,8 @@ class StartTaskService:
             llm["api_key"] = user.llm_api_key
         if user.llm_base_url:
             llm["base_url"] = user.llm_base_url
+        if user.llm_stream:  # StreamingDeltaEvents on the sandbox's socket (`control_plane.deltas`)
+            llm["stream"] = True
         agent: dict[str, Any] = {"llm": llm, "tools": [{"name": t} for t in user.default_tools]}
         if request.plugins:
             agent["mcp_config"] = {"mcpServers": {p.name: p.server() for p in request.plugins}}

@@ -129,17 +129,23 @@ def test_settings_round_trip(control_plane: ControlPlane) -> None:
     client = control_plane.client(control_plane.new_user("dana"))
     initial = client.get("/api/v1/settings").json()
     assert initial["grouping_strategy"] == "NO_GROUPING" and initial["llm_api_key"] is None
+    assert initial["llm_stream"] is False
     r = client.patch("/api/v1/settings", json={
         "grouping_strategy": "LEAST_RECENTLY_USED", "llm_model": "openai/x", "llm_api_key": "sk-1",
-        "default_tools": ["terminal"], "git_user_name": "D", "secrets": {"GH": "ghp_x"}})
+        "default_tools": ["terminal"], "git_user_name": "D", "secrets": {"GH": "ghp_x"},
+        "llm_stream": True})
     assert r.status_code == 200, r.text
     view = client.get("/api/v1/settings").json()
     assert view == {**r.json()}
     assert view["grouping_strategy"] == "LEAST_RECENTLY_USED" and view["llm_api_key"] == "**********"
     assert view["default_tools"] == ["terminal"] and view["secret_names"] == ["GH"]
+    assert view["llm_stream"] is True
     assert "sk-1" not in r.text and "ghp_x" not in r.text
     r = client.patch("/api/v1/settings", json={"llm_api_key": None})
     assert r.json()["llm_api_key"] is None and r.json()["llm_model"] == "openai/x"
+    assert r.json()["llm_stream"] is True
+    assert client.patch("/api/v1/settings", json={"llm_stream": None}).json()["llm_stream"] is False
+    assert client.patch("/api/v1/settings", json={"llm_stream": "sometimes"}).status_code == 422
 
 
 def test_sandbox_routes(control_plane: ControlPlane) -> None:
