@@ -6,6 +6,10 @@ relay never misses or reorders an event, a slow reader holds up nobody (ringing 
 flag), and a reader that reconnects with the last id it saw (`Last-Event-ID`) resumes exactly
 there. A relay also looks again every `poll` seconds, so events stored by another control-plane
 process behind the same database arrive too, only later.
+
+Streaming text is the one thing not from the store: with a `DeltaHub`, the relay follows the
+conversation's deltas too (rung on the same flag) and sends each as an `event: delta` frame with
+no id, so the ids a reader resumes from stay stored events' ids (`control_plane.deltas`).
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 
+from control_plane.deltas import DeltaHub, Follower
 from control_plane.store import Database, events
 
 #: Events read from the store at a time.
@@ -57,15 +62,34 @@ def frame(event_id: str, body: str) -> bytes:
     return f"id: {event_id}\ndata: {body}\n\n".encode()
 
 
+def delta_frame(line: str) -> bytes:
+    # No id: a reader resumes after stored events only.
+    return f"event: delta\ndata: {line}\n\n".encode()
+
+
+@contextlib.contextmanager
+def _deltas(hub: DeltaHub | None, conversation_id: str,
+            woken: asyncio.Event) -> Iterator[Follower | None]:
+    if hub is None:
+        yield None
+    else:
+        with hub.follow(conversation_id, woken) as follower:
+            yield follower
+
+
 async def relay(db: Database, bell: Bell, conversation_id: str, after: int,
-                still_there: Callable[[], Awaitable[bool]], *, poll: float = 15.0
-                ) -> AsyncIterator[bytes]:
+                still_there: Callable[[], Awaitable[bool]], *, deltas: DeltaHub | None = None,
+                poll: float = 15.0) -> AsyncIterator[bytes]:
     """SSE frames of the events stored after position `after`, then of each new one, until the
-    conversation is deleted (an `event: gone` frame) or the server shuts down."""
+    conversation is deleted (an `event: gone` frame) or the server shuts down; with `deltas`,
+    the streaming text as it comes (`event: delta`)."""
     yield b"retry: 2000\n\n"
-    with bell.listen(conversation_id) as woken:
+    with bell.listen(conversation_id) as woken, _deltas(deltas, conversation_id, woken) as follower:
         while not bell.closed:
             woken.clear()  # before reading: a ring during the read is not lost
+            if follower is not None:
+                for line in follower.drain():
+                    yield delta_frame(line)
             found = await events.after(db, conversation_id, after, CHUNK)
             for seq, event_id, body in found:
                 yield frame(event_id, body)

@@ -12,6 +12,7 @@ from control_plane.agent_client import AgentClient
 from control_plane.app_conversations import AppConversationService
 from control_plane.config import Config
 from control_plane.crypto import Cipher
+from control_plane.deltas import DeltaHub
 from control_plane.lifecycle import Lifecycle
 from control_plane.models import use_clock
 from control_plane.relay import Bell
@@ -40,6 +41,8 @@ class Services:
     lifecycle: Lifecycle
     bell: Bell
     """Rung by the webhook for the live relays (`control_plane.relay`)."""
+    deltas: DeltaHub
+    """The sockets to agent servers that bring the relays streaming text."""
 
     @classmethod
     def build(cls, config: Config, provider: SandboxProvider | None = None,
@@ -68,7 +71,8 @@ class Services:
         bell = bell or Bell()
         return cls(config=config, db=db, cipher=cipher, provider=provider, sandboxes=sandboxes,
                    agents=agents, settings=settings, tasks=tasks, conversations=records,
-                   webhook=WebhookReceiver(db, bell), lifecycle=lifecycle, bell=bell)
+                   webhook=WebhookReceiver(db, bell), lifecycle=lifecycle, bell=bell,
+                   deltas=DeltaHub(db, sandboxes))
 
     async def start(self) -> None:
         """Migrations, then adoption of the sandboxes still there, then unfinished start tasks."""
@@ -81,6 +85,7 @@ class Services:
 
     async def close(self, stop_sandboxes: bool = False) -> None:
         self.bell.close()
+        await self.deltas.close()
         await self.lifecycle.close()
         await self.tasks.close()
         await self.sandboxes.close(stop_sandboxes=stop_sandboxes)

@@ -99,7 +99,8 @@ class StreamQuery(BaseModel):
 
 
 @doc(summary="Follow the stored events live (text/event-stream): each frame's id is the event's "
-     "id and its data the event; resume after an id with Last-Event-ID", query=StreamQuery,
+     "id and its data the event; resume after an id with Last-Event-ID. Streaming text (the "
+     "llm_stream setting) comes as `event: delta` frames with no id, live only", query=StreamQuery,
      errors=(404,))
 async def stream(request: Request) -> Response:
     conversation_id, params = await _conversation_id(request, StreamQuery)
@@ -118,6 +119,6 @@ async def stream(request: Request) -> Response:
         return await conversations.get(svc.db, conversation_id) is not None
 
     return StreamingResponse(
-        relay(svc.db, svc.bell, conversation_id, after, still_there),
+        relay(svc.db, svc.bell, conversation_id, after, still_there, deltas=svc.deltas),
         media_type="text/event-stream",
         headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx
@@ -14,7 +15,7 @@ import pytest
 
 from control_plane.console import STATIC
 from tests.control_plane.support import ControlPlane, configure_llm, conversation, start, wait_for
-from tests.support.llm import ScriptedLLM, call
+from tests.support.llm import Reply, ScriptedLLM, call, text
 
 pytestmark = pytest.mark.e2e
 
@@ -51,6 +52,35 @@ def collect(client: httpx.Client, cid: str, until: int, **headers: str) -> list[
             if len(out) >= until:
                 break
     return out
+
+
+def agent_sockets(client: httpx.Client, sid: str) -> int:
+    """Sockets open on the sandbox's agent server (its /server_info, with its key)."""
+    record = client.get("/api/v1/sandboxes", params={"id": sid}).json()[0]
+    info = httpx.get(record["exposed_urls"][0]["url"] + "/server_info",
+                     headers={"X-Session-API-Key": record["session_api_key"]}, timeout=10)
+    count: int = info.json()["websockets"]
+    return count
+
+
+Frame = tuple[str | None, str | None, dict[str, Any] | None]
+
+
+def read_until(stream: Iterator[Frame], seen: list[Frame], done: Callable[[list[Frame]], bool]) -> None:
+    for item in stream:
+        seen.append(item)
+        if done(seen):
+            return
+    raise AssertionError("the stream ended")
+
+
+def deltas(seen: list[Frame]) -> str:
+    return "".join((d or {}).get("content") or "" for name, _, d in seen if name == "delta")
+
+
+def agent_message(seen: list[Frame]) -> dict[str, Any] | None:
+    return next((d for name, _, d in seen if name is None and d and d["kind"] == "MessageEvent"
+                 and d["source"] == "agent"), None)
 
 
 def stored_ids(client: httpx.Client, cid: str) -> list[str]:
@@ -195,3 +225,51 @@ def test_controls_are_relayed_to_the_sandbox(control_plane: ControlPlane, llm: S
     assert client.delete(f"/api/v1/sandboxes/{sid}", params={"sandbox_id": sid}).status_code == 200
     assert client.post(base + "/pause").status_code == 410
     assert client.post(base + "/respond-to-confirmation", json={"accept": False}).status_code == 410
+
+
+def test_streaming_text_is_relayed_while_a_browser_follows(control_plane: ControlPlane,
+                                                           llm: ScriptedLLM, key: str) -> None:
+    client = control_plane.client(control_plane.new_user("alice"))
+    configure_llm(client, llm.base_url(key), tools=["terminal"], llm_stream=True)
+    llm.script(key, text("first answer"))
+    task = start(client, "hello")
+    cid, sid = task["app_conversation_id"], task["sandbox_id"]
+    wait_for(lambda: conversation(client, cid)["execution_status"] == "FINISHED", 60, what="the run")
+    assert llm.requests_for(key)[0]["stream"] is True  # the setting reached agent.llm.stream
+    # Nobody follows the conversation: the control plane holds no socket to its sandbox.
+    assert agent_sockets(client, sid) == 0
+
+    answer = "Streamed piece by piece: the answer is 42, and that is all."
+    gate = threading.Event()
+    llm.script(key, Reply(text=answer, hold=gate, hold_after=24))
+    path = f"/api/v1/conversation/{cid}/events/stream"
+    one: list[Frame] = []
+    two: list[Frame] = []
+    with client.stream("GET", path) as first, client.stream("GET", path) as second:
+        a, b = frames(first), frames(second)
+        # Both have replayed the stored events, so both follow the deltas; one socket for both.
+        for stream, seen in ((a, one), (b, two)):
+            read_until(stream, seen, lambda s: agent_message(s) is not None)
+        wait_for(lambda: agent_sockets(client, sid) == 1, 30, what="the control plane's socket")
+        one.clear()
+        two.clear()
+        r = client.post(f"/api/v1/app-conversations/{cid}/send-message",
+                        json={"content": [{"type": "text", "text": "more"}], "run": True})
+        assert r.status_code == 200, r.text
+        # The model is held part-way: the text so far has come, the message has not.
+        read_until(a, one, lambda s: len(deltas(s)) >= 24)
+        assert answer.startswith(deltas(one)) and agent_message(one) is None
+        assert all(event_id is None for name, event_id, _ in one if name == "delta")
+        gate.set()
+        for stream, seen in ((a, one), (b, two)):
+            read_until(stream, seen, lambda s: agent_message(s) is not None)
+            assert deltas(seen) == answer
+            message = agent_message(seen)
+            assert message is not None and message["llm_message"]["content"][0]["text"] == answer
+            delta = next(d for name, _, d in seen if name == "delta")
+            assert delta is not None and delta["kind"] == "StreamingDeltaEvent"
+    # Deltas are never stored; the last stream closed, so did the socket.
+    kinds = {e["kind"] for e in client.get(f"/api/v1/conversation/{cid}/events/search",
+                                           params={"limit": 1000}).json()["items"]}
+    assert "StreamingDeltaEvent" not in kinds
+    wait_for(lambda: agent_sockets(client, sid) == 0, 30, what="the socket to close")

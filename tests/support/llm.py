@@ -44,6 +44,10 @@ class Reply:
     usage: dict[str, int] | None = None
     #: (thinking, signature) blocks: sent by the Anthropic-shaped endpoint only.
     thinking: list[tuple[str, str]] = field(default_factory=list)
+    #: Streamed answers (`stream: true`) stop once `hold_after` characters of the text are sent,
+    #: until `hold` is set: a test sees the text part-way, deterministically.
+    hold: threading.Event | None = None
+    hold_after: int = 0
 
 
 def text(content: str, **kw: Any) -> Reply:
@@ -192,6 +196,9 @@ class ScriptedLLM:
             yield chunk({"reasoning_content": reply.reasoning})
         for i in range(0, len(reply.text), 8):
             yield chunk({"content": reply.text[i : i + 8]})
+            if reply.hold is not None and i + 8 >= reply.hold_after:
+                while not reply.hold.is_set():
+                    await asyncio.sleep(0.01)
         for index, tc in enumerate(tool_calls):
             args = tc["function"]["arguments"]
             yield chunk({"tool_calls": [{"index": index, "id": tc["id"], "type": "function",
