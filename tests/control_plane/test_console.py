@@ -6,6 +6,7 @@ Screenshots of each page are kept for review under `artifacts/console/` (gitigno
 from __future__ import annotations
 
 import io
+import threading
 import zipfile
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -14,9 +15,11 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Browser, ConsoleMessage, Page, expect, sync_playwright
 
-from tests.control_plane.support import ControlPlane, conversation, make_config
+from tests.control_plane.support import (ControlPlane, configure_llm, conversation, make_config,
+                                         start, wait_for)
+from tests.control_plane.test_console_api import agent_sockets
 from tests.control_plane.test_flow import bare_repository
-from tests.support.llm import ScriptedLLM, call, text
+from tests.support.llm import Reply, ScriptedLLM, call, text
 
 pytestmark = pytest.mark.e2e
 
@@ -274,4 +277,57 @@ def test_the_console_end_to_end(plane: ControlPlane, llm: ScriptedLLM, key: str,
     expect(page.get_by_role("heading", name="Sign in")).to_be_visible()
     assert page.evaluate("sessionStorage.length") == 0
     context.close()
+    assert problems == []
+
+
+def test_streaming_text_shows_as_it_is_written(plane: ControlPlane, llm: ScriptedLLM, key: str,
+                                               browser: Browser) -> None:
+    shot = Shots("streaming")
+    api_key = new_user(plane, "bob")
+    api = plane.client(api_key)
+    configure_llm(api, llm.base_url(key), tools=["terminal"])
+    page = browser.new_context(viewport={"width": 1200, "height": 900}).new_page()
+    page.set_default_timeout(20_000)
+    problems = watch(page)
+    page.goto(plane.url + "/")
+    page.get_by_label("Account key").fill(api_key)
+    page.get_by_role("button", name="Sign in").click()
+
+    # The setting: off by default, turned on and saved.
+    page.get_by_role("link", name="Settings").click()
+    streaming = page.get_by_label("Show the model's text as it is written")
+    expect(streaming).not_to_be_checked()
+    streaming.check()
+    page.get_by_role("button", name="Save").click()
+    expect(page.locator("#notice")).to_have_text("Settings saved.")
+    assert api.get("/api/v1/settings").json()["llm_stream"] is True
+
+    task = start(api)  # idle
+    cid, sid = task["app_conversation_id"], task["sandbox_id"]
+    page.goto(f"{plane.url}/#/conversations/{cid}")
+    expect(page.locator(".meta")).to_contain_text("live")
+    # The page follows the conversation: the control plane holds the sandbox's socket for it.
+    wait_for(lambda: agent_sockets(api, sid) == 1, 30, what="the control plane's socket")
+
+    # The model is held part-way through its answer: what it has written so far is on the page.
+    # Markup in it is characters, from the first piece on.
+    answer = "Streamed: <b>bold</b> <img src=x onerror=window.__x=1> as text, then the rest."
+    gate = threading.Event()
+    llm.script(key, Reply(text=answer, hold=gate, hold_after=56))  # 7 pieces of 8
+    page.get_by_label("Message", exact=True).fill("Tell me slowly")
+    page.get_by_role("button", name="Send").click()
+    draft = page.locator(".event-streaming")
+    expect(draft.locator(".text:not(.thought)")).to_have_text(answer[:56])
+    expect(page.locator(".event-message.from-agent")).to_have_count(0)
+    assert page.locator("main b, main img").count() == 0 and page.evaluate("window.__x") is None
+    shot(page, "01-streaming")
+    gate.set()
+    # The final message replaces the streamed text.
+    expect(page.locator(".event-message.from-agent .text")).to_have_text(answer, timeout=SLOW)
+    expect(draft).to_have_count(0)
+    assert page.locator("main b, main img").count() == 0 and page.evaluate("window.__x") is None
+    shot(page, "02-final-message")
+    assert conversation(api, cid)["execution_status"] in ("RUNNING", "FINISHED")
+    page.context.close()
+    wait_for(lambda: agent_sockets(api, sid) == 0, 30, what="the socket to close")
     assert problems == []

@@ -82,8 +82,9 @@ export async function download(path, fallbackName) {
 
 // Follows /conversation/{id}/events/stream (server-sent events read through fetch, since
 // EventSource cannot send a header). Reconnects after a drop, resuming after the last id seen.
+// Stored events go to onEvent; streaming text (`event: delta`, no id: live only) to onDelta.
 // Returns a function that stops it.
-export function follow(conversationId, { onEvent, onState, onGone }) {
+export function follow(conversationId, { onEvent, onDelta, onState, onGone }) {
   const controller = new AbortController();
   let lastId = null;
   let stopped = false;
@@ -123,6 +124,10 @@ export function follow(conversationId, { onEvent, onState, onGone }) {
           return;
         }
         if (!frame.data.length) continue;
+        if (frame.event === "delta") {
+          onDelta?.(JSON.parse(frame.data.join("\n")));
+          continue;
+        }
         if (frame.id) lastId = frame.id;
         onEvent(JSON.parse(frame.data.join("\n")));
       }

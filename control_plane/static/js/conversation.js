@@ -183,6 +183,7 @@ export function conversationPage(main, id) {
         pending = setTimeout(refresh, 150); // a burst of updates: one read
       }
     },
+    onDelta: (delta) => log.stream(delta),
     onState: (state) => { liveState.textContent = state; },
     onGone: () => { liveState.textContent = "the conversation was deleted"; },
   });

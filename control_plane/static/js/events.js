@@ -40,13 +40,22 @@ export class EventLog {
     this.list.append(entry);
   }
 
+  // Streaming text (StreamingDeltaEvents): one entry that grows, as text nodes, until the
+  // agent's next stored event (its MessageEvent, or the tool call the text led to) replaces it.
   stream(event) {
+    if (!event.content && !event.reasoning_content) return;
     if (!this.draft) {
       this.draft = h("li", { class: "event event-streaming", "aria-busy": "true" },
-        h("p", { class: "who" }, "Agent (typing)"), h("p", { class: "text" }));
+        h("p", { class: "who" }, "Agent (writing…)"),
+        h("p", { class: "text thought", hidden: true }), h("p", { class: "text" }));
       this.list.append(this.draft);
     }
-    this.draft.querySelector(".text").append(event.content || event.reasoning_content || "");
+    if (event.reasoning_content) {
+      const thinking = this.draft.querySelector(".thought");
+      thinking.hidden = false;
+      thinking.append(event.reasoning_content);
+    }
+    if (event.content) this.draft.querySelector(".text:not(.thought)").append(event.content);
   }
 
   // The actions still without a result (waiting for confirmation, or running).

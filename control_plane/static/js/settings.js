@@ -27,6 +27,7 @@ export function settingsPage(main) {
   const apiKey = h("input", { name: "llm_api_key", type: "password", autocomplete: "new-password" });
   const keyState = h("span", { class: "muted" });
   const clearKey = h("input", { type: "checkbox", name: "clear_key" });
+  const stream = h("input", { type: "checkbox", name: "llm_stream", id: "llm-stream" });
   const tools = TOOLS.map(([value, label]) => {
     const input = h("input", { type: "checkbox", name: "default_tools", value, id: `t-${value}` });
     return [input, h("div", { class: "choice" }, input, h("label", { for: input.id }, label))];
@@ -46,7 +47,10 @@ export function settingsPage(main) {
       field("Base URL", baseUrl, "Optional."),
       field("API key", apiKey, "Write-only: it is stored encrypted and never shown again. Leave empty to keep it."),
       keyState,
-      h("div", { class: "choice" }, clearKey, h("label", { for: (clearKey.id = "clear-key") }, "Remove the stored key"))),
+      h("div", { class: "choice" }, clearKey, h("label", { for: (clearKey.id = "clear-key") }, "Remove the stored key")),
+      h("div", { class: "choice" }, stream,
+        h("label", { for: stream.id }, "Show the model's text as it is written"),
+        h("span", { class: "hint" }, "Streaming: for conversations started from now on."))),
     h("fieldset", {}, h("legend", {}, "Default tools"), tools.map(([, row]) => row)),
     h("fieldset", {}, h("legend", {}, "Git author"), field("Name", gitName), field("Email", gitEmail)),
     save);
@@ -59,6 +63,7 @@ export function settingsPage(main) {
     apiKey.value = "";
     clearKey.checked = false;
     keyState.textContent = settings.llm_api_key ? "A key is stored." : "No key is stored.";
+    stream.checked = Boolean(settings.llm_stream);
     for (const [input] of tools) input.checked = settings.default_tools.includes(input.value);
     gitName.value = settings.git_user_name || "";
     gitEmail.value = settings.git_user_email || "";
@@ -72,6 +77,7 @@ export function settingsPage(main) {
       grouping_strategy: strategies.find(([input]) => input.checked)?.[0].value,
       llm_model: model.value.trim() || null,
       llm_base_url: baseUrl.value.trim() || null,
+      llm_stream: stream.checked,
       default_tools: tools.filter(([input]) => input.checked).map(([input]) => input.value),
       git_user_name: gitName.value.trim() || null,
       git_user_email: gitEmail.value.trim() || null,
