@@ -55,6 +55,11 @@ export function settingsPage(main) {
     h("fieldset", {}, h("legend", {}, "Git author"), field("Name", gitName), field("Email", gitEmail)),
     save);
   main.append(form);
+  // Nothing can be typed until the stored settings are in the form: filling it must not
+  // overwrite what someone already typed.
+  const controls = [...form.elements];
+  const enable = (on) => { for (const control of controls) control.disabled = !on; };
+  enable(false);
 
   function fill(settings) {
     for (const [input] of strategies) input.checked = input.value === settings.grouping_strategy;
@@ -67,9 +72,13 @@ export function settingsPage(main) {
     for (const [input] of tools) input.checked = settings.default_tools.includes(input.value);
     gitName.value = settings.git_user_name || "";
     gitEmail.value = settings.git_user_email || "";
+    enable(true);
   }
 
-  api("/settings").then(fill).catch((error) => notify(`Could not read the settings: ${error.message}`, "error"));
+  api("/settings").then(fill).catch((error) => {
+    enable(true);
+    notify(`Could not read the settings: ${error.message}`, "error");
+  });
 
   form.addEventListener("submit", async (event) => {
     event.preventDefault();
