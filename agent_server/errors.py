@@ -41,6 +41,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from agent_server.accesslog import escape
 from core.masking import redact
 
 
@@ -181,8 +182,8 @@ async def on_error(request: Request, exc: Exception) -> Response:
     if isinstance(exc, InvalidInput):
         return AsciiJSONResponse({"detail": exc.errors}, status_code=422)
     if exc.status_code >= 500:
-        logger.warning("%s on %s %s: %s", type(exc).__name__, request.method, request.url.path,
-                       exc.detail)
+        logger.warning("%s on %s %s: %s", type(exc).__name__, request.method,
+                       escape(request.url.path), escape(exc.detail))
     return AsciiJSONResponse({"detail": exc.detail}, status_code=exc.status_code)
 
 
@@ -192,7 +193,7 @@ async def on_http(request: Request, exc: Exception) -> Response:
 
 
 async def on_unexpected(request: Request, exc: Exception) -> Response:
-    logger.exception("unexpected error on %s %s", request.method, request.url.path)
+    logger.exception("unexpected error on %s %s", request.method, escape(request.url.path))
     return JSONResponse({"detail": "Internal server error"}, status_code=500)
 
 
