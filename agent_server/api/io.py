@@ -13,16 +13,24 @@ from pydantic import BaseModel, ValidationError
 from starlette.requests import HTTPConnection, Request
 from starlette.responses import JSONResponse, Response
 
-from agent_server.conversations import Conversation, ConversationService
-from agent_server.errors import InvalidInput, NotFound, PayloadTooLarge, from_pydantic, invalid
-
 from agent_server.api.schemas import ConversationInfo
+from agent_server.conversations import Conversation, ConversationService
+from agent_server.errors import (
+    InvalidInput,
+    NotFound,
+    PayloadTooLarge,
+    from_pydantic,
+    invalid,
+)
 
 if TYPE_CHECKING:
     from agent_server.app import Services
 
 M = TypeVar("M", bound=BaseModel)
 MAX_BODY = 8 * 1024 * 1024
+#: Arrays and objects inside one another at most; deeper JSON is refused before anything
+#: walks it recursively (the decoder, pydantic, a merge, the masker).
+MAX_DEPTH = 64
 
 
 async def _bounded_body(request: Request) -> bytes:
@@ -49,13 +57,34 @@ def _finite(text: str) -> float:
     return value
 
 
-def parse_json(raw: bytes) -> Any:
-    """Strict JSON: NaN, Infinity and numbers beyond a double are refused (422), not stored."""
+def _too_deep(value: Any) -> bool:
+    """Whether containers nest more than MAX_DEPTH deep (iterative: no recursion to exhaust)."""
+    stack = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        children = node.values() if isinstance(node, dict) else node
+        for child in children:
+            if isinstance(child, (dict, list)):
+                if depth >= MAX_DEPTH:
+                    return True
+                stack.append((child, depth + 1))
+    return False
+
+
+def parse_json(raw: bytes | str, where: str = "body") -> Any:
+    """Strict JSON: NaN, Infinity, numbers beyond a double and nesting deeper than MAX_DEPTH
+    are refused (422), not stored."""
+    too_deep = f"JSON decode error: arrays and objects nested more than {MAX_DEPTH} deep"
     try:
-        return json.loads(raw, parse_constant=_no_constant, parse_float=_finite)
+        data = json.loads(raw, parse_constant=_no_constant, parse_float=_finite)
+    except RecursionError:
+        raise invalid([where], too_deep, "json_invalid", {}) from None
     except (ValueError, UnicodeDecodeError) as exc:  # JSONDecodeError is a ValueError
-        raise invalid(["body", getattr(exc, "pos", 0)], f"JSON decode error: {exc}",
+        raise invalid([where, getattr(exc, "pos", 0)], f"JSON decode error: {exc}",
                       "json_invalid", {}) from None
+    if isinstance(data, (dict, list)) and _too_deep(data):
+        raise invalid([where], too_deep, "json_invalid", {})
+    return data
 
 
 async def read_body(request: Request, model: type[M]) -> M:

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 from datetime import datetime, timezone
 from typing import Any
 from urllib.parse import parse_qsl, urlencode
@@ -32,7 +31,7 @@ from starlette import status
 from starlette.exceptions import WebSocketException
 from starlette.websockets import WebSocket
 
-from agent_server.api.io import services
+from agent_server.api.io import parse_json, services
 from agent_server.auth import HEADER, KeyRing
 from agent_server.conversations import Conversation, ConversationService
 from agent_server.delivery import (
@@ -42,7 +41,7 @@ from agent_server.delivery import (
     SubscriptionState,
     TooManySubscribers,
 )
-from agent_server.errors import AgentServerError, ConversationGone, validation_text
+from agent_server.errors import AgentServerError, ConversationGone, InvalidInput, validation_text
 from agent_server.events import ServerErrorEvent, format_timestamp
 from agent_server.log import EventLog
 from agent_server.record import SendMessage
@@ -118,8 +117,8 @@ async def _authenticate(websocket: WebSocket, query_key: str | None, keys: KeyRi
     if message["type"] != "websocket.receive" or message.get("text") is None:
         return False
     try:
-        data = json.loads(message["text"])
-    except (ValueError, RecursionError):
+        data = parse_json(message["text"], "frame")
+    except InvalidInput:
         return False
     if not isinstance(data, dict) or data.get("type") != "auth":
         return False
@@ -226,9 +225,9 @@ class _Session:
 
     async def _on_text(self, text: str) -> None:
         try:
-            data: Any = json.loads(text)
-        except (ValueError, RecursionError) as exc:
-            self._error("InvalidFrame", f"not JSON: {str(exc)[:200]}")
+            data: Any = parse_json(text, "frame")
+        except InvalidInput as exc:
+            self._error("InvalidFrame", f"not JSON: {exc.errors[0]['msg'][:200]}")
             return
         if isinstance(data, dict) and data.get("type") == "auth":
             return  # already authenticated
