@@ -4,6 +4,7 @@ a 500 (issue 16)."""
 from __future__ import annotations
 
 import json
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -76,3 +77,65 @@ def test_a_deeply_nested_websocket_frame_is_answered_with_an_error_frame(tmp_pat
                 assert "nested" in answer["detail"]
             ws.send(json.dumps({"role": "user", "content": [{"type": "text", "text": "hi"}]}))
             assert json.loads(ws.recv(timeout=10))["kind"] == "MessageEvent"  # still open
+
+
+LONG_PATHS = ["a" * 256, "é" * 128, "dir/" + "b" * 300 + "/x", "d/" * 2040 + "x"]
+
+
+@pytest.mark.parametrize("raw", LONG_PATHS, ids=["256-bytes", "256-utf8-bytes", "inner", "4080"])
+def test_a_path_the_system_cannot_hold_is_one_400_on_every_file_route(
+        client: TestClient, cid: str, tmp_path: Path, raw: str) -> None:
+    subprocess.run(["git", "init", "-q", str(tmp_path / "workspace")], check=True)
+    c = f"/api/conversations/{cid}"
+    answers = [
+        client.get(c + "/file", params={"path": raw}),
+        client.post(c + "/file", params={"path": raw}, content=b"x"),
+        client.post(c + "/file", params={"path": raw}, files={"file": ("f", b"x")}),
+        client.get(c + "/git/diff", params={"path": raw}),
+        client.post(c + "/commands", json={"command": "true", "cwd": raw}),
+    ]
+    for r in answers:
+        assert r.status_code == 400, (r.request.method, r.request.url.path, r.text[:300])
+        assert "bytes" in r.json()["detail"]
+
+
+def test_a_lone_surrogate_in_a_path_is_a_4xx(client: TestClient, cid: str) -> None:
+    r = client.post(f"/api/conversations/{cid}/commands",
+                    content=b'{"command": "true", "cwd": "\\ud800"}')
+    assert r.status_code == 422, r.text
+
+
+@pytest.mark.parametrize("raw", ["d/" + "a" * 255, "d/" * 1500 + "x"], ids=["255", "deep"])
+def test_long_paths_a_system_can_hold_are_fine(client: TestClient, cid: str, raw: str,
+                                               tmp_path: Path) -> None:
+    try:
+        r = client.post(f"/api/conversations/{cid}/file", params={"path": raw}, content=b"x")
+        assert r.status_code == 200, r.text
+        assert client.get(f"/api/conversations/{cid}/file", params={"path": raw}).content == b"x"
+    finally:
+        remove_tree(tmp_path / "workspace" / "d")
+
+
+def remove_tree(top: Path) -> None:
+    """rm -r without recursion: shutil.rmtree (pytest's clean-up of tmp_path too) recurses once
+    per level, as mkdir -p did, and fails on a tree this deep."""
+    found: list[Path] = []
+    stack = [top] if top.exists() else []
+    while stack:
+        directory = stack.pop()
+        found.append(directory)
+        for entry in directory.iterdir():
+            if entry.is_dir() and not entry.is_symlink():
+                stack.append(entry)
+            else:
+                entry.unlink()
+    for directory in reversed(found):
+        directory.rmdir()
+
+
+def test_a_command_with_a_nul_byte_is_refused(client: TestClient, cid: str) -> None:
+    for body in ({"command": "echo a\u0000b"}, {"command": "true", "cwd": "a\u0000b"}):
+        r = client.post(f"/api/conversations/{cid}/commands", json=body)
+        assert r.status_code == 422, r.text
+        (item,) = r.json()["detail"]
+        assert item["type"] == "string_pattern_mismatch" and "x00" in item["msg"], item

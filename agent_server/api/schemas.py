@@ -123,12 +123,14 @@ class EventPage(BaseModel):
 
 
 TAG_KEY = re.compile(r"^[a-z0-9_-]{1,50}$")
+#: Text that becomes a path or a program's argument: a NUL would cut it short.
+NO_NUL = r"^[^\x00]*$"
 
 
 class FileQuery(Lenient):
     """?path= of GET and POST .../file: relative to the working directory, or absolute in it."""
 
-    path: str = Field(min_length=1, max_length=4096)
+    path: str = Field(min_length=1, max_length=4096, pattern=NO_NUL)
 
 
 class FileWritten(BaseModel):
@@ -138,15 +140,16 @@ class FileWritten(BaseModel):
 
 
 class DiffQuery(Lenient):
-    path: str | None = Field(default=None, min_length=1, max_length=4096)
+    path: str | None = Field(default=None, min_length=1, max_length=4096, pattern=NO_NUL)
     """One file; without it the whole unified diff comes back as text/plain."""
 
 
 class RunCommand(Lenient):
     """POST .../commands: a shell command in the workspace, outside the agent's terminal."""
 
-    command: str = Field(min_length=1, max_length=100_000)
-    cwd: str | None = Field(default=None, min_length=1, max_length=4096)
+    command: str = Field(min_length=1, max_length=100_000, pattern=NO_NUL)
+    """Run by `bash -c`; it may not hold NUL (a C string would end there)."""
+    cwd: str | None = Field(default=None, min_length=1, max_length=4096, pattern=NO_NUL)
     """Relative to the working directory (or absolute inside it)."""
     timeout: float = Field(default=60, gt=0, le=600)
     """Seconds; then the command's whole process group is killed."""
