@@ -74,6 +74,7 @@ def main(argv: list[str] | None = None) -> None:
     import uvicorn
 
     from agent_server.app import build_app
+    from agent_server.websocket import WebSocketProtocol
 
     app = build_app(config)
     uvicorn.run(
@@ -83,7 +84,7 @@ def main(argv: list[str] | None = None) -> None:
         log_level=config.log_level,
         log_config=None,  # uvicorn's records go through the root handler, escaped like ours
         access_log=False,  # our own access log never prints query strings (they may hold a key)
-        ws="websockets-sansio",
+        ws=WebSocketProtocol,  # websockets-sansio, closing a laggard with 1013 (see there)
         lifespan="on",
         timeout_graceful_shutdown=10,
         ws_ping_interval=20.0,  # dead websocket peers are noticed within about 40 s

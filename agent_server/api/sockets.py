@@ -12,8 +12,13 @@ arrived meanwhile is skipped up to the last id sent. Transient frames (streaming
 about this client's own frames) carry no id; resume from the last frame that has one.
 
 A client frame `{"role": "user", "content": [...], "run": bool}` is a user message; anything
-else is answered with a ServerErrorEvent frame (not stored) and the socket stays open. A
-client that falls behind its bounded queue is closed with 1013 and resumes with `after_id`.
+else is answered with a ServerErrorEvent frame (not stored) and the socket stays open.
+
+A client that falls behind is closed with 1013, the reason naming the `after_id` to resume
+from. Behind means any of: its queue passed its bounds (ws_queue_events, ws_queue_bytes); one
+frame could not be handed to the socket within ws_send_timeout (the kernel's buffers, which
+hide a backlog from the queue, are full and the client is not reading); or it left a ping
+unanswered for 20 s (agent_server.websocket, which also sends the close ahead of the backlog).
 """
 
 from __future__ import annotations
@@ -58,6 +63,9 @@ QUERY_KEY = "session_api_key"
 _REPLAY_EVENTS = 256
 _REPLAY_BYTES = 1024 * 1024
 _CLOSE_SECONDS = 30.0
+#: Where the resume point of a socket is kept in its ASGI scope, for the protocol's own close
+#: (agent_server.websocket) as much as for this module's.
+RESUME_AFTER = "agent_server.resume_after"
 
 
 async def events_socket(websocket: WebSocket) -> None:
@@ -85,7 +93,7 @@ async def events_socket(websocket: WebSocket) -> None:
     # No await between subscribing and this snapshot: every event below `end` was published
     # before the subscription, every later one is in its queue.
     end = len(log)
-    session = _Session(websocket, conv, log, sub)
+    session = _Session(websocket, conv, log, sub, delivery.settings.ws_send_timeout)
     try:
         await session.run(start, end)
     finally:
@@ -157,12 +165,32 @@ class _Session:
     """One socket after the handshake: a sender task, a reader task, and why they ended."""
 
     def __init__(self, websocket: WebSocket, conv: Conversation, log: EventLog,
-                 sub: Subscription) -> None:
+                 sub: Subscription, send_timeout: float) -> None:
         self.websocket = websocket
         self.conv = conv
         self.log = log
         self.sub = sub
-        self.last_sent: str | None = None
+        self.send_timeout = send_timeout
+        #: Set when a frame could not be handed to the socket in time.
+        self.behind = False
+        self._last_sent: str | None = None
+
+    @property
+    def last_sent(self) -> str | None:
+        return self._last_sent
+
+    @last_sent.setter
+    def last_sent(self, event_id: str | None) -> None:
+        self._last_sent = event_id
+        self.websocket.scope[RESUME_AFTER] = event_id
+
+    async def _put(self, text: str) -> None:
+        """One frame to the socket; a client that leaves it unsent for send_timeout is behind."""
+        try:
+            await asyncio.wait_for(self.websocket.send_text(text), self.send_timeout)
+        except TimeoutError:
+            self.behind = True
+            raise
 
     async def run(self, start: str | None, end: int) -> None:
         sender = asyncio.create_task(self._send(start, end))
@@ -178,14 +206,20 @@ class _Session:
             await asyncio.gather(*tasks, return_exceptions=True)
         if self.conv.closed.is_set() and self.sub.state is not SubscriptionState.CLOSED:
             await _close(self.websocket, CLOSE_NOT_FOUND, "conversation deleted")
-        elif self.sub.state is SubscriptionState.OVERFLOWED:
+        elif self.sub.state is SubscriptionState.OVERFLOWED or self.behind:
             hint = f"; resume with after_id={self.last_sent}" if self.last_sent else ""
             await _close(self.websocket, CLOSE_TRY_AGAIN, "fell behind" + hint)
         elif self.sub.state is SubscriptionState.CLOSED:
             await _close(self.websocket, CLOSE_RESTART, "server shutting down")
 
     async def _send(self, start: str | None, end: int) -> None:
-        ws, log = self.websocket, self.log
+        try:
+            await self._send_all(start, end)
+        except TimeoutError:
+            return  # behind (self.behind): run() closes with 1013
+
+    async def _send_all(self, start: str | None, end: int) -> None:
+        log = self.log
         if start:
             self.last_sent = start  # nothing up to after_id, even from the live queue
         if start is not None:
@@ -196,7 +230,7 @@ class _Session:
                 lines = log.lines_after(position, min(_REPLAY_EVENTS, end - position),
                                         _REPLAY_BYTES)
                 for line in lines:
-                    await ws.send_text(line.decode())
+                    await self._put(line.decode())
                     self.last_sent = log.id_at(position)
                     position += 1
         try:
@@ -205,10 +239,10 @@ class _Session:
                 if frame.event_id is not None:
                     if self.last_sent is not None and frame.event_id <= self.last_sent:
                         continue  # already sent by the replay
-                    await ws.send_text(frame.text)
+                    await self._put(frame.text)
                     self.last_sent = frame.event_id
                 else:
-                    await ws.send_text(frame.text)
+                    await self._put(frame.text)
         except SubscriptionEnded:
             return
 
@@ -255,4 +289,5 @@ class _Session:
         # Bounded like every other frame: a client that sends junk and never reads is cut off.
         self.sub.offer(Frame.transient(event))
 
-__all__ = ["CLOSE_NOT_FOUND", "CLOSE_TRY_AGAIN", "CLOSE_UNAUTHORIZED", "events_socket"]
+__all__ = ["CLOSE_NOT_FOUND", "CLOSE_TRY_AGAIN", "CLOSE_UNAUTHORIZED", "RESUME_AFTER",
+           "events_socket"]
