@@ -40,10 +40,10 @@ from starlette import status
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
+from starlette.routing import Match, Route
 
 from agent_server.accesslog import escape
 from core.masking import redact
-
 
 Loc = Sequence[str | int]
 logger = logging.getLogger(__name__)
@@ -189,7 +189,21 @@ async def on_error(request: Request, exc: Exception) -> Response:
 
 async def on_http(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
-    return JSONResponse({"detail": exc.detail}, status_code=exc.status_code, headers=exc.headers)
+    headers = dict(exc.headers or {})
+    if exc.status_code == 405:
+        # Starlette names the methods of the one route it tried; a path has several routes.
+        headers["Allow"] = _allowed(request)
+    return JSONResponse({"detail": exc.detail}, status_code=exc.status_code, headers=headers)
+
+
+def _allowed(request: Request) -> str:
+    methods: set[str] = set()
+    for route in request.app.router.routes:
+        if isinstance(route, Route) and route.methods:
+            match, _ = route.matches(request.scope)
+            if match is not Match.NONE:
+                methods |= route.methods
+    return ", ".join(sorted(methods))
 
 
 async def on_unexpected(request: Request, exc: Exception) -> Response:

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Literal
+from typing import Annotated, Literal
 from uuid import UUID
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, Field, StringConstraints, field_validator
 
 from agent_server.agent.spec import (
     AgentSpec,
     ConfirmationPolicy,
+    EnvName,
     ExecutionStatus,
     HookConfig,
     Lenient,
@@ -18,20 +19,16 @@ from agent_server.agent.spec import (
     NeverConfirm,
     RepositorySpec,
     RepositoryStatus,
+    SecretText,
 )
 from agent_server.events import ImageContent, TextContent
 
 
 class Workspace(Lenient):
     kind: Literal["LocalWorkspace"] = "LocalWorkspace"
-    working_dir: str = Field(min_length=1, max_length=4096)
+    working_dir: str = Field(min_length=1, max_length=4096, pattern=r"^/[^\x00]*$")
+    """An absolute path; created when missing."""
 
-    @field_validator("working_dir")
-    @classmethod
-    def _absolute(cls, value: str) -> str:
-        if not value.startswith("/"):
-            raise ValueError("working_dir must be an absolute path")
-        return value
 
 
 class RequestText(Lenient):
@@ -67,10 +64,16 @@ class StaticSecret(Lenient):
     """OpenHands' object form of a secret value."""
 
     kind: Literal["StaticSecret"] = "StaticSecret"
-    value: str = Field(max_length=65536)
+    value: SecretText
 
 
-SecretValue = str | StaticSecret
+SecretValue = SecretText | StaticSecret
+#: A conversation's secrets as a request gives them: names are environment names.
+Secrets = Annotated[dict[EnvName, SecretValue], Field(max_length=200)]
+#: Tags: up to 50, keys 1 to 50 of a-z, 0-9, _ and -, values up to 256 characters.
+TAG_KEY = r"^[a-z0-9_-]{1,50}$"
+Tags = Annotated[dict[Annotated[str, StringConstraints(pattern=TAG_KEY)],
+                      Annotated[str, StringConstraints(max_length=256)]], Field(max_length=50)]
 
 
 def secret_values(secrets: dict[str, SecretValue]) -> dict[str, str]:
@@ -85,8 +88,8 @@ class CreateConversation(Lenient):
     max_iterations: int = Field(default=500, ge=1, le=100_000)
     stuck_detection: bool = True
     title: str | None = Field(default=None, max_length=200)
-    tags: dict[str, str] = Field(default_factory=dict, max_length=50)
-    secrets: dict[str, SecretValue] = Field(default_factory=dict, max_length=200)
+    tags: Tags = Field(default_factory=dict)
+    secrets: Secrets = Field(default_factory=dict)
     repository: RepositorySpec | None = None
     """Cloned (shallow) into the working directory before the first step (SPEC 2.5)."""
     confirmation_policy: ConfirmationPolicy = Field(default_factory=NeverConfirm)

@@ -11,7 +11,19 @@ import re
 from enum import Enum
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_serializer, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    StringConstraints,
+    field_serializer,
+    field_validator,
+    model_validator,
+)
+
+from core.ids import ENV_NAME
+from core.masking import MIN_LENGTH
 
 
 class Lenient(BaseModel):
@@ -130,7 +142,7 @@ class HookDefinition(Lenient):
 
 
 class HookMatcher(Lenient):
-    matcher: str = Field(default="*", max_length=1000)
+    matcher: str = Field(default="*", max_length=1000, json_schema_extra={"anyOf": [{"enum": ["", "*"]}, {"format": "regex"}]})
     """A regular expression on the tool name (PreToolUse, PostToolUse); `*` matches all."""
     hooks: list[HookDefinition] = Field(default_factory=list, max_length=20)
 
@@ -220,14 +232,26 @@ class Metrics(BaseModel):
         total.model = usage.model
 
 
-ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+#: What a secret or an environment variable may be called, as a type: the document shows
+#: the pattern (propertyNames) and the server checks the same one.
+EnvName = Annotated[str, StringConstraints(pattern=ENV_NAME.pattern)]
+#: A secret's value: shorter ones would mask ordinary words all over the transcript.
+SecretText = Annotated[str, StringConstraints(min_length=MIN_LENGTH, max_length=65536)]
 
 
-BRANCH = re.compile(r"^(?!-)(?!.*\.\.)(?!.*//)[A-Za-z0-9._/-]{1,255}(?<![./])$")
-#: `user@host:path`, the scp-like form Git accepts for SSH.
+BRANCH = re.compile(r"^(?!-)(?!.*\.\.)(?!.*//)[A-Za-z0-9._/-]{1,255}(?<![./])(?<!\.lock)$")
 
 
-SCP_URL = re.compile(r"^[A-Za-z0-9._-]+@[A-Za-z0-9.-]+:(?!//).+$")
+#: The URLs a repository may be cloned from: a scheme Git speaks with a host (file:// without
+#: one), an optional user but never a password; or scp-like user@host:path. Nothing starts
+#: with "-" (an option to git) and nothing holds spaces or control characters.
+REPOSITORY_URL = re.compile(
+    r"^(?!-)(?:"
+    r"(?:https?|ssh|git)://(?:[A-Za-z0-9._~%!$&'()*+,;=-]+@)?[A-Za-z0-9.-]+(?::[0-9]{1,5})?"
+    r"(?:[/?#][^\x00-\x20\x7f]*)?"
+    r"|file://[^\x00-\x20\x7f]*"
+    r"|[A-Za-z0-9._-]+@[A-Za-z0-9.-]+:(?!//)[^\x00-\x20\x7f]+"
+    r")$")
 
 
 RepositoryStatus = Literal["cloned", "failed"]
@@ -236,37 +260,28 @@ RepositoryStatus = Literal["cloned", "failed"]
 class RepositorySpec(Lenient):
     """`repository` at creation: what to clone into the working directory."""
 
-    url: str = Field(min_length=1, max_length=2000)
+    url: str = Field(min_length=1, max_length=2000,
+                     json_schema_extra={"pattern": REPOSITORY_URL.pattern})
     """https://, http://, ssh://, git://, file:// or user@host:path; never with a password in it."""
-    branch: str | None = Field(default=None, max_length=255)
-    credential_secret: str | None = Field(default=None, max_length=128)
+    branch: str | None = Field(default=None, max_length=255,
+                               json_schema_extra={"pattern": BRANCH.pattern})
+    credential_secret: str | None = Field(default=None, max_length=128,
+                                          json_schema_extra={"pattern": ENV_NAME.pattern})
     """Name of the conversation's secret holding an HTTPS token; sent through GIT_ASKPASS only."""
 
     @field_validator("url")
     @classmethod
     def _url(cls, value: str) -> str:
-        from urllib.parse import urlsplit
-
-        value = value.strip()
-        if value.startswith("-") or any(c.isspace() or ord(c) < 32 for c in value):
-            raise ValueError("url must not start with '-' or hold spaces or control characters")
-        parts = urlsplit(value)
-        if parts.scheme in ("https", "http", "ssh", "git", "file"):
-            if parts.password is not None:
-                raise ValueError("url holds a password: put the credential in `secrets` and name "
-                                 "it in `credential_secret`")
-            if parts.scheme != "file" and not parts.hostname:
-                raise ValueError("url has no host")
-            return value
-        if SCP_URL.match(value):
-            return value
-        raise ValueError("url must be https://, http://, ssh://, git:// or file:// "
-                         "(or user@host:path)")
+        if not REPOSITORY_URL.match(value):
+            raise ValueError("url must be https://, http://, ssh://, git:// or file:// (or "
+                             "user@host:path), without spaces, control characters or a password "
+                             "(put the credential in `secrets` and name it in `credential_secret`)")
+        return value
 
     @field_validator("branch")
     @classmethod
     def _branch(cls, value: str | None) -> str | None:
-        if value is not None and (not BRANCH.match(value) or value.endswith(".lock")):
+        if value is not None and not BRANCH.match(value):
             raise ValueError("branch is not a valid Git branch name")
         return value
 

@@ -50,10 +50,13 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
-def _finite(text: str) -> float:
+def _finite(text: str) -> float | int:
     value = float(text)
     if not math.isfinite(value):
         raise ValueError(f"{text} is out of range for a number")
+    # JSON Schema counts 3.0 as an integer: so does the (strict) validation after this.
+    if value.is_integer() and abs(value) < 2**53:
+        return int(value)
     return value
 
 
@@ -92,10 +95,16 @@ async def read_body(request: Request, model: type[M]) -> M:
     data = parse_json(raw) if raw.strip() else None
     if data is None:
         raise invalid(["body"], "Field required: a JSON object", "missing")
+    return validate_json(model, json.dumps(data), "body")
+
+
+def validate_json(model: type[M], raw: bytes | str, where: str) -> M:
+    """`raw` (already through parse_json) as `model`, strictly, as the document declares it:
+    `0` is no boolean and `"5"` no integer; strings stand for ids, times and enums."""
     try:
-        return model.model_validate(data)
+        return model.model_validate_json(raw, strict=True)
     except ValidationError as exc:
-        raise from_pydantic(exc, "body") from None
+        raise from_pydantic(exc, where) from None
 
 
 async def read_raw_object(request: Request) -> dict[str, Any]:
@@ -173,9 +182,15 @@ def doc(
     query: type[BaseModel] | None = None,
     response: Any = None,
     status: int = 200,
+    also: dict[int, str] | None = None,
+    media: dict[str, Any] | None = None,
     errors: tuple[int, ...] = (),
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Describe an endpoint for /openapi.json (read by agent_server.openapi)."""
+    """Describe an endpoint for /openapi.json (read by agent_server.openapi).
+
+    `also`: other success statuses (with the same body) and when they happen; `media`: the
+    success body's media types other than application/json, by type (a JSON schema each).
+    """
 
     def mark(fn: Callable[..., Any]) -> Callable[..., Any]:
         fn.__openapi__ = {  # type: ignore[attr-defined]
@@ -184,6 +199,8 @@ def doc(
             "query": query,
             "response": response,
             "status": status,
+            "also": also or {},
+            "media": media or {},
             "errors": errors,
         }
         return fn

@@ -6,16 +6,21 @@ agent server where the SPEC is silent.
 
 from __future__ import annotations
 
-import re
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 from uuid import UUID
 
-from pydantic import BaseModel, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    Field,
+    StringConstraints,
+    field_validator,
+    model_validator,
+)
 
 from agent_server.agent.spec import (
-    ENV_NAME,
     ConfirmationPolicy,
+    EnvName,
     ExecutionStatus,
     HookConfig,
     Lenient,
@@ -24,7 +29,13 @@ from agent_server.agent.spec import (
     RepositoryStatus,
 )
 from agent_server.events.kinds import KindName
-from agent_server.record import SecretValue, StoredConversation, WebhookStatus, Workspace
+from agent_server.record import (
+    Secrets,
+    StoredConversation,
+    Tags,
+    WebhookStatus,
+    Workspace,
+)
 
 
 class SetConfirmationPolicy(Lenient):
@@ -50,7 +61,7 @@ class ConfirmationResponse(Lenient):
 class UpdateSecrets(Lenient):
     """POST /api/conversations/{id}/secrets: add or replace."""
 
-    secrets: dict[str, SecretValue] = Field(max_length=200)
+    secrets: Secrets
 
 
 class ConversationInfo(BaseModel):
@@ -109,6 +120,18 @@ class EventSearch(Lenient):
     limit: int = Field(default=100, ge=1, le=1000)
     page_id: str | None = Field(default=None, pattern=r"^[0-9A-HJKMNP-TV-Z]{26}$")
 
+    @field_validator("timestamp__gte", "timestamp__lt", mode="before")
+    @classmethod
+    def _iso(cls, value: Any) -> Any:
+        """An ISO 8601 date-time, as documented (pydantic alone reads "250" as a Unix time)."""
+        if isinstance(value, str):
+            try:
+                return datetime.fromisoformat(value)
+            except ValueError:
+                raise ValueError("timestamp must be an ISO 8601 date-time, e.g. "
+                                 "2026-01-31T12:00:00+00:00") from None
+        return value
+
     @field_validator("timestamp__gte", "timestamp__lt")
     @classmethod
     def _aware(cls, value: datetime | None) -> datetime | None:
@@ -122,7 +145,6 @@ class EventPage(BaseModel):
     next_page_id: str | None = None
 
 
-TAG_KEY = re.compile(r"^[a-z0-9_-]{1,50}$")
 #: Text that becomes a path or a program's argument: a NUL would cut it short.
 NO_NUL = r"^[^\x00]*$"
 
@@ -153,17 +175,8 @@ class RunCommand(Lenient):
     """Relative to the working directory (or absolute inside it)."""
     timeout: float = Field(default=60, gt=0, le=600)
     """Seconds; then the command's whole process group is killed."""
-    env: dict[str, str] = Field(default_factory=dict, max_length=100)
-
-    @field_validator("env")
-    @classmethod
-    def _names(cls, value: dict[str, str]) -> dict[str, str]:
-        for name, item in value.items():
-            if not ENV_NAME.match(name):
-                raise ValueError(f"{name!r} is not an environment variable name")
-            if len(item) > 65536 or "\x00" in item:
-                raise ValueError(f"the value of {name} is over 65536 characters or holds NUL")
-        return value
+    env: dict[EnvName, Annotated[str, StringConstraints(max_length=65536, pattern=NO_NUL)]] = (
+        Field(default_factory=dict, max_length=100))
 
 
 class CommandResult(BaseModel):
@@ -179,25 +192,12 @@ class UpdateConversation(Lenient):
 
     title: str | None = Field(default=None, min_length=1, max_length=200)
     """null clears the title."""
-    tags: dict[str, str] | None = None
+    tags: Tags | None = None
+    """Given, they replace all the tags."""
 
     @field_validator("title")
     @classmethod
     def _title(cls, value: str | None) -> str | None:
         if value is not None and not value.strip():
             raise ValueError("title must not be blank")
-        return value
-
-    @field_validator("tags")
-    @classmethod
-    def _tags(cls, value: dict[str, str] | None) -> dict[str, str] | None:
-        if value is None:
-            return None
-        if len(value) > 50:
-            raise ValueError("at most 50 tags")
-        for key, item in value.items():
-            if not TAG_KEY.match(key):
-                raise ValueError(f"tag key {key!r}: 1 to 50 of a-z, 0-9, _ and -")
-            if len(item) > 256:
-                raise ValueError(f"tag {key!r}: values are at most 256 characters")
         return value

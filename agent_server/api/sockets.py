@@ -270,7 +270,7 @@ class _Session:
                         'expected a user message {"role": "user", "content": [...], "run": false}')
             return
         try:
-            message = SendMessage.model_validate(data)
+            message = SendMessage.model_validate_json(text, strict=True)
         except ValidationError as exc:
             self._error("InvalidFrame", validation_text(exc)[:2000])
             return

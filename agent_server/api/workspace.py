@@ -55,7 +55,7 @@ def _max_bytes(request: Request) -> int:
 
 
 @doc(summary="A workspace file, streamed with a guessed content type", query=FileQuery,
-     errors=(400, 403, 404, 413))
+     media={"*/*": {"type": "string", "format": "binary"}}, errors=(400, 403, 404, 413))
 async def get_file(request: Request) -> Response:
     conv = conversation(request)
     query = read_query(request, FileQuery)
@@ -133,7 +133,8 @@ async def git_changes(request: Request) -> Response:
 
 
 @doc(summary="One file's {path, original, modified}; without path the whole unified diff "
-             "(text/plain)", query=DiffQuery, response=GitDiff, errors=(400, 403, 404, 413))
+             "(text/plain)", query=DiffQuery, response=GitDiff,
+     media={"text/plain": {"type": "string"}}, errors=(400, 403, 404, 413))
 async def git_diff(request: Request) -> Response:
     conv = conversation(request)
     query = read_query(request, DiffQuery)
