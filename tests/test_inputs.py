@@ -139,3 +139,18 @@ def test_a_command_with_a_nul_byte_is_refused(client: TestClient, cid: str) -> N
         assert r.status_code == 422, r.text
         (item,) = r.json()["detail"]
         assert item["type"] == "string_pattern_mismatch" and "x00" in item["msg"], item
+
+
+def test_a_command_printing_a_secret_encoded_shows_it_masked(client: TestClient) -> None:
+    secret = "s3cr3t-value-0123456789"
+    r = client.post("/api/conversations", json={"agent": {"llm": {"model": "m"}},
+                                                "secrets": {"API_TOKEN": secret}})
+    cid = r.json()["id"]
+    command = ('echo "$API_TOKEN" | base64; printf %s "$API_TOKEN" | base64 | tr "+/" "-_"; '
+               'printf %s "$API_TOKEN" | od -An -tx1 | tr -d " \\n"; echo; '
+               'python3 -c "import os, urllib.parse; '
+               'print(urllib.parse.quote(os.environ[\'API_TOKEN\']))"')
+    r = client.post(f"/api/conversations/{cid}/commands", json={"command": command})
+    assert r.status_code == 200, r.text
+    lines = r.json()["stdout"].splitlines()
+    assert len(lines) == 4 and all("<secret-hidden>" in line for line in lines), lines
