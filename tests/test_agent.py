@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from datetime import datetime
 from pathlib import Path
 
 import httpx
@@ -340,3 +341,22 @@ def test_restart_in_the_middle_of_a_run(llm: ScriptedLLM, key: str, tmp_path: Pa
             assert messages[-1]["role"] == "tool"
     finally:
         proc.stop()
+
+
+def test_a_model_server_that_writes_headers_and_body_apart_costs_no_ack_delay(
+        client: httpx.Client, tmp_path: Path) -> None:
+    """Against a server that sends its headers, then its body, with Nagle on (http.server),
+    each reply used to wait ~40 ms for the client's delayed ACK before its body came."""
+    raw = ScriptedLLM().start_raw()
+    try:
+        steps = 8
+        raw.script("k", *[call("think", thought=f"step {i}") for i in range(steps)], text("done"))
+        conv = create(client, raw, "k", tmp_path, message="think", run=True)
+        wait_status(client, conv["id"], "finished", timeout=60)
+        stamps = [datetime.fromisoformat(e["timestamp"]).timestamp()
+                  for e in events(client, conv["id"], "ActionEvent")]
+        delays = sorted((a - r) * 1000 for a, r in zip(stamps, raw.answered["k"]))
+        assert len(delays) == steps
+        assert delays[steps // 2] < 25, delays  # the stall was 40 ms and more, every step
+    finally:
+        raw.stop()

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from agent_server.agent import transport
 from agent_server.agent.spec import LLMConfig, TokenUsage
 from core.masking import REDACTED
 from core.retry import Backoff, parse_retry_after
@@ -128,6 +129,18 @@ def _retryable(litellm: Any, exc: Exception) -> bool:
     return isinstance(status, int) and (status in (408, 409, 429) or status >= 500)
 
 
+#: Providers whose litellm path is its own HTTP handler (it takes an AsyncHTTPHandler as
+#: `client`): OpenAI-compatible servers and Anthropic's API. Others keep litellm's client.
+QUICKACK_PROVIDERS = frozenset({"openai", "anthropic"})
+
+
+def _provider(litellm: Any, config: LLMConfig) -> str | None:
+    try:
+        return str(litellm.get_llm_provider(model=config.model, api_base=config.base_url)[1])
+    except Exception:  # litellm cannot tell: its own call will say why
+        return None
+
+
 def _failure(exc: Exception, secrets: list[str]) -> LLMFailure:
     detail = str(exc)
     for secret in secrets:
@@ -174,6 +187,8 @@ async def complete(
     """One model response, retried on rate limits, server errors and timeouts."""
     litellm = await load()
     kwargs = _kwargs(config, messages, tools)
+    if _provider(litellm, config) in QUICKACK_PROVIDERS:
+        kwargs["client"] = transport.client(litellm)
     secrets = [config.api_key.get_secret_value()] if config.api_key else []
     attempt = 0
     while True:
