@@ -7,7 +7,8 @@ up for a second, then creates one conversation whose initial message runs at onc
 the scripted LLM (tests/support/llm.py):
 
 - create_to_first_request_s: from sending the create request to the LLM receiving the first
-  completion request (litellm's import included when it was not done before);
+  completion request (litellm's import included when it was not done before); _warm_s: the
+  same for the second conversation;
 - rss_mib: the server's resident memory idle (after that second), and once the conversation
   has run `--steps` steps (the think tool, so the figure is the server's, not a tool's);
 - reply_to_action_ms: from the LLM finishing its answer to the ActionEvent's timestamp, per
@@ -89,8 +90,12 @@ def one_run(tmp: Path, normal: ScriptedLLM, raw: ScriptedLLM, steps: int, run: i
         out["rss_after_run_mib"] = rss_mib(pid)
         out["reply_to_action_ms_nodelay_llm"] = reply_to_action_ms(client, normal, key, cid)
         key = f"raw{run}"
+        started = time.monotonic()
         r = client.post("/api/conversations", json=body(raw, key, tmp / "ws", steps))
         cid = r.json()["id"]
+        while not raw.timings[key] and time.monotonic() < started + 60:
+            time.sleep(0.001)
+        out["create_to_first_request_warm_s"] = round(raw.timings[key][0][0] - started, 3)
         wait_status(client, cid, timeout=120)
         out["reply_to_action_ms_http_server_llm"] = reply_to_action_ms(client, raw, key, cid)
         out["rss_after_two_runs_mib"] = rss_mib(pid)

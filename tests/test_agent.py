@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
 from datetime import datetime
 from pathlib import Path
@@ -360,3 +362,28 @@ def test_a_model_server_that_writes_headers_and_body_apart_costs_no_ack_delay(
         assert delays[steps // 2] < 25, delays  # the stall was 40 ms and more, every step
     finally:
         raw.stop()
+
+
+def test_a_call_with_tools_loads_neither_litellm_s_mcp_gateway_nor_a_tokenizer(
+        llm: ScriptedLLM, key: str) -> None:
+    """Each was tens of MB a conversation never used (the server went from ~190 to ~250 MB
+    on its first step)."""
+    llm.script(key, call("think", thought="x"))
+    script = f"""
+import asyncio, sys
+from agent_server.agent import llm
+from agent_server.agent.spec import LLMConfig
+config = LLMConfig(model="openai/test-model", base_url={llm.base_url(key)!r}, api_key="sk",
+                   num_retries=0)
+tools = [{{"type": "function", "function": {{"name": "think", "parameters": {{"type": "object"}}}}}}]
+done = asyncio.run(llm.complete(config, [{{"role": "user", "content": "x"}}], tools))
+assert done.tool_calls[0].name == "think", done
+gateway = [m for m in sys.modules if m.startswith("mcp.server")
+           or m == "litellm.responses.mcp.litellm_proxy_mcp_handler"]
+encoding = sys.modules["litellm.main"]._encoding_cache
+print(gateway, type(encoding).__name__, getattr(encoding, "_encoding", "loaded"))
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         timeout=120, cwd=Path(__file__).resolve().parent.parent)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.split() == ["[]", "_LazyEncoding", "None"], out.stdout

@@ -40,17 +40,47 @@ def _import() -> Any:
         # litellm's logging scans every message of every request for base64 to shorten; we
         # log no request bodies, so that work (growing with the conversation) is skipped.
         os.environ.setdefault("MAX_BASE64_LENGTH_FOR_LOGGING", "0")
-        module: Any = importlib.import_module("litellm")
+        # The import allocates a few million long-lived objects: the collector would walk
+        # them again and again meanwhile (a fifth of the import's time), for nothing.
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            module: Any = importlib.import_module("litellm")
+        finally:
+            if collecting:
+                gc.enable()
         module.telemetry = False
         module.suppress_debug_info = True
         for name in ("LiteLLM", "LiteLLM Router", "LiteLLM Proxy"):
             logging.getLogger(name).setLevel(logging.WARNING)
         module.drop_params = True
+        _lazy_tokenizer()
         # litellm leaves millions of long-lived objects behind; without this every full
         # collection walks them all (tens of ms, more often the more a step allocates).
         gc.collect()
         gc.freeze()
         return module
+
+
+class _LazyEncoding:
+    """litellm hands its default tokenizer (tiktoken's cl100k, ~45 MB resident) to every
+    call, whether the call counts tokens or not, and a call to a server that reports its
+    usage never does. This stands in for it and loads it on first real use."""
+
+    def __init__(self, load: Callable[[], Any]) -> None:
+        self._load = load
+        self._encoding: Any = None
+
+    def __getattr__(self, name: str) -> Any:
+        if self._encoding is None:
+            self._encoding = self._load()
+        return getattr(self._encoding, name)
+
+
+def _lazy_tokenizer() -> None:
+    main: Any = importlib.import_module("litellm.main")
+    if getattr(main, "_encoding_cache", "absent") is None and "encoding" not in vars(main):
+        main._encoding_cache = _LazyEncoding(main._load_default_encoding)
 
 
 async def load() -> Any:
@@ -156,6 +186,10 @@ def _kwargs(config: LLMConfig, messages: list[dict[str, Any]], tools: list[dict[
         "messages": messages,
         "num_retries": 0,
         "max_retries": 0,
+        # Our tools are plain functions, never litellm's MCP gateway: without this, the first
+        # call with tools imports that gateway (its MCP server, auth, crypto, telemetry),
+        # 225 modules and ~65 MB a conversation never uses.
+        "_skip_mcp_handler": True,
     }
     if tools:
         kwargs["tools"] = tools
