@@ -41,7 +41,9 @@ def main() -> None:
                 try:
                     sent += fuzz(schema, url, Path(tmp) / "workspace", method, path, mode,
                                  args.examples, derandomize=False)
-                except Exception as exc:  # a failure: report it and go on
+                except KeyboardInterrupt:
+                    raise
+                except BaseException as exc:  # noqa: BLE001 (a failure group: report, go on)
                     failures.append({"operation": f"{method} {path}", "mode": mode.value,
                                      "report": str(exc)[:4000]})
     print(json.dumps({"cases": sent, "failures": failures,

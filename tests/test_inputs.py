@@ -4,6 +4,7 @@ a 500 (issue 16)."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -154,3 +155,14 @@ def test_a_command_printing_a_secret_encoded_shows_it_masked(client: TestClient)
     assert r.status_code == 200, r.text
     lines = r.json()["stdout"].splitlines()
     assert len(lines) == 4 and all("<secret-hidden>" in line for line in lines), lines
+
+
+def test_a_blank_title_is_refused_as_the_document_says(client: TestClient, cid: str) -> None:
+    """Found by bench/fuzz.py: "\\n" met the schema (minLength 1) and was refused."""
+    schema = client.get("/openapi.json").json()["components"]["schemas"]["UpdateConversation"]
+    title = schema["properties"]["title"]
+    pattern = next(p["pattern"] for p in title["anyOf"] if p.get("type") == "string")
+    for value, status in (("\n", 422), ("   ", 422), (" x ", 200)):
+        assert (re.search(pattern, value) is not None) == (status == 200)
+        r = client.patch(f"/api/conversations/{cid}", json={"title": value})
+        assert r.status_code == status, r.text

@@ -190,14 +190,9 @@ class CommandResult(BaseModel):
 class UpdateConversation(Lenient):
     """PATCH /api/conversations/{id}: fields left out stay; tags given replace all tags."""
 
-    title: str | None = Field(default=None, min_length=1, max_length=200)
-    """null clears the title."""
+    title: str | None = Field(default=None, min_length=1, max_length=200,
+                              pattern=r"[^ \t\n\r\f\v]")
+    """null clears the title; a title is not blank (it holds more than ASCII whitespace)."""
     tags: Tags | None = None
     """Given, they replace all the tags."""
 
-    @field_validator("title")
-    @classmethod
-    def _title(cls, value: str | None) -> str | None:
-        if value is not None and not value.strip():
-            raise ValueError("title must not be blank")
-        return value
