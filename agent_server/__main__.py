@@ -76,11 +76,11 @@ def main(argv: list[str] | None = None) -> None:
         print(f"agent-server: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
 
-    logging.basicConfig(
-        level=config.log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+    from agent_server.accesslog import SafeFormatter
+
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(SafeFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=config.log_level.upper(), handlers=[handler])
     # httpx logs each request's full URL, credentials of a webhook URL included.
     logging.getLogger("httpx").setLevel(logging.WARNING)
     if config.generated_key:
@@ -91,6 +91,7 @@ def main(argv: list[str] | None = None) -> None:
     import uvicorn
 
     from agent_server.app import build_app
+    from agent_server.websocket import WebSocketProtocol
 
     app = build_app(config)
     uvicorn_config = uvicorn.Config(
@@ -98,8 +99,9 @@ def main(argv: list[str] | None = None) -> None:
         host=config.host,
         port=config.port,
         log_level=config.log_level,
+        log_config=None,  # uvicorn's records go through the root handler, escaped like ours
         access_log=False,  # our own access log never prints query strings (they may hold a key)
-        ws="websockets-sansio",
+        ws=WebSocketProtocol,  # websockets-sansio, closing a laggard with 1013 (see there)
         lifespan="on",
         timeout_graceful_shutdown=10,
         ws_ping_interval=20.0,  # dead websocket peers are noticed within about 40 s

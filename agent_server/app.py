@@ -8,6 +8,7 @@ routes read through `agent_server.api.io.services`.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import time
@@ -39,6 +40,8 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 C = "/api/conversations/{conversation_id}"
+#: Seconds after start-up before litellm starts loading in the background.
+PREWARM_DELAY = 0.05
 
 ROUTES = [
     Route("/health", server.health, methods=["GET"]),
@@ -132,6 +135,7 @@ class Services:
     delivery: Delivery
     keys: KeyRing
     browser: SharedBrowser
+    model: Model
     commands: Commands = field(default_factory=Commands)
     started: float = field(default_factory=time.monotonic)
     last_activity: float = field(default_factory=time.monotonic)
@@ -155,16 +159,15 @@ def build_services(config: Config, model: Model | None = None) -> Services:
                         config.webhook_secret)
     browser = SharedBrowser(config.chromium)
     subagents = SubagentHub()  # sub-agents are conversations of the catalogue made below
+    model = model or LiteLLMModel()
     make_session = session_factory(
-        model or LiteLLMModel(),
-        ToolServices(idle_timeout=config.terminal_idle_timeout, browser=browser,
-                     subagents=subagents),
-    )
+        model, ToolServices(idle_timeout=config.terminal_idle_timeout, browser=browser,
+                            subagents=subagents))
     service = ConversationService(config.state_dir, config.working_dir, settings=store.get,
                                   make_session=make_session, fanout=delivery)
     subagents.service = service
     return Services(config=config, settings=store, conversations=service, delivery=delivery,
-                    keys=KeyRing(config.session_api_keys), browser=browser)
+                    keys=KeyRing(config.session_api_keys), browser=browser, model=model)
 
 
 def build_app(config: Config, model: Model | None = None) -> Starlette:
@@ -182,6 +185,10 @@ def build_app(config: Config, model: Model | None = None) -> Starlette:
         await services.conversations.start()
         await services.delivery.start(lambda: iter(services.conversations))
         services.ready = True
+        # What the first conversation's first step needs (litellm) loads in the background
+        # from now on, so that step does not wait for it; a moment later, so the first
+        # answers to /ready are not slowed by the import.
+        asyncio.get_running_loop().call_later(PREWARM_DELAY, services.model.prewarm)
         try:
             yield {"services": services}
         finally:

@@ -29,6 +29,10 @@ class DeliverySettings(BaseModel):
     ws_queue_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
     """Bytes a socket may have waiting to be sent; past it the socket closes with 1013."""
 
+    ws_send_timeout: float = Field(default=10.0, gt=0)
+    """Seconds one frame may wait to be handed to a socket; past it (the client has left
+    more unread than the kernel's buffers hold) the socket closes with 1013."""
+
     ws_max_subscribers: int = Field(default=100, ge=1)
     """Sockets per conversation; one more is closed with 1013."""
 

@@ -40,9 +40,10 @@ from starlette import status
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
+from starlette.routing import Match, Route
 
+from agent_server.accesslog import escape
 from core.masking import redact
-
 
 Loc = Sequence[str | int]
 logger = logging.getLogger(__name__)
@@ -145,9 +146,16 @@ def _plain(value: Any) -> Any:
 AGENT_TAGS = ("Agent", "ACPAgent")
 
 
+#: The tags of a secret value's two forms (agent_server.record.SecretValue).
+SECRET_TAGS = frozenset({"str", "StaticSecret"})
+
+
 def _untagged(loc: Sequence[str | int]) -> list[str | int]:
+    """The location without the tags pydantic adds for a union's chosen variant (the agent's
+    kind, a secret value's form): a client reads where in its own document the error is."""
     return [part for i, part in enumerate(loc)
-            if not (i > 0 and loc[i - 1] == "agent" and part in AGENT_TAGS)]
+            if not (i > 0 and loc[i - 1] == "agent" and part in AGENT_TAGS)
+            and not (i > 1 and loc[i - 2] == "secrets" and part in SECRET_TAGS)]
 
 
 def from_pydantic(exc: ValidationError, *prefix: str | int) -> InvalidInput:
@@ -191,18 +199,32 @@ async def on_error(request: Request, exc: Exception) -> Response:
     if isinstance(exc, InvalidInput):
         return AsciiJSONResponse({"detail": exc.errors}, status_code=422)
     if exc.status_code >= 500:
-        logger.warning("%s on %s %s: %s", type(exc).__name__, request.method, request.url.path,
-                       exc.detail)
+        logger.warning("%s on %s %s: %s", type(exc).__name__, request.method,
+                       escape(request.url.path), escape(exc.detail))
     return AsciiJSONResponse({"detail": exc.detail}, status_code=exc.status_code)
 
 
 async def on_http(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPException)
-    return JSONResponse({"detail": exc.detail}, status_code=exc.status_code, headers=exc.headers)
+    headers = dict(exc.headers or {})
+    if exc.status_code == 405:
+        # Starlette names the methods of the one route it tried; a path has several routes.
+        headers["Allow"] = _allowed(request)
+    return JSONResponse({"detail": exc.detail}, status_code=exc.status_code, headers=headers)
+
+
+def _allowed(request: Request) -> str:
+    methods: set[str] = set()
+    for route in request.app.router.routes:
+        if isinstance(route, Route) and route.methods:
+            match, _ = route.matches(request.scope)
+            if match is not Match.NONE:
+                methods |= route.methods
+    return ", ".join(sorted(methods))
 
 
 async def on_unexpected(request: Request, exc: Exception) -> Response:
-    logger.exception("unexpected error on %s %s", request.method, request.url.path)
+    logger.exception("unexpected error on %s %s", request.method, escape(request.url.path))
     return JSONResponse({"detail": "Internal server error"}, status_code=500)
 
 

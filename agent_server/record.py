@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import re
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 from uuid import UUID
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, Discriminator, Field, StringConstraints, Tag
 
 from agent_server.agent.spec import (
     AnyAgentSpec,
     ConfirmationPolicy,
+    EnvName,
     ExecutionStatus,
     HookConfig,
     Lenient,
@@ -19,20 +20,16 @@ from agent_server.agent.spec import (
     NeverConfirm,
     RepositorySpec,
     RepositoryStatus,
+    SecretText,
 )
 from agent_server.events import ImageContent, TextContent
 
 
 class Workspace(Lenient):
     kind: Literal["LocalWorkspace"] = "LocalWorkspace"
-    working_dir: str = Field(min_length=1, max_length=4096)
+    working_dir: str = Field(min_length=1, max_length=4096, pattern=r"^/[^\x00]*$")
+    """An absolute path; created when missing."""
 
-    @field_validator("working_dir")
-    @classmethod
-    def _absolute(cls, value: str) -> str:
-        if not value.startswith("/"):
-            raise ValueError("working_dir must be an absolute path")
-        return value
 
 
 class RequestText(Lenient):
@@ -68,14 +65,33 @@ class StaticSecret(Lenient):
     """OpenHands' object form of a secret value."""
 
     kind: Literal["StaticSecret"] = "StaticSecret"
-    value: str = Field(max_length=65536)
+    value: SecretText
 
 
-SecretValue = str | StaticSecret
+def _secret_form(value: Any) -> str:
+    return "str" if isinstance(value, str) else "StaticSecret"
+
+
+#: A secret's value, text or OpenHands' object form (one error for a bad one, not one per form).
+SecretValue = Annotated[
+    Annotated[SecretText, Tag("str")] | Annotated[StaticSecret, Tag("StaticSecret")],
+    Discriminator(_secret_form),
+]
+#: A conversation's secrets as a request gives them: names are environment names.
+Secrets = Annotated[dict[EnvName, SecretValue], Field(max_length=200)]
+#: Tags: up to 50, keys 1 to 50 of a-z, 0-9, _ and -, values up to 256 characters.
+TAG_KEY = r"^[a-z0-9_-]{1,50}$"
+Tags = Annotated[dict[Annotated[str, StringConstraints(pattern=TAG_KEY)],
+                      Annotated[str, StringConstraints(max_length=256)]], Field(max_length=50)]
 
 
 def secret_values(secrets: dict[str, SecretValue]) -> dict[str, str]:
     return {k: v if isinstance(v, str) else v.value for k, v in secrets.items()}
+
+
+#: A dotted Python module name.
+MODULE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*){0,20}$")
+ModuleName = Annotated[str, StringConstraints(pattern=MODULE.pattern)]
 
 
 class CreateConversation(Lenient):
@@ -86,8 +102,8 @@ class CreateConversation(Lenient):
     max_iterations: int = Field(default=500, ge=1, le=100_000)
     stuck_detection: bool = True
     title: str | None = Field(default=None, max_length=200)
-    tags: dict[str, str] = Field(default_factory=dict, max_length=50)
-    secrets: dict[str, SecretValue] = Field(default_factory=dict, max_length=200)
+    tags: Tags = Field(default_factory=dict)
+    secrets: Secrets = Field(default_factory=dict)
     repository: RepositorySpec | None = None
     """Cloned (shallow) into the working directory before the first step (SPEC 2.5)."""
     confirmation_policy: ConfirmationPolicy = Field(default_factory=NeverConfirm)
@@ -97,20 +113,9 @@ class CreateConversation(Lenient):
     client_tools: list[dict[str, Any]] = Field(default_factory=list, max_length=50)
     """OpenHands SDK client tools (specs kept and shown, so that a client re-attaching can
     register their action types; this server never runs them)."""
-    tool_module_qualnames: dict[str, str] = Field(default_factory=dict, max_length=100)
+    tool_module_qualnames: dict[Annotated[str, Field(max_length=200)], ModuleName] = Field(
+        default_factory=dict, max_length=100)
     """OpenHands SDK tool name -> module, kept and shown for clients that re-attach."""
-
-    @field_validator("tool_module_qualnames")
-    @classmethod
-    def _modules(cls, value: dict[str, str]) -> dict[str, str]:
-        for name, module in value.items():
-            if len(name) > 200 or not MODULE.match(module):
-                raise ValueError(f"{name!r}: {module!r} is not a module name")
-        return value
-
-
-#: A dotted Python module name.
-MODULE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*){0,20}$")
 
 
 class ForkRequest(Lenient):

@@ -4,27 +4,30 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import json
 import re
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, StringConstraints, ValidationError, field_validator
 
-from agent_server.errors import from_pydantic, invalid
 from agent_server.agent.spec import (
     CondenserConfig,
     CondenserSpec,
+    EnvName,
     Lenient,
     LLMConfig,
+    SecretText,
     ToolSpec,
     mask_mcp_config,
 )
+from agent_server.errors import from_pydantic, invalid
 from core.files import read_json, write_json
 from core.masking import REDACTED, check_secrets, redact
 
 PROFILE_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
-
+ProfileName = Annotated[str, StringConstraints(pattern=PROFILE_NAME.pattern)]
 
 class SettingsAgent(Lenient):
     llm: LLMConfig | None = None
@@ -39,9 +42,9 @@ class Settings(Lenient):
     agent: SettingsAgent = Field(default_factory=SettingsAgent)
     git_user_name: str | None = Field(default=None, max_length=200)
     git_user_email: str | None = Field(default=None, max_length=200)
-    secrets: dict[str, str] = Field(default_factory=dict, max_length=200)
+    secrets: dict[EnvName, SecretText] = Field(default_factory=dict, max_length=200)
     """Stored secrets; a conversation's own value wins on a name clash (SPEC 5 rule 4)."""
-    llm_profiles: dict[str, LLMConfig] = Field(default_factory=dict, max_length=50)
+    llm_profiles: dict[ProfileName, LLMConfig] = Field(default_factory=dict, max_length=50)
     """Saved LLMs by name (keys shown masked): what switch_llm, vision_inspect,
     consult_advisor and the switch_profile route may use."""
 
@@ -107,7 +110,8 @@ class SettingsStore:
         async with self._lock:
             merged = deep_merge(self._raw, _keep_redacted(changes, self._raw))
             try:
-                settings = Settings.model_validate(merged)
+                # Strictly, as a request body is read (api.io.validate_json): 0 is no boolean.
+                settings = Settings.model_validate_json(json.dumps(merged), strict=True)
             except ValidationError as exc:
                 raise from_pydantic(exc) from None
             for name, problem in check_secrets(settings.secrets):

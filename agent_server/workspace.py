@@ -57,6 +57,11 @@ class NotAFile(WorkspaceError):
     """A directory (or a device, a socket) where a regular file was asked for."""
 
 
+class NameTooLong(WorkspaceError):
+    """A path component over NAME_MAX bytes, or a whole path over PATH_MAX: no file system
+    here can hold it."""
+
+
 class TooLarge(WorkspaceError):
     """Over the configured size cap."""
 
@@ -111,13 +116,29 @@ class Scope:
 
 # -- paths -----------------------------------------------------------------------------------
 
+#: Linux's limits: bytes in one path component, and in a whole path (its NUL included).
+NAME_MAX = 255
+PATH_MAX = 4096
+
 
 def resolve(root: Path, raw: str) -> Path:
-    """`raw` confined to the working directory `root` (core.paths.confine), or OutsideWorkspace."""
+    """`raw` confined to the working directory `root` (core.paths.confine), or OutsideWorkspace;
+    NameTooLong when the system could not hold such a name."""
     try:
-        return confine(root, raw)
+        encoded = os.fsencode(raw)
+    except UnicodeEncodeError:  # a lone surrogate: no file has such a name
+        raise WorkspaceError("the path is not valid Unicode") from None
+    for part in encoded.split(b"/"):
+        if len(part) > NAME_MAX:
+            raise NameTooLong(f"a component of the path is over {NAME_MAX} bytes: "
+                              f"{os.fsdecode(part[:40])!r}...")
+    try:
+        path = confine(root, raw)
     except OutsideRoot as exc:
         raise OutsideWorkspace(str(exc)) from None
+    if len(os.fsencode(path)) >= PATH_MAX:
+        raise NameTooLong(f"the path is over {PATH_MAX - 1} bytes once resolved")
+    return path
 
 
 def _check_fd(root: Path, fd: int, raw: str) -> None:
@@ -220,7 +241,9 @@ async def write_file(root: Path, raw: str, chunks: AsyncIterator[bytes],
         raise OutsideWorkspace(f"{raw!r} could not be opened inside {root}") from None
     try:
         _check_fd(root, dir_fd, raw)
-        tmp = f".{path.name}.{secrets.token_hex(6)}.upload"
+        # The target's name may use all NAME_MAX bytes: the temporary one keeps only its start.
+        stem = os.fsencode(path.name)[:100].decode("utf-8", "ignore")
+        tmp = f".{stem}.{secrets.token_hex(6)}.upload"
         try:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
                          0o600, dir_fd=dir_fd)
@@ -256,7 +279,7 @@ def _prepare_write(root: Path, raw: str) -> Path:
     if path == Path(os.path.realpath(root)):
         raise NotAFile("the working directory itself is not a file")
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        _make_parents(Path(os.path.realpath(root)), path.parent)
     except (FileExistsError, NotADirectoryError):
         raise NotAFile(f"a parent of {raw!r} is a file, not a directory") from None
     except PermissionError:
@@ -266,6 +289,18 @@ def _prepare_write(root: Path, raw: str) -> Path:
     if path.is_dir():
         raise NotAFile(f"{raw!r} is a directory")
     return path
+
+
+def _make_parents(root: Path, directory: Path) -> None:
+    """mkdir -p from root down, one level at a time (Path.mkdir recurses once per level)."""
+    current = root
+    for part in directory.relative_to(root).parts:
+        current = current / part
+        try:
+            current.mkdir()
+        except FileExistsError:
+            if not current.is_dir():
+                raise
 
 
 async def _settled(fn: Callable[..., None], *args: Any) -> None:

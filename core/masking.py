@@ -9,10 +9,12 @@ must be one fixed string.
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 from collections.abc import Mapping
 from typing import Any
+from urllib.parse import quote, quote_plus
 
 from core.ids import ENV_NAME
 
@@ -58,25 +60,91 @@ def redact(value: Any) -> Any:
     return value
 
 
+#: Encoded forms shorter than this are not masked: they would match by chance in other
+#: encoded text (a 4-character secret's base64 is 5 characters).
+MIN_ENCODED_LENGTH = 8
+
+
+def _base64_cores(raw: bytes) -> set[str]:
+    """The base64 characters that depend on `raw` alone, at each of the three alignments it
+    can have inside a longer encoded stream (`echo $S | base64` adds a newline after it; a
+    prefix shifts it). A few bits at each end stay visible: the rest is masked."""
+    cores = set()
+    for offset in range(3):
+        encoded = base64.b64encode(b"\0" * offset + raw).decode()
+        start = -(-8 * offset // 6)  # the first character made of raw's bits only
+        end = 8 * (offset + len(raw)) // 6  # one past the last such character
+        core = encoded[start:end]
+        cores |= {core, core.translate(_URLSAFE)}
+    return cores
+
+
+_URLSAFE = str.maketrans("+/", "-_")
+
+
+def encoded_forms(value: str) -> set[str]:
+    """What `value` looks like in the encodings a command or a model most often prints it in,
+    besides itself and its JSON string form: base64 and base64url (unpadded, at any alignment),
+    hexadecimal (lower and upper case) and URL-encoding (%20 and + for spaces, / kept or
+    encoded).
+
+    Not caught: a value split in pieces, reversed, compressed, encrypted or hashed; base64
+    wrapped in lines inside the value (`base64` wraps at 76 characters, so values of 57 bytes
+    and more are caught only when printed with `base64 -w0`); hex with separators (`xxd`);
+    other encodings (base32, rot13, UTF-16); forms shorter than MIN_ENCODED_LENGTH."""
+    raw = value.encode("utf-8", "surrogatepass")
+    forms = _base64_cores(raw) | {raw.hex(), raw.hex().upper(),
+                                  quote(value), quote(value, safe=""), quote_plus(value, safe="")}
+    return {f for f in forms if len(f) >= MIN_ENCODED_LENGTH and f != value}
+
+
+def _alternation(forms: set[str]) -> str:
+    """One pattern matching any of `forms`, longest first, as a trie: shared prefixes are
+    tested once, so the cost grows with the text rather than with forms x text."""
+    trie: dict[str, Any] = {}
+    for form in forms:
+        node = trie
+        for char in form:
+            node = node.setdefault(char, {})
+        node[""] = {}
+
+    def pattern(node: dict[str, Any]) -> str:
+        ends = "" in node
+        branches = [re.escape(char) + pattern(child) for char, child in sorted(node.items())
+                    if char]
+        if not branches:
+            return ""
+        body = branches[0] if len(branches) == 1 else "(?:" + "|".join(branches) + ")"
+        return f"(?:{body})?" if ends else body
+
+    return pattern(trie)
+
+
 class Masker:
     """Replaces every known secret value in text (longest first, so overlaps mask whole).
 
     It reads a mapping that may change (the conversation's live secrets): a value added later
     is masked from then on, wherever this masker is used. A value is also masked in its JSON
-    string form (quotes and backslashes escaped), as it appears inside tool-call arguments.
+    string form (quotes and backslashes escaped), as it appears inside tool-call arguments, and
+    in its common encodings (`encoded_forms`: base64, base64url, hex, URL-encoding).
     """
 
     def __init__(self, values: Mapping[str, str] | None = None) -> None:
         self._source: Mapping[str, str] = values if values is not None else {}
         self._seen: frozenset[str] | None = None
         self._pattern: re.Pattern[str] | None = None
+        self._forms: list[str] = []
 
     def _current(self) -> re.Pattern[str] | None:
         values = frozenset(v for v in self._source.values() if len(v) >= MIN_LENGTH)
         if values != self._seen:
             forms = set(values) | {json.dumps(v)[1:-1] for v in values}
-            found = sorted(forms, key=len, reverse=True)
-            self._pattern = re.compile("|".join(map(re.escape, found))) if found else None
+            for value in values:
+                forms |= encoded_forms(value)
+            self._forms = sorted(forms, key=len, reverse=True)
+            # The trie is greedy at each branch, so a longer form sharing a prefix with a
+            # shorter one wins, as "longest first" wants.
+            self._pattern = re.compile(_alternation(forms)) if forms else None
             self._seen = values
         return self._pattern
 
@@ -91,12 +159,11 @@ class Masker:
         """`text` less any ending that is the start of a secret (text cut mid-secret)."""
         self._current()
         cut = 0
-        for value in self._seen or ():
-            for form in (value, json.dumps(value)[1:-1]):
-                for k in range(min(len(form) - 1, len(text)), cut, -1):
-                    if text.endswith(form[:k]):
-                        cut = k
-                        break
+        for form in self._forms:
+            for k in range(min(len(form) - 1, len(text)), cut, -1):
+                if text.endswith(form[:k]):
+                    cut = k
+                    break
         return text[: len(text) - cut] if cut else text
 
     def stream(self) -> StreamMasker:
@@ -139,11 +206,13 @@ class StreamMasker:
 
 __all__ = [
     "MASK",
+    "MIN_ENCODED_LENGTH",
     "MIN_LENGTH",
     "REDACTED",
     "SECRET_KEYS",
     "Masker",
     "StreamMasker",
     "check_secrets",
+    "encoded_forms",
     "redact",
 ]

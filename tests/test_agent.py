@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
+from datetime import datetime
 from pathlib import Path
 
 import httpx
@@ -347,3 +350,47 @@ def test_restart_in_the_middle_of_a_run(llm: ScriptedLLM, key: str, tmp_path: Pa
             assert messages[-1]["role"] == "tool"
     finally:
         proc.stop()
+
+
+def test_a_model_server_that_writes_headers_and_body_apart_costs_no_ack_delay(
+        client: httpx.Client, tmp_path: Path) -> None:
+    """Against a server that sends its headers, then its body, with Nagle on (http.server),
+    each reply used to wait ~40 ms for the client's delayed ACK before its body came."""
+    raw = ScriptedLLM().start_raw()
+    try:
+        steps = 8
+        raw.script("k", *[call("think", thought=f"step {i}") for i in range(steps)], text("done"))
+        conv = create(client, raw, "k", tmp_path, message="think", run=True)
+        wait_status(client, conv["id"], "finished", timeout=60)
+        stamps = [datetime.fromisoformat(e["timestamp"]).timestamp()
+                  for e in events(client, conv["id"], "ActionEvent")]
+        delays = sorted((a - r) * 1000 for a, r in zip(stamps, raw.answered["k"]))
+        assert len(delays) == steps
+        assert delays[steps // 2] < 25, delays  # the stall was 40 ms and more, every step
+    finally:
+        raw.stop()
+
+
+def test_a_call_with_tools_loads_neither_litellm_s_mcp_gateway_nor_a_tokenizer(
+        llm: ScriptedLLM, key: str) -> None:
+    """Each was tens of MB a conversation never used (the server went from ~190 to ~250 MB
+    on its first step)."""
+    llm.script(key, call("think", thought="x"))
+    script = f"""
+import asyncio, sys
+from agent_server.agent import llm
+from agent_server.agent.spec import LLMConfig
+config = LLMConfig(model="openai/test-model", base_url={llm.base_url(key)!r}, api_key="sk",
+                   num_retries=0)
+tools = [{{"type": "function", "function": {{"name": "think", "parameters": {{"type": "object"}}}}}}]
+done = asyncio.run(llm.complete(config, [{{"role": "user", "content": "x"}}], tools))
+assert done.tool_calls[0].name == "think", done
+gateway = [m for m in sys.modules if m.startswith("mcp.server")
+           or m == "litellm.responses.mcp.litellm_proxy_mcp_handler"]
+encoding = sys.modules["litellm.main"]._encoding_cache
+print(gateway, type(encoding).__name__, getattr(encoding, "_encoding", "loaded"))
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         timeout=120, cwd=Path(__file__).resolve().parent.parent)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.split() == ["[]", "_LazyEncoding", "None"], out.stdout

@@ -104,7 +104,8 @@ def test_patch_title_and_tags(client: httpx.Client, server: ServerProcess, llm: 
     for body, loc in refused:
         r = client.patch(url, json=body)
         assert r.status_code == 422, (body, r.text)
-        assert r.json()["detail"][0]["loc"] == loc, body
+        # Where inside it, exactly (a key, a value) is pydantic's to say.
+        assert r.json()["detail"][0]["loc"][:len(loc)] == loc, body
     assert client.get(url).json()["tags"] == {"only": "this"}
     assert client.patch(url, content=b"not json").status_code == 422
     assert client.patch(f"/api/conversations/{uuid.uuid4()}", json={"title": "x"}).status_code == 404

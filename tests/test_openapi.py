@@ -144,3 +144,64 @@ def test_the_webhook_of_spec_4_5(doc: dict[str, Any]) -> None:
 
 def test_the_document_is_valid_openapi(doc: dict[str, Any]) -> None:
     openapi_spec_validator.validate(doc)  # a test dependency: missing, the test fails
+
+
+# -- the document tells the truth (issue 16) -------------------------------------------------
+
+
+def test_a_405_allows_the_methods_of_every_route_on_the_path(server: ServerProcess) -> None:
+    with server.client() as c:
+        r = c.request("OPTIONS", "/api/settings")
+        assert r.status_code == 405 and r.headers["allow"] == "GET, HEAD, PATCH"
+        r = c.put("/api/conversations")
+        assert r.status_code == 405 and r.headers["allow"] == "GET, HEAD, POST"
+
+
+def test_every_status_and_media_type_is_declared(doc: dict[str, Any]) -> None:
+    create = doc["paths"]["/api/conversations"]["post"]["responses"]
+    assert {"200", "201", "413", "422"} <= set(create)
+    diff = doc["paths"]["/api/conversations/{conversation_id}/git/diff"]["get"]["responses"]
+    assert set(diff["200"]["content"]) == {"application/json", "text/plain"}
+
+
+def test_settings_responses_show_the_masked_key_and_no_write_only_field(doc: dict[str, Any]) -> None:
+    response = doc["paths"]["/api/settings"]["get"]["responses"]["200"]
+    settings = resolve(doc, response["content"]["application/json"]["schema"])
+    assert "writeOnly" not in str(settings) and "writeOnly" not in str(
+        [resolve(doc, ref_schema) for ref_schema in
+         [{"$ref": r} for r in refs(settings)]])
+    request = resolve(doc, doc["paths"]["/api/settings"]["patch"]["requestBody"]["content"][
+        "application/json"]["schema"])
+    assert request != settings  # the key is writeOnly where it is written
+
+
+def test_the_rules_the_server_enforces_are_in_the_schemas(doc: dict[str, Any]) -> None:
+    create = resolve(doc, doc["paths"]["/api/conversations"]["post"]["requestBody"]["content"][
+        "application/json"]["schema"])
+    tags, secrets = create["properties"]["tags"], create["properties"]["secrets"]
+    assert tags["propertyNames"] == {"pattern": "^[a-z0-9_-]{1,50}$"}
+    assert tags["maxProperties"] == 50 and tags["additionalProperties"]["maxLength"] == 256
+    assert secrets["propertyNames"]["pattern"].startswith("^[A-Za-z_]")
+    command = resolve(doc, doc["paths"]["/api/conversations/{conversation_id}/commands"]["post"][
+        "requestBody"]["content"]["application/json"]["schema"])
+    assert command["properties"]["env"]["propertyNames"]["pattern"].startswith("^[A-Za-z_]")
+    assert command["properties"]["command"]["pattern"] == "^[^\\x00]*$"
+    repository = doc["components"]["schemas"]["RepositorySpec"]
+    url = re.compile(repository["properties"]["url"]["pattern"])
+    assert url.match("https://github.com/a/b.git") and url.match("git@github.com:a/b.git")
+    assert not url.match("ftp://h/x") and not url.match("https://u:password@h/x")
+    param = doc["paths"]["/api/conversations/{conversation_id}"]["get"]["parameters"][0]
+    assert param["schema"] == {"type": "string", "format": "uuid"}
+
+
+def test_a_number_is_no_boolean(server: ServerProcess) -> None:
+    with server.client() as c:
+        r = c.post("/api/conversations", json={"agent": {"llm": {"model": "m"}},
+                                               "stuck_detection": 0})
+        assert r.status_code == 422, r.text
+        assert r.json()["detail"][0]["loc"] == ["body", "stuck_detection"]
+        r = c.patch("/api/settings", json={"agent": {"condenser": {"enabled": 1}}})
+        assert r.status_code == 422, r.text
+        r = c.post("/api/conversations", json={"agent": {"llm": {"model": "m"}},
+                                               "max_iterations": "5"})
+        assert r.status_code == 422, r.text

@@ -376,6 +376,49 @@ async def test_a_client_that_never_reads_is_closed_and_slows_nothing(
     assert got + resumed.ids() == want
 
 
+async def test_a_client_behind_by_more_than_the_kernel_buffers_gets_1013_with_its_resume_point(
+        tmp_path: Path) -> None:
+    """Queues too large to ever overflow: only the time one frame waits for the socket
+    (ws_send_timeout) can tell that the client stopped reading. Before, uvicorn's keepalive
+    closed such a socket with 1011 after about 40 s, and the 1013 waited behind the backlog."""
+    limits = {"AGENT_SERVER_WS_QUEUE_EVENTS": "100000",
+              "AGENT_SERVER_WS_QUEUE_BYTES": str(1024 ** 3),
+              "AGENT_SERVER_WS_SEND_TIMEOUT": "1"}
+    proc = ServerProcess(tmp_path / "state", env=limits).start()
+    try:
+        async with httpx.AsyncClient(base_url=proc.url, headers={"X-Session-API-Key": KEY},
+                                     timeout=30) as http:
+            r = await http.post("/api/conversations", json={
+                "agent": {"llm": {"model": "m"}}, "workspace": {"working_dir": str(tmp_path)}})
+            cid = r.json()["id"]
+            raw = socket.socket()
+            raw.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_MAXSEG, 536)
+            raw.connect(("127.0.0.1", proc.port))
+            stalled = await connect(url(proc, cid), sock=raw, max_size=None, max_queue=1,
+                                    compression=None, proxy=None, ping_interval=None,
+                                    additional_headers={"X-Session-API-Key": KEY})
+            for i in range(40):  # 8 MB: more than every buffer on the way holds
+                await send(http, cid, f"{i:02d}" + "x" * 200_000)
+            items, _ = await search(http, cid)
+            want = [e["id"] for e in items if e["kind"] == "MessageEvent"]
+            await asyncio.sleep(3)  # the send timeout passes; nothing reads meanwhile
+
+            got: list[str] = []
+            with pytest.raises(ConnectionClosed) as closed:
+                async with asyncio.timeout(20):
+                    while True:
+                        frame = json.loads(await stalled.recv())
+                        if frame.get("key") != "full_state":  # transient: no resume point
+                            got.append(frame["id"])
+        assert closed.value.rcvd is not None, "no close frame"
+        assert closed.value.rcvd.code == 1013, closed.value.rcvd
+        assert 0 < len(got) < len(want) and got == want[:len(got)]
+        assert f"after_id={got[-1]}" in closed.value.rcvd.reason
+    finally:
+        proc.stop()
+
+
 async def test_streaming_deltas_are_masked_like_stored_events(
         server: ServerProcess, http: httpx.AsyncClient, llm: ScriptedLLM, key: str,
         tmp_path: Path) -> None:

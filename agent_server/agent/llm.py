@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agent_server.errors import UpstreamError
+from agent_server.agent import transport
 from agent_server.agent.spec import LLMConfig, TokenUsage
 from core.masking import REDACTED
 from core.retry import Backoff, parse_retry_after
@@ -40,17 +41,47 @@ def _import() -> Any:
         # litellm's logging scans every message of every request for base64 to shorten; we
         # log no request bodies, so that work (growing with the conversation) is skipped.
         os.environ.setdefault("MAX_BASE64_LENGTH_FOR_LOGGING", "0")
-        module: Any = importlib.import_module("litellm")
+        # The import allocates a few million long-lived objects: the collector would walk
+        # them again and again meanwhile (a fifth of the import's time), for nothing.
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            module: Any = importlib.import_module("litellm")
+        finally:
+            if collecting:
+                gc.enable()
         module.telemetry = False
         module.suppress_debug_info = True
         for name in ("LiteLLM", "LiteLLM Router", "LiteLLM Proxy"):
             logging.getLogger(name).setLevel(logging.WARNING)
         module.drop_params = True
+        _lazy_tokenizer()
         # litellm leaves millions of long-lived objects behind; without this every full
         # collection walks them all (tens of ms, more often the more a step allocates).
         gc.collect()
         gc.freeze()
         return module
+
+
+class _LazyEncoding:
+    """litellm hands its default tokenizer (tiktoken's cl100k, ~45 MB resident) to every
+    call, whether the call counts tokens or not, and a call to a server that reports its
+    usage never does. This stands in for it and loads it on first real use."""
+
+    def __init__(self, load: Callable[[], Any]) -> None:
+        self._load = load
+        self._encoding: Any = None
+
+    def __getattr__(self, name: str) -> Any:
+        if self._encoding is None:
+            self._encoding = self._load()
+        return getattr(self._encoding, name)
+
+
+def _lazy_tokenizer() -> None:
+    main: Any = importlib.import_module("litellm.main")
+    if getattr(main, "_encoding_cache", "absent") is None and "encoding" not in vars(main):
+        main._encoding_cache = _LazyEncoding(main._load_default_encoding)
 
 
 async def load() -> Any:
@@ -124,6 +155,18 @@ def _retryable(litellm: Any, exc: Exception) -> bool:
     return isinstance(status, int) and (status in (408, 409, 429) or status >= 500)
 
 
+#: Providers whose litellm path is its own HTTP handler (it takes an AsyncHTTPHandler as
+#: `client`): OpenAI-compatible servers and Anthropic's API. Others keep litellm's client.
+QUICKACK_PROVIDERS = frozenset({"openai", "anthropic"})
+
+
+def _provider(litellm: Any, config: LLMConfig) -> str | None:
+    try:
+        return str(litellm.get_llm_provider(model=config.model, api_base=config.base_url)[1])
+    except Exception:  # litellm cannot tell: its own call will say why
+        return None
+
+
 def _failure(exc: Exception, secrets: list[str]) -> LLMFailure:
     detail = str(exc)
     for secret in secrets:
@@ -139,6 +182,10 @@ def _kwargs(config: LLMConfig, messages: list[dict[str, Any]], tools: list[dict[
         "messages": messages,
         "num_retries": 0,
         "max_retries": 0,
+        # Our tools are plain functions, never litellm's MCP gateway: without this, the first
+        # call with tools imports that gateway (its MCP server, auth, crypto, telemetry),
+        # 225 modules and ~65 MB a conversation never uses.
+        "_skip_mcp_handler": True,
     }
     if tools:
         kwargs["tools"] = tools
@@ -170,6 +217,8 @@ async def complete(
     """One model response, retried on rate limits, server errors and timeouts."""
     litellm = await load()
     kwargs = _kwargs(config, messages, tools)
+    if _provider(litellm, config) in QUICKACK_PROVIDERS:
+        kwargs["client"] = transport.client(litellm)
     secrets = [config.api_key.get_secret_value()] if config.api_key else []
     attempt = 0
     while True:

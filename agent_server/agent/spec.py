@@ -17,11 +17,21 @@ from pydantic import (
     Discriminator,
     Field,
     SecretStr,
+    StringConstraints,
     Tag,
     field_serializer,
     field_validator,
     model_validator,
 )
+
+from core.ids import ENV_NAME
+from core.masking import MIN_LENGTH
+
+
+#: Text a process argument or environment value can hold (no NUL).
+NO_NUL = r"^[^\x00]*$"
+#: An environment variable's (or a secret's) name.
+EnvName = Annotated[str, StringConstraints(pattern=ENV_NAME.pattern)]
 
 
 class Lenient(BaseModel):
@@ -62,9 +72,25 @@ class LLMConfig(Lenient):
         return None if key is None else key.get_secret_value()
 
 
+def _kind_required(schema: dict[str, Any]) -> None:
+    """In the document, a variant chosen by its `kind` must name it (the server picks it by
+    that field), so exactly one variant of the union matches any value (`oneOf`)."""
+    required = schema.setdefault("required", [])
+    if "kind" not in required:
+        required.append("kind")
+
+
+def _no_kind(schema: dict[str, Any]) -> None:
+    """Our own condenser form is the one without a `kind`."""
+    schema["not"] = {"required": ["kind"]}
+
+
+
 class CondenserConfig(Lenient):
     """Our own form (no `kind`): when the history is condensed (summarized) to stay inside the
     model's context window, by the agent's own LLM."""
+
+    model_config = ConfigDict(extra="ignore", json_schema_extra=_no_kind)
 
     enabled: bool = True
     max_share: float = Field(default=0.75, gt=0, le=1)
@@ -78,12 +104,16 @@ class CondenserConfig(Lenient):
 class NoOpCondenser(Lenient):
     """The OpenHands SDK's no-op condenser: nothing is condensed on its own."""
 
+    model_config = ConfigDict(extra="ignore", json_schema_extra=_kind_required)
+
     kind: Literal["NoOpCondenser"] = "NoOpCondenser"
 
 
 class LLMSummarizingCondenser(Lenient):
     """The OpenHands SDK's summarizing condenser: past `max_size` messages (or `max_tokens`),
     the middle of the history after the first `keep_first` is summarized by `llm`."""
+
+    model_config = ConfigDict(extra="ignore", json_schema_extra=_kind_required)
 
     kind: Literal["LLMSummarizingCondenser"] = "LLMSummarizingCondenser"
     llm: LLMConfig
@@ -104,6 +134,8 @@ class LLMSummarizingCondenser(Lenient):
 
 class PipelineCondenser(Lenient):
     """The OpenHands SDK's pipeline: each condenser in turn."""
+
+    model_config = ConfigDict(extra="ignore", json_schema_extra=_kind_required)
 
     kind: Literal["PipelineCondenser"] = "PipelineCondenser"
     condensers: list[CondenserSpec] = Field(default_factory=list, max_length=10)
@@ -188,13 +220,15 @@ class ACPAgentSpec(Lenient):
     `ACPAgent` shape): the server starts `acp_command` + `acp_args` in the working directory
     and relays its messages and tool calls as events."""
 
+    model_config = ConfigDict(extra="ignore", json_schema_extra=_kind_required)
+
     kind: Literal["ACPAgent"] = "ACPAgent"
-    acp_command: list[Annotated[str, Field(min_length=1, max_length=4096)]] = Field(
+    acp_command: list[Annotated[str, Field(min_length=1, max_length=4096, pattern=NO_NUL)]] = Field(
         min_length=1, max_length=100)
     """The program and its first arguments, e.g. ["npx", "-y", "@zed-industries/claude-code-acp"]."""
-    acp_args: list[Annotated[str, Field(max_length=4096)]] = Field(default_factory=list,
+    acp_args: list[Annotated[str, Field(max_length=4096, pattern=NO_NUL)]] = Field(default_factory=list,
                                                                    max_length=100)
-    acp_env: dict[str, Annotated[str, Field(max_length=65536)]] = Field(default_factory=dict,
+    acp_env: dict[EnvName, Annotated[str, Field(max_length=65536, pattern=NO_NUL)]] = Field(default_factory=dict,
                                                                          max_length=100)
     """Extra environment of the agent process; `${NAME}` in a value is filled from the
     conversation's secrets (which reach the agent as variables of their own names too)."""
@@ -281,7 +315,7 @@ class HookDefinition(Lenient):
 
 
 class HookMatcher(Lenient):
-    matcher: str = Field(default="*", max_length=1000)
+    matcher: str = Field(default="*", max_length=1000, json_schema_extra={"anyOf": [{"enum": ["", "*"]}, {"format": "regex"}]})
     """A regular expression on the tool name (PreToolUse, PostToolUse); `*` matches all."""
     hooks: list[HookDefinition] = Field(default_factory=list, max_length=20)
 
@@ -371,14 +405,25 @@ class Metrics(BaseModel):
         total.model = usage.model
 
 
-ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+#: What a secret or an environment variable may be called, as a type: the document shows
+#: the pattern (propertyNames) and the server checks the same one.
+#: A secret's value: shorter ones would mask ordinary words all over the transcript.
+SecretText = Annotated[str, StringConstraints(min_length=MIN_LENGTH, max_length=65536)]
 
 
-BRANCH = re.compile(r"^(?!-)(?!.*\.\.)(?!.*//)[A-Za-z0-9._/-]{1,255}(?<![./])$")
-#: `user@host:path`, the scp-like form Git accepts for SSH.
+BRANCH = re.compile(r"^(?!-)(?!.*\.\.)(?!.*//)[A-Za-z0-9._/-]{1,255}(?<![./])(?<!\.lock)$")
 
 
-SCP_URL = re.compile(r"^[A-Za-z0-9._-]+@[A-Za-z0-9.-]+:(?!//).+$")
+#: The URLs a repository may be cloned from: a scheme Git speaks with a host (file:// without
+#: one), an optional user but never a password; or scp-like user@host:path. Nothing starts
+#: with "-" (an option to git) and nothing holds spaces or control characters.
+REPOSITORY_URL = re.compile(
+    r"^(?!-)(?:"
+    r"(?:https?|ssh|git)://(?:[A-Za-z0-9._~%!$&'()*+,;=-]+@)?[A-Za-z0-9.-]+(?::[0-9]{1,5})?"
+    r"(?:[/?#][^\x00-\x20\x7f]*)?"
+    r"|file://[^\x00-\x20\x7f]*"
+    r"|[A-Za-z0-9._-]+@[A-Za-z0-9.-]+:(?!//)[^\x00-\x20\x7f]+"
+    r")$")
 
 
 RepositoryStatus = Literal["cloned", "failed"]
@@ -387,37 +432,28 @@ RepositoryStatus = Literal["cloned", "failed"]
 class RepositorySpec(Lenient):
     """`repository` at creation: what to clone into the working directory."""
 
-    url: str = Field(min_length=1, max_length=2000)
+    url: str = Field(min_length=1, max_length=2000,
+                     json_schema_extra={"pattern": REPOSITORY_URL.pattern})
     """https://, http://, ssh://, git://, file:// or user@host:path; never with a password in it."""
-    branch: str | None = Field(default=None, max_length=255)
-    credential_secret: str | None = Field(default=None, max_length=128)
+    branch: str | None = Field(default=None, max_length=255,
+                               json_schema_extra={"pattern": BRANCH.pattern})
+    credential_secret: str | None = Field(default=None, max_length=128,
+                                          json_schema_extra={"pattern": ENV_NAME.pattern})
     """Name of the conversation's secret holding an HTTPS token; sent through GIT_ASKPASS only."""
 
     @field_validator("url")
     @classmethod
     def _url(cls, value: str) -> str:
-        from urllib.parse import urlsplit
-
-        value = value.strip()
-        if value.startswith("-") or any(c.isspace() or ord(c) < 32 for c in value):
-            raise ValueError("url must not start with '-' or hold spaces or control characters")
-        parts = urlsplit(value)
-        if parts.scheme in ("https", "http", "ssh", "git", "file"):
-            if parts.password is not None:
-                raise ValueError("url holds a password: put the credential in `secrets` and name "
-                                 "it in `credential_secret`")
-            if parts.scheme != "file" and not parts.hostname:
-                raise ValueError("url has no host")
-            return value
-        if SCP_URL.match(value):
-            return value
-        raise ValueError("url must be https://, http://, ssh://, git:// or file:// "
-                         "(or user@host:path)")
+        if not REPOSITORY_URL.match(value):
+            raise ValueError("url must be https://, http://, ssh://, git:// or file:// (or "
+                             "user@host:path), without spaces, control characters or a password "
+                             "(put the credential in `secrets` and name it in `credential_secret`)")
+        return value
 
     @field_validator("branch")
     @classmethod
     def _branch(cls, value: str | None) -> str | None:
-        if value is not None and (not BRANCH.match(value) or value.endswith(".lock")):
+        if value is not None and not BRANCH.match(value):
             raise ValueError("branch is not a valid Git branch name")
         return value
 

@@ -42,7 +42,8 @@ from agent_server.events import CondensationRequest
 
 
 @doc(summary="Create a conversation (201), or return the one with this conversation_id (200)",
-     body=CreateConversation, response=ConversationInfo, status=201)
+     body=CreateConversation, response=ConversationInfo, status=201,
+     also={200: "A conversation with this conversation_id exists: it, unchanged"})
 async def create(request: Request) -> Response:
     body = await read_body(request, CreateConversation)
     with located("body"):

@@ -13,16 +13,24 @@ from pydantic import BaseModel, ValidationError
 from starlette.requests import HTTPConnection, Request
 from starlette.responses import JSONResponse, Response
 
-from agent_server.conversations import Conversation, ConversationService
-from agent_server.errors import InvalidInput, NotFound, PayloadTooLarge, from_pydantic, invalid
-
 from agent_server.api.schemas import ConversationInfo
+from agent_server.conversations import Conversation, ConversationService
+from agent_server.errors import (
+    InvalidInput,
+    NotFound,
+    PayloadTooLarge,
+    from_pydantic,
+    invalid,
+)
 
 if TYPE_CHECKING:
     from agent_server.app import Services
 
 M = TypeVar("M", bound=BaseModel)
 MAX_BODY = 8 * 1024 * 1024
+#: Arrays and objects inside one another at most; deeper JSON is refused before anything
+#: walks it recursively (the decoder, pydantic, a merge, the masker).
+MAX_DEPTH = 64
 
 
 async def _bounded_body(request: Request) -> bytes:
@@ -42,20 +50,44 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
-def _finite(text: str) -> float:
+def _finite(text: str) -> float | int:
     value = float(text)
     if not math.isfinite(value):
         raise ValueError(f"{text} is out of range for a number")
+    # JSON Schema counts 3.0 as an integer: so does the (strict) validation after this.
+    if value.is_integer() and abs(value) < 2**53:
+        return int(value)
     return value
 
 
-def parse_json(raw: bytes) -> Any:
-    """Strict JSON: NaN, Infinity and numbers beyond a double are refused (422), not stored."""
+def _too_deep(value: Any) -> bool:
+    """Whether containers nest more than MAX_DEPTH deep (iterative: no recursion to exhaust)."""
+    stack = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        children = node.values() if isinstance(node, dict) else node
+        for child in children:
+            if isinstance(child, (dict, list)):
+                if depth >= MAX_DEPTH:
+                    return True
+                stack.append((child, depth + 1))
+    return False
+
+
+def parse_json(raw: bytes | str, where: str = "body") -> Any:
+    """Strict JSON: NaN, Infinity, numbers beyond a double and nesting deeper than MAX_DEPTH
+    are refused (422), not stored."""
+    too_deep = f"JSON decode error: arrays and objects nested more than {MAX_DEPTH} deep"
     try:
-        return json.loads(raw, parse_constant=_no_constant, parse_float=_finite)
+        data = json.loads(raw, parse_constant=_no_constant, parse_float=_finite)
+    except RecursionError:
+        raise invalid([where], too_deep, "json_invalid", {}) from None
     except (ValueError, UnicodeDecodeError) as exc:  # JSONDecodeError is a ValueError
-        raise invalid(["body", getattr(exc, "pos", 0)], f"JSON decode error: {exc}",
+        raise invalid([where, getattr(exc, "pos", 0)], f"JSON decode error: {exc}",
                       "json_invalid", {}) from None
+    if isinstance(data, (dict, list)) and _too_deep(data):
+        raise invalid([where], too_deep, "json_invalid", {})
+    return data
 
 
 async def read_body(request: Request, model: type[M]) -> M:
@@ -63,10 +95,16 @@ async def read_body(request: Request, model: type[M]) -> M:
     data = parse_json(raw) if raw.strip() else None
     if data is None:
         raise invalid(["body"], "Field required: a JSON object", "missing")
+    return validate_json(model, json.dumps(data), "body")
+
+
+def validate_json(model: type[M], raw: bytes | str, where: str) -> M:
+    """`raw` (already through parse_json) as `model`, strictly, as the document declares it:
+    `0` is no boolean and `"5"` no integer; strings stand for ids, times and enums."""
     try:
-        return model.model_validate(data)
+        return model.model_validate_json(raw, strict=True)
     except ValidationError as exc:
-        raise from_pydantic(exc, "body") from None
+        raise from_pydantic(exc, where) from None
 
 
 async def read_raw_object(request: Request) -> dict[str, Any]:
@@ -144,9 +182,15 @@ def doc(
     query: type[BaseModel] | None = None,
     response: Any = None,
     status: int = 200,
+    also: dict[int, str] | None = None,
+    media: dict[str, Any] | None = None,
     errors: tuple[int, ...] = (),
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Describe an endpoint for /openapi.json (read by agent_server.openapi)."""
+    """Describe an endpoint for /openapi.json (read by agent_server.openapi).
+
+    `also`: other success statuses (with the same body) and when they happen; `media`: the
+    success body's media types other than application/json, by type (a JSON schema each).
+    """
 
     def mark(fn: Callable[..., Any]) -> Callable[..., Any]:
         fn.__openapi__ = {  # type: ignore[attr-defined]
@@ -155,6 +199,8 @@ def doc(
             "query": query,
             "response": response,
             "status": status,
+            "also": also or {},
+            "media": media or {},
             "errors": errors,
         }
         return fn

@@ -6,21 +6,27 @@ agent server where the SPEC is silent.
 
 from __future__ import annotations
 
-import re
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 from uuid import UUID
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    field_validator,
+    model_validator,
+)
 
 from agent_server.agent.spec import (
-    ENV_NAME,
     ConfirmationPolicy,
+    EnvName,
     Lenient,
 )
 from agent_server.events.kinds import KindName
 from agent_server.record import ConversationInfo as ConversationInfo
-from agent_server.record import SecretValue
+from agent_server.record import Secrets, Tags
 
 
 class SetConfirmationPolicy(Lenient):
@@ -46,7 +52,7 @@ class ConfirmationResponse(Lenient):
 class UpdateSecrets(Lenient):
     """POST /api/conversations/{id}/secrets: add or replace."""
 
-    secrets: dict[str, SecretValue] = Field(max_length=200)
+    secrets: Secrets
 
 
 class Navigate(Lenient):
@@ -113,6 +119,18 @@ class EventSearch(Lenient):
     branch: str | None = Field(default=None, pattern=r"^([0-9A-HJKMNP-TV-Z]{26}|head)$")
     """Only the events on the branch ending at this event id (`head`: the current branch)."""
 
+    @field_validator("timestamp__gte", "timestamp__lt", mode="before")
+    @classmethod
+    def _iso(cls, value: Any) -> Any:
+        """An ISO 8601 date-time, as documented (pydantic alone reads "250" as a Unix time)."""
+        if isinstance(value, str):
+            try:
+                return datetime.fromisoformat(value)
+            except ValueError:
+                raise ValueError("timestamp must be an ISO 8601 date-time, e.g. "
+                                 "2026-01-31T12:00:00+00:00") from None
+        return value
+
     @field_validator("timestamp__gte", "timestamp__lt")
     @classmethod
     def _aware(cls, value: datetime | None) -> datetime | None:
@@ -126,13 +144,14 @@ class EventPage(BaseModel):
     next_page_id: str | None = None
 
 
-TAG_KEY = re.compile(r"^[a-z0-9_-]{1,50}$")
+#: Text that becomes a path or a program's argument: a NUL would cut it short.
+NO_NUL = r"^[^\x00]*$"
 
 
 class FileQuery(Lenient):
     """?path= of GET and POST .../file: relative to the working directory, or absolute in it."""
 
-    path: str = Field(min_length=1, max_length=4096)
+    path: str = Field(min_length=1, max_length=4096, pattern=NO_NUL)
 
 
 class FileWritten(BaseModel):
@@ -151,35 +170,27 @@ class FileUploaded(BaseModel):
 
 
 class ChangesQuery(Lenient):
-    path: str | None = Field(default=None, min_length=1, max_length=4096)
+    path: str | None = Field(default=None, min_length=1, max_length=4096, pattern=NO_NUL)
     """A directory (relative, or absolute inside a working directory): the repositories at or
     below it, paths relative to it. Default: the working directory."""
 
 
 class DiffQuery(Lenient):
-    path: str | None = Field(default=None, min_length=1, max_length=4096)
+    path: str | None = Field(default=None, min_length=1, max_length=4096, pattern=NO_NUL)
     """One file; without it the whole unified diff comes back as text/plain."""
 
 
 class RunCommand(Lenient):
     """POST .../commands: a shell command in the workspace, outside the agent's terminal."""
 
-    command: str = Field(min_length=1, max_length=100_000)
-    cwd: str | None = Field(default=None, min_length=1, max_length=4096)
+    command: str = Field(min_length=1, max_length=100_000, pattern=NO_NUL)
+    """Run by `bash -c`; it may not hold NUL (a C string would end there)."""
+    cwd: str | None = Field(default=None, min_length=1, max_length=4096, pattern=NO_NUL)
     """Relative to the working directory (or absolute inside it)."""
     timeout: float = Field(default=60, gt=0, le=600)
     """Seconds; then the command's whole process group is killed."""
-    env: dict[str, str] = Field(default_factory=dict, max_length=100)
-
-    @field_validator("env")
-    @classmethod
-    def _names(cls, value: dict[str, str]) -> dict[str, str]:
-        for name, item in value.items():
-            if not ENV_NAME.match(name):
-                raise ValueError(f"{name!r} is not an environment variable name")
-            if len(item) > 65536 or "\x00" in item:
-                raise ValueError(f"the value of {name} is over 65536 characters or holds NUL")
-        return value
+    env: dict[EnvName, Annotated[str, StringConstraints(max_length=65536, pattern=NO_NUL)]] = (
+        Field(default_factory=dict, max_length=100))
 
 
 class CommandResult(BaseModel):
@@ -193,27 +204,9 @@ class CommandResult(BaseModel):
 class UpdateConversation(Lenient):
     """PATCH /api/conversations/{id}: fields left out stay; tags given replace all tags."""
 
-    title: str | None = Field(default=None, min_length=1, max_length=200)
-    """null clears the title."""
-    tags: dict[str, str] | None = None
+    title: str | None = Field(default=None, min_length=1, max_length=200,
+                              pattern=r"[^ \t\n\r\f\v]")
+    """null clears the title; a title is not blank (it holds more than ASCII whitespace)."""
+    tags: Tags | None = None
+    """Given, they replace all the tags."""
 
-    @field_validator("title")
-    @classmethod
-    def _title(cls, value: str | None) -> str | None:
-        if value is not None and not value.strip():
-            raise ValueError("title must not be blank")
-        return value
-
-    @field_validator("tags")
-    @classmethod
-    def _tags(cls, value: dict[str, str] | None) -> dict[str, str] | None:
-        if value is None:
-            return None
-        if len(value) > 50:
-            raise ValueError("at most 50 tags")
-        for key, item in value.items():
-            if not TAG_KEY.match(key):
-                raise ValueError(f"tag key {key!r}: 1 to 50 of a-z, 0-9, _ and -")
-            if len(item) > 256:
-                raise ValueError(f"tag {key!r}: values are at most 256 characters")
-        return value

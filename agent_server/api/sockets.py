@@ -14,15 +14,19 @@ from the log, and what arrived meanwhile is skipped up to the last id sent. Tran
 their own that are not in the log; resume from the last stored event's id.
 
 A client frame `{"role": "user", "content": [...], "run": bool}` is a user message; anything
-else is answered with a ServerErrorEvent frame (not stored) and the socket stays open. A
-client that falls behind its bounded queue is closed with 1013 and resumes with `after_id`.
+else is answered with a ServerErrorEvent frame (not stored) and the socket stays open.
+
+A client that falls behind is closed with 1013, the reason naming the `after_id` to resume
+from. Behind means any of: its queue passed its bounds (ws_queue_events, ws_queue_bytes); one
+frame could not be handed to the socket within ws_send_timeout (the kernel's buffers, which
+hide a backlog from the queue, are full and the client is not reading); or it left a ping
+unanswered for 20 s (agent_server.websocket, which also sends the close ahead of the backlog).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 from datetime import datetime, timezone
 from typing import Any
 from urllib.parse import parse_qsl, urlencode
@@ -34,7 +38,7 @@ from starlette import status
 from starlette.exceptions import WebSocketException
 from starlette.websockets import WebSocket
 
-from agent_server.api.io import services
+from agent_server.api.io import parse_json, services
 from agent_server.auth import HEADER, KeyRing
 from agent_server.conversations import Conversation, ConversationService
 from agent_server.delivery import (
@@ -44,7 +48,7 @@ from agent_server.delivery import (
     SubscriptionState,
     TooManySubscribers,
 )
-from agent_server.errors import AgentServerError, ConversationGone, validation_text
+from agent_server.errors import AgentServerError, ConversationGone, InvalidInput, validation_text
 from agent_server.events import ServerErrorEvent, format_timestamp
 from agent_server.log import EventLog
 from agent_server.record import SendMessage
@@ -62,6 +66,9 @@ QUERY_KEY = "session_api_key"
 _REPLAY_EVENTS = 256
 _REPLAY_BYTES = 1024 * 1024
 _CLOSE_SECONDS = 30.0
+#: Where the resume point of a socket is kept in its ASGI scope, for the protocol's own close
+#: (agent_server.websocket) as much as for this module's.
+RESUME_AFTER = "agent_server.resume_after"
 
 
 async def events_socket(websocket: WebSocket) -> None:
@@ -89,7 +96,7 @@ async def events_socket(websocket: WebSocket) -> None:
     # No await between subscribing and this snapshot: every event below `end` was published
     # before the subscription, every later one is in its queue.
     end = len(log)
-    session = _Session(websocket, conv, log, sub)
+    session = _Session(websocket, conv, log, sub, delivery.settings.ws_send_timeout)
     try:
         await session.run(start, end)
     finally:
@@ -121,8 +128,8 @@ async def _authenticate(websocket: WebSocket, query_key: str | None, keys: KeyRi
     if message["type"] != "websocket.receive" or message.get("text") is None:
         return False
     try:
-        data = json.loads(message["text"])
-    except (ValueError, RecursionError):
+        data = parse_json(message["text"], "frame")
+    except InvalidInput:
         return False
     if not isinstance(data, dict) or data.get("type") != "auth":
         return False
@@ -161,12 +168,32 @@ class _Session:
     """One socket after the handshake: a sender task, a reader task, and why they ended."""
 
     def __init__(self, websocket: WebSocket, conv: Conversation, log: EventLog,
-                 sub: Subscription) -> None:
+                 sub: Subscription, send_timeout: float) -> None:
         self.websocket = websocket
         self.conv = conv
         self.log = log
         self.sub = sub
-        self.last_sent: str | None = None
+        self.send_timeout = send_timeout
+        #: Set when a frame could not be handed to the socket in time.
+        self.behind = False
+        self._last_sent: str | None = None
+
+    @property
+    def last_sent(self) -> str | None:
+        return self._last_sent
+
+    @last_sent.setter
+    def last_sent(self, event_id: str | None) -> None:
+        self._last_sent = event_id
+        self.websocket.scope[RESUME_AFTER] = event_id
+
+    async def _put(self, text: str) -> None:
+        """One frame to the socket; a client that leaves it unsent for send_timeout is behind."""
+        try:
+            await asyncio.wait_for(self.websocket.send_text(text), self.send_timeout)
+        except TimeoutError:
+            self.behind = True
+            raise
 
     async def run(self, start: str | None, end: int) -> None:
         sender = asyncio.create_task(self._send(start, end))
@@ -182,17 +209,23 @@ class _Session:
             await asyncio.gather(*tasks, return_exceptions=True)
         if self.conv.closed.is_set() and self.sub.state is not SubscriptionState.CLOSED:
             await _close(self.websocket, CLOSE_NOT_FOUND, "conversation deleted")
-        elif self.sub.state is SubscriptionState.OVERFLOWED:
+        elif self.sub.state is SubscriptionState.OVERFLOWED or self.behind:
             hint = f"; resume with after_id={self.last_sent}" if self.last_sent else ""
             await _close(self.websocket, CLOSE_TRY_AGAIN, "fell behind" + hint)
         elif self.sub.state is SubscriptionState.CLOSED:
             await _close(self.websocket, CLOSE_RESTART, "server shutting down")
 
     async def _send(self, start: str | None, end: int) -> None:
-        ws, log = self.websocket, self.log
+        try:
+            await self._send_all(start, end)
+        except TimeoutError:
+            return  # behind (self.behind): run() closes with 1013
+
+    async def _send_all(self, start: str | None, end: int) -> None:
+        log = self.log
         # First the conversation's state as it is now (a `full_state` ConversationStateUpdateEvent,
         # not stored): the OpenHands SDK client counts the socket ready only once it has it.
-        await ws.send_text(self.conv.state_event().model_dump_json())
+        await self._put(self.conv.state_event().model_dump_json())
         if start:
             self.last_sent = start  # nothing up to after_id, even from the live queue
         if start is not None:
@@ -203,7 +236,7 @@ class _Session:
                 lines = log.lines_after(position, min(_REPLAY_EVENTS, end - position),
                                         _REPLAY_BYTES)
                 for line in lines:
-                    await ws.send_text(line.decode())
+                    await self._put(line.decode())
                     self.last_sent = log.id_at(position)
                     position += 1
         try:
@@ -213,10 +246,10 @@ class _Session:
                     if self.last_sent is not None and frame.event_id <= self.last_sent:
                         self.sub.sent()
                         continue  # already sent by the replay
-                    await ws.send_text(frame.text)
+                    await self._put(frame.text)
                     self.last_sent = frame.event_id
                 else:
-                    await ws.send_text(frame.text)
+                    await self._put(frame.text)
                 self.sub.sent()
         except SubscriptionEnded:
             return
@@ -234,9 +267,9 @@ class _Session:
 
     async def _on_text(self, text: str) -> None:
         try:
-            data: Any = json.loads(text)
-        except (ValueError, RecursionError) as exc:
-            self._error("InvalidFrame", f"not JSON: {str(exc)[:200]}")
+            data: Any = parse_json(text, "frame")
+        except InvalidInput as exc:
+            self._error("InvalidFrame", f"not JSON: {exc.errors[0]['msg'][:200]}")
             return
         if isinstance(data, dict) and data.get("type") == "auth":
             return  # already authenticated
@@ -245,7 +278,7 @@ class _Session:
                         'expected a user message {"role": "user", "content": [...], "run": false}')
             return
         try:
-            message = SendMessage.model_validate(data)
+            message = SendMessage.model_validate_json(text, strict=True)
         except ValidationError as exc:
             self._error("InvalidFrame", validation_text(exc)[:2000])
             return
@@ -265,4 +298,5 @@ class _Session:
         # Bounded like every other frame: a client that sends junk and never reads is cut off.
         self.sub.offer(Frame.transient(event))
 
-__all__ = ["CLOSE_NOT_FOUND", "CLOSE_TRY_AGAIN", "CLOSE_UNAUTHORIZED", "events_socket"]
+__all__ = ["CLOSE_NOT_FOUND", "CLOSE_TRY_AGAIN", "CLOSE_UNAUTHORIZED", "RESUME_AFTER",
+           "events_socket"]

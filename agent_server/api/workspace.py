@@ -35,7 +35,7 @@ from agent_server.api.schemas import (
     FileWritten,
     RunCommand,
 )
-from agent_server.workspace import NotAFile, Scope, TooLarge, open_file, relative, write_file
+from agent_server.workspace import FileMissing, NotAFile, Scope, TooLarge, open_file, relative, write_file
 from core.masking import Masker
 from core.processes import CHUNK
 
@@ -71,7 +71,7 @@ def git_author(request: Request) -> dict[str, str]:
 
 
 @doc(summary="A workspace file, streamed with a guessed content type", query=FileQuery,
-     errors=(400, 403, 404, 413))
+     media={"*/*": {"type": "string", "format": "binary"}}, errors=(400, 403, 404, 413))
 async def get_file(request: Request) -> Response:
     where = scope(request)
     query = read_query(request, FileQuery)
@@ -156,11 +156,13 @@ async def _read(upload: UploadFile) -> AsyncIterator[bytes]:
 @doc(summary="Changes against HEAD ([{path, status}], untracked included) of the "
              "repositories at or below `path` (default: the working directory), paths relative "
              "to it; without a repository an empty list and an X-Detail header",
-     query=ChangesQuery, response=list[GitChange], errors=(403, 404))
+     query=ChangesQuery, response=list[GitChange], errors=(400, 403, 404))
 async def git_changes(request: Request) -> Response:
     where = scope(request)
     query = read_query(request, ChangesQuery)
     root = where.resolve(query.path) if query.path else where.home
+    if not await asyncio.to_thread(root.exists):
+        raise FileMissing(f"no directory {query.path!r} in the working directory")
     if not await asyncio.to_thread(root.is_dir):
         raise NotAFile(f"{query.path!r} is not a directory")
     items, repos = await git.changes(root)
@@ -169,7 +171,8 @@ async def git_changes(request: Request) -> Response:
 
 
 @doc(summary="One file's {path, original, modified}; without path the whole unified diff "
-             "(text/plain)", query=DiffQuery, response=GitDiff, errors=(400, 403, 404, 413))
+             "(text/plain)", query=DiffQuery, response=GitDiff,
+     media={"text/plain": {"type": "string"}}, errors=(400, 403, 404, 413))
 async def git_diff(request: Request) -> Response:
     where = scope(request)
     query = read_query(request, DiffQuery)

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import base64
 import json
+import urllib.parse
 from typing import Any
 
-from core.masking import MASK, MIN_LENGTH, REDACTED, Masker, check_secrets, redact
+import pytest
+
+from core.masking import MASK, MIN_LENGTH, REDACTED, Masker, check_secrets, encoded_forms, redact
 
 
 def test_a_secret_is_masked_wherever_it_appears() -> None:
@@ -74,3 +78,48 @@ def test_check_secrets_names_each_problem() -> None:
     problems = check_secrets({"GOOD": "long-enough", "bad-name": "long-enough", "SHORT": "abc"})
     assert [name for name, _ in problems] == ["bad-name", "SHORT"]
     assert check_secrets({"GOOD": "long-enough"}) == []
+
+
+# -- encoded forms (issue 16) ----------------------------------------------------------------
+
+SECRET = "ghp_0123456789abcdefXYZ"
+
+
+def shown(text: str) -> str:
+    return Masker({"TOKEN": SECRET}).text(text)
+
+
+@pytest.mark.parametrize("prefix", [b"", b"a", b"ab", b"token: "])
+@pytest.mark.parametrize("suffix", [b"", b"\n", b"x"])
+def test_base64_of_a_secret_is_masked_at_any_alignment(prefix: bytes, suffix: bytes) -> None:
+    data = prefix + SECRET.encode() + suffix
+    for encoded in (base64.b64encode(data).decode(), base64.urlsafe_b64encode(data).decode(),
+                    base64.b64encode(data).decode().rstrip("=")):
+        out = shown(f"out: {encoded} end")
+        assert MASK in out and encoded[4:-4] not in out, encoded
+
+
+def test_hex_and_url_encodings_are_masked() -> None:
+    for encoded in (SECRET.encode().hex(), SECRET.encode().hex().upper(),
+                    urllib.parse.quote("pa ss/word+1"), urllib.parse.quote_plus("pa ss/word+1")):
+        value = SECRET if "pa" not in encoded else "pa ss/word+1"
+        assert Masker({"K": value}).text(f"[{encoded}]") == f"[{MASK}]", encoded
+
+
+def test_what_is_not_caught_is_documented() -> None:
+    assert "reversed" in (encoded_forms.__doc__ or "")
+    assert shown(SECRET[::-1]) == SECRET[::-1]  # reversed: not caught, as documented
+
+
+def test_a_short_secret_s_encodings_are_not_masked_but_the_value_is() -> None:
+    masker = Masker({"PIN": "abcd"})
+    assert masker.text(base64.b64encode(b"abcd").decode()) == "YWJjZA=="
+    assert masker.text("abcd") == MASK
+
+
+def test_an_encoded_secret_split_between_stream_pieces_is_masked_whole() -> None:
+    encoded = base64.b64encode(SECRET.encode()).decode()
+    stream = Masker({"K": SECRET}).stream()
+    half = len(encoded) // 2
+    out = stream.feed("a " + encoded[:half]) + stream.feed(encoded[half:] + " b") + stream.flush()
+    assert encoded[:-2] not in out and MASK in out

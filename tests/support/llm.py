@@ -12,6 +12,7 @@ responder function; every request is recorded.
 from __future__ import annotations
 
 import asyncio
+import http.server
 import itertools
 import json
 import socket
@@ -89,6 +90,9 @@ class ScriptedLLM:
         self._lock = threading.Lock()
         self.port = free_port()
         self._server: ThreadedServer | None = None
+        self._raw: http.server.ThreadingHTTPServer | None = None
+        #: Per key: wall-clock times the raw server finished writing each answer.
+        self.answered: dict[str, list[float]] = defaultdict(list)
 
     # -- scripting -----------------------------------------------------------------------
 
@@ -125,17 +129,28 @@ class ScriptedLLM:
         reply = self._next(key, body)
         response = await self._answer(key, body, reply)
         self.timings[key].append((arrived, time.monotonic()))
+        self.answered[key].append(time.time())
         return response
 
     async def _answer(self, key: str, body: dict[str, Any], reply: Reply) -> Response:
         if reply.delay:
             await asyncio.sleep(reply.delay)
         if reply.status != 200:
-            return JSONResponse(
-                {"error": {"message": reply.error, "type": "scripted", "code": reply.status}},
-                status_code=reply.status,
-                headers=reply.headers,
+            return JSONResponse(self._error_body(reply), status_code=reply.status,
+                                headers=reply.headers)
+        if body.get("stream"):
+            rid, model, tool_calls, usage = self._parts(body, reply)
+            return StreamingResponse(
+                self._chunks(rid, model, reply, tool_calls, usage), media_type="text/event-stream"
             )
+        return JSONResponse(self._completion(body, reply))
+
+    @staticmethod
+    def _error_body(reply: Reply) -> dict[str, Any]:
+        return {"error": {"message": reply.error, "type": "scripted", "code": reply.status}}
+
+    def _parts(self, body: dict[str, Any], reply: Reply) -> tuple[str, str, list[dict[str, Any]],
+                                                                   dict[str, int]]:
         rid = f"chatcmpl-{next(self._ids)}"
         model = body.get("model", "test")
         prompt_tokens = len(json.dumps(body.get("messages", []))) // 4
@@ -152,31 +167,29 @@ class ScriptedLLM:
             }
             for i, (name, args) in enumerate(reply.tool_calls)
         ]
-        if body.get("stream"):
-            return StreamingResponse(
-                self._chunks(rid, model, reply, tool_calls, usage), media_type="text/event-stream"
-            )
+        return rid, model, tool_calls, usage
+
+    def _completion(self, body: dict[str, Any], reply: Reply) -> dict[str, Any]:
+        rid, model, tool_calls, usage = self._parts(body, reply)
         message: dict[str, Any] = {"role": "assistant", "content": reply.text or None}
         if tool_calls:
             message["tool_calls"] = tool_calls
         if reply.reasoning:
             message["reasoning_content"] = reply.reasoning
-        return JSONResponse(
-            {
-                "id": rid,
-                "object": "chat.completion",
-                "created": int(time.time()),
-                "model": model,
-                "choices": [
-                    {
-                        "index": 0,
-                        "message": message,
-                        "finish_reason": "tool_calls" if tool_calls else "stop",
-                    }
-                ],
-                "usage": usage,
-            }
-        )
+        return {
+            "id": rid,
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": model,
+            "choices": [
+                {
+                    "index": 0,
+                    "message": message,
+                    "finish_reason": "tool_calls" if tool_calls else "stop",
+                }
+            ],
+            "usage": usage,
+        }
 
     async def _chunks(self, rid: str, model: str, reply: Reply, tool_calls: list[dict[str, Any]],
                       usage: dict[str, int]):  # type: ignore[no-untyped-def]
@@ -256,3 +269,51 @@ class ScriptedLLM:
     def stop(self) -> None:
         if self._server is not None:
             self._server.stop()
+        if self._raw is not None:
+            self._raw.shutdown()
+            self._raw.server_close()
+
+    # -- the way Python's own HTTP server answers -------------------------------------------
+
+    def start_raw(self) -> ScriptedLLM:
+        """Serve chat completions (not streamed) with http.server instead: keep-alive, the
+        status line and headers written in one send and the body in another, and Nagle's
+        algorithm left on, as many small OpenAI-compatible servers do. A client that delays
+        its ACK of the headers then waits for its timer (about 40 ms on Linux) for the body."""
+        self._raw = http.server.ThreadingHTTPServer(("127.0.0.1", self.port), self._raw_handler())
+        self._raw.daemon_threads = True
+        threading.Thread(target=self._raw.serve_forever, name="scripted LLM (raw)",
+                         daemon=True).start()
+        return self
+
+    def _raw_handler(self) -> type[http.server.BaseHTTPRequestHandler]:
+        llm = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_POST(self) -> None:  # noqa: N802 (http.server's naming)
+                arrived = time.monotonic()
+                parts = self.path.strip("/").split("/")
+                key = parts[1] if len(parts) > 1 and parts[0] == "k" else "default"
+                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
+                reply = llm._next(key, body)
+                if reply.delay:
+                    time.sleep(reply.delay)
+                ok = reply.status == 200
+                data = json.dumps(llm._completion(body, reply) if ok
+                                  else llm._error_body(reply)).encode()
+                self.send_response(reply.status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                for name, value in reply.headers.items():
+                    self.send_header(name, value)
+                self.end_headers()  # one send: the status line and headers
+                self.wfile.write(data)  # another: the body
+                llm.timings[key].append((arrived, time.monotonic()))
+                llm.answered[key].append(time.time())
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        return Handler

@@ -10,10 +10,10 @@ from starlette.applications import Starlette
 
 
 class ThreadedServer:
-    def __init__(self, app: Starlette, port: int, name: str) -> None:
+    def __init__(self, app: Starlette, port: int, name: str, lifespan: str = "off") -> None:
         self.name = name
         config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
-                                lifespan="off", timeout_graceful_shutdown=1)
+                                lifespan=lifespan, timeout_graceful_shutdown=1)
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self._server.run, daemon=True, name=name)
 
