@@ -30,10 +30,15 @@ class SandboxSpec:
 class Handle:
     """What the provider needs to find a sandbox again, stored so a restarted control plane can."""
 
+    sandbox_id: str
+    """The sandbox's id (a container provider names its container and volume after it)."""
     pid: int
+    """The process provider's agent server; a container's main process on the Docker host."""
     pid_start_time: int
-    """Kernel start time of the pid (clock ticks since boot): tells a reused pid from ours."""
+    """Tells a reused pid (or name) from ours: the kernel start time of the pid (clock ticks
+    since boot) for a process; the first 60 bits of the container's id for a container."""
     port: int
+    """The loopback port the agent server answers on."""
 
 
 class Liveness(enum.Enum):

@@ -32,7 +32,8 @@ UNRESPONSIVE_LIMIT = 3
 def handle_of(row: SandboxRow) -> Handle | None:
     if row.pid is None or row.pid_start_time is None or row.port is None:
         return None
-    return Handle(pid=row.pid, pid_start_time=row.pid_start_time, port=row.port)
+    return Handle(sandbox_id=row.id, pid=row.pid, pid_start_time=row.pid_start_time,
+                  port=row.port)
 
 
 class SandboxService:
