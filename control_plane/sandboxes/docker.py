@@ -31,7 +31,6 @@ from __future__ import annotations
 import gzip
 import hashlib
 import logging
-import shutil
 import threading
 import time
 from collections.abc import Callable
@@ -116,6 +115,10 @@ class DockerProvider(SandboxProvider):
 
     def specs(self) -> list[SandboxSpec]:
         return [SPEC]
+
+    def root_dir(self, sandbox_id: str, sandboxes_dir: Path) -> Path:
+        """Inside its container: the volume, with the workspace under it."""
+        return Path(STATE_DIR)
 
     def labels(self, sandbox_id: str) -> dict[str, str]:
         return {LABEL_SANDBOX: sandbox_id, LABEL_PLANE: self.plane}
@@ -283,10 +286,9 @@ class DockerProvider(SandboxProvider):
     async def destroy(self, sandbox_id: str, handle: Handle | None, root_dir: Path) -> Path | None:
         """The container stopped (SIGTERM, SIGKILL after the grace period) and removed, the
         workspace archived from its volume, the volume removed. Works from labels and names
-        alone, so a sandbox whose start was cut short (no handle) goes just as well."""
-        archive = await self._run(self._destroy, sandbox_id)
-        shutil.rmtree(root_dir, ignore_errors=True)  # unused by containers; never left behind
-        return archive
+        alone, so a sandbox whose start was cut short (no handle) goes just as well. `root_dir`
+        is a path inside the container: nothing of a sandbox is on this machine's disk."""
+        return await self._run(self._destroy, sandbox_id)
 
     def _destroy(self, client: docker.DockerClient, sandbox_id: str) -> Path | None:
         container = self._find(client, sandbox_id)
