@@ -22,7 +22,7 @@ import pytest
 from docker.models.containers import Container
 
 from control_plane.sandboxes.docker import HOST_ALIAS, LABEL_PLANE, LABEL_SANDBOX, name_of, plane_label
-from tests.control_plane.support import ControlPlane, make_config, start, wait_for
+from tests.control_plane.support import ControlPlane, configure_llm, make_config, start, wait_for
 from tests.control_plane.test_flow import bare_repository, delete_last_conversation, whole_flow
 from tests.support import docker as docker_support
 from tests.support.llm import ScriptedLLM, call, free_port
@@ -195,3 +195,23 @@ def test_containers_are_adopted_after_a_restart(tmp_path: Path, sandbox_image: s
         assert {v.name for v in engine.volumes.list(filters={"label": label})} <= {name_of(removed)}
     finally:
         docker_support.remove_labelled(engine, label)
+
+
+def test_a_missing_image_ends_the_start_with_the_reason(tmp_path: Path,
+                                                         engine: docker.DockerClient) -> None:
+    config = docker_config(tmp_path / "cp", "agent-server-test/absent:never")
+    plane = ControlPlane(config).start()
+    try:
+        client = plane.client(plane.new_user("dave"))
+        configure_llm(client, "http://127.0.0.1:9/v1")  # never reached
+        task = start(client)
+        assert task["status"] == "ERROR"
+        assert "agent-server-test/absent:never" in task["detail"] and "make image" in task["detail"]
+        # The sandbox made for it went with it, its volume too.
+        [sandbox] = client.get("/api/v1/sandboxes/search").json()["items"]
+        assert sandbox["status"] == "MISSING"
+        label = f"{LABEL_PLANE}={plane_label(config.db_url)}"
+        assert engine.volumes.list(filters={"label": label}) == []
+    finally:
+        plane.stop()
+        docker_support.remove_labelled(engine, f"{LABEL_PLANE}={plane_label(config.db_url)}")

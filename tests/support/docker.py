@@ -48,14 +48,14 @@ class Unavailable(Exception):
     """Docker cannot be used here; the message is the skip reason."""
 
 
-def client() -> docker.DockerClient:
+def client(sock: Path = SOCKET) -> docker.DockerClient:
     """A client of the local daemon, its API version negotiated (the daemon may be older)."""
-    return docker.DockerClient(base_url=f"unix://{SOCKET}", version="auto", timeout=300)
+    return docker.DockerClient(base_url=f"unix://{sock}", version="auto", timeout=300)
 
 
-def _answers() -> bool:
+def _answers(sock: Path) -> bool:
     try:
-        with contextlib.closing(client()) as c:
+        with contextlib.closing(client(sock)) as c:
             return bool(c.ping())
     except docker.errors.DockerException:
         return False
@@ -68,8 +68,10 @@ class Daemon:
     proc: subprocess.Popen[bytes] | None = None
 
     @classmethod
-    def ensure(cls, log: Path, timeout: float = 60) -> Daemon:
-        if _answers():
+    def ensure(cls, log: Path, timeout: float = 60, sock: Path = SOCKET,
+               args: tuple[str, ...] = ()) -> Daemon:
+        """`sock`, `args`: another daemon beside the system's (its own data and exec roots)."""
+        if _answers(sock):
             return cls()
         if shutil.which("dockerd") is None:
             raise Unavailable("Docker is not installed (`.ci/run` installs Debian's docker.io; "
@@ -78,11 +80,11 @@ class Daemon:
             raise Unavailable("dockerd is installed but not running, and starting it needs root")
         log.parent.mkdir(parents=True, exist_ok=True)
         with open(log, "ab") as out:
-            proc = subprocess.Popen(["dockerd", "--host", f"unix://{SOCKET}"], stdout=out,
+            proc = subprocess.Popen(["dockerd", "--host", f"unix://{sock}", *args], stdout=out,
                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                     start_new_session=True)
         deadline = time.monotonic() + timeout
-        while not _answers():
+        while not _answers(sock):
             if proc.poll() is not None or time.monotonic() > deadline:
                 proc.kill()
                 tail = log.read_bytes()[-3000:].decode(errors="replace")
@@ -104,9 +106,15 @@ class Daemon:
 
 def bridge_gateway(c: docker.DockerClient) -> str:
     """The host's address on Docker's default bridge (what host.docker.internal resolves to)."""
-    config = c.networks.get("bridge").attrs["IPAM"]["Config"]
-    gateway: str = config[0].get("Gateway") or "172.17.0.1"
-    return gateway
+    attrs = c.networks.get("bridge").attrs
+    for config in attrs["IPAM"]["Config"] or []:
+        if config.get("Gateway"):
+            return str(config["Gateway"])
+    # A default bridge lists no gateway: it is the bridge interface's own address.
+    device = (attrs.get("Options") or {}).get("com.docker.network.bridge.name", "docker0")
+    shown = subprocess.run(["ip", "-4", "-o", "addr", "show", "dev", device], capture_output=True,
+                           text=True).stdout.split() if shutil.which("ip") else []
+    return shown[shown.index("inet") + 1].split("/")[0] if "inet" in shown else "172.17.0.1"
 
 
 # -- the host's package plumbing ----------------------------------------------------------------
