@@ -262,12 +262,16 @@ class DockerProvider(SandboxProvider):
         """Docker's pause freezes every process of the container (the cgroup freezer) and
         returns once they are frozen."""
         def freeze(client: docker.DockerClient) -> None:
-            self._ours(client, handle).pause()
+            container = self._ours(client, handle)
+            if container.status != "paused":
+                container.pause()
         await self._run(freeze)
 
     async def resume(self, handle: Handle) -> None:
         def thaw(client: docker.DockerClient) -> None:
-            self._ours(client, handle).unpause()
+            container = self._ours(client, handle)
+            if container.status == "paused":  # (one thawed by hand is just running)
+                container.unpause()
         await self._run(thaw)
         deadline = time.monotonic() + self.start_timeout
         while not await self._alive(handle):

@@ -21,7 +21,15 @@ import httpx
 import pytest
 from docker.models.containers import Container
 
-from control_plane.sandboxes.docker import HOST_ALIAS, LABEL_PLANE, LABEL_SANDBOX, name_of, plane_label
+from control_plane.sandboxes.docker import (
+    HOST_ALIAS,
+    LABEL_PLANE,
+    LABEL_SANDBOX,
+    DockerProvider,
+    name_of,
+    plane_label,
+)
+from control_plane.sandboxes.provider import Launch, Liveness, ProviderError
 from tests.control_plane.support import ControlPlane, configure_llm, make_config, start, wait_for
 from tests.control_plane.test_flow import bare_repository, delete_last_conversation, whole_flow
 from tests.support import docker as docker_support
@@ -215,3 +223,35 @@ def test_a_missing_image_ends_the_start_with_the_reason(tmp_path: Path,
     finally:
         plane.stop()
         docker_support.remove_labelled(engine, f"{LABEL_PLANE}={plane_label(config.db_url)}")
+
+
+async def test_the_provider_finds_its_containers_and_reports_a_failed_start(
+        tmp_path: Path, sandbox_image: str, engine: docker.DockerClient) -> None:
+    """At the provider's level: a second provider (a restarted control plane) recovers a
+    container by its labels; one whose agent server exits at start is a ProviderError quoting
+    its log, and leaves no container behind."""
+    plane = f"test-{tmp_path.name[-12:]}"
+    make = lambda: DockerProvider(tmp_path / "archives", image=sandbox_image, plane=plane)  # noqa: E731
+    first, second = make(), make()
+    launch = Launch(sandbox_id="p" + tmp_path.name[-8:], spec_id="docker", root_dir=Path("/nowhere"),
+                    session_api_key="sk-provider-test", webhook_url="http://127.0.0.1:9/hooks")
+    try:
+        handle = await first.create(launch)
+        assert await second.recover(launch) == handle
+        assert await second.inspect(handle) is Liveness.ALIVE
+        await second.pause(handle)
+        assert await first.inspect(handle) is Liveness.STOPPED
+        assert await first.recover(launch) == handle
+        assert await first.destroy(launch.sandbox_id, None, launch.root_dir) is not None
+        assert await second.inspect(handle) is Liveness.GONE
+        assert await second.recover(launch) is None
+
+        # Without a session key the agent server refuses to listen beyond loopback: it exits.
+        keyless = Launch(**{**launch.__dict__, "session_api_key": ""})
+        with pytest.raises(ProviderError, match="exited with status .*SESSION_API_KEY"):
+            await first.create(keyless)
+        assert engine.containers.list(all=True, filters={"label": f"{LABEL_PLANE}={plane}"}) == []
+    finally:
+        await first.close()
+        await second.close()
+        docker_support.remove_labelled(engine, f"{LABEL_PLANE}={plane}")
