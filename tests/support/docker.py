@@ -73,6 +73,8 @@ class Daemon:
         """`sock`, `args`: another daemon beside the system's (its own data and exec roots)."""
         if _answers(sock):
             return cls()
+        if sock.exists() and not os.access(sock, os.R_OK | os.W_OK):
+            raise Unavailable(f"Docker runs, but this user may not use {sock} (the docker group)")
         if shutil.which("dockerd") is None:
             raise Unavailable("Docker is not installed (`.ci/run` installs Debian's docker.io; "
                               "`apt-get install docker.io` here)")
