@@ -1,16 +1,20 @@
 """Control-plane figures (prints JSON): start latency, concurrent starts per strategy, webhook
-ingest on SQLite and PostgreSQL, conversation search among 10,000 conversations.
+ingest on SQLite and PostgreSQL, conversation search among 10,000 conversations, and the Docker
+provider's start, pause and resume.
 
     .venv/bin/python bench/control_plane.py [--starts 20] [--events 20000] [--conversations 10000]
+                                            [--docker-starts 10] [--docker-only]
 
-Everything is real: agent-server sandboxes, the scripted LLM, SQLite, and a PostgreSQL server
-started for the run (skipped when its binaries are absent).
+Everything is real: agent-server sandboxes, the scripted LLM, SQLite, a PostgreSQL server
+started for the run (skipped when its binaries are absent), and Docker containers of the
+sandbox image built as the tests build it (skipped, with the reason, where Docker is absent).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import statistics
 import sys
@@ -32,6 +36,7 @@ from control_plane.store import Database, accounts  # noqa: E402
 from control_plane.store.tables import app_conversations  # noqa: E402
 from tests.control_plane.postgres import PostgresServer, binaries  # noqa: E402
 from tests.control_plane.support import ControlPlane, configure_llm, make_config, wait_for  # noqa: E402
+from tests.support import docker as docker_support  # noqa: E402
 from tests.support.llm import ScriptedLLM, call  # noqa: E402
 
 STRATEGIES = ("NO_GROUPING", "GROUP_BY_NEWEST", "LEAST_RECENTLY_USED", "FEWEST_CONVERSATIONS",
@@ -170,12 +175,84 @@ def search(plane: ControlPlane, n: int) -> dict[str, float]:
             "count_ms": timed({}, "/api/v1/app-conversations/count")}
 
 
+def docker_figures(n: int) -> dict[str, Any]:
+    """The Docker provider: a start request to READY on a new container (cold) and into a
+    RUNNING sandbox (reused), then pause and resume of a sandbox through the API (resume
+    answers once /alive answers again), n of each; and what building the image took."""
+    timings: dict[str, float] = {}
+    try:
+        daemon = docker_support.Daemon.ensure(Path(tempfile.gettempdir()) / "bench-dockerd.log")
+    except docker_support.Unavailable as exc:
+        return {"skipped": str(exc)}
+    llm: ScriptedLLM | None = None
+    try:
+        began = time.monotonic()
+        image = docker_support.sandbox_image(timings)
+        build = {k: round(v, 1) for k, v in timings.items()}
+        build["total_s"] = round(time.monotonic() - began, 1)
+        with contextlib.closing(docker_support.client()) as engine:
+            gateway = docker_support.bridge_gateway(engine)
+        llm = ScriptedLLM(host=gateway).start()
+        with tempfile.TemporaryDirectory() as tmp:
+            config = make_config(Path(tmp) / "docker", host="0.0.0.0", sandbox_provider="docker",
+                                 sandbox_image=image)
+            plane = ControlPlane(config).start()
+            try:
+                return {"image_build_s": build, **docker_starts(plane, llm, n)}
+            finally:
+                plane.stop()
+    finally:
+        if llm is not None:
+            llm.stop()
+        daemon.stop()
+
+
+def docker_starts(plane: ControlPlane, llm: ScriptedLLM, n: int) -> dict[str, Any]:
+    client = plane.client(plane.new_user("docker"), timeout=120)
+    configure_llm(client, llm.base_url("idle", host="host.docker.internal"))
+
+    def ready_s(body: dict[str, Any]) -> tuple[float, dict[str, Any]]:
+        began = time.monotonic()
+        task = wait_ready(client, post_start(client, body))
+        return time.monotonic() - began, task
+
+    client.patch("/api/v1/settings", json={"grouping_strategy": "NO_GROUPING"})
+    cold, sandboxes = [], []
+    for _ in range(n):
+        seconds, task = ready_s({})
+        cold.append(seconds)
+        sandboxes.append(task["sandbox_id"])
+    reused = [ready_s({"sandbox_id": sandboxes[0]})[0] for _ in range(n)]
+    pause, resume = [], []
+    for sandbox in sandboxes:
+        for samples, action in ((pause, "pause"), (resume, "resume")):
+            began = time.monotonic()
+            client.post(f"/api/v1/sandboxes/{sandbox}/{action}").raise_for_status()
+            samples.append(time.monotonic() - began)
+    destroy = []
+    for sandbox in sandboxes:
+        began = time.monotonic()
+        client.delete(f"/api/v1/sandboxes/{sandbox}", params={"sandbox_id": sandbox}).raise_for_status()
+        destroy.append(time.monotonic() - began)
+
+    def figures(samples: list[float]) -> dict[str, float]:
+        return {"median_s": round(statistics.median(samples), 3), "max_s": round(max(samples), 3)}
+    return {"starts": n, "cold_container_to_ready": figures(cold),
+            "reused_sandbox_to_ready": figures(reused), "pause": figures(pause),
+            "resume_to_alive": figures(resume), "delete": figures(destroy)}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--starts", type=int, default=20)
     parser.add_argument("--events", type=int, default=20000)
     parser.add_argument("--conversations", type=int, default=10000)
+    parser.add_argument("--docker-starts", type=int, default=10)
+    parser.add_argument("--docker-only", action="store_true", help="only the Docker provider's figures")
     args = parser.parse_args()
+    if args.docker_only:
+        print(json.dumps({"docker": docker_figures(args.docker_starts)}, indent=2))
+        return
     llm = ScriptedLLM().start()
     results: dict[str, Any] = {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -200,6 +277,7 @@ def main() -> None:
             finally:
                 postgres.stop()
     llm.stop()
+    results["docker"] = docker_figures(args.docker_starts)
     print(json.dumps(results, indent=2))
 
 

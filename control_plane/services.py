@@ -26,6 +26,18 @@ from control_plane.webhook import WebhookReceiver
 from core.retry import Clock
 
 
+def build_provider(config: Config) -> SandboxProvider:
+    """The provider `sandbox_provider` names (the Docker SDK is loaded only when it is chosen)."""
+    if config.sandbox_provider == "docker":
+        from control_plane.sandboxes.docker import DockerProvider, plane_label
+        return DockerProvider(config.state_dir / "archives", image=config.sandbox_image,
+                              plane=plane_label(config.db_url), docker_url=config.docker_url,
+                              start_timeout=config.sandbox_start_timeout,
+                              stop_grace=config.sandbox_stop_grace)
+    return ProcessProvider(config.state_dir / "archives", start_timeout=config.sandbox_start_timeout,
+                           stop_grace=config.sandbox_stop_grace)
+
+
 @dataclass(frozen=True)
 class Services:
     config: Config
@@ -51,9 +63,7 @@ class Services:
         use_clock(clock or Clock())
         db = Database(config.db_url)
         cipher = Cipher.for_config(config.secret_key, config.state_dir)
-        provider = provider or ProcessProvider(config.state_dir / "archives",
-                                               start_timeout=config.sandbox_start_timeout,
-                                               stop_grace=config.sandbox_stop_grace)
+        provider = provider or build_provider(config)
         sandboxes = SandboxService(db, provider, cipher, sandboxes_dir=config.state_dir / "sandboxes",
                                    webhook_url=config.webhook_base,
                                    health_interval=config.health_interval,

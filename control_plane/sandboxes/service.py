@@ -32,7 +32,8 @@ UNRESPONSIVE_LIMIT = 3
 def handle_of(row: SandboxRow) -> Handle | None:
     if row.pid is None or row.pid_start_time is None or row.port is None:
         return None
-    return Handle(pid=row.pid, pid_start_time=row.pid_start_time, port=row.port)
+    return Handle(sandbox_id=row.id, pid=row.pid, pid_start_time=row.pid_start_time,
+                  port=row.port)
 
 
 class SandboxService:
@@ -68,7 +69,7 @@ class SandboxService:
         return await rows.insert(conn, id=sandbox_id, user_id=user_id, spec_id=spec_id,
                                  session_key_hash=hash_key(key),
                                  session_key_enc=self.cipher.encrypt(key),
-                                 root_dir=str(self.sandboxes_dir / sandbox_id))
+                                 root_dir=str(self.provider.root_dir(sandbox_id, self.sandboxes_dir)))
 
     def session_key(self, row: SandboxRow) -> str:
         return self.cipher.decrypt(row.session_key_enc)
