@@ -83,6 +83,8 @@ class StartTaskService:
         return task
 
     def _spawn(self, task: TaskRow) -> None:
+        if task.id in self._running:  # submitted and taken over at the same moment: once
+            return
         job = asyncio.create_task(self._run(task), name=f"start task {task.id}")
         self._running[task.id] = job
         job.add_done_callback(lambda _: self._running.pop(task.id, None))
@@ -172,6 +174,9 @@ class StartTaskService:
         conversation_id = str(uuid.uuid4())
         async with self.db.begin() as conn:
             await accounts.lock_user(conn, task.user_id)
+            placed = await tasks.get_in(conn, task.id)  # placed meanwhile: that placement holds
+            if placed is not None and placed.app_conversation_id and placed.sandbox_id:
+                return Placement(placed.sandbox_id, placed.app_conversation_id, False)
             sandbox_id: str | None
             if request.sandbox_id is not None:
                 sandbox_id = await self._explicit(conn, task.user_id, request.sandbox_id)

@@ -143,7 +143,7 @@ async def create(request: Request) -> Response:
     async with svc.db.begin() as conn:
         await accounts.lock_user(conn, account.id)  # the per-user limit counts under the lock
         row = await svc.sandboxes.new_row(conn, account.id, spec)
-    svc.sandboxes.launch(row)
+    svc.sandboxes.launch(row, fresh=True)
     return reply(await info(request, row), 201)
 
 

@@ -58,6 +58,12 @@ async def get_many(db: Database, ids: list[str], user_id: str) -> dict[str, Task
         return {r.id: r for r in (TaskRow.of(x) for x in result)}
 
 
+async def get_in(conn: AsyncConnection, task_id: str) -> TaskRow | None:
+    """Read inside the caller's transaction (placement)."""
+    row = (await conn.execute(select(T).where(T.c.id == task_id))).first()
+    return None if row is None else TaskRow.of(row)
+
+
 async def orphans(db: Database, holder: str, limit: int = 100) -> list[TaskRow]:
     """Unfinished tasks nobody works on: never leased, or their holder let the lease expire
     (it died), or leased by `holder` itself (the caller skips those it is working on: on
