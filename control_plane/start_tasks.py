@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sqlalchemy.ext.asyncio import AsyncConnection
+
 from control_plane import grouping
 from control_plane.agent_client import AgentClient, AgentError, Target
 from control_plane.crypto import Cipher
@@ -102,7 +104,7 @@ class StartTaskService:
         return taken
 
     async def _stage(self, task: TaskRow, status: StartTaskStatus, detail: str | None = None,
-                     conn: Any = None, **values: Any) -> None:
+                     conn: AsyncConnection | None = None, **values: Any) -> None:
         """Store a stage while this process holds the task (LeaseLost otherwise)."""
         await tasks.set_status(conn if conn is not None else self.db, task.id, status, detail,
                                holder=self.leases.holder, **values)
