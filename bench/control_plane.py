@@ -1,9 +1,10 @@
 """Control-plane figures (prints JSON): start latency, concurrent starts per strategy, webhook
-ingest on SQLite and PostgreSQL, conversation search among 10,000 conversations, and the Docker
-provider's start, pause and resume.
+ingest on SQLite and PostgreSQL, conversation search among 10,000 conversations, pause and
+resume of a process sandbox, concurrent starts across two control-plane processes on one
+PostgreSQL database, and the Docker provider's start, pause and resume.
 
     .venv/bin/python bench/control_plane.py [--starts 20] [--events 20000] [--conversations 10000]
-                                            [--docker-starts 10] [--docker-only]
+        [--several 50] [--docker-starts 10] [--only several,pause_resume,docker] [--docker-only]
 
 Everything is real: agent-server sandboxes, the scripted LLM, SQLite, a PostgreSQL server
 started for the run (skipped when its binaries are absent), and Docker containers of the
@@ -34,6 +35,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from control_plane.models import now  # noqa: E402
 from control_plane.store import Database, accounts  # noqa: E402
 from control_plane.store.tables import app_conversations  # noqa: E402
+from sqlalchemy import func, select  # noqa: E402
+from tests.control_plane.planes import kill_sandboxes, several  # noqa: E402
 from tests.control_plane.postgres import PostgresServer, binaries  # noqa: E402
 from tests.control_plane.support import ControlPlane, configure_llm, make_config, wait_for  # noqa: E402
 from tests.support import docker as docker_support  # noqa: E402
@@ -242,6 +245,89 @@ def docker_starts(plane: ControlPlane, llm: ScriptedLLM, n: int) -> dict[str, An
             "resume_to_alive": figures(resume), "delete": figures(destroy)}
 
 
+def pause_resume(plane: ControlPlane, llm: ScriptedLLM, n: int = 10) -> dict[str, float]:
+    """POST pause and POST resume of an idle process sandbox, answered (frozen, then /alive)."""
+    client = plane.client(plane.new_user("pause-resume"))
+    configure_llm(client, llm.base_url("idle"))
+    sid = wait_ready(client, post_start(client, {}))["sandbox_id"]
+    pauses, resumes = [], []
+    for _ in range(n):
+        began = time.monotonic()
+        client.post(f"/api/v1/sandboxes/{sid}/pause").raise_for_status()
+        pauses.append(time.monotonic() - began)
+        began = time.monotonic()
+        client.post(f"/api/v1/sandboxes/{sid}/resume").raise_for_status()
+        resumes.append(time.monotonic() - began)
+    client.delete(f"/api/v1/sandboxes/{sid}", params={"sandbox_id": sid})
+    return {"rounds": n, "pause_median_ms": round(statistics.median(pauses) * 1000, 1),
+            "pause_max_ms": round(max(pauses) * 1000, 1),
+            "resume_median_ms": round(statistics.median(resumes) * 1000, 1),
+            "resume_max_ms": round(max(resumes) * 1000, 1)}
+
+
+def several_planes(root: Path, postgres: PostgresServer, llm: ScriptedLLM, n: int,
+                   cap: int = 5, warm: bool = False) -> dict[str, Any]:
+    """n starts at once, alternately to two control-plane processes on one PostgreSQL database
+    (ADD_TO_ANY, `cap` conversations a sandbox): request to every task READY or ERROR; none
+    lost (every task ends), none doubled (one conversation row per task), none over capacity.
+
+    Cold, no sandbox is RUNNING when the burst comes, so each start makes its own (grouping
+    only joins RUNNING ones) and the figure is mostly sandbox boots on this machine; `warm`
+    first starts n / cap sandboxes, so the figure is the control planes' own work."""
+    url = postgres.new_database()
+    planes = several(root, url, 2, max_conversations_per_sandbox=str(cap))
+    try:
+        key = planes[0].new_key("several")
+        clients = [httpx.Client(base_url=p.url, headers={"Authorization": f"Bearer {key}"},
+                                timeout=60) for p in planes]
+        configure_llm(clients[0], llm.base_url("idle"))
+        clients[0].patch("/api/v1/settings", json={"grouping_strategy": "ADD_TO_ANY"})
+        if warm:
+            seeds = [clients[0].post("/api/v1/sandboxes", json={}).json()["id"]
+                     for _ in range(n // cap)]
+            wait_for(lambda: all(s["status"] == "RUNNING" for s in clients[0].get(
+                "/api/v1/sandboxes", params={"id": seeds}).json()), 300, interval=0.2)
+        began = time.monotonic()
+
+        def one(i: int) -> str:
+            return post_start(clients[i % 2], {})
+        with ThreadPoolExecutor(n) as pool:
+            ids = list(pool.map(one, range(n)))
+        posted = time.monotonic() - began
+
+        def finished() -> list[dict[str, Any]] | None:
+            found: list[dict[str, Any]] = clients[0].get(
+                "/api/v1/app-conversations/start-tasks", params={"ids": ids}).json()
+            return found if all(t["status"] in ("READY", "ERROR") for t in found) else None
+        done = wait_for(finished, 600, interval=0.05)
+        elapsed = time.monotonic() - began
+
+        async def rows() -> int:
+            db = Database(url)
+            try:
+                async with db.connect() as conn:
+                    return int(await conn.scalar(select(func.count()).select_from(app_conversations)) or 0)
+            finally:
+                await db.close()
+        stored = asyncio.run(rows())
+        items = clients[0].get("/api/v1/sandboxes/search").json()["items"]
+        statuses = Counter(t["status"] for t in done)
+        for client in clients:
+            client.close()
+        return {"starts": n, "control_planes": 2, "all_posted_s": round(posted, 3),
+                "into_running_sandboxes": warm,
+                "all_finished_s": round(elapsed, 3), "starts_per_s": round(n / elapsed, 2),
+                "ready": statuses["READY"], "error": statuses["ERROR"],
+                "lost": n - len(done), "doubled": stored - len({t["app_conversation_id"] for t in done}),
+                "sandboxes": len(items),
+                "over_capacity": sum(1 for s in items if s["conversation_count"] > cap)}
+    finally:
+        for plane in planes:
+            plane.stop()
+        for plane in planes:
+            kill_sandboxes(plane.state_dir)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--starts", type=int, default=20)
@@ -249,35 +335,57 @@ def main() -> None:
     parser.add_argument("--conversations", type=int, default=10000)
     parser.add_argument("--docker-starts", type=int, default=10)
     parser.add_argument("--docker-only", action="store_true", help="only the Docker provider's figures")
+    parser.add_argument("--several", type=int, default=50,
+                        help="starts across two control planes on PostgreSQL")
+    parser.add_argument("--only", default="", help="comma-separated sections (default: all)")
     args = parser.parse_args()
-    if args.docker_only:
+    only = {"docker"} if args.docker_only else set(filter(None, args.only.split(",")))
+
+    def wanted(section: str) -> bool:
+        return not only or section in only
+    results: dict[str, Any] = {}
+    if only and only <= {"docker"}:
         print(json.dumps({"docker": docker_figures(args.docker_starts)}, indent=2))
         return
     llm = ScriptedLLM().start()
-    results: dict[str, Any] = {}
     with tempfile.TemporaryDirectory() as tmp:
         plane = ControlPlane(make_config(Path(tmp) / "sqlite")).start()
         try:
-            results["start_latency"] = start_latency(plane, llm, args.starts)
-            results["concurrent_starts"] = concurrent_starts(plane, llm, args.starts)
-            results["ingest_sqlite"] = ingest(plane, llm, args.events)
-            results["search_sqlite"] = search(plane, args.conversations)
+            if wanted("start_latency"):
+                results["start_latency"] = start_latency(plane, llm, args.starts)
+            if wanted("concurrent_starts"):
+                results["concurrent_starts"] = concurrent_starts(plane, llm, args.starts)
+            if wanted("ingest"):
+                results["ingest_sqlite"] = ingest(plane, llm, args.events)
+            if wanted("search"):
+                results["search_sqlite"] = search(plane, args.conversations)
+            if wanted("pause_resume"):
+                results["pause_resume_process"] = pause_resume(plane, llm)
         finally:
             plane.stop()
         bindir = binaries()
         if bindir is not None:
             postgres = PostgresServer(bindir).start()
             try:
-                plane = ControlPlane(make_config(Path(tmp) / "pg", postgres.new_database())).start()
-                try:
-                    results["ingest_postgresql"] = ingest(plane, llm, args.events)
-                    results["search_postgresql"] = search(plane, args.conversations)
-                finally:
-                    plane.stop()
+                if wanted("ingest") or wanted("search"):
+                    plane = ControlPlane(make_config(Path(tmp) / "pg", postgres.new_database())).start()
+                    try:
+                        if wanted("ingest"):
+                            results["ingest_postgresql"] = ingest(plane, llm, args.events)
+                        if wanted("search"):
+                            results["search_postgresql"] = search(plane, args.conversations)
+                    finally:
+                        plane.stop()
+                if wanted("several"):
+                    results["several_control_planes_cold"] = several_planes(
+                        Path(tmp) / "several", postgres, llm, args.several)
+                    results["several_control_planes_warm"] = several_planes(
+                        Path(tmp) / "several-warm", postgres, llm, args.several, warm=True)
             finally:
                 postgres.stop()
     llm.stop()
-    results["docker"] = docker_figures(args.docker_starts)
+    if wanted("docker"):
+        results["docker"] = docker_figures(args.docker_starts)
     print(json.dumps(results, indent=2))
 
 

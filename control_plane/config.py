@@ -65,7 +65,19 @@ class Config(BaseModel):
     """Seconds between SIGTERM and SIGKILL when a sandbox is destroyed."""
 
     health_interval: float = Field(default=5.0, gt=0)
-    """Seconds between health checks of running sandboxes."""
+    """Seconds between health checks of running sandboxes (the reconciler's round is the
+    shorter of this and `lifecycle_interval`)."""
+
+    health_grace: float = Field(default=30.0, ge=0)
+    """Seconds a RUNNING sandbox may fail its health check before it is ERROR (read-only)."""
+
+    pause_grace: float = Field(default=30.0, ge=0)
+    """Seconds the agent server is given to pause running conversations (between steps)
+    before their sandbox is frozen."""
+
+    lease_seconds: float = Field(default=15.0, gt=0)
+    """Length of a control plane's lease on a start task or a sandbox (renewed every third of
+    it); another control plane on the same database takes over this long after its holder died."""
 
     idle_seconds: float | None = Field(default=1800.0, gt=0)
     """A RUNNING sandbox without activity this long is paused (SPEC 3.1 Idle Time); unset: never."""
@@ -75,6 +87,7 @@ class Config(BaseModel):
 
     lifecycle_interval: float = Field(default=10.0, gt=0)
     """Seconds between rounds of the idle, 12-hour and deletion timers."""
+
 
     agent_timeout: float = Field(default=30.0, gt=0)
     """Timeout of one request to an agent server."""
@@ -127,6 +140,11 @@ class Config(BaseModel):
     def webhook_base(self) -> str:
         """What each sandbox gets as AGENT_SERVER_WEBHOOK_URL; it appends /events/{id}."""
         return self.base_url + "/api/v1/webhooks"
+
+    @property
+    def reconcile_interval(self) -> float:
+        """The reconciler's one loop: timers and health checks in each round."""
+        return min(self.health_interval, self.lifecycle_interval)
 
 
 def _loopback(host: str) -> bool:

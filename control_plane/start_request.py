@@ -12,6 +12,8 @@ from control_plane.settings import check_secret_names
 REPOSITORY = re.compile(r"^[A-Za-z0-9_.-]{1,100}/[A-Za-z0-9_.-]{1,100}$")
 BRANCH = re.compile(r"^(?!-)(?!.*\.\.)(?!.*//)[A-Za-z0-9._/-]{1,255}(?<![./])$")
 Scalar = str | int | float | bool
+DEPLOYMENT_WIDE = ("Idle and deletion times are deployment-wide settings of the control plane "
+                   "(SPEC 8): they cannot be set per conversation")
 
 
 class TextItem(BaseModel):
@@ -70,6 +72,17 @@ class StartRequest(BaseModel):
     observability_tags: list[str] = Field(default_factory=list, max_length=50)
     observability_metadata: dict[str, Scalar | list[Scalar]] = Field(default_factory=dict,
                                                                    max_length=100)
+    idle_seconds: None = Field(default=None, description=DEPLOYMENT_WIDE)
+    """Not settable here (SPEC 8): only null is accepted."""
+    deletion_seconds: None = Field(default=None, description=DEPLOYMENT_WIDE)
+    """Not settable here (SPEC 8): only null is accepted."""
+
+    @field_validator("idle_seconds", "deletion_seconds", mode="before")
+    @classmethod
+    def _deployment_wide(cls, value: Any) -> None:
+        if value is not None:
+            raise ValueError(DEPLOYMENT_WIDE)
+        return None
 
     @field_validator("selected_repository")
     @classmethod
