@@ -66,8 +66,14 @@ def _shape(value: Any) -> Any:
         if None in kinds or len(kinds) > 1:
             raise ValueError("an array must hold scalars of one type: string[], number[] or "
                              "boolean[] (no null, object or array inside)")
+        if len(value) > MAX_ITEMS:
+            raise ValueError(f"an array holds at most {MAX_ITEMS} values")
+        if any(isinstance(item, str) and len(item) > MAX_ITEM_TEXT for item in value):
+            raise ValueError(f"a string in an array is at most {MAX_ITEM_TEXT} characters")
     elif _kind(value) is None:
         raise ValueError("a value is a string, number or boolean, or an array of one of them")
+    elif isinstance(value, str) and len(value) > MAX_TEXT:
+        raise ValueError(f"a string value is at most {MAX_TEXT} characters")
     return value
 
 
