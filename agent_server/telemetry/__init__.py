@@ -78,8 +78,8 @@ class Telemetry:
         attributes = {"gen_ai.operation.name": "chat", "gen_ai.request.model": model}
         record = LLMCallRecord()
         outcome = "error"
-        with self.tracing.span(f"chat {model}", kind=SpanKind.CLIENT,
-                               attributes=attributes) as span:
+        with self.tracing.inner(f"chat {model}", kind=SpanKind.CLIENT,
+                                attributes=attributes) as span:
             call = LLMCall(span)
             try:
                 with llm_call_context(call):
@@ -141,7 +141,7 @@ class AgentTelemetry:
     def step(self) -> Iterator[None]:
         self.telemetry.metrics.steps.inc()
         # A step that ends the run raises its status (finished, paused...): no failure.
-        with self.telemetry.tracing.span("step", fail_on_exception=False):
+        with self.telemetry.tracing.inner("step", fail_on_exception=False):
             yield
 
     @contextlib.contextmanager
@@ -151,7 +151,7 @@ class AgentTelemetry:
         record = ToolCallRecord()
         started = time.perf_counter()
         tracing = self.telemetry.tracing
-        with tracing.span(f"execute_tool {tool}", attributes={
+        with tracing.inner(f"execute_tool {tool}", attributes={
                 "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": tool}) as span:
             if span.is_recording():
                 span.set_attribute("gen_ai.tool.call.id", self.mask(call_id)[:200])

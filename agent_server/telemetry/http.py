@@ -89,9 +89,9 @@ class Observe:
     async def _traced(self, scope: Scope, receive: Receive, send: Send, method: str,
                       status: Any) -> None:
         tracing = self.telemetry.tracing
-        with tracing.span(method, kind=SpanKind.SERVER,
-                          attributes={"http.request.method": method,
-                                      "url.scheme": scope.get("scheme", "http")}) as span:
+        with tracing.inner(method, kind=SpanKind.SERVER,
+                           attributes={"http.request.method": method,
+                                       "url.scheme": scope.get("scheme", "http")}) as span:
             try:
                 await self.app(scope, receive, send)
             finally:

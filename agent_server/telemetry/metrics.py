@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -147,6 +148,7 @@ class ServerMetrics:
         self.http_seconds = Histogram(PREFIX + "http_request_seconds",
                                       "HTTP request time by route template", ["method", "route"],
                                       buckets=HTTP, registry=r)
+        self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
         self._collector = _Collector()
         r.register(self._collector)
 
@@ -160,28 +162,37 @@ class ServerMetrics:
         self.log_appends.inc(events)
         self.log_fsync.observe(seconds)
 
+    def child(self, metric: Any, *labels: str) -> Any:
+        """`metric.labels(*labels)`, kept: the client's lookup (validation, a lock) costs more
+        than the increment. Bounded as the label values are."""
+        key = (id(metric), labels)
+        found = self._children.get(key)
+        if found is None:
+            found = self._children[key] = metric.labels(*labels)
+        return found
+
     def llm_call(self, model: str, outcome: str, seconds: float, retries: int,
                  input_tokens: int = 0, output_tokens: int = 0, cost: float = 0.0) -> None:
         label = self.model(model)
-        self.llm_calls.labels(label, outcome).inc()
-        self.llm_seconds.labels(label).observe(seconds)
+        self.child(self.llm_calls, label, outcome).inc()
+        self.child(self.llm_seconds, label).observe(seconds)
         if retries:
-            self.llm_retries.labels(label).inc(retries)
+            self.child(self.llm_retries, label).inc(retries)
         if input_tokens:
-            self.llm_tokens.labels(label, "input").inc(input_tokens)
+            self.child(self.llm_tokens, label, "input").inc(input_tokens)
         if output_tokens:
-            self.llm_tokens.labels(label, "output").inc(output_tokens)
+            self.child(self.llm_tokens, label, "output").inc(output_tokens)
         if cost > 0:
-            self.llm_cost.labels(label).inc(cost)
+            self.child(self.llm_cost, label).inc(cost)
 
     def tool_call(self, tool: str, outcome: str, seconds: float) -> None:
         label = self.tool(tool)
-        self.tool_calls.labels(label, outcome).inc()
-        self.tool_seconds.labels(label).observe(seconds)
+        self.child(self.tool_calls, label, outcome).inc()
+        self.child(self.tool_seconds, label).observe(seconds)
 
     def http_request(self, method: str, route: str, status: int, seconds: float) -> None:
-        self.http_requests.labels(method, route, str(status)).inc()
-        self.http_seconds.labels(method, route).observe(seconds)
+        self.child(self.http_requests, method, route, str(status)).inc()
+        self.child(self.http_seconds, method, route).observe(seconds)
 
     def scrape(self) -> bytes:
         return generate_latest(self.registry)

@@ -105,6 +105,9 @@ class Tracing:
     def __init__(self, provider: trace.TracerProvider, *, exporting: bool = False) -> None:
         self.provider = provider
         self.tracer = provider.get_tracer(SCOPE)
+        #: Spans are recorded (the SDK's provider). Without, the spans inside a run (steps, LLM
+        #: and tool calls) are skipped altogether: they would only repeat the run's context.
+        self.recording = not isinstance(provider, trace.NoOpTracerProvider)
         #: Spans leave the process (an OTLP exporter is configured).
         self.exporting = exporting
 
@@ -132,6 +135,15 @@ class Tracing:
                                                                   or status.is_unset):
                     failed(span, type(exc).__name__)
                 raise
+
+    def inner(self, name: str, *, kind: SpanKind = SpanKind.INTERNAL,
+              attributes: Mapping[str, Any] | None = None,
+              fail_on_exception: bool = True) -> contextlib.AbstractContextManager[Span]:
+        """A span inside a run or a request: nothing at all when spans are not recorded."""
+        if not self.recording:
+            return contextlib.nullcontext(trace.INVALID_SPAN)
+        return self.span(name, kind=kind, attributes=attributes,
+                         fail_on_exception=fail_on_exception)
 
     # -- conversations ---------------------------------------------------------------------
 
