@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -82,6 +83,13 @@ def per_step_ms(llm: ScriptedLLM, key: str) -> list[float]:
     return [(t[i + 1][0] - t[i][1]) * 1000 for i in range(len(t) - 1)]
 
 
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU time of one process (all its threads, the exporter's included;
+    not its children, the shells): less sensitive to a busy machine than wall time."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def tracing_env(mode: str, receiver: OTLPReceiver | None) -> dict[str, str]:
     if mode == "otlp":
         assert receiver is not None
@@ -112,7 +120,7 @@ def telemetry_us_per_step(mode: str, receiver: OTLPReceiver | None, n: int = 500
 
     elapsed = asyncio.run(steps())
     telemetry.shutdown()
-    return elapsed / n * 1e6
+    return elapsed / n * 1e6  # (past 680 steps the exporter's queue drops: fewer are sent)
 
 
 def compare(args: argparse.Namespace) -> None:
@@ -121,6 +129,7 @@ def compare(args: argparse.Namespace) -> None:
     llm = ScriptedLLM().start()
     receiver = OTLPReceiver().start()
     medians: dict[str, list[float]] = {mode: [] for mode in MODES}
+    cpu: dict[str, list[float]] = {mode: [] for mode in MODES}
     for round_ in range(args.rounds):
         for mode in MODES:  # interleaved, so a noisy neighbour hurts every mode alike
             server = ServerProcess(tmp / f"state-{mode}-{round_}",
@@ -131,8 +140,12 @@ def compare(args: argparse.Namespace) -> None:
                             timeout=120)
                 key = f"long-{mode}-{round_}"
                 llm.responder = echo_responder(args.steps)
+                pid = server.proc.pid  # type: ignore[union-attr]
+                before = cpu_seconds(pid)
                 cid = create(client, llm, key, tmp / "ws", args.steps + 5)
                 wait_status(client, cid, timeout=600)
+                time.sleep(0.5)  # the exporter's last batch (its 500 ms schedule) is counted
+                cpu[mode].append((cpu_seconds(pid) - before) / args.steps * 1000)
             server.stop()
             medians[mode].append(statistics.median(per_step_ms(llm, key)))
     out: dict[str, Any] = {"steps": args.steps, "rounds": args.rounds,
@@ -143,10 +156,13 @@ def compare(args: argparse.Namespace) -> None:
     for mode in MODES:
         out[f"server_ms_per_step_median_{mode}"] = round(statistics.median(medians[mode]), 3)
         out[f"rounds_{mode}"] = [round(m, 3) for m in medians[mode]]
-    base = out["server_ms_per_step_median_off"]
-    for mode in ("on", "otlp"):
-        out[f"added_{mode}_percent"] = round(
-            (out[f"server_ms_per_step_median_{mode}"] - base) / base * 100, 1)
+        out[f"server_cpu_ms_per_step_{mode}"] = round(statistics.median(cpu[mode]), 3)
+        out[f"cpu_rounds_{mode}"] = [round(c, 3) for c in cpu[mode]]
+    for figure in ("server_ms_per_step_median", "server_cpu_ms_per_step"):
+        base = out[f"{figure}_off"]
+        for mode in ("on", "otlp"):
+            out[f"{figure}_added_{mode}_percent"] = round(
+                (out[f"{figure}_{mode}"] - base) / base * 100, 1)
     receiver.stop()
     llm.stop()
     print(json.dumps(out, indent=2))
