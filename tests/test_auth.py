@@ -39,8 +39,10 @@ def _api_calls() -> list[tuple[str, str]]:
 
 
 def _open_calls() -> list[tuple[str, str]]:
+    """Routes outside /api answer without a key, but for /metrics (behind the key unless
+    --metrics-open: counts by model and tool tell an outsider what runs here)."""
     return [(m, r.path) for r in ROUTES if isinstance(r, Route) and not r.path.startswith("/api")
-            for m in sorted(r.methods or ()) if m != "HEAD"]
+            and r.path != "/metrics" for m in sorted(r.methods or ()) if m != "HEAD"]
 
 
 API_CALLS = _api_calls()
@@ -139,6 +141,12 @@ def test_the_right_key_is_accepted(client: httpx.Client) -> None:
 def test_routes_outside_api_need_no_key(server: ServerProcess, method: str, path: str) -> None:
     r = httpx.request(method, server.url + path, timeout=30)
     assert r.status_code == 200, r.text  # each of them answers, not only "not 401"
+
+
+def test_metrics_need_the_key(server: ServerProcess) -> None:
+    assert httpx.get(server.url + "/metrics", timeout=30).status_code == 401
+    r = httpx.get(server.url + "/metrics", headers={"X-Session-API-Key": KEY}, timeout=30)
+    assert r.status_code == 200 and "# TYPE" in r.text
 
 
 def test_health_and_ready_answer_without_a_key(server: ServerProcess) -> None:
