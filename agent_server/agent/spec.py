@@ -65,6 +65,27 @@ class LLMConfig(Lenient):
     vision: bool | None = None
     """Whether the model reads images; unknown (None) asks litellm's model map."""
     usage_id: str = Field(default="default", max_length=100)
+    log_completions: bool = False
+    """Each call's request and response become an LLMCompletionLogEvent (masked, bounded);
+    the OpenHands SDK's name (its `log_completions_folder` is not used: logs are events)."""
+    return_token_ids: bool = False
+    """Ask the server for the token ids of prompt and answer (vLLM's `return_token_ids`); each
+    answer that carries both becomes a TokenEvent. Needs `stream` off: litellm drops the ids
+    from streamed chunks."""
+    litellm_extra_body: dict[str, Any] = Field(default_factory=dict, max_length=50)
+    """More fields for the request body, for servers that take them (the OpenHands SDK's
+    name); `{"return_token_ids": true}` here works as `return_token_ids` does."""
+
+    @property
+    def wants_token_ids(self) -> bool:
+        return self.return_token_ids or self.litellm_extra_body.get("return_token_ids") is True
+
+    @model_validator(mode="after")
+    def _token_ids_unstreamed(self) -> LLMConfig:
+        if self.stream and self.wants_token_ids:
+            raise ValueError("return_token_ids needs stream false: litellm drops token ids "
+                             "from streamed chunks")
+        return self
 
     @field_serializer("api_key", when_used="json")
     def _dump_key(self, key: SecretStr | None) -> str | None:
