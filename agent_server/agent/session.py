@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from agent_server.agent.condenser import Condenser
+from agent_server.agent.critic import Critic
 from agent_server.agent.hooks import Hooks
 from agent_server.agent.llm_log import LoggedModel
 from agent_server.agent.llms import ActiveLLM
@@ -180,6 +181,8 @@ class AgentSession:
         self.hooks = Hooks(spec.hook_config, spec.id, spec.working_dir, secrets, sink.append)
         self.condenser = Condenser(self.agent.condenser, lambda: control.llm.config, model)
         self.toolbox = Toolbox(self.ctx, self.agent, sink.append)
+        self.critic = Critic(self.agent.critic, model, spec.id, spec.working_dir, secrets,
+                             sink.masker)
         #: SessionStart hooks ran in this process (SessionEnd runs only after them).
         self.session_started = False
         self._book: SkillBook | None = None
