@@ -92,15 +92,22 @@ class LoggedModel:
     def _log(self, config: LLMConfig, messages: list[dict[str, Any]], tools: list[dict[str, Any]],
              started: float, reply: Completion | None = None,
              error: dict[str, str] | None = None) -> LLMCompletionLogEvent:
-        data = log_record(config, messages, tools, started, reply, error)
-        data = self.sink.masker.data(data)
+        data = self.sink.masker.data(log_record(config, messages, tools, started, reply, error))
+        text = _dumps(data)
         if config.api_key is not None:
-            data = self._key_masker(config.api_key.get_secret_value()).data(data)
+            key = config.api_key.get_secret_value()
+            masker = self._key_masker(key)
+            # The key is never put in; a provider may echo it. A key JSON leaves as it is
+            # shows in the text wherever it is in the data (at any depth), so the text tells
+            # whether the data need masking.
+            if _escaped(key) != key or masker.text(text) != text:
+                data = masker.data(data)
+                text = _dumps(data)
         stamp = f"{time.time():.3f}-{uuid.uuid4().hex[:4]}"
         suffix = "-error.json" if error is not None else ".json"
         return LLMCompletionLogEvent(
             filename=f"{config.model.replace('/', '__')}-{stamp}{suffix}",
-            log_data=fit(data, LOG_DATA_LIMIT), model_name=config.model,
+            log_data=fit(data, LOG_DATA_LIMIT, text), model_name=config.model,
             usage_id=config.usage_id)
 
     def _key_masker(self, key: str) -> Masker:
@@ -173,6 +180,10 @@ def _dumps(data: Any) -> str:
     return json.dumps(data, ensure_ascii=False, default=str, separators=(",", ":"))
 
 
+def _escaped(text: str) -> str:
+    return _dumps(text)[1:-1]
+
+
 def _cut_strings(value: Any, limit: int) -> Any:
     if isinstance(value, str) and len(value) > limit:
         return f"{value[:limit]}[... {len(value) - limit} characters cut]"
@@ -189,33 +200,69 @@ def _tool_names(tools: Any) -> Any:
     return [t.get("function", {}).get("name", "?") if isinstance(t, dict) else "?" for t in tools]
 
 
-def fit(data: dict[str, Any], limit: int) -> str:
-    """`data` as JSON of at most `limit` characters (limit >= 1024), valid JSON still.
+def _lengths(value: Any, out: list[int] | None = None) -> list[int]:
+    """Lengths of the strings in JSON-like `value`."""
+    out = [] if out is None else out
+    if isinstance(value, str):
+        out.append(len(value))
+    elif isinstance(value, dict):
+        for v in value.values():
+            _lengths(v, out)
+    elif isinstance(value, list):
+        for v in value:
+            _lengths(v, out)
+    return out
+
+
+#: Lengths long strings are cut to, in turn, until a log fits.
+CUTS = (8192, 2048, 512)
+
+
+def fit(data: dict[str, Any], limit: int, text: str | None = None) -> str:
+    """`data` as JSON of at most `limit` characters (limit >= 4096), valid JSON still.
 
     Cut in steps until it fits, each named in `truncated.how`: tools by name only; every long
-    string cut short (the cut marked in the string); then only the first message (the system
-    prompt) and the last few kept; at last only the summary fields.
+    string cut short (the cut marked in the string); then the first message (the system
+    prompt) and as many of the latest as fit, the rest left out; at last only the summary
+    fields. The response and the parameters are kept to the last step. `text`: `data`
+    already encoded, when the caller has it.
     """
-    text = _dumps(data)
+    text = _dumps(data) if text is None else text
     if len(text) <= limit:
         return text
     note: dict[str, Any] = {"original_chars": len(text), "limit_chars": limit}
-    slim = {**data, "tools": _tool_names(data.get("tools")), "truncated": note}
-    note["how"] = "tools listed by name"
-    text = _dumps(slim)
+
+    def noted(body: dict[str, Any], how: str) -> str:
+        note["how"] = how
+        return _dumps({**body, "truncated": note})
+
+    slim = {**data, "tools": _tool_names(data.get("tools"))}
+    how = "tools listed by name"
+    text = noted(slim, how)
     if len(text) <= limit:
         return text
-    for cap in (8192, 2048, 512, 128):
-        note["how"] = f"tools listed by name; strings cut to {cap} characters"
-        text = _dumps(_cut_strings(slim, cap))
+    lengths = _lengths(slim)
+    excess = len(text) - limit
+    for cap in CUTS:
+        saved = sum(n - cap - 40 for n in lengths if n > cap)  # 40: the cut's own note
+        if saved <= 0 or (saved < excess and cap != CUTS[-1]):
+            continue  # this cut changes nothing, or could not be enough: try a shorter one
+        slim = _cut_strings(slim, cap)
+        how = f"tools listed by name; strings cut to {cap} characters"
+        text = noted(slim, how)
         if len(text) <= limit:
             return text
     messages = slim.get("messages")
-    if isinstance(messages, list) and len(messages) > 4:
-        note["how"] = "tools listed by name; strings cut to 128 characters; " \
-                      f"{len(messages) - 4} messages after the first left out"
-        kept = {**slim, "messages": [messages[0], *messages[-3:]]}
-        text = _dumps(_cut_strings(kept, 128))
+    if isinstance(messages, list) and len(messages) > 1:
+        # The rest of the log without the messages, then the newest messages that fit.
+        room = limit - len(noted({**slim, "messages": [messages[0]]}, how)) - 200
+        sizes = [len(_dumps(m)) + 1 for m in messages]
+        start = len(messages)  # messages[start:] are kept, with the first
+        while start > 1 and room - sizes[start - 1] >= 0:
+            start -= 1
+            room -= sizes[start]
+        text = noted({**slim, "messages": [messages[0], *messages[start:]]},
+                     f"{how}; {start - 1} messages after the first left out")
         if len(text) <= limit:
             return text
     note["how"] = "only the summary fields kept"

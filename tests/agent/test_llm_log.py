@@ -50,7 +50,7 @@ def test_a_log_within_the_limit_is_kept_whole() -> None:
 @pytest.mark.parametrize(("n_messages", "size", "n_tools", "how"), [
     (3, 12_000, 5, "tools listed by name"),
     (6, 20_000, 5, "strings cut to 8192 characters"),
-    (2_000, 500, 5, "1997 messages after the first left out"),
+    (2_000, 500, 5, "messages after the first left out"),
     (3, 10, 20_000, "only the summary fields kept"),
 ])
 def test_a_long_log_is_cut_to_valid_json_that_says_how(n_messages: int, size: int, n_tools: int,
@@ -65,8 +65,13 @@ def test_a_long_log_is_cut_to_valid_json_that_says_how(n_messages: int, size: in
     if "summary" not in how:
         assert data["response"]["choices"][0]["message"]["content"] == "the answer"
         assert data["messages"][0]["role"] == "system"
-        newest = f"{n_messages - 1} "
-        assert data["messages"][-1]["content"].startswith(newest)  # the newest is kept
+        # The newest messages are kept, as many as fit, without a gap.
+        kept = [int(m["content"].split()[0]) for m in data["messages"][1:]]
+        assert kept == list(range(n_messages - len(kept), n_messages))
+        if "left out" in how:
+            assert len(kept) > 50 and len(text) > limit * 0.9
+            omitted = int(data["truncated"]["how"].split("; ")[-1].split()[0])
+            assert omitted == n_messages - len(kept)
 
 
 def test_token_ids_are_kept_up_to_the_bound(caplog: pytest.LogCaptureFixture) -> None:
@@ -96,3 +101,21 @@ async def test_the_scripted_model_s_calls_are_logged_and_masked(srv: InProcess,
     assert first["response"]["tool_calls"][0]["arguments"] == json.dumps({"thought": MASK})
     assert all(json.dumps(json.dumps(secret))[1:-1] not in log.log_data for log in logs)
     assert await events(conv, TokenEvent) == []  # the scripted model sends no ids
+
+
+@pytest.mark.parametrize("key", ["sk-scripted-key-123", 'sk-"odd\\key-123'])
+async def test_an_echoed_llm_key_is_masked_in_the_log(srv: InProcess, tmp_path: Path,
+                                                      key: str) -> None:
+    srv.model.script += [Scripted(calls=[("think", json.dumps({"thought": f"key {key}"}))]),
+                         Scripted(content=f"my key is {key}")]
+    conv = await new_conversation(srv, tmp_path / "ws",
+                                  agent=agent(log_completions=True, api_key=key))
+    await conv.send_message(SendMessage.model_validate(
+        {"content": [{"type": "text", "text": "go"}], "run": True}))
+    await run_ends(conv)
+    logs = await events(conv, LLMCompletionLogEvent)
+    assert len(logs) == 2
+    for log in logs:
+        for form in (key, json.dumps(key)[1:-1], json.dumps(json.dumps(key))[1:-1]):
+            assert form not in log.log_data
+    assert json.loads(logs[1].log_data)["response"]["content"] == f"my key is {MASK}"
