@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 TEST_STAMP := $(VENV)/.installed-test
 
-.PHONY: run control-plane test system-deps clean
+.PHONY: run control-plane image test system-deps clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -39,6 +39,13 @@ run: $(STAMP)
 # The whole service: the control plane on 127.0.0.1:3000; it starts agent-server sandboxes itself.
 control-plane: $(STAMP)
 	CONTROL_PLANE_STATE_DIR=$${CONTROL_PLANE_STATE_DIR:-./.control-plane} $(BIN)/control-plane serve
+
+# The sandbox image of the Docker provider (CONTROL_PLANE_SANDBOX_PROVIDER=docker). Any
+# Debian-based Python image is a base: `make image BASE_IMAGE=debian-python:bookworm`.
+IMAGE ?= agent-server
+BASE_IMAGE ?=
+image:
+	docker build -f sandbox.Dockerfile -t $(IMAGE) $(if $(BASE_IMAGE),--build-arg BASE_IMAGE=$(BASE_IMAGE)) .
 
 test: system-deps $(TEST_STAMP)
 	$(BIN)/mypy

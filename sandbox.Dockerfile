@@ -1,22 +1,43 @@
 # The sandbox image the control plane starts: the agent server, a shell, git, ripgrep, Chromium.
-#   docker build -f sandbox.Dockerfile -t agent-server .
-#   docker run -p 8000:8000 -e SESSION_API_KEY=... -v agent-state:/var/lib/agent-server agent-server
-FROM python:3.11-slim-bookworm
+#   make image        (docker build -f sandbox.Dockerfile -t agent-server .)
+#   docker run -p 127.0.0.1::8000 -e SESSION_API_KEY=... -v agent-state:/var/lib/agent-server agent-server
+# Any Debian-based image with python3 (3.11+) and its venv module is a base: the official slim
+# Python image by default, or a distribution Python (`--build-arg BASE_IMAGE=...` with
+# python3 and python3-venv installed). The server lives in its own virtual environment, so it
+# never touches the base's Python packages.
+ARG BASE_IMAGE=python:3.11-slim-bookworm
+FROM ${BASE_IMAGE}
 
-# hadolint ignore=DL3008
+# Packages beyond the server's own needs: Chromium for the browser tool (about 300 MB). An
+# image for sandboxes that never browse can leave it out with `--build-arg EXTRA_PACKAGES=`.
+ARG EXTRA_PACKAGES=chromium
+
+# hadolint ignore=DL3008,SC2086
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends bash ca-certificates chromium git ripgrep tini \
+    && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
+        bash ca-certificates git ripgrep tini $EXTRA_PACKAGES \
     && rm -rf /var/lib/apt/lists/*
 
 RUN useradd --create-home --uid 1000 --shell /bin/bash agent \
     && mkdir -p /workspace /var/lib/agent-server \
     && chown agent:agent /workspace /var/lib/agent-server
 
+# The dependencies first, from pyproject.toml alone: a change to the server's code reuses this
+# layer (Docker's cache), so a rebuild installs one package, not a hundred.
 WORKDIR /opt/agent-server
-COPY pyproject.toml README.md ./
+ENV VIRTUAL_ENV=/opt/agent-server/venv
+ENV PATH=/opt/agent-server/venv/bin:$PATH
+COPY pyproject.toml ./
+RUN python3 -m venv "$VIRTUAL_ENV" \
+    && python3 -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']))" > requirements.txt \
+    && pip install --no-cache-dir -r requirements.txt \
+    && rm -rf /root/.cache
+
+COPY README.md ./
+COPY core ./core
 COPY agent_server ./agent_server
 COPY tools ./tools
-RUN pip install --no-cache-dir . && rm -rf /root/.cache
+RUN pip install --no-cache-dir --no-deps . && rm -rf /root/.cache build ./*.egg-info
 
 ENV AGENT_SERVER_HOST=0.0.0.0 \
     AGENT_SERVER_PORT=8000 \

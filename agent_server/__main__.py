@@ -31,6 +31,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--terminal-idle-timeout", type=float,
                         help="seconds before an unused shell closes (AGENT_SERVER_TERMINAL_IDLE_TIMEOUT)")
     parser.add_argument("--chromium", help="the browser tool's Chromium (AGENT_SERVER_CHROMIUM)")
+    parser.add_argument("--log-format", choices=["text", "json"],
+                        help="text, or one JSON object per line (AGENT_SERVER_LOG_FORMAT)")
+    parser.add_argument("--tracing", choices=["auto", "on", "off"],
+                        help="auto: spans when an OTLP endpoint is set (OTEL_EXPORTER_OTLP_"
+                             "ENDPOINT); on: recorded even without one; off (AGENT_SERVER_TRACING)")
+    parser.add_argument("--metrics-open", action="store_true", default=None,
+                        help="GET /metrics without the session key (AGENT_SERVER_METRICS_OPEN)")
     limits = parser.add_argument_group("delivery limits")
     for name, field in DeliverySettings.model_fields.items():
         kind = int if field.annotation in (int, "int") else float
@@ -64,6 +71,9 @@ def load_config(argv: list[str] | None = None) -> Config:
         max_file_bytes=args.max_file_bytes,
         terminal_idle_timeout=args.terminal_idle_timeout,
         chromium=args.chromium,
+        log_format=args.log_format,
+        tracing=args.tracing,
+        metrics_open=args.metrics_open,
         **{name: getattr(args, name) for name in DeliverySettings.model_fields},
     )
 
@@ -77,9 +87,11 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(2) from None
 
     from agent_server.accesslog import SafeFormatter
+    from agent_server.telemetry.logs import JsonFormatter
 
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(SafeFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.setFormatter(JsonFormatter() if config.log_format == "json" else
+                         SafeFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     logging.basicConfig(level=config.log_level.upper(), handlers=[handler])
     # httpx logs each request's full URL, credentials of a webhook URL included.
     logging.getLogger("httpx").setLevel(logging.WARNING)

@@ -34,6 +34,10 @@ from agent_server.delivery import Delivery
 from agent_server.errors import HANDLERS
 from agent_server.settings import SettingsStore
 from agent_server.subagents import SubagentHub
+from agent_server.agent.traced import TracedModel
+from agent_server.telemetry import Telemetry
+from agent_server.telemetry.http import Observe
+from agent_server.telemetry.metrics import Sources, WebhookFigures
 
 if TYPE_CHECKING:
     from tools.browser.manager import BrowserManager
@@ -49,6 +53,7 @@ ROUTES = [
     Route("/ready", server.ready, methods=["GET"]),
     Route("/server_info", server.server_info, methods=["GET"]),
     Route("/openapi.json", server.openapi, methods=["GET"]),
+    Route("/metrics", server.metrics, methods=["GET"]),
     Route("/api/conversations", conversations.create, methods=["POST"]),
     Route("/api/conversations", conversations.batch_get, methods=["GET"]),
     Route("/api/conversations/search", conversations.search, methods=["GET"]),
@@ -136,6 +141,7 @@ class Services:
     keys: KeyRing
     browser: SharedBrowser
     model: Model
+    telemetry: Telemetry
     commands: Commands = field(default_factory=Commands)
     started: float = field(default_factory=time.monotonic)
     last_activity: float = field(default_factory=time.monotonic)
@@ -152,6 +158,7 @@ class State(TypedDict):
 
 
 def build_services(config: Config, model: Model | None = None) -> Services:
+    telemetry = Telemetry.build(config.tracing_enabled, config.otlp_traces_endpoint)
     store = SettingsStore(config.state_dir / "settings.json",
                           check=lambda settings: check_tool_names(settings.agent.tools))
     delivery = Delivery(config.delivery, config.webhook_url,
@@ -159,15 +166,41 @@ def build_services(config: Config, model: Model | None = None) -> Services:
                         config.webhook_secret)
     browser = SharedBrowser(config.chromium)
     subagents = SubagentHub()  # sub-agents are conversations of the catalogue made below
-    model = model or LiteLLMModel()
+    model = TracedModel(model or LiteLLMModel(), telemetry)  # every LLM call has its span
     make_session = session_factory(
         model, ToolServices(idle_timeout=config.terminal_idle_timeout, browser=browser,
-                            subagents=subagents))
+                            subagents=subagents), telemetry)
     service = ConversationService(config.state_dir, config.working_dir, settings=store.get,
-                                  make_session=make_session, fanout=delivery)
+                                  make_session=make_session, fanout=delivery, telemetry=telemetry)
     subagents.service = service
+    telemetry.metrics.watch(_metric_sources(service, delivery))
     return Services(config=config, settings=store, conversations=service, delivery=delivery,
-                    keys=KeyRing(config.session_api_keys), browser=browser, model=model)
+                    keys=KeyRing(config.session_api_keys), browser=browser, model=model,
+                    telemetry=telemetry)
+
+
+def _metric_sources(service: ConversationService, delivery: Delivery) -> Sources:
+    """What GET /metrics reads at scrape time from the objects that keep the counts."""
+
+    def by_status() -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for conv in service:
+            counts[conv.status.value] = counts.get(conv.status.value, 0) + 1
+        return counts
+
+    def webhook() -> WebhookFigures | None:
+        hook = delivery.webhook
+        if hook is None:
+            return None
+        totals = hook.totals()
+        return WebhookFigures(pending=totals.pending, lag_seconds=hook.lag(),
+                              failing=totals.failing, retries=hook.retries)
+
+    pubsub = delivery.pubsub
+    return Sources(conversations=by_status, websockets=pubsub.count,
+                   websocket_drops=lambda: {"queue": pubsub.overflows,
+                                            "send_timeout": pubsub.send_timeouts},
+                   webhook=webhook)
 
 
 def build_app(config: Config, model: Model | None = None) -> Starlette:
@@ -197,14 +230,21 @@ def build_app(config: Config, model: Model | None = None) -> Starlette:
             await services.conversations.close(flush=services.delivery.flush)
             await services.delivery.close()
             await services.browser.close()
+            # The conversations' root spans ended as they closed: flush them with the rest.
+            await asyncio.to_thread(services.telemetry.shutdown)
 
+    # /metrics needs the key too, unless the configuration opens it to scrapers.
+    guarded = ("/api",) if config.metrics_open else ("/api", "/metrics")
     app = Starlette(
         routes=[*ROUTES, *SOCKETS],
         middleware=[
+            # Outermost: the access log line and the handlers' records carry the trace id.
+            Middleware(Observe, telemetry=services.telemetry, routes=ROUTES),
             Middleware(AccessLog, on_activity=services.touch),
-            Middleware(SessionAuth, keys=services.keys),
+            Middleware(SessionAuth, keys=services.keys, prefixes=guarded),
         ],
         exception_handlers=HANDLERS,
         lifespan=lifespan,
     )
+    app.state.guarded = guarded  # what the OpenAPI document marks as needing the key
     return app

@@ -6,6 +6,7 @@ import ipaddress
 import os
 import secrets
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -109,6 +110,21 @@ class Config(BaseModel):
     delivery: DeliverySettings = Field(default_factory=DeliverySettings)
     """Websocket and webhook limits (AGENT_SERVER_WS_* and AGENT_SERVER_WEBHOOK_*)."""
 
+    log_format: Literal["text", "json"] = "text"
+    """text: one escaped line per record; json: one object per line (time, level, logger,
+    message, conversation_id, trace_id, span_id)."""
+
+    tracing: Literal["auto", "on", "off"] = "auto"
+    """auto: spans are recorded and exported when an OTLP endpoint is configured; on: recorded
+    even without one (trace ids in logs); off: never."""
+
+    otlp_traces_endpoint: str | None = Field(default=None, pattern=r"^https?://")
+    """Where spans go over OTLP/HTTP (protobuf), from the standard OTEL_EXPORTER_OTLP_*
+    variables; None: nowhere."""
+
+    metrics_open: bool = False
+    """GET /metrics answers without the session key (for scrapers that cannot send it)."""
+
     @field_validator("state_dir", "default_working_dir")
     @classmethod
     def _expand(cls, value: Path | None) -> Path | None:
@@ -117,6 +133,10 @@ class Config(BaseModel):
     @property
     def working_dir(self) -> Path:
         return self.default_working_dir or self.state_dir / "workspace"
+
+    @property
+    def tracing_enabled(self) -> bool:
+        return self.tracing == "on" or (self.tracing == "auto" and bool(self.otlp_traces_endpoint))
 
     def check(self) -> None:
         """Refuse to serve beyond this machine without a configured key."""
@@ -144,6 +164,30 @@ def keys_from_env(value: str | None) -> tuple[tuple[str, ...], bool]:
     return (secrets.token_urlsafe(32),), True
 
 
+def otlp_traces_endpoint(env: dict[str, str]) -> str | None:
+    """The OTLP/HTTP traces URL the standard variables give (the OpenTelemetry spec's rules):
+    OTEL_EXPORTER_OTLP_TRACES_ENDPOINT as it is, else OTEL_EXPORTER_OTLP_ENDPOINT + /v1/traces;
+    none with OTEL_SDK_DISABLED=true or OTEL_TRACES_EXPORTER=none. The exporter reads the
+    other OTEL_EXPORTER_OTLP_* variables (headers, timeout, compression, certificates) itself."""
+    if env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
+        return None
+    exporters = {e.strip().lower() for e in env.get("OTEL_TRACES_EXPORTER", "otlp").split(",")}
+    if "otlp" not in exporters:
+        return None
+    protocol = (env.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
+                or env.get("OTEL_EXPORTER_OTLP_PROTOCOL") or "http/protobuf").strip()
+    endpoint = env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "").strip()
+    if not endpoint:
+        base = env.get("OTEL_EXPORTER_OTLP_ENDPOINT", "").strip()
+        if not base:
+            return None
+        endpoint = base.rstrip("/") + "/v1/traces"
+    if protocol != "http/protobuf":
+        raise ConfigError(f"OTEL_EXPORTER_OTLP_PROTOCOL={protocol}: this server exports "
+                          "over http/protobuf only")
+    return endpoint
+
+
 def from_env(environ: dict[str, str] | None = None, **flags: object) -> Config:
     """Build the Config: a flag given (not None) wins over its environment variable."""
     env = dict(os.environ if environ is None else environ)
@@ -160,6 +204,10 @@ def from_env(environ: dict[str, str] | None = None, **flags: object) -> Config:
         "webhook_secret": env.get("AGENT_SERVER_WEBHOOK_SECRET"),
         "terminal_idle_timeout": env.get("AGENT_SERVER_TERMINAL_IDLE_TIMEOUT"),
         "chromium": env.get("AGENT_SERVER_CHROMIUM"),
+        "log_format": env.get("AGENT_SERVER_LOG_FORMAT"),
+        "tracing": env.get("AGENT_SERVER_TRACING"),
+        "metrics_open": env.get("AGENT_SERVER_METRICS_OPEN"),
+        "otlp_traces_endpoint": otlp_traces_endpoint(env),
     }
     delivery: dict[str, object] = {
         name: env.get(ENV_PREFIX + name.upper()) for name in DeliverySettings.model_fields

@@ -59,6 +59,9 @@ from agent_server.record import (
 )
 from agent_server.repository import CloneFailed, clone
 from agent_server.settings import Settings
+from agent_server.telemetry import Telemetry
+from agent_server.telemetry import logs as log_context
+from agent_server.telemetry.tracing import ConversationTrace, failed
 from core.files import read_json, write_atomic, write_json
 from core.ids import new_event_id
 from core.masking import Masker, check_secrets
@@ -127,11 +130,12 @@ class Conversation:
 
     def __init__(self, record: StoredConversation, directory: Path, *,
                  settings: Callable[[], Settings], make_session: SessionFactory,
-                 fanout: Fanout) -> None:
+                 fanout: Fanout, telemetry: Telemetry | None = None) -> None:
         self.record = record
         self.directory = directory
         self._settings = settings
         self._fanout = fanout
+        self.telemetry = telemetry or Telemetry.build()
         self._log: EventLog | None = None
         self._log_lock = asyncio.Lock()
         self._save_lock = asyncio.Lock()
@@ -147,6 +151,9 @@ class Conversation:
         self.secret_values: dict[str, str] = {}
         self.masker = Masker(self.secret_values)  # follows the live dict
         self.refresh_secrets()
+        #: Where this conversation's spans hang (its root span starts in `start_trace` when
+        #: it is new; one loaded from disk continues the trace its record names).
+        self.trace: ConversationTrace = self.telemetry.tracing.resumed(record.trace, self.id)
         llm = ActiveLLM(record.agent.llm, record.llm_profile,
                         lambda: self._settings().llm_profiles)
         llm.on_change = self._llm_changed
@@ -250,7 +257,8 @@ class Conversation:
                 if self._log is None:
                     log = await asyncio.to_thread(
                         EventLog.open, self.directory / LOG_FILE_NAME,
-                        redactor=self.masker.data, sinks=self._fanout.sinks(self.id))
+                        redactor=self.masker.data, sinks=self._fanout.sinks(self.id),
+                        on_write=self.telemetry.metrics.log_written)
                     if self.record.head_set_at is not None:
                         log.restore_head(self.record.head_event_id, self.record.head_set_at)
                     self._log = log
@@ -409,10 +417,26 @@ class Conversation:
             await self.transition(S.RUNNING)
             self._task = asyncio.create_task(self._run(), name=f"run {self.id}")
 
+    def start_trace(self) -> None:
+        """A new conversation's root span (and named span), its place kept in the record."""
+        record = self.record
+        self.trace = self.telemetry.tracing.conversation(
+            self.id, span_name=record.observability_span_name, tags=record.observability_tags,
+            metadata=record.observability_metadata, mask=self.masker.text,
+            parent_conversation_id=(str(record.parent_conversation_id)
+                                    if record.parent_conversation_id else None))
+        record.trace = self.trace.ref
+
     async def _run(self) -> None:
+        log_context.set_conversation(self.id)  # this task's log records name the conversation
         try:
-            if await self._prepare_workspace():
-                await self.transition(await self.session.run())
+            with self.trace.run() as span:
+                if await self._prepare_workspace():
+                    status = await self.session.run()
+                    span.set_attribute("agent_server.run.status", status.value)
+                    if status in (S.ERROR, S.STUCK):
+                        failed(span, status.value)
+                    await self.transition(status)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # the session failed itself: say so, never leave it "running"
@@ -497,6 +521,7 @@ class Conversation:
             logger.exception("closing the agent of %s failed", self.id)
         self.lifecycle = Lifecycle.CLOSED
         self.closed.set()
+        self.trace.end()  # its root span ends (and is exported) with its life in this process
         if self._log is not None:
             await self._log.drain()
             self._log.close()
@@ -513,8 +538,9 @@ class ConversationService:
 
     def __init__(self, state_dir: Path, default_working_dir: Path, *,
                  settings: Callable[[], Settings], make_session: SessionFactory,
-                 fanout: Fanout) -> None:
+                 fanout: Fanout, telemetry: Telemetry | None = None) -> None:
         self.root = state_dir / "conversations"
+        self.telemetry = telemetry or Telemetry.build()
         self.default_working_dir = default_working_dir
         self.settings = settings
         self._make_session = make_session
@@ -524,7 +550,8 @@ class ConversationService:
 
     def _conversation(self, record: StoredConversation, directory: Path) -> Conversation:
         return Conversation(record, directory, settings=self.settings,
-                            make_session=self._make_session, fanout=self._fanout)
+                            make_session=self._make_session, fanout=self._fanout,
+                            telemetry=self.telemetry)
 
     # -- start and stop ------------------------------------------------------------------
 
@@ -652,10 +679,14 @@ class ConversationService:
                 confirmation_policy=request.confirmation_policy,
                 hook_config=request.hook_config,
                 parent_conversation_id=parent,
+                observability_span_name=request.observability_span_name,
+                observability_tags=request.observability_tags,
+                observability_metadata=request.observability_metadata,
                 created_at=moment,
                 updated_at=moment,
             )
             conv = self._conversation(record, self.root / conv_id.hex)
+            conv.start_trace()
             await conv.save()
             self._items[conv_id] = conv
         try:
@@ -723,11 +754,12 @@ class ConversationService:
                 "head_event_id": head, "head_set_at": len(lines),
                 "forked_from_conversation_id": source.record.id,
                 "forked_from_event_id": request.from_event_id,
-                "created_at": moment, "updated_at": moment,
+                "created_at": moment, "updated_at": moment, "trace": None,
             })
             if request.reset_metrics:
                 record.metrics = type(record.metrics)()
             conv = self._conversation(record, directory)
+            conv.start_trace()  # a trace of its own, its span name, tags and metadata copied
             await conv.save()
             self._items[fork_id] = conv
         return conv

@@ -98,7 +98,8 @@ class EventLog:
     """One conversation's events. Open with `EventLog.open` (blocking: call it off the loop)."""
 
     def __init__(self, path: Path, fd: int, redactor: Callable[[Any], Any] | None = None,
-                 sinks: Iterable[Listener] = ()) -> None:
+                 sinks: Iterable[Listener] = (),
+                 on_write: Callable[[int, float], None] | None = None) -> None:
         self.path = path
         self._fd = fd
         self._offsets = array("Q")  # where line i starts
@@ -121,12 +122,15 @@ class EventLog:
         self._last_time = 0.0
         #: Masks secrets in an event's JSON data before it is written (None: nothing to mask).
         self._redactor = redactor
+        #: Told of each durable write: how many events, and how long write and sync took.
+        self._on_write = on_write
 
     # -- opening -------------------------------------------------------------------------
 
     @classmethod
     def open(cls, path: Path, *, redactor: Callable[[Any], Any] | None = None,
-             sinks: Iterable[Listener] = ()) -> EventLog:
+             sinks: Iterable[Listener] = (),
+             on_write: Callable[[int, float], None] | None = None) -> EventLog:
         """Open (creating if needed), cut a torn last line, and build the index.
 
         `redactor` masks each event's JSON data before it is written; `sinks` hear every
@@ -134,7 +138,7 @@ class EventLog:
         """
         path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o600)
-        log = cls(path, fd, redactor, sinks)
+        log = cls(path, fd, redactor, sinks, on_write)
         try:
             log._load()
         except BaseException:
@@ -258,7 +262,7 @@ class EventLog:
                 continue
             data = b"".join(line for _, lines, _, _ in batch for line in lines)
             try:
-                await asyncio.to_thread(self._write, data)
+                seconds = await asyncio.to_thread(self._write, data)
             except BaseException as exc:
                 lost = {e.id for events, _, _, _ in batch for e in events}
                 if self._head_id in lost:  # HEAD goes back to where the lost events hung
@@ -281,19 +285,24 @@ class EventLog:
             for _, _, done, _ in batch:
                 if not done.done():
                     done.set_result(None)
+            if self._on_write is not None:
+                self._on_write(len(written), seconds)
             for listener in list(self._listeners):
                 try:
                     listener(written)
                 except Exception:  # a listener must never break the writer
                     logger.exception("event listener failed")
 
-    def _write(self, data: bytes) -> None:
+    def _write(self, data: bytes) -> float:
+        """Write and sync; the seconds it took."""
+        started = time.perf_counter()
         view = memoryview(data)
         try:
             while view:
                 n = os.write(self._fd, view)
                 view = view[n:]
             os.fdatasync(self._fd)
+            return time.perf_counter() - started
         except BaseException:
             # Leave no half batch behind: the next open would keep its complete lines.
             os.ftruncate(self._fd, self._end)

@@ -100,8 +100,10 @@ def _names_checked(node: Any) -> Any:
 class _Operation:
     """One method of one route, its schemas asked for up front."""
 
-    def __init__(self, route: Route, method: str, schemas: _Schemas) -> None:
+    def __init__(self, route: Route, method: str, schemas: _Schemas,
+                 guarded: tuple[str, ...]) -> None:
         self.route, self.method = route, method
+        self.guarded = route.path.startswith(guarded)
         self.meta: dict[str, Any] = getattr(route.endpoint, "__openapi__", {})
         ask = schemas.ask
         self.query = ask(self.meta["query"], "validation") if self.meta.get("query") else None
@@ -143,7 +145,7 @@ class _Operation:
         op["responses"][str(meta.get("status", 200))] = ok
         for code, text in (meta.get("also") or {}).items():
             op["responses"][str(code)] = {**ok, "description": text}
-        if route.path.startswith("/api"):
+        if self.guarded:
             op["security"] = [{"APIKeyHeader": []}]
             op["responses"]["401"] = self._error(schemas, "Missing or wrong session key")
         if self.query is not None or self.body is not None or "{" in route.path:
@@ -208,11 +210,13 @@ def document(app: Starlette) -> dict[str, Any]:
     """Built once per app (the routes do not change while it runs)."""
     cached = getattr(app.state, "openapi", None)
     if cached is None:
-        cached = app.state.openapi = build(app.routes)
+        guarded = getattr(app.state, "guarded", ("/api",))
+        cached = app.state.openapi = build(app.routes, guarded)
     return cached
 
 
-def build(routes: list[Any]) -> dict[str, Any]:
+def build(routes: list[Any], guarded: tuple[str, ...] = ("/api",)) -> dict[str, Any]:
+    """`guarded`: the path prefixes that need the session key (SessionAuth's)."""
     schemas = _Schemas()
     operations: list[_Operation] = []
     for route in routes:
@@ -220,7 +224,7 @@ def build(routes: list[Any]) -> dict[str, Any]:
             continue
         for method in sorted(route.methods or ()):
             if method != "HEAD":
-                operations.append(_Operation(route, method.lower(), schemas))
+                operations.append(_Operation(route, method.lower(), schemas, guarded))
     events = schemas.ask(list[AnyEvent], "serialization")
     success = schemas.ask(Success, "validation")
     validation = schemas.ask(HTTPValidationError, "validation")

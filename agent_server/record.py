@@ -23,6 +23,8 @@ from agent_server.agent.spec import (
     SecretText,
 )
 from agent_server.events import ImageContent, TextContent
+from agent_server.telemetry.tracing import TraceRef
+from core import observability
 
 
 class Workspace(Lenient):
@@ -116,6 +118,12 @@ class CreateConversation(Lenient):
     tool_module_qualnames: dict[Annotated[str, Field(max_length=200)], ModuleName] = Field(
         default_factory=dict, max_length=100)
     """OpenHands SDK tool name -> module, kept and shown for clients that re-attach."""
+    observability_span_name: observability.SpanName | None = None
+    """SPEC 2.5: a named child span under the conversation's root span (stable, low-cardinality)."""
+    observability_tags: observability.Tags = Field(default_factory=list)
+    """SPEC 2.5: tags added to the conversation's root span."""
+    observability_metadata: observability.Metadata = Field(default_factory=dict)
+    """SPEC 2.5: trace-level attributes (scalars, or homogeneous arrays of scalars)."""
 
 
 class ForkRequest(Lenient):
@@ -189,6 +197,11 @@ class StoredConversation(BaseModel):
     """Where the last navigate put HEAD and how long the log was then (None: never moved)."""
     forked_from_conversation_id: UUID | None = None
     forked_from_event_id: str | None = None
+    observability_span_name: str | None = None
+    observability_tags: list[str] = Field(default_factory=list)
+    observability_metadata: dict[str, Any] = Field(default_factory=dict)
+    trace: TraceRef | None = None
+    """The conversation's trace (None: not traced)."""
     created_at: datetime
     updated_at: datetime
 
@@ -247,6 +260,12 @@ class ConversationInfo(BaseModel):
     """The conversation that made this one (a sub-agent's parent); null for the others."""
     llm_profile: str | None = None
     """The saved LLM profile in force; null while the agent's own `llm` is."""
+    observability_span_name: str | None = None
+    observability_tags: list[str] = Field(default_factory=list)
+    observability_metadata: dict[str, Any] = Field(default_factory=dict)
+    """As given at creation (SPEC 2.5)."""
+    trace_id: str | None = None
+    """The conversation's trace (W3C trace id, 32 hex digits; null when it is not traced)."""
     created_at: datetime
     updated_at: datetime
     webhook: WebhookStatus | None = None
@@ -256,11 +275,13 @@ class ConversationInfo(BaseModel):
     def of(cls, record: StoredConversation, *, directory: str,
            webhook: WebhookStatus | None = None, leaf: str | None = None,
            head_is_empty: bool = False, last_user_message: str | None = None) -> ConversationInfo:
-        data = record.model_dump(exclude={"agent", "secrets", "head_event_id", "head_set_at"})
+        data = record.model_dump(exclude={"agent", "secrets", "head_event_id", "head_set_at",
+                                          "trace"})
         metrics = {**record.metrics.model_dump(mode="json"), "costs": [],
                    "response_latencies": [], "token_usages": []}
         return cls(agent=record.agent.redacted(), secret_names=sorted(record.secrets),
                    persistence_dir=directory,
                    stats={"usage_to_metrics": {record.agent.llm.usage_id: metrics}},
                    leaf_event_id=leaf, head_is_empty=head_is_empty,
-                   last_user_message_id=last_user_message, webhook=webhook, **data)
+                   last_user_message_id=last_user_message, webhook=webhook,
+                   trace_id=record.trace.trace_id if record.trace else None, **data)

@@ -1,15 +1,22 @@
 """Agent loop figures (prints JSON): server work per step, terminal round trip, many at once.
 
     .venv/bin/python bench/agent_loop.py [--steps 500] [--conversations 50] [--each 20]
+    .venv/bin/python bench/agent_loop.py --tracing compare [--steps 300] [--rounds 3]
 
 Server work per step is the time from the scripted LLM's answer to the next request it gets:
 everything the server does in between (events, fsync, the tool, litellm's request building).
+
+`--tracing` runs the server with tracing `off` (the no-op provider; the default), `on` (spans
+recorded by the SDK, no exporter) or `otlp` (exported to a local OTLP/HTTP receiver that
+decodes them, tests/support/otlp.py); `compare` measures one long conversation in each mode,
+in turn, `--rounds` times, and prints the medians side by side.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -21,7 +28,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tests.support.api import wait_status  # noqa: E402
 from tests.support.llm import Reply, ScriptedLLM, call, text  # noqa: E402
+from tests.support.otlp import OTLPReceiver  # noqa: E402
 from tests.support.server import ServerProcess  # noqa: E402
+
+MODES = ("off", "on", "otlp")
 
 
 def memory_kib(pid: int) -> dict[str, int]:
@@ -73,15 +83,106 @@ def per_step_ms(llm: ScriptedLLM, key: str) -> list[float]:
     return [(t[i + 1][0] - t[i][1]) * 1000 for i in range(len(t) - 1)]
 
 
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU time of one process (all its threads, the exporter's included;
+    not its children, the shells): less sensitive to a busy machine than wall time."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def tracing_env(mode: str, receiver: OTLPReceiver | None) -> dict[str, str]:
+    if mode == "otlp":
+        assert receiver is not None
+        return {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.base_url}
+    return {"AGENT_SERVER_TRACING": mode}
+
+
+def telemetry_us_per_step(mode: str, receiver: OTLPReceiver | None, n: int = 5000) -> float:
+    """The spans and counters of one step (step, chat, execute_tool) timed in this process,
+    without the noise of a whole server: the part of a step tracing adds."""
+    import asyncio
+
+    from agent_server.telemetry import Telemetry
+
+    endpoint = receiver.base_url + "/v1/traces" if mode == "otlp" and receiver else None
+    telemetry = Telemetry.build(tracing=mode != "off", endpoint=endpoint)
+    agent = telemetry.agent(lambda text: text)
+
+    async def steps() -> float:
+        started = time.perf_counter()
+        for i in range(n):
+            with agent.step():
+                with telemetry.llm_call("openai/test-model") as record:
+                    record.input_tokens, record.output_tokens = 100, 10
+                with agent.tool_call("terminal", f"call-{i}") as call:
+                    call.outcome = "ok"
+        return time.perf_counter() - started
+
+    elapsed = asyncio.run(steps())
+    telemetry.shutdown()
+    return elapsed / n * 1e6  # (past 680 steps the exporter's queue drops: fewer are sent)
+
+
+def compare(args: argparse.Namespace) -> None:
+    """Per-step server work with tracing off, on without an exporter, and exporting."""
+    tmp = Path(tempfile.mkdtemp(prefix="bench-tracing-"))
+    llm = ScriptedLLM().start()
+    receiver = OTLPReceiver().start()
+    medians: dict[str, list[float]] = {mode: [] for mode in MODES}
+    cpu: dict[str, list[float]] = {mode: [] for mode in MODES}
+    for round_ in range(args.rounds):
+        for mode in MODES:  # interleaved, so a noisy neighbour hurts every mode alike
+            server = ServerProcess(tmp / f"state-{mode}-{round_}",
+                                   env=tracing_env(mode, receiver)).start()
+            with server.client(timeout=120) as client:
+                llm.responder = echo_responder(2)
+                wait_status(client, create(client, llm, f"warm-{mode}-{round_}", tmp / "ws", 10),
+                            timeout=120)
+                key = f"long-{mode}-{round_}"
+                llm.responder = echo_responder(args.steps)
+                pid = server.proc.pid  # type: ignore[union-attr]
+                before = cpu_seconds(pid)
+                cid = create(client, llm, key, tmp / "ws", args.steps + 5)
+                wait_status(client, cid, timeout=600)
+                time.sleep(0.5)  # the exporter's last batch (its 500 ms schedule) is counted
+                cpu[mode].append((cpu_seconds(pid) - before) / args.steps * 1000)
+            server.stop()
+            medians[mode].append(statistics.median(per_step_ms(llm, key)))
+    out: dict[str, Any] = {"steps": args.steps, "rounds": args.rounds,
+                           "spans_received": len(receiver.received())}
+    for mode in MODES:
+        out[f"telemetry_us_per_step_in_process_{mode}"] = round(
+            telemetry_us_per_step(mode, receiver), 1)
+    for mode in MODES:
+        out[f"server_ms_per_step_median_{mode}"] = round(statistics.median(medians[mode]), 3)
+        out[f"rounds_{mode}"] = [round(m, 3) for m in medians[mode]]
+        out[f"server_cpu_ms_per_step_{mode}"] = round(statistics.median(cpu[mode]), 3)
+        out[f"cpu_rounds_{mode}"] = [round(c, 3) for c in cpu[mode]]
+    for figure in ("server_ms_per_step_median", "server_cpu_ms_per_step"):
+        base = out[f"{figure}_off"]
+        for mode in ("on", "otlp"):
+            out[f"{figure}_added_{mode}_percent"] = round(
+                (out[f"{figure}_{mode}"] - base) / base * 100, 1)
+    receiver.stop()
+    llm.stop()
+    print(json.dumps(out, indent=2))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=500)
     parser.add_argument("--conversations", type=int, default=50)
     parser.add_argument("--each", type=int, default=20)
+    parser.add_argument("--tracing", choices=[*MODES, "compare"], default="off")
+    parser.add_argument("--rounds", type=int, default=3, help="with --tracing compare")
     args = parser.parse_args()
+    if args.tracing == "compare":
+        compare(args)
+        return
     tmp = Path(tempfile.mkdtemp(prefix="bench-agent-"))
     llm = ScriptedLLM().start()
-    server = ServerProcess(tmp / "state").start()
+    receiver = OTLPReceiver().start() if args.tracing == "otlp" else None
+    server = ServerProcess(tmp / "state", env=tracing_env(args.tracing, receiver)).start()
     out: dict[str, Any] = {}
     with server.client(timeout=120) as client:
         # Warm up litellm's import and the first shell.
@@ -122,6 +223,10 @@ def main() -> None:
         out["added_pss_per_conversation_mib"] = round((after["pss"] - before["pss"]) / 1024 / n, 2)
     server.stop()
     llm.stop()
+    if receiver is not None:
+        out["spans_received"] = len(receiver.received())
+        receiver.stop()
+    out["tracing"] = args.tracing
     print(json.dumps(out, indent=2))
 
 

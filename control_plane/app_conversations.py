@@ -20,7 +20,7 @@ from pydantic import BaseModel, Field
 
 from control_plane.agent_client import AgentClient, AgentError, Raw, Target
 from control_plane.errors import BadGateway, Conflict, Gone, NotFound
-from control_plane.models import ExecutionStatus, SandboxStatus, now
+from control_plane.models import ExecutionStatus, SandboxReason, SandboxStatus, now
 from control_plane.sandboxes.service import SandboxService
 from control_plane.store import Database
 from control_plane.store import conversations, events, sandboxes
@@ -96,6 +96,12 @@ class AppConversationService:
         self.db = db
         self.sandboxes = sandboxes_
         self.agents = agents
+
+    async def touch(self, row: ConversationRow) -> None:
+        """A read through the application interface (events, the trajectory, the workspace) is
+        activity: it moves the RUNNING sandbox's idle pause later (SPEC 3.1)."""
+        async with self.db.begin() as conn:
+            await sandboxes.touch(conn, row.sandbox_id, now(), only_running=True)
 
     async def owned(self, conversation_id: str, user_id: str) -> ConversationRow:
         row = await conversations.get(self.db, conversation_id, user_id)
@@ -185,6 +191,7 @@ class AppConversationService:
             raise BadGateway(str(exc)) from None
         if raw.status >= 500 or raw.status == 401:
             raise BadGateway(f"the agent server answered {raw.status}")
+        await self.touch(row)
         return raw
 
     async def update(self, row: ConversationRow, fields: dict[str, Any]) -> ConversationRow:
@@ -202,10 +209,11 @@ class AppConversationService:
         # this one's copy there, then paused again with its reason: nothing is left behind.
         repause = (sandbox is not None and sandbox.status is SandboxStatus.PAUSED
                    and await sandboxes.conversation_count(self.db, sandbox.id) > 1)
-        reason = sandbox.status_detail if sandbox is not None else None
+        reason = (sandbox.status_reason or SandboxReason.USER) if sandbox is not None else None
+        detail = sandbox.status_detail if sandbox is not None else None
         if repause:
             assert sandbox is not None
-            sandbox = await self.sandboxes.resume(sandbox)
+            sandbox = await self.sandboxes.resume(sandbox, brief=True)
         if sandbox is not None and sandbox.status is SandboxStatus.RUNNING:
             url = self.sandboxes.url(sandbox)
             if url is not None:
@@ -215,8 +223,8 @@ class AppConversationService:
                 except AgentError:
                     pass  # the sandbox's copy is unreachable; ours goes regardless
         if repause:
-            assert sandbox is not None
-            sandbox = await self.sandboxes.pause(sandbox, reason)
+            assert sandbox is not None and reason is not None
+            sandbox = await self.sandboxes.pause(sandbox, reason, detail, brief=True)
         async with self.db.begin() as conn:
             await conversations.remove(conn, row.id)
         await events.remove(self.db, row.id)

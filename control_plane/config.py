@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 PREFIX = "CONTROL_PLANE_"
 
@@ -47,6 +48,16 @@ class Config(BaseModel):
     repository_url_template: str = "https://github.com/{repository}.git"
     """`selected_repository` (org/repo) -> clone URL; tests point it at a local bare repository."""
 
+    sandbox_provider: Literal["process", "docker"] = "process"
+    """What a sandbox is: an agent-server child process on this machine (`process`), or a
+    container of the sandbox image run through the Docker Engine API (`docker`)."""
+
+    sandbox_image: str = "agent-server"
+    """The Docker provider's image (`make image` builds it from sandbox.Dockerfile)."""
+
+    docker_url: str = "unix:///var/run/docker.sock"
+    """The Docker provider's Engine API address (unix://, tcp:// or ssh://)."""
+
     sandbox_start_timeout: float = Field(default=60.0, gt=0)
     """Seconds an agent server may take to answer /alive before its sandbox is ERROR."""
 
@@ -54,7 +65,19 @@ class Config(BaseModel):
     """Seconds between SIGTERM and SIGKILL when a sandbox is destroyed."""
 
     health_interval: float = Field(default=5.0, gt=0)
-    """Seconds between health checks of running sandboxes."""
+    """Seconds between health checks of running sandboxes (the reconciler's round is the
+    shorter of this and `lifecycle_interval`)."""
+
+    health_grace: float = Field(default=30.0, ge=0)
+    """Seconds a RUNNING sandbox may fail its health check before it is ERROR (read-only)."""
+
+    pause_grace: float = Field(default=30.0, ge=0)
+    """Seconds the agent server is given to pause running conversations (between steps)
+    before their sandbox is frozen."""
+
+    lease_seconds: float = Field(default=15.0, gt=0)
+    """Length of a control plane's lease on a start task or a sandbox (renewed every third of
+    it); another control plane on the same database takes over this long after its holder died."""
 
     idle_seconds: float | None = Field(default=1800.0, gt=0)
     """A RUNNING sandbox without activity this long is paused (SPEC 3.1 Idle Time); unset: never."""
@@ -64,6 +87,7 @@ class Config(BaseModel):
 
     lifecycle_interval: float = Field(default=10.0, gt=0)
     """Seconds between rounds of the idle, 12-hour and deletion timers."""
+
 
     agent_timeout: float = Field(default=30.0, gt=0)
     """Timeout of one request to an agent server."""
@@ -93,6 +117,17 @@ class Config(BaseModel):
             return "sqlite+aiosqlite:///" + value.split(":///", 1)[1]
         return value or None
 
+    @model_validator(mode="after")
+    def _containers_reach_the_webhook(self) -> Config:
+        # A container reaches this host through its bridge gateway (host.docker.internal), so
+        # a control plane listening on loopback alone cannot be reached from its sandboxes.
+        if self.sandbox_provider == "docker" and self.public_url is None and _loopback(self.host):
+            raise ValueError(
+                "the docker provider's containers cannot reach a control plane that listens on "
+                f"{self.host} only: listen on 0.0.0.0 or the docker0 bridge's address "
+                "(CONTROL_PLANE_HOST), or set CONTROL_PLANE_PUBLIC_URL to an address they reach")
+        return self
+
     @property
     def db_url(self) -> str:
         return self.database_url or f"sqlite+aiosqlite:///{self.state_dir / 'control-plane.db'}"
@@ -105,6 +140,20 @@ class Config(BaseModel):
     def webhook_base(self) -> str:
         """What each sandbox gets as AGENT_SERVER_WEBHOOK_URL; it appends /events/{id}."""
         return self.base_url + "/api/v1/webhooks"
+
+    @property
+    def reconcile_interval(self) -> float:
+        """The reconciler's one loop: timers and health checks in each round."""
+        return min(self.health_interval, self.lifecycle_interval)
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 #: Field name -> its variable: the only place the environment is read.

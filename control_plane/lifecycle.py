@@ -1,14 +1,25 @@
-"""Lifecycle timers of SPEC 3.1 and 8, deployment-wide:
+"""The reconciler: one loop that brings every sandbox's timers and drift to account (SPEC 3.1, 8).
+
+Each round, the live sandboxes due for a look are claimed in the database (`claim_round`), so
+with several control planes on one database each sandbox is looked at by one of them per round,
+not by every process. For each:
 
 - Idle time: a RUNNING sandbox without agent or user activity for `idle_seconds` is paused
-  (activity: webhook batches, messages, resumes).
-- The 12-hour cap: a sandbox RUNNING for 12 hours is paused even if active; resuming opens a
-  new window. Not configurable (SPEC 8); the clock is a seam so tests need not wait.
+  (activity: webhook batches, messages, controls, workspace and event reads, resumes).
+- The 12-hour cap: a sandbox RUNNING for 12 hours is paused even if active, its runs paused by
+  the agent server first; resuming opens a new window and continues them. Not configurable
+  (SPEC 8); the clock is a seam so tests need not wait.
 - Deletion time: a sandbox PAUSED for `deletion_seconds` is destroyed and its conversations,
-  with their events, are permanently deleted.
+  with their events, are permanently deleted (they cannot be resumed).
+- Drift: otherwise the sandbox is checked against its provider (`SandboxService.reconcile`:
+  vanished -> MISSING, failing its health check past the grace -> ERROR, a start whose launcher
+  died taken over).
 
-Time comes from the clock of `models.now` (a `core.retry.Clock`), the same one stored times
-are taken from, so schedules are proven by moving the clock.
+Then start tasks whose control plane died are taken over. Each decision is taken again on the
+current row under the sandbox's guard (`when=`), so a timer acts once even when a user acts on
+the sandbox at the same moment. Timer time comes from the clock of `models.now` (a
+`core.retry.Clock`), the same one stored times are taken from, so schedules are proven by
+moving the clock.
 """
 
 from __future__ import annotations
@@ -17,27 +28,31 @@ import asyncio
 import logging
 from datetime import datetime, timedelta
 
-from control_plane.app_conversations import AppConversationService
 from control_plane.errors import ApiError
-from control_plane.models import SandboxStatus, now
+from control_plane.leases import Leases
+from control_plane.models import SandboxReason, SandboxStatus, now
 from control_plane.sandboxes.service import SandboxService
+from control_plane.start_tasks import StartTaskService
 from control_plane.store import Database
-from control_plane.store import conversations, events
+from control_plane.store import leases as lease_rows
 from control_plane.store import sandboxes as rows
 from control_plane.store.sandboxes import SandboxRow
 
 logger = logging.getLogger(__name__)
 
 MAX_SESSION_SECONDS = 12 * 3600
+#: Sandboxes acted on at once in a round (a pause may wait for runs to reach a step's end).
+CONCURRENCY = 8
 
 
 class Lifecycle:
-    def __init__(self, db: Database, sandboxes: SandboxService, records: AppConversationService, *,
-                 idle_seconds: float | None, deletion_seconds: float | None, interval: float,
-                 max_session_seconds: float = MAX_SESSION_SECONDS) -> None:
+    def __init__(self, db: Database, sandboxes: SandboxService, tasks: StartTaskService,
+                 leases: Leases, *, idle_seconds: float | None, deletion_seconds: float | None,
+                 interval: float, max_session_seconds: float = MAX_SESSION_SECONDS) -> None:
         self.db = db
         self.sandboxes = sandboxes
-        self.records = records
+        self.tasks = tasks
+        self.leases = leases
         self.idle = None if idle_seconds is None else timedelta(seconds=idle_seconds)
         self.deletion = None if deletion_seconds is None else timedelta(seconds=deletion_seconds)
         self.session = timedelta(seconds=max_session_seconds)
@@ -57,48 +72,68 @@ class Lifecycle:
             return None, row.paused_at + self.deletion
         return None, None
 
+    # The timers, as conditions on the current row (taken again under the sandbox's guard).
+
+    def idle_due(self, row: SandboxRow) -> bool:
+        return (row.status is SandboxStatus.RUNNING and self.idle is not None
+                and row.last_activity_at + self.idle <= now())
+
+    def cap_due(self, row: SandboxRow) -> bool:
+        return (row.status is SandboxStatus.RUNNING and row.running_since is not None
+                and row.running_since + self.session <= now())
+
+    def deletion_due(self, row: SandboxRow) -> bool:
+        return (row.status is SandboxStatus.PAUSED and self.deletion is not None
+                and row.paused_at is not None and row.paused_at + self.deletion <= now())
+
     def start(self) -> None:
-        self._task = asyncio.create_task(self._loop(), name="lifecycle timers")
+        self._task = asyncio.create_task(self._loop(), name="reconciler")
 
     async def _loop(self) -> None:
         while True:
             await asyncio.sleep(self.interval)
             try:
                 await self.tick()
-            except Exception:  # one bad round (the database away) must not end the timers
-                logger.exception("lifecycle round failed")
+            except Exception:  # one bad round (the database away) must not end the loop
+                logger.exception("reconciler round failed")
 
     async def tick(self) -> None:
-        """One round over the live sandboxes."""
-        moment = now()
-        for row in await rows.live(self.db):
-            try:
-                await self._check(row, moment)
-            except ApiError as exc:  # it changed meanwhile (deleted, died): next round sees it
-                logger.info("lifecycle of sandbox %s: %s", row.id, exc.detail)
+        """One round: the sandboxes this process claimed, then orphaned start tasks."""
+        claimed = await rows.claim_round(self.db, self.leases.holder, lease_rows.wall(),
+                                         self.interval)
+        gate = asyncio.Semaphore(CONCURRENCY)
 
-    async def _check(self, row: SandboxRow, moment: datetime) -> None:
-        if row.status is SandboxStatus.RUNNING:
-            if self.idle is not None and row.last_activity_at <= moment - self.idle:
-                await self.sandboxes.pause(row, f"idle for {self.idle.total_seconds():g} s")
-            elif row.running_since is not None and row.running_since <= moment - self.session:
-                await self.sandboxes.pause(row, "the 12-hour session cap: resume for a new window")
-        elif row.status is SandboxStatus.PAUSED and self.deletion is not None \
-                and row.paused_at is not None and row.paused_at <= moment - self.deletion:
-            await self.delete_forever(row)
+        async def one(sandbox_id: str) -> None:
+            async with gate:
+                try:
+                    await self.check(sandbox_id)
+                except ApiError as exc:  # it changed meanwhile (deleted, busy): next round
+                    logger.info("reconciling sandbox %s: %s", sandbox_id, exc.detail)
+                except Exception:
+                    logger.exception("reconciling sandbox %s failed", sandbox_id)
 
-    async def delete_forever(self, row: SandboxRow) -> None:
-        """The sandbox and its conversations, with their events; they cannot be resumed."""
-        logger.info("deleting sandbox %s: paused beyond the deletion time", row.id)
-        # Conversations first: cut short here, the next round finds a paused sandbox without
-        # conversations and finishes the job.
-        for conversation_id in await conversations.in_sandbox(self.db, row.id):
-            async with self.db.begin() as conn:
-                await conversations.remove(conn, conversation_id)
-            await events.remove(self.db, conversation_id)
-        await self.sandboxes.destroy(row)
-        await rows.set_status(self.db, row.id, SandboxStatus.MISSING,
-                              "deleted: paused beyond the deletion time", unless_terminal=False)
+        await asyncio.gather(*(one(i) for i in claimed))
+        await self.tasks.take_over()
+
+    async def check(self, sandbox_id: str) -> None:
+        row = await rows.get(self.db, sandbox_id)
+        if row is None or row.status.terminal:
+            return
+        if self.idle_due(row):
+            assert self.idle is not None
+            await self.sandboxes.pause(row, SandboxReason.IDLE,
+                                       f"idle for {self.idle.total_seconds():g} s",
+                                       when=self.idle_due)
+        elif self.cap_due(row):
+            await self.sandboxes.pause(row, SandboxReason.SESSION_CAP,
+                                       "the 12-hour session cap: runs were paused; resume for a "
+                                       "new 12-hour window", when=self.cap_due)
+        elif self.deletion_due(row):
+            logger.info("deleting sandbox %s: paused beyond the deletion time", row.id)
+            await self.sandboxes.expire(row, "deleted: paused beyond the deletion time",
+                                        when=self.deletion_due)
+        else:
+            await self.sandboxes.reconcile(row.id)
 
     async def close(self) -> None:
         if self._task is not None:

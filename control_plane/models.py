@@ -36,6 +36,25 @@ class SandboxStatus(str, Enum):
         return self in (SandboxStatus.ERROR, SandboxStatus.MISSING)
 
 
+class SandboxReason(str, Enum):
+    """Why a sandbox last changed status (with `status_detail`, the words for a person)."""
+
+    USER = "USER"
+    """Its user paused, resumed or deleted it."""
+    IDLE = "IDLE"
+    """No agent or user activity for the idle time (SPEC 3.1): paused."""
+    SESSION_CAP = "SESSION_CAP"
+    """RUNNING for 12 hours (SPEC 8): force-paused; resuming opens a new window."""
+    DELETION_TIME = "DELETION_TIME"
+    """PAUSED for the deletion time: deleted with its conversations."""
+    VANISHED = "VANISHED"
+    """Its process or container is gone: MISSING."""
+    UNHEALTHY = "UNHEALTHY"
+    """It failed its health check past the grace period: ERROR."""
+    START_FAILED = "START_FAILED"
+    """It could not be started: ERROR."""
+
+
 class StartTaskStatus(str, Enum):
     """The stages of a conversation start (SPEC 2.2, 3.4); READY and ERROR end it."""
 

@@ -13,6 +13,7 @@ from control_plane.app_conversations import AppConversationService
 from control_plane.config import Config
 from control_plane.crypto import Cipher
 from control_plane.deltas import DeltaHub
+from control_plane.leases import Leases
 from control_plane.lifecycle import Lifecycle
 from control_plane.models import use_clock
 from control_plane.relay import Bell
@@ -24,6 +25,18 @@ from control_plane.start_tasks import StartTaskService
 from control_plane.store import Database
 from control_plane.webhook import WebhookReceiver
 from core.retry import Clock
+
+
+def build_provider(config: Config) -> SandboxProvider:
+    """The provider `sandbox_provider` names (the Docker SDK is loaded only when it is chosen)."""
+    if config.sandbox_provider == "docker":
+        from control_plane.sandboxes.docker import DockerProvider, plane_label
+        return DockerProvider(config.state_dir / "archives", image=config.sandbox_image,
+                              plane=plane_label(config.db_url), docker_url=config.docker_url,
+                              start_timeout=config.sandbox_start_timeout,
+                              stop_grace=config.sandbox_stop_grace)
+    return ProcessProvider(config.state_dir / "archives", start_timeout=config.sandbox_start_timeout,
+                           stop_grace=config.sandbox_stop_grace)
 
 
 @dataclass(frozen=True)
@@ -39,6 +52,9 @@ class Services:
     conversations: AppConversationService
     webhook: WebhookReceiver
     lifecycle: Lifecycle
+    """The reconciler: timers and drift, one loop."""
+    leases: Leases
+    """This process's hold on start tasks and sandboxes (several control planes, one database)."""
     bell: Bell
     """Rung by the webhook for the live relays (`control_plane.relay`)."""
     deltas: DeltaHub
@@ -51,36 +67,39 @@ class Services:
         use_clock(clock or Clock())
         db = Database(config.db_url)
         cipher = Cipher.for_config(config.secret_key, config.state_dir)
-        provider = provider or ProcessProvider(config.state_dir / "archives",
-                                               start_timeout=config.sandbox_start_timeout,
-                                               stop_grace=config.sandbox_stop_grace)
-        sandboxes = SandboxService(db, provider, cipher, sandboxes_dir=config.state_dir / "sandboxes",
-                                   webhook_url=config.webhook_base,
-                                   health_interval=config.health_interval,
-                                   max_per_user=config.max_sandboxes_per_user)
+        provider = provider or build_provider(config)
+        bell = bell or Bell()
+        leases = Leases(db, config.lease_seconds)
         agents = AgentClient(timeout=config.agent_timeout)
+        sandboxes = SandboxService(
+            db, provider, cipher, leases, sandboxes_dir=config.state_dir / "sandboxes",
+            webhook_url=config.webhook_base, agents=agents, ring=bell.ring,
+            max_per_user=config.max_sandboxes_per_user, health_grace=config.health_grace,
+            pause_grace=config.pause_grace,
+            # A start (or a pause waiting for runs) may hold a sandbox this long.
+            guard_timeout=config.sandbox_start_timeout + config.pause_grace + 30)
         settings = SettingsService(db, cipher)
-        tasks = StartTaskService(db, cipher, sandboxes, settings, agents,
+        tasks = StartTaskService(db, cipher, sandboxes, settings, agents, leases,
                                  cap=config.max_conversations_per_sandbox,
                                  repository_url_template=config.repository_url_template,
                                  spec_id=provider.specs()[0].id if provider.specs() else SPEC.id)
         records = AppConversationService(db, sandboxes, agents)
-        lifecycle = Lifecycle(db, sandboxes, records, idle_seconds=config.idle_seconds,
+        lifecycle = Lifecycle(db, sandboxes, tasks, leases, idle_seconds=config.idle_seconds,
                               deletion_seconds=config.deletion_seconds,
-                              interval=config.lifecycle_interval)
-        bell = bell or Bell()
+                              interval=config.reconcile_interval)
         return cls(config=config, db=db, cipher=cipher, provider=provider, sandboxes=sandboxes,
                    agents=agents, settings=settings, tasks=tasks, conversations=records,
-                   webhook=WebhookReceiver(db, bell), lifecycle=lifecycle, bell=bell,
-                   deltas=DeltaHub(db, sandboxes))
+                   webhook=WebhookReceiver(db, bell), lifecycle=lifecycle, leases=leases,
+                   bell=bell, deltas=DeltaHub(db, sandboxes))
 
     async def start(self) -> None:
-        """Migrations, then adoption of the sandboxes still there, then unfinished start tasks."""
+        """Migrations, then adoption of the sandboxes still there, then unfinished start tasks
+        nobody works on; then the lease renewal and the reconciler."""
         self.config.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         await self.db.migrate()
+        self.leases.start()
         await self.sandboxes.adopt()
-        await self.tasks.resume_unfinished()
-        self.sandboxes.start_health_checks()
+        await self.tasks.take_over()
         self.lifecycle.start()
 
     async def close(self, stop_sandboxes: bool = False) -> None:
@@ -89,5 +108,6 @@ class Services:
         await self.lifecycle.close()
         await self.tasks.close()
         await self.sandboxes.close(stop_sandboxes=stop_sandboxes)
+        await self.leases.close()
         await self.agents.close()
         await self.db.close()

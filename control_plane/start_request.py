@@ -8,10 +8,12 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from control_plane.settings import check_secret_names
+from core import observability
 
 REPOSITORY = re.compile(r"^[A-Za-z0-9_.-]{1,100}/[A-Za-z0-9_.-]{1,100}$")
 BRANCH = re.compile(r"^(?!-)(?!.*\.\.)(?!.*//)[A-Za-z0-9._/-]{1,255}(?<![./])$")
-Scalar = str | int | float | bool
+DEPLOYMENT_WIDE = ("Idle and deletion times are deployment-wide settings of the control plane "
+                   "(SPEC 8): they cannot be set per conversation")
 
 
 class TextItem(BaseModel):
@@ -65,11 +67,22 @@ class StartRequest(BaseModel):
     secrets: dict[str, str] = Field(default_factory=dict, max_length=200)
     plugins: list[Plugin] = Field(default_factory=list, max_length=20)
     title: str | None = Field(default=None, min_length=1, max_length=200)
-    observability_span_name: str | None = Field(default=None, pattern=r"^[A-Za-z0-9_.:/-]{1,128}$")
+    observability_span_name: observability.SpanName | None = None
     """Stable, low-cardinality: a short identifier, not free text."""
-    observability_tags: list[str] = Field(default_factory=list, max_length=50)
-    observability_metadata: dict[str, Scalar | list[Scalar]] = Field(default_factory=dict,
-                                                                   max_length=100)
+    observability_tags: observability.Tags = Field(default_factory=list)
+    observability_metadata: observability.Metadata = Field(default_factory=dict)
+    """SPEC 2.5: scalars, or arrays of one scalar type (the agent server's rules exactly)."""
+    idle_seconds: None = Field(default=None, description=DEPLOYMENT_WIDE)
+    """Not settable here (SPEC 8): only null is accepted."""
+    deletion_seconds: None = Field(default=None, description=DEPLOYMENT_WIDE)
+    """Not settable here (SPEC 8): only null is accepted."""
+
+    @field_validator("idle_seconds", "deletion_seconds", mode="before")
+    @classmethod
+    def _deployment_wide(cls, value: Any) -> None:
+        if value is not None:
+            raise ValueError(DEPLOYMENT_WIDE)
+        return None
 
     @field_validator("selected_repository")
     @classmethod
@@ -91,41 +104,9 @@ class StartRequest(BaseModel):
         check_secret_names(value)
         return value
 
-    @field_validator("observability_tags")
-    @classmethod
-    def _tags(cls, value: list[str]) -> list[str]:
-        if any(not tag or len(tag) > 200 for tag in value):
-            raise ValueError("tags are 1 to 200 characters")
-        return value
-
-    @field_validator("observability_metadata", mode="before")
-    @classmethod
-    def _metadata(cls, value: Any) -> Any:
-        # SPEC 2.5: scalars, or arrays of one scalar type (bool is not a number here).
-        if isinstance(value, dict):
-            for key, item in value.items():
-                if isinstance(item, list):
-                    kinds = {_scalar_kind(x) for x in item}
-                    if None in kinds or len(kinds) > 1:
-                        raise ValueError(f"observability_metadata[{key!r}]: an array must hold "
-                                         "scalars of one type (string[], number[] or boolean[])")
-                elif _scalar_kind(item) is None:
-                    raise ValueError(f"observability_metadata[{key!r}] must be a string, number, "
-                                     "boolean or a homogeneous array of them")
-        return value
-
     @model_validator(mode="after")
     def _branch_needs_repository(self) -> StartRequest:
         if self.selected_branch and not self.selected_repository:
             raise ValueError("selected_branch needs selected_repository")
         return self
 
-
-def _scalar_kind(value: Any) -> str | None:
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, (int, float)):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    return None

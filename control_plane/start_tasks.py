@@ -9,6 +9,12 @@ are written in one transaction with the user locked (see `grouping`). Every step
 idempotent (the agent-server conversation is created under the id chosen at placement), so a
 control plane that restarts simply runs unfinished tasks again; a task that cannot go on ends
 ERROR with the reason, never stuck.
+
+With several control planes on one database, a task is worked on by the one holding its lease
+(`leases`): taken when it is submitted, renewed while the work goes on, taken over by another
+process (`take_over`, each reconciler round) once its holder died and the lease expired. Every
+stored stage is written only while the lease is held, the placement in the same transaction, so
+a task ends READY or ERROR exactly once and is never placed twice.
 """
 
 from __future__ import annotations
@@ -20,17 +26,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sqlalchemy.ext.asyncio import AsyncConnection
+
 from control_plane import grouping
 from control_plane.agent_client import AgentClient, AgentError, Target
 from control_plane.crypto import Cipher
 from control_plane.errors import ApiError, Conflict, NotFound
+from control_plane.leases import TASK, Leases
 from control_plane.models import SandboxStatus, StartTaskStatus
 from control_plane.sandboxes.service import SandboxService
 from control_plane.settings import SettingsService, UserSettings
 from control_plane.start_request import StartRequest
 from control_plane.store import Database
 from control_plane.store import accounts, conversations, sandboxes, tasks
-from control_plane.store.tasks import TaskRow
+from control_plane.store import leases as lease_rows
+from control_plane.store.tasks import LeaseLost, TaskRow
 
 logger = logging.getLogger(__name__)
 
@@ -52,9 +62,10 @@ class Placement:
 
 class StartTaskService:
     def __init__(self, db: Database, cipher: Cipher, sandboxes_: SandboxService,
-                 settings: SettingsService, agents: AgentClient, *, cap: int,
+                 settings: SettingsService, agents: AgentClient, leases: Leases, *, cap: int,
                  repository_url_template: str, spec_id: str) -> None:
         self.db = db
+        self.leases = leases
         self.cipher = cipher
         self.sandboxes = sandboxes_
         self.settings = settings
@@ -68,21 +79,48 @@ class StartTaskService:
         """Store the task (its request encrypted: it holds secrets) and start working on it."""
         task = await tasks.insert(self.db, uuid.uuid4().hex, user_id,
                                   self.cipher.encrypt(request.model_dump_json()))
-        self._spawn(task)
+        # Died between the two: the task has no lease, and the next round takes it over.
+        if await self.leases.claim(TASK, task.id):
+            self._spawn(task)
         return task
 
     def _spawn(self, task: TaskRow) -> None:
+        if task.id in self._running:  # submitted and taken over at the same moment: once
+            return
         job = asyncio.create_task(self._run(task), name=f"start task {task.id}")
         self._running[task.id] = job
         job.add_done_callback(lambda _: self._running.pop(task.id, None))
 
-    async def resume_unfinished(self) -> None:
-        """After a restart: every task not READY or ERROR is carried on."""
-        for task in await tasks.unfinished(self.db):
-            logger.info("resuming start task %s from %s", task.id, task.status.value)
+    async def take_over(self) -> int:
+        """Carry on the unfinished tasks nobody works on (after a restart, or when another
+        control plane died holding them); how many were taken."""
+        taken = 0
+        for task in await tasks.orphans(self.db, self.leases.holder):
+            if task.id in self._running or not await self.leases.claim(TASK, task.id):
+                continue
+            logger.info("taking over start task %s at %s", task.id, task.status.value)
             self._spawn(task)
+            taken += 1
+        return taken
+
+    async def _stage(self, task: TaskRow, status: StartTaskStatus, detail: str | None = None,
+                     conn: AsyncConnection | None = None, **values: Any) -> None:
+        """Store a stage while this process holds the task (LeaseLost otherwise)."""
+        await tasks.set_status(conn if conn is not None else self.db, task.id, status, detail,
+                               holder=self.leases.holder, **values)
 
     async def _run(self, task: TaskRow) -> None:
+        try:
+            await self._work(task)
+        except LeaseLost:
+            logger.warning("start task %s was taken over by another control plane", task.id)
+        finally:  # stopped or done: another process may carry it on at once
+            try:
+                await self.leases.release(TASK, task.id)
+            except Exception:  # the database away: the lease simply expires
+                logger.warning("releasing the lease of start task %s failed", task.id)
+
+    async def _work(self, task: TaskRow) -> None:
         placement: Placement | None = None
         try:
             request = StartRequest.model_validate_json(self.cipher.decrypt(task.request_enc))
@@ -94,9 +132,9 @@ class StartTaskService:
                 placement = Placement(task.sandbox_id, task.app_conversation_id, False)
             else:
                 placement = await self._place(task, request, user)
-            await tasks.set_status(self.db, task.id, StartTaskStatus.WAITING_FOR_SANDBOX)
+            await self._stage(task, StartTaskStatus.WAITING_FOR_SANDBOX)
             row = await self.sandboxes.wait_running(placement.sandbox_id)
-            await tasks.set_status(self.db, task.id, StartTaskStatus.STARTING_CONVERSATION)
+            await self._stage(task, StartTaskStatus.STARTING_CONVERSATION)
             url = self.sandboxes.url(row)
             assert url is not None
             target = Target(url, self.sandboxes.session_key(row))
@@ -108,12 +146,13 @@ class StartTaskService:
                 target, self._creation_body(placement.conversation_id, conversation.working_dir,
                                             request, user))
             if request.selected_repository and request.initial_message and request.initial_message.run:
-                await tasks.set_status(self.db, task.id, StartTaskStatus.PREPARING_REPOSITORY)
+                await self._stage(task, StartTaskStatus.PREPARING_REPOSITORY)
                 await self._wait_clone(target, placement.conversation_id, request.selected_repository)
-            await conversations.update_fields(self.db, placement.conversation_id, started=True)
-            await tasks.set_status(self.db, task.id, StartTaskStatus.READY)
-        except asyncio.CancelledError:
-            raise  # shutting down: the task stays unfinished and is resumed at the next start
+            async with self.db.begin() as conn:  # shown and READY together, or neither
+                await self._stage(task, StartTaskStatus.READY, conn=conn)
+                await conversations.mark_started(conn, placement.conversation_id)
+        except (asyncio.CancelledError, LeaseLost):
+            raise  # shutting down (resumed at the next start), or another has it now
         except (StartFailed, ApiError, AgentError) as exc:
             await self._fail(task, placement, str(exc) if not isinstance(exc, ApiError) else exc.detail)
         except Exception as exc:
@@ -137,6 +176,9 @@ class StartTaskService:
         conversation_id = str(uuid.uuid4())
         async with self.db.begin() as conn:
             await accounts.lock_user(conn, task.user_id)
+            placed = await tasks.get_in(conn, task.id)  # placed meanwhile: that placement holds
+            if placed is not None and placed.app_conversation_id and placed.sandbox_id:
+                return Placement(placed.sandbox_id, placed.app_conversation_id, False)
             sandbox_id: str | None
             if request.sandbox_id is not None:
                 sandbox_id = await self._explicit(conn, task.user_id, request.sandbox_id)
@@ -159,10 +201,11 @@ class StartTaskService:
                 observability={"span_name": request.observability_span_name,
                                "tags": request.observability_tags,
                                "metadata": request.observability_metadata})
-            await tasks.set_status(conn, task.id, StartTaskStatus.WORKING,
-                                   app_conversation_id=conversation_id, sandbox_id=sandbox.id)
+            # Only while this process holds the task: a placement is made once.
+            await self._stage(task, StartTaskStatus.WORKING, conn=conn,
+                              app_conversation_id=conversation_id, sandbox_id=sandbox.id)
         if new_sandbox:
-            self.sandboxes.launch(sandbox)
+            self.sandboxes.launch(sandbox, fresh=True)
         return Placement(sandbox.id, conversation_id, new_sandbox)
 
     async def _explicit(self, conn: Any, user_id: str, sandbox_id: str) -> str:
@@ -219,6 +262,9 @@ class StartTaskService:
     async def _fail(self, task: TaskRow, placement: Placement | None, detail: str) -> None:
         """ERROR with the reason; the half-made conversation is removed, and a sandbox made for it."""
         logger.info("start task %s failed: %s", task.id, detail)
+        owner = await lease_rows.holder_of(self.db, TASK, task.id)
+        if owner is None or owner[0] != self.leases.holder:
+            raise LeaseLost(f"start task {task.id} is another control plane's now")
         try:  # cleaned up first: a client that sees ERROR sees what is left, not a race
             if placement is None:
                 return
@@ -230,7 +276,7 @@ class StartTaskService:
                     and await sandboxes.conversation_count(self.db, row.id) == 0):
                 await self.sandboxes.destroy(row)
         finally:
-            await tasks.set_status(self.db, task.id, StartTaskStatus.ERROR, detail[:2000])
+            await self._stage(task, StartTaskStatus.ERROR, detail[:2000])
 
     async def close(self) -> None:
         for job in list(self._running.values()):

@@ -177,6 +177,21 @@ async def test_server_errors_back_off_exponentially_keeping_the_batch(tmp_path: 
     await webhook.stop()
 
 
+async def test_retries_and_lag_are_measured_for_the_metrics(tmp_path: Path) -> None:
+    """What GET /metrics shows: failed attempts, and how long the oldest event has waited."""
+    log = await make_log(tmp_path, 3)
+    script, clock = Script(500, 500), FakeClock(hold_after=1)
+    webhook = webhook_for(script, clock)
+    webhook.watch(CID, tmp_path, log)
+    await until(lambda: webhook.retries == 2, "two failed attempts")
+    assert webhook.lag() == clock.sleeps[0] > 0  # waiting since the pusher saw the events
+    assert webhook.totals().pending == 3 and webhook.totals().failing == 1
+    clock.release.set()
+    await until(lambda: read_cursor(tmp_path) == log.last_id)
+    assert webhook.lag() == 0 and webhook.retries == 2
+    await webhook.stop()
+
+
 async def test_the_delay_is_capped_and_retries_never_stop(tmp_path: Path) -> None:
     log = await make_log(tmp_path, 1)
     script, clock = Script(*[httpx.ConnectError("refused")] * 40), FakeClock(hold_after=20)

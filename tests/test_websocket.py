@@ -415,6 +415,8 @@ async def test_a_client_behind_by_more_than_the_kernel_buffers_gets_1013_with_it
         assert closed.value.rcvd.code == 1013, closed.value.rcvd
         assert 0 < len(got) < len(want) and got == want[:len(got)]
         assert f"after_id={got[-1]}" in closed.value.rcvd.reason
+        scrape = httpx.get(proc.url + "/metrics", headers={"X-Session-API-Key": KEY}).text
+        assert 'agent_server_websocket_drops_total{reason="send_timeout"} 1.0' in scrape
     finally:
         proc.stop()
 

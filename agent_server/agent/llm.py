@@ -22,6 +22,7 @@ from typing import Any
 from agent_server.errors import UpstreamError
 from agent_server.agent import transport
 from agent_server.agent.spec import LLMConfig, TokenUsage
+from agent_server.telemetry.tracing import note_llm_provider, note_llm_retry
 from core.masking import REDACTED
 from core.retry import Backoff, parse_retry_after
 
@@ -226,7 +227,9 @@ async def complete(
     """One model response, retried on rate limits, server errors and timeouts."""
     litellm = await load()
     kwargs = _kwargs(config, messages, tools)
-    if _provider(litellm, config) in QUICKACK_PROVIDERS:
+    provider = _provider(litellm, config)
+    note_llm_provider(provider)  # the call's span says which provider served it
+    if provider in QUICKACK_PROVIDERS:
         kwargs["client"] = transport.client(litellm)
     secrets = [config.api_key.get_secret_value()] if config.api_key else []
     attempt = 0
@@ -246,6 +249,7 @@ async def complete(
                 raise _failure(exc, secrets) from None
             wait = BACKOFF.wait(attempt, _retry_after(exc))
             logger.info("LLM call failed (%s); retry %d in %.1fs", type(exc).__name__, attempt, wait)
+            note_llm_retry(type(exc).__name__, wait)
             await sleep(wait)
 
 

@@ -85,7 +85,8 @@ class Run:
             for _ in range(s.spec.max_iterations):
                 if s.control.pause_requested:
                     raise RunEnded(ExecutionStatus.PAUSED)
-                await self.step()
+                with s.telemetry.step():
+                    await self.step()
             raise RunEnded(ExecutionStatus.ERROR, "MaxIterationsReached",
                            f"Stopped after {s.spec.max_iterations} iterations (max_iterations).")
         except RunEnded as end:
@@ -175,13 +176,19 @@ class Run:
     async def act(self, calls: list[tuple[ActionEvent, str | None]]) -> bool:
         """Run the calls in order; True when `finish` ran (later calls are not run)."""
         finished = False
+        known = self.s.toolbox.tools
         for event, problem in calls:
-            if finished:
-                result: Event = _error(event, "Not run: finish was called earlier in this response.")
-            elif problem:
-                result = _error(event, problem)
-            else:
-                result = await self.execute(event)
+            name = event.tool_name if event.tool_name in known else "unknown"
+            with self.s.telemetry.tool_call(name, event.tool_call_id) as call:
+                if finished:
+                    result: Event = _error(event, "Not run: finish was called earlier in this response.")
+                    call.outcome = "skipped"
+                elif problem:
+                    result = _error(event, problem)
+                    call.outcome = "invalid"
+                else:
+                    result = await self.execute(event)
+                    call.outcome = _call_outcome(result)
             await self.s.sink.append(result)
             self.stuck.add(Step(f"{event.tool_name} {event.tool_call.arguments}", _outcome(result),
                                 _failed(result)))
@@ -302,6 +309,13 @@ def _failed(result: Event) -> bool:
     if isinstance(result, ObservationEvent):
         return result.observation.is_error
     return isinstance(result, AgentErrorEvent)
+
+
+def _call_outcome(result: Event) -> str:
+    """A tool call's outcome as telemetry counts it (ok, error, rejected)."""
+    if isinstance(result, UserRejectObservation):
+        return "rejected"
+    return "error" if _failed(result) else "ok"
 
 
 def _outcome(result: Event) -> str:

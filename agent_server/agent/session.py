@@ -41,6 +41,7 @@ from agent_server.agent.spec import (
 )
 from agent_server.agent.toolbox import Toolbox
 from agent_server.agent.view import View
+from agent_server.telemetry import AgentTelemetry, Telemetry
 from agent_server.events import (
     ActionEvent,
     AgentErrorEvent,
@@ -159,7 +160,7 @@ class AgentSession:
 
     def __init__(self, spec: ConversationSpec, sink: EventSink, control: RunControl,
                  model: Model, services: ToolServices, secrets: Mapping[str, str],
-                 metrics: Metrics) -> None:
+                 metrics: Metrics, telemetry: Telemetry | None = None) -> None:
         # The factory gives an ACP agent its own kind of session.
         assert isinstance(spec.agent, AgentSpec), "AgentSession runs our own agent only"
         self.agent: AgentSpec = spec.agent
@@ -169,6 +170,8 @@ class AgentSession:
         self.spec, self.sink, self.control, self.model = spec, sink, control, model
         #: Totals of LLM use; the conversation owns (and saves) the object, the loop adds.
         self.metrics = metrics
+        #: Spans and counters of steps and tool calls (no-op spans without a telemetry).
+        self.telemetry: AgentTelemetry = (telemetry or Telemetry.build()).agent(sink.masker.text)
         self.ctx = ToolContext(
             conversation_id=spec.id, working_dir=spec.working_dir,
             state_dir=spec.state_dir / "tools", secrets=secrets, env=spec.git_author,
@@ -363,7 +366,8 @@ SessionFactory = Callable[[ConversationSpec, EventSink, RunControl, Mapping[str,
                           Session]
 
 
-def session_factory(model: Model, services: ToolServices) -> SessionFactory:
+def session_factory(model: Model, services: ToolServices,
+                    telemetry: Telemetry | None = None) -> SessionFactory:
     def make(spec: ConversationSpec, sink: EventSink, control: RunControl,
              secrets: Mapping[str, str], metrics: Metrics) -> Session:
         if isinstance(spec.agent, ACPAgentSpec):
@@ -371,6 +375,6 @@ def session_factory(model: Model, services: ToolServices) -> SessionFactory:
             from agent_server.agent.acp import ACPSession
 
             return ACPSession(spec, sink, control, secrets, services)
-        return AgentSession(spec, sink, control, model, services, secrets, metrics)
+        return AgentSession(spec, sink, control, model, services, secrets, metrics, telemetry)
 
     return make

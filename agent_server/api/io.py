@@ -15,6 +15,7 @@ from starlette.responses import JSONResponse, Response
 
 from agent_server.api.schemas import ConversationInfo
 from agent_server.conversations import Conversation, ConversationService
+from agent_server.telemetry import logs as log_context
 from agent_server.errors import (
     InvalidInput,
     NotFound,
@@ -151,6 +152,7 @@ def conversation(request: Request) -> Conversation:
     conv = service(request).get(conv_id)
     if conv is None:
         raise NotFound(f"Conversation {conv_id} not found")
+    log_context.set_conversation(conv.id)  # what this request logs from here names it
     return conv
 
 

@@ -69,3 +69,13 @@ async def openapi(request: Request) -> Response:
     from agent_server.openapi import document
 
     return JSONResponse(document(request.app))
+
+
+@doc(summary="Metrics in the Prometheus text format (the session key, unless "
+             "AGENT_SERVER_METRICS_OPEN)",
+     media={"text/plain": {"type": "string"}})
+async def metrics(request: Request) -> Response:
+    from agent_server.telemetry.metrics import CONTENT_TYPE
+
+    # On the event loop: the collectors read the conversations and sockets as they are.
+    return Response(services(request).telemetry.metrics.scrape(), media_type=CONTENT_TYPE)

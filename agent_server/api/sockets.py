@@ -192,6 +192,8 @@ class _Session:
         try:
             await asyncio.wait_for(self.websocket.send_text(text), self.send_timeout)
         except TimeoutError:
+            if not self.behind:
+                self.sub.send_timed_out()
             self.behind = True
             raise
 

@@ -140,6 +140,10 @@ class Subscription:
         if self.state is SubscriptionState.OPEN:
             self._end(SubscriptionState.CLOSED)
 
+    def send_timed_out(self) -> None:
+        """Its socket did not take a frame in time: the client is cut off (counted once)."""
+        self._pubsub.send_timeouts += 1
+
     def _end(self, state: SubscriptionState) -> None:
         self.state = state
         self._queue.clear()  # nobody will read it: free the memory now
@@ -159,8 +163,10 @@ class PubSub:
         self.max_events = max_events
         self.max_bytes = max_bytes
         self._subs: dict[str, list[Subscription]] = {}
-        #: Subscribers cut off because they fell behind, since start.
+        #: Subscribers cut off because they fell behind, since start: their queue overflowed
+        #: (here), or a frame waited too long for their socket (noted by the socket).
         self.overflows = 0
+        self.send_timeouts = 0
 
     def subscribe(self, conversation_id: str) -> Subscription:
         subs = self._subs.setdefault(conversation_id, [])

@@ -104,6 +104,9 @@ class Pusher:
         self.log: EventLog | None = None
         self.failures = 0
         self._cursor = self.status.delivered_through
+        #: When the oldest event not acknowledged yet was appended, as far as this process
+        #: saw it (monotonic; None: nothing waits). The webhook's lag in seconds.
+        self.waiting_since: float | None = None
         self._wake = asyncio.Event()
         self._idle = asyncio.Event()
         self._linger_from: float | None = None
@@ -122,6 +125,8 @@ class Pusher:
         self.log = log
         self._unsubscribe = log.subscribe(self._on_events)
         self.status.pending = len(log) - self._position()
+        if self.status.pending > 0 and self.waiting_since is None:
+            self.waiting_since = self.webhook.clock.monotonic()  # left by an earlier run
         self._idle.clear()
         self._wake.set()
         if self._task is None or self._task.done():
@@ -129,6 +134,8 @@ class Pusher:
 
     def _on_events(self, written: Sequence[tuple[Event, bytes]]) -> None:
         # Runs inside the log's writer: count and wake, nothing more.
+        if self.waiting_since is None:
+            self.waiting_since = self.webhook.clock.monotonic()
         self.status.pending += len(written)
         if self._linger_from is None:
             self._linger_from = self.webhook.clock.monotonic()
@@ -235,6 +242,7 @@ class Pusher:
             await webhook.clock.sleep(delay)
 
     def _failed(self, detail: str, delay: float) -> None:
+        self.webhook.retries += 1
         self.status.last_error = detail
         if self.failures in (1, 10) or self.failures % 100 == 0:
             logger.info("webhook for %s failed %d time(s): %s; retrying in %.1fs",
@@ -247,6 +255,8 @@ class Pusher:
         self.status.last_error = None
         if self.log is not None:
             self.status.pending = max(len(self.log) - self._position(), 0)
+        # What is left was appended after the batch went out: it waits from now on at most.
+        self.waiting_since = None if self.status.pending == 0 else self.webhook.clock.monotonic()
         if not self.alive():
             raise _Gone  # its directory is going away: no cursor to save
         try:
@@ -277,6 +287,8 @@ class Webhook:
         self.flushing = False
         self.pushers: dict[str, Pusher] = {}
         self._stopping: set[asyncio.Task[None]] = set()
+        #: Failed attempts since start (each one is retried).
+        self.retries = 0
 
     def pusher(self, conversation_id: str, directory: Path, alive: Callable[[], bool]) -> Pusher:
         """The conversation's pusher, made (idle, with its cursor read) if it has none yet."""
@@ -318,6 +330,12 @@ class Webhook:
             failing=len(errors),
             last_error=None if latest is None else latest.last_error,
         )
+
+    def lag(self) -> float:
+        """Seconds the oldest event not acknowledged yet has waited (0: none waits)."""
+        now = self.clock.monotonic()
+        return max((now - p.waiting_since for p in self.pushers.values()
+                    if p.waiting_since is not None and p.status.pending > 0), default=0.0)
 
     async def flush(self, timeout: float) -> None:
         """Send what the logs hold, for up to `timeout` seconds (failing receivers are not

@@ -12,8 +12,8 @@ from starlette.responses import Response, StreamingResponse
 from control_plane.api.io import body, doc, from_browser, query, reply, services, user
 from control_plane.api.paths import path_uuid
 from control_plane.app_conversations import AppConversation
-from control_plane.errors import Conflict, NotFound
-from control_plane.models import StartTaskStatus
+from control_plane.errors import Conflict, Gone, NotFound
+from control_plane.models import SandboxStatus, StartTaskStatus
 from control_plane.start_request import InitialMessage, StartRequest
 from control_plane.store import conversations, sandboxes, tasks
 from control_plane.store.conversations import ConversationRow, Filters
@@ -138,7 +138,7 @@ async def owned(request: Request, model: type[M] | None = None) -> tuple[Convers
 
 
 @doc(summary="Start a conversation: answers at once with a start task", body=StartRequest,
-     response=StartTask, status=201, errors=(404, 409))
+     response=StartTask, status=201, errors=(404, 409, 410))
 async def start(request: Request) -> Response:
     account = await user(request)
     request_body = await body(request, StartRequest)
@@ -148,8 +148,9 @@ async def start(request: Request) -> Response:
         if row is None:
             raise NotFound(f"sandbox {request_body.sandbox_id} not found")
         if row.status.terminal:
-            raise Conflict(f"sandbox {row.id} is {row.status.value}: conversations cannot be "
-                           "started in it")
+            error = Gone if row.status is SandboxStatus.MISSING else Conflict
+            raise error(f"sandbox {row.id} is {row.status.value}: conversations cannot be "
+                        "started in it")
     task = await svc.tasks.submit(account.id, request_body)
     return reply(StartTask.of(task), 201)
 
@@ -229,6 +230,7 @@ async def delete(request: Request) -> Response:
      errors=(404,))
 async def download(request: Request) -> Response:
     row, _ = await owned(request)
+    await services(request).conversations.touch(row)  # a read is activity
     data = services(request).conversations.download(row)
     return StreamingResponse(data, media_type="application/zip", headers={
         "Content-Disposition": f'attachment; filename="conversation-{row.id}.zip"'})

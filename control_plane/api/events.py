@@ -67,7 +67,8 @@ async def _conversation_id(request: Request, model: type[M]) -> tuple[str, M]:
     account = await user(request)
     conversation_id = path_uuid(request, "conversation_id")
     params = query(request, model)
-    await services(request).conversations.owned(conversation_id, account.id)
+    records = services(request).conversations
+    await records.touch(await records.owned(conversation_id, account.id))  # a read is activity
     return conversation_id, params
 
 

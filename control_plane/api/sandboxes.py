@@ -10,7 +10,7 @@ from starlette.responses import Response
 from control_plane.api.io import body, doc, from_browser, query, reply, services, user
 from control_plane.api.paths import path_id
 from control_plane.errors import NotFound, invalid_field
-from control_plane.models import SandboxStatus
+from control_plane.models import SandboxReason, SandboxStatus
 from control_plane.services import Services
 from control_plane.store import accounts
 from control_plane.store import sandboxes as rows
@@ -29,7 +29,12 @@ class SandboxInfo(BaseModel):
 
     id: str
     status: SandboxStatus
+    status_reason: SandboxReason | None
+    """Why the status last changed: USER, IDLE, SESSION_CAP (the 12-hour cap), DELETION_TIME,
+    VANISHED (MISSING: its process is gone), UNHEALTHY (ERROR: its health check failed past the
+    grace period), START_FAILED."""
     status_detail: str | None
+    """The same, in words."""
     sandbox_spec_id: str
     session_api_key: str | None
     exposed_urls: list[ExposedUrl] | None
@@ -99,7 +104,8 @@ async def infos(request: Request, found: list[SandboxRow]) -> list[SandboxInfo]:
         url = svc.sandboxes.url(row) if running else None
         pause_at, delete_at = svc.lifecycle.deadlines(row)
         out.append(SandboxInfo(
-            id=row.id, status=row.status, status_detail=row.status_detail,
+            id=row.id, status=row.status, status_reason=row.status_reason,
+            status_detail=row.status_detail,
             sandbox_spec_id=row.spec_id,
             session_api_key=svc.sandboxes.session_key(row) if running else None,
             exposed_urls=[ExposedUrl(name="AGENT_SERVER", url=url, port=row.port or 0)] if url else None,
@@ -137,7 +143,7 @@ async def create(request: Request) -> Response:
     async with svc.db.begin() as conn:
         await accounts.lock_user(conn, account.id)  # the per-user limit counts under the lock
         row = await svc.sandboxes.new_row(conn, account.id, spec)
-    svc.sandboxes.launch(row)
+    svc.sandboxes.launch(row, fresh=True)
     return reply(await info(request, row), 201)
 
 

@@ -93,7 +93,7 @@ class ProcessProvider(SandboxProvider):
             started = procfs.start_time(pid)
             if started is None:
                 raise ProviderError("the agent server exited right after starting")
-            handle = Handle(pid=pid, pid_start_time=started, port=port)
+            handle = Handle(sandbox_id=launch.sandbox_id, pid=pid, pid_start_time=started, port=port)
             await self._wait_alive(pid, handle)
             return handle
         except BaseException:
@@ -142,7 +142,7 @@ class ProcessProvider(SandboxProvider):
             pid, port = 0, 0
         started = procfs.start_time(pid) if pid in pids else None
         if started is not None:
-            return Handle(pid=pid, pid_start_time=started, port=port)
+            return Handle(sandbox_id=launch.sandbox_id, pid=pid, pid_start_time=started, port=port)
         for stray in pids:
             procfs.signal_group(stray, signal.SIGKILL)
         return None

@@ -30,10 +30,15 @@ class SandboxSpec:
 class Handle:
     """What the provider needs to find a sandbox again, stored so a restarted control plane can."""
 
+    sandbox_id: str
+    """The sandbox's id (a container provider names its container and volume after it)."""
     pid: int
+    """The process provider's agent server; a container's main process on the Docker host."""
     pid_start_time: int
-    """Kernel start time of the pid (clock ticks since boot): tells a reused pid from ours."""
+    """Tells a reused pid (or name) from ours: the kernel start time of the pid (clock ticks
+    since boot) for a process; the first 60 bits of the container's id for a container."""
     port: int
+    """The loopback port the agent server answers on."""
 
 
 class Liveness(enum.Enum):
@@ -54,7 +59,8 @@ class Launch:
     sandbox_id: str
     spec_id: str
     root_dir: Path
-    """The sandbox's own directory: agent-server state, workspace, logs."""
+    """The sandbox's own directory (`SandboxProvider.root_dir`): agent-server state, workspace,
+    logs."""
     session_api_key: str
     webhook_url: str
     """Base of this control plane's webhook; the agent server appends /events/{id}."""
@@ -96,6 +102,12 @@ class SandboxProvider(abc.ABC):
         """Find a sandbox whose start was cut short (the control plane died while it booted).
 
         Its handle when it came up; otherwise None, and nothing of that start is left running."""
+
+    def root_dir(self, sandbox_id: str, sandboxes_dir: Path) -> Path:
+        """The sandbox's own directory as its agent server sees it, stored on its row (its
+        conversations' working directories are made under `workspace/` there). A process's is
+        on this machine; a container's is the same path inside every container."""
+        return sandboxes_dir / sandbox_id
 
     async def close(self) -> None:
         """Release the provider's own resources; sandboxes keep running (they are adopted later)."""

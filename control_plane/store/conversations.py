@@ -35,6 +35,8 @@ class ConversationRow:
     updated_at: datetime
     last_activity_at: datetime
     sandbox_status: SandboxStatus
+    resume_run: bool = False
+    """Its run was paused with its sandbox: it goes on when the sandbox resumes."""
 
     @classmethod
     def of(cls, row: Any) -> ConversationRow:
@@ -120,6 +122,12 @@ async def update_fields(db: Database, conversation_id: str, *, touch: bool = Tru
         await conn.execute(update(C).where(C.c.id == conversation_id).values(**values))
 
 
+async def mark_started(conn: AsyncConnection, conversation_id: str) -> None:
+    """Shown from now on (its start task is READY in the same transaction)."""
+    await conn.execute(update(C).where(C.c.id == conversation_id)
+                       .values(started=True, updated_at=now()))
+
+
 async def remove(conn: AsyncConnection, conversation_id: str) -> None:
     await conn.execute(delete(C).where(C.c.id == conversation_id))
 
@@ -127,3 +135,10 @@ async def remove(conn: AsyncConnection, conversation_id: str) -> None:
 async def in_sandbox(db: Database, sandbox_id: str) -> list[str]:
     async with db.connect() as conn:
         return list(await conn.scalars(select(C.c.id).where(C.c.sandbox_id == sandbox_id)))
+
+
+async def to_resume(db: Database, sandbox_id: str) -> list[str]:
+    """Conversations whose run was paused with the sandbox (see `SandboxService.pause`)."""
+    async with db.connect() as conn:
+        return list(await conn.scalars(select(C.c.id).where(C.c.sandbox_id == sandbox_id,
+                                                            C.c.resume_run.is_(True))))

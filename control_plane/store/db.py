@@ -11,12 +11,14 @@ from typing import Any
 
 from alembic import command
 from alembic.config import Config as AlembicConfig
-from sqlalchemy import Connection, Table, event
+from sqlalchemy import Connection, Table, event, text
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 from sqlalchemy.sql.dml import Insert
 
 MIGRATIONS = Path(__file__).with_name("migrations")
+#: The advisory lock key that serializes migrations on PostgreSQL (any constant of this app's).
+MIGRATION_LOCK = 0x636F6E74726F6C
 
 
 def _sqlite_pragmas(dbapi_connection: Any, record: Any) -> None:
@@ -45,8 +47,13 @@ class Database:
         self.dialect = self.engine.dialect.name
 
     async def migrate(self) -> None:
-        """Alembic upgrade to head, on this engine (no alembic.ini, no separate step)."""
+        """Alembic upgrade to head, on this engine (no alembic.ini, no separate step).
+
+        On PostgreSQL several control planes may start at once: a transaction-scoped advisory
+        lock makes them migrate one after the other (the later ones find nothing to do)."""
         async with self.engine.begin() as conn:
+            if self.dialect == "postgresql":
+                await conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK})
             await conn.run_sync(_upgrade)
 
     @asynccontextmanager

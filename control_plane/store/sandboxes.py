@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import and_, case, func, select, update
+from sqlalchemy import and_, case, func, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from control_plane.models import SandboxStatus, now
+from control_plane.models import SandboxReason, SandboxStatus, now
 from control_plane.store.db import Database
 from control_plane.store.tables import app_conversations, sandboxes
 
@@ -34,11 +34,21 @@ class SandboxRow:
     """When it last became RUNNING (the 12-hour cap counts from here)."""
     paused_at: datetime | None = None
     """When it was paused (the deletion time counts from here)."""
+    status_reason: SandboxReason | None = None
+    """Why the status last changed."""
+    unhealthy_since: datetime | None = None
+    """When its health check began to fail (ERROR after the grace period)."""
+    reconcile_after: datetime | None = None
+    """Wall-clock time before which no reconciler round looks at it again."""
+    reconciled_by: str | None = None
+    """The control plane that claimed its last reconciler round."""
 
     @classmethod
     def of(cls, row: Any) -> SandboxRow:
         data = dict(row._mapping)
         data["status"] = SandboxStatus(data["status"])
+        reason = data.get("status_reason")
+        data["status_reason"] = SandboxReason(reason) if reason else None
         return cls(**data)
 
 
@@ -94,14 +104,18 @@ async def set_fields(db: Database, sandbox_id: str, **values: Any) -> None:
 
 
 async def set_status(db: Database, sandbox_id: str, status: SandboxStatus,
-                     detail: str | None = None, *, unless_terminal: bool = True) -> bool:
-    """Move to `status`; a terminal status (ERROR, MISSING) is never left. True when changed."""
+                     detail: str | None = None, *, reason: SandboxReason | None = None,
+                     unless_terminal: bool = True) -> bool:
+    """Move to `status` for `reason`; a terminal status (ERROR, MISSING) is never left. True
+    when changed. A health check's failure (`unhealthy_since`) ends with any change."""
     query = update(sandboxes).where(sandboxes.c.id == sandbox_id)
     if unless_terminal:
         query = query.where(sandboxes.c.status.not_in(
             [SandboxStatus.ERROR.value, SandboxStatus.MISSING.value]))
     moment = now()
-    values: dict[str, Any] = {"status": status.value, "status_detail": detail, "updated_at": moment}
+    values: dict[str, Any] = {"status": status.value, "status_detail": detail, "updated_at": moment,
+                              "unhealthy_since": None}
+    values["status_reason"] = None if reason is None else reason.value
     # The timers start when the status is entered, not when it is stored again (adoption).
     if status is SandboxStatus.RUNNING:
         values["running_since"] = case(
@@ -117,10 +131,15 @@ async def set_status(db: Database, sandbox_id: str, status: SandboxStatus,
     return bool(done.rowcount)
 
 
-async def touch(conn: AsyncConnection, sandbox_id: str, moment: datetime) -> None:
-    """Activity (user or agent): what 'least recently used' orders by."""
-    await conn.execute(update(sandboxes).where(sandboxes.c.id == sandbox_id)
-                       .values(last_activity_at=moment))
+async def touch(conn: AsyncConnection, sandbox_id: str, moment: datetime, *,
+                only_running: bool = False) -> None:
+    """Activity (user or agent): what the idle time counts from and 'least recently used'
+    orders by; never moved back."""
+    query = update(sandboxes).where(sandboxes.c.id == sandbox_id,
+                                    sandboxes.c.last_activity_at < moment)
+    if only_running:
+        query = query.where(sandboxes.c.status == SandboxStatus.RUNNING.value)
+    await conn.execute(query.values(last_activity_at=moment))
 
 
 async def conversation_count(db: Database, sandbox_id: str) -> int:
@@ -154,3 +173,20 @@ async def live_count(conn: AsyncConnection, user_id: str) -> int:
         sandboxes.c.user_id == user_id, sandboxes.c.status.in_(
             [SandboxStatus.STARTING.value, SandboxStatus.RUNNING.value, SandboxStatus.PAUSED.value])))
     return int(value or 0)
+
+
+async def claim_round(db: Database, holder: str, moment: datetime, interval: float) -> list[str]:
+    """The live sandboxes due for a reconciler round, claimed by `holder` until `interval`
+    seconds from `moment` (wall-clock time): two control planes never look at one sandbox in
+    the same round (the second's UPDATE finds the rows no longer due)."""
+    following = moment + timedelta(seconds=interval)
+    live = [SandboxStatus.STARTING.value, SandboxStatus.RUNNING.value, SandboxStatus.PAUSED.value]
+    async with db.begin() as conn:
+        await conn.execute(update(sandboxes).where(
+            sandboxes.c.status.in_(live),
+            or_(sandboxes.c.reconcile_after.is_(None), sandboxes.c.reconcile_after <= moment))
+            .values(reconcile_after=following, reconciled_by=holder))
+        found = await conn.scalars(select(sandboxes.c.id).where(
+            sandboxes.c.reconciled_by == holder, sandboxes.c.reconcile_after == following,
+            sandboxes.c.status.in_(live)).order_by(sandboxes.c.created_at))
+        return list(found)

@@ -25,6 +25,7 @@ from sqlalchemy import (
     Text,
     UniqueConstraint,
 )
+from sqlalchemy.sql import false
 from sqlalchemy.types import TypeDecorator
 
 metadata = MetaData()
@@ -98,6 +99,10 @@ sandboxes = Table(
     Column("last_activity_at", UTCDateTime, nullable=False),
     Column("running_since", UTCDateTime),
     Column("paused_at", UTCDateTime),
+    Column("status_reason", String(16)),
+    Column("unhealthy_since", UTCDateTime),
+    Column("reconcile_after", UTCDateTime),
+    Column("reconciled_by", String(64)),
 )
 
 start_tasks = Table(
@@ -131,7 +136,16 @@ app_conversations = Table(
     Column("created_at", UTCDateTime, nullable=False),
     Column("updated_at", UTCDateTime, nullable=False),
     Column("last_activity_at", UTCDateTime, nullable=False),
+    Column("resume_run", Boolean, nullable=False, default=False, server_default=false()),
     Index("ix_app_conversations_user_created", "user_id", "created_at"),
+)
+
+leases = Table(
+    "leases", metadata,
+    Column("kind", String(16), primary_key=True),
+    Column("key", String(64), primary_key=True),
+    Column("holder", String(64), nullable=False, index=True),
+    Column("expires_at", UTCDateTime, nullable=False),
 )
 
 events = Table(

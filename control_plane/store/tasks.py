@@ -6,12 +6,21 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import and_, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from control_plane.models import StartTaskStatus, now
+from control_plane.store import leases
 from control_plane.store.db import Database
+from control_plane.store.tables import leases as L
 from control_plane.store.tables import start_tasks as T
+
+#: The kind of a start task's lease (`store.leases`).
+LEASE = "start-task"
+
+
+class LeaseLost(Exception):
+    """Another control plane took this task over: this one stops working on it."""
 
 
 @dataclass(frozen=True)
@@ -49,19 +58,36 @@ async def get_many(db: Database, ids: list[str], user_id: str) -> dict[str, Task
         return {r.id: r for r in (TaskRow.of(x) for x in result)}
 
 
-async def unfinished(db: Database) -> list[TaskRow]:
+async def get_in(conn: AsyncConnection, task_id: str) -> TaskRow | None:
+    """Read inside the caller's transaction (placement)."""
+    row = (await conn.execute(select(T).where(T.c.id == task_id))).first()
+    return None if row is None else TaskRow.of(row)
+
+
+async def orphans(db: Database, holder: str, limit: int = 100) -> list[TaskRow]:
+    """Unfinished tasks nobody works on: never leased, or their holder let the lease expire
+    (it died), or leased by `holder` itself (the caller skips those it is working on: on
+    SQLite a restarted process has the same holder id). Oldest first, at most `limit`."""
+    query = (select(T).outerjoin(L, and_(L.c.kind == LEASE, L.c.key == T.c.id))
+             .where(T.c.status.not_in([StartTaskStatus.READY.value, StartTaskStatus.ERROR.value]),
+                    or_(L.c.key.is_(None), L.c.expires_at < leases.wall(), L.c.holder == holder))
+             .order_by(T.c.created_at).limit(limit))
     async with db.connect() as conn:
-        result = await conn.execute(select(T).where(T.c.status.not_in(
-            [StartTaskStatus.READY.value, StartTaskStatus.ERROR.value])).order_by(T.c.created_at))
-        return [TaskRow.of(x) for x in result]
+        return [TaskRow.of(x) for x in await conn.execute(query)]
 
 
 async def set_status(db: Database | AsyncConnection, task_id: str, status: StartTaskStatus,
-                     detail: str | None = None, **values: Any) -> None:
-    query = update(T).where(T.c.id == task_id).values(status=status.value, detail=detail,
-                                                       updated_at=now(), **values)
+                     detail: str | None = None, *, holder: str | None = None,
+                     **values: Any) -> None:
+    """With `holder`, only while it holds the task's lease (LeaseLost otherwise)."""
+    query = update(T).where(T.c.id == task_id)
+    if holder is not None:
+        query = query.where(leases.held(LEASE, task_id, holder))
+    query = query.values(status=status.value, detail=detail, updated_at=now(), **values)
     if isinstance(db, AsyncConnection):
-        await db.execute(query)
-        return
-    async with db.begin() as conn:
-        await conn.execute(query)
+        done = await db.execute(query)
+    else:
+        async with db.begin() as conn:
+            done = await conn.execute(query)
+    if holder is not None and not done.rowcount:
+        raise LeaseLost(f"start task {task_id} is another control plane's now")

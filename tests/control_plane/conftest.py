@@ -1,5 +1,6 @@
 """Fixtures of the control-plane tests: a real PostgreSQL for the session, a database URL per
-test on each backend, and a running control plane."""
+test on each backend, a running control plane, and Docker with the sandbox image (the daemon
+started for the session when it is installed but not running)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import pytest
 
 from tests.control_plane.postgres import PostgresServer, binaries
 from tests.control_plane.support import ControlPlane, make_config
+from tests.support import docker as docker_support
 
 
 @pytest.fixture(scope="session")
@@ -38,3 +40,23 @@ def control_plane(tmp_path: Path) -> Iterator[ControlPlane]:
     plane = ControlPlane(make_config(tmp_path / "cp")).start()
     yield plane
     plane.stop()
+
+
+@pytest.fixture(scope="session")
+def docker_daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[docker_support.Daemon]:
+    """The local Docker daemon; started (and stopped at the end) only when it was not running."""
+    try:
+        daemon = docker_support.Daemon.ensure(tmp_path_factory.mktemp("dockerd") / "dockerd.log")
+    except docker_support.Unavailable as exc:
+        pytest.skip(str(exc))
+    yield daemon
+    daemon.stop()
+
+
+@pytest.fixture(scope="session")
+def sandbox_image(docker_daemon: docker_support.Daemon) -> str:
+    """sandbox.Dockerfile built on a Debian made here (cached: quick after the first run)."""
+    try:
+        return docker_support.sandbox_image()
+    except docker_support.Unavailable as exc:
+        pytest.skip(str(exc))

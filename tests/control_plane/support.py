@@ -21,18 +21,21 @@ from core.retry import Clock
 from tests.support.llm import free_port
 
 
-def make_config(state_dir: Path, database_url: str | None = None, **extra: Any) -> Config:
+def make_config(state_dir: Path, database_url: str | None = None, host: str = "127.0.0.1",
+                **extra: Any) -> Config:
     port = free_port()
-    return Config(host="127.0.0.1", port=port, state_dir=state_dir, database_url=database_url,
-                  stop_sandboxes_on_exit=True, health_interval=0.5, sandbox_stop_grace=2.0,
-                  **extra)
+    defaults: dict[str, Any] = {"stop_sandboxes_on_exit": True, "health_interval": 0.5,
+                                "sandbox_stop_grace": 2.0}
+    return Config(host=host, port=port, state_dir=state_dir, database_url=database_url,
+                  **{**defaults, **extra})
 
 
 class ControlPlane:
     def __init__(self, config: Config, clock: Clock | None = None) -> None:
         self.config = config
         self.url = f"http://127.0.0.1:{config.port}"
-        self._server = Server(uvicorn.Config(build_app(config, clock=clock), host="127.0.0.1",
+        # Listening on the config's host (0.0.0.0 for containers' webhooks) includes loopback.
+        self._server = Server(uvicorn.Config(build_app(config, clock=clock), host=config.host,
                                                      port=config.port, log_level="warning",
                                                      lifespan="on", timeout_graceful_shutdown=2))
         self._thread = threading.Thread(target=self._server.run, daemon=True, name="control plane")

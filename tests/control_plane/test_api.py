@@ -189,7 +189,7 @@ def test_sandbox_routes(control_plane: ControlPlane) -> None:
     assert r.status_code == 410 and "MISSING" in r.json()["detail"]
 
 
-def test_a_dead_sandbox_is_error_and_its_conversations_read_only(
+def test_a_vanished_sandbox_is_missing_and_its_conversations_read_only(
         control_plane: ControlPlane, llm: ScriptedLLM, key: str) -> None:
     client = control_plane.client(control_plane.new_user("fred"))
     configure_llm(client, llm.base_url(key))
@@ -200,29 +200,31 @@ def test_a_dead_sandbox_is_error_and_its_conversations_read_only(
                                 params={"kind__eq": "ActionEvent"}).json()["count"] == 1, 30)
     pid = sandbox_pid(control_plane, sid)
     procfs.signal_group(pid, signal.SIGKILL)
-    wait_for(lambda: client.get("/api/v1/sandboxes", params={"id": sid}).json()[0]["status"] == "ERROR",
-             10, what="ERROR")
+    sandbox = wait_for(lambda: (s := client.get("/api/v1/sandboxes", params={"id": sid}).json()[0])
+                       ["status"] == "MISSING" and s, 10, what="MISSING")
+    assert sandbox["status_reason"] == "VANISHED" and "read-only" in sandbox["status_detail"]
     record = client.get("/api/v1/app-conversations", params={"ids": cid}).json()[0]
-    assert record["sandbox_status"] == "ERROR"
-    r = client.post(f"/api/v1/app-conversations/{cid}/send-message",
-                    json={"content": [{"type": "text", "text": "x"}]})
-    assert r.status_code == 409 and "read-only" in r.json()["detail"]
-    assert client.get(f"/api/v1/app-conversations/{cid}/file", params={"path": "a"}).status_code == 409
-    assert client.post(f"/api/v1/sandboxes/{sid}/resume").status_code == 409
-    assert client.get(f"/api/v1/conversation/{cid}/events/search").status_code == 200
-    assert client.get(f"/api/v1/app-conversations/{cid}/download").status_code == 200
-    r = client.post("/api/v1/app-conversations", json={"sandbox_id": sid})
-    assert r.status_code == 409
-
-    # Deleted (MISSING): still read-only, now answered 410; the transcript stays.
-    assert client.delete(f"/api/v1/sandboxes/{sid}", params={"sandbox_id": sid}).status_code == 200
-    assert client.get("/api/v1/app-conversations", params={"ids": cid}).json()[0]["sandbox_status"] == "MISSING"
+    assert record["sandbox_status"] == "MISSING"
+    # SPEC 3.1: no messages, no resume, no workspace reads; the transcript stays readable.
     r = client.post(f"/api/v1/app-conversations/{cid}/send-message",
                     json={"content": [{"type": "text", "text": "x"}]})
     assert r.status_code == 410 and "read-only" in r.json()["detail"]
+    assert client.get(f"/api/v1/app-conversations/{cid}/file", params={"path": "a"}).status_code == 410
     assert client.get(f"/api/v1/app-conversations/{cid}/git/changes").status_code == 410
+    assert client.post(f"/api/v1/sandboxes/{sid}/resume").status_code == 410
+    assert client.post(f"/api/v1/sandboxes/{sid}/pause").status_code == 410
+    assert client.post(f"/api/v1/app-conversations/{cid}/pause").status_code == 410
+    assert client.post("/api/v1/app-conversations", json={"sandbox_id": sid}).status_code == 410
+    assert client.get(f"/api/v1/app-conversations/{cid}/download").status_code == 200
     events = client.get(f"/api/v1/conversation/{cid}/events/search").json()["items"]
     assert any(e["kind"] == "ActionEvent" for e in events)
+    # Why, in the conversation's own events.
+    notices = [e["value"] for e in events if e["kind"] == "ConversationStateUpdateEvent"
+               and e["key"] == "sandbox_status"]
+    assert [(n["status"], n["reason"]) for n in notices] == [("MISSING", "VANISHED")]
+    # Deleting it afterwards changes nothing of that.
+    assert client.delete(f"/api/v1/sandboxes/{sid}", params={"sandbox_id": sid}).status_code == 200
+    assert client.get("/api/v1/sandboxes", params={"id": sid}).json()[0]["status_reason"] == "VANISHED"
 
 
 def test_openapi_document(control_plane: ControlPlane) -> None:

@@ -39,3 +39,14 @@ def test_bad_values_name_the_setting() -> None:
         from_env({"CONTROL_PLANE_PORT": "70000"})
     with pytest.raises(ValidationError, match="max_conversations_per_sandbox"):
         from_env({"CONTROL_PLANE_MAX_CONVERSATIONS_PER_SANDBOX": "0"})
+
+
+def test_the_docker_provider_needs_a_listener_its_containers_reach() -> None:
+    with pytest.raises(ValidationError, match="CONTROL_PLANE_HOST"):
+        from_env({"CONTROL_PLANE_SANDBOX_PROVIDER": "docker"})
+    assert from_env({"CONTROL_PLANE_SANDBOX_PROVIDER": "docker", "CONTROL_PLANE_HOST": "0.0.0.0"}
+                    ).sandbox_provider == "docker"
+    assert from_env({"CONTROL_PLANE_SANDBOX_PROVIDER": "docker",
+                     "CONTROL_PLANE_PUBLIC_URL": "http://cp.internal:3000"}).sandbox_image == "agent-server"
+    with pytest.raises(ValidationError, match="sandbox_provider"):
+        from_env({"CONTROL_PLANE_SANDBOX_PROVIDER": "vm"})

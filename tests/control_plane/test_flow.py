@@ -8,8 +8,10 @@ import io
 import json
 import os
 import subprocess
+import tarfile
 import zipfile
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -54,10 +56,38 @@ def plane(tmp_path: Path, database_url: str) -> Iterator[ControlPlane]:
     server.stop()
 
 
-def test_the_whole_flow(plane: ControlPlane, llm: ScriptedLLM, key: str, tmp_path: Path) -> None:
+def test_the_whole_flow(plane: ControlPlane, llm: ScriptedLLM, key: str) -> None:
+    flow = whole_flow(plane, llm, key)
+    delete_last_conversation(plane, flow)
+    assert not (plane.config.state_dir / "sandboxes" / flow.sid).exists()
+
+
+@dataclass
+class Flow:
+    """What the flow leaves for a provider's own checks."""
+
+    client: httpx.Client
+    cid: str
+    sid: str
+    url: str
+    """The sandbox's AGENT_SERVER URL."""
+    session: str
+    """The sandbox's session key."""
+
+    def actions(self) -> list[dict[str, object]]:
+        r = self.client.get(f"/api/v1/conversation/{self.cid}/events/search",
+                            params={"kind__eq": "ActionEvent", "limit": 100})
+        assert r.status_code == 200, r.text
+        items: list[dict[str, object]] = r.json()["items"]
+        return items
+
+
+def whole_flow(plane: ControlPlane, llm: ScriptedLLM, key: str, llm_host: str | None = None) -> Flow:
+    """From the start request to the sandbox's record, on whatever provider `plane` has;
+    `llm_host`: the scripted LLM's name as the sandbox knows it."""
     api_key = plane.new_user("alice")
     client = plane.client(api_key)
-    configure_llm(client, llm.base_url(key), tools=["terminal", "file_editor"],
+    configure_llm(client, llm.base_url(key, host=llm_host), tools=["terminal", "file_editor"],
                   git_user_name="Alice", git_user_email="alice@example.com")
     llm.script(key,
                call("terminal", command="echo 'print(1)' > hello.py && echo more >> README.md"),
@@ -76,13 +106,9 @@ def test_the_whole_flow(plane: ControlPlane, llm: ScriptedLLM, key: str, tmp_pat
     assert record["title"] == "first" and record["observability_metadata"] == {"team": "core", "ids": [1, 2]}
 
     # Events arrive through the webhook and are searched in the control plane's own store.
-    def actions() -> list[dict[str, object]]:
-        r = client.get(f"/api/v1/conversation/{cid}/events/search",
-                       params={"kind__eq": "ActionEvent", "limit": 100})
-        assert r.status_code == 200, r.text
-        items: list[dict[str, object]] = r.json()["items"]
-        return items if len(items) >= 2 else []
-    assert [a["tool_name"] for a in wait_for(actions, 30, what="ActionEvents")] == ["terminal", "finish"]
+    actions = Flow(client=client, cid=cid, sid=sid, url="", session="").actions
+    two = wait_for(lambda: a if len(a := actions()) >= 2 else [], 30, what="ActionEvents")
+    assert [a["tool_name"] for a in two] == ["terminal", "finish"]
     wait_for(lambda: conversation(client, cid)["metrics"]["prompt_tokens"] > 0, 30, what="metrics")
 
     # Work products, read through the sandbox.
@@ -130,17 +156,22 @@ def test_the_whole_flow(plane: ControlPlane, llm: ScriptedLLM, key: str, tmp_pat
     # The git author of the user's settings was given to the sandbox (SPEC 5 rule 5).
     settings = httpx.get(exposed["url"] + "/api/settings", headers={"X-Session-API-Key": session}).json()
     assert (settings["git_user_name"], settings["git_user_email"]) == ("Alice", "alice@example.com")
+    return Flow(client=client, cid=cid, sid=sid, url=exposed["url"], session=session)
 
-    # Deleting the last conversation removes the sandbox; its workspace is archived, not served.
+
+def delete_last_conversation(plane: ControlPlane, flow: Flow) -> None:
+    """Deleting the last conversation removes the sandbox; its workspace is archived, not served."""
+    client, cid, sid = flow.client, flow.cid, flow.sid
     r = client.delete(f"/api/v1/app-conversations/{cid}")
     assert r.status_code == 200 and r.json()["sandbox_deleted"] is True
     sandbox = client.get("/api/v1/sandboxes", params={"id": sid}).json()[0]
     assert sandbox["status"] == "MISSING" and sandbox["session_api_key"] is None
     assert sandbox["exposed_urls"] is None
     with pytest.raises(httpx.HTTPError):
-        httpx.get(exposed["url"] + "/alive", timeout=2)
-    assert (plane.config.state_dir / "archives" / f"{sid}.tar.gz").is_file()
-    assert not (plane.config.state_dir / "sandboxes" / sid).exists()
+        httpx.get(flow.url + "/alive", timeout=2)
+    archive = plane.config.state_dir / "archives" / f"{sid}.tar.gz"
+    with tarfile.open(archive) as tar:  # the workspace with the agent's work in it
+        assert any(name.endswith("/hello.py") for name in tar.getnames())
     assert client.get("/api/v1/app-conversations", params={"ids": cid}).json() == [None]
     assert client.get(f"/api/v1/conversation/{cid}/events/search").status_code == 404
 

@@ -4,11 +4,7 @@ MISSING, and not one event is lost or stored twice."""
 
 from __future__ import annotations
 
-import json
-import os
 import signal
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,67 +14,11 @@ import httpx
 import pytest
 
 from control_plane.sandboxes import procfs
+from tests.control_plane.planes import PlaneProcess, kill_sandboxes, sandbox_pids
 from tests.control_plane.support import configure_llm, wait_for, wait_task
-from tests.support.llm import ScriptedLLM, call, free_port
+from tests.support.llm import ScriptedLLM, call
 
 pytestmark = pytest.mark.e2e
-
-
-class PlaneProcess:
-    """`python -m control_plane` in a subprocess: the only way to SIGKILL it."""
-
-    def __init__(self, state_dir: Path) -> None:
-        self.state_dir = state_dir
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.env = {**os.environ, "CONTROL_PLANE_STATE_DIR": str(state_dir),
-                    "CONTROL_PLANE_PORT": str(self.port), "CONTROL_PLANE_HEALTH_INTERVAL": "0.5",
-                    "CONTROL_PLANE_STOP_SANDBOXES_ON_EXIT": "true",
-                    "CONTROL_PLANE_LOG_LEVEL": "warning"}
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> PlaneProcess:
-        log = open(self.state_dir.parent / "control-plane.log", "ab")
-        self.proc = subprocess.Popen([sys.executable, "-m", "control_plane"], env=self.env,
-                                     stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        log.close()
-        wait_for(lambda: self._up(), 30, what="the control plane")
-        return self
-
-    def _up(self) -> bool:
-        assert self.proc is not None and self.proc.poll() is None, "the control plane exited"
-        try:
-            return httpx.get(self.url + "/health", timeout=1).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    def kill(self) -> None:
-        assert self.proc is not None
-        self.proc.kill()  # SIGKILL to the control plane alone: its sandboxes live on
-        self.proc.wait(10)
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-
-    def new_key(self, user: str) -> str:
-        out = subprocess.run([sys.executable, "-m", "control_plane", "keys", "create", "--user", user],
-                             env=self.env, capture_output=True, text=True, check=True)
-        return out.stdout.strip()
-
-
-def sandbox_pids(state_dir: Path) -> dict[str, int]:
-    pids = {}
-    for ready in (state_dir / "sandboxes").glob("*/ready.json"):
-        try:
-            pids[ready.parent.name] = json.loads(ready.read_text())["pid"]
-        except (OSError, ValueError):
-            pass
-    return pids
 
 
 @pytest.fixture
@@ -87,8 +27,7 @@ def plane(tmp_path: Path) -> Iterator[PlaneProcess]:
     server = PlaneProcess(tmp_path / "cp").start()
     yield server
     server.stop()
-    for pid in sandbox_pids(tmp_path / "cp").values():  # whatever a failed test left behind
-        procfs.signal_group(pid, signal.SIGKILL)
+    kill_sandboxes(tmp_path / "cp")
 
 
 def test_killed_mid_start_and_mid_run(plane: PlaneProcess, llm: ScriptedLLM, key: str) -> None:

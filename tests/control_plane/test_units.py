@@ -1,5 +1,5 @@
 """In-process checks of the control plane's pure parts: the start request of SPEC 2.5, grouping
-choices, usage metrics from stats events, error bodies, the cipher."""
+choices, usage metrics from stats events, error bodies, the cipher, container addresses."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from control_plane.crypto import Cipher, hash_key, new_key
 from control_plane.errors import invalid
 from control_plane.grouping import Candidate, choose
 from control_plane.models import ExecutionStatus, GroupingStrategy
+from control_plane.sandboxes.docker import for_container
 from control_plane.start_request import StartRequest
 
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
@@ -94,3 +95,12 @@ def test_cipher_and_keys(tmp_path: Path) -> None:
     assert Cipher("a passphrase").decrypt(Cipher("a passphrase").encrypt("x")) == "x"
     key = new_key("cp")
     assert key.startswith("cp_") and len(key) > 40 and hash_key(key) != key
+
+
+def test_containers_reach_the_host_by_its_alias() -> None:
+    assert for_container("http://127.0.0.1:3000/api/v1/webhooks") == \
+        "http://host.docker.internal:3000/api/v1/webhooks"
+    assert for_container("http://0.0.0.0:3000/x") == "http://host.docker.internal:3000/x"
+    assert for_container("http://localhost/x") == "http://host.docker.internal/x"
+    assert for_container("https://cp.example.com:8443/x") == "https://cp.example.com:8443/x"
+    assert for_container("http://172.17.0.1:3000/x") == "http://172.17.0.1:3000/x"

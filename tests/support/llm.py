@@ -107,7 +107,9 @@ def free_port() -> int:
 
 
 class ScriptedLLM:
-    def __init__(self) -> None:
+    def __init__(self, host: str = "127.0.0.1") -> None:
+        #: Where it listens: loopback, or the Docker bridge's address for sandboxes in containers.
+        self.host = host
         self.scripts: dict[str, deque[Reply]] = defaultdict(deque)
         self.requests: dict[str, list[dict[str, Any]]] = defaultdict(list)
         self.responder: Callable[[str, dict[str, Any]], Reply] | None = None
@@ -130,8 +132,9 @@ class ScriptedLLM:
         with self._lock:
             self.scripts[key].extend(replies)
 
-    def base_url(self, key: str = "default") -> str:
-        return f"http://127.0.0.1:{self.port}/k/{key}/v1"
+    def base_url(self, key: str = "default", host: str | None = None) -> str:
+        """`host`: the name its clients know it by (a container: host.docker.internal)."""
+        return f"http://{host or self.host}:{self.port}/k/{key}/v1"
 
     def requests_for(self, key: str = "default") -> list[dict[str, Any]]:
         with self._lock:
@@ -312,7 +315,7 @@ class ScriptedLLM:
         ])
 
     def start(self) -> ScriptedLLM:
-        self._server = ThreadedServer(self.app(), self.port, "scripted LLM server")
+        self._server = ThreadedServer(self.app(), self.port, "scripted LLM server", host=self.host)
         self._server.start()
         return self
 

@@ -1,4 +1,5 @@
-"""A Starlette app served by uvicorn in a thread on a loopback port (test peers)."""
+"""A Starlette app served by uvicorn in a thread on a loopback port (test peers; containers'
+peers listen on the Docker bridge's address instead)."""
 
 from __future__ import annotations
 
@@ -10,9 +11,10 @@ from starlette.applications import Starlette
 
 
 class ThreadedServer:
-    def __init__(self, app: Starlette, port: int, name: str, lifespan: str = "off") -> None:
+    def __init__(self, app: Starlette, port: int, name: str, lifespan: str = "off",
+                 host: str = "127.0.0.1") -> None:
         self.name = name
-        config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
+        config = uvicorn.Config(app, host=host, port=port, log_level="warning",
                                 lifespan=lifespan, timeout_graceful_shutdown=1)
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self._server.run, daemon=True, name=name)

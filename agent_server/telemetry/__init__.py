@@ -1,0 +1,172 @@
+"""Telemetry: traces, metrics and the correlation fields of logs, built once per app.
+
+`Telemetry.build` is called by the composition root with what the configuration says
+(`Config.tracing_enabled`, `Config.otlp_traces_endpoint`); everything else receives the object (or the narrow
+`AgentTelemetry` of one conversation's agent) and never reaches for a global. The agent loop
+calls two things only: `step()` around a step, `tool_call()` around a tool call; LLM calls are
+measured by `agent_server.agent.traced.TracedModel`, which wraps the Model.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from opentelemetry import trace
+from opentelemetry.trace import SpanKind
+
+from agent_server.telemetry.metrics import ServerMetrics
+
+#: service.name of the spans, unless OTEL_SERVICE_NAME says otherwise.
+SERVICE = "agent-server"
+from agent_server.telemetry.tracing import (
+    LLMCall,
+    Mask,
+    Tracing,
+    failed,
+    llm_call_context,
+)
+
+
+def _provider(enabled: bool, endpoint: str | None) -> trace.TracerProvider:
+    if not enabled:
+        return trace.NoOpTracerProvider()
+    from opentelemetry.sdk.resources import SERVICE_NAME, Resource
+    from opentelemetry.sdk.trace import TracerProvider
+
+    # OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES, read by Resource.create, win.
+    provider = TracerProvider(resource=Resource.create({SERVICE_NAME: SERVICE}),
+                              shutdown_on_exit=False)
+    if endpoint is not None:
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+        # Headers, timeout, compression and certificates come from the standard
+        # OTEL_EXPORTER_OTLP_[TRACES_]* variables, which the exporter reads itself. The batch
+        # queue is bounded (2048 spans; beyond, spans are dropped, never waited for).
+        provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint)))
+    return provider
+
+
+class Telemetry:
+    """The app's tracer and metrics."""
+
+    def __init__(self, tracing: Tracing, metrics: ServerMetrics) -> None:
+        self.tracing = tracing
+        self.metrics = metrics
+
+    @classmethod
+    def build(cls, tracing: bool = False, endpoint: str | None = None) -> Telemetry:
+        """`tracing`: record spans with the SDK (else the no-op provider); `endpoint`: the
+        OTLP/HTTP traces URL they are exported to (None: not exported)."""
+        return cls(Tracing(_provider(tracing, endpoint), exporting=tracing and bool(endpoint)),
+                   ServerMetrics())
+
+    def shutdown(self) -> None:
+        self.tracing.shutdown()
+
+    def agent(self, mask: Mask) -> AgentTelemetry:
+        """What one conversation's agent loop reports through (`mask`: its secret masker)."""
+        return AgentTelemetry(self, mask)
+
+    @contextlib.contextmanager
+    def llm_call(self, model: str) -> Iterator[LLMCallRecord]:
+        """An LLM call's span (`chat <model>`, GenAI attributes) and metrics."""
+        started = time.perf_counter()
+        attributes = {"gen_ai.operation.name": "chat", "gen_ai.request.model": model}
+        record = LLMCallRecord()
+        outcome = "error"
+        with self.tracing.inner(f"chat {model}", kind=SpanKind.CLIENT,
+                                attributes=attributes) as span:
+            call = LLMCall(span)
+            try:
+                with llm_call_context(call):
+                    yield record
+                outcome = "ok"
+            except BaseException as exc:
+                outcome = "cancelled" if type(exc).__name__ == "CancelledError" else "error"
+                code = getattr(exc, "code", None)  # LLMFailure names the error class
+                if span.is_recording() and isinstance(code, str):
+                    failed(span, code)
+                raise
+            finally:
+                if span.is_recording():
+                    if call.provider:
+                        span.set_attribute("gen_ai.system", call.provider)
+                        span.set_attribute("gen_ai.provider.name", call.provider)
+                    span.set_attribute("agent_server.llm.retries", call.retries)
+                    if outcome == "ok":
+                        span.set_attributes({
+                            "gen_ai.response.id": record.response_id[:200],
+                            "gen_ai.usage.input_tokens": record.input_tokens,
+                            "gen_ai.usage.output_tokens": record.output_tokens,
+                            "agent_server.llm.cost_usd": record.cost,
+                            "agent_server.llm.latency_s": record.latency,
+                        })
+                self.metrics.llm_call(model, outcome, time.perf_counter() - started,
+                                      call.retries, record.input_tokens, record.output_tokens,
+                                      record.cost)
+
+
+@dataclass
+class LLMCallRecord:
+    """Filled in by the caller once the response is in."""
+
+    response_id: str = ""
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost: float = 0.0
+    latency: float = 0.0
+
+
+@dataclass
+class ToolCallRecord:
+    """The caller says how the call went: ok, error (the tool failed or said it failed),
+    rejected (a hook or the user refused it), invalid (bad arguments, unknown tool), skipped
+    (after finish)."""
+
+    outcome: str = "ok"
+
+
+class AgentTelemetry:
+    """One conversation's agent: its steps and tool calls."""
+
+    def __init__(self, telemetry: Telemetry, mask: Mask) -> None:
+        self.telemetry = telemetry
+        self.mask = mask
+
+    @contextlib.contextmanager
+    def step(self) -> Iterator[None]:
+        self.telemetry.metrics.steps.inc()
+        # A step that ends the run raises its status (finished, paused...): no failure.
+        with self.telemetry.tracing.inner("step", fail_on_exception=False):
+            yield
+
+    @contextlib.contextmanager
+    def tool_call(self, tool: str, call_id: str) -> Iterator[ToolCallRecord]:
+        """`tool`: a name the agent has ("unknown" for any other: a model's invention is no
+        label); `call_id` is masked before it becomes an attribute."""
+        record = ToolCallRecord()
+        started = time.perf_counter()
+        tracing = self.telemetry.tracing
+        with tracing.inner(f"execute_tool {tool}", attributes={
+                "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": tool}) as span:
+            if span.is_recording():
+                span.set_attribute("gen_ai.tool.call.id", self.mask(call_id)[:200])
+            try:
+                yield record
+            except BaseException as exc:
+                record.outcome = "cancelled" if type(exc).__name__ == "CancelledError" else "error"
+                raise
+            finally:
+                if span.is_recording():
+                    span.set_attribute("agent_server.tool.outcome", record.outcome)
+                    if record.outcome not in ("ok", "cancelled"):
+                        failed(span, record.outcome)
+                self.telemetry.metrics.tool_call(tool, record.outcome,
+                                                 time.perf_counter() - started)
+
+
+__all__ = ["AgentTelemetry", "LLMCallRecord", "Telemetry", "ToolCallRecord"]

@@ -1,0 +1,396 @@
+"""The Docker provider: each sandbox is a container of the sandbox image (sandbox.Dockerfile).
+
+Driven through the Docker Engine API by the Docker SDK for Python, its API version negotiated
+with the daemon (an older daemon than the SDK knows is fine). The SDK blocks, so every call runs
+in a worker thread (`anyio.to_thread`) and the event loop never waits on Docker.
+
+A sandbox's container:
+- is named `agent-sandbox-<sandbox id>` and labelled with the sandbox's id and the control
+  plane's deployment (a digest of its database URL: every control plane of one deployment
+  shares it), which is how a restarted control plane finds it again;
+- keeps its agent-server state and its workspace in a named volume of its own (same name),
+  mounted at the image's state directory, the workspace under it: a container removed by hand
+  loses nothing the next start needs, and a deleted sandbox leaves a tar.gz of its workspace
+  under the archive directory, served by no route;
+- publishes the agent server's port 8000 on 127.0.0.1 only, on a host port Docker chooses;
+- gets its session key and the webhook URL in its environment, and nothing of the control
+  plane's own (no CONTROL_PLANE_* variable, no host environment at all);
+- runs on Docker's default bridge network, not the host's: sandboxes cannot reach each other's
+  ports or the host's loopback services (a database, other sandboxes' agent servers). The
+  control plane is reached as `host.docker.internal`, which each container maps to the bridge
+  gateway (`host-gateway`); a webhook URL on a loopback or wildcard address is rewritten to
+  that name, so the control plane must listen where the bridge reaches it (0.0.0.0 or the
+  docker0 address; `Config` refuses a loopback-only listener without a public URL);
+- runs with every capability dropped and no-new-privileges (the image's user is not root);
+- is RUNNING only once `/alive` answers through the published port. Pause and resume are
+  Docker's pause and unpause (the cgroup freezer: no process notices, memory is kept).
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import logging
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+from urllib.parse import urlsplit, urlunsplit
+
+import anyio
+import anyio.to_thread
+import docker
+import docker.errors
+import httpx
+from docker.models.containers import Container
+
+from control_plane.sandboxes.provider import (
+    Handle,
+    Launch,
+    Liveness,
+    ProviderError,
+    SandboxProvider,
+    SandboxSpec,
+)
+
+logger = logging.getLogger(__name__)
+T = TypeVar("T")
+
+SPEC = SandboxSpec(id="docker", description="a container of the sandbox image (sandbox.Dockerfile) "
+                   "on the Docker bridge network, its state and workspace in a volume of its own")
+PORT = "8000/tcp"
+STATE_DIR = "/var/lib/agent-server"
+"""The image's state directory: the volume's mount point."""
+WORKSPACE = STATE_DIR + "/workspace"
+LABEL_SANDBOX = "agent-server.sandbox"
+LABEL_PLANE = "agent-server.control-plane"
+HOST_ALIAS = "host.docker.internal"
+_LOCAL_HOSTS = {"127.0.0.1", "localhost", "::1", "0.0.0.0", "::", ""}
+#: Bytes of the container's log quoted when its agent server exits while starting.
+LOG_TAIL = 2000
+
+
+def name_of(sandbox_id: str) -> str:
+    """The container's and the volume's name."""
+    return f"agent-sandbox-{sandbox_id}"
+
+
+def plane_label(db_url: str) -> str:
+    """The deployment's label value: control planes on one database adopt each other's
+    containers; others (a test's, another install's) leave them alone. A digest, so the URL's
+    password never reaches a label."""
+    return hashlib.sha256(db_url.encode()).hexdigest()[:16]
+
+
+def id_key(container_id: str) -> int:
+    """60 bits of the container id: stored as the handle's pid_start_time (a signed BIGINT), it
+    tells our container from another of the same name."""
+    return int(container_id[:15], 16)
+
+
+def for_container(url: str) -> str:
+    """`url` as a container sees it: a loopback or wildcard host is the Docker host, reached
+    through the bridge gateway under HOST_ALIAS."""
+    parts = urlsplit(url)
+    if (parts.hostname or "") not in _LOCAL_HOSTS:
+        return url
+    netloc = HOST_ALIAS + (f":{parts.port}" if parts.port else "")
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+class DockerProvider(SandboxProvider):
+    def __init__(self, archive_dir: Path, *, image: str, plane: str,
+                 docker_url: str = "unix:///var/run/docker.sock", start_timeout: float = 60.0,
+                 stop_grace: float = 5.0, transport: httpx.AsyncBaseTransport | None = None) -> None:
+        self.archive_dir = archive_dir
+        self.image = image
+        self.plane = plane
+        self.docker_url = docker_url
+        self.start_timeout = start_timeout
+        self.stop_grace = stop_grace
+        self._http = httpx.AsyncClient(timeout=2.0, transport=transport)
+        self._client: docker.DockerClient | None = None
+        self._connecting = threading.Lock()
+
+    def specs(self) -> list[SandboxSpec]:
+        return [SPEC]
+
+    def root_dir(self, sandbox_id: str, sandboxes_dir: Path) -> Path:
+        """Inside its container: the volume, with the workspace under it."""
+        return Path(STATE_DIR)
+
+    def labels(self, sandbox_id: str) -> dict[str, str]:
+        return {LABEL_SANDBOX: sandbox_id, LABEL_PLANE: self.plane}
+
+    # -- the Docker client, always off the event loop ------------------------------------------
+
+    async def _run(self, fn: Callable[..., T], *args: Any) -> T:
+        """`fn(client, *args)` in a worker thread; Docker's errors become ProviderErrors."""
+        def call() -> T:
+            try:
+                return fn(self._docker(), *args)
+            except docker.errors.ImageNotFound as exc:
+                raise ProviderError(f"the sandbox image {self.image!r} is not there: build it "
+                                    "with `make image` (or set CONTROL_PLANE_SANDBOX_IMAGE)") from exc
+            except docker.errors.DockerException as exc:
+                raise ProviderError(f"Docker: {_explain(exc)}") from exc
+        return await anyio.to_thread.run_sync(call)
+
+    def _docker(self) -> docker.DockerClient:
+        """Connected on first use (the negotiation asks the daemon its version), so a control
+        plane starts even while Docker is away; a start then fails with the reason."""
+        with self._connecting:
+            if self._client is None:
+                self._client = docker.DockerClient(base_url=self.docker_url, version="auto",
+                                                   timeout=max(30, int(self.stop_grace) + 30))
+            return self._client
+
+    def _find(self, client: docker.DockerClient, sandbox_id: str) -> Container | None:
+        """The sandbox's container, found by its labels (never by name alone)."""
+        filters: dict[str, str | list[str] | bool] = {
+            "label": [f"{k}={v}" for k, v in self.labels(sandbox_id).items()]}
+        found = client.containers.list(all=True, filters=filters)
+        return found[0] if found else None
+
+    # -- create --------------------------------------------------------------------------------
+
+    async def create(self, launch: Launch) -> Handle:
+        if launch.spec_id != SPEC.id:
+            raise ProviderError(f"unknown sandbox spec {launch.spec_id!r}")
+        container_id = await self._run(self._start_container, launch)
+        try:
+            return await self._wait_up(launch.sandbox_id, container_id, self.start_timeout)
+        except BaseException:
+            with anyio.CancelScope(shield=True):  # a cancelled start leaves nothing running
+                await self._run(_remove_container, container_id)
+            raise
+
+    def _start_container(self, client: docker.DockerClient, launch: Launch) -> str:
+        name = name_of(launch.sandbox_id)
+        # On 127.0.0.1 only, a host port Docker picks (the SDK's stubs know no "any port").
+        ports: dict[str, Any] = {PORT: ("127.0.0.1", None)}
+        stale = self._find(client, launch.sandbox_id)
+        if stale is not None:  # a start cut short earlier: this one replaces it
+            stale.remove(force=True)
+        client.volumes.create(name=name, labels=self.labels(launch.sandbox_id))
+        container = client.containers.create(
+            self.image, name=name, detach=True, labels=self.labels(launch.sandbox_id),
+            environment={
+                "SESSION_API_KEY": launch.session_api_key,
+                "AGENT_SERVER_WEBHOOK_URL": for_container(launch.webhook_url),
+                "AGENT_SERVER_STATE_DIR": STATE_DIR,
+                "AGENT_SERVER_WORKING_DIR": WORKSPACE,
+                "AGENT_SERVER_LOG_LEVEL": "warning",
+            },
+            ports=ports,
+            volumes={name: {"bind": STATE_DIR, "mode": "rw"}},
+            extra_hosts={HOST_ALIAS: "host-gateway"},
+            cap_drop=["ALL"], security_opt=["no-new-privileges"])
+        try:
+            container.start()
+        except BaseException:
+            container.remove(force=True)
+            raise
+        return str(container.id)
+
+    async def _wait_up(self, sandbox_id: str, container_id: str, timeout: float) -> Handle:
+        """Until /alive answers through the published port; ProviderError when the container
+        ends first or the time is up."""
+        deadline = time.monotonic() + timeout
+        handle: Handle | None = None
+        while time.monotonic() < deadline:
+            state = await self._run(_state, container_id)
+            if state is None or state["Status"] not in ("running", "created"):
+                logs = await self._run(_logs, container_id)
+                status = "is gone" if state is None else f"exited with status {state['ExitCode']}"
+                raise ProviderError(f"the agent server's container {status}: {logs}")
+            if handle is None and state["Status"] == "running":
+                handle = await self._run(_handle, sandbox_id, container_id)
+            if handle is not None and await self._alive(handle):
+                return handle
+            await anyio.sleep(0.05)
+        raise ProviderError(f"the agent server did not answer /alive within {self.start_timeout:g} s")
+
+    async def _alive(self, handle: Handle) -> bool:
+        try:
+            response = await self._http.get(self.url(handle) + "/alive")
+            return response.status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    # -- adoption, health ---------------------------------------------------------------------
+
+    async def recover(self, launch: Launch) -> Handle | None:
+        """The container of a start that was cut short, found by its labels: its handle once
+        its agent server answers; otherwise it is removed and None returned."""
+        def find(client: docker.DockerClient) -> tuple[str, str] | None:
+            container = self._find(client, launch.sandbox_id)
+            return None if container is None else (str(container.id), container.status)
+        found = await self._run(find)
+        if found is None:
+            return None
+        container_id, status = found
+        if status == "paused":
+            return await self._run(_handle, launch.sandbox_id, container_id)
+        if status == "running":
+            try:
+                return await self._wait_up(launch.sandbox_id, container_id, self.start_timeout)
+            except ProviderError:
+                pass
+        await self._run(_remove_container, container_id)
+        return None
+
+    async def inspect(self, handle: Handle) -> Liveness:
+        def look(client: docker.DockerClient) -> str | None:
+            container = self._find(client, handle.sandbox_id)
+            if container is None or id_key(str(container.id)) != handle.pid_start_time:
+                return None
+            return container.status
+        status = await self._run(look)
+        if status == "paused":
+            return Liveness.STOPPED
+        if status == "running":
+            return Liveness.ALIVE if await self._alive(handle) else Liveness.UNRESPONSIVE
+        if status == "restarting":
+            return Liveness.UNRESPONSIVE
+        return Liveness.GONE  # none, exited, dead, being removed
+
+    # -- pause, resume ------------------------------------------------------------------------
+
+    async def pause(self, handle: Handle) -> None:
+        """Docker's pause freezes every process of the container (the cgroup freezer) and
+        returns once they are frozen."""
+        def freeze(client: docker.DockerClient) -> None:
+            container = self._ours(client, handle)
+            if container.status != "paused":
+                container.pause()
+        await self._run(freeze)
+
+    async def resume(self, handle: Handle) -> None:
+        def thaw(client: docker.DockerClient) -> None:
+            container = self._ours(client, handle)
+            if container.status == "paused":  # (one thawed by hand is just running)
+                container.unpause()
+        await self._run(thaw)
+        deadline = time.monotonic() + self.start_timeout
+        while not await self._alive(handle):
+            if time.monotonic() > deadline:
+                raise ProviderError("the agent server did not answer after resuming")
+            await anyio.sleep(0.02)
+
+    def _ours(self, client: docker.DockerClient, handle: Handle) -> Container:
+        container = self._find(client, handle.sandbox_id)
+        if container is None or id_key(str(container.id)) != handle.pid_start_time:
+            raise ProviderError("the sandbox's container is gone")
+        return container
+
+    # -- destroy ------------------------------------------------------------------------------
+
+    async def destroy(self, sandbox_id: str, handle: Handle | None, root_dir: Path) -> Path | None:
+        """The container stopped (SIGTERM, SIGKILL after the grace period) and removed, the
+        workspace archived from its volume, the volume removed. Works from labels and names
+        alone, so a sandbox whose start was cut short (no handle) goes just as well. `root_dir`
+        is a path inside the container: nothing of a sandbox is on this machine's disk."""
+        return await self._run(self._destroy, sandbox_id)
+
+    def _destroy(self, client: docker.DockerClient, sandbox_id: str) -> Path | None:
+        container = self._find(client, sandbox_id)
+        if container is not None:
+            if container.status == "paused":  # a frozen process acts on no signal
+                container.unpause()
+            if container.status in ("running", "paused", "restarting"):
+                container.stop(timeout=int(self.stop_grace + 0.999))
+        archive = self._archive(client, sandbox_id, container)
+        if container is not None:
+            container.remove(force=True, v=True)
+        try:
+            client.volumes.get(name_of(sandbox_id)).remove(force=True)
+        except docker.errors.NotFound:
+            pass
+        return archive
+
+    def _archive(self, client: docker.DockerClient, sandbox_id: str,
+                 container: Container | None) -> Path | None:
+        """The workspace as `<archive dir>/<sandbox id>.tar.gz`, read through the Engine API
+        from the sandbox's container, or from a container created (never started) on its
+        volume when the sandbox's own is gone."""
+        helper: Container | None = None
+        try:
+            if container is None:
+                try:
+                    client.volumes.get(name_of(sandbox_id))
+                except docker.errors.NotFound:
+                    return None
+                helper = container = client.containers.create(
+                    self.image, labels=self.labels(sandbox_id), network_disabled=True,
+                    volumes={name_of(sandbox_id): {"bind": STATE_DIR, "mode": "ro"}})
+            try:
+                chunks, _ = container.get_archive(WORKSPACE)
+            except docker.errors.NotFound:
+                return None
+            self.archive_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+            archive = self.archive_dir / f"{sandbox_id}.tar.gz"
+            partial_path = archive.with_suffix(".partial")
+            with open(partial_path, "wb") as raw:
+                partial_path.chmod(0o600)
+                with gzip.GzipFile(fileobj=raw, mode="wb") as out:
+                    for chunk in chunks:
+                        out.write(chunk)
+            partial_path.replace(archive)
+            return archive
+        except docker.errors.ImageNotFound:
+            logger.warning("sandbox %s: its workspace is not archived (image %s is gone)",
+                           sandbox_id, self.image)
+            return None
+        finally:
+            if helper is not None:
+                helper.remove(force=True)
+
+    async def close(self) -> None:
+        await self._http.aclose()
+        if self._client is not None:
+            await anyio.to_thread.run_sync(self._client.close)
+            self._client = None
+
+
+# -- small blocking helpers (run through DockerProvider._run) ----------------------------------
+
+def _state(client: docker.DockerClient, container_id: str) -> dict[str, Any] | None:
+    try:
+        state: dict[str, Any] = client.api.inspect_container(container_id)["State"]
+        return state
+    except docker.errors.NotFound:
+        return None
+
+
+def _handle(client: docker.DockerClient, sandbox_id: str, container_id: str) -> Handle:
+    attrs = client.api.inspect_container(container_id)
+    try:
+        port = int(attrs["NetworkSettings"]["Ports"][PORT][0]["HostPort"])
+    except (KeyError, IndexError, TypeError, ValueError):
+        raise ProviderError("the container's port was not published") from None
+    return Handle(sandbox_id=sandbox_id, pid=int(attrs["State"]["Pid"]),
+                  pid_start_time=id_key(container_id), port=port)
+
+
+def _logs(client: docker.DockerClient, container_id: str) -> str:
+    try:
+        raw: bytes = client.api.logs(container_id, stdout=True, stderr=True, tail=40)
+    except docker.errors.NotFound:
+        return "(no log)"
+    return raw[-LOG_TAIL:].decode(errors="replace").strip() or "(no log)"
+
+
+def _remove_container(client: docker.DockerClient, container_id: str) -> None:
+    try:
+        client.api.remove_container(container_id, force=True, v=True)
+    except docker.errors.NotFound:
+        pass
+
+
+def _explain(exc: docker.errors.DockerException) -> str:
+    if isinstance(exc, docker.errors.APIError):
+        return str(exc.explanation or exc)
+    return str(exc)
+

@@ -1,0 +1,102 @@
+"""`python -m control_plane` in a subprocess (the only way to SIGKILL one), alone or several
+on one database."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+
+from control_plane.sandboxes import procfs
+from tests.control_plane.support import wait_for
+from tests.support.llm import free_port
+
+
+class PlaneProcess:
+    def __init__(self, state_dir: Path, **settings: str) -> None:
+        """`settings`: more CONTROL_PLANE_* variables, by field name (database_url=...)."""
+        self.state_dir = state_dir
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.env = {**os.environ, "CONTROL_PLANE_STATE_DIR": str(state_dir),
+                    "CONTROL_PLANE_PORT": str(self.port), "CONTROL_PLANE_HEALTH_INTERVAL": "0.5",
+                    "CONTROL_PLANE_STOP_SANDBOXES_ON_EXIT": "true",
+                    "CONTROL_PLANE_LOG_LEVEL": "warning",
+                    **{"CONTROL_PLANE_" + k.upper(): v for k, v in settings.items()}}
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self, wait: bool = True) -> PlaneProcess:
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        log = open(self.state_dir.parent / f"control-plane-{self.state_dir.name}.log", "ab")
+        self.proc = subprocess.Popen([sys.executable, "-m", "control_plane"], env=self.env,
+                                     stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        log.close()
+        if wait:
+            self.wait_up()
+        return self
+
+    def wait_up(self) -> None:
+        wait_for(lambda: self._up(), 60, what="the control plane")
+
+    def _up(self) -> bool:
+        assert self.proc is not None and self.proc.poll() is None, "the control plane exited"
+        try:
+            return httpx.get(self.url + "/health", timeout=1).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def kill(self) -> None:
+        assert self.proc is not None
+        self.proc.kill()  # SIGKILL to the control plane alone: its sandboxes live on
+        self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+
+    def new_key(self, user: str) -> str:
+        out = subprocess.run([sys.executable, "-m", "control_plane", "keys", "create", "--user", user],
+                             env=self.env, capture_output=True, text=True, check=True)
+        return out.stdout.strip()
+
+
+def sandbox_pids(state_dir: Path) -> dict[str, int]:
+    pids = {}
+    for ready in (state_dir / "sandboxes").glob("*/ready.json"):
+        try:
+            pids[ready.parent.name] = json.loads(ready.read_text())["pid"]
+        except (OSError, ValueError):
+            pass
+    return pids
+
+
+def kill_sandboxes(state_dir: Path) -> None:
+    """Whatever a failed test left behind."""
+    for pid in sandbox_pids(state_dir).values():
+        procfs.signal_group(pid, signal.SIGKILL)
+
+
+def several(root: Path, database_url: str, n: int = 2, **settings: str) -> list[PlaneProcess]:
+    """`n` control planes on one database (one secret key, as a deployment has), started
+    together. Every sandbox's webhook goes to the first: a batch for a conversation another
+    process placed lands there (as behind a load balancer, where any process may get it)."""
+    from cryptography.fernet import Fernet
+
+    secret = Fernet.generate_key().decode()
+    planes = [PlaneProcess(root / f"cp{i}", database_url=database_url, secret_key=secret,
+                           **settings) for i in range(n)]
+    for plane in planes:
+        plane.env["CONTROL_PLANE_PUBLIC_URL"] = planes[0].url
+        plane.start(wait=False)
+    for plane in planes:
+        plane.wait_up()
+    return planes

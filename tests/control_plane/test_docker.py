@@ -1,0 +1,257 @@
+"""The Docker provider for real: the control plane runs each sandbox as a container of the
+sandbox image (built here from Debian packages, tests/support/docker.py) on the bridge network.
+
+The scripted LLM and a Git daemon serving the test repository listen on the bridge's address;
+the container reaches them, and the control plane's webhook, as host.docker.internal. Skipped
+with the reason where Docker is not installed."""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import docker
+import docker.errors
+import httpx
+import pytest
+from docker.models.containers import Container
+
+from control_plane.sandboxes.docker import (
+    HOST_ALIAS,
+    LABEL_PLANE,
+    LABEL_SANDBOX,
+    DockerProvider,
+    name_of,
+    plane_label,
+)
+from control_plane.sandboxes.provider import Launch, Liveness, ProviderError
+from tests.control_plane.support import ControlPlane, configure_llm, make_config, start, wait_for
+from tests.control_plane.test_flow import bare_repository, delete_last_conversation, whole_flow
+from tests.support import docker as docker_support
+from tests.support.llm import ScriptedLLM, call, free_port
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture(scope="module")
+def engine(docker_daemon: docker_support.Daemon) -> Iterator[docker.DockerClient]:
+    with contextlib.closing(docker_support.client()) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def gateway(engine: docker.DockerClient) -> str:
+    return docker_support.bridge_gateway(engine)
+
+
+@pytest.fixture(scope="module")
+def bridge_llm(gateway: str) -> Iterator[ScriptedLLM]:
+    """The scripted LLM where containers reach it (the bridge's address on this host)."""
+    server = ScriptedLLM(host=gateway).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def forge(tmp_path: Path, gateway: str) -> Iterator[str]:
+    """acme/demo served by `git daemon` on the bridge: the clone URL template containers use."""
+    bare_repository(tmp_path / "forge", "acme/demo")
+    port = free_port()
+    daemon = subprocess.Popen(["git", "daemon", "--reuseaddr", "--export-all",
+                               f"--base-path={tmp_path / 'forge'}", f"--listen={gateway}",
+                               f"--port={port}", str(tmp_path / "forge")],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for(lambda: _accepts(gateway, port), 10, what="git daemon")
+        yield f"git://{HOST_ALIAS}:{port}/{{repository}}.git"
+    finally:
+        daemon.terminate()
+        daemon.wait(10)
+
+
+def _accepts(host: str, port: int) -> bool:
+    with contextlib.suppress(OSError), socket.create_connection((host, port), timeout=0.5):
+        return True
+    return False
+
+
+def docker_config(state_dir: Path, image: str, **extra: Any) -> Any:
+    # 0.0.0.0: the containers' webhook reaches it through the bridge gateway.
+    return make_config(state_dir, host="0.0.0.0", sandbox_provider="docker", sandbox_image=image,
+                       **extra)
+
+
+@pytest.fixture
+def plane(tmp_path: Path, sandbox_image: str, forge: str,
+          engine: docker.DockerClient) -> Iterator[ControlPlane]:
+    config = docker_config(tmp_path / "cp", sandbox_image, repository_url_template=forge)
+    server = ControlPlane(config).start()
+    yield server
+    server.stop()
+    docker_support.remove_labelled(engine, f"{LABEL_PLANE}={plane_label(config.db_url)}")
+
+
+def container_of(engine: docker.DockerClient, sandbox_id: str) -> Container:
+    [container] = engine.containers.list(all=True, filters={"label": f"{LABEL_SANDBOX}={sandbox_id}"})
+    return container
+
+
+def test_the_whole_flow_in_a_container(plane: ControlPlane, bridge_llm: ScriptedLLM, key: str,
+                                       engine: docker.DockerClient) -> None:
+    flow = whole_flow(plane, bridge_llm, key, llm_host=HOST_ALIAS)
+    client, sid = flow.client, flow.sid
+
+    # The container: named and labelled after its sandbox, its port on loopback only, its
+    # state and workspace in its own volume, its key and webhook in its environment.
+    container = container_of(engine, sid)
+    assert container.name == name_of(sid) and container.status == "running"
+    assert container.labels[LABEL_PLANE] == plane_label(plane.config.db_url)
+    bindings = container.attrs["NetworkSettings"]["Ports"]["8000/tcp"]
+    assert {b["HostIp"] for b in bindings} == {"127.0.0.1"}
+    assert flow.url == f"http://127.0.0.1:{bindings[0]['HostPort']}"
+    [mount] = container.attrs["Mounts"]
+    assert (mount["Type"], mount["Name"], mount["Destination"]) == \
+        ("volume", name_of(sid), "/var/lib/agent-server")
+    env = dict(e.split("=", 1) for e in container.attrs["Config"]["Env"])
+    assert env["SESSION_API_KEY"] == flow.session
+    assert env["AGENT_SERVER_WEBHOOK_URL"] == \
+        f"http://{HOST_ALIAS}:{plane.config.port}/api/v1/webhooks"
+    assert not [name for name in env if name.startswith("CONTROL_PLANE_")]
+
+    # Pause freezes every process of the container; the agent server answers nothing.
+    r = client.post(f"/api/v1/sandboxes/{sid}/pause")
+    assert r.status_code == 200, r.text
+    container.reload()
+    assert container.attrs["State"]["Paused"] is True
+    with pytest.raises(httpx.TimeoutException):
+        httpx.get(flow.url + "/alive", timeout=1)
+    assert client.get("/api/v1/sandboxes", params={"id": sid}).json()[0]["status"] == "PAUSED"
+
+    # Resume thaws it, and the conversation carries on where it was.
+    r = client.post(f"/api/v1/sandboxes/{sid}/resume")
+    assert r.status_code == 200, r.text
+    container.reload()
+    assert container.attrs["State"]["Paused"] is False
+    assert httpx.get(flow.url + "/alive", timeout=5).status_code == 200
+    bridge_llm.script(key, call("terminal", command="cat hello.py"), call("finish", message="thawed"))
+    r = client.post(f"/api/v1/app-conversations/{flow.cid}/send-message",
+                    json={"role": "user", "content": [{"type": "text", "text": "again"}], "run": True})
+    assert r.status_code == 200, r.text
+    wait_for(lambda: len(flow.actions()) >= 5, 30, what="the actions after resuming")
+
+    # Delete takes the container and its volume (the workspace archived first).
+    delete_last_conversation(plane, flow)
+    with pytest.raises(docker.errors.NotFound):
+        container.reload()
+    with pytest.raises(docker.errors.NotFound):
+        engine.volumes.get(name_of(sid))
+
+
+def test_containers_are_adopted_after_a_restart(tmp_path: Path, sandbox_image: str,
+                                                 bridge_llm: ScriptedLLM, key: str,
+                                                 engine: docker.DockerClient) -> None:
+    """A control plane stopped without its sandboxes: the next one finds their containers by
+    label; a running one stays running (same container), a paused one stays paused, one
+    removed behind its back is MISSING."""
+    config = docker_config(tmp_path / "cp", sandbox_image, stop_sandboxes_on_exit=False)
+    label = f"{LABEL_PLANE}={plane_label(config.db_url)}"
+    first = ControlPlane(config).start()
+    try:
+        user = first.new_user("carol")
+        client = first.client(user)
+        r = client.patch("/api/v1/settings", json={
+            "llm_model": "openai/test-model", "llm_api_key": "sk-test-key",
+            "llm_base_url": bridge_llm.base_url(key, host=HOST_ALIAS),
+            "grouping_strategy": "NO_GROUPING"})
+        assert r.status_code == 200, r.text
+        running, paused, removed = (start(client)["sandbox_id"] for _ in range(3))
+        assert client.post(f"/api/v1/sandboxes/{paused}/pause").status_code == 200
+        ids = {sid: container_of(engine, sid).id for sid in (running, paused, removed)}
+    finally:
+        first.stop()
+    try:
+        assert container_of(engine, running).status == "running"  # it outlived the control plane
+        container_of(engine, removed).remove(force=True)
+        time.sleep(0.2)
+
+        second = ControlPlane(config.model_copy(update={"stop_sandboxes_on_exit": True})).start()
+        try:
+            client = second.client(user)
+
+            def status(sid: str) -> str:
+                found: str = client.get("/api/v1/sandboxes", params={"id": sid}).json()[0]["status"]
+                return found
+            assert (status(running), status(paused), status(removed)) == ("RUNNING", "PAUSED", "MISSING")
+            assert container_of(engine, running).id == ids[running]  # adopted, not started again
+            assert container_of(engine, paused).attrs["State"]["Paused"] is True
+            record = client.get("/api/v1/sandboxes", params={"id": running}).json()[0]
+            alive = httpx.get(record["exposed_urls"][0]["url"] + "/api/conversations/search",
+                              headers={"X-Session-API-Key": record["session_api_key"]})
+            assert alive.status_code == 200 and len(alive.json()["items"]) == 1
+            r = client.post(f"/api/v1/sandboxes/{paused}/resume")
+            assert r.status_code == 200 and r.json()["status"] == "RUNNING"
+            assert container_of(engine, paused).attrs["State"]["Paused"] is False
+        finally:
+            second.stop()
+        # Stopped with its sandboxes this time: their containers and volumes are gone.
+        assert engine.containers.list(all=True, filters={"label": label}) == []
+        assert {v.name for v in engine.volumes.list(filters={"label": label})} <= {name_of(removed)}
+    finally:
+        docker_support.remove_labelled(engine, label)
+
+
+def test_a_missing_image_ends_the_start_with_the_reason(tmp_path: Path,
+                                                         engine: docker.DockerClient) -> None:
+    config = docker_config(tmp_path / "cp", "agent-server-test/absent:never")
+    plane = ControlPlane(config).start()
+    try:
+        client = plane.client(plane.new_user("dave"))
+        configure_llm(client, "http://127.0.0.1:9/v1")  # never reached
+        task = start(client)
+        assert task["status"] == "ERROR"
+        assert "agent-server-test/absent:never" in task["detail"] and "make image" in task["detail"]
+        # The sandbox made for it went with it, its volume too.
+        [sandbox] = client.get("/api/v1/sandboxes/search").json()["items"]
+        assert sandbox["status"] == "MISSING"
+        label = f"{LABEL_PLANE}={plane_label(config.db_url)}"
+        assert engine.volumes.list(filters={"label": label}) == []
+    finally:
+        plane.stop()
+        docker_support.remove_labelled(engine, f"{LABEL_PLANE}={plane_label(config.db_url)}")
+
+
+async def test_the_provider_finds_its_containers_and_reports_a_failed_start(
+        tmp_path: Path, sandbox_image: str, engine: docker.DockerClient) -> None:
+    """At the provider's level: a second provider (a restarted control plane) recovers a
+    container by its labels; one whose agent server exits at start is a ProviderError quoting
+    its log, and leaves no container behind."""
+    plane = f"test-{tmp_path.name[-12:]}"
+    make = lambda: DockerProvider(tmp_path / "archives", image=sandbox_image, plane=plane)  # noqa: E731
+    first, second = make(), make()
+    launch = Launch(sandbox_id="p" + tmp_path.name[-8:], spec_id="docker", root_dir=Path("/nowhere"),
+                    session_api_key="sk-provider-test", webhook_url="http://127.0.0.1:9/hooks")
+    try:
+        handle = await first.create(launch)
+        assert await second.recover(launch) == handle
+        assert await second.inspect(handle) is Liveness.ALIVE
+        await second.pause(handle)
+        assert await first.inspect(handle) is Liveness.STOPPED
+        assert await first.recover(launch) == handle
+        assert await first.destroy(launch.sandbox_id, None, launch.root_dir) is not None
+        assert await second.inspect(handle) is Liveness.GONE
+        assert await second.recover(launch) is None
+
+        # Without a session key the agent server refuses to listen beyond loopback: it exits.
+        keyless = Launch(**{**launch.__dict__, "session_api_key": ""})
+        with pytest.raises(ProviderError, match="exited with status .*SESSION_API_KEY"):
+            await first.create(keyless)
+        assert engine.containers.list(all=True, filters={"label": f"{LABEL_PLANE}={plane}"}) == []
+    finally:
+        await first.close()
+        await second.close()
+        docker_support.remove_labelled(engine, f"{LABEL_PLANE}={plane}")
