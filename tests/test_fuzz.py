@@ -136,8 +136,8 @@ def _whole(value: Any) -> bool:
 def semantic_rules(body: Any) -> None:
     """Rules the server checks that no JSON schema can say, met by generated bodies (valid
     cases stay valid; the rules themselves have their own tests): an ACP agent's program must
-    be found on PATH, a summarizing condenser keeps fewer than max_size // 2 messages, and a
-    parent conversation exists."""
+    be found on PATH, a summarizing condenser keeps fewer than max_size // 2 messages, an LLM
+    asked for token ids is not streamed, and a parent conversation exists."""
     if isinstance(body, list):
         for item in body:
             semantic_rules(item)
@@ -146,6 +146,10 @@ def semantic_rules(body: Any) -> None:
     if body.get("kind") == "ACPAgent" and isinstance(body.get("acp_command"), list) \
             and body["acp_command"]:
         body["acp_command"][0] = "true"
+    extra = body.get("litellm_extra_body")
+    if body.get("stream") is True and (body.get("return_token_ids") is True or (
+            isinstance(extra, dict) and extra.get("return_token_ids") is True)):
+        body["stream"] = False
     if isinstance(body.get("parent_conversation_id"), str):
         body["parent_conversation_id"] = CONVERSATION
     if body.get("kind") == "LLMSummarizingCondenser":

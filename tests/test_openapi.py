@@ -205,3 +205,24 @@ def test_a_number_is_no_boolean(server: ServerProcess) -> None:
         r = c.post("/api/conversations", json={"agent": {"llm": {"model": "m"}},
                                                "max_iterations": "5"})
         assert r.status_code == 422, r.text
+
+
+def test_completion_logs_token_ids_and_critics_are_described(doc: dict[str, Any]) -> None:
+    schemas = doc["components"]["schemas"]
+    llm = schemas["LLMConfig-Input"]["properties"]
+    for name in ("log_completions", "return_token_ids"):
+        assert (llm[name]["type"], llm[name]["default"]) == ("boolean", False)
+    assert llm["litellm_extra_body"]["type"] == "object"
+    critic = schemas["AgentSpec"]["properties"]["critic"]
+    assert critic["anyOf"][0]["oneOf"] == [{"$ref": "#/components/schemas/ModelCritic"},
+                                           {"$ref": "#/components/schemas/CommandCritic"}]
+    assert "kind" in schemas["ModelCritic"]["required"] and "llm" in schemas["ModelCritic"]["required"]
+    assert set(schemas["CommandCritic"]["required"]) == {"kind", "command"}
+    score = schemas["CriticResult"]["properties"]["score"]
+    assert (score["minimum"], score["maximum"]) == (0.0, 1.0)
+    for kind in ("ActionEvent", "MessageEvent"):
+        assert schemas[kind]["properties"]["critic_result"]["anyOf"][0] == {
+            "$ref": "#/components/schemas/CriticResult"}
+    assert set(schemas["TokenEvent"]["required"]) == {"source", "prompt_token_ids",
+                                                      "response_token_ids"}
+    assert set(schemas["LLMCompletionLogEvent"]["required"]) == {"filename", "log_data"}

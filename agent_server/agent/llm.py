@@ -121,6 +121,10 @@ class Completion:
     cost: float
     latency: float
     raw: Any = field(repr=False, default=None)
+    #: The exact token ids of prompt and answer, when the server sent both (vLLM does when
+    #: asked: LLMConfig.return_token_ids).
+    prompt_token_ids: list[int] | None = None
+    response_token_ids: list[int] | None = None
 
 
 #: Seam for tests of the backoff schedule; the loop uses asyncio.sleep.
@@ -205,6 +209,11 @@ def _kwargs(config: LLMConfig, messages: list[dict[str, Any]], tools: list[dict[
     if config.stream:
         kwargs["stream"] = True
         kwargs["stream_options"] = {"include_usage": True}
+    extra_body = dict(config.litellm_extra_body)
+    if config.return_token_ids:
+        extra_body["return_token_ids"] = True
+    if extra_body:
+        kwargs["extra_body"] = extra_body
     return kwargs
 
 
@@ -309,4 +318,23 @@ def _completion(litellm: Any, config: LLMConfig, response: Any, latency: float) 
         cost=cost,
         latency=latency,
         raw=response,
+        **_token_ids(response, choice),
     )
+
+
+def _token_ids(response: Any, choice: Any) -> dict[str, list[int]]:
+    """vLLM's `prompt_token_ids` and `choices[0].token_ids`, as litellm passes them on (the
+    first as is, the second among the choice's provider_specific_fields); both or neither."""
+    fields = getattr(choice, "provider_specific_fields", None) or {}
+    prompt = _ids(getattr(response, "prompt_token_ids", None))
+    answer = _ids(fields.get("token_ids") if isinstance(fields, dict) else None)
+    if prompt is None or answer is None:
+        return {}
+    return {"prompt_token_ids": prompt, "response_token_ids": answer}
+
+
+def _ids(value: Any) -> list[int] | None:
+    """`value` when it is a list of integers (token ids), None otherwise."""
+    if isinstance(value, list) and all(type(v) is int for v in value):
+        return list(value)
+    return None

@@ -57,8 +57,8 @@ class Run:
     """One run of a conversation's agent: the state that lives as long as the run.
 
     It reads the session's narrow parts only: spec, sink, control, model, toolbox, view,
-    hooks, condenser and metrics. The view learns of every event (the agent's own included)
-    from the log, never from the loop: data flows one way.
+    hooks, condenser, critic and metrics. The view learns of every event (the agent's own
+    included) from the log, never from the loop: data flows one way.
     """
 
     def __init__(self, session: AgentSession) -> None:
@@ -124,18 +124,21 @@ class Run:
 
         thinking = [_thinking_block(b) for b in reply.thinking_blocks]
         if not reply.tool_calls:
-            await s.sink.append(MessageEvent(
+            message = MessageEvent(
                 source="agent",
                 llm_message=Message(role="assistant", content=[TextContent(text=reply.content)],
                                     reasoning_content=reply.reasoning_content,
                                     thinking_blocks=thinking),
                 llm_response_id=reply.response_id,
-            ))
+            )
+            await s.critic.score([message], self.view)
+            await s.sink.append(message)
             await self.finish()
             return
 
         calls = [_action_event(toolbox, reply, call, i == 0, thinking)
                  for i, call in enumerate(reply.tool_calls)]
+        await s.critic.score([event for event, _ in calls], self.view)
         await s.sink.append(*(event for event, _ in calls))
         invalid = [_error(event, problem) for event, problem in calls if problem]
         valid = [event for event, problem in calls if not problem]

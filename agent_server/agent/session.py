@@ -21,7 +21,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from agent_server.agent.condenser import Condenser
+from agent_server.agent.critic import Critic
 from agent_server.agent.hooks import Hooks
+from agent_server.agent.llm_log import LoggedModel
 from agent_server.agent.llms import ActiveLLM
 from agent_server.agent.loop import Run
 from agent_server.agent.model import Model
@@ -162,6 +164,9 @@ class AgentSession:
         # The factory gives an ACP agent its own kind of session.
         assert isinstance(spec.agent, AgentSpec), "AgentSession runs our own agent only"
         self.agent: AgentSpec = spec.agent
+        #: Every call of this conversation's LLMs goes through it: completion logs and token
+        #: ids become events when the LLM's settings ask for them.
+        model = LoggedModel(model, sink)
         self.spec, self.sink, self.control, self.model = spec, sink, control, model
         #: Totals of LLM use; the conversation owns (and saves) the object, the loop adds.
         self.metrics = metrics
@@ -179,6 +184,8 @@ class AgentSession:
         self.hooks = Hooks(spec.hook_config, spec.id, spec.working_dir, secrets, sink.append)
         self.condenser = Condenser(self.agent.condenser, lambda: control.llm.config, model)
         self.toolbox = Toolbox(self.ctx, self.agent, sink.append)
+        self.critic = Critic(self.agent.critic, model, spec.id, spec.working_dir, secrets,
+                             sink.masker)
         #: SessionStart hooks ran in this process (SessionEnd runs only after them).
         self.session_started = False
         self._book: SkillBook | None = None
@@ -259,7 +266,8 @@ class AgentSession:
         messages.append({"role": "user", "content": [{"type": "text",
                                                       "text": ASK_TEMPLATE.format(question)}]})
         llm = self.agent.llm.model_copy(update={"stream": False})
-        reply = await self.model.complete(llm, messages, self.toolbox.llm_tools())
+        # Not logged: a side question leaves no event.
+        reply = await self.model.model.complete(llm, messages, self.toolbox.llm_tools())
         self.metrics.add(reply.usage, reply.cost, reply.latency)
         return reply.content
 

@@ -65,6 +65,27 @@ class LLMConfig(Lenient):
     vision: bool | None = None
     """Whether the model reads images; unknown (None) asks litellm's model map."""
     usage_id: str = Field(default="default", max_length=100)
+    log_completions: bool = False
+    """Each call's request and response become an LLMCompletionLogEvent (masked, bounded);
+    the OpenHands SDK's name (its `log_completions_folder` is not used: logs are events)."""
+    return_token_ids: bool = False
+    """Ask the server for the token ids of prompt and answer (vLLM's `return_token_ids`); each
+    answer that carries both becomes a TokenEvent. Needs `stream` off: litellm drops the ids
+    from streamed chunks."""
+    litellm_extra_body: dict[str, Any] = Field(default_factory=dict, max_length=50)
+    """More fields for the request body, for servers that take them (the OpenHands SDK's
+    name); `{"return_token_ids": true}` here works as `return_token_ids` does."""
+
+    @property
+    def wants_token_ids(self) -> bool:
+        return self.return_token_ids or self.litellm_extra_body.get("return_token_ids") is True
+
+    @model_validator(mode="after")
+    def _token_ids_unstreamed(self) -> LLMConfig:
+        if self.stream and self.wants_token_ids:
+            raise ValueError("return_token_ids needs stream false: litellm drops token ids "
+                             "from streamed chunks")
+        return self
 
     @field_serializer("api_key", when_used="json")
     def _dump_key(self, key: SecretStr | None) -> str | None:
@@ -184,6 +205,49 @@ def mask_llm(llm: dict[str, Any]) -> dict[str, Any]:
     return {**llm, "api_key": "**********"} if llm.get("api_key") else llm
 
 
+CriticMode = Literal["finish_and_message", "all_actions"]
+
+
+class ModelCritic(Lenient):
+    """A language model asked, with a fixed prompt, how likely the agent's work is to be
+    what the user wanted: a score from 0 to 1 and a sentence why."""
+
+    model_config = ConfigDict(extra="ignore", json_schema_extra=_kind_required)
+
+    kind: Literal["ModelCritic"] = "ModelCritic"
+    llm: LLMConfig
+    mode: CriticMode = "finish_and_message"
+    """What is judged: each `finish` and each agent message, or every action too (the
+    OpenHands SDK's modes; every action costs a critic call per step)."""
+    timeout: float = Field(default=120.0, gt=0, le=600)
+    """Seconds a judgement may take; past it the event goes out without a critic_result."""
+
+
+class CommandCritic(Lenient):
+    """A command run in the workspace with the judged content as JSON on stdin; it prints
+    `{"score": 0..1, "message": "...", "metadata": {...}}` (metadata optional)."""
+
+    model_config = ConfigDict(extra="ignore", json_schema_extra=_kind_required)
+
+    kind: Literal["CommandCritic"] = "CommandCritic"
+    command: str = Field(min_length=1, max_length=10_000, pattern=NO_NUL)
+    mode: CriticMode = "finish_and_message"
+    timeout: float = Field(default=60.0, gt=0, le=600)
+
+
+def _critic_tag(value: Any) -> str | None:
+    kind = value.get("kind") if isinstance(value, dict) else getattr(value, "kind", None)
+    return kind if kind in ("ModelCritic", "CommandCritic") else None
+
+
+CriticSpec = Annotated[
+    Annotated[ModelCritic, Tag("ModelCritic")] | Annotated[CommandCritic, Tag("CommandCritic")],
+    Discriminator(_critic_tag, custom_error_type="critic_kind",
+                  custom_error_message="kind must be ModelCritic or CommandCritic"),
+]
+"""`agent.critic`: what scores the agent's finishes and messages (CriticResult); null: none."""
+
+
 class ToolSpec(Lenient):
     name: str = Field(min_length=1, max_length=100)
     params: dict[str, Any] = Field(default_factory=dict)
@@ -198,12 +262,16 @@ class AgentSpec(Lenient):
     `${NAME}` placeholders anywhere in it are filled from the conversation's secrets."""
     condenser: CondenserSpec | None = Field(default_factory=CondenserConfig)
     """Left out: our own form's defaults; null: no condenser (as the OpenHands SDK means it)."""
+    critic: CriticSpec | None = None
+    """Scores each `finish` and agent message (their `critic_result`); off when left out."""
 
     def redacted(self) -> dict[str, Any]:
         """For responses, in the shape the OpenHands SDK validates (`AgentBase`): the LLM key
         and literal MCP env and header values masked, the condenser with its `kind`."""
         data = self.model_dump(mode="json")
         data["llm"] = mask_llm(data["llm"])
+        if isinstance(data.get("critic"), dict) and isinstance(data["critic"].get("llm"), dict):
+            data["critic"]["llm"] = mask_llm(data["critic"]["llm"])
         data["mcp_config"] = data.get("mcp_config") or {}
         mask_mcp_config(data["mcp_config"])
         data["condenser"] = sdk_condenser(self.condenser, data["llm"])

@@ -57,6 +57,14 @@ def test_streaming_token_callbacks(run_sdk, llm: ScriptedLLM, key: str) -> None:
     run.assert_valid_frames_and_events()
 
 
+def test_completion_logs_reach_the_client_s_folder(run_sdk, llm: ScriptedLLM, key: str) -> None:
+    llm.script(key, terminal("echo logged"), finish("logged both calls"))
+    run = run_sdk("completion_logs.py", llm.base_url(key))
+    run.assert_ok()
+    run.assert_valid_frames_and_events()
+    assert all(name.startswith("openai__test-model-") for name in run["files"]), run["files"]
+
+
 def test_pause_during_blocking_run(run_sdk, llm: ScriptedLLM, key: str) -> None:
     llm.script(key, *[terminal(f"echo step-{i}", _text="", ) for i in range(8)], finish())
     for reply in llm.scripts[key]:

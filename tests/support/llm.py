@@ -18,6 +18,7 @@ import json
 import socket
 import threading
 import time
+import zlib
 from collections import defaultdict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -49,6 +50,9 @@ class Reply:
     #: until `hold` is set: a test sees the text part-way, deterministically.
     hold: threading.Event | None = None
     hold_after: int = 0
+    #: (prompt ids, response ids) sent instead of the tokenizer's when the request asks for
+    #: token ids (`return_token_ids`, as vLLM takes it).
+    token_ids: tuple[list[int], list[int]] | None = None
 
 
 def text(content: str, **kw: Any) -> Reply:
@@ -68,6 +72,32 @@ def calls(*pairs: tuple[str, dict[str, Any] | str], text: str = "") -> Reply:
 def error(status: int, message: str = "scripted error", retry_after: float | None = None) -> Reply:
     headers = {"retry-after": str(retry_after)} if retry_after is not None else {}
     return Reply(status=status, error=message, headers=headers)
+
+
+def token_ids(text: str) -> list[int]:
+    """The scripted server's tokenizer: one id per whitespace-separated word (a test can
+    compute what the server sent from what it was asked)."""
+    return [zlib.crc32(word.encode()) % 100_000 for word in text.split()]
+
+
+def prompt_text(body: dict[str, Any]) -> str:
+    """The text of a request's messages, in order (what `token_ids` tokenizes)."""
+    parts = []
+    for message in body.get("messages", []):
+        content = message.get("content")
+        if isinstance(content, str):
+            parts.append(content)
+        elif isinstance(content, list):
+            parts.extend(str(c.get("text", "")) for c in content if isinstance(c, dict))
+    return "\n".join(parts)
+
+
+def response_text(reply: Reply) -> str:
+    """What the scripted tokenizer reads of an answer: its text, then each call's name and
+    JSON arguments."""
+    calls = " ".join(f"{name} {args if isinstance(args, str) else json.dumps(args)}"
+                     for name, args in reply.tool_calls)
+    return f"{reply.text} {calls}".strip()
 
 
 def free_port() -> int:
@@ -144,7 +174,8 @@ class ScriptedLLM:
         if body.get("stream"):
             rid, model, tool_calls, usage = self._parts(body, reply)
             return StreamingResponse(
-                self._chunks(rid, model, reply, tool_calls, usage), media_type="text/event-stream"
+                self._chunks(rid, model, reply, tool_calls, usage, self._token_ids(body, reply)),
+                media_type="text/event-stream"
             )
         return JSONResponse(self._completion(body, reply))
 
@@ -179,35 +210,54 @@ class ScriptedLLM:
             message["tool_calls"] = tool_calls
         if reply.reasoning:
             message["reasoning_content"] = reply.reasoning
-        return {
+        choice: dict[str, Any] = {
+            "index": 0,
+            "message": message,
+            "finish_reason": "tool_calls" if tool_calls else "stop",
+        }
+        answer: dict[str, Any] = {
             "id": rid,
             "object": "chat.completion",
             "created": int(time.time()),
             "model": model,
-            "choices": [
-                {
-                    "index": 0,
-                    "message": message,
-                    "finish_reason": "tool_calls" if tool_calls else "stop",
-                }
-            ],
+            "choices": [choice],
             "usage": usage,
         }
+        ids = self._token_ids(body, reply)
+        if ids is not None:
+            answer["prompt_token_ids"], choice["token_ids"] = ids
+        return answer
+
+    @staticmethod
+    def _token_ids(body: dict[str, Any], reply: Reply) -> tuple[list[int], list[int]] | None:
+        """(prompt ids, response ids) when the request asks for them (`return_token_ids`, an
+        extension of vLLM's OpenAI-compatible server), None otherwise."""
+        if not body.get("return_token_ids"):
+            return None
+        return reply.token_ids or (token_ids(prompt_text(body)), token_ids(response_text(reply)))
 
     async def _chunks(self, rid: str, model: str, reply: Reply, tool_calls: list[dict[str, Any]],
-                      usage: dict[str, int]):  # type: ignore[no-untyped-def]
-        def chunk(delta: dict[str, Any], finish: str | None = None, **extra: Any) -> str:
+                      usage: dict[str, int],
+                      ids: tuple[list[int], list[int]] | None = None):  # type: ignore[no-untyped-def]
+        def chunk(delta: dict[str, Any], finish: str | None = None, token_ids: list[int] | None = None,
+                  **extra: Any) -> str:
+            choice: dict[str, Any] = {"index": 0, "delta": delta, "finish_reason": finish}
+            if token_ids is not None:
+                choice["token_ids"] = token_ids
             data = {
                 "id": rid,
                 "object": "chat.completion.chunk",
                 "created": int(time.time()),
                 "model": model,
-                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+                "choices": [choice],
                 **extra,
             }
             return f"data: {json.dumps(data)}\n\n"
 
-        yield chunk({"role": "assistant", "content": ""})
+        # vLLM sends the prompt's ids with the first chunk and each piece's ids with it; here
+        # the whole answer's ids come with the last piece.
+        yield chunk({"role": "assistant", "content": ""},
+                    **({"token_ids": [], "prompt_token_ids": ids[0]} if ids else {}))
         if reply.reasoning:
             yield chunk({"reasoning_content": reply.reasoning})
         for i in range(0, len(reply.text), 8):
@@ -221,7 +271,7 @@ class ScriptedLLM:
                                           "function": {"name": tc["function"]["name"], "arguments": ""}}]})
             for i in range(0, len(args), 10):
                 yield chunk({"tool_calls": [{"index": index, "function": {"arguments": args[i : i + 10]}}]})
-        yield chunk({}, "tool_calls" if tool_calls else "stop")
+        yield chunk({}, "tool_calls" if tool_calls else "stop", ids[1] if ids else None)
         final = {"id": rid, "object": "chat.completion.chunk", "created": int(time.time()),
                  "model": model, "choices": [], "usage": usage}
         yield f"data: {json.dumps(final)}\n\n"
