@@ -31,8 +31,8 @@ from control_plane.sandboxes.docker import (
 )
 from control_plane.sandboxes.provider import Launch, Liveness, ProviderError
 from control_plane.sandboxes.service import CLEANUP_RETRY
-from core.retry import Clock
-from tests.control_plane.support import ControlPlane, configure_llm, make_config, start, wait_for
+from tests.control_plane.support import (ControlPlane, ShiftedClock, configure_llm, make_config,
+                                         start, wait_for)
 from tests.control_plane.test_flow import bare_repository, delete_last_conversation, whole_flow
 from tests.support import docker as docker_support
 from tests.support.llm import ScriptedLLM, call, free_port
@@ -258,16 +258,6 @@ async def test_the_provider_finds_its_containers_and_reports_a_failed_start(
         await first.close()
         await second.close()
         docker_support.remove_labelled(engine, f"{LABEL_PLANE}={plane}")
-
-
-class ShiftedClock(Clock):
-    """The system's time, moved on by `offset` seconds when the test says so."""
-
-    def __init__(self) -> None:
-        self.offset = 0.0
-
-    def time(self) -> float:
-        return time.time() + self.offset
 
 
 def test_what_a_vanished_container_leaves_is_cleaned_up(tmp_path: Path, sandbox_image: str,
