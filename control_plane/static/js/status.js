@@ -20,7 +20,7 @@ export function reasonText(status, reason, detail) {
     case "UNHEALTHY":
       return "the sandbox stopped answering its health check";
     case "START_FAILED":
-      return status === "MISSING" ? "removed, as the conversation start it was made for failed"
+      return status === "MISSING" ? "removed with the conversation start it was made for, which failed"
         : "the sandbox could not be started";
     default:
       return null;
