@@ -296,15 +296,16 @@ def test_what_a_vanished_container_leaves_is_cleaned_up(tmp_path: Path, sandbox_
 
         # The same while another container holds the volume: Docker refuses to remove it.
         for sid in (deleted, retried):
-            holders.append(engine.containers.create(sandbox_image, command="true",
-                                                    volumes={name_of(sid): {"bind": "/held"}}))
+            holders.append(engine.containers.create(  # at the image's VOLUME: no anonymous one
+                sandbox_image, command="true",
+                volumes={name_of(sid): {"bind": "/var/lib/agent-server"}}))
             container_of(engine, sid).remove(force=True)
         for sid in (deleted, retried):
             wait_for(lambda: missing(sid), 30, what="MISSING")
         time.sleep(1.0)  # several reconciler rounds: nothing retried before it is due
         assert volume(deleted) and volume(retried)
         for holder in holders:
-            holder.remove(force=True)
+            holder.remove(force=True, v=True)
 
         # The user deletes the sandbox: what was left goes at once.
         r = client.delete(f"/api/v1/sandboxes/{deleted}", params={"sandbox_id": deleted})
@@ -319,6 +320,6 @@ def test_what_a_vanished_container_leaves_is_cleaned_up(tmp_path: Path, sandbox_
     finally:
         for holder in holders:
             with contextlib.suppress(docker.errors.NotFound):
-                holder.remove(force=True)
+                holder.remove(force=True, v=True)
         plane.stop()
         docker_support.remove_labelled(engine, label)
