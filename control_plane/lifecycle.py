@@ -13,7 +13,9 @@ not by every process. For each:
   with their events, are permanently deleted (they cannot be resumed).
 - Drift: otherwise the sandbox is checked against its provider (`SandboxService.reconcile`:
   vanished -> MISSING, failing its health check past the grace -> ERROR, a start whose launcher
-  died taken over).
+  died taken over, a pause whose control plane died half-way finished).
+- Remains: an ERROR or MISSING sandbox whose clean-up failed (`cleanup_after`) is cleaned up
+  again once that is due.
 
 Then start tasks whose control plane died are taken over. Each decision is taken again on the
 current row under the sandbox's guard (`when=`), so a timer acts once even when a user acts on
@@ -43,6 +45,21 @@ logger = logging.getLogger(__name__)
 MAX_SESSION_SECONDS = 12 * 3600
 #: Sandboxes acted on at once in a round (a pause may wait for runs to reach a step's end).
 CONCURRENCY = 8
+
+
+def duration(seconds: float) -> str:
+    """Seconds as a person says them: "45 s", "30 min", "1 h 30 min", "2 days"."""
+    whole = round(seconds)
+    if whole < 60 or whole % 60:
+        return f"{seconds:g} s"
+    minutes = whole // 60
+    if minutes < 60:
+        return f"{minutes} min"
+    hours, minutes = divmod(minutes, 60)
+    if hours % 24 == 0 and not minutes:
+        days = hours // 24
+        return f"{days} day" if days == 1 else f"{days} days"
+    return f"{hours} h" + (f" {minutes} min" if minutes else "")
 
 
 class Lifecycle:
@@ -100,7 +117,7 @@ class Lifecycle:
     async def tick(self) -> None:
         """One round: the sandboxes this process claimed, then orphaned start tasks."""
         claimed = await rows.claim_round(self.db, self.leases.holder, lease_rows.wall(),
-                                         self.interval)
+                                         self.interval, cleanup_due=now())
         gate = asyncio.Semaphore(CONCURRENCY)
 
         async def one(sandbox_id: str) -> None:
@@ -117,12 +134,15 @@ class Lifecycle:
 
     async def check(self, sandbox_id: str) -> None:
         row = await rows.get(self.db, sandbox_id)
-        if row is None or row.status.terminal:
+        if row is None:
+            return
+        if row.status.terminal:  # what is left of it, when an earlier clean-up failed
+            await self.sandboxes.clean_up(row.id, wait=False)
             return
         if self.idle_due(row):
             assert self.idle is not None
             await self.sandboxes.pause(row, SandboxReason.IDLE,
-                                       f"idle for {self.idle.total_seconds():g} s",
+                                       f"idle for {duration(self.idle.total_seconds())}",
                                        when=self.idle_due)
         elif self.cap_due(row):
             await self.sandboxes.pause(row, SandboxReason.SESSION_CAP,

@@ -33,7 +33,7 @@ from control_plane.agent_client import AgentClient, AgentError, Target
 from control_plane.crypto import Cipher
 from control_plane.errors import ApiError, Conflict, NotFound
 from control_plane.leases import TASK, Leases
-from control_plane.models import SandboxStatus, StartTaskStatus
+from control_plane.models import SandboxReason, StartTaskStatus
 from control_plane.sandboxes.service import SandboxService
 from control_plane.settings import SettingsService, UserSettings
 from control_plane.start_request import StartRequest
@@ -128,8 +128,9 @@ class StartTaskService:
             if not user.llm_model:
                 raise StartFailed("no LLM configured: PATCH /api/v1/settings with llm_model "
                                   "(and llm_api_key, llm_base_url) first")
-            if task.app_conversation_id and task.sandbox_id:
-                placement = Placement(task.sandbox_id, task.app_conversation_id, False)
+            if task.app_conversation_id and task.sandbox_id:  # placed before a takeover
+                placement = Placement(task.sandbox_id, task.app_conversation_id,
+                                      task.made_sandbox)
             else:
                 placement = await self._place(task, request, user)
             await self._stage(task, StartTaskStatus.WAITING_FOR_SANDBOX)
@@ -178,7 +179,8 @@ class StartTaskService:
             await accounts.lock_user(conn, task.user_id)
             placed = await tasks.get_in(conn, task.id)  # placed meanwhile: that placement holds
             if placed is not None and placed.app_conversation_id and placed.sandbox_id:
-                return Placement(placed.sandbox_id, placed.app_conversation_id, False)
+                return Placement(placed.sandbox_id, placed.app_conversation_id,
+                                 placed.made_sandbox)
             sandbox_id: str | None
             if request.sandbox_id is not None:
                 sandbox_id = await self._explicit(conn, task.user_id, request.sandbox_id)
@@ -203,7 +205,8 @@ class StartTaskService:
                                "metadata": request.observability_metadata})
             # Only while this process holds the task: a placement is made once.
             await self._stage(task, StartTaskStatus.WORKING, conn=conn,
-                              app_conversation_id=conversation_id, sandbox_id=sandbox.id)
+                              app_conversation_id=conversation_id, sandbox_id=sandbox.id,
+                              made_sandbox=new_sandbox)
         if new_sandbox:
             self.sandboxes.launch(sandbox, fresh=True)
         return Placement(sandbox.id, conversation_id, new_sandbox)
@@ -260,7 +263,9 @@ class StartTaskService:
         return body
 
     async def _fail(self, task: TaskRow, placement: Placement | None, detail: str) -> None:
-        """ERROR with the reason; the half-made conversation is removed, and a sandbox made for it."""
+        """ERROR with the reason; the half-made conversation is removed, and the sandbox made
+        for it (by whichever process placed the task: `made_sandbox` is stored with the
+        placement) unless another conversation has been placed in it meanwhile."""
         logger.info("start task %s failed: %s", task.id, detail)
         owner = await lease_rows.holder_of(self.db, TASK, task.id)
         if owner is None or owner[0] != self.leases.holder:
@@ -269,12 +274,18 @@ class StartTaskService:
             if placement is None:
                 return
             async with self.db.begin() as conn:
+                # The user's lock: no placement takes the sandbox while it is being retired.
+                await accounts.lock_user(conn, task.user_id)
                 await conversations.remove(conn, placement.conversation_id)
-            row = await sandboxes.get(self.db, placement.sandbox_id)
-            if (row is not None and placement.new_sandbox
-                    and row.status is not SandboxStatus.MISSING
-                    and await sandboxes.conversation_count(self.db, row.id) == 0):
-                await self.sandboxes.destroy(row)
+                retired = placement.new_sandbox and await sandboxes.retire_in(
+                    conn, placement.sandbox_id, SandboxReason.START_FAILED,
+                    "removed with the conversation start it was made for, which failed")
+            if retired:
+                try:
+                    await self.sandboxes.clean_up(placement.sandbox_id, due_only=False)
+                except ApiError as exc:  # busy for long: the reconciler cleans it up
+                    logger.warning("sandbox %s is left to the reconciler: %s",
+                                   placement.sandbox_id, exc.detail)
         finally:
             await self._stage(task, StartTaskStatus.ERROR, detail[:2000])
 

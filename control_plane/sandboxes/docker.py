@@ -28,6 +28,7 @@ A sandbox's container:
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import hashlib
 import logging
@@ -69,6 +70,8 @@ HOST_ALIAS = "host.docker.internal"
 _LOCAL_HOSTS = {"127.0.0.1", "localhost", "::1", "0.0.0.0", "::", ""}
 #: Bytes of the container's log quoted when its agent server exits while starting.
 LOG_TAIL = 2000
+#: Seconds a container being removed by someone else is waited for (its volume is in use).
+REMOVAL_TIMEOUT = 30.0
 
 
 def name_of(sandbox_id: str) -> str:
@@ -296,6 +299,14 @@ class DockerProvider(SandboxProvider):
 
     def _destroy(self, client: docker.DockerClient, sandbox_id: str) -> Path | None:
         container = self._find(client, sandbox_id)
+        if container is not None and container.status in ("removing", "dead"):
+            # Removed behind our back (`docker rm -f` returns before Docker is done): its
+            # volume is what is left, and it is in use until the container is really gone.
+            if container.status == "dead":
+                with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):
+                    container.remove(force=True, v=True)
+            _wait_gone(client, str(container.id), REMOVAL_TIMEOUT)
+            container = None
         if container is not None:
             if container.status == "paused":  # a frozen process acts on no signal
                 container.unpause()
@@ -387,6 +398,17 @@ def _remove_container(client: docker.DockerClient, container_id: str) -> None:
         client.api.remove_container(container_id, force=True, v=True)
     except docker.errors.NotFound:
         pass
+
+
+def _wait_gone(client: docker.DockerClient, container_id: str, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            client.api.inspect_container(container_id)
+        except docker.errors.NotFound:
+            return
+        time.sleep(0.05)
+    raise ProviderError(f"container {container_id[:12]} is still being removed after {timeout:g} s")
 
 
 def _explain(exc: docker.errors.DockerException) -> str:

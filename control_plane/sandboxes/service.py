@@ -10,7 +10,12 @@ pause, resume or deletion is never run twice.
 there is adopted, a sandbox whose process vanished is MISSING, one failing its health check
 for `health_grace` seconds is ERROR (both read-only from then on, SPEC 3.1; their process and
 files are cleaned up, the transcript stays in the store), a start whose launcher died is taken
-over.
+over, a pause whose control plane died half-way is finished.
+
+Clean-up (`clean_up`) follows every ERROR and MISSING: the process or container, the files or
+volume go, the workspace archived first. A row keeps `cleanup_after` until that succeeded, so a
+clean-up that failed (Docker away, a volume still in use) is tried again by the reconciler, and
+at once when the user deletes the sandbox: nothing of a sandbox is left for ever.
 
 A status change with a reason (`models.SandboxReason`) is also told to each conversation of
 the sandbox, as a ConversationStateUpdateEvent (key `sandbox_status`) in its stored events: the
@@ -24,6 +29,7 @@ import contextlib
 import logging
 import uuid
 from collections.abc import AsyncIterator, Callable
+from datetime import timedelta
 from pathlib import Path
 
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -43,6 +49,8 @@ logger = logging.getLogger(__name__)
 
 #: The key of the state updates that tell a conversation its sandbox's status changed.
 NOTICE_KEY = "sandbox_status"
+#: Seconds before a clean-up that failed (Docker away, a volume still in use) is tried again.
+CLEANUP_RETRY = 60.0
 
 
 def handle_of(row: SandboxRow) -> Handle | None:
@@ -228,6 +236,9 @@ class SandboxService:
 
         Runs in flight are paused by the agent server first (between steps, `pause_grace` at
         most), then the sandbox is frozen: nothing is cut mid-step that had time to finish.
+        The pause is recorded as under way first (`pausing_reason`), so a control plane that
+        dies half-way leaves a sandbox the next one finishes pausing (`_check`), not one it
+        takes for hung.
         `when`: a condition on the current row (a timer still due); not met, nothing happens.
         `brief`: the refreeze after a brief thaw (no notice, no runs touched)."""
         async with self._guard(row.id):
@@ -240,15 +251,26 @@ class SandboxService:
                 self._refuse(row, "paused")
             handle = handle_of(row)
             assert handle is not None
-            if not brief:
-                await self._quiesce(row)
+            await rows.set_fields(self.db, row.id, pausing_reason=reason.value,
+                                  pausing_detail=detail)
             try:
-                await self.provider.pause(handle)
-            except ProviderError as exc:
-                await self._set(row.id, SandboxStatus.ERROR, SandboxReason.UNHEALTHY, str(exc))
-                raise Conflict(f"sandbox {row.id} cannot be paused: {exc}") from None
-            await self._set(row.id, SandboxStatus.PAUSED, reason, detail, announce=not brief)
+                await self._freeze(row, handle, reason, detail, brief=brief)
+            except Exception:  # not under way any more (a shutdown's cancellation leaves it)
+                await rows.set_fields(self.db, row.id, pausing_reason=None, pausing_detail=None)
+                raise
             return await self._current(row.id)
+
+    async def _freeze(self, row: SandboxRow, handle: Handle, reason: SandboxReason,
+                      detail: str | None, *, brief: bool = False) -> None:
+        """The pause's work, under the guard: runs paused, the sandbox frozen, PAUSED stored."""
+        if not brief:
+            await self._quiesce(row)
+        try:
+            await self.provider.pause(handle)
+        except ProviderError as exc:
+            await self._set(row.id, SandboxStatus.ERROR, SandboxReason.UNHEALTHY, str(exc))
+            raise Conflict(f"sandbox {row.id} cannot be paused: {exc}") from None
+        await self._set(row.id, SandboxStatus.PAUSED, reason, detail, announce=not brief)
 
     async def resume(self, row: SandboxRow, reason: SandboxReason = SandboxReason.USER, *,
                      brief: bool = False) -> SandboxRow:
@@ -333,15 +355,15 @@ class SandboxService:
     async def destroy(self, row: SandboxRow, reason: SandboxReason = SandboxReason.USER,
                       detail: str = "deleted") -> None:
         """MISSING first (so nothing new is placed there, and a start in flight stops its own
-        process when it ends), then the provider cleans up once the guard is free."""
+        process when it ends), then the provider cleans up once the guard is free. A sandbox
+        already ERROR or MISSING whose remains are still there (its clean-up failed) is
+        cleaned up now."""
         row = await self._current(row.id)
-        if row.status is SandboxStatus.MISSING:
+        if row.status is SandboxStatus.MISSING and row.cleanup_after is None:
             return
-        await self._set(row.id, SandboxStatus.MISSING, reason, detail, unless_terminal=False)
-        async with self._guard(row.id):
-            row = await self._current(row.id)
-            await self._cleanup(row)
-        self._locks.pop(row.id, None)  # MISSING is final: nothing waits on this lock again
+        if row.status is not SandboxStatus.MISSING:
+            await self._set(row.id, SandboxStatus.MISSING, reason, detail, unless_terminal=False)
+        await self.clean_up(row.id, due_only=False)
 
     async def expire(self, row: SandboxRow, detail: str, *,
                      when: Callable[[SandboxRow], bool]) -> bool:
@@ -358,8 +380,40 @@ class SandboxService:
                 await events.remove(self.db, conversation_id)
             await self._set(row.id, SandboxStatus.MISSING, SandboxReason.DELETION_TIME, detail,
                             unless_terminal=False)
-            await self._cleanup(row)
+            await self._clean(await self._current(row.id))
         self._locks.pop(row.id, None)
+        return True
+
+    async def clean_up(self, sandbox_id: str, *, wait: bool = True,
+                       due_only: bool = True) -> None:
+        """Remove what is left of an ERROR or MISSING sandbox (`cleanup_after`): its process
+        or container, its files or volume (the workspace archived first). `due_only`: only
+        once `cleanup_after` has come (the reconciler); `wait` False: not when another acts
+        on it right now."""
+        async with self._guard(sandbox_id, wait=wait) as mine:
+            if not mine:
+                return
+            row = await rows.get(self.db, sandbox_id)
+            if row is None or not row.status.terminal or row.cleanup_after is None:
+                return
+            if due_only and row.cleanup_after > now():
+                return
+            await self._clean(row)
+        if row.status is SandboxStatus.MISSING:
+            self._locks.pop(sandbox_id, None)  # final: nothing waits on this lock again
+
+    async def _clean(self, row: SandboxRow) -> bool:
+        """`_cleanup` under the guard, its outcome stored: done, or to be tried again
+        `CLEANUP_RETRY` seconds later (Docker away, a volume held by another container)."""
+        try:
+            await self._cleanup(row)
+        except Exception as exc:
+            logger.warning("cleaning up sandbox %s failed (tried again in %g s): %s", row.id,
+                           CLEANUP_RETRY, exc)
+            await rows.set_fields(self.db, row.id,
+                                  cleanup_after=now() + timedelta(seconds=CLEANUP_RETRY))
+            return False
+        await rows.set_fields(self.db, row.id, cleanup_after=None)
         return True
 
     async def _cleanup(self, row: SandboxRow) -> None:
@@ -378,7 +432,12 @@ class SandboxService:
         """One look at one sandbox: adopt it, start it again, or record that it drifted.
 
         `adopting`: the first look after this control plane started, when a RUNNING sandbox
-        found frozen is one whose pause was cut short (PAUSED), not a hung one."""
+        found frozen is one whose pause was cut short (PAUSED), not a hung one (a pause under
+        way is recorded in the row, `pausing_reason`, so any control plane finishes it; this
+        covers rows from before that record).
+
+        An ERROR or MISSING sandbox is not looked at here; its remains are removed by
+        `clean_up`."""
         relaunch: SandboxRow | None = None
         async with self._guard(sandbox_id, wait=False) as mine:
             if not mine:
@@ -412,6 +471,19 @@ class SandboxService:
             await self._lost(row, SandboxStatus.MISSING, SandboxReason.VANISHED,
                              "the sandbox's process is gone: its conversations are read-only")
             return
+        if (row.status is SandboxStatus.RUNNING and row.pausing_reason is not None
+                and liveness in (Liveness.STOPPED, Liveness.ALIVE)):
+            # A pause whose control plane died half-way: frozen already (only PAUSED was not
+            # stored yet) or not; either way it is finished here, with its reason.
+            logger.info("finishing the pause of sandbox %s (its control plane stopped half-way)",
+                        row.id)
+            if liveness is Liveness.STOPPED:
+                await self._set(row.id, SandboxStatus.PAUSED, row.pausing_reason,
+                                row.pausing_detail)
+            else:
+                with contextlib.suppress(Conflict):  # cannot be frozen: ERROR, stored
+                    await self._freeze(row, handle, row.pausing_reason, row.pausing_detail)
+            return
         if liveness is Liveness.STOPPED and row.status is not SandboxStatus.RUNNING:
             return  # paused, as it should be
         if liveness is Liveness.STOPPED and adopting:
@@ -437,12 +509,10 @@ class SandboxService:
     async def _lost(self, row: SandboxRow, status: SandboxStatus, reason: SandboxReason,
                     detail: str) -> None:
         """Terminal: recorded (and told), then whatever is left of it is cleaned up (its
-        workspace archived); the transcript stays in the store."""
+        workspace archived; tried again later if that fails); the transcript stays in the
+        store."""
         await self._set(row.id, status, reason, detail)
-        try:
-            await self._cleanup(row)
-        except Exception:
-            logger.exception("cleaning up sandbox %s failed", row.id)
+        await self._clean(row)
 
     async def adopt(self) -> None:
         """After a (re)start: one look at every live sandbox (see `reconcile`)."""

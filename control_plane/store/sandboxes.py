@@ -42,13 +42,22 @@ class SandboxRow:
     """Wall-clock time before which no reconciler round looks at it again."""
     reconciled_by: str | None = None
     """The control plane that claimed its last reconciler round."""
+    cleanup_after: datetime | None = None
+    """ERROR or MISSING with remains (process, container, volume, files) still to be removed:
+    the reconciler removes them from then on (set when it became terminal, moved later when a
+    clean-up failed); None once they are gone."""
+    pausing_reason: SandboxReason | None = None
+    """A pause under way, recorded before its runs are paused and the sandbox frozen: a control
+    plane that finds it so (its pauser died) finishes the pause."""
+    pausing_detail: str | None = None
 
     @classmethod
     def of(cls, row: Any) -> SandboxRow:
         data = dict(row._mapping)
         data["status"] = SandboxStatus(data["status"])
-        reason = data.get("status_reason")
-        data["status_reason"] = SandboxReason(reason) if reason else None
+        for name in ("status_reason", "pausing_reason"):
+            reason = data.get(name)
+            data[name] = SandboxReason(reason) if reason else None
         return cls(**data)
 
 
@@ -107,15 +116,19 @@ async def set_status(db: Database, sandbox_id: str, status: SandboxStatus,
                      detail: str | None = None, *, reason: SandboxReason | None = None,
                      unless_terminal: bool = True) -> bool:
     """Move to `status` for `reason`; a terminal status (ERROR, MISSING) is never left. True
-    when changed. A health check's failure (`unhealthy_since`) ends with any change."""
+    when changed. A health check's failure (`unhealthy_since`) and a pause under way end with
+    any change; a terminal status leaves remains to clean up (`cleanup_after`)."""
     query = update(sandboxes).where(sandboxes.c.id == sandbox_id)
     if unless_terminal:
         query = query.where(sandboxes.c.status.not_in(
             [SandboxStatus.ERROR.value, SandboxStatus.MISSING.value]))
     moment = now()
     values: dict[str, Any] = {"status": status.value, "status_detail": detail, "updated_at": moment,
-                              "unhealthy_since": None}
+                              "unhealthy_since": None, "pausing_reason": None,
+                              "pausing_detail": None}
     values["status_reason"] = None if reason is None else reason.value
+    if status.terminal:
+        values["cleanup_after"] = moment
     # The timers start when the status is entered, not when it is stored again (adoption).
     if status is SandboxStatus.RUNNING:
         values["running_since"] = case(
@@ -128,6 +141,23 @@ async def set_status(db: Database, sandbox_id: str, status: SandboxStatus,
              sandboxes.c.paused_at), else_=moment)
     async with db.begin() as conn:
         done = await conn.execute(query.values(**values))
+    return bool(done.rowcount)
+
+
+async def retire_in(conn: AsyncConnection, sandbox_id: str, reason: SandboxReason,
+                    detail: str) -> bool:
+    """MISSING (its remains to clean up) inside the caller's transaction, only when no
+    conversation is in it any more: the caller holds the user's lock, so no placement can take
+    it meanwhile. True when it was retired."""
+    moment = now()
+    taken = select(app_conversations.c.id).where(app_conversations.c.sandbox_id == sandbox_id)
+    done = await conn.execute(
+        update(sandboxes)
+        .where(sandboxes.c.id == sandbox_id,
+               sandboxes.c.status != SandboxStatus.MISSING.value, ~taken.exists())
+        .values(status=SandboxStatus.MISSING.value, status_reason=reason.value,
+                status_detail=detail, updated_at=moment, unhealthy_since=None,
+                pausing_reason=None, pausing_detail=None, cleanup_after=moment))
     return bool(done.rowcount)
 
 
@@ -175,18 +205,23 @@ async def live_count(conn: AsyncConnection, user_id: str) -> int:
     return int(value or 0)
 
 
-async def claim_round(db: Database, holder: str, moment: datetime, interval: float) -> list[str]:
-    """The live sandboxes due for a reconciler round, claimed by `holder` until `interval`
-    seconds from `moment` (wall-clock time): two control planes never look at one sandbox in
-    the same round (the second's UPDATE finds the rows no longer due)."""
+async def claim_round(db: Database, holder: str, moment: datetime, interval: float, *,
+                      cleanup_due: datetime) -> list[str]:
+    """The sandboxes due for a reconciler round (live ones, and terminal ones whose clean-up is
+    due at `cleanup_due`, lifecycle time), claimed by `holder` until `interval` seconds from
+    `moment` (wall-clock time): two control planes never look at one sandbox in the same round
+    (the second's UPDATE finds the rows no longer due)."""
     following = moment + timedelta(seconds=interval)
     live = [SandboxStatus.STARTING.value, SandboxStatus.RUNNING.value, SandboxStatus.PAUSED.value]
+    wanted = or_(sandboxes.c.status.in_(live),
+                 and_(sandboxes.c.cleanup_after.is_not(None),
+                      sandboxes.c.cleanup_after <= cleanup_due))
     async with db.begin() as conn:
         await conn.execute(update(sandboxes).where(
-            sandboxes.c.status.in_(live),
+            wanted,
             or_(sandboxes.c.reconcile_after.is_(None), sandboxes.c.reconcile_after <= moment))
             .values(reconcile_after=following, reconciled_by=holder))
         found = await conn.scalars(select(sandboxes.c.id).where(
             sandboxes.c.reconciled_by == holder, sandboxes.c.reconcile_after == following,
-            sandboxes.c.status.in_(live)).order_by(sandboxes.c.created_at))
+            wanted).order_by(sandboxes.c.created_at))
         return list(found)

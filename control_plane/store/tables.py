@@ -103,6 +103,9 @@ sandboxes = Table(
     Column("unhealthy_since", UTCDateTime),
     Column("reconcile_after", UTCDateTime),
     Column("reconciled_by", String(64)),
+    Column("cleanup_after", UTCDateTime, index=True),
+    Column("pausing_reason", String(16)),
+    Column("pausing_detail", Text),
 )
 
 start_tasks = Table(
@@ -116,6 +119,7 @@ start_tasks = Table(
     Column("sandbox_id", ID),
     Column("created_at", UTCDateTime, nullable=False),
     Column("updated_at", UTCDateTime, nullable=False),
+    Column("made_sandbox", Boolean, nullable=False, default=False, server_default=false()),
 )
 
 app_conversations = Table(

@@ -34,6 +34,8 @@ class TaskRow:
     sandbox_id: str | None
     created_at: datetime
     updated_at: datetime
+    made_sandbox: bool = False
+    """The placement's sandbox was made for this task (removed with it when it fails)."""
 
     @classmethod
     def of(cls, row: Any) -> TaskRow:

@@ -21,6 +21,17 @@ from core.retry import Clock
 from tests.support.llm import free_port
 
 
+class ShiftedClock(Clock):
+    """The system's time, moved on by `offset` seconds when the test says so (the lifecycle's
+    timers come due without waiting; time still passes)."""
+
+    def __init__(self) -> None:
+        self.offset = 0.0
+
+    def time(self) -> float:
+        return time.time() + self.offset
+
+
 def make_config(state_dir: Path, database_url: str | None = None, host: str = "127.0.0.1",
                 **extra: Any) -> Config:
     port = free_port()

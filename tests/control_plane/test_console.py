@@ -6,6 +6,7 @@ Screenshots of each page are kept for review under `artifacts/console/` (gitigno
 from __future__ import annotations
 
 import io
+import signal
 import threading
 import zipfile
 from collections.abc import Iterator
@@ -15,8 +16,9 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Browser, ConsoleMessage, Page, expect, sync_playwright
 
-from tests.control_plane.support import (ControlPlane, configure_llm, conversation, make_config,
-                                         start, wait_for)
+from control_plane.sandboxes import procfs
+from tests.control_plane.support import (ControlPlane, ShiftedClock, configure_llm, conversation,
+                                         make_config, sandbox_pid, start, wait_for)
 from tests.control_plane.test_console_api import agent_sockets
 from tests.control_plane.test_flow import bare_repository
 from tests.support.llm import Reply, ScriptedLLM, call, text
@@ -41,11 +43,17 @@ def browser() -> Iterator[Browser]:
 
 
 @pytest.fixture
-def plane(tmp_path: Path) -> Iterator[ControlPlane]:
+def clock() -> ShiftedClock:
+    return ShiftedClock()
+
+
+@pytest.fixture
+def plane(tmp_path: Path, clock: ShiftedClock) -> Iterator[ControlPlane]:
+    """Idle pause after 30 minutes (the default) of the clock the test may move on."""
     bare_repository(tmp_path / "forge", "acme/demo")
-    config = make_config(tmp_path / "cp",
+    config = make_config(tmp_path / "cp", idle_seconds=1800,
                          repository_url_template=f"file://{tmp_path}/forge/{{repository}}.git")
-    server = ControlPlane(config).start()
+    server = ControlPlane(config, clock).start()
     yield server
     server.stop()
 
@@ -77,8 +85,8 @@ def watch(page: Page) -> list[str]:
     return problems
 
 
-def test_the_console_end_to_end(plane: ControlPlane, llm: ScriptedLLM, key: str,
-                                browser: Browser) -> None:
+def test_the_console_end_to_end(plane: ControlPlane, clock: ShiftedClock, llm: ScriptedLLM,
+                                key: str, browser: Browser) -> None:
     shot = Shots("walkthrough")
     api_key = new_user(plane, "alice")
     api = plane.client(api_key)
@@ -233,44 +241,63 @@ def test_the_console_end_to_end(plane: ControlPlane, llm: ScriptedLLM, key: str,
     expect(page.locator(f"tr[data-sandbox-id='{sid}']")).to_have_count(2)
     shot(page, "08-conversations-grouped")
 
-    # Sandboxes: two conversations in one; pause, resume, delete after typing its id.
+    # Sandboxes: two conversations in one; pause, resume, delete after typing its id. Each
+    # card says why its sandbox is in its status.
     page.get_by_role("link", name="Sandboxes").click()
     card = page.locator(f"li[data-sandbox-id='{sid}']")
     expect(card).to_contain_text("Conversations2")
     expect(card.locator(".meta")).not_to_contain_text("Pauses when idle at—")
     card.get_by_role("button", name="Pause").click()
     expect(card.locator("h2")).to_contain_text("PAUSED")
+    expect(card.locator(".why-line")).to_have_text("Paused: you paused it")
     expect(card).not_to_contain_text("Deleted at—")
     shot(page, "09-sandboxes-paused")
     card.get_by_role("button", name="Resume").click()
     expect(card.locator("h2")).to_contain_text("RUNNING")
+    expect(card.locator(".why-line")).to_have_text("Running: you resumed it")
     card.get_by_label(f"Type the sandbox id ({sid}) to delete it").fill("some-other-id")
     card.get_by_role("button", name="Delete sandbox").click()
     expect(page.locator("#notice")).to_contain_text("nothing was deleted")
     assert api.get("/api/v1/sandboxes", params={"id": sid}).json()[0]["status"] == "RUNNING"
+
+    # Half an hour without activity: the reconciler pauses it, and the card says so.
+    clock.offset = 1800
+    wait_for(lambda: api.get("/api/v1/sandboxes", params={"id": sid}).json()[0]["status"] == "PAUSED",
+             30, what="the idle pause")
+    page.reload()
+    expect(card.locator(".why-line")).to_have_text("Paused: idle for 30 min")
+    shot(page, "10-sandboxes-idle")
     card.get_by_label(f"Type the sandbox id ({sid}) to delete it").fill(sid)
     card.get_by_role("button", name="Delete sandbox").click()
     expect(card.locator("h2")).to_contain_text("MISSING")
-    shot(page, "10-sandboxes-deleted")
+    expect(card.locator(".why-line")).to_have_text("Missing: you deleted it")
+    shot(page, "11-sandboxes-deleted")
 
-    # Its conversations are read-only now; the transcript stays.
+    # Its conversations are read-only now, saying why; the transcript stays, with each change
+    # of the sandbox's status in it where it happened.
     page.goto(f"{plane.url}/#/conversations/{cid}")
-    expect(page.get_by_role("alert")).to_contain_text("Read-only: the sandbox is MISSING")
+    expect(page.get_by_role("alert")).to_contain_text(
+        "Read-only: the sandbox is MISSING (you deleted it)")
+    expect(page.locator(".meta")).to_contain_text("MISSING you deleted it")
     expect(page.get_by_role("button", name="Send")).to_be_disabled()
     expect(page.get_by_role("button", name="Pause")).to_be_disabled()
     expect(page.locator(".event-action .call", has_text="approved.txt")).to_be_visible()
-    shot(page, "11-conversation-read-only")
+    expect(page.locator(".event-sandbox .text")).to_have_text([
+        "Paused: you paused it", "Running: you resumed it", "Paused: idle for 30 min",
+        "Missing: you deleted it"])
+    page.locator(".event-sandbox").nth(2).scroll_into_view_if_needed()
+    shot(page, "12-conversation-read-only")
     assert conversation(api, cid)["sandbox_status"] == "MISSING"
 
     # At phone width nothing runs off the side.
     page.set_viewport_size({"width": 390, "height": 844})
     page.get_by_role("link", name="Conversations").click()
     expect(page.locator("tbody tr")).to_have_count(2)
-    shot(page, "12-conversations-phone")
+    shot(page, "13-conversations-phone")
     assert page.evaluate("document.documentElement.scrollWidth") <= 390
     page.goto(f"{plane.url}/#/conversations/{cid}")
     expect(page.locator(".event-action").first).to_be_visible()
-    shot(page, "13-conversation-phone")
+    shot(page, "14-conversation-phone")
     assert page.evaluate("document.documentElement.scrollWidth") <= 390
 
     page.get_by_role("button", name="Sign out").click()
@@ -330,4 +357,24 @@ def test_streaming_text_shows_as_it_is_written(plane: ControlPlane, llm: Scripte
     assert conversation(api, cid)["execution_status"] in ("RUNNING", "FINISHED")
     page.context.close()
     wait_for(lambda: agent_sockets(api, sid) == 0, 30, what="the socket to close")
+    assert problems == []
+
+    # The sandbox's process vanishes while the conversation is open: the page says so, and why.
+    page = browser.new_context(viewport={"width": 1200, "height": 900}).new_page()
+    page.set_default_timeout(20_000)
+    problems = watch(page)
+    page.goto(plane.url + "/")
+    page.get_by_label("Account key").fill(api_key)
+    page.get_by_role("button", name="Sign in").click()
+    expect(page.get_by_role("heading", name="Conversations", exact=True)).to_be_visible()
+    page.goto(f"{plane.url}/#/conversations/{cid}")
+    expect(page.locator(".meta")).to_contain_text("live")
+    procfs.signal_group(sandbox_pid(plane, sid), signal.SIGKILL)
+    expect(page.locator(".event-sandbox .text")).to_have_text(
+        ["Missing: the sandbox's process vanished"], timeout=SLOW)
+    expect(page.get_by_role("alert")).to_contain_text(
+        "Read-only: the sandbox is MISSING (the sandbox's process vanished)")
+    expect(page.get_by_role("button", name="Send")).to_be_disabled()
+    shot(page, "03-sandbox-vanished")
+    page.context.close()
     assert problems == []

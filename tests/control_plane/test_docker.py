@@ -30,7 +30,9 @@ from control_plane.sandboxes.docker import (
     plane_label,
 )
 from control_plane.sandboxes.provider import Launch, Liveness, ProviderError
-from tests.control_plane.support import ControlPlane, configure_llm, make_config, start, wait_for
+from control_plane.sandboxes.service import CLEANUP_RETRY
+from tests.control_plane.support import (ControlPlane, ShiftedClock, configure_llm, make_config,
+                                         start, wait_for)
 from tests.control_plane.test_flow import bare_repository, delete_last_conversation, whole_flow
 from tests.support import docker as docker_support
 from tests.support.llm import ScriptedLLM, call, free_port
@@ -198,9 +200,10 @@ def test_containers_are_adopted_after_a_restart(tmp_path: Path, sandbox_image: s
             assert container_of(engine, paused).attrs["State"]["Paused"] is False
         finally:
             second.stop()
-        # Stopped with its sandboxes this time: their containers and volumes are gone.
+        # Stopped with its sandboxes this time: their containers and volumes are gone, the
+        # removed one's volume too (cleaned up when it was found MISSING).
         assert engine.containers.list(all=True, filters={"label": label}) == []
-        assert {v.name for v in engine.volumes.list(filters={"label": label})} <= {name_of(removed)}
+        assert engine.volumes.list(filters={"label": label}) == []
     finally:
         docker_support.remove_labelled(engine, label)
 
@@ -255,3 +258,68 @@ async def test_the_provider_finds_its_containers_and_reports_a_failed_start(
         await first.close()
         await second.close()
         docker_support.remove_labelled(engine, f"{LABEL_PLANE}={plane}")
+
+
+def test_what_a_vanished_container_leaves_is_cleaned_up(tmp_path: Path, sandbox_image: str,
+                                                        bridge_llm: ScriptedLLM, key: str,
+                                                        engine: docker.DockerClient) -> None:
+    """A container removed behind the control plane's back: its sandbox is MISSING (read-only,
+    the transcript kept) and its volume goes too, the workspace archived first (SPEC 3.1: after
+    clean-up, workspace files and sandbox state are not kept). When Docker refuses that
+    clean-up (here: another container holds the volume), the volume is not left for ever: the
+    user's delete removes it, or the reconciler once the retry is due."""
+    clock = ShiftedClock()
+    config = docker_config(tmp_path / "cp", sandbox_image)
+    label = f"{LABEL_PLANE}={plane_label(config.db_url)}"
+    plane = ControlPlane(config, clock).start()
+    holders: list[Container] = []
+    try:
+        client = plane.client(plane.new_user("erin"))
+        configure_llm(client, bridge_llm.base_url(key, host=HOST_ALIAS),
+                      grouping_strategy="NO_GROUPING")
+        plain, deleted, retried = (start(client)["sandbox_id"] for _ in range(3))
+        archives = plane.config.state_dir / "archives"
+
+        def volume(sid: str) -> bool:
+            return bool(engine.volumes.list(filters={"name": name_of(sid), "label": label}))
+
+        def missing(sid: str) -> dict[str, Any] | None:
+            found: dict[str, Any] = client.get("/api/v1/sandboxes", params={"id": sid}).json()[0]
+            return found if found["status"] == "MISSING" else None
+
+        # Removed by hand: MISSING, and its volume goes with it (the workspace archived).
+        container_of(engine, plain).remove(force=True)
+        record = wait_for(lambda: missing(plain), 30, what="MISSING")
+        assert record["status_reason"] == "VANISHED"
+        wait_for(lambda: not volume(plain), 30, what="the volume to go")
+        assert (archives / f"{plain}.tar.gz").exists()
+
+        # The same while another container holds the volume: Docker refuses to remove it.
+        for sid in (deleted, retried):
+            holders.append(engine.containers.create(  # at the image's VOLUME: no anonymous one
+                sandbox_image, command="true",
+                volumes={name_of(sid): {"bind": "/var/lib/agent-server"}}))
+            container_of(engine, sid).remove(force=True)
+        for sid in (deleted, retried):
+            wait_for(lambda: missing(sid), 30, what="MISSING")
+        time.sleep(1.0)  # several reconciler rounds: nothing retried before it is due
+        assert volume(deleted) and volume(retried)
+        for holder in holders:
+            holder.remove(force=True, v=True)
+
+        # The user deletes the sandbox: what was left goes at once.
+        r = client.delete(f"/api/v1/sandboxes/{deleted}", params={"sandbox_id": deleted})
+        assert r.status_code == 200, r.text
+        assert not volume(deleted) and (archives / f"{deleted}.tar.gz").exists()
+        assert missing(deleted)["status_reason"] == "VANISHED"  # MISSING stays as it was told
+        # The other is tried again by the reconciler once the retry is due.
+        assert volume(retried)
+        clock.offset = CLEANUP_RETRY
+        wait_for(lambda: not volume(retried), 30, what="the retried clean-up")
+        assert engine.containers.list(all=True, filters={"label": label}) == []
+    finally:
+        for holder in holders:
+            with contextlib.suppress(docker.errors.NotFound):
+                holder.remove(force=True, v=True)
+        plane.stop()
+        docker_support.remove_labelled(engine, label)

@@ -1,9 +1,11 @@
 """The control plane SIGKILLed mid start task and mid run, then restarted on the same state:
 tasks complete or end ERROR, running sandboxes are adopted (same process), vanished ones are
-MISSING, and not one event is lost or stored twice."""
+MISSING, and not one event is lost or stored twice. A start carried on after a restart that
+then fails leaves no sandbox behind."""
 
 from __future__ import annotations
 
+import asyncio
 import signal
 import time
 from collections.abc import Iterator
@@ -12,10 +14,13 @@ from typing import Any
 
 import httpx
 import pytest
+from sqlalchemy import select
 
 from control_plane.sandboxes import procfs
+from control_plane.store import Database
+from control_plane.store.tables import start_tasks
 from tests.control_plane.planes import PlaneProcess, kill_sandboxes, sandbox_pids
-from tests.control_plane.support import configure_llm, wait_for, wait_task
+from tests.control_plane.support import ControlPlane, configure_llm, make_config, wait_for, wait_task
 from tests.support.llm import ScriptedLLM, call
 
 pytestmark = pytest.mark.e2e
@@ -89,3 +94,58 @@ def run_and_kill(plane: PlaneProcess, client: httpx.Client, llm: ScriptedLLM, ke
     ids = wait_for(stored, 90, interval=0.5, what="the webhook to catch up")
     assert ids == expected and len(set(ids)) == len(ids)
     assert sum(1 for e in agent.json()["items"] if e["kind"] == "ActionEvent") == 3
+
+
+def test_a_start_taken_over_that_fails_removes_the_sandbox_it_made(tmp_path: Path) -> None:
+    """A start placed (its sandbox made) by one control plane and carried on by the next after
+    a stop: when it then fails (its repository cannot be cloned), the sandbox made for it goes
+    too, though the process that ended it is not the one that made it."""
+    config = make_config(tmp_path / "cp", stop_sandboxes_on_exit=False,
+                         repository_url_template=f"file://{tmp_path}/forge/{{repository}}.git")
+    first = ControlPlane(config).start()
+    user = first.new_user("erin")
+    client = first.client(user)
+    configure_llm(client, "http://127.0.0.1:9/v1")  # never reached: the clone fails first
+    body = {"selected_repository": "acme/absent",
+            "initial_message": {"content": [{"type": "text", "text": "go"}], "run": True}}
+    task_id = client.post("/api/v1/app-conversations", json=body).json()["id"]
+
+    def stage() -> str:
+        found: str = client.get("/api/v1/app-conversations/start-tasks",
+                                params={"ids": task_id}).json()[0]["status"]
+        return found
+    wait_for(lambda: stage() == "WAITING_FOR_SANDBOX", 30, interval=0.005,
+             what="the placement")
+    first.stop()  # mid-start: placed, its sandbox booting
+    [placed] = stored(config.db_url, select(start_tasks).where(start_tasks.c.id == task_id))
+    assert placed.status not in ("READY", "ERROR") and placed.made_sandbox, placed
+    sid = placed.sandbox_id
+
+    second = ControlPlane(config.model_copy(update={"stop_sandboxes_on_exit": True})).start()
+    try:
+        client = second.client(user)
+        task = wait_task(client, task_id)
+        assert task["status"] == "ERROR" and "acme/absent could not be cloned" in task["detail"]
+        record = client.get("/api/v1/sandboxes", params={"id": sid}).json()[0]
+        assert (record["status"], record["status_reason"]) == ("MISSING", "START_FAILED"), record
+        assert record["conversation_count"] == 0
+        assert client.get("/api/v1/sandboxes/search",
+                          params={"status": "RUNNING"}).json()["items"] == []
+        # Its agent server is gone and its directory too (the workspace archived).
+        assert not [pid for pid in sandbox_pids(config.state_dir).values()
+                    if procfs.state(pid) not in (None, "Z")]
+        assert not (config.state_dir / "sandboxes" / sid).exists()
+        assert (config.state_dir / "archives" / f"{sid}.tar.gz").exists()
+    finally:
+        second.stop()
+
+
+def stored(url: str, statement: Any) -> list[Any]:
+    async def run() -> list[Any]:
+        db = Database(url)
+        try:
+            async with db.connect() as conn:
+                return list(await conn.execute(statement))
+        finally:
+            await db.close()
+    return asyncio.run(run())

@@ -2,11 +2,15 @@
 once spread over both, one of them SIGKILLed in the middle. Every start ends READY or ERROR
 exactly once (none lost, none placed twice), no sandbox is over its grouping capacity, and the
 survivor takes over the dead one's leases; a webhook batch is taken by whichever process gets
-it."""
+it. A pause cut short by a SIGKILL is finished by the other process."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import signal
+import threading
+import time
 from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -17,9 +21,10 @@ import httpx
 import pytest
 from sqlalchemy import func, select
 
+from control_plane.sandboxes import procfs
 from control_plane.store import Database
-from control_plane.store.tables import app_conversations, leases, start_tasks
-from tests.control_plane.planes import PlaneProcess, kill_sandboxes, several
+from control_plane.store.tables import app_conversations, leases, sandboxes, start_tasks
+from tests.control_plane.planes import PlaneProcess, kill_sandboxes, sandbox_pids, several
 from tests.control_plane.postgres import PostgresServer
 from tests.control_plane.support import configure_llm, wait_for
 from tests.support.llm import ScriptedLLM, call
@@ -119,5 +124,86 @@ def test_two_planes_one_database_and_a_sigkill_mid_burst(planes: list[PlaneProce
     # The survivor took B's leases over and released them when done.
     assert query(url, select(func.count()).select_from(leases)
                  .where(leases.c.kind == "start-task"))[0][0] == 0
+    ca.close()
+    cb.close()
+
+
+@pytest.fixture
+def strict_planes(tmp_path: Path, postgres: PostgresServer) -> Iterator[list[PlaneProcess]]:
+    """Two planes that hold a frozen RUNNING sandbox for hung after one second."""
+    found = several(tmp_path, postgres.new_database(), 2, lease_seconds="2",
+                    lifecycle_interval="0.5", health_grace="1", pause_grace="30")
+    yield found
+    for plane in found:
+        plane.stop()
+    for plane in found:
+        kill_sandboxes(plane.state_dir)
+
+
+def test_a_pause_cut_short_by_a_sigkill_is_finished_by_the_other(
+        strict_planes: list[PlaneProcess], llm: ScriptedLLM, key: str) -> None:
+    """B pauses a sandbox with a run in flight and is SIGKILLed once the sandbox is frozen but
+    before PAUSED is stored. A finds the pause recorded as under way and finishes it (PAUSED,
+    with the user's reason), instead of taking the frozen sandbox for hung (ERROR after the
+    grace); resuming through A continues the run to its end."""
+    a, b = strict_planes
+    url = a.env["CONTROL_PLANE_DATABASE_URL"]
+    headers = {"Authorization": f"Bearer {a.new_key('bob')}"}
+    ca = httpx.Client(base_url=a.url, headers=headers, timeout=30)
+    cb = httpx.Client(base_url=b.url, headers=headers, timeout=60)
+    configure_llm(ca, llm.base_url(key), tools=["terminal"])
+    slow = call("terminal", command="echo two")
+    slow.delay = 4.0
+    llm.script(key, call("terminal", command="echo one"), slow, call("finish", message="done"))
+    task_id = cb.post("/api/v1/app-conversations", json={"initial_message": {
+        "content": [{"type": "text", "text": "go"}], "run": True}}).json()["id"]
+    task = wait_for(lambda: (t := tasks_of(ca, [task_id])[0])["status"] == "READY" and t, 60,
+                    what="the start")
+    cid, sid = task["app_conversation_id"], task["sandbox_id"]
+
+    def actions() -> int:
+        n: int = ca.get(f"/api/v1/conversation/{cid}/events/count",
+                        params={"kind__eq": "ActionEvent"}).json()["count"]
+        return n
+    wait_for(lambda: actions() >= 1, 60, what="the first step")
+
+    # B pauses it while the model answers its slow reply: the run is asked to pause first.
+    def pause() -> None:
+        with contextlib.suppress(httpx.HTTPError):
+            cb.post(f"/api/v1/sandboxes/{sid}/pause")
+    pauser = threading.Thread(target=pause)
+    pauser.start()
+    wait_for(lambda: query(url, select(app_conversations.c.resume_run)
+                           .where(app_conversations.c.id == cid))[0][0], 30,
+             what="B to pause the run")
+    [row] = query(url, select(sandboxes.c.status, sandboxes.c.pausing_reason)
+                  .where(sandboxes.c.id == sid))
+    assert (row.status, row.pausing_reason) == ("RUNNING", "USER")
+    # Frozen (as B's provider would), and B dies before it stores PAUSED.
+    pid = {**sandbox_pids(a.state_dir), **sandbox_pids(b.state_dir)}[sid]
+    procfs.signal_group(pid, signal.SIGSTOP)
+    b.kill()
+    pauser.join(30)
+
+    def status() -> dict[str, Any]:
+        found: dict[str, Any] = ca.get("/api/v1/sandboxes", params={"id": sid}).json()[0]
+        return found
+    record = wait_for(lambda: (s := status())["status"] != "RUNNING" and s, 30,
+                      what="A to look at the sandbox")
+    time.sleep(2.0)  # twice the health grace: a hung sandbox would be ERROR by now
+    record = status()
+    assert (record["status"], record["status_reason"]) == ("PAUSED", "USER"), record
+    assert procfs.state(pid) == "T"
+    notices = [e["value"] for e in ca.get(f"/api/v1/conversation/{cid}/events/search",
+                                          params={"limit": 1000}).json()["items"]
+               if e["kind"] == "ConversationStateUpdateEvent" and e["key"] == "sandbox_status"]
+    assert [(n["status"], n["reason"]) for n in notices] == [("PAUSED", "USER")]
+
+    # Resumed through A: the run B paused goes on to its end.
+    r = ca.post(f"/api/v1/sandboxes/{sid}/resume")
+    assert r.status_code == 200 and r.json()["status"] == "RUNNING", r.text
+    wait_for(lambda: ca.get("/api/v1/app-conversations", params={"ids": cid})
+             .json()[0]["execution_status"] == "FINISHED", 60, what="the run to finish")
+    wait_for(lambda: actions() == 3, 60, what="every step")
     ca.close()
     cb.close()

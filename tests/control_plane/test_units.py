@@ -1,5 +1,5 @@
 """In-process checks of the control plane's pure parts: the start request of SPEC 2.5, grouping
-choices, usage metrics from stats events, error bodies, the cipher, container addresses."""
+choices, usage metrics from stats events, error bodies, the cipher, container addresses, durations in words."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from control_plane.app_conversations import metrics_from_stats
 from control_plane.crypto import Cipher, hash_key, new_key
 from control_plane.errors import invalid
 from control_plane.grouping import Candidate, choose
+from control_plane.lifecycle import duration
 from control_plane.models import ExecutionStatus, GroupingStrategy
 from control_plane.sandboxes.docker import for_container
 from control_plane.start_request import StartRequest
@@ -104,3 +105,8 @@ def test_containers_reach_the_host_by_its_alias() -> None:
     assert for_container("http://localhost/x") == "http://host.docker.internal/x"
     assert for_container("https://cp.example.com:8443/x") == "https://cp.example.com:8443/x"
     assert for_container("http://172.17.0.1:3000/x") == "http://172.17.0.1:3000/x"
+
+
+def test_durations_read_as_a_person_says_them() -> None:
+    assert [duration(s) for s in (45, 60, 1800, 3600, 5400, 86400, 7 * 86400, 90.5)] == \
+        ["45 s", "1 min", "30 min", "1 h", "1 h 30 min", "1 day", "7 days", "90.5 s"]

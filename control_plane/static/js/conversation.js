@@ -4,12 +4,14 @@
 import { api, download, follow } from "./api.js";
 import { badge, clear, cost, field, h, notify } from "./dom.js";
 import { EventLog } from "./events.js";
+import { reasonText } from "./status.js";
 import { lineDiff } from "./diff.js";
 
 const READ_ONLY = new Set(["ERROR", "MISSING"]);
 
 export function conversationPage(main, id) {
   let record = null;
+  let sandbox = null; // its sandbox's record: why it is in its status
   let stopped = false;
 
   const heading = h("h1", {}, "Conversation");
@@ -126,13 +128,15 @@ export function conversationPage(main, id) {
 
   function show() {
     const r = record;
+    const known = sandbox && sandbox.id === r.sandbox_id && sandbox.status === r.sandbox_status;
+    const why = known ? reasonText(sandbox.status, sandbox.status_reason, sandbox.status_detail) : null;
     heading.textContent = r.title || `Conversation ${r.id.slice(0, 8)}`;
     document.title = `${heading.textContent} · Agent console`;
     clear(meta);
     const pairs = [
       ["Repository", r.selected_repository ? `${r.selected_repository}${r.selected_branch ? ` @ ${r.selected_branch}` : ""}` : "—"],
       ["Sandbox", h("a", { href: "#/sandboxes" }, h("code", {}, r.sandbox_id))],
-      ["Sandbox status", badge(r.sandbox_status, "Sandbox")],
+      ["Sandbox status", [badge(r.sandbox_status, "Sandbox"), why ? h("span", { class: "why-line" }, ` ${why}`) : null]],
       ["Execution", badge(r.execution_status, "Execution")],
       ["Cost", cost(r.metrics?.accumulated_cost)],
       ["Live events", liveState],
@@ -141,7 +145,7 @@ export function conversationPage(main, id) {
     const readOnly = READ_ONLY.has(r.sandbox_status);
     banner.hidden = !readOnly;
     banner.textContent = readOnly
-      ? `Read-only: the sandbox is ${r.sandbox_status}. The transcript stays; messages, controls and the workspace are not available.`
+      ? `Read-only: the sandbox is ${r.sandbox_status}${why ? ` (${why})` : ""}. The transcript stays; messages, controls and the workspace are not available.`
       : "";
     for (const control of [pauseButton, interruptButton, confirmBox, sendButton, message, changesButton]) {
       control.disabled = readOnly;
@@ -159,6 +163,12 @@ export function conversationPage(main, id) {
         return;
       }
       record = found;
+      try {
+        [sandbox] = await api("/sandboxes", { query: { id: found.sandbox_id } });
+      } catch {
+        sandbox = null; // the status without its reason
+      }
+      if (stopped) return;
       show();
     } catch (error) {
       notify(`Could not read the conversation: ${error.message}`, "error");

@@ -1,6 +1,8 @@
 // One conversation's events as page elements. Everything an event holds (model text, commands,
-// output, file contents) goes in as text; a tool call's result joins the call's own entry.
+// output, file contents) goes in as text; a tool call's result joins the call's own entry. The
+// control plane's notices of the sandbox's status (key `sandbox_status`) say why, in words.
 import { h, when } from "./dom.js";
+import { extraDetail, statusLine } from "./status.js";
 
 function texts(content) {
   return (content || []).filter((c) => c && c.type === "text").map((c) => c.text).join("\n");
@@ -16,6 +18,17 @@ function actionText(event) {
 
 function stamp(event) {
   return event.timestamp ? h("time", { datetime: event.timestamp, class: "stamp" }, when(event.timestamp)) : null;
+}
+
+// "Sandbox · Paused: the 12-hour limit", and the detail when it says more.
+function sandboxNotice(event) {
+  const value = event.value && typeof event.value === "object" ? event.value : {};
+  const line = statusLine(value.status, value.reason, value.detail);
+  const more = extraDetail(line, value.detail);
+  return h("li", { class: "event event-sandbox", dataset: { sandboxStatus: String(value.status || "") } },
+    h("p", { class: "who" }, "Sandbox ", stamp(event)),
+    h("p", { class: "text" }, line),
+    more ? h("p", { class: "muted" }, more) : null);
 }
 
 export class EventLog {
@@ -107,6 +120,7 @@ export class EventLog {
           h("p", { class: "who" }, "Error ", h("code", {}, event.code), " ", stamp(event)),
           h("pre", { class: "output" }, event.detail));
       case "ConversationStateUpdateEvent": {
+        if (event.key === "sandbox_status") return sandboxNotice(event);
         let status = null;
         if (event.key === "execution_status") status = event.value;
         else if (event.key === "full_state" && event.value && typeof event.value === "object") {

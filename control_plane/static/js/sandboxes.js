@@ -1,7 +1,9 @@
-// Sandboxes: status, conversations, when the idle and deletion timers act; pause, resume and
-// delete (which asks for the sandbox's id, as the API does).
+// Sandboxes: status and why ("Paused: idle for 30 min"), conversations, when the idle and
+// deletion timers act; pause, resume and delete (which asks for the sandbox's id, as the API
+// does).
 import { api } from "./api.js";
 import { badge, clear, field, h, notify, timeElement } from "./dom.js";
+import { extraDetail, statusLine } from "./status.js";
 
 export function sandboxesPage(main) {
   let stopped = false;
@@ -61,12 +63,20 @@ export function sandboxesPage(main) {
     return form;
   }
 
+  function why(sandbox) {
+    if (!sandbox.status_reason && !sandbox.status_detail) return null;
+    const line = statusLine(sandbox.status, sandbox.status_reason, sandbox.status_detail);
+    const more = extraDetail(line, sandbox.status_detail);
+    return h("div", { class: "why" }, h("p", { class: "why-line" }, line),
+      more ? h("p", { class: "muted" }, more) : null);
+  }
+
   function card(sandbox, conversations) {
     const live = sandbox.status === "RUNNING" || sandbox.status === "PAUSED" || sandbox.status === "STARTING";
     const titleId = `sandbox-${sandbox.id}`;
     return h("li", { class: "card sandbox", dataset: { sandboxId: sandbox.id }, "aria-labelledby": titleId },
       h("h2", { id: titleId }, "Sandbox ", h("code", {}, sandbox.id), " ", badge(sandbox.status, "Status")),
-      sandbox.status_detail ? h("p", { class: "muted" }, sandbox.status_detail) : null,
+      why(sandbox),
       h("dl", { class: "meta" },
         h("div", {}, h("dt", {}, "Conversations"), h("dd", {}, String(sandbox.conversation_count))),
         h("div", {}, h("dt", {}, "Last activity"), h("dd", {}, timeElement(sandbox.last_activity_at))),
