@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ipaddress
 import os
 import secrets
 from pathlib import Path
@@ -10,6 +9,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from core.net import is_loopback
 
 ENV_PREFIX = "AGENT_SERVER_"
 
@@ -140,20 +140,12 @@ class Config(BaseModel):
 
     def check(self) -> None:
         """Refuse to serve beyond this machine without a configured key."""
-        if self.generated_key and not _is_loopback(self.host):
+        if self.generated_key and not is_loopback(self.host):
             raise ConfigError(
                 f"refusing to listen on {self.host} without SESSION_API_KEY: "
                 "set it, or listen on 127.0.0.1"
             )
 
-
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def keys_from_env(value: str | None) -> tuple[tuple[str, ...], bool]:

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import ipaddress
 import os
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from core.net import is_loopback
 
 PREFIX = "CONTROL_PLANE_"
 
@@ -121,7 +122,7 @@ class Config(BaseModel):
     def _containers_reach_the_webhook(self) -> Config:
         # A container reaches this host through its bridge gateway (host.docker.internal), so
         # a control plane listening on loopback alone cannot be reached from its sandboxes.
-        if self.sandbox_provider == "docker" and self.public_url is None and _loopback(self.host):
+        if self.sandbox_provider == "docker" and self.public_url is None and is_loopback(self.host):
             raise ValueError(
                 "the docker provider's containers cannot reach a control plane that listens on "
                 f"{self.host} only: listen on 0.0.0.0 or the docker0 bridge's address "
@@ -146,14 +147,6 @@ class Config(BaseModel):
         """The reconciler's one loop: timers and health checks in each round."""
         return min(self.health_interval, self.lifecycle_interval)
 
-
-def _loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 #: Field name -> its variable: the only place the environment is read.

@@ -29,7 +29,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from agent_server.agent.llm import Completion, LLMFailure
-from agent_server.agent.model import Model, OnDelta
+from agent_server.agent.model import Model, OnDelta, WrappedModel
 from agent_server.agent.spec import LLMConfig
 from agent_server.events import Event, LLMCompletionLogEvent, TokenEvent
 from core.masking import Masker, redact
@@ -49,11 +49,11 @@ PARAMETERS = ("model", "base_url", "temperature", "max_output_tokens", "reasonin
               "litellm_extra_body")
 
 
-class LoggedModel:
+class LoggedModel(WrappedModel):
     """A Model whose calls become events in a conversation (see the module's docstring)."""
 
     def __init__(self, model: Model, sink: EventSink) -> None:
-        self.model = model
+        super().__init__(model)
         self.sink = sink
         self._key_maskers: dict[str, Masker] = {}
 
@@ -79,15 +79,6 @@ class LoggedModel:
         if events:
             await self.sink.append(*events)
         return reply
-
-    async def supports_vision(self, config: LLMConfig) -> bool:
-        return await self.model.supports_vision(config)
-
-    async def context_window(self, config: LLMConfig) -> int | None:
-        return await self.model.context_window(config)
-
-    def prewarm(self) -> None:
-        self.model.prewarm()
 
     def _log(self, config: LLMConfig, messages: list[dict[str, Any]], tools: list[dict[str, Any]],
              started: float, reply: Completion | None = None,

@@ -42,6 +42,27 @@ class Model(Protocol):
         ...
 
 
+class WrappedModel:
+    """A Model around another: `complete` is the wrapper's own (what it adds to each call),
+    everything else is the inner model's. Telemetry and completion logs wrap this way."""
+
+    def __init__(self, model: Model) -> None:
+        self.model = model
+
+    async def complete(self, config: LLMConfig, messages: list[dict[str, Any]],
+                       tools: list[dict[str, Any]], on_delta: OnDelta | None = None) -> Completion:
+        return await self.model.complete(config, messages, tools, on_delta)
+
+    async def supports_vision(self, config: LLMConfig) -> bool:
+        return await self.model.supports_vision(config)
+
+    async def context_window(self, config: LLMConfig) -> int | None:
+        return await self.model.context_window(config)
+
+    def prewarm(self) -> None:
+        self.model.prewarm()
+
+
 class LiteLLMModel:
     """The production model: litellm, loaded lazily in a thread (agent_server.agent.llm)."""
 

@@ -11,16 +11,16 @@ from __future__ import annotations
 from typing import Any
 
 from agent_server.agent.llm import Completion
-from agent_server.agent.model import Model, OnDelta
+from agent_server.agent.model import Model, OnDelta, WrappedModel
 from agent_server.agent.spec import LLMConfig
 from agent_server.telemetry import Telemetry
 
 
-class TracedModel:
+class TracedModel(WrappedModel):
     """A Model that reports each call to the app's telemetry, then answers as `model` does."""
 
     def __init__(self, model: Model, telemetry: Telemetry) -> None:
-        self.model = model
+        super().__init__(model)
         self.telemetry = telemetry
 
     async def complete(self, config: LLMConfig, messages: list[dict[str, Any]],
@@ -33,11 +33,3 @@ class TracedModel:
             record.cost, record.latency = reply.cost, reply.latency
             return reply
 
-    async def supports_vision(self, config: LLMConfig) -> bool:
-        return await self.model.supports_vision(config)
-
-    async def context_window(self, config: LLMConfig) -> int | None:
-        return await self.model.context_window(config)
-
-    def prewarm(self) -> None:
-        self.model.prewarm()
