@@ -48,6 +48,12 @@ Text = Annotated[StrictStr, Field(max_length=MAX_TEXT)]
 ItemText = Annotated[StrictStr, Field(max_length=MAX_ITEM_TEXT)]
 
 
+def _integer_in_range(value: Any) -> bool:
+    """False for an integer an OTLP attribute cannot carry (the float form would take it and
+    silently round it: refused instead)."""
+    return not isinstance(value, int) or isinstance(value, bool) or -INT64 <= value < INT64
+
+
 def _kind(value: Any) -> str | None:
     """The SPEC's scalar type of a value (a boolean is no number), None for any other value."""
     if isinstance(value, bool):
@@ -70,10 +76,14 @@ def _shape(value: Any) -> Any:
             raise ValueError(f"an array holds at most {MAX_ITEMS} values")
         if any(isinstance(item, str) and len(item) > MAX_ITEM_TEXT for item in value):
             raise ValueError(f"a string in an array is at most {MAX_ITEM_TEXT} characters")
+        if not all(_integer_in_range(item) for item in value):
+            raise ValueError("an integer in an array is a 64-bit signed integer")
     elif _kind(value) is None:
         raise ValueError("a value is a string, number or boolean, or an array of one of them")
     elif isinstance(value, str) and len(value) > MAX_TEXT:
         raise ValueError(f"a string value is at most {MAX_TEXT} characters")
+    elif not _integer_in_range(value):
+        raise ValueError("an integer is a 64-bit signed integer")
     return value
 
 

@@ -88,26 +88,30 @@ class Critic:
         return False
 
     async def score(self, events: Sequence[Event], view: View) -> None:
-        """Give each event the critic judges its critic_result, in place, before it is stored."""
+        """Give each event the critic judges its critic_result, in place, before it is stored.
+
+        The events of one response share the view before them, so what is read from it
+        (the history, masked and rendered) is built once for all of them."""
+        seen: Seen | None = None
         for event in events:
             if self.wants(event):
                 assert isinstance(event, (ActionEvent, MessageEvent))
-                event.critic_result = await self.judge(event, view)
+                seen = seen or Seen(view, self.masker)
+                event.critic_result = await self.judge(event, seen)
 
-    async def judge(self, event: ActionEvent | MessageEvent, view: View) -> CriticResult | None:
+    async def judge(self, event: ActionEvent | MessageEvent, seen: Seen) -> CriticResult | None:
         """The critic's verdict on `event`, given the model's view before it; None on failure."""
         spec = self.spec
         if spec is None:
             return None
-        history = view.request()
-        ids = [source for m in history for source in view.sources(m) if source]
+        ids = seen.ids
         subject = self.masker.data(_subject(event))
         try:
             if isinstance(spec, ModelCritic):
                 async with asyncio.timeout(spec.timeout):
-                    found = await self._ask_model(spec, history, subject)
+                    found = await self._ask_model(spec, seen.transcript(), subject)
             else:
-                found = await self._run_command(spec, history, ids, subject)
+                found = await self._run_command(spec, seen.messages(), ids, subject)
         except TimeoutError:
             self._warn(f"no answer within {spec.timeout:g}s")
             return None
@@ -128,9 +132,8 @@ class Critic:
         logger.warning("critic of conversation %s gave no result: %s", self.conversation_id,
                        self.masker.text(why)[:500])
 
-    async def _ask_model(self, spec: ModelCritic, history: list[dict[str, Any]],
+    async def _ask_model(self, spec: ModelCritic, transcript: str,
                          subject: dict[str, Any]) -> tuple[float, str | None, dict[str, Any]]:
-        transcript = _cut_middle(self.masker.text(render(history[1:])), TRANSCRIPT_LIMIT)
         request = (f"<CONVERSATION>\n{transcript}\n</CONVERSATION>\n\n"
                    f"<LATEST_OUTPUT>\n{json.dumps(subject, ensure_ascii=False)}\n</LATEST_OUTPUT>")
         llm = spec.llm.model_copy(update={"stream": False})
@@ -143,12 +146,13 @@ class Critic:
             raise CriticFailed(f"{failure.code}: {failure.detail}") from None
         return parse_verdict(reply.content)
 
-    async def _run_command(self, spec: CommandCritic, history: list[dict[str, Any]],
+    async def _run_command(self, spec: CommandCritic, messages: dict[str, Any],
                            ids: list[str], subject: dict[str, Any]
                            ) -> tuple[float, str | None, dict[str, Any]]:
+        # `subject` and `messages` are masked already; ids and the conversation's id are ours.
         payload = {"conversation_id": self.conversation_id, "subject": subject,
-                   "event_ids": ids, **_latest(history, PAYLOAD_LIMIT)}
-        stdin = json.dumps(self.masker.data(payload), ensure_ascii=False).encode()
+                   "event_ids": ids, **messages}
+        stdin = json.dumps(payload, ensure_ascii=False).encode()
         env = child_env(self.secrets, {"AGENT_SERVER_CONVERSATION_ID": self.conversation_id})
         try:
             done = await run_process(["/bin/sh", "-c", spec.command], self.working_dir, env,
@@ -161,6 +165,32 @@ class Critic:
             err = done.stderr.head.decode(errors="replace").strip()
             raise CriticFailed(f"the command exited with {done.exit_code}: {err[:300]}")
         return parse_verdict(done.stdout.head.decode(errors="replace"), strict=True)
+
+
+class Seen:
+    """The model's view before the judged events, as the critics read it: built on first use
+    and once for all the events of one response (the history is the conversation so far)."""
+
+    def __init__(self, view: View, masker: Masker) -> None:
+        self.history = view.request()
+        self.masker = masker
+        #: The ids of the events the view's messages came from.
+        self.ids = [source for m in self.history for source in view.sources(m) if source]
+        self._transcript: str | None = None
+        self._messages: dict[str, Any] | None = None
+
+    def transcript(self) -> str:
+        """The conversation after the system prompt, rendered, masked and cut (a model's)."""
+        if self._transcript is None:
+            self._transcript = _cut_middle(self.masker.text(render(self.history[1:])),
+                                           TRANSCRIPT_LIMIT)
+        return self._transcript
+
+    def messages(self) -> dict[str, Any]:
+        """`messages` and `messages_omitted` of a command's stdin, masked."""
+        if self._messages is None:
+            self._messages = self.masker.data(_latest(self.history, PAYLOAD_LIMIT))
+        return self._messages
 
 
 def _subject(event: ActionEvent | MessageEvent) -> dict[str, Any]:

@@ -115,6 +115,24 @@ async def test_all_actions_mode_judges_every_action(srv: InProcess, tmp_path: Pa
         think.critic_result.metadata["event_ids"])
 
 
+async def test_the_actions_of_one_response_are_judged_on_the_same_history(
+        srv: InProcess, tmp_path: Path) -> None:
+    critic = "cat >> ../judged.jsonl; echo >> ../judged.jsonl; echo '{\"score\": 0.5}'"
+    conv = await run(srv, tmp_path, command_critic(critic, mode="all_actions"),
+                     Scripted(calls=[("think", '{"thought": "first"}'),
+                                     ("think", '{"thought": "second"}')]),
+                     Scripted(calls=[FINISH]))
+    first, second, finish = await events(conv, ActionEvent)
+    assert first.critic_result is not None and second.critic_result is not None
+    assert first.critic_result.metadata["event_ids"] == second.critic_result.metadata["event_ids"]
+    lines = (tmp_path / "judged.jsonl").read_text().split("\n")
+    judged = [json.loads(line) for line in lines if line.strip()]
+    assert [j["subject"]["arguments"] for j in judged[:2]] == [{"thought": "first"},
+                                                               {"thought": "second"}]
+    assert judged[0]["messages"] == judged[1]["messages"]
+    assert len(judged[2]["messages"]) > len(judged[1]["messages"])
+
+
 @pytest.mark.parametrize(("command", "why"), [
     ("cat >/dev/null; echo broken >&2; exit 3", "the command exited with 3: broken"),
     ("cat >/dev/null; echo 'fine, I guess'", "the answer is not JSON"),

@@ -37,6 +37,8 @@ BAD_METADATA: list[tuple[str, Any]] = [
     ("long text", {"a": "x" * 1001}),
     ("long array", {"a": list(range(101))}),
     ("long text in an array", {"a": ["x" * 201]}),
+    ("integer past int64", {"a": 2**63}),
+    ("integer past int64 in an array", {"a": [1, -(2**63) - 1]}),
 ]
 
 
