@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import logging
 import shutil
+import traceback
 import uuid
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from datetime import datetime, timezone
@@ -440,7 +441,9 @@ class Conversation:
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # the session failed itself: say so, never leave it "running"
-            logger.exception("run of %s failed", self.id)
+            # The traceback may quote a secret (an exception's message): masked like events.
+            logger.error("run of %s failed\n%s", self.id,
+                         self.masker.text("".join(traceback.format_exception(exc)))[-20_000:])
             await self._fail(type(exc).__name__, str(exc))
 
     async def _prepare_workspace(self) -> bool:

@@ -294,3 +294,25 @@ async def test_a_closed_conversation_starts_no_run(srv: InProcess, model: Script
     before = record.read_bytes()
     await conv.save()  # a closed conversation writes nothing
     assert record.read_bytes() == before
+
+
+class QuotingModel(ScriptedModel):
+    """A model whose failure is no LLMFailure and quotes what it was sent (a secret included)."""
+
+    async def complete(self, config: object, messages: list[dict[str, object]],
+                       *args: object, **kw: object) -> object:
+        raise RuntimeError(f"unexpected: {messages[-1]}")
+
+
+async def test_a_failed_run_is_logged_with_its_secrets_masked(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    secret = "sk-live-very-secret-4242"
+    async with serve(tmp_path / "state", QuotingModel()) as srv:
+        conv = await new_conversation(srv, tmp_path, secrets={"TOKEN": secret})
+        with caplog.at_level("ERROR", logger="agent_server.conversations"):
+            await conv.send_message(message(f"use {secret}"))
+            await run_ends(conv)
+        assert conv.status is S.ERROR
+    failures = [r.getMessage() for r in caplog.records if "failed" in r.getMessage()]
+    assert failures and "RuntimeError" in failures[0]
+    assert all(secret not in text for text in failures)
