@@ -17,14 +17,13 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, Field
 
 from agent_server.errors import Conflict
 from agent_server.events import format_timestamp
-from agent_server.workspace import FileMissing, NotAFile, Scope, masked_keep, output_text
+from agent_server.workspace import Scope, masked_keep, output_text
 from core.processes import MAX_OUTPUT_BYTES, child_env, run_process
 
 logger = logging.getLogger(__name__)
@@ -83,7 +82,7 @@ class Commands:
                   command_id: str = "") -> BashOutput:
         """Run to its end (or timeout: the process group is killed) and return its result,
         secrets in its environment and masked in its output."""
-        where = await _directory(scope, cwd)
+        where = await scope.directory(cwd, "cwd")
         done = await run_process(["bash", "-c", command], where,
                                  child_env(git or {}, scope.secrets, env or {}), timeout,
                                  keep=masked_keep(scope.secrets))
@@ -97,7 +96,7 @@ class Commands:
                     git: Mapping[str, str] | None = None) -> BashCommand:
         """Start in the background; its BashOutput appears in `search` when it ends.
         Conflict (409) while MAX_KEPT commands of the scope are all still running."""
-        await _directory(scope, cwd)  # a bad cwd is the caller's error now, not a result later
+        await scope.directory(cwd, "cwd")  # a bad cwd is the caller's error now, not a result later
         scoped = self._scopes.setdefault(scope.key, _Scoped())
         self._forget_old(scoped)
         kept = _Kept(BashCommand(command=command, cwd=cwd, timeout=timeout))
@@ -171,11 +170,3 @@ class Commands:
                                "one (or wait for one to end) before starting another")
             del scoped.commands[finished]
 
-
-async def _directory(scope: Scope, cwd: str | None) -> Path:
-    where = scope.resolve(cwd) if cwd else scope.home
-    if not await asyncio.to_thread(where.exists):
-        raise FileMissing(f"cwd {cwd or str(where)} does not exist")
-    if not await asyncio.to_thread(where.is_dir):
-        raise NotAFile(f"cwd {cwd!r} is not a directory")
-    return where
