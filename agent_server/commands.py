@@ -4,7 +4,8 @@ background with their output kept for polling (the OpenHands bash routes).
 A background command is a BashCommand; its result is a BashOutput (order 0, its exit code, its
 stdout and stderr masked and capped) once it has ended. Clients poll `search` for it. Commands
 are kept per scope (the host, or one conversation): the last MAX_KEPT of each, finished ones
-forgotten first; running ones end with the server.
+forgotten first; when all of them are still running, a new one is refused (409) until one
+ends (each ends by its timeout), so neither the list nor the processes grow without bound.
 """
 
 from __future__ import annotations
@@ -16,13 +17,13 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from agent_server.errors import Conflict
 from agent_server.events import format_timestamp
-from agent_server.workspace import FileMissing, NotAFile, Scope, masked_keep, output_text
+from agent_server.workspace import Scope, masked_keep, output_text
 from core.processes import MAX_OUTPUT_BYTES, child_env, run_process
 
 logger = logging.getLogger(__name__)
@@ -81,7 +82,7 @@ class Commands:
                   command_id: str = "") -> BashOutput:
         """Run to its end (or timeout: the process group is killed) and return its result,
         secrets in its environment and masked in its output."""
-        where = await _directory(scope, cwd)
+        where = await scope.directory(cwd, "cwd")
         done = await run_process(["bash", "-c", command], where,
                                  child_env(git or {}, scope.secrets, env or {}), timeout,
                                  keep=masked_keep(scope.secrets))
@@ -93,11 +94,12 @@ class Commands:
 
     async def start(self, scope: Scope, command: str, cwd: str | None, timeout: float,
                     git: Mapping[str, str] | None = None) -> BashCommand:
-        """Start in the background; its BashOutput appears in `search` when it ends."""
-        await _directory(scope, cwd)  # a bad cwd is the caller's error now, not a result later
-        kept = _Kept(BashCommand(command=command, cwd=cwd, timeout=timeout))
+        """Start in the background; its BashOutput appears in `search` when it ends.
+        Conflict (409) while MAX_KEPT commands of the scope are all still running."""
+        await scope.directory(cwd, "cwd")  # a bad cwd is the caller's error now, not a result later
         scoped = self._scopes.setdefault(scope.key, _Scoped())
         self._forget_old(scoped)
+        kept = _Kept(BashCommand(command=command, cwd=cwd, timeout=timeout))
         scoped.commands[kept.command.id] = kept
 
         async def background() -> None:
@@ -163,15 +165,8 @@ class Commands:
         while len(scoped.commands) >= MAX_KEPT:
             finished = next((k for k, v in scoped.commands.items()
                              if v.task is None or v.task.done()), None)
-            if finished is None:
-                return  # all running: keep them (each ends by its timeout)
+            if finished is None:  # all running: keep them, start no more
+                raise Conflict(f"{MAX_KEPT} background commands are still running here; stop "
+                               "one (or wait for one to end) before starting another")
             del scoped.commands[finished]
 
-
-async def _directory(scope: Scope, cwd: str | None) -> Path:
-    where = scope.resolve(cwd) if cwd else scope.home
-    if not await asyncio.to_thread(where.exists):
-        raise FileMissing(f"cwd {cwd or str(where)} does not exist")
-    if not await asyncio.to_thread(where.is_dir):
-        raise NotAFile(f"cwd {cwd!r} is not a directory")
-    return where

@@ -72,6 +72,8 @@ class _Schemas:
             if toolset is not None and toolset.params_model is not None:
                 params = TypeAdapter(toolset.params_model()).json_schema(ref_template=REF)
                 self.components.update(params.pop("$defs", {}))
+                # Keys with a leading `_` are the caller's notes, left out (tools.base.params_as).
+                params.setdefault("patternProperties", {})["^_"] = {}
             variants.append({"type": "object", "required": ["name"], "properties": {
                 "name": {"enum": sorted(spellings)}, "params": params}})
         return {"title": schema.get("title", "ToolSpec"), "oneOf": variants}

@@ -113,6 +113,16 @@ class Scope:
     def resolve(self, raw: str) -> Path:
         return resolve(self.root_for(raw), raw)
 
+    async def directory(self, raw: str | None, what: str = "directory") -> Path:
+        """The existing directory `raw` names (None: home); FileMissing or NotAFile if not.
+        `what` names it in the message (a command's `cwd`, a `path`)."""
+        where = self.resolve(raw) if raw else self.home
+        if not await asyncio.to_thread(where.exists):
+            raise FileMissing(f"{what} {raw or str(where)!r} does not exist")
+        if not await asyncio.to_thread(where.is_dir):
+            raise NotAFile(f"{what} {raw!r} is not a directory")
+        return where
+
 
 # -- paths -----------------------------------------------------------------------------------
 

@@ -6,6 +6,7 @@ import re
 from typing import Any
 
 import httpx
+import jsonschema  # openapi-spec-validator's own dependency
 import openapi_spec_validator
 import pytest
 
@@ -226,3 +227,13 @@ def test_completion_logs_token_ids_and_critics_are_described(doc: dict[str, Any]
     assert set(schemas["TokenEvent"]["required"]) == {"source", "prompt_token_ids",
                                                       "response_token_ids"}
     assert set(schemas["LLMCompletionLogEvent"]["required"]) == {"filename", "log_data"}
+
+
+def test_tool_params_are_documented_as_the_server_checks_them(doc: dict[str, Any]) -> None:
+    """A `_` key in a tool's params is a note the server accepts; an unknown key is a 422."""
+    [planning] = [v for v in doc["components"]["schemas"]["ToolSpec"]["oneOf"]
+                  if "planning_file_editor" in v["properties"]["name"]["enum"]]
+    params = planning["properties"]["params"]
+    jsonschema.validate({"plan_path": "P.md", "_note": "mine"}, params)
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({"bogus": 1}, params)

@@ -12,7 +12,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
@@ -178,13 +178,24 @@ class ToolSet:
     params_model: Callable[[], type[BaseModel]] | None = None
 
 
-def single(tool: type[Tool]) -> ToolSet:
-    """A tool set made of one tool."""
+M = TypeVar("M", bound=BaseModel)
+
+
+def params_as(model: type[M], raw: Mapping[str, Any]) -> M:
+    """A tool set's `params` as its model. Keys with a leading `_` are the caller's own notes,
+    never settings: left out here, so the check at creation and the tool agree (a model that
+    forbids extra keys would otherwise pass the one and fail the other)."""
+    return model.model_validate({k: v for k, v in raw.items() if not k.startswith("_")})
+
+
+def single(tool: type[Tool], params: type[BaseModel] | None = None) -> ToolSet:
+    """A tool set made of one tool (whose `params` follow the model `params`, if given)."""
     return ToolSet(
         name=tool.name,
-        make=lambda ctx, params: [tool(ctx, params)],
+        make=lambda ctx, raw: [tool(ctx, raw)],
         action_types=(tool.action_type,),
         observation_types=(tool.observation_type,),
+        params_model=None if params is None else (lambda: params),
     )
 
 
@@ -204,6 +215,7 @@ __all__ = [
     "ImageContent",
     "TextContent",
     "ValidationError",
+    "params_as",
     "run_in_thread",
     "single",
 ]

@@ -16,7 +16,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from tools import files
-from tools.base import ToolContext, ToolSet
+from tools.base import ToolContext, params_as, single
 from tools.file_editor import FileEditorAction, FileEditorObservation, FileEditorTool
 from tools.files import Refusal
 
@@ -67,7 +67,7 @@ class PlanningFileEditorTool(FileEditorTool):
 
     def __init__(self, ctx: ToolContext, params: Mapping[str, Any] | None = None) -> None:
         super().__init__(ctx, params)
-        self.plan_path = PlanningFileEditorParams.model_validate(self.params).plan_path
+        self.plan_path = params_as(PlanningFileEditorParams, self.params).plan_path
 
     def _plan(self) -> Path:
         named = os.path.join(self.ctx.working_dir, self.plan_path)
@@ -97,13 +97,7 @@ class PlanningFileEditorTool(FileEditorTool):
         )
 
 
-TOOL_SET = ToolSet(
-    name=PlanningFileEditorTool.name,
-    make=lambda ctx, params: [PlanningFileEditorTool(ctx, params)],
-    action_types=(PlanningFileEditorAction,),
-    observation_types=(PlanningFileEditorObservation,),
-    params_model=lambda: PlanningFileEditorParams,
-)
+TOOL_SET = single(PlanningFileEditorTool, PlanningFileEditorParams)
 
 __all__ = [
     "DEFAULT_PLAN_PATH",

@@ -18,7 +18,7 @@ from agent_server.agent import mcp, skills
 from agent_server.errors import from_pydantic, invalid
 from agent_server.events import Event, ServerErrorEvent, ToolDefinition
 from agent_server.agent.spec import AgentSpec, ToolSpec
-from tools.base import Tool, ToolContext
+from tools.base import Tool, ToolContext, params_as
 from tools.mcp import MCPTool
 from tools.skills import InvokeSkillTool
 
@@ -52,9 +52,8 @@ def check_tool_names(tools: list[ToolSpec]) -> None:
                 spec.name,
             )
         if toolset.params_model is not None:
-            params = {k: v for k, v in spec.params.items() if not k.startswith("_")}
             try:
-                toolset.params_model().model_validate(params)
+                params_as(toolset.params_model(), spec.params)
             except ValidationError as exc:
                 raise from_pydantic(exc, "agent", "tools", i, "params") from None
 

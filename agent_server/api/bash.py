@@ -14,7 +14,7 @@ from agent_server.api.io import doc, read_body, read_query, reply, services
 from agent_server.agent.spec import Lenient
 from agent_server.api.schemas import Success
 from agent_server.api.workspace import git_author, scope
-from agent_server.commands import BashCommand, BashOutput
+from agent_server.commands import MAX_KEPT, BashCommand, BashOutput
 from agent_server.errors import NotFound
 
 
@@ -40,7 +40,8 @@ class CommandPage(BaseModel):
 
 
 @doc(summary="Start a shell command in the background; poll bash_events/search for its "
-             "BashOutput", body=StartCommand, response=BashCommand, errors=(400, 403, 404))
+             f"BashOutput (409 while {MAX_KEPT} of them are still running)", body=StartCommand,
+     response=BashCommand, errors=(400, 403, 404, 409))
 async def start(request: Request) -> Response:
     where = scope(request)
     body = await read_body(request, StartCommand)

@@ -35,7 +35,7 @@ from agent_server.api.schemas import (
     FileWritten,
     RunCommand,
 )
-from agent_server.workspace import FileMissing, NotAFile, Scope, TooLarge, open_file, relative, write_file
+from agent_server.workspace import Scope, TooLarge, open_file, relative, write_file
 from core.masking import Masker
 from core.processes import CHUNK
 
@@ -160,12 +160,7 @@ async def _read(upload: UploadFile) -> AsyncIterator[bytes]:
 async def git_changes(request: Request) -> Response:
     where = scope(request)
     query = read_query(request, ChangesQuery)
-    root = where.resolve(query.path) if query.path else where.home
-    if not await asyncio.to_thread(root.exists):
-        raise FileMissing(f"no directory {query.path!r} in the working directory")
-    if not await asyncio.to_thread(root.is_dir):
-        raise NotAFile(f"{query.path!r} is not a directory")
-    items, repos = await git.changes(root)
+    items, repos = await git.changes(await where.directory(query.path, "path"))
     return JSONResponse([i.model_dump(mode="json") for i in items],
                         headers={} if repos else {"X-Detail": NO_REPOSITORY})
 

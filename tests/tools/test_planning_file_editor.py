@@ -87,3 +87,12 @@ def test_bad_params_are_refused_at_creation(bad: str) -> None:
         PlanningFileEditorParams.model_validate({"plan_path": bad})
     with pytest.raises(ValidationError):
         PlanningFileEditorParams.model_validate({"plan": "x"})
+
+
+async def test_a_leading_underscore_key_is_a_note_the_tool_ignores(workspace: Path) -> None:
+    """The check at creation leaves `_` keys out; the tool must too (it forbids extra keys),
+    else a conversation the server accepted could not make its tools."""
+    params = {"plan_path": "docs/plan.md", "_note": "kept by the client"}
+    made = await call(workspace, params, command="create", path=str(workspace / "docs/plan.md"),
+                      file_text="plan\n")
+    assert not made.is_error and (workspace / "docs/plan.md").read_text() == "plan\n"

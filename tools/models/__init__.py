@@ -4,8 +4,6 @@ through `tools.conversation` (Models, History, IdleJobs)."""
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from tools.base import single
 from tools.models.advisor import (
     AdvisorParams,
@@ -28,9 +26,9 @@ from tools.models.vision_inspect import (
 )
 
 SWITCH_LLM_TOOL_SET = single(SwitchLLMTool)
-VISION_TOOL_SET = replace(single(VisionInspectTool), params_model=lambda: VisionParams)
-ADVISOR_TOOL_SET = replace(single(ConsultAdvisorTool), params_model=lambda: AdvisorParams)
-SLEEPTIME_TOOL_SET = replace(single(SleeptimeComputeTool), params_model=lambda: SleeptimeParams)
+VISION_TOOL_SET = single(VisionInspectTool, VisionParams)
+ADVISOR_TOOL_SET = single(ConsultAdvisorTool, AdvisorParams)
+SLEEPTIME_TOOL_SET = single(SleeptimeComputeTool, SleeptimeParams)
 
 __all__ = [
     "ADVISOR_TOOL_SET",

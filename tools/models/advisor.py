@@ -12,7 +12,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from tools.base import Action, Observation, TextContent, Tool, ToolError
+from tools.base import Action, Observation, TextContent, Tool, ToolError, params_as
 from tools.conversation import ProfileNotFound, bounded
 from tools.models.common import history_of, models_of, profile_list
 
@@ -64,8 +64,7 @@ class ConsultAdvisorTool(Tool):
     read_only = True
 
     async def run(self, action: ConsultAdvisorAction) -> ConsultAdvisorObservation:
-        params = AdvisorParams.model_validate(
-            {k: v for k, v in self.params.items() if not k.startswith("_")})
+        params = params_as(AdvisorParams, self.params)
         models, history = models_of(self.ctx), history_of(self.ctx)
         question = action.question.strip() or DEFAULT_QUESTION
         transcript = history.transcript(params.max_history_chars)

@@ -19,7 +19,16 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from tools import files
-from tools.base import Action, Observation, TextContent, Tool, ToolContext, ToolError, run_in_thread
+from tools.base import (
+    Action,
+    Observation,
+    TextContent,
+    Tool,
+    ToolContext,
+    ToolError,
+    params_as,
+    run_in_thread,
+)
 from tools.conversation import bounded
 from tools.models.common import history_of, models_of
 
@@ -84,8 +93,7 @@ class SleeptimeComputeTool(Tool):
 
     def __init__(self, ctx: ToolContext, params: Mapping[str, Any] | None = None) -> None:
         super().__init__(ctx, params)
-        self.settings = SleeptimeParams.model_validate(
-            {k: v for k, v in self.params.items() if not k.startswith("_")})
+        self.settings = params_as(SleeptimeParams, self.params)
         self.completed = 0
 
     async def run(self, action: SleeptimeComputeAction) -> SleeptimeComputeObservation:

@@ -15,7 +15,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from tools import files
-from tools.base import Action, Observation, TextContent, Tool, ToolError, run_in_thread
+from tools.base import Action, Observation, TextContent, Tool, ToolError, params_as, run_in_thread
 from tools.conversation import ProfileNotFound, bounded
 from tools.models.common import history_of, models_of, profile_list
 
@@ -105,7 +105,8 @@ class VisionInspectTool(Tool):
     async def run(self, action: VisionInspectAction) -> VisionInspectObservation:
         models = models_of(self.ctx)
         image = await self._image(action)
-        name = action.profile_name or self.params.get("profile") or await self._first_vision()
+        name = (action.profile_name or params_as(VisionParams, self.params).profile
+                or await self._first_vision())
         fields: dict[str, Any] = {"image_index": action.image_index, "question": action.question,
                                   "profile_name": name}
         try:

@@ -7,15 +7,13 @@ parallel. The conversation side is behind `tools.conversation.Subagents`.
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from tools.base import single
 from tools.subagents.common import SubagentParams
 from tools.subagents.delegate import DelegateAction, DelegateObservation, DelegateTool
 from tools.subagents.task import TaskAction, TaskObservation, TaskTool
 
-TASK_TOOL_SET = replace(single(TaskTool), params_model=lambda: SubagentParams)
-DELEGATE_TOOL_SET = replace(single(DelegateTool), params_model=lambda: SubagentParams)
+TASK_TOOL_SET = single(TaskTool, SubagentParams)
+DELEGATE_TOOL_SET = single(DelegateTool, SubagentParams)
 
 __all__ = [
     "DELEGATE_TOOL_SET",

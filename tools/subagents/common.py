@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from tools.base import ToolContext, ToolError
+from tools.base import ToolContext, ToolError, params_as
 from tools.conversation import SubagentRefused, SubagentResult, SubagentTask, Subagents
 
 #: Tools that start sub-agents: a child at the depth limit is not given them.
@@ -116,4 +116,4 @@ async def run_child(subagents: Subagents, task: SubagentTask) -> SubagentResult:
 
 def params_of(raw: dict[str, object]) -> SubagentParams:
     """The tool's params (already checked at creation; the leading `_` keys are internal)."""
-    return SubagentParams.model_validate({k: v for k, v in raw.items() if not k.startswith("_")})
+    return params_as(SubagentParams, raw)

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from tools.base import single
 from tools.subagents.common import SubagentParams
 from tools.workflow.tool import WorkflowAction, WorkflowObservation, WorkflowTool
 
-TOOL_SET = replace(single(WorkflowTool), params_model=lambda: SubagentParams)
+TOOL_SET = single(WorkflowTool, SubagentParams)
 
 __all__ = ["TOOL_SET", "WorkflowAction", "WorkflowObservation", "WorkflowTool"]
