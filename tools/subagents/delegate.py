@@ -31,8 +31,9 @@ from tools.subagents.common import (
 
 STORE_NAME = "delegates.json"
 AGENT_ID = re.compile(r"^[A-Za-z0-9_.-]{1,50}$")
-#: Characters of each sub-agent's report in the combined observation.
-REPORT_CHARS = 8_000
+#: Characters of each sub-agent's report in the combined observation, and of all of them:
+#: with many sub-agents each gets its share of the total (never under 1,000).
+REPORT_CHARS, TOTAL_REPORT_CHARS = 8_000, 40_000
 
 
 class DelegateAction(Action):
@@ -156,6 +157,7 @@ class DelegateTool(Tool):
         results = await asyncio.gather(*(run_child(subagents, t) for t in work),
                                        return_exceptions=True)
         reports, failures = [], 0
+        share = max(1_000, min(REPORT_CHARS, TOTAL_REPORT_CHARS // len(tasks)))
         for agent_id, result in zip(tasks, results):
             if isinstance(result, asyncio.CancelledError):
                 raise result
@@ -164,10 +166,10 @@ class DelegateTool(Tool):
                 status = "completed" if result.ok else f"stopped: {result.status}"
                 failures += not result.ok
                 reports.append(f"## {agent_id} ({status}, conversation {result.conversation_id})"
-                               f"\n{bounded(result.text, REPORT_CHARS)}")
+                               f"\n{bounded(result.text, share)}")
             else:
                 failures += 1
-                reports.append(f"## {agent_id} (failed)\n{result}")
+                reports.append(f"## {agent_id} (failed)\n{bounded(str(result), share)}")
         await run_in_thread(self._save, stored)
         head = ("Every task failed." if failures == len(tasks)
                 else f"{len(tasks) - failures} of {len(tasks)} task(s) completed.")
