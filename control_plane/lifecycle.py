@@ -1,6 +1,7 @@
 """The reconciler: one loop that brings every sandbox's timers and drift to account (SPEC 3.1, 8).
 
-Each round, the live sandboxes due for a look are claimed in the database (`claim_round`), so
+Each round, the live sandboxes due for a look (at most `ROUND_LIMIT`, those waiting longest
+first) are claimed in the database (`claim_round`), so
 with several control planes on one database each sandbox is looked at by one of them per round,
 not by every process. For each:
 
@@ -45,6 +46,9 @@ logger = logging.getLogger(__name__)
 MAX_SESSION_SECONDS = 12 * 3600
 #: Sandboxes acted on at once in a round (a pause may wait for runs to reach a step's end).
 CONCURRENCY = 8
+#: Sandboxes claimed in one round at most: a round's work (and its task list) stays bounded
+#: however many sandboxes there are; the rest are claimed by the next rounds, oldest first.
+ROUND_LIMIT = 200
 
 
 def duration(seconds: float) -> str:
@@ -65,7 +69,8 @@ def duration(seconds: float) -> str:
 class Lifecycle:
     def __init__(self, db: Database, sandboxes: SandboxService, tasks: StartTaskService,
                  leases: Leases, *, idle_seconds: float | None, deletion_seconds: float | None,
-                 interval: float, max_session_seconds: float = MAX_SESSION_SECONDS) -> None:
+                 interval: float, max_session_seconds: float = MAX_SESSION_SECONDS,
+                 round_limit: int = ROUND_LIMIT) -> None:
         self.db = db
         self.sandboxes = sandboxes
         self.tasks = tasks
@@ -74,6 +79,7 @@ class Lifecycle:
         self.deletion = None if deletion_seconds is None else timedelta(seconds=deletion_seconds)
         self.session = timedelta(seconds=max_session_seconds)
         self.interval = interval
+        self.round_limit = round_limit
         self._task: asyncio.Task[None] | None = None
 
     def deadlines(self, row: SandboxRow) -> tuple[datetime | None, datetime | None]:
@@ -117,7 +123,8 @@ class Lifecycle:
     async def tick(self) -> None:
         """One round: the sandboxes this process claimed, then orphaned start tasks."""
         claimed = await rows.claim_round(self.db, self.leases.holder, lease_rows.wall(),
-                                         self.interval, cleanup_due=now())
+                                         self.interval, cleanup_due=now(),
+                                         limit=self.round_limit)
         gate = asyncio.Semaphore(CONCURRENCY)
 
         async def one(sandbox_id: str) -> None:

@@ -5,16 +5,16 @@ from __future__ import annotations
 
 import json
 from datetime import datetime, timezone
-from typing import Literal, TypeVar
+from typing import Annotated, Literal, TypeVar
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, Field, ValidationError, field_validator
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from agent_server.events.kinds import KindName
 from control_plane.api.io import doc, query, reply, services, user
 from control_plane.api.paths import path_uuid
-from control_plane.errors import invalid_field
+from control_plane.errors import invalid, invalid_field
 from control_plane.relay import relay
 from control_plane.store import conversations, events
 from control_plane.store.events import EventFilters
@@ -94,9 +94,19 @@ async def count(request: Request) -> Response:
     return reply(Count(count=total))
 
 
+EventId = Annotated[str, Field(min_length=1, max_length=64)]
+
+
 class StreamQuery(BaseModel):
-    last_event_id: str | None = Field(default=None, min_length=1, max_length=64)
+    last_event_id: EventId | None = None
     """Resume after this event (the `Last-Event-ID` header says the same and wins)."""
+
+
+class StreamHeaders(BaseModel):
+    """The header a browser's EventSource sends when it reconnects: the same bounds as the query
+    parameter, so a bad one is a 422 too (an empty one is no header)."""
+
+    last_event_id: EventId | None = Field(default=None, alias="last-event-id")
 
 
 @doc(summary="Follow the stored events live (text/event-stream): each frame's id is the event's "
@@ -106,14 +116,18 @@ class StreamQuery(BaseModel):
 async def stream(request: Request) -> Response:
     conversation_id, params = await _conversation_id(request, StreamQuery)
     svc = services(request)
-    last = request.headers.get("last-event-id") or params.last_event_id
+    try:
+        header = StreamHeaders.model_validate(
+            {"last-event-id": request.headers.get("last-event-id") or None}).last_event_id
+    except ValidationError as exc:
+        raise invalid("header", exc) from None
+    last = header or params.last_event_id
     after = 0
     if last:
         found = await events.position(svc.db, conversation_id, last)
         if found is None:
-            where = "header" if request.headers.get("last-event-id") else "query"
-            raise invalid_field([where, "last-event-id" if where == "header" else "last_event_id"],
-                                "no stored event of this conversation has this id", last)
+            loc: list[str | int] = ["header", "last-event-id"] if header else ["query", "last_event_id"]
+            raise invalid_field(loc, "no stored event of this conversation has this id", last)
         after = found
 
     async def still_there() -> bool:

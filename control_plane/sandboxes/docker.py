@@ -106,13 +106,12 @@ class DockerProvider(SandboxProvider):
     def __init__(self, archive_dir: Path, *, image: str, plane: str,
                  docker_url: str = "unix:///var/run/docker.sock", start_timeout: float = 60.0,
                  stop_grace: float = 5.0, transport: httpx.AsyncBaseTransport | None = None) -> None:
+        super().__init__(start_timeout=start_timeout, transport=transport)
         self.archive_dir = archive_dir
         self.image = image
         self.plane = plane
         self.docker_url = docker_url
-        self.start_timeout = start_timeout
         self.stop_grace = stop_grace
-        self._http = httpx.AsyncClient(timeout=2.0, transport=transport)
         self._client: docker.DockerClient | None = None
         self._connecting = threading.Lock()
 
@@ -210,17 +209,10 @@ class DockerProvider(SandboxProvider):
                 raise ProviderError(f"the agent server's container {status}: {logs}")
             if handle is None and state["Status"] == "running":
                 handle = await self._run(_handle, sandbox_id, container_id)
-            if handle is not None and await self._alive(handle):
+            if handle is not None and await self.alive(handle):
                 return handle
             await anyio.sleep(0.05)
         raise ProviderError(f"the agent server did not answer /alive within {self.start_timeout:g} s")
-
-    async def _alive(self, handle: Handle) -> bool:
-        try:
-            response = await self._http.get(self.url(handle) + "/alive")
-            return response.status_code == 200
-        except httpx.HTTPError:
-            return False
 
     # -- adoption, health ---------------------------------------------------------------------
 
@@ -254,7 +246,7 @@ class DockerProvider(SandboxProvider):
         if status == "paused":
             return Liveness.STOPPED
         if status == "running":
-            return Liveness.ALIVE if await self._alive(handle) else Liveness.UNRESPONSIVE
+            return Liveness.ALIVE if await self.alive(handle) else Liveness.UNRESPONSIVE
         if status == "restarting":
             return Liveness.UNRESPONSIVE
         return Liveness.GONE  # none, exited, dead, being removed
@@ -276,11 +268,7 @@ class DockerProvider(SandboxProvider):
             if container.status == "paused":  # (one thawed by hand is just running)
                 container.unpause()
         await self._run(thaw)
-        deadline = time.monotonic() + self.start_timeout
-        while not await self._alive(handle):
-            if time.monotonic() > deadline:
-                raise ProviderError("the agent server did not answer after resuming")
-            await anyio.sleep(0.02)
+        await self.until_alive(handle, "the agent server did not answer after resuming")
 
     def _ours(self, client: docker.DockerClient, handle: Handle) -> Container:
         container = self._find(client, handle.sandbox_id)
@@ -359,7 +347,7 @@ class DockerProvider(SandboxProvider):
                 helper.remove(force=True)
 
     async def close(self) -> None:
-        await self._http.aclose()
+        await super().close()
         if self._client is not None:
             await anyio.to_thread.run_sync(self._client.close)
             self._client = None

@@ -67,10 +67,9 @@ def child_env(launch: Launch) -> dict[str, str]:
 class ProcessProvider(SandboxProvider):
     def __init__(self, archive_dir: Path, *, start_timeout: float = 60.0, stop_grace: float = 5.0,
                  transport: httpx.AsyncBaseTransport | None = None) -> None:
+        super().__init__(start_timeout=start_timeout, transport=transport)
         self.archive_dir = archive_dir
-        self.start_timeout = start_timeout
         self.stop_grace = stop_grace
-        self._http = httpx.AsyncClient(timeout=2.0, transport=transport)
         #: Children started by this process, reaped so they never linger as zombies. They are
         #: spawned without Popen objects on purpose: a sandbox outlives the control plane (the
         #: next one adopts it), so nothing here may own, wait for or warn about its lifetime.
@@ -119,17 +118,10 @@ class ProcessProvider(SandboxProvider):
         while time.monotonic() < deadline:
             if (status := self._reap(pid)) is not None:
                 raise ProviderError(f"the agent server exited with status {status}")
-            if await self._alive(handle):
+            if await self.alive(handle):
                 return
             await asyncio.sleep(0.02)
         raise ProviderError(f"the agent server did not answer /alive within {self.start_timeout:g} s")
-
-    async def _alive(self, handle: Handle) -> bool:
-        try:
-            response = await self._http.get(self.url(handle) + "/alive")
-            return response.status_code == 200
-        except httpx.HTTPError:
-            return False
 
     async def recover(self, launch: Launch) -> Handle | None:
         """The child of a start that was cut short: its handle once it is up; a child still
@@ -166,7 +158,7 @@ class ProcessProvider(SandboxProvider):
             return Liveness.GONE
         if procfs.state(handle.pid) == "T":
             return Liveness.STOPPED
-        return Liveness.ALIVE if await self._alive(handle) else Liveness.UNRESPONSIVE
+        return Liveness.ALIVE if await self.alive(handle) else Liveness.UNRESPONSIVE
 
     async def pause(self, handle: Handle) -> None:
         """Returns once the server is stopped: a signal lands asynchronously, and PAUSED is
@@ -180,11 +172,8 @@ class ProcessProvider(SandboxProvider):
 
     async def resume(self, handle: Handle) -> None:
         self._signal(handle, signal.SIGCONT)
-        deadline = time.monotonic() + self.start_timeout
-        while not await self._alive(handle):
-            if time.monotonic() > deadline or not procfs.is_ours(handle.pid, handle.pid_start_time):
-                raise ProviderError("the agent server did not answer after resuming")
-            await asyncio.sleep(0.02)
+        await self.until_alive(handle, "the agent server did not answer after resuming",
+                               lambda: procfs.is_ours(handle.pid, handle.pid_start_time))
 
     def _signal(self, handle: Handle, sig: signal.Signals) -> None:
         if not procfs.is_ours(handle.pid, handle.pid_start_time) or not procfs.signal_group(handle.pid, sig):
@@ -240,9 +229,6 @@ class ProcessProvider(SandboxProvider):
         while pid in self._children and time.monotonic() < deadline:
             self._reap(pid)
             time.sleep(0.005)
-
-    async def close(self) -> None:
-        await self._http.aclose()
 
 
 def _sweep(scan: Callable[[int, bytes], T], leader: int, tag: bytes) -> T | None:

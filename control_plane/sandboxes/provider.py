@@ -8,9 +8,14 @@ it is still there, stops and continues it, and destroys it (archiving the worksp
 from __future__ import annotations
 
 import abc
+import asyncio
 import enum
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+
+import httpx
 
 
 class ProviderError(Exception):
@@ -71,6 +76,29 @@ class Launch:
 
 
 class SandboxProvider(abc.ABC):
+    def __init__(self, *, start_timeout: float,
+                 transport: httpx.AsyncBaseTransport | None = None) -> None:
+        self.start_timeout = start_timeout
+        self._http = httpx.AsyncClient(timeout=2.0, transport=transport)
+
+    async def alive(self, handle: Handle) -> bool:
+        """Whether its agent server answers /alive: the health check of every kind of sandbox."""
+        try:
+            response = await self._http.get(self.url(handle) + "/alive")
+            return response.status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    async def until_alive(self, handle: Handle, failure: str,
+                          still_there: Callable[[], bool] = lambda: True) -> None:
+        """Returns once its agent server answers; ProviderError(`failure`) when it does not
+        within the start timeout or `still_there()` says it is gone."""
+        deadline = time.monotonic() + self.start_timeout
+        while not await self.alive(handle):
+            if time.monotonic() > deadline or not still_there():
+                raise ProviderError(failure)
+            await asyncio.sleep(0.02)
+
     @abc.abstractmethod
     def specs(self) -> list[SandboxSpec]:
         """The templates this provider can start."""
@@ -111,6 +139,7 @@ class SandboxProvider(abc.ABC):
 
     async def close(self) -> None:
         """Release the provider's own resources; sandboxes keep running (they are adopted later)."""
+        await self._http.aclose()
 
     def url(self, handle: Handle) -> str:
         """The agent server's address (the AGENT_SERVER exposed URL)."""

@@ -206,21 +206,28 @@ async def live_count(conn: AsyncConnection, user_id: str) -> int:
 
 
 async def claim_round(db: Database, holder: str, moment: datetime, interval: float, *,
-                      cleanup_due: datetime) -> list[str]:
+                      cleanup_due: datetime, limit: int) -> list[str]:
     """The sandboxes due for a reconciler round (live ones, and terminal ones whose clean-up is
     due at `cleanup_due`, lifecycle time), claimed by `holder` until `interval` seconds from
     `moment` (wall-clock time): two control planes never look at one sandbox in the same round
-    (the second's UPDATE finds the rows no longer due)."""
+    (the second's UPDATE finds the rows no longer due). At most `limit`, those waiting longest
+    first: the rest stay due and are claimed by the next round (of this process or another)."""
     following = moment + timedelta(seconds=interval)
     live = [SandboxStatus.STARTING.value, SandboxStatus.RUNNING.value, SandboxStatus.PAUSED.value]
     wanted = or_(sandboxes.c.status.in_(live),
                  and_(sandboxes.c.cleanup_after.is_not(None),
                       sandboxes.c.cleanup_after <= cleanup_due))
+    due = or_(sandboxes.c.reconcile_after.is_(None), sandboxes.c.reconcile_after <= moment)
+    first = (select(sandboxes.c.id).where(wanted, due)
+             .order_by(sandboxes.c.reconcile_after.is_not(None), sandboxes.c.reconcile_after,
+                       sandboxes.c.created_at)
+             .limit(limit))
     async with db.begin() as conn:
-        await conn.execute(update(sandboxes).where(
-            wanted,
-            or_(sandboxes.c.reconcile_after.is_(None), sandboxes.c.reconcile_after <= moment))
-            .values(reconcile_after=following, reconciled_by=holder))
+        # `wanted` and `due` again on the rows themselves: a row another process claimed
+        # meanwhile is not due any more when PostgreSQL re-reads it after the other's commit.
+        await conn.execute(update(sandboxes).where(sandboxes.c.id.in_(first.scalar_subquery()),
+                                                   wanted, due)
+                           .values(reconcile_after=following, reconciled_by=holder))
         found = await conn.scalars(select(sandboxes.c.id).where(
             sandboxes.c.reconciled_by == holder, sandboxes.c.reconcile_after == following,
             wanted).order_by(sandboxes.c.created_at))

@@ -3,16 +3,19 @@ on one database."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import httpx
 
 from control_plane.sandboxes import procfs
+from control_plane.store import Database
 from tests.control_plane.support import wait_for
 from tests.support.llm import free_port
 
@@ -100,3 +103,15 @@ def several(root: Path, database_url: str, n: int = 2, **settings: str) -> list[
     for plane in planes:
         plane.wait_up()
     return planes
+
+
+def query(url: str, statement: Any) -> list[Any]:
+    """The rows `statement` reads from the database at `url` (what the planes stored)."""
+    async def run() -> list[Any]:
+        db = Database(url)
+        try:
+            async with db.connect() as conn:
+                return list(await conn.execute(statement))
+        finally:
+            await db.close()
+    return asyncio.run(run())

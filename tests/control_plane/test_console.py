@@ -85,6 +85,17 @@ def watch(page: Page) -> list[str]:
     return problems
 
 
+def signed_in(browser: Browser, plane: ControlPlane, api_key: str) -> tuple[Page, list[str]]:
+    """A new browser context's page, signed in with `api_key`, and its problems (`watch`)."""
+    page = browser.new_context(viewport={"width": 1200, "height": 900}).new_page()
+    page.set_default_timeout(20_000)
+    problems = watch(page)
+    page.goto(plane.url + "/")
+    page.get_by_label("Account key").fill(api_key)
+    page.get_by_role("button", name="Sign in").click()
+    return page, problems
+
+
 def test_the_console_end_to_end(plane: ControlPlane, clock: ShiftedClock, llm: ScriptedLLM,
                                 key: str, browser: Browser) -> None:
     shot = Shots("walkthrough")
@@ -313,12 +324,7 @@ def test_streaming_text_shows_as_it_is_written(plane: ControlPlane, llm: Scripte
     api_key = new_user(plane, "bob")
     api = plane.client(api_key)
     configure_llm(api, llm.base_url(key), tools=["terminal"])
-    page = browser.new_context(viewport={"width": 1200, "height": 900}).new_page()
-    page.set_default_timeout(20_000)
-    problems = watch(page)
-    page.goto(plane.url + "/")
-    page.get_by_label("Account key").fill(api_key)
-    page.get_by_role("button", name="Sign in").click()
+    page, problems = signed_in(browser, plane, api_key)
 
     # The setting: off by default, turned on and saved.
     page.get_by_role("link", name="Settings").click()
@@ -360,12 +366,7 @@ def test_streaming_text_shows_as_it_is_written(plane: ControlPlane, llm: Scripte
     assert problems == []
 
     # The sandbox's process vanishes while the conversation is open: the page says so, and why.
-    page = browser.new_context(viewport={"width": 1200, "height": 900}).new_page()
-    page.set_default_timeout(20_000)
-    problems = watch(page)
-    page.goto(plane.url + "/")
-    page.get_by_label("Account key").fill(api_key)
-    page.get_by_role("button", name="Sign in").click()
+    page, problems = signed_in(browser, plane, api_key)
     expect(page.get_by_role("heading", name="Conversations", exact=True)).to_be_visible()
     page.goto(f"{plane.url}/#/conversations/{cid}")
     expect(page.locator(".meta")).to_contain_text("live")

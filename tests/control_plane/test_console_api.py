@@ -162,6 +162,11 @@ def test_events_are_relayed_live_and_resume_after_an_id(control_plane: ControlPl
     # Refusals: an id that is not one of its events, an unknown or another user's conversation.
     r = client.get(f"/api/v1/conversation/{cid}/events/stream", headers={"Last-Event-ID": "nope"})
     assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["header", "last-event-id"]
+    r = client.get(f"/api/v1/conversation/{cid}/events/stream", headers={"Last-Event-ID": "x" * 65})
+    assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["header", "last-event-id"]
+    assert r.json()["detail"][0]["type"] == "string_too_long"
+    r = client.get(f"/api/v1/conversation/{cid}/events/stream", params={"last_event_id": "nope"})
+    assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["query", "last_event_id"]
     other = control_plane.client(control_plane.new_user("mallory"))
     assert other.get(f"/api/v1/conversation/{cid}/events/stream").status_code == 404
     assert control_plane.client(None).get(f"/api/v1/conversation/{cid}/events/stream").status_code == 401

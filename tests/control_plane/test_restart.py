@@ -5,7 +5,6 @@ then fails leaves no sandbox behind."""
 
 from __future__ import annotations
 
-import asyncio
 import signal
 import time
 from collections.abc import Iterator
@@ -17,9 +16,8 @@ import pytest
 from sqlalchemy import select
 
 from control_plane.sandboxes import procfs
-from control_plane.store import Database
 from control_plane.store.tables import start_tasks
-from tests.control_plane.planes import PlaneProcess, kill_sandboxes, sandbox_pids
+from tests.control_plane.planes import PlaneProcess, kill_sandboxes, query, sandbox_pids
 from tests.control_plane.support import ControlPlane, configure_llm, make_config, wait_for, wait_task
 from tests.support.llm import ScriptedLLM, call
 
@@ -117,7 +115,7 @@ def test_a_start_taken_over_that_fails_removes_the_sandbox_it_made(tmp_path: Pat
     wait_for(lambda: stage() == "WAITING_FOR_SANDBOX", 30, interval=0.005,
              what="the placement")
     first.stop()  # mid-start: placed, its sandbox booting
-    [placed] = stored(config.db_url, select(start_tasks).where(start_tasks.c.id == task_id))
+    [placed] = query(config.db_url, select(start_tasks).where(start_tasks.c.id == task_id))
     assert placed.status not in ("READY", "ERROR") and placed.made_sandbox, placed
     sid = placed.sandbox_id
 
@@ -138,14 +136,3 @@ def test_a_start_taken_over_that_fails_removes_the_sandbox_it_made(tmp_path: Pat
         assert (config.state_dir / "archives" / f"{sid}.tar.gz").exists()
     finally:
         second.stop()
-
-
-def stored(url: str, statement: Any) -> list[Any]:
-    async def run() -> list[Any]:
-        db = Database(url)
-        try:
-            async with db.connect() as conn:
-                return list(await conn.execute(statement))
-        finally:
-            await db.close()
-    return asyncio.run(run())

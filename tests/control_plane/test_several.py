@@ -6,7 +6,6 @@ it. A pause cut short by a SIGKILL is finished by the other process."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import signal
 import threading
@@ -22,9 +21,8 @@ import pytest
 from sqlalchemy import func, select
 
 from control_plane.sandboxes import procfs
-from control_plane.store import Database
 from control_plane.store.tables import app_conversations, leases, sandboxes, start_tasks
-from tests.control_plane.planes import PlaneProcess, kill_sandboxes, sandbox_pids, several
+from tests.control_plane.planes import PlaneProcess, kill_sandboxes, query, sandbox_pids, several
 from tests.control_plane.postgres import PostgresServer
 from tests.control_plane.support import configure_llm, wait_for
 from tests.support.llm import ScriptedLLM, call
@@ -50,17 +48,6 @@ def tasks_of(client: httpx.Client, ids: list[str]) -> list[dict[str, Any]]:
     found: list[dict[str, Any]] = client.get("/api/v1/app-conversations/start-tasks",
                                              params={"ids": ids}).json()
     return found
-
-
-def query(url: str, statement: Any) -> list[Any]:
-    async def run() -> list[Any]:
-        db = Database(url)
-        try:
-            async with db.connect() as conn:
-                return list(await conn.execute(statement))
-        finally:
-            await db.close()
-    return asyncio.run(run())
 
 
 def test_two_planes_one_database_and_a_sigkill_mid_burst(planes: list[PlaneProcess],

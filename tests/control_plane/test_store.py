@@ -153,3 +153,20 @@ async def test_events_are_inserted_once_and_paged(db: Database) -> None:
     assert [b async for b in events.all_bodies(db, "c1", chunk=7)] == [r["body"] for r in rows]
     async with db.connect() as conn:
         assert await conn.scalar(text("SELECT count(*) FROM events")) == 30
+
+
+async def test_a_reconciler_round_claims_a_bounded_share_oldest_first(db: Database) -> None:
+    user = await accounts.get_or_create_user(db, "erin")
+    ids = [await _sandbox(db, user.id, f"s{i}", SandboxStatus.RUNNING, age=10 - i, idle=0)
+           for i in range(5)]
+    await _sandbox(db, user.id, "gone", SandboxStatus.MISSING, age=20, idle=0)  # nothing left
+    moment = now()
+    first = await sandboxes.claim_round(db, "plane-a", moment, 10, cleanup_due=moment, limit=2)
+    assert first == ids[:2]
+    # Another process, the same round: only what nobody claimed yet, still at most its limit.
+    second = await sandboxes.claim_round(db, "plane-b", moment, 10, cleanup_due=moment, limit=2)
+    assert second == ids[2:4]
+    # The next round takes the one left waiting first, then those claimed longest ago.
+    later = moment + timedelta(seconds=10)
+    third = await sandboxes.claim_round(db, "plane-a", later, 10, cleanup_due=later, limit=3)
+    assert sorted(third) == sorted([ids[4], *ids[:2]])  # (s2 and s3 wait longer than they)
