@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Annotated
+
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.requests import Request
 from starlette.responses import Response
@@ -67,7 +69,7 @@ class SandboxSearch(BaseModel):
 
 
 class SandboxIds(BaseModel):
-    id: list[str] = Field(min_length=1, max_length=100)
+    id: list[Annotated[str, Field(min_length=1, max_length=64)]] = Field(min_length=1, max_length=100)
 
 
 class DeleteQuery(BaseModel):

@@ -96,7 +96,7 @@ class ProcessProvider(SandboxProvider):
             await self._wait_alive(pid, handle)
             return handle
         except BaseException:
-            self._kill_now(pid)
+            await self._kill_now(pid)
             raise
 
     async def _wait_ready(self, pid: int, ready: Path, log: Path) -> int:
@@ -222,13 +222,14 @@ class ProcessProvider(SandboxProvider):
         shutil.rmtree(root_dir, ignore_errors=True)
         return archive
 
-    def _kill_now(self, pid: int) -> None:
-        """A start that failed or was cancelled: nothing of it is left (it dies in moments)."""
+    async def _kill_now(self, pid: int) -> None:
+        """A start that failed or was cancelled: nothing of it is left (it dies in moments; the
+        wait for it yields, so other sandboxes' work goes on meanwhile)."""
         procfs.signal_group(pid, signal.SIGKILL)
         deadline = time.monotonic() + 5
         while pid in self._children and time.monotonic() < deadline:
             self._reap(pid)
-            time.sleep(0.005)
+            await asyncio.sleep(0.005)
 
 
 def _sweep(scan: Callable[[int, bytes], T], leader: int, tag: bytes) -> T | None:
