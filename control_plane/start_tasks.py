@@ -93,7 +93,9 @@ class StartTaskService:
 
     async def take_over(self) -> int:
         """Carry on the unfinished tasks nobody works on (after a restart, or when another
-        control plane died holding them); how many were taken."""
+        control plane died holding them); how many were taken. The expired leases a dead
+        holder left on tasks it had finished are removed on the way."""
+        await tasks.sweep_leases(self.db)
         taken = 0
         for task in await tasks.orphans(self.db, self.leases.holder):
             if task.id in self._running or not await self.leases.claim(TASK, task.id):

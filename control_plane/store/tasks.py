@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import and_, or_, select, update
+from sqlalchemy import and_, delete, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from control_plane.models import StartTaskStatus, now
@@ -76,6 +76,19 @@ async def orphans(db: Database, holder: str, limit: int = 100) -> list[TaskRow]:
              .order_by(T.c.created_at).limit(limit))
     async with db.connect() as conn:
         return [TaskRow.of(x) for x in await conn.execute(query)]
+
+
+async def sweep_leases(db: Database) -> int:
+    """Delete the expired leases of finished tasks; how many. A holder releases its lease when
+    a task ends, but one killed between storing READY (or ERROR) and the release leaves the row
+    behind, and nothing else would ever look at it again: `orphans` takes unfinished tasks
+    only. A finished task has no more stages to write, so no holder can still need it."""
+    finished = select(T.c.id).where(
+        T.c.status.in_([StartTaskStatus.READY.value, StartTaskStatus.ERROR.value]))
+    async with db.begin() as conn:
+        done = await conn.execute(delete(L).where(L.c.kind == LEASE, L.c.expires_at < leases.wall(),
+                                                  L.c.key.in_(finished)))
+    return int(done.rowcount)
 
 
 async def set_status(db: Database | AsyncConnection, task_id: str, status: StartTaskStatus,

@@ -11,7 +11,7 @@ import signal
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -44,20 +44,35 @@ def planes(tmp_path: Path, postgres: PostgresServer) -> Iterator[list[PlaneProce
         kill_sandboxes(plane.state_dir)
 
 
+@pytest.fixture
+def clients() -> Iterator[Callable[..., httpx.Client]]:
+    """httpx clients closed at teardown, passed or failed (a client a failed assertion left
+    open would be reported as a leaked socket in whichever test runs next)."""
+    made: list[httpx.Client] = []
+
+    def make(**options: Any) -> httpx.Client:
+        made.append(httpx.Client(**options))
+        return made[-1]
+    yield make
+    for client in made:
+        client.close()
+
+
 def tasks_of(client: httpx.Client, ids: list[str]) -> list[dict[str, Any]]:
     found: list[dict[str, Any]] = client.get("/api/v1/app-conversations/start-tasks",
                                              params={"ids": ids}).json()
     return found
 
 
-def test_two_planes_one_database_and_a_sigkill_mid_burst(planes: list[PlaneProcess],
-                                                         llm: ScriptedLLM, key: str) -> None:
+def test_two_planes_one_database_and_a_sigkill_mid_burst(
+        planes: list[PlaneProcess], llm: ScriptedLLM, key: str,
+        clients: Callable[..., httpx.Client]) -> None:
     a, b = planes
     url = a.env["CONTROL_PLANE_DATABASE_URL"]
     api_key = a.new_key("alice")
     headers = {"Authorization": f"Bearer {api_key}"}
-    ca = httpx.Client(base_url=a.url, headers=headers, timeout=30)
-    cb = httpx.Client(base_url=b.url, headers=headers, timeout=30)
+    ca = clients(base_url=a.url, headers=headers, timeout=30)
+    cb = clients(base_url=b.url, headers=headers, timeout=30)
     configure_llm(cb, llm.base_url(key))
     assert ca.patch("/api/v1/settings", json={"grouping_strategy": "ADD_TO_ANY"}).status_code == 200
 
@@ -111,8 +126,6 @@ def test_two_planes_one_database_and_a_sigkill_mid_burst(planes: list[PlaneProce
     # The survivor took B's leases over and released them when done.
     assert query(url, select(func.count()).select_from(leases)
                  .where(leases.c.kind == "start-task"))[0][0] == 0
-    ca.close()
-    cb.close()
 
 
 @pytest.fixture
@@ -128,7 +141,8 @@ def strict_planes(tmp_path: Path, postgres: PostgresServer) -> Iterator[list[Pla
 
 
 def test_a_pause_cut_short_by_a_sigkill_is_finished_by_the_other(
-        strict_planes: list[PlaneProcess], llm: ScriptedLLM, key: str) -> None:
+        strict_planes: list[PlaneProcess], llm: ScriptedLLM, key: str,
+        clients: Callable[..., httpx.Client]) -> None:
     """B pauses a sandbox with a run in flight and is SIGKILLed once the sandbox is frozen but
     before PAUSED is stored. A finds the pause recorded as under way and finishes it (PAUSED,
     with the user's reason), instead of taking the frozen sandbox for hung (ERROR after the
@@ -136,8 +150,8 @@ def test_a_pause_cut_short_by_a_sigkill_is_finished_by_the_other(
     a, b = strict_planes
     url = a.env["CONTROL_PLANE_DATABASE_URL"]
     headers = {"Authorization": f"Bearer {a.new_key('bob')}"}
-    ca = httpx.Client(base_url=a.url, headers=headers, timeout=30)
-    cb = httpx.Client(base_url=b.url, headers=headers, timeout=60)
+    ca = clients(base_url=a.url, headers=headers, timeout=30)
+    cb = clients(base_url=b.url, headers=headers, timeout=60)
     configure_llm(ca, llm.base_url(key), tools=["terminal"])
     slow = call("terminal", command="echo two")
     slow.delay = 4.0
@@ -192,5 +206,3 @@ def test_a_pause_cut_short_by_a_sigkill_is_finished_by_the_other(
     wait_for(lambda: ca.get("/api/v1/app-conversations", params={"ids": cid})
              .json()[0]["execution_status"] == "FINISHED", 60, what="the run to finish")
     wait_for(lambda: actions() == 3, 60, what="every step")
-    ca.close()
-    cb.close()
