@@ -48,6 +48,7 @@ image:
 	docker build -f sandbox.Dockerfile -t $(IMAGE) $(if $(BASE_IMAGE),--build-arg BASE_IMAGE=$(BASE_IMAGE)) .
 
 test: system-deps $(TEST_STAMP)
+	$(BIN)/ruff check .
 	$(BIN)/mypy
 	$(BIN)/python -m pytest -q
 

@@ -37,6 +37,8 @@ COPY README.md ./
 COPY core ./core
 COPY agent_server ./agent_server
 COPY tools ./tools
+COPY events ./events
+COPY web ./web
 RUN pip install --no-cache-dir --no-deps . && rm -rf /root/.cache build ./*.egg-info
 
 ENV AGENT_SERVER_HOST=0.0.0.0 \

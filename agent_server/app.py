@@ -1,51 +1,40 @@
-"""build_app(config): the whole route table in one place, and the one composition root.
+"""build_app(config): the whole route table in one place, and the app's lifespan.
 
-Everything is wired here, from nothing but the Config: the settings store, delivery (each
-conversation's fanout), the session factory (the Model over litellm and the shared tool
-services) and the catalogue. The lifespan yields them as typed state (`Services`), which the
-routes read through `agent_server.api.io.services`.
+The objects behind the routes are built by `agent_server.services.Services.build`, the
+composition root; the lifespan starts and closes them and yields them as typed state.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import logging
-import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, TypedDict
 
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.routing import Route, WebSocketRoute
 
 from agent_server.accesslog import AccessLog
-from agent_server.agent.model import LiteLLMModel, Model
-from agent_server.agent.session import ToolServices, session_factory
-from agent_server.agent.toolbox import check_tool_names
-from agent_server.api import conversations, events, server, settings, skills, sockets
-from agent_server.api import bash, export, llm, metadata, workspace
-from agent_server.auth import KeyRing, SessionAuth
-from agent_server.commands import Commands
+from agent_server.agent.model import Model
+from agent_server.api import (
+    bash,
+    conversations,
+    events,
+    export,
+    llm,
+    metadata,
+    server,
+    settings,
+    skills,
+    sockets,
+    workspace,
+)
+from agent_server.auth import SessionAuth
 from agent_server.config import Config
-from agent_server.conversations import ConversationService
-from agent_server.delivery import Delivery
-from agent_server.errors import HANDLERS
-from agent_server.settings import SettingsStore
-from agent_server.subagents import SubagentHub
-from agent_server.agent.traced import TracedModel
-from agent_server.telemetry import Telemetry
+from agent_server.services import Services, State
 from agent_server.telemetry.http import Observe
-from agent_server.telemetry.metrics import Sources, WebhookFigures
+from web.errors import HANDLERS
 
-if TYPE_CHECKING:
-    from tools.browser.manager import BrowserManager
-
-logger = logging.getLogger(__name__)
 C = "/api/conversations/{conversation_id}"
-#: Seconds after start-up before litellm starts loading in the background.
-PREWARM_DELAY = 0.05
 
 ROUTES = [
     Route("/health", server.health, methods=["GET"]),
@@ -110,141 +99,26 @@ SOCKETS = [
 ]
 
 
-class SharedBrowser:
-    """The server's one Chromium manager, made when a conversation first has browser tools
-    (Playwright is imported only then); Chromium itself starts on the first browser call."""
-
-    def __init__(self, executable: str) -> None:
-        self.executable = executable
-        self.manager: BrowserManager | None = None
-
-    def __call__(self) -> BrowserManager:
-        if self.manager is None:
-            from tools.browser.manager import BrowserManager, BrowserSettings
-
-            self.manager = BrowserManager(BrowserSettings(executable=self.executable))
-        return self.manager
-
-    async def close(self) -> None:
-        if self.manager is not None:
-            await self.manager.close()  # no Chromium outlives the server
-
-
-@dataclass
-class Services:
-    """What the routes use, built once by build_app."""
-
-    config: Config
-    settings: SettingsStore
-    conversations: ConversationService
-    delivery: Delivery
-    keys: KeyRing
-    browser: SharedBrowser
-    model: Model
-    telemetry: Telemetry
-    commands: Commands = field(default_factory=Commands)
-    started: float = field(default_factory=time.monotonic)
-    last_activity: float = field(default_factory=time.monotonic)
-    ready: bool = False
-
-    def touch(self) -> None:
-        self.last_activity = time.monotonic()
-
-
-class State(TypedDict):
-    """The lifespan state Starlette copies into every request (request.state.services)."""
-
-    services: Services
-
-
-def build_services(config: Config, model: Model | None = None) -> Services:
-    telemetry = Telemetry.build(config.tracing_enabled, config.otlp_traces_endpoint)
-    store = SettingsStore(config.state_dir / "settings.json",
-                          check=lambda settings: check_tool_names(settings.agent.tools))
-    delivery = Delivery(config.delivery, config.webhook_url,
-                        config.webhook_api_key or config.session_api_keys[0],
-                        config.webhook_secret)
-    browser = SharedBrowser(config.chromium)
-    subagents = SubagentHub()  # sub-agents are conversations of the catalogue made below
-    model = TracedModel(model or LiteLLMModel(), telemetry)  # every LLM call has its span
-    make_session = session_factory(
-        model, ToolServices(idle_timeout=config.terminal_idle_timeout, browser=browser,
-                            subagents=subagents), telemetry)
-    service = ConversationService(config.state_dir, config.working_dir, settings=store.get,
-                                  make_session=make_session, fanout=delivery, telemetry=telemetry)
-    subagents.service = service
-    telemetry.metrics.watch(_metric_sources(service, delivery))
-    return Services(config=config, settings=store, conversations=service, delivery=delivery,
-                    keys=KeyRing(config.session_api_keys), browser=browser, model=model,
-                    telemetry=telemetry)
-
-
-def _metric_sources(service: ConversationService, delivery: Delivery) -> Sources:
-    """What GET /metrics reads at scrape time from the objects that keep the counts."""
-
-    def by_status() -> dict[str, int]:
-        counts: dict[str, int] = {}
-        for conv in service:
-            counts[conv.status.value] = counts.get(conv.status.value, 0) + 1
-        return counts
-
-    def webhook() -> WebhookFigures | None:
-        hook = delivery.webhook
-        if hook is None:
-            return None
-        totals = hook.totals()
-        return WebhookFigures(pending=totals.pending, lag_seconds=hook.lag(),
-                              failing=totals.failing, retries=hook.retries)
-
-    pubsub = delivery.pubsub
-    return Sources(conversations=by_status, websockets=pubsub.count,
-                   websocket_drops=lambda: {"queue": pubsub.overflows,
-                                            "send_timeout": pubsub.send_timeouts},
-                   webhook=webhook)
-
-
 def build_app(config: Config, model: Model | None = None) -> Starlette:
     """The server for `config`; `model` replaces litellm (the loop's in-process tests)."""
-    services = build_services(config, model)
+    services = Services.build(config, model)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[State]:
-        config.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-        try:  # the host's workspace (/api/bash, /api/file) and conversations' default one
-            config.working_dir.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            logger.warning("cannot create the working directory %s: %s", config.working_dir, exc)
-        services.settings.load()
-        await services.conversations.start()
-        await services.delivery.start(lambda: iter(services.conversations))
-        services.ready = True
-        # What the first conversation's first step needs (litellm) loads in the background
-        # from now on, so that step does not wait for it; a moment later, so the first
-        # answers to /ready are not slowed by the import.
-        asyncio.get_running_loop().call_later(PREWARM_DELAY, services.model.prewarm)
+        await services.start()
         try:
             yield {"services": services}
         finally:
-            services.ready = False
-            await services.commands.close()
-            await services.conversations.close(flush=services.delivery.flush)
-            await services.delivery.close()
-            await services.browser.close()
-            # The conversations' root spans ended as they closed: flush them with the rest.
-            await asyncio.to_thread(services.telemetry.shutdown)
+            await services.close()
 
-    # /metrics needs the key too, unless the configuration opens it to scrapers.
-    guarded = ("/api",) if config.metrics_open else ("/api", "/metrics")
-    app = Starlette(
+    return Starlette(
         routes=[*ROUTES, *SOCKETS],
         middleware=[
             # Outermost: the access log line and the handlers' records carry the trace id.
             Middleware(Observe, telemetry=services.telemetry, routes=ROUTES),
             Middleware(AccessLog, on_activity=services.touch),
-            Middleware(SessionAuth, keys=services.keys, prefixes=guarded),
+            Middleware(SessionAuth, keys=services.keys, prefixes=services.guarded),
         ],
         exception_handlers=HANDLERS,
         lifespan=lifespan,
     )
-    app.state.guarded = guarded  # what the OpenAPI document marks as needing the key
-    return app

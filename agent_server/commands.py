@@ -16,15 +16,15 @@ import logging
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from agent_server.errors import Conflict
-from agent_server.events import format_timestamp
 from agent_server.workspace import Scope, masked_keep, output_text
 from core.processes import MAX_OUTPUT_BYTES, child_env, run_process
+from events import format_timestamp
+from web.errors import Conflict
 
 logger = logging.getLogger(__name__)
 
@@ -33,7 +33,7 @@ MAX_KEPT = 200
 
 
 def _now() -> str:
-    return format_timestamp(datetime.now(timezone.utc))
+    return format_timestamp(datetime.now(UTC))
 
 
 class BashCommand(BaseModel):

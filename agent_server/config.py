@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import os
 import secrets
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from core.net import is_loopback
+from web import config
+from web.config import Env
 
 ENV_PREFIX = "AGENT_SERVER_"
 
@@ -66,7 +69,11 @@ class DeliverySettings(BaseModel):
 
 
 class Config(BaseModel):
-    model_config = ConfigDict(frozen=True)
+    """Every setting of the agent server. A field is set by the variable AGENT_SERVER_<NAME>
+    and the flag --<name> (see `web.config`); the keys and the OTLP endpoint come from their
+    own standard variables."""
+
+    model_config = ConfigDict(frozen=True, use_attribute_docstrings=True)
 
     host: str = "127.0.0.1"
     """Address to listen on. A non-loopback address needs SESSION_API_KEY."""
@@ -77,17 +84,19 @@ class Config(BaseModel):
     state_dir: Path = Path("~/.local/state/agent-server")
     """Where conversations, their logs and the settings live."""
 
-    session_api_keys: tuple[str, ...] = ()
-    """Keys accepted in X-Session-API-Key; several allow rotation. Never logged."""
+    session_api_keys: Annotated[tuple[str, ...], Env(None)] = ()
+    """Keys accepted in X-Session-API-Key (SESSION_API_KEY, comma-separated); several allow
+    rotation. Never logged."""
 
-    generated_key: bool = False
+    generated_key: Annotated[bool, Env(None)] = False
     """True when no key was configured and one was made up at start (printed once)."""
 
     log_level: str = "info"
     """Python logging level for the server's own logs (stderr)."""
 
-    default_working_dir: Path | None = None
-    """Working directory of conversations created without a workspace (default: state_dir/workspace)."""
+    working_dir: Path | None = None
+    """Working directory of conversations created without one (default:
+    <state_dir>/workspace)."""
 
     terminal_idle_timeout: float = Field(default=600.0, gt=0)
     """Seconds a conversation's shell may sit unused before it is closed."""
@@ -98,10 +107,10 @@ class Config(BaseModel):
     webhook_url: str | None = None
     """Base address of the control plane's webhook (events go to {url}/events/{id})."""
 
-    webhook_api_key: str | None = None
+    webhook_api_key: Annotated[str | None, Env("AGENT_SERVER_WEBHOOK_API_KEY", flag=False)] = None
     """X-Session-API-Key sent to the webhook; default: the first session key."""
 
-    webhook_secret: str | None = None
+    webhook_secret: Annotated[str | None, Env("AGENT_SERVER_WEBHOOK_SECRET", flag=False)] = None
     """When set, webhook bodies are signed the Standard Webhooks way."""
 
     chromium: str = "/usr/bin/chromium"
@@ -118,21 +127,27 @@ class Config(BaseModel):
     """auto: spans are recorded and exported when an OTLP endpoint is configured; on: recorded
     even without one (trace ids in logs); off: never."""
 
-    otlp_traces_endpoint: str | None = Field(default=None, pattern=r"^https?://")
+    otlp_traces_endpoint: Annotated[str | None, Env(None)] = Field(default=None,
+                                                                   pattern=r"^https?://")
     """Where spans go over OTLP/HTTP (protobuf), from the standard OTEL_EXPORTER_OTLP_*
     variables; None: nowhere."""
 
     metrics_open: bool = False
     """GET /metrics answers without the session key (for scrapers that cannot send it)."""
 
-    @field_validator("state_dir", "default_working_dir")
+    ready_file: Path | None = None
+    """Once serving, {"port", "pid"} is written there atomically: tells a supervisor the
+    bound port (with port 0, only the bound socket knows it)."""
+
+    @field_validator("state_dir", "working_dir", "ready_file")
     @classmethod
     def _expand(cls, value: Path | None) -> Path | None:
         return None if value is None else value.expanduser().absolute()
 
     @property
-    def working_dir(self) -> Path:
-        return self.default_working_dir or self.state_dir / "workspace"
+    def workspace(self) -> Path:
+        """The working directory of conversations created without one."""
+        return self.working_dir or self.state_dir / "workspace"
 
     @property
     def tracing_enabled(self) -> bool:
@@ -147,7 +162,6 @@ class Config(BaseModel):
             )
 
 
-
 def keys_from_env(value: str | None) -> tuple[tuple[str, ...], bool]:
     """SESSION_API_KEY (comma-separated) -> keys, or one fresh key when none is set."""
     keys = tuple(k.strip() for k in (value or "").split(",") if k.strip())
@@ -156,7 +170,7 @@ def keys_from_env(value: str | None) -> tuple[tuple[str, ...], bool]:
     return (secrets.token_urlsafe(32),), True
 
 
-def otlp_traces_endpoint(env: dict[str, str]) -> str | None:
+def otlp_traces_endpoint(env: Mapping[str, str]) -> str | None:
     """The OTLP/HTTP traces URL the standard variables give (the OpenTelemetry spec's rules):
     OTEL_EXPORTER_OTLP_TRACES_ENDPOINT as it is, else OTEL_EXPORTER_OTLP_ENDPOINT + /v1/traces;
     none with OTEL_SDK_DISABLED=true or OTEL_TRACES_EXPORTER=none. The exporter reads the
@@ -180,35 +194,10 @@ def otlp_traces_endpoint(env: dict[str, str]) -> str | None:
     return endpoint
 
 
-def from_env(environ: dict[str, str] | None = None, **flags: object) -> Config:
-    """Build the Config: a flag given (not None) wins over its environment variable."""
-    env = dict(os.environ if environ is None else environ)
+def from_env(environ: Mapping[str, str] | None = None, **flags: object) -> Config:
+    """The Config from the environment, flags given (not None, by field name) on top."""
+    env = os.environ if environ is None else environ
     keys, generated = keys_from_env(env.get("SESSION_API_KEY"))
-    values: dict[str, object] = {
-        "host": env.get("AGENT_SERVER_HOST"),
-        "port": env.get("AGENT_SERVER_PORT"),
-        "state_dir": env.get("AGENT_SERVER_STATE_DIR"),
-        "log_level": env.get("AGENT_SERVER_LOG_LEVEL"),
-        "default_working_dir": env.get("AGENT_SERVER_WORKING_DIR"),
-        "max_file_bytes": env.get("AGENT_SERVER_MAX_FILE_BYTES"),
-        "webhook_url": env.get("AGENT_SERVER_WEBHOOK_URL"),
-        "webhook_api_key": env.get("AGENT_SERVER_WEBHOOK_API_KEY"),
-        "webhook_secret": env.get("AGENT_SERVER_WEBHOOK_SECRET"),
-        "terminal_idle_timeout": env.get("AGENT_SERVER_TERMINAL_IDLE_TIMEOUT"),
-        "chromium": env.get("AGENT_SERVER_CHROMIUM"),
-        "log_format": env.get("AGENT_SERVER_LOG_FORMAT"),
-        "tracing": env.get("AGENT_SERVER_TRACING"),
-        "metrics_open": env.get("AGENT_SERVER_METRICS_OPEN"),
-        "otlp_traces_endpoint": otlp_traces_endpoint(env),
-    }
-    delivery: dict[str, object] = {
-        name: env.get(ENV_PREFIX + name.upper()) for name in DeliverySettings.model_fields
-    }
-    for name in DeliverySettings.model_fields:  # --ws-queue-events and the like
-        if flags.get(name) is not None:
-            delivery[name] = flags.pop(name)
-    values.update({k: v for k, v in flags.items() if v is not None})
-    values = {k: v for k, v in values.items() if v not in (None, "")}
-    values["delivery"] = {k: v for k, v in delivery.items() if v not in (None, "")}
-    return Config.model_validate(
-        {"session_api_keys": keys, "generated_key": generated, **values})
+    return config.from_env(Config, ENV_PREFIX, env, flags, session_api_keys=keys,
+                           generated_key=generated,
+                           otlp_traces_endpoint=otlp_traces_endpoint(env))

@@ -15,7 +15,7 @@ import shutil
 import traceback
 import uuid
 from collections.abc import Awaitable, Callable, Iterator, Sequence
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from enum import Enum
 from pathlib import Path
 from typing import Any, Protocol
@@ -35,17 +35,7 @@ from agent_server.agent.spec import (
     LLMConfig,
 )
 from agent_server.agent.toolbox import check_tools, git_env
-from agent_server.errors import Conflict, ConversationGone, InvalidTransition, NotFound, invalid
-from agent_server.events import (
-    ConversationErrorEvent,
-    ConversationStateUpdateEvent,
-    Event,
-    InterruptEvent,
-    Message,
-    MessageEvent,
-    PauseEvent,
-    format_timestamp,
-)
+from agent_server.errors import ConversationGone, InvalidTransition
 from agent_server.log import LOG_FILE_NAME, EventLog, Listener
 from agent_server.record import (
     ConversationInfo,
@@ -66,6 +56,17 @@ from agent_server.telemetry.tracing import ConversationTrace, failed
 from core.files import read_json, write_atomic, write_json
 from core.ids import new_event_id
 from core.masking import Masker, check_secrets
+from events import (
+    ConversationErrorEvent,
+    ConversationStateUpdateEvent,
+    Event,
+    InterruptEvent,
+    Message,
+    MessageEvent,
+    PauseEvent,
+    format_timestamp,
+)
+from web.errors import Conflict, NotFound, invalid
 
 logger = logging.getLogger(__name__)
 
@@ -123,7 +124,7 @@ class Fanout(Protocol):
 
 
 def now() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 class Conversation:

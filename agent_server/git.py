@@ -8,8 +8,6 @@ Git runs as a subprocess with a timeout, never in the event loop's thread.
 
 from __future__ import annotations
 
-from typing import Literal
-
 import asyncio
 import logging
 import os
@@ -17,12 +15,13 @@ from collections import deque
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel
 
-from agent_server.errors import UpstreamError
 from agent_server.workspace import FileMissing, NotAFile, TooLarge, read_capped, resolve
 from core.processes import child_env, run_process, stream_process
+from web.errors import UpstreamError
 
 GitStatus = Literal["ADDED", "UPDATED", "DELETED", "MOVED"]
 

@@ -28,14 +28,14 @@ from array import array
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from ulid import ULID
 
-from agent_server.events import KIND_NAMES, Event, format_timestamp, parse_event
 from core.ids import EVENT_ID_PATTERN
+from events import KIND_NAMES, Event, format_timestamp, parse_event
 
 logger = logging.getLogger(__name__)
 
@@ -220,7 +220,7 @@ class EventLog:
                 self._head_id = event.id
             now = max(time.time(), self._last_time)
             self._last_time = now
-            event.timestamp = format_timestamp(datetime.fromtimestamp(now, timezone.utc))
+            event.timestamp = format_timestamp(datetime.fromtimestamp(now, UTC))
             line, kept = self._serialize(event)
             lines.append(line)
             stored.append(kept)

@@ -22,9 +22,9 @@ from agent_server.agent.spec import (
     RepositoryStatus,
     SecretText,
 )
-from agent_server.events import ImageContent, TextContent
 from agent_server.telemetry.tracing import TraceRef
 from core import observability
+from events import ImageContent, TextContent
 
 
 class Workspace(Lenient):

@@ -17,13 +17,13 @@ from __future__ import annotations
 import asyncio
 import os
 import tempfile
-from pathlib import Path
 from collections.abc import Mapping
+from pathlib import Path
 
-from agent_server.errors import UpstreamError
 from agent_server.agent.spec import RepositorySpec
 from core.masking import MASK, Masker
 from core.processes import child_env, run_process
+from web.errors import UpstreamError
 
 CLONE_TIMEOUT = 600.0
 #: The user name sent with a token; GitHub and GitLab accept a token with any user name

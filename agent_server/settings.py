@@ -20,11 +20,13 @@ from agent_server.agent.spec import (
     LLMConfig,
     SecretText,
     ToolSpec,
+    condenser_tag,
     mask_mcp_config,
 )
-from agent_server.errors import from_pydantic, invalid
+from agent_server.errors import untagged
 from core.files import read_json, write_json
 from core.masking import REDACTED, check_secrets, redact
+from web.errors import from_pydantic, invalid
 
 PROFILE_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
 ProfileName = Annotated[str, StringConstraints(pattern=PROFILE_NAME.pattern)]
@@ -58,13 +60,21 @@ class Settings(Lenient):
         return value
 
 
+#: Fields holding one form of a union, by the function that names the form: a value of
+#: another form replaces the stored one whole (two forms' fields never merge into one object).
+FORMS = {"condenser": condenser_tag}
+
+
 def deep_merge(base: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
-    """Objects merge key by key; null removes a key; anything else (lists too) replaces."""
+    """Objects merge key by key; null removes a key; anything else (lists too) replaces, and
+    so does an object of another form than the stored one (FORMS)."""
     out = copy.deepcopy(base)
     for key, value in changes.items():
+        form = FORMS.get(key)
         if value is None:  # null removes: a setting back to its default, a secret gone
             out.pop(key, None)
-        elif isinstance(value, dict) and isinstance(out.get(key), dict):
+        elif isinstance(value, dict) and isinstance(out.get(key), dict) and (
+                form is None or form(value) == form(out[key])):
             out[key] = deep_merge(out[key], value)
         else:
             out[key] = copy.deepcopy(value)
@@ -113,7 +123,7 @@ class SettingsStore:
                 # Strictly, as a request body is read (api.io.validate_json): 0 is no boolean.
                 settings = Settings.model_validate_json(json.dumps(merged), strict=True)
             except ValidationError as exc:
-                raise from_pydantic(exc) from None
+                raise from_pydantic(exc, untag=untagged) from None
             for name, problem in check_secrets(settings.secrets):
                 raise invalid(["secrets", name], problem)
             if self.check is not None:

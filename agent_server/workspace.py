@@ -23,13 +23,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from agent_server.errors import AgentServerError
 from core.masking import Masker
 from core.paths import OutsideRoot, confine
 from core.processes import CHUNK, MAX_OUTPUT_BYTES, Output
+from web.errors import ServiceError
 
 
-class WorkspaceError(AgentServerError):
+class WorkspaceError(ServiceError):
     """Base of the failures below; `detail` is the sentence a client reads."""
 
     status_code = 400

@@ -32,10 +32,11 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from sqlalchemy import func, select  # noqa: E402
+
 from control_plane.models import now  # noqa: E402
 from control_plane.store import Database, accounts  # noqa: E402
 from control_plane.store.tables import app_conversations  # noqa: E402
-from sqlalchemy import func, select  # noqa: E402
 from tests.control_plane.planes import kill_sandboxes, several  # noqa: E402
 from tests.control_plane.postgres import PostgresServer, binaries  # noqa: E402
 from tests.control_plane.support import ControlPlane, configure_llm, make_config, wait_for  # noqa: E402
@@ -75,7 +76,8 @@ def start_latency(plane: ControlPlane, llm: ScriptedLLM, n: int) -> dict[str, fl
             "content": [{"type": "text", "text": "hi"}], "run": True}}))
         ready.append(time.monotonic() - began)
         cid = task["app_conversation_id"]
-        wait_for(lambda: client.get(f"/api/v1/conversation/{cid}/events/count").json()["count"] > 0,
+        wait_for(lambda cid=cid: client.get(
+            f"/api/v1/conversation/{cid}/events/count").json()["count"] > 0,
                  60, interval=0.01)
         first_event.append(time.monotonic() - began)
         client.delete(f"/api/v1/app-conversations/{cid}")
@@ -95,7 +97,7 @@ def concurrent_starts(plane: ControlPlane, llm: ScriptedLLM, n: int) -> dict[str
         client.patch("/api/v1/settings", json={"grouping_strategy": strategy})
         began = time.monotonic()
 
-        def one(_: int) -> str:
+        def one(_: int, key: str = key) -> str:
             with plane.client(key) as own:
                 sandbox: str = wait_ready(own, post_start(own, {}))["sandbox_id"]
                 return sandbox

@@ -32,13 +32,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import httpx  # noqa: E402
 from websockets.asyncio.client import connect  # noqa: E402
 
-from agent_server.events import Message, MessageEvent, TextContent  # noqa: E402
 from agent_server.log import EventLog  # noqa: E402
+from events import Message, MessageEvent, TextContent  # noqa: E402
 from tests.conftest import agent_spec  # noqa: E402
 from tests.support.llm import Reply, ScriptedLLM, call  # noqa: E402
 from tests.support.receiver import Receiver  # noqa: E402
 from tests.support.server import KEY, ServerProcess, wait_for  # noqa: E402
-
 
 # -- the scripted LLM in its own process --------------------------------------------------------------
 

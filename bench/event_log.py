@@ -23,7 +23,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from agent_server.events import (  # noqa: E402
+from agent_server.log import EventLog, Query  # noqa: E402
+from events import (  # noqa: E402
     ActionEvent,
     ConversationStateUpdateEvent,
     Event,
@@ -34,7 +35,6 @@ from agent_server.events import (  # noqa: E402
     SystemPromptEvent,
     TextContent,
 )
-from agent_server.log import EventLog, Query  # noqa: E402
 from tools.finish import FinishAction, FinishObservation, FinishTool  # noqa: E402
 from tools.think import ThinkAction, ThinkObservation, ThinkTool  # noqa: E402
 

@@ -67,7 +67,7 @@ def main() -> None:
         old = exact_only(list(values.values()))
         new = Masker(values)
         figures[f"{count}_secrets"] = {
-            "exact_only_us": round(per_event(lambda e: walk(e, old), sample, args.events), 1),
+            "exact_only_us": round(per_event(lambda e, old=old: walk(e, old), sample, args.events), 1),
             "with_encodings_us": round(per_event(new.data, sample, args.events), 1),
         }
     print(json.dumps(figures, indent=2))

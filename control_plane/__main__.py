@@ -9,20 +9,17 @@ import sys
 
 from pydantic import ValidationError
 
-from control_plane.config import Config, from_env
+from control_plane.config import PREFIX, Config, from_env
 from control_plane.crypto import hash_key, new_key
+from web import config as config_kit
+from web.logs import SafeFormatter
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="control-plane", description=(
         "The application interface (/api/v1) of the agent service. Each flag overrides its "
         "CONTROL_PLANE_* variable."))
-    parser.add_argument("--host", help="listen address (CONTROL_PLANE_HOST, default 127.0.0.1)")
-    parser.add_argument("--port", type=int, help="listen port (CONTROL_PLANE_PORT, default 3000)")
-    parser.add_argument("--state-dir", help="state directory (CONTROL_PLANE_STATE_DIR)")
-    parser.add_argument("--database-url", help="SQLAlchemy URL (CONTROL_PLANE_DATABASE_URL)")
-    parser.add_argument("--public-url", help="address sandboxes use (CONTROL_PLANE_PUBLIC_URL)")
-    parser.add_argument("--log-level", help="log level (CONTROL_PLANE_LOG_LEVEL, default info)")
+    config_kit.add_flags(parser, Config, PREFIX)
     commands = parser.add_subparsers(dest="command")
     commands.add_parser("serve", help="serve the API (the default)")
     keys = commands.add_parser("keys", help="API keys")
@@ -33,9 +30,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def load_config(args: argparse.Namespace) -> Config:
-    return from_env(host=args.host, port=args.port, state_dir=args.state_dir,
-                    database_url=args.database_url, public_url=args.public_url,
-                    log_level=args.log_level)
+    return from_env(**config_kit.flags(args, Config, PREFIX))
 
 
 async def create_key(config: Config, name: str) -> str:
@@ -63,8 +58,9 @@ def main(argv: list[str] | None = None) -> None:
     except ValidationError as exc:
         print(f"control-plane: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
-    logging.basicConfig(level=config.log_level.upper(), stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(SafeFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=config.log_level.upper(), handlers=[handler])
     logging.getLogger("httpx").setLevel(logging.WARNING)  # it logs every URL
     logging.getLogger("alembic").setLevel(logging.WARNING)  # a line per plugin at every start
     if args.command == "keys":

@@ -16,11 +16,11 @@ from control_plane.api import controls, events, sandboxes, server, settings, web
 from control_plane.api.io import LifespanState
 from control_plane.config import Config
 from control_plane.console import SecurityHeaders, static_files
-from control_plane.errors import HANDLERS
 from control_plane.relay import Bell
 from control_plane.sandboxes.provider import SandboxProvider
 from control_plane.services import Services
 from core.retry import Clock
+from web.errors import HANDLERS
 
 V1 = "/api/v1"
 C = V1 + "/app-conversations/{conversation_id}"

@@ -10,21 +10,20 @@ from __future__ import annotations
 
 import asyncio
 import io
-from collections.abc import AsyncIterator
 import json
 import zipfile
+from collections.abc import AsyncIterator
 from datetime import datetime
 from typing import Any
 
 from pydantic import BaseModel, Field
 
 from control_plane.agent_client import AgentClient, AgentError, Raw, Target
-from control_plane.errors import BadGateway, Conflict, Gone, NotFound
 from control_plane.models import ExecutionStatus, SandboxReason, SandboxStatus, now
 from control_plane.sandboxes.service import SandboxService
-from control_plane.store import Database
-from control_plane.store import conversations, events, sandboxes
+from control_plane.store import Database, conversations, events, sandboxes
 from control_plane.store.conversations import ConversationRow
+from web.errors import Conflict, Gone, NotFound, UpstreamError
 
 #: The agent-server routes a client may read through the control plane (SPEC 4.2).
 INSPECTION = {"file": "/file", "git/changes": "/git/changes", "git/diff": "/git/diff",
@@ -126,7 +125,7 @@ class AppConversationService:
                         info = await asyncio.wait_for(
                             self.agents.get_conversation(Target(base, key), row.id), timeout=2)
                         status = ExecutionStatus.parse(info.get("execution_status")) or status
-                    except (AgentError, asyncio.TimeoutError):
+                    except (TimeoutError, AgentError):
                         pass  # the stored value is the best we know
         obs = row.observability or {}
         return AppConversation(
@@ -161,7 +160,7 @@ class AppConversationService:
         try:
             await self.agents.send_message(target, row.id, message)
         except AgentError as exc:
-            raise BadGateway(str(exc)) from None
+            raise UpstreamError("sandbox", str(exc)) from None
         moment = now()
         async with self.db.begin() as conn:
             await sandboxes.touch(conn, row.sandbox_id, moment)
@@ -177,7 +176,7 @@ class AppConversationService:
         except AgentError as exc:
             if exc.status == 409:
                 raise Conflict(str(exc)) from None
-            raise BadGateway(str(exc)) from None
+            raise UpstreamError("sandbox", str(exc)) from None
         moment = now()
         async with self.db.begin() as conn:
             await sandboxes.touch(conn, row.sandbox_id, moment)
@@ -188,9 +187,9 @@ class AppConversationService:
             raw = await self.agents.raw_get(target, f"/api/conversations/{row.id}{INSPECTION[what]}",
                                             params)
         except AgentError as exc:
-            raise BadGateway(str(exc)) from None
+            raise UpstreamError("sandbox", str(exc)) from None
         if raw.status >= 500 or raw.status == 401:
-            raise BadGateway(f"the agent server answered {raw.status}")
+            raise UpstreamError("sandbox", f"the agent server answered {raw.status}")
         await self.touch(row)
         return raw
 

@@ -1,14 +1,17 @@
-"""Config: everything the control plane is told at start, read in one place (flags, then variables)."""
+"""Config: everything the control plane is told at start: a variable and a flag per field
+(`web.config`), read in one place."""
 
 from __future__ import annotations
 
-import os
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from core.net import is_loopback
+from web import config
+from web.config import Env
 
 PREFIX = "CONTROL_PLANE_"
 
@@ -16,7 +19,7 @@ PREFIX = "CONTROL_PLANE_"
 class Config(BaseModel):
     """Every setting, with the reason it exists; a flag wins over its `CONTROL_PLANE_*` variable."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", use_attribute_docstrings=True)
 
     host: str = "127.0.0.1"
     """Listen address."""
@@ -31,7 +34,7 @@ class Config(BaseModel):
     """SQLAlchemy URL; default `sqlite+aiosqlite:///<state_dir>/control-plane.db`.
     `postgresql+asyncpg://…` (or plain `postgresql://…`) selects PostgreSQL."""
 
-    secret_key: str | None = None
+    secret_key: Annotated[str | None, Env("CONTROL_PLANE_SECRET_KEY", flag=False)] = None
     """Fernet key for LLM keys and secrets at rest; default: generated once into the state dir."""
 
     public_url: str | None = None
@@ -149,13 +152,11 @@ class Config(BaseModel):
 
 
 
-#: Field name -> its variable: the only place the environment is read.
-VARIABLES = {name: PREFIX + name.upper() for name in Config.model_fields}
+#: Field name -> its variable.
+VARIABLES = config.variables(Config, PREFIX)
 
 
-def from_env(environ: dict[str, str] | None = None, **flags: Any) -> Config:
-    """Variables, then flags given (not None) on top; empty variables count as unset."""
-    env = os.environ if environ is None else environ
-    values: dict[str, Any] = {name: env.get(var) for name, var in VARIABLES.items()}
-    values.update({k: v for k, v in flags.items() if v is not None})
-    return Config(**{k: v for k, v in values.items() if v not in (None, "")})
+def from_env(environ: Mapping[str, str] | None = None, **flags: Any) -> Config:
+    """Variables, then flags given (not None, by field name) on top; empty variables count as
+    unset."""
+    return config.from_env(Config, PREFIX, environ, flags)

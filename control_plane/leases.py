@@ -21,9 +21,9 @@ import socket
 import uuid
 from collections.abc import AsyncIterator
 
-from control_plane.errors import Unavailable
 from control_plane.store import Database
 from control_plane.store import leases as rows
+from web.errors import Unavailable
 
 logger = logging.getLogger(__name__)
 

@@ -31,7 +31,6 @@ import asyncio
 import logging
 from datetime import datetime, timedelta
 
-from control_plane.errors import ApiError
 from control_plane.leases import Leases
 from control_plane.models import SandboxReason, SandboxStatus, now
 from control_plane.sandboxes.service import SandboxService
@@ -40,6 +39,7 @@ from control_plane.store import Database
 from control_plane.store import leases as lease_rows
 from control_plane.store import sandboxes as rows
 from control_plane.store.sandboxes import SandboxRow
+from web.errors import ServiceError
 
 logger = logging.getLogger(__name__)
 
@@ -131,7 +131,7 @@ class Lifecycle:
             async with gate:
                 try:
                     await self.check(sandbox_id)
-                except ApiError as exc:  # it changed meanwhile (deleted, busy): next round
+                except ServiceError as exc:  # it changed meanwhile (deleted, busy): next round
                     logger.info("reconciling sandbox %s: %s", sandbox_id, exc.detail)
                 except Exception:
                     logger.exception("reconciling sandbox %s failed", sandbox_id)

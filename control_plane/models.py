@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from enum import Enum
 
 from core.retry import Clock
-
 
 _clock = Clock()
 
@@ -19,7 +18,7 @@ def use_clock(clock: Clock) -> None:
 
 def now() -> datetime:
     """The one clock reading of stored times: aware UTC."""
-    return datetime.fromtimestamp(_clock.time(), timezone.utc)
+    return datetime.fromtimestamp(_clock.time(), UTC)
 
 
 class SandboxStatus(str, Enum):

@@ -98,7 +98,7 @@ async def relay(db: Database, bell: Bell, conversation_id: str, after: int,
                 continue
             try:
                 await asyncio.wait_for(woken.wait(), timeout=poll)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 if not await still_there():
                     yield b"event: gone\ndata: {}\n\n"
                     return

@@ -6,7 +6,8 @@ an untyped bag.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from control_plane.agent_client import AgentClient
 from control_plane.app_conversations import AppConversationService
@@ -59,6 +60,8 @@ class Services:
     """Rung by the webhook for the live relays (`control_plane.relay`)."""
     deltas: DeltaHub
     """The sockets to agent servers that bring the relays streaming text."""
+    openapi: dict[str, Any] = field(default_factory=dict)
+    """The OpenAPI document, built on its first request (empty until then)."""
 
     @classmethod
     def build(cls, config: Config, provider: SandboxProvider | None = None,

@@ -9,12 +9,11 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
 from control_plane.crypto import Cipher
+from control_plane.models import GroupingStrategy
+from control_plane.store import Database, accounts
+from control_plane.store.accounts import StoredSettings
 from core.ids import ENV_NAME
 from core.masking import REDACTED
-from control_plane.models import GroupingStrategy
-from control_plane.store import Database
-from control_plane.store import accounts
-from control_plane.store.accounts import StoredSettings
 
 MASK = REDACTED
 DEFAULT_TOOLS = ("terminal", "file_editor", "task_tracker")

@@ -31,16 +31,15 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from control_plane import grouping
 from control_plane.agent_client import AgentClient, AgentError, Target
 from control_plane.crypto import Cipher
-from control_plane.errors import ApiError, Conflict, NotFound
 from control_plane.leases import TASK, Leases
 from control_plane.models import SandboxReason, StartTaskStatus
 from control_plane.sandboxes.service import SandboxService
 from control_plane.settings import SettingsService, UserSettings
 from control_plane.start_request import StartRequest
-from control_plane.store import Database
-from control_plane.store import accounts, conversations, sandboxes, tasks
+from control_plane.store import Database, accounts, conversations, sandboxes, tasks
 from control_plane.store import leases as lease_rows
 from control_plane.store.tasks import LeaseLost, TaskRow
+from web.errors import Conflict, NotFound, ServiceError
 
 logger = logging.getLogger(__name__)
 
@@ -156,8 +155,8 @@ class StartTaskService:
                 await conversations.mark_started(conn, placement.conversation_id)
         except (asyncio.CancelledError, LeaseLost):
             raise  # shutting down (resumed at the next start), or another has it now
-        except (StartFailed, ApiError, AgentError) as exc:
-            await self._fail(task, placement, str(exc) if not isinstance(exc, ApiError) else exc.detail)
+        except (StartFailed, ServiceError, AgentError) as exc:
+            await self._fail(task, placement, str(exc) if not isinstance(exc, ServiceError) else exc.detail)
         except Exception as exc:
             logger.exception("start task %s failed", task.id)
             await self._fail(task, placement, f"unexpected error: {type(exc).__name__}: {exc}")
@@ -285,7 +284,7 @@ class StartTaskService:
             if retired:
                 try:
                     await self.sandboxes.clean_up(placement.sandbox_id, due_only=False)
-                except ApiError as exc:  # busy for long: the reconciler cleans it up
+                except ServiceError as exc:  # busy for long: the reconciler cleans it up
                     logger.warning("sandbox %s is left to the reconciler: %s",
                                    placement.sandbox_id, exc.detail)
         finally:

@@ -18,15 +18,14 @@ from pydantic import ValidationError
 from sqlalchemy import update
 from sqlalchemy.exc import SQLAlchemyError
 
-from agent_server.events import kinds
 from control_plane.app_conversations import metrics_from_stats
 from control_plane.crypto import hash_key
-from control_plane.errors import Forbidden, NotFound, Unauthorized, Unavailable, invalid
 from control_plane.models import ExecutionStatus, now
 from control_plane.relay import Bell
-from control_plane.store import Database
-from control_plane.store import conversations, sandboxes
+from control_plane.store import Database, conversations, sandboxes
 from control_plane.store.tables import app_conversations, events
+from events import kinds
+from web.errors import Forbidden, NotFound, Unauthorized, Unavailable, from_pydantic
 
 logger = logging.getLogger(__name__)
 
@@ -59,7 +58,7 @@ class WebhookReceiver:
         try:
             batch = kinds.EVENT_LIST_ADAPTER.validate_json(body)
         except ValidationError as exc:
-            raise invalid("body", exc) from None
+            raise from_pydantic(exc, "body") from None
 
         rows: list[dict[str, Any]] = []
         status: ExecutionStatus | None = None

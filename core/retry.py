@@ -12,7 +12,7 @@ import email.utils
 import random
 import time
 from dataclasses import dataclass, field
-from datetime import timezone
+from datetime import UTC
 
 
 class Clock:
@@ -79,7 +79,7 @@ def parse_retry_after(value: str | None, now: float) -> float | None:
     except (TypeError, ValueError):
         return None
     if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=timezone.utc)
+        moment = moment.replace(tzinfo=UTC)
     return max(0.0, moment.timestamp() - now)
 
 

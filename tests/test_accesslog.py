@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from agent_server.accesslog import SafeFormatter, escape
 from tests.support.server import ServerProcess, wait_for
+from web.logs import SafeFormatter, escape
 
 FORGED = "2099-01-01 00:00:00,000 ERROR agent_server.errors: FORGED"
 

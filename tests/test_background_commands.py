@@ -9,9 +9,9 @@ import pytest
 
 from agent_server import commands
 from agent_server.commands import Commands
-from agent_server.errors import Conflict
 from agent_server.workspace import Scope
 from core.masking import Masker
+from web.errors import Conflict
 
 
 async def test_a_full_scope_of_running_commands_refuses_another_until_one_ends(

@@ -15,8 +15,9 @@ import pytest
 from agent_server.agent.model import Scripted, ScriptedModel
 from agent_server.agent.spec import ExecutionStatus as S
 from agent_server.conversations import TRANSITIONS, Lifecycle
-from agent_server.errors import Conflict, ConversationGone, InvalidTransition
-from agent_server.events import (
+from agent_server.errors import ConversationGone, InvalidTransition
+from agent_server.record import SendMessage
+from events import (
     ActionEvent,
     ConversationErrorEvent,
     ConversationStateUpdateEvent,
@@ -26,7 +27,6 @@ from agent_server.events import (
     PauseEvent,
     UserRejectObservation,
 )
-from agent_server.record import SendMessage
 from tests.support.inprocess import (
     GatedModel,
     InProcess,
@@ -35,6 +35,7 @@ from tests.support.inprocess import (
     run_ends,
     serve,
 )
+from web.errors import Conflict
 
 THINK = ("think", '{"thought": "thinking"}')
 ECHO = ("terminal", '{"command": "echo confirmed-output"}')

@@ -12,19 +12,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from agent_server.errors import (
-    HANDLERS,
-    AgentServerError,
-    Conflict,
-    ConversationGone,
-    InvalidInput,
-    InvalidTransition,
-    NotFound,
-    PayloadTooLarge,
-    UpstreamError,
-    from_pydantic,
-    invalid,
-)
+from agent_server.errors import ConversationGone, InvalidTransition
 from agent_server.git import GitFailed
 from agent_server.workspace import (
     FileMissing,
@@ -34,29 +22,40 @@ from agent_server.workspace import (
     TooLarge,
     WorkspaceError,
 )
+from web.errors import (
+    HANDLERS,
+    Conflict,
+    InvalidInput,
+    NotFound,
+    PayloadTooLarge,
+    ServiceError,
+    UpstreamError,
+    from_pydantic,
+    invalid,
+)
 
-CASES: list[tuple[AgentServerError, type[AgentServerError], int, int]] = [
-    (AgentServerError("x"), AgentServerError, 500, status.WS_1011_INTERNAL_ERROR),
-    (invalid(["a"], "bad"), AgentServerError, 422, status.WS_1008_POLICY_VIOLATION),
-    (NotFound("x"), AgentServerError, 404, 4004),
+CASES: list[tuple[ServiceError, type[ServiceError], int, int]] = [
+    (ServiceError("x"), ServiceError, 500, status.WS_1011_INTERNAL_ERROR),
+    (invalid(["a"], "bad"), ServiceError, 422, status.WS_1008_POLICY_VIOLATION),
+    (NotFound("x"), ServiceError, 404, 4004),
     (ConversationGone("c1"), NotFound, 404, 4004),
-    (Conflict("x"), AgentServerError, 409, status.WS_1008_POLICY_VIOLATION),
+    (Conflict("x"), ServiceError, 409, status.WS_1008_POLICY_VIOLATION),
     (InvalidTransition("idle", "paused", ["running"]), Conflict, 409,
      status.WS_1008_POLICY_VIOLATION),
-    (PayloadTooLarge("x"), AgentServerError, 413, status.WS_1009_MESSAGE_TOO_BIG),
-    (WorkspaceError("x"), AgentServerError, 400, status.WS_1011_INTERNAL_ERROR),
+    (PayloadTooLarge("x"), ServiceError, 413, status.WS_1009_MESSAGE_TOO_BIG),
+    (WorkspaceError("x"), ServiceError, 400, status.WS_1011_INTERNAL_ERROR),
     (OutsideWorkspace("x"), WorkspaceError, 403, status.WS_1011_INTERNAL_ERROR),
     (PermissionDenied("x"), WorkspaceError, 403, status.WS_1011_INTERNAL_ERROR),
     (FileMissing("x"), WorkspaceError, 404, status.WS_1011_INTERNAL_ERROR),
     (NotAFile("x"), WorkspaceError, 400, status.WS_1011_INTERNAL_ERROR),
     (TooLarge("x", 10), WorkspaceError, 413, status.WS_1011_INTERNAL_ERROR),
-    (UpstreamError("Code", "x"), AgentServerError, 502, status.WS_1011_INTERNAL_ERROR),
+    (UpstreamError("Code", "x"), ServiceError, 502, status.WS_1011_INTERNAL_ERROR),
 ]
 
 
 @pytest.mark.parametrize(("exc", "parent", "http", "ws"), CASES,
                          ids=[type(c[0]).__name__ for c in CASES])
-def test_each_class_declares_its_status(exc: AgentServerError, parent: type, http: int,
+def test_each_class_declares_its_status(exc: ServiceError, parent: type, http: int,
                                         ws: int) -> None:
     assert isinstance(exc, parent)
     assert (exc.status_code, exc.ws_close_code) == (http, ws)
@@ -139,9 +138,9 @@ async def test_the_handler_answers_each_kind(client: httpx.AsyncClient) -> None:
 def test_every_upstream_failure_is_an_upstream_error() -> None:
     from agent_server.agent.llm import LLMFailure
     from agent_server.agent.mcp import MCPServerError
-    from agent_server.errors import UpstreamError
     from agent_server.git import GitFailed
     from agent_server.repository import CloneFailed
+    from web.errors import UpstreamError
 
     for failure in (LLMFailure("RateLimitError", "slow down"), MCPServerError("X", "gone"),
                     CloneFailed("no such repository"), GitFailed(["status"], 128, "bad")):

@@ -10,7 +10,7 @@ import json
 import math
 import subprocess
 import sys
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from types import UnionType
 from typing import Any, Union, get_args, get_origin
@@ -22,7 +22,8 @@ from pydantic import ValidationError
 from ulid import ULID
 
 import tools
-from agent_server.events import (
+from core.content import ToolAnnotations
+from events import (
     EVENT_ADAPTER,
     EVENT_LIST_ADAPTER,
     KIND_NAMES,
@@ -41,7 +42,6 @@ from agent_server.events import (
     format_timestamp,
     parse_event,
 )
-from core.content import ToolAnnotations
 
 GOLDEN = Path(__file__).parent / "golden"
 KIND_BY_NAME: dict[str, type[Event]] = {k.__name__: k for k in KINDS}
@@ -205,7 +205,7 @@ aware_moments = st.datetimes(
 
 def render_timestamp(moment: datetime, style: str) -> str:
     if style == "Z":
-        return moment.astimezone(timezone.utc).isoformat().replace("+00:00", "Z")
+        return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
     return moment.isoformat(timespec=style)
 
 
@@ -423,7 +423,7 @@ def events_of(name: str) -> st.SearchStrategy[Event]:
 @pytest.mark.e2e
 def test_tools_imports_on_its_own() -> None:
     # The kinds build their unions from tools.action_types(), and tools import the content
-    # types from agent_server.events: a process whose first import is `tools` once died here.
+    # types from events: a process whose first import is `tools` once died here.
     for module in ("tools", "tools.think"):
         done = subprocess.run(
             [sys.executable, "-c", f"import {module}"],

@@ -15,9 +15,9 @@ import subprocess
 import sys
 import tempfile
 import time
-from datetime import datetime, timedelta, timezone
-from pathlib import Path
 from collections.abc import Callable, Sequence
+from datetime import UTC, datetime, timedelta, timezone
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -26,8 +26,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 from ulid import ULID
 
-from agent_server.events import KIND_NAMES, Event, parse_event
 from agent_server.log import EventLog, LogError, Query
+from events import KIND_NAMES, Event, parse_event
 
 GOLDEN = Path(__file__).parent / "golden"
 CHILD = Path(__file__).parent / "support" / "log_child.py"
@@ -157,14 +157,14 @@ async def test_an_empty_log_has_nothing(log: EventLog) -> None:
 
 async def test_append_returns_its_events_with_ulid_ids_and_utc_times(log: EventLog) -> None:
     rng = random.Random(1)
-    before = datetime.now(timezone.utc)
+    before = datetime.now(UTC)
     appended: list[Event] = []
     for size in [1, 3, 1, 1, 7, 2]:
         group = mixed(rng, size)
         returned = await log.append(*group)
         assert len(returned) == size and all(r is g for r, g in zip(returned, group))
         appended.extend(returned)
-    after = datetime.now(timezone.utc)
+    after = datetime.now(UTC)
 
     ids = [e.id for e in appended]
     assert increasing(ids)
@@ -390,7 +390,7 @@ async def test_a_secret_that_matches_part_of_an_id_or_time_leaves_them_alone(
     # rejects the line, and every append of the conversation raises ValidationError. One that
     # matches part of an id is stored under a masked id: get(id) misses it, the index's ids
     # stop being sorted, and the next open skips the line, so the event is gone.
-    secret = str(datetime.now(timezone.utc).year) if where == "timestamp" else str(ULID())[:4]
+    secret = str(datetime.now(UTC).year) if where == "timestamp" else str(ULID())[:4]
     log = EventLog.open(path, redactor=masking(secret))
     event = said(f"my pin is {secret}")
     try:

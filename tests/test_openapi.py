@@ -11,7 +11,7 @@ import openapi_spec_validator
 import pytest
 
 from agent_server.app import ROUTES
-from agent_server.events import KIND_NAMES
+from events import KIND_NAMES
 from tests.support.server import ServerProcess
 
 # A server subprocess (or another process, a restart, SIGKILL, Chromium, Docker tools).

@@ -200,3 +200,18 @@ def test_mcp_env_and_header_values_are_masked_in_settings(client: httpx.Client) 
         servers = answer.json()["agent"]["mcp_config"]["mcpServers"]
         assert servers["local"]["env"] == {"PAT": "**********", "REF": "${PAT_NAME}"}
     client.patch("/api/settings", json={"agent": {"mcp_config": None}})
+
+
+def test_a_condenser_of_another_form_replaces_the_stored_one(client: httpx.Client,
+                                                              llm: ScriptedLLM) -> None:
+    """The fields of two condenser forms never merge: our own form patched over a stored
+    NoOpCondenser is checked as our own form (a bad max_events is a 422, not ignored)."""
+    r = client.patch("/api/settings", json={"agent": {"condenser": {"kind": "NoOpCondenser"}}})
+    assert r.status_code == 200, r.text
+    r = client.patch("/api/settings", json={"agent": {"condenser": {"max_events": [1]}}})
+    assert r.status_code == 422, r.text
+    assert r.json()["detail"][0]["loc"][:3] == ["body", "agent", "condenser"]
+    r = client.patch("/api/settings", json={"agent": {"condenser": {"max_events": 50}}})
+    assert r.status_code == 200, r.text
+    assert r.json()["agent"]["condenser"]["max_events"] == 50
+    assert "kind" not in r.json()["agent"]["condenser"]

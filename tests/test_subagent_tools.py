@@ -29,7 +29,7 @@ from tests.support.scripted_client import (
 )
 from tools.base import ToolContext, ToolError
 from tools.conversation import SubagentResult, SubagentTask
-from tools.subagents.common import SubagentParams, check_limits, child_tools, agent_type
+from tools.subagents.common import SubagentParams, agent_type, check_limits, child_tools
 
 
 def finish(message: str) -> Scripted:

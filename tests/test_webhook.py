@@ -15,8 +15,8 @@ import random
 import signal
 import time
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
-from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -24,12 +24,12 @@ import httpx
 import pytest
 
 from agent_server.config import from_env
-from agent_server.app import build_services
 from agent_server.delivery.http import WebhookClient
 from agent_server.delivery.webhook import CURSOR_FILE, Webhook, needs_push, read_cursor
-from agent_server.events import Message, MessageEvent, PauseEvent, TextContent
 from agent_server.log import EventLog, last_logged_id
+from agent_server.services import Services
 from core.retry import Backoff, Clock, parse_retry_after
+from events import Message, MessageEvent, PauseEvent, TextContent
 from tests.conftest import create
 from tests.support.api import events, send, wait_status
 from tests.support.llm import ScriptedLLM, call
@@ -211,7 +211,7 @@ async def test_the_delay_is_capped_and_retries_never_stop(tmp_path: Path) -> Non
 
 async def test_retry_after_is_honoured(tmp_path: Path) -> None:
     log = await make_log(tmp_path, 2)
-    later = format_datetime(datetime.fromtimestamp(FakeClock().time(), timezone.utc)
+    later = format_datetime(datetime.fromtimestamp(FakeClock().time(), UTC)
                             + timedelta(seconds=20), usegmt=True)
     script = Script(
         httpx.Response(429, headers={"retry-after": "7"}),
@@ -298,7 +298,7 @@ async def test_settings_come_from_the_environment_and_the_key_defaults_to_the_se
                        "AGENT_SERVER_WS_QUEUE_EVENTS": "9"})
     settings = config.delivery
     assert settings.webhook_batch_events == 7 and settings.ws_queue_events == 9
-    services = build_services(config)
+    services = Services.build(config)
     delivery = services.delivery
     assert delivery.webhook is not None
     assert delivery.webhook.client.headers("m", b"[]")["x-session-api-key"] == "first"

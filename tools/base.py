@@ -114,7 +114,7 @@ class Tool(ABC):
         thread or a subprocess, and a cancelled call must leave no process running.
         """
 
-    async def close(self) -> None:
+    async def close(self) -> None:  # noqa: B027 (optional: most tools hold nothing)
         """Release whatever the tool holds (processes, browser contexts)."""
 
     # -- what the model sees -------------------------------------------------------------

@@ -18,8 +18,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from agent_server.agent.llm import LLMFailure
-from agent_server.agent.view import View
-from agent_server.events import Condensation
 from agent_server.agent.spec import (
     CondenserConfig,
     CondenserSpec,
@@ -27,6 +25,8 @@ from agent_server.agent.spec import (
     LLMSummarizingCondenser,
     PipelineCondenser,
 )
+from agent_server.agent.view import View
+from events import Condensation
 
 if TYPE_CHECKING:
     from agent_server.agent.model import Model

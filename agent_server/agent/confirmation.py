@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from agent_server.events import ActionEvent, SecurityRisk
-from agent_server.agent.spec import AlwaysConfirm, ConfirmRisky, ConfirmationPolicy
+from agent_server.agent.spec import AlwaysConfirm, ConfirmationPolicy, ConfirmRisky
+from events import ActionEvent, SecurityRisk
 
 
 def needs_confirmation(policy: ConfirmationPolicy, event: ActionEvent, acts: bool) -> bool:

@@ -32,9 +32,9 @@ from agent_server.agent.condenser import render
 from agent_server.agent.llm import LLMFailure
 from agent_server.agent.spec import CommandCritic, CriticSpec, ModelCritic
 from agent_server.agent.view import View
-from agent_server.events import ActionEvent, CriticResult, Event, MessageEvent, TextContent
 from core.masking import Masker
 from core.processes import child_env, run_process
+from events import ActionEvent, CriticResult, Event, MessageEvent, TextContent
 
 if TYPE_CHECKING:
     from agent_server.agent.model import Model

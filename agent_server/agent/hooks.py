@@ -9,14 +9,14 @@ block. Every run becomes a HookExecutionEvent.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agent_server.events import HookExecutionEvent
 from agent_server.agent.spec import HookConfig
 from core.processes import Output, child_env, run_process
+from events import HookExecutionEvent
 
 #: Bytes of stdout and stderr kept from a hook (the rest is cut with a note).
 OUTPUT_LIMIT = 16 * 1024

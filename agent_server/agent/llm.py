@@ -19,12 +19,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from agent_server.errors import UpstreamError
 from agent_server.agent import transport
 from agent_server.agent.spec import LLMConfig, TokenUsage
 from agent_server.telemetry.tracing import note_llm_provider, note_llm_retry
 from core.masking import REDACTED
 from core.retry import Backoff, parse_retry_after
+from web.errors import UpstreamError
 
 logger = logging.getLogger(__name__)
 

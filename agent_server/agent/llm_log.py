@@ -31,8 +31,8 @@ from typing import TYPE_CHECKING, Any
 from agent_server.agent.llm import Completion, LLMFailure
 from agent_server.agent.model import Model, OnDelta, WrappedModel
 from agent_server.agent.spec import LLMConfig
-from agent_server.events import Event, LLMCompletionLogEvent, TokenEvent
 from core.masking import Masker, redact
+from events import Event, LLMCompletionLogEvent, TokenEvent
 
 if TYPE_CHECKING:
     from agent_server.agent.sink import EventSink

@@ -16,9 +16,9 @@ from typing import Literal
 from pydantic import SecretStr
 
 from agent_server.agent.spec import LLMConfig
-from agent_server.errors import Conflict
-from agent_server.events import ConversationStateUpdateEvent
+from events import ConversationStateUpdateEvent
 from tools.conversation import ProfileInfo, ProfileNotFound
+from web.errors import Conflict
 
 Profiles = Callable[[], Mapping[str, LLMConfig]]
 Who = Literal["agent", "user"]

@@ -20,7 +20,7 @@ from agent_server.agent.llm import Completion, LLMFailure, ToolCall
 from agent_server.agent.spec import ExecutionStatus
 from agent_server.agent.stuck import Step, StuckDetector
 from agent_server.agent.toolbox import Toolbox
-from agent_server.events import (
+from events import (
     ActionEvent,
     AgentErrorEvent,
     ConversationErrorEvent,

@@ -25,11 +25,11 @@ from enum import Enum
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from agent_server.errors import UpstreamError
-from agent_server.events import ServerErrorEvent
 from core.ids import PLACEHOLDER
+from events import ServerErrorEvent
 from tools.base import ToolContext
 from tools.mcp import MCPTool, MCPToolObservation, failure, observation
+from web.errors import UpstreamError
 
 if TYPE_CHECKING:
     from mcp import Client

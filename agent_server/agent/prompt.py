@@ -5,7 +5,7 @@ from __future__ import annotations
 import getpass
 import platform
 from collections.abc import Sequence
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from agent_server.agent.skills import Skill, prompt_section
@@ -40,7 +40,7 @@ def dynamic_context(working_dir: Path, tool_names: list[str], skills: Sequence[S
 
     After the environment: AGENTS.md whole, and the workspace's skills by name and description.
     """
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     try:
         user = getpass.getuser()
     except Exception:  # no passwd entry in some containers

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from agent_server.agent.condenser import render
 from agent_server.agent.llm import LLMFailure
 from agent_server.agent.llms import profile_info
-from agent_server.events import ConversationStateUpdateEvent
+from events import ConversationStateUpdateEvent
 from tools.conversation import Answer, IdleJob, ProfileInfo
 
 if TYPE_CHECKING:

@@ -42,7 +42,7 @@ from agent_server.agent.spec import (
 from agent_server.agent.toolbox import Toolbox
 from agent_server.agent.view import View
 from agent_server.telemetry import AgentTelemetry, Telemetry
-from agent_server.events import (
+from events import (
     ActionEvent,
     AgentErrorEvent,
     Event,

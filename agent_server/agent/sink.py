@@ -11,12 +11,12 @@ the OpenHands SDK require both on every frame. Their ids are never in the log.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
-from agent_server.events import Event, StreamingDeltaEvent, format_timestamp
 from agent_server.log import EventLog
 from core.ids import new_event_id
 from core.masking import Masker
+from events import Event, StreamingDeltaEvent, format_timestamp
 
 
 def transient(event: Event) -> Event:
@@ -24,7 +24,7 @@ def transient(event: Event) -> Event:
     if event.id is None:
         event.id = new_event_id()
     if event.timestamp is None:
-        event.timestamp = format_timestamp(datetime.now(timezone.utc))
+        event.timestamp = format_timestamp(datetime.now(UTC))
     return event
 
 

@@ -21,7 +21,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from agent_server.events import TextContent
+from events import TextContent
 
 logger = logging.getLogger(__name__)
 

@@ -27,7 +27,6 @@ from pydantic import (
 from core.ids import ENV_NAME
 from core.masking import MIN_LENGTH
 
-
 #: Text a process argument or environment value can hold (no NUL).
 NO_NUL = r"^[^\x00]*$"
 #: An environment variable's (or a secret's) name.
@@ -162,7 +161,7 @@ class PipelineCondenser(Lenient):
     condensers: list[CondenserSpec] = Field(default_factory=list, max_length=10)
 
 
-def _condenser_tag(value: Any) -> str:
+def condenser_tag(value: Any) -> str:
     """Our own form has no `kind`; the SDK's kinds name themselves."""
     kind = value.get("kind") if isinstance(value, dict) else getattr(value, "kind", None)
     return "ours" if kind is None else str(kind)
@@ -173,7 +172,7 @@ CondenserSpec = Annotated[
     | Annotated[NoOpCondenser, Tag("NoOpCondenser")]
     | Annotated[LLMSummarizingCondenser, Tag("LLMSummarizingCondenser")]
     | Annotated[PipelineCondenser, Tag("PipelineCondenser")],
-    Discriminator(_condenser_tag, custom_error_type="condenser_kind",
+    Discriminator(condenser_tag, custom_error_type="condenser_kind",
                   custom_error_message="kind must be NoOpCondenser, LLMSummarizingCondenser or "
                                        "PipelineCondenser (or no kind: our own form)"),
 ]

@@ -15,12 +15,12 @@ from pydantic import ValidationError
 
 import tools as toolsets
 from agent_server.agent import mcp, skills
-from agent_server.errors import from_pydantic, invalid
-from agent_server.events import Event, ServerErrorEvent, ToolDefinition
 from agent_server.agent.spec import AgentSpec, ToolSpec
+from events import Event, ServerErrorEvent, ToolDefinition
 from tools.base import Tool, ToolContext, params_as
 from tools.mcp import MCPTool
 from tools.skills import InvokeSkillTool
+from web.errors import from_pydantic, invalid
 
 logger = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from agent_server.events import (
+from events import (
     ActionEvent,
     AgentErrorEvent,
     Condensation,

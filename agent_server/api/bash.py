@@ -10,12 +10,12 @@ from pydantic import BaseModel, Field
 from starlette.requests import Request
 from starlette.responses import Response
 
-from agent_server.api.io import doc, read_body, read_query, reply, services
 from agent_server.agent.spec import Lenient
-from agent_server.api.schemas import Success
+from agent_server.api.io import read_body, services
 from agent_server.api.workspace import git_author, scope
 from agent_server.commands import MAX_KEPT, BashCommand, BashOutput
-from agent_server.errors import NotFound
+from web.errors import NotFound
+from web.io import Success, doc, read_query, reply
 
 
 class StartCommand(Lenient):

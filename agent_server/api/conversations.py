@@ -5,30 +5,19 @@ from __future__ import annotations
 from starlette.requests import Request
 from starlette.responses import Response
 
-from agent_server.api.io import (
-    conversation,
-    doc,
-    info,
-    located,
-    read_body,
-    read_query,
-    reply,
-    service,
-    services,
-)
 from agent_server.agent.spec import HookConfig
+from agent_server.api.io import conversation, read_body, service, services
 from agent_server.api.schemas import (
+    AgentAnswer,
+    AskAgent,
     ConfirmationResponse,
     ConversationIds,
     ConversationInfo,
-    AgentAnswer,
-    AskAgent,
     ConversationPage,
     LoadPlugin,
     Navigate,
-    SetSecurityAnalyzer,
     SetConfirmationPolicy,
-    Success,
+    SetSecurityAnalyzer,
     UpdateSecrets,
 )
 from agent_server.record import (
@@ -37,8 +26,9 @@ from agent_server.record import (
     ForkRequest,
     secret_values,
 )
-from agent_server.errors import NotFound
-from agent_server.events import CondensationRequest
+from events import CondensationRequest
+from web.errors import NotFound
+from web.io import Success, doc, located, read_query, reply
 
 
 @doc(summary="Create a conversation (201), or return the one with this conversation_id (200)",
@@ -61,21 +51,21 @@ async def get(request: Request) -> Response:
 async def batch_get(request: Request) -> Response:
     query = read_query(request, ConversationIds)
     found = [service(request).get(i) for i in query.ids]
-    return reply([None if c is None else info(c).model_dump(mode="json") for c in found])
+    return reply([None if c is None else c.info().model_dump(mode="json") for c in found])
 
 
 @doc(summary="Search conversations", query=ConversationSearch, response=ConversationPage)
 async def search(request: Request) -> Response:
     query = read_query(request, ConversationSearch)
     page, next_id = service(request).search(query)
-    return reply(ConversationPage(items=[info(c) for c in page],
+    return reply(ConversationPage(items=[c.info() for c in page],
                                   next_page_id=next_id))
 
 
 @doc(summary="Count conversations", query=ConversationSearch, response=int)
 async def count(request: Request) -> Response:
     query = read_query(request, ConversationSearch)
-    return reply(len(service(request).matching(query)))  # type: ignore[arg-type]
+    return reply(len(service(request).matching(query)))
 
 
 @doc(summary="Delete a conversation: stops its run and removes its log (the workspace stays)",

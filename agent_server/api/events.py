@@ -10,11 +10,12 @@ import json
 from starlette.requests import Request
 from starlette.responses import Response
 
-from agent_server.api.io import conversation, doc, read_body, read_query, reply
-from agent_server.errors import NotFound
-from agent_server.log import EventLog, Query
+from agent_server.api.io import conversation, read_body
 from agent_server.api.schemas import EventPage, EventSearch
+from agent_server.log import EventLog, Query
 from agent_server.record import SendMessage
+from web.errors import NotFound
+from web.io import doc, read_query, reply
 
 
 def _query(params: EventSearch, log: EventLog) -> Query:
@@ -41,7 +42,7 @@ async def search(request: Request) -> Response:
 async def count(request: Request) -> Response:
     params = read_query(request, EventSearch)
     log = await conversation(request).log()
-    return reply(log.count(_query(params, log)))  # type: ignore[arg-type]
+    return reply(log.count(_query(params, log)))
 
 
 @doc(summary="One event by id", response=dict, errors=(404,))

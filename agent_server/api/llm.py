@@ -11,10 +11,10 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from agent_server.agent.spec import Lenient, LLMConfig
-from agent_server.api.io import conversation, doc, read_body, reply
-from agent_server.api.schemas import Success
-from agent_server.errors import NotFound
+from agent_server.api.io import conversation, read_body
 from tools.conversation import ProfileNotFound
+from web.errors import NotFound
+from web.io import Success, doc, reply
 
 
 class SwitchProfile(Lenient):

@@ -5,8 +5,9 @@ from __future__ import annotations
 from starlette.requests import Request
 from starlette.responses import Response
 
-from agent_server.api.io import conversation, doc, info, read_body, reply
+from agent_server.api.io import conversation, read_body
 from agent_server.api.schemas import ConversationInfo, UpdateConversation
+from web.io import doc, reply
 
 
 @doc(summary="Update the title (null clears it) and the tags (given tags replace them all)",
@@ -18,4 +19,4 @@ async def update(request: Request) -> Response:
     if given & {"title", "tags"}:
         await conv.update(title=body.title, clear_title="title" in given and body.title is None,
                           tags=(body.tags or {}) if "tags" in given else None)
-    return reply(info(conv))
+    return reply(conv.info())

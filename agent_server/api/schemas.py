@@ -24,9 +24,9 @@ from agent_server.agent.spec import (
     EnvName,
     Lenient,
 )
-from agent_server.events.kinds import KindName
 from agent_server.record import ConversationInfo as ConversationInfo
 from agent_server.record import Secrets, Tags
+from events.kinds import KindName
 
 
 class SetConfirmationPolicy(Lenient):
@@ -98,10 +98,6 @@ class ConversationPage(BaseModel):
 
 class ConversationIds(Lenient):
     ids: list[UUID] = Field(min_length=1, max_length=100)
-
-
-class Success(BaseModel):
-    success: bool = True
 
 
 class EventSearch(Lenient):

@@ -9,8 +9,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from agent_server import __version__
-from agent_server.api.io import doc, reply, services
+from agent_server.api.io import services
 from agent_server.record import WebhookTotals
+from web.io import doc, reply
 
 
 class Status(BaseModel):
@@ -66,9 +67,12 @@ async def server_info(request: Request) -> Response:
 
 @doc(summary="This document (OpenAPI 3.1.0)", response=dict)
 async def openapi(request: Request) -> Response:
-    from agent_server.openapi import document
+    from agent_server import openapi
 
-    return JSONResponse(document(request.app))
+    document = services(request).openapi
+    if not document:  # the routes do not change while the server runs
+        document.update(openapi.build(request.app.routes, services(request).guarded))
+    return JSONResponse(document)
 
 
 @doc(summary="Metrics in the Prometheus text format (the session key, unless "

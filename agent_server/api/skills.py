@@ -6,7 +6,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from agent_server.agent import skills
-from agent_server.api.io import conversation, doc, reply
+from agent_server.api.io import conversation
+from web.io import doc, reply
 
 
 @doc(summary="The skills loaded from the conversation's workspace (AGENTS.md as always on)",

@@ -27,39 +27,40 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from datetime import datetime, timezone
+import logging
+from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import parse_qsl, urlencode
 from uuid import UUID
-import logging
 
 from pydantic import ValidationError
 from starlette import status
-from starlette.exceptions import WebSocketException
 from starlette.websockets import WebSocket
 
-from agent_server.api.io import parse_json, services
+from agent_server.api.io import services
 from agent_server.auth import HEADER, KeyRing
 from agent_server.conversations import Conversation, ConversationService
-from agent_server.delivery import (
-    Frame,
-    Subscription,
-    SubscriptionEnded,
-    SubscriptionState,
-    TooManySubscribers,
-)
-from agent_server.errors import AgentServerError, ConversationGone, InvalidInput, validation_text
-from agent_server.events import ServerErrorEvent, format_timestamp
+from agent_server.delivery import Frame, Subscription, SubscriptionEnded, SubscriptionState
 from agent_server.log import EventLog
 from agent_server.record import SendMessage
 from core.ids import EVENT_ID as _EVENT_ID
 from core.ids import new_event_id
+from events import ServerErrorEvent, format_timestamp
+from web.errors import (
+    InvalidInput,
+    LimitReached,
+    NotFound,
+    ServiceError,
+    Unauthorized,
+    invalid,
+    validation_text,
+)
+from web.io import parse_json
 
-#: Close codes beyond Starlette's: the HTTP status they stand for, plus 4000.
-CLOSE_UNAUTHORIZED = 4001
-CLOSE_NOT_FOUND = 4004
-CLOSE_TRY_AGAIN = status.WS_1013_TRY_AGAIN_LATER
-CLOSE_POLICY = status.WS_1008_POLICY_VIOLATION
+#: The codes a socket closes with after its handshake (errors during it are raised, and
+#: closed with their class's code by `web.errors`' handler).
+CLOSE_NOT_FOUND = NotFound.ws_close_code
+CLOSE_TRY_AGAIN = LimitReached.ws_close_code
 CLOSE_RESTART = status.WS_1012_SERVICE_RESTART
 logger = logging.getLogger(__name__)
 QUERY_KEY = "session_api_key"
@@ -77,22 +78,13 @@ async def events_socket(websocket: WebSocket) -> None:
     query_key = _take_query_key(websocket)
     await websocket.accept()
     if not await _authenticate(websocket, query_key, state.keys, delivery.settings.ws_auth_timeout):
-        raise WebSocketException(CLOSE_UNAUTHORIZED, "missing or wrong session key")
+        raise Unauthorized("missing or wrong session key")
     conv = _conversation(websocket, state.conversations)
     if conv is None:
-        raise WebSocketException(CLOSE_NOT_FOUND, "conversation not found")
-    try:
-        start = _start(websocket)
-    except ValueError as exc:
-        raise WebSocketException(CLOSE_POLICY, str(exc)[:120]) from None
-    try:
-        log = await conv.log()
-    except ConversationGone:
-        raise WebSocketException(CLOSE_NOT_FOUND, "conversation not found") from None
-    try:
-        sub = delivery.pubsub.subscribe(conv.id)
-    except TooManySubscribers as exc:
-        raise WebSocketException(CLOSE_TRY_AGAIN, f"at most {exc.limit} subscribers") from None
+        raise NotFound("conversation not found")
+    start = _start(websocket)
+    log = await conv.log()  # ConversationGone (a NotFound) when it was deleted meanwhile
+    sub = delivery.pubsub.subscribe(conv.id)  # TooManySubscribers (a LimitReached)
     # No await between subscribing and this snapshot: every event below `end` was published
     # before the subscription, every later one is in its queue.
     end = len(log)
@@ -149,11 +141,11 @@ def _start(websocket: WebSocket) -> str | None:
     params = websocket.query_params
     resend = params.get("resend_all", "false").strip().lower()
     if resend not in ("true", "1", "false", "0", ""):
-        raise ValueError("resend_all must be true or false")
+        raise invalid(["query", "resend_all"], "resend_all must be true or false")
     after = params.get("after_id")
     if after:
         if not _EVENT_ID.match(after):
-            raise ValueError("after_id must be an event id")
+            raise invalid(["query", "after_id"], "after_id must be an event id")
         return after
     return "" if resend in ("true", "1") else None
 
@@ -287,7 +279,7 @@ class _Session:
         try:
             # Shielded: a socket closing mid-way must not cut a message half sent.
             await asyncio.shield(self.conv.send_message(message))
-        except AgentServerError as exc:
+        except ServiceError as exc:
             self._error(type(exc).__name__, exc.detail[:2000])
         except Exception:  # never a traceback to the client; the socket stays open
             logger.exception("a message over the socket of %s failed", self.conv.id)
@@ -296,9 +288,8 @@ class _Session:
     def _error(self, code: str, detail: str) -> None:
         event = ServerErrorEvent(source="environment", code=code, detail=detail,
                                  id=new_event_id(),
-                                 timestamp=format_timestamp(datetime.now(timezone.utc)))
+                                 timestamp=format_timestamp(datetime.now(UTC)))
         # Bounded like every other frame: a client that sends junk and never reads is cut off.
         self.sub.offer(Frame.transient(event))
 
-__all__ = ["CLOSE_NOT_FOUND", "CLOSE_TRY_AGAIN", "CLOSE_UNAUTHORIZED", "RESUME_AFTER",
-           "events_socket"]
+__all__ = ["CLOSE_NOT_FOUND", "CLOSE_TRY_AGAIN", "RESUME_AFTER", "events_socket"]

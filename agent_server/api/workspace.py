@@ -22,10 +22,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from agent_server import git
-from agent_server.git import GitChange, GitDiff
 from agent_server.agent.toolbox import git_env
-from agent_server.api.io import conversation, doc, read_body, read_query, reply, services
-from agent_server.errors import PayloadTooLarge, invalid
+from agent_server.api.io import conversation, read_body, services
 from agent_server.api.schemas import (
     ChangesQuery,
     CommandResult,
@@ -35,9 +33,12 @@ from agent_server.api.schemas import (
     FileWritten,
     RunCommand,
 )
+from agent_server.git import GitChange, GitDiff
 from agent_server.workspace import Scope, TooLarge, open_file, relative, write_file
 from core.masking import Masker
 from core.processes import CHUNK
+from web.errors import PayloadTooLarge, invalid
+from web.io import doc, read_query, reply
 
 #: Room for multipart boundaries and part headers on top of the file's own cap.
 MULTIPART_OVERHEAD = 64 * 1024

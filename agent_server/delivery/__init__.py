@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Protocol
 
 from agent_server.config import DeliverySettings
+from agent_server.delivery.http import WebhookClient, WebhookUnreachable
 from agent_server.delivery.pubsub import (
     Frame,
     PubSub,
@@ -23,13 +24,11 @@ from agent_server.delivery.pubsub import (
     SubscriptionState,
     TooManySubscribers,
 )
-from agent_server.delivery.http import WebhookClient, WebhookUnreachable
 from agent_server.delivery.webhook import Pusher, Webhook, needs_push
-from agent_server.events import Event
-from core.retry import Backoff, Clock
 from agent_server.log import EventLog, Listener
 from agent_server.record import WebhookStatus, WebhookTotals
-
+from core.retry import Backoff, Clock
+from events import Event
 
 logger = logging.getLogger(__name__)
 #: Longest a state change waits for the sockets to carry its snapshot (Delivery.delivered).
@@ -143,8 +142,7 @@ class Delivery:
                 except Exception:
                     logger.exception("cannot open the log of %s to push it", conv.id)
             else:
-                closed = conv.closed
-                self.webhook.pusher(conv.id, conv.directory, lambda: not closed.is_set())
+                self.webhook.pusher(conv.id, conv.directory, _open_while(conv.closed))
 
     async def flush(self) -> None:
         """At shutdown, after the runs stopped and before the logs close: end the sockets'
@@ -183,3 +181,8 @@ __all__ = [
     "WebhookClient",
     "WebhookUnreachable",
 ]
+
+
+def _open_while(closed: asyncio.Event) -> Callable[[], bool]:
+    """Bound per conversation (a closure over a loop variable would see the last one's)."""
+    return lambda: not closed.is_set()

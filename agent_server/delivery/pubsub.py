@@ -15,7 +15,8 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from agent_server.events import Event
+from events import Event
+from web.errors import LimitReached
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,11 +47,11 @@ class SubscriptionState(enum.Enum):
     CLOSED = "closed"
 
 
-class TooManySubscribers(Exception):
+class TooManySubscribers(LimitReached):
     """The conversation already has as many subscribers as allowed."""
 
     def __init__(self, conversation_id: str, limit: int) -> None:
-        super().__init__(f"conversation {conversation_id} already has {limit} subscribers")
+        super().__init__(f"at most {limit} subscribers")
         self.conversation_id = conversation_id
         self.limit = limit
 

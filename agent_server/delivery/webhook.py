@@ -21,15 +21,15 @@ import json
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from agent_server.delivery.http import WebhookClient, WebhookUnreachable
-from agent_server.events import Event
 from agent_server.log import LOG_FILE_NAME, EventLog, last_logged_id
 from agent_server.record import WebhookStatus, WebhookTotals
 from core.files import read_json, write_atomic
 from core.retry import Backoff, Clock
+from events import Event
 
 logger = logging.getLogger(__name__)
 
@@ -208,7 +208,7 @@ class Pusher:
         while True:
             if not self.alive():
                 raise _Gone
-            self.status.last_attempt = datetime.fromtimestamp(webhook.clock.time(), timezone.utc)
+            self.status.last_attempt = datetime.fromtimestamp(webhook.clock.time(), UTC)
             try:
                 async with webhook.slots:
                     reply = await webhook.client.post(self.conversation_id, batch.body,
@@ -321,7 +321,7 @@ class Webhook:
     def totals(self) -> WebhookTotals:
         statuses = [p.status for p in self.pushers.values() if p.alive()]
         errors = [s for s in statuses if s.last_error is not None]
-        latest = max(errors, key=lambda s: s.last_attempt or datetime.min.replace(tzinfo=timezone.utc),
+        latest = max(errors, key=lambda s: s.last_attempt or datetime.min.replace(tzinfo=UTC),
                      default=None)
         return WebhookTotals(
             conversations=len(statuses),

@@ -18,9 +18,6 @@ from opentelemetry import trace
 from opentelemetry.trace import SpanKind
 
 from agent_server.telemetry.metrics import ServerMetrics
-
-#: service.name of the spans, unless OTEL_SERVICE_NAME says otherwise.
-SERVICE = "agent-server"
 from agent_server.telemetry.tracing import (
     LLMCall,
     Mask,
@@ -28,6 +25,9 @@ from agent_server.telemetry.tracing import (
     failed,
     llm_call_context,
 )
+
+#: service.name of the spans, unless OTEL_SERVICE_NAME says otherwise.
+SERVICE = "agent-server"
 
 
 def _provider(enabled: bool, endpoint: str | None) -> trace.TracerProvider:

@@ -18,7 +18,7 @@ import contextvars
 import json
 import logging
 from collections.abc import Iterator
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from opentelemetry import trace
@@ -49,7 +49,7 @@ class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         span = trace.get_current_span().get_span_context()
         data: dict[str, Any] = {
-            "time": datetime.fromtimestamp(record.created, timezone.utc)
+            "time": datetime.fromtimestamp(record.created, UTC)
             .isoformat(timespec="milliseconds").replace("+00:00", "Z"),
             "level": record.levelname,
             "logger": record.name,

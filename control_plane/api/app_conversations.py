@@ -9,15 +9,16 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from control_plane.api.io import body, doc, from_browser, query, reply, services, user
+from control_plane.api.io import body, from_browser, services, user
 from control_plane.api.paths import path_uuid
 from control_plane.app_conversations import AppConversation
-from control_plane.errors import Conflict, Gone, NotFound
 from control_plane.models import SandboxStatus, StartTaskStatus
 from control_plane.start_request import InitialMessage, StartRequest
 from control_plane.store import conversations, sandboxes, tasks
 from control_plane.store.conversations import ConversationRow, Filters
 from control_plane.store.tasks import TaskRow
+from web.errors import Conflict, Gone, NotFound
+from web.io import doc, read_query, reply
 
 M = TypeVar("M", bound=BaseModel)
 #: The largest page of a search (SPEC 8 leaves it open; this is the documented limit).
@@ -132,7 +133,7 @@ async def owned(request: Request, model: type[M] | None = None) -> tuple[Convers
     """Auth, then input validation (422), then ownership (404)."""
     account = await user(request)
     conversation_id = path_uuid(request, "conversation_id")
-    params = None if model is None else query(request, model)
+    params = None if model is None else read_query(request, model)
     row = await services(request).conversations.owned(conversation_id, account.id)
     return row, params
 
@@ -158,7 +159,7 @@ async def start(request: Request) -> Response:
 @doc(summary="Start tasks by id (null for unknown ids)", query=TaskIds, response=list[StartTask | None])
 async def start_tasks(request: Request) -> Response:
     account = await user(request)
-    ids = query(request, TaskIds).ids
+    ids = read_query(request, TaskIds).ids
     found = await tasks.get_many(services(request).db, ids, account.id)
     return reply([StartTask.of(found[i]) if i in found else None for i in ids])
 
@@ -167,7 +168,7 @@ async def start_tasks(request: Request) -> Response:
      response=list[AppConversation | None])
 async def batch_get(request: Request) -> Response:
     account = await user(request)
-    ids = query(request, ConversationIds).ids
+    ids = read_query(request, ConversationIds).ids
     svc = services(request)
     found = await conversations.get_many(svc.db, ids, account.id)
     records = {r.id: r for r in shown(request, await svc.conversations.records(list(found.values())))}
@@ -178,7 +179,7 @@ async def batch_get(request: Request) -> Response:
      response=Page)
 async def search(request: Request) -> Response:
     account = await user(request)
-    params = query(request, Search)
+    params = read_query(request, Search)
     svc = services(request)
     offset = int(params.page_id or 0)
     found = await conversations.search(svc.db, account.id, params.filters(),
@@ -195,7 +196,7 @@ class Count(BaseModel):
 @doc(summary="How many conversations match", query=CountQuery, response=Count)
 async def count(request: Request) -> Response:
     account = await user(request)
-    params = query(request, CountQuery)
+    params = read_query(request, CountQuery)
     return reply(Count(count=await conversations.count(services(request).db, account.id,
                                                        params.filters())))
 

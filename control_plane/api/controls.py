@@ -13,7 +13,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from control_plane.api.app_conversations import Ack, owned
-from control_plane.api.io import body, doc, reply, services
+from control_plane.api.io import body, services
+from web.io import doc, reply
 
 ERRORS = (404, 409, 410, 502)
 

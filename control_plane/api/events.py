@@ -4,20 +4,21 @@ with the agent server's filters (SPEC 4.1: note the singular 'conversation')."""
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Annotated, Literal, TypeVar
 
 from pydantic import BaseModel, Field, ValidationError, field_validator
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from agent_server.events.kinds import KindName
-from control_plane.api.io import doc, query, reply, services, user
+from control_plane.api.io import services, user
 from control_plane.api.paths import path_uuid
-from control_plane.errors import invalid, invalid_field
 from control_plane.relay import relay
 from control_plane.store import conversations, events
 from control_plane.store.events import EventFilters
+from events.kinds import KindName
+from web.errors import from_pydantic, invalid
+from web.io import doc, read_query, reply
 
 M = TypeVar("M", bound=BaseModel)
 Source = Literal["agent", "user", "environment", "hook"]
@@ -43,7 +44,7 @@ class EventSearch(BaseModel):
         def text(moment: datetime | None) -> str | None:
             # The stored form of the event schema: UTC, microseconds, explicit offset.
             return None if moment is None else \
-                moment.astimezone(timezone.utc).isoformat(timespec="microseconds")
+                moment.astimezone(UTC).isoformat(timespec="microseconds")
         return EventFilters(self.kind__eq, self.source__eq, text(self.timestamp__gte),
                             text(self.timestamp__lt))
 
@@ -66,7 +67,7 @@ async def _conversation_id(request: Request, model: type[M]) -> tuple[str, M]:
     """Auth, then input validation (422), then ownership (404)."""
     account = await user(request)
     conversation_id = path_uuid(request, "conversation_id")
-    params = query(request, model)
+    params = read_query(request, model)
     records = services(request).conversations
     await records.touch(await records.owned(conversation_id, account.id))  # a read is activity
     return conversation_id, params
@@ -120,14 +121,14 @@ async def stream(request: Request) -> Response:
         header = StreamHeaders.model_validate(
             {"last-event-id": request.headers.get("last-event-id") or None}).last_event_id
     except ValidationError as exc:
-        raise invalid("header", exc) from None
+        raise from_pydantic(exc, "header") from None
     last = header or params.last_event_id
     after = 0
     if last:
         found = await events.position(svc.db, conversation_id, last)
         if found is None:
             loc: list[str | int] = ["header", "last-event-id"] if header else ["query", "last_event_id"]
-            raise invalid_field(loc, "no stored event of this conversation has this id", last)
+            raise invalid(loc, "no stored event of this conversation has this id", input_=last)
         after = found
 
     async def still_there() -> bool:

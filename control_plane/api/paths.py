@@ -7,7 +7,7 @@ import uuid
 
 from starlette.requests import Request
 
-from control_plane.errors import invalid_field
+from web.errors import invalid
 
 _ID = re.compile(r"^[A-Za-z0-9-]{1,64}$")
 
@@ -15,8 +15,8 @@ _ID = re.compile(r"^[A-Za-z0-9-]{1,64}$")
 def path_id(request: Request, name: str) -> str:
     value = str(request.path_params[name])
     if not _ID.match(value):
-        raise invalid_field(["path", name], "not an id: 1 to 64 letters, digits or '-'", value,
-                            "string_pattern_mismatch")
+        raise invalid(["path", name], "not an id: 1 to 64 letters, digits or '-'",
+                      "string_pattern_mismatch", value)
     return value
 
 
@@ -25,5 +25,5 @@ def path_uuid(request: Request, name: str) -> str:
     try:
         return str(uuid.UUID(value))
     except ValueError:
-        raise invalid_field(["path", name], "Input should be a valid UUID", value,
-                            "uuid_parsing") from None
+        raise invalid(["path", name], "Input should be a valid UUID", "uuid_parsing",
+                      value) from None

@@ -9,14 +9,15 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.requests import Request
 from starlette.responses import Response
 
-from control_plane.api.io import body, doc, from_browser, query, reply, services, user
+from control_plane.api.io import body, from_browser, services, user
 from control_plane.api.paths import path_id
-from control_plane.errors import NotFound, invalid_field
 from control_plane.models import SandboxReason, SandboxStatus
 from control_plane.services import Services
 from control_plane.store import accounts
 from control_plane.store import sandboxes as rows
 from control_plane.store.sandboxes import SandboxRow
+from web.errors import NotFound, invalid
+from web.io import doc, read_query, reply
 
 
 class ExposedUrl(BaseModel):
@@ -126,7 +127,7 @@ async def owned(request: Request, validate: type[BaseModel] | None = None
     account = await user(request)
     sandbox_id = path_id(request, "sandbox_id")
     if validate is not None:
-        query(request, validate)
+        read_query(request, validate)
     svc = services(request)
     row = await rows.get(svc.db, sandbox_id, account.id)
     if row is None:
@@ -141,7 +142,8 @@ async def create(request: Request) -> Response:
     svc = services(request)
     spec = (await body(request, CreateSandbox)).sandbox_spec_id or svc.provider.specs()[0].id
     if spec not in {s.id for s in svc.provider.specs()}:
-        raise invalid_field(["body", "sandbox_spec_id"], f"unknown sandbox spec {spec!r}", spec)
+        raise invalid(["body", "sandbox_spec_id"], f"unknown sandbox spec {spec!r}",
+                      input_=spec)
     async with svc.db.begin() as conn:
         await accounts.lock_user(conn, account.id)  # the per-user limit counts under the lock
         row = await svc.sandboxes.new_row(conn, account.id, spec)
@@ -152,7 +154,7 @@ async def create(request: Request) -> Response:
 @doc(summary="The user's sandboxes, newest first", query=SandboxSearch, response=SandboxPage)
 async def search(request: Request) -> Response:
     account = await user(request)
-    params = query(request, SandboxSearch)
+    params = read_query(request, SandboxSearch)
     svc = services(request)
     offset = int(params.page_id or 0)
     found = await rows.search(svc.db, account.id, status=params.status, limit=params.limit + 1,
@@ -165,7 +167,7 @@ async def search(request: Request) -> Response:
      query=SandboxIds, response=list[SandboxInfo | None])
 async def batch_get(request: Request) -> Response:
     account = await user(request)
-    ids = query(request, SandboxIds).id
+    ids = read_query(request, SandboxIds).id
     svc = services(request)
     found = {i: await rows.get(svc.db, i, account.id) for i in ids}
     known = dict(zip([i for i, r in found.items() if r is not None],
@@ -190,10 +192,10 @@ async def resume(request: Request) -> Response:
      response=Deleted, errors=(404,))
 async def delete(request: Request) -> Response:
     svc, row = await owned(request, DeleteQuery)
-    confirm = query(request, DeleteQuery).sandbox_id
+    confirm = read_query(request, DeleteQuery).sandbox_id
     if confirm != row.id:
-        raise invalid_field(["query", "sandbox_id"], "sandbox_id must equal the sandbox id of the "
-                            "path", confirm)
+        raise invalid(["query", "sandbox_id"], "sandbox_id must equal the sandbox id of the "
+                      "path", input_=confirm)
     await svc.sandboxes.destroy(row)
     return reply(Deleted())
 
@@ -201,6 +203,6 @@ async def delete(request: Request) -> Response:
 @doc(summary="The sandbox specs (templates) of this installation", query=SpecSearch, response=SpecPage)
 async def specs(request: Request) -> Response:
     await user(request)
-    query(request, SpecSearch)
+    read_query(request, SpecSearch)
     return reply(SpecPage(items=[SandboxSpecInfo(id=s.id, description=s.description)
                                  for s in services(request).provider.specs()]))

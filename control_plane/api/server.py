@@ -6,6 +6,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from control_plane import openapi
+from control_plane.api.io import services
 
 
 async def health(request: Request) -> Response:
@@ -13,4 +14,7 @@ async def health(request: Request) -> Response:
 
 
 async def openapi_json(request: Request) -> Response:
-    return JSONResponse(openapi.cached(request.app.routes))
+    document = services(request).openapi
+    if not document:  # the routes do not change while the control plane runs
+        document.update(openapi.build(request.app.routes))
+    return JSONResponse(document)

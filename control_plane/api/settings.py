@@ -5,8 +5,9 @@ from __future__ import annotations
 from starlette.requests import Request
 from starlette.responses import Response
 
-from control_plane.api.io import body, doc, reply, services, user
+from control_plane.api.io import body, services, user
 from control_plane.settings import SettingsPatch, SettingsView
+from web.io import doc, reply
 
 
 @doc(summary="The user's settings (the LLM key masked, secrets by name)", response=SettingsView)

@@ -2,16 +2,12 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel
 from starlette.requests import Request
 from starlette.responses import Response
 
-from control_plane.api.io import read_bounded, reply, services
+from control_plane.api.io import services
 from control_plane.api.paths import path_uuid
-
-
-class Success(BaseModel):
-    success: bool = True
+from web.io import Success, read_bounded, reply
 
 
 async def receive(request: Request) -> Response:

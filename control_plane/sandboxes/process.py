@@ -27,7 +27,6 @@ from typing import TypeVar
 import httpx
 
 from control_plane.sandboxes import procfs
-from core import processes
 from control_plane.sandboxes.provider import (
     Handle,
     Launch,
@@ -36,6 +35,7 @@ from control_plane.sandboxes.provider import (
     SandboxProvider,
     SandboxSpec,
 )
+from core import processes
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")

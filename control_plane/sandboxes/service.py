@@ -34,16 +34,22 @@ from pathlib import Path
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from agent_server.events.kinds import ConversationStateUpdateEvent, format_timestamp
 from control_plane.agent_client import AgentClient, AgentError, Target
 from control_plane.crypto import Cipher, hash_key, new_key
-from control_plane.errors import Conflict, Gone, LimitReached, Unavailable
 from control_plane.leases import SANDBOX, Leases
 from control_plane.models import SandboxReason, SandboxStatus, now
-from control_plane.sandboxes.provider import Handle, Launch, Liveness, ProviderError, SandboxProvider
+from control_plane.sandboxes.provider import (
+    Handle,
+    Launch,
+    Liveness,
+    ProviderError,
+    SandboxProvider,
+)
 from control_plane.store import Database, conversations, events
 from control_plane.store import sandboxes as rows
 from control_plane.store.sandboxes import SandboxRow
+from events.kinds import ConversationStateUpdateEvent, format_timestamp
+from web.errors import Conflict, Gone, LimitReached, Unavailable
 
 logger = logging.getLogger(__name__)
 

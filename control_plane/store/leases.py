@@ -9,7 +9,7 @@ well within a lease's length.
 from __future__ import annotations
 
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import ColumnElement, and_, delete, exists, or_, select, update
@@ -21,7 +21,7 @@ from control_plane.store.tables import leases as L
 
 def wall() -> datetime:
     """This host's clock, aware UTC."""
-    return datetime.fromtimestamp(time.time(), timezone.utc)
+    return datetime.fromtimestamp(time.time(), UTC)
 
 
 async def claim(db: Database, kind: str, key: str, holder: str, ttl: float) -> bool:

@@ -16,13 +16,13 @@ import httpx
 from agent_server.agent.acp import session as acp_session
 from agent_server.agent.spec import ExecutionStatus as S
 from agent_server.conversations import Conversation
-from agent_server.events import (
+from core.masking import MASK
+from events import (
     ACPToolCallEvent,
     ConversationErrorEvent,
     MessageEvent,
     UserRejectObservation,
 )
-from core.masking import MASK
 from tests.support.inprocess import InProcess, events, run_ends
 
 AGENT = [sys.executable, str(Path(__file__).parents[1] / "support" / "acp_agent.py")]

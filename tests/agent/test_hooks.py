@@ -13,7 +13,7 @@ import pytest
 
 from agent_server.agent.hooks import Hooks
 from agent_server.agent.spec import HookConfig
-from agent_server.events import Event, HookExecutionEvent
+from events import Event, HookExecutionEvent
 
 
 def hooks_for(tmp_path: Path, event_type: str, *commands: str, matcher: str = "*",

@@ -17,9 +17,9 @@ from agent_server.agent.llm import Completion
 from agent_server.agent.llm_log import LOG_DATA_LIMIT, MAX_TOKEN_IDS, fit, token_event
 from agent_server.agent.model import Scripted
 from agent_server.agent.spec import TokenUsage
-from agent_server.events import LLMCompletionLogEvent, TokenEvent
 from agent_server.record import SendMessage
 from core.masking import MASK
+from events import LLMCompletionLogEvent, TokenEvent
 from tests.support.inprocess import InProcess, agent, events, new_conversation, run_ends
 
 

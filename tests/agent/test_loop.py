@@ -12,7 +12,9 @@ from agent_server.agent.sink import EventSink
 from agent_server.agent.spec import ExecutionStatus as S
 from agent_server.conversations import Conversation
 from agent_server.delivery.pubsub import Frame
-from agent_server.events import (
+from agent_server.record import SendMessage
+from core.masking import MASK, Masker
+from events import (
     ActionEvent,
     AgentErrorEvent,
     ConversationErrorEvent,
@@ -21,8 +23,6 @@ from agent_server.events import (
     ObservationEvent,
     StreamingDeltaEvent,
 )
-from agent_server.record import SendMessage
-from core.masking import MASK, Masker
 from tests.support.inprocess import InProcess, events, new_conversation, run_ends
 
 THINK = ("think", '{"thought": "let me think"}')

@@ -6,7 +6,7 @@ import itertools
 from typing import Any
 
 from agent_server.agent.view import ERROR_PREFIX, SUMMARY_PREFIX, View
-from agent_server.events import (
+from events import (
     ActionEvent,
     AgentErrorEvent,
     Condensation,

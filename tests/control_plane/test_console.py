@@ -17,8 +17,16 @@ import pytest
 from playwright.sync_api import Browser, ConsoleMessage, Page, expect, sync_playwright
 
 from control_plane.sandboxes import procfs
-from tests.control_plane.support import (ControlPlane, ShiftedClock, configure_llm, conversation,
-                                         make_config, sandbox_pid, start, wait_for)
+from tests.control_plane.support import (
+    ControlPlane,
+    ShiftedClock,
+    configure_llm,
+    conversation,
+    make_config,
+    sandbox_pid,
+    start,
+    wait_for,
+)
 from tests.control_plane.test_console_api import agent_sockets
 from tests.control_plane.test_flow import bare_repository
 from tests.support.llm import Reply, ScriptedLLM, call, text

@@ -126,7 +126,8 @@ async def test_a_slow_follower_loses_deltas_and_holds_up_nobody(agent: tuple[Age
             got: list[str] = []
             for i in range(10):  # the slow one never reads
                 await stand_in.broadcast(delta(str(i)))
-                await until(lambda: (got.extend(fast.drain()), len(got) == i + 1)[1], f"delta {i}")
+                await until(lambda i=i: (got.extend(fast.drain()), len(got) == i + 1)[1],
+                            f"delta {i}")
             assert [json.loads(line)["content"] for line in slow.drain()] == ["0", "1", "2"]
             assert slow.dropped == 7 and fast.dropped == 0
     finally:

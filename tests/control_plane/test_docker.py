@@ -31,8 +31,14 @@ from control_plane.sandboxes.docker import (
 )
 from control_plane.sandboxes.provider import Launch, Liveness, ProviderError
 from control_plane.sandboxes.service import CLEANUP_RETRY
-from tests.control_plane.support import (ControlPlane, ShiftedClock, configure_llm, make_config,
-                                         start, wait_for)
+from tests.control_plane.support import (
+    ControlPlane,
+    ShiftedClock,
+    configure_llm,
+    make_config,
+    start,
+    wait_for,
+)
 from tests.control_plane.test_flow import bare_repository, delete_last_conversation, whole_flow
 from tests.support import docker as docker_support
 from tests.support.llm import ScriptedLLM, call, free_port
@@ -301,7 +307,7 @@ def test_what_a_vanished_container_leaves_is_cleaned_up(tmp_path: Path, sandbox_
                 volumes={name_of(sid): {"bind": "/var/lib/agent-server"}}))
             container_of(engine, sid).remove(force=True)
         for sid in (deleted, retried):
-            wait_for(lambda: missing(sid), 30, what="MISSING")
+            wait_for(lambda sid=sid: missing(sid), 30, what="MISSING")
         time.sleep(1.0)  # several reconciler rounds: nothing retried before it is due
         assert volume(deleted) and volume(retried)
         for holder in holders:

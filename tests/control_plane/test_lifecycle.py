@@ -8,7 +8,7 @@ from __future__ import annotations
 import signal
 import time
 from collections.abc import Iterator
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +44,7 @@ class FrozenClock(Clock):
         return self.base + self.offset
 
     def at(self, seconds: float) -> datetime:
-        return datetime.fromtimestamp(self.base, timezone.utc) + timedelta(seconds=seconds)
+        return datetime.fromtimestamp(self.base, UTC) + timedelta(seconds=seconds)
 
 
 def rounds() -> None:

@@ -18,7 +18,13 @@ from sqlalchemy import select
 from control_plane.sandboxes import procfs
 from control_plane.store.tables import start_tasks
 from tests.control_plane.planes import PlaneProcess, kill_sandboxes, query, sandbox_pids
-from tests.control_plane.support import ControlPlane, configure_llm, make_config, wait_for, wait_task
+from tests.control_plane.support import (
+    ControlPlane,
+    configure_llm,
+    make_config,
+    wait_for,
+    wait_task,
+)
 from tests.support.llm import ScriptedLLM, call
 
 pytestmark = pytest.mark.e2e

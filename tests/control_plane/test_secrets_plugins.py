@@ -4,9 +4,9 @@ plugin's (MCP server's) configuration before it starts."""
 
 from __future__ import annotations
 
-import pytest
-
 import json
+
+import pytest
 
 from core.masking import MASK
 from tests.control_plane.support import ControlPlane, configure_llm, start, wait_for

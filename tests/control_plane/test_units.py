@@ -3,7 +3,7 @@ choices, usage metrics from stats events, error bodies, the cipher, container ad
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -11,14 +11,14 @@ from pydantic import ValidationError
 
 from control_plane.app_conversations import metrics_from_stats
 from control_plane.crypto import Cipher, hash_key, new_key
-from control_plane.errors import invalid
 from control_plane.grouping import Candidate, choose
 from control_plane.lifecycle import duration
 from control_plane.models import ExecutionStatus, GroupingStrategy
 from control_plane.sandboxes.docker import for_container
 from control_plane.start_request import StartRequest
+from web.errors import from_pydantic
 
-T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 def test_start_request_follows_spec_2_5() -> None:
@@ -79,8 +79,8 @@ def test_validation_errors_never_echo_secrets() -> None:
 
     with pytest.raises(ValidationError) as caught:
         SettingsPatch.model_validate({"llm_api_key": 123456789, "secrets": {"bad name": "sk-live"}})
-    error = invalid("body", caught.value)
-    assert error.status == 422
+    error = from_pydantic(caught.value, "body")
+    assert error.status_code == 422
     text = str(error.errors)
     assert "123456789" not in text and "sk-live" not in text
     assert all(item["loc"][0] == "body" for item in error.errors)

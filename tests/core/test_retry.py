@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from email.utils import format_datetime
 
 import pytest
@@ -53,8 +53,8 @@ def test_retry_after_in_seconds(value: str | None, seconds: float | None) -> Non
 
 
 def test_retry_after_as_a_date_is_counted_from_now() -> None:
-    now = datetime(2030, 1, 1, 12, 0, 0, tzinfo=timezone.utc).timestamp()
-    later = format_datetime(datetime(2030, 1, 1, 12, 0, 30, tzinfo=timezone.utc), usegmt=True)
+    now = datetime(2030, 1, 1, 12, 0, 0, tzinfo=UTC).timestamp()
+    later = format_datetime(datetime(2030, 1, 1, 12, 0, 30, tzinfo=UTC), usegmt=True)
     assert parse_retry_after(later, now) == 30.0
     assert parse_retry_after(later, now + 60) == 0.0  # a date in the past: now
 

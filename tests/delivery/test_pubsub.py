@@ -14,7 +14,7 @@ from agent_server.delivery.pubsub import (
     SubscriptionState,
     TooManySubscribers,
 )
-from agent_server.events import PauseEvent, StreamingDeltaEvent
+from events import PauseEvent, StreamingDeltaEvent
 
 
 def frame(n: int, size: int = 10) -> Frame:

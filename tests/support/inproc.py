@@ -22,7 +22,7 @@ KEY = "in-process-key"
 def config(root: Path, **values: object) -> Config:
     (root / "workspace").mkdir(parents=True, exist_ok=True)
     return Config.model_validate({"state_dir": root / "state", "session_api_keys": (KEY,),
-                                  "default_working_dir": root / "workspace", **values})
+                                  "working_dir": root / "workspace", **values})
 
 
 @contextmanager

@@ -22,10 +22,11 @@ import httpx
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from agent_server.agent.model import ScriptedModel
-from agent_server.app import Services, build_app
+from agent_server.app import build_app
 from agent_server.config import Config
 from agent_server.conversations import Conversation
-from agent_server.events import Event, parse_event
+from agent_server.services import Services
+from events import Event, parse_event
 
 KEY = "test-session-key"
 

@@ -15,7 +15,8 @@ import random
 import sys
 from pathlib import Path
 
-from agent_server.events import (
+from agent_server.log import EventLog
+from events import (
     ActionEvent,
     Event,
     Message,
@@ -25,7 +26,6 @@ from agent_server.events import (
     SystemPromptEvent,
     TextContent,
 )
-from agent_server.log import EventLog
 from tools.think import ThinkAction, ThinkObservation, ThinkTool
 
 

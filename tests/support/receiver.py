@@ -31,10 +31,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from agent_server.errors import from_pydantic
-from agent_server.events.kinds import EVENT_LIST_ADAPTER
+from events.kinds import EVENT_LIST_ADAPTER
 from tests.support.llm import free_port
 from tests.support.threaded import ThreadedServer
+from web.errors import from_pydantic
 
 PATH = "/api/v1/webhooks"
 TOLERANCE = 300  # seconds a signature's timestamp may be off (Standard Webhooks' default)

@@ -25,7 +25,7 @@ RESTING = ("finished", "error", "stuck", "paused", "idle", "waiting_for_confirma
 @contextmanager
 def app_client(state_dir: Path, model: ScriptedModel) -> Iterator[TestClient]:
     config = Config(state_dir=state_dir, session_api_keys=(KEY,),
-                    default_working_dir=state_dir / "workspace")
+                    working_dir=state_dir / "workspace")
     with TestClient(build_app(config, model=model), headers={"X-Session-API-Key": KEY}) as client:
         yield client
 

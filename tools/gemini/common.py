@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 from tools import files
 from tools.base import Observation, TextContent, Tool, ToolContext, run_in_thread
 
-O = TypeVar("O", bound=Observation)
+ObsT = TypeVar("ObsT", bound=Observation)
 
 
 class WorkspaceFileTool(Tool):
@@ -28,14 +28,14 @@ class WorkspaceFileTool(Tool):
     def path(self, raw: str) -> Path:
         return files.confined(self.ctx.working_dir, raw)
 
-    async def guarded(self, work: Callable[[], O], failed: Callable[[str], O]) -> O:
+    async def guarded(self, work: Callable[[], ObsT], failed: Callable[[str], ObsT]) -> ObsT:
         """work() in a thread under the lock; a Refusal or OSError becomes failed(reason)."""
-        def locked() -> O:
+        def locked() -> ObsT:
             with self._lock:
                 return work()
 
         try:
-            result: O = await run_in_thread(locked)
+            result: ObsT = await run_in_thread(locked)
             return result
         except files.Refusal as e:
             return failed(str(e))

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pydantic import BaseModel, ConfigDict, Field
 
 from tools.base import ToolContext, ToolError, params_as
-from tools.conversation import SubagentRefused, SubagentResult, SubagentTask, Subagents
+from tools.conversation import SubagentRefused, SubagentResult, Subagents, SubagentTask
 
 #: Tools that start sub-agents: a child at the depth limit is not given them.
 SPAWNING = frozenset({"task", "delegate", "workflow"})

@@ -127,7 +127,8 @@ class WorkflowTool(Tool):
                 path = files.confined(self.ctx.working_dir, relative)
                 if await run_in_thread(path.is_file):
                     text = await run_in_thread(
-                        lambda: files.read_text(path, root=self.ctx.working_dir, tool="workflow"))
+                        lambda path=path: files.read_text(path, root=self.ctx.working_dir,
+                                                          tool="workflow"))
                     return parse(text, relative)
         except BadWorkflow as exc:
             raise ToolError(f"The workflow cannot be run: {exc}") from None

@@ -11,7 +11,7 @@ from typing import Any
 from acp.schema import ToolCallProgress, ToolCallStart, ToolCallUpdate
 from pydantic import BaseModel
 
-from agent_server.events import ACPToolCallEvent, SecurityRisk
+from events import ACPToolCallEvent, SecurityRisk
 
 #: The JSON text of raw_input, raw_output and content is kept up to this many characters each.
 MAX_FIELD_CHARS = 32_000

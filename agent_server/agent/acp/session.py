@@ -51,7 +51,7 @@ from acp.schema import (
     ToolCallUpdate,
 )
 
-from agent_server.agent.acp.calls import ToolCallState, ToolCalls
+from agent_server.agent.acp.calls import ToolCalls, ToolCallState
 from agent_server.agent.acp.client import SessionUpdate, WorkspaceClient
 from agent_server.agent.acp.process import AgentProcess
 from agent_server.agent.acp.terminals import Terminals
@@ -60,8 +60,10 @@ from agent_server.agent.session import ConversationSpec, RunControl, ToolService
 from agent_server.agent.sink import DeltaStream, EventSink
 from agent_server.agent.skills import SkillList
 from agent_server.agent.spec import ACPAgentSpec, ExecutionStatus
-from agent_server.errors import Conflict, invalid
-from agent_server.events import (
+from agent_server.log import Query
+from core.files import read_json, write_json
+from core.processes import child_env
+from events import (
     ConversationErrorEvent,
     Event,
     ImageContent,
@@ -71,9 +73,7 @@ from agent_server.events import (
     UserRejectObservation,
     parse_event,
 )
-from agent_server.log import Query
-from core.files import read_json, write_json
-from core.processes import child_env
+from web.errors import Conflict, invalid
 
 logger = logging.getLogger(__name__)
 

@@ -27,7 +27,6 @@ os.environ.setdefault("OPENHANDS_SUPPRESS_BANNER", "1")
 
 import httpx  # noqa: E402
 import websockets  # noqa: E402
-
 from openhands.sdk import LLM, Agent, Conversation, Tool  # noqa: E402
 from openhands.sdk.event import Event  # noqa: E402
 from openhands.sdk.workspace import RemoteWorkspace  # noqa: E402

@@ -4,8 +4,19 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import ARGS, RESULT, TOOLS, check, conversation, finish, http, step, validate_stored, watch, workspace  # noqa: E402
-
+from _common import (  # noqa: E402
+    ARGS,
+    RESULT,
+    TOOLS,
+    check,
+    conversation,
+    finish,
+    http,
+    step,
+    validate_stored,
+    watch,
+    workspace,
+)
 from openhands.sdk.agent.base import AgentBase  # noqa: E402
 from openhands.sdk.conversation.conversation_stats import ConversationStats  # noqa: E402
 from openhands.sdk.conversation.impl.remote_conversation import RemoteConversation  # noqa: E402

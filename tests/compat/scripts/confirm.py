@@ -4,7 +4,6 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _common import RESULT, StatusWatcher, check, conversation, finish, now, step, watch, workspace  # noqa: E402
-
 from openhands.sdk.conversation.state import ConversationState  # noqa: E402
 from openhands.sdk.security.confirmation_policy import AlwaysConfirm  # noqa: E402
 

@@ -3,7 +3,18 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import ARGS, RESULT, StatusWatcher, check, conversation, finish, now, step, watch, workspace  # noqa: E402
+from _common import (  # noqa: E402
+    ARGS,
+    RESULT,
+    StatusWatcher,
+    check,
+    conversation,
+    finish,
+    now,
+    step,
+    watch,
+    workspace,
+)
 
 
 def main() -> None:

@@ -5,7 +5,6 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _common import RESULT, check, conversation, finish, http, step, watch, workspace  # noqa: E402
-
 from openhands.sdk.security.llm_analyzer import LLMSecurityAnalyzer  # noqa: E402
 
 

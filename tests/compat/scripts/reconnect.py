@@ -8,9 +8,19 @@ import time
 import types
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _common import RESULT, StatusWatcher, check, conversation, finish, now, step, validate_stored, watch, workspace  # noqa: E402
-
 import websockets  # noqa: E402
+from _common import (  # noqa: E402
+    RESULT,
+    StatusWatcher,
+    check,
+    conversation,
+    finish,
+    now,
+    step,
+    validate_stored,
+    watch,
+    workspace,
+)
 from openhands.sdk.conversation.impl import remote_conversation as rc  # noqa: E402
 
 CONNECTIONS: list[tuple[object, asyncio.AbstractEventLoop, float]] = []

@@ -7,8 +7,8 @@ them off the front of a stored line without parsing the rest.
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeAlias, Union
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeAlias
 
 from pydantic import AfterValidator, Field, TypeAdapter
 
@@ -30,7 +30,7 @@ Source = Literal["agent", "user", "environment", "hook"]
 
 def format_timestamp(moment: datetime) -> str:
     """The one text form of a timestamp: UTC, microseconds, explicit offset (fixed width)."""
-    return moment.astimezone(timezone.utc).isoformat(timespec="microseconds")
+    return moment.astimezone(UTC).isoformat(timespec="microseconds")
 
 
 def parse_timestamp(text: str) -> datetime:
@@ -54,8 +54,8 @@ if TYPE_CHECKING:  # the checker sees the bases; pydantic gets the union of the 
     ActionUnion: TypeAlias = tools.Action
     ObservationUnion: TypeAlias = tools.Observation
 else:
-    ActionUnion = Annotated[Union[tuple(tools.action_types())], Field(discriminator="kind")]
-    ObservationUnion = Annotated[Union[tuple(tools.observation_types())],
+    ActionUnion = Annotated[tuple(tools.action_types()), Field(discriminator="kind")]
+    ObservationUnion = Annotated[tuple(tools.observation_types()),
                                  Field(discriminator="kind")]
 
 
@@ -270,7 +270,7 @@ KINDS: tuple[type[Event], ...] = (
 KIND_NAMES: tuple[str, ...] = tuple(k.__name__ for k in KINDS)
 KindName = Literal[KIND_NAMES]  # type: ignore[valid-type]
 
-AnyEvent = Annotated[Union[KINDS], Field(discriminator="kind")]  # type: ignore[valid-type]
+AnyEvent = Annotated[KINDS, Field(discriminator="kind")]  # type: ignore[valid-type]
 EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(AnyEvent)
 EVENT_LIST_ADAPTER: TypeAdapter[list[Event]] = TypeAdapter(list[AnyEvent])
 

@@ -22,8 +22,11 @@ from core.content import (
     ToolAnnotations,
     ToolDefinition,
 )
-
-from agent_server.events.kinds import (
+from events.kinds import (
+    EVENT_ADAPTER,
+    EVENT_LIST_ADAPTER,
+    KIND_NAMES,
+    KINDS,
     ACPToolCallEvent,
     ActionEvent,
     AgentErrorEvent,
@@ -33,13 +36,9 @@ from agent_server.events.kinds import (
     CondensationSummaryEvent,
     ConversationErrorEvent,
     ConversationStateUpdateEvent,
-    EVENT_ADAPTER,
-    EVENT_LIST_ADAPTER,
     Event,
     HookExecutionEvent,
     InterruptEvent,
-    KINDS,
-    KIND_NAMES,
     KindName,
     LLMCompletionLogEvent,
     MessageEvent,
