@@ -8,7 +8,7 @@ them off the front of a stored line without parsing the rest.
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeAlias
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeAlias, Union
 
 from pydantic import AfterValidator, Field, TypeAdapter
 
@@ -54,8 +54,10 @@ if TYPE_CHECKING:  # the checker sees the bases; pydantic gets the union of the 
     ActionUnion: TypeAlias = tools.Action
     ObservationUnion: TypeAlias = tools.Observation
 else:
-    ActionUnion = Annotated[tuple(tools.action_types()), Field(discriminator="kind")]
-    ObservationUnion = Annotated[tuple(tools.observation_types()),
+    # A union of types known only at run time: only `Union[...]` can spell it.
+    ActionUnion = Annotated[Union[tuple(tools.action_types())],  # noqa: UP007
+                            Field(discriminator="kind")]
+    ObservationUnion = Annotated[Union[tuple(tools.observation_types())],  # noqa: UP007
                                  Field(discriminator="kind")]
 
 
@@ -270,7 +272,7 @@ KINDS: tuple[type[Event], ...] = (
 KIND_NAMES: tuple[str, ...] = tuple(k.__name__ for k in KINDS)
 KindName = Literal[KIND_NAMES]  # type: ignore[valid-type]
 
-AnyEvent = Annotated[KINDS, Field(discriminator="kind")]  # type: ignore[valid-type]
+AnyEvent = Annotated[Union[KINDS], Field(discriminator="kind")]  # type: ignore[valid-type]  # noqa: UP007
 EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(AnyEvent)
 EVENT_LIST_ADAPTER: TypeAdapter[list[Event]] = TypeAdapter(list[AnyEvent])
 
