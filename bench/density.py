@@ -1,0 +1,182 @@
+"""Sandboxes per host: memory per sandbox, start to READY, and the first model call (prints JSON).
+
+    .venv/bin/python bench/density.py [--sandboxes 10] [--steps 20] [--provider process]
+
+Everything goes through a real control plane (in this process) and real sandboxes. Starts are
+made one after another, each into a new sandbox (NO_GROUPING), each with an initial message
+that runs at once against the scripted LLM:
+
+- start_to_ready_s: the start request to its start task's READY (median, p95, each);
+- start_to_first_request_s: the start request to the scripted LLM receiving the sandbox's first
+  completion request (the sandbox's boot, litellm's import and the first step's own work);
+- pss_idle_mib: each sandbox's unique memory once all are up and idle, summed over its
+  processes from /proc/<pid>/smaps_rollup (PSS: shared pages divided among their sharers,
+  so N sandboxes that share a page pay 1/N of it each); rss_idle_mib the same as RSS;
+- pss_after_steps_mib: the same after one conversation of each sandbox ran `--steps` steps
+  (the think tool, so the figure is the server's own, not a tool's).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from tests.control_plane.support import (  # noqa: E402
+    ControlPlane,
+    configure_llm,
+    make_config,
+    wait_for,
+)
+from tests.support.llm import Reply, ScriptedLLM, call, text  # noqa: E402
+
+
+def tree(pid: int) -> list[int]:
+    """`pid` and every process below it (by parent links in /proc)."""
+    parents: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_bytes()
+        except OSError:
+            continue
+        ppid = int(stat[stat.rfind(b")") + 2:].split()[1])
+        parents.setdefault(ppid, []).append(int(entry.name))
+    found, todo = [], [pid]
+    while todo:
+        current = todo.pop()
+        found.append(current)
+        todo.extend(parents.get(current, []))
+    return found
+
+
+def memory_kib(pids: list[int]) -> dict[str, int]:
+    """Pss and Rss summed over `pids` (kB, as smaps_rollup says)."""
+    totals = {"Pss": 0, "Rss": 0}
+    for pid in pids:
+        try:
+            lines = Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines()
+        except OSError:
+            continue
+        for line in lines:
+            name, _, rest = line.partition(":")
+            if name in totals:
+                totals[name] += int(rest.split()[0])
+    return totals
+
+
+def sandbox_pids(plane: ControlPlane) -> dict[str, int]:
+    """Each sandbox's agent server, from the ready files the sandboxes wrote."""
+    found = {}
+    for ready in sorted((plane.config.state_dir / "sandboxes").glob("*/ready.json")):
+        found[ready.parent.name] = int(json.loads(ready.read_text())["pid"])
+    return found
+
+
+def summary(values: list[float], digits: int = 3) -> dict[str, Any]:
+    ordered = sorted(values)
+    p95 = ordered[min(len(ordered) - 1, int(round(0.95 * (len(ordered) - 1))))]
+    return {"median": round(statistics.median(ordered), digits), "p95": round(p95, digits),
+            "each": [round(v, digits) for v in values]}
+
+
+def thinker(steps: int):  # type: ignore[no-untyped-def]
+    counts: dict[str, int] = {}
+
+    def respond(key: str, body: dict[str, Any]) -> Reply:
+        n = counts[key] = counts.get(key, 0) + 1
+        return text("done") if n > steps else call("think", thought=f"step {n}")
+
+    return respond
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    llm = ScriptedLLM().start()
+    with tempfile.TemporaryDirectory() as tmp:
+        config = make_config(Path(tmp), max_sandboxes_per_user=args.sandboxes + 5,
+                             sandbox_provider=args.provider)
+        plane = ControlPlane(config).start()
+        try:
+            key = plane.new_user("density")
+            client = plane.client(key)
+            configure_llm(client, llm.base_url("density"), tools=["terminal"])
+            client.patch("/api/v1/settings", json={"grouping_strategy": "NO_GROUPING"})
+            ready_s, first_s, conversations = [], [], []
+            for _ in range(args.sandboxes):
+                llm.script("density", call("finish", message="done"))
+                seen = len(llm.timings["density"])
+                began = time.monotonic()
+                r = client.post("/api/v1/app-conversations", json={"initial_message": {
+                    "role": "user", "content": [{"type": "text", "text": "hello"}],
+                    "run": True}})
+                r.raise_for_status()
+                task_id = r.json()["id"]
+
+                def done(task_id: str = task_id) -> dict[str, Any] | None:
+                    task: dict[str, Any] = client.get(
+                        "/api/v1/app-conversations/start-tasks",
+                        params={"ids": task_id}).json()[0]
+                    return task if task["status"] in ("READY", "ERROR") else None
+
+                task = wait_for(done, 120, interval=0.005)
+                if task["status"] != "READY":
+                    raise RuntimeError(task["detail"])
+                ready_s.append(time.monotonic() - began)
+                wait_for(lambda seen=seen: len(llm.timings["density"]) > seen, 60, interval=0.005)
+                first_s.append(llm.timings["density"][seen][0] - began)
+                conversations.append(task["app_conversation_id"])
+            pids = sandbox_pids(plane)
+            time.sleep(args.settle)  # idle: background imports done, nothing running
+            idle = [memory_kib(tree(pid)) for pid in pids.values()]
+
+            for conversation_id in conversations:  # one at a time: the thinker counts per key
+                llm.responder = thinker(args.steps)
+                asked = len(llm.timings["density"])
+                r = client.post(f"/api/v1/app-conversations/{conversation_id}/send-message",
+                                json={"role": "user", "content": [{"type": "text",
+                                                                   "text": "think"}],
+                                      "run": True})
+                r.raise_for_status()
+                wait_for(lambda asked=asked, cid=conversation_id: len(llm.timings["density"])
+                         > asked + args.steps
+                         and client.get("/api/v1/app-conversations",
+                                        params={"ids": cid}).json()[0][
+                             "execution_status"].upper() in ("FINISHED", "IDLE"),
+                         300, interval=0.05)
+            time.sleep(args.settle)
+            busy = [memory_kib(tree(pid)) for pid in pids.values()]
+        finally:
+            plane.stop()
+            llm.stop()
+    return {
+        "provider": args.provider,
+        "sandboxes": args.sandboxes,
+        "start_to_ready_s": summary(ready_s),
+        "start_to_first_request_s": summary(first_s),
+        "pss_idle_mib": summary([m["Pss"] / 1024 for m in idle], 1),
+        "rss_idle_mib": summary([m["Rss"] / 1024 for m in idle], 1),
+        "pss_idle_total_mib": round(sum(m["Pss"] for m in idle) / 1024, 1),
+        f"pss_after_{args.steps}_steps_mib": summary([m["Pss"] / 1024 for m in busy], 1),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sandboxes", type=int, default=10)
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--provider", default="process")
+    parser.add_argument("--settle", type=float, default=5.0,
+                        help="seconds sandboxes sit idle before memory is read")
+    print(json.dumps(run(parser.parse_args()), indent=1))
+
+
+if __name__ == "__main__":
+    main()
