@@ -137,11 +137,20 @@ def remove_tree(top: Path) -> None:
 
 
 def test_a_command_with_a_nul_byte_is_refused(client: TestClient, cid: str) -> None:
-    for body in ({"command": "echo a\u0000b"}, {"command": "true", "cwd": "a\u0000b"}):
-        r = client.post(f"/api/conversations/{cid}/commands", json=body)
-        assert r.status_code == 422, r.text
-        (item,) = r.json()["detail"]
-        assert item["type"] == "string_pattern_mismatch" and "x00" in item["msg"], item
+    """A NUL would cut the command bash runs short of the one stored and shown: refused on
+    every route that runs one, for the host and a conversation alike, and nothing started."""
+    routes = [f"/api/conversations/{cid}/commands"] + [
+        f"{prefix}/bash/{name}" for prefix in ("/api", f"/api/conversations/{cid}")
+        for name in ("start_bash_command", "execute_bash_command")]
+    for route in routes:
+        for body in ({"command": "echo a\u0000b"}, {"command": "true", "cwd": "a\u0000b"}):
+            r = client.post(route, json=body)
+            assert r.status_code == 422, (route, r.text)
+            (item,) = r.json()["detail"]
+            assert item["type"] == "string_pattern_mismatch" and "x00" in item["msg"], item
+    for prefix in ("/api", f"/api/conversations/{cid}"):
+        r = client.get(f"{prefix}/bash/bash_events/search")
+        assert r.status_code == 200 and r.json()["items"] == [], r.text
 
 
 def test_a_command_printing_a_secret_encoded_shows_it_masked(client: TestClient) -> None:
