@@ -32,13 +32,13 @@ from tools.skills import InvokeSkillAction, InvokeSkillObservation
 #: Added to every agent (SPEC 2.6 rule 1).
 ALWAYS: tuple[ToolSet, ...] = (finish.TOOL_SET, think.TOOL_SET)
 
-#: What `agent.tools[].name` may name.
 def _browser_params() -> type[BaseModel]:
-    from tools.browser.tools import BrowserToolParams
+    from tools.browser.base import BrowserToolParams
 
     return BrowserToolParams
 
 
+#: What `agent.tools[].name` may name.
 TOOL_SETS: dict[str, ToolSet] = {
     s.name: s
     for s in (
