@@ -11,12 +11,11 @@ import pytest
 from tools.base import ToolContext
 from tools.file_editor import (
     HISTORY_DEPTH,
-    MAX_FILE_BYTES,
-    MAX_OUTPUT_CHARS,
     FileEditorAction,
     FileEditorObservation,
     FileEditorTool,
 )
+from tools.files import MAX_FILE_BYTES, MAX_OUTPUT_CHARS
 
 
 @pytest.fixture
