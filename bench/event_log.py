@@ -35,8 +35,14 @@ from events import (  # noqa: E402
     SystemPromptEvent,
     TextContent,
 )
-from tools.finish import FinishAction, FinishObservation, FinishTool  # noqa: E402
-from tools.think import ThinkAction, ThinkObservation, ThinkTool  # noqa: E402
+from tools.always import (  # noqa: E402
+    FinishAction,
+    FinishObservation,
+    FinishTool,
+    ThinkAction,
+    ThinkObservation,
+    ThinkTool,
+)
 
 WORDS = (
     "the agent reads the repository layout then edits the module adds a test runs the suite "

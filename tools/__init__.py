@@ -14,7 +14,6 @@ from tools import (
     apply_patch,
     browser,
     file_editor,
-    finish,
     gemini,
     models,
     planning_file_editor,
@@ -22,15 +21,13 @@ from tools import (
     subagents,
     task_tracker,
     terminal,
-    think,
     workflow,
 )
+from tools.always import ALWAYS
 from tools.base import Action, Observation, Tool, ToolContext, ToolError, ToolSet
 from tools.mcp import MCPToolAction, MCPToolObservation
 from tools.skills import InvokeSkillAction, InvokeSkillObservation
 
-#: Added to every agent (SPEC 2.6 rule 1).
-ALWAYS: tuple[ToolSet, ...] = (finish.TOOL_SET, think.TOOL_SET)
 
 def _browser_params() -> type[BaseModel]:
     from tools.browser.base import BrowserToolParams

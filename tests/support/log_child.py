@@ -26,7 +26,7 @@ from events import (
     SystemPromptEvent,
     TextContent,
 )
-from tools.think import ThinkAction, ThinkObservation, ThinkTool
+from tools.always import ThinkAction, ThinkObservation, ThinkTool
 
 
 def make_event(rng: random.Random, n: int) -> Event:
