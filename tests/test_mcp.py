@@ -13,7 +13,8 @@ from typing import Any
 import httpx
 import pytest
 
-from agent_server.agent.mcp import MCPServers, check_config, fill, tool_name
+from agent_server.agent.mcp import MCPServers, tool_name
+from agent_server.agent.mcp_config import check_config, fill
 from tests.conftest import agent_spec, create
 from tests.support.api import events, send, tool_names, wait_status
 from tests.support.llm import ScriptedLLM, call, text
