@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from core.files import (
+    WORKSPACE_FILE_MODE,
     FileTooLarge,
     NotRegularFile,
     Replacement,
@@ -130,8 +131,6 @@ class Scope:
 
 # -- paths -----------------------------------------------------------------------------------
 
-#: The mode of a file an upload creates (an overwritten one keeps its own).
-NEW_FILE_MODE = 0o644
 #: Linux's limits: bytes in one path component, and in a whole path (its NUL included).
 NAME_MAX = 255
 PATH_MAX = 4096
@@ -251,7 +250,7 @@ async def write_file(root: Path, raw: str, chunks: AsyncIterator[bytes],
     try:
         _check_fd(root, dir_fd, raw)
         try:
-            new = Replacement(dir_fd, path.name, NEW_FILE_MODE, keep_mode=True)
+            new = Replacement(dir_fd, path.name, WORKSPACE_FILE_MODE, keep_mode=True)
         except PermissionError:
             raise PermissionDenied(f"{raw!r} cannot be written: permission denied") from None
         size = 0

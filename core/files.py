@@ -26,6 +26,9 @@ from typing import Any, BinaryIO
 
 from core.paths import confine_fd
 
+#: The mode of a new workspace file (the agent's, an upload's): the user's other tools read it.
+#: The server's own state is written 0o600, write_atomic's default.
+WORKSPACE_FILE_MODE = 0o644
 #: Bytes of the target's name kept in its temporary file's name: the target may use all of
 #: NAME_MAX (255), and the temporary name adds a prefix and a suffix.
 _STEM_BYTES = 100
@@ -222,6 +225,7 @@ __all__ = [
     "FileTooLarge",
     "NotRegularFile",
     "Replacement",
+    "WORKSPACE_FILE_MODE",
     "open_directory",
     "open_regular",
     "read_json",

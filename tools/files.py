@@ -12,6 +12,7 @@ import os
 from pathlib import Path
 
 from core.files import (
+    WORKSPACE_FILE_MODE,
     FileTooLarge,
     NotRegularFile,
     Replacement,
@@ -28,8 +29,6 @@ MAX_FILE_BYTES = 10 * 1024 * 1024
 MAX_OUTPUT_CHARS = 30_000
 #: old_content/new_content travel in events only up to this size, so the log stays bounded.
 MAX_SNAPSHOT_BYTES = 64 * 1024
-#: The mode of a file a tool creates (what an upload gets too).
-NEW_FILE_MODE = 0o644
 
 
 class Refusal(Exception):
@@ -184,10 +183,10 @@ def write_text(path: Path, text: str, *, root: Path | None = None) -> None:
 
 def _replace_in(dir_fd: int, name: str, data: bytes) -> None:
     try:
-        new = Replacement(dir_fd, name, NEW_FILE_MODE, keep_mode=True)
+        new = Replacement(dir_fd, name, WORKSPACE_FILE_MODE, keep_mode=True)
     except PermissionError:
         # The directory is not writable though the file may be: write it in place instead.
-        write_in_place(dir_fd, name, data, NEW_FILE_MODE)
+        write_in_place(dir_fd, name, data, WORKSPACE_FILE_MODE)
         return
     try:
         with new:
@@ -197,7 +196,7 @@ def _replace_in(dir_fd: int, name: str, data: bytes) -> None:
         # else (a full disk) must not fall through to a write that could tear the file.
         if e.errno != errno.EBUSY:
             raise
-        write_in_place(dir_fd, name, data, NEW_FILE_MODE)
+        write_in_place(dir_fd, name, data, WORKSPACE_FILE_MODE)
 
 
 def remove(path: Path, *, root: Path | None = None) -> None:
