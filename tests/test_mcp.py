@@ -13,12 +13,14 @@ from typing import Any
 import httpx
 import pytest
 
-from agent_server.agent.mcp import MCPServers, check_config, fill, tool_name
+from agent_server.agent.mcp import MCPServers, tool_name
+from agent_server.agent.mcp_config import check_config, fill
 from tests.conftest import agent_spec, create
 from tests.support.api import events, send, tool_names, wait_status
 from tests.support.llm import ScriptedLLM, call, text
 from tests.support.mcp_servers import HTTPServer, stdio_config
-from tests.support.server import ServerProcess, wait_for
+from tests.support.server import ServerProcess
+from tests.support.wait import wait_for
 from tools.base import ToolContext
 
 # A server subprocess (or another process, a restart, SIGKILL, Chromium, Docker tools).

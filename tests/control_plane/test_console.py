@@ -25,11 +25,11 @@ from tests.control_plane.support import (
     make_config,
     sandbox_pid,
     start,
-    wait_for,
 )
 from tests.control_plane.test_console_api import agent_sockets
 from tests.control_plane.test_flow import bare_repository
 from tests.support.llm import Reply, ScriptedLLM, call, text
+from tests.support.wait import wait_for
 
 pytestmark = pytest.mark.e2e
 

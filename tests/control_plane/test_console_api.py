@@ -14,8 +14,9 @@ import httpx
 import pytest
 
 from control_plane.console import STATIC
-from tests.control_plane.support import ControlPlane, configure_llm, conversation, start, wait_for
+from tests.control_plane.support import ControlPlane, configure_llm, conversation, start
 from tests.support.llm import Reply, ScriptedLLM, call, text
+from tests.support.wait import wait_for
 
 pytestmark = pytest.mark.e2e
 

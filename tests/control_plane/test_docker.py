@@ -37,11 +37,11 @@ from tests.control_plane.support import (
     configure_llm,
     make_config,
     start,
-    wait_for,
 )
 from tests.control_plane.test_flow import bare_repository, delete_last_conversation, whole_flow
 from tests.support import docker as docker_support
 from tests.support.llm import ScriptedLLM, call, free_port
+from tests.support.wait import wait_for
 
 pytestmark = pytest.mark.e2e
 
