@@ -358,7 +358,7 @@ def test_streaming_text_shows_as_it_is_written(plane: ControlPlane, llm: Scripte
     page.get_by_label("Message", exact=True).fill("Tell me slowly")
     page.get_by_role("button", name="Send").click()
     draft = page.locator(".event-streaming")
-    expect(draft.locator(".text:not(.thought)")).to_have_text(answer[:56])
+    expect(draft.locator(".text:not(.thought)")).to_have_text(answer[:56], timeout=SLOW)
     expect(page.locator(".event-message.from-agent")).to_have_count(0)
     assert page.locator("main b, main img").count() == 0 and page.evaluate("window.__x") is None
     shot(page, "01-streaming")
