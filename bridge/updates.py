@@ -82,6 +82,8 @@ _CONTENT: TypeAdapter[list[Content]] = TypeAdapter(list[Content])
 MAX_TEXT = 50_000
 #: Characters of a raw input or output (JSON) sent along; larger ones are left out.
 MAX_RAW = 20_000
+#: Characters of streamed text kept to compare with the stored text.
+MAX_STREAMED = 1_000_000
 #: Tool calls remembered (a session's long history keeps only the latest).
 MAX_CALLS = 1000
 #: Characters of a title.
@@ -138,6 +140,26 @@ def _text(content: list[Any]) -> str:
     return "".join(c.text for c in content if isinstance(c, TextContent))
 
 
+def _grown(streamed: str, piece: str) -> str:
+    """What has been streamed, kept up to MAX_STREAMED characters (past that it only counts
+    as "streamed")."""
+    return streamed + piece[: max(0, MAX_STREAMED - len(streamed))]
+
+
+def _unsent(stored: str, streamed: str) -> str:
+    """What the editor has not seen of a stored text, given what was streamed of it: all of
+    it when nothing was; the rest when the stream was its beginning; all of it again, on a
+    line of its own, when pieces were lost between (a reader that fell behind), so the
+    transcript holds the whole text at least once."""
+    if not streamed:
+        return stored
+    if stored.startswith(streamed):
+        return stored[len(streamed):]
+    if len(streamed) >= MAX_STREAMED or streamed.startswith(stored):
+        return ""
+    return "\n\n" + stored
+
+
 def message(text: str) -> AgentMessageChunk:
     return acp.update_agent_message_text(text)
 
@@ -162,9 +184,9 @@ class Translator:
         self.write_back = write_back and working_dir is not None \
             and posixpath.normpath(working_dir) != posixpath.normpath(cwd)
         self.calls: OrderedDict[str, Call] = OrderedDict()
-        #: Text (and reasoning) streamed since the last stored agent text: not sent twice.
-        self._streamed_text = False
-        self._streamed_reasoning = False
+        #: Text and reasoning streamed since the last stored agent text: not sent twice.
+        self._streamed = ""
+        self._streamed_reasoning = ""
         #: LLM responses whose text was sent (the first action of a response carries it).
         self._responses: deque[str] = deque(maxlen=64)
 
@@ -262,21 +284,21 @@ class Translator:
     def _delta(self, event: StreamingDeltaEvent) -> list[Update]:
         out: list[Update] = []
         if event.reasoning_content:
-            self._streamed_reasoning = True
+            self._streamed_reasoning = _grown(self._streamed_reasoning, event.reasoning_content)
             out.append(thought(event.reasoning_content))
         if event.content:
-            self._streamed_text = True
+            self._streamed = _grown(self._streamed, event.content)
             out.append(message(event.content))
         return out
 
     def _stored_text(self, text: str, reasoning: str | None) -> list[Update]:
-        """The text of a stored agent event, unless it was streamed already."""
+        """The text of a stored agent event, less what was streamed of it already."""
         out: list[Update] = []
-        if reasoning and reasoning.strip() and not self._streamed_reasoning:
-            out.append(thought(cut(reasoning)))
-        if text.strip() and not self._streamed_text:
-            out.append(message(cut(text)))
-        self._streamed_text = self._streamed_reasoning = False
+        if reasoning and (rest := _unsent(reasoning, self._streamed_reasoning)).strip():
+            out.append(thought(cut(rest)))
+        if text and (rest := _unsent(text, self._streamed)).strip():
+            out.append(message(cut(rest)))
+        self._streamed = self._streamed_reasoning = ""
         return out
 
     def _message(self, event: MessageEvent, show_user: bool) -> list[Update]:
