@@ -135,7 +135,8 @@ class AgentServer:
         cid = conversation_id(conversation_id_)
         reconnect = Reconnect(self.reconnect_window)
         while True:
-            query = urlencode({"after_id": cursor.after} if cursor.after else {"resend_all": "true"})
+            start = {"after_id": cursor.after} if cursor.after else {"resend_all": "true"}
+            query = urlencode(start)
             url = f"{self._socket_base}/sockets/events/{cid}?{query}"
             code: int | None = None
             try:

@@ -111,4 +111,5 @@ class Service(Protocol):
     async def close(self) -> None: ...
 
 
-__all__ = ["RESTING", "Conversation", "Cursor", "NewConversation", "Service", "conversation_id", "read_event"]
+__all__ = ["RESTING", "Conversation", "Cursor", "NewConversation", "Service", "conversation_id",
+           "read_event"]

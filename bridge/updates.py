@@ -23,7 +23,7 @@ import json
 import posixpath
 from collections import OrderedDict, deque
 from dataclasses import dataclass
-from typing import Any, Literal, TypeAlias, get_args
+from typing import Any, Literal, TypeAlias, cast, get_args
 
 import acp
 from acp.schema import (
@@ -422,7 +422,7 @@ class Translator:
             content = _CONTENT.validate_python(event.content) if event.content else None
         except ValidationError:
             content = None
-        kind: ToolKind = event.tool_kind if event.tool_kind in get_args(ToolKind) else "other"  # type: ignore[assignment]
+        kind = cast(ToolKind, event.tool_kind if event.tool_kind in get_args(ToolKind) else "other")
         status = event.status if event.status in ("pending", "in_progress", "completed",
                                                   "failed") else None
         if event.is_error:

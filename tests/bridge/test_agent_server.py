@@ -15,9 +15,10 @@ import pytest
 from acp import RequestError
 from acp.schema import EnvVariable, McpServerStdio
 
-from tests.conftest import agent_spec
+from tests.conftest import agent_spec, create
 from tests.support.acp_client import ROOT, editor_process, start, text
 from tests.support.llm import ScriptedLLM, call, free_port
+from tests.support.llm import error as failure
 from tests.support.llm import text as answer
 from tests.support.server import KEY, ServerProcess, wait_for
 
@@ -316,3 +317,27 @@ def test_the_command_refuses_a_configuration_without_a_key(tmp_path: Path) -> No
     assert "needs its session key: set SESSION_API_KEY" in done.stderr
 
 
+
+
+async def test_a_blocked_prompt_is_a_refusal_and_a_failed_run_says_why(
+        server: ServerProcess, llm: ScriptedLLM, key: str, tmp_path: Path) -> None:
+    work = project(tmp_path)
+    # A conversation made elsewhere, whose hook refuses every prompt: loaded, then prompted.
+    with server.client() as c:
+        refuse = {"type": "command", "command": "echo no prompts >&2; exit 2"}
+        made = create(c, llm, key, work, hook_config={
+            "UserPromptSubmit": [{"matcher": "*", "hooks": [refuse]}]})
+    async with editor_process(env(server, agent_file(tmp_path, llm, key)), work) as editor:
+        await start(editor)
+        await editor.conn.load_session(cwd=str(work), session_id=made["id"], mcp_servers=[])
+        reply = await editor.conn.prompt(session_id=made["id"], prompt=text("hello"))
+        assert reply.stop_reason == "refusal"
+        assert "A UserPromptSubmit hook blocked this" in editor.thoughts(made["id"])
+
+        # The model's server refuses the request: the run ends in ERROR, shown as the agent's text.
+        llm.script(key, failure(400, "the model refused the request"))
+        sid = (await editor.conn.new_session(cwd=str(work), mcp_servers=[])).session_id
+        reply = await editor.conn.prompt(session_id=sid, prompt=text("hello"))
+        assert reply.stop_reason == "end_turn"
+        assert conversation(server, sid)["execution_status"] == "error"
+        assert "**Error** (" in editor.text(sid)

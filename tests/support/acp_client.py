@@ -104,17 +104,18 @@ class ScriptedEditor:
     def of(self, session_id: str) -> list[Any]:
         return [u for s, u in self.updates if s == session_id]
 
-    def text(self, session_id: str) -> str:
+    def _texts(self, session_id: str, kind: type) -> str:
         return "".join(u.content.text for u in self.of(session_id)
-                       if isinstance(u, AgentMessageChunk) and isinstance(u.content, TextContentBlock))
+                       if isinstance(u, kind) and isinstance(u.content, TextContentBlock))
+
+    def text(self, session_id: str) -> str:
+        return self._texts(session_id, AgentMessageChunk)
 
     def thoughts(self, session_id: str) -> str:
-        return "".join(u.content.text for u in self.of(session_id)
-                       if isinstance(u, AgentThoughtChunk) and isinstance(u.content, TextContentBlock))
+        return self._texts(session_id, AgentThoughtChunk)
 
     def user_text(self, session_id: str) -> str:
-        return "".join(u.content.text for u in self.of(session_id)
-                       if isinstance(u, UserMessageChunk) and isinstance(u.content, TextContentBlock))
+        return self._texts(session_id, UserMessageChunk)
 
     def plans(self, session_id: str) -> list[AgentPlanUpdate]:
         return [u for u in self.of(session_id) if isinstance(u, AgentPlanUpdate)]
