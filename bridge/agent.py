@@ -42,7 +42,7 @@ from agent_server import __version__
 from bridge import mcp, modes
 from bridge.content import Block
 from bridge.editor import Editor
-from bridge.errors import BridgeError, NotFound
+from bridge.errors import BridgeError, Invalid, NotFound
 from bridge.service import NewConversation, Service
 from bridge.session import Session
 
@@ -125,7 +125,11 @@ class BridgeAgent:
                            additional_directories: list[str] | None = None,
                            **kwargs: Any) -> LoadSessionResponse:
         conversation = await self.service.get(session_id)
-        await self.service.set_policy(conversation.id, modes.policy(self.approval))
+        try:
+            await self.service.set_policy(conversation.id, modes.policy(self.approval))
+        except Invalid as exc:  # read-only (its sandbox is gone): the history still loads
+            logger.warning("the approval mode of %s was not set: %s", conversation.id,
+                           exc.message)
         old = self.sessions.pop(conversation.id, None)
         if old is not None:
             await old.close()

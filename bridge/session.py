@@ -51,6 +51,13 @@ OPTIONS = [
 ]
 
 
+def _status(event: Event) -> str | None:
+    """The execution status the event sets, if it sets one."""
+    if isinstance(event, ConversationStateUpdateEvent) and event.key == "execution_status":
+        return str(event.value)
+    return None
+
+
 class Turn:
     """One prompt in flight: the statuses after its message, and how it may end early."""
 
@@ -86,7 +93,6 @@ class Session:
         self.service = service
         self.editor = editor
         self.mode = mode
-        self.status = conversation.execution_status
         self.translator = Translator(cwd, conversation.working_dir, editor.can_write,
                                      modes.asks(mode))
         self.cursor = Cursor()
@@ -101,7 +107,6 @@ class Session:
         async for event in self.service.history(self.id):
             if event.id:
                 self.cursor.after = event.id
-            self._track(event)
             updates, _ = self.translator.translate(event, show_user=True)
             if replay:  # never written back: the editor's files are newer than the history
                 for update in updates:
@@ -130,13 +135,6 @@ class Session:
             if self.turn is not None:
                 self.turn.put(BridgeError("the bridge lost the conversation's events"))
 
-    def _track(self, event: Event) -> str | None:
-        """The execution status the event sets, if it sets one."""
-        if isinstance(event, ConversationStateUpdateEvent) and event.key == "execution_status":
-            self.status = str(event.value)
-            return self.status
-        return None
-
     async def _on_event(self, event: Event) -> None:
         turn = self.turn
         show_user = False
@@ -153,7 +151,7 @@ class Session:
             if failure is not None:
                 await self.editor.update(self.id, thought(
                     f"(the editor did not take the new {write.path}: {failure})\n"))
-        status = self._track(event)
+        status = _status(event)
         if turn is None or not turn.message_seen:
             return
         if status is not None:
@@ -242,5 +240,6 @@ class Session:
         if follower is not None:
             follower.cancel()
             await asyncio.gather(follower, return_exceptions=True)
+
 
 __all__ = ["CANCEL_GRACE", "Session", "Turn"]

@@ -10,9 +10,10 @@ a `plan`. The `finish` and `think` tools are text, not tool calls.
 Paths in events are the sandbox's; one under the conversation's working directory is shown
 under the editor's instead (the same file when the bridge runs beside the sandbox). When the
 sandbox works elsewhere and the editor lets the agent write files, a changed file whose new
-text the event carries is written back to the editor (`WriteBack`). The events are masked by
-the service: a text holding `<secret-hidden>` is not written back, so a user's file never
-gets the mask instead of a value.
+text the event carries is written back to the editor (`WriteBack`), inside the editor's
+directory and never in `.git`. The events are masked by the service: a text holding
+`<secret-hidden>` is not written back, so a user's file never gets the mask instead of a
+value.
 
 Everything kept is bounded: the tool calls remembered, the texts and raw values sent.
 """
@@ -20,6 +21,7 @@ Everything kept is bounded: the tool calls remembered, the texts and raw values 
 from __future__ import annotations
 
 import json
+import os
 import posixpath
 from collections import OrderedDict, deque
 from dataclasses import dataclass
@@ -204,11 +206,16 @@ class Translator:
         return posixpath.join(self.cwd, rel)
 
     def _written(self, path: str, text: str | None) -> list[WriteBack]:
+        """The write-back of a changed file, when it is safe: the sandbox is not trusted, so
+        nothing is written outside the editor's directory (symlinks of the editor's side
+        resolved: the bridge runs beside the editor), nor in a `.git` directory (a hook
+        there would run on the user's machine)."""
         if not self.write_back or text is None or MASK in text:
             return []
         shown = self.editor_path(path)
-        inside = posixpath.relpath(shown, posixpath.normpath(self.cwd))
-        if inside.startswith("..") or inside == ".":
+        root = os.path.realpath(self.cwd)
+        inside = os.path.relpath(os.path.realpath(shown), root)
+        if inside == "." or inside.split(os.sep)[0] == ".." or ".git" in inside.split(os.sep):
             return []
         return [WriteBack(shown, text)]
 

@@ -107,20 +107,24 @@ async def test_a_session_runs_in_a_sandbox_and_its_files_come_back_to_the_editor
                         command="echo from-the-sandbox"),
                    call("file_editor", command="create", path=f"{working_dir}/src/hello.py",
                         file_text="print('hi')\n"),
+                   # A prompt-injected agent plants a Git hook: it stays in the sandbox.
+                   call("file_editor", command="create",
+                        path=f"{working_dir}/.git/hooks/post-checkout",
+                        file_text="#!/bin/sh\ntouch ~/pwned\n"),
                    call("tools_env", var="MCP_TOKEN"),
                    call("terminal",
                         command=f"tr '\\0' '\\n' < /proc/{sandbox_pid(plane, sandbox_id)}/environ"
                                 " | grep ^SESSION_API_KEY="),
                    call("finish", message="Done here."))
-        editor.answers += ["allow"] * 4
+        editor.answers += ["allow"] * 5
         reply = await editor.conn.prompt(session_id=sid, prompt=text("make hello.py"))
         assert reply.stop_reason == "end_turn"
-        assert len(editor.permissions) == 4 and editor.answers == []
+        assert len(editor.permissions) == 5 and editor.answers == []
 
         chunks = [u for u in editor.of(sid) if type(u).__name__ == "AgentMessageChunk"]
         assert len(chunks) > 2
         assert editor.text(sid) == "Looking at the sandbox first.Done here."
-        command, create, mcp_call, snoop = editor.tool_calls(sid).values()
+        command, create, hook, mcp_call, snoop = editor.tool_calls(sid).values()
         assert command.status == "completed" and "from-the-sandbox" in command.texts()
         # The file changed in the sandbox is shown, and written, under the editor's directory.
         hello = work / "src" / "hello.py"
@@ -129,6 +133,7 @@ async def test_a_session_runs_in_a_sandbox_and_its_files_come_back_to_the_editor
         assert (diff.path, diff.old_text, diff.new_text) == (str(hello), None, "print('hi')\n")
         assert editor.writes == [(str(hello), "print('hi')\n")]
         assert hello.read_text() == "print('hi')\n"
+        assert hook.status == "completed" and not (work / ".git").exists()
         # Keys: the MCP server's is masked by the sandbox, the sandbox's own by the bridge.
         assert "<secret-hidden>" in mcp_call.texts()
         assert "SESSION_API_KEY=<secret-hidden>" in snoop.texts()

@@ -4,6 +4,7 @@ event-stream reader, the editor's MCP servers and prompt content, masking, recon
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -119,11 +120,25 @@ def test_changed_files_are_written_back_only_when_the_sandbox_works_elsewhere() 
     assert t.translate(edited("c2", "/sandbox/work/b.py", "k = '<secret-hidden>'\n"))[1] == []
     # Outside the working directory: shown as the sandbox's path, never written.
     assert t.translate(edited("c3", "/tmp/c.py", "y\n"))[1] == []
+    # A prompt-injected agent aims at a Git hook, or at a link out of the project: refused.
+    assert t.translate(edited("c6", "/sandbox/work/.git/hooks/pre-commit", "rm -rf ~\n"))[1] == []
+    assert t.translate(edited("c7", "/sandbox/work/sub/.git/config", "[core]\n"))[1] == []
     # The same directory on both sides (a server beside the editor): nothing to write.
     same = Translator("/home/me/project", "/home/me/project", write_back=True)
     assert same.translate(edited("c4", "/home/me/project/a.py", "z\n"))[1] == []
     # An editor that does not offer fs/write_text_file: nothing to write.
     assert Translator("/p", "/s", write_back=False).translate(edited("c5", "/s/a", "z\n"))[1] == []
+
+
+def test_a_file_is_not_written_back_through_a_link_out_of_the_project(tmp_path: Path) -> None:
+    work, outside = tmp_path / "project", tmp_path / "home"
+    work.mkdir()
+    outside.mkdir()
+    (work / "link").symlink_to(outside, target_is_directory=True)
+    t = Translator(str(work), "/sandbox/work", write_back=True)
+    assert t.translate(edited("c1", "/sandbox/work/link/.bashrc", "evil\n"))[1] == []
+    assert t.translate(edited("c2", "/sandbox/work/ok.txt", "fine\n"))[1] == \
+        [WriteBack(str(work / "ok.txt"), "fine\n")]
 
 
 def test_streamed_text_is_not_sent_twice_and_lost_pieces_are_made_good() -> None:
