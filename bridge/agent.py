@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+from importlib.metadata import PackageNotFoundError, version
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from typing import Any, ParamSpec, TypeVar
@@ -36,8 +37,6 @@ from acp.schema import (
     PromptResponse,
     SetSessionModeResponse,
 )
-
-from agent_server import __version__
 
 from bridge import mcp, modes
 from bridge.content import Block
@@ -73,6 +72,13 @@ def answers(method: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
     return wrapper
 
 
+def _version() -> str:
+    try:
+        return version("agent-server")
+    except PackageNotFoundError:  # run from a checkout that is not installed
+        return "unknown"
+
+
 class BridgeAgent:
     def __init__(self, service: Service, approval: str, secrets: dict[str, str]) -> None:
         self.service = service
@@ -103,7 +109,7 @@ class BridgeAgent:
                                                        embedded_context=True),
                 mcp_capabilities=McpCapabilities(http=True, sse=False)),
             agent_info=Implementation(name="agent-server", title="agent-server (sandboxed)",
-                                      version=__version__),
+                                      version=_version()),
             auth_methods=[])
 
     @answers

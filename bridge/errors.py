@@ -57,9 +57,5 @@ class StartFailed(BridgeError):
     """The control plane's start task ended in ERROR."""
 
 
-class AgentFailed(BridgeError):
-    """The run ended in ERROR: the ConversationErrorEvent's code and detail."""
-
-
-__all__ = ["AgentFailed", "BridgeError", "Invalid", "NotFound", "Refused", "ServiceFailed",
+__all__ = ["BridgeError", "Invalid", "NotFound", "Refused", "ServiceFailed",
            "StartFailed", "Unreachable"]

@@ -148,18 +148,23 @@ def _grown(streamed: str, piece: str) -> str:
     return streamed + piece[: max(0, MAX_STREAMED - len(streamed))]
 
 
-def _unsent(stored: str, streamed: str) -> str:
-    """What the editor has not seen of a stored text, given what was streamed of it: all of
-    it when nothing was; the rest when the stream was its beginning; all of it again, on a
-    line of its own, when pieces were lost between (a reader that fell behind), so the
-    transcript holds the whole text at least once."""
-    if not streamed:
-        return stored
+def _consume(stored: str, streamed: str) -> tuple[str, str]:
+    """What the editor has not seen of a stored text given what was streamed, and what stays
+    streamed for the texts stored after it.
+
+    The stream may run ahead of the stored events (the control plane relays text live, and
+    events as its webhook brings them), so streamed text is taken off the front as each
+    stored text comes: nothing sent twice. A stored text the stream only began is sent for
+    the rest; one the stream lost pieces of (a reader that fell behind) is sent whole again,
+    on a line of its own, so the transcript holds it whole at least once.
+    """
+    if not stored or len(streamed) >= MAX_STREAMED:
+        return "", "" if stored else streamed
+    if streamed.startswith(stored):
+        return "", streamed[len(stored):]
     if stored.startswith(streamed):
-        return stored[len(streamed):]
-    if len(streamed) >= MAX_STREAMED or streamed.startswith(stored):
-        return ""
-    return "\n\n" + stored
+        return stored[len(streamed):], ""
+    return "\n\n" + stored, ""
 
 
 def message(text: str) -> AgentMessageChunk:
@@ -186,7 +191,7 @@ class Translator:
         self.write_back = write_back and working_dir is not None \
             and posixpath.normpath(working_dir) != posixpath.normpath(cwd)
         self.calls: OrderedDict[str, Call] = OrderedDict()
-        #: Text and reasoning streamed since the last stored agent text: not sent twice.
+        #: Text and reasoning streamed and not yet matched by a stored text: not sent twice.
         self._streamed = ""
         self._streamed_reasoning = ""
         #: LLM responses whose text was sent (the first action of a response carries it).
@@ -301,11 +306,12 @@ class Translator:
     def _stored_text(self, text: str, reasoning: str | None) -> list[Update]:
         """The text of a stored agent event, less what was streamed of it already."""
         out: list[Update] = []
-        if reasoning and (rest := _unsent(reasoning, self._streamed_reasoning)).strip():
+        rest, self._streamed_reasoning = _consume(reasoning or "", self._streamed_reasoning)
+        if rest.strip():
             out.append(thought(cut(rest)))
-        if text and (rest := _unsent(text, self._streamed)).strip():
+        rest, self._streamed = _consume(text, self._streamed)
+        if rest.strip():
             out.append(message(cut(rest)))
-        self._streamed = self._streamed_reasoning = ""
         return out
 
     def _message(self, event: MessageEvent, show_user: bool) -> list[Update]:

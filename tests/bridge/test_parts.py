@@ -29,7 +29,7 @@ from bridge.editor import Editor
 from bridge.errors import Unreachable
 from bridge.reconnect import Reconnect
 from bridge.schema import Event, parse_event
-from bridge.updates import Translator, WriteBack, _unsent
+from bridge.updates import Translator, WriteBack, _consume
 from core.retry import Clock
 
 KEY = "a-key-nobody-may-see-17"
@@ -142,21 +142,41 @@ def test_a_file_is_not_written_back_through_a_link_out_of_the_project(tmp_path: 
 
 
 def test_streamed_text_is_not_sent_twice_and_lost_pieces_are_made_good() -> None:
-    assert _unsent("Hello world", "") == "Hello world"
-    assert _unsent("Hello world", "Hello world") == ""
-    assert _unsent("Hello world", "Hello") == " world"
-    assert _unsent("Hello world", "Helworld") == "\n\nHello world"
+    assert _consume("Hello world", "") == ("Hello world", "")
+    assert _consume("Hello world", "Hello world") == ("", "")
+    assert _consume("Hello world", "Hello") == (" world", "")
+    assert _consume("Hello world", "Helworld") == ("\n\nHello world", "")
+    assert _consume("", "Hello") == ("", "Hello")  # a call without text: the stream stays
     t = Translator("/p", "/p", write_back=False)
     delta = parse_event({"source": "agent", "kind": "StreamingDeltaEvent", "content": "I will "})
     [chunk] = t.translate(delta)[0]
     assert chunk.content.text == "I will "  # type: ignore[union-attr]
     first = action("c1", {"kind": "TerminalAction", "command": "ls"}, "r1", "I will look.")
-    texts = [u.content.text for u in t.translate(first)[0]  # type: ignore[union-attr]
-             if u.session_update == "agent_message_chunk"]
-    assert texts == ["look."]
+    assert sent_text(t, first) == ["look."]
     # The second action of the same response carries no text of its own to send.
     second = action("c2", {"kind": "TerminalAction", "command": "pwd"}, "r1", "I will look.")
     assert [u.session_update for u in t.translate(second)[0]] == ["tool_call"]
+
+
+def test_text_streamed_ahead_of_the_stored_events_is_sent_once() -> None:
+    """The control plane relays the text as it streams, and the events as its webhook brings
+    them: the next answer's text may come before the last answer's events."""
+    t = Translator("/p", "/p", write_back=False)
+    for piece in ("First.", "Second."):
+        t.translate(parse_event({"source": "agent", "kind": "StreamingDeltaEvent",
+                                 "content": piece}))
+    assert sent_text(t, action("c1", {"kind": "TerminalAction", "command": "a"}, "r1",
+                               "First.")) == []
+    assert sent_text(t, action("c2", {"kind": "TerminalAction", "command": "b"}, "r2")) == []
+    assert sent_text(t, action("c3", {"kind": "TerminalAction", "command": "c"}, "r3",
+                               "Second.")) == []
+    assert sent_text(t, action("c4", {"kind": "TerminalAction", "command": "d"}, "r4",
+                               "Third, not streamed.")) == ["Third, not streamed."]
+
+
+def sent_text(t: Translator, event: Event) -> list[str]:
+    return [u.content.text for u in t.translate(event)[0]  # type: ignore[union-attr]
+            if u.session_update == "agent_message_chunk"]
 
 
 def test_a_run_that_rests_ends_the_calls_it_left_without_a_result() -> None:
@@ -270,3 +290,22 @@ async def test_a_stream_is_given_up_after_the_reconnect_window() -> None:
             await reconnect.wait(lost)
     assert clock.now - start == pytest.approx(10.0)
     assert str(gave_up.value).endswith("gave up after 10 s of trying again")
+
+
+def test_the_bridge_reads_the_event_schema_in_one_module_and_nothing_else_of_the_servers() -> None:
+    """A client of the interfaces: `agent_server` only for the schema, and only in schema.py
+    (the schema is moving to a package of its own); the control plane never."""
+    import ast
+
+    import bridge
+
+    found: dict[str, set[str]] = {}
+    for path in Path(bridge.__file__).parent.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            for name in names:
+                top = name.split(".")[0]
+                if top in ("agent_server", "control_plane"):
+                    found.setdefault(path.name, set()).add(name)
+    assert found == {"schema.py": {"agent_server.events"}}
