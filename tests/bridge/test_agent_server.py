@@ -20,7 +20,8 @@ from tests.support.acp_client import ROOT, editor_process, start, text
 from tests.support.llm import ScriptedLLM, call, free_port
 from tests.support.llm import error as failure
 from tests.support.llm import text as answer
-from tests.support.server import KEY, ServerProcess, wait_for
+from tests.support.server import KEY, ServerProcess
+from tests.support.wait import wait_for
 
 pytestmark = pytest.mark.e2e
 
