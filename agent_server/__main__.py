@@ -11,6 +11,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from agent_server import secrecy
 from agent_server.config import ENV_PREFIX, Config, ConfigError, DeliverySettings, from_env
 from core.files import write_json
 
@@ -80,6 +81,7 @@ def load_config(argv: list[str] | None = None) -> Config:
 
 def main(argv: list[str] | None = None) -> None:
     try:
+        secrecy.guard()
         config = load_config(argv)
         config.check()
     except (ConfigError, ValidationError) as exc:
