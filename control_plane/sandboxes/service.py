@@ -37,7 +37,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from agent_server.events.kinds import ConversationStateUpdateEvent, format_timestamp
 from control_plane.agent_client import AgentClient, AgentError, Target
 from control_plane.crypto import Cipher, hash_key, new_key
-from control_plane.errors import Conflict, Gone, LimitReached, Unavailable
+from control_plane.errors import Conflict, Forbidden, Gone, LimitReached, Unavailable
 from control_plane.leases import SANDBOX, Leases
 from control_plane.models import SandboxReason, SandboxStatus, now
 from control_plane.sandboxes.provider import Handle, Launch, Liveness, ProviderError, SandboxProvider
@@ -89,6 +89,11 @@ class SandboxService:
         The caller holds the user's lock (`accounts.lock_user`), so the count below holds."""
         if spec_id not in {spec.id for spec in self.provider.specs()}:
             raise Conflict(f"unknown sandbox spec {spec_id!r}")
+        if self.provider.single_tenant and await rows.another_user_has_one(conn, user_id):
+            raise Forbidden("this control plane's sandboxes are not isolated from each other "
+                            "(bubblewrap is unavailable or off, as its log said at start): they "
+                            "serve one user only, unless its operator accepts a shared host "
+                            "(CONTROL_PLANE_SHARED_HOST=true)")
         if await rows.live_count(conn, user_id) >= self.max_per_user:
             raise LimitReached(f"at most {self.max_per_user} live sandboxes per user: delete or "
                                "let some be cleaned up first")
