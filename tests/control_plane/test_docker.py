@@ -243,6 +243,16 @@ async def test_the_provider_finds_its_containers_and_reports_a_failed_start(
         with pytest.raises(ProviderError, match="exited with status .*SESSION_API_KEY"):
             await first.create(keyless)
         assert engine.containers.list(all=True, filters={"label": f"{LABEL_PLANE}={plane}"}) == []
+
+        # A network of that name on which containers reach each other is not used.
+        open_network = DockerProvider(tmp_path / "archives", image=sandbox_image, plane=plane,
+                                      network="bridge")
+        try:
+            with pytest.raises(ProviderError, match="lets containers reach each other"):
+                await open_network.create(launch)
+        finally:
+            await open_network.close()
+        assert engine.containers.list(all=True, filters={"label": f"{LABEL_PLANE}={plane}"}) == []
     finally:
         await first.close()
         await second.close()

@@ -11,15 +11,21 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import stat
 import sys
+import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
+from control_plane.config import Config, from_env
 from control_plane.sandboxes import procfs
+from control_plane.sandboxes.isolation import Unavailable, choose
+from control_plane.sandboxes.spawn import spawn, wait
 from tests.control_plane.support import ControlPlane, configure_llm, make_config, sandbox_pid, wait_for
 from tests.control_plane.tenants import attempts, reads, run, victim
 from tests.support.llm import ScriptedLLM, call
@@ -156,3 +162,45 @@ def test_an_unisolated_host_serves_one_user_unless_shared(tmp_path: Path, llm: S
         assert second.get("/api/v1/sandboxes/search").json()["items"] == []
     finally:
         plane.stop()
+
+
+def test_what_a_bound_path_holds_of_the_control_plane_is_covered(tmp_path: Path) -> None:
+    """A state directory under a path the sandbox sees (here the virtual environment) is
+    covered by an empty tmpfs: without that, its key is read."""
+    hidden = Path(tempfile.mkdtemp(prefix="state-", dir=sys.prefix))
+    try:
+        (hidden / "secret.key").write_text("the-key\n")
+        root = tmp_path / "sandbox"
+        root.mkdir()
+        for covered, expected in ((True, "No such file"), (False, "the-key")):
+            isolation = choose("bubblewrap", hidden=[hidden] if covered else [],
+                               uids=Config().sandbox_uids)
+            assert isolation is not None
+            command = isolation.command(root, ["cat", str(hidden / "secret.key")], None)
+            out = tmp_path / f"{covered}.out"
+            with open(out, "wb") as output:
+                pid = spawn(command.argv, {"PATH": os.defpath}, output=output.fileno(),
+                            files=command.files)
+            assert wait(pid, 30) == (1 if covered else 0)
+            assert expected in out.read_text()
+    finally:
+        shutil.rmtree(hidden)
+
+
+def test_required_isolation_that_cannot_be_had_refuses_to_start(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    monkeypatch.setenv("PATH", "/nonexistent")  # no bubblewrap to be found
+    uids = Config().sandbox_uids
+    with pytest.raises(Unavailable, match="bubblewrap is not installed"):
+        choose("bubblewrap", hidden=[], uids=uids)
+    caplog.set_level(logging.INFO, logger="control_plane.sandboxes.isolation")
+    assert choose("auto", hidden=[], uids=uids) is None
+    [line] = [r.getMessage() for r in caplog.records]
+    assert "NOT isolated (bubblewrap is not installed" in line and "SHARED_HOST" in line
+
+
+@pytest.mark.parametrize("value", ["100-200", "2000000000-1900000000", "1-2-3", "x", "4294967000-4294967100"])
+def test_a_uid_range_is_checked(value: str) -> None:
+    with pytest.raises(ValidationError):
+        from_env({"CONTROL_PLANE_SANDBOX_UIDS": value})
+    assert from_env({"CONTROL_PLANE_SANDBOX_UIDS": "200000-265535"}).sandbox_uids == (200000, 265535)
