@@ -12,7 +12,8 @@ Each agent server and everything it starts runs in namespaces of its own, made b
 - a pid namespace with its own `/proc`: the sandbox sees its own processes only, and when its
   pid 1 (bubblewrap's reaper) ends, the kernel kills whatever is left in it;
 - ipc, uts and cgroup namespaces of its own. The network is the host's (the LLM, the control
-  plane's webhook): a sandbox can connect to loopback services, which answer only with their keys.
+  plane's webhook): a sandbox connects to loopback services; another sandbox's agent server
+  answers only with its key.
 
 When the control plane runs as root, bubblewrap needs no user namespace, and each sandbox runs
 as a uid of its own (`setpriv` drops to it inside, with no capabilities and no-new-privs): the
@@ -58,7 +59,7 @@ ACCOUNT_FDS = (3, 4)
 ACCOUNT = "agent"
 
 
-class Unavailable(Exception):
+class IsolationUnavailable(ProviderError):
     """Isolation was required (`bubblewrap`) and cannot be had here; the message says why."""
 
 
@@ -147,7 +148,7 @@ class Isolation:
 def choose(mode: Mode, *, hidden: Sequence[Path], uids: tuple[int, int]) -> Isolation | None:
     """The isolation `mode` asks for, tried once here; said in one line at start.
 
-    Raises Unavailable when `bubblewrap` is required and does not work here."""
+    Raises IsolationUnavailable when `bubblewrap` is required and does not work here."""
     if mode == "off":
         logger.warning("sandbox isolation is off (CONTROL_PLANE_SANDBOX_ISOLATION=off): "
                        "process sandboxes run as this control plane's user and can read its "
@@ -160,7 +161,7 @@ def choose(mode: Mode, *, hidden: Sequence[Path], uids: tuple[int, int]) -> Isol
         logger.info("process sandboxes are isolated with bubblewrap (%s)", whom)
         return isolation
     if mode == "bubblewrap":
-        raise Unavailable(f"CONTROL_PLANE_SANDBOX_ISOLATION=bubblewrap, but {reason}")
+        raise IsolationUnavailable(f"CONTROL_PLANE_SANDBOX_ISOLATION=bubblewrap, but {reason}")
     logger.warning("process sandboxes are NOT isolated (%s): they run as this control plane's "
                    "user and can read its state and each other's files; sandboxes are refused "
                    "to a second user unless CONTROL_PLANE_SHARED_HOST=true", reason)

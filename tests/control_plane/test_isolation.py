@@ -24,7 +24,7 @@ from pydantic import ValidationError
 
 from control_plane.config import Config, from_env
 from control_plane.sandboxes import procfs
-from control_plane.sandboxes.isolation import Unavailable, choose
+from control_plane.sandboxes.isolation import IsolationUnavailable, choose
 from control_plane.sandboxes.spawn import spawn, wait
 from tests.control_plane.support import ControlPlane, configure_llm, make_config, sandbox_pid, wait_for
 from tests.control_plane.tenants import attempts, reads, run, victim
@@ -191,7 +191,7 @@ def test_required_isolation_that_cannot_be_had_refuses_to_start(
         monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     monkeypatch.setenv("PATH", "/nonexistent")  # no bubblewrap to be found
     uids = Config().sandbox_uids
-    with pytest.raises(Unavailable, match="bubblewrap is not installed"):
+    with pytest.raises(IsolationUnavailable, match="bubblewrap is not installed"):
         choose("bubblewrap", hidden=[], uids=uids)
     caplog.set_level(logging.INFO, logger="control_plane.sandboxes.isolation")
     assert choose("auto", hidden=[], uids=uids) is None
