@@ -47,8 +47,11 @@ ENV AGENT_SERVER_HOST=0.0.0.0 \
     AGENT_SERVER_WORKING_DIR=/workspace \
     AGENT_SERVER_CHROMIUM=/usr/bin/chromium \
     PYTHONUNBUFFERED=1
-# Set by the control plane at `docker run`: SESSION_API_KEY (required off loopback),
-# AGENT_SERVER_WEBHOOK_URL, AGENT_SERVER_WEBHOOK_API_KEY, AGENT_SERVER_WEBHOOK_SECRET.
+# Set at `docker run`: AGENT_SERVER_WEBHOOK_URL, and the keys: SESSION_API_KEY (required off
+# loopback), AGENT_SERVER_WEBHOOK_API_KEY, AGENT_SERVER_WEBHOOK_SECRET. The control plane hands
+# the keys over stdin instead (AGENT_SERVER_KEYS_FD=0, a JSON object), so that no process of the
+# container finds them in tini's environment; it also runs the image with a read-only root
+# (tmpfs on /tmp and /home/agent), every capability dropped and no-new-privileges.
 
 USER 1000:1000
 WORKDIR /workspace

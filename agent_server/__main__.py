@@ -11,6 +11,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from agent_server import secrecy
 from agent_server.config import ENV_PREFIX, Config, ConfigError, from_env
 from core.files import write_json
 from web import config as config_kit
@@ -40,6 +41,7 @@ def main(argv: list[str] | None = None) -> None:
         from bridge.cli import main as acp_main
         return acp_main(args[1:])
     try:
+        secrecy.guard()
         config = load_config(argv)
         config.check()
     except (ConfigError, ValidationError) as exc:

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ByteSize, ConfigDict, Field, field_validator, model_validator
 
 from core.net import is_loopback
 from web import config
@@ -56,11 +56,40 @@ class Config(BaseModel):
     """What a sandbox is: an agent-server child process on this machine (`process`), or a
     container of the sandbox image run through the Docker Engine API (`docker`)."""
 
+    sandbox_isolation: Literal["auto", "bubblewrap", "off"] = "auto"
+    """Process sandboxes in namespaces of their own made by bubblewrap: where it works here
+    (`auto`; the log says at start which it is), always (`bubblewrap`: the control plane does
+    not start without it), or never (`off`: they run as this control plane's user and can read
+    its state and each other's files)."""
+
+    sandbox_uids: tuple[int, int] = (1_879_048_192, 1_879_113_727)
+    """Run as root, each isolated process sandbox runs as a uid of its own from this range
+    (`first-last`, set apart for it: no account or other tool of the host may use it). The
+    default is a range systemd leaves unused."""
+
+    shared_host: bool = False
+    """Accept sandboxes of several users where they are not isolated (no bubblewrap, or
+    isolation off). Without it such a control plane serves the first user to have a sandbox
+    and refuses others (403)."""
+
     sandbox_image: str = "agent-server"
     """The Docker provider's image (`make image` builds it from sandbox.Dockerfile)."""
 
     docker_url: str = "unix:///var/run/docker.sock"
     """The Docker provider's Engine API address (unix://, tcp:// or ssh://)."""
+
+    docker_network: str = Field(default="agent-sandboxes", pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+    """The Docker provider's bridge network, made by it when missing, with inter-container
+    traffic off: sandboxes reach this control plane and the outside, not each other."""
+
+    sandbox_memory_limit: ByteSize = Field(default=ByteSize(4 * 1024**3), ge=64 * 1024**2)
+    """Memory of one container sandbox (bytes, or with a unit: `4GiB`, `512MiB`)."""
+
+    sandbox_cpu_limit: float = Field(default=2.0, gt=0, le=1024)
+    """CPUs one container sandbox may use (fractions allowed)."""
+
+    sandbox_pids_limit: int = Field(default=1024, ge=16, le=4_194_304)
+    """Processes and threads of one container sandbox (a fork bomb stops there)."""
 
     sandbox_start_timeout: float = Field(default=60.0, gt=0)
     """Seconds an agent server may take to answer /alive before its sandbox is ERROR."""
@@ -110,6 +139,24 @@ class Config(BaseModel):
     @classmethod
     def _expand(cls, value: Path) -> Path:
         return value.expanduser().absolute()
+
+    @field_validator("sandbox_uids", mode="before")
+    @classmethod
+    def _uid_range(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            first, sep, last = value.partition("-")
+            if not sep or not first.strip().isdigit() or not last.strip().isdigit():
+                raise ValueError("a uid range is first-last, e.g. 1879048192-1879113727")
+            return int(first), int(last)
+        return value
+
+    @field_validator("sandbox_uids")
+    @classmethod
+    def _uids_apart(cls, value: tuple[int, int]) -> tuple[int, int]:
+        first, last = value
+        if not 1000 <= first <= last < 2**31:
+            raise ValueError("the uid range must lie within 1000-2147483647, first <= last")
+        return value
 
     @field_validator("database_url")
     @classmethod

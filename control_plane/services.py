@@ -18,6 +18,7 @@ from control_plane.leases import Leases
 from control_plane.lifecycle import Lifecycle
 from control_plane.models import use_clock
 from control_plane.relay import Bell
+from control_plane.sandboxes.isolation import choose
 from control_plane.sandboxes.process import SPEC, ProcessProvider
 from control_plane.sandboxes.provider import SandboxProvider
 from control_plane.sandboxes.service import SandboxService
@@ -31,12 +32,18 @@ from core.retry import Clock
 def build_provider(config: Config) -> SandboxProvider:
     """The provider `sandbox_provider` names (the Docker SDK is loaded only when it is chosen)."""
     if config.sandbox_provider == "docker":
-        from control_plane.sandboxes.docker import DockerProvider, plane_label
+        from control_plane.sandboxes.docker import DockerProvider, Limits, plane_label
         return DockerProvider(config.state_dir / "archives", image=config.sandbox_image,
                               plane=plane_label(config.db_url), docker_url=config.docker_url,
+                              network=config.docker_network,
+                              limits=Limits(memory=int(config.sandbox_memory_limit),
+                                            cpus=config.sandbox_cpu_limit,
+                                            pids=config.sandbox_pids_limit),
                               start_timeout=config.sandbox_start_timeout,
                               stop_grace=config.sandbox_stop_grace)
-    return ProcessProvider(config.state_dir / "archives", start_timeout=config.sandbox_start_timeout,
+    isolation = choose(config.sandbox_isolation, hidden=[config.state_dir], uids=config.sandbox_uids)
+    return ProcessProvider(config.state_dir / "archives", isolation=isolation,
+                           shared_host=config.shared_host, start_timeout=config.sandbox_start_timeout,
                            stop_grace=config.sandbox_stop_grace)
 
 
@@ -99,6 +106,7 @@ class Services:
         """Migrations, then adoption of the sandboxes still there, then unfinished start tasks
         nobody works on; then the lease renewal and the reconciler."""
         self.config.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self.config.state_dir.chmod(0o700)  # its key and database are for this process alone
         await self.db.migrate()
         self.leases.start()
         await self.sandboxes.adopt()

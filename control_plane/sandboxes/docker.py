@@ -13,15 +13,21 @@ A sandbox's container:
   loses nothing the next start needs, and a deleted sandbox leaves a tar.gz of its workspace
   under the archive directory, served by no route;
 - publishes the agent server's port 8000 on 127.0.0.1 only, on a host port Docker chooses;
-- gets its session key and the webhook URL in its environment, and nothing of the control
-  plane's own (no CONTROL_PLANE_* variable, no host environment at all);
-- runs on Docker's default bridge network, not the host's: sandboxes cannot reach each other's
-  ports or the host's loopback services (a database, other sandboxes' agent servers). The
-  control plane is reached as `host.docker.internal`, which each container maps to the bridge
-  gateway (`host-gateway`); a webhook URL on a loopback or wildcard address is rewritten to
-  that name, so the control plane must listen where the bridge reaches it (0.0.0.0 or the
-  docker0 address; `Config` refuses a loopback-only listener without a public URL);
-- runs with every capability dropped and no-new-privileges (the image's user is not root);
+- gets the webhook URL in its environment, and nothing of the control plane's own (no
+  CONTROL_PLANE_* variable, no host environment at all); its session key comes on its stdin
+  (attached once, then closed: `agent_server.secrecy`), so no process of the container reads
+  it from tini's environment;
+- runs on a bridge network of the provider's own with inter-container traffic off: sandboxes
+  cannot reach each other's agent servers, nor the host's loopback services (a database, the
+  published ports). The control plane is reached as `host.docker.internal`, which each
+  container maps to the host's bridge gateway (`host-gateway`); a webhook URL on a loopback or
+  wildcard address is rewritten to that name, so the control plane must listen where the
+  bridge reaches it (0.0.0.0 or the docker0 address; `Config` refuses a loopback-only listener
+  without a public URL);
+- runs as the image's unprivileged user (uid 1000, whatever the image says) with every
+  capability dropped, no-new-privileges, a read-only root file system (writes go to the volume
+  and to tmpfs /tmp and home), and limits on memory, CPU and processes; no host path and no
+  Docker socket is mounted;
 - is RUNNING only once `/alive` answers through the published port. Pause and resume are
   Docker's pause and unpause (the cgroup freezer: no process notices, memory is kept).
 """
@@ -32,9 +38,11 @@ import contextlib
 import gzip
 import hashlib
 import logging
+import socket
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
@@ -59,7 +67,8 @@ logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
 SPEC = SandboxSpec(id="docker", description="a container of the sandbox image (sandbox.Dockerfile) "
-                   "on the Docker bridge network, its state and workspace in a volume of its own")
+                   "on a bridge network without inter-container traffic, as an unprivileged user "
+                   "with a read-only root and limits, its state and workspace in a volume of its own")
 PORT = "8000/tcp"
 STATE_DIR = "/var/lib/agent-server"
 """The image's state directory: the volume's mount point."""
@@ -67,6 +76,13 @@ WORKSPACE = STATE_DIR + "/workspace"
 LABEL_SANDBOX = "agent-server.sandbox"
 LABEL_PLANE = "agent-server.control-plane"
 HOST_ALIAS = "host.docker.internal"
+USER = "1000:1000"
+"""The image's unprivileged user (sandbox.Dockerfile's `agent`), enforced whatever the image says."""
+HOME = "/home/agent"
+#: Writable places of the read-only root (the state volume aside), bounded in size.
+TMPFS = {"/tmp": "rw,nosuid,nodev,size=1g,mode=1777",
+         HOME: "rw,nosuid,nodev,size=256m,uid=1000,gid=1000,mode=0700"}
+ICC = "com.docker.network.bridge.enable_icc"
 _LOCAL_HOSTS = {"127.0.0.1", "localhost", "::1", "0.0.0.0", "::", ""}
 #: Bytes of the container's log quoted when its agent server exits while starting.
 LOG_TAIL = 2000
@@ -102,15 +118,28 @@ def for_container(url: str) -> str:
     return urlunsplit(parts._replace(netloc=netloc))
 
 
+@dataclass(frozen=True)
+class Limits:
+    """What one container sandbox may use."""
+
+    memory: int = 4 * 1024**3
+    """Bytes."""
+    cpus: float = 2.0
+    pids: int = 1024
+
+
 class DockerProvider(SandboxProvider):
     def __init__(self, archive_dir: Path, *, image: str, plane: str,
-                 docker_url: str = "unix:///var/run/docker.sock", start_timeout: float = 60.0,
-                 stop_grace: float = 5.0, transport: httpx.AsyncBaseTransport | None = None) -> None:
+                 docker_url: str = "unix:///var/run/docker.sock", network: str = "agent-sandboxes",
+                 limits: Limits = Limits(), start_timeout: float = 60.0, stop_grace: float = 5.0,
+                 transport: httpx.AsyncBaseTransport | None = None) -> None:
         super().__init__(start_timeout=start_timeout, transport=transport)
         self.archive_dir = archive_dir
         self.image = image
         self.plane = plane
         self.docker_url = docker_url
+        self.network = network
+        self.limits = limits
         self.stop_grace = stop_grace
         self._client: docker.DockerClient | None = None
         self._connecting = threading.Lock()
@@ -175,26 +204,59 @@ class DockerProvider(SandboxProvider):
         stale = self._find(client, launch.sandbox_id)
         if stale is not None:  # a start cut short earlier: this one replaces it
             stale.remove(force=True)
+        self._ensure_network(client)
         client.volumes.create(name=name, labels=self.labels(launch.sandbox_id))
         container = client.containers.create(
-            self.image, name=name, detach=True, labels=self.labels(launch.sandbox_id),
+            self.image, name=name, labels=self.labels(launch.sandbox_id),
             environment={
-                "SESSION_API_KEY": launch.session_api_key,
+                "AGENT_SERVER_KEYS_FD": "0",
                 "AGENT_SERVER_WEBHOOK_URL": for_container(launch.webhook_url),
                 "AGENT_SERVER_STATE_DIR": STATE_DIR,
                 "AGENT_SERVER_WORKING_DIR": WORKSPACE,
                 "AGENT_SERVER_LOG_LEVEL": "warning",
+                "HOME": HOME,
             },
-            ports=ports,
+            # Not detached, stdin open: Docker closes the stdin once the one attach that
+            # hands over the keys ends (StdinOnce).
+            detach=False, stdin_open=True,
+            ports=ports, network=self.network,
             volumes={name: {"bind": STATE_DIR, "mode": "rw"}},
             extra_hosts={HOST_ALIAS: "host-gateway"},
-            cap_drop=["ALL"], security_opt=["no-new-privileges"])
+            user=USER, cap_drop=["ALL"], security_opt=["no-new-privileges"],
+            read_only=True, tmpfs=TMPFS, mem_limit=self.limits.memory,
+            nano_cpus=int(self.limits.cpus * 1e9), pids_limit=self.limits.pids)
         try:
-            container.start()
+            attached = client.api.attach_socket(str(container.id),
+                                                params={"stdin": 1, "stream": 1})
+            try:
+                container.start()
+                _hand_over(attached, launch.keys())
+            finally:
+                _close(attached)
         except BaseException:
             container.remove(force=True)
             raise
         return str(container.id)
+
+    def _ensure_network(self, client: docker.DockerClient) -> None:
+        """The sandboxes' bridge network, made when missing; one that lets containers talk to
+        each other (made by someone else under that name) is refused."""
+        try:
+            network = client.networks.get(self.network)
+        except docker.errors.NotFound:
+            try:
+                client.networks.create(self.network, driver="bridge", options={ICC: "false"},
+                                       labels={"agent-server.sandboxes": "true"})
+                return
+            except docker.errors.APIError as exc:  # another control plane made it meanwhile
+                if exc.status_code != 409:
+                    raise
+                network = client.networks.get(self.network)
+        options = network.attrs.get("Options") or {}
+        if network.attrs.get("Driver") != "bridge" or options.get(ICC) != "false":
+            raise ProviderError(f"the Docker network {self.network!r} lets containers reach each "
+                                f"other (it needs the bridge driver with {ICC}=false): remove it "
+                                "or set CONTROL_PLANE_DOCKER_NETWORK to another name")
 
     async def _wait_up(self, sandbox_id: str, container_id: str, timeout: float) -> Handle:
         """Until /alive answers through the published port; ProviderError when the container
@@ -371,6 +433,26 @@ def _handle(client: docker.DockerClient, sandbox_id: str, container_id: str) -> 
         raise ProviderError("the container's port was not published") from None
     return Handle(sandbox_id=sandbox_id, pid=int(attrs["State"]["Pid"]),
                   pid_start_time=id_key(container_id), port=port)
+
+
+def _hand_over(attached: Any, keys: bytes) -> None:
+    """`keys` written to the container's stdin through the SDK's attach object (a SocketIO
+    over unix or tcp, a channel over ssh), then its end."""
+    raw = getattr(attached, "_sock", attached)
+    raw.sendall(keys)
+    with contextlib.suppress(OSError):
+        if hasattr(raw, "shutdown_write"):
+            raw.shutdown_write()
+        else:
+            raw.shutdown(socket.SHUT_WR)
+
+
+def _close(attached: Any) -> None:
+    """The attach object and what it wraps: closing the object alone leaves the socket open."""
+    for part in (getattr(attached, "_sock", None), attached):
+        if part is not None:
+            with contextlib.suppress(OSError):
+                part.close()
 
 
 def _logs(client: docker.DockerClient, container_id: str) -> str:

@@ -1,11 +1,15 @@
 """The process provider: each sandbox is an `agent-server` child in its own process group.
 
 The child listens on a loopback port the OS picks and reports it in a ready file
-(`--ready-file`); it has its own state and working directory, its own session key and the
-control plane's webhook address. Pause and resume are SIGSTOP and SIGCONT of the group; destroy
-is SIGTERM, SIGKILL after a grace period, then the workspace archived and the directory removed.
-Children are started in a new session so they outlive a control plane that is killed: the next
-one adopts them from the stored pid and start time.
+(`--ready-file`); it has its own state and working directory, its own session key (handed over
+a pipe, never in its environment: `agent_server.secrecy`) and the control plane's webhook
+address. Where bubblewrap works, it runs isolated (`isolation`): the process started here, and
+stored as the sandbox's pid, is then bubblewrap's, leading the group the agent server is in.
+Pause and resume are SIGSTOP and SIGCONT of the group; destroy is SIGTERM, SIGKILL after a grace
+period, then the workspace archived and the directory removed. Children are started in a new
+session so they outlive a control plane that is killed: the next one adopts them from the
+stored pid and start time, or finds a start cut short by its ready file's path on their
+command line.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from typing import TypeVar
 import httpx
 
 from control_plane.sandboxes import procfs
+from control_plane.sandboxes.isolation import HOME, Command, Isolation
 from control_plane.sandboxes.provider import (
     Handle,
     Launch,
@@ -35,6 +40,7 @@ from control_plane.sandboxes.provider import (
     SandboxProvider,
     SandboxSpec,
 )
+from control_plane.sandboxes.spawn import spawn
 from core import processes
 
 logger = logging.getLogger(__name__)
@@ -42,18 +48,23 @@ T = TypeVar("T")
 
 SPEC = SandboxSpec(id="process", description="an agent-server child process on this machine, "
                    "in its own process group, sharing the host's tools (bash, git, Chromium)")
+ISOLATED_SPEC = SandboxSpec(id=SPEC.id, description=SPEC.description + "; isolated by "
+                            "bubblewrap: its own files, /tmp and processes, the system read-only")
 READY_FILE = "ready.json"
 LOG_FILE = "agent-server.log"
+
+
 def ready_marker(root_dir: Path) -> bytes:
     """The environment entry that marks a sandbox's processes (found again after a restart)."""
     return f"AGENT_SERVER_READY_FILE={root_dir / READY_FILE}".encode()
 
 
-def child_env(launch: Launch) -> dict[str, str]:
+def child_env(launch: Launch, isolation: Isolation | None = None) -> dict[str, str]:
     """The control plane's own settings (its database, its secret key) never reach a sandbox:
-    core's child environment withholds them; the sandbox's own go on top."""
+    core's child environment withholds them; the sandbox's own go on top. Its keys are not
+    among them: they come over the pipe on its stdin."""
     return processes.child_env({
-        "SESSION_API_KEY": launch.session_api_key,
+        "AGENT_SERVER_KEYS_FD": "0",
         "AGENT_SERVER_HOST": "127.0.0.1",
         "AGENT_SERVER_PORT": "0",
         "AGENT_SERVER_STATE_DIR": str(launch.root_dir / "state"),
@@ -61,31 +72,45 @@ def child_env(launch: Launch) -> dict[str, str]:
         "AGENT_SERVER_READY_FILE": str(launch.root_dir / READY_FILE),
         "AGENT_SERVER_WEBHOOK_URL": launch.webhook_url,
         "AGENT_SERVER_LOG_LEVEL": "warning",
-    })
+    }, isolation.env(launch.root_dir) if isolation else {})
 
 
 class ProcessProvider(SandboxProvider):
-    def __init__(self, archive_dir: Path, *, start_timeout: float = 60.0, stop_grace: float = 5.0,
+    def __init__(self, archive_dir: Path, *, isolation: Isolation | None = None,
+                 shared_host: bool = False, start_timeout: float = 60.0, stop_grace: float = 5.0,
                  transport: httpx.AsyncBaseTransport | None = None) -> None:
+        """`isolation`: bubblewrap's (`isolation.choose`), or None: sandboxes run as this
+        process's user, and serve one user only unless `shared_host` accepts that."""
         super().__init__(start_timeout=start_timeout, transport=transport)
         self.archive_dir = archive_dir
+        self.isolation = isolation
+        self.single_tenant = isolation is None and not shared_host
         self.stop_grace = stop_grace
-        #: Children started by this process, reaped so they never linger as zombies. They are
-        #: spawned without Popen objects on purpose: a sandbox outlives the control plane (the
-        #: next one adopts it), so nothing here may own, wait for or warn about its lifetime.
+        #: Children started by this process (`spawn`), reaped so they never linger as zombies.
         self._children: set[int] = set()
 
     def specs(self) -> list[SandboxSpec]:
-        return [SPEC]
+        return [ISOLATED_SPEC if self.isolation else SPEC]
 
     async def create(self, launch: Launch) -> Handle:
         if launch.spec_id != SPEC.id:
             raise ProviderError(f"unknown sandbox spec {launch.spec_id!r}")
-        (launch.root_dir / "state").mkdir(parents=True, exist_ok=True, mode=0o700)
-        launch.workspace.mkdir(parents=True, exist_ok=True)
+        launch.root_dir.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        for path in (launch.root_dir, launch.root_dir / "state", launch.workspace):
+            path.mkdir(exist_ok=True, mode=0o700)
         ready = launch.root_dir / READY_FILE
         ready.unlink(missing_ok=True)
-        pid = _spawn(child_env(launch), launch.root_dir / LOG_FILE)
+        command = Command([sys.executable, "-m", "agent_server", "--ready-file", str(ready)], {})
+        if self.isolation is not None:
+            (launch.root_dir / HOME).mkdir(exist_ok=True, mode=0o700)
+            uid = await asyncio.to_thread(self.isolation.own, launch.root_dir)
+            command = self.isolation.command(launch.root_dir, command.argv, uid)
+        out = os.open(launch.root_dir / LOG_FILE, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        try:
+            pid = spawn(command.argv, child_env(launch, self.isolation), output=out,
+                        stdin=launch.keys(), files=command.files)
+        finally:
+            os.close(out)
         self._children.add(pid)
         try:
             port = await self._wait_ready(pid, ready, launch.root_dir / LOG_FILE)
@@ -106,7 +131,8 @@ class ProcessProvider(SandboxProvider):
                 raise ProviderError(f"the agent server exited with status {status}: {_tail(log)}")
             try:
                 data = json.loads(ready.read_text())
-                if data.get("pid") == pid:
+                # Isolated, the server knows its pid in its own namespace only.
+                if data.get("pid") == pid or self.isolation is not None:
                     return int(data["port"])
             except (OSError, ValueError, KeyError, TypeError):
                 pass
@@ -126,17 +152,18 @@ class ProcessProvider(SandboxProvider):
     async def recover(self, launch: Launch) -> Handle | None:
         """The child of a start that was cut short: its handle once it is up; a child still
         booting (no ready file yet) is killed, so the caller can start the sandbox again."""
-        pids = procfs.with_environment(ready_marker(launch.root_dir))
+        found = procfs.with_argument(str(launch.root_dir / READY_FILE))
+        leaders = [pid for pid, group in found if pid == group]
         try:
-            data = json.loads((launch.root_dir / READY_FILE).read_text())
-            pid, port = int(data["pid"]), int(data["port"])
+            port = int(json.loads((launch.root_dir / READY_FILE).read_text())["port"])
         except (OSError, ValueError, KeyError, TypeError):
-            pid, port = 0, 0
-        started = procfs.start_time(pid) if pid in pids else None
+            port = 0
+        started = procfs.start_time(leaders[0]) if port and len(leaders) == 1 else None
         if started is not None:
-            return Handle(sandbox_id=launch.sandbox_id, pid=pid, pid_start_time=started, port=port)
-        for stray in pids:
-            procfs.signal_group(stray, signal.SIGKILL)
+            return Handle(sandbox_id=launch.sandbox_id, pid=leaders[0], pid_start_time=started,
+                          port=port)
+        for group in {group for _, group in found}:
+            procfs.signal_group(group, signal.SIGKILL)
         return None
 
     def _reap(self, pid: int) -> int | None:
@@ -180,22 +207,28 @@ class ProcessProvider(SandboxProvider):
             raise ProviderError("the sandbox's process is gone")
 
     async def destroy(self, sandbox_id: str, handle: Handle | None, root_dir: Path) -> Path | None:
-        if handle is not None and procfs.is_ours(handle.pid, handle.pid_start_time):
+        if handle is not None and procfs.holds_group(handle.pid, handle.pid_start_time):
             # Taken while the server lives: its shells run in sessions of their own, and once
             # it is gone nothing links them to it any more.
             tree = await asyncio.to_thread(_sweep, processes.started_by, handle.pid,
                                            ready_marker(root_dir)) or set()
+            # Isolated, bubblewrap (the leader, which SIGTERM ends at once, and its pid 1,
+            # which waits for everything of the sandbox) is not what is waited for: the server
+            # has stopped when nothing else of the group is left.
+            launcher = ({handle.pid, *procfs.children(handle.pid)} if self.isolation is not None
+                        else set())
             # A stopped group only acts on SIGTERM once continued.
             procfs.signal_group(handle.pid, signal.SIGCONT)
             procfs.signal_group(handle.pid, signal.SIGTERM)
             deadline = time.monotonic() + self.stop_grace
             while time.monotonic() < deadline:
                 self._reap(handle.pid)
-                if not procfs.is_ours(handle.pid, handle.pid_start_time):
+                if not set(processes.group_members(handle.pid)) - launcher:
                     break
                 await asyncio.sleep(0.02)
-            # Whatever is left goes now: the group, and what its processes started in sessions
-            # of their own (the terminal's shells), found by core's /proc sweep.
+            # Whatever is left goes now: the group (with bubblewrap's pid 1, the whole pid
+            # namespace), and what its processes started in sessions of their own (the
+            # terminal's shells), found by core's /proc sweep.
             procfs.signal_group(handle.pid, signal.SIGKILL)
             for pid in tree:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -242,22 +275,6 @@ def _sweep(scan: Callable[[int, bytes], T], leader: int, tag: bytes) -> T | None
             continue
     logger.warning("could not sweep the processes of sandbox process %d", leader)
     return None
-
-
-def _spawn(env: dict[str, str], log: Path) -> int:
-    """`python -m agent_server` in a session of its own, output appended to `log`."""
-    out = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-    devnull = os.open(os.devnull, os.O_RDONLY)
-    try:
-        # Every other descriptor of this process is close-on-exec (Python's default).
-        return os.posix_spawn(sys.executable, [sys.executable, "-m", "agent_server"], env,
-                              file_actions=[(os.POSIX_SPAWN_DUP2, devnull, 0),
-                                            (os.POSIX_SPAWN_DUP2, out, 1),
-                                            (os.POSIX_SPAWN_DUP2, out, 2)],
-                              setsid=True)
-    finally:
-        os.close(out)
-        os.close(devnull)
 
 
 def _tail(log: Path, size: int = 2000) -> str:

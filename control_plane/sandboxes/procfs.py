@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import signal
 
+from core import processes
+
 
 def _stat(pid: int) -> list[str] | None:
     try:
@@ -42,17 +44,35 @@ def signal_group(pid: int, sig: signal.Signals) -> bool:
         return False
 
 
-def with_environment(entry: bytes) -> list[int]:
-    """Pids whose environment holds exactly `entry` (NAME=value): finds children whose pid was
-    never recorded (their parent died while they started)."""
+def with_argument(argument: str) -> list[tuple[int, int]]:
+    """(pid, process group) of the live processes holding `argument` as one whole argument of
+    their command line: finds a sandbox whose pid was never recorded (its launcher died while
+    it started). The command line, not the environment: an agent server's environment is
+    readable by root alone (it is not dumpable, see agent_server.secrecy)."""
+    needle = argument.encode()
     found = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
+    for info in processes.list_processes():
+        if not info.alive:
             continue
         try:
-            with open(f"/proc/{name}/environ", "rb") as handle:
-                if entry in handle.read().split(b"\0"):
-                    found.append(int(name))
+            with open(f"/proc/{info.pid}/cmdline", "rb") as handle:
+                if needle in handle.read().split(b"\0"):
+                    found.append((info.pid, info.pgid))
         except OSError:
             continue
     return found
+
+
+def children(pid: int) -> list[int]:
+    """Live processes whose parent is `pid`."""
+    return [info.pid for info in processes.list_processes() if info.alive and info.ppid == pid]
+
+
+def holds_group(pid: int, started: int) -> bool:
+    """Whether the process group `pid` led is still ours to signal: its leader is ours (alive,
+    or a zombie not yet collected), or the leader is gone and members are left (a group id is
+    never handed to another process while the group has members)."""
+    began = start_time(pid)
+    if began is not None:
+        return began == started
+    return bool(processes.group_members(pid))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import abc
 import asyncio
 import enum
+import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -74,8 +75,18 @@ class Launch:
     def workspace(self) -> Path:
         return self.root_dir / "workspace"
 
+    def keys(self) -> bytes:
+        """What the agent server reads from the pipe AGENT_SERVER_KEYS_FD names (a JSON object
+        of variables): its keys reach it there, never through an environment, argv or file a
+        process of the sandbox could read (agent_server.secrecy)."""
+        return json.dumps({"SESSION_API_KEY": self.session_api_key}).encode()
+
 
 class SandboxProvider(abc.ABC):
+    single_tenant: bool = False
+    """Its sandboxes could read each other's files and this control plane's state (no
+    isolation here): sandboxes are for one user only, the first to have had one."""
+
     def __init__(self, *, start_timeout: float,
                  transport: httpx.AsyncBaseTransport | None = None) -> None:
         self.start_timeout = start_timeout

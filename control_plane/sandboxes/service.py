@@ -49,7 +49,7 @@ from control_plane.store import Database, conversations, events
 from control_plane.store import sandboxes as rows
 from control_plane.store.sandboxes import SandboxRow
 from events.kinds import ConversationStateUpdateEvent, format_timestamp
-from web.errors import Conflict, Gone, LimitReached, Unavailable
+from web.errors import Conflict, Forbidden, Gone, LimitReached, Unavailable
 
 logger = logging.getLogger(__name__)
 
@@ -95,6 +95,11 @@ class SandboxService:
         The caller holds the user's lock (`accounts.lock_user`), so the count below holds."""
         if spec_id not in {spec.id for spec in self.provider.specs()}:
             raise Conflict(f"unknown sandbox spec {spec_id!r}")
+        if self.provider.single_tenant and await rows.another_user_has_one(conn, user_id):
+            raise Forbidden("this control plane's sandboxes are not isolated from each other "
+                            "(bubblewrap is unavailable or off, as its log said at start): they "
+                            "serve one user only, unless its operator accepts a shared host "
+                            "(CONTROL_PLANE_SHARED_HOST=true)")
         if await rows.live_count(conn, user_id) >= self.max_per_user:
             raise LimitReached(f"at most {self.max_per_user} live sandboxes per user: delete or "
                                "let some be cleaned up first")

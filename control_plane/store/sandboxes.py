@@ -205,6 +205,12 @@ async def live_count(conn: AsyncConnection, user_id: str) -> int:
     return int(value or 0)
 
 
+async def another_user_has_one(conn: AsyncConnection, user_id: str) -> bool:
+    """Whether a user other than `user_id` has (or had: rows stay) a sandbox here."""
+    found = await conn.scalar(select(sandboxes.c.id).where(sandboxes.c.user_id != user_id).limit(1))
+    return found is not None
+
+
 async def claim_round(db: Database, holder: str, moment: datetime, interval: float, *,
                       cleanup_due: datetime, limit: int) -> list[str]:
     """The sandboxes due for a reconciler round (live ones, and terminal ones whose clean-up is

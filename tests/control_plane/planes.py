@@ -4,7 +4,6 @@ on one database."""
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import signal
 import subprocess
@@ -16,6 +15,7 @@ import httpx
 
 from control_plane.sandboxes import procfs
 from control_plane.store import Database
+from tests.control_plane.support import launcher_pid
 from tests.support.llm import free_port
 from tests.support.wait import wait_for
 
@@ -73,12 +73,11 @@ class PlaneProcess:
 
 
 def sandbox_pids(state_dir: Path) -> dict[str, int]:
+    """Each sandbox's pid as the control plane signals it (`support.launcher_pid`)."""
     pids = {}
-    for ready in (state_dir / "sandboxes").glob("*/ready.json"):
-        try:
-            pids[ready.parent.name] = json.loads(ready.read_text())["pid"]
-        except (OSError, ValueError):
-            pass
+    for root in (state_dir / "sandboxes").glob("*/"):
+        if (pid := launcher_pid(root)) is not None:
+            pids[root.name] = pid
     return pids
 
 

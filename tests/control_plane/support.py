@@ -4,9 +4,12 @@ sandboxes it starts must reach its webhook), and small helpers for its API."""
 from __future__ import annotations
 
 import asyncio
-import json
+import contextlib
+import socket
+import subprocess
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +19,7 @@ import uvicorn
 from control_plane.__main__ import create_key
 from control_plane.app import Server, build_app
 from control_plane.config import Config
+from control_plane.sandboxes import procfs
 from core.retry import Clock
 from tests.support.llm import free_port
 from tests.support.wait import wait_for
@@ -78,6 +82,29 @@ class ControlPlane:
         return client
 
 
+@contextlib.contextmanager
+def git_daemon(base: Path, host: str = "127.0.0.1", url_host: str | None = None) -> Iterator[str]:
+    """The bare repositories under `base` served by `git daemon` on `host`; yields the clone
+    URL template (`{repository}` in it). A sandbox sees none of this machine's files, so a
+    file:// URL would not reach them."""
+    port = free_port()
+    daemon = subprocess.Popen(["git", "daemon", "--reuseaddr", "--export-all",
+                               f"--base-path={base}", f"--listen={host}", f"--port={port}",
+                               str(base)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for(lambda: _accepts(host, port), 10, what="git daemon")
+        yield f"git://{url_host or host}:{port}/{{repository}}.git"
+    finally:
+        daemon.terminate()
+        daemon.wait(10)
+
+
+def _accepts(host: str, port: int) -> bool:
+    with contextlib.suppress(OSError), socket.create_connection((host, port), timeout=0.5):
+        return True
+    return False
+
+
 def configure_llm(client: httpx.Client, base_url: str, tools: list[str] | None = None,
                   **extra: Any) -> None:
     body: dict[str, Any] = {"llm_model": "openai/test-model", "llm_base_url": base_url,
@@ -115,7 +142,14 @@ def conversation(client: httpx.Client, conversation_id: str) -> dict[str, Any]:
 
 
 def sandbox_pid(plane: ControlPlane, sandbox_id: str) -> int:
-    """The agent server's pid, from the ready file it wrote."""
-    ready = plane.config.state_dir / "sandboxes" / sandbox_id / "ready.json"
-    pid: int = json.loads(ready.read_text())["pid"]
+    """The pid the control plane signals: the sandbox's group leader (the agent server, or
+    bubblewrap's launcher when isolated), found by its ready file's path on its command line."""
+    pid = launcher_pid(plane.config.state_dir / "sandboxes" / sandbox_id)
+    assert pid is not None, f"sandbox {sandbox_id} has no process"
     return pid
+
+
+def launcher_pid(root_dir: Path) -> int | None:
+    leaders = [pid for pid, group in procfs.with_argument(str(root_dir / "ready.json"))
+               if pid == group]
+    return leaders[0] if leaders else None

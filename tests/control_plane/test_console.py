@@ -22,6 +22,7 @@ from tests.control_plane.support import (
     ShiftedClock,
     configure_llm,
     conversation,
+    git_daemon,
     make_config,
     sandbox_pid,
     start,
@@ -59,11 +60,11 @@ def clock() -> ShiftedClock:
 def plane(tmp_path: Path, clock: ShiftedClock) -> Iterator[ControlPlane]:
     """Idle pause after 30 minutes (the default) of the clock the test may move on."""
     bare_repository(tmp_path / "forge", "acme/demo")
-    config = make_config(tmp_path / "cp", idle_seconds=1800,
-                         repository_url_template=f"file://{tmp_path}/forge/{{repository}}.git")
-    server = ControlPlane(config, clock).start()
-    yield server
-    server.stop()
+    with git_daemon(tmp_path / "forge") as forge:
+        config = make_config(tmp_path / "cp", idle_seconds=1800, repository_url_template=forge)
+        server = ControlPlane(config, clock).start()
+        yield server
+        server.stop()
 
 
 class Shots:
@@ -358,6 +359,7 @@ def test_streaming_text_shows_as_it_is_written(plane: ControlPlane, llm: Scripte
     page.get_by_label("Message", exact=True).fill("Tell me slowly")
     page.get_by_role("button", name="Send").click()
     draft = page.locator(".event-streaming")
+    # A new sandbox's first model call takes seconds on a loaded machine.
     expect(draft.locator(".text:not(.thought)")).to_have_text(answer[:56], timeout=SLOW)
     expect(page.locator(".event-message.from-agent")).to_have_count(0)
     assert page.locator("main b, main img").count() == 0 and page.evaluate("window.__x") is None

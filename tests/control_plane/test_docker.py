@@ -8,12 +8,13 @@ with the reason where Docker is not installed."""
 from __future__ import annotations
 
 import contextlib
-import socket
-import subprocess
+import json
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import docker
 import docker.errors
@@ -25,6 +26,7 @@ from control_plane.sandboxes.docker import (
     HOST_ALIAS,
     LABEL_PLANE,
     LABEL_SANDBOX,
+    STATE_DIR,
     DockerProvider,
     name_of,
     plane_label,
@@ -35,12 +37,14 @@ from tests.control_plane.support import (
     ControlPlane,
     ShiftedClock,
     configure_llm,
+    git_daemon,
     make_config,
     start,
 )
+from tests.control_plane.tenants import attempts, reads, run, victim
 from tests.control_plane.test_flow import bare_repository, delete_last_conversation, whole_flow
 from tests.support import docker as docker_support
-from tests.support.llm import ScriptedLLM, call, free_port
+from tests.support.llm import ScriptedLLM, call
 from tests.support.wait import wait_for
 
 pytestmark = pytest.mark.e2e
@@ -69,23 +73,8 @@ def bridge_llm(gateway: str) -> Iterator[ScriptedLLM]:
 def forge(tmp_path: Path, gateway: str) -> Iterator[str]:
     """acme/demo served by `git daemon` on the bridge: the clone URL template containers use."""
     bare_repository(tmp_path / "forge", "acme/demo")
-    port = free_port()
-    daemon = subprocess.Popen(["git", "daemon", "--reuseaddr", "--export-all",
-                               f"--base-path={tmp_path / 'forge'}", f"--listen={gateway}",
-                               f"--port={port}", str(tmp_path / "forge")],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        wait_for(lambda: _accepts(gateway, port), 10, what="git daemon")
-        yield f"git://{HOST_ALIAS}:{port}/{{repository}}.git"
-    finally:
-        daemon.terminate()
-        daemon.wait(10)
-
-
-def _accepts(host: str, port: int) -> bool:
-    with contextlib.suppress(OSError), socket.create_connection((host, port), timeout=0.5):
-        return True
-    return False
+    with git_daemon(tmp_path / "forge", gateway, HOST_ALIAS) as template:
+        yield template
 
 
 def docker_config(state_dir: Path, image: str, **extra: Any) -> Any:
@@ -115,7 +104,8 @@ def test_the_whole_flow_in_a_container(plane: ControlPlane, bridge_llm: Scripted
     client, sid = flow.client, flow.sid
 
     # The container: named and labelled after its sandbox, its port on loopback only, its
-    # state and workspace in its own volume, its key and webhook in its environment.
+    # state and workspace in its own volume, its webhook in its environment (its key came over
+    # its stdin, closed since).
     container = container_of(engine, sid)
     assert container.name == name_of(sid) and container.status == "running"
     assert container.labels[LABEL_PLANE] == plane_label(plane.config.db_url)
@@ -126,7 +116,7 @@ def test_the_whole_flow_in_a_container(plane: ControlPlane, bridge_llm: Scripted
     assert (mount["Type"], mount["Name"], mount["Destination"]) == \
         ("volume", name_of(sid), "/var/lib/agent-server")
     env = dict(e.split("=", 1) for e in container.attrs["Config"]["Env"])
-    assert env["SESSION_API_KEY"] == flow.session
+    assert "SESSION_API_KEY" not in env and flow.session not in json.dumps(container.attrs)
     assert env["AGENT_SERVER_WEBHOOK_URL"] == \
         f"http://{HOST_ALIAS}:{plane.config.port}/api/v1/webhooks"
     assert not [name for name in env if name.startswith("CONTROL_PLANE_")]
@@ -260,6 +250,16 @@ async def test_the_provider_finds_its_containers_and_reports_a_failed_start(
         with pytest.raises(ProviderError, match="exited with status .*SESSION_API_KEY"):
             await first.create(keyless)
         assert engine.containers.list(all=True, filters={"label": f"{LABEL_PLANE}={plane}"}) == []
+
+        # A network of that name on which containers reach each other is not used.
+        open_network = DockerProvider(tmp_path / "archives", image=sandbox_image, plane=plane,
+                                      network="bridge")
+        try:
+            with pytest.raises(ProviderError, match="lets containers reach each other"):
+                await open_network.create(launch)
+        finally:
+            await open_network.close()
+        assert engine.containers.list(all=True, filters={"label": f"{LABEL_PLANE}={plane}"}) == []
     finally:
         await first.close()
         await second.close()
@@ -329,3 +329,66 @@ def test_what_a_vanished_container_leaves_is_cleaned_up(tmp_path: Path, sandbox_
                 holder.remove(force=True, v=True)
         plane.stop()
         docker_support.remove_labelled(engine, label)
+
+
+def test_a_container_tenant_reads_nothing_of_another_and_reaches_no_other(
+        plane: ControlPlane, bridge_llm: ScriptedLLM, engine: docker.DockerClient) -> None:
+    """The escape of test_isolation on this provider, and its hardening as Docker says it is:
+    an unprivileged user without capabilities on a read-only root, limits, no host path, and a
+    network on which sandboxes reach the control plane but not each other."""
+    a = victim(plane, bridge_llm, HOST_ALIAS)
+    volume = f"/var/lib/docker/volumes/{name_of(a.sid)}/_data"
+    inside = [f"{STATE_DIR}/workspace/{a.cid}/notes.txt",
+              f"{STATE_DIR}/conversations/{uuid.UUID(a.cid).hex}/meta.json"]
+    own = attempts(a, inside)  # the paths are right: A reads them
+    assert a.note in own[inside[0]]["stdout"] and a.secret in own[inside[1]]["stdout"], own
+    state = plane.config.state_dir
+    targets = [*inside, f"{volume}/workspace/{a.cid}/notes.txt",
+               f"{volume}/conversations/{uuid.UUID(a.cid).hex}/meta.json", str(state / "secret.key"),
+               str(state / "control-plane.db"), "/var/run/docker.sock"]
+
+    b = run(plane, bridge_llm, "bob", reads(targets), HOST_ALIAS)
+    told = b.events()
+    assert "[environ read]" in told
+    for target in targets:
+        assert f"[read {target}: 1]" in told, told
+    fernet = (state / "secret.key").read_text().strip()
+    for leak in (a.secret, a.llm_key, a.note, a.session, fernet, "SQLite format 3", b.session):
+        assert leak not in told
+    # Not even its own key is in any environment it sees (tini's included): it came on stdin.
+    environ = b.bash("cat /proc/[0-9]*/environ | tr '\\0' '\\n'")
+    assert "AGENT_SERVER_WEBHOOK_URL" in environ["stdout"] and b.session not in environ["stdout"]
+
+    # The hardening, as Docker reports it.
+    container = container_of(engine, b.sid)
+    config, host = container.attrs["Config"], container.attrs["HostConfig"]
+    assert config["User"] == "1000:1000" and host["Privileged"] is False
+    assert host["CapDrop"] == ["ALL"] and not host["CapAdd"]
+    assert "no-new-privileges" in host["SecurityOpt"] and host["ReadonlyRootfs"] is True
+    assert set(host["Tmpfs"]) == {"/tmp", "/home/agent"}
+    assert (host["Memory"], host["NanoCpus"], host["PidsLimit"]) == (
+        int(plane.config.sandbox_memory_limit), int(plane.config.sandbox_cpu_limit * 1e9),
+        plane.config.sandbox_pids_limit)
+    assert [m["Type"] for m in container.attrs["Mounts"]] == ["volume"]
+    assert host["Binds"] == [f"{name_of(b.sid)}:{STATE_DIR}:rw"]  # the volume, no host path
+    assert "docker.sock" not in json.dumps(container.attrs)
+    assert host["NetworkMode"] == plane.config.docker_network
+    network = engine.networks.get(plane.config.docker_network)
+    assert network.attrs["Options"]["com.docker.network.bridge.enable_icc"] == "false"
+    inside_b = b.bash("id -u; grep CapEff /proc/self/status; touch /usr/x; echo rc=$?")
+    assert inside_b["stdout"].split("\n")[:2] == ["1000", "CapEff:\t0000000000000000"]
+    assert "rc=1" in inside_b["stdout"] and "Read-only file system" in inside_b["stderr"]
+
+    # B reaches the control plane through the gateway, but neither A's agent server on the
+    # network nor A's port published on the host's loopback.
+    a_container = container_of(engine, a.sid)
+    a_ip = a_container.attrs["NetworkSettings"]["Networks"][plane.config.docker_network]["IPAddress"]
+    a_port = urlsplit(a.url).port
+    probe = ("python3 -c 'import socket, sys\n"
+             "try:\n    socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=5)\n"
+             "except OSError as e:\n    sys.exit(str(e))' ")
+    assert b.bash(probe + f"{HOST_ALIAS} {plane.config.port}")["exit_code"] == 0
+    for host_name, port in ((a_ip, 8000), (HOST_ALIAS, a_port)):
+        result = b.bash(probe + f"{host_name} {port}")
+        assert result["exit_code"] != 0, (host_name, port, result)
+    assert a.bash(probe + f"{a_ip} 8000")["exit_code"] == 0  # it is there, for itself

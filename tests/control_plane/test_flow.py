@@ -21,6 +21,7 @@ from tests.control_plane.support import (
     ControlPlane,
     configure_llm,
     conversation,
+    git_daemon,
     make_config,
     start,
 )
@@ -49,11 +50,11 @@ def bare_repository(root: Path, name: str) -> Path:
 def plane(tmp_path: Path, database_url: str) -> Iterator[ControlPlane]:
     """On SQLite and on PostgreSQL."""
     bare_repository(tmp_path / "forge", "acme/demo")
-    config = make_config(tmp_path / "cp", database_url,
-                         repository_url_template=f"file://{tmp_path}/forge/{{repository}}.git")
-    server = ControlPlane(config).start()
-    yield server
-    server.stop()
+    with git_daemon(tmp_path / "forge") as forge:
+        config = make_config(tmp_path / "cp", database_url, repository_url_template=forge)
+        server = ControlPlane(config).start()
+        yield server
+        server.stop()
 
 
 def test_the_whole_flow(plane: ControlPlane, llm: ScriptedLLM, key: str) -> None:

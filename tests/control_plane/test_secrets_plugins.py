@@ -11,7 +11,7 @@ import pytest
 from core.masking import MASK
 from tests.control_plane.support import ControlPlane, configure_llm, start
 from tests.support.llm import ScriptedLLM, call
-from tests.support.mcp_servers import stdio_config
+from tests.support.mcp_servers import env_server_config
 from tests.support.wait import wait_for
 
 pytestmark = pytest.mark.e2e
@@ -27,7 +27,7 @@ def test_conversation_secrets_win_and_fill_plugins(control_plane: ControlPlane, 
     llm.script(key, call("local_env", var="API_TOKEN"), call("terminal", command=check),
                call("finish", message="done"))
     task = start(client, "go", secrets={"SHARED": "conv-shared-value"},
-                 plugins=[{"name": "local", **stdio_config(API_TOKEN="${SHARED}")}])
+                 plugins=[{"name": "local", **env_server_config(API_TOKEN="${SHARED}")}])
     assert task["status"] == "READY", task
     cid = task["app_conversation_id"]
     wait_for(lambda: client.get("/api/v1/app-conversations", params={"ids": cid})

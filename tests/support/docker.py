@@ -39,7 +39,9 @@ CACHE = ROOT / ".cache" / "docker"
 SOCKET = Path("/var/run/docker.sock")
 SUITE = "bookworm"
 BASE_DOCKERFILE = Path(__file__).with_name("debian-python.Dockerfile")
-SANDBOX_IMAGE = "agent-server-test/sandbox:latest"
+#: Tagged by the checkout it is built from: test sessions of other checkouts on this machine
+#: build theirs beside it, never over it.
+SANDBOX_IMAGE = "agent-server-test/sandbox:" + hashlib.sha256(str(ROOT).encode()).hexdigest()[:12]
 #: Proxy variables Docker passes into every build without a matching ARG.
 PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "ALL_PROXY",
                    "http_proxy", "https_proxy", "no_proxy", "all_proxy")

@@ -72,6 +72,24 @@ def build() -> MCPServer:
     return server
 
 
+#: A stdio server of the `env` tool alone, needing nothing but the installed `mcp` package: for
+#: an isolated sandbox, where the tests' own files are out of sight.
+ENV_SERVER = """
+import os
+from mcp.server.mcpserver import MCPServer
+server = MCPServer("test-env")
+@server.tool(description="The value of an environment variable of the server.")
+def env(var: str) -> str:
+    return os.environ.get(var, "<unset>")
+server.run("stdio")
+"""
+
+
+def env_server_config(**env: str) -> dict[str, Any]:
+    """An mcpServers entry that runs ENV_SERVER with `env`."""
+    return {"command": sys.executable, "args": ["-c", ENV_SERVER], "env": env}
+
+
 def stdio_config(**env: str) -> dict[str, Any]:
     """An mcpServers entry that runs the stdio server (from any working directory)."""
     return {"command": sys.executable, "args": ["-m", "tests.support.mcp_servers", "stdio"],

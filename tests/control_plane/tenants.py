@@ -1,0 +1,87 @@
+"""Two tenants of one control plane, the second trying to read the first's files and keys as a
+tenant can: with its own account key only, through its own agent (a terminal command, as a
+prompt-injected agent would run it) and its own sandbox's `/api/bash` (with the session key
+the control plane gives it)."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from tests.control_plane.support import ControlPlane, configure_llm, conversation, start, wait_for
+from tests.support.llm import ScriptedLLM, call
+
+
+@dataclass
+class Tenant:
+    client: httpx.Client
+    cid: str
+    sid: str
+    url: str
+    session: str
+    """Its sandbox's session key."""
+
+    def events(self) -> str:
+        """Everything its conversation's events say, as stored by the control plane."""
+        r = self.client.get(f"/api/v1/conversation/{self.cid}/events/search", params={"limit": 100})
+        assert r.status_code == 200, r.text
+        return json.dumps(r.json())
+
+    def bash(self, command: str) -> dict[str, Any]:
+        r = httpx.post(self.url + "/api/bash/execute_bash_command", json={"command": command},
+                       headers={"X-Session-API-Key": self.session}, timeout=60)
+        assert r.status_code == 200, r.text
+        result: dict[str, Any] = r.json()
+        return result
+
+
+@dataclass
+class Victim(Tenant):
+    secret: str
+    """A secret of its settings (it reaches its conversation's state)."""
+    llm_key: str
+    note: str
+    """What its agent wrote in its workspace (notes.txt)."""
+
+
+def run(plane: ControlPlane, llm: ScriptedLLM, name: str, command: str,
+        llm_host: str | None = None, **settings: Any) -> Tenant:
+    """A user whose agent runs `command` in the terminal, to the end of the run."""
+    client = plane.client(plane.new_user(name))
+    script = f"{name}-{uuid.uuid4().hex[:8]}"
+    configure_llm(client, llm.base_url(script, host=llm_host), tools=["terminal"], **settings)
+    llm.script(script, call("terminal", command=command), call("finish", message="done"))
+    task = start(client, "go")
+    assert task["status"] == "READY", task
+    cid, sid = task["app_conversation_id"], task["sandbox_id"]
+    wait_for(lambda: conversation(client, cid)["execution_status"] == "FINISHED", 60,
+             what=f"{name}'s run")
+    wait_for(lambda: '"tool_name": "finish"' in Tenant(client, cid, sid, "", "").events(), 30,
+             what=f"{name}'s events")
+    sandbox = client.get("/api/v1/sandboxes", params={"id": sid}).json()[0]
+    return Tenant(client, cid, sid, sandbox["exposed_urls"][0]["url"], sandbox["session_api_key"])
+
+
+def victim(plane: ControlPlane, llm: ScriptedLLM, llm_host: str | None = None) -> Victim:
+    secret, llm_key, note = (f"{what}-{uuid.uuid4().hex}" for what in ("a-secret", "sk-a", "a-note"))
+    tenant = run(plane, llm, "alice", f"echo {note} > notes.txt", llm_host,
+                 llm_api_key=llm_key, secrets={"A_SECRET": secret})
+    return Victim(**tenant.__dict__, secret=secret, llm_key=llm_key, note=note)
+
+
+def reads(paths: list[str]) -> str:
+    """One shell command reading each path (its exit status said after it), then every
+    process's environment it can see."""
+    steps = [f"head -c 3000 {shlex.quote(p)} | tr -c '[:print:]\\n' .; "
+             f"echo \" [read {p}: ${{PIPESTATUS[0]}}]\"" for p in paths]
+    return "; ".join([*steps, "cat /proc/[0-9]*/environ | tr '\\0' '\\n'", "echo [environ read]"])
+
+
+def attempts(tenant: Tenant, paths: list[str]) -> dict[str, dict[str, Any]]:
+    """Each path read through the tenant's own /api/bash: its exit code and output."""
+    return {path: tenant.bash(f"cat {shlex.quote(path)}") for path in paths}

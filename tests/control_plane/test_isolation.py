@@ -1,0 +1,212 @@
+"""Process sandboxes isolated by bubblewrap, tried as a second tenant would: with nothing but
+its own account, tenant B's agent and B's own /api/bash read for tenant A's workspace file, A's
+conversation state (A's secret and LLM key), this control plane's secret key and database, and
+every process's environment. Isolated, every read fails and nothing of A reaches B's events;
+with isolation off (a shared host accepted), the same reads succeed: the test can fail.
+
+Also what must keep working inside bubblewrap (pause, resume, a daemon swept on delete) and
+what an unisolated control plane refuses (a second user, unless a shared host is accepted)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import stat
+import sys
+import tempfile
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from control_plane.config import Config, from_env
+from control_plane.sandboxes import procfs
+from control_plane.sandboxes.isolation import IsolationUnavailable, choose
+from control_plane.sandboxes.spawn import spawn, wait
+from tests.control_plane.support import (
+    ControlPlane,
+    configure_llm,
+    make_config,
+    sandbox_pid,
+    wait_for,
+)
+from tests.control_plane.tenants import attempts, reads, run, victim
+from tests.support.llm import ScriptedLLM, call
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture
+def isolated(tmp_path: Path) -> Iterator[ControlPlane]:
+    plane = ControlPlane(make_config(tmp_path / "cp")).start()
+    yield plane
+    plane.stop()
+
+
+def test_a_tenant_reads_nothing_of_another(isolated: ControlPlane, llm: ScriptedLLM) -> None:
+    specs = isolated.client(isolated.new_user("admin")).get("/api/v1/sandbox-specs/search").json()
+    assert "isolated by bubblewrap" in specs["items"][0]["description"], specs
+
+    state = isolated.config.state_dir
+    a = victim(isolated, llm)
+    a_root = state / "sandboxes" / a.sid
+    targets = [str(a_root / "workspace" / a.cid / "notes.txt"),
+               *map(str, (a_root / "state" / "conversations").glob("*/meta.json")),
+               str(state / "secret.key"), str(state / "control-plane.db")]
+    assert len(targets) == 4 and a.note in Path(targets[0]).read_text()  # they are there
+    assert a.secret in Path(targets[1]).read_text() and a.llm_key in Path(targets[1]).read_text()
+    fernet = (state / "secret.key").read_text().strip()
+
+    b = run(isolated, llm, "bob", reads(targets))
+    told = b.events()
+    assert "[environ read]" in told  # the command ran to its end
+    for target in targets:
+        assert f"[read {target}: 1]" in told, told
+    for leak in (a.secret, a.llm_key, a.note, a.session, fernet, "SQLite format 3", b.session):
+        assert leak not in told
+    assert b.bash(f"ls {state / 'sandboxes'}")["stdout"].split() == [b.sid]
+    for target, result in attempts(b, targets).items():
+        assert result["exit_code"] != 0 and "No such file" in result["stderr"], (target, result)
+        assert not result["stdout"]
+    environ = b.bash("cat /proc/[0-9]*/environ | tr '\\0' '\\n'; ls /proc")
+    for leak in (a.secret, a.llm_key, a.session, b.session):
+        assert leak not in environ["stdout"]
+    # Nor does bubblewrap's environment hold a key (read from outside, as root): it came over
+    # a pipe to the agent server alone.
+    if os.geteuid() == 0:
+        launcher = sandbox_pid(isolated, b.sid)
+        for pid in [launcher, *procfs.children(launcher)]:
+            assert b.session.encode() not in Path(f"/proc/{pid}/environ").read_bytes()
+
+    # Each sandbox is a uid of its own, its directory its alone; the control plane's state too.
+    a_uid, b_uid = a_root.stat().st_uid, (state / "sandboxes" / b.sid).stat().st_uid
+    if os.geteuid() == 0:
+        low, high = isolated.config.sandbox_uids
+        assert a_uid != b_uid and low <= a_uid <= high and low <= b_uid <= high
+        assert int(b.bash("id -u")["stdout"]) == b_uid
+    assert stat.S_IMODE(a_root.stat().st_mode) == 0o700
+    assert stat.S_IMODE(state.stat().st_mode) == 0o700
+
+
+def test_without_isolation_the_same_reads_succeed(tmp_path: Path, llm: ScriptedLLM) -> None:
+    plane = ControlPlane(make_config(tmp_path / "cp", sandbox_isolation="off",
+                                     shared_host=True)).start()
+    try:
+        state = plane.config.state_dir
+        a = victim(plane, llm)
+        a_root = state / "sandboxes" / a.sid
+        targets = [str(a_root / "workspace" / a.cid / "notes.txt"),
+                   *map(str, (a_root / "state" / "conversations").glob("*/meta.json")),
+                   str(state / "secret.key"), str(state / "control-plane.db")]
+        b = run(plane, llm, "bob", reads(targets))
+        told = b.events()
+        for target in targets:
+            assert f"[read {target}: 0]" in told, told
+        for leak in (a.secret, a.llm_key, a.note, "SQLite format 3"):
+            assert leak in told
+        results = attempts(b, targets)
+        assert all(result["exit_code"] == 0 for result in results.values()), results
+        assert a.secret in results[targets[1]]["stdout"]
+    finally:
+        plane.stop()
+
+
+def test_pause_resume_and_delete_reach_everything_inside(isolated: ControlPlane,
+                                                         llm: ScriptedLLM) -> None:
+    """Inside bubblewrap the pid the control plane keeps is bubblewrap's, leading the group: a
+    pause stops the agent server in the sandbox, resume continues it, and a delete ends a daemon
+    that left the server's session (the sandbox's pid namespace goes with it)."""
+    mark = f"daemon-{uuid.uuid4().hex}"
+    tenant = run(isolated, llm, "carol",
+                 f"setsid -f bash -c 'sleep infinity; :' {mark} </dev/null >/dev/null 2>&1")
+    daemon = wait_for(lambda: procfs.with_argument(mark), 10, what="the daemon")
+    pid = sandbox_pid(isolated, tenant.sid)
+    ready = str(isolated.config.state_dir / "sandboxes" / tenant.sid / "ready.json")
+    [server] = [p for p, _ in procfs.with_argument(ready)
+                if Path(f"/proc/{p}/cmdline").read_bytes().split(b"\0")[0] == sys.executable.encode()]
+    assert server != pid  # bubblewrap's leads the group; the server runs two levels below
+
+    r = tenant.client.post(f"/api/v1/sandboxes/{tenant.sid}/pause")
+    assert r.status_code == 200 and r.json()["status"] == "PAUSED", r.text
+    assert procfs.state(pid) == "T" and procfs.state(server) == "T"
+    r = tenant.client.post(f"/api/v1/sandboxes/{tenant.sid}/resume")
+    assert r.status_code == 200, r.text
+    wait_for(lambda: tenant.client.get("/api/v1/sandboxes", params={"id": tenant.sid})
+             .json()[0]["status"] == "RUNNING", 30, what="RUNNING again")
+    assert procfs.state(server) in ("S", "R")
+    assert tenant.bash("echo back")["stdout"] == "back\n"
+
+    r = tenant.client.delete(f"/api/v1/sandboxes/{tenant.sid}", params={"sandbox_id": tenant.sid})
+    assert r.status_code == 200, r.text
+    wait_for(lambda: not procfs.with_argument(mark), 10, what="the daemon to be gone")
+    assert all(procfs.state(p) in (None, "Z") for p in (pid, server, *(p for p, _ in daemon)))
+
+
+def test_an_unisolated_host_serves_one_user_unless_shared(tmp_path: Path, llm: ScriptedLLM,
+                                                         key: str,
+                                                         caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, logger="control_plane.sandboxes.isolation")
+    plane = ControlPlane(make_config(tmp_path / "cp", sandbox_isolation="off")).start()
+    try:
+        said = [r.getMessage() for r in caplog.records if r.name.endswith("isolation")]
+        assert len(said) == 1 and "isolation is off" in said[0], said
+        first, second = (plane.client(plane.new_user(name)) for name in ("first", "second"))
+        for client in (first, second):
+            configure_llm(client, llm.base_url(key))
+        assert first.post("/api/v1/sandboxes", json={}).status_code == 201
+        r = second.post("/api/v1/sandboxes", json={})
+        assert r.status_code == 403 and "CONTROL_PLANE_SHARED_HOST" in r.json()["detail"], r.text
+        llm.script(key, call("finish", message="done"))
+        task_id = second.post("/api/v1/app-conversations", json={}).json()["id"]
+        task = wait_for(lambda: (t := second.get("/api/v1/app-conversations/start-tasks",
+                                                 params={"ids": task_id}).json()[0])["status"]
+                        in ("READY", "ERROR") and t, 30)
+        assert task["status"] == "ERROR" and "not isolated" in task["detail"], task
+        assert second.get("/api/v1/sandboxes/search").json()["items"] == []
+    finally:
+        plane.stop()
+
+
+def test_what_a_bound_path_holds_of_the_control_plane_is_covered(tmp_path: Path) -> None:
+    """A state directory under a path the sandbox sees (here the virtual environment) is
+    covered by an empty tmpfs: without that, its key is read."""
+    hidden = Path(tempfile.mkdtemp(prefix="state-", dir=sys.prefix))
+    try:
+        (hidden / "secret.key").write_text("the-key\n")
+        root = tmp_path / "sandbox"
+        root.mkdir()
+        for covered, expected in ((True, "No such file"), (False, "the-key")):
+            isolation = choose("bubblewrap", hidden=[hidden] if covered else [],
+                               uids=Config().sandbox_uids)
+            assert isolation is not None
+            command = isolation.command(root, ["cat", str(hidden / "secret.key")], None)
+            out = tmp_path / f"{covered}.out"
+            with open(out, "wb") as output:
+                pid = spawn(command.argv, {"PATH": os.defpath}, output=output.fileno(),
+                            files=command.files)
+            assert wait(pid, 30) == (1 if covered else 0)
+            assert expected in out.read_text()
+    finally:
+        shutil.rmtree(hidden)
+
+
+def test_required_isolation_that_cannot_be_had_refuses_to_start(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    monkeypatch.setenv("PATH", "/nonexistent")  # no bubblewrap to be found
+    uids = Config().sandbox_uids
+    with pytest.raises(IsolationUnavailable, match="bubblewrap is not installed"):
+        choose("bubblewrap", hidden=[], uids=uids)
+    caplog.set_level(logging.INFO, logger="control_plane.sandboxes.isolation")
+    assert choose("auto", hidden=[], uids=uids) is None
+    [line] = [r.getMessage() for r in caplog.records]
+    assert "NOT isolated (bubblewrap is not installed" in line and "SHARED_HOST" in line
+
+
+@pytest.mark.parametrize("value", ["100-200", "2000000000-1900000000", "1-2-3", "x", "4294967000-4294967100"])
+def test_a_uid_range_is_checked(value: str) -> None:
+    with pytest.raises(ValidationError):
+        from_env({"CONTROL_PLANE_SANDBOX_UIDS": value})
+    assert from_env({"CONTROL_PLANE_SANDBOX_UIDS": "200000-265535"}).sandbox_uids == (200000, 265535)
