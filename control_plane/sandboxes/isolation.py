@@ -4,7 +4,7 @@ Each agent server and everything it starts runs in namespaces of its own, made b
 (`bwrap`, the tool Flatpak runs its applications in):
 - a mount namespace whose root is an empty tmpfs, holding only the system read-only (`/usr`,
   `/etc` and the `/bin`, `/lib*` links), the installed program read-only (the interpreter, the
-  virtual environment and the `agent_server`, `core`, `tools` packages, nothing else of a source
+  virtual environment and the `agent_server`, `core`, `web`, `events`, `tools` packages, nothing else of a source
   tree), the sandbox's own directory read-write (its state and workspace, at the same path as
   outside), a `/tmp` of its own, a `/dev` of its own; not the control plane's state directory,
   not another sandbox's directory, not the host's home (what of the control plane's state would
