@@ -20,7 +20,7 @@ import pytest
 
 from control_plane.sandboxes.isolation import Isolation
 from control_plane.sandboxes.spawn import spawn, wait
-from tests.support.server import wait_for
+from tests.support.wait import wait_for
 
 pytestmark = pytest.mark.e2e
 

@@ -13,8 +13,9 @@ from typing import Any
 
 import httpx
 
-from tests.control_plane.support import ControlPlane, configure_llm, conversation, start, wait_for
+from tests.control_plane.support import ControlPlane, configure_llm, conversation, start
 from tests.support.llm import ScriptedLLM, call
+from tests.support.wait import wait_for
 
 
 @dataclass
