@@ -26,7 +26,6 @@ from typing import TypeVar
 
 import httpx
 
-from control_plane.sandboxes import procfs
 from control_plane.sandboxes.provider import (
     Handle,
     Launch,
@@ -89,7 +88,7 @@ class ProcessProvider(SandboxProvider):
         self._children.add(pid)
         try:
             port = await self._wait_ready(pid, ready, launch.root_dir / LOG_FILE)
-            started = procfs.start_time(pid)
+            started = processes.start_time(pid)
             if started is None:
                 raise ProviderError("the agent server exited right after starting")
             handle = Handle(sandbox_id=launch.sandbox_id, pid=pid, pid_start_time=started, port=port)
@@ -126,17 +125,17 @@ class ProcessProvider(SandboxProvider):
     async def recover(self, launch: Launch) -> Handle | None:
         """The child of a start that was cut short: its handle once it is up; a child still
         booting (no ready file yet) is killed, so the caller can start the sandbox again."""
-        pids = procfs.with_environment(ready_marker(launch.root_dir))
+        pids = processes.with_environment(ready_marker(launch.root_dir))
         try:
             data = json.loads((launch.root_dir / READY_FILE).read_text())
             pid, port = int(data["pid"]), int(data["port"])
         except (OSError, ValueError, KeyError, TypeError):
             pid, port = 0, 0
-        started = procfs.start_time(pid) if pid in pids else None
+        started = processes.start_time(pid) if pid in pids else None
         if started is not None:
             return Handle(sandbox_id=launch.sandbox_id, pid=pid, pid_start_time=started, port=port)
         for stray in pids:
-            procfs.signal_group(stray, signal.SIGKILL)
+            processes.signal_group(stray, signal.SIGKILL)
         return None
 
     def _reap(self, pid: int) -> int | None:
@@ -154,9 +153,9 @@ class ProcessProvider(SandboxProvider):
 
     async def inspect(self, handle: Handle) -> Liveness:
         self._reap(handle.pid)
-        if not procfs.is_ours(handle.pid, handle.pid_start_time):
+        if not processes.is_running(handle.pid, handle.pid_start_time):
             return Liveness.GONE
-        if procfs.state(handle.pid) == "T":
+        if processes.state(handle.pid) == "T":
             return Liveness.STOPPED
         return Liveness.ALIVE if await self.alive(handle) else Liveness.UNRESPONSIVE
 
@@ -165,38 +164,38 @@ class ProcessProvider(SandboxProvider):
         only stored when it is true."""
         self._signal(handle, signal.SIGSTOP)
         deadline = time.monotonic() + 5
-        while procfs.state(handle.pid) != "T":
-            if time.monotonic() > deadline or not procfs.is_ours(handle.pid, handle.pid_start_time):
+        while processes.state(handle.pid) != "T":
+            if time.monotonic() > deadline or not processes.is_running(handle.pid, handle.pid_start_time):
                 raise ProviderError("the agent server did not stop")
             await asyncio.sleep(0.005)
 
     async def resume(self, handle: Handle) -> None:
         self._signal(handle, signal.SIGCONT)
         await self.until_alive(handle, "the agent server did not answer after resuming",
-                               lambda: procfs.is_ours(handle.pid, handle.pid_start_time))
+                               lambda: processes.is_running(handle.pid, handle.pid_start_time))
 
     def _signal(self, handle: Handle, sig: signal.Signals) -> None:
-        if not procfs.is_ours(handle.pid, handle.pid_start_time) or not procfs.signal_group(handle.pid, sig):
+        if not processes.is_running(handle.pid, handle.pid_start_time) or not processes.signal_group(handle.pid, sig):
             raise ProviderError("the sandbox's process is gone")
 
     async def destroy(self, sandbox_id: str, handle: Handle | None, root_dir: Path) -> Path | None:
-        if handle is not None and procfs.is_ours(handle.pid, handle.pid_start_time):
+        if handle is not None and processes.is_running(handle.pid, handle.pid_start_time):
             # Taken while the server lives: its shells run in sessions of their own, and once
             # it is gone nothing links them to it any more.
             tree = await asyncio.to_thread(_sweep, processes.started_by, handle.pid,
                                            ready_marker(root_dir)) or set()
             # A stopped group only acts on SIGTERM once continued.
-            procfs.signal_group(handle.pid, signal.SIGCONT)
-            procfs.signal_group(handle.pid, signal.SIGTERM)
+            processes.signal_group(handle.pid, signal.SIGCONT)
+            processes.signal_group(handle.pid, signal.SIGTERM)
             deadline = time.monotonic() + self.stop_grace
             while time.monotonic() < deadline:
                 self._reap(handle.pid)
-                if not procfs.is_ours(handle.pid, handle.pid_start_time):
+                if not processes.is_running(handle.pid, handle.pid_start_time):
                     break
                 await asyncio.sleep(0.02)
             # Whatever is left goes now: the group, and what its processes started in sessions
             # of their own (the terminal's shells), found by core's /proc sweep.
-            procfs.signal_group(handle.pid, signal.SIGKILL)
+            processes.signal_group(handle.pid, signal.SIGKILL)
             for pid in tree:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.kill(pid, signal.SIGKILL)
@@ -225,7 +224,7 @@ class ProcessProvider(SandboxProvider):
     async def _kill_now(self, pid: int) -> None:
         """A start that failed or was cancelled: nothing of it is left (it dies in moments; the
         wait for it yields, so other sandboxes' work goes on meanwhile)."""
-        procfs.signal_group(pid, signal.SIGKILL)
+        processes.signal_group(pid, signal.SIGKILL)
         deadline = time.monotonic() + 5
         while pid in self._children and time.monotonic() < deadline:
             self._reap(pid)

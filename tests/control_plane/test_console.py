@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Browser, ConsoleMessage, Page, expect, sync_playwright
 
-from control_plane.sandboxes import procfs
+from core import processes
 from tests.control_plane.support import (
     ControlPlane,
     ShiftedClock,
@@ -378,7 +378,7 @@ def test_streaming_text_shows_as_it_is_written(plane: ControlPlane, llm: Scripte
     expect(page.get_by_role("heading", name="Conversations", exact=True)).to_be_visible()
     page.goto(f"{plane.url}/#/conversations/{cid}")
     expect(page.locator(".meta")).to_contain_text("live")
-    procfs.signal_group(sandbox_pid(plane, sid), signal.SIGKILL)
+    processes.signal_group(sandbox_pid(plane, sid), signal.SIGKILL)
     expect(page.locator(".event-sandbox .text")).to_have_text(
         ["Missing: the sandbox's process vanished"], timeout=SLOW)
     expect(page.get_by_role("alert")).to_contain_text(

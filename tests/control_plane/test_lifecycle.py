@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
-from control_plane.sandboxes import procfs
+from core import processes
 from core.retry import Clock
 from tests.control_plane.support import (
     ControlPlane,
@@ -124,7 +124,7 @@ def test_idle_pause_reads_reset_it_and_deletion(timed: ControlPlane, clock: Froz
     clock.offset = 179.998
     record = wait_for(lambda: (s := sandbox(client, sid))["status"] == "PAUSED" and s, 5)
     assert record["status_reason"] == "IDLE" and record["status_detail"] == "idle for 1 min"
-    assert procfs.state(pid) == "T"  # frozen: its CPU is released
+    assert processes.state(pid) == "T"  # frozen: its CPU is released
     assert record["pause_at"] is None and moment(record["delete_at"]) == clock.at(3779.998)
     assert notices(client, cid) == [("PAUSED", "IDLE")]
     # Reading the transcript of a paused sandbox does not hold its deletion off.
@@ -137,7 +137,7 @@ def test_idle_pause_reads_reset_it_and_deletion(timed: ControlPlane, clock: Froz
     clock.offset = 3779.998
     record = wait_for(lambda: (s := sandbox(client, sid))["status"] == "MISSING" and s, 10)
     assert record["status_reason"] == "DELETION_TIME"
-    wait_for(lambda: procfs.state(pid) in (None, "Z"), 10, what="the agent server to end")
+    wait_for(lambda: processes.state(pid) in (None, "Z"), 10, what="the agent server to end")
     root = timed.config.state_dir / "sandboxes" / sid
     wait_for(lambda: not root.exists(), 10, what="its storage to go too")
     # Deleted for good: no conversation, no events, no resume.
@@ -192,7 +192,7 @@ def test_the_12_hour_cap_pauses_a_run_in_flight_cleanly(capped: ControlPlane, cl
     clock.offset = 12 * 3600
     record = wait_for(lambda: (s := sandbox(client, sid))["status"] == "PAUSED" and s, 30)
     assert record["status_reason"] == "SESSION_CAP" and "12-hour" in record["status_detail"]
-    assert procfs.state(pid) == "T"
+    assert processes.state(pid) == "T"
     assert notices(client, cid) == [("PAUSED", "SESSION_CAP")]
     # Paused between steps, not cut: the second step finished, the third never began.
     llm_calls = len(llm.requests_for(key))
@@ -225,16 +225,16 @@ def test_failing_health_checks_past_the_grace_make_it_error_and_read_only(
     pid = sandbox_pid(watched, sid)
 
     # Hung (stopped by someone else): it does not answer. Better again before the grace ends.
-    procfs.signal_group(pid, signal.SIGSTOP)
+    processes.signal_group(pid, signal.SIGSTOP)
     rounds()
     clock.offset = 29.999
     rounds()
     assert sandbox(client, sid)["status"] == "RUNNING"
-    procfs.signal_group(pid, signal.SIGCONT)
+    processes.signal_group(pid, signal.SIGCONT)
     rounds()
     # Hung again: the grace starts again from here.
     clock.offset = 40
-    procfs.signal_group(pid, signal.SIGSTOP)
+    processes.signal_group(pid, signal.SIGSTOP)
     rounds()
     clock.offset = 69.999
     rounds()
@@ -242,7 +242,7 @@ def test_failing_health_checks_past_the_grace_make_it_error_and_read_only(
     clock.offset = 70
     record = wait_for(lambda: (s := sandbox(client, sid))["status"] == "ERROR" and s, 10)
     assert record["status_reason"] == "UNHEALTHY" and "30 s" in record["status_detail"]
-    wait_for(lambda: procfs.state(pid) in (None, "Z"), 10, what="the hung server to be ended")
+    wait_for(lambda: processes.state(pid) in (None, "Z"), 10, what="the hung server to be ended")
 
     # Read-only (SPEC 3.1, 7): 409 for ERROR; the transcript stays.
     r = client.post(f"/api/v1/app-conversations/{cid}/send-message",
