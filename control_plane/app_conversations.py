@@ -19,7 +19,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from control_plane.agent_client import AgentClient, AgentError, Raw, Target
-from control_plane.models import ExecutionStatus, SandboxReason, SandboxStatus, now
+from control_plane.models import ExecutionStatus, SandboxReason, SandboxStatus
 from control_plane.sandboxes.service import SandboxService
 from control_plane.store import Database, conversations, events, sandboxes
 from control_plane.store.conversations import ConversationRow
@@ -100,7 +100,7 @@ class AppConversationService:
         """A read through the application interface (events, the trajectory, the workspace) is
         activity: it moves the RUNNING sandbox's idle pause later (SPEC 3.1)."""
         async with self.db.begin() as conn:
-            await sandboxes.touch(conn, row.sandbox_id, now(), only_running=True)
+            await sandboxes.touch(conn, row.sandbox_id, self.db.now(), only_running=True)
 
     async def owned(self, conversation_id: str, user_id: str) -> ConversationRow:
         row = await conversations.get(self.db, conversation_id, user_id)
@@ -161,7 +161,7 @@ class AppConversationService:
             await self.agents.send_message(target, row.id, message)
         except AgentError as exc:
             raise UpstreamError("sandbox", str(exc)) from None
-        moment = now()
+        moment = self.db.now()
         async with self.db.begin() as conn:
             await sandboxes.touch(conn, row.sandbox_id, moment)
         await conversations.update_fields(self.db, row.id, last_activity_at=moment)
@@ -177,9 +177,8 @@ class AppConversationService:
             if exc.status == 409:
                 raise Conflict(str(exc)) from None
             raise UpstreamError("sandbox", str(exc)) from None
-        moment = now()
         async with self.db.begin() as conn:
-            await sandboxes.touch(conn, row.sandbox_id, moment)
+            await sandboxes.touch(conn, row.sandbox_id, self.db.now())
 
     async def inspect(self, row: ConversationRow, what: str, params: dict[str, str]) -> Raw:
         target = await self._target(row, resume=True)

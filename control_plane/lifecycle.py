@@ -20,9 +20,9 @@ not by every process. For each:
 
 Then start tasks whose control plane died are taken over. Each decision is taken again on the
 current row under the sandbox's guard (`when=`), so a timer acts once even when a user acts on
-the sandbox at the same moment. Timer time comes from the clock of `models.now` (a
-`core.retry.Clock`), the same one stored times are taken from, so schedules are proven by
-moving the clock.
+the sandbox at the same moment. Timer time comes from the database's clock (`Database.now`, a
+`core.retry.Clock` given to it), the same one stored times are taken from, so schedules are
+proven by moving the clock.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ import logging
 from datetime import datetime, timedelta
 
 from control_plane.leases import Leases
-from control_plane.models import SandboxReason, SandboxStatus, now
+from control_plane.models import SandboxReason, SandboxStatus
 from control_plane.sandboxes.service import SandboxService
 from control_plane.start_tasks import StartTaskService
 from control_plane.store import Database
@@ -99,15 +99,15 @@ class Lifecycle:
 
     def idle_due(self, row: SandboxRow) -> bool:
         return (row.status is SandboxStatus.RUNNING and self.idle is not None
-                and row.last_activity_at + self.idle <= now())
+                and row.last_activity_at + self.idle <= self.db.now())
 
     def cap_due(self, row: SandboxRow) -> bool:
         return (row.status is SandboxStatus.RUNNING and row.running_since is not None
-                and row.running_since + self.session <= now())
+                and row.running_since + self.session <= self.db.now())
 
     def deletion_due(self, row: SandboxRow) -> bool:
         return (row.status is SandboxStatus.PAUSED and self.deletion is not None
-                and row.paused_at is not None and row.paused_at + self.deletion <= now())
+                and row.paused_at is not None and row.paused_at + self.deletion <= self.db.now())
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._loop(), name="reconciler")
@@ -123,7 +123,7 @@ class Lifecycle:
     async def tick(self) -> None:
         """One round: the sandboxes this process claimed, then orphaned start tasks."""
         claimed = await rows.claim_round(self.db, self.leases.holder, lease_rows.wall(),
-                                         self.interval, cleanup_due=now(),
+                                         self.interval, cleanup_due=self.db.now(),
                                          limit=self.round_limit)
         gate = asyncio.Semaphore(CONCURRENCY)
 

@@ -2,23 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from enum import Enum
-
-from core.retry import Clock
-
-_clock = Clock()
-
-
-def use_clock(clock: Clock) -> None:
-    """Stored times and timers read this clock (one per process: tests move it forward)."""
-    global _clock
-    _clock = clock
-
-
-def now() -> datetime:
-    """The one clock reading of stored times: aware UTC."""
-    return datetime.fromtimestamp(_clock.time(), UTC)
 
 
 class SandboxStatus(str, Enum):

@@ -16,7 +16,6 @@ from control_plane.crypto import Cipher
 from control_plane.deltas import DeltaHub
 from control_plane.leases import Leases
 from control_plane.lifecycle import Lifecycle
-from control_plane.models import use_clock
 from control_plane.relay import Bell
 from control_plane.sandboxes.process import SPEC, ProcessProvider
 from control_plane.sandboxes.provider import SandboxProvider
@@ -67,8 +66,7 @@ class Services:
     def build(cls, config: Config, provider: SandboxProvider | None = None,
               clock: Clock | None = None, bell: Bell | None = None) -> Services:
         """`clock`: the time of stored records and timers (default: the system's)."""
-        use_clock(clock or Clock())
-        db = Database(config.db_url)
+        db = Database(config.db_url, clock or Clock())
         cipher = Cipher.for_config(config.secret_key, config.state_dir)
         provider = provider or build_provider(config)
         bell = bell or Bell()

@@ -107,8 +107,8 @@ class StartTaskService:
     async def _stage(self, task: TaskRow, status: StartTaskStatus, detail: str | None = None,
                      conn: AsyncConnection | None = None, **values: Any) -> None:
         """Store a stage while this process holds the task (LeaseLost otherwise)."""
-        await tasks.set_status(conn if conn is not None else self.db, task.id, status, detail,
-                               holder=self.leases.holder, **values)
+        await tasks.set_status(self.db, task.id, status, detail, holder=self.leases.holder,
+                               conn=conn, **values)
 
     async def _run(self, task: TaskRow) -> None:
         try:
@@ -152,7 +152,7 @@ class StartTaskService:
                 await self._wait_clone(target, placement.conversation_id, request.selected_repository)
             async with self.db.begin() as conn:  # shown and READY together, or neither
                 await self._stage(task, StartTaskStatus.READY, conn=conn)
-                await conversations.mark_started(conn, placement.conversation_id)
+                await conversations.mark_started(conn, placement.conversation_id, self.db.now())
         except (asyncio.CancelledError, LeaseLost):
             raise  # shutting down (resumed at the next start), or another has it now
         except (StartFailed, ServiceError, AgentError) as exc:
@@ -197,7 +197,7 @@ class StartTaskService:
                 sandbox = found
             working_dir = Path(sandbox.root_dir) / "workspace" / conversation_id
             await conversations.insert(
-                conn, id=conversation_id, user_id=task.user_id, sandbox_id=sandbox.id,
+                conn, self.db.now(), id=conversation_id, user_id=task.user_id, sandbox_id=sandbox.id,
                 start_task_id=task.id, title=request.title,
                 selected_repository=request.selected_repository,
                 selected_branch=request.selected_branch, working_dir=str(working_dir),
@@ -280,7 +280,8 @@ class StartTaskService:
                 await conversations.remove(conn, placement.conversation_id)
                 retired = placement.new_sandbox and await sandboxes.retire_in(
                     conn, placement.sandbox_id, SandboxReason.START_FAILED,
-                    "removed with the conversation start it was made for, which failed")
+                    "removed with the conversation start it was made for, which failed",
+                    self.db.now())
             if retired:
                 try:
                     await self.sandboxes.clean_up(placement.sandbox_id, due_only=False)

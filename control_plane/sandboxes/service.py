@@ -37,7 +37,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from control_plane.agent_client import AgentClient, AgentError, Target
 from control_plane.crypto import Cipher, hash_key, new_key
 from control_plane.leases import SANDBOX, Leases
-from control_plane.models import SandboxReason, SandboxStatus, now
+from control_plane.models import SandboxReason, SandboxStatus
 from control_plane.sandboxes.provider import (
     Handle,
     Launch,
@@ -100,7 +100,7 @@ class SandboxService:
                                "let some be cleaned up first")
         sandbox_id = uuid.uuid4().hex
         key = new_key("sk-sandbox")
-        return await rows.insert(conn, id=sandbox_id, user_id=user_id, spec_id=spec_id,
+        return await rows.insert(conn, self.db.now(), id=sandbox_id, user_id=user_id, spec_id=spec_id,
                                  session_key_hash=hash_key(key),
                                  session_key_enc=self.cipher.encrypt(key),
                                  root_dir=str(self.provider.root_dir(sandbox_id, self.sandboxes_dir)))
@@ -149,7 +149,7 @@ class SandboxService:
                         detail: str | None) -> None:
         """A ConversationStateUpdateEvent in each of the sandbox's conversations."""
         try:
-            moment = format_timestamp(now())
+            moment = format_timestamp(self.db.now())
             found = await conversations.in_sandbox(self.db, sandbox_id)
             batch = []
             for conversation_id in found:
@@ -297,7 +297,7 @@ class SandboxService:
             await self._set(row.id, SandboxStatus.RUNNING, None if brief else reason,
                             None if brief else "resumed")
             async with self.db.begin() as conn:
-                await rows.touch(conn, row.id, now())
+                await rows.touch(conn, row.id, self.db.now())
             row = await self._current(row.id)
             if not brief:
                 await self._continue_runs(row)
@@ -402,7 +402,7 @@ class SandboxService:
             row = await rows.get(self.db, sandbox_id)
             if row is None or not row.status.terminal or row.cleanup_after is None:
                 return
-            if due_only and row.cleanup_after > now():
+            if due_only and row.cleanup_after > self.db.now():
                 return
             await self._clean(row)
         if row.status is SandboxStatus.MISSING:
@@ -417,7 +417,7 @@ class SandboxService:
             logger.warning("cleaning up sandbox %s failed (tried again in %g s): %s", row.id,
                            CLEANUP_RETRY, exc)
             await rows.set_fields(self.db, row.id,
-                                  cleanup_after=now() + timedelta(seconds=CLEANUP_RETRY))
+                                  cleanup_after=self.db.now() + timedelta(seconds=CLEANUP_RETRY))
             return False
         await rows.set_fields(self.db, row.id, cleanup_after=None)
         return True
@@ -502,7 +502,7 @@ class SandboxService:
                 await rows.set_fields(self.db, row.id, unhealthy_since=None)
             return
         # Not answering (or frozen by someone else): ERROR once that has lasted the grace.
-        moment = now()
+        moment = self.db.now()
         since = row.unhealthy_since
         if since is None:
             since = moment

@@ -9,7 +9,7 @@ from typing import Any
 from sqlalchemy import Select, delete, func, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from control_plane.models import SandboxStatus, now
+from control_plane.models import SandboxStatus
 from control_plane.store.db import Database
 from control_plane.store.tables import app_conversations, sandboxes
 
@@ -51,8 +51,8 @@ def _select() -> Select[Any]:
         sandboxes, sandboxes.c.id == C.c.sandbox_id)
 
 
-async def insert(conn: AsyncConnection, **values: Any) -> None:
-    moment = now()
+async def insert(conn: AsyncConnection, moment: datetime, **values: Any) -> None:
+    """A conversation made at `moment`, not shown until its start is READY (`mark_started`)."""
     await conn.execute(C.insert().values(started=False, tags={}, created_at=moment,
                                          updated_at=moment, last_activity_at=moment, **values))
 
@@ -117,15 +117,15 @@ async def count(db: Database, user_id: str, f: Filters) -> int:
 
 async def update_fields(db: Database, conversation_id: str, *, touch: bool = True, **values: Any) -> None:
     if touch:
-        values["updated_at"] = now()
+        values["updated_at"] = db.now()
     async with db.begin() as conn:
         await conn.execute(update(C).where(C.c.id == conversation_id).values(**values))
 
 
-async def mark_started(conn: AsyncConnection, conversation_id: str) -> None:
+async def mark_started(conn: AsyncConnection, conversation_id: str, moment: datetime) -> None:
     """Shown from now on (its start task is READY in the same transaction)."""
     await conn.execute(update(C).where(C.c.id == conversation_id)
-                       .values(started=True, updated_at=now()))
+                       .values(started=True, updated_at=moment))
 
 
 async def remove(conn: AsyncConnection, conversation_id: str) -> None:

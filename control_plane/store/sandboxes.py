@@ -9,7 +9,7 @@ from typing import Any
 from sqlalchemy import and_, case, func, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from control_plane.models import SandboxReason, SandboxStatus, now
+from control_plane.models import SandboxReason, SandboxStatus
 from control_plane.store.db import Database
 from control_plane.store.tables import app_conversations, sandboxes
 
@@ -61,8 +61,8 @@ class SandboxRow:
         return cls(**data)
 
 
-async def insert(conn: AsyncConnection, **values: Any) -> SandboxRow:
-    moment = now()
+async def insert(conn: AsyncConnection, moment: datetime, **values: Any) -> SandboxRow:
+    """A sandbox made at `moment` (STARTING unless `values` say otherwise)."""
     values = {"status": SandboxStatus.STARTING.value, "created_at": moment, "updated_at": moment,
               "last_activity_at": moment, **values}
     await conn.execute(sandboxes.insert().values(**values))
@@ -109,7 +109,7 @@ async def set_fields(db: Database, sandbox_id: str, **values: Any) -> None:
         values["status"] = values["status"].value
     async with db.begin() as conn:
         await conn.execute(update(sandboxes).where(sandboxes.c.id == sandbox_id)
-                           .values(updated_at=now(), **values))
+                           .values(updated_at=db.now(), **values))
 
 
 async def set_status(db: Database, sandbox_id: str, status: SandboxStatus,
@@ -122,7 +122,7 @@ async def set_status(db: Database, sandbox_id: str, status: SandboxStatus,
     if unless_terminal:
         query = query.where(sandboxes.c.status.not_in(
             [SandboxStatus.ERROR.value, SandboxStatus.MISSING.value]))
-    moment = now()
+    moment = db.now()
     values: dict[str, Any] = {"status": status.value, "status_detail": detail, "updated_at": moment,
                               "unhealthy_since": None, "pausing_reason": None,
                               "pausing_detail": None}
@@ -145,11 +145,10 @@ async def set_status(db: Database, sandbox_id: str, status: SandboxStatus,
 
 
 async def retire_in(conn: AsyncConnection, sandbox_id: str, reason: SandboxReason,
-                    detail: str) -> bool:
+                    detail: str, moment: datetime) -> bool:
     """MISSING (its remains to clean up) inside the caller's transaction, only when no
     conversation is in it any more: the caller holds the user's lock, so no placement can take
     it meanwhile. True when it was retired."""
-    moment = now()
     taken = select(app_conversations.c.id).where(app_conversations.c.sandbox_id == sandbox_id)
     done = await conn.execute(
         update(sandboxes)

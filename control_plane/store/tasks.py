@@ -9,7 +9,7 @@ from typing import Any
 from sqlalchemy import and_, delete, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from control_plane.models import StartTaskStatus, now
+from control_plane.models import StartTaskStatus
 from control_plane.store import leases
 from control_plane.store.db import Database
 from control_plane.store.tables import leases as L
@@ -45,7 +45,7 @@ class TaskRow:
 
 
 async def insert(db: Database, task_id: str, user_id: str, request_enc: str) -> TaskRow:
-    moment = now()
+    moment = db.now()
     task = TaskRow(id=task_id, user_id=user_id, status=StartTaskStatus.WORKING, detail=None,
                    request_enc=request_enc, app_conversation_id=None, sandbox_id=None,
                    created_at=moment, updated_at=moment)
@@ -91,18 +91,19 @@ async def sweep_leases(db: Database) -> int:
     return int(done.rowcount)
 
 
-async def set_status(db: Database | AsyncConnection, task_id: str, status: StartTaskStatus,
+async def set_status(db: Database, task_id: str, status: StartTaskStatus,
                      detail: str | None = None, *, holder: str | None = None,
-                     **values: Any) -> None:
-    """With `holder`, only while it holds the task's lease (LeaseLost otherwise)."""
+                     conn: AsyncConnection | None = None, **values: Any) -> None:
+    """With `holder`, only while it holds the task's lease (LeaseLost otherwise); with `conn`,
+    inside the caller's transaction."""
     query = update(T).where(T.c.id == task_id)
     if holder is not None:
         query = query.where(leases.held(LEASE, task_id, holder))
-    query = query.values(status=status.value, detail=detail, updated_at=now(), **values)
-    if isinstance(db, AsyncConnection):
-        done = await db.execute(query)
+    query = query.values(status=status.value, detail=detail, updated_at=db.now(), **values)
+    if conn is not None:
+        done = await conn.execute(query)
     else:
-        async with db.begin() as conn:
-            done = await conn.execute(query)
+        async with db.begin() as own:
+            done = await own.execute(query)
     if holder is not None and not done.rowcount:
         raise LeaseLost(f"start task {task_id} is another control plane's now")

@@ -15,7 +15,7 @@ from sqlalchemy import select, text
 
 from control_plane import grouping
 from control_plane.crypto import Cipher, hash_key
-from control_plane.models import GroupingStrategy, SandboxStatus, now
+from control_plane.models import GroupingStrategy, SandboxStatus
 from control_plane.settings import SettingsPatch, SettingsService
 from control_plane.store import Database, accounts, conversations, events, sandboxes
 from control_plane.store.events import EventFilters
@@ -72,18 +72,18 @@ async def test_llm_key_and_secrets_are_encrypted_at_rest(db: Database, tmp_path:
 async def _sandbox(db: Database, user_id: str, name: str, status: SandboxStatus,
                    age: int, idle: int) -> str:
     async with db.begin() as conn:
-        row = await sandboxes.insert(conn, id=name, user_id=user_id, spec_id="process",
+        row = await sandboxes.insert(conn, db.now(), id=name, user_id=user_id, spec_id="process",
                                      status=status.value, session_key_hash=hash_key(name),
                                      session_key_enc="x", root_dir=f"/nowhere/{name}",
-                                     created_at=now() - timedelta(minutes=age),
-                                     last_activity_at=now() - timedelta(minutes=idle))
+                                     created_at=db.now() - timedelta(minutes=age),
+                                     last_activity_at=db.now() - timedelta(minutes=idle))
     return row.id
 
 
 async def _conversation(db: Database, user_id: str, sandbox_id: str, cid: str) -> None:
     async with db.begin() as conn:
-        await conversations.insert(conn, id=cid, user_id=user_id, sandbox_id=sandbox_id,
-                                   working_dir="/w")
+        await conversations.insert(conn, db.now(), id=cid, user_id=user_id,
+                                   sandbox_id=sandbox_id, working_dir="/w")
 
 
 async def test_each_strategy_picks_the_sandbox_spec_1_says(db: Database) -> None:
@@ -124,8 +124,8 @@ async def test_concurrent_placements_never_overfill(db: Database) -> None:
             chosen = grouping.choose(GroupingStrategy.FEWEST_CONVERSATIONS,
                                      await grouping.candidates(conn, user.id, "process", cap=4))
             if chosen is not None:
-                await conversations.insert(conn, id=f"c{i}", user_id=user.id, sandbox_id=chosen,
-                                           working_dir="/w")
+                await conversations.insert(conn, db.now(), id=f"c{i}", user_id=user.id,
+                                           sandbox_id=chosen, working_dir="/w")
             return chosen
 
     placed = await asyncio.gather(*(place(i) for i in range(20)))
@@ -160,7 +160,7 @@ async def test_a_reconciler_round_claims_a_bounded_share_oldest_first(db: Databa
     ids = [await _sandbox(db, user.id, f"s{i}", SandboxStatus.RUNNING, age=10 - i, idle=0)
            for i in range(5)]
     await _sandbox(db, user.id, "gone", SandboxStatus.MISSING, age=20, idle=0)  # nothing left
-    moment = now()
+    moment = db.now()
     first = await sandboxes.claim_round(db, "plane-a", moment, 10, cleanup_due=moment, limit=2)
     assert first == ids[:2]
     # Another process, the same round: only what nobody claimed yet, still at most its limit.
