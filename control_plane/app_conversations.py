@@ -19,11 +19,17 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from control_plane.agent_client import AgentClient, AgentError, Raw, Target
-from control_plane.models import ExecutionStatus, SandboxReason, SandboxStatus
+from control_plane.models import (
+    ConversationFilters,
+    ConversationRow,
+    ExecutionStatus,
+    SandboxReason,
+    SandboxStatus,
+    ensure_usable,
+)
 from control_plane.sandboxes.service import SandboxService
 from control_plane.store import Database, conversations, events, sandboxes
-from control_plane.store.conversations import ConversationRow
-from web.errors import Conflict, Gone, NotFound, UpstreamError
+from web.errors import Conflict, NotFound, UpstreamError
 
 #: The agent-server routes a client may read through the control plane (SPEC 4.2).
 INSPECTION = {"file": "/file", "git/changes": "/git/changes", "git/diff": "/git/diff",
@@ -108,6 +114,21 @@ class AppConversationService:
             raise NotFound(f"conversation {conversation_id} not found")
         return row
 
+    async def owned_many(self, ids: list[str], user_id: str) -> list[AppConversation]:
+        """The records of the user's started conversations among `ids` (others are left out)."""
+        return await self.records(list((await conversations.get_many(self.db, ids, user_id))
+                                       .values()))
+
+    async def search(self, user_id: str, filters: ConversationFilters, *, order: str, limit: int,
+                     offset: int) -> tuple[list[AppConversation], bool]:
+        """A page of the user's conversations, and whether more follow it."""
+        found = await conversations.search(self.db, user_id, filters, order=order,
+                                           limit=limit + 1, offset=offset)
+        return await self.records(found[:limit]), len(found) > limit
+
+    async def count(self, user_id: str, filters: ConversationFilters) -> int:
+        return await conversations.count(self.db, user_id, filters)
+
     async def records(self, rows: list[ConversationRow], live: bool = True) -> list[AppConversation]:
         return list(await asyncio.gather(*(self.record(r, live) for r in rows)))
 
@@ -141,12 +162,10 @@ class AppConversationService:
     async def _target(self, row: ConversationRow, resume: bool) -> Target:
         """The running agent server of the conversation's sandbox; PAUSED is resumed if asked."""
         sandbox = await sandboxes.get(self.db, row.sandbox_id)
-        if sandbox is None or sandbox.status is SandboxStatus.MISSING:
-            raise Gone(f"sandbox {row.sandbox_id} of conversation {row.id} is MISSING: the "
-                       "conversation is read-only (transcript and events only)")
-        if sandbox.status is SandboxStatus.ERROR:
-            raise Conflict(f"sandbox {row.sandbox_id} of conversation {row.id} is in ERROR: the "
-                           "conversation is read-only (transcript and events only)")
+        status = SandboxStatus.MISSING if sandbox is None else sandbox.status
+        ensure_usable(row.sandbox_id, status, f"conversation {row.id} is read-only (transcript "
+                      "and events only)")
+        assert sandbox is not None
         if sandbox.status is SandboxStatus.PAUSED and resume:
             sandbox = await self.sandboxes.resume(sandbox)
         elif sandbox.status is not SandboxStatus.RUNNING:

@@ -32,13 +32,12 @@ import logging
 from datetime import datetime, timedelta
 
 from control_plane.leases import Leases
-from control_plane.models import SandboxReason, SandboxStatus
+from control_plane.models import SandboxReason, SandboxRow, SandboxStatus
 from control_plane.sandboxes.service import SandboxService
 from control_plane.start_tasks import StartTaskService
 from control_plane.store import Database
 from control_plane.store import leases as lease_rows
 from control_plane.store import sandboxes as rows
-from control_plane.store.sandboxes import SandboxRow
 from web.errors import ServiceError
 
 logger = logging.getLogger(__name__)

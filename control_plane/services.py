@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from control_plane.accounts import Accounts
 from control_plane.agent_client import AgentClient
 from control_plane.app_conversations import AppConversationService
 from control_plane.config import Config
@@ -23,6 +24,7 @@ from control_plane.sandboxes.service import SandboxService
 from control_plane.settings import SettingsService
 from control_plane.start_tasks import StartTaskService
 from control_plane.store import Database
+from control_plane.transcripts import Transcripts
 from control_plane.webhook import WebhookReceiver
 from core.retry import Clock
 
@@ -43,6 +45,7 @@ def build_provider(config: Config) -> SandboxProvider:
 class Services:
     config: Config
     db: Database
+    accounts: Accounts
     cipher: Cipher
     provider: SandboxProvider
     sandboxes: SandboxService
@@ -59,6 +62,8 @@ class Services:
     """Rung by the webhook for the live relays (`control_plane.relay`)."""
     deltas: DeltaHub
     """The sockets to agent servers that bring the relays streaming text."""
+    transcripts: Transcripts
+    """The stored events of conversations: searches, counts, the live relays."""
     openapi: dict[str, Any] = field(default_factory=dict)
     """The OpenAPI document, built on its first request (empty until then)."""
 
@@ -88,10 +93,12 @@ class Services:
         lifecycle = Lifecycle(db, sandboxes, tasks, leases, idle_seconds=config.idle_seconds,
                               deletion_seconds=config.deletion_seconds,
                               interval=config.reconcile_interval)
-        return cls(config=config, db=db, cipher=cipher, provider=provider, sandboxes=sandboxes,
-                   agents=agents, settings=settings, tasks=tasks, conversations=records,
-                   webhook=WebhookReceiver(db, bell), lifecycle=lifecycle, leases=leases,
-                   bell=bell, deltas=DeltaHub(db, sandboxes))
+        deltas = DeltaHub(db, sandboxes)
+        return cls(config=config, db=db, accounts=Accounts(db), cipher=cipher, provider=provider,
+                   sandboxes=sandboxes, agents=agents, settings=settings, tasks=tasks,
+                   conversations=records, webhook=WebhookReceiver(db, bell), lifecycle=lifecycle,
+                   leases=leases, bell=bell, deltas=deltas,
+                   transcripts=Transcripts(db, bell, deltas))
 
     async def start(self) -> None:
         """Migrations, then adoption of the sandboxes still there, then unfinished start tasks

@@ -32,13 +32,13 @@ from control_plane import grouping
 from control_plane.agent_client import AgentClient, AgentError, Target
 from control_plane.crypto import Cipher
 from control_plane.leases import TASK, Leases
-from control_plane.models import SandboxReason, StartTaskStatus
+from control_plane.models import SandboxReason, StartTaskStatus, TaskRow, ensure_usable
 from control_plane.sandboxes.service import SandboxService
 from control_plane.settings import SettingsService, UserSettings
 from control_plane.start_request import StartRequest
 from control_plane.store import Database, accounts, conversations, sandboxes, tasks
 from control_plane.store import leases as lease_rows
-from control_plane.store.tasks import LeaseLost, TaskRow
+from control_plane.store.tasks import LeaseLost
 from web.errors import Conflict, NotFound, ServiceError
 
 logger = logging.getLogger(__name__)
@@ -75,13 +75,23 @@ class StartTaskService:
         self._running: dict[str, asyncio.Task[None]] = {}
 
     async def submit(self, user_id: str, request: StartRequest) -> TaskRow:
-        """Store the task (its request encrypted: it holds secrets) and start working on it."""
+        """Store the task (its request encrypted: it holds secrets) and start working on it.
+
+        An explicit sandbox that is not the user's, or not usable, is refused now (404, 409,
+        410) rather than as a failed task."""
+        if request.sandbox_id is not None:
+            sandbox = await self.sandboxes.owned(request.sandbox_id, user_id)
+            ensure_usable(sandbox.id, sandbox.status, "conversations cannot be started in it")
         task = await tasks.insert(self.db, uuid.uuid4().hex, user_id,
                                   self.cipher.encrypt(request.model_dump_json()))
         # Died between the two: the task has no lease, and the next round takes it over.
         if await self.leases.claim(TASK, task.id):
             self._spawn(task)
         return task
+
+    async def owned_many(self, ids: list[str], user_id: str) -> dict[str, TaskRow]:
+        """The user's tasks among `ids` (others, and unknown ids, are left out)."""
+        return await tasks.get_many(self.db, ids, user_id)
 
     def _spawn(self, task: TaskRow) -> None:
         if task.id in self._running:  # submitted and taken over at the same moment: once

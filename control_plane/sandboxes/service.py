@@ -37,7 +37,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from control_plane.agent_client import AgentClient, AgentError, Target
 from control_plane.crypto import Cipher, hash_key, new_key
 from control_plane.leases import SANDBOX, Leases
-from control_plane.models import SandboxReason, SandboxStatus
+from control_plane.models import SandboxReason, SandboxRow, SandboxStatus, ensure_usable
 from control_plane.sandboxes.provider import (
     Handle,
     Launch,
@@ -45,11 +45,10 @@ from control_plane.sandboxes.provider import (
     ProviderError,
     SandboxProvider,
 )
-from control_plane.store import Database, conversations, events
+from control_plane.store import Database, accounts, conversations, events
 from control_plane.store import sandboxes as rows
-from control_plane.store.sandboxes import SandboxRow
 from events.kinds import ConversationStateUpdateEvent, format_timestamp
-from web.errors import Conflict, Gone, LimitReached, Unavailable
+from web.errors import Conflict, Gone, LimitReached, NotFound, Unavailable, invalid
 
 logger = logging.getLogger(__name__)
 
@@ -89,12 +88,42 @@ class SandboxService:
 
     # -- rows --------------------------------------------------------------------------------
 
+    async def owned(self, sandbox_id: str, user_id: str) -> SandboxRow:
+        """The user's sandbox; NotFound for another user's as for an unknown one."""
+        row = await rows.get(self.db, sandbox_id, user_id)
+        if row is None:
+            raise NotFound(f"sandbox {sandbox_id} not found")
+        return row
+
+    async def owned_many(self, ids: list[str], user_id: str) -> dict[str, SandboxRow]:
+        """The user's sandboxes among `ids` (others, and unknown ids, are left out)."""
+        found = {i: await rows.get(self.db, i, user_id) for i in ids}
+        return {i: row for i, row in found.items() if row is not None}
+
+    async def search(self, user_id: str, status: SandboxStatus | None, *, limit: int,
+                     offset: int) -> list[SandboxRow]:
+        """The user's sandboxes, newest first."""
+        return await rows.search(self.db, user_id, status=status, limit=limit, offset=offset)
+
+    async def conversation_counts(self, sandbox_ids: list[str]) -> dict[str, int]:
+        return await rows.conversation_counts(self.db, sandbox_ids)
+
+    async def create(self, user_id: str, spec_id: str | None) -> SandboxRow:
+        """A sandbox of the spec (the first by default), started in the background: the
+        answer comes at once, STARTING. InvalidInput at `sandbox_spec_id` for an unknown
+        spec, LimitReached past the per-user bound."""
+        async with self.db.begin() as conn:
+            await accounts.lock_user(conn, user_id)  # the per-user limit counts under the lock
+            row = await self.new_row(conn, user_id, spec_id or self.provider.specs()[0].id)
+        self.launch(row, fresh=True)
+        return row
+
     async def new_row(self, conn: AsyncConnection, user_id: str, spec_id: str) -> SandboxRow:
         """A STARTING row inside the caller's transaction; `launch()` starts it after commit.
 
         The caller holds the user's lock (`accounts.lock_user`), so the count below holds."""
         if spec_id not in {spec.id for spec in self.provider.specs()}:
-            raise Conflict(f"unknown sandbox spec {spec_id!r}")
+            raise invalid(["sandbox_spec_id"], f"unknown sandbox spec {spec_id!r}", input_=spec_id)
         if await rows.live_count(conn, user_id) >= self.max_per_user:
             raise LimitReached(f"at most {self.max_per_user} live sandboxes per user: delete or "
                                "let some be cleaned up first")
@@ -213,10 +242,9 @@ class SandboxService:
         next_launch = loop.time()
         while True:
             row = await rows.get(self.db, sandbox_id)
-            if row is None or row.status is SandboxStatus.MISSING:
-                raise Gone(f"sandbox {sandbox_id} is MISSING: it was deleted or cleaned up")
-            if row.status is SandboxStatus.ERROR:
-                raise Conflict(f"sandbox {sandbox_id} is in ERROR: {row.status_detail or 'failed'}")
+            if row is None:
+                raise Gone(f"sandbox {sandbox_id} is MISSING: it was deleted")
+            ensure_usable(row.id, row.status, row.status_detail or "it cannot be used")
             if row.status is SandboxStatus.RUNNING:
                 return row
             if row.status is SandboxStatus.PAUSED:

@@ -10,14 +10,9 @@ from typing import Any
 from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from control_plane.models import User
 from control_plane.store.db import Database
 from control_plane.store.tables import api_keys, user_settings, users
-
-
-@dataclass(frozen=True)
-class User:
-    id: str
-    name: str
 
 
 @dataclass(frozen=True)

@@ -2,63 +2,24 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import and_, case, func, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from control_plane.models import SandboxReason, SandboxStatus
+from control_plane.models import SandboxReason, SandboxRow, SandboxStatus
 from control_plane.store.db import Database
 from control_plane.store.tables import app_conversations, sandboxes
 
 
-@dataclass(frozen=True)
-class SandboxRow:
-    id: str
-    user_id: str
-    spec_id: str
-    status: SandboxStatus
-    status_detail: str | None
-    session_key_hash: str
-    session_key_enc: str
-    port: int | None
-    pid: int | None
-    pid_start_time: int | None
-    root_dir: str
-    created_at: datetime
-    updated_at: datetime
-    last_activity_at: datetime
-    running_since: datetime | None = None
-    """When it last became RUNNING (the 12-hour cap counts from here)."""
-    paused_at: datetime | None = None
-    """When it was paused (the deletion time counts from here)."""
-    status_reason: SandboxReason | None = None
-    """Why the status last changed."""
-    unhealthy_since: datetime | None = None
-    """When its health check began to fail (ERROR after the grace period)."""
-    reconcile_after: datetime | None = None
-    """Wall-clock time before which no reconciler round looks at it again."""
-    reconciled_by: str | None = None
-    """The control plane that claimed its last reconciler round."""
-    cleanup_after: datetime | None = None
-    """ERROR or MISSING with remains (process, container, volume, files) still to be removed:
-    the reconciler removes them from then on (set when it became terminal, moved later when a
-    clean-up failed); None once they are gone."""
-    pausing_reason: SandboxReason | None = None
-    """A pause under way, recorded before its runs are paused and the sandbox frozen: a control
-    plane that finds it so (its pauser died) finishes the pause."""
-    pausing_detail: str | None = None
-
-    @classmethod
-    def of(cls, row: Any) -> SandboxRow:
-        data = dict(row._mapping)
-        data["status"] = SandboxStatus(data["status"])
-        for name in ("status_reason", "pausing_reason"):
-            reason = data.get(name)
-            data[name] = SandboxReason(reason) if reason else None
-        return cls(**data)
+def _row(row: Any) -> SandboxRow:
+    data = dict(row._mapping)
+    data["status"] = SandboxStatus(data["status"])
+    for name in ("status_reason", "pausing_reason"):
+        reason = data.get(name)
+        data[name] = SandboxReason(reason) if reason else None
+    return SandboxRow(**data)
 
 
 async def insert(conn: AsyncConnection, moment: datetime, **values: Any) -> SandboxRow:
@@ -67,7 +28,7 @@ async def insert(conn: AsyncConnection, moment: datetime, **values: Any) -> Sand
               "last_activity_at": moment, **values}
     await conn.execute(sandboxes.insert().values(**values))
     row = (await conn.execute(select(sandboxes).where(sandboxes.c.id == values["id"]))).one()
-    return SandboxRow.of(row)
+    return _row(row)
 
 
 async def get(db: Database, sandbox_id: str, user_id: str | None = None) -> SandboxRow | None:
@@ -76,13 +37,13 @@ async def get(db: Database, sandbox_id: str, user_id: str | None = None) -> Sand
         query = query.where(sandboxes.c.user_id == user_id)
     async with db.connect() as conn:
         row = (await conn.execute(query)).first()
-    return None if row is None else SandboxRow.of(row)
+    return None if row is None else _row(row)
 
 
 async def by_key_hash(db: Database, key_hash: str) -> SandboxRow | None:
     async with db.connect() as conn:
         row = (await conn.execute(select(sandboxes).where(sandboxes.c.session_key_hash == key_hash))).first()
-    return None if row is None else SandboxRow.of(row)
+    return None if row is None else _row(row)
 
 
 async def search(db: Database, user_id: str, *, status: SandboxStatus | None, limit: int,
@@ -93,7 +54,7 @@ async def search(db: Database, user_id: str, *, status: SandboxStatus | None, li
         query = query.where(sandboxes.c.status == status.value)
     query = query.order_by(sandboxes.c.created_at.desc(), sandboxes.c.id.desc()).limit(limit).offset(offset)
     async with db.connect() as conn:
-        return [SandboxRow.of(r) for r in await conn.execute(query)]
+        return [_row(r) for r in await conn.execute(query)]
 
 
 async def live(db: Database) -> list[SandboxRow]:
@@ -101,7 +62,7 @@ async def live(db: Database) -> list[SandboxRow]:
     query = select(sandboxes).where(sandboxes.c.status.in_(
         [SandboxStatus.STARTING.value, SandboxStatus.RUNNING.value, SandboxStatus.PAUSED.value]))
     async with db.connect() as conn:
-        return [SandboxRow.of(r) for r in await conn.execute(query)]
+        return [_row(r) for r in await conn.execute(query)]
 
 
 async def set_fields(db: Database, sandbox_id: str, **values: Any) -> None:
@@ -193,7 +154,7 @@ async def conversation_counts(db: Database, sandbox_ids: list[str]) -> dict[str,
 async def get_in(conn: AsyncConnection, sandbox_id: str) -> SandboxRow | None:
     """Read inside the caller's transaction (placement)."""
     row = (await conn.execute(select(sandboxes).where(sandboxes.c.id == sandbox_id))).first()
-    return None if row is None else SandboxRow.of(row)
+    return None if row is None else _row(row)
 
 
 async def live_count(conn: AsyncConnection, user_id: str) -> int:

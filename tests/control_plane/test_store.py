@@ -15,10 +15,9 @@ from sqlalchemy import select, text
 
 from control_plane import grouping
 from control_plane.crypto import Cipher, hash_key
-from control_plane.models import GroupingStrategy, SandboxStatus
+from control_plane.models import EventFilters, GroupingStrategy, SandboxStatus
 from control_plane.settings import SettingsPatch, SettingsService
 from control_plane.store import Database, accounts, conversations, events, sandboxes
-from control_plane.store.events import EventFilters
 from control_plane.store.tables import api_keys, metadata, user_settings
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.e2e]  # a real PostgreSQL server
