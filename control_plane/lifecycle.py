@@ -12,7 +12,7 @@ not by every process. For each:
   (SPEC 8); the clock is a seam so tests need not wait.
 - Deletion time: a sandbox PAUSED for `deletion_seconds` is destroyed and its conversations,
   with their events, are permanently deleted (they cannot be resumed).
-- Drift: otherwise the sandbox is checked against its provider (`SandboxService.reconcile`:
+- Drift: otherwise the sandbox is checked against its provider (`sandboxes.drift`:
   vanished -> MISSING, failing its health check past the grace -> ERROR, a start whose launcher
   died taken over, a pause whose control plane died half-way finished).
 - Remains: an ERROR or MISSING sandbox whose clean-up failed (`cleanup_after`) is cleaned up
@@ -33,6 +33,7 @@ from datetime import datetime, timedelta
 
 from control_plane.leases import Leases
 from control_plane.models import SandboxReason, SandboxRow, SandboxStatus
+from control_plane.sandboxes.drift import Drift
 from control_plane.sandboxes.service import SandboxService
 from control_plane.start_tasks import StartTaskService
 from control_plane.store import Database
@@ -66,12 +67,14 @@ def duration(seconds: float) -> str:
 
 
 class Lifecycle:
-    def __init__(self, db: Database, sandboxes: SandboxService, tasks: StartTaskService,
-                 leases: Leases, *, idle_seconds: float | None, deletion_seconds: float | None,
-                 interval: float, max_session_seconds: float = MAX_SESSION_SECONDS,
+    def __init__(self, db: Database, sandboxes: SandboxService, drift: Drift,
+                 tasks: StartTaskService, leases: Leases, *, idle_seconds: float | None,
+                 deletion_seconds: float | None, interval: float,
+                 max_session_seconds: float = MAX_SESSION_SECONDS,
                  round_limit: int = ROUND_LIMIT) -> None:
         self.db = db
         self.sandboxes = sandboxes
+        self.drift = drift
         self.tasks = tasks
         self.leases = leases
         self.idle = None if idle_seconds is None else timedelta(seconds=idle_seconds)
@@ -107,6 +110,10 @@ class Lifecycle:
     def deletion_due(self, row: SandboxRow) -> bool:
         return (row.status is SandboxStatus.PAUSED and self.deletion is not None
                 and row.paused_at is not None and row.paused_at + self.deletion <= self.db.now())
+
+    async def adopt(self) -> None:
+        """After a (re)start, before the first round: one look at every live sandbox."""
+        await self.drift.adopt()
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._loop(), name="reconciler")
@@ -159,7 +166,7 @@ class Lifecycle:
             await self.sandboxes.expire(row, "deleted: paused beyond the deletion time",
                                         when=self.deletion_due)
         else:
-            await self.sandboxes.reconcile(row.id)
+            await self.drift.reconcile(row.id)
 
     async def close(self) -> None:
         if self._task is not None:

@@ -28,6 +28,44 @@ class SandboxStatus(str, Enum):
         return self in (SandboxStatus.ERROR, SandboxStatus.MISSING)
 
 
+_S = SandboxStatus
+#: The moves of a sandbox's status. ERROR and MISSING are read-only for good (SPEC 3.1): ERROR
+#: only goes on to MISSING (deleted), MISSING nowhere. Staying put is no move.
+TRANSITIONS: dict[SandboxStatus, frozenset[SandboxStatus]] = {
+    _S.STARTING: frozenset({_S.RUNNING, _S.ERROR, _S.MISSING}),
+    _S.RUNNING: frozenset({_S.PAUSED, _S.ERROR, _S.MISSING}),
+    _S.PAUSED: frozenset({_S.RUNNING, _S.ERROR, _S.MISSING}),
+    _S.ERROR: frozenset({_S.MISSING}),
+    _S.MISSING: frozenset(),
+}
+
+
+def entered_from(status: SandboxStatus) -> list[SandboxStatus]:
+    """The statuses `status` may be entered from: the store writes a move only on a row still
+    in one of them, so a move races nothing (a deletion, which waits for no guard, wins)."""
+    return [s for s in SandboxStatus if status in TRANSITIONS[s]]
+
+
+class InvalidTransition(Conflict):
+    """A move of a sandbox's status the table does not allow; says which moves it allows."""
+
+
+def transition(sandbox_id: str, current: SandboxStatus, wanted: SandboxStatus,
+               doing: str) -> bool:
+    """Whether `current` -> `wanted` is a move (False: it is there already). A move the table
+    does not allow raises, naming the allowed ones: Gone (410) for a MISSING sandbox,
+    InvalidTransition (409) otherwise. `doing` words the move for a person ("paused")."""
+    if wanted is current:
+        return False
+    allowed = TRANSITIONS[current]
+    if wanted in allowed:
+        return True
+    moves = ", ".join(s.value for s in SandboxStatus if s in allowed) or "none"
+    text = (f"sandbox {sandbox_id} is {current.value}: it cannot be {doing} now (from "
+            f"{current.value} it may go to: {moves})")
+    raise (Gone if current is SandboxStatus.MISSING else InvalidTransition)(text)
+
+
 def ensure_usable(sandbox_id: str, status: SandboxStatus, consequence: str) -> None:
     """The one rule for using a sandbox (starting a conversation in it, reaching its agent
     server): ERROR refuses (409), MISSING is gone (410); `consequence` says what that means

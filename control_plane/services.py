@@ -18,6 +18,8 @@ from control_plane.deltas import DeltaHub
 from control_plane.leases import Leases
 from control_plane.lifecycle import Lifecycle
 from control_plane.relay import Bell
+from control_plane.runs import Runs
+from control_plane.sandboxes.drift import Drift
 from control_plane.sandboxes.process import SPEC, ProcessProvider
 from control_plane.sandboxes.provider import SandboxProvider
 from control_plane.sandboxes.service import SandboxService
@@ -79,9 +81,8 @@ class Services:
         agents = AgentClient(timeout=config.agent_timeout)
         sandboxes = SandboxService(
             db, provider, cipher, leases, sandboxes_dir=config.state_dir / "sandboxes",
-            webhook_url=config.webhook_base, agents=agents, ring=bell.ring,
-            max_per_user=config.max_sandboxes_per_user, health_grace=config.health_grace,
-            pause_grace=config.pause_grace,
+            webhook_url=config.webhook_base, runs=Runs(db, agents, pause_grace=config.pause_grace),
+            ring=bell.ring, max_per_user=config.max_sandboxes_per_user,
             # A start (or a pause waiting for runs) may hold a sandbox this long.
             guard_timeout=config.sandbox_start_timeout + config.pause_grace + 30)
         settings = SettingsService(db, cipher)
@@ -90,7 +91,8 @@ class Services:
                                  repository_url_template=config.repository_url_template,
                                  spec_id=provider.specs()[0].id if provider.specs() else SPEC.id)
         records = AppConversationService(db, sandboxes, agents)
-        lifecycle = Lifecycle(db, sandboxes, tasks, leases, idle_seconds=config.idle_seconds,
+        drift = Drift(sandboxes, health_grace=config.health_grace)
+        lifecycle = Lifecycle(db, sandboxes, drift, tasks, leases, idle_seconds=config.idle_seconds,
                               deletion_seconds=config.deletion_seconds,
                               interval=config.reconcile_interval)
         deltas = DeltaHub(db, sandboxes)
@@ -106,7 +108,7 @@ class Services:
         self.config.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         await self.db.migrate()
         self.leases.start()
-        await self.sandboxes.adopt()
+        await self.lifecycle.adopt()
         await self.tasks.take_over()
         self.lifecycle.start()
 

@@ -8,7 +8,7 @@ from typing import Any
 from sqlalchemy import and_, case, func, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from control_plane.models import SandboxReason, SandboxRow, SandboxStatus
+from control_plane.models import SandboxReason, SandboxRow, SandboxStatus, entered_from
 from control_plane.store.db import Database
 from control_plane.store.tables import app_conversations, sandboxes
 
@@ -26,9 +26,7 @@ async def insert(conn: AsyncConnection, moment: datetime, **values: Any) -> Sand
     """A sandbox made at `moment` (STARTING unless `values` say otherwise)."""
     values = {"status": SandboxStatus.STARTING.value, "created_at": moment, "updated_at": moment,
               "last_activity_at": moment, **values}
-    await conn.execute(sandboxes.insert().values(**values))
-    row = (await conn.execute(select(sandboxes).where(sandboxes.c.id == values["id"]))).one()
-    return _row(row)
+    return _row((await conn.execute(sandboxes.insert().values(**values).returning(sandboxes))).one())
 
 
 async def get(db: Database, sandbox_id: str, user_id: str | None = None) -> SandboxRow | None:
@@ -66,8 +64,8 @@ async def live(db: Database) -> list[SandboxRow]:
 
 
 async def set_fields(db: Database, sandbox_id: str, **values: Any) -> None:
-    if isinstance(values.get("status"), SandboxStatus):
-        values["status"] = values["status"].value
+    """Anything but the status, which moves by `set_status` only."""
+    assert "status" not in values
     async with db.begin() as conn:
         await conn.execute(update(sandboxes).where(sandboxes.c.id == sandbox_id)
                            .values(updated_at=db.now(), **values))
@@ -75,14 +73,15 @@ async def set_fields(db: Database, sandbox_id: str, **values: Any) -> None:
 
 async def set_status(db: Database, sandbox_id: str, status: SandboxStatus,
                      detail: str | None = None, *, reason: SandboxReason | None = None,
-                     unless_terminal: bool = True) -> bool:
-    """Move to `status` for `reason`; a terminal status (ERROR, MISSING) is never left. True
-    when changed. A health check's failure (`unhealthy_since`) and a pause under way end with
-    any change; a terminal status leaves remains to clean up (`cleanup_after`)."""
-    query = update(sandboxes).where(sandboxes.c.id == sandbox_id)
-    if unless_terminal:
-        query = query.where(sandboxes.c.status.not_in(
-            [SandboxStatus.ERROR.value, SandboxStatus.MISSING.value]))
+                     touch: bool = False) -> SandboxRow | None:
+    """Move to `status` for `reason`, only from a status the transition table allows
+    (`models.TRANSITIONS`: ERROR and MISSING are never left, but for a deletion); the row as
+    moved, None when it was not. A health check's failure (`unhealthy_since`) and a pause under
+    way end with any change; a terminal status leaves remains to clean up (`cleanup_after`).
+    `touch`: the move is activity too (`touch`)."""
+    query = update(sandboxes).where(
+        sandboxes.c.id == sandbox_id,
+        sandboxes.c.status.in_([s.value for s in entered_from(status)]))
     moment = db.now()
     values: dict[str, Any] = {"status": status.value, "status_detail": detail, "updated_at": moment,
                               "unhealthy_since": None, "pausing_reason": None,
@@ -90,19 +89,18 @@ async def set_status(db: Database, sandbox_id: str, status: SandboxStatus,
     values["status_reason"] = None if reason is None else reason.value
     if status.terminal:
         values["cleanup_after"] = moment
-    # The timers start when the status is entered, not when it is stored again (adoption).
+    # The timers start when the status is entered (a move is never to the same status).
     if status is SandboxStatus.RUNNING:
-        values["running_since"] = case(
-            (and_(sandboxes.c.status == status.value, sandboxes.c.running_since.is_not(None)),
-             sandboxes.c.running_since), else_=moment)
+        values["running_since"] = moment
         values["paused_at"] = None
     elif status is SandboxStatus.PAUSED:
-        values["paused_at"] = case(
-            (and_(sandboxes.c.status == status.value, sandboxes.c.paused_at.is_not(None)),
-             sandboxes.c.paused_at), else_=moment)
+        values["paused_at"] = moment
+    if touch:
+        values["last_activity_at"] = case((sandboxes.c.last_activity_at < moment, moment),
+                                          else_=sandboxes.c.last_activity_at)
     async with db.begin() as conn:
-        done = await conn.execute(query.values(**values))
-    return bool(done.rowcount)
+        moved = (await conn.execute(query.values(**values).returning(sandboxes))).first()
+    return None if moved is None else _row(moved)
 
 
 async def retire_in(conn: AsyncConnection, sandbox_id: str, reason: SandboxReason,
@@ -113,8 +111,8 @@ async def retire_in(conn: AsyncConnection, sandbox_id: str, reason: SandboxReaso
     taken = select(app_conversations.c.id).where(app_conversations.c.sandbox_id == sandbox_id)
     done = await conn.execute(
         update(sandboxes)
-        .where(sandboxes.c.id == sandbox_id,
-               sandboxes.c.status != SandboxStatus.MISSING.value, ~taken.exists())
+        .where(sandboxes.c.id == sandbox_id, ~taken.exists(), sandboxes.c.status.in_(
+            [s.value for s in entered_from(SandboxStatus.MISSING)]))
         .values(status=SandboxStatus.MISSING.value, status_reason=reason.value,
                 status_detail=detail, updated_at=moment, unhealthy_since=None,
                 pausing_reason=None, pausing_detail=None, cleanup_after=moment))
