@@ -170,9 +170,9 @@ class AppConversationService:
             sandbox = await self.sandboxes.resume(sandbox)
         elif sandbox.status is not SandboxStatus.RUNNING:
             raise Conflict(f"sandbox {row.sandbox_id} is {sandbox.status.value}; resume it first")
-        url = self.sandboxes.url(sandbox)
-        assert url is not None
-        return Target(url, self.sandboxes.session_key(sandbox))
+        target = self.sandboxes.target(sandbox)
+        assert target is not None
+        return target
 
     async def send_message(self, row: ConversationRow, message: dict[str, Any]) -> None:
         target = await self._target(row, resume=True)  # SPEC 3.1: the next access resumes
@@ -231,14 +231,12 @@ class AppConversationService:
         if repause:
             assert sandbox is not None
             sandbox = await self.sandboxes.resume(sandbox, brief=True)
-        if sandbox is not None and sandbox.status is SandboxStatus.RUNNING:
-            url = self.sandboxes.url(sandbox)
-            if url is not None:
-                try:
-                    await self.agents.delete_conversation(
-                        Target(url, self.sandboxes.session_key(sandbox)), row.id)
-                except AgentError:
-                    pass  # the sandbox's copy is unreachable; ours goes regardless
+        target = self.sandboxes.target(sandbox) if sandbox is not None else None
+        if sandbox is not None and sandbox.status is SandboxStatus.RUNNING and target is not None:
+            try:
+                await self.agents.delete_conversation(target, row.id)
+            except AgentError:
+                pass  # the sandbox's copy is unreachable; ours goes regardless
         if repause:
             assert sandbox is not None and reason is not None
             sandbox = await self.sandboxes.pause(sandbox, reason, detail, brief=True)

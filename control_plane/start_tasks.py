@@ -32,14 +32,14 @@ from control_plane import grouping
 from control_plane.agent_client import AgentClient, AgentError, Target
 from control_plane.crypto import Cipher
 from control_plane.leases import TASK, Leases
-from control_plane.models import SandboxReason, StartTaskStatus, TaskRow, ensure_usable
+from control_plane.models import SandboxReason, SandboxRow, StartTaskStatus, TaskRow, ensure_usable
 from control_plane.sandboxes.service import SandboxService
 from control_plane.settings import SettingsService, UserSettings
 from control_plane.start_request import StartRequest
 from control_plane.store import Database, accounts, conversations, sandboxes, tasks
 from control_plane.store import leases as lease_rows
 from control_plane.store.tasks import LeaseLost
-from web.errors import Conflict, NotFound, ServiceError
+from web.errors import NotFound, ServiceError
 
 logger = logging.getLogger(__name__)
 
@@ -145,11 +145,12 @@ class StartTaskService:
             else:
                 placement = await self._place(task, request, user)
             await self._stage(task, StartTaskStatus.WAITING_FOR_SANDBOX)
+            # Read again, not taken from the placement: held by no guard since, the sandbox may
+            # have been paused (it is resumed) or deleted meanwhile.
             row = await self.sandboxes.wait_running(placement.sandbox_id)
             await self._stage(task, StartTaskStatus.STARTING_CONVERSATION)
-            url = self.sandboxes.url(row)
-            assert url is not None
-            target = Target(url, self.sandboxes.session_key(row))
+            target = self.sandboxes.target(row)
+            assert target is not None
             await self._configure_git(target, user)
             conversation = await conversations.get(self.db, placement.conversation_id)
             if conversation is None:
@@ -192,19 +193,17 @@ class StartTaskService:
             if placed is not None and placed.app_conversation_id and placed.sandbox_id:
                 return Placement(placed.sandbox_id, placed.app_conversation_id,
                                  placed.made_sandbox)
-            sandbox_id: str | None
+            # The sandbox is read under the user's lock (an explicit one again, though `submit`
+            # checked it): only what is read under the lock holds until the placement commits.
+            found: SandboxRow | None = None
             if request.sandbox_id is not None:
-                sandbox_id = await self._explicit(conn, task.user_id, request.sandbox_id)
+                found = await self._explicit(conn, task.user_id, request.sandbox_id)
             else:
                 available = await grouping.candidates(conn, task.user_id, self.spec_id, self.cap)
-                sandbox_id = grouping.choose(user.grouping_strategy, available)
-            new_sandbox = sandbox_id is None
-            if sandbox_id is None:
-                sandbox = await self.sandboxes.new_row(conn, task.user_id, self.spec_id)
-            else:
-                found = await sandboxes.get_in(conn, sandbox_id)
-                assert found is not None
-                sandbox = found
+                chosen = grouping.choose(user.grouping_strategy, available)
+                found = None if chosen is None else await sandboxes.get_in(conn, chosen)
+            new_sandbox = found is None
+            sandbox = found or await self.sandboxes.new_row(conn, task.user_id, self.spec_id)
             working_dir = Path(sandbox.root_dir) / "workspace" / conversation_id
             await conversations.insert(
                 conn, self.db.now(), id=conversation_id, user_id=task.user_id, sandbox_id=sandbox.id,
@@ -222,15 +221,14 @@ class StartTaskService:
             self.sandboxes.launch(sandbox, fresh=True)
         return Placement(sandbox.id, conversation_id, new_sandbox)
 
-    async def _explicit(self, conn: Any, user_id: str, sandbox_id: str) -> str:
-        """An explicit sandbox_id overrides grouping: it must be the user's and not ERROR/MISSING."""
+    async def _explicit(self, conn: AsyncConnection, user_id: str,
+                        sandbox_id: str) -> SandboxRow:
+        """An explicit sandbox_id overrides grouping: it must be the user's and usable."""
         row = await sandboxes.get_in(conn, sandbox_id)
         if row is None or row.user_id != user_id:
             raise NotFound(f"sandbox {sandbox_id} not found")
-        if row.status.terminal:
-            raise Conflict(f"sandbox {sandbox_id} is {row.status.value}: conversations cannot "
-                           "be started in it")
-        return row.id
+        ensure_usable(row.id, row.status, "conversations cannot be started in it")
+        return row
 
     async def _configure_git(self, target: Target, user: UserSettings) -> None:
         """Commit authorship is separate from any push credential (SPEC 5 rule 5)."""
