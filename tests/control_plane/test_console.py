@@ -20,6 +20,8 @@ from core import processes
 from tests.control_plane.support import (
     ControlPlane,
     ShiftedClock,
+    agent_sockets,
+    bare_repository,
     configure_llm,
     conversation,
     make_config,
@@ -27,8 +29,6 @@ from tests.control_plane.support import (
     start,
     wait_for,
 )
-from tests.control_plane.test_console_api import agent_sockets
-from tests.control_plane.test_flow import bare_repository
 from tests.support.llm import Reply, ScriptedLLM, call, text
 
 pytestmark = pytest.mark.e2e

@@ -14,7 +14,14 @@ import httpx
 import pytest
 
 from control_plane.console import STATIC
-from tests.control_plane.support import ControlPlane, configure_llm, conversation, start, wait_for
+from tests.control_plane.support import (
+    ControlPlane,
+    agent_sockets,
+    configure_llm,
+    conversation,
+    start,
+    wait_for,
+)
 from tests.support.llm import Reply, ScriptedLLM, call, text
 
 pytestmark = pytest.mark.e2e
@@ -52,15 +59,6 @@ def collect(client: httpx.Client, cid: str, until: int, **headers: str) -> list[
             if len(out) >= until:
                 break
     return out
-
-
-def agent_sockets(client: httpx.Client, sid: str) -> int:
-    """Sockets open on the sandbox's agent server (its /server_info, with its key)."""
-    record = client.get("/api/v1/sandboxes", params={"id": sid}).json()[0]
-    info = httpx.get(record["exposed_urls"][0]["url"] + "/server_info",
-                     headers={"X-Session-API-Key": record["session_api_key"]}, timeout=10)
-    count: int = info.json()["websockets"]
-    return count
 
 
 Frame = tuple[str | None, str | None, dict[str, Any] | None]

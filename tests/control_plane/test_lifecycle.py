@@ -15,6 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
+from control_plane.lifecycle import duration
 from core import processes
 from core.retry import Clock
 from tests.control_plane.support import (
@@ -26,8 +27,6 @@ from tests.control_plane.support import (
     wait_for,
 )
 from tests.support.llm import ScriptedLLM, call
-
-pytestmark = pytest.mark.e2e
 
 #: The reconciler's round in these tests; `rounds()` waits for several of them.
 ROUND = 0.05
@@ -95,6 +94,7 @@ def watched(tmp_path: Path, clock: FrozenClock) -> Iterator[ControlPlane]:
     yield from plane(tmp_path, clock, idle_seconds=None, health_grace=30)
 
 
+@pytest.mark.e2e
 def test_idle_pause_reads_reset_it_and_deletion(timed: ControlPlane, clock: FrozenClock,
                                                 llm: ScriptedLLM, key: str) -> None:
     client = timed.client(timed.new_user("alice"))
@@ -148,6 +148,7 @@ def test_idle_pause_reads_reset_it_and_deletion(timed: ControlPlane, clock: Froz
     assert client.post(f"/api/v1/sandboxes/{sid}/resume").status_code == 410
 
 
+@pytest.mark.e2e
 def test_a_message_resumes_an_idle_sandbox_and_is_activity(timed: ControlPlane, clock: FrozenClock,
                                                            llm: ScriptedLLM, key: str) -> None:
     client = timed.client(timed.new_user("amy"))
@@ -167,6 +168,7 @@ def test_a_message_resumes_an_idle_sandbox_and_is_activity(timed: ControlPlane, 
     assert notices(client, cid) == [("PAUSED", "IDLE"), ("RUNNING", "USER")]
 
 
+@pytest.mark.e2e
 def test_the_12_hour_cap_pauses_a_run_in_flight_cleanly(capped: ControlPlane, clock: FrozenClock,
                                                         llm: ScriptedLLM, key: str) -> None:
     client = capped.client(capped.new_user("bob"))
@@ -216,6 +218,7 @@ def test_the_12_hour_cap_pauses_a_run_in_flight_cleanly(capped: ControlPlane, cl
     assert sandbox(client, sid)["status"] == "RUNNING"
 
 
+@pytest.mark.e2e
 def test_failing_health_checks_past_the_grace_make_it_error_and_read_only(
         watched: ControlPlane, clock: FrozenClock, llm: ScriptedLLM, key: str) -> None:
     client = watched.client(watched.new_user("carl"))
@@ -256,6 +259,7 @@ def test_failing_health_checks_past_the_grace_make_it_error_and_read_only(
     assert notices(client, cid) == [("ERROR", "UNHEALTHY")]
 
 
+@pytest.mark.e2e
 def test_idle_and_deletion_times_cannot_be_set_per_conversation(control_plane: ControlPlane) -> None:
     client = control_plane.client(control_plane.new_user("dora"))
     for field in ("idle_seconds", "deletion_seconds"):
@@ -269,3 +273,8 @@ def test_idle_and_deletion_times_cannot_be_set_per_conversation(control_plane: C
     for field in ("idle_seconds", "deletion_seconds"):
         assert body["schema"]["properties"][field]["type"] == "null"
     assert client.post("/api/v1/app-conversations", json={"idle_seconds": None}).status_code == 201
+
+
+def test_durations_read_as_a_person_says_them() -> None:
+    assert [duration(s) for s in (45, 60, 1800, 3600, 5400, 86400, 7 * 86400, 90.5)] == \
+        ["45 s", "1 min", "30 min", "1 h", "1 h 30 min", "1 day", "7 days", "90.5 s"]

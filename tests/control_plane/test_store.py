@@ -15,7 +15,7 @@ from sqlalchemy import select, text
 
 from control_plane import grouping
 from control_plane.crypto import Cipher, hash_key
-from control_plane.models import EventFilters, GroupingStrategy, SandboxStatus
+from control_plane.models import EventFilters, GroupingStrategy, SandboxReason, SandboxStatus
 from control_plane.settings import SettingsPatch, SettingsService
 from control_plane.store import Database, accounts, conversations, events, sandboxes
 from control_plane.store.tables import api_keys, metadata, user_settings
@@ -169,3 +169,31 @@ async def test_a_reconciler_round_claims_a_bounded_share_oldest_first(db: Databa
     later = moment + timedelta(seconds=10)
     third = await sandboxes.claim_round(db, "plane-a", later, 10, cleanup_due=later, limit=3)
     assert sorted(third) == sorted([ids[4], *ids[:2]])  # (s2 and s3 wait longer than they)
+
+
+async def test_a_status_is_written_only_along_the_transition_table(db: Database) -> None:
+    """The store's own guard, for what waits for no sandbox guard (a deletion racing a start):
+    a move from a status the table does not allow is not written, and a move comes back as
+    stored."""
+    user = await accounts.get_or_create_user(db, "fay")
+    broken = await _sandbox(db, user.id, "broken", SandboxStatus.ERROR, age=1, idle=1)
+    assert await sandboxes.set_status(db, broken, SandboxStatus.RUNNING) is None
+    assert await sandboxes.set_status(db, broken, SandboxStatus.ERROR, "again") is None
+    moved = await sandboxes.set_status(db, broken, SandboxStatus.MISSING, "deleted",
+                                       reason=SandboxReason.USER)
+    assert moved is not None and (moved.status, moved.status_detail) == (SandboxStatus.MISSING,
+                                                                          "deleted")
+    assert moved.status_reason is SandboxReason.USER and moved.cleanup_after is not None
+    assert await sandboxes.set_status(db, broken, SandboxStatus.MISSING) is None
+    assert await sandboxes.set_status(db, broken, SandboxStatus.STARTING) is None
+
+    paused = await _sandbox(db, user.id, "paused", SandboxStatus.PAUSED, age=60, idle=30)
+    before = await sandboxes.get(db, paused)
+    assert before is not None
+    resumed = await sandboxes.set_status(db, paused, SandboxStatus.RUNNING, touch=True)
+    assert resumed is not None and resumed.status is SandboxStatus.RUNNING
+    assert resumed.running_since is not None and resumed.paused_at is None
+    assert resumed.last_activity_at > before.last_activity_at  # a resume is activity
+    assert resumed == await sandboxes.get(db, paused)  # the row as stored, not a guess
+    assert await sandboxes.set_status(db, paused, SandboxStatus.STARTING) is None  # never back
+    assert await sandboxes.set_status(db, paused, SandboxStatus.RUNNING) is None  # there already
