@@ -104,7 +104,7 @@ async def in_sandbox(db: Database, sandbox_id: str) -> list[str]:
 
 
 async def to_resume(db: Database, sandbox_id: str) -> list[str]:
-    """Conversations whose run was paused with the sandbox (see `SandboxService.pause`)."""
+    """Conversations whose run was paused with the sandbox (see `control_plane.runs`)."""
     async with db.connect() as conn:
         return list(await conn.scalars(select(C.c.id).where(C.c.sandbox_id == sandbox_id,
                                                             C.c.resume_run.is_(True))))
