@@ -206,8 +206,8 @@ class StartTaskService:
             sandbox = found or await self.sandboxes.new_row(conn, task.user_id, self.spec_id)
             working_dir = Path(sandbox.root_dir) / "workspace" / conversation_id
             await conversations.insert(
-                conn, self.db.now(), id=conversation_id, user_id=task.user_id, sandbox_id=sandbox.id,
-                start_task_id=task.id, title=request.title,
+                conn, self.db.now(), id=conversation_id, user_id=task.user_id,
+                sandbox_id=sandbox.id, start_task_id=task.id, title=request.title,
                 selected_repository=request.selected_repository,
                 selected_branch=request.selected_branch, working_dir=str(working_dir),
                 observability={"span_name": request.observability_span_name,

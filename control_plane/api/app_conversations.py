@@ -70,8 +70,9 @@ class Search(BaseModel):
         return value
 
     def filters(self) -> ConversationFilters:
-        return ConversationFilters(self.title__contains, self.created_at__gte, self.created_at__lt,
-                       self.updated_at__gte, self.updated_at__lt, self.sandbox_id)
+        return ConversationFilters(self.title__contains, self.created_at__gte,
+                                   self.created_at__lt, self.updated_at__gte,
+                                   self.updated_at__lt, self.sandbox_id)
 
 
 class CountQuery(Search):

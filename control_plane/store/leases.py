@@ -2,8 +2,8 @@
 when. A holder renews its leases while it works; once one has expired, any process may take it.
 
 Lease times are wall-clock time of the holder's host, not the clock of stored records
-(`Database.clock`, which tests move by hours): control planes sharing a database keep their clocks in step (NTP),
-well within a lease's length.
+(`Database.clock`, which tests move by hours): control planes sharing a database keep their
+clocks in step (NTP), well within a lease's length.
 """
 
 from __future__ import annotations

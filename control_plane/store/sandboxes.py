@@ -26,7 +26,8 @@ async def insert(conn: AsyncConnection, moment: datetime, **values: Any) -> Sand
     """A sandbox made at `moment` (STARTING unless `values` say otherwise)."""
     values = {"status": SandboxStatus.STARTING.value, "created_at": moment, "updated_at": moment,
               "last_activity_at": moment, **values}
-    return _row((await conn.execute(sandboxes.insert().values(**values).returning(sandboxes))).one())
+    made = await conn.execute(sandboxes.insert().values(**values).returning(sandboxes))
+    return _row(made.one())
 
 
 async def get(db: Database, sandbox_id: str, user_id: str | None = None) -> SandboxRow | None:

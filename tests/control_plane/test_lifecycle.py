@@ -14,10 +14,13 @@ from typing import Any
 
 import httpx
 import pytest
+from sqlalchemy import select
 
 from control_plane.lifecycle import duration
+from control_plane.store.tables import sandboxes
 from core import processes
 from core.retry import Clock
+from tests.control_plane.planes import query
 from tests.control_plane.support import (
     ControlPlane,
     configure_llm,
@@ -227,18 +230,26 @@ def test_failing_health_checks_past_the_grace_make_it_error_and_read_only(
     cid, sid = task["app_conversation_id"], task["sandbox_id"]
     pid = sandbox_pid(watched, sid)
 
+    def seen_hung_since() -> datetime | None:
+        """When the reconciler first found it not answering (None: answering)."""
+        [(since,)] = query(watched.config.db_url, select(sandboxes.c.unhealthy_since)
+                           .where(sandboxes.c.id == sid))
+        return since  # type: ignore[no-any-return]
+
     # Hung (stopped by someone else): it does not answer. Better again before the grace ends.
+    # Each step waits until a round has seen it (a round may be waiting for an /alive answer
+    # that never comes, for its whole timeout), so the grace counts from where the test says.
     processes.signal_group(pid, signal.SIGSTOP)
-    rounds()
+    wait_for(lambda: seen_hung_since() == clock.at(0), 10, what="the hang to be seen")
     clock.offset = 29.999
     rounds()
     assert sandbox(client, sid)["status"] == "RUNNING"
     processes.signal_group(pid, signal.SIGCONT)
-    rounds()
+    wait_for(lambda: seen_hung_since() is None, 10, what="the recovery to be seen")
     # Hung again: the grace starts again from here.
     clock.offset = 40
     processes.signal_group(pid, signal.SIGSTOP)
-    rounds()
+    wait_for(lambda: seen_hung_since() == clock.at(40), 10, what="the new hang to be seen")
     clock.offset = 69.999
     rounds()
     assert sandbox(client, sid)["status"] == "RUNNING"

@@ -19,7 +19,8 @@ S = SandboxStatus
 
 
 def test_execution_status_is_read_in_either_case() -> None:
-    assert ExecutionStatus.parse("waiting_for_confirmation") is ExecutionStatus.WAITING_FOR_CONFIRMATION
+    waiting = ExecutionStatus.WAITING_FOR_CONFIRMATION
+    assert ExecutionStatus.parse("waiting_for_confirmation") is waiting
     assert ExecutionStatus.parse("nonsense") is None
 
 

@@ -154,7 +154,8 @@ def test_a_process_is_named_by_pid_and_start_time_and_found_by_an_environment_en
 
     entry = f"CORE_TEST_ENTRY=here-{os.getpid()}".encode()
     child = subprocess.Popen([SH, "-c", "exec sleep 30"], start_new_session=True,
-                             env={"CORE_TEST_ENTRY": f"here-{os.getpid()}", "PATH": "/usr/bin:/bin"})
+                             env={"CORE_TEST_ENTRY": f"here-{os.getpid()}",
+                                  "PATH": "/usr/bin:/bin"})
     try:
         started = start_time(child.pid)
         assert started is not None and is_running(child.pid, started)
