@@ -35,6 +35,10 @@ def load_config(argv: list[str] | None = None) -> Config:
 
 
 def main(argv: list[str] | None = None) -> None:
+    args = sys.argv[1:] if argv is None else argv
+    if args[:1] == ["acp"]:  # `agent-server acp`: the editor bridge (bridge/)
+        from bridge.cli import main as acp_main
+        return acp_main(args[1:])
     try:
         config = load_config(argv)
         config.check()

@@ -33,10 +33,6 @@ class KeyRing:
             ok |= hmac.compare_digest(key, given)
         return ok
 
-    @property
-    def first(self) -> str:
-        return self._keys[0].decode()
-
 
 def _header(scope: Scope, name: bytes) -> bytes | None:
     for key, value in scope.get("headers", ()):

@@ -4,9 +4,10 @@ It is the only writer of events. An append returns once the event is on disk (fs
 by the events that arrive while a sync is in flight: group commit), and only then is the event
 indexed and handed to listeners, so nobody ever sees an event a crash could take back.
 
-The index is built on open in one sequential read and holds, per event, its offset, id, kind,
-source, time and parent: never the event itself. A search walks the index and reads from disk
-only the lines it returns, so its cost follows the page size, not the length of the conversation.
+The index (agent_server.log_index) is built on open in one sequential read and holds, per
+event, its offset, id, kind, source, time and parent: never the event itself. A search walks
+the index and reads from disk only the lines it returns, so its cost follows the page size, not
+the length of the conversation.
 
 The log is also the conversation tree of SPEC 6.1: an event's `parent_id` is the HEAD when it
 is appended (null for the first event), and HEAD then moves to it, except for state updates
@@ -24,39 +25,25 @@ import os
 import re
 import secrets
 import time
-from array import array
-from bisect import bisect_left, bisect_right
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from ulid import ULID
 
+from agent_server.log_index import STATE_UPDATE, LogIndex, Query
 from core.ids import EVENT_ID_PATTERN
-from events import KIND_NAMES, Event, format_timestamp, parse_event
+from events import Event, format_timestamp, parse_event
 
 logger = logging.getLogger(__name__)
 
-SOURCES: tuple[str, ...] = ("agent", "user", "environment", "hook")
-_KIND_CODE = {name: i for i, name in enumerate(KIND_NAMES)}
-_SOURCE_CODE = {name: i for i, name in enumerate(SOURCES)}
-
-# Every stored line starts with the common fields in this order (see events.kinds).
-_PREFIX = re.compile(
-    rb'\{"id":"(' + EVENT_ID_PATTERN.encode() + rb')","timestamp":"([^"]+)","source":"([a-z]+)",'
-    rb'"parent_id":(?:null|"((?:[^"\\]|\\.)*)"),"kind":"([A-Za-z]+)"'
-)
-#: The kind that hangs off HEAD without moving it.
-_STATE_UPDATE = _KIND_CODE["ConversationStateUpdateEvent"]
-#: Parent position of a root (or of an event whose parent is not in this log).
-_NO_PARENT = -1
-
 _COMMON = ("id", "timestamp", "source", "parent_id", "kind")
 
-#: The log's file name inside a conversation's directory.
+#: The name of a conversation's log file in its directory.
 LOG_FILE_NAME = "events.jsonl"
+#: The start of a stored line, up to its id (the id always comes first: see events.kinds).
+_ID_FIRST = re.compile(rb'\{"id":"(' + EVENT_ID_PATTERN.encode() + rb')"')
 
 #: Called with the events of one durable write, in order, with their stored JSON lines.
 Listener = Callable[[Sequence[tuple[Event, bytes]]], None]
@@ -64,19 +51,6 @@ Listener = Callable[[Sequence[tuple[Event, bytes]]], None]
 
 class LogError(Exception):
     """The log cannot be used (unreadable file, failed write)."""
-
-
-@dataclass(frozen=True)
-class Query:
-    """Filters of an event search (SPEC 4.4 plus the usual OpenHands ones)."""
-
-    kind: str | None = None
-    source: str | None = None
-    timestamp_gte: datetime | None = None
-    timestamp_lt: datetime | None = None
-    descending: bool = False
-    branch: str | None = None
-    """Only the events on the path from the root to this event (included)."""
 
 
 class _Ids:
@@ -102,15 +76,8 @@ class EventLog:
                  on_write: Callable[[int, float], None] | None = None) -> None:
         self.path = path
         self._fd = fd
-        self._offsets = array("Q")  # where line i starts
-        self._ends = array("Q")  # where it ends (a skipped unreadable line may follow it)
+        self._index = LogIndex()
         self._end = 0  # end of the file's last complete line
-        self._ids: list[str] = []
-        self._kinds = bytearray()
-        self._sources = bytearray()
-        self._times = array("d")  # seconds since the epoch, non-decreasing
-        self._by_kind: dict[int, array[int]] = {}
-        self._parents = array("q")  # position of each event's parent, or _NO_PARENT
         #: HEAD: the event the next one hangs off (None: the empty tree). It moves as events
         #: are appended, before they are on disk; a failed write moves it back.
         self._head_id: str | None = None
@@ -119,7 +86,6 @@ class EventLog:
         self._listeners: list[Listener] = list(sinks)
         self._closed = False
         self._ids_gen = _Ids(None)
-        self._last_time = 0.0
         #: Masks secrets in an event's JSON data before it is written (None: nothing to mask).
         self._redactor = redactor
         #: Told of each durable write: how many events, and how long write and sync took.
@@ -153,7 +119,7 @@ class EventLog:
                 if not line.endswith(b"\n"):
                     logger.warning("%s: cutting a torn last line of %d bytes", self.path, len(line))
                     break
-                if not self._index_line(line, offset, offset + len(line)):
+                if not self._index.add_line(line, offset):
                     logger.warning("%s: skipping an unreadable line at byte %d", self.path, offset)
                 offset += len(line)
         size = os.fstat(self._fd).st_size
@@ -161,40 +127,8 @@ class EventLog:
             os.ftruncate(self._fd, offset)
             os.fsync(self._fd)
         self._end = offset
-        self._ids_gen = _Ids(self._ids[-1] if self._ids else None)
-        self._head_id = self._last_on_tree()
-
-    def _index_line(self, line: bytes, offset: int, end: int) -> bool:
-        m = _PREFIX.match(line)
-        if m is None:
-            return False
-        event_id, stamp, source, parent, kind = (
-            None if g is None else g.decode() for g in m.groups())
-        assert event_id is not None and stamp is not None and source is not None and kind
-        kind_code, source_code = _KIND_CODE.get(kind), _SOURCE_CODE.get(source)
-        if kind_code is None or source_code is None:
-            return False
-        try:
-            moment = datetime.fromisoformat(stamp).timestamp()
-        except ValueError:
-            return False
-        parent_position = None if parent is None else self.position(parent)
-        self._add(offset, end, event_id, kind_code, source_code, moment,
-                  _NO_PARENT if parent_position is None else parent_position)
-        return True
-
-    def _add(self, offset: int, end: int, event_id: str, kind: int, source: int,
-             moment: float, parent: int) -> None:
-        position = len(self._ids)
-        self._parents.append(parent)
-        self._offsets.append(offset)
-        self._ends.append(end)
-        self._ids.append(event_id)
-        self._kinds.append(kind)
-        self._sources.append(source)
-        self._times.append(moment)
-        self._by_kind.setdefault(kind, array("I")).append(position)
-        self._last_time = max(self._last_time, moment)
+        self._ids_gen = _Ids(self._index.last_id)
+        self._head_id = self._index.last_on_tree()
 
     # -- appending -----------------------------------------------------------------------
 
@@ -216,10 +150,10 @@ class EventLog:
         for event in events:
             event.id = self._ids_gen.next()
             event.parent_id = self._head_id
-            if event.kind != "ConversationStateUpdateEvent":
+            if event.kind != STATE_UPDATE:
                 self._head_id = event.id
-            now = max(time.time(), self._last_time)
-            self._last_time = now
+            now = max(time.time(), self._index.last_time)
+            self._index.last_time = now
             event.timestamp = format_timestamp(datetime.fromtimestamp(now, UTC))
             line, kept = self._serialize(event)
             lines.append(line)
@@ -276,11 +210,9 @@ class EventLog:
                 for event, line in zip(events, lines):
                     assert event.id is not None and event.timestamp is not None
                     when = datetime.fromisoformat(event.timestamp).timestamp()
-                    kind = _KIND_CODE[event.kind]
-                    parent = None if event.parent_id is None else self.position(event.parent_id)
                     start, self._end = self._end, self._end + len(line)
-                    self._add(start, self._end, event.id, kind, _SOURCE_CODE[event.source], when,
-                              _NO_PARENT if parent is None else parent)
+                    self._index.add(start, self._end, event.id, event.kind, event.source, when,
+                                    event.parent_id)
                     written.append((event, line))
             for _, _, done, _ in batch:
                 if not done.done():
@@ -329,20 +261,22 @@ class EventLog:
     # -- reading -------------------------------------------------------------------------
 
     def __len__(self) -> int:
-        return len(self._ids)
+        return len(self._index)
 
     @property
     def last_id(self) -> str | None:
-        return self._ids[-1] if self._ids else None
+        return self._index.last_id
 
     def position(self, event_id: str) -> int | None:
-        """Index of an event by id (ids are increasing, so this is a binary search)."""
-        i = bisect_left(self._ids, event_id)
-        return i if i < len(self._ids) and self._ids[i] == event_id else None
+        """Index of an event by id."""
+        return self._index.position(event_id)
 
     def position_after(self, event_id: str) -> int:
         """Index of the first event whose id is greater than `event_id`."""
-        return bisect_right(self._ids, event_id)
+        return self._index.position_after(event_id)
+
+    def id_at(self, position: int) -> str:
+        return self._index.id_at(position)
 
     def get(self, event_id: str) -> bytes | None:
         i = self.position(event_id)
@@ -351,7 +285,7 @@ class EventLog:
     def read(self, positions: Sequence[int]) -> list[bytes]:
         """The stored lines (without newline) at these positions; adjacent ones in one read."""
         out: list[bytes] = []
-        offsets, ends = self._offsets, self._ends
+        offsets, ends = self._index.offsets, self._index.ends
         i = 0
         while i < len(positions):
             j = i
@@ -364,73 +298,22 @@ class EventLog:
             i = j + 1
         return out
 
-    def _candidates(self, query: Query) -> Sequence[int]:
-        """Positions matching kind and time, as a sorted sequence (no copy of the index)."""
-        lo, hi = 0, len(self._ids)
-        if query.timestamp_gte is not None:
-            lo = bisect_left(self._times, query.timestamp_gte.timestamp())
-        if query.timestamp_lt is not None:
-            hi = bisect_left(self._times, query.timestamp_lt.timestamp())
-        if query.branch is not None:
-            code = None if query.kind is None else _KIND_CODE[query.kind]
-            return [p for p in self.branch(query.branch)
-                    if lo <= p < hi and (code is None or self._kinds[p] == code)]
-        if query.kind is None:
-            return range(lo, max(lo, hi))
-        positions = self._by_kind.get(_KIND_CODE[query.kind], array("I"))
-        return _Slice(positions, bisect_left(positions, lo), bisect_left(positions, hi))
-
-    def _matches(self, query: Query, page_id: str | None = None) -> Iterable[int]:
-        """Matching positions in the query's order, starting at `page_id` when given."""
-        found = self._candidates(query)
-        if query.descending:
-            stop = len(found)
-            if page_id is not None:  # events whose id is at most page_id
-                stop = bisect_left(found, bisect_right(self._ids, page_id))
-            order: Iterable[int] = (found[i] for i in range(stop - 1, -1, -1))
-        else:
-            start = 0
-            if page_id is not None:  # events whose id is at least page_id
-                start = bisect_left(found, bisect_left(self._ids, page_id))
-            order = (found[i] for i in range(start, len(found)))
-        if query.source is None:
-            return order
-        code = _SOURCE_CODE[query.source]
-        return (p for p in order if self._sources[p] == code)
-
     def search(
         self, query: Query, limit: int, page_id: str | None = None
     ) -> tuple[list[bytes], str | None]:
         """One page of stored lines and the id that starts the next page (or None)."""
-        picked: list[int] = []
-        for p in self._matches(query, page_id):
-            picked.append(p)
-            if len(picked) > limit:
-                break
-        next_id = self._ids[picked.pop()] if len(picked) > limit else None
+        picked, next_id = self._index.page(query, limit, page_id)
         lines = self.read(sorted(picked))
         if query.descending:
             lines.reverse()
         return lines, next_id
 
     def count(self, query: Query) -> int:
-        if query.source is None:
-            return len(self._candidates(query))
-        return sum(1 for _ in self._matches(query))
+        return self._index.count(query)
 
     def lines_after(self, position: int, max_events: int, max_bytes: int) -> list[bytes]:
         """Stored lines from `position` on, at most `max_events` and about `max_bytes`."""
-        end = min(len(self._ids), position + max_events)
-        if position >= end:
-            return []
-        total, stop = 0, position
-        while stop < end and (stop == position or total < max_bytes):
-            total += self._ends[stop] - self._offsets[stop]
-            stop += 1
-        return self.read(range(position, stop))
-
-    def id_at(self, position: int) -> str:
-        return self._ids[position]
+        return self.read(range(position, self._index.stop_after(position, max_events, max_bytes)))
 
     # -- the conversation tree -----------------------------------------------------------
 
@@ -448,73 +331,21 @@ class EventLog:
     def restore_head(self, event_id: str | None, set_at: int) -> None:
         """HEAD as a navigate left it when the log held `set_at` events, unless an event that
         moves HEAD was appended since (then HEAD is that one's, as on open)."""
-        if set_at > len(self._ids) or any(
-                self._kinds[p] != _STATE_UPDATE for p in range(set_at, len(self._ids))):
+        if not self._index.only_state_updates_since(set_at):
             return
         if event_id is None or self.position(event_id) is not None:
             self._head_id = event_id
 
-    def _last_on_tree(self) -> str | None:
-        for p in range(len(self._ids) - 1, -1, -1):
-            if self._kinds[p] != _STATE_UPDATE:
-                return self._ids[p]
-        return None
-
     def branch(self, leaf: str | None) -> list[int]:
-        """Positions of the path from the root to `leaf` (included), in order; [] for None or
-        an id not (yet) indexed."""
-        at = None if leaf is None else self.position(leaf)
-        path: list[int] = []
-        while at is not None and at != _NO_PARENT:
-            path.append(at)
-            at = self._parents[at]
-        path.reverse()
-        return path
+        """Positions of the path from the root to `leaf` (included), in order."""
+        return self._index.branch(leaf)
 
     def last_on_branch(self, leaf: str | None, kind: str, source: str | None = None) -> str | None:
         """The id of the latest event of `kind` (and `source`) on the branch ending at `leaf`."""
-        code, src = _KIND_CODE[kind], None if source is None else _SOURCE_CODE[source]
-        at = None if leaf is None else self.position(leaf)
-        while at is not None and at != _NO_PARENT:
-            if self._kinds[at] == code and (src is None or self._sources[at] == src):
-                return self._ids[at]
-            at = self._parents[at]
-        return None
-
-
-class _Slice(Sequence[int]):
-    """A view of part of an array without copying it."""
-
-    def __init__(self, data: array[int], start: int, stop: int) -> None:
-        self._data, self._start, self._stop = data, start, max(start, stop)
-
-    def __len__(self) -> int:
-        return self._stop - self._start
-
-    def __getitem__(self, i: Any) -> Any:
-        if isinstance(i, slice):
-            return [self[j] for j in range(*i.indices(len(self)))]
-        if i < 0:
-            i += len(self)
-        if not 0 <= i < len(self):
-            raise IndexError(i)
-        return self._data[self._start + i]
-
-    def __iter__(self) -> Iterator[int]:
-        for i in range(self._start, self._stop):
-            yield self._data[i]
-
-    def __reversed__(self) -> Iterator[int]:
-        for i in range(self._stop - 1, self._start - 1, -1):
-            yield self._data[i]
+        return self._index.last_on_branch(leaf, kind, source)
 
 
 # -- the log file seen from outside ----------------------------------------------------------
-
-#: The name of a conversation's log file in its directory.
-LOG_FILE_NAME = "events.jsonl"
-#: The start of a stored line, up to its id (the id always comes first: see _PREFIX).
-_ID_FIRST = re.compile(rb'\{"id":"(' + EVENT_ID_PATTERN.encode() + rb')"')
 
 
 def last_logged_id(path: Path, chunk: int = 65536) -> str | None:
@@ -545,3 +376,6 @@ def last_logged_id(path: Path, chunk: int = 65536) -> str | None:
             match = _ID_FIRST.match(buf, start + 1)
             return match.group(1).decode() if match else ""
     return None
+
+
+__all__ = ["LOG_FILE_NAME", "EventLog", "Listener", "LogError", "Query", "last_logged_id"]

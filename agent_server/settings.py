@@ -12,6 +12,7 @@ from typing import Annotated, Any
 
 from pydantic import Field, StringConstraints, ValidationError, field_validator
 
+from agent_server.agent.mcp_config import mask_mcp_config
 from agent_server.agent.spec import (
     CondenserConfig,
     CondenserSpec,
@@ -21,7 +22,6 @@ from agent_server.agent.spec import (
     SecretText,
     ToolSpec,
     condenser_tag,
-    mask_mcp_config,
 )
 from agent_server.errors import untagged
 from core.files import read_json, write_json

@@ -13,18 +13,23 @@ ends whatever they started.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import mimetypes
 import os
-import secrets
-import stat
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from core.files import (
+    WORKSPACE_FILE_MODE,
+    FileTooLarge,
+    NotRegularFile,
+    Replacement,
+    open_directory,
+    open_regular,
+)
 from core.masking import Masker
-from core.paths import OutsideRoot, confine
+from core.paths import OutsideRoot, confine, confine_fd
 from core.processes import CHUNK, MAX_OUTPUT_BYTES, Output
 from web.errors import ServiceError
 
@@ -152,12 +157,11 @@ def resolve(root: Path, raw: str) -> Path:
 
 
 def _check_fd(root: Path, fd: int, raw: str) -> None:
-    """What an opened descriptor really is must be inside root: a directory on the path swapped
-    for a link between resolve() and open() is caught here (O_NOFOLLOW covers the last part)."""
-    base = os.path.realpath(root)
-    where = os.path.realpath(f"/proc/self/fd/{fd}")
-    if where != base and not where.startswith(base.rstrip("/") + "/"):
-        raise OutsideWorkspace(f"{raw!r} is outside the working directory {root}")
+    """What an opened descriptor really is must be inside root (core.paths.confine_fd)."""
+    try:
+        confine_fd(root, fd)
+    except OutsideRoot:
+        raise OutsideWorkspace(f"{raw!r} is outside the working directory {root}") from None
 
 
 def relative(root: Path, path: Path) -> str:
@@ -198,28 +202,23 @@ def open_file(root: Path, raw: str, max_bytes: int) -> OpenedFile:
     """Open a workspace file for reading (blocking: call it in a thread)."""
     path = resolve(root, raw)
     try:
-        # O_NONBLOCK: a FIFO must not hang the open; O_NOFOLLOW: no link swapped in since.
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        file, size = open_regular(path, max_bytes, root=root)
     except (FileNotFoundError, NotADirectoryError):
         raise FileMissing(f"no file {raw!r} in the working directory") from None
     except PermissionError:
         raise PermissionDenied(f"{raw!r} cannot be read: permission denied") from None
+    except OutsideRoot:
+        raise OutsideWorkspace(f"{raw!r} is outside the working directory {root}") from None
+    except IsADirectoryError:
+        raise NotAFile(f"{raw!r} is a directory") from None
+    except NotRegularFile:
+        raise NotAFile(f"{raw!r} is not a regular file") from None
+    except FileTooLarge as exc:
+        raise TooLarge(f"{raw!r} has {exc.size} bytes; the limit is {max_bytes}",
+                       max_bytes) from None
     except OSError as exc:
         raise NotAFile(f"{raw!r} cannot be opened: {exc.strerror}") from None
-    try:
-        _check_fd(root, fd, raw)
-        info = os.fstat(fd)
-        if stat.S_ISDIR(info.st_mode):
-            raise NotAFile(f"{raw!r} is a directory")
-        if not stat.S_ISREG(info.st_mode):
-            raise NotAFile(f"{raw!r} is not a regular file")
-        if info.st_size > max_bytes:
-            raise TooLarge(f"{raw!r} has {info.st_size} bytes; the limit is {max_bytes}", max_bytes)
-        os.set_blocking(fd, True)
-    except BaseException:
-        os.close(fd)
-        raise
-    return OpenedFile(os.fdopen(fd, "rb", buffering=0), info.st_size, path)
+    return OpenedFile(file, size, path)
 
 
 def read_capped(path: Path, max_bytes: int) -> bytes | None:
@@ -236,48 +235,35 @@ async def write_file(root: Path, raw: str, chunks: AsyncIterator[bytes],
                      max_bytes: int) -> tuple[Path, int]:
     """Write a workspace file from chunks, creating its parents; all or nothing.
 
-    The bytes go to a temporary file beside the target, fsync'd and renamed over it once
-    complete, so a refused (too large) or broken upload leaves the old file as it was. Every
-    step works relative to the parent directory's descriptor, checked to be inside the
-    workspace, so a directory swapped for a link meanwhile cannot redirect the write. (That is
-    why this is not core.files.write_atomic, which works by path.)
+    The bytes go to a core.files.Replacement beside the target, renamed over it once
+    complete, so a refused (too large) or broken upload leaves the old file as it was. The
+    parent directory's descriptor is checked to be inside the workspace and every step works
+    relative to it, so a directory swapped for a link meanwhile cannot redirect the write.
     """
     path = await asyncio.to_thread(_prepare_write, root, raw)
     try:
-        dir_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        dir_fd = open_directory(path.parent, follow=False)
     except PermissionError:
         raise PermissionDenied(f"{raw!r} cannot be written: permission denied") from None
     except OSError:
         raise OutsideWorkspace(f"{raw!r} could not be opened inside {root}") from None
     try:
         _check_fd(root, dir_fd, raw)
-        # The target's name may use all NAME_MAX bytes: the temporary one keeps only its start.
-        stem = os.fsencode(path.name)[:100].decode("utf-8", "ignore")
-        tmp = f".{stem}.{secrets.token_hex(6)}.upload"
         try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                         0o600, dir_fd=dir_fd)
+            new = Replacement(dir_fd, path.name, WORKSPACE_FILE_MODE, keep_mode=True)
         except PermissionError:
             raise PermissionDenied(f"{raw!r} cannot be written: permission denied") from None
         size = 0
         try:
-            try:
-                async for chunk in chunks:
-                    size += len(chunk)
-                    if size > max_bytes:
-                        raise TooLarge(f"the upload is over the limit of {max_bytes} bytes",
-                                       max_bytes)
-                    await _settled(_write_all, fd, chunk)
-                await _settled(os.fchmod, fd, _mode_for(path))
-                await _settled(os.fsync, fd)
-            finally:
-                os.close(fd)
-            await asyncio.to_thread(os.replace, tmp, path.name, src_dir_fd=dir_fd,
-                                    dst_dir_fd=dir_fd)
-            await asyncio.to_thread(os.fsync, dir_fd)
+            async for chunk in chunks:
+                size += len(chunk)
+                if size > max_bytes:
+                    raise TooLarge(f"the upload is over the limit of {max_bytes} bytes",
+                                   max_bytes)
+                await _settled(new.write, chunk)
+            await _settled(new.commit)
         except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp, dir_fd=dir_fd)
+            new.discard()
             raise
     finally:
         os.close(dir_fd)
@@ -322,20 +308,6 @@ async def _settled(fn: Callable[..., None], *args: Any) -> None:
     except asyncio.CancelledError:
         await asyncio.wait([work])
         raise
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view):]
-
-
-def _mode_for(path: Path) -> int:
-    """An overwritten file keeps its mode (a script stays executable)."""
-    try:
-        return stat.S_IMODE(os.stat(path).st_mode)
-    except FileNotFoundError:
-        return 0o644
 
 
 # -- command output --------------------------------------------------------------------------

@@ -38,9 +38,10 @@ from control_plane.store import Database, accounts  # noqa: E402
 from control_plane.store.tables import app_conversations  # noqa: E402
 from tests.control_plane.planes import kill_sandboxes, several  # noqa: E402
 from tests.control_plane.postgres import PostgresServer, binaries  # noqa: E402
-from tests.control_plane.support import ControlPlane, configure_llm, make_config, wait_for  # noqa: E402
+from tests.control_plane.support import ControlPlane, configure_llm, make_config  # noqa: E402
 from tests.support import docker as docker_support  # noqa: E402
 from tests.support.llm import ScriptedLLM, call  # noqa: E402
+from tests.support.wait import wait_for  # noqa: E402
 
 STRATEGIES = ("NO_GROUPING", "GROUP_BY_NEWEST", "LEAST_RECENTLY_USED", "FEWEST_CONVERSATIONS",
               "ADD_TO_ANY")

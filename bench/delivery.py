@@ -37,7 +37,8 @@ from events import Message, MessageEvent, TextContent  # noqa: E402
 from tests.conftest import agent_spec  # noqa: E402
 from tests.support.llm import Reply, ScriptedLLM, call  # noqa: E402
 from tests.support.receiver import Receiver  # noqa: E402
-from tests.support.server import KEY, ServerProcess, wait_for  # noqa: E402
+from tests.support.server import KEY, ServerProcess  # noqa: E402
+from tests.support.wait import wait_for  # noqa: E402
 
 # -- the scripted LLM in its own process --------------------------------------------------------------
 

@@ -33,9 +33,9 @@ from tests.control_plane.support import (  # noqa: E402
     ControlPlane,
     configure_llm,
     make_config,
-    wait_for,
 )
 from tests.support.llm import Reply, ScriptedLLM, call, text  # noqa: E402
+from tests.support.wait import wait_for  # noqa: E402
 
 
 def tree(pid: int) -> list[int]:

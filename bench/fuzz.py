@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import schemathesis
 from schemathesis import GenerationMode
 
-from tests.support.inproc import served
+from tests.support.inprocess import served
 from tests.test_fuzz import OPERATIONS, configure, fuzz
 
 

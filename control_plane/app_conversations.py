@@ -68,6 +68,8 @@ class AppConversation(BaseModel):
     observability_span_name: str | None = None
     observability_tags: list[str] = Field(default_factory=list)
     observability_metadata: dict[str, Any] = Field(default_factory=dict)
+    working_dir: str | None = None
+    """Its working directory inside the sandbox: the file paths in its events are under it."""
     conversation_url: str | None
     """The agent server's own address of this conversation (only while RUNNING; never to a
     browser)."""
@@ -155,7 +157,8 @@ class AppConversationService:
             selected_repository=row.selected_repository, selected_branch=row.selected_branch,
             title=row.title, tags=row.tags, metrics=Metrics(**(row.metrics or {})),
             observability_span_name=obs.get("span_name"), observability_tags=obs.get("tags") or [],
-            observability_metadata=obs.get("metadata") or {}, conversation_url=url,
+            observability_metadata=obs.get("metadata") or {}, working_dir=row.working_dir,
+            conversation_url=url,
             session_api_key=key, created_at=row.created_at, updated_at=row.updated_at,
             last_activity_at=row.last_activity_at)
 

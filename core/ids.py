@@ -33,6 +33,12 @@ def new_event_id() -> str:
     return str(ULID())
 
 
+def is_placeholder(value: object) -> bool:
+    """Whether `value` is one whole `${NAME}` reference (safe to show: it names a secret, it
+    does not hold one)."""
+    return isinstance(value, str) and PLACEHOLDER.fullmatch(value) is not None
+
+
 def is_event_id(value: str) -> bool:
     """Whether `value` is exactly one event id (no surrounding text, no trailing newline)."""
     return EVENT_ID.match(value) is not None
@@ -44,5 +50,6 @@ __all__ = [
     "EVENT_ID_PATTERN",
     "PLACEHOLDER",
     "is_event_id",
+    "is_placeholder",
     "new_event_id",
 ]

@@ -27,3 +27,12 @@ def confine(root: Path, raw: str) -> Path:
     if target != base and base not in target.parents:
         raise OutsideRoot(f"{raw!r} is outside the working directory {root}")
     return target
+
+
+def confine_fd(root: Path, fd: int) -> Path:
+    """The real path of an opened descriptor, which must be root or inside it.
+
+    `confine` checks a path before it is opened; this checks what was opened, so a directory
+    on the path swapped for a link in between is caught (O_NOFOLLOW covers the last part).
+    """
+    return confine(root, f"/proc/self/fd/{fd}")

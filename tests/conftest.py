@@ -26,7 +26,7 @@ def model() -> ScriptedModel:
 @pytest.fixture
 async def srv(tmp_path: Path, model: ScriptedModel) -> AsyncIterator[InProcess]:
     """build_app(config, model) with its lifespan running, behind the ASGI transport."""
-    async with serve(tmp_path / "state", model) as running:
+    async with serve(tmp_path, model) as running:
         yield running
 
 

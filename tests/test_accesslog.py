@@ -8,7 +8,8 @@ import sys
 
 import pytest
 
-from tests.support.server import ServerProcess, wait_for
+from tests.support.server import ServerProcess
+from tests.support.wait import wait_for
 from web.logs import SafeFormatter, escape
 
 FORGED = "2099-01-01 00:00:00,000 ERROR agent_server.errors: FORGED"

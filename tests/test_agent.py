@@ -15,7 +15,7 @@ import pytest
 from tests.conftest import create
 from tests.support.api import events, send, status, tool_names, wait_status
 from tests.support.llm import Reply, ScriptedLLM, call, calls, error, text
-from tests.support.server import wait_for
+from tests.support.wait import wait_for
 
 # A server subprocess (or another process, a restart, SIGKILL, Chromium, Docker tools).
 pytestmark = pytest.mark.e2e

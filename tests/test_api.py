@@ -20,7 +20,8 @@ import pytest
 
 from tests.conftest import agent_spec, create
 from tests.support.llm import ScriptedLLM, call
-from tests.support.server import KEY, ServerProcess, wait_for
+from tests.support.server import KEY, ServerProcess
+from tests.support.wait import wait_for
 
 # A server subprocess (or another process, a restart, SIGKILL, Chromium, Docker tools).
 pytestmark = pytest.mark.e2e

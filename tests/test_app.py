@@ -6,7 +6,7 @@ import time
 from pathlib import Path
 
 from agent_server.agent.model import ScriptedModel
-from tests.support.inproc import app_client
+from tests.support.inprocess import app_client
 
 
 class CountingModel(ScriptedModel):

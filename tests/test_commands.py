@@ -13,7 +13,7 @@ import pytest
 
 from tests.conftest import create
 from tests.support.llm import ScriptedLLM
-from tests.support.server import wait_for
+from tests.support.wait import wait_for
 
 # A server subprocess (or another process, a restart, SIGKILL, Chromium, Docker tools).
 pytestmark = pytest.mark.e2e

@@ -21,7 +21,8 @@ import pytest
 
 from tests.conftest import agent_spec
 from tests.support.llm import ScriptedLLM, free_port
-from tests.support.server import KEY, wait_for
+from tests.support.server import KEY
+from tests.support.wait import wait_for
 
 # A server subprocess (or another process, a restart, SIGKILL, Chromium, Docker tools).
 pytestmark = pytest.mark.e2e

@@ -118,7 +118,7 @@ async def test_a_run_goes_idle_running_finished(srv: InProcess, model: ScriptedM
 
 async def test_run_while_running_starts_nothing_more(tmp_path: Path) -> None:
     model = GatedModel([Scripted(content="done")])
-    async with serve(tmp_path / "state", model) as srv:
+    async with serve(tmp_path, model) as srv:
         conv = await new_conversation(srv, tmp_path / "ws")
         await conv.send_message(message("go"))
         await model.waiting.wait()
@@ -134,7 +134,7 @@ async def test_run_while_running_starts_nothing_more(tmp_path: Path) -> None:
 
 async def test_pause_takes_effect_between_steps(tmp_path: Path) -> None:
     model = GatedModel([Scripted(calls=[THINK]), Scripted(calls=[THINK])])
-    async with serve(tmp_path / "state", model) as srv:
+    async with serve(tmp_path, model) as srv:
         conv = await new_conversation(srv, tmp_path / "ws")
         await conv.send_message(message("go"))
         await model.waiting.wait()  # the first step is being asked
@@ -237,13 +237,12 @@ async def test_a_plain_run_while_waiting_runs_the_waiting_actions(
 # -- restart recovery, deletion, lifecycle ---------------------------------------------------
 
 async def test_a_run_cut_by_a_restart_becomes_an_error(tmp_path: Path) -> None:
-    state = tmp_path / "state"
-    async with serve(state) as srv:
+    async with serve(tmp_path) as srv:
         conv = await new_conversation(srv, tmp_path / "ws")
         cid = conv.id
         conv.record.execution_status = S.RUNNING  # as a server killed mid-run leaves it
         await conv.save()
-    async with serve(state) as srv:
+    async with serve(tmp_path) as srv:
         conv = srv.conversation(cid)
         assert conv.status == S.ERROR
         [error] = await events(conv, ConversationErrorEvent)
@@ -253,14 +252,13 @@ async def test_a_run_cut_by_a_restart_becomes_an_error(tmp_path: Path) -> None:
 
 async def test_shutdown_pauses_a_running_conversation(tmp_path: Path) -> None:
     model = GatedModel([Scripted(content="never")])
-    state = tmp_path / "state"
-    async with serve(state, model) as srv:
+    async with serve(tmp_path, model) as srv:
         conv = await new_conversation(srv, tmp_path / "ws")
         cid = conv.id
         await conv.send_message(message("go"))
         await model.waiting.wait()
     assert conv.closed.is_set()
-    async with serve(state) as srv:
+    async with serve(tmp_path) as srv:
         assert srv.conversation(cid).status == S.PAUSED
 
 
@@ -308,7 +306,7 @@ class QuotingModel(ScriptedModel):
 async def test_a_failed_run_is_logged_with_its_secrets_masked(
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     secret = "sk-live-very-secret-4242"
-    async with serve(tmp_path / "state", QuotingModel()) as srv:
+    async with serve(tmp_path, QuotingModel()) as srv:
         conv = await new_conversation(srv, tmp_path, secrets={"TOKEN": secret})
         with caplog.at_level("ERROR", logger="agent_server.conversations"):
             await conv.send_message(message(f"use {secret}"))

@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from tests.support.llm import free_port
-from tests.support.server import wait_for
+from tests.support.wait import wait_for
 
 # A server subprocess (or another process, a restart, SIGKILL, Chromium, Docker tools).
 pytestmark = pytest.mark.e2e

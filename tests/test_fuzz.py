@@ -25,7 +25,7 @@ from schemathesis.config._checks import NegativeDataRejectionConfig
 from schemathesis.specs.openapi.schemas import OpenApiSchema
 
 from agent_server.app import ROUTES
-from tests.support.inproc import KEY, served
+from tests.support.inprocess import KEY, served
 
 #: Generated requests per operation and mode (there are about 35 operations, two modes).
 FUZZ_EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "50"))

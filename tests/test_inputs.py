@@ -15,7 +15,7 @@ import pytest
 from starlette.testclient import TestClient
 from websockets.sync.client import connect
 
-from tests.support.inproc import KEY, app_client, served
+from tests.support.inprocess import KEY, app_client, served
 
 DEEP_ARRAY = "[" * 10_000 + "]" * 10_000
 # Shallow enough for json.loads, deep enough to break any recursive walk after it.

@@ -13,12 +13,14 @@ from typing import Any
 import httpx
 import pytest
 
-from agent_server.agent.mcp import MCPServers, check_config, fill, tool_name
+from agent_server.agent.mcp import MCPServers, tool_name
+from agent_server.agent.mcp_config import check_config, fill
 from tests.conftest import agent_spec, create
 from tests.support.api import events, send, tool_names, wait_status
 from tests.support.llm import ScriptedLLM, call, text
 from tests.support.mcp_servers import HTTPServer, stdio_config
-from tests.support.server import ServerProcess, wait_for
+from tests.support.server import ServerProcess
+from tests.support.wait import wait_for
 from tools.base import ToolContext
 
 # A server subprocess (or another process, a restart, SIGKILL, Chromium, Docker tools).
@@ -64,10 +66,12 @@ def test_http_tools_are_listed_and_called(client: httpx.Client, llm: ScriptedLLM
                                           tmp_path: Path, web: HTTPServer) -> None:
     llm.script(key, call("web_add", a=2, b=3),
                call("web_header", key="authorization"),
-               call("web_sleep", seconds=3),
+               call("web_sleep", seconds=30),
                call("web_fail", reason="because"),
                call("finish", message="done"))
-    mcp_config = {"mcpServers": {"web": {"url": web.url, "timeout": 1,
+    # The call timeout is short enough to cut the sleep, long enough for the other calls to
+    # answer on a loaded machine.
+    mcp_config = {"mcpServers": {"web": {"url": web.url, "timeout": 5,
                                          "headers": {"Authorization": "Bearer ${MCP_TOKEN}"}}}}
     conv = create(client, llm, key, tmp_path, message="add", run=True,
                   secrets={"MCP_TOKEN": TOKEN},
@@ -90,7 +94,7 @@ def test_http_tools_are_listed_and_called(client: httpx.Client, llm: ScriptedLLM
     assert texts(added) == ["[Tool 'web_add' executed.]", "5"] and not added["is_error"]
     # The server got the filled header; the log (and so the model) only ever has the mask.
     assert texts(header)[1] == f"Bearer {MASK}"
-    assert slow["is_error"] and "within 1 s" in texts(slow)[0]
+    assert slow["is_error"] and "within 5 s" in texts(slow)[0]
     assert failed["is_error"] and "Error executing tool fail" in texts(failed)[1]
     assert TOKEN not in json.dumps(events(client, conv["id"]))
     assert TOKEN not in json.dumps(llm.requests_for(key))

@@ -12,16 +12,17 @@ from typing import Any
 import pytest
 
 from agent_server.agent.model import Scripted, ScriptedModel
+from tests.support.inprocess import app_client
 from tests.support.scripted_client import (
-    app_client,
     create,
     events,
+    finish,
     observations,
     text_of,
     tool_call,
-    wait_for,
     wait_status,
 )
+from tests.support.wait import wait_for
 
 PNG = base64.b64decode(
     "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg==")
@@ -30,10 +31,6 @@ PROFILES = {
     "eyes": {"model": "scripted/eyes", "api_key": "sk-eyes-key-2222", "vision": True},
     "advisor": {"model": "scripted/advisor", "api_key": "sk-advisor-key-3333"},
 }
-
-
-def finish(message: str = "done") -> Scripted:
-    return tool_call("finish", message=message)
 
 
 @pytest.fixture
@@ -57,7 +54,7 @@ def test_switch_llm_takes_effect_from_the_next_request(tmp_path: Path, workspace
         tool_call("switch_llm", reason="no name"),
         finish(),
     ])
-    with app_client(tmp_path / "state", model) as client:
+    with app_client(tmp_path, model) as client:
         save_profiles(client)
         conv = create(client, workspace, ["switch_llm"])
         assert wait_status(client, conv["id"]) == "finished"
@@ -82,7 +79,7 @@ def test_switch_llm_takes_effect_from_the_next_request(tmp_path: Path, workspace
 def test_the_user_switches_and_rotates_by_route(tmp_path: Path, workspace: Path) -> None:
     state = tmp_path / "state"
     model = ScriptedModel()
-    with app_client(state, model) as client:
+    with app_client(tmp_path, model) as client:
         save_profiles(client)
         conv = create(client, workspace, [], message=None)
         base = f"/api/conversations/{conv['id']}"
@@ -128,7 +125,7 @@ def test_vision_inspect_asks_a_vision_profile(tmp_path: Path, workspace: Path) -
         Scripted(content="A cat."),
         finish(),
     ])
-    with app_client(tmp_path / "state", model) as client:
+    with app_client(tmp_path, model) as client:
         save_profiles(client)
         r = client.post("/api/conversations", json={
             "agent": {"llm": {"model": "scripted/main", "vision": False},
@@ -168,7 +165,7 @@ def test_consult_advisor_reads_a_masked_transcript(tmp_path: Path, workspace: Pa
         Scripted(content="Write the tests first."),  # the advisor
         finish(),
     ])
-    with app_client(tmp_path / "state", model) as client:
+    with app_client(tmp_path, model) as client:
         save_profiles(client)
         conv = create(client, workspace, ["consult_advisor"], secrets={"PASSWORD": secret},
                       message=f"deploy with password {secret}")
@@ -183,7 +180,7 @@ def test_consult_advisor_reads_a_masked_transcript(tmp_path: Path, workspace: Pa
         assert "Is my plan sound?" in advisor_request
 
     model = ScriptedModel([tool_call("consult_advisor"), finish()])
-    with app_client(tmp_path / "state2", model) as client:  # no profile saved
+    with app_client(tmp_path / "second", model) as client:  # no profile saved
         conv = create(client, workspace, [{"name": "consult_advisor",
                                            "params": {"profile": "oracle"}}])
         assert wait_status(client, conv["id"]) == "finished"
@@ -199,12 +196,12 @@ def test_sleeptime_writes_the_memory_file_when_idle(tmp_path: Path, workspace: P
         finish("all done"),
         Scripted(content="# Memory\n- build with `make`"),  # the reflection, once idle
     ])
-    with app_client(tmp_path / "state", model) as client:
+    with app_client(tmp_path, model) as client:
         conv = create(client, workspace, [{"name": "sleeptime_compute",
                                            "params": {"memory_path": "docs/MEMORY.md"}}])
         assert wait_status(client, conv["id"]) == "finished"
         memory = workspace / "docs" / "MEMORY.md"
-        wait_for(memory.exists, message="the memory file")
+        wait_for(memory.exists, what="the memory file")
         assert memory.read_text() == "# Memory\n- build with `make`\n"
         obs = observations(client, conv["id"])
         assert obs[0]["observation"]["kind"] == "SleeptimeComputeObservation"
@@ -214,7 +211,7 @@ def test_sleeptime_writes_the_memory_file_when_idle(tmp_path: Path, workspace: P
         reflection = json.dumps(model.requests[-1])
         assert "the build commands" in reflection and "sleeptime_compute" in reflection
         done = wait_for(lambda: [e for e in events(client, conv["id"], "ConversationStateUpdateEvent")
-                                 if e["key"] == "sleeptime_compute"], message="the event")
+                                 if e["key"] == "sleeptime_compute"], what="the event")
         assert done[0]["value"]["status"] == "done"
 
         r = client.post("/api/conversations", json={
@@ -227,7 +224,7 @@ def test_sleeptime_writes_the_memory_file_when_idle(tmp_path: Path, workspace: P
 def test_every_tool_is_listed_and_prompted(tmp_path: Path, workspace: Path) -> None:
     names = ["task", "delegate", "workflow", "switch_llm", "vision_inspect", "consult_advisor",
              "sleeptime_compute"]
-    with app_client(tmp_path / "state", ScriptedModel()) as client:
+    with app_client(tmp_path, ScriptedModel()) as client:
         conv = create(client, workspace, names, message=None)
         prompt = events(client, conv["id"], "SystemPromptEvent")[0]
         assert sorted(t["title"] for t in prompt["tools"]) == sorted([*names, "finish", "think"])

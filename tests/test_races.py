@@ -11,7 +11,8 @@ import pytest
 from tests.conftest import create
 from tests.support.api import events, wait_status
 from tests.support.llm import Reply, ScriptedLLM, call, text
-from tests.support.server import ServerProcess, wait_for
+from tests.support.server import ServerProcess
+from tests.support.wait import wait_for
 
 # A server subprocess (or another process, a restart, SIGKILL, Chromium, Docker tools).
 pytestmark = pytest.mark.e2e

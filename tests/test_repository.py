@@ -19,7 +19,8 @@ import pytest
 from tests.conftest import create
 from tests.support.api import events, send, status, wait_status
 from tests.support.llm import Reply, ScriptedLLM, call
-from tests.support.server import ServerProcess, wait_for
+from tests.support.server import ServerProcess
+from tests.support.wait import wait_for
 
 # A server subprocess (or another process, a restart, SIGKILL, Chromium, Docker tools).
 pytestmark = pytest.mark.e2e

@@ -25,7 +25,8 @@ from tests.conftest import create
 from tests.support.api import events, send, wait_status
 from tests.support.llm import ScriptedLLM, call, error, text
 from tests.support.receiver import Receiver
-from tests.support.server import KEY, ServerProcess, wait_for
+from tests.support.server import KEY, ServerProcess
+from tests.support.wait import wait_for
 
 # A server subprocess (or another process, a restart, SIGKILL, Chromium, Docker tools).
 pytestmark = pytest.mark.e2e

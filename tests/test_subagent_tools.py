@@ -16,24 +16,21 @@ from typing import Any
 import pytest
 
 from agent_server.agent.model import Scripted, ScriptedModel
+from tests.support.inprocess import app_client
 from tests.support.scripted_client import (
-    app_client,
     create,
     events,
+    finish,
     observations,
     status,
     text_of,
     tool_call,
-    wait_for,
     wait_status,
 )
+from tests.support.wait import wait_for
 from tools.base import ToolContext, ToolError
 from tools.conversation import SubagentResult, SubagentTask
 from tools.subagents.common import SubagentParams, agent_type, check_limits, child_tools
-
-
-def finish(message: str) -> Scripted:
-    return tool_call("finish", message=message)
 
 
 @pytest.fixture
@@ -61,7 +58,7 @@ def test_task_runs_a_child_conversation_and_returns_its_report(tmp_path: Path,
         tool_call("task", description="no prompt"),             # bad: prompt missing
         finish("done"),
     ])
-    with app_client(tmp_path / "state", model) as client:
+    with app_client(tmp_path, model) as client:
         parent = create(client, workspace, ["task", "read_file", "grep", "terminal"])
         assert wait_status(client, parent["id"]) == "finished"
         obs = observations(client, parent["id"])
@@ -95,7 +92,7 @@ def test_resume_continues_the_same_child(tmp_path: Path, workspace: Path) -> Non
         tool_call("task", prompt="remember the word 'kiwi'"),
         finish("noted"),
     ])
-    with app_client(tmp_path / "state", model) as client:
+    with app_client(tmp_path, model) as client:
         parent = create(client, workspace, ["task"])
         wait_status(client, parent["id"])
         child_id = observations(client, parent["id"])[0]["observation"]["task_id"]
@@ -107,7 +104,7 @@ def test_resume_continues_the_same_child(tmp_path: Path, workspace: Path) -> Non
                         json={"role": "user", "content": [{"type": "text", "text": "ask"}],
                               "run": True})
         assert r.status_code == 200
-        wait_for(lambda: len(observations(client, parent["id"])) >= 4, message="resume")
+        wait_for(lambda: len(observations(client, parent["id"])) >= 4, what="resume")
         assert wait_status(client, parent["id"]) == "finished"
         obs = observations(client, parent["id"])
         # (the first run ended with a plain "done": obs[1] is the resumed task)
@@ -132,7 +129,7 @@ def test_depth_and_count_limits(tmp_path: Path, workspace: Path) -> None:
         finish("top done"),
     ])
     params = {"max_depth": 2, "max_subagents": 2, "max_iterations": 10}
-    with app_client(tmp_path / "state", model) as client:
+    with app_client(tmp_path, model) as client:
         top = create(client, workspace, [{"name": "task", "params": params}])
         assert wait_status(client, top["id"]) == "finished"
         obs = observations(client, top["id"])
@@ -149,7 +146,7 @@ def test_depth_and_count_limits(tmp_path: Path, workspace: Path) -> None:
 
 
 def test_params_are_checked_at_creation(tmp_path: Path, workspace: Path) -> None:
-    with app_client(tmp_path / "state", ScriptedModel()) as client:
+    with app_client(tmp_path, ScriptedModel()) as client:
         for tool, params in (("task", {"max_depth": 0}), ("delegate", {"max_subagents": 1000}),
                              ("workflow", {"unknown": 1})):
             r = client.post("/api/conversations", json={
@@ -168,12 +165,12 @@ def test_interrupting_the_parent_stops_its_child(tmp_path: Path, workspace: Path
         tool_call("task", prompt="take your time"),
         Scripted(content="slow", delay=60),  # the child's model call hangs
     ])
-    with app_client(tmp_path / "state", model) as client:
+    with app_client(tmp_path, model) as client:
         parent = create(client, workspace, ["task"])
         child_id = wait_for(lambda: (kids := children_of(client, parent["id"]))
                             and kids[0]["execution_status"] == "running" and kids[0]["id"],
-                            message="the child to run")
-        wait_for(lambda: len(model.requests) >= 2, message="the child's model call")
+                            what="the child to run")
+        wait_for(lambda: len(model.requests) >= 2, what="the child's model call")
         started = time.monotonic()
         assert client.post(f"/api/conversations/{parent['id']}/interrupt").status_code == 200
         assert status(client, parent["id"]) == "paused"
@@ -190,11 +187,11 @@ def test_deleting_the_parent_stops_its_child(tmp_path: Path, workspace: Path) ->
         tool_call("task", prompt="take your time"),
         Scripted(content="slow", delay=60),
     ])
-    with app_client(tmp_path / "state", model) as client:
+    with app_client(tmp_path, model) as client:
         parent = create(client, workspace, ["task"])
         child_id = wait_for(lambda: (kids := children_of(client, parent["id"])) and kids[0]["id"],
-                            message="the child")
-        wait_for(lambda: len(model.requests) >= 2, message="the child's model call")
+                            what="the child")
+        wait_for(lambda: len(model.requests) >= 2, what="the child's model call")
         assert client.delete(f"/api/conversations/{parent['id']}").status_code == 200
         assert wait_status(client, child_id, timeout=5) == "paused"
         # The child stays (its own log), no longer running.
@@ -210,7 +207,7 @@ def test_children_inherit_secrets_masked(tmp_path: Path, workspace: Path) -> Non
         finish("printed"),
         finish("done"),
     ])
-    with app_client(tmp_path / "state", model) as client:
+    with app_client(tmp_path, model) as client:
         parent = create(client, workspace, ["task", "terminal"], secrets={"API_TOKEN": secret})
         assert wait_status(client, parent["id"]) == "finished"
         child_id = observations(client, parent["id"])[0]["observation"]["task_id"]
@@ -231,7 +228,7 @@ def test_delegate_runs_named_subagents_in_parallel(tmp_path: Path, workspace: Pa
         tool_call("delegate", command="spawn"),  # no ids
         finish("done"),
     ])
-    with app_client(tmp_path / "state", model) as client:
+    with app_client(tmp_path, model) as client:
         parent = create(client, workspace, ["delegate", "read_file"])
         assert wait_status(client, parent["id"]) == "finished"
         obs = observations(client, parent["id"])
@@ -271,7 +268,7 @@ def test_workflow_reports_each_step(tmp_path: Path, workspace: Path) -> None:
         tool_call("workflow", name="inline", script='{"steps": [{"command": "echo hi"}]}'),
         finish("done"),
     ])
-    with app_client(tmp_path / "state", model) as client:
+    with app_client(tmp_path, model) as client:
         parent = create(client, workspace, ["workflow"])
         assert wait_status(client, parent["id"]) == "finished"
         obs = observations(client, parent["id"])

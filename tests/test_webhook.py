@@ -34,7 +34,8 @@ from tests.conftest import create
 from tests.support.api import events, send, wait_status
 from tests.support.llm import ScriptedLLM, call
 from tests.support.receiver import Receiver
-from tests.support.server import ServerProcess, wait_for
+from tests.support.server import ServerProcess
+from tests.support.wait import wait_for
 
 HOOK_KEY = "hook-key-for-tests"
 SECRET = "whsec_" + base64.b64encode(b"a webhook secret of 32 bytes....").decode()

@@ -14,7 +14,6 @@ from tools import (
     apply_patch,
     browser,
     file_editor,
-    finish,
     gemini,
     models,
     planning_file_editor,
@@ -22,23 +21,21 @@ from tools import (
     subagents,
     task_tracker,
     terminal,
-    think,
     workflow,
 )
+from tools.always import ALWAYS
 from tools.base import Action, Observation, Tool, ToolContext, ToolError, ToolSet
 from tools.mcp import MCPToolAction, MCPToolObservation
 from tools.skills import InvokeSkillAction, InvokeSkillObservation
 
-#: Added to every agent (SPEC 2.6 rule 1).
-ALWAYS: tuple[ToolSet, ...] = (finish.TOOL_SET, think.TOOL_SET)
 
-#: What `agent.tools[].name` may name.
 def _browser_params() -> type[BaseModel]:
-    from tools.browser.tools import BrowserToolParams
+    from tools.browser.base import BrowserToolParams
 
     return BrowserToolParams
 
 
+#: What `agent.tools[].name` may name.
 TOOL_SETS: dict[str, ToolSet] = {
     s.name: s
     for s in (

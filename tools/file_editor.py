@@ -2,12 +2,12 @@
 
 Edits are verbatim (no fuzzy matching), so the model always knows exactly what changed, and
 each edit keeps the previous version in memory so `undo_edit` can step back. The Action and
-Observation are shaped like OpenHands' file editor so its clients read our events.
+Observation are shaped like OpenHands' file editor so its clients read our events. What a
+view shows (numbered lines, ranges, listings) is in `tools.file_view`.
 """
 
 from __future__ import annotations
 
-import os
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -27,12 +27,20 @@ from tools.base import (
     run_in_thread,
     single,
 )
+from tools.file_view import (
+    find_all,
+    line_of,
+    list_dir,
+    numbered,
+    numbered_stream,
+    parse_range,
+    split_lines,
+    view_text,
+)
 from tools.files import (
     MAX_FILE_BYTES,
-    MAX_OUTPUT_CHARS,
     Refusal,
     check_size,
-    clip,
     from_lf,
     megabytes,
     read_snapshot,
@@ -43,16 +51,12 @@ from tools.files import (
 
 Command = Literal["view", "create", "str_replace", "insert", "undo_edit"]
 
-#: Bytes of one line read at a time when a big file is viewed in parts.
-LINE_BYTES = 4 * 30_000
 #: Versions kept per file for undo_edit.
 HISTORY_DEPTH = 10
 #: Characters of history kept across all files; the oldest versions are forgotten first.
 HISTORY_BUDGET_CHARS = 64 * 1024 * 1024
 #: Lines shown either side of an edit, so the model can check indentation and neighbours.
 SNIPPET_CONTEXT = 4
-#: A directory view stops after this many entries (a node_modules can hold 100,000).
-MAX_LISTING_ENTRIES = 1_000
 
 
 class FileEditorAction(Action):
@@ -218,7 +222,7 @@ class FileEditorTool(Tool):
         if path.is_dir():
             if action.view_range is not None:
                 raise Refusal("view_range only applies to files, and this path is a directory.")
-            return _observe(action, path, _list_dir(path))
+            return _observe(action, path, list_dir(path))
         if not path.exists():
             raise Refusal(
                 f"The path {path} does not exist. View {path.parent} to see what is there."
@@ -232,10 +236,10 @@ class FileEditorTool(Tool):
                 "to see part of it, or search it with grep in the terminal."
             )
         if size > MAX_FILE_BYTES:
-            start, end = _parse_range(action.view_range)
-            text = _numbered_stream(path, start, end)
+            start, end = parse_range(action.view_range)
+            text = numbered_stream(path, start, end)
         else:
-            text = _view_text(to_lf(_read_file(path))[0], action.view_range)
+            text = view_text(to_lf(_read_file(path))[0], action.view_range)
         return _observe(action, path, f"Here's the result of running `cat -n` on {path}:\n{text}")
 
     def _create(self, action: FileEditorAction, path: Path) -> FileEditorObservation:
@@ -274,7 +278,7 @@ class FileEditorTool(Tool):
             old, new = old.replace("\r\n", "\n"), new.replace("\r\n", "\n")
         if old == new:
             raise Refusal("No replacement was performed: old_str and new_str are the same.")
-        starts = _find_all(text, old, limit=20)
+        starts = find_all(text, old, limit=20)
         if not starts:
             raise Refusal(
                 f"No replacement was performed: old_str was not found verbatim in {path}. It "
@@ -282,14 +286,14 @@ class FileEditorTool(Tool):
                 "copy the text from it."
             )
         if len(starts) > 1:
-            lines = ", ".join(str(_line_of(text, s)) for s in starts)
+            lines = ", ".join(str(line_of(text, s)) for s in starts)
             many = "more than 20 times" if len(starts) > 20 else f"{len(starts)} times"
             raise Refusal(
                 f"No replacement was performed: old_str occurs {many} in {path}, starting at "
                 f"lines {lines}. Include more surrounding lines so it matches only one place."
             )
         edited = text[: starts[0]] + new + text[starts[0] + len(old) :]
-        first = _line_of(text, starts[0])
+        first = line_of(text, starts[0])
         return self._commit(action, path, before, from_lf(edited, crlf), edited, first, new)
 
     def _insert(self, action: FileEditorAction, path: Path) -> FileEditorObservation:
@@ -299,7 +303,7 @@ class FileEditorTool(Tool):
             raise Refusal("Parameter `insert_line` is required for the insert command.")
         before = _read_file(path)
         text, crlf = to_lf(before)
-        lines, trailing_newline = _split_lines(text)
+        lines, trailing_newline = split_lines(text)
         at = action.insert_line
         if at > len(lines):
             raise Refusal(
@@ -327,7 +331,7 @@ class FileEditorTool(Tool):
             )
         path.parent.mkdir(parents=True, exist_ok=True)
         write_text(path, version.text)
-        shown = _view_text(to_lf(version.text)[0], None)
+        shown = view_text(to_lf(version.text)[0], None)
         return _observe(
             action,
             path,
@@ -351,8 +355,8 @@ class FileEditorTool(Tool):
         write_text(path, after)
         self._history.push(path, before)
         last_line = first_line + inserted.count("\n")
-        snippet = _numbered(
-            _split_lines(edited_lf)[0],
+        snippet = numbered(
+            split_lines(edited_lf)[0],
             max(1, first_line - SNIPPET_CONTEXT),
             last_line + SNIPPET_CONTEXT,
         )
@@ -375,141 +379,6 @@ def _read_file(path: Path) -> str:
     if path.is_dir():
         raise Refusal(f"{path} is a directory; only view works on directories.")
     return files.read_text(path, missing_hint=" Use create to make a new file.")
-
-
-# -- text ----------------------------------------------------------------------------------
-
-
-def _split_lines(text: str) -> tuple[list[str], bool]:
-    """Lines of a text and whether it ends with a newline (an empty file counts as one that
-    does, so text inserted into it ends with a newline)."""
-    if text == "":
-        return [], True
-    lines = text.split("\n")
-    trailing_newline = text.endswith("\n")
-    if trailing_newline:
-        lines.pop()
-    return lines, trailing_newline
-
-
-def _find_all(text: str, needle: str, limit: int) -> list[int]:
-    """Start offsets of needle in text, at most limit + 1 of them."""
-    starts: list[int] = []
-    at = text.find(needle)
-    while at != -1 and len(starts) <= limit:
-        starts.append(at)
-        at = text.find(needle, at + 1)
-    return starts
-
-
-def _line_of(text: str, offset: int) -> int:
-    return text.count("\n", 0, offset) + 1
-
-
-def _numbered(lines: list[str], start: int, end: int) -> str:
-    """Lines start..end (1-based, inclusive) as `cat -n` prints them."""
-    return "\n".join(f"{n:6}\t{lines[n - 1]}" for n in range(start, min(end, len(lines)) + 1))
-
-
-def _parse_range(view_range: list[int] | None) -> tuple[int, int]:
-    """(start, end) of a view_range, checked for shape only; end -1 means to the end."""
-    if view_range is None:
-        return 1, -1
-    if len(view_range) != 2:
-        raise Refusal(f"view_range must be two numbers [start, end]; got {view_range}.")
-    start, end = view_range
-    if start < 1:
-        raise Refusal(f"view_range start {start} is invalid: lines are numbered from 1.")
-    if end != -1 and end < start:
-        raise Refusal(
-            f"view_range {view_range} is invalid: end {end} is before start {start} "
-            "(use -1 as end to read to the end of the file)."
-        )
-    return start, end
-
-
-def _view_text(text: str, view_range: list[int] | None) -> str:
-    start, end = _parse_range(view_range)
-    lines, _ = _split_lines(text)
-    if not lines:
-        if view_range is not None:
-            raise Refusal("view_range cannot apply: the file is empty.")
-        return "(the file is empty)"
-    if start > len(lines):
-        raise Refusal(
-            f"view_range start {start} is beyond the end of the file, which has {len(lines)} "
-            "lines."
-        )
-    note = ""
-    if end > len(lines):
-        note = f"\n(the file ends at line {len(lines)})"
-    last = len(lines) if end == -1 else min(end, len(lines))
-    return clip(_numbered(lines, start, last) + note)
-
-
-def _numbered_stream(path: Path, start: int, end: int) -> str:
-    """Lines start..end of a file too big to load, read one at a time until the output cap."""
-    out: list[str] = []
-    chars = 0
-    number = 0
-    with path.open("rb") as f:
-        while True:
-            # A line is read in bounded pieces: a huge file may be one huge line.
-            raw = f.readline(LINE_BYTES)
-            if not raw:
-                break
-            number += 1
-            cut = not raw.endswith(b"\n")
-            while cut and (more := f.readline(LINE_BYTES)):  # skip the rest of a long line
-                cut = not more.endswith(b"\n")
-            if number < start:
-                continue
-            if (end != -1 and number > end) or chars > MAX_OUTPUT_CHARS:
-                break
-            line = raw.decode("utf-8", errors="replace").removesuffix("\n").removesuffix("\r")
-            if not raw.endswith(b"\n") and len(raw) == LINE_BYTES:
-                line += " [... rest of this long line not shown]"
-            out.append(f"{number:6}\t{line}")
-            chars += len(out[-1]) + 1
-    if not out:
-        raise Refusal(
-            f"view_range start {start} is beyond the end of the file, which has {number} lines."
-        )
-    return clip("\n".join(out))
-
-
-def _list_dir(root: Path) -> str:
-    """Files and directories two levels under root, hidden ones (and their contents) left
-    out; symlinked directories are shown but not entered."""
-    entries: list[str] = []
-    truncated = False
-
-    def walk(directory: Path, depth: int) -> None:
-        nonlocal truncated
-        try:
-            with os.scandir(directory) as it:
-                visible = [e for e in it if not e.name.startswith(".")]
-            children = sorted(visible, key=lambda e: e.name)
-        except OSError as e:
-            entries.append(f"{directory}/  [cannot list: {e.strerror}]")
-            return
-        for child in children:
-            if len(entries) >= MAX_LISTING_ENTRIES:
-                truncated = True
-                return
-            is_dir = child.is_dir(follow_symlinks=False)
-            entries.append(f"{child.path}/" if is_dir else child.path)
-            if is_dir and depth < 2:
-                walk(Path(child.path), depth + 1)
-
-    walk(root, 1)
-    body = "\n".join(entries) if entries else "(empty directory)"
-    if truncated:
-        body += f"\n<listing stopped at {MAX_LISTING_ENTRIES} entries; view subdirectories>"
-    return clip(
-        f"Here's the files and directories up to 2 levels deep in {root}, excluding hidden "
-        f"items:\n{body}"
-    )
 
 
 def _observe(

@@ -7,14 +7,21 @@ write lands in every one of them at once.
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import os
-import secrets
-import stat
 from pathlib import Path
 
-from core.paths import OutsideRoot, confine
+from core.files import (
+    WORKSPACE_FILE_MODE,
+    FileTooLarge,
+    NotRegularFile,
+    Replacement,
+    open_directory,
+    open_regular,
+    sync_directory,
+    write_in_place,
+)
+from core.paths import OutsideRoot, confine, confine_fd
 
 #: Larger files are refused for editing: the whole text is held in memory, and in history.
 MAX_FILE_BYTES = 10 * 1024 * 1024
@@ -22,8 +29,6 @@ MAX_FILE_BYTES = 10 * 1024 * 1024
 MAX_OUTPUT_CHARS = 30_000
 #: old_content/new_content travel in events only up to this size, so the log stays bounded.
 MAX_SNAPSHOT_BYTES = 64 * 1024
-#: The mode of a file a tool creates (what an upload gets too).
-NEW_FILE_MODE = 0o644
 
 
 class Refusal(Exception):
@@ -72,10 +77,10 @@ def shown(root: Path, path: Path) -> str:
 
 
 def _check_inside(root: Path, fd: int, path: Path) -> None:
-    """What an opened descriptor really is must be inside root (a directory swapped for a
-    link after `confined` ran is caught here)."""
+    """What an opened directory really is must be inside root (one swapped for a link after
+    `confined` ran is caught here)."""
     try:
-        confine(root, f"/proc/self/fd/{fd}")
+        confine_fd(root, fd)
     except OutsideRoot:
         raise Refusal(f"{path} is outside the workspace {root}.") from None
 
@@ -90,33 +95,27 @@ def read_bytes(path: Path, *, root: Path | None = None, limit: int = MAX_FILE_BY
     With `root`, the file is opened without following a final link and the descriptor is
     checked to be inside root, so a link swapped in meanwhile cannot lead out.
     """
-    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (os.O_NOFOLLOW if root else 0)
     try:
-        fd = os.open(path, flags)
+        file, _ = open_regular(path, limit, root=root)
     except (FileNotFoundError, NotADirectoryError):
         raise Refusal(f"The file {path} does not exist.{missing_hint}") from None
     except PermissionError:
         raise Refusal(f"{path} cannot be read: permission denied.") from None
+    except OutsideRoot:
+        raise Refusal(f"{path} is outside the workspace {root}.") from None
+    except IsADirectoryError:
+        raise Refusal(f"{path} is a directory, not a file.") from None
+    except NotRegularFile:
+        raise Refusal(f"{path} is not a regular file.") from None
+    except FileTooLarge as e:
+        raise Refusal(
+            f"{path} is {megabytes(e.size)}; {tool} handles files up to "
+            f"{megabytes(limit)}. Use the terminal (sed, grep, a script) for this one."
+        ) from None
     except OSError as e:
         raise Refusal(f"{path} cannot be opened: {e.strerror}.") from None
-    try:
-        if root is not None:
-            _check_inside(root, fd, path)
-        info = os.fstat(fd)
-        if stat.S_ISDIR(info.st_mode):
-            raise Refusal(f"{path} is a directory, not a file.")
-        if not stat.S_ISREG(info.st_mode):
-            raise Refusal(f"{path} is not a regular file.")
-        if info.st_size > limit:
-            raise Refusal(
-                f"{path} is {megabytes(info.st_size)}; {tool} handles files up to "
-                f"{megabytes(limit)}. Use the terminal (sed, grep, a script) for this one."
-            )
-        os.set_blocking(fd, True)
-        with os.fdopen(os.dup(fd), "rb") as f:
-            return f.read(limit + 1)[:limit]
-    finally:
-        os.close(fd)
+    with file:
+        return file.read(limit + 1)[:limit]
 
 
 def decode(data: bytes, path: Path, tool: str = "file_editor") -> str:
@@ -165,7 +164,7 @@ def make_parents(path: Path, root: Path | None = None) -> None:
 
 
 def write_text(path: Path, text: str, *, root: Path | None = None) -> None:
-    """Replace the file whole (temp file, fsync, rename): a crash never leaves half a write.
+    """Replace the file whole (core.files.Replacement): a crash never leaves half a write.
 
     The temp file is made beside the target through the parent directory's descriptor (and,
     with root, that descriptor is checked to be inside the workspace), so a directory swapped
@@ -173,7 +172,7 @@ def write_text(path: Path, text: str, *, root: Path | None = None) -> None:
     """
     target = Path(os.path.realpath(path))  # through links, so the link itself stays a link
     data = text.encode("utf-8")
-    dir_fd = os.open(target.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    dir_fd = open_directory(target.parent)
     try:
         if root is not None:
             _check_inside(root, dir_fd, path)
@@ -184,67 +183,30 @@ def write_text(path: Path, text: str, *, root: Path | None = None) -> None:
 
 def _replace_in(dir_fd: int, name: str, data: bytes) -> None:
     try:
-        old: os.stat_result | None = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
-    except FileNotFoundError:
-        old = None
-    tmp = f".{name}.{secrets.token_hex(6)}.tmp"
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-    try:
-        fd = os.open(tmp, flags, 0o600, dir_fd=dir_fd)
+        new = Replacement(dir_fd, name, WORKSPACE_FILE_MODE, keep_mode=True)
     except PermissionError:
         # The directory is not writable though the file may be: write it in place instead.
-        _write_in_place(dir_fd, name, data)
+        write_in_place(dir_fd, name, data, WORKSPACE_FILE_MODE)
         return
     try:
-        try:
-            _write_all(fd, data)
-            os.fchmod(fd, stat.S_IMODE(old.st_mode) if old else NEW_FILE_MODE)
-            if old is not None:
-                with contextlib.suppress(OSError):
-                    os.fchown(fd, old.st_uid, old.st_gid)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        with new:
+            new.write(data)
     except OSError as e:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp, dir_fd=dir_fd)
         # A bind-mounted file (/etc/hosts in a container) cannot be renamed over; anything
         # else (a full disk) must not fall through to a write that could tear the file.
         if e.errno != errno.EBUSY:
             raise
-        _write_in_place(dir_fd, name, data)
-        return
-    with contextlib.suppress(OSError):
-        os.fsync(dir_fd)
-
-
-def _write_in_place(dir_fd: int, name: str, data: bytes) -> None:
-    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
-    fd = os.open(name, flags, NEW_FILE_MODE, dir_fd=dir_fd)
-    try:
-        _write_all(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view):]
+        write_in_place(dir_fd, name, data, WORKSPACE_FILE_MODE)
 
 
 def remove(path: Path, *, root: Path | None = None) -> None:
     """Delete a file (never a directory), checked like a write."""
-    parent = Path(os.path.realpath(path.parent))
-    dir_fd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    dir_fd = open_directory(Path(os.path.realpath(path.parent)))
     try:
         if root is not None:
             _check_inside(root, dir_fd, path)
         os.unlink(path.name, dir_fd=dir_fd)
-        with contextlib.suppress(OSError):
-            os.fsync(dir_fd)
+        sync_directory(dir_fd)
     finally:
         os.close(dir_fd)
 

@@ -4,5 +4,5 @@ Layout: `session` (AgentSession, the only thing the conversations use), `loop` (
 view -> model -> ActionEvents -> tools -> observations), `model` (the Model seam over litellm,
 `llm`), `view`, `condenser`, `hooks`, `toolbox` (the tools, from a ToolContext), `sink`
 (where events go, masked), `spec` (what the agent is told to be), and the small policies
-`confirmation`, `stuck`, `skills`, `prompt`, `mcp`.
+`confirmation`, `stuck`, `skills`, `prompt`, `mcp` (the servers) and `mcp_config`.
 """

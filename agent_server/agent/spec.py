@@ -24,7 +24,8 @@ from pydantic import (
     model_validator,
 )
 
-from core.ids import ENV_NAME
+from agent_server.agent.mcp_config import mask_mcp_config
+from core.ids import ENV_NAME, is_placeholder
 from core.masking import MIN_LENGTH
 
 #: Text a process argument or environment value can hold (no NUL).
@@ -322,7 +323,7 @@ class ACPAgentSpec(Lenient):
         """For responses: literal environment values masked (`${NAME}` references shown)."""
         data = self.model_dump(mode="json")
         data["llm"] = mask_llm(data["llm"])
-        data["acp_env"] = {k: v if _placeholder_only(v) else "**********"
+        data["acp_env"] = {k: v if is_placeholder(v) else "**********"
                            for k, v in data["acp_env"].items()}
         return data
 
@@ -337,24 +338,6 @@ AnyAgentSpec = Annotated[
     Discriminator(_agent_tag),
 ]
 """`agent` of a creation request: our own agent (no `kind`, or "Agent") or an ACP agent."""
-
-
-def mask_mcp_config(config: Any) -> None:
-    """Mask, in place, literal env and header values of an mcp_config (for responses)."""
-    servers = config.get("mcpServers") if isinstance(config, dict) else None
-    if not isinstance(servers, dict):
-        return
-    for server in servers.values():
-        for field in ("env", "headers"):
-            values = server.get(field) if isinstance(server, dict) else None
-            if isinstance(values, dict):
-                server[field] = {k: v if _placeholder_only(v) else "**********"
-                                 for k, v in values.items()}
-
-
-def _placeholder_only(value: Any) -> bool:
-    """`${NAME}` (a reference to a secret) is safe to show; a literal value may not be."""
-    return isinstance(value, str) and re.fullmatch(r"\$\{[A-Za-z_][A-Za-z0-9_]*\}", value) is not None
 
 
 class NeverConfirm(Lenient):

@@ -14,7 +14,7 @@ from typing import Any
 from pydantic import ValidationError
 
 import tools as toolsets
-from agent_server.agent import mcp, skills
+from agent_server.agent import mcp, mcp_config, skills
 from agent_server.agent.spec import AgentSpec, ToolSpec
 from events import Event, ServerErrorEvent, ToolDefinition
 from tools.base import Tool, ToolContext, params_as
@@ -61,7 +61,7 @@ def check_tool_names(tools: list[ToolSpec]) -> None:
 def check_tools(agent: AgentSpec, secrets: Mapping[str, str] | None = None) -> None:
     """Tool names known, MCP placeholders fillable from the secrets (else a 422)."""
     check_tool_names(agent.tools)
-    for loc, msg, type_ in mcp.check_config(agent.mcp_config, secrets or {}):
+    for loc, msg, type_ in mcp_config.check_config(agent.mcp_config, secrets or {}):
         raise invalid(["agent", "mcp_config", *loc], msg, type_)
 
 

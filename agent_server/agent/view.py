@@ -65,7 +65,6 @@ class View:
         self._sources: dict[int, list[str]] = {}
         self.pending: dict[str, Pending] = {}  # by tool_call_id, in call order
         self._response_id: str | None = None  # the assistant message tool calls join
-        self.events_seen = 0
         self.last_user_message_id: str | None = None
         #: A CondensationRequest arrived and no Condensation followed yet.
         self.condensation_requested = False
@@ -82,7 +81,6 @@ class View:
             self.add(event)
 
     def add(self, event: Event) -> None:
-        self.events_seen += 1
         if isinstance(event, ActionEvent):
             self._add_action(event)
             return

@@ -26,6 +26,7 @@ from agent_server.agent.spec import (
 )
 from agent_server.record import ConversationInfo as ConversationInfo
 from agent_server.record import Secrets, Tags
+from core.ids import EVENT_ID_PATTERN
 from events.kinds import KindName
 
 
@@ -111,8 +112,8 @@ class EventSearch(Lenient):
     timestamp__lt: datetime | None = None
     sort_order: Literal["TIMESTAMP", "TIMESTAMP_DESC"] = "TIMESTAMP"
     limit: int = Field(default=100, ge=1, le=1000)
-    page_id: str | None = Field(default=None, pattern=r"^[0-9A-HJKMNP-TV-Z]{26}$")
-    branch: str | None = Field(default=None, pattern=r"^([0-9A-HJKMNP-TV-Z]{26}|head)$")
+    page_id: str | None = Field(default=None, pattern=rf"^{EVENT_ID_PATTERN}$")
+    branch: str | None = Field(default=None, pattern=rf"^({EVENT_ID_PATTERN}|head)$")
     """Only the events on the branch ending at this event id (`head`: the current branch)."""
 
     @field_validator("timestamp__gte", "timestamp__lt", mode="before")

@@ -86,10 +86,6 @@ class Subscription:
     def __len__(self) -> int:
         return len(self._queue)
 
-    @property
-    def queued_bytes(self) -> int:
-        return self._bytes
-
     def offer(self, frame: Frame) -> bool:
         """Queue a published frame; past the limits the subscription overflows (False)."""
         if self.state is not SubscriptionState.OPEN:

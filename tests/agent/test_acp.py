@@ -382,13 +382,13 @@ async def test_after_a_restart_only_unsent_messages_are_prompted(tmp_path: Path)
     from tests.support.inprocess import serve
 
     ws = tmp_path / "ws"
-    async with serve(tmp_path / "state") as srv:
+    async with serve(tmp_path) as srv:
         conv = await create(srv, ws)
         await send(srv.client, conv, "say first")
         assert await settled(conv) == S.FINISHED
         await send(srv.client, conv, "say second", run=False)
         cid = conv.id
-    async with serve(tmp_path / "state") as srv:
+    async with serve(tmp_path) as srv:
         conv = srv.conversation(cid)
         r = await srv.client.post(f"/api/conversations/{cid}/run")
         assert r.status_code == 200, r.text

@@ -67,7 +67,6 @@ def test_system_prompt_and_user_message() -> None:
         {"role": "user", "content": [{"type": "text", "text": "hello"}]},
     ]
     assert view.last_user_message_id == u.id
-    assert view.events_seen == 2
 
 
 def test_images_only_for_a_vision_model() -> None:

@@ -137,8 +137,8 @@ async def test_delete_then_404(srv: InProcess, tmp_path: Path) -> None:
 
 
 async def test_a_conversation_survives_a_restart(tmp_path: Path) -> None:
-    async with serve(tmp_path / "state") as srv:
+    async with serve(tmp_path) as srv:
         conv = await create(srv, create_body(tmp_path / "ws", title="kept"))
-    async with serve(tmp_path / "state") as srv:
+    async with serve(tmp_path) as srv:
         r = await srv.client.get(f"/api/conversations/{conv['id']}")
         assert (r.status_code, r.json()["title"]) == (200, "kept")

@@ -16,8 +16,8 @@ import httpx
 
 from control_plane.store import Database
 from core import processes
-from tests.control_plane.support import wait_for
 from tests.support.llm import free_port
+from tests.support.wait import wait_for
 
 
 class PlaneProcess:

@@ -13,7 +13,6 @@ import tarfile
 import threading
 import time
 import zipfile
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,6 +26,7 @@ from control_plane.app import Server, build_app
 from control_plane.config import Config
 from core.retry import Clock
 from tests.support.llm import ScriptedLLM, call, free_port
+from tests.support.wait import wait_for
 
 
 class ShiftedClock(Clock):
@@ -84,18 +84,6 @@ class ControlPlane:
         client = httpx.Client(base_url=self.url, headers=headers, timeout=kw.pop("timeout", 30), **kw)
         self._clients.append(client)
         return client
-
-
-def wait_for(predicate: Callable[[], Any], timeout: float = 30, interval: float = 0.05,
-             what: str = "") -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what or predicate}")
-        time.sleep(interval)
 
 
 def configure_llm(client: httpx.Client, base_url: str, tools: list[str] | None = None,

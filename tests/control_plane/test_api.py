@@ -19,9 +19,9 @@ from tests.control_plane.support import (
     make_config,
     sandbox_pid,
     start,
-    wait_for,
 )
 from tests.support.llm import ScriptedLLM, call
+from tests.support.wait import wait_for
 
 pytestmark = pytest.mark.e2e
 

@@ -27,9 +27,9 @@ from tests.control_plane.support import (
     make_config,
     sandbox_pid,
     start,
-    wait_for,
 )
 from tests.support.llm import Reply, ScriptedLLM, call, text
+from tests.support.wait import wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -358,7 +358,7 @@ def test_streaming_text_shows_as_it_is_written(plane: ControlPlane, llm: Scripte
     page.get_by_label("Message", exact=True).fill("Tell me slowly")
     page.get_by_role("button", name="Send").click()
     draft = page.locator(".event-streaming")
-    expect(draft.locator(".text:not(.thought)")).to_have_text(answer[:56])
+    expect(draft.locator(".text:not(.thought)")).to_have_text(answer[:56], timeout=SLOW)
     expect(page.locator(".event-message.from-agent")).to_have_count(0)
     assert page.locator("main b, main img").count() == 0 and page.evaluate("window.__x") is None
     shot(page, "01-streaming")

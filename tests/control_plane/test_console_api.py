@@ -20,9 +20,9 @@ from tests.control_plane.support import (
     configure_llm,
     conversation,
     start,
-    wait_for,
 )
 from tests.support.llm import Reply, ScriptedLLM, call, text
+from tests.support.wait import wait_for
 
 pytestmark = pytest.mark.e2e
 

@@ -40,11 +40,11 @@ from tests.control_plane.support import (
     delete_last_conversation,
     make_config,
     start,
-    wait_for,
     whole_flow,
 )
 from tests.support import docker as docker_support
 from tests.support.llm import ScriptedLLM, call, free_port
+from tests.support.wait import wait_for
 
 
 @pytest.fixture(scope="module")

@@ -23,9 +23,9 @@ from tests.control_plane.support import (
     conversation,
     make_config,
     start,
-    wait_for,
 )
 from tests.support.llm import ScriptedLLM, call
+from tests.support.wait import wait_for
 
 
 @pytest.fixture

@@ -27,9 +27,9 @@ from tests.control_plane.support import (
     make_config,
     sandbox_pid,
     start,
-    wait_for,
 )
 from tests.support.llm import ScriptedLLM, call
+from tests.support.wait import wait_for
 
 #: The reconciler's round in these tests; `rounds()` waits for several of them.
 ROUND = 0.05
@@ -279,10 +279,13 @@ def test_idle_and_deletion_times_cannot_be_set_per_conversation(control_plane: C
         error = r.json()["detail"][0]
         assert error["loc"] == ["body", field] and "deployment-wide" in error["msg"]
     # The served document says so: only null is accepted for them.
-    paths = httpx.get(control_plane.url + "/openapi.json").json()["paths"]
-    body = paths["/api/v1/app-conversations"]["post"]["requestBody"]["content"]["application/json"]
+    document = httpx.get(control_plane.url + "/openapi.json").json()
+    body = document["paths"]["/api/v1/app-conversations"]["post"]["requestBody"]["content"][
+        "application/json"]["schema"]
+    if "$ref" in body:  # the request model is a component of its own
+        body = document["components"]["schemas"][body["$ref"].rsplit("/", 1)[1]]
     for field in ("idle_seconds", "deletion_seconds"):
-        assert body["schema"]["properties"][field]["type"] == "null"
+        assert body["properties"][field]["type"] == "null"
     assert client.post("/api/v1/app-conversations", json={"idle_seconds": None}).status_code == 201
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.control_plane.support import wait_for
+from tests.support.wait import wait_for
 
 pytestmark = pytest.mark.e2e
 

@@ -22,10 +22,10 @@ from tests.control_plane.support import (
     ControlPlane,
     configure_llm,
     make_config,
-    wait_for,
     wait_task,
 )
 from tests.support.llm import ScriptedLLM, call
+from tests.support.wait import wait_for
 
 pytestmark = pytest.mark.e2e
 

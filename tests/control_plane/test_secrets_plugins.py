@@ -9,9 +9,10 @@ import json
 import pytest
 
 from core.masking import MASK
-from tests.control_plane.support import ControlPlane, configure_llm, start, wait_for
+from tests.control_plane.support import ControlPlane, configure_llm, start
 from tests.support.llm import ScriptedLLM, call
 from tests.support.mcp_servers import stdio_config
+from tests.support.wait import wait_for
 
 pytestmark = pytest.mark.e2e
 

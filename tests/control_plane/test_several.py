@@ -24,8 +24,9 @@ from control_plane.store.tables import app_conversations, leases, sandboxes, sta
 from core import processes
 from tests.control_plane.planes import PlaneProcess, kill_sandboxes, query, sandbox_pids, several
 from tests.control_plane.postgres import PostgresServer
-from tests.control_plane.support import configure_llm, wait_for
+from tests.control_plane.support import configure_llm
 from tests.support.llm import ScriptedLLM, call
+from tests.support.wait import wait_for
 
 pytestmark = pytest.mark.e2e
 

@@ -48,7 +48,7 @@ def test_a_failed_replace_keeps_the_old_file_and_leaves_no_temp_file(
     target = tmp_path / "state.json"
     target.write_bytes(b"old")
 
-    def refuse(src: str, dst: object) -> None:
+    def refuse(src: str, dst: object, **where: object) -> None:
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(os, "replace", refuse)
@@ -70,3 +70,12 @@ def test_json_round_trip(tmp_path: Path) -> None:
     write_json(tmp_path / "v.json", value)
     assert read_json(tmp_path / "v.json") == value
     assert (tmp_path / "v.json").read_text().startswith('{\n "a"')  # sorted, indented
+
+
+def test_a_name_of_the_longest_length_can_be_replaced(tmp_path: Path) -> None:
+    """The temporary file's name keeps only the start of the target's: a name of NAME_MAX
+    bytes (255) plus a prefix and suffix could not be created beside it."""
+    target = tmp_path / ("n" * 255)
+    target.write_bytes(b"old")
+    write_atomic(target, b"new")
+    assert target.read_bytes() == b"new" and leftovers(tmp_path) == []

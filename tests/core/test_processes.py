@@ -20,6 +20,7 @@ from core.processes import (
     list_processes,
     run_process,
 )
+from tests.support.wait import wait_for
 
 SH = "/bin/sh"
 
@@ -128,7 +129,8 @@ def test_the_proc_scanner_finds_a_process_and_its_group() -> None:
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", marker],
                              start_new_session=True)
     try:
-        assert find_process(marker) == child.pid
+        # Popen returns once the child is forked, before it has exec'd python with the marker.
+        assert wait_for(lambda: find_process(marker), what="the child's exec") == child.pid
         assert group_members(child.pid) == [child.pid]
         [info] = [p for p in list_processes() if p.pid == child.pid]
         assert (info.pgid, info.session, info.ppid) == (child.pid, child.pid, os.getpid())

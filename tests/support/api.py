@@ -6,7 +6,7 @@ from typing import Any
 
 import httpx
 
-from tests.support.server import wait_for
+from tests.support.wait import wait_for
 
 DONE = ("finished", "error", "stuck", "paused", "idle", "waiting_for_confirmation")
 

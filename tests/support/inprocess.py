@@ -1,8 +1,16 @@
-"""The server in-process: `build_app(config, model)` behind httpx's ASGI transport.
+"""The server in-process: `build_app(config, model)` with a ScriptedModel (no subprocess, no
+litellm), its lifespan running, reached three ways:
 
-The app's lifespan runs for real (the ASGI lifespan protocol, as uvicorn drives it), and its
-state is copied into every request's scope the way uvicorn does, so routes find their
-`Services`. Shutdown always runs, in `finally`, as uvicorn's `tests/utils.py::run_server` does.
+- `serve`: behind httpx's ASGI transport, in the test's own event loop, so a test can also
+  reach the services (`srv.conversation(cid)`). The lifespan runs for real (the ASGI lifespan
+  protocol, as uvicorn drives it), and its state is copied into every request's scope the way
+  uvicorn does, so routes find their `Services`. Shutdown always runs, in `finally`, as
+  uvicorn's `tests/utils.py::run_server` does.
+- `app_client`: behind Starlette's synchronous TestClient (no socket).
+- `served`: uvicorn in a thread on a loopback port (real sockets: websockets, the fuzz).
+
+Each takes the test's directory `root`: the state goes to root/state, and the default working
+directory is root/workspace.
 
     async with serve(tmp_path, ScriptedModel([...])) as srv:
         r = await srv.client.post("/api/conversations", json=body(srv))
@@ -13,20 +21,23 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
+from starlette.testclient import TestClient
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from agent_server.agent.model import ScriptedModel
+from agent_server.agent.model import Model, ScriptedModel
 from agent_server.app import build_app
 from agent_server.config import Config
 from agent_server.conversations import Conversation
 from agent_server.services import Services
 from events import Event, parse_event
+from tests.support.llm import free_port
+from tests.support.threaded import ThreadedServer
 
 KEY = "test-session-key"
 
@@ -86,26 +97,52 @@ class InProcess:
         return conv
 
 
-def config_for(state_dir: Path, **overrides: Any) -> Config:
-    return Config(state_dir=state_dir, session_api_keys=(KEY,), **overrides)
+def config(root: Path, **values: Any) -> Config:
+    """A Config on root/state whose default working directory, root/workspace, exists."""
+    (root / "workspace").mkdir(parents=True, exist_ok=True)
+    return Config.model_validate({"state_dir": root / "state", "session_api_keys": (KEY,),
+                                  "working_dir": root / "workspace", **values})
 
 
 @contextlib.asynccontextmanager
-async def serve(state_dir: Path, model: ScriptedModel | None = None,
-                **overrides: Any) -> AsyncIterator[InProcess]:
-    """The app of a Config on `state_dir`, started, with a client sending the session key."""
-    config = config_for(state_dir, **overrides)
+async def serve(root: Path, model: ScriptedModel | None = None,
+                **values: Any) -> AsyncIterator[InProcess]:
+    """The app, started, with a client sending the session key."""
+    settings = config(root, **values)
     model = model if model is not None else ScriptedModel()
-    app = build_app(config, model=model)
+    app = build_app(settings, model=model)
     lifespan = Lifespan(app)
     await lifespan.startup()
     try:
         transport = httpx.ASGITransport(app=WithState(app, lifespan.state))
         async with httpx.AsyncClient(transport=transport, base_url="http://agent-server",
                                      headers={"X-Session-API-Key": KEY}) as client:
-            yield InProcess(config, model, lifespan.state["services"], client)
+            yield InProcess(settings, model, lifespan.state["services"], client)
     finally:
         await lifespan.shutdown()
+
+
+@contextlib.contextmanager
+def app_client(root: Path, model: Model | None = None, **values: Any) -> Iterator[TestClient]:
+    """The app behind a TestClient sending the session key (a server error is a 500 here, as
+    a client would see it, not an exception)."""
+    app = build_app(config(root, **values), model=model or ScriptedModel())
+    with TestClient(app, headers={"X-Session-API-Key": KEY},
+                    raise_server_exceptions=False) as client:
+        yield client
+
+
+@contextlib.contextmanager
+def served(root: Path, model: Model | None = None, **values: Any) -> Iterator[str]:
+    """The app on a loopback port; yields its base URL and always stops it."""
+    port = free_port()
+    app = build_app(config(root, **values), model=model or ScriptedModel())
+    server = ThreadedServer(app, port, "agent-server-in-process", lifespan="on")
+    server.start()
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.stop()
 
 
 def agent(tools: Iterable[str] = (), **llm: Any) -> dict[str, Any]:

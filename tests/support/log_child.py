@@ -15,71 +15,28 @@ import random
 import sys
 from pathlib import Path
 
-from agent_server.log import EventLog
-from events import (
-    ActionEvent,
-    Event,
-    Message,
-    MessageEvent,
-    MessageToolCall,
-    ObservationEvent,
-    SystemPromptEvent,
-    TextContent,
-)
-from tools.think import ThinkAction, ThinkObservation, ThinkTool
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+from agent_server.log import EventLog  # noqa: E402
+from tests.support.conversation_events import Source, system_prompt  # noqa: E402
 
-def make_event(rng: random.Random, n: int) -> Event:
-    # Mostly small events, sometimes 64 KB, so kills also land inside long writes.
-    words = "x" * (65_536 if rng.random() < 0.02 else rng.randint(0, 300))
-    pick = rng.random()
-    if pick < 0.4:
-        call = f"call_{n}"
-        return ActionEvent(
-            thought=[TextContent(text=f"step {n}")],
-            action=ThinkAction(thought=words),
-            tool_name="think",
-            tool_call_id=call,
-            tool_call=MessageToolCall(
-                id=call, name="think", arguments='{"thought": "..."}', origin="completion"
-            ),
-            llm_response_id=f"resp_{n}",
-        )
-    if pick < 0.7:
-        return ObservationEvent(
-            tool_name="think",
-            tool_call_id=f"call_{n}",
-            observation=ThinkObservation(content=[TextContent(text=words)]),
-            action_id=f"action_{n}",
-        )
-    return MessageEvent(
-        source=rng.choice(["user", "agent"]),
-        llm_message=Message(role="user", content=[TextContent(text=f"message {n} {words}")]),
-    )
+#: Share of events 64 KiB long, so kills also land inside long writes.
+LARGE = 0.02
 
 
 async def main(path: Path, seed: int) -> None:
     rng = random.Random(seed)
+    source = Source(seed + 1, large=LARGE)
     log = await asyncio.to_thread(EventLog.open, path)
     if len(log) == 0:
-        [first] = await log.append(
-            SystemPromptEvent(
-                system_prompt=TextContent(text="You are a careful agent."),
-                tools=[ThinkTool.definition()],
-            )
-        )
+        [first] = await log.append(system_prompt())
         print(first.id, flush=True)
-    n = 0
     while True:
         if rng.random() < 0.5:
-            [event] = await log.append(make_event(rng, n))
-            n += 1
+            [event] = await log.append(*source.take(1))
             print(event.id, flush=True)
         else:
-            groups = []
-            for _ in range(rng.randint(2, 8)):
-                groups.append([make_event(rng, n + i) for i in range(rng.randint(1, 3))])
-                n += len(groups[-1])
+            groups = [source.take(rng.randint(1, 3)) for _ in range(rng.randint(2, 8))]
             results = await asyncio.gather(*(log.append(*group) for group in groups))
             print("\n".join(e.id for r in results for e in r if e.id), flush=True)
 

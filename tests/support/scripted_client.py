@@ -1,39 +1,28 @@
-"""The server in-process behind Starlette's (synchronous) TestClient, with a ScriptedModel.
-
-No socket, no litellm: the loop, the tools, the log and the routes run as they do in the
-server, and the model answers from a script (agent_server.agent.model.ScriptedModel).
+"""Driving the in-process server's routes (tests.support.inprocess.app_client) whose model
+answers from a script (agent_server.agent.model.ScriptedModel): scripted tool calls,
+conversations made and read through the API, statuses waited for.
 """
 
 from __future__ import annotations
 
+import json
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from starlette.testclient import TestClient
 
-from agent_server.agent.model import Scripted, ScriptedModel
-from agent_server.app import build_app
-from agent_server.config import Config
+from agent_server.agent.model import Scripted
 
-KEY = "test-session-key"
 RESTING = ("finished", "error", "stuck", "paused", "idle", "waiting_for_confirmation")
 
 
-@contextmanager
-def app_client(state_dir: Path, model: ScriptedModel) -> Iterator[TestClient]:
-    config = Config(state_dir=state_dir, session_api_keys=(KEY,),
-                    working_dir=state_dir / "workspace")
-    with TestClient(build_app(config, model=model), headers={"X-Session-API-Key": KEY}) as client:
-        yield client
-
-
 def tool_call(name: str, /, **arguments: Any) -> Scripted:
-    import json
-
     return Scripted(calls=[(name, json.dumps(arguments))])
+
+
+def finish(message: str = "done") -> Scripted:
+    return tool_call("finish", message=message)
 
 
 def llm(model: str = "scripted/main", **extra: Any) -> dict[str, Any]:
@@ -70,17 +59,6 @@ def wait_status(client: TestClient, cid: str, *wanted: str, timeout: float = 30)
             return now
         if time.monotonic() > deadline:
             raise AssertionError(f"{cid} is {now!r}, not one of {targets}")
-        time.sleep(0.02)
-
-
-def wait_for(what: Any, timeout: float = 30, message: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = what()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {message}")
         time.sleep(0.02)
 
 

@@ -76,15 +76,3 @@ class ServerProcess:
     def client(self, **kw: Any) -> httpx.Client:
         kw.setdefault("timeout", 30)
         return httpx.Client(base_url=self.url, headers={"X-Session-API-Key": KEY}, **kw)
-
-
-def wait_for(predicate: Any, timeout: float = 30, interval: float = 0.05, what: str = "") -> Any:
-    """Poll until predicate() is truthy; returns its value."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what or predicate}")
-        time.sleep(interval)

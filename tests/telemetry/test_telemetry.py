@@ -21,7 +21,7 @@ from agent_server.telemetry import logs
 from agent_server.telemetry.logs import JsonFormatter
 from agent_server.telemetry.metrics import OTHER, BoundedLabel
 from control_plane.start_request import StartRequest
-from tests.support.inproc import KEY, app_client
+from tests.support.inprocess import KEY, app_client
 
 AGENT = {"llm": {"model": "m"}}
 

@@ -9,35 +9,24 @@ from typing import Any
 
 import pytest
 
+from tests.support.tools import call, context
 from tools import files
 from tools.apply_patch import (
-    ApplyPatchAction,
     ApplyPatchObservation,
     ApplyPatchTool,
     PatchError,
     parse,
 )
 from tools.apply_patch.parse import AddFile, DeleteFile, UpdateFile
-from tools.base import ToolContext
 
 
 @pytest.fixture
-def workspace(tmp_path: Path) -> Path:
-    path = tmp_path / "workspace"
-    path.mkdir()
-    return path
-
-
-@pytest.fixture
-def tool(tmp_path: Path, workspace: Path) -> ApplyPatchTool:
-    return ApplyPatchTool(ToolContext("c1", working_dir=workspace, state_dir=tmp_path / "state"))
+def tool(workspace: Path) -> ApplyPatchTool:
+    return ApplyPatchTool(context(workspace))
 
 
 async def apply(tool: ApplyPatchTool, patch: str) -> ApplyPatchObservation:
-    action = ApplyPatchTool.parse({"patch": patch})
-    assert isinstance(action, ApplyPatchAction)
-    observation = await tool.run(action)
-    assert isinstance(observation, ApplyPatchObservation)
+    observation: ApplyPatchObservation = await call(tool, patch=patch)
     return observation
 
 

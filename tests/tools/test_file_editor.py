@@ -4,41 +4,20 @@ on disk, and that every refusal leaves the file as it was."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from tools.base import ToolContext
+from tests.support.tools import call, context
 from tools.file_editor import (
     HISTORY_DEPTH,
-    MAX_FILE_BYTES,
-    MAX_OUTPUT_CHARS,
-    FileEditorAction,
-    FileEditorObservation,
     FileEditorTool,
 )
+from tools.files import MAX_FILE_BYTES, MAX_OUTPUT_CHARS
 
 
 @pytest.fixture
-def workspace(tmp_path: Path) -> Path:
-    path = tmp_path / "workspace"
-    path.mkdir()
-    return path
-
-
-@pytest.fixture
-def editor(tmp_path: Path, workspace: Path) -> FileEditorTool:
-    ctx = ToolContext(conversation_id="c1", working_dir=workspace, state_dir=tmp_path / "state")
-    return FileEditorTool(ctx)
-
-
-async def call(editor: FileEditorTool, **arguments: Any) -> FileEditorObservation:
-    """One tool call as the model makes it: JSON arguments through parse, then run."""
-    action = FileEditorTool.parse(arguments)
-    assert isinstance(action, FileEditorAction)
-    observation = await editor.run(action)
-    assert isinstance(observation, FileEditorObservation)
-    return observation
+def editor(workspace: Path) -> FileEditorTool:
+    return FileEditorTool(context(workspace))
 
 
 def write(path: Path, text: str) -> Path:

@@ -8,7 +8,9 @@ from typing import Any
 
 import pytest
 
-from tools.base import Observation, Tool, ToolContext
+from tests.support.tools import call as call_tool
+from tests.support.tools import context
+from tools.base import Observation, Tool
 from tools.gemini.edit import EditObservation, EditTool
 from tools.gemini.list_directory import (
     MAX_ENTRIES,
@@ -17,13 +19,6 @@ from tools.gemini.list_directory import (
 )
 from tools.gemini.read_file import MAX_LINES_PER_READ, ReadFileObservation, ReadFileTool
 from tools.gemini.write_file import WriteFileObservation, WriteFileTool
-
-
-@pytest.fixture
-def workspace(tmp_path: Path) -> Path:
-    path = tmp_path / "workspace"
-    path.mkdir()
-    return path
 
 
 @pytest.fixture
@@ -37,10 +32,7 @@ def outside(tmp_path: Path, workspace: Path) -> Path:
 
 
 async def call(tool: type[Tool], workspace: Path, **arguments: Any) -> Any:
-    ctx = ToolContext("c1", working_dir=workspace, state_dir=workspace.parent / "state")
-    observation = await tool(ctx).run(tool.parse(arguments))
-    assert isinstance(observation, tool.observation_type)
-    return observation
+    return await call_tool(tool(context(workspace)), **arguments)
 
 
 # -- read_file ---------------------------------------------------------------------------------

@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from tools.base import ToolContext
+from tests.support.tools import call as call_tool
+from tests.support.tools import context
 from tools.planning_file_editor import (
-    PlanningFileEditorAction,
     PlanningFileEditorObservation,
     PlanningFileEditorParams,
     PlanningFileEditorTool,
@@ -18,20 +18,16 @@ from tools.planning_file_editor import (
 
 
 @pytest.fixture
-def workspace(tmp_path: Path) -> Path:
-    path = tmp_path / "workspace"
-    path.mkdir()
-    (path / "app.py").write_text("print('hi')\n")
-    return path
+def workspace(workspace: Path) -> Path:
+    (workspace / "app.py").write_text("print('hi')\n")
+    return workspace
 
 
 async def call(workspace: Path, params: dict[str, Any] | None = None,
                **arguments: Any) -> PlanningFileEditorObservation:
-    ctx = ToolContext("c1", working_dir=workspace, state_dir=workspace.parent / "state")
-    tool = PlanningFileEditorTool(ctx, params)
-    action = PlanningFileEditorTool.parse(arguments)
-    assert isinstance(action, PlanningFileEditorAction)
-    return await tool.run(action)
+    observation: PlanningFileEditorObservation = await call_tool(
+        PlanningFileEditorTool(context(workspace), params), **arguments)
+    return observation
 
 
 async def test_views_any_file_and_writes_the_plan(workspace: Path) -> None:

@@ -12,12 +12,10 @@ from typing import Any
 
 import pytest
 
-from tools.base import ToolContext
+from tests.support.tools import call, context
 from tools.search import (
-    GlobAction,
     GlobObservation,
     GlobTool,
-    GrepAction,
     GrepObservation,
     GrepTool,
     walk,
@@ -37,30 +35,13 @@ def backend(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> 
     return str(request.param)
 
 
-@pytest.fixture
-def workspace(tmp_path: Path) -> Path:
-    path = tmp_path / "workspace"
-    path.mkdir()
-    return path
-
-
-def ctx(tmp_path: Path, workspace: Path) -> ToolContext:
-    return ToolContext("c1", working_dir=workspace, state_dir=tmp_path / "state")
-
-
-async def grep(tmp_path: Path, workspace: Path, **arguments: Any) -> GrepObservation:
-    action = GrepTool.parse(arguments)
-    assert isinstance(action, GrepAction)
-    obs = await GrepTool(ctx(tmp_path, workspace)).run(action)
-    assert isinstance(obs, GrepObservation)
+async def grep(workspace: Path, **arguments: Any) -> GrepObservation:
+    obs: GrepObservation = await call(GrepTool(context(workspace)), **arguments)
     return obs
 
 
-async def glob(tmp_path: Path, workspace: Path, **arguments: Any) -> GlobObservation:
-    action = GlobTool.parse(arguments)
-    assert isinstance(action, GlobAction)
-    obs = await GlobTool(ctx(tmp_path, workspace)).run(action)
-    assert isinstance(obs, GlobObservation)
+async def glob(workspace: Path, **arguments: Any) -> GlobObservation:
+    obs: GlobObservation = await call(GlobTool(context(workspace)), **arguments)
     return obs
 
 
@@ -81,23 +62,23 @@ def git_init(root: Path) -> None:
 async def test_grep_lists_files_and_lines(backend: str, tmp_path: Path, workspace: Path) -> None:
     tree(workspace, {"src/app.py": "import os\ndef main():\n    log_error('x')\n",
                      "src/util.js": "function log_error() {}\n", "README.md": "nothing\n"})
-    obs = await grep(tmp_path, workspace, pattern=r"log_\w+")
+    obs = await grep(workspace, pattern=r"log_\w+")
     assert not obs.is_error, obs.text
     assert sorted(obs.matches) == [str(workspace / "src/app.py"), str(workspace / "src/util.js")]
     assert "  3:     log_error('x')" in obs.text and "  1: function log_error() {}" in obs.text
     assert obs.search_path == str(workspace) and not obs.truncated
-    only_py = await grep(tmp_path, workspace, pattern="log_", include="*.py")
+    only_py = await grep(workspace, pattern="log_", include="*.py")
     assert only_py.matches == [str(workspace / "src/app.py")]
-    inside = await grep(tmp_path, workspace, pattern="log_", path="src")
+    inside = await grep(workspace, pattern="log_", path="src")
     assert len(inside.matches) == 2
-    none = await grep(tmp_path, workspace, pattern="absent_word")
+    none = await grep(workspace, pattern="absent_word")
     assert none.matches == [] and "No matches" in none.text and not none.is_error
 
 
 async def test_grep_caps_files_and_counts_the_rest(backend: str, tmp_path: Path,
                                                    workspace: Path) -> None:
     tree(workspace, {f"d{i % 7}/f{i}.txt": "needle\n" * 15 for i in range(130)})
-    obs = await grep(tmp_path, workspace, pattern="needle")
+    obs = await grep(workspace, pattern="needle")
     assert len(obs.matches) == 100 and obs.truncated
     assert "130 files match" in obs.text and "[30 more files not shown" in obs.text
     assert obs.text.count("more matches in this file not shown") == 100
@@ -107,7 +88,7 @@ async def test_grep_caps_files_and_counts_the_rest(backend: str, tmp_path: Path,
 async def test_grep_newest_first(backend: str, tmp_path: Path, workspace: Path) -> None:
     tree(workspace, {"old.txt": "x\n", "new.txt": "x\n"})
     os.utime(workspace / "old.txt", (1_000_000, 1_000_000))
-    obs = await grep(tmp_path, workspace, pattern="x")
+    obs = await grep(workspace, pattern="x")
     assert obs.matches == [str(workspace / "new.txt"), str(workspace / "old.txt")]
 
 
@@ -124,17 +105,17 @@ async def test_gitignore_hidden_and_binary_are_left_out(backend: str, in_git: bo
         "sub/.gitignore": "ignored_here.py\n", "sub/ignored_here.py": "token\n",
     })
     (workspace / "bin.dat").write_bytes(b"token\0\x01")
-    obs = await grep(tmp_path, workspace, pattern="token")
+    obs = await grep(workspace, pattern="token")
     found = sorted(os.path.relpath(m, workspace) for m in obs.matches)
     assert found == ["keep.log", "src/a.py", "sub/top.txt"]
-    listed = await glob(tmp_path, workspace, pattern="**/*.py")
+    listed = await glob(workspace, pattern="**/*.py")
     assert sorted(os.path.relpath(m, workspace) for m in listed.files) == ["src/a.py"]
 
 
 async def test_grep_bad_regex_is_an_error_the_model_reads(backend: str, tmp_path: Path,
                                                           workspace: Path) -> None:
     tree(workspace, {"a.txt": "x\n"})
-    obs = await grep(tmp_path, workspace, pattern="(unclosed")
+    obs = await grep(workspace, pattern="(unclosed")
     assert obs.is_error and "could not search" in obs.text
 
 
@@ -146,10 +127,10 @@ async def test_search_paths_stay_in_the_workspace(backend: str, path: str, tmp_p
     (outside / "secret.txt").write_text("token\n")
     (workspace / "link").symlink_to(outside)
     (workspace / "a.txt").write_text("token\n")
-    obs = await grep(tmp_path, workspace, pattern="token", path=path)
+    obs = await grep(workspace, pattern="token", path=path)
     assert obs.is_error and obs.matches == []
     assert "outside the workspace" in obs.text or "directory" in obs.text
-    listed = await glob(tmp_path, workspace, pattern="**/*", path=path)
+    listed = await glob(workspace, pattern="**/*", path=path)
     assert listed.is_error and listed.files == []
 
 
@@ -160,7 +141,7 @@ async def test_symlinks_inside_are_not_followed(backend: str, tmp_path: Path,
     (outside / "secret.txt").write_text("token\n")
     (workspace / "link").symlink_to(outside)
     (workspace / "file_link.txt").symlink_to(outside / "secret.txt")
-    obs = await grep(tmp_path, workspace, pattern="token")
+    obs = await grep(workspace, pattern="token")
     assert obs.matches == [] and not obs.is_error
 
 
@@ -171,7 +152,7 @@ async def test_glob_patterns(backend: str, tmp_path: Path, workspace: Path) -> N
     tree(workspace, {"a.py": "", "src/b.py": "", "src/deep/c.ts": "", "src/d.json": "",
                      "lib/e.yaml": ""})
     async def names(pattern: str, **kw: Any) -> list[str]:
-        obs = await glob(tmp_path, workspace, pattern=pattern, **kw)
+        obs = await glob(workspace, pattern=pattern, **kw)
         assert not obs.is_error, obs.text
         return sorted(os.path.relpath(f, workspace) for f in obs.files)
 
@@ -185,7 +166,7 @@ async def test_glob_patterns(backend: str, tmp_path: Path, workspace: Path) -> N
 
 async def test_glob_caps_and_counts(backend: str, tmp_path: Path, workspace: Path) -> None:
     tree(workspace, {f"f{i}.txt": "" for i in range(150)})
-    obs = await glob(tmp_path, workspace, pattern="*.txt")
+    obs = await glob(workspace, pattern="*.txt")
     assert len(obs.files) == 100 and obs.truncated
     assert "150 files match" in obs.text and "[50 more files not shown" in obs.text
 

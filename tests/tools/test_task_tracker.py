@@ -5,18 +5,16 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 
+from tests.support.tools import call
 from tools.base import ToolContext, ToolError
 from tools.task_tracker import (
     MAX_TASKS,
     MAX_TITLE_CHARS,
     STORE_NAME,
     TaskItem,
-    TaskTrackerAction,
-    TaskTrackerObservation,
     TaskTrackerTool,
 )
 
@@ -30,15 +28,6 @@ PLAN = [
 def make_tool(state_dir: Path) -> TaskTrackerTool:
     ctx = ToolContext(conversation_id="c1", working_dir=state_dir.parent, state_dir=state_dir)
     return TaskTrackerTool(ctx)
-
-
-async def call(tool: TaskTrackerTool, **arguments: Any) -> TaskTrackerObservation:
-    """One tool call as the model makes it: JSON arguments through parse, then run."""
-    action = TaskTrackerTool.parse(arguments)
-    assert isinstance(action, TaskTrackerAction)
-    observation = await tool.run(action)
-    assert isinstance(observation, TaskTrackerObservation)
-    return observation
 
 
 @pytest.fixture

@@ -2,7 +2,8 @@
 
 Layout: `manager` owns the one Chromium process the server shares, `session` is one
 conversation's isolated context and tabs, `scripts` is the JavaScript run in pages,
-`actions` the Action/Observation kinds and `tools` the fourteen tools.
+`actions` the Action/Observation kinds, `base` the tools' settings and guard, `pages` what
+they do to a page, `storage` the storage state's shape, and `tools` the fourteen tools.
 
 `TOOL_SET.make(ctx, params)` takes BrowserToolParams (`timeout`, `max_content_chars`); the
 server's BrowserManager comes from `ctx.browser` (made on first need by whoever built the
@@ -19,7 +20,7 @@ from typing import Any
 from tools.base import Tool, ToolContext, ToolSet
 from tools.browser.actions import ACTION_TYPES, BrowserAction, BrowserObservation
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 #: Loaded on first use: Playwright is not imported until a browser is wanted.
 _LAZY = {
@@ -29,7 +30,7 @@ _LAZY = {
     "BrowserSettings": "tools.browser.manager",
     "ManagerClosedError": "tools.browser.manager",
     "BrowserSession": "tools.browser.session",
-    "BrowserToolParams": "tools.browser.tools",
+    "BrowserToolParams": "tools.browser.base",
 }
 
 
@@ -42,8 +43,9 @@ def __getattr__(name: str) -> Any:
 
 def make(ctx: ToolContext, params: Mapping[str, Any]) -> list[Tool]:
     """The conversation's fourteen tools, sharing one session (context made on first use)."""
+    from tools.browser.base import BrowserToolParams
     from tools.browser.session import BrowserSession
-    from tools.browser.tools import TOOL_TYPES, BrowserToolParams
+    from tools.browser.tools import TOOL_TYPES
 
     if ctx.browser is None:
         raise ValueError("browser_tool_set needs ctx.browser: the server's BrowserManager")
@@ -51,7 +53,7 @@ def make(ctx: ToolContext, params: Mapping[str, Any]) -> list[Tool]:
     settings = BrowserToolParams.model_validate(params)
     ignored = sorted(k for k in params if k not in BrowserToolParams.model_fields)
     if ignored:
-        log.warning("browser_tool_set ignores unknown params: %s", ", ".join(ignored))
+        logger.warning("browser_tool_set ignores unknown params: %s", ", ".join(ignored))
     session = BrowserSession(manager, timeout=settings.timeout)
     return [tool(ctx, params, session) for tool in TOOL_TYPES]
 

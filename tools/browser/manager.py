@@ -29,7 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from core.processes import find_process, group_members
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 #: Flags that make Debian's Chromium work in a sandbox without network: without the
 #: background-networking ones it keeps dialling Google, and the closed network refuses it.
@@ -274,7 +274,7 @@ class BrowserManager:
         self._last_used = time.monotonic()
         if self._idle_task is None or self._idle_task.done():
             self._idle_task = asyncio.create_task(self._watch_idle())
-        log.info("Chromium %s started (generation %d)", browser.version, generation)
+        logger.info("Chromium %s started (generation %d)", browser.version, generation)
         return Lease(browser, generation)
 
     async def _launch_browser(self, playwright: Playwright) -> Browser:
@@ -297,7 +297,7 @@ class BrowserManager:
             if as_root:
                 raise BrowserLaunchError(executable, str(exc).splitlines()[0]) from exc
             # Containers often lack the user namespaces the sandbox needs.
-            log.warning("Chromium would not start sandboxed (%s); retrying without", exc)
+            logger.warning("Chromium would not start sandboxed (%s); retrying without", exc)
             try:
                 return await playwright.chromium.launch(
                     executable_path=executable,
@@ -314,7 +314,7 @@ class BrowserManager:
         if generation == self._generation and self.state is ManagerState.RUNNING:
             self._browser = None
             self.state = ManagerState.STOPPED
-            log.warning("Chromium (generation %d) went away", generation)
+            logger.warning("Chromium (generation %d) went away", generation)
 
     def _record_end(self, generation: int, reason: EndReason) -> None:
         self._ended.setdefault(generation, reason)
@@ -329,7 +329,7 @@ class BrowserManager:
             if wait > 0 or self._in_flight:
                 await asyncio.sleep(max(wait, 1.0) if self._in_flight else wait)
                 continue
-            log.info("Chromium idle for %.0f s; closing it", idle)
+            logger.info("Chromium idle for %.0f s; closing it", idle)
             await self._stop(EndReason.IDLE, from_watcher=True)
             return
 

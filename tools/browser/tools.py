@@ -1,25 +1,20 @@
 """The fourteen browser tools: each turns its Action into calls on the conversation's
-BrowserSession and describes the result for the model."""
+BrowserSession and describes the result for the model.
+
+What they do to a page is in `pages`, their base (settings, guard) in `base`, the storage
+state's shape in `storage`.
+"""
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import contextlib
 import json
-import time
-from abc import abstractmethod
-from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from pathlib import Path
-from typing import Any, Literal
 
-from playwright.async_api import Frame, Locator, Page, Request, Route
 from playwright.async_api import TimeoutError as PlaywrightTimeoutError
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ValidationError
 
-from tools.base import ImageContent, TextContent, Tool, ToolContext, run_in_thread
+from tools.base import run_in_thread
 from tools.browser.actions import (
     BrowserClickAction,
     BrowserCloseTabAction,
@@ -29,7 +24,6 @@ from tools.browser.actions import (
     BrowserGoBackAction,
     BrowserListTabsAction,
     BrowserNavigateAction,
-    BrowserObservation,
     BrowserScrollAction,
     BrowserSetStorageAction,
     BrowserStartRecordingAction,
@@ -37,206 +31,20 @@ from tools.browser.actions import (
     BrowserSwitchTabAction,
     BrowserTypeAction,
 )
-from tools.browser.scripts import (
-    INDEX_ELEMENTS_JS,
-    MARKDOWN_JS,
-    PageIndex,
-    index_arguments,
-    index_selector,
+from tools.browser.base import BrowserTool, Result
+from tools.browser.pages import (
+    goto,
+    index_page,
+    locate,
+    normalize_url,
+    page_summary,
+    settle_after,
+    stamp,
+    tab_lines,
 )
-from tools.browser.session import ActionFailed, BrowserSession
-
-#: Seconds a click is given to start a navigation before it is taken to have none.
-NAVIGATION_START_WINDOW = 0.5
-
-#: Most elements one get_state numbers; a page with more is summarised.
-MAX_ELEMENTS = 400
-
-
-class BrowserToolParams(BaseModel):
-    """Per-conversation settings (the shared Chromium's own are BrowserSettings).
-
-    Unknown keys are ignored (and logged by `make`), not refused: clients written for other
-    agent servers send their own tool parameters, and refusing them would fail the whole
-    conversation over a setting this implementation has no use for.
-    """
-
-    model_config = ConfigDict(extra="ignore")
-
-    timeout: float = Field(
-        default=30.0,
-        gt=0,
-        description="Seconds any one browser call may take, page loads included; a call "
-        "that runs out returns an error observation instead of hanging.",
-    )
-    max_content_chars: int = Field(
-        default=30_000,
-        gt=0,
-        description="Most characters of page text one browser_get_content shows, like the "
-        "terminal's output cap; start_from_char pages through the rest.",
-    )
-
-
-@dataclass
-class Result:
-    """What one action produced, before notes are added and it becomes an observation."""
-
-    text: str
-    is_error: bool = False
-    image_urls: list[str] = field(default_factory=list)
-    full_output_save_dir: str | None = None
-
-
-def _stamp() -> str:
-    return datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
-
-
-def _normalize_url(url: str) -> str:
-    """Bare hosts get a scheme, as a browser's address bar would add one."""
-    url = url.strip()
-    if "://" in url or url.startswith(("about:", "data:", "javascript:")):
-        return url
-    local = url.startswith(("localhost", "127.", "[::1]", "0.0.0.0"))
-    return ("http://" if local else "https://") + url
-
-
-def _short(url: str, limit: int = 300) -> str:
-    """URLs as shown to the model: a data: URL can be a whole page long."""
-    return url if len(url) <= limit else url[: limit - 1] + "\u2026"
-
-
-async def _page_summary(session: BrowserSession, page: Page) -> str:
-    tab_id = session.current_tab_id
-    title = await page.title()
-    return f"URL: {_short(page.url)}\nTitle: {title}\nTab: {tab_id} ({len(session.tabs())} open)"
-
-
-async def _goto(page: Page, url: str, timeout: float) -> str:
-    """Load `url`; when the load does not finish in time, say so and keep what loaded."""
-    try:
-        response = await page.goto(url, wait_until="load")
-    except PlaywrightTimeoutError:
-        return (
-            f"The page did not finish loading within {timeout:.0f} s; what follows is what "
-            "had loaded by then."
-        )
-    if response is not None and response.status >= 400:
-        return f"Opened {_short(page.url)}, which answered HTTP {response.status}."
-    return f"Opened {_short(page.url)}."
-
-
-async def _settle_after(page: Page, action: Callable[[], Awaitable[None]], timeout: float) -> str:
-    """Do `action` (a click) and, if it started a navigation of the page, wait for it.
-
-    Playwright no longer waits for navigations that actions start, and a plain load-state
-    wait would see the old, already loaded document; so the main frame's navigation request
-    is watched for a short window, then its commit and load are awaited.
-    """
-    started = asyncio.Event()
-    finished = asyncio.Event()
-
-    def on_request(request: Request) -> None:
-        if request.is_navigation_request() and request.frame == page.main_frame:
-            started.set()
-
-    def on_done(request: Request) -> None:
-        if request.is_navigation_request() and request.frame == page.main_frame:
-            finished.set()
-
-    def on_navigated(frame: Frame) -> None:
-        if frame == page.main_frame:
-            finished.set()
-
-    def left() -> float:
-        return max(0.1, deadline - time.monotonic())
-
-    # One budget for the whole click, so the call's own limit is not overrun.
-    deadline = time.monotonic() + timeout
-    page.on("request", on_request)
-    page.on("framenavigated", on_navigated)
-    page.on("requestfailed", on_done)
-    try:
-        await action()
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(started.wait(), min(NAVIGATION_START_WINDOW, left()))
-        if not started.is_set():
-            return ""
-        try:
-            await asyncio.wait_for(finished.wait(), left())
-        except TimeoutError:
-            return f"The click started loading a page that did not answer within {timeout:.0f} s."
-        try:
-            await page.wait_for_load_state("load", timeout=left() * 1000)
-        except PlaywrightTimeoutError:
-            return f"The new page did not finish loading within {timeout:.0f} s."
-        return ""
-    finally:
-        page.remove_listener("request", on_request)
-        page.remove_listener("framenavigated", on_navigated)
-        page.remove_listener("requestfailed", on_done)
-
-
-async def _locate(page: Page, index: int) -> Locator:
-    """The element `index` of the last numbering pass, or a clear error with fresh numbers."""
-    locator = page.locator(index_selector(index))
-    if await locator.count():
-        return locator.first
-    fresh = await _index(page)
-    raise ActionFailed(
-        f"No element has index {index} now: the page changed since the numbers were given "
-        f"(or browser_get_state was not called yet). The elements now are:\n{fresh.describe()}"
-    )
-
-
-async def _index(page: Page) -> PageIndex:
-    raw = await page.evaluate(INDEX_ELEMENTS_JS, index_arguments(MAX_ELEMENTS))
-    return PageIndex.model_validate(raw)
-
-
-# -- the tool base ---------------------------------------------------------------------------
-
-
-class BrowserTool(Tool):
-    """A browser tool: its action runs through the conversation's session guard."""
-
-    observation_type = BrowserObservation
-
-    def __init__(
-        self, ctx: ToolContext, params: Mapping[str, Any] | None, session: BrowserSession
-    ) -> None:
-        super().__init__(ctx, params)
-        self.session = session
-        self.settings = BrowserToolParams.model_validate(self.params)
-
-    async def run(self, action: Any) -> BrowserObservation:
-        outcome = await self.session.call(lambda: self.perform(action))
-        parts = list(outcome.notes)
-        result = outcome.value
-        if result is None:
-            parts.append(outcome.error or "The browser call failed.")
-            return BrowserObservation(content=[TextContent(text="\n\n".join(parts))], is_error=True)
-        parts.append(result.text)
-        content: list[TextContent | ImageContent] = [TextContent(text="\n\n".join(parts))]
-        if result.image_urls:
-            content.append(ImageContent(image_urls=result.image_urls))
-        return BrowserObservation(
-            content=content,
-            is_error=result.is_error,
-            full_output_save_dir=result.full_output_save_dir,
-        )
-
-    @abstractmethod
-    async def perform(self, action: Any) -> Result:
-        """Carry out the action inside the guard (time limit, crash recovery)."""
-
-    async def close(self) -> None:
-        await self.session.close()
-
-    def _output_dir(self) -> Path:
-        path = self.ctx.state_dir / "browser"
-        path.mkdir(parents=True, exist_ok=True)
-        return path
-
+from tools.browser.scripts import MARKDOWN_JS
+from tools.browser.session import ActionFailed
+from tools.browser.storage import StorageState, set_local_storage
 
 # -- navigation ------------------------------------------------------------------------------
 
@@ -255,8 +63,8 @@ class BrowserNavigateTool(BrowserTool):
             _, page = await self.session.new_tab()
         else:
             page = await self.session.page()
-        status = await _goto(page, _normalize_url(action.url), self.settings.timeout)
-        return Result(f"{status}\n{await _page_summary(self.session, page)}")
+        status = await goto(page, normalize_url(action.url), self.settings.timeout)
+        return Result(f"{status}\n{await page_summary(self.session, page)}")
 
 
 class BrowserGoBackTool(BrowserTool):
@@ -272,11 +80,11 @@ class BrowserGoBackTool(BrowserTool):
         except PlaywrightTimeoutError:
             return Result(
                 f"The previous page did not finish loading within {self.settings.timeout:.0f} s."
-                f"\n{await _page_summary(self.session, page)}"
+                f"\n{await page_summary(self.session, page)}"
             )
         if response is None and page.url == before:
             return Result("There is no earlier page in this tab's history.", is_error=True)
-        return Result(f"Went back.\n{await _page_summary(self.session, page)}")
+        return Result(f"Went back.\n{await page_summary(self.session, page)}")
 
 
 class BrowserScrollTool(BrowserTool):
@@ -317,12 +125,12 @@ class BrowserGetStateTool(BrowserTool):
 
     async def perform(self, action: BrowserGetStateAction) -> Result:
         page = await self.session.page()
-        index = await _index(page)
-        text = f"{await _page_summary(self.session, page)}\n{index.describe()}"
+        index = await index_page(page)
+        text = f"{await page_summary(self.session, page)}\n{index.describe()}"
         images: list[str] = []
         if action.include_screenshot:
             png = await page.screenshot(type="png")
-            path = self._output_dir() / f"screenshot-{_stamp()}.png"
+            path = self._output_dir() / f"screenshot-{stamp()}.png"
             await run_in_thread(path.write_bytes, png)
             text += f"\nScreenshot saved to {path}."
             if self.ctx.vision:
@@ -343,7 +151,7 @@ class BrowserGetContentTool(BrowserTool):
     async def perform(self, action: BrowserGetContentAction) -> Result:
         page = await self.session.page()
         markdown: str = await page.evaluate(MARKDOWN_JS, action.extract_links)
-        summary = await _page_summary(self.session, page)
+        summary = await page_summary(self.session, page)
         total, start, cap = len(markdown), action.start_from_char, self.settings.max_content_chars
         if start and start >= total:
             return Result(
@@ -356,7 +164,7 @@ class BrowserGetContentTool(BrowserTool):
         saved: str | None = None
         if start or end < total:
             directory = self._output_dir()
-            path = directory / f"content-{_stamp()}.md"
+            path = directory / f"content-{stamp()}.md"
             await run_in_thread(path.write_text, markdown, "utf-8")
             saved = str(directory)
             more = f" Call again with start_from_char={end} for more." if end < total else ""
@@ -380,22 +188,22 @@ class BrowserClickTool(BrowserTool):
 
     async def perform(self, action: BrowserClickAction) -> Result:
         page = await self.session.page()
-        element = await _locate(page, action.index)
+        element = await locate(page, action.index)
         timeout = self.settings.timeout
         if action.new_tab:
             href = await element.evaluate("el => (el.closest('a[href]') || {}).href || null")
             if href:
                 tab_id, new_page = await self.session.new_tab()
-                status = await _goto(new_page, href, timeout)
+                status = await goto(new_page, href, timeout)
                 return Result(
                     f"Opened the link in new tab {tab_id} (now current). {status}\n"
-                    f"{await _page_summary(self.session, new_page)}"
+                    f"{await page_summary(self.session, new_page)}"
                 )
-            note = await _settle_after(
+            note = await settle_after(
                 page, lambda: element.click(modifiers=["ControlOrMeta"]), timeout
             )
         else:
-            note = await _settle_after(page, lambda: element.click(), timeout)
+            note = await settle_after(page, lambda: element.click(), timeout)
         lines = [f"Clicked element [{action.index}]."]
         if note:
             lines.append(note)
@@ -408,7 +216,7 @@ class BrowserClickTool(BrowserTool):
             page = current
         elif action.new_tab:
             lines.append("The element is not a link and no new tab opened.")
-        lines.append(await _page_summary(self.session, page))
+        lines.append(await page_summary(self.session, page))
         return Result("\n".join(lines))
 
 
@@ -422,7 +230,7 @@ class BrowserTypeTool(BrowserTool):
 
     async def perform(self, action: BrowserTypeAction) -> Result:
         page = await self.session.page()
-        element = await _locate(page, action.index)
+        element = await locate(page, action.index)
         tag = await element.evaluate("el => el.tagName.toLowerCase()")
         if tag == "select":
             # Looked up first: select_option waits for a missing option until the time limit.
@@ -446,18 +254,6 @@ class BrowserTypeTool(BrowserTool):
 # -- tabs ------------------------------------------------------------------------------------
 
 
-async def _tab_lines(session: BrowserSession) -> str:
-    current = session.current_tab_id
-    lines = []
-    for tab_id, page in session.tabs().items():
-        title = await page.title()
-        mark = "*" if tab_id == current else " "
-        lines.append(f"{mark} {tab_id}  {title or '(no title)'}  {_short(page.url)}")
-    if not lines:
-        return "No tabs are open."
-    return "Tabs (* is current):\n" + "\n".join(lines)
-
-
 class BrowserListTabsTool(BrowserTool):
     name = "browser_list_tabs"
     description = "List the open tabs: id, title, URL, and which is current."
@@ -467,7 +263,7 @@ class BrowserListTabsTool(BrowserTool):
 
     async def perform(self, action: BrowserListTabsAction) -> Result:
         await self.session.page()
-        return Result(await _tab_lines(self.session))
+        return Result(await tab_lines(self.session))
 
 
 class BrowserSwitchTabTool(BrowserTool):
@@ -479,7 +275,7 @@ class BrowserSwitchTabTool(BrowserTool):
         page = self.session.switch(action.tab_id)
         await page.bring_to_front()
         return Result(
-            f"Switched to tab {action.tab_id}.\n{await _page_summary(self.session, page)}"
+            f"Switched to tab {action.tab_id}.\n{await page_summary(self.session, page)}"
         )
 
 
@@ -495,47 +291,10 @@ class BrowserCloseTabTool(BrowserTool):
                 f"No tab has id {action.tab_id!r}; open tabs: {', '.join(self.session.tabs())}."
             )
         await page.close()
-        return Result(f"Closed tab {action.tab_id}.\n{await _tab_lines(self.session)}")
+        return Result(f"Closed tab {action.tab_id}.\n{await tab_lines(self.session)}")
 
 
 # -- storage ---------------------------------------------------------------------------------
-
-
-class _Cookie(BaseModel):
-    """A cookie as Playwright's add_cookies takes it (url, or domain with path)."""
-
-    model_config = ConfigDict(extra="ignore")
-
-    name: str
-    value: str
-    url: str | None = None
-    domain: str | None = None
-    path: str | None = None
-    expires: float | None = None
-    httpOnly: bool | None = None
-    secure: bool | None = None
-    sameSite: Literal["Lax", "None", "Strict"] | None = None
-
-
-class _StorageItem(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-
-    name: str
-    value: str
-
-
-class _OriginStorage(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-
-    origin: str
-    localStorage: list[_StorageItem] = []
-
-
-class _StorageState(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-
-    cookies: list[_Cookie] = []
-    origins: list[_OriginStorage] = []
 
 
 class BrowserGetStorageTool(BrowserTool):
@@ -565,40 +324,22 @@ class BrowserSetStorageTool(BrowserTool):
 
     async def perform(self, action: BrowserSetStorageAction) -> Result:
         try:
-            state = _StorageState.model_validate(action.storage_state)
+            state = StorageState.model_validate(action.storage_state)
         except ValidationError as exc:
             raise ActionFailed(f"storage_state is not a storage state: {exc}") from exc
         context = self.session.context
         if state.cookies:
-            # Playwright types cookies as a TypedDict; _Cookie has checked these have its keys.
+            # Playwright types cookies as a TypedDict; storage.Cookie has checked these have its keys.
             cookies = [c.model_dump(exclude_none=True) for c in state.cookies]
             await context.add_cookies(cookies)  # type: ignore[arg-type]
         for origin in state.origins:
             if origin.localStorage:
-                await self._set_local_storage(origin)
+                await set_local_storage(self.session, origin)
         items = sum(len(o.localStorage) for o in state.origins)
         return Result(
             f"Set {len(state.cookies)} cookies and {items} localStorage items "
             f"for {len(state.origins)} origins."
         )
-
-    async def _set_local_storage(self, origin: _OriginStorage) -> None:
-        """localStorage can only be written from a page of its origin: open one in a scratch
-        tab whose requests are answered locally, so nothing reaches the site."""
-        page = await self.session.scratch_page()
-
-        async def blank(route: Route) -> None:
-            await route.fulfill(status=200, content_type="text/html", body="<html></html>")
-
-        try:
-            await page.route("**/*", blank)
-            await page.goto(origin.origin.rstrip("/") + "/", wait_until="load")
-            await page.evaluate(
-                "items => { for (const i of items) localStorage.setItem(i.name, i.value); }",
-                [i.model_dump() for i in origin.localStorage],
-            )
-        finally:
-            await page.close()
 
 
 # -- recording -------------------------------------------------------------------------------
@@ -631,7 +372,7 @@ class BrowserStopRecordingTool(BrowserTool):
             raise ActionFailed("No recording is running; start one with browser_start_recording.")
         directory = self.ctx.working_dir / ".browser_recordings"
         await run_in_thread(lambda: directory.mkdir(parents=True, exist_ok=True))
-        path = directory / f"recording-{_stamp()}.zip"
+        path = directory / f"recording-{stamp()}.zip"
         self.session.recording = False
         await self.session.context.tracing.stop(path=str(path))
         size = (await run_in_thread(path.stat)).st_size
