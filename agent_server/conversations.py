@@ -31,11 +31,10 @@ from agent_server.agent.spec import (
     ACPAgentSpec,
     AgentSpec,
     ConfirmationPolicy,
-    ExecutionStatus,
     LLMConfig,
 )
-from agent_server.agent.toolbox import check_tools, git_env
-from agent_server.errors import ConversationGone, InvalidTransition
+from agent_server.agent.toolbox import check_tools
+from agent_server.errors import ConversationGone
 from agent_server.log import LOG_FILE_NAME, EventLog, Listener
 from agent_server.record import (
     ConversationInfo,
@@ -50,6 +49,7 @@ from agent_server.record import (
 )
 from agent_server.repository import CloneFailed, clone
 from agent_server.settings import Settings
+from agent_server.status import ExecutionStatus, check_move
 from agent_server.telemetry import Telemetry
 from agent_server.telemetry import logs as log_context
 from agent_server.telemetry.tracing import ConversationTrace, failed
@@ -71,19 +71,6 @@ from web.errors import Conflict, NotFound, invalid
 logger = logging.getLogger(__name__)
 
 S = ExecutionStatus
-#: Where each execution status may go next. A run starts from any resting status (a
-#: conversation waiting for confirmation starts one only when the actions were approved) and
-#: ends in the status its loop returned; waiting actions rejected, the conversation rests.
-TRANSITIONS: dict[ExecutionStatus, frozenset[ExecutionStatus]] = {
-    S.IDLE: frozenset({S.RUNNING}),
-    S.RUNNING: frozenset({S.IDLE, S.PAUSED, S.WAITING_FOR_CONFIRMATION, S.FINISHED, S.ERROR,
-                          S.STUCK}),
-    S.PAUSED: frozenset({S.RUNNING}),
-    S.WAITING_FOR_CONFIRMATION: frozenset({S.RUNNING, S.IDLE}),
-    S.FINISHED: frozenset({S.RUNNING}),
-    S.ERROR: frozenset({S.RUNNING}),
-    S.STUCK: frozenset({S.RUNNING}),
-}
 
 
 class Lifecycle(Enum):
@@ -160,13 +147,12 @@ class Conversation:
                         lambda: self._settings().llm_profiles)
         llm.on_change = self._llm_changed
         self.control = RunControl(confirmation_policy=record.confirmation_policy, llm=llm)
-        settings_now = settings()
         self.session: Session = make_session(
             ConversationSpec(
                 id=self.id, working_dir=self.working_dir, state_dir=directory,
                 agent=record.agent, max_iterations=record.max_iterations,
                 stuck_detection=record.stuck_detection, hook_config=record.hook_config,
-                git_author=git_env(settings_now.git_user_name, settings_now.git_user_email),
+                git_author=settings().git_author(),
             ),
             EventSink(self.log, lambda event: fanout.publish_transient(self.id, event),
                       self.masker),
@@ -321,9 +307,7 @@ class Conversation:
         current = self.record.execution_status
         if to == current:
             return
-        if to not in TRANSITIONS[current]:
-            raise InvalidTransition(current.value, to.value,
-                                    sorted(s.value for s in TRANSITIONS[current]))
+        check_move(current, to)
         self.record.execution_status = to
         await self.append(ConversationStateUpdateEvent(key="execution_status", value=to.value))
         await self.save()
@@ -453,9 +437,8 @@ class Conversation:
         if spec is None or self.record.repository_status == "cloned":
             return True
         try:
-            settings = self._settings()
             await clone(spec, self.working_dir, self.secret_values, self.masker,
-                        git_env(settings.git_user_name, settings.git_user_email))
+                        self._settings().git_author())
         except CloneFailed as failure:
             self.record.repository_status = "failed"
             await self._fail("RepositoryCloneFailed", failure.detail)

@@ -13,15 +13,14 @@ from agent_server.agent.spec import (
     AnyAgentSpec,
     ConfirmationPolicy,
     EnvName,
-    ExecutionStatus,
     HookConfig,
     Lenient,
-    Metrics,
     NeverConfirm,
-    RepositorySpec,
-    RepositoryStatus,
     SecretText,
 )
+from agent_server.agent.usage import Metrics
+from agent_server.repository import RepositorySpec, RepositoryStatus
+from agent_server.status import ExecutionStatus
 from agent_server.telemetry.tracing import TraceRef
 from core import observability
 from events import ImageContent, TextContent

@@ -17,9 +17,9 @@ from pydantic import ValidationError
 
 from agent_server.agent.confirmation import needs_confirmation
 from agent_server.agent.llm import Completion, LLMFailure, ToolCall
-from agent_server.agent.spec import ExecutionStatus
 from agent_server.agent.stuck import Step, StuckDetector
 from agent_server.agent.toolbox import Toolbox
+from agent_server.status import ExecutionStatus
 from events import (
     ActionEvent,
     AgentErrorEvent,

@@ -35,12 +35,12 @@ from agent_server.agent.spec import (
     ACPAgentSpec,
     AgentSpec,
     ConfirmationPolicy,
-    ExecutionStatus,
     HookConfig,
-    Metrics,
 )
 from agent_server.agent.toolbox import Toolbox
+from agent_server.agent.usage import Metrics
 from agent_server.agent.view import View
+from agent_server.status import ExecutionStatus
 from agent_server.telemetry import AgentTelemetry, Telemetry
 from events import (
     ActionEvent,

@@ -14,8 +14,8 @@ from typing import Any
 import httpx
 
 from agent_server.agent.acp import session as acp_session
-from agent_server.agent.spec import ExecutionStatus as S
 from agent_server.conversations import Conversation
+from agent_server.status import ExecutionStatus as S
 from core.masking import MASK
 from events import (
     ACPToolCallEvent,

@@ -59,8 +59,9 @@ from agent_server.agent.confirmation import needs_risk_confirmation
 from agent_server.agent.session import ConversationSpec, RunControl, ToolServices
 from agent_server.agent.sink import DeltaStream, EventSink
 from agent_server.agent.skills import SkillList
-from agent_server.agent.spec import ACPAgentSpec, ExecutionStatus
+from agent_server.agent.spec import ACPAgentSpec
 from agent_server.log import Query
+from agent_server.status import ExecutionStatus
 from core.files import read_json, write_json
 from core.processes import child_env
 from events import (
