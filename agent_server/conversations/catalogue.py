@@ -19,7 +19,7 @@ from uuid import UUID
 
 from pydantic import ValidationError
 
-from agent_server.agent.session import SessionFactory
+from agent_server.agent.contract import SessionFactory
 from agent_server.agent.spec import ACPAgentSpec, AgentSpec
 from agent_server.agent.toolbox import check_tools
 from agent_server.conversations.conversation import Conversation
@@ -45,10 +45,15 @@ logger = logging.getLogger(__name__)
 
 
 class ConversationService:
-    """The catalogue of conversations under state_dir/conversations."""
+    """The catalogue of conversations under state_dir/conversations.
+
+    `sessions` builds the factory of its conversations' agent sessions; it is given the
+    catalogue itself, whose conversations are the sub-agents those sessions may start.
+    """
 
     def __init__(self, state_dir: Path, default_working_dir: Path, *,
-                 settings: Callable[[], Settings], make_session: SessionFactory,
+                 settings: Callable[[], Settings],
+                 sessions: Callable[[ConversationService], SessionFactory],
                  fanout: Fanout, telemetry: Telemetry | None = None) -> None:
         self.root = state_dir / "conversations"
         self.telemetry = telemetry or Telemetry.build()
@@ -57,7 +62,7 @@ class ConversationService:
         self._fanout = fanout
         self._items: dict[UUID, Conversation] = {}
         self._create_lock = asyncio.Lock()
-        self._make_session = make_session
+        self._make_session = sessions(self)
 
     def _conversation(self, record: StoredConversation, directory: Path) -> Conversation:
         return Conversation(record, directory, settings=self.settings,

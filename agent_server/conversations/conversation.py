@@ -19,8 +19,14 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
-from agent_server.agent.llms import ActiveLLM
-from agent_server.agent.session import ConversationSpec, RunControl, Session, SessionFactory
+from agent_server.agent.active_llm import ActiveLLM
+from agent_server.agent.contract import (
+    ConversationSpec,
+    RunControl,
+    Session,
+    SessionFactory,
+    SteeredSession,
+)
 from agent_server.agent.sink import EventSink
 from agent_server.agent.skills import SkillList
 from agent_server.agent.spec import ConfirmationPolicy, LLMConfig
@@ -92,8 +98,7 @@ class Conversation:
         #: it is new; one loaded from disk continues the trace its record names).
         self.trace: ConversationTrace = self.telemetry.tracing.resumed(record.trace, self.id)
         llm = ActiveLLM(record.agent.llm, record.llm_profile,
-                        lambda: self._settings().llm_profiles)
-        llm.on_change = self._llm_changed
+                        lambda: self._settings().llm_profiles, on_change=self._llm_changed)
         self.control = RunControl(confirmation_policy=record.confirmation_policy, llm=llm)
         self.session: Session = make_session(
             ConversationSpec(
@@ -106,6 +111,9 @@ class Conversation:
                       self.masker),
             self.control, self.secret_values, record.metrics,
         )
+        #: The session again when its model, skills and hooks run here (our own agent);
+        #: None for an agent that keeps its own (ACP).
+        self._steered = self.session if isinstance(self.session, SteeredSession) else None
 
     @property
     def id(self) -> str:
@@ -216,21 +224,27 @@ class Conversation:
         """The user's switch to a saved profile (from the next request on); KeyError when
         no profile has that name."""
         await self.append(await self.control.llm.switch_profile(name, reason, "user"))
-        await self.session.follow_llm()
+        if self._steered is not None:
+            await self._steered.follow_llm()
 
     async def switch_llm(self, config: LLMConfig, reason: str = "") -> None:
         await self.append(await self.control.llm.switch_llm(config, reason, "user"))
-        await self.session.follow_llm()
+        if self._steered is not None:
+            await self._steered.follow_llm()
 
     async def rotate_llm_key(self, key: str) -> None:
         await self.append(await self.control.llm.rotate_key(key))
 
     async def skills(self) -> SkillList:
-        return await self.session.skills()
+        if self._steered is None:
+            return SkillList(skills=[])  # an ACP agent keeps its own
+        return await self._steered.skills()
 
     async def ask(self, question: str) -> str:
         """A side question, answered without adding to the conversation (LLMFailure: 502)."""
-        answer = await self.session.ask(self.masker.text(question))
+        if self._steered is None:
+            raise Conflict("ask_agent is not available for an ACP agent")
+        answer = await self._steered.ask(self.masker.text(question))
         await self.save()  # the call's cost is counted
         return self.masker.text(answer)
 
@@ -250,7 +264,8 @@ class Conversation:
             except KeyError:
                 raise NotFound(f"Event {event_id} not found in this conversation") from None
             self.record.head_event_id, self.record.head_set_at = event_id, len(log)
-            self.session.forget_view()
+            if self._steered is not None:
+                self._steered.forget_view()
             if self.status == ExecutionStatus.WAITING_FOR_CONFIRMATION:  # off the branch now
                 await self.transition(ExecutionStatus.IDLE)
             await self.save()
@@ -279,11 +294,13 @@ class Conversation:
             llm_message=Message(role="user", content=message.contents()),
             sender=message.sender,
         )
-        await self.session.prepare_user_message(event)
+        steered = self._steered
+        if steered is not None:
+            await steered.prepare_user_message(event)
         # A running agent takes no request while the message waits for its hooks' verdict.
         async with self.control.prompt_gate:
             await self.append(event)
-            blocked = await self.session.on_user_message(event)
+            blocked = steered is not None and await steered.on_user_message(event)
         if message.run and not blocked:
             await self.run()
         return event
@@ -319,11 +336,10 @@ class Conversation:
             await self.settle()
             if self.running:
                 return
-            self.control.approved = (approved
-                                     or self.status == ExecutionStatus.WAITING_FOR_CONFIRMATION)
+            approved = approved or self.status == ExecutionStatus.WAITING_FOR_CONFIRMATION
             self.control.pause_requested = False
             await self.transition(ExecutionStatus.RUNNING)
-            self._task = asyncio.create_task(self._run(), name=f"run {self.id}")
+            self._task = asyncio.create_task(self._run(approved), name=f"run {self.id}")
 
     def start_trace(self) -> None:
         """A new conversation's root span (and named span), its place kept in the record."""
@@ -335,12 +351,12 @@ class Conversation:
                                     if record.parent_conversation_id else None))
         record.trace = self.trace.ref
 
-    async def _run(self) -> None:
+    async def _run(self, approved: bool) -> None:
         log_context.set_conversation(self.id)  # this task's log records name the conversation
         try:
             with self.trace.run() as span:
                 if await self._prepare_workspace():
-                    status = await self.session.run()
+                    status = await self.session.run(approved)
                     span.set_attribute("agent_server.run.status", status.value)
                     if status in (ExecutionStatus.ERROR, ExecutionStatus.STUCK):
                         failed(span, status.value)
