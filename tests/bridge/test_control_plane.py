@@ -36,7 +36,11 @@ TOOLS = ["terminal", "file_editor", "task_tracker"]
 
 @pytest.fixture(scope="module")
 def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
-    running = ControlPlane(make_config(tmp_path_factory.mktemp("plane") / "cp")).start()
+    # The editor's MCP server here is a module of this source tree, which an isolated sandbox
+    # does not see (it sees the system and the installed agent server: a real editor's server
+    # is a system program such as npx or uvx); isolation has its own tests.
+    running = ControlPlane(make_config(tmp_path_factory.mktemp("plane") / "cp",
+                                       sandbox_isolation="off", shared_host=True)).start()
     yield running
     running.stop()
 
@@ -134,9 +138,11 @@ async def test_a_session_runs_in_a_sandbox_and_its_files_come_back_to_the_editor
         assert editor.writes == [(str(hello), "print('hi')\n")]
         assert hello.read_text() == "print('hi')\n"
         assert hook.status == "completed" and not (work / ".git").exists()
-        # Keys: the MCP server's is masked by the sandbox, the sandbox's own by the bridge.
+        # Keys: the MCP server's is masked by the sandbox; the sandbox's own is in no
+        # environment its agent could read (agent_server.secrecy), and never sent.
         assert "<secret-hidden>" in mcp_call.texts()
-        assert "SESSION_API_KEY=<secret-hidden>" in snoop.texts()
+        assert "SESSION_API_KEY" not in snoop.texts().replace("grep ^SESSION_API_KEY=", "")
+        assert "exit code 1" in snoop.texts()
         sent = editor.sent()
         assert TOKEN not in sent and api_key not in sent and sandbox_key not in sent
 
