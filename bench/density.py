@@ -1,6 +1,6 @@
 """Sandboxes per host: memory per sandbox, start to READY, and the first model call (prints JSON).
 
-    .venv/bin/python bench/density.py [--sandboxes 10] [--steps 20] [--provider process]
+    .venv/bin/python bench/density.py [--sandboxes 10] [--steps 20] [--provider process] [--template on|off]
 
 Everything goes through a real control plane (in this process) and real sandboxes. Starts are
 made one after another, each into a new sandbox (NO_GROUPING), each with an initial message
