@@ -1,6 +1,6 @@
 """Sandboxes per host: memory per sandbox, start to READY, and the first model call (prints JSON).
 
-    .venv/bin/python bench/density.py [--sandboxes 10] [--steps 20] [--provider process]
+    .venv/bin/python bench/density.py [--sandboxes 10] [--steps 20] [--provider process] [--template on|off]
 
 Everything goes through a real control plane (in this process) and real sandboxes. Starts are
 made one after another, each into a new sandbox (NO_GROUPING), each with an initial message
@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -29,6 +30,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from core import namespaces, processes  # noqa: E402
 from tests.control_plane.support import (  # noqa: E402
     ControlPlane,
     configure_llm,
@@ -58,9 +60,21 @@ def tree(pid: int) -> list[int]:
     return found
 
 
+def sandbox_tree(pid: int) -> list[int]:
+    """A sandbox's processes: those below its first, and those in its pid namespace (a server
+    forked from the template has neither bubblewrap nor the control plane for a parent)."""
+    found = set(tree(pid))
+    ours = namespaces.namespace(os.getpid())
+    for below in list(found):
+        if (inside := namespaces.namespace(below)) not in (None, ours):
+            found |= set(namespaces.members(inside))
+    return sorted(found)
+
+
 def memory_kib(pids: list[int]) -> dict[str, int]:
-    """Pss and Rss summed over `pids` (kB, as smaps_rollup says)."""
-    totals = {"Pss": 0, "Rss": 0}
+    """Pss, Rss and the private part (Uss: what the sandbox alone holds, which N more
+    sandboxes cost N times) summed over `pids` (kB, as smaps_rollup says)."""
+    totals = {"Pss": 0, "Rss": 0, "Private_Clean": 0, "Private_Dirty": 0}
     for pid in pids:
         try:
             lines = Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines()
@@ -74,10 +88,14 @@ def memory_kib(pids: list[int]) -> dict[str, int]:
 
 
 def sandbox_pids(plane: ControlPlane) -> dict[str, int]:
-    """Each sandbox's agent server, from the ready files the sandboxes wrote."""
+    """Each sandbox's first process: bubblewrap's for an isolated one (its pid 1, the holder
+    and the server are below it; the ready file has the server's pid in its own namespace
+    only), the server's otherwise."""
     found = {}
     for ready in sorted((plane.config.state_dir / "sandboxes").glob("*/ready.json")):
-        found[ready.parent.name] = int(json.loads(ready.read_text())["pid"])
+        leaders = [p.pid for p in processes.with_argument(str(ready)) if p.pid == p.pgid]
+        found[ready.parent.name] = (leaders[0] if leaders else
+                                    int(json.loads(ready.read_text())["pid"]))
     return found
 
 
@@ -102,9 +120,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     llm = ScriptedLLM().start()
     with tempfile.TemporaryDirectory() as tmp:
         config = make_config(Path(tmp), max_sandboxes_per_user=args.sandboxes + 5,
-                             sandbox_provider=args.provider)
+                             sandbox_provider=args.provider,
+                             sandbox_template=args.template == "on")
         plane = ControlPlane(config).start()
+        template = Path(tmp) / "template" / "template.sock"
         try:
+            if args.template == "on" and args.provider == "process":
+                wait_for(template.exists, 120, what="the sandbox template")
             key = plane.new_user("density")
             client = plane.client(key)
             configure_llm(client, llm.base_url("density"), tools=["terminal"])
@@ -135,7 +157,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 conversations.append(task["app_conversation_id"])
             pids = sandbox_pids(plane)
             time.sleep(args.settle)  # idle: background imports done, nothing running
-            idle = [memory_kib(tree(pid)) for pid in pids.values()]
+            idle = [memory_kib(sandbox_tree(pid)) for pid in pids.values()]
+            loaders = [p.pid for p in processes.with_argument(str(template))
+                       if p.ppid == os.getpid()]
+            template_kib = memory_kib(loaders)
 
             for conversation_id in conversations:  # one at a time: the thinker counts per key
                 llm.responder = thinker(args.steps)
@@ -152,7 +177,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                              "execution_status"].upper() in ("FINISHED", "IDLE"),
                          300, interval=0.05)
             time.sleep(args.settle)
-            busy = [memory_kib(tree(pid)) for pid in pids.values()]
+            busy = [memory_kib(sandbox_tree(pid)) for pid in pids.values()]
         finally:
             plane.stop()
             llm.stop()
@@ -163,8 +188,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "start_to_first_request_s": summary(first_s),
         "pss_idle_mib": summary([m["Pss"] / 1024 for m in idle], 1),
         "rss_idle_mib": summary([m["Rss"] / 1024 for m in idle], 1),
+        "uss_idle_mib": summary([(m["Private_Clean"] + m["Private_Dirty"]) / 1024
+                                 for m in idle], 1),
         "pss_idle_total_mib": round(sum(m["Pss"] for m in idle) / 1024, 1),
+        "template": args.template,
+        "template_pss_mib": round(template_kib["Pss"] / 1024, 1),
         f"pss_after_{args.steps}_steps_mib": summary([m["Pss"] / 1024 for m in busy], 1),
+        f"uss_after_{args.steps}_steps_mib": summary(
+            [(m["Private_Clean"] + m["Private_Dirty"]) / 1024 for m in busy], 1),
     }
 
 
@@ -173,6 +204,8 @@ def main() -> None:
     parser.add_argument("--sandboxes", type=int, default=10)
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--provider", default="process")
+    parser.add_argument("--template", choices=["on", "off"], default="on",
+                        help="process sandboxes forked from the template (root, bubblewrap)")
     parser.add_argument("--settle", type=float, default=5.0,
                         help="seconds sandboxes sit idle before memory is read")
     print(json.dumps(run(parser.parse_args()), indent=1))

@@ -67,6 +67,13 @@ class Config(BaseModel):
     (`first-last`, set apart for it: no account or other tool of the host may use it). The
     default is a range systemd leaves unused."""
 
+    sandbox_template: bool = True
+    """Fork each isolated process sandbox's server from a template process that has loaded the
+    agent server and litellm already (its pages shared by every sandbox, its first model call
+    waiting for no import), rather than start an interpreter per sandbox. Root with bubblewrap
+    only (the fork enters the sandbox's namespaces); a start spawns as before while the
+    template loads or when it is gone."""
+
     shared_host: bool = False
     """Accept sandboxes of several users where they are not isolated (no bubblewrap, or
     isolation off). Without it such a control plane serves the first user to have a sandbox

@@ -24,6 +24,7 @@ from control_plane.sandboxes.isolation import choose
 from control_plane.sandboxes.process import SPEC, ProcessProvider
 from control_plane.sandboxes.provider import SandboxProvider
 from control_plane.sandboxes.service import SandboxService
+from control_plane.sandboxes.template import Template
 from control_plane.settings import SettingsService
 from control_plane.start_tasks import StartTaskService
 from control_plane.store import Database
@@ -45,7 +46,9 @@ def build_provider(config: Config) -> SandboxProvider:
                               start_timeout=config.sandbox_start_timeout,
                               stop_grace=config.sandbox_stop_grace)
     isolation = choose(config.sandbox_isolation, hidden=[config.state_dir], uids=config.sandbox_uids)
-    return ProcessProvider(config.state_dir / "archives", isolation=isolation,
+    template = (Template(config.state_dir / "template")
+                if config.sandbox_template and isolation is not None and isolation.uids else None)
+    return ProcessProvider(config.state_dir / "archives", isolation=isolation, template=template,
                            shared_host=config.shared_host, start_timeout=config.sandbox_start_timeout,
                            stop_grace=config.sandbox_stop_grace)
 
@@ -115,6 +118,7 @@ class Services:
         self.config.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         self.config.state_dir.chmod(0o700)  # its key and database are for this process alone
         await self.db.migrate()
+        await self.provider.start()
         self.leases.start()
         await self.lifecycle.adopt()
         await self.tasks.take_over()

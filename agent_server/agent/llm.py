@@ -32,17 +32,25 @@ logger = logging.getLogger(__name__)
 _import_lock = threading.Lock()
 
 
+#: litellm's settings read from the environment, at import and at each call (so a process
+#: forked after the import keeps them: `agent_server.template`).
+ENVIRONMENT = {
+    "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+    "LITELLM_TELEMETRY": "False",
+    # litellm's own HTTP handler for OpenAI-compatible calls: the OpenAI SDK's typed
+    # transform of every request costs ~0.35 ms per message, which made each step slower
+    # the longer a conversation got (170 ms per step at 500 steps; flat with this).
+    "EXPERIMENTAL_OPENAI_BASE_LLM_HTTP_HANDLER": "True",
+    # litellm's logging scans every message of every request for base64 to shorten; we
+    # log no request bodies, so that work (growing with the conversation) is skipped.
+    "MAX_BASE64_LENGTH_FOR_LOGGING": "0",
+}
+
+
 def _import() -> Any:
     with _import_lock:  # one import even when several runs start together
-        os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-        os.environ.setdefault("LITELLM_TELEMETRY", "False")
-        # litellm's own HTTP handler for OpenAI-compatible calls: the OpenAI SDK's typed
-        # transform of every request costs ~0.35 ms per message, which made each step slower
-        # the longer a conversation got (170 ms per step at 500 steps; flat with this).
-        os.environ.setdefault("EXPERIMENTAL_OPENAI_BASE_LLM_HTTP_HANDLER", "True")
-        # litellm's logging scans every message of every request for base64 to shorten; we
-        # log no request bodies, so that work (growing with the conversation) is skipped.
-        os.environ.setdefault("MAX_BASE64_LENGTH_FOR_LOGGING", "0")
+        for name, value in ENVIRONMENT.items():
+            os.environ.setdefault(name, value)
         # The import allocates a few million long-lived objects: the collector would walk
         # them again and again meanwhile (a fifth of the import's time), for nothing.
         collecting = gc.isenabled()
@@ -92,6 +100,11 @@ async def load() -> Any:
     if module is not None and getattr(module, "drop_params", False):
         return module
     return await asyncio.to_thread(_import)
+
+
+def load_now() -> Any:
+    """litellm, imported in this thread (a template process loads it before it forks)."""
+    return _import()
 
 
 def prewarm() -> None:

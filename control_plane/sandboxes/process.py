@@ -39,8 +39,9 @@ from control_plane.sandboxes.provider import (
     SandboxProvider,
     SandboxSpec,
 )
-from control_plane.sandboxes.spawn import spawn
-from core import processes
+from control_plane.sandboxes.spawn import filled_pipe, spawn
+from control_plane.sandboxes.template import Template, TemplateError
+from core import namespaces, processes
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -50,6 +51,10 @@ SPEC = SandboxSpec(id="process", description="an agent-server child process on t
 ISOLATED_SPEC = SandboxSpec(id=SPEC.id, description=SPEC.description + "; isolated by "
                             "bubblewrap: its own files, /tmp and processes, the system read-only")
 READY_FILE = "ready.json"
+#: What bubblewrap runs around a server forked from the template: it lives while its stdin is
+#: open (the server's lifeline) and ignores SIGTERM, so a stop waits for the server itself. The
+#: ready file's path is an argument, as a spawned server's is, so a restart finds it.
+HOLDER = ["sh", "-c", "trap '' TERM; exec cat"]
 LOG_FILE = "agent-server.log"
 
 
@@ -76,13 +81,15 @@ def child_env(launch: Launch, isolation: Isolation | None = None) -> dict[str, s
 
 class ProcessProvider(SandboxProvider):
     def __init__(self, archive_dir: Path, *, isolation: Isolation | None = None,
-                 shared_host: bool = False, start_timeout: float = 60.0, stop_grace: float = 5.0,
+                 template: Template | None = None, shared_host: bool = False, start_timeout: float = 60.0, stop_grace: float = 5.0,
                  transport: httpx.AsyncBaseTransport | None = None) -> None:
         """`isolation`: bubblewrap's (`isolation.choose`), or None: sandboxes run as this
-        process's user, and serve one user only unless `shared_host` accepts that."""
+        process's user, and serve one user only unless `shared_host` accepts that. `template`:
+        servers of isolated sandboxes are forked from it once it is ready."""
         super().__init__(start_timeout=start_timeout, transport=transport)
         self.archive_dir = archive_dir
         self.isolation = isolation
+        self.template = template
         self.single_tenant = isolation is None and not shared_host
         self.stop_grace = stop_grace
         #: Children started by this process (`spawn`), reaped so they never linger as zombies.
@@ -90,6 +97,15 @@ class ProcessProvider(SandboxProvider):
 
     def specs(self) -> list[SandboxSpec]:
         return [ISOLATED_SPEC if self.isolation else SPEC]
+
+    async def start(self) -> None:
+        if self.template is not None:
+            self.template.start()
+
+    async def close(self) -> None:
+        if self.template is not None:
+            self.template.close()
+        await super().close()
 
     async def create(self, launch: Launch) -> Handle:
         if launch.spec_id != SPEC.id:
@@ -99,18 +115,26 @@ class ProcessProvider(SandboxProvider):
             path.mkdir(exist_ok=True, mode=0o700)
         ready = launch.root_dir / READY_FILE
         ready.unlink(missing_ok=True)
-        command = Command([sys.executable, "-m", "agent_server", "--ready-file", str(ready)], {})
+        argv = [sys.executable, "-m", "agent_server", "--ready-file", str(ready)]
+        command, uid = Command(argv, {}), None
         if self.isolation is not None:
             (launch.root_dir / HOME).mkdir(exist_ok=True, mode=0o700)
             uid = await asyncio.to_thread(self.isolation.own, launch.root_dir)
-            command = self.isolation.command(launch.root_dir, command.argv, uid)
+            command = self.isolation.command(launch.root_dir, argv, uid)
         out = os.open(launch.root_dir / LOG_FILE, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         try:
-            pid = spawn(command.argv, child_env(launch, self.isolation), output=out,
-                        stdin=launch.keys(), files=command.files)
+            pid = None
+            if self.template is not None:
+                self.template.revive()
+            if uid is not None and self.template is not None and self.template.ready:
+                try:
+                    pid = await self._fork(launch, uid, out)
+                except TemplateError as exc:
+                    logger.warning("%s; the server is started by itself", exc)
+            if pid is None:
+                pid = self._spawn(command, launch, out, launch.keys())
         finally:
             os.close(out)
-        self._children.add(pid)
         try:
             port = await self._wait_ready(pid, ready, launch.root_dir / LOG_FILE)
             started = processes.start_time(pid)
@@ -122,6 +146,48 @@ class ProcessProvider(SandboxProvider):
         except BaseException:
             await self._kill_now(pid)
             raise
+
+    def _spawn(self, command: Command, launch: Launch, out: int, stdin: bytes | int) -> int:
+        pid = spawn(command.argv, child_env(launch, self.isolation), output=out, stdin=stdin,
+                    files=command.files)
+        self._children.add(pid)
+        return pid
+
+    async def _fork(self, launch: Launch, uid: int, out: int) -> int:
+        """bubblewrap makes the sandbox around a holder, and the template forks the server
+        into it (`agent_server.template`); bubblewrap's pid, as a spawned server's."""
+        assert self.isolation is not None and self.template is not None
+        ready = str(launch.root_dir / READY_FILE)
+        command = self.isolation.command(launch.root_dir, [*HOLDER, ready], uid)
+        lifeline, held = os.pipe()
+        keys = filled_pipe(launch.keys())
+        try:
+            pid = self._spawn(command, launch, out, lifeline)
+            try:
+                inside = await self._made(pid, launch.root_dir / LOG_FILE)
+                await self.template.fork(enter=inside, uid=uid, cwd=launch.root_dir,
+                                         env=child_env(launch, self.isolation),
+                                         argv=["--ready-file", ready], fds=[keys, out, held])
+            except BaseException:
+                await self._kill_now(pid)
+                raise
+            return pid
+        finally:
+            for fd in (lifeline, held, keys):
+                os.close(fd)
+
+    async def _made(self, pid: int, log: Path) -> int:
+        """bubblewrap's pid 1 once the sandbox is made (its mounts are ready before pid 1
+        starts the holder)."""
+        deadline = time.monotonic() + self.start_timeout
+        while time.monotonic() < deadline:
+            if (status := self._reap(pid)) is not None:
+                raise ProviderError(f"bubblewrap exited with status {status}: {_tail(log)}")
+            for inner in processes.children(pid):
+                if processes.children(inner):
+                    return inner
+            await asyncio.sleep(0.005)
+        raise ProviderError(f"the sandbox was not made within {self.start_timeout:g} s")
 
     async def _wait_ready(self, pid: int, ready: Path, log: Path) -> int:
         deadline = time.monotonic() + self.start_timeout
@@ -191,7 +257,7 @@ class ProcessProvider(SandboxProvider):
         only stored when it is true."""
         self._signal(handle, signal.SIGSTOP)
         deadline = time.monotonic() + 5
-        while processes.state(handle.pid) != "T":
+        while processes.state(handle.pid) != "T" or self._running_inside(handle):
             if time.monotonic() > deadline or not processes.is_running(handle.pid, handle.pid_start_time):
                 raise ProviderError("the agent server did not stop")
             await asyncio.sleep(0.005)
@@ -204,6 +270,32 @@ class ProcessProvider(SandboxProvider):
     def _signal(self, handle: Handle, sig: signal.Signals) -> None:
         if not processes.is_running(handle.pid, handle.pid_start_time) or not processes.signal_group(handle.pid, sig):
             raise ProviderError("the sandbox's process is gone")
+        self._signal_inside(handle, sig)
+
+    def _namespace(self, handle: Handle) -> str | None:
+        """An isolated sandbox's pid namespace: what runs in it is the sandbox's, whatever its
+        group (a server forked from the template leads a session of its own)."""
+        if self.isolation is None:
+            return None
+        ours = namespaces.namespace(os.getpid())
+        for pid in processes.group_members(handle.pid):
+            if (inside := namespaces.namespace(pid)) not in (None, ours):
+                return inside
+        return None
+
+    def _signal_inside(self, handle: Handle, sig: signal.Signals) -> None:
+        if (inside := self._namespace(handle)) is not None:
+            namespaces.signal_all(inside, sig)
+
+    def _running_inside(self, handle: Handle) -> bool:
+        """Some process of the sandbox is not stopped yet (one forked meanwhile is stopped now)."""
+        if (inside := self._namespace(handle)) is None:
+            return False
+        running = [p for p in namespaces.members(inside) if processes.state(p) not in ("T", "t", "Z", None)]
+        for pid in running:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGSTOP)
+        return bool(running)
 
     async def destroy(self, sandbox_id: str, handle: Handle | None, root_dir: Path) -> Path | None:
         if handle is not None and processes.holds_group(handle.pid, handle.pid_start_time):
@@ -217,8 +309,11 @@ class ProcessProvider(SandboxProvider):
             launcher = ({handle.pid, *processes.children(handle.pid)} if self.isolation is not None
                         else set())
             # A stopped group only acts on SIGTERM once continued.
-            processes.signal_group(handle.pid, signal.SIGCONT)
-            processes.signal_group(handle.pid, signal.SIGTERM)
+            inside = self._namespace(handle)
+            for sig in (signal.SIGCONT, signal.SIGTERM):
+                processes.signal_group(handle.pid, sig)
+                if inside is not None:
+                    namespaces.signal_all(inside, sig)
             deadline = time.monotonic() + self.stop_grace
             while time.monotonic() < deadline:
                 self._reap(handle.pid)
@@ -229,6 +324,8 @@ class ProcessProvider(SandboxProvider):
             # namespace), and what its processes started in sessions of their own (the
             # terminal's shells), found by core's /proc sweep.
             processes.signal_group(handle.pid, signal.SIGKILL)
+            if inside is not None:
+                namespaces.signal_all(inside, signal.SIGKILL)
             for pid in tree:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.kill(pid, signal.SIGKILL)

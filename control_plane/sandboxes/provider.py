@@ -148,6 +148,10 @@ class SandboxProvider(abc.ABC):
         on this machine; a container's is the same path inside every container."""
         return sandboxes_dir / sandbox_id
 
+    async def start(self) -> None:
+        """Prepare what starts use (the process provider's template); nothing by default."""
+        return None
+
     async def close(self) -> None:
         """Release the provider's own resources; sandboxes keep running (they are adopted later)."""
         await self._http.aclose()

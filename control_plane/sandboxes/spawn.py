@@ -20,14 +20,12 @@ LOW_FDS = 64
 PIPE_BYTES = 64 * 1024
 
 
-def spawn(argv: list[str], env: dict[str, str], *, output: int, stdin: bytes = b"",
+def spawn(argv: list[str], env: dict[str, str], *, output: int, stdin: bytes | int = b"",
           files: dict[int, bytes] | None = None) -> int:
-    """`argv` in a new session, its pid. `stdin` comes through a pipe, written and closed
-    before it starts (so once read it is gone: nobody finds it again through /proc/<pid>/fd);
-    each of `files` is a memory file on the descriptor its key names (data that is no secret,
-    of any size); stdout and stderr go to `output`."""
-    if len(stdin) > PIPE_BYTES:
-        raise ValueError(f"at most {PIPE_BYTES} bytes go through stdin")
+    """`argv` in a new session, its pid. `stdin` bytes come through a pipe, written and closed
+    before it starts (so once read it is gone: nobody finds it again through /proc/<pid>/fd),
+    or it is a descriptor of ours; each of `files` is a memory file on the descriptor its key
+    names (data that is no secret, of any size); stdout and stderr go to `output`."""
     with contextlib.ExitStack() as stack:
         def above(fd: int) -> int:
             """`fd` moved above every target, so no action overwrites another's source."""
@@ -35,15 +33,14 @@ def spawn(argv: list[str], env: dict[str, str], *, output: int, stdin: bytes = b
             stack.callback(os.close, moved)
             return moved
 
-        read, write = os.pipe()
-        try:
-            os.write(write, stdin)
-        finally:
-            os.close(write)
-        try:
-            source = above(read)
-        finally:
-            os.close(read)
+        if isinstance(stdin, int):
+            source = above(stdin)
+        else:
+            read = filled_pipe(stdin)
+            try:
+                source = above(read)
+            finally:
+                os.close(read)
         actions = [(os.POSIX_SPAWN_DUP2, source, 0), (os.POSIX_SPAWN_DUP2, above(output), 1),
                    (os.POSIX_SPAWN_DUP2, above(output), 2)]
         for target, data in (files or {}).items():
@@ -60,6 +57,18 @@ def spawn(argv: list[str], env: dict[str, str], *, output: int, stdin: bytes = b
             actions.append((os.POSIX_SPAWN_DUP2, source, target))
         _seal_inherited()
         return os.posix_spawn(argv[0], argv, env, file_actions=actions, setsid=True)
+
+
+def filled_pipe(data: bytes) -> int:
+    """The read end of a pipe holding `data`, its write end closed."""
+    if len(data) > PIPE_BYTES:
+        raise ValueError(f"at most {PIPE_BYTES} bytes go through a pipe")
+    read, write = os.pipe()
+    try:
+        os.write(write, data)
+    finally:
+        os.close(write)
+    return read
 
 
 def _seal_inherited() -> None:

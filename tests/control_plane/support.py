@@ -47,8 +47,10 @@ class ShiftedClock(Clock):
 def make_config(state_dir: Path, database_url: str | None = None, host: str = "127.0.0.1",
                 **extra: Any) -> Config:
     port = free_port()
+    # No template by default: each plane's would spend seconds of CPU importing, and most
+    # tests start their sandboxes before it is ready; test_isolation runs both kinds.
     defaults: dict[str, Any] = {"stop_sandboxes_on_exit": True, "health_interval": 0.5,
-                                "sandbox_stop_grace": 2.0}
+                                "sandbox_stop_grace": 2.0, "sandbox_template": False}
     return Config(host=host, port=port, state_dir=state_dir, database_url=database_url,
                   **{**defaults, **extra})
 

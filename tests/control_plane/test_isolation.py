@@ -5,13 +5,18 @@ every process's environment. Isolated, every read fails and nothing of A reaches
 with isolation off (a shared host accepted), the same reads succeed: the test can fail.
 
 Also what must keep working inside bubblewrap (pause, resume, a daemon swept on delete) and
-what an unisolated control plane refuses (a second user, unless a shared host is accepted)."""
+what an unisolated control plane refuses (a second user, unless a shared host is accepted).
+
+Each isolated case runs twice: with the server spawned by bubblewrap, and forked from the
+control plane's template into the sandbox bubblewrap made (`agent_server.template`), which must
+be as isolated, and which a crash of the template leaves running."""
 
 from __future__ import annotations
 
 import logging
 import os
 import shutil
+import signal
 import stat
 import sys
 import tempfile
@@ -25,7 +30,7 @@ from pydantic import ValidationError
 from control_plane.config import Config, from_env
 from control_plane.sandboxes.isolation import IsolationUnavailable, choose
 from control_plane.sandboxes.spawn import spawn, wait
-from core import processes
+from core import namespaces, processes
 from tests.control_plane.support import (
     ControlPlane,
     configure_llm,
@@ -39,11 +44,35 @@ from tests.support.llm import ScriptedLLM, call
 pytestmark = pytest.mark.e2e
 
 
-@pytest.fixture
-def isolated(tmp_path: Path) -> Iterator[ControlPlane]:
-    plane = ControlPlane(make_config(tmp_path / "cp")).start()
+@pytest.fixture(params=["spawned", "forked"])
+def isolated(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ControlPlane]:
+    forked = request.param == "forked"
+    if forked and os.geteuid() != 0:
+        pytest.fail("the template forks into a sandbox's namespaces as root only: run as root")
+    plane = ControlPlane(make_config(tmp_path / "cp", sandbox_template=forked)).start()
+    if forked:
+        wait_for(template_socket(plane).exists, 180, what="the sandbox template")
     yield plane
     plane.stop()
+
+
+def template_socket(plane: ControlPlane) -> Path:
+    return plane.config.state_dir / "template" / "template.sock"
+
+
+def server_of(plane: ControlPlane, sandbox_id: str) -> int:
+    """The sandbox's agent server (host pid): the Python process in its pid namespace."""
+    launcher = sandbox_pid(plane, sandbox_id)
+    inside = {namespaces.namespace(p) for p in processes.children(launcher)} - {None}
+    [server] = [p for ns in inside if ns for p in namespaces.members(ns)
+                if Path(f"/proc/{p}/cmdline").read_bytes().split(b"\0")[0]
+                == sys.executable.encode()]
+    return server
+
+
+def forked(plane: ControlPlane, server: int) -> bool:
+    """Whether the server was forked from the template (its command line is the template's)."""
+    return str(template_socket(plane)).encode() in Path(f"/proc/{server}/cmdline").read_bytes()
 
 
 def test_a_tenant_reads_nothing_of_another(isolated: ControlPlane, llm: ScriptedLLM) -> None:
@@ -80,6 +109,16 @@ def test_a_tenant_reads_nothing_of_another(isolated: ControlPlane, llm: Scripted
         launcher = sandbox_pid(isolated, b.sid)
         for pid in [launcher, *processes.children(launcher)]:
             assert b.session.encode() not in Path(f"/proc/{pid}/environ").read_bytes()
+
+    # The server holds no privilege: no capability, none to gain, and it is the sandbox's user.
+    server = server_of(isolated, b.sid)
+    assert forked(isolated, server) == isolated.config.sandbox_template
+    status = dict(line.split(":\t", 1) for line in
+                  Path(f"/proc/{server}/status").read_text().splitlines() if ":\t" in line)
+    assert status["NoNewPrivs"].strip() == "1"
+    for capabilities in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"):
+        assert int(status[capabilities], 16) == 0, (capabilities, status[capabilities])
+    assert status["Uid"].split()[:3] == [str((state / "sandboxes" / b.sid).stat().st_uid)] * 3
 
     # Each sandbox is a uid of its own, its directory its alone; the control plane's state too.
     a_uid, b_uid = a_root.stat().st_uid, (state / "sandboxes" / b.sid).stat().st_uid
@@ -124,11 +163,8 @@ def test_pause_resume_and_delete_reach_everything_inside(isolated: ControlPlane,
                  f"setsid -f bash -c 'sleep infinity; :' {mark} </dev/null >/dev/null 2>&1")
     daemon = wait_for(lambda: processes.with_argument(mark), 10, what="the daemon")
     pid = sandbox_pid(isolated, tenant.sid)
-    ready = str(isolated.config.state_dir / "sandboxes" / tenant.sid / "ready.json")
-    [server] = [p.pid for p in processes.with_argument(ready)
-                if Path(f"/proc/{p.pid}/cmdline").read_bytes().split(b"\0")[0]
-                == sys.executable.encode()]
-    assert server != pid  # bubblewrap's leads the group; the server runs two levels below
+    server = server_of(isolated, tenant.sid)
+    assert server != pid  # bubblewrap's leads the group; the server runs in its namespace
 
     r = tenant.client.post(f"/api/v1/sandboxes/{tenant.sid}/pause")
     assert r.status_code == 200 and r.json()["status"] == "PAUSED", r.text
@@ -144,6 +180,32 @@ def test_pause_resume_and_delete_reach_everything_inside(isolated: ControlPlane,
     assert r.status_code == 200, r.text
     wait_for(lambda: not processes.with_argument(mark), 10, what="the daemon to be gone")
     assert all(processes.state(p) in (None, "Z") for p in (pid, server, *(p.pid for p in daemon)))
+
+
+def test_a_crashed_template_takes_no_sandbox_down(tmp_path: Path, llm: ScriptedLLM) -> None:
+    """The template killed: a sandbox it forked goes on (it left the template's session, and
+    the sandbox is bubblewrap's), the next start is spawned, and a new template takes over."""
+    if os.geteuid() != 0:
+        pytest.fail("the template forks into a sandbox's namespaces as root only: run as root")
+    plane = ControlPlane(make_config(tmp_path / "cp", sandbox_template=True)).start()
+    try:
+        wait_for(template_socket(plane).exists, 180, what="the sandbox template")
+        first = run(plane, llm, "dave", "echo one")
+        assert forked(plane, server_of(plane, first.sid))
+        [template] = [p.pid for p in processes.with_argument(str(template_socket(plane)))
+                      if p.ppid == os.getpid()]
+        os.killpg(template, signal.SIGKILL)
+        wait_for(lambda: processes.state(template) in (None, "Z"), 10, what="the template gone")
+        assert first.bash("echo still here")["stdout"] == "still here\n"
+
+        second = run(plane, llm, "erin", "echo two")  # spawned: no template is ready
+        assert not forked(plane, server_of(plane, second.sid))
+        wait_for(template_socket(plane).exists, 180, what="a new template")
+        third = run(plane, llm, "frank", "echo three")
+        assert forked(plane, server_of(plane, third.sid))
+        assert first.bash("echo and still")["stdout"] == "and still\n"
+    finally:
+        plane.stop()
 
 
 def test_an_unisolated_host_serves_one_user_unless_shared(tmp_path: Path, llm: ScriptedLLM,

@@ -1,0 +1,200 @@
+"""The sandbox template: one process that has imported the agent server, litellm included, and
+forks each sandbox's server from itself.
+
+An agent server that starts by itself spends seconds and ~130 MiB importing litellm and the
+types it brings, the same bytes in every sandbox. Forked from here, a server starts with all of
+it loaded and shares those pages copy-on-write with the template and every other sandbox
+(`gc.freeze()` keeps the collector from writing to them); its first model call waits for no
+import. The fork enters the sandbox bubblewrap made (`core.namespaces`) and becomes its user
+before it runs anything, so it is as isolated as a server bubblewrap started; it leaves the
+template's session, so the template ending (or crashing) ends no sandbox.
+
+    python -m agent_server.template --socket PATH
+
+One request per connection (a Unix seqpacket socket the control plane alone can open): a JSON
+`Fork` with three descriptors (the server's stdin, its output, and a lifeline it holds open
+while it runs), answered `{"pid": <host pid>}` or `{"error": ...}`. The template ends when its
+stdin closes (the control plane that started it is gone).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import ctypes
+import json
+import logging
+import os
+import select
+import socket
+import sys
+import traceback
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from agent_server.agent import llm
+from core import namespaces
+
+#: A request is a few KiB (the environment); anything bigger is not one.
+MAX_REQUEST = 256 * 1024
+DESCRIPTORS = 3
+#: Where the fork keeps its lifeline (above the standard three; never inherited).
+LIFELINE_FD = 3
+PR_SET_CHILD_SUBREAPER = 36
+#: How often ended servers are collected when no request comes.
+REAP_INTERVAL = 1.0
+
+
+class Fork(BaseModel):
+    """A sandbox's server: the namespaces of `enter` (a process bubblewrap started), run as
+    `uid`, in `cwd`, with this environment and these arguments of `agent-server`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    enter: int = Field(gt=1)
+    uid: int = Field(gt=0)
+    cwd: str
+    env: dict[str, str]
+    argv: list[str]
+
+
+def preload() -> None:
+    """Everything a server imports to start and to make its first model call."""
+    import uvicorn.lifespan.on  # noqa: F401
+    import uvicorn.loops.auto  # noqa: F401
+    import uvicorn.protocols.http.auto  # noqa: F401
+
+    import agent_server.__main__  # noqa: F401
+    import agent_server.app  # noqa: F401
+    import agent_server.websocket  # noqa: F401
+
+    llm.load_now()  # imports litellm, then freezes what is alive into the permanent generation
+
+
+def serve(path: Path) -> None:
+    """Answers fork requests until stdin closes."""
+    path.unlink(missing_ok=True)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    listener.bind(str(path))
+    os.chmod(path, 0o600)
+    listener.listen(16)
+    print("template: ready", file=sys.stderr, flush=True)
+    while True:
+        readable, _, _ = select.select([listener, sys.stdin], [], [], REAP_INTERVAL)
+        _reap()
+        if sys.stdin in readable and not os.read(sys.stdin.fileno(), 1):
+            return
+        if listener in readable:
+            connection, _ = listener.accept()
+            with connection:
+                answer = _handle(connection, listener)
+                connection.sendall(json.dumps(answer).encode())
+
+
+def _reap() -> None:
+    """Servers that ended: orphaned when their first fork ended, they are ours to collect
+    (a child subreaper), not a zombie for whatever runs as this host's pid 1."""
+    with contextlib.suppress(ChildProcessError):
+        while os.waitpid(-1, os.WNOHANG)[0]:
+            pass
+
+
+def _handle(connection: socket.socket, listener: socket.socket) -> dict[str, object]:
+    connection.settimeout(10)
+    fds: list[int] = []
+    try:
+        data, fds, _, _ = socket.recv_fds(connection, MAX_REQUEST, DESCRIPTORS)
+        if len(fds) != DESCRIPTORS:
+            return {"error": f"expected {DESCRIPTORS} descriptors, got {len(fds)}"}
+        request = Fork.model_validate_json(data)
+        return {"pid": _fork(request, fds, [connection, listener])}
+    except (OSError, ValidationError, ValueError) as exc:
+        return {"error": str(exc)[:2000]}
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
+def _fork(request: Fork, fds: list[int], sockets: list[socket.socket]) -> int:
+    """The server's host pid, once it is in the sandbox (a first fork enters the namespaces,
+    its fork is in the pid namespace too and becomes the server; the first reports it, ends)."""
+    report_read, report_write = os.pipe()
+    first = os.fork()
+    if first == 0:
+        code = 1
+        try:
+            os.close(report_read)
+            for sock in sockets:
+                sock.close()
+            namespaces.join(request.enter)
+            os.chdir(request.cwd)
+            server = os.fork()
+            if server == 0:
+                os.close(report_write)
+                _become(request, fds)
+            os.write(report_write, str(server).encode())
+            code = 0
+        except BaseException:
+            os.write(report_write, ("error: " + traceback.format_exc(limit=3)).encode()[-2000:])
+        finally:
+            os._exit(code)
+    os.close(report_write)
+    try:
+        with os.fdopen(report_read, "rb") as report:
+            said = report.read(4096).decode(errors="replace")
+    finally:
+        os.waitpid(first, 0)
+    if not said.isdigit():
+        raise ValueError(said or "the fork ended without a word")
+    return int(said)
+
+
+def _become(request: Fork, fds: list[int]) -> None:
+    """The server, in the sandbox: its descriptors, its user, its environment; never returns."""
+    code = 1
+    try:
+        os.setsid()  # out of the template's session: its end is not the sandbox's
+        stdin, output, lifeline = fds
+        os.dup2(stdin, 0)
+        os.dup2(output, 1)
+        os.dup2(output, 2)
+        os.dup2(lifeline, LIFELINE_FD, inheritable=False)
+        os.closerange(LIFELINE_FD + 1, os.sysconf("SC_OPEN_MAX"))
+        namespaces.drop_to(request.uid)
+        os.environ.clear()
+        os.environ.update({**llm.ENVIRONMENT, **request.env})
+        sys.argv = ["agent-server", *request.argv]
+        logging.root.handlers.clear()
+        from agent_server.__main__ import main
+
+        main(request.argv)
+        code = 0
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    except BaseException:
+        traceback.print_exc()
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        os._exit(code)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="agent-server-template", description=__doc__)
+    parser.add_argument("--socket", type=Path, required=True)
+    args = parser.parse_args(argv)
+    if os.geteuid() != 0:
+        raise SystemExit("agent-server-template: only root enters a sandbox's namespaces")
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+        raise SystemExit("agent-server-template: prctl(PR_SET_CHILD_SUBREAPER) failed")
+    preload()
+    serve(args.socket)
+
+
+if __name__ == "__main__":
+    main()
