@@ -22,6 +22,8 @@ from __future__ import annotations
 import argparse
 import contextlib
 import ctypes
+import gc
+import importlib
 import json
 import logging
 import os
@@ -59,6 +61,24 @@ class Fork(BaseModel):
     argv: list[str]
 
 
+#: What a first model call imports besides litellm itself (anyio's backend, and what litellm
+#: loads on its first completion; measured with a profile of a server's first conversation).
+#: A name another litellm version lacks is skipped.
+FIRST_CALL = (
+    "anyio._backends._asyncio", "anyio.streams.tls", "anyio.streams.memory",
+    "litellm.proxy._types", "litellm.proxy.types_utils.utils",
+    "litellm.proxy.openai_files_endpoints.common_utils",
+    "litellm.proxy._experimental.mcp_server.stdio_gate",
+    "litellm.llms.litellm_proxy.chat.transformation", "litellm.llms.openai_like.dynamic_config",
+    "litellm.llms.openai.chat.gpt_audio_transformation",
+    "litellm.llms.vertex_ai.vertex_ai_partner_models.anthropic.transformation",
+    "litellm.types.object_permission", "litellm.types.integrations.compression_interception",
+    "litellm.types.proxy.carried_budget_state", "litellm.types.proxy.control_plane_endpoints",
+    "litellm.types.proxy.spend_capture_rate", "litellm._service_logger",
+    "litellm.integrations.prometheus_services", "litellm.types.integrations.prometheus",
+)
+
+
 def preload() -> None:
     """Everything a server imports to start and to make its first model call."""
     import uvicorn.lifespan.on  # noqa: F401
@@ -68,8 +88,15 @@ def preload() -> None:
     import agent_server.__main__  # noqa: F401
     import agent_server.app  # noqa: F401
     import agent_server.websocket  # noqa: F401
+    from agent_server.agent import transport
 
-    llm.load_now()  # imports litellm, then freezes what is alive into the permanent generation
+    llm.load_now()  # litellm, with its settings (before anything of it is imported)
+    transport.tls_context()  # the CA bundle read once, here
+    for name in FIRST_CALL:
+        with contextlib.suppress(ImportError):
+            importlib.import_module(name)
+    gc.collect()
+    gc.freeze()  # all of it in the permanent generation: no collection writes to those pages
 
 
 def serve(path: Path) -> None:
