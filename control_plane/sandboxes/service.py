@@ -17,8 +17,7 @@ clean-up that failed (Docker away, a volume still in use) is tried again by the 
 at once when the user deletes the sandbox: nothing of a sandbox is left for ever.
 
 A status change with a reason (`models.SandboxReason`) is also told to each conversation of
-the sandbox, as a ConversationStateUpdateEvent (key `sandbox_status`) in its stored events: the
-user reads why a run stopped where they read the run.
+the sandbox (`sandboxes.notices`), and a terminal one ends the runs that were going on.
 """
 
 from __future__ import annotations
@@ -45,16 +44,14 @@ from control_plane.models import (
     transition,
 )
 from control_plane.runs import Runs
+from control_plane.sandboxes import notices
 from control_plane.sandboxes.provider import Handle, Launch, ProviderError, SandboxProvider
 from control_plane.store import Database, accounts, conversations, events
 from control_plane.store import sandboxes as rows
-from events.kinds import ConversationStateUpdateEvent, format_timestamp
 from web.errors import Conflict, Forbidden, Gone, LimitReached, NotFound, Unavailable, invalid
 
 logger = logging.getLogger(__name__)
 
-#: The key of the state updates that tell a conversation its sandbox's status changed.
-NOTICE_KEY = "sandbox_status"
 #: Seconds before a clean-up that failed (Docker away, a volume still in use) is tried again.
 CLEANUP_RETRY = 60.0
 
@@ -198,20 +195,9 @@ class SandboxService:
 
     async def _announce(self, sandbox_id: str, status: SandboxStatus, reason: SandboxReason,
                         detail: str | None) -> None:
-        """A ConversationStateUpdateEvent in each of the sandbox's conversations."""
+        """`notices.announce`, rung to the live relays."""
         try:
-            moment = format_timestamp(self.db.now())
-            found = await conversations.in_sandbox(self.db, sandbox_id)
-            batch = []
-            for conversation_id in found:
-                event = ConversationStateUpdateEvent(
-                    id=str(uuid.uuid4()), timestamp=moment, key=NOTICE_KEY,
-                    value={"sandbox_id": sandbox_id, "status": status.value,
-                           "reason": reason.value, "detail": detail})
-                batch.append({"conversation_id": conversation_id, "event_id": event.id,
-                              "kind": event.kind, "source": event.source,
-                              "timestamp": event.timestamp, "body": event.model_dump_json()})
-            await events.insert_batch(self.db, batch)
+            found = await notices.announce(self.db, sandbox_id, status, reason, detail)
         except Exception:  # the status is stored; a lost notice must not undo or hide it
             logger.exception("telling the conversations of sandbox %s failed", sandbox_id)
             return

@@ -16,6 +16,7 @@ from core import processes
 from tests.control_plane.support import (
     ControlPlane,
     configure_llm,
+    conversation,
     make_config,
     sandbox_pid,
     start,
@@ -225,6 +226,32 @@ def test_a_vanished_sandbox_is_missing_and_its_conversations_read_only(
     # Deleting it afterwards changes nothing of that.
     assert client.delete(f"/api/v1/sandboxes/{sid}", params={"sandbox_id": sid}).status_code == 200
     assert client.get("/api/v1/sandboxes", params={"id": sid}).json()[0]["status_reason"] == "VANISHED"
+
+
+def test_a_run_whose_sandbox_died_ends_in_error(
+        control_plane: ControlPlane, llm: ScriptedLLM, key: str) -> None:
+    """Killed mid-run, the sandbox says nothing any more: the run is recorded as ended (ERROR),
+    with the execution status in the conversation's events beside the notice that says why."""
+    client = control_plane.client(control_plane.new_user("gina"))
+    configure_llm(client, llm.base_url(key))
+    llm.script(key, call("terminal", command="sleep 600"))
+    task = start(client, "wait")
+    cid, sid = task["app_conversation_id"], task["sandbox_id"]
+    wait_for(lambda: conversation(client, cid)["execution_status"] == "RUNNING" and client.get(
+        f"/api/v1/conversation/{cid}/events/count", params={"kind__eq": "ActionEvent"}
+    ).json()["count"] == 1, 30, what="the run under way")
+    processes.signal_group(sandbox_pid(control_plane, sid), signal.SIGKILL)
+    wait_for(lambda: conversation(client, cid)["sandbox_status"] == "MISSING", 30, what="MISSING")
+    # Told right after the status is stored (the record read in between still says RUNNING).
+    wait_for(lambda: conversation(client, cid)["execution_status"] == "ERROR", 10, what="ERROR")
+    events = client.get(f"/api/v1/conversation/{cid}/events/search",
+                        params={"kind__eq": "ConversationStateUpdateEvent"}).json()["items"]
+    told = [(e["key"], e["value"]) for e in events if e["key"] in ("sandbox_status",
+                                                                   "execution_status")]
+    assert told[-1] == ("execution_status", "error")
+    assert told[-2][0] == "sandbox_status" and told[-2][1]["reason"] == "VANISHED"
+    assert client.get("/api/v1/app-conversations/search", params={"sandbox_id": sid}
+                      ).json()["items"][0]["execution_status"] == "ERROR"
 
 
 def test_openapi_document(control_plane: ControlPlane) -> None:
