@@ -131,6 +131,15 @@ class Config(BaseModel):
     max_webhook_body_bytes: int = Field(default=32 * 1024 * 1024, ge=1024)
     """Largest webhook batch (the agent server sends up to 100 events per batch)."""
 
+    webhook_batches_per_sandbox: int = Field(default=4, ge=1, le=1000)
+    """Webhook batches one sandbox may have in flight at once; one more is answered 429 with
+    Retry-After, and the agent server sends it again then."""
+
+    webhook_bytes_in_flight: ByteSize = Field(default=ByteSize(64 * 1024**2), ge=1024)
+    """Webhook bodies received and stored at once over all sandboxes (bytes, or with a unit);
+    a batch holds a few times its size in memory meanwhile. One more is answered 429 (a batch
+    alone always goes)."""
+
     stop_sandboxes_on_exit: bool = False
     """Destroy every sandbox when the control plane stops. Off by default: sandboxes keep
     running and the next start adopts them."""

@@ -15,6 +15,7 @@ from control_plane.app_conversations import AppConversationService
 from control_plane.config import Config
 from control_plane.crypto import Cipher
 from control_plane.deltas import DeltaHub
+from control_plane.intake import Intake
 from control_plane.leases import Leases
 from control_plane.lifecycle import Lifecycle
 from control_plane.relay import Bell
@@ -73,6 +74,8 @@ class Services:
     """The sockets to agent servers that bring the relays streaming text."""
     transcripts: Transcripts
     """The stored events of conversations: searches, counts, the live relays."""
+    intake: Intake
+    """The webhook batches in flight, bounded per sandbox and in bytes."""
     openapi: dict[str, Any] = field(default_factory=dict)
     """The OpenAPI document, built on its first request (empty until then)."""
 
@@ -107,7 +110,9 @@ class Services:
                    sandboxes=sandboxes, agents=agents, settings=settings, tasks=tasks,
                    conversations=records, webhook=WebhookReceiver(db, bell), lifecycle=lifecycle,
                    leases=leases, bell=bell, deltas=deltas,
-                   transcripts=Transcripts(db, bell, deltas))
+                   transcripts=Transcripts(db, bell, deltas),
+                   intake=Intake(config.webhook_batches_per_sandbox,
+                                 int(config.webhook_bytes_in_flight)))
 
     async def start(self) -> None:
         """Migrations, then adoption of the sandboxes still there, then unfinished start tasks
