@@ -30,6 +30,7 @@ from collections.abc import AsyncIterator, Callable
 from datetime import timedelta
 from pathlib import Path
 
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from control_plane.agent_client import Target
@@ -48,6 +49,7 @@ from control_plane.sandboxes import notices
 from control_plane.sandboxes.provider import Handle, Launch, ProviderError, SandboxProvider
 from control_plane.store import Database, accounts, conversations, events
 from control_plane.store import sandboxes as rows
+from control_plane.store.db import describe, retrying
 from web.errors import Conflict, Forbidden, Gone, LimitReached, NotFound, Unavailable, invalid
 
 logger = logging.getLogger(__name__)
@@ -176,7 +178,11 @@ class SandboxService:
             try:
                 yield True
             finally:
-                await self.leases.release(SANDBOX, sandbox_id)
+                try:
+                    await self.leases.release(SANDBOX, sandbox_id)
+                except SQLAlchemyError as exc:  # the database away: the lease simply expires
+                    logger.warning("releasing the lease of sandbox %s failed: %s", sandbox_id,
+                                   describe(exc))
 
     def starting(self, sandbox_id: str) -> bool:
         """Whether this process is starting it right now."""
@@ -218,6 +224,14 @@ class SandboxService:
             task.add_done_callback(lambda _: self._starts.pop(row.id, None))
 
     async def _start(self, sandbox_id: str, fresh: bool) -> None:
+        """A background job: nothing escapes it unseen (`drift` sees the sandbox again)."""
+        try:
+            await self._start_once(sandbox_id, fresh)
+        except Exception as exc:
+            logger.error("starting sandbox %s failed: %s", sandbox_id,
+                         describe(exc) if isinstance(exc, SQLAlchemyError) else repr(exc))
+
+    async def _start_once(self, sandbox_id: str, fresh: bool) -> None:
         async with self.guard(sandbox_id, wait=False) as mine:
             if not mine:
                 return  # another process starts it (or acts on it): wait_running polls
@@ -235,13 +249,25 @@ class SandboxService:
             except Exception as exc:  # never leave a row STARTING for ever
                 logger.exception("starting sandbox %s failed", row.id)
                 await self.enter(row.id, SandboxStatus.ERROR, SandboxReason.START_FAILED,
-                                 f"start failed: {exc}")
+                                 f"start failed ({type(exc).__name__}); see the control "
+                                 "plane's log")
                 return
-            await rows.set_fields(self.db, row.id, pid=handle.pid,
-                                  pid_start_time=handle.pid_start_time, port=handle.port)
-            if await self.enter(row.id, SandboxStatus.RUNNING, None) is None:
-                # Deleted while it booted: the row is MISSING already, so the process goes too.
+            try:
+                moved = await retrying(lambda: self._started(row.id, handle),
+                                       f"storing the start of sandbox {row.id}")
+            except SQLAlchemyError:
+                moved = None  # not stored: no process runs unrecorded (started again later)
+            if moved is None:  # (or deleted while it booted: the row is MISSING already)
                 await self.provider.destroy(row.id, handle, Path(row.root_dir))
+
+    async def _started(self, sandbox_id: str, handle: Handle) -> SandboxRow | None:
+        """Its process facts, then RUNNING (None: deleted meanwhile)."""
+        await rows.set_fields(self.db, sandbox_id, pid=handle.pid,
+                              pid_start_time=handle.pid_start_time, port=handle.port)
+        row = (await self.enter(sandbox_id, SandboxStatus.RUNNING, None)  # or an earlier try
+               or await rows.get(self.db, sandbox_id))
+        return row if row and row.status is SandboxStatus.RUNNING and row.pid == handle.pid \
+            else None
 
     async def wait_running(self, sandbox_id: str, timeout: float = 120.0) -> SandboxRow:
         """Until RUNNING (started or resumed as needed); Conflict or Gone when it cannot be."""
