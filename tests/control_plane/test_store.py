@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 from datetime import timedelta
 from pathlib import Path
 
@@ -222,4 +223,20 @@ async def test_sqlite_writers_queue_under_a_burst(tmp_path: Path) -> None:
         async with db.connect() as conn:
             assert await conn.scalar(seq) == 100
     finally:
+        await db.close()
+
+
+async def test_the_database_files_are_readable_by_this_user_alone(tmp_path: Path) -> None:
+    """Under the usual umask (022), the SQLite file and the -wal and -shm files SQLite makes
+    beside it are 0600, in a directory made 0700: no other local user reads any of them."""
+    old = os.umask(0o022)
+    db = Database(f"sqlite+aiosqlite:///{tmp_path / 'state' / 'cp.db'}")
+    try:
+        await db.migrate()
+        await accounts.get_or_create_user(db, "alice")
+        modes = {p.name: p.stat().st_mode & 0o777 for p in (tmp_path / "state").iterdir()}
+        assert modes == {"cp.db": 0o600, "cp.db-wal": 0o600, "cp.db-shm": 0o600}
+        assert (tmp_path / "state").stat().st_mode & 0o777 == 0o700
+    finally:
+        os.umask(old)
         await db.close()
