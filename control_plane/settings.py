@@ -13,7 +13,7 @@ from control_plane.models import GroupingStrategy
 from control_plane.store import Database, accounts
 from control_plane.store.accounts import StoredSettings
 from core.ids import ENV_NAME
-from core.masking import REDACTED
+from core.masking import REDACTED, check_secrets
 
 MASK = REDACTED
 DEFAULT_TOOLS = ("terminal", "file_editor", "task_tracker")
@@ -21,10 +21,22 @@ TOOL_NAMES = ("terminal", "file_editor", "task_tracker", "browser_tool_set")
 SECRET_NAME = ENV_NAME
 
 
+#: The longest secret value a sandbox's agent server takes.
+MAX_SECRET = 65536
+
+
 def check_secret_names(value: dict[str, Any]) -> None:
+    """Names, and values by the agent server's own rules (`core.masking.check_secrets`, at
+    most MAX_SECRET characters): a value it would refuse is refused where it enters, before
+    it is stored and makes every later start of this user fail."""
     for name in value:
         if not SECRET_NAME.match(name):
             raise ValueError(f"{name!r} is not a secret name (letters, digits and _)")
+    texts = {name: v for name, v in value.items() if isinstance(v, str)}
+    for name, problem in check_secrets(texts):
+        raise ValueError(f"secret {name!r}: {problem}")
+    if any(len(v) > MAX_SECRET for v in texts.values()):
+        raise ValueError(f"a secret value is over {MAX_SECRET} characters")
 
 
 class SettingsView(BaseModel):
@@ -73,8 +85,6 @@ class SettingsPatch(BaseModel):
     def _secrets(cls, value: dict[str, str | None] | None) -> dict[str, str | None] | None:
         if value:
             check_secret_names(value)
-            if any(v is not None and len(v) > 65536 for v in value.values()):
-                raise ValueError("a secret value is over 65536 characters")
         return value
 
 

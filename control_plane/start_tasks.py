@@ -24,6 +24,7 @@ a task ends READY or ERROR exactly once and is never placed twice.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import uuid
 from dataclasses import dataclass
@@ -45,6 +46,7 @@ from control_plane.store import Database, accounts, conversations, sandboxes, ta
 from control_plane.store import leases as lease_rows
 from control_plane.store.db import RETRY_PAUSES, describe, transient
 from control_plane.store.tasks import LeaseLost
+from core.masking import MASK, MIN_LENGTH
 from web.errors import NotFound, ServiceError
 
 logger = logging.getLogger(__name__)
@@ -63,6 +65,18 @@ class Placement:
     sandbox_id: str
     conversation_id: str
     new_sandbox: bool
+
+
+def masked(text: str, secrets: list[str]) -> str:
+    """`text` with each secret (and its JSON-escaped form) replaced, and with any run of 8 or
+    more characters of one (an error quotes an input cut short) too."""
+    for value in sorted(secrets, key=len, reverse=True):
+        if len(value) >= MIN_LENGTH:
+            for form in (value, json.dumps(value)[1:-1]):
+                text = text.replace(form, MASK)
+            for k in range(min(len(value), 64), 7, -1):  # a piece of its start or end
+                text = text.replace(value[:k], MASK).replace(value[-k:], MASK)
+    return text
 
 
 class StartTaskService:
@@ -152,9 +166,11 @@ class StartTaskService:
 
     async def _work(self, task: TaskRow) -> None:
         placement: Placement | None = None
+        secrets: list[str] = []  # what a sandbox's answer may quote: never into a detail
         try:
             request = StartRequest.model_validate_json(self.cipher.decrypt(task.request_enc))
             user = await self.settings.get(task.user_id)
+            secrets = [*user.secrets.values(), *request.secrets.values(), user.llm_api_key or ""]
             if not user.llm_model:
                 raise StartFailed("no LLM configured: PATCH /api/v1/settings with llm_model "
                                   "(and llm_api_key, llm_base_url) first")
@@ -192,7 +208,8 @@ class StartTaskService:
             await self._fail(task, placement, "the control plane could not store this start "
                              f"({type(exc).__name__}); start the conversation again")
         except (StartFailed, ServiceError, AgentError) as exc:
-            await self._fail(task, placement, str(exc) if not isinstance(exc, ServiceError) else exc.detail)
+            await self._fail(task, placement, masked(
+                str(exc) if not isinstance(exc, ServiceError) else exc.detail, secrets))
         except Exception as exc:
             logger.exception("start task %s failed", task.id)
             await self._fail(task, placement, f"unexpected error ({type(exc).__name__}); see the "
