@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
+from control_plane.api import files
 from control_plane.api.io import body, from_browser, services, user
 from control_plane.api.paths import path_uuid
 from control_plane.app_conversations import AppConversation
@@ -232,7 +233,8 @@ async def _inspect(request: Request, row: ConversationRow, what: str,
 async def file(request: Request) -> Response:
     row, params = await owned(request, FileQuery)
     assert params is not None
-    return await _inspect(request, row, "file", {"path": params.path})
+    raw = await services(request).conversations.inspect(row, "file", {"path": params.path})
+    return files.served(raw, params.path)
 
 
 @doc(summary="Git changes of the workspace", errors=(404, 409, 410, 502))

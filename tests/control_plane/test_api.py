@@ -254,6 +254,37 @@ def test_a_run_whose_sandbox_died_ends_in_error(
                       ).json()["items"][0]["execution_status"] == "ERROR"
 
 
+def test_workspace_files_never_render_on_the_consoles_origin(
+        control_plane: ControlPlane, llm: ScriptedLLM, key: str) -> None:
+    """Files the agent wrote come as attachments, text as text/plain: an HTML page or an SVG
+    does not run as a page of the console. A path outside the workspace is refused without
+    naming where the workspace lies on the host."""
+    client = control_plane.client(control_plane.new_user("hank"))
+    configure_llm(client, llm.base_url(key))
+    page = "<script>document.title='owned'</script>"
+    llm.script(key, call("terminal", command=f"echo \"{page}\" > evil.html && "
+                         "echo '<svg xmlns=\"http://www.w3.org/2000/svg\"/>' > evil.svg && "
+                         "printf '\\377\\376' > blob.bin"),
+               call("finish", message="done"))
+    task = start(client, "write")
+    cid = task["app_conversation_id"]
+    wait_for(lambda: conversation(client, cid)["execution_status"] == "FINISHED", 60,
+             what="the run")
+    base = f"/api/v1/app-conversations/{cid}/file"
+    for name, media_type in (("evil.html", "text/plain; charset=utf-8"),
+                             ("evil.svg", "text/plain; charset=utf-8"),
+                             ("blob.bin", "application/octet-stream")):
+        r = client.get(base, params={"path": name})
+        assert r.status_code == 200 and r.headers["content-type"] == media_type, r.headers
+        assert r.headers["content-disposition"] == f"attachment; filename*=UTF-8''{name}"
+        assert r.headers["x-content-type-options"] == "nosniff"
+    assert page in client.get(base, params={"path": "evil.html"}).text
+    r = client.get(base, params={"path": "/etc/passwd"})
+    assert r.status_code == 403 and r.json() == {
+        "detail": "the path is outside the conversation's working directory"}
+    assert str(control_plane.config.state_dir) not in r.text
+
+
 def test_openapi_document(control_plane: ControlPlane) -> None:
     doc = httpx.get(control_plane.url + "/openapi.json").json()
     validate(doc)
