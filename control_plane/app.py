@@ -83,7 +83,7 @@ def build_app(config: Config, provider: SandboxProvider | None = None,
             await services.close(stop_sandboxes=config.stop_sandboxes_on_exit)
 
     # After the API: the web console's files (`/` is its page).
-    routes = [*ROUTES, Mount("/", static_files(), name="console")]
+    routes = [*ROUTES, server.Unserved(), Mount("/", static_files(), name="console")]
     handlers: dict[Any, Callable[..., Any]] = {**HANDLERS, SQLAlchemyError: on_storage}
     app = Starlette(routes=routes, exception_handlers=handlers,
                     middleware=[Middleware(SecurityHeaders)], lifespan=lifespan)

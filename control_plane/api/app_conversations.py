@@ -10,7 +10,7 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from control_plane.api import files
-from control_plane.api.io import body, from_browser, services, user
+from control_plane.api.io import Moment, body, from_browser, services, user
 from control_plane.api.paths import path_uuid
 from control_plane.app_conversations import AppConversation
 from control_plane.models import ConversationFilters, ConversationRow, StartTaskStatus, TaskRow
@@ -53,10 +53,10 @@ class ConversationIds(BaseModel):
 
 class Search(BaseModel):
     title__contains: str | None = Field(default=None, max_length=200)
-    created_at__gte: datetime | None = None
-    created_at__lt: datetime | None = None
-    updated_at__gte: datetime | None = None
-    updated_at__lt: datetime | None = None
+    created_at__gte: Moment | None = None
+    created_at__lt: Moment | None = None
+    updated_at__gte: Moment | None = None
+    updated_at__lt: Moment | None = None
     sandbox_id: str | None = Field(default=None, max_length=64)
     sort_order: Literal["CREATED_AT", "CREATED_AT_DESC", "UPDATED_AT", "UPDATED_AT_DESC",
                         "TITLE", "TITLE_DESC"] = "CREATED_AT_DESC"

@@ -9,7 +9,9 @@ from starlette.requests import Request
 
 from web.errors import invalid
 
-_ID = re.compile(r"^[A-Za-z0-9-]{1,64}$")
+#: What a sandbox id may be (the OpenAPI document declares the same).
+ID_PATTERN = r"^[A-Za-z0-9-]{1,64}$"
+_ID = re.compile(ID_PATTERN)
 
 
 def path_id(request: Request, name: str) -> str:

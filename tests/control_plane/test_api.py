@@ -285,6 +285,36 @@ def test_workspace_files_never_render_on_the_consoles_origin(
     assert str(control_plane.config.state_dir) not in r.text
 
 
+def test_the_document_and_the_server_agree(control_plane: ControlPlane) -> None:
+    """A method a path does not serve is a 405 naming those it does (not the console's
+    'GET, HEAD'); an unknown /api path a JSON 404; a sandbox id is declared with the pattern the
+    server checks; a moment in a query is ISO 8601, never a number taken as an epoch."""
+    client = control_plane.client(control_plane.new_user("ivy"))
+    r = client.put("/api/v1/settings", json={})
+    assert r.status_code == 405 and r.headers["allow"] == "GET, HEAD, PATCH", r.headers
+    r = client.post("/api/v1/sandbox-specs/search")
+    assert r.status_code == 405 and r.headers["allow"] == "GET, HEAD"
+    r = client.put("/api/v1/sandboxes/ab/pause")
+    assert r.status_code == 405 and r.headers["allow"] == "POST"
+    r = client.delete("/api/v1/nothing-here")
+    assert r.status_code == 404 and r.json() == {"detail": "Not Found"}
+    assert client.get("/").status_code == 200  # the console still serves its page
+
+    doc = httpx.get(control_plane.url + "/openapi.json").json()
+    pause = doc["paths"]["/api/v1/sandboxes/{sandbox_id}/pause"].values()
+    declared = {p["name"]: p["schema"] for op in pause for p in op["parameters"] if p["in"] == "path"}
+    assert declared == {"sandbox_id": {"type": "string", "pattern": "^[A-Za-z0-9-]{1,64}$"}}
+    assert client.post("/api/v1/sandboxes/a_b/pause").status_code == 422  # outside the pattern
+    assert client.post("/api/v1/sandboxes/ab/pause").status_code == 404  # inside it
+
+    for value in ("0.5", "1700000000", "-1"):
+        r = client.get("/api/v1/app-conversations/search", params={"updated_at__lt": value})
+        assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["query", "updated_at__lt"]
+    r = client.get("/api/v1/app-conversations/search",
+                   params={"updated_at__lt": "2030-01-01T00:00:00Z"})
+    assert r.status_code == 200
+
+
 def test_openapi_document(control_plane: ControlPlane) -> None:
     doc = httpx.get(control_plane.url + "/openapi.json").json()
     validate(doc)
