@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import re
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from control_plane.settings import check_secret_names
+from control_plane.settings import NAMED, SecretName, SecretText, check_secret_names
 from core import observability
 
 REPOSITORY = re.compile(r"^[A-Za-z0-9_.-]{1,100}/[A-Za-z0-9_.-]{1,100}$")
@@ -61,10 +61,11 @@ class StartRequest(BaseModel):
     """Unknown fields are ignored (other clients send more); known ones are checked strictly."""
 
     initial_message: InitialMessage | None = None
-    selected_repository: str | None = Field(default=None, max_length=201)
+    selected_repository: str | None = Field(default=None, max_length=201,
+                                            pattern=REPOSITORY.pattern)
     selected_branch: str | None = Field(default=None, max_length=255)
     sandbox_id: str | None = Field(default=None, min_length=1, max_length=64)
-    secrets: dict[str, str] = Field(default_factory=dict, max_length=200)
+    secrets: Annotated[dict[SecretName, SecretText], NAMED] = Field(default_factory=dict)
     plugins: list[Plugin] = Field(default_factory=list, max_length=20)
     title: str | None = Field(default=None, min_length=1, max_length=200)
     observability_span_name: observability.SpanName | None = None

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from starlette.requests import Request
@@ -11,7 +11,7 @@ from starlette.responses import Response, StreamingResponse
 
 from control_plane.api import files
 from control_plane.api.io import Moment, body, from_browser, services, user
-from control_plane.api.paths import path_uuid
+from control_plane.api.paths import MADE_ID, path_uuid
 from control_plane.app_conversations import AppConversation
 from control_plane.models import ConversationFilters, ConversationRow, StartTaskStatus, TaskRow
 from control_plane.start_request import InitialMessage, StartRequest
@@ -44,11 +44,11 @@ class StartTask(BaseModel):
 
 
 class TaskIds(BaseModel):
-    ids: list[str] = Field(min_length=1, max_length=100)
+    ids: list[Annotated[str, Field(pattern=MADE_ID)]] = Field(min_length=1, max_length=100)
 
 
 class ConversationIds(BaseModel):
-    ids: list[str] = Field(min_length=1, max_length=100)
+    ids: list[Annotated[str, Field(pattern=MADE_ID)]] = Field(min_length=1, max_length=100)
 
 
 class Search(BaseModel):
