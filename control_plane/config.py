@@ -49,6 +49,10 @@ class Config(BaseModel):
     """Live (STARTING, RUNNING, PAUSED) sandboxes one user may have; a start needing one more
     is refused, so a burst of requests cannot fill the machine."""
 
+    max_sandboxes: int = Field(default=100, ge=1, le=100_000)
+    """Live sandboxes of all users together (this control plane's database): a start needing
+    one more is refused in words, so that users together cannot exhaust the host."""
+
     repository_url_template: str = "https://github.com/{repository}.git"
     """`selected_repository` (org/repo) -> clone URL; tests point it at a local bare repository."""
 

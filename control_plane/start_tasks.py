@@ -47,7 +47,7 @@ from control_plane.store import leases as lease_rows
 from control_plane.store.db import RETRY_PAUSES, describe, transient
 from control_plane.store.tasks import LeaseLost
 from core.masking import MASK, MIN_LENGTH
-from web.errors import NotFound, ServiceError
+from web.errors import LimitReached, NotFound, ServiceError
 
 logger = logging.getLogger(__name__)
 
@@ -271,6 +271,9 @@ class StartTaskService:
         if row is None or row.user_id != user_id:
             raise NotFound(f"sandbox {sandbox_id} not found")
         ensure_usable(row.id, row.status, "conversations cannot be started in it")
+        if await sandboxes.conversations_in(conn, row.id) >= self.cap:  # counted under the lock
+            raise LimitReached(f"sandbox {row.id} holds {self.cap} conversations, its most: "
+                               "start this one in another sandbox")
         return row
 
     async def _configure_git(self, target: Target, user: UserSettings) -> None:

@@ -69,16 +69,15 @@ class SandboxService:
     def __init__(self, db: Database, provider: SandboxProvider, cipher: Cipher, leases: Leases, *,
                  sandboxes_dir: Path, webhook_url: str, runs: Runs | None = None,
                  ring: Callable[[str], None] | None = None, max_per_user: int = 50,
-                 guard_timeout: float = 120.0) -> None:
+                 max_live: int = 1000, guard_timeout: float = 120.0) -> None:
         self.db = db
         self.provider = provider
         self.cipher = cipher
         self.leases = leases
         self.sandboxes_dir = sandboxes_dir
         self.webhook_url = webhook_url
-        self.runs = runs
-        self.ring = ring
-        self.max_per_user = max_per_user
+        self.runs, self.ring = runs, ring
+        self.max_per_user, self.max_live = max_per_user, max_live
         self.guard_timeout = guard_timeout
         self._starts: dict[str, asyncio.Task[None]] = {}
         self._locks: dict[str, asyncio.Lock] = {}
@@ -126,9 +125,9 @@ class SandboxService:
                             "(bubblewrap is unavailable or off, as its log said at start): they "
                             "serve one user only, unless its operator accepts a shared host "
                             "(CONTROL_PLANE_SHARED_HOST=true)")
-        if await rows.live_count(conn, user_id) >= self.max_per_user:
-            raise LimitReached(f"at most {self.max_per_user} live sandboxes per user: delete or "
-                               "let some be cleaned up first")
+        refused = await rows.over_cap(conn, user_id, self.max_per_user, self.max_live)
+        if refused is not None:
+            raise LimitReached(refused)
         sandbox_id = uuid.uuid4().hex
         key = new_key("sk-sandbox")
         return await rows.insert(conn, self.db.now(), id=sandbox_id, user_id=user_id,

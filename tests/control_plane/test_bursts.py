@@ -93,3 +93,47 @@ def test_a_hundred_starts_past_the_sandbox_cap_are_refused_in_words(
         assert not [word for word in NEVER if word in caplog.text], caplog.text[-3000:]
     finally:
         plane.stop()
+
+
+def test_bursts_over_the_host_and_sandbox_caps_never_pass_them(
+        tmp_path: Path, llm: ScriptedLLM, key: str, caplog: pytest.LogCaptureFixture) -> None:
+    """Two users starting at once share the host's cap (3 live sandboxes): three starts end
+    READY, the others ERROR saying so. Then starts naming one sandbox (capped at 4
+    conversations) fill it to the cap and no further."""
+    plane = ControlPlane(make_config(tmp_path / "cp", max_sandboxes=3,
+                                     max_conversations_per_sandbox=4)).start()
+    try:
+        keys = [plane.new_user("ann"), plane.new_user("ben")]
+        clients = [plane.client(k) for k in keys]
+        for client in clients:
+            configure_llm(client, llm.base_url(key))
+
+        async def both() -> list[list[httpx.Response]]:
+            return list(await asyncio.gather(*(asyncio.to_thread(
+                burst, plane, k, [{"title": f"{i}"} for i in range(8)]) for k in keys)))
+        answers = asyncio.run(both())
+        tasks = [t for client, sent in zip(clients, answers, strict=True)
+                 for t in finished(client, [r.json()["id"] for r in sent])]
+        ready = [t for t in tasks if t["status"] == "READY"]
+        assert len(ready) == 3
+        assert {t["detail"] for t in tasks if t not in ready} == {
+            "this control plane runs its most live sandboxes (3, over all users): try again "
+            "once some are deleted or cleaned up"}
+        live = [s for c in clients for s in c.get("/api/v1/sandboxes/search").json()["items"]
+                if s["status"] in ("STARTING", "RUNNING", "PAUSED")]
+        assert len(live) == 3
+
+        owner = next(c for c, k in zip(clients, keys, strict=True)
+                     if any(s["id"] == ready[0]["sandbox_id"]
+                            for s in c.get("/api/v1/sandboxes/search").json()["items"]))
+        sid = ready[0]["sandbox_id"]
+        sent = burst(plane, keys[clients.index(owner)], [{"sandbox_id": sid}] * 20)
+        named = finished(owner, [r.json()["id"] for r in sent])
+        assert sorted(t["status"] for t in named) == ["ERROR"] * 17 + ["READY"] * 3
+        assert {t["detail"] for t in named if t["status"] == "ERROR"} == {
+            f"sandbox {sid} holds 4 conversations, its most: start this one in another sandbox"}
+        counted = owner.get("/api/v1/sandboxes", params={"id": sid}).json()[0]
+        assert counted["conversation_count"] == 4
+        assert not [word for word in NEVER if word in caplog.text], caplog.text[-3000:]
+    finally:
+        plane.stop()
