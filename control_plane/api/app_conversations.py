@@ -14,7 +14,7 @@ from control_plane.api.io import Moment, body, from_browser, services, user
 from control_plane.api.paths import MADE_ID, path_uuid
 from control_plane.app_conversations import AppConversation
 from control_plane.models import ConversationFilters, ConversationRow, StartTaskStatus, TaskRow
-from control_plane.start_request import InitialMessage, StartRequest
+from control_plane.start_request import NO_NUL, InitialMessage, StartRequest, Title
 from web.io import doc, read_query, reply
 
 M = TypeVar("M", bound=BaseModel)
@@ -52,7 +52,7 @@ class ConversationIds(BaseModel):
 
 
 class Search(BaseModel):
-    title__contains: str | None = Field(default=None, max_length=200)
+    title__contains: str | None = Field(default=None, max_length=200, pattern=NO_NUL)
     created_at__gte: Moment | None = None
     created_at__lt: Moment | None = None
     updated_at__gte: Moment | None = None
@@ -88,7 +88,7 @@ class Page(BaseModel):
 class Patch(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    title: str | None = Field(default=None, min_length=1, max_length=200)
+    title: Title | None = None
     tags: dict[str, str] | None = Field(default=None, max_length=50)
 
     @field_validator("tags")

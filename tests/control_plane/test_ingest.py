@@ -5,9 +5,11 @@ batch is stored; a frame is written so that no stored field can break out of it.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import uuid
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,9 +19,10 @@ from control_plane.models import EventFilters, SandboxStatus
 from control_plane.relay import Bell, relay
 from control_plane.store import Database, accounts, conversations, events, sandboxes
 from control_plane.webhook import WebhookReceiver
+from tests.control_plane.support import ControlPlane, make_config
 from web.errors import InvalidInput
 
-pytestmark = [pytest.mark.asyncio, pytest.mark.e2e]  # a real PostgreSQL server
+pytestmark = pytest.mark.e2e  # a real PostgreSQL server
 
 KEY = "sk-sandbox-ingest"
 FORGED = "x\nevent: gone\ndata: {}"
@@ -33,9 +36,9 @@ async def db(database_url: str) -> AsyncIterator[Database]:
     await database.close()
 
 
-async def a_conversation(db: Database) -> str:
+async def a_conversation(db: Database, user_name: str = "tenant") -> str:
     """A RUNNING sandbox known by KEY, with one conversation; its id."""
-    user = await accounts.get_or_create_user(db, "tenant")
+    user = await accounts.get_or_create_user(db, user_name)
     cid = str(uuid.uuid4())
     async with db.begin() as conn:
         await sandboxes.insert(conn, db.now(), id="s1", user_id=user.id, spec_id="process",
@@ -52,6 +55,7 @@ def message(event_id: str) -> dict[str, Any]:
             "llm_message": {"role": "user", "content": [{"type": "text", "text": "hi"}]}}
 
 
+@pytest.mark.asyncio
 @pytest.mark.parametrize("bad", [FORGED, "a" * 65, "01J00000000000000000000000\n", ""])
 async def test_an_event_id_that_is_no_id_is_the_same_422_on_both_backends(
         db: Database, bad: str) -> None:
@@ -67,6 +71,7 @@ async def test_an_event_id_that_is_no_id_is_the_same_422_on_both_backends(
         [good, message("01JZZZZZZZZZZZZZZZZZZZZZZZ")]).encode()) == 2  # a ULID, a UUID
 
 
+@pytest.mark.asyncio
 async def test_no_stored_field_breaks_out_of_its_frame(db: Database) -> None:
     """A row stored before ids were checked, with a body whose text holds line breaks: its
     frame carries the body back whole as data, and no other field (no `event: gone`)."""
@@ -86,3 +91,35 @@ async def test_no_stored_field_breaks_out_of_its_frame(db: Database) -> None:
     fields = [line.partition(": ")[::2] for line in written.split("\n")[:-2]]
     assert [name for name, _ in fields] == ["data", "data"]  # no id, no event, nothing else
     assert "\r\n".join(value for _, value in fields) == body
+
+
+def test_text_postgresql_cannot_keep_is_the_same_422_on_both_backends(
+        database_url: str, tmp_path: Path) -> None:
+    """A NUL in a title (kept in a text column, which PostgreSQL refuses it in) or in a title
+    search: 422 on both backends, nothing changed; tags (JSON) keep it on both."""
+    plane = ControlPlane(make_config(tmp_path / "cp", database_url)).start()
+    try:
+        client = plane.client(plane.new_user("tenant"))
+
+        async def placed() -> str:
+            db = Database(database_url)
+            try:
+                cid = await a_conversation(db)
+                async with db.begin() as conn:
+                    await conversations.mark_started(conn, cid, db.now())
+                return cid
+            finally:
+                await db.close()
+        cid = asyncio.run(placed())
+        r = client.patch(f"/api/v1/app-conversations/{cid}", json={"title": "a\u0000b"})
+        assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "title"], r.text
+        r = client.get("/api/v1/app-conversations/search", params={"title__contains": "\x00"})
+        assert r.status_code == 422, r.text
+        r = client.post("/api/v1/app-conversations", json={"title": "\u0000"})
+        assert r.status_code == 422, r.text
+        r = client.patch(f"/api/v1/app-conversations/{cid}",
+                         json={"title": "kept", "tags": {"k": "a\u0000b"}})
+        assert r.status_code == 200, r.text
+        assert r.json()["title"] == "kept" and r.json()["tags"] == {"k": "a\u0000b"}
+    finally:
+        plane.stop()
