@@ -93,7 +93,7 @@ class Services:
             db, provider, cipher, leases, sandboxes_dir=config.state_dir / "sandboxes",
             webhook_url=config.webhook_base, runs=Runs(db, agents, pause_grace=config.pause_grace),
             ring=bell.ring, max_per_user=config.max_sandboxes_per_user,
-            max_live=config.max_sandboxes,
+            max_live=config.max_sandboxes, memory_floor=int(config.sandbox_memory_floor),
             # A start (or a pause waiting for runs) may hold a sandbox this long.
             guard_timeout=config.sandbox_start_timeout + config.pause_grace + 30)
         settings = SettingsService(db, cipher)

@@ -46,6 +46,7 @@ from control_plane.models import (
 )
 from control_plane.runs import Runs
 from control_plane.sandboxes import notices
+from control_plane.sandboxes.capacity import memory_short
 from control_plane.sandboxes.provider import Handle, Launch, ProviderError, SandboxProvider
 from control_plane.store import Database, accounts, conversations, events
 from control_plane.store import sandboxes as rows
@@ -69,7 +70,7 @@ class SandboxService:
     def __init__(self, db: Database, provider: SandboxProvider, cipher: Cipher, leases: Leases, *,
                  sandboxes_dir: Path, webhook_url: str, runs: Runs | None = None,
                  ring: Callable[[str], None] | None = None, max_per_user: int = 50,
-                 max_live: int = 1000, guard_timeout: float = 120.0) -> None:
+                 max_live: int = 1000, memory_floor: int = 0, guard_timeout: float = 120) -> None:
         self.db = db
         self.provider = provider
         self.cipher = cipher
@@ -77,7 +78,7 @@ class SandboxService:
         self.sandboxes_dir = sandboxes_dir
         self.webhook_url = webhook_url
         self.runs, self.ring = runs, ring
-        self.max_per_user, self.max_live = max_per_user, max_live
+        self.max_per_user, self.max_live, self.memory_floor = max_per_user, max_live, memory_floor
         self.guard_timeout = guard_timeout
         self._starts: dict[str, asyncio.Task[None]] = {}
         self._locks: dict[str, asyncio.Lock] = {}
@@ -93,8 +94,7 @@ class SandboxService:
 
     async def owned_many(self, ids: list[str], user_id: str) -> dict[str, SandboxRow]:
         """The user's sandboxes among `ids` (others, and unknown ids, are left out)."""
-        found = {i: await rows.get(self.db, i, user_id) for i in ids}
-        return {i: row for i, row in found.items() if row is not None}
+        return {i: row for i in ids if (row := await rows.get(self.db, i, user_id)) is not None}
 
     async def search(self, user_id: str, status: SandboxStatus | None, *, limit: int,
                      offset: int) -> list[SandboxRow]:
@@ -125,7 +125,8 @@ class SandboxService:
                             "(bubblewrap is unavailable or off, as its log said at start): they "
                             "serve one user only, unless its operator accepts a shared host "
                             "(CONTROL_PLANE_SHARED_HOST=true)")
-        refused = await rows.over_cap(conn, user_id, self.max_per_user, self.max_live)
+        refused = (await rows.over_cap(conn, user_id, self.max_per_user, self.max_live)
+                   or memory_short(self.memory_floor))
         if refused is not None:
             raise LimitReached(refused)
         sandbox_id = uuid.uuid4().hex

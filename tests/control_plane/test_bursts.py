@@ -137,3 +137,21 @@ def test_bursts_over_the_host_and_sandbox_caps_never_pass_them(
         assert not [word for word in NEVER if word in caplog.text], caplog.text[-3000:]
     finally:
         plane.stop()
+
+
+def test_no_sandbox_starts_on_a_host_short_of_memory(tmp_path: Path, llm: ScriptedLLM,
+                                                     key: str) -> None:
+    """A floor of free memory above what this host has: a sandbox is refused in words (429),
+    a start ends ERROR saying why, and nothing is started."""
+    plane = ControlPlane(make_config(tmp_path / "cp", sandbox_memory_floor="1PiB")).start()
+    try:
+        client = plane.client(plane.new_user("meg"))
+        configure_llm(client, llm.base_url(key))
+        r = client.post("/api/v1/sandboxes", json={})
+        assert r.status_code == 429 and "MiB of memory available, under the 1073741824 MiB" \
+            in r.json()["detail"], r.text
+        task = start(client)
+        assert task["status"] == "ERROR" and "memory available" in task["detail"], task
+        assert client.get("/api/v1/sandboxes/search").json()["items"] == []
+    finally:
+        plane.stop()
