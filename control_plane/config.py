@@ -53,7 +53,7 @@ class Config(BaseModel):
     """Live sandboxes of all users together (this control plane's database): a start needing
     one more is refused in words, so that users together cannot exhaust the host."""
 
-    sandbox_memory_floor: ByteSize = Field(default=ByteSize(512 * 1024**2), ge=0)
+    sandbox_memory_floor: ByteSize = Field(default=ByteSize(256 * 1024**2), ge=0)
     """A new sandbox is refused while the host has less memory available than this (the
     kernel's MemAvailable; bytes, or with a unit): a clear refusal, not a host swapping."""
 
