@@ -101,6 +101,10 @@ class Config(BaseModel):
     terminal_idle_timeout: float = Field(default=600.0, gt=0)
     """Seconds a conversation's shell may sit unused before it is closed."""
 
+    max_subagents: int = Field(default=200, ge=0, le=100_000)
+    """Sub-agent conversations on this server at once, over all trees (each parent's own caps
+    multiply with depth): one more is refused to the calling tool."""
+
     max_file_bytes: int = Field(default=50 * 1024 * 1024, ge=1)
     """Largest workspace file the file, diff and upload routes move (413 beyond)."""
 

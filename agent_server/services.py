@@ -102,7 +102,7 @@ class Services:
         def sessions(catalogue: ConversationService) -> SessionFactory:
             # The catalogue is handed in: sub-agents are conversations of it.
             tools = ToolServices(idle_timeout=config.terminal_idle_timeout, browser=browser,
-                                 subagents=SubagentHub(catalogue))
+                                 subagents=SubagentHub(catalogue, config.max_subagents))
             return session_factory(traced, tools, telemetry)
 
         service = ConversationService(config.state_dir, config.workspace, settings=store.get,

@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import json
 import logging
+from collections.abc import Iterator
 from uuid import UUID
 
 from agent_server.agent.spec import AgentSpec
@@ -35,19 +36,41 @@ ANSWER_SCAN = 200
 
 class SubagentHub:
     """The sub-agents of a catalogue's conversations (made as the catalogue is, for the
-    factory of its sessions). Calling it gives the Subagents of one parent conversation."""
+    factory of its sessions). Calling it gives the Subagents of one parent conversation.
 
-    def __init__(self, service: ConversationService) -> None:
+    It also holds the server-wide cap: the per-parent bounds multiply down a tree (20-wide
+    delegation made 1,212 conversations in two minutes), so all sub-agents together are
+    counted too, those being created included (a check and its creation are apart by awaits,
+    and twenty calls may check at once)."""
+
+    def __init__(self, service: ConversationService, cap: int = 200) -> None:
         self.service = service
+        self.cap = cap
+        self.creating = 0
 
     def __call__(self, parent_id: str) -> ConversationSubagents:
-        return ConversationSubagents(self.service, UUID(parent_id))
+        return ConversationSubagents(self.service, UUID(parent_id), self)
+
+    @contextlib.contextmanager
+    def place(self) -> Iterator[None]:
+        """A place for one more sub-agent while it is created; SubagentRefused past the cap."""
+        made = sum(1 for c in self.service if c.record.parent_conversation_id is not None)
+        if made + self.creating >= self.cap:
+            raise SubagentRefused(f"This server runs its most sub-agents ({self.cap}) already; "
+                                  "finish with fewer, or resume one of them.")
+        self.creating += 1
+        try:
+            yield
+        finally:
+            self.creating -= 1
 
 
 class ConversationSubagents:
-    def __init__(self, service: ConversationService, parent_id: UUID) -> None:
+    def __init__(self, service: ConversationService, parent_id: UUID,
+                 hub: SubagentHub | None = None) -> None:
         self._service = service
         self.parent_id = parent_id
+        self._hub = hub or SubagentHub(service)
 
     def _parent(self) -> Conversation:
         parent = self._service.get(self.parent_id)
@@ -86,7 +109,8 @@ class ConversationSubagents:
         else:
             if self.depth() + 1 > HARD_MAX_DEPTH or self.spawned() >= HARD_MAX_CHILDREN:
                 raise SubagentRefused("This server's limit of sub-agents is reached.")
-            child = await self._create(parent, task)
+            with self._hub.place():
+                child = await self._create(parent, task)
         try:
             status = await child.wait_run()
         except asyncio.CancelledError:

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import uvicorn
+from sqlalchemy.exc import SQLAlchemyError
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.routing import Mount, Route
@@ -14,6 +15,7 @@ from starlette.routing import Mount, Route
 from control_plane.api import app_conversations as convs
 from control_plane.api import controls, events, sandboxes, server, settings, webhooks
 from control_plane.api.io import LifespanState
+from control_plane.api.storage import on_storage
 from control_plane.config import Config
 from control_plane.console import SecurityHeaders, static_files
 from control_plane.relay import Bell
@@ -81,8 +83,9 @@ def build_app(config: Config, provider: SandboxProvider | None = None,
             await services.close(stop_sandboxes=config.stop_sandboxes_on_exit)
 
     # After the API: the web console's files (`/` is its page).
-    routes = [*ROUTES, Mount("/", static_files(), name="console")]
-    app = Starlette(routes=routes, exception_handlers=HANDLERS,
+    routes = [*ROUTES, server.Unserved(), Mount("/", static_files(), name="console")]
+    handlers: dict[Any, Callable[..., Any]] = {**HANDLERS, SQLAlchemyError: on_storage}
+    app = Starlette(routes=routes, exception_handlers=handlers,
                     middleware=[Middleware(SecurityHeaders)], lifespan=lifespan)
     app.state.bell = bell
     return app

@@ -49,6 +49,14 @@ class Config(BaseModel):
     """Live (STARTING, RUNNING, PAUSED) sandboxes one user may have; a start needing one more
     is refused, so a burst of requests cannot fill the machine."""
 
+    max_sandboxes: int = Field(default=100, ge=1, le=100_000)
+    """Live sandboxes of all users together (this control plane's database): a start needing
+    one more is refused in words, so that users together cannot exhaust the host."""
+
+    sandbox_memory_floor: ByteSize = Field(default=ByteSize(256 * 1024**2), ge=0)
+    """A new sandbox is refused while the host has less memory available than this (the
+    kernel's MemAvailable; bytes, or with a unit): a clear refusal, not a host swapping."""
+
     repository_url_template: str = "https://github.com/{repository}.git"
     """`selected_repository` (org/repo) -> clone URL; tests point it at a local bare repository."""
 
@@ -137,6 +145,15 @@ class Config(BaseModel):
 
     max_webhook_body_bytes: int = Field(default=32 * 1024 * 1024, ge=1024)
     """Largest webhook batch (the agent server sends up to 100 events per batch)."""
+
+    webhook_batches_per_sandbox: int = Field(default=4, ge=1, le=1000)
+    """Webhook batches one sandbox may have in flight at once; one more is answered 429 with
+    Retry-After, and the agent server sends it again then."""
+
+    webhook_bytes_in_flight: ByteSize = Field(default=ByteSize(64 * 1024**2), ge=1024)
+    """Webhook bodies received and stored at once over all sandboxes (bytes, or with a unit);
+    a batch holds a few times its size in memory meanwhile. One more is answered 429 (a batch
+    alone always goes)."""
 
     stop_sandboxes_on_exit: bool = False
     """Destroy every sandbox when the control plane stops. Off by default: sandboxes keep

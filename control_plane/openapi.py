@@ -8,6 +8,7 @@ from typing import Any
 from starlette.routing import BaseRoute, Route
 
 from control_plane import __version__
+from control_plane.api.paths import ID_PATTERN
 from events.kinds import AnyEvent
 from web import openapi
 from web.io import Success
@@ -33,7 +34,8 @@ def build(routes: list[BaseRoute]) -> dict[str, Any]:
         },
         guard=lambda path: "BearerAuth",
         include=_served,
-        path_parameters={"conversation_id": {"type": "string", "format": "uuid"}},
+        path_parameters={"conversation_id": {"type": "string", "format": "uuid"},
+                         "sandbox_id": {"type": "string", "pattern": ID_PATTERN}},
         webhooks={"events": openapi.Webhook(
             summary="Events pushed by a sandbox's agent server",
             operation_id="post_api_v1_webhooks_events_conversation_id",

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 
 from control_plane.deltas import DeltaHub, Follower
@@ -57,14 +58,25 @@ class Bell:
                 flag.set()
 
 
+#: What ends a line of the event-stream format (a field holding one would start another).
+_BREAKS = re.compile(r"\r\n|\r|\n")
+
+
+def _data(text: str) -> str:
+    """`text` as data lines: whatever it holds, a reader gets it back and no other field."""
+    return "".join(f"data: {line}\n" for line in _BREAKS.split(text))
+
+
 def frame(event_id: str, body: str) -> bytes:
-    # A stored body is one line of JSON (newlines inside strings are escaped).
-    return f"id: {event_id}\ndata: {body}\n\n".encode()
+    # Ids are checked at ingest (`webhook.STORED_ID`); one that could break its line anyway
+    # (stored before that check) is left out rather than written.
+    head = "" if _BREAKS.search(event_id) or "\0" in event_id else f"id: {event_id}\n"
+    return f"{head}{_data(body)}\n".encode()
 
 
 def delta_frame(line: str) -> bytes:
     # No id: a reader resumes after stored events only.
-    return f"event: delta\ndata: {line}\n\n".encode()
+    return f"event: delta\n{_data(line)}\n".encode()
 
 
 @contextlib.contextmanager

@@ -15,6 +15,7 @@ from control_plane.app_conversations import AppConversationService
 from control_plane.config import Config
 from control_plane.crypto import Cipher
 from control_plane.deltas import DeltaHub
+from control_plane.intake import Intake
 from control_plane.leases import Leases
 from control_plane.lifecycle import Lifecycle
 from control_plane.relay import Bell
@@ -76,6 +77,8 @@ class Services:
     """The sockets to agent servers that bring the relays streaming text."""
     transcripts: Transcripts
     """The stored events of conversations: searches, counts, the live relays."""
+    intake: Intake
+    """The webhook batches in flight, bounded per sandbox and in bytes."""
     openapi: dict[str, Any] = field(default_factory=dict)
     """The OpenAPI document, built on its first request (empty until then)."""
 
@@ -93,6 +96,7 @@ class Services:
             db, provider, cipher, leases, sandboxes_dir=config.state_dir / "sandboxes",
             webhook_url=config.webhook_base, runs=Runs(db, agents, pause_grace=config.pause_grace),
             ring=bell.ring, max_per_user=config.max_sandboxes_per_user,
+            max_live=config.max_sandboxes, memory_floor=int(config.sandbox_memory_floor),
             # A start (or a pause waiting for runs) may hold a sandbox this long.
             guard_timeout=config.sandbox_start_timeout + config.pause_grace + 30)
         settings = SettingsService(db, cipher)
@@ -110,7 +114,9 @@ class Services:
                    sandboxes=sandboxes, agents=agents, settings=settings, tasks=tasks,
                    conversations=records, webhook=WebhookReceiver(db, bell), lifecycle=lifecycle,
                    leases=leases, bell=bell, deltas=deltas,
-                   transcripts=Transcripts(db, bell, deltas))
+                   transcripts=Transcripts(db, bell, deltas),
+                   intake=Intake(config.webhook_batches_per_sandbox,
+                                 int(config.webhook_bytes_in_flight)))
 
     async def start(self) -> None:
         """Migrations, then adoption of the sandboxes still there, then unfinished start tasks

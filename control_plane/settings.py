@@ -4,27 +4,46 @@ stored secrets. The LLM key and the secrets are encrypted at rest and never retu
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, StringConstraints, field_validator
 
 from control_plane.crypto import Cipher
 from control_plane.models import GroupingStrategy
 from control_plane.store import Database, accounts
 from control_plane.store.accounts import StoredSettings
 from core.ids import ENV_NAME
-from core.masking import REDACTED
+from core.masking import MIN_LENGTH, REDACTED, check_secrets
 
 MASK = REDACTED
 DEFAULT_TOOLS = ("terminal", "file_editor", "task_tracker")
 TOOL_NAMES = ("terminal", "file_editor", "task_tracker", "browser_tool_set")
+ToolName = Literal["terminal", "file_editor", "task_tracker", "browser_tool_set"]
 SECRET_NAME = ENV_NAME
 
 
+#: The longest secret value a sandbox's agent server takes.
+MAX_SECRET = 65536
+#: A secret as the document declares it (names and values are also checked below, in words).
+SecretName = Annotated[str, StringConstraints(pattern=SECRET_NAME.pattern)]
+SecretText = Annotated[str, StringConstraints(min_length=MIN_LENGTH, max_length=MAX_SECRET)]
+#: At most 200 secrets, each name matching (pydantic says only `patternProperties`, which would
+#: let any other name through the document).
+NAMED = Field(max_length=200, json_schema_extra={"additionalProperties": False})
+
+
 def check_secret_names(value: dict[str, Any]) -> None:
+    """Names, and values by the agent server's own rules (`core.masking.check_secrets`, at
+    most MAX_SECRET characters): a value it would refuse is refused where it enters, before
+    it is stored and makes every later start of this user fail."""
     for name in value:
         if not SECRET_NAME.match(name):
             raise ValueError(f"{name!r} is not a secret name (letters, digits and _)")
+    texts = {name: v for name, v in value.items() if isinstance(v, str)}
+    for name, problem in check_secrets(texts):
+        raise ValueError(f"secret {name!r}: {problem}")
+    if any(len(v) > MAX_SECRET for v in texts.values()):
+        raise ValueError(f"a secret value is over {MAX_SECRET} characters")
 
 
 class SettingsView(BaseModel):
@@ -55,10 +74,10 @@ class SettingsPatch(BaseModel):
     llm_api_key: SecretStr | None = Field(default=None, max_length=10_000)
     llm_stream: bool | None = None
     """null: back to the default (false)."""
-    default_tools: list[str] | None = Field(default=None, max_length=10)
+    default_tools: list[ToolName] | None = Field(default=None, max_length=10)
     git_user_name: str | None = Field(default=None, max_length=200)
     git_user_email: str | None = Field(default=None, max_length=200)
-    secrets: dict[str, str | None] | None = Field(default=None, max_length=200)
+    secrets: Annotated[dict[SecretName, SecretText | None], NAMED] | None = None
 
     @field_validator("default_tools")
     @classmethod
@@ -73,8 +92,6 @@ class SettingsPatch(BaseModel):
     def _secrets(cls, value: dict[str, str | None] | None) -> dict[str, str | None] | None:
         if value:
             check_secret_names(value)
-            if any(v is not None and len(v) > 65536 for v in value.values()):
-                raise ValueError("a secret value is over 65536 characters")
         return value
 
 

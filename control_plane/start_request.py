@@ -3,17 +3,30 @@
 from __future__ import annotations
 
 import re
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    field_validator,
+    model_validator,
+)
 
-from control_plane.settings import check_secret_names
+from control_plane.settings import NAMED, SecretName, SecretText, check_secret_names
 from core import observability
 
 REPOSITORY = re.compile(r"^[A-Za-z0-9_.-]{1,100}/[A-Za-z0-9_.-]{1,100}$")
 BRANCH = re.compile(r"^(?!-)(?!.*\.\.)(?!.*//)[A-Za-z0-9._/-]{1,255}(?<![./])$")
 DEPLOYMENT_WIDE = ("Idle and deletion times are deployment-wide settings of the control plane "
                    "(SPEC 8): they cannot be set per conversation")
+
+
+#: Text kept in a column: no NUL, which PostgreSQL's text refuses (SQLite would keep it), so
+#: both backends answer the same 422.
+NO_NUL = r"^[^\x00]*$"
+Title = Annotated[str, StringConstraints(min_length=1, max_length=200, pattern=NO_NUL)]
 
 
 class TextItem(BaseModel):
@@ -61,12 +74,13 @@ class StartRequest(BaseModel):
     """Unknown fields are ignored (other clients send more); known ones are checked strictly."""
 
     initial_message: InitialMessage | None = None
-    selected_repository: str | None = Field(default=None, max_length=201)
+    selected_repository: str | None = Field(default=None, max_length=201,
+                                            pattern=REPOSITORY.pattern)
     selected_branch: str | None = Field(default=None, max_length=255)
     sandbox_id: str | None = Field(default=None, min_length=1, max_length=64)
-    secrets: dict[str, str] = Field(default_factory=dict, max_length=200)
+    secrets: Annotated[dict[SecretName, SecretText], NAMED] = Field(default_factory=dict)
     plugins: list[Plugin] = Field(default_factory=list, max_length=20)
-    title: str | None = Field(default=None, min_length=1, max_length=200)
+    title: Title | None = None
     observability_span_name: observability.SpanName | None = None
     """Stable, low-cardinality: a short identifier, not free text."""
     observability_tags: observability.Tags = Field(default_factory=list)

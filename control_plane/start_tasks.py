@@ -8,7 +8,11 @@ instead of leaving the agent in an empty directory. Placement and the conversati
 are written in one transaction with the user locked (see `grouping`). Every step after it is
 idempotent (the agent-server conversation is created under the id chosen at placement), so a
 control plane that restarts simply runs unfinished tasks again; a task that cannot go on ends
-ERROR with the reason, never stuck.
+ERROR with the reason, never stuck. For the same reason a task whose database work failed in a
+way that passes (`store.db.transient`: the file locked, the disk full, the server away) is
+simply taken up again from its stored stage, a few times here, then by the reconciler's next
+rounds (`take_over`), until the database is back: it ends READY, or ERROR with a detail in
+words, never with the driver's SQL in it.
 
 With several control planes on one database, a task is worked on by the one holding its lease
 (`leases`): taken when it is submitted, renewed while the work goes on, taken over by another
@@ -20,12 +24,14 @@ a task ends READY or ERROR exactly once and is never placed twice.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from control_plane import grouping
@@ -38,8 +44,10 @@ from control_plane.settings import SettingsService, UserSettings
 from control_plane.start_request import StartRequest
 from control_plane.store import Database, accounts, conversations, sandboxes, tasks
 from control_plane.store import leases as lease_rows
+from control_plane.store.db import RETRY_PAUSES, describe, transient
 from control_plane.store.tasks import LeaseLost
-from web.errors import NotFound, ServiceError
+from core.masking import MASK, MIN_LENGTH
+from web.errors import LimitReached, NotFound, ServiceError
 
 logger = logging.getLogger(__name__)
 
@@ -57,6 +65,18 @@ class Placement:
     sandbox_id: str
     conversation_id: str
     new_sandbox: bool
+
+
+def masked(text: str, secrets: list[str]) -> str:
+    """`text` with each secret (and its JSON-escaped form) replaced, and with any run of 8 or
+    more characters of one (an error quotes an input cut short) too."""
+    for value in sorted(secrets, key=len, reverse=True):
+        if len(value) >= MIN_LENGTH:
+            for form in (value, json.dumps(value)[1:-1]):
+                text = text.replace(form, MASK)
+            for k in range(min(len(value), 64), 7, -1):  # a piece of its start or end
+                text = text.replace(value[:k], MASK).replace(value[-k:], MASK)
+    return text
 
 
 class StartTaskService:
@@ -121,10 +141,23 @@ class StartTaskService:
                                conn=conn, **values)
 
     async def _run(self, task: TaskRow) -> None:
+        """The task's work, tried again while the database fails in a way that passes; no
+        failure leaves this job unhandled (a background task's error would be lost)."""
         try:
-            await self._work(task)
+            for pause in (*RETRY_PAUSES, None):  # then the reconciler's rounds
+                try:
+                    await self._work(task)
+                    return
+                except SQLAlchemyError as exc:
+                    logger.warning("start task %s: storage failed (%s); %s", task.id, describe(exc),
+                                   "left to the reconciler" if pause is None else "trying again")
+                    if pause is None:
+                        return
+                    await asyncio.sleep(pause)
         except LeaseLost:
             logger.warning("start task %s was taken over by another control plane", task.id)
+        except Exception:
+            logger.exception("start task %s failed", task.id)
         finally:  # stopped or done: another process may carry it on at once
             try:
                 await self.leases.release(TASK, task.id)
@@ -133,9 +166,11 @@ class StartTaskService:
 
     async def _work(self, task: TaskRow) -> None:
         placement: Placement | None = None
+        secrets: list[str] = []  # what a sandbox's answer may quote: never into a detail
         try:
             request = StartRequest.model_validate_json(self.cipher.decrypt(task.request_enc))
             user = await self.settings.get(task.user_id)
+            secrets = [*user.secrets.values(), *request.secrets.values(), user.llm_api_key or ""]
             if not user.llm_model:
                 raise StartFailed("no LLM configured: PATCH /api/v1/settings with llm_model "
                                   "(and llm_api_key, llm_base_url) first")
@@ -166,11 +201,19 @@ class StartTaskService:
                 await conversations.mark_started(conn, placement.conversation_id, self.db.now())
         except (asyncio.CancelledError, LeaseLost):
             raise  # shutting down (resumed at the next start), or another has it now
+        except SQLAlchemyError as exc:
+            if transient(exc):
+                raise  # taken up again (`_run`): every stage is idempotent
+            logger.error("start task %s: storage failed: %s", task.id, describe(exc))
+            await self._fail(task, placement, "the control plane could not store this start "
+                             f"({type(exc).__name__}); start the conversation again")
         except (StartFailed, ServiceError, AgentError) as exc:
-            await self._fail(task, placement, str(exc) if not isinstance(exc, ServiceError) else exc.detail)
+            await self._fail(task, placement, masked(
+                str(exc) if not isinstance(exc, ServiceError) else exc.detail, secrets))
         except Exception as exc:
             logger.exception("start task %s failed", task.id)
-            await self._fail(task, placement, f"unexpected error: {type(exc).__name__}: {exc}")
+            await self._fail(task, placement, f"unexpected error ({type(exc).__name__}); see the "
+                             "control plane's log")
 
     async def _wait_clone(self, target: Target, conversation_id: str, repository: str) -> None:
         deadline = asyncio.get_running_loop().time() + CLONE_TIMEOUT
@@ -228,6 +271,9 @@ class StartTaskService:
         if row is None or row.user_id != user_id:
             raise NotFound(f"sandbox {sandbox_id} not found")
         ensure_usable(row.id, row.status, "conversations cannot be started in it")
+        if await sandboxes.conversations_in(conn, row.id) >= self.cap:  # counted under the lock
+            raise LimitReached(f"sandbox {row.id} holds {self.cap} conversations, its most: "
+                               "start this one in another sandbox")
         return row
 
     async def _configure_git(self, target: Target, user: UserSettings) -> None:

@@ -1,7 +1,9 @@
 """The webhook receiver's work (SPEC 4.5): who posts, what they post, and storing it once.
 
 A sandbox is known by its session key (looked up by hash). The body must be an array of the 19
-event kinds of the agent server's own schema. Events are inserted idempotently by (conversation,
+event kinds of the agent server's own schema, each id a ULID or a UUID (SPEC 6.1): an id is
+written into the live stream's frames and a column of bounded width, so any other text is
+refused here (422) on every backend alike. Events are inserted idempotently by (conversation,
 event id) in one transaction with the record's execution status, metrics and activity, so a
 replayed batch changes nothing and a failed insert stores nothing: the agent server is answered
 5xx and sends the batch again.
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import re
 import uuid
 from typing import Any
 
@@ -20,14 +23,18 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from control_plane.app_conversations import metrics_from_stats
 from control_plane.crypto import hash_key
-from control_plane.models import ExecutionStatus
+from control_plane.models import ExecutionStatus, SandboxRow
 from control_plane.relay import Bell
 from control_plane.store import Database, conversations, sandboxes
 from control_plane.store.tables import app_conversations, events
+from core.ids import EVENT_ID_PATTERN
 from events import kinds
-from web.errors import Forbidden, NotFound, Unauthorized, Unavailable, from_pydantic
+from web.errors import Forbidden, NotFound, Unauthorized, Unavailable, from_pydantic, invalid
 
 logger = logging.getLogger(__name__)
+#: An event id as stored: the agent server's ULID, or a UUID (other SDKs' events).
+STORED_ID = re.compile(rf"\A(?:{EVENT_ID_PATTERN}"
+                       r"|[0-9a-fA-F]{8}(?:-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12})\Z")
 
 
 def _event_id(event: Any, body: str) -> str:
@@ -43,13 +50,18 @@ class WebhookReceiver:
         self.db = db
         self.bell = bell or Bell()
 
-    async def receive(self, session_key: str | None, conversation_id: str, body: bytes) -> int:
-        """Store a batch; returns how many events it held."""
+    async def sender(self, session_key: str | None) -> SandboxRow:
+        """The sandbox whose session key this is; Unauthorized for none or an unknown one."""
         if not session_key:
             raise Unauthorized("X-Session-API-Key is required")
         sandbox = await sandboxes.by_key_hash(self.db, hash_key(session_key))
         if sandbox is None:
             raise Unauthorized("unknown session key")
+        return sandbox
+
+    async def receive(self, session_key: str | None, conversation_id: str, body: bytes) -> int:
+        """Store a batch; returns how many events it held."""
+        sandbox = await self.sender(session_key)
         conversation = await conversations.get(self.db, conversation_id)
         if conversation is None:
             raise NotFound(f"conversation {conversation_id} not found")
@@ -59,6 +71,10 @@ class WebhookReceiver:
             batch = kinds.EVENT_LIST_ADAPTER.validate_json(body)
         except ValidationError as exc:
             raise from_pydantic(exc, "body") from None
+        for index, event in enumerate(batch):
+            if event.id is not None and not STORED_ID.match(event.id):
+                raise invalid(["body", index, "id"], "an event id is a ULID or a UUID",
+                              "string_pattern_mismatch", event.id)
 
         rows: list[dict[str, Any]] = []
         status: ExecutionStatus | None = None

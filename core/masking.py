@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -127,24 +128,26 @@ def encoded_forms(value: str) -> set[str]:
 
 def _alternation(forms: set[str]) -> str:
     """One pattern matching any of `forms`, longest first, as a trie: shared prefixes are
-    tested once, so the cost grows with the text rather than with forms x text."""
-    trie: dict[str, Any] = {}
-    for form in forms:
-        node = trie
-        for char in form:
-            node = node.setdefault(char, {})
-        node[""] = {}
+    tested once, so the cost grows with the text rather than with forms x text. A run with no
+    branch is one piece of text, so the nesting (and the recursion here) grows with the
+    branches, not with the length of a value (a 64 KiB secret is one piece)."""
 
-    def pattern(node: dict[str, Any]) -> str:
-        ends = "" in node
-        branches = [re.escape(char) + pattern(child) for char, child in sorted(node.items())
-                    if char]
+    def pattern(suffixes: list[str]) -> str:
+        ends = "" in suffixes
+        groups: dict[str, list[str]] = {}
+        for suffix in suffixes:
+            if suffix:
+                groups.setdefault(suffix[0], []).append(suffix)
+        branches = []
+        for _, group in sorted(groups.items()):
+            shared = os.path.commonprefix(group)
+            branches.append(re.escape(shared) + pattern([g[len(shared):] for g in group]))
         if not branches:
             return ""
         body = branches[0] if len(branches) == 1 else "(?:" + "|".join(branches) + ")"
         return f"(?:{body})?" if ends else body
 
-    return pattern(trie)
+    return pattern(sorted(forms))
 
 
 class Masker:

@@ -380,3 +380,22 @@ def test_task_round_trip_through_litellm(client: Any, llm: Any, key: str, worksp
     child = client.get(f"/api/conversations/{obs['observation']['task_id']}").json()
     assert child["parent_conversation_id"] == conv["id"] and child["execution_status"] == "finished"
     assert child["agent"]["llm"]["api_key"] == "**********"
+
+
+def test_the_servers_cap_holds_over_parallel_children(tmp_path: Path, workspace: Path) -> None:
+    """Three children delegated at once on a server capped at two sub-agents (over all trees):
+    two run, the third is refused in words, and no more than two exist."""
+    model = ScriptedModel([
+        tool_call("delegate", command="spawn", ids=["a", "b", "c"]),
+        tool_call("delegate", command="delegate", tasks={"a": "say A", "b": "say B",
+                                                         "c": "say C"}),
+        finish("report one"), finish("report two"),  # the two children that run
+        finish("done"),
+    ])
+    with app_client(tmp_path, model, max_subagents=2) as client:
+        parent = create(client, workspace, ["delegate"])
+        assert wait_status(client, parent["id"]) == "finished"
+        report = text_of(observations(client, parent["id"])[1])
+        assert "2 of 3 task(s) completed" in report, report
+        assert "runs its most sub-agents (2)" in report, report
+        assert len(children_of(client, parent["id"])) == 2

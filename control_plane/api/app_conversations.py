@@ -3,17 +3,18 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from control_plane.api.io import body, from_browser, services, user
-from control_plane.api.paths import path_uuid
+from control_plane.api import files
+from control_plane.api.io import Moment, body, from_browser, services, user
+from control_plane.api.paths import MADE_ID, path_uuid
 from control_plane.app_conversations import AppConversation
 from control_plane.models import ConversationFilters, ConversationRow, StartTaskStatus, TaskRow
-from control_plane.start_request import InitialMessage, StartRequest
+from control_plane.start_request import NO_NUL, InitialMessage, StartRequest, Title
 from web.io import doc, read_query, reply
 
 M = TypeVar("M", bound=BaseModel)
@@ -43,19 +44,19 @@ class StartTask(BaseModel):
 
 
 class TaskIds(BaseModel):
-    ids: list[str] = Field(min_length=1, max_length=100)
+    ids: list[Annotated[str, Field(pattern=MADE_ID)]] = Field(min_length=1, max_length=100)
 
 
 class ConversationIds(BaseModel):
-    ids: list[str] = Field(min_length=1, max_length=100)
+    ids: list[Annotated[str, Field(pattern=MADE_ID)]] = Field(min_length=1, max_length=100)
 
 
 class Search(BaseModel):
-    title__contains: str | None = Field(default=None, max_length=200)
-    created_at__gte: datetime | None = None
-    created_at__lt: datetime | None = None
-    updated_at__gte: datetime | None = None
-    updated_at__lt: datetime | None = None
+    title__contains: str | None = Field(default=None, max_length=200, pattern=NO_NUL)
+    created_at__gte: Moment | None = None
+    created_at__lt: Moment | None = None
+    updated_at__gte: Moment | None = None
+    updated_at__lt: Moment | None = None
     sandbox_id: str | None = Field(default=None, max_length=64)
     sort_order: Literal["CREATED_AT", "CREATED_AT_DESC", "UPDATED_AT", "UPDATED_AT_DESC",
                         "TITLE", "TITLE_DESC"] = "CREATED_AT_DESC"
@@ -87,7 +88,7 @@ class Page(BaseModel):
 class Patch(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    title: str | None = Field(default=None, min_length=1, max_length=200)
+    title: Title | None = None
     tags: dict[str, str] | None = Field(default=None, max_length=50)
 
     @field_validator("tags")
@@ -232,7 +233,8 @@ async def _inspect(request: Request, row: ConversationRow, what: str,
 async def file(request: Request) -> Response:
     row, params = await owned(request, FileQuery)
     assert params is not None
-    return await _inspect(request, row, "file", {"path": params.path})
+    raw = await services(request).conversations.inspect(row, "file", {"path": params.path})
+    return files.served(raw, params.path)
 
 
 @doc(summary="Git changes of the workspace", errors=(404, 409, 410, 502))

@@ -11,7 +11,7 @@ from pydantic import BaseModel, Field, ValidationError, field_validator
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from control_plane.api.io import services, user
+from control_plane.api.io import Moment, services, user
 from control_plane.api.paths import path_uuid
 from control_plane.models import EventFilters
 from events.kinds import KindName
@@ -25,8 +25,8 @@ Source = Literal["agent", "user", "environment", "hook"]
 class EventSearch(BaseModel):
     kind__eq: KindName | None = None
     source__eq: Source | None = None
-    timestamp__gte: datetime | None = None
-    timestamp__lt: datetime | None = None
+    timestamp__gte: Moment | None = None
+    timestamp__lt: Moment | None = None
     sort_order: Literal["TIMESTAMP", "TIMESTAMP_DESC"] = "TIMESTAMP"
     limit: int = Field(default=100, ge=1, le=1000)
     page_id: str | None = Field(default=None, pattern=r"^[0-9]{1,18}$")

@@ -3,9 +3,11 @@ bodies within the configured limit."""
 
 from __future__ import annotations
 
-from typing import TypedDict, TypeVar
+import re
+from datetime import datetime
+from typing import Annotated, Any, TypedDict, TypeVar
 
-from pydantic import BaseModel
+from pydantic import BaseModel, BeforeValidator
 from starlette.requests import HTTPConnection, Request
 
 from control_plane.models import User
@@ -14,6 +16,19 @@ from web import io
 from web.errors import Unauthorized
 
 M = TypeVar("M", bound=BaseModel)
+_NUMBER = re.compile(r"[+-]?[0-9]+(?:\.[0-9]*)?(?:[eE][+-]?[0-9]+)?")
+
+
+def _no_epoch(value: Any) -> Any:
+    """pydantic also takes a number for a datetime, as seconds since 1970: `0.5` would quietly
+    mean 1970 where the document says an ISO 8601 date-time."""
+    if isinstance(value, (int, float)) or (isinstance(value, str) and _NUMBER.fullmatch(value)):
+        raise ValueError("an ISO 8601 date-time is needed, e.g. 2026-01-31T12:00:00+00:00")
+    return value
+
+
+#: A moment in a query: ISO 8601 text only.
+Moment = Annotated[datetime, BeforeValidator(_no_epoch)]
 
 
 class LifespanState(TypedDict):

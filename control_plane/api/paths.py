@@ -9,7 +9,13 @@ from starlette.requests import Request
 
 from web.errors import invalid
 
-_ID = re.compile(r"^[A-Za-z0-9-]{1,64}$")
+#: What an id of this control plane may be (the OpenAPI document declares the same).
+ID_PATTERN = r"^[A-Za-z0-9-]{1,64}$"
+_ID = re.compile(ID_PATTERN)
+#: An id this control plane made (a UUID, with or without its hyphens): what the batch reads
+#: take, so that text no id has is a 422 rather than a null.
+MADE_ID = (r"^[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?"
+           r"[0-9a-fA-F]{12}$")
 
 
 def path_id(request: Request, name: str) -> str:

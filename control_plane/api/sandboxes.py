@@ -10,7 +10,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from control_plane.api.io import body, from_browser, services, user
-from control_plane.api.paths import path_id
+from control_plane.api.paths import MADE_ID, path_id
 from control_plane.models import SandboxReason, SandboxRow, SandboxStatus
 from control_plane.services import Services
 from web.errors import invalid
@@ -67,7 +67,7 @@ class SandboxSearch(BaseModel):
 
 
 class SandboxIds(BaseModel):
-    id: list[Annotated[str, Field(min_length=1, max_length=64)]] = Field(min_length=1, max_length=100)
+    id: list[Annotated[str, Field(pattern=MADE_ID)]] = Field(min_length=1, max_length=100)
 
 
 class DeleteQuery(BaseModel):
@@ -86,7 +86,7 @@ class SpecPage(BaseModel):
 
 class SpecSearch(BaseModel):
     limit: int = Field(default=100, ge=1, le=100)
-    page_id: str | None = Field(default=None, max_length=100)
+    page_id: str | None = Field(default=None, pattern=r"^[0-9]{1,9}$")
     """Accepted for symmetry with other searches; the specs fit on one page."""
 
 

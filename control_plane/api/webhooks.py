@@ -14,6 +14,11 @@ async def receive(request: Request) -> Response:
     svc = services(request)
     key = request.headers.get("x-session-api-key")
     conversation_id = path_uuid(request, "conversation_id")
-    data = await read_bounded(request, svc.config.max_webhook_body_bytes)
-    await svc.webhook.receive(key, conversation_id, data)
+    sandbox = await svc.webhook.sender(key)  # admitted below only once known (`intake`)
+    limit = svc.config.max_webhook_body_bytes
+    declared = request.headers.get("content-length", "")
+    size = int(declared) if declared.isdigit() and int(declared) <= limit else limit
+    with svc.intake.admit(sandbox.id, size):
+        data = await read_bounded(request, limit)
+        await svc.webhook.receive(key, conversation_id, data)
     return reply(Success())

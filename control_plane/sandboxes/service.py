@@ -17,8 +17,7 @@ clean-up that failed (Docker away, a volume still in use) is tried again by the 
 at once when the user deletes the sandbox: nothing of a sandbox is left for ever.
 
 A status change with a reason (`models.SandboxReason`) is also told to each conversation of
-the sandbox, as a ConversationStateUpdateEvent (key `sandbox_status`) in its stored events: the
-user reads why a run stopped where they read the run.
+the sandbox (`sandboxes.notices`), and a terminal one ends the runs that were going on.
 """
 
 from __future__ import annotations
@@ -31,6 +30,7 @@ from collections.abc import AsyncIterator, Callable
 from datetime import timedelta
 from pathlib import Path
 
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from control_plane.agent_client import Target
@@ -45,16 +45,16 @@ from control_plane.models import (
     transition,
 )
 from control_plane.runs import Runs
+from control_plane.sandboxes import notices
+from control_plane.sandboxes.capacity import memory_short
 from control_plane.sandboxes.provider import Handle, Launch, ProviderError, SandboxProvider
 from control_plane.store import Database, accounts, conversations, events
 from control_plane.store import sandboxes as rows
-from events.kinds import ConversationStateUpdateEvent, format_timestamp
+from control_plane.store.db import describe, retrying
 from web.errors import Conflict, Forbidden, Gone, LimitReached, NotFound, Unavailable, invalid
 
 logger = logging.getLogger(__name__)
 
-#: The key of the state updates that tell a conversation its sandbox's status changed.
-NOTICE_KEY = "sandbox_status"
 #: Seconds before a clean-up that failed (Docker away, a volume still in use) is tried again.
 CLEANUP_RETRY = 60.0
 
@@ -70,16 +70,15 @@ class SandboxService:
     def __init__(self, db: Database, provider: SandboxProvider, cipher: Cipher, leases: Leases, *,
                  sandboxes_dir: Path, webhook_url: str, runs: Runs | None = None,
                  ring: Callable[[str], None] | None = None, max_per_user: int = 50,
-                 guard_timeout: float = 120.0) -> None:
+                 max_live: int = 1000, memory_floor: int = 0, guard_timeout: float = 120) -> None:
         self.db = db
         self.provider = provider
         self.cipher = cipher
         self.leases = leases
         self.sandboxes_dir = sandboxes_dir
         self.webhook_url = webhook_url
-        self.runs = runs
-        self.ring = ring
-        self.max_per_user = max_per_user
+        self.runs, self.ring = runs, ring
+        self.max_per_user, self.max_live, self.memory_floor = max_per_user, max_live, memory_floor
         self.guard_timeout = guard_timeout
         self._starts: dict[str, asyncio.Task[None]] = {}
         self._locks: dict[str, asyncio.Lock] = {}
@@ -95,8 +94,7 @@ class SandboxService:
 
     async def owned_many(self, ids: list[str], user_id: str) -> dict[str, SandboxRow]:
         """The user's sandboxes among `ids` (others, and unknown ids, are left out)."""
-        found = {i: await rows.get(self.db, i, user_id) for i in ids}
-        return {i: row for i, row in found.items() if row is not None}
+        return {i: row for i in ids if (row := await rows.get(self.db, i, user_id)) is not None}
 
     async def search(self, user_id: str, status: SandboxStatus | None, *, limit: int,
                      offset: int) -> list[SandboxRow]:
@@ -127,9 +125,10 @@ class SandboxService:
                             "(bubblewrap is unavailable or off, as its log said at start): they "
                             "serve one user only, unless its operator accepts a shared host "
                             "(CONTROL_PLANE_SHARED_HOST=true)")
-        if await rows.live_count(conn, user_id) >= self.max_per_user:
-            raise LimitReached(f"at most {self.max_per_user} live sandboxes per user: delete or "
-                               "let some be cleaned up first")
+        refused = (await rows.over_cap(conn, user_id, self.max_per_user, self.max_live)
+                   or memory_short(self.memory_floor))
+        if refused is not None:
+            raise LimitReached(refused)
         sandbox_id = uuid.uuid4().hex
         key = new_key("sk-sandbox")
         return await rows.insert(conn, self.db.now(), id=sandbox_id, user_id=user_id,
@@ -179,7 +178,11 @@ class SandboxService:
             try:
                 yield True
             finally:
-                await self.leases.release(SANDBOX, sandbox_id)
+                try:
+                    await self.leases.release(SANDBOX, sandbox_id)
+                except SQLAlchemyError as exc:  # the database away: the lease simply expires
+                    logger.warning("releasing the lease of sandbox %s failed: %s", sandbox_id,
+                                   describe(exc))
 
     def starting(self, sandbox_id: str) -> bool:
         """Whether this process is starting it right now."""
@@ -198,20 +201,9 @@ class SandboxService:
 
     async def _announce(self, sandbox_id: str, status: SandboxStatus, reason: SandboxReason,
                         detail: str | None) -> None:
-        """A ConversationStateUpdateEvent in each of the sandbox's conversations."""
+        """`notices.announce`, rung to the live relays."""
         try:
-            moment = format_timestamp(self.db.now())
-            found = await conversations.in_sandbox(self.db, sandbox_id)
-            batch = []
-            for conversation_id in found:
-                event = ConversationStateUpdateEvent(
-                    id=str(uuid.uuid4()), timestamp=moment, key=NOTICE_KEY,
-                    value={"sandbox_id": sandbox_id, "status": status.value,
-                           "reason": reason.value, "detail": detail})
-                batch.append({"conversation_id": conversation_id, "event_id": event.id,
-                              "kind": event.kind, "source": event.source,
-                              "timestamp": event.timestamp, "body": event.model_dump_json()})
-            await events.insert_batch(self.db, batch)
+            found = await notices.announce(self.db, sandbox_id, status, reason, detail)
         except Exception:  # the status is stored; a lost notice must not undo or hide it
             logger.exception("telling the conversations of sandbox %s failed", sandbox_id)
             return
@@ -232,6 +224,14 @@ class SandboxService:
             task.add_done_callback(lambda _: self._starts.pop(row.id, None))
 
     async def _start(self, sandbox_id: str, fresh: bool) -> None:
+        """A background job: nothing escapes it unseen (`drift` sees the sandbox again)."""
+        try:
+            await self._start_once(sandbox_id, fresh)
+        except Exception as exc:
+            logger.error("starting sandbox %s failed: %s", sandbox_id,
+                         describe(exc) if isinstance(exc, SQLAlchemyError) else repr(exc))
+
+    async def _start_once(self, sandbox_id: str, fresh: bool) -> None:
         async with self.guard(sandbox_id, wait=False) as mine:
             if not mine:
                 return  # another process starts it (or acts on it): wait_running polls
@@ -249,13 +249,25 @@ class SandboxService:
             except Exception as exc:  # never leave a row STARTING for ever
                 logger.exception("starting sandbox %s failed", row.id)
                 await self.enter(row.id, SandboxStatus.ERROR, SandboxReason.START_FAILED,
-                                 f"start failed: {exc}")
+                                 f"start failed ({type(exc).__name__}); see the control "
+                                 "plane's log")
                 return
-            await rows.set_fields(self.db, row.id, pid=handle.pid,
-                                  pid_start_time=handle.pid_start_time, port=handle.port)
-            if await self.enter(row.id, SandboxStatus.RUNNING, None) is None:
-                # Deleted while it booted: the row is MISSING already, so the process goes too.
+            try:
+                moved = await retrying(lambda: self._started(row.id, handle),
+                                       f"storing the start of sandbox {row.id}")
+            except SQLAlchemyError:
+                moved = None  # not stored: no process runs unrecorded (started again later)
+            if moved is None:  # (or deleted while it booted: the row is MISSING already)
                 await self.provider.destroy(row.id, handle, Path(row.root_dir))
+
+    async def _started(self, sandbox_id: str, handle: Handle) -> SandboxRow | None:
+        """Its process facts, then RUNNING (None: deleted meanwhile)."""
+        await rows.set_fields(self.db, sandbox_id, pid=handle.pid,
+                              pid_start_time=handle.pid_start_time, port=handle.port)
+        row = (await self.enter(sandbox_id, SandboxStatus.RUNNING, None)  # or an earlier try
+               or await rows.get(self.db, sandbox_id))
+        return row if row and row.status is SandboxStatus.RUNNING and row.pid == handle.pid \
+            else None
 
     async def wait_running(self, sandbox_id: str, timeout: float = 120.0) -> SandboxRow:
         """Until RUNNING (started or resumed as needed); Conflict or Gone when it cannot be."""

@@ -103,6 +103,17 @@ async def in_sandbox(db: Database, sandbox_id: str) -> list[str]:
         return list(await conn.scalars(select(C.c.id).where(C.c.sandbox_id == sandbox_id)))
 
 
+async def end_runs(conn: AsyncConnection, sandbox_id: str, status: str,
+                   moment: datetime) -> list[str]:
+    """The conversations of the sandbox whose run was going on (RUNNING, or waiting for a
+    confirmation), now `status`; their ids."""
+    ended = await conn.scalars(
+        update(C).where(C.c.sandbox_id == sandbox_id,
+                        C.c.execution_status.in_(("RUNNING", "WAITING_FOR_CONFIRMATION")))
+        .values(execution_status=status, updated_at=moment).returning(C.c.id))
+    return list(ended)
+
+
 async def to_resume(db: Database, sandbox_id: str) -> list[str]:
     """Conversations whose run was paused with the sandbox (see `control_plane.runs`)."""
     async with db.connect() as conn:

@@ -1,38 +1,123 @@
 """The database: one async engine (SQLite through aiosqlite, or PostgreSQL through asyncpg),
 its Alembic migrations applied at start, and the few statements that differ by dialect.
+
+SQLite takes one writer at a time for the whole file, and its own wait for the lock (the busy
+timeout) is a sleeping poll that is neither fair nor bounded in practice: under a burst, a
+writer that keeps losing the race fails with "database is locked" while others go through. So
+on SQLite the writes of this process queue here, in order, before they touch the file (one
+writer), and each write transaction begins IMMEDIATE: it holds the write lock from its first
+statement, so a transaction that reads then writes never finds its snapshot stale half-way
+(SQLITE_BUSY at once, which no timeout helps). The busy timeout is left for other processes on
+the same file (`control-plane keys create`). PostgreSQL needs none of this: its row locks wait.
+
+The database file is made 0600 before SQLite opens it: SQLite gives its -wal and -shm files the
+database file's mode, so none of the three is readable by another local user, whatever the
+umask.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+import asyncio
+import logging
+import os
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AsyncExitStack, asynccontextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from alembic import command
 from alembic.config import Config as AlembicConfig
 from sqlalchemy import Connection, Table, event, text
 from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.exc import (
+    DBAPIError,
+    DisconnectionError,
+    InterfaceError,
+    OperationalError,
+    SQLAlchemyError,
+)
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 from sqlalchemy.sql.dml import Insert
 
 from core.retry import Clock
 
+T = TypeVar("T")
+logger = logging.getLogger(__name__)
 MIGRATIONS = Path(__file__).with_name("migrations")
+#: Seconds before each new try of an idempotent write whose failure passes (`transient`).
+RETRY_PAUSES = (0.2, 0.5, 1.0, 2.0, 4.0)
 #: The advisory lock key that serializes migrations on PostgreSQL (any constant of this app's).
 MIGRATION_LOCK = 0x636F6E74726F6C
 
 
-def _sqlite_pragmas(dbapi_connection: Any, record: Any) -> None:
-    # WAL lets searches read while the webhook writes; NORMAL sync is durable at checkpoints and
-    # never corrupts; the busy timeout makes concurrent writers wait instead of failing.
-    cursor = dbapi_connection.cursor()
-    cursor.execute("PRAGMA journal_mode=WAL")
-    cursor.execute("PRAGMA synchronous=NORMAL")
-    cursor.execute("PRAGMA foreign_keys=ON")
-    cursor.execute("PRAGMA busy_timeout=30000")
-    cursor.close()
+#: The execution option that makes a SQLite transaction begin IMMEDIATE (`Database.begin`).
+BEGIN_MODE = "sqlite_begin"
+#: Files SQLite keeps beside the database.
+SQLITE_SIDES = ("-wal", "-shm", "-journal")
+
+
+def _sqlite_connect(busy_ms: int) -> Any:
+    def connect(dbapi_connection: Any, record: Any) -> None:
+        # WAL lets searches read while the webhook writes; NORMAL sync is durable at
+        # checkpoints and never corrupts; the busy timeout makes another process's writer wait.
+        # Transactions are begun here (`_sqlite_begin`), not by the driver, which would begin
+        # them only at the first write, leaving the reads before it outside.
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.execute(f"PRAGMA busy_timeout={busy_ms}")
+        cursor.close()
+    return connect
+
+
+def _sqlite_begin(conn: Connection) -> None:
+    conn.exec_driver_sql(f"BEGIN {conn.get_execution_options().get(BEGIN_MODE, 'DEFERRED')}")
+
+
+def private_file(path: Path) -> None:
+    """`path` (made when missing) and SQLite's files beside it readable by this user alone."""
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600))
+    for side in ("", *SQLITE_SIDES):
+        found = path.with_name(path.name + side)
+        if found.exists():
+            found.chmod(0o600)
+
+
+def transient(exc: BaseException) -> bool:
+    """Whether a storage failure may pass by itself (the file locked past the wait, the disk
+    full, the server restarting or away, no connection free): trying again later is right,
+    and a client is told so (503). Any other is a defect."""
+    if isinstance(exc, (OperationalError, InterfaceError, DisconnectionError, PoolTimeout)):
+        return True
+    return isinstance(exc, DBAPIError) and exc.connection_invalidated
+
+
+def describe(exc: BaseException) -> str:
+    """A storage failure in one line for the log: the driver's words, never the statement or
+    its parameters (SQLAlchemy's own text holds both)."""
+    orig = getattr(exc, "orig", None)
+    text_ = str(orig if orig is not None else exc.args[0] if exc.args else exc)
+    return f"{type(exc).__name__}: {text_.splitlines()[0] if text_ else ''}"[:300]
+
+
+async def retrying(write: Callable[[], Awaitable[T]], what: str) -> T:
+    """`write` (idempotent: doing it twice is doing it once), tried again after each pause of
+    RETRY_PAUSES while it fails in a way that passes; the last failure is raised."""
+    for pause in (*RETRY_PAUSES, None):
+        try:
+            return await write()
+        except SQLAlchemyError as exc:
+            if pause is None or not transient(exc):
+                logger.error("%s: storage failed (%s)", what, describe(exc))
+                raise
+            logger.warning("%s: storage failed (%s); trying again", what, describe(exc))
+            await asyncio.sleep(pause)
+    raise AssertionError("unreachable")
 
 
 class Database:
@@ -43,16 +128,27 @@ class Database:
     lifecycle's idle time, the 12-hour cap, the deletion time): one clock for both, so a test
     that moves it on sees the timers come due. Lease times are not on it (`store.leases`)."""
 
-    def __init__(self, url: str, clock: Clock | None = None) -> None:
+    def __init__(self, url: str, clock: Clock | None = None, *, busy_timeout: float = 30.0) -> None:
+        """`busy_timeout`: seconds a SQLite write waits for another process's (this
+        process's own writes queue without a limit)."""
         self.url = url
         self.clock = clock or Clock()
+        #: SQLite's one writer of this process (None on PostgreSQL).
+        self._writer: asyncio.Lock | None = None
+        self._holder: asyncio.Task[Any] | None = None
         if url.startswith("sqlite"):
-            Path(url.split(":///", 1)[1]).parent.mkdir(parents=True, exist_ok=True)
-            self.engine: AsyncEngine = create_async_engine(url, connect_args={"timeout": 30})
-            event.listen(self.engine.sync_engine, "connect", _sqlite_pragmas)
+            path = url.split(":///", 1)[1].split("?", 1)[0]
+            if path and path != ":memory:":
+                private_file(Path(path))
+            self.engine: AsyncEngine = create_async_engine(url, connect_args={"timeout": busy_timeout})
+            event.listen(self.engine.sync_engine, "connect", _sqlite_connect(int(busy_timeout * 1000)))
+            event.listen(self.engine.sync_engine, "begin", _sqlite_begin)
+            self._writes = self.engine.execution_options(**{BEGIN_MODE: "IMMEDIATE"})
+            self._writer = asyncio.Lock()
         else:
             self.engine = create_async_engine(url, pool_size=10, max_overflow=20,
                                               pool_pre_ping=True)
+            self._writes = self.engine
         self.dialect = self.engine.dialect.name
 
     def now(self) -> datetime:
@@ -64,21 +160,35 @@ class Database:
 
         On PostgreSQL several control planes may start at once: a transaction-scoped advisory
         lock makes them migrate one after the other (the later ones find nothing to do)."""
-        async with self.engine.begin() as conn:
+        async with self.begin() as conn:
             if self.dialect == "postgresql":
                 await conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK})
             await conn.run_sync(_upgrade)
 
     @asynccontextmanager
     async def begin(self) -> AsyncIterator[AsyncConnection]:
-        """One transaction: committed when the block ends, rolled back on an exception."""
-        async with self.engine.begin() as conn:
-            yield conn
+        """One transaction: committed when the block ends, rolled back on an exception. On
+        SQLite, after this process's writes before it, and holding the write lock from its
+        start. Never nested: the inner one would wait for the outer for ever (RuntimeError)."""
+        if self._writer is None:
+            async with _opened(self._writes, begin=True) as conn:
+                yield conn
+            return
+        me = asyncio.current_task()
+        if self._holder is not None and self._holder is me:
+            raise RuntimeError("a write transaction inside another: pass its connection on")
+        async with self._writer:
+            self._holder = me
+            try:
+                async with _opened(self._writes, begin=True) as conn:
+                    yield conn
+            finally:
+                self._holder = None
 
     @asynccontextmanager
     async def connect(self) -> AsyncIterator[AsyncConnection]:
-        """Reads without a transaction of their own."""
-        async with self.engine.connect() as conn:
+        """Reads (one snapshot on SQLite), rolled back when the block ends."""
+        async with _opened(self.engine, begin=False) as conn:
             yield conn
 
     def insert_ignoring_duplicates(self, table: Table) -> Insert:
@@ -89,6 +199,18 @@ class Database:
 
     async def close(self) -> None:
         await self.engine.dispose()
+
+
+@asynccontextmanager
+async def _opened(engine: AsyncEngine, *, begin: bool) -> AsyncIterator[AsyncConnection]:
+    """A connection of `engine`; a server that cannot be reached at all (asyncpg raises the
+    socket's own OSError) is a storage failure like any other (`transient`)."""
+    async with AsyncExitStack() as stack:
+        try:
+            conn = await stack.enter_async_context(engine.begin() if begin else engine.connect())
+        except OSError as exc:
+            raise DisconnectionError(f"the database cannot be reached: {exc}") from exc
+        yield conn
 
 
 def _upgrade(connection: Connection) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import and_, case, func, or_, select, update
+from sqlalchemy import and_, case, func, or_, select, text, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from control_plane.models import SandboxReason, SandboxRow, SandboxStatus, entered_from
@@ -156,12 +156,39 @@ async def get_in(conn: AsyncConnection, sandbox_id: str) -> SandboxRow | None:
     return None if row is None else _row(row)
 
 
+#: The statuses of a sandbox that holds (or may hold) a process.
+LIVE = (SandboxStatus.STARTING, SandboxStatus.RUNNING, SandboxStatus.PAUSED)
+#: The advisory lock key that serializes the count of live sandboxes on PostgreSQL.
+LIVE_LOCK = 0x6C697665
+
+
 async def live_count(conn: AsyncConnection, user_id: str) -> int:
     """The user's sandboxes that hold (or may hold) a process."""
     value = await conn.scalar(select(func.count()).select_from(sandboxes).where(
-        sandboxes.c.user_id == user_id, sandboxes.c.status.in_(
-            [SandboxStatus.STARTING.value, SandboxStatus.RUNNING.value, SandboxStatus.PAUSED.value])))
+        sandboxes.c.user_id == user_id, sandboxes.c.status.in_([s.value for s in LIVE])))
     return int(value or 0)
+
+
+async def conversations_in(conn: AsyncConnection, sandbox_id: str) -> int:
+    value = await conn.scalar(select(func.count()).select_from(app_conversations)
+                              .where(app_conversations.c.sandbox_id == sandbox_id))
+    return int(value or 0)
+
+
+async def over_cap(conn: AsyncConnection, user_id: str, per_user: int, in_all: int) -> str | None:
+    """Why one more live sandbox is refused (None: it is not). Counted over all users too, so
+    on PostgreSQL the count is taken under a lock of its own (the user's lock, which the caller
+    holds, keeps other users' starts out of nothing)."""
+    if conn.dialect.name == "postgresql":
+        await conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": LIVE_LOCK})
+    if await live_count(conn, user_id) >= per_user:
+        return f"at most {per_user} live sandboxes per user: delete or let some be cleaned up first"
+    value = await conn.scalar(select(func.count()).select_from(sandboxes).where(
+        sandboxes.c.status.in_([s.value for s in LIVE])))
+    if int(value or 0) >= in_all:
+        return (f"this control plane runs its most live sandboxes ({in_all}, over all users): "
+                "try again once some are deleted or cleaned up")
+    return None
 
 
 async def another_user_has_one(conn: AsyncConnection, user_id: str) -> bool:

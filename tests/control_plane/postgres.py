@@ -39,11 +39,20 @@ class PostgresServer:
     def start(self) -> PostgresServer:
         self._run(str(self.bindir / "initdb"), "-D", str(self.data), "-A", "trust", "-U", "postgres",
                   "-N", "-E", "UTF8")
+        self.resume()
+        return self
+
+    def resume(self) -> None:
+        """Up (again) on the same port and data."""
         options = (f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 -c fsync=off "
                    "-c max_connections=200")
         self._run(str(self.bindir / "pg_ctl"), "-D", str(self.data), "-o", options, "-w",
                   "-l", str(self.root / "log"), "start")
-        return self
+
+    def halt(self) -> None:
+        """Down, as an operator stops it (its clients' connections are closed); `resume`
+        brings it back."""
+        self._run(str(self.bindir / "pg_ctl"), "-D", str(self.data), "-m", "fast", "-w", "stop")
 
     def stop(self) -> None:
         try:

@@ -16,6 +16,7 @@ from core import processes
 from tests.control_plane.support import (
     ControlPlane,
     configure_llm,
+    conversation,
     make_config,
     sandbox_pid,
     start,
@@ -225,6 +226,93 @@ def test_a_vanished_sandbox_is_missing_and_its_conversations_read_only(
     # Deleting it afterwards changes nothing of that.
     assert client.delete(f"/api/v1/sandboxes/{sid}", params={"sandbox_id": sid}).status_code == 200
     assert client.get("/api/v1/sandboxes", params={"id": sid}).json()[0]["status_reason"] == "VANISHED"
+
+
+def test_a_run_whose_sandbox_died_ends_in_error(
+        control_plane: ControlPlane, llm: ScriptedLLM, key: str) -> None:
+    """Killed mid-run, the sandbox says nothing any more: the run is recorded as ended (ERROR),
+    with the execution status in the conversation's events beside the notice that says why."""
+    client = control_plane.client(control_plane.new_user("gina"))
+    configure_llm(client, llm.base_url(key))
+    llm.script(key, call("terminal", command="sleep 600"))
+    task = start(client, "wait")
+    cid, sid = task["app_conversation_id"], task["sandbox_id"]
+    wait_for(lambda: conversation(client, cid)["execution_status"] == "RUNNING" and client.get(
+        f"/api/v1/conversation/{cid}/events/count", params={"kind__eq": "ActionEvent"}
+    ).json()["count"] == 1, 30, what="the run under way")
+    processes.signal_group(sandbox_pid(control_plane, sid), signal.SIGKILL)
+    wait_for(lambda: conversation(client, cid)["sandbox_status"] == "MISSING", 30, what="MISSING")
+    # Told right after the status is stored (the record read in between still says RUNNING).
+    wait_for(lambda: conversation(client, cid)["execution_status"] == "ERROR", 10, what="ERROR")
+    events = client.get(f"/api/v1/conversation/{cid}/events/search",
+                        params={"kind__eq": "ConversationStateUpdateEvent"}).json()["items"]
+    told = [(e["key"], e["value"]) for e in events if e["key"] in ("sandbox_status",
+                                                                   "execution_status")]
+    assert told[-1] == ("execution_status", "error")
+    assert told[-2][0] == "sandbox_status" and told[-2][1]["reason"] == "VANISHED"
+    assert client.get("/api/v1/app-conversations/search", params={"sandbox_id": sid}
+                      ).json()["items"][0]["execution_status"] == "ERROR"
+
+
+def test_workspace_files_never_render_on_the_consoles_origin(
+        control_plane: ControlPlane, llm: ScriptedLLM, key: str) -> None:
+    """Files the agent wrote come as attachments, text as text/plain: an HTML page or an SVG
+    does not run as a page of the console. A path outside the workspace is refused without
+    naming where the workspace lies on the host."""
+    client = control_plane.client(control_plane.new_user("hank"))
+    configure_llm(client, llm.base_url(key))
+    page = "<script>document.title='owned'</script>"
+    llm.script(key, call("terminal", command=f"echo \"{page}\" > evil.html && "
+                         "echo '<svg xmlns=\"http://www.w3.org/2000/svg\"/>' > evil.svg && "
+                         "printf '\\377\\376' > blob.bin"),
+               call("finish", message="done"))
+    task = start(client, "write")
+    cid = task["app_conversation_id"]
+    wait_for(lambda: conversation(client, cid)["execution_status"] == "FINISHED", 60,
+             what="the run")
+    base = f"/api/v1/app-conversations/{cid}/file"
+    for name, media_type in (("evil.html", "text/plain; charset=utf-8"),
+                             ("evil.svg", "text/plain; charset=utf-8"),
+                             ("blob.bin", "application/octet-stream")):
+        r = client.get(base, params={"path": name})
+        assert r.status_code == 200 and r.headers["content-type"] == media_type, r.headers
+        assert r.headers["content-disposition"] == f"attachment; filename*=UTF-8''{name}"
+        assert r.headers["x-content-type-options"] == "nosniff"
+    assert page in client.get(base, params={"path": "evil.html"}).text
+    r = client.get(base, params={"path": "/etc/passwd"})
+    assert r.status_code == 403 and r.json() == {
+        "detail": "the path is outside the conversation's working directory"}
+    assert str(control_plane.config.state_dir) not in r.text
+
+
+def test_the_document_and_the_server_agree(control_plane: ControlPlane) -> None:
+    """A method a path does not serve is a 405 naming those it does (not the console's
+    'GET, HEAD'); an unknown /api path a JSON 404; a sandbox id is declared with the pattern the
+    server checks; a moment in a query is ISO 8601, never a number taken as an epoch."""
+    client = control_plane.client(control_plane.new_user("ivy"))
+    r = client.put("/api/v1/settings", json={})
+    assert r.status_code == 405 and r.headers["allow"] == "GET, HEAD, PATCH", r.headers
+    r = client.post("/api/v1/sandbox-specs/search")
+    assert r.status_code == 405 and r.headers["allow"] == "GET, HEAD"
+    r = client.put("/api/v1/sandboxes/ab/pause")
+    assert r.status_code == 405 and r.headers["allow"] == "POST"
+    r = client.delete("/api/v1/nothing-here")
+    assert r.status_code == 404 and r.json() == {"detail": "Not Found"}
+    assert client.get("/").status_code == 200  # the console still serves its page
+
+    doc = httpx.get(control_plane.url + "/openapi.json").json()
+    pause = doc["paths"]["/api/v1/sandboxes/{sandbox_id}/pause"].values()
+    declared = {p["name"]: p["schema"] for op in pause for p in op["parameters"] if p["in"] == "path"}
+    assert declared == {"sandbox_id": {"type": "string", "pattern": "^[A-Za-z0-9-]{1,64}$"}}
+    assert client.post("/api/v1/sandboxes/a_b/pause").status_code == 422  # outside the pattern
+    assert client.post("/api/v1/sandboxes/ab/pause").status_code == 404  # inside it
+
+    for value in ("0.5", "1700000000", "-1"):
+        r = client.get("/api/v1/app-conversations/search", params={"updated_at__lt": value})
+        assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["query", "updated_at__lt"]
+    r = client.get("/api/v1/app-conversations/search",
+                   params={"updated_at__lt": "2030-01-01T00:00:00Z"})
+    assert r.status_code == 200
 
 
 def test_openapi_document(control_plane: ControlPlane) -> None:

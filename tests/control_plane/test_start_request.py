@@ -12,7 +12,7 @@ def test_start_request_follows_spec_2_5() -> None:
     ok = StartRequest.model_validate({
         "initial_message": {"role": "user", "content": [{"type": "text", "text": "hi"}], "run": True},
         "selected_repository": "acme/demo", "selected_branch": "feature/x",
-        "secrets": {"GH_TOKEN": "t"}, "observability_span_name": "nightly.review",
+        "secrets": {"GH_TOKEN": "tok-1"}, "observability_span_name": "nightly.review",
         "observability_tags": ["a"], "observability_metadata": {"n": 1, "ok": True, "s": "x",
                                                                 "ids": [1, 2.5], "flags": [True]},
         "plugins": [{"name": "web", "url": "https://mcp.example/mcp", "headers": {"A": "${GH_TOKEN}"}}],

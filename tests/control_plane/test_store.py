@@ -5,20 +5,21 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
-from sqlalchemy import select, text
+from sqlalchemy import select, text, update
 
 from control_plane import grouping
 from control_plane.crypto import Cipher, hash_key
 from control_plane.models import EventFilters, GroupingStrategy, SandboxReason, SandboxStatus
 from control_plane.settings import SettingsPatch, SettingsService
 from control_plane.store import Database, accounts, conversations, events, sandboxes
-from control_plane.store.tables import api_keys, metadata, user_settings
+from control_plane.store.tables import api_keys, metadata, user_settings, users
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.e2e]  # a real PostgreSQL server
 
@@ -197,3 +198,45 @@ async def test_a_status_is_written_only_along_the_transition_table(db: Database)
     assert resumed == await sandboxes.get(db, paused)  # the row as stored, not a guess
     assert await sandboxes.set_status(db, paused, SandboxStatus.STARTING) is None  # never back
     assert await sandboxes.set_status(db, paused, SandboxStatus.RUNNING) is None  # there already
+
+
+async def test_sqlite_writers_queue_under_a_burst(tmp_path: Path) -> None:
+    """100 transactions at once that each read a counter, then write it plus one (as a
+    placement reads the free places, then takes one), on a SQLite file whose busy timeout is
+    short: every one commits, none is refused as "database is locked", and no update is lost
+    (each read saw the write before it)."""
+    db = Database(f"sqlite+aiosqlite:///{tmp_path / 'burst.db'}", busy_timeout=0.2)
+    try:
+        await db.migrate()
+        user = await accounts.get_or_create_user(db, "burst")
+        seq = select(users.c.placement_seq).where(users.c.id == user.id)
+
+        async def take() -> None:
+            async with db.begin() as conn:
+                current = int(await conn.scalar(seq) or 0)
+                await conn.execute(text("SELECT count(*) FROM sandboxes"))  # more turns held
+                await conn.execute(update(users).where(users.c.id == user.id)
+                                   .values(placement_seq=current + 1))
+
+        outcomes = await asyncio.gather(*(take() for _ in range(100)), return_exceptions=True)
+        assert [o for o in outcomes if o is not None] == []
+        async with db.connect() as conn:
+            assert await conn.scalar(seq) == 100
+    finally:
+        await db.close()
+
+
+async def test_the_database_files_are_readable_by_this_user_alone(tmp_path: Path) -> None:
+    """Under the usual umask (022), the SQLite file and the -wal and -shm files SQLite makes
+    beside it are 0600, in a directory made 0700: no other local user reads any of them."""
+    old = os.umask(0o022)
+    db = Database(f"sqlite+aiosqlite:///{tmp_path / 'state' / 'cp.db'}")
+    try:
+        await db.migrate()
+        await accounts.get_or_create_user(db, "alice")
+        modes = {p.name: p.stat().st_mode & 0o777 for p in (tmp_path / "state").iterdir()}
+        assert modes == {"cp.db": 0o600, "cp.db-wal": 0o600, "cp.db-shm": 0o600}
+        assert (tmp_path / "state").stat().st_mode & 0o777 == 0o700
+    finally:
+        os.umask(old)
+        await db.close()

@@ -123,3 +123,13 @@ def test_an_encoded_secret_split_between_stream_pieces_is_masked_whole() -> None
     half = len(encoded) // 2
     out = stream.feed("a " + encoded[:half]) + stream.feed(encoded[half:] + " b") + stream.flush()
     assert encoded[:-2] not in out and MASK in out
+
+
+def test_a_long_secret_is_masked_in_every_form() -> None:
+    """A key file or a service account's JSON runs to kilobytes (the agent server takes 64 KiB):
+    masking it builds no pattern as deep as the value is long."""
+    secret = "-----BEGIN KEY-----" + "k3Y/+" * 13_000 + "-----END KEY-----"
+    masker = Masker({"KEY": secret})
+    text = f"a {secret} b {base64.b64encode(secret.encode()).decode()} c"
+    masked = masker.text(text)
+    assert masked.startswith(f"a {MASK} b {MASK}") and len(masked) < 60  # (base64's end bits)
