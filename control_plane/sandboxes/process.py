@@ -197,10 +197,11 @@ class ProcessProvider(SandboxProvider):
                 raise ProviderError("the agent server did not stop")
             await asyncio.sleep(0.005)
 
-    async def resume(self, handle: Handle) -> None:
+    async def resume(self, handle: Handle) -> Handle:
         self._signal(handle, signal.SIGCONT)
         await self.until_alive(handle, "the agent server did not answer after resuming",
                                lambda: procfs.is_ours(handle.pid, handle.pid_start_time))
+        return handle
 
     def _signal(self, handle: Handle, sig: signal.Signals) -> None:
         if not procfs.is_ours(handle.pid, handle.pid_start_time) or not procfs.signal_group(handle.pid, sig):

@@ -43,6 +43,7 @@ from control_plane.sandboxes.provider import (
     Launch,
     Liveness,
     ProviderError,
+    Refused,
     SandboxProvider,
 )
 from control_plane.store import Database, conversations, events
@@ -63,7 +64,13 @@ def handle_of(row: SandboxRow) -> Handle | None:
     if row.pid is None or row.pid_start_time is None or row.port is None:
         return None
     return Handle(sandbox_id=row.id, pid=row.pid, pid_start_time=row.pid_start_time,
-                  port=row.port)
+                  port=row.port, host=row.host or Handle.host)
+
+
+def handle_fields(handle: Handle) -> dict[str, object]:
+    """What is stored of a handle (`handle_of` reads it back)."""
+    return {"pid": handle.pid, "pid_start_time": handle.pid_start_time, "port": handle.port,
+            "host": None if handle.host == Handle.host else handle.host}
 
 
 class SandboxService:
@@ -205,8 +212,7 @@ class SandboxService:
                 await self._set(row.id, SandboxStatus.ERROR, SandboxReason.START_FAILED,
                                 f"start failed: {exc}")
                 return
-            await rows.set_fields(self.db, row.id, pid=handle.pid,
-                                  pid_start_time=handle.pid_start_time, port=handle.port)
+            await rows.set_fields(self.db, row.id, **handle_fields(handle))
             if not await rows.set_status(self.db, row.id, SandboxStatus.RUNNING):
                 # Deleted while it booted: the row is MISSING already, so the process goes too.
                 await self.provider.destroy(row.id, handle, Path(row.root_dir))
@@ -295,10 +301,14 @@ class SandboxService:
             handle = handle_of(row)
             assert handle is not None
             try:
-                await self.provider.resume(handle)
+                moved = await self.provider.resume(handle)
+            except Refused as exc:  # intact, only not now (its node is down): stays PAUSED
+                raise Conflict(f"sandbox {row.id} cannot be resumed now: {exc}") from None
             except ProviderError as exc:
                 await self._set(row.id, SandboxStatus.ERROR, SandboxReason.UNHEALTHY, str(exc))
                 raise Conflict(f"sandbox {row.id} cannot be resumed: {exc}") from None
+            if moved != handle:  # a cluster's new task: the row follows
+                await rows.set_fields(self.db, row.id, **handle_fields(moved))
             await self._set(row.id, SandboxStatus.RUNNING, None if brief else reason,
                             None if brief else "resumed")
             async with self.db.begin() as conn:
@@ -468,8 +478,7 @@ class SandboxService:
                         await self._lost(row, SandboxStatus.MISSING, SandboxReason.VANISHED,
                                          "the sandbox vanished: its conversations are read-only")
                 else:
-                    await rows.set_fields(self.db, row.id, pid=handle.pid,
-                                          pid_start_time=handle.pid_start_time, port=handle.port)
+                    await rows.set_fields(self.db, row.id, **handle_fields(handle))
             if handle is not None:
                 await self._check(row, handle, adopting)
         if relaunch is not None:
@@ -477,10 +486,12 @@ class SandboxService:
             self.launch(relaunch)
 
     async def _check(self, row: SandboxRow, handle: Handle, adopting: bool) -> None:
-        liveness = await self.provider.inspect(handle)
+        health = await self.provider.health(handle)
+        liveness = health.liveness
         if liveness is Liveness.GONE:
+            gone = health.detail or "the sandbox's process is gone"
             await self._lost(row, SandboxStatus.MISSING, SandboxReason.VANISHED,
-                             "the sandbox's process is gone: its conversations are read-only")
+                             f"{gone}: its conversations are read-only")
             return
         if (row.status is SandboxStatus.RUNNING and row.pausing_reason is not None
                 and liveness in (Liveness.STOPPED, Liveness.ALIVE)):
@@ -513,9 +524,10 @@ class SandboxService:
             since = moment
             await rows.set_fields(self.db, row.id, unhealthy_since=moment)
         if (moment - since).total_seconds() >= self.health_grace:
+            why = f" ({health.detail})" if health.detail else ""
             await self._lost(row, SandboxStatus.ERROR, SandboxReason.UNHEALTHY,
                              f"the agent server failed its health check for "
-                             f"{self.health_grace:g} s: its conversations are read-only")
+                             f"{self.health_grace:g} s{why}: its conversations are read-only")
 
     async def _lost(self, row: SandboxRow, status: SandboxStatus, reason: SandboxReason,
                     detail: str) -> None:
