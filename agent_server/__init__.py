@@ -1,3 +1,8 @@
 """agent-server: hosts the agent conversations of one sandbox."""
 
-__version__ = "0.1.0"
+from importlib.metadata import PackageNotFoundError, version
+
+try:  # the version pyproject.toml gives, as installed (pip install -e . in a checkout)
+    __version__ = version("agent-server")
+except PackageNotFoundError:  # run from a tree that was never installed
+    __version__ = "0+unknown"

@@ -33,6 +33,7 @@ from typing import Any
 from ulid import ULID
 
 from agent_server.log_index import STATE_UPDATE, LogIndex, Query
+from core.files import write_atomic
 from core.ids import EVENT_ID_PATTERN
 from events import Event, format_timestamp, parse_event
 
@@ -111,6 +112,13 @@ class EventLog:
             os.close(fd)
             raise
         return log
+
+    @staticmethod
+    def write_new(path: Path, lines: Sequence[bytes]) -> None:
+        """A new log file holding `lines` as they are (a fork's history, its ids kept), never
+        seen half written. Blocking: call it off the loop, then `open` it as any other."""
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        write_atomic(path, b"".join(line + b"\n" for line in lines))
 
     def _load(self) -> None:
         offset = 0

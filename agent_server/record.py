@@ -10,18 +10,19 @@ from uuid import UUID
 from pydantic import BaseModel, Discriminator, Field, StringConstraints, Tag
 
 from agent_server.agent.spec import (
+    ACPAgentSpec,
+    AgentSpec,
     AnyAgentSpec,
     ConfirmationPolicy,
     EnvName,
-    ExecutionStatus,
     HookConfig,
     Lenient,
-    Metrics,
     NeverConfirm,
-    RepositorySpec,
-    RepositoryStatus,
     SecretText,
 )
+from agent_server.agent.usage import Metrics
+from agent_server.repository import RepositorySpec, RepositoryStatus
+from agent_server.status import ExecutionStatus
 from agent_server.telemetry.tracing import TraceRef
 from core import observability
 from events import ImageContent, TextContent
@@ -204,6 +205,49 @@ class StoredConversation(BaseModel):
     """The conversation's trace (None: not traced)."""
     created_at: datetime
     updated_at: datetime
+
+    @classmethod
+    def new(cls, conversation_id: UUID, request: CreateConversation, *,
+            agent: AgentSpec | ACPAgentSpec, workspace: Workspace, secrets: dict[str, str],
+            at: datetime) -> StoredConversation:
+        """A new conversation's record: what the request asks for, with the agent, workspace
+        and secret values the catalogue settled on (the request may leave them out)."""
+        return cls(
+            id=conversation_id,
+            agent=agent,
+            workspace=workspace,
+            max_iterations=request.max_iterations,
+            stuck_detection=request.stuck_detection,
+            title=request.title,
+            tags=request.tags,
+            secrets=secrets,
+            repository=request.repository,
+            confirmation_policy=request.confirmation_policy,
+            hook_config=request.hook_config,
+            parent_conversation_id=request.parent_conversation_id,
+            observability_span_name=request.observability_span_name,
+            observability_tags=request.observability_tags,
+            observability_metadata=request.observability_metadata,
+            created_at=at,
+            updated_at=at,
+        )
+
+    def forked(self, fork_id: UUID, request: ForkRequest, *, head: str | None, head_set_at: int,
+               at: datetime) -> StoredConversation:
+        """The record of a fork of this conversation: its agent (the LLM key too), workspace
+        and settings, resting (idle) with HEAD at `head`; a trace of its own is started."""
+        record = self.model_copy(deep=True, update={
+            "id": fork_id, "execution_status": ExecutionStatus.IDLE,
+            "title": request.title if request.title is not None else self.title,
+            "tags": request.tags if request.tags is not None else self.tags,
+            "head_event_id": head, "head_set_at": head_set_at,
+            "forked_from_conversation_id": self.id,
+            "forked_from_event_id": request.from_event_id,
+            "created_at": at, "updated_at": at, "trace": None,
+        })
+        if request.reset_metrics:
+            record.metrics = Metrics()
+        return record
 
 
 class ConversationSearch(Lenient):

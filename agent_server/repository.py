@@ -1,5 +1,5 @@
-"""The conversation's repository (SPEC 2.5): cloned into the working directory before the
-agent's first step, once.
+"""The conversation's repository (SPEC 2.5): what a creation request names (RepositorySpec),
+cloned into the working directory before the agent's first step, once.
 
 The credential (a secret named by `credential_secret`) reaches Git only through GIT_ASKPASS:
 a helper script that prints an environment variable of the git process. It is never on a
@@ -16,14 +16,71 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Literal
 
-from agent_server.agent.spec import RepositorySpec
+from pydantic import Field, field_validator
+
+from agent_server.agent.spec import Lenient
+from core.ids import ENV_NAME
 from core.masking import MASK, Masker
 from core.processes import child_env, run_process
 from web.errors import UpstreamError
+
+#: A branch name Git accepts (and none that git would read as an option).
+BRANCH = re.compile(r"^(?!-)(?!.*\.\.)(?!.*//)[A-Za-z0-9._/-]{1,255}(?<![./])(?<!\.lock)$")
+#: The URLs a repository may be cloned from: a scheme Git speaks with a host (file:// without
+#: one), an optional user but never a password; or scp-like user@host:path. Nothing starts
+#: with "-" (an option to git) and nothing holds spaces or control characters.
+REPOSITORY_URL = re.compile(
+    r"^(?!-)(?:"
+    r"(?:https?|ssh|git)://(?:[A-Za-z0-9._~%!$&'()*+,;=-]+@)?[A-Za-z0-9.-]+(?::[0-9]{1,5})?"
+    r"(?:[/?#][^\x00-\x20\x7f]*)?"
+    r"|file://[^\x00-\x20\x7f]*"
+    r"|[A-Za-z0-9._-]+@[A-Za-z0-9.-]+:(?!//)[^\x00-\x20\x7f]+"
+    r")$")
+
+RepositoryStatus = Literal["cloned", "failed"]
+
+
+class RepositorySpec(Lenient):
+    """`repository` at creation: what to clone into the working directory."""
+
+    url: str = Field(min_length=1, max_length=2000,
+                     json_schema_extra={"pattern": REPOSITORY_URL.pattern})
+    """https://, http://, ssh://, git://, file:// or user@host:path; never with a password in it."""
+    branch: str | None = Field(default=None, max_length=255,
+                               json_schema_extra={"pattern": BRANCH.pattern})
+    credential_secret: str | None = Field(default=None, max_length=128,
+                                          json_schema_extra={"pattern": ENV_NAME.pattern})
+    """Name of the conversation's secret holding an HTTPS token; sent through GIT_ASKPASS only."""
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, value: str) -> str:
+        if not REPOSITORY_URL.match(value):
+            raise ValueError("url must be https://, http://, ssh://, git:// or file:// (or "
+                             "user@host:path), without spaces, control characters or a password "
+                             "(put the credential in `secrets` and name it in `credential_secret`)")
+        return value
+
+    @field_validator("branch")
+    @classmethod
+    def _branch(cls, value: str | None) -> str | None:
+        if value is not None and not BRANCH.match(value):
+            raise ValueError("branch is not a valid Git branch name")
+        return value
+
+    @field_validator("credential_secret")
+    @classmethod
+    def _secret_name(cls, value: str | None) -> str | None:
+        if value is not None and not ENV_NAME.match(value):
+            raise ValueError("credential_secret is a secret name: letters, digits and _")
+        return value
+
 
 CLONE_TIMEOUT = 600.0
 #: The user name sent with a token; GitHub and GitLab accept a token with any user name

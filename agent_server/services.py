@@ -2,8 +2,9 @@
 
 `Services.build(config)` is the composition root: the settings store, delivery (each
 conversation's fanout), the session factory (the Model over litellm and the shared tool
-services) and the catalogue, wired from nothing but the Config. The app's lifespan yields the
-result as typed state, which routes read through `agent_server.api.io.services`.
+services; the only place that knows both kinds of agent session) and the catalogue, wired
+from nothing but the Config. The app's lifespan yields the result as typed state, which routes
+read through `agent_server.api.io.services`.
 """
 
 from __future__ import annotations
@@ -11,13 +12,24 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypedDict
 
+from agent_server.agent.contract import (
+    ConversationSpec,
+    RunControl,
+    Session,
+    SessionFactory,
+    ToolServices,
+)
 from agent_server.agent.model import LiteLLMModel, Model
-from agent_server.agent.session import ToolServices, session_factory
+from agent_server.agent.session import AgentSession
+from agent_server.agent.sink import EventSink
+from agent_server.agent.spec import ACPAgentSpec
 from agent_server.agent.toolbox import check_tool_names
 from agent_server.agent.traced import TracedModel
+from agent_server.agent.usage import Metrics
 from agent_server.auth import KeyRing
 from agent_server.commands import Commands
 from agent_server.config import Config
@@ -85,18 +97,19 @@ class Services:
                             config.webhook_api_key or config.session_api_keys[0],
                             config.webhook_secret)
         browser = SharedBrowser(config.chromium)
-        subagents = SubagentHub()  # sub-agents are conversations of the catalogue made below
-        model = TracedModel(model or LiteLLMModel(), telemetry)  # every LLM call has its span
-        make_session = session_factory(
-            model, ToolServices(idle_timeout=config.terminal_idle_timeout, browser=browser,
-                                subagents=subagents), telemetry)
+        traced = TracedModel(model or LiteLLMModel(), telemetry)  # every LLM call has its span
+
+        def sessions(catalogue: ConversationService) -> SessionFactory:
+            # The catalogue is handed in: sub-agents are conversations of it.
+            tools = ToolServices(idle_timeout=config.terminal_idle_timeout, browser=browser,
+                                 subagents=SubagentHub(catalogue))
+            return session_factory(traced, tools, telemetry)
+
         service = ConversationService(config.state_dir, config.workspace, settings=store.get,
-                                      make_session=make_session, fanout=delivery,
-                                      telemetry=telemetry)
-        subagents.service = service
+                                      sessions=sessions, fanout=delivery, telemetry=telemetry)
         telemetry.metrics.watch(_metric_sources(service, delivery))
         return cls(config=config, settings=store, conversations=service, delivery=delivery,
-                   keys=KeyRing(config.session_api_keys), browser=browser, model=model,
+                   keys=KeyRing(config.session_api_keys), browser=browser, model=traced,
                    telemetry=telemetry)
 
     async def start(self) -> None:
@@ -142,6 +155,24 @@ class State(TypedDict):
     """The lifespan state Starlette copies into every request (request.state.services)."""
 
     services: Services
+
+
+def session_factory(model: Model, services: ToolServices,
+                    telemetry: Telemetry | None = None) -> SessionFactory:
+    """The sessions of conversations: our own agent over `model`, or an ACP agent (which
+    brings its own model and tools), by the agent's kind."""
+
+    def make(spec: ConversationSpec, sink: EventSink, control: RunControl,
+             secrets: Mapping[str, str], metrics: Metrics) -> Session:
+        if isinstance(spec.agent, ACPAgentSpec):
+            # Loaded with the first ACP agent: the protocol's schema costs a server that never
+            # runs one about 8 MiB.
+            from agent_server.agent.acp import ACPSession
+
+            return ACPSession(spec, sink, control, secrets)
+        return AgentSession(spec, sink, control, model, services, secrets, metrics, telemetry)
+
+    return make
 
 
 def _metric_sources(service: ConversationService, delivery: Delivery) -> Sources:

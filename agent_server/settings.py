@@ -12,7 +12,6 @@ from typing import Annotated, Any
 
 from pydantic import Field, StringConstraints, ValidationError, field_validator
 
-from agent_server.agent.mcp_config import mask_mcp_config
 from agent_server.agent.spec import (
     CondenserConfig,
     CondenserSpec,
@@ -25,7 +24,7 @@ from agent_server.agent.spec import (
 )
 from agent_server.errors import untagged
 from core.files import read_json, write_json
-from core.masking import REDACTED, check_secrets, redact
+from core.masking import REDACTED, check_secrets, redact, redact_mcp_config
 from web.errors import from_pydantic, invalid
 
 PROFILE_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
@@ -49,6 +48,18 @@ class Settings(Lenient):
     llm_profiles: dict[ProfileName, LLMConfig] = Field(default_factory=dict, max_length=50)
     """Saved LLMs by name (keys shown masked): what switch_llm, vision_inspect,
     consult_advisor and the switch_profile route may use."""
+
+    def git_author(self) -> dict[str, str]:
+        """GIT_AUTHOR_* and GIT_COMMITTER_* of the processes started for a conversation: commit
+        authorship comes from these settings, never from a push credential (SPEC 5 rule 5)."""
+        name = self.git_user_name or "agent-server"
+        email = self.git_user_email or "agent-server@localhost"
+        return {
+            "GIT_AUTHOR_NAME": name,
+            "GIT_COMMITTER_NAME": name,
+            "GIT_AUTHOR_EMAIL": email,
+            "GIT_COMMITTER_EMAIL": email,
+        }
 
     @field_validator("llm_profiles")
     @classmethod
@@ -112,7 +123,7 @@ class SettingsStore:
 
     def public(self) -> dict[str, Any]:
         data: dict[str, Any] = redact(self._settings.model_dump(mode="json"))
-        mask_mcp_config(data["agent"].get("mcp_config"))
+        redact_mcp_config(data["agent"].get("mcp_config"))
         return data
 
     async def patch(self, changes: dict[str, Any]) -> Settings:

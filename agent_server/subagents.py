@@ -34,26 +34,20 @@ ANSWER_SCAN = 200
 
 
 class SubagentHub:
-    """Made by the composition root before the catalogue it serves; `service` is set once
-    the catalogue exists. Calling it gives the Subagents of one parent conversation."""
+    """The sub-agents of a catalogue's conversations (made as the catalogue is, for the
+    factory of its sessions). Calling it gives the Subagents of one parent conversation."""
 
-    def __init__(self) -> None:
-        self.service: ConversationService | None = None
+    def __init__(self, service: ConversationService) -> None:
+        self.service = service
 
     def __call__(self, parent_id: str) -> ConversationSubagents:
-        return ConversationSubagents(self, UUID(parent_id))
+        return ConversationSubagents(self.service, UUID(parent_id))
 
 
 class ConversationSubagents:
-    def __init__(self, hub: SubagentHub, parent_id: UUID) -> None:
-        self.hub = hub
+    def __init__(self, service: ConversationService, parent_id: UUID) -> None:
+        self._service = service
         self.parent_id = parent_id
-
-    @property
-    def _service(self) -> ConversationService:
-        if self.hub.service is None:
-            raise SubagentRefused("Sub-agents are not available yet: the server is starting.")
-        return self.hub.service
 
     def _parent(self) -> Conversation:
         parent = self._service.get(self.parent_id)

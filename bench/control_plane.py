@@ -34,7 +34,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from sqlalchemy import func, select  # noqa: E402
 
-from control_plane.models import now  # noqa: E402
 from control_plane.store import Database, accounts  # noqa: E402
 from control_plane.store.tables import app_conversations  # noqa: E402
 from tests.control_plane.planes import kill_sandboxes, several  # noqa: E402
@@ -153,7 +152,7 @@ def search(plane: ControlPlane, n: int) -> dict[str, float]:
         user = await accounts.get_or_create_user(db, "search")
         from control_plane.store.tables import sandboxes
         sid = uuid.uuid4().hex
-        moment = now()
+        moment = db.now()
         async with db.begin() as conn:
             await conn.execute(sandboxes.insert().values(
                 id=sid, user_id=user.id, spec_id="process", status="MISSING",

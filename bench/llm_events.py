@@ -28,7 +28,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from agent_server.agent.llm import Completion  # noqa: E402
 from agent_server.agent.llm_log import LoggedModel  # noqa: E402
 from agent_server.agent.model import ScriptedModel  # noqa: E402
-from agent_server.agent.spec import LLMConfig, TokenUsage  # noqa: E402
+from agent_server.agent.spec import LLMConfig  # noqa: E402
+from agent_server.agent.usage import TokenUsage  # noqa: E402
 from core.masking import Masker  # noqa: E402
 from tests.support.api import events, wait_status  # noqa: E402
 from tests.support.llm import Reply, ScriptedLLM, call, text  # noqa: E402

@@ -20,7 +20,6 @@ Everything kept is bounded: the tool calls remembered, the texts and raw values 
 
 from __future__ import annotations
 
-import json
 import os
 import posixpath
 from collections import OrderedDict, deque
@@ -32,10 +31,7 @@ from acp.schema import (
     AgentMessageChunk,
     AgentPlanUpdate,
     AgentThoughtChunk,
-    ContentToolCallContent,
-    FileEditToolCallContent,
     PlanEntry,
-    TerminalToolCallContent,
     ToolCallLocation,
     ToolCallProgress,
     ToolCallStart,
@@ -64,11 +60,24 @@ from bridge.schema import (
     TaskTrackerAction,
     TaskTrackerObservation,
     TerminalObservation,
-    TextContent,
     ThinkAction,
     ThinkObservation,
     UserRejectObservation,
     WriteFileObservation,
+)
+from bridge.texts import (
+    MAX_RAW,
+    MAX_TITLE,
+    Content,
+    consume,
+    cut,
+    grown,
+    line,
+    message,
+    raw,
+    text_content,
+    text_of,
+    thought,
 )
 from core.masking import MASK
 
@@ -76,19 +85,10 @@ Update: TypeAlias = (AgentMessageChunk | AgentThoughtChunk | UserMessageChunk | 
                      | ToolCallProgress | AgentPlanUpdate)
 ToolKind = Literal["read", "edit", "delete", "move", "search", "execute", "think", "fetch",
                    "switch_mode", "other"]
-Content: TypeAlias = ContentToolCallContent | FileEditToolCallContent | TerminalToolCallContent
 _CONTENT: TypeAdapter[list[Content]] = TypeAdapter(list[Content])
 
-#: Characters of one text sent to the editor (a command's output, an error) at most.
-MAX_TEXT = 50_000
-#: Characters of a raw input or output (JSON) sent along; larger ones are left out.
-MAX_RAW = 20_000
-#: Characters of streamed text kept to compare with the stored text.
-MAX_STREAMED = 1_000_000
 #: Tool calls remembered (a session's long history keeps only the latest).
 MAX_CALLS = 1000
-#: Characters of a title.
-MAX_TITLE = 200
 #: Execution statuses at which a run has ended (waiting for confirmation is not one).
 ENDED = frozenset({"idle", "paused", "finished", "error", "stuck"})
 
@@ -115,67 +115,6 @@ class Call:
     title: str
     kind: ToolKind
     done: bool = False
-
-
-def cut(text: str, limit: int = MAX_TEXT) -> str:
-    if len(text) <= limit:
-        return text
-    return text[:limit] + f"\n[... {len(text) - limit} more characters not shown]"
-
-
-def _raw(value: Any) -> Any:
-    """A JSON value small enough to send, else None."""
-    try:
-        text = json.dumps(value, default=str)
-    except (TypeError, ValueError):
-        return None
-    return value if len(text) <= MAX_RAW else None
-
-
-def _line(text: str) -> str:
-    first = text.strip().splitlines()[0] if text.strip() else ""
-    return first[:MAX_TITLE] + ("…" if len(first) > MAX_TITLE or "\n" in text.strip() else "")
-
-
-def _text(content: list[Any]) -> str:
-    return "".join(c.text for c in content if isinstance(c, TextContent))
-
-
-def _grown(streamed: str, piece: str) -> str:
-    """What has been streamed, kept up to MAX_STREAMED characters (past that it only counts
-    as "streamed")."""
-    return streamed + piece[: max(0, MAX_STREAMED - len(streamed))]
-
-
-def _consume(stored: str, streamed: str) -> tuple[str, str]:
-    """What the editor has not seen of a stored text given what was streamed, and what stays
-    streamed for the texts stored after it.
-
-    The stream may run ahead of the stored events (the control plane relays text live, and
-    events as its webhook brings them), so streamed text is taken off the front as each
-    stored text comes: nothing sent twice. A stored text the stream only began is sent for
-    the rest; one the stream lost pieces of (a reader that fell behind) is sent whole again,
-    on a line of its own, so the transcript holds it whole at least once.
-    """
-    if not stored or len(streamed) >= MAX_STREAMED:
-        return "", "" if stored else streamed
-    if streamed.startswith(stored):
-        return "", streamed[len(stored):]
-    if stored.startswith(streamed):
-        return stored[len(streamed):], ""
-    return "\n\n" + stored, ""
-
-
-def message(text: str) -> AgentMessageChunk:
-    return acp.update_agent_message_text(text)
-
-
-def thought(text: str) -> AgentThoughtChunk:
-    return acp.update_agent_thought_text(text)
-
-
-def _text_content(text: str) -> list[Content]:
-    return [acp.tool_content(acp.text_block(cut(text)))] if text.strip() else []
 
 
 class Translator:
@@ -247,7 +186,7 @@ class Translator:
                                            status="in_progress"))
         call.done = True
         out.append(acp.update_tool_call(tool_call_id, status="failed" if failed else "completed",
-                                        content=content or None, raw_output=_raw(raw_output),
+                                        content=content or None, raw_output=raw(raw_output),
                                         locations=locations))
         return out
 
@@ -267,9 +206,9 @@ class Translator:
             return self._observation(event)
         if isinstance(event, AgentErrorEvent):
             return self._end(event.tool_call_id, event.tool_name, True,
-                             _text_content(event.error)), []
+                             text_content(event.error)), []
         if isinstance(event, UserRejectObservation):
-            return self._end(event.tool_call_id, event.tool_name, True, _text_content(
+            return self._end(event.tool_call_id, event.tool_name, True, text_content(
                 f"Rejected: {event.rejection_reason}")), []
         if isinstance(event, ACPToolCallEvent):
             return self._acp_call(event), []
@@ -295,20 +234,20 @@ class Translator:
     def _delta(self, event: StreamingDeltaEvent) -> list[Update]:
         out: list[Update] = []
         if event.reasoning_content:
-            self._streamed_reasoning = _grown(self._streamed_reasoning, event.reasoning_content)
+            self._streamed_reasoning = grown(self._streamed_reasoning, event.reasoning_content)
             out.append(thought(event.reasoning_content))
         if event.content:
-            self._streamed = _grown(self._streamed, event.content)
+            self._streamed = grown(self._streamed, event.content)
             out.append(message(event.content))
         return out
 
     def _stored_text(self, text: str, reasoning: str | None) -> list[Update]:
         """The text of a stored agent event, less what was streamed of it already."""
         out: list[Update] = []
-        rest, self._streamed_reasoning = _consume(reasoning or "", self._streamed_reasoning)
+        rest, self._streamed_reasoning = consume(reasoning or "", self._streamed_reasoning)
         if rest.strip():
             out.append(thought(cut(rest)))
-        rest, self._streamed = _consume(text, self._streamed)
+        rest, self._streamed = consume(text, self._streamed)
         if rest.strip():
             out.append(message(cut(rest)))
         return out
@@ -316,15 +255,15 @@ class Translator:
     def _message(self, event: MessageEvent, show_user: bool) -> list[Update]:
         llm = event.llm_message
         if event.source == "user" or llm.role == "user":
-            text = _text(llm.content)
+            text = text_of(llm.content)
             return [acp.update_user_message_text(cut(text))] if show_user and text else []
-        return self._stored_text(_text(llm.content), llm.reasoning_content)
+        return self._stored_text(text_of(llm.content), llm.reasoning_content)
 
     def _action(self, event: ActionEvent) -> list[Update]:
         out: list[Update] = []
         if event.llm_response_id not in self._responses:
             self._responses.append(event.llm_response_id)
-            out += self._stored_text(_text(event.thought), event.reasoning_content)
+            out += self._stored_text(text_of(event.thought), event.reasoning_content)
         action = event.action
         if isinstance(action, FinishAction):
             self._remember(Call(event.tool_call_id, "finish", "other", done=True))
@@ -335,17 +274,17 @@ class Translator:
         kind, title, path = self._describe(event.tool_name, action, event.summary)
         self._remember(Call(event.tool_call_id, title, kind))
         locations = [ToolCallLocation(path=self.editor_path(path))] if path else None
-        raw = action.model_dump(mode="json", exclude={"kind"}) if action is not None else None
+        given = action.model_dump(mode="json", exclude={"kind"}) if action is not None else None
         status: Literal["pending", "in_progress"] = "pending" if self.asking else "in_progress"
         out.append(acp.start_tool_call(event.tool_call_id, title, kind=kind, status=status,
-                                       locations=locations, raw_input=_raw(raw)))
+                                       locations=locations, raw_input=raw(given)))
         return out
 
     def _describe(self, tool_name: str, action: Action | None,
                   summary: str | None) -> tuple[ToolKind, str, str | None]:
         """Kind, title and the file it is about, from the action's kind and fields."""
         if action is None:
-            return "other", _line(summary or tool_name), None
+            return "other", line(summary or tool_name), None
         fields = action.model_dump(exclude={"kind"})
         kind = _KINDS.get(action.kind, "fetch" if action.kind.startswith("Browser") else "other")
         path = fields.get("path") or fields.get("file_path") or fields.get("dir_path")
@@ -357,12 +296,12 @@ class Translator:
             verbs = {"view": "Read", "create": "Create", "undo_edit": "Undo the last edit of"}
             title = f"{verbs.get(str(command), 'Edit')} {shown}"
         elif action.kind == "TerminalAction":
-            title = f"$ {_line(str(fields.get('command', '')))}"
+            title = f"$ {line(str(fields.get('command', '')))}"
         elif isinstance(action, TaskTrackerAction):
             title = "Update the plan" if action.command == "plan" else "Read the plan"
         elif action.kind in ("GlobAction", "GrepAction"):
             verb = "Find files" if action.kind == "GlobAction" else "Search for"
-            title = f"{verb} {_line(str(fields.get('pattern', '')))}"
+            title = f"{verb} {line(str(fields.get('pattern', '')))}"
         elif path:
             named = {"ReadFileAction": "Read", "WriteFileAction": "Write", "EditAction": "Edit",
                      "ListDirectoryAction": "List"}.get(action.kind, tool_name)
@@ -371,7 +310,7 @@ class Translator:
             title = "Apply a patch"
         else:
             title = summary or tool_name
-        return kind, _line(title) or tool_name, path
+        return kind, line(title) or tool_name, path
 
     def _observation(self, event: ObservationEvent) -> tuple[list[Update], list[WriteBack]]:
         obs = event.observation
@@ -385,7 +324,7 @@ class Translator:
                                  status=_PLAN_STATUS.get(t.status, "pending"))
                        for t in obs.task_list]
             ended = self._end(event.tool_call_id, event.tool_name, obs.is_error,
-                              _text_content(obs.text) if obs.is_error else [])
+                              text_content(obs.text) if obs.is_error else [])
             return [AgentPlanUpdate(session_update="plan", entries=entries), *ended], []
         if isinstance(obs, TerminalObservation):
             output = obs.text
@@ -394,7 +333,7 @@ class Translator:
             if code not in (None, 0, -1):
                 text += f"\nexit code {code}"
             failed = obs.is_error or code not in (None, 0, -1)
-            return self._end(event.tool_call_id, event.tool_name, failed, _text_content(text),
+            return self._end(event.tool_call_id, event.tool_name, failed, text_content(text),
                              {"exit_code": code, "output": cut(output, MAX_RAW // 2)}), []
         changes = self._changes(obs)
         if changes and not obs.is_error:
@@ -402,7 +341,7 @@ class Translator:
             writes: list[WriteBack] = []
             for path, old, new in changes:
                 if new is None:  # too big to carry, or deleted
-                    content += _text_content(f"{self.editor_path(path)} changed (too large to "
+                    content += text_content(f"{self.editor_path(path)} changed (too large to "
                                              "show here)")
                     continue
                 content.append(acp.tool_diff_content(self.editor_path(path), new, old))
@@ -411,7 +350,7 @@ class Translator:
             return self._end(event.tool_call_id, event.tool_name, False, content,
                              locations=locations[:20]), writes
         return self._end(event.tool_call_id, event.tool_name, obs.is_error,
-                         _text_content(obs.text)), []
+                         text_content(obs.text)), []
 
     @staticmethod
     def _changes(obs: Observation) -> list[tuple[str, str | None, str | None]]:
@@ -440,17 +379,17 @@ class Translator:
         if event.is_error:
             status = "failed"
         known = event.tool_call_id in self.calls
-        call = Call(event.tool_call_id, _line(event.title) or "tool", kind,
+        call = Call(event.tool_call_id, line(event.title) or "tool", kind,
                     done=status in ("completed", "failed"))
         self._remember(call)
         if not known:
             return [acp.start_tool_call(call.tool_call_id, call.title, kind=kind,
                                         status=status, content=content,  # type: ignore[arg-type]
-                                        raw_input=_raw(event.raw_input),
-                                        raw_output=_raw(event.raw_output))]
+                                        raw_input=raw(event.raw_input),
+                                        raw_output=raw(event.raw_output))]
         return [acp.update_tool_call(call.tool_call_id, title=call.title, kind=kind,
                                      status=status, content=content,  # type: ignore[arg-type]
-                                     raw_output=_raw(event.raw_output))]
+                                     raw_output=raw(event.raw_output))]
 
 
 __all__ = ["Call", "Translator", "Update", "WriteBack", "cut", "message", "thought"]

@@ -10,7 +10,6 @@ import sys
 from pydantic import ValidationError
 
 from control_plane.config import PREFIX, Config, from_env
-from control_plane.crypto import hash_key, new_key
 from web import config as config_kit
 from web.logs import SafeFormatter
 
@@ -35,18 +34,14 @@ def load_config(args: argparse.Namespace) -> Config:
 
 async def create_key(config: Config, name: str) -> str:
     """A new key for the user; only its hash is stored, so this is the one time it is shown."""
+    from control_plane.accounts import Accounts, user_name
     from control_plane.store import Database
-    from control_plane.store.accounts import add_key, get_or_create_user
 
-    if not name.strip() or len(name) > 200:
-        raise ValueError("user names are 1 to 200 characters")
+    name = user_name(name)  # a bad name changes nothing, not even the database's place
     db = Database(config.db_url)
     try:
         await db.migrate()
-        user = await get_or_create_user(db, name.strip())
-        key = new_key("cp")
-        await add_key(db, user, hash_key(key))
-        return key
+        return await Accounts(db).create_key(name)
     finally:
         await db.close()
 

@@ -19,11 +19,17 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from control_plane.agent_client import AgentClient, AgentError, Raw, Target
-from control_plane.models import ExecutionStatus, SandboxReason, SandboxStatus, now
+from control_plane.models import (
+    ConversationFilters,
+    ConversationRow,
+    ExecutionStatus,
+    SandboxReason,
+    SandboxStatus,
+    ensure_usable,
+)
 from control_plane.sandboxes.service import SandboxService
 from control_plane.store import Database, conversations, events, sandboxes
-from control_plane.store.conversations import ConversationRow
-from web.errors import Conflict, Gone, NotFound, UpstreamError
+from web.errors import Conflict, NotFound, UpstreamError
 
 #: The agent-server routes a client may read through the control plane (SPEC 4.2).
 INSPECTION = {"file": "/file", "git/changes": "/git/changes", "git/diff": "/git/diff",
@@ -102,13 +108,28 @@ class AppConversationService:
         """A read through the application interface (events, the trajectory, the workspace) is
         activity: it moves the RUNNING sandbox's idle pause later (SPEC 3.1)."""
         async with self.db.begin() as conn:
-            await sandboxes.touch(conn, row.sandbox_id, now(), only_running=True)
+            await sandboxes.touch(conn, row.sandbox_id, self.db.now(), only_running=True)
 
     async def owned(self, conversation_id: str, user_id: str) -> ConversationRow:
         row = await conversations.get(self.db, conversation_id, user_id)
         if row is None or not row.started:
             raise NotFound(f"conversation {conversation_id} not found")
         return row
+
+    async def owned_many(self, ids: list[str], user_id: str) -> list[AppConversation]:
+        """The records of the user's started conversations among `ids` (others are left out)."""
+        return await self.records(list((await conversations.get_many(self.db, ids, user_id))
+                                       .values()))
+
+    async def search(self, user_id: str, filters: ConversationFilters, *, order: str, limit: int,
+                     offset: int) -> tuple[list[AppConversation], bool]:
+        """A page of the user's conversations, and whether more follow it."""
+        found = await conversations.search(self.db, user_id, filters, order=order,
+                                           limit=limit + 1, offset=offset)
+        return await self.records(found[:limit]), len(found) > limit
+
+    async def count(self, user_id: str, filters: ConversationFilters) -> int:
+        return await conversations.count(self.db, user_id, filters)
 
     async def records(self, rows: list[ConversationRow], live: bool = True) -> list[AppConversation]:
         return list(await asyncio.gather(*(self.record(r, live) for r in rows)))
@@ -144,19 +165,17 @@ class AppConversationService:
     async def _target(self, row: ConversationRow, resume: bool) -> Target:
         """The running agent server of the conversation's sandbox; PAUSED is resumed if asked."""
         sandbox = await sandboxes.get(self.db, row.sandbox_id)
-        if sandbox is None or sandbox.status is SandboxStatus.MISSING:
-            raise Gone(f"sandbox {row.sandbox_id} of conversation {row.id} is MISSING: the "
-                       "conversation is read-only (transcript and events only)")
-        if sandbox.status is SandboxStatus.ERROR:
-            raise Conflict(f"sandbox {row.sandbox_id} of conversation {row.id} is in ERROR: the "
-                           "conversation is read-only (transcript and events only)")
+        status = SandboxStatus.MISSING if sandbox is None else sandbox.status
+        ensure_usable(row.sandbox_id, status, f"conversation {row.id} is read-only (transcript "
+                      "and events only)")
+        assert sandbox is not None
         if sandbox.status is SandboxStatus.PAUSED and resume:
             sandbox = await self.sandboxes.resume(sandbox)
         elif sandbox.status is not SandboxStatus.RUNNING:
             raise Conflict(f"sandbox {row.sandbox_id} is {sandbox.status.value}; resume it first")
-        url = self.sandboxes.url(sandbox)
-        assert url is not None
-        return Target(url, self.sandboxes.session_key(sandbox))
+        target = self.sandboxes.target(sandbox)
+        assert target is not None
+        return target
 
     async def send_message(self, row: ConversationRow, message: dict[str, Any]) -> None:
         target = await self._target(row, resume=True)  # SPEC 3.1: the next access resumes
@@ -164,7 +183,7 @@ class AppConversationService:
             await self.agents.send_message(target, row.id, message)
         except AgentError as exc:
             raise UpstreamError("sandbox", str(exc)) from None
-        moment = now()
+        moment = self.db.now()
         async with self.db.begin() as conn:
             await sandboxes.touch(conn, row.sandbox_id, moment)
         await conversations.update_fields(self.db, row.id, last_activity_at=moment)
@@ -180,9 +199,8 @@ class AppConversationService:
             if exc.status == 409:
                 raise Conflict(str(exc)) from None
             raise UpstreamError("sandbox", str(exc)) from None
-        moment = now()
         async with self.db.begin() as conn:
-            await sandboxes.touch(conn, row.sandbox_id, moment)
+            await sandboxes.touch(conn, row.sandbox_id, self.db.now())
 
     async def inspect(self, row: ConversationRow, what: str, params: dict[str, str]) -> Raw:
         target = await self._target(row, resume=True)
@@ -216,14 +234,12 @@ class AppConversationService:
         if repause:
             assert sandbox is not None
             sandbox = await self.sandboxes.resume(sandbox, brief=True)
-        if sandbox is not None and sandbox.status is SandboxStatus.RUNNING:
-            url = self.sandboxes.url(sandbox)
-            if url is not None:
-                try:
-                    await self.agents.delete_conversation(
-                        Target(url, self.sandboxes.session_key(sandbox)), row.id)
-                except AgentError:
-                    pass  # the sandbox's copy is unreachable; ours goes regardless
+        target = self.sandboxes.target(sandbox) if sandbox is not None else None
+        if sandbox is not None and sandbox.status is SandboxStatus.RUNNING and target is not None:
+            try:
+                await self.agents.delete_conversation(target, row.id)
+            except AgentError:
+                pass  # the sandbox's copy is unreachable; ours goes regardless
         if repause:
             assert sandbox is not None and reason is not None
             sandbox = await self.sandboxes.pause(sandbox, reason, detail, brief=True)

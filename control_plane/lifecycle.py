@@ -12,7 +12,7 @@ not by every process. For each:
   (SPEC 8); the clock is a seam so tests need not wait.
 - Deletion time: a sandbox PAUSED for `deletion_seconds` is destroyed and its conversations,
   with their events, are permanently deleted (they cannot be resumed).
-- Drift: otherwise the sandbox is checked against its provider (`SandboxService.reconcile`:
+- Drift: otherwise the sandbox is checked against its provider (`sandboxes.drift`:
   vanished -> MISSING, failing its health check past the grace -> ERROR, a start whose launcher
   died taken over, a pause whose control plane died half-way finished).
 - Remains: an ERROR or MISSING sandbox whose clean-up failed (`cleanup_after`) is cleaned up
@@ -20,9 +20,9 @@ not by every process. For each:
 
 Then start tasks whose control plane died are taken over. Each decision is taken again on the
 current row under the sandbox's guard (`when=`), so a timer acts once even when a user acts on
-the sandbox at the same moment. Timer time comes from the clock of `models.now` (a
-`core.retry.Clock`), the same one stored times are taken from, so schedules are proven by
-moving the clock.
+the sandbox at the same moment. Timer time comes from the database's clock (`Database.now`, a
+`core.retry.Clock` given to it), the same one stored times are taken from, so schedules are
+proven by moving the clock.
 """
 
 from __future__ import annotations
@@ -32,13 +32,13 @@ import logging
 from datetime import datetime, timedelta
 
 from control_plane.leases import Leases
-from control_plane.models import SandboxReason, SandboxStatus, now
+from control_plane.models import SandboxReason, SandboxRow, SandboxStatus
+from control_plane.sandboxes.drift import Drift
 from control_plane.sandboxes.service import SandboxService
 from control_plane.start_tasks import StartTaskService
 from control_plane.store import Database
 from control_plane.store import leases as lease_rows
 from control_plane.store import sandboxes as rows
-from control_plane.store.sandboxes import SandboxRow
 from web.errors import ServiceError
 
 logger = logging.getLogger(__name__)
@@ -67,12 +67,14 @@ def duration(seconds: float) -> str:
 
 
 class Lifecycle:
-    def __init__(self, db: Database, sandboxes: SandboxService, tasks: StartTaskService,
-                 leases: Leases, *, idle_seconds: float | None, deletion_seconds: float | None,
-                 interval: float, max_session_seconds: float = MAX_SESSION_SECONDS,
+    def __init__(self, db: Database, sandboxes: SandboxService, drift: Drift,
+                 tasks: StartTaskService, leases: Leases, *, idle_seconds: float | None,
+                 deletion_seconds: float | None, interval: float,
+                 max_session_seconds: float = MAX_SESSION_SECONDS,
                  round_limit: int = ROUND_LIMIT) -> None:
         self.db = db
         self.sandboxes = sandboxes
+        self.drift = drift
         self.tasks = tasks
         self.leases = leases
         self.idle = None if idle_seconds is None else timedelta(seconds=idle_seconds)
@@ -99,15 +101,19 @@ class Lifecycle:
 
     def idle_due(self, row: SandboxRow) -> bool:
         return (row.status is SandboxStatus.RUNNING and self.idle is not None
-                and row.last_activity_at + self.idle <= now())
+                and row.last_activity_at + self.idle <= self.db.now())
 
     def cap_due(self, row: SandboxRow) -> bool:
         return (row.status is SandboxStatus.RUNNING and row.running_since is not None
-                and row.running_since + self.session <= now())
+                and row.running_since + self.session <= self.db.now())
 
     def deletion_due(self, row: SandboxRow) -> bool:
         return (row.status is SandboxStatus.PAUSED and self.deletion is not None
-                and row.paused_at is not None and row.paused_at + self.deletion <= now())
+                and row.paused_at is not None and row.paused_at + self.deletion <= self.db.now())
+
+    async def adopt(self) -> None:
+        """After a (re)start, before the first round: one look at every live sandbox."""
+        await self.drift.adopt()
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._loop(), name="reconciler")
@@ -123,7 +129,7 @@ class Lifecycle:
     async def tick(self) -> None:
         """One round: the sandboxes this process claimed, then orphaned start tasks."""
         claimed = await rows.claim_round(self.db, self.leases.holder, lease_rows.wall(),
-                                         self.interval, cleanup_due=now(),
+                                         self.interval, cleanup_due=self.db.now(),
                                          limit=self.round_limit)
         gate = asyncio.Semaphore(CONCURRENCY)
 
@@ -160,7 +166,7 @@ class Lifecycle:
             await self.sandboxes.expire(row, "deleted: paused beyond the deletion time",
                                         when=self.deletion_due)
         else:
-            await self.sandboxes.reconcile(row.id)
+            await self.drift.reconcile(row.id)
 
     async def close(self) -> None:
         if self._task is not None:

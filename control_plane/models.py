@@ -1,24 +1,17 @@
-"""The enums and records shared by the store, the services and the routes."""
+"""The enums and records shared by the store, the services and the routes.
+
+The records are what the store reads (one frozen dataclass per row kind) and the services hand
+to the routes: the routes read them, only the store makes them.
+"""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from dataclasses import dataclass
+from datetime import datetime
 from enum import Enum
+from typing import Any
 
-from core.retry import Clock
-
-_clock = Clock()
-
-
-def use_clock(clock: Clock) -> None:
-    """Stored times and timers read this clock (one per process: tests move it forward)."""
-    global _clock
-    _clock = clock
-
-
-def now() -> datetime:
-    """The one clock reading of stored times: aware UTC."""
-    return datetime.fromtimestamp(_clock.time(), UTC)
+from web.errors import Conflict, Gone
 
 
 class SandboxStatus(str, Enum):
@@ -33,6 +26,54 @@ class SandboxStatus(str, Enum):
     @property
     def terminal(self) -> bool:
         return self in (SandboxStatus.ERROR, SandboxStatus.MISSING)
+
+
+_S = SandboxStatus
+#: The moves of a sandbox's status. ERROR and MISSING are read-only for good (SPEC 3.1): ERROR
+#: only goes on to MISSING (deleted), MISSING nowhere. Staying put is no move.
+TRANSITIONS: dict[SandboxStatus, frozenset[SandboxStatus]] = {
+    _S.STARTING: frozenset({_S.RUNNING, _S.ERROR, _S.MISSING}),
+    _S.RUNNING: frozenset({_S.PAUSED, _S.ERROR, _S.MISSING}),
+    _S.PAUSED: frozenset({_S.RUNNING, _S.ERROR, _S.MISSING}),
+    _S.ERROR: frozenset({_S.MISSING}),
+    _S.MISSING: frozenset(),
+}
+
+
+def entered_from(status: SandboxStatus) -> list[SandboxStatus]:
+    """The statuses `status` may be entered from: the store writes a move only on a row still
+    in one of them, so a move races nothing (a deletion, which waits for no guard, wins)."""
+    return [s for s in SandboxStatus if status in TRANSITIONS[s]]
+
+
+class InvalidTransition(Conflict):
+    """A move of a sandbox's status the table does not allow; says which moves it allows."""
+
+
+def transition(sandbox_id: str, current: SandboxStatus, wanted: SandboxStatus,
+               doing: str) -> bool:
+    """Whether `current` -> `wanted` is a move (False: it is there already). A move the table
+    does not allow raises, naming the allowed ones: Gone (410) for a MISSING sandbox,
+    InvalidTransition (409) otherwise. `doing` words the move for a person ("paused")."""
+    if wanted is current:
+        return False
+    allowed = TRANSITIONS[current]
+    if wanted in allowed:
+        return True
+    moves = ", ".join(s.value for s in SandboxStatus if s in allowed) or "none"
+    text = (f"sandbox {sandbox_id} is {current.value}: it cannot be {doing} now (from "
+            f"{current.value} it may go to: {moves})")
+    raise (Gone if current is SandboxStatus.MISSING else InvalidTransition)(text)
+
+
+def ensure_usable(sandbox_id: str, status: SandboxStatus, consequence: str) -> None:
+    """The one rule for using a sandbox (starting a conversation in it, reaching its agent
+    server): ERROR refuses (409), MISSING is gone (410); `consequence` says what that means
+    to the caller."""
+    if status is SandboxStatus.MISSING:
+        raise Gone(f"sandbox {sandbox_id} is MISSING: {consequence}")
+    if status is SandboxStatus.ERROR:
+        raise Conflict(f"sandbox {sandbox_id} is in ERROR: {consequence}")
 
 
 class SandboxReason(str, Enum):
@@ -96,3 +137,116 @@ class ExecutionStatus(str, Enum):
             return cls(str(value).upper())
         except ValueError:
             return None
+
+
+# -- records ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class User:
+    id: str
+    name: str
+
+
+@dataclass(frozen=True)
+class SandboxRow:
+    id: str
+    user_id: str
+    spec_id: str
+    status: SandboxStatus
+    status_detail: str | None
+    session_key_hash: str
+    session_key_enc: str
+    port: int | None
+    pid: int | None
+    pid_start_time: int | None
+    root_dir: str
+    created_at: datetime
+    updated_at: datetime
+    last_activity_at: datetime
+    running_since: datetime | None = None
+    """When it last became RUNNING (the 12-hour cap counts from here)."""
+    paused_at: datetime | None = None
+    """When it was paused (the deletion time counts from here)."""
+    status_reason: SandboxReason | None = None
+    """Why the status last changed."""
+    unhealthy_since: datetime | None = None
+    """When its health check began to fail (ERROR after the grace period)."""
+    reconcile_after: datetime | None = None
+    """Wall-clock time before which no reconciler round looks at it again."""
+    reconciled_by: str | None = None
+    """The control plane that claimed its last reconciler round."""
+    cleanup_after: datetime | None = None
+    """ERROR or MISSING with remains (process, container, volume, files) still to be removed:
+    the reconciler removes them from then on (set when it became terminal, moved later when a
+    clean-up failed); None once they are gone."""
+    pausing_reason: SandboxReason | None = None
+    """A pause under way, recorded before its runs are paused and the sandbox frozen: a control
+    plane that finds it so (its pauser died) finishes the pause."""
+    pausing_detail: str | None = None
+    host: str | None = None
+    """Where its port is published (a cluster node's address); None: this machine's loopback."""
+
+
+@dataclass(frozen=True)
+class ConversationRow:
+    """An app conversation, with its sandbox's status (joined) for the record."""
+
+    id: str
+    user_id: str
+    sandbox_id: str
+    start_task_id: str | None
+    started: bool
+    title: str | None
+    tags: dict[str, str]
+    selected_repository: str | None
+    selected_branch: str | None
+    working_dir: str
+    execution_status: str | None
+    metrics: dict[str, Any] | None
+    observability: dict[str, Any] | None
+    created_at: datetime
+    updated_at: datetime
+    last_activity_at: datetime
+    sandbox_status: SandboxStatus
+    resume_run: bool = False
+    """Its run was paused with its sandbox: it goes on when the sandbox resumes."""
+
+
+@dataclass(frozen=True)
+class ConversationFilters:
+    """A conversation search's conditions (all of them hold)."""
+
+    title_contains: str | None = None
+    created_at_gte: datetime | None = None
+    created_at_lt: datetime | None = None
+    updated_at_gte: datetime | None = None
+    updated_at_lt: datetime | None = None
+    sandbox_id: str | None = None
+
+
+@dataclass(frozen=True)
+class TaskRow:
+    """A start task: its stage, and its placement once made."""
+
+    id: str
+    user_id: str
+    status: StartTaskStatus
+    detail: str | None
+    request_enc: str
+    app_conversation_id: str | None
+    sandbox_id: str | None
+    created_at: datetime
+    updated_at: datetime
+    made_sandbox: bool = False
+    """The placement's sandbox was made for this task (removed with it when it fails)."""
+
+
+@dataclass(frozen=True)
+class EventFilters:
+    """A stored-event search's conditions; timestamps in the schema's stored text form."""
+
+    kind: str | None = None
+    source: str | None = None
+    timestamp_gte: str | None = None
+    timestamp_lt: str | None = None

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from control_plane.accounts import Accounts
 from control_plane.agent_client import AgentClient
 from control_plane.app_conversations import AppConversationService
 from control_plane.config import Config
@@ -16,8 +17,9 @@ from control_plane.crypto import Cipher
 from control_plane.deltas import DeltaHub
 from control_plane.leases import Leases
 from control_plane.lifecycle import Lifecycle
-from control_plane.models import use_clock
 from control_plane.relay import Bell
+from control_plane.runs import Runs
+from control_plane.sandboxes.drift import Drift
 from control_plane.sandboxes.isolation import choose
 from control_plane.sandboxes.process import SPEC, ProcessProvider
 from control_plane.sandboxes.provider import SandboxProvider
@@ -25,6 +27,7 @@ from control_plane.sandboxes.service import SandboxService
 from control_plane.settings import SettingsService
 from control_plane.start_tasks import StartTaskService
 from control_plane.store import Database
+from control_plane.transcripts import Transcripts
 from control_plane.webhook import WebhookReceiver
 from core.retry import Clock
 
@@ -63,6 +66,7 @@ def build_provider(config: Config) -> SandboxProvider:
 class Services:
     config: Config
     db: Database
+    accounts: Accounts
     cipher: Cipher
     provider: SandboxProvider
     sandboxes: SandboxService
@@ -79,6 +83,8 @@ class Services:
     """Rung by the webhook for the live relays (`control_plane.relay`)."""
     deltas: DeltaHub
     """The sockets to agent servers that bring the relays streaming text."""
+    transcripts: Transcripts
+    """The stored events of conversations: searches, counts, the live relays."""
     openapi: dict[str, Any] = field(default_factory=dict)
     """The OpenAPI document, built on its first request (empty until then)."""
 
@@ -86,8 +92,7 @@ class Services:
     def build(cls, config: Config, provider: SandboxProvider | None = None,
               clock: Clock | None = None, bell: Bell | None = None) -> Services:
         """`clock`: the time of stored records and timers (default: the system's)."""
-        use_clock(clock or Clock())
-        db = Database(config.db_url)
+        db = Database(config.db_url, clock or Clock())
         cipher = Cipher.for_config(config.secret_key, config.state_dir)
         provider = provider or build_provider(config)
         bell = bell or Bell()
@@ -95,9 +100,8 @@ class Services:
         agents = AgentClient(timeout=config.agent_timeout)
         sandboxes = SandboxService(
             db, provider, cipher, leases, sandboxes_dir=config.state_dir / "sandboxes",
-            webhook_url=config.webhook_base, agents=agents, ring=bell.ring,
-            max_per_user=config.max_sandboxes_per_user, health_grace=config.health_grace,
-            pause_grace=config.pause_grace,
+            webhook_url=config.webhook_base, runs=Runs(db, agents, pause_grace=config.pause_grace),
+            ring=bell.ring, max_per_user=config.max_sandboxes_per_user,
             # A start (or a pause waiting for runs) may hold a sandbox this long.
             guard_timeout=config.sandbox_start_timeout + config.pause_grace + 30)
         settings = SettingsService(db, cipher)
@@ -106,13 +110,16 @@ class Services:
                                  repository_url_template=config.repository_url_template,
                                  spec_id=provider.specs()[0].id if provider.specs() else SPEC.id)
         records = AppConversationService(db, sandboxes, agents)
-        lifecycle = Lifecycle(db, sandboxes, tasks, leases, idle_seconds=config.idle_seconds,
+        drift = Drift(sandboxes, health_grace=config.health_grace)
+        lifecycle = Lifecycle(db, sandboxes, drift, tasks, leases, idle_seconds=config.idle_seconds,
                               deletion_seconds=config.deletion_seconds,
                               interval=config.reconcile_interval)
-        return cls(config=config, db=db, cipher=cipher, provider=provider, sandboxes=sandboxes,
-                   agents=agents, settings=settings, tasks=tasks, conversations=records,
-                   webhook=WebhookReceiver(db, bell), lifecycle=lifecycle, leases=leases,
-                   bell=bell, deltas=DeltaHub(db, sandboxes))
+        deltas = DeltaHub(db, sandboxes)
+        return cls(config=config, db=db, accounts=Accounts(db), cipher=cipher, provider=provider,
+                   sandboxes=sandboxes, agents=agents, settings=settings, tasks=tasks,
+                   conversations=records, webhook=WebhookReceiver(db, bell), lifecycle=lifecycle,
+                   leases=leases, bell=bell, deltas=deltas,
+                   transcripts=Transcripts(db, bell, deltas))
 
     async def start(self) -> None:
         """Migrations, then adoption of the sandboxes still there, then unfinished start tasks
@@ -121,7 +128,7 @@ class Services:
         self.config.state_dir.chmod(0o700)  # its key and database are for this process alone
         await self.db.migrate()
         self.leases.start()
-        await self.sandboxes.adopt()
+        await self.lifecycle.adopt()
         await self.tasks.take_over()
         self.lifecycle.start()
 

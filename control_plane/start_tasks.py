@@ -32,14 +32,14 @@ from control_plane import grouping
 from control_plane.agent_client import AgentClient, AgentError, Target
 from control_plane.crypto import Cipher
 from control_plane.leases import TASK, Leases
-from control_plane.models import SandboxReason, StartTaskStatus
+from control_plane.models import SandboxReason, SandboxRow, StartTaskStatus, TaskRow, ensure_usable
 from control_plane.sandboxes.service import SandboxService
 from control_plane.settings import SettingsService, UserSettings
 from control_plane.start_request import StartRequest
 from control_plane.store import Database, accounts, conversations, sandboxes, tasks
 from control_plane.store import leases as lease_rows
-from control_plane.store.tasks import LeaseLost, TaskRow
-from web.errors import Conflict, NotFound, ServiceError
+from control_plane.store.tasks import LeaseLost
+from web.errors import NotFound, ServiceError
 
 logger = logging.getLogger(__name__)
 
@@ -75,13 +75,23 @@ class StartTaskService:
         self._running: dict[str, asyncio.Task[None]] = {}
 
     async def submit(self, user_id: str, request: StartRequest) -> TaskRow:
-        """Store the task (its request encrypted: it holds secrets) and start working on it."""
+        """Store the task (its request encrypted: it holds secrets) and start working on it.
+
+        An explicit sandbox that is not the user's, or not usable, is refused now (404, 409,
+        410) rather than as a failed task."""
+        if request.sandbox_id is not None:
+            sandbox = await self.sandboxes.owned(request.sandbox_id, user_id)
+            ensure_usable(sandbox.id, sandbox.status, "conversations cannot be started in it")
         task = await tasks.insert(self.db, uuid.uuid4().hex, user_id,
                                   self.cipher.encrypt(request.model_dump_json()))
         # Died between the two: the task has no lease, and the next round takes it over.
         if await self.leases.claim(TASK, task.id):
             self._spawn(task)
         return task
+
+    async def owned_many(self, ids: list[str], user_id: str) -> dict[str, TaskRow]:
+        """The user's tasks among `ids` (others, and unknown ids, are left out)."""
+        return await tasks.get_many(self.db, ids, user_id)
 
     def _spawn(self, task: TaskRow) -> None:
         if task.id in self._running:  # submitted and taken over at the same moment: once
@@ -107,8 +117,8 @@ class StartTaskService:
     async def _stage(self, task: TaskRow, status: StartTaskStatus, detail: str | None = None,
                      conn: AsyncConnection | None = None, **values: Any) -> None:
         """Store a stage while this process holds the task (LeaseLost otherwise)."""
-        await tasks.set_status(conn if conn is not None else self.db, task.id, status, detail,
-                               holder=self.leases.holder, **values)
+        await tasks.set_status(self.db, task.id, status, detail, holder=self.leases.holder,
+                               conn=conn, **values)
 
     async def _run(self, task: TaskRow) -> None:
         try:
@@ -135,11 +145,12 @@ class StartTaskService:
             else:
                 placement = await self._place(task, request, user)
             await self._stage(task, StartTaskStatus.WAITING_FOR_SANDBOX)
+            # Read again, not taken from the placement: held by no guard since, the sandbox may
+            # have been paused (it is resumed) or deleted meanwhile.
             row = await self.sandboxes.wait_running(placement.sandbox_id)
             await self._stage(task, StartTaskStatus.STARTING_CONVERSATION)
-            url = self.sandboxes.url(row)
-            assert url is not None
-            target = Target(url, self.sandboxes.session_key(row))
+            target = self.sandboxes.target(row)
+            assert target is not None
             await self._configure_git(target, user)
             conversation = await conversations.get(self.db, placement.conversation_id)
             if conversation is None:
@@ -152,7 +163,7 @@ class StartTaskService:
                 await self._wait_clone(target, placement.conversation_id, request.selected_repository)
             async with self.db.begin() as conn:  # shown and READY together, or neither
                 await self._stage(task, StartTaskStatus.READY, conn=conn)
-                await conversations.mark_started(conn, placement.conversation_id)
+                await conversations.mark_started(conn, placement.conversation_id, self.db.now())
         except (asyncio.CancelledError, LeaseLost):
             raise  # shutting down (resumed at the next start), or another has it now
         except (StartFailed, ServiceError, AgentError) as exc:
@@ -182,23 +193,21 @@ class StartTaskService:
             if placed is not None and placed.app_conversation_id and placed.sandbox_id:
                 return Placement(placed.sandbox_id, placed.app_conversation_id,
                                  placed.made_sandbox)
-            sandbox_id: str | None
+            # The sandbox is read under the user's lock (an explicit one again, though `submit`
+            # checked it): only what is read under the lock holds until the placement commits.
+            found: SandboxRow | None = None
             if request.sandbox_id is not None:
-                sandbox_id = await self._explicit(conn, task.user_id, request.sandbox_id)
+                found = await self._explicit(conn, task.user_id, request.sandbox_id)
             else:
                 available = await grouping.candidates(conn, task.user_id, self.spec_id, self.cap)
-                sandbox_id = grouping.choose(user.grouping_strategy, available)
-            new_sandbox = sandbox_id is None
-            if sandbox_id is None:
-                sandbox = await self.sandboxes.new_row(conn, task.user_id, self.spec_id)
-            else:
-                found = await sandboxes.get_in(conn, sandbox_id)
-                assert found is not None
-                sandbox = found
+                chosen = grouping.choose(user.grouping_strategy, available)
+                found = None if chosen is None else await sandboxes.get_in(conn, chosen)
+            new_sandbox = found is None
+            sandbox = found or await self.sandboxes.new_row(conn, task.user_id, self.spec_id)
             working_dir = Path(sandbox.root_dir) / "workspace" / conversation_id
             await conversations.insert(
-                conn, id=conversation_id, user_id=task.user_id, sandbox_id=sandbox.id,
-                start_task_id=task.id, title=request.title,
+                conn, self.db.now(), id=conversation_id, user_id=task.user_id,
+                sandbox_id=sandbox.id, start_task_id=task.id, title=request.title,
                 selected_repository=request.selected_repository,
                 selected_branch=request.selected_branch, working_dir=str(working_dir),
                 observability={"span_name": request.observability_span_name,
@@ -212,15 +221,14 @@ class StartTaskService:
             self.sandboxes.launch(sandbox, fresh=True)
         return Placement(sandbox.id, conversation_id, new_sandbox)
 
-    async def _explicit(self, conn: Any, user_id: str, sandbox_id: str) -> str:
-        """An explicit sandbox_id overrides grouping: it must be the user's and not ERROR/MISSING."""
+    async def _explicit(self, conn: AsyncConnection, user_id: str,
+                        sandbox_id: str) -> SandboxRow:
+        """An explicit sandbox_id overrides grouping: it must be the user's and usable."""
         row = await sandboxes.get_in(conn, sandbox_id)
         if row is None or row.user_id != user_id:
             raise NotFound(f"sandbox {sandbox_id} not found")
-        if row.status.terminal:
-            raise Conflict(f"sandbox {sandbox_id} is {row.status.value}: conversations cannot "
-                           "be started in it")
-        return row.id
+        ensure_usable(row.id, row.status, "conversations cannot be started in it")
+        return row
 
     async def _configure_git(self, target: Target, user: UserSettings) -> None:
         """Commit authorship is separate from any push credential (SPEC 5 rule 5)."""
@@ -280,7 +288,8 @@ class StartTaskService:
                 await conversations.remove(conn, placement.conversation_id)
                 retired = placement.new_sandbox and await sandboxes.retire_in(
                     conn, placement.sandbox_id, SandboxReason.START_FAILED,
-                    "removed with the conversation start it was made for, which failed")
+                    "removed with the conversation start it was made for, which failed",
+                    self.db.now())
             if retired:
                 try:
                     await self.sandboxes.clean_up(placement.sandbox_id, due_only=False)

@@ -20,7 +20,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from control_plane.app_conversations import metrics_from_stats
 from control_plane.crypto import hash_key
-from control_plane.models import ExecutionStatus, now
+from control_plane.models import ExecutionStatus
 from control_plane.relay import Bell
 from control_plane.store import Database, conversations, sandboxes
 from control_plane.store.tables import app_conversations, events
@@ -76,7 +76,7 @@ class WebhookReceiver:
                     status = ExecutionStatus.parse(value) or status
                 elif key == "stats":
                     metrics = metrics_from_stats(value) or metrics
-        moment = now()
+        moment = self.db.now()
         values: dict[str, Any] = {"last_activity_at": moment}
         if status is not None:
             values["execution_status"] = status.value

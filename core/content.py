@@ -9,6 +9,7 @@ inside events.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from enum import Enum
 from typing import Annotated, Any, Literal
 
@@ -36,6 +37,13 @@ class ImageContent(Strict):
 
 
 Content = Annotated[TextContent | ImageContent, Field(discriminator="type")]
+
+
+def text_of(content: Iterable[object]) -> str:
+    """The text of a message's (or an observation's) content, one item per line; images are
+    left out. The one way the server reads content as plain text (the OpenHands SDK joins
+    content with newlines too), so hooks, skills, critics and the model read the same."""
+    return "\n".join(item.text for item in content if isinstance(item, TextContent))
 
 
 class ThinkingBlock(Strict):
@@ -142,4 +150,5 @@ __all__ = [
     "ThinkingBlock",
     "ToolAnnotations",
     "ToolDefinition",
+    "text_of",
 ]

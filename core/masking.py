@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote, quote_plus
 
-from core.ids import ENV_NAME
+from core.ids import ENV_NAME, PLACEHOLDER
 
 #: What a secret's value becomes wherever it appears in text.
 MASK = "<secret-hidden>"
@@ -58,6 +58,33 @@ def redact(value: Any) -> Any:
     if isinstance(value, list):
         return [redact(v) for v in value]
     return value
+
+
+def is_placeholder(value: Any) -> bool:
+    """`${NAME}` alone (a reference to a secret) is safe to show; a literal value may not be."""
+    return isinstance(value, str) and PLACEHOLDER.fullmatch(value) is not None
+
+
+def redact_literals(values: Mapping[str, Any]) -> dict[str, Any]:
+    """Environment or header values: each literal one REDACTED, `${NAME}` references shown."""
+    return {k: v if is_placeholder(v) else REDACTED for k, v in values.items()}
+
+
+def redact_llm(llm: dict[str, Any]) -> dict[str, Any]:
+    """An LLM configuration (as JSON data) with its key REDACTED, when it has one."""
+    return {**llm, "api_key": REDACTED} if llm.get("api_key") else llm
+
+
+def redact_mcp_config(config: Any) -> None:
+    """Redact, in place, the literal env and header values of an mcp_config's servers."""
+    servers = config.get("mcpServers") if isinstance(config, dict) else None
+    if not isinstance(servers, dict):
+        return
+    for server in servers.values():
+        for field in ("env", "headers"):
+            values = server.get(field) if isinstance(server, dict) else None
+            if isinstance(values, dict):
+                server[field] = redact_literals(values)
 
 
 #: Encoded forms shorter than this are not masked: they would match by chance in other
@@ -214,5 +241,9 @@ __all__ = [
     "StreamMasker",
     "check_secrets",
     "encoded_forms",
+    "is_placeholder",
     "redact",
+    "redact_literals",
+    "redact_llm",
+    "redact_mcp_config",
 ]

@@ -65,9 +65,13 @@ class ProcessInfo:
 
     pid: int
     state: str
+    """One letter: R, S, D, T (stopped), Z (zombie), ..."""
     ppid: int
     pgid: int
     session: int
+    start_time: int | None = None
+    """Field 22: clock ticks after boot at which it started (with the pid, it names a process
+    for good: a pid is reused, a pid and its start time never are); None in a line cut short."""
 
     @property
     def alive(self) -> bool:
@@ -96,24 +100,78 @@ def parse_stat(pid: int, stat: bytes) -> ProcessInfo | None:
     """A /proc/PID/stat line; None when it is empty or cut short (the process ended while it
     was read). The command name (in parentheses) may hold spaces and parentheses: the fields
     are split after its last parenthesis."""
-    fields = stat[stat.rfind(b")") + 2:].split()[:4]
+    fields = stat[stat.rfind(b")") + 2:].split()
     if len(fields) < 4:
         return None
-    state, ppid, pgid, session = fields
-    return ProcessInfo(pid, state.decode(), int(ppid), int(pgid), int(session))
+    state, ppid, pgid, session = fields[:4]
+    started = int(fields[19]) if len(fields) > 19 else None  # field 22; the list starts at 3
+    return ProcessInfo(pid, state.decode(), int(ppid), int(pgid), int(session), started)
 
 
-def find_process(argument: str) -> int | None:
-    """The process with `argument` as one whole argument of its command line."""
+def process_info(pid: int) -> ProcessInfo | None:
+    """The process `pid` now; None when there is none."""
+    try:
+        return parse_stat(pid, Path(f"/proc/{pid}/stat").read_bytes())
+    except OSError:
+        return None
+
+
+def state(pid: int) -> str | None:
+    """Its state letter (T: stopped, Z: a zombie); None when there is no such pid."""
+    info = process_info(pid)
+    return None if info is None else info.state
+
+
+def start_time(pid: int) -> int | None:
+    """When it started (`ProcessInfo.start_time`); None when there is no such pid."""
+    info = process_info(pid)
+    return None if info is None else info.start_time
+
+
+def is_running(pid: int, started: int) -> bool:
+    """The process that started at `started` still has this pid and is not a zombie (not a
+    reused pid: a process started and recorded earlier, found again after a restart)."""
+    info = process_info(pid)
+    return info is not None and info.alive and info.start_time == started
+
+
+def with_argument(argument: str) -> list[ProcessInfo]:
+    """The live processes holding `argument` as one whole argument of their command line (the
+    command line, not the environment: a server that is not dumpable has an environment only
+    root reads)."""
     needle = argument.encode()
+    found = []
     for info in list_processes():
+        if not info.alive:
+            continue
         try:
             cmdline = Path(f"/proc/{info.pid}/cmdline").read_bytes()
         except OSError:
             continue
         if needle in cmdline.split(b"\0"):
-            return info.pid
-    return None
+            found.append(info)
+    return found
+
+
+def find_process(argument: str) -> int | None:
+    """The process with `argument` as one whole argument of its command line."""
+    found = with_argument(argument)
+    return found[0].pid if found else None
+
+
+def children(pid: int) -> list[int]:
+    """Live processes whose parent is `pid`."""
+    return [info.pid for info in list_processes() if info.alive and info.ppid == pid]
+
+
+def holds_group(pid: int, started: int) -> bool:
+    """Whether the process group `pid` led is still ours to signal: its leader is ours (alive,
+    or a zombie not yet collected), or the leader is gone and members are left (a group id is
+    never handed to another process while the group has members)."""
+    began = start_time(pid)
+    if began is not None:
+        return began == started
+    return bool(group_members(pid))
 
 
 def group_members(pgid: int) -> list[int]:
@@ -123,7 +181,8 @@ def group_members(pgid: int) -> list[int]:
 
 def started_by(leader: int, tag: bytes) -> set[int]:
     """Live processes of a run: its session, its descendants (also those in a session of
-    their own), and any process with `tag` in its environment (daemons that left both)."""
+    their own), and any process with `tag` (NAME=value) in its environment (daemons that left
+    both)."""
     parents: dict[int, int] = {}
     found: set[int] = set()
     for info in list_processes():
@@ -138,9 +197,21 @@ def started_by(leader: int, tag: bytes) -> set[int]:
     return found
 
 
-def _carries(pid: int, tag: bytes) -> bool:
+def with_environment(entry: bytes) -> list[int]:
+    """Processes whose environment holds exactly `entry` (NAME=value): finds those whose pid
+    was never recorded (their parent died while they started)."""
+    found = []
+    with os.scandir("/proc") as entries:
+        for item in entries:
+            if item.name.isdigit() and _carries(int(item.name), entry):
+                found.append(int(item.name))
+    return found
+
+
+def _carries(pid: int, entry: bytes) -> bool:
+    """Whether `entry` (NAME=value) is one whole entry of the process's environment."""
     try:
-        return tag in Path(f"/proc/{pid}/environ").read_bytes()
+        return entry in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
     except OSError:
         return False
 
@@ -148,10 +219,13 @@ def _carries(pid: int, tag: bytes) -> bool:
 # -- killing ---------------------------------------------------------------------------------
 
 
-def signal_group(pgid: int, sig: int) -> None:
-    """Signal a process group that may already be gone (or never ours to signal)."""
-    with contextlib.suppress(ProcessLookupError, PermissionError):
+def signal_group(pgid: int, sig: int) -> bool:
+    """Signal a process group that may already be gone (or never ours to signal); False then."""
+    try:
         os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
 
 
 def kill_tree(leader: int, tag: bytes) -> None:
@@ -305,10 +379,16 @@ __all__ = [
     "end_group",
     "find_process",
     "group_members",
+    "is_running",
     "kill_tree",
     "list_processes",
+    "parse_stat",
+    "process_info",
     "run_process",
     "signal_group",
+    "start_time",
     "started_by",
+    "state",
     "stream_process",
+    "with_environment",
 ]

@@ -13,10 +13,11 @@ from pathlib import Path
 import pytest
 
 from agent_server.agent.model import Scripted, ScriptedModel
-from agent_server.agent.spec import ExecutionStatus as S
-from agent_server.conversations import TRANSITIONS, Lifecycle
+from agent_server.conversations import Lifecycle
 from agent_server.errors import ConversationGone, InvalidTransition
 from agent_server.record import SendMessage
+from agent_server.status import TRANSITIONS
+from agent_server.status import ExecutionStatus as S
 from events import (
     ActionEvent,
     ConversationErrorEvent,

@@ -214,11 +214,12 @@ def invalid(loc: Loc, msg: str, type_: str = "value_error", input_: Any = None) 
     return InvalidInput([{"loc": list(loc), "msg": msg, "type": type_, "input": plain(input_)}])
 
 
-def validation_text(exc: ValidationError) -> str:
-    """A pydantic error as one line a model or a socket client reads."""
+def validation_text(exc: ValidationError, whole: str = "input") -> str:
+    """A pydantic error as one line a model or a socket client reads (`whole` names what an
+    error about the value as a whole is located at)."""
     parts = []
     for err in exc.errors(include_url=False):
-        where = ".".join(str(p) for p in err["loc"]) or "input"
+        where = ".".join(str(p) for p in err["loc"]) or whole
         parts.append(f"{where}: {err['msg']}")
     return "; ".join(parts)
 

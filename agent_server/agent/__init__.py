@@ -1,8 +1,10 @@
 """The agent: what runs a conversation, built from narrow parts.
 
-Layout: `session` (AgentSession, the only thing the conversations use), `loop` (one run:
-view -> model -> ActionEvents -> tools -> observations), `model` (the Model seam over litellm,
-`llm`), `view`, `condenser`, `hooks`, `toolbox` (the tools, from a ToolContext), `sink`
-(where events go, masked), `spec` (what the agent is told to be), and the small policies
-`confirmation`, `stuck`, `skills`, `prompt`, `mcp` (the servers) and `mcp_config`.
+Layout: `contract` (what a conversation and its agent agree on; the conversations call the
+agent through it only), `session` (AgentSession), `acp` (ACPSession), `loop` (one run: view ->
+model -> ActionEvents -> tools -> observations), `model` (the Model seam over litellm, `llm`),
+`active_llm`, `view`, `condenser`, `hooks`, `toolbox` (the tools, from a ToolContext), `sink`
+(where events go, masked), `spec` (what the agent is told to be), `usage` (token usage and
+totals), and the small policies `confirmation`, `stuck`, `skills`, `prompt`, `mcp` (the servers) and `mcp_config`. The factory
+that picks a session by the agent's kind is the composition root's (`agent_server.services`).
 """

@@ -32,9 +32,10 @@ from agent_server.agent.condenser import render
 from agent_server.agent.llm import LLMFailure
 from agent_server.agent.spec import CommandCritic, CriticSpec, ModelCritic
 from agent_server.agent.view import View
+from core.content import text_of
 from core.masking import Masker
 from core.processes import child_env, run_process
-from events import ActionEvent, CriticResult, Event, MessageEvent, TextContent
+from events import ActionEvent, CriticResult, Event, MessageEvent
 
 if TYPE_CHECKING:
     from agent_server.agent.model import Model
@@ -196,15 +197,14 @@ class Seen:
 def _subject(event: ActionEvent | MessageEvent) -> dict[str, Any]:
     """What is judged, as the critic reads it."""
     if isinstance(event, MessageEvent):
-        text = "".join(c.text for c in event.llm_message.content if isinstance(c, TextContent))
-        return {"kind": "message", "text": text}
+        return {"kind": "message", "text": text_of(event.llm_message.content)}
     try:
         arguments: Any = json.loads(event.tool_call.arguments)
     except ValueError:
         arguments = event.tool_call.arguments
     return {"kind": "finish" if event.tool_name == "finish" else "action",
             "tool_name": event.tool_name, "arguments": arguments,
-            "thought": "".join(c.text for c in event.thought)}
+            "thought": text_of(event.thought)}
 
 
 def parse_verdict(text: str, strict: bool = False) -> tuple[float, str | None, dict[str, Any]]:

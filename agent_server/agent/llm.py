@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agent_server.agent import transport
-from agent_server.agent.spec import LLMConfig, TokenUsage
+from agent_server.agent.spec import LLMConfig
+from agent_server.agent.usage import TokenUsage
 from agent_server.telemetry.tracing import note_llm_provider, note_llm_retry
 from core.masking import REDACTED
 from core.retry import Backoff, parse_retry_after

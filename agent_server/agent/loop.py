@@ -1,25 +1,39 @@
 """The agent loop: view -> LLM -> ActionEvents -> tools -> observations, until done.
 
-A run ends by returning with the conversation's final status set: finished (a `finish` call or
-a plain reply, unless a Stop hook objects), paused (a pause request between steps), waiting for
+A run ends by returning the conversation's final status: finished (a `finish` call or a plain
+reply, unless a Stop hook objects), paused (a pause request between steps), waiting for
 confirmation, error (LLM failure, max iterations), stuck. An interrupt cancels the task;
 whatever tool call was left without a result gets an AgentErrorEvent so the history stays
 valid for every provider.
+
+`Run` takes its parts (`RunParts`), not the session that owns them: it changes none of them
+but the metrics it counts responses in, and what it writes goes through the sink.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
 
 from pydantic import ValidationError
 
+from agent_server.agent.condenser import Condenser
 from agent_server.agent.confirmation import needs_confirmation
+from agent_server.agent.contract import RunControl
+from agent_server.agent.critic import Critic
+from agent_server.agent.hooks import Hooks
 from agent_server.agent.llm import Completion, LLMFailure, ToolCall
-from agent_server.agent.spec import ExecutionStatus
+from agent_server.agent.model import Model
+from agent_server.agent.sink import EventSink
 from agent_server.agent.stuck import Step, StuckDetector
 from agent_server.agent.toolbox import Toolbox
+from agent_server.agent.usage import Metrics
+from agent_server.agent.view import View
+from agent_server.status import ExecutionStatus
+from agent_server.telemetry import AgentTelemetry
 from events import (
     ActionEvent,
     AgentErrorEvent,
@@ -35,11 +49,10 @@ from events import (
     TextContent,
     ThinkingBlock,
     UserRejectObservation,
+    parse_event,
 )
 from tools.base import ToolError
-
-if TYPE_CHECKING:
-    from agent_server.agent.session import AgentSession
+from web.errors import validation_text
 
 #: Times a Stop hook may send the agent back to work within one run.
 MAX_STOP_BLOCKS = 3
@@ -53,59 +66,79 @@ class RunEnded(Exception):
         self.status, self.code, self.detail = status, code, detail
 
 
+@dataclass(frozen=True)
+class RunParts:
+    """What a run works with; the session owns every part and hands the same ones to each run."""
+
+    model: Model
+    toolbox: Toolbox
+    #: The model's view of the branch, kept current from the log (never by the loop).
+    view: View
+    sink: EventSink
+    #: Read only: the pause request, the confirmation policy, the active LLM, the prompt gate.
+    control: RunControl
+    hooks: Hooks
+    condenser: Condenser
+    critic: Critic
+    #: The conversation's totals of LLM use (it saves them); each response is counted in.
+    metrics: Metrics
+    telemetry: AgentTelemetry
+    max_iterations: int
+    stuck_detection: bool
+    #: Runs the SessionStart hooks unless they ran in this process already (the session
+    #: keeps that fact: it decides whether SessionEnd runs at its close).
+    start_session: Callable[[], Awaitable[None]]
+
+
 class Run:
     """One run of a conversation's agent: the state that lives as long as the run.
 
-    It reads the session's narrow parts only: spec, sink, control, model, toolbox, view,
-    hooks, condenser, critic and metrics. The view learns of every event (the agent's own
-    included) from the log, never from the loop: data flows one way.
+    The view learns of every event (the agent's own included) from the log, never from the
+    loop: data flows one way. `approved`: the actions waiting for confirmation were accepted
+    (the conversation says so when it starts the run), so they run first.
     """
 
-    def __init__(self, session: AgentSession) -> None:
-        self.s = session
-        self.view = session.view
+    def __init__(self, parts: RunParts, approved: bool = False) -> None:
+        self.parts = parts
+        self.view = parts.view
+        self.approved = approved
         self.stuck = StuckDetector()
         self.stop_blocks = 0
         #: The last user message the model had seen when it was last asked.
         self.asked: str | None = self.view.last_user_message_id
 
     async def __call__(self) -> ExecutionStatus:
-        s = self.s
+        parts = self.parts
         try:
-            if not s.session_started:
-                s.session_started = True
-                started = await s.hooks.run("SessionStart")
-                if started.context:
-                    await s.sink.append(_hook_message(f"[SessionStart hook] {started.context}"))
-            if s.control.approved:
-                s.control.approved = False
-                if await self.act(await s.pending_actions()):
-                    await self.finish()
-            await s.repair("The previous run ended before this call finished.")
-            for _ in range(s.spec.max_iterations):
-                if s.control.pause_requested:
+            await parts.start_session()
+            if self.approved and await self.act(await pending_actions(self.view, parts.sink)):
+                await self.finish()
+            await repair(self.view, parts.sink, "The previous run ended before this call finished.")
+            for _ in range(parts.max_iterations):
+                if parts.control.pause_requested:
                     raise RunEnded(ExecutionStatus.PAUSED)
-                with s.telemetry.step():
+                with parts.telemetry.step():
                     await self.step()
             raise RunEnded(ExecutionStatus.ERROR, "MaxIterationsReached",
-                           f"Stopped after {s.spec.max_iterations} iterations (max_iterations).")
+                           f"Stopped after {parts.max_iterations} iterations (max_iterations).")
         except RunEnded as end:
             if end.code is not None:  # masked before it is cut, so no part of a secret stays
-                detail = s.sink.masker.text(end.detail)[:2000]
-                await s.sink.append(ConversationErrorEvent(source="environment", code=end.code,
-                                                           detail=detail))
+                detail = parts.sink.masker.text(end.detail)[:2000]
+                await parts.sink.append(ConversationErrorEvent(source="environment", code=end.code,
+                                                               detail=detail))
             return end.status
         except asyncio.CancelledError:
-            await asyncio.shield(s.repair("Interrupted before this call finished."))
+            await asyncio.shield(repair(self.view, parts.sink,
+                                        "Interrupted before this call finished."))
             raise
 
     async def step(self) -> None:
         """One LLM response and the tool calls it asks for."""
-        s, toolbox = self.s, self.s.toolbox
+        parts, toolbox = self.parts, self.parts.toolbox
         tools = toolbox.llm_tools()
-        async with s.control.prompt_gate:  # a message still waiting for its hooks stays out
-            if await s.condenser.needed(self.view, tools):
-                await s.condenser.condense(s.sink, self.view, tools)
+        async with parts.control.prompt_gate:  # a message still waiting for its hooks stays out
+            if await parts.condenser.needed(self.view, tools):
+                await parts.condenser.condense(parts.sink, self.view, tools)
             messages = self.view.request()
             self.asked = self.view.last_user_message_id
         try:
@@ -114,13 +147,13 @@ class Run:
             if failure.code != "ContextWindowExceededError":
                 raise RunEnded(ExecutionStatus.ERROR, failure.code, failure.detail) from None
             # Too long for the model after all: condense, then try the step once more.
-            if not await s.condenser.condense(s.sink, self.view, tools):
+            if not await parts.condenser.condense(parts.sink, self.view, tools):
                 raise RunEnded(ExecutionStatus.ERROR, failure.code, failure.detail) from None
             try:
                 reply = await self.complete(tools, self.view.request())
             except LLMFailure as again:
                 raise RunEnded(ExecutionStatus.ERROR, again.code, again.detail) from None
-        await s.sink.append(self.usage(reply))
+        await parts.sink.append(self.usage(reply))
 
         thinking = [_thinking_block(b) for b in reply.thinking_blocks]
         if not reply.tool_calls:
@@ -131,44 +164,44 @@ class Run:
                                     thinking_blocks=thinking),
                 llm_response_id=reply.response_id,
             )
-            await s.critic.score([message], self.view)
-            await s.sink.append(message)
+            await parts.critic.score([message], self.view)
+            await parts.sink.append(message)
             await self.finish()
             return
 
         calls = [_action_event(toolbox, reply, call, i == 0, thinking)
                  for i, call in enumerate(reply.tool_calls)]
-        await s.critic.score([event for event, _ in calls], self.view)
-        await s.sink.append(*(event for event, _ in calls))
+        await parts.critic.score([event for event, _ in calls], self.view)
+        await parts.sink.append(*(event for event, _ in calls))
         invalid = [_error(event, problem) for event, problem in calls if problem]
         valid = [event for event, problem in calls if not problem]
-        policy = s.control.confirmation_policy
+        policy = parts.control.confirmation_policy
         if any(needs_confirmation(policy, e, toolbox.acts(e.tool_name)) for e in valid):
             if invalid:
-                await s.sink.append(*invalid)
+                await parts.sink.append(*invalid)
             raise RunEnded(ExecutionStatus.WAITING_FOR_CONFIRMATION)
         if await self.act([(event, problem) for event, problem in calls]):
             await self.finish()
             return
-        reason = self.stuck.reason() if s.spec.stuck_detection else None
+        reason = self.stuck.reason() if parts.stuck_detection else None
         if reason is not None:
             raise RunEnded(ExecutionStatus.STUCK, "AgentStuck", f"The agent looks stuck: {reason}.")
 
     async def complete(self, tools: list[dict[str, Any]],
                        messages: list[dict[str, Any]]) -> Completion:
-        deltas = self.s.sink.deltas()
+        parts, deltas = self.parts, self.parts.sink.deltas()
         try:
-            return await self.s.model.complete(self.s.control.llm.config, messages, tools,
-                                               on_delta=deltas.feed)
+            return await parts.model.complete(parts.control.llm.config, messages, tools,
+                                              on_delta=deltas.feed)
         finally:
             deltas.flush()
 
     def usage(self, reply: Completion) -> ConversationStateUpdateEvent:
         """Count the response in the metrics; the `stats` update clients follow."""
-        metrics = self.s.metrics
+        metrics, usage_id = self.parts.metrics, self.parts.control.llm.config.usage_id
         metrics.add(reply.usage, reply.cost, reply.latency)
         return ConversationStateUpdateEvent(key="stats", value={
-            "usage_to_metrics": {self.s.control.llm.config.usage_id: metrics.model_dump(mode="json")},
+            "usage_to_metrics": {usage_id: metrics.model_dump(mode="json")},
             "last_response": {**reply.usage.model_dump(mode="json"), "cost": reply.cost,
                               "latency": reply.latency},
         })
@@ -176,10 +209,10 @@ class Run:
     async def act(self, calls: list[tuple[ActionEvent, str | None]]) -> bool:
         """Run the calls in order; True when `finish` ran (later calls are not run)."""
         finished = False
-        known = self.s.toolbox.tools
+        known = self.parts.toolbox.tools
         for event, problem in calls:
             name = event.tool_name if event.tool_name in known else "unknown"
-            with self.s.telemetry.tool_call(name, event.tool_call_id) as call:
+            with self.parts.telemetry.tool_call(name, event.tool_call_id) as call:
                 if finished:
                     result: Event = _error(event, "Not run: finish was called earlier in this response.")
                     call.outcome = "skipped"
@@ -189,7 +222,7 @@ class Run:
                 else:
                     result = await self.execute(event)
                     call.outcome = _call_outcome(result)
-            await self.s.sink.append(result)
+            await self.parts.sink.append(result)
             self.stuck.add(Step(f"{event.tool_name} {event.tool_call.arguments}", _outcome(result),
                                 _failed(result)))
             finished = finished or (event.tool_name == "finish" and isinstance(result, ObservationEvent))
@@ -202,7 +235,7 @@ class Run:
         An observation with is_error is the tool's own report of a failed command (a non-zero
         exit, say); stuck detection counts both as failures.
         """
-        hooks, tool = self.s.hooks, self.s.toolbox.tools.get(event.tool_name)
+        hooks, tool = self.parts.hooks, self.parts.toolbox.tools.get(event.tool_name)
         if tool is None:  # e.g. its MCP server did not come back after a restart
             return _error(event, f"The tool {event.tool_name!r} is not available now.")
         arguments = _arguments(event)
@@ -236,13 +269,35 @@ class Run:
         user wrote again while the model was answering (the model has not seen that yet)."""
         if self.view.last_user_message_id != self.asked:
             return
-        outcome = await self.s.hooks.run("Stop")
+        outcome = await self.parts.hooks.run("Stop")
         if outcome.blocked and self.stop_blocks < MAX_STOP_BLOCKS:
             self.stop_blocks += 1
             feedback = outcome.reason or "A Stop hook asked you to continue."
-            await self.s.sink.append(_hook_message(f"[Stop hook] {feedback}"))
+            await self.parts.sink.append(hook_message(f"[Stop hook] {feedback}"))
             return
         raise RunEnded(ExecutionStatus.FINISHED)
+
+
+async def pending_actions(view: View, sink: EventSink) -> list[tuple[ActionEvent, str | None]]:
+    """The stored ActionEvents still waiting for a result, in call order, each with why it
+    cannot run (None when it can)."""
+    log = await sink.log()
+    out: list[tuple[ActionEvent, str | None]] = []
+    for pending in list(view.pending.values()):
+        line = log.get(pending.action_id)
+        event = parse_event(line) if line is not None else None
+        if isinstance(event, ActionEvent):
+            out.append((event, None if event.action is not None else "Not executable."))
+    return out
+
+
+async def repair(view: View, sink: EventSink, why: str) -> None:
+    """Give every tool call still without a result an AgentErrorEvent."""
+    await (await sink.log()).drain()  # a result being written now counts: no second one
+    errors = [AgentErrorEvent(tool_name=p.tool_name, tool_call_id=p.tool_call_id, error=why)
+              for p in view.pending.values()]
+    if errors:
+        await sink.append(*errors)
 
 
 def _action_event(toolbox: Toolbox, reply: Completion, call: ToolCall, first: bool,
@@ -268,7 +323,7 @@ def _action_event(toolbox: Toolbox, reply: Completion, call: ToolCall, first: bo
         try:
             action = tool.parse(args)
         except ValidationError as exc:
-            problem = f"Invalid arguments for {call.name}: {_validation_text(exc)}"
+            problem = f"Invalid arguments for {call.name}: {validation_text(exc, 'arguments')}"
     event = ActionEvent(
         thought=[TextContent(text=reply.content)] if first and reply.content else [],
         reasoning_content=reply.reasoning_content if first else None,
@@ -285,11 +340,10 @@ def _action_event(toolbox: Toolbox, reply: Completion, call: ToolCall, first: bo
     return event, problem
 
 
-def _hook_message(text: str) -> MessageEvent:
+def hook_message(text: str) -> MessageEvent:
     """What a hook tells the model, as a user-role message from the hook."""
     return MessageEvent(source="hook", llm_message=Message(role="user",
                                                            content=[TextContent(text=text)]))
-
 
 
 def _arguments(event: ActionEvent) -> Any:
@@ -322,14 +376,6 @@ def _outcome(result: Event) -> str:
     if isinstance(result, ObservationEvent):
         return result.observation.model_dump_json()
     return getattr(result, "error", "") or getattr(result, "rejection_reason", "")
-
-
-def _validation_text(exc: ValidationError) -> str:
-    parts = []
-    for err in exc.errors(include_url=False):
-        where = ".".join(str(p) for p in err["loc"]) or "arguments"
-        parts.append(f"{where}: {err['msg']}")
-    return "; ".join(parts)
 
 
 def _thinking_block(block: dict[str, Any]) -> ThinkingBlock | RedactedThinkingBlock:

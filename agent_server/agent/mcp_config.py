@@ -15,8 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from core.ids import PLACEHOLDER, is_placeholder
-from core.masking import REDACTED
+from core.ids import PLACEHOLDER
 
 STARTUP_TIMEOUT = 30.0
 CALL_TIMEOUT = 300.0
@@ -157,25 +156,11 @@ def _str_map(value: Any) -> bool:
                                            for k, v in value.items())
 
 
-def mask_mcp_config(config: Any) -> None:
-    """Mask, in place, literal env and header values of an mcp_config (for responses)."""
-    servers = config.get("mcpServers") if isinstance(config, dict) else None
-    if not isinstance(servers, dict):
-        return
-    for server in servers.values():
-        for name in ("env", "headers"):
-            values = server.get(name) if isinstance(server, dict) else None
-            if isinstance(values, dict):
-                server[name] = {k: v if is_placeholder(v) else REDACTED
-                                for k, v in values.items()}
-
-
 __all__ = [
     "Problem",
     "ServerSpec",
     "check_config",
     "fill",
-    "mask_mcp_config",
     "servers_of",
     "spec",
 ]

@@ -15,7 +15,8 @@ from typing import Any, Protocol
 
 from agent_server.agent import llm
 from agent_server.agent.llm import Completion, LLMFailure, ToolCall
-from agent_server.agent.spec import LLMConfig, TokenUsage
+from agent_server.agent.spec import LLMConfig
+from agent_server.agent.usage import TokenUsage
 
 #: Called with each streamed piece of text and of reasoning (either may be None).
 OnDelta = Callable[[str | None, str | None], None]

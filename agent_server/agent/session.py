@@ -1,63 +1,41 @@
-"""AgentSession: one conversation's agent, built from narrow parts.
+"""AgentSession: our own agent for one conversation, built from narrow parts.
 
 The conversation hands it a spec (who the agent is), a sink (where events go, masked), run
-control (pause and approval flags it sets), a Model and the shared tool services; the session
-never sees the Conversation. The conversation calls only the methods of `Session`: `open`,
-`run`, `reject_pending`, `prepare_user_message`, `on_user_message`, `skills`, `ask`,
-`follow_llm`, `forget_view` and `close`. An ACP agent (`agent.kind` "ACPAgent") is the other
-kind of session (`agent_server.agent.acp`); the factory picks one by the agent's kind.
+control (what the user steers), a Model and the shared tool services; the session never sees
+the Conversation, and the conversation sees it only as the `contract.SteeredSession` it is.
+Each run is a `loop.Run` over the session's parts (`RunParts`), not over the session.
 
     Conversation --calls--> AgentSession --appends--> EventSink --> EventLog --> View
                                  |                                               |
-                                 '--------- Run (agent.loop) reads <-------------'
+                                 '----- Run(RunParts) (agent.loop) reads <-------'
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any
 
 from agent_server.agent.condenser import Condenser
+from agent_server.agent.contract import ConversationSpec, RunControl, ToolServices
 from agent_server.agent.critic import Critic
 from agent_server.agent.hooks import Hooks
 from agent_server.agent.llm_log import LoggedModel
-from agent_server.agent.llms import ActiveLLM
-from agent_server.agent.loop import Run
+from agent_server.agent.loop import Run, RunParts, hook_message, pending_actions
 from agent_server.agent.model import Model
 from agent_server.agent.prompt import SYSTEM_PROMPT, dynamic_context
 from agent_server.agent.seams import SessionSeams
 from agent_server.agent.sink import EventSink
 from agent_server.agent.skills import SkillBook, SkillList, activation_text
-from agent_server.agent.spec import (
-    ACPAgentSpec,
-    AgentSpec,
-    ConfirmationPolicy,
-    ExecutionStatus,
-    HookConfig,
-    Metrics,
-)
+from agent_server.agent.spec import AgentSpec
 from agent_server.agent.toolbox import Toolbox
+from agent_server.agent.usage import Metrics
 from agent_server.agent.view import View
+from agent_server.status import ExecutionStatus
 from agent_server.telemetry import AgentTelemetry, Telemetry
-from events import (
-    ActionEvent,
-    AgentErrorEvent,
-    Event,
-    MessageEvent,
-    SystemPromptEvent,
-    TextContent,
-    UserRejectObservation,
-    parse_event,
-)
+from core.content import text_of
+from events import MessageEvent, SystemPromptEvent, TextContent, UserRejectObservation
 from tools.base import ToolContext
-
-if TYPE_CHECKING:
-    from tools.browser.manager import BrowserManager
-    from tools.conversation import Subagents
-
 
 #: How a side question (`ask`) is put to the model (the OpenHands SDK's wording).
 ASK_TEMPLATE = """<QUESTION>
@@ -73,90 +51,8 @@ This is a question, do not make any tool call and just answer my question.
 </QUESTION>"""
 
 
-@dataclass(frozen=True)
-class ConversationSpec:
-    """What the agent knows of its conversation; fixed for the conversation's life."""
-
-    id: str
-    working_dir: Path
-    #: The conversation's private directory (tools keep their files under it).
-    state_dir: Path
-    agent: AgentSpec | ACPAgentSpec
-    max_iterations: int = 500
-    stuck_detection: bool = True
-    hook_config: HookConfig | None = None
-    #: GIT_AUTHOR_* and GIT_COMMITTER_* for the processes the tools start (SPEC 5 rule 5).
-    git_author: Mapping[str, str] = field(default_factory=dict)
-
-
-@dataclass
-class RunControl:
-    """What the user steers while the agent works: set by the conversation, read by the loop."""
-
-    confirmation_policy: ConfirmationPolicy
-    #: The LLM in force (a switch by the agent or the user changes it for the next request).
-    llm: ActiveLLM
-    #: Set by a pause; the loop stops between steps when it sees it.
-    pause_requested: bool = False
-    #: Set by an accepted confirmation: the run first carries out the waiting actions.
-    approved: bool = False
-    #: Held while a user message waits for its UserPromptSubmit verdict: a running agent
-    #: takes no request meanwhile.
-    prompt_gate: asyncio.Lock = field(default_factory=asyncio.Lock)
-
-
-@dataclass(frozen=True)
-class ToolServices:
-    """What every conversation's tools share, made once by the composition root."""
-
-    idle_timeout: float = 600.0
-    #: The server's one Chromium (made on first call); None: no browser tools here.
-    browser: Callable[[], BrowserManager] | None = None
-    #: Sub-agents of a conversation, by its id (child conversations on this server); None:
-    #: task, delegate and workflow say sub-agents are not available.
-    subagents: Callable[[str], Subagents] | None = None
-
-
-class Session(Protocol):
-    """What a conversation asks of its agent, whichever kind it is."""
-
-    async def open(self) -> None:
-        """The first events of a new conversation."""
-        ...
-
-    async def run(self) -> ExecutionStatus:
-        """One run until it ends; the status it ended in (the conversation applies it)."""
-        ...
-
-    async def reject_pending(self, reason: str) -> None:
-        """Reject what waits for confirmation."""
-        ...
-
-    async def prepare_user_message(self, event: MessageEvent) -> None:
-        ...
-
-    async def on_user_message(self, event: MessageEvent) -> bool:
-        """The message is stored; True when it is blocked (it starts no run)."""
-        ...
-
-    async def skills(self) -> SkillList:
-        ...
-
-    async def ask(self, question: str) -> str:
-        ...
-
-    async def follow_llm(self) -> None:
-        ...
-
-    def forget_view(self) -> None:
-        ...
-
-    async def close(self) -> None:
-        ...
-
-
 class AgentSession:
-    """Our own agent: the loop over the Model and the toolbox."""
+    """Our own agent: the loop over the Model and the toolbox (a `contract.SteeredSession`)."""
 
     def __init__(self, spec: ConversationSpec, sink: EventSink, control: RunControl,
                  model: Model, services: ToolServices, secrets: Mapping[str, str],
@@ -164,10 +60,12 @@ class AgentSession:
         # The factory gives an ACP agent its own kind of session.
         assert isinstance(spec.agent, AgentSpec), "AgentSession runs our own agent only"
         self.agent: AgentSpec = spec.agent
-        #: Every call of this conversation's LLMs goes through it: completion logs and token
-        #: ids become events when the LLM's settings ask for them.
-        model = LoggedModel(model, sink)
-        self.spec, self.sink, self.control, self.model = spec, sink, control, model
+        self.spec, self.sink, self.control = spec, sink, control
+        #: The model as given: a side question (`ask`) goes to it directly, leaving no event.
+        self._unlogged = model
+        #: Every other call of this conversation's LLMs goes through it: completion logs and
+        #: token ids become events when the LLM's settings ask for them.
+        self.model = LoggedModel(model, sink)
         #: Totals of LLM use; the conversation owns (and saves) the object, the loop adds.
         self.metrics = metrics
         #: Spans and counters of steps and tool calls (no-op spans without a telemetry).
@@ -179,15 +77,17 @@ class AgentSession:
             subagents=services.subagents(spec.id) if services.subagents else None,
         )
         #: The tools' view of this session: models, history, work for idle moments.
-        self.seams = SessionSeams(self)
+        self.seams = SessionSeams(spec.id, control, self.model, sink, metrics,
+                                  lambda: self._view, self.follow_llm)
         self.ctx.models = self.ctx.history = self.ctx.idle = self.seams
         self.hooks = Hooks(spec.hook_config, spec.id, spec.working_dir, secrets, sink.append)
-        self.condenser = Condenser(self.agent.condenser, lambda: control.llm.config, model)
+        self.condenser = Condenser(self.agent.condenser, lambda: control.llm.config, self.model)
         self.toolbox = Toolbox(self.ctx, self.agent, sink.append)
-        self.critic = Critic(self.agent.critic, model, spec.id, spec.working_dir, secrets,
+        self.critic = Critic(self.agent.critic, self.model, spec.id, spec.working_dir, secrets,
                              sink.masker)
-        #: SessionStart hooks ran in this process (SessionEnd runs only after them).
-        self.session_started = False
+        #: SessionStart hooks ran in this process (SessionEnd runs only after them); only
+        #: `_start_session` and `close` change it.
+        self._session_started = False
         self._book: SkillBook | None = None
         self._view: View | None = None
         self._unsubscribe: Callable[[], None] | None = None
@@ -213,38 +113,37 @@ class AgentSession:
             await self.sink.append(*errors)
         self.model.prewarm()
 
-    async def run(self) -> ExecutionStatus:
+    async def run(self, approved: bool = False) -> ExecutionStatus:
         """One run until it ends; the status it ended in (the conversation applies it)."""
         self.seams.run_started()
         errors = await self.toolbox.start(await self._skills())
         if errors:
             await self.sink.append(*errors)
-        await self._attach()
-        status = await Run(self)()
+        view = await self._attach()
+        status = await Run(self._parts(view), approved)()
         self.seams.run_ended()
         return status
 
     async def reject_pending(self, reason: str) -> None:
         """A UserRejectObservation for each action waiting for confirmation."""
-        await self._attach()
+        view = await self._attach()
         rejections = [
             UserRejectObservation(tool_name=event.tool_name, tool_call_id=event.tool_call_id,
                                   action_id=event.id or "", rejection_reason=reason)
-            for event, _ in await self.pending_actions()
+            for event, _ in await pending_actions(view, self.sink)
         ]
         if rejections:
             await self.sink.append(*rejections)
 
     async def prepare_user_message(self, event: MessageEvent) -> None:
         """A message containing a skill's trigger activates it: named, and its body carried."""
-        text = "\n".join(c.text for c in event.llm_message.content if isinstance(c, TextContent))
-        for skill, trigger in (await self._skills()).activate(text):
+        for skill, trigger in (await self._skills()).activate(text_of(event.llm_message.content)):
             event.activated_skills.append(skill.name)
             event.extended_content.append(activation_text(skill, trigger))
 
     async def on_user_message(self, event: MessageEvent) -> bool:
         """UserPromptSubmit hooks; True when they blocked the message."""
-        text = "\n".join(c.text for c in event.llm_message.content if isinstance(c, TextContent))
+        text = text_of(event.llm_message.content)
         outcome = await self.hooks.run("UserPromptSubmit", message_id=event.id,
                                        details={"message": text, "prompt": text})
         return outcome.blocked
@@ -266,10 +165,15 @@ class AgentSession:
         messages.append({"role": "user", "content": [{"type": "text",
                                                       "text": ASK_TEMPLATE.format(question)}]})
         llm = self.agent.llm.model_copy(update={"stream": False})
-        # Not logged: a side question leaves no event.
-        reply = await self.model.model.complete(llm, messages, self.toolbox.llm_tools())
+        reply = await self._unlogged.complete(llm, messages, self.toolbox.llm_tools())
         self.metrics.add(reply.usage, reply.cost, reply.latency)
         return reply.content
+
+    async def follow_llm(self) -> None:
+        """After a switch: whether the new model reads images decides what it is shown."""
+        self.ctx.vision = await self.model.supports_vision(self.control.llm.config)
+        if self._view is not None:
+            self._view.vision = self.ctx.vision
 
     def forget_view(self) -> None:
         """HEAD moved to another branch: the next run builds the model's view anew."""
@@ -280,51 +184,32 @@ class AgentSession:
 
     async def close(self) -> None:
         """SessionEnd hooks (when SessionStart ran), then release the tools."""
-        if self.session_started:
-            self.session_started = False
+        if self._session_started:
+            self._session_started = False
             await self.hooks.run("SessionEnd")
         await self.seams.close()
         if self._unsubscribe is not None:
             self._unsubscribe()
         await self.toolbox.close()
 
-    # -- what the loop uses ------------------------------------------------------------------
-
-    def current_view(self) -> View | None:
-        """The view, when a run has attached it (tools read it between steps)."""
-        return self._view
-
-    async def follow_llm(self) -> None:
-        """After a switch: whether the new model reads images decides what it is shown."""
-        self.ctx.vision = await self.model.supports_vision(self.control.llm.config)
-        if self._view is not None:
-            self._view.vision = self.ctx.vision
-
-    @property
-    def view(self) -> View:
-        assert self._view is not None, "the view is attached at the start of a run"
-        return self._view
-
-    async def pending_actions(self) -> list[tuple[ActionEvent, str | None]]:
-        """The stored ActionEvents still waiting for a result, in call order."""
-        log = await self.sink.log()
-        out: list[tuple[ActionEvent, str | None]] = []
-        for pending in list(self.view.pending.values()):
-            line = log.get(pending.action_id)
-            event = parse_event(line) if line is not None else None
-            if isinstance(event, ActionEvent):
-                out.append((event, None if event.action is not None else "Not executable."))
-        return out
-
-    async def repair(self, why: str) -> None:
-        """Give every tool call still without a result an AgentErrorEvent."""
-        await (await self.sink.log()).drain()  # a result being written now counts: no second one
-        errors = [AgentErrorEvent(tool_name=p.tool_name, tool_call_id=p.tool_call_id, error=why)
-                  for p in self.view.pending.values()]
-        if errors:
-            await self.sink.append(*errors)
-
     # -- internals ---------------------------------------------------------------------------
+
+    def _parts(self, view: View) -> RunParts:
+        return RunParts(
+            model=self.model, toolbox=self.toolbox, view=view, sink=self.sink,
+            control=self.control, hooks=self.hooks, condenser=self.condenser,
+            critic=self.critic, metrics=self.metrics, telemetry=self.telemetry,
+            max_iterations=self.spec.max_iterations,
+            stuck_detection=self.spec.stuck_detection, start_session=self._start_session)
+
+    async def _start_session(self) -> None:
+        """The SessionStart hooks, once in this process; what they add goes to the model."""
+        if self._session_started:
+            return
+        self._session_started = True
+        started = await self.hooks.run("SessionStart")
+        if started.context:
+            await self.sink.append(hook_message(f"[SessionStart hook] {started.context}"))
 
     async def _skills(self) -> SkillBook:
         if self._book is None:
@@ -351,30 +236,9 @@ class AgentSession:
         await log.drain()  # HEAD and its ancestors indexed; nothing awaits from here to subscribe
         branch = log.branch(log.head)
         self._unsubscribe = log.subscribe(listener)
-        events: list[Event] = await asyncio.to_thread(
-            lambda: [parse_event(x) for x in log.read(branch)])
-        for event in events:
-            view.add(event)
+        # Loaded off the loop: until `loading` ends, only this thread touches the view.
+        await asyncio.to_thread(lambda: view.load(log.read(branch)))
         view.on_events(backlog)
         loading = False
         self._view = view
         return view
-
-
-#: Builds the session of one conversation (the composition root supplies model and services).
-SessionFactory = Callable[[ConversationSpec, EventSink, RunControl, Mapping[str, str], Metrics],
-                          Session]
-
-
-def session_factory(model: Model, services: ToolServices,
-                    telemetry: Telemetry | None = None) -> SessionFactory:
-    def make(spec: ConversationSpec, sink: EventSink, control: RunControl,
-             secrets: Mapping[str, str], metrics: Metrics) -> Session:
-        if isinstance(spec.agent, ACPAgentSpec):
-            # Imported here: the ACP session builds on this module's parts.
-            from agent_server.agent.acp import ACPSession
-
-            return ACPSession(spec, sink, control, secrets, services)
-        return AgentSession(spec, sink, control, model, services, secrets, metrics, telemetry)
-
-    return make

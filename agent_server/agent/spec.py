@@ -1,4 +1,4 @@
-"""What an agent is told to be: its LLM, tools, condenser, policies, hooks and repository.
+"""What an agent is told to be: its LLM, tools, condenser, critic, policies and hooks.
 
 These are the parts of a creation request the agent itself reads (SPEC 2.6). Request models
 tolerate unknown fields (clients of other servers send more); shapes follow the public
@@ -8,7 +8,6 @@ OpenHands agent server where the SPEC is silent.
 from __future__ import annotations
 
 import re
-from enum import Enum
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -24,9 +23,8 @@ from pydantic import (
     model_validator,
 )
 
-from agent_server.agent.mcp_config import mask_mcp_config
-from core.ids import ENV_NAME, is_placeholder
-from core.masking import MIN_LENGTH
+from core.ids import ENV_NAME
+from core.masking import MIN_LENGTH, redact_literals, redact_llm, redact_mcp_config
 
 #: Text a process argument or environment value can hold (no NUL).
 NO_NUL = r"^[^\x00]*$"
@@ -38,18 +36,6 @@ class Lenient(BaseModel):
     """Request models: unknown fields are ignored, not refused."""
 
     model_config = ConfigDict(extra="ignore")
-
-
-class ExecutionStatus(str, Enum):
-    """SPEC 3.2, lowercase as the agent server returns it."""
-
-    IDLE = "idle"
-    RUNNING = "running"
-    PAUSED = "paused"
-    WAITING_FOR_CONFIRMATION = "waiting_for_confirmation"
-    FINISHED = "finished"
-    ERROR = "error"
-    STUCK = "stuck"
 
 
 class LLMConfig(Lenient):
@@ -197,12 +183,8 @@ def sdk_condenser(spec: CondenserSpec | None, llm: dict[str, Any]) -> dict[str, 
         return {"kind": spec.kind, "condensers": [sdk_condenser(c, llm) for c in spec.condensers]}
     data = spec.model_dump(mode="json")
     if isinstance(spec, LLMSummarizingCondenser):
-        data["llm"] = mask_llm(data["llm"])
+        data["llm"] = redact_llm(data["llm"])
     return data
-
-
-def mask_llm(llm: dict[str, Any]) -> dict[str, Any]:
-    return {**llm, "api_key": "**********"} if llm.get("api_key") else llm
 
 
 CriticMode = Literal["finish_and_message", "all_actions"]
@@ -269,11 +251,11 @@ class AgentSpec(Lenient):
         """For responses, in the shape the OpenHands SDK validates (`AgentBase`): the LLM key
         and literal MCP env and header values masked, the condenser with its `kind`."""
         data = self.model_dump(mode="json")
-        data["llm"] = mask_llm(data["llm"])
+        data["llm"] = redact_llm(data["llm"])
         if isinstance(data.get("critic"), dict) and isinstance(data["critic"].get("llm"), dict):
-            data["critic"]["llm"] = mask_llm(data["critic"]["llm"])
+            data["critic"]["llm"] = redact_llm(data["critic"]["llm"])
         data["mcp_config"] = data.get("mcp_config") or {}
-        mask_mcp_config(data["mcp_config"])
+        redact_mcp_config(data["mcp_config"])
         data["condenser"] = sdk_condenser(self.condenser, data["llm"])
         return data
 
@@ -322,9 +304,8 @@ class ACPAgentSpec(Lenient):
     def redacted(self) -> dict[str, Any]:
         """For responses: literal environment values masked (`${NAME}` references shown)."""
         data = self.model_dump(mode="json")
-        data["llm"] = mask_llm(data["llm"])
-        data["acp_env"] = {k: v if is_placeholder(v) else "**********"
-                           for k, v in data["acp_env"].items()}
+        data["llm"] = redact_llm(data["llm"])
+        data["acp_env"] = redact_literals(data["acp_env"])
         return data
 
 
@@ -418,98 +399,5 @@ class HookConfig(Lenient):
         return out
 
 
-class TokenUsage(BaseModel):
-    model: str = ""
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    cache_read_tokens: int = 0
-    cache_write_tokens: int = 0
-    reasoning_tokens: int = 0
-    context_window: int = 0
-    per_turn_token: int = 0
-    response_id: str = ""
-
-
-class Metrics(BaseModel):
-    """Totals of a conversation's LLM use (OpenHands' MetricsSnapshot shape)."""
-
-    model_name: str = "default"
-    accumulated_cost: float = 0.0
-    max_budget_per_task: float | None = None
-    accumulated_token_usage: TokenUsage = Field(default_factory=TokenUsage)
-    response_count: int = 0
-    total_latency: float = 0.0
-
-    def add(self, usage: TokenUsage, cost: float, latency: float) -> None:
-        """Count one response."""
-        total = self.accumulated_token_usage
-        self.model_name = usage.model or self.model_name
-        self.accumulated_cost += cost
-        self.response_count += 1
-        self.total_latency += latency
-        for name in ("prompt_tokens", "completion_tokens", "cache_read_tokens",
-                     "cache_write_tokens", "reasoning_tokens"):
-            setattr(total, name, getattr(total, name) + getattr(usage, name))
-        total.per_turn_token = usage.per_turn_token
-        total.response_id = usage.response_id
-        total.model = usage.model
-
-
-#: What a secret or an environment variable may be called, as a type: the document shows
-#: the pattern (propertyNames) and the server checks the same one.
 #: A secret's value: shorter ones would mask ordinary words all over the transcript.
 SecretText = Annotated[str, StringConstraints(min_length=MIN_LENGTH, max_length=65536)]
-
-
-BRANCH = re.compile(r"^(?!-)(?!.*\.\.)(?!.*//)[A-Za-z0-9._/-]{1,255}(?<![./])(?<!\.lock)$")
-
-
-#: The URLs a repository may be cloned from: a scheme Git speaks with a host (file:// without
-#: one), an optional user but never a password; or scp-like user@host:path. Nothing starts
-#: with "-" (an option to git) and nothing holds spaces or control characters.
-REPOSITORY_URL = re.compile(
-    r"^(?!-)(?:"
-    r"(?:https?|ssh|git)://(?:[A-Za-z0-9._~%!$&'()*+,;=-]+@)?[A-Za-z0-9.-]+(?::[0-9]{1,5})?"
-    r"(?:[/?#][^\x00-\x20\x7f]*)?"
-    r"|file://[^\x00-\x20\x7f]*"
-    r"|[A-Za-z0-9._-]+@[A-Za-z0-9.-]+:(?!//)[^\x00-\x20\x7f]+"
-    r")$")
-
-
-RepositoryStatus = Literal["cloned", "failed"]
-
-
-class RepositorySpec(Lenient):
-    """`repository` at creation: what to clone into the working directory."""
-
-    url: str = Field(min_length=1, max_length=2000,
-                     json_schema_extra={"pattern": REPOSITORY_URL.pattern})
-    """https://, http://, ssh://, git://, file:// or user@host:path; never with a password in it."""
-    branch: str | None = Field(default=None, max_length=255,
-                               json_schema_extra={"pattern": BRANCH.pattern})
-    credential_secret: str | None = Field(default=None, max_length=128,
-                                          json_schema_extra={"pattern": ENV_NAME.pattern})
-    """Name of the conversation's secret holding an HTTPS token; sent through GIT_ASKPASS only."""
-
-    @field_validator("url")
-    @classmethod
-    def _url(cls, value: str) -> str:
-        if not REPOSITORY_URL.match(value):
-            raise ValueError("url must be https://, http://, ssh://, git:// or file:// (or "
-                             "user@host:path), without spaces, control characters or a password "
-                             "(put the credential in `secrets` and name it in `credential_secret`)")
-        return value
-
-    @field_validator("branch")
-    @classmethod
-    def _branch(cls, value: str | None) -> str | None:
-        if value is not None and not BRANCH.match(value):
-            raise ValueError("branch is not a valid Git branch name")
-        return value
-
-    @field_validator("credential_secret")
-    @classmethod
-    def _secret_name(cls, value: str | None) -> str | None:
-        if value is not None and not ENV_NAME.match(value):
-            raise ValueError("credential_secret is a secret name: letters, digits and _")
-        return value

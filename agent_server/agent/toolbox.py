@@ -65,18 +65,6 @@ def check_tools(agent: AgentSpec, secrets: Mapping[str, str] | None = None) -> N
         raise invalid(["agent", "mcp_config", *loc], msg, type_)
 
 
-def git_env(name: str | None, email: str | None) -> dict[str, str]:
-    """Commit authorship comes from settings, never from a push credential (SPEC 5 rule 5)."""
-    name = name or "agent-server"
-    email = email or "agent-server@localhost"
-    return {
-        "GIT_AUTHOR_NAME": name,
-        "GIT_COMMITTER_NAME": name,
-        "GIT_AUTHOR_EMAIL": email,
-        "GIT_COMMITTER_EMAIL": email,
-    }
-
-
 class Toolbox:
     """The conversation's tools, by the name the model calls them."""
 

@@ -12,6 +12,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from core.content import text_of
 from events import (
     ActionEvent,
     AgentErrorEvent,
@@ -121,8 +122,8 @@ class View:
             self.messages.append(self._from(
                 {"role": "user", "content": _blocks(content, self.vision)}, event))
             return
-        text = "".join(c.text for c in content if isinstance(c, TextContent))
-        out: dict[str, Any] = self._from({"role": "assistant", "content": text}, event)
+        out: dict[str, Any] = self._from({"role": "assistant", "content": text_of(content)},
+                                         event)
         self._reasoning(out, msg.reasoning_content, msg.thinking_blocks)
         self.messages.append(out)
 
@@ -152,7 +153,7 @@ class View:
             self.messages[-1]["tool_calls"].append(call)
             self.sources(self.messages[-1]).append(event.id or "")
         else:
-            text = "".join(c.text for c in event.thought)
+            text = text_of(event.thought)
             out: dict[str, Any] = self._from(
                 {"role": "assistant", "content": text or None, "tool_calls": [call]}, event)
             self._reasoning(out, event.reasoning_content, event.thinking_blocks)

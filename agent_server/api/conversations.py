@@ -51,14 +51,14 @@ async def get(request: Request) -> Response:
 async def batch_get(request: Request) -> Response:
     query = read_query(request, ConversationIds)
     found = [service(request).get(i) for i in query.ids]
-    return reply([None if c is None else c.info().model_dump(mode="json") for c in found])
+    return reply([None if c is None else c.shown.info().model_dump(mode="json") for c in found])
 
 
 @doc(summary="Search conversations", query=ConversationSearch, response=ConversationPage)
 async def search(request: Request) -> Response:
     query = read_query(request, ConversationSearch)
     page, next_id = service(request).search(query)
-    return reply(ConversationPage(items=[c.info() for c in page],
+    return reply(ConversationPage(items=[c.shown.info() for c in page],
                                   next_page_id=next_id))
 
 

@@ -17,7 +17,7 @@ from web.io import doc
 async def download(request: Request) -> Response:
     conv = conversation(request)
     log = await conv.log()
-    shown = conv.masker.data(conv.info().model_dump(mode="json"))
+    shown = conv.masker.data(conv.shown.info().model_dump(mode="json"))
     meta = json.dumps(shown, indent=1, sort_keys=True).encode()
     # A sync iterator: Starlette runs it in a worker thread, so log reads never block the loop.
     return StreamingResponse(trajectory_zip(meta, log, len(log)), media_type="application/zip",

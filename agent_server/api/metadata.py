@@ -19,4 +19,4 @@ async def update(request: Request) -> Response:
     if given & {"title", "tags"}:
         await conv.update(title=body.title, clear_title="title" in given and body.title is None,
                           tags=(body.tags or {}) if "tags" in given else None)
-    return reply(conv.info())
+    return reply(conv.shown.info())

@@ -219,7 +219,7 @@ class _Session:
         log = self.log
         # First the conversation's state as it is now (a `full_state` ConversationStateUpdateEvent,
         # not stored): the OpenHands SDK client counts the socket ready only once it has it.
-        await self._put(self.conv.state_event().model_dump_json())
+        await self._put(self.conv.shown.state_event().model_dump_json())
         if start:
             self.last_sent = start  # nothing up to after_id, even from the live queue
         if start is not None:

@@ -22,7 +22,6 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from agent_server import git
-from agent_server.agent.toolbox import git_env
 from agent_server.api.io import conversation, read_body, services
 from agent_server.api.schemas import (
     ChangesQuery,
@@ -64,8 +63,7 @@ def scope(request: Request) -> Scope:
 
 
 def git_author(request: Request) -> dict[str, str]:
-    settings = services(request).settings.get()
-    return git_env(settings.git_user_name, settings.git_user_email)
+    return services(request).settings.get().git_author()
 
 
 # -- files -----------------------------------------------------------------------------------

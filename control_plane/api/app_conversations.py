@@ -12,12 +12,8 @@ from starlette.responses import Response, StreamingResponse
 from control_plane.api.io import body, from_browser, services, user
 from control_plane.api.paths import path_uuid
 from control_plane.app_conversations import AppConversation
-from control_plane.models import SandboxStatus, StartTaskStatus
+from control_plane.models import ConversationFilters, ConversationRow, StartTaskStatus, TaskRow
 from control_plane.start_request import InitialMessage, StartRequest
-from control_plane.store import conversations, sandboxes, tasks
-from control_plane.store.conversations import ConversationRow, Filters
-from control_plane.store.tasks import TaskRow
-from web.errors import Conflict, Gone, NotFound
 from web.io import doc, read_query, reply
 
 M = TypeVar("M", bound=BaseModel)
@@ -73,9 +69,10 @@ class Search(BaseModel):
             raise ValueError("needs a UTC offset, e.g. 2026-01-31T12:00:00+00:00")
         return value
 
-    def filters(self) -> Filters:
-        return Filters(self.title__contains, self.created_at__gte, self.created_at__lt,
-                       self.updated_at__gte, self.updated_at__lt, self.sandbox_id)
+    def filters(self) -> ConversationFilters:
+        return ConversationFilters(self.title__contains, self.created_at__gte,
+                                   self.created_at__lt, self.updated_at__gte,
+                                   self.updated_at__lt, self.sandbox_id)
 
 
 class CountQuery(Search):
@@ -142,17 +139,7 @@ async def owned(request: Request, model: type[M] | None = None) -> tuple[Convers
      response=StartTask, status=201, errors=(404, 409, 410))
 async def start(request: Request) -> Response:
     account = await user(request)
-    request_body = await body(request, StartRequest)
-    svc = services(request)
-    if request_body.sandbox_id is not None:  # refused now rather than as a failed task
-        row = await sandboxes.get(svc.db, request_body.sandbox_id, account.id)
-        if row is None:
-            raise NotFound(f"sandbox {request_body.sandbox_id} not found")
-        if row.status.terminal:
-            error = Gone if row.status is SandboxStatus.MISSING else Conflict
-            raise error(f"sandbox {row.id} is {row.status.value}: conversations cannot be "
-                        "started in it")
-    task = await svc.tasks.submit(account.id, request_body)
+    task = await services(request).tasks.submit(account.id, await body(request, StartRequest))
     return reply(StartTask.of(task), 201)
 
 
@@ -160,7 +147,7 @@ async def start(request: Request) -> Response:
 async def start_tasks(request: Request) -> Response:
     account = await user(request)
     ids = read_query(request, TaskIds).ids
-    found = await tasks.get_many(services(request).db, ids, account.id)
+    found = await services(request).tasks.owned_many(ids, account.id)
     return reply([StartTask.of(found[i]) if i in found else None for i in ids])
 
 
@@ -169,9 +156,8 @@ async def start_tasks(request: Request) -> Response:
 async def batch_get(request: Request) -> Response:
     account = await user(request)
     ids = read_query(request, ConversationIds).ids
-    svc = services(request)
-    found = await conversations.get_many(svc.db, ids, account.id)
-    records = {r.id: r for r in shown(request, await svc.conversations.records(list(found.values())))}
+    found = await services(request).conversations.owned_many(ids, account.id)
+    records = {r.id: r for r in shown(request, found)}
     return reply([records.get(i) for i in ids])
 
 
@@ -180,13 +166,11 @@ async def batch_get(request: Request) -> Response:
 async def search(request: Request) -> Response:
     account = await user(request)
     params = read_query(request, Search)
-    svc = services(request)
     offset = int(params.page_id or 0)
-    found = await conversations.search(svc.db, account.id, params.filters(),
-                                       order=params.sort_order, limit=params.limit + 1, offset=offset)
-    following = str(offset + params.limit) if len(found) > params.limit else None
-    return reply(Page(items=shown(request, await svc.conversations.records(found[: params.limit])),
-                      next_page_id=following))
+    found, more = await services(request).conversations.search(
+        account.id, params.filters(), order=params.sort_order, limit=params.limit, offset=offset)
+    following = str(offset + params.limit) if more else None
+    return reply(Page(items=shown(request, found), next_page_id=following))
 
 
 class Count(BaseModel):
@@ -197,8 +181,8 @@ class Count(BaseModel):
 async def count(request: Request) -> Response:
     account = await user(request)
     params = read_query(request, CountQuery)
-    return reply(Count(count=await conversations.count(services(request).db, account.id,
-                                                       params.filters())))
+    return reply(Count(count=await services(request).conversations.count(account.id,
+                                                                         params.filters())))
 
 
 @doc(summary="Send a follow-up message (a PAUSED sandbox is resumed first)", body=InitialMessage,

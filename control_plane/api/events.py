@@ -13,12 +13,10 @@ from starlette.responses import Response, StreamingResponse
 
 from control_plane.api.io import services, user
 from control_plane.api.paths import path_uuid
-from control_plane.relay import relay
-from control_plane.store import conversations, events
-from control_plane.store.events import EventFilters
+from control_plane.models import EventFilters
 from events.kinds import KindName
-from web.errors import from_pydantic, invalid
-from web.io import doc, read_query, reply
+from web.errors import from_pydantic
+from web.io import doc, located, read_query, reply
 
 M = TypeVar("M", bound=BaseModel)
 Source = Literal["agent", "user", "environment", "hook"]
@@ -77,10 +75,9 @@ async def _conversation_id(request: Request, model: type[M]) -> tuple[str, M]:
      query=EventSearch, response=EventPage, errors=(404,))
 async def search(request: Request) -> Response:
     conversation_id, params = await _conversation_id(request, EventSearch)
-    bodies, following = await events.search(
-        services(request).db, conversation_id, params.filters(),
-        descending=params.sort_order == "TIMESTAMP_DESC", limit=params.limit,
-        page=int(params.page_id) if params.page_id else None)
+    bodies, following = await services(request).transcripts.search(
+        conversation_id, params.filters(), descending=params.sort_order == "TIMESTAMP_DESC",
+        limit=params.limit, page=int(params.page_id) if params.page_id else None)
     # Stored bodies are JSON already: spliced, not parsed and dumped again.
     text = '{"items":[' + ",".join(bodies) + '],"next_page_id":' + json.dumps(
         None if following is None else str(following)) + "}"
@@ -90,8 +87,8 @@ async def search(request: Request) -> Response:
 @doc(summary="Count stored events", query=EventCount, response=Count, errors=(404,))
 async def count(request: Request) -> Response:
     conversation_id, params = await _conversation_id(request, EventCount)
-    total = await events.count(services(request).db, conversation_id,
-                               EventFilters(params.kind__eq, params.source__eq))
+    total = await services(request).transcripts.count(
+        conversation_id, EventFilters(params.kind__eq, params.source__eq))
     return reply(Count(count=total))
 
 
@@ -116,7 +113,7 @@ class StreamHeaders(BaseModel):
      errors=(404,))
 async def stream(request: Request) -> Response:
     conversation_id, params = await _conversation_id(request, StreamQuery)
-    svc = services(request)
+    transcripts = services(request).transcripts
     try:
         header = StreamHeaders.model_validate(
             {"last-event-id": request.headers.get("last-event-id") or None}).last_event_id
@@ -125,16 +122,8 @@ async def stream(request: Request) -> Response:
     last = header or params.last_event_id
     after = 0
     if last:
-        found = await events.position(svc.db, conversation_id, last)
-        if found is None:
-            loc: list[str | int] = ["header", "last-event-id"] if header else ["query", "last_event_id"]
-            raise invalid(loc, "no stored event of this conversation has this id", input_=last)
-        after = found
-
-    async def still_there() -> bool:
-        return await conversations.get(svc.db, conversation_id) is not None
-
+        with located(*(("header", "last-event-id") if header else ("query", "last_event_id"))):
+            after = await transcripts.position(conversation_id, last)
     return StreamingResponse(
-        relay(svc.db, svc.bell, conversation_id, after, still_there, deltas=svc.deltas),
-        media_type="text/event-stream",
+        transcripts.follow(conversation_id, after), media_type="text/event-stream",
         headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})

@@ -8,10 +8,8 @@ from typing import TypedDict, TypeVar
 from pydantic import BaseModel
 from starlette.requests import HTTPConnection, Request
 
-from control_plane.crypto import hash_key
+from control_plane.models import User
 from control_plane.services import Services
-from control_plane.store import accounts
-from control_plane.store.accounts import User
 from web import io
 from web.errors import Unauthorized
 
@@ -34,7 +32,7 @@ async def user(request: Request) -> User:
     scheme, _, key = header.partition(" ")
     if scheme.lower() != "bearer" or not key.strip():
         raise Unauthorized("Authorization: Bearer <API_KEY> is required", scheme="Bearer")
-    found = await accounts.user_by_key_hash(services(request).db, hash_key(key.strip()))
+    found = await services(request).accounts.by_key(key.strip())
     if found is None:
         raise Unauthorized("unknown API key", scheme="Bearer")
     return found

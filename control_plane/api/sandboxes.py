@@ -11,13 +11,10 @@ from starlette.responses import Response
 
 from control_plane.api.io import body, from_browser, services, user
 from control_plane.api.paths import path_id
-from control_plane.models import SandboxReason, SandboxStatus
+from control_plane.models import SandboxReason, SandboxRow, SandboxStatus
 from control_plane.services import Services
-from control_plane.store import accounts
-from control_plane.store import sandboxes as rows
-from control_plane.store.sandboxes import SandboxRow
-from web.errors import NotFound, invalid
-from web.io import doc, read_query, reply
+from web.errors import invalid
+from web.io import doc, located, read_query, reply
 
 
 class ExposedUrl(BaseModel):
@@ -100,7 +97,7 @@ class Deleted(BaseModel):
 async def infos(request: Request, found: list[SandboxRow]) -> list[SandboxInfo]:
     """A browser (`io.from_browser`) is given neither the key nor the addresses."""
     svc = services(request)
-    counts = await rows.conversation_counts(svc.db, [r.id for r in found])
+    counts = await svc.sandboxes.conversation_counts([r.id for r in found])
     out = []
     for row in found:
         running = row.status is SandboxStatus.RUNNING and not from_browser(request)
@@ -129,25 +126,16 @@ async def owned(request: Request, validate: type[BaseModel] | None = None
     if validate is not None:
         read_query(request, validate)
     svc = services(request)
-    row = await rows.get(svc.db, sandbox_id, account.id)
-    if row is None:
-        raise NotFound(f"sandbox {sandbox_id} not found")
-    return svc, row
+    return svc, await svc.sandboxes.owned(sandbox_id, account.id)
 
 
 @doc(summary="Create a sandbox; poll GET /api/v1/sandboxes?id= until RUNNING", body=CreateSandbox,
      response=SandboxInfo, status=201, errors=(429,))
 async def create(request: Request) -> Response:
     account = await user(request)
-    svc = services(request)
-    spec = (await body(request, CreateSandbox)).sandbox_spec_id or svc.provider.specs()[0].id
-    if spec not in {s.id for s in svc.provider.specs()}:
-        raise invalid(["body", "sandbox_spec_id"], f"unknown sandbox spec {spec!r}",
-                      input_=spec)
-    async with svc.db.begin() as conn:
-        await accounts.lock_user(conn, account.id)  # the per-user limit counts under the lock
-        row = await svc.sandboxes.new_row(conn, account.id, spec)
-    svc.sandboxes.launch(row, fresh=True)
+    asked = await body(request, CreateSandbox)
+    with located("body"):
+        row = await services(request).sandboxes.create(account.id, asked.sandbox_spec_id)
     return reply(await info(request, row), 201)
 
 
@@ -155,10 +143,9 @@ async def create(request: Request) -> Response:
 async def search(request: Request) -> Response:
     account = await user(request)
     params = read_query(request, SandboxSearch)
-    svc = services(request)
     offset = int(params.page_id or 0)
-    found = await rows.search(svc.db, account.id, status=params.status, limit=params.limit + 1,
-                              offset=offset)
+    found = await services(request).sandboxes.search(account.id, params.status,
+                                                     limit=params.limit + 1, offset=offset)
     following = str(offset + params.limit) if len(found) > params.limit else None
     return reply(SandboxPage(items=await infos(request, found[: params.limit]), next_page_id=following))
 
@@ -168,10 +155,8 @@ async def search(request: Request) -> Response:
 async def batch_get(request: Request) -> Response:
     account = await user(request)
     ids = read_query(request, SandboxIds).id
-    svc = services(request)
-    found = {i: await rows.get(svc.db, i, account.id) for i in ids}
-    known = dict(zip([i for i, r in found.items() if r is not None],
-                     await infos(request, [r for r in found.values() if r is not None])))
+    found = await services(request).sandboxes.owned_many(ids, account.id)
+    known = dict(zip(found, await infos(request, list(found.values()))))
     return reply([known.get(i) for i in ids])
 
 

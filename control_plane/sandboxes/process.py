@@ -30,7 +30,6 @@ from typing import TypeVar
 
 import httpx
 
-from control_plane.sandboxes import procfs
 from control_plane.sandboxes.isolation import HOME, Command, Isolation
 from control_plane.sandboxes.provider import (
     Handle,
@@ -114,7 +113,7 @@ class ProcessProvider(SandboxProvider):
         self._children.add(pid)
         try:
             port = await self._wait_ready(pid, ready, launch.root_dir / LOG_FILE)
-            started = procfs.start_time(pid)
+            started = processes.start_time(pid)
             if started is None:
                 raise ProviderError("the agent server exited right after starting")
             handle = Handle(sandbox_id=launch.sandbox_id, pid=pid, pid_start_time=started, port=port)
@@ -152,18 +151,18 @@ class ProcessProvider(SandboxProvider):
     async def recover(self, launch: Launch) -> Handle | None:
         """The child of a start that was cut short: its handle once it is up; a child still
         booting (no ready file yet) is killed, so the caller can start the sandbox again."""
-        found = procfs.with_argument(str(launch.root_dir / READY_FILE))
-        leaders = [pid for pid, group in found if pid == group]
+        found = processes.with_argument(str(launch.root_dir / READY_FILE))
+        leaders = [p.pid for p in found if p.pid == p.pgid]
         try:
             port = int(json.loads((launch.root_dir / READY_FILE).read_text())["port"])
         except (OSError, ValueError, KeyError, TypeError):
             port = 0
-        started = procfs.start_time(leaders[0]) if port and len(leaders) == 1 else None
+        started = processes.start_time(leaders[0]) if port and len(leaders) == 1 else None
         if started is not None:
             return Handle(sandbox_id=launch.sandbox_id, pid=leaders[0], pid_start_time=started,
                           port=port)
-        for group in {group for _, group in found}:
-            procfs.signal_group(group, signal.SIGKILL)
+        for group in {p.pgid for p in found}:
+            processes.signal_group(group, signal.SIGKILL)
         return None
 
     def _reap(self, pid: int) -> int | None:
@@ -181,9 +180,9 @@ class ProcessProvider(SandboxProvider):
 
     async def inspect(self, handle: Handle) -> Liveness:
         self._reap(handle.pid)
-        if not procfs.is_ours(handle.pid, handle.pid_start_time):
+        if not processes.is_running(handle.pid, handle.pid_start_time):
             return Liveness.GONE
-        if procfs.state(handle.pid) == "T":
+        if processes.state(handle.pid) == "T":
             return Liveness.STOPPED
         return Liveness.ALIVE if await self.alive(handle) else Liveness.UNRESPONSIVE
 
@@ -192,23 +191,23 @@ class ProcessProvider(SandboxProvider):
         only stored when it is true."""
         self._signal(handle, signal.SIGSTOP)
         deadline = time.monotonic() + 5
-        while procfs.state(handle.pid) != "T":
-            if time.monotonic() > deadline or not procfs.is_ours(handle.pid, handle.pid_start_time):
+        while processes.state(handle.pid) != "T":
+            if time.monotonic() > deadline or not processes.is_running(handle.pid, handle.pid_start_time):
                 raise ProviderError("the agent server did not stop")
             await asyncio.sleep(0.005)
 
     async def resume(self, handle: Handle) -> Handle:
         self._signal(handle, signal.SIGCONT)
         await self.until_alive(handle, "the agent server did not answer after resuming",
-                               lambda: procfs.is_ours(handle.pid, handle.pid_start_time))
+                               lambda: processes.is_running(handle.pid, handle.pid_start_time))
         return handle
 
     def _signal(self, handle: Handle, sig: signal.Signals) -> None:
-        if not procfs.is_ours(handle.pid, handle.pid_start_time) or not procfs.signal_group(handle.pid, sig):
+        if not processes.is_running(handle.pid, handle.pid_start_time) or not processes.signal_group(handle.pid, sig):
             raise ProviderError("the sandbox's process is gone")
 
     async def destroy(self, sandbox_id: str, handle: Handle | None, root_dir: Path) -> Path | None:
-        if handle is not None and procfs.holds_group(handle.pid, handle.pid_start_time):
+        if handle is not None and processes.holds_group(handle.pid, handle.pid_start_time):
             # Taken while the server lives: its shells run in sessions of their own, and once
             # it is gone nothing links them to it any more.
             tree = await asyncio.to_thread(_sweep, processes.started_by, handle.pid,
@@ -216,11 +215,11 @@ class ProcessProvider(SandboxProvider):
             # Isolated, bubblewrap (the leader, which SIGTERM ends at once, and its pid 1,
             # which waits for everything of the sandbox) is not what is waited for: the server
             # has stopped when nothing else of the group is left.
-            launcher = ({handle.pid, *procfs.children(handle.pid)} if self.isolation is not None
+            launcher = ({handle.pid, *processes.children(handle.pid)} if self.isolation is not None
                         else set())
             # A stopped group only acts on SIGTERM once continued.
-            procfs.signal_group(handle.pid, signal.SIGCONT)
-            procfs.signal_group(handle.pid, signal.SIGTERM)
+            processes.signal_group(handle.pid, signal.SIGCONT)
+            processes.signal_group(handle.pid, signal.SIGTERM)
             deadline = time.monotonic() + self.stop_grace
             while time.monotonic() < deadline:
                 self._reap(handle.pid)
@@ -230,7 +229,7 @@ class ProcessProvider(SandboxProvider):
             # Whatever is left goes now: the group (with bubblewrap's pid 1, the whole pid
             # namespace), and what its processes started in sessions of their own (the
             # terminal's shells), found by core's /proc sweep.
-            procfs.signal_group(handle.pid, signal.SIGKILL)
+            processes.signal_group(handle.pid, signal.SIGKILL)
             for pid in tree:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.kill(pid, signal.SIGKILL)
@@ -259,7 +258,7 @@ class ProcessProvider(SandboxProvider):
     async def _kill_now(self, pid: int) -> None:
         """A start that failed or was cancelled: nothing of it is left (it dies in moments; the
         wait for it yields, so other sandboxes' work goes on meanwhile)."""
-        procfs.signal_group(pid, signal.SIGKILL)
+        processes.signal_group(pid, signal.SIGKILL)
         deadline = time.monotonic() + 5
         while pid in self._children and time.monotonic() < deadline:
             self._reap(pid)

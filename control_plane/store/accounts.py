@@ -10,15 +10,9 @@ from typing import Any
 from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from control_plane.models import now
+from control_plane.models import User
 from control_plane.store.db import Database
 from control_plane.store.tables import api_keys, user_settings, users
-
-
-@dataclass(frozen=True)
-class User:
-    id: str
-    name: str
 
 
 @dataclass(frozen=True)
@@ -36,14 +30,14 @@ async def get_or_create_user(db: Database, name: str) -> User:
             return User(row.id, row.name)
         user = User(str(uuid.uuid4()), name)
         await conn.execute(users.insert().values(id=user.id, name=name, placement_seq=0,
-                                                 created_at=now()))
+                                                 created_at=db.now()))
         return user
 
 
 async def add_key(db: Database, user: User, key_hash: str) -> None:
     async with db.begin() as conn:
         await conn.execute(api_keys.insert().values(id=str(uuid.uuid4()), user_id=user.id,
-                                                    key_hash=key_hash, created_at=now()))
+                                                    key_hash=key_hash, created_at=db.now()))
 
 
 async def user_by_key_hash(db: Database, key_hash: str) -> User | None:
@@ -75,7 +69,7 @@ async def get_settings(db: Database, user_id: str) -> StoredSettings:
 
 async def put_settings(db: Database, user_id: str, settings: StoredSettings) -> None:
     values = {"data": settings.data, "llm_api_key_enc": settings.llm_api_key_enc,
-              "secrets_enc": settings.secrets_enc, "updated_at": now()}
+              "secrets_enc": settings.secrets_enc, "updated_at": db.now()}
     async with db.begin() as conn:
         done = await conn.execute(update(user_settings).where(user_settings.c.user_id == user_id)
                                   .values(**values))

@@ -2,48 +2,24 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Select, delete, func, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from control_plane.models import SandboxStatus, now
+from control_plane.models import ConversationFilters, ConversationRow, SandboxStatus
 from control_plane.store.db import Database
 from control_plane.store.tables import app_conversations, sandboxes
 
 C = app_conversations
 
 
-@dataclass(frozen=True)
-class ConversationRow:
-    id: str
-    user_id: str
-    sandbox_id: str
-    start_task_id: str | None
-    started: bool
-    title: str | None
-    tags: dict[str, str]
-    selected_repository: str | None
-    selected_branch: str | None
-    working_dir: str
-    execution_status: str | None
-    metrics: dict[str, Any] | None
-    observability: dict[str, Any] | None
-    created_at: datetime
-    updated_at: datetime
-    last_activity_at: datetime
-    sandbox_status: SandboxStatus
-    resume_run: bool = False
-    """Its run was paused with its sandbox: it goes on when the sandbox resumes."""
-
-    @classmethod
-    def of(cls, row: Any) -> ConversationRow:
-        data = dict(row._mapping)
-        data["sandbox_status"] = SandboxStatus(data["sandbox_status"])
-        data["tags"] = dict(data["tags"] or {})
-        return cls(**data)
+def _row(row: Any) -> ConversationRow:
+    data = dict(row._mapping)
+    data["sandbox_status"] = SandboxStatus(data["sandbox_status"])
+    data["tags"] = dict(data["tags"] or {})
+    return ConversationRow(**data)
 
 
 def _select() -> Select[Any]:
@@ -51,8 +27,8 @@ def _select() -> Select[Any]:
         sandboxes, sandboxes.c.id == C.c.sandbox_id)
 
 
-async def insert(conn: AsyncConnection, **values: Any) -> None:
-    moment = now()
+async def insert(conn: AsyncConnection, moment: datetime, **values: Any) -> None:
+    """A conversation made at `moment`, not shown until its start is READY (`mark_started`)."""
     await conn.execute(C.insert().values(started=False, tags={}, created_at=moment,
                                          updated_at=moment, last_activity_at=moment, **values))
 
@@ -63,26 +39,16 @@ async def get(db: Database, conversation_id: str, user_id: str | None = None) ->
         query = query.where(C.c.user_id == user_id)
     async with db.connect() as conn:
         row = (await conn.execute(query)).first()
-    return None if row is None else ConversationRow.of(row)
+    return None if row is None else _row(row)
 
 
 async def get_many(db: Database, ids: list[str], user_id: str) -> dict[str, ConversationRow]:
     query = _select().where(C.c.id.in_(ids), C.c.user_id == user_id, C.c.started.is_(True))
     async with db.connect() as conn:
-        return {r.id: r for r in (ConversationRow.of(x) for x in await conn.execute(query))}
+        return {r.id: r for r in (_row(x) for x in await conn.execute(query))}
 
 
-@dataclass(frozen=True)
-class Filters:
-    title_contains: str | None = None
-    created_at_gte: datetime | None = None
-    created_at_lt: datetime | None = None
-    updated_at_gte: datetime | None = None
-    updated_at_lt: datetime | None = None
-    sandbox_id: str | None = None
-
-
-def _filtered(query: Select[Any], user_id: str, f: Filters) -> Select[Any]:
+def _filtered(query: Select[Any], user_id: str, f: ConversationFilters) -> Select[Any]:
     query = query.where(C.c.user_id == user_id, C.c.started.is_(True))
     if f.title_contains:
         escaped = f.title_contains.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
@@ -98,7 +64,7 @@ def _filtered(query: Select[Any], user_id: str, f: Filters) -> Select[Any]:
     return query
 
 
-async def search(db: Database, user_id: str, f: Filters, *, order: str, limit: int,
+async def search(db: Database, user_id: str, f: ConversationFilters, *, order: str, limit: int,
                  offset: int) -> list[ConversationRow]:
     """`order` is one of CREATED_AT, CREATED_AT_DESC, UPDATED_AT, UPDATED_AT_DESC, TITLE, TITLE_DESC."""
     column = {"CREATED": C.c.created_at, "UPDATED": C.c.updated_at, "TITLE": C.c.title}[order.split("_")[0]]
@@ -106,10 +72,10 @@ async def search(db: Database, user_id: str, f: Filters, *, order: str, limit: i
     query = _filtered(_select(), user_id, f).order_by(
         column.desc() if desc else column.asc(), C.c.id.desc() if desc else C.c.id.asc())
     async with db.connect() as conn:
-        return [ConversationRow.of(r) for r in await conn.execute(query.limit(limit).offset(offset))]
+        return [_row(r) for r in await conn.execute(query.limit(limit).offset(offset))]
 
 
-async def count(db: Database, user_id: str, f: Filters) -> int:
+async def count(db: Database, user_id: str, f: ConversationFilters) -> int:
     query = _filtered(select(func.count()).select_from(C), user_id, f)
     async with db.connect() as conn:
         return int(await conn.scalar(query) or 0)
@@ -117,15 +83,15 @@ async def count(db: Database, user_id: str, f: Filters) -> int:
 
 async def update_fields(db: Database, conversation_id: str, *, touch: bool = True, **values: Any) -> None:
     if touch:
-        values["updated_at"] = now()
+        values["updated_at"] = db.now()
     async with db.begin() as conn:
         await conn.execute(update(C).where(C.c.id == conversation_id).values(**values))
 
 
-async def mark_started(conn: AsyncConnection, conversation_id: str) -> None:
+async def mark_started(conn: AsyncConnection, conversation_id: str, moment: datetime) -> None:
     """Shown from now on (its start task is READY in the same transaction)."""
     await conn.execute(update(C).where(C.c.id == conversation_id)
-                       .values(started=True, updated_at=now()))
+                       .values(started=True, updated_at=moment))
 
 
 async def remove(conn: AsyncConnection, conversation_id: str) -> None:
@@ -138,7 +104,7 @@ async def in_sandbox(db: Database, sandbox_id: str) -> list[str]:
 
 
 async def to_resume(db: Database, sandbox_id: str) -> list[str]:
-    """Conversations whose run was paused with the sandbox (see `SandboxService.pause`)."""
+    """Conversations whose run was paused with the sandbox (see `control_plane.runs`)."""
     async with db.connect() as conn:
         return list(await conn.scalars(select(C.c.id).where(C.c.sandbox_id == sandbox_id,
                                                             C.c.resume_run.is_(True))))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,8 @@ from sqlalchemy import Connection, Table, event, text
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 from sqlalchemy.sql.dml import Insert
+
+from core.retry import Clock
 
 MIGRATIONS = Path(__file__).with_name("migrations")
 #: The advisory lock key that serializes migrations on PostgreSQL (any constant of this app's).
@@ -33,10 +36,16 @@ def _sqlite_pragmas(dbapi_connection: Any, record: Any) -> None:
 
 
 class Database:
-    """The engine and its dialect; every query module takes one of these."""
+    """The engine and its dialect, and the clock of stored times; every query module takes one
+    of these.
 
-    def __init__(self, url: str) -> None:
+    `clock` is the time of every stored record and of the timers that read them (the
+    lifecycle's idle time, the 12-hour cap, the deletion time): one clock for both, so a test
+    that moves it on sees the timers come due. Lease times are not on it (`store.leases`)."""
+
+    def __init__(self, url: str, clock: Clock | None = None) -> None:
         self.url = url
+        self.clock = clock or Clock()
         if url.startswith("sqlite"):
             Path(url.split(":///", 1)[1]).parent.mkdir(parents=True, exist_ok=True)
             self.engine: AsyncEngine = create_async_engine(url, connect_args={"timeout": 30})
@@ -45,6 +54,10 @@ class Database:
             self.engine = create_async_engine(url, pool_size=10, max_overflow=20,
                                               pool_pre_ping=True)
         self.dialect = self.engine.dialect.name
+
+    def now(self) -> datetime:
+        """The clock's time as stored: aware UTC."""
+        return datetime.fromtimestamp(self.clock.time(), UTC)
 
     async def migrate(self) -> None:
         """Alembic upgrade to head, on this engine (no alembic.ini, no separate step).

@@ -8,21 +8,13 @@ one text form (UTC, microseconds, explicit offset), so text comparison is time c
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import delete, func, select
 
+from control_plane.models import EventFilters
 from control_plane.store.db import Database
 from control_plane.store.tables import events as E
-
-
-@dataclass(frozen=True)
-class EventFilters:
-    kind: str | None = None
-    source: str | None = None
-    timestamp_gte: str | None = None
-    timestamp_lt: str | None = None
 
 
 async def insert_batch(db: Database, rows: Sequence[dict[str, Any]]) -> None:

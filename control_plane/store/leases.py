@@ -1,9 +1,9 @@
 """Lease rows: which control-plane process works on something (a start task, a sandbox), until
 when. A holder renews its leases while it works; once one has expired, any process may take it.
 
-Lease times are wall-clock time of the holder's host, not the lifecycle clock (`models.now`,
-which tests move by hours): control planes sharing a database keep their clocks in step (NTP),
-well within a lease's length.
+Lease times are wall-clock time of the holder's host, not the clock of stored records
+(`Database.clock`, which tests move by hours): control planes sharing a database keep their
+clocks in step (NTP), well within a lease's length.
 """
 
 from __future__ import annotations

@@ -2,74 +2,32 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import and_, case, func, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from control_plane.models import SandboxReason, SandboxStatus, now
+from control_plane.models import SandboxReason, SandboxRow, SandboxStatus, entered_from
 from control_plane.store.db import Database
 from control_plane.store.tables import app_conversations, sandboxes
 
 
-@dataclass(frozen=True)
-class SandboxRow:
-    id: str
-    user_id: str
-    spec_id: str
-    status: SandboxStatus
-    status_detail: str | None
-    session_key_hash: str
-    session_key_enc: str
-    port: int | None
-    pid: int | None
-    pid_start_time: int | None
-    root_dir: str
-    created_at: datetime
-    updated_at: datetime
-    last_activity_at: datetime
-    running_since: datetime | None = None
-    """When it last became RUNNING (the 12-hour cap counts from here)."""
-    paused_at: datetime | None = None
-    """When it was paused (the deletion time counts from here)."""
-    status_reason: SandboxReason | None = None
-    """Why the status last changed."""
-    unhealthy_since: datetime | None = None
-    """When its health check began to fail (ERROR after the grace period)."""
-    reconcile_after: datetime | None = None
-    """Wall-clock time before which no reconciler round looks at it again."""
-    reconciled_by: str | None = None
-    """The control plane that claimed its last reconciler round."""
-    cleanup_after: datetime | None = None
-    """ERROR or MISSING with remains (process, container, volume, files) still to be removed:
-    the reconciler removes them from then on (set when it became terminal, moved later when a
-    clean-up failed); None once they are gone."""
-    pausing_reason: SandboxReason | None = None
-    """A pause under way, recorded before its runs are paused and the sandbox frozen: a control
-    plane that finds it so (its pauser died) finishes the pause."""
-    pausing_detail: str | None = None
-    host: str | None = None
-    """Where its port is published (a cluster node's address); None: this machine's loopback."""
-
-    @classmethod
-    def of(cls, row: Any) -> SandboxRow:
-        data = dict(row._mapping)
-        data["status"] = SandboxStatus(data["status"])
-        for name in ("status_reason", "pausing_reason"):
-            reason = data.get(name)
-            data[name] = SandboxReason(reason) if reason else None
-        return cls(**data)
+def _row(row: Any) -> SandboxRow:
+    data = dict(row._mapping)
+    data["status"] = SandboxStatus(data["status"])
+    for name in ("status_reason", "pausing_reason"):
+        reason = data.get(name)
+        data[name] = SandboxReason(reason) if reason else None
+    return SandboxRow(**data)
 
 
-async def insert(conn: AsyncConnection, **values: Any) -> SandboxRow:
-    moment = now()
+async def insert(conn: AsyncConnection, moment: datetime, **values: Any) -> SandboxRow:
+    """A sandbox made at `moment` (STARTING unless `values` say otherwise)."""
     values = {"status": SandboxStatus.STARTING.value, "created_at": moment, "updated_at": moment,
               "last_activity_at": moment, **values}
-    await conn.execute(sandboxes.insert().values(**values))
-    row = (await conn.execute(select(sandboxes).where(sandboxes.c.id == values["id"]))).one()
-    return SandboxRow.of(row)
+    made = await conn.execute(sandboxes.insert().values(**values).returning(sandboxes))
+    return _row(made.one())
 
 
 async def get(db: Database, sandbox_id: str, user_id: str | None = None) -> SandboxRow | None:
@@ -78,13 +36,13 @@ async def get(db: Database, sandbox_id: str, user_id: str | None = None) -> Sand
         query = query.where(sandboxes.c.user_id == user_id)
     async with db.connect() as conn:
         row = (await conn.execute(query)).first()
-    return None if row is None else SandboxRow.of(row)
+    return None if row is None else _row(row)
 
 
 async def by_key_hash(db: Database, key_hash: str) -> SandboxRow | None:
     async with db.connect() as conn:
         row = (await conn.execute(select(sandboxes).where(sandboxes.c.session_key_hash == key_hash))).first()
-    return None if row is None else SandboxRow.of(row)
+    return None if row is None else _row(row)
 
 
 async def search(db: Database, user_id: str, *, status: SandboxStatus | None, limit: int,
@@ -95,7 +53,7 @@ async def search(db: Database, user_id: str, *, status: SandboxStatus | None, li
         query = query.where(sandboxes.c.status == status.value)
     query = query.order_by(sandboxes.c.created_at.desc(), sandboxes.c.id.desc()).limit(limit).offset(offset)
     async with db.connect() as conn:
-        return [SandboxRow.of(r) for r in await conn.execute(query)]
+        return [_row(r) for r in await conn.execute(query)]
 
 
 async def live(db: Database) -> list[SandboxRow]:
@@ -103,60 +61,59 @@ async def live(db: Database) -> list[SandboxRow]:
     query = select(sandboxes).where(sandboxes.c.status.in_(
         [SandboxStatus.STARTING.value, SandboxStatus.RUNNING.value, SandboxStatus.PAUSED.value]))
     async with db.connect() as conn:
-        return [SandboxRow.of(r) for r in await conn.execute(query)]
+        return [_row(r) for r in await conn.execute(query)]
 
 
 async def set_fields(db: Database, sandbox_id: str, **values: Any) -> None:
-    if isinstance(values.get("status"), SandboxStatus):
-        values["status"] = values["status"].value
+    """Anything but the status, which moves by `set_status` only."""
+    assert "status" not in values
     async with db.begin() as conn:
         await conn.execute(update(sandboxes).where(sandboxes.c.id == sandbox_id)
-                           .values(updated_at=now(), **values))
+                           .values(updated_at=db.now(), **values))
 
 
 async def set_status(db: Database, sandbox_id: str, status: SandboxStatus,
                      detail: str | None = None, *, reason: SandboxReason | None = None,
-                     unless_terminal: bool = True) -> bool:
-    """Move to `status` for `reason`; a terminal status (ERROR, MISSING) is never left. True
-    when changed. A health check's failure (`unhealthy_since`) and a pause under way end with
-    any change; a terminal status leaves remains to clean up (`cleanup_after`)."""
-    query = update(sandboxes).where(sandboxes.c.id == sandbox_id)
-    if unless_terminal:
-        query = query.where(sandboxes.c.status.not_in(
-            [SandboxStatus.ERROR.value, SandboxStatus.MISSING.value]))
-    moment = now()
+                     touch: bool = False) -> SandboxRow | None:
+    """Move to `status` for `reason`, only from a status the transition table allows
+    (`models.TRANSITIONS`: ERROR and MISSING are never left, but for a deletion); the row as
+    moved, None when it was not. A health check's failure (`unhealthy_since`) and a pause under
+    way end with any change; a terminal status leaves remains to clean up (`cleanup_after`).
+    `touch`: the move is activity too (`touch`)."""
+    query = update(sandboxes).where(
+        sandboxes.c.id == sandbox_id,
+        sandboxes.c.status.in_([s.value for s in entered_from(status)]))
+    moment = db.now()
     values: dict[str, Any] = {"status": status.value, "status_detail": detail, "updated_at": moment,
                               "unhealthy_since": None, "pausing_reason": None,
                               "pausing_detail": None}
     values["status_reason"] = None if reason is None else reason.value
     if status.terminal:
         values["cleanup_after"] = moment
-    # The timers start when the status is entered, not when it is stored again (adoption).
+    # The timers start when the status is entered (a move is never to the same status).
     if status is SandboxStatus.RUNNING:
-        values["running_since"] = case(
-            (and_(sandboxes.c.status == status.value, sandboxes.c.running_since.is_not(None)),
-             sandboxes.c.running_since), else_=moment)
+        values["running_since"] = moment
         values["paused_at"] = None
     elif status is SandboxStatus.PAUSED:
-        values["paused_at"] = case(
-            (and_(sandboxes.c.status == status.value, sandboxes.c.paused_at.is_not(None)),
-             sandboxes.c.paused_at), else_=moment)
+        values["paused_at"] = moment
+    if touch:
+        values["last_activity_at"] = case((sandboxes.c.last_activity_at < moment, moment),
+                                          else_=sandboxes.c.last_activity_at)
     async with db.begin() as conn:
-        done = await conn.execute(query.values(**values))
-    return bool(done.rowcount)
+        moved = (await conn.execute(query.values(**values).returning(sandboxes))).first()
+    return None if moved is None else _row(moved)
 
 
 async def retire_in(conn: AsyncConnection, sandbox_id: str, reason: SandboxReason,
-                    detail: str) -> bool:
+                    detail: str, moment: datetime) -> bool:
     """MISSING (its remains to clean up) inside the caller's transaction, only when no
     conversation is in it any more: the caller holds the user's lock, so no placement can take
     it meanwhile. True when it was retired."""
-    moment = now()
     taken = select(app_conversations.c.id).where(app_conversations.c.sandbox_id == sandbox_id)
     done = await conn.execute(
         update(sandboxes)
-        .where(sandboxes.c.id == sandbox_id,
-               sandboxes.c.status != SandboxStatus.MISSING.value, ~taken.exists())
+        .where(sandboxes.c.id == sandbox_id, ~taken.exists(), sandboxes.c.status.in_(
+            [s.value for s in entered_from(SandboxStatus.MISSING)]))
         .values(status=SandboxStatus.MISSING.value, status_reason=reason.value,
                 status_detail=detail, updated_at=moment, unhealthy_since=None,
                 pausing_reason=None, pausing_detail=None, cleanup_after=moment))
@@ -196,7 +153,7 @@ async def conversation_counts(db: Database, sandbox_ids: list[str]) -> dict[str,
 async def get_in(conn: AsyncConnection, sandbox_id: str) -> SandboxRow | None:
     """Read inside the caller's transaction (placement)."""
     row = (await conn.execute(select(sandboxes).where(sandboxes.c.id == sandbox_id))).first()
-    return None if row is None else SandboxRow.of(row)
+    return None if row is None else _row(row)
 
 
 async def live_count(conn: AsyncConnection, user_id: str) -> int:

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 from sqlalchemy import and_, delete, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from control_plane.models import StartTaskStatus, now
+from control_plane.models import StartTaskStatus, TaskRow
 from control_plane.store import leases
 from control_plane.store.db import Database
 from control_plane.store.tables import leases as L
@@ -23,29 +21,14 @@ class LeaseLost(Exception):
     """Another control plane took this task over: this one stops working on it."""
 
 
-@dataclass(frozen=True)
-class TaskRow:
-    id: str
-    user_id: str
-    status: StartTaskStatus
-    detail: str | None
-    request_enc: str
-    app_conversation_id: str | None
-    sandbox_id: str | None
-    created_at: datetime
-    updated_at: datetime
-    made_sandbox: bool = False
-    """The placement's sandbox was made for this task (removed with it when it fails)."""
-
-    @classmethod
-    def of(cls, row: Any) -> TaskRow:
-        data = dict(row._mapping)
-        data["status"] = StartTaskStatus(data["status"])
-        return cls(**data)
+def _row(row: Any) -> TaskRow:
+    data = dict(row._mapping)
+    data["status"] = StartTaskStatus(data["status"])
+    return TaskRow(**data)
 
 
 async def insert(db: Database, task_id: str, user_id: str, request_enc: str) -> TaskRow:
-    moment = now()
+    moment = db.now()
     task = TaskRow(id=task_id, user_id=user_id, status=StartTaskStatus.WORKING, detail=None,
                    request_enc=request_enc, app_conversation_id=None, sandbox_id=None,
                    created_at=moment, updated_at=moment)
@@ -57,13 +40,13 @@ async def insert(db: Database, task_id: str, user_id: str, request_enc: str) -> 
 async def get_many(db: Database, ids: list[str], user_id: str) -> dict[str, TaskRow]:
     async with db.connect() as conn:
         result = await conn.execute(select(T).where(T.c.id.in_(ids), T.c.user_id == user_id))
-        return {r.id: r for r in (TaskRow.of(x) for x in result)}
+        return {r.id: r for r in (_row(x) for x in result)}
 
 
 async def get_in(conn: AsyncConnection, task_id: str) -> TaskRow | None:
     """Read inside the caller's transaction (placement)."""
     row = (await conn.execute(select(T).where(T.c.id == task_id))).first()
-    return None if row is None else TaskRow.of(row)
+    return None if row is None else _row(row)
 
 
 async def orphans(db: Database, holder: str, limit: int = 100) -> list[TaskRow]:
@@ -75,7 +58,7 @@ async def orphans(db: Database, holder: str, limit: int = 100) -> list[TaskRow]:
                     or_(L.c.key.is_(None), L.c.expires_at < leases.wall(), L.c.holder == holder))
              .order_by(T.c.created_at).limit(limit))
     async with db.connect() as conn:
-        return [TaskRow.of(x) for x in await conn.execute(query)]
+        return [_row(x) for x in await conn.execute(query)]
 
 
 async def sweep_leases(db: Database) -> int:
@@ -91,18 +74,19 @@ async def sweep_leases(db: Database) -> int:
     return int(done.rowcount)
 
 
-async def set_status(db: Database | AsyncConnection, task_id: str, status: StartTaskStatus,
+async def set_status(db: Database, task_id: str, status: StartTaskStatus,
                      detail: str | None = None, *, holder: str | None = None,
-                     **values: Any) -> None:
-    """With `holder`, only while it holds the task's lease (LeaseLost otherwise)."""
+                     conn: AsyncConnection | None = None, **values: Any) -> None:
+    """With `holder`, only while it holds the task's lease (LeaseLost otherwise); with `conn`,
+    inside the caller's transaction."""
     query = update(T).where(T.c.id == task_id)
     if holder is not None:
         query = query.where(leases.held(LEASE, task_id, holder))
-    query = query.values(status=status.value, detail=detail, updated_at=now(), **values)
-    if isinstance(db, AsyncConnection):
-        done = await db.execute(query)
+    query = query.values(status=status.value, detail=detail, updated_at=db.now(), **values)
+    if conn is not None:
+        done = await conn.execute(query)
     else:
-        async with db.begin() as conn:
-            done = await conn.execute(query)
+        async with db.begin() as own:
+            done = await own.execute(query)
     if holder is not None and not done.rowcount:
         raise LeaseLost(f"start task {task_id} is another control plane's now")

@@ -14,8 +14,8 @@ from typing import Any
 import httpx
 
 from agent_server.agent.acp import session as acp_session
-from agent_server.agent.spec import ExecutionStatus as S
 from agent_server.conversations import Conversation
+from agent_server.status import ExecutionStatus as S
 from core.masking import MASK
 from events import (
     ACPToolCallEvent,
@@ -247,7 +247,7 @@ async def test_an_agent_ignoring_cancel_is_replaced(srv: InProcess, tmp_path: Pa
 async def _streamed(conv: Conversation) -> bool:
     session = conv.session
     assert isinstance(session, acp_session.ACPSession)
-    return bool(session._text)
+    return session.message.started
 
 
 async def test_pause_takes_effect_at_the_end_of_the_turn(srv: InProcess, tmp_path: Path) -> None:

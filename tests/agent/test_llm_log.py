@@ -16,7 +16,7 @@ import pytest
 from agent_server.agent.llm import Completion
 from agent_server.agent.llm_log import LOG_DATA_LIMIT, MAX_TOKEN_IDS, fit, token_event
 from agent_server.agent.model import Scripted
-from agent_server.agent.spec import TokenUsage
+from agent_server.agent.usage import TokenUsage
 from agent_server.record import SendMessage
 from core.masking import MASK
 from events import LLMCompletionLogEvent, TokenEvent

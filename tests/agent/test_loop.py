@@ -9,10 +9,10 @@ from typing import Any
 
 from agent_server.agent.model import Scripted
 from agent_server.agent.sink import EventSink
-from agent_server.agent.spec import ExecutionStatus as S
 from agent_server.conversations import Conversation
 from agent_server.delivery.pubsub import Frame
 from agent_server.record import SendMessage
+from agent_server.status import ExecutionStatus as S
 from core.masking import MASK, Masker
 from events import (
     ActionEvent,

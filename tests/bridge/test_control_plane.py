@@ -18,13 +18,13 @@ from acp.schema import EnvVariable, McpServerStdio
 
 from tests.control_plane.support import (
     ControlPlane,
+    agent_sockets,
     configure_llm,
     conversation,
     make_config,
     sandbox_pid,
     wait_for,
 )
-from tests.control_plane.test_console_api import agent_sockets
 from tests.support.acp_client import ROOT, editor_process, start, text
 from tests.support.llm import ScriptedLLM, call, free_port
 

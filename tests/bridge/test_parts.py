@@ -29,7 +29,8 @@ from bridge.editor import Editor
 from bridge.errors import Unreachable
 from bridge.reconnect import Reconnect
 from bridge.schema import Event, parse_event
-from bridge.updates import Translator, WriteBack, _consume
+from bridge.texts import consume
+from bridge.updates import Translator, WriteBack
 from core.retry import Clock
 
 KEY = "a-key-nobody-may-see-17"
@@ -142,11 +143,11 @@ def test_a_file_is_not_written_back_through_a_link_out_of_the_project(tmp_path: 
 
 
 def test_streamed_text_is_not_sent_twice_and_lost_pieces_are_made_good() -> None:
-    assert _consume("Hello world", "") == ("Hello world", "")
-    assert _consume("Hello world", "Hello world") == ("", "")
-    assert _consume("Hello world", "Hello") == (" world", "")
-    assert _consume("Hello world", "Helworld") == ("\n\nHello world", "")
-    assert _consume("", "Hello") == ("", "Hello")  # a call without text: the stream stays
+    assert consume("Hello world", "") == ("Hello world", "")
+    assert consume("Hello world", "Hello world") == ("", "")
+    assert consume("Hello world", "Hello") == (" world", "")
+    assert consume("Hello world", "Helworld") == ("\n\nHello world", "")
+    assert consume("", "Hello") == ("", "Hello")  # a call without text: the stream stays
     t = Translator("/p", "/p", write_back=False)
     delta = parse_event({"source": "agent", "kind": "StreamingDeltaEvent", "content": "I will "})
     [chunk] = t.translate(delta)[0]

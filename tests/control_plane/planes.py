@@ -13,8 +13,8 @@ from typing import Any
 
 import httpx
 
-from control_plane.sandboxes import procfs
 from control_plane.store import Database
+from core import processes
 from tests.control_plane.support import launcher_pid
 from tests.support.llm import free_port
 from tests.support.wait import wait_for
@@ -84,7 +84,7 @@ def sandbox_pids(state_dir: Path) -> dict[str, int]:
 def kill_sandboxes(state_dir: Path) -> None:
     """Whatever a failed test left behind."""
     for pid in sandbox_pids(state_dir).values():
-        procfs.signal_group(pid, signal.SIGKILL)
+        processes.signal_group(pid, signal.SIGKILL)
 
 
 def several(root: Path, database_url: str, n: int = 2, **settings: str) -> list[PlaneProcess]:

@@ -12,7 +12,7 @@ import pytest
 from openapi_spec_validator import validate
 
 from control_plane.app import ROUTES
-from control_plane.sandboxes import procfs
+from core import processes
 from tests.control_plane.support import (
     ControlPlane,
     configure_llm,
@@ -172,7 +172,7 @@ def test_sandbox_routes(control_plane: ControlPlane) -> None:
     assert r.status_code == 200 and r.json()["status"] == "PAUSED"
     assert r.json()["session_api_key"] is None
     pid = sandbox_pid(control_plane, sid)
-    assert procfs.state(pid) == "T"
+    assert processes.state(pid) == "T"
     with pytest.raises(httpx.HTTPError):
         httpx.get(url + "/alive", timeout=0.5)
     r = client.post(f"/api/v1/sandboxes/{sid}/resume")
@@ -184,7 +184,7 @@ def test_sandbox_routes(control_plane: ControlPlane) -> None:
     r = client.delete(f"/api/v1/sandboxes/{sid}", params={"sandbox_id": sid})
     assert r.status_code == 200
     assert client.get("/api/v1/sandboxes", params={"id": sid}).json()[0]["status"] == "MISSING"
-    assert procfs.state(pid) in (None, "Z")
+    assert processes.state(pid) in (None, "Z")
     r = client.post(f"/api/v1/sandboxes/{sid}/resume")
     assert r.status_code == 410 and "MISSING" in r.json()["detail"]
 
@@ -199,7 +199,7 @@ def test_a_vanished_sandbox_is_missing_and_its_conversations_read_only(
     wait_for(lambda: client.get(f"/api/v1/conversation/{cid}/events/count",
                                 params={"kind__eq": "ActionEvent"}).json()["count"] == 1, 30)
     pid = sandbox_pid(control_plane, sid)
-    procfs.signal_group(pid, signal.SIGKILL)
+    processes.signal_group(pid, signal.SIGKILL)
     sandbox = wait_for(lambda: (s := client.get("/api/v1/sandboxes", params={"id": sid}).json()[0])
                        ["status"] == "MISSING" and s, 10, what="MISSING")
     assert sandbox["status_reason"] == "VANISHED" and "read-only" in sandbox["status_detail"]

@@ -16,10 +16,12 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Browser, ConsoleMessage, Page, expect, sync_playwright
 
-from control_plane.sandboxes import procfs
+from core import processes
 from tests.control_plane.support import (
     ControlPlane,
     ShiftedClock,
+    agent_sockets,
+    bare_repository,
     configure_llm,
     conversation,
     git_daemon,
@@ -27,8 +29,6 @@ from tests.control_plane.support import (
     sandbox_pid,
     start,
 )
-from tests.control_plane.test_console_api import agent_sockets
-from tests.control_plane.test_flow import bare_repository
 from tests.support.llm import Reply, ScriptedLLM, call, text
 from tests.support.wait import wait_for
 
@@ -380,7 +380,7 @@ def test_streaming_text_shows_as_it_is_written(plane: ControlPlane, llm: Scripte
     expect(page.get_by_role("heading", name="Conversations", exact=True)).to_be_visible()
     page.goto(f"{plane.url}/#/conversations/{cid}")
     expect(page.locator(".meta")).to_contain_text("live")
-    procfs.signal_group(sandbox_pid(plane, sid), signal.SIGKILL)
+    processes.signal_group(sandbox_pid(plane, sid), signal.SIGKILL)
     expect(page.locator(".event-sandbox .text")).to_have_text(
         ["Missing: the sandbox's process vanished"], timeout=SLOW)
     expect(page.get_by_role("alert")).to_contain_text(

@@ -14,7 +14,13 @@ import httpx
 import pytest
 
 from control_plane.console import STATIC
-from tests.control_plane.support import ControlPlane, configure_llm, conversation, start
+from tests.control_plane.support import (
+    ControlPlane,
+    agent_sockets,
+    configure_llm,
+    conversation,
+    start,
+)
 from tests.support.llm import Reply, ScriptedLLM, call, text
 from tests.support.wait import wait_for
 
@@ -55,15 +61,6 @@ def collect(client: httpx.Client, cid: str, until: int, **headers: str) -> list[
     return out
 
 
-def agent_sockets(client: httpx.Client, sid: str) -> int:
-    """Sockets open on the sandbox's agent server (its /server_info, with its key)."""
-    record = client.get("/api/v1/sandboxes", params={"id": sid}).json()[0]
-    info = httpx.get(record["exposed_urls"][0]["url"] + "/server_info",
-                     headers={"X-Session-API-Key": record["session_api_key"]}, timeout=10)
-    count: int = info.json()["websockets"]
-    return count
-
-
 Frame = tuple[str | None, str | None, dict[str, Any] | None]
 
 
@@ -84,9 +81,15 @@ def agent_message(seen: list[Frame]) -> dict[str, Any] | None:
                  and d["source"] == "agent"), None)
 
 
-def stored_ids(client: httpx.Client, cid: str) -> list[str]:
+def whole_run(client: httpx.Client, cid: str) -> list[str]:
+    """The stored ids once the run's last event (execution_status: finished) is among them,
+    else none: the record says FINISHED (asked of the agent server) before the webhook has
+    stored all, and it stores in order, so nothing of the run comes after that one."""
     r = client.get(f"/api/v1/conversation/{cid}/events/search", params={"limit": 1000})
-    return [e["id"] for e in r.json()["items"]]
+    items = r.json()["items"]
+    done = any(e["kind"] == "ConversationStateUpdateEvent" and e["key"] == "execution_status"
+               and str(e["value"]).lower() == "finished" for e in items)
+    return [e["id"] for e in items] if done else []
 
 
 def test_the_console_is_served_with_a_strict_policy(control_plane: ControlPlane) -> None:
@@ -130,7 +133,8 @@ def test_events_are_relayed_live_and_resume_after_an_id(control_plane: ControlPl
     task = start(client, "go")
     cid = task["app_conversation_id"]
     wait_for(lambda: conversation(client, cid)["execution_status"] == "FINISHED", 60, what="the run")
-    ids = wait_for(lambda: (found := stored_ids(client, cid)) and len(found) >= 6 and found, 30)
+    ids = wait_for(lambda: whole_run(client, cid), 30, what="the run's events to be stored")
+    assert len(ids) >= 6
 
     # From the start: every stored event, in the stored order, each frame's id its event's id.
     relayed = collect(client, cid, len(ids))

@@ -28,6 +28,7 @@ from control_plane.sandboxes.docker import (
     LABEL_SANDBOX,
     STATE_DIR,
     DockerProvider,
+    for_container,
     name_of,
     plane_label,
 )
@@ -36,18 +37,18 @@ from control_plane.sandboxes.service import CLEANUP_RETRY
 from tests.control_plane.support import (
     ControlPlane,
     ShiftedClock,
+    bare_repository,
     configure_llm,
+    delete_last_conversation,
     git_daemon,
     make_config,
     start,
+    whole_flow,
 )
 from tests.control_plane.tenants import attempts, reads, run, victim
-from tests.control_plane.test_flow import bare_repository, delete_last_conversation, whole_flow
 from tests.support import docker as docker_support
 from tests.support.llm import ScriptedLLM, call
 from tests.support.wait import wait_for
-
-pytestmark = pytest.mark.e2e
 
 
 @pytest.fixture(scope="module")
@@ -98,6 +99,7 @@ def container_of(engine: docker.DockerClient, sandbox_id: str) -> Container:
     return container
 
 
+@pytest.mark.e2e
 def test_the_whole_flow_in_a_container(plane: ControlPlane, bridge_llm: ScriptedLLM, key: str,
                                        engine: docker.DockerClient) -> None:
     flow = whole_flow(plane, bridge_llm, key, llm_host=HOST_ALIAS)
@@ -150,6 +152,7 @@ def test_the_whole_flow_in_a_container(plane: ControlPlane, bridge_llm: Scripted
         engine.volumes.get(name_of(sid))
 
 
+@pytest.mark.e2e
 def test_containers_are_adopted_after_a_restart(tmp_path: Path, sandbox_image: str,
                                                  bridge_llm: ScriptedLLM, key: str,
                                                  engine: docker.DockerClient) -> None:
@@ -204,6 +207,7 @@ def test_containers_are_adopted_after_a_restart(tmp_path: Path, sandbox_image: s
         docker_support.remove_labelled(engine, label)
 
 
+@pytest.mark.e2e
 def test_a_missing_image_ends_the_start_with_the_reason(tmp_path: Path,
                                                          engine: docker.DockerClient) -> None:
     config = docker_config(tmp_path / "cp", "agent-server-test/absent:never")
@@ -224,6 +228,7 @@ def test_a_missing_image_ends_the_start_with_the_reason(tmp_path: Path,
         docker_support.remove_labelled(engine, f"{LABEL_PLANE}={plane_label(config.db_url)}")
 
 
+@pytest.mark.e2e
 async def test_the_provider_finds_its_containers_and_reports_a_failed_start(
         tmp_path: Path, sandbox_image: str, engine: docker.DockerClient) -> None:
     """At the provider's level: a second provider (a restarted control plane) recovers a
@@ -266,6 +271,7 @@ async def test_the_provider_finds_its_containers_and_reports_a_failed_start(
         docker_support.remove_labelled(engine, f"{LABEL_PLANE}={plane}")
 
 
+@pytest.mark.e2e
 def test_what_a_vanished_container_leaves_is_cleaned_up(tmp_path: Path, sandbox_image: str,
                                                         bridge_llm: ScriptedLLM, key: str,
                                                         engine: docker.DockerClient) -> None:
@@ -392,3 +398,12 @@ def test_a_container_tenant_reads_nothing_of_another_and_reaches_no_other(
         result = b.bash(probe + f"{host_name} {port}")
         assert result["exit_code"] != 0, (host_name, port, result)
     assert a.bash(probe + f"{a_ip} 8000")["exit_code"] == 0  # it is there, for itself
+
+
+def test_containers_reach_the_host_by_its_alias() -> None:
+    assert for_container("http://127.0.0.1:3000/api/v1/webhooks") == \
+        "http://host.docker.internal:3000/api/v1/webhooks"
+    assert for_container("http://0.0.0.0:3000/x") == "http://host.docker.internal:3000/x"
+    assert for_container("http://localhost/x") == "http://host.docker.internal/x"
+    assert for_container("https://cp.example.com:8443/x") == "https://cp.example.com:8443/x"
+    assert for_container("http://172.17.0.1:3000/x") == "http://172.17.0.1:3000/x"

@@ -1,5 +1,6 @@
 """Grouping through the API with real sandboxes: explicit sandbox_id, strategies by age, activity
-and load, concurrent starts under the cap, and a message resuming a PAUSED sandbox."""
+and load, concurrent starts under the cap, and a message resuming a PAUSED sandbox; and each
+strategy's choice among given candidates (in-process)."""
 
 from __future__ import annotations
 
@@ -7,12 +8,15 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
+from control_plane.grouping import Candidate, choose
+from control_plane.models import GroupingStrategy
 from tests.control_plane.support import (
     ControlPlane,
     configure_llm,
@@ -22,8 +26,6 @@ from tests.control_plane.support import (
 )
 from tests.support.llm import ScriptedLLM, call
 from tests.support.wait import wait_for
-
-pytestmark = pytest.mark.e2e
 
 
 @pytest.fixture
@@ -39,6 +41,7 @@ def strategy(client: httpx.Client, name: str) -> None:
     assert client.patch("/api/v1/settings", json={"grouping_strategy": name}).status_code == 200
 
 
+@pytest.mark.e2e
 def test_strategies_and_explicit_placement(plane: ControlPlane, llm: ScriptedLLM, key: str) -> None:
     client = plane.client(plane.new_user("alice"))
     configure_llm(client, llm.base_url(key))
@@ -108,6 +111,7 @@ def test_strategies_and_explicit_placement(plane: ControlPlane, llm: ScriptedLLM
     assert copy.status_code == 404
 
 
+@pytest.mark.e2e
 def test_concurrent_starts_never_exceed_the_cap(plane: ControlPlane, llm: ScriptedLLM, key: str) -> None:
     """Two RUNNING sandboxes with 9 free places each; 20 starts at once: 9 + 9 + 2 elsewhere."""
     client = plane.client(plane.new_user("bob"))
@@ -129,3 +133,19 @@ def test_concurrent_starts_never_exceed_the_cap(plane: ControlPlane, llm: Script
     assert sum(placed[s] for s in others) == 2
     assert client.get("/api/v1/app-conversations/count", params={"sandbox_id": s1}).json()["count"] == 10
     assert client.get("/api/v1/app-conversations/count", params={"sandbox_id": s2}).json()["count"] == 10
+
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def test_choices_of_each_strategy() -> None:
+    def c(name: str, age: int, idle: int, n: int) -> Candidate:
+        return Candidate(name, T0 - timedelta(minutes=age), T0 - timedelta(minutes=idle), n)
+    available = [c("old", 60, 50, 5), c("mid", 30, 1, 1), c("new", 10, 20, 1)]
+    assert choose(GroupingStrategy.NO_GROUPING, available) is None
+    assert choose(GroupingStrategy.GROUP_BY_NEWEST, available) == "new"
+    assert choose(GroupingStrategy.LEAST_RECENTLY_USED, available) == "old"
+    assert choose(GroupingStrategy.FEWEST_CONVERSATIONS, available) == "mid"  # tie: the older
+    assert choose(GroupingStrategy.ADD_TO_ANY, available) == "old"
+    for strategy in GroupingStrategy:
+        assert choose(strategy, []) is None

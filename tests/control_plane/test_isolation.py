@@ -23,9 +23,9 @@ import pytest
 from pydantic import ValidationError
 
 from control_plane.config import Config, from_env
-from control_plane.sandboxes import procfs
 from control_plane.sandboxes.isolation import IsolationUnavailable, choose
 from control_plane.sandboxes.spawn import spawn, wait
+from core import processes
 from tests.control_plane.support import (
     ControlPlane,
     configure_llm,
@@ -78,7 +78,7 @@ def test_a_tenant_reads_nothing_of_another(isolated: ControlPlane, llm: Scripted
     # a pipe to the agent server alone.
     if os.geteuid() == 0:
         launcher = sandbox_pid(isolated, b.sid)
-        for pid in [launcher, *procfs.children(launcher)]:
+        for pid in [launcher, *processes.children(launcher)]:
             assert b.session.encode() not in Path(f"/proc/{pid}/environ").read_bytes()
 
     # Each sandbox is a uid of its own, its directory its alone; the control plane's state too.
@@ -122,27 +122,28 @@ def test_pause_resume_and_delete_reach_everything_inside(isolated: ControlPlane,
     mark = f"daemon-{uuid.uuid4().hex}"
     tenant = run(isolated, llm, "carol",
                  f"setsid -f bash -c 'sleep infinity; :' {mark} </dev/null >/dev/null 2>&1")
-    daemon = wait_for(lambda: procfs.with_argument(mark), 10, what="the daemon")
+    daemon = wait_for(lambda: processes.with_argument(mark), 10, what="the daemon")
     pid = sandbox_pid(isolated, tenant.sid)
     ready = str(isolated.config.state_dir / "sandboxes" / tenant.sid / "ready.json")
-    [server] = [p for p, _ in procfs.with_argument(ready)
-                if Path(f"/proc/{p}/cmdline").read_bytes().split(b"\0")[0] == sys.executable.encode()]
+    [server] = [p.pid for p in processes.with_argument(ready)
+                if Path(f"/proc/{p.pid}/cmdline").read_bytes().split(b"\0")[0]
+                == sys.executable.encode()]
     assert server != pid  # bubblewrap's leads the group; the server runs two levels below
 
     r = tenant.client.post(f"/api/v1/sandboxes/{tenant.sid}/pause")
     assert r.status_code == 200 and r.json()["status"] == "PAUSED", r.text
-    assert procfs.state(pid) == "T" and procfs.state(server) == "T"
+    assert processes.state(pid) == "T" and processes.state(server) == "T"
     r = tenant.client.post(f"/api/v1/sandboxes/{tenant.sid}/resume")
     assert r.status_code == 200, r.text
     wait_for(lambda: tenant.client.get("/api/v1/sandboxes", params={"id": tenant.sid})
              .json()[0]["status"] == "RUNNING", 30, what="RUNNING again")
-    assert procfs.state(server) in ("S", "R")
+    assert processes.state(server) in ("S", "R")
     assert tenant.bash("echo back")["stdout"] == "back\n"
 
     r = tenant.client.delete(f"/api/v1/sandboxes/{tenant.sid}", params={"sandbox_id": tenant.sid})
     assert r.status_code == 200, r.text
-    wait_for(lambda: not procfs.with_argument(mark), 10, what="the daemon to be gone")
-    assert all(procfs.state(p) in (None, "Z") for p in (pid, server, *(p for p, _ in daemon)))
+    wait_for(lambda: not processes.with_argument(mark), 10, what="the daemon to be gone")
+    assert all(processes.state(p) in (None, "Z") for p in (pid, server, *(p.pid for p in daemon)))
 
 
 def test_an_unisolated_host_serves_one_user_unless_shared(tmp_path: Path, llm: ScriptedLLM,

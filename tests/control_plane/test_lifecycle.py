@@ -14,9 +14,13 @@ from typing import Any
 
 import httpx
 import pytest
+from sqlalchemy import select
 
-from control_plane.sandboxes import procfs
+from control_plane.lifecycle import duration
+from control_plane.store.tables import sandboxes
+from core import processes
 from core.retry import Clock
+from tests.control_plane.planes import query
 from tests.control_plane.support import (
     ControlPlane,
     configure_llm,
@@ -26,8 +30,6 @@ from tests.control_plane.support import (
 )
 from tests.support.llm import ScriptedLLM, call
 from tests.support.wait import wait_for
-
-pytestmark = pytest.mark.e2e
 
 #: The reconciler's round in these tests; `rounds()` waits for several of them.
 ROUND = 0.05
@@ -95,6 +97,7 @@ def watched(tmp_path: Path, clock: FrozenClock) -> Iterator[ControlPlane]:
     yield from plane(tmp_path, clock, idle_seconds=None, health_grace=30)
 
 
+@pytest.mark.e2e
 def test_idle_pause_reads_reset_it_and_deletion(timed: ControlPlane, clock: FrozenClock,
                                                 llm: ScriptedLLM, key: str) -> None:
     client = timed.client(timed.new_user("alice"))
@@ -124,7 +127,7 @@ def test_idle_pause_reads_reset_it_and_deletion(timed: ControlPlane, clock: Froz
     clock.offset = 179.998
     record = wait_for(lambda: (s := sandbox(client, sid))["status"] == "PAUSED" and s, 5)
     assert record["status_reason"] == "IDLE" and record["status_detail"] == "idle for 1 min"
-    assert procfs.state(pid) == "T"  # frozen: its CPU is released
+    assert processes.state(pid) == "T"  # frozen: its CPU is released
     assert record["pause_at"] is None and moment(record["delete_at"]) == clock.at(3779.998)
     assert notices(client, cid) == [("PAUSED", "IDLE")]
     # Reading the transcript of a paused sandbox does not hold its deletion off.
@@ -137,7 +140,7 @@ def test_idle_pause_reads_reset_it_and_deletion(timed: ControlPlane, clock: Froz
     clock.offset = 3779.998
     record = wait_for(lambda: (s := sandbox(client, sid))["status"] == "MISSING" and s, 10)
     assert record["status_reason"] == "DELETION_TIME"
-    wait_for(lambda: procfs.state(pid) in (None, "Z"), 10, what="the agent server to end")
+    wait_for(lambda: processes.state(pid) in (None, "Z"), 10, what="the agent server to end")
     root = timed.config.state_dir / "sandboxes" / sid
     wait_for(lambda: not root.exists(), 10, what="its storage to go too")
     # Deleted for good: no conversation, no events, no resume.
@@ -148,6 +151,7 @@ def test_idle_pause_reads_reset_it_and_deletion(timed: ControlPlane, clock: Froz
     assert client.post(f"/api/v1/sandboxes/{sid}/resume").status_code == 410
 
 
+@pytest.mark.e2e
 def test_a_message_resumes_an_idle_sandbox_and_is_activity(timed: ControlPlane, clock: FrozenClock,
                                                            llm: ScriptedLLM, key: str) -> None:
     client = timed.client(timed.new_user("amy"))
@@ -167,6 +171,7 @@ def test_a_message_resumes_an_idle_sandbox_and_is_activity(timed: ControlPlane, 
     assert notices(client, cid) == [("PAUSED", "IDLE"), ("RUNNING", "USER")]
 
 
+@pytest.mark.e2e
 def test_the_12_hour_cap_pauses_a_run_in_flight_cleanly(capped: ControlPlane, clock: FrozenClock,
                                                         llm: ScriptedLLM, key: str) -> None:
     client = capped.client(capped.new_user("bob"))
@@ -192,7 +197,7 @@ def test_the_12_hour_cap_pauses_a_run_in_flight_cleanly(capped: ControlPlane, cl
     clock.offset = 12 * 3600
     record = wait_for(lambda: (s := sandbox(client, sid))["status"] == "PAUSED" and s, 30)
     assert record["status_reason"] == "SESSION_CAP" and "12-hour" in record["status_detail"]
-    assert procfs.state(pid) == "T"
+    assert processes.state(pid) == "T"
     assert notices(client, cid) == [("PAUSED", "SESSION_CAP")]
     # Paused between steps, not cut: the second step finished, the third never began.
     llm_calls = len(llm.requests_for(key))
@@ -216,6 +221,7 @@ def test_the_12_hour_cap_pauses_a_run_in_flight_cleanly(capped: ControlPlane, cl
     assert sandbox(client, sid)["status"] == "RUNNING"
 
 
+@pytest.mark.e2e
 def test_failing_health_checks_past_the_grace_make_it_error_and_read_only(
         watched: ControlPlane, clock: FrozenClock, llm: ScriptedLLM, key: str) -> None:
     client = watched.client(watched.new_user("carl"))
@@ -224,25 +230,33 @@ def test_failing_health_checks_past_the_grace_make_it_error_and_read_only(
     cid, sid = task["app_conversation_id"], task["sandbox_id"]
     pid = sandbox_pid(watched, sid)
 
+    def seen_hung_since() -> datetime | None:
+        """When the reconciler first found it not answering (None: answering)."""
+        [(since,)] = query(watched.config.db_url, select(sandboxes.c.unhealthy_since)
+                           .where(sandboxes.c.id == sid))
+        return since  # type: ignore[no-any-return]
+
     # Hung (stopped by someone else): it does not answer. Better again before the grace ends.
-    procfs.signal_group(pid, signal.SIGSTOP)
-    rounds()
+    # Each step waits until a round has seen it (a round may be waiting for an /alive answer
+    # that never comes, for its whole timeout), so the grace counts from where the test says.
+    processes.signal_group(pid, signal.SIGSTOP)
+    wait_for(lambda: seen_hung_since() == clock.at(0), 10, what="the hang to be seen")
     clock.offset = 29.999
     rounds()
     assert sandbox(client, sid)["status"] == "RUNNING"
-    procfs.signal_group(pid, signal.SIGCONT)
-    rounds()
+    processes.signal_group(pid, signal.SIGCONT)
+    wait_for(lambda: seen_hung_since() is None, 10, what="the recovery to be seen")
     # Hung again: the grace starts again from here.
     clock.offset = 40
-    procfs.signal_group(pid, signal.SIGSTOP)
-    rounds()
+    processes.signal_group(pid, signal.SIGSTOP)
+    wait_for(lambda: seen_hung_since() == clock.at(40), 10, what="the new hang to be seen")
     clock.offset = 69.999
     rounds()
     assert sandbox(client, sid)["status"] == "RUNNING"
     clock.offset = 70
     record = wait_for(lambda: (s := sandbox(client, sid))["status"] == "ERROR" and s, 10)
     assert record["status_reason"] == "UNHEALTHY" and "30 s" in record["status_detail"]
-    wait_for(lambda: procfs.state(pid) in (None, "Z"), 10, what="the hung server to be ended")
+    wait_for(lambda: processes.state(pid) in (None, "Z"), 10, what="the hung server to be ended")
 
     # Read-only (SPEC 3.1, 7): 409 for ERROR; the transcript stays.
     r = client.post(f"/api/v1/app-conversations/{cid}/send-message",
@@ -256,6 +270,7 @@ def test_failing_health_checks_past_the_grace_make_it_error_and_read_only(
     assert notices(client, cid) == [("ERROR", "UNHEALTHY")]
 
 
+@pytest.mark.e2e
 def test_idle_and_deletion_times_cannot_be_set_per_conversation(control_plane: ControlPlane) -> None:
     client = control_plane.client(control_plane.new_user("dora"))
     for field in ("idle_seconds", "deletion_seconds"):
@@ -272,3 +287,8 @@ def test_idle_and_deletion_times_cannot_be_set_per_conversation(control_plane: C
     for field in ("idle_seconds", "deletion_seconds"):
         assert body["properties"][field]["type"] == "null"
     assert client.post("/api/v1/app-conversations", json={"idle_seconds": None}).status_code == 201
+
+
+def test_durations_read_as_a_person_says_them() -> None:
+    assert [duration(s) for s in (45, 60, 1800, 3600, 5400, 86400, 7 * 86400, 90.5)] == \
+        ["45 s", "1 min", "30 min", "1 h", "1 h 30 min", "1 day", "7 days", "90.5 s"]

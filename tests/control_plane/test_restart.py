@@ -15,8 +15,8 @@ import httpx
 import pytest
 from sqlalchemy import select
 
-from control_plane.sandboxes import procfs
 from control_plane.store.tables import start_tasks
+from core import processes
 from tests.control_plane.planes import PlaneProcess, kill_sandboxes, query, sandbox_pids
 from tests.control_plane.support import (
     ControlPlane,
@@ -70,7 +70,7 @@ def run_and_kill(plane: PlaneProcess, client: httpx.Client, llm: ScriptedLLM, ke
     # Mid run (the model is answering its slow reply) and mid start: SIGKILL.
     pending = client.post("/api/v1/app-conversations", json={}).json()["id"]
     plane.kill()
-    procfs.signal_group(doomed_pid, signal.SIGKILL)  # a sandbox that vanishes while it is down
+    processes.signal_group(doomed_pid, signal.SIGKILL)  # a sandbox that vanishes while it is down
     time.sleep(0.5)
     plane.start()
 
@@ -137,7 +137,7 @@ def test_a_start_taken_over_that_fails_removes_the_sandbox_it_made(tmp_path: Pat
                           params={"status": "RUNNING"}).json()["items"] == []
         # Its agent server is gone and its directory too (the workspace archived).
         assert not [pid for pid in sandbox_pids(config.state_dir).values()
-                    if procfs.state(pid) not in (None, "Z")]
+                    if processes.state(pid) not in (None, "Z")]
         assert not (config.state_dir / "sandboxes" / sid).exists()
         assert (config.state_dir / "archives" / f"{sid}.tar.gz").exists()
     finally:

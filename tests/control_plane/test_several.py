@@ -20,8 +20,8 @@ import httpx
 import pytest
 from sqlalchemy import func, select
 
-from control_plane.sandboxes import procfs
 from control_plane.store.tables import app_conversations, leases, sandboxes, start_tasks
+from core import processes
 from tests.control_plane.planes import PlaneProcess, kill_sandboxes, query, sandbox_pids, several
 from tests.control_plane.postgres import PostgresServer
 from tests.control_plane.support import configure_llm
@@ -183,7 +183,7 @@ def test_a_pause_cut_short_by_a_sigkill_is_finished_by_the_other(
     assert (row.status, row.pausing_reason) == ("RUNNING", "USER")
     # Frozen (as B's provider would), and B dies before it stores PAUSED.
     pid = {**sandbox_pids(a.state_dir), **sandbox_pids(b.state_dir)}[sid]
-    procfs.signal_group(pid, signal.SIGSTOP)
+    processes.signal_group(pid, signal.SIGSTOP)
     b.kill()
     pauser.join(30)
 
@@ -195,7 +195,7 @@ def test_a_pause_cut_short_by_a_sigkill_is_finished_by_the_other(
     time.sleep(2.0)  # twice the health grace: a hung sandbox would be ERROR by now
     record = status()
     assert (record["status"], record["status_reason"]) == ("PAUSED", "USER"), record
-    assert procfs.state(pid) == "T"
+    assert processes.state(pid) == "T"
     notices = [e["value"] for e in ca.get(f"/api/v1/conversation/{cid}/events/search",
                                           params={"limit": 1000}).json()["items"]
                if e["kind"] == "ConversationStateUpdateEvent" and e["key"] == "sandbox_status"]

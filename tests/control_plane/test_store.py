@@ -15,10 +15,9 @@ from sqlalchemy import select, text
 
 from control_plane import grouping
 from control_plane.crypto import Cipher, hash_key
-from control_plane.models import GroupingStrategy, SandboxStatus, now
+from control_plane.models import EventFilters, GroupingStrategy, SandboxReason, SandboxStatus
 from control_plane.settings import SettingsPatch, SettingsService
 from control_plane.store import Database, accounts, conversations, events, sandboxes
-from control_plane.store.events import EventFilters
 from control_plane.store.tables import api_keys, metadata, user_settings
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.e2e]  # a real PostgreSQL server
@@ -72,18 +71,18 @@ async def test_llm_key_and_secrets_are_encrypted_at_rest(db: Database, tmp_path:
 async def _sandbox(db: Database, user_id: str, name: str, status: SandboxStatus,
                    age: int, idle: int) -> str:
     async with db.begin() as conn:
-        row = await sandboxes.insert(conn, id=name, user_id=user_id, spec_id="process",
+        row = await sandboxes.insert(conn, db.now(), id=name, user_id=user_id, spec_id="process",
                                      status=status.value, session_key_hash=hash_key(name),
                                      session_key_enc="x", root_dir=f"/nowhere/{name}",
-                                     created_at=now() - timedelta(minutes=age),
-                                     last_activity_at=now() - timedelta(minutes=idle))
+                                     created_at=db.now() - timedelta(minutes=age),
+                                     last_activity_at=db.now() - timedelta(minutes=idle))
     return row.id
 
 
 async def _conversation(db: Database, user_id: str, sandbox_id: str, cid: str) -> None:
     async with db.begin() as conn:
-        await conversations.insert(conn, id=cid, user_id=user_id, sandbox_id=sandbox_id,
-                                   working_dir="/w")
+        await conversations.insert(conn, db.now(), id=cid, user_id=user_id,
+                                   sandbox_id=sandbox_id, working_dir="/w")
 
 
 async def test_each_strategy_picks_the_sandbox_spec_1_says(db: Database) -> None:
@@ -124,8 +123,8 @@ async def test_concurrent_placements_never_overfill(db: Database) -> None:
             chosen = grouping.choose(GroupingStrategy.FEWEST_CONVERSATIONS,
                                      await grouping.candidates(conn, user.id, "process", cap=4))
             if chosen is not None:
-                await conversations.insert(conn, id=f"c{i}", user_id=user.id, sandbox_id=chosen,
-                                           working_dir="/w")
+                await conversations.insert(conn, db.now(), id=f"c{i}", user_id=user.id,
+                                           sandbox_id=chosen, working_dir="/w")
             return chosen
 
     placed = await asyncio.gather(*(place(i) for i in range(20)))
@@ -160,7 +159,7 @@ async def test_a_reconciler_round_claims_a_bounded_share_oldest_first(db: Databa
     ids = [await _sandbox(db, user.id, f"s{i}", SandboxStatus.RUNNING, age=10 - i, idle=0)
            for i in range(5)]
     await _sandbox(db, user.id, "gone", SandboxStatus.MISSING, age=20, idle=0)  # nothing left
-    moment = now()
+    moment = db.now()
     first = await sandboxes.claim_round(db, "plane-a", moment, 10, cleanup_due=moment, limit=2)
     assert first == ids[:2]
     # Another process, the same round: only what nobody claimed yet, still at most its limit.
@@ -170,3 +169,31 @@ async def test_a_reconciler_round_claims_a_bounded_share_oldest_first(db: Databa
     later = moment + timedelta(seconds=10)
     third = await sandboxes.claim_round(db, "plane-a", later, 10, cleanup_due=later, limit=3)
     assert sorted(third) == sorted([ids[4], *ids[:2]])  # (s2 and s3 wait longer than they)
+
+
+async def test_a_status_is_written_only_along_the_transition_table(db: Database) -> None:
+    """The store's own guard, for what waits for no sandbox guard (a deletion racing a start):
+    a move from a status the table does not allow is not written, and a move comes back as
+    stored."""
+    user = await accounts.get_or_create_user(db, "fay")
+    broken = await _sandbox(db, user.id, "broken", SandboxStatus.ERROR, age=1, idle=1)
+    assert await sandboxes.set_status(db, broken, SandboxStatus.RUNNING) is None
+    assert await sandboxes.set_status(db, broken, SandboxStatus.ERROR, "again") is None
+    moved = await sandboxes.set_status(db, broken, SandboxStatus.MISSING, "deleted",
+                                       reason=SandboxReason.USER)
+    assert moved is not None and (moved.status, moved.status_detail) == (SandboxStatus.MISSING,
+                                                                          "deleted")
+    assert moved.status_reason is SandboxReason.USER and moved.cleanup_after is not None
+    assert await sandboxes.set_status(db, broken, SandboxStatus.MISSING) is None
+    assert await sandboxes.set_status(db, broken, SandboxStatus.STARTING) is None
+
+    paused = await _sandbox(db, user.id, "paused", SandboxStatus.PAUSED, age=60, idle=30)
+    before = await sandboxes.get(db, paused)
+    assert before is not None
+    resumed = await sandboxes.set_status(db, paused, SandboxStatus.RUNNING, touch=True)
+    assert resumed is not None and resumed.status is SandboxStatus.RUNNING
+    assert resumed.running_since is not None and resumed.paused_at is None
+    assert resumed.last_activity_at > before.last_activity_at  # a resume is activity
+    assert resumed == await sandboxes.get(db, paused)  # the row as stored, not a guess
+    assert await sandboxes.set_status(db, paused, SandboxStatus.STARTING) is None  # never back
+    assert await sandboxes.set_status(db, paused, SandboxStatus.RUNNING) is None  # there already

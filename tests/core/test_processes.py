@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -146,3 +147,34 @@ def test_a_stat_file_read_as_its_process_ends_is_skipped_not_an_error() -> None:
     assert parse_stat(7, b"7 (sh) S 1") is None
     info = parse_stat(7, b"7 (a (weird) name) S 1 7 7 0 -1")
     assert info is not None and (info.state, info.ppid, info.pgid, info.session) == ("S", 1, 7, 7)
+
+
+def test_a_process_is_named_by_pid_and_start_time_and_found_by_an_environment_entry() -> None:
+    """What a launcher keeps of a child it must find again after a restart (the control plane's
+    process sandboxes): the pid and its start time, and an entry of its environment."""
+    from core.processes import is_running, signal_group, start_time, state, with_environment
+
+    entry = f"CORE_TEST_ENTRY=here-{os.getpid()}".encode()
+    child = subprocess.Popen([SH, "-c", "exec sleep 30"], start_new_session=True,
+                             env={"CORE_TEST_ENTRY": f"here-{os.getpid()}",
+                                  "PATH": "/usr/bin:/bin"})
+    try:
+        started = start_time(child.pid)
+        assert started is not None and is_running(child.pid, started)
+        assert not is_running(child.pid, started + 1)  # another process that had this pid
+        deadline = time.monotonic() + 10
+        while with_environment(entry) != [child.pid]:  # the environment is the exec'd one's
+            assert time.monotonic() < deadline, "the child's environment never showed"
+            time.sleep(0.01)
+        assert with_environment(entry[:-1]) == []  # a whole entry, not a prefix of one
+        assert signal_group(child.pid, signal.SIGSTOP)
+        while state(child.pid) != "T":  # a signal lands asynchronously
+            assert time.monotonic() < deadline, "the child never stopped"
+            time.sleep(0.01)
+        signal_group(child.pid, signal.SIGKILL)
+        child.wait()
+        assert not is_running(child.pid, started) and state(child.pid) is None
+        assert not signal_group(child.pid, signal.SIGKILL)  # gone: False, not an error
+    finally:
+        child.kill()
+        child.wait()

@@ -1,9 +1,11 @@
 """External agents over the Agent Client Protocol: a conversation's agent as a child process.
 
-    session.py    ACPSession, the conversation's side (a `Session` like our own agent's)
+    session.py    ACPSession, the conversation's side (a `contract.Session`) and its turn
     client.py     WorkspaceClient, what the agent may ask of us (files, permissions, terminals)
     calls.py      tool calls as ACPToolCallEvents, bounded
-    process.py    the agent's process: own session, protocol lines only, stderr tail
+    messages.py   user messages as prompt blocks; the agent's chunks as one MessageEvent
+    process.py    the agent's process (own session, protocol lines only, stderr tail, its
+                  environment) and the protocol session opened over it
     terminals.py  the commands the agent runs through us
 """
 

@@ -86,6 +86,17 @@ class ToolCalls:
     def unfinished(self) -> list[ToolCallState]:
         return [s for s in self._items.values() if not s.finished]
 
+    def end(self, status: str, why: str | None = None) -> list[ACPToolCallEvent]:
+        """The calls of a turn that ended without finishing them, told as `status` (with
+        `why` as their output when they have none)."""
+        out = []
+        for call in self.unfinished():
+            call.status = status
+            if why is not None and call.raw_output is None:
+                call.raw_output = why
+            out.append(call.event())
+        return out
+
     def clear(self) -> None:
         self._items.clear()
 

@@ -1,5 +1,6 @@
 """The ACP agent's process: started in the workspace in a session of its own, spoken to over
-its stdin and stdout, its stderr kept as a short tail, and stopped with all it started.
+its stdin and stdout, its stderr kept as a short tail, and stopped with all it started; and
+the protocol session opened over it (`AgentConnection`: initialize, then session/new).
 
 Only whole JSON lines of at most MAX_LINE_BYTES reach the protocol connection: some agents
 log to stdout, and an endless line must not grow our memory without bound.
@@ -16,7 +17,16 @@ from collections import deque
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from pathlib import Path
 
-from core.processes import CHUNK, TAG_VARIABLE, end_group
+import acp
+from acp import PROTOCOL_VERSION, RequestError
+from acp.client.connection import ClientSideConnection
+from acp.schema import ClientCapabilities, FileSystemCapabilities, Implementation
+
+from agent_server import __version__
+from agent_server.agent.acp.client import WorkspaceClient
+from agent_server.agent.spec import ACPAgentSpec
+from core.ids import ENV_NAME, PLACEHOLDER
+from core.processes import CHUNK, TAG_VARIABLE, child_env, end_group
 
 logger = logging.getLogger(__name__)
 
@@ -25,6 +35,31 @@ MAX_LINE_BYTES = 8 * 1024 * 1024
 #: The last lines of stderr kept for a crash report, each cut to STDERR_LINE_CHARS.
 STDERR_LINES = 20
 STDERR_LINE_CHARS = 500
+#: Seconds to wait for a crashed process's exit status.
+EXIT_WAIT = 5.0
+
+
+class ACPFailure(Exception):
+    """Ends a run in ERROR with a ConversationErrorEvent of this code and detail."""
+
+    def __init__(self, code: str, detail: str) -> None:
+        super().__init__(f"{code}: {detail}")
+        self.code, self.detail = code, detail
+
+
+def agent_env(agent: ACPAgentSpec, secrets: Mapping[str, str],
+              git_author: Mapping[str, str]) -> dict[str, str]:
+    """The agent's environment: the server's without its keys, the commit author, the
+    conversation's secrets by name, then acp_env with `${NAME}` filled from them."""
+    named = {k: v for k, v in secrets.items() if ENV_NAME.fullmatch(k)}
+    own = {k: PLACEHOLDER.sub(lambda m: secrets.get(m.group(1), ""), v)
+           for k, v in agent.acp_env.items()}
+    return child_env(git_author, named, own)
+
+
+def request_error(exc: RequestError) -> str:
+    data = f" {exc.data}" if exc.data is not None else ""
+    return f"The ACP agent answered an error {exc.code}: {exc}{data}"[:4000]
 
 
 class AgentProcess:
@@ -55,6 +90,14 @@ class AgentProcess:
             stderr=asyncio.subprocess.PIPE, start_new_session=True,
         )
         return cls(proc, tag, mask)
+
+    async def crashed(self, program: str, when: str) -> ACPFailure:
+        """What to report of a process gone (or whose pipes are): its exit status and its
+        last stderr lines."""
+        await self.exited(EXIT_WAIT)
+        return ACPFailure("ACPAgentExited",
+                          f"The ACP agent ({program}) stopped {when}: {self.exit_text()}."
+                          f"\nLast stderr lines:\n{self.stderr_tail()}")
 
     @property
     def pid(self) -> int:
@@ -113,6 +156,79 @@ class AgentProcess:
         async for line in _lines(stderr, STDERR_LINE_CHARS * 4):
             text = "[line cut]" if line is None else line.decode(errors="replace")
             self._stderr.append(text.rstrip()[:STDERR_LINE_CHARS])
+
+
+class AgentConnection:
+    """The agent's process with the protocol session opened over it (`open`)."""
+
+    def __init__(self, program: str, proc: AgentProcess, conn: ClientSideConnection,
+                 session_id: str) -> None:
+        self.program, self.proc, self.conn, self.session_id = program, proc, conn, session_id
+
+    @classmethod
+    async def open(cls, agent: ACPAgentSpec, cwd: Path, env: Mapping[str, str],
+                   client: WorkspaceClient, mask: Callable[[str], str]) -> AgentConnection:
+        """Start the agent and open its session (within acp_startup_timeout); raises
+        ACPFailure, leaving no process behind, when that fails."""
+        argv = [*agent.acp_command, *agent.acp_args]
+        try:
+            proc = await AgentProcess.start(argv, cwd, env, mask)
+        except OSError as exc:
+            raise ACPFailure("ACPStartFailed",
+                             f"Cannot start {argv[0]}: {exc.strerror or exc}.") from None
+        conn = acp.connect_to_agent(client, proc.writer, proc.reader)
+        try:
+            session_id = await asyncio.wait_for(_handshake(conn, proc, argv[0], cwd),
+                                                agent.acp_startup_timeout)
+        except BaseException as exc:
+            await _close(conn)
+            await proc.stop()
+            if isinstance(exc, TimeoutError):
+                raise ACPFailure("ACPStartTimeout", "The ACP agent did not answer initialize "
+                                 "and session/new within "
+                                 f"{agent.acp_startup_timeout:g} s.") from None
+            raise
+        return cls(argv[0], proc, conn, session_id)
+
+    @property
+    def alive(self) -> bool:
+        return self.proc.returncode is None
+
+    async def crashed(self, when: str) -> ACPFailure:
+        return await self.proc.crashed(self.program, when)
+
+    async def hang_up(self) -> None:
+        """Close the protocol connection (a request in flight fails)."""
+        await _close(self.conn)
+
+    async def stop(self) -> None:
+        await self.proc.stop()
+
+
+async def _handshake(conn: ClientSideConnection, proc: AgentProcess, program: str,
+                     cwd: Path) -> str:
+    """initialize, then session/new: the session's id."""
+    capabilities = ClientCapabilities(
+        fs=FileSystemCapabilities(read_text_file=True, write_text_file=True), terminal=True)
+    try:
+        hello = await conn.initialize(
+            protocol_version=PROTOCOL_VERSION, client_capabilities=capabilities,
+            client_info=Implementation(name="agent-server", version=__version__))
+        if hello.protocol_version != PROTOCOL_VERSION:
+            raise ACPFailure("ACPStartFailed",
+                             f"The ACP agent speaks protocol version {hello.protocol_version}"
+                             f"; this server speaks {PROTOCOL_VERSION}.")
+        session = await conn.new_session(cwd=str(cwd), mcp_servers=[])
+    except RequestError as exc:
+        raise ACPFailure("ACPStartFailed", request_error(exc)) from None
+    except (ConnectionError, OSError) as exc:
+        raise await proc.crashed(program, f"while starting ({exc})") from None
+    return session.session_id
+
+
+async def _close(conn: ClientSideConnection) -> None:
+    with contextlib.suppress(Exception):
+        await conn.close()
 
 
 async def _lines(stream: asyncio.StreamReader, limit: int) -> AsyncIterator[bytes | None]:

@@ -30,14 +30,15 @@ def profile_info(name: str, config: LLMConfig) -> ProfileInfo:
 
 
 class ActiveLLM:
-    def __init__(self, stored: LLMConfig, profile: str | None, profiles: Profiles) -> None:
+    def __init__(self, stored: LLMConfig, profile: str | None, profiles: Profiles,
+                 on_change: Callable[[], Awaitable[None]] | None = None) -> None:
         #: The LLM in force; while a profile is active, a copy of it as last seen (used
         #: should the profile be removed from the settings).
         self.stored = stored
         self.profile = profile
         self.profiles = profiles
         #: Called after every change (the conversation saves its record).
-        self.on_change: Callable[[], Awaitable[None]] | None = None
+        self._on_change = on_change
 
     @property
     def config(self) -> LLMConfig:
@@ -78,8 +79,8 @@ class ActiveLLM:
         return await self._changed("api key rotated", "user")
 
     async def _changed(self, reason: str, who: Who) -> ConversationStateUpdateEvent:
-        if self.on_change is not None:
-            await self.on_change()
+        if self._on_change is not None:
+            await self._on_change()
         config = self.config
         return ConversationStateUpdateEvent(key="llm", value={
             "profile_name": self.profile, "model": config.model, "base_url": config.base_url,

@@ -1,0 +1,16 @@
+"""The conversations of this server: the catalogue and each conversation.
+
+    catalogue.py     ConversationService: loaded at start, create, fork, search, delete
+    conversation.py  Conversation: its record, log, status, run task and agent session
+    presentation.py  what clients are shown of one (its info, its state updates)
+    fanout.py        Fanout: where its events go besides the log (delivery implements it)
+
+The execution status and its transition table are `agent_server.status` (the agent reports
+a status too, and must not import this package).
+"""
+
+from agent_server.conversations.catalogue import ConversationService
+from agent_server.conversations.conversation import Conversation, Lifecycle
+from agent_server.conversations.fanout import Fanout
+
+__all__ = ["Conversation", "ConversationService", "Fanout", "Lifecycle"]

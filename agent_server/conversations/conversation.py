@@ -1,0 +1,444 @@
+"""Conversation: one conversation's state and run.
+
+A Conversation owns its record (saved as meta.json), its event log (opened the first time
+something needs it), its execution status (moved only along `status.TRANSITIONS`), its
+lifecycle and at most one run task; what a run does is its session's business, built for it
+by the factory the composition root hands in. A change a client asks for goes one way:
+mutate the record, save it, announce it (`_changing`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import traceback
+from collections.abc import AsyncIterator, Callable
+from datetime import UTC, datetime
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+from agent_server.agent.active_llm import ActiveLLM
+from agent_server.agent.contract import (
+    ConversationSpec,
+    RunControl,
+    Session,
+    SessionFactory,
+    SteeredSession,
+)
+from agent_server.agent.sink import EventSink
+from agent_server.agent.skills import SkillList
+from agent_server.agent.spec import ConfirmationPolicy, LLMConfig
+from agent_server.conversations.fanout import Fanout
+from agent_server.conversations.presentation import Presentation
+from agent_server.errors import ConversationGone
+from agent_server.log import LOG_FILE_NAME, EventLog
+from agent_server.record import ConversationInfo, SendMessage, StoredConversation
+from agent_server.repository import CloneFailed, clone
+from agent_server.settings import Settings
+from agent_server.status import ExecutionStatus, check_move
+from agent_server.telemetry import Telemetry
+from agent_server.telemetry import logs as log_context
+from agent_server.telemetry.tracing import ConversationTrace, failed
+from core.files import write_json
+from core.masking import Masker, check_secrets
+from events import (
+    ConversationErrorEvent,
+    ConversationStateUpdateEvent,
+    Event,
+    InterruptEvent,
+    Message,
+    MessageEvent,
+    PauseEvent,
+)
+from web.errors import Conflict, NotFound, invalid
+
+logger = logging.getLogger(__name__)
+
+
+class Lifecycle(Enum):
+    """OPEN takes requests; CLOSING (deletion or shutdown begun) starts no run but may still
+    write (SessionEnd hooks); CLOSED writes nothing."""
+
+    OPEN = "open"
+    CLOSING = "closing"
+    CLOSED = "closed"
+
+
+class Conversation:
+    """One conversation: its record, its log, its status, its run task and its session."""
+
+    def __init__(self, record: StoredConversation, directory: Path, *,
+                 settings: Callable[[], Settings], make_session: SessionFactory,
+                 fanout: Fanout, telemetry: Telemetry | None = None) -> None:
+        self.record = record
+        self.directory = directory
+        self._settings = settings
+        self._fanout = fanout
+        self.telemetry = telemetry or Telemetry.build()
+        self._log: EventLog | None = None
+        self._log_lock = asyncio.Lock()
+        self._save_lock = asyncio.Lock()
+        #: Held while a run is being started or stopped.
+        self._run_lock = asyncio.Lock()
+        self._task: asyncio.Task[None] | None = None
+        self.lifecycle = Lifecycle.OPEN
+        #: Set once the conversation is closed (deleted or the server stopped): sockets and
+        #: the webhook pusher wait on it instead of polling.
+        self.closed = asyncio.Event()
+        #: The secret values in force (settings', then the conversation's own); one live dict
+        #: that tools and hooks read, kept current by refresh_secrets().
+        self.secret_values: dict[str, str] = {}
+        self.masker = Masker(self.secret_values)  # follows the live dict
+        self.refresh_secrets()
+        #: What clients are shown of it (its info, its state updates).
+        self.shown = Presentation(record, directory, fanout, self.masker, lambda: self._log)
+        #: Where this conversation's spans hang (its root span starts in `start_trace` when
+        #: it is new; one loaded from disk continues the trace its record names).
+        self.trace: ConversationTrace = self.telemetry.tracing.resumed(record.trace, self.id)
+        llm = ActiveLLM(record.agent.llm, record.llm_profile,
+                        lambda: self._settings().llm_profiles, on_change=self._llm_changed)
+        self.control = RunControl(confirmation_policy=record.confirmation_policy, llm=llm)
+        self.session: Session = make_session(
+            ConversationSpec(
+                id=self.id, working_dir=self.working_dir, state_dir=directory,
+                agent=record.agent, max_iterations=record.max_iterations,
+                stuck_detection=record.stuck_detection, hook_config=record.hook_config,
+                git_author=settings().git_author(),
+            ),
+            EventSink(self.log, lambda event: fanout.publish_transient(self.id, event),
+                      self.masker),
+            self.control, self.secret_values, record.metrics,
+        )
+        #: The session again when its model, skills and hooks run here (our own agent);
+        #: None for an agent that keeps its own (ACP).
+        self._steered = self.session if isinstance(self.session, SteeredSession) else None
+
+    @property
+    def id(self) -> str:
+        return str(self.record.id)
+
+    @property
+    def status(self) -> ExecutionStatus:
+        return self.record.execution_status
+
+    @property
+    def working_dir(self) -> Path:
+        return Path(self.record.workspace.working_dir)
+
+    @property
+    def running(self) -> bool:
+        return self._task is not None and not self._task.done()
+
+    async def opened_info(self) -> ConversationInfo:
+        """The info with the tree's fields, which need the log open."""
+        await self.log()
+        return self.shown.info()
+
+    # -- the record ------------------------------------------------------------------------
+
+    async def log(self) -> EventLog:
+        if self.lifecycle is Lifecycle.CLOSED:
+            raise ConversationGone(self.id)
+        if self._log is None:
+            async with self._log_lock:
+                if self._log is None:
+                    log = await asyncio.to_thread(
+                        EventLog.open, self.directory / LOG_FILE_NAME,
+                        redactor=self.masker.data, sinks=self._fanout.sinks(self.id),
+                        on_write=self.telemetry.metrics.log_written)
+                    if self.record.head_set_at is not None:
+                        log.restore_head(self.record.head_event_id, self.record.head_set_at)
+                    self._log = log
+                    self._fanout.attach(self.id, self.directory, log, self.closed)
+        return self._log
+
+    async def append(self, *events: Event) -> list[Event]:
+        return await (await self.log()).append(*events)
+
+    async def save(self) -> None:
+        if self.lifecycle is Lifecycle.CLOSED:  # a deleted conversation must not come back
+            return
+        async with self._save_lock:  # one writer at a time, each writing the latest record
+            self.record.updated_at = datetime.now(UTC)
+            data = self.record.model_dump(mode="json")
+            await asyncio.to_thread(write_json, self.directory / "meta.json", data)
+
+    @contextlib.asynccontextmanager
+    async def _changing(self, *fields: str) -> AsyncIterator[StoredConversation]:
+        """A change a client asked for: the record is changed inside the block, then saved,
+        then announced (`fields`: one update each; none: the full state)."""
+        yield self.record
+        await self.save()
+        await self.shown.announce(*fields)
+
+    def refresh_secrets(self) -> None:
+        merged = {**self._settings().secrets, **self.record.secrets}
+        self.secret_values.clear()
+        self.secret_values.update(merged)
+
+    async def add_secrets(self, values: dict[str, str]) -> None:
+        for name, problem in check_secrets(values):
+            raise invalid(["secrets", name], problem)
+        async with self._changing() as record:
+            record.secrets.update(values)
+            self.refresh_secrets()
+
+    async def update(self, *, title: str | None = None, clear_title: bool = False,
+                     tags: dict[str, str] | None = None) -> None:
+        async with self._changing() as record:
+            if title is not None or clear_title:
+                record.title = title
+            if tags is not None:
+                record.tags = tags
+
+    async def set_confirmation_policy(self, policy: ConfirmationPolicy) -> None:
+        async with self._changing("confirmation_policy") as record:
+            record.confirmation_policy = self.control.confirmation_policy = policy
+
+    async def set_security_analyzer(self, analyzer: dict[str, Any] | None) -> None:
+        async with self._changing("security_analyzer") as record:
+            record.security_analyzer = analyzer
+
+    async def _llm_changed(self) -> None:
+        self.record.agent.llm = self.control.llm.stored
+        self.record.llm_profile = self.control.llm.profile
+        await self.save()
+
+    async def transition(self, to: ExecutionStatus) -> None:
+        """Move the execution status along the table (staying put is no move), record it as
+        an event and save; any other move raises InvalidTransition."""
+        if to == self.record.execution_status:
+            return
+        check_move(self.record.execution_status, to)
+        self.record.execution_status = to
+        await self.append(ConversationStateUpdateEvent(key="execution_status", value=to.value))
+        await self.save()
+        if to != ExecutionStatus.RUNNING:  # a run ended (or never will): what clients wait for
+            self.shown.publish_state()
+
+    # -- the agent's model -----------------------------------------------------------------
+
+    async def switch_profile(self, name: str, reason: str = "") -> None:
+        """The user's switch to a saved profile (from the next request on); KeyError when
+        no profile has that name."""
+        await self.append(await self.control.llm.switch_profile(name, reason, "user"))
+        if self._steered is not None:
+            await self._steered.follow_llm()
+
+    async def switch_llm(self, config: LLMConfig, reason: str = "") -> None:
+        await self.append(await self.control.llm.switch_llm(config, reason, "user"))
+        if self._steered is not None:
+            await self._steered.follow_llm()
+
+    async def rotate_llm_key(self, key: str) -> None:
+        await self.append(await self.control.llm.rotate_key(key))
+
+    async def skills(self) -> SkillList:
+        if self._steered is None:
+            return SkillList(skills=[])  # an ACP agent keeps its own
+        return await self._steered.skills()
+
+    async def ask(self, question: str) -> str:
+        """A side question, answered without adding to the conversation (LLMFailure: 502)."""
+        if self._steered is None:
+            raise Conflict("ask_agent is not available for an ACP agent")
+        answer = await self._steered.ask(self.masker.text(question))
+        await self.save()  # the call's cost is counted
+        return self.masker.text(answer)
+
+    # -- the conversation tree -------------------------------------------------------------
+
+    async def navigate(self, event_id: str | None) -> None:
+        """Move HEAD to a stored event (None: the empty tree): the next event starts a sibling
+        branch there, and the model sees only the branch from the root to HEAD."""
+        async with self._run_lock:
+            await self.settle()
+            if self.running:
+                raise Conflict("The conversation is running: pause it before navigating")
+            log = await self.log()
+            await log.drain()
+            try:
+                log.navigate(event_id)
+            except KeyError:
+                raise NotFound(f"Event {event_id} not found in this conversation") from None
+            self.record.head_event_id, self.record.head_set_at = event_id, len(log)
+            if self._steered is not None:
+                self._steered.forget_view()
+            if self.status == ExecutionStatus.WAITING_FOR_CONFIRMATION:  # off the branch now
+                await self.transition(ExecutionStatus.IDLE)
+            await self.save()
+        await self.shown.announce("leaf_event_id", "head_is_empty", "last_user_message_id")
+
+    # -- control -------------------------------------------------------------------------
+
+    async def settle(self) -> None:
+        """Wait for a run that has set its final status but whose task is still ending."""
+        task = self._task
+        if task is not None and not task.done() and self.status != ExecutionStatus.RUNNING:
+            await asyncio.gather(asyncio.shield(task), return_exceptions=True)
+
+    async def open(self) -> None:
+        """The first events of a new conversation (the SystemPromptEvent)."""
+        await self.session.open()
+
+    async def send_message(self, message: SendMessage) -> MessageEvent:
+        await self.settle()
+        if self.status == ExecutionStatus.WAITING_FOR_CONFIRMATION and not self.running:
+            # A new message never approves what waits: it rejects it.
+            await self.session.reject_pending("superseded by a new user message")
+            await self.transition(ExecutionStatus.IDLE)
+        event = MessageEvent(
+            source="user",
+            llm_message=Message(role="user", content=message.contents()),
+            sender=message.sender,
+        )
+        steered = self._steered
+        if steered is not None:
+            await steered.prepare_user_message(event)
+        # A running agent takes no request while the message waits for its hooks' verdict.
+        async with self.control.prompt_gate:
+            await self.append(event)
+            blocked = steered is not None and await steered.on_user_message(event)
+        if message.run and not blocked:
+            await self.run()
+        return event
+
+    async def respond(self, accept: bool, reason: str) -> None:
+        """Run the actions waiting for confirmation (accept), or reject them and rest.
+
+        Rejecting when nothing waits changes nothing (as the OpenHands agent server answers
+        it); accepting then is a conflict, since it would not run anything."""
+        await self.settle()
+        if self.status != ExecutionStatus.WAITING_FOR_CONFIRMATION or self.running:
+            if not accept:
+                return
+            raise Conflict("No action is waiting for confirmation "
+                           f"(execution_status is {self.status.value})")
+        if accept:
+            await self.run(approved=True)
+        else:
+            await self.session.reject_pending(reason)
+            await self.transition(ExecutionStatus.IDLE)
+
+    async def run(self, approved: bool = False) -> None:
+        """Start the agent unless it is already running (then nothing changes).
+
+        A run while actions wait for confirmation runs them first: calling run again is how
+        the OpenHands SDK accepts (as its agent server does). A new user message, by contrast,
+        rejects them (send_message).
+        """
+        async with self._run_lock:  # one run task at a time, even for calls made together
+            running = self.running and self.status == ExecutionStatus.RUNNING
+            if self.lifecycle is not Lifecycle.OPEN or running:
+                return
+            await self.settle()
+            if self.running:
+                return
+            approved = approved or self.status == ExecutionStatus.WAITING_FOR_CONFIRMATION
+            self.control.pause_requested = False
+            await self.transition(ExecutionStatus.RUNNING)
+            self._task = asyncio.create_task(self._run(approved), name=f"run {self.id}")
+
+    def start_trace(self) -> None:
+        """A new conversation's root span (and named span), its place kept in the record."""
+        record = self.record
+        self.trace = self.telemetry.tracing.conversation(
+            self.id, span_name=record.observability_span_name, tags=record.observability_tags,
+            metadata=record.observability_metadata, mask=self.masker.text,
+            parent_conversation_id=(str(record.parent_conversation_id)
+                                    if record.parent_conversation_id else None))
+        record.trace = self.trace.ref
+
+    async def _run(self, approved: bool) -> None:
+        log_context.set_conversation(self.id)  # this task's log records name the conversation
+        try:
+            with self.trace.run() as span:
+                if await self._prepare_workspace():
+                    status = await self.session.run(approved)
+                    span.set_attribute("agent_server.run.status", status.value)
+                    if status in (ExecutionStatus.ERROR, ExecutionStatus.STUCK):
+                        failed(span, status.value)
+                    await self.transition(status)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # the session failed itself: say so, never leave it "running"
+            # The traceback may quote a secret (an exception's message): masked like events.
+            logger.error("run of %s failed\n%s", self.id,
+                         self.masker.text("".join(traceback.format_exception(exc)))[-20_000:])
+            await self._fail(type(exc).__name__, str(exc))
+
+    async def _prepare_workspace(self) -> bool:
+        """Clone the selected repository before the first step (once); False when it failed."""
+        spec = self.record.repository
+        if spec is None or self.record.repository_status == "cloned":
+            return True
+        try:
+            await clone(spec, self.working_dir, self.secret_values, self.masker,
+                        self._settings().git_author())
+        except CloneFailed as failure:
+            self.record.repository_status = "failed"
+            await self._fail("RepositoryCloneFailed", failure.detail)
+            return False
+        self.record.repository_status = "cloned"
+        await self.save()
+        return True
+
+    async def _fail(self, code: str, detail: str) -> None:
+        """End the run in ERROR with a ConversationErrorEvent (masked, then cut)."""
+        try:
+            await self.append(ConversationErrorEvent(source="environment", code=code,
+                                                     detail=self.masker.text(detail)[:2000]))
+        except Exception:
+            logger.exception("recording the failure of %s failed", self.id)
+        try:
+            await self.transition(ExecutionStatus.ERROR)
+        except Exception:  # the log cannot take it: the record says it at least
+            self.record.execution_status = ExecutionStatus.ERROR
+            with contextlib.suppress(Exception):
+                await self.save()
+
+    async def pause(self) -> None:
+        """Takes effect between steps (SPEC 3.3)."""
+        await self.append(PauseEvent())
+        if self.running:
+            self.control.pause_requested = True
+
+    async def interrupt(self) -> None:
+        """Cancels the in-flight LLM call or tool at once (SPEC 3.3)."""
+        await self.append(InterruptEvent())
+        async with self._run_lock:  # a run being started now is cancelled, not missed
+            await self.stop()
+            if self.status == ExecutionStatus.RUNNING:
+                await self.transition(ExecutionStatus.PAUSED)
+
+    async def wait_run(self) -> ExecutionStatus:
+        """Wait for the run task, if any, to end; the status it left."""
+        task = self._task
+        if task is not None and not task.done():
+            await asyncio.gather(asyncio.shield(task), return_exceptions=True)
+        return self.status
+
+    async def stop(self) -> None:
+        """Cancel the run task, if any, and wait for its clean-up."""
+        task, self._task = self._task, None
+        if task is not None and not task.done():
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+    async def close(self) -> None:
+        self.lifecycle = Lifecycle.CLOSING  # no new run from here on; SessionEnd may still write
+        async with self._run_lock:
+            await self.stop()
+        try:
+            await self.session.close()
+        except Exception:
+            logger.exception("closing the agent of %s failed", self.id)
+        self.lifecycle = Lifecycle.CLOSED
+        self.closed.set()
+        self.trace.end()  # its root span ends (and is exported) with its life in this process
+        if self._log is not None:
+            await self._log.drain()
+            self._log.close()
+            self._log = None

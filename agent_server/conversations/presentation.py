@@ -1,0 +1,72 @@
+"""What clients are shown of one conversation, in one place: its ConversationInfo (what the
+routes answer, and what a `full_state` frame holds) and the state updates that tell live
+subscribers of a change.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+
+from agent_server.conversations.fanout import Fanout
+from agent_server.log import EventLog
+from agent_server.record import ConversationInfo, StoredConversation
+from core.ids import new_event_id
+from core.masking import Masker
+from events import ConversationStateUpdateEvent, format_timestamp
+
+
+def _now() -> str:
+    return format_timestamp(datetime.now(UTC))
+
+
+class Presentation:
+    def __init__(self, record: StoredConversation, directory: Path, fanout: Fanout,
+                 masker: Masker, log: Callable[[], EventLog | None]) -> None:
+        self.record, self.directory, self.masker = record, directory, masker
+        self._fanout = fanout
+        #: The conversation's log, when it is open (None until something needed it).
+        self._log = log
+
+    @property
+    def _id(self) -> str:
+        return str(self.record.id)
+
+    def info(self) -> ConversationInfo:
+        """The conversation as the API shows it. The tree's fields (HEAD, the last user
+        message) come from the log, so they are given only while it is open."""
+        log, leaf, last_user = self._log(), None, None
+        if log is not None:
+            leaf = log.head
+            last_user = log.last_on_branch(leaf, "MessageEvent", "user")
+        elif self.record.head_set_at is not None:
+            leaf = self.record.head_event_id
+        return ConversationInfo.of(
+            self.record, directory=str(self.directory), webhook=self._fanout.status(self._id),
+            leaf=leaf, head_is_empty=leaf is None and log is not None and len(log) > 0,
+            last_user_message=last_user)
+
+    def state_event(self) -> ConversationStateUpdateEvent:
+        """The whole state as one `full_state` update (masked)."""
+        return ConversationStateUpdateEvent(
+            id=new_event_id(), timestamp=_now(), key="full_state",
+            value=self.masker.data(self.info().model_dump(mode="json", exclude_none=True)))
+
+    def publish_state(self) -> None:
+        """A `full_state` ConversationStateUpdateEvent to the live subscribers (not stored):
+        what the OpenHands SDK client waits for when a run ends."""
+        self._fanout.publish_transient(self._id, self.state_event())
+
+    async def announce(self, *fields: str) -> None:
+        """Publish a change a client asked for, and answer it only once the sockets carry it:
+        the OpenHands SDK reads its state from what the socket brought. With `fields`, one
+        small update per field (the client takes them quicker), else the full state."""
+        if fields:
+            value = self.masker.data(self.info().model_dump(mode="json", include=set(fields)))
+            for name in fields:
+                self._fanout.publish_transient(self._id, ConversationStateUpdateEvent(
+                    id=new_event_id(), timestamp=_now(), key=name, value=value.get(name)))
+        else:
+            self.publish_state()
+        await self._fanout.delivered(self._id)

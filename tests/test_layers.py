@@ -1,0 +1,178 @@
+"""The floor plan, enforced: imports point one way and no two modules import each other.
+
+Read from the source (every import statement: at the top, inside functions, and under
+TYPE_CHECKING, which is a design dependency even when it costs nothing at run time), so a
+wrong-way import fails here whatever path loads it.
+
+    core          leaf
+    web           core                         (the web kit of both services)
+    tools         core
+    events        core, tools                  (SPEC 6: Action/Observation from the tools)
+    agent_server  core, web, tools, events
+    control_plane core, web, tools, events     never agent_server
+    bridge        core, web, tools, events     a client of the services' HTTP APIs
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("core", "web", "tools", "events", "agent_server", "control_plane", "bridge")
+#: Package -> the project packages it may import (besides itself).
+ALLOWED = {
+    "core": set(),
+    "web": {"core"},
+    "tools": {"core"},
+    "events": {"core", "tools"},
+    "agent_server": {"core", "web", "tools", "events"},
+    "control_plane": {"core", "web", "tools", "events"},
+    "bridge": {"core", "web", "tools", "events"},
+}
+#: The one import across the floors: the `agent-server` command hands `agent-server acp` to
+#: the editor bridge (a command line, not a dependency of the server).
+ENTRY_POINTS = {("agent_server.__main__", "bridge.cli")}
+#: Lines a module may have: one concept, readable whole.
+MAX_LINES = 450
+#: Modules allowed over it for now, with the reason.
+LONG: dict[str, str] = {}
+#: Inside agent_server, what a layer never imports (the layers above it).
+AGENT_LAYERS = {
+    "agent_server.agent": ("agent_server.conversations", "agent_server.api",
+                           "agent_server.app", "agent_server.services"),
+    "agent_server.delivery": ("agent_server.conversations", "agent_server.agent",
+                              "agent_server.api", "agent_server.app", "agent_server.services"),
+    "agent_server.telemetry": ("agent_server.conversations", "agent_server.agent",
+                               "agent_server.api", "agent_server.app", "agent_server.services"),
+    "agent_server.conversations": ("agent_server.api", "agent_server.app",
+                                   "agent_server.services"),
+    "agent_server.api": ("agent_server.app",),
+    "agent_server.services": ("agent_server.api", "agent_server.app"),
+}
+
+
+def modules() -> dict[str, Path]:
+    found = {}
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            parts = path.relative_to(ROOT).with_suffix("").parts
+            name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+            found[name] = path
+    return found
+
+
+def imports(name: str, path: Path, known: set[str]) -> Iterator[str]:
+    """The project modules `name` imports (a `from a import b` of a submodule counts as b)."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield from _known(alias.name, known)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                up = package.split(".")
+                up = up[:len(up) - node.level + 1]
+                base = ".".join([*up, base] if base else up)
+            for alias in node.names:
+                if f"{base}.{alias.name}" in known:
+                    yield f"{base}.{alias.name}"
+                else:
+                    yield from _known(base, known)
+
+
+def _known(name: str, known: set[str]) -> Iterator[str]:
+    while name and name not in known:
+        name = name.rpartition(".")[0]
+    if name:
+        yield name
+
+
+def graph() -> dict[str, set[str]]:
+    found = modules()
+    known = set(found)
+    return {name: set(imports(name, path, known)) - {name} for name, path in found.items()}
+
+
+def test_packages_import_only_the_floors_below_them() -> None:
+    wrong = sorted(f"{module} -> {target}" for module, targets in graph().items()
+                   for target in targets
+                   if target.split(".")[0] != module.split(".")[0]
+                   and target.split(".")[0] not in ALLOWED[module.split(".")[0]]
+                   and (module, target) not in ENTRY_POINTS)
+    assert wrong == []
+
+
+def test_no_module_is_longer_than_one_concept_needs() -> None:
+    long = {str(path.relative_to(ROOT)): n for path in modules().values()
+            if (n := len(path.read_text().splitlines())) > MAX_LINES}
+    assert set(long) <= set(LONG), long
+
+
+def test_the_agent_servers_layers_point_down() -> None:
+    wrong = sorted(f"{module} -> {target}" for module, targets in graph().items()
+                   for layer, above in AGENT_LAYERS.items()
+                   if module == layer or module.startswith(layer + ".")
+                   for target in targets if target.startswith(above))
+    assert wrong == []
+
+
+def test_no_two_modules_import_each_other_even_through_others() -> None:
+    """No cycle in the module graph (Tarjan's strongly connected components)."""
+    edges = graph()
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    cycles: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        # Iterative, so a deep graph cannot exhaust the recursion limit.
+        work = [(node, iter(sorted(edges[node])))]
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        while work:
+            current, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(edges[child]))))
+                elif child in on_stack:
+                    low[current] = min(low[current], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[current])
+            if low[current] == index[current]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == current:
+                        break
+                if len(component) > 1:
+                    cycles.append(sorted(component))
+
+    for node in sorted(edges):
+        if node not in index:
+            visit(node)
+    assert cycles == []
+
+
+def test_the_checker_sees_a_wrong_way_import(tmp_path: Path) -> None:
+    """The graph is what the files say: a module's own import is found, relative ones too."""
+    found = modules()
+    known = set(found)
+    app = set(imports("agent_server.app", found["agent_server.app"], known))
+    assert "agent_server.services" in app
+    source = tmp_path / "probe.py"
+    source.write_text("from ..conversations import Conversation\nimport control_plane.app\n")
+    assert set(imports("agent_server.api.probe", source, known)) == {
+        "agent_server.conversations", "control_plane.app"}
