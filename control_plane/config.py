@@ -94,10 +94,10 @@ class Config(BaseModel):
     sandbox_pids_limit: int = Field(default=1024, ge=16, le=4_194_304)
     """Processes and threads of one container sandbox (a fork bomb stops there)."""
 
-    swarm_network: str = Field(default="agent-sandboxes-swarm",
-                               pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
-    """The Swarm provider's network: a swarm-scoped bridge made from a config-only network with
-    inter-container traffic off on every node (the operator makes them; README)."""
+    swarm_network: str = Field(default="bridge", pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+    """The Swarm provider's network: `bridge`, each node's default bridge (every node that
+    takes sandboxes runs its daemon with `"icc": false`; README), or a swarm-scoped bridge
+    made from a config-only network with inter-container traffic off on every node."""
 
     swarm_constraints: tuple[str, ...] = ()
     """Placement constraints of every Swarm sandbox, comma-separated

@@ -14,9 +14,9 @@ A sandbox's service:
 - publishes the agent server's port in host mode on its node (no routing mesh: it needs IPVS,
   and a sandbox's address must name the node its volume is on); its URL is the node's address
   and the published port, stored in its handle;
-- runs on a swarm-scoped bridge network made from a config-only network on each node with
-  inter-container traffic off (`Config` names it; the provider checks it, the operator makes
-  it, see the README): sandboxes of a node cannot reach each other's ports on it;
+- runs on its node's default bridge (`Config.swarm_network`), whose daemon keeps containers
+  apart (`"icc": false` on every node that takes sandboxes, README): sandboxes of a node cannot
+  reach each other's ports on it;
 - gets its session key in a Docker secret of its own (encrypted in the managers' Raft log,
   never in the service's spec), mounted for root only (0400). Its entrypoint starts as root
   under tini, opens the secret on a descriptor and execs the agent server through `setpriv`
@@ -45,41 +45,18 @@ there is nothing left to reach.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import anyio
 import docker
 import docker.errors
-import docker.types
 import httpx
 
-from control_plane.sandboxes.containers import (
-    DEFAULT_LIMITS,
-    HOME,
-    HOME_BYTES,
-    PORT_NUMBER,
-    STATE_DIR,
-    TMP_BYTES,
-    UID,
-    ContainerProvider,
-    Limits,
-    environment,
-    name_of,
-)
-from control_plane.sandboxes.nodejobs import (
-    ENDED,
-    NO_CHECK,
-    Jobs,
-    Node,
-    api,
-    describe,
-    host_port,
-)
+from control_plane.sandboxes.containers import DEFAULT_LIMITS, ContainerProvider, Limits, name_of
+from control_plane.sandboxes.nodejobs import ENDED, Jobs, Node, api, describe, host_port
 from control_plane.sandboxes.provider import (
     Handle,
     Health,
@@ -89,76 +66,31 @@ from control_plane.sandboxes.provider import (
     Refused,
     SandboxSpec,
 )
+from control_plane.sandboxes.swarmspec import (
+    NODE_AWAY,
+    PORT_TAKEN,
+    UNPLACED,
+    check_network,
+    newest,
+    node_of,
+    pin,
+    pinned,
+    publish,
+    published,
+    replicas,
+    restart,
+    scale,
+    service_key,
+    service_logs,
+    task_template,
+    update,
+)
 
 logger = logging.getLogger(__name__)
 
 SPEC = SandboxSpec(id="swarm", description="a one-replica service of the sandbox image on a "
                    "Docker Swarm cluster, as an unprivileged user with a read-only root and limits, "
                    "its state and workspace in a volume of the node it runs on")
-KEYS_FILE = "agent-server-keys"
-"""The secret's file under /run/secrets."""
-KEYS_FD = 3
-#: The entrypoint's root step (and tini, which signals the agent server): what they need,
-#: none of which the agent server has (setpriv drops them all).
-ROOT_CAPS = ["CAP_CHOWN", "CAP_KILL", "CAP_SETUID", "CAP_SETGID", "CAP_SETPCAP"]
-ENTRYPOINT = (
-    f"chown {UID}:{UID} {HOME}"
-    f" && exec {KEYS_FD}</run/secrets/{KEYS_FILE}"
-    f" && exec setpriv --reuid={UID} --regid={UID} --clear-groups --inh-caps=-all"
-    " --bounding-set=-all --no-new-privs --"
-    f" agent-server --host 0.0.0.0 --port {PORT_NUMBER} --state-dir {STATE_DIR}")
-#: Node states in which nothing runs there.
-NODE_AWAY = {"down", "unknown", "disconnected"}
-#: Task states before the scheduler has placed it.
-UNPLACED = {"new", "allocated", "pending"}
-#: How the scheduler and a node say a host-mode port is taken.
-PORT_TAKEN = ("port already in use", "address already in use")
-
-
-def service_key(service_id: str) -> int:
-    """60 bits of the service's id: stored as the handle's pid_start_time (a signed BIGINT), it
-    tells our service from another of the same name."""
-    return int(hashlib.sha256(service_id.encode()).hexdigest()[:15], 16)
-
-
-def node_of(attrs: dict[str, Any]) -> Node:
-    """A node's id, hostname and the address its published ports answer on."""
-    address = str((attrs.get("Status") or {}).get("Addr") or "")
-    if address in ("", "0.0.0.0"):  # a manager may report its address only here
-        address = str((attrs.get("ManagerStatus") or {}).get("Addr", "")).rpartition(":")[0]
-    return Node(id=str(attrs["ID"]), hostname=str(attrs["Description"]["Hostname"]),
-                address=address)
-
-
-def newest(tasks: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """The service's current task: the newest meant to run, else the newest."""
-    def created(task: dict[str, Any]) -> tuple[str, str]:
-        main, _, fraction = str(task.get("CreatedAt", "")).rstrip("Z").partition(".")
-        return main, fraction.ljust(9, "0")
-    running = [t for t in tasks if t.get("DesiredState") == "running"]
-    return max(running or tasks, key=created, default=None)
-
-
-def pinned(spec: dict[str, Any]) -> str | None:
-    """The node a paused service is pinned to."""
-    for constraint in (spec["TaskTemplate"].get("Placement") or {}).get("Constraints") or []:
-        field, _, value = str(constraint).replace(" ", "").partition("==")
-        if field == "node.id":
-            return value
-    return None
-
-
-def replicas(spec: dict[str, Any]) -> int:
-    return int(spec["Mode"]["Replicated"]["Replicas"])
-
-
-def published(task: dict[str, Any]) -> int | None:
-    for port in (task.get("Status") or {}).get("PortStatus", {}).get("Ports") or []:
-        if port.get("TargetPort") == PORT_NUMBER and port.get("PublishedPort"):
-            return int(port["PublishedPort"])
-    return None
-
-
 class SwarmProvider(ContainerProvider):
     spec = SPEC
 
@@ -240,32 +172,14 @@ class SwarmProvider(ContainerProvider):
     def _start_service(self, client: docker.DockerClient, launch: Launch) -> str:
         name = name_of(launch.sandbox_id)
         labels = self.labels(launch.sandbox_id)
-        self._check_network(client)
+        check_network(client, self.network)
         self._remove_secrets(client, launch.sandbox_id)
         secret = api(client).create_secret(f"{name}-keys", launch.keys(), labels=labels)
-        container = docker.types.ContainerSpec(
-            self.image, command=["tini", "--", "sh", "-c", ENTRYPOINT], user="0:0",
-            env=[f"{k}={v}" for k, v in environment(launch, launch.webhook_url, KEYS_FD).items()],
-            labels=labels,
-            mounts=[
-                docker.types.Mount(STATE_DIR, name, type="volume", labels=labels),
-                docker.types.Mount("/tmp", None, type="tmpfs", tmpfs_size=TMP_BYTES,
-                                   tmpfs_mode=0o1777),
-                docker.types.Mount(HOME, None, type="tmpfs", tmpfs_size=HOME_BYTES,
-                                   tmpfs_mode=0o700)],
-            secrets=[docker.types.SecretReference(secret["ID"], f"{name}-keys", filename=KEYS_FILE,
-                                                  uid="0", gid="0", mode=0o400)],
-            read_only=True, cap_drop=["ALL"], cap_add=ROOT_CAPS, healthcheck=NO_CHECK,
-            stop_grace_period=int(self.stop_grace * 1e9))
-        resources = docker.types.Resources(
-            cpu_limit=int(self.limits.cpus * 1e9), mem_limit=self.limits.memory,
-            cpu_reservation=int(self.cpu_reservation * 1e9) or None,
-            mem_reservation=self.memory_reservation or None)
-        resources["Limits"]["Pids"] = self.limits.pids
-        template = docker.types.TaskTemplate(
-            container, resources=resources, restart_policy=docker.types.RestartPolicy("none"),
-            placement=docker.types.Placement(constraints=list(self.constraints)),
-            networks=[self.network])
+        template = task_template(
+            self.image, launch, secret["ID"], labels, stop_grace=self.stop_grace,
+            limits=self.limits, cpu_reservation=self.cpu_reservation,
+            memory_reservation=self.memory_reservation, constraints=self.constraints,
+            network=self.network)
         try:
             service = api(client).create_service(
                 template, name=name, labels=labels, mode=docker.types.ServiceMode("replicated", 1),
@@ -274,29 +188,6 @@ class SwarmProvider(ContainerProvider):
             self._remove_secrets(client, launch.sandbox_id)
             raise
         return str(service["ID"])
-
-    def _check_network(self, client: docker.DockerClient) -> None:
-        """The sandboxes' network must be a swarm-scoped bridge made from a config-only network
-        with inter-container traffic off; refused (with the commands that make it) otherwise."""
-        how = (f"make it once: `docker network create --config-only -o "
-               f"com.docker.network.bridge.enable_icc=false {self.network}-config` on every node, "
-               f"then `docker network create -d bridge --scope swarm --config-from "
-               f"{self.network}-config {self.network}` on a manager (or set "
-               "CONTROL_PLANE_SWARM_NETWORK)")
-        try:
-            network = client.networks.get(self.network).attrs
-        except docker.errors.NotFound:
-            raise ProviderError(f"the swarm network {self.network!r} is missing: {how}") from None
-        config = (network.get("ConfigFrom") or {}).get("Network")
-        if network.get("Driver") != "bridge" or network.get("Scope") != "swarm" or not config:
-            raise ProviderError(f"the network {self.network!r} is not a swarm-scoped bridge made "
-                                f"from a config-only network, so sandboxes could reach each other: {how}")
-        try:
-            options = client.networks.get(config).attrs.get("Options") or {}
-        except docker.errors.NotFound:
-            return  # the manager runs no sandboxes: each node's own config says
-        if options.get("com.docker.network.bridge.enable_icc") != "false":
-            raise ProviderError(f"the config network {config!r} lets containers reach each other: {how}")
 
     async def _wait_up(self, sandbox_id: str, service_id: str, placement: float,
                        earlier: frozenset[str] = frozenset()) -> Handle:
@@ -311,7 +202,7 @@ class SwarmProvider(ContainerProvider):
             state = "new" if task is None else str(task["Status"]["State"])
             now = time.monotonic()
             if task is not None and state in ENDED:
-                logs = await self._run(_logs, service_id)
+                logs = await self._run(service_logs, service_id)
                 raise ProviderError(f"the agent server's task ended ({describe(task)}): {logs}")
             if state in UNPLACED and now > began + placement:
                 reason = (task or {}).get("Status", {}).get("Err") or "no node took it"
@@ -424,9 +315,9 @@ class SwarmProvider(ContainerProvider):
             def change(spec: dict[str, Any]) -> None:
                 spec["Mode"] = {"Replicated": {"Replicas": 0}}
                 if node_id is not None:
-                    _pin(spec, node_id)
+                    pin(spec, node_id)
                 spec["EndpointSpec"] = host_port(handle.port)
-            _update(client, service["ID"], change)
+            update(client, service["ID"], change)
             return str(service["ID"])
         await self._stop(await self._run(scale_down))
 
@@ -447,7 +338,7 @@ class SwarmProvider(ContainerProvider):
                     raise Refused(f"its node {node.hostname} is {state}, {availability}: its "
                                   "workspace is on that node's volume; resume it once the node "
                                   "is back")
-            _update(client, service["ID"], _restart)
+            update(client, service["ID"], restart)
             return str(service["ID"]), earlier
         service_id, earlier = await self._run(scale_up)
         try:
@@ -460,14 +351,14 @@ class SwarmProvider(ContainerProvider):
         earlier = frozenset(t["ID"] for t in await self._run(self._tasks, service_id))
 
         def republish(spec: dict[str, Any]) -> None:
-            _publish(None)(spec)
-            _restart(spec)
-        await self._run(lambda c: _update(c, service_id, republish))
+            publish(None)(spec)
+            restart(spec)
+        await self._run(lambda c: update(c, service_id, republish))
         return await self._wait_up(handle.sandbox_id, service_id, self.placement_timeout, earlier)
 
     async def _stop(self, service_id: str) -> None:
         """Scaled to 0 (when it is not yet), until no task of it runs any more."""
-        await self._run(lambda c: _update(c, service_id, _scale(0)))
+        await self._run(lambda c: update(c, service_id, scale(0)))
         deadline = time.monotonic() + self.stop_grace + 30
         while True:
             tasks = await self._run(self._tasks, service_id)
@@ -552,62 +443,3 @@ class SwarmProvider(ContainerProvider):
                 api(client).remove_secret(secret["ID"])
             except docker.errors.NotFound:
                 pass
-
-
-# -- service specs --------------------------------------------------------------------------
-
-def _pin(spec: dict[str, Any], node_id: str) -> None:
-    placement = spec["TaskTemplate"].setdefault("Placement", {})
-    constraints = [c for c in placement.get("Constraints") or []
-                   if not c.replace(" ", "").startswith("node.id==")]
-    placement["Constraints"] = [*constraints, f"node.id=={node_id}"]
-
-
-def _scale(count: int) -> Callable[[dict[str, Any]], None]:
-    def change(spec: dict[str, Any]) -> None:
-        spec["Mode"] = {"Replicated": {"Replicas": count}}
-    return change
-
-
-def _restart(spec: dict[str, Any]) -> None:
-    """One replica again. Under the restart policy `none` the slot counts as done and no task
-    would be made for it: a forced update makes one."""
-    spec["Mode"] = {"Replicated": {"Replicas": 1}}
-    spec["TaskTemplate"]["ForceUpdate"] = int(spec["TaskTemplate"].get("ForceUpdate") or 0) + 1
-
-
-def _publish(port: int | None) -> Callable[[dict[str, Any]], None]:
-    def change(spec: dict[str, Any]) -> None:
-        spec["EndpointSpec"] = host_port(port)
-    return change
-
-
-def _update(client: docker.DockerClient, service_id: str,
-            change: Callable[[dict[str, Any]], None], attempts: int = 5) -> None:
-    """Apply `change` to the service's spec; again on a newer version when another writer
-    came first (the manager refuses an update of an old version)."""
-    for attempt in range(attempts):
-        current = api(client).inspect_service(service_id)
-        spec: dict[str, Any] = current["Spec"]
-        before = repr(spec)
-        change(spec)
-        if repr(spec) == before:
-            return
-        try:
-            api(client).update_service(
-                service_id, current["Version"]["Index"], task_template=spec["TaskTemplate"],
-                name=spec["Name"], labels=spec.get("Labels"), mode=spec["Mode"],
-                endpoint_spec=spec.get("EndpointSpec"))
-            return
-        except docker.errors.APIError as exc:
-            if "out of sequence" not in str(exc) or attempt == attempts - 1:
-                raise
-
-
-def _logs(client: docker.DockerClient, service_id: str) -> str:
-    try:
-        raw = b"".join(api(client).service_logs(service_id, stdout=True, stderr=True, tail="40"))
-    except docker.errors.DockerException:
-        return "(no log)"
-    return raw[-2000:].decode(errors="replace").strip() or "(no log)"
-
