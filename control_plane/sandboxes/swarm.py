@@ -17,17 +17,8 @@ A sandbox's service:
 - runs on its node's default bridge (`Config.swarm_network`), whose daemon keeps containers
   apart (`"icc": false` on every node that takes sandboxes, README): sandboxes of a node cannot
   reach each other's ports on it;
-- gets its session key in a Docker secret of its own (encrypted in the managers' Raft log,
-  never in the service's spec), mounted for root only (0400). Its entrypoint starts as root
-  under tini, opens the secret on a descriptor and execs the agent server through `setpriv`
-  as the image's user (uid 1000) with no capabilities, an empty bounding set and no_new_privs,
-  the descriptor named by AGENT_SERVER_KEYS_FD: the agent server reads it and closes it, and
-  nothing it starts can open the file, gain root through a setuid program, or read the key
-  from an environment (`agent_server.secrecy`). tini stays as root with nothing of the key;
-- runs with a read-only root, tmpfs /tmp and home, every capability dropped but the four the
-  entrypoint's root step uses, the memory, CPU and process limits of the settings, and the
-  reservations and placement constraints of the settings (a sandbox no node can take ends its
-  start with the scheduler's reason after `placement_timeout`);
+- gets its session key in a Docker secret, runs hardened with the limits, reservations and
+  placement constraints of the settings (`swarmspec`: its spec);
 - is RUNNING once `/alive` answers on its node's address.
 
 Swarm cannot freeze a service, so a pause stops it: the service is scaled to 0, pinned to its
@@ -357,8 +348,16 @@ class SwarmProvider(ContainerProvider):
         return await self._wait_up(handle.sandbox_id, service_id, self.placement_timeout, earlier)
 
     async def _stop(self, service_id: str) -> None:
-        """Scaled to 0 (when it is not yet), until no task of it runs any more."""
-        await self._run(lambda c: update(c, service_id, scale(0)))
+        """Scaled to 0 (when it is not yet), until no task of it runs any more; a service
+        removed meanwhile (by another control plane's clean-up) has stopped."""
+        def scale_down(client: docker.DockerClient) -> bool:
+            try:
+                update(client, service_id, scale(0))
+            except docker.errors.NotFound:
+                return False
+            return True
+        if not await self._run(scale_down):
+            return
         deadline = time.monotonic() + self.stop_grace + 30
         while True:
             tasks = await self._run(self._tasks, service_id)
