@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ByteSize, ConfigDict, Field, field_validator, model_validator
 
@@ -60,9 +61,10 @@ class Config(BaseModel):
     repository_url_template: str = "https://github.com/{repository}.git"
     """`selected_repository` (org/repo) -> clone URL; tests point it at a local bare repository."""
 
-    sandbox_provider: Literal["process", "docker"] = "process"
-    """What a sandbox is: an agent-server child process on this machine (`process`), or a
-    container of the sandbox image run through the Docker Engine API (`docker`)."""
+    sandbox_provider: Literal["process", "docker", "swarm"] = "process"
+    """What a sandbox is: an agent-server child process on this machine (`process`), a
+    container of the sandbox image run through the Docker Engine API (`docker`), or a service
+    of that image on a Docker Swarm cluster, through a manager's Engine API (`swarm`)."""
 
     sandbox_isolation: Literal["auto", "bubblewrap", "off"] = "auto"
     """Process sandboxes in namespaces of their own made by bubblewrap: where it works here
@@ -91,7 +93,8 @@ class Config(BaseModel):
     """The Docker provider's image (`make image` builds it from sandbox.Dockerfile)."""
 
     docker_url: str = "unix:///var/run/docker.sock"
-    """The Docker provider's Engine API address (unix://, tcp:// or ssh://)."""
+    """The Docker provider's Engine API address (unix://, tcp:// or ssh://); the Swarm
+    provider's is a manager's."""
 
     docker_network: str = Field(default="agent-sandboxes", pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
     """The Docker provider's bridge network, made by it when missing, with inter-container
@@ -105,6 +108,29 @@ class Config(BaseModel):
 
     sandbox_pids_limit: int = Field(default=1024, ge=16, le=4_194_304)
     """Processes and threads of one container sandbox (a fork bomb stops there)."""
+
+    swarm_network: str = Field(default="bridge", pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+    """The Swarm provider's network: `bridge`, each node's default bridge (every node that
+    takes sandboxes runs its daemon with `"icc": false`; README), or a swarm-scoped bridge
+    made from a config-only network with inter-container traffic off on every node."""
+
+    swarm_constraints: tuple[str, ...] = ()
+    """Placement constraints of every Swarm sandbox, comma-separated
+    (`node.labels.sandboxes==true,node.role==worker`)."""
+
+    swarm_cpu_reservation: float = Field(default=0.0, ge=0, le=1024)
+    """CPUs reserved for each Swarm sandbox: the scheduler places it only where they are free."""
+
+    swarm_memory_reservation: ByteSize = Field(default=ByteSize(0), ge=0)
+    """Memory reserved for each Swarm sandbox (bytes, or with a unit)."""
+
+    swarm_placement_timeout: float = Field(default=30.0, gt=0)
+    """Seconds a Swarm sandbox's task may wait for a node to take it before its start fails
+    with the scheduler's reason."""
+
+    swarm_node_docker_socket: str = "/var/run/docker.sock"
+    """The Docker socket's path on every node of the swarm, bound into the short job that
+    removes a deleted sandbox's volume on its node."""
 
     sandbox_start_timeout: float = Field(default=60.0, gt=0)
     """Seconds an agent server may take to answer /alive before its sandbox is ERROR."""
@@ -182,6 +208,13 @@ class Config(BaseModel):
             raise ValueError("the uid range must lie within 1000-2147483647, first <= last")
         return value
 
+    @field_validator("swarm_constraints", mode="before")
+    @classmethod
+    def _constraint_list(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return tuple(part.strip() for part in value.split(",") if part.strip())
+        return value
+
     @field_validator("database_url")
     @classmethod
     def _driver(cls, value: str | None) -> str | None:
@@ -201,6 +234,13 @@ class Config(BaseModel):
                 "the docker provider's containers cannot reach a control plane that listens on "
                 f"{self.host} only: listen on 0.0.0.0 or the docker0 bridge's address "
                 "(CONTROL_PLANE_HOST), or set CONTROL_PLANE_PUBLIC_URL to an address they reach")
+        if self.sandbox_provider == "swarm":
+            public = urlsplit(self.public_url or "").hostname or ""
+            if is_loopback(public) or public in ("", "0.0.0.0", "::"):
+                raise ValueError(
+                    "the swarm provider's sandboxes run on other machines: set "
+                    "CONTROL_PLANE_PUBLIC_URL to an address of this control plane every node "
+                    "reaches (not loopback, not a wildcard)")
         return self
 
     @property

@@ -184,6 +184,8 @@ class SandboxRow:
     """A pause under way, recorded before its runs are paused and the sandbox frozen: a control
     plane that finds it so (its pauser died) finishes the pause."""
     pausing_detail: str | None = None
+    host: str | None = None
+    """Where its port is published (a cluster node's address); None: this machine's loopback."""
 
 
 @dataclass(frozen=True)

@@ -35,16 +35,28 @@ from core.retry import Clock
 
 
 def build_provider(config: Config) -> SandboxProvider:
-    """The provider `sandbox_provider` names (the Docker SDK is loaded only when it is chosen)."""
-    if config.sandbox_provider == "docker":
-        from control_plane.sandboxes.docker import DockerProvider, Limits, plane_label
-        return DockerProvider(config.state_dir / "archives", image=config.sandbox_image,
-                              plane=plane_label(config.db_url), docker_url=config.docker_url,
-                              network=config.docker_network,
-                              limits=Limits(memory=int(config.sandbox_memory_limit),
-                                            cpus=config.sandbox_cpu_limit,
-                                            pids=config.sandbox_pids_limit),
-                              start_timeout=config.sandbox_start_timeout,
+    """The provider `sandbox_provider` names (the Docker SDK is loaded only when one of its two
+    is chosen)."""
+    if config.sandbox_provider in ("docker", "swarm"):
+        from control_plane.sandboxes.containers import Limits, plane_label
+        limits = Limits(memory=int(config.sandbox_memory_limit), cpus=config.sandbox_cpu_limit,
+                        pids=config.sandbox_pids_limit)
+        archives, plane = config.state_dir / "archives", plane_label(config.db_url)
+        if config.sandbox_provider == "swarm":
+            from control_plane.sandboxes.swarm import SwarmProvider
+            return SwarmProvider(archives, image=config.sandbox_image, plane=plane,
+                                 docker_url=config.docker_url, network=config.swarm_network,
+                                 constraints=config.swarm_constraints,
+                                 cpu_reservation=config.swarm_cpu_reservation,
+                                 memory_reservation=int(config.swarm_memory_reservation),
+                                 limits=limits, start_timeout=config.sandbox_start_timeout,
+                                 placement_timeout=config.swarm_placement_timeout,
+                                 stop_grace=config.sandbox_stop_grace,
+                                 node_socket=config.swarm_node_docker_socket)
+        from control_plane.sandboxes.docker import DockerProvider
+        return DockerProvider(archives, image=config.sandbox_image, plane=plane,
+                              docker_url=config.docker_url, network=config.docker_network,
+                              limits=limits, start_timeout=config.sandbox_start_timeout,
                               stop_grace=config.sandbox_stop_grace)
     isolation = choose(config.sandbox_isolation, hidden=[config.state_dir], uids=config.sandbox_uids)
     template = (Template(config.state_dir / "template")

@@ -35,71 +35,58 @@ A sandbox's container:
 from __future__ import annotations
 
 import contextlib
-import gzip
-import hashlib
 import logging
 import socket
-import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import anyio
-import anyio.to_thread
 import docker
 import docker.errors
 import httpx
 from docker.models.containers import Container
 
-from control_plane.sandboxes.provider import (
-    Handle,
-    Launch,
-    Liveness,
-    ProviderError,
-    SandboxProvider,
-    SandboxSpec,
+from control_plane.sandboxes.containers import (
+    DEFAULT_LIMITS,
+    HOME,
+    HOME_BYTES,
+    LABEL_PLANE,
+    LABEL_SANDBOX,
+    LOG_TAIL,
+    PORT_NUMBER,
+    STATE_DIR,
+    TMP_BYTES,
+    UID,
+    USER,
+    WORKSPACE,
+    ContainerProvider,
+    Limits,
+    environment,
+    name_of,
+    plane_label,
 )
+from control_plane.sandboxes.provider import Handle, Launch, Liveness, ProviderError, SandboxSpec
 
 logger = logging.getLogger(__name__)
-T = TypeVar("T")
+
+# What callers and tests know by this module's names.
+__all__ = ["HOST_ALIAS", "LABEL_PLANE", "LABEL_SANDBOX", "STATE_DIR", "SPEC", "DockerProvider",
+           "Limits", "for_container", "id_key", "name_of", "plane_label"]
 
 SPEC = SandboxSpec(id="docker", description="a container of the sandbox image (sandbox.Dockerfile) "
                    "on a bridge network without inter-container traffic, as an unprivileged user "
                    "with a read-only root and limits, its state and workspace in a volume of its own")
-PORT = "8000/tcp"
-STATE_DIR = "/var/lib/agent-server"
-"""The image's state directory: the volume's mount point."""
-WORKSPACE = STATE_DIR + "/workspace"
-LABEL_SANDBOX = "agent-server.sandbox"
-LABEL_PLANE = "agent-server.control-plane"
+PORT = f"{PORT_NUMBER}/tcp"
 HOST_ALIAS = "host.docker.internal"
-USER = "1000:1000"
-"""The image's unprivileged user (sandbox.Dockerfile's `agent`), enforced whatever the image says."""
-HOME = "/home/agent"
 #: Writable places of the read-only root (the state volume aside), bounded in size.
-TMPFS = {"/tmp": "rw,nosuid,nodev,size=1g,mode=1777",
-         HOME: "rw,nosuid,nodev,size=256m,uid=1000,gid=1000,mode=0700"}
+TMPFS = {"/tmp": f"rw,nosuid,nodev,size={TMP_BYTES},mode=1777",
+         HOME: f"rw,nosuid,nodev,size={HOME_BYTES},uid={UID},gid={UID},mode=0700"}
 ICC = "com.docker.network.bridge.enable_icc"
 _LOCAL_HOSTS = {"127.0.0.1", "localhost", "::1", "0.0.0.0", "::", ""}
-#: Bytes of the container's log quoted when its agent server exits while starting.
-LOG_TAIL = 2000
 #: Seconds a container being removed by someone else is waited for (its volume is in use).
 REMOVAL_TIMEOUT = 30.0
-
-
-def name_of(sandbox_id: str) -> str:
-    """The container's and the volume's name."""
-    return f"agent-sandbox-{sandbox_id}"
-
-
-def plane_label(db_url: str) -> str:
-    """The deployment's label value: control planes on one database adopt each other's
-    containers; others (a test's, another install's) leave them alone. A digest, so the URL's
-    password never reaches a label."""
-    return hashlib.sha256(db_url.encode()).hexdigest()[:16]
 
 
 def id_key(container_id: str) -> int:
@@ -118,77 +105,27 @@ def for_container(url: str) -> str:
     return urlunsplit(parts._replace(netloc=netloc))
 
 
-@dataclass(frozen=True)
-class Limits:
-    """What one container sandbox may use."""
+class DockerProvider(ContainerProvider):
+    spec = SPEC
 
-    memory: int = 4 * 1024**3
-    """Bytes."""
-    cpus: float = 2.0
-    pids: int = 1024
-
-
-class DockerProvider(SandboxProvider):
     def __init__(self, archive_dir: Path, *, image: str, plane: str,
                  docker_url: str = "unix:///var/run/docker.sock", network: str = "agent-sandboxes",
-                 limits: Limits = Limits(), start_timeout: float = 60.0, stop_grace: float = 5.0,
+                 limits: Limits = DEFAULT_LIMITS, start_timeout: float = 60.0, stop_grace: float = 5.0,
                  transport: httpx.AsyncBaseTransport | None = None) -> None:
-        super().__init__(start_timeout=start_timeout, transport=transport)
-        self.archive_dir = archive_dir
-        self.image = image
-        self.plane = plane
-        self.docker_url = docker_url
+        super().__init__(archive_dir, image=image, plane=plane, docker_url=docker_url,
+                         limits=limits, start_timeout=start_timeout, stop_grace=stop_grace,
+                         transport=transport)
         self.network = network
-        self.limits = limits
-        self.stop_grace = stop_grace
-        self._client: docker.DockerClient | None = None
-        self._connecting = threading.Lock()
-
-    def specs(self) -> list[SandboxSpec]:
-        return [SPEC]
-
-    def root_dir(self, sandbox_id: str, sandboxes_dir: Path) -> Path:
-        """Inside its container: the volume, with the workspace under it."""
-        return Path(STATE_DIR)
-
-    def labels(self, sandbox_id: str) -> dict[str, str]:
-        return {LABEL_SANDBOX: sandbox_id, LABEL_PLANE: self.plane}
-
-    # -- the Docker client, always off the event loop ------------------------------------------
-
-    async def _run(self, fn: Callable[..., T], *args: Any) -> T:
-        """`fn(client, *args)` in a worker thread; Docker's errors become ProviderErrors."""
-        def call() -> T:
-            try:
-                return fn(self._docker(), *args)
-            except docker.errors.ImageNotFound as exc:
-                raise ProviderError(f"the sandbox image {self.image!r} is not there: build it "
-                                    "with `make image` (or set CONTROL_PLANE_SANDBOX_IMAGE)") from exc
-            except docker.errors.DockerException as exc:
-                raise ProviderError(f"Docker: {_explain(exc)}") from exc
-        return await anyio.to_thread.run_sync(call)
-
-    def _docker(self) -> docker.DockerClient:
-        """Connected on first use (the negotiation asks the daemon its version), so a control
-        plane starts even while Docker is away; a start then fails with the reason."""
-        with self._connecting:
-            if self._client is None:
-                self._client = docker.DockerClient(base_url=self.docker_url, version="auto",
-                                                   timeout=max(30, int(self.stop_grace) + 30))
-            return self._client
 
     def _find(self, client: docker.DockerClient, sandbox_id: str) -> Container | None:
         """The sandbox's container, found by its labels (never by name alone)."""
-        filters: dict[str, str | list[str] | bool] = {
-            "label": [f"{k}={v}" for k, v in self.labels(sandbox_id).items()]}
-        found = client.containers.list(all=True, filters=filters)
+        found = client.containers.list(all=True, filters=self.label_filter(sandbox_id))
         return found[0] if found else None
 
     # -- create --------------------------------------------------------------------------------
 
     async def create(self, launch: Launch) -> Handle:
-        if launch.spec_id != SPEC.id:
-            raise ProviderError(f"unknown sandbox spec {launch.spec_id!r}")
+        self.check_spec(launch)
         container_id = await self._run(self._start_container, launch)
         try:
             return await self._wait_up(launch.sandbox_id, container_id, self.start_timeout)
@@ -208,14 +145,7 @@ class DockerProvider(SandboxProvider):
         client.volumes.create(name=name, labels=self.labels(launch.sandbox_id))
         container = client.containers.create(
             self.image, name=name, labels=self.labels(launch.sandbox_id),
-            environment={
-                "AGENT_SERVER_KEYS_FD": "0",
-                "AGENT_SERVER_WEBHOOK_URL": for_container(launch.webhook_url),
-                "AGENT_SERVER_STATE_DIR": STATE_DIR,
-                "AGENT_SERVER_WORKING_DIR": WORKSPACE,
-                "AGENT_SERVER_LOG_LEVEL": "warning",
-                "HOME": HOME,
-            },
+            environment=environment(launch, for_container(launch.webhook_url), keys_fd=0),
             # Not detached, stdin open: Docker closes the stdin once the one attach that
             # hands over the keys ends (StdinOnce).
             detach=False, stdin_open=True,
@@ -324,13 +254,14 @@ class DockerProvider(SandboxProvider):
                 container.pause()
         await self._run(freeze)
 
-    async def resume(self, handle: Handle) -> None:
+    async def resume(self, handle: Handle) -> Handle:
         def thaw(client: docker.DockerClient) -> None:
             container = self._ours(client, handle)
             if container.status == "paused":  # (one thawed by hand is just running)
                 container.unpause()
         await self._run(thaw)
         await self.until_alive(handle, "the agent server did not answer after resuming")
+        return handle
 
     def _ours(self, client: docker.DockerClient, handle: Handle) -> Container:
         container = self._find(client, handle.sandbox_id)
@@ -390,16 +321,7 @@ class DockerProvider(SandboxProvider):
                 chunks, _ = container.get_archive(WORKSPACE)
             except docker.errors.NotFound:
                 return None
-            self.archive_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-            archive = self.archive_dir / f"{sandbox_id}.tar.gz"
-            partial_path = archive.with_suffix(".partial")
-            with open(partial_path, "wb") as raw:
-                partial_path.chmod(0o600)
-                with gzip.GzipFile(fileobj=raw, mode="wb") as out:
-                    for chunk in chunks:
-                        out.write(chunk)
-            partial_path.replace(archive)
-            return archive
+            return self.write_archive(sandbox_id, chunks)
         except docker.errors.ImageNotFound:
             logger.warning("sandbox %s: its workspace is not archived (image %s is gone)",
                            sandbox_id, self.image)
@@ -408,11 +330,6 @@ class DockerProvider(SandboxProvider):
             if helper is not None:
                 helper.remove(force=True)
 
-    async def close(self) -> None:
-        await super().close()
-        if self._client is not None:
-            await anyio.to_thread.run_sync(self._client.close)
-            self._client = None
 
 
 # -- small blocking helpers (run through DockerProvider._run) ----------------------------------
@@ -479,10 +396,4 @@ def _wait_gone(client: docker.DockerClient, container_id: str, timeout: float) -
             return
         time.sleep(0.05)
     raise ProviderError(f"container {container_id[:12]} is still being removed after {timeout:g} s")
-
-
-def _explain(exc: docker.errors.DockerException) -> str:
-    if isinstance(exc, docker.errors.APIError):
-        return str(exc.explanation or exc)
-    return str(exc)
 

@@ -64,8 +64,7 @@ class Drift:
                             row, SandboxStatus.MISSING, SandboxReason.VANISHED,
                             "the sandbox vanished: its conversations are read-only")
                 else:
-                    await rows.set_fields(self.db, row.id, pid=handle.pid,
-                                          pid_start_time=handle.pid_start_time, port=handle.port)
+                    await rows.set_fields(self.db, row.id, **handle.stored())
             if handle is not None:
                 await self._check(row, handle, adopting)
         if relaunch is not None:
@@ -74,11 +73,12 @@ class Drift:
 
     async def _check(self, row: SandboxRow, handle: Handle, adopting: bool) -> None:
         enter = self.sandboxes.enter
-        liveness = await self.provider.inspect(handle)
+        health = await self.provider.health(handle)
+        liveness = health.liveness
         if liveness is Liveness.GONE:
+            gone = health.detail or "the sandbox's process is gone"
             await self.sandboxes.lose(row, SandboxStatus.MISSING, SandboxReason.VANISHED,
-                                      "the sandbox's process is gone: its conversations are "
-                                      "read-only")
+                                      f"{gone}: its conversations are read-only")
             return
         if (row.status is SandboxStatus.RUNNING and row.pausing_reason is not None
                 and liveness in (Liveness.STOPPED, Liveness.ALIVE)):
@@ -111,6 +111,8 @@ class Drift:
             since = moment
             await rows.set_fields(self.db, row.id, unhealthy_since=moment)
         if (moment - since).total_seconds() >= self.health_grace:
+            why = f" ({health.detail})" if health.detail else ""
             await self.sandboxes.lose(row, SandboxStatus.ERROR, SandboxReason.UNHEALTHY,
                                       f"the agent server failed its health check for "
-                                      f"{self.health_grace:g} s: its conversations are read-only")
+                                      f"{self.health_grace:g} s{why}: its conversations are "
+                                      "read-only")

@@ -262,10 +262,11 @@ class ProcessProvider(SandboxProvider):
                 raise ProviderError("the agent server did not stop")
             await asyncio.sleep(0.005)
 
-    async def resume(self, handle: Handle) -> None:
+    async def resume(self, handle: Handle) -> Handle:
         self._signal(handle, signal.SIGCONT)
         await self.until_alive(handle, "the agent server did not answer after resuming",
                                lambda: processes.is_running(handle.pid, handle.pid_start_time))
+        return handle
 
     def _signal(self, handle: Handle, sig: signal.Signals) -> None:
         if not processes.is_running(handle.pid, handle.pid_start_time) or not processes.signal_group(handle.pid, sig):

@@ -23,6 +23,11 @@ class ProviderError(Exception):
     """A sandbox could not be created or driven; the message says why (shown as status_detail)."""
 
 
+class Refused(ProviderError):
+    """The sandbox is intact but cannot do this now (a cluster's node it lives on is down):
+    nothing changed, and it is not to be taken for broken; the message says why."""
+
+
 @dataclass(frozen=True)
 class SandboxSpec:
     """A template for sandboxes (SPEC 2.4)."""
@@ -44,7 +49,15 @@ class Handle:
     """Tells a reused pid (or name) from ours: the kernel start time of the pid (clock ticks
     since boot) for a process; the first 60 bits of the container's id for a container."""
     port: int
-    """The loopback port the agent server answers on."""
+    """The port the agent server answers on."""
+    host: str = "127.0.0.1"
+    """The address that port is published on: loopback for a sandbox of this machine, its
+    node's address for a sandbox of a cluster."""
+
+    def stored(self) -> dict[str, object]:
+        """The sandbox row's fields that keep it (the host only when not loopback)."""
+        return {"pid": self.pid, "pid_start_time": self.pid_start_time, "port": self.port,
+                "host": None if self.host == Handle.host else self.host}
 
 
 class Liveness(enum.Enum):
@@ -56,6 +69,15 @@ class Liveness(enum.Enum):
     """The process is there but does not answer."""
     GONE = "gone"
     """No such process (or the pid now belongs to another)."""
+
+
+@dataclass(frozen=True)
+class Health:
+    """A health check's answer, with the provider's words for it when it has them (the node
+    that left, the task that failed): they go into the sandbox's status_detail."""
+
+    liveness: Liveness
+    detail: str | None = None
 
 
 @dataclass(frozen=True)
@@ -122,13 +144,19 @@ class SandboxProvider(abc.ABC):
     async def inspect(self, handle: Handle) -> Liveness:
         """A health check, never the scheduler's view alone."""
 
+    async def health(self, handle: Handle) -> Health:
+        """`inspect`, and why when the provider can say (a cluster's node down, a task ended)."""
+        return Health(await self.inspect(handle))
+
     @abc.abstractmethod
     async def pause(self, handle: Handle) -> None:
         """Release its CPU, keep its memory and files."""
 
     @abc.abstractmethod
-    async def resume(self, handle: Handle) -> None:
-        """Continue a paused sandbox."""
+    async def resume(self, handle: Handle) -> Handle:
+        """Continue a paused sandbox; the handle it answers under from now on (the same one
+        for a frozen process or container; a cluster's new task may differ). `Refused` when it
+        cannot be resumed now but is intact."""
 
     @abc.abstractmethod
     async def destroy(self, sandbox_id: str, handle: Handle | None, root_dir: Path) -> Path | None:
@@ -158,4 +186,5 @@ class SandboxProvider(abc.ABC):
 
     def url(self, handle: Handle) -> str:
         """The agent server's address (the AGENT_SERVER exposed URL)."""
-        return f"http://127.0.0.1:{handle.port}"
+        host = f"[{handle.host}]" if ":" in handle.host else handle.host
+        return f"http://{host}:{handle.port}"

@@ -7,7 +7,6 @@ several control planes on one database only one acts on a sandbox at a time, and
 pause, resume or deletion is never run twice. A status moves only along `models.TRANSITIONS`,
 checked twice: here, to refuse a request naming the moves there are (`transition`), and by the
 store on the row as it is when the move is written (a deletion waits for no guard, and wins).
-
 The drift check (`sandboxes.drift`) looks at each sandbox for the reconciler; the runs inside
 a sandbox are paused and continued around a pause over HTTP (`control_plane.runs`).
 
@@ -15,7 +14,6 @@ Clean-up (`clean_up`) follows every ERROR and MISSING: the process or container,
 volume go, the workspace archived first. A row keeps `cleanup_after` until that succeeded, so a
 clean-up that failed (Docker away, a volume still in use) is tried again by the reconciler, and
 at once when the user deletes the sandbox: nothing of a sandbox is left for ever.
-
 A status change with a reason (`models.SandboxReason`) is also told to each conversation of
 the sandbox (`sandboxes.notices`), and a terminal one ends the runs that were going on.
 """
@@ -47,7 +45,7 @@ from control_plane.models import (
 from control_plane.runs import Runs
 from control_plane.sandboxes import notices
 from control_plane.sandboxes.capacity import memory_short
-from control_plane.sandboxes.provider import Handle, Launch, ProviderError, SandboxProvider
+from control_plane.sandboxes.provider import Handle, Launch, ProviderError, Refused, SandboxProvider
 from control_plane.store import Database, accounts, conversations, events
 from control_plane.store import sandboxes as rows
 from control_plane.store.db import describe, retrying
@@ -63,7 +61,7 @@ def handle_of(row: SandboxRow) -> Handle | None:
     if row.pid is None or row.pid_start_time is None or row.port is None:
         return None
     return Handle(sandbox_id=row.id, pid=row.pid, pid_start_time=row.pid_start_time,
-                  port=row.port)
+                  port=row.port, host=row.host or Handle.host)
 
 
 class SandboxService:
@@ -262,12 +260,10 @@ class SandboxService:
 
     async def _started(self, sandbox_id: str, handle: Handle) -> SandboxRow | None:
         """Its process facts, then RUNNING (None: deleted meanwhile)."""
-        await rows.set_fields(self.db, sandbox_id, pid=handle.pid,
-                              pid_start_time=handle.pid_start_time, port=handle.port)
+        await rows.set_fields(self.db, sandbox_id, **handle.stored())
         row = (await self.enter(sandbox_id, SandboxStatus.RUNNING, None)  # or an earlier try
                or await rows.get(self.db, sandbox_id))
-        return row if row and row.status is SandboxStatus.RUNNING and row.pid == handle.pid \
-            else None
+        return row if row and row.status is SandboxStatus.RUNNING and row.pid == handle.pid else None
 
     async def wait_running(self, sandbox_id: str, timeout: float = 120.0) -> SandboxRow:
         """Until RUNNING (started or resumed as needed); Conflict or Gone when it cannot be."""
@@ -354,10 +350,14 @@ class SandboxService:
             handle = handle_of(row)
             assert handle is not None
             try:
-                await self.provider.resume(handle)
+                moved = await self.provider.resume(handle)
+            except Refused as exc:  # intact, only not now (its node is down): stays PAUSED
+                raise Conflict(f"sandbox {row.id} cannot be resumed now: {exc}") from None
             except ProviderError as exc:
                 await self.enter(row.id, SandboxStatus.ERROR, SandboxReason.UNHEALTHY, str(exc))
                 raise Conflict(f"sandbox {row.id} cannot be resumed: {exc}") from None
+            if moved != handle:  # a cluster's new task: the row follows
+                await rows.set_fields(self.db, row.id, **moved.stored())
             # A resume is activity: the idle time counts from it.
             resumed = await self.enter(row.id, SandboxStatus.RUNNING, None if brief else reason,
                                        None if brief else "resumed", touch=True)

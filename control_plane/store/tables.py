@@ -106,6 +106,7 @@ sandboxes = Table(
     Column("cleanup_after", UTCDateTime, index=True),
     Column("pausing_reason", String(16)),
     Column("pausing_detail", Text),
+    Column("host", String(255)),
 )
 
 start_tasks = Table(

@@ -50,3 +50,19 @@ def test_the_docker_provider_needs_a_listener_its_containers_reach() -> None:
                      "CONTROL_PLANE_PUBLIC_URL": "http://cp.internal:3000"}).sandbox_image == "agent-server"
     with pytest.raises(ValidationError, match="sandbox_provider"):
         from_env({"CONTROL_PLANE_SANDBOX_PROVIDER": "vm"})
+
+
+def test_the_swarm_provider_needs_an_address_every_node_reaches() -> None:
+    swarm = {"CONTROL_PLANE_SANDBOX_PROVIDER": "swarm", "CONTROL_PLANE_HOST": "0.0.0.0"}
+    for public in (None, "http://127.0.0.1:3000", "http://0.0.0.0:3000"):
+        env = swarm if public is None else {**swarm, "CONTROL_PLANE_PUBLIC_URL": public}
+        with pytest.raises(ValidationError, match="CONTROL_PLANE_PUBLIC_URL"):
+            from_env(env)
+    config = from_env({**swarm, "CONTROL_PLANE_PUBLIC_URL": "http://cp.internal:3000",
+                       "CONTROL_PLANE_SWARM_CONSTRAINTS": "node.role==worker, node.labels.a==b",
+                       "CONTROL_PLANE_SWARM_MEMORY_RESERVATION": "1GiB"})
+    assert config.swarm_constraints == ("node.role==worker", "node.labels.a==b")
+    assert (config.swarm_memory_reservation, config.swarm_network) == (1024**3, "bridge")
+    with pytest.raises(ValidationError, match="swarm_placement_timeout"):
+        from_env({**swarm, "CONTROL_PLANE_PUBLIC_URL": "http://cp.internal:3000",
+                  "CONTROL_PLANE_SWARM_PLACEMENT_TIMEOUT": "0"})

@@ -1,0 +1,170 @@
+"""What the Docker and Swarm providers share: the sandbox image's layout, how a sandbox is
+named and labelled, its limits and hardening, the Docker client kept off the event loop, and
+the archive a deleted sandbox's workspace is written to.
+
+The Docker SDK blocks, so every call runs in a worker thread (`anyio.to_thread`); the client
+is connected on first use with its API version negotiated, so a control plane starts while
+Docker is away and a start then fails with the reason.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import anyio
+import anyio.to_thread
+import docker
+import docker.errors
+import httpx
+
+from control_plane.sandboxes.provider import Launch, ProviderError, SandboxProvider, SandboxSpec
+
+T = TypeVar("T")
+
+PORT_NUMBER = 8000
+"""The agent server's port inside its container."""
+STATE_DIR = "/var/lib/agent-server"
+"""The image's state directory: the volume's mount point."""
+WORKSPACE = STATE_DIR + "/workspace"
+LABEL_SANDBOX = "agent-server.sandbox"
+LABEL_PLANE = "agent-server.control-plane"
+UID = 1000
+USER = f"{UID}:{UID}"
+"""The image's unprivileged user (sandbox.Dockerfile's `agent`), enforced whatever the image says."""
+HOME = "/home/agent"
+TMP_BYTES = 1024**3
+HOME_BYTES = 256 * 1024**2
+#: Bytes of a sandbox's log quoted when its agent server exits while starting.
+LOG_TAIL = 2000
+
+
+def name_of(sandbox_id: str) -> str:
+    """The container's (or service's) and the volume's name."""
+    return f"agent-sandbox-{sandbox_id}"
+
+
+def plane_label(db_url: str) -> str:
+    """The deployment's label value: control planes on one database adopt each other's
+    sandboxes; others (a test's, another install's) leave them alone. A digest, so the URL's
+    password never reaches a label."""
+    return hashlib.sha256(db_url.encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one container sandbox may use."""
+
+    memory: int = 4 * 1024**3
+    """Bytes."""
+    cpus: float = 2.0
+    pids: int = 1024
+
+
+DEFAULT_LIMITS = Limits()
+
+
+def environment(launch: Launch, webhook_url: str, keys_fd: int) -> dict[str, str]:
+    """A sandbox's whole environment: the webhook, where its state and workspace are, and the
+    descriptor its keys come on. Nothing of the control plane's own, and no key."""
+    return {
+        "AGENT_SERVER_KEYS_FD": str(keys_fd),
+        "AGENT_SERVER_WEBHOOK_URL": webhook_url,
+        "AGENT_SERVER_STATE_DIR": STATE_DIR,
+        "AGENT_SERVER_WORKING_DIR": WORKSPACE,
+        "AGENT_SERVER_LOG_LEVEL": "warning",
+        "HOME": HOME,
+    }
+
+
+def explain(exc: docker.errors.DockerException) -> str:
+    if isinstance(exc, docker.errors.APIError):
+        return str(exc.explanation or exc)
+    return str(exc)
+
+
+class ContainerProvider(SandboxProvider):
+    """A provider whose sandboxes are containers of the sandbox image, driven through a Docker
+    Engine API (a daemon's, or a swarm manager's)."""
+
+    spec: SandboxSpec
+
+    def __init__(self, archive_dir: Path, *, image: str, plane: str, docker_url: str,
+                 limits: Limits, start_timeout: float, stop_grace: float,
+                 transport: httpx.AsyncBaseTransport | None = None) -> None:
+        super().__init__(start_timeout=start_timeout, transport=transport)
+        self.archive_dir = archive_dir
+        self.image = image
+        self.plane = plane
+        self.docker_url = docker_url
+        self.limits = limits
+        self.stop_grace = stop_grace
+        self._client: docker.DockerClient | None = None
+        self._connecting = threading.Lock()
+
+    def specs(self) -> list[SandboxSpec]:
+        return [self.spec]
+
+    def root_dir(self, sandbox_id: str, sandboxes_dir: Path) -> Path:
+        """Inside its container: the volume, with the workspace under it."""
+        return Path(STATE_DIR)
+
+    def labels(self, sandbox_id: str) -> dict[str, str]:
+        return {LABEL_SANDBOX: sandbox_id, LABEL_PLANE: self.plane}
+
+    def label_filter(self, sandbox_id: str) -> dict[str, str | list[str] | bool]:
+        """The Engine API's filter for the sandbox's objects (never found by name alone)."""
+        return {"label": [f"{k}={v}" for k, v in self.labels(sandbox_id).items()]}
+
+    def check_spec(self, launch: Launch) -> None:
+        if launch.spec_id != self.spec.id:
+            raise ProviderError(f"unknown sandbox spec {launch.spec_id!r}")
+
+    async def _run(self, fn: Callable[..., T], *args: Any) -> T:
+        """`fn(client, *args)` in a worker thread; Docker's errors become ProviderErrors."""
+        def call() -> T:
+            try:
+                return fn(self._docker(), *args)
+            except docker.errors.ImageNotFound as exc:
+                raise ProviderError(f"the sandbox image {self.image!r} is not there: build it "
+                                    "with `make image` (or set CONTROL_PLANE_SANDBOX_IMAGE)") from exc
+            except docker.errors.DockerException as exc:
+                raise ProviderError(f"Docker: {explain(exc)}") from exc
+        return await anyio.to_thread.run_sync(call)
+
+    def _docker(self) -> docker.DockerClient:
+        with self._connecting:
+            if self._client is None:
+                self._client = docker.DockerClient(base_url=self.docker_url, version="auto",
+                                                   timeout=max(30, int(self.stop_grace) + 30))
+            return self._client
+
+    def write_archive(self, sandbox_id: str, chunks: Iterable[bytes], *,
+                      compressed: bool = False) -> Path:
+        """The workspace's tar stream as `<archive dir>/<sandbox id>.tar.gz` (0600), written
+        whole or not at all. `compressed`: the chunks are gzip already."""
+        self.archive_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        archive = self.archive_dir / f"{sandbox_id}.tar.gz"
+        partial_path = archive.with_suffix(".partial")
+        with open(partial_path, "wb") as raw:
+            partial_path.chmod(0o600)
+            if compressed:
+                for chunk in chunks:
+                    raw.write(chunk)
+            else:
+                with gzip.GzipFile(fileobj=raw, mode="wb") as out:
+                    for chunk in chunks:
+                        out.write(chunk)
+        partial_path.replace(archive)
+        return archive
+
+    async def close(self) -> None:
+        await super().close()
+        if self._client is not None:
+            await anyio.to_thread.run_sync(self._client.close)
+            self._client = None

@@ -1,0 +1,221 @@
+"""A Swarm sandbox's service as the manager's Engine API takes it, and what the provider reads
+back from its JSON (tasks, nodes, the pin of a paused service). Kept apart from `swarm` so the
+provider reads as its lifecycle: these are the shapes it sends and parses.
+
+The sandbox's task:
+- gets its session key in a Docker secret of its own (encrypted in the managers' Raft log,
+  never in the service's spec), mounted for root only (0400). Its entrypoint starts as root
+  under tini, opens the secret on a descriptor and execs the agent server through `setpriv`
+  as the image's user (uid 1000) with no capabilities, an empty bounding set and no_new_privs,
+  the descriptor named by AGENT_SERVER_KEYS_FD: the agent server reads it and closes it, and
+  nothing it starts can open the file, gain root through a setuid program, or read the key
+  from an environment (`agent_server.secrecy`). tini stays as root with nothing of the key;
+- runs with a read-only root, tmpfs /tmp and home, every capability dropped but the five the
+  entrypoint's root step uses, the memory, CPU and process limits of the settings, and the
+  reservations and placement constraints of the settings (a sandbox no node can take ends its
+  start with the scheduler's reason after `placement_timeout`);
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from typing import Any
+
+import docker
+import docker.errors
+import docker.types
+
+from control_plane.sandboxes.containers import (
+    HOME,
+    HOME_BYTES,
+    PORT_NUMBER,
+    STATE_DIR,
+    TMP_BYTES,
+    UID,
+    Limits,
+    environment,
+    name_of,
+)
+from control_plane.sandboxes.nodejobs import NO_CHECK, Node, api, host_port
+from control_plane.sandboxes.provider import Launch, ProviderError
+
+KEYS_FILE = "agent-server-keys"
+"""The secret's file under /run/secrets."""
+KEYS_FD = 3
+#: The entrypoint's root step (and tini, which signals the agent server): what they need,
+#: none of which the agent server has (setpriv drops them all).
+ROOT_CAPS = ["CAP_CHOWN", "CAP_KILL", "CAP_SETUID", "CAP_SETGID", "CAP_SETPCAP"]
+ENTRYPOINT = (
+    f"chown {UID}:{UID} {HOME}"
+    f" && exec {KEYS_FD}</run/secrets/{KEYS_FILE}"
+    f" && exec setpriv --reuid={UID} --regid={UID} --clear-groups --inh-caps=-all"
+    " --bounding-set=-all --no-new-privs --"
+    f" agent-server --host 0.0.0.0 --port {PORT_NUMBER} --state-dir {STATE_DIR}")
+#: Node states in which nothing runs there.
+NODE_AWAY = {"down", "unknown", "disconnected"}
+#: Task states before the scheduler has placed it.
+UNPLACED = {"new", "allocated", "pending"}
+#: How the scheduler and a node say a host-mode port is taken.
+PORT_TAKEN = ("port already in use", "address already in use")
+
+
+def service_key(service_id: str) -> int:
+    """60 bits of the service's id: stored as the handle's pid_start_time (a signed BIGINT), it
+    tells our service from another of the same name."""
+    return int(hashlib.sha256(service_id.encode()).hexdigest()[:15], 16)
+
+
+def node_of(attrs: dict[str, Any]) -> Node:
+    """A node's id, hostname and the address its published ports answer on."""
+    address = str((attrs.get("Status") or {}).get("Addr") or "")
+    if address in ("", "0.0.0.0"):  # a manager may report its address only here
+        address = str((attrs.get("ManagerStatus") or {}).get("Addr", "")).rpartition(":")[0]
+    return Node(id=str(attrs["ID"]), hostname=str(attrs["Description"]["Hostname"]),
+                address=address)
+
+
+def newest(tasks: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The service's current task: the newest meant to run, else the newest."""
+    def created(task: dict[str, Any]) -> tuple[str, str]:
+        main, _, fraction = str(task.get("CreatedAt", "")).rstrip("Z").partition(".")
+        return main, fraction.ljust(9, "0")
+    running = [t for t in tasks if t.get("DesiredState") == "running"]
+    return max(running or tasks, key=created, default=None)
+
+
+def pinned(spec: dict[str, Any]) -> str | None:
+    """The node a paused service is pinned to."""
+    for constraint in (spec["TaskTemplate"].get("Placement") or {}).get("Constraints") or []:
+        field, _, value = str(constraint).replace(" ", "").partition("==")
+        if field == "node.id":
+            return value
+    return None
+
+
+def replicas(spec: dict[str, Any]) -> int:
+    return int(spec["Mode"]["Replicated"]["Replicas"])
+
+
+def published(task: dict[str, Any]) -> int | None:
+    for port in (task.get("Status") or {}).get("PortStatus", {}).get("Ports") or []:
+        if port.get("TargetPort") == PORT_NUMBER and port.get("PublishedPort"):
+            return int(port["PublishedPort"])
+    return None
+
+
+def task_template(image: str, launch: Launch, secret_id: str, labels: dict[str, str], *,
+                  stop_grace: float, limits: Limits, cpu_reservation: float,
+                  memory_reservation: int, constraints: tuple[str, ...],
+                  network: str) -> docker.types.TaskTemplate:
+    """The sandbox's task: never restarted (its volume is on one node), the key in its secret."""
+    name = name_of(launch.sandbox_id)
+    container = docker.types.ContainerSpec(
+        image, command=["tini", "--", "sh", "-c", ENTRYPOINT], user="0:0",
+        env=[f"{k}={v}" for k, v in environment(launch, launch.webhook_url, KEYS_FD).items()],
+        labels=labels,
+        mounts=[
+            docker.types.Mount(STATE_DIR, name, type="volume", labels=labels),
+            docker.types.Mount("/tmp", None, type="tmpfs", tmpfs_size=TMP_BYTES,
+                               tmpfs_mode=0o1777),
+            docker.types.Mount(HOME, None, type="tmpfs", tmpfs_size=HOME_BYTES,
+                               tmpfs_mode=0o700)],
+        secrets=[docker.types.SecretReference(secret_id, f"{name}-keys", filename=KEYS_FILE,
+                                              uid="0", gid="0", mode=0o400)],
+        read_only=True, cap_drop=["ALL"], cap_add=ROOT_CAPS, healthcheck=NO_CHECK,
+        stop_grace_period=int(stop_grace * 1e9))
+    resources = docker.types.Resources(
+        cpu_limit=int(limits.cpus * 1e9), mem_limit=limits.memory,
+        cpu_reservation=int(cpu_reservation * 1e9) or None,
+        mem_reservation=memory_reservation or None)
+    resources["Limits"]["Pids"] = limits.pids
+    return docker.types.TaskTemplate(
+        container, resources=resources, restart_policy=docker.types.RestartPolicy("none"),
+        placement=docker.types.Placement(constraints=list(constraints)),
+        networks=[network])
+
+
+def pin(spec: dict[str, Any], node_id: str) -> None:
+    placement = spec["TaskTemplate"].setdefault("Placement", {})
+    constraints = [c for c in placement.get("Constraints") or []
+                   if not c.replace(" ", "").startswith("node.id==")]
+    placement["Constraints"] = [*constraints, f"node.id=={node_id}"]
+
+
+def scale(count: int) -> Callable[[dict[str, Any]], None]:
+    def change(spec: dict[str, Any]) -> None:
+        spec["Mode"] = {"Replicated": {"Replicas": count}}
+    return change
+
+
+def restart(spec: dict[str, Any]) -> None:
+    """One replica again. Under the restart policy `none` the slot counts as done and no task
+    would be made for it: a forced update makes one."""
+    spec["Mode"] = {"Replicated": {"Replicas": 1}}
+    spec["TaskTemplate"]["ForceUpdate"] = int(spec["TaskTemplate"].get("ForceUpdate") or 0) + 1
+
+
+def publish(port: int | None) -> Callable[[dict[str, Any]], None]:
+    def change(spec: dict[str, Any]) -> None:
+        spec["EndpointSpec"] = host_port(port)
+    return change
+
+
+def update(client: docker.DockerClient, service_id: str,
+            change: Callable[[dict[str, Any]], None], attempts: int = 5) -> None:
+    """Apply `change` to the service's spec; again on a newer version when another writer
+    came first (the manager refuses an update of an old version)."""
+    for attempt in range(attempts):
+        current = api(client).inspect_service(service_id)
+        spec: dict[str, Any] = current["Spec"]
+        before = repr(spec)
+        change(spec)
+        if repr(spec) == before:
+            return
+        try:
+            api(client).update_service(
+                service_id, current["Version"]["Index"], task_template=spec["TaskTemplate"],
+                name=spec["Name"], labels=spec.get("Labels"), mode=spec["Mode"],
+                endpoint_spec=spec.get("EndpointSpec"))
+            return
+        except docker.errors.APIError as exc:
+            if "out of sequence" not in str(exc) or attempt == attempts - 1:
+                raise
+
+
+def service_logs(client: docker.DockerClient, service_id: str) -> str:
+    try:
+        raw = b"".join(api(client).service_logs(service_id, stdout=True, stderr=True, tail="40"))
+    except docker.errors.DockerException:
+        return "(no log)"
+    return raw[-2000:].decode(errors="replace").strip() or "(no log)"
+
+
+def check_network(client: docker.DockerClient, network: str) -> None:
+    """`bridge` (the default) is each node's own default bridge, on which its daemon keeps
+    sandboxes apart (`"icc": false`, README); the manager cannot see the nodes' daemons, so
+    that is the operator's. Any other network must be a swarm-scoped bridge made from a
+    config-only network with inter-container traffic off; refused (with the commands that make
+    it) otherwise. (Docker 20.10 rejects tasks on such a network on a node that rebooted,
+    "network ... exists", until its network state is cleared: hence the default.)"""
+    if network == "bridge":
+        return
+    how = (f"make it once: `docker network create --config-only -o "
+           f"com.docker.network.bridge.enable_icc=false {network}-config` on every node, "
+           f"then `docker network create -d bridge --scope swarm --config-from "
+           f"{network}-config {network}` on a manager (or set "
+           "CONTROL_PLANE_SWARM_NETWORK)")
+    try:
+        found = client.networks.get(network).attrs
+    except docker.errors.NotFound:
+        raise ProviderError(f"the swarm network {network!r} is missing: {how}") from None
+    config = (found.get("ConfigFrom") or {}).get("Network")
+    if found.get("Driver") != "bridge" or found.get("Scope") != "swarm" or not config:
+        raise ProviderError(f"the network {network!r} is not a swarm-scoped bridge made "
+                            f"from a config-only network, so sandboxes could reach each other: {how}")
+    try:
+        options = client.networks.get(config).attrs.get("Options") or {}
+    except docker.errors.NotFound:
+        return  # the manager runs no sandboxes: each node's own config says
+    if options.get("com.docker.network.bridge.enable_icc") != "false":
+        raise ProviderError(f"the config network {config!r} lets containers reach each other: {how}")
