@@ -63,7 +63,9 @@ async def ask(settings: UserSettings, prompt: str, max_tokens: int = 30) -> Answ
     if settings.llm_api_key:
         kwargs["api_key"] = settings.llm_api_key
     try:
-        response = await asyncio.wait_for(litellm.acompletion(**kwargs), TIMEOUT + 5)
+        # The blocking call in a thread: litellm's async clients outlive the call, bound to
+        # this event loop, and would be left open when the control plane stops.
+        response = await asyncio.to_thread(litellm.completion, **kwargs)
     except Exception as exc:  # the model's failure is the answer
         return Answer(False, masker.text(f"{type(exc).__name__}: {exc}")[:2000])
     content = response.choices[0].message.content if response.choices else None

@@ -32,7 +32,7 @@ from tests.control_plane.support import (
     sandbox_pid,
     start,
 )
-from tests.support.llm import Reply, ScriptedLLM, call, text
+from tests.support.llm import Reply, ScriptedLLM, call, error, text
 from tests.support.wait import wait_for
 
 pytestmark = pytest.mark.e2e
@@ -526,5 +526,31 @@ def test_streaming_text_shows_as_it_is_written(plane: ControlPlane, llm: Scripte
         "Read-only: the sandbox is MISSING (the sandbox's process vanished)")
     expect(page.get_by_role("button", name="Send")).to_be_disabled()
     shot(page, "03-sandbox-vanished")
+    page.context.close()
+    assert problems == []
+
+
+def test_a_failing_model_is_said_in_words(plane: ControlPlane, llm: ScriptedLLM, key: str,
+                                          browser: Browser) -> None:
+    shot = Shots("errors")
+    api_key = new_user(plane, "carol")
+    api = plane.client(api_key)
+    configure_llm(api, llm.base_url(key), tools=["terminal"])
+    llm.script(key, error(401, "Incorrect API key provided: sk-te****"))
+    cid = start(api, "Do something")["app_conversation_id"]
+    page, problems = signed_in(browser, plane, api_key)
+    expect(page.get_by_role("heading", name="Conversations", exact=True)).to_be_visible()
+    page.goto(f"{plane.url}/#/conversations/{cid}")
+
+    # What went wrong in words, the setting that fixes it a click away, the original text kept.
+    failure = page.locator(".event-error")
+    expect(failure.locator(".plain-error")).to_contain_text("The language model refused the API key.",
+                                                            timeout=SLOW)
+    expect(failure.locator("details.raw pre")).to_contain_text("AuthenticationError")
+    expect(page.locator(".progress-line")).to_be_hidden()
+    shot(page, "01-plain-error")
+    failure.get_by_role("link", name="Set the API key in Settings").click()
+    expect(page.get_by_role("heading", name="Settings")).to_be_visible()
+    expect(page.get_by_label("API key", exact=True)).to_be_visible()
     page.context.close()
     assert problems == []

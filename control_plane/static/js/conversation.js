@@ -212,7 +212,13 @@ export function conversationPage(main, id) {
     onEvent: (event) => {
       log.add(event);
       if (event.kind === "ConversationStateUpdateEvent" && event.key === "execution_status") {
-        progress.setStatus(event.value);
+        // The live status is newer than the record read before it.
+        if (record && !readOnly) {
+          record.execution_status = event.value;
+          show();
+        } else {
+          progress.setStatus(event.value);
+        }
       }
       if (event.kind === "ConversationStateUpdateEvent" || event.kind === "ActionEvent") {
         clearTimeout(pending);
