@@ -32,6 +32,7 @@ from tests.control_plane.support import (
     sandbox_pid,
     start,
 )
+from tests.support.demo import demo_reply
 from tests.support.llm import Reply, ScriptedLLM, call, error, text
 from tests.support.wait import wait_for
 
@@ -554,3 +555,44 @@ def test_a_failing_model_is_said_in_words(plane: ControlPlane, llm: ScriptedLLM,
     expect(page.get_by_label("API key", exact=True)).to_be_visible()
     page.context.close()
     assert problems == []
+
+
+def test_the_demo_model_runs_a_conversation(plane: ControlPlane, llm: ScriptedLLM, key: str,
+                                            browser: Browser) -> None:
+    """`make demo`'s scripted model (tests/support/demo.py) through the console: what a newcomer
+    sees before having a key. Its screenshots are the README's."""
+    shot = Shots("demo")
+    api_key = new_user(plane, "dora")
+    api = plane.client(api_key)
+    configure_llm(api, llm.base_url(key), tools=["terminal", "file_editor"])
+    llm.responder = demo_reply
+    try:
+        page, problems = signed_in(browser, plane, api_key)
+        page.set_viewport_size({"width": 1100, "height": 760})
+        page.get_by_label("Message", exact=True).fill("Print a greeting for the team")
+        page.get_by_label("Message", exact=True).press("Enter")
+        expect(page).to_have_url(re.compile(r"#/conversations/[0-9a-f-]{36}$"), timeout=SLOW)
+        expect(page.locator(".title-text")).to_have_text("Demo: Print a greeting for the", timeout=SLOW)
+        expect(page.locator(".finish .text")).to_contain_text("I wrote hello.py and ran it", timeout=SLOW)
+        expect(page.locator(".event-action[data-tool='terminal']", has_text="python3 hello.py")
+               .locator(".result")).to_contain_text("Hello from the demo model! You asked: Print a greeting")
+        expect(page.locator(".event-action[aria-label='Edited hello.py'] > pre.diff .add")).to_contain_text(
+            "Hello from the demo model")
+        page.locator(".event-action[aria-label='Edited hello.py']").scroll_into_view_if_needed()
+        page.evaluate("window.scrollBy(0, -140)")
+        page.screenshot(path=str(shot.dir / "transcript.png"))
+        page.evaluate("window.scrollTo(0, 0)")
+        page.locator("summary", has_text="Workspace").click()
+        page.get_by_role("button", name="Files", exact=True).click()
+        page.get_by_role("list", name="Files").get_by_role("button", name="hello.py").click()
+        expect(page.locator(".file-text")).to_contain_text("Hello from the demo model!")
+        page.screenshot(path=str(shot.dir / "workspace.png"))
+        page.get_by_role("link", name="Settings").click()
+        page.get_by_role("button", name="Test connection").click()
+        expect(page.locator(".test-result")).to_have_text("Connected: openai/test-model answered.",
+                                                          timeout=SLOW)
+        page.screenshot(path=str(shot.dir / "settings.png"))
+        page.context.close()
+        assert problems == []
+    finally:
+        llm.responder = None
