@@ -230,6 +230,10 @@ class StreamingDeltaEvent(Event):
     kind: Literal["StreamingDeltaEvent"] = "StreamingDeltaEvent"
     content: str | None = None
     reasoning_content: str | None = None
+    #: A running tool's output so far (the terminal's lines as they come), on the same
+    #: transient path as the model's text: never stored, the observation holds it once.
+    tool_call_id: str | None = None
+    output: str | None = None
 
 
 class TokenEvent(Event):

@@ -151,7 +151,9 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "rejection_source": "user",
     },
     "SystemPromptEvent": {"dynamic_context": None},
-    "StreamingDeltaEvent": {"content": None, "reasoning_content": None},
+    # tool_call_id and output are ours (a running tool's output, live): not in SPEC 6.2's row.
+    "StreamingDeltaEvent": {"content": None, "reasoning_content": None, "tool_call_id": None,
+                            "output": None},
     "TokenEvent": {},
     "InterruptEvent": {},
     "PauseEvent": {},
@@ -400,7 +402,8 @@ FIELDS: dict[str, dict[str, st.SearchStrategy[Any]]] = {
         "tools": st.lists(tool_definitions, max_size=2),
         "dynamic_context": st.none() | text_contents,
     },
-    "StreamingDeltaEvent": {"content": opt_text, "reasoning_content": opt_text},
+    "StreamingDeltaEvent": {"content": opt_text, "reasoning_content": opt_text,
+                            "tool_call_id": opt_text, "output": opt_text},
     "TokenEvent": {
         "prompt_token_ids": st.lists(st.integers(min_value=0), max_size=8),
         "response_token_ids": st.lists(st.integers(min_value=0), max_size=8),

@@ -438,3 +438,39 @@ async def test_streaming_deltas_are_masked_like_stored_events(
                      if e["kind"] == "StreamingDeltaEvent")
     assert "the token is <secret-hidden> ok" == deltas  # split between deltas, masked whole
     assert "hunter2" not in deltas
+
+
+async def test_a_running_commands_output_comes_live_masked_and_is_stored_once(
+        server: ServerProcess, http: httpx.AsyncClient, llm: ScriptedLLM, key: str,
+        tmp_path: Path) -> None:
+    """The terminal's lines as they come, on the transient path (StreamingDeltaEvents with the
+    call's `tool_call_id` and `output`): secrets masked, never stored, the observation holding
+    the output once."""
+    body = {"agent": agent_spec(llm, key, tools=["terminal"]),
+            "workspace": {"working_dir": str(tmp_path)}, "secrets": {"TOKEN": "hunter2-topsecret"}}
+    r = await http.post("/api/conversations", json=body)
+    cid = r.json()["id"]
+    llm.script(key, call("terminal", command='for i in 1 2 3; do echo "line-$i $TOKEN"; done'),
+               call("finish", message="done"))
+    reader = Reader(await open_socket(server, cid))
+    await send(http, cid, "print lines", run=True)
+    stored, raw = await finished(http, cid)
+    deadline = time.monotonic() + 30
+    while not any(e["kind"] == "ObservationEvent" for e in reader.events()):
+        assert time.monotonic() < deadline, "no observation on the socket"
+        await asyncio.sleep(0.02)
+    await reader.close()
+    frames = reader.events()
+    action = next(e for e in frames if e["kind"] == "ActionEvent" and e["tool_name"] == "terminal")
+    live = [e for e in frames if e["kind"] == "StreamingDeltaEvent" and e["output"]]
+    assert live and {e["tool_call_id"] for e in live} == {action["tool_call_id"]}
+    # Sent before the observation, and only what the command printed (no model text in them).
+    position = {id(e): i for i, e in enumerate(frames)}
+    observation = next(e for e in frames if e["kind"] == "ObservationEvent")
+    assert all(position[id(e)] < position[id(observation)] and e["content"] is None for e in live)
+    output = "".join(e["output"] for e in live)
+    assert [line for line in output.splitlines() if line.startswith("line-")] == [
+        f"line-{i} <secret-hidden>" for i in (1, 2, 3)]
+    assert "hunter2" not in json.dumps(frames) and "hunter2" not in raw
+    assert not [e for e in stored if e["kind"] == "StreamingDeltaEvent"]
+    assert raw.count("line-2 <secret-hidden>") == 1  # the observation's, once

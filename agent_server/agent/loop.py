@@ -51,7 +51,7 @@ from events import (
     UserRejectObservation,
     parse_event,
 )
-from tools.base import ToolError
+from tools.base import LIVE_OUTPUT, ToolError
 from web.errors import validation_text
 
 #: Times a Stop hook may send the agent back to work within one run.
@@ -246,6 +246,7 @@ class Run:
             return UserRejectObservation(tool_name=event.tool_name, tool_call_id=event.tool_call_id,
                                          action_id=event.id, rejection_source="hook",
                                          rejection_reason=pre.reason or "Blocked by a hook")
+        live = LIVE_OUTPUT.set(self.parts.sink.live_output(event.tool_call_id))
         try:
             observation = await tool.run(event.action)
         except ToolError as exc:
@@ -254,6 +255,8 @@ class Run:
             raise
         except Exception as exc:  # a tool bug is the model's problem to hear about, not a crash
             return _error(event, f"{type(exc).__name__}: {exc}")
+        finally:
+            LIVE_OUTPUT.reset(live)
         post = await hooks.run("PostToolUse", tool_name=event.tool_name, action_id=event.id,
                                details={"tool_input": arguments,
                                         "tool_response": observation.text})

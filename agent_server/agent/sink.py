@@ -51,6 +51,31 @@ class EventSink:
     def deltas(self) -> DeltaStream:
         return DeltaStream(self)
 
+    def live_output(self, tool_call_id: str) -> Callable[[str], None]:
+        """Where one tool call's output goes as it comes (tools.base.LIVE_OUTPUT)."""
+        return OutputStream(self, tool_call_id)
+
+
+#: Characters of one call's output sent live; the rest shows with its observation.
+MAX_LIVE_OUTPUT = 64 * 1024
+
+
+class OutputStream:
+    """A running tool's output as transient deltas (`tool_call_id`, `output`), masked, up to
+    MAX_LIVE_OUTPUT characters: never stored, so the observation holds it once."""
+
+    def __init__(self, sink: EventSink, tool_call_id: str) -> None:
+        self._sink = sink
+        self._tool_call_id = tool_call_id
+        self._left = MAX_LIVE_OUTPUT
+
+    def __call__(self, text: str) -> None:
+        if self._left <= 0 or not text:
+            return
+        text = text[:self._left]
+        self._left -= len(text)
+        self._sink.publish_transient(StreamingDeltaEvent(tool_call_id=self._tool_call_id, output=text))
+
 
 class DeltaStream:
     """The streamed pieces of one model response, masked as they go: an ending that may be

@@ -338,6 +338,24 @@ def test_the_console_end_to_end(plane: ControlPlane, clock: ShiftedClock, llm: S
     page.get_by_label("Ask before each action").uncheck()
     expect(page.locator("#notice")).to_contain_text("without approval")
 
+    # A long command: its output shows as it comes (the transient path, never stored), the
+    # progress line says what runs and for how long; Interrupt stops it.
+    llm.script(key, call("terminal", command="echo live-line && sleep 120"))
+    page.get_by_label("Message", exact=True).fill("Run something long")
+    page.get_by_label("Message", exact=True).press("Enter")
+    running = page.locator(".event-action[data-tool='terminal']", has_text="sleep 120")
+    expect(running.locator(".live-output")).to_have_text("live-line", timeout=SLOW)
+    expect(running.locator(".result-state")).to_have_text("Running; its output so far:")
+    expect(page.locator(".progress-line")).to_contain_text(
+        re.compile(r"Running a command: \$ echo live-line && sleep 120\s*\d+ s · working for \d+ s"))
+    shot(page, "08-conversation-live-output")
+    page.get_by_role("button", name="Interrupt").click()
+    expect(page.locator(".events")).to_contain_text("Interrupted by the user", timeout=SLOW)
+    expect(running.locator(".live-output")).to_have_count(0, timeout=SLOW)
+    expect(page.locator(".progress-line")).to_be_hidden(timeout=SLOW)
+    stored = api.get(f"/api/v1/conversation/{cid}/events/search", params={"limit": 100}).json()
+    assert stored["items"] and not [e for e in stored["items"] if e["kind"] == "StreamingDeltaEvent"]
+
     # Pause: taken between steps, so the next call never runs.
     llm.script(key, call("terminal", command="sleep 3"), call("terminal", command="echo never-runs"))
     page.get_by_label("Message", exact=True).fill("Sleep a while")

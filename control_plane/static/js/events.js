@@ -30,6 +30,9 @@ function sandboxNotice(event) {
     more ? h("p", { class: "muted" }, more) : null);
 }
 
+const LIVE_CHARS = 16_384; // of a running command's output kept on the page
+const FOLD_LIVE = 20; // its last lines shown
+
 export class EventLog {
   constructor(list) {
     this.list = list; // an <ol>
@@ -64,6 +67,7 @@ export class EventLog {
   // Streaming text (StreamingDeltaEvents): one entry that grows, as text nodes, until the
   // agent's next stored event (its MessageEvent, or the tool call the text led to) replaces it.
   stream(event) {
+    if (event.tool_call_id && event.output) return this.streamOutput(event);
     if (!event.content && !event.reasoning_content) return;
     if (!this.draft) {
       this.draft = h("li", { class: "event event-streaming", "aria-busy": "true" },
@@ -103,6 +107,30 @@ export class EventLog {
     }
   }
 
+  // A running command's output so far (deltas with `tool_call_id` and `output`, live only):
+  // kept, bounded, until its observation brings the whole.
+  streamOutput(event) {
+    const entry = [...this.actions.values()].find((e) => e.dataset.callId === event.tool_call_id);
+    if (entry?.dataset.done) return;
+    const soFar = ((this.liveOutput.get(event.tool_call_id) || "") + event.output).slice(-LIVE_CHARS);
+    this.liveOutput.set(event.tool_call_id, soFar);
+    if (entry) this.showLive(entry);
+  }
+
+  // The output so far in a running call's entry (the deltas may come before the call's event).
+  showLive(entry) {
+    const soFar = this.liveOutput.get(entry.dataset.callId);
+    const state = entry.querySelector(".result-state");
+    if (!soFar || !state) return;
+    state.textContent = "Running; its output so far:";
+    let live = entry.querySelector(".live-output");
+    if (!live) {
+      live = h("pre", { class: "output live-output" });
+      state.after(live);
+    }
+    live.textContent = soFar.split("\n").slice(-FOLD_LIVE).join("\n");
+  }
+
   // The actions still without a result (waiting for confirmation, or running).
   pending() {
     return [...this.actions.values()].filter((entry) => !entry.dataset.done);
@@ -137,6 +165,7 @@ export class EventLog {
           h("p", { class: "result-state muted" }, "waiting for its result…"),
           raw(event));
         this.actions.set(event.id, entry);
+        this.showLive(entry);
         return entry;
       }
       case "ObservationEvent":
@@ -147,6 +176,7 @@ export class EventLog {
         const result = describeResult(event);
         if (target) {
           target.querySelector(".result-state")?.remove();
+          target.querySelector(".live-output")?.remove();
           target.dataset.done = "1";
           if (result) target.querySelector("details.raw")?.before(result);
           target.querySelector("details.raw")?.after(raw(event, "Raw result"));

@@ -1,7 +1,7 @@
 // The line above the message box that says what the agent is doing while it works, and for how
-// long: calling the model, the model writing, running a command (with its output so far),
-// waiting for your approval. Redrawn each second from the event log's state.
-import { clear, h } from "./dom.js";
+// long: calling the model, the model writing, running a command (its output so far shows in
+// the command's own entry), waiting for your approval. Redrawn each second from the event log's state.
+import { h } from "./dom.js";
 
 export function elapsed(ms) {
   const seconds = Math.max(0, Math.floor(ms / 1000));
@@ -22,9 +22,8 @@ export class Progress {
     this.workingSince = null;
     this.what = h("span", { class: "what" });
     this.time = h("span", { class: "elapsed" });
-    this.output = h("pre", { class: "output live-output", hidden: true });
     this.element = h("div", { class: "progress-line", role: "status", "aria-live": "off", hidden: true },
-      h("span", { class: "spinner", "aria-hidden": "true" }), this.what, " ", this.time, this.output);
+      h("span", { class: "spinner", "aria-hidden": "true" }), this.what, " ", this.time);
     this.timer = setInterval(() => this.render(), 1000);
   }
 
@@ -47,7 +46,6 @@ export class Progress {
     if (!busy) return;
     let what;
     let since;
-    let output = null;
     const pending = this.log.pending();
     if (this.status === "WAITING_FOR_CONFIRMATION") {
       what = "Waiting for your approval";
@@ -59,7 +57,6 @@ export class Progress {
         ? `Running a command: ${entry.querySelector(".call")?.textContent || ""}`
         : `Running: ${title}`;
       since = Number(entry.dataset.at) || this.log.lastAt;
-      output = this.log.liveOutput.get(entry.dataset.callId) ?? null;
     } else if (this.log.draft) {
       what = "The model is writing";
       since = this.log.lastAt;
@@ -73,9 +70,5 @@ export class Progress {
     this.what.textContent = what;
     const total = this.workingSince ? ` · working for ${elapsed(now - this.workingSince)}` : "";
     this.time.textContent = `${elapsed(now - (since || now))}${total}`;
-    this.output.hidden = !output;
-    if (output && this.output.textContent !== output) {
-      clear(this.output).append(output.split("\n").slice(-12).join("\n"));
-    }
   }
 }
