@@ -123,6 +123,23 @@ def scripted_after_pwd(steps: Callable[[str], list[Reply]]) -> Callable[[str, di
     return respond
 
 
+@pytest.fixture
+def titles(llm: ScriptedLLM) -> Iterator[None]:
+    """The model's answer to the title prompt, "Titled: <the request's first line>", outside the
+    scripts (a title is asked while the agent's own calls take their scripted replies)."""
+    def title(_key: str, body: dict[str, Any]) -> Reply | None:
+        said = json.dumps(body.get("messages"))
+        if "for a conversation that starts with" not in said:
+            return None
+        request = body["messages"][-1]["content"]
+        text_ = request if isinstance(request, str) else "".join(p.get("text", "") for p in request)
+        return text("Titled: " + text_.split("\n\n", 1)[1].splitlines()[0])
+    llm.interceptor = title
+    yield
+    llm.interceptor = None
+
+
+@pytest.mark.usefixtures("titles")
 def test_the_console_end_to_end(plane: ControlPlane, clock: ShiftedClock, llm: ScriptedLLM,
                                 key: str, browser: Browser) -> None:
     shot = Shots("walkthrough")
@@ -189,9 +206,6 @@ def test_the_console_end_to_end(plane: ControlPlane, clock: ShiftedClock, llm: S
 
     # Start a conversation: the page goes straight to it, its stages on one progress line; its
     # title is its first message at once, then the model's.
-    llm.interceptor = lambda _key, body: (
-        text("Greeting script in Python") if "for a conversation that starts with" in json.dumps(body.get("messages"))
-        else None)
     # The file editor takes absolute paths: the run's first command says where it works.
     llm.script(key, call("terminal", command="pwd"))
 
@@ -221,8 +235,8 @@ def test_the_console_end_to_end(plane: ControlPlane, clock: ShiftedClock, llm: S
     cid = page.url.rsplit("/", 1)[-1]
     sid = api.get("/api/v1/app-conversations", params={"ids": cid}).json()[0]["sandbox_id"]
     title = page.locator(".title-text")
-    expect(title).to_have_text("Greeting script in Python", timeout=SLOW)
-    assert conversation(api, cid)["title"] == "Greeting script in Python"
+    expect(title).to_have_text("Titled: Write hello.py", timeout=SLOW)
+    assert conversation(api, cid)["title"] == "Titled: Write hello.py"
 
     # The transcript as a person reads it: a created file with its preview, an edit as a
     # diff, a failed command with its exit status (without the working-directory trailer),
@@ -393,6 +407,7 @@ def test_the_console_end_to_end(plane: ControlPlane, clock: ShiftedClock, llm: S
     expect(page).to_have_url(re.compile(r"#/conversations/[0-9a-f-]{36}$"), timeout=SLOW)
     second = page.url.rsplit("/", 1)[-1]
     assert conversation(api, second)["sandbox_id"] == sid
+    expect(page.locator(".title-text")).to_have_text("Titled: A second one", timeout=SLOW)
     page.get_by_role("link", name="Conversations").click()
     rows = page.locator("tbody tr")
     expect(rows).to_have_count(2)
