@@ -146,7 +146,9 @@ class DeltaHub:
         url = self.sandboxes.url(row)
         if url is None:
             return None
-        return row.id, socket_url(url, conversation_id), self.sandboxes.session_key(row)
+        # With running tools' output: the console shows a command's lines as they come.
+        return (row.id, socket_url(url, conversation_id) + "?tool_output=true",
+                self.sandboxes.session_key(row))
 
     async def _hold(self, conversation_id: str) -> None:
         failures = 0

@@ -444,26 +444,31 @@ async def test_a_running_commands_output_comes_live_masked_and_is_stored_once(
         server: ServerProcess, http: httpx.AsyncClient, llm: ScriptedLLM, key: str,
         tmp_path: Path) -> None:
     """The terminal's lines as they come, on the transient path (StreamingDeltaEvents with the
-    call's `tool_call_id` and `output`): secrets masked, never stored, the observation holding
-    the output once."""
+    call's `tool_call_id` and `output`) to a socket that asks for them (`tool_output=true`; the
+    others, such as the OpenHands SDK's, get deltas in SPEC 6.2's shape only): secrets masked,
+    never stored, the observation holding the output once."""
     body = {"agent": agent_spec(llm, key, tools=["terminal"]),
             "workspace": {"working_dir": str(tmp_path)}, "secrets": {"TOKEN": "hunter2-topsecret"}}
     r = await http.post("/api/conversations", json=body)
     cid = r.json()["id"]
     llm.script(key, call("terminal", command='for i in 1 2 3; do echo "line-$i $TOKEN"; done'),
                call("finish", message="done"))
-    reader = Reader(await open_socket(server, cid))
+    reader = Reader(await open_socket(server, cid, tool_output="true"))
+    plain = Reader(await open_socket(server, cid))
     await send(http, cid, "print lines", run=True)
     stored, raw = await finished(http, cid)
     deadline = time.monotonic() + 30
-    while not any(e["kind"] == "ObservationEvent" for e in reader.events()):
-        assert time.monotonic() < deadline, "no observation on the socket"
+    while not all(any(e["kind"] == "ObservationEvent" for e in r.events()) for r in (reader, plain)):
+        assert time.monotonic() < deadline, "no observation on the sockets"
         await asyncio.sleep(0.02)
     await reader.close()
+    await plain.close()
+    assert not [e for e in plain.events() if e["kind"] == "StreamingDeltaEvent"]
     frames = reader.events()
     action = next(e for e in frames if e["kind"] == "ActionEvent" and e["tool_name"] == "terminal")
     live = [e for e in frames if e["kind"] == "StreamingDeltaEvent" and e["output"]]
     assert live and {e["tool_call_id"] for e in live} == {action["tool_call_id"]}
+    assert all("content" in e and "reasoning_content" in e for e in live)
     # Sent before the observation, and only what the command printed (no model text in them).
     position = {id(e): i for i, e in enumerate(frames)}
     observation = next(e for e in frames if e["kind"] == "ObservationEvent")

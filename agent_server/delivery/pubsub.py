@@ -27,6 +27,9 @@ class Frame:
     """The stored event's id; None for what is not in the log (deltas, errors to one client)."""
     text: str
     size: int
+    tool_output: bool = False
+    """A running tool's output (a StreamingDeltaEvent with `output`): only for sockets that
+    asked for it."""
 
     @classmethod
     def stored(cls, event_id: str, line: bytes) -> Frame:
@@ -38,7 +41,7 @@ class Frame:
     @classmethod
     def transient(cls, event: Event) -> Frame:
         text = event.model_dump_json()
-        return cls(None, text, len(text))
+        return cls(None, text, len(text), getattr(event, "output", None) is not None)
 
 
 class SubscriptionState(enum.Enum):
