@@ -28,6 +28,7 @@ TITLE_PROMPT = (
 MAX_MESSAGE_CHARS = 2000
 MAX_TITLE_CHARS = 80
 MAX_MODELS = 10_000
+MAX_ERROR_CHARS = 300
 
 
 @dataclass(frozen=True)
@@ -67,7 +68,9 @@ async def ask(settings: UserSettings, prompt: str, max_tokens: int = 30) -> Answ
         # this event loop, and would be left open when the control plane stops.
         response = await asyncio.to_thread(litellm.completion, **kwargs)
     except Exception as exc:  # the model's failure is the answer
-        return Answer(False, masker.text(f"{type(exc).__name__}: {exc}")[:2000])
+        # Short: the base URL is the user's, and what a server that is not an LLM answered
+        # is no business of the page.
+        return Answer(False, masker.text(f"{type(exc).__name__}: {exc}")[:MAX_ERROR_CHARS])
     content = response.choices[0].message.content if response.choices else None
     return Answer(True, masker.text(str(content or "")))
 
