@@ -229,6 +229,7 @@ def test_the_console_end_to_end(plane: ControlPlane, clock: ShiftedClock, llm: S
     page.get_by_label("Branch", exact=True).fill("main")
     page.get_by_role("button", name="Start conversation").click()
     expect(page.get_by_role("heading", name="Starting a conversation")).to_be_visible()
+    expect(page.locator(".event-message.from-user .text")).to_have_text("Write hello.py\nwith a greeting")
     expect(page.locator(".start-line")).to_contain_text(re.compile(r"\d+ s"))
     shot(page, "03-starting")
     expect(page).to_have_url(re.compile(r"#/conversations/[0-9a-f-]{36}$"), timeout=SLOW)
@@ -495,7 +496,7 @@ def test_the_console_end_to_end(plane: ControlPlane, clock: ShiftedClock, llm: S
 
     page.get_by_role("button", name="Sign out").click()
     expect(page.get_by_role("heading", name="Sign in")).to_be_visible()
-    assert page.evaluate("sessionStorage.length") == 0
+    assert page.evaluate("sessionStorage.length") == 0  # the key, and the starts' messages
     context.close()
     assert problems == []
 

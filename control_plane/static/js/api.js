@@ -6,7 +6,7 @@ const KEY = "control-plane.api-key";
 export const session = {
   key: () => sessionStorage.getItem(KEY),
   signIn: (key) => sessionStorage.setItem(KEY, key),
-  signOut: () => sessionStorage.removeItem(KEY),
+  signOut: () => sessionStorage.clear(), // the key, and anything else of this user's
 };
 
 export class ApiError extends Error {

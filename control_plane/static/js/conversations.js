@@ -200,6 +200,7 @@ function startForm() {
     status.textContent = "Starting…";
     try {
       const task = await api("/app-conversations", { method: "POST", body });
+      sessionStorage.setItem(`start:${task.id}`, message.value); // shown while it starts
       location.hash = `#/start/${task.id}`;
     } catch (error) {
       status.className = "start-status error";

@@ -27,7 +27,11 @@ export function startPage(main, taskId) {
     h("span", { class: "elapsed" }, "0 s"));
   const stages = h("ol", { class: "progress", "aria-label": "Start progress" });
   const failure = h("div", { class: "card event-error", role: "alert", hidden: true });
-  main.append(h("h1", {}, "Starting a conversation"), line, stages, failure);
+  const asked = sessionStorage.getItem(`start:${taskId}`);
+  main.append(h("h1", {}, "Starting a conversation"),
+    asked ? h("ol", { class: "events" }, h("li", { class: "event event-message from-user" },
+      h("p", { class: "who" }, "You"), h("p", { class: "text" }, asked))) : null,
+    line, stages, failure);
   document.title = "Starting · Agent console";
   const tick = setInterval(() => { line.querySelector(".elapsed").textContent = elapsed(Date.now() - began); }, 1000);
 
@@ -55,6 +59,7 @@ export function startPage(main, taskId) {
           stages.append(h("li", { dataset: { stage: status } }, STAGES[status] || status));
           line.querySelector(".what").textContent = `${STAGES[status] || status}…`;
         }
+        if (status === "READY" || status === "ERROR") sessionStorage.removeItem(`start:${taskId}`);
         if (status === "READY") {
           titleFromModel(task.app_conversation_id);
           location.replace(`#/conversations/${task.app_conversation_id}`);
