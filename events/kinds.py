@@ -239,7 +239,7 @@ class StreamingDeltaEvent(Event):
     #: A running tool's output so far (the terminal's lines as they come), on the same
     #: transient path as the model's text: never stored, the observation holds it once. Ours,
     #: not SPEC 6.2's: left out of the JSON when null, and sent only to sockets that ask for
-    #: them (`tool_output=true`), so a client validating the SPEC's shape never sees them.
+    #: them (`progress=true`), so a client validating the SPEC's shape never sees them.
     tool_call_id: str | None = None
     output: str | None = None
 

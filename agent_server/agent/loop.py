@@ -25,7 +25,7 @@ from agent_server.agent.confirmation import needs_confirmation
 from agent_server.agent.contract import RunControl
 from agent_server.agent.critic import Critic
 from agent_server.agent.hooks import Hooks
-from agent_server.agent.llm import Completion, LLMFailure, ToolCall
+from agent_server.agent.llm import ON_RETRY, Completion, LLMFailure, ToolCall
 from agent_server.agent.model import Model
 from agent_server.agent.sink import EventSink
 from agent_server.agent.stuck import Step, StuckDetector
@@ -190,10 +190,12 @@ class Run:
     async def complete(self, tools: list[dict[str, Any]],
                        messages: list[dict[str, Any]]) -> Completion:
         parts, deltas = self.parts, self.parts.sink.deltas()
+        retries = ON_RETRY.set(parts.sink.retry_notice)
         try:
             return await parts.model.complete(parts.control.llm.config, messages, tools,
                                               on_delta=deltas.feed)
         finally:
+            ON_RETRY.reset(retries)
             deltas.flush()
 
     def usage(self, reply: Completion) -> ConversationStateUpdateEvent:

@@ -12,7 +12,7 @@ live ones follow with no gap and no duplicate: the subscription is taken first, 
 from the log, and what arrived meanwhile is skipped up to the last id sent. Transient frames
 (`full_state` snapshots, streaming deltas, errors about this client's own frames) have ids of
 their own that are not in the log; resume from the last stored event's id. A running tool's
-output (deltas with `tool_call_id` and `output`) comes only with `tool_output=true`: it is not
+output (deltas with `tool_call_id` and `output`) comes only with `progress=true`: it is not
 in SPEC 6.2's shape of a delta, which other clients (the OpenHands SDK) validate.
 
 A client frame `{"role": "user", "content": [...], "run": bool}` is a user message; anything
@@ -85,13 +85,13 @@ async def events_socket(websocket: WebSocket) -> None:
     if conv is None:
         raise NotFound("conversation not found")
     start = _start(websocket)
-    tool_output = _flag(websocket, "tool_output")
+    progress = _flag(websocket, "progress")
     log = await conv.log()  # ConversationGone (a NotFound) when it was deleted meanwhile
     sub = delivery.pubsub.subscribe(conv.id)  # TooManySubscribers (a LimitReached)
     # No await between subscribing and this snapshot: every event below `end` was published
     # before the subscription, every later one is in its queue.
     end = len(log)
-    session = _Session(websocket, conv, log, sub, delivery.settings.ws_send_timeout, tool_output)
+    session = _Session(websocket, conv, log, sub, delivery.settings.ws_send_timeout, progress)
     try:
         await session.run(start, end)
     finally:
@@ -167,10 +167,10 @@ class _Session:
     """One socket after the handshake: a sender task, a reader task, and why they ended."""
 
     def __init__(self, websocket: WebSocket, conv: Conversation, log: EventLog,
-                 sub: Subscription, send_timeout: float, tool_output: bool) -> None:
+                 sub: Subscription, send_timeout: float, progress: bool) -> None:
         self.websocket = websocket
-        #: Whether this client asked for running tools' output (`tool_output=true`).
-        self.tool_output = tool_output
+        #: Whether this client asked for running tools' output (`progress=true`).
+        self.progress = progress
         self.conv = conv
         self.log = log
         self.sub = sub
@@ -251,7 +251,7 @@ class _Session:
                         continue  # already sent by the replay
                     await self._put(frame.text)
                     self.last_sent = frame.event_id
-                elif not frame.tool_output or self.tool_output:
+                elif not frame.progress or self.progress:
                     await self._put(frame.text)
                 self.sub.sent()
         except SubscriptionEnded:

@@ -571,11 +571,21 @@ def test_a_failing_model_is_said_in_words(plane: ControlPlane, llm: ScriptedLLM,
     api_key = new_user(plane, "carol")
     api = plane.client(api_key)
     configure_llm(api, llm.base_url(key), tools=["terminal"])
-    llm.script(key, error(401, "Incorrect API key provided: sk-te****"))
-    cid = start(api, "Do something")["app_conversation_id"]
+    task = start(api)  # idle
+    cid, sid = task["app_conversation_id"], task["sandbox_id"]
     page, problems = signed_in(browser, plane, api_key)
     expect(page.get_by_role("heading", name="Conversations", exact=True)).to_be_visible()
     page.goto(f"{plane.url}/#/conversations/{cid}")
+    wait_for(lambda: agent_sockets(api, sid) == 1, 30, what="the control plane's socket")
+
+    # A rate limit: the progress line says the call is retried, and when.
+    llm.script(key, error(429, "Rate limit reached", retry_after=5),
+               error(401, "Incorrect API key provided: sk-te****"))
+    page.get_by_label("Message", exact=True).fill("Do something")
+    page.get_by_label("Message", exact=True).press("Enter")
+    expect(page.locator(".progress-line")).to_contain_text(
+        re.compile(r"The model call failed \(RateLimitError\): retrying in [1-5] s"), timeout=SLOW)
+    shot(page, "00-retrying")
 
     # What went wrong in words, the setting that fixes it a click away, the original text kept.
     failure = page.locator(".event-error")

@@ -67,6 +67,11 @@ export class EventLog {
   // Streaming text (StreamingDeltaEvents): one entry that grows, as text nodes, until the
   // agent's next stored event (its MessageEvent, or the tool call the text led to) replaces it.
   stream(event) {
+    if (event.kind === "ConversationStateUpdateEvent" && event.key === "llm_retry") {
+      const wait = Number(event.value?.retry_in) || 0;
+      this.retry = { until: Date.now() + wait * 1000, why: String(event.value?.error || "an error") };
+      return;
+    }
     if (event.tool_call_id && event.output) return this.streamOutput(event);
     if (!event.content && !event.reasoning_content) return;
     if (!this.draft) {
