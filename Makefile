@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 TEST_STAMP := $(VENV)/.installed-test
 
-.PHONY: run control-plane image test system-deps clean
+.PHONY: run control-plane demo image test system-deps clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -40,6 +40,11 @@ run: $(STAMP)
 control-plane: $(STAMP)
 	CONTROL_PLANE_STATE_DIR=$${CONTROL_PLANE_STATE_DIR:-./.control-plane} $(BIN)/control-plane serve
 
+# The whole service without an LLM key: the control plane on 127.0.0.1:3000 with a `demo` user
+# whose model is the tests' scripted one (tests/support/demo.py); it prints the key to sign in.
+demo: $(TEST_STAMP)
+	CONTROL_PLANE_STATE_DIR=$${CONTROL_PLANE_STATE_DIR:-./.control-plane-demo} $(BIN)/python -m tests.support.demo
+
 # The sandbox image of the Docker provider (CONTROL_PLANE_SANDBOX_PROVIDER=docker). Any
 # Debian-based Python image is a base: `make image BASE_IMAGE=debian-python:bookworm`.
 IMAGE ?= agent-server
@@ -53,4 +58,4 @@ test: system-deps $(TEST_STAMP)
 	$(BIN)/python -m pytest -q
 
 clean:
-	rm -rf $(VENV) .pytest_cache .agent-server .control-plane
+	rm -rf $(VENV) .pytest_cache .agent-server .control-plane .control-plane-demo

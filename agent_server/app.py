@@ -73,6 +73,7 @@ ROUTES = [
     Route(C + "/events/{event_id}", events.get, methods=["GET"]),
     Route(C, metadata.update, methods=["PATCH"]),
     Route(C + "/file", workspace.get_file, methods=["GET"]),
+    Route(C + "/files", workspace.list_files, methods=["GET"]),
     Route(C + "/file", workspace.upload_file, methods=["POST"]),
     Route(C + "/git/changes", workspace.git_changes, methods=["GET"]),
     Route(C + "/git/diff", workspace.git_diff, methods=["GET"]),

@@ -13,7 +13,7 @@ from starlette.middleware import Middleware
 from starlette.routing import Mount, Route
 
 from control_plane.api import app_conversations as convs
-from control_plane.api import controls, events, sandboxes, server, settings, webhooks
+from control_plane.api import controls, events, files, llm, sandboxes, server, settings, webhooks
 from control_plane.api.io import LifespanState
 from control_plane.api.storage import on_storage
 from control_plane.config import Config
@@ -46,6 +46,8 @@ ROUTES = [
     Route(C + "/confirmation-policy", controls.confirmation_policy, methods=["POST"]),
     Route(C + "/respond-to-confirmation", controls.respond_to_confirmation, methods=["POST"]),
     Route(C + "/file", convs.file, methods=["GET"]),
+    Route(C + "/files", files.files, methods=["GET"]),
+    Route(C + "/generate-title", llm.generate_title, methods=["POST"]),
     Route(C + "/git/changes", convs.git_changes, methods=["GET"]),
     Route(C + "/git/diff", convs.git_diff, methods=["GET"]),
     Route(C + "/skills", convs.skills, methods=["GET"]),
@@ -62,6 +64,8 @@ ROUTES = [
     Route(V1 + "/sandbox-specs/search", sandboxes.specs, methods=["GET"]),
     Route(V1 + "/settings", settings.get, methods=["GET"]),
     Route(V1 + "/settings", settings.patch, methods=["PATCH"]),
+    Route(V1 + "/settings/llm-check", llm.check, methods=["POST"]),
+    Route(V1 + "/settings/llm-models", llm.models, methods=["GET"]),
     Route(V1 + "/webhooks/events/{conversation_id}", webhooks.receive, methods=["POST"]),
 ]
 

@@ -32,7 +32,7 @@ from control_plane.store import Database, conversations, events, sandboxes
 from web.errors import Conflict, NotFound, UpstreamError
 
 #: The agent-server routes a client may read through the control plane (SPEC 4.2).
-INSPECTION = {"file": "/file", "git/changes": "/git/changes", "git/diff": "/git/diff",
+INSPECTION = {"file": "/file", "files": "/files", "git/changes": "/git/changes", "git/diff": "/git/diff",
               "skills": "/skills", "hooks": "/hooks"}
 
 #: The agent-server routes that steer a conversation (the console's buttons).

@@ -41,6 +41,8 @@ QUEUE = 256
 #: The largest frame taken from an agent server (stored events come on the socket too).
 FRAME_LIMIT = 16 * 1024 * 1024
 KIND: Final = "StreamingDeltaEvent"
+#: The transient state update saying the model call is retried (relayed like a delta).
+RETRY: Final = "llm_retry"
 
 
 class Follower:
@@ -73,14 +75,18 @@ GONE: Final = _Gone()
 
 
 def delta_line(text: str) -> str | None:
-    """The frame as one line of JSON when it is a StreamingDeltaEvent, else None."""
-    if KIND not in text:  # most frames: not parsed at all
+    """The frame as one line of JSON when it is a StreamingDeltaEvent (the model's text, a
+    running tool's output) or a model call's retry notice (`llm_retry`), else None."""
+    if KIND not in text and RETRY not in text:  # most frames: not parsed at all
         return None
     try:
         data = json.loads(text)
     except (ValueError, RecursionError):
         return None
-    if not isinstance(data, dict) or data.get("kind") != KIND:
+    if not isinstance(data, dict):
+        return None
+    retry = data.get("kind") == "ConversationStateUpdateEvent" and data.get("key") == RETRY
+    if data.get("kind") != KIND and not retry:
         return None
     return json.dumps(data, separators=(",", ":"), ensure_ascii=False)
 
@@ -146,7 +152,9 @@ class DeltaHub:
         url = self.sandboxes.url(row)
         if url is None:
             return None
-        return row.id, socket_url(url, conversation_id), self.sandboxes.session_key(row)
+        # With running tools' output: the console shows a command's lines as they come.
+        return (row.id, socket_url(url, conversation_id) + "?progress=true",
+                self.sandboxes.session_key(row))
 
     async def _hold(self, conversation_id: str) -> None:
         failures = 0

@@ -10,7 +10,13 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeAlias, Union
 
-from pydantic import AfterValidator, Field, TypeAdapter
+from pydantic import (
+    AfterValidator,
+    Field,
+    SerializerFunctionWrapHandler,
+    TypeAdapter,
+    model_serializer,
+)
 
 import tools
 from core.content import (
@@ -230,6 +236,20 @@ class StreamingDeltaEvent(Event):
     kind: Literal["StreamingDeltaEvent"] = "StreamingDeltaEvent"
     content: str | None = None
     reasoning_content: str | None = None
+    #: A running tool's output so far (the terminal's lines as they come), on the same
+    #: transient path as the model's text: never stored, the observation holds it once. Ours,
+    #: not SPEC 6.2's: left out of the JSON when null, and sent only to sockets that ask for
+    #: them (`progress=true`), so a client validating the SPEC's shape never sees them.
+    tool_call_id: str | None = None
+    output: str | None = None
+
+    @model_serializer(mode="wrap")
+    def _spec_shape(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data: dict[str, Any] = handler(self)
+        for name in ("tool_call_id", "output"):
+            if data.get(name) is None:
+                data.pop(name, None)
+        return data
 
 
 class TokenEvent(Event):

@@ -23,7 +23,7 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
 from tests.conftest import agent_spec
-from tests.support.llm import Reply, ScriptedLLM, call
+from tests.support.llm import Reply, ScriptedLLM, call, error
 from tests.support.server import KEY, ServerProcess
 
 # A server subprocess (or another process, a restart, SIGKILL, Chromium, Docker tools).
@@ -438,3 +438,70 @@ async def test_streaming_deltas_are_masked_like_stored_events(
                      if e["kind"] == "StreamingDeltaEvent")
     assert "the token is <secret-hidden> ok" == deltas  # split between deltas, masked whole
     assert "hunter2" not in deltas
+
+
+async def test_a_running_commands_output_comes_live_masked_and_is_stored_once(
+        server: ServerProcess, http: httpx.AsyncClient, llm: ScriptedLLM, key: str,
+        tmp_path: Path) -> None:
+    """The terminal's lines as they come, on the transient path (StreamingDeltaEvents with the
+    call's `tool_call_id` and `output`) to a socket that asks for them (`progress=true`; the
+    others, such as the OpenHands SDK's, get deltas in SPEC 6.2's shape only): secrets masked,
+    never stored, the observation holding the output once."""
+    body = {"agent": agent_spec(llm, key, tools=["terminal"]),
+            "workspace": {"working_dir": str(tmp_path)}, "secrets": {"TOKEN": "hunter2-topsecret"}}
+    r = await http.post("/api/conversations", json=body)
+    cid = r.json()["id"]
+    llm.script(key, call("terminal", command='for i in 1 2 3; do echo "line-$i $TOKEN"; done'),
+               call("finish", message="done"))
+    reader = Reader(await open_socket(server, cid, progress="true"))
+    plain = Reader(await open_socket(server, cid))
+    await send(http, cid, "print lines", run=True)
+    stored, raw = await finished(http, cid)
+    deadline = time.monotonic() + 30
+    while not all(any(e["kind"] == "ObservationEvent" for e in r.events()) for r in (reader, plain)):
+        assert time.monotonic() < deadline, "no observation on the sockets"
+        await asyncio.sleep(0.02)
+    await reader.close()
+    await plain.close()
+    assert not [e for e in plain.events() if e["kind"] == "StreamingDeltaEvent"]
+    frames = reader.events()
+    action = next(e for e in frames if e["kind"] == "ActionEvent" and e["tool_name"] == "terminal")
+    live = [e for e in frames if e["kind"] == "StreamingDeltaEvent" and e["output"]]
+    assert live and {e["tool_call_id"] for e in live} == {action["tool_call_id"]}
+    assert all("content" in e and "reasoning_content" in e for e in live)
+    # Sent before the observation, and only what the command printed (no model text in them).
+    position = {id(e): i for i, e in enumerate(frames)}
+    observation = next(e for e in frames if e["kind"] == "ObservationEvent")
+    assert all(position[id(e)] < position[id(observation)] and e["content"] is None for e in live)
+    output = "".join(e["output"] for e in live)
+    assert [line for line in output.splitlines() if line.startswith("line-")] == [
+        f"line-{i} <secret-hidden>" for i in (1, 2, 3)]
+    assert "hunter2" not in json.dumps(frames) and "hunter2" not in raw
+    assert not [e for e in stored if e["kind"] == "StreamingDeltaEvent"]
+    assert raw.count("line-2 <secret-hidden>") == 1  # the observation's, once
+
+
+async def test_a_retried_model_call_is_said_to_progress_sockets_only(
+        server: ServerProcess, http: httpx.AsyncClient, llm: ScriptedLLM, key: str,
+        tmp_path: Path) -> None:
+    """Before each retry of a model call, a transient `llm_retry` state update (the error's
+    class, the seconds until the next attempt): to sockets opened with `progress=true` only,
+    never stored."""
+    cid = await create(http, llm, key, tmp_path)
+    llm.script(key, error(429, "slow down", retry_after=1), Reply(text="fine now"))
+    reader = Reader(await open_socket(server, cid, progress="true"))
+    plain = Reader(await open_socket(server, cid))
+    await send(http, cid, "go", run=True)
+    stored, _ = await finished(http, cid)
+    deadline = time.monotonic() + 30
+    while not all(any(e["kind"] == "MessageEvent" and e["source"] == "agent" for e in r.events())
+                  for r in (reader, plain)):
+        assert time.monotonic() < deadline, "no answer on the sockets"
+        await asyncio.sleep(0.02)
+    await reader.close()
+    await plain.close()
+    retries = [e for e in reader.events() if e["kind"] == "ConversationStateUpdateEvent"
+               and e["key"] == "llm_retry"]
+    assert [r["value"] for r in retries] == [{"error": "RateLimitError", "retry_in": 1.0}]
+    assert not [e for e in plain.events() if e.get("key") == "llm_retry"]
+    assert not [e for e in stored if e.get("key") == "llm_retry"]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
@@ -28,6 +29,10 @@ from core.content import (
 if TYPE_CHECKING:
     from tools.browser.manager import BrowserManager
     from tools.conversation import History, IdleJobs, Models, Subagents
+
+#: Where the call running in this task may send its output as it comes (the loop sets it
+#: around one tool call; the terminal streams its lines there). Unset: nobody listens.
+LIVE_OUTPUT: ContextVar[Callable[[str], None] | None] = ContextVar("live_output", default=None)
 
 #: Arguments the loop takes off every tool call before validating the Action (SPEC 6.2
 #: ActionEvent.security_risk and .summary); they are offered to the model by tools that act.

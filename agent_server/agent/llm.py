@@ -16,6 +16,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -148,6 +149,10 @@ Sleep = Callable[[float], Any]
 #: (rate limits often ask for a minute), but no longer: the run must not look hung.
 BACKOFF = Backoff(minimum=1.0, maximum=30.0, full_jitter=True, retry_after_bounds=(0.0, 120.0))
 
+#: Told (the error's class, the seconds until the next attempt) before each retry of a call
+#: made in this task: the loop sets it so clients can say "retrying in N s".
+ON_RETRY: ContextVar[Callable[[str, float], None] | None] = ContextVar("on_retry", default=None)
+
 
 def _retry_after(exc: Exception) -> float | None:
     headers: Any = getattr(exc, "litellm_response_headers", None)
@@ -264,6 +269,8 @@ async def complete(
             wait = BACKOFF.wait(attempt, _retry_after(exc))
             logger.info("LLM call failed (%s); retry %d in %.1fs", type(exc).__name__, attempt, wait)
             note_llm_retry(type(exc).__name__, wait)
+            if (told := ON_RETRY.get()) is not None:
+                told(type(exc).__name__, wait)
             await sleep(wait)
 
 

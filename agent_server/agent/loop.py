@@ -25,7 +25,7 @@ from agent_server.agent.confirmation import needs_confirmation
 from agent_server.agent.contract import RunControl
 from agent_server.agent.critic import Critic
 from agent_server.agent.hooks import Hooks
-from agent_server.agent.llm import Completion, LLMFailure, ToolCall
+from agent_server.agent.llm import ON_RETRY, Completion, LLMFailure, ToolCall
 from agent_server.agent.model import Model
 from agent_server.agent.sink import EventSink
 from agent_server.agent.stuck import Step, StuckDetector
@@ -51,7 +51,7 @@ from events import (
     UserRejectObservation,
     parse_event,
 )
-from tools.base import ToolError
+from tools.base import LIVE_OUTPUT, ToolError
 from web.errors import validation_text
 
 #: Times a Stop hook may send the agent back to work within one run.
@@ -190,10 +190,12 @@ class Run:
     async def complete(self, tools: list[dict[str, Any]],
                        messages: list[dict[str, Any]]) -> Completion:
         parts, deltas = self.parts, self.parts.sink.deltas()
+        retries = ON_RETRY.set(parts.sink.retry_notice)
         try:
             return await parts.model.complete(parts.control.llm.config, messages, tools,
                                               on_delta=deltas.feed)
         finally:
+            ON_RETRY.reset(retries)
             deltas.flush()
 
     def usage(self, reply: Completion) -> ConversationStateUpdateEvent:
@@ -246,6 +248,7 @@ class Run:
             return UserRejectObservation(tool_name=event.tool_name, tool_call_id=event.tool_call_id,
                                          action_id=event.id, rejection_source="hook",
                                          rejection_reason=pre.reason or "Blocked by a hook")
+        live = LIVE_OUTPUT.set(self.parts.sink.live_output(event.tool_call_id))
         try:
             observation = await tool.run(event.action)
         except ToolError as exc:
@@ -254,6 +257,8 @@ class Run:
             raise
         except Exception as exc:  # a tool bug is the model's problem to hear about, not a crash
             return _error(event, f"{type(exc).__name__}: {exc}")
+        finally:
+            LIVE_OUTPUT.reset(live)
         post = await hooks.run("PostToolUse", tool_name=event.tool_name, action_id=event.id,
                                details={"tool_input": arguments,
                                         "tool_response": observation.text})

@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from agent_server.log import EventLog
 from core.ids import new_event_id
 from core.masking import Masker
-from events import Event, StreamingDeltaEvent, format_timestamp
+from events import ConversationStateUpdateEvent, Event, StreamingDeltaEvent, format_timestamp
 
 
 def transient(event: Event) -> Event:
@@ -50,6 +50,40 @@ class EventSink:
 
     def deltas(self) -> DeltaStream:
         return DeltaStream(self)
+
+    def retry_notice(self, error: str, wait: float) -> None:
+        """The model call failed with `error` and is tried again in `wait` seconds: a transient
+        `llm_retry` state update (for sockets that ask for progress frames)."""
+        self.publish_transient(ConversationStateUpdateEvent(
+            key=RETRY_KEY, value={"error": error, "retry_in": round(wait, 1)}))
+
+    def live_output(self, tool_call_id: str) -> Callable[[str], None]:
+        """Where one tool call's output goes as it comes (tools.base.LIVE_OUTPUT)."""
+        return OutputStream(self, tool_call_id)
+
+
+#: The key of the transient state update saying a model call is retried.
+RETRY_KEY = "llm_retry"
+
+#: Characters of one call's output sent live; the rest shows with its observation.
+MAX_LIVE_OUTPUT = 64 * 1024
+
+
+class OutputStream:
+    """A running tool's output as transient deltas (`tool_call_id`, `output`), masked, up to
+    MAX_LIVE_OUTPUT characters: never stored, so the observation holds it once."""
+
+    def __init__(self, sink: EventSink, tool_call_id: str) -> None:
+        self._sink = sink
+        self._tool_call_id = tool_call_id
+        self._left = MAX_LIVE_OUTPUT
+
+    def __call__(self, text: str) -> None:
+        if self._left <= 0 or not text:
+            return
+        text = text[:self._left]
+        self._left -= len(text)
+        self._sink.publish_transient(StreamingDeltaEvent(tool_call_id=self._tool_call_id, output=text))
 
 
 class DeltaStream:

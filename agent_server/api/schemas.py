@@ -151,6 +151,30 @@ class FileQuery(Lenient):
     path: str = Field(min_length=1, max_length=4096, pattern=NO_NUL)
 
 
+class ListQuery(Lenient):
+    """?path= of GET .../files: a directory in the working directory (absent: the directory
+    itself)."""
+
+    path: str | None = Field(default=None, min_length=1, max_length=4096, pattern=NO_NUL)
+
+
+class FileEntry(BaseModel):
+    name: str
+    path: str
+    """Relative to the working directory."""
+    is_dir: bool
+    size: int | None
+    """Bytes of a regular file; null for directories and links."""
+
+
+class FileListing(BaseModel):
+    path: str
+    """The directory, relative to the working directory ("." for itself)."""
+    entries: list[FileEntry]
+    """Directories first, then files, each by name."""
+    truncated: bool
+
+
 class FileWritten(BaseModel):
     path: str
     """Relative to the working directory."""

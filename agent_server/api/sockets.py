@@ -11,7 +11,9 @@ the OpenHands SDK expects); each one after is one event, exactly as events searc
 live ones follow with no gap and no duplicate: the subscription is taken first, the replay read
 from the log, and what arrived meanwhile is skipped up to the last id sent. Transient frames
 (`full_state` snapshots, streaming deltas, errors about this client's own frames) have ids of
-their own that are not in the log; resume from the last stored event's id.
+their own that are not in the log; resume from the last stored event's id. A running tool's
+output (deltas with `tool_call_id` and `output`) comes only with `progress=true`: it is not
+in SPEC 6.2's shape of a delta, which other clients (the OpenHands SDK) validate.
 
 A client frame `{"role": "user", "content": [...], "run": bool}` is a user message; anything
 else is answered with a ServerErrorEvent frame (not stored) and the socket stays open.
@@ -83,12 +85,13 @@ async def events_socket(websocket: WebSocket) -> None:
     if conv is None:
         raise NotFound("conversation not found")
     start = _start(websocket)
+    progress = _flag(websocket, "progress")
     log = await conv.log()  # ConversationGone (a NotFound) when it was deleted meanwhile
     sub = delivery.pubsub.subscribe(conv.id)  # TooManySubscribers (a LimitReached)
     # No await between subscribing and this snapshot: every event below `end` was published
     # before the subscription, every later one is in its queue.
     end = len(log)
-    session = _Session(websocket, conv, log, sub, delivery.settings.ws_send_timeout)
+    session = _Session(websocket, conv, log, sub, delivery.settings.ws_send_timeout, progress)
     try:
         await session.run(start, end)
     finally:
@@ -136,18 +139,22 @@ def _conversation(websocket: WebSocket, service: ConversationService) -> Convers
         return None
 
 
+def _flag(websocket: WebSocket, name: str) -> bool:
+    value = websocket.query_params.get(name, "false").strip().lower()
+    if value not in ("true", "1", "false", "0", ""):
+        raise invalid(["query", name], f"{name} must be true or false")
+    return value in ("true", "1")
+
+
 def _start(websocket: WebSocket) -> str | None:
     """Where the replay starts: "" for the beginning, an id to follow, None for live only."""
-    params = websocket.query_params
-    resend = params.get("resend_all", "false").strip().lower()
-    if resend not in ("true", "1", "false", "0", ""):
-        raise invalid(["query", "resend_all"], "resend_all must be true or false")
-    after = params.get("after_id")
+    resend = _flag(websocket, "resend_all")
+    after = websocket.query_params.get("after_id")
     if after:
         if not _EVENT_ID.match(after):
             raise invalid(["query", "after_id"], "after_id must be an event id")
         return after
-    return "" if resend in ("true", "1") else None
+    return "" if resend else None
 
 
 async def _close(websocket: WebSocket, code: int, reason: str) -> None:
@@ -160,8 +167,10 @@ class _Session:
     """One socket after the handshake: a sender task, a reader task, and why they ended."""
 
     def __init__(self, websocket: WebSocket, conv: Conversation, log: EventLog,
-                 sub: Subscription, send_timeout: float) -> None:
+                 sub: Subscription, send_timeout: float, progress: bool) -> None:
         self.websocket = websocket
+        #: Whether this client asked for running tools' output (`progress=true`).
+        self.progress = progress
         self.conv = conv
         self.log = log
         self.sub = sub
@@ -242,7 +251,7 @@ class _Session:
                         continue  # already sent by the replay
                     await self._put(frame.text)
                     self.last_sent = frame.event_id
-                else:
+                elif not frame.progress or self.progress:
                     await self._put(frame.text)
                 self.sub.sent()
         except SubscriptionEnded:

@@ -12,6 +12,7 @@ file was asked for is 400, over the size cap is 413. Commands get the conversati
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import AsyncGenerator, AsyncIterator
 from pathlib import Path
 from urllib.parse import quote
@@ -27,9 +28,12 @@ from agent_server.api.schemas import (
     ChangesQuery,
     CommandResult,
     DiffQuery,
+    FileEntry,
+    FileListing,
     FileQuery,
     FileUploaded,
     FileWritten,
+    ListQuery,
     RunCommand,
 )
 from agent_server.git import GitChange, GitDiff
@@ -81,6 +85,40 @@ async def get_file(request: Request) -> Response:
         "Content-Disposition": f"attachment; filename*=UTF-8''{quote(opened.path.name)}",
         "X-Content-Type-Options": "nosniff",
     })
+
+
+#: Entries of one directory listed at most (a huge directory is cut, and says so).
+MAX_ENTRIES = 1000
+
+
+@doc(summary="The entries of a workspace directory (the console's file browser)", query=ListQuery,
+     response=FileListing, errors=(400, 403, 404))
+async def list_files(request: Request) -> Response:
+    where = scope(request)
+    query = read_query(request, ListQuery)
+    root = where.root_for(query.path) if query.path else where.home
+    directory = await where.directory(query.path, "path")
+    return reply(await asyncio.to_thread(_listing, root, directory))
+
+
+def _listing(root: Path, directory: Path) -> FileListing:
+    entries: list[FileEntry] = []
+    truncated = False
+    base = relative(root, directory)
+    with os.scandir(directory) as found:
+        for item in found:
+            if len(entries) >= MAX_ENTRIES:
+                truncated = True
+                break
+            try:
+                is_dir = item.is_dir(follow_symlinks=False)
+                size = None if is_dir or item.is_symlink() else item.stat(follow_symlinks=False).st_size
+            except OSError:
+                continue
+            path = item.name if base == "." else f"{base}/{item.name}"
+            entries.append(FileEntry(name=item.name, path=path, is_dir=is_dir, size=size))
+    entries.sort(key=lambda e: (not e.is_dir, e.name))
+    return FileListing(path=base, entries=entries, truncated=truncated)
 
 
 UPLOAD = ("Upload a workspace file (raw body, or multipart/form-data with a `file` part); "

@@ -18,6 +18,10 @@ from dataclasses import dataclass
 from events import Event
 from web.errors import LimitReached
 
+#: The transient state update that is a progress frame (agent.sink.RETRY_KEY: delivery sits
+#: below the agent, so it names it again).
+PROGRESS_KEY = "llm_retry"
+
 
 @dataclass(frozen=True, slots=True)
 class Frame:
@@ -27,6 +31,9 @@ class Frame:
     """The stored event's id; None for what is not in the log (deltas, errors to one client)."""
     text: str
     size: int
+    progress: bool = False
+    """A progress frame (a running tool's output: a StreamingDeltaEvent with `output`; a model
+    call's retry: the `llm_retry` state update): only for sockets that asked for them."""
 
     @classmethod
     def stored(cls, event_id: str, line: bytes) -> Frame:
@@ -38,7 +45,9 @@ class Frame:
     @classmethod
     def transient(cls, event: Event) -> Frame:
         text = event.model_dump_json()
-        return cls(None, text, len(text))
+        progress = (getattr(event, "output", None) is not None
+                    or getattr(event, "key", None) == PROGRESS_KEY)
+        return cls(None, text, len(text), progress)
 
 
 class SubscriptionState(enum.Enum):

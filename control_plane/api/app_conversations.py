@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from control_plane.api import files
+from control_plane.api import downloads
 from control_plane.api.io import Moment, body, from_browser, services, user
 from control_plane.api.paths import MADE_ID, path_uuid
 from control_plane.app_conversations import AppConversation
@@ -234,7 +234,7 @@ async def file(request: Request) -> Response:
     row, params = await owned(request, FileQuery)
     assert params is not None
     raw = await services(request).conversations.inspect(row, "file", {"path": params.path})
-    return files.served(raw, params.path)
+    return downloads.served(raw, params.path)
 
 
 @doc(summary="Git changes of the workspace", errors=(404, 409, 410, 502))

@@ -1,35 +1,31 @@
-"""A workspace file as the control plane serves it: from the console's origin, so never as what
-its name says it is. An `evil.html` or an `.svg` the agent wrote would otherwise run as a page
-of the console, with the user's key in reach; it comes as an attachment, as plain text when it
-is text (readable in place, never rendered) and as bytes otherwise. A refusal for a path outside
-the workspace does not name where the workspace lies on the sandbox's host."""
+"""GET /api/v1/app-conversations/{id}/files?path=: a workspace directory's entries, read through
+the sandbox (the console's file browser; a file itself is .../file, served by `downloads`)."""
 
 from __future__ import annotations
 
 import json
-from pathlib import PurePosixPath
-from urllib.parse import quote
 
+from pydantic import BaseModel, Field
+from starlette.requests import Request
 from starlette.responses import Response
 
-from control_plane.agent_client import Raw
+from control_plane.api.app_conversations import owned
+from control_plane.api.downloads import OUTSIDE
+from control_plane.api.io import services
+from web.io import doc
 
-#: What a 403 of the agent server's file route says instead of its own words (they hold the
-#: workspace's absolute path).
-OUTSIDE = "the path is outside the conversation's working directory"
+
+class ListQuery(BaseModel):
+    path: str | None = Field(default=None, min_length=1, max_length=4096)
 
 
-def served(raw: Raw, path: str) -> Response:
-    if raw.status == 403:
+@doc(summary="A workspace directory's entries (directories first)", query=ListQuery,
+     errors=(400, 403, 404, 409, 410, 502))
+async def files(request: Request) -> Response:
+    row, params = await owned(request, ListQuery)
+    assert params is not None
+    raw = await services(request).conversations.inspect(row, "files", {"path": params.path} if params.path else {})
+    if raw.status == 403:  # the agent server's words name the workspace's host path
         return Response(json.dumps({"detail": OUTSIDE}), status_code=403,
                         media_type="application/json")
-    if raw.status != 200:
-        return Response(raw.content, status_code=raw.status, media_type=raw.media_type)
-    try:
-        raw.content.decode()
-        media_type = "text/plain; charset=utf-8"
-    except UnicodeDecodeError:
-        media_type = "application/octet-stream"
-    name = PurePosixPath(path).name or "file"
-    return Response(raw.content, media_type=media_type, headers={
-        "Content-Disposition": f"attachment; filename*=UTF-8''{quote(name)}"})
+    return Response(raw.content, status_code=raw.status, media_type=raw.media_type)

@@ -6,12 +6,15 @@ Screenshots of each page are kept for review under `artifacts/console/` (gitigno
 from __future__ import annotations
 
 import io
+import json
+import re
 import signal
 import threading
 import zipfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import pytest
 from playwright.sync_api import Browser, ConsoleMessage, Page, expect, sync_playwright
@@ -29,7 +32,8 @@ from tests.control_plane.support import (
     sandbox_pid,
     start,
 )
-from tests.support.llm import Reply, ScriptedLLM, call, text
+from tests.support.demo import demo_reply
+from tests.support.llm import Reply, ScriptedLLM, call, error, text
 from tests.support.wait import wait_for
 
 pytestmark = pytest.mark.e2e
@@ -105,6 +109,37 @@ def signed_in(browser: Browser, plane: ControlPlane, api_key: str) -> tuple[Page
     return page, problems
 
 
+def scripted_after_pwd(steps: Callable[[str], list[Reply]]) -> Callable[[str, dict[str, Any]], Reply]:
+    """Replies made once the run's `pwd` answered: `steps(working directory)`, one a request."""
+    made: list[Reply] = []
+
+    def respond(_key: str, body: dict[str, Any]) -> Reply:
+        if not made:
+            tool = next(m for m in body["messages"] if m.get("role") == "tool")
+            content = tool["content"]
+            said = content if isinstance(content, str) else "".join(p.get("text", "") for p in content)
+            made.extend(steps(said.strip().splitlines()[0]))
+        return made.pop(0)
+    return respond
+
+
+@pytest.fixture
+def titles(llm: ScriptedLLM) -> Iterator[None]:
+    """The model's answer to the title prompt, "Titled: <the request's first line>", outside the
+    scripts (a title is asked while the agent's own calls take their scripted replies)."""
+    def title(_key: str, body: dict[str, Any]) -> Reply | None:
+        said = json.dumps(body.get("messages"))
+        if "for a conversation that starts with" not in said:
+            return None
+        request = body["messages"][-1]["content"]
+        text_ = request if isinstance(request, str) else "".join(p.get("text", "") for p in request)
+        return text("Titled: " + text_.split("\n\n", 1)[1].splitlines()[0])
+    llm.interceptor = title
+    yield
+    llm.interceptor = None
+
+
+@pytest.mark.usefixtures("titles")
 def test_the_console_end_to_end(plane: ControlPlane, clock: ShiftedClock, llm: ScriptedLLM,
                                 key: str, browser: Browser) -> None:
     shot = Shots("walkthrough")
@@ -143,32 +178,104 @@ def test_the_console_end_to_end(plane: ControlPlane, clock: ShiftedClock, llm: S
     settings = api.get("/api/v1/settings").json()
     assert settings["llm_model"] == "openai/test-model" and settings["llm_api_key"] == "**********"
     assert settings["git_user_name"] == "Alice" and settings["grouping_strategy"] == "NO_GROUPING"
+
+    # The model field suggests the models litellm knows.
+    expect(page.locator("#llm-models option[value='gpt-4o']")).to_have_count(1)
+    expect(page.locator("#llm-models option[value='anthropic/claude-sonnet-4-5']")).to_have_count(1)
+    # "Test connection": a base URL where nothing answers is said in words; the stored one works.
+    base_url = page.get_by_label("Base URL", exact=True)
+    base_url.fill("http://127.0.0.1:9/v1")
+    page.get_by_role("button", name="Test connection").click()
+    result = page.locator(".test-result")
+    expect(result).to_contain_text("could not be reached: nothing answered at its base URL", timeout=SLOW)
+    expect(result).to_have_class(re.compile("error"))
+    shot(page, "02-settings-test-failed")
+    base_url.fill(llm.base_url(key))
+    llm.script(key, text("OK"))
+    page.get_by_role("button", name="Test connection").click()
+    expect(result).to_have_text("Connected: openai/test-model answered.", timeout=SLOW)
+    # Secrets: names listed, values write-only.
+    page.get_by_label("Secret name").fill("DEMO_TOKEN")
+    page.get_by_label("Secret value").fill("s3cret-value-123")
+    page.get_by_role("button", name="Add secret").click()
+    expect(page.get_by_role("list", name="Stored secrets")).to_contain_text("DEMO_TOKEN")
+    expect(page.get_by_label("Secret value")).to_have_value("")
+    assert "s3cret-value-123" not in page.content()
+    assert api.get("/api/v1/settings").json()["secret_names"] == ["DEMO_TOKEN"]
     shot(page, "02-settings")
 
-    # Start a conversation on a repository and watch its start task reach READY.
-    llm.script(key, call("terminal", command="echo 'print(1)' > hello.py && echo more >> README.md"),
-               call("finish", message="done"))
+    # Start a conversation: the page goes straight to it, its stages on one progress line; its
+    # title is its first message at once, then the model's.
+    # The file editor takes absolute paths: the run's first command says where it works.
+    llm.script(key, call("terminal", command="pwd"))
+
+    def steps(workdir: str) -> list[Reply]:
+        return [
+            call("file_editor", command="create", path=f"{workdir}/hello.py",
+                 file_text="print(1)\nprint(2)\n"),
+            call("file_editor", command="str_replace", path=f"{workdir}/hello.py",
+                 old_str="print(2)", new_str="print('hello')"),
+            call("terminal", command="echo more >> README.md && python3 -c 'import sys; sys.exit(1)'"),
+            call("think", thought="The script exits with 1 on purpose; all good."),
+            call("finish", message="I wrote hello.py."),
+        ]
+    llm.responder = scripted_after_pwd(steps)
     page.get_by_role("link", name="Conversations").click()
-    page.get_by_label("Message", exact=True).fill("Write hello.py")
+    start_form = page.locator("form.start")
+    assert start_form.bounding_box()["height"] < 300  # the list stays in view
+    page.get_by_label("Message", exact=True).fill("Write hello.py\nwith a greeting")
+    page.locator("summary", has_text="Repository and sandbox").click()
     page.get_by_label("Repository", exact=True).fill("acme/demo")
     page.get_by_label("Branch", exact=True).fill("main")
     page.get_by_role("button", name="Start conversation").click()
-    status = page.locator(".start-status")
-    expect(status).to_contain_text("READY", timeout=SLOW)
-    expect(page.locator(".progress li").last).to_have_text("READY")
-    link = status.get_by_role("link", name="open the conversation")
-    cid = (link.get_attribute("href") or "").rsplit("/", 1)[-1]
+    expect(page.get_by_role("heading", name="Starting a conversation")).to_be_visible()
+    expect(page.locator(".event-message.from-user .text")).to_have_text("Write hello.py\nwith a greeting")
+    expect(page.locator(".start-line")).to_contain_text(re.compile(r"\d+ s"))
+    shot(page, "03-starting")
+    expect(page).to_have_url(re.compile(r"#/conversations/[0-9a-f-]{36}$"), timeout=SLOW)
+    cid = page.url.rsplit("/", 1)[-1]
     sid = api.get("/api/v1/app-conversations", params={"ids": cid}).json()[0]["sandbox_id"]
-    expect(page.locator(f"tr[data-conversation-id='{cid}']")).to_contain_text("acme/demo @ main")
-    shot(page, "03-conversations-started")
+    title = page.locator(".title-text")
+    expect(title).to_have_text("Titled: Write hello.py", timeout=SLOW)
+    assert conversation(api, cid)["title"] == "Titled: Write hello.py"
 
-    # The conversation: its tool call with its result, as the run goes.
-    link.click()
-    terminal = page.locator(".event-action[data-tool='terminal']").first
-    expect(terminal.locator(".call")).to_contain_text("hello.py", timeout=SLOW)
-    expect(terminal.locator(".result")).to_be_visible(timeout=SLOW)
+    # The transcript as a person reads it: a created file with its preview, an edit as a
+    # diff, a failed command with its exit status (without the working-directory trailer),
+    # a thought as prose, the finish message as the agent's answer; the raw event a click away.
+    created = page.locator(".event-action[aria-label^='Created '][aria-label$='hello.py']")
+    expect(created.locator(".preview")).to_have_text("print(1)\nprint(2)", timeout=SLOW)
+    edited = page.locator(".event-action[aria-label^='Edited '][aria-label$='hello.py'] > pre.diff")
+    expect(edited.locator(".del")).to_have_text("- print(2)", timeout=SLOW)
+    expect(edited.locator(".add")).to_have_text("+ print('hello')")
+    command = page.locator(".event-action[data-tool='terminal']", has_text="echo more")
+    expect(command.locator(".call")).to_contain_text("echo more >> README.md", timeout=SLOW)
+    expect(command.locator(".result")).to_contain_text("Failed exit 1", timeout=SLOW)
+    expect(command.locator(".result.failed")).to_have_count(1)
+    expect(command.locator(".result .output")).not_to_contain_text("Current working directory")
+    expect(page.locator(".event-action[aria-label='Thought'] .prose")).to_have_text(
+        "The script exits with 1 on purpose; all good.", timeout=SLOW)
+    answer = page.locator(".event-message.from-agent.finish")
+    expect(answer.locator(".text")).to_have_text("I wrote hello.py.", timeout=SLOW)
+    # A chat: the newest is in view, the message box pinned at the bottom of the window.
+    wait_for(lambda: page.evaluate("window.innerHeight + window.scrollY >= document.documentElement.scrollHeight - 90"),
+             10, what="the page to follow the newest event")
+    box = page.get_by_label("Message", exact=True).bounding_box()
+    assert box is not None and box["y"] + box["height"] <= 900
+    command.locator("summary", has_text="Raw event").click()
+    expect(command.locator("details.raw pre").first).to_contain_text('"kind": "TerminalAction"')
+    expect(command.locator("details.raw pre").first).to_be_visible()
     expect(page.locator(".meta")).to_contain_text("FINISHED", timeout=SLOW)
     expect(page.locator(".meta")).to_contain_text("live")
+    shot(page, "04-transcript")
+
+    llm.responder = None
+
+    # Rename in place.
+    page.get_by_role("button", name="Rename").click()
+    page.get_by_label("Title", exact=True).fill("Hello script")
+    page.get_by_label("Title", exact=True).press("Enter")
+    expect(title).to_have_text("Hello script")
+    assert conversation(api, cid)["title"] == "Hello script"
 
     # The page never holds a sandbox's key or address (it reaches sandboxes through /api/v1).
     session_key = api.get("/api/v1/sandboxes", params={"id": sid}).json()[0]["session_api_key"]
@@ -180,28 +287,49 @@ def test_the_console_end_to_end(plane: ControlPlane, clock: ShiftedClock, llm: S
         assert cid in seen or sid in seen
         assert session_key not in seen and "AGENT_SERVER" not in seen, path
 
-    # Git changes and a file's diff.
+    # The workspace: files to read and download, the changes of this run (from its edits, Git
+    # or not), the Git changes with a file's diff, the terminal's history.
+    page.locator("summary", has_text="Workspace").click()
+    page.get_by_role("button", name="Files", exact=True).click()
+    files = page.get_by_role("list", name="Files")
+    expect(files).to_contain_text("hello.py")
+    files.get_by_role("button", name="hello.py").click()
+    expect(page.locator(".file-text")).to_have_text("print(1)\nprint('hello')\n")
+    with page.expect_download() as pending_file:
+        page.get_by_role("button", name="Download hello.py").click()
+    assert pending_file.value.suggested_filename == "hello.py"
+    assert Path(pending_file.value.path()).read_text() == "print(1)\nprint('hello')\n"
+    page.get_by_role("button", name="Changes of this run").click()
+    run_changes = page.get_by_role("list", name="Changes of this run")
+    expect(run_changes).to_contain_text("hello.py")
+    run_changes.get_by_role("button", name="hello.py").click()
+    expect(page.locator(".viewer .diff .add")).to_have_text(["+ print(1)", "+ print('hello')"])
+    page.get_by_role("button", name="Terminal history").click()
+    expect(page.get_by_role("list", name="Terminal history")).to_contain_text("exit 1")
     page.get_by_role("button", name="Show Git changes").click()
     changes = page.get_by_role("list", name="Changed files")
     expect(changes).to_contain_text("hello.py")
     changes.get_by_role("button", name="README.md").click()
-    expect(page.locator(".diff .add")).to_have_text("+ more")
-    expect(page.locator(".diff .same").first).to_have_text("  # demo")
-    shot(page, "04-conversation-diff")
+    expect(page.locator(".viewer .diff .add")).to_have_text("+ more")
+    expect(page.locator(".viewer .diff .same").first).to_have_text("  # demo")
+    shot(page, "05-workspace-diff")
 
     # A follow-up, its tool call appearing live; what the agent prints is shown as text.
     llm.script(key, call("terminal", command="echo '<img src=x onerror=window.__xss=2>' && sleep 1"),
                text("<script>window.__xss=1</script><img src=x onerror=\"window.__xss=3\"> done"))
-    page.get_by_label("Message", exact=True).fill("Print some markup")
-    page.get_by_role("button", name="Send").click()
-    expect(page.locator(".event-message.from-user .text").last).to_have_text("Print some markup")
+    page.get_by_label("Message", exact=True).fill("Print some")
+    page.get_by_label("Message", exact=True).press("Shift+Enter")
+    page.get_by_label("Message", exact=True).press_sequentially("markup")
+    page.get_by_label("Message", exact=True).press("Enter")
+    expect(page.locator(".event-message.from-user .text").last).to_have_text("Print some\nmarkup")
+    expect(page.get_by_label("Message", exact=True)).to_have_value("")
     expect(page.locator(".event-action .output", has_text="<img src=x onerror=window.__xss=2>")
            ).to_be_visible(timeout=SLOW)
     expect(page.locator(".event-message.from-agent .text").last).to_have_text(
         "<script>window.__xss=1</script><img src=x onerror=\"window.__xss=3\"> done", timeout=SLOW)
     assert page.evaluate("window.__xss") is None
     assert page.locator("main img, main script").count() == 0
-    shot(page, "05-conversation-markup-as-text")
+    shot(page, "06-conversation-markup-as-text")
 
     # Confirmation: every action waits; approving it runs it.
     page.get_by_label("Ask before each action").check()
@@ -213,8 +341,9 @@ def test_the_console_end_to_end(plane: ControlPlane, clock: ShiftedClock, llm: S
     approve = page.get_by_role("button", name="Approve")
     expect(approve).to_be_visible(timeout=SLOW)
     expect(page.locator(".event-action.waiting .call")).to_contain_text("approved.txt")
+    expect(page.locator(".progress-line")).to_contain_text(re.compile(r"Waiting for your approval\s*\d+ s"))
     assert api.get(f"/api/v1/app-conversations/{cid}/file", params={"path": "approved.txt"}).status_code == 404
-    shot(page, "06-conversation-confirmation")
+    shot(page, "07-conversation-confirmation")
     approve.click()
     expect(approve).to_be_hidden()
     expect(page.locator(".event-action", has_text="approved.txt").locator(".result")).to_be_visible(timeout=SLOW)
@@ -224,16 +353,37 @@ def test_the_console_end_to_end(plane: ControlPlane, clock: ShiftedClock, llm: S
     page.get_by_label("Ask before each action").uncheck()
     expect(page.locator("#notice")).to_contain_text("without approval")
 
+    # A long command: its output shows as it comes (the transient path, never stored), the
+    # progress line says what runs and for how long; Interrupt stops it.
+    llm.script(key, call("terminal", command="echo live-line && sleep 120"))
+    page.get_by_label("Message", exact=True).fill("Run something long")
+    page.get_by_label("Message", exact=True).press("Enter")
+    running = page.locator(".event-action[data-tool='terminal']", has_text="sleep 120")
+    expect(running.locator(".live-output")).to_have_text("live-line", timeout=SLOW)
+    expect(running.locator(".result-state")).to_have_text("Running; its output so far:")
+    expect(page.locator(".progress-line")).to_contain_text(
+        re.compile(r"Running a command: \$ echo live-line && sleep 120\s*\d+ s · working for \d+ s"))
+    shot(page, "08-conversation-live-output")
+    page.get_by_role("button", name="Interrupt").click()
+    expect(page.locator(".events")).to_contain_text("Interrupted by the user", timeout=SLOW)
+    expect(running.locator(".live-output")).to_have_count(0, timeout=SLOW)
+    expect(page.locator(".progress-line")).to_be_hidden(timeout=SLOW)
+    stored = api.get(f"/api/v1/conversation/{cid}/events/search", params={"limit": 100}).json()
+    assert stored["items"] and not [e for e in stored["items"] if e["kind"] == "StreamingDeltaEvent"]
+
     # Pause: taken between steps, so the next call never runs.
     llm.script(key, call("terminal", command="sleep 3"), call("terminal", command="echo never-runs"))
     page.get_by_label("Message", exact=True).fill("Sleep a while")
     page.get_by_role("button", name="Send").click()
     expect(page.locator(".event-action .call", has_text="sleep 3")).to_be_visible(timeout=SLOW)
+    expect(page.locator(".progress-line")).to_contain_text(
+        re.compile(r"Running a command: \$ sleep 3\s*\d+ s · working for \d+ s"))
+    shot(page, "08-conversation-progress")
     page.get_by_role("button", name="Pause").click()
     expect(page.locator(".events")).to_contain_text("Paused by the user")
     expect(page.locator(".meta")).to_contain_text("PAUSED", timeout=SLOW)
     expect(page.locator(".events")).not_to_contain_text("never-runs")
-    shot(page, "07-conversation-paused")
+    shot(page, "09-conversation-paused")
     with llm._lock:
         llm.scripts[key].clear()
 
@@ -254,12 +404,16 @@ def test_the_console_end_to_end(plane: ControlPlane, clock: ShiftedClock, llm: S
     llm.script(key, call("finish", message="second"))
     page.get_by_role("link", name="Conversations").click()
     page.get_by_label("Message", exact=True).fill("A second one")
-    page.get_by_role("button", name="Start conversation").click()
-    expect(status).to_contain_text(f"READY: open the conversation (sandbox {sid})", timeout=SLOW)
+    page.get_by_label("Message", exact=True).press("Enter")
+    expect(page).to_have_url(re.compile(r"#/conversations/[0-9a-f-]{36}$"), timeout=SLOW)
+    second = page.url.rsplit("/", 1)[-1]
+    assert conversation(api, second)["sandbox_id"] == sid
+    expect(page.locator(".title-text")).to_have_text("Titled: A second one", timeout=SLOW)
+    page.get_by_role("link", name="Conversations").click()
     rows = page.locator("tbody tr")
     expect(rows).to_have_count(2)
     expect(page.locator(f"tr[data-sandbox-id='{sid}']")).to_have_count(2)
-    shot(page, "08-conversations-grouped")
+    shot(page, "10-conversations-grouped")
 
     # Sandboxes: two conversations in one; pause, resume, delete after typing its id. Each
     # card says why its sandbox is in its status.
@@ -271,7 +425,7 @@ def test_the_console_end_to_end(plane: ControlPlane, clock: ShiftedClock, llm: S
     expect(card.locator("h2")).to_contain_text("PAUSED")
     expect(card.locator(".why-line")).to_have_text("Paused: you paused it")
     expect(card).not_to_contain_text("Deleted at—")
-    shot(page, "09-sandboxes-paused")
+    shot(page, "11-sandboxes-paused")
     card.get_by_role("button", name="Resume").click()
     expect(card.locator("h2")).to_contain_text("RUNNING")
     expect(card.locator(".why-line")).to_have_text("Running: you resumed it")
@@ -286,12 +440,12 @@ def test_the_console_end_to_end(plane: ControlPlane, clock: ShiftedClock, llm: S
              30, what="the idle pause")
     page.reload()
     expect(card.locator(".why-line")).to_have_text("Paused: idle for 30 min")
-    shot(page, "10-sandboxes-idle")
+    shot(page, "12-sandboxes-idle")
     card.get_by_label(f"Type the sandbox id ({sid}) to delete it").fill(sid)
     card.get_by_role("button", name="Delete sandbox").click()
     expect(card.locator("h2")).to_contain_text("MISSING")
     expect(card.locator(".why-line")).to_have_text("Missing: you deleted it")
-    shot(page, "11-sandboxes-deleted")
+    shot(page, "13-sandboxes-deleted")
 
     # Its conversations are read-only now, saying why; the transcript stays, with each change
     # of the sandbox's status in it where it happened.
@@ -306,23 +460,43 @@ def test_the_console_end_to_end(plane: ControlPlane, clock: ShiftedClock, llm: S
         "Paused: you paused it", "Running: you resumed it", "Paused: idle for 30 min",
         "Missing: you deleted it"])
     page.locator(".event-sandbox").nth(2).scroll_into_view_if_needed()
-    shot(page, "12-conversation-read-only")
+    shot(page, "14-conversation-read-only")
     assert conversation(api, cid)["sandbox_status"] == "MISSING"
 
     # At phone width nothing runs off the side.
     page.set_viewport_size({"width": 390, "height": 844})
     page.get_by_role("link", name="Conversations").click()
     expect(page.locator("tbody tr")).to_have_count(2)
-    shot(page, "13-conversations-phone")
+    shot(page, "15-conversations-phone")
     assert page.evaluate("document.documentElement.scrollWidth") <= 390
     page.goto(f"{plane.url}/#/conversations/{cid}")
     expect(page.locator(".event-action").first).to_be_visible()
-    shot(page, "14-conversation-phone")
+    shot(page, "16-conversation-phone")
     assert page.evaluate("document.documentElement.scrollWidth") <= 390
+
+    # Dead conversations: one archived (hidden from the list, then shown again on asking),
+    # the other deleted from its own page.
+    page.set_viewport_size({"width": 1200, "height": 900})
+    page.get_by_role("link", name="Conversations").click()
+    page.get_by_role("button", name="Archive Hello script").click()
+    expect(page.locator("#notice")).to_contain_text("Archived")
+    expect(rows).to_have_count(1)
+    expect(page.locator("p.muted", has_text="conversations")).to_contain_text("1 archived not shown")
+    assert conversation(api, cid)["tags"] == {"archived": "yes"}
+    page.get_by_label("Show archived").check()
+    expect(rows).to_have_count(2)
+    page.goto(f"{plane.url}/#/conversations/{second}")
+    page.get_by_role("button", name="Delete conversation").click()
+    shot(page, "17-conversation-delete")
+    page.get_by_role("group", name="Delete this conversation?").get_by_role("button", name="Delete").click()
+    expect(page).to_have_url(re.compile(r"#/conversations$"))
+    expect(page.locator("#notice")).to_contain_text("Conversation deleted")
+    assert api.get("/api/v1/app-conversations", params={"ids": second}).json() == [None]
+    assert conversation(api, cid)["title"] == "Hello script"
 
     page.get_by_role("button", name="Sign out").click()
     expect(page.get_by_role("heading", name="Sign in")).to_be_visible()
-    assert page.evaluate("sessionStorage.length") == 0
+    assert page.evaluate("sessionStorage.length") == 0  # the key, and the starts' messages
     context.close()
     assert problems == []
 
@@ -389,3 +563,80 @@ def test_streaming_text_shows_as_it_is_written(plane: ControlPlane, llm: Scripte
     shot(page, "03-sandbox-vanished")
     page.context.close()
     assert problems == []
+
+
+def test_a_failing_model_is_said_in_words(plane: ControlPlane, llm: ScriptedLLM, key: str,
+                                          browser: Browser) -> None:
+    shot = Shots("errors")
+    api_key = new_user(plane, "carol")
+    api = plane.client(api_key)
+    configure_llm(api, llm.base_url(key), tools=["terminal"])
+    task = start(api)  # idle
+    cid, sid = task["app_conversation_id"], task["sandbox_id"]
+    page, problems = signed_in(browser, plane, api_key)
+    expect(page.get_by_role("heading", name="Conversations", exact=True)).to_be_visible()
+    page.goto(f"{plane.url}/#/conversations/{cid}")
+    wait_for(lambda: agent_sockets(api, sid) == 1, 30, what="the control plane's socket")
+
+    # A rate limit: the progress line says the call is retried, and when.
+    llm.script(key, error(429, "Rate limit reached", retry_after=5),
+               error(401, "Incorrect API key provided: sk-te****"))
+    page.get_by_label("Message", exact=True).fill("Do something")
+    page.get_by_label("Message", exact=True).press("Enter")
+    expect(page.locator(".progress-line")).to_contain_text(
+        re.compile(r"The model call failed \(RateLimitError\): retrying in [1-5] s"), timeout=SLOW)
+    shot(page, "00-retrying")
+
+    # What went wrong in words, the setting that fixes it a click away, the original text kept.
+    failure = page.locator(".event-error")
+    expect(failure.locator(".plain-error")).to_contain_text("The language model refused the API key.",
+                                                            timeout=SLOW)
+    expect(failure.locator("details.raw pre")).to_contain_text("AuthenticationError")
+    expect(page.locator(".progress-line")).to_be_hidden()
+    shot(page, "01-plain-error")
+    failure.get_by_role("link", name="Set the API key in Settings").click()
+    expect(page.get_by_role("heading", name="Settings")).to_be_visible()
+    expect(page.get_by_label("API key", exact=True)).to_be_visible()
+    page.context.close()
+    assert problems == []
+
+
+def test_the_demo_model_runs_a_conversation(plane: ControlPlane, llm: ScriptedLLM, key: str,
+                                            browser: Browser) -> None:
+    """`make demo`'s scripted model (tests/support/demo.py) through the console: what a newcomer
+    sees before having a key. Its screenshots are the README's."""
+    shot = Shots("demo")
+    api_key = new_user(plane, "dora")
+    api = plane.client(api_key)
+    configure_llm(api, llm.base_url(key), tools=["terminal", "file_editor"])
+    llm.responder = demo_reply
+    try:
+        page, problems = signed_in(browser, plane, api_key)
+        page.set_viewport_size({"width": 1100, "height": 760})
+        page.get_by_label("Message", exact=True).fill("Print a greeting for the team")
+        page.get_by_label("Message", exact=True).press("Enter")
+        expect(page).to_have_url(re.compile(r"#/conversations/[0-9a-f-]{36}$"), timeout=SLOW)
+        expect(page.locator(".title-text")).to_have_text("Demo: Print a greeting for the", timeout=SLOW)
+        expect(page.locator(".finish .text")).to_contain_text("I wrote hello.py and ran it", timeout=SLOW)
+        expect(page.locator(".event-action[data-tool='terminal']", has_text="python3 hello.py")
+               .locator(".result")).to_contain_text("Hello from the demo model! You asked: Print a greeting")
+        expect(page.locator(".event-action[aria-label='Edited hello.py'] > pre.diff .add")).to_contain_text(
+            "Hello from the demo model")
+        page.locator(".event-action[aria-label='Edited hello.py']").scroll_into_view_if_needed()
+        page.evaluate("window.scrollBy(0, -140)")
+        page.screenshot(path=str(shot.dir / "transcript.png"))
+        page.evaluate("window.scrollTo(0, 0)")
+        page.locator("summary", has_text="Workspace").click()
+        page.get_by_role("button", name="Files", exact=True).click()
+        page.get_by_role("list", name="Files").get_by_role("button", name="hello.py").click()
+        expect(page.locator(".file-text")).to_contain_text("Hello from the demo model!")
+        page.screenshot(path=str(shot.dir / "workspace.png"))
+        page.get_by_role("link", name="Settings").click()
+        page.get_by_role("button", name="Test connection").click()
+        expect(page.locator(".test-result")).to_have_text("Connected: openai/test-model answered.",
+                                                          timeout=SLOW)
+        page.screenshot(path=str(shot.dir / "settings.png"))
+        page.context.close()
+        assert problems == []
+    finally:
+        llm.responder = None

@@ -8,6 +8,7 @@ import json
 import re
 import threading
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -283,3 +284,67 @@ def test_streaming_text_is_relayed_while_a_browser_follows(control_plane: Contro
                                            params={"limit": 1000}).json()["items"]}
     assert "StreamingDeltaEvent" not in kinds
     wait_for(lambda: agent_sockets(client, sid) == 0, 30, what="the socket to close")
+
+
+def test_the_consoles_helpers_keep_to_the_users_workspace(control_plane: ControlPlane, llm: ScriptedLLM,
+                                                          key: str, tmp_path: Path) -> None:
+    """The file browser's listing, the model's title, the LLM check and the model names: each
+    for its own user only, inside the workspace, bad input a 422."""
+    client = control_plane.client(control_plane.new_user("alice"))
+    configure_llm(client, llm.base_url(key), tools=["terminal"])
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret.txt").write_text("not yours")
+    llm.script(key, call("terminal", command=f"mkdir -p src && echo hi > src/a.txt && ln -s {outside} link"),
+               call("finish", message="done"))
+    task = start(client, "Make a source folder and a link")
+    cid = task["app_conversation_id"]
+    base = f"/api/v1/app-conversations/{cid}"
+    wait_for(lambda: conversation(client, cid)["execution_status"] == "FINISHED", 60, what="the run")
+
+    # The listing: directories first, sizes of files; a link is listed, not followed.
+    top = client.get(base + "/files")
+    assert top.status_code == 200, top.text
+    entries = {e["name"]: e for e in top.json()["entries"]}
+    assert entries["src"]["is_dir"] is True and entries["link"]["is_dir"] is False
+    assert entries["link"]["size"] is None
+    assert client.get(base + "/files", params={"path": "src"}).json()["entries"] == [
+        {"name": "a.txt", "path": "src/a.txt", "is_dir": False, "size": 3}]
+    # Nothing outside the workspace: not by "..", not through the link, not by an absolute path.
+    for path in ("..", "link", str(outside), "src/../../"):
+        r = client.get(base + "/files", params={"path": path})
+        assert r.status_code == 403, (path, r.status_code, r.text)
+        assert "secret.txt" not in r.text
+    assert client.get(base + "/files", params={"path": "src/a.txt"}).status_code == 400
+    assert client.get(base + "/files", params={"path": "nothing"}).status_code == 404
+    assert client.get(base + "/files", params={"path": ""}).status_code == 422
+
+    # A title from the model (the title prompt is answered; the script is left alone).
+    llm.interceptor = lambda _key, body: (
+        text("Source folder setup") if "for a conversation that starts with" in json.dumps(body["messages"])
+        else None)
+    try:
+        titled = client.post(base + "/generate-title")
+    finally:
+        llm.interceptor = None
+    assert titled.status_code == 200, titled.text
+    assert titled.json()["title"] == "Source folder setup"
+    assert conversation(client, cid)["title"] == "Source folder setup"
+
+    # The check: the stored settings, or the body's; a failure answers 200 with the error,
+    # the key masked; bad input 422.
+    llm.script(key, text("OK"))
+    assert client.post("/api/v1/settings/llm-check", json={}).json()["ok"] is True
+    failed = client.post("/api/v1/settings/llm-check", json={
+        "llm_base_url": "http://127.0.0.1:9/v1", "llm_api_key": "sk-very-secret-value"}).json()
+    assert failed["ok"] is False and "sk-very-secret-value" not in failed["detail"]
+    assert client.post("/api/v1/settings/llm-check", json={"llm_base_url": "ftp://x"}).status_code == 422
+    assert client.post("/api/v1/settings/llm-check", json={"other": 1}).status_code == 422
+    assert "gpt-4o" in client.get("/api/v1/settings/llm-models").json()["models"]
+
+    # Another user sees none of it.
+    other = control_plane.client(control_plane.new_user("mallory"))
+    assert other.get(base + "/files").status_code == 404
+    assert other.post(base + "/generate-title").status_code == 404
+    assert conversation(client, cid)["title"] == "Source folder setup"
+    assert control_plane.client(None).get("/api/v1/settings/llm-models").status_code == 401

@@ -16,7 +16,7 @@ import struct
 import subprocess
 import tempfile
 import termios
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -102,6 +102,8 @@ class Shell:
         self._exited = False
         self.prompt: Prompt | None = None
         self.last_output = 0.0  # loop time of the last bytes read
+        #: Told each piece of the running command's output (cleaned and masked) as it comes.
+        self.on_output: Callable[[str], None] | None = None
 
     @property
     def running(self) -> bool:
@@ -229,7 +231,10 @@ class Shell:
 
     def _emit(self, data: bytes) -> None:
         if data:
-            self._capture.write(self._cleaner.feed(data))
+            text = self._cleaner.feed(data)
+            self._capture.write(text)
+            if text and self.on_output is not None:
+                self.on_output(text)
 
     def _on_bash_exit(self) -> None:
         """bash ended: take what it printed last, then settle."""

@@ -16,7 +16,7 @@ from pydantic import ConfigDict, Field
 from core.content import Strict
 from core.masking import Masker
 from core.processes import child_env
-from tools.base import TextContent, Tool, ToolContext, ToolError, single
+from tools.base import LIVE_OUTPUT, TextContent, Tool, ToolContext, ToolError, single
 from tools.terminal.actions import CmdOutputMetadata, TerminalAction, TerminalObservation
 from tools.terminal.output import Capture
 from tools.terminal.shell import Shell, Stop
@@ -156,13 +156,17 @@ class TerminalTool(Tool):
     async def _follow(
         self, shell: Shell, command: str, timeout: float | None, prefix: str
     ) -> TerminalObservation:
-        """Wait for the command to end, fall silent or run out of time, and say which."""
+        """Wait for the command to end, fall silent or run out of time, and say which (its
+        output streamed meanwhile to LIVE_OUTPUT's listener, if any)."""
+        shell.on_output = LIVE_OUTPUT.get()
         try:
             outcome = await self._wait(shell, timeout or None)
             stop = await shell.stop(self.settings.kill_grace) if outcome == "timeout" else None
         except asyncio.CancelledError:
             await self._abandon(shell)
             raise
+        finally:
+            shell.on_output = None
         suffix, exit_code = "", -1
         if stop is not None:
             suffix = f"[The command reached its {timeout:g} s timeout; stopped {stop.value}.]"

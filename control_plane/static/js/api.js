@@ -6,7 +6,7 @@ const KEY = "control-plane.api-key";
 export const session = {
   key: () => sessionStorage.getItem(KEY),
   signIn: (key) => sessionStorage.setItem(KEY, key),
-  signOut: () => sessionStorage.removeItem(KEY),
+  signOut: () => sessionStorage.clear(), // the key, and anything else of this user's
 };
 
 export class ApiError extends Error {
@@ -49,9 +49,9 @@ async function failure(response, quiet = false) {
   return new ApiError(response.status, detail);
 }
 
-// JSON in, JSON out; throws ApiError with the control plane's detail. A 401 signs out (but for
-// `quiet` calls: the sign-in's own check).
-export async function api(path, { method = "GET", query, body, quiet = false } = {}) {
+// JSON in, JSON out (`text`: the body as text, whatever its type); throws ApiError with the
+// control plane's detail. A 401 signs out (but for `quiet` calls: the sign-in's own check).
+export async function api(path, { method = "GET", query, body, quiet = false, text = false } = {}) {
   const response = await fetch(url(path, query), {
     method,
     headers: headers(body === undefined ? {} : { "Content-Type": "application/json" }),
@@ -60,7 +60,7 @@ export async function api(path, { method = "GET", query, body, quiet = false } =
   });
   if (!response.ok) throw await failure(response, quiet);
   const type = response.headers.get("content-type") || "";
-  return type.includes("json") ? response.json() : response.text();
+  return type.includes("json") && !text ? response.json() : response.text();
 }
 
 // A download through fetch (the key stays in a header), saved under its own file name.

@@ -5,6 +5,7 @@ import { conversationsPage } from "./conversations.js";
 import { conversationPage } from "./conversation.js";
 import { sandboxesPage } from "./sandboxes.js";
 import { settingsPage } from "./settings.js";
+import { startPage } from "./start.js";
 
 const main = document.getElementById("main");
 const nav = document.getElementById("nav");
@@ -42,6 +43,7 @@ function signInPage() {
 const PAGES = [
   [/^#\/conversations\/([0-9a-f-]{36})$/, (m) => conversationPage(main, m[1]), "conversations"],
   [/^#\/conversations$/, () => conversationsPage(main), "conversations"],
+  [/^#\/start\/([0-9a-f-]{32,36})$/, (m) => startPage(main, m[1]), "conversations"],
   [/^#\/sandboxes$/, () => sandboxesPage(main), "sandboxes"],
   [/^#\/settings$/, () => settingsPage(main), "settings"],
 ];

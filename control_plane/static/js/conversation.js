@@ -1,11 +1,15 @@
-// One conversation: its events live, a follow-up, pause, interrupt, confirmation, the
-// workspace's Git changes and a file's diff, the trajectory. Read-only once its sandbox is
-// ERROR or MISSING (SPEC 3.1).
+// One conversation as a chat: its events live (the page follows the newest unless you scroll
+// up), the message box pinned at the bottom (Enter sends, Shift+Enter a new line), a progress
+// line while the agent works, the title renamed in place, pause, interrupt, confirmation,
+// delete, the workspace and the trajectory. Read-only once its sandbox is ERROR or MISSING
+// (SPEC 3.1).
 import { api, download, follow } from "./api.js";
 import { badge, clear, cost, field, h, notify } from "./dom.js";
 import { EventLog } from "./events.js";
 import { reasonText } from "./status.js";
-import { lineDiff } from "./diff.js";
+import { Progress, normalStatus } from "./progress.js";
+import { workspacePanel } from "./workspace.js";
+import { titleEditor } from "./title.js";
 
 const READ_ONLY = new Set(["ERROR", "MISSING"]);
 
@@ -14,7 +18,9 @@ export function conversationPage(main, id) {
   let sandbox = null; // its sandbox's record: why it is in its status
   let stopped = false;
 
-  const heading = h("h1", {}, "Conversation");
+  const heading = titleEditor(id, (saved) => { record = saved; show(); });
+  let readOnly = false;
+  let stick = true; // the page follows the newest event until you scroll up
   const meta = h("dl", { class: "meta" });
   const banner = h("p", { class: "banner", role: "alert", hidden: true });
   const confirmation = h("section", { class: "confirm card", hidden: true, "aria-labelledby": "confirm-title" },
@@ -48,10 +54,17 @@ export function conversationPage(main, id) {
     }
   } }, "Download trajectory");
 
-  const message = h("textarea", { name: "follow-up", rows: 3, required: true });
+  const message = h("textarea", { name: "follow-up", rows: 2, required: true,
+    placeholder: "Message the agent (Enter sends, Shift+Enter for a new line)" });
   const sendButton = h("button", { type: "submit" }, "Send");
-  const followUp = h("form", { class: "card", "aria-labelledby": "follow-title" },
-    h("h2", { id: "follow-title" }, "Send a message"), field("Message", message), sendButton);
+  const followUp = h("form", { class: "composer", "aria-label": "Send a message" },
+    field("Message", message), sendButton);
+  message.addEventListener("keydown", (event) => {
+    if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {
+      event.preventDefault();
+      if (message.value.trim() && !sendButton.disabled) followUp.requestSubmit();
+    }
+  });
   followUp.addEventListener("submit", async (event) => {
     event.preventDefault();
     sendButton.disabled = true;
@@ -60,50 +73,39 @@ export function conversationPage(main, id) {
         body: { role: "user", content: [{ type: "text", text: message.value }], run: true } });
       message.value = "";
       notify("Message sent.");
+      stick = true;
+      progress.setStatus("RUNNING");
       refresh();
     } catch (error) {
       notify(`Could not send: ${error.message}`, "error");
     } finally {
-      sendButton.disabled = false;
+      sendButton.disabled = readOnly;
     }
   });
 
-  const changes = h("ul", { class: "changes", "aria-label": "Changed files" });
-  const diffTitle = h("h3", { id: "diff-title" }, "Diff");
-  const diffView = h("pre", { class: "diff", "aria-labelledby": "diff-title", tabindex: "0" });
-  const changesButton = h("button", { type: "button", onclick: () => loadChanges() }, "Show Git changes");
-  const work = h("section", { class: "card", "aria-labelledby": "work-title" },
-    h("h2", { id: "work-title" }, "Workspace"), changesButton, changes, diffTitle, diffView);
-  diffTitle.hidden = diffView.hidden = true;
+  // Delete this conversation (and its events); asks once, in place.
+  const deleteButton = h("button", { type: "button", class: "danger-outline", onclick: () => {
+    deleteConfirm.hidden = false;
+    deleteConfirm.querySelector("button")?.focus();
+  } }, "Delete conversation");
+  const deleteConfirm = h("div", { class: "banner row delete-confirm", role: "group", "aria-label": "Delete this conversation?", hidden: true },
+    h("span", {}, "Delete this conversation and its events? Its sandbox stays while it holds other conversations."),
+    h("button", { type: "button", class: "danger", onclick: () => remove() }, "Delete"),
+    h("button", { type: "button", onclick: () => { deleteConfirm.hidden = true; } }, "Cancel"));
 
-  async function loadChanges() {
+  async function remove() {
     try {
-      const found = await api(`/app-conversations/${id}/git/changes`);
-      clear(changes);
-      if (!found.length) changes.append(h("li", { class: "muted" }, "No changes."));
-      for (const change of found) {
-        changes.append(h("li", {},
-          h("button", { type: "button", class: "link", onclick: () => showDiff(change.path) }, change.path),
-          " ", badge(change.status)));
-      }
+      const gone = await api(`/app-conversations/${id}`, { method: "DELETE" });
+      notify(`Conversation deleted${gone.sandbox_deleted ? ", with its sandbox (it held no other conversation)" : ""}.`,
+        "info", { keep: true });
+      location.hash = "#/conversations";
     } catch (error) {
-      notify(`Could not read the changes: ${error.message}`, "error");
+      notify(`Could not delete: ${error.message}`, "error");
     }
   }
 
-  async function showDiff(path) {
-    try {
-      const diff = await api(`/app-conversations/${id}/git/diff`, { query: { path } });
-      clear(diffView);
-      diffTitle.textContent = `Diff of ${diff.path}`;
-      for (const [sign, line] of lineDiff(diff.original, diff.modified)) {
-        diffView.append(h("span", { class: sign === "+" ? "add" : sign === "-" ? "del" : "same" }, `${sign} ${line}\n`));
-      }
-      diffTitle.hidden = diffView.hidden = false;
-    } catch (error) {
-      notify(`Could not read the diff: ${error.message}`, "error");
-    }
-  }
+  const { panel: work, buttons: workButtons } = workspacePanel(id, log);
+  const progress = new Progress(log);
 
   async function control(action, done) {
     try {
@@ -130,28 +132,31 @@ export function conversationPage(main, id) {
     const r = record;
     const known = sandbox && sandbox.id === r.sandbox_id && sandbox.status === r.sandbox_status;
     const why = known ? reasonText(sandbox.status, sandbox.status_reason, sandbox.status_detail) : null;
-    heading.textContent = r.title || `Conversation ${r.id.slice(0, 8)}`;
-    document.title = `${heading.textContent} · Agent console`;
+    const execution = normalStatus(r.execution_status);
+    log.workingDir = r.working_dir || null;
+    heading.set(r.title || `Conversation ${r.id.slice(0, 8)}`);
+    document.title = `${r.title || `Conversation ${r.id.slice(0, 8)}`} · Agent console`;
     clear(meta);
     const pairs = [
       ["Repository", r.selected_repository ? `${r.selected_repository}${r.selected_branch ? ` @ ${r.selected_branch}` : ""}` : "—"],
       ["Sandbox", h("a", { href: "#/sandboxes" }, h("code", {}, r.sandbox_id))],
       ["Sandbox status", [badge(r.sandbox_status, "Sandbox"), why ? h("span", { class: "why-line" }, ` ${why}`) : null]],
-      ["Execution", badge(r.execution_status, "Execution")],
+      ["Execution", badge(execution, "Execution")],
       ["Cost", cost(r.metrics?.accumulated_cost)],
       ["Live events", liveState],
     ];
     for (const [term, value] of pairs) meta.append(h("div", {}, h("dt", {}, term), h("dd", {}, value)));
-    const readOnly = READ_ONLY.has(r.sandbox_status);
+    readOnly = READ_ONLY.has(r.sandbox_status);
     banner.hidden = !readOnly;
     banner.textContent = readOnly
       ? `Read-only: the sandbox is ${r.sandbox_status}${why ? ` (${why})` : ""}. The transcript stays; messages, controls and the workspace are not available.`
       : "";
-    for (const control of [pauseButton, interruptButton, confirmBox, sendButton, message, changesButton]) {
+    for (const control of [pauseButton, interruptButton, confirmBox, sendButton, message, ...workButtons]) {
       control.disabled = readOnly;
     }
-    confirmation.hidden = readOnly || r.execution_status !== "WAITING_FOR_CONFIRMATION";
+    confirmation.hidden = readOnly || execution !== "WAITING_FOR_CONFIRMATION";
     for (const entry of log.pending()) entry.classList.toggle("waiting", !confirmation.hidden);
+    progress.setStatus(readOnly ? null : execution);
   }
 
   async function refresh() {
@@ -175,29 +180,65 @@ export function conversationPage(main, id) {
     }
   }
 
-  main.append(heading, meta, banner,
+  main.append(heading.element, meta, banner,
     h("div", { class: "row toolbar", role: "group", "aria-label": "Controls" },
       pauseButton, interruptButton,
       h("label", { class: "check" }, confirmBox, " Ask before each action"),
-      downloadButton),
-    confirmation,
-    h("section", { "aria-labelledby": "events-title" }, h("h2", { id: "events-title" }, "Events"), list),
-    followUp, work);
+      downloadButton, deleteButton),
+    deleteConfirm, work,
+    h("section", { class: "transcript", "aria-labelledby": "events-title" },
+      h("h2", { id: "events-title", class: "visually-hidden" }, "Events"), list),
+    h("div", { class: "dock" }, confirmation, progress.element, followUp));
+
+  // Following the newest: after each change to the transcript, back to the bottom unless the
+  // reader scrolled up to read (coming back down follows again).
+  const atBottom = () => window.innerHeight + window.scrollY >= document.documentElement.scrollHeight - 80;
+  const onScroll = () => { stick = atBottom(); };
+  window.addEventListener("scroll", onScroll, { passive: true });
+  let scrolling = false;
+  const follow_ = () => {
+    if (!stick || scrolling) return;
+    scrolling = true;
+    requestAnimationFrame(() => {
+      scrolling = false;
+      window.scrollTo({ top: document.documentElement.scrollHeight });
+    });
+  };
+  new MutationObserver(follow_).observe(list, { childList: true, subtree: true, characterData: true });
 
   let pending = null;
-  const stop = follow(id, {
+  let stop = () => {};
+  const listen = () => follow(id, {
     onEvent: (event) => {
       log.add(event);
+      if (event.kind === "ConversationStateUpdateEvent" && event.key === "execution_status") {
+        // The live status is newer than the record read before it.
+        if (record && !readOnly) {
+          record.execution_status = event.value;
+          show();
+        } else {
+          progress.setStatus(event.value);
+        }
+      }
       if (event.kind === "ConversationStateUpdateEvent" || event.kind === "ActionEvent") {
         clearTimeout(pending);
         pending = setTimeout(refresh, 150); // a burst of updates: one read
       }
+      progress.render();
     },
-    onDelta: (delta) => log.stream(delta),
+    onDelta: (delta) => { log.stream(delta); progress.render(); },
     onState: (state) => { liveState.textContent = state; },
     onGone: () => { liveState.textContent = "the conversation was deleted"; },
   });
-  refresh();
+  // The record first: its working directory shortens the paths in the events.
+  refresh().finally(() => { if (!stopped) stop = listen(); });
   const timer = setInterval(refresh, 5000);
-  return () => { stopped = true; stop(); clearInterval(timer); clearTimeout(pending); };
+  return () => {
+    stopped = true;
+    stop();
+    progress.stop();
+    clearInterval(timer);
+    clearTimeout(pending);
+    window.removeEventListener("scroll", onScroll);
+  };
 }

@@ -1,7 +1,26 @@
 // Conversations: the user's app conversations (searched and paged as /app-conversations/search
-// allows) and the form that starts one, following its start task until READY or ERROR.
+// allows), each archived (a tag: hidden from the list until "Show archived") or deleted in its
+// row; and the form that starts one, going straight to its page (start.js follows the start).
 import { api } from "./api.js";
 import { badge, clear, cost, field, h, notify, timeElement } from "./dom.js";
+import { normalStatus } from "./progress.js";
+
+const DEAD = new Set(["ERROR", "MISSING"]);
+const ARCHIVED = "archived";
+
+// /count answers {count} or a bare number (OpenHands' shape).
+function countOf(total) {
+  return typeof total === "number" ? total : Number(total?.count ?? 0);
+}
+
+// A title from the first message, at once: its first line, cut at a word near 60 characters.
+export function firstTitle(text) {
+  const line = String(text).split("\n").map((l) => l.trim()).find(Boolean) || "New conversation";
+  if (line.length <= 60) return line;
+  const cut = line.slice(0, 60);
+  const space = cut.lastIndexOf(" ");
+  return `${(space > 30 ? cut.slice(0, space) : cut).trimEnd()}…`;
+}
 
 const PAGE_SIZE = 20;
 
@@ -12,6 +31,8 @@ export function conversationsPage(main) {
   let nextPageId = null;
 
   const title = h("input", { type: "search", name: "title", placeholder: "Title contains…" });
+  const showArchived = h("input", { type: "checkbox", name: "show-archived" });
+  showArchived.addEventListener("change", () => load());
   const tbody = h("tbody");
   const count = h("p", { class: "muted", "aria-live": "polite" });
   const previous = h("button", { type: "button", disabled: true }, "Previous");
@@ -27,12 +48,16 @@ export function conversationsPage(main) {
       if (stopped) return;
       nextPageId = page.next_page_id;
       clear(tbody);
-      for (const c of page.items) tbody.append(row(c));
-      if (!page.items.length) {
-        tbody.append(h("tr", {}, h("td", { colspan: 6, class: "muted" }, "No conversations yet.")));
+      const shown = page.items.filter((c) => showArchived.checked || !c.tags?.[ARCHIVED]);
+      for (const c of shown) tbody.append(row(c, load));
+      if (!shown.length) {
+        tbody.append(h("tr", {}, h("td", { colspan: 7, class: "muted" },
+          page.items.length ? "Only archived conversations here." : "No conversations yet.")));
       }
-      count.textContent = `${total.count} conversation${total.count === 1 ? "" : "s"}` +
-        (total.count > PAGE_SIZE ? `, page ${position + 1}` : "");
+      const n = countOf(total);
+      const hidden = page.items.length - shown.length;
+      count.textContent = `${n} conversation${n === 1 ? "" : "s"}` +
+        (n > PAGE_SIZE ? `, page ${position + 1}` : "") + (hidden ? ` (${hidden} archived not shown)` : "");
       previous.disabled = position === 0;
       next.disabled = !nextPageId;
     } catch (error) {
@@ -47,7 +72,8 @@ export function conversationsPage(main) {
     load();
   });
   const search = h("form", { class: "row", role: "search", "aria-label": "Conversations" },
-    field("Search by title", title), h("button", { type: "submit" }, "Search"));
+    field("Search by title", title), h("button", { type: "submit" }, "Search"),
+    h("label", { class: "check" }, showArchived, " Show archived"));
   search.addEventListener("submit", (event) => {
     event.preventDefault();
     pages.length = 1;
@@ -57,14 +83,14 @@ export function conversationsPage(main) {
 
   main.append(
     h("h1", {}, "Conversations"),
-    startForm(() => load(), () => stopped),
+    startForm(),
     h("section", { "aria-labelledby": "list-title" },
       h("h2", { id: "list-title" }, "Your conversations"),
       search, count,
       h("div", { class: "table-wrap" },
         h("table", { class: "list" },
           h("thead", {}, h("tr", {},
-            ["Title", "Repository", "Sandbox", "Sandbox status", "Execution", "Cost"]
+            ["Title", "Repository", "Sandbox", "Sandbox status", "Execution", "Cost", "Actions"]
               .map((name) => h("th", { scope: "col" }, name)))),
           tbody)),
       h("div", { class: "row pager" }, previous, next)));
@@ -73,28 +99,65 @@ export function conversationsPage(main) {
   return () => { stopped = true; clearInterval(timer); };
 }
 
-function row(c) {
+function row(c, reload) {
   const repository = c.selected_repository
     ? `${c.selected_repository}${c.selected_branch ? ` @ ${c.selected_branch}` : ""}` : "—";
-  return h("tr", { dataset: { conversationId: c.id, sandboxId: c.sandbox_id } },
+  const name = c.title || `Conversation ${c.id.slice(0, 8)}`;
+  const archived = Boolean(c.tags?.[ARCHIVED]);
+  const tags = (on) => {
+    const next = { ...(c.tags || {}) };
+    if (on) next[ARCHIVED] = "yes";
+    else delete next[ARCHIVED];
+    return next;
+  };
+  async function archive() {
+    try {
+      await api(`/app-conversations/${c.id}`, { method: "PATCH", body: { tags: tags(!archived) } });
+      notify(archived ? `Restored "${name}".` : `Archived "${name}": it is hidden from the list.`);
+    } catch (error) {
+      notify(`Could not archive: ${error.message}`, "error");
+    }
+    reload();
+  }
+  const confirmDelete = h("button", { type: "button", class: "danger", hidden: true, onclick: async () => {
+    try {
+      await api(`/app-conversations/${c.id}`, { method: "DELETE" });
+      notify(`Deleted "${name}".`);
+    } catch (error) {
+      notify(`Could not delete: ${error.message}`, "error");
+    }
+    reload();
+  } }, `Delete "${name}" for good`);
+  const deleteButton = h("button", { type: "button", class: "danger-outline", "aria-label": `Delete ${name}`, onclick: () => {
+    deleteButton.hidden = true;
+    confirmDelete.hidden = false;
+    confirmDelete.focus();
+  } }, "Delete");
+  return h("tr", { dataset: { conversationId: c.id, sandboxId: c.sandbox_id }, class: DEAD.has(c.sandbox_status) ? "dead" : null },
     h("td", { "data-label": "Title" },
-      h("a", { href: `#/conversations/${c.id}` }, c.title || `Conversation ${c.id.slice(0, 8)}`),
+      h("a", { href: `#/conversations/${c.id}` }, name),
+      archived ? [" ", badge("archived")] : null,
       h("br"), timeElement(c.created_at)),
     h("td", { "data-label": "Repository" }, repository),
     h("td", { "data-label": "Sandbox" }, h("code", { class: "sandbox-id" }, c.sandbox_id)),
     h("td", { "data-label": "Sandbox status" }, badge(c.sandbox_status, "Sandbox")),
-    h("td", { "data-label": "Execution" }, badge(c.execution_status, "Execution")),
-    h("td", { "data-label": "Cost" }, cost(c.metrics?.accumulated_cost)));
+    h("td", { "data-label": "Execution" }, badge(normalStatus(c.execution_status), "Execution")),
+    h("td", { "data-label": "Cost" }, cost(c.metrics?.accumulated_cost)),
+    h("td", { "data-label": "Actions", class: "actions" },
+      h("button", { type: "button", class: "link", "aria-label": `${archived ? "Restore" : "Archive"} ${name}`, onclick: archive },
+        archived ? "Restore" : "Archive"), " ", deleteButton, confirmDelete));
 }
 
-function startForm(onReady, isStopped) {
-  const message = h("textarea", { name: "message", rows: 3, required: true });
+// The start form: a message (and, folded, a repository, branch and sandbox). Starting goes
+// straight to the start's page, which follows it into the conversation.
+function startForm() {
+  const message = h("textarea", { name: "message", rows: 2, required: true,
+    placeholder: "What should the agent do? (Enter starts, Shift+Enter for a new line)" });
   const repository = h("input", { name: "repository", placeholder: "organization/repository",
     pattern: "[A-Za-z0-9_.\\-]+/[A-Za-z0-9_.\\-]+", autocomplete: "off" });
   const branch = h("input", { name: "branch", placeholder: "main", autocomplete: "off" });
   const placement = h("select", { name: "placement" },
     h("option", { value: "" }, "Automatic (your grouping strategy)"));
-  const progress = h("ol", { class: "progress", "aria-label": "Start progress" });
   const status = h("p", { class: "start-status", role: "status", "aria-live": "polite" });
   const submit = h("button", { type: "submit" }, "Start conversation");
 
@@ -107,57 +170,41 @@ function startForm(onReady, isStopped) {
     }
   }).catch(() => {});
 
-  const form = h("form", { class: "card", "aria-labelledby": "start-title" },
+  const form = h("form", { class: "card start", "aria-labelledby": "start-title" },
     h("h2", { id: "start-title" }, "Start a conversation"),
-    field("Message", message),
-    h("div", { class: "row" },
-      field("Repository", repository, "Optional, e.g. octocat/Hello-World"),
-      field("Branch", branch, "Optional")),
-    field("Sandbox", placement, "Automatic placement follows the grouping strategy of your settings."),
-    submit, status, progress);
+    h("div", { class: "composer" }, field("Message", message), submit),
+    h("details", { class: "options" }, h("summary", {}, "Repository and sandbox"),
+      h("div", { class: "row" },
+        field("Repository", repository, "Optional, e.g. octocat/Hello-World"),
+        field("Branch", branch, "Optional"),
+        field("Sandbox", placement, "Automatic placement follows the grouping strategy of your settings."))),
+    status);
+  message.addEventListener("keydown", (event) => {
+    if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {
+      event.preventDefault();
+      if (message.value.trim() && !submit.disabled) form.requestSubmit();
+    }
+  });
 
   form.addEventListener("submit", async (event) => {
     event.preventDefault();
     const body = {
       initial_message: { role: "user", content: [{ type: "text", text: message.value }], run: true },
+      title: firstTitle(message.value),
     };
     if (repository.value.trim()) body.selected_repository = repository.value.trim();
     if (branch.value.trim()) body.selected_branch = branch.value.trim();
     if (placement.value) body.sandbox_id = placement.value;
     submit.disabled = true;
-    clear(progress);
     status.className = "start-status";
     status.textContent = "Starting…";
     try {
-      let task = await api("/app-conversations", { method: "POST", body });
-      let shown = null;
-      while (!isStopped()) {
-        if (task.status !== shown) {
-          progress.append(h("li", {}, task.status));
-          shown = task.status;
-        }
-        if (task.status === "READY") {
-          status.className = "start-status ok";
-          status.textContent = "READY: ";
-          status.append(h("a", { href: `#/conversations/${task.app_conversation_id}` },
-            "open the conversation"), ` (sandbox ${task.sandbox_id})`);
-          message.value = "";
-          onReady();
-          break;
-        }
-        if (task.status === "ERROR") {
-          status.className = "start-status error";
-          status.textContent = `ERROR: ${task.detail || "the start failed"}`;
-          break;
-        }
-        status.textContent = `${task.status}…`;
-        await new Promise((resolve) => setTimeout(resolve, 400));
-        [task] = await api("/app-conversations/start-tasks", { query: { ids: task.id } });
-      }
+      const task = await api("/app-conversations", { method: "POST", body });
+      sessionStorage.setItem(`start:${task.id}`, message.value); // shown while it starts
+      location.hash = `#/start/${task.id}`;
     } catch (error) {
       status.className = "start-status error";
       status.textContent = `Could not start: ${error.message}`;
-    } finally {
       submit.disabled = false;
     }
   });

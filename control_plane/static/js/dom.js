@@ -55,11 +55,21 @@ export function cost(value) {
   return `$${Number(value || 0).toFixed(4)}`;
 }
 
-// One line in the page's live region (announced to screen readers too).
-export function notify(text, kind = "info") {
+// One line in the page's live region (announced to screen readers too), floating at the top of
+// the window. `keep`: it survives the next page change (a notice about leaving a page).
+let fading = null;
+export function notify(text, kind = "info", { keep = false } = {}) {
   const notice = document.getElementById("notice");
+  if (!text && notice.dataset.keep) {
+    delete notice.dataset.keep;
+    return;
+  }
   notice.className = `notice notice-${kind}`;
   notice.textContent = text;
+  if (keep) notice.dataset.keep = "1";
+  else delete notice.dataset.keep;
+  clearTimeout(fading);
+  if (text && kind !== "error") fading = setTimeout(() => { notice.textContent = ""; }, 15_000);
 }
 
 export function field(label, control, hint) {

@@ -2,18 +2,17 @@
 // output, file contents) goes in as text; a tool call's result joins the call's own entry. The
 // control plane's notices of the sandbox's status (key `sandbox_status`) say why, in words.
 import { h, when } from "./dom.js";
+import { describeAction, describeResult, folded, raw, texts } from "./actions.js";
 import { extraDetail, statusLine } from "./status.js";
+import { normalStatus } from "./progress.js";
+import { errorParts } from "./errors.js";
 
-function texts(content) {
-  return (content || []).filter((c) => c && c.type === "text").map((c) => c.text).join("\n");
-}
-
-function actionText(event) {
-  const action = event.action || {};
-  if (typeof action.command === "string" && event.tool_name === "terminal") return `$ ${action.command}`;
-  const { kind, ...rest } = action;
-  const shown = Object.keys(rest).length ? rest : event.tool_call?.arguments;
-  return typeof shown === "string" ? shown : JSON.stringify(shown ?? {}, null, 2);
+// When an event happened (ms), from its timestamp; now when that is unreadable or ahead of
+// this browser's clock.
+function eventTime(event) {
+  const now = Date.now();
+  const at = event.timestamp ? Date.parse(event.timestamp) : NaN;
+  return Number.isNaN(at) || at > now ? now : at;
 }
 
 function stamp(event) {
@@ -31,11 +30,20 @@ function sandboxNotice(event) {
     more ? h("p", { class: "muted" }, more) : null);
 }
 
+const LIVE_CHARS = 16_384; // of a running command's output kept on the page
+const FOLD_LIVE = 20; // its last lines shown
+
 export class EventLog {
   constructor(list) {
     this.list = list; // an <ol>
     this.seen = new Set();
     this.actions = new Map(); // action event id -> its entry
+    this.acp = new Map(); // ACP tool call id -> its entry
+    this.edits = new Map(); // path -> {before, after}: the file editor's changes of this run
+    this.commands = []; // the terminal's history: {command, exit}
+    this.liveOutput = new Map(); // tool call id -> a running command's output so far
+    this.retry = null; // {until, why}: the model call is retried
+    this.lastAt = null; // ms: when the last stored event happened
     this.draft = null; // streamed text not yet a message
     this.lastStatus = null;
   }
@@ -44,6 +52,9 @@ export class EventLog {
     if (event.kind === "StreamingDeltaEvent") return this.stream(event);
     if (event.id && this.seen.has(event.id)) return;
     if (event.id) this.seen.add(event.id);
+    this.lastAt = eventTime(event);
+    this.retry = null;
+    this.note(event);
     const entry = this.entry(event);
     if (!entry) return;
     if (event.source === "agent" && this.draft) {
@@ -56,6 +67,12 @@ export class EventLog {
   // Streaming text (StreamingDeltaEvents): one entry that grows, as text nodes, until the
   // agent's next stored event (its MessageEvent, or the tool call the text led to) replaces it.
   stream(event) {
+    if (event.kind === "ConversationStateUpdateEvent" && event.key === "llm_retry") {
+      const wait = Number(event.value?.retry_in) || 0;
+      this.retry = { until: Date.now() + wait * 1000, why: String(event.value?.error || "an error") };
+      return;
+    }
+    if (event.tool_call_id && event.output) return this.streamOutput(event);
     if (!event.content && !event.reasoning_content) return;
     if (!this.draft) {
       this.draft = h("li", { class: "event event-streaming", "aria-busy": "true" },
@@ -69,6 +86,54 @@ export class EventLog {
       thinking.append(event.reasoning_content);
     }
     if (event.content) this.draft.querySelector(".text:not(.thought)").append(event.content);
+  }
+
+  // A file's path as the user knows it: relative to the conversation's working directory.
+  relPath(path) {
+    const root = this.workingDir ? `${this.workingDir.replace(/\/+$/, "")}/` : null;
+    return root && path.startsWith(root) ? path.slice(root.length) : path;
+  }
+
+  // What the workspace panel lists: the files edited (first and last content) and commands.
+  note(event) {
+    const observation = event.kind === "ObservationEvent" ? event.observation || {} : null;
+    if (!observation) return;
+    if (observation.kind === "TerminalObservation" && observation.command) {
+      this.commands.push({ command: observation.command, exit: observation.exit_code ?? null });
+      this.liveOutput.delete(event.tool_call_id);
+    }
+    if ((observation.kind === "FileEditorObservation" || observation.kind === "PlanningFileEditorObservation") &&
+        observation.command !== "view" && !observation.is_error && observation.path &&
+        observation.new_content !== null && observation.new_content !== undefined) {
+      const path = observation.path;
+      const before = this.edits.has(path) ? this.edits.get(path).before
+        : observation.prev_exist ? observation.old_content ?? "" : null;
+      this.edits.set(path, { before, after: observation.new_content });
+    }
+  }
+
+  // A running command's output so far (deltas with `tool_call_id` and `output`, live only):
+  // kept, bounded, until its observation brings the whole.
+  streamOutput(event) {
+    const entry = [...this.actions.values()].find((e) => e.dataset.callId === event.tool_call_id);
+    if (entry?.dataset.done) return;
+    const soFar = ((this.liveOutput.get(event.tool_call_id) || "") + event.output).slice(-LIVE_CHARS);
+    this.liveOutput.set(event.tool_call_id, soFar);
+    if (entry) this.showLive(entry);
+  }
+
+  // The output so far in a running call's entry (the deltas may come before the call's event).
+  showLive(entry) {
+    const soFar = this.liveOutput.get(entry.dataset.callId);
+    const state = entry.querySelector(".result-state");
+    if (!soFar || !state) return;
+    state.textContent = "Running; its output so far:";
+    let live = entry.querySelector(".live-output");
+    if (!live) {
+      live = h("pre", { class: "output live-output" });
+      state.after(live);
+    }
+    live.textContent = soFar.split("\n").slice(-FOLD_LIVE).join("\n");
   }
 
   // The actions still without a result (waiting for confirmation, or running).
@@ -86,12 +151,26 @@ export class EventLog {
       }
       case "ActionEvent": {
         const thought = texts(event.thought) || event.summary;
-        const entry = h("li", { class: "event event-action", dataset: { actionId: event.id, callId: event.tool_call_id, tool: event.tool_name } },
-          h("p", { class: "who" }, "Tool call: ", h("strong", {}, event.tool_name), " ", stamp(event)),
+        if (event.action?.kind === "FinishAction") {
+          // The agent's answer: a message, not a tool call.
+          const entry = h("li", { class: "event event-message from-agent finish", dataset: { actionId: event.id } },
+            h("p", { class: "who" }, "Agent ", stamp(event)),
+            thought ? h("p", { class: "text thought" }, thought) : null,
+            h("p", { class: "text" }, event.action.message ?? ""));
+          entry.dataset.done = "1";
+          this.actions.set(event.id, entry);
+          return entry;
+        }
+        const [title, body] = describeAction(event, (path) => this.relPath(String(path || "")));
+        const entry = h("li", { class: "event event-action", dataset: { actionId: event.id, callId: event.tool_call_id, tool: event.tool_name, at: String(this.lastAt) },
+          "aria-label": title },
+          h("p", { class: "who" }, h("strong", { class: "what" }, title), " ", stamp(event)),
           thought ? h("p", { class: "text thought" }, thought) : null,
-          h("pre", { class: "call" }, actionText(event)),
-          h("p", { class: "result-state muted" }, "waiting for its result…"));
+          body,
+          h("p", { class: "result-state muted" }, "waiting for its result…"),
+          raw(event));
         this.actions.set(event.id, entry);
+        this.showLive(entry);
         return entry;
       }
       case "ObservationEvent":
@@ -99,32 +178,45 @@ export class EventLog {
       case "UserRejectObservation": {
         const target = this.actions.get(event.action_id) ||
           [...this.actions.values()].find((e) => e.dataset.callId === event.tool_call_id);
-        const text = event.kind === "ObservationEvent"
-          ? texts(event.observation?.content)
-          : event.kind === "AgentErrorEvent" ? event.error : `Rejected: ${event.rejection_reason}`;
-        const failed = event.kind !== "ObservationEvent" || event.observation?.is_error;
-        const result = h("div", { class: `result${failed ? " failed" : ""}` },
-          h("p", { class: "who" }, event.kind === "UserRejectObservation" ? "Rejected" : failed ? "Error" : "Result"),
-          h("pre", { class: "output" }, text || "(no output)"));
+        const result = describeResult(event);
         if (target) {
           target.querySelector(".result-state")?.remove();
+          target.querySelector(".live-output")?.remove();
           target.dataset.done = "1";
-          target.append(result);
+          if (result) target.querySelector("details.raw")?.before(result);
+          target.querySelector("details.raw")?.after(raw(event, "Raw result"));
           return null;
         }
-        return h("li", { class: "event event-result" }, result);
+        return result ? h("li", { class: "event event-result" }, result) : null;
+      }
+      case "ACPToolCallEvent": {
+        // One entry per call, updated as its status changes.
+        const shown = this.acp.get(event.tool_call_id);
+        const entry = h("li", { class: `event event-action${event.is_error ? " failed" : ""}`, dataset: { callId: event.tool_call_id, tool: event.tool_kind || "acp" } },
+          h("p", { class: "who" }, h("strong", { class: "what" }, event.title || "Tool call"), " ",
+            h("span", { class: "muted" }, event.status || ""), " ", stamp(event)),
+          event.raw_input ? h("pre", { class: "call" }, typeof event.raw_input === "string" ? event.raw_input : JSON.stringify(event.raw_input, null, 2)) : null,
+          event.raw_output ? folded(typeof event.raw_output === "string" ? event.raw_output : JSON.stringify(event.raw_output, null, 2)) : null,
+          raw(event));
+        if (event.status === "completed" || event.status === "failed") entry.dataset.done = "1";
+        this.acp.set(event.tool_call_id, entry);
+        if (shown) {
+          shown.replaceWith(entry);
+          return null;
+        }
+        return entry;
       }
       case "ConversationErrorEvent":
       case "ServerErrorEvent":
         return h("li", { class: "event event-error", role: "note" },
           h("p", { class: "who" }, "Error ", h("code", {}, event.code), " ", stamp(event)),
-          h("pre", { class: "output" }, event.detail));
+          errorParts(event.detail));
       case "ConversationStateUpdateEvent": {
         if (event.key === "sandbox_status") return sandboxNotice(event);
         let status = null;
-        if (event.key === "execution_status") status = event.value;
+        if (event.key === "execution_status") status = normalStatus(event.value);
         else if (event.key === "full_state" && event.value && typeof event.value === "object") {
-          status = event.value.execution_status;
+          status = normalStatus(event.value.execution_status);
         }
         if (!status || status === this.lastStatus) return null;
         this.lastStatus = status;

@@ -1,7 +1,10 @@
 // Settings, "Application": the grouping strategy (SPEC 1's five values), the LLM (its key can be
-// written, never read back), default tools and the git author.
+// written, never read back; the model field suggests the names litellm knows; "Test connection"
+// tries the form's values), default tools, the git author and secrets (by name: their values are
+// write-only too).
 import { api } from "./api.js";
-import { field, h, notify } from "./dom.js";
+import { clear, field, h, notify } from "./dom.js";
+import { explain } from "./errors.js";
 
 const STRATEGIES = [
   ["NO_GROUPING", "No grouping", "A new sandbox for each conversation"],
@@ -22,7 +25,15 @@ export function settingsPage(main) {
     return [input, h("div", { class: "choice" }, input,
       h("label", { for: input.id }, label), h("span", { class: "hint", id: `g-${value}-hint` }, hint))];
   });
-  const model = h("input", { name: "llm_model", placeholder: "openai/gpt-4o", autocomplete: "off" });
+  const model = h("input", { name: "llm_model", placeholder: "openai/gpt-4o", autocomplete: "off", list: "llm-models" });
+  const suggestions = h("datalist", { id: "llm-models" });
+  const testButton = h("button", { type: "button", onclick: () => testConnection() }, "Test connection");
+  const testResult = h("p", { class: "test-result", role: "status", "aria-live": "polite" });
+  const secretList = h("ul", { class: "secrets", "aria-label": "Stored secrets" });
+  const secretName = h("input", { name: "secret_name", autocomplete: "off", spellcheck: "false",
+    pattern: "[A-Za-z_][A-Za-z0-9_]*", placeholder: "GITHUB_TOKEN" });
+  const secretValue = h("input", { name: "secret_value", type: "password", autocomplete: "new-password" });
+  const addSecret = h("button", { type: "button", onclick: () => saveSecret() }, "Add secret");
   const baseUrl = h("input", { name: "llm_base_url", type: "url", placeholder: "https://api.openai.com/v1", autocomplete: "off" });
   const apiKey = h("input", { name: "llm_api_key", type: "password", autocomplete: "new-password" });
   const keyState = h("span", { class: "muted" });
@@ -43,18 +54,24 @@ export function settingsPage(main) {
       h("p", { class: "hint" }, "Where a new conversation is placed when you do not pick a sandbox."),
       strategies.map(([, row]) => row)),
     h("fieldset", {}, h("legend", {}, "Language model"),
-      field("Model", model),
+      field("Model", model, "Type to see the models litellm knows, e.g. anthropic/claude-sonnet-4-5."), suggestions,
       field("Base URL", baseUrl, "Optional."),
       field("API key", apiKey, "Write-only: it is stored encrypted and never shown again. Leave empty to keep it."),
       keyState,
       h("div", { class: "choice" }, clearKey, h("label", { for: (clearKey.id = "clear-key") }, "Remove the stored key")),
       h("div", { class: "choice" }, stream,
         h("label", { for: stream.id }, "Show the model's text as it is written"),
-        h("span", { class: "hint" }, "Streaming: for conversations started from now on."))),
+        h("span", { class: "hint" }, "Streaming: for conversations started from now on.")),
+      h("div", { class: "row" }, testButton), testResult),
     h("fieldset", {}, h("legend", {}, "Default tools"), tools.map(([, row]) => row)),
     h("fieldset", {}, h("legend", {}, "Git author"), field("Name", gitName), field("Email", gitEmail)),
     save);
-  main.append(form);
+  const secrets = h("section", { class: "card", "aria-labelledby": "secrets-title" },
+    h("h2", { id: "secrets-title" }, "Secrets"),
+    h("p", { class: "hint" }, "Given to new conversations as environment variables and masked in what the agent shows. Values are write-only: they are stored encrypted and never shown again."),
+    secretList,
+    h("div", { class: "row" }, field("Secret name", secretName), field("Secret value", secretValue), addSecret));
+  main.append(form, secrets);
   // Nothing can be typed until the stored settings are in the form: filling it must not
   // overwrite what someone already typed.
   const controls = [...form.elements];
@@ -72,8 +89,74 @@ export function settingsPage(main) {
     for (const [input] of tools) input.checked = settings.default_tools.includes(input.value);
     gitName.value = settings.git_user_name || "";
     gitEmail.value = settings.git_user_email || "";
+    showSecrets(settings.secret_names || []);
     enable(true);
   }
+
+  function showSecrets(names) {
+    clear(secretList);
+    if (!names.length) secretList.append(h("li", { class: "muted" }, "No secrets stored."));
+    for (const name of names) {
+      secretList.append(h("li", {}, h("code", {}, name), " ", h("span", { class: "muted" }, "(value hidden)"), " ",
+        h("button", { type: "button", class: "link", "aria-label": `Remove ${name}`, onclick: () => patchSecrets({ [name]: null }, `Secret ${name} removed.`) }, "Remove")));
+    }
+  }
+
+  async function patchSecrets(secretsChange, done) {
+    try {
+      const saved = await api("/settings", { method: "PATCH", body: { secrets: secretsChange } });
+      showSecrets(saved.secret_names || []);
+      notify(done);
+      return true;
+    } catch (error) {
+      notify(`Could not save the secret: ${error.message}`, "error");
+      return false;
+    }
+  }
+
+  async function saveSecret() {
+    const name = secretName.value.trim();
+    if (!name || !secretValue.value || !secretName.checkValidity()) {
+      notify("A secret needs a name (letters, digits and _) and a value.", "error");
+      return;
+    }
+    if (await patchSecrets({ [name]: secretValue.value }, `Secret ${name} saved.`)) {
+      secretName.value = "";
+      secretValue.value = "";
+    }
+  }
+
+  // Tries the form's model, base URL and (typed or stored) key with one short call.
+  async function testConnection() {
+    const body = {};
+    if (model.value.trim()) body.llm_model = model.value.trim();
+    if (baseUrl.value.trim()) body.llm_base_url = baseUrl.value.trim();
+    else body.llm_base_url = null;
+    if (apiKey.value) body.llm_api_key = apiKey.value;
+    testButton.disabled = true;
+    testResult.className = "test-result";
+    testResult.textContent = "Testing…";
+    try {
+      const result = await api("/settings/llm-check", { method: "POST", body });
+      testResult.className = `test-result ${result.ok ? "ok" : "error"}`;
+      if (result.ok) {
+        testResult.textContent = `Connected: ${result.model} answered.`;
+      } else {
+        const known = explain(result.detail);
+        testResult.textContent = known ? `${known.words} ` : "The model could not be reached. ";
+        testResult.append(h("span", { class: "muted" }, result.detail));
+      }
+    } catch (error) {
+      testResult.className = "test-result error";
+      testResult.textContent = `Could not test: ${error.message}`;
+    } finally {
+      testButton.disabled = false;
+    }
+  }
+
+  api("/settings/llm-models").then((found) => {
+    for (const name of found.models) suggestions.append(h("option", { value: name }));
+  }).catch(() => {});
 
   api("/settings").then(fill).catch((error) => {
     enable(true);

@@ -1,0 +1,109 @@
+"""The control plane's own few model calls, for the console: checking that the user's LLM
+settings answer ("test connection"), a conversation's title from its first message (as the
+OpenHands app server makes one), and the model names litellm knows (the settings' suggestions).
+
+They go through litellm with the user's settings, one attempt, a short answer and a time limit;
+an error comes back as its class and message with the key masked, never raised past here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import importlib.util
+import json
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from control_plane.settings import UserSettings
+from core.masking import Masker
+
+TIMEOUT = 30.0
+TITLE_PROMPT = (
+    "Write a short title (at most 6 words, no quotes, no final period) for a conversation that "
+    "starts with this request:\n\n{message}")
+MAX_MESSAGE_CHARS = 2000
+MAX_TITLE_CHARS = 80
+MAX_MODELS = 10_000
+MAX_ERROR_CHARS = 300
+
+
+@dataclass(frozen=True)
+class Answer:
+    ok: bool
+    text: str
+    """The model's answer, or the error's class and message (masked)."""
+
+
+def _litellm() -> Any:
+    """litellm, imported as the agent server does it: its price map read from the package (not
+    fetched), no telemetry."""
+    module = sys.modules.get("litellm")
+    if module is not None:
+        return module
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    os.environ.setdefault("LITELLM_TELEMETRY", "False")
+    return importlib.import_module("litellm")
+
+
+async def ask(settings: UserSettings, prompt: str, max_tokens: int = 30) -> Answer:
+    """One completion with the user's model; never raises for the model's failures."""
+    if not settings.llm_model:
+        return Answer(False, "No model is set: choose one in Settings (llm_model).")
+    litellm = await asyncio.to_thread(_litellm)
+    masker = Masker({"key": settings.llm_api_key} if settings.llm_api_key else {})
+    kwargs: dict[str, Any] = {
+        "model": settings.llm_model, "messages": [{"role": "user", "content": prompt}],
+        "max_tokens": max_tokens, "timeout": TIMEOUT, "num_retries": 0,
+    }
+    if settings.llm_base_url:
+        kwargs["base_url"] = settings.llm_base_url
+    if settings.llm_api_key:
+        kwargs["api_key"] = settings.llm_api_key
+    try:
+        # The blocking call in a thread: litellm's async clients outlive the call, bound to
+        # this event loop, and would be left open when the control plane stops.
+        response = await asyncio.to_thread(litellm.completion, **kwargs)
+    except Exception as exc:  # the model's failure is the answer
+        # Short: the base URL is the user's, and what a server that is not an LLM answered
+        # is no business of the page.
+        return Answer(False, masker.text(f"{type(exc).__name__}: {exc}")[:MAX_ERROR_CHARS])
+    content = response.choices[0].message.content if response.choices else None
+    return Answer(True, masker.text(str(content or "")))
+
+
+async def title(settings: UserSettings, message: str) -> str | None:
+    """A title for a conversation opening with `message`, or None when the model fails."""
+    answer = await ask(settings, TITLE_PROMPT.format(message=message[:MAX_MESSAGE_CHARS]))
+    if not answer.ok:
+        return None
+    line = next((part.strip() for part in answer.text.splitlines() if part.strip()), "")
+    line = line.strip("\"'`*# ").removeprefix("Title:").strip().strip("\"'")
+    return line[:MAX_TITLE_CHARS].rstrip() or None
+
+
+def known_models() -> list[str]:
+    """The chat models litellm knows, with their provider prefix where it is not OpenAI's: read
+    from the price map litellm ships (the settings page needs no litellm import for it)."""
+    spec = importlib.util.find_spec("litellm")
+    if spec is None or spec.origin is None:
+        return []
+    prices = Path(spec.origin).parent / "model_prices_and_context_window_backup.json"
+    try:
+        cost: dict[str, Any] = json.loads(prices.read_text())
+    except (OSError, ValueError):
+        return []
+    names: set[str] = set()
+    for name, info in cost.items():
+        if not isinstance(info, dict) or info.get("mode") not in (None, "chat", "responses"):
+            continue
+        provider = info.get("litellm_provider") or ""
+        if "/" in name or provider in ("openai", "text-completion-openai", ""):
+            names.add(name)
+        else:
+            names.add(f"{provider}/{name}")
+    names.discard("sample_spec")
+    return sorted(names)[:MAX_MODELS]

@@ -1,0 +1,74 @@
+// The line above the message box that says what the agent is doing while it works, and for how
+// long: calling the model, the model writing, running a command (its output so far shows in
+// the command's own entry), waiting for your approval. Redrawn each second from the event log's state.
+import { h } from "./dom.js";
+
+export function elapsed(ms) {
+  const seconds = Math.max(0, Math.floor(ms / 1000));
+  if (seconds < 60) return `${seconds} s`;
+  const minutes = Math.floor(seconds / 60);
+  if (minutes < 60) return `${minutes} min ${String(seconds % 60).padStart(2, "0")} s`;
+  return `${Math.floor(minutes / 60)} h ${String(minutes % 60).padStart(2, "0")} min`;
+}
+
+export function normalStatus(value) {
+  return value ? String(value).toUpperCase() : null;
+}
+
+export class Progress {
+  constructor(log) {
+    this.log = log;
+    this.status = null;
+    this.workingSince = null;
+    this.what = h("span", { class: "what" });
+    this.time = h("span", { class: "elapsed" });
+    this.element = h("div", { class: "progress-line", role: "status", "aria-live": "off", hidden: true },
+      h("span", { class: "spinner", "aria-hidden": "true" }), this.what, " ", this.time);
+    this.timer = setInterval(() => this.render(), 1000);
+  }
+
+  setStatus(value) {
+    const status = normalStatus(value);
+    if (status === this.status) return;
+    if (status === "RUNNING" && this.status !== "RUNNING") this.workingSince = this.log.lastAt || Date.now();
+    this.status = status;
+    this.render();
+  }
+
+  stop() {
+    clearInterval(this.timer);
+  }
+
+  render() {
+    const now = Date.now();
+    const busy = this.status === "RUNNING" || this.status === "WAITING_FOR_CONFIRMATION";
+    this.element.hidden = !busy;
+    if (!busy) return;
+    let what;
+    let since;
+    const pending = this.log.pending();
+    if (this.status === "WAITING_FOR_CONFIRMATION") {
+      what = "Waiting for your approval";
+      since = this.log.lastAt;
+    } else if (pending.length) {
+      const entry = pending[pending.length - 1];
+      const title = entry.getAttribute("aria-label") || "a tool";
+      what = entry.dataset.tool === "terminal"
+        ? `Running a command: ${entry.querySelector(".call")?.textContent || ""}`
+        : `Running: ${title}`;
+      since = Number(entry.dataset.at) || this.log.lastAt;
+    } else if (this.log.draft) {
+      what = "The model is writing";
+      since = this.log.lastAt;
+    } else if (this.log.retry && this.log.retry.until > now) {
+      what = `The model call failed (${this.log.retry.why}): retrying in ${Math.ceil((this.log.retry.until - now) / 1000)} s`;
+      since = this.log.lastAt;
+    } else {
+      what = "Calling the model";
+      since = this.log.lastAt;
+    }
+    this.what.textContent = what;
+    const total = this.workingSince ? ` · working for ${elapsed(now - this.workingSince)}` : "";
+    this.time.textContent = `${elapsed(now - (since || now))}${total}`;
+  }
+}
