@@ -11,12 +11,15 @@ from __future__ import annotations
 import asyncio
 import importlib
 import importlib.util
+import ipaddress
 import json
 import os
+import socket
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from control_plane.settings import UserSettings
 from core.masking import Masker
@@ -49,10 +52,39 @@ def _litellm() -> Any:
     return importlib.import_module("litellm")
 
 
-async def ask(settings: UserSettings, prompt: str, max_tokens: int = 30) -> Answer:
-    """One completion with the user's model; never raises for the model's failures."""
+def refused_target(base_url: str, *, loopback: bool) -> str | None:
+    """Why the control plane will not call `base_url` for a user (None: it will). A user's
+    base URL makes this process send requests where it points: never to a link-local address
+    (a cloud's metadata service answers there), and to this machine's loopback only where the
+    user's sandboxes reach it anyway (`loopback`: process sandboxes share the host's network;
+    containers do not). Blocking (a name is resolved)."""
+    host = urlsplit(base_url).hostname
+    if not host:
+        return "The LLM base URL has no host."
+    try:
+        found = {str(info[4][0]) for info in socket.getaddrinfo(host, None)}
+    except (OSError, UnicodeError):
+        return None  # unresolvable: litellm's own error says so
+    for text in found:
+        address = ipaddress.ip_address(text.split("%")[0])
+        if address.is_link_local or address.is_unspecified or address.is_multicast:
+            return f"The control plane does not call {host}: a link-local or special address."
+        if address.is_loopback and not loopback:
+            return (f"The control plane does not call {host}: this machine's loopback, which "
+                    "your sandboxes cannot reach either.")
+    return None
+
+
+async def ask(settings: UserSettings, prompt: str, max_tokens: int = 30, *,
+              loopback: bool = True) -> Answer:
+    """One completion with the user's model; never raises for the model's failures.
+    `loopback`: whether this machine's loopback is a target (`refused_target`)."""
     if not settings.llm_model:
         return Answer(False, "No model is set: choose one in Settings (llm_model).")
+    if settings.llm_base_url and (
+            why := await asyncio.to_thread(refused_target, settings.llm_base_url,
+                                           loopback=loopback)):
+        return Answer(False, why)
     litellm = await asyncio.to_thread(_litellm)
     masker = Masker({"key": settings.llm_api_key} if settings.llm_api_key else {})
     kwargs: dict[str, Any] = {
@@ -75,9 +107,10 @@ async def ask(settings: UserSettings, prompt: str, max_tokens: int = 30) -> Answ
     return Answer(True, masker.text(str(content or "")))
 
 
-async def title(settings: UserSettings, message: str) -> str | None:
+async def title(settings: UserSettings, message: str, *, loopback: bool = True) -> str | None:
     """A title for a conversation opening with `message`, or None when the model fails."""
-    answer = await ask(settings, TITLE_PROMPT.format(message=message[:MAX_MESSAGE_CHARS]))
+    answer = await ask(settings, TITLE_PROMPT.format(message=message[:MAX_MESSAGE_CHARS]),
+                       loopback=loopback)
     if not answer.ok:
         return None
     line = next((part.strip() for part in answer.text.splitlines() if part.strip()), "")

@@ -56,7 +56,8 @@ async def check(request: Request) -> Response:
         key = changes["llm_api_key"]
         changes["llm_api_key"] = key.get_secret_value() if key else None
     settings = dataclasses.replace(settings, **changes)
-    answer = await llm.ask(settings, "Reply with the word OK.", max_tokens=5)
+    answer = await llm.ask(settings, "Reply with the word OK.", max_tokens=5,
+                           loopback=services(request).config.sandbox_provider == "process")
     return reply(LLMCheckResult(ok=answer.ok, detail=answer.text, model=settings.llm_model))
 
 
@@ -75,7 +76,8 @@ async def generate_title(request: Request) -> Response:
     message = await _first_message(svc, row)
     if not message.strip():
         raise Conflict("the conversation has no message yet")
-    made = await llm.title(settings, message) if message.strip() else None
+    made = await llm.title(settings, message,
+                           loopback=svc.config.sandbox_provider == "process")
     if made is None:
         raise Conflict("the model gave no title (see the LLM settings' test connection)")
     updated = await svc.conversations.update(row, {"title": made})
