@@ -153,6 +153,16 @@ class Config(BaseModel):
     def tracing_enabled(self) -> bool:
         return self.tracing == "on" or (self.tracing == "auto" and bool(self.otlp_traces_endpoint))
 
+    def own_keys(self) -> dict[str, str]:
+        """The server's own keys by name: masked wherever a conversation's events go (an agent
+        that read one must not hand it to the log, the webhook or a socket)."""
+        keys = {f"SESSION_API_KEY_{i}": k for i, k in enumerate(self.session_api_keys)}
+        for name in ("webhook_api_key", "webhook_secret"):
+            value = getattr(self, name)
+            if value:
+                keys[name] = value
+        return keys
+
     def check(self) -> None:
         """Refuse to serve beyond this machine without a configured key."""
         if self.generated_key and not is_loopback(self.host):

@@ -106,7 +106,8 @@ class Services:
             return session_factory(traced, tools, telemetry)
 
         service = ConversationService(config.state_dir, config.workspace, settings=store.get,
-                                      sessions=sessions, fanout=delivery, telemetry=telemetry)
+                                      sessions=sessions, fanout=delivery, telemetry=telemetry,
+                                      hidden=config.own_keys())
         telemetry.metrics.watch(_metric_sources(service, delivery))
         return cls(config=config, settings=store, conversations=service, delivery=delivery,
                    keys=KeyRing(config.session_api_keys), browser=browser, model=traced,

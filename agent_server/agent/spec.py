@@ -24,7 +24,14 @@ from pydantic import (
 )
 
 from core.ids import ENV_NAME
-from core.masking import MIN_LENGTH, redact_literals, redact_llm, redact_mcp_config
+from core.masking import (
+    MIN_LENGTH,
+    literal_values,
+    mcp_literal_values,
+    redact_literals,
+    redact_llm,
+    redact_mcp_config,
+)
 
 #: Text a process argument or environment value can hold (no NUL).
 NO_NUL = r"^[^\x00]*$"
@@ -259,6 +266,11 @@ class AgentSpec(Lenient):
         data["condenser"] = sdk_condenser(self.condenser, data["llm"])
         return data
 
+    def literal_values(self) -> list[str]:
+        """What `redacted` hides besides the keys (literal MCP env and header values): masked
+        in events as well, since a tool server may print its own environment."""
+        return mcp_literal_values(self.mcp_config)
+
 
 #: The LLM an ACP agent's record carries: never called (the external agent picks its model);
 #: it keeps what reads `agent.llm` (stats, switches) working, as the OpenHands SDK's does.
@@ -307,6 +319,11 @@ class ACPAgentSpec(Lenient):
         data["llm"] = redact_llm(data["llm"])
         data["acp_env"] = redact_literals(data["acp_env"])
         return data
+
+    def literal_values(self) -> list[str]:
+        """What `redacted` hides (literal acp_env values): masked in events as well, since the
+        agent may print its own environment (on stderr, in a crash report)."""
+        return literal_values(self.acp_env)
 
 
 def _agent_tag(value: Any) -> str:

@@ -12,6 +12,7 @@ file was asked for is 400, over the size cap is 413. Commands get the conversati
 from __future__ import annotations
 
 import asyncio
+from collections import ChainMap
 from collections.abc import AsyncGenerator, AsyncIterator
 from pathlib import Path
 from urllib.parse import quote
@@ -59,7 +60,7 @@ def scope(request: Request) -> Scope:
     catalogue = state.conversations
     roots = dict.fromkeys([catalogue.default_working_dir, *(c.working_dir for c in catalogue)])
     secrets = state.settings.get().secrets
-    return Scope("host", tuple(roots), secrets, Masker(secrets))
+    return Scope("host", tuple(roots), secrets, Masker(ChainMap(secrets, dict(catalogue.hidden))))
 
 
 def git_author(request: Request) -> dict[str, str]:

@@ -13,7 +13,8 @@ import asyncio
 import contextlib
 import logging
 import traceback
-from collections.abc import AsyncIterator, Callable
+from collections import ChainMap
+from collections.abc import AsyncIterator, Callable, Mapping
 from datetime import UTC, datetime
 from enum import Enum
 from pathlib import Path
@@ -71,7 +72,8 @@ class Conversation:
 
     def __init__(self, record: StoredConversation, directory: Path, *,
                  settings: Callable[[], Settings], make_session: SessionFactory,
-                 fanout: Fanout, telemetry: Telemetry | None = None) -> None:
+                 fanout: Fanout, telemetry: Telemetry | None = None,
+                 hidden: Mapping[str, str] | None = None) -> None:
         self.record = record
         self.directory = directory
         self._settings = settings
@@ -90,7 +92,10 @@ class Conversation:
         #: The secret values in force (settings', then the conversation's own); one live dict
         #: that tools and hooks read, kept current by refresh_secrets().
         self.secret_values: dict[str, str] = {}
-        self.masker = Masker(self.secret_values)  # follows the live dict
+        #: Masked in every event too, though no tool gets them: `hidden` (the server's own
+        #: keys) and the values the agent's spec holds literally (shown redacted).
+        never_shown = {f"literal {i}": v for i, v in enumerate(record.agent.literal_values())}
+        self.masker = Masker(ChainMap(self.secret_values, never_shown, dict(hidden or {})))
         self.refresh_secrets()
         #: What clients are shown of it (its info, its state updates).
         self.shown = Presentation(record, directory, fanout, self.masker, lambda: self._log)

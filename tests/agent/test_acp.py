@@ -315,6 +315,52 @@ async def test_acp_env_fills_placeholders_and_is_masked_in_responses(srv: InProc
     assert outputs == [{"stdout": MASK}, {"stdout": "visible-value"}]
 
 
+async def test_a_literal_acp_env_value_printed_by_the_agent_reaches_no_event(
+        tmp_path: Path) -> None:
+    """The issue's repro: a literal acp_env value (redacted in responses) that the agent
+    prints on stderr before it exits is masked in the crash report, wherever it goes: the
+    log (search), a socket, the webhook."""
+    from tests.support.inprocess import KEY, serve
+    from tests.support.receiver import Receiver
+
+    value = "literal-value-123"
+    receiver = Receiver(api_key=KEY).start()
+    try:
+        async with serve(tmp_path, webhook_url=receiver.base_url,
+                         delivery={"webhook_batch_ms": 10}) as srv:
+            r = await srv.client.post("/api/conversations", json={
+                "agent": {"kind": "ACPAgent", "acp_command": ["sh"],
+                          "acp_args": ["-c", "echo $MYKEY >&2; exit 3"],
+                          "acp_env": {"MYKEY": value}},
+                "workspace": {"working_dir": str(tmp_path / "ws")}})
+            assert r.status_code == 201, r.text
+            conv = srv.conversation(r.json()["id"])
+            frames = srv.services.delivery.pubsub.subscribe(conv.id)
+            await send(srv.client, conv, "go")
+            assert await settled(conv) == S.ERROR
+            r = await srv.client.get(f"/api/conversations/{conv.id}/events/search",
+                                     params={"kind__eq": "ConversationErrorEvent"})
+            [error] = r.json()["items"]
+            assert error["code"] == "ACPAgentExited"
+            assert error["detail"].endswith(f"Last stderr lines:\n{MASK}")
+            shown = [(await frames.get()).text for _ in range(len(frames))]
+            assert any("ACPAgentExited" in f for f in shown)
+            wanted = {e.id for e in await events(conv)}
+            await asyncio.to_thread(lambda: _delivered(receiver, conv.id, wanted))
+            everything = [(await srv.client.get(f"/api/conversations/{conv.id}/events/search"
+                                                )).text, *shown,
+                          *(b.body.decode() for b in receiver.batches)]
+            assert all(value not in text for text in everything)
+    finally:
+        receiver.stop()
+
+
+def _delivered(receiver: Any, cid: str, wanted: set[str | None]) -> None:
+    from tests.support.wait import wait_for
+
+    wait_for(lambda: wanted <= set(receiver.ids(cid)), timeout=20, what="webhook delivery")
+
+
 async def test_deleting_the_conversation_stops_the_process_tree(srv: InProcess,
                                                                 tmp_path: Path) -> None:
     pidfile = tmp_path / "pids"
