@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 from agent_server.agent.acp import session as acp_session
 from agent_server.conversations import Conversation
@@ -309,10 +310,55 @@ async def test_acp_env_fills_placeholders_and_is_masked_in_responses(srv: InProc
     assert r.status_code == 201, r.text
     assert r.json()["agent"]["acp_env"] == {"FROM_SECRET": "${TOKEN}", "PLAIN": "**********"}
     conv = srv.conversation(r.json()["id"])
-    await send(srv.client, conv, "env FROM_SECRET\nenv PLAIN")
+    await send(srv.client, conv, "env FROM_SECRET\nenv PLAIN\nterminal echo $PLAIN | rev")
     assert await settled(conv) == S.FINISHED
     outputs = [c.raw_output for c in await calls(conv) if c.status == "completed"]
-    assert outputs == [{"stdout": MASK}, {"stdout": "visible-value"}]
+    # Both reached the agent; a literal value, hidden in responses, is masked in events too.
+    assert outputs[:2] == [{"stdout": MASK}, {"stdout": MASK}]
+    assert outputs[2]["output"] == "eulav-elbisiv\n"
+
+
+@pytest.mark.parametrize("command, status", [(["true"], "exit status 0"),
+                                             (["sh", "-c", "echo gone >&2; exit 3"],
+                                              "exit status 3")])
+def test_an_agent_that_exits_at_once_is_reported_with_its_exit_status(
+        tmp_path: Path, monkeypatch: Any, command: list[str], status: str) -> None:
+    """On the server's own event loop (uvloop), a request written to an agent that is gone
+    raised RuntimeError ("unable to perform operation on <WriteUnixTransport closed=True...>"),
+    which ended the run as an internal error. The agent exits here before the first request
+    is written, and the end of its stdout is read only after (the order the race took)."""
+    import uvloop
+
+    from agent_server.agent.acp.process import AgentProcess
+    from tests.support.inprocess import serve
+
+    start = AgentProcess.start.__func__  # type: ignore[attr-defined]
+
+    async def start_and_exit(cls: type[AgentProcess], *args: Any, **kw: Any) -> AgentProcess:
+        proc = await start(cls, *args, **kw)
+        await proc.proc.wait()
+        await asyncio.gather(*proc._pumps)
+        proc.reader = asyncio.StreamReader()  # its end not read yet
+        return proc
+
+    monkeypatch.setattr(AgentProcess, "start", classmethod(start_and_exit))
+
+    async def scenario() -> None:
+        async with serve(tmp_path) as srv:
+            r = await srv.client.post("/api/conversations", json={
+                "agent": {"kind": "ACPAgent", "acp_command": command},
+                "workspace": {"working_dir": str(tmp_path / "ws")}})
+            assert r.status_code == 201, r.text
+            conv = srv.conversation(r.json()["id"])
+            await send(srv.client, conv, "go")
+            assert await settled(conv) == S.ERROR
+            [error] = await events(conv, ConversationErrorEvent)
+            assert error.code == "ACPAgentExited", error
+            assert error.detail.startswith(f"The ACP agent ({command[0]}) stopped while "
+                                           f"starting: {status}.")
+            assert "Transport" not in error.detail
+
+    uvloop.run(scenario())
 
 
 async def test_a_literal_acp_env_value_printed_by_the_agent_reaches_no_event(

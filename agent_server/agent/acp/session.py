@@ -48,7 +48,13 @@ from acp.schema import (
 from agent_server.agent.acp.calls import ToolCalls, ToolCallState
 from agent_server.agent.acp.client import SessionUpdate, WorkspaceClient
 from agent_server.agent.acp.messages import AgentMessage, PromptBlock, chunk_text, prompt_blocks
-from agent_server.agent.acp.process import ACPFailure, AgentConnection, agent_env, request_error
+from agent_server.agent.acp.process import (
+    GONE,
+    ACPFailure,
+    AgentConnection,
+    agent_env,
+    request_error,
+)
 from agent_server.agent.acp.terminals import Terminals
 from agent_server.agent.confirmation import needs_risk_confirmation
 from agent_server.agent.contract import ConversationSpec, RunControl
@@ -317,8 +323,8 @@ class ACPSession:
             return turn.result()
         except RequestError as exc:
             raise ACPFailure("ACPRequestError", request_error(exc)) from None
-        except (ConnectionError, OSError) as exc:
-            raise await self._crashed(f"during the turn ({exc})") from None
+        except GONE:
+            raise await self._crashed("during the turn") from None
 
     async def _crashed(self, when: str) -> ACPFailure:
         """The process is gone (or its pipes are): its exit status and last stderr lines."""
