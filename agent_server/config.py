@@ -43,6 +43,10 @@ class DeliverySettings(BaseModel):
     ws_auth_timeout: float = Field(default=10.0, gt=0)
     """Seconds a socket without a key in its header or query has to send its auth frame."""
 
+    ws_ping_interval: float = Field(default=20.0, gt=0)
+    """Seconds between the server's pings on a socket, and how long one may go unanswered
+    before the socket closes with 1013."""
+
     webhook_batch_events: int = Field(default=100, ge=1)
     """Events per webhook request at most."""
 

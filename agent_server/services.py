@@ -196,5 +196,6 @@ def _metric_sources(service: ConversationService, delivery: Delivery) -> Sources
     pubsub = delivery.pubsub
     return Sources(conversations=by_status, websockets=pubsub.count,
                    websocket_drops=lambda: {"queue": pubsub.overflows,
-                                            "send_timeout": pubsub.send_timeouts},
+                                            "send_timeout": pubsub.send_timeouts,
+                                            "ping_timeout": pubsub.ping_timeouts},
                    webhook=webhook)

@@ -59,8 +59,9 @@ class UpdateSecrets(Lenient):
 class Navigate(Lenient):
     """POST .../navigate."""
 
-    event_id: str | None = Field(default=None, max_length=100)
-    """The event to make HEAD; null: the empty tree (the next event is a new root)."""
+    event_id: str | None = Field(max_length=100)
+    """The event to make HEAD; null: the empty tree (the next event is a new root). Required, so
+    an empty body is refused rather than read as a move to the empty tree."""
 
 
 class AskAgent(Lenient):
