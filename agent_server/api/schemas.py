@@ -170,7 +170,8 @@ class FileUploaded(BaseModel):
 class ChangesQuery(Lenient):
     path: str | None = Field(default=None, min_length=1, max_length=4096, pattern=NO_NUL)
     """A directory (relative, or absolute inside a working directory): the repositories at or
-    below it, paths relative to it. Default: the working directory."""
+    below it, or, inside a repository, that one's changes under it; paths relative to it.
+    Default: the working directory."""
 
 
 class DiffQuery(Lenient):

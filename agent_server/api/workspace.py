@@ -154,13 +154,16 @@ async def _read(upload: UploadFile) -> AsyncIterator[bytes]:
 
 
 @doc(summary="Changes against HEAD ([{path, status}], untracked included) of the "
-             "repositories at or below `path` (default: the working directory), paths relative "
-             "to it; without a repository an empty list and an X-Detail header",
+             "repositories at or below `path` (default: the working directory), or of the one "
+             "holding it, under it; paths relative to it; without a repository an empty list "
+             "and an X-Detail header",
      query=ChangesQuery, response=list[GitChange], errors=(400, 403, 404))
 async def git_changes(request: Request) -> Response:
     where = scope(request)
     query = read_query(request, ChangesQuery)
-    items, repos = await git.changes(await where.directory(query.path, "path"))
+    directory = await where.directory(query.path, "path")
+    items, repos = await git.changes(directory,
+                                     where.root_for(query.path) if query.path else where.home)
     return JSONResponse([i.model_dump(mode="json") for i in items],
                         headers={} if repos else {"X-Detail": NO_REPOSITORY})
 
