@@ -235,8 +235,9 @@ def test_completion_logs_token_ids_and_critics_are_described(doc: dict[str, Any]
         assert (llm[name]["type"], llm[name]["default"]) == ("boolean", False)
     assert llm["litellm_extra_body"]["type"] == "object"
     critic = schemas["AgentSpec"]["properties"]["critic"]
-    assert critic["anyOf"][0]["oneOf"] == [{"$ref": "#/components/schemas/ModelCritic"},
-                                           {"$ref": "#/components/schemas/CommandCritic"}]
+    assert critic["anyOf"][0]["oneOf"] == [{"$ref": f"#/components/schemas/{kind}"} for kind in (
+        "ModelCritic", "CommandCritic", "PassCritic", "EmptyPatchCritic", "AgentFinishedCritic")]
+    assert schemas["PassCritic"]["required"] == ["kind"]
     assert "kind" in schemas["ModelCritic"]["required"] and "llm" in schemas["ModelCritic"]["required"]
     assert set(schemas["CommandCritic"]["required"]) == {"kind", "command"}
     score = schemas["CriticResult"]["properties"]["score"]

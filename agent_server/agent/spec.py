@@ -224,15 +224,52 @@ class CommandCritic(Lenient):
     timeout: float = Field(default=60.0, gt=0, le=600)
 
 
+class _LocalCritic(Lenient):
+    """The OpenHands SDK's critics that need neither a model nor a command (their
+    `iterative_refinement` is ignored: this server does not retry on a low score)."""
+
+    model_config = ConfigDict(extra="ignore", json_schema_extra=_kind_required)
+
+    mode: CriticMode = "finish_and_message"
+
+
+class PassCritic(_LocalCritic):
+    """Always 1."""
+
+    kind: Literal["PassCritic"] = "PassCritic"
+
+
+class EmptyPatchCritic(_LocalCritic):
+    """1 when the workspace's repositories have changes against HEAD (a non-empty patch),
+    else 0. (The SDK passes it no patch, so there it always scores 0.)"""
+
+    kind: Literal["EmptyPatchCritic"] = "EmptyPatchCritic"
+
+
+class AgentFinishedCritic(_LocalCritic):
+    """1 when the patch is non-empty (as EmptyPatchCritic) and the agent's last action is
+    `finish`, else 0."""
+
+    kind: Literal["AgentFinishedCritic"] = "AgentFinishedCritic"
+
+
+LocalCritic = PassCritic | EmptyPatchCritic | AgentFinishedCritic
+CRITIC_KINDS = ("ModelCritic", "CommandCritic", "PassCritic", "EmptyPatchCritic",
+                "AgentFinishedCritic")
+
+
 def _critic_tag(value: Any) -> str | None:
     kind = value.get("kind") if isinstance(value, dict) else getattr(value, "kind", None)
-    return kind if kind in ("ModelCritic", "CommandCritic") else None
+    return kind if kind in CRITIC_KINDS else None
 
 
 CriticSpec = Annotated[
-    Annotated[ModelCritic, Tag("ModelCritic")] | Annotated[CommandCritic, Tag("CommandCritic")],
+    Annotated[ModelCritic, Tag("ModelCritic")] | Annotated[CommandCritic, Tag("CommandCritic")]
+    | Annotated[PassCritic, Tag("PassCritic")]
+    | Annotated[EmptyPatchCritic, Tag("EmptyPatchCritic")]
+    | Annotated[AgentFinishedCritic, Tag("AgentFinishedCritic")],
     Discriminator(_critic_tag, custom_error_type="critic_kind",
-                  custom_error_message="kind must be ModelCritic or CommandCritic"),
+                  custom_error_message="kind must be one of " + ", ".join(CRITIC_KINDS)),
 ]
 """`agent.critic`: what scores the agent's finishes and messages (CriticResult); null: none."""
 
