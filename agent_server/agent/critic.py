@@ -31,9 +31,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from agent_server import git
 from agent_server.agent.condenser import render
 from agent_server.agent.llm import LLMFailure
-from agent_server import git
 from agent_server.agent.spec import (
     AgentFinishedCritic,
     CommandCritic,
