@@ -225,35 +225,27 @@ class CommandCritic(Lenient):
 
 
 class _LocalCritic(Lenient):
-    """The OpenHands SDK's critics that need neither a model nor a command (their
-    `iterative_refinement` is ignored: this server does not retry on a low score)."""
+    """The OpenHands SDK's critics that need neither a model nor a command (agent.critic):
+    PassCritic always 1; EmptyPatchCritic 1 when the workspace's repositories have changes
+    against HEAD (a non-empty patch); AgentFinishedCritic 1 when they do and the last action
+    is `finish`. Their `iterative_refinement` is ignored (no retry on a low score)."""
 
     model_config = ConfigDict(extra="ignore", json_schema_extra=_kind_required)
-
     mode: CriticMode = "finish_and_message"
 
 
 class PassCritic(_LocalCritic):
-    """Always 1."""
-
     kind: Literal["PassCritic"] = "PassCritic"
 
 
 class EmptyPatchCritic(_LocalCritic):
-    """1 when the workspace's repositories have changes against HEAD (a non-empty patch),
-    else 0. (The SDK passes it no patch, so there it always scores 0.)"""
-
     kind: Literal["EmptyPatchCritic"] = "EmptyPatchCritic"
 
 
 class AgentFinishedCritic(_LocalCritic):
-    """1 when the patch is non-empty (as EmptyPatchCritic) and the agent's last action is
-    `finish`, else 0."""
-
     kind: Literal["AgentFinishedCritic"] = "AgentFinishedCritic"
 
 
-LocalCritic = PassCritic | EmptyPatchCritic | AgentFinishedCritic
 CRITIC_KINDS = ("ModelCritic", "CommandCritic", "PassCritic", "EmptyPatchCritic",
                 "AgentFinishedCritic")
 
