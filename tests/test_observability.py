@@ -184,6 +184,37 @@ def test_a_conversation_is_traced_measured_and_logged(tmp_path: Path, llm: Scrip
     assert {s.parent_span_id for s in runs} == {named.span_id}
 
 
+def test_a_forks_trace_links_to_its_sources(tmp_path: Path, llm: ScriptedLLM,
+                                            receiver: OTLPReceiver, key: str) -> None:
+    """Issue 30.6: a fork started a trace of its own with nothing leading back to the source's.
+    Its root span now links to the source's root and names the source."""
+    env = {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.base_url, "OTEL_BSP_SCHEDULE_DELAY": "50"}
+    server = ServerProcess(tmp_path / "state", env=env).start()
+    try:
+        with server.client() as client:
+            r = client.post("/api/conversations", json={
+                "agent": agent_spec(llm, key), "workspace": {"working_dir": str(tmp_path)}})
+            assert r.status_code == 201, r.text
+            source = r.json()
+            r = client.post(f"/api/conversations/{source['id']}/fork", json={})
+            assert r.status_code == 201, r.text
+            fork = r.json()
+            assert fork["trace_id"] and fork["trace_id"] != source["trace_id"]
+            for cid in (fork["id"], source["id"]):  # a root span ends with its conversation
+                assert client.delete(f"/api/conversations/{cid}").status_code == 200
+        mine = {source["trace_id"], fork["trace_id"]}
+        spans = receiver.wait_for(lambda got: len(
+            [s for s in got if s.name == "conversation" and s.trace_id in mine]) == 2)
+        roots = {s.trace_id: s for s in spans if s.name == "conversation" and s.trace_id in mine}
+        source_root, fork_root = roots[source["trace_id"]], roots[fork["trace_id"]]
+        assert fork_root.links == [(source_root.trace_id, source_root.span_id,
+                                    {"agent_server.link": "forked_from"})]
+        assert fork_root.attributes["agent_server.forked_from.id"] == source["id"]
+        assert source_root.links == []
+    finally:
+        server.stop()
+
+
 def test_tracing_off_by_default_and_metrics_open_by_flag(tmp_path: Path, llm: ScriptedLLM,
                                                          receiver: OTLPReceiver) -> None:
     """Without an OTLP endpoint nothing is exported; --metrics-open lets a scraper in."""

@@ -249,7 +249,8 @@ class ConversationService:
             record = source.record.forked(fork_id, request, head=head, head_set_at=len(lines),
                                           at=datetime.now(UTC))
             conv = self._conversation(record, directory)
-            conv.start_trace()  # a trace of its own, its span name, tags and metadata copied
+            # A trace of its own (span name, tags and metadata copied), linked to the source's.
+            conv.start_trace(forked_from=source)
             await conv.save()
             self._items[fork_id] = conv
         return conv

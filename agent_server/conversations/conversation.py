@@ -346,14 +346,17 @@ class Conversation:
             await self.transition(ExecutionStatus.RUNNING)
             self._task = asyncio.create_task(self._run(approved), name=f"run {self.id}")
 
-    def start_trace(self) -> None:
-        """A new conversation's root span (and named span), its place kept in the record."""
+    def start_trace(self, forked_from: Conversation | None = None) -> None:
+        """A new conversation's root span (and named span), its place kept in the record; a
+        fork's links to its source's."""
         record = self.record
         self.trace = self.telemetry.tracing.conversation(
             self.id, span_name=record.observability_span_name, tags=record.observability_tags,
             metadata=record.observability_metadata, mask=self.masker.text,
             parent_conversation_id=(str(record.parent_conversation_id)
-                                    if record.parent_conversation_id else None))
+                                    if record.parent_conversation_id else None),
+            forked_from=(None if forked_from is None
+                         else (forked_from.id, forked_from.record.trace)))
         record.trace = self.trace.ref
 
     async def _run(self, approved: bool) -> None:
