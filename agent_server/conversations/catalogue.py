@@ -197,6 +197,8 @@ class ConversationService:
             raise
         if request.initial_message is not None:
             await conv.send_message(request.initial_message)
+        if request.initial_message is None or not request.initial_message.run:
+            conv.prepare()  # a run clones first itself
         return conv, True
 
     def _agent_for(self, request: CreateConversation) -> AgentSpec | ACPAgentSpec:

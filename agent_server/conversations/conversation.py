@@ -85,6 +85,9 @@ class Conversation:
         #: Held while a run is being started or stopped.
         self._run_lock = asyncio.Lock()
         self._task: asyncio.Task[None] | None = None
+        #: One clone at a time: the one `prepare` started, then a run's (which finds it done).
+        self._clone_lock = asyncio.Lock()
+        self._preparing: asyncio.Task[bool] | None = None
         self.lifecycle = Lifecycle.OPEN
         #: Set once the conversation is closed (deleted or the server stopped): sockets and
         #: the webhook pusher wait on it instead of polling.
@@ -377,21 +380,36 @@ class Conversation:
                          self.masker.text("".join(traceback.format_exception(exc)))[-20_000:])
             await self._fail(type(exc).__name__, str(exc))
 
-    async def _prepare_workspace(self) -> bool:
+    def prepare(self) -> None:
+        """Clone the selected repository now, in the background, rather than at the first run
+        (a creation that does not run at once: its `repository_status` tells when it is done).
+        A failure is a ConversationErrorEvent; the status stays idle and a run tries again."""
+        if self.record.repository is not None and self.record.repository_status is None:
+            self._preparing = asyncio.create_task(self._prepare_workspace(in_run=False),
+                                                  name=f"clone {self.id}")
+
+    async def _prepare_workspace(self, in_run: bool = True) -> bool:
         """Clone the selected repository before the first step (once); False when it failed."""
-        spec = self.record.repository
-        if spec is None or self.record.repository_status == "cloned":
+        async with self._clone_lock:
+            spec = self.record.repository
+            if spec is None or self.record.repository_status == "cloned":
+                return True
+            try:
+                await clone(spec, self.working_dir, self.secret_values, self.masker,
+                            self._settings().git_author())
+            except CloneFailed as failure:
+                self.record.repository_status = "failed"
+                if in_run:
+                    await self._fail("RepositoryCloneFailed", failure.detail)
+                else:
+                    await self.append(ConversationErrorEvent(
+                        source="environment", code="RepositoryCloneFailed",
+                        detail=self.masker.text(failure.detail)[:2000]))
+                    await self.save()
+                return False
+            self.record.repository_status = "cloned"
+            await self.save()
             return True
-        try:
-            await clone(spec, self.working_dir, self.secret_values, self.masker,
-                        self._settings().git_author())
-        except CloneFailed as failure:
-            self.record.repository_status = "failed"
-            await self._fail("RepositoryCloneFailed", failure.detail)
-            return False
-        self.record.repository_status = "cloned"
-        await self.save()
-        return True
 
     async def _fail(self, code: str, detail: str) -> None:
         """End the run in ERROR with a ConversationErrorEvent (masked, then cut)."""
@@ -437,6 +455,9 @@ class Conversation:
 
     async def close(self) -> None:
         self.lifecycle = Lifecycle.CLOSING  # no new run from here on; SessionEnd may still write
+        if self._preparing is not None and not self._preparing.done():
+            self._preparing.cancel()
+            await asyncio.gather(self._preparing, return_exceptions=True)
         async with self._run_lock:
             await self.stop()
         try:
