@@ -131,18 +131,25 @@ class Tracing:
              context: otel_context.Context | None = None,
              fail_on_exception: bool = True) -> Iterator[Span]:
         """A span made current for the block; an exception marks it failed by its type alone
-        (unless `fail_on_exception` is False: a run ends a step by raising its status)."""
-        with self.tracer.start_as_current_span(name, context=context, kind=kind,
-                                               attributes=attributes, record_exception=False,
-                                               set_status_on_exception=False) as span:
-            try:
-                yield span
-            except BaseException as exc:
-                status = getattr(span, "status", None)  # the SDK's span: kept when already set
-                if fail_on_exception and span.is_recording() and (status is None
-                                                                  or status.is_unset):
-                    failed(span, type(exc).__name__)
-                raise
+        (unless `fail_on_exception` is False: a run ends a step by raising its status).
+
+        Started, made current and ended by hand rather than by `start_as_current_span`, whose
+        two nested context managers (and `use_span`'s) cost as much as the span itself: this
+        runs for every step, LLM call, tool call and request (issue 30.9)."""
+        span = self.tracer.start_span(name, context=context, kind=kind, attributes=attributes,
+                                      record_exception=False, set_status_on_exception=False)
+        token = otel_context.attach(trace.set_span_in_context(span))
+        try:
+            yield span
+        except BaseException as exc:
+            status = getattr(span, "status", None)  # the SDK's span: kept when already set
+            if fail_on_exception and span.is_recording() and (status is None
+                                                              or status.is_unset):
+                failed(span, type(exc).__name__)
+            raise
+        finally:
+            otel_context.detach(token)
+            span.end()
 
     def inner(self, name: str, *, kind: SpanKind = SpanKind.INTERNAL,
               attributes: Mapping[str, Any] | None = None,
