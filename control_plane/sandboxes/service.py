@@ -433,6 +433,13 @@ class SandboxService:
         if self._starts:
             await asyncio.wait(list(self._starts.values()), timeout=10)
         if stop_sandboxes:
-            for row in await rows.live(self.db):
-                await self.destroy(row)
+            # All at once: one after another, each waiting out its server's stop (up to
+            # sandbox_stop_grace) and archiving its workspace, ten took ten times as long, and
+            # a supervisor that kills a slow exit (docker stop: 10 s) left the rest running.
+            live = await rows.live(self.db)
+            done = await asyncio.gather(*(self.destroy(row) for row in live),
+                                        return_exceptions=True)
+            for row, outcome in zip(live, done):
+                if isinstance(outcome, BaseException):
+                    logger.warning("stopping sandbox %s on exit failed: %r", row.id, outcome)
         await self.provider.close()
