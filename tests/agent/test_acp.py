@@ -174,6 +174,29 @@ async def test_a_permission_request_waits_for_confirmation_and_accept_runs_it(
     assert await agent_texts(conv) == ["Writing", "Written"]
 
 
+async def test_permissions_asked_together_all_wait_and_one_accept_answers_them_all(
+        srv: InProcess, tmp_path: Path) -> None:
+    """Issue 30.5: a second permission request withdrew the first (cancelled), so the agent's
+    first tool call failed although the user accepted."""
+    ws = tmp_path / "ws"
+    conv = await create(srv, ws, confirmation_policy={"kind": "AlwaysConfirm"})
+    await send(srv.client, conv, "writes a.txt,b.txt both\nsay Written")
+    assert await settled(conv) == S.WAITING_FOR_CONFIRMATION
+    deadline = time.monotonic() + 30
+    while len([c for c in await calls(conv) if c.status == "pending"]) < 2:
+        assert time.monotonic() < deadline, await calls(conv)
+        await asyncio.sleep(0.02)
+    assert not [c for c in await calls(conv) if c.status == "failed"]
+    r = await srv.client.post(f"/api/conversations/{conv.id}/events/respond_to_confirmation",
+                              json={"accept": True})
+    assert r.status_code == 200, r.text
+    assert await settled(conv) == S.FINISHED
+    assert (ws / "a.txt").read_text() == "both" and (ws / "b.txt").read_text() == "both"
+    last = {c.tool_call_id: c.status for c in await calls(conv)}
+    assert last == {"call-1": "completed", "call-2": "completed"}
+    assert await agent_texts(conv) == ["Written"]
+
+
 async def test_reject_answers_the_agent_and_the_conversation_rests(srv: InProcess,
                                                                    tmp_path: Path) -> None:
     ws = tmp_path / "ws"

@@ -6,6 +6,7 @@ Run as `python tests/support/acp_agent.py`. Each line of a prompt is one command
     think TEXT           one thought chunk
     read PATH            a `read` tool call that reads PATH through the client
     write PATH TEXT      an `edit` tool call that asks permission, then writes PATH
+    writes P1,P2 TEXT    `write` for each path at once (several permissions asked together)
     env NAME             an `execute` tool call whose input and output hold $NAME's value
     terminal COMMAND     an `execute` tool call that runs COMMAND in a client terminal
     spawn PIDFILE        start a grandchild (sleep) in a session of its own; its pid to PIDFILE
@@ -140,6 +141,12 @@ class ScriptedAgent:
         await self.client.session_update(sid, acp.update_tool_call(
             cid, status="completed", content=[acp.tool_diff_content(path, content)]))
         return None
+
+    async def do_writes(self, sid: str, rest: str) -> str | None:
+        paths, _, content = rest.partition(" ")
+        done = await asyncio.gather(*(self.do_write(sid, f"{path} {content}")
+                                      for path in paths.split(",")))
+        return "cancelled" if "cancelled" in done else None
 
     async def do_env(self, sid: str, name: str) -> None:
         cid = self.call_id()

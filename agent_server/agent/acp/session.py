@@ -9,7 +9,8 @@ seen as one prompt and relays the turn as events:
     agent_message_chunk  -> StreamingDeltaEvents (live), a MessageEvent when the text ends
     tool_call / _update  -> an ACPToolCallEvent at its start and at each change of status
     request_permission   -> WAITING_FOR_CONFIRMATION when the policy says so; the answer
-                            (accept, reject) goes back over ACP
+                            (accept, reject) goes back over ACP, to every request waiting
+                            (an agent may ask about several tool calls at once)
     end of the turn      -> FINISHED (or the next prompt, when the user wrote meanwhile)
 
 The prompt outlives a run: a run that waits for confirmation ends while the agent's request
@@ -80,7 +81,7 @@ class TurnState(Enum):
 
     IDLE = "idle"  # none: the next run sends the unsent messages
     WORKING = "working"  # the agent works on it
-    ASKING = "asking"  # and one of its permission requests waits for the user (`_waiting`)
+    ASKING = "asking"  # and its permission requests wait for the user (`_waiting`)
     CANCELLED = "cancelled"  # session/cancel was sent: drained, not read, before the next one
 
 
@@ -126,8 +127,8 @@ class ACPSession:
         self._state = TurnState.IDLE
         #: The prompt in flight (not IDLE); it may outlive the run that sent it.
         self._turn: asyncio.Task[PromptResponse] | None = None
-        #: The permission request waiting for the user (ASKING).
-        self._waiting: PermissionWait | None = None
+        #: The permission requests waiting for the user, in the order asked (ASKING).
+        self._waiting: list[PermissionWait] = []
         #: Set when a permission request needs the user: the run waiting on the turn returns.
         self._asked = asyncio.Event()
         self._calls = ToolCalls()
@@ -162,15 +163,16 @@ class ACPSession:
     async def reject_pending(self, reason: str) -> None:
         """The permission waiting is refused over ACP, and the turn ends (the conversation
         rests after a rejection, as it does for our own agent)."""
-        wait = self._answered()
-        if wait is None:
+        waits = self._answered()
+        if not waits:
             return
-        await self.sink.append(UserRejectObservation(
+        await self.sink.append(*(UserRejectObservation(
             tool_name=wait.call.title or wait.call.tool_kind or "acp_tool_call",
             tool_call_id=wait.call.tool_call_id, action_id=wait.event_id,
-            rejection_reason=reason))
+            rejection_reason=reason) for wait in waits))
         await self._cancel_turn()  # first: the agent reads the answer knowing the turn is over
-        wait.reply(_choose(wait.options, allow=False))
+        for wait in waits:
+            wait.reply(_choose(wait.options, allow=False))
 
     async def close(self) -> None:
         """Stop the agent process (its whole tree) and its terminals."""
@@ -217,35 +219,36 @@ class ACPSession:
         if not needs_risk_confirmation(self.control.confirmation_policy, call.risk):
             return _choose(options, allow=True)
         wait = PermissionWait(call, options)
-        if self._waiting is not None:  # one question at a time: the older one is withdrawn
-            self._waiting.reply(_cancelled())
-        self._move(TurnState.ASKING)
-        self._waiting = wait
+        self._move(TurnState.ASKING)  # a request already waiting keeps waiting beside it
+        self._waiting.append(wait)
         stored = await self.sink.append(*self.message.end(), call.event(status="pending"))
         wait.event_id = stored[-1].id or ""
         self._asked.set()
         try:
             return await wait.answer
         finally:
-            if self._waiting is wait:
-                self._answered()
+            if wait in self._waiting:  # withdrawn by the agent: the others still wait
+                self._waiting.remove(wait)
+                if not self._waiting:
+                    self._answered()
 
     # -- the turn's state --------------------------------------------------------------------
 
     def _move(self, to: TurnState) -> None:
         if to is not self._state and to not in TURN_MOVES[self._state]:
             raise RuntimeError(f"an ACP turn cannot go from {self._state.value} to {to.value}")
-        if to is not TurnState.ASKING and self._waiting is not None:
-            self._waiting.reply(_cancelled())  # withdrawn: no longer asked
-            self._waiting = None
+        if to is not TurnState.ASKING and self._waiting:
+            waits, self._waiting = self._waiting, []
+            for wait in waits:
+                wait.reply(_cancelled())  # withdrawn: no longer asked
         self._state = to
 
-    def _answered(self) -> PermissionWait | None:
-        """The permission waiting (if any) is taken to be answered: the agent works on."""
-        wait, self._waiting = self._waiting, None
-        if wait is not None:
+    def _answered(self) -> list[PermissionWait]:
+        """The permissions waiting (if any) are taken to be answered: the agent works on."""
+        waits, self._waiting = self._waiting, []
+        if self._state is TurnState.ASKING:
             self._move(TurnState.WORKING)
-        return wait
+        return waits
 
     # -- the run ---------------------------------------------------------------------------
 
@@ -255,9 +258,8 @@ class ACPSession:
         if self._state is TurnState.ASKING:
             if not approved:
                 return ExecutionStatus.WAITING_FOR_CONFIRMATION
-            wait = self._answered()
-            assert wait is not None
-            wait.reply(_choose(wait.options, allow=True))
+            for wait in self._answered():
+                wait.reply(_choose(wait.options, allow=True))
         while True:
             if self._state is TurnState.IDLE:
                 if self.control.pause_requested:
