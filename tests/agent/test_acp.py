@@ -21,6 +21,7 @@ from core.masking import MASK
 from events import (
     ACPToolCallEvent,
     ConversationErrorEvent,
+    ConversationStateUpdateEvent,
     MessageEvent,
     UserRejectObservation,
 )
@@ -195,6 +196,28 @@ async def test_permissions_asked_together_all_wait_and_one_accept_answers_them_a
     last = {c.tool_call_id: c.status for c in await calls(conv)}
     assert last == {"call-1": "completed", "call-2": "completed"}
     assert await agent_texts(conv) == ["Written"]
+
+
+async def test_the_agents_token_usage_and_cost_reach_the_metrics(srv: InProcess,
+                                                                 tmp_path: Path) -> None:
+    """Issue 30.5: an ACP agent's own figures (the turn's usage, the session's cumulative cost)
+    were dropped: ConversationInfo said 0 tokens and $0 whatever the agent reported."""
+    conv = await create(srv, tmp_path / "ws", "say one\nusage 100 20 0.25")
+    assert await settled(conv) == S.FINISHED
+    await send(srv.client, conv, "say two\nusage 50 5 0.40")
+    assert await settled(conv) == S.FINISHED
+    await send(srv.client, conv, "say three")  # reports nothing: counts nothing
+    assert await settled(conv) == S.FINISHED
+    info = (await srv.client.get(f"/api/conversations/{conv.id}")).json()
+    metrics = info["metrics"]
+    assert metrics["response_count"] == 2 and metrics["accumulated_cost"] == pytest.approx(0.40)
+    usage = metrics["accumulated_token_usage"]
+    assert (usage["prompt_tokens"], usage["completion_tokens"], usage["cache_read_tokens"],
+            usage["context_window"]) == (150, 25, 14, 200_000)
+    assert info["stats"]["usage_to_metrics"]["acp-managed"]["accumulated_cost"] == \
+        pytest.approx(0.40)
+    stats = [e for e in await events(conv, ConversationStateUpdateEvent) if e.key == "stats"]
+    assert [s.value["last_response"]["cost"] for s in stats] == pytest.approx([0.25, 0.15])
 
 
 async def test_reject_answers_the_agent_and_the_conversation_rests(srv: InProcess,

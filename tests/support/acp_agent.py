@@ -11,6 +11,7 @@ Run as `python tests/support/acp_agent.py`. Each line of a prompt is one command
     terminal COMMAND     an `execute` tool call that runs COMMAND in a client terminal
     spawn PIDFILE        start a grandchild (sleep) in a session of its own; its pid to PIDFILE
     sleep SECONDS        wait (a cancel ends the turn after it)
+    usage IN OUT USD     a usage_update (the session's cost so far: USD) and the turn's usage
     stop REASON          end the turn now with this stop reason (max_tokens, refusal, ...)
     hang                 wait until cancelled (then the turn ends `cancelled`)
     hang-hard            wait for ever, cancel or not
@@ -32,12 +33,15 @@ from acp import PROTOCOL_VERSION
 from acp.interfaces import Client
 from acp.schema import (
     AgentCapabilities,
+    Cost,
     InitializeResponse,
     NewSessionResponse,
     PermissionOption,
     PromptResponse,
     TextContentBlock,
     ToolCallUpdate,
+    Usage,
+    UsageUpdate,
 )
 
 
@@ -46,6 +50,7 @@ class ScriptedAgent:
         self.conn: Client | None = None
         self.cancelled = asyncio.Event()
         self.calls = 0
+        self.usage: Usage | None = None
 
     def on_connect(self, conn: Client) -> None:
         self.conn = conn
@@ -65,6 +70,7 @@ class ScriptedAgent:
 
     async def prompt(self, session_id: str, prompt: list[Any], **kwargs: Any) -> PromptResponse:
         self.cancelled.clear()
+        self.usage = None
         text = "\n".join(b.text for b in prompt if isinstance(b, TextContentBlock))
         for line in text.splitlines():
             command, _, rest = line.strip().partition(" ")
@@ -76,7 +82,7 @@ class ScriptedAgent:
                 return PromptResponse(stop_reason="cancelled")
             if isinstance(result, str) and result.startswith("stop:"):
                 return PromptResponse(stop_reason=result[5:])
-        return PromptResponse(stop_reason="end_turn")
+        return PromptResponse(stop_reason="end_turn", usage=self.usage)
 
     # -- commands ----------------------------------------------------------------------------
 
@@ -176,6 +182,14 @@ class ScriptedAgent:
         child = subprocess.Popen(["sleep", "300"], start_new_session=True)
         with open(pidfile, "w") as f:
             f.write(f"{os.getpid()} {child.pid}")
+
+    async def do_usage(self, sid: str, rest: str) -> None:
+        tokens_in, tokens_out, usd = rest.split()
+        await self.client.session_update(sid, UsageUpdate(
+            session_update="usage_update", used=int(tokens_in) + int(tokens_out), size=200_000,
+            cost=Cost(amount=float(usd), currency="USD")))
+        self.usage = Usage(input_tokens=int(tokens_in), output_tokens=int(tokens_out),
+                           total_tokens=int(tokens_in) + int(tokens_out), cached_read_tokens=7)
 
     async def do_stop(self, sid: str, reason: str) -> str:
         return f"stop:{reason}"

@@ -29,7 +29,6 @@ import os
 import shutil
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from enum import Enum
 
 from acp import RequestError
@@ -44,9 +43,10 @@ from acp.schema import (
     ToolCallProgress,
     ToolCallStart,
     ToolCallUpdate,
+    UsageUpdate,
 )
 
-from agent_server.agent.acp.calls import ToolCalls, ToolCallState
+from agent_server.agent.acp.calls import PermissionWait, ToolCalls
 from agent_server.agent.acp.client import SessionUpdate, WorkspaceClient
 from agent_server.agent.acp.messages import AgentMessage, PromptBlock, chunk_text, prompt_blocks
 from agent_server.agent.acp.process import (
@@ -57,10 +57,12 @@ from agent_server.agent.acp.process import (
     request_error,
 )
 from agent_server.agent.acp.terminals import Terminals
+from agent_server.agent.acp.usage import ACPUsage
 from agent_server.agent.confirmation import needs_risk_confirmation
 from agent_server.agent.contract import ConversationSpec, RunControl
 from agent_server.agent.sink import EventSink
 from agent_server.agent.spec import ACPAgentSpec
+from agent_server.agent.usage import Metrics
 from agent_server.log import Query
 from agent_server.status import ExecutionStatus
 from core.files import read_json, write_json
@@ -94,27 +96,12 @@ TURN_MOVES: dict[TurnState, frozenset[TurnState]] = {
 }
 
 
-@dataclass
-class PermissionWait:
-    """A permission request of the agent waiting for the user's answer."""
-
-    call: ToolCallState
-    options: list[PermissionOption]
-    answer: asyncio.Future[RequestPermissionResponse] = field(
-        default_factory=lambda: asyncio.get_running_loop().create_future())
-    #: The ACPToolCallEvent that shows what waits (a rejection names it as its action).
-    event_id: str = ""
-
-    def reply(self, response: RequestPermissionResponse) -> None:
-        if not self.answer.done():
-            self.answer.set_result(response)
-
-
 class ACPSession:
     def __init__(self, spec: ConversationSpec, sink: EventSink, control: RunControl,
-                 secrets: Mapping[str, str]) -> None:
+                 secrets: Mapping[str, str], metrics: Metrics) -> None:
         assert isinstance(spec.agent, ACPAgentSpec)
         self.agent: ACPAgentSpec = spec.agent
+        self.usage = ACPUsage(metrics, self.agent.llm.model, self.agent.llm.usage_id)
         self.spec, self.sink, self.control = spec, sink, control
         #: The live secret values (the conversation keeps the dict current).
         self.secrets = secrets
@@ -132,7 +119,7 @@ class ACPSession:
         #: Set when a permission request needs the user: the run waiting on the turn returns.
         self._asked = asyncio.Event()
         self._calls = ToolCalls()
-        self._activity = time.monotonic()
+        self._activity = self._sent_at = time.monotonic()
         #: The id of the last user message sent to the agent (kept in STATE_FILE, read once).
         self._prompted: str | None = None
         self._prompted_read = False
@@ -199,6 +186,8 @@ class ACPSession:
             call = self._calls.get(update.tool_call_id)
             call.merge(update)
             events.append(call.event())
+        elif isinstance(update, UsageUpdate):
+            self.usage.update(update)
         elif isinstance(update, ToolCallProgress):
             call = self._calls.get(update.tool_call_id)
             before = call.status
@@ -271,7 +260,8 @@ class ACPSession:
             response = await self._wait_turn()
             if response is None:
                 return ExecutionStatus.WAITING_FOR_CONFIRMATION
-            await self.sink.append(*self.message.end(), *self._calls.end("completed"))
+            await self.sink.append(*self.message.end(), *self._calls.end("completed"),
+                                   *self.usage.turn(response, time.monotonic() - self._sent_at))
             reason = str(response.stop_reason)
             if reason == "cancelled":  # the agent ended the turn itself
                 return ExecutionStatus.PAUSED
@@ -287,7 +277,7 @@ class ACPSession:
         await asyncio.to_thread(write_json, self.spec.state_dir / STATE_FILE, {"prompted": last})
         self._calls.clear()
         self._asked.clear()
-        self._activity = time.monotonic()
+        self._activity = self._sent_at = time.monotonic()
         self._move(TurnState.WORKING)
         self._turn = asyncio.create_task(
             link.conn.prompt(session_id=link.session_id, prompt=list(blocks)),
