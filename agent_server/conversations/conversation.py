@@ -31,12 +31,12 @@ from agent_server.agent.contract import (
 from agent_server.agent.sink import EventSink
 from agent_server.agent.skills import SkillList
 from agent_server.agent.spec import ConfirmationPolicy, LLMConfig
+from agent_server.conversations.cloning import RepositoryClone
 from agent_server.conversations.fanout import Fanout
 from agent_server.conversations.presentation import Presentation
 from agent_server.errors import ConversationGone
 from agent_server.log import LOG_FILE_NAME, EventLog
 from agent_server.record import ConversationInfo, SendMessage, StoredConversation
-from agent_server.repository import CloneFailed, clone
 from agent_server.settings import Settings
 from agent_server.status import ExecutionStatus, check_move
 from agent_server.telemetry import Telemetry
@@ -85,9 +85,7 @@ class Conversation:
         #: Held while a run is being started or stopped.
         self._run_lock = asyncio.Lock()
         self._task: asyncio.Task[None] | None = None
-        #: One clone at a time: the one `prepare` started, then a run's (which finds it done).
-        self._clone_lock = asyncio.Lock()
-        self._preparing: asyncio.Task[bool] | None = None
+        self.repository_clone = RepositoryClone()
         self.lifecycle = Lifecycle.OPEN
         #: Set once the conversation is closed (deleted or the server stopped): sockets and
         #: the webhook pusher wait on it instead of polling.
@@ -366,7 +364,7 @@ class Conversation:
         log_context.set_conversation(self.id)  # this task's log records name the conversation
         try:
             with self.trace.run() as span:
-                if await self._prepare_workspace():
+                if await self.repository_clone.ensure(self):
                     status = await self.session.run(approved)
                     span.set_attribute("agent_server.run.status", status.value)
                     if status in (ExecutionStatus.ERROR, ExecutionStatus.STUCK):
@@ -378,40 +376,16 @@ class Conversation:
             # The traceback may quote a secret (an exception's message): masked like events.
             logger.error("run of %s failed\n%s", self.id,
                          self.masker.text("".join(traceback.format_exception(exc)))[-20_000:])
-            await self._fail(type(exc).__name__, str(exc))
+            await self.fail(type(exc).__name__, str(exc))
 
     def prepare(self) -> None:
-        """Clone the selected repository now, in the background, rather than at the first run
-        (a creation that does not run at once: its `repository_status` tells when it is done).
-        A failure is a ConversationErrorEvent; the status stays idle and a run tries again."""
-        if self.record.repository is not None and self.record.repository_status is None:
-            self._preparing = asyncio.create_task(self._prepare_workspace(in_run=False),
-                                                  name=f"clone {self.id}")
+        """Clone the selected repository now, in the background (see cloning)."""
+        self.repository_clone.start(self)
 
-    async def _prepare_workspace(self, in_run: bool = True) -> bool:
-        """Clone the selected repository before the first step (once); False when it failed."""
-        async with self._clone_lock:
-            spec = self.record.repository
-            if spec is None or self.record.repository_status == "cloned":
-                return True
-            try:
-                await clone(spec, self.working_dir, self.secret_values, self.masker,
-                            self._settings().git_author())
-            except CloneFailed as failure:
-                self.record.repository_status = "failed"
-                if in_run:
-                    await self._fail("RepositoryCloneFailed", failure.detail)
-                else:
-                    await self.append(ConversationErrorEvent(
-                        source="environment", code="RepositoryCloneFailed",
-                        detail=self.masker.text(failure.detail)[:2000]))
-                    await self.save()
-                return False
-            self.record.repository_status = "cloned"
-            await self.save()
-            return True
+    def git_author(self) -> Mapping[str, str]:
+        return self._settings().git_author()
 
-    async def _fail(self, code: str, detail: str) -> None:
+    async def fail(self, code: str, detail: str) -> None:
         """End the run in ERROR with a ConversationErrorEvent (masked, then cut)."""
         try:
             await self.append(ConversationErrorEvent(source="environment", code=code,
@@ -455,9 +429,7 @@ class Conversation:
 
     async def close(self) -> None:
         self.lifecycle = Lifecycle.CLOSING  # no new run from here on; SessionEnd may still write
-        if self._preparing is not None and not self._preparing.done():
-            self._preparing.cancel()
-            await asyncio.gather(self._preparing, return_exceptions=True)
+        await self.repository_clone.close()
         async with self._run_lock:
             await self.stop()
         try:
