@@ -170,7 +170,7 @@ def session_factory(model: Model, services: ToolServices,
             # runs one about 8 MiB.
             from agent_server.agent.acp import ACPSession
 
-            return ACPSession(spec, sink, control, secrets, metrics)
+            return ACPSession(spec, sink, control, secrets, metrics, telemetry)
         return AgentSession(spec, sink, control, model, services, secrets, metrics, telemetry)
 
     return make

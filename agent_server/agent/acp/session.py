@@ -57,6 +57,7 @@ from agent_server.agent.acp.process import (
     request_error,
 )
 from agent_server.agent.acp.terminals import Terminals
+from agent_server.agent.acp.traced import CallTelemetry
 from agent_server.agent.acp.usage import ACPUsage
 from agent_server.agent.confirmation import needs_risk_confirmation
 from agent_server.agent.contract import ConversationSpec, RunControl
@@ -65,6 +66,7 @@ from agent_server.agent.spec import ACPAgentSpec
 from agent_server.agent.usage import Metrics
 from agent_server.log import Query
 from agent_server.status import ExecutionStatus
+from agent_server.telemetry import Telemetry
 from core.files import read_json, write_json
 from events import ConversationErrorEvent, Event, MessageEvent, UserRejectObservation, parse_event
 from web.errors import invalid
@@ -98,10 +100,12 @@ TURN_MOVES: dict[TurnState, frozenset[TurnState]] = {
 
 class ACPSession:
     def __init__(self, spec: ConversationSpec, sink: EventSink, control: RunControl,
-                 secrets: Mapping[str, str], metrics: Metrics) -> None:
+                 secrets: Mapping[str, str], metrics: Metrics,
+                 telemetry: Telemetry | None = None) -> None:
         assert isinstance(spec.agent, ACPAgentSpec)
         self.agent: ACPAgentSpec = spec.agent
         self.usage = ACPUsage(metrics, self.agent.llm.model, self.agent.llm.usage_id)
+        self.traced = CallTelemetry(telemetry, sink.masker.text)
         self.spec, self.sink, self.control = spec, sink, control
         #: The live secret values (the conversation keeps the dict current).
         self.secrets = secrets
@@ -138,6 +142,7 @@ class ACPSession:
         try:
             return await self._run(approved)
         except ACPFailure as failure:
+            self.traced.end_all("error")
             detail = self.sink.masker.text(failure.detail)[:2000]
             await self.sink.append(*self.message.end(), *self._calls.end("failed"),
                                    ConversationErrorEvent(source="environment", code=failure.code,
@@ -185,6 +190,7 @@ class ACPSession:
             events += self.message.end()
             call = self._calls.get(update.tool_call_id)
             call.merge(update)
+            self.traced.seen(call)
             events.append(call.event())
         elif isinstance(update, UsageUpdate):
             self.usage.update(update)
@@ -192,6 +198,7 @@ class ACPSession:
             call = self._calls.get(update.tool_call_id)
             before = call.status
             call.merge(update)
+            self.traced.seen(call)
             if call.status != before:  # every change of status is told; content rides along
                 events += self.message.end()
                 events.append(call.event())
@@ -203,6 +210,7 @@ class ACPSession:
         self._activity = time.monotonic()
         call = self._calls.get(tool_call.tool_call_id)
         call.merge(tool_call)
+        self.traced.seen(call)
         if self._state in (TurnState.IDLE, TurnState.CANCELLED):
             return _cancelled()
         if not needs_risk_confirmation(self.control.confirmation_policy, call.risk):
@@ -260,6 +268,7 @@ class ACPSession:
             response = await self._wait_turn()
             if response is None:
                 return ExecutionStatus.WAITING_FOR_CONFIRMATION
+            self.traced.end_all("ok")
             await self.sink.append(*self.message.end(), *self._calls.end("completed"),
                                    *self.usage.turn(response, time.monotonic() - self._sent_at))
             reason = str(response.stop_reason)
@@ -278,6 +287,7 @@ class ACPSession:
         self._calls.clear()
         self._asked.clear()
         self._activity = self._sent_at = time.monotonic()
+        self.traced.turn()
         self._move(TurnState.WORKING)
         self._turn = asyncio.create_task(
             link.conn.prompt(session_id=link.session_id, prompt=list(blocks)),
@@ -359,6 +369,7 @@ class ACPSession:
     async def _interrupted(self) -> None:
         """The run was cancelled (interrupt, shutdown): cancel the turn, keep what was said."""
         await self._cancel_turn()
+        self.traced.end_all("cancelled")
         with contextlib.suppress(Exception):  # the log may be closing with the server
             await self.sink.append(*self.message.end(),
                                    *self._calls.end("failed", "Interrupted."))
