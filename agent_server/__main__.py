@@ -78,8 +78,9 @@ def main(argv: list[str] | None = None) -> None:
         ws=WebSocketProtocol,  # websockets-sansio, closing a laggard with 1013 (see there)
         lifespan="on",
         timeout_graceful_shutdown=10,
-        ws_ping_interval=20.0,  # dead websocket peers are noticed within about 40 s
-        ws_ping_timeout=20.0,
+        # Dead websocket peers are noticed within two intervals (about 40 s by default).
+        ws_ping_interval=config.delivery.ws_ping_interval,
+        ws_ping_timeout=config.delivery.ws_ping_interval,
     )
     ready_path = config.ready_file
 

@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator
 
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
-from starlette.routing import Route, WebSocketRoute
+from starlette.routing import WebSocketRoute
 
 from agent_server.accesslog import AccessLog
 from agent_server.agent.model import Model
@@ -33,10 +33,12 @@ from agent_server.config import Config
 from agent_server.services import Services, State
 from agent_server.telemetry.http import Observe
 from web.errors import HANDLERS
+from web.routing import Route, literal_first
 
 C = "/api/conversations/{conversation_id}"
 
-ROUTES = [
+# A path a route spells literally is that route's alone (see web.routing).
+ROUTES = literal_first([
     Route("/health", server.health, methods=["GET"]),
     Route("/alive", server.health, methods=["GET"], name="alive"),
     Route("/ready", server.ready, methods=["GET"]),
@@ -92,7 +94,7 @@ ROUTES = [
     Route(C + "/download", export.download, methods=["GET"]),
     Route("/api/settings", settings.get, methods=["GET"]),
     Route("/api/settings", settings.patch, methods=["PATCH"]),
-]
+])
 
 # Kept apart from ROUTES, which lists HTTP routes only; websockets check their key themselves.
 SOCKETS = [

@@ -1,8 +1,13 @@
 """Shell commands run in a workspace outside the agent's terminal: at once, or in the
 background with their output kept for polling (the OpenHands bash routes).
 
-A background command is a BashCommand; its result is a BashOutput (order 0, its exit code, its
-stdout and stderr masked and capped) once it has ended. Clients poll `search` for it. Commands
+A background command is a BashCommand; its output comes as BashOutput pieces while it runs
+(orders 0, 1, ...: what it wrote since the last piece, every PIECE_SECONDS at most, MAX_PIECES
+of them at most), and a last one with its exit code and the rest, as the OpenHands server
+streams them: a client joins the pieces' stdout (and stderr) in order. Each stream is masked as
+it comes (a secret split between two reads is held back until it can be masked whole) and
+capped at MAX_OUTPUT_BYTES characters in all, with a note of what was left out. Clients poll
+`search` (`order__gt` the last order seen) for them. Commands
 are kept per scope (the host, or one conversation): the last MAX_KEPT of each, finished ones
 forgotten first; when all of them are still running, a new one is refused (409) until one
 ends (each ends by its timeout), so neither the list nor the processes grow without bound.
@@ -11,6 +16,7 @@ ends (each ends by its timeout), so neither the list nor the processes grow with
 from __future__ import annotations
 
 import asyncio
+import codecs
 import contextlib
 import logging
 import uuid
@@ -22,6 +28,7 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from agent_server.workspace import Scope, masked_keep, output_text
+from core.masking import Masker
 from core.processes import MAX_OUTPUT_BYTES, child_env, run_process
 from events import format_timestamp
 from web.errors import Conflict
@@ -30,6 +37,10 @@ logger = logging.getLogger(__name__)
 
 #: Commands kept per scope.
 MAX_KEPT = 200
+#: How often a running command's new output becomes a piece, at most (seconds).
+PIECE_SECONDS = 0.2
+#: Pieces a command reports before its end; past them, the rest comes with the end.
+MAX_PIECES = 100
 
 
 def _now() -> str:
@@ -46,7 +57,8 @@ class BashCommand(BaseModel):
 
 
 class BashOutput(BaseModel):
-    """A command's result (exit_code null: still running; this server sends one at the end)."""
+    """A piece of a command's output (exit_code null: more is coming), or its end (exit_code
+    set, with the output not yet reported)."""
 
     kind: Literal["BashOutput"] = "BashOutput"
     id: str = Field(default_factory=lambda: str(uuid.uuid4()))
@@ -59,11 +71,56 @@ class BashOutput(BaseModel):
     timed_out: bool = False
 
 
+class _Stream:
+    """One output stream of a running command: decoded, masked and capped as it comes."""
+
+    def __init__(self, masker: Masker, limit: int = MAX_OUTPUT_BYTES) -> None:
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._masker = masker.stream()
+        self._pending: list[str] = []
+        self._limit = limit
+        self._shown = 0
+        self._total = 0
+        self._cut = False
+
+    def feed(self, data: bytes) -> None:
+        self._total += len(data)
+        self._add(self._masker.feed(self._decoder.decode(data)))
+
+    def take(self) -> str | None:
+        """What came since the last take (None: nothing)."""
+        text, self._pending = "".join(self._pending), []
+        return text or None
+
+    def end(self) -> str | None:
+        """The rest, with a note when the cap left some out."""
+        self._add(self._masker.feed(self._decoder.decode(b"", final=True)))
+        self._add(self._masker.flush())
+        if self._cut:
+            self._pending.append(f"\n[output truncated: {self._total} bytes in all, the first "
+                                 f"{self._limit} characters shown]")
+        return self.take()
+
+    def _add(self, text: str) -> None:
+        room = self._limit - self._shown
+        if len(text) > room:
+            text, self._cut = text[:room], True
+        if text:
+            self._shown += len(text)
+            self._pending.append(text)
+
+
 @dataclass
 class _Kept:
     command: BashCommand
-    output: BashOutput | None = None
+    outputs: list[BashOutput] = field(default_factory=list)
     task: asyncio.Task[None] | None = None
+
+    def report(self, stdout: str | None, stderr: str | None, exit_code: int | None = None,
+               timed_out: bool = False) -> None:
+        self.outputs.append(BashOutput(command_id=self.command.id, order=len(self.outputs),
+                                       exit_code=exit_code, stdout=stdout, stderr=stderr,
+                                       timed_out=timed_out))
 
 
 @dataclass
@@ -94,26 +151,41 @@ class Commands:
 
     async def start(self, scope: Scope, command: str, cwd: str | None, timeout: float,
                     git: Mapping[str, str] | None = None) -> BashCommand:
-        """Start in the background; its BashOutput appears in `search` when it ends.
-        Conflict (409) while MAX_KEPT commands of the scope are all still running."""
-        await scope.directory(cwd, "cwd")  # a bad cwd is the caller's error now, not a result later
+        """Start in the background; its BashOutput pieces appear in `search` as it writes,
+        the last one (with its exit code) when it ends. Conflict (409) while MAX_KEPT
+        commands of the scope are all still running."""
+        where = await scope.directory(cwd, "cwd")  # a bad cwd is the caller's error now
         scoped = self._scopes.setdefault(scope.key, _Scoped())
         self._forget_old(scoped)
         kept = _Kept(BashCommand(command=command, cwd=cwd, timeout=timeout))
         scoped.commands[kept.command.id] = kept
+        streams = (_Stream(scope.masker), _Stream(scope.masker))
+
+        async def pieces() -> None:
+            while len(kept.outputs) < MAX_PIECES:
+                await asyncio.sleep(PIECE_SECONDS)
+                stdout, stderr = streams[0].take(), streams[1].take()
+                if stdout is not None or stderr is not None:
+                    kept.report(stdout, stderr)
 
         async def background() -> None:
+            cutter = asyncio.create_task(pieces())
             try:
-                kept.output = await self.run(scope, command, cwd, timeout, git=git,
-                                             command_id=kept.command.id)
+                done = await run_process(
+                    ["bash", "-c", command], where,
+                    child_env(git or {}, scope.secrets), timeout, keep=0,
+                    on_output=lambda index, data: streams[index].feed(data))
             except asyncio.CancelledError:
-                kept.output = BashOutput(command_id=kept.command.id, exit_code=-15,
-                                         stderr="Stopped.")
+                kept.report(streams[0].end(), (streams[1].end() or "") + "Stopped.", exit_code=-15)
                 raise
             except Exception as exc:  # reported to the poller, never lost
                 logger.exception("background command failed")
-                kept.output = BashOutput(command_id=kept.command.id, exit_code=-1,
-                                         stderr=f"{type(exc).__name__}: {exc}")
+                kept.report(None, f"{type(exc).__name__}: {exc}", exit_code=-1)
+            else:
+                cutter.cancel()
+                kept.report(streams[0].end(), streams[1].end(), done.exit_code, done.timed_out)
+            finally:
+                cutter.cancel()
 
         kept.task = asyncio.create_task(background(), name=f"command {kept.command.id}")
         return kept.command
@@ -128,10 +200,9 @@ class Commands:
                 continue
             if kind in (None, "BashCommand") and order_gt is None:
                 found.append(kept.command)
-            out = kept.output
-            if out is not None and kind in (None, "BashOutput") and (
-                    order_gt is None or out.order > order_gt):
-                found.append(out)
+            if kind in (None, "BashOutput"):
+                found.extend(out for out in kept.outputs
+                             if order_gt is None or out.order > order_gt)
         found.sort(key=lambda e: e.timestamp, reverse=descending)
         return found[:limit]
 

@@ -43,6 +43,10 @@ class DeliverySettings(BaseModel):
     ws_auth_timeout: float = Field(default=10.0, gt=0)
     """Seconds a socket without a key in its header or query has to send its auth frame."""
 
+    ws_ping_interval: float = Field(default=20.0, gt=0)
+    """Seconds between the server's pings on a socket, and how long one may go unanswered
+    before the socket closes with 1013."""
+
     webhook_batch_events: int = Field(default=100, ge=1)
     """Events per webhook request at most."""
 
@@ -156,6 +160,16 @@ class Config(BaseModel):
     @property
     def tracing_enabled(self) -> bool:
         return self.tracing == "on" or (self.tracing == "auto" and bool(self.otlp_traces_endpoint))
+
+    def own_keys(self) -> dict[str, str]:
+        """The server's own keys by name: masked wherever a conversation's events go (an agent
+        that read one must not hand it to the log, the webhook or a socket)."""
+        keys = {f"SESSION_API_KEY_{i}": k for i, k in enumerate(self.session_api_keys)}
+        for name in ("webhook_api_key", "webhook_secret"):
+            value = getattr(self, name)
+            if value:
+                keys[name] = value
+        return keys
 
     def check(self) -> None:
         """Refuse to serve beyond this machine without a configured key."""

@@ -207,9 +207,16 @@ def _text(path: str) -> str:
     return path.encode(errors="surrogateescape").decode(errors="replace")
 
 
-async def changes(root: Path) -> tuple[list[GitChange], list[Repository]]:
-    """Every repository's changes, paths relative to the working directory."""
+async def changes(root: Path, ceiling: Path | None = None) -> tuple[list[GitChange],
+                                                                    list[Repository]]:
+    """Every repository's changes at or below `root`, paths relative to it. A `root` inside a
+    repository (below its top, which is at or below `ceiling`: the working directory) gets
+    that repository's changes under it."""
     repos = await asyncio.to_thread(find_repositories, root)
+    if not repos and ceiling is not None:
+        enclosing = await asyncio.to_thread(_enclosing, root, ceiling)
+        if enclosing is not None:
+            return await _changes_below(enclosing, root), [enclosing]
     found = await asyncio.gather(*(_changes_or_none(r) for r in repos))
     items = [
         GitChange(path=_text(repo.shown(c.path)), status=c.status,
@@ -218,6 +225,31 @@ async def changes(root: Path) -> tuple[list[GitChange], list[Repository]]:
     ]
     items.sort(key=lambda c: c.path)
     return items, repos
+
+
+def _enclosing(root: Path, ceiling: Path) -> Repository | None:
+    """The repository whose work tree holds `root`, if its top is at or below `ceiling`."""
+    top = Path(os.path.realpath(ceiling))
+    here = Path(os.path.realpath(root))
+    for directory in (here, *here.parents):
+        if directory != top and top not in directory.parents:
+            return None
+        if _is_repository(directory / ".git"):
+            return Repository(directory, "")
+    return None
+
+
+async def _changes_below(repo: Repository, root: Path) -> list[GitChange]:
+    """The repository's changes under `root` (a directory inside it), relative to `root`."""
+    below = Path(os.path.realpath(root)).relative_to(repo.path).as_posix() + "/"
+    items = [
+        GitChange(path=_text(c.path[len(below):]), status=c.status,
+                  old_path=None if c.old_path is None
+                  else _text(os.path.relpath(c.old_path, below)))
+        for c in await _changes_or_none(repo) if c.path.startswith(below)
+    ]
+    items.sort(key=lambda c: c.path)
+    return items
 
 
 async def _changes_or_none(repo: Repository) -> list[Change]:

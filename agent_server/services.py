@@ -106,7 +106,8 @@ class Services:
             return session_factory(traced, tools, telemetry)
 
         service = ConversationService(config.state_dir, config.workspace, settings=store.get,
-                                      sessions=sessions, fanout=delivery, telemetry=telemetry)
+                                      sessions=sessions, fanout=delivery, telemetry=telemetry,
+                                      hidden=config.own_keys())
         telemetry.metrics.watch(_metric_sources(service, delivery))
         return cls(config=config, settings=store, conversations=service, delivery=delivery,
                    keys=KeyRing(config.session_api_keys), browser=browser, model=traced,
@@ -169,7 +170,7 @@ def session_factory(model: Model, services: ToolServices,
             # runs one about 8 MiB.
             from agent_server.agent.acp import ACPSession
 
-            return ACPSession(spec, sink, control, secrets)
+            return ACPSession(spec, sink, control, secrets, metrics, telemetry)
         return AgentSession(spec, sink, control, model, services, secrets, metrics, telemetry)
 
     return make
@@ -195,5 +196,6 @@ def _metric_sources(service: ConversationService, delivery: Delivery) -> Sources
     pubsub = delivery.pubsub
     return Sources(conversations=by_status, websockets=pubsub.count,
                    websocket_drops=lambda: {"queue": pubsub.overflows,
-                                            "send_timeout": pubsub.send_timeouts},
+                                            "send_timeout": pubsub.send_timeouts,
+                                            "ping_timeout": pubsub.ping_timeouts},
                    webhook=webhook)

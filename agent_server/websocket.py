@@ -7,7 +7,8 @@ closing for, and uvicorn's keepalive ping, also stuck behind it, timed out first
 with 1011 "keepalive ping timeout", which tells the client nothing. Here a close frame is
 written at once (it still reaches the client after every frame sent before it, as TCP keeps
 order), and an unanswered ping closes with 1013 and the resume point the route keeps in the
-scope (agent_server.api.sockets.RESUME_AFTER).
+scope (agent_server.api.sockets.RESUME_AFTER); it is counted in /metrics' drops as the
+route's own are.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any
 
 from uvicorn.protocols.websockets.websockets_sansio_impl import WebSocketsSansIOProtocol
 
-from agent_server.api.sockets import CLOSE_TRY_AGAIN, RESUME_AFTER
+from agent_server.api.sockets import CLOSE_TRY_AGAIN, PING_TIMED_OUT, RESUME_AFTER
 
 
 class WebSocketProtocol(WebSocketsSansIOProtocol):
@@ -41,6 +42,9 @@ class WebSocketProtocol(WebSocketsSansIOProtocol):
         self.transport.write(b"".join(self.conn.data_to_send()))
         self.close_sent = True
         self.transport.close()
+        count = self.scope.get(PING_TIMED_OUT)
+        if callable(count):
+            count()
 
     def _close_now(self, code: int, reason: str) -> None:
         """What uvicorn does for websocket.close, without waiting for the buffers to drain."""

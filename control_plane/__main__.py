@@ -1,4 +1,5 @@
-"""`control-plane` / `python -m control_plane`: `serve` (the default) or `keys create --user NAME`."""
+"""`control-plane` / `python -m control_plane`: `serve` (the default), or the API keys:
+`keys create --user NAME`, `keys list [--user NAME]`, `keys revoke (ID | --user NAME)`."""
 
 from __future__ import annotations
 
@@ -25,11 +26,38 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     key_commands = keys.add_subparsers(dest="keys_command", required=True)
     create = key_commands.add_parser("create", help="create a key for a user (printed once)")
     create.add_argument("--user", required=True, help="user name (created when new)")
+    listing = key_commands.add_parser("list", help="the keys: id, user, creation time")
+    listing.add_argument("--user", help="only this user's")
+    revoke = key_commands.add_parser("revoke", help="revoke a key (or all of a user's): every "
+                                                    "control plane on the database refuses it at once")
+    which = revoke.add_mutually_exclusive_group(required=True)
+    which.add_argument("id", nargs="?", help="the key's id (from `keys list`)")
+    which.add_argument("--user", help="every key of this user")
     return parser.parse_args(argv)
 
 
 def load_config(args: argparse.Namespace) -> Config:
     return from_env(**config_kit.flags(args, Config, PREFIX))
+
+
+async def manage_keys(config: Config, args: argparse.Namespace) -> str:
+    """`keys list` and `keys revoke`: what to print. ValueError when nothing matches."""
+    from control_plane.accounts import Accounts
+    from control_plane.store import Database
+
+    db = Database(config.db_url)
+    try:
+        await db.migrate()
+        accounts = Accounts(db)
+        if args.keys_command == "list":
+            return "\n".join(f"{k.id}\t{k.user}\t{k.created_at.isoformat()}"
+                             for k in await accounts.keys(args.user))
+        revoked = await accounts.revoke(key_id=args.id, user=args.user)
+        if not revoked:
+            raise ValueError(f"no key {args.id}" if args.id else f"user {args.user!r} has no key")
+        return f"revoked {revoked} key{'s' if revoked > 1 else ''}"
+    finally:
+        await db.close()
 
 
 async def create_key(config: Config, name: str) -> str:
@@ -60,11 +88,15 @@ def main(argv: list[str] | None = None) -> None:
     logging.getLogger("alembic").setLevel(logging.WARNING)  # a line per plugin at every start
     if args.command == "keys":
         try:
-            key = asyncio.run(create_key(config, args.user))
+            if args.keys_command == "create":
+                out = asyncio.run(create_key(config, args.user))
+            else:
+                out = asyncio.run(manage_keys(config, args))
         except ValueError as exc:
             print(f"control-plane: {exc}", file=sys.stderr)
             raise SystemExit(2) from None
-        print(key)
+        if out:
+            print(out)
         return
 
     import uvicorn

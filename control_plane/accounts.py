@@ -6,6 +6,7 @@ from __future__ import annotations
 from control_plane.crypto import hash_key, new_key
 from control_plane.models import User
 from control_plane.store import Database, accounts
+from control_plane.store.accounts import StoredKey
 
 
 def user_name(name: str) -> str:
@@ -29,3 +30,14 @@ class Accounts:
         key = new_key("cp")
         await accounts.add_key(self.db, user, hash_key(key))
         return key
+
+    async def keys(self, user: str | None = None) -> list[StoredKey]:
+        """Every key (or a user's): id, user, creation time."""
+        return await accounts.list_keys(self.db, user)
+
+    async def revoke(self, *, key_id: str | None = None, user: str | None = None) -> int:
+        """Revoke one key, or all of a user's; how many. Refused from the next request on, by
+        every control plane on the database (nothing caches a key)."""
+        if (key_id is None) == (user is None):
+            raise ValueError("name a key id or a user, not both")
+        return await accounts.delete_keys(self.db, key_id=key_id, user=user)

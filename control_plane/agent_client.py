@@ -67,6 +67,16 @@ class AgentClient:
         data: dict[str, Any] = await self._json(target, "GET", f"/api/conversations/{conversation_id}")
         return data
 
+    async def last_error(self, target: Target, conversation_id: str) -> str | None:
+        """The detail of the conversation's latest ConversationErrorEvent (masked by the agent
+        server with the conversation's secrets), cut; None when there is none."""
+        found = await self._json(target, "GET", f"/api/conversations/{conversation_id}/events/search",
+                                 params={"kind__eq": "ConversationErrorEvent", "limit": "1",
+                                         "sort_order": "TIMESTAMP_DESC"})
+        items = found.get("items") if isinstance(found, dict) else None
+        detail = items[0].get("detail") if items and isinstance(items[0], dict) else None
+        return detail[:1500] if isinstance(detail, str) and detail else None
+
     async def send_message(self, target: Target, conversation_id: str, message: dict[str, Any]) -> None:
         await self._json(target, "POST", f"/api/conversations/{conversation_id}/events", json=message)
 

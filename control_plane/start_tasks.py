@@ -2,9 +2,10 @@
 
 Stages are stored as they are reached (WORKING, WAITING_FOR_SANDBOX, STARTING_CONVERSATION,
 PREPARING_REPOSITORY, then READY or ERROR with a detail). The agent server clones the selected
-repository before the first step of a run, so with `initial_message.run` the task waits in
-PREPARING_REPOSITORY for the clone: a repository that cannot be cloned ends the task in ERROR
-instead of leaving the agent in an empty directory. Placement and the conversation row
+repository before the first step of a run, or at once when the conversation does not run yet;
+either way the task waits in PREPARING_REPOSITORY for the clone: a repository that cannot be
+cloned ends the task in ERROR, with git's own reason (masked), instead of leaving the agent in
+an empty directory. Placement and the conversation row
 are written in one transaction with the user locked (see `grouping`). Every step after it is
 idempotent (the agent-server conversation is created under the id chosen at placement), so a
 control plane that restarts simply runs unfinished tasks again; a task that cannot go on ends
@@ -193,7 +194,7 @@ class StartTaskService:
             await self.agents.create_conversation(
                 target, self._creation_body(placement.conversation_id, conversation.working_dir,
                                             request, user))
-            if request.selected_repository and request.initial_message and request.initial_message.run:
+            if request.selected_repository:
                 await self._stage(task, StartTaskStatus.PREPARING_REPOSITORY)
                 await self._wait_clone(target, placement.conversation_id, request.selected_repository)
             async with self.db.begin() as conn:  # shown and READY together, or neither
@@ -222,9 +223,11 @@ class StartTaskService:
             if info.get("repository_status") == "cloned":
                 return
             if info.get("repository_status") == "failed":
+                why = await self.agents.last_error(target, conversation_id)
                 await self.agents.delete_conversation(target, conversation_id)
                 raise StartFailed(f"{repository} could not be cloned (is the name right, and is "
-                                  "a credential needed?); the conversation was not started")
+                                  "a credential needed?); the conversation was not started"
+                                  + (f". {why}" if why else ""))
             await asyncio.sleep(0.05)
         raise StartFailed(f"cloning {repository} took more than {CLONE_TIMEOUT:g} s")
 

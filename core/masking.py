@@ -71,19 +71,39 @@ def redact_literals(values: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v if is_placeholder(v) else REDACTED for k, v in values.items()}
 
 
+def literal_values(values: Mapping[str, Any]) -> list[str]:
+    """The values `redact_literals` hides: what was given as it is, not as `${NAME}`."""
+    return [v for v in values.values() if isinstance(v, str) and not is_placeholder(v)]
+
+
 def redact_llm(llm: dict[str, Any]) -> dict[str, Any]:
     """An LLM configuration (as JSON data) with its key REDACTED, when it has one."""
     return {**llm, "api_key": REDACTED} if llm.get("api_key") else llm
 
 
-def redact_mcp_config(config: Any) -> None:
-    """Redact, in place, the literal env and header values of an mcp_config's servers."""
+def _mcp_servers(config: Any) -> list[dict[str, Any]]:
     servers = config.get("mcpServers") if isinstance(config, dict) else None
     if not isinstance(servers, dict):
-        return
-    for server in servers.values():
+        return []
+    return [server for server in servers.values() if isinstance(server, dict)]
+
+
+def mcp_literal_values(config: Any) -> list[str]:
+    """The literal env and header values of an mcp_config's servers (`redact_mcp_config`'s)."""
+    found: list[str] = []
+    for server in _mcp_servers(config):
         for field in ("env", "headers"):
-            values = server.get(field) if isinstance(server, dict) else None
+            values = server.get(field)
+            if isinstance(values, dict):
+                found += literal_values(values)
+    return found
+
+
+def redact_mcp_config(config: Any) -> None:
+    """Redact, in place, the literal env and header values of an mcp_config's servers."""
+    for server in _mcp_servers(config):
+        for field in ("env", "headers"):
+            values = server.get(field)
             if isinstance(values, dict):
                 server[field] = redact_literals(values)
 
@@ -245,6 +265,8 @@ __all__ = [
     "check_secrets",
     "encoded_forms",
     "is_placeholder",
+    "literal_values",
+    "mcp_literal_values",
     "redact",
     "redact_literals",
     "redact_llm",

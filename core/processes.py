@@ -15,7 +15,7 @@ import os
 import secrets
 import signal
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -278,12 +278,15 @@ class Finished:
 
 async def run_process(argv: list[str], cwd: Path | str, env: Mapping[str, str],
                       timeout: float, keep: int = MAX_OUTPUT_BYTES, *,
-                      stdin: bytes | None = None) -> Finished:
+                      stdin: bytes | None = None,
+                      on_output: Callable[[int, bytes], None] | None = None) -> Finished:
     """Run to completion or timeout, keeping the first `keep` bytes of each output; whatever
     it started is killed when it ends, also when the caller is cancelled.
 
     `stdin` is written to the process (a process that exits without reading it is fine);
-    without it, stdin is /dev/null. Raises OSError when the process cannot start.
+    without it, stdin is /dev/null. `on_output(stream, chunk)` is told every chunk as it is
+    read (stream 0: stdout, 1: stderr), for a caller that reports output before the end.
+    Raises OSError when the process cannot start.
     """
     tag = secrets.token_hex(8)
     proc = await asyncio.create_subprocess_exec(
@@ -293,8 +296,8 @@ async def run_process(argv: list[str], cwd: Path | str, env: Mapping[str, str],
     )
     assert proc.stdout is not None and proc.stderr is not None
     sinks = [_Sink(), _Sink()]
-    tasks = [asyncio.create_task(_collect(proc.stdout, keep, sinks[0])),
-             asyncio.create_task(_collect(proc.stderr, keep, sinks[1]))]
+    tasks = [asyncio.create_task(_collect(proc.stdout, keep, sinks[0], on_output, 0)),
+             asyncio.create_task(_collect(proc.stderr, keep, sinks[1], on_output, 1))]
     if stdin is not None:
         assert proc.stdin is not None
         tasks.append(asyncio.create_task(_feed(proc.stdin, stdin)))
@@ -347,9 +350,12 @@ class _Sink:
     total: int = 0
 
 
-async def _collect(stream: asyncio.StreamReader, keep: int, sink: _Sink) -> None:
+async def _collect(stream: asyncio.StreamReader, keep: int, sink: _Sink,
+                   on_output: Callable[[int, bytes], None] | None = None, index: int = 0) -> None:
     """Read to the end, keeping the head in `sink` (kept too if the reader is cancelled)."""
     while chunk := await stream.read(CHUNK):
+        if on_output is not None:
+            on_output(index, chunk)
         sink.total += len(chunk)
         if len(sink.head) < keep:
             sink.head += chunk[: keep - len(sink.head)]

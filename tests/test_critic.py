@@ -6,6 +6,7 @@ critics that fail, and configurations refused with 422.
 from __future__ import annotations
 
 import json
+import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -103,6 +104,46 @@ def test_a_critic_failing_or_hanging_does_not_break_the_run(client: httpx.Client
     assert time.monotonic() - started < 30
 
 
+def changed_repository(workspace: Path) -> None:
+    """A repository with one commit and a file changed since: a non-empty patch."""
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@e", "-c", "init.defaultBranch=main"]
+    (workspace / "report.md").write_text("draft\n")
+    for args in (["init", "-q"], ["add", "."], ["commit", "-qm", "first"]):
+        subprocess.run([*git, *args], cwd=workspace, check=True)
+    (workspace / "report.md").write_text("final\n")
+
+
+@pytest.mark.parametrize(("kind", "changed", "reply", "score", "message"), [
+    ("PassCritic", False, "finish", 1.0, "PassCritic always succeeds"),
+    ("EmptyPatchCritic", False, "finish", 0.0, "Git patch is empty or missing"),
+    ("EmptyPatchCritic", True, "message", 1.0, "Git patch is non-empty"),
+    ("AgentFinishedCritic", True, "finish", 1.0,
+     "Agent completed with FinishAction and non-empty patch"),
+    ("AgentFinishedCritic", True, "message", 0.0,
+     "Agent did not finish properly. No FinishAction found"),
+    ("AgentFinishedCritic", False, "finish", 0.0,
+     "Agent did not produce a non-empty git patch. Empty git patch"),
+])
+def test_the_sdks_local_critics_score_as_the_sdk_does(
+        client: httpx.Client, llm: ScriptedLLM, key: str, tmp_path: Path, kind: str,
+        changed: bool, reply: str, score: float, message: str) -> None:
+    """Issue 30.6: the OpenHands SDK's critics that need no model were refused with 422. The
+    SDK's dump (mode, iterative_refinement) is accepted; the patch is the workspace's."""
+    if changed:
+        changed_repository(tmp_path)
+    critic = {"kind": kind, "mode": "finish_and_message", "iterative_refinement": None}
+    answer = call("finish", message="done") if reply == "finish" else text("Here it is.")
+    cid = start(client, llm, key, tmp_path, critic, answer)
+    assert wait_status(client, cid) == "finished"
+    judged = [e for e in events(client, cid) if e.get("critic_result") is not None]
+    assert [e["kind"] for e in judged] == ["ActionEvent" if reply == "finish" else "MessageEvent"]
+    result = judged[0]["critic_result"]
+    assert (result["score"], result["message"]) == (score, message)
+    assert result["metadata"]["critic"] == kind
+    assert client.get(f"/api/conversations/{cid}").json()["agent"]["critic"] == {
+        "kind": kind, "mode": "finish_and_message"}
+
+
 @pytest.mark.parametrize(("critic", "loc", "type_"), [
     ({"command": "true"}, ["critic"], "critic_kind"),
     ({"kind": "APIBasedCritic", "server_url": "https://x"}, ["critic"], "critic_kind"),
@@ -129,7 +170,8 @@ def test_a_bad_critic_is_422(client: httpx.Client, llm: ScriptedLLM, key: str, t
     assert problem["loc"][2:] == loc
     assert problem["type"] == type_
     if type_ == "critic_kind":
-        assert problem["msg"] == "kind must be ModelCritic or CommandCritic"
+        assert problem["msg"] == ("kind must be one of ModelCritic, CommandCritic, PassCritic, "
+                                  "EmptyPatchCritic, AgentFinishedCritic")
 
 
 def test_no_critic_is_the_default(client: httpx.Client, llm: ScriptedLLM, key: str,

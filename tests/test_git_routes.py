@@ -125,6 +125,27 @@ def test_repositories_in_subdirectories(client: httpx.Client, llm: ScriptedLLM, 
     assert "+++ b/fresh/first.txt" in text
 
 
+def test_changes_of_a_directory_below_a_repositorys_root(
+        client: httpx.Client, llm: ScriptedLLM, key: str, tmp_path: Path) -> None:
+    """Issue 30.7: a path inside a repository (not at its top) found no repository below it and
+    answered []. Now it answers that repository's changes under the path, relative to it; a
+    repository above the working directory stays out."""
+    make_repo(tmp_path / "app")
+    (tmp_path / "app" / "dir" / "more.txt").write_text("more\n")
+    url = conv_url(client, llm, key, tmp_path)
+    r = client.get(url + "/git/changes", params={"path": "app/dir"})
+    assert r.status_code == 200 and "x-detail" not in r.headers, r.text
+    assert r.json() == [{"path": "more.txt", "status": "ADDED", "old_path": None},
+                        {"path": "untracked.txt", "status": "ADDED", "old_path": None}]
+    whole = client.get(url + "/git/changes", params={"path": str(tmp_path / "app")}).json()
+    assert whole == sorted(expected() + [{"path": "dir/more.txt", "status": "ADDED",
+                                          "old_path": None}], key=lambda i: str(i["path"]))
+    # A working directory inside a repository is not that repository's top: it stays out.
+    inner = conv_url(client, llm, key, tmp_path / "app" / "dir")
+    r = client.get(inner + "/git/changes")
+    assert r.json() == [] and "no Git repository" in r.headers["x-detail"]
+
+
 def test_a_workspace_without_git(client: httpx.Client, llm: ScriptedLLM, key: str,
                                  tmp_path: Path) -> None:
     (tmp_path / "plain.txt").write_text("x")

@@ -17,7 +17,8 @@ SECRET = "host-s3cr3t-value-777"
 
 
 def finished(client: httpx.Client, prefix: str, command: str, **extra: Any) -> dict[str, Any]:
-    """Start a background command and poll for its BashOutput, as the OpenHands SDK does."""
+    """Start a background command and poll for its BashOutput pieces, as the OpenHands SDK
+    does: the last one (with the exit code), its stdout and stderr those of all joined."""
     r = client.post(f"{prefix}/bash/start_bash_command", json={"command": command, **extra})
     assert r.status_code == 200, r.text
     started = r.json()
@@ -28,9 +29,13 @@ def finished(client: httpx.Client, prefix: str, command: str, **extra: Any) -> d
                        params={"kind__eq": "BashOutput", "command_id__eq": started["id"],
                                "sort_order": "TIMESTAMP", "limit": 100, "order__gt": -1})
         assert r.status_code == 200, r.text
-        done = [i for i in r.json()["items"] if i["exit_code"] is not None]
+        items = r.json()["items"]
+        done = [i for i in items if i["exit_code"] is not None]
         if done:
-            return done[0]
+            ordered = sorted(items, key=lambda i: i["order"])
+            assert [i["order"] for i in ordered] == list(range(len(ordered)))
+            return {**done[0], "stdout": "".join(i["stdout"] or "" for i in ordered),
+                    "stderr": "".join(i["stderr"] or "" for i in ordered)}
         time.sleep(0.05)
     raise AssertionError("the command did not finish")
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import secrets
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -182,6 +183,77 @@ def test_a_conversation_is_traced_measured_and_logged(tmp_path: Path, llm: Scrip
                                              and x.trace_id == TRACE_ID]) == 2)
     runs = [s for s in spans if s.name == "invoke_agent" and s.trace_id == TRACE_ID]
     assert {s.parent_span_id for s in runs} == {named.span_id}
+
+
+def test_a_forks_trace_links_to_its_sources(tmp_path: Path, llm: ScriptedLLM,
+                                            receiver: OTLPReceiver, key: str) -> None:
+    """Issue 30.6: a fork started a trace of its own with nothing leading back to the source's.
+    Its root span now links to the source's root and names the source."""
+    env = {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.base_url, "OTEL_BSP_SCHEDULE_DELAY": "50"}
+    server = ServerProcess(tmp_path / "state", env=env).start()
+    try:
+        with server.client() as client:
+            r = client.post("/api/conversations", json={
+                "agent": agent_spec(llm, key), "workspace": {"working_dir": str(tmp_path)}})
+            assert r.status_code == 201, r.text
+            source = r.json()
+            r = client.post(f"/api/conversations/{source['id']}/fork", json={})
+            assert r.status_code == 201, r.text
+            fork = r.json()
+            assert fork["trace_id"] and fork["trace_id"] != source["trace_id"]
+            for cid in (fork["id"], source["id"]):  # a root span ends with its conversation
+                assert client.delete(f"/api/conversations/{cid}").status_code == 200
+        mine = {source["trace_id"], fork["trace_id"]}
+        spans = receiver.wait_for(lambda got: len(
+            [s for s in got if s.name == "conversation" and s.trace_id in mine]) == 2)
+        roots = {s.trace_id: s for s in spans if s.name == "conversation" and s.trace_id in mine}
+        source_root, fork_root = roots[source["trace_id"]], roots[fork["trace_id"]]
+        assert fork_root.links == [(source_root.trace_id, source_root.span_id,
+                                    {"agent_server.link": "forked_from"})]
+        assert fork_root.attributes["agent_server.forked_from.id"] == source["id"]
+        assert source_root.links == []
+    finally:
+        server.stop()
+
+
+def test_an_acp_agents_tool_calls_have_spans_and_metrics(tmp_path: Path,
+                                                         receiver: OTLPReceiver) -> None:
+    """Issue 30.5: an ACP agent's tool calls had no span and no metric, unlike the loop's."""
+    env = {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.base_url, "OTEL_BSP_SCHEDULE_DELAY": "50"}
+    server = ServerProcess(tmp_path / "state", env=env).start()
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "notes.txt").write_text("hello\n")
+    agent = [sys.executable, str(Path(__file__).parent / "support" / "acp_agent.py")]
+    try:
+        with server.client() as client:
+            r = client.post("/api/conversations", json={
+                "agent": {"kind": "ACPAgent", "acp_command": agent},
+                "workspace": {"working_dir": str(ws)},
+                "initial_message": {"content": [{"text": "read notes.txt\nterminal exit 3"}],
+                                    "run": True}})
+            assert r.status_code == 201, r.text
+            created = r.json()
+            assert wait_status(client, created["id"], timeout=60) == "finished"
+            m = metrics(client)
+            calls = m["agent_server_tool_calls_total"]
+            assert calls[(("outcome", "ok"), ("tool", "read"))] == 1
+            assert calls[(("outcome", "error"), ("tool", "execute"))] == 1
+            assert m["agent_server_steps_total"][()] == 1
+        mine = created["trace_id"]
+        spans = receiver.wait_for(lambda got: len(
+            [s for s in got if s.trace_id == mine and s.name.startswith("execute_tool")]) == 2)
+        run = one([s for s in spans if s.trace_id == mine], "invoke_agent")
+        tools = {s.name: s for s in spans if s.trace_id == mine
+                 and s.name.startswith("execute_tool")}
+        assert set(tools) == {"execute_tool read", "execute_tool execute"}
+        assert {s.parent_span_id for s in tools.values()} == {run.span_id}
+        assert tools["execute_tool read"].attributes["agent_server.tool.outcome"] == "ok"
+        failed = tools["execute_tool execute"]
+        assert failed.attributes["agent_server.tool.outcome"] == "error"
+        assert failed.attributes["gen_ai.tool.call.id"] == "call-2"
+    finally:
+        server.stop()
 
 
 def test_tracing_off_by_default_and_metrics_open_by_flag(tmp_path: Path, llm: ScriptedLLM,

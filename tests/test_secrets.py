@@ -8,6 +8,7 @@ frames, webhook bodies, the LLM requests, every file under the state directory a
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import stat
 import subprocess
@@ -33,6 +34,7 @@ pytestmark = pytest.mark.e2e
 
 MASK = "<secret-hidden>"
 HOOK_KEY = "secrets-webhook-key"
+WEBHOOK_SECRET = "whsec_" + base64.b64encode(b"the secrets module's webhook key").decode()
 #: Files that hold secret values by design (mode 0600); no other file may hold one.
 VALUE_FILES = ("settings.json", "meta.json")
 #: Hooks read their stdin first (see test_hooks.test_a_hook_that_ignores_its_input_is_run_...).
@@ -45,7 +47,7 @@ def new_secret(tag: str) -> str:
 
 @pytest.fixture(scope="module")
 def receiver() -> Iterator[Receiver]:
-    rec = Receiver(api_key=HOOK_KEY).start()
+    rec = Receiver(api_key=HOOK_KEY, secret=WEBHOOK_SECRET).start()
     yield rec
     rec.stop()
 
@@ -54,6 +56,7 @@ def receiver() -> Iterator[Receiver]:
 def server(tmp_path_factory: pytest.TempPathFactory, receiver: Receiver) -> Iterator[ServerProcess]:
     env = {"AGENT_SERVER_WEBHOOK_URL": receiver.base_url,
            "AGENT_SERVER_WEBHOOK_API_KEY": HOOK_KEY,
+           "AGENT_SERVER_WEBHOOK_SECRET": WEBHOOK_SECRET,
            "AGENT_SERVER_WEBHOOK_BATCH_MS": "20"}
     proc = ServerProcess(tmp_path_factory.mktemp("secrets") / "state", env=env).start()
     yield proc
@@ -279,6 +282,39 @@ def test_a_hook_never_sees_the_servers_own_credentials(client: httpx.Client, llm
     assert "PATH=" in output  # the hook did print its environment
     assert KEY not in output and HOOK_KEY not in output
     assert "SESSION_API_KEY" not in output
+
+
+def test_the_servers_own_keys_printed_by_an_agent_reach_no_event(
+        client: httpx.Client, llm: ScriptedLLM, key: str, tmp_path: Path, server: ServerProcess,
+        receiver: Receiver) -> None:
+    """Children never get the server's keys, but an agent may still come by one (a file left
+    in the workspace, a prompt that quotes it). Printed in a tool's output and in its reply,
+    plainly and in base64, they reach neither the log, nor a socket, nor the webhook."""
+    own = (KEY, HOOK_KEY, WEBHOOK_SECRET)
+    left = tmp_path / "left-behind.txt"
+    left.write_text("\n".join(own) + "\n")
+    llm.script(key,
+               call("terminal", command=f"cat {left}; base64 -w0 {left}; echo; rev {left}"),
+               text("Here they are: " + " ".join(own)))
+    cid = create(client, llm, key, tmp_path, tools=["terminal"], message="print the keys",
+                 run=True)["id"]
+    assert wait_status(client, cid) == "finished"
+
+    stored = events(client, cid)
+    output = json.dumps(events(client, cid, "ObservationEvent")[0]["observation"])
+    assert KEY[::-1] in output  # the command really printed them (reversed: not caught)
+    assert output.count(MASK) >= 3
+    reply = events(client, cid, "MessageEvent", source__eq="agent")[-1]
+    assert reply["llm_message"]["content"][0]["text"] == "Here they are: " + " ".join([MASK] * 3)
+    frames = socket_frames(server, cid, len(stored))
+    wanted = {e["id"] for e in stored}
+    wait_for(lambda: wanted <= set(receiver.ids(cid)), timeout=20, what="webhook delivery")
+    bodies = [b.body.decode() for b in receiver.batches if b.conversation_id == cid]
+    shown = [json.dumps(stored), *frames, *bodies]
+    for value in own:
+        assert all(value not in text for text in shown), value
+        assert all(value not in json.dumps(r) for r in llm.requests_for(key)[1:])
+        assert value not in (conversation_dir(server, cid) / "events.jsonl").read_text()
 
 
 def test_a_secret_with_a_quote_is_masked_inside_json_text(client: httpx.Client, llm: ScriptedLLM,

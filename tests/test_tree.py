@@ -93,6 +93,15 @@ def test_navigate_starts_a_sibling_branch_the_model_follows(client: httpx.Client
                        json={"event_id": "0" * 26}).status_code == 404
     assert client.get(f"/api/conversations/{cid}/events/search",
                       params={"branch": "nope"}).status_code == 422
+    # An unknown branch is a 404 as navigate answers, not an empty page (issue 30.4).
+    for route in ("search", "count"):
+        r = client.get(f"/api/conversations/{cid}/events/{route}", params={"branch": "0" * 26})
+        assert r.status_code == 404, r.text
+    # An empty body is refused, not read as a move to the empty tree (issue 30.4).
+    assert client.post(f"/api/conversations/{cid}/navigate", json={"event_id": old["id"]}).is_success
+    r = client.post(f"/api/conversations/{cid}/navigate", json={})
+    assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "event_id"], r.text
+    assert info(client, cid)["leaf_event_id"] == old["id"]
 
 
 def test_fork_copies_the_history_or_one_branch_and_runs_on_its_own(

@@ -421,6 +421,36 @@ async def test_a_client_behind_by_more_than_the_kernel_buffers_gets_1013_with_it
         proc.stop()
 
 
+async def test_a_client_that_leaves_a_ping_unanswered_is_closed_with_1013_and_counted(
+        tmp_path: Path) -> None:
+    """A peer that never answers a ping (a raw socket that completed the handshake) is closed
+    by the protocol, and /metrics' drop counter says so (issue 30.4: it counted only the
+    route's own drops)."""
+    proc = ServerProcess(tmp_path / "state", env={"AGENT_SERVER_WS_PING_INTERVAL": "0.5"}).start()
+    try:
+        async with httpx.AsyncClient(base_url=proc.url, headers={"X-Session-API-Key": KEY},
+                                     timeout=30) as http:
+            r = await http.post("/api/conversations", json={
+                "agent": {"llm": {"model": "m"}}, "workspace": {"working_dir": str(tmp_path)}})
+            cid = r.json()["id"]
+            reader, writer = await asyncio.open_connection("127.0.0.1", proc.port)
+            writer.write((f"GET /sockets/events/{cid} HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                          "Upgrade: websocket\r\nConnection: Upgrade\r\n"
+                          "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+                          f"Sec-WebSocket-Version: 13\r\nX-Session-API-Key: {KEY}\r\n\r\n")
+                         .encode())
+            head = await reader.readuntil(b"\r\n\r\n")
+            assert head.startswith(b"HTTP/1.1 101"), head
+            async with asyncio.timeout(30):  # read (pings too) but never answer: EOF is the close
+                rest = await reader.read()
+            writer.close()
+            assert b"\x88" in rest and b"ping unanswered" in rest, rest[-200:]
+            scrape = (await http.get("/metrics")).text
+        assert 'agent_server_websocket_drops_total{reason="ping_timeout"} 1.0' in scrape, scrape
+    finally:
+        proc.stop()
+
+
 async def test_streaming_deltas_are_masked_like_stored_events(
         server: ServerProcess, http: httpx.AsyncClient, llm: ScriptedLLM, key: str,
         tmp_path: Path) -> None:

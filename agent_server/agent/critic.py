@@ -3,7 +3,10 @@ agent's spec names one (`agent.critic`; off by default).
 
 A ModelCritic asks a language model, with a fixed prompt, for a score from 0 to 1 and a reason;
 a CommandCritic runs a command in the workspace with the judged content as JSON on stdin and
-reads `{"score", "message", "metadata"}` from its stdout. Either way the result's metadata
+reads `{"score", "message", "metadata"}` from its stdout. The OpenHands SDK's local critics
+score without either: PassCritic 1; EmptyPatchCritic 1 when the workspace's repositories have
+changes (a non-empty patch); AgentFinishedCritic 1 when they do and the last action is
+`finish`. Either way the result's metadata
 names the events the critic read (`event_ids`: the model's view of the conversation so far)
 and the response judged (`llm_response_id`).
 
@@ -28,9 +31,17 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from agent_server import git
 from agent_server.agent.condenser import render
 from agent_server.agent.llm import LLMFailure
-from agent_server.agent.spec import CommandCritic, CriticSpec, ModelCritic
+from agent_server.agent.spec import (
+    AgentFinishedCritic,
+    CommandCritic,
+    CriticSpec,
+    EmptyPatchCritic,
+    ModelCritic,
+    PassCritic,
+)
 from agent_server.agent.view import View
 from core.content import text_of
 from core.masking import Masker
@@ -111,10 +122,13 @@ class Critic:
             if isinstance(spec, ModelCritic):
                 async with asyncio.timeout(spec.timeout):
                     found = await self._ask_model(spec, seen.transcript(), subject)
-            else:
+            elif isinstance(spec, CommandCritic):
                 found = await self._run_command(spec, seen.messages(), ids, subject)
+            else:
+                async with asyncio.timeout(git.TIMEOUT):
+                    found = await self._local(spec, event, seen)
         except TimeoutError:
-            self._warn(f"no answer within {spec.timeout:g}s")
+            self._warn(f"no answer within {getattr(spec, 'timeout', git.TIMEOUT):g}s")
             return None
         except CriticFailed as exc:
             self._warn(str(exc))
@@ -146,6 +160,23 @@ class Critic:
         except LLMFailure as failure:
             raise CriticFailed(f"{failure.code}: {failure.detail}") from None
         return parse_verdict(reply.content)
+
+    async def _local(self, spec: PassCritic | EmptyPatchCritic | AgentFinishedCritic,
+                     event: ActionEvent | MessageEvent, seen: Seen
+                     ) -> tuple[float, str | None, dict[str, Any]]:
+        """The SDK's local critics, with its messages; the patch is the workspace's changes."""
+        if isinstance(spec, PassCritic):
+            return 1.0, "PassCritic always succeeds", {}
+        changes, _ = await git.changes(self.working_dir)
+        if not changes:
+            if isinstance(spec, EmptyPatchCritic):
+                return 0.0, "Git patch is empty or missing", {}
+            return 0.0, "Agent did not produce a non-empty git patch. Empty git patch", {}
+        if isinstance(spec, EmptyPatchCritic):
+            return 1.0, "Git patch is non-empty", {}
+        if not _finished(event, seen.history):
+            return 0.0, "Agent did not finish properly. No FinishAction found", {}
+        return 1.0, "Agent completed with FinishAction and non-empty patch", {}
 
     async def _run_command(self, spec: CommandCritic, messages: dict[str, Any],
                            ids: list[str], subject: dict[str, Any]
@@ -192,6 +223,17 @@ class Seen:
         if self._messages is None:
             self._messages = self.masker.data(_latest(self.history, PAYLOAD_LIMIT))
         return self._messages
+
+
+def _finished(event: ActionEvent | MessageEvent, history: list[dict[str, Any]]) -> bool:
+    """Whether the agent's last action (the judged event, or the latest before it) is finish."""
+    if isinstance(event, ActionEvent):
+        return event.tool_name == "finish"
+    for message in reversed(history):
+        calls = message.get("tool_calls") if message.get("role") == "assistant" else None
+        if calls:
+            return bool(calls[-1].get("function", {}).get("name") == "finish")
+    return False
 
 
 def _subject(event: ActionEvent | MessageEvent) -> dict[str, Any]:

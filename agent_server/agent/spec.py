@@ -24,7 +24,14 @@ from pydantic import (
 )
 
 from core.ids import ENV_NAME
-from core.masking import MIN_LENGTH, redact_literals, redact_llm, redact_mcp_config
+from core.masking import (
+    MIN_LENGTH,
+    literal_values,
+    mcp_literal_values,
+    redact_literals,
+    redact_llm,
+    redact_mcp_config,
+)
 
 #: Text a process argument or environment value can hold (no NUL).
 NO_NUL = r"^[^\x00]*$"
@@ -217,15 +224,44 @@ class CommandCritic(Lenient):
     timeout: float = Field(default=60.0, gt=0, le=600)
 
 
+class _LocalCritic(Lenient):
+    """The OpenHands SDK's critics that need neither a model nor a command (agent.critic):
+    PassCritic always 1; EmptyPatchCritic 1 when the workspace's repositories have changes
+    against HEAD (a non-empty patch); AgentFinishedCritic 1 when they do and the last action
+    is `finish`. Their `iterative_refinement` is ignored (no retry on a low score)."""
+
+    model_config = ConfigDict(extra="ignore", json_schema_extra=_kind_required)
+    mode: CriticMode = "finish_and_message"
+
+
+class PassCritic(_LocalCritic):
+    kind: Literal["PassCritic"] = "PassCritic"
+
+
+class EmptyPatchCritic(_LocalCritic):
+    kind: Literal["EmptyPatchCritic"] = "EmptyPatchCritic"
+
+
+class AgentFinishedCritic(_LocalCritic):
+    kind: Literal["AgentFinishedCritic"] = "AgentFinishedCritic"
+
+
+CRITIC_KINDS = ("ModelCritic", "CommandCritic", "PassCritic", "EmptyPatchCritic",
+                "AgentFinishedCritic")
+
+
 def _critic_tag(value: Any) -> str | None:
     kind = value.get("kind") if isinstance(value, dict) else getattr(value, "kind", None)
-    return kind if kind in ("ModelCritic", "CommandCritic") else None
+    return kind if kind in CRITIC_KINDS else None
 
 
 CriticSpec = Annotated[
-    Annotated[ModelCritic, Tag("ModelCritic")] | Annotated[CommandCritic, Tag("CommandCritic")],
+    Annotated[ModelCritic, Tag("ModelCritic")] | Annotated[CommandCritic, Tag("CommandCritic")]
+    | Annotated[PassCritic, Tag("PassCritic")]
+    | Annotated[EmptyPatchCritic, Tag("EmptyPatchCritic")]
+    | Annotated[AgentFinishedCritic, Tag("AgentFinishedCritic")],
     Discriminator(_critic_tag, custom_error_type="critic_kind",
-                  custom_error_message="kind must be ModelCritic or CommandCritic"),
+                  custom_error_message="kind must be one of " + ", ".join(CRITIC_KINDS)),
 ]
 """`agent.critic`: what scores the agent's finishes and messages (CriticResult); null: none."""
 
@@ -258,6 +294,11 @@ class AgentSpec(Lenient):
         redact_mcp_config(data["mcp_config"])
         data["condenser"] = sdk_condenser(self.condenser, data["llm"])
         return data
+
+    def literal_values(self) -> list[str]:
+        """What `redacted` hides besides the keys (literal MCP env and header values): masked
+        in events as well, since a tool server may print its own environment."""
+        return mcp_literal_values(self.mcp_config)
 
 
 #: The LLM an ACP agent's record carries: never called (the external agent picks its model);
@@ -307,6 +348,11 @@ class ACPAgentSpec(Lenient):
         data["llm"] = redact_llm(data["llm"])
         data["acp_env"] = redact_literals(data["acp_env"])
         return data
+
+    def literal_values(self) -> list[str]:
+        """What `redacted` hides (literal acp_env values): masked in events as well, since the
+        agent may print its own environment (on stderr, in a crash report)."""
+        return literal_values(self.acp_env)
 
 
 def _agent_tag(value: Any) -> str:

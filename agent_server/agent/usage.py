@@ -41,6 +41,7 @@ class Metrics(BaseModel):
         for name in ("prompt_tokens", "completion_tokens", "cache_read_tokens",
                      "cache_write_tokens", "reasoning_tokens"):
             setattr(total, name, getattr(total, name) + getattr(usage, name))
+        total.context_window = max(total.context_window, usage.context_window)  # as the SDK's
         total.per_turn_token = usage.per_turn_token
         total.response_id = usage.response_id
         total.model = usage.model

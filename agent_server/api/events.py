@@ -19,6 +19,9 @@ from web.io import doc, read_query, reply
 
 
 def _query(params: EventSearch, log: EventLog) -> Query:
+    """The log's query; an unknown branch event is a 404, as `navigate` answers for it."""
+    if params.branch is not None and params.branch != "head" and log.position(params.branch) is None:
+        raise NotFound(f"Event {params.branch} not found in this conversation")
     return Query(
         branch=(log.head or "") if params.branch == "head" else params.branch,
         kind=params.kind__eq or params.kind,

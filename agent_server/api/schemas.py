@@ -59,8 +59,9 @@ class UpdateSecrets(Lenient):
 class Navigate(Lenient):
     """POST .../navigate."""
 
-    event_id: str | None = Field(default=None, max_length=100)
-    """The event to make HEAD; null: the empty tree (the next event is a new root)."""
+    event_id: str | None = Field(max_length=100)
+    """The event to make HEAD; null: the empty tree (the next event is a new root). Required, so
+    an empty body is refused rather than read as a move to the empty tree."""
 
 
 class AskAgent(Lenient):
@@ -193,7 +194,8 @@ class FileUploaded(BaseModel):
 class ChangesQuery(Lenient):
     path: str | None = Field(default=None, min_length=1, max_length=4096, pattern=NO_NUL)
     """A directory (relative, or absolute inside a working directory): the repositories at or
-    below it, paths relative to it. Default: the working directory."""
+    below it, or, inside a repository, that one's changes under it; paths relative to it.
+    Default: the working directory."""
 
 
 class DiffQuery(Lenient):

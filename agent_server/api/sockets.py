@@ -72,6 +72,9 @@ _CLOSE_SECONDS = 30.0
 #: Where the resume point of a socket is kept in its ASGI scope, for the protocol's own close
 #: (agent_server.websocket) as much as for this module's.
 RESUME_AFTER = "agent_server.resume_after"
+#: Where the protocol finds what to call when it closes a socket for an unanswered ping, so
+#: that close is counted with the route's own drops.
+PING_TIMED_OUT = "agent_server.ping_timed_out"
 
 
 async def events_socket(websocket: WebSocket) -> None:
@@ -91,6 +94,7 @@ async def events_socket(websocket: WebSocket) -> None:
     # No await between subscribing and this snapshot: every event below `end` was published
     # before the subscription, every later one is in its queue.
     end = len(log)
+    websocket.scope[PING_TIMED_OUT] = sub.ping_timed_out
     session = _Session(websocket, conv, log, sub, delivery.settings.ws_send_timeout, progress)
     try:
         await session.run(start, end)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+from collections import ChainMap
 from collections.abc import AsyncGenerator, AsyncIterator
 from pathlib import Path
 from urllib.parse import quote
@@ -63,7 +64,7 @@ def scope(request: Request) -> Scope:
     catalogue = state.conversations
     roots = dict.fromkeys([catalogue.default_working_dir, *(c.working_dir for c in catalogue)])
     secrets = state.settings.get().secrets
-    return Scope("host", tuple(roots), secrets, Masker(secrets))
+    return Scope("host", tuple(roots), secrets, Masker(ChainMap(secrets, dict(catalogue.hidden))))
 
 
 def git_author(request: Request) -> dict[str, str]:
@@ -191,13 +192,16 @@ async def _read(upload: UploadFile) -> AsyncIterator[bytes]:
 
 
 @doc(summary="Changes against HEAD ([{path, status}], untracked included) of the "
-             "repositories at or below `path` (default: the working directory), paths relative "
-             "to it; without a repository an empty list and an X-Detail header",
+             "repositories at or below `path` (default: the working directory), or of the one "
+             "holding it, under it; paths relative to it; without a repository an empty list "
+             "and an X-Detail header",
      query=ChangesQuery, response=list[GitChange], errors=(400, 403, 404))
 async def git_changes(request: Request) -> Response:
     where = scope(request)
     query = read_query(request, ChangesQuery)
-    items, repos = await git.changes(await where.directory(query.path, "path"))
+    directory = await where.directory(query.path, "path")
+    items, repos = await git.changes(directory,
+                                     where.root_for(query.path) if query.path else where.home)
     return JSONResponse([i.model_dump(mode="json") for i in items],
                         headers={} if repos else {"X-Detail": NO_REPOSITORY})
 

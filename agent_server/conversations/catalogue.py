@@ -12,7 +12,7 @@ import contextlib
 import logging
 import shutil
 import uuid
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from uuid import UUID
@@ -49,13 +49,16 @@ class ConversationService:
 
     `sessions` builds the factory of its conversations' agent sessions; it is given the
     catalogue itself, whose conversations are the sub-agents those sessions may start.
+    `hidden` (the server's own keys) is masked in every conversation's events.
     """
 
     def __init__(self, state_dir: Path, default_working_dir: Path, *,
                  settings: Callable[[], Settings],
                  sessions: Callable[[ConversationService], SessionFactory],
-                 fanout: Fanout, telemetry: Telemetry | None = None) -> None:
+                 fanout: Fanout, telemetry: Telemetry | None = None,
+                 hidden: Mapping[str, str] | None = None) -> None:
         self.root = state_dir / "conversations"
+        self.hidden: Mapping[str, str] = dict(hidden or {})
         self.telemetry = telemetry or Telemetry.build()
         self.default_working_dir = default_working_dir
         self.settings = settings
@@ -67,7 +70,7 @@ class ConversationService:
     def _conversation(self, record: StoredConversation, directory: Path) -> Conversation:
         return Conversation(record, directory, settings=self.settings,
                             make_session=self._make_session, fanout=self._fanout,
-                            telemetry=self.telemetry)
+                            telemetry=self.telemetry, hidden=self.hidden)
 
     # -- start and stop ------------------------------------------------------------------
 
@@ -194,6 +197,8 @@ class ConversationService:
             raise
         if request.initial_message is not None:
             await conv.send_message(request.initial_message)
+        if request.initial_message is None or not request.initial_message.run:
+            conv.prepare()  # a run clones first itself
         return conv, True
 
     def _agent_for(self, request: CreateConversation) -> AgentSpec | ACPAgentSpec:
@@ -246,7 +251,8 @@ class ConversationService:
             record = source.record.forked(fork_id, request, head=head, head_set_at=len(lines),
                                           at=datetime.now(UTC))
             conv = self._conversation(record, directory)
-            conv.start_trace()  # a trace of its own, its span name, tags and metadata copied
+            # A trace of its own (span name, tags and metadata copied), linked to the source's.
+            conv.start_trace(forked_from=source)
             await conv.save()
             self._items[fork_id] = conv
         return conv

@@ -13,7 +13,8 @@ import asyncio
 import contextlib
 import logging
 import traceback
-from collections.abc import AsyncIterator, Callable
+from collections import ChainMap
+from collections.abc import AsyncIterator, Callable, Mapping
 from datetime import UTC, datetime
 from enum import Enum
 from pathlib import Path
@@ -30,12 +31,12 @@ from agent_server.agent.contract import (
 from agent_server.agent.sink import EventSink
 from agent_server.agent.skills import SkillList
 from agent_server.agent.spec import ConfirmationPolicy, LLMConfig
+from agent_server.conversations.cloning import RepositoryClone
 from agent_server.conversations.fanout import Fanout
 from agent_server.conversations.presentation import Presentation
 from agent_server.errors import ConversationGone
 from agent_server.log import LOG_FILE_NAME, EventLog
 from agent_server.record import ConversationInfo, SendMessage, StoredConversation
-from agent_server.repository import CloneFailed, clone
 from agent_server.settings import Settings
 from agent_server.status import ExecutionStatus, check_move
 from agent_server.telemetry import Telemetry
@@ -71,7 +72,8 @@ class Conversation:
 
     def __init__(self, record: StoredConversation, directory: Path, *,
                  settings: Callable[[], Settings], make_session: SessionFactory,
-                 fanout: Fanout, telemetry: Telemetry | None = None) -> None:
+                 fanout: Fanout, telemetry: Telemetry | None = None,
+                 hidden: Mapping[str, str] | None = None) -> None:
         self.record = record
         self.directory = directory
         self._settings = settings
@@ -83,6 +85,7 @@ class Conversation:
         #: Held while a run is being started or stopped.
         self._run_lock = asyncio.Lock()
         self._task: asyncio.Task[None] | None = None
+        self.repository_clone = RepositoryClone()
         self.lifecycle = Lifecycle.OPEN
         #: Set once the conversation is closed (deleted or the server stopped): sockets and
         #: the webhook pusher wait on it instead of polling.
@@ -90,7 +93,10 @@ class Conversation:
         #: The secret values in force (settings', then the conversation's own); one live dict
         #: that tools and hooks read, kept current by refresh_secrets().
         self.secret_values: dict[str, str] = {}
-        self.masker = Masker(self.secret_values)  # follows the live dict
+        #: Masked in every event too, though no tool gets them: `hidden` (the server's own
+        #: keys) and the values the agent's spec holds literally (shown redacted).
+        never_shown = {f"literal {i}": v for i, v in enumerate(record.agent.literal_values())}
+        self.masker = Masker(ChainMap(self.secret_values, never_shown, dict(hidden or {})))
         self.refresh_secrets()
         #: What clients are shown of it (its info, its state updates).
         self.shown = Presentation(record, directory, fanout, self.masker, lambda: self._log)
@@ -341,21 +347,24 @@ class Conversation:
             await self.transition(ExecutionStatus.RUNNING)
             self._task = asyncio.create_task(self._run(approved), name=f"run {self.id}")
 
-    def start_trace(self) -> None:
-        """A new conversation's root span (and named span), its place kept in the record."""
+    def start_trace(self, forked_from: Conversation | None = None) -> None:
+        """A new conversation's root span (and named span), its place kept in the record; a
+        fork's links to its source's."""
         record = self.record
         self.trace = self.telemetry.tracing.conversation(
             self.id, span_name=record.observability_span_name, tags=record.observability_tags,
             metadata=record.observability_metadata, mask=self.masker.text,
             parent_conversation_id=(str(record.parent_conversation_id)
-                                    if record.parent_conversation_id else None))
+                                    if record.parent_conversation_id else None),
+            forked_from=(None if forked_from is None
+                         else (forked_from.id, forked_from.record.trace)))
         record.trace = self.trace.ref
 
     async def _run(self, approved: bool) -> None:
         log_context.set_conversation(self.id)  # this task's log records name the conversation
         try:
             with self.trace.run() as span:
-                if await self._prepare_workspace():
+                if await self.repository_clone.ensure(self):
                     status = await self.session.run(approved)
                     span.set_attribute("agent_server.run.status", status.value)
                     if status in (ExecutionStatus.ERROR, ExecutionStatus.STUCK):
@@ -367,25 +376,16 @@ class Conversation:
             # The traceback may quote a secret (an exception's message): masked like events.
             logger.error("run of %s failed\n%s", self.id,
                          self.masker.text("".join(traceback.format_exception(exc)))[-20_000:])
-            await self._fail(type(exc).__name__, str(exc))
+            await self.fail(type(exc).__name__, str(exc))
 
-    async def _prepare_workspace(self) -> bool:
-        """Clone the selected repository before the first step (once); False when it failed."""
-        spec = self.record.repository
-        if spec is None or self.record.repository_status == "cloned":
-            return True
-        try:
-            await clone(spec, self.working_dir, self.secret_values, self.masker,
-                        self._settings().git_author())
-        except CloneFailed as failure:
-            self.record.repository_status = "failed"
-            await self._fail("RepositoryCloneFailed", failure.detail)
-            return False
-        self.record.repository_status = "cloned"
-        await self.save()
-        return True
+    def prepare(self) -> None:
+        """Clone the selected repository now, in the background (see cloning)."""
+        self.repository_clone.start(self)
 
-    async def _fail(self, code: str, detail: str) -> None:
+    def git_author(self) -> Mapping[str, str]:
+        return self._settings().git_author()
+
+    async def fail(self, code: str, detail: str) -> None:
         """End the run in ERROR with a ConversationErrorEvent (masked, then cut)."""
         try:
             await self.append(ConversationErrorEvent(source="environment", code=code,
@@ -429,6 +429,7 @@ class Conversation:
 
     async def close(self) -> None:
         self.lifecycle = Lifecycle.CLOSING  # no new run from here on; SessionEnd may still write
+        await self.repository_clone.close()
         async with self._run_lock:
             await self.stop()
         try:

@@ -150,6 +150,10 @@ class Subscription:
         """Its socket did not take a frame in time: the client is cut off (counted once)."""
         self._pubsub.send_timeouts += 1
 
+    def ping_timed_out(self) -> None:
+        """Its client left a ping unanswered: the protocol closed the socket (counted once)."""
+        self._pubsub.ping_timeouts += 1
+
     def _end(self, state: SubscriptionState) -> None:
         self.state = state
         self._queue.clear()  # nobody will read it: free the memory now
@@ -173,6 +177,7 @@ class PubSub:
         #: (here), or a frame waited too long for their socket (noted by the socket).
         self.overflows = 0
         self.send_timeouts = 0
+        self.ping_timeouts = 0
 
     def subscribe(self, conversation_id: str) -> Subscription:
         subs = self._subs.setdefault(conversation_id, [])

@@ -14,7 +14,8 @@ HTTP requests have spans of their own (agent_server.telemetry.http); a request's
 the caller's trace. A conversation's root (and named) span lives as long as the conversation
 does in this process: it ends when the conversation is deleted or the server stops (and is
 flushed then). Its identity is kept in meta.json (`TraceRef`), so after a restart later runs
-still hang off it: one trace per conversation.
+still hang off it: one trace per conversation. A fork starts a trace of its own whose root
+span links to its source's root (and names the source): the two traces are one click apart.
 
 Without an exporter the provider is OpenTelemetry's no-op one: spans cost a context switch
 and carry the caller's trace id, nothing more. Nothing from a message, a command or a tool's
@@ -35,6 +36,7 @@ from typing import Any
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import (
+    Link,
     NonRecordingSpan,
     Span,
     SpanContext,
@@ -75,6 +77,12 @@ class TraceRef(BaseModel):
             return None
         return cls(trace_id=format(root.trace_id, "032x"), root_span_id=format(root.span_id, "016x"),
                    span_id=format(work.span_id, "016x"), sampled=work.trace_flags.sampled)
+
+    def root(self) -> SpanContext:
+        """The conversation's root span, as a link to it names it."""
+        flags = TraceFlags(TraceFlags.SAMPLED if self.sampled else TraceFlags.DEFAULT)
+        return SpanContext(int(self.trace_id, 16), int(self.root_span_id, 16), is_remote=True,
+                           trace_flags=flags)
 
     def context(self) -> otel_context.Context:
         """A context whose current span is the one runs hang off (from an earlier process)."""
@@ -123,18 +131,25 @@ class Tracing:
              context: otel_context.Context | None = None,
              fail_on_exception: bool = True) -> Iterator[Span]:
         """A span made current for the block; an exception marks it failed by its type alone
-        (unless `fail_on_exception` is False: a run ends a step by raising its status)."""
-        with self.tracer.start_as_current_span(name, context=context, kind=kind,
-                                               attributes=attributes, record_exception=False,
-                                               set_status_on_exception=False) as span:
-            try:
-                yield span
-            except BaseException as exc:
-                status = getattr(span, "status", None)  # the SDK's span: kept when already set
-                if fail_on_exception and span.is_recording() and (status is None
-                                                                  or status.is_unset):
-                    failed(span, type(exc).__name__)
-                raise
+        (unless `fail_on_exception` is False: a run ends a step by raising its status).
+
+        Started, made current and ended by hand rather than by `start_as_current_span`, whose
+        two nested context managers (and `use_span`'s) cost as much as the span itself: this
+        runs for every step, LLM call, tool call and request (issue 30.9)."""
+        span = self.tracer.start_span(name, context=context, kind=kind, attributes=attributes,
+                                      record_exception=False, set_status_on_exception=False)
+        token = otel_context.attach(trace.set_span_in_context(span))
+        try:
+            yield span
+        except BaseException as exc:
+            status = getattr(span, "status", None)  # the SDK's span: kept when already set
+            if fail_on_exception and span.is_recording() and (status is None
+                                                              or status.is_unset):
+                failed(span, type(exc).__name__)
+            raise
+        finally:
+            otel_context.detach(token)
+            span.end()
 
     def inner(self, name: str, *, kind: SpanKind = SpanKind.INTERNAL,
               attributes: Mapping[str, Any] | None = None,
@@ -149,19 +164,28 @@ class Tracing:
 
     def conversation(self, conversation_id: str, *, span_name: str | None, tags: Sequence[str],
                      metadata: Mapping[str, Any], mask: Mask,
-                     parent_conversation_id: str | None = None) -> ConversationTrace:
-        """A new conversation's root span (and its named child span), started now."""
+                     parent_conversation_id: str | None = None,
+                     forked_from: tuple[str, TraceRef | None] | None = None) -> ConversationTrace:
+        """A new conversation's root span (and its named child span), started now; a fork's
+        (`forked_from`: the source's id and trace) links to the source's root span."""
         parent = otel_context.get_value(REQUEST_PARENT)
         if not isinstance(parent, otel_context.Context):
             parent = None  # not inside a request: hang off the current span (a tool's)
         attributes: dict[str, Any] = {"gen_ai.conversation.id": conversation_id}
         if parent_conversation_id is not None:
             attributes["agent_server.parent_conversation.id"] = parent_conversation_id
+        links: list[Link] = []
+        if forked_from is not None:
+            source_id, source_trace = forked_from
+            attributes["agent_server.forked_from.id"] = source_id
+            if source_trace is not None:
+                links.append(Link(source_trace.root(), {"agent_server.link": "forked_from"}))
         if tags:
             attributes["tags"] = [mask(t) for t in tags]
         for key, value in metadata.items():
             attributes["metadata." + mask(key)] = _masked(mask, attribute(value))
-        root = self.tracer.start_span("conversation", context=parent, attributes=attributes)
+        root = self.tracer.start_span("conversation", context=parent, attributes=attributes,
+                                      links=links)
         work, named = root, None
         if span_name is not None:
             named = work = self.tracer.start_span(

@@ -10,13 +10,17 @@ the agent server itself sends), in the same transaction as the notices.
 
 from __future__ import annotations
 
+import logging
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from control_plane.models import ExecutionStatus, SandboxReason, SandboxStatus
 from control_plane.store import Database, conversations
 from control_plane.store.tables import app_conversations, events
 from events.kinds import ConversationStateUpdateEvent, format_timestamp
+
+logger = logging.getLogger(__name__)
 
 #: The key of the state updates that tell a conversation its sandbox's status changed.
 NOTICE_KEY = "sandbox_status"
@@ -50,3 +54,17 @@ async def announce(db: Database, sandbox_id: str, status: SandboxStatus, reason:
         if batch:
             await conn.execute(db.insert_ignoring_duplicates(events), batch)
     return found
+
+
+async def tell(db: Database, ring: Callable[[str], None] | None, sandbox_id: str,
+               status: SandboxStatus, reason: SandboxReason, detail: str | None) -> None:
+    """`announce`, rung to the live relays; a failure is logged, never raised (the status is
+    stored already: a lost notice must not undo or hide it)."""
+    try:
+        found = await announce(db, sandbox_id, status, reason, detail)
+    except Exception:
+        logger.exception("telling the conversations of sandbox %s failed", sandbox_id)
+        return
+    if ring is not None:
+        for conversation_id in found:
+            ring(conversation_id)

@@ -194,20 +194,8 @@ class SandboxService:
         moved = await rows.set_status(self.db, sandbox_id, status, detail, reason=reason,
                                       touch=touch)
         if moved is not None and reason is not None and announce:
-            await self._announce(sandbox_id, status, reason, detail)
+            await notices.tell(self.db, self.ring, sandbox_id, status, reason, detail)
         return moved
-
-    async def _announce(self, sandbox_id: str, status: SandboxStatus, reason: SandboxReason,
-                        detail: str | None) -> None:
-        """`notices.announce`, rung to the live relays."""
-        try:
-            found = await notices.announce(self.db, sandbox_id, status, reason, detail)
-        except Exception:  # the status is stored; a lost notice must not undo or hide it
-            logger.exception("telling the conversations of sandbox %s failed", sandbox_id)
-            return
-        if self.ring is not None:
-            for conversation_id in found:
-                self.ring(conversation_id)
 
     # -- transitions -----------------------------------------------------------------------
 
@@ -445,6 +433,11 @@ class SandboxService:
         if self._starts:
             await asyncio.wait(list(self._starts.values()), timeout=10)
         if stop_sandboxes:
-            for row in await rows.live(self.db):
-                await self.destroy(row)
+            # All at once: one after another (each a grace and an archive), a supervisor that
+            # kills a slow exit (docker stop: 10 s) left the rest running.
+            live = await rows.live(self.db)
+            done = await asyncio.gather(*map(self.destroy, live), return_exceptions=True)
+            for row, outcome in zip(live, done):
+                if isinstance(outcome, BaseException):
+                    logger.warning("stopping sandbox %s on exit failed: %r", row.id, outcome)
         await self.provider.close()

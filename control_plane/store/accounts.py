@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import delete, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from control_plane.models import User
@@ -47,6 +47,37 @@ async def user_by_key_hash(db: Database, key_hash: str) -> User | None:
             .where(api_keys.c.key_hash == key_hash)
         )).first()
     return None if row is None else User(row.id, row.name)
+
+
+@dataclass(frozen=True)
+class StoredKey:
+    """An API key as an operator sees it: never the key, nor its hash."""
+
+    id: str
+    user: str
+    created_at: datetime
+
+
+async def list_keys(db: Database, user: str | None = None) -> list[StoredKey]:
+    query = (select(api_keys.c.id, users.c.name, api_keys.c.created_at)
+             .join(users, api_keys.c.user_id == users.c.id)
+             .order_by(users.c.name, api_keys.c.created_at))
+    if user is not None:
+        query = query.where(users.c.name == user)
+    async with db.connect() as conn:
+        return [StoredKey(r.id, r.name, r.created_at) for r in await conn.execute(query)]
+
+
+async def delete_keys(db: Database, *, key_id: str | None = None, user: str | None = None) -> int:
+    """Delete one key (by id) or every key of a user: the lookup of each request reads this
+    table, so every control plane on the database refuses them from the next request on."""
+    query = delete(api_keys)
+    if key_id is not None:
+        query = query.where(api_keys.c.id == key_id)
+    if user is not None:
+        query = query.where(api_keys.c.user_id.in_(select(users.c.id).where(users.c.name == user)))
+    async with db.begin() as conn:
+        return int((await conn.execute(query)).rowcount or 0)
 
 
 async def lock_user(conn: AsyncConnection, user_id: str) -> None:

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 from agent_server.agent.acp import session as acp_session
 from agent_server.conversations import Conversation
@@ -20,6 +21,7 @@ from core.masking import MASK
 from events import (
     ACPToolCallEvent,
     ConversationErrorEvent,
+    ConversationStateUpdateEvent,
     MessageEvent,
     UserRejectObservation,
 )
@@ -173,6 +175,51 @@ async def test_a_permission_request_waits_for_confirmation_and_accept_runs_it(
     assert await agent_texts(conv) == ["Writing", "Written"]
 
 
+async def test_permissions_asked_together_all_wait_and_one_accept_answers_them_all(
+        srv: InProcess, tmp_path: Path) -> None:
+    """Issue 30.5: a second permission request withdrew the first (cancelled), so the agent's
+    first tool call failed although the user accepted."""
+    ws = tmp_path / "ws"
+    conv = await create(srv, ws, confirmation_policy={"kind": "AlwaysConfirm"})
+    await send(srv.client, conv, "writes a.txt,b.txt both\nsay Written")
+    assert await settled(conv) == S.WAITING_FOR_CONFIRMATION
+    deadline = time.monotonic() + 30
+    while len([c for c in await calls(conv) if c.status == "pending"]) < 2:
+        assert time.monotonic() < deadline, await calls(conv)
+        await asyncio.sleep(0.02)
+    assert not [c for c in await calls(conv) if c.status == "failed"]
+    r = await srv.client.post(f"/api/conversations/{conv.id}/events/respond_to_confirmation",
+                              json={"accept": True})
+    assert r.status_code == 200, r.text
+    assert await settled(conv) == S.FINISHED
+    assert (ws / "a.txt").read_text() == "both" and (ws / "b.txt").read_text() == "both"
+    last = {c.tool_call_id: c.status for c in await calls(conv)}
+    assert last == {"call-1": "completed", "call-2": "completed"}
+    assert await agent_texts(conv) == ["Written"]
+
+
+async def test_the_agents_token_usage_and_cost_reach_the_metrics(srv: InProcess,
+                                                                 tmp_path: Path) -> None:
+    """Issue 30.5: an ACP agent's own figures (the turn's usage, the session's cumulative cost)
+    were dropped: ConversationInfo said 0 tokens and $0 whatever the agent reported."""
+    conv = await create(srv, tmp_path / "ws", "say one\nusage 100 20 0.25")
+    assert await settled(conv) == S.FINISHED
+    await send(srv.client, conv, "say two\nusage 50 5 0.40")
+    assert await settled(conv) == S.FINISHED
+    await send(srv.client, conv, "say three")  # reports nothing: counts nothing
+    assert await settled(conv) == S.FINISHED
+    info = (await srv.client.get(f"/api/conversations/{conv.id}")).json()
+    metrics = info["metrics"]
+    assert metrics["response_count"] == 2 and metrics["accumulated_cost"] == pytest.approx(0.40)
+    usage = metrics["accumulated_token_usage"]
+    assert (usage["prompt_tokens"], usage["completion_tokens"], usage["cache_read_tokens"],
+            usage["context_window"]) == (150, 25, 14, 200_000)
+    assert info["stats"]["usage_to_metrics"]["acp-managed"]["accumulated_cost"] == \
+        pytest.approx(0.40)
+    stats = [e for e in await events(conv, ConversationStateUpdateEvent) if e.key == "stats"]
+    assert [s.value["last_response"]["cost"] for s in stats] == pytest.approx([0.25, 0.15])
+
+
 async def test_reject_answers_the_agent_and_the_conversation_rests(srv: InProcess,
                                                                    tmp_path: Path) -> None:
     ws = tmp_path / "ws"
@@ -309,10 +356,101 @@ async def test_acp_env_fills_placeholders_and_is_masked_in_responses(srv: InProc
     assert r.status_code == 201, r.text
     assert r.json()["agent"]["acp_env"] == {"FROM_SECRET": "${TOKEN}", "PLAIN": "**********"}
     conv = srv.conversation(r.json()["id"])
-    await send(srv.client, conv, "env FROM_SECRET\nenv PLAIN")
+    await send(srv.client, conv, "env FROM_SECRET\nenv PLAIN\nterminal echo $PLAIN | rev")
     assert await settled(conv) == S.FINISHED
     outputs = [c.raw_output for c in await calls(conv) if c.status == "completed"]
-    assert outputs == [{"stdout": MASK}, {"stdout": "visible-value"}]
+    # Both reached the agent; a literal value, hidden in responses, is masked in events too.
+    assert outputs[:2] == [{"stdout": MASK}, {"stdout": MASK}]
+    assert outputs[2]["output"] == "eulav-elbisiv\n"
+
+
+@pytest.mark.parametrize("command, status", [(["true"], "exit status 0"),
+                                             (["sh", "-c", "echo gone >&2; exit 3"],
+                                              "exit status 3")])
+def test_an_agent_that_exits_at_once_is_reported_with_its_exit_status(
+        tmp_path: Path, monkeypatch: Any, command: list[str], status: str) -> None:
+    """On the server's own event loop (uvloop), a request written to an agent that is gone
+    raised RuntimeError ("unable to perform operation on <WriteUnixTransport closed=True...>"),
+    which ended the run as an internal error. The agent exits here before the first request
+    is written, and the end of its stdout is read only after (the order the race took)."""
+    import uvloop
+
+    from agent_server.agent.acp.process import AgentProcess
+    from tests.support.inprocess import serve
+
+    start = AgentProcess.start.__func__  # type: ignore[attr-defined]
+
+    async def start_and_exit(cls: type[AgentProcess], *args: Any, **kw: Any) -> AgentProcess:
+        proc = await start(cls, *args, **kw)
+        await proc.proc.wait()
+        await asyncio.gather(*proc._pumps)
+        proc.reader = asyncio.StreamReader()  # its end not read yet
+        return proc
+
+    monkeypatch.setattr(AgentProcess, "start", classmethod(start_and_exit))
+
+    async def scenario() -> None:
+        async with serve(tmp_path) as srv:
+            r = await srv.client.post("/api/conversations", json={
+                "agent": {"kind": "ACPAgent", "acp_command": command},
+                "workspace": {"working_dir": str(tmp_path / "ws")}})
+            assert r.status_code == 201, r.text
+            conv = srv.conversation(r.json()["id"])
+            await send(srv.client, conv, "go")
+            assert await settled(conv) == S.ERROR
+            [error] = await events(conv, ConversationErrorEvent)
+            assert error.code == "ACPAgentExited", error
+            assert error.detail.startswith(f"The ACP agent ({command[0]}) stopped while "
+                                           f"starting: {status}.")
+            assert "Transport" not in error.detail
+
+    uvloop.run(scenario())
+
+
+async def test_a_literal_acp_env_value_printed_by_the_agent_reaches_no_event(
+        tmp_path: Path) -> None:
+    """The issue's repro: a literal acp_env value (redacted in responses) that the agent
+    prints on stderr before it exits is masked in the crash report, wherever it goes: the
+    log (search), a socket, the webhook."""
+    from tests.support.inprocess import KEY, serve
+    from tests.support.receiver import Receiver
+
+    value = "literal-value-123"
+    receiver = Receiver(api_key=KEY).start()
+    try:
+        async with serve(tmp_path, webhook_url=receiver.base_url,
+                         delivery={"webhook_batch_ms": 10}) as srv:
+            r = await srv.client.post("/api/conversations", json={
+                "agent": {"kind": "ACPAgent", "acp_command": ["sh"],
+                          "acp_args": ["-c", "echo $MYKEY >&2; exit 3"],
+                          "acp_env": {"MYKEY": value}},
+                "workspace": {"working_dir": str(tmp_path / "ws")}})
+            assert r.status_code == 201, r.text
+            conv = srv.conversation(r.json()["id"])
+            frames = srv.services.delivery.pubsub.subscribe(conv.id)
+            await send(srv.client, conv, "go")
+            assert await settled(conv) == S.ERROR
+            r = await srv.client.get(f"/api/conversations/{conv.id}/events/search",
+                                     params={"kind__eq": "ConversationErrorEvent"})
+            [error] = r.json()["items"]
+            assert error["code"] == "ACPAgentExited"
+            assert error["detail"].endswith(f"Last stderr lines:\n{MASK}")
+            shown = [(await frames.get()).text for _ in range(len(frames))]
+            assert any("ACPAgentExited" in f for f in shown)
+            wanted = {e.id for e in await events(conv)}
+            await asyncio.to_thread(lambda: _delivered(receiver, conv.id, wanted))
+            everything = [(await srv.client.get(f"/api/conversations/{conv.id}/events/search"
+                                                )).text, *shown,
+                          *(b.body.decode() for b in receiver.batches)]
+            assert all(value not in text for text in everything)
+    finally:
+        receiver.stop()
+
+
+def _delivered(receiver: Any, cid: str, wanted: set[str | None]) -> None:
+    from tests.support.wait import wait_for
+
+    wait_for(lambda: wanted <= set(receiver.ids(cid)), timeout=20, what="webhook delivery")
 
 
 async def test_deleting_the_conversation_stops_the_process_tree(srv: InProcess,

@@ -6,10 +6,12 @@ Run as `python tests/support/acp_agent.py`. Each line of a prompt is one command
     think TEXT           one thought chunk
     read PATH            a `read` tool call that reads PATH through the client
     write PATH TEXT      an `edit` tool call that asks permission, then writes PATH
+    writes P1,P2 TEXT    `write` for each path at once (several permissions asked together)
     env NAME             an `execute` tool call whose input and output hold $NAME's value
     terminal COMMAND     an `execute` tool call that runs COMMAND in a client terminal
     spawn PIDFILE        start a grandchild (sleep) in a session of its own; its pid to PIDFILE
     sleep SECONDS        wait (a cancel ends the turn after it)
+    usage IN OUT USD     a usage_update (the session's cost so far: USD) and the turn's usage
     stop REASON          end the turn now with this stop reason (max_tokens, refusal, ...)
     hang                 wait until cancelled (then the turn ends `cancelled`)
     hang-hard            wait for ever, cancel or not
@@ -31,12 +33,15 @@ from acp import PROTOCOL_VERSION
 from acp.interfaces import Client
 from acp.schema import (
     AgentCapabilities,
+    Cost,
     InitializeResponse,
     NewSessionResponse,
     PermissionOption,
     PromptResponse,
     TextContentBlock,
     ToolCallUpdate,
+    Usage,
+    UsageUpdate,
 )
 
 
@@ -45,6 +50,7 @@ class ScriptedAgent:
         self.conn: Client | None = None
         self.cancelled = asyncio.Event()
         self.calls = 0
+        self.usage: Usage | None = None
 
     def on_connect(self, conn: Client) -> None:
         self.conn = conn
@@ -64,6 +70,7 @@ class ScriptedAgent:
 
     async def prompt(self, session_id: str, prompt: list[Any], **kwargs: Any) -> PromptResponse:
         self.cancelled.clear()
+        self.usage = None
         text = "\n".join(b.text for b in prompt if isinstance(b, TextContentBlock))
         for line in text.splitlines():
             command, _, rest = line.strip().partition(" ")
@@ -75,7 +82,7 @@ class ScriptedAgent:
                 return PromptResponse(stop_reason="cancelled")
             if isinstance(result, str) and result.startswith("stop:"):
                 return PromptResponse(stop_reason=result[5:])
-        return PromptResponse(stop_reason="end_turn")
+        return PromptResponse(stop_reason="end_turn", usage=self.usage)
 
     # -- commands ----------------------------------------------------------------------------
 
@@ -141,6 +148,12 @@ class ScriptedAgent:
             cid, status="completed", content=[acp.tool_diff_content(path, content)]))
         return None
 
+    async def do_writes(self, sid: str, rest: str) -> str | None:
+        paths, _, content = rest.partition(" ")
+        done = await asyncio.gather(*(self.do_write(sid, f"{path} {content}")
+                                      for path in paths.split(",")))
+        return "cancelled" if "cancelled" in done else None
+
     async def do_env(self, sid: str, name: str) -> None:
         cid = self.call_id()
         value = os.environ.get(name, "")
@@ -169,6 +182,14 @@ class ScriptedAgent:
         child = subprocess.Popen(["sleep", "300"], start_new_session=True)
         with open(pidfile, "w") as f:
             f.write(f"{os.getpid()} {child.pid}")
+
+    async def do_usage(self, sid: str, rest: str) -> None:
+        tokens_in, tokens_out, usd = rest.split()
+        await self.client.session_update(sid, UsageUpdate(
+            session_update="usage_update", used=int(tokens_in) + int(tokens_out), size=200_000,
+            cost=Cost(amount=float(usd), currency="USD")))
+        self.usage = Usage(input_tokens=int(tokens_in), output_tokens=int(tokens_out),
+                           total_tokens=int(tokens_in) + int(tokens_out), cached_read_tokens=7)
 
     async def do_stop(self, sid: str, reason: str) -> str:
         return f"stop:{reason}"

@@ -13,7 +13,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
@@ -57,6 +57,8 @@ class Span:
     start_ns: int
     end_ns: int
     service: str
+    #: (trace id, span id, attributes) of each span this one links to.
+    links: list[tuple[str, str, dict[str, Any]]] = field(default_factory=list)
 
 
 class OTLPReceiver:
@@ -99,7 +101,10 @@ class OTLPReceiver:
                         events=[(e.name, {kv.key: value(kv.value) for kv in e.attributes})
                                 for e in s.events],
                         start_ns=s.start_time_unix_nano, end_ns=s.end_time_unix_nano,
-                        service=str(resource.get("service.name", ""))))
+                        service=str(resource.get("service.name", "")),
+                        links=[(link.trace_id.hex(), link.span_id.hex(),
+                                {kv.key: value(kv.value) for kv in link.attributes})
+                               for link in s.links]))
         with self._lock:
             self.bodies.append(body)
             self.content_types.append(request.headers.get("content-type", ""))

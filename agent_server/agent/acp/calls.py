@@ -4,11 +4,18 @@ bounded before it is stored."""
 
 from __future__ import annotations
 
+import asyncio
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
-from acp.schema import ToolCallProgress, ToolCallStart, ToolCallUpdate
+from acp.schema import (
+    PermissionOption,
+    RequestPermissionResponse,
+    ToolCallProgress,
+    ToolCallStart,
+    ToolCallUpdate,
+)
 from pydantic import BaseModel
 
 from events import ACPToolCallEvent, SecurityRisk
@@ -122,3 +129,19 @@ def bounded(value: Any, limit: int = MAX_FIELD_CHARS) -> Any:
 
 def _cut(text: str, limit: int) -> str:
     return f"{text[:limit]}\n[... {len(text) - limit:,} more characters cut]"
+
+
+@dataclass
+class PermissionWait:
+    """A permission request of the agent waiting for the user's answer."""
+
+    call: ToolCallState
+    options: list[PermissionOption]
+    answer: asyncio.Future[RequestPermissionResponse] = field(
+        default_factory=lambda: asyncio.get_running_loop().create_future())
+    #: The ACPToolCallEvent that shows what waits (a rejection names it as its action).
+    event_id: str = ""
+
+    def reply(self, response: RequestPermissionResponse) -> None:
+        if not self.answer.done():
+            self.answer.set_result(response)

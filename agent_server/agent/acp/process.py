@@ -37,6 +37,9 @@ STDERR_LINES = 20
 STDERR_LINE_CHARS = 500
 #: Seconds to wait for a crashed process's exit status.
 EXIT_WAIT = 5.0
+#: What talking to an agent that is gone raises: the pipes' errors, the protocol's closed
+#: connection, and uvloop's RuntimeError for a write on the pipe it closed at the exit.
+GONE = (ConnectionError, OSError, RuntimeError)
 
 
 class ACPFailure(Exception):
@@ -221,8 +224,8 @@ async def _handshake(conn: ClientSideConnection, proc: AgentProcess, program: st
         session = await conn.new_session(cwd=str(cwd), mcp_servers=[])
     except RequestError as exc:
         raise ACPFailure("ACPStartFailed", request_error(exc)) from None
-    except (ConnectionError, OSError) as exc:
-        raise await proc.crashed(program, f"while starting ({exc})") from None
+    except GONE:
+        raise await proc.crashed(program, "while starting") from None
     return session.session_id
 
 

@@ -9,7 +9,8 @@ seen as one prompt and relays the turn as events:
     agent_message_chunk  -> StreamingDeltaEvents (live), a MessageEvent when the text ends
     tool_call / _update  -> an ACPToolCallEvent at its start and at each change of status
     request_permission   -> WAITING_FOR_CONFIRMATION when the policy says so; the answer
-                            (accept, reject) goes back over ACP
+                            (accept, reject) goes back over ACP, to every request waiting
+                            (an agent may ask about several tool calls at once)
     end of the turn      -> FINISHED (or the next prompt, when the user wrote meanwhile)
 
 The prompt outlives a run: a run that waits for confirmation ends while the agent's request
@@ -28,7 +29,6 @@ import os
 import shutil
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from enum import Enum
 
 from acp import RequestError
@@ -43,19 +43,30 @@ from acp.schema import (
     ToolCallProgress,
     ToolCallStart,
     ToolCallUpdate,
+    UsageUpdate,
 )
 
-from agent_server.agent.acp.calls import ToolCalls, ToolCallState
+from agent_server.agent.acp.calls import PermissionWait, ToolCalls
 from agent_server.agent.acp.client import SessionUpdate, WorkspaceClient
 from agent_server.agent.acp.messages import AgentMessage, PromptBlock, chunk_text, prompt_blocks
-from agent_server.agent.acp.process import ACPFailure, AgentConnection, agent_env, request_error
+from agent_server.agent.acp.process import (
+    GONE,
+    ACPFailure,
+    AgentConnection,
+    agent_env,
+    request_error,
+)
 from agent_server.agent.acp.terminals import Terminals
+from agent_server.agent.acp.traced import CallTelemetry
+from agent_server.agent.acp.usage import ACPUsage
 from agent_server.agent.confirmation import needs_risk_confirmation
 from agent_server.agent.contract import ConversationSpec, RunControl
 from agent_server.agent.sink import EventSink
 from agent_server.agent.spec import ACPAgentSpec
+from agent_server.agent.usage import Metrics
 from agent_server.log import Query
 from agent_server.status import ExecutionStatus
+from agent_server.telemetry import Telemetry
 from core.files import read_json, write_json
 from events import ConversationErrorEvent, Event, MessageEvent, UserRejectObservation, parse_event
 from web.errors import invalid
@@ -74,7 +85,7 @@ class TurnState(Enum):
 
     IDLE = "idle"  # none: the next run sends the unsent messages
     WORKING = "working"  # the agent works on it
-    ASKING = "asking"  # and one of its permission requests waits for the user (`_waiting`)
+    ASKING = "asking"  # and its permission requests wait for the user (`_waiting`)
     CANCELLED = "cancelled"  # session/cancel was sent: drained, not read, before the next one
 
 
@@ -87,27 +98,14 @@ TURN_MOVES: dict[TurnState, frozenset[TurnState]] = {
 }
 
 
-@dataclass
-class PermissionWait:
-    """A permission request of the agent waiting for the user's answer."""
-
-    call: ToolCallState
-    options: list[PermissionOption]
-    answer: asyncio.Future[RequestPermissionResponse] = field(
-        default_factory=lambda: asyncio.get_running_loop().create_future())
-    #: The ACPToolCallEvent that shows what waits (a rejection names it as its action).
-    event_id: str = ""
-
-    def reply(self, response: RequestPermissionResponse) -> None:
-        if not self.answer.done():
-            self.answer.set_result(response)
-
-
 class ACPSession:
     def __init__(self, spec: ConversationSpec, sink: EventSink, control: RunControl,
-                 secrets: Mapping[str, str]) -> None:
+                 secrets: Mapping[str, str], metrics: Metrics,
+                 telemetry: Telemetry | None = None) -> None:
         assert isinstance(spec.agent, ACPAgentSpec)
         self.agent: ACPAgentSpec = spec.agent
+        self.usage = ACPUsage(metrics, self.agent.llm.model, self.agent.llm.usage_id)
+        self.traced = CallTelemetry(telemetry, sink.masker.text)
         self.spec, self.sink, self.control = spec, sink, control
         #: The live secret values (the conversation keeps the dict current).
         self.secrets = secrets
@@ -120,12 +118,12 @@ class ACPSession:
         self._state = TurnState.IDLE
         #: The prompt in flight (not IDLE); it may outlive the run that sent it.
         self._turn: asyncio.Task[PromptResponse] | None = None
-        #: The permission request waiting for the user (ASKING).
-        self._waiting: PermissionWait | None = None
+        #: The permission requests waiting for the user, in the order asked (ASKING).
+        self._waiting: list[PermissionWait] = []
         #: Set when a permission request needs the user: the run waiting on the turn returns.
         self._asked = asyncio.Event()
         self._calls = ToolCalls()
-        self._activity = time.monotonic()
+        self._activity = self._sent_at = time.monotonic()
         #: The id of the last user message sent to the agent (kept in STATE_FILE, read once).
         self._prompted: str | None = None
         self._prompted_read = False
@@ -144,6 +142,7 @@ class ACPSession:
         try:
             return await self._run(approved)
         except ACPFailure as failure:
+            self.traced.end_all("error")
             detail = self.sink.masker.text(failure.detail)[:2000]
             await self.sink.append(*self.message.end(), *self._calls.end("failed"),
                                    ConversationErrorEvent(source="environment", code=failure.code,
@@ -156,15 +155,16 @@ class ACPSession:
     async def reject_pending(self, reason: str) -> None:
         """The permission waiting is refused over ACP, and the turn ends (the conversation
         rests after a rejection, as it does for our own agent)."""
-        wait = self._answered()
-        if wait is None:
+        waits = self._answered()
+        if not waits:
             return
-        await self.sink.append(UserRejectObservation(
+        await self.sink.append(*(UserRejectObservation(
             tool_name=wait.call.title or wait.call.tool_kind or "acp_tool_call",
             tool_call_id=wait.call.tool_call_id, action_id=wait.event_id,
-            rejection_reason=reason))
+            rejection_reason=reason) for wait in waits))
         await self._cancel_turn()  # first: the agent reads the answer knowing the turn is over
-        wait.reply(_choose(wait.options, allow=False))
+        for wait in waits:
+            wait.reply(_choose(wait.options, allow=False))
 
     async def close(self) -> None:
         """Stop the agent process (its whole tree) and its terminals."""
@@ -190,11 +190,15 @@ class ACPSession:
             events += self.message.end()
             call = self._calls.get(update.tool_call_id)
             call.merge(update)
+            self.traced.seen(call)
             events.append(call.event())
+        elif isinstance(update, UsageUpdate):
+            self.usage.update(update)
         elif isinstance(update, ToolCallProgress):
             call = self._calls.get(update.tool_call_id)
             before = call.status
             call.merge(update)
+            self.traced.seen(call)
             if call.status != before:  # every change of status is told; content rides along
                 events += self.message.end()
                 events.append(call.event())
@@ -206,40 +210,42 @@ class ACPSession:
         self._activity = time.monotonic()
         call = self._calls.get(tool_call.tool_call_id)
         call.merge(tool_call)
+        self.traced.seen(call)
         if self._state in (TurnState.IDLE, TurnState.CANCELLED):
             return _cancelled()
         if not needs_risk_confirmation(self.control.confirmation_policy, call.risk):
             return _choose(options, allow=True)
         wait = PermissionWait(call, options)
-        if self._waiting is not None:  # one question at a time: the older one is withdrawn
-            self._waiting.reply(_cancelled())
-        self._move(TurnState.ASKING)
-        self._waiting = wait
+        self._move(TurnState.ASKING)  # a request already waiting keeps waiting beside it
+        self._waiting.append(wait)
         stored = await self.sink.append(*self.message.end(), call.event(status="pending"))
         wait.event_id = stored[-1].id or ""
         self._asked.set()
         try:
             return await wait.answer
         finally:
-            if self._waiting is wait:
-                self._answered()
+            if wait in self._waiting:  # withdrawn by the agent: the others still wait
+                self._waiting.remove(wait)
+                if not self._waiting:
+                    self._answered()
 
     # -- the turn's state --------------------------------------------------------------------
 
     def _move(self, to: TurnState) -> None:
         if to is not self._state and to not in TURN_MOVES[self._state]:
             raise RuntimeError(f"an ACP turn cannot go from {self._state.value} to {to.value}")
-        if to is not TurnState.ASKING and self._waiting is not None:
-            self._waiting.reply(_cancelled())  # withdrawn: no longer asked
-            self._waiting = None
+        if to is not TurnState.ASKING and self._waiting:
+            waits, self._waiting = self._waiting, []
+            for wait in waits:
+                wait.reply(_cancelled())  # withdrawn: no longer asked
         self._state = to
 
-    def _answered(self) -> PermissionWait | None:
-        """The permission waiting (if any) is taken to be answered: the agent works on."""
-        wait, self._waiting = self._waiting, None
-        if wait is not None:
+    def _answered(self) -> list[PermissionWait]:
+        """The permissions waiting (if any) are taken to be answered: the agent works on."""
+        waits, self._waiting = self._waiting, []
+        if self._state is TurnState.ASKING:
             self._move(TurnState.WORKING)
-        return wait
+        return waits
 
     # -- the run ---------------------------------------------------------------------------
 
@@ -249,9 +255,8 @@ class ACPSession:
         if self._state is TurnState.ASKING:
             if not approved:
                 return ExecutionStatus.WAITING_FOR_CONFIRMATION
-            wait = self._answered()
-            assert wait is not None
-            wait.reply(_choose(wait.options, allow=True))
+            for wait in self._answered():
+                wait.reply(_choose(wait.options, allow=True))
         while True:
             if self._state is TurnState.IDLE:
                 if self.control.pause_requested:
@@ -263,7 +268,9 @@ class ACPSession:
             response = await self._wait_turn()
             if response is None:
                 return ExecutionStatus.WAITING_FOR_CONFIRMATION
-            await self.sink.append(*self.message.end(), *self._calls.end("completed"))
+            self.traced.end_all("ok")
+            await self.sink.append(*self.message.end(), *self._calls.end("completed"),
+                                   *self.usage.turn(response, time.monotonic() - self._sent_at))
             reason = str(response.stop_reason)
             if reason == "cancelled":  # the agent ended the turn itself
                 return ExecutionStatus.PAUSED
@@ -279,7 +286,8 @@ class ACPSession:
         await asyncio.to_thread(write_json, self.spec.state_dir / STATE_FILE, {"prompted": last})
         self._calls.clear()
         self._asked.clear()
-        self._activity = time.monotonic()
+        self._activity = self._sent_at = time.monotonic()
+        self.traced.turn()
         self._move(TurnState.WORKING)
         self._turn = asyncio.create_task(
             link.conn.prompt(session_id=link.session_id, prompt=list(blocks)),
@@ -317,8 +325,8 @@ class ACPSession:
             return turn.result()
         except RequestError as exc:
             raise ACPFailure("ACPRequestError", request_error(exc)) from None
-        except (ConnectionError, OSError) as exc:
-            raise await self._crashed(f"during the turn ({exc})") from None
+        except GONE:
+            raise await self._crashed("during the turn") from None
 
     async def _crashed(self, when: str) -> ACPFailure:
         """The process is gone (or its pipes are): its exit status and last stderr lines."""
@@ -361,6 +369,7 @@ class ACPSession:
     async def _interrupted(self) -> None:
         """The run was cancelled (interrupt, shutdown): cancel the turn, keep what was said."""
         await self._cancel_turn()
+        self.traced.end_all("cancelled")
         with contextlib.suppress(Exception):  # the log may be closing with the server
             await self.sink.append(*self.message.end(),
                                    *self._calls.end("failed", "Interrupted."))

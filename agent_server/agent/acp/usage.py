@@ -1,0 +1,54 @@
+"""What an ACP agent reports of its model use, counted in the conversation's metrics.
+
+The agent keeps its own model, so its own figures are all there is: a turn's token usage
+(`PromptResponse.usage`, marked unstable in the protocol) and the session's cumulative cost
+and context window (`usage_update` notifications). A turn that reports usage is one response
+in the metrics (ConversationInfo.metrics, `stats`) and a `stats` state update in the shape
+the loop sends; cost counts only in USD (the metrics have no currency), as what the session's
+cumulative cost grew by since the last report. An agent that reports nothing leaves them at 0.
+"""
+
+from __future__ import annotations
+
+from acp.schema import PromptResponse, UsageUpdate
+
+from agent_server.agent.usage import Metrics, TokenUsage
+from events import ConversationStateUpdateEvent
+
+
+class ACPUsage:
+    def __init__(self, metrics: Metrics, model: str, usage_id: str) -> None:
+        self.metrics = metrics
+        self.model = model
+        self.usage_id = usage_id
+        #: The session's cumulative cost last reported (this process's agent: a new process
+        #: is a new session, counted from 0 again).
+        self._cost_seen = 0.0
+        self._cost_pending = 0.0
+        self._context_window = 0
+
+    def update(self, update: UsageUpdate) -> None:
+        self._context_window = update.size
+        if update.cost is not None and update.cost.currency.upper() == "USD":
+            self._cost_pending += max(update.cost.amount - self._cost_seen, 0.0)
+            self._cost_seen = update.cost.amount
+
+    def turn(self, response: PromptResponse, latency: float) -> list[ConversationStateUpdateEvent]:
+        """The turn's figures counted; the `stats` update (none when it reported nothing)."""
+        used = response.usage
+        if used is None and not self._cost_pending:
+            return []
+        usage = TokenUsage(model=self.model, context_window=self._context_window)
+        if used is not None:
+            usage.prompt_tokens, usage.completion_tokens = used.input_tokens, used.output_tokens
+            usage.cache_read_tokens = used.cached_read_tokens or 0
+            usage.cache_write_tokens = used.cached_write_tokens or 0
+            usage.reasoning_tokens = used.thought_tokens or 0
+            usage.per_turn_token = used.total_tokens
+        cost, self._cost_pending = self._cost_pending, 0.0
+        self.metrics.add(usage, cost, latency)
+        return [ConversationStateUpdateEvent(key="stats", value={
+            "usage_to_metrics": {self.usage_id: self.metrics.model_dump(mode="json")},
+            "last_response": {**usage.model_dump(mode="json"), "cost": cost,
+                              "latency": latency},
+        })]
