@@ -191,3 +191,37 @@ async def specs(request: Request) -> Response:
     read_query(request, SpecSearch)
     return reply(SpecPage(items=[SandboxSpecInfo(id=s.id, description=s.description)
                                  for s in services(request).provider.specs()]))
+
+
+#: How long before its pause a sandbox's idle status warns (the frontend shows a banner).
+WARNING_SECONDS = 60.0
+
+
+class IdleStatus(BaseModel):
+    """The app server's idle-timeout view of one sandbox (times in seconds)."""
+
+    idle_seconds: float
+    """Since its last activity."""
+    timeout_seconds: float | None
+    """The idle time after which a RUNNING sandbox is paused (null: never)."""
+    warning_seconds: float
+    is_warning: bool
+    """RUNNING, and paused within `warning_seconds`."""
+    remaining_seconds: float | None
+    """Until it is paused (the idle time or the 12-hour cap, whichever comes first); null when
+    it is not RUNNING or nothing will pause it."""
+
+
+@doc(summary="How long the sandbox has been idle and when it will be paused", response=IdleStatus,
+     errors=(404,))
+async def idle_status(request: Request) -> Response:
+    svc, row = await owned(request)
+    now = svc.db.now()
+    pause_at, _ = svc.lifecycle.deadlines(row)
+    remaining = None if pause_at is None else max((pause_at - now).total_seconds(), 0.0)
+    idle = svc.config.idle_seconds
+    return reply(IdleStatus(
+        idle_seconds=max((now - row.last_activity_at).total_seconds(), 0.0),
+        timeout_seconds=idle, warning_seconds=WARNING_SECONDS,
+        is_warning=remaining is not None and remaining <= WARNING_SECONDS,
+        remaining_seconds=remaining))

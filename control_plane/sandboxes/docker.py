@@ -9,7 +9,8 @@ A sandbox's container:
   plane's deployment (a digest of its database URL: every control plane of one deployment
   shares it), which is how a restarted control plane finds it again;
 - keeps its agent-server state and its workspace in a named volume of its own (same name),
-  mounted at the image's state directory, the workspace under it: a container removed by hand
+  mounted at `/workspace`: the workspace is `/workspace/project` (where OpenHands clients
+  expect it), the agent server's state `/workspace/.agent-server` beside it; a container removed by hand
   loses nothing the next start needs, and a deleted sandbox leaves a tar.gz of its workspace
   under the archive directory, served by no route;
 - publishes the agent server's port 8000 on 127.0.0.1 only, on a host port Docker chooses;
@@ -55,6 +56,7 @@ import httpx
 from docker.models.containers import Container
 
 from control_plane.sandboxes.provider import (
+    PROJECT_DIR,
     Handle,
     Launch,
     Liveness,
@@ -68,11 +70,14 @@ T = TypeVar("T")
 
 SPEC = SandboxSpec(id="docker", description="a container of the sandbox image (sandbox.Dockerfile) "
                    "on a bridge network without inter-container traffic, as an unprivileged user "
-                   "with a read-only root and limits, its state and workspace in a volume of its own")
+                   "with a read-only root and limits, its state and workspace in a volume of its own; "
+                   f"its workspace at {PROJECT_DIR}", working_dir=PROJECT_DIR)
 PORT = "8000/tcp"
-STATE_DIR = "/var/lib/agent-server"
-"""The image's state directory: the volume's mount point."""
-WORKSPACE = STATE_DIR + "/workspace"
+VOLUME_DIR = "/workspace"
+"""The volume's mount point (the sandbox's root_dir)."""
+STATE_DIR = VOLUME_DIR + "/.agent-server"
+"""The agent server's state, on the volume beside the workspace."""
+WORKSPACE = PROJECT_DIR
 LABEL_SANDBOX = "agent-server.sandbox"
 LABEL_PLANE = "agent-server.control-plane"
 HOST_ALIAS = "host.docker.internal"
@@ -149,7 +154,10 @@ class DockerProvider(SandboxProvider):
 
     def root_dir(self, sandbox_id: str, sandboxes_dir: Path) -> Path:
         """Inside its container: the volume, with the workspace under it."""
-        return Path(STATE_DIR)
+        return Path(VOLUME_DIR)
+
+    def working_dir(self, root_dir: Path) -> Path:
+        return Path(WORKSPACE)
 
     def labels(self, sandbox_id: str) -> dict[str, str]:
         return {LABEL_SANDBOX: sandbox_id, LABEL_PLANE: self.plane}
@@ -220,7 +228,7 @@ class DockerProvider(SandboxProvider):
             # hands over the keys ends (StdinOnce).
             detach=False, stdin_open=True,
             ports=ports, network=self.network,
-            volumes={name: {"bind": STATE_DIR, "mode": "rw"}},
+            volumes={name: {"bind": VOLUME_DIR, "mode": "rw"}},
             extra_hosts={HOST_ALIAS: "host-gateway"},
             user=USER, cap_drop=["ALL"], security_opt=["no-new-privileges"],
             read_only=True, tmpfs=TMPFS, mem_limit=self.limits.memory,
@@ -385,7 +393,7 @@ class DockerProvider(SandboxProvider):
                     return None
                 helper = container = client.containers.create(
                     self.image, labels=self.labels(sandbox_id), network_disabled=True,
-                    volumes={name_of(sandbox_id): {"bind": STATE_DIR, "mode": "ro"}})
+                    volumes={name_of(sandbox_id): {"bind": VOLUME_DIR, "mode": "ro"}})
             try:
                 chunks, _ = container.get_archive(WORKSPACE)
             except docker.errors.NotFound:

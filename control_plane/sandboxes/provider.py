@@ -30,6 +30,14 @@ class SandboxSpec:
     id: str
     description: str
     """What a sandbox made from it is."""
+    working_dir: str | None = None
+    """The workspace as the sandbox's processes see it, the same in every sandbox of the spec
+    (`/workspace/project`, where OpenHands clients expect it); None when it differs from one
+    sandbox to the next (`SandboxProvider.working_dir` says where)."""
+
+
+#: Where OpenHands clients (the Cloud workspace, the web frontend) expect the workspace.
+PROJECT_DIR = "/workspace/project"
 
 
 @dataclass(frozen=True)
@@ -147,6 +155,11 @@ class SandboxProvider(abc.ABC):
         conversations' working directories are made under `workspace/` there). A process's is
         on this machine; a container's is the same path inside every container."""
         return sandboxes_dir / sandbox_id
+
+    def working_dir(self, root_dir: Path) -> Path:
+        """The workspace of the sandbox whose directory is `root_dir`, as its processes see it:
+        the agent server's working directory, under which conversations get theirs."""
+        return root_dir / "workspace"
 
     async def close(self) -> None:
         """Release the provider's own resources; sandboxes keep running (they are adopted later)."""

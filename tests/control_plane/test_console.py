@@ -370,7 +370,7 @@ def test_streaming_text_shows_as_it_is_written(plane: ControlPlane, llm: Scripte
     expect(draft).to_have_count(0)
     assert page.locator("main b, main img").count() == 0 and page.evaluate("window.__x") is None
     shot(page, "02-final-message")
-    assert conversation(api, cid)["execution_status"] in ("RUNNING", "FINISHED")
+    assert conversation(api, cid)["execution_status"] in ("running", "finished")
     page.context.close()
     wait_for(lambda: agent_sockets(api, sid) == 0, 30, what="the socket to close")
     assert problems == []

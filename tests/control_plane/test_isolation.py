@@ -178,7 +178,7 @@ def test_what_a_bound_path_holds_of_the_control_plane_is_covered(tmp_path: Path)
     try:
         (hidden / "secret.key").write_text("the-key\n")
         root = tmp_path / "sandbox"
-        root.mkdir()
+        (root / "workspace").mkdir(parents=True)
         for covered, expected in ((True, "No such file"), (False, "the-key")):
             isolation = choose("bubblewrap", hidden=[hidden] if covered else [],
                                uids=Config().sandbox_uids)

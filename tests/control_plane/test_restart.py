@@ -86,7 +86,7 @@ def run_and_kill(plane: PlaneProcess, client: httpx.Client, llm: ScriptedLLM, ke
 
     # The run finishes; every event of the agent server's log is stored exactly once.
     wait_for(lambda: client.get("/api/v1/app-conversations", params={"ids": cid})
-             .json()[0]["execution_status"] == "FINISHED", 60, what="the run")
+             .json()[0]["execution_status"] == "finished", 60, what="the run")
     agent = httpx.get(f"{sandbox['exposed_urls'][0]['url']}/api/conversations/{cid}/events/search",
                       params={"limit": 1000}, headers={"X-Session-API-Key": sandbox["session_api_key"]})
     expected = [e["id"] for e in agent.json()["items"]]

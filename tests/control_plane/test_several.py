@@ -205,5 +205,5 @@ def test_a_pause_cut_short_by_a_sigkill_is_finished_by_the_other(
     r = ca.post(f"/api/v1/sandboxes/{sid}/resume")
     assert r.status_code == 200 and r.json()["status"] == "RUNNING", r.text
     wait_for(lambda: ca.get("/api/v1/app-conversations", params={"ids": cid})
-             .json()[0]["execution_status"] == "FINISHED", 60, what="the run to finish")
+             .json()[0]["execution_status"] == "finished", 60, what="the run to finish")
     wait_for(lambda: actions() == 3, 60, what="every step")
