@@ -258,6 +258,7 @@ def test_the_console_end_to_end(plane: ControlPlane, clock: ShiftedClock, llm: S
     expect(status).to_contain_text(f"READY: open the conversation (sandbox {sid})", timeout=SLOW)
     rows = page.locator("tbody tr")
     expect(rows).to_have_count(2)
+    expect(page.get_by_text("2 conversations", exact=True)).to_be_visible()
     expect(page.locator(f"tr[data-sandbox-id='{sid}']")).to_have_count(2)
     shot(page, "08-conversations-grouped")
 

@@ -4,7 +4,7 @@
 import { api, download, follow } from "./api.js";
 import { badge, clear, cost, field, h, notify } from "./dom.js";
 import { EventLog } from "./events.js";
-import { reasonText } from "./status.js";
+import { execution, reasonText } from "./status.js";
 import { lineDiff } from "./diff.js";
 
 const READ_ONLY = new Set(["ERROR", "MISSING"]);
@@ -137,7 +137,7 @@ export function conversationPage(main, id) {
       ["Repository", r.selected_repository ? `${r.selected_repository}${r.selected_branch ? ` @ ${r.selected_branch}` : ""}` : "—"],
       ["Sandbox", h("a", { href: "#/sandboxes" }, h("code", {}, r.sandbox_id))],
       ["Sandbox status", [badge(r.sandbox_status, "Sandbox"), why ? h("span", { class: "why-line" }, ` ${why}`) : null]],
-      ["Execution", badge(r.execution_status, "Execution")],
+      ["Execution", badge(execution(r), "Execution")],
       ["Cost", cost(r.metrics?.accumulated_cost)],
       ["Live events", liveState],
     ];
@@ -150,7 +150,7 @@ export function conversationPage(main, id) {
     for (const control of [pauseButton, interruptButton, confirmBox, sendButton, message, changesButton]) {
       control.disabled = readOnly;
     }
-    confirmation.hidden = readOnly || r.execution_status !== "WAITING_FOR_CONFIRMATION";
+    confirmation.hidden = readOnly || execution(r) !== "WAITING_FOR_CONFIRMATION";
     for (const entry of log.pending()) entry.classList.toggle("waiting", !confirmation.hidden);
   }
 

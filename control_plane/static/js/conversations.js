@@ -2,6 +2,7 @@
 // allows) and the form that starts one, following its start task until READY or ERROR.
 import { api } from "./api.js";
 import { badge, clear, cost, field, h, notify, timeElement } from "./dom.js";
+import { execution } from "./status.js";
 
 const PAGE_SIZE = 20;
 
@@ -31,8 +32,8 @@ export function conversationsPage(main) {
       if (!page.items.length) {
         tbody.append(h("tr", {}, h("td", { colspan: 6, class: "muted" }, "No conversations yet.")));
       }
-      count.textContent = `${total.count} conversation${total.count === 1 ? "" : "s"}` +
-        (total.count > PAGE_SIZE ? `, page ${position + 1}` : "");
+      count.textContent = `${total} conversation${total === 1 ? "" : "s"}` +
+        (total > PAGE_SIZE ? `, page ${position + 1}` : "");
       previous.disabled = position === 0;
       next.disabled = !nextPageId;
     } catch (error) {
@@ -83,7 +84,7 @@ function row(c) {
     h("td", { "data-label": "Repository" }, repository),
     h("td", { "data-label": "Sandbox" }, h("code", { class: "sandbox-id" }, c.sandbox_id)),
     h("td", { "data-label": "Sandbox status" }, badge(c.sandbox_status, "Sandbox")),
-    h("td", { "data-label": "Execution" }, badge(c.execution_status, "Execution")),
+    h("td", { "data-label": "Execution" }, badge(execution(c), "Execution")),
     h("td", { "data-label": "Cost" }, cost(c.metrics?.accumulated_cost)));
 }
 
