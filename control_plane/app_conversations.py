@@ -32,6 +32,9 @@ from control_plane.store import Database, conversations, events, sandboxes
 from web.errors import Conflict, NotFound, UpstreamError
 
 #: The agent-server routes a client may read through the control plane (SPEC 4.2).
+#: Events the trajectory zip holds one file each of, beside events.jsonl (the OpenHands app
+#: server refuses to export more than this many at all; ours has them all in events.jsonl).
+EXPORT_EVENT_FILES = 10_000
 INSPECTION = {"file": "/file", "git/changes": "/git/changes", "git/diff": "/git/diff",
               "skills": "/skills", "hooks": "/hooks"}
 
@@ -313,9 +316,10 @@ class AppConversationService:
         return False
 
     async def download(self, row: ConversationRow) -> AsyncIterator[bytes]:
-        """The trajectory as a zip (meta.json: the record; events.jsonl: every stored event),
-        streamed: events are read a chunk at a time and the zip sent as it is written, so a
-        long conversation never sits in memory whole."""
+        """The trajectory as a zip (meta.json: the record; events.jsonl: every stored event;
+        and, as the OpenHands app server writes it, `event_{i:06d}_{id}.json` per event, for
+        the first EXPORT_EVENT_FILES), streamed: events are read a chunk at a time and the zip
+        sent as it is written, so a long conversation never sits in memory whole."""
         record = await self.record(row, live=False)
         meta = record.model_dump(mode="json", exclude={"session_api_key", "conversation_url"})
         sink = _Sink()
@@ -326,6 +330,16 @@ class AppConversationService:
                     member.write(body.encode() + b"\n")
                     if sink.size() >= 256 * 1024:
                         yield sink.take()
+            i = 0
+            async for body in events.all_bodies(self.db, row.id):
+                if i >= EXPORT_EVENT_FILES:
+                    break
+                event = json.loads(body)
+                archive.writestr(f"event_{i:06d}_{event.get('id')}.json",
+                                 json.dumps(event, indent=2))
+                i += 1
+                if sink.size() >= 256 * 1024:
+                    yield sink.take()
         yield sink.take()
 
 

@@ -26,7 +26,9 @@ class TextItem(BaseModel):
 class InitialMessage(BaseModel):
     role: Literal["user"] = "user"
     content: list[TextItem] = Field(min_length=1, max_length=100)
-    run: bool = False
+    run: bool = True
+    """Left out, the agent starts, as with the OpenHands app server (whose web frontend never
+    sends it); false only stores the message."""
 
 
 class Plugin(BaseModel):

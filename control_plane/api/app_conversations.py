@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 from datetime import datetime
+from pathlib import PurePosixPath
 from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -250,12 +251,26 @@ async def file(request: Request) -> Response:
     assert params is not None
     if params.path is not None:
         return await _inspect(request, row, "file", {"path": params.path})
-    raw = await services(request).conversations.inspect(row, "file", {"path": params.file_path or ""})
+    raw = await services(request).conversations.inspect(
+        row, "file", {"path": in_conversation(row.working_dir, params.file_path or "")})
     if raw.status == 404:
         return _json_text("")
     if raw.status >= 400:
         return Response(raw.content, status_code=raw.status, media_type=raw.media_type)
     return _json_text(raw.content.decode(errors="replace"))
+
+
+def in_conversation(working_dir: str | None, raw: str) -> str:
+    """The app server's conversations all work in the sandbox's /workspace/project, ours each in
+    a directory of its own below it: a path under the sandbox's workspace but outside the
+    conversation's directory (the frontend's `/workspace/project/.agents_tmp/PLAN.md`) is read
+    in the conversation's. The agent server confines the result as always."""
+    if not working_dir:
+        return raw
+    own, path = PurePosixPath(working_dir), PurePosixPath(raw)
+    if path.is_absolute() and not path.is_relative_to(own) and path.is_relative_to(own.parent):
+        return str(own / path.relative_to(own.parent))
+    return raw
 
 
 def _json_text(text: str) -> Response:

@@ -198,7 +198,7 @@ def test_a_vanished_sandbox_is_missing_and_its_conversations_read_only(
     task = start(client, "hi")
     cid, sid = task["app_conversation_id"], task["sandbox_id"]
     wait_for(lambda: client.get(f"/api/v1/conversation/{cid}/events/count",
-                                params={"kind__eq": "ActionEvent"}).json()["count"] == 1, 30)
+                                params={"kind__eq": "ActionEvent"}).json() == 1, 30)
     pid = sandbox_pid(control_plane, sid)
     processes.signal_group(pid, signal.SIGKILL)
     sandbox = wait_for(lambda: (s := client.get("/api/v1/sandboxes", params={"id": sid}).json()[0])

@@ -49,6 +49,7 @@ def isolated(tmp_path: Path) -> Iterator[ControlPlane]:
 def test_a_tenant_reads_nothing_of_another(isolated: ControlPlane, llm: ScriptedLLM) -> None:
     specs = isolated.client(isolated.new_user("admin")).get("/api/v1/sandbox-specs/search").json()
     assert "isolated by bubblewrap" in specs["items"][0]["description"], specs
+    assert specs["items"][0]["working_dir"] == "/workspace/project"
 
     state = isolated.config.state_dir
     a = victim(isolated, llm)
