@@ -53,6 +53,15 @@ def example_06() -> None:
         down = step("06: file_download", lambda: ws.file_download("/workspace/project/up.txt", local))
         check("06: downloaded what was uploaded", down.success and open(local).read() == "uploaded\n",
               down.model_dump())
+        step("06: a repository", lambda: ws.execute_command(
+            "git init -q . && git add up.txt && git -c user.name=t -c user.email=t@t commit -qm one"
+            " && echo changed >> up.txt"))
+        changes = step("06: git_changes", lambda: ws.git_changes("/workspace/project"))
+        check("06: the change listed", [str(c.path) for c in changes] == ["up.txt"],
+              [c.model_dump() for c in changes])
+        diff = step("06: git_diff", lambda: ws.git_diff("/workspace/project/up.txt"))
+        check("06: its two sides", diff.original == "uploaded\n"
+              and diff.modified == "uploaded\nchanged\n", diff.model_dump())
         agent = get_default_agent(llm=llm(), cli_mode=True)
         conversation = step("06: Conversation", lambda: Conversation(agent=agent, workspace=ws,
                                                                      visualizer=None))
