@@ -22,9 +22,11 @@ from starlette.responses import Response
 
 from control_plane.api.io import services, user
 from control_plane.api.paths import path_id
+from control_plane.crypto import hash_key
 from control_plane.models import GroupingStrategy, SandboxRow
 from control_plane.settings import MASK, SECRET_NAME
-from web.errors import Forbidden, NotFound, invalid
+from control_plane.store import sandboxes
+from web.errors import Forbidden, NotFound, Unauthorized, invalid
 from web.io import doc, read_query, reply
 
 audit = logging.getLogger("control_plane.secrets_access")
@@ -76,7 +78,7 @@ async def me(request: Request) -> Response:
     expose = read_query(request, MeQuery).expose_secrets
     svc = services(request)
     if expose:
-        sandbox = await svc.sandboxes.by_session_key(request.headers.get("x-session-api-key"))
+        sandbox = await by_session_key(request)
         if sandbox.user_id != account.id:
             audit.warning("users/me: the session key of sandbox %s is not user %s's", sandbox.id,
                           account.id)
@@ -93,10 +95,21 @@ async def me(request: Request) -> Response:
                           secret_names=sorted(settings.secrets)))
 
 
+async def by_session_key(request: Request) -> SandboxRow:
+    """The live sandbox (not ERROR or MISSING) whose session key the request carries;
+    Unauthorized for no key, an unknown one or a dead sandbox's."""
+    key = request.headers.get("x-session-api-key")
+    if not key:
+        raise Unauthorized("X-Session-API-Key is required")
+    row = await sandboxes.by_key_hash(services(request).db, hash_key(key))
+    if row is None or row.status.terminal:
+        raise Unauthorized("unknown session key")
+    return row
+
+
 async def _sandbox(request: Request) -> SandboxRow:
     """The sandbox of the path, authenticated by its own session key (no account key)."""
-    sandbox = await services(request).sandboxes.by_session_key(
-        request.headers.get("x-session-api-key"))
+    sandbox = await by_session_key(request)
     sandbox_id = path_id(request, "sandbox_id")
     if sandbox.id != sandbox_id:
         audit.warning("sandbox %s's session key was used for sandbox %s", sandbox.id, sandbox_id)

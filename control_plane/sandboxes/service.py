@@ -49,16 +49,7 @@ from control_plane.sandboxes.provider import Handle, Launch, ProviderError, Sand
 from control_plane.store import Database, accounts, conversations, events
 from control_plane.store import sandboxes as rows
 from events.kinds import ConversationStateUpdateEvent, format_timestamp
-from web.errors import (
-    Conflict,
-    Forbidden,
-    Gone,
-    LimitReached,
-    NotFound,
-    Unauthorized,
-    Unavailable,
-    invalid,
-)
+from web.errors import Conflict, Forbidden, Gone, LimitReached, NotFound, Unavailable, invalid
 
 logger = logging.getLogger(__name__)
 
@@ -100,16 +91,6 @@ class SandboxService:
         row = await rows.get(self.db, sandbox_id, user_id)
         if row is None:
             raise NotFound(f"sandbox {sandbox_id} not found")
-        return row
-
-    async def by_session_key(self, key: str | None) -> SandboxRow:
-        """The live sandbox (not ERROR or MISSING) whose session key this is; Unauthorized
-        for no key, an unknown one or a dead sandbox's."""
-        if not key:
-            raise Unauthorized("X-Session-API-Key is required")
-        row = await rows.by_key_hash(self.db, hash_key(key))
-        if row is None or row.status.terminal:
-            raise Unauthorized("unknown session key")
         return row
 
     async def owned_many(self, ids: list[str], user_id: str) -> dict[str, SandboxRow]:
