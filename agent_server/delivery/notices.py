@@ -1,6 +1,6 @@
 """Conversation-info notices: the OpenHands agent server's second webhook.
 
-When a conversation starts, is paused or deleted, its info is posted to `{webhook}/conversations`
+When a conversation starts, is paused, updated or deleted, its info is posted to `{webhook}/conversations`
 so that a control plane learns of a conversation made straight on this server (a Cloud workspace
 client does that) before its first event arrives. One worker sends them in the order they were
 given, a few tries each; the queue is bounded and a notice that does not fit is dropped (the
