@@ -80,7 +80,8 @@ class LookupSecret(Lenient):
     once, when it is given, and kept as its value: neither the URL nor its headers (a session
     key) are stored."""
 
-    kind: Literal["LookupSecret"] = "LookupSecret"
+    kind: Literal["LookupSecret"]
+    """Required (the SDK always sends it): an object without it is a StaticSecret."""
     url: str = Field(pattern=r"^https?://", max_length=2000)
     headers: dict[Annotated[str, Field(max_length=200)],
                   Annotated[str, Field(max_length=10_000)]] = Field(default_factory=dict,
@@ -123,13 +124,13 @@ async def secret_values(secrets: dict[str, SecretValue]) -> dict[str, str]:
                     async for chunk in response.aiter_bytes():
                         body += chunk
                         if len(body) > LOOKUP_MAX_BYTES:
-                            raise invalid(["secrets", name], f"the secret at {lookup.url} is "
+                            raise invalid(["secrets", name], "the LookupSecret is "
                                           f"over {LOOKUP_MAX_BYTES} bytes")
-        except httpx.HTTPError as exc:
-            raise invalid(["secrets", name], f"the secret at {lookup.url} could not be "
+        except (httpx.HTTPError, httpx.InvalidURL, ValueError) as exc:  # a bad URL or header
+            raise invalid(["secrets", name], "the LookupSecret could not be "
                           f"fetched: {type(exc).__name__}") from None
         if response.status_code != 200:
-            raise invalid(["secrets", name], f"the secret at {lookup.url} could not be fetched: "
+            raise invalid(["secrets", name], "the LookupSecret could not be fetched: "
                           f"HTTP {response.status_code}")
         return body.decode(errors="replace")
 
