@@ -18,11 +18,11 @@ RUN apt-get update \
         bash ca-certificates git ripgrep tini $EXTRA_PACKAGES \
     && rm -rf /var/lib/apt/lists/*
 
-# The workspace is /workspace/project, where OpenHands clients expect it (the control plane
-# mounts each sandbox's volume at /workspace, its agent-server state beside the project).
+# The workspace is /workspace/project, where OpenHands clients expect it; the server's state is
+# beside it on the same volume (/workspace), as the control plane mounts each sandbox's.
 RUN useradd --create-home --uid 1000 --shell /bin/bash agent \
-    && mkdir -p /workspace/project /var/lib/agent-server \
-    && chown agent:agent /workspace /workspace/project /var/lib/agent-server
+    && mkdir -p /workspace/project /workspace/.agent-server \
+    && chown agent:agent /workspace /workspace/project /workspace/.agent-server
 
 # The dependencies first, from pyproject.toml alone: a change to the server's code reuses this
 # layer (Docker's cache), so a rebuild installs one package, not a hundred.
@@ -45,7 +45,7 @@ RUN pip install --no-cache-dir --no-deps . && rm -rf /root/.cache build ./*.egg-
 
 ENV AGENT_SERVER_HOST=0.0.0.0 \
     AGENT_SERVER_PORT=8000 \
-    AGENT_SERVER_STATE_DIR=/var/lib/agent-server \
+    AGENT_SERVER_STATE_DIR=/workspace/.agent-server \
     AGENT_SERVER_WORKING_DIR=/workspace/project \
     AGENT_SERVER_CHROMIUM=/usr/bin/chromium \
     PYTHONUNBUFFERED=1
@@ -57,7 +57,7 @@ ENV AGENT_SERVER_HOST=0.0.0.0 \
 
 USER 1000:1000
 WORKDIR /workspace/project
-VOLUME ["/var/lib/agent-server"]
+VOLUME ["/workspace"]
 EXPOSE 8000
 HEALTHCHECK --interval=10s --timeout=3s --start-period=5s --retries=3 \
     CMD ["python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8000/health', timeout=2)"]

@@ -118,7 +118,7 @@ def test_the_whole_flow_in_a_container(plane: ControlPlane, bridge_llm: Scripted
     assert flow.url == f"http://127.0.0.1:{bindings[0]['HostPort']}"
     [mount] = container.attrs["Mounts"]
     assert (mount["Type"], mount["Name"], mount["Destination"]) == \
-        ("volume", name_of(sid), "/var/lib/agent-server")
+        ("volume", name_of(sid), VOLUME_DIR)
     env = dict(e.split("=", 1) for e in container.attrs["Config"]["Env"])
     assert "SESSION_API_KEY" not in env and flow.session not in json.dumps(container.attrs)
     assert env["AGENT_SERVER_WEBHOOK_URL"] == \
@@ -312,7 +312,7 @@ def test_what_a_vanished_container_leaves_is_cleaned_up(tmp_path: Path, sandbox_
         for sid in (deleted, retried):
             holders.append(engine.containers.create(  # at the image's VOLUME: no anonymous one
                 sandbox_image, command="true",
-                volumes={name_of(sid): {"bind": "/var/lib/agent-server"}}))
+                volumes={name_of(sid): {"bind": VOLUME_DIR}}))
             container_of(engine, sid).remove(force=True)
         for sid in (deleted, retried):
             wait_for(lambda sid=sid: missing(sid), 30, what="MISSING")
