@@ -18,9 +18,11 @@ RUN apt-get update \
         bash ca-certificates git ripgrep tini $EXTRA_PACKAGES \
     && rm -rf /var/lib/apt/lists/*
 
+# The workspace is /workspace/project, where OpenHands clients expect it; the server's state is
+# beside it on the same volume (/workspace), as the control plane mounts each sandbox's.
 RUN useradd --create-home --uid 1000 --shell /bin/bash agent \
-    && mkdir -p /workspace /var/lib/agent-server \
-    && chown agent:agent /workspace /var/lib/agent-server
+    && mkdir -p /workspace/project /workspace/.agent-server \
+    && chown agent:agent /workspace /workspace/project /workspace/.agent-server
 
 # The dependencies first, from pyproject.toml alone: a change to the server's code reuses this
 # layer (Docker's cache), so a rebuild installs one package, not a hundred.
@@ -43,8 +45,8 @@ RUN pip install --no-cache-dir --no-deps . && rm -rf /root/.cache build ./*.egg-
 
 ENV AGENT_SERVER_HOST=0.0.0.0 \
     AGENT_SERVER_PORT=8000 \
-    AGENT_SERVER_STATE_DIR=/var/lib/agent-server \
-    AGENT_SERVER_WORKING_DIR=/workspace \
+    AGENT_SERVER_STATE_DIR=/workspace/.agent-server \
+    AGENT_SERVER_WORKING_DIR=/workspace/project \
     AGENT_SERVER_CHROMIUM=/usr/bin/chromium \
     PYTHONUNBUFFERED=1
 # Set at `docker run`: AGENT_SERVER_WEBHOOK_URL, and the keys: SESSION_API_KEY (required off
@@ -54,10 +56,11 @@ ENV AGENT_SERVER_HOST=0.0.0.0 \
 # (tmpfs on /tmp and /home/agent), every capability dropped and no-new-privileges.
 
 USER 1000:1000
-WORKDIR /workspace
-VOLUME ["/var/lib/agent-server"]
+WORKDIR /workspace/project
+VOLUME ["/workspace"]
 EXPOSE 8000
 HEALTHCHECK --interval=10s --timeout=3s --start-period=5s --retries=3 \
     CMD ["python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8000/health', timeout=2)"]
 # tini reaps what killed shells leave behind (the server would otherwise be PID 1).
-ENTRYPOINT ["tini", "--", "agent-server", "--host", "0.0.0.0", "--port", "8000", "--state-dir", "/var/lib/agent-server"]
+# The state directory is AGENT_SERVER_STATE_DIR's (the control plane puts it on its volume).
+ENTRYPOINT ["tini", "--", "agent-server", "--host", "0.0.0.0", "--port", "8000"]

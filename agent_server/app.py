@@ -60,6 +60,7 @@ ROUTES = literal_first([
           methods=["POST"]),
     Route(C + "/hooks", conversations.hooks, methods=["GET"]),
     Route(C + "/skills", skills.list_skills, methods=["GET"]),
+    Route("/api/skills", skills.load, methods=["POST"]),
     Route(C + "/condense", conversations.condense, methods=["POST"]),
     Route(C + "/switch_profile", llm.switch_profile, methods=["POST"]),
     Route(C + "/switch_llm", llm.switch_llm, methods=["POST"]),

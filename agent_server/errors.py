@@ -43,8 +43,8 @@ class InvalidTransition(Conflict):
 #: The tags of the `agent` union (agent.spec.AnyAgentSpec), which pydantic puts in an error's
 #: loc; left out, so that `agent.llm.model` is located as it was before ACP agents.
 AGENT_TAGS = ("Agent", "ACPAgent")
-#: The tags of a secret value's two forms (agent_server.record.SecretValue).
-SECRET_TAGS = frozenset({"str", "StaticSecret"})
+#: The tags of a secret value's forms (agent_server.record.SecretValue).
+SECRET_TAGS = frozenset({"str", "StaticSecret", "LookupSecret"})
 
 
 def untagged(loc: Sequence[str | int]) -> list[str | int]:

@@ -310,14 +310,33 @@ class EventLog:
         self, query: Query, limit: int, page_id: str | None = None
     ) -> tuple[list[bytes], str | None]:
         """One page of stored lines and the id that starts the next page (or None)."""
-        picked, next_id = self._index.page(query, limit, page_id)
+        picked, next_id = self._index.page(query, limit, page_id, self._holding(query.body))
         lines = self.read(sorted(picked))
         if query.descending:
             lines.reverse()
         return lines, next_id
 
     def count(self, query: Query) -> int:
-        return self._index.count(query)
+        return self._index.count(query, self._holding(query.body))
+
+    def _holding(self, body: str | None) -> Callable[[int], bool] | None:
+        """Whether the message at a position holds `body` in its text, reasoning included,
+        whatever the case (OpenHands' `body` filter; the line is read and parsed)."""
+        if body is None:
+            return None
+        wanted = body.casefold()
+
+        def accept(position: int) -> bool:
+            try:
+                data = json.loads(self.read([position])[0])
+                message = data.get("llm_message") or {}
+                parts = [c.get("text") for c in [*message.get("content", []),
+                                                  *data.get("extended_content", [])]]
+                parts.append(message.get("reasoning_content"))
+            except (ValueError, AttributeError, TypeError):
+                return False
+            return wanted in " ".join(p for p in parts if isinstance(p, str)).casefold()
+        return accept
 
     def lines_after(self, position: int, max_events: int, max_bytes: int) -> list[bytes]:
         """Stored lines from `position` on, at most `max_events` and about `max_bytes`."""

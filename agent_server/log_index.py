@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from array import array
 from bisect import bisect_left, bisect_right
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -28,6 +28,10 @@ SOURCES: tuple[str, ...] = ("agent", "user", "environment", "hook")
 KIND_CODE = {name: i for i, name in enumerate(KIND_NAMES)}
 SOURCE_CODE = {name: i for i, name in enumerate(SOURCES)}
 
+#: What a search's `accept` is asked: whether the event at a position is wanted.
+Accept = Callable[[int], bool]
+#: The kind the `body` filter looks into.
+MESSAGE = "MessageEvent"
 #: The kind that hangs off HEAD without moving it.
 STATE_UPDATE = "ConversationStateUpdateEvent"
 _STATE_UPDATE = KIND_CODE[STATE_UPDATE]
@@ -52,6 +56,9 @@ class Query:
     descending: bool = False
     branch: str | None = None
     """Only the events on the path from the root to this event (included)."""
+    body: str | None = None
+    """Only MessageEvents whose text holds this, whatever the case: the index knows no text,
+    so the log reads each candidate (`accept` of page and count)."""
 
 
 class LogIndex:
@@ -142,20 +149,22 @@ class LogIndex:
 
     # -- searching -----------------------------------------------------------------------
 
-    def page(self, query: Query, limit: int, page_id: str | None) -> tuple[list[int], str | None]:
-        """The positions of one page, in the query's order, and the id that starts the next."""
+    def page(self, query: Query, limit: int, page_id: str | None,
+             accept: Accept | None = None) -> tuple[list[int], str | None]:
+        """The positions of one page, in the query's order, and the id that starts the next;
+        `accept` is asked about every position the columns match."""
         picked: list[int] = []
-        for p in self._matches(query, page_id):
+        for p in self._matches(query, page_id, accept):
             picked.append(p)
             if len(picked) > limit:
                 break
         next_id = self._ids[picked.pop()] if len(picked) > limit else None
         return picked, next_id
 
-    def count(self, query: Query) -> int:
-        if query.source is None:
+    def count(self, query: Query, accept: Accept | None = None) -> int:
+        if query.source is None and accept is None:
             return len(self._candidates(query))
-        return sum(1 for _ in self._matches(query))
+        return sum(1 for _ in self._matches(query, None, accept))
 
     def _candidates(self, query: Query) -> Sequence[int]:
         """Positions matching kind and time, as a sorted sequence (no copy of the index)."""
@@ -164,16 +173,22 @@ class LogIndex:
             lo = bisect_left(self._times, query.timestamp_gte.timestamp())
         if query.timestamp_lt is not None:
             hi = bisect_left(self._times, query.timestamp_lt.timestamp())
+        kind = query.kind
+        if query.body is not None:
+            if kind not in (None, MESSAGE):
+                return ()
+            kind = MESSAGE
         if query.branch is not None:
-            code = None if query.kind is None else KIND_CODE[query.kind]
+            code = None if kind is None else KIND_CODE[kind]
             return [p for p in self.branch(query.branch)
                     if lo <= p < hi and (code is None or self._kinds[p] == code)]
-        if query.kind is None:
+        if kind is None:
             return range(lo, max(lo, hi))
-        positions = self._by_kind.get(KIND_CODE[query.kind], array("I"))
+        positions = self._by_kind.get(KIND_CODE[kind], array("I"))
         return _Slice(positions, bisect_left(positions, lo), bisect_left(positions, hi))
 
-    def _matches(self, query: Query, page_id: str | None = None) -> Iterable[int]:
+    def _matches(self, query: Query, page_id: str | None = None,
+                 accept: Accept | None = None) -> Iterable[int]:
         """Matching positions in the query's order, starting at `page_id` when given."""
         found = self._candidates(query)
         if query.descending:
@@ -186,10 +201,10 @@ class LogIndex:
             if page_id is not None:  # events whose id is at least page_id
                 start = bisect_left(found, bisect_left(self._ids, page_id))
             order = (found[i] for i in range(start, len(found)))
-        if query.source is None:
-            return order
-        code = SOURCE_CODE[query.source]
-        return (p for p in order if self._sources[p] == code)
+        if query.source is not None:
+            code = SOURCE_CODE[query.source]
+            order = (p for p in order if self._sources[p] == code)
+        return order if accept is None else (p for p in order if accept(p))
 
     # -- the conversation tree -----------------------------------------------------------
 

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
 from datetime import datetime
 from typing import Annotated, Any, Literal
 from uuid import UUID
 
+import httpx
 from pydantic import BaseModel, Discriminator, Field, StringConstraints, Tag
 
 from agent_server.agent.spec import (
@@ -26,6 +28,7 @@ from agent_server.status import ExecutionStatus
 from agent_server.telemetry.tracing import TraceRef
 from core import observability
 from events import ImageContent, TextContent
+from web.errors import invalid
 
 
 class Workspace(Lenient):
@@ -71,15 +74,37 @@ class StaticSecret(Lenient):
     value: SecretText
 
 
+class LookupSecret(Lenient):
+    """OpenHands' secret found at a URL (an HTTP GET with `headers`: what the Cloud workspace's
+    `get_secrets()` hands out, pointing at the control plane's sandbox-scoped secrets). Fetched
+    once, when it is given, and kept as its value: neither the URL nor its headers (a session
+    key) are stored."""
+
+    kind: Literal["LookupSecret"]
+    """Required (the SDK always sends it): an object without it is a StaticSecret."""
+    url: str = Field(pattern=r"^https?://", max_length=2000)
+    headers: dict[Annotated[str, Field(max_length=200)],
+                  Annotated[str, Field(max_length=10_000)]] = Field(default_factory=dict,
+                                                                     max_length=20)
+    description: str | None = Field(default=None, max_length=1000)
+
+
 def _secret_form(value: Any) -> str:
-    return "str" if isinstance(value, str) else "StaticSecret"
+    if isinstance(value, str):
+        return "str"
+    kind = value.get("kind") if isinstance(value, dict) else getattr(value, "kind", None)
+    return "LookupSecret" if kind == "LookupSecret" else "StaticSecret"
 
 
-#: A secret's value, text or OpenHands' object form (one error for a bad one, not one per form).
+#: A secret's value, text or OpenHands' object forms (one error for a bad one, not one per form).
 SecretValue = Annotated[
-    Annotated[SecretText, Tag("str")] | Annotated[StaticSecret, Tag("StaticSecret")],
+    Annotated[SecretText, Tag("str")] | Annotated[StaticSecret, Tag("StaticSecret")]
+    | Annotated[LookupSecret, Tag("LookupSecret")],
     Discriminator(_secret_form),
 ]
+#: Seconds, and bytes, a LookupSecret's answer may take.
+LOOKUP_TIMEOUT = 10.0
+LOOKUP_MAX_BYTES = 65536
 #: A conversation's secrets as a request gives them: names are environment names.
 Secrets = Annotated[dict[EnvName, SecretValue], Field(max_length=200)]
 #: Tags: up to 50, keys 1 to 50 of a-z, 0-9, _ and -, values up to 256 characters.
@@ -88,8 +113,36 @@ Tags = Annotated[dict[Annotated[str, StringConstraints(pattern=TAG_KEY)],
                       Annotated[str, StringConstraints(max_length=256)]], Field(max_length=50)]
 
 
-def secret_values(secrets: dict[str, SecretValue]) -> dict[str, str]:
-    return {k: v if isinstance(v, str) else v.value for k, v in secrets.items()}
+async def secret_values(secrets: dict[str, SecretValue]) -> dict[str, str]:
+    """Every secret's value; LookupSecrets are fetched (concurrently). One that cannot be
+    fetched is InvalidInput at ["secrets", name], saying why (never the headers)."""
+    async def fetch(name: str, lookup: LookupSecret) -> str:
+        try:
+            async with httpx.AsyncClient(timeout=LOOKUP_TIMEOUT, follow_redirects=False) as http:
+                async with http.stream("GET", lookup.url, headers=lookup.headers) as response:
+                    body = bytearray()
+                    async for chunk in response.aiter_bytes():
+                        body += chunk
+                        if len(body) > LOOKUP_MAX_BYTES:
+                            raise invalid(["secrets", name], "the LookupSecret is "
+                                          f"over {LOOKUP_MAX_BYTES} bytes")
+        except (httpx.HTTPError, httpx.InvalidURL, ValueError) as exc:  # a bad URL or header
+            raise invalid(["secrets", name], "the LookupSecret could not be "
+                          f"fetched: {type(exc).__name__}") from None
+        if response.status_code != 200:
+            raise invalid(["secrets", name], "the LookupSecret could not be fetched: "
+                          f"HTTP {response.status_code}")
+        return body.decode(errors="replace")
+
+    looked = {k: v for k, v in secrets.items() if isinstance(v, LookupSecret)}
+    found = dict(zip(looked, await asyncio.gather(*(fetch(k, v) for k, v in looked.items())),
+                     strict=True))
+    for name, value in secrets.items():
+        if isinstance(value, str):
+            found[name] = value
+        elif isinstance(value, StaticSecret):
+            found[name] = value.value
+    return {name: found[name] for name in secrets}
 
 
 #: A dotted Python module name.

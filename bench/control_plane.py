@@ -77,7 +77,7 @@ def start_latency(plane: ControlPlane, llm: ScriptedLLM, n: int) -> dict[str, fl
         ready.append(time.monotonic() - began)
         cid = task["app_conversation_id"]
         wait_for(lambda cid=cid: client.get(
-            f"/api/v1/conversation/{cid}/events/count").json()["count"] > 0,
+            f"/api/v1/conversation/{cid}/events/count").json() > 0,
                  60, interval=0.01)
         first_event.append(time.monotonic() - began)
         client.delete(f"/api/v1/app-conversations/{cid}")

@@ -13,7 +13,18 @@ from starlette.middleware import Middleware
 from starlette.routing import Mount, Route
 
 from control_plane.api import app_conversations as convs
-from control_plane.api import controls, events, files, llm, sandboxes, server, settings, webhooks
+from control_plane.api import (
+    controls,
+    events,
+    files,
+    llm,
+    sandboxes,
+    server,
+    settings,
+    start_tasks,
+    users,
+    webhooks,
+)
 from control_plane.api.io import LifespanState
 from control_plane.api.storage import on_storage
 from control_plane.config import Config
@@ -32,9 +43,12 @@ ROUTES = [
     Route("/health", server.health, methods=["GET"]),
     Route("/alive", server.health, methods=["GET"], name="alive"),
     Route("/openapi.json", server.openapi_json, methods=["GET"]),
-    Route(V1 + "/app-conversations", convs.start, methods=["POST"]),
+    Route(V1 + "/app-conversations", start_tasks.start, methods=["POST"]),
+    Route(V1 + "/app-conversations/stream-start", start_tasks.stream_start, methods=["POST"]),
     Route(V1 + "/app-conversations", convs.batch_get, methods=["GET"]),
-    Route(V1 + "/app-conversations/start-tasks", convs.start_tasks, methods=["GET"]),
+    Route(V1 + "/app-conversations/start-tasks", start_tasks.batch_get, methods=["GET"]),
+    Route(V1 + "/app-conversations/start-tasks/search", start_tasks.search, methods=["GET"]),
+    Route(V1 + "/app-conversations/start-tasks/count", start_tasks.count, methods=["GET"]),
     Route(V1 + "/app-conversations/search", convs.search, methods=["GET"]),
     Route(V1 + "/app-conversations/count", convs.count, methods=["GET"]),
     Route(C, convs.patch, methods=["PATCH"]),
@@ -60,13 +74,18 @@ ROUTES = [
     Route(V1 + "/sandboxes/search", sandboxes.search, methods=["GET"]),
     Route(S + "/pause", sandboxes.pause, methods=["POST"]),
     Route(S + "/resume", sandboxes.resume, methods=["POST"]),
+    Route(S + "/idle-status", sandboxes.idle_status, methods=["GET"]),
+    Route(S + "/settings/secrets", users.secret_names, methods=["GET"]),
+    Route(S + "/settings/secrets/{secret_name}", users.secret_value, methods=["GET"]),
     Route(S, sandboxes.delete, methods=["DELETE"]),
     Route(V1 + "/sandbox-specs/search", sandboxes.specs, methods=["GET"]),
+    Route(V1 + "/users/me", users.me, methods=["GET"]),
     Route(V1 + "/settings", settings.get, methods=["GET"]),
     Route(V1 + "/settings", settings.patch, methods=["PATCH"]),
     Route(V1 + "/settings/llm-check", llm.check, methods=["POST"]),
     Route(V1 + "/settings/llm-models", llm.models, methods=["GET"]),
     Route(V1 + "/webhooks/events/{conversation_id}", webhooks.receive, methods=["POST"]),
+    Route(V1 + "/webhooks/conversations", webhooks.conversation, methods=["POST"]),
 ]
 
 

@@ -14,7 +14,7 @@ import json
 import zipfile
 from collections.abc import AsyncIterator
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -32,6 +32,9 @@ from control_plane.store import Database, conversations, events, sandboxes
 from web.errors import Conflict, NotFound, UpstreamError
 
 #: The agent-server routes a client may read through the control plane (SPEC 4.2).
+#: Events the trajectory zip holds one file each of, beside events.jsonl (the OpenHands app
+#: server refuses to export more than this many at all; ours has them all in events.jsonl).
+EXPORT_EVENT_FILES = 10_000
 INSPECTION = {"file": "/file", "files": "/files", "git/changes": "/git/changes", "git/diff": "/git/diff",
               "skills": "/skills", "hooks": "/hooks"}
 
@@ -41,28 +44,72 @@ CONTROLS = {"pause": "/pause", "interrupt": "/interrupt",
             "respond-to-confirmation": "/events/respond_to_confirmation"}
 
 
-class Metrics(BaseModel):
-    """Usage totals from the agent server's stats events, over all of the conversation's LLMs."""
+class TokenUsage(BaseModel):
+    """The OpenHands SDK's TokenUsage (accumulated over the conversation's LLMs)."""
 
-    accumulated_cost: float = 0.0
+    model: str = ""
     prompt_tokens: int = 0
     completion_tokens: int = 0
     cache_read_tokens: int = 0
     cache_write_tokens: int = 0
     reasoning_tokens: int = 0
-    response_count: int = 0
+    context_window: int = 0
+    per_turn_token: int = 0
+    response_id: str = ""
+
+
+class Metrics(BaseModel):
+    """Usage totals in the shape of the OpenHands SDK's `MetricsSnapshot` (what the app server
+    and the web frontend read), from the agent server's stats events."""
+
+    model_name: str = "default"
+    accumulated_cost: float = 0.0
+    max_budget_per_task: float | None = None
+    accumulated_token_usage: TokenUsage | None = None
+
+    @classmethod
+    def stored(cls, data: dict[str, Any] | None) -> Metrics:
+        """As stored; the flat totals of records written before issue 26 are read too."""
+        if not data:
+            return cls()
+        if "accumulated_token_usage" in data or "model_name" in data:
+            return cls.model_validate(data)
+        usage = TokenUsage.model_validate({k: v for k, v in data.items()
+                                           if k in TokenUsage.model_fields})
+        return cls(accumulated_cost=float(data.get("accumulated_cost") or 0),
+                   accumulated_token_usage=usage)
+
+
+#: The execution status as the app server's record says it (lowercase, the agent server's words).
+WireStatus = Literal["idle", "running", "paused", "waiting_for_confirmation", "finished",
+                     "error", "stuck"]
 
 
 class AppConversation(BaseModel):
+    """The app-conversation record (SPEC 2.1) with the OpenHands app server's field names, where
+    the SPEC is silent, and ours beside them."""
+
     id: str
     app_conversation_id: str
     """The same as `id` (SPEC 2.1's name for it)."""
+    created_by_user_id: str
     sandbox_id: str
     sandbox_status: SandboxStatus
-    execution_status: ExecutionStatus | None
+    execution_status: WireStatus | None
+    """Lowercase, as the app server sends it (SPEC 3.2's values)."""
     selected_repository: str | None
     selected_branch: str | None
+    git_provider: str | None = None
     title: str | None
+    trigger: str | None = None
+    """What started it: `openhands_api` for this API, null for conversations made straight on
+    the sandbox's agent server; or what a client set."""
+    pr_number: list[int] = Field(default_factory=list)
+    llm_model: str | None = None
+    agent_kind: str = "openhands"
+    public: bool | None = None
+    parent_conversation_id: str | None = None
+    sub_conversation_ids: list[str] = Field(default_factory=list)
     tags: dict[str, str]
     metrics: Metrics
     observability_span_name: str | None = None
@@ -85,17 +132,24 @@ def metrics_from_stats(value: Any) -> dict[str, Any] | None:
     per_usage = value.get("usage_to_metrics") if isinstance(value, dict) else None
     if not isinstance(per_usage, dict):
         return None
-    total = Metrics()
+    cost = 0.0
+    usage = TokenUsage()
+    models: set[str] = set()
     for item in per_usage.values():
         if not isinstance(item, dict):
             continue
-        usage = item.get("accumulated_token_usage") or {}
-        total.accumulated_cost += float(item.get("accumulated_cost") or 0)
-        total.response_count += int(item.get("response_count") or 0)
+        cost += float(item.get("accumulated_cost") or 0)
+        if isinstance(item.get("model_name"), str):
+            models.add(item["model_name"])
+        tokens = item.get("accumulated_token_usage") or {}
         for name in ("prompt_tokens", "completion_tokens", "cache_read_tokens",
-                     "cache_write_tokens", "reasoning_tokens"):
-            setattr(total, name, getattr(total, name) + int(usage.get(name) or 0))
-    return total.model_dump()
+                     "cache_write_tokens", "reasoning_tokens", "per_turn_token"):
+            setattr(usage, name, getattr(usage, name) + int(tokens.get(name) or 0))
+        usage.context_window = max(usage.context_window, int(tokens.get("context_window") or 0))
+    model = models.pop() if len(models) == 1 else "default"
+    usage.model = "" if model == "default" else model
+    return Metrics(model_name=model, accumulated_cost=cost,
+                   accumulated_token_usage=usage).model_dump()
 
 
 class AppConversationService:
@@ -132,9 +186,14 @@ class AppConversationService:
         return await conversations.count(self.db, user_id, filters)
 
     async def records(self, rows: list[ConversationRow], live: bool = True) -> list[AppConversation]:
-        return list(await asyncio.gather(*(self.record(r, live) for r in rows)))
+        children = await conversations.children(self.db, [r.id for r in rows])
+        return list(await asyncio.gather(*(self.record(r, live, children.get(r.id, []))
+                                           for r in rows)))
 
-    async def record(self, row: ConversationRow, live: bool = True) -> AppConversation:
+    async def record(self, row: ConversationRow, live: bool = True,
+                     children: list[str] | None = None) -> AppConversation:
+        if children is None:
+            children = (await conversations.children(self.db, [row.id])).get(row.id, [])
         status = ExecutionStatus.parse(row.execution_status) if row.execution_status else None
         url = key = None
         if row.sandbox_status is SandboxStatus.RUNNING:
@@ -152,10 +211,14 @@ class AppConversationService:
                         pass  # the stored value is the best we know
         obs = row.observability or {}
         return AppConversation(
-            id=row.id, app_conversation_id=row.id, sandbox_id=row.sandbox_id,
-            sandbox_status=row.sandbox_status, execution_status=status,
+            id=row.id, app_conversation_id=row.id, created_by_user_id=row.user_id,
+            sandbox_id=row.sandbox_id, sandbox_status=row.sandbox_status,
+            execution_status=None if status is None else status.wire,  # type: ignore[arg-type]
             selected_repository=row.selected_repository, selected_branch=row.selected_branch,
-            title=row.title, tags=row.tags, metrics=Metrics(**(row.metrics or {})),
+            git_provider=row.git_provider, title=row.title, trigger=row.trigger,
+            pr_number=row.pr_number or [], llm_model=row.llm_model, public=row.public,
+            parent_conversation_id=row.parent_conversation_id, sub_conversation_ids=children,
+            tags=row.tags, metrics=Metrics.stored(row.metrics),
             observability_span_name=obs.get("span_name"), observability_tags=obs.get("tags") or [],
             observability_metadata=obs.get("metadata") or {}, working_dir=row.working_dir,
             conversation_url=url,
@@ -253,9 +316,10 @@ class AppConversationService:
         return False
 
     async def download(self, row: ConversationRow) -> AsyncIterator[bytes]:
-        """The trajectory as a zip (meta.json: the record; events.jsonl: every stored event),
-        streamed: events are read a chunk at a time and the zip sent as it is written, so a
-        long conversation never sits in memory whole."""
+        """The trajectory as a zip (meta.json: the record; events.jsonl: every stored event;
+        and, as the OpenHands app server writes it, `event_{i:06d}_{id}.json` per event, for
+        the first EXPORT_EVENT_FILES), streamed: events are read a chunk at a time and the zip
+        sent as it is written, so a long conversation never sits in memory whole."""
         record = await self.record(row, live=False)
         meta = record.model_dump(mode="json", exclude={"session_api_key", "conversation_url"})
         sink = _Sink()
@@ -266,6 +330,16 @@ class AppConversationService:
                     member.write(body.encode() + b"\n")
                     if sink.size() >= 256 * 1024:
                         yield sink.take()
+            i = 0
+            async for body in events.all_bodies(self.db, row.id):
+                if i >= EXPORT_EVENT_FILES:
+                    break
+                event = json.loads(body)
+                archive.writestr(f"event_{i:06d}_{event.get('id')}.json",
+                                 json.dumps(event, indent=2))
+                i += 1
+                if sink.size() >= 256 * 1024:
+                    yield sink.take()
         yield sink.take()
 
 

@@ -121,7 +121,8 @@ class GroupingStrategy(str, Enum):
 
 
 class ExecutionStatus(str, Enum):
-    """SPEC 3.2 (the agent server says it in lowercase; the record says it in uppercase)."""
+    """SPEC 3.2, stored in uppercase; the agent server and the app-conversation record say it
+    in lowercase (`wire`), as the OpenHands app server does."""
 
     IDLE = "IDLE"
     RUNNING = "RUNNING"
@@ -130,6 +131,10 @@ class ExecutionStatus(str, Enum):
     FINISHED = "FINISHED"
     ERROR = "ERROR"
     STUCK = "STUCK"
+
+    @property
+    def wire(self) -> str:
+        return self.value.lower()
 
     @classmethod
     def parse(cls, value: object) -> ExecutionStatus | None:
@@ -211,6 +216,12 @@ class ConversationRow:
     sandbox_status: SandboxStatus
     resume_run: bool = False
     """Its run was paused with its sandbox: it goes on when the sandbox resumes."""
+    llm_model: str | None = None
+    trigger: str | None = None
+    pr_number: list[int] | None = None
+    git_provider: str | None = None
+    public: bool | None = None
+    parent_conversation_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -223,6 +234,8 @@ class ConversationFilters:
     updated_at_gte: datetime | None = None
     updated_at_lt: datetime | None = None
     sandbox_id: str | None = None
+    top_level: bool = False
+    """Only conversations that are no sub-agent's (no parent conversation)."""
 
 
 @dataclass(frozen=True)

@@ -124,7 +124,8 @@ class Services:
         deltas = DeltaHub(db, sandboxes)
         return cls(config=config, db=db, accounts=Accounts(db), cipher=cipher, provider=provider,
                    sandboxes=sandboxes, agents=agents, settings=settings, tasks=tasks,
-                   conversations=records, webhook=WebhookReceiver(db, bell), lifecycle=lifecycle,
+                   conversations=records,
+                   webhook=WebhookReceiver(db, bell, sandboxes.working_dir), lifecycle=lifecycle,
                    leases=leases, bell=bell, deltas=deltas,
                    transcripts=Transcripts(db, bell, deltas),
                    intake=Intake(config.webhook_batches_per_sandbox,

@@ -39,7 +39,9 @@ class TextItem(BaseModel):
 class InitialMessage(BaseModel):
     role: Literal["user"] = "user"
     content: list[TextItem] = Field(min_length=1, max_length=100)
-    run: bool = False
+    run: bool = True
+    """Left out, the agent starts, as with the OpenHands app server (whose web frontend never
+    sends it); false only stores the message."""
 
 
 class Plugin(BaseModel):
@@ -70,8 +72,15 @@ class Plugin(BaseModel):
         return {"url": self.url, "headers": self.headers}
 
 
+#: Fields a client may send as null for "not given" (the web frontend always sends `plugins`).
+NULL_IS_DEFAULT = ("secrets", "plugins", "observability_tags", "observability_metadata",
+                   "pr_number")
+
+
 class StartRequest(BaseModel):
-    """Unknown fields are ignored (other clients send more); known ones are checked strictly."""
+    """Unknown fields are ignored (other clients send more: the OpenHands frontend's
+    `agent_type`, `suggested_task`, `parent_conversation_id`...); known ones are checked
+    strictly, and every optional one takes null for "not given"."""
 
     initial_message: InitialMessage | None = None
     selected_repository: str | None = Field(default=None, max_length=201,
@@ -86,10 +95,25 @@ class StartRequest(BaseModel):
     observability_tags: observability.Tags = Field(default_factory=list)
     observability_metadata: observability.Metadata = Field(default_factory=dict)
     """SPEC 2.5: scalars, or arrays of one scalar type (the agent server's rules exactly)."""
+    llm_model: str | None = Field(default=None, min_length=1, max_length=200)
+    """The model of this conversation (the user's settings give the key and the address);
+    default: the settings' model."""
+    trigger: str | None = Field(default=None, pattern=r"^[a-z_]{1,32}$")
+    """What started it, as the app server names it (default: `openhands_api`)."""
+    pr_number: list[int] = Field(default_factory=list, max_length=100)
+    git_provider: str | None = Field(default=None, pattern=r"^[a-z_]{1,32}$")
+    public: bool | None = None
     idle_seconds: None = Field(default=None, description=DEPLOYMENT_WIDE)
     """Not settable here (SPEC 8): only null is accepted."""
     deletion_seconds: None = Field(default=None, description=DEPLOYMENT_WIDE)
     """Not settable here (SPEC 8): only null is accepted."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _nulls(cls, data: Any) -> Any:
+        if isinstance(data, dict) and any(data.get(k, 0) is None for k in NULL_IS_DEFAULT):
+            return {k: v for k, v in data.items() if not (k in NULL_IS_DEFAULT and v is None)}
+        return data
 
     @field_validator("idle_seconds", "deletion_seconds", mode="before")
     @classmethod

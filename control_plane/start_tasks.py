@@ -29,6 +29,7 @@ import json
 import logging
 import uuid
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +40,14 @@ from control_plane import grouping
 from control_plane.agent_client import AgentClient, AgentError, Target
 from control_plane.crypto import Cipher
 from control_plane.leases import TASK, Leases
-from control_plane.models import SandboxReason, SandboxRow, StartTaskStatus, TaskRow, ensure_usable
+from control_plane.models import (
+    SandboxReason,
+    SandboxRow,
+    SandboxStatus,
+    StartTaskStatus,
+    TaskRow,
+    ensure_usable,
+)
 from control_plane.sandboxes.service import SandboxService
 from control_plane.settings import SettingsService, UserSettings
 from control_plane.start_request import StartRequest
@@ -47,7 +55,7 @@ from control_plane.store import Database, accounts, conversations, sandboxes, ta
 from control_plane.store import leases as lease_rows
 from control_plane.store.db import RETRY_PAUSES, describe, transient
 from control_plane.store.tasks import LeaseLost
-from core.masking import MASK, MIN_LENGTH
+from core.masking import MASK, MIN_LENGTH, REDACTED
 from web.errors import LimitReached, NotFound, ServiceError
 
 logger = logging.getLogger(__name__)
@@ -114,6 +122,40 @@ class StartTaskService:
         """The user's tasks among `ids` (others, and unknown ids, are left out)."""
         return await tasks.get_many(self.db, ids, user_id)
 
+    async def search(self, user_id: str, *, created_at_gte: datetime | None,
+                     conversation_id: str | None, order: str, limit: int,
+                     offset: int) -> tuple[list[TaskRow], bool]:
+        """A page of the user's tasks, and whether more follow it."""
+        found = await tasks.search(self.db, user_id, created_at_gte=created_at_gte,
+                                   conversation_id=conversation_id, order=order,
+                                   limit=limit + 1, offset=offset)
+        return found[:limit], len(found) > limit
+
+    async def count(self, user_id: str, *, created_at_gte: datetime | None,
+                    conversation_id: str | None) -> int:
+        return await tasks.count(self.db, user_id, created_at_gte=created_at_gte,
+                                 conversation_id=conversation_id)
+
+    def request_of(self, task: TaskRow) -> dict[str, Any]:
+        """The task's start request as a client may see it again: secret values, and the
+        values of plugins' environments and headers (keys, often), masked."""
+        request = StartRequest.model_validate_json(self.cipher.decrypt(task.request_enc))
+        shown = request.model_dump(mode="json")
+        shown["secrets"] = dict.fromkeys(request.secrets, REDACTED)
+        for plugin in shown["plugins"]:
+            plugin["env"] = dict.fromkeys(plugin["env"], REDACTED)
+            plugin["headers"] = dict.fromkeys(plugin["headers"], REDACTED)
+        return shown
+
+    async def agent_server_url(self, task: TaskRow) -> str | None:
+        """The agent server of a READY task's sandbox while it runs (the app server's field)."""
+        if task.status is not StartTaskStatus.READY or task.sandbox_id is None:
+            return None
+        row = await sandboxes.get(self.db, task.sandbox_id)
+        if row is None or row.status is not SandboxStatus.RUNNING:
+            return None
+        return self.sandboxes.url(row)
+
     def _spawn(self, task: TaskRow) -> None:
         if task.id in self._running:  # submitted and taken over at the same moment: once
             return
@@ -172,7 +214,7 @@ class StartTaskService:
             request = StartRequest.model_validate_json(self.cipher.decrypt(task.request_enc))
             user = await self.settings.get(task.user_id)
             secrets = [*user.secrets.values(), *request.secrets.values(), user.llm_api_key or ""]
-            if not user.llm_model:
+            if not (request.llm_model or user.llm_model):
                 raise StartFailed("no LLM configured: PATCH /api/v1/settings with llm_model "
                                   "(and llm_api_key, llm_base_url) first")
             if task.app_conversation_id and task.sandbox_id:  # placed before a takeover
@@ -250,12 +292,15 @@ class StartTaskService:
                 found = None if chosen is None else await sandboxes.get_in(conn, chosen)
             new_sandbox = found is None
             sandbox = found or await self.sandboxes.new_row(conn, task.user_id, self.spec_id)
-            working_dir = Path(sandbox.root_dir) / "workspace" / conversation_id
+            working_dir = Path(self.sandboxes.working_dir(sandbox)) / conversation_id
             await conversations.insert(
                 conn, self.db.now(), id=conversation_id, user_id=task.user_id,
                 sandbox_id=sandbox.id, start_task_id=task.id, title=request.title,
                 selected_repository=request.selected_repository,
                 selected_branch=request.selected_branch, working_dir=str(working_dir),
+                llm_model=request.llm_model or user.llm_model,
+                trigger=request.trigger or "openhands_api", pr_number=request.pr_number,
+                git_provider=request.git_provider, public=request.public,
                 observability={"span_name": request.observability_span_name,
                                "tags": request.observability_tags,
                                "metadata": request.observability_metadata})
@@ -288,7 +333,7 @@ class StartTaskService:
 
     def _creation_body(self, conversation_id: str, working_dir: str, request: StartRequest,
                        user: UserSettings) -> dict[str, Any]:
-        llm: dict[str, Any] = {"model": user.llm_model}
+        llm: dict[str, Any] = {"model": request.llm_model or user.llm_model}
         if user.llm_api_key:
             llm["api_key"] = user.llm_api_key
         if user.llm_base_url:

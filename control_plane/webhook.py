@@ -3,10 +3,18 @@
 A sandbox is known by its session key (looked up by hash). The body must be an array of the 19
 event kinds of the agent server's own schema, each id a ULID or a UUID (SPEC 6.1): an id is
 written into the live stream's frames and a column of bounded width, so any other text is
-refused here (422) on every backend alike. Events are inserted idempotently by (conversation,
-event id) in one transaction with the record's execution status, metrics and activity, so a
-replayed batch changes nothing and a failed insert stores nothing: the agent server is answered
-5xx and sends the batch again.
+refused here (422) on every backend alike.
+
+A conversation made straight on a sandbox's agent server (the OpenHands Cloud workspace does
+that) is unknown here until its first post: it is recorded then, owned by the sandbox's user,
+as the OpenHands app server does, and shown in /api/v1 like the others. Its conversation info
+(POST /webhooks/conversations, which the agent server sends when a conversation starts, is
+paused, updated or deleted) fills in its title, model, working directory and metrics. A
+conversation this control plane started and then removed (deleted, or its start failed) is
+never brought back: what its sandbox still sends is acknowledged and dropped. Events are
+inserted idempotently by (conversation, event id) in one transaction with the record's execution
+status, metrics and activity, so a replayed batch changes nothing and a failed insert stores
+nothing: the agent server is answered 5xx and sends the batch again.
 """
 
 from __future__ import annotations
@@ -15,21 +23,22 @@ import hashlib
 import logging
 import re
 import uuid
-from typing import Any
+from collections.abc import Callable
+from typing import Annotated, Any
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from sqlalchemy import update
 from sqlalchemy.exc import SQLAlchemyError
 
 from control_plane.app_conversations import metrics_from_stats
 from control_plane.crypto import hash_key
-from control_plane.models import ExecutionStatus, SandboxRow
+from control_plane.models import ConversationRow, ExecutionStatus, SandboxRow
 from control_plane.relay import Bell
-from control_plane.store import Database, conversations, sandboxes
+from control_plane.store import Database, conversations, sandboxes, tasks
 from control_plane.store.tables import app_conversations, events
 from core.ids import EVENT_ID_PATTERN
 from events import kinds
-from web.errors import Forbidden, NotFound, Unauthorized, Unavailable, from_pydantic, invalid
+from web.errors import Forbidden, Unauthorized, Unavailable, from_pydantic, invalid
 
 logger = logging.getLogger(__name__)
 #: An event id as stored: the agent server's ULID, or a UUID (other SDKs' events).
@@ -45,10 +54,41 @@ def _event_id(event: Any, body: str) -> str:
     return str(uuid.uuid5(uuid.NAMESPACE_OID, hashlib.sha256(body.encode()).hexdigest()))
 
 
+class ConversationUpdate(BaseModel):
+    """What is read of an agent server's conversation info (ours or the public one's)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    id: uuid.UUID
+    execution_status: str | None = Field(default=None, max_length=40)
+    title: str | None = Field(default=None, max_length=200)
+    tags: dict[str, Annotated[str, Field(max_length=256)]] = Field(default_factory=dict,
+                                                                    max_length=50)
+    agent: dict[str, Any] = Field(default_factory=dict)
+    workspace: dict[str, Any] = Field(default_factory=dict)
+    stats: dict[str, Any] = Field(default_factory=dict)
+    parent_conversation_id: uuid.UUID | None = None
+
+    @property
+    def llm_model(self) -> str | None:
+        llm = self.agent.get("llm")
+        model = llm.get("model") if isinstance(llm, dict) else None
+        return model[:200] if isinstance(model, str) and model else None
+
+    @property
+    def working_dir(self) -> str | None:
+        value = self.workspace.get("working_dir")
+        return value if isinstance(value, str) and value.startswith("/") else None
+
+
 class WebhookReceiver:
-    def __init__(self, db: Database, bell: Bell | None = None) -> None:
+    def __init__(self, db: Database, bell: Bell | None = None,
+                 working_dir: Callable[[SandboxRow], str] | None = None) -> None:
+        """`working_dir`: a sandbox's workspace as its processes see it (where a conversation
+        made straight on its agent server works unless its info says otherwise)."""
         self.db = db
         self.bell = bell or Bell()
+        self.working_dir = working_dir or (lambda row: f"{row.root_dir}/workspace")
 
     async def sender(self, session_key: str | None) -> SandboxRow:
         """The sandbox whose session key this is; Unauthorized for none or an unknown one."""
@@ -59,14 +99,66 @@ class WebhookReceiver:
             raise Unauthorized("unknown session key")
         return sandbox
 
+    async def _ours(self, sandbox: SandboxRow, conversation_id: str) -> ConversationRow | None:
+        """The conversation, checked to be the sandbox's; None when it is unknown here and
+        this control plane never started it (the caller records it then)."""
+        conversation = await conversations.get(self.db, conversation_id)
+        if conversation is not None and conversation.sandbox_id != sandbox.id:
+            raise Forbidden("a sandbox may only post for its own conversations")
+        return conversation
+
+    def _new_row(self, sandbox: SandboxRow, conversation_id: str,
+                 info: ConversationUpdate | None) -> dict[str, Any]:
+        moment = self.db.now()
+        return {"id": conversation_id, "user_id": sandbox.user_id, "sandbox_id": sandbox.id,
+                "start_task_id": None, "started": True, "tags": info.tags if info else {},
+                "title": info.title if info else None,
+                "working_dir": (info and info.working_dir) or self.working_dir(sandbox),
+                "llm_model": info.llm_model if info else None,
+                "parent_conversation_id": (str(info.parent_conversation_id)
+                                           if info and info.parent_conversation_id else None),
+                "created_at": moment, "updated_at": moment, "last_activity_at": moment}
+
+    async def conversation(self, session_key: str | None, body: bytes) -> None:
+        """POST /webhooks/conversations: an agent server's conversation info. A deletion
+        notice changes nothing (the conversation is deleted through /api/v1)."""
+        sandbox = await self.sender(session_key)
+        try:
+            info = ConversationUpdate.model_validate_json(body)
+        except ValidationError as exc:
+            raise from_pydantic(exc, "body") from None
+        if (info.execution_status or "").lower() == "deleting":
+            return
+        conversation_id = str(info.id)
+        existing = await self._ours(sandbox, conversation_id)
+        if existing is None and await tasks.started_here(self.db, conversation_id):
+            return  # removed here: not brought back
+        status = ExecutionStatus.parse(info.execution_status)
+        metrics = metrics_from_stats(info.stats)
+        values: dict[str, Any] = {"updated_at": self.db.now()}
+        if status is not None:
+            values["execution_status"] = status.value
+        if metrics is not None:
+            values["metrics"] = metrics
+        if info.llm_model:
+            values["llm_model"] = info.llm_model
+        async with self.db.begin() as conn:
+            if existing is None:
+                await conn.execute(self.db.insert_ignoring_duplicates(app_conversations),
+                                   [self._new_row(sandbox, conversation_id, info)])
+            elif existing.start_task_id is None:  # made on the agent server: its info rules
+                values.update(tags={**existing.tags, **info.tags},
+                              title=existing.title or info.title)
+            await conn.execute(update(app_conversations)
+                               .where(app_conversations.c.id == conversation_id).values(**values))
+        self.bell.ring(conversation_id)
+
     async def receive(self, session_key: str | None, conversation_id: str, body: bytes) -> int:
         """Store a batch; returns how many events it held."""
         sandbox = await self.sender(session_key)
-        conversation = await conversations.get(self.db, conversation_id)
-        if conversation is None:
-            raise NotFound(f"conversation {conversation_id} not found")
-        if conversation.sandbox_id != sandbox.id:
-            raise Forbidden("a sandbox may only post events of its own conversations")
+        conversation = await self._ours(sandbox, conversation_id)
+        if conversation is None and await tasks.started_here(self.db, conversation_id):
+            return 0  # removed here (deleted, or its start failed): dropped, not brought back
         try:
             batch = kinds.EVENT_LIST_ADAPTER.validate_json(body)
         except ValidationError as exc:
@@ -100,6 +192,9 @@ class WebhookReceiver:
             values["metrics"] = metrics
         try:
             async with self.db.begin() as conn:
+                if conversation is None:
+                    await conn.execute(self.db.insert_ignoring_duplicates(app_conversations),
+                                       [self._new_row(sandbox, conversation_id, None)])
                 if rows:
                     await conn.execute(self.db.insert_ignoring_duplicates(events), rows)
                 await conn.execute(update(app_conversations)

@@ -354,6 +354,25 @@ def test_search_filters_by_kind_and_source(client: httpx.Client, conv: dict[str,
     assert client.get(f"{C}/{conv['id']}/events/count").json() == len(everything)
 
 
+def test_search_filters_messages_by_their_text(client: httpx.Client,
+                                                conv: dict[str, Any]) -> None:
+    """OpenHands' `body` filter (the web frontend and the API skill client search with it)."""
+    url = f"{C}/{conv['id']}/events/search"
+    everything = events(client, conv["id"], limit=1000)["items"]
+    client.post(f"{C}/{conv['id']}/events", json=message("Please fix the Parser bug"))
+    fixed = events(client, conv["id"], body="PARSER BUG")["items"]
+    assert [e["llm_message"]["content"][0]["text"] for e in fixed] == ["Please fix the Parser bug"]
+    assert events(client, conv["id"], body="t")["items"] == [
+        e for e in [*everything, *fixed] if e["kind"] == "MessageEvent"
+        and "t" in e["llm_message"]["content"][0]["text"]]  # two, three; not one
+    assert all_pages(client, url, limit=1, body="o") == events(client, conv["id"], body="o")["items"]
+    assert client.get(f"{C}/{conv['id']}/events/count", params={"body": "parser"}).json() == 1
+    assert events(client, conv["id"], body="parser", kind__eq="ActionEvent")["items"] == []
+    assert events(client, conv["id"], body="nowhere at all")["items"] == []
+    r = client.get(url, params={"body": ""})
+    assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["query", "body"]
+
+
 def test_search_sorts_and_pages(client: httpx.Client, conv: dict[str, Any]) -> None:
     url = f"{C}/{conv['id']}/events/search"
     everything = events(client, conv["id"], limit=1000)["items"]

@@ -69,7 +69,7 @@ def test_image_shape() -> None:
     assert not user.startswith(("0", "root"))
     assert entrypoint()[0] == "agent-server"
     env = image_env()
-    assert env["AGENT_SERVER_STATE_DIR"] == "/var/lib/agent-server"
+    assert env["AGENT_SERVER_STATE_DIR"] == "/workspace/.agent-server"
     assert "SESSION_API_KEY" not in env  # a key never lives in the image
 
 
@@ -77,7 +77,8 @@ def run_image(tmp_path: Path, extra_env: dict[str, str]) -> tuple[subprocess.Pop
     """The entrypoint with the image's environment; image paths mapped into tmp_path."""
     port = free_port()
     state, workspace = tmp_path / "state", tmp_path / "workspace"
-    mapping = {"/var/lib/agent-server": str(state), "/workspace": str(workspace), "8000": str(port)}
+    mapping = {"/workspace/.agent-server": str(state), "/workspace/project": str(workspace),
+               "8000": str(port)}
     fix = lambda v: mapping.get(v, v)  # noqa: E731
     # The image's own virtual environment (PATH, VIRTUAL_ENV) is this interpreter's here.
     env = {k: fix(v) for k, v in image_env().items() if k not in ("PATH", "VIRTUAL_ENV")}

@@ -107,7 +107,7 @@ def fuzz(api_schema: OpenApiSchema, base_url: str, workspace: Path, method: str,
             if isinstance(timeout, (int, float)) and not isinstance(timeout, bool) \
                     and 2 < timeout <= 600:  # (beyond: an invalid case, left invalid)
                 case.body["timeout"] = 2  # a generated command must not hold the run long
-        semantic_rules(case.body)
+        semantic_rules(case.body, base_url + "/health")
         if isinstance(case.body, dict) and "parent_conversation_id" in case.body:
             ensure_conversation(base_url)
         sent += 1
@@ -133,16 +133,19 @@ def _whole(value: Any) -> bool:
         and float(value).is_integer()
 
 
-def semantic_rules(body: Any) -> None:
+def semantic_rules(body: Any, lookup_url: str) -> None:
     """Rules the server checks that no JSON schema can say, met by generated bodies (valid
     cases stay valid; the rules themselves have their own tests): an ACP agent's program must
     be found on PATH, a summarizing condenser keeps fewer than max_size // 2 messages, an LLM
-    asked for token ids is not streamed, and a parent conversation exists."""
+    asked for token ids is not streamed, a parent conversation exists, and a LookupSecret's
+    URL answers (`lookup_url`, asked with no headers)."""
     if isinstance(body, list):
         for item in body:
-            semantic_rules(item)
+            semantic_rules(item, lookup_url)
     if not isinstance(body, dict):
         return
+    if body.get("kind") == "LookupSecret" and isinstance(body.get("url"), str):
+        body["url"], body["headers"] = lookup_url, {}
     if body.get("kind") == "ACPAgent" and isinstance(body.get("acp_command"), list) \
             and body["acp_command"]:
         body["acp_command"][0] = "true"
@@ -159,7 +162,7 @@ def semantic_rules(body: Any) -> None:
             if size < 2:
                 body["max_size"] = 2
     for value in body.values():
-        semantic_rules(value)
+        semantic_rules(value, lookup_url)
 
 
 @pytest.mark.parametrize("mode", [GenerationMode.POSITIVE, GenerationMode.NEGATIVE],

@@ -47,6 +47,7 @@ def serve(root_dir: Path, env: dict[str, str], stdin: bytes = b"") -> tuple[int,
     files: dict[int, bytes] = {}
     if os.geteuid() == 0:
         (root_dir / "home").mkdir()
+        (root_dir / "workspace").mkdir(exist_ok=True)
         isolation = Isolation(bwrap=shutil.which("bwrap") or "bwrap", hidden=(),
                               uids=(UID, UID), setpriv=shutil.which("setpriv") or "setpriv")
         command = isolation.command(root_dir, argv, isolation.own(root_dir))

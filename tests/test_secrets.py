@@ -19,14 +19,19 @@ from typing import Any
 
 import httpx
 import pytest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse
+from starlette.routing import Route
 from websockets.asyncio.client import connect
 
 import tools
 from tests.conftest import create
 from tests.support.api import events, send, wait_status
-from tests.support.llm import ScriptedLLM, call, error, text
+from tests.support.llm import ScriptedLLM, call, error, free_port, text
 from tests.support.receiver import Receiver
 from tests.support.server import KEY, ServerProcess
+from tests.support.threaded import ThreadedServer
 from tests.support.wait import wait_for
 
 # A server subprocess (or another process, a restart, SIGKILL, Chromium, Docker tools).
@@ -130,6 +135,57 @@ def test_invalid_secrets_are_422_and_never_echoed(client: httpx.Client, llm: Scr
         assert r.status_code == 422, r.text
         assert "a-long-enough-value-1234" not in r.text
     assert client.get(f"/api/conversations/{conv['id']}").json()["secret_names"] == []
+
+
+class SecretHost:
+    """A peer serving one secret value at GET /secrets/{name} to the right session key (the
+    control plane's sandbox-scoped secrets, as a LookupSecret names them)."""
+
+    def __init__(self, values: dict[str, str], key: str) -> None:
+        async def secret(request: Request) -> PlainTextResponse:
+            if request.headers.get("x-session-api-key") != key:
+                return PlainTextResponse("no", 401)
+            name = request.path_params["name"]
+            return PlainTextResponse(values[name]) if name in values else PlainTextResponse("", 404)
+
+        port = free_port()
+        self.url = f"http://127.0.0.1:{port}/secrets"
+        self._server = ThreadedServer(Starlette(routes=[Route("/secrets/{name}", secret)]), port,
+                                      "secret-host")
+        self._server.start()
+
+    def stop(self) -> None:
+        self._server.stop()
+
+
+def test_a_lookup_secret_is_fetched_once_and_kept_as_its_value(
+        client: httpx.Client, llm: ScriptedLLM, key: str, tmp_path: Path,
+        server: ServerProcess) -> None:
+    value, session = new_secret("look"), new_secret("session-key")
+    host = SecretHost({"GITHUB_TOKEN": value}, session)
+    try:
+        def lookup(name: str, key: str = session) -> dict[str, Any]:
+            return {"kind": "LookupSecret", "url": f"{host.url}/{name}",
+                    "headers": {"X-Session-API-Key": key}}
+        conv = create(client, llm, key, tmp_path)
+        cid = conv["id"]
+        for bad in (lookup("MISSING"), lookup("GITHUB_TOKEN", "wrong-key"),
+                    {"kind": "LookupSecret", "url": "file:///etc/passwd"}):
+            r = client.post(f"/api/conversations/{cid}/secrets",
+                            json={"secrets": {"GITHUB_TOKEN": bad}})
+            assert r.status_code == 422, r.text
+            assert r.json()["detail"][0]["loc"][:3] == ["body", "secrets", "GITHUB_TOKEN"]
+            assert session not in r.text
+        assert client.get(f"/api/conversations/{cid}").json()["secret_names"] == []
+        r = client.post(f"/api/conversations/{cid}/secrets",
+                        json={"secrets": {"GITHUB_TOKEN": lookup("GITHUB_TOKEN")}})
+        assert r.status_code == 200, r.text
+    finally:
+        host.stop()
+    # The host is gone: the value was fetched when given, and the session key kept nowhere.
+    assert client.get(f"/api/conversations/{cid}").json()["secret_names"] == ["GITHUB_TOKEN"]
+    assert files_holding(server.state_dir, value) == [conversation_dir(server, cid) / "meta.json"]
+    assert files_holding(server.state_dir, session) == []
 
 
 # -- which value is in force -----------------------------------------------------------------

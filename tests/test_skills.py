@@ -110,6 +110,33 @@ def test_a_workspace_without_skills(client: httpx.Client, llm: ScriptedLLM, key:
     assert client.get(f"/api/conversations/{uuid.uuid4()}/skills").status_code == 404
 
 
+@pytest.mark.e2e
+def test_the_openhands_skills_loader_reads_a_project_of_this_workspace(
+        client: httpx.Client, llm: ScriptedLLM, key: str, tmp_path: Path) -> None:
+    """POST /api/skills, as the Cloud workspace's load_skills_from_agent_server sends it."""
+    (tmp_path / "project").mkdir()
+    project = workspace(tmp_path / "project")
+    create(client, llm, key, project)  # the project is a working directory of this server
+    ask = {"load_public": False, "load_user": True, "load_project": True, "load_org": True,
+           "project_dir": str(project), "sandbox_config": None}
+    r = client.post("/api/skills", json=ask)
+    assert r.status_code == 200, r.text
+    found = {s["name"]: s for s in r.json()["skills"]}
+    assert list(found) == ["AGENTS.md", "database-migrations", "deploy", "notes"]
+    assert r.json()["sources"] == {"project": 4}
+    assert found["AGENTS.md"]["type"] == "repo" and "make check" in found["AGENTS.md"]["content"]
+    assert found["deploy"]["type"] == "knowledge" and found["deploy"]["triggers"] == [
+        "deploy", "ship it"]
+    assert found["notes"]["type"] == "agentskills" and found["notes"]["is_agentskills_format"]
+
+    assert client.post("/api/skills", json={**ask, "project_dir": "/etc"}).status_code == 403
+    assert client.post("/api/skills", json={**ask, "project_dir": str(project / "nope")}
+                       ).status_code == 404
+    assert client.post("/api/skills", json={**ask, "load_project": False}).json() == {
+        "skills": [], "sources": {}}
+    assert client.post("/api/skills", json={"project_dir": 5}).status_code == 422
+
+
 # -- reading skill files ------------------------------------------------------------------------
 
 

@@ -410,6 +410,29 @@ def test_every_event_arrives_as_search_returns_it_in_order(
 
 
 @pytest.mark.e2e
+def test_a_conversations_info_is_posted_when_it_starts_pauses_changes_and_is_deleted(
+        hooked: ServerProcess, healthy: Receiver, llm: ScriptedLLM, key: str, tmp_path: Path) -> None:
+    """As the OpenHands agent server does (its /conversations webhook): a control plane learns
+    of a conversation made straight on the agent server before its first event arrives."""
+    with hooked.client() as c:
+        conv = create(c, llm, key, tmp_path)
+        cid = conv["id"]
+        assert c.post(f"/api/conversations/{cid}/pause").status_code == 200
+        paused = c.get(f"/api/conversations/{cid}").json()["execution_status"]
+        assert c.patch(f"/api/conversations/{cid}", json={"title": "Renamed"}).status_code == 200
+        assert c.delete(f"/api/conversations/{cid}").status_code == 200
+
+    def statuses() -> list[str]:
+        return [i["execution_status"] for i in list(healthy.infos) if i["id"] == cid]
+    assert wait_for(lambda: len(statuses()) == 4 and statuses()) == [
+        "idle", paused, paused, "deleting"]
+    assert [i["title"] for i in healthy.infos if i["id"] == cid][2] == "Renamed"
+    first = next(i for i in healthy.infos if i["id"] == cid)
+    assert first["agent"]["llm"]["model"] == conv["agent"]["llm"]["model"]
+    assert "sk-test-key" not in json.dumps(healthy.infos)
+
+
+@pytest.mark.e2e
 def test_receiver_down_for_the_whole_run_then_up(
         hooked: ServerProcess, healthy: Receiver, llm: ScriptedLLM, key: str, tmp_path: Path) -> None:
     healthy.down()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -38,7 +40,18 @@ async def create(request: Request) -> Response:
     body = await read_body(request, CreateConversation)
     with located("body"):
         conv, created = await service(request).create(body)
-    return reply(await conv.opened_info(), 201 if created else 200)
+    info = await conv.opened_info()
+    if created:
+        notify(request, info)
+    return reply(info, 201 if created else 200)
+
+
+def notify(request: Request, info: ConversationInfo, status: str | None = None) -> None:
+    """The conversation webhook (the OpenHands agent server's): `status` overrides."""
+    data = info.model_dump(mode="json")
+    if status is not None:
+        data["execution_status"] = status
+    services(request).delivery.notify(json.dumps(data).encode())
 
 
 @doc(summary="A conversation, with its execution_status", response=ConversationInfo, errors=(404,))
@@ -72,9 +85,11 @@ async def count(request: Request) -> Response:
      response=Success, errors=(404,))
 async def delete(request: Request) -> Response:
     conv = conversation(request)
+    info = await conv.opened_info()
     if not await service(request).delete(conv.record.id):
         raise NotFound(f"Conversation {conv.id} not found")
     services(request).commands.forget(conv.id)
+    notify(request, info, "deleting")
     return reply(Success())
 
 
@@ -87,7 +102,9 @@ async def run(request: Request) -> Response:
 
 @doc(summary="Pause between steps (a PauseEvent)", response=Success, errors=(404,))
 async def pause(request: Request) -> Response:
-    await conversation(request).pause()
+    conv = conversation(request)
+    await conv.pause()
+    notify(request, await conv.opened_info())
     return reply(Success())
 
 
@@ -102,9 +119,9 @@ async def interrupt(request: Request) -> Response:
      body=UpdateSecrets, response=Success, errors=(404,))
 async def update_secrets(request: Request) -> Response:
     conv = conversation(request)
-    values = secret_values((await read_body(request, UpdateSecrets)).secrets)
+    given = (await read_body(request, UpdateSecrets)).secrets
     with located("body"):
-        await conv.add_secrets(values)
+        await conv.add_secrets(await secret_values(given))
     return reply(Success())
 
 

@@ -29,6 +29,7 @@ def _query(params: EventSearch, log: EventLog) -> Query:
         timestamp_gte=params.timestamp__gte,
         timestamp_lt=params.timestamp__lt,
         descending=params.sort_order == "TIMESTAMP_DESC",
+        body=params.body,
     )
 
 

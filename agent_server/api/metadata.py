@@ -5,6 +5,7 @@ from __future__ import annotations
 from starlette.requests import Request
 from starlette.responses import Response
 
+from agent_server.api.conversations import notify
 from agent_server.api.io import conversation, read_body
 from agent_server.api.schemas import ConversationInfo, UpdateConversation
 from web.io import doc, reply
@@ -19,4 +20,5 @@ async def update(request: Request) -> Response:
     if given & {"title", "tags"}:
         await conv.update(title=body.title, clear_title="title" in given and body.title is None,
                           tags=(body.tags or {}) if "tags" in given else None)
+        notify(request, conv.shown.info())
     return reply(conv.shown.info())

@@ -116,6 +116,8 @@ class EventSearch(Lenient):
     page_id: str | None = Field(default=None, pattern=rf"^{EVENT_ID_PATTERN}$")
     branch: str | None = Field(default=None, pattern=rf"^({EVENT_ID_PATTERN}|head)$")
     """Only the events on the branch ending at this event id (`head`: the current branch)."""
+    body: str | None = Field(default=None, min_length=1, max_length=1000)
+    """Only messages whose text holds this, whatever the case (OpenHands' filter)."""
 
     @field_validator("timestamp__gte", "timestamp__lt", mode="before")
     @classmethod

@@ -165,13 +165,14 @@ class ConversationService:
 
         Bad input raises InvalidInput located inside the request (the API adds "body").
         """
+        given = await secret_values(request.secrets)  # lookups fetched before the lock
         async with self._create_lock:
             conv_id = request.conversation_id or uuid.uuid4()
             existing = self._items.get(conv_id)
             if existing is not None:
                 return existing, False
             agent = self._agent_for(request)
-            secrets = secret_values(request.secrets)
+            secrets = given
             for name, problem in check_secrets(secrets):
                 raise invalid(["secrets", name], problem, "value_error")
             if isinstance(agent, AgentSpec):  # an ACP agent brings its own tools

@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Protocol
 
 from agent_server.config import DeliverySettings
-from agent_server.delivery.http import WebhookClient, WebhookUnreachable
+from agent_server.delivery.http import WebhookClient
+from agent_server.delivery.notices import Notices
 from agent_server.delivery.pubsub import (
     Frame,
     PubSub,
@@ -73,6 +74,7 @@ class Delivery:
                 concurrency=s.webhook_concurrency,
             )
         self._scan: asyncio.Task[None] | None = None
+        self._notices = None if client is None else Notices(client)
 
     # -- the Fanout of each conversation -------------------------------------------------------
 
@@ -101,6 +103,11 @@ class Delivery:
         if self.pubsub.has_subscribers(conversation_id):
             await self.pubsub.delivered(conversation_id, DELIVERED_WAIT)
             await asyncio.sleep(DELIVERED_GRACE)
+
+    def notify(self, info: bytes) -> None:
+        """Post a conversation's info (JSON) to the webhook's `/conversations` (notices.py)."""
+        if self._notices is not None:
+            self._notices.post(info)
 
     def forget(self, conversation_id: str) -> None:
         if self.webhook is not None:
@@ -155,6 +162,8 @@ class Delivery:
             await self.webhook.flush(self.settings.shutdown_flush)
 
     async def close(self) -> None:
+        if self._notices is not None:
+            await self._notices.close()
         if self.webhook is not None:
             await self.webhook.stop()
             await self.webhook.client.aclose()

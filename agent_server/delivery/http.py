@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -113,6 +114,18 @@ class WebhookClient:
             text=response.text[:1000],
             retry_after=parse_retry_after(response.headers.get("retry-after"), self._clock.time()),
         )
+
+    async def post_conversation(self, body: bytes) -> Reply:
+        """A conversation's info to `{base}/conversations` (the OpenHands agent server's
+        conversation webhook: the control plane records conversations made here)."""
+        import httpx
+
+        try:
+            response = await self._http.post(f"{self.base_url}/conversations", content=body,
+                                             headers=self.headers(str(uuid.uuid4()), body))
+        except httpx.HTTPError as exc:
+            raise WebhookUnreachable(f"{type(exc).__name__}: {exc}".rstrip(": ")) from exc
+        return Reply(status=response.status_code, text=response.text[:1000])
 
     async def aclose(self) -> None:
         await self._http.aclose()

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
+import re
 from datetime import datetime
+from pathlib import PurePosixPath
 from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
@@ -13,7 +16,7 @@ from control_plane.api import downloads
 from control_plane.api.io import Moment, body, from_browser, services, user
 from control_plane.api.paths import MADE_ID, path_uuid
 from control_plane.app_conversations import AppConversation
-from control_plane.models import ConversationFilters, ConversationRow, StartTaskStatus, TaskRow
+from control_plane.models import ConversationFilters, ConversationRow
 from control_plane.start_request import NO_NUL, InitialMessage, StartRequest, Title
 from web.io import doc, read_query, reply
 
@@ -21,30 +24,6 @@ M = TypeVar("M", bound=BaseModel)
 #: The largest page of a search (SPEC 8 leaves it open; this is the documented limit).
 MAX_PAGE = 100
 TAG_KEY = r"^[a-z0-9_-]{1,50}$"
-
-
-class StartTask(BaseModel):
-    id: str
-    status: StartTaskStatus
-    detail: str | None
-    app_conversation_id: str | None
-    """Set once READY (SPEC 2.2)."""
-    sandbox_id: str | None
-    """Set once READY."""
-    created_at: datetime
-    updated_at: datetime
-
-    @classmethod
-    def of(cls, row: TaskRow) -> StartTask:
-        ready = row.status is StartTaskStatus.READY
-        return cls(id=row.id, status=row.status, detail=row.detail,
-                   app_conversation_id=row.app_conversation_id if ready else None,
-                   sandbox_id=row.sandbox_id if ready else None,
-                   created_at=row.created_at, updated_at=row.updated_at)
-
-
-class TaskIds(BaseModel):
-    ids: list[Annotated[str, Field(pattern=MADE_ID)]] = Field(min_length=1, max_length=100)
 
 
 class ConversationIds(BaseModel):
@@ -58,6 +37,11 @@ class Search(BaseModel):
     updated_at__gte: Moment | None = None
     updated_at__lt: Moment | None = None
     sandbox_id: str | None = Field(default=None, max_length=64)
+    sandbox_id__eq: str | None = Field(default=None, max_length=64)
+    """The app server's name of `sandbox_id`."""
+    include_sub_conversations: bool = True
+    """False: sub-agents' conversations are left out (the app server leaves them out by default;
+    here they are shown unless asked)."""
     sort_order: Literal["CREATED_AT", "CREATED_AT_DESC", "UPDATED_AT", "UPDATED_AT_DESC",
                         "TITLE", "TITLE_DESC"] = "CREATED_AT_DESC"
     limit: int = Field(default=MAX_PAGE, ge=1, le=MAX_PAGE)
@@ -73,7 +57,8 @@ class Search(BaseModel):
     def filters(self) -> ConversationFilters:
         return ConversationFilters(self.title__contains, self.created_at__gte,
                                    self.created_at__lt, self.updated_at__gte,
-                                   self.updated_at__lt, self.sandbox_id)
+                                   self.updated_at__lt, self.sandbox_id__eq or self.sandbox_id,
+                                   top_level=not self.include_sub_conversations)
 
 
 class CountQuery(Search):
@@ -86,16 +71,31 @@ class Page(BaseModel):
 
 
 class Patch(BaseModel):
+    """Fields left out stay; the app server's `public`, `selected_repository`,
+    `selected_branch` and `git_provider` are kept as given (the workspace is not changed)."""
+
     model_config = ConfigDict(extra="forbid")
 
     title: Title | None = None
     tags: dict[str, str] | None = Field(default=None, max_length=50)
+    public: bool | None = None
+    selected_repository: str | None = Field(default=None, max_length=201)
+    selected_branch: str | None = Field(default=None, max_length=255)
+    git_provider: str | None = Field(default=None, pattern=r"^[a-z_]{1,32}$")
+
+    @field_validator("selected_repository")
+    @classmethod
+    def _repository(cls, value: str | None) -> str | None:
+        return StartRequest._repository(value)
+
+    @field_validator("selected_branch")
+    @classmethod
+    def _branch(cls, value: str | None) -> str | None:
+        return StartRequest._branch(value)
 
     @field_validator("tags")
     @classmethod
     def _tags(cls, value: dict[str, str] | None) -> dict[str, str] | None:
-        import re
-
         for key, item in (value or {}).items():
             if not re.match(TAG_KEY, key) or len(item) > 256:
                 raise ValueError(f"tag {key!r}: keys are 1-50 of a-z 0-9 _ -, values up to 256 characters")
@@ -113,11 +113,47 @@ class Deleted(BaseModel):
 
 
 class FileQuery(BaseModel):
-    path: str = Field(min_length=1, max_length=4096)
+    path: str | None = Field(default=None, min_length=1, max_length=4096)
+    """The file's bytes; 404 when there is none."""
+    file_path: str | None = Field(default=None, min_length=1, max_length=4096)
+    """The app server's form: the text as a JSON string, `""` when there is no such file."""
+
+    @model_validator(mode="after")
+    def _one(self) -> FileQuery:
+        if (self.path is None) == (self.file_path is None):
+            raise ValueError("give path (the bytes) or file_path (the text as JSON)")
+        return self
 
 
 class DiffQuery(BaseModel):
     path: str | None = Field(default=None, min_length=1, max_length=4096)
+
+
+class HookMatcher(BaseModel):
+    matcher: str
+    hooks: list[dict[str, Any]]
+
+
+class HookEvent(BaseModel):
+    event_type: str
+    """snake_case: pre_tool_use, post_tool_use, user_prompt_submit, session_start, ..."""
+    matchers: list[HookMatcher]
+
+
+class Hooks(BaseModel):
+    hooks: list[HookEvent]
+
+    @classmethod
+    def of(cls, config: dict[str, Any]) -> Hooks:
+        """The agent server's `{PreToolUse: [{matcher, hooks}], ...}`, event types with hooks."""
+        events = []
+        for name, groups in config.items():
+            if isinstance(groups, list) and groups:
+                snake = re.sub(r"(?<!^)([A-Z])", r"_\1", name).lower()
+                events.append(HookEvent(event_type=snake, matchers=[
+                    HookMatcher(matcher=str(g.get("matcher", "*")), hooks=list(g.get("hooks") or []))
+                    for g in groups if isinstance(g, dict)]))
+        return cls(hooks=events)
 
 
 def shown(request: Request, records: list[AppConversation]) -> list[AppConversation]:
@@ -134,22 +170,6 @@ async def owned(request: Request, model: type[M] | None = None) -> tuple[Convers
     params = None if model is None else read_query(request, model)
     row = await services(request).conversations.owned(conversation_id, account.id)
     return row, params
-
-
-@doc(summary="Start a conversation: answers at once with a start task", body=StartRequest,
-     response=StartTask, status=201, errors=(404, 409, 410))
-async def start(request: Request) -> Response:
-    account = await user(request)
-    task = await services(request).tasks.submit(account.id, await body(request, StartRequest))
-    return reply(StartTask.of(task), 201)
-
-
-@doc(summary="Start tasks by id (null for unknown ids)", query=TaskIds, response=list[StartTask | None])
-async def start_tasks(request: Request) -> Response:
-    account = await user(request)
-    ids = read_query(request, TaskIds).ids
-    found = await services(request).tasks.owned_many(ids, account.id)
-    return reply([StartTask.of(found[i]) if i in found else None for i in ids])
 
 
 @doc(summary="App conversations by id (null for unknown ids)", query=ConversationIds,
@@ -174,16 +194,12 @@ async def search(request: Request) -> Response:
     return reply(Page(items=shown(request, found), next_page_id=following))
 
 
-class Count(BaseModel):
-    count: int
-
-
-@doc(summary="How many conversations match", query=CountQuery, response=Count)
+@doc(summary="How many conversations match (a bare integer, as the app server answers)",
+     query=CountQuery, response=int)
 async def count(request: Request) -> Response:
     account = await user(request)
     params = read_query(request, CountQuery)
-    return reply(Count(count=await services(request).conversations.count(account.id,
-                                                                         params.filters())))
+    return reply(await services(request).conversations.count(account.id, params.filters()))
 
 
 @doc(summary="Send a follow-up message (a PAUSED sandbox is resumed first)", body=InitialMessage,
@@ -195,7 +211,7 @@ async def send_message(request: Request) -> Response:
     return reply(Ack())
 
 
-@doc(summary="Update title and tags", body=Patch, response=AppConversation, errors=(404,))
+@doc(summary="Update title, tags and the app server's metadata", body=Patch, response=AppConversation, errors=(404,))
 async def patch(request: Request) -> Response:
     row, _ = await owned(request)
     change = await body(request, Patch)
@@ -228,13 +244,39 @@ async def _inspect(request: Request, row: ConversationRow, what: str,
     return Response(raw.content, status_code=raw.status, media_type=raw.media_type)
 
 
-@doc(summary="A workspace file (read through the sandbox)", query=FileQuery,
+@doc(summary="A workspace file (read through the sandbox): its bytes for path=, its text as "
+             "a JSON string for file_path= (\"\" when missing)", query=FileQuery,
      errors=(403, 404, 409, 410, 502))
 async def file(request: Request) -> Response:
     row, params = await owned(request, FileQuery)
     assert params is not None
-    raw = await services(request).conversations.inspect(row, "file", {"path": params.path})
-    return downloads.served(raw, params.path)
+    if params.path is not None:  # its bytes, as a download (never rendered on this origin)
+        raw = await services(request).conversations.inspect(row, "file", {"path": params.path})
+        return downloads.served(raw, params.path)
+    raw = await services(request).conversations.inspect(
+        row, "file", {"path": in_conversation(row.working_dir, params.file_path or "")})
+    if raw.status == 404:
+        return _json_text("")
+    if raw.status >= 400:
+        return Response(raw.content, status_code=raw.status, media_type=raw.media_type)
+    return _json_text(raw.content.decode(errors="replace"))
+
+
+def in_conversation(working_dir: str | None, raw: str) -> str:
+    """The app server's conversations all work in the sandbox's /workspace/project, ours each in
+    a directory of its own below it: a path under the sandbox's workspace but outside the
+    conversation's directory (the frontend's `/workspace/project/.agents_tmp/PLAN.md`) is read
+    in the conversation's. The agent server confines the result as always."""
+    if not working_dir:
+        return raw
+    own, path = PurePosixPath(working_dir), PurePosixPath(raw)
+    if path.is_absolute() and not path.is_relative_to(own) and path.is_relative_to(own.parent):
+        return str(own / path.relative_to(own.parent))
+    return raw
+
+
+def _json_text(text: str) -> Response:
+    return Response(json.dumps(text, ensure_ascii=False), media_type="application/json")
 
 
 @doc(summary="Git changes of the workspace", errors=(404, 409, 410, 502))
@@ -255,6 +297,11 @@ async def skills(request: Request) -> Response:
     return await _inspect(request, (await owned(request))[0], "skills", {})
 
 
-@doc(summary="Configured hooks", errors=(404, 409, 410, 502))
+@doc(summary="Configured hooks, by event type (the app server's shape)", response=Hooks,
+     errors=(404, 409, 410, 502))
 async def hooks(request: Request) -> Response:
-    return await _inspect(request, (await owned(request))[0], "hooks", {})
+    row = (await owned(request))[0]
+    raw = await services(request).conversations.inspect(row, "hooks", {})
+    if raw.status != 200:
+        return Response(raw.content, status_code=raw.status, media_type=raw.media_type)
+    return reply(Hooks.of(json.loads(raw.content)))

@@ -57,10 +57,6 @@ class EventPage(BaseModel):
     next_page_id: str | None
 
 
-class Count(BaseModel):
-    count: int
-
-
 async def _conversation_id(request: Request, model: type[M]) -> tuple[str, M]:
     """Auth, then input validation (422), then ownership (404)."""
     account = await user(request)
@@ -84,12 +80,13 @@ async def search(request: Request) -> Response:
     return Response(text, media_type="application/json")
 
 
-@doc(summary="Count stored events", query=EventCount, response=Count, errors=(404,))
+@doc(summary="Count stored events (a bare integer, as the OpenHands app server answers)",
+     query=EventCount, response=int, errors=(404,))
 async def count(request: Request) -> Response:
     conversation_id, params = await _conversation_id(request, EventCount)
     total = await services(request).transcripts.count(
         conversation_id, EventFilters(params.kind__eq, params.source__eq))
-    return reply(Count(count=total))
+    return reply(total)
 
 
 EventId = Annotated[str, Field(min_length=1, max_length=64)]

@@ -28,6 +28,8 @@ class SandboxInfo(BaseModel):
     `io.from_browser`)."""
 
     id: str
+    created_by_user_id: str
+    """The owner (the app server's name)."""
     status: SandboxStatus
     status_reason: SandboxReason | None
     """Why the status last changed: USER, IDLE, SESSION_CAP (the 12-hour cap), DELETION_TIME,
@@ -77,6 +79,9 @@ class DeleteQuery(BaseModel):
 class SandboxSpecInfo(BaseModel):
     id: str
     description: str
+    working_dir: str | None = None
+    """The workspace as a sandbox's processes see it (the app server's field); null when it
+    differs from one sandbox to the next (process sandboxes without isolation)."""
 
 
 class SpecPage(BaseModel):
@@ -104,7 +109,8 @@ async def infos(request: Request, found: list[SandboxRow]) -> list[SandboxInfo]:
         url = svc.sandboxes.url(row) if running else None
         pause_at, delete_at = svc.lifecycle.deadlines(row)
         out.append(SandboxInfo(
-            id=row.id, status=row.status, status_reason=row.status_reason,
+            id=row.id, created_by_user_id=row.user_id, status=row.status,
+            status_reason=row.status_reason,
             status_detail=row.status_detail,
             sandbox_spec_id=row.spec_id,
             session_api_key=svc.sandboxes.session_key(row) if running else None,
@@ -160,17 +166,25 @@ async def batch_get(request: Request) -> Response:
     return reply([known.get(i) for i in ids])
 
 
+class Changed(SandboxInfo):
+    """The sandbox as a pause or a resume left it, and the app server's `success`."""
+
+    success: bool = True
+
+
 @doc(summary="Pause (SIGSTOP): conversations and workspace kept, CPU released",
-     response=SandboxInfo, errors=(404, 409, 410))
+     response=Changed, errors=(404, 409, 410))
 async def pause(request: Request) -> Response:
     svc, row = await owned(request)
-    return reply(await info(request, await svc.sandboxes.pause(row)))
+    changed = await info(request, await svc.sandboxes.pause(row))
+    return reply(Changed(**changed.model_dump()))
 
 
-@doc(summary="Resume a paused sandbox", response=SandboxInfo, errors=(404, 409, 410))
+@doc(summary="Resume a paused sandbox", response=Changed, errors=(404, 409, 410))
 async def resume(request: Request) -> Response:
     svc, row = await owned(request)
-    return reply(await info(request, await svc.sandboxes.resume(row)))
+    changed = await info(request, await svc.sandboxes.resume(row))
+    return reply(Changed(**changed.model_dump()))
 
 
 @doc(summary="Delete; the query parameter sandbox_id must repeat the path value", query=DeleteQuery,
@@ -189,5 +203,40 @@ async def delete(request: Request) -> Response:
 async def specs(request: Request) -> Response:
     await user(request)
     read_query(request, SpecSearch)
-    return reply(SpecPage(items=[SandboxSpecInfo(id=s.id, description=s.description)
+    return reply(SpecPage(items=[SandboxSpecInfo(id=s.id, description=s.description,
+                                                 working_dir=s.working_dir)
                                  for s in services(request).provider.specs()]))
+
+
+#: How long before its pause a sandbox's idle status warns (the frontend shows a banner).
+WARNING_SECONDS = 60.0
+
+
+class IdleStatus(BaseModel):
+    """The app server's idle-timeout view of one sandbox (times in seconds)."""
+
+    idle_seconds: float
+    """Since its last activity."""
+    timeout_seconds: float | None
+    """The idle time after which a RUNNING sandbox is paused (null: never)."""
+    warning_seconds: float
+    is_warning: bool
+    """RUNNING, and paused within `warning_seconds`."""
+    remaining_seconds: float | None
+    """Until it is paused (the idle time or the 12-hour cap, whichever comes first); null when
+    it is not RUNNING or nothing will pause it."""
+
+
+@doc(summary="How long the sandbox has been idle and when it will be paused", response=IdleStatus,
+     errors=(404,))
+async def idle_status(request: Request) -> Response:
+    svc, row = await owned(request)
+    now = svc.db.now()
+    pause_at, _ = svc.lifecycle.deadlines(row)
+    remaining = None if pause_at is None else max((pause_at - now).total_seconds(), 0.0)
+    idle = svc.config.idle_seconds
+    return reply(IdleStatus(
+        idle_seconds=max((now - row.last_activity_at).total_seconds(), 0.0),
+        timeout_seconds=idle, warning_seconds=WARNING_SECONDS,
+        is_warning=remaining is not None and remaining <= WARNING_SECONDS,
+        remaining_seconds=remaining))

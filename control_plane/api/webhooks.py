@@ -1,4 +1,7 @@
-"""POST /api/v1/webhooks/events/{conversation_id} (SPEC 4.5): events pushed by a sandbox."""
+"""The webhooks a sandbox's agent server posts to (X-Session-API-Key of the sandbox):
+POST /api/v1/webhooks/events/{conversation_id} (SPEC 4.5): its events;
+POST /api/v1/webhooks/conversations: a conversation's info when it starts, pauses, is updated
+or deleted (the OpenHands app server's route)."""
 
 from __future__ import annotations
 
@@ -21,4 +24,11 @@ async def receive(request: Request) -> Response:
     with svc.intake.admit(sandbox.id, size):
         data = await read_bounded(request, limit)
         await svc.webhook.receive(key, conversation_id, data)
+    return reply(Success())
+
+
+async def conversation(request: Request) -> Response:
+    svc = services(request)
+    data = await read_bounded(request, svc.config.max_webhook_body_bytes)
+    await svc.webhook.conversation(request.headers.get("x-session-api-key"), data)
     return reply(Success())

@@ -23,15 +23,24 @@ import docker
 import docker.errors
 import httpx
 
-from control_plane.sandboxes.provider import Launch, ProviderError, SandboxProvider, SandboxSpec
+from control_plane.sandboxes.provider import (
+    PROJECT_DIR,
+    Launch,
+    ProviderError,
+    SandboxProvider,
+    SandboxSpec,
+)
 
 T = TypeVar("T")
 
 PORT_NUMBER = 8000
 """The agent server's port inside its container."""
-STATE_DIR = "/var/lib/agent-server"
-"""The image's state directory: the volume's mount point."""
-WORKSPACE = STATE_DIR + "/workspace"
+VOLUME_DIR = "/workspace"
+"""The sandbox volume's mount point (the image's one VOLUME; the sandbox's root_dir)."""
+STATE_DIR = VOLUME_DIR + "/.agent-server"
+"""The agent server's state, on the volume beside the workspace."""
+WORKSPACE = PROJECT_DIR
+"""Where OpenHands clients expect the project."""
 LABEL_SANDBOX = "agent-server.sandbox"
 LABEL_PLANE = "agent-server.control-plane"
 UID = 1000
@@ -112,7 +121,10 @@ class ContainerProvider(SandboxProvider):
 
     def root_dir(self, sandbox_id: str, sandboxes_dir: Path) -> Path:
         """Inside its container: the volume, with the workspace under it."""
-        return Path(STATE_DIR)
+        return Path(VOLUME_DIR)
+
+    def working_dir(self, root_dir: Path) -> Path:
+        return Path(WORKSPACE)
 
     def labels(self, sandbox_id: str) -> dict[str, str]:
         return {LABEL_SANDBOX: sandbox_id, LABEL_PLANE: self.plane}

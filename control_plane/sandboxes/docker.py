@@ -9,7 +9,8 @@ A sandbox's container:
   plane's deployment (a digest of its database URL: every control plane of one deployment
   shares it), which is how a restarted control plane finds it again;
 - keeps its agent-server state and its workspace in a named volume of its own (same name),
-  mounted at the image's state directory, the workspace under it: a container removed by hand
+  mounted at `/workspace`: the workspace is `/workspace/project` (where OpenHands clients
+  expect it), the agent server's state `/workspace/.agent-server` beside it; a container removed by hand
   loses nothing the next start needs, and a deleted sandbox leaves a tar.gz of its workspace
   under the archive directory, served by no route;
 - publishes the agent server's port 8000 on 127.0.0.1 only, on a host port Docker chooses;
@@ -60,6 +61,7 @@ from control_plane.sandboxes.containers import (
     TMP_BYTES,
     UID,
     USER,
+    VOLUME_DIR,
     WORKSPACE,
     ContainerProvider,
     Limits,
@@ -77,7 +79,8 @@ __all__ = ["HOST_ALIAS", "LABEL_PLANE", "LABEL_SANDBOX", "STATE_DIR", "SPEC", "D
 
 SPEC = SandboxSpec(id="docker", description="a container of the sandbox image (sandbox.Dockerfile) "
                    "on a bridge network without inter-container traffic, as an unprivileged user "
-                   "with a read-only root and limits, its state and workspace in a volume of its own")
+                   "with a read-only root and limits, its state and workspace in a volume of its own; "
+                   f"its workspace at {WORKSPACE}", working_dir=WORKSPACE)
 PORT = f"{PORT_NUMBER}/tcp"
 HOST_ALIAS = "host.docker.internal"
 #: Writable places of the read-only root (the state volume aside), bounded in size.
@@ -150,7 +153,7 @@ class DockerProvider(ContainerProvider):
             # hands over the keys ends (StdinOnce).
             detach=False, stdin_open=True,
             ports=ports, network=self.network,
-            volumes={name: {"bind": STATE_DIR, "mode": "rw"}},
+            volumes={name: {"bind": VOLUME_DIR, "mode": "rw"}},
             extra_hosts={HOST_ALIAS: "host-gateway"},
             user=USER, cap_drop=["ALL"], security_opt=["no-new-privileges"],
             read_only=True, tmpfs=TMPFS, mem_limit=self.limits.memory,
@@ -316,7 +319,7 @@ class DockerProvider(ContainerProvider):
                     return None
                 helper = container = client.containers.create(
                     self.image, labels=self.labels(sandbox_id), network_disabled=True,
-                    volumes={name_of(sandbox_id): {"bind": STATE_DIR, "mode": "ro"}})
+                    volumes={name_of(sandbox_id): {"bind": VOLUME_DIR, "mode": "ro"}})
             try:
                 chunks, _ = container.get_archive(WORKSPACE)
             except docker.errors.NotFound:

@@ -6,7 +6,8 @@ Each agent server and everything it starts runs in namespaces of its own, made b
   `/etc` and the `/bin`, `/lib*` links), the installed program read-only (the interpreter, the
   virtual environment and the `agent_server`, `core`, `web`, `events`, `tools` packages, nothing else of a source
   tree), the sandbox's own directory read-write (its state and workspace, at the same path as
-  outside), a `/tmp` of its own, a `/dev` of its own; not the control plane's state directory,
+  outside), its workspace once more at `/workspace/project` (where OpenHands clients expect
+  it: the agent server's working directory), a `/tmp` of its own, a `/dev` of its own; not the control plane's state directory,
   not another sandbox's directory, not the host's home (what of the control plane's state would
   show through a bound path is covered by an empty tmpfs);
 - a pid namespace with its own `/proc`: the sandbox sees its own processes only, and when its
@@ -57,6 +58,8 @@ ACCOUNT_FILES = ("/etc/passwd", "/etc/group")
 #: Where bubblewrap reads the sandbox's account files from (after stdin, stdout, stderr).
 ACCOUNT_FDS = (3, 4)
 ACCOUNT = "agent"
+PROJECT = Path("/workspace/project")
+"""The workspace inside the namespace (the sandbox's `workspace/` bound there too)."""
 
 
 class IsolationUnavailable(ProviderError):
@@ -113,9 +116,11 @@ class Isolation:
         for hidden in masked:
             args += ["--tmpfs", str(hidden)]
         args += ["--bind", str(root_dir), str(root_dir)]
+        args += ["--bind", str(root_dir / "workspace"), str(PROJECT)]
         # bubblewrap makes the directories leading to a mount point 0700: they are opened up
         # for the sandbox's user (empty but for the mount points; never a host directory).
-        for parent in _leading_dirs([*bound, *masked, root_dir], bound=[*bound, root_dir],
+        for parent in _leading_dirs([*bound, *masked, root_dir, PROJECT],
+                                    bound=[*bound, root_dir, PROJECT],
                                     tmpfs=[Path("/tmp"), *masked]):
             args += ["--chmod", "0755", str(parent)]
         args += ["--chdir", str(root_dir), "--"]
@@ -180,6 +185,7 @@ def _probe(hidden: tuple[Path, ...], uids: tuple[int, int]) -> tuple[Isolation |
         return None, "setpriv (util-linux) is not installed"
     isolation = Isolation(bwrap=bwrap, hidden=hidden, uids=uids if root else None, setpriv=setpriv)
     with tempfile.TemporaryDirectory(prefix="sandbox-probe-") as scratch:
+        (Path(scratch) / "workspace").mkdir()
         command = isolation.command(Path(scratch), ["true"], uids[0] if root else None)
         said = Path(scratch) / "probe.log"
         with open(said, "wb") as output:

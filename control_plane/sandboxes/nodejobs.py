@@ -33,7 +33,7 @@ import docker.errors
 import docker.types
 import httpx
 
-from control_plane.sandboxes.containers import PORT_NUMBER, STATE_DIR
+from control_plane.sandboxes.containers import PORT_NUMBER, VOLUME_DIR, WORKSPACE
 from control_plane.sandboxes.provider import ProviderError
 
 LABEL_JOB = "agent-server.job"
@@ -50,7 +50,7 @@ ENDED = {"complete", "shutdown", "failed", "rejected", "orphaned", "remove"}
 ARCHIVE_SERVER = f"""
 import hmac, http.server, os, tarfile, time
 token = os.environ.pop("ARCHIVE_TOKEN").encode()
-workspace = {STATE_DIR + "/workspace"!r}
+workspace = {WORKSPACE!r}
 deadline = time.monotonic() + {ARCHIVE_WAIT}
 
 class Handler(http.server.BaseHTTPRequestHandler):
@@ -148,7 +148,7 @@ class Jobs:
             self.image, command=["python3", "-c", ARCHIVE_SERVER], user="0:0",
             env=[f"ARCHIVE_TOKEN={token}"], read_only=True, cap_drop=["ALL"], healthcheck=NO_CHECK,
             cap_add=["CAP_DAC_READ_SEARCH"],
-            mounts=[docker.types.Mount(STATE_DIR, volume, type="volume", read_only=True)])
+            mounts=[docker.types.Mount(VOLUME_DIR, volume, type="volume", read_only=True)])
         name = job_name(service_name, "archive")
         task = self._start(name, node, spec, publish=True)
         try:
@@ -209,7 +209,7 @@ class Jobs:
             read_only=True, cap_drop=["ALL"], healthcheck=NO_CHECK,
             mounts=[docker.types.Mount("/var/run/docker.sock", self.node_socket, type="bind"),
                     # over the image's VOLUME, which would leave an anonymous volume behind
-                    docker.types.Mount(STATE_DIR, None, type="tmpfs", tmpfs_size=1024**2)])
+                    docker.types.Mount(VOLUME_DIR, None, type="tmpfs", tmpfs_size=1024**2)])
         name = job_name(service_name, "volume")
         try:
             task = self._start(name, node, spec, publish=False, until_ended=True)

@@ -32,6 +32,7 @@ import httpx
 
 from control_plane.sandboxes.isolation import HOME, Command, Isolation
 from control_plane.sandboxes.provider import (
+    PROJECT_DIR,
     Handle,
     Launch,
     Liveness,
@@ -49,7 +50,8 @@ T = TypeVar("T")
 SPEC = SandboxSpec(id="process", description="an agent-server child process on this machine, "
                    "in its own process group, sharing the host's tools (bash, git, Chromium)")
 ISOLATED_SPEC = SandboxSpec(id=SPEC.id, description=SPEC.description + "; isolated by "
-                            "bubblewrap: its own files, /tmp and processes, the system read-only")
+                            "bubblewrap: its own files, /tmp and processes, the system read-only; "
+                            f"its workspace at {PROJECT_DIR}", working_dir=PROJECT_DIR)
 READY_FILE = "ready.json"
 #: What bubblewrap runs around a server forked from the template: it lives while its stdin is
 #: open (the server's lifeline) and ignores SIGTERM, so a stop waits for the server itself. The
@@ -72,7 +74,7 @@ def child_env(launch: Launch, isolation: Isolation | None = None) -> dict[str, s
         "AGENT_SERVER_HOST": "127.0.0.1",
         "AGENT_SERVER_PORT": "0",
         "AGENT_SERVER_STATE_DIR": str(launch.root_dir / "state"),
-        "AGENT_SERVER_WORKING_DIR": str(launch.workspace),
+        "AGENT_SERVER_WORKING_DIR": PROJECT_DIR if isolation else str(launch.workspace),
         "AGENT_SERVER_READY_FILE": str(launch.root_dir / READY_FILE),
         "AGENT_SERVER_WEBHOOK_URL": launch.webhook_url,
         "AGENT_SERVER_LOG_LEVEL": "warning",
@@ -106,6 +108,11 @@ class ProcessProvider(SandboxProvider):
         if self.template is not None:
             self.template.close()
         await super().close()
+
+    def working_dir(self, root_dir: Path) -> Path:
+        """Isolated: /workspace/project (bubblewrap binds the workspace there too); otherwise
+        the workspace's own path on this machine."""
+        return Path(PROJECT_DIR) if self.isolation is not None else root_dir / "workspace"
 
     async def create(self, launch: Launch) -> Handle:
         if launch.spec_id != SPEC.id:

@@ -35,6 +35,14 @@ class SandboxSpec:
     id: str
     description: str
     """What a sandbox made from it is."""
+    working_dir: str | None = None
+    """The workspace as the sandbox's processes see it, the same in every sandbox of the spec
+    (`/workspace/project`, where OpenHands clients expect it); None when it differs from one
+    sandbox to the next (`SandboxProvider.working_dir` says where)."""
+
+
+#: Where OpenHands clients (the Cloud workspace, the web frontend) expect the workspace.
+PROJECT_DIR = "/workspace/project"
 
 
 @dataclass(frozen=True)
@@ -179,6 +187,11 @@ class SandboxProvider(abc.ABC):
     async def start(self) -> None:
         """Prepare what starts use (the process provider's template); nothing by default."""
         return None
+
+    def working_dir(self, root_dir: Path) -> Path:
+        """The workspace of the sandbox whose directory is `root_dir`, as its processes see it:
+        the agent server's working directory, under which conversations get theirs."""
+        return root_dir / "workspace"
 
     async def close(self) -> None:
         """Release the provider's own resources; sandboxes keep running (they are adopted later)."""

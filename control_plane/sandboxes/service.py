@@ -137,6 +137,10 @@ class SandboxService:
     def session_key(self, row: SandboxRow) -> str:
         return self.cipher.decrypt(row.session_key_enc)
 
+    def working_dir(self, row: SandboxRow) -> str:
+        """Its workspace as its processes see it (conversations work in directories under it)."""
+        return str(self.provider.working_dir(Path(row.root_dir)))
+
     def url(self, row: SandboxRow) -> str | None:
         handle = handle_of(row)
         return None if handle is None else self.provider.url(handle)

@@ -46,7 +46,13 @@ import docker
 import docker.errors
 import httpx
 
-from control_plane.sandboxes.containers import DEFAULT_LIMITS, ContainerProvider, Limits, name_of
+from control_plane.sandboxes.containers import (
+    DEFAULT_LIMITS,
+    WORKSPACE,
+    ContainerProvider,
+    Limits,
+    name_of,
+)
 from control_plane.sandboxes.nodejobs import ENDED, Jobs, Node, api, describe, host_port
 from control_plane.sandboxes.provider import (
     Handle,
@@ -81,7 +87,10 @@ logger = logging.getLogger(__name__)
 
 SPEC = SandboxSpec(id="swarm", description="a one-replica service of the sandbox image on a "
                    "Docker Swarm cluster, as an unprivileged user with a read-only root and limits, "
-                   "its state and workspace in a volume of the node it runs on")
+                   f"its state and workspace in a volume of the node it runs on; its workspace at "
+                   f"{WORKSPACE}", working_dir=WORKSPACE)
+
+
 class SwarmProvider(ContainerProvider):
     spec = SPEC
 

@@ -19,6 +19,7 @@ def _row(row: Any) -> ConversationRow:
     data = dict(row._mapping)
     data["sandbox_status"] = SandboxStatus(data["sandbox_status"])
     data["tags"] = dict(data["tags"] or {})
+    data["pr_number"] = list(data["pr_number"] or [])
     return ConversationRow(**data)
 
 
@@ -61,6 +62,8 @@ def _filtered(query: Select[Any], user_id: str, f: ConversationFilters) -> Selec
             query = query.where(column >= value if op == "ge" else column < value)
     if f.sandbox_id:
         query = query.where(C.c.sandbox_id == f.sandbox_id)
+    if f.top_level:
+        query = query.where(C.c.parent_conversation_id.is_(None))
     return query
 
 
@@ -96,6 +99,20 @@ async def mark_started(conn: AsyncConnection, conversation_id: str, moment: date
 
 async def remove(conn: AsyncConnection, conversation_id: str) -> None:
     await conn.execute(delete(C).where(C.c.id == conversation_id))
+
+
+async def children(db: Database, ids: list[str]) -> dict[str, list[str]]:
+    """The sub-conversations of each of `ids` (by their parent_conversation_id)."""
+    if not ids:
+        return {}
+    found: dict[str, list[str]] = {}
+    query = (select(C.c.parent_conversation_id, C.c.id)
+             .where(C.c.parent_conversation_id.in_(ids), C.c.started.is_(True))
+             .order_by(C.c.created_at))
+    async with db.connect() as conn:
+        for parent, child in await conn.execute(query):
+            found.setdefault(parent, []).append(child)
+    return found
 
 
 async def in_sandbox(db: Database, sandbox_id: str) -> list[str]:

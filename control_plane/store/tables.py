@@ -142,6 +142,12 @@ app_conversations = Table(
     Column("updated_at", UTCDateTime, nullable=False),
     Column("last_activity_at", UTCDateTime, nullable=False),
     Column("resume_run", Boolean, nullable=False, default=False, server_default=false()),
+    Column("llm_model", String(200)),
+    Column("trigger", String(32)),
+    Column("pr_number", JSON),
+    Column("git_provider", String(32)),
+    Column("public", Boolean),
+    Column("parent_conversation_id", ID, index=True),
     Index("ix_app_conversations_user_created", "user_id", "created_at"),
 )
 

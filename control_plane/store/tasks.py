@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import and_, delete, or_, select, update
+from sqlalchemy import and_, delete, func, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from control_plane.models import StartTaskStatus, TaskRow
@@ -90,3 +90,40 @@ async def set_status(db: Database, task_id: str, status: StartTaskStatus,
             done = await own.execute(query)
     if holder is not None and not done.rowcount:
         raise LeaseLost(f"start task {task_id} is another control plane's now")
+
+
+def _matching(query: Any, user_id: str, created_at_gte: Any, conversation_id: str | None) -> Any:
+    query = query.where(T.c.user_id == user_id)
+    if created_at_gte is not None:
+        query = query.where(T.c.created_at >= created_at_gte)
+    if conversation_id is not None:
+        query = query.where(T.c.app_conversation_id == conversation_id)
+    return query
+
+
+async def search(db: Database, user_id: str, *, created_at_gte: Any = None,
+                 conversation_id: str | None = None, order: str = "CREATED_AT_DESC",
+                 limit: int = 100, offset: int = 0) -> list[TaskRow]:
+    """The user's tasks matching, in `order` (CREATED_AT, UPDATED_AT, either _DESC)."""
+    column = T.c.updated_at if order.startswith("UPDATED") else T.c.created_at
+    desc = order.endswith("_DESC")
+    query = _matching(select(T), user_id, created_at_gte, conversation_id).order_by(
+        column.desc() if desc else column.asc(), T.c.id.desc() if desc else T.c.id.asc())
+    async with db.connect() as conn:
+        return [_row(x) for x in await conn.execute(query.limit(limit).offset(offset))]
+
+
+async def count(db: Database, user_id: str, *, created_at_gte: Any = None,
+                conversation_id: str | None = None) -> int:
+    query = _matching(select(func.count()).select_from(T), user_id, created_at_gte, conversation_id)
+    async with db.connect() as conn:
+        return int(await conn.scalar(query) or 0)
+
+
+async def started_here(db: Database, conversation_id: str) -> bool:
+    """Whether a start task of this control plane placed this conversation (its row may be
+    gone since: deleted, or the start failed)."""
+    async with db.connect() as conn:
+        found = await conn.scalar(select(T.c.id).where(T.c.app_conversation_id == conversation_id)
+                                  .limit(1))
+    return found is not None

@@ -1,5 +1,7 @@
 """The compatibility tier: the real OpenHands SDK client (1.58.0, in its own cached Python 3.12
-venv) drives a real agent server with the scripted LLM.
+venv) drives a real agent server with the scripted LLM; and the app server's clients (the Cloud
+workspace of openhands-workspace 1.58.0 from the same venv, the web frontend's and the API
+skill client's requests) drive a real control plane (test_cloud_workspace, test_frontend_calls).
 
 Each test runs one script of `tests/compat/scripts/` with that venv's python; the script
 prints `RESULT <json>` (its steps, the frames it saw, the stored events) and the test judges.

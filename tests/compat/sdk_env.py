@@ -28,6 +28,7 @@ from pathlib import Path
 SDK_VERSION = "1.58.0"
 TOOLS_VERSION = "1.58.0"
 AGENT_SERVER_VERSION = "1.58.0"
+WORKSPACE_VERSION = "1.58.0"
 MIN_PYTHON = (3, 12)
 
 REPO = Path(__file__).resolve().parents[2]
@@ -108,11 +109,14 @@ def _build(target: Path, base_python: str, packages: list[str]) -> Path:
 
 
 def sdk_python() -> Path:
-    """The python of the cached venv with openhands-sdk and openhands-tools (built if missing)."""
+    """The python of the cached venv with openhands-sdk, openhands-tools and
+    openhands-workspace (the Cloud workspace client of the control-plane tier), built if
+    missing."""
     base, (major, minor) = find_python()
-    key = f"py{major}.{minor}-sdk{SDK_VERSION}-tools{TOOLS_VERSION}"
+    key = f"py{major}.{minor}-sdk{SDK_VERSION}-tools{TOOLS_VERSION}-workspace{WORKSPACE_VERSION}"
     return _build(CACHE / key, base,
-                  [f"openhands-sdk=={SDK_VERSION}", f"openhands-tools=={TOOLS_VERSION}"])
+                  [f"openhands-sdk=={SDK_VERSION}", f"openhands-tools=={TOOLS_VERSION}",
+                   f"openhands-workspace=={WORKSPACE_VERSION}"])
 
 
 def reference_python() -> Path:

@@ -60,7 +60,7 @@ def run(plane: ControlPlane, llm: ScriptedLLM, name: str, command: str,
     task = start(client, "go")
     assert task["status"] == "READY", task
     cid, sid = task["app_conversation_id"], task["sandbox_id"]
-    wait_for(lambda: conversation(client, cid)["execution_status"] == "FINISHED", 60,
+    wait_for(lambda: conversation(client, cid)["execution_status"] == "finished", 60,
              what=f"{name}'s run")
     wait_for(lambda: '"tool_name": "finish"' in Tenant(client, cid, sid, "", "").events(), 30,
              what=f"{name}'s events")

@@ -412,6 +412,7 @@ def test_the_console_end_to_end(plane: ControlPlane, clock: ShiftedClock, llm: S
     page.get_by_role("link", name="Conversations").click()
     rows = page.locator("tbody tr")
     expect(rows).to_have_count(2)
+    expect(page.get_by_text("2 conversations", exact=True)).to_be_visible()
     expect(page.locator(f"tr[data-sandbox-id='{sid}']")).to_have_count(2)
     shot(page, "10-conversations-grouped")
 
@@ -544,7 +545,7 @@ def test_streaming_text_shows_as_it_is_written(plane: ControlPlane, llm: Scripte
     expect(draft).to_have_count(0)
     assert page.locator("main b, main img").count() == 0 and page.evaluate("window.__x") is None
     shot(page, "02-final-message")
-    assert conversation(api, cid)["execution_status"] in ("RUNNING", "FINISHED")
+    assert conversation(api, cid)["execution_status"] in ("running", "finished")
     page.context.close()
     wait_for(lambda: agent_sockets(api, sid) == 0, 30, what="the socket to close")
     assert problems == []

@@ -133,7 +133,7 @@ def test_events_are_relayed_live_and_resume_after_an_id(control_plane: ControlPl
     llm.script(key, call("terminal", command="echo one"), call("finish", message="done"))
     task = start(client, "go")
     cid = task["app_conversation_id"]
-    wait_for(lambda: conversation(client, cid)["execution_status"] == "FINISHED", 60, what="the run")
+    wait_for(lambda: conversation(client, cid)["execution_status"] == "finished", 60, what="the run")
     ids = wait_for(lambda: whole_run(client, cid), 30, what="the run's events to be stored")
     assert len(ids) >= 6
 
@@ -191,12 +191,12 @@ def test_controls_are_relayed_to_the_sandbox(control_plane: ControlPlane, llm: S
     assert r.status_code == 200, r.text
     llm.script(key, call("terminal", command="echo accepted > accepted.txt"), call("finish", message="ok"))
     client.post(base + "/send-message", json={"content": [{"type": "text", "text": "go"}], "run": True})
-    wait_for(lambda: conversation(client, cid)["execution_status"] == "WAITING_FOR_CONFIRMATION", 30,
+    wait_for(lambda: conversation(client, cid)["execution_status"] == "waiting_for_confirmation", 30,
              what="the action to wait")
     assert client.get(base + "/file", params={"path": "accepted.txt"}).status_code == 404
     r = client.post(base + "/respond-to-confirmation", json={"accept": True})
     assert r.status_code == 200, r.text
-    wait_for(lambda: conversation(client, cid)["execution_status"] == "FINISHED", 30, what="the run")
+    wait_for(lambda: conversation(client, cid)["execution_status"] == "finished", 30, what="the run")
     assert client.get(base + "/file", params={"path": "accepted.txt"}).text == "accepted\n"
 
     # A browser (every browser sends Sec-Fetch-Mode) is never given a session key or address.
@@ -245,7 +245,7 @@ def test_streaming_text_is_relayed_while_a_browser_follows(control_plane: Contro
     llm.script(key, text("first answer"))
     task = start(client, "hello")
     cid, sid = task["app_conversation_id"], task["sandbox_id"]
-    wait_for(lambda: conversation(client, cid)["execution_status"] == "FINISHED", 60, what="the run")
+    wait_for(lambda: conversation(client, cid)["execution_status"] == "finished", 60, what="the run")
     assert llm.requests_for(key)[0]["stream"] is True  # the setting reached agent.llm.stream
     # Nobody follows the conversation: the control plane holds no socket to its sandbox.
     assert agent_sockets(client, sid) == 0

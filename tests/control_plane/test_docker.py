@@ -27,6 +27,8 @@ from control_plane.sandboxes.docker import (
     LABEL_PLANE,
     LABEL_SANDBOX,
     STATE_DIR,
+    VOLUME_DIR,
+    WORKSPACE,
     DockerProvider,
     for_container,
     name_of,
@@ -116,7 +118,7 @@ def test_the_whole_flow_in_a_container(plane: ControlPlane, bridge_llm: Scripted
     assert flow.url == f"http://127.0.0.1:{bindings[0]['HostPort']}"
     [mount] = container.attrs["Mounts"]
     assert (mount["Type"], mount["Name"], mount["Destination"]) == \
-        ("volume", name_of(sid), "/var/lib/agent-server")
+        ("volume", name_of(sid), VOLUME_DIR)
     env = dict(e.split("=", 1) for e in container.attrs["Config"]["Env"])
     assert "SESSION_API_KEY" not in env and flow.session not in json.dumps(container.attrs)
     assert env["AGENT_SERVER_WEBHOOK_URL"] == \
@@ -310,7 +312,7 @@ def test_what_a_vanished_container_leaves_is_cleaned_up(tmp_path: Path, sandbox_
         for sid in (deleted, retried):
             holders.append(engine.containers.create(  # at the image's VOLUME: no anonymous one
                 sandbox_image, command="true",
-                volumes={name_of(sid): {"bind": "/var/lib/agent-server"}}))
+                volumes={name_of(sid): {"bind": VOLUME_DIR}}))
             container_of(engine, sid).remove(force=True)
         for sid in (deleted, retried):
             wait_for(lambda sid=sid: missing(sid), 30, what="MISSING")
@@ -344,13 +346,13 @@ def test_a_container_tenant_reads_nothing_of_another_and_reaches_no_other(
     network on which sandboxes reach the control plane but not each other."""
     a = victim(plane, bridge_llm, HOST_ALIAS)
     volume = f"/var/lib/docker/volumes/{name_of(a.sid)}/_data"
-    inside = [f"{STATE_DIR}/workspace/{a.cid}/notes.txt",
+    inside = [f"{WORKSPACE}/{a.cid}/notes.txt",
               f"{STATE_DIR}/conversations/{uuid.UUID(a.cid).hex}/meta.json"]
     own = attempts(a, inside)  # the paths are right: A reads them
     assert a.note in own[inside[0]]["stdout"] and a.secret in own[inside[1]]["stdout"], own
     state = plane.config.state_dir
-    targets = [*inside, f"{volume}/workspace/{a.cid}/notes.txt",
-               f"{volume}/conversations/{uuid.UUID(a.cid).hex}/meta.json", str(state / "secret.key"),
+    targets = [*inside, f"{volume}/project/{a.cid}/notes.txt",
+               f"{volume}/.agent-server/conversations/{uuid.UUID(a.cid).hex}/meta.json", str(state / "secret.key"),
                str(state / "control-plane.db"), "/var/run/docker.sock"]
 
     b = run(plane, bridge_llm, "bob", reads(targets), HOST_ALIAS)
@@ -376,7 +378,7 @@ def test_a_container_tenant_reads_nothing_of_another_and_reaches_no_other(
         int(plane.config.sandbox_memory_limit), int(plane.config.sandbox_cpu_limit * 1e9),
         plane.config.sandbox_pids_limit)
     assert [m["Type"] for m in container.attrs["Mounts"]] == ["volume"]
-    assert host["Binds"] == [f"{name_of(b.sid)}:{STATE_DIR}:rw"]  # the volume, no host path
+    assert host["Binds"] == [f"{name_of(b.sid)}:{VOLUME_DIR}:rw"]  # the volume, no host path
     assert "docker.sock" not in json.dumps(container.attrs)
     assert host["NetworkMode"] == plane.config.docker_network
     network = engine.networks.get(plane.config.docker_network)

@@ -78,6 +78,7 @@ def forked(plane: ControlPlane, server: int) -> bool:
 def test_a_tenant_reads_nothing_of_another(isolated: ControlPlane, llm: ScriptedLLM) -> None:
     specs = isolated.client(isolated.new_user("admin")).get("/api/v1/sandbox-specs/search").json()
     assert "isolated by bubblewrap" in specs["items"][0]["description"], specs
+    assert specs["items"][0]["working_dir"] == "/workspace/project"
 
     state = isolated.config.state_dir
     a = victim(isolated, llm)
@@ -240,7 +241,7 @@ def test_what_a_bound_path_holds_of_the_control_plane_is_covered(tmp_path: Path)
     try:
         (hidden / "secret.key").write_text("the-key\n")
         root = tmp_path / "sandbox"
-        root.mkdir()
+        (root / "workspace").mkdir(parents=True)
         for covered, expected in ((True, "No such file"), (False, "the-key")):
             isolation = choose("bubblewrap", hidden=[hidden] if covered else [],
                                uids=Config().sandbox_uids)

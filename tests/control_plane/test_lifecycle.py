@@ -186,7 +186,7 @@ def test_the_12_hour_cap_pauses_a_run_in_flight_cleanly(capped: ControlPlane, cl
 
     def actions() -> int:
         n: int = client.get(f"/api/v1/conversation/{cid}/events/count",
-                            params={"kind__eq": "ActionEvent"}).json()["count"]
+                            params={"kind__eq": "ActionEvent"}).json()
         return n
     wait_for(lambda: actions() >= 1, 30, what="the first step")
     clock.offset = 12 * 3600 - 0.001
@@ -209,7 +209,7 @@ def test_the_12_hour_cap_pauses_a_run_in_flight_cleanly(capped: ControlPlane, cl
     assert r.status_code == 200 and r.json()["status"] == "RUNNING"
     assert moment(r.json()["pause_at"]) == clock.at(25 * 3600)
     wait_for(lambda: client.get("/api/v1/app-conversations", params={"ids": cid})
-             .json()[0]["execution_status"] == "FINISHED", 30, what="the run to finish")
+             .json()[0]["execution_status"] == "finished", 30, what="the run to finish")
     wait_for(lambda: actions() == 3, 30, what="the webhook to bring every step")
     items = client.get(f"/api/v1/conversation/{cid}/events/search", params={"limit": 1000}).json()["items"]
     kinds = [e["kind"] for e in items]

@@ -58,7 +58,7 @@ def run_and_kill(plane: PlaneProcess, client: httpx.Client, llm: ScriptedLLM, ke
     assert running["status"] == "READY"
     cid, sid = running["app_conversation_id"], running["sandbox_id"]
     wait_for(lambda: client.get(f"/api/v1/conversation/{cid}/events/count",
-                                params={"kind__eq": "ActionEvent"}).json()["count"] >= 1, 30)
+                                params={"kind__eq": "ActionEvent"}).json() >= 1, 30)
     doomed = wait_task(client, client.post("/api/v1/app-conversations", json={}).json()["id"])
     doomed_pid = sandbox_pids(plane.state_dir)[doomed["sandbox_id"]]
     # The control plane's own settings (its database, its secret key) never reach a sandbox.
@@ -86,7 +86,7 @@ def run_and_kill(plane: PlaneProcess, client: httpx.Client, llm: ScriptedLLM, ke
 
     # The run finishes; every event of the agent server's log is stored exactly once.
     wait_for(lambda: client.get("/api/v1/app-conversations", params={"ids": cid})
-             .json()[0]["execution_status"] == "FINISHED", 60, what="the run")
+             .json()[0]["execution_status"] == "finished", 60, what="the run")
     agent = httpx.get(f"{sandbox['exposed_urls'][0]['url']}/api/conversations/{cid}/events/search",
                       params={"limit": 1000}, headers={"X-Session-API-Key": sandbox["session_api_key"]})
     expected = [e["id"] for e in agent.json()["items"]]

@@ -31,7 +31,7 @@ def test_conversation_secrets_win_and_fill_plugins(control_plane: ControlPlane, 
     assert task["status"] == "READY", task
     cid = task["app_conversation_id"]
     wait_for(lambda: client.get("/api/v1/app-conversations", params={"ids": cid})
-             .json()[0]["execution_status"] == "FINISHED", 60, what="the run")
+             .json()[0]["execution_status"] == "finished", 60, what="the run")
     r = client.get(f"/api/v1/app-conversations/{cid}/file", params={"path": "verdict.txt"})
     assert r.status_code == 200 and r.text == "ok\n"
 

@@ -14,6 +14,7 @@ from sqlalchemy import text
 from control_plane.store import Database
 from tests.control_plane.support import ControlPlane, configure_llm, conversation, start
 from tests.support.llm import ScriptedLLM
+from tests.support.wait import wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -49,7 +50,7 @@ def test_webhook(control_plane: ControlPlane, llm: ScriptedLLM, key: str) -> Non
 
     def stored(kind: str = "MessageEvent") -> int:
         r = client.get(f"/api/v1/conversation/{cid}/events/count", params={"kind__eq": kind})
-        count: int = r.json()["count"]
+        count: int = r.json()
         return count
 
     batch = [message(i) for i in range(5)]
@@ -59,7 +60,6 @@ def test_webhook(control_plane: ControlPlane, llm: ScriptedLLM, key: str) -> Non
     assert post(batch, api_key).status_code == 401  # an account key is not a session key
     assert post(batch, other_key).status_code == 403  # another sandbox's conversation
     assert post(batch, url=f"{control_plane.url}/api/v1/webhooks/events/not-a-uuid").status_code == 422
-    assert post(batch, url=f"{control_plane.url}/api/v1/webhooks/events/{uuid.uuid4()}").status_code == 404
 
     for bad in ({"not": "an array"}, [{"kind": "NoSuchEvent", "source": "user"}],
                 [{**message(1), "surprise": True}], [{"kind": "MessageEvent"}]):
@@ -84,7 +84,7 @@ def test_webhook(control_plane: ControlPlane, llm: ScriptedLLM, key: str) -> Non
     assert post([STATS]).status_code == 200
     record = conversation(client, cid)
     assert record["metrics"]["accumulated_cost"] == 0.75
-    assert record["metrics"]["prompt_tokens"] == 110 and record["metrics"]["response_count"] == 3
+    assert record["metrics"]["accumulated_token_usage"]["prompt_tokens"] == 110
     assert record["last_activity_at"] > before
 
     # Storage fails: 5xx (the agent server sends the batch again), never a 200 that loses it.
@@ -96,3 +96,73 @@ def test_webhook(control_plane: ControlPlane, llm: ScriptedLLM, key: str) -> Non
     asyncio.run(break_storage())
     r = post([message(7)])
     assert r.status_code == 503 and "again" in r.json()["detail"]
+
+
+def running_sandbox(client: httpx.Client) -> dict[str, Any]:
+    sid = client.post("/api/v1/sandboxes", json={}).json()["id"]
+    found: dict[str, Any] = wait_for(
+        lambda: (s := client.get("/api/v1/sandboxes", params={"id": sid}).json()[0])["status"]
+        == "RUNNING" and s, 60, what="RUNNING")
+    return found
+
+
+def test_a_conversation_made_on_the_agent_server_is_the_sandbox_user_s(
+        control_plane: ControlPlane, llm: ScriptedLLM, key: str) -> None:
+    """Issue 26: events of a conversation this control plane did not start (the Cloud
+    workspace makes it straight on the agent server) are stored under a record owned by the
+    sandbox's user; its conversation info fills the record in; another sandbox cannot post for
+    it; a conversation deleted here is not brought back by what its sandbox still sends."""
+    alice = control_plane.client(control_plane.new_user("alice"))
+    bob = control_plane.client(control_plane.new_user("bob"))
+    configure_llm(alice, llm.base_url(key))
+    sandbox, other = running_sandbox(alice), running_sandbox(alice)
+    own, foreign = sandbox["session_api_key"], other["session_api_key"]
+    cid = str(uuid.uuid4())
+    base = f"{control_plane.url}/api/v1/webhooks"
+
+    r = httpx.post(f"{base}/events/{cid}", json=[message(1), message(2)],
+                   headers={"X-Session-API-Key": own})
+    assert r.status_code == 200, r.text
+    record = alice.get("/api/v1/app-conversations", params={"ids": cid}).json()[0]
+    assert record is not None, "the conversation is shown to the sandbox's user"
+    assert record["created_by_user_id"] == alice.get("/api/v1/users/me").json()["id"]
+    assert record["sandbox_id"] == sandbox["id"] and record["trigger"] is None
+    assert record["working_dir"] == "/workspace/project"
+    assert alice.get(f"/api/v1/conversation/{cid}/events/count").json() == 2
+    assert bob.get("/api/v1/app-conversations", params={"ids": cid}).json() == [None]
+    assert httpx.post(f"{base}/events/{cid}", json=[message(3)],
+                      headers={"X-Session-API-Key": foreign}).status_code == 403
+
+    info = {"id": cid, "execution_status": "finished", "title": "made on the agent server",
+            "tags": {"automationrunid": "r1"}, "agent": {"llm": {"model": "openai/own-model"}},
+            "workspace": {"working_dir": "/workspace/project"}, "stats": STATS["value"]}
+    assert httpx.post(f"{base}/conversations", json=info,
+                      headers={"X-Session-API-Key": foreign}).status_code == 403
+    assert httpx.post(f"{base}/conversations", json=info).status_code == 401
+    assert httpx.post(f"{base}/conversations", json={"id": "nope"},
+                      headers={"X-Session-API-Key": own}).status_code == 422
+    r = httpx.post(f"{base}/conversations", json=info, headers={"X-Session-API-Key": own})
+    assert r.status_code == 200 and r.json() == {"success": True}
+    record = alice.get("/api/v1/app-conversations", params={"ids": cid}).json()[0]
+    assert (record["title"], record["llm_model"], record["tags"]) == (
+        "made on the agent server", "openai/own-model", {"automationrunid": "r1"})
+    assert record["metrics"]["accumulated_cost"] == 0.75
+    deleting = {**info, "execution_status": "deleting", "title": "other"}
+    assert httpx.post(f"{base}/conversations", json=deleting,
+                      headers={"X-Session-API-Key": own}).status_code == 200
+    assert alice.get("/api/v1/app-conversations", params={"ids": cid}).json()[0]["title"] == \
+        "made on the agent server"
+    found = alice.get("/api/v1/app-conversations/search",
+                      params={"sandbox_id__eq": sandbox["id"]}).json()["items"]
+    assert [c["id"] for c in found] == [cid]
+
+    # Deleted here: what its sandbox sends afterwards is dropped, never a new record.
+    started = start(alice)
+    gone = started["app_conversation_id"]
+    started_key = alice.get("/api/v1/sandboxes", params={"id": started["sandbox_id"]}).json()[0][
+        "session_api_key"]
+    assert alice.delete(f"/api/v1/app-conversations/{gone}").status_code == 200
+    for url, body in ((f"{base}/events/{gone}", [message(9)]),
+                      (f"{base}/conversations", {**info, "id": gone})):
+        assert httpx.post(url, json=body, headers={"X-Session-API-Key": started_key}).status_code == 200
+    assert alice.get("/api/v1/app-conversations", params={"ids": gone}).json() == [None]

@@ -73,6 +73,8 @@ class Receiver:
         self.validate = validate
         self.port = port or free_port()
         self.batches: list[Batch] = []
+        #: The conversation infos posted to /conversations (OpenHands' conversation webhook).
+        self.infos: list[dict[str, Any]] = []
         self.attempts: list[Attempt] = []
         self.delay = 0.0
         #: Answered to every request while set (a receiver that refuses every batch).
@@ -143,6 +145,18 @@ class Receiver:
             return JSONResponse(reply, status_code=status, headers=extra)
         return JSONResponse({"success": True})
 
+    async def _info(self, request: Request) -> Response:
+        headers = {k.lower(): v for k, v in request.headers.items()}
+        if self.api_key is not None and not hmac.compare_digest(
+                headers.get("x-session-api-key", "").encode(), self.api_key.encode()):
+            return JSONResponse({"detail": "Invalid X-Session-API-Key"}, status_code=401)
+        body = await request.body()
+        if self.secret is not None and (problem := self._bad_signature(body, headers)):
+            return JSONResponse({"detail": problem}, status_code=401)
+        with self._lock:
+            self.infos.append(json.loads(body))
+        return JSONResponse({"success": True})
+
     def _check(self, raw_id: str, body: bytes, headers: dict[str, str]) -> tuple[int, Any]:
         try:
             UUID(raw_id)
@@ -200,6 +214,7 @@ class Receiver:
     def app(self) -> Starlette:
         return Starlette(routes=[
             Route(PATH + "/events/{conversation_id}", self._receive, methods=["POST"]),
+            Route(PATH + "/conversations", self._info, methods=["POST"]),
         ])
 
     def start(self) -> Receiver:

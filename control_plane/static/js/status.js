@@ -40,3 +40,9 @@ export function extraDetail(line, detail) {
   if (typeof detail !== "string" || !detail.trim()) return null;
   return line.toLowerCase().includes(detail.trim().toLowerCase()) ? null : detail;
 }
+
+// A conversation's execution_status in capitals, as the console shows every status (records
+// carry it in lowercase, as the OpenHands app server sends it); null when unknown.
+export function execution(record) {
+  return record.execution_status ? String(record.execution_status).toUpperCase() : null;
+}
