@@ -1,6 +1,6 @@
 # The sandbox image the control plane starts: the agent server, a shell, git, ripgrep, Chromium.
 #   make image        (docker build -f sandbox.Dockerfile -t agent-server .)
-#   docker run -p 127.0.0.1::8000 -e SESSION_API_KEY=... -v agent-state:/var/lib/agent-server agent-server
+#   docker run -p 127.0.0.1::8000 -e SESSION_API_KEY=... -v agent-workspace:/workspace agent-server
 # Any Debian-based image with python3 (3.11+) and its venv module is a base: the official slim
 # Python image by default, or a distribution Python (`--build-arg BASE_IMAGE=...` with
 # python3 and python3-venv installed). The server lives in its own virtual environment, so it

@@ -46,13 +46,7 @@ import docker
 import docker.errors
 import httpx
 
-from control_plane.sandboxes.containers import (
-    DEFAULT_LIMITS,
-    WORKSPACE,
-    ContainerProvider,
-    Limits,
-    name_of,
-)
+from control_plane.sandboxes.containers import DEFAULT_LIMITS, ContainerProvider, Limits, name_of
 from control_plane.sandboxes.nodejobs import ENDED, Jobs, Node, api, describe, host_port
 from control_plane.sandboxes.provider import (
     Handle,
@@ -61,11 +55,11 @@ from control_plane.sandboxes.provider import (
     Liveness,
     ProviderError,
     Refused,
-    SandboxSpec,
 )
 from control_plane.sandboxes.swarmspec import (
     NODE_AWAY,
     PORT_TAKEN,
+    SPEC,
     UNPLACED,
     check_network,
     newest,
@@ -84,12 +78,6 @@ from control_plane.sandboxes.swarmspec import (
 )
 
 logger = logging.getLogger(__name__)
-
-SPEC = SandboxSpec(id="swarm", description="a one-replica service of the sandbox image on a "
-                   "Docker Swarm cluster, as an unprivileged user with a read-only root and limits, "
-                   f"its state and workspace in a volume of the node it runs on; its workspace at "
-                   f"{WORKSPACE}", working_dir=WORKSPACE)
-
 
 class SwarmProvider(ContainerProvider):
     spec = SPEC

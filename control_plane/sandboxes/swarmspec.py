@@ -34,12 +34,18 @@ from control_plane.sandboxes.containers import (
     TMP_BYTES,
     UID,
     VOLUME_DIR,
+    WORKSPACE,
     Limits,
     environment,
     name_of,
 )
 from control_plane.sandboxes.nodejobs import NO_CHECK, Node, api, host_port
-from control_plane.sandboxes.provider import Launch, ProviderError
+from control_plane.sandboxes.provider import Launch, ProviderError, SandboxSpec
+
+SPEC = SandboxSpec(id="swarm", description="a one-replica service of the sandbox image on a "
+                   "Docker Swarm cluster, as an unprivileged user with a read-only root and limits, "
+                   "its state and workspace in a volume of the node it runs on; its workspace at "
+                   f"{WORKSPACE}", working_dir=WORKSPACE)
 
 KEYS_FILE = "agent-server-keys"
 """The secret's file under /run/secrets."""

@@ -4,8 +4,8 @@
 - `trigger`, `pr_number`, `git_provider`, `public`: kept as clients set them;
 - `parent_conversation_id`: a sub-agent's parent (its record lists `sub_conversation_ids`).
 
-Revision ID: 0005
-Revises: 0004
+Revision ID: 0006
+Revises: 0005
 """
 
 import sqlalchemy as sa
@@ -13,8 +13,8 @@ from alembic import op
 
 from control_plane.store.tables import ID
 
-revision = "0005"
-down_revision = "0004"
+revision = "0006"
+down_revision = "0005"
 branch_labels = None
 depends_on = None
 
