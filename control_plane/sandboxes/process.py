@@ -122,7 +122,9 @@ class ProcessProvider(SandboxProvider):
             path.mkdir(exist_ok=True, mode=0o700)
         ready = launch.root_dir / READY_FILE
         ready.unlink(missing_ok=True)
-        argv = [sys.executable, "-m", "agent_server", "--ready-file", str(ready)]
+        # -P: the working directory (the sandbox's own, which its agent writes) is not put
+        # first on the import path, so nothing planted there is imported by the server.
+        argv = [sys.executable, "-P", "-m", "agent_server", "--ready-file", str(ready)]
         command, uid = Command(argv, {}), None
         if self.isolation is not None:
             (launch.root_dir / HOME).mkdir(exist_ok=True, mode=0o700)

@@ -48,7 +48,7 @@ class Template:
         with open(self.directory / LOG, "ab") as log:
             os.chmod(self.directory / LOG, 0o600)
             self._process = subprocess.Popen(
-                [sys.executable, "-m", "agent_server.template", "--socket", str(self.socket)],
+                [sys.executable, "-P", "-m", "agent_server.template", "--socket", str(self.socket)],
                 stdin=subprocess.PIPE, stdout=log, stderr=log, start_new_session=True,
                 env=processes.child_env(quiet=False))
 

@@ -34,8 +34,10 @@ from core import namespaces, processes
 from tests.control_plane.support import (
     ControlPlane,
     configure_llm,
+    conversation,
     make_config,
     sandbox_pid,
+    start,
     wait_for,
 )
 from tests.control_plane.tenants import attempts, reads, run, victim
@@ -181,6 +183,34 @@ def test_pause_resume_and_delete_reach_everything_inside(isolated: ControlPlane,
     assert r.status_code == 200, r.text
     wait_for(lambda: not processes.with_argument(mark), 10, what="the daemon to be gone")
     assert all(processes.state(p) in (None, "Z") for p in (pid, server, *(p.pid for p in daemon)))
+
+
+def test_a_module_planted_in_the_sandbox_never_runs_in_its_server(isolated: ControlPlane,
+                                                                  llm: ScriptedLLM) -> None:
+    """The agent writes `playwright.py` into its sandbox's directory, the server's working
+    directory (where `python -m` looks first); the next conversation in that sandbox has the
+    browser, whose first use imports Playwright: the server imports the real one, and the
+    planted code, which would run with the server's keys in reach, never runs."""
+    client = isolated.client(isolated.new_user("mallory"))
+    script = f"mallory-{uuid.uuid4().hex[:8]}"
+    configure_llm(client, llm.base_url(script), tools=["terminal"])
+    planted = ("import os, pathlib; pathlib.Path(os.environ['HOME']).parent.joinpath('hijacked')"
+               ".write_text('ran'); raise ImportError('planted')")
+    llm.script(script, call("terminal", command=f"printf '%s' \"{planted}\" > $HOME/../playwright.py"),
+               call("finish", message="planted"))
+    first = start(client, "go")
+    assert first["status"] == "READY", first
+    root = isolated.config.state_dir / "sandboxes" / first["sandbox_id"]
+    wait_for(lambda: (root / "playwright.py").exists(), 60, what="the planted module")
+
+    configure_llm(client, llm.base_url(script), tools=["terminal", "browser_tool_set"])
+    llm.script(script, call("browser_navigate", url="about:blank"), call("finish", message="done"))
+    second = start(client, "browse", sandbox_id=first["sandbox_id"])
+    assert second["status"] == "READY" and second["sandbox_id"] == first["sandbox_id"], second
+    wait_for(lambda: conversation(client, second["app_conversation_id"])["execution_status"]
+             .upper() in ("FINISHED", "ERROR", "STUCK"), 120, what="the browsing run")
+    assert len(llm.timings[script]) == 4  # the browser was asked for after the module was there
+    assert not (root / "hijacked").exists()
 
 
 def test_a_crashed_template_takes_no_sandbox_down(tmp_path: Path, llm: ScriptedLLM) -> None:
