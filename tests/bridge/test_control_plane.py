@@ -152,7 +152,7 @@ async def test_a_session_runs_in_a_sandbox_and_its_files_come_back_to_the_editor
         assert reply.stop_reason == "end_turn"
         rejected = list(editor.tool_calls(sid).values())[-1]
         assert rejected.title == "$ touch rejected.txt" and rejected.status == "failed"
-        assert conversation(api, sid)["execution_status"] == "IDLE"
+        assert conversation(api, sid)["execution_status"] == "idle"
         assert len(events(api, sid, "UserRejectObservation")) == 1
 
         # Grouping is the user's setting: the newest sandbox takes the next session.
@@ -177,7 +177,7 @@ async def test_cancel_then_load_after_the_bridge_restarted(
         await editor.conn.cancel(session_id=sid)
         reply = await asyncio.wait_for(prompt, 60)
         assert reply.stop_reason == "cancelled"
-        assert conversation(api, sid)["execution_status"] == "PAUSED"
+        assert conversation(api, sid)["execution_status"] == "paused"
         await asyncio.to_thread(wait_for, lambda: not running(marker), 30,
                                 what="the command to be killed")
 
@@ -192,7 +192,7 @@ async def test_cancel_then_load_after_the_bridge_restarted(
         reply = await editor.conn.prompt(session_id=sid, prompt=text("go on"))
         assert reply.stop_reason == "end_turn"
         assert editor.text(sid) == "Waiting.Picked up again."
-        assert conversation(api, sid)["execution_status"] == "FINISHED"
+        assert conversation(api, sid)["execution_status"] == "finished"
 
 
 async def test_refusals_and_a_dead_control_plane_are_clear_errors(

@@ -238,13 +238,13 @@ def test_a_run_whose_sandbox_died_ends_in_error(
     llm.script(key, call("terminal", command="sleep 600"))
     task = start(client, "wait")
     cid, sid = task["app_conversation_id"], task["sandbox_id"]
-    wait_for(lambda: conversation(client, cid)["execution_status"] == "RUNNING" and client.get(
+    wait_for(lambda: conversation(client, cid)["execution_status"] == "running" and client.get(
         f"/api/v1/conversation/{cid}/events/count", params={"kind__eq": "ActionEvent"}
     ).json()["count"] == 1, 30, what="the run under way")
     processes.signal_group(sandbox_pid(control_plane, sid), signal.SIGKILL)
     wait_for(lambda: conversation(client, cid)["sandbox_status"] == "MISSING", 30, what="MISSING")
     # Told right after the status is stored (the record read in between still says RUNNING).
-    wait_for(lambda: conversation(client, cid)["execution_status"] == "ERROR", 10, what="ERROR")
+    wait_for(lambda: conversation(client, cid)["execution_status"] == "error", 10, what="ERROR")
     events = client.get(f"/api/v1/conversation/{cid}/events/search",
                         params={"kind__eq": "ConversationStateUpdateEvent"}).json()["items"]
     told = [(e["key"], e["value"]) for e in events if e["key"] in ("sandbox_status",
@@ -252,7 +252,7 @@ def test_a_run_whose_sandbox_died_ends_in_error(
     assert told[-1] == ("execution_status", "error")
     assert told[-2][0] == "sandbox_status" and told[-2][1]["reason"] == "VANISHED"
     assert client.get("/api/v1/app-conversations/search", params={"sandbox_id": sid}
-                      ).json()["items"][0]["execution_status"] == "ERROR"
+                      ).json()["items"][0]["execution_status"] == "error"
 
 
 def test_workspace_files_never_render_on_the_consoles_origin(
@@ -269,7 +269,7 @@ def test_workspace_files_never_render_on_the_consoles_origin(
                call("finish", message="done"))
     task = start(client, "write")
     cid = task["app_conversation_id"]
-    wait_for(lambda: conversation(client, cid)["execution_status"] == "FINISHED", 60,
+    wait_for(lambda: conversation(client, cid)["execution_status"] == "finished", 60,
              what="the run")
     base = f"/api/v1/app-conversations/{cid}/file"
     for name, media_type in (("evil.html", "text/plain; charset=utf-8"),

@@ -300,7 +300,7 @@ def test_the_consoles_helpers_keep_to_the_users_workspace(control_plane: Control
     task = start(client, "Make a source folder and a link")
     cid = task["app_conversation_id"]
     base = f"/api/v1/app-conversations/{cid}"
-    wait_for(lambda: conversation(client, cid)["execution_status"] == "FINISHED", 60, what="the run")
+    wait_for(lambda: conversation(client, cid)["execution_status"] == "finished", 60, what="the run")
 
     # The listing: directories first, sizes of files; a link is listed, not followed.
     top = client.get(base + "/files")

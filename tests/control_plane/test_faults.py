@@ -74,7 +74,7 @@ def test_postgresql_stopped_and_started_again_mid_run(
         own_postgres.resume()  # the same control plane, not restarted
         wait_for(lambda: client.get("/api/v1/app-conversations/search").status_code == 200, 60,
                  what="reads again")
-        wait_for(lambda: conversation(client, cid)["execution_status"] == "FINISHED", 120,
+        wait_for(lambda: conversation(client, cid)["execution_status"] == "finished", 120,
                  what="the run's end, sent again")
         wait_for(lambda: agent.get(f"/api/conversations/{cid}").json()["webhook"]["pending"] == 0,
                  120, what="every event delivered")

@@ -256,7 +256,7 @@ def test_the_timers_pause_and_delete_a_swarm_sandbox(tmp_path: Path, swarm: Clus
         llm.script(key, call("terminal", command="echo kept > kept.txt"), call("finish", message="ok"))
         task = start(client, "go")
         sid, cid = task["sandbox_id"], task["app_conversation_id"]
-        wait_for(lambda: conversation(client, cid)["execution_status"] == "FINISHED", 60,
+        wait_for(lambda: conversation(client, cid)["execution_status"] == "finished", 60,
                  what="the run")
         clock.offset = 12 * 3600 + 1
         paused = wait_for(lambda: (r := record(client, sid))["status"] == "PAUSED" and r, 60,
@@ -355,7 +355,7 @@ def test_a_task_that_dies_and_a_worker_that_goes(tmp_path: Path, swarm: Cluster,
 
         # A task killed on its node: MISSING, with the task's end.
         killed, killed_cid = started("true", call("finish", message="ok"))
-        wait_for(lambda: conversation(client, killed_cid)["execution_status"] == "FINISHED", 60,
+        wait_for(lambda: conversation(client, killed_cid)["execution_status"] == "finished", 60,
                  what="the run (its replies all taken)")
         swarm_support.kill_task_container(swarm, service_of(swarm, killed)["ID"])
         lost = wait_for(lambda: (r := record(client, killed))["status"] == "MISSING" and r, 60,
@@ -365,7 +365,7 @@ def test_a_task_that_dies_and_a_worker_that_goes(tmp_path: Path, swarm: Cluster,
 
         # A paused one, and one mid-run (a long command) when the worker dies.
         paused, paused_cid = started("echo stays > stays.txt", call("finish", message="ok"))
-        wait_for(lambda: conversation(client, paused_cid)["execution_status"] == "FINISHED", 60,
+        wait_for(lambda: conversation(client, paused_cid)["execution_status"] == "finished", 60,
                  what="the run")
         r = client.get(f"/api/v1/app-conversations/{paused_cid}/file", params={"path": "stays.txt"})
         assert r.status_code == 200 and r.text == "stays\n", r.text
