@@ -240,7 +240,7 @@ def test_a_run_whose_sandbox_died_ends_in_error(
     cid, sid = task["app_conversation_id"], task["sandbox_id"]
     wait_for(lambda: conversation(client, cid)["execution_status"] == "running" and client.get(
         f"/api/v1/conversation/{cid}/events/count", params={"kind__eq": "ActionEvent"}
-    ).json()["count"] == 1, 30, what="the run under way")
+    ).json() == 1, 30, what="the run under way")
     processes.signal_group(sandbox_pid(control_plane, sid), signal.SIGKILL)
     wait_for(lambda: conversation(client, cid)["sandbox_status"] == "MISSING", 30, what="MISSING")
     # Told right after the status is stored (the record read in between still says RUNNING).

@@ -60,7 +60,7 @@ def test_postgresql_stopped_and_started_again_mid_run(
         agent = httpx.Client(base_url=sandbox["exposed_urls"][0]["url"], timeout=30,
                              headers={"X-Session-API-Key": sandbox["session_api_key"]})
         wait_for(lambda: client.get(f"/api/v1/conversation/{cid}/events/count",
-                                    params={"kind__eq": "ActionEvent"}).json()["count"] == 1,
+                                    params={"kind__eq": "ActionEvent"}).json() == 1,
                  60, what="the command under way")
 
         own_postgres.halt()
