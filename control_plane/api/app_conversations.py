@@ -8,7 +8,7 @@ from datetime import datetime
 from pathlib import PurePosixPath
 from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
@@ -18,6 +18,7 @@ from control_plane.api.paths import MADE_ID, path_uuid
 from control_plane.app_conversations import AppConversation
 from control_plane.models import ConversationFilters, ConversationRow
 from control_plane.start_request import NO_NUL, InitialMessage, StartRequest, Title
+from web.errors import NotFound
 from web.io import doc, read_query, reply
 
 M = TypeVar("M", bound=BaseModel)
@@ -116,13 +117,8 @@ class FileQuery(BaseModel):
     path: str | None = Field(default=None, min_length=1, max_length=4096)
     """The file's bytes; 404 when there is none."""
     file_path: str | None = Field(default=None, min_length=1, max_length=4096)
-    """The app server's form: the text as a JSON string, `""` when there is no such file."""
-
-    @model_validator(mode="after")
-    def _one(self) -> FileQuery:
-        if (self.path is None) == (self.file_path is None):
-            raise ValueError("give path (the bytes) or file_path (the text as JSON)")
-        return self
+    """The app server's form (when `path` is not given): the text as a JSON string, `""` when
+    there is no such file. With neither, there is no file to read: 404."""
 
 
 class DiffQuery(BaseModel):
@@ -250,6 +246,8 @@ async def _inspect(request: Request, row: ConversationRow, what: str,
 async def file(request: Request) -> Response:
     row, params = await owned(request, FileQuery)
     assert params is not None
+    if params.path is None and params.file_path is None:
+        raise NotFound("no file named: give path (its bytes) or file_path (its text as JSON)")
     if params.path is not None:  # its bytes, as a download (never rendered on this origin)
         raw = await services(request).conversations.inspect(row, "file", {"path": params.path})
         return downloads.served(raw, params.path)

@@ -16,7 +16,7 @@ from pydantic import BaseModel, Field, field_validator
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from control_plane.api.io import body, from_browser, services, user
+from control_plane.api.io import Moment, body, from_browser, services, user
 from control_plane.api.paths import MADE_ID
 from control_plane.models import StartTaskStatus, TaskRow
 from control_plane.start_request import StartRequest
@@ -51,8 +51,8 @@ class TaskIds(BaseModel):
 
 
 class TaskFilters(BaseModel):
-    conversation_id__eq: str | None = Field(default=None, max_length=64)
-    created_at__gte: datetime | None = None
+    conversation_id__eq: str | None = Field(default=None, pattern=MADE_ID)
+    created_at__gte: Moment | None = None
 
     @field_validator("created_at__gte")
     @classmethod

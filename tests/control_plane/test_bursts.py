@@ -64,7 +64,7 @@ def test_a_hundred_starts_at_once_all_end_ready(plane: ControlPlane, llm: Script
     tasks = finished(client, [r.json()["id"] for r in answers])
     assert [(t["status"], t["detail"]) for t in tasks] == [("READY", None)] * 100
     assert {t["sandbox_id"] for t in tasks} == {first["sandbox_id"]}
-    assert client.get("/api/v1/app-conversations/count").json() == {"count": 101}
+    assert client.get("/api/v1/app-conversations/count").json() == 101
     sandboxes = client.get("/api/v1/sandboxes/search").json()["items"]
     assert [s["status"] for s in sandboxes] == ["RUNNING"]
     logged = caplog.text
