@@ -13,9 +13,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeAlias, Union
 from pydantic import (
     AfterValidator,
     Field,
-    SerializerFunctionWrapHandler,
     TypeAdapter,
-    model_serializer,
 )
 
 import tools
@@ -240,16 +238,8 @@ class StreamingDeltaEvent(Event):
     #: transient path as the model's text: never stored, the observation holds it once. Ours,
     #: not SPEC 6.2's: left out of the JSON when null, and sent only to sockets that ask for
     #: them (`progress=true`), so a client validating the SPEC's shape never sees them.
-    tool_call_id: str | None = None
-    output: str | None = None
-
-    @model_serializer(mode="wrap")
-    def _spec_shape(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        data: dict[str, Any] = handler(self)
-        for name in ("tool_call_id", "output"):
-            if data.get(name) is None:
-                data.pop(name, None)
-        return data
+    tool_call_id: str | None = Field(default=None, exclude_if=lambda value: value is None)
+    output: str | None = Field(default=None, exclude_if=lambda value: value is None)
 
 
 class TokenEvent(Event):
