@@ -107,7 +107,8 @@ def fuzz(api_schema: OpenApiSchema, base_url: str, workspace: Path, method: str,
             if isinstance(timeout, (int, float)) and not isinstance(timeout, bool) \
                     and 2 < timeout <= 600:  # (beyond: an invalid case, left invalid)
                 case.body["timeout"] = 2  # a generated command must not hold the run long
-        semantic_rules(case.body, base_url + "/health")
+        # Negative cases keep what makes them invalid (a LookupSecret's bad URL stays bad).
+        semantic_rules(case.body, base_url + "/health", lookups=mode is GenerationMode.POSITIVE)
         if isinstance(case.body, dict) and "parent_conversation_id" in case.body:
             ensure_conversation(base_url)
         sent += 1
@@ -133,7 +134,7 @@ def _whole(value: Any) -> bool:
         and float(value).is_integer()
 
 
-def semantic_rules(body: Any, lookup_url: str) -> None:
+def semantic_rules(body: Any, lookup_url: str, lookups: bool = True) -> None:
     """Rules the server checks that no JSON schema can say, met by generated bodies (valid
     cases stay valid; the rules themselves have their own tests): an ACP agent's program must
     be found on PATH, a summarizing condenser keeps fewer than max_size // 2 messages, an LLM
@@ -141,10 +142,10 @@ def semantic_rules(body: Any, lookup_url: str) -> None:
     URL answers (`lookup_url`, asked with no headers)."""
     if isinstance(body, list):
         for item in body:
-            semantic_rules(item, lookup_url)
+            semantic_rules(item, lookup_url, lookups)
     if not isinstance(body, dict):
         return
-    if body.get("kind") == "LookupSecret" and isinstance(body.get("url"), str):
+    if lookups and body.get("kind") == "LookupSecret" and isinstance(body.get("url"), str):
         body["url"], body["headers"] = lookup_url, {}
     if body.get("kind") == "ACPAgent" and isinstance(body.get("acp_command"), list) \
             and body["acp_command"]:
@@ -162,7 +163,7 @@ def semantic_rules(body: Any, lookup_url: str) -> None:
             if size < 2:
                 body["max_size"] = 2
     for value in body.values():
-        semantic_rules(value, lookup_url)
+        semantic_rules(value, lookup_url, lookups)
 
 
 @pytest.mark.parametrize("mode", [GenerationMode.POSITIVE, GenerationMode.NEGATIVE],
