@@ -21,15 +21,16 @@ API = ARGS["cloud_api_url"]
 
 
 def listed(conversation_id: str) -> dict:
-    """The conversation as /api/v1 shows it, once its events arrived through the webhook."""
+    """The conversation as /api/v1 shows it, once its events arrived through the webhook (its
+    info, finished, may come before the last batch of its events: both are waited for)."""
     headers = {"Authorization": f"Bearer {ARGS['cloud_api_key']}"}
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 60
     while True:
         found = httpx.get(f"{API}/api/v1/app-conversations", params={"ids": conversation_id},
                           headers=headers).json()[0]
         count = httpx.get(f"{API}/api/v1/conversation/{conversation_id}/events/count",
                           headers=headers).json()
-        if found is not None and count > 0 and found.get("execution_status") == "finished":
+        if found is not None and count > 3 and found.get("execution_status") == "finished":
             return {**found, "stored_events": count}
         if time.monotonic() > deadline:
             raise AssertionError(f"not listed: {found} {count}")
