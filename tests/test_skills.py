@@ -132,6 +132,8 @@ def test_the_openhands_skills_loader_reads_a_project_of_this_workspace(
     assert client.post("/api/skills", json={**ask, "project_dir": "/etc"}).status_code == 403
     assert client.post("/api/skills", json={**ask, "project_dir": str(project / "nope")}
                        ).status_code == 404
+    assert client.post("/api/skills", json={**ask, "project_dir": str(project / "AGENTS.md")}
+                       ).status_code == 404  # a file: no such directory (as documented)
     assert client.post("/api/skills", json={**ask, "load_project": False}).json() == {
         "skills": [], "sources": {}}
     assert client.post("/api/skills", json={"project_dir": 5}).status_code == 422

@@ -15,6 +15,8 @@ from agent_server.agent import skills
 from agent_server.agent.spec import Lenient
 from agent_server.api.io import conversation, read_body
 from agent_server.api.workspace import scope
+from agent_server.workspace import NotAFile
+from web.errors import NotFound
 from web.io import doc, reply
 
 
@@ -63,7 +65,10 @@ async def load(request: Request) -> Response:
     body = await read_body(request, SkillsRequest)
     found: list[skills.Skill] = []
     if body.load_project and body.project_dir:
-        directory = await scope(request).directory(body.project_dir, "project_dir")
+        try:
+            directory = await scope(request).directory(body.project_dir, "project_dir")
+        except NotAFile as exc:  # a file of that name: there is no such directory (404)
+            raise NotFound(str(exc)) from None
         found = await asyncio.to_thread(skills.load, directory)
     return reply(LoadedSkills(
         skills=[LoadedSkill(
