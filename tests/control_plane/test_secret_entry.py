@@ -28,7 +28,7 @@ def test_a_secret_the_agent_server_refuses_is_refused_on_entry(
         r = client.post("/api/v1/app-conversations", json={"secrets": {"TOKEN": value}})
         assert r.status_code == 422 and value not in r.text, r.text
     assert client.get("/api/v1/settings").json()["secret_names"] == []
-    assert client.get("/api/v1/app-conversations/count").json() == {"count": 0}
+    assert client.get("/api/v1/app-conversations/count").json() == 0
 
 
 def test_a_detail_never_quotes_a_secret_even_cut_short() -> None:
