@@ -26,8 +26,8 @@ pytestmark = pytest.mark.e2e
 
 KEY = "sk-session-" + "k" * 24
 WEBHOOK_SECRET = "whsec-" + "s" * 24
-#: Run as root, the server runs as this uid (a sandbox's): its children are not root.
-UID = 1_879_113_000
+#: Run as root, the server runs as a uid of this range (a sandbox's): its children are not root.
+UIDS = (1_879_113_000, 1_879_113_015)
 
 
 @pytest.fixture
@@ -49,7 +49,7 @@ def serve(root_dir: Path, env: dict[str, str], stdin: bytes = b"") -> tuple[int,
         (root_dir / "home").mkdir()
         (root_dir / "workspace").mkdir(exist_ok=True)
         isolation = Isolation(bwrap=shutil.which("bwrap") or "bwrap", hidden=(),
-                              uids=(UID, UID), setpriv=shutil.which("setpriv") or "setpriv")
+                              uids=UIDS, setpriv=shutil.which("setpriv") or "setpriv")
         command = isolation.command(root_dir, argv, isolation.own(root_dir))
         argv, files = command.argv, command.files
     env = {"PATH": os.environ["PATH"], "AGENT_SERVER_PORT": "0",
@@ -66,8 +66,23 @@ def serve(root_dir: Path, env: dict[str, str], stdin: bytes = b"") -> tuple[int,
 
 
 def stop(pid: int) -> None:
+    """The sandbox gone, all of it: what ran as its uid dies with its pid namespace, a moment
+    after bubblewrap (the next test would find the uid still in use)."""
     os.killpg(pid, signal.SIGKILL)
     wait(pid, 10)
+    wait_for(lambda: not [p for p in Path("/proc").iterdir() if p.name.isdigit()
+                          and _uid(p) in range(UIDS[0], UIDS[1] + 1)], 30, what="the sandbox gone")
+
+
+def _uid(proc: Path) -> int | None:
+    """Its real uid (/proc/<pid> of a process that is not dumpable belongs to root)."""
+    try:
+        for line in (proc / "status").read_text().splitlines():
+            if line.startswith("Uid:"):
+                return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
 
 
 def bash(url: str, command: str) -> dict[str, object]:
