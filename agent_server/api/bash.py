@@ -31,7 +31,9 @@ class StartCommand(Lenient):
 
 class CommandSearch(Lenient):
     kind__eq: Literal["BashCommand", "BashOutput"] | None = None
-    command_id__eq: str | None = Field(default=None, max_length=100)
+    command_id__eq: str | None = Field(
+        default=None, pattern=r"^[0-9a-fA-F]{8}-?(?:[0-9a-fA-F]{4}-?){3}[0-9a-fA-F]{12}$")
+    """A command's id (a UUID, as the server makes them)."""
     order__gt: int | None = None
     sort_order: Literal["TIMESTAMP", "TIMESTAMP_DESC"] = "TIMESTAMP"
     limit: int = Field(default=100, ge=1, le=100)
