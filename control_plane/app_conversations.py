@@ -29,6 +29,7 @@ from control_plane.models import (
 )
 from control_plane.sandboxes.service import SandboxService
 from control_plane.store import Database, conversations, events, sandboxes
+from events.usage import TokenUsage
 from web.errors import Conflict, NotFound, UpstreamError
 
 #: The agent-server routes a client may read through the control plane (SPEC 4.2).
@@ -42,20 +43,6 @@ INSPECTION = {"file": "/file", "files": "/files", "git/changes": "/git/changes",
 CONTROLS = {"pause": "/pause", "interrupt": "/interrupt",
             "confirmation-policy": "/confirmation_policy",
             "respond-to-confirmation": "/events/respond_to_confirmation"}
-
-
-class TokenUsage(BaseModel):
-    """The OpenHands SDK's TokenUsage (accumulated over the conversation's LLMs)."""
-
-    model: str = ""
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    cache_read_tokens: int = 0
-    cache_write_tokens: int = 0
-    reasoning_tokens: int = 0
-    context_window: int = 0
-    per_turn_token: int = 0
-    response_id: str = ""
 
 
 class Metrics(BaseModel):

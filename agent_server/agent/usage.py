@@ -8,17 +8,9 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
+from events.usage import TokenUsage
 
-class TokenUsage(BaseModel):
-    model: str = ""
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    cache_read_tokens: int = 0
-    cache_write_tokens: int = 0
-    reasoning_tokens: int = 0
-    context_window: int = 0
-    per_turn_token: int = 0
-    response_id: str = ""
+__all__ = ["Metrics", "TokenUsage"]
 
 
 class Metrics(BaseModel):
