@@ -25,13 +25,19 @@ from bridge.errors import BridgeError, NotFound, Refused, ServiceFailed, Unreach
 from bridge.http import Http
 from bridge.reconnect import Reconnect
 from bridge.schema import ConversationStateUpdateEvent, Event, StreamingDeltaEvent
-from bridge.service import Conversation, Cursor, NewConversation, conversation_id, read_event
+from bridge.service import (
+    Conversation,
+    Cursor,
+    NewConversation,
+    conversation_id,
+    read_event,
+    stored_events,
+)
 
 logger = logging.getLogger(__name__)
 
 HEADER = "X-Session-API-Key"
 #: Events per page of a history read (the server's largest page).
-PAGE = 1000
 #: The largest websocket frame taken (one event; the server bounds what an event holds).
 FRAME_LIMIT = 64 * 1024 * 1024
 #: The server's close codes: a refused key, a conversation that is not (or no longer) there.
@@ -51,12 +57,6 @@ class _Info(BaseModel):
     id: str
     workspace: _Workspace
     execution_status: str
-
-
-class _Page(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-    items: list[dict[str, Any]]
-    next_page_id: str | None = None
 
 
 def _resumable(event: Event) -> bool:
@@ -111,25 +111,8 @@ class AgentServer:
 
     async def history(self, conversation_id_: str) -> AsyncIterator[Event]:
         cid = conversation_id(conversation_id_)
-        page: str | None = None
-        while True:
-            params: dict[str, str | int] = {"limit": PAGE, "sort_order": "TIMESTAMP"}
-            if page:
-                params["page_id"] = page
-            data = await self.http.call("GET", f"/api/conversations/{cid}/events/search",
-                                        params=params)
-            try:
-                found = _Page.model_validate(data)
-            except ValidationError:
-                raise ServiceFailed(f"{self.http.where} answered an events search the bridge "
-                                    "cannot read") from None
-            for item in found.items:
-                event = read_event(item)
-                if event is not None:
-                    yield event
-            if not found.next_page_id:
-                return
-            page = found.next_page_id
+        async for event in stored_events(self.http, f"/api/conversations/{cid}/events/search"):
+            yield event
 
     async def follow(self, conversation_id_: str, cursor: Cursor) -> AsyncIterator[Event]:
         cid = conversation_id(conversation_id_)

@@ -25,12 +25,18 @@ from bridge.errors import BridgeError, NotFound, ServiceFailed, StartFailed, Unr
 from bridge.http import Http
 from bridge.reconnect import Reconnect
 from bridge.schema import Event
-from bridge.service import Conversation, Cursor, NewConversation, conversation_id, read_event
+from bridge.service import (
+    Conversation,
+    Cursor,
+    NewConversation,
+    conversation_id,
+    read_event,
+    stored_events,
+)
 
 logger = logging.getLogger(__name__)
 
 V1 = "/api/v1"
-PAGE = 1000
 #: Seconds between two looks at a start task.
 POLL = 0.25
 #: The stream sends a keep-alive every 15 s: three missed and it is taken for dead.
@@ -53,12 +59,6 @@ class _Record(BaseModel):
     execution_status: str | None = None
     working_dir: str | None = None
     session_api_key: str | None = None
-
-
-class _Page(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-    items: list[dict[str, Any]]
-    next_page_id: str | None = None
 
 
 async def frames(response: httpx.Response) -> AsyncIterator[tuple[str, str | None, str]]:
@@ -141,25 +141,8 @@ class ControlPlane:
 
     async def history(self, conversation_id_: str) -> AsyncIterator[Event]:
         cid = conversation_id(conversation_id_)
-        page: str | None = None
-        while True:
-            params: dict[str, str | int] = {"limit": PAGE, "sort_order": "TIMESTAMP"}
-            if page:
-                params["page_id"] = page
-            data = await self.http.call("GET", f"{V1}/conversation/{cid}/events/search",
-                                        params=params)
-            try:
-                found = _Page.model_validate(data)
-            except ValidationError:
-                raise ServiceFailed(f"{self.http.where} answered an events search the bridge "
-                                    "cannot read") from None
-            for item in found.items:
-                event = read_event(item)
-                if event is not None:
-                    yield event
-            if not found.next_page_id:
-                return
-            page = found.next_page_id
+        async for event in stored_events(self.http, f"{V1}/conversation/{cid}/events/search"):
+            yield event
 
     async def follow(self, conversation_id_: str, cursor: Cursor) -> AsyncIterator[Event]:
         cid = conversation_id(conversation_id_)

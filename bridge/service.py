@@ -14,9 +14,10 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError
 
-from bridge.errors import NotFound
+from bridge.errors import NotFound, ServiceFailed
+from bridge.http import Http
 from bridge.schema import Event, parse_event
 
 logger = logging.getLogger(__name__)
@@ -113,3 +114,36 @@ class Service(Protocol):
 
 __all__ = ["RESTING", "Conversation", "Cursor", "NewConversation", "Service", "conversation_id",
            "read_event"]
+
+
+#: Events asked for per page of a conversation's history.
+PAGE = 1000
+
+
+class _Page(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    items: list[dict[str, Any]]
+    next_page_id: str | None = None
+
+
+async def stored_events(http: Http, search_path: str) -> AsyncIterator[Event]:
+    """A conversation's stored events, oldest first, page by page from an events search (the
+    agent server's and the control plane's answer alike)."""
+    page: str | None = None
+    while True:
+        params: dict[str, str | int] = {"limit": PAGE, "sort_order": "TIMESTAMP"}
+        if page:
+            params["page_id"] = page
+        data = await http.call("GET", search_path, params=params)
+        try:
+            found = _Page.model_validate(data)
+        except ValidationError:
+            raise ServiceFailed(f"{http.where} answered an events search the bridge "
+                                "cannot read") from None
+        for item in found.items:
+            event = read_event(item)
+            if event is not None:
+                yield event
+        if not found.next_page_id:
+            return
+        page = found.next_page_id
