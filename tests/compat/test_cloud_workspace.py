@@ -13,11 +13,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from playwright.sync_api import Browser, expect, sync_playwright
+from playwright.sync_api import Browser, expect
 
 from tests.compat.conftest import SCRIPTS, SdkRun
 from tests.control_plane.support import ControlPlane, configure_llm, make_config
-from tests.control_plane.test_console import CHROMIUM, FLAGS, new_user, signed_in
+from tests.control_plane.test_console import new_user, signed_in
+from tests.support.chromium import launched
 from tests.support.llm import ScriptedLLM, call
 
 pytestmark = [pytest.mark.e2e, pytest.mark.compat]
@@ -34,12 +35,8 @@ def plane(tmp_path: Path) -> Iterator[ControlPlane]:
 
 @pytest.fixture
 def browser() -> Iterator[Browser]:
-    if not Path(CHROMIUM).exists():
-        pytest.skip(f"{CHROMIUM} is absent: `make system-deps` installs Debian's chromium")
-    with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=FLAGS)
-        yield launched
-        launched.close()
+    with launched() as opened:
+        yield opened
 
 
 def test_cloud_workspace_examples_06_and_10(sdk_python: Path, plane: ControlPlane,

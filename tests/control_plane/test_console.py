@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from playwright.sync_api import Browser, ConsoleMessage, Page, expect, sync_playwright
+from playwright.sync_api import Browser, ConsoleMessage, Page, expect
 
 from core import processes
 from tests.control_plane.support import (
@@ -32,27 +32,21 @@ from tests.control_plane.support import (
     sandbox_pid,
     start,
 )
+from tests.support.chromium import launched
 from tests.support.demo import demo_reply
 from tests.support.llm import Reply, ScriptedLLM, call, error, text
 from tests.support.wait import wait_for
 
 pytestmark = pytest.mark.e2e
 
-CHROMIUM = "/usr/bin/chromium"
-FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 ARTIFACTS = Path(__file__).resolve().parents[2] / "artifacts" / "console"
 SLOW = 60_000  # ms: a sandbox starts, a run finishes
 
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
-    if not Path(CHROMIUM).exists():
-        pytest.skip(f"{CHROMIUM} is absent: `make system-deps` installs Debian's chromium")
-    with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=FLAGS)
-        yield launched
-        launched.close()
+    with launched() as opened:
+        yield opened
 
 
 @pytest.fixture
