@@ -52,10 +52,13 @@ BASE_IMAGE ?=
 image:
 	docker build -f sandbox.Dockerfile -t $(IMAGE) $(if $(BASE_IMAGE),--build-arg BASE_IMAGE=$(BASE_IMAGE)) .
 
+# Most tests wait on servers, browsers and containers rather than compute, so two workers
+# finish well ahead of one even on two cores.
+TEST_WORKERS ?= 2
 test: system-deps $(TEST_STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
 
 clean:
 	rm -rf $(VENV) .pytest_cache .agent-server .control-plane .control-plane-demo

@@ -129,13 +129,14 @@ class BrowserSession:
     async def _attempt(self, op: Callable[[], Awaitable[T]], notes: list[str], limit: float) -> T:
         for attempt in (1, 2):
             async with self.manager.use() as lease:
-                await asyncio.wait_for(self._ensure_context(lease, notes), limit)
                 try:
+                    await asyncio.wait_for(self._ensure_context(lease, notes), limit)
                     return await asyncio.wait_for(op(), limit)
                 except PlaywrightError as exc:
                     # A browser killed between calls is often only noticed by the call that
-                    # hits the dead pipe; retrying once on the new browser is safe because
-                    # the dead one carried out nothing.
+                    # hits the dead pipe (opening a context on it, or the action itself);
+                    # retrying once on the new browser is safe because the dead one carried
+                    # out nothing.
                     if (
                         attempt == 1
                         and _looks_closed(exc)
@@ -153,6 +154,11 @@ class BrowserSession:
         ):
             return
         if self._context is not None:
+            if self._context_lost and self._generation == lease.generation:
+                # A killed browser's contexts report closing a moment before the browser's
+                # own disconnect: wait for it, so the note says why and the call is retried
+                # on the new browser (opening a context on the dead one fails as "closed").
+                await self.manager.wait_disconnected(lease.generation, DISCONNECT_WAIT)
             reason = self.manager.end_reason(self._generation)
             what = reason.value if reason is not None else EndReason.CLOSED.value
             lost = "tabs, cookies and storage"
