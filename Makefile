@@ -58,7 +58,7 @@ TEST_WORKERS ?= 2
 test: system-deps $(TEST_STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .agent-server .control-plane .control-plane-demo

@@ -31,6 +31,24 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         item.add_marker(pytest.mark.xdist_group(group))
 
 
+#: Test modules that share the host's Docker daemon (the Docker provider's and Swarm's: the
+#: Swarm tests turn swarm mode on and off, and either may start dockerd), run on one worker.
+DOCKER_MODULES = ("tests/control_plane/test_docker.py", "tests/control_plane/test_swarm.py")
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """Under `pytest -n N` (as `make test` runs): a module's tests on one worker, in order, so
+    its module-scoped servers start once; the Docker modules together; the longest first."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ModuleScheduling(LoadScopeScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return "docker" if module in DOCKER_MODULES else module
+
+    return ModuleScheduling(config, log)
+
+
 @pytest.fixture
 def model() -> ScriptedModel:
     """The in-process server's model; tests add answers to `model.script`."""

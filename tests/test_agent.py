@@ -358,7 +358,7 @@ def test_a_model_server_that_writes_headers_and_body_apart_costs_no_ack_delay(
     each reply used to wait ~40 ms for the client's delayed ACK before its body came."""
     raw = ScriptedLLM().start_raw()
     try:
-        steps = 8
+        steps = 12
         raw.script("k", *[call("think", thought=f"step {i}") for i in range(steps)], text("done"))
         conv = create(client, raw, "k", tmp_path, message="think", run=True)
         wait_status(client, conv["id"], "finished", timeout=60)
@@ -366,7 +366,9 @@ def test_a_model_server_that_writes_headers_and_body_apart_costs_no_ack_delay(
                   for e in events(client, conv["id"], "ActionEvent")]
         delays = sorted((a - r) * 1000 for a, r in zip(stamps, raw.answered["k"]))
         assert len(delays) == steps
-        assert delays[steps // 2] < 25, delays  # the stall was 40 ms and more, every step
+        # The stall was 40 ms and more at every step; a loaded machine slows some steps
+        # for its own reasons, but not all: the fastest quarter shows whether it is gone.
+        assert delays[steps // 4] < 25, delays
     finally:
         raw.stop()
 

@@ -241,8 +241,12 @@ def test_an_acp_agents_tool_calls_have_spans_and_metrics(tmp_path: Path,
             assert calls[(("outcome", "error"), ("tool", "execute"))] == 1
             assert m["agent_server_steps_total"][()] == 1
         mine = created["trace_id"]
-        spans = receiver.wait_for(lambda got: len(
-            [s for s in got if s.trace_id == mine and s.name.startswith("execute_tool")]) == 2)
+
+        def whole(got: list[Span]) -> bool:  # the run's span ends after its tools' spans
+            names = [s.name for s in got if s.trace_id == mine]
+            return "invoke_agent" in names and sum(n.startswith("execute_tool") for n in names) == 2
+
+        spans = receiver.wait_for(whole)
         run = one([s for s in spans if s.trace_id == mine], "invoke_agent")
         tools = {s.name: s for s in spans if s.trace_id == mine
                  and s.name.startswith("execute_tool")}

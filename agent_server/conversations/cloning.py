@@ -60,14 +60,15 @@ class RepositoryClone:
                 await clone(record.repository, conv.working_dir, conv.secret_values,
                             conv.masker, conv.git_author())
             except CloneFailed as failure:
-                record.repository_status = "failed"
                 if in_run:
                     await conv.fail("RepositoryCloneFailed", failure.detail)
                 else:
                     await conv.append(ConversationErrorEvent(
                         source="environment", code="RepositoryCloneFailed",
                         detail=conv.masker.text(failure.detail)[:2000]))
-                    await conv.save()
+                # After the event: whoever sees "failed" (the start task) finds the reason.
+                record.repository_status = "failed"
+                await conv.save()
                 return False
             record.repository_status = "cloned"
             await conv.save()

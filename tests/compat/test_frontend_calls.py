@@ -190,12 +190,14 @@ def test_the_api_skill_clients_calls(plane: ControlPlane, llm: ScriptedLLM, key:
                                      params={"limit": 10}).json()["items"]] == [sid]
 
     # Counting events: the app server's count, and the trajectory's event_*.json files.
-    count = api.get(f"/api/v1/conversation/{cid}/events/count").json()
-    stored = api.get(f"/api/v1/conversation/{cid}/events/search",
-                     params={"limit": 100}).json()["items"]
     download = api.get(f"/api/v1/app-conversations/{cid}/download")
     with zipfile.ZipFile(io.BytesIO(download.content)) as archive:
         files = sorted(n for n in archive.namelist() if n.startswith("event_"))
+        # The run's end can be seen a moment before the webhook has brought its last events.
+        count = wait_for(lambda: (n := api.get(f"/api/v1/conversation/{cid}/events/count")
+                                  .json()) == len(files) and n, 30, what="every event stored")
+        stored = api.get(f"/api/v1/conversation/{cid}/events/search",
+                         params={"limit": 100}).json()["items"]
         assert files == [f"event_{i:06d}_{e['id']}.json" for i, e in enumerate(stored)]
         assert [json.loads(archive.read(n)) for n in files] == stored
         assert json.loads(archive.read("meta.json"))["id"] == cid

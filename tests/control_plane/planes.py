@@ -30,6 +30,8 @@ class PlaneProcess:
                     "CONTROL_PLANE_PORT": str(self.port), "CONTROL_PLANE_HEALTH_INTERVAL": "0.5",
                     "CONTROL_PLANE_STOP_SANDBOXES_ON_EXIT": "true",
                     "CONTROL_PLANE_LOG_LEVEL": "warning",
+                    # As make_config: no template unless a test asks (seconds of CPU each).
+                    "CONTROL_PLANE_SANDBOX_TEMPLATE": "false",
                     **{"CONTROL_PLANE_" + k.upper(): v for k, v in settings.items()}}
         self.proc: subprocess.Popen[bytes] | None = None
 

@@ -125,7 +125,7 @@ def test_idle_pause_reads_reset_it_and_deletion(timed: ControlPlane, clock: Froz
     assert sandbox(client, sid)["status"] == "RUNNING"
 
     clock.offset = 179.998
-    record = wait_for(lambda: (s := sandbox(client, sid))["status"] == "PAUSED" and s, 5)
+    record = wait_for(lambda: (s := sandbox(client, sid))["status"] == "PAUSED" and s, 30)
     assert record["status_reason"] == "IDLE" and record["status_detail"] == "idle for 1 min"
     assert processes.state(pid) == "T"  # frozen: its CPU is released
     assert record["pause_at"] is None and moment(record["delete_at"]) == clock.at(3779.998)
@@ -159,7 +159,7 @@ def test_a_message_resumes_an_idle_sandbox_and_is_activity(timed: ControlPlane, 
     task = start(client)
     cid, sid = task["app_conversation_id"], task["sandbox_id"]
     clock.offset = 60
-    wait_for(lambda: sandbox(client, sid)["status"] == "PAUSED", 5)
+    wait_for(lambda: sandbox(client, sid)["status"] == "PAUSED", 30)
     clock.offset = 100
     llm.script(key, call("finish", message="ok"))
     r = client.post(f"/api/v1/app-conversations/{cid}/send-message",
