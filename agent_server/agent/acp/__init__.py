@@ -3,7 +3,9 @@
     session.py    ACPSession, the conversation's side (a `contract.Session`) and its turn
     client.py     WorkspaceClient, what the agent may ask of us (files, permissions, terminals)
     calls.py      tool calls as ACPToolCallEvents, bounded
-    messages.py   user messages as prompt blocks; the agent's chunks as one MessageEvent
+    messages.py   user messages (those not yet sent) as prompt blocks; the agent's chunks
+                  as one MessageEvent
+    saved.py      what is kept across restarts: the last message sent, the agent's session
     process.py    the agent's process (own session, protocol lines only, stderr tail, its
                   environment) and the protocol session opened over it
     terminals.py  the commands the agent runs through us
