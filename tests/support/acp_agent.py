@@ -12,6 +12,7 @@ a prompt is one command:
     read PATH            a `read` tool call that reads PATH through the client
     write PATH TEXT      an `edit` tool call that asks permission, then writes PATH
     writes P1,P2 TEXT    `write` for each path at once (several permissions asked together)
+    put PATH TEXT        write PATH through the client without asking; say what happened
     env NAME             an `execute` tool call whose input and output hold $NAME's value
     terminal COMMAND     an `execute` tool call that runs COMMAND in a client terminal
     spawn PIDFILE        start a grandchild (sleep) in a session of its own; its pid to PIDFILE
@@ -23,6 +24,7 @@ a prompt is one command:
     crash CODE           write to stderr (with $ACP_TEST_SECRET), then exit with CODE
     recall               say "I remember: " and the earlier prompts of this session, joined by |
     sessions             say how many sessions this process opened, loaded or forked
+    quote WORD           say whether WORD is in this prompt's text on another line
 
 After the last command the turn ends (`end_turn`).
 """
@@ -70,6 +72,7 @@ class ScriptedAgent:
         #: Each session's history: ["user", text] and ["agent", text] entries.
         self.history: dict[str, list[list[str]]] = {}
         self.opened = 0
+        self.prompt_text = ""
         if sessions is not None and sessions.exists():
             self.history = json.loads(sessions.read_text())
 
@@ -92,7 +95,10 @@ class ScriptedAgent:
                           **kwargs: Any) -> NewSessionResponse:
         self.cwd = cwd
         self.opened += 1
-        sid = "scripted-session" if self.sessions is None else f"s-{uuid.uuid4().hex}"
+        if self.sessions is not None:
+            sid = f"s-{uuid.uuid4().hex}"
+        else:
+            sid = "scripted-session" if self.opened == 1 else f"scripted-session-{self.opened}"
         self.history.setdefault(sid, [])
         self._keep()
         return NewSessionResponse(session_id=sid)
@@ -128,6 +134,7 @@ class ScriptedAgent:
         self.cancelled.clear()
         self.usage = None
         text = "\n".join(b.text for b in prompt if isinstance(b, TextContentBlock))
+        self.prompt_text = text
         self.history.setdefault(session_id, []).append(["user", text])
         self._keep()
         for line in text.splitlines():
@@ -208,6 +215,15 @@ class ScriptedAgent:
             cid, status="completed", content=[acp.tool_diff_content(path, content)]))
         return None
 
+    async def do_put(self, sid: str, rest: str) -> None:
+        path, _, content = rest.partition(" ")
+        try:
+            await self.client.write_text_file(session_id=sid, path=path, content=content)
+        except acp.RequestError as exc:
+            await self.do_say(sid, f"put refused: {exc.data}")
+            return
+        await self.do_say(sid, f"put {path}")
+
     async def do_writes(self, sid: str, rest: str) -> str | None:
         paths, _, content = rest.partition(" ")
         done = await asyncio.gather(*(self.do_write(sid, f"{path} {content}")
@@ -257,6 +273,11 @@ class ScriptedAgent:
 
     async def do_sessions(self, sid: str, rest: str) -> None:
         await self.do_say(sid, f"sessions opened: {self.opened}")
+
+    async def do_quote(self, sid: str, word: str) -> None:
+        found = any(word in line for line in self.prompt_text.splitlines()
+                    if not line.startswith("quote "))
+        await self.do_say(sid, f"{word} is {'' if found else 'not '}in the prompt")
 
     async def do_stop(self, sid: str, reason: str) -> str:
         return f"stop:{reason}"

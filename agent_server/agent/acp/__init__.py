@@ -1,6 +1,8 @@
 """External agents over the Agent Client Protocol: a conversation's agent as a child process.
 
     session.py    ACPSession, the conversation's side (a `contract.Session`) and its turn
+    turn.py       where the turn is (TurnState) and the moves it may make
+    side.py       side questions (ask_agent), in sessions of their own
     client.py     WorkspaceClient, what the agent may ask of us (files, permissions, terminals)
     calls.py      tool calls as ACPToolCallEvents, bounded
     messages.py   user messages (those not yet sent) as prompt blocks; the agent's chunks

@@ -23,6 +23,7 @@ A new agent process (after a crash, or a restart of this server) resumes the age
 with `session/load` when the agent offers it (`saved.py` keeps the session's id); what the
 agent replays while it loads is already in the log and is dropped. When it cannot, a
 ServerErrorEvent `ACPSessionLost` tells the user the agent starts again without its memory.
+A side question (ask_agent) goes to a session of its own (`side.py`).
 """
 
 from __future__ import annotations
@@ -34,7 +35,6 @@ import os
 import shutil
 import time
 from collections.abc import Mapping
-from enum import Enum
 
 from acp import RequestError
 from acp.schema import (
@@ -66,8 +66,10 @@ from agent_server.agent.acp.process import (
     request_error,
 )
 from agent_server.agent.acp.saved import STATE_FILE, SavedFile
+from agent_server.agent.acp.side import SideAnswer, ask
 from agent_server.agent.acp.terminals import Terminals
 from agent_server.agent.acp.traced import CallTelemetry
+from agent_server.agent.acp.turn import TURN_MOVES, TurnState
 from agent_server.agent.acp.usage import ACPUsage
 from agent_server.agent.confirmation import needs_risk_confirmation
 from agent_server.agent.contract import ConversationSpec, RunControl
@@ -83,30 +85,12 @@ from events import (
     ServerErrorEvent,
     UserRejectObservation,
 )
-from web.errors import invalid
+from web.errors import UpstreamError, invalid
 
 logger = logging.getLogger(__name__)
 
 #: Seconds a cancelled turn gets to end before the agent process is stopped instead.
 CANCEL_GRACE = 10.0
-
-
-class TurnState(Enum):
-    """Where the prompt in flight is."""
-
-    IDLE = "idle"  # none: the next run sends the unsent messages
-    WORKING = "working"  # the agent works on it
-    ASKING = "asking"  # and its permission requests wait for the user (`_waiting`)
-    CANCELLED = "cancelled"  # session/cancel was sent: drained, not read, before the next one
-
-
-#: The moves a turn makes. Any state may end in IDLE: the turn ended, or the process stopped.
-TURN_MOVES: dict[TurnState, frozenset[TurnState]] = {
-    TurnState.IDLE: frozenset({TurnState.WORKING}),
-    TurnState.WORKING: frozenset({TurnState.ASKING, TurnState.CANCELLED, TurnState.IDLE}),
-    TurnState.ASKING: frozenset({TurnState.WORKING, TurnState.CANCELLED, TurnState.IDLE}),
-    TurnState.CANCELLED: frozenset({TurnState.IDLE}),
-}
 
 
 class ACPSession:
@@ -139,6 +123,8 @@ class ACPSession:
         self.saved = SavedFile(spec.state_dir / STATE_FILE)
         #: The session being loaded: its replayed updates are dropped until the next prompt.
         self._replaying: str | None = None
+        #: The side questions' sessions, by id: what the agent says there is their answer.
+        self._sides: dict[str, SideAnswer] = {}
 
     # -- what the conversation calls -------------------------------------------------------
 
@@ -178,6 +164,15 @@ class ACPSession:
         for wait in waits:
             wait.reply(choose(wait.options, allow=False))
 
+    async def ask(self, question: str) -> str:
+        """A side question, in a session of its own (502 when the agent fails to answer)."""
+        try:
+            return await ask(await self._connected(), self.spec.working_dir, question,
+                             self.sink, self._sides, self.agent.acp_prompt_timeout)
+        except ACPFailure as failure:
+            raise UpstreamError(failure.code,
+                                self.sink.masker.text(failure.detail)[:2000]) from None
+
     async def close(self) -> None:
         """Stop the agent process (its whole tree) and its terminals."""
         await self._disconnect()
@@ -185,15 +180,19 @@ class ACPSession:
 
     # -- Reports (what the client hands over) ----------------------------------------------
 
-    def check(self, session_id: str) -> None:
-        if session_id == self._replaying:
-            return
-        if self._link is None or session_id != self._link.session_id:
+    def check(self, session_id: str) -> bool:
+        if session_id in self._sides:
+            return True
+        if session_id != self._replaying and (self._link is None
+                                              or session_id != self._link.session_id):
             raise RequestError.invalid_params({"details": f"unknown session {session_id}"})
+        return False
 
-    async def on_update(self, update: SessionUpdate) -> None:
+    async def on_update(self, session_id: str, update: SessionUpdate) -> None:
         """One notification of the turn: its events are made here, in arrival order, and
         appended in one call (the log orders appends by their call)."""
+        if (side := self._sides.get(session_id)) is not None:
+            return side.add(update)
         if self._replaying is not None:  # the loaded session's history: the log has it
             return
         self._activity = time.monotonic()
@@ -221,8 +220,10 @@ class ACPSession:
         if events:
             await self.sink.append(*events)
 
-    async def on_permission(self, tool_call: ToolCallUpdate,
+    async def on_permission(self, session_id: str, tool_call: ToolCallUpdate,
                             options: list[PermissionOption]) -> RequestPermissionResponse:
+        if session_id in self._sides:  # a side question changes nothing
+            return choose(options, allow=False)
         self._activity = time.monotonic()
         call = self._calls.get(tool_call.tool_call_id)
         call.merge(tool_call)
