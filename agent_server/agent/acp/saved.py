@@ -4,7 +4,8 @@ session (its id and working directory) so a new agent process can resume it with
 `session/load` instead of starting without the conversation's memory.
 
 The file is written before the prompt that depends on it is sent, atomically, so a SIGKILL of
-the server at any moment leaves the last state the agent was told about.
+the server at any moment leaves the last state the agent was told about. When the session
+cannot be resumed, `lost_note` tells the user.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from pathlib import Path
 from pydantic import BaseModel, ValidationError
 
 from core.files import read_json, write_json
+from events import ServerErrorEvent
 
 STATE_FILE = "acp.json"
 
@@ -52,3 +54,11 @@ class SavedFile:
         await asyncio.to_thread(write_json, self.path, state.model_dump(mode="json"))
         self._state = state
         return state
+
+
+def lost_note(why: str) -> ServerErrorEvent:
+    """What tells the user the agent's session could not be resumed (the run goes on)."""
+    return ServerErrorEvent(source="environment", code="ACPSessionLost", detail=(
+        f"The ACP agent could not resume its session ({why}). It goes on in a new session "
+        "without its memory of this conversation's earlier turns (the events here are "
+        "kept).")[:2000])

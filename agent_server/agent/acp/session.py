@@ -65,8 +65,8 @@ from agent_server.agent.acp.process import (
     agent_env,
     request_error,
 )
-from agent_server.agent.acp.saved import STATE_FILE, SavedFile
-from agent_server.agent.acp.side import SideAnswer, ask
+from agent_server.agent.acp.saved import STATE_FILE, SavedFile, lost_note
+from agent_server.agent.acp.side import SideSessions, ask
 from agent_server.agent.acp.terminals import Terminals
 from agent_server.agent.acp.traced import CallTelemetry
 from agent_server.agent.acp.turn import TURN_MOVES, TurnState
@@ -82,7 +82,6 @@ from events import (
     ConversationErrorEvent,
     Event,
     MessageEvent,
-    ServerErrorEvent,
     UserRejectObservation,
 )
 from web.errors import UpstreamError, invalid
@@ -124,7 +123,7 @@ class ACPSession:
         #: The session being loaded: its replayed updates are dropped until the next prompt.
         self._replaying: str | None = None
         #: The side questions' sessions, by id: what the agent says there is their answer.
-        self._sides: dict[str, SideAnswer] = {}
+        self.sides = SideSessions()
 
     # -- what the conversation calls -------------------------------------------------------
 
@@ -167,8 +166,11 @@ class ACPSession:
     async def ask(self, question: str) -> str:
         """A side question, in a session of its own (502 when the agent fails to answer)."""
         try:
+            link = self._link
+            if (link is None or not link.alive) and self._state is not TurnState.IDLE:
+                raise ACPFailure("ACPAgentExited", "The ACP agent stopped during the turn.")
             return await ask(await self._connected(), self.spec.working_dir, question,
-                             self.sink, self._sides, self.agent.acp_prompt_timeout)
+                             self.sink, self.sides, self.agent.acp_prompt_timeout)
         except ACPFailure as failure:
             raise UpstreamError(failure.code,
                                 self.sink.masker.text(failure.detail)[:2000]) from None
@@ -181,7 +183,7 @@ class ACPSession:
     # -- Reports (what the client hands over) ----------------------------------------------
 
     def check(self, session_id: str) -> bool:
-        if session_id in self._sides:
+        if self.sides.get(session_id) is not None:
             return True
         if session_id != self._replaying and (self._link is None
                                               or session_id != self._link.session_id):
@@ -191,7 +193,7 @@ class ACPSession:
     async def on_update(self, session_id: str, update: SessionUpdate) -> None:
         """One notification of the turn: its events are made here, in arrival order, and
         appended in one call (the log orders appends by their call)."""
-        if (side := self._sides.get(session_id)) is not None:
+        if (side := self.sides.get(session_id)) is not None:
             return side.add(update)
         if self._replaying is not None:  # the loaded session's history: the log has it
             return
@@ -222,7 +224,7 @@ class ACPSession:
 
     async def on_permission(self, session_id: str, tool_call: ToolCallUpdate,
                             options: list[PermissionOption]) -> RequestPermissionResponse:
-        if session_id in self._sides:  # a side question changes nothing
+        if self.sides.get(session_id) is not None:  # a side question changes nothing
             return choose(options, allow=False)
         self._activity = time.monotonic()
         call = self._calls.get(tool_call.tool_call_id)
@@ -423,12 +425,7 @@ class ACPSession:
             await self.saved.update(session_id=link.session_id, session_cwd=cwd, cost_seen=0.0)
             if saved.session_id is not None:
                 why = link.opened.lost or "it was opened in another working directory"
-                await self.sink.append(ServerErrorEvent(
-                    source="environment", code="ACPSessionLost",
-                    detail=self.sink.masker.text(
-                        f"The ACP agent could not resume its session ({why}). It goes on in a "
-                        "new session without its memory of this conversation's earlier turns "
-                        "(the events here are kept).")[:2000]))
+                await self.sink.append(lost_note(self.sink.masker.text(why)))
             return link
 
     async def _disconnect(self) -> None:

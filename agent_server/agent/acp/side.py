@@ -7,7 +7,7 @@ all the agent knows. Otherwise it goes to a new session, with the conversation's
 (up to MAX_CONTEXT_CHARS) before it. Either way the side session changes nothing: its
 permission requests are refused, its file writes and terminals too (`client.WorkspaceClient`).
 Its text is collected up to MAX_ANSWER_CHARS; it is closed after (`session/close`) when the
-agent offers that.
+agent offers that. At most MAX_SIDE_QUESTIONS are asked at once (more: 429).
 """
 
 from __future__ import annotations
@@ -26,12 +26,15 @@ from agent_server.agent.acp.process import GONE, ACPFailure, AgentConnection, re
 from agent_server.agent.sink import EventSink
 from agent_server.log import Query
 from events import MessageEvent, TextContent, parse_event
+from web.errors import LimitReached
 
 #: An answer's text is kept up to this many characters.
 MAX_ANSWER_CHARS = 50_000
 #: The conversation's messages given to a new side session, the newest kept up to this.
 MAX_CONTEXT_CHARS = 20_000
 CONTEXT_MESSAGES = 50
+#: Side questions one conversation's agent answers at once.
+MAX_SIDE_QUESTIONS = 4
 
 CONTEXT_PROMPT = """\
 A side question about the conversation below (the latest messages between the user and you, \
@@ -60,9 +63,32 @@ class SideAnswer:
         return "".join(self._parts).strip()
 
 
+class SideSessions:
+    """The side questions under way: their answers by session id."""
+
+    def __init__(self) -> None:
+        self.answers: dict[str, SideAnswer] = {}
+        self.asked = 0
+
+    def get(self, session_id: str) -> SideAnswer | None:
+        return self.answers.get(session_id)
+
+
 async def ask(link: AgentConnection, cwd: Path, question: str, sink: EventSink,
-              sides: dict[str, SideAnswer], timeout: float) -> str:
+              sides: SideSessions, timeout: float) -> str:
     """The agent's answer; ACPFailure when it fails, dies, or takes over `timeout` s."""
+    if sides.asked >= MAX_SIDE_QUESTIONS:
+        raise LimitReached(f"At most {MAX_SIDE_QUESTIONS} side questions at once: ask again "
+                           "when one is answered")
+    sides.asked += 1
+    try:
+        return await _ask(link, cwd, question, sink, sides.answers, timeout)
+    finally:
+        sides.asked -= 1
+
+
+async def _ask(link: AgentConnection, cwd: Path, question: str, sink: EventSink,
+               sides: dict[str, SideAnswer], timeout: float) -> str:
     offered = link.opened.capabilities.session_capabilities
     try:
         if offered is not None and offered.fork is not None:
