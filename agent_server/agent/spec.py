@@ -330,7 +330,7 @@ class ACPAgentSpec(Lenient):
     acp_prompt_timeout: float = Field(default=1800.0, gt=0, le=86_400)
     """Seconds a turn may go without any update from the agent before it is ended (ERROR)."""
     acp_startup_timeout: float = Field(default=90.0, gt=0, le=3600)
-    """Seconds for the process to start and answer initialize and session/new."""
+    """Seconds for the process to start and answer initialize and session/new (or /load)."""
     llm: LLMConfig = Field(default_factory=lambda: LLMConfig(model=ACP_LLM_MODEL,
                                                              usage_id=ACP_LLM_MODEL))
     tools: list[ToolSpec] = Field(default_factory=list, max_length=0)

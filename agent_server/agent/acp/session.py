@@ -78,12 +78,7 @@ from agent_server.agent.spec import ACPAgentSpec
 from agent_server.agent.usage import Metrics
 from agent_server.status import ExecutionStatus
 from agent_server.telemetry import Telemetry
-from events import (
-    ConversationErrorEvent,
-    Event,
-    MessageEvent,
-    UserRejectObservation,
-)
+from events import ConversationErrorEvent, Event, MessageEvent, UserRejectObservation
 from web.errors import UpstreamError, invalid
 
 logger = logging.getLogger(__name__)
@@ -194,7 +189,8 @@ class ACPSession:
         """One notification of the turn: its events are made here, in arrival order, and
         appended in one call (the log orders appends by their call)."""
         if (side := self.sides.get(session_id)) is not None:
-            return side.add(update)
+            side.add(update)
+            return
         if self._replaying is not None:  # the loaded session's history: the log has it
             return
         self._activity = time.monotonic()
