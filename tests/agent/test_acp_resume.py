@@ -71,6 +71,8 @@ def test_a_killed_server_resumes_the_agents_session(server: ServerProcess,
         plain = create(http, tmp_path / "ws3")  # an agent without loadSession
         for cid in (kept, lost, plain):
             assert turn(http, cid, "say first words") == ["first words"]
+        costs = create(http, tmp_path / "ws4", "--sessions", str(tmp_path / "costs.json"))
+        turn(http, costs, "say spent\nusage 10 5 0.5")  # the session's cost so far: $0.50
     forgets.unlink()  # that agent forgets its sessions meanwhile
 
     with restart(server) as http:
@@ -82,6 +84,10 @@ def test_a_killed_server_resumes_the_agents_session(server: ServerProcess,
         assert [e["llm_message"]["content"][0]["text"]
                 for e in items(http, kept, kind__eq="MessageEvent", source__eq="user")] == [
             "say first words", "recall", "sessions"]
+        # The resumed session's cumulative cost goes on from what was counted: +$0.25.
+        turn(http, costs, "say spent more\nusage 10 5 0.75")
+        metrics = http.get(f"/api/conversations/{costs}").json()["metrics"]
+        assert metrics["accumulated_cost"] == pytest.approx(0.75)
 
         # Not resumable: a new session, and a note saying why the memory is gone.
         for cid, why in ((lost, "session/load failed"),

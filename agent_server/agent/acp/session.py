@@ -286,6 +286,8 @@ class ACPSession:
             self.traced.end_all("ok")
             await self.sink.append(*self.message.end(), *self._calls.end("completed"),
                                    *self.usage.turn(response, time.monotonic() - self._sent_at))
+            if self.usage.cost_seen != (await self.saved.get()).cost_seen:  # counted: kept
+                await self.saved.update(cost_seen=self.usage.cost_seen)
             reason = str(response.stop_reason)
             if reason == "cancelled":  # the agent ended the turn itself
                 return ExecutionStatus.PAUSED
@@ -296,7 +298,7 @@ class ACPSession:
         blocks: list[PromptBlock] = []
         for message in messages:
             blocks += prompt_blocks(message)
-        await self.saved.update(prompted=messages[-1].id, cost_seen=self.usage.cost_seen)
+        await self.saved.update(prompted=messages[-1].id)
         self._replaying = None
         self._calls.clear()
         self._asked.clear()
