@@ -1,4 +1,5 @@
-"""SettingsStore: the stored default agent (PATCH /api/settings), deep-merged and validated."""
+"""SettingsStore: the stored default agent, LLM profiles and ACP agents (PATCH /api/settings),
+deep-merged and validated."""
 
 from __future__ import annotations
 
@@ -13,9 +14,12 @@ from typing import Annotated, Any
 from pydantic import Field, StringConstraints, ValidationError, field_validator
 
 from agent_server.agent.spec import (
+    ACPAgentSpec,
+    Argument,
     CondenserConfig,
     CondenserSpec,
     EnvName,
+    EnvValue,
     Lenient,
     LLMConfig,
     SecretText,
@@ -24,7 +28,7 @@ from agent_server.agent.spec import (
 )
 from agent_server.errors import untagged
 from core.files import read_json, write_json
-from core.masking import REDACTED, check_secrets, redact, redact_mcp_config
+from core.masking import REDACTED, check_secrets, redact, redact_literals, redact_mcp_config
 from web.errors import from_pydantic, invalid
 
 PROFILE_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
@@ -35,6 +39,31 @@ class SettingsAgent(Lenient):
     tools: list[ToolSpec] = Field(default_factory=list, max_length=50)
     condenser: CondenserSpec = Field(default_factory=CondenserConfig)
     mcp_config: dict[str, Any] | None = None
+
+
+class SavedACPAgent(Lenient):
+    """An ACP agent saved by name (settings `acp_agents`): a conversation's agent
+    `{"kind": "ACPAgent", "acp_server": NAME}` without `acp_command` starts this one. Literal
+    `acp_env` values are secrets: shown masked, masked in the conversation's events."""
+
+    acp_command: list[Annotated[Argument, Field(min_length=1)]] = Field(min_length=1,
+                                                                        max_length=100)
+    acp_args: list[Argument] = Field(default_factory=list, max_length=100)
+    acp_env: dict[EnvName, EnvValue] = Field(default_factory=dict, max_length=100)
+    acp_prompt_timeout: float | None = Field(default=None, gt=0, le=86_400)
+    acp_startup_timeout: float | None = Field(default=None, gt=0, le=3600)
+
+    def applied_to(self, agent: ACPAgentSpec) -> ACPAgentSpec:
+        """The conversation's agent with this command: the request's own args follow these,
+        its env wins on a name clash, its timeouts win when it gives them."""
+        given = agent.model_fields_set
+        update: dict[str, Any] = {"acp_command": self.acp_command,
+                                  "acp_args": [*self.acp_args, *agent.acp_args],
+                                  "acp_env": {**self.acp_env, **agent.acp_env}}
+        for name in ("acp_prompt_timeout", "acp_startup_timeout"):
+            if name not in given and getattr(self, name) is not None:
+                update[name] = getattr(self, name)
+        return agent.model_copy(update=update)
 
 
 class Settings(Lenient):
@@ -48,6 +77,9 @@ class Settings(Lenient):
     llm_profiles: dict[ProfileName, LLMConfig] = Field(default_factory=dict, max_length=50)
     """Saved LLMs by name (keys shown masked): what switch_llm, vision_inspect,
     consult_advisor and the switch_profile route may use."""
+    acp_agents: dict[ProfileName, SavedACPAgent] = Field(default_factory=dict, max_length=50)
+    """Saved ACP agents by name (literal env values shown masked): what a conversation's
+    ACPAgent names in `acp_server` instead of giving its `acp_command`."""
 
     def git_author(self) -> dict[str, str]:
         """GIT_AUTHOR_* and GIT_COMMITTER_* of the processes started for a conversation: commit
@@ -61,9 +93,9 @@ class Settings(Lenient):
             "GIT_COMMITTER_EMAIL": email,
         }
 
-    @field_validator("llm_profiles")
+    @field_validator("llm_profiles", "acp_agents")
     @classmethod
-    def _profile_names(cls, value: dict[str, LLMConfig]) -> dict[str, LLMConfig]:
+    def _profile_names(cls, value: dict[str, Any]) -> dict[str, Any]:
         for name in value:
             if not PROFILE_NAME.match(name):
                 raise ValueError(f"profile name {name!r}: 1 to 100 letters, digits, '.', '_' "
@@ -124,6 +156,8 @@ class SettingsStore:
     def public(self) -> dict[str, Any]:
         data: dict[str, Any] = redact(self._settings.model_dump(mode="json"))
         redact_mcp_config(data["agent"].get("mcp_config"))
+        for agent in data["acp_agents"].values():
+            agent["acp_env"] = redact_literals(agent["acp_env"])
         return data
 
     async def patch(self, changes: dict[str, Any]) -> Settings:

@@ -17,6 +17,7 @@ import pytest
 
 from tests.support.llm import ScriptedLLM
 from tests.support.server import ServerProcess
+from tests.support.wait import wait_for
 
 # A server subprocess (or another process, a restart, SIGKILL, Chromium, Docker tools).
 pytestmark = pytest.mark.e2e
@@ -215,3 +216,50 @@ def test_a_condenser_of_another_form_replaces_the_stored_one(client: httpx.Clien
     assert r.status_code == 200, r.text
     assert r.json()["agent"]["condenser"]["max_events"] == 50
     assert "kind" not in r.json()["agent"]["condenser"]
+
+
+def test_acp_agents_are_saved_by_name_and_conversations_refer_to_them(
+        client: httpx.Client, server: ServerProcess, tmp_path: Path) -> None:
+    """A saved ACP agent: its literal env values masked in the settings (sending the mask back
+    keeps them), started by a conversation that names it, its env reaching the agent and
+    masked in the events; a name not saved is a 422 that creates nothing."""
+    from tests.agent.test_acp import AGENT
+
+    value = f"acp-literal-{uuid.uuid4().hex[:8]}"
+    shown = patch(client, {"acp_agents": {"scripted": {
+        "acp_command": AGENT, "acp_env": {"ACP_TEST_SECRET": value, "REF": "${SOME_NAME}"}}}})
+    assert value not in json.dumps(shown)
+    assert shown["acp_agents"]["scripted"]["acp_env"] == {"ACP_TEST_SECRET": MASK,
+                                                          "REF": "${SOME_NAME}"}
+    shown = patch(client, {"acp_agents": {"scripted": {
+        "acp_args": [], "acp_env": {"ACP_TEST_SECRET": MASK}, "acp_prompt_timeout": 600}}})
+    assert stored(server)["acp_agents"]["scripted"]["acp_env"]["ACP_TEST_SECRET"] == value
+
+    count = len(client.get("/api/conversations/search").json()["items"])
+    ws = {"working_dir": str(tmp_path / "ws")}
+    for agent, loc in (({"kind": "ACPAgent", "acp_server": "nobody"}, "acp_server"),
+                       ({"kind": "ACPAgent"}, "acp_command")):
+        r = client.post("/api/conversations", json={"agent": agent, "workspace": ws})
+        assert r.status_code == 422, r.text
+        assert r.json()["detail"][0]["loc"] == ["body", "agent", loc]
+    r = client.patch("/api/settings", json={"acp_agents": {"bad": {"acp_command": []}}})
+    assert r.status_code == 422 and "bad" not in client.get("/api/settings").json()["acp_agents"]
+    assert len(client.get("/api/conversations/search").json()["items"]) == count
+
+    r = client.post("/api/conversations", json={
+        "agent": {"kind": "ACPAgent", "acp_server": "scripted"}, "workspace": ws,
+        "initial_message": {"content": [{"type": "text", "text": "env ACP_TEST_SECRET"}],
+                            "run": True}})
+    assert r.status_code == 201, r.text
+    cid = r.json()["id"]
+    agent = r.json()["agent"]
+    assert (agent["acp_command"], agent["acp_server"], agent["acp_prompt_timeout"]) == (
+        AGENT, "scripted", 600)
+    assert agent["acp_env"]["ACP_TEST_SECRET"] == MASK
+    calls = wait_for(lambda: [e for e in client.get(
+        f"/api/conversations/{cid}/events/search",
+        params={"kind__eq": "ACPToolCallEvent"}).json()["items"] if e["status"] == "completed"],
+        timeout=60, what="the agent's env call")
+    assert calls[0]["raw_output"] == {"stdout": "<secret-hidden>"}  # it had the value
+    assert value not in client.get(f"/api/conversations/{cid}/events/search").text
+    assert "scripted" not in patch(client, {"acp_agents": {"scripted": None}})["acp_agents"]

@@ -5,6 +5,7 @@
     RunControl        what the user steers while the agent works (the conversation writes it)
     ToolServices      what every conversation's tools share (the composition root makes it)
     Session           what a conversation asks of any agent: open, run, reject, close
+    AnsweringSession  one that answers side questions (ask_agent): both kinds here do
     SteeredSession    what it asks besides of our own agent, whose model, skills and hooks
                       run here (an ACP agent keeps its own)
 
@@ -99,7 +100,15 @@ class Session(Protocol):
 
 
 @runtime_checkable
-class SteeredSession(Session, Protocol):
+class AnsweringSession(Session, Protocol):
+    async def ask(self, question: str) -> str:
+        """A side question, answered from what the agent knows without changing the
+        conversation (its events, its status, the agent's own session)."""
+        ...
+
+
+@runtime_checkable
+class SteeredSession(AnsweringSession, Protocol):
     """A session whose model, skills and hooks run in this server: the conversation passes it
     the user's messages, switches and questions too."""
 
@@ -112,10 +121,6 @@ class SteeredSession(Session, Protocol):
         ...
 
     async def skills(self) -> SkillList:
-        ...
-
-    async def ask(self, question: str) -> str:
-        """A side question, answered from the model's view without changing the conversation."""
         ...
 
     async def follow_llm(self) -> None:

@@ -37,6 +37,9 @@ from core.masking import (
 NO_NUL = r"^[^\x00]*$"
 #: An environment variable's (or a secret's) name.
 EnvName = Annotated[str, StringConstraints(pattern=ENV_NAME.pattern)]
+#: An argument of a program started for a conversation, and an environment value.
+Argument = Annotated[str, Field(max_length=4096, pattern=NO_NUL)]
+EnvValue = Annotated[str, Field(max_length=65536, pattern=NO_NUL)]
 
 
 class Lenient(BaseModel):
@@ -97,7 +100,6 @@ def _kind_required(schema: dict[str, Any]) -> None:
 def _no_kind(schema: dict[str, Any]) -> None:
     """Our own condenser form is the one without a `kind`."""
     schema["not"] = {"required": ["kind"]}
-
 
 
 class CondenserConfig(Lenient):
@@ -314,33 +316,27 @@ class ACPAgentSpec(Lenient):
     model_config = ConfigDict(extra="ignore", json_schema_extra=_kind_required)
 
     kind: Literal["ACPAgent"] = "ACPAgent"
-    acp_command: list[Annotated[str, Field(min_length=1, max_length=4096, pattern=NO_NUL)]] = Field(
-        min_length=1, max_length=100)
-    """The program and its first arguments, e.g. ["npx", "-y", "@zed-industries/claude-code-acp"]."""
-    acp_args: list[Annotated[str, Field(max_length=4096, pattern=NO_NUL)]] = Field(default_factory=list,
-                                                                   max_length=100)
-    acp_env: dict[EnvName, Annotated[str, Field(max_length=65536, pattern=NO_NUL)]] = Field(default_factory=dict,
-                                                                         max_length=100)
+    acp_command: list[Annotated[Argument, Field(min_length=1)]] = Field(
+        default_factory=list, min_length=1, max_length=100)
+    """The program and its first arguments, e.g. ["npx", "-y", "@zed-industries/claude-code-acp"].
+    Left out: the ACP agent saved in the settings under `acp_server` (its command, args, env)."""
+    acp_server: str | None = Field(default=None, min_length=1, max_length=100)
+    """The name of an ACP agent saved in the settings (`acp_agents`) when `acp_command` is left
+    out; beside an `acp_command`, a label only (the SDK's provider key)."""
+    acp_args: list[Argument] = Field(default_factory=list, max_length=100)
+    acp_env: dict[EnvName, EnvValue] = Field(default_factory=dict, max_length=100)
     """Extra environment of the agent process; `${NAME}` in a value is filled from the
     conversation's secrets (which reach the agent as variables of their own names too)."""
     acp_prompt_timeout: float = Field(default=1800.0, gt=0, le=86_400)
     """Seconds a turn may go without any update from the agent before it is ended (ERROR)."""
     acp_startup_timeout: float = Field(default=90.0, gt=0, le=3600)
-    """Seconds for the process to start and answer initialize and session/new."""
+    """Seconds for the process to start and answer initialize and session/new (or /load)."""
     llm: LLMConfig = Field(default_factory=lambda: LLMConfig(model=ACP_LLM_MODEL,
                                                              usage_id=ACP_LLM_MODEL))
     tools: list[ToolSpec] = Field(default_factory=list, max_length=0)
     """Always empty: an ACP agent brings its own tools."""
     mcp_config: dict[str, Any] | None = None
     condenser: CondenserSpec | None = None
-
-    @field_validator("acp_env")
-    @classmethod
-    def _env_names(cls, value: dict[str, str]) -> dict[str, str]:
-        for name in value:
-            if not ENV_NAME.match(name):
-                raise ValueError(f"{name!r} is not an environment variable name")
-        return value
 
     def redacted(self) -> dict[str, Any]:
         """For responses: literal environment values masked (`${NAME}` references shown)."""

@@ -175,9 +175,10 @@ async def fork(request: Request) -> Response:
     return reply(await forked.opened_info(), 201)
 
 
-@doc(summary="Ask a side question: answered by the LLM from the conversation's view, with "
-             "no event added and the status untouched (allowed while running)",
-     body=AskAgent, response=AgentAnswer, errors=(404, 502))
+@doc(summary="Ask a side question: answered by the LLM from the conversation's view (an ACP "
+             "agent: in a side session), with no event added and the status untouched "
+             "(allowed while running)",
+     body=AskAgent, response=AgentAnswer, errors=(404, 429, 502))
 async def ask_agent(request: Request) -> Response:
     conv = conversation(request)
     body = await read_body(request, AskAgent)

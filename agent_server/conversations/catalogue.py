@@ -203,7 +203,10 @@ class ConversationService:
         return conv, True
 
     def _agent_for(self, request: CreateConversation) -> AgentSpec | ACPAgentSpec:
-        """SPEC 2.6 rules 2 and 3: an agent given inline replaces the stored one, tools too."""
+        """SPEC 2.6 rules 2 and 3: an agent given inline replaces the stored one, tools too;
+        an ACP agent without its command is the one saved in the settings under its name."""
+        if isinstance(request.agent, ACPAgentSpec) and not request.agent.acp_command:
+            return self._saved_acp_agent(request.agent)
         if request.agent is not None:
             return request.agent
         stored = self.settings().agent
@@ -216,6 +219,19 @@ class ConversationService:
             )
         return AgentSpec(llm=stored.llm, tools=stored.tools, condenser=stored.condenser,
                          mcp_config=stored.mcp_config)
+
+    def _saved_acp_agent(self, agent: ACPAgentSpec) -> ACPAgentSpec:
+        name = agent.acp_server
+        if name is None:
+            raise invalid(["agent", "acp_command"], "Field required: give acp_command, or "
+                          "acp_server naming an ACP agent saved in the settings (acp_agents)",
+                          "missing")
+        saved = self.settings().acp_agents.get(name)
+        if saved is None:
+            raise invalid(["agent", "acp_server"], f"No ACP agent named {name!r} in the "
+                          "settings (acp_agents): save one with PATCH /api/settings, or give "
+                          "acp_command", input_=name)
+        return saved.applied_to(agent)
 
     async def _make_working_dir(self, path: Path) -> None:
         try:

@@ -22,6 +22,7 @@ from typing import Any
 
 from agent_server.agent.active_llm import ActiveLLM
 from agent_server.agent.contract import (
+    AnsweringSession,
     ConversationSpec,
     RunControl,
     Session,
@@ -247,10 +248,11 @@ class Conversation:
         return await self._steered.skills()
 
     async def ask(self, question: str) -> str:
-        """A side question, answered without adding to the conversation (LLMFailure: 502)."""
-        if self._steered is None:
-            raise Conflict("ask_agent is not available for an ACP agent")
-        answer = await self._steered.ask(self.masker.text(question))
+        """A side question, answered without adding to the conversation (LLMFailure, or an
+        ACP agent's failure: 502)."""
+        if not isinstance(self.session, AnsweringSession):
+            raise Conflict("this conversation's agent answers no side questions")
+        answer = await self.session.ask(self.masker.text(question))
         await self.save()  # the call's cost is counted
         return self.masker.text(answer)
 

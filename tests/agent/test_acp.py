@@ -542,3 +542,25 @@ async def test_a_turn_ended_for_another_reason_is_an_error(srv: InProcess, tmp_p
     assert (error.code, error.detail) == ("ACPStopReason",
                                           "The ACP agent ended its turn: max_tokens.")
     assert await agent_texts(conv) == ["partial"]
+
+
+async def test_side_questions_are_bounded(srv: InProcess, tmp_path: Path) -> None:
+    """At most MAX_SIDE_QUESTIONS at once: one more is a 429; those asked end (502) when the
+    conversation is deleted."""
+    from agent_server.agent.acp.side import MAX_SIDE_QUESTIONS
+
+    conv = await create(srv, tmp_path / "ws")
+    url = f"/api/conversations/{conv.id}/ask_agent"
+    asked = [asyncio.create_task(srv.client.post(url, json={"question": "hang-hard"}))
+             for _ in range(MAX_SIDE_QUESTIONS)]
+    session = conv.session
+    assert isinstance(session, acp_session.ACPSession)
+    deadline = time.monotonic() + 30
+    while session.sides.asked < MAX_SIDE_QUESTIONS:
+        assert time.monotonic() < deadline, "the side questions were not asked"
+        await asyncio.sleep(0.02)
+    r = await srv.client.post(url, json={"question": "say one too many"})
+    assert r.status_code == 429, r.text
+    r = await srv.client.delete(f"/api/conversations/{conv.id}")
+    assert r.status_code == 200
+    assert [r.status_code for r in await asyncio.gather(*asked)] == [502] * MAX_SIDE_QUESTIONS

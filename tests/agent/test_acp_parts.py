@@ -6,9 +6,8 @@ import asyncio
 
 from acp.schema import PermissionOption
 
-from agent_server.agent.acp.calls import MAX_FIELD_CHARS, bounded
+from agent_server.agent.acp.calls import MAX_FIELD_CHARS, bounded, choose
 from agent_server.agent.acp.process import _lines
-from agent_server.agent.acp.session import _choose
 
 
 def test_bounded_keeps_small_values_and_cuts_large_ones() -> None:
@@ -40,6 +39,6 @@ def test_permission_answers_pick_the_agent_options() -> None:
     options = [PermissionOption(option_id="always", name="Always", kind="allow_always"),
                PermissionOption(option_id="once", name="Once", kind="allow_once"),
                PermissionOption(option_id="no", name="No", kind="reject_once")]
-    assert _choose(options, allow=True).outcome.option_id == "once"  # type: ignore[union-attr]
-    assert _choose(options, allow=False).outcome.option_id == "no"  # type: ignore[union-attr]
-    assert _choose(options[:2], allow=False).outcome.outcome == "cancelled"
+    assert choose(options, allow=True).outcome.option_id == "once"  # type: ignore[union-attr]
+    assert choose(options, allow=False).outcome.option_id == "no"  # type: ignore[union-attr]
+    assert choose(options[:2], allow=False).outcome.outcome == "cancelled"

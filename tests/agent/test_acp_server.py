@@ -98,3 +98,69 @@ async def test_a_conversation_over_http_and_the_websocket(server: ServerProcess,
     while any(_alive(p) for p in pids):
         assert time.monotonic() < deadline, "the agent's processes outlived the conversation"
         await asyncio.sleep(0.05)
+
+
+def _said(http_items: list[dict[str, Any]]) -> list[str]:
+    return [e["llm_message"]["content"][0]["text"] for e in http_items
+            if e["kind"] == "MessageEvent" and e["source"] == "agent"]
+
+
+async def _turn(http: httpx.AsyncClient, cid: str, text: str) -> list[dict[str, Any]]:
+    """Send `text`, wait until the run has finished with an answer: the events."""
+    before = len(_said((await http.get(f"/api/conversations/{cid}/events/search",
+                                       params={"limit": 100})).json()["items"]))
+    r = await http.post(f"/api/conversations/{cid}/events", json={
+        "role": "user", "run": True, "content": [{"type": "text", "text": text}]})
+    assert r.status_code == 200, r.text
+    deadline = time.monotonic() + 60
+    while True:
+        events = (await http.get(f"/api/conversations/{cid}/events/search",
+                                 params={"limit": 100})).json()["items"]
+        status = (await http.get(f"/api/conversations/{cid}")).json()["execution_status"]
+        if len(_said(events)) > before and status == "finished":
+            return list(events)
+        assert time.monotonic() < deadline, f"no answer to {text!r}: {status}"
+        await asyncio.sleep(0.05)
+
+
+async def test_ask_agent_answers_in_a_side_session(http: httpx.AsyncClient,
+                                                   tmp_path: Path) -> None:
+    """A side question to an ACP agent: with session/fork the agent's copy of the session
+    answers (it remembers the conversation), without it a new session gets the latest
+    messages; either way the conversation (events, status, the agent's own session) is as it
+    was, and the side session may not write."""
+    convs = {}
+    for name, args in (("forks", ["--sessions", str(tmp_path / "s.json"), "--fork"]),
+                       ("plain", [])):
+        r = await http.post("/api/conversations", json={
+            "agent": {"kind": "ACPAgent", "acp_command": AGENT, "acp_args": args},
+            "workspace": {"working_dir": str(tmp_path / name)},
+            "confirmation_policy": {"kind": "NeverConfirm"}})
+        assert r.status_code == 201, r.text
+        convs[name] = r.json()["id"]
+        await _turn(http, convs[name], "say the password is swordfish")
+
+    forks, plain = convs["forks"], convs["plain"]
+    questions = {forks: ("recall", "I remember: say the password is swordfish"),
+                 plain: ("quote swordfish", "swordfish is in the prompt")}
+    for cid, (question, wanted) in questions.items():
+        before = (await http.get(f"/api/conversations/{cid}/events/search",
+                                 params={"limit": 100})).json()["items"]
+        r = await http.post(f"/api/conversations/{cid}/ask_agent", json={"question": question})
+        assert r.status_code == 200, r.text
+        assert r.json()["response"] == wanted
+        r = await http.post(f"/api/conversations/{cid}/ask_agent",
+                            json={"question": "write side.txt changed\nput put.txt changed"})
+        assert r.status_code == 200, r.text
+        assert r.json()["response"].startswith("put refused"), r.text
+        ws = tmp_path / ("forks" if cid == forks else "plain")
+        assert not (ws / "side.txt").exists() and not (ws / "put.txt").exists()
+        after = (await http.get(f"/api/conversations/{cid}/events/search",
+                                params={"limit": 100})).json()["items"]
+        assert after == before
+        assert (await http.get(f"/api/conversations/{cid}")).json()[
+            "execution_status"] == "finished"
+
+    # The agent's own session never saw the side questions.
+    events = await _turn(http, forks, "recall")
+    assert _said(events)[-1] == "I remember: say the password is swordfish"

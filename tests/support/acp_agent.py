@@ -1,12 +1,18 @@
 """A scripted ACP agent for the tests, written with the protocol package's agent side.
 
-Run as `python tests/support/acp_agent.py`. Each line of a prompt is one command:
+Run as `python tests/support/acp_agent.py [--sessions FILE] [--fork]`. With `--sessions`, it
+keeps each session's history in FILE (so a new process remembers it), offers loadSession and
+replays a loaded session's history as the protocol says (user and agent message chunks, its
+tool calls); without, it knows one session, "scripted-session", for the life of the process.
+With `--fork` it offers the unstable session/fork (a copy of a session's history). Each line of
+a prompt is one command:
 
     say TEXT             stream TEXT as three message chunks
     think TEXT           one thought chunk
     read PATH            a `read` tool call that reads PATH through the client
     write PATH TEXT      an `edit` tool call that asks permission, then writes PATH
     writes P1,P2 TEXT    `write` for each path at once (several permissions asked together)
+    put PATH TEXT        write PATH through the client without asking; say what happened
     env NAME             an `execute` tool call whose input and output hold $NAME's value
     terminal COMMAND     an `execute` tool call that runs COMMAND in a client terminal
     spawn PIDFILE        start a grandchild (sleep) in a session of its own; its pid to PIDFILE
@@ -16,6 +22,9 @@ Run as `python tests/support/acp_agent.py`. Each line of a prompt is one command
     hang                 wait until cancelled (then the turn ends `cancelled`)
     hang-hard            wait for ever, cancel or not
     crash CODE           write to stderr (with $ACP_TEST_SECRET), then exit with CODE
+    recall               say "I remember: " and the earlier prompts of this session, joined by |
+    sessions             say how many sessions this process opened, loaded or forked
+    quote WORD           say whether WORD is in this prompt's text on another line
 
 After the last command the turn ends (`end_turn`).
 """
@@ -23,9 +32,12 @@ After the last command the turn ends (`end_turn`).
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import subprocess
 import sys
+import uuid
+from pathlib import Path
 from typing import Any
 
 import acp
@@ -34,10 +46,14 @@ from acp.interfaces import Client
 from acp.schema import (
     AgentCapabilities,
     Cost,
+    ForkSessionResponse,
     InitializeResponse,
+    LoadSessionResponse,
     NewSessionResponse,
     PermissionOption,
     PromptResponse,
+    SessionCapabilities,
+    SessionForkCapabilities,
     TextContentBlock,
     ToolCallUpdate,
     Usage,
@@ -46,24 +62,70 @@ from acp.schema import (
 
 
 class ScriptedAgent:
-    def __init__(self) -> None:
+    def __init__(self, sessions: Path | None = None, fork: bool = False) -> None:
         self.conn: Client | None = None
         self.cancelled = asyncio.Event()
         self.calls = 0
         self.usage: Usage | None = None
+        self.sessions = sessions
+        self.fork = fork
+        #: Each session's history: ["user", text] and ["agent", text] entries.
+        self.history: dict[str, list[list[str]]] = {}
+        self.opened = 0
+        self.prompt_text = ""
+        if sessions is not None and sessions.exists():
+            self.history = json.loads(sessions.read_text())
+
+    def _keep(self) -> None:
+        if self.sessions is not None:
+            self.sessions.write_text(json.dumps(self.history))
 
     def on_connect(self, conn: Client) -> None:
         self.conn = conn
 
     async def initialize(self, protocol_version: int, client_capabilities: Any = None,
                          client_info: Any = None, **kwargs: Any) -> InitializeResponse:
+        forks = SessionCapabilities(fork=SessionForkCapabilities()) if self.fork else None
         return InitializeResponse(protocol_version=PROTOCOL_VERSION,
-                                  agent_capabilities=AgentCapabilities())
+                                  agent_capabilities=AgentCapabilities(
+                                      load_session=self.sessions is not None,
+                                      session_capabilities=forks))
 
     async def new_session(self, cwd: str, mcp_servers: Any = None,
                           **kwargs: Any) -> NewSessionResponse:
         self.cwd = cwd
-        return NewSessionResponse(session_id="scripted-session")
+        self.opened += 1
+        if self.sessions is not None:
+            sid = f"s-{uuid.uuid4().hex}"
+        else:
+            sid = "scripted-session" if self.opened == 1 else f"scripted-session-{self.opened}"
+        self.history.setdefault(sid, [])
+        self._keep()
+        return NewSessionResponse(session_id=sid)
+
+    async def load_session(self, cwd: str, session_id: str, mcp_servers: Any = None,
+                           **kwargs: Any) -> LoadSessionResponse:
+        if self.sessions is None or session_id not in self.history:
+            raise acp.RequestError.resource_not_found(session_id)
+        self.opened += 1
+        for n, (role, text) in enumerate(self.history[session_id]):
+            if role == "user":
+                await self.client.session_update(session_id, acp.update_user_message_text(text))
+            else:
+                await self.client.session_update(session_id, acp.update_agent_message_text(text))
+                await self.client.session_update(session_id, acp.start_tool_call(
+                    f"replayed-{n}", "replayed call", kind="read", status="completed"))
+        return LoadSessionResponse()
+
+    async def fork_session(self, cwd: str, session_id: str, mcp_servers: Any = None,
+                           **kwargs: Any) -> ForkSessionResponse:
+        if session_id not in self.history:
+            raise acp.RequestError.resource_not_found(session_id)
+        self.opened += 1
+        sid = f"fork-{uuid.uuid4().hex}"
+        self.history[sid] = [list(entry) for entry in self.history[session_id]]
+        self._keep()
+        return ForkSessionResponse(session_id=sid)
 
     async def cancel(self, session_id: str, **kwargs: Any) -> None:
         self.cancelled.set()
@@ -72,6 +134,9 @@ class ScriptedAgent:
         self.cancelled.clear()
         self.usage = None
         text = "\n".join(b.text for b in prompt if isinstance(b, TextContentBlock))
+        self.prompt_text = text
+        self.history.setdefault(session_id, []).append(["user", text])
+        self._keep()
         for line in text.splitlines():
             command, _, rest = line.strip().partition(" ")
             handler = getattr(self, "do_" + command.replace("-", "_"), None)
@@ -96,6 +161,8 @@ class ScriptedAgent:
         return f"call-{self.calls}"
 
     async def do_say(self, sid: str, text: str) -> None:
+        self.history.setdefault(sid, []).append(["agent", text])
+        self._keep()
         third = max(len(text) // 3, 1)
         for piece in (text[:third], text[third:2 * third], text[2 * third:]):
             if piece:
@@ -148,6 +215,15 @@ class ScriptedAgent:
             cid, status="completed", content=[acp.tool_diff_content(path, content)]))
         return None
 
+    async def do_put(self, sid: str, rest: str) -> None:
+        path, _, content = rest.partition(" ")
+        try:
+            await self.client.write_text_file(session_id=sid, path=path, content=content)
+        except acp.RequestError as exc:
+            await self.do_say(sid, f"put refused: {exc.data}")
+            return
+        await self.do_say(sid, f"put {path}")
+
     async def do_writes(self, sid: str, rest: str) -> str | None:
         paths, _, content = rest.partition(" ")
         done = await asyncio.gather(*(self.do_write(sid, f"{path} {content}")
@@ -191,6 +267,18 @@ class ScriptedAgent:
         self.usage = Usage(input_tokens=int(tokens_in), output_tokens=int(tokens_out),
                            total_tokens=int(tokens_in) + int(tokens_out), cached_read_tokens=7)
 
+    async def do_recall(self, sid: str, rest: str) -> None:
+        earlier = [text for role, text in self.history.get(sid, []) if role == "user"][:-1]
+        await self.do_say(sid, "I remember: " + " | ".join(earlier))
+
+    async def do_sessions(self, sid: str, rest: str) -> None:
+        await self.do_say(sid, f"sessions opened: {self.opened}")
+
+    async def do_quote(self, sid: str, word: str) -> None:
+        found = any(word in line for line in self.prompt_text.splitlines()
+                    if not line.startswith("quote "))
+        await self.do_say(sid, f"{word} is {'' if found else 'not '}in the prompt")
+
     async def do_stop(self, sid: str, reason: str) -> str:
         return f"stop:{reason}"
 
@@ -213,5 +301,11 @@ class ScriptedAgent:
         os._exit(int(code or 1))
 
 
+def main(argv: list[str]) -> None:
+    sessions = Path(argv[argv.index("--sessions") + 1]) if "--sessions" in argv else None
+    agent = ScriptedAgent(sessions, fork="--fork" in argv)
+    asyncio.run(acp.run_agent(agent, use_unstable_protocol=True))
+
+
 if __name__ == "__main__":
-    asyncio.run(acp.run_agent(ScriptedAgent()))
+    main(sys.argv[1:])

@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from acp.schema import (
+    AllowedOutcome,
+    DeniedOutcome,
     PermissionOption,
     RequestPermissionResponse,
     ToolCallProgress,
@@ -145,3 +147,22 @@ class PermissionWait:
     def reply(self, response: RequestPermissionResponse) -> None:
         if not self.answer.done():
             self.answer.set_result(response)
+
+
+def choose(options: list[PermissionOption], allow: bool) -> RequestPermissionResponse:
+    """The agent's own option for allowing (once, else always) or rejecting; a rejection
+    with no reject option is told as cancelled."""
+    kinds = ("allow_once", "allow_always") if allow else ("reject_once", "reject_always")
+    for kind in kinds:
+        for option in options:
+            if option.kind == kind:
+                return RequestPermissionResponse(
+                    outcome=AllowedOutcome(outcome="selected", option_id=option.option_id))
+    if allow and options:
+        return RequestPermissionResponse(
+            outcome=AllowedOutcome(outcome="selected", option_id=options[0].option_id))
+    return cancelled()
+
+
+def cancelled() -> RequestPermissionResponse:
+    return RequestPermissionResponse(outcome=DeniedOutcome(outcome="cancelled"))

@@ -3,7 +3,8 @@
 Files are read and written inside the working directory only (`core.paths.confine`, symlinks
 resolved) with the limits and the atomic write of our own file tools (`tools.files`);
 terminals are `Terminals`; what the agent reports (session updates) and asks (permissions)
-goes to the session, through `Reports`.
+goes to the session, through `Reports`. A side question's session (ask_agent) changes
+nothing: it may read files, not write them nor run commands.
 """
 
 from __future__ import annotations
@@ -58,14 +59,15 @@ SessionUpdate = (UserMessageChunk | AgentMessageChunk | AgentThoughtChunk | Tool
 class Reports(Protocol):
     """Where the client hands what the agent reports and asks (the session)."""
 
-    def check(self, session_id: str) -> None:
-        """Raise RequestError unless this is the conversation's ACP session."""
+    def check(self, session_id: str) -> bool:
+        """Raise RequestError unless this is one of the conversation's ACP sessions; True
+        for a side question's."""
         ...
 
-    async def on_update(self, update: SessionUpdate) -> None:
+    async def on_update(self, session_id: str, update: SessionUpdate) -> None:
         ...
 
-    async def on_permission(self, tool_call: ToolCallUpdate,
+    async def on_permission(self, session_id: str, tool_call: ToolCallUpdate,
                             options: list[PermissionOption]) -> RequestPermissionResponse:
         ...
 
@@ -83,13 +85,13 @@ class WorkspaceClient:
     async def session_update(self, session_id: str, update: SessionUpdate,
                              **kwargs: Any) -> None:
         self.reports.check(session_id)
-        await self.reports.on_update(update)
+        await self.reports.on_update(session_id, update)
 
     async def request_permission(self, session_id: str, tool_call: ToolCallUpdate,
                                  options: list[PermissionOption],
                                  **kwargs: Any) -> RequestPermissionResponse:
         self.reports.check(session_id)
-        return await self.reports.on_permission(tool_call, options)
+        return await self.reports.on_permission(session_id, tool_call, options)
 
     # -- files -----------------------------------------------------------------------------
 
@@ -101,9 +103,15 @@ class WorkspaceClient:
 
     async def write_text_file(self, session_id: str, path: str, content: str,
                               **kwargs: Any) -> WriteTextFileResponse | None:
-        self.reports.check(session_id)
+        self._changes(session_id)
         await asyncio.to_thread(self._write, path, content)
         return WriteTextFileResponse()
+
+    def _changes(self, session_id: str) -> None:
+        if self.reports.check(session_id):
+            raise RequestError.invalid_request(
+                {"details": "a side question (ask_agent) changes nothing: no file writes, "
+                            "no commands"})
 
     def _read(self, raw: str, line: int | None, limit: int | None) -> str:
         try:
@@ -140,7 +148,7 @@ class WorkspaceClient:
                               env: list[EnvVariable] | None = None, cwd: str | None = None,
                               output_byte_limit: int | None = None,
                               **kwargs: Any) -> CreateTerminalResponse:
-        self.reports.check(session_id)
+        self._changes(session_id)
         terminal_id = await self.terminals.create(command, args, env, cwd, output_byte_limit)
         return CreateTerminalResponse(terminal_id=terminal_id)
 

@@ -14,10 +14,13 @@ import acp
 from acp.schema import ResourceContentBlock, TextContentBlock
 
 from agent_server.agent.sink import DeltaStream, EventSink
-from events import Event, ImageContent, Message, MessageEvent, TextContent
+from agent_server.log import Query
+from events import Event, ImageContent, Message, MessageEvent, TextContent, parse_event
 
 #: The text of one agent message is kept up to this many characters.
 MAX_MESSAGE_CHARS = 200_000
+#: User messages sent in one prompt at most (older unsent ones are left out).
+MAX_PROMPT_MESSAGES = 50
 
 PromptBlock = TextContentBlock | ResourceContentBlock
 
@@ -25,6 +28,21 @@ PromptBlock = TextContentBlock | ResourceContentBlock
 def chunk_text(block: Any) -> str:
     """The text of a message chunk's content block (other kinds carry none)."""
     return block.text if isinstance(block, TextContentBlock) else ""
+
+
+async def unsent(sink: EventSink, prompted: str | None) -> list[MessageEvent]:
+    """The user's messages on the current branch after `prompted`, the last one sent to the
+    agent (at most MAX_PROMPT_MESSAGES: the rest go in the next prompt)."""
+    log = await sink.log()
+    await log.drain()
+    query = Query(kind="MessageEvent", source="user", branch=log.head)
+    lines, _ = log.search(query, MAX_PROMPT_MESSAGES + 1, page_id=prompted)
+    out: list[MessageEvent] = []
+    for line in lines:
+        event = parse_event(line)
+        if isinstance(event, MessageEvent) and (prompted is None or (event.id or "") > prompted):
+            out.append(event)
+    return out[:MAX_PROMPT_MESSAGES]
 
 
 def prompt_blocks(message: MessageEvent) -> list[PromptBlock]:

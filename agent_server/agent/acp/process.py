@@ -1,6 +1,7 @@
 """The ACP agent's process: started in the workspace in a session of its own, spoken to over
 its stdin and stdout, its stderr kept as a short tail, and stopped with all it started; and
-the protocol session opened over it (`AgentConnection`: initialize, then session/new).
+the protocol session opened over it (`AgentConnection`: initialize, then session/load of the
+conversation's earlier session when the agent offers it, else session/new).
 
 Only whole JSON lines of at most MAX_LINE_BYTES reach the protocol connection: some agents
 log to stdout, and an endless line must not grow our memory without bound.
@@ -15,12 +16,18 @@ import secrets
 import signal
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import acp
 from acp import PROTOCOL_VERSION, RequestError
 from acp.client.connection import ClientSideConnection
-from acp.schema import ClientCapabilities, FileSystemCapabilities, Implementation
+from acp.schema import (
+    AgentCapabilities,
+    ClientCapabilities,
+    FileSystemCapabilities,
+    Implementation,
+)
 
 from agent_server import __version__
 from agent_server.agent.acp.client import WorkspaceClient
@@ -161,18 +168,32 @@ class AgentProcess:
             self._stderr.append(text.rstrip()[:STDERR_LINE_CHARS])
 
 
+@dataclass
+class Opened:
+    """The session a handshake opened: `resumed` when it is the earlier one (session/load);
+    otherwise `lost` says why the earlier one (if any) could not be resumed."""
+
+    session_id: str
+    capabilities: AgentCapabilities
+    resumed: bool = False
+    lost: str | None = None
+
+
 class AgentConnection:
     """The agent's process with the protocol session opened over it (`open`)."""
 
     def __init__(self, program: str, proc: AgentProcess, conn: ClientSideConnection,
-                 session_id: str) -> None:
-        self.program, self.proc, self.conn, self.session_id = program, proc, conn, session_id
+                 opened: Opened) -> None:
+        self.program, self.proc, self.conn, self.opened = program, proc, conn, opened
+        self.session_id = opened.session_id
 
     @classmethod
     async def open(cls, agent: ACPAgentSpec, cwd: Path, env: Mapping[str, str],
-                   client: WorkspaceClient, mask: Callable[[str], str]) -> AgentConnection:
-        """Start the agent and open its session (within acp_startup_timeout); raises
-        ACPFailure, leaving no process behind, when that fails."""
+                   client: WorkspaceClient, mask: Callable[[str], str],
+                   resume: str | None = None) -> AgentConnection:
+        """Start the agent and open its session (within acp_startup_timeout): `resume`, the
+        id of an earlier session, is loaded when the agent can. Raises ACPFailure, leaving
+        no process behind, when that fails."""
         argv = [*agent.acp_command, *agent.acp_args]
         try:
             proc = await AgentProcess.start(argv, cwd, env, mask)
@@ -181,17 +202,17 @@ class AgentConnection:
                              f"Cannot start {argv[0]}: {exc.strerror or exc}.") from None
         conn = acp.connect_to_agent(client, proc.writer, proc.reader)
         try:
-            session_id = await asyncio.wait_for(_handshake(conn, proc, argv[0], cwd),
-                                                agent.acp_startup_timeout)
+            opened = await asyncio.wait_for(_handshake(conn, proc, argv[0], cwd, resume),
+                                            agent.acp_startup_timeout)
         except BaseException as exc:
             await _close(conn)
             await proc.stop()
             if isinstance(exc, TimeoutError):
                 raise ACPFailure("ACPStartTimeout", "The ACP agent did not answer initialize "
-                                 "and session/new within "
+                                 "and session/new (or session/load) within "
                                  f"{agent.acp_startup_timeout:g} s.") from None
             raise
-        return cls(argv[0], proc, conn, session_id)
+        return cls(argv[0], proc, conn, opened)
 
     @property
     def alive(self) -> bool:
@@ -209,8 +230,9 @@ class AgentConnection:
 
 
 async def _handshake(conn: ClientSideConnection, proc: AgentProcess, program: str,
-                     cwd: Path) -> str:
-    """initialize, then session/new: the session's id."""
+                     cwd: Path, resume: str | None) -> Opened:
+    """initialize, then session/load of `resume` when the agent offers it (loadSession),
+    else (or when the load is refused) session/new."""
     capabilities = ClientCapabilities(
         fs=FileSystemCapabilities(read_text_file=True, write_text_file=True), terminal=True)
     try:
@@ -221,12 +243,22 @@ async def _handshake(conn: ClientSideConnection, proc: AgentProcess, program: st
             raise ACPFailure("ACPStartFailed",
                              f"The ACP agent speaks protocol version {hello.protocol_version}"
                              f"; this server speaks {PROTOCOL_VERSION}.")
+        offered = hello.agent_capabilities or AgentCapabilities()
+        lost = None
+        if resume is not None and not offered.load_session:
+            lost = "the agent does not offer session/load (no loadSession capability)"
+        elif resume is not None:
+            try:
+                await conn.load_session(cwd=str(cwd), session_id=resume, mcp_servers=[])
+                return Opened(resume, offered, resumed=True)
+            except RequestError as exc:  # it forgot the session: a new one still works
+                lost = f"session/load failed: {request_error(exc)}"
         session = await conn.new_session(cwd=str(cwd), mcp_servers=[])
     except RequestError as exc:
         raise ACPFailure("ACPStartFailed", request_error(exc)) from None
     except GONE:
         raise await proc.crashed(program, "while starting") from None
-    return session.session_id
+    return Opened(session.session_id, offered, lost=lost)
 
 
 async def _close(conn: ClientSideConnection) -> None:

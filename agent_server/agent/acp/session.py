@@ -18,6 +18,12 @@ stays open, and the run that accepts picks the same turn up again. An interrupt 
 `session/cancel` and ends the run at once; the cancelled turn is drained before the next
 prompt. Where the turn is is one `TurnState`, moved only along TURN_MOVES. A crash is a
 ConversationErrorEvent with the exit status and the last stderr lines.
+
+A new agent process (after a crash, or a restart of this server) resumes the agent's session
+with `session/load` when the agent offers it (`saved.py` keeps the session's id); what the
+agent replays while it loads is already in the log and is dropped. When it cannot, a
+ServerErrorEvent `ACPSessionLost` tells the user the agent starts again without its memory.
+A side question (ask_agent) goes to a session of its own (`side.py`).
 """
 
 from __future__ import annotations
@@ -29,14 +35,11 @@ import os
 import shutil
 import time
 from collections.abc import Mapping
-from enum import Enum
 
 from acp import RequestError
 from acp.schema import (
     AgentMessageChunk,
     AgentThoughtChunk,
-    AllowedOutcome,
-    DeniedOutcome,
     PermissionOption,
     PromptResponse,
     RequestPermissionResponse,
@@ -46,9 +49,15 @@ from acp.schema import (
     UsageUpdate,
 )
 
-from agent_server.agent.acp.calls import PermissionWait, ToolCalls
+from agent_server.agent.acp.calls import PermissionWait, ToolCalls, cancelled, choose
 from agent_server.agent.acp.client import SessionUpdate, WorkspaceClient
-from agent_server.agent.acp.messages import AgentMessage, PromptBlock, chunk_text, prompt_blocks
+from agent_server.agent.acp.messages import (
+    AgentMessage,
+    PromptBlock,
+    chunk_text,
+    prompt_blocks,
+    unsent,
+)
 from agent_server.agent.acp.process import (
     GONE,
     ACPFailure,
@@ -56,46 +65,26 @@ from agent_server.agent.acp.process import (
     agent_env,
     request_error,
 )
+from agent_server.agent.acp.saved import STATE_FILE, SavedFile, lost_note
+from agent_server.agent.acp.side import SideSessions, ask
 from agent_server.agent.acp.terminals import Terminals
 from agent_server.agent.acp.traced import CallTelemetry
+from agent_server.agent.acp.turn import TURN_MOVES, TurnState
 from agent_server.agent.acp.usage import ACPUsage
 from agent_server.agent.confirmation import needs_risk_confirmation
 from agent_server.agent.contract import ConversationSpec, RunControl
 from agent_server.agent.sink import EventSink
 from agent_server.agent.spec import ACPAgentSpec
 from agent_server.agent.usage import Metrics
-from agent_server.log import Query
 from agent_server.status import ExecutionStatus
 from agent_server.telemetry import Telemetry
-from core.files import read_json, write_json
-from events import ConversationErrorEvent, Event, MessageEvent, UserRejectObservation, parse_event
-from web.errors import invalid
+from events import ConversationErrorEvent, Event, MessageEvent, UserRejectObservation
+from web.errors import UpstreamError, invalid
 
 logger = logging.getLogger(__name__)
 
 #: Seconds a cancelled turn gets to end before the agent process is stopped instead.
 CANCEL_GRACE = 10.0
-#: User messages sent in one prompt at most (older unsent ones are left out).
-MAX_PROMPT_MESSAGES = 50
-STATE_FILE = "acp.json"
-
-
-class TurnState(Enum):
-    """Where the prompt in flight is."""
-
-    IDLE = "idle"  # none: the next run sends the unsent messages
-    WORKING = "working"  # the agent works on it
-    ASKING = "asking"  # and its permission requests wait for the user (`_waiting`)
-    CANCELLED = "cancelled"  # session/cancel was sent: drained, not read, before the next one
-
-
-#: The moves a turn makes. Any state may end in IDLE: the turn ended, or the process stopped.
-TURN_MOVES: dict[TurnState, frozenset[TurnState]] = {
-    TurnState.IDLE: frozenset({TurnState.WORKING}),
-    TurnState.WORKING: frozenset({TurnState.ASKING, TurnState.CANCELLED, TurnState.IDLE}),
-    TurnState.ASKING: frozenset({TurnState.WORKING, TurnState.CANCELLED, TurnState.IDLE}),
-    TurnState.CANCELLED: frozenset({TurnState.IDLE}),
-}
 
 
 class ACPSession:
@@ -124,9 +113,12 @@ class ACPSession:
         self._asked = asyncio.Event()
         self._calls = ToolCalls()
         self._activity = self._sent_at = time.monotonic()
-        #: The id of the last user message sent to the agent (kept in STATE_FILE, read once).
-        self._prompted: str | None = None
-        self._prompted_read = False
+        #: The last message prompted and the agent's session, across restarts.
+        self.saved = SavedFile(spec.state_dir / STATE_FILE)
+        #: The session being loaded: its replayed updates are dropped until the next prompt.
+        self._replaying: str | None = None
+        #: The side questions' sessions, by id: what the agent says there is their answer.
+        self.sides = SideSessions()
 
     # -- what the conversation calls -------------------------------------------------------
 
@@ -164,7 +156,19 @@ class ACPSession:
             rejection_reason=reason) for wait in waits))
         await self._cancel_turn()  # first: the agent reads the answer knowing the turn is over
         for wait in waits:
-            wait.reply(_choose(wait.options, allow=False))
+            wait.reply(choose(wait.options, allow=False))
+
+    async def ask(self, question: str) -> str:
+        """A side question, in a session of its own (502 when the agent fails to answer)."""
+        try:
+            link = self._link
+            if (link is None or not link.alive) and self._state is not TurnState.IDLE:
+                raise ACPFailure("ACPAgentExited", "The ACP agent stopped during the turn.")
+            return await ask(await self._connected(), self.spec.working_dir, question,
+                             self.sink, self.sides, self.agent.acp_prompt_timeout)
+        except ACPFailure as failure:
+            raise UpstreamError(failure.code,
+                                self.sink.masker.text(failure.detail)[:2000]) from None
 
     async def close(self) -> None:
         """Stop the agent process (its whole tree) and its terminals."""
@@ -173,13 +177,22 @@ class ACPSession:
 
     # -- Reports (what the client hands over) ----------------------------------------------
 
-    def check(self, session_id: str) -> None:
-        if self._link is None or session_id != self._link.session_id:
+    def check(self, session_id: str) -> bool:
+        if self.sides.get(session_id) is not None:
+            return True
+        if session_id != self._replaying and (self._link is None
+                                              or session_id != self._link.session_id):
             raise RequestError.invalid_params({"details": f"unknown session {session_id}"})
+        return False
 
-    async def on_update(self, update: SessionUpdate) -> None:
+    async def on_update(self, session_id: str, update: SessionUpdate) -> None:
         """One notification of the turn: its events are made here, in arrival order, and
         appended in one call (the log orders appends by their call)."""
+        if (side := self.sides.get(session_id)) is not None:
+            side.add(update)
+            return
+        if self._replaying is not None:  # the loaded session's history: the log has it
+            return
         self._activity = time.monotonic()
         events: list[Event] = []
         if isinstance(update, AgentMessageChunk | AgentThoughtChunk):
@@ -205,16 +218,18 @@ class ACPSession:
         if events:
             await self.sink.append(*events)
 
-    async def on_permission(self, tool_call: ToolCallUpdate,
+    async def on_permission(self, session_id: str, tool_call: ToolCallUpdate,
                             options: list[PermissionOption]) -> RequestPermissionResponse:
+        if self.sides.get(session_id) is not None:  # a side question changes nothing
+            return choose(options, allow=False)
         self._activity = time.monotonic()
         call = self._calls.get(tool_call.tool_call_id)
         call.merge(tool_call)
         self.traced.seen(call)
         if self._state in (TurnState.IDLE, TurnState.CANCELLED):
-            return _cancelled()
+            return cancelled()
         if not needs_risk_confirmation(self.control.confirmation_policy, call.risk):
-            return _choose(options, allow=True)
+            return choose(options, allow=True)
         wait = PermissionWait(call, options)
         self._move(TurnState.ASKING)  # a request already waiting keeps waiting beside it
         self._waiting.append(wait)
@@ -237,7 +252,7 @@ class ACPSession:
         if to is not TurnState.ASKING and self._waiting:
             waits, self._waiting = self._waiting, []
             for wait in waits:
-                wait.reply(_cancelled())  # withdrawn: no longer asked
+                wait.reply(cancelled())  # withdrawn: no longer asked
         self._state = to
 
     def _answered(self) -> list[PermissionWait]:
@@ -256,12 +271,12 @@ class ACPSession:
             if not approved:
                 return ExecutionStatus.WAITING_FOR_CONFIRMATION
             for wait in self._answered():
-                wait.reply(_choose(wait.options, allow=True))
+                wait.reply(choose(wait.options, allow=True))
         while True:
             if self._state is TurnState.IDLE:
                 if self.control.pause_requested:
                     return ExecutionStatus.PAUSED
-                messages = await self._unsent()
+                messages = await unsent(self.sink, (await self.saved.get()).prompted)
                 if not messages:
                     return ExecutionStatus.FINISHED
                 await self._prompt(await self._connected(), messages)
@@ -271,6 +286,8 @@ class ACPSession:
             self.traced.end_all("ok")
             await self.sink.append(*self.message.end(), *self._calls.end("completed"),
                                    *self.usage.turn(response, time.monotonic() - self._sent_at))
+            if self.usage.cost_seen != (await self.saved.get()).cost_seen:  # counted: kept
+                await self.saved.update(cost_seen=self.usage.cost_seen)
             reason = str(response.stop_reason)
             if reason == "cancelled":  # the agent ended the turn itself
                 return ExecutionStatus.PAUSED
@@ -281,9 +298,8 @@ class ACPSession:
         blocks: list[PromptBlock] = []
         for message in messages:
             blocks += prompt_blocks(message)
-        last = messages[-1].id
-        self._prompted = last
-        await asyncio.to_thread(write_json, self.spec.state_dir / STATE_FILE, {"prompted": last})
+        await self.saved.update(prompted=messages[-1].id)
+        self._replaying = None
         self._calls.clear()
         self._asked.clear()
         self._activity = self._sent_at = time.monotonic()
@@ -389,10 +405,26 @@ class ACPSession:
                 logger.info("ACP agent of %s had ended (%s): starting it again", self.spec.id,
                             link.proc.exit_text())
                 await self._disconnect()
-            self._link = await AgentConnection.open(self.agent, self.spec.working_dir,
-                                                    self._env(), self.client,
-                                                    self.sink.masker.text)
-            return self._link
+            saved, cwd = await self.saved.get(), str(self.spec.working_dir)
+            self._replaying = saved.session_id if saved.session_cwd == cwd else None
+            try:
+                link = await AgentConnection.open(self.agent, self.spec.working_dir,
+                                                  self._env(), self.client,
+                                                  self.sink.masker.text, self._replaying)
+            except BaseException:
+                self._replaying = None
+                raise
+            self._link = link
+            if link.opened.resumed:
+                self.usage.restart(max(self.usage.cost_seen, saved.cost_seen))
+                return link
+            self._replaying = None
+            self.usage.restart(0.0)
+            await self.saved.update(session_id=link.session_id, session_cwd=cwd, cost_seen=0.0)
+            if saved.session_id is not None:
+                why = link.opened.lost or "it was opened in another working directory"
+                await self.sink.append(lost_note(self.sink.masker.text(why)))
+            return link
 
     async def _disconnect(self) -> None:
         """Stop the process (a turn in flight ends with it; a permission waiting is withdrawn)."""
@@ -407,43 +439,3 @@ class ACPSession:
             await asyncio.gather(turn, return_exceptions=True)
         if link is not None:
             await link.stop()
-
-    # -- messages --------------------------------------------------------------------------
-
-    async def _unsent(self) -> list[MessageEvent]:
-        """The user's messages on the current branch after the last one sent to the agent."""
-        if not self._prompted_read:
-            self._prompted_read = True
-            with contextlib.suppress(OSError, ValueError, TypeError, AttributeError):
-                state = await asyncio.to_thread(read_json, self.spec.state_dir / STATE_FILE)
-                self._prompted = state.get("prompted")
-        log = await self.sink.log()
-        await log.drain()
-        query = Query(kind="MessageEvent", source="user", branch=log.head)
-        lines, _ = log.search(query, MAX_PROMPT_MESSAGES + 1, page_id=self._prompted)
-        out: list[MessageEvent] = []
-        for line in lines:
-            event = parse_event(line)
-            if isinstance(event, MessageEvent) and (self._prompted is None
-                                                    or (event.id or "") > self._prompted):
-                out.append(event)
-        return out[:MAX_PROMPT_MESSAGES]  # the rest go in the next prompt
-
-
-def _choose(options: list[PermissionOption], allow: bool) -> RequestPermissionResponse:
-    """The agent's own option for allowing (once, else always) or rejecting; a rejection
-    with no reject option is told as cancelled."""
-    kinds = ("allow_once", "allow_always") if allow else ("reject_once", "reject_always")
-    for kind in kinds:
-        for option in options:
-            if option.kind == kind:
-                return RequestPermissionResponse(
-                    outcome=AllowedOutcome(outcome="selected", option_id=option.option_id))
-    if allow and options:
-        return RequestPermissionResponse(
-            outcome=AllowedOutcome(outcome="selected", option_id=options[0].option_id))
-    return _cancelled()
-
-
-def _cancelled() -> RequestPermissionResponse:
-    return RequestPermissionResponse(outcome=DeniedOutcome(outcome="cancelled"))

@@ -21,11 +21,19 @@ class ACPUsage:
         self.metrics = metrics
         self.model = model
         self.usage_id = usage_id
-        #: The session's cumulative cost last reported (this process's agent: a new process
-        #: is a new session, counted from 0 again).
+        #: The session's cumulative cost last reported (`restart` sets it for each session).
         self._cost_seen = 0.0
         self._cost_pending = 0.0
         self._context_window = 0
+
+    @property
+    def cost_seen(self) -> float:
+        return self._cost_seen
+
+    def restart(self, cost_seen: float) -> None:
+        """A session opened: a new one counts its cost from 0, a resumed one from what was
+        counted of it already."""
+        self._cost_seen = cost_seen
 
     def update(self, update: UsageUpdate) -> None:
         self._context_window = update.size
