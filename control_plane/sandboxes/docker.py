@@ -90,6 +90,9 @@ ICC = "com.docker.network.bridge.enable_icc"
 _LOCAL_HOSTS = {"127.0.0.1", "localhost", "::1", "0.0.0.0", "::", ""}
 #: Seconds a container being removed by someone else is waited for (its volume is in use).
 REMOVAL_TIMEOUT = 30.0
+#: Seconds between a starting server's /alive checks, and between looks at its container.
+ALIVE_INTERVAL = 0.02
+STATE_INTERVAL = 0.25
 
 
 def id_key(container_id: str) -> int:
@@ -193,20 +196,26 @@ class DockerProvider(ContainerProvider):
 
     async def _wait_up(self, sandbox_id: str, container_id: str, timeout: float) -> Handle:
         """Until /alive answers through the published port; ProviderError when the container
-        ends first or the time is up."""
+        ends first or the time is up. /alive is asked every ALIVE_INTERVAL, Docker only every
+        STATE_INTERVAL: an inspection costs the daemon more than a refused connection costs
+        anyone, and a start is over the moment the server answers."""
         deadline = time.monotonic() + timeout
         handle: Handle | None = None
+        look_at = 0.0
         while time.monotonic() < deadline:
-            state = await self._run(_state, container_id)
-            if state is None or state["Status"] not in ("running", "created"):
-                logs = await self._run(_logs, container_id)
-                status = "is gone" if state is None else f"exited with status {state['ExitCode']}"
-                raise ProviderError(f"the agent server's container {status}: {logs}")
-            if handle is None and state["Status"] == "running":
-                handle = await self._run(_handle, sandbox_id, container_id)
             if handle is not None and await self.alive(handle):
                 return handle
-            await anyio.sleep(0.05)
+            if handle is None or time.monotonic() >= look_at:
+                state = await self._run(_state, container_id)
+                if state is None or state["Status"] not in ("running", "created"):
+                    logs = await self._run(_logs, container_id)
+                    status = "is gone" if state is None else f"exited with status {state['ExitCode']}"
+                    raise ProviderError(f"the agent server's container {status}: {logs}")
+                look_at = time.monotonic() + STATE_INTERVAL
+                if handle is None and state["Status"] == "running":
+                    handle = await self._run(_handle, sandbox_id, container_id)
+                    continue
+            await anyio.sleep(ALIVE_INTERVAL)
         raise ProviderError(f"the agent server did not answer /alive within {self.start_timeout:g} s")
 
     # -- adoption, health ---------------------------------------------------------------------
