@@ -57,7 +57,7 @@ RUN pip install --no-cache-dir --no-compile --no-deps . \
 # The image: the base with the runtime packages and the virtual environment, nothing else.
 FROM ${BASE_IMAGE}
 
-# Packages beyond the server's own needs: Chromium for the browser tool (about 300 MB). An
+# Packages beyond the server's own needs: Chromium for the browser tool (about 450 MB). An
 # image for sandboxes that never browse can leave it out with `--build-arg EXTRA_PACKAGES=`.
 ARG EXTRA_PACKAGES=chromium
 
