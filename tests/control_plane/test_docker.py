@@ -124,6 +124,9 @@ def test_the_whole_flow_in_a_container(plane: ControlPlane, bridge_llm: Scripted
     assert env["AGENT_SERVER_WEBHOOK_URL"] == \
         f"http://{HOST_ALIAS}:{plane.config.port}/api/v1/webhooks"
     assert not [name for name in env if name.startswith("CONTROL_PLANE_")]
+    # The control plane checks /alive itself: no Python started by Docker every 10 s besides.
+    assert container.attrs["Config"]["Healthcheck"]["Test"] == ["NONE"]
+    assert "Health" not in container.attrs["State"]
 
     # Pause freezes every process of the container; the agent server answers nothing.
     r = client.post(f"/api/v1/sandboxes/{sid}/pause")
