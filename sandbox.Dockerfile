@@ -5,18 +5,81 @@
 # Python image by default, or a distribution Python (`--build-arg BASE_IMAGE=...` with
 # python3 and python3-venv installed). The server lives in its own virtual environment, so it
 # never touches the base's Python packages.
+#
+# Two stages on the same base (a virtual environment names its interpreter by path): `build`
+# installs the server into /opt/agent-server/venv with whatever that takes; the image is the
+# base, the runtime packages and that directory alone, so no compiler, cache or wheel of the
+# build reaches it. What a server loads is compiled there (agent_server/precompile.py), so a
+# start compiles nothing.
 ARG BASE_IMAGE=python:3.11-slim-bookworm
+FROM ${BASE_IMAGE} AS build
+
+# binutils for strip: Playwright's Node and some extensions ship their debugging symbols.
+# hadolint ignore=DL3008
+RUN apt-get update \
+    && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends binutils \
+    && rm -rf /var/lib/apt/lists/*
+
+# The dependencies first, from pyproject.toml alone: a change to the server's code reuses this
+# layer (Docker's cache), so a rebuild installs one package, not a hundred. The control
+# plane's own dependencies stay out (no module of the server imports them: the test of this
+# file checks it). litellm's proxy server's web console is never served; tests, type stubs
+# and debugging symbols (30 MB in Playwright's Node alone) are never read.
+WORKDIR /opt/agent-server
+ENV VIRTUAL_ENV=/opt/agent-server/venv
+ENV PATH=/opt/agent-server/venv/bin:$PATH
+ENV PYTHONDONTWRITEBYTECODE=1
+ARG CONTROL_PLANE_ONLY="sqlalchemy alembic aiosqlite asyncpg cryptography docker"
+COPY pyproject.toml ./
+RUN python3 -m venv "$VIRTUAL_ENV" \
+    && python3 -c "import re, sys, tomllib; skip = set(sys.argv[1].split()); deps = tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']; print('\n'.join(d for d in deps if re.split(r'[^A-Za-z0-9_.-]', d)[0].lower() not in skip))" "$CONTROL_PLANE_ONLY" > requirements.txt \
+    && pip install --no-cache-dir --no-compile -r requirements.txt \
+    && site="$(python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')" \
+    && rm -rf "$site/litellm/proxy/_experimental/out" \
+    && find "$VIRTUAL_ENV" -depth \( -name __pycache__ -o -name tests \) -type d -exec rm -rf {} + \
+    && find "$VIRTUAL_ENV" -name '*.pyi' -type f -delete \
+    && find "$VIRTUAL_ENV" -type f \( -name '*.so' -o -name '*.so.*' \) -exec strip --strip-unneeded {} + \
+    && strip --strip-all "$site/playwright/driver/node"
+
+# Then the server, without pip and setuptools (they serve installs only), and the bytecode of
+# what a server loads (agent_server/precompile.py says why not of everything), imported from
+# the environment (-P: not from the sources beside it).
+COPY README.md ./
+COPY core ./core
+COPY agent_server ./agent_server
+COPY tools ./tools
+COPY events ./events
+COPY web ./web
+RUN pip install --no-cache-dir --no-compile --no-deps . \
+    && pip uninstall -y -q pip setuptools \
+    && python -P -m agent_server.precompile
+
+# The image: the base with the runtime packages and the virtual environment, nothing else.
 FROM ${BASE_IMAGE}
 
-# Packages beyond the server's own needs: Chromium for the browser tool (about 300 MB). An
+# Packages beyond the server's own needs: Chromium for the browser tool (about 450 MB). An
 # image for sandboxes that never browse can leave it out with `--build-arg EXTRA_PACKAGES=`.
 ARG EXTRA_PACKAGES=chromium
 
+# Documentation, manuals and translations are never read in a sandbox: dpkg leaves them out
+# (copyright files stay), as Debian's slim images do; apt's lists and caches go with the layer.
+# Nor does headless Chromium load what its packages bring for a desktop (HEADLESS_EXCLUDES): it
+# draws with its own SwiftShader and ANGLE, never with Mesa's DRI drivers or the LLVM and Z3
+# they JIT with (180 MB), nor Vulkan's validation layer or GTK's icons. An image whose
+# EXTRA_PACKAGES need those builds with `--build-arg HEADLESS_EXCLUDES=`. libatomic1 is
+# Playwright's Node's (the browser tool's driver: without it no browser starts).
+ARG HEADLESS_EXCLUDES="/usr/lib/*/dri/* /usr/lib/*/libLLVM-* /usr/lib/*/libz3.so* /usr/lib/chromium/libVkLayer_khronos_validation.so /usr/share/icons/Adwaita/*/*"
 # hadolint ignore=DL3008,SC2086
-RUN apt-get update \
+RUN printf '%s\n' 'path-exclude /usr/share/doc/*' 'path-include /usr/share/doc/*/copyright' \
+        'path-exclude /usr/share/man/*' 'path-exclude /usr/share/groff/*' \
+        'path-exclude /usr/share/info/*' 'path-exclude /usr/share/lintian/*' \
+        'path-exclude /usr/share/locale/*' > /etc/dpkg/dpkg.cfg.d/sandbox-slim \
+    && (set -f; for path in $HEADLESS_EXCLUDES; do echo "path-exclude $path"; done) >> /etc/dpkg/dpkg.cfg.d/sandbox-slim \
+    && apt-get update \
     && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-        bash ca-certificates git ripgrep tini $EXTRA_PACKAGES \
-    && rm -rf /var/lib/apt/lists/*
+        bash ca-certificates git ripgrep tini libatomic1 $EXTRA_PACKAGES \
+    && apt-get clean \
+    && rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin /var/log/apt /var/log/dpkg.log
 
 # The workspace is /workspace/project, where OpenHands clients expect it; the server's state is
 # beside it on the same volume (/workspace), as the control plane mounts each sandbox's.
@@ -24,30 +87,17 @@ RUN useradd --create-home --uid 1000 --shell /bin/bash agent \
     && mkdir -p /workspace/project /workspace/.agent-server \
     && chown agent:agent /workspace /workspace/project /workspace/.agent-server
 
-# The dependencies first, from pyproject.toml alone: a change to the server's code reuses this
-# layer (Docker's cache), so a rebuild installs one package, not a hundred.
-WORKDIR /opt/agent-server
 ENV VIRTUAL_ENV=/opt/agent-server/venv
 ENV PATH=/opt/agent-server/venv/bin:$PATH
-COPY pyproject.toml ./
-RUN python3 -m venv "$VIRTUAL_ENV" \
-    && python3 -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']))" > requirements.txt \
-    && pip install --no-cache-dir -r requirements.txt \
-    && rm -rf /root/.cache
+COPY --from=build /opt/agent-server/venv /opt/agent-server/venv
 
-COPY README.md ./
-COPY core ./core
-COPY agent_server ./agent_server
-COPY tools ./tools
-COPY events ./events
-COPY web ./web
-RUN pip install --no-cache-dir --no-deps . && rm -rf /root/.cache build ./*.egg-info
-
+# PYTHONDONTWRITEBYTECODE: everything is compiled already, and the root is read-only.
 ENV AGENT_SERVER_HOST=0.0.0.0 \
     AGENT_SERVER_PORT=8000 \
     AGENT_SERVER_STATE_DIR=/workspace/.agent-server \
     AGENT_SERVER_WORKING_DIR=/workspace/project \
     AGENT_SERVER_CHROMIUM=/usr/bin/chromium \
+    PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1
 # Set at `docker run`: AGENT_SERVER_WEBHOOK_URL, and the keys: SESSION_API_KEY (required off
 # loopback), AGENT_SERVER_WEBHOOK_API_KEY, AGENT_SERVER_WEBHOOK_SECRET. The control plane hands

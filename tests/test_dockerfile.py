@@ -4,6 +4,7 @@ is built and run by tests/control_plane/test_docker.py where Docker is installed
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import re
@@ -63,7 +64,14 @@ def test_image_shape() -> None:
     words = [w for w, _ in instructions()]
     # Any Debian-based Python image is a base; the official slim one unless told otherwise.
     assert instructions()[0] == ("ARG", "BASE_IMAGE=python:3.11-slim-bookworm")
-    assert words[1] == "FROM" and instructions()[1][1] == "${BASE_IMAGE}"
+    # Two stages on that base: what the build needs never reaches the image (the last stage),
+    # which takes nothing from the build but the virtual environment.
+    stages = [rest for word, rest in instructions() if word == "FROM"]
+    assert stages == ["${BASE_IMAGE} AS build", "${BASE_IMAGE}"]
+    last = instructions()[words.index("FROM", 2):]
+    copied = [rest for word, rest in last if word == "COPY"]
+    assert copied == ["--from=build /opt/agent-server/venv /opt/agent-server/venv"]
+    assert not any("pip " in rest for word, rest in last if word == "RUN")
     assert {"EXPOSE", "HEALTHCHECK", "USER", "VOLUME", "ENTRYPOINT"} <= set(words)
     user = next(rest for word, rest in instructions() if word == "USER")
     assert not user.startswith(("0", "root"))
@@ -71,6 +79,29 @@ def test_image_shape() -> None:
     env = image_env()
     assert env["AGENT_SERVER_STATE_DIR"] == "/workspace/.agent-server"
     assert "SESSION_API_KEY" not in env  # a key never lives in the image
+
+
+def test_the_image_leaves_out_no_package_the_server_imports() -> None:
+    """The build installs pyproject's dependencies but the control plane's own
+    (CONTROL_PLANE_ONLY): no module of the image's packages may import one of those."""
+    left_out = next(rest for word, rest in instructions()
+                    if word == "ARG" and rest.startswith("CONTROL_PLANE_ONLY="))
+    names = set(shlex.split(left_out.partition("=")[2])[0].split())
+    assert "sqlalchemy" in names
+    packages = [rest.split()[0] for word, rest in instructions()
+                if word == "COPY" and rest.split()[0] in ("core", "agent_server", "tools", "events", "web")]
+    assert len(packages) == 5
+    imported: dict[str, str] = {}
+    for package in packages:
+        for module in (ROOT / package).rglob("*.py"):
+            for node in ast.walk(ast.parse(module.read_text())):
+                found = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                         [node.module] if isinstance(node, ast.ImportFrom) and node.module
+                         and not node.level else [])
+                for name in found:
+                    imported[name.split(".")[0]] = str(module.relative_to(ROOT))
+    assert {n: imported[n] for n in names if n in imported} == {}
+    assert {"litellm", "playwright", "opentelemetry"} <= set(imported)  # the walk sees imports
 
 
 def run_image(tmp_path: Path, extra_env: dict[str, str]) -> tuple[subprocess.Popen[bytes], int, Path]:

@@ -124,6 +124,9 @@ def test_the_whole_flow_in_a_container(plane: ControlPlane, bridge_llm: Scripted
     assert env["AGENT_SERVER_WEBHOOK_URL"] == \
         f"http://{HOST_ALIAS}:{plane.config.port}/api/v1/webhooks"
     assert not [name for name in env if name.startswith("CONTROL_PLANE_")]
+    # The control plane checks /alive itself: no Python started by Docker every 10 s besides.
+    assert container.attrs["Config"]["Healthcheck"]["Test"] == ["NONE"]
+    assert "Health" not in container.attrs["State"]
 
     # Pause freezes every process of the container; the agent server answers nothing.
     r = client.post(f"/api/v1/sandboxes/{sid}/pause")
@@ -400,6 +403,33 @@ def test_a_container_tenant_reads_nothing_of_another_and_reaches_no_other(
         result = b.bash(probe + f"{host_name} {port}")
         assert result["exit_code"] != 0, (host_name, port, result)
     assert a.bash(probe + f"{a_ip} 8000")["exit_code"] == 0  # it is there, for itself
+
+
+IMAGE_PROBE = """
+import importlib.util, os, subprocess, sys, sysconfig
+import uvicorn, agent_server.__main__, agent_server.app, tools.browser.manager
+site = sysconfig.get_paths()["purelib"]
+loaded = [m.__file__ for m in list(sys.modules.values())
+          if (getattr(m, "__file__", None) or "").startswith(site) and m.__file__.endswith(".py")]
+node = subprocess.run([site + "/playwright/driver/node", "--version"], capture_output=True, text=True)
+print(len(loaded), sum(not os.path.exists(importlib.util.cache_from_source(f)) for f in loaded),
+      node.returncode, importlib.util.find_spec("pip") is not None, node.stderr.strip()[:200])
+"""
+
+
+@pytest.mark.e2e
+def test_the_image_holds_what_a_server_runs_compiled_and_nothing_of_its_build(
+        sandbox_image: str, engine: docker.DockerClient) -> None:
+    """As the provider runs it (its user, read-only root, no capability): every module a server
+    imports to start has its bytecode (a read-only root compiles it again at every start),
+    Playwright's Node starts (the browser tool's driver), and pip is not there (the build's)."""
+    out = engine.containers.run(sandbox_image, ["python", "-c", IMAGE_PROBE], entrypoint=[],
+                                remove=True, user="1000:1000", read_only=True, cap_drop=["ALL"],
+                                network_disabled=True, tmpfs={"/tmp": ""})
+    loaded, uncompiled, node_status, has_pip, node_error = out.decode().split(" ", 4)
+    assert int(loaded) > 300 and int(uncompiled) == 0
+    assert (node_status, node_error.strip()) == ("0", "")
+    assert has_pip == "False"
 
 
 def test_containers_reach_the_host_by_its_alias() -> None:

@@ -2,8 +2,8 @@
 image built from nothing but Debian packages, since no image registry is reachable here.
 
 The base image is made the way a distribution is: `debootstrap` a minimal Debian into a root
-file system, `docker import` it, then add Python and the sandbox's tools with apt
-(`debian-python.Dockerfile`). sandbox.Dockerfile is then built on it (`BASE_IMAGE`), without
+file system, made as slim as debian:bookworm-slim (`slim`), `docker import` it, then add
+Python with apt (`debian-python.Dockerfile`). sandbox.Dockerfile is then built on it (`BASE_IMAGE`), without
 Chromium (the tests never browse inside a container). Each step is cached: the root file
 system's tarball and the imported image under a key of everything that makes them, and the
 builds in Docker's layer cache, so only the first run of a machine pays (about 1.5 minutes on
@@ -210,10 +210,48 @@ def _has(c: docker.DockerClient, tag: str) -> bool:
         return False
 
 
+#: What Debian's own slim images (debian:bookworm-slim, under the official Python image) set:
+#: dpkg leaves documentation, manuals and translations out, apt keeps no packages it has
+#: installed and fetches no translated descriptions. Part of the base image's key.
+SLIM_RECIPE = "slim-1"
+DPKG_EXCLUDES = """\
+path-exclude /usr/share/doc/*
+path-include /usr/share/doc/*/copyright
+path-exclude /usr/share/man/*
+path-exclude /usr/share/groff/*
+path-exclude /usr/share/info/*
+path-exclude /usr/share/lintian/*
+path-exclude /usr/share/linda/*
+path-exclude /usr/share/locale/*
+"""
+APT_CLEAN = """\
+DPkg::Post-Invoke { "rm -f /var/cache/apt/archives/*.deb /var/cache/apt/*.bin || true"; };
+APT::Update::Post-Invoke { "rm -f /var/cache/apt/archives/*.deb /var/cache/apt/*.bin || true"; };
+Dir::Cache::pkgcache "";
+Dir::Cache::srcpkgcache "";
+Acquire::Languages "none";
+"""
+
+
+def slim(rootfs: Path) -> None:
+    """debootstrap's root file system made like Debian's slim image: the packages it downloaded,
+    apt's lists and caches, and what DPKG_EXCLUDES leaves out of every later install, gone."""
+    (rootfs / "etc/dpkg/dpkg.cfg.d/docker-slim").write_text(DPKG_EXCLUDES)
+    (rootfs / "etc/apt/apt.conf.d/docker-clean").write_text(APT_CLEAN)
+    for pattern in ("var/cache/apt/archives/*.deb", "var/cache/apt/*.bin", "var/lib/apt/lists/*_*",
+                    "usr/share/man/*", "usr/share/groff/*", "usr/share/info/*",
+                    "usr/share/lintian/*", "usr/share/locale/*"):
+        for path in rootfs.glob(pattern):
+            shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
+    for doc in (rootfs / "usr/share/doc").glob("*/*"):
+        if doc.name != "copyright":
+            shutil.rmtree(doc) if doc.is_dir() and not doc.is_symlink() else doc.unlink()
+
+
 def debian_image(c: docker.DockerClient, timings: dict[str, float]) -> str:
     """A minimal Debian imported from a debootstrap root file system, keyed by what makes it."""
     mirror = debian_mirror()
-    key = hashlib.sha256(f"{SUITE} minbase {mirror}".encode()).hexdigest()[:16]
+    key = hashlib.sha256(f"{SUITE} minbase {mirror} {SLIM_RECIPE}".encode()).hexdigest()[:16]
     tag = f"agent-server-test/debian:{SUITE}-{key}"
     if _has(c, tag):
         return tag
@@ -231,6 +269,7 @@ def debian_image(c: docker.DockerClient, timings: dict[str, float]) -> str:
                                 capture_output=True, text=True, timeout=900)
         if result.returncode != 0:
             raise RuntimeError(f"debootstrap failed:\n{result.stdout[-3000:]}{result.stderr[-3000:]}")
+        slim(rootfs)
         partial = tarball.with_suffix(".partial")
         with tarfile.open(partial, "w") as tar:
             tar.add(rootfs, arcname=".")
