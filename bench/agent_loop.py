@@ -6,8 +6,8 @@
 Server work per step is the time from the scripted LLM's answer to the next request it gets:
 everything the server does in between (events, fsync, the tool, litellm's request building).
 
-`--tracing` runs the server with tracing `off` (the no-op provider; the default), `on` (spans
-recorded by the SDK, no exporter) or `otlp` (exported to a local OTLP/HTTP receiver that
+`--tracing` runs the server with tracing `off` (the no-op provider; the default), `on` (no
+exporter: spans with ids only, nothing recorded) or `otlp` (exported to a local OTLP/HTTP receiver that
 decodes them, tests/support/otlp.py); `compare` measures one long conversation in each mode,
 in turn, `--rounds` times, and prints the medians side by side. While a measured conversation
 runs nothing polls the server (the end is seen at the scripted LLM, in this process): a client's

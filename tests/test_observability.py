@@ -241,8 +241,10 @@ def test_an_acp_agents_tool_calls_have_spans_and_metrics(tmp_path: Path,
             assert calls[(("outcome", "error"), ("tool", "execute"))] == 1
             assert m["agent_server_steps_total"][()] == 1
         mine = created["trace_id"]
+        # The run's status is set inside its span: the span ends (and is exported) after.
         spans = receiver.wait_for(lambda got: len(
-            [s for s in got if s.trace_id == mine and s.name.startswith("execute_tool")]) == 2)
+            [s for s in got if s.trace_id == mine and (s.name.startswith("execute_tool")
+                                                      or s.name == "invoke_agent")]) == 3)
         run = one([s for s in spans if s.trace_id == mine], "invoke_agent")
         tools = {s.name: s for s in spans if s.trace_id == mine
                  and s.name.startswith("execute_tool")}
