@@ -1,10 +1,11 @@
 """Telemetry: traces, metrics and the correlation fields of logs, built once per app.
 
 `Telemetry.build` is called by the composition root with what the configuration says
-(`Config.tracing_enabled`, `Config.otlp_traces_endpoint`, `Config.traces_sampler`); everything else receives the object (or the narrow
-`AgentTelemetry` of one conversation's agent) and never reaches for a global. The agent loop
-calls two things only: `step()` around a step, `tool_call()` around a tool call; LLM calls are
-measured by `agent_server.agent.traced.TracedModel`, which wraps the Model.
+(`Config.tracing_enabled`, `Config.otlp_traces_endpoint`, `Config.traces_sampler[_arg]`);
+everything else receives the object (or the narrow `AgentTelemetry` of one conversation's
+agent) and never reaches for a global. The agent loop calls two things only: `step()` around a
+step, `tool_call()` around a tool call; LLM calls are measured by
+`agent_server.agent.traced.TracedModel`, which wraps the Model.
 """
 
 from __future__ import annotations
