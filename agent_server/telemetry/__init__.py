@@ -59,21 +59,9 @@ def _provider(enabled: bool, endpoint: str | None, sampling: tuple[str, float]
         from agent_server.telemetry.ids import IdsTracerProvider
 
         return IdsTracerProvider(sampler(*sampling))  # nothing would read what is recorded
-    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-    from opentelemetry.sdk.resources import SERVICE_NAME, Resource
-    from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+    from agent_server.telemetry.export import exporting_provider
 
-    # OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES, read by Resource.create, win.
-    provider = TracerProvider(sampler=sampler(*sampling),
-                              resource=Resource.create({SERVICE_NAME: SERVICE}),
-                              shutdown_on_exit=False)
-    # Headers, timeout, compression and certificates come from the standard
-    # OTEL_EXPORTER_OTLP_[TRACES_]* variables, which the exporter reads itself, and the batch's
-    # from OTEL_BSP_*. Spans are encoded and sent on the processor's thread, in batches; its
-    # queue is bounded (2048 spans; beyond, spans are dropped, never waited for).
-    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint)))
-    return provider
+    return exporting_provider(endpoint, sampler(*sampling), SERVICE)
 
 
 class Telemetry:
