@@ -17,6 +17,11 @@ from web.config import Env
 ENV_PREFIX = "AGENT_SERVER_"
 
 
+#: OTEL_TRACES_SAMPLER's built-in values (the SDK's own names).
+TraceSampler = Literal["always_on", "always_off", "traceidratio", "parentbased_always_on",
+                       "parentbased_always_off", "parentbased_traceidratio"]
+
+
 class ConfigError(Exception):
     """The configuration cannot be used; the message says which setting and why."""
 
@@ -140,12 +145,26 @@ class Config(BaseModel):
     """Where spans go over OTLP/HTTP (protobuf), from the standard OTEL_EXPORTER_OTLP_*
     variables; None: nowhere."""
 
+    traces_sampler: Annotated[TraceSampler, Env("OTEL_TRACES_SAMPLER", flag=False)] = \
+        "parentbased_always_on"
+    """Which traces are kept, by the standard OTEL_TRACES_SAMPLER (its built-in names; the
+    parent-based ones follow the caller's `traceparent`)."""
+
+    traces_sampler_arg: Annotated[float, Env("OTEL_TRACES_SAMPLER_ARG", flag=False)] = \
+        Field(default=1.0, ge=0, le=1)
+    """The share of traces kept by the traceidratio samplers (OTEL_TRACES_SAMPLER_ARG)."""
+
     metrics_open: bool = False
     """GET /metrics answers without the session key (for scrapers that cannot send it)."""
 
     ready_file: Path | None = None
     """Once serving, {"port", "pid"} is written there atomically: tells a supervisor the
     bound port (with port 0, only the bound socket knows it)."""
+
+    @field_validator("traces_sampler", mode="before")
+    @classmethod
+    def _lower(cls, value: object) -> object:
+        return value.strip().lower() if isinstance(value, str) else value
 
     @field_validator("state_dir", "working_dir", "ready_file")
     @classmethod

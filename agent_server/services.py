@@ -90,7 +90,8 @@ class Services:
     @classmethod
     def build(cls, config: Config, model: Model | None = None) -> Services:
         """Everything wired from the Config; `model` replaces litellm (in-process tests)."""
-        telemetry = Telemetry.build(config.tracing_enabled, config.otlp_traces_endpoint)
+        telemetry = Telemetry.build(config.tracing_enabled, config.otlp_traces_endpoint,
+                                    config.traces_sampler, config.traces_sampler_arg)
         store = SettingsStore(config.state_dir / "settings.json",
                               check=lambda settings: check_tool_names(settings.agent.tools))
         delivery = Delivery(config.delivery, config.webhook_url,

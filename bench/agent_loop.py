@@ -6,8 +6,8 @@
 Server work per step is the time from the scripted LLM's answer to the next request it gets:
 everything the server does in between (events, fsync, the tool, litellm's request building).
 
-`--tracing` runs the server with tracing `off` (the no-op provider; the default), `on` (spans
-recorded by the SDK, no exporter) or `otlp` (exported to a local OTLP/HTTP receiver that
+`--tracing` runs the server with tracing `off` (the no-op provider; the default), `on` (no
+exporter: spans with ids only, nothing recorded) or `otlp` (exported to a local OTLP/HTTP receiver that
 decodes them, tests/support/otlp.py); `compare` measures one long conversation in each mode,
 in turn, `--rounds` times, and prints the medians side by side. While a measured conversation
 runs nothing polls the server (the end is seen at the scripted LLM, in this process): a client's
@@ -151,7 +151,9 @@ def compare(args: argparse.Namespace) -> None:
     medians: dict[str, list[float]] = {mode: [] for mode in MODES}
     cpu: dict[str, list[float]] = {mode: [] for mode in MODES}
     for round_ in range(args.rounds):
-        for mode in MODES:  # interleaved, so a noisy neighbour hurts every mode alike
+        # Interleaved, so a noisy neighbour hurts every mode alike, and in a turning order,
+        # so none is always the first of a round (after the warm-up of another's).
+        for mode in MODES[round_ % 3:] + MODES[:round_ % 3]:
             server = ServerProcess(tmp / f"state-{mode}-{round_}",
                                    env=tracing_env(mode, receiver)).start()
             with server.client(timeout=120) as client:
@@ -190,6 +192,13 @@ def compare(args: argparse.Namespace) -> None:
         for mode in ("on", "otlp"):
             out[f"{figure}_added_{mode}_percent"] = round(
                 (out[f"{figure}_{mode}"] - base) / base * 100, 1)
+    for mode in ("on", "otlp"):
+        # Each round's modes ran minutes apart at most: their ratio drifts less with the
+        # machine's load than medians over the whole run do. Median, and the spread.
+        paired = sorted((c - o) / o * 100 for c, o in zip(cpu[mode], cpu["off"], strict=True))
+        out[f"server_cpu_added_{mode}_percent_paired"] = {
+            "median": round(statistics.median(paired), 1),
+            "min": round(paired[0], 1), "max": round(paired[-1], 1)}
     receiver.stop()
     llm.stop()
     print(json.dumps(out, indent=2))

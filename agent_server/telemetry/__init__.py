@@ -1,10 +1,11 @@
 """Telemetry: traces, metrics and the correlation fields of logs, built once per app.
 
 `Telemetry.build` is called by the composition root with what the configuration says
-(`Config.tracing_enabled`, `Config.otlp_traces_endpoint`); everything else receives the object (or the narrow
-`AgentTelemetry` of one conversation's agent) and never reaches for a global. The agent loop
-calls two things only: `step()` around a step, `tool_call()` around a tool call; LLM calls are
-measured by `agent_server.agent.traced.TracedModel`, which wraps the Model.
+(`Config.tracing_enabled`, `Config.otlp_traces_endpoint`, `Config.traces_sampler[_arg]`);
+everything else receives the object (or the narrow `AgentTelemetry` of one conversation's
+agent) and never reaches for a global. The agent loop calls two things only: `step()` around a
+step, `tool_call()` around a tool call; LLM calls are measured by
+`agent_server.agent.traced.TracedModel`, which wraps the Model.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import contextlib
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from opentelemetry import trace
 from opentelemetry.trace import SpanKind
@@ -26,28 +28,40 @@ from agent_server.telemetry.tracing import (
     llm_call_context,
 )
 
+if TYPE_CHECKING:
+    from opentelemetry.sdk.trace.sampling import Sampler
+
 #: service.name of the spans, unless OTEL_SERVICE_NAME says otherwise.
 SERVICE = "agent-server"
 
 
-def _provider(enabled: bool, endpoint: str | None) -> trace.TracerProvider:
+def sampler(name: str, ratio: float) -> Sampler:
+    """The SDK's sampler of that OTEL_TRACES_SAMPLER name and argument (the config checked
+    both): given to the provider, so the SDK never reads the variables itself."""
+    from opentelemetry.sdk.trace.sampling import (
+        ALWAYS_OFF,
+        ALWAYS_ON,
+        ParentBased,
+        TraceIdRatioBased,
+    )
+
+    base: Sampler = (ALWAYS_OFF if name.endswith("always_off") else
+                     TraceIdRatioBased(ratio) if name.endswith("traceidratio") else ALWAYS_ON)
+    return ParentBased(base) if name.startswith("parentbased_") else base
+
+
+def _provider(enabled: bool, endpoint: str | None, sampling: tuple[str, float]
+              ) -> trace.TracerProvider:
+    # The SDK is imported only when tracing is on: off costs neither its import nor its memory.
     if not enabled:
         return trace.NoOpTracerProvider()
-    from opentelemetry.sdk.resources import SERVICE_NAME, Resource
-    from opentelemetry.sdk.trace import TracerProvider
+    if endpoint is None:
+        from agent_server.telemetry.ids import IdsTracerProvider
 
-    # OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES, read by Resource.create, win.
-    provider = TracerProvider(resource=Resource.create({SERVICE_NAME: SERVICE}),
-                              shutdown_on_exit=False)
-    if endpoint is not None:
-        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-        from opentelemetry.sdk.trace.export import BatchSpanProcessor
+        return IdsTracerProvider(sampler(*sampling))  # nothing would read what is recorded
+    from agent_server.telemetry.export import exporting_provider
 
-        # Headers, timeout, compression and certificates come from the standard
-        # OTEL_EXPORTER_OTLP_[TRACES_]* variables, which the exporter reads itself. The batch
-        # queue is bounded (2048 spans; beyond, spans are dropped, never waited for).
-        provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint)))
-    return provider
+    return exporting_provider(endpoint, sampler(*sampling), SERVICE)
 
 
 class Telemetry:
@@ -58,10 +72,13 @@ class Telemetry:
         self.metrics = metrics
 
     @classmethod
-    def build(cls, tracing: bool = False, endpoint: str | None = None) -> Telemetry:
-        """`tracing`: record spans with the SDK (else the no-op provider); `endpoint`: the
-        OTLP/HTTP traces URL they are exported to (None: not exported)."""
-        return cls(Tracing(_provider(tracing, endpoint), exporting=tracing and bool(endpoint)),
+    def build(cls, tracing: bool = False, endpoint: str | None = None,
+              sampler: str = "parentbased_always_on", ratio: float = 1.0) -> Telemetry:
+        """`tracing`: spans have ids (else the no-op provider: only a caller's trace is kept);
+        `endpoint`: the OTLP/HTTP traces URL spans are recorded for and exported to (None:
+        ids only, `IdsTracer`); `sampler` and `ratio`: OTEL_TRACES_SAMPLER[_ARG]'s values."""
+        provider = _provider(tracing, endpoint, (sampler, ratio))
+        return cls(Tracing(provider, recording=tracing and endpoint is not None),
                    ServerMetrics())
 
     def shutdown(self) -> None:
@@ -92,19 +109,19 @@ class Telemetry:
                     failed(span, code)
                 raise
             finally:
-                if span.is_recording():
+                if span.is_recording():  # one call: the SDK takes its lock once
+                    ending: dict[str, Any] = {"agent_server.llm.retries": call.retries}
                     if call.provider:
-                        span.set_attribute("gen_ai.system", call.provider)
-                        span.set_attribute("gen_ai.provider.name", call.provider)
-                    span.set_attribute("agent_server.llm.retries", call.retries)
+                        ending["gen_ai.system"] = ending["gen_ai.provider.name"] = call.provider
                     if outcome == "ok":
-                        span.set_attributes({
+                        ending.update({
                             "gen_ai.response.id": record.response_id[:200],
                             "gen_ai.usage.input_tokens": record.input_tokens,
                             "gen_ai.usage.output_tokens": record.output_tokens,
                             "agent_server.llm.cost_usd": record.cost,
                             "agent_server.llm.latency_s": record.latency,
                         })
+                    span.set_attributes(ending)
                 self.metrics.llm_call(model, outcome, time.perf_counter() - started,
                                       call.retries, record.input_tokens, record.output_tokens,
                                       record.cost)
@@ -151,10 +168,11 @@ class AgentTelemetry:
         record = ToolCallRecord()
         started = time.perf_counter()
         tracing = self.telemetry.tracing
-        with tracing.inner(f"execute_tool {tool}", attributes={
-                "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": tool}) as span:
-            if span.is_recording():
-                span.set_attribute("gen_ai.tool.call.id", self.mask(call_id)[:200])
+        attributes = None
+        if tracing.recording:  # else no span, and no masking for it
+            attributes = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": tool,
+                          "gen_ai.tool.call.id": self.mask(call_id)[:200]}
+        with tracing.inner(f"execute_tool {tool}", attributes=attributes) as span:
             try:
                 yield record
             except BaseException as exc:
@@ -169,4 +187,4 @@ class AgentTelemetry:
                                                  time.perf_counter() - started)
 
 
-__all__ = ["AgentTelemetry", "LLMCallRecord", "Telemetry", "ToolCallRecord"]
+__all__ = ["AgentTelemetry", "LLMCallRecord", "Telemetry", "ToolCallRecord", "sampler"]

@@ -14,7 +14,6 @@ from collections.abc import Sequence
 from typing import Any
 
 from opentelemetry import context as otel_context
-from opentelemetry.trace import SpanKind
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -89,9 +88,7 @@ class Observe:
     async def _traced(self, scope: Scope, receive: Receive, send: Send, method: str,
                       status: Any) -> None:
         tracing = self.telemetry.tracing
-        with tracing.inner(method, kind=SpanKind.SERVER,
-                           attributes={"http.request.method": method,
-                                       "url.scheme": scope.get("scheme", "http")}) as span:
+        with tracing.request(method, scope.get("scheme", "http")) as span:
             try:
                 await self.app(scope, receive, send)
             finally:
@@ -99,8 +96,7 @@ class Observe:
                     route = route_template(scope, self.routes)
                     code = status()
                     span.update_name(f"{method} {route}")
-                    span.set_attribute("http.route", route)
-                    span.set_attribute("http.response.status_code", code)
+                    span.set_attributes({"http.route": route, "http.response.status_code": code})
                     if code >= 500:
                         failed(span, str(code))
 

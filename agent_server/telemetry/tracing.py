@@ -17,8 +17,11 @@ flushed then). Its identity is kept in meta.json (`TraceRef`), so after a restar
 still hang off it: one trace per conversation. A fork starts a trace of its own whose root
 span links to its source's root (and names the source): the two traces are one click apart.
 
-Without an exporter the provider is OpenTelemetry's no-op one: spans cost a context switch
-and carry the caller's trace id, nothing more. Nothing from a message, a command or a tool's
+Spans are recorded only when they are exported. Tracing off is OpenTelemetry's no-op
+provider: spans cost a context switch and carry the caller's trace id, nothing more. Tracing
+on without an exporter gives spans ids and nothing else (`agent_server.telemetry.ids`): trace
+ids in logs and on conversations. In both, the spans inside a run (steps, LLM and tool calls)
+are not made at all: they would only repeat the run's context, at a cost per step. Nothing from a message, a command or a tool's
 output becomes an attribute; what comes from the client (span name, tags, metadata) and the
 few model-made strings kept (a tool call id) pass the conversation's secret masker first;
 exceptions are recorded by their type only (their text may quote a secret).
@@ -110,14 +113,15 @@ def _masked(mask: Mask, value: Any) -> Any:
 class Tracing:
     """The server's tracer, from the provider the composition root built."""
 
-    def __init__(self, provider: trace.TracerProvider, *, exporting: bool = False) -> None:
+    def __init__(self, provider: trace.TracerProvider, *, recording: bool = False) -> None:
         self.provider = provider
         self.tracer = provider.get_tracer(SCOPE)
-        #: Spans are recorded (the SDK's provider). Without, the spans inside a run (steps, LLM
-        #: and tool calls) are skipped altogether: they would only repeat the run's context.
-        self.recording = not isinstance(provider, trace.NoOpTracerProvider)
-        #: Spans leave the process (an OTLP exporter is configured).
-        self.exporting = exporting
+        #: Spans are recorded by the SDK and exported. Without, the spans inside a run (steps,
+        #: LLM and tool calls) are skipped altogether: they would only repeat the run's context.
+        self.recording = recording
+        #: Spans have ids of their own (tracing on, exported or not): a request without a
+        #: caller's trace gets one, for its log lines.
+        self.identified = not isinstance(provider, trace.NoOpTracerProvider)
 
     def shutdown(self) -> None:
         """Flush what is queued and stop the exporter (the lifespan's end)."""
@@ -154,11 +158,19 @@ class Tracing:
     def inner(self, name: str, *, kind: SpanKind = SpanKind.INTERNAL,
               attributes: Mapping[str, Any] | None = None,
               fail_on_exception: bool = True) -> contextlib.AbstractContextManager[Span]:
-        """A span inside a run or a request: nothing at all when spans are not recorded."""
+        """A span inside a run: nothing at all when spans are not recorded."""
         if not self.recording:
             return contextlib.nullcontext(trace.INVALID_SPAN)
         return self.span(name, kind=kind, attributes=attributes,
                          fail_on_exception=fail_on_exception)
+
+    def request(self, method: str, scheme: str) -> contextlib.AbstractContextManager[Span]:
+        """An HTTP request's span (SERVER): whenever spans have ids, so that a request's log
+        lines share a trace id even when its caller sent none."""
+        if not self.identified:
+            return contextlib.nullcontext(trace.INVALID_SPAN)
+        return self.span(method, kind=SpanKind.SERVER,
+                         attributes={"http.request.method": method, "url.scheme": scheme})
 
     # -- conversations ---------------------------------------------------------------------
 
@@ -172,18 +184,19 @@ class Tracing:
         if not isinstance(parent, otel_context.Context):
             parent = None  # not inside a request: hang off the current span (a tool's)
         attributes: dict[str, Any] = {"gen_ai.conversation.id": conversation_id}
-        if parent_conversation_id is not None:
-            attributes["agent_server.parent_conversation.id"] = parent_conversation_id
         links: list[Link] = []
-        if forked_from is not None:
-            source_id, source_trace = forked_from
-            attributes["agent_server.forked_from.id"] = source_id
-            if source_trace is not None:
-                links.append(Link(source_trace.root(), {"agent_server.link": "forked_from"}))
-        if tags:
-            attributes["tags"] = [mask(t) for t in tags]
-        for key, value in metadata.items():
-            attributes["metadata." + mask(key)] = _masked(mask, attribute(value))
+        if self.recording:  # else nothing keeps them: no masking, no copying
+            if parent_conversation_id is not None:
+                attributes["agent_server.parent_conversation.id"] = parent_conversation_id
+            if forked_from is not None:
+                source_id, source_trace = forked_from
+                attributes["agent_server.forked_from.id"] = source_id
+                if source_trace is not None:
+                    links.append(Link(source_trace.root(), {"agent_server.link": "forked_from"}))
+            if tags:
+                attributes["tags"] = [mask(t) for t in tags]
+            for key, value in metadata.items():
+                attributes["metadata." + mask(key)] = _masked(mask, attribute(value))
         root = self.tracer.start_span("conversation", context=parent, attributes=attributes,
                                       links=links)
         work, named = root, None

@@ -1,10 +1,13 @@
 """Observability in-process: SPEC 2.5's fields (422 for each bad shape, kept across a restart),
-GET /metrics and its key, the OTLP settings, the JSON log format and bounded labels."""
+GET /metrics and its key, the OTLP and sampler settings, tracing on without an exporter, the
+JSON log format and bounded labels."""
 
 from __future__ import annotations
 
 import json
 import logging
+import re
+import secrets
 import sys
 from pathlib import Path
 from typing import Any
@@ -12,16 +15,18 @@ from typing import Any
 import pytest
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.trace import SpanContext
 from prometheus_client.parser import text_string_to_metric_families
 from pydantic import ValidationError
 
+from agent_server.agent.model import Scripted, ScriptedModel
 from agent_server.config import ConfigError, from_env, otlp_traces_endpoint
 from agent_server.record import CreateConversation
 from agent_server.telemetry import logs
 from agent_server.telemetry.logs import JsonFormatter
 from agent_server.telemetry.metrics import OTHER, BoundedLabel
 from control_plane.start_request import StartRequest
-from tests.support.inprocess import KEY, app_client
+from tests.support.inprocess import KEY, app_client, create_body, run_ends, serve
 
 AGENT = {"llm": {"model": "m"}}
 
@@ -156,6 +161,66 @@ def test_otlp_endpoint_from_the_standard_variables() -> None:
                          "OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318"}).tracing_enabled
     assert from_env({"SESSION_API_KEY": "k", "AGENT_SERVER_LOG_FORMAT": "json",
                      "AGENT_SERVER_METRICS_OPEN": "true"}).metrics_open
+
+
+def test_the_sampler_comes_from_the_standard_variables() -> None:
+    config = from_env({"SESSION_API_KEY": "k", "OTEL_TRACES_SAMPLER": "ParentBased_TraceIdRatio",
+                       "OTEL_TRACES_SAMPLER_ARG": "0.25"})
+    assert (config.traces_sampler, config.traces_sampler_arg) == ("parentbased_traceidratio", 0.25)
+    default = from_env({"SESSION_API_KEY": "k"})
+    assert (default.traces_sampler, default.traces_sampler_arg) == ("parentbased_always_on", 1.0)
+    for bad in ({"OTEL_TRACES_SAMPLER": "sometimes"}, {"OTEL_TRACES_SAMPLER_ARG": "2"},
+                {"OTEL_TRACES_SAMPLER_ARG": "half"}):
+        with pytest.raises(ValidationError, match="traces_sampler"):
+            from_env({"SESSION_API_KEY": "k", **bad})
+
+
+class SpanWitness(ScriptedModel):
+    """Notes the span current while it is asked (the one a log line written there names),
+    and whether it is being recorded then."""
+
+    def __init__(self, *args: Any, **kw: Any) -> None:
+        super().__init__(*args, **kw)
+        self.spans: list[tuple[SpanContext, bool]] = []
+
+    async def complete(self, *args: Any, **kw: Any) -> Any:
+        span = trace.get_current_span()
+        self.spans.append((span.get_span_context(), span.is_recording()))
+        return await super().complete(*args, **kw)
+
+
+async def test_tracing_on_without_an_exporter_gives_ids_and_records_nothing(
+        tmp_path: Path) -> None:
+    """Issue 30.9: with tracing on and no exporter the SDK recorded every span (three a step)
+    for nothing to read them. What `on` promises is trace ids: a conversation gets a trace of
+    its own, or its caller's (with the caller's sampling decision), and its runs a span id, for
+    the logs; no span is recorded."""
+    caller_trace, caller_span = secrets.token_hex(16), secrets.token_hex(8)
+    think = Scripted(calls=[("think", json.dumps({"thought": "t"}))])  # two steps, a tool call
+    model = SpanWitness([think])
+    async with serve(tmp_path, model, tracing="on") as srv:
+        r = await srv.client.post("/api/conversations",
+                                  json=create_body(tmp_path / "ws", message="hi", run=True))
+        assert r.status_code == 201, r.text
+        fresh = r.json()["trace_id"]
+        assert re.fullmatch(r"[0-9a-f]{32}", fresh)  # no caller trace: one of its own
+        await run_ends(srv.conversation(r.json()["id"]))
+        r = await srv.client.post("/api/conversations",
+                                  json=create_body(tmp_path / "ws", message="hi", run=True),
+                                  headers={"traceparent": f"00-{caller_trace}-{caller_span}-00"})
+        assert r.status_code == 201, r.text
+        assert r.json()["trace_id"] == caller_trace
+        joined = srv.conversation(r.json()["id"])
+        await run_ends(joined)
+        assert joined.record.trace is not None and not joined.record.trace.sampled
+        info = (await srv.client.get(f"/api/conversations/{joined.id}")).json()
+        assert info["trace_id"] == caller_trace
+    asked = [context for context, _ in model.spans]
+    assert len(asked) == 3  # two steps, then one
+    assert not any(recording for _, recording in model.spans)
+    assert [format(c.trace_id, "032x") for c in asked] == [fresh, fresh, caller_trace]
+    assert all(c.is_valid for c in asked) and format(asked[2].span_id, "016x") != caller_span
+    assert [c.trace_flags.sampled for c in asked] == [True, True, False]
 
 
 def test_a_json_log_line_carries_conversation_and_trace_and_escapes_client_text() -> None:
