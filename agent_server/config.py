@@ -147,6 +147,10 @@ class Config(BaseModel):
     """Once serving, {"port", "pid"} is written there atomically: tells a supervisor the
     bound port (with port 0, only the bound socket knows it)."""
 
+    ready_fd: int | None = Field(default=None, ge=0)
+    """Once serving, the same {"port", "pid"} is written to this descriptor (a pipe its
+    supervisor reads), which is then closed: the supervisor wakes at once, polls nothing."""
+
     @field_validator("state_dir", "working_dir", "ready_file")
     @classmethod
     def _expand(cls, value: Path | None) -> Path | None:

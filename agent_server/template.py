@@ -12,8 +12,9 @@ template's session, so the template ending (or crashing) ends no sandbox.
     python -m agent_server.template --socket PATH
 
 One request per connection (a Unix seqpacket socket the control plane alone can open): a JSON
-`Fork` with three descriptors (the server's stdin, its output, and a lifeline it holds open
-while it runs), answered `{"pid": <host pid>}` or `{"error": ...}`. The template ends when its
+`Fork` with four descriptors (the server's stdin, its output, a lifeline it holds open while it
+runs, and the pipe it says it is ready on: `AGENT_SERVER_READY_FD`), answered
+`{"pid": <host pid>}` or `{"error": ...}`. The template ends when its
 stdin closes (the control plane that started it is gone).
 """
 
@@ -22,6 +23,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import ctypes
+import fcntl
 import gc
 import importlib
 import json
@@ -43,9 +45,11 @@ from tools import base as tool_base
 
 #: A request is a few KiB (the environment); anything bigger is not one.
 MAX_REQUEST = 256 * 1024
-DESCRIPTORS = 3
-#: Where the fork keeps its lifeline (above the standard three; never inherited).
+DESCRIPTORS = 4
+#: Where the fork keeps its lifeline and its ready pipe (above the standard three; never
+#: inherited).
 LIFELINE_FD = 3
+READY_FD = 4
 PR_SET_CHILD_SUBREAPER = 36
 #: How often ended servers are collected when no request comes.
 REAP_INTERVAL = 1.0
@@ -180,15 +184,19 @@ def _become(request: Fork, entry: namespaces.Entry, fds: list[int],
             os.write(fds[1], f"agent-server-template: cannot enter the sandbox: {exc}\n".encode())
             raise
         os.setsid()  # out of the template's session: its end is not the sandbox's
-        stdin, output, lifeline = fds
+        stdin, output, lifeline, ready = fds
         os.dup2(stdin, 0)
         os.dup2(output, 1)
         os.dup2(output, 2)
+        # Moved above the targets first: no move overwrites another's source.
+        lifeline, ready = (fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, READY_FD + 1)
+                           for fd in (lifeline, ready))
         os.dup2(lifeline, LIFELINE_FD, inheritable=False)
-        os.closerange(LIFELINE_FD + 1, os.sysconf("SC_OPEN_MAX"))
+        os.dup2(ready, READY_FD, inheritable=False)
+        os.closerange(READY_FD + 1, os.sysconf("SC_OPEN_MAX"))
         namespaces.drop_to(request.uid)
         os.environ.clear()
-        os.environ.update({**llm.ENVIRONMENT, **request.env})
+        os.environ.update({**llm.ENVIRONMENT, **request.env, "AGENT_SERVER_READY_FD": str(READY_FD)})
         sys.argv = ["agent-server", *request.argv]
         logging.root.handlers.clear()
         from agent_server.__main__ import main

@@ -62,7 +62,9 @@ def instrument() -> None:
     timed(process.ProcessProvider, "create", "provider.create")
     timed(process.ProcessProvider, "_made", "bubblewrap made the sandbox")
     timed(template.Template, "fork", "template forked the server")
-    timed(process.ProcessProvider, "_wait_ready", "ready file seen")
+    timed(process.ProcessProvider, "_wait_ready", "ready file seen")  # a spawned server
+    if hasattr(process.ProcessProvider, "_said_ready"):  # a forked server's ready pipe
+        timed(process.ProcessProvider, "_said_ready", "ready pipe read")
     timed(process.ProcessProvider, "_wait_alive", "/alive answered")
     timed(service.SandboxService, "_started", "RUNNING stored", begin=False)
     timed(service.SandboxService, "wait_running", "wait_running returned", begin=False)
@@ -73,7 +75,7 @@ def instrument() -> None:
         await original_set(db, task_id, status, *args, **kwargs)
         mark(f"stage {status.value} stored")
 
-    tasks.set_status = set_status  # type: ignore[assignment]
+    tasks.set_status = set_status
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:

@@ -24,9 +24,10 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -192,11 +193,13 @@ class SandboxService:
 
     async def enter(self, sandbox_id: str, status: SandboxStatus, reason: SandboxReason | None,
                     detail: str | None = None, *, announce: bool = True,
-                    touch: bool = False) -> SandboxRow | None:
-        """Store a move (only one the table allows from the row's status as it is then); with a
-        reason, tell its conversations too. The row as moved; None when it was not moved."""
+                    touch: bool = False, fields: Mapping[str, Any] | None = None
+                    ) -> SandboxRow | None:
+        """Store a move (only one the table allows from the row's status as it is then), with
+        `fields` in the same write; with a reason, tell its conversations too. The row as
+        moved; None when it was not moved."""
         moved = await rows.set_status(self.db, sandbox_id, status, detail, reason=reason,
-                                      touch=touch)
+                                      touch=touch, fields=fields)
         if moved is not None and reason is not None and announce:
             await notices.tell(self.db, self.ring, sandbox_id, status, reason, detail)
         return moved
@@ -251,10 +254,9 @@ class SandboxService:
                 await self.provider.destroy(row.id, handle, Path(row.root_dir))
 
     async def _started(self, sandbox_id: str, handle: Handle) -> SandboxRow | None:
-        """Its process facts, then RUNNING (None: deleted meanwhile)."""
-        await rows.set_fields(self.db, sandbox_id, **handle.stored())
-        row = (await self.enter(sandbox_id, SandboxStatus.RUNNING, None)  # or an earlier try
-               or await rows.get(self.db, sandbox_id))
+        """Its process facts and RUNNING, in one write (None: deleted meanwhile)."""
+        row = (await self.enter(sandbox_id, SandboxStatus.RUNNING, None, fields=handle.stored())
+               or await rows.get(self.db, sandbox_id))  # or stored by an earlier try
         return row if row and row.status is SandboxStatus.RUNNING and row.pid == handle.pid else None
 
     async def wait_running(self, sandbox_id: str, timeout: float = 120.0) -> SandboxRow:
