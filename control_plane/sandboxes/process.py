@@ -154,7 +154,8 @@ class ProcessProvider(SandboxProvider):
             if started is None:
                 raise ProviderError("the agent server exited right after starting")
             handle = Handle(sandbox_id=launch.sandbox_id, pid=pid, pid_start_time=started, port=port)
-            await self._wait_alive(pid, handle)
+            if said is None:  # a ready file's port is checked; a pipe's came from our server,
+                await self._wait_alive(pid, handle)  # which said so once it answers
             return handle
         except BaseException:
             await self._kill_now(pid)
