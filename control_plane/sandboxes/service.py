@@ -80,6 +80,8 @@ class SandboxService:
         self.max_per_user, self.max_live, self.memory_floor = max_per_user, max_live, memory_floor
         self.guard_timeout = guard_timeout
         self._starts: dict[str, asyncio.Task[None]] = {}
+        #: A start's RUNNING row, as soon as it is stored (its guard is released after).
+        self._up: dict[str, asyncio.Future[SandboxRow]] = {}
         self._locks: dict[str, asyncio.Lock] = {}
 
     # -- rows --------------------------------------------------------------------------------
@@ -214,7 +216,14 @@ class SandboxService:
         if row.id not in self._starts:
             task = asyncio.create_task(self._start(row.id, fresh), name=f"start sandbox {row.id}")
             self._starts[row.id] = task
-            task.add_done_callback(lambda _: self._starts.pop(row.id, None))
+            self._up[row.id] = asyncio.get_running_loop().create_future()
+
+            def ended(_: object) -> None:
+                self._starts.pop(row.id, None)
+                if (up := self._up.pop(row.id, None)) is not None:
+                    up.cancel()  # never RUNNING by this start (or told already: a no-op)
+
+            task.add_done_callback(ended)
 
     async def _start(self, sandbox_id: str, fresh: bool) -> None:
         """A background job: nothing escapes it unseen (`drift` sees the sandbox again)."""
@@ -252,6 +261,8 @@ class SandboxService:
                 moved = None  # not stored: no process runs unrecorded (started again later)
             if moved is None:  # (or deleted while it booted: the row is MISSING already)
                 await self.provider.destroy(row.id, handle, Path(row.root_dir))
+            elif (up := self._up.get(row.id)) is not None and not up.done():
+                up.set_result(moved)  # its waiters go on while the guard is released
 
     async def _started(self, sandbox_id: str, handle: Handle) -> SandboxRow | None:
         """Its process facts and RUNNING, in one write (None: deleted meanwhile)."""
@@ -282,9 +293,12 @@ class SandboxService:
             remaining = deadline - loop.time()
             if remaining <= 0:
                 raise Unavailable(f"sandbox {sandbox_id} is still STARTING")
-            start = self._starts.get(row.id)
-            if start is not None:  # started here: wake when it ends, not by polling
-                await asyncio.wait([start], timeout=remaining)
+            start, up = self._starts.get(row.id), self._up.get(row.id)
+            if start is not None:  # started here: wake when it is up or ends, not by polling
+                waits: list[asyncio.Future[Any]] = [start] if up is None else [start, up]
+                await asyncio.wait(waits, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
+                if up is not None and up.done() and not up.cancelled():
+                    return up.result()
             else:
                 await asyncio.sleep(0.05)
 
