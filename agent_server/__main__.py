@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import logging
 import os
@@ -19,13 +20,20 @@ from core.files import write_json
 from web import config as config_kit
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
+@functools.cache
+def parser() -> argparse.ArgumentParser:
+    """Built once (a flag per setting: milliseconds of work), by the sandbox template before it
+    forks; it holds no value, only the flags."""
+    built = argparse.ArgumentParser(
         prog="agent-server",
         description="Hosts the agent conversations of one sandbox. Each flag overrides its variable.",
     )
-    config_kit.add_flags(parser, Config, ENV_PREFIX)
-    return parser.parse_args(argv)
+    config_kit.add_flags(built, Config, ENV_PREFIX)
+    return built
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    return parser().parse_args(argv)
 
 
 def write_ready_file(path: Path, port: int) -> None:

@@ -95,10 +95,11 @@ def preload() -> None:
         import uvloop  # noqa: F401
     import uvicorn.protocols.http.auto  # noqa: F401
 
-    import agent_server.__main__  # noqa: F401
+    import agent_server.__main__
     import agent_server.app  # noqa: F401
     import agent_server.websocket  # noqa: F401
 
+    agent_server.__main__.parser()
     llm.load_now()  # litellm, with its settings (before anything of it is imported)
     tls.client_context()  # the CA bundle read once, here
     for name in FIRST_CALL:

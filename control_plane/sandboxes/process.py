@@ -1,7 +1,8 @@
 """The process provider: each sandbox is an `agent-server` child in its own process group.
 
 The child listens on a loopback port the OS picks and reports it in a ready file
-(`--ready-file`); it has its own state and working directory, its own session key (handed over
+(`--ready-file`; one forked from the template also on a pipe, `AGENT_SERVER_READY_FD`, which
+the start waits on instead of polling); it has its own state and working directory, its own session key (handed over
 a pipe, never in its environment: `agent_server.secrecy`) and the control plane's webhook
 address. Where bubblewrap works, it runs isolated (`isolation`): the process started here, and
 stored as the sandbox's pid, is then bubblewrap's, leading the group the agent server is in.
