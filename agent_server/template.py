@@ -39,8 +39,9 @@ from typing import NoReturn
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 import tools
+from agent_server import tls
 from agent_server.agent import llm
-from core import namespaces, tls
+from core import namespaces
 from tools import base as tool_base
 
 #: A request is a few KiB (the environment); anything bigger is not one.

@@ -20,7 +20,7 @@ from typing import Any
 import httpcore
 import httpx
 
-from core import tls
+from agent_server import tls
 
 _QUICKACK = getattr(socket, "TCP_QUICKACK", None)  # Linux only; elsewhere a no-op
 

@@ -14,8 +14,7 @@ import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from agent_server import __version__
-from core import tls
+from agent_server import __version__, tls
 from core.retry import Clock, parse_retry_after
 
 if TYPE_CHECKING:

@@ -24,10 +24,9 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
 
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection
@@ -70,18 +69,12 @@ class SandboxService:
                  sandboxes_dir: Path, webhook_url: str, runs: Runs | None = None,
                  ring: Callable[[str], None] | None = None, max_per_user: int = 50,
                  max_live: int = 1000, memory_floor: int = 0, guard_timeout: float = 120) -> None:
-        self.db = db
-        self.provider = provider
-        self.cipher = cipher
-        self.leases = leases
-        self.sandboxes_dir = sandboxes_dir
-        self.webhook_url = webhook_url
-        self.runs, self.ring = runs, ring
+        self.db, self.provider, self.cipher, self.leases = db, provider, cipher, leases
+        self.sandboxes_dir, self.webhook_url = sandboxes_dir, webhook_url
+        self.runs, self.ring, self.guard_timeout = runs, ring, guard_timeout
         self.max_per_user, self.max_live, self.memory_floor = max_per_user, max_live, memory_floor
-        self.guard_timeout = guard_timeout
         self._starts: dict[str, asyncio.Task[None]] = {}
-        #: A start's RUNNING row, as soon as it is stored (its guard is released after).
-        self._up: dict[str, asyncio.Future[SandboxRow]] = {}
+        self._up: dict[str, asyncio.Future[SandboxRow]] = {}  # a start's row, once RUNNING
         self._locks: dict[str, asyncio.Lock] = {}
 
     # -- rows --------------------------------------------------------------------------------
@@ -195,13 +188,11 @@ class SandboxService:
 
     async def enter(self, sandbox_id: str, status: SandboxStatus, reason: SandboxReason | None,
                     detail: str | None = None, *, announce: bool = True,
-                    touch: bool = False, fields: Mapping[str, Any] | None = None
-                    ) -> SandboxRow | None:
-        """Store a move (only one the table allows from the row's status as it is then), with
-        `fields` in the same write; with a reason, tell its conversations too. The row as
-        moved; None when it was not moved."""
+                    touch: bool = False) -> SandboxRow | None:
+        """Store a move (only one the table allows from the row's status as it is then); with a
+        reason, tell its conversations too. The row as moved; None when it was not moved."""
         moved = await rows.set_status(self.db, sandbox_id, status, detail, reason=reason,
-                                      touch=touch, fields=fields)
+                                      touch=touch)
         if moved is not None and reason is not None and announce:
             await notices.tell(self.db, self.ring, sandbox_id, status, reason, detail)
         return moved
@@ -216,14 +207,10 @@ class SandboxService:
         if row.id not in self._starts:
             task = asyncio.create_task(self._start(row.id, fresh), name=f"start sandbox {row.id}")
             self._starts[row.id] = task
-            self._up[row.id] = asyncio.get_running_loop().create_future()
-
-            def ended(_: object) -> None:
-                self._starts.pop(row.id, None)
-                if (up := self._up.pop(row.id, None)) is not None:
-                    up.cancel()  # never RUNNING by this start (or told already: a no-op)
-
-            task.add_done_callback(ended)
+            self._up[row.id] = up = asyncio.get_running_loop().create_future()
+            # In this order: no launch comes between (it is still starting) to lose its future.
+            task.add_done_callback(lambda _: self._up.pop(row.id, up).cancel())  # if never up
+            task.add_done_callback(lambda _: self._starts.pop(row.id, None))
 
     async def _start(self, sandbox_id: str, fresh: bool) -> None:
         """A background job: nothing escapes it unseen (`drift` sees the sandbox again)."""
@@ -266,7 +253,8 @@ class SandboxService:
 
     async def _started(self, sandbox_id: str, handle: Handle) -> SandboxRow | None:
         """Its process facts and RUNNING, in one write (None: deleted meanwhile)."""
-        row = (await self.enter(sandbox_id, SandboxStatus.RUNNING, None, fields=handle.stored())
+        row = (await rows.set_status(self.db, sandbox_id, SandboxStatus.RUNNING,
+                                     fields=handle.stored())
                or await rows.get(self.db, sandbox_id))  # or stored by an earlier try
         return row if row and row.status is SandboxStatus.RUNNING and row.pid == handle.pid else None
 
@@ -293,11 +281,10 @@ class SandboxService:
             remaining = deadline - loop.time()
             if remaining <= 0:
                 raise Unavailable(f"sandbox {sandbox_id} is still STARTING")
-            start, up = self._starts.get(row.id), self._up.get(row.id)
-            if start is not None:  # started here: wake when it is up or ends, not by polling
-                waits: list[asyncio.Future[Any]] = [start] if up is None else [start, up]
-                await asyncio.wait(waits, timeout=remaining, return_when=asyncio.FIRST_COMPLETED)
-                if up is not None and up.done() and not up.cancelled():
+            up = self._up.get(row.id)
+            if up is not None:  # started here: woken once it is up or has ended, not polling
+                await asyncio.wait([up], timeout=remaining)
+                if up.done() and not up.cancelled():
                     return up.result()
             else:
                 await asyncio.sleep(0.05)
