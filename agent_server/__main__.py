@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
+import functools
+import json
 import logging
 import os
 import socket
@@ -17,18 +20,37 @@ from core.files import write_json
 from web import config as config_kit
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
+@functools.cache
+def parser() -> argparse.ArgumentParser:
+    """Built once (a flag per setting: milliseconds of work), by the sandbox template before it
+    forks; it holds no value, only the flags."""
+    built = argparse.ArgumentParser(
         prog="agent-server",
         description="Hosts the agent conversations of one sandbox. Each flag overrides its variable.",
     )
-    config_kit.add_flags(parser, Config, ENV_PREFIX)
-    return parser.parse_args(argv)
+    config_kit.add_flags(built, Config, ENV_PREFIX)
+    return built
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    return parser().parse_args(argv)
 
 
 def write_ready_file(path: Path, port: int) -> None:
     """Written atomically, so a reader never sees half of it."""
     write_json(path, {"port": port, "pid": os.getpid()})
+
+
+def say_ready(fd: int, port: int) -> None:
+    """The ready file's content on a descriptor, in one write (a pipe's reader sees all of it
+    or nothing), then closed; a reader that is gone changes nothing."""
+    try:
+        os.write(fd, json.dumps({"port": port, "pid": os.getpid()}).encode())
+    except OSError:
+        pass
+    finally:
+        with contextlib.suppress(OSError):
+            os.close(fd)
 
 
 def load_config(argv: list[str] | None = None) -> Config:
@@ -82,14 +104,18 @@ def main(argv: list[str] | None = None) -> None:
         ws_ping_interval=config.delivery.ws_ping_interval,
         ws_ping_timeout=config.delivery.ws_ping_interval,
     )
-    ready_path = config.ready_file
+    ready_path, ready_fd = config.ready_file, config.ready_fd
 
     class Server(uvicorn.Server):
         async def startup(self, sockets: list[socket.socket] | None = None) -> None:
             await super().startup(sockets)
-            if ready_path is not None and self.started:
+            if self.started:
                 # With --port 0 the OS picks the port: only the bound socket knows it.
-                write_ready_file(ready_path, self.servers[0].sockets[0].getsockname()[1])
+                port = self.servers[0].sockets[0].getsockname()[1]
+                if ready_fd is not None:
+                    say_ready(ready_fd, port)
+                if ready_path is not None:
+                    write_ready_file(ready_path, port)
 
     Server(uvicorn_config).run()
 

@@ -161,6 +161,10 @@ class Config(BaseModel):
     """Once serving, {"port", "pid"} is written there atomically: tells a supervisor the
     bound port (with port 0, only the bound socket knows it)."""
 
+    ready_fd: int | None = Field(default=None, ge=0)
+    """Once serving, the same {"port", "pid"} is written to this descriptor (a pipe its
+    supervisor reads), which is then closed: the supervisor wakes at once, polls nothing."""
+
     @field_validator("traces_sampler", mode="before")
     @classmethod
     def _lower(cls, value: object) -> object:

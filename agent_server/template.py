@@ -12,8 +12,9 @@ template's session, so the template ending (or crashing) ends no sandbox.
     python -m agent_server.template --socket PATH
 
 One request per connection (a Unix seqpacket socket the control plane alone can open): a JSON
-`Fork` with three descriptors (the server's stdin, its output, and a lifeline it holds open
-while it runs), answered `{"pid": <host pid>}` or `{"error": ...}`. The template ends when its
+`Fork` with four descriptors (the server's stdin, its output, a lifeline it holds open while it
+runs, and the pipe it says it is ready on: `AGENT_SERVER_READY_FD`), answered
+`{"pid": <host pid>}` or `{"error": ...}`. The template ends when its
 stdin closes (the control plane that started it is gone).
 """
 
@@ -22,6 +23,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import ctypes
+import fcntl
 import gc
 import importlib
 import json
@@ -32,17 +34,23 @@ import socket
 import sys
 import traceback
 from pathlib import Path
+from typing import NoReturn
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+import tools
+from agent_server import tls
 from agent_server.agent import llm
 from core import namespaces
+from tools import base as tool_base
 
 #: A request is a few KiB (the environment); anything bigger is not one.
 MAX_REQUEST = 256 * 1024
-DESCRIPTORS = 3
-#: Where the fork keeps its lifeline (above the standard three; never inherited).
+DESCRIPTORS = 4
+#: Where the fork keeps its lifeline and its ready pipe (above the standard three; never
+#: inherited).
 LIFELINE_FD = 3
+READY_FD = 4
 PR_SET_CHILD_SUBREAPER = 36
 #: How often ended servers are collected when no request comes.
 REAP_INTERVAL = 1.0
@@ -83,18 +91,23 @@ def preload() -> None:
     """Everything a server imports to start and to make its first model call."""
     import uvicorn.lifespan.on  # noqa: F401
     import uvicorn.loops.auto  # noqa: F401
+    with contextlib.suppress(ImportError):  # imported by uvicorn's loop factory as it runs
+        import uvicorn.loops.uvloop  # noqa: F401
+        import uvloop  # noqa: F401
     import uvicorn.protocols.http.auto  # noqa: F401
 
-    import agent_server.__main__  # noqa: F401
+    import agent_server.__main__
     import agent_server.app  # noqa: F401
     import agent_server.websocket  # noqa: F401
-    from agent_server.agent import transport
 
+    agent_server.__main__.parser()
     llm.load_now()  # litellm, with its settings (before anything of it is imported)
-    transport.tls_context()  # the CA bundle read once, here
+    tls.client_context()  # the CA bundle read once, here
     for name in FIRST_CALL:
         with contextlib.suppress(ImportError):
             importlib.import_module(name)
+    for action_type in tools.action_types():  # what a conversation's first request shows
+        tool_base.action_schema(action_type)
     gc.collect()
     gc.freeze()  # all of it in the permanent generation: no collection writes to those pages
 
@@ -120,8 +133,8 @@ def serve(path: Path) -> None:
 
 
 def _reap() -> None:
-    """Servers that ended: orphaned when their first fork ended, they are ours to collect
-    (a child subreaper), not a zombie for whatever runs as this host's pid 1."""
+    """Servers that ended: this process's children, collected here rather than left as
+    zombies (and, as a child subreaper, whatever is orphaned below it)."""
     with contextlib.suppress(ChildProcessError):
         while os.waitpid(-1, os.WNOHANG)[0]:
             pass
@@ -144,53 +157,48 @@ def _handle(connection: socket.socket, listener: socket.socket) -> dict[str, obj
 
 
 def _fork(request: Fork, fds: list[int], sockets: list[socket.socket]) -> int:
-    """The server's host pid, once it is in the sandbox (a first fork enters the namespaces,
-    its fork is in the pid namespace too and becomes the server; the first reports it, ends)."""
-    report_read, report_write = os.pipe()
-    first = os.fork()
-    if first == 0:
-        code = 1
-        try:
-            os.close(report_read)
-            for sock in sockets:
-                sock.close()
-            namespaces.join(request.enter)
-            os.chdir(request.cwd)
+    """The server's host pid: one fork, born in the sandbox's pid namespace (this process
+    points its children there for the fork, and back at once), that enters the sandbox's
+    other namespaces before it runs anything else. A fork that cannot enter ends, and its
+    sandbox with it (its lifeline closes)."""
+    entry = namespaces.Entry(request.enter)
+    try:
+        with entry.children():
             server = os.fork()
             if server == 0:
-                os.close(report_write)
-                _become(request, fds)
-            os.write(report_write, str(server).encode())
-            code = 0
-        except BaseException:
-            os.write(report_write, ("error: " + traceback.format_exc(limit=3)).encode()[-2000:])
-        finally:
-            os._exit(code)
-    os.close(report_write)
-    try:
-        with os.fdopen(report_read, "rb") as report:
-            said = report.read(4096).decode(errors="replace")
+                _become(request, entry, fds, sockets)
     finally:
-        os.waitpid(first, 0)
-    if not said.isdigit():
-        raise ValueError(said or "the fork ended without a word")
-    return int(said)
+        entry.close()
+    return server
 
 
-def _become(request: Fork, fds: list[int]) -> None:
-    """The server, in the sandbox: its descriptors, its user, its environment; never returns."""
+def _become(request: Fork, entry: namespaces.Entry, fds: list[int],
+            sockets: list[socket.socket]) -> NoReturn:
+    """The server, in the sandbox: its namespaces, its descriptors, its user, its environment."""
     code = 1
     try:
+        for sock in sockets:
+            sock.close()
+        try:
+            entry.join()
+            os.chdir(request.cwd)
+        except OSError as exc:  # said in the sandbox's log, which its start's error quotes
+            os.write(fds[1], f"agent-server-template: cannot enter the sandbox: {exc}\n".encode())
+            raise
         os.setsid()  # out of the template's session: its end is not the sandbox's
-        stdin, output, lifeline = fds
+        stdin, output, lifeline, ready = fds
         os.dup2(stdin, 0)
         os.dup2(output, 1)
         os.dup2(output, 2)
+        # Moved above the targets first: no move overwrites another's source.
+        lifeline, ready = (fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, READY_FD + 1)
+                           for fd in (lifeline, ready))
         os.dup2(lifeline, LIFELINE_FD, inheritable=False)
-        os.closerange(LIFELINE_FD + 1, os.sysconf("SC_OPEN_MAX"))
+        os.dup2(ready, READY_FD, inheritable=False)
+        os.closerange(READY_FD + 1, os.sysconf("SC_OPEN_MAX"))
         namespaces.drop_to(request.uid)
         os.environ.clear()
-        os.environ.update({**llm.ENVIRONMENT, **request.env})
+        os.environ.update({**llm.ENVIRONMENT, **request.env, "AGENT_SERVER_READY_FD": str(READY_FD)})
         sys.argv = ["agent-server", *request.argv]
         logging.root.handlers.clear()
         from agent_server.__main__ import main

@@ -2,8 +2,8 @@
 them found again.
 
 A sandbox's server may be forked from a template process that has already imported the server
-(`agent_server.template`): the fork then enters the namespaces bubblewrap built for the sandbox
-(its mounts, its pids, its ipc and host name) the way `nsenter` does, and drops to the sandbox's
+(`agent_server.template`): the fork is born in the sandbox's pid namespace and enters the others
+bubblewrap built for it (its mounts, its ipc and host name) the way `nsenter` does, and drops to the sandbox's
 user with what `setpriv` is told for a spawned server (no groups, no capabilities, not even in
 the bounding set, no new privileges). bubblewrap still makes the sandbox; this only goes in.
 
@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+from collections.abc import Iterator
 
 #: The kinds bubblewrap unshares, the mount namespace last: once in it, /proc is the sandbox's.
 FLAGS = {"ipc": 0x08000000, "uts": 0x04000000, "cgroup": 0x02000000, "pid": 0x20000000,
@@ -45,21 +46,54 @@ def _check(result: int, what: str) -> None:
         raise OSError(error, f"{what}: {os.strerror(error)}")
 
 
-def join(pid: int) -> None:
-    """This process into the namespaces of process `pid` (root's right; a single-threaded
-    process, as a fresh fork is). Its pid namespace holds its children only: fork after this.
-    The working directory is then the namespace's root."""
-    libc = _libc()
-    opened: dict[str, int] = {}
-    try:
-        for kind in FLAGS:
-            if namespace(pid, kind) != namespace(os.getpid(), kind):
-                opened[kind] = os.open(f"/proc/{pid}/ns/{kind}", os.O_RDONLY | os.O_CLOEXEC)
-        for kind, fd in opened.items():
-            _check(libc.setns(fd, FLAGS[kind]), f"setns({kind})")
-    finally:
-        for fd in opened.values():
+class Entry:
+    """The namespaces of a process that differ from ours, opened (so the process may go while
+    they are used, and a pid reused meanwhile names nothing here); closed with `close`."""
+
+    def __init__(self, pid: int) -> None:
+        self.fds: dict[str, int] = {}
+        try:
+            for kind in FLAGS:
+                if namespace(pid, kind) != namespace(os.getpid(), kind):
+                    self.fds[kind] = os.open(f"/proc/{pid}/ns/{kind}",
+                                             os.O_RDONLY | os.O_CLOEXEC)
+        except BaseException:
+            self.close()
+            raise
+
+    @contextlib.contextmanager
+    def children(self) -> Iterator[None]:
+        """Processes forked meanwhile are born in the pid namespace (this process stays in
+        its own, and its later children are born in it again). Root's right."""
+        fd = self.fds.get("pid")
+        if fd is None:
+            yield
+            return
+        ours = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            _check(_libc().setns(fd, FLAGS["pid"]), "setns(pid)")
+            try:
+                yield
+            finally:
+                if _libc().setns(ours, FLAGS["pid"]) != 0:
+                    # Every later child would be born in that sandbox: nothing may fork here.
+                    os._exit(70)
+        finally:
+            os.close(ours)
+
+    def join(self) -> None:
+        """This process into the namespaces but the pid one (`children` is how a process is
+        born there): a single-threaded process, as a fresh fork is. The working directory is
+        then the mount namespace's root."""
+        libc = _libc()
+        for kind, fd in self.fds.items():
+            if kind != "pid":
+                _check(libc.setns(fd, FLAGS[kind]), f"setns({kind})")
+
+    def close(self) -> None:
+        for fd in self.fds.values():
             os.close(fd)
+        self.fds = {}
 
 
 def drop_to(uid: int) -> None:

@@ -160,8 +160,20 @@ def find_process(argument: str) -> int | None:
 
 
 def children(pid: int) -> list[int]:
-    """Live processes whose parent is `pid`."""
-    return [info.pid for info in list_processes() if info.alive and info.ppid == pid]
+    """Live processes whose parent is `pid`: read from its threads' `children` files (a few
+    bytes each) where the kernel has them, rather than from every process's stat (a start
+    polls this every few milliseconds; the whole of /proc took 10 ms a read on a busy host)."""
+    try:
+        threads = os.listdir(f"/proc/{pid}/task")
+        listed = [Path(f"/proc/{pid}/task/{t}/children").read_bytes() for t in threads]
+    except FileNotFoundError:  # gone (nothing is its child), or a kernel without the files
+        if os.path.exists(f"/proc/{pid}"):
+            return [info.pid for info in list_processes() if info.alive and info.ppid == pid]
+        return []
+    except OSError:
+        return []
+    return [child for data in listed for child in map(int, data.split())
+            if state(child) not in (None, "Z", "X")]
 
 
 def holds_group(pid: int, started: int) -> bool:

@@ -8,6 +8,8 @@ owns its state (a shell, a browser context) until `close()`.
 from __future__ import annotations
 
 import asyncio
+import copy
+import functools
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from contextvars import ContextVar
@@ -127,7 +129,7 @@ class Tool(ABC):
     @classmethod
     def parameters(cls) -> dict[str, Any]:
         """JSON schema of the arguments: the Action's fields without `kind`, plus the meta ones."""
-        schema = cls.action_type.model_json_schema()
+        schema = copy.deepcopy(action_schema(cls.action_type))
         props = dict(schema.get("properties", {}))
         props.pop("kind", None)
         required = [r for r in schema.get("required", []) if r != "kind"]
@@ -184,6 +186,14 @@ class ToolSet:
 
 
 M = TypeVar("M", bound=BaseModel)
+
+
+@functools.cache
+def action_schema(action_type: type[Action]) -> dict[str, Any]:
+    """An Action's JSON schema, built once per kind: pydantic builds it anew each time (10-15
+    ms a tool, paid by each new conversation's first request); the sandbox template builds
+    them all before it forks. Shared: copied before it is changed."""
+    return action_type.model_json_schema()
 
 
 def params_as(model: type[M], raw: Mapping[str, Any]) -> M:

@@ -12,7 +12,6 @@ after every write). Nothing changes on the wire but the ACK timing.
 from __future__ import annotations
 
 import asyncio
-import functools
 import socket
 import ssl
 from collections.abc import Iterable
@@ -20,6 +19,8 @@ from typing import Any
 
 import httpcore
 import httpx
+
+from agent_server import tls
 
 _QUICKACK = getattr(socket, "TCP_QUICKACK", None)  # Linux only; elsewhere a no-op
 
@@ -70,23 +71,16 @@ class _Backend(httpcore.AsyncNetworkBackend):
         await self._backend.sleep(seconds)
 
 
-@functools.cache
-def tls_context() -> ssl.SSLContext:
-    """httpx's default context, made once: reading the system's CA bundle takes ~75 ms each
-    time, and a context serves any number of connections (a forked server inherits it)."""
-    return httpx.create_ssl_context()
-
-
 class QuickAckTransport(httpx.AsyncHTTPTransport):
     """httpx's transport (pooled, kept alive, TLS verified as usual), on the backend above."""
 
     def __init__(self) -> None:
-        super().__init__(verify=tls_context(),
+        super().__init__(verify=tls.client_context(),
                          socket_options=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)])
         # httpx builds its pool without a way to pass a network backend: the same pool,
         # built again with one.
         self._pool = httpcore.AsyncConnectionPool(
-            ssl_context=tls_context(),
+            ssl_context=tls.client_context(),
             max_connections=100,
             max_keepalive_connections=20,
             keepalive_expiry=5.0,

@@ -14,7 +14,7 @@ import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from agent_server import __version__
+from agent_server import __version__, tls
 from core.retry import Clock, parse_retry_after
 
 if TYPE_CHECKING:
@@ -79,6 +79,7 @@ class WebhookClient:
 
         self._http = httpx.AsyncClient(
             transport=transport,
+            verify=tls.client_context(),
             timeout=httpx.Timeout(timeout, connect=min(timeout, 10.0), pool=None),
             limits=httpx.Limits(max_connections=max_connections,
                                 max_keepalive_connections=max_connections),

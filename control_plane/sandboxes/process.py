@@ -1,7 +1,8 @@
 """The process provider: each sandbox is an `agent-server` child in its own process group.
 
 The child listens on a loopback port the OS picks and reports it in a ready file
-(`--ready-file`); it has its own state and working directory, its own session key (handed over
+(`--ready-file`; one forked from the template also on a pipe, `AGENT_SERVER_READY_FD`, which
+the start waits on instead of polling); it has its own state and working directory, its own session key (handed over
 a pipe, never in its environment: `agent_server.secrecy`) and the control plane's webhook
 address. Where bubblewrap works, it runs isolated (`isolation`): the process started here, and
 stored as the sandbox's pid, is then bubblewrap's, leading the group the agent server is in.
@@ -131,13 +132,14 @@ class ProcessProvider(SandboxProvider):
             uid = await asyncio.to_thread(self.isolation.own, launch.root_dir)
             command = self.isolation.command(launch.root_dir, argv, uid)
         out = os.open(launch.root_dir / LOG_FILE, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        said: int | None = None  # a forked server says it is ready on this pipe
         try:
             pid = None
             if self.template is not None:
                 self.template.revive()
             if uid is not None and self.template is not None and self.template.ready:
                 try:
-                    pid = await self._fork(launch, uid, out)
+                    pid, said = await self._fork(launch, uid, out)
                 except TemplateError as exc:
                     logger.warning("%s; the server is started by itself", exc)
             if pid is None:
@@ -145,16 +147,23 @@ class ProcessProvider(SandboxProvider):
         finally:
             os.close(out)
         try:
-            port = await self._wait_ready(pid, ready, launch.root_dir / LOG_FILE)
+            if said is not None:
+                port = await self._said_ready(said, launch.root_dir / LOG_FILE)
+            else:
+                port = await self._wait_ready(pid, ready, launch.root_dir / LOG_FILE)
             started = processes.start_time(pid)
             if started is None:
                 raise ProviderError("the agent server exited right after starting")
             handle = Handle(sandbox_id=launch.sandbox_id, pid=pid, pid_start_time=started, port=port)
-            await self._wait_alive(pid, handle)
+            if said is None:  # a ready file's port is checked; a pipe's came from our server,
+                await self._wait_alive(pid, handle)  # which said so once it answers
             return handle
         except BaseException:
             await self._kill_now(pid)
             raise
+        finally:
+            if said is not None:
+                os.close(said)
 
     def _spawn(self, command: Command, launch: Launch, out: int, stdin: bytes | int) -> int:
         pid = spawn(command.argv, child_env(launch, self.isolation), output=out, stdin=stdin,
@@ -162,13 +171,15 @@ class ProcessProvider(SandboxProvider):
         self._children.add(pid)
         return pid
 
-    async def _fork(self, launch: Launch, uid: int, out: int) -> int:
+    async def _fork(self, launch: Launch, uid: int, out: int) -> tuple[int, int]:
         """bubblewrap makes the sandbox around a holder, and the template forks the server
-        into it (`agent_server.template`); bubblewrap's pid, as a spawned server's."""
+        into it (`agent_server.template`): bubblewrap's pid, as a spawned server's, and the
+        read end of the pipe the server says it is ready on."""
         assert self.isolation is not None and self.template is not None
         ready = str(launch.root_dir / READY_FILE)
         command = self.isolation.command(launch.root_dir, [*HOLDER, ready], uid)
         lifeline, held = os.pipe()
+        said, says = os.pipe()
         keys = filled_pipe(launch.keys())
         try:
             pid = self._spawn(command, launch, out, lifeline)
@@ -176,13 +187,15 @@ class ProcessProvider(SandboxProvider):
                 inside = await self._made(pid, launch.root_dir / LOG_FILE)
                 await self.template.fork(enter=inside, uid=uid, cwd=launch.root_dir,
                                          env=child_env(launch, self.isolation),
-                                         argv=["--ready-file", ready], fds=[keys, out, held])
+                                         argv=["--ready-file", ready],
+                                         fds=[keys, out, held, says])
             except BaseException:
+                os.close(said)
                 await self._kill_now(pid)
                 raise
-            return pid
+            return pid, said
         finally:
-            for fd in (lifeline, held, keys):
+            for fd in (lifeline, held, says, keys):
                 os.close(fd)
 
     async def _made(self, pid: int, log: Path) -> int:
@@ -197,6 +210,30 @@ class ProcessProvider(SandboxProvider):
                     return inner
             await asyncio.sleep(0.005)
         raise ProviderError(f"the sandbox was not made within {self.start_timeout:g} s")
+
+    async def _said_ready(self, said: int, log: Path) -> int:
+        """The port a forked server listens on, once it says so on its ready pipe (no
+        polling: the loop wakes when it writes, or when it ends, which closes the pipe)."""
+        loop = asyncio.get_running_loop()
+        readable: asyncio.Future[None] = loop.create_future()
+
+        def wake() -> None:
+            if not readable.done():
+                readable.set_result(None)
+
+        loop.add_reader(said, wake)
+        try:
+            await asyncio.wait_for(readable, self.start_timeout)
+        except TimeoutError:
+            raise ProviderError(f"the agent server did not start within "
+                                f"{self.start_timeout:g} s") from None
+        finally:
+            loop.remove_reader(said)
+        try:
+            return int(json.loads(os.read(said, 4096))["port"])
+        except (OSError, ValueError, KeyError, TypeError):
+            raise ProviderError(f"the agent server exited before it was ready: {_tail(log)}"
+                                ) from None
 
     async def _wait_ready(self, pid: int, ready: Path, log: Path) -> int:
         deadline = time.monotonic() + self.start_timeout

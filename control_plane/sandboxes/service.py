@@ -69,16 +69,12 @@ class SandboxService:
                  sandboxes_dir: Path, webhook_url: str, runs: Runs | None = None,
                  ring: Callable[[str], None] | None = None, max_per_user: int = 50,
                  max_live: int = 1000, memory_floor: int = 0, guard_timeout: float = 120) -> None:
-        self.db = db
-        self.provider = provider
-        self.cipher = cipher
-        self.leases = leases
-        self.sandboxes_dir = sandboxes_dir
-        self.webhook_url = webhook_url
-        self.runs, self.ring = runs, ring
+        self.db, self.provider, self.cipher, self.leases = db, provider, cipher, leases
+        self.sandboxes_dir, self.webhook_url = sandboxes_dir, webhook_url
+        self.runs, self.ring, self.guard_timeout = runs, ring, guard_timeout
         self.max_per_user, self.max_live, self.memory_floor = max_per_user, max_live, memory_floor
-        self.guard_timeout = guard_timeout
         self._starts: dict[str, asyncio.Task[None]] = {}
+        self._up: dict[str, asyncio.Future[SandboxRow]] = {}  # a start's row, once RUNNING
         self._locks: dict[str, asyncio.Lock] = {}
 
     # -- rows --------------------------------------------------------------------------------
@@ -211,6 +207,9 @@ class SandboxService:
         if row.id not in self._starts:
             task = asyncio.create_task(self._start(row.id, fresh), name=f"start sandbox {row.id}")
             self._starts[row.id] = task
+            self._up[row.id] = up = asyncio.get_running_loop().create_future()
+            # In this order: no launch comes between (it is still starting) to lose its future.
+            task.add_done_callback(lambda _: self._up.pop(row.id, up).cancel())  # if never up
             task.add_done_callback(lambda _: self._starts.pop(row.id, None))
 
     async def _start(self, sandbox_id: str, fresh: bool) -> None:
@@ -249,12 +248,14 @@ class SandboxService:
                 moved = None  # not stored: no process runs unrecorded (started again later)
             if moved is None:  # (or deleted while it booted: the row is MISSING already)
                 await self.provider.destroy(row.id, handle, Path(row.root_dir))
+            elif (up := self._up.get(row.id)) is not None and not up.done():
+                up.set_result(moved)  # its waiters go on while the guard is released
 
     async def _started(self, sandbox_id: str, handle: Handle) -> SandboxRow | None:
-        """Its process facts, then RUNNING (None: deleted meanwhile)."""
-        await rows.set_fields(self.db, sandbox_id, **handle.stored())
-        row = (await self.enter(sandbox_id, SandboxStatus.RUNNING, None)  # or an earlier try
-               or await rows.get(self.db, sandbox_id))
+        """Its process facts and RUNNING, in one write (None: deleted meanwhile)."""
+        row = (await rows.set_status(self.db, sandbox_id, SandboxStatus.RUNNING,
+                                     fields=handle.stored())
+               or await rows.get(self.db, sandbox_id))  # or stored by an earlier try
         return row if row and row.status is SandboxStatus.RUNNING and row.pid == handle.pid else None
 
     async def wait_running(self, sandbox_id: str, timeout: float = 120.0) -> SandboxRow:
@@ -280,9 +281,11 @@ class SandboxService:
             remaining = deadline - loop.time()
             if remaining <= 0:
                 raise Unavailable(f"sandbox {sandbox_id} is still STARTING")
-            start = self._starts.get(row.id)
-            if start is not None:  # started here: wake when it ends, not by polling
-                await asyncio.wait([start], timeout=remaining)
+            up = self._up.get(row.id)
+            if up is not None:  # started here: woken once it is up or has ended, not polling
+                await asyncio.wait([up], timeout=remaining)
+                if up.done() and not up.cancelled():
+                    return up.result()
             else:
                 await asyncio.sleep(0.05)
 

@@ -73,24 +73,27 @@ class Template:
     async def fork(self, *, enter: int, uid: int, cwd: Path, env: dict[str, str],
                    argv: list[str], fds: list[int]) -> int:
         """The host pid of a server forked into the namespaces of `enter`; `fds` are its
-        stdin, its output and its lifeline."""
+        stdin, its output, its lifeline and the pipe it says it is ready on."""
         request = json.dumps({"enter": enter, "uid": uid, "cwd": str(cwd), "env": env,
                               "argv": argv}).encode()
         try:
-            answer = await asyncio.to_thread(self._ask, request, fds)
-        except OSError as exc:
-            raise TemplateError(f"the sandbox template did not answer: {exc}") from None
+            answer = await asyncio.wait_for(self._ask(request, fds), ANSWER_TIMEOUT)
+        except (OSError, TimeoutError, ValueError) as exc:
+            raise TemplateError(f"the sandbox template did not answer: {exc!r}") from None
         pid = answer.get("pid")
         if isinstance(pid, int):
             return pid
         raise TemplateError(f"the sandbox template could not fork: {answer.get('error')}")
 
-    def _ask(self, request: bytes, fds: list[int]) -> dict[str, object]:
+    async def _ask(self, request: bytes, fds: list[int]) -> dict[str, object]:
+        """On this loop, not a thread: a start waits for no thread's turn at the lock."""
+        loop = asyncio.get_running_loop()
         with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as connection:
-            connection.settimeout(ANSWER_TIMEOUT)
-            connection.connect(str(self.socket))
+            connection.setblocking(False)
+            await loop.sock_connect(connection, str(self.socket))
+            # A few KiB into a new connection's empty buffer: sent at once, never blocking.
             socket.send_fds(connection, [request], fds)
-            answer = json.loads(connection.recv(64 * 1024) or b"{}")
+            answer = json.loads(await loop.sock_recv(connection, 64 * 1024) or b"{}")
         return answer if isinstance(answer, dict) else {}
 
     def close(self) -> None:

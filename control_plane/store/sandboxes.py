@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -74,12 +75,15 @@ async def set_fields(db: Database, sandbox_id: str, **values: Any) -> None:
 
 async def set_status(db: Database, sandbox_id: str, status: SandboxStatus,
                      detail: str | None = None, *, reason: SandboxReason | None = None,
-                     touch: bool = False) -> SandboxRow | None:
+                     touch: bool = False, fields: Mapping[str, Any] | None = None
+                     ) -> SandboxRow | None:
     """Move to `status` for `reason`, only from a status the transition table allows
     (`models.TRANSITIONS`: ERROR and MISSING are never left, but for a deletion); the row as
     moved, None when it was not. A health check's failure (`unhealthy_since`) and a pause under
     way end with any change; a terminal status leaves remains to clean up (`cleanup_after`).
-    `touch`: the move is activity too (`touch`)."""
+    `touch`: the move is activity too (`touch`); `fields` (not the status) are stored with the
+    move, and only with it."""
+    assert fields is None or "status" not in fields
     query = update(sandboxes).where(
         sandboxes.c.id == sandbox_id,
         sandboxes.c.status.in_([s.value for s in entered_from(status)]))
@@ -96,6 +100,7 @@ async def set_status(db: Database, sandbox_id: str, status: SandboxStatus,
         values["paused_at"] = None
     elif status is SandboxStatus.PAUSED:
         values["paused_at"] = moment
+    values.update(fields or {})
     if touch:
         values["last_activity_at"] = case((sandboxes.c.last_activity_at < moment, moment),
                                           else_=sandboxes.c.last_activity_at)
