@@ -176,6 +176,11 @@ class Config(BaseModel):
     """Webhook batches one sandbox may have in flight at once; one more is answered 429 with
     Retry-After, and the agent server sends it again then."""
 
+    webhook_conversations_per_sandbox: int = Field(default=500, ge=1, le=100_000)
+    """Conversations made straight on one sandbox's agent server (and sub-agents' children)
+    that the webhook records; past it, a new one's posts are answered 429 and kept by the
+    agent server until one of that sandbox's conversations is deleted."""
+
     webhook_bytes_in_flight: ByteSize = Field(default=ByteSize(64 * 1024**2), ge=1024)
     """Webhook bodies received and stored at once over all sandboxes (bytes, or with a unit);
     a batch holds a few times its size in memory meanwhile. One more is answered 429 (a batch

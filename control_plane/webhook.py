@@ -29,16 +29,17 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from sqlalchemy import update
 from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from control_plane.app_conversations import metrics_from_stats
 from control_plane.crypto import hash_key
 from control_plane.models import ConversationRow, ExecutionStatus, SandboxRow
 from control_plane.relay import Bell
-from control_plane.store import Database, conversations, sandboxes, tasks
+from control_plane.store import Database, accounts, conversations, sandboxes, tasks
 from control_plane.store.tables import app_conversations, events
 from core.ids import EVENT_ID_PATTERN
 from events import kinds
-from web.errors import Forbidden, Unauthorized, Unavailable, from_pydantic, invalid
+from web.errors import Forbidden, LimitReached, Unauthorized, Unavailable, from_pydantic, invalid
 
 logger = logging.getLogger(__name__)
 #: An event id as stored: the agent server's ULID, or a UUID (other SDKs' events).
@@ -83,10 +84,13 @@ class ConversationUpdate(BaseModel):
 
 class WebhookReceiver:
     def __init__(self, db: Database, bell: Bell | None = None,
-                 working_dir: Callable[[SandboxRow], str] | None = None) -> None:
+                 working_dir: Callable[[SandboxRow], str] | None = None, *,
+                 cap: int = 500) -> None:
         """`working_dir`: a sandbox's workspace as its processes see it (where a conversation
-        made straight on its agent server works unless its info says otherwise)."""
+        made straight on its agent server works unless its info says otherwise); `cap`: the
+        conversations one sandbox may have recorded that way."""
         self.db = db
+        self.cap = cap
         self.bell = bell or Bell()
         self.working_dir = working_dir or (lambda row: f"{row.root_dir}/workspace")
 
@@ -106,6 +110,17 @@ class WebhookReceiver:
         if conversation is not None and conversation.sandbox_id != sandbox.id:
             raise Forbidden("a sandbox may only post for its own conversations")
         return conversation
+
+    async def _record(self, conn: AsyncConnection, sandbox: SandboxRow, conversation_id: str,
+                      info: ConversationUpdate | None) -> None:
+        """A record for a conversation first heard of here, within the sandbox's cap (counted
+        under its user's lock, as a start counts its sandbox's conversations)."""
+        await accounts.lock_user(conn, sandbox.user_id)
+        if await sandboxes.recorded_in(conn, sandbox.id) >= self.cap:
+            raise LimitReached(f"sandbox {sandbox.id} has {self.cap} conversations made on its "
+                               "agent server, its most: delete some to have more recorded")
+        await conn.execute(self.db.insert_ignoring_duplicates(app_conversations),
+                           [self._new_row(sandbox, conversation_id, info)])
 
     def _new_row(self, sandbox: SandboxRow, conversation_id: str,
                  info: ConversationUpdate | None) -> dict[str, Any]:
@@ -144,8 +159,7 @@ class WebhookReceiver:
             values["llm_model"] = info.llm_model
         async with self.db.begin() as conn:
             if existing is None:
-                await conn.execute(self.db.insert_ignoring_duplicates(app_conversations),
-                                   [self._new_row(sandbox, conversation_id, info)])
+                await self._record(conn, sandbox, conversation_id, info)
             elif existing.start_task_id is None:  # made on the agent server: its info rules
                 values.update(tags={**existing.tags, **info.tags},
                               title=existing.title or info.title)
@@ -193,8 +207,7 @@ class WebhookReceiver:
         try:
             async with self.db.begin() as conn:
                 if conversation is None:
-                    await conn.execute(self.db.insert_ignoring_duplicates(app_conversations),
-                                       [self._new_row(sandbox, conversation_id, None)])
+                    await self._record(conn, sandbox, conversation_id, None)
                 if rows:
                     await conn.execute(self.db.insert_ignoring_duplicates(events), rows)
                 await conn.execute(update(app_conversations)

@@ -180,6 +180,14 @@ async def conversations_in(conn: AsyncConnection, sandbox_id: str) -> int:
     return int(value or 0)
 
 
+async def recorded_in(conn: AsyncConnection, sandbox_id: str) -> int:
+    """Conversations of the sandbox that no start task made (the webhook recorded them)."""
+    value = await conn.scalar(select(func.count()).select_from(app_conversations)
+                              .where(app_conversations.c.sandbox_id == sandbox_id,
+                                     app_conversations.c.start_task_id.is_(None)))
+    return int(value or 0)
+
+
 async def over_cap(conn: AsyncConnection, user_id: str, per_user: int, in_all: int) -> str | None:
     """Why one more live sandbox is refused (None: it is not). Counted over all users too, so
     on PostgreSQL the count is taken under a lock of its own (the user's lock, which the caller

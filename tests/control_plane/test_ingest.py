@@ -20,7 +20,7 @@ from control_plane.relay import Bell, relay
 from control_plane.store import Database, accounts, conversations, events, sandboxes
 from control_plane.webhook import WebhookReceiver
 from tests.control_plane.support import ControlPlane, make_config
-from web.errors import InvalidInput
+from web.errors import InvalidInput, LimitReached
 
 pytestmark = pytest.mark.e2e  # a real PostgreSQL server
 
@@ -123,3 +123,28 @@ def test_text_postgresql_cannot_keep_is_the_same_422_on_both_backends(
         assert r.json()["title"] == "kept" and r.json()["tags"] == {"k": "a\u0000b"}
     finally:
         plane.stop()
+
+
+@pytest.mark.asyncio
+async def test_conversations_made_on_a_sandbox_are_recorded_up_to_its_cap(db: Database) -> None:
+    """Each new conversation id a sandbox posts for becomes a record of its user: without a
+    cap, one sandbox could fill the store. With one recorded and a cap of three, ten posted at
+    once: two are recorded, the rest refused (429, kept by the agent server), nothing stored."""
+    first = await a_conversation(db)  # recorded without a start task, as the webhook does
+    receiver = WebhookReceiver(db, cap=3)
+    made = [str(uuid.uuid4()) for _ in range(10)]
+    outcomes = await asyncio.gather(
+        *(receiver.receive(KEY, cid, json.dumps([message(str(uuid.uuid4()))]).encode())
+          for cid in made[:9]),
+        receiver.conversation(KEY, json.dumps({"id": made[9], "title": "t"}).encode()),
+        return_exceptions=True)
+    refused = [o for o in outcomes if isinstance(o, LimitReached)]
+    assert len(refused) == 8 and all(not isinstance(o, BaseException) or o in refused
+                                     for o in outcomes), outcomes
+    recorded = [cid for cid in made if await conversations.get(db, cid) is not None]
+    assert len(recorded) == 2 and await conversations.get(db, first) is not None
+    for cid in set(made) - set(recorded):
+        assert await events.count(db, cid, EventFilters()) == 0
+    # Known ones go on being stored.
+    assert await receiver.receive(KEY, recorded[0], json.dumps(
+        [message(str(uuid.uuid4()))]).encode()) == 1
