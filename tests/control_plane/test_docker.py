@@ -160,12 +160,15 @@ def test_the_whole_flow_in_a_container(plane: ControlPlane, bridge_llm: Scripted
 @pytest.mark.e2e
 def test_containers_are_adopted_after_a_restart(tmp_path: Path, sandbox_image: str,
                                                  bridge_llm: ScriptedLLM, key: str,
-                                                 engine: docker.DockerClient) -> None:
+                                                 engine: docker.DockerClient,
+                                                 request: pytest.FixtureRequest) -> None:
     """A control plane stopped without its sandboxes: the next one finds their containers by
     label; a running one stays running (same container), a paused one stays paused, one
     removed behind its back is MISSING."""
     config = docker_config(tmp_path / "cp", sandbox_image, stop_sandboxes_on_exit=False)
     label = f"{LABEL_PLANE}={plane_label(config.db_url)}"
+    # Its planes leave their containers on exit: whatever fails, none stays behind.
+    request.addfinalizer(lambda: docker_support.remove_labelled(engine, label))
     first = ControlPlane(config).start()
     try:
         user = first.new_user("carol")
@@ -176,40 +179,38 @@ def test_containers_are_adopted_after_a_restart(tmp_path: Path, sandbox_image: s
             "grouping_strategy": "NO_GROUPING"})
         assert r.status_code == 200, r.text
         running, paused, removed = (start(client)["sandbox_id"] for _ in range(3))
-        assert client.post(f"/api/v1/sandboxes/{paused}/pause").status_code == 200
+        r = client.post(f"/api/v1/sandboxes/{paused}/pause")
+        assert r.status_code == 200, r.text
         ids = {sid: container_of(engine, sid).id for sid in (running, paused, removed)}
     finally:
         first.stop()
+    assert container_of(engine, running).status == "running"  # it outlived the control plane
+    container_of(engine, removed).remove(force=True)
+    time.sleep(0.2)
+
+    second = ControlPlane(config.model_copy(update={"stop_sandboxes_on_exit": True})).start()
     try:
-        assert container_of(engine, running).status == "running"  # it outlived the control plane
-        container_of(engine, removed).remove(force=True)
-        time.sleep(0.2)
+        client = second.client(user)
 
-        second = ControlPlane(config.model_copy(update={"stop_sandboxes_on_exit": True})).start()
-        try:
-            client = second.client(user)
-
-            def status(sid: str) -> str:
-                found: str = client.get("/api/v1/sandboxes", params={"id": sid}).json()[0]["status"]
-                return found
-            assert (status(running), status(paused), status(removed)) == ("RUNNING", "PAUSED", "MISSING")
-            assert container_of(engine, running).id == ids[running]  # adopted, not started again
-            assert container_of(engine, paused).attrs["State"]["Paused"] is True
-            record = client.get("/api/v1/sandboxes", params={"id": running}).json()[0]
-            alive = httpx.get(record["exposed_urls"][0]["url"] + "/api/conversations/search",
-                              headers={"X-Session-API-Key": record["session_api_key"]})
-            assert alive.status_code == 200 and len(alive.json()["items"]) == 1
-            r = client.post(f"/api/v1/sandboxes/{paused}/resume")
-            assert r.status_code == 200 and r.json()["status"] == "RUNNING"
-            assert container_of(engine, paused).attrs["State"]["Paused"] is False
-        finally:
-            second.stop()
-        # Stopped with its sandboxes this time: their containers and volumes are gone, the
-        # removed one's volume too (cleaned up when it was found MISSING).
-        assert engine.containers.list(all=True, filters={"label": label}) == []
-        assert engine.volumes.list(filters={"label": label}) == []
+        def status(sid: str) -> str:
+            found: str = client.get("/api/v1/sandboxes", params={"id": sid}).json()[0]["status"]
+            return found
+        assert (status(running), status(paused), status(removed)) == ("RUNNING", "PAUSED", "MISSING")
+        assert container_of(engine, running).id == ids[running]  # adopted, not started again
+        assert container_of(engine, paused).attrs["State"]["Paused"] is True
+        record = client.get("/api/v1/sandboxes", params={"id": running}).json()[0]
+        alive = httpx.get(record["exposed_urls"][0]["url"] + "/api/conversations/search",
+                          headers={"X-Session-API-Key": record["session_api_key"]})
+        assert alive.status_code == 200 and len(alive.json()["items"]) == 1
+        r = client.post(f"/api/v1/sandboxes/{paused}/resume")
+        assert r.status_code == 200 and r.json()["status"] == "RUNNING"
+        assert container_of(engine, paused).attrs["State"]["Paused"] is False
     finally:
-        docker_support.remove_labelled(engine, label)
+        second.stop()
+    # Stopped with its sandboxes this time: their containers and volumes are gone, the
+    # removed one's volume too (cleaned up when it was found MISSING).
+    assert engine.containers.list(all=True, filters={"label": label}) == []
+    assert engine.volumes.list(filters={"label": label}) == []
 
 
 @pytest.mark.e2e
