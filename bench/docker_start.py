@@ -15,6 +15,10 @@ split request -> READY into:
 - alive_to_ready: the control plane noticing /alive, then the conversation created in the
   sandbox and the task's stages stored.
 
+With `--warm-pool N` the control plane keeps N containers parked (control_plane/sandboxes/pool.py):
+before each start the pool is full again and its servers idle (done loading), and a start is
+request -> READY alone (its container was made and started before the request).
+
 Also, in a container of the image with the provider's hardening (read-only root, no
 capabilities): the server's imports, timed inside it (wall-clock and CPU).
 Medians and maxima; the machine's load average beside them (a busy machine's figures say more
@@ -40,6 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.control_plane import post_start, wait_ready  # noqa: E402
 from control_plane.sandboxes.containers import LABEL_PLANE, PORT_NUMBER, plane_label  # noqa: E402
+from control_plane.sandboxes.pool import PREFIX  # noqa: E402
 from tests.control_plane.support import ControlPlane, configure_llm, make_config  # noqa: E402
 from tests.support import docker as docker_support  # noqa: E402
 from tests.support.llm import ScriptedLLM  # noqa: E402
@@ -105,6 +110,26 @@ def inside(engine: Any, image: str, code: str, runs: int = 3) -> list[float]:
     return [round(statistics.median(column), 3) for column in zip(*rows, strict=True)]
 
 
+def settled(engine: Any, plane: str, size: int) -> None:
+    """Until `size` parked containers run and none of them used 10 ms of CPU over half a second
+    (their servers have loaded everything and wait for their keys)."""
+    def usage() -> dict[str, int]:
+        found = engine.api.containers(filters={"label": f"{LABEL_PLANE}={plane}"})
+        parked = [c["Id"] for c in found if c["Names"][0].startswith("/" + PREFIX)]
+        return {cid: engine.api.stats(cid, stream=False)["cpu_stats"]["cpu_usage"]["total_usage"]
+                for cid in parked}
+    deadline = time.monotonic() + 120
+    before = usage()
+    while time.monotonic() < deadline:
+        time.sleep(0.5)
+        now = usage()
+        if len(now) == size and now.keys() == before.keys() and all(
+                now[cid] - before[cid] < 10_000_000 for cid in now):
+            return
+        before = now
+    raise RuntimeError("the warm pool did not settle")
+
+
 def figures(samples: list[float]) -> dict[str, float]:
     return {"median_s": round(statistics.median(samples), 3), "max_s": round(max(samples), 3)}
 
@@ -113,6 +138,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--starts", type=int, default=5)
     parser.add_argument("--image", default="")
+    parser.add_argument("--warm-pool", type=int, default=0)
     args = parser.parse_args()
     results: dict[str, Any] = {"load_before": os.getloadavg()[0]}
     with tempfile.TemporaryDirectory() as name:
@@ -127,7 +153,8 @@ def main() -> None:
             results["server_imports_in_container"] = {"wall_s": wall, "cpu_s": cpu}
             llm = ScriptedLLM(host=docker_support.bridge_gateway(engine)).start()
             config = make_config(tmp / "docker", host="0.0.0.0", sandbox_provider="docker",
-                                 sandbox_image=image, stop_sandboxes_on_exit=True)
+                                 sandbox_image=image, stop_sandboxes_on_exit=True,
+                                 warm_pool=args.warm_pool)
             running = ControlPlane(config).start()
             watch = Watch(engine, plane_label(config.db_url))
             try:
@@ -138,9 +165,16 @@ def main() -> None:
                     "to_created", "created_to_started", "started_to_alive", "alive_to_ready",
                     "request_to_ready")}
                 for _ in range(args.starts):
+                    if args.warm_pool:
+                        settled(engine, plane_label(config.db_url), args.warm_pool)
                     began = time.time()
                     task = wait_ready(client, post_start(client, {}))
                     ready = time.time()
+                    stages["request_to_ready"].append(ready - began)
+                    if args.warm_pool:
+                        client.delete(f"/api/v1/sandboxes/{task['sandbox_id']}",
+                                      params={"sandbox_id": task["sandbox_id"]})
+                        continue
                     [seen] = [s for s in list(watch.seen.values()) if s.get("create", 0) >= began]
                     deadline = time.monotonic() + 10
                     while "alive" not in seen and time.monotonic() < deadline:
@@ -149,11 +183,11 @@ def main() -> None:
                     stages["created_to_started"].append(seen["start"] - seen["create"])
                     stages["started_to_alive"].append(seen["alive"] - seen["start"])
                     stages["alive_to_ready"].append(ready - seen["alive"])
-                    stages["request_to_ready"].append(ready - began)
                     client.delete(f"/api/v1/sandboxes/{task['sandbox_id']}",
                                   params={"sandbox_id": task["sandbox_id"]})
                 results["starts"] = args.starts
-                results.update({k: figures(v) for k, v in stages.items()})
+                results["warm_pool"] = args.warm_pool
+                results.update({k: figures(v) for k, v in stages.items() if v})
             finally:
                 watch.close()
                 running.stop()

@@ -100,6 +100,11 @@ class Config(BaseModel):
     """The Docker provider's bridge network, made by it when missing, with inter-container
     traffic off: sandboxes reach this control plane and the outside, not each other."""
 
+    warm_pool: int = Field(default=0, ge=0, le=64)
+    """Containers the Docker provider keeps started for new sandboxes: a start takes one and
+    only hands it its keys (about 0.2 s instead of 1.5 to 2). Each holds about 190 MiB while
+    it waits; none is shared, a taken one is replaced in the background."""
+
     sandbox_memory_limit: ByteSize = Field(default=ByteSize(4 * 1024**3), ge=64 * 1024**2)
     """Memory of one container sandbox (bytes, or with a unit: `4GiB`, `512MiB`)."""
 

@@ -57,7 +57,8 @@ def build_provider(config: Config) -> SandboxProvider:
         return DockerProvider(archives, image=config.sandbox_image, plane=plane,
                               docker_url=config.docker_url, network=config.docker_network,
                               limits=limits, start_timeout=config.sandbox_start_timeout,
-                              stop_grace=config.sandbox_stop_grace)
+                              stop_grace=config.sandbox_stop_grace,
+                              warm_pool=config.warm_pool, webhook_url=config.webhook_base)
     isolation = choose(config.sandbox_isolation, hidden=[config.state_dir], uids=config.sandbox_uids)
     template = (Template(config.state_dir / "template")
                 if config.sandbox_template and isolation is not None and isolation.uids else None)

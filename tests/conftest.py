@@ -17,23 +17,9 @@ from tests.support.llm import ScriptedLLM
 from tests.support.server import ServerProcess
 
 #: Test modules that share the host's Docker daemon (the Docker provider's and Swarm's: the
-#: Swarm tests turn swarm mode on and off), so one xdist worker runs them one after another.
-DOCKER_MODULES = ("tests/control_plane/test_docker.py", "tests/control_plane/test_swarm.py")
-
-
-@pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Under `pytest -n N --dist loadgroup` (as `make test` runs), keep each module on one
-    worker, so its module-scoped servers start once, and the Docker modules on the same one."""
-    for item in items:
-        module = item.nodeid.split("::", 1)[0]
-        group = "docker" if module in DOCKER_MODULES else module
-        item.add_marker(pytest.mark.xdist_group(group))
-
-
-#: Test modules that share the host's Docker daemon (the Docker provider's and Swarm's: the
 #: Swarm tests turn swarm mode on and off, and either may start dockerd), run on one worker.
-DOCKER_MODULES = ("tests/control_plane/test_docker.py", "tests/control_plane/test_swarm.py")
+DOCKER_MODULES = ("tests/control_plane/test_docker.py", "tests/control_plane/test_swarm.py",
+                  "tests/control_plane/test_warm_pool.py")
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:

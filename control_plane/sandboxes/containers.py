@@ -9,8 +9,10 @@ Docker is away and a start then fails with the reason.
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import hashlib
+import socket
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -78,7 +80,7 @@ class Limits:
 DEFAULT_LIMITS = Limits()
 
 
-def environment(launch: Launch, webhook_url: str, keys_fd: int) -> dict[str, str]:
+def environment(webhook_url: str, keys_fd: int) -> dict[str, str]:
     """A sandbox's whole environment: the webhook, where its state and workspace are, and the
     descriptor its keys come on. Nothing of the control plane's own, and no key."""
     return {
@@ -89,6 +91,26 @@ def environment(launch: Launch, webhook_url: str, keys_fd: int) -> dict[str, str
         "AGENT_SERVER_LOG_LEVEL": "warning",
         "HOME": HOME,
     }
+
+
+def hand_over(attached: Any, keys: bytes) -> None:
+    """`keys` written to a container's stdin through the SDK's attach object (a SocketIO
+    over unix or tcp, a channel over ssh), then its end."""
+    raw = getattr(attached, "_sock", attached)
+    raw.sendall(keys)
+    with contextlib.suppress(OSError):
+        if hasattr(raw, "shutdown_write"):
+            raw.shutdown_write()
+        else:
+            raw.shutdown(socket.SHUT_WR)
+
+
+def close_attach(attached: Any) -> None:
+    """The attach object and what it wraps: closing the object alone leaves the socket open."""
+    for part in (getattr(attached, "_sock", None), attached):
+        if part is not None:
+            with contextlib.suppress(OSError):
+                part.close()
 
 
 def explain(exc: docker.errors.DockerException) -> str:
@@ -137,7 +159,7 @@ class ContainerProvider(SandboxProvider):
         if launch.spec_id != self.spec.id:
             raise ProviderError(f"unknown sandbox spec {launch.spec_id!r}")
 
-    async def _run(self, fn: Callable[..., T], *args: Any) -> T:
+    async def run(self, fn: Callable[..., T], *args: Any) -> T:
         """`fn(client, *args)` in a worker thread; Docker's errors become ProviderErrors."""
         def call() -> T:
             try:

@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import socket
 import time
 from pathlib import Path
 from typing import Any
@@ -66,10 +65,13 @@ from control_plane.sandboxes.containers import (
     WORKSPACE,
     ContainerProvider,
     Limits,
+    close_attach,
     environment,
+    hand_over,
     name_of,
     plane_label,
 )
+from control_plane.sandboxes.pool import WarmPool
 from control_plane.sandboxes.provider import Handle, Launch, Liveness, ProviderError, SandboxSpec
 
 logger = logging.getLogger(__name__)
@@ -98,6 +100,9 @@ NO_HEALTHCHECK = {"test": ["NONE"]}
 #: Seconds between a starting server's /alive checks, and between looks at its container.
 ALIVE_INTERVAL = 0.02
 STATE_INTERVAL = 0.25
+#: A warm pool's parked server: the image's entrypoint with `warm` (its host and port are the
+#: image's AGENT_SERVER_HOST and AGENT_SERVER_PORT).
+WARM_ENTRYPOINT = ["tini", "--", "agent-server", "warm"]
 
 
 def id_key(container_id: str) -> int:
@@ -122,11 +127,28 @@ class DockerProvider(ContainerProvider):
     def __init__(self, archive_dir: Path, *, image: str, plane: str,
                  docker_url: str = "unix:///var/run/docker.sock", network: str = "agent-sandboxes",
                  limits: Limits = DEFAULT_LIMITS, start_timeout: float = 60.0, stop_grace: float = 5.0,
+                 warm_pool: int = 0, webhook_url: str | None = None,
                  transport: httpx.AsyncBaseTransport | None = None) -> None:
+        """`warm_pool`: containers kept started for new sandboxes (`pool.py`), given the
+        `webhook_url` every sandbox of this control plane gets."""
         super().__init__(archive_dir, image=image, plane=plane, docker_url=docker_url,
                          limits=limits, start_timeout=start_timeout, stop_grace=stop_grace,
                          transport=transport)
         self.network = network
+        self.pool = (WarmPool(self, warm_pool, for_container(webhook_url))
+                     if warm_pool > 0 and webhook_url else None)
+
+    async def start(self) -> None:
+        if self.pool is not None:
+            self.pool.start()
+
+    def reserve(self, spec_id: str) -> str | None:
+        return self.pool.reserve() if self.pool is not None and spec_id == SPEC.id else None
+
+    async def close(self) -> None:
+        if self.pool is not None:
+            await self.pool.close()
+        await super().close()
 
     def _find(self, client: docker.DockerClient, sandbox_id: str) -> Container | None:
         """The sandbox's container, found by its labels (never by name alone)."""
@@ -137,48 +159,58 @@ class DockerProvider(ContainerProvider):
 
     async def create(self, launch: Launch) -> Handle:
         self.check_spec(launch)
-        container_id = await self._run(self._start_container, launch)
+        claimed = None if self.pool is None else await self.pool.claim(
+            launch, for_container(launch.webhook_url))
+        container_id = claimed if claimed is not None else await self.run(
+            self._start_container, launch)
         try:
             return await self._wait_up(launch.sandbox_id, container_id, self.start_timeout)
         except BaseException:
             with anyio.CancelScope(shield=True):  # a cancelled start leaves nothing running
-                await self._run(_remove_container, container_id)
+                await self.run(_remove_container, container_id)
             raise
 
     def _start_container(self, client: docker.DockerClient, launch: Launch) -> str:
-        name = name_of(launch.sandbox_id)
-        # On 127.0.0.1 only, a host port Docker picks (the SDK's stubs know no "any port").
-        ports: dict[str, Any] = {PORT: ("127.0.0.1", None)}
         stale = self._find(client, launch.sandbox_id)
         if stale is not None:  # a start cut short earlier: this one replaces it
             stale.remove(force=True)
-        self._ensure_network(client)
-        client.volumes.create(name=name, labels=self.labels(launch.sandbox_id))
-        container = client.containers.create(
-            self.image, name=name, labels=self.labels(launch.sandbox_id),
-            environment=environment(launch, for_container(launch.webhook_url), keys_fd=0),
-            # Not detached, stdin open: Docker closes the stdin once the one attach that
-            # hands over the keys ends (StdinOnce).
-            detach=False, stdin_open=True,
-            ports=ports, network=self.network,
-            volumes={name: {"bind": VOLUME_DIR, "mode": "rw"}},
-            extra_hosts={HOST_ALIAS: "host-gateway"},
-            user=USER, cap_drop=["ALL"], security_opt=["no-new-privileges"],
-            read_only=True, tmpfs=TMPFS, mem_limit=self.limits.memory,
-            nano_cpus=int(self.limits.cpus * 1e9), pids_limit=self.limits.pids,
-            healthcheck=NO_HEALTHCHECK)
+        container = self.make_container(client, launch.sandbox_id, name_of(launch.sandbox_id),
+                                        for_container(launch.webhook_url))
         try:
             attached = client.api.attach_socket(str(container.id),
                                                 params={"stdin": 1, "stream": 1})
             try:
                 container.start()
-                _hand_over(attached, launch.keys())
+                hand_over(attached, launch.keys())
             finally:
-                _close(attached)
+                close_attach(attached)
         except BaseException:
             container.remove(force=True)
             raise
         return str(container.id)
+
+    def make_container(self, client: docker.DockerClient, sandbox_id: str, name: str,
+                       webhook_url: str, *, warm: bool = False) -> Container:
+        """A sandbox's container, created (not started) with its volume; `warm`: its server
+        loads everything first and waits for its keys (a warm pool's, `pool.py`)."""
+        # On 127.0.0.1 only, a host port Docker picks (the SDK's stubs know no "any port").
+        ports: dict[str, Any] = {PORT: ("127.0.0.1", None)}
+        self._ensure_network(client)
+        client.volumes.create(name=name_of(sandbox_id), labels=self.labels(sandbox_id))
+        return client.containers.create(
+            self.image, name=name, labels=self.labels(sandbox_id),
+            environment=environment(webhook_url, keys_fd=0),
+            # Not detached, stdin open: Docker closes the stdin once the one attach that
+            # hands over the keys ends (StdinOnce).
+            detach=False, stdin_open=True,
+            entrypoint=WARM_ENTRYPOINT if warm else None,
+            ports=ports, network=self.network,
+            volumes={name_of(sandbox_id): {"bind": VOLUME_DIR, "mode": "rw"}},
+            extra_hosts={HOST_ALIAS: "host-gateway"},
+            user=USER, cap_drop=["ALL"], security_opt=["no-new-privileges"],
+            read_only=True, tmpfs=TMPFS, mem_limit=self.limits.memory,
+            nano_cpus=int(self.limits.cpus * 1e9), pids_limit=self.limits.pids,
+            healthcheck=NO_HEALTHCHECK)
 
     def _ensure_network(self, client: docker.DockerClient) -> None:
         """The sandboxes' bridge network, made when missing; one that lets containers talk to
@@ -212,14 +244,14 @@ class DockerProvider(ContainerProvider):
             if handle is not None and await self.alive(handle):
                 return handle
             if handle is None or time.monotonic() >= look_at:
-                state = await self._run(_state, container_id)
+                state = await self.run(_state, container_id)
                 if state is None or state["Status"] not in ("running", "created"):
-                    logs = await self._run(_logs, container_id)
+                    logs = await self.run(_logs, container_id)
                     status = "is gone" if state is None else f"exited with status {state['ExitCode']}"
                     raise ProviderError(f"the agent server's container {status}: {logs}")
                 look_at = time.monotonic() + STATE_INTERVAL
                 if handle is None and state["Status"] == "running":
-                    handle = await self._run(_handle, sandbox_id, container_id)
+                    handle = await self.run(_handle, sandbox_id, container_id)
                     continue
             await anyio.sleep(ALIVE_INTERVAL)
         raise ProviderError(f"the agent server did not answer /alive within {self.start_timeout:g} s")
@@ -232,18 +264,18 @@ class DockerProvider(ContainerProvider):
         def find(client: docker.DockerClient) -> tuple[str, str] | None:
             container = self._find(client, launch.sandbox_id)
             return None if container is None else (str(container.id), container.status)
-        found = await self._run(find)
+        found = await self.run(find)
         if found is None:
             return None
         container_id, status = found
         if status == "paused":
-            return await self._run(_handle, launch.sandbox_id, container_id)
+            return await self.run(_handle, launch.sandbox_id, container_id)
         if status == "running":
             try:
                 return await self._wait_up(launch.sandbox_id, container_id, self.start_timeout)
             except ProviderError:
                 pass
-        await self._run(_remove_container, container_id)
+        await self.run(_remove_container, container_id)
         return None
 
     async def inspect(self, handle: Handle) -> Liveness:
@@ -252,7 +284,7 @@ class DockerProvider(ContainerProvider):
             if container is None or id_key(str(container.id)) != handle.pid_start_time:
                 return None
             return container.status
-        status = await self._run(look)
+        status = await self.run(look)
         if status == "paused":
             return Liveness.STOPPED
         if status == "running":
@@ -270,14 +302,14 @@ class DockerProvider(ContainerProvider):
             container = self._ours(client, handle)
             if container.status != "paused":
                 container.pause()
-        await self._run(freeze)
+        await self.run(freeze)
 
     async def resume(self, handle: Handle) -> Handle:
         def thaw(client: docker.DockerClient) -> None:
             container = self._ours(client, handle)
             if container.status == "paused":  # (one thawed by hand is just running)
                 container.unpause()
-        await self._run(thaw)
+        await self.run(thaw)
         await self.until_alive(handle, "the agent server did not answer after resuming")
         return handle
 
@@ -294,7 +326,7 @@ class DockerProvider(ContainerProvider):
         workspace archived from its volume, the volume removed. Works from labels and names
         alone, so a sandbox whose start was cut short (no handle) goes just as well. `root_dir`
         is a path inside the container: nothing of a sandbox is on this machine's disk."""
-        return await self._run(self._destroy, sandbox_id)
+        return await self.run(self._destroy, sandbox_id)
 
     def _destroy(self, client: docker.DockerClient, sandbox_id: str) -> Path | None:
         container = self._find(client, sandbox_id)
@@ -350,7 +382,7 @@ class DockerProvider(ContainerProvider):
 
 
 
-# -- small blocking helpers (run through DockerProvider._run) ----------------------------------
+# -- small blocking helpers (run through DockerProvider.run) ----------------------------------
 
 def _state(client: docker.DockerClient, container_id: str) -> dict[str, Any] | None:
     try:
@@ -368,26 +400,6 @@ def _handle(client: docker.DockerClient, sandbox_id: str, container_id: str) -> 
         raise ProviderError("the container's port was not published") from None
     return Handle(sandbox_id=sandbox_id, pid=int(attrs["State"]["Pid"]),
                   pid_start_time=id_key(container_id), port=port)
-
-
-def _hand_over(attached: Any, keys: bytes) -> None:
-    """`keys` written to the container's stdin through the SDK's attach object (a SocketIO
-    over unix or tcp, a channel over ssh), then its end."""
-    raw = getattr(attached, "_sock", attached)
-    raw.sendall(keys)
-    with contextlib.suppress(OSError):
-        if hasattr(raw, "shutdown_write"):
-            raw.shutdown_write()
-        else:
-            raw.shutdown(socket.SHUT_WR)
-
-
-def _close(attached: Any) -> None:
-    """The attach object and what it wraps: closing the object alone leaves the socket open."""
-    for part in (getattr(attached, "_sock", None), attached):
-        if part is not None:
-            with contextlib.suppress(OSError):
-                part.close()
 
 
 def _logs(client: docker.DockerClient, container_id: str) -> str:

@@ -188,6 +188,12 @@ class SandboxProvider(abc.ABC):
         """Prepare what starts use (the process provider's template); nothing by default."""
         return None
 
+    def reserve(self, spec_id: str) -> str | None:
+        """The id of a sandbox of `spec_id` made in advance (a warm pool's), taken for a new
+        sandbox's row, whose start then only hands it its keys; None: the row gets a new id
+        and its start makes everything (the default)."""
+        return None
+
     def working_dir(self, root_dir: Path) -> Path:
         """The workspace of the sandbox whose directory is `root_dir`, as its processes see it:
         the agent server's working directory, under which conversations get theirs."""

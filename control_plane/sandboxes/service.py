@@ -123,7 +123,7 @@ class SandboxService:
                    or memory_short(self.memory_floor))
         if refused is not None:
             raise LimitReached(refused)
-        sandbox_id = uuid.uuid4().hex
+        sandbox_id = self.provider.reserve(spec_id) or uuid.uuid4().hex
         key = new_key("sk-sandbox")
         return await rows.insert(conn, self.db.now(), id=sandbox_id, user_id=user_id,
                                  spec_id=spec_id, session_key_hash=hash_key(key),

@@ -143,9 +143,9 @@ class SwarmProvider(ContainerProvider):
 
     async def create(self, launch: Launch) -> Handle:
         self.check_spec(launch)
-        if await self._run(self._find, launch.sandbox_id) is not None:
+        if await self.run(self._find, launch.sandbox_id) is not None:
             await self._remove_all(launch.sandbox_id)  # a start cut short: this one replaces it
-        service_id = await self._run(self._start_service, launch)
+        service_id = await self.run(self._start_service, launch)
         try:
             return await self._wait_up(launch.sandbox_id, service_id, self.placement_timeout)
         except BaseException:
@@ -186,11 +186,11 @@ class SwarmProvider(ContainerProvider):
         deadline = began + placement + self.start_timeout
         handle: Handle | None = None
         while True:
-            task, node = await self._run(self._current, service_id, earlier)
+            task, node = await self.run(self._current, service_id, earlier)
             state = "new" if task is None else str(task["Status"]["State"])
             now = time.monotonic()
             if task is not None and state in ENDED:
-                logs = await self._run(service_logs, service_id)
+                logs = await self.run(service_logs, service_id)
                 raise ProviderError(f"the agent server's task ended ({describe(task)}): {logs}")
             if state in UNPLACED and now > began + placement:
                 reason = (task or {}).get("Status", {}).get("Err") or "no node took it"
@@ -227,11 +227,11 @@ class SwarmProvider(ContainerProvider):
         """The service of a start cut short, found by its labels: its handle once it answers
         (or is paused); otherwise it is stopped (its volume kept for the clean-up's archive)
         and None returned."""
-        service = await self._run(self._find, launch.sandbox_id)
+        service = await self.run(self._find, launch.sandbox_id)
         if service is None:
             return None
         if replicas(service["Spec"]) == 0:
-            return await self._run(self._paused_handle, launch.sandbox_id, service)
+            return await self.run(self._paused_handle, launch.sandbox_id, service)
         try:
             return await self._wait_up(launch.sandbox_id, service["ID"], self.placement_timeout)
         except ProviderError:
@@ -254,7 +254,7 @@ class SwarmProvider(ContainerProvider):
 
     async def health(self, handle: Handle) -> Health:
         """The scheduler's view first (the service, its node, its task), then /alive."""
-        look, where = await self._run(self._look, handle)
+        look, where = await self.run(self._look, handle)
         if look.liveness is Liveness.ALIVE and not await self.alive(handle):
             return Health(Liveness.UNRESPONSIVE, f"its task on {where} does not answer")
         return look
@@ -307,7 +307,7 @@ class SwarmProvider(ContainerProvider):
                 spec["EndpointSpec"] = host_port(handle.port)
             update(client, service["ID"], change)
             return str(service["ID"])
-        await self._stop(await self._run(scale_down))
+        await self._stop(await self.run(scale_down))
 
     async def resume(self, handle: Handle) -> Handle:
         def scale_up(client: docker.DockerClient) -> tuple[str, frozenset[str]]:
@@ -328,7 +328,7 @@ class SwarmProvider(ContainerProvider):
                                   "is back")
             update(client, service["ID"], restart)
             return str(service["ID"]), earlier
-        service_id, earlier = await self._run(scale_up)
+        service_id, earlier = await self.run(scale_up)
         try:
             return await self._wait_up(handle.sandbox_id, service_id, self.placement_timeout,
                                        earlier)
@@ -336,12 +336,12 @@ class SwarmProvider(ContainerProvider):
             # Its port taken on the node meanwhile: once more with a port the node picks.
             if not any(words in str(exc) for words in PORT_TAKEN):
                 raise
-        earlier = frozenset(t["ID"] for t in await self._run(self._tasks, service_id))
+        earlier = frozenset(t["ID"] for t in await self.run(self._tasks, service_id))
 
         def republish(spec: dict[str, Any]) -> None:
             publish(None)(spec)
             restart(spec)
-        await self._run(lambda c: update(c, service_id, republish))
+        await self.run(lambda c: update(c, service_id, republish))
         return await self._wait_up(handle.sandbox_id, service_id, self.placement_timeout, earlier)
 
     async def _stop(self, service_id: str) -> None:
@@ -353,11 +353,11 @@ class SwarmProvider(ContainerProvider):
             except docker.errors.NotFound:
                 return False
             return True
-        if not await self._run(scale_down):
+        if not await self.run(scale_down):
             return
         deadline = time.monotonic() + self.stop_grace + 30
         while True:
-            tasks = await self._run(self._tasks, service_id)
+            tasks = await self.run(self._tasks, service_id)
             live = [t for t in tasks if t["Status"]["State"] not in ENDED]
             if not live:
                 return
@@ -372,15 +372,15 @@ class SwarmProvider(ContainerProvider):
         """Stopped, the workspace archived from its volume and the volume removed by jobs on
         its node, then the service and its secret removed. Works from labels alone (a start cut
         short has no handle). Its node down: ProviderError, tried again later."""
-        service = await self._run(self._find, sandbox_id)
+        service = await self.run(self._find, sandbox_id)
         archive: Path | None = None
         if service is not None:
-            node = await self._run(self._reachable_node, service)
+            node = await self.run(self._reachable_node, service)
             await self._stop(service["ID"])
             if node is not None:
-                archive = await self._run(self._archive, sandbox_id, node)
-                await self._run(self._remove_volume, sandbox_id, node)
-        await self._run(self._remove_objects, sandbox_id)
+                archive = await self.run(self._archive, sandbox_id, node)
+                await self.run(self._remove_volume, sandbox_id, node)
+        await self.run(self._remove_objects, sandbox_id)
         return archive
 
     def _reachable_node(self, client: docker.DockerClient, service: dict[str, Any]) -> Node | None:
@@ -416,13 +416,13 @@ class SwarmProvider(ContainerProvider):
 
     async def _remove_all(self, sandbox_id: str) -> None:
         """Everything of a sandbox whose start failed, its volume too (nothing to archive)."""
-        service = await self._run(self._find, sandbox_id)
+        service = await self.run(self._find, sandbox_id)
         if service is not None:
-            node = await self._run(self._reachable_node, service)
+            node = await self.run(self._reachable_node, service)
             await self._stop(service["ID"])
             if node is not None:
-                await self._run(self._remove_volume, sandbox_id, node)
-        await self._run(self._remove_objects, sandbox_id)
+                await self.run(self._remove_volume, sandbox_id, node)
+        await self.run(self._remove_objects, sandbox_id)
 
     def _remove_objects(self, client: docker.DockerClient, sandbox_id: str) -> None:
         """The service, its jobs and its secret (the secret once no service uses it)."""

@@ -119,7 +119,7 @@ def task_template(image: str, launch: Launch, secret_id: str, labels: dict[str, 
     name = name_of(launch.sandbox_id)
     container = docker.types.ContainerSpec(
         image, command=["tini", "--", "sh", "-c", ENTRYPOINT], user="0:0",
-        env=[f"{k}={v}" for k, v in environment(launch, launch.webhook_url, KEYS_FD).items()],
+        env=[f"{k}={v}" for k, v in environment(launch.webhook_url, KEYS_FD).items()],
         labels=labels,
         mounts=[
             docker.types.Mount(VOLUME_DIR, name, type="volume", labels=labels),

@@ -4,14 +4,17 @@ started for the session when it is installed but not running)."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 
+import docker
 import pytest
 
 from tests.control_plane.postgres import PostgresServer, binaries
 from tests.control_plane.support import ControlPlane, make_config
 from tests.support import docker as docker_support
+from tests.support.llm import ScriptedLLM
 
 
 @pytest.fixture(scope="session")
@@ -60,3 +63,24 @@ def sandbox_image(docker_daemon: docker_support.Daemon) -> str:
         return docker_support.sandbox_image()
     except docker_support.Unavailable as exc:
         pytest.skip(str(exc))
+
+
+# -- the Docker provider's tests (test_docker, test_warm_pool) ------------------------------
+
+@pytest.fixture(scope="module")
+def engine(docker_daemon: docker_support.Daemon) -> Iterator[docker.DockerClient]:
+    with contextlib.closing(docker_support.client()) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def gateway(engine: docker.DockerClient) -> str:
+    return docker_support.bridge_gateway(engine)
+
+
+@pytest.fixture(scope="module")
+def bridge_llm(gateway: str) -> Iterator[ScriptedLLM]:
+    """The scripted LLM where containers reach it (the bridge's address on this host)."""
+    server = ScriptedLLM(host=gateway).start()
+    yield server
+    server.stop()

@@ -53,25 +53,6 @@ from tests.support.llm import ScriptedLLM, call
 from tests.support.wait import wait_for
 
 
-@pytest.fixture(scope="module")
-def engine(docker_daemon: docker_support.Daemon) -> Iterator[docker.DockerClient]:
-    with contextlib.closing(docker_support.client()) as c:
-        yield c
-
-
-@pytest.fixture(scope="module")
-def gateway(engine: docker.DockerClient) -> str:
-    return docker_support.bridge_gateway(engine)
-
-
-@pytest.fixture(scope="module")
-def bridge_llm(gateway: str) -> Iterator[ScriptedLLM]:
-    """The scripted LLM where containers reach it (the bridge's address on this host)."""
-    server = ScriptedLLM(host=gateway).start()
-    yield server
-    server.stop()
-
-
 @pytest.fixture
 def forge(tmp_path: Path, gateway: str) -> Iterator[str]:
     """acme/demo served by `git daemon` on the bridge: the clone URL template containers use."""
@@ -87,9 +68,11 @@ def docker_config(state_dir: Path, image: str, **extra: Any) -> Any:
 
 
 @pytest.fixture
-def plane(tmp_path: Path, sandbox_image: str, forge: str,
+def plane(request: pytest.FixtureRequest, tmp_path: Path, sandbox_image: str, forge: str,
           engine: docker.DockerClient) -> Iterator[ControlPlane]:
-    config = docker_config(tmp_path / "cp", sandbox_image, repository_url_template=forge)
+    """`request.param`: its warm pool's size (none by default)."""
+    config = docker_config(tmp_path / "cp", sandbox_image, repository_url_template=forge,
+                           warm_pool=getattr(request, "param", 0))
     server = ControlPlane(config).start()
     yield server
     server.stop()
@@ -343,11 +326,19 @@ def test_what_a_vanished_container_leaves_is_cleaned_up(tmp_path: Path, sandbox_
         docker_support.remove_labelled(engine, label)
 
 
+@pytest.mark.parametrize("plane", [0, 2], ids=["cold", "warm-pool"], indirect=True)
 def test_a_container_tenant_reads_nothing_of_another_and_reaches_no_other(
         plane: ControlPlane, bridge_llm: ScriptedLLM, engine: docker.DockerClient) -> None:
     """The escape of test_isolation on this provider, and its hardening as Docker says it is:
     an unprivileged user without capabilities on a read-only root, limits, no host path, and a
-    network on which sandboxes reach the control plane but not each other."""
+    network on which sandboxes reach the control plane but not each other. With a warm pool,
+    both tenants get parked containers (the pool's servers, `agent-server warm`)."""
+    label = {"label": f"{LABEL_PLANE}={plane_label(plane.config.db_url)}"}
+    waiting = lambda: [c["State"] for c in engine.api.containers(all=True, filters=label)  # noqa: E731
+                       if c["Names"][0].startswith("/agent-pool-")]
+    pooled = plane.config.warm_pool > 0
+    if pooled:
+        wait_for(lambda: waiting() == ["running"] * 2, 60, what="two parked containers")
     a = victim(plane, bridge_llm, HOST_ALIAS)
     volume = f"/var/lib/docker/volumes/{name_of(a.sid)}/_data"
     inside = [f"{WORKSPACE}/{a.cid}/notes.txt",
@@ -374,6 +365,9 @@ def test_a_container_tenant_reads_nothing_of_another_and_reaches_no_other(
     # The hardening, as Docker reports it.
     container = container_of(engine, b.sid)
     config, host = container.attrs["Config"], container.attrs["HostConfig"]
+    for sid in (a.sid, b.sid):
+        entrypoint = container_of(engine, sid).attrs["Config"]["Entrypoint"]
+        assert (entrypoint[-1] == "warm") == pooled, entrypoint
     assert config["User"] == "1000:1000" and host["Privileged"] is False
     assert host["CapDrop"] == ["ALL"] and not host["CapAdd"]
     assert "no-new-privileges" in host["SecurityOpt"] and host["ReadonlyRootfs"] is True
