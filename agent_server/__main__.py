@@ -62,14 +62,6 @@ def main(argv: list[str] | None = None) -> None:
     if args[:1] == ["acp"]:  # `agent-server acp`: the editor bridge (bridge/)
         from bridge.cli import main as acp_main
         return acp_main(args[1:])
-    if args[:1] == ["warm"]:
-        # `agent-server warm`: a warm pool's parked server (control_plane/sandboxes/pool.py).
-        # It loads what a start and a first model call need, then waits on its keys' pipe
-        # like any server: the start it is claimed for pays for none of the imports, and the
-        # pipe closing unused (its control plane gone) ends it.
-        from agent_server.template import preload
-        preload()
-        argv = args = args[1:]
     try:
         secrecy.guard()
         config = load_config(argv)

@@ -23,7 +23,7 @@ from pathlib import Path
 
 def load_all() -> None:
     import tools
-    from agent_server import template
+    from agent_server import template, warm  # noqa: F401  (warm: a warm pool's entry)
 
     template.preload()
     for found in pkgutil.walk_packages(tools.__path__, "tools."):

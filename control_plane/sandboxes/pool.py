@@ -5,7 +5,7 @@ A cold Docker start waits for Docker to create and start a container (about 0.5 
 server's imports inside it (about 0.7 s of CPU). A parked container has both behind it. It is
 made as a cold start makes a sandbox's (the same image, network, hardening and limits, an empty
 volume of its own) for a sandbox id drawn in advance, named `agent-pool-<id>`, and its server
-(`agent-server warm`) has loaded everything and waits on its stdin for its keys.
+(`python -m agent_server.warm`) has loaded everything and waits on its stdin for its keys.
 
 - **Reserve**: a new sandbox's row takes its id from a parked container when there is one
   (`SandboxProvider.reserve`), so the container's labels and volume are already the sandbox's.
@@ -32,17 +32,18 @@ import logging
 import time
 import uuid
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol, TypeVar
 
 import docker
 import docker.errors
+from docker.models.containers import Container
 
 from control_plane.sandboxes.containers import LABEL_PLANE, close_attach, hand_over, name_of
 from control_plane.sandboxes.provider import Launch, ProviderError
 
-if TYPE_CHECKING:
-    from control_plane.sandboxes.docker import DockerProvider
+T = TypeVar("T")
 
 logger = logging.getLogger(__name__)
 
@@ -51,6 +52,17 @@ PREFIX = "agent-pool-"
 RESERVE_TIMEOUT = 120.0
 #: Seconds before parking is tried again after a failure (Docker away, the image missing).
 BACKOFF = 10.0
+
+
+class Maker(Protocol):
+    """What the pool asks of its provider (the Docker provider)."""
+
+    plane: str
+
+    async def run(self, fn: Callable[..., T], *args: Any) -> T: ...
+
+    def make_container(self, client: docker.DockerClient, sandbox_id: str, name: str,
+                       webhook_url: str, *, warm: bool = False) -> Container: ...
 
 
 def pool_name(sandbox_id: str) -> str:
@@ -68,7 +80,7 @@ class Parked:
 
 @dataclass
 class WarmPool:
-    provider: DockerProvider
+    provider: Maker
     size: int
     webhook_url: str
     """As a container sees it: the same for every sandbox of this control plane."""

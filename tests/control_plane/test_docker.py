@@ -332,7 +332,7 @@ def test_a_container_tenant_reads_nothing_of_another_and_reaches_no_other(
     """The escape of test_isolation on this provider, and its hardening as Docker says it is:
     an unprivileged user without capabilities on a read-only root, limits, no host path, and a
     network on which sandboxes reach the control plane but not each other. With a warm pool,
-    both tenants get parked containers (the pool's servers, `agent-server warm`)."""
+    both tenants get parked containers (the pool's servers, `python -m agent_server.warm`)."""
     label = {"label": f"{LABEL_PLANE}={plane_label(plane.config.db_url)}"}
     waiting = lambda: [c["State"] for c in engine.api.containers(all=True, filters=label)  # noqa: E731
                        if c["Names"][0].startswith("/agent-pool-")]
@@ -367,7 +367,7 @@ def test_a_container_tenant_reads_nothing_of_another_and_reaches_no_other(
     config, host = container.attrs["Config"], container.attrs["HostConfig"]
     for sid in (a.sid, b.sid):
         entrypoint = container_of(engine, sid).attrs["Config"]["Entrypoint"]
-        assert (entrypoint[-1] == "warm") == pooled, entrypoint
+        assert (entrypoint[-1] == "agent_server.warm") == pooled, entrypoint
     assert config["User"] == "1000:1000" and host["Privileged"] is False
     assert host["CapDrop"] == ["ALL"] and not host["CapAdd"]
     assert "no-new-privileges" in host["SecurityOpt"] and host["ReadonlyRootfs"] is True

@@ -68,7 +68,7 @@ async def test_each_parked_container_goes_to_one_sandbox_with_its_key_alone(
         first = parked(engine, plane)
         assert set(first) == set(pool.waiting) and set(first.values()) == {"running"}
         for container in ours(engine, plane):  # waiting, they hold no key anywhere
-            assert container.attrs["Config"]["Entrypoint"][-1] == "warm"
+            assert container.attrs["Config"]["Entrypoint"][-1] == "agent_server.warm"
             assert "SESSION_API_KEY" not in " ".join(container.attrs["Config"]["Env"])
 
         # Three new sandboxes at once: two take the parked ones, the third starts cold.
@@ -87,7 +87,7 @@ async def test_each_parked_container_goes_to_one_sandbox_with_its_key_alone(
             assert await asyncio.to_thread(key_works, url, other) == 401
             [container] = [c for c in ours(engine, plane) if c.name == name_of(launch.sandbox_id)]
             assert container.status == "running"
-            assert (container.attrs["Config"]["Entrypoint"][-1] == "warm") == (n < 2)
+            assert (container.attrs["Config"]["Entrypoint"][-1] == "agent_server.warm") == (n < 2)
 
         # Refilled with new containers (never the claimed ones back); a close removes the
         # parked ones and leaves the sandboxes.
@@ -121,7 +121,7 @@ async def test_a_parked_container_whose_server_died_gives_way_to_a_cold_start(
         handle = await provider.create(launch)
         assert await asyncio.to_thread(key_works, provider.url(handle), "sk-after-a-death") == 200
         container = engine.containers.get(name_of(sid))
-        assert container.attrs["Config"]["Entrypoint"][-1] != "warm"  # made cold, same id
+        assert container.attrs["Config"]["Entrypoint"][-1] != "agent_server.warm"  # made cold, same id
     finally:
         await provider.close()
         docker_support.remove_labelled(engine, f"{LABEL_PLANE}={plane}")
