@@ -52,7 +52,8 @@ def build_provider(config: Config) -> SandboxProvider:
                                  limits=limits, start_timeout=config.sandbox_start_timeout,
                                  placement_timeout=config.swarm_placement_timeout,
                                  stop_grace=config.sandbox_stop_grace,
-                                 node_socket=config.swarm_node_docker_socket)
+                                 node_socket=config.swarm_node_docker_socket,
+                                 warm_pool=config.warm_pool, webhook_url=config.webhook_base)
         from control_plane.sandboxes.docker import DockerProvider
         return DockerProvider(archives, image=config.sandbox_image, plane=plane,
                               docker_url=config.docker_url, network=config.docker_network,

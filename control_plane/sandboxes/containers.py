@@ -25,6 +25,7 @@ import docker
 import docker.errors
 import httpx
 
+from control_plane.sandboxes.pool import WarmPool
 from control_plane.sandboxes.provider import (
     PROJECT_DIR,
     Launch,
@@ -137,6 +138,15 @@ class ContainerProvider(SandboxProvider):
         self.stop_grace = stop_grace
         self._client: docker.DockerClient | None = None
         self._connecting = threading.Lock()
+        self.pool: WarmPool | None = None
+        """Sandboxes started in advance for new ones (set by the provider when asked for)."""
+
+    async def start(self) -> None:
+        if self.pool is not None:
+            self.pool.start()
+
+    def reserve(self, spec_id: str) -> str | None:
+        return self.pool.reserve() if self.pool is not None and spec_id == self.spec.id else None
 
     def specs(self) -> list[SandboxSpec]:
         return [self.spec]
@@ -198,6 +208,8 @@ class ContainerProvider(SandboxProvider):
         return archive
 
     async def close(self) -> None:
+        if self.pool is not None:
+            await self.pool.close()
         await super().close()
         if self._client is not None:
             await anyio.to_thread.run_sync(self._client.close)

@@ -71,7 +71,7 @@ from control_plane.sandboxes.containers import (
     name_of,
     plane_label,
 )
-from control_plane.sandboxes.pool import WarmPool
+from control_plane.sandboxes.dockerpool import DockerPool
 from control_plane.sandboxes.provider import Handle, Launch, Liveness, ProviderError, SandboxSpec
 
 logger = logging.getLogger(__name__)
@@ -129,26 +129,14 @@ class DockerProvider(ContainerProvider):
                  limits: Limits = DEFAULT_LIMITS, start_timeout: float = 60.0, stop_grace: float = 5.0,
                  warm_pool: int = 0, webhook_url: str | None = None,
                  transport: httpx.AsyncBaseTransport | None = None) -> None:
-        """`warm_pool`: containers kept started for new sandboxes (`pool.py`), given the
+        """`warm_pool`: containers kept started for new sandboxes (`dockerpool`), given the
         `webhook_url` every sandbox of this control plane gets."""
         super().__init__(archive_dir, image=image, plane=plane, docker_url=docker_url,
                          limits=limits, start_timeout=start_timeout, stop_grace=stop_grace,
                          transport=transport)
         self.network = network
-        self.pool = (WarmPool(self, warm_pool, for_container(webhook_url))
+        self.pool = (DockerPool(self, warm_pool, for_container(webhook_url))
                      if warm_pool > 0 and webhook_url else None)
-
-    async def start(self) -> None:
-        if self.pool is not None:
-            self.pool.start()
-
-    def reserve(self, spec_id: str) -> str | None:
-        return self.pool.reserve() if self.pool is not None and spec_id == SPEC.id else None
-
-    async def close(self) -> None:
-        if self.pool is not None:
-            await self.pool.close()
-        await super().close()
 
     def _find(self, client: docker.DockerClient, sandbox_id: str) -> Container | None:
         """The sandbox's container, found by its labels (never by name alone)."""

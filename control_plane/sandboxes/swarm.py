@@ -36,6 +36,7 @@ there is nothing left to reach.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from pathlib import Path
@@ -56,6 +57,7 @@ from control_plane.sandboxes.provider import (
     ProviderError,
     Refused,
 )
+from control_plane.sandboxes.swarmpool import LABEL_PARKED, LIFELINE, SwarmPool
 from control_plane.sandboxes.swarmspec import (
     NODE_AWAY,
     PORT_TAKEN,
@@ -88,7 +90,9 @@ class SwarmProvider(ContainerProvider):
                  memory_reservation: int = 0, limits: Limits = DEFAULT_LIMITS,
                  start_timeout: float = 60.0, placement_timeout: float = 30.0,
                  stop_grace: float = 5.0, node_socket: str = "/var/run/docker.sock",
+                 warm_pool: int = 0, webhook_url: str | None = None, lifeline: float = LIFELINE,
                  transport: httpx.AsyncBaseTransport | None = None) -> None:
+        """`warm_pool`: services parked for new sandboxes (`swarmpool`), `lifeline` theirs."""
         super().__init__(archive_dir, image=image, plane=plane, docker_url=docker_url,
                          limits=limits, start_timeout=start_timeout, stop_grace=stop_grace,
                          transport=transport)
@@ -98,6 +102,8 @@ class SwarmProvider(ContainerProvider):
         self.memory_reservation = memory_reservation
         self.placement_timeout = placement_timeout
         self.node_socket = node_socket
+        self.pool = (SwarmPool(self, warm_pool, webhook_url, lifeline)
+                     if warm_pool > 0 and webhook_url else None)
 
     # -- finding things ---------------------------------------------------------------------
 
@@ -143,35 +149,41 @@ class SwarmProvider(ContainerProvider):
 
     async def create(self, launch: Launch) -> Handle:
         self.check_spec(launch)
-        if await self.run(self._find, launch.sandbox_id) is not None:
-            await self._remove_all(launch.sandbox_id)  # a start cut short: this one replaces it
-        service_id = await self.run(self._start_service, launch)
+        service_id = None if self.pool is None else await self.pool.claim(launch, launch.webhook_url)
+        if service_id is None:
+            if await self.run(self._find, launch.sandbox_id) is not None:
+                await self.remove_all(launch.sandbox_id)  # a start cut short: replaced
+            service_id = await self.run(self.start_service, launch)
         try:
             return await self._wait_up(launch.sandbox_id, service_id, self.placement_timeout)
         except BaseException:
             with anyio.CancelScope(shield=True):  # a failed start leaves nothing on any node
                 try:
-                    await self._remove_all(launch.sandbox_id)
+                    await self.remove_all(launch.sandbox_id)
                 except ProviderError as exc:  # its remains go with the sandbox's clean-up
                     logger.warning("sandbox %s: removing a failed start: %s", launch.sandbox_id,
                                    exc)
             raise
 
-    def _start_service(self, client: docker.DockerClient, launch: Launch) -> str:
+    def start_service(self, client: docker.DockerClient, launch: Launch, *,
+                      secret: bytes | None = None, server: str = "agent-server",
+                      parked: bool = False) -> str:
+        """The sandbox's service, its keys in its secret (a parked one's: `secret`, with
+        `server` its command and `parked` its label)."""
         name = name_of(launch.sandbox_id)
         labels = self.labels(launch.sandbox_id)
         check_network(client, self.network)
         self._remove_secrets(client, launch.sandbox_id)
-        secret = api(client).create_secret(f"{name}-keys", launch.keys(), labels=labels)
+        made = api(client).create_secret(f"{name}-keys", secret or launch.keys(), labels=labels)
         template = task_template(
-            self.image, launch, secret["ID"], labels, stop_grace=self.stop_grace,
+            self.image, launch, made["ID"], labels, stop_grace=self.stop_grace,
             limits=self.limits, cpu_reservation=self.cpu_reservation,
             memory_reservation=self.memory_reservation, constraints=self.constraints,
-            network=self.network)
+            network=self.network, server=server)
         try:
             service = api(client).create_service(
-                template, name=name, labels=labels, mode=docker.types.ServiceMode("replicated", 1),
-                endpoint_spec=host_port(None))
+                template, name=name, labels={**labels, **({LABEL_PARKED: "true"} if parked else {})},
+                mode=docker.types.ServiceMode("replicated", 1), endpoint_spec=host_port(None))
         except BaseException:
             self._remove_secrets(client, launch.sandbox_id)
             raise
@@ -186,7 +198,7 @@ class SwarmProvider(ContainerProvider):
         deadline = began + placement + self.start_timeout
         handle: Handle | None = None
         while True:
-            task, node = await self.run(self._current, service_id, earlier)
+            task, node = await self.run(self.current, service_id, earlier)
             state = "new" if task is None else str(task["Status"]["State"])
             now = time.monotonic()
             if task is not None and state in ENDED:
@@ -213,7 +225,7 @@ class SwarmProvider(ContainerProvider):
                                     f"{self.start_timeout:g} s (its task is {state})")
             await anyio.sleep(0.1)
 
-    def _current(self, client: docker.DockerClient, service_id: str,
+    def current(self, client: docker.DockerClient, service_id: str,
                  earlier: frozenset[str]) -> tuple[dict[str, Any] | None, Node | None]:
         task = newest([t for t in self._tasks(client, service_id) if t["ID"] not in earlier])
         if task is None or not task.get("NodeID"):
@@ -414,7 +426,7 @@ class SwarmProvider(ContainerProvider):
     def _remove_volume(self, client: docker.DockerClient, sandbox_id: str, node: Node) -> None:
         self._jobs(client, sandbox_id).remove_volume(name_of(sandbox_id), node, name_of(sandbox_id))
 
-    async def _remove_all(self, sandbox_id: str) -> None:
+    async def remove_all(self, sandbox_id: str) -> None:
         """Everything of a sandbox whose start failed, its volume too (nothing to archive)."""
         service = await self.run(self._find, sandbox_id)
         if service is not None:
@@ -427,15 +439,11 @@ class SwarmProvider(ContainerProvider):
     def _remove_objects(self, client: docker.DockerClient, sandbox_id: str) -> None:
         """The service, its jobs and its secret (the secret once no service uses it)."""
         for service in api(client).services(filters=self.label_filter(sandbox_id)):
-            try:
+            with contextlib.suppress(docker.errors.NotFound):
                 api(client).remove_service(service["ID"])
-            except docker.errors.NotFound:
-                pass
         self._remove_secrets(client, sandbox_id)
 
     def _remove_secrets(self, client: docker.DockerClient, sandbox_id: str) -> None:
         for secret in api(client).secrets(filters=self.label_filter(sandbox_id)):
-            try:
+            with contextlib.suppress(docker.errors.NotFound):
                 api(client).remove_secret(secret["ID"])
-            except docker.errors.NotFound:
-                pass

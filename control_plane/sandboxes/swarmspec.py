@@ -53,12 +53,16 @@ KEYS_FD = 3
 #: The entrypoint's root step (and tini, which signals the agent server): what they need,
 #: none of which the agent server has (setpriv drops them all).
 ROOT_CAPS = ["CAP_CHOWN", "CAP_KILL", "CAP_SETUID", "CAP_SETGID", "CAP_SETPCAP"]
-ENTRYPOINT = (
-    f"chown {UID}:{UID} {HOME}"
-    f" && exec {KEYS_FD}</run/secrets/{KEYS_FILE}"
-    f" && exec setpriv --reuid={UID} --regid={UID} --clear-groups --inh-caps=-all"
-    " --bounding-set=-all --no-new-privs --"
-    f" agent-server --host 0.0.0.0 --port {PORT_NUMBER} --state-dir {STATE_DIR}")
+def entrypoint(server: str = "agent-server") -> str:
+    """The task's shell command, `server` the agent server's command (a warm pool's:
+    `python -m agent_server.warm --claim ...`)."""
+    return (f"chown {UID}:{UID} {HOME}"
+            f" && exec {KEYS_FD}</run/secrets/{KEYS_FILE}"
+            f" && exec setpriv --reuid={UID} --regid={UID} --clear-groups --inh-caps=-all"
+            " --bounding-set=-all --no-new-privs --"
+            f" {server} --host 0.0.0.0 --port {PORT_NUMBER} --state-dir {STATE_DIR}")
+
+
 #: Node states in which nothing runs there.
 NODE_AWAY = {"down", "unknown", "disconnected"}
 #: Task states before the scheduler has placed it.
@@ -114,11 +118,11 @@ def published(task: dict[str, Any]) -> int | None:
 def task_template(image: str, launch: Launch, secret_id: str, labels: dict[str, str], *,
                   stop_grace: float, limits: Limits, cpu_reservation: float,
                   memory_reservation: int, constraints: tuple[str, ...],
-                  network: str) -> docker.types.TaskTemplate:
+                  network: str, server: str = "agent-server") -> docker.types.TaskTemplate:
     """The sandbox's task: never restarted (its volume is on one node), the key in its secret."""
     name = name_of(launch.sandbox_id)
     container = docker.types.ContainerSpec(
-        image, command=["tini", "--", "sh", "-c", ENTRYPOINT], user="0:0",
+        image, command=["tini", "--", "sh", "-c", entrypoint(server)], user="0:0",
         env=[f"{k}={v}" for k, v in environment(launch.webhook_url, KEYS_FD).items()],
         labels=labels,
         mounts=[

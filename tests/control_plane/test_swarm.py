@@ -115,6 +115,22 @@ def answers(url: str) -> bool:
         return False
 
 
+def parked_answering(swarm: Cluster, plane: str) -> list[str]:
+    """The deployment's parked services whose server answers as parked on its node."""
+    found = []
+    for service in swarm.services(f"{LABEL_PLANE}={plane}"):
+        if service["Spec"]["Labels"].get("agent-server.parked") != "true":
+            continue
+        for task in tasks_of(swarm, service["ID"]):
+            ports = (task.get("Status") or {}).get("PortStatus", {}).get("Ports") or []
+            if task["Status"]["State"] == "running" and ports:
+                url = f"http://{swarm.worker_address}:{ports[0]['PublishedPort']}/parked"
+                with contextlib.suppress(httpx.HTTPError):
+                    if httpx.get(url, timeout=2).status_code == 204:
+                        found.append(service["Spec"]["Name"])
+    return found
+
+
 def has_volume(client: Any, sandbox_id: str) -> bool:
     return bool(client.volumes.list(filters={"name": name_of(sandbox_id)}))
 
@@ -174,13 +190,19 @@ def test_the_whole_flow_on_the_worker(tmp_path: Path, swarm: Cluster, sandbox_im
         assert not has_volume(swarm.worker, sid)
 
 
+@pytest.mark.parametrize("pool", [0, 2], ids=["cold", "warm-pool"])
 def test_the_keys_are_out_of_the_agents_reach(tmp_path: Path, swarm: Cluster, sandbox_image: str,
-                                             llm: ScriptedLLM) -> None:
+                                             llm: ScriptedLLM, pool: int) -> None:
     """A prompt-injected agent (a terminal command, a child of the agent server) and the
     sandbox's own /api/bash try every way to the keys: the secret's file, every environment,
     root's descriptors, the spec; and the hardening as Docker reports it on the worker; and
-    another sandbox's port on the node's bridge."""
-    with running(swarm_config(tmp_path / "cp", swarm, sandbox_image), swarm) as plane:
+    another sandbox's port on the node's bridge. With a warm pool, both sandboxes are parked
+    services claimed (their secret a claim token, their keys over their port)."""
+    config = swarm_config(tmp_path / "cp", swarm, sandbox_image, warm_pool=pool)
+    with running(config, swarm) as plane:
+        if pool:
+            wait_for(lambda: len(parked_answering(swarm, plane_label(config.db_url))) == pool,
+                     120, what="the parked services")
         a = victim(plane, llm)
         secret_file = f"/run/secrets/{KEYS_FILE}"
         b = run(plane, llm, "mallory", reads([secret_file, "/proc/1/environ", "/proc/1/fd/3"]) +
@@ -199,6 +221,8 @@ def test_the_keys_are_out_of_the_agents_reach(tmp_path: Path, swarm: Cluster, sa
         assert "AGENT_SERVER_RUN_TAG=" in inside["stdout"]  # the environments it may read
         for sid, session in ((a.sid, a.session), (b.sid, b.session)):
             assert session not in json.dumps(service_of(swarm, sid))
+            command = service_of(swarm, sid)["Spec"]["TaskTemplate"]["ContainerSpec"]["Command"]
+            assert ("agent_server.warm --claim" in " ".join(command)) == bool(pool)
 
         # The hardening, as the worker's Docker reports it.
         [container] = swarm.worker.containers.list(
@@ -408,3 +432,109 @@ def test_a_task_that_dies_and_a_worker_that_goes(tmp_path: Path, swarm: Cluster,
         assert "left the cluster" in left["status_detail"], left
         swarm.rejoin_worker()
 
+
+
+PARKED_HOLDER = """
+import asyncio, sys
+from pathlib import Path
+from control_plane.sandboxes.swarm import SwarmProvider
+
+async def main() -> None:
+    provider = SwarmProvider(Path(sys.argv[1]), image=sys.argv[2], plane=sys.argv[3],
+                             network="bridge", constraints=(sys.argv[4],), warm_pool=1,
+                             webhook_url="http://127.0.0.1:9/hooks", lifeline=3)
+    await provider.start()
+    assert provider.pool is not None
+    while not provider.pool.waiting:
+        await asyncio.sleep(0.05)
+    print(provider.pool.waiting[0], flush=True)
+    await asyncio.Event().wait()
+
+asyncio.run(main())
+"""
+
+
+async def test_a_parked_service_is_claimed_once_with_its_token_and_ends_with_its_pool(
+        tmp_path: Path, swarm: Cluster, sandbox_image: str) -> None:
+    """A pool of one on the worker: its parked service holds a claim token, not a key; a
+    start claims it (the keys over its port, the parked label off) and it answers with that
+    key alone; the pool parks another. A control plane SIGKILLed with a service parked: the
+    service ends by itself once its lifeline stops, and the next pool removes it."""
+    import asyncio
+    import subprocess
+    import sys
+
+    from control_plane.sandboxes.provider import Launch
+    from control_plane.sandboxes.swarm import SwarmProvider
+    from control_plane.sandboxes.swarmpool import LABEL_PARKED
+
+    plane = f"pool-{uuid.uuid4().hex[:8]}"
+    constraint = f"node.hostname=={swarm.worker_hostname}"
+    hooks = "http://127.0.0.1:9/hooks"
+    provider = SwarmProvider(tmp_path / "archives", image=sandbox_image, plane=plane,
+                             network="bridge", constraints=(constraint,), warm_pool=1,
+                             webhook_url=hooks, lifeline=20)
+    await provider.start()
+    try:
+        pool = provider.pool
+        assert pool is not None
+        deadline = time.monotonic() + 120
+        while not pool.waiting:
+            assert time.monotonic() < deadline, "nothing was parked"
+            await asyncio.sleep(0.1)
+        [parked_id] = pool.waiting
+        service = service_of(swarm, parked_id)
+        assert service["Spec"]["Labels"][LABEL_PARKED] == "true"
+        assert "agent_server.warm --claim" in " ".join(
+            service["Spec"]["TaskTemplate"]["ContainerSpec"]["Command"])
+
+        sid = provider.reserve("swarm")
+        assert sid == parked_id and provider.reserve("swarm") is None
+        launch = Launch(sandbox_id=sid, spec_id="swarm", root_dir=Path("/workspace"),
+                        session_api_key="sk-swarm-pooled-key", webhook_url=hooks)
+        handle = await provider.create(launch)
+        search = provider.url(handle) + "/api/conversations/search"
+        for key, code in (("sk-swarm-pooled-key", 200), ("sk-someone-else", 401)):
+            got = await asyncio.to_thread(lambda k=key: httpx.get(
+                search, headers={"X-Session-API-Key": k}, timeout=10).status_code)
+            assert got == code
+        assert LABEL_PARKED not in service_of(swarm, sid)["Spec"]["Labels"]
+        assert "sk-swarm-pooled-key" not in json.dumps(service_of(swarm, sid))
+        while not pool.waiting:  # refilled
+            assert time.monotonic() < deadline + 120, "the pool was not refilled"
+            await asyncio.sleep(0.1)
+        assert pool.waiting != [sid]
+    finally:
+        await provider.close()
+    # Closed: its parked service went, the sandbox stays.
+    services = {s["Spec"]["Name"] for s in swarm.services(f"{LABEL_PLANE}={plane}")}
+    assert services == {name_of(sid)}
+
+    holder = subprocess.Popen([sys.executable, "-c", PARKED_HOLDER, str(tmp_path / "a2"),
+                               sandbox_image, plane, constraint], stdout=subprocess.PIPE)
+    try:
+        assert holder.stdout is not None
+        orphan = (await asyncio.to_thread(holder.stdout.readline)).decode().strip()
+        holder.kill()
+        holder.wait()
+
+        def ended() -> bool:
+            tasks = tasks_of(swarm, service_of(swarm, orphan)["ID"])
+            return bool(tasks) and all(t["Status"]["State"] in ("complete", "failed", "shutdown")
+                                       for t in tasks)
+        await asyncio.to_thread(wait_for, ended, 90, what="the orphan to end by itself")
+        again = SwarmProvider(tmp_path / "a3", image=sandbox_image, plane=plane,
+                              network="bridge", constraints=(constraint,), warm_pool=1,
+                              webhook_url=hooks, lifeline=20)
+        await again.start()
+        try:
+            await asyncio.to_thread(
+                wait_for, lambda: not swarm.services(f"{LABEL_SANDBOX}={orphan}"), 90,
+                what="the orphan removed by the next pool")
+        finally:
+            await again.close()
+    finally:
+        holder.kill()
+        if holder.stdout is not None:
+            holder.stdout.close()
+        swarm.remove_labelled(f"{LABEL_PLANE}={plane}")

@@ -1,0 +1,148 @@
+"""The Swarm provider's warm pool (`pool.WarmPool`): parked one-replica services.
+
+Nobody holds a Swarm task's stdin, so a parked service's Docker secret holds a one-time claim
+token instead of keys, and its server (`python -m agent_server.warm --claim LIFELINE`) takes
+one authenticated `POST /claim` on its published port, carrying the keys, before it serves
+there. The token exists in the managers' Raft log (encrypted, as every secret), in the task's
+root-only secret file and in this control plane's memory; it opens nothing but that one claim.
+
+A parked service is named and labelled as its sandbox will be (services cannot be renamed),
+plus `agent-server.parked`; the claim takes that label off first, so a service without it is a
+sandbox's whatever happens next. Its lifeline is this pool asking `GET /parked` every quarter
+of LIFELINE: its control plane gone, the parked server exits within LIFELINE seconds, and the
+next pool's sweep removes every parked service of the deployment whose task has ended (a live
+one belongs to a live control plane, which pings it).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import secrets
+from pathlib import Path
+from typing import Any, Protocol
+
+import anyio
+import docker
+import httpx
+
+from control_plane.sandboxes.containers import LABEL_PLANE, LABEL_SANDBOX, VOLUME_DIR
+from control_plane.sandboxes.nodejobs import ENDED, Node, api
+from control_plane.sandboxes.pool import Engine, Parked, WarmPool
+from control_plane.sandboxes.provider import Handle, Launch, ProviderError
+from control_plane.sandboxes.swarmspec import published, update
+
+logger = logging.getLogger(__name__)
+
+LABEL_PARKED = "agent-server.parked"
+#: Seconds a parked service waits for its control plane's next sign of life.
+LIFELINE = 60.0
+
+
+class Manager(Engine, Protocol):
+    start_timeout: float
+    placement_timeout: float
+
+    def start_service(self, client: docker.DockerClient, launch: Launch, *,
+                      secret: bytes | None = None, server: str = "agent-server",
+                      parked: bool = False) -> str: ...
+
+    def current(self, client: docker.DockerClient, service_id: str,
+                earlier: frozenset[str]) -> tuple[dict[str, Any] | None, Node | None]: ...
+
+    async def remove_all(self, sandbox_id: str) -> None: ...
+
+    def url(self, handle: Handle) -> str: ...
+
+
+class SwarmPool(WarmPool):
+    provider: Manager
+
+    def __init__(self, provider: Manager, size: int, webhook_url: str,
+                 lifeline: float = LIFELINE) -> None:
+        super().__init__(provider, size, webhook_url)
+        self.lifeline = lifeline
+        self.interval = lifeline / 4
+        self._http = httpx.AsyncClient(timeout=5.0)
+
+    async def close(self) -> None:
+        await super().close()
+        await self._http.aclose()
+
+    async def _park(self, sandbox_id: str) -> Parked:
+        token = secrets.token_urlsafe(32)
+        launch = Launch(sandbox_id=sandbox_id, spec_id="swarm", root_dir=Path(VOLUME_DIR),
+                        session_api_key="", webhook_url=self.webhook_url)
+        service_id = await self.provider.run(
+            lambda client: self.provider.start_service(
+                client, launch, secret=json.dumps({"claim": token}).encode(),
+                server=f"python -m agent_server.warm --claim {self.lifeline:g}", parked=True))
+        parked = Parked(sandbox_id, service_id, token)
+        try:
+            parked.handle = await self._until_parked(service_id, sandbox_id)
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await self._discard(parked)
+            raise
+        return parked
+
+    async def _until_parked(self, service_id: str, sandbox_id: str) -> Handle:
+        with anyio.move_on_after(self.provider.placement_timeout + self.provider.start_timeout):
+            while True:
+                task, node = await self.provider.run(self.provider.current, service_id,
+                                                     frozenset())
+                if task is not None and task["Status"]["State"] in ENDED:
+                    raise ProviderError(f"its task ended: {task['Status'].get('Err') or ''}")
+                port = None if task is None else published(task)
+                if node is not None and port is not None:
+                    handle = Handle(sandbox_id=sandbox_id, pid=0, pid_start_time=0, port=port,
+                                    host=node.address)
+                    if await self._ping(handle):
+                        return handle
+                await anyio.sleep(0.1)
+        raise ProviderError("it did not answer as parked in time")
+
+    async def _ping(self, handle: Handle) -> bool:
+        try:
+            answer = await self._http.get(self.provider.url(handle) + "/parked")
+            return answer.status_code == 204
+        except httpx.HTTPError:
+            return False
+
+    async def _hand_over(self, parked: Parked, keys: bytes) -> str:
+        assert parked.handle is not None
+        await self.provider.run(update, parked.ref, _unpark)
+        try:
+            answer = await self._http.post(
+                self.provider.url(parked.handle) + "/claim", content=keys,
+                headers={"Authorization": f"Bearer {parked.hold}",
+                         "Content-Type": "application/json"})
+        except httpx.HTTPError as exc:
+            raise ProviderError(f"its claim failed: {exc}") from None
+        if answer.status_code != 204:
+            raise ProviderError(f"its claim was answered {answer.status_code}")
+        return parked.ref
+
+    async def _keep(self, parked: Parked) -> bool:
+        return parked.handle is not None and await self._ping(parked.handle)
+
+    async def _discard(self, parked: Parked) -> None:
+        try:
+            await self.provider.remove_all(parked.sandbox_id)
+        except ProviderError as exc:  # the sweep of a later start removes it
+            logger.warning("warm pool: parked sandbox %s is left (%s)", parked.sandbox_id, exc)
+
+    async def _sweep(self) -> None:
+        def ended(client: docker.DockerClient) -> list[str]:
+            found = api(client).services(filters={"label": [
+                f"{LABEL_PLANE}={self.provider.plane}", f"{LABEL_PARKED}=true"]})
+            return [str(s["Spec"]["Labels"].get(LABEL_SANDBOX)) for s in found
+                    if all(t["Status"]["State"] in ENDED
+                           for t in api(client).tasks(filters={"service": s["ID"]}))]
+        for sandbox_id in await self.provider.run(ended):
+            await self.provider.remove_all(sandbox_id)
+
+
+def _unpark(spec: dict[str, Any]) -> None:
+    spec.setdefault("Labels", {}).pop(LABEL_PARKED, None)
+
