@@ -23,6 +23,7 @@ import tempfile
 import time
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from pathlib import Path
@@ -212,7 +213,9 @@ def docker_figures(n: int) -> dict[str, Any]:
         daemon.stop()
 
 
-def docker_starts(plane: ControlPlane, llm: ScriptedLLM, n: int) -> dict[str, Any]:
+def docker_starts(plane: ControlPlane, llm: ScriptedLLM, n: int,
+                  before_each: Callable[[], None] = lambda: None) -> dict[str, Any]:
+    """`before_each`: waits before each new sandbox's start (for a warm pool to be full)."""
     client = plane.client(plane.new_user("docker"), timeout=120)
     configure_llm(client, llm.base_url("idle", host="host.docker.internal"))
 
@@ -224,6 +227,7 @@ def docker_starts(plane: ControlPlane, llm: ScriptedLLM, n: int) -> dict[str, An
     client.patch("/api/v1/settings", json={"grouping_strategy": "NO_GROUPING"})
     cold, sandboxes = [], []
     for _ in range(n):
+        before_each()
         seconds, task = ready_s({})
         cold.append(seconds)
         sandboxes.append(task["sandbox_id"])

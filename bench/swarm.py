@@ -33,6 +33,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.control_plane import docker_starts, post_start, wait_ready  # noqa: E402
@@ -43,6 +45,7 @@ from control_plane.sandboxes.containers import (  # noqa: E402
     name_of,
     plane_label,
 )
+from control_plane.sandboxes.swarmpool import LABEL_PARKED  # noqa: E402
 from tests.control_plane.support import ControlPlane, configure_llm, make_config  # noqa: E402
 from tests.support import docker as docker_support  # noqa: E402
 from tests.support import swarm as swarm_support  # noqa: E402
@@ -75,6 +78,27 @@ def plane(config: Config, cluster: swarm_support.Cluster | None = None) -> Itera
         running.stop()
         if cluster is not None:
             cluster.remove_labelled(f"{LABEL_PLANE}={plane_label(config.db_url)}")
+
+
+def parked(cluster: swarm_support.Cluster, config: Config, size: int) -> None:
+    """Until `size` parked services of the plane answer as parked (loaded, waiting)."""
+    def answering() -> int:
+        count = 0
+        for service in cluster.services(f"{LABEL_PLANE}={plane_label(config.db_url)}"):
+            if service["Spec"]["Labels"].get(LABEL_PARKED) != "true":
+                continue
+            for task in cluster.manager.api.tasks(filters={"service": service["ID"]}):
+                ports = (task.get("Status") or {}).get("PortStatus", {}).get("Ports") or []
+                if task["Status"]["State"] == "running" and ports:
+                    url = f"http://{cluster.worker_address}:{ports[0]['PublishedPort']}/parked"
+                    with contextlib.suppress(httpx.HTTPError):
+                        count += httpx.get(url, timeout=2).status_code == 204
+        return count
+    deadline = time.monotonic() + 180
+    while answering() < size:
+        if time.monotonic() > deadline:
+            raise RuntimeError("the warm pool did not fill")
+        time.sleep(0.2)
 
 
 def hold(cluster: swarm_support.Cluster, image: str, llm: ScriptedLLM, n: int,
@@ -119,6 +143,8 @@ def main() -> None:
     parser.add_argument("--starts", type=int, default=10)
     parser.add_argument("--hold", type=int, default=20)
     parser.add_argument("--only", default="process,docker,swarm,hold")
+    parser.add_argument("--warm-pool", type=int, default=0,
+                        help="Swarm sandboxes parked in advance; each start waits for a full pool")
     args = parser.parse_args()
     only = set(args.only.split(","))
     results: dict[str, Any] = {}
@@ -147,9 +173,13 @@ def main() -> None:
                                                         for k, v in cluster.timings.items()}
                         if "swarm" in only:
                             constraint = (f"node.hostname=={cluster.worker_hostname}",)
-                            with plane(swarm_config(tmp / "swarm-cp", cluster, image,
-                                                    swarm_constraints=constraint), cluster) as running:
-                                results["swarm"] = docker_starts(running, llm, args.starts)
+                            config = swarm_config(tmp / "swarm-cp", cluster, image,
+                                                  swarm_constraints=constraint,
+                                                  warm_pool=args.warm_pool)
+                            full = lambda: parked(cluster, config, args.warm_pool)  # noqa: E731
+                            with plane(config, cluster) as running:
+                                results["swarm"] = docker_starts(running, llm, args.starts, full)
+                                results["swarm"]["warm_pool"] = args.warm_pool
                         if "hold" in only:
                             results["hold"] = hold(cluster, image, llm, args.hold, tmp)
             finally:

@@ -75,9 +75,11 @@ class DockerPool(WarmPool):
             return True  # Docker away: it is looked at again later
 
     async def _discard(self, parked: Parked) -> None:
-        close_attach(parked.hold)
+        if parked.hold is not None:
+            close_attach(parked.hold)
         with contextlib.suppress(ProviderError):
-            await self.provider.run(_remove, parked.ref, name_of(parked.sandbox_id))
+            await self.provider.run(_remove, parked.ref or PREFIX + parked.sandbox_id,
+                                    name_of(parked.sandbox_id))
 
     async def _sweep(self) -> None:
         """A live parked server belongs to a live control plane (its stdin is that one's)."""

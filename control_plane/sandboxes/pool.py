@@ -36,6 +36,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
+import anyio
+
 from control_plane.sandboxes.provider import Handle, Launch, ProviderError
 
 T = TypeVar("T")
@@ -62,7 +64,7 @@ class Engine(Protocol):
 class Parked:
     sandbox_id: str
     ref: str
-    """The container's (or service's) id."""
+    """The container's (or service's) id; empty when a park was cut short (found by name)."""
     hold: Any
     """What hands it its keys: Docker's held stdin attach, Swarm's claim token."""
     handle: Handle | None = None
@@ -137,9 +139,14 @@ class WarmPool(abc.ABC):
             logger.warning("warm pool: what earlier control planes parked is left (%s)", exc)
         while True:
             if len(self._parked) < self.size:
+                sandbox_id = uuid.uuid4().hex
                 try:
-                    self._parked.append(await self._park(uuid.uuid4().hex))
+                    self._parked.append(await self._park(sandbox_id))
                     continue
+                except asyncio.CancelledError:  # (closing) what it made goes too
+                    with anyio.CancelScope(shield=True):
+                        await self._discard(Parked(sandbox_id, "", None))
+                    raise
                 except ProviderError as exc:
                     logger.warning("warm pool: one could not be parked (%s); again in %g s",
                                    exc, BACKOFF)

@@ -7,10 +7,9 @@ A sandbox's service:
 - is named and labelled as a Docker provider's container is (`containers`): the sandbox's id
   and the deployment's digest, which is how any control plane finds it again;
 - keeps its agent-server state and its workspace on a named volume of the node its task runs
-  on (Docker makes it there with the first task). Swarm never moves the task: its restart
-  policy is `none`, so a task that dies is not replaced on another node where the volume is not
-  (the sandbox is MISSING, with the task's end as the reason), and a pause pins the service to
-  its node;
+  on (made there with the first task). Swarm never moves the task: its restart policy is
+  `none`, so a task that dies is not replaced on another node where the volume is not (the
+  sandbox is MISSING, the task's end the reason), and a pause pins the service to its node;
 - publishes the agent server's port in host mode on its node (no routing mesh: it needs IPVS,
   and a sandbox's address must name the node its volume is on); its URL is the node's address
   and the published port, stored in its handle;
@@ -18,7 +17,8 @@ A sandbox's service:
   apart (`"icc": false` on every node that takes sandboxes, README): sandboxes of a node cannot
   reach each other's ports on it;
 - gets its session key in a Docker secret, runs hardened with the limits, reservations and
-  placement constraints of the settings (`swarmspec`: its spec);
+  placement constraints of the settings (`swarmspec`: its spec); a warm pool's (`swarmpool`)
+  is made in advance and gets its keys over its port when a start claims it;
 - is RUNNING once `/alive` answers on its node's address.
 
 Swarm cannot freeze a service, so a pause stops it: the service is scaled to 0, pinned to its
@@ -28,10 +28,9 @@ go on after the resume); shells and processes the agent left running end. Resume
 back to 1 on that node. A resume is refused while that node is down or drained (`Refused`: the
 sandbox stays PAUSED), and the sandbox is MISSING once the node has left the cluster.
 
-Destroy stops the service, then two short jobs on its node (`nodejobs`) archive the workspace
-from the volume and remove the volume; then the service and its secret go. While the node is
-down this fails and the clean-up is tried again later; once the node has left the cluster
-there is nothing left to reach.
+Destroy stops the service, two short jobs on its node (`nodejobs`) archive the workspace from
+the volume and remove the volume, then the service and its secrets go. While the node is down
+this fails and is tried again later; once the node has left the cluster, nothing is left.
 """
 
 from __future__ import annotations
@@ -76,6 +75,7 @@ from control_plane.sandboxes.swarmspec import (
     service_key,
     service_logs,
     task_template,
+    unparked,
     update,
 )
 
@@ -310,13 +310,14 @@ class SwarmProvider(ContainerProvider):
         def scale_down(client: docker.DockerClient) -> str:
             service = self._ours(client, handle)
             node = self._reachable_node(client, service)  # down: it cannot be told to stop
-            node_id = None if node is None else node.id
+            node_id, settle = None if node is None else node.id, unparked(client, service)
 
             def change(spec: dict[str, Any]) -> None:
                 spec["Mode"] = {"Replicated": {"Replicas": 0}}
                 if node_id is not None:
                     pin(spec, node_id)
                 spec["EndpointSpec"] = host_port(handle.port)
+                settle(spec)  # a claimed parked service resumes as a cold one's
             update(client, service["ID"], change)
             return str(service["ID"])
         await self._stop(await self.run(scale_down))

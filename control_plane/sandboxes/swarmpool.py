@@ -26,11 +26,11 @@ import anyio
 import docker
 import httpx
 
-from control_plane.sandboxes.containers import LABEL_PLANE, LABEL_SANDBOX, VOLUME_DIR
+from control_plane.sandboxes.containers import LABEL_PLANE, LABEL_SANDBOX, VOLUME_DIR, name_of
 from control_plane.sandboxes.nodejobs import ENDED, Node, api
 from control_plane.sandboxes.pool import Engine, Parked, WarmPool
 from control_plane.sandboxes.provider import Handle, Launch, ProviderError
-from control_plane.sandboxes.swarmspec import published, update
+from control_plane.sandboxes.swarmspec import CLAIMED, WARM_SERVER, published, update
 
 logger = logging.getLogger(__name__)
 
@@ -51,6 +51,8 @@ class Manager(Engine, Protocol):
                 earlier: frozenset[str]) -> tuple[dict[str, Any] | None, Node | None]: ...
 
     async def remove_all(self, sandbox_id: str) -> None: ...
+
+    def labels(self, sandbox_id: str) -> dict[str, str]: ...
 
     def url(self, handle: Handle) -> str: ...
 
@@ -76,7 +78,7 @@ class SwarmPool(WarmPool):
         service_id = await self.provider.run(
             lambda client: self.provider.start_service(
                 client, launch, secret=json.dumps({"claim": token}).encode(),
-                server=f"python -m agent_server.warm --claim {self.lifeline:g}", parked=True))
+                server=f"{WARM_SERVER} {self.lifeline:g}", parked=True))
         parked = Parked(sandbox_id, service_id, token)
         try:
             parked.handle = await self._until_parked(service_id, sandbox_id)
@@ -110,8 +112,15 @@ class SwarmPool(WarmPool):
             return False
 
     async def _hand_over(self, parked: Parked, keys: bytes) -> str:
+        """The parked label off, the keys in a secret of their own (its next task, after a
+        pause, starts from them: `swarmspec.unparked`), then the claim."""
         assert parked.handle is not None
-        await self.provider.run(update, parked.ref, _unpark)
+        labels = self.provider.labels(parked.sandbox_id)
+
+        def unpark(client: docker.DockerClient) -> None:
+            update(client, parked.ref, _unpark)
+            api(client).create_secret(name_of(parked.sandbox_id) + CLAIMED, keys, labels=labels)
+        await self.provider.run(unpark)
         try:
             answer = await self._http.post(
                 self.provider.url(parked.handle) + "/claim", content=keys,

@@ -146,6 +146,32 @@ def task_template(image: str, launch: Launch, secret_id: str, labels: dict[str, 
         networks=[network])
 
 
+#: A warm pool's parked server, and the secret its keys are kept in once it is claimed.
+WARM_SERVER = "python -m agent_server.warm --claim"
+CLAIMED = "-keys-claimed"
+
+
+def unparked(client: docker.DockerClient, service: dict[str, Any]
+             ) -> Callable[[dict[str, Any]], None]:
+    """For a service claimed from a warm pool: a change giving it a cold start's task (the
+    server's own command, its keys' secret, made at the claim), to apply while its task stops
+    (a pause), so that its next one starts as any sandbox's does. Others: no change."""
+    spec = service["Spec"]
+    if WARM_SERVER not in " ".join(spec["TaskTemplate"]["ContainerSpec"]["Command"]):
+        return lambda _: None
+    name = spec["Name"] + CLAIMED
+    found = [s for s in api(client).secrets(filters={"name": name}) if s["Spec"]["Name"] == name]
+    if not found:
+        raise ProviderError("the keys of this claimed sandbox are missing: it cannot resume")
+
+    def change(spec: dict[str, Any]) -> None:
+        container = spec["TaskTemplate"]["ContainerSpec"]
+        container["Command"] = ["tini", "--", "sh", "-c", entrypoint()]
+        for reference in container.get("Secrets") or []:
+            reference["SecretID"], reference["SecretName"] = found[0]["ID"], name
+    return change
+
+
 def pin(spec: dict[str, Any], node_id: str) -> None:
     placement = spec["TaskTemplate"].setdefault("Placement", {})
     constraints = [c for c in placement.get("Constraints") or []

@@ -493,12 +493,22 @@ async def test_a_parked_service_is_claimed_once_with_its_token_and_ends_with_its
         launch = Launch(sandbox_id=sid, spec_id="swarm", root_dir=Path("/workspace"),
                         session_api_key="sk-swarm-pooled-key", webhook_url=hooks)
         handle = await provider.create(launch)
-        search = provider.url(handle) + "/api/conversations/search"
-        for key, code in (("sk-swarm-pooled-key", 200), ("sk-someone-else", 401)):
-            got = await asyncio.to_thread(lambda k=key: httpx.get(
-                search, headers={"X-Session-API-Key": k}, timeout=10).status_code)
-            assert got == code
+
+        async def keys_work() -> None:
+            search = provider.url(handle) + "/api/conversations/search"
+            for key, code in (("sk-swarm-pooled-key", 200), ("sk-someone-else", 401)):
+                got = await asyncio.to_thread(lambda k=key: httpx.get(
+                    search, headers={"X-Session-API-Key": k}, timeout=10).status_code)
+                assert got == code
+        await keys_work()
         assert LABEL_PARKED not in service_of(swarm, sid)["Spec"]["Labels"]
+        # Paused (its task stops) and resumed (a new task): it starts as a cold one's would,
+        # from its keys' secret, with the same key.
+        await provider.pause(handle)
+        handle = await provider.resume(handle)
+        await keys_work()
+        command = service_of(swarm, sid)["Spec"]["TaskTemplate"]["ContainerSpec"]["Command"]
+        assert "agent_server.warm" not in " ".join(command)
         assert "sk-swarm-pooled-key" not in json.dumps(service_of(swarm, sid))
         while not pool.waiting:  # refilled
             assert time.monotonic() < deadline + 120, "the pool was not refilled"
