@@ -103,7 +103,7 @@ class Config(BaseModel):
     warm_pool: int = Field(default=0, ge=0, le=64)
     """Sandboxes the Docker or Swarm provider keeps started for new ones: a start takes one
     and only hands it its keys (Docker: 0.18 s to READY instead of 1.3). Each holds about
-    190 MiB while it waits and no key; none is shared, a taken one is replaced in the
+    170 MiB while it waits and no key; none is shared, a taken one is replaced in the
     background."""
 
     sandbox_memory_limit: ByteSize = Field(default=ByteSize(4 * 1024**3), ge=64 * 1024**2)
