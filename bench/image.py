@@ -6,10 +6,11 @@ Builds sandbox.Dockerfile with its defaults (Debian's chromium-headless-shell) o
 base (tests/support/docker.py: Debian packages only), then in a container run as the Docker
 provider runs one (uid 1000, read-only root, tmpfs /tmp and home, every capability dropped,
 no-new-privileges; no network here) checks what an agent uses: the browser tool (Playwright
-driving the image's AGENT_SERVER_CHROMIUM) loads a data: page and saves a screenshot, which
-must be a PNG of the viewport's size; git init/commit/diff/clone/rebase; ripgrep. The suite
-builds the image without Chromium to stay fast, so this is where the browser in the image is
-checked. Sizes: `docker image inspect` (the image), `docker history` (its layers).
+driving the image's AGENT_SERVER_CHROMIUM) loads a data: page, reads it, saves a screenshot
+(a PNG of the viewport's size) and a recording (a trace zip); git init, commit, diff, clone
+and rebase; ripgrep. The suite builds the image without Chromium to stay fast, so this is
+where the browser in the image is checked. Exits 1 when a check fails. Sizes: `docker image
+inspect` (the image), `docker history` (its layers).
 """
 
 from __future__ import annotations
@@ -50,14 +51,18 @@ async def main():
             raise SystemExit(f"{name}: {observation.text}")
         return observation.text
     try:
+        await call("browser_start_recording")
         await call("browser_navigate", url=PAGE)
         state = await call("browser_get_state", include_screenshot=True)
         content = await call("browser_get_content")
+        saved = await call("browser_stop_recording")
+        trace = Path(re.search(r"Recording saved to (\\S+) ", saved).group(1)).read_bytes()
         png = Path(re.search(r"Screenshot saved to (\\S+)\\.$", state, re.M).group(1)).read_bytes()
         width, height = struct.unpack(">II", png[16:24])
         return {"chromium": os.environ["AGENT_SERVER_CHROMIUM"], "version": manager._browser.version,
                 "png": png[:8] == b"\\x89PNG\\r\\n\\x1a\\n", "screenshot": [width, height, len(png)],
-                "title_seen": "Title: Probe" in state, "text_seen": "Hello from the image" in content}
+                "title_seen": "Title: Probe" in state, "text_seen": "Hello from the image" in content,
+                "trace_zip": trace[:2] == b"PK" and len(trace)}
     finally:
         for tool in tools.values():
             await tool.close()
@@ -97,7 +102,7 @@ def main() -> dict[str, Any]:
         browser = json.loads(run(c, image, ["python", "-c", BROWSER_PROBE]).splitlines()[-1])
         tools = run(c, image, ["bash", "-c", TOOLS_PROBE]).split()
     ok = (browser["png"] and browser["title_seen"] and browser["text_seen"]
-          and tools[-2:] == ["2", "1"])
+          and bool(browser["trace_zip"]) and tools[-2:] == ["2", "1"])
     return {"image": image, "size_mb": round(size / 1e6, 1), "layers": layers,
             "browser": browser, "git_and_ripgrep": " ".join(tools), "all_working": ok,
             "build_s": round(build_s, 1)}
