@@ -23,8 +23,9 @@ RUN apt-get update \
 # The dependencies first, from pyproject.toml alone: a change to the server's code reuses this
 # layer (Docker's cache), so a rebuild installs one package, not a hundred. The control
 # plane's own dependencies stay out (no module of the server imports them: the test of this
-# file checks it). litellm's proxy server's web console is never served; tests, type stubs
-# and debugging symbols (30 MB in Playwright's Node alone) are never read.
+# file checks it). litellm's proxy server's web console is never served, nor Playwright's
+# (its trace viewer, reports and recorder: the browser tool only writes traces); tests, type
+# stubs and debugging symbols (30 MB in Playwright's Node alone) are never read.
 WORKDIR /opt/agent-server
 ENV VIRTUAL_ENV=/opt/agent-server/venv
 ENV PATH=/opt/agent-server/venv/bin:$PATH
@@ -39,7 +40,8 @@ RUN python3 -m venv "$VIRTUAL_ENV" \
     && find "$VIRTUAL_ENV" -depth \( -name __pycache__ -o -name tests \) -type d -exec rm -rf {} + \
     && find "$VIRTUAL_ENV" -name '*.pyi' -type f -delete \
     && find "$VIRTUAL_ENV" -type f \( -name '*.so' -o -name '*.so.*' \) -exec strip --strip-unneeded {} + \
-    && strip --strip-all "$site/playwright/driver/node"
+    && strip --strip-all "$site/playwright/driver/node" \
+    && rm -rf "$site/playwright/driver/package/types" "$site/playwright/driver/package/lib/vite"
 
 # Then the server, without pip and setuptools (they serve installs only), and the bytecode of
 # what a server loads (agent_server/precompile.py says why not of everything), imported from
@@ -57,24 +59,34 @@ RUN pip install --no-cache-dir --no-compile --no-deps . \
 # The image: the base with the runtime packages and the virtual environment, nothing else.
 FROM ${BASE_IMAGE}
 
-# Packages beyond the server's own needs: Chromium for the browser tool (about 450 MB). An
-# image for sandboxes that never browse can leave it out with `--build-arg EXTRA_PACKAGES=`.
-ARG EXTRA_PACKAGES=chromium
+# Packages beyond the server's own needs: Chromium for the browser tool, always headless, so
+# Debian's headless shell (chromium-headless-shell: the browser without its windows, about
+# 280 MB with its libraries, 170 MB less than `chromium`). An image for sandboxes that never
+# browse can leave it out with `--build-arg EXTRA_PACKAGES=`; one with the full browser sets
+# `EXTRA_PACKAGES=chromium HEADLESS_EXCLUDES=` and AGENT_SERVER_CHROMIUM=/usr/bin/chromium.
+ARG EXTRA_PACKAGES=chromium-headless-shell
 
 # Documentation, manuals and translations are never read in a sandbox: dpkg leaves them out
 # (copyright files stay), as Debian's slim images do; apt's lists and caches go with the layer.
-# Nor does headless Chromium load what its packages bring for a desktop (HEADLESS_EXCLUDES): it
-# draws with its own SwiftShader and ANGLE, never with Mesa's DRI drivers or the LLVM and Z3
-# they JIT with (180 MB), nor Vulkan's validation layer or GTK's icons. An image whose
-# EXTRA_PACKAGES need those builds with `--build-arg HEADLESS_EXCLUDES=`. libatomic1 is
+# Nor does the headless shell load what its packages bring for a desktop (HEADLESS_EXCLUDES): it
+# draws with its own SwiftShader and ANGLE, never with Mesa's DRI drivers, the LLVM and Z3 they
+# JIT with or the XML and ICU libraries LLVM pulls in (220 MB; nothing else here links them), nor Vulkan's validation layer and mock driver, GTK's
+# icons or the full browser's resource packs (it reads headless_lib_*.pak instead). An image
+# whose EXTRA_PACKAGES need those builds with `--build-arg HEADLESS_EXCLUDES=`. libatomic1 is
 # Playwright's Node's (the browser tool's driver: without it no browser starts).
-ARG HEADLESS_EXCLUDES="/usr/lib/*/dri/* /usr/lib/*/libLLVM-* /usr/lib/*/libz3.so* /usr/lib/chromium/libVkLayer_khronos_validation.so /usr/share/icons/Adwaita/*/*"
+ARG HEADLESS_EXCLUDES="/usr/lib/*/dri/* /usr/lib/*/libLLVM-* /usr/lib/*/libz3.so* /usr/lib/*/libxml2.so* /usr/lib/*/libicu*.so* /usr/lib/chromium/libVkLayer_khronos_validation.so /usr/lib/chromium/libVkICD_mock_icd.so* /usr/lib/chromium/resources.pak /usr/lib/chromium/chrome_*_percent.pak /usr/lib/chromium/locales/* /usr/share/icons/Adwaita/*/*"
+# Of git, a sandbox runs the client: not what serves repositories (daemon, http-backend, shell,
+# gitweb, instaweb) or mails patches (imap-send), nor WebDAV push (11 MB). Of the Perl it
+# depends on, neither the C headers for building Perl extensions (no compiler here) nor
+# Encode's Chinese, Japanese and Korean tables (17 MB; Perl, its modules and UTF-8 stay). An
+# image that needs them builds with `--build-arg GIT_EXCLUDES=`.
+ARG GIT_EXCLUDES="/usr/lib/git-core/git-daemon /usr/lib/git-core/git-http-backend /usr/lib/git-core/git-http-push /usr/lib/git-core/git-imap-send /usr/lib/git-core/git-instaweb /usr/lib/git-core/git-shell /usr/bin/git-shell /usr/share/gitweb/* /usr/lib/*/perl/5.*/CORE/* /usr/lib/*/perl/5.*/auto/Encode/CN/* /usr/lib/*/perl/5.*/auto/Encode/JP/* /usr/lib/*/perl/5.*/auto/Encode/KR/* /usr/lib/*/perl/5.*/auto/Encode/TW/*"
 # hadolint ignore=DL3008,SC2086
 RUN printf '%s\n' 'path-exclude /usr/share/doc/*' 'path-include /usr/share/doc/*/copyright' \
         'path-exclude /usr/share/man/*' 'path-exclude /usr/share/groff/*' \
         'path-exclude /usr/share/info/*' 'path-exclude /usr/share/lintian/*' \
         'path-exclude /usr/share/locale/*' > /etc/dpkg/dpkg.cfg.d/sandbox-slim \
-    && (set -f; for path in $HEADLESS_EXCLUDES; do echo "path-exclude $path"; done) >> /etc/dpkg/dpkg.cfg.d/sandbox-slim \
+    && (set -f; for path in $HEADLESS_EXCLUDES $GIT_EXCLUDES; do echo "path-exclude $path"; done) >> /etc/dpkg/dpkg.cfg.d/sandbox-slim \
     && apt-get update \
     && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
         bash ca-certificates git ripgrep tini libatomic1 $EXTRA_PACKAGES \
@@ -96,7 +108,7 @@ ENV AGENT_SERVER_HOST=0.0.0.0 \
     AGENT_SERVER_PORT=8000 \
     AGENT_SERVER_STATE_DIR=/workspace/.agent-server \
     AGENT_SERVER_WORKING_DIR=/workspace/project \
-    AGENT_SERVER_CHROMIUM=/usr/bin/chromium \
+    AGENT_SERVER_CHROMIUM=/usr/bin/chromium-headless-shell \
     PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1
 # Set at `docker run`: AGENT_SERVER_WEBHOOK_URL, and the keys: SESSION_API_KEY (required off

@@ -297,16 +297,19 @@ def python_image(c: docker.DockerClient, timings: dict[str, float]) -> str:
     return tag
 
 
-def sandbox_image(timings: dict[str, float] | None = None) -> str:
-    """sandbox.Dockerfile built on the test base image; its tag."""
+def sandbox_image(timings: dict[str, float] | None = None, *, chromium: bool = False) -> str:
+    """sandbox.Dockerfile built on the test base image; its tag. `chromium`: with the file's
+    default EXTRA_PACKAGES (the browser), as deployed; bench/image.py's, never the suite's."""
     timings = {} if timings is None else timings
+    tag = SANDBOX_IMAGE + "-chromium" if chromium else SANDBOX_IMAGE
     with _locked(), contextlib.closing(client()) as c:
         base = python_image(c, timings)
         began = time.monotonic()
-        _build(c, path=str(ROOT), dockerfile="sandbox.Dockerfile", tag=SANDBOX_IMAGE,
-               buildargs={"BASE_IMAGE": base, "EXTRA_PACKAGES": "", **proxy_args()})
+        extra = {} if chromium else {"EXTRA_PACKAGES": ""}
+        _build(c, path=str(ROOT), dockerfile="sandbox.Dockerfile", tag=tag,
+               buildargs={"BASE_IMAGE": base, **extra, **proxy_args()})
         timings["sandbox_image_s"] = time.monotonic() - began
-    return SANDBOX_IMAGE
+    return tag
 
 
 def _build(c: docker.DockerClient, **kwargs: object) -> None:
