@@ -50,8 +50,14 @@ async def burst(url: str, key: str, n: int) -> dict[str, Any]:
         await asyncio.gather(*(one() for _ in range(n)))
         all_posted = time.monotonic() - began
         ended: dict[str, tuple[float, dict[str, Any]]] = {}
+        running: dict[str, float] = {}  # each sandbox, when first seen RUNNING (from the burst)
         ids = list(posted)
         while len(ended) < n and time.monotonic() - began < 600:
+            page = (await client.get("/api/v1/sandboxes/search",
+                                     params={"limit": 100})).json()["items"]
+            for sandbox in page:
+                if sandbox["status"] == "RUNNING":
+                    running.setdefault(sandbox["id"], time.monotonic() - began)
             for offset in range(0, n, 100):
                 chunk = [i for i in ids[offset:offset + 100] if i not in ended]
                 if not chunk:
@@ -64,6 +70,7 @@ async def burst(url: str, key: str, n: int) -> dict[str, Any]:
                         ended[task["id"]] = (now - posted[task["id"]], task)
             await asyncio.sleep(0.05)
     seconds = sorted(s for s, _ in ended.values())
+    up = sorted(running.values())
     statuses = Counter(t["status"] for _, t in ended.values())
     errors = Counter(str(t.get("detail"))[:120] for _, t in ended.values() if t["status"] == "ERROR")
     return {"starts": n, "all_posted_s": round(all_posted, 2), "ready": statuses["READY"],
@@ -72,7 +79,10 @@ async def burst(url: str, key: str, n: int) -> dict[str, Any]:
             "post_to_end_s": {
                 "p50": round(statistics.median(seconds), 2),
                 "p95": round(seconds[max(0, int(len(seconds) * 0.95) - 1)], 2),
-                "max": round(seconds[-1], 2)} if seconds else None}
+                "max": round(seconds[-1], 2)} if seconds else None,
+            "burst_to_sandbox_running_s": {
+                "first": round(up[0], 2), "p50": round(statistics.median(up), 2),
+                "max": round(up[-1], 2)} if up else None}
 
 
 def main() -> None:
@@ -82,7 +92,6 @@ def main() -> None:
     parser.add_argument("--template", choices=["on", "off"], default="on")
     args = parser.parse_args()
     llm = ScriptedLLM().start()
-    llm.default = call("finish", message="done")  # type: ignore[attr-defined]
     results: dict[str, Any] = {"load_before": round(os.getloadavg()[0], 1),
                                "strategy": args.strategy, "template": args.template}
     with tempfile.TemporaryDirectory() as tmp:
