@@ -43,7 +43,7 @@ def claimed(port: int, token: str, lifeline: float) -> bytes | None:
             except TimeoutError:
                 return None
             with connection:
-                connection.settimeout(10)
+                connection.settimeout(2)  # a claim comes whole at once; a slow peer waits
                 try:
                     keys = _answer(connection, token)
                 except (OSError, ValueError):

@@ -44,7 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.control_plane import post_start, wait_ready  # noqa: E402
 from control_plane.sandboxes.containers import LABEL_PLANE, PORT_NUMBER, plane_label  # noqa: E402
-from control_plane.sandboxes.pool import PREFIX  # noqa: E402
+from control_plane.sandboxes.dockerpool import PREFIX  # noqa: E402
 from tests.control_plane.support import ControlPlane, configure_llm, make_config  # noqa: E402
 from tests.support import docker as docker_support  # noqa: E402
 from tests.support.llm import ScriptedLLM  # noqa: E402

@@ -145,9 +145,12 @@ class SwarmPool(WarmPool):
         def ended(client: docker.DockerClient) -> list[str]:
             found = api(client).services(filters={"label": [
                 f"{LABEL_PLANE}={self.provider.plane}", f"{LABEL_PARKED}=true"]})
-            return [str(s["Spec"]["Labels"].get(LABEL_SANDBOX)) for s in found
-                    if all(t["Status"]["State"] in ENDED
-                           for t in api(client).tasks(filters={"service": s["ID"]}))]
+            ended = []
+            for service in found:  # (one just made has no task yet: not ended)
+                tasks = api(client).tasks(filters={"service": service["ID"]})
+                if tasks and all(t["Status"]["State"] in ENDED for t in tasks):
+                    ended.append(str(service["Spec"]["Labels"].get(LABEL_SANDBOX)))
+            return ended
         for sandbox_id in await self.provider.run(ended):
             await self.provider.remove_all(sandbox_id)
 

@@ -516,9 +516,17 @@ async def test_a_parked_service_is_claimed_once_with_its_token_and_ends_with_its
         assert pool.waiting != [sid]
     finally:
         await provider.close()
-    # Closed: its parked service went, the sandbox stays.
+    # Closed: its parked service went, the sandbox stays; deleted, nothing of it is left (its
+    # claim token's secret and its keys' both gone).
     services = {s["Spec"]["Name"] for s in swarm.services(f"{LABEL_PLANE}={plane}")}
     assert services == {name_of(sid)}
+    other = SwarmProvider(tmp_path / "a1", image=sandbox_image, plane=plane, network="bridge")
+    try:
+        await other.destroy(sid, handle, Path("/workspace"))
+    finally:
+        await other.close()
+    assert swarm.services(f"{LABEL_SANDBOX}={sid}") == []
+    assert swarm.manager.api.secrets(filters={"label": f"{LABEL_SANDBOX}={sid}"}) == []
 
     holder = subprocess.Popen([sys.executable, "-c", PARKED_HOLDER, str(tmp_path / "a2"),
                                sandbox_image, plane, constraint], stdout=subprocess.PIPE)

@@ -7,8 +7,9 @@ of a pooled sandbox is test_docker's tenant test, run with a pool."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import docker
@@ -18,7 +19,8 @@ from docker.models.containers import Container
 
 from control_plane.sandboxes.containers import LABEL_PLANE, name_of, plane_label
 from control_plane.sandboxes.docker import HOST_ALIAS, DockerProvider
-from control_plane.sandboxes.pool import PREFIX
+from control_plane.sandboxes.dockerpool import PREFIX
+from control_plane.sandboxes.pool import WarmPool
 from control_plane.sandboxes.provider import Launch
 from tests.control_plane.planes import PlaneProcess
 from tests.control_plane.support import configure_llm, wait_task
@@ -55,16 +57,28 @@ def key_works(url: str, key: str) -> int:
                      timeout=10).status_code
 
 
-async def test_each_parked_container_goes_to_one_sandbox_with_its_key_alone(
-        tmp_path: Path, sandbox_image: str, engine: docker.DockerClient) -> None:
+@contextlib.asynccontextmanager
+async def pooled(tmp_path: Path, image: str, engine: docker.DockerClient,
+                 size: int) -> AsyncIterator[tuple[DockerProvider, WarmPool, str]]:
+    """A Docker provider with a pool of `size`, once that many are parked; its plane label.
+    Everything of it removed after."""
     plane = f"pool-{tmp_path.name[-12:]}"
-    provider = DockerProvider(tmp_path / "archives", image=sandbox_image, plane=plane,
-                              warm_pool=2, webhook_url=HOOKS)
+    provider = DockerProvider(tmp_path / "archives", image=image, plane=plane,
+                              warm_pool=size, webhook_url=HOOKS)
     await provider.start()
     try:
-        assert provider.pool is not None
         pool = provider.pool
-        await until(lambda: len(pool.waiting) == 2, "2 parked")
+        assert pool is not None
+        await until(lambda: len(pool.waiting) == size, f"{size} parked")
+        yield provider, pool, plane
+    finally:
+        await provider.close()
+        docker_support.remove_labelled(engine, f"{LABEL_PLANE}={plane}")
+
+
+async def test_each_parked_container_goes_to_one_sandbox_with_its_key_alone(
+        tmp_path: Path, sandbox_image: str, engine: docker.DockerClient) -> None:
+    async with pooled(tmp_path, sandbox_image, engine, 2) as (provider, pool, plane):
         first = parked(engine, plane)
         assert set(first) == set(pool.waiting) and set(first.values()) == {"running"}
         for container in ours(engine, plane):  # waiting, they hold no key anywhere
@@ -98,21 +112,11 @@ async def test_each_parked_container_goes_to_one_sandbox_with_its_key_alone(
             name_of(launch.sandbox_id) for launch in launches)
         volumes = engine.volumes.list(filters={"label": f"{LABEL_PLANE}={plane}"})
         assert sorted(v.name for v in volumes) == sorted(name_of(x.sandbox_id) for x in launches)
-    finally:
-        await provider.close()
-        docker_support.remove_labelled(engine, f"{LABEL_PLANE}={plane}")
 
 
 async def test_a_parked_container_whose_server_died_gives_way_to_a_cold_start(
         tmp_path: Path, sandbox_image: str, engine: docker.DockerClient) -> None:
-    plane = f"pool-{tmp_path.name[-12:]}"
-    provider = DockerProvider(tmp_path / "archives", image=sandbox_image, plane=plane,
-                              warm_pool=1, webhook_url=HOOKS)
-    await provider.start()
-    try:
-        assert provider.pool is not None
-        pool = provider.pool
-        await until(lambda: len(pool.waiting) == 1, "1 parked")
+    async with pooled(tmp_path, sandbox_image, engine, 1) as (provider, _, _):
         sid = provider.reserve("docker")
         assert sid is not None
         engine.containers.get(PREFIX + sid).kill()
@@ -122,9 +126,6 @@ async def test_a_parked_container_whose_server_died_gives_way_to_a_cold_start(
         assert await asyncio.to_thread(key_works, provider.url(handle), "sk-after-a-death") == 200
         container = engine.containers.get(name_of(sid))
         assert container.attrs["Config"]["Entrypoint"][-1] != "agent_server.warm"  # made cold, same id
-    finally:
-        await provider.close()
-        docker_support.remove_labelled(engine, f"{LABEL_PLANE}={plane}")
 
 
 @pytest.fixture
