@@ -82,6 +82,7 @@ class WarmPool(abc.ABC):
         self._reserved: dict[str, Parked] = {}
         self._wanted = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
+        self._removals: set[asyncio.Task[None]] = set()  # held: the loop keeps weak references
         self.interval = CHECK_INTERVAL
 
     def start(self) -> None:
@@ -129,6 +130,7 @@ class WarmPool(abc.ABC):
         self._reserved.clear()
         for parked in left:
             await self._discard(parked)
+        await asyncio.gather(*self._removals, return_exceptions=True)
 
     # -- in the background ------------------------------------------------------------------
 
@@ -152,6 +154,10 @@ class WarmPool(abc.ABC):
                                    exc, BACKOFF)
                     await asyncio.sleep(BACKOFF)
                     continue
+                except Exception:  # never the end of the pool
+                    logger.exception("warm pool: parking failed; again in %g s", BACKOFF)
+                    await asyncio.sleep(BACKOFF)
+                    continue
             self._wanted.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wanted.wait(), self.interval)
@@ -161,19 +167,28 @@ class WarmPool(abc.ABC):
         living get their lifeline, where they have one)."""
         while True:
             await asyncio.sleep(self.interval)
-            await self._look()
+            try:
+                await self._look()
+            except Exception:  # never the end of the pool
+                logger.exception("warm pool: looking at the parked ones failed")
 
     async def _look(self) -> None:
         now = time.monotonic()
         for sandbox_id, parked in list(self._reserved.items()):
             if parked.reserved_at is not None and now - parked.reserved_at > RESERVE_TIMEOUT:
                 del self._reserved[sandbox_id]
-                asyncio.create_task(self._discard(parked), name=f"unclaimed {sandbox_id}")
+                self._remove(parked)
         for parked in list(self._parked):
             if not await self._keep(parked) and parked in self._parked:
                 self._parked.remove(parked)
                 self._wanted.set()
-                asyncio.create_task(self._discard(parked), name=f"dead {parked.sandbox_id}")
+                self._remove(parked)
+
+    def _remove(self, parked: Parked) -> None:
+        """`_discard` in the background."""
+        task = asyncio.create_task(self._discard(parked), name=f"remove {parked.sandbox_id}")
+        self._removals.add(task)
+        task.add_done_callback(self._removals.discard)
 
     # -- each kind's ------------------------------------------------------------------------
 
