@@ -23,7 +23,7 @@ import os
 from collections.abc import MutableMapping
 from typing import Literal
 
-from pydantic import TypeAdapter, ValidationError
+from pydantic import TypeAdapter
 
 from agent_server.config import ConfigError
 
@@ -70,12 +70,19 @@ def receive_keys(environ: MutableMapping[str, str]) -> None:
     finally:
         _release(fd)
     try:
-        keys = _KEYS.validate_python(json.loads(data))
-    except (ValueError, ValidationError):
+        keys = parse_keys(data)
+    except ValueError:
         raise ConfigError(f"{KEYS_FD}={fd}: expected a JSON object of "
                           "SESSION_API_KEY / AGENT_SERVER_WEBHOOK_* strings") from None
     for name, value in keys.items():
         environ[name] = value
+
+
+def parse_keys(data: bytes) -> dict[str, str]:
+    """What a launcher hands over (ValueError when it is not a JSON object of key names to
+    strings): checked before anything acts on it."""
+    keys = _KEYS.validate_python(json.loads(data))  # (pydantic's ValidationError is one)
+    return {str(name): value for name, value in keys.items()}
 
 
 def _read(fd: int) -> bytes:

@@ -11,8 +11,8 @@ with the same flags. The start it is claimed for pays for none of the imports.
   token instead (`{"claim": ...}`, from the service's Docker secret), and the server's port
   takes one request before the server listens on it: `POST /claim` with
   `Authorization: Bearer <token>` and the keys as its body (the JSON object the pipe would hold).
-  A wrong token is 403 and changes nothing; the right one is 204, and the server starts with
-  those keys. `GET /parked` (204) is the pool's lifeline: with no request for LIFELINE seconds
+  A wrong token is 403 and keys that are not the pipe's JSON object 422, both changing
+  nothing; the right one is 204, and the server starts with those keys. `GET /parked` (204) is the pool's lifeline: with no request for LIFELINE seconds
   (its control plane gone) the parked server exits.
 """
 
@@ -25,7 +25,7 @@ import socket
 import sys
 
 from agent_server.__main__ import main, parse_args
-from agent_server.secrecy import KEYS_FD, MAX_BYTES
+from agent_server.secrecy import KEYS_FD, MAX_BYTES, parse_keys
 from agent_server.template import preload
 
 #: A claim's request line and headers; its body is at most the keys' MAX_BYTES.
@@ -82,8 +82,26 @@ def _answer(connection: socket.socket, token: str) -> bytes | None:
         if not chunk:
             raise ValueError("cut short")
         body += chunk
+    try:
+        parse_keys(body)
+    except ValueError:  # said, and still parked
+        connection.sendall(b"HTTP/1.1 422 Unprocessable Entity\r\nContent-Length: 0\r\n\r\n")
+        return None
     connection.sendall(b"HTTP/1.1 204 No Content\r\nConnection: close\r\n\r\n")
     return body
+
+
+def claim_token(named: str) -> str:
+    """The token on the descriptor `named` (`{"claim": "..."}`); a clear exit otherwise."""
+    try:
+        with os.fdopen(int(named), "rb") as pipe:
+            token = json.loads(pipe.read(MAX_BYTES))["claim"]
+    except (ValueError, OSError, KeyError, TypeError):
+        raise SystemExit(f"agent_server.warm: {KEYS_FD} must name a descriptor holding "
+                         '{"claim": "<token>"}') from None
+    if not isinstance(token, str) or len(token) < 16:
+        raise SystemExit("agent_server.warm: the claim token must be a string of 16 or more")
+    return token
 
 
 def run(args: list[str]) -> None:
@@ -92,9 +110,7 @@ def run(args: list[str]) -> None:
         lifeline, args = float(args[1]), args[2:]
     preload()
     if lifeline is not None:
-        named = os.environ.pop(KEYS_FD, "")
-        with os.fdopen(int(named), "rb") as pipe:
-            token = str(json.loads(pipe.read(MAX_BYTES))["claim"])
+        token = claim_token(os.environ.pop(KEYS_FD, ""))
         port = parse_args(args).port
         if not port:
             raise SystemExit("agent_server.warm: --claim needs --port")

@@ -33,8 +33,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
-
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.control_plane import docker_starts, post_start, wait_ready  # noqa: E402
@@ -45,7 +43,6 @@ from control_plane.sandboxes.containers import (  # noqa: E402
     name_of,
     plane_label,
 )
-from control_plane.sandboxes.swarmpool import LABEL_PARKED  # noqa: E402
 from tests.control_plane.support import ControlPlane, configure_llm, make_config  # noqa: E402
 from tests.support import docker as docker_support  # noqa: E402
 from tests.support import swarm as swarm_support  # noqa: E402
@@ -82,20 +79,8 @@ def plane(config: Config, cluster: swarm_support.Cluster | None = None) -> Itera
 
 def parked(cluster: swarm_support.Cluster, config: Config, size: int) -> None:
     """Until `size` parked services of the plane answer as parked (loaded, waiting)."""
-    def answering() -> int:
-        count = 0
-        for service in cluster.services(f"{LABEL_PLANE}={plane_label(config.db_url)}"):
-            if service["Spec"]["Labels"].get(LABEL_PARKED) != "true":
-                continue
-            for task in cluster.manager.api.tasks(filters={"service": service["ID"]}):
-                ports = (task.get("Status") or {}).get("PortStatus", {}).get("Ports") or []
-                if task["Status"]["State"] == "running" and ports:
-                    url = f"http://{cluster.worker_address}:{ports[0]['PublishedPort']}/parked"
-                    with contextlib.suppress(httpx.HTTPError):
-                        count += httpx.get(url, timeout=2).status_code == 204
-        return count
     deadline = time.monotonic() + 180
-    while answering() < size:
+    while len(cluster.parked(plane_label(config.db_url))) < size:
         if time.monotonic() > deadline:
             raise RuntimeError("the warm pool did not fill")
         time.sleep(0.2)

@@ -64,6 +64,9 @@ def test_one_claim_with_the_token_hands_the_server_its_keys(parked: Parked) -> N
     assert parked.claim(TOKEN[:-1], {"SESSION_API_KEY": "sk-attacker"}) == 403
     assert httpx.get(parked.url + "/alive", timeout=5).status_code == 404
     assert parked.parked()
+    # The token with what are not keys: refused, still parked.
+    assert parked.claim(TOKEN, {"CONTROL_PLANE_SECRET_KEY": "sk-x"}) == 422
+    assert parked.parked()
 
     assert parked.claim(TOKEN, {"SESSION_API_KEY": KEY}) == 204
     wait_for(lambda: _alive(parked.url), 60, what="the claimed server")

@@ -178,8 +178,10 @@ class WarmPool(abc.ABC):
             if parked.reserved_at is not None and now - parked.reserved_at > RESERVE_TIMEOUT:
                 del self._reserved[sandbox_id]
                 self._remove(parked)
-        for parked in list(self._parked):
-            if not await self._keep(parked) and parked in self._parked:
+        looked = list(self._parked)  # all at once: one slow answer delays no other's lifeline
+        kept = await asyncio.gather(*(self._keep(parked) for parked in looked))
+        for parked, keep in zip(looked, kept, strict=True):
+            if not keep and parked in self._parked:
                 self._parked.remove(parked)
                 self._wanted.set()
                 self._remove(parked)

@@ -333,12 +333,11 @@ def test_a_container_tenant_reads_nothing_of_another_and_reaches_no_other(
     an unprivileged user without capabilities on a read-only root, limits, no host path, and a
     network on which sandboxes reach the control plane but not each other. With a warm pool,
     both tenants get parked containers (the pool's servers, `python -m agent_server.warm`)."""
-    label = {"label": f"{LABEL_PLANE}={plane_label(plane.config.db_url)}"}
-    waiting = lambda: [c["State"] for c in engine.api.containers(all=True, filters=label)  # noqa: E731
-                       if c["Names"][0].startswith("/agent-pool-")]
+    deployment = plane_label(plane.config.db_url)
     pooled = plane.config.warm_pool > 0
     if pooled:
-        wait_for(lambda: waiting() == ["running"] * 2, 60, what="two parked containers")
+        wait_for(lambda: list(docker_support.parked(engine, deployment).values()) == ["running"] * 2,
+                 60, what="two parked containers")
     a = victim(plane, bridge_llm, HOST_ALIAS)
     volume = f"/var/lib/docker/volumes/{name_of(a.sid)}/_data"
     inside = [f"{WORKSPACE}/{a.cid}/notes.txt",

@@ -115,22 +115,6 @@ def answers(url: str) -> bool:
         return False
 
 
-def parked_answering(swarm: Cluster, plane: str) -> list[str]:
-    """The deployment's parked services whose server answers as parked on its node."""
-    found = []
-    for service in swarm.services(f"{LABEL_PLANE}={plane}"):
-        if service["Spec"]["Labels"].get("agent-server.parked") != "true":
-            continue
-        for task in tasks_of(swarm, service["ID"]):
-            ports = (task.get("Status") or {}).get("PortStatus", {}).get("Ports") or []
-            if task["Status"]["State"] == "running" and ports:
-                url = f"http://{swarm.worker_address}:{ports[0]['PublishedPort']}/parked"
-                with contextlib.suppress(httpx.HTTPError):
-                    if httpx.get(url, timeout=2).status_code == 204:
-                        found.append(service["Spec"]["Name"])
-    return found
-
-
 def has_volume(client: Any, sandbox_id: str) -> bool:
     return bool(client.volumes.list(filters={"name": name_of(sandbox_id)}))
 
@@ -201,7 +185,7 @@ def test_the_keys_are_out_of_the_agents_reach(tmp_path: Path, swarm: Cluster, sa
     config = swarm_config(tmp_path / "cp", swarm, sandbox_image, warm_pool=pool)
     with running(config, swarm) as plane:
         if pool:
-            wait_for(lambda: len(parked_answering(swarm, plane_label(config.db_url))) == pool,
+            wait_for(lambda: len(swarm.parked(plane_label(config.db_url))) == pool,
                      120, what="the parked services")
         a = victim(plane, llm)
         secret_file = f"/run/secrets/{KEYS_FILE}"

@@ -25,6 +25,7 @@ from control_plane.sandboxes.provider import Launch
 from tests.control_plane.planes import PlaneProcess
 from tests.control_plane.support import configure_llm, wait_task
 from tests.support import docker as docker_support
+from tests.support.docker import parked
 from tests.support.llm import ScriptedLLM, call
 from tests.support.wait import wait_for
 
@@ -33,15 +34,6 @@ HOOKS = "http://127.0.0.1:9/hooks"
 
 def ours(engine: docker.DockerClient, plane: str) -> list[Container]:
     return engine.containers.list(all=True, filters={"label": f"{LABEL_PLANE}={plane}"})
-
-
-def parked(engine: docker.DockerClient, plane: str) -> dict[str, str]:
-    """Parked containers' sandbox ids -> state, in one call (a container listed by the SDK's
-    `list` may be gone by the time it is inspected)."""
-    found = engine.api.containers(all=True, filters={"label": f"{LABEL_PLANE}={plane}"})
-    names = {c["Names"][0].lstrip("/"): c["State"] for c in found}
-    return {name.removeprefix(PREFIX): state for name, state in names.items()
-            if name.startswith(PREFIX)}
 
 
 async def until(condition: object, what: str, timeout: float = 60) -> None:

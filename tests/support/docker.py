@@ -320,6 +320,20 @@ def _build(c: docker.DockerClient, **kwargs: object) -> None:
         raise RuntimeError(f"building {kwargs.get('tag')} failed: {exc.msg}\n{log[-4000:]}") from None
 
 
+# -- warm pools -----------------------------------------------------------------------------
+
+def parked(c: docker.DockerClient, plane: str) -> dict[str, str]:
+    """A deployment's parked containers (control_plane/sandboxes/dockerpool.py): sandbox id ->
+    state, in one call (a container the SDK's `list` names may be gone when it inspects it)."""
+    from control_plane.sandboxes.containers import LABEL_PLANE
+    from control_plane.sandboxes.dockerpool import PREFIX
+
+    found = c.api.containers(all=True, filters={"label": f"{LABEL_PLANE}={plane}"})
+    names = {str(f["Names"][0]).lstrip("/"): str(f["State"]) for f in found}
+    return {name.removeprefix(PREFIX): state for name, state in names.items()
+            if name.startswith(PREFIX)}
+
+
 # -- clean-up -------------------------------------------------------------------------------
 
 def remove_labelled(c: docker.DockerClient, label: str) -> None:

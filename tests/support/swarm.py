@@ -33,6 +33,7 @@ from typing import Any
 
 import docker
 import docker.errors
+import httpx
 
 from tests.support import docker as docker_support
 from tests.support.wait import wait_for
@@ -61,6 +62,25 @@ class Cluster:
 
     def services(self, label: str) -> list[dict[str, Any]]:
         found: list[dict[str, Any]] = self.manager.api.services(filters={"label": label})
+        return found
+
+    def parked(self, plane: str) -> list[str]:
+        """The deployment's parked services (control_plane/sandboxes/swarmpool.py) whose
+        server answers as parked on the worker: loaded and waiting for a claim."""
+        from control_plane.sandboxes.containers import LABEL_PLANE
+        from control_plane.sandboxes.swarmpool import LABEL_PARKED
+
+        found = []
+        for service in self.services(f"{LABEL_PLANE}={plane}"):
+            if service["Spec"]["Labels"].get(LABEL_PARKED) != "true":
+                continue
+            for task in self.manager.api.tasks(filters={"service": service["ID"]}):
+                ports = (task.get("Status") or {}).get("PortStatus", {}).get("Ports") or []
+                if task["Status"]["State"] == "running" and ports:
+                    url = f"http://{self.worker_address}:{ports[0]['PublishedPort']}/parked"
+                    with contextlib.suppress(httpx.HTTPError):
+                        if httpx.get(url, timeout=2).status_code == 204:
+                            found.append(str(service["Spec"]["Name"]))
         return found
 
     def remove_labelled(self, label: str) -> None:
