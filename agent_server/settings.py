@@ -63,7 +63,8 @@ class SavedACPAgent(Lenient):
         for name in ("acp_prompt_timeout", "acp_startup_timeout"):
             if name not in given and getattr(self, name) is not None:
                 update[name] = getattr(self, name)
-        return agent.model_copy(update=update)
+        # Validated again: the merged args and env keep the request's own bounds.
+        return ACPAgentSpec.model_validate({**agent.model_dump(exclude_unset=True), **update})
 
 
 class Settings(Lenient):

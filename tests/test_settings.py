@@ -244,6 +244,14 @@ def test_acp_agents_are_saved_by_name_and_conversations_refer_to_them(
         assert r.json()["detail"][0]["loc"] == ["body", "agent", loc]
     r = client.patch("/api/settings", json={"acp_agents": {"bad": {"acp_command": []}}})
     assert r.status_code == 422 and "bad" not in client.get("/api/settings").json()["acp_agents"]
+    # Merged with the request's own env, over the bound a request has: 422, no value shown.
+    patch(client, {"acp_agents": {"big": {"acp_command": AGENT, "acp_env": {
+        f"E{i}": f"{value}-{i}" for i in range(100)}}}})
+    r = client.post("/api/conversations", json={"agent": {
+        "kind": "ACPAgent", "acp_server": "big", "acp_env": {"MORE": "x"}}, "workspace": ws})
+    assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "agent", "acp_env"]
+    assert value not in r.text
+    patch(client, {"acp_agents": {"big": None}})
     assert len(client.get("/api/conversations/search").json()["items"]) == count
 
     r = client.post("/api/conversations", json={

@@ -39,7 +39,7 @@ from agent_server.telemetry import Telemetry
 from core.files import read_json
 from core.masking import check_secrets
 from events import ConversationErrorEvent
-from web.errors import Conflict, NotFound, invalid
+from web.errors import SECRET_FIELDS, Conflict, NotFound, from_pydantic, invalid
 
 logger = logging.getLogger(__name__)
 
@@ -99,7 +99,10 @@ class ConversationService:
                 continue
             try:
                 found.append((directory, StoredConversation.model_validate(read_json(meta))))
-            except (OSError, ValueError, ValidationError) as exc:
+            except ValidationError as exc:  # its fields, never their values (secrets)
+                logger.warning("skipping conversation in %s: %s", directory,
+                               exc.errors(include_input=False, include_url=False))
+            except (OSError, ValueError) as exc:
                 logger.warning("skipping conversation in %s: %s", directory, exc)
         return found
 
@@ -231,7 +234,10 @@ class ConversationService:
             raise invalid(["agent", "acp_server"], f"No ACP agent named {name!r} in the "
                           "settings (acp_agents): save one with PATCH /api/settings, or give "
                           "acp_command", input_=name)
-        return saved.applied_to(agent)
+        try:
+            return saved.applied_to(agent)
+        except ValidationError as exc:  # (over a bound once merged: never an env value shown)
+            raise from_pydantic(exc, "agent", secret={*SECRET_FIELDS, "acp_env"}) from None
 
     async def _make_working_dir(self, path: Path) -> None:
         try:

@@ -168,13 +168,13 @@ class WorkspaceClient:
 
     async def kill_terminal(self, session_id: str, terminal_id: str,
                             **kwargs: Any) -> KillTerminalResponse | None:
-        self.reports.check(session_id)
+        self._changes(session_id)
         await self.terminals.kill(terminal_id)
         return KillTerminalResponse()
 
     async def release_terminal(self, session_id: str, terminal_id: str,
                                **kwargs: Any) -> ReleaseTerminalResponse | None:
-        self.reports.check(session_id)
+        self._changes(session_id)
         await self.terminals.release(terminal_id)
         return ReleaseTerminalResponse()
 

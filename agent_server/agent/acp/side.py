@@ -56,8 +56,9 @@ class SideAnswer:
     def add(self, update: SessionUpdate) -> None:
         if isinstance(update, AgentMessageChunk):
             text = chunk_text(update.content)[: MAX_ANSWER_CHARS - self._size]
-            self._parts.append(text)
-            self._size += len(text)
+            if text:  # past the cap, nothing more is kept (not even empty parts)
+                self._parts.append(text)
+                self._size += len(text)
 
     def text(self) -> str:
         return "".join(self._parts).strip()
@@ -103,11 +104,16 @@ async def _ask(link: AgentConnection, cwd: Path, question: str, sink: EventSink,
             raise ACPFailure("ACPRequestError", "The ACP agent answered the side question's "
                              "session/new with the conversation's own session.")
         answer = sides[session_id] = SideAnswer()
+        answered = False
         try:
             await asyncio.wait_for(link.conn.prompt(session_id=session_id,
                                                     prompt=[acp.text_block(text)]), timeout)
+            answered = True
         finally:
             sides.pop(session_id, None)
+            if not answered:  # timed out or abandoned: told to stop, it spends nothing more
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(link.conn.cancel(session_id=session_id), 2)
             if offered is not None and offered.close is not None:
                 with contextlib.suppress(Exception):
                     await asyncio.wait_for(link.conn.close_session(session_id=session_id), 2)
