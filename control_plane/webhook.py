@@ -116,7 +116,7 @@ class WebhookReceiver:
         """A record for a conversation first heard of here, within the sandbox's cap (counted
         under its user's lock, as a start counts its sandbox's conversations)."""
         await accounts.lock_user(conn, sandbox.user_id)
-        if await sandboxes.recorded_in(conn, sandbox.id) >= self.cap:
+        if await sandboxes.conversations_in(conn, sandbox.id, recorded_only=True) >= self.cap:
             raise LimitReached(f"sandbox {sandbox.id} has {self.cap} conversations made on its "
                                "agent server, its most: delete some to have more recorded")
         await conn.execute(self.db.insert_ignoring_duplicates(app_conversations),

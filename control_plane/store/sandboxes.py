@@ -174,17 +174,14 @@ async def live_count(conn: AsyncConnection, user_id: str) -> int:
     return int(value or 0)
 
 
-async def conversations_in(conn: AsyncConnection, sandbox_id: str) -> int:
-    value = await conn.scalar(select(func.count()).select_from(app_conversations)
-                              .where(app_conversations.c.sandbox_id == sandbox_id))
-    return int(value or 0)
-
-
-async def recorded_in(conn: AsyncConnection, sandbox_id: str) -> int:
-    """Conversations of the sandbox that no start task made (the webhook recorded them)."""
-    value = await conn.scalar(select(func.count()).select_from(app_conversations)
-                              .where(app_conversations.c.sandbox_id == sandbox_id,
-                                     app_conversations.c.start_task_id.is_(None)))
+async def conversations_in(conn: AsyncConnection, sandbox_id: str, *,
+                           recorded_only: bool = False) -> int:
+    """The sandbox's conversations; `recorded_only`: those no start task made (the webhook
+    recorded them)."""
+    where = [app_conversations.c.sandbox_id == sandbox_id]
+    if recorded_only:
+        where.append(app_conversations.c.start_task_id.is_(None))
+    value = await conn.scalar(select(func.count()).select_from(app_conversations).where(*where))
     return int(value or 0)
 
 
