@@ -371,9 +371,12 @@ class ConversationInfo(BaseModel):
     @classmethod
     def of(cls, record: StoredConversation, *, directory: str,
            webhook: WebhookStatus | None = None, leaf: str | None = None,
-           head_is_empty: bool = False, last_user_message: str | None = None) -> ConversationInfo:
+           head_is_empty: bool = False, last_user_message: str | None = None,
+           status: ExecutionStatus | None = None) -> ConversationInfo:
         data = record.model_dump(exclude={"agent", "secrets", "head_event_id", "head_set_at",
                                           "trace"})
+        if status is not None:
+            data["execution_status"] = status
         metrics = {**record.metrics.model_dump(mode="json"), "costs": [],
                    "response_latencies": [], "token_usages": []}
         return cls(agent=record.agent.redacted(), secret_names=sorted(record.secrets),

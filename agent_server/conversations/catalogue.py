@@ -147,7 +147,7 @@ class ConversationService:
     def matching(self, query: ConversationSearch) -> list[Conversation]:
         parent = query.parent_conversation_id
         return [c for c in self._items.values()
-                if (query.status is None or c.status == query.status)
+                if (query.status is None or c.shown.status == query.status)
                 and (parent is None or c.record.parent_conversation_id == parent)]
 
     def search(self, query: ConversationSearch) -> tuple[list[Conversation], str | None]:

@@ -215,12 +215,15 @@ class Conversation:
 
     async def transition(self, to: ExecutionStatus) -> None:
         """Move the execution status along the table (staying put is no move), record it as
-        an event and save; any other move raises InvalidTransition."""
-        if to == self.record.execution_status:
+        an event and save; any other move raises InvalidTransition. It holds here at once;
+        clients are shown it once its event is stored."""
+        before = self.record.execution_status
+        if to == before:
             return
-        check_move(self.record.execution_status, to)
+        check_move(before, to)
         self.record.execution_status = to
-        await self.append(ConversationStateUpdateEvent(key="execution_status", value=to.value))
+        with self.shown.holding(before):
+            await self.append(ConversationStateUpdateEvent(key="execution_status", value=to.value))
         await self.save()
         if to != ExecutionStatus.RUNNING:  # a run ended (or never will): what clients wait for
             self.shown.publish_state()

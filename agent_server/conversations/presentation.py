@@ -5,13 +5,15 @@ subscribers of a change.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
 from agent_server.conversations.fanout import Fanout
 from agent_server.log import EventLog
 from agent_server.record import ConversationInfo, StoredConversation
+from agent_server.status import ExecutionStatus
 from core.ids import new_event_id
 from core.masking import Masker
 from events import ConversationStateUpdateEvent, format_timestamp
@@ -28,6 +30,28 @@ class Presentation:
         self._fanout = fanout
         #: The conversation's log, when it is open (None until something needed it).
         self._log = log
+        #: The status clients still see while moves' events are being written (None: the
+        #: record's), and how many are: a client that reads a status finds its event.
+        self._held: ExecutionStatus | None = None
+        self._moving = 0
+
+    @property
+    def status(self) -> ExecutionStatus:
+        """The execution status clients are shown."""
+        return self.record.execution_status if self._held is None else self._held
+
+    @contextlib.contextmanager
+    def holding(self, before: ExecutionStatus) -> Iterator[None]:
+        """Show `before` until the block (writing the move's event) ends."""
+        if self._moving == 0:
+            self._held = before
+        self._moving += 1
+        try:
+            yield
+        finally:
+            self._moving -= 1
+            if self._moving == 0:
+                self._held = None
 
     @property
     def _id(self) -> str:
@@ -45,7 +69,7 @@ class Presentation:
         return ConversationInfo.of(
             self.record, directory=str(self.directory), webhook=self._fanout.status(self._id),
             leaf=leaf, head_is_empty=leaf is None and log is not None and len(log) > 0,
-            last_user_message=last_user)
+            last_user_message=last_user, status=self.status)
 
     def state_event(self) -> ConversationStateUpdateEvent:
         """The whole state as one `full_state` update (masked)."""

@@ -3,6 +3,8 @@ ASGI transport, with its lifespan running (tests/support/inprocess.py)."""
 
 from __future__ import annotations
 
+import asyncio
+import threading
 import uuid
 from pathlib import Path
 from typing import Any
@@ -47,6 +49,42 @@ async def test_create_run_and_search_the_events(srv: InProcess, model: ScriptedM
     # The model was asked with the user's message.
     assert model.requests[0][-1] == {"role": "user",
                                      "content": [{"type": "text", "text": "do it"}]}
+
+
+async def test_a_status_is_shown_once_its_event_is_stored(
+        srv: InProcess, model: ScriptedModel, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A client that reads "finished" and then exports or searches the log finds the event
+    that says so, however slow the disk (CI once read the status first)."""
+    model.script += [Scripted(calls=[("finish", '{"message": "ok"}')])]
+    conv = await create(srv, create_body(tmp_path / "ws", message="do it"))
+    cid = conv["id"]
+    log = await srv.conversation(cid).log()
+    reached, release = threading.Event(), threading.Event()
+    write = log._write
+
+    def slow_disk(data: bytes) -> float:
+        if b'"value":"finished"' in data:
+            reached.set()
+            release.wait(30)
+        return write(data)
+
+    monkeypatch.setattr(log, "_write", slow_disk)
+    r = await srv.client.post(f"/api/conversations/{cid}/run")
+    assert r.status_code == 200
+    try:
+        assert await asyncio.to_thread(reached.wait, 30)
+        r = await srv.client.get(f"/api/conversations/{cid}")
+        assert r.json()["execution_status"] == "running"
+        r = await srv.client.get("/api/conversations/search", params={"status": "finished"})
+        assert r.json()["items"] == []
+    finally:
+        release.set()
+    await run_ends(srv.conversation(cid))
+    r = await srv.client.get(f"/api/conversations/{cid}")
+    assert r.json()["execution_status"] == "finished"
+    moves = await search(srv, cid, kind__eq="ConversationStateUpdateEvent")
+    assert [m["value"] for m in moves if m["key"] == "execution_status"] == ["running", "finished"]
 
 
 async def test_the_session_key_is_required(srv: InProcess) -> None:
