@@ -67,6 +67,8 @@ class Fork(BaseModel):
     cwd: str
     env: dict[str, str]
     argv: list[str]
+    cgroups: list[str] = Field(default_factory=list, max_length=8)
+    """The sandbox's `cgroup.procs` files (its limits): the server moves itself in first."""
 
 
 #: What a first model call imports besides litellm itself (anyio's backend, and what litellm
@@ -180,6 +182,8 @@ def _become(request: Fork, entry: namespaces.Entry, fds: list[int],
         for sock in sockets:
             sock.close()
         try:
+            for procs in request.cgroups:  # before anything of the sandbox runs
+                Path(procs).write_text("0")
             entry.join()
             os.chdir(request.cwd)
         except OSError as exc:  # said in the sandbox's log, which its start's error quotes

@@ -107,13 +107,15 @@ class Config(BaseModel):
     background."""
 
     sandbox_memory_limit: ByteSize = Field(default=ByteSize(4 * 1024**3), ge=64 * 1024**2)
-    """Memory of one container sandbox (bytes, or with a unit: `4GiB`, `512MiB`)."""
+    """Memory of one sandbox (bytes, or with a unit: `4GiB`, `512MiB`): a container's, or a
+    process sandbox's cgroup where the control plane runs as root (its largest process is
+    killed past it)."""
 
     sandbox_cpu_limit: float = Field(default=2.0, gt=0, le=1024)
-    """CPUs one container sandbox may use (fractions allowed)."""
+    """CPUs one sandbox may use (fractions allowed), container or process."""
 
     sandbox_pids_limit: int = Field(default=1024, ge=16, le=4_194_304)
-    """Processes and threads of one container sandbox (a fork bomb stops there)."""
+    """Processes and threads of one sandbox, container or process (a fork bomb stops there)."""
 
     swarm_network: str = Field(default="bridge", pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
     """The Swarm provider's network: `bridge`, each node's default bridge (every node that

@@ -6,6 +6,7 @@ an untyped bag.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,10 +21,11 @@ from control_plane.leases import Leases
 from control_plane.lifecycle import Lifecycle
 from control_plane.relay import Bell
 from control_plane.runs import Runs
+from control_plane.sandboxes import cgroups
 from control_plane.sandboxes.drift import Drift
 from control_plane.sandboxes.isolation import choose
 from control_plane.sandboxes.process import SPEC, ProcessProvider
-from control_plane.sandboxes.provider import SandboxProvider
+from control_plane.sandboxes.provider import Limits, SandboxProvider
 from control_plane.sandboxes.service import SandboxService
 from control_plane.sandboxes.template import Template
 from control_plane.settings import SettingsService
@@ -33,14 +35,20 @@ from control_plane.transcripts import Transcripts
 from control_plane.webhook import WebhookReceiver
 from core.retry import Clock
 
+logger = logging.getLogger(__name__)
+
+
+def limits(config: Config) -> Limits:
+    """What one sandbox may use, whatever its provider."""
+    return Limits(memory=int(config.sandbox_memory_limit), cpus=config.sandbox_cpu_limit,
+                  pids=config.sandbox_pids_limit)
+
 
 def build_provider(config: Config) -> SandboxProvider:
     """The provider `sandbox_provider` names (the Docker SDK is loaded only when one of its two
     is chosen)."""
     if config.sandbox_provider in ("docker", "swarm"):
-        from control_plane.sandboxes.containers import Limits, plane_label
-        limits = Limits(memory=int(config.sandbox_memory_limit), cpus=config.sandbox_cpu_limit,
-                        pids=config.sandbox_pids_limit)
+        from control_plane.sandboxes.containers import plane_label
         archives, plane = config.state_dir / "archives", plane_label(config.db_url)
         if config.sandbox_provider == "swarm":
             from control_plane.sandboxes.swarm import SwarmProvider
@@ -49,7 +57,7 @@ def build_provider(config: Config) -> SandboxProvider:
                                  constraints=config.swarm_constraints,
                                  cpu_reservation=config.swarm_cpu_reservation,
                                  memory_reservation=int(config.swarm_memory_reservation),
-                                 limits=limits, start_timeout=config.sandbox_start_timeout,
+                                 limits=limits(config), start_timeout=config.sandbox_start_timeout,
                                  placement_timeout=config.swarm_placement_timeout,
                                  stop_grace=config.sandbox_stop_grace,
                                  node_socket=config.swarm_node_docker_socket,
@@ -57,15 +65,19 @@ def build_provider(config: Config) -> SandboxProvider:
         from control_plane.sandboxes.docker import DockerProvider
         return DockerProvider(archives, image=config.sandbox_image, plane=plane,
                               docker_url=config.docker_url, network=config.docker_network,
-                              limits=limits, start_timeout=config.sandbox_start_timeout,
+                              limits=limits(config), start_timeout=config.sandbox_start_timeout,
                               stop_grace=config.sandbox_stop_grace,
                               warm_pool=config.warm_pool, webhook_url=config.webhook_base)
     isolation = choose(config.sandbox_isolation, hidden=[config.state_dir], uids=config.sandbox_uids)
     template = (Template(config.state_dir / "template")
                 if config.sandbox_template and isolation is not None and isolation.uids else None)
+    groups = cgroups.find()
+    if isinstance(groups, str):
+        logger.warning("process sandboxes run without memory, process or CPU limits: %s", groups)
     return ProcessProvider(config.state_dir / "archives", isolation=isolation, template=template,
                            shared_host=config.shared_host, start_timeout=config.sandbox_start_timeout,
-                           stop_grace=config.sandbox_stop_grace)
+                           stop_grace=config.sandbox_stop_grace, limits=limits(config),
+                           groups=None if isinstance(groups, str) else groups)
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,6 @@ import hashlib
 import socket
 import threading
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -29,6 +28,7 @@ from control_plane.sandboxes.pool import WarmPool
 from control_plane.sandboxes.provider import (
     PROJECT_DIR,
     Launch,
+    Limits,
     ProviderError,
     SandboxProvider,
     SandboxSpec,
@@ -68,17 +68,6 @@ def plane_label(db_url: str) -> str:
     return hashlib.sha256(db_url.encode()).hexdigest()[:16]
 
 
-@dataclass(frozen=True)
-class Limits:
-    """What one container sandbox may use."""
-
-    memory: int = 4 * 1024**3
-    """Bytes."""
-    cpus: float = 2.0
-    pids: int = 1024
-
-
-DEFAULT_LIMITS = Limits()
 
 
 def environment(webhook_url: str, keys_fd: int) -> dict[str, str]:

@@ -50,7 +50,6 @@ import httpx
 from docker.models.containers import Container
 
 from control_plane.sandboxes.containers import (
-    DEFAULT_LIMITS,
     HOME,
     HOME_BYTES,
     LABEL_PLANE,
@@ -64,7 +63,6 @@ from control_plane.sandboxes.containers import (
     VOLUME_DIR,
     WORKSPACE,
     ContainerProvider,
-    Limits,
     close_attach,
     environment,
     hand_over,
@@ -72,7 +70,15 @@ from control_plane.sandboxes.containers import (
     plane_label,
 )
 from control_plane.sandboxes.dockerpool import DockerPool
-from control_plane.sandboxes.provider import Handle, Launch, Liveness, ProviderError, SandboxSpec
+from control_plane.sandboxes.provider import (
+    DEFAULT_LIMITS,
+    Handle,
+    Launch,
+    Limits,
+    Liveness,
+    ProviderError,
+    SandboxSpec,
+)
 
 logger = logging.getLogger(__name__)
 

@@ -31,11 +31,14 @@ from typing import TypeVar
 
 import httpx
 
+from control_plane.sandboxes import cgroups
 from control_plane.sandboxes.isolation import HOME, Command, Isolation
 from control_plane.sandboxes.provider import (
+    DEFAULT_LIMITS,
     PROJECT_DIR,
     Handle,
     Launch,
+    Limits,
     Liveness,
     ProviderError,
     SandboxProvider,
@@ -85,14 +88,17 @@ def child_env(launch: Launch, isolation: Isolation | None = None) -> dict[str, s
 class ProcessProvider(SandboxProvider):
     def __init__(self, archive_dir: Path, *, isolation: Isolation | None = None,
                  template: Template | None = None, shared_host: bool = False, start_timeout: float = 60.0, stop_grace: float = 5.0,
-                 transport: httpx.AsyncBaseTransport | None = None) -> None:
+                 transport: httpx.AsyncBaseTransport | None = None,
+                 groups: cgroups.Cgroups | None = None, limits: Limits = DEFAULT_LIMITS) -> None:
         """`isolation`: bubblewrap's (`isolation.choose`), or None: sandboxes run as this
         process's user, and serve one user only unless `shared_host` accepts that. `template`:
-        servers of isolated sandboxes are forked from it once it is ready."""
+        servers of isolated sandboxes are forked from it once it is ready. `groups`: where
+        each sandbox gets a cgroup holding it to `limits` (`cgroups.find`; None: no limits)."""
         super().__init__(start_timeout=start_timeout, transport=transport)
         self.archive_dir = archive_dir
         self.isolation = isolation
         self.template = template
+        self.groups, self.limits = groups, limits
         self.single_tenant = isolation is None and not shared_host
         self.stop_grace = stop_grace
         #: Children started by this process (`spawn`), reaped so they never linger as zombies.
@@ -126,11 +132,13 @@ class ProcessProvider(SandboxProvider):
         # -P: the working directory (the sandbox's own, which its agent writes) is not put
         # first on the import path, so nothing planted there is imported by the server.
         argv = [sys.executable, "-P", "-m", "agent_server", "--ready-file", str(ready)]
-        command, uid = Command(argv, {}), None
+        command, uid, groups = Command(argv, {}), None, []
         if self.isolation is not None:
             (launch.root_dir / HOME).mkdir(exist_ok=True, mode=0o700)
             uid = await asyncio.to_thread(self.isolation.own, launch.root_dir)
             command = self.isolation.command(launch.root_dir, argv, uid)
+        if self.groups is not None:
+            groups = await asyncio.to_thread(self.groups.create, launch.sandbox_id, self.limits)
         out = os.open(launch.root_dir / LOG_FILE, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         said: int | None = None  # a forked server says it is ready on this pipe
         try:
@@ -139,11 +147,11 @@ class ProcessProvider(SandboxProvider):
                 self.template.revive()
             if uid is not None and self.template is not None and self.template.ready:
                 try:
-                    pid, said = await self._fork(launch, uid, out)
+                    pid, said = await self._fork(launch, uid, out, groups)
                 except TemplateError as exc:
                     logger.warning("%s; the server is started by itself", exc)
             if pid is None:
-                pid = self._spawn(command, launch, out, launch.keys())
+                pid = self._spawn(command, launch, out, launch.keys(), groups)
         finally:
             os.close(out)
         try:
@@ -165,13 +173,15 @@ class ProcessProvider(SandboxProvider):
             if said is not None:
                 os.close(said)
 
-    def _spawn(self, command: Command, launch: Launch, out: int, stdin: bytes | int) -> int:
-        pid = spawn(command.argv, child_env(launch, self.isolation), output=out, stdin=stdin,
-                    files=command.files)
+    def _spawn(self, command: Command, launch: Launch, out: int, stdin: bytes | int,
+               groups: list[Path]) -> int:
+        pid = spawn(cgroups.enter(groups, command.argv), child_env(launch, self.isolation),
+                    output=out, stdin=stdin, files=command.files)
         self._children.add(pid)
         return pid
 
-    async def _fork(self, launch: Launch, uid: int, out: int) -> tuple[int, int]:
+    async def _fork(self, launch: Launch, uid: int, out: int,
+                    groups: list[Path]) -> tuple[int, int]:
         """bubblewrap makes the sandbox around a holder, and the template forks the server
         into it (`agent_server.template`): bubblewrap's pid, as a spawned server's, and the
         read end of the pipe the server says it is ready on."""
@@ -182,13 +192,13 @@ class ProcessProvider(SandboxProvider):
         said, says = os.pipe()
         keys = filled_pipe(launch.keys())
         try:
-            pid = self._spawn(command, launch, out, lifeline)
+            pid = self._spawn(command, launch, out, lifeline, groups)
             try:
                 inside = await self._made(pid, launch.root_dir / LOG_FILE)
                 await self.template.fork(enter=inside, uid=uid, cwd=launch.root_dir,
                                          env=child_env(launch, self.isolation),
                                          argv=["--ready-file", ready],
-                                         fds=[keys, out, held, says])
+                                         fds=[keys, out, held, says], cgroups=groups)
             except BaseException:
                 os.close(said)
                 await self._kill_now(pid)
@@ -396,6 +406,8 @@ class ProcessProvider(SandboxProvider):
             os.chmod(partial, 0o600)
             os.replace(partial, archive)
         shutil.rmtree(root_dir, ignore_errors=True)
+        if self.groups is not None:
+            self.groups.remove(sandbox_id)
         return archive
 
     async def _kill_now(self, pid: int) -> None:

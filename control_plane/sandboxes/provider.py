@@ -46,6 +46,19 @@ PROJECT_DIR = "/workspace/project"
 
 
 @dataclass(frozen=True)
+class Limits:
+    """What one sandbox may use (a container's limits; a process sandbox's cgroups)."""
+
+    memory: int = 4 * 1024**3
+    """Bytes."""
+    cpus: float = 2.0
+    pids: int = 1024
+
+
+DEFAULT_LIMITS = Limits()
+
+
+@dataclass(frozen=True)
 class Handle:
     """What the provider needs to find a sandbox again, stored so a restarted control plane can."""
 

@@ -14,8 +14,7 @@ A sandbox's service:
   and a sandbox's address must name the node its volume is on); its URL is the node's address
   and the published port, stored in its handle;
 - runs on its node's default bridge (`Config.swarm_network`), whose daemon keeps containers
-  apart (`"icc": false` on every node that takes sandboxes, README): sandboxes of a node cannot
-  reach each other's ports on it;
+  apart (`"icc": false` on every node that takes sandboxes, README);
 - gets its session key in a Docker secret, runs hardened with the limits, reservations and
   placement constraints of the settings (`swarmspec`: its spec); a warm pool's (`swarmpool`)
   is made in advance and gets its keys over its port when a start claims it;
@@ -28,9 +27,8 @@ go on after the resume); shells and processes the agent left running end. Resume
 back to 1 on that node. A resume is refused while that node is down or drained (`Refused`: the
 sandbox stays PAUSED), and the sandbox is MISSING once the node has left the cluster.
 
-Destroy stops the service, two short jobs on its node (`nodejobs`) archive the workspace from
-the volume and remove the volume, then the service and its secrets go. While the node is down
-this fails and is tried again later; once the node has left the cluster, nothing is left.
+Destroy stops the service, two short jobs on its node (`nodejobs`) archive the workspace and
+remove the volume, then the service and its secrets go (tried again while the node is down).
 """
 
 from __future__ import annotations
@@ -46,12 +44,14 @@ import docker
 import docker.errors
 import httpx
 
-from control_plane.sandboxes.containers import DEFAULT_LIMITS, ContainerProvider, Limits, name_of
+from control_plane.sandboxes.containers import ContainerProvider, name_of
 from control_plane.sandboxes.nodejobs import ENDED, Jobs, Node, api, describe, host_port
 from control_plane.sandboxes.provider import (
+    DEFAULT_LIMITS,
     Handle,
     Health,
     Launch,
+    Limits,
     Liveness,
     ProviderError,
     Refused,

@@ -35,12 +35,11 @@ from control_plane.sandboxes.containers import (
     UID,
     VOLUME_DIR,
     WORKSPACE,
-    Limits,
     environment,
     name_of,
 )
 from control_plane.sandboxes.nodejobs import NO_CHECK, Node, api, host_port
-from control_plane.sandboxes.provider import Launch, ProviderError, SandboxSpec
+from control_plane.sandboxes.provider import Launch, Limits, ProviderError, SandboxSpec
 
 SPEC = SandboxSpec(id="swarm", description="a one-replica service of the sandbox image on a "
                    "Docker Swarm cluster, as an unprivileged user with a read-only root and limits, "

@@ -71,11 +71,12 @@ class Template:
         return None if self._process is None else self._process.pid
 
     async def fork(self, *, enter: int, uid: int, cwd: Path, env: dict[str, str],
-                   argv: list[str], fds: list[int]) -> int:
-        """The host pid of a server forked into the namespaces of `enter`; `fds` are its
-        stdin, its output, its lifeline and the pipe it says it is ready on."""
+                   argv: list[str], fds: list[int], cgroups: list[Path]) -> int:
+        """The host pid of a server forked into the namespaces of `enter` and into `cgroups`;
+        `fds` are its stdin, its output, its lifeline and the pipe it says it is ready on."""
         request = json.dumps({"enter": enter, "uid": uid, "cwd": str(cwd), "env": env,
-                              "argv": argv}).encode()
+                              "argv": argv,
+                              "cgroups": [str(g / "cgroup.procs") for g in cgroups]}).encode()
         try:
             answer = await asyncio.wait_for(self._ask(request, fds), ANSWER_TIMEOUT)
         except (OSError, TimeoutError, ValueError) as exc:

@@ -1,0 +1,128 @@
+"""What one process sandbox may use of this machine: a control group each, as Docker gives a
+container, so one tenant's agent cannot take the memory, processes or CPU the others need.
+
+The kernel's cgroup file system does the work (no daemon): a directory per sandbox under
+`agent-sandboxes/`, its limits written into it, and the sandbox's first process moved in before
+it runs anything (`enter`: a shell writes its own pid, then execs), so all it starts is counted.
+A sandbox over its memory has its largest process killed by the kernel (the agent's build or
+test, not its server); over its process count, fork fails inside it. cgroup v2 (one hierarchy)
+and v1 (the `memory`, `pids` and `cpu` hierarchies, as on these VMs) are both taken.
+
+Only root writes there; elsewhere (or where the controllers are not offered) `find` says why
+and sandboxes run without limits, as the start's log line says once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import logging
+import os
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+
+from control_plane.sandboxes.provider import Limits, ProviderError
+
+logger = logging.getLogger(__name__)
+
+ROOT = Path("/sys/fs/cgroup")
+GROUP = "agent-sandboxes"
+CONTROLLERS = ("memory", "pids", "cpu")
+#: The CPU quota's period (microseconds), as Docker uses.
+PERIOD = 100_000
+#: Settings a kernel may not offer (swap accounting off): left out then.
+OPTIONAL = frozenset({"memory.swap.max"})
+
+
+@dataclass(frozen=True)
+class Cgroups:
+    """Where this machine's sandbox groups go: one directory per hierarchy (v2: one)."""
+
+    parents: tuple[Path, ...]
+    v2: bool
+
+    def create(self, sandbox_id: str, limits: Limits) -> list[Path]:
+        """The sandbox's groups, made (again) with `limits`: what `enter` moves a process into."""
+        made = []
+        try:
+            for parent in self.parents:
+                group = parent / sandbox_id
+                group.mkdir(exist_ok=True)
+                made.append(group)
+                for name, value in self._settings(parent, limits):
+                    if name not in OPTIONAL or (group / name).exists():
+                        (group / name).write_text(value)
+        except OSError as exc:
+            raise ProviderError(f"the sandbox's cgroup could not be made: {exc}") from None
+        return made
+
+    def _settings(self, parent: Path, limits: Limits) -> list[tuple[str, str]]:
+        quota = str(max(int(limits.cpus * PERIOD), 1000))
+        if self.v2:
+            return [("memory.max", str(limits.memory)), ("memory.swap.max", "0"),
+                    ("pids.max", str(limits.pids)), ("cpu.max", f"{quota} {PERIOD}")]
+        return {"memory": [("memory.limit_in_bytes", str(limits.memory))],
+                "pids": [("pids.max", str(limits.pids))],
+                "cpu": [("cpu.cfs_period_us", str(PERIOD)), ("cpu.cfs_quota_us", quota)],
+                }[parent.parent.name]
+
+    def remove(self, sandbox_id: str) -> None:
+        """The sandbox's groups, once nothing is left in them (a group still busy stays:
+        removing it again later is harmless)."""
+        for parent in self.parents:
+            try:
+                (parent / sandbox_id).rmdir()
+            except FileNotFoundError:
+                pass
+            except OSError as exc:
+                logger.warning("cgroup %s of sandbox %s stays: %s", parent.name, sandbox_id,
+                               os.strerror(exc.errno or errno.EBUSY))
+
+
+def enter(groups: list[Path], argv: list[str]) -> list[str]:
+    """`argv`, started inside `groups`: the shell moves itself in, then becomes `argv`."""
+    if not groups:
+        return argv
+    moves = " && ".join(f"echo $$ > {shlex.quote(str(g / 'cgroup.procs'))}" for g in groups)
+    return ["/bin/sh", "-c", f'{moves} && exec "$@"', "sh", *argv]
+
+
+def find(root: Path = ROOT) -> Cgroups | str:
+    """This machine's sandbox groups, made ready; or why there are none."""
+    if os.geteuid() != 0:
+        return "the control plane does not run as root"
+    try:
+        if (root / "cgroup.controllers").exists():
+            return _v2(root)
+        return _v1(root)
+    except OSError as exc:
+        return f"the cgroup file system refused: {exc}"
+
+
+def _v2(root: Path) -> Cgroups | str:
+    offered = set((root / "cgroup.controllers").read_text().split())
+    if missing := set(CONTROLLERS) - offered:
+        return f"cgroup v2 offers no {', '.join(sorted(missing))} controller"
+    parent = root / GROUP
+    parent.mkdir(exist_ok=True)
+    for level in (root, parent):
+        with contextlib.suppress(OSError):  # the root may have them already
+            (level / "cgroup.subtree_control").write_text(
+                " ".join(f"+{c}" for c in CONTROLLERS))
+    enabled = set((parent / "cgroup.subtree_control").read_text().split())
+    if missing := set(CONTROLLERS) - enabled:
+        return f"cgroup v2 did not delegate {', '.join(sorted(missing))} to {parent}"
+    return Cgroups(parents=(parent,), v2=True)
+
+
+def _v1(root: Path) -> Cgroups | str:
+    parents = []
+    for controller in CONTROLLERS:
+        hierarchy = root / controller
+        if not (hierarchy / "cgroup.procs").exists():
+            return f"no cgroup v1 {controller} hierarchy at {hierarchy}"
+        parent = hierarchy / GROUP
+        parent.mkdir(exist_ok=True)
+        parents.append(parent)
+    return Cgroups(parents=tuple(parents), v2=False)

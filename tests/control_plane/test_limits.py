@@ -1,0 +1,85 @@
+"""A process sandbox is held to its memory and process count (its cgroup), tried as a tenant's
+agent would exhaust the host: it allocates more memory than its sandbox has, and forks without
+end. Its sandbox stops it; its server and the next tenant go on. Without the limits, the same
+allocation and forks succeed on this machine, so the test fails.
+
+Run both ways a server starts: spawned by bubblewrap, and forked from the template (which
+moves the server into the sandbox's groups itself).
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from control_plane.sandboxes import cgroups
+from tests.control_plane.support import ControlPlane, make_config, wait_for
+from tests.control_plane.tenants import run
+from tests.control_plane.test_isolation import server_of, template_socket
+from tests.support.llm import ScriptedLLM
+
+pytestmark = pytest.mark.e2e
+
+MEMORY = 640 * 1024**2
+PIDS = 128
+
+#: Forks sleepers until fork fails (at most 400), says how many it made, and ends them.
+FORKS = textwrap.dedent("""\
+    import os, time
+    made = []
+    for _ in range(400):
+        try:
+            pid = os.fork()
+        except OSError:
+            break
+        if pid == 0:
+            time.sleep(120)
+            os._exit(0)
+        made.append(pid)
+    print(len(made))
+    for pid in made:
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+    """)
+
+
+@pytest.mark.parametrize("forked", [False, True], ids=["spawned", "forked"])
+def test_a_sandbox_is_held_to_its_memory_and_processes(tmp_path: Path, llm: ScriptedLLM,
+                                                       forked: bool) -> None:
+    if os.geteuid() != 0:
+        pytest.fail("cgroups are written by root only: run as root")
+    groups = cgroups.find()
+    assert isinstance(groups, cgroups.Cgroups), groups
+    plane = ControlPlane(make_config(tmp_path / "cp", sandbox_template=forked,
+                                     sandbox_memory_limit=MEMORY, sandbox_pids_limit=PIDS)).start()
+    try:
+        if forked:
+            wait_for(template_socket(plane).exists, 180, what="the sandbox template")
+        a = run(plane, llm, "alice", "echo ready")
+        mine = [parent / a.sid for parent in groups.parents]
+        assert all(group.is_dir() for group in mine)
+        server = server_of(plane, a.sid)
+        held = Path(f"/proc/{server}/cgroup").read_text()
+        assert all(f"/{cgroups.GROUP}/{a.sid}\n" in held for _ in mine), held
+
+        hog = a.bash("python3 -c 'b = bytearray(1024 * 1024**2); print(\"allocated\")'")
+        assert "allocated" not in hog["stdout"] and hog["exit_code"] != 0, hog
+        made = a.bash(f"python3 -c {shlex.quote(FORKS)}")
+        assert made["exit_code"] == 0, made
+        assert 0 < int(made["stdout"]) < PIDS, made
+
+        # Its server went on, and so does the next tenant's sandbox.
+        assert a.bash("echo alive")["stdout"] == "alive\n"
+        b = run(plane, llm, "bob", "echo fine")
+        assert b.bash("echo fine too")["stdout"] == "fine too\n"
+
+        r = a.client.delete(f"/api/v1/sandboxes/{a.sid}", params={"sandbox_id": a.sid})
+        assert r.status_code == 200, r.text
+        wait_for(lambda: not any(group.exists() for group in mine), 30,
+                 what="the sandbox's groups to go")
+    finally:
+        plane.stop()
