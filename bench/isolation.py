@@ -3,7 +3,7 @@ isolation, a start request to READY on a new sandbox (one after another), then t
 each of those sandboxes while all of them run idle (RSS and PSS summed over its processes,
 from /proc/<pid>/smaps_rollup; PSS shares the pages of one interpreter among them).
 
-    .venv/bin/python bench/isolation.py [--sandboxes 10]
+    .venv/bin/python bench/isolation.py [--sandboxes 10] [--launcher-only]
 
 Everything is real: a control plane, agent-server sandboxes, the scripted LLM. Run as root,
 isolated sandboxes also run each as a uid of its own.
@@ -25,7 +25,9 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from control_plane.config import Config  # noqa: E402
+from control_plane.sandboxes import cgroups  # noqa: E402
 from control_plane.sandboxes.isolation import Command, choose  # noqa: E402
+from control_plane.sandboxes.provider import DEFAULT_LIMITS  # noqa: E402
 from control_plane.sandboxes.spawn import spawn, wait  # noqa: E402
 from tests.control_plane.support import (  # noqa: E402
     ControlPlane,
@@ -130,22 +132,31 @@ def measure(root: Path, llm: ScriptedLLM, isolation: str, n: int) -> dict[str, A
 
 
 def launcher(runs: int = 30) -> dict[str, Any]:
-    """`true` run directly and through bubblewrap as a sandbox runs (ms): the fixed cost of
-    making the namespaces, apart from the agent server's own start."""
+    """`true` run directly, through bubblewrap as a sandbox runs, and (as root) that in a
+    cgroup of its own made for it and removed after (ms): the fixed cost of making the
+    namespaces and the limits, apart from the agent server's own start."""
     isolation = choose("bubblewrap", hidden=[], uids=Config().sandbox_uids)
     assert isolation is not None
+    groups = cgroups.find()
     times: dict[str, list[float]] = {"direct": [], "bubblewrap": []}
+    if isinstance(groups, cgroups.Cgroups):
+        times["bubblewrap_in_cgroup"] = []
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp) / "sandbox"
         root.mkdir()
         uid = isolation.own(root)
-        for _ in range(runs):
+        for i in range(runs):
             for how in times:
-                command = (isolation.command(root, ["/bin/true"], uid) if how == "bubblewrap"
-                           else Command(["/bin/true"], {}))
                 began = time.monotonic()
-                pid = spawn(command.argv, {"PATH": os.defpath}, output=2, files=command.files)
+                command = (Command(["/bin/true"], {}) if how == "direct"
+                           else isolation.command(root, ["/bin/true"], uid))
+                name, argv = f"bench-{os.getpid()}-{i}", command.argv
+                if how == "bubblewrap_in_cgroup" and isinstance(groups, cgroups.Cgroups):
+                    argv = cgroups.enter(groups.create(name, DEFAULT_LIMITS), argv)
+                pid = spawn(argv, {"PATH": os.defpath}, output=2, files=command.files)
                 wait(pid, 30)
+                if how == "bubblewrap_in_cgroup" and isinstance(groups, cgroups.Cgroups):
+                    groups.remove(name)
                 times[how].append(time.monotonic() - began)
     return {how: figures(samples, 1000) for how, samples in times.items()}
 
@@ -153,7 +164,12 @@ def launcher(runs: int = 30) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--sandboxes", type=int, default=10)
+    parser.add_argument("--launcher-only", action="store_true",
+                        help="only the fixed cost of bubblewrap and the cgroup")
     args = parser.parse_args()
+    if args.launcher_only:
+        print(json.dumps({"load_average": os.getloadavg(), "launcher_ms": launcher(100)}))
+        return
     llm = ScriptedLLM().start()
     results: dict[str, Any] = {}
     try:
