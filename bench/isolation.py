@@ -133,17 +133,18 @@ def measure(root: Path, llm: ScriptedLLM, isolation: str, n: int) -> dict[str, A
 
 def launcher(runs: int = 30) -> dict[str, Any]:
     """`true` run directly, through bubblewrap as a sandbox runs, and (as root) that in a
-    cgroup of its own made for it and removed after (ms): the fixed cost of making the
-    namespaces and the limits, apart from the agent server's own start."""
+    cgroup of its own made for it (ms): the fixed cost of making the namespaces and the
+    limits, apart from the agent server's own start; and the group's removal after."""
     isolation = choose("bubblewrap", hidden=[], uids=Config().sandbox_uids)
     assert isolation is not None
     groups = cgroups.find()
     times: dict[str, list[float]] = {"direct": [], "bubblewrap": []}
     if isinstance(groups, cgroups.Cgroups):
         times["bubblewrap_in_cgroup"] = []
+    removals: list[float] = []  # a group goes once its last process is reaped
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp) / "sandbox"
-        root.mkdir()
+        (root / "workspace").mkdir(parents=True)
         uid = isolation.own(root)
         for i in range(runs):
             for how in times:
@@ -155,10 +156,13 @@ def launcher(runs: int = 30) -> dict[str, Any]:
                     argv = cgroups.enter(groups.create(name, DEFAULT_LIMITS), argv)
                 pid = spawn(argv, {"PATH": os.defpath}, output=2, files=command.files)
                 wait(pid, 30)
-                if how == "bubblewrap_in_cgroup" and isinstance(groups, cgroups.Cgroups):
-                    groups.remove(name)
                 times[how].append(time.monotonic() - began)
-    return {how: figures(samples, 1000) for how, samples in times.items()}
+                if how == "bubblewrap_in_cgroup" and isinstance(groups, cgroups.Cgroups):
+                    began = time.monotonic()
+                    groups.remove(name)
+                    removals.append(time.monotonic() - began)
+    return {**{how: figures(samples, 1000) for how, samples in times.items()},
+            **({"cgroup_removal": figures(removals, 1000)} if removals else {})}
 
 
 def main() -> None:

@@ -19,6 +19,7 @@ import errno
 import logging
 import os
 import shlex
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -67,17 +68,24 @@ class Cgroups:
                 "cpu": [("cpu.cfs_period_us", str(PERIOD)), ("cpu.cfs_quota_us", quota)],
                 }[parent.parent.name]
 
-    def remove(self, sandbox_id: str) -> None:
-        """The sandbox's groups, once nothing is left in them (a group still busy stays:
-        removing it again later is harmless)."""
+    def remove(self, sandbox_id: str, wait: float = 5.0) -> None:
+        """The sandbox's groups, once nothing is left in them. Blocking: a process that has
+        just ended keeps its group busy for a moment (until it is reaped), so a busy group
+        is tried again for up to `wait` seconds; one still busy then stays, and says so."""
+        deadline = time.monotonic() + wait
         for parent in self.parents:
-            try:
-                (parent / sandbox_id).rmdir()
-            except FileNotFoundError:
-                pass
-            except OSError as exc:
-                logger.warning("cgroup %s of sandbox %s stays: %s", parent.name, sandbox_id,
-                               os.strerror(exc.errno or errno.EBUSY))
+            while True:
+                try:
+                    (parent / sandbox_id).rmdir()
+                except FileNotFoundError:
+                    pass
+                except OSError as exc:
+                    if exc.errno == errno.EBUSY and time.monotonic() < deadline:
+                        time.sleep(0.02)
+                        continue
+                    logger.warning("cgroup %s of sandbox %s stays: %s", parent.name,
+                                   sandbox_id, os.strerror(exc.errno or errno.EBUSY))
+                break
 
 
 def enter(groups: list[Path], argv: list[str]) -> list[str]:
