@@ -151,6 +151,17 @@ def conversation(client: httpx.Client, conversation_id: str) -> dict[str, Any]:
     return record
 
 
+def whole_run(client: httpx.Client, cid: str) -> list[str]:
+    """The stored ids once the run's last event (execution_status: finished) is among them,
+    else none: the record says FINISHED (asked of the agent server) before the webhook has
+    stored all, and it stores in order, so nothing of the run comes after that one."""
+    r = client.get(f"/api/v1/conversation/{cid}/events/search", params={"limit": 1000})
+    items = r.json()["items"]
+    done = any(e["kind"] == "ConversationStateUpdateEvent" and e["key"] == "execution_status"
+               and str(e["value"]).lower() == "finished" for e in items)
+    return [e["id"] for e in items] if done else []
+
+
 def sandbox_pid(plane: ControlPlane, sandbox_id: str) -> int:
     """The pid the control plane signals: the sandbox's group leader (the agent server, or
     bubblewrap's launcher when isolated), found by its ready file's path on its command line."""

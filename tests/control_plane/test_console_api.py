@@ -21,6 +21,7 @@ from tests.control_plane.support import (
     configure_llm,
     conversation,
     start,
+    whole_run,
 )
 from tests.support.llm import Reply, ScriptedLLM, call, text
 from tests.support.wait import wait_for
@@ -80,17 +81,6 @@ def deltas(seen: list[Frame]) -> str:
 def agent_message(seen: list[Frame]) -> dict[str, Any] | None:
     return next((d for name, _, d in seen if name is None and d and d["kind"] == "MessageEvent"
                  and d["source"] == "agent"), None)
-
-
-def whole_run(client: httpx.Client, cid: str) -> list[str]:
-    """The stored ids once the run's last event (execution_status: finished) is among them,
-    else none: the record says FINISHED (asked of the agent server) before the webhook has
-    stored all, and it stores in order, so nothing of the run comes after that one."""
-    r = client.get(f"/api/v1/conversation/{cid}/events/search", params={"limit": 1000})
-    items = r.json()["items"]
-    done = any(e["kind"] == "ConversationStateUpdateEvent" and e["key"] == "execution_status"
-               and str(e["value"]).lower() == "finished" for e in items)
-    return [e["id"] for e in items] if done else []
 
 
 def test_the_console_is_served_with_a_strict_policy(control_plane: ControlPlane) -> None:

@@ -4,7 +4,6 @@ strategy's choice among given candidates (in-process)."""
 
 from __future__ import annotations
 
-import time
 from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -23,6 +22,7 @@ from tests.control_plane.support import (
     conversation,
     make_config,
     start,
+    whole_run,
 )
 from tests.support.llm import ScriptedLLM, call
 from tests.support.wait import wait_for
@@ -67,9 +67,10 @@ def test_strategies_and_explicit_placement(plane: ControlPlane, llm: ScriptedLLM
     r = client.post(f"/api/v1/app-conversations/{a['app_conversation_id']}/send-message",
                     json={"content": [{"type": "text", "text": "hi"}], "run": True})
     assert r.status_code == 200
-    # Its run's events reach the webhook after any of s2's: s1 is the most recently active.
-    wait_for(lambda: conversation(client, a["app_conversation_id"])["execution_status"] == "finished", 30)
-    time.sleep(1.0)
+    # Its run's events reach the webhook after any of s2's: s1 is the most recently active
+    # once the last of them is stored (the record says "finished" before: it asks the agent).
+    wait_for(lambda: whole_run(client, a["app_conversation_id"]), 30,
+             what="the run's events to be stored")
     strategy(client, "LEAST_RECENTLY_USED")
     assert start(client)["sandbox_id"] == s2
     strategy(client, "NO_GROUPING")
