@@ -119,3 +119,25 @@ def test_a_crashed_agent_is_resumed_in_the_same_server(server: ServerProcess,
         assert turn(http, cid, "recall")[-1] == "I remember: say before the crash | crash 3"
         assert not items(http, cid, kind__eq="ServerErrorEvent")
 
+
+
+def test_a_side_question_after_a_restart_changes_nothing(server: ServerProcess,
+                                                         tmp_path: Path) -> None:
+    """ask_agent may start the agent to answer, but the session it could not resume is told,
+    and the new one kept, by the next turn: the side question leaves the events and the
+    saved session as they were."""
+    with server.client() as http:
+        cid = create(http, tmp_path / "ws")  # an agent without loadSession
+        turn(http, cid, "say first words")
+    [saved] = (tmp_path / "state").rglob("acp.json")
+    before = saved.read_text()
+
+    with restart(server) as http:
+        r = http.post(f"/api/conversations/{cid}/ask_agent", json={"question": "quote first"})
+        assert r.status_code == 200, r.text
+        assert r.json()["response"] == "first is in the prompt"
+        assert not items(http, cid, kind__eq="ServerErrorEvent")
+        assert saved.read_text() == before
+        assert turn(http, cid, "recall")[-1] == "I remember: "
+        [note] = items(http, cid, kind__eq="ServerErrorEvent")
+        assert note["code"] == "ACPSessionLost" and "without its memory" in note["detail"]

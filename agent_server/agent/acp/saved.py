@@ -5,17 +5,20 @@ session (its id and working directory) so a new agent process can resume it with
 
 The file is written before the prompt that depends on it is sent, atomically, so a SIGKILL of
 the server at any moment leaves the last state the agent was told about. When the session
-cannot be resumed, `lost_note` tells the user.
+cannot be resumed, `lost_note` tells the user; a new session is kept (`NewSession.keep`) by the
+turn that uses it, so a side question that started the agent changes nothing.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+from dataclasses import dataclass
 from pathlib import Path
 
 from pydantic import BaseModel, ValidationError
 
+from agent_server.agent.sink import EventSink
 from core.files import read_json, write_json
 from events import ServerErrorEvent
 
@@ -62,3 +65,18 @@ def lost_note(why: str) -> ServerErrorEvent:
         f"The ACP agent could not resume its session ({why}). It goes on in a new session "
         "without its memory of this conversation's earlier turns (the events here are "
         "kept).")[:2000])
+
+
+@dataclass(frozen=True)
+class NewSession:
+    """A session opened in place of the saved one (or where there was none)."""
+
+    session_id: str
+    cwd: str
+    lost: str | None
+    """Why the saved one could not be resumed; None when there was none."""
+
+    async def keep(self, saved: SavedFile, sink: EventSink) -> None:
+        await saved.update(session_id=self.session_id, session_cwd=self.cwd, cost_seen=0.0)
+        if self.lost is not None:
+            await sink.append(lost_note(sink.masker.text(self.lost)))

@@ -14,16 +14,15 @@ seen as one prompt and relays the turn as events:
     end of the turn      -> FINISHED (or the next prompt, when the user wrote meanwhile)
 
 The prompt outlives a run: a run that waits for confirmation ends while the agent's request
-stays open, and the run that accepts picks the same turn up again. An interrupt sends
-`session/cancel` and ends the run at once; the cancelled turn is drained before the next
-prompt. Where the turn is is one `TurnState`, moved only along TURN_MOVES. A crash is a
-ConversationErrorEvent with the exit status and the last stderr lines.
+stays open, and the run that accepts picks it up again. An interrupt sends `session/cancel`;
+the cancelled turn is drained before the next prompt. Where the turn is is one `TurnState`,
+moved along TURN_MOVES. A crash is a ConversationErrorEvent (exit status, last stderr lines).
 
 A new agent process (after a crash, or a restart of this server) resumes the agent's session
 with `session/load` when the agent offers it (`saved.py` keeps the session's id); what the
 agent replays while it loads is already in the log and is dropped. When it cannot, a
-ServerErrorEvent `ACPSessionLost` tells the user the agent starts again without its memory.
-A side question (ask_agent) goes to a session of its own (`side.py`).
+ServerErrorEvent `ACPSessionLost` tells the user, at the next turn, that the agent starts
+again without its memory. A side question (ask_agent) goes to a session of its own (`side.py`).
 """
 
 from __future__ import annotations
@@ -65,7 +64,7 @@ from agent_server.agent.acp.process import (
     agent_env,
     request_error,
 )
-from agent_server.agent.acp.saved import STATE_FILE, SavedFile, lost_note
+from agent_server.agent.acp.saved import STATE_FILE, NewSession, SavedFile
 from agent_server.agent.acp.side import SideSessions, ask
 from agent_server.agent.acp.terminals import Terminals
 from agent_server.agent.acp.traced import CallTelemetry
@@ -117,6 +116,8 @@ class ACPSession:
         self.saved = SavedFile(spec.state_dir / STATE_FILE)
         #: The session being loaded: its replayed updates are dropped until the next prompt.
         self._replaying: str | None = None
+        #: A new session not kept yet (`_keep`).
+        self._unkept: NewSession | None = None
         #: The side questions' sessions, by id: what the agent says there is their answer.
         self.sides = SideSessions()
 
@@ -164,7 +165,7 @@ class ACPSession:
             link = self._link
             if (link is None or not link.alive) and self._state is not TurnState.IDLE:
                 raise ACPFailure("ACPAgentExited", "The ACP agent stopped during the turn.")
-            return await ask(await self._connected(), self.spec.working_dir, question,
+            return await ask(await self._connected(quiet=True), self.spec.working_dir, question,
                              self.sink, self.sides, self.agent.acp_prompt_timeout)
         except ACPFailure as failure:
             raise UpstreamError(failure.code,
@@ -395,11 +396,14 @@ class ACPSession:
     def _env(self) -> dict[str, str]:
         return agent_env(self.agent, self.secrets, self.spec.git_author)
 
-    async def _connected(self) -> AgentConnection:
-        """The agent's connection, started (again, when the process ended between turns)."""
+    async def _connected(self, quiet: bool = False) -> AgentConnection:
+        """The agent's connection, started (again, when the process ended between turns);
+        `quiet` (a side question): a new session is kept by the next turn instead."""
         async with self._start_lock:
             link = self._link
             if link is not None and link.alive:
+                if not quiet:
+                    await self._keep()
                 return link
             if link is not None:
                 logger.info("ACP agent of %s had ended (%s): starting it again", self.spec.id,
@@ -420,11 +424,16 @@ class ACPSession:
                 return link
             self._replaying = None
             self.usage.restart(0.0)
-            await self.saved.update(session_id=link.session_id, session_cwd=cwd, cost_seen=0.0)
-            if saved.session_id is not None:
-                why = link.opened.lost or "it was opened in another working directory"
-                await self.sink.append(lost_note(self.sink.masker.text(why)))
+            why = link.opened.lost or "it was opened in another working directory"
+            self._unkept = NewSession(link.session_id, cwd, saved.session_id and why)
+            if not quiet:
+                await self._keep()
             return link
+
+    async def _keep(self) -> None:
+        unkept, self._unkept = self._unkept, None
+        if unkept is not None:
+            await unkept.keep(self.saved, self.sink)
 
     async def _disconnect(self) -> None:
         """Stop the process (a turn in flight ends with it; a permission waiting is withdrawn)."""
