@@ -123,6 +123,32 @@ async def _turn(http: httpx.AsyncClient, cid: str, text: str) -> list[dict[str, 
         await asyncio.sleep(0.05)
 
 
+async def test_a_side_questions_model_use_is_counted(http: httpx.AsyncClient,
+                                                     tmp_path: Path) -> None:
+    """What an ACP agent reports of a side question's model use counts in the conversation's
+    metrics, as our own agent's side questions do, and adds no event. A fork's cumulative
+    cost goes on from the conversation's session's, a new session's from 0: $0.25 each."""
+    for name, args, spent in (("plain", [], 0.25),
+                              ("forks", ["--sessions", str(tmp_path / "s.json"), "--fork"], 0.75)):
+        r = await http.post("/api/conversations", json={
+            "agent": {"kind": "ACPAgent", "acp_command": AGENT, "acp_args": args},
+            "workspace": {"working_dir": str(tmp_path / name)}})
+        assert r.status_code == 201, r.text
+        cid = r.json()["id"]
+        await _turn(http, cid, "say hello\nusage 10 5 0.5")
+        before = (await http.get(f"/api/conversations/{cid}/events/search",
+                                 params={"limit": 100})).json()["items"]
+        r = await http.post(f"/api/conversations/{cid}/ask_agent",
+                            json={"question": f"usage 20 4 {spent}"})
+        assert r.status_code == 200, r.text
+        metrics = (await http.get(f"/api/conversations/{cid}")).json()["metrics"]
+        assert metrics["accumulated_cost"] == pytest.approx(0.75), name
+        tokens = metrics["accumulated_token_usage"]
+        assert (tokens["prompt_tokens"], tokens["completion_tokens"]) == (30, 9), name
+        assert (await http.get(f"/api/conversations/{cid}/events/search",
+                               params={"limit": 100})).json()["items"] == before
+
+
 async def test_ask_agent_answers_in_a_side_session(http: httpx.AsyncClient,
                                                    tmp_path: Path) -> None:
     """A side question to an ACP agent: with session/fork the agent's copy of the session

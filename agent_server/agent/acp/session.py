@@ -166,7 +166,7 @@ class ACPSession:
             if (link is None or not link.alive) and self._state is not TurnState.IDLE:
                 raise ACPFailure("ACPAgentExited", "The ACP agent stopped during the turn.")
             return await ask(await self._connected(quiet=True), self.spec.working_dir, question,
-                             self.sink, self.sides, self.agent.acp_prompt_timeout)
+                             self.sink, self.sides, self.agent.acp_prompt_timeout, self.usage)
         except ACPFailure as failure:
             raise UpstreamError(failure.code,
                                 self.sink.masker.text(failure.detail)[:2000]) from None

@@ -14,15 +14,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from pathlib import Path
 
 import acp
 from acp import RequestError
-from acp.schema import AgentMessageChunk
+from acp.schema import AgentMessageChunk, UsageUpdate
 
 from agent_server.agent.acp.client import SessionUpdate
 from agent_server.agent.acp.messages import chunk_text
 from agent_server.agent.acp.process import GONE, ACPFailure, AgentConnection, request_error
+from agent_server.agent.acp.usage import ACPUsage
 from agent_server.agent.sink import EventSink
 from agent_server.log import Query
 from events import MessageEvent, TextContent, parse_event
@@ -52,9 +54,14 @@ class SideAnswer:
     def __init__(self) -> None:
         self._parts: list[str] = []
         self._size = 0
+        #: The session's cumulative cost (USD) last reported.
+        self.cost = 0.0
 
     def add(self, update: SessionUpdate) -> None:
-        if isinstance(update, AgentMessageChunk):
+        if isinstance(update, UsageUpdate) and update.cost is not None:
+            if update.cost.currency.upper() == "USD":
+                self.cost = update.cost.amount
+        elif isinstance(update, AgentMessageChunk):
             text = chunk_text(update.content)[: MAX_ANSWER_CHARS - self._size]
             if text:  # past the cap, nothing more is kept (not even empty parts)
                 self._parts.append(text)
@@ -76,26 +83,28 @@ class SideSessions:
 
 
 async def ask(link: AgentConnection, cwd: Path, question: str, sink: EventSink,
-              sides: SideSessions, timeout: float) -> str:
-    """The agent's answer; ACPFailure when it fails, dies, or takes over `timeout` s."""
+              sides: SideSessions, timeout: float, usage: ACPUsage) -> str:
+    """The agent's answer, its figures counted in `usage`; ACPFailure when it fails, dies,
+    or takes over `timeout` s."""
     if sides.asked >= MAX_SIDE_QUESTIONS:
         raise LimitReached(f"At most {MAX_SIDE_QUESTIONS} side questions at once: ask again "
                            "when one is answered")
     sides.asked += 1
     try:
-        return await _ask(link, cwd, question, sink, sides.answers, timeout)
+        return await _ask(link, cwd, question, sink, sides.answers, timeout, usage)
     finally:
         sides.asked -= 1
 
 
 async def _ask(link: AgentConnection, cwd: Path, question: str, sink: EventSink,
-               sides: dict[str, SideAnswer], timeout: float) -> str:
+               sides: dict[str, SideAnswer], timeout: float, usage: ACPUsage) -> str:
     offered = link.opened.capabilities.session_capabilities
+    spent_before = 0.0  # a fork's cumulative cost goes on from its source's
     try:
         if offered is not None and offered.fork is not None:
             forked = await link.conn.fork_session(session_id=link.session_id, cwd=str(cwd),
                                                   mcp_servers=[])
-            session_id, text = forked.session_id, question
+            session_id, text, spent_before = forked.session_id, question, usage.cost_seen
         else:
             opened = await link.conn.new_session(cwd=str(cwd), mcp_servers=[])
             session_id = opened.session_id
@@ -104,11 +113,13 @@ async def _ask(link: AgentConnection, cwd: Path, question: str, sink: EventSink,
             raise ACPFailure("ACPRequestError", "The ACP agent answered the side question's "
                              "session/new with the conversation's own session.")
         answer = sides[session_id] = SideAnswer()
-        answered = False
+        answered, asked_at = False, time.monotonic()
         try:
-            await asyncio.wait_for(link.conn.prompt(session_id=session_id,
-                                                    prompt=[acp.text_block(text)]), timeout)
+            response = await asyncio.wait_for(link.conn.prompt(
+                session_id=session_id, prompt=[acp.text_block(text)]), timeout)
             answered = True
+            usage.side(response, max(answer.cost - spent_before, 0.0),
+                       time.monotonic() - asked_at)
         finally:
             sides.pop(session_id, None)
             if not answered:  # timed out or abandoned: told to stop, it spends nothing more

@@ -6,6 +6,8 @@ and context window (`usage_update` notifications). A turn that reports usage is 
 in the metrics (ConversationInfo.metrics, `stats`) and a `stats` state update in the shape
 the loop sends; cost counts only in USD (the metrics have no currency), as what the session's
 cumulative cost grew by since the last report. An agent that reports nothing leaves them at 0.
+A side question (ask_agent) counts too, without an event (as our own agent's does): its turn's
+tokens, and what its session's cost grew to (a fork's from the conversation's session's).
 """
 
 from __future__ import annotations
@@ -43,16 +45,9 @@ class ACPUsage:
 
     def turn(self, response: PromptResponse, latency: float) -> list[ConversationStateUpdateEvent]:
         """The turn's figures counted; the `stats` update (none when it reported nothing)."""
-        used = response.usage
-        if used is None and not self._cost_pending:
+        if response.usage is None and not self._cost_pending:
             return []
-        usage = TokenUsage(model=self.model, context_window=self._context_window)
-        if used is not None:
-            usage.prompt_tokens, usage.completion_tokens = used.input_tokens, used.output_tokens
-            usage.cache_read_tokens = used.cached_read_tokens or 0
-            usage.cache_write_tokens = used.cached_write_tokens or 0
-            usage.reasoning_tokens = used.thought_tokens or 0
-            usage.per_turn_token = used.total_tokens
+        usage = self._tokens(response)
         cost, self._cost_pending = self._cost_pending, 0.0
         self.metrics.add(usage, cost, latency)
         return [ConversationStateUpdateEvent(key="stats", value={
@@ -60,3 +55,18 @@ class ACPUsage:
             "last_response": {**usage.model_dump(mode="json"), "cost": cost,
                               "latency": latency},
         })]
+
+    def side(self, response: PromptResponse, cost: float, latency: float) -> None:
+        """A side question's figures: `cost`, its session's cumulative cost (USD) at the end."""
+        if response.usage is not None or cost > 0:
+            self.metrics.add(self._tokens(response), cost, latency)
+
+    def _tokens(self, response: PromptResponse) -> TokenUsage:
+        usage = TokenUsage(model=self.model, context_window=self._context_window)
+        if (used := response.usage) is not None:
+            usage.prompt_tokens, usage.completion_tokens = used.input_tokens, used.output_tokens
+            usage.cache_read_tokens = used.cached_read_tokens or 0
+            usage.cache_write_tokens = used.cached_write_tokens or 0
+            usage.reasoning_tokens = used.thought_tokens or 0
+            usage.per_turn_token = used.total_tokens
+        return usage
