@@ -34,9 +34,9 @@ import socket
 import sys
 import traceback
 from pathlib import Path
-from typing import NoReturn
+from typing import Annotated, NoReturn
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
 import tools
 from agent_server import tls
@@ -56,6 +56,12 @@ PR_SET_CHILD_SUBREAPER = 36
 REAP_INTERVAL = 1.0
 
 
+#: A control group's process list, the only file a fork request may have written (no
+#: `.` or `..` in its path).
+CgroupProcs = Annotated[str, StringConstraints(
+    pattern=r"^/sys/fs/cgroup/(?:[A-Za-z0-9_,-][A-Za-z0-9_.,-]*/)+cgroup\.procs$", max_length=512)]
+
+
 class Fork(BaseModel):
     """A sandbox's server: the namespaces of `enter` (a process bubblewrap started), run as
     `uid`, in `cwd`, with this environment and these arguments of `agent-server`."""
@@ -67,7 +73,7 @@ class Fork(BaseModel):
     cwd: str
     env: dict[str, str]
     argv: list[str]
-    cgroups: list[str] = Field(default_factory=list, max_length=8)
+    cgroups: list[CgroupProcs] = Field(default_factory=list, max_length=8)
     """The sandbox's `cgroup.procs` files (its limits): the server moves itself in first."""
 
 

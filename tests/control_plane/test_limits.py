@@ -15,7 +15,9 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
+from agent_server.template import Fork
 from control_plane.sandboxes import cgroups
 from tests.control_plane.support import ControlPlane, make_config, wait_for
 from tests.control_plane.tenants import run
@@ -83,3 +85,15 @@ def test_a_sandbox_is_held_to_its_memory_and_processes(tmp_path: Path, llm: Scri
                  what="the sandbox's groups to go")
     finally:
         plane.stop()
+
+
+@pytest.mark.parametrize("path", ["/etc/passwd", "/sys/fs/cgroup/../../etc/cgroup.procs",
+                                  "/sys/fs/cgroup/memory/./cgroup.procs",
+                                  "/sys/fs/cgroup/memory/agent-sandboxes/x/tasks"])
+def test_a_fork_request_has_no_other_file_written(path: str) -> None:
+    """The template writes to the groups a fork request names, as root: a control group's
+    process list, never another file."""
+    with pytest.raises(ValidationError):
+        Fork(enter=5, uid=1000, cwd="/", env={}, argv=[], cgroups=[path])
+    Fork(enter=5, uid=1000, cwd="/", env={}, argv=[],
+         cgroups=["/sys/fs/cgroup/memory/agent-sandboxes/0b5e/cgroup.procs"])
