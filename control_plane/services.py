@@ -7,6 +7,7 @@ an untyped bag.
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -159,11 +160,17 @@ class Services:
         self.lifecycle.start()
 
     async def close(self, stop_sandboxes: bool = False) -> None:
+        """Every part is closed, the database last, even when one before it fails (the log
+        says which): a provider that cannot close leaves no connection open."""
         self.bell.close()
-        await self.deltas.close()
-        await self.lifecycle.close()
-        await self.tasks.close()
-        await self.sandboxes.close(stop_sandboxes=stop_sandboxes)
-        await self.leases.close()
-        await self.agents.close()
-        await self.db.close()
+        steps: list[tuple[str, Callable[[], Awaitable[None]]]] = [
+            ("deltas", self.deltas.close), ("lifecycle", self.lifecycle.close),
+            ("start tasks", self.tasks.close),
+            ("sandboxes", lambda: self.sandboxes.close(stop_sandboxes=stop_sandboxes)),
+            ("leases", self.leases.close), ("agent client", self.agents.close),
+            ("database", self.db.close)]
+        for name, close in steps:
+            try:
+                await close()
+            except Exception:
+                logger.exception("closing the %s failed", name)
