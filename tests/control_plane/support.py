@@ -11,6 +11,7 @@ import json
 import os
 import socket
 import subprocess
+import sys
 import tarfile
 import threading
 import time
@@ -27,7 +28,7 @@ import uvicorn
 from control_plane.__main__ import create_key
 from control_plane.app import Server, build_app
 from control_plane.config import Config
-from core import processes
+from core import namespaces, processes
 from core.retry import Clock
 from tests.support.llm import ScriptedLLM, call, free_port
 from tests.support.wait import wait_for
@@ -160,6 +161,20 @@ def whole_run(client: httpx.Client, cid: str) -> list[str]:
     done = any(e["kind"] == "ConversationStateUpdateEvent" and e["key"] == "execution_status"
                and str(e["value"]).lower() == "finished" for e in items)
     return [e["id"] for e in items] if done else []
+
+
+def template_socket(plane: ControlPlane) -> Path:
+    return plane.config.state_dir / "template" / "template.sock"
+
+
+def server_of(plane: ControlPlane, sandbox_id: str) -> int:
+    """The sandbox's agent server (host pid): the Python process in its pid namespace."""
+    launcher = sandbox_pid(plane, sandbox_id)
+    inside = {namespaces.namespace(p) for p in processes.children(launcher)} - {None}
+    [server] = [p for ns in inside if ns for p in namespaces.members(ns)
+                if Path(f"/proc/{p}/cmdline").read_bytes().split(b"\0")[0]
+                == sys.executable.encode()]
+    return server
 
 
 def sandbox_pid(plane: ControlPlane, sandbox_id: str) -> int:

@@ -30,14 +30,16 @@ from pydantic import ValidationError
 from control_plane.config import Config, from_env
 from control_plane.sandboxes.isolation import IsolationUnavailable, choose
 from control_plane.sandboxes.spawn import spawn, wait
-from core import namespaces, processes
+from core import processes
 from tests.control_plane.support import (
     ControlPlane,
     configure_llm,
     conversation,
     make_config,
     sandbox_pid,
+    server_of,
     start,
+    template_socket,
     wait_for,
 )
 from tests.control_plane.tenants import attempts, reads, run, victim
@@ -56,20 +58,6 @@ def isolated(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Control
         wait_for(template_socket(plane).exists, 180, what="the sandbox template")
     yield plane
     plane.stop()
-
-
-def template_socket(plane: ControlPlane) -> Path:
-    return plane.config.state_dir / "template" / "template.sock"
-
-
-def server_of(plane: ControlPlane, sandbox_id: str) -> int:
-    """The sandbox's agent server (host pid): the Python process in its pid namespace."""
-    launcher = sandbox_pid(plane, sandbox_id)
-    inside = {namespaces.namespace(p) for p in processes.children(launcher)} - {None}
-    [server] = [p for ns in inside if ns for p in namespaces.members(ns)
-                if Path(f"/proc/{p}/cmdline").read_bytes().split(b"\0")[0]
-                == sys.executable.encode()]
-    return server
 
 
 def forked(plane: ControlPlane, server: int) -> bool:

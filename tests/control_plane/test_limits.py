@@ -19,9 +19,14 @@ from pydantic import ValidationError
 
 from agent_server.template import Fork
 from control_plane.sandboxes import cgroups
-from tests.control_plane.support import ControlPlane, make_config, wait_for
+from tests.control_plane.support import (
+    ControlPlane,
+    make_config,
+    server_of,
+    template_socket,
+    wait_for,
+)
 from tests.control_plane.tenants import run
-from tests.control_plane.test_isolation import server_of, template_socket
 from tests.support.llm import ScriptedLLM
 
 pytestmark = pytest.mark.e2e

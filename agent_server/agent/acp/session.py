@@ -425,7 +425,7 @@ class ACPSession:
             self._replaying = None
             self.usage.restart(0.0)
             why = link.opened.lost or "it was opened in another working directory"
-            self._unkept = NewSession(link.session_id, cwd, saved.session_id and why)
+            self._unkept = NewSession(link.session_id, cwd, why if saved.session_id else None)
             if not quiet:
                 await self._keep()
             return link

@@ -24,7 +24,7 @@ from acp.schema import AgentMessageChunk, UsageUpdate
 from agent_server.agent.acp.client import SessionUpdate
 from agent_server.agent.acp.messages import chunk_text
 from agent_server.agent.acp.process import GONE, ACPFailure, AgentConnection, request_error
-from agent_server.agent.acp.usage import ACPUsage
+from agent_server.agent.acp.usage import ACPUsage, usd
 from agent_server.agent.sink import EventSink
 from agent_server.log import Query
 from events import MessageEvent, TextContent, parse_event
@@ -58,9 +58,9 @@ class SideAnswer:
         self.cost = 0.0
 
     def add(self, update: SessionUpdate) -> None:
-        if isinstance(update, UsageUpdate) and update.cost is not None:
-            if update.cost.currency.upper() == "USD":
-                self.cost = update.cost.amount
+        if isinstance(update, UsageUpdate):
+            if (cost := usd(update)) is not None:
+                self.cost = cost
         elif isinstance(update, AgentMessageChunk):
             text = chunk_text(update.content)[: MAX_ANSWER_CHARS - self._size]
             if text:  # past the cap, nothing more is kept (not even empty parts)

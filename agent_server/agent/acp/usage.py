@@ -18,6 +18,13 @@ from agent_server.agent.usage import Metrics, TokenUsage
 from events import ConversationStateUpdateEvent
 
 
+def usd(update: UsageUpdate) -> float | None:
+    """The session's cumulative cost a usage update reports, when it is in USD."""
+    if update.cost is not None and update.cost.currency.upper() == "USD":
+        return update.cost.amount
+    return None
+
+
 class ACPUsage:
     def __init__(self, metrics: Metrics, model: str, usage_id: str) -> None:
         self.metrics = metrics
@@ -39,9 +46,9 @@ class ACPUsage:
 
     def update(self, update: UsageUpdate) -> None:
         self._context_window = update.size
-        if update.cost is not None and update.cost.currency.upper() == "USD":
-            self._cost_pending += max(update.cost.amount - self._cost_seen, 0.0)
-            self._cost_seen = update.cost.amount
+        if (cost := usd(update)) is not None:
+            self._cost_pending += max(cost - self._cost_seen, 0.0)
+            self._cost_seen = cost
 
     def turn(self, response: PromptResponse, latency: float) -> list[ConversationStateUpdateEvent]:
         """The turn's figures counted; the `stats` update (none when it reported nothing)."""
