@@ -19,11 +19,13 @@ $(TEST_STAMP): pyproject.toml | $(BIN)/python
 	touch $@ $(STAMP)
 
 # What the tests need from the system: bash, git, Chromium for the browser tool, ripgrep for
-# grep, bubblewrap for isolated process sandboxes (command:package pairs), and PostgreSQL for
-# the control plane's store tests (its binaries live outside PATH, under /usr/lib/postgresql).
+# grep, bubblewrap for isolated process sandboxes, iproute2, nftables and nsenter for their
+# network boundary, dnsmasq for the tests' internet (command:package pairs), and PostgreSQL
+# for the control plane's store tests (its binaries live outside PATH, under /usr/lib/postgresql).
 system-deps:
 	@missing=""; \
-	for pair in bash:bash git:git chromium:chromium rg:ripgrep bwrap:bubblewrap; do \
+	for pair in bash:bash git:git chromium:chromium rg:ripgrep bwrap:bubblewrap ip:iproute2 \
+			nft:nftables nsenter:util-linux dnsmasq:dnsmasq-base; do \
 		command -v $${pair%%:*} >/dev/null 2>&1 || missing="$$missing $${pair#*:}"; \
 	done; \
 	ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1 || missing="$$missing postgresql"; \

@@ -52,6 +52,10 @@ COPY agent_server ./agent_server
 COPY tools ./tools
 COPY events ./events
 COPY web ./web
+# A swarm node's fence runs from this image too (`python -m control_plane.network.node`: the
+# sandboxes' network boundary on their node); of the control plane, that package alone.
+COPY control_plane/__init__.py ./control_plane/__init__.py
+COPY control_plane/network ./control_plane/network
 RUN pip install --no-cache-dir --no-compile --no-deps . \
     && pip uninstall -y -q pip setuptools \
     && python -P -m agent_server.precompile
@@ -89,7 +93,7 @@ RUN printf '%s\n' 'path-exclude /usr/share/doc/*' 'path-include /usr/share/doc/*
     && (set -f; for path in $HEADLESS_EXCLUDES $GIT_EXCLUDES; do echo "path-exclude $path"; done) >> /etc/dpkg/dpkg.cfg.d/sandbox-slim \
     && apt-get update \
     && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-        bash ca-certificates git ripgrep tini libatomic1 $EXTRA_PACKAGES \
+        bash ca-certificates git ripgrep tini libatomic1 nftables iproute2 $EXTRA_PACKAGES \
     && apt-get clean \
     && rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin /var/log/apt /var/log/dpkg.log
 

@@ -121,10 +121,24 @@ class Config(BaseModel):
     """Base address of the control plane's webhook (events go to {url}/events/{id})."""
 
     webhook_api_key: Annotated[str | None, Env("AGENT_SERVER_WEBHOOK_API_KEY", flag=False)] = None
-    """X-Session-API-Key sent to the webhook; default: the first session key."""
+    """X-Session-API-Key sent to the webhook; default: the first session key, unless the
+    deliveries are signed (`webhook_secret`): then none is sent, so a receiver that is not
+    the control plane learns nothing that opens this server."""
 
     webhook_secret: Annotated[str | None, Env("AGENT_SERVER_WEBHOOK_SECRET", flag=False)] = None
     """When set, webhook bodies are signed the Standard Webhooks way."""
+
+    webhook_sender: Annotated[str | None, Env("AGENT_SERVER_WEBHOOK_SENDER", flag=False)] = Field(
+        default=None, max_length=128, pattern=r"^[A-Za-z0-9_.-]+$")
+    """Who this server is to its webhook (`X-Webhook-Sender`: a control plane's sandbox id),
+    so the receiver knows whose secret checks the signature."""
+
+    network_url: str | None = Field(default=None, pattern=r"^https?://")
+    """Where this sandbox's control plane says what its network policy refused it (`GET`, with
+    `network_token`); None: no sandbox network to speak of (`agent_server.network`)."""
+
+    network_token: Annotated[str | None, Env("AGENT_SERVER_NETWORK_TOKEN", flag=False)] = None
+    """The sandbox's own credential for `network_url` (a Bearer token). Never logged."""
 
     chromium: str = "/usr/bin/chromium"
     """The browser tool's Chromium (Playwright's own download is never used)."""
@@ -188,7 +202,7 @@ class Config(BaseModel):
         """The server's own keys by name: masked wherever a conversation's events go (an agent
         that read one must not hand it to the log, the webhook or a socket)."""
         keys = {f"SESSION_API_KEY_{i}": k for i, k in enumerate(self.session_api_keys)}
-        for name in ("webhook_api_key", "webhook_secret"):
+        for name in ("webhook_api_key", "webhook_secret", "network_token"):
             value = getattr(self, name)
             if value:
                 keys[name] = value
@@ -201,6 +215,9 @@ class Config(BaseModel):
                 f"refusing to listen on {self.host} without SESSION_API_KEY: "
                 "set it, or listen on 127.0.0.1"
             )
+        if self.network_url and not self.network_token:
+            raise ConfigError("AGENT_SERVER_NETWORK_URL is set without AGENT_SERVER_NETWORK_TOKEN: "
+                              "the control plane answers it to the sandbox's token only")
 
 
 def keys_from_env(value: str | None) -> tuple[tuple[str, ...], bool]:

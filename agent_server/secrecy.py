@@ -29,7 +29,9 @@ from agent_server.config import ConfigError
 
 KEYS_FD = "AGENT_SERVER_KEYS_FD"
 #: The variables a launcher may hand over the pipe: the server's keys, nothing else.
-KeyName = Literal["SESSION_API_KEY", "AGENT_SERVER_WEBHOOK_API_KEY", "AGENT_SERVER_WEBHOOK_SECRET"]
+KeyName = Literal["SESSION_API_KEY", "AGENT_SERVER_WEBHOOK_API_KEY", "AGENT_SERVER_WEBHOOK_SECRET",
+                  "AGENT_SERVER_WEBHOOK_SENDER", "AGENT_SERVER_NETWORK_URL",
+                  "AGENT_SERVER_NETWORK_TOKEN"]
 #: Far more than three keys need; a writer that never stops is refused.
 MAX_BYTES = 64 * 1024
 PR_SET_DUMPABLE = 4
@@ -72,8 +74,8 @@ def receive_keys(environ: MutableMapping[str, str]) -> None:
     try:
         keys = parse_keys(data)
     except ValueError:
-        raise ConfigError(f"{KEYS_FD}={fd}: expected a JSON object of "
-                          "SESSION_API_KEY / AGENT_SERVER_WEBHOOK_* strings") from None
+        raise ConfigError(f"{KEYS_FD}={fd}: expected a JSON object of SESSION_API_KEY / "
+                          "AGENT_SERVER_WEBHOOK_* / AGENT_SERVER_NETWORK_* strings") from None
     for name, value in keys.items():
         environ[name] = value
 

@@ -35,6 +35,7 @@ from agent_server.commands import Commands
 from agent_server.config import Config
 from agent_server.conversations import ConversationService
 from agent_server.delivery import Delivery
+from agent_server.network import NetworkClient
 from agent_server.settings import SettingsStore
 from agent_server.subagents import SubagentHub
 from agent_server.telemetry import Telemetry
@@ -81,6 +82,8 @@ class Services:
     model: Model
     telemetry: Telemetry
     commands: Commands = field(default_factory=Commands)
+    network: NetworkClient | None = None
+    """This sandbox's network as its control plane sees it (None: no network URL given)."""
     started: float = field(default_factory=time.monotonic)
     last_activity: float = field(default_factory=time.monotonic)
     ready: bool = False
@@ -94,25 +97,30 @@ class Services:
                                     config.traces_sampler, config.traces_sampler_arg)
         store = SettingsStore(config.state_dir / "settings.json",
                               check=lambda settings: check_tool_names(settings.agent.tools))
-        delivery = Delivery(config.delivery, config.webhook_url,
-                            config.webhook_api_key or config.session_api_keys[0],
-                            config.webhook_secret)
+        # Signed deliveries carry no session key (unless one is set for the webhook).
+        webhook_key = config.webhook_api_key or (
+            None if config.webhook_secret else config.session_api_keys[0])
+        delivery = Delivery(config.delivery, config.webhook_url, webhook_key,
+                            config.webhook_secret, sender=config.webhook_sender)
         browser = SharedBrowser(config.chromium)
+        network = (NetworkClient(config.network_url, config.network_token or "")
+                   if config.network_url else None)
         traced = TracedModel(model or LiteLLMModel(), telemetry)  # every LLM call has its span
 
         def sessions(catalogue: ConversationService) -> SessionFactory:
             # The catalogue is handed in: sub-agents are conversations of it.
             tools = ToolServices(idle_timeout=config.terminal_idle_timeout, browser=browser,
-                                 subagents=SubagentHub(catalogue, config.max_subagents))
+                                 subagents=SubagentHub(catalogue, config.max_subagents),
+                                 network=network)
             return session_factory(traced, tools, telemetry)
 
         service = ConversationService(config.state_dir, config.workspace, settings=store.get,
                                       sessions=sessions, fanout=delivery, telemetry=telemetry,
                                       hidden=config.own_keys())
-        telemetry.metrics.watch(_metric_sources(service, delivery))
+        telemetry.metrics.watch(_metric_sources(service, delivery, network))
         return cls(config=config, settings=store, conversations=service, delivery=delivery,
                    keys=KeyRing(config.session_api_keys), browser=browser, model=traced,
-                   telemetry=telemetry)
+                   telemetry=telemetry, network=network)
 
     async def start(self) -> None:
         """The state directory, the settings, the conversations found there, then delivery;
@@ -140,6 +148,8 @@ class Services:
         await self.conversations.close(flush=self.delivery.flush)
         await self.delivery.close()
         await self.browser.close()
+        if self.network is not None:
+            await self.network.aclose()
         # The conversations' root spans ended as they closed: flush them with the rest.
         await asyncio.to_thread(self.telemetry.shutdown)
 
@@ -177,7 +187,8 @@ def session_factory(model: Model, services: ToolServices,
     return make
 
 
-def _metric_sources(service: ConversationService, delivery: Delivery) -> Sources:
+def _metric_sources(service: ConversationService, delivery: Delivery,
+                    network: NetworkClient | None) -> Sources:
     """What GET /metrics reads at scrape time from the objects that keep the counts."""
 
     def by_status() -> dict[str, int]:
@@ -199,4 +210,5 @@ def _metric_sources(service: ConversationService, delivery: Delivery) -> Sources
                    websocket_drops=lambda: {"queue": pubsub.overflows,
                                             "send_timeout": pubsub.send_timeouts,
                                             "ping_timeout": pubsub.ping_timeouts},
-                   webhook=webhook)
+                   webhook=webhook,
+                   network_refused=lambda: None if network is None else network.last_refused)

@@ -16,7 +16,9 @@ from control_plane.api import app_conversations as convs
 from control_plane.api import (
     controls,
     events,
+    fences,
     files,
+    gateway,
     llm,
     sandboxes,
     server,
@@ -30,6 +32,7 @@ from control_plane.api.storage import on_storage
 from control_plane.config import Config
 from control_plane.console import SecurityHeaders, static_files
 from control_plane.relay import Bell
+from control_plane.sandbox_side import SandboxSide, Side
 from control_plane.sandboxes.provider import SandboxProvider
 from control_plane.services import Services
 from core.retry import Clock
@@ -78,12 +81,17 @@ ROUTES = [
     Route(S + "/settings/secrets", users.secret_names, methods=["GET"]),
     Route(S + "/settings/secrets/{secret_name}", users.secret_value, methods=["GET"]),
     Route(S, sandboxes.delete, methods=["DELETE"]),
+    Route(S, sandboxes.patch, methods=["PATCH"]),
+    Route(S + "/network", sandboxes.network, methods=["GET"]),
+    Route(V1 + "/network/fences", fences.report, methods=["POST"]),
     Route(V1 + "/sandbox-specs/search", sandboxes.specs, methods=["GET"]),
     Route(V1 + "/users/me", users.me, methods=["GET"]),
     Route(V1 + "/settings", settings.get, methods=["GET"]),
     Route(V1 + "/settings", settings.patch, methods=["PATCH"]),
     Route(V1 + "/settings/llm-check", llm.check, methods=["POST"]),
     Route(V1 + "/settings/llm-models", llm.models, methods=["GET"]),
+    Route(V1 + "/llm-usage", gateway.usage, methods=["GET"]),
+    Route(V1 + "/llm/{path:path}", gateway.forward, methods=["GET", "POST"]),
     Route(V1 + "/webhooks/events/{conversation_id}", webhooks.receive, methods=["POST"]),
     Route(V1 + "/webhooks/conversations", webhooks.conversation, methods=["POST"]),
 ]
@@ -99,17 +107,26 @@ def build_app(config: Config, provider: SandboxProvider | None = None,
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[LifespanState]:
         services = Services.build(config, provider, clock, bell)
+        side: Side | None = None
         try:
             await services.start()
-            yield LifespanState(services=services)
+            state = LifespanState(services=services)
+            # Where the sandboxes reach this control plane (their side of the boundary).
+            side = Side(app, dict(state), config.host, config.port, config.sandbox_port,
+                        config.log_level)
+            side.start()
+            yield state
         finally:
+            if side is not None:
+                await side.close()
             await services.close(stop_sandboxes=config.stop_sandboxes_on_exit)
 
     # After the API: the web console's files (`/` is its page).
     routes = [*ROUTES, server.Unserved(), Mount("/", static_files(), name="console")]
     handlers: dict[Any, Callable[..., Any]] = {**HANDLERS, SQLAlchemyError: on_storage}
     app = Starlette(routes=routes, exception_handlers=handlers,
-                    middleware=[Middleware(SecurityHeaders)], lifespan=lifespan)
+                    middleware=[Middleware(SecurityHeaders), Middleware(SandboxSide)],
+                    lifespan=lifespan)
     app.state.bell = bell
     return app
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -88,6 +89,32 @@ class Config(BaseModel):
     """Accept sandboxes of several users where they are not isolated (no bubblewrap, or
     isolation off). Without it such a control plane serves the first user to have a sandbox
     and refuses others (403)."""
+
+    sandbox_network: Literal["auto", "isolated", "host"] = "auto"
+    """Process sandboxes behind a network boundary: each in a network namespace of its own,
+    linked to this host by a veth pair and held to its egress policy by nftables rules
+    (`control_plane.network`): where this control plane can make them (root, bubblewrap;
+    `auto`, the log says at start which it is), always (`isolated`: it does not start
+    without), or never (`host`: sandboxes share this host's network, its loopback services
+    and each other's ports included)."""
+
+    sandbox_subnet: ipaddress.IPv4Network = ipaddress.IPv4Network("10.213.0.0/16")
+    """The process sandboxes' addresses (a /16 to /28 no network of this host uses; each
+    deployment on one host its own): the first is this control plane's on the sandboxes' side
+    (their webhook, LLM gateway and resolver), each sandbox gets one of the rest."""
+
+    sandbox_dns_upstream: tuple[str, ...] = ()
+    """The resolvers the control plane's sandbox resolver asks (`address` or `address:port`,
+    comma-separated); default: this host's /etc/resolv.conf."""
+
+    llm_daily_budget_usd: float | None = Field(default=None, gt=0)
+    """What one user's sandboxes may spend on the LLM through the gateway per UTC day (USD,
+    as litellm prices the calls); past it the gateway refuses until midnight UTC. A user's
+    own `llm_daily_budget_usd` setting may lower it, never raise it. Unset: no cap."""
+
+    llm_requests_per_minute: int | None = Field(default=None, ge=1)
+    """LLM requests one user's sandboxes may make through the gateway per minute; a user's own
+    setting may lower it. Unset: no cap."""
 
     sandbox_image: str = "agent-server"
     """The Docker provider's image (`make image` builds it from sandbox.Dockerfile)."""
@@ -221,7 +248,14 @@ class Config(BaseModel):
             raise ValueError("the uid range must lie within 1000-2147483647, first <= last")
         return value
 
-    @field_validator("swarm_constraints", mode="before")
+    @field_validator("sandbox_subnet")
+    @classmethod
+    def _subnet(cls, value: ipaddress.IPv4Network) -> ipaddress.IPv4Network:
+        if not 16 <= value.prefixlen <= 28:
+            raise ValueError("the sandbox subnet is a /16 to /28")
+        return value
+
+    @field_validator("swarm_constraints", "sandbox_dns_upstream", mode="before")
     @classmethod
     def _constraint_list(cls, value: Any) -> Any:
         if isinstance(value, str):
@@ -263,6 +297,16 @@ class Config(BaseModel):
     @property
     def base_url(self) -> str:
         return (self.public_url or f"http://{self.host}:{self.port}").rstrip("/")
+
+    @property
+    def sandbox_port(self) -> int:
+        """The port sandboxes behind the boundary reach this control plane on (at their
+        gateway): the public URL's, so every control plane of a deployment listens on the same
+        one there (shared: a sandbox reaches whichever is up), else its own."""
+        if self.public_url:
+            parts = urlsplit(self.public_url)
+            return parts.port or (443 if parts.scheme == "https" else 80)
+        return self.port
 
     @property
     def webhook_base(self) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import hmac
 import json
 import os
 import secrets
@@ -61,7 +62,9 @@ class Cipher:
     """Encrypts strings and JSON values; a wrong key is an error, never garbage."""
 
     def __init__(self, key: str | bytes) -> None:
-        self._fernet = Fernet(_fernet_key(key) if isinstance(key, str) else key)
+        raw = _fernet_key(key) if isinstance(key, str) else key
+        self._fernet = Fernet(raw)
+        self._raw = raw
 
     @classmethod
     def for_config(cls, secret_key: str | None, state_dir: Path) -> Cipher:
@@ -76,8 +79,53 @@ class Cipher:
         except InvalidToken:
             raise ValueError("stored secret cannot be decrypted: CONTROL_PLANE_SECRET_KEY changed?") from None
 
+    def derive(self, label: str) -> bytes:
+        """A key of its own for `label`'s use, derived from this one (HMAC-SHA256): one secret to
+        keep, and no derived key tells anything of another or of the Fernet key."""
+        return hmac.new(self._raw, b"agent-server/" + label.encode(), hashlib.sha256).digest()
+
     def encrypt_json(self, value: Any) -> str:
         return self.encrypt(json.dumps(value))
 
     def decrypt_json(self, token: str) -> Any:
         return json.loads(self.decrypt(token))
+
+
+# -- a sandbox's own credentials towards this control plane ---------------------------------
+#
+# Derived, not stored: from the sandbox's id and its session key's hash under a key of this
+# control plane's (`Cipher.derive`). So they need no column, every control plane of the
+# deployment (one secret key) computes the same, and a sandbox whose session key changes gets
+# new ones. Neither is the session key, and neither opens the sandbox's agent server.
+
+TOKEN_PREFIX = "sbt_"
+
+
+def sandbox_token(cipher: Cipher, sandbox_id: str, session_key_hash: str) -> str:
+    """What the sandbox presents to the control plane's sandbox-side routes (the LLM gateway,
+    its network's refusals): `sbt_<sandbox id>_<MAC>`, a bearer scoped to that sandbox alone."""
+    mac = hmac.new(cipher.derive("sandbox-token"), f"{sandbox_id}:{session_key_hash}".encode(),
+                   hashlib.sha256).digest()
+    return f"{TOKEN_PREFIX}{sandbox_id}_{base64.urlsafe_b64encode(mac).decode().rstrip('=')}"
+
+
+def token_sandbox(token: str) -> str | None:
+    """The sandbox id a token names (not yet checked: `sandbox_token` again, compared)."""
+    if not token.startswith(TOKEN_PREFIX):
+        return None
+    sandbox_id, sep, _ = token[len(TOKEN_PREFIX):].partition("_")
+    return sandbox_id if sep and 0 < len(sandbox_id) <= 64 and sandbox_id.isalnum() else None
+
+
+def token_matches(cipher: Cipher, token: str, sandbox_id: str, session_key_hash: str) -> bool:
+    return hmac.compare_digest(sandbox_token(cipher, sandbox_id, session_key_hash).encode(),
+                               token.encode())
+
+
+def webhook_secret(cipher: Cipher, sandbox_id: str, session_key_hash: str) -> str:
+    """The key the sandbox's agent server signs its webhook deliveries with (Standard Webhooks:
+    `whsec_<base64>`); it never leaves the sandbox in a request, so a receiver that is not this
+    control plane learns nothing it could use."""
+    key = hmac.new(cipher.derive("webhook-secret"), f"{sandbox_id}:{session_key_hash}".encode(),
+                   hashlib.sha256).digest()
+    return "whsec_" + base64.b64encode(key).decode()

@@ -45,7 +45,10 @@ def _litellm() -> Any:
     """litellm, imported as the agent server does it: its price map read from the package (not
     fetched), no telemetry."""
     module = sys.modules.get("litellm")
-    if module is not None:
+    # Another thread may be importing it still (the gateway prices calls in threads): a module
+    # half made is not taken, the import below waits for it to be whole.
+    if module is not None and not getattr(getattr(module, "__spec__", None), "_initializing",
+                                          False):
         return module
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     os.environ.setdefault("LITELLM_TELEMETRY", "False")

@@ -11,6 +11,7 @@ from datetime import datetime
 from enum import Enum
 from typing import Any
 
+from control_plane.network.policy import NetworkPolicy
 from web.errors import Conflict, Gone
 
 
@@ -190,7 +191,15 @@ class SandboxRow:
     plane that finds it so (its pauser died) finishes the pause."""
     pausing_detail: str | None = None
     host: str | None = None
-    """Where its port is published (a cluster node's address); None: this machine's loopback."""
+    """Where its port is published (a cluster node's address, a process sandbox's own
+    address behind the network boundary); None: this machine's loopback."""
+    network_policy: dict[str, Any] | None = None
+    """Its egress policy as stored (`network`; None for a sandbox made before there was one:
+    `open`)."""
+
+    @property
+    def network(self) -> NetworkPolicy:
+        return NetworkPolicy.model_validate(self.network_policy or {})
 
 
 @dataclass(frozen=True)
@@ -263,3 +272,18 @@ class EventFilters:
     source: str | None = None
     timestamp_gte: str | None = None
     timestamp_lt: str | None = None
+
+
+@dataclass(frozen=True)
+class UsageRow:
+    """What one sandbox of a user spent on the LLM through the gateway on one UTC day."""
+
+    user_id: str
+    sandbox_id: str
+    day: str
+    """`YYYY-MM-DD`, UTC."""
+    requests: int
+    prompt_tokens: int
+    completion_tokens: int
+    cost_usd: float
+    updated_at: datetime

@@ -15,12 +15,16 @@ from web.io import Success
 
 V1 = "/api/v1"
 WEBHOOKS = V1 + "/webhooks"
+#: The LLM gateway (`control_plane.gateway.GATEWAY_PATH`).
+GATEWAY = V1 + "/llm"
 
 
 def _served(route: Route) -> bool:
-    """/api/v1 and nothing else: the console's files and the webhook (under `webhooks`) are
-    not operations of the interface."""
-    return route.path.startswith(V1) and not route.path.startswith(WEBHOOKS)
+    """/api/v1 and nothing else: the console's files, the webhook (under `webhooks`) and the
+    LLM gateway (sandboxes' model clients speak their provider's API to it) are not
+    operations of the interface."""
+    return (route.path.startswith(V1) and not route.path.startswith(WEBHOOKS)
+            and not route.path.startswith(GATEWAY + "/"))
 
 
 def build(routes: list[BaseRoute]) -> dict[str, Any]:

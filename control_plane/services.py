@@ -7,6 +7,7 @@ an untyped bag.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,14 +18,24 @@ from control_plane.app_conversations import AppConversationService
 from control_plane.config import Config
 from control_plane.crypto import Cipher
 from control_plane.deltas import DeltaHub
+from control_plane.gateway import Gateway
 from control_plane.intake import Intake
 from control_plane.leases import Leases
 from control_plane.lifecycle import Lifecycle
+from control_plane.network import host
+from control_plane.network.boundary import Boundary
+from control_plane.network.fence import Fence
+from control_plane.network.links import Links
+from control_plane.network.policy import NetworkPolicy
+from control_plane.network.rules import Segment
 from control_plane.relay import Bell
 from control_plane.runs import Runs
 from control_plane.sandboxes import cgroups
+from control_plane.sandboxes.dockernet import DockerNetwork
 from control_plane.sandboxes.drift import Drift
-from control_plane.sandboxes.isolation import choose
+from control_plane.sandboxes.egress import SandboxEgress
+from control_plane.sandboxes.fences import NodeFences
+from control_plane.sandboxes.isolation import IsolationUnavailable, choose
 from control_plane.sandboxes.process import SPEC, ProcessProvider
 from control_plane.sandboxes.provider import Limits, SandboxProvider
 from control_plane.sandboxes.service import SandboxService
@@ -32,8 +43,10 @@ from control_plane.sandboxes.template import Template
 from control_plane.settings import SettingsService
 from control_plane.start_tasks import StartTaskService
 from control_plane.store import Database
+from control_plane.store import sandboxes as sandbox_rows
 from control_plane.transcripts import Transcripts
 from control_plane.webhook import WebhookReceiver
+from core.net import is_loopback
 from core.retry import Clock
 
 logger = logging.getLogger(__name__)
@@ -45,7 +58,69 @@ def limits(config: Config) -> Limits:
                   pids=config.sandbox_pids_limit)
 
 
-def build_provider(config: Config) -> SandboxProvider:
+def _boundary_unavailable(config: Config, who: str) -> bool:
+    """Whether this control plane cannot fence its sandboxes' network (said in one line);
+    IsolationUnavailable when `isolated` requires it."""
+    if config.sandbox_network == "host":
+        logger.warning("%s share this host's network (CONTROL_PLANE_SANDBOX_NETWORK=host): no "
+                       "egress policy holds them", who)
+        return True
+    missing = host.missing_tools()
+    why = ("the control plane does not run as root" if os.geteuid() != 0 else
+           f"{', '.join(missing)} {'is' if len(missing) == 1 else 'are'} not installed"
+           if missing else None)
+    if why is None:
+        return False
+    if config.sandbox_network == "isolated":
+        raise IsolationUnavailable(f"CONTROL_PLANE_SANDBOX_NETWORK=isolated, but {why}")
+    logger.warning("%s are not held to an egress policy (%s)", who, why)
+    return True
+
+
+def _policies(db: Database) -> Callable[[str], Awaitable[NetworkPolicy | None]]:
+    async def policy_of(sandbox_id: str) -> NetworkPolicy | None:
+        row = await sandbox_rows.get(db, sandbox_id)
+        return None if row is None or row.status.terminal else row.network
+    return policy_of
+
+
+def network_boundary(config: Config, db: Database) -> Boundary | None:
+    """Process sandboxes' network boundary, where this control plane can make one (root,
+    `ip`, `nft` and `nsenter`); None: they share this host's network."""
+    if _boundary_unavailable(config, "process sandboxes"):
+        return None
+    links = Links(config.sandbox_subnet,
+                  loopback=(config.port, config.sandbox_port) if is_loopback(config.host) else None)
+    segment = Segment(tag=f"{int(config.sandbox_subnet.network_address):08x}",
+                      subnet=config.sandbox_subnet, gateway=links.gateway,
+                      interfaces=links.interfaces, port=config.sandbox_port, masquerade=True)
+    logger.info("process sandboxes each have a network namespace on %s (this control plane "
+                "is %s there)", config.sandbox_subnet, links.gateway)
+    return Boundary(Fence(segment), links, policy_of=_policies(db),
+                    upstream=config.sandbox_dns_upstream)
+
+
+def docker_boundary(config: Config, db: Database) -> DockerNetwork | None:
+    """The Docker provider's network boundary (its bridge network's, made once Docker has
+    made the network), where this control plane can make one on the daemon's host."""
+    if _boundary_unavailable(config, "Docker sandboxes"):
+        return None
+    if not config.docker_url.startswith("unix://"):
+        logger.warning("Docker sandboxes are not held to an egress policy: the daemon at %s is "
+                       "another host's, whose firewall this control plane does not set",
+                       config.docker_url)
+        return None
+
+    def boundary_for(segment: Segment) -> Boundary:
+        logger.info("Docker sandboxes are held to their egress policies on %s (this control "
+                    "plane is %s there)", segment.subnet, segment.gateway)
+        return Boundary(Fence(segment, docker_user=False), None, policy_of=_policies(db),
+                        upstream=config.sandbox_dns_upstream)
+    return DockerNetwork(boundary_for, config.sandbox_port)
+
+
+def build_provider(config: Config, db: Database,
+                   fences: NodeFences | None = None) -> SandboxProvider:
     """The provider `sandbox_provider` names (the Docker SDK is loaded only when one of its two
     is chosen)."""
     if config.sandbox_provider in ("docker", "swarm"):
@@ -53,7 +128,12 @@ def build_provider(config: Config) -> SandboxProvider:
         archives, plane = config.state_dir / "archives", plane_label(config.db_url)
         if config.sandbox_provider == "swarm":
             from control_plane.sandboxes.swarm import SwarmProvider
-            return SwarmProvider(archives, image=config.sandbox_image, plane=plane,
+            from control_plane.sandboxes.swarmfence import SwarmFence
+            fence = None if fences is None else SwarmFence(
+                fences, image=config.sandbox_image, plane=plane, control_plane_url=config.base_url,
+                network=config.swarm_network, constraints=config.swarm_constraints,
+                node_socket=config.swarm_node_docker_socket, upstream=config.sandbox_dns_upstream)
+            return SwarmProvider(archives, image=config.sandbox_image, plane=plane, fence=fence,
                                  docker_url=config.docker_url, network=config.swarm_network,
                                  constraints=config.swarm_constraints,
                                  cpu_reservation=config.swarm_cpu_reservation,
@@ -68,7 +148,8 @@ def build_provider(config: Config) -> SandboxProvider:
                               docker_url=config.docker_url, network=config.docker_network,
                               limits=limits(config), start_timeout=config.sandbox_start_timeout,
                               stop_grace=config.sandbox_stop_grace,
-                              warm_pool=config.warm_pool, webhook_url=config.webhook_base)
+                              warm_pool=config.warm_pool, webhook_url=config.webhook_base,
+                              fence=docker_boundary(config, db))
     isolation = choose(config.sandbox_isolation, hidden=[config.state_dir], uids=config.sandbox_uids)
     template = (Template(config.state_dir / "template")
                 if config.sandbox_template and isolation is not None and isolation.uids else None)
@@ -78,7 +159,8 @@ def build_provider(config: Config) -> SandboxProvider:
     return ProcessProvider(config.state_dir / "archives", isolation=isolation, template=template,
                            shared_host=config.shared_host, start_timeout=config.sandbox_start_timeout,
                            stop_grace=config.sandbox_stop_grace, limits=limits(config),
-                           groups=None if isinstance(groups, str) else groups)
+                           groups=None if isinstance(groups, str) else groups,
+                           network=network_boundary(config, db) if isolation else None)
 
 
 @dataclass(frozen=True)
@@ -106,6 +188,12 @@ class Services:
     """The stored events of conversations: searches, counts, the live relays."""
     intake: Intake
     """The webhook batches in flight, bounded per sandbox and in bytes."""
+    gateway: Gateway
+    """The LLM gateway: sandboxes' model calls, with the user's key put in here."""
+    egress: SandboxEgress
+    """Sandboxes' network policies: changed at run time, and what they refused."""
+    fences: NodeFences | None
+    """A swarm's node fences (their reports, the policies they are given); None otherwise."""
     openapi: dict[str, Any] = field(default_factory=dict)
     """The OpenAPI document, built on its first request (empty until then)."""
 
@@ -115,7 +203,10 @@ class Services:
         """`clock`: the time of stored records and timers (default: the system's)."""
         db = Database(config.db_url, clock or Clock())
         cipher = Cipher.for_config(config.secret_key, config.state_dir)
-        provider = provider or build_provider(config)
+        # A swarm's nodes fence its sandboxes, and report to this control plane.
+        fences = (NodeFences(db, cipher) if config.sandbox_provider == "swarm"
+                  and config.sandbox_network != "host" else None)
+        provider = provider or build_provider(config, db, fences)
         bell = bell or Bell()
         leases = Leases(db, config.lease_seconds)
         agents = AgentClient(timeout=config.agent_timeout)
@@ -137,15 +228,17 @@ class Services:
                               deletion_seconds=config.deletion_seconds,
                               interval=config.reconcile_interval)
         deltas = DeltaHub(db, sandboxes)
+        gateway = Gateway(db, cipher, settings, config, lambda: sandboxes.control_plane_url)
         return cls(config=config, db=db, accounts=Accounts(db), cipher=cipher, provider=provider,
                    sandboxes=sandboxes, agents=agents, settings=settings, tasks=tasks,
                    conversations=records,
-                   webhook=WebhookReceiver(db, bell, sandboxes.working_dir,
+                   webhook=WebhookReceiver(db, cipher, bell, sandboxes.working_dir,
                                            cap=config.webhook_conversations_per_sandbox), lifecycle=lifecycle,
                    leases=leases, bell=bell, deltas=deltas,
                    transcripts=Transcripts(db, bell, deltas),
                    intake=Intake(config.webhook_batches_per_sandbox,
-                                 int(config.webhook_bytes_in_flight)))
+                                 int(config.webhook_bytes_in_flight)),
+                   gateway=gateway, egress=SandboxEgress(sandboxes), fences=fences)
 
     async def start(self) -> None:
         """Migrations, then adoption of the sandboxes still there, then unfinished start tasks
@@ -165,7 +258,7 @@ class Services:
         self.bell.close()
         steps: list[tuple[str, Callable[[], Awaitable[None]]]] = [
             ("deltas", self.deltas.close), ("lifecycle", self.lifecycle.close),
-            ("start tasks", self.tasks.close),
+            ("start tasks", self.tasks.close), ("llm gateway", self.gateway.close),
             ("sandboxes", lambda: self.sandboxes.close(stop_sandboxes=stop_sandboxes)),
             ("leases", self.leases.close), ("agent client", self.agents.close),
             ("database", self.db.close)]

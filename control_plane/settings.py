@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, SecretStr, StringConstraints,
 
 from control_plane.crypto import Cipher
 from control_plane.models import GroupingStrategy
+from control_plane.network.policy import OPEN, NetworkPolicy
 from control_plane.store import Database, accounts
 from control_plane.store.accounts import StoredSettings
 from core.ids import ENV_NAME
@@ -61,6 +62,13 @@ class SettingsView(BaseModel):
     git_user_name: str | None
     git_user_email: str | None
     secret_names: list[str]
+    network_policy: NetworkPolicy
+    """The egress policy new sandboxes start with (each sandbox's own may be changed later)."""
+    llm_daily_budget_usd: float | None
+    """What this user's sandboxes may spend on the LLM through the gateway per UTC day; null:
+    the deployment's cap alone (if any)."""
+    llm_requests_per_minute: int | None
+    """LLM requests per minute through the gateway; null: the deployment's cap alone."""
 
 
 class SettingsPatch(BaseModel):
@@ -78,6 +86,10 @@ class SettingsPatch(BaseModel):
     git_user_name: str | None = Field(default=None, max_length=200)
     git_user_email: str | None = Field(default=None, max_length=200)
     secrets: Annotated[dict[SecretName, SecretText | None], NAMED] | None = None
+    network_policy: NetworkPolicy | None = None
+    """null: back to the default (`open`)."""
+    llm_daily_budget_usd: float | None = Field(default=None, gt=0, le=1_000_000)
+    llm_requests_per_minute: int | None = Field(default=None, ge=1, le=100_000)
 
     @field_validator("default_tools")
     @classmethod
@@ -108,6 +120,9 @@ class UserSettings:
     git_user_name: str | None = None
     git_user_email: str | None = None
     secrets: dict[str, str] = field(default_factory=dict)
+    network_policy: NetworkPolicy = OPEN
+    llm_daily_budget_usd: float | None = None
+    llm_requests_per_minute: int | None = None
 
     def view(self) -> SettingsView:
         return SettingsView(
@@ -115,11 +130,13 @@ class UserSettings:
             llm_base_url=self.llm_base_url, llm_api_key=MASK if self.llm_api_key else None,
             llm_stream=self.llm_stream,
             default_tools=list(self.default_tools), git_user_name=self.git_user_name,
-            git_user_email=self.git_user_email, secret_names=sorted(self.secrets))
+            git_user_email=self.git_user_email, secret_names=sorted(self.secrets),
+            network_policy=self.network_policy, llm_daily_budget_usd=self.llm_daily_budget_usd,
+            llm_requests_per_minute=self.llm_requests_per_minute)
 
 
 PLAIN = ("grouping_strategy", "llm_model", "llm_base_url", "llm_stream", "default_tools",
-         "git_user_name", "git_user_email")
+         "git_user_name", "git_user_email", "llm_daily_budget_usd", "llm_requests_per_minute")
 
 
 class SettingsService:
@@ -138,6 +155,9 @@ class SettingsService:
             default_tools=tuple(data.get("default_tools") or DEFAULT_TOOLS),
             git_user_name=data.get("git_user_name"), git_user_email=data.get("git_user_email"),
             secrets=self.cipher.decrypt_json(stored.secrets_enc) if stored.secrets_enc else {},
+            network_policy=NetworkPolicy.model_validate(data.get("network_policy") or {}),
+            llm_daily_budget_usd=data.get("llm_daily_budget_usd"),
+            llm_requests_per_minute=data.get("llm_requests_per_minute"),
         )
 
     async def patch(self, user_id: str, patch: SettingsPatch) -> UserSettings:
@@ -148,6 +168,9 @@ class SettingsService:
             if name in given:
                 value = getattr(patch, name)
                 data[name] = value.value if isinstance(value, GroupingStrategy) else value
+        if "network_policy" in given:
+            data["network_policy"] = (patch.network_policy.model_dump(mode="json")
+                                      if patch.network_policy else None)
         key_enc = stored.llm_api_key_enc
         if "llm_api_key" in given:
             key = patch.llm_api_key.get_secret_value() if patch.llm_api_key else None

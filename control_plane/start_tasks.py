@@ -39,6 +39,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from control_plane import grouping
 from control_plane.agent_client import AgentClient, AgentError, Target
 from control_plane.crypto import Cipher
+from control_plane.gateway import credentials
 from control_plane.leases import TASK, Leases
 from control_plane.models import (
     SandboxReason,
@@ -235,7 +236,7 @@ class StartTaskService:
                 raise StartFailed("the conversation was deleted while it started")
             await self.agents.create_conversation(
                 target, self._creation_body(placement.conversation_id, conversation.working_dir,
-                                            request, user))
+                                            request, user, row))
             if request.selected_repository:
                 await self._stage(task, StartTaskStatus.PREPARING_REPOSITORY)
                 await self._wait_clone(target, placement.conversation_id, request.selected_repository)
@@ -291,7 +292,8 @@ class StartTaskService:
                 chosen = grouping.choose(user.grouping_strategy, available)
                 found = None if chosen is None else await sandboxes.get_in(conn, chosen)
             new_sandbox = found is None
-            sandbox = found or await self.sandboxes.new_row(conn, task.user_id, self.spec_id)
+            sandbox = found or await self.sandboxes.new_row(conn, task.user_id, self.spec_id,
+                                                             user.network_policy)
             working_dir = Path(self.sandboxes.working_dir(sandbox)) / conversation_id
             await conversations.insert(
                 conn, self.db.now(), id=conversation_id, user_id=task.user_id,
@@ -332,12 +334,13 @@ class StartTaskService:
             await self.agents.patch_settings(target, author)
 
     def _creation_body(self, conversation_id: str, working_dir: str, request: StartRequest,
-                       user: UserSettings) -> dict[str, Any]:
-        llm: dict[str, Any] = {"model": request.llm_model or user.llm_model}
-        if user.llm_api_key:
-            llm["api_key"] = user.llm_api_key
-        if user.llm_base_url:
-            llm["base_url"] = user.llm_base_url
+                       user: UserSettings, sandbox: SandboxRow) -> dict[str, Any]:
+        # The LLM gateway and the sandbox's own token, never the user's key or base URL: the
+        # agent server keeps a conversation's LLM where the agent's commands can read it
+        # (`control_plane.gateway`).
+        gateway = credentials.access(self.sandboxes.control_plane_url, self.cipher, sandbox)
+        llm: dict[str, Any] = {"model": request.llm_model or user.llm_model,
+                               "base_url": gateway.base_url, "api_key": gateway.api_key}
         if user.llm_stream:  # StreamingDeltaEvents on the sandbox's socket (`control_plane.deltas`)
             llm["stream"] = True
         agent: dict[str, Any] = {"llm": llm, "tools": [{"name": t} for t in user.default_tools]}

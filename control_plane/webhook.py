@@ -1,6 +1,9 @@
 """The webhook receiver's work (SPEC 4.5): who posts, what they post, and storing it once.
 
-A sandbox is known by its session key (looked up by hash). The body must be an array of the 19
+A sandbox is known by the Standard Webhooks signature its agent server puts on each delivery
+(`X-Webhook-Sender` names the sandbox; the secret, derived from the sandbox's own, never
+travels: `core.signing`), or, from an agent server that does not sign, by its session key
+(looked up by hash). The body must be an array of the 19
 event kinds of the agent server's own schema, each id a ULID or a UUID (SPEC 6.1): an id is
 written into the live stream's frames and a column of bounded width, so any other text is
 refused here (422) on every backend alike.
@@ -22,8 +25,9 @@ from __future__ import annotations
 import hashlib
 import logging
 import re
+import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -32,12 +36,13 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from control_plane.app_conversations import metrics_from_stats
-from control_plane.crypto import hash_key
+from control_plane.crypto import Cipher, hash_key, webhook_secret
 from control_plane.models import ConversationRow, ExecutionStatus, SandboxRow
 from control_plane.relay import Bell
 from control_plane.store import Database, accounts, conversations, sandboxes, tasks
 from control_plane.store.tables import app_conversations, events
 from core.ids import EVENT_ID_PATTERN
+from core.signing import TOLERANCE, signing_key, verify
 from events import kinds
 from web.errors import Forbidden, LimitReached, Unauthorized, Unavailable, from_pydantic, invalid
 
@@ -83,25 +88,55 @@ class ConversationUpdate(BaseModel):
 
 
 class WebhookReceiver:
-    def __init__(self, db: Database, bell: Bell | None = None,
+    def __init__(self, db: Database, cipher: Cipher, bell: Bell | None = None,
                  working_dir: Callable[[SandboxRow], str] | None = None, *,
                  cap: int = 500) -> None:
         """`working_dir`: a sandbox's workspace as its processes see it (where a conversation
         made straight on its agent server works unless its info says otherwise); `cap`: the
         conversations one sandbox may have recorded that way."""
         self.db = db
+        self.cipher = cipher
         self.cap = cap
         self.bell = bell or Bell()
         self.working_dir = working_dir or (lambda row: f"{row.root_dir}/workspace")
 
-    async def sender(self, session_key: str | None) -> SandboxRow:
-        """The sandbox whose session key this is; Unauthorized for none or an unknown one."""
+    async def sender(self, headers: Mapping[str, str]) -> SandboxRow:
+        """The sandbox a delivery says it comes from (`X-Webhook-Sender`, checked against the
+        body's signature by `check`), or whose session key it carries; Unauthorized for none
+        or an unknown one."""
+        named = headers.get("x-webhook-sender")
+        if named:
+            # What can be checked before the body is read (and a batch slot of the sandbox
+            # taken for it): a signature of now is there.
+            stamp = headers.get("webhook-timestamp", "")
+            if not (headers.get("webhook-id") and headers.get("webhook-signature")
+                    and stamp.isdigit() and abs(time.time() - int(stamp)) <= TOLERANCE):
+                raise Unauthorized("a signed delivery has webhook-id, webhook-signature and a "
+                                   "webhook-timestamp of now")
+            sandbox = await sandboxes.get(self.db, named[:64])
+            if sandbox is None:
+                raise Unauthorized("unknown webhook sender")
+            return sandbox
+        session_key = headers.get("x-session-api-key")
         if not session_key:
-            raise Unauthorized("X-Session-API-Key is required")
+            raise Unauthorized("a Standard Webhooks signature (X-Webhook-Sender, webhook-id, "
+                               "webhook-timestamp, webhook-signature) or X-Session-API-Key "
+                               "is required")
         sandbox = await sandboxes.by_key_hash(self.db, hash_key(session_key))
         if sandbox is None:
             raise Unauthorized("unknown session key")
         return sandbox
+
+    def check(self, sandbox: SandboxRow, headers: Mapping[str, str], body: bytes) -> None:
+        """Unauthorized unless a delivery named by its sender is signed by that sandbox's
+        secret, within the standard's five minutes (one by session key was checked already)."""
+        if not headers.get("x-webhook-sender"):
+            return
+        key = signing_key(webhook_secret(self.cipher, sandbox.id, sandbox.session_key_hash))
+        # The wall clock, as the sender's: the store's clock is the timers' (a test moves it).
+        problem = verify(key, headers, body, time.time())
+        if problem is not None:
+            raise Unauthorized(f"webhook signature refused: {problem}")
 
     async def _ours(self, sandbox: SandboxRow, conversation_id: str) -> ConversationRow | None:
         """The conversation, checked to be the sandbox's; None when it is unknown here and
@@ -134,10 +169,9 @@ class WebhookReceiver:
                                            if info and info.parent_conversation_id else None),
                 "created_at": moment, "updated_at": moment, "last_activity_at": moment}
 
-    async def conversation(self, session_key: str | None, body: bytes) -> None:
+    async def conversation(self, sandbox: SandboxRow, body: bytes) -> None:
         """POST /webhooks/conversations: an agent server's conversation info. A deletion
         notice changes nothing (the conversation is deleted through /api/v1)."""
-        sandbox = await self.sender(session_key)
         try:
             info = ConversationUpdate.model_validate_json(body)
         except ValidationError as exc:
@@ -167,9 +201,9 @@ class WebhookReceiver:
                                .where(app_conversations.c.id == conversation_id).values(**values))
         self.bell.ring(conversation_id)
 
-    async def receive(self, session_key: str | None, conversation_id: str, body: bytes) -> int:
-        """Store a batch; returns how many events it held."""
-        sandbox = await self.sender(session_key)
+    async def receive(self, sandbox: SandboxRow, conversation_id: str, body: bytes) -> int:
+        """Store a batch (`sender` and `check` said who sent it); returns how many events it
+        held."""
         conversation = await self._ours(sandbox, conversation_id)
         if conversation is None and await tasks.started_here(self.db, conversation_id):
             return 0  # removed here (deleted, or its start failed): dropped, not brought back

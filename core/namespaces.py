@@ -19,9 +19,10 @@ import ctypes
 import os
 from collections.abc import Iterator
 
-#: The kinds bubblewrap unshares, the mount namespace last: once in it, /proc is the sandbox's.
-FLAGS = {"ipc": 0x08000000, "uts": 0x04000000, "cgroup": 0x02000000, "pid": 0x20000000,
-         "mnt": 0x00020000}
+#: The kinds a sandbox has of its own (bubblewrap's, and the network namespace the control
+#: plane made for it), the mount namespace last: once in it, /proc is the sandbox's.
+FLAGS = {"ipc": 0x08000000, "uts": 0x04000000, "cgroup": 0x02000000, "net": 0x40000000,
+         "pid": 0x20000000, "mnt": 0x00020000}
 PR_CAPBSET_DROP = 24
 PR_SET_NO_NEW_PRIVS = 38
 _LINUX_CAPABILITY_VERSION_3 = 0x20080522

@@ -37,7 +37,17 @@ ENTRY_POINTS = {("agent_server.__main__", "bridge.cli")}
 #: Lines a module may have: one concept, readable whole.
 MAX_LINES = 450
 #: Modules allowed over it for now, with the reason.
-LONG: dict[str, str] = {}
+LONG: dict[str, str] = {
+    "control_plane/sandboxes/process.py": "a provider whole; the network boundary added its "
+    "namespace to the start and the end; issue 38 (T2) gives each provider a wing of its own "
+    "(start, signals and the end apart)",
+    "control_plane/sandboxes/docker.py": "a provider whole; the network boundary added its "
+    "admission and policy changes; issue 38 (T2) moves it into a wing (the archive apart)",
+    "control_plane/sandboxes/service.py": "rows and provider moves under a guard; issue 38 "
+    "(T2) carves the start machinery into starts.py, as the design review found",
+    "control_plane/sandboxes/swarm.py": "a provider whole; the network boundary added its nodes' "
+    "fences; issue 38 (T2) splits the spec from the calls on the manager, as the review found",
+}
 #: Inside agent_server, what a layer never imports (the layers above it).
 AGENT_LAYERS = {
     "agent_server.agent": ("agent_server.conversations", "agent_server.api",

@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
@@ -70,6 +70,18 @@ class ToolError(Exception):
     """
 
 
+class NetworkNotes(Protocol):
+    """What the sandbox's network boundary refused, as a line for the model. A refused
+    connection fails at once and reads like a service that is down; told that a policy
+    refused it, and what that policy allows, the model stops retrying and changes course."""
+
+    async def refused(self, within: float) -> str | None:
+        """One bracketed line on the connections refused in the last `within` seconds; None
+        when none was, or when nothing can be known (it never raises, and answers within a
+        few seconds whatever the network does)."""
+        ...
+
+
 @dataclass
 class ToolContext:
     """What a tool may know of its conversation."""
@@ -96,6 +108,9 @@ class ToolContext:
     history: History | None = None
     #: Work for when the run has ended (sleeptime_compute).
     idle: IdleJobs | None = None
+    #: What the sandbox's network policy refused (the terminal notes it under a failed
+    #: command); None: no network boundary to speak of.
+    network: NetworkNotes | None = None
 
 
 class Tool(ABC):
@@ -222,6 +237,7 @@ async def run_in_thread(fn: Callable[..., Any], *args: Any) -> Any:
 __all__ = [
     "META_ARGUMENTS",
     "Action",
+    "NetworkNotes",
     "Observation",
     "Tool",
     "ToolContext",

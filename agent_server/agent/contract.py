@@ -30,6 +30,7 @@ from agent_server.status import ExecutionStatus
 from events import MessageEvent
 
 if TYPE_CHECKING:
+    from tools.base import NetworkNotes
     from tools.browser.manager import BrowserManager
     from tools.conversation import Subagents
 
@@ -76,6 +77,9 @@ class ToolServices:
     #: Sub-agents of a conversation, by its id (child conversations on this server); None:
     #: task, delegate and workflow say sub-agents are not available.
     subagents: Callable[[str], Subagents] | None = None
+    #: What the sandbox's network policy refused (the server's one client of its control
+    #: plane); None: no network boundary configured.
+    network: NetworkNotes | None = None
 
 
 class Session(Protocol):

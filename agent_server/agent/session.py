@@ -75,6 +75,7 @@ class AgentSession:
             state_dir=spec.state_dir / "tools", secrets=secrets, env=spec.git_author,
             idle_timeout=services.idle_timeout, browser=services.browser,
             subagents=services.subagents(spec.id) if services.subagents else None,
+            network=services.network,
         )
         #: The tools' view of this session: models, history, work for idle moments.
         self.seams = SessionSeams(spec.id, control, self.model, sink, metrics,

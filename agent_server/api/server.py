@@ -81,5 +81,8 @@ async def openapi(request: Request) -> Response:
 async def metrics(request: Request) -> Response:
     from agent_server.telemetry.metrics import CONTENT_TYPE
 
+    state = services(request)
+    if state.network is not None:  # the control plane's count, asked now (within its timeout)
+        await state.network.refresh()
     # On the event loop: the collectors read the conversations and sockets as they are.
-    return Response(services(request).telemetry.metrics.scrape(), media_type=CONTENT_TYPE)
+    return Response(state.telemetry.metrics.scrape(), media_type=CONTENT_TYPE)

@@ -54,13 +54,14 @@ class Delivery:
 
     def __init__(self, settings: DeliverySettings, webhook_url: str | None = None,
                  webhook_api_key: str | None = None, webhook_secret: str | None = None, *,
-                 client: WebhookClient | None = None, clock: Clock | None = None) -> None:
+                 sender: str | None = None, client: WebhookClient | None = None,
+                 clock: Clock | None = None) -> None:
         self.settings = s = settings
         self.pubsub = PubSub(s.ws_max_subscribers, s.ws_queue_events, s.ws_queue_bytes)
         self.webhook: Webhook | None = None
         if client is None and webhook_url:
-            assert webhook_api_key is not None, "a webhook needs the key it sends"
-            client = WebhookClient(webhook_url, webhook_api_key, webhook_secret,
+            assert webhook_api_key or webhook_secret, "a webhook needs a key or a secret"
+            client = WebhookClient(webhook_url, webhook_api_key, webhook_secret, sender=sender,
                                    timeout=s.webhook_timeout, clock=clock,
                                    max_connections=s.webhook_concurrency)
         if client is not None:

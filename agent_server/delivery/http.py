@@ -7,15 +7,13 @@ receiver, swap the network without touching batching or retries:
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import hmac
 import uuid
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from agent_server import __version__, tls
 from core.retry import Clock, parse_retry_after
+from core.signing import sign, signing_key
 
 if TYPE_CHECKING:
     import httpx
@@ -27,20 +25,6 @@ class WebhookError(Exception):
 
 class WebhookUnreachable(WebhookError):
     """Connection refused or reset, DNS failure, timeout: no HTTP answer at all."""
-
-
-def signing_key(secret: str) -> bytes:
-    """The HMAC key of a webhook secret: `whsec_<base64>` (Standard Webhooks) is decoded,
-    anything else is used as given (its UTF-8 bytes)."""
-    if secret.startswith("whsec_"):
-        return base64.b64decode(secret[len("whsec_"):])
-    return secret.encode()
-
-
-def sign(key: bytes, message_id: str, timestamp: int, body: bytes) -> str:
-    """The Standard Webhooks signature header value: `v1,<base64 HMAC-SHA256 of id.timestamp.body>`."""
-    signed = message_id.encode() + b"." + str(timestamp).encode() + b"." + body
-    return "v1," + base64.b64encode(hmac.new(key, signed, hashlib.sha256).digest()).decode()
 
 
 @dataclass(frozen=True)
@@ -68,11 +52,16 @@ class WebhookClient:
     `transport=httpx.MockTransport(handler)`.
     """
 
-    def __init__(self, base_url: str, api_key: str, secret: str | None = None, *,
-                 timeout: float = 30.0, transport: httpx.AsyncBaseTransport | None = None,
+    def __init__(self, base_url: str, api_key: str | None, secret: str | None = None, *,
+                 sender: str | None = None, timeout: float = 30.0,
+                 transport: httpx.AsyncBaseTransport | None = None,
                  clock: Clock | None = None, max_connections: int = 32) -> None:
+        """`api_key`: sent as X-Session-API-Key (None: no key at all; a signed delivery needs
+        none); `secret`: the Standard Webhooks signature's key; `sender`: who this server is
+        to the receiver (X-Webhook-Sender), so it knows whose secret to check with."""
         self.base_url = base_url.rstrip("/")
         self._api_key = api_key
+        self._sender = sender
         self._key = signing_key(secret) if secret else None
         self._clock = clock or Clock()
         import httpx  # only a server with a webhook pays for importing it
@@ -93,8 +82,11 @@ class WebhookClient:
         headers = {
             "content-type": "application/json",
             "user-agent": f"agent-server/{__version__}",
-            "x-session-api-key": self._api_key,
         }
+        if self._api_key:
+            headers["x-session-api-key"] = self._api_key
+        if self._sender:
+            headers["x-webhook-sender"] = self._sender
         if self._key is not None:
             stamp = int(self._clock.time())
             headers["webhook-id"] = message_id

@@ -76,6 +76,9 @@ class Sources:
     websocket_drops: Callable[[], Mapping[str, int]] = dict
     """Sockets closed because their client fell behind, by reason, since start."""
     webhook: Callable[[], WebhookFigures | None] = lambda: None
+    network_refused: Callable[[], int | None] = lambda: None
+    """The sandbox's connections its network policy refused, as its control plane counts
+    them (refreshed by the scrape's route first); None: unknown, or no network boundary."""
 
 
 class _Collector:
@@ -111,6 +114,11 @@ class _Collector:
             yield CounterMetricFamily(PREFIX + "webhook_retries",
                                       "Failed webhook attempts (each is retried)",
                                       value=hook.retries)
+        refused = s.network_refused()
+        if refused is not None:
+            yield CounterMetricFamily(PREFIX + "network_refused",
+                                      "Connections the sandbox's network policy refused, as "
+                                      "its control plane counts them", value=refused)
 
 
 class ServerMetrics:

@@ -11,9 +11,11 @@ from starlette.responses import Response
 
 from control_plane.api.io import body, from_browser, services, user
 from control_plane.api.paths import MADE_ID, path_id
+from control_plane.crypto import token_sandbox
 from control_plane.models import SandboxReason, SandboxRow, SandboxStatus
+from control_plane.network.policy import NetworkPolicy
 from control_plane.services import Services
-from web.errors import invalid
+from web.errors import Unauthorized, invalid
 from web.io import doc, located, read_query, reply
 
 
@@ -48,6 +50,8 @@ class SandboxInfo(BaseModel):
     """RUNNING: when it will be paused (idle time from its last activity, or the 12-hour cap)."""
     delete_at: datetime | None
     """PAUSED: when it will be deleted with its conversations (the deletion time)."""
+    network_policy: NetworkPolicy
+    """What it may connect to beyond its control plane (GET …/network: what it was refused)."""
 
 
 class SandboxPage(BaseModel):
@@ -59,6 +63,36 @@ class CreateSandbox(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     sandbox_spec_id: str | None = Field(default=None, max_length=100)
+    network_policy: NetworkPolicy | None = None
+    """Its egress policy; default: the user's (settings' `network_policy`)."""
+
+
+class SandboxPatch(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    network_policy: NetworkPolicy
+    """Applied at once: new connections meet it, open ones go on."""
+
+
+class RefusalInfo(BaseModel):
+    address: str
+    protocol: str
+    port: int
+    seconds_ago: int
+
+
+class NetworkState(BaseModel):
+    """What the sandbox may reach, and what its policy refused it."""
+
+    policy: NetworkPolicy
+    enforced: bool
+    """Whether a network boundary holds it to its policy (false: its provider shares the
+    host's network, or it is not running)."""
+    refused: int | None
+    """Connections (and datagrams) its policy refused while it ran; null where nothing
+    enforces it."""
+    recent: list[RefusalInfo]
+    """The destinations refused in the last ten minutes, the latest first."""
 
 
 class SandboxSearch(BaseModel):
@@ -116,7 +150,8 @@ async def infos(request: Request, found: list[SandboxRow]) -> list[SandboxInfo]:
             session_api_key=svc.sandboxes.session_key(row) if running else None,
             exposed_urls=[ExposedUrl(name="AGENT_SERVER", url=url, port=row.port or 0)] if url else None,
             created_at=row.created_at, last_activity_at=row.last_activity_at,
-            conversation_count=counts[row.id], pause_at=pause_at, delete_at=delete_at))
+            conversation_count=counts[row.id], pause_at=pause_at, delete_at=delete_at,
+            network_policy=row.network))
     return out
 
 
@@ -140,9 +175,42 @@ async def owned(request: Request, validate: type[BaseModel] | None = None
 async def create(request: Request) -> Response:
     account = await user(request)
     asked = await body(request, CreateSandbox)
+    svc = services(request)
+    network = asked.network_policy or (await svc.settings.get(account.id)).network_policy
     with located("body"):
-        row = await services(request).sandboxes.create(account.id, asked.sandbox_spec_id)
+        row = await svc.sandboxes.create(account.id, asked.sandbox_spec_id, network)
     return reply(await info(request, row), 201)
+
+
+@doc(summary="Change the sandbox's network policy (at once: new connections meet it)",
+     body=SandboxPatch, response=SandboxInfo, errors=(404, 409, 410, 503))
+async def patch(request: Request) -> Response:
+    svc, row = await owned(request)
+    asked = await body(request, SandboxPatch)
+    return reply(await info(request, await svc.egress.change(row, asked.network_policy)))
+
+
+@doc(summary="What the sandbox may reach and what its policy refused it (its owner's key, or "
+             "the sandbox's own token)", response=NetworkState, errors=(404,))
+async def network(request: Request) -> Response:
+    svc = services(request)
+    row = await _by_token(request) or (await owned(request))[1]
+    state = await svc.egress.state(row)
+    return reply(NetworkState(policy=state.policy, enforced=state.enforced, refused=state.refused,
+                              recent=[RefusalInfo(**vars(r)) for r in state.recent]))
+
+
+async def _by_token(request: Request) -> SandboxRow | None:
+    """The sandbox of the path, when the request carries that sandbox's own token (what its
+    agent server asks with); None for any other credential (an account key is tried next)."""
+    scheme, _, token = request.headers.get("authorization", "").partition(" ")
+    token = token.strip()
+    if scheme.lower() != "bearer" or token_sandbox(token) is None:
+        return None
+    row = await services(request).egress.by_token(path_id(request, "sandbox_id"), token)
+    if row is None:
+        raise Unauthorized("not this sandbox's token", scheme="Bearer")
+    return row
 
 
 @doc(summary="The user's sandboxes, newest first", query=SandboxSearch, response=SandboxPage)

@@ -1,15 +1,17 @@
 """What a client inherits from its account (the OpenHands app server's routes for it):
 
 - GET /api/v1/users/me: the user and their settings, the LLM key masked; with
-  `expose_secrets=true` the key itself, and only when the request also carries the session key
-  of one of the caller's live sandboxes (`X-Session-API-Key`): an account key alone never
-  reads it back (what the Cloud workspace's `get_llm()` sends: both);
+  `expose_secrets=true`, and only when the request also carries the session key of one of the
+  caller's live sandboxes (`X-Session-API-Key`), the LLM as that sandbox is to call it: the LLM
+  gateway's URL and the sandbox's own token (what the Cloud workspace's `get_llm()` sends:
+  both, to build the LLM of a conversation it creates in that sandbox). The user's real key
+  never leaves the control plane (`control_plane.gateway`);
 - GET /api/v1/sandboxes/{id}/settings/secrets[/{name}]: the names of the user's stored
   secrets, and one value as text, for that sandbox's session key only (what a `LookupSecret`
   inside the sandbox fetches: the values never pass through the client).
 
-Every read of a value is logged with the secret's name, the sandbox and the user, never the
-value.
+Every read of a value (or of a sandbox's token) is logged with the secret's name, the sandbox
+and the user, never the value.
 """
 
 from __future__ import annotations
@@ -34,7 +36,8 @@ audit = logging.getLogger("control_plane.secrets_access")
 
 class MeQuery(BaseModel):
     expose_secrets: bool = False
-    """True: the LLM key unmasked (needs X-Session-API-Key of one of your live sandboxes)."""
+    """True: the LLM as the sandbox of X-Session-API-Key (one of your live sandboxes) calls
+    it: the gateway's URL and that sandbox's token as the key."""
 
 
 class McpConfig(BaseModel):
@@ -52,7 +55,7 @@ class UserInfo(BaseModel):
     llm_model: str | None
     llm_base_url: str | None
     llm_api_key: str | None
-    """`**********` when set, unless exposed (see MeQuery)."""
+    """`**********` when set; exposed (see MeQuery): the sandbox's token for the gateway."""
     grouping_strategy: GroupingStrategy
     default_tools: list[str]
     git_user_name: str | None
@@ -70,24 +73,27 @@ class SecretNames(BaseModel):
     secrets: list[SecretName]
 
 
-@doc(summary="The current user and their settings (the LLM key only with expose_secrets=true "
-             "and the session key of one of the user's live sandboxes)", query=MeQuery,
-     response=UserInfo, errors=(403,))
+@doc(summary="The current user and their settings (with expose_secrets=true and the session "
+             "key of one of the user's live sandboxes: the LLM gateway and that sandbox's "
+             "token)", query=MeQuery, response=UserInfo, errors=(403,))
 async def me(request: Request) -> Response:
     account = await user(request)
     expose = read_query(request, MeQuery).expose_secrets
     svc = services(request)
+    settings = await svc.settings.get(account.id)
+    base_url, key = settings.llm_base_url, MASK if settings.llm_api_key else None
     if expose:
         sandbox = await by_session_key(request)
         if sandbox.user_id != account.id:
             audit.warning("users/me: the session key of sandbox %s is not user %s's", sandbox.id,
                           account.id)
             raise Forbidden("the session key does not belong to one of your sandboxes")
-        audit.info("users/me: LLM key read by user %s through sandbox %s", account.id, sandbox.id)
-    settings = await svc.settings.get(account.id)
-    key = settings.llm_api_key if expose else (MASK if settings.llm_api_key else None)
+        audit.info("users/me: the LLM gateway token of sandbox %s read by user %s", sandbox.id,
+                   account.id)
+        access = svc.gateway.access(sandbox)
+        base_url, key = access.base_url, access.api_key
     return reply(UserInfo(id=account.id, name=account.name, llm_model=settings.llm_model,
-                          llm_base_url=settings.llm_base_url, llm_api_key=key,
+                          llm_base_url=base_url, llm_api_key=key,
                           grouping_strategy=settings.grouping_strategy,
                           default_tools=list(settings.default_tools),
                           git_user_name=settings.git_user_name,

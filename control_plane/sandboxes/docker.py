@@ -37,6 +37,7 @@ A sandbox's container:
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import logging
 import time
 from pathlib import Path
@@ -49,6 +50,9 @@ import docker.errors
 import httpx
 from docker.models.containers import Container
 
+from control_plane.network.fence import Refusals
+from control_plane.network.host import NetworkError
+from control_plane.network.policy import NetworkPolicy
 from control_plane.sandboxes.containers import (
     HOME,
     HOME_BYTES,
@@ -69,6 +73,7 @@ from control_plane.sandboxes.containers import (
     name_of,
     plane_label,
 )
+from control_plane.sandboxes.dockernet import DockerNetwork, address_of
 from control_plane.sandboxes.dockerpool import DockerPool
 from control_plane.sandboxes.provider import (
     DEFAULT_LIMITS,
@@ -134,15 +139,49 @@ class DockerProvider(ContainerProvider):
                  docker_url: str = "unix:///var/run/docker.sock", network: str = "agent-sandboxes",
                  limits: Limits = DEFAULT_LIMITS, start_timeout: float = 60.0, stop_grace: float = 5.0,
                  warm_pool: int = 0, webhook_url: str | None = None,
-                 transport: httpx.AsyncBaseTransport | None = None) -> None:
+                 transport: httpx.AsyncBaseTransport | None = None,
+                 fence: DockerNetwork | None = None) -> None:
         """`warm_pool`: containers kept started for new sandboxes (`dockerpool`), given the
-        `webhook_url` every sandbox of this control plane gets."""
+        `webhook_url` every sandbox of this control plane gets. `fence`: the network
+        boundary its containers are held to (`dockernet`; None: Docker's network alone)."""
         super().__init__(archive_dir, image=image, plane=plane, docker_url=docker_url,
                          limits=limits, start_timeout=start_timeout, stop_grace=stop_grace,
                          transport=transport)
         self.network = network
-        self.pool = (DockerPool(self, warm_pool, for_container(webhook_url))
+        self.fence = fence
+        self.pool = (DockerPool(self, warm_pool, self.inside(webhook_url))
                      if warm_pool > 0 and webhook_url else None)
+
+    def inside(self, url: str) -> str:
+        """Behind the boundary, this control plane is the bridge's gateway (`HOST_ALIAS`) at
+        its own port, whatever address it is known by elsewhere."""
+        if self.fence is None:
+            return for_container(url)
+        parts = urlsplit(url)
+        return urlunsplit(parts._replace(scheme="http",
+                                         netloc=f"{HOST_ALIAS}:{self.fence.port}"))
+
+    @property
+    def sandbox_side(self) -> str | None:
+        return None if self.fence is None else self.fence.gateway
+
+    async def start(self) -> None:
+        if self.fence is not None:
+            try:
+                await self._fenced()
+            except ProviderError as exc:  # Docker away: the first start tries again
+                logger.warning("sandboxes' network boundary not up yet: %s", exc)
+        await super().start()
+
+    async def _fenced(self) -> None:
+        """The bridge network made and its boundary up (a no-op once it is)."""
+        if self.fence is not None and self.fence.boundary is None:
+            await self.fence.ensure(await self.run(self._ensure_network))
+
+    async def close(self) -> None:
+        await super().close()
+        if self.fence is not None:
+            await self.fence.close()
 
     def _find(self, client: docker.DockerClient, sandbox_id: str) -> Container | None:
         """The sandbox's container, found by its labels (never by name alone)."""
@@ -153,12 +192,19 @@ class DockerProvider(ContainerProvider):
 
     async def create(self, launch: Launch) -> Handle:
         self.check_spec(launch)
+        await self._fenced()
         claimed = None if self.pool is None else await self.pool.claim(
-            launch, for_container(launch.webhook_url))
+            launch, self.inside(launch.webhook_url))
         container_id = claimed if claimed is not None else await self.run(
             self._start_container, launch)
         try:
-            return await self._wait_up(launch.sandbox_id, container_id, self.start_timeout)
+            handle = await self._wait_up(launch.sandbox_id, container_id, self.start_timeout)
+            if self.fence is not None:  # until now it reached nothing beyond this host
+                address = await self.run(_address, container_id, self.network)
+                if address is None:
+                    raise ProviderError("the container has no address on its network")
+                await self.fence.admit(launch.sandbox_id, address, launch.network)
+            return handle
         except BaseException:
             with anyio.CancelScope(shield=True):  # a cancelled start leaves nothing running
                 await self.run(_remove_container, container_id)
@@ -169,7 +215,7 @@ class DockerProvider(ContainerProvider):
         if stale is not None:  # a start cut short earlier: this one replaces it
             stale.remove(force=True)
         container = self.make_container(client, launch.sandbox_id, name_of(launch.sandbox_id),
-                                        for_container(launch.webhook_url))
+                                        self.inside(launch.webhook_url))
         try:
             attached = client.api.attach_socket(str(container.id),
                                                 params={"stdin": 1, "stream": 1})
@@ -190,6 +236,11 @@ class DockerProvider(ContainerProvider):
         # On 127.0.0.1 only, a host port Docker picks (the SDK's stubs know no "any port").
         ports: dict[str, Any] = {PORT: ("127.0.0.1", None)}
         self._ensure_network(client)
+        # Behind the boundary, the control plane and the resolver are the bridge's gateway.
+        gateway = None if self.fence is None else self.fence.gateway
+        if self.fence is not None and gateway is None:
+            raise ProviderError("the sandboxes' network boundary is not up yet")
+        fenced: dict[str, Any] = {} if gateway is None else {"dns": [gateway]}
         client.volumes.create(name=name_of(sandbox_id), labels=self.labels(sandbox_id))
         return client.containers.create(
             self.image, name=name, labels=self.labels(sandbox_id),
@@ -200,22 +251,24 @@ class DockerProvider(ContainerProvider):
             entrypoint=WARM_ENTRYPOINT if warm else None,
             ports=ports, network=self.network,
             volumes={name_of(sandbox_id): {"bind": VOLUME_DIR, "mode": "rw"}},
-            extra_hosts={HOST_ALIAS: "host-gateway"},
+            extra_hosts={HOST_ALIAS: gateway or "host-gateway"}, **fenced,
             user=USER, cap_drop=["ALL"], security_opt=["no-new-privileges"],
             read_only=True, tmpfs=TMPFS, mem_limit=self.limits.memory,
             nano_cpus=int(self.limits.cpus * 1e9), pids_limit=self.limits.pids,
             healthcheck=NO_HEALTHCHECK)
 
-    def _ensure_network(self, client: docker.DockerClient) -> None:
-        """The sandboxes' bridge network, made when missing; one that lets containers talk to
-        each other (made by someone else under that name) is refused."""
+    def _ensure_network(self, client: docker.DockerClient) -> dict[str, Any]:
+        """The sandboxes' bridge network (its attributes), made when missing; one that lets
+        containers talk to each other (made by someone else under that name) is refused."""
         try:
             network = client.networks.get(self.network)
         except docker.errors.NotFound:
             try:
-                client.networks.create(self.network, driver="bridge", options={ICC: "false"},
-                                       labels={"agent-server.sandboxes": "true"})
-                return
+                made = client.networks.create(self.network, driver="bridge",
+                                              options={ICC: "false"},
+                                              labels={"agent-server.sandboxes": "true"})
+                made.reload()
+                return dict(made.attrs)
             except docker.errors.APIError as exc:  # another control plane made it meanwhile
                 if exc.status_code != 409:
                     raise
@@ -225,6 +278,7 @@ class DockerProvider(ContainerProvider):
             raise ProviderError(f"the Docker network {self.network!r} lets containers reach each "
                                 f"other (it needs the bridge driver with {ICC}=false): remove it "
                                 "or set CONTROL_PLANE_DOCKER_NETWORK to another name")
+        return dict(network.attrs)
 
     async def _wait_up(self, sandbox_id: str, container_id: str, timeout: float) -> Handle:
         """Until /alive answers through the published port; ProviderError when the container
@@ -320,7 +374,31 @@ class DockerProvider(ContainerProvider):
         workspace archived from its volume, the volume removed. Works from labels and names
         alone, so a sandbox whose start was cut short (no handle) goes just as well. `root_dir`
         is a path inside the container: nothing of a sandbox is on this machine's disk."""
+        if self.fence is not None:
+            await self.fence.release(sandbox_id)
         return await self.run(self._destroy, sandbox_id)
+
+    async def set_network(self, handle: Handle, policy: NetworkPolicy) -> bool:
+        if self.fence is None:
+            return False
+        await self._fenced()
+        def find(client: docker.DockerClient) -> ipaddress.IPv4Address | None:
+            container = self._ours(client, handle)
+            return address_of(container.attrs, self.network)
+        address = await self.run(find)
+        if address is None:
+            raise ProviderError("the sandbox's container has no address on its network")
+        await self.fence.admit(handle.sandbox_id, address, policy)
+        return True
+
+    async def refusals(self, handle: Handle) -> Refusals | None:
+        if self.fence is None or self.fence.boundary is None:
+            return None
+        fence = self.fence.boundary.fence
+        try:
+            return await fence.refusals(handle.sandbox_id, await fence.address_of(handle.sandbox_id))
+        except NetworkError as exc:
+            raise ProviderError(str(exc)) from None
 
     def _destroy(self, client: docker.DockerClient, sandbox_id: str) -> Path | None:
         container = self._find(client, sandbox_id)
@@ -394,6 +472,11 @@ def _handle(client: docker.DockerClient, sandbox_id: str, container_id: str) -> 
         raise ProviderError("the container's port was not published") from None
     return Handle(sandbox_id=sandbox_id, pid=int(attrs["State"]["Pid"]),
                   pid_start_time=id_key(container_id), port=port)
+
+
+def _address(client: docker.DockerClient, container_id: str,
+             network: str) -> ipaddress.IPv4Address | None:
+    return address_of(client.api.inspect_container(container_id), network)
 
 
 def _logs(client: docker.DockerClient, container_id: str) -> str:

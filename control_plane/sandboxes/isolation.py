@@ -57,6 +57,8 @@ UIDS_LOCK = ".uids.lock"
 ACCOUNT_FILES = ("/etc/passwd", "/etc/group")
 #: Where bubblewrap reads the sandbox's account files from (after stdin, stdout, stderr).
 ACCOUNT_FDS = (3, 4)
+#: Where bubblewrap reads the sandbox's own resolv.conf from (behind the network boundary).
+RESOLV_FD = 5
 ACCOUNT = "agent"
 PROJECT = Path("/workspace/project")
 """The workspace inside the namespace (the sandbox's `workspace/` bound there too)."""
@@ -86,10 +88,15 @@ class Isolation:
     """Root: each sandbox runs as a uid of its own from this range (first, last)."""
     setpriv: str = "setpriv"
 
-    def command(self, root_dir: Path, argv: Sequence[str], uid: int | None) -> Command:
+    def command(self, root_dir: Path, argv: Sequence[str], uid: int | None,
+                resolv_conf: bytes | None = None) -> Command:
         """`argv` run inside the sandbox whose directory is `root_dir` (as `uid` when given:
-        the sandbox's /etc/passwd and /etc/group then name it, as programs expect)."""
+        the sandbox's /etc/passwd and /etc/group then name it, as programs expect);
+        `resolv_conf`: its /etc/resolv.conf (a sandbox behind the network boundary asks the
+        control plane's resolver), instead of the host's."""
         files = {} if uid is None else _accounts(uid, root_dir / HOME)
+        if resolv_conf is not None:
+            files[RESOLV_FD] = resolv_conf
         args = [self.bwrap, "--unshare-pid", "--unshare-ipc", "--unshare-uts",
                 "--unshare-cgroup-try"]
         if os.geteuid() != 0:
@@ -105,10 +112,21 @@ class Isolation:
                 bound.append(Path(link))
         for path in SYSTEM_DIRS:
             args += ["--ro-bind", path, path]
-        for fd, path in zip(files, ACCOUNT_FILES):
-            args += ["--perms", "0644", "--ro-bind-data", str(fd), path]
-        for resolver in _resolver_dirs():
-            args += ["--ro-bind-try", str(resolver), str(resolver)]
+        for fd, path in zip(ACCOUNT_FDS, ACCOUNT_FILES):
+            if fd in files:
+                args += ["--perms", "0644", "--ro-bind-data", str(fd), path]
+        if resolv_conf is None:
+            for resolver in _resolver_dirs():
+                args += ["--ro-bind-try", str(resolver), str(resolver)]
+        else:
+            # Where the host's resolv.conf leads (a link out of /etc: systemd-resolved's), the
+            # sandbox's own is put at the link's end, on the sandbox's empty root.
+            target = Path(os.path.realpath("/etc/resolv.conf"))
+            if not any(target.is_relative_to(p) for p in SYSTEM_DIRS):
+                args += ["--dir", str(target.parent)]
+            else:
+                target = Path("/etc/resolv.conf")
+            args += ["--perms", "0644", "--ro-bind-data", str(RESOLV_FD), str(target)]
         for program in program_paths():
             args += ["--ro-bind", str(program), str(program)]
         args += ["--proc", "/proc", "--dev", "/dev"]

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import json
 import logging
 import os
@@ -28,9 +29,15 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
+from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
+from control_plane.network.boundary import Boundary
+from control_plane.network.fence import Refusals
+from control_plane.network.host import NetworkError
+from control_plane.network.links import veth_of
+from control_plane.network.policy import NetworkPolicy
 from control_plane.sandboxes import cgroups
 from control_plane.sandboxes.isolation import HOME, Command, Isolation
 from control_plane.sandboxes.provider import (
@@ -62,6 +69,8 @@ READY_FILE = "ready.json"
 #: ready file's path is an argument, as a spawned server's is, so a restart finds it.
 HOLDER = ["sh", "-c", "trap '' TERM; exec cat"]
 LOG_FILE = "agent-server.log"
+#: The agent server's port in a sandbox with a network namespace of its own.
+PORT = 8000
 
 
 def ready_marker(root_dir: Path) -> bytes:
@@ -69,14 +78,16 @@ def ready_marker(root_dir: Path) -> bytes:
     return f"AGENT_SERVER_READY_FILE={root_dir / READY_FILE}".encode()
 
 
-def child_env(launch: Launch, isolation: Isolation | None = None) -> dict[str, str]:
+def child_env(launch: Launch, isolation: Isolation | None = None,
+              own_network: bool = False) -> dict[str, str]:
     """The control plane's own settings (its database, its secret key) never reach a sandbox:
     core's child environment withholds them; the sandbox's own go on top. Its keys are not
-    among them: they come over the pipe on its stdin."""
+    among them: they come over the pipe on its stdin. `own_network`: the server listens on
+    its namespace's addresses at a fixed port, not on a port of this host's loopback."""
     return processes.child_env({
         "AGENT_SERVER_KEYS_FD": "0",
-        "AGENT_SERVER_HOST": "127.0.0.1",
-        "AGENT_SERVER_PORT": "0",
+        "AGENT_SERVER_HOST": "0.0.0.0" if own_network else "127.0.0.1",
+        "AGENT_SERVER_PORT": str(PORT) if own_network else "0",
         "AGENT_SERVER_STATE_DIR": str(launch.root_dir / "state"),
         "AGENT_SERVER_WORKING_DIR": PROJECT_DIR if isolation else str(launch.workspace),
         "AGENT_SERVER_READY_FILE": str(launch.root_dir / READY_FILE),
@@ -89,12 +100,16 @@ class ProcessProvider(SandboxProvider):
     def __init__(self, archive_dir: Path, *, isolation: Isolation | None = None,
                  template: Template | None = None, shared_host: bool = False, start_timeout: float = 60.0, stop_grace: float = 5.0,
                  transport: httpx.AsyncBaseTransport | None = None,
-                 groups: cgroups.Cgroups | None = None, limits: Limits = DEFAULT_LIMITS) -> None:
+                 groups: cgroups.Cgroups | None = None, limits: Limits = DEFAULT_LIMITS,
+                 network: Boundary | None = None) -> None:
         """`isolation`: bubblewrap's (`isolation.choose`), or None: sandboxes run as this
         process's user, and serve one user only unless `shared_host` accepts that. `template`:
         servers of isolated sandboxes are forked from it once it is ready. `groups`: where
-        each sandbox gets a cgroup holding it to `limits` (`cgroups.find`; None: no limits)."""
+        each sandbox gets a cgroup holding it to `limits` (`cgroups.find`; None: no limits).
+        `network`: isolated sandboxes each get a network namespace behind it (None: they
+        share this host's network)."""
         super().__init__(start_timeout=start_timeout, transport=transport)
+        self.network = network if isolation is not None else None
         self.archive_dir = archive_dir
         self.isolation = isolation
         self.template = template
@@ -108,13 +123,30 @@ class ProcessProvider(SandboxProvider):
         return [ISOLATED_SPEC if self.isolation else SPEC]
 
     async def start(self) -> None:
+        if self.network is not None:
+            await self.network.start()
         if self.template is not None:
             self.template.start()
 
     async def close(self) -> None:
         if self.template is not None:
             self.template.close()
+        if self.network is not None:
+            await self.network.close()
         await super().close()
+
+    def inside(self, url: str) -> str:
+        """Behind the boundary, this control plane is its gateway address on the segment, at
+        its own port, whatever address it is known by elsewhere."""
+        if self.network is None:
+            return url
+        parts = urlsplit(url)
+        netloc = f"{self.network.gateway}:{self.network.fence.segment.port}"
+        return urlunsplit(parts._replace(scheme="http", netloc=netloc))
+
+    @property
+    def sandbox_side(self) -> str | None:
+        return None if self.network is None else str(self.network.gateway)
 
     def working_dir(self, root_dir: Path) -> Path:
         """Isolated: /workspace/project (bubblewrap binds the workspace there too); otherwise
@@ -136,9 +168,38 @@ class ProcessProvider(SandboxProvider):
         if self.isolation is not None:
             (launch.root_dir / HOME).mkdir(exist_ok=True, mode=0o700)
             uid = await asyncio.to_thread(self.isolation.own, launch.root_dir)
-            command = self.isolation.command(launch.root_dir, argv, uid)
-        if self.groups is not None:
-            groups = await asyncio.to_thread(self.groups.create, launch.sandbox_id, self.limits)
+        address = None
+        if self.network is not None:
+            try:
+                address = (await self.network.attach(launch.sandbox_id, launch.network)).address
+            except NetworkError as exc:
+                raise ProviderError(f"the sandbox's network could not be made: {exc}") from None
+        try:
+            if self.isolation is not None:
+                command = self._command(launch, argv, uid)
+            if self.groups is not None:
+                groups = await asyncio.to_thread(self.groups.create, launch.sandbox_id,
+                                                 self.limits)
+            return await self._launch(launch, command, uid, groups, address)
+        except BaseException:
+            if self.network is not None:
+                await self.network.detach(launch.sandbox_id)
+            raise
+
+    def _command(self, launch: Launch, argv: list[str], uid: int | None) -> Command:
+        """`argv` in the sandbox: bubblewrap's namespaces, entered in its network namespace
+        first when it has one (where it asks the control plane's resolver)."""
+        assert self.isolation is not None
+        links = None if self.network is None else self.network.links
+        command = self.isolation.command(launch.root_dir, argv, uid,
+                                         None if links is None else links.resolv_conf())
+        if links is None:
+            return command
+        return Command([*links.enter(launch.sandbox_id), *command.argv], command.files)
+
+    async def _launch(self, launch: Launch, command: Command, uid: int | None,
+                      groups: list[Path], address: ipaddress.IPv4Address | None) -> Handle:
+        ready = launch.root_dir / READY_FILE
         out = os.open(launch.root_dir / LOG_FILE, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         said: int | None = None  # a forked server says it is ready on this pipe
         try:
@@ -162,7 +223,8 @@ class ProcessProvider(SandboxProvider):
             started = processes.start_time(pid)
             if started is None:
                 raise ProviderError("the agent server exited right after starting")
-            handle = Handle(sandbox_id=launch.sandbox_id, pid=pid, pid_start_time=started, port=port)
+            handle = Handle(sandbox_id=launch.sandbox_id, pid=pid, pid_start_time=started,
+                            port=port, host=Handle.host if address is None else str(address))
             if said is None:  # a ready file's port is checked; a pipe's came from our server,
                 await self._wait_alive(pid, handle)  # which said so once it answers
             return handle
@@ -175,7 +237,8 @@ class ProcessProvider(SandboxProvider):
 
     def _spawn(self, command: Command, launch: Launch, out: int, stdin: bytes | int,
                groups: list[Path]) -> int:
-        pid = spawn(cgroups.enter(groups, command.argv), child_env(launch, self.isolation),
+        pid = spawn(cgroups.enter(groups, command.argv),
+                    child_env(launch, self.isolation, self.network is not None),
                     output=out, stdin=stdin, files=command.files)
         self._children.add(pid)
         return pid
@@ -187,7 +250,7 @@ class ProcessProvider(SandboxProvider):
         read end of the pipe the server says it is ready on."""
         assert self.isolation is not None and self.template is not None
         ready = str(launch.root_dir / READY_FILE)
-        command = self.isolation.command(launch.root_dir, [*HOLDER, ready], uid)
+        command = self._command(launch, [*HOLDER, ready], uid)
         lifeline, held = os.pipe()
         said, says = os.pipe()
         keys = filled_pipe(launch.keys())
@@ -196,7 +259,8 @@ class ProcessProvider(SandboxProvider):
             try:
                 inside = await self._made(pid, launch.root_dir / LOG_FILE)
                 await self.template.fork(enter=inside, uid=uid, cwd=launch.root_dir,
-                                         env=child_env(launch, self.isolation),
+                                         env=child_env(launch, self.isolation,
+                                                       self.network is not None),
                                          argv=["--ready-file", ready],
                                          fds=[keys, out, held, says], cgroups=groups)
             except BaseException:
@@ -280,11 +344,17 @@ class ProcessProvider(SandboxProvider):
         except (OSError, ValueError, KeyError, TypeError):
             port = 0
         started = processes.start_time(leaders[0]) if port and len(leaders) == 1 else None
-        if started is not None:
+        host: str | None = Handle.host
+        if self.network is not None and self.network.links is not None:
+            address = await self.network.links.address_of(launch.sandbox_id)
+            host = None if address is None else str(address)
+        if started is not None and host is not None:
             return Handle(sandbox_id=launch.sandbox_id, pid=leaders[0], pid_start_time=started,
-                          port=port)
+                          port=port, host=host)
         for group in {p.pgid for p in found}:
             processes.signal_group(group, signal.SIGKILL)
+        if self.network is not None:
+            await self.network.detach(launch.sandbox_id)
         return None
 
     def _reap(self, pid: int) -> int | None:
@@ -392,7 +462,31 @@ class ProcessProvider(SandboxProvider):
                 if handle.pid not in self._children:
                     break
                 await asyncio.sleep(0.01)
+        if self.network is not None:
+            try:
+                await self.network.detach(sandbox_id)
+            except NetworkError as exc:
+                raise ProviderError(f"the sandbox's network could not be removed: {exc}") from None
         return await asyncio.to_thread(self._archive_and_remove, sandbox_id, root_dir)
+
+    async def set_network(self, handle: Handle, policy: NetworkPolicy) -> bool:
+        if self.network is None or handle.host == Handle.host:
+            return False
+        address = ipaddress.IPv4Address(handle.host)
+        try:
+            await self.network.admit(handle.sandbox_id, address, veth_of(address), policy)
+        except NetworkError as exc:
+            raise ProviderError(str(exc)) from None
+        return True
+
+    async def refusals(self, handle: Handle) -> Refusals | None:
+        if self.network is None or handle.host == Handle.host:
+            return None
+        try:
+            return await self.network.refusals(handle.sandbox_id,
+                                               ipaddress.IPv4Address(handle.host))
+        except NetworkError as exc:
+            raise ProviderError(str(exc)) from None
 
     def _archive_and_remove(self, sandbox_id: str, root_dir: Path) -> Path | None:
         archive: Path | None = None

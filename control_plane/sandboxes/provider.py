@@ -18,6 +18,9 @@ from pathlib import Path
 
 import httpx
 
+from control_plane.network.fence import Refusals
+from control_plane.network.policy import OPEN, NetworkPolicy
+
 
 class ProviderError(Exception):
     """A sandbox could not be created or driven; the message says why (shown as status_detail)."""
@@ -113,6 +116,15 @@ class Launch:
     session_api_key: str
     webhook_url: str
     """Base of this control plane's webhook; the agent server appends /events/{id}."""
+    webhook_secret: str | None = None
+    """What the agent server signs its webhook deliveries with (it never sends its session key
+    to the webhook then)."""
+    network: NetworkPolicy = OPEN
+    """Its egress policy (where the provider has a network boundary)."""
+    network_url: str | None = None
+    """Where its agent server reads what its policy refused it (with `token`)."""
+    token: str | None = None
+    """Its own credential towards this control plane's sandbox-side routes."""
 
     @property
     def workspace(self) -> Path:
@@ -122,7 +134,14 @@ class Launch:
         """What the agent server reads from the pipe AGENT_SERVER_KEYS_FD names (a JSON object
         of variables): its keys reach it there, never through an environment, argv or file a
         process of the sandbox could read (agent_server.secrecy)."""
-        return json.dumps({"SESSION_API_KEY": self.session_api_key}).encode()
+        keys = {"SESSION_API_KEY": self.session_api_key}
+        if self.webhook_secret:
+            keys["AGENT_SERVER_WEBHOOK_SECRET"] = self.webhook_secret
+            keys["AGENT_SERVER_WEBHOOK_SENDER"] = self.sandbox_id
+        if self.network_url and self.token:
+            keys["AGENT_SERVER_NETWORK_URL"] = self.network_url
+            keys["AGENT_SERVER_NETWORK_TOKEN"] = self.token
+        return json.dumps(keys).encode()
 
 
 class SandboxProvider(abc.ABC):
@@ -205,6 +224,26 @@ class SandboxProvider(abc.ABC):
         """The id of a sandbox of `spec_id` made in advance (a warm pool's), taken for a new
         sandbox's row, whose start then only hands it its keys; None: the row gets a new id
         and its start makes everything (the default)."""
+        return None
+
+    async def set_network(self, handle: Handle, policy: NetworkPolicy) -> bool:
+        """Hold the running (or paused) sandbox to `policy` from now on: new connections meet
+        it, open ones go on. False where this provider has no network boundary (its sandboxes
+        share the host's network: nothing to hold them to)."""
+        return False
+
+    async def refusals(self, handle: Handle) -> Refusals | None:
+        """What its policy refused it (None: no boundary here)."""
+        return None
+
+    def inside(self, url: str) -> str:
+        """`url` (of this control plane) as a sandbox's processes reach it."""
+        return url
+
+    @property
+    def sandbox_side(self) -> str | None:
+        """This host's address on the sandboxes' side of a network boundary (where they reach
+        the control plane, and nothing else of this host); None without a boundary."""
         return None
 
     def working_dir(self, root_dir: Path) -> Path:

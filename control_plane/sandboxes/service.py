@@ -32,7 +32,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from control_plane.agent_client import Target
-from control_plane.crypto import Cipher, hash_key, new_key
+from control_plane.crypto import Cipher, hash_key, new_key, sandbox_token, webhook_secret
 from control_plane.leases import SANDBOX, Leases
 from control_plane.models import (
     InvalidTransition,
@@ -42,6 +42,7 @@ from control_plane.models import (
     ensure_usable,
     transition,
 )
+from control_plane.network.policy import OPEN, NetworkPolicy
 from control_plane.runs import Runs
 from control_plane.sandboxes import notices
 from control_plane.sandboxes.capacity import memory_short
@@ -53,6 +54,8 @@ from web.errors import Conflict, Forbidden, Gone, LimitReached, NotFound, Unavai
 
 logger = logging.getLogger(__name__)
 
+#: The webhook's path under a control plane's address.
+WEBHOOKS = "/api/v1/webhooks"
 #: Seconds before a clean-up that failed (Docker away, a volume still in use) is tried again.
 CLEANUP_RETRY = 60.0
 
@@ -71,6 +74,9 @@ class SandboxService:
                  max_live: int = 1000, memory_floor: int = 0, guard_timeout: float = 120) -> None:
         self.db, self.provider, self.cipher, self.leases = db, provider, cipher, leases
         self.sandboxes_dir, self.webhook_url = sandboxes_dir, webhook_url
+        #: How a sandbox reaches this control plane (its webhook, LLM gateway and other
+        #: sandbox-side routes are under it), as the sandbox's processes see it.
+        self.control_plane_url = provider.inside(webhook_url.removesuffix(WEBHOOKS))
         self.runs, self.ring, self.guard_timeout = runs, ring, guard_timeout
         self.max_per_user, self.max_live, self.memory_floor = max_per_user, max_live, memory_floor
         self._starts: dict[str, asyncio.Task[None]] = {}
@@ -98,17 +104,20 @@ class SandboxService:
     async def conversation_counts(self, sandbox_ids: list[str]) -> dict[str, int]:
         return await rows.conversation_counts(self.db, sandbox_ids)
 
-    async def create(self, user_id: str, spec_id: str | None) -> SandboxRow:
+    async def create(self, user_id: str, spec_id: str | None,
+                     network: NetworkPolicy = OPEN) -> SandboxRow:
         """A sandbox of the spec (the first by default), started in the background: the
         answer comes at once, STARTING. InvalidInput at `sandbox_spec_id` for an unknown
         spec, LimitReached past the per-user bound."""
         async with self.db.begin() as conn:
             await accounts.lock_user(conn, user_id)  # the per-user limit counts under the lock
-            row = await self.new_row(conn, user_id, spec_id or self.provider.specs()[0].id)
+            row = await self.new_row(conn, user_id, spec_id or self.provider.specs()[0].id,
+                                     network)
         self.launch(row, fresh=True)
         return row
 
-    async def new_row(self, conn: AsyncConnection, user_id: str, spec_id: str) -> SandboxRow:
+    async def new_row(self, conn: AsyncConnection, user_id: str, spec_id: str,
+                      network: NetworkPolicy = OPEN) -> SandboxRow:
         """A STARTING row inside the caller's transaction; `launch()` starts it after commit.
 
         The caller holds the user's lock (`accounts.lock_user`), so the count below holds."""
@@ -128,7 +137,8 @@ class SandboxService:
         return await rows.insert(conn, self.db.now(), id=sandbox_id, user_id=user_id,
                                  spec_id=spec_id, session_key_hash=hash_key(key),
                                  session_key_enc=self.cipher.encrypt(key),
-                                 root_dir=str(self.provider.root_dir(sandbox_id, self.sandboxes_dir)))
+                                 root_dir=str(self.provider.root_dir(sandbox_id, self.sandboxes_dir)),
+                                 network_policy=network.model_dump(mode="json"))
 
     def session_key(self, row: SandboxRow) -> str:
         return self.cipher.decrypt(row.session_key_enc)
@@ -149,7 +159,12 @@ class SandboxService:
     def launch_of(self, row: SandboxRow) -> Launch:
         """What the provider starts (or finds again) it from."""
         return Launch(sandbox_id=row.id, spec_id=row.spec_id, root_dir=Path(row.root_dir),
-                      session_api_key=self.session_key(row), webhook_url=self.webhook_url)
+                      session_api_key=self.session_key(row),
+                      webhook_url=self.provider.inside(self.webhook_url),
+                      webhook_secret=webhook_secret(self.cipher, row.id, row.session_key_hash),
+                      network=row.network,
+                      network_url=f"{self.control_plane_url}/api/v1/sandboxes/{row.id}/network",
+                      token=sandbox_token(self.cipher, row.id, row.session_key_hash))
 
     async def current(self, sandbox_id: str) -> SandboxRow:
         """The row as it is now: read again once the guard is held, since what others did

@@ -44,6 +44,8 @@ import docker
 import docker.errors
 import httpx
 
+from control_plane.network.fence import Refusals
+from control_plane.network.policy import NetworkPolicy
 from control_plane.sandboxes.containers import ContainerProvider, name_of
 from control_plane.sandboxes.nodejobs import ENDED, Jobs, Node, api, describe, host_port
 from control_plane.sandboxes.provider import (
@@ -56,6 +58,7 @@ from control_plane.sandboxes.provider import (
     ProviderError,
     Refused,
 )
+from control_plane.sandboxes.swarmfence import SwarmFence
 from control_plane.sandboxes.swarmpool import LABEL_PARKED, LIFELINE, SwarmPool
 from control_plane.sandboxes.swarmspec import (
     NODE_AWAY,
@@ -91,8 +94,10 @@ class SwarmProvider(ContainerProvider):
                  start_timeout: float = 60.0, placement_timeout: float = 30.0,
                  stop_grace: float = 5.0, node_socket: str = "/var/run/docker.sock",
                  warm_pool: int = 0, webhook_url: str | None = None, lifeline: float = LIFELINE,
-                 transport: httpx.AsyncBaseTransport | None = None) -> None:
-        """`warm_pool`: services parked for new sandboxes (`swarmpool`), `lifeline` theirs."""
+                 transport: httpx.AsyncBaseTransport | None = None,
+                 fence: SwarmFence | None = None) -> None:
+        """`warm_pool`: services parked for new sandboxes (`swarmpool`), `lifeline` theirs;
+        `fence`: the nodes' network boundary (`swarmfence`; None: the nodes' bridges alone)."""
         super().__init__(archive_dir, image=image, plane=plane, docker_url=docker_url,
                          limits=limits, start_timeout=start_timeout, stop_grace=stop_grace,
                          transport=transport)
@@ -104,6 +109,21 @@ class SwarmProvider(ContainerProvider):
         self.node_socket = node_socket
         self.pool = (SwarmPool(self, warm_pool, webhook_url, lifeline)
                      if warm_pool > 0 and webhook_url else None)
+        self.fence = fence
+
+    async def start(self) -> None:
+        if self.fence is not None:  # the nodes' fences, before any sandbox runs there
+            try:
+                await self.run(self.fence.ensure)
+            except ProviderError as exc:  # the manager away: the next start tries again
+                logger.warning("%s", exc)
+        await super().start()
+
+    async def set_network(self, handle: Handle, policy: NetworkPolicy) -> bool:
+        return self.fence is not None and await self.fence.set_network(handle, policy)
+
+    async def refusals(self, handle: Handle) -> Refusals | None:
+        return None if self.fence is None else self.fence.refusals(handle.sandbox_id)
 
     # -- finding things ---------------------------------------------------------------------
 

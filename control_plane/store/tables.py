@@ -16,6 +16,7 @@ from sqlalchemy import (
     Column,
     DateTime,
     Dialect,
+    Float,
     ForeignKey,
     Index,
     Integer,
@@ -107,6 +108,7 @@ sandboxes = Table(
     Column("pausing_reason", String(16)),
     Column("pausing_detail", Text),
     Column("host", String(255)),
+    Column("network_policy", JSON),
 )
 
 start_tasks = Table(
@@ -149,6 +151,19 @@ app_conversations = Table(
     Column("public", Boolean),
     Column("parent_conversation_id", ID, index=True),
     Index("ix_app_conversations_user_created", "user_id", "created_at"),
+)
+
+llm_usage = Table(
+    "llm_usage", metadata,
+    Column("user_id", ID, ForeignKey("users.id", ondelete="CASCADE"), primary_key=True),
+    # Not a foreign key: what a sandbox spent outlives the sandbox.
+    Column("sandbox_id", ID, primary_key=True),
+    Column("day", String(10), primary_key=True),
+    Column("requests", BigInteger, nullable=False, default=0),
+    Column("prompt_tokens", BigInteger, nullable=False, default=0),
+    Column("completion_tokens", BigInteger, nullable=False, default=0),
+    Column("cost_usd", Float, nullable=False, default=0.0),
+    Column("updated_at", UTCDateTime, nullable=False),
 )
 
 leases = Table(

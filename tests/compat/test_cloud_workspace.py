@@ -34,6 +34,15 @@ def plane(tmp_path: Path) -> Iterator[ControlPlane]:
 
 
 @pytest.fixture
+def llm() -> Iterator[ScriptedLLM]:
+    """On the test internet, as a model provider is: example 06's client gives its own LLM to a
+    sandbox behind the network boundary, which reaches the internet, not this host."""
+    server = ScriptedLLM().start_on_internet()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
 def browser() -> Iterator[Browser]:
     with launched() as opened:
         yield opened
@@ -83,6 +92,10 @@ def test_cloud_workspace_examples_06_and_10(sdk_python: Path, plane: ControlPlan
                         params={"kind__eq": "ActionEvent"}).json()["items"]
     assert [e["tool_name"] for e in events] == ["terminal", "finish"]
     assert SECRET not in json.dumps(events)
+    # Example 10's conversation called the model through the gateway, which put the account's
+    # key in: the scripted LLM got it, the sandbox only its token.
+    keys = [h.get("authorization") for h in llm.headers_for(key)]
+    assert "Bearer sk-test-key" in keys and all(k and "sbt_" not in k for k in keys), keys
 
     # The console lists both and shows example 10's run.
     page, problems = signed_in(browser, plane, account)

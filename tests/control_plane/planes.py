@@ -16,6 +16,7 @@ import httpx
 from control_plane.store import Database
 from core import processes
 from tests.control_plane.support import launcher_pid
+from tests.support.internet import Internet, forget_docker_network
 from tests.support.llm import free_port
 from tests.support.wait import wait_for
 
@@ -26,13 +27,18 @@ class PlaneProcess:
         self.state_dir = state_dir
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
+        internet = Internet.shared()  # as make_config: the deployment's subnet, its DNS
+        deployment = settings.get("database_url") or str(state_dir)
+        network = {"sandbox_subnet": str(internet.subnet(deployment)),
+                   "docker_network": internet.docker_network(deployment),
+                   "sandbox_dns_upstream": internet.dns}
         self.env = {**os.environ, "CONTROL_PLANE_STATE_DIR": str(state_dir),
                     "CONTROL_PLANE_PORT": str(self.port), "CONTROL_PLANE_HEALTH_INTERVAL": "0.5",
                     "CONTROL_PLANE_STOP_SANDBOXES_ON_EXIT": "true",
                     "CONTROL_PLANE_LOG_LEVEL": "warning",
                     # As make_config: no template unless a test asks (seconds of CPU each).
                     "CONTROL_PLANE_SANDBOX_TEMPLATE": "false",
-                    **{"CONTROL_PLANE_" + k.upper(): v for k, v in settings.items()}}
+                    **{"CONTROL_PLANE_" + k.upper(): v for k, v in {**network, **settings}.items()}}
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self, wait: bool = True) -> PlaneProcess:
@@ -67,6 +73,8 @@ class PlaneProcess:
                 self.proc.wait(60)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
+        if self.env.get("CONTROL_PLANE_SANDBOX_PROVIDER") == "docker":
+            forget_docker_network(self.env["CONTROL_PLANE_DOCKER_NETWORK"])
 
     def new_key(self, user: str) -> str:
         out = subprocess.run([sys.executable, "-m", "control_plane", "keys", "create", "--user", user],

@@ -30,6 +30,7 @@ from control_plane.app import Server, build_app
 from control_plane.config import Config
 from core import namespaces, processes
 from core.retry import Clock
+from tests.support.internet import Internet, forget_docker_network
 from tests.support.llm import ScriptedLLM, call, free_port
 from tests.support.wait import wait_for
 
@@ -50,8 +51,15 @@ def make_config(state_dir: Path, database_url: str | None = None, host: str = "1
     port = free_port()
     # No template by default: each plane's would spend seconds of CPU importing, and most
     # tests start their sandboxes before it is ready; test_isolation runs both kinds.
+    # Sandboxes on a subnet of their deployment's own, whose packets never leave this machine,
+    # asking the test internet's DNS server (`tests.support.internet`).
+    internet = Internet.shared()
+    deployment = database_url or str(state_dir)
     defaults: dict[str, Any] = {"stop_sandboxes_on_exit": True, "health_interval": 0.5,
-                                "sandbox_stop_grace": 2.0, "sandbox_template": False}
+                                "sandbox_stop_grace": 2.0, "sandbox_template": False,
+                                "sandbox_subnet": internet.subnet(deployment),
+                                "docker_network": internet.docker_network(deployment),
+                                "sandbox_dns_upstream": (internet.dns,)}
     return Config(host=host, port=port, state_dir=state_dir, database_url=database_url,
                   **{**defaults, **extra})
 
@@ -81,6 +89,8 @@ class ControlPlane:
             client.close()
         self._server.should_exit = True
         self._thread.join(timeout=60)
+        if self.config.sandbox_provider == "docker" and self.config.stop_sandboxes_on_exit:
+            forget_docker_network(self.config.docker_network)
 
     def new_user(self, name: str) -> str:
         return asyncio.run(create_key(self.config, name))
@@ -94,14 +104,22 @@ class ControlPlane:
 
 
 @contextlib.contextmanager
-def git_daemon(base: Path, host: str = "127.0.0.1", url_host: str | None = None) -> Iterator[str]:
-    """The bare repositories under `base` served by `git daemon` on `host`; yields the clone
-    URL template (`{repository}` in it). A sandbox sees none of this machine's files, so a
-    file:// URL would not reach them."""
+def git_daemon(base: Path, host: str | None = None, url_host: str | None = None) -> Iterator[str]:
+    """The bare repositories under `base` served by `git daemon`, on the test internet (as a
+    forge is: `git.test`'s address, which sandboxes reach with their default policy) unless
+    `host` names another place; yields the clone URL template (`{repository}` in it). A
+    sandbox sees none of this machine's files, so a file:// URL would not reach them."""
     port = free_port()
-    daemon = subprocess.Popen(["git", "daemon", "--reuseaddr", "--export-all",
-                               f"--base-path={base}", f"--listen={host}", f"--port={port}",
-                               str(base)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    argv = ["git", "daemon", "--reuseaddr", "--export-all", f"--base-path={base}",
+            f"--port={port}", str(base)]
+    if host is None:
+        internet = Internet.shared()
+        host = internet.names["git.test"][0]
+        daemon = internet.popen([*argv, f"--listen={host}"], stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
+    else:
+        daemon = subprocess.Popen([*argv, f"--listen={host}"], stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.DEVNULL)
     try:
         wait_for(lambda: _accepts(host, port), 10, what="git daemon")
         yield f"git://{url_host or host}:{port}/{{repository}}.git"

@@ -2,8 +2,9 @@
 sandbox image (built here from Debian packages, tests/support/docker.py) on the bridge network.
 
 The scripted LLM and a Git daemon serving the test repository listen on the bridge's address;
-the container reaches them, and the control plane's webhook, as host.docker.internal. Skipped
-with the reason where Docker is not installed."""
+the container reaches the daemon, and the control plane's webhook and LLM gateway, as
+host.docker.internal; the LLM is called by the control plane (its gateway), on the bridge's
+address. Skipped with the reason where Docker is not installed."""
 
 from __future__ import annotations
 
@@ -54,10 +55,10 @@ from tests.support.wait import wait_for
 
 
 @pytest.fixture
-def forge(tmp_path: Path, gateway: str) -> Iterator[str]:
-    """acme/demo served by `git daemon` on the bridge: the clone URL template containers use."""
+def forge(tmp_path: Path) -> Iterator[str]:
+    """acme/demo served by `git daemon` on the test internet: the clone URL template."""
     bare_repository(tmp_path / "forge", "acme/demo")
-    with git_daemon(tmp_path / "forge", gateway, HOST_ALIAS) as template:
+    with git_daemon(tmp_path / "forge") as template:
         yield template
 
 
@@ -87,7 +88,7 @@ def container_of(engine: docker.DockerClient, sandbox_id: str) -> Container:
 @pytest.mark.e2e
 def test_the_whole_flow_in_a_container(plane: ControlPlane, bridge_llm: ScriptedLLM, key: str,
                                        engine: docker.DockerClient) -> None:
-    flow = whole_flow(plane, bridge_llm, key, llm_host=HOST_ALIAS)
+    flow = whole_flow(plane, bridge_llm, key)  # called by the control plane (its gateway)
     client, sid = flow.client, flow.sid
 
     # The container: named and labelled after its sandbox, its port on loopback only, its
@@ -158,7 +159,7 @@ def test_containers_are_adopted_after_a_restart(tmp_path: Path, sandbox_image: s
         client = first.client(user)
         r = client.patch("/api/v1/settings", json={
             "llm_model": "openai/test-model", "llm_api_key": "sk-test-key",
-            "llm_base_url": bridge_llm.base_url(key, host=HOST_ALIAS),
+            "llm_base_url": bridge_llm.base_url(key),
             "grouping_strategy": "NO_GROUPING"})
         assert r.status_code == 200, r.text
         running, paused, removed = (start(client)["sandbox_id"] for _ in range(3))
@@ -276,7 +277,7 @@ def test_what_a_vanished_container_leaves_is_cleaned_up(tmp_path: Path, sandbox_
     holders: list[Container] = []
     try:
         client = plane.client(plane.new_user("erin"))
-        configure_llm(client, bridge_llm.base_url(key, host=HOST_ALIAS),
+        configure_llm(client, bridge_llm.base_url(key),
                       grouping_strategy="NO_GROUPING")
         plain, deleted, retried = (start(client)["sandbox_id"] for _ in range(3))
         archives = plane.config.state_dir / "archives"
@@ -338,7 +339,7 @@ def test_a_container_tenant_reads_nothing_of_another_and_reaches_no_other(
     if pooled:
         wait_for(lambda: list(docker_support.parked(engine, deployment).values()) == ["running"] * 2,
                  60, what="two parked containers")
-    a = victim(plane, bridge_llm, HOST_ALIAS)
+    a = victim(plane, bridge_llm)
     volume = f"/var/lib/docker/volumes/{name_of(a.sid)}/_data"
     inside = [f"{WORKSPACE}/{a.cid}/notes.txt",
               f"{STATE_DIR}/conversations/{uuid.UUID(a.cid).hex}/meta.json"]
@@ -349,7 +350,7 @@ def test_a_container_tenant_reads_nothing_of_another_and_reaches_no_other(
                f"{volume}/.agent-server/conversations/{uuid.UUID(a.cid).hex}/meta.json", str(state / "secret.key"),
                str(state / "control-plane.db"), "/var/run/docker.sock"]
 
-    b = run(plane, bridge_llm, "bob", reads(targets), HOST_ALIAS)
+    b = run(plane, bridge_llm, "bob", reads(targets))
     told = b.events()
     assert "[environ read]" in told
     for target in targets:

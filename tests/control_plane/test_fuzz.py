@@ -86,6 +86,11 @@ def test_every_operation_answers_as_documented(api_schema: OpenApiSchema, plane:
                 if isinstance(plugin, dict):  # a command or a url, never both (nor neither)
                     plugin.pop("command", None)
                     plugin["url"] = "https://mcp.example/mcp"
+            policy = case.body.get("network_policy")
+            if isinstance(policy, dict) and isinstance(policy.get("allow"), list):
+                # A rule's form is in the document; which ranges no sandbox reaches (and
+                # that a domain's last label is not a number) is the validator's alone.
+                policy["allow"] = [rule for rule in policy["allow"] if _a_rule(rule)]
         response = case.call(base_url=plane.url, headers=headers, timeout=TIMEOUT)
         try:
             case.validate_response(response, checks=CHECKS)
@@ -99,3 +104,12 @@ def test_every_operation_answers_as_documented(api_schema: OpenApiSchema, plane:
         if mode is GenerationMode.POSITIVE:
             raise
     assert httpx.get(plane.url + "/health").status_code == 200
+
+
+def _a_rule(text: object) -> bool:
+    from control_plane.network.policy import parse_rule
+    try:
+        parse_rule(str(text))
+    except ValueError:
+        return False
+    return True

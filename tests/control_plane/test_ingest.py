@@ -13,8 +13,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cryptography.fernet import Fernet
 
-from control_plane.crypto import hash_key
+from control_plane.crypto import Cipher, hash_key
 from control_plane.models import EventFilters, SandboxStatus
 from control_plane.relay import Bell, relay
 from control_plane.store import Database, accounts, conversations, events, sandboxes
@@ -60,14 +61,15 @@ def message(event_id: str) -> dict[str, Any]:
 async def test_an_event_id_that_is_no_id_is_the_same_422_on_both_backends(
         db: Database, bad: str) -> None:
     cid = await a_conversation(db)
-    receiver = WebhookReceiver(db)
+    receiver = WebhookReceiver(db, Cipher(Fernet.generate_key()))
+    sender = await receiver.sender({"x-session-api-key": KEY})
     good = message(str(uuid.uuid4()))
     with pytest.raises(InvalidInput) as refused:
-        await receiver.receive(KEY, cid, json.dumps([good, message(bad)]).encode())
+        await receiver.receive(sender, cid, json.dumps([good, message(bad)]).encode())
     assert [(e["loc"], e["input"]) for e in refused.value.errors] == [(["body", 1, "id"], bad)]
     assert await events.count(db, cid, EventFilters()) == 0  # nothing of the batch
 
-    assert await receiver.receive(KEY, cid, json.dumps(
+    assert await receiver.receive(sender, cid, json.dumps(
         [good, message("01JZZZZZZZZZZZZZZZZZZZZZZZ")]).encode()) == 2  # a ULID, a UUID
 
 
@@ -131,12 +133,13 @@ async def test_conversations_made_on_a_sandbox_are_recorded_up_to_its_cap(db: Da
     cap, one sandbox could fill the store. With one recorded and a cap of three, ten posted at
     once: two are recorded, the rest refused (429, kept by the agent server), nothing stored."""
     first = await a_conversation(db)  # recorded without a start task, as the webhook does
-    receiver = WebhookReceiver(db, cap=3)
+    receiver = WebhookReceiver(db, Cipher(Fernet.generate_key()), cap=3)
+    sender = await receiver.sender({"x-session-api-key": KEY})
     made = [str(uuid.uuid4()) for _ in range(10)]
     outcomes = await asyncio.gather(
-        *(receiver.receive(KEY, cid, json.dumps([message(str(uuid.uuid4()))]).encode())
+        *(receiver.receive(sender, cid, json.dumps([message(str(uuid.uuid4()))]).encode())
           for cid in made[:9]),
-        receiver.conversation(KEY, json.dumps({"id": made[9], "title": "t"}).encode()),
+        receiver.conversation(sender, json.dumps({"id": made[9], "title": "t"}).encode()),
         return_exceptions=True)
     refused = [o for o in outcomes if isinstance(o, LimitReached)]
     assert len(refused) == 8 and all(not isinstance(o, BaseException) or o in refused
@@ -146,5 +149,5 @@ async def test_conversations_made_on_a_sandbox_are_recorded_up_to_its_cap(db: Da
     for cid in set(made) - set(recorded):
         assert await events.count(db, cid, EventFilters()) == 0
     # Known ones go on being stored.
-    assert await receiver.receive(KEY, recorded[0], json.dumps(
+    assert await receiver.receive(sender, recorded[0], json.dumps(
         [message(str(uuid.uuid4()))]).encode()) == 1

@@ -1,8 +1,9 @@
 """What a sandbox inherits from its account (issue 26: the Cloud workspace's get_llm() and
 get_secrets()), tried by another tenant as an attacker would: with its own account key, its own
 sandbox's session key, and without either. Only a sandbox's own session key reads its user's
-secret values, and the LLM key leaves /users/me only for a caller that also shows the session
-key of one of its own live sandboxes."""
+secret values; /users/me gives the LLM as a sandbox calls it (the LLM gateway, the sandbox's
+token) only to a caller that also shows the session key of one of its own live sandboxes, and
+the user's LLM key never (issue 36)."""
 
 from __future__ import annotations
 
@@ -56,7 +57,9 @@ def test_only_a_sandboxs_own_key_reads_its_users_llm_key_and_secrets(
     assert me(bob, a_session).status_code == 403  # alice's sandbox's key, bob's account
     for refused in (me(alice), me(alice, b_session), me(bob, a_session)):
         assert ALICE_LLM_KEY not in refused.text
-    assert me(alice, a_session).json()["llm_api_key"] == ALICE_LLM_KEY
+    exposed = me(alice, a_session).json()
+    assert exposed["llm_api_key"].startswith(f"sbt_{a_sid}_") and ALICE_LLM_KEY not in str(exposed)
+    assert exposed["llm_base_url"].endswith("/api/v1/llm")
 
     # The sandbox-scoped secrets: the sandbox's own session key, and nothing else.
     assert secrets(control_plane, a_sid, a_session).json() == {

@@ -77,7 +77,8 @@ def test_a_tenant_reads_nothing_of_another(isolated: ControlPlane, llm: Scripted
                *map(str, (a_root / "state" / "conversations").glob("*/meta.json")),
                str(state / "secret.key"), str(state / "control-plane.db")]
     assert len(targets) == 4 and a.note in Path(targets[0]).read_text()  # they are there
-    assert a.secret in Path(targets[1]).read_text() and a.llm_key in Path(targets[1]).read_text()
+    assert a.secret in Path(targets[1]).read_text()
+    assert a.llm_key not in Path(targets[1]).read_text()  # the gateway's token instead (issue 36)
     fernet = (state / "secret.key").read_text().strip()
 
     b = run(isolated, llm, "bob", reads(targets))
@@ -135,8 +136,9 @@ def test_without_isolation_the_same_reads_succeed(tmp_path: Path, llm: ScriptedL
         told = b.events()
         for target in targets:
             assert f"[read {target}: 0]" in told, told
-        for leak in (a.secret, a.llm_key, a.note, "SQLite format 3"):
+        for leak in (a.secret, a.note, "SQLite format 3"):
             assert leak in told
+        assert a.llm_key not in told  # no sandbox was ever given it (issue 36)
         results = attempts(b, targets)
         assert all(result["exit_code"] == 0 for result in results.values()), results
         assert a.secret in results[targets[1]]["stdout"]

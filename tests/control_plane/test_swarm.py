@@ -21,6 +21,7 @@ import pytest
 
 from control_plane.config import Config
 from control_plane.sandboxes.containers import LABEL_PLANE, LABEL_SANDBOX, name_of, plane_label
+from control_plane.sandboxes.swarmfence import LABEL_FENCE
 from control_plane.sandboxes.swarmspec import KEYS_FILE, ROOT_CAPS
 from tests.control_plane.planes import PlaneProcess
 from tests.control_plane.postgres import PostgresServer
@@ -247,7 +248,9 @@ def test_a_sandbox_no_node_can_take_ends_its_start(tmp_path: Path, swarm: Cluste
         assert "no suitable node" in task["detail"] and time.monotonic() - began < 60
         [sandbox] = client.get("/api/v1/sandboxes/search").json()["items"]
         assert sandbox["status"] == "MISSING"
-        assert swarm.services(f"{LABEL_PLANE}={plane_label(config.db_url)}") == []
+        left = swarm.services(f"{LABEL_PLANE}={plane_label(config.db_url)}")
+        assert [s for s in left if LABEL_FENCE not in s["Spec"]["Labels"]] == []  # (the nodes'
+        # fences stay: they are the deployment's, not a sandbox's)
 
 
 def test_the_timers_pause_and_delete_a_swarm_sandbox(tmp_path: Path, swarm: Cluster,

@@ -18,7 +18,7 @@ import pytest
 from docker.models.containers import Container
 
 from control_plane.sandboxes.containers import LABEL_PLANE, name_of, plane_label
-from control_plane.sandboxes.docker import HOST_ALIAS, DockerProvider
+from control_plane.sandboxes.docker import DockerProvider
 from control_plane.sandboxes.dockerpool import PREFIX
 from control_plane.sandboxes.pool import WarmPool
 from control_plane.sandboxes.provider import Launch
@@ -145,7 +145,7 @@ def test_parked_containers_end_with_their_control_plane_and_the_next_removes_the
     first = parked(engine, plane)
     with httpx.Client(base_url=pooled_plane.url, timeout=30, headers={
             "Authorization": f"Bearer {pooled_plane.new_key('alice')}"}) as client:
-        configure_llm(client, bridge_llm.base_url(key, host=HOST_ALIAS))
+        configure_llm(client, bridge_llm.base_url(key))  # the gateway calls it
         bridge_llm.script(key, call("finish", message="pooled and done"))
         body = {"initial_message": {"content": [{"type": "text", "text": "go"}], "run": True}}
         task = wait_task(client, client.post("/api/v1/app-conversations", json=body).json()["id"])

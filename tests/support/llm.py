@@ -125,6 +125,8 @@ class ScriptedLLM:
         self._raw: http.server.ThreadingHTTPServer | None = None
         #: Per key: wall-clock times the raw server finished writing each answer.
         self.answered: dict[str, list[float]] = defaultdict(list)
+        #: Per key: the headers (lowercase names) and query of each request, as it arrived.
+        self.received: dict[str, list[tuple[dict[str, str], dict[str, str]]]] = defaultdict(list)
 
     # -- scripting -----------------------------------------------------------------------
 
@@ -155,9 +157,19 @@ class ScriptedLLM:
 
     # -- serving -------------------------------------------------------------------------
 
+    def _receive(self, key: str, request: Request) -> None:
+        with self._lock:
+            self.received[key].append((dict(request.headers), dict(request.query_params)))
+
+    def headers_for(self, key: str = "default") -> list[dict[str, str]]:
+        """The headers of each request for `key`, in order."""
+        with self._lock:
+            return [headers for headers, _ in self.received[key]]
+
     async def _completions(self, request: Request) -> Response:
         arrived = time.monotonic()
         key = request.path_params["key"]
+        self._receive(key, request)
         body = await request.json()
         reply = self._next(key, body)
         response = await self._answer(key, body, reply)
@@ -280,6 +292,7 @@ class ScriptedLLM:
     async def _messages(self, request: Request) -> Response:
         """Anthropic's messages API (litellm's `anthropic/` provider with base_url)."""
         key = request.path_params["key"]
+        self._receive(key, request)
         body = await request.json()
         reply = self._next(key, body)
         if reply.delay:
@@ -305,7 +318,7 @@ class ScriptedLLM:
         })
 
     def anthropic_base_url(self, key: str) -> str:
-        return f"http://127.0.0.1:{self.port}/k/{key}"
+        return f"http://{self.host}:{self.port}/k/{key}"
 
     def app(self) -> Starlette:
         return Starlette(routes=[
@@ -316,6 +329,20 @@ class ScriptedLLM:
 
     def start(self) -> ScriptedLLM:
         self._server = ThreadedServer(self.app(), self.port, "scripted LLM server", host=self.host)
+        self._server.start()
+        return self
+
+    def start_on_internet(self) -> ScriptedLLM:
+        """Serve on the test internet (`llm.test`'s address), as an LLM provider is: where
+        sandboxes behind the boundary reach it with an `open` policy, and the control plane's
+        gateway from this host."""
+        from tests.support.internet import Internet
+
+        internet = Internet.shared()
+        self.host = internet.names["llm.test"][0]
+        sock = internet.socket(self.port, self.host)
+        self._server = ThreadedServer(self.app(), self.port, "scripted LLM server",
+                                      host=self.host, sock=sock)
         self._server.start()
         return self
 

@@ -3,6 +3,7 @@ peers listen on the Docker bridge's address instead)."""
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 
@@ -12,12 +13,15 @@ from starlette.applications import Starlette
 
 class ThreadedServer:
     def __init__(self, app: Starlette, port: int, name: str, lifespan: str = "off",
-                 host: str = "127.0.0.1") -> None:
+                 host: str = "127.0.0.1", sock: socket.socket | None = None) -> None:
+        """`sock`: a listening socket made elsewhere (in the test internet's namespace)."""
         self.name = name
         config = uvicorn.Config(app, host=host, port=port, log_level="warning",
                                 lifespan=lifespan, timeout_graceful_shutdown=1)
         self._server = uvicorn.Server(config)
-        self._thread = threading.Thread(target=self._server.run, daemon=True, name=name)
+        sockets = None if sock is None else [sock]
+        self._thread = threading.Thread(target=lambda: self._server.run(sockets=sockets),
+                                        daemon=True, name=name)
 
     def start(self, timeout: float = 10) -> None:
         self._thread.start()

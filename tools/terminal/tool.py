@@ -87,6 +87,7 @@ class TerminalTool(Tool):
         self._idle_timer: asyncio.TimerHandle | None = None
         self._idle_close: asyncio.Task[None] | None = None
         self._last_used = 0.0
+        self._submitted = 0.0  # when the command now (or last) running was sent (loop time)
 
     async def run(self, action: TerminalAction) -> TerminalObservation:
         async with self._lock:
@@ -135,6 +136,7 @@ class TerminalTool(Tool):
             if action.reset:
                 return self._observe(shell, None, "", None, prefix=notice)
             return self._error(command, notice, "[No command is running; send one to run.]")
+        self._submitted = asyncio.get_running_loop().time()
         await shell.submit(command)
         return await self._follow(shell, command, action.timeout, notice)
 
@@ -187,8 +189,19 @@ class TerminalTool(Tool):
             suffix = f"[The command {said} and is still running. {HOW_TO_CONTINUE}]"
         elif shell.prompt is not None:
             exit_code = shell.prompt.exit_code
+        if outcome == "timeout" or exit_code not in (0, -1):  # it failed: was it the network?
+            suffix = _join(suffix, await self._refused())
         return self._observe(shell, command, output, exit_code, timeout=outcome == "timeout",
                              prefix=prefix, suffix=suffix)  # fmt: skip
+
+    async def _refused(self) -> str:
+        """What the sandbox's network policy refused while the command ran ("" when nothing,
+        or no one knows): a refused connection fails at once, reading like a service that is
+        down, unless the model is told."""
+        if self.ctx.network is None:
+            return ""
+        ran = asyncio.get_running_loop().time() - self._submitted
+        return await self.ctx.network.refused(ran) or ""
 
     async def _wait(self, shell: Shell, timeout: float | None) -> Outcome:
         """Until the command ends, prints nothing for no_output_timeout seconds, has run

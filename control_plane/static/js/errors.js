@@ -41,3 +41,13 @@ export function errorParts(text) {
     h("details", { class: "raw" }, h("summary", {}, "What the system said"), h("pre", { class: "raw-json" }, String(text))),
   ];
 }
+
+// A 422's problems at one place of the request, for the form that sent it: [{at, msg}] for each
+// `detail` entry whose loc starts with `prefix` (["body", "network_policy"]), `at` the rest of its
+// loc (["allow", 1]) and `msg` without pydantic's "Value error, ". Empty for any other failure.
+export function problemsAt(error, prefix) {
+  const detail = error?.status === 422 && Array.isArray(error.detail) ? error.detail : [];
+  return detail
+    .filter((d) => Array.isArray(d.loc) && prefix.every((part, i) => d.loc[i] === part))
+    .map((d) => ({ at: d.loc.slice(prefix.length), msg: String(d.msg ?? "").replace(/^Value error, /, "") }));
+}

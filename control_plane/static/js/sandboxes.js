@@ -1,96 +1,225 @@
 // Sandboxes: status and why ("Paused: idle for 30 min"), conversations, when the idle and
-// deletion timers act; pause, resume and delete (which asks for the sandbox's id, as the API
-// does).
+// deletion timers act, its network in words; pause, resume, delete (which asks for the sandbox's
+// id, as the API does), its network changed in place (network.js) and what it refused.
+// The list is read again every 5 s: a card changes what it shows and keeps what is being typed
+// in it (an open network editor, the id typed to delete), and its focus.
 import { api } from "./api.js";
-import { badge, clear, field, h, notify, timeElement } from "./dom.js";
+import { append, badge, clear, field, h, notify, timeElement } from "./dom.js";
+import { fillNetwork, networkFieldset, policyWords, readNetwork, refusalLine, showProblems } from "./network.js";
 import { extraDetail, statusLine } from "./status.js";
+
+const LIVE = new Set(["RUNNING", "PAUSED", "STARTING"]);
 
 export function sandboxesPage(main) {
   let stopped = false;
+  let asked = 0; // reads of the list, numbered: an answer older than the one shown is dropped
+  let shown = 0;
+  const cards = new Map(); // sandbox id -> its card ({element, update})
   const list = h("ul", { class: "sandboxes", "aria-label": "Sandboxes" });
+  const empty = h("li", { class: "muted" }, "No sandboxes yet.");
   main.append(h("h1", {}, "Sandboxes"),
     h("p", { class: "muted" }, "Pausing or deleting a sandbox affects every conversation in it."),
     list);
 
   async function load() {
+    const mine = ++asked;
     try {
       const [page, conversations] = await Promise.all([
         api("/sandboxes/search", { query: { limit: 100 } }),
         api("/app-conversations/search", { query: { limit: 100 } }),
       ]);
-      if (stopped) return;
-      clear(list);
-      if (!page.items.length) list.append(h("li", { class: "muted" }, "No sandboxes yet."));
-      for (const sandbox of page.items) {
-        const mine = conversations.items.filter((c) => c.sandbox_id === sandbox.id);
-        list.append(card(sandbox, mine));
+      if (stopped || mine < shown) return;
+      shown = mine;
+      const ids = new Set(page.items.map((sandbox) => sandbox.id));
+      for (const [id, card] of cards) {
+        if (ids.has(id)) continue;
+        card.element.remove();
+        cards.delete(id);
       }
+      if (!page.items.length) list.replaceChildren(empty);
+      else empty.remove();
+      page.items.forEach((sandbox, i) => {
+        let card = cards.get(sandbox.id);
+        if (!card) cards.set(sandbox.id, (card = sandboxCard(sandbox.id, load)));
+        card.update(sandbox, conversations.items.filter((c) => c.sandbox_id === sandbox.id));
+        // In the answer's order, moving only a card out of place (a move takes the focus away).
+        const here = list.children[i];
+        if (here !== card.element) list.insertBefore(card.element, here || null);
+      });
     } catch (error) {
-      notify(`Could not list sandboxes: ${error.message}`, "error");
+      if (!stopped) notify(`Could not list sandboxes: ${error.message}`, "error");
     }
-  }
-
-  async function act(sandbox, action) {
-    try {
-      await api(`/sandboxes/${sandbox.id}/${action}`, { method: "POST" });
-      notify(`Sandbox ${sandbox.id}: ${action === "pause" ? "paused" : "resumed"}.`);
-    } catch (error) {
-      notify(`Could not ${action} sandbox ${sandbox.id}: ${error.message}`, "error");
-    }
-    load();
-  }
-
-  function deleteForm(sandbox) {
-    const confirmInput = h("input", { name: "confirm-id", autocomplete: "off", spellcheck: "false" });
-    const form = h("form", { class: "delete" },
-      field(`Type the sandbox id (${sandbox.id}) to delete it`, confirmInput),
-      h("button", { type: "submit", class: "danger" }, "Delete sandbox"));
-    form.addEventListener("submit", async (event) => {
-      event.preventDefault();
-      if (confirmInput.value.trim() !== sandbox.id) {
-        notify("The id typed is not this sandbox's: nothing was deleted.", "error");
-        confirmInput.focus();
-        return;
-      }
-      try {
-        await api(`/sandboxes/${sandbox.id}`, { method: "DELETE", query: { sandbox_id: confirmInput.value.trim() } });
-        notify(`Sandbox ${sandbox.id} deleted.`);
-      } catch (error) {
-        notify(`Could not delete: ${error.message}`, "error");
-      }
-      load();
-    });
-    return form;
-  }
-
-  function why(sandbox) {
-    if (!sandbox.status_reason && !sandbox.status_detail) return null;
-    const line = statusLine(sandbox.status, sandbox.status_reason, sandbox.status_detail);
-    const more = extraDetail(line, sandbox.status_detail);
-    return h("div", { class: "why" }, h("p", { class: "why-line" }, line),
-      more ? h("p", { class: "muted" }, more) : null);
-  }
-
-  function card(sandbox, conversations) {
-    const live = sandbox.status === "RUNNING" || sandbox.status === "PAUSED" || sandbox.status === "STARTING";
-    const titleId = `sandbox-${sandbox.id}`;
-    return h("li", { class: "card sandbox", dataset: { sandboxId: sandbox.id }, "aria-labelledby": titleId },
-      h("h2", { id: titleId }, "Sandbox ", h("code", {}, sandbox.id), " ", badge(sandbox.status, "Status")),
-      why(sandbox),
-      h("dl", { class: "meta" },
-        h("div", {}, h("dt", {}, "Conversations"), h("dd", {}, String(sandbox.conversation_count))),
-        h("div", {}, h("dt", {}, "Last activity"), h("dd", {}, timeElement(sandbox.last_activity_at))),
-        h("div", {}, h("dt", {}, "Pauses when idle at"), h("dd", {}, timeElement(sandbox.pause_at))),
-        h("div", {}, h("dt", {}, "Deleted at"), h("dd", {}, timeElement(sandbox.delete_at)))),
-      conversations.length ? h("ul", { class: "inline", "aria-label": "Its conversations" },
-        conversations.map((c) => h("li", {}, h("a", { href: `#/conversations/${c.id}` },
-          c.title || `Conversation ${c.id.slice(0, 8)}`)))) : null,
-      live ? h("div", { class: "row" },
-        sandbox.status === "RUNNING" ? h("button", { type: "button", onclick: () => act(sandbox, "pause") }, "Pause") : null,
-        sandbox.status === "PAUSED" ? h("button", { type: "button", onclick: () => act(sandbox, "resume") }, "Resume") : null) : null,
-      live ? deleteForm(sandbox) : null);
   }
 
   load();
-  return () => { stopped = true; };
+  const timer = setInterval(load, 5000);
+  return () => { stopped = true; clearInterval(timer); };
+}
+
+// One sandbox's card. `update` redraws what the sandbox's record says when it changed; the
+// forms in it (network, delete) are made once and left as they are.
+function sandboxCard(id, reload) {
+  let sandbox = null;
+  let conversations = [];
+  let drawn = ""; // the record drawn, as JSON
+  const titleId = `sandbox-${id}`;
+  const view = h("div");
+  const policy = h("p", { class: "policy" });
+
+  async function act(action) {
+    try {
+      await api(`/sandboxes/${id}/${action}`, { method: "POST" });
+      notify(`Sandbox ${id}: ${action === "pause" ? "paused" : "resumed"}.`);
+    } catch (error) {
+      notify(`Could not ${action} sandbox ${id}: ${error.message}`, "error");
+    }
+    reload();
+  }
+  const pause = h("button", { type: "button", onclick: () => act("pause") }, "Pause");
+  const resume = h("button", { type: "button", onclick: () => act("resume") }, "Resume");
+
+  // The network editor: the policy's fieldset, applied at once by Save.
+  const fieldset = networkFieldset(null, { legend: "Network of this sandbox",
+    hint: "Applied at once: new connections meet it, open ones go on." });
+  const saveNetwork = h("button", { type: "submit" }, "Save");
+  const saved = h("p", { class: "form-result", role: "status", "aria-live": "polite" });
+  const editor = h("form", { class: "network-editor", id: `${titleId}-network`, hidden: true },
+    fieldset, h("div", { class: "row" }, saveNetwork,
+      h("button", { type: "button", onclick: () => closeEditor() }, "Cancel")), saved);
+  const networkButton = h("button", { type: "button", "aria-expanded": "false", "aria-controls": editor.id,
+    "aria-describedby": titleId, onclick: () => (editor.hidden ? openEditor() : closeEditor()) }, "Network");
+
+  function openEditor() {
+    fillNetwork(fieldset, sandbox.network_policy);
+    saved.textContent = "";
+    editor.hidden = false;
+    networkButton.setAttribute("aria-expanded", "true");
+    fieldset.querySelector("input:checked")?.focus();
+  }
+
+  // `focus`: back to the Network button (when the focus was in the editor, not elsewhere).
+  function closeEditor(focus = editor.contains(document.activeElement)) {
+    editor.hidden = true;
+    networkButton.setAttribute("aria-expanded", "false");
+    if (focus) networkButton.focus();
+  }
+
+  editor.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    const focused = editor.contains(document.activeElement); // before Save is disabled, which drops it
+    showProblems(fieldset, null, []);
+    saved.textContent = "Saving…";
+    saveNetwork.disabled = true;
+    try {
+      const changed = await api(`/sandboxes/${id}`, { method: "PATCH", body: { network_policy: readNetwork(fieldset) } });
+      update(changed, conversations);
+      closeEditor(focused);
+      notify(`Sandbox ${id}: ${policyWords(changed.network_policy)}.`);
+      reload();
+    } catch (error) {
+      saved.textContent = showProblems(fieldset, error, ["body", "network_policy"])
+        ? "Not saved: a rule was refused." : `Could not change its network: ${error.message}`;
+    } finally {
+      saveNetwork.disabled = false;
+    }
+  });
+
+  // What its policy refused it, read when asked ("Check again" reads it anew).
+  const refusedSummary = h("p");
+  const refusedList = h("ul", { class: "refused", "aria-label": "Refused in the last ten minutes" });
+  const refusals = h("div", { class: "refusals", id: `${titleId}-refused`, hidden: true },
+    h("div", { "aria-live": "polite" }, refusedSummary, refusedList),
+    h("button", { type: "button", class: "link", onclick: () => showRefused() }, "Check again"));
+  const refusedButton = h("button", { type: "button", "aria-expanded": "false", "aria-controls": refusals.id,
+    "aria-describedby": titleId, onclick: () => toggleRefused() }, "What was refused");
+
+  function toggleRefused() {
+    refusals.hidden = !refusals.hidden;
+    refusedButton.setAttribute("aria-expanded", String(!refusals.hidden));
+    if (!refusals.hidden) showRefused();
+  }
+
+  async function showRefused() {
+    refusedSummary.textContent = "Reading…";
+    clear(refusedList);
+    try {
+      const state = await api(`/sandboxes/${id}/network`);
+      if (!state.enforced) {
+        refusedSummary.textContent = "Nothing holds this sandbox to its policy: this control plane "
+          + "runs it without a network boundary.";
+      } else {
+        const n = state.refused ?? 0;
+        refusedSummary.textContent = `${n} connection${n === 1 ? "" : "s"} refused while it ran`
+          + (state.recent.length ? "; the latest, in the last ten minutes:" : "; none in the last ten minutes.");
+      }
+      for (const refusal of state.recent) refusedList.append(h("li", {}, refusalLine(refusal)));
+    } catch (error) {
+      refusedSummary.textContent = `Could not read what was refused: ${error.message}`;
+    }
+  }
+
+  const confirmInput = h("input", { name: "confirm-id", autocomplete: "off", spellcheck: "false" });
+  const removal = h("form", { class: "delete" },
+    field(`Type the sandbox id (${id}) to delete it`, confirmInput),
+    h("button", { type: "submit", class: "danger" }, "Delete sandbox"));
+  removal.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    if (confirmInput.value.trim() !== id) {
+      notify("The id typed is not this sandbox's: nothing was deleted.", "error");
+      confirmInput.focus();
+      return;
+    }
+    try {
+      await api(`/sandboxes/${id}`, { method: "DELETE", query: { sandbox_id: confirmInput.value.trim() } });
+      confirmInput.value = "";
+      notify(`Sandbox ${id} deleted.`);
+    } catch (error) {
+      notify(`Could not delete: ${error.message}`, "error");
+    }
+    reload();
+  });
+
+  const element = h("li", { class: "card sandbox", dataset: { sandboxId: id }, "aria-labelledby": titleId },
+    view, policy,
+    h("div", { class: "row" }, pause, resume, networkButton, refusedButton),
+    editor, refusals, removal);
+
+  function update(next, itsConversations) {
+    sandbox = next;
+    conversations = itsConversations;
+    const said = JSON.stringify([next, itsConversations.map((c) => [c.id, c.title])]);
+    if (said === drawn) return;
+    drawn = said;
+    append(clear(view), [
+      h("h2", { id: titleId }, "Sandbox ", h("code", {}, id), " ", badge(next.status, "Status")),
+      why(next),
+      h("dl", { class: "meta" },
+        h("div", {}, h("dt", {}, "Conversations"), h("dd", {}, String(next.conversation_count))),
+        h("div", {}, h("dt", {}, "Last activity"), h("dd", {}, timeElement(next.last_activity_at))),
+        h("div", {}, h("dt", {}, "Pauses when idle at"), h("dd", {}, timeElement(next.pause_at))),
+        h("div", {}, h("dt", {}, "Deleted at"), h("dd", {}, timeElement(next.delete_at)))),
+      itsConversations.length ? h("ul", { class: "inline", "aria-label": "Its conversations" },
+        itsConversations.map((c) => h("li", {}, h("a", { href: `#/conversations/${c.id}` },
+          c.title || `Conversation ${c.id.slice(0, 8)}`)))) : null]);
+    clear(policy).append(h("span", { class: "label" }, "Network: "), policyWords(next.network_policy));
+    const live = LIVE.has(next.status);
+    pause.hidden = next.status !== "RUNNING";
+    resume.hidden = next.status !== "PAUSED";
+    networkButton.hidden = refusedButton.hidden = removal.hidden = !live;
+    if (!live) { // nothing of these applies to a sandbox in ERROR or MISSING any more
+      closeEditor(false);
+      refusals.hidden = true;
+      refusedButton.setAttribute("aria-expanded", "false");
+    }
+  }
+
+  return { element, update };
+}
+
+function why(sandbox) {
+  if (!sandbox.status_reason && !sandbox.status_detail) return null;
+  const line = statusLine(sandbox.status, sandbox.status_reason, sandbox.status_detail);
+  const more = extraDetail(line, sandbox.status_detail);
+  return h("div", { class: "why" }, h("p", { class: "why-line" }, line),
+    more ? h("p", { class: "muted" }, more) : null);
 }

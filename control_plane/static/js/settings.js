@@ -1,10 +1,11 @@
 // Settings, "Application": the grouping strategy (SPEC 1's five values), the LLM (its key can be
 // written, never read back; the model field suggests the names litellm knows; "Test connection"
-// tries the form's values), default tools, the git author and secrets (by name: their values are
-// write-only too).
+// tries the form's values), the LLM limits with today's use, default tools, the network of new
+// sandboxes (network.js), the git author and secrets (by name: their values are write-only too).
 import { api } from "./api.js";
-import { clear, field, h, notify } from "./dom.js";
-import { explain } from "./errors.js";
+import { clear, cost, field, h, notify } from "./dom.js";
+import { explain, problemsAt } from "./errors.js";
+import { fillNetwork, networkFieldset, readNetwork, showProblems } from "./network.js";
 
 const STRATEGIES = [
   ["NO_GROUPING", "No grouping", "A new sandbox for each conversation"],
@@ -43,6 +44,22 @@ export function settingsPage(main) {
     const input = h("input", { type: "checkbox", name: "default_tools", value, id: `t-${value}` });
     return [input, h("div", { class: "choice" }, input, h("label", { for: input.id }, label))];
   });
+  const network = networkFieldset(null, { hint: "What new sandboxes may connect to. A sandbox's "
+    + "own can be changed on the Sandboxes page, at once." });
+  const limitErrors = [];
+  const limitField = (label, input, hint) => {
+    const error = h("p", { class: "field-error", id: `${input.name}-error`, "aria-live": "polite" });
+    const box = field(label, input, hint);
+    input.setAttribute("aria-describedby", `${input.getAttribute("aria-describedby") || ""} ${error.id}`.trim());
+    limitErrors.push([input, error]);
+    box.append(error);
+    return box;
+  };
+  const budget = h("input", { name: "llm_daily_budget_usd", type: "number", min: "0.01", step: "any",
+    inputmode: "decimal", placeholder: "No budget", autocomplete: "off" });
+  const perMinute = h("input", { name: "llm_requests_per_minute", type: "number", min: "1", step: "1",
+    inputmode: "numeric", placeholder: "No limit", autocomplete: "off" });
+  const usage = h("p", { class: "usage", "aria-live": "polite" }, "Reading today's use…");
   const gitName = h("input", { name: "git_user_name", autocomplete: "off" });
   const gitEmail = h("input", { name: "git_user_email", type: "email", autocomplete: "off" });
   const save = h("button", { type: "submit" }, "Save");
@@ -63,7 +80,15 @@ export function settingsPage(main) {
         h("label", { for: stream.id }, "Show the model's text as it is written"),
         h("span", { class: "hint" }, "Streaming: for conversations started from now on.")),
       h("div", { class: "row" }, testButton), testResult),
+    h("fieldset", {}, h("legend", {}, "LLM limits"),
+      h("p", { class: "hint" }, "For the model calls of all your sandboxes together, through the "
+        + "control plane. Empty: no limit of yours (the deployment's, if it sets one, still holds)."),
+      h("div", { class: "row" },
+        limitField("Daily budget (USD)", budget, "Once spent, calls are refused until midnight UTC."),
+        limitField("Requests per minute", perMinute, "Past it, calls are refused until the next minute.")),
+      usage),
     h("fieldset", {}, h("legend", {}, "Default tools"), tools.map(([, row]) => row)),
+    network,
     h("fieldset", {}, h("legend", {}, "Git author"), field("Name", gitName), field("Email", gitEmail)),
     save);
   const secrets = h("section", { class: "card", "aria-labelledby": "secrets-title" },
@@ -89,6 +114,9 @@ export function settingsPage(main) {
     for (const [input] of tools) input.checked = settings.default_tools.includes(input.value);
     gitName.value = settings.git_user_name || "";
     gitEmail.value = settings.git_user_email || "";
+    fillNetwork(network, settings.network_policy);
+    budget.value = settings.llm_daily_budget_usd ?? "";
+    perMinute.value = settings.llm_requests_per_minute ?? "";
     showSecrets(settings.secret_names || []);
     enable(true);
   }
@@ -154,6 +182,44 @@ export function settingsPage(main) {
     }
   }
 
+  // Today's use through the control plane's LLM gateway, and the limits that hold.
+  async function showUsage() {
+    try {
+      const used = await api("/llm-usage", { query: { days: 1 } });
+      const today = used.today;
+      const count = (n, one) => `${Number(n).toLocaleString()} ${one}${n === 1 ? "" : "s"}`;
+      const limits = [
+        used.daily_budget_usd === null ? null : `$${Number(used.daily_budget_usd).toFixed(2)} a day`,
+        used.requests_per_minute === null ? null : `${count(used.requests_per_minute, "request")} a minute`,
+      ].filter(Boolean);
+      clear(usage).append(h("strong", {}, "Today (UTC): "),
+        `${count(today.requests, "request")}, `,
+        `${count(today.prompt_tokens + today.completion_tokens, "token")} `,
+        `(${today.prompt_tokens.toLocaleString()} in, ${today.completion_tokens.toLocaleString()} out), `,
+        `${cost(today.cost_usd)}. `,
+        limits.length ? `Limits that hold (yours, or the deployment's where smaller): ${limits.join(", ")}.`
+          : "No limit holds.");
+    } catch (error) {
+      usage.textContent = `Could not read today's use: ${error.message}`;
+    }
+  }
+
+  // A 422's problems with the limits, next to their fields; whether there were any.
+  function showLimitProblems(error) {
+    let any = false;
+    for (const [input, box] of limitErrors) {
+      const found = error ? problemsAt(error, ["body", input.name]).map((p) => p.msg) : [];
+      box.textContent = found.join("\n");
+      if (found.length) input.setAttribute("aria-invalid", "true");
+      else input.removeAttribute("aria-invalid");
+      any ||= found.length > 0;
+    }
+    return any;
+  }
+
+  const number = (input) => (input.value.trim() === "" ? null : Number(input.value));
+
+  showUsage();
   api("/settings/llm-models").then((found) => {
     for (const name of found.models) suggestions.append(h("option", { value: name }));
   }).catch(() => {});
@@ -173,16 +239,24 @@ export function settingsPage(main) {
       default_tools: tools.filter(([input]) => input.checked).map(([input]) => input.value),
       git_user_name: gitName.value.trim() || null,
       git_user_email: gitEmail.value.trim() || null,
+      network_policy: readNetwork(network),
+      llm_daily_budget_usd: number(budget),
+      llm_requests_per_minute: number(perMinute),
     };
     if (!body.grouping_strategy) delete body.grouping_strategy;
     if (apiKey.value) body.llm_api_key = apiKey.value;
     else if (clearKey.checked) body.llm_api_key = null;
     save.disabled = true;
+    showProblems(network, null, []);
+    showLimitProblems(null);
     try {
       fill(await api("/settings", { method: "PATCH", body }));
       notify("Settings saved.");
+      showUsage();
     } catch (error) {
-      notify(`Could not save: ${error.message}`, "error");
+      const marked = [showLimitProblems(error), showProblems(network, error, ["body", "network_policy"])];
+      notify(marked.some(Boolean) ? "Nothing was saved: a value was refused (said next to its field)."
+        : `Could not save: ${error.message}`, "error");
     } finally {
       save.disabled = false;
     }

@@ -3,7 +3,8 @@ plane: the SDK's Cloud examples (06/07: a conversation in a Cloud sandbox with t
 LLM; 10: the LLM and the secrets inherited from the account).
 
 ARGS: cloud_api_url, cloud_api_key (the control plane and an account key), llm_base_url (the
-scripted LLM, as the account's settings name it too), secret_name, secret_tail.
+scripted LLM, as the account's settings name it too: example 06's client calls it; example 10's
+conversation reaches it through the control plane's LLM gateway), secret_name, secret_tail.
 """
 import os
 import sys
@@ -84,10 +85,13 @@ def example_10() -> None:
                                  keep_alive=True) as ws:
         RESULT["10_sandbox"] = ws._sandbox_id
         inherited = step("10: get_llm", ws.get_llm)
-        check("10: the account's LLM", inherited.model == "openai/test-model"
-              and inherited.base_url == ARGS["llm_base_url"]
+        # The account's model, through the control plane's LLM gateway: the sandbox's own
+        # token as the key, never the account's (issue 36).
+        check("10: the account's LLM, through the gateway", inherited.model == "openai/test-model"
+              and str(inherited.base_url).endswith("/api/v1/llm")
               and inherited.api_key is not None
-              and inherited.api_key.get_secret_value() == "sk-test-key", inherited.model)
+              and inherited.api_key.get_secret_value().startswith(f"sbt_{ws._sandbox_id}_"),
+              (inherited.model, inherited.base_url))
         mcp = step("10: get_mcp_config", ws.get_mcp_config)
         check("10: no MCP servers", mcp == {}, mcp)
         secrets = step("10: get_secrets", ws.get_secrets)

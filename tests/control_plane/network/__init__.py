@@ -1,0 +1,1 @@
+"""Tests of the sandboxes' network boundary (control_plane/network)."""
