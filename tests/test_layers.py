@@ -121,6 +121,16 @@ def test_no_module_is_longer_than_one_concept_needs() -> None:
     assert set(long) <= set(LONG), long
 
 
+def test_the_network_boundary_stands_alone() -> None:
+    """control_plane.network ships in the sandbox image (a swarm node's fence runs from it):
+    of the project it imports core and itself, nothing else of the control plane."""
+    wrong = sorted(f"{module} -> {target}" for module, targets in graph().items()
+                   if module.startswith("control_plane.network")
+                   for target in targets
+                   if not target.startswith(("control_plane.network", "core")))
+    assert wrong == []
+
+
 def test_the_agent_servers_layers_point_down() -> None:
     wrong = sorted(f"{module} -> {target}" for module, targets in graph().items()
                    for layer, above in AGENT_LAYERS.items()

@@ -103,8 +103,9 @@ class NodeFence:
         network = (await self.docker.get(f"/networks/{self.settings.network}")).json()
         ipam = [c for c in (network.get("IPAM") or {}).get("Config") or []
                 if ":" not in str(c.get("Subnet", ""))][0]
-        gateway = ipaddress.IPv4Address(ipam["Gateway"])
         bridge = (network.get("Options") or {}).get(BRIDGE_NAME) or f"br-{network['Id'][:12]}"
+        gateway = (ipaddress.IPv4Address(ipam["Gateway"]) if ipam.get("Gateway")
+                   else await _address_of(bridge))  # the default bridge's is docker0's
         parts = urlsplit(self.settings.control_plane)
         address = socket.getaddrinfo(parts.hostname or "", parts.port or 80, socket.AF_INET)[0]
         segment = Segment(tag=f"n{network['Id'][:12]}",
@@ -190,8 +191,16 @@ class NodeFence:
         await self.fence.admit_resolved(asker.sandbox_id, addresses, ports, ttl)
 
 
+async def _address_of(interface: str) -> ipaddress.IPv4Address:
+    for link in await host.ip_json("-4", "addr", "show", "dev", interface):
+        for info in link.get("addr_info", []):
+            return ipaddress.IPv4Address(str(info["local"]))
+    raise ValueError(f"{interface} has no IPv4 address")
+
+
 def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per request, twice a second
     if host.missing_tools():
         raise SystemExit(f"agent-fence: install {', '.join(host.missing_tools())}")
     asyncio.run(NodeFence(Settings.from_env()).run())

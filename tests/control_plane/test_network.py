@@ -23,60 +23,12 @@ import httpx
 import pytest
 
 from tests.control_plane.support import ControlPlane, make_config
-from tests.control_plane.tenants import Tenant, run
+from tests.control_plane.tenants import Tenant, outcomes, probe, run
 from tests.support.internet import Internet, Listener
 from tests.support.llm import ScriptedLLM, free_port
 from tests.support.wait import wait_for
 
 pytestmark = pytest.mark.e2e
-
-#: What the agent runs: each target tried once (a name is resolved first), one line each:
-#: `<label> connected`, `<label> refused <errno name>`, `<label> unresolved`, or
-#: `<label> timed out` (what a boundary must never make a client do).
-PROBE = r"""
-import errno, socket, sys, time
-for label, host, port, kind in [t.split(",") for t in sys.argv[1:]]:
-    udp = kind == "udp"
-    try:
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        address = host if family == socket.AF_INET6 else socket.gethostbyname(host)
-    except OSError:
-        print(label, "unresolved"); continue
-    s = socket.socket(family, socket.SOCK_DGRAM if udp else socket.SOCK_STREAM)
-    s.settimeout(10)
-    try:
-        if udp:
-            s.sendto(b"probe", (address, int(port))); print(label, "sent")
-        else:
-            s.connect((address, int(port))); print(label, "connected")
-    except socket.timeout:
-        print(label, "timed out")
-    except OSError as e:
-        print(label, "refused", errno.errorcode.get(e.errno, e.errno))
-    finally:
-        s.close()
-"""
-
-
-def probe(targets: dict[str, tuple[str, int] | tuple[str, int, str]]) -> str:
-    """The terminal command trying `targets` (label -> host, port[, "udp"])."""
-    args = " ".join(f"{label},{t[0]},{t[1]},{t[2] if len(t) > 2 else 'tcp'}"
-                    for label, t in targets.items())
-    return f"python3 - {args} <<'EOF'\n{PROBE}\nEOF"
-
-
-def outcomes(tenant: Tenant) -> dict[str, str]:
-    """The probe's lines, from the terminal observation its conversation stored."""
-    items = json.loads(tenant.events())["items"]
-    texts = [c["text"] for e in items if e["kind"] == "ObservationEvent"
-             and e["tool_name"] == "terminal" for c in e["observation"]["content"]]
-    found = {}
-    for line in "\n".join(texts).splitlines():
-        label, _, outcome = line.partition(" ")
-        if outcome and not label.startswith("["):
-            found[label] = outcome
-    return found
-
 
 @pytest.fixture(scope="module")
 def internet() -> Internet:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import socket
 import time
 import uuid
 from collections.abc import Iterator
@@ -34,10 +35,11 @@ from tests.control_plane.support import (
     start,
     wait_task,
 )
-from tests.control_plane.tenants import reads, run, victim
+from tests.control_plane.tenants import outcomes, probe, reads, run, victim
 from tests.control_plane.test_flow import bare_repository, delete_last_conversation, whole_flow
 from tests.support import docker as docker_support
 from tests.support import swarm as swarm_support
+from tests.support.internet import Internet
 from tests.support.llm import ScriptedLLM, call, free_port
 from tests.support.swarm import Cluster
 from tests.support.wait import wait_for
@@ -66,9 +68,11 @@ def llm(swarm: Cluster) -> Iterator[ScriptedLLM]:
 
 
 def settings(swarm: Cluster, image: str, port: int, **extra: Any) -> dict[str, Any]:
-    """A swarm control plane's settings: on 0.0.0.0, reached by the nodes on docker0."""
+    """A swarm control plane's settings: on 0.0.0.0, reached by the nodes on docker0; its
+    nodes' fences ask the test internet's DNS server."""
     return {"host": "0.0.0.0", "port": port, "public_url": f"http://{swarm.gateway}:{port}",
             "sandbox_provider": "swarm", "sandbox_image": image,
+            "sandbox_dns_upstream": (Internet.shared().dns,),
             "swarm_constraints": (f"node.hostname=={swarm.worker_hostname}",),
             "sandbox_stop_grace": 2.0, "health_interval": 0.5, **extra}
 
@@ -233,6 +237,55 @@ def test_the_keys_are_out_of_the_agents_reach(tmp_path: Path, swarm: Cluster, sa
         assert b.bash(probe + f"{a_ip} 8000")["exit_code"] != 0
         assert a.bash(probe + f"{a_ip} 8000")["exit_code"] == 0
         assert b.bash(probe + f"{swarm.gateway} {plane.config.port}")["exit_code"] == 0
+
+
+def test_the_nodes_fence_holds_each_policy(tmp_path: Path, swarm: Cluster, sandbox_image: str,
+                                           llm: ScriptedLLM) -> None:
+    """The network boundary on a swarm node (its fence, a global service of the sandbox
+    image), tried as a prompt-injected agent on the worker would: `open` reaches the test
+    internet by name and address and nothing of the node, the manager, another sandbox or a
+    private or link-local range, refused at once and counted; the control plane itself is
+    reached (the run goes on); then an allowlist and `none`, changed while it runs. Whatever
+    the worker sends off this machine's networks ends in the test internet meanwhile."""
+    internet = Internet.shared()
+    canary = socket.create_server(("0.0.0.0", 0))
+    with contextlib.closing(canary), internet.contained(swarm.worker_address), \
+            running(swarm_config(tmp_path / "cp", swarm, sandbox_image), swarm) as plane:
+        neighbour = run(plane, llm, "alice", "true")
+        [container] = swarm.worker.containers.list(
+            filters={"label": f"com.docker.swarm.service.name={name_of(neighbour.sid)}"})
+        neighbour_ip = next(iter(container.attrs["NetworkSettings"]["Networks"].values()))[
+            "IPAddress"]
+        web = internet.socket(80, internet.names["allowed.test"][0])
+        with contextlib.closing(web):
+            attacker = run(plane, llm, "mallory", probe({
+                "internet": ("allowed.test", 80), "node": (swarm.worker_address, 2375),
+                "manager": (swarm.gateway, canary.getsockname()[1]),
+                "neighbour": (neighbour_ip, 8000), "metadata": ("169.254.169.254", 80),
+                "private": ("10.0.0.1", 80)}))
+        seen = outcomes(attacker)
+        assert seen.pop("internet") == "connected", seen
+        assert all(outcome.startswith("refused") for outcome in seen.values()), seen
+        state = wait_for(lambda: (s := attacker.client.get(
+            f"/api/v1/sandboxes/{attacker.sid}/network").json())["refused"] and s, 30,
+            what="the node fence's report")
+        assert state["enforced"] and state["refused"] >= 4, state
+
+        tried = probe({"allowed": ("allowed.test", 80), "other": ("other.test", 7000)})
+        changed = attacker.client.patch(f"/api/v1/sandboxes/{attacker.sid}", json={
+            "network_policy": {"mode": "allowlist", "allow": ["allowed.test:80"]}})
+        assert changed.status_code == 200, changed.text  # returns once the fence holds it
+        web = internet.socket(80, internet.names["allowed.test"][0])
+        with contextlib.closing(web):
+            lines = attacker.bash(tried)["stdout"].splitlines()
+            assert dict(line.split(" ", 1) for line in lines) == {
+                "allowed": "connected", "other": "unresolved"}
+            changed = attacker.client.patch(f"/api/v1/sandboxes/{attacker.sid}",
+                                            json={"network_policy": {"mode": "none"}})
+            assert changed.status_code == 200, changed.text
+            lines = attacker.bash(tried)["stdout"].splitlines()
+            assert dict(line.split(" ", 1) for line in lines) == {
+                "allowed": "unresolved", "other": "unresolved"}
 
 
 def test_a_sandbox_no_node_can_take_ends_its_start(tmp_path: Path, swarm: Cluster,

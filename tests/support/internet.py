@@ -150,7 +150,9 @@ class Internet:
             self._dns.kill()
             self._dns.wait(10)
             self._dns = None
-        _sh("ip", "rule", "del", "priority", str(1000 + self.number), check=False)
+        for priority in (1000 + self.number, 1100 + self.number):
+            while _sh("ip", "rule", "del", "priority", str(priority), check=False).returncode == 0:
+                pass
         _sh("ip", "route", "flush", "table", str(self.table), check=False)
         for network in self.public:
             _sh("ip", "route", "del", str(network), check=False)
@@ -178,6 +180,18 @@ class Internet:
             if key not in self._by_key:
                 self._by_key[key] = next(self._subnets)
             return self._by_key[key]
+
+    @contextlib.contextmanager
+    def contained(self, source: str) -> Iterator[None]:
+        """Meanwhile, what `source` (a docker-in-docker swarm worker's address) sends is routed
+        as the sandboxes' is: into this namespace, never out by this host's default route."""
+        priority = str(1100 + self.number)
+        _sh("ip", "rule", "add", "from", source, "lookup", str(self.table), "priority", priority)
+        try:
+            yield
+        finally:
+            _sh("ip", "rule", "del", "from", source, "lookup", str(self.table), "priority",
+                priority, check=False)
 
     def docker_network(self, key: str) -> str:
         """The Docker network of one deployment (`key`, as for `subnet`): two deployments on
