@@ -185,6 +185,20 @@ def test_pause_takes_effect_between_steps(client: httpx.Client, llm: ScriptedLLM
     assert wait_status(client, conv["id"], "finished") == "finished"
 
 
+def test_a_run_asked_before_a_pause_takes_effect_withdraws_it(
+        client: httpx.Client, llm: ScriptedLLM, key: str, tmp_path: Path) -> None:
+    """Pause then run, both during one step (a control plane thawing a sandbox it froze while
+    its run wound down): the run goes on to its end."""
+    llm.script(key, Reply(tool_calls=[("think", {"thought": "a"})], delay=1.0),
+               call("finish", message="done"))
+    conv = create(client, llm, key, tmp_path, message="go", run=True)
+    wait_for(lambda: llm.requests_for(key), what="the LLM request")
+    client.post(f"/api/conversations/{conv['id']}/pause")
+    assert client.post(f"/api/conversations/{conv['id']}/run").status_code == 200
+    assert wait_status(client, conv["id"]) == "finished"
+    assert len(llm.requests_for(key)) == 2
+
+
 def test_max_iterations_ends_with_an_error(client: httpx.Client, llm: ScriptedLLM, key: str,
                                            tmp_path: Path) -> None:
     llm.script(key, *[call("think", thought=f"step {i}") for i in range(5)])

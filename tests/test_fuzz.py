@@ -137,9 +137,10 @@ def _whole(value: Any) -> bool:
 def semantic_rules(body: Any, lookup_url: str, lookups: bool = True) -> None:
     """Rules the server checks that no JSON schema can say, met by generated bodies (valid
     cases stay valid; the rules themselves have their own tests): an ACP agent's program must
-    be found on PATH, a summarizing condenser keeps fewer than max_size // 2 messages, an LLM
-    asked for token ids is not streamed, a parent conversation exists, and a LookupSecret's
-    URL answers (`lookup_url`, asked with no headers)."""
+    be found on PATH (or saved, when only named), a plan file stays in the working directory, a
+    summarizing condenser keeps fewer than max_size // 2 messages, an LLM asked for token ids
+    is not streamed, a parent conversation exists, and a LookupSecret's URL answers
+    (`lookup_url`, asked with no headers)."""
     if isinstance(body, list):
         for item in body:
             semantic_rules(item, lookup_url, lookups)
@@ -147,9 +148,13 @@ def semantic_rules(body: Any, lookup_url: str, lookups: bool = True) -> None:
         return
     if lookups and body.get("kind") == "LookupSecret" and isinstance(body.get("url"), str):
         body["url"], body["headers"] = lookup_url, {}
-    if body.get("kind") == "ACPAgent" and isinstance(body.get("acp_command"), list) \
-            and body["acp_command"]:
-        body["acp_command"][0] = "true"
+    if body.get("kind") == "ACPAgent":  # (without a command: an agent saved under its name)
+        if isinstance(body.get("acp_command"), list) and body["acp_command"]:
+            body["acp_command"][0] = "true"
+        elif "acp_command" not in body:
+            body["acp_command"] = ["true"]
+    if isinstance(body.get("plan_path"), str) and ".." in body["plan_path"]:
+        body["plan_path"] = "PLAN.md"  # (a relative path out of the working directory)
     extra = body.get("litellm_extra_body")
     if body.get("stream") is True and (body.get("return_token_ids") is True or (
             isinstance(extra, dict) and extra.get("return_token_ids") is True)):

@@ -34,6 +34,9 @@ class PlanningFileEditorParams(BaseModel):
             "The one file the editor may write: relative to the working directory, or "
             "absolute inside it."
         ),
+        # What the validator checks that a schema can say (no empty name, no NUL, no
+        # directory); its own message stays the one a client reads.
+        json_schema_extra={"pattern": r"^[^\x00]*([^\x00\s/]|[^\x00\s][^\x00]*[^\x00/])$"},
     )
 
     @field_validator("plan_path")

@@ -334,15 +334,18 @@ class Conversation:
             await self.transition(ExecutionStatus.IDLE)
 
     async def run(self, approved: bool = False) -> None:
-        """Start the agent unless it is already running (then nothing changes).
+        """Start the agent unless it is already running (then it keeps running: a pause
+        asked meanwhile, not yet taken effect, is withdrawn).
 
         A run while actions wait for confirmation runs them first: calling run again is how
         the OpenHands SDK accepts (as its agent server does). A new user message, by contrast,
         rejects them (send_message).
         """
         async with self._run_lock:  # one run task at a time, even for calls made together
-            running = self.running and self.status == ExecutionStatus.RUNNING
-            if self.lifecycle is not Lifecycle.OPEN or running:
+            if self.lifecycle is not Lifecycle.OPEN:
+                return
+            if self.running and self.status == ExecutionStatus.RUNNING:
+                self.control.pause_requested = False
                 return
             await self.settle()
             if self.running:

@@ -168,7 +168,7 @@ def _chain(sandbox_id: str) -> str:
     return f"s_{sandbox_id}"
 
 
-def _counter(sandbox_id: str) -> str:
+def counter_name(sandbox_id: str) -> str:
     return f"r_{sandbox_id}"
 
 
@@ -187,7 +187,7 @@ def _objects(t: str, sandbox_id: str, address: ipaddress.IPv4Address, interface:
     """A sandbox's own objects, made where missing (each `add` is a no-op on what exists):
     its chain, the policies map's element sending its traffic there (the same for its whole
     life, so never replaced), its counter and its sets."""
-    chain, counter = _chain(sandbox_id), _counter(sandbox_id)
+    chain, counter = _chain(sandbox_id), counter_name(sandbox_id)
     return [
         f"add chain inet {t} {chain}",
         f"add counter inet {t} {counter}",
@@ -250,7 +250,7 @@ def release(segment: Segment, sandbox_id: str, address: ipaddress.IPv4Address,
         *_objects(t, sandbox_id, address, interface),
         f"delete element inet {t} policies {{ {address} . \"{interface}\" }}",
         f"delete element inet {t} counters {{ {address} }}",
-        f"delete counter inet {t} {_counter(sandbox_id)}",
+        f"delete counter inet {t} {counter_name(sandbox_id)}",
         f"flush chain inet {t} {_chain(sandbox_id)}",
         f"delete chain inet {t} {_chain(sandbox_id)}",
         *(f"delete set inet {t} {name}" for name in _sets(sandbox_id)),

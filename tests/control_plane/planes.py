@@ -40,9 +40,14 @@ class PlaneProcess:
                     "CONTROL_PLANE_SANDBOX_TEMPLATE": "false",
                     **{"CONTROL_PLANE_" + k.upper(): v for k, v in {**network, **settings}.items()}}
         self.proc: subprocess.Popen[bytes] | None = None
+        self.subnet = internet.subnet(deployment)
+        self._held = False
 
     def start(self, wait: bool = True) -> PlaneProcess:
         self.state_dir.mkdir(parents=True, exist_ok=True)
+        if not self._held:
+            Internet.shared().hold(self.subnet)
+            self._held = True
         log = open(self.state_dir.parent / f"control-plane-{self.state_dir.name}.log", "ab")
         self.proc = subprocess.Popen([sys.executable, "-m", "control_plane"], env=self.env,
                                      stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
@@ -75,6 +80,10 @@ class PlaneProcess:
                 self.proc.kill()
         if self.env.get("CONTROL_PLANE_SANDBOX_PROVIDER") == "docker":
             forget_docker_network(self.env["CONTROL_PLANE_DOCKER_NETWORK"])
+        if self._held:
+            self._held = False
+            Internet.shared().release(
+                self.subnet, self.env["CONTROL_PLANE_STOP_SANDBOXES_ON_EXIT"] == "true")
 
     def new_key(self, user: str) -> str:
         out = subprocess.run([sys.executable, "-m", "control_plane", "keys", "create", "--user", user],

@@ -76,6 +76,7 @@ class ControlPlane:
         self._clients: list[httpx.Client] = []
 
     def start(self, timeout: float = 30) -> ControlPlane:
+        Internet.shared().hold(self.config.sandbox_subnet)
         self._thread.start()
         deadline = time.monotonic() + timeout
         while not self._server.started:
@@ -91,6 +92,7 @@ class ControlPlane:
         self._thread.join(timeout=60)
         if self.config.sandbox_provider == "docker" and self.config.stop_sandboxes_on_exit:
             forget_docker_network(self.config.docker_network)
+        Internet.shared().release(self.config.sandbox_subnet, self.config.stop_sandboxes_on_exit)
 
     def new_user(self, name: str) -> str:
         return asyncio.run(create_key(self.config, name))

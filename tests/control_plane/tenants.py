@@ -68,6 +68,19 @@ def run(plane: ControlPlane, llm: ScriptedLLM, name: str, command: str,
     return Tenant(client, cid, sid, sandbox["exposed_urls"][0]["url"], sandbox["session_api_key"])
 
 
+def idle(plane: ControlPlane, name: str) -> Tenant:
+    """A user with a running sandbox and no conversation (a neighbour to be reached)."""
+    client = plane.client(plane.new_user(name))
+    sid = client.post("/api/v1/sandboxes", json={}).json()["id"]
+
+    def running() -> dict[str, Any] | None:
+        found: dict[str, Any] = client.get("/api/v1/sandboxes", params={"id": sid}).json()[0]
+        assert found["status"] in ("STARTING", "RUNNING"), found
+        return found if found["status"] == "RUNNING" else None
+    sandbox = wait_for(running, 60, what=f"{name}'s sandbox")
+    return Tenant(client, "", sid, sandbox["exposed_urls"][0]["url"], sandbox["session_api_key"])
+
+
 def victim(plane: ControlPlane, llm: ScriptedLLM, llm_host: str | None = None) -> Victim:
     secret, llm_key, note = (f"{what}-{uuid.uuid4().hex}" for what in ("a-secret", "sk-a", "a-note"))
     tenant = run(plane, llm, "alice", f"echo {note} > notes.txt", llm_host,
@@ -110,9 +123,10 @@ for label, host, port, kind in [t.split(",") for t in sys.argv[1:]]:
     except socket.timeout:
         print(label, "timed out")
     except OSError as e:
-        print(label, "refused", errno.errorcode.get(e.errno, e.errno))
+        print(label, "refused", errno.errorcode.get(e.errno, e.errno)); failed = True
     finally:
         s.close()
+sys.exit(1 if "failed" in globals() else 0)  # a command that failed, as a client's would
 """
 
 

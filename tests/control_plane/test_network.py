@@ -23,7 +23,7 @@ import httpx
 import pytest
 
 from tests.control_plane.support import ControlPlane, make_config
-from tests.control_plane.tenants import Tenant, outcomes, probe, run
+from tests.control_plane.tenants import Tenant, idle, outcomes, probe, run
 from tests.support.internet import Internet, Listener
 from tests.support.llm import ScriptedLLM, free_port
 from tests.support.wait import wait_for
@@ -137,7 +137,7 @@ def plane(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ControlPla
 
 def test_open_reaches_the_internet_and_nothing_of_this_host_or_its_neighbours(
         plane: ControlPlane, llm: ScriptedLLM, hosts: dict[str, Listener]) -> None:
-    neighbour = run(plane, llm, "alice", "true")
+    neighbour = idle(plane, "alice")
     off = plane.config.sandbox_network == "host"
     tried = targets(hosts, neighbour, local=off)
     if plane.config.sandbox_provider == "docker":  # its container's own address, too
@@ -161,6 +161,27 @@ def test_open_reaches_the_internet_and_nothing_of_this_host_or_its_neighbours(
     assert ("169.254.169.254", 80) in refused and ("10.0.0.1", 80) in refused, refused
     # The neighbour's own view shows none of the attacker's refusals.
     assert neighbour.client.get(f"/api/v1/sandboxes/{neighbour.sid}/network").json()["refused"] == 0
+    # Of the control plane, its side serves the sandbox routes alone: not the console, not
+    # the account routes (whose keys a sandbox does not hold anyway).
+    side = plane.config.sandbox_subnet.network_address + 1 if plane.config.sandbox_provider \
+        == "process" else "host.docker.internal"
+    asked = ("python3 -c 'import sys, urllib.request, urllib.error\n"
+             "for path in sys.argv[2:]:\n"
+             "    try:\n        print(path, urllib.request.urlopen(sys.argv[1] + path).status)\n"
+             "    except urllib.error.HTTPError as e:\n        print(path, e.code)' "
+             f"http://{side}:{plane.config.port} / /api/v1/settings /api/v1/users/me /health")
+    answers = attacker.bash(asked)["stdout"]
+    assert answers.split("\n")[:4] == ["/ 404", "/api/v1/settings 404", "/api/v1/users/me 404",
+                                        "/health 200"], answers
+    # The agent was told, after its failed command, and the sandbox's /metrics counts them.
+    [probed] = [e["observation"] for e in json.loads(attacker.events())["items"]
+                if e["kind"] == "ObservationEvent" and e["tool_name"] == "terminal"]
+    assert "network policy (open) refused connections to" in json.dumps(probed), probed
+    metrics = httpx.get(attacker.url + "/metrics", headers={"X-Session-API-Key": attacker.session},
+                        timeout=30).text
+    counted = [line for line in metrics.splitlines()
+               if line.startswith("agent_server_network_refused_total ")]
+    assert counted and float(counted[0].split()[1]) >= 4, counted
 
 
 @pytest.fixture(params=["process", "docker"])
@@ -214,7 +235,7 @@ def test_none_leaves_the_control_plane_alone(fenced: ControlPlane, llm: Scripted
 def test_a_policy_changed_at_run_time_holds_new_connections_at_once(
         fenced: ControlPlane, llm: ScriptedLLM, hosts: dict[str, Listener],
         internet: Internet) -> None:
-    tenant = run(fenced, llm, "alice", "true")
+    tenant = idle(fenced, "alice")
     try_both = probe({"allowed": ("allowed.test", 80), "other": ("other.test", 7000)})
 
     def tried() -> dict[str, str]:

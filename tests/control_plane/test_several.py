@@ -25,7 +25,7 @@ from core import processes
 from tests.control_plane.planes import PlaneProcess, kill_sandboxes, query, sandbox_pids, several
 from tests.control_plane.postgres import PostgresServer
 from tests.control_plane.support import configure_llm
-from tests.support.llm import ScriptedLLM, call
+from tests.support.llm import Reply, ScriptedLLM, call
 from tests.support.wait import wait_for
 
 pytestmark = pytest.mark.e2e
@@ -143,7 +143,7 @@ def strict_planes(tmp_path: Path, postgres: PostgresServer) -> Iterator[list[Pla
 
 def test_a_pause_cut_short_by_a_sigkill_is_finished_by_the_other(
         strict_planes: list[PlaneProcess], llm: ScriptedLLM, key: str,
-        clients: Callable[..., httpx.Client]) -> None:
+        clients: Callable[..., httpx.Client], monkeypatch: pytest.MonkeyPatch) -> None:
     """B pauses a sandbox with a run in flight and is SIGKILLed once the sandbox is frozen but
     before PAUSED is stored. A finds the pause recorded as under way and finishes it (PAUSED,
     with the user's reason), instead of taking the frozen sandbox for hung (ERROR after the
@@ -156,7 +156,15 @@ def test_a_pause_cut_short_by_a_sigkill_is_finished_by_the_other(
     configure_llm(ca, llm.base_url(key), tools=["terminal"])
     slow = call("terminal", command="echo two")
     slow.delay = 4.0
-    llm.script(key, call("terminal", command="echo one"), slow, call("finish", message="done"))
+    steps = [call("terminal", command="echo one"), slow, call("finish", message="done")]
+
+    # The model's reply depends on the step, not on the order of requests: the slow one may
+    # be asked of B's LLM gateway (the sandboxes' side is shared), cut short with B, and asked
+    # again of A.
+    def by_step(asked: str, body: dict[str, Any]) -> Reply | None:
+        done = sum(1 for m in body.get("messages", []) if m.get("role") == "tool")
+        return steps[min(done, 2)] if asked == key else None
+    monkeypatch.setattr(llm, "interceptor", by_step)
     task_id = cb.post("/api/v1/app-conversations", json={"initial_message": {
         "content": [{"type": "text", "text": "go"}], "run": True}}).json()["id"]
     task = wait_for(lambda: (t := tasks_of(ca, [task_id])[0])["status"] == "READY" and t, 60,

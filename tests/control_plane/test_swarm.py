@@ -2,9 +2,10 @@
 the host's daemon as the manager, a docker-in-docker worker): every sandbox is placed on the
 worker by a placement constraint, as a service of the sandbox image built from Debian packages.
 
-The scripted LLM, the Git daemon of the test repository and the control planes listen on the
-host's docker0 address, which both nodes reach; the control planes reach each sandbox on the
-worker's address and the port its task published there."""
+The scripted LLM and the control planes listen on the host's docker0 address, which both nodes
+reach (a sandbox only its control plane's, through its node's fence); the Git daemon of the test
+repository is on the test internet, where the worker's traffic is routed meanwhile. The control
+planes reach each sandbox on the worker's address and the port its task published there."""
 
 from __future__ import annotations
 
@@ -127,8 +128,11 @@ def has_volume(client: Any, sandbox_id: str) -> bool:
 def test_the_whole_flow_on_the_worker(tmp_path: Path, swarm: Cluster, sandbox_image: str,
                                       llm: ScriptedLLM, key: str) -> None:
     bare_repository(tmp_path / "forge", "acme/demo")
-    with git_daemon(tmp_path / "forge", swarm.gateway) as forge, running(swarm_config(
-            tmp_path / "cp", swarm, sandbox_image, repository_url_template=forge), swarm) as plane:
+    # The forge is on the test internet (the node's fence keeps sandboxes off this host).
+    with git_daemon(tmp_path / "forge") as forge, \
+            Internet.shared().contained(swarm.worker_address), running(swarm_config(
+                tmp_path / "cp", swarm, sandbox_image, repository_url_template=forge),
+                swarm) as plane:
         flow = whole_flow(plane, llm, key)
         client, sid = flow.client, flow.sid
 

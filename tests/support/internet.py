@@ -80,6 +80,7 @@ class Internet:
         self.table = 240 + number
         self._subnets = self.sandboxes.subnets(new_prefix=24)
         self._by_key: dict[str, ipaddress.IPv4Network] = {}
+        self._holders: dict[ipaddress.IPv4Network, int] = {}
         self._dns: subprocess.Popen[bytes] | None = None
         self.names: dict[str, list[str]] = {}
 
@@ -97,7 +98,13 @@ class Internet:
             return _shared
 
     def up(self) -> None:
-        self.down()  # what a crashed run left
+        self.down()  # what a crashed run left, its deployments' subnets too:
+        found = set(_sh("nft", "list", "tables", check=False).stdout.split())
+        found.update(os.listdir("/sys/class/net"))
+        for subnet in self.sandboxes.subnets(new_prefix=24):
+            tag = f"{int(subnet.network_address):08x}"
+            if f"as_{tag}" in found or f"asgw{tag}" in found:
+                forget_subnet(subnet)
         _sh("ip", "netns", "add", self.netns)
         _sh("ip", "link", "add", self.veth, "type", "veth", "peer", "name", "eth0", "netns",
             self.netns)
@@ -180,6 +187,21 @@ class Internet:
             if key not in self._by_key:
                 self._by_key[key] = next(self._subnets)
             return self._by_key[key]
+
+    def hold(self, subnet: ipaddress.IPv4Network) -> None:
+        """A control plane of the deployment on `subnet` runs (see `release`)."""
+        with _lock:
+            self._holders[subnet] = self._holders.get(subnet, 0) + 1
+
+    def release(self, subnet: ipaddress.IPv4Network, forget: bool) -> None:
+        """A control plane of it stopped; the last one's stop with `forget` (its sandboxes
+        stopped with it) removes what the deployment left on this host. Left, a test's
+        tables add up over a session, and nftables reads every table for some questions."""
+        with _lock:
+            left = self._holders.get(subnet, 1) - 1
+            self._holders[subnet] = left
+        if left <= 0 and forget:
+            forget_subnet(subnet)
 
     @contextlib.contextmanager
     def contained(self, source: str) -> Iterator[None]:
