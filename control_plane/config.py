@@ -123,6 +123,12 @@ class Config(BaseModel):
     """The Docker provider's Engine API address (unix://, tcp:// or ssh://); the Swarm
     provider's is a manager's."""
 
+    sandbox_runtime: str | None = Field(default=None, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+    """The OCI runtime the Docker provider runs each sandbox's container with, as the daemon
+    names it: `runsc` (gVisor; registered in the daemon's daemon.json, docs/gvisor.md) gives
+    every sandbox a kernel of its own instead of the host's. Unset: the daemon's default
+    (runc). A daemon that does not know it is said at start, and fails each sandbox start."""
+
     docker_network: str = Field(default="agent-sandboxes", pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
     """The Docker provider's bridge network, made by it when missing, with inter-container
     traffic off: sandboxes reach this control plane and the outside, not each other."""
@@ -288,6 +294,12 @@ class Config(BaseModel):
                     "the swarm provider's sandboxes run on other machines: set "
                     "CONTROL_PLANE_PUBLIC_URL to an address of this control plane every node "
                     "reaches (not loopback, not a wildcard)")
+        if self.sandbox_runtime is not None and self.sandbox_provider != "docker":
+            raise ValueError(
+                "CONTROL_PLANE_SANDBOX_RUNTIME names the Docker provider's runtime; a Swarm "
+                "service cannot name one (make runsc its nodes' default runtime instead)"
+                if self.sandbox_provider == "swarm" else
+                "CONTROL_PLANE_SANDBOX_RUNTIME applies to the Docker provider only")
         return self
 
     @property

@@ -149,7 +149,7 @@ def build_provider(config: Config, db: Database,
                               limits=limits(config), start_timeout=config.sandbox_start_timeout,
                               stop_grace=config.sandbox_stop_grace,
                               warm_pool=config.warm_pool, webhook_url=config.webhook_base,
-                              fence=docker_boundary(config, db))
+                              fence=docker_boundary(config, db), runtime=config.sandbox_runtime)
     isolation = choose(config.sandbox_isolation, hidden=[config.state_dir], uids=config.sandbox_uids)
     template = (Template(config.state_dir / "template")
                 if config.sandbox_template and isolation is not None and isolation.uids else None)

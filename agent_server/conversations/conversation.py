@@ -334,13 +334,9 @@ class Conversation:
             await self.transition(ExecutionStatus.IDLE)
 
     async def run(self, approved: bool = False) -> None:
-        """Start the agent unless it is already running (then it keeps running: a pause
-        asked meanwhile, not yet taken effect, is withdrawn).
-
+        """Start the agent; one running keeps running (a pause asked meanwhile is withdrawn).
         A run while actions wait for confirmation runs them first: calling run again is how
-        the OpenHands SDK accepts (as its agent server does). A new user message, by contrast,
-        rejects them (send_message).
-        """
+        the OpenHands SDK accepts (as its agent server does); a new message rejects them."""
         async with self._run_lock:  # one run task at a time, even for calls made together
             if self.lifecycle is not Lifecycle.OPEN:
                 return

@@ -140,15 +140,19 @@ class DockerProvider(ContainerProvider):
                  limits: Limits = DEFAULT_LIMITS, start_timeout: float = 60.0, stop_grace: float = 5.0,
                  warm_pool: int = 0, webhook_url: str | None = None,
                  transport: httpx.AsyncBaseTransport | None = None,
-                 fence: DockerNetwork | None = None) -> None:
+                 fence: DockerNetwork | None = None, runtime: str | None = None) -> None:
         """`warm_pool`: containers kept started for new sandboxes (`dockerpool`), given the
         `webhook_url` every sandbox of this control plane gets. `fence`: the network
-        boundary its containers are held to (`dockernet`; None: Docker's network alone)."""
+        boundary its containers are held to (`dockernet`; None: Docker's network alone).
+        `runtime`: the daemon's OCI runtime for its containers (runsc: gVisor), or its
+        default."""
         super().__init__(archive_dir, image=image, plane=plane, docker_url=docker_url,
                          limits=limits, start_timeout=start_timeout, stop_grace=stop_grace,
                          transport=transport)
         self.network = network
         self.fence = fence
+        self.runtime = runtime
+        self._runtime_known = runtime is None
         self.pool = (DockerPool(self, warm_pool, self.inside(webhook_url))
                      if warm_pool > 0 and webhook_url else None)
 
@@ -166,12 +170,29 @@ class DockerProvider(ContainerProvider):
         return None if self.fence is None else self.fence.gateway
 
     async def start(self) -> None:
+        if self.runtime is not None:
+            try:
+                await self._has_runtime()
+            except ProviderError as exc:  # said now, and again by each start it fails
+                logger.error("%s", exc)
         if self.fence is not None:
             try:
                 await self._fenced()
             except ProviderError as exc:  # Docker away: the first start tries again
                 logger.warning("sandboxes' network boundary not up yet: %s", exc)
         await super().start()
+
+    async def _has_runtime(self) -> None:
+        """ProviderError unless the daemon knows `runtime` (a no-op once it did)."""
+        if self._runtime_known:
+            return
+        known = await self.run(lambda client: sorted(client.info().get("Runtimes") or {}))
+        if self.runtime not in known:
+            raise ProviderError(
+                f"Docker has no runtime {self.runtime!r} (it knows {', '.join(known) or 'none'}):"
+                f" register it in the daemon's daemon.json (docs/gvisor.md), or unset "
+                f"CONTROL_PLANE_SANDBOX_RUNTIME")
+        self._runtime_known = True
 
     async def _fenced(self) -> None:
         """The bridge network made and its boundary up (a no-op once it is)."""
@@ -192,6 +213,7 @@ class DockerProvider(ContainerProvider):
 
     async def create(self, launch: Launch) -> Handle:
         self.check_spec(launch)
+        await self._has_runtime()
         await self._fenced()
         claimed = None if self.pool is None else await self.pool.claim(
             launch, self.inside(launch.webhook_url))
@@ -255,7 +277,7 @@ class DockerProvider(ContainerProvider):
             user=USER, cap_drop=["ALL"], security_opt=["no-new-privileges"],
             read_only=True, tmpfs=TMPFS, mem_limit=self.limits.memory,
             nano_cpus=int(self.limits.cpus * 1e9), pids_limit=self.limits.pids,
-            healthcheck=NO_HEALTHCHECK)
+            healthcheck=NO_HEALTHCHECK, runtime=self.runtime)
 
     def _ensure_network(self, client: docker.DockerClient) -> dict[str, Any]:
         """The sandboxes' bridge network (its attributes), made when missing; one that lets

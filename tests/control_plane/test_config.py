@@ -66,3 +66,16 @@ def test_the_swarm_provider_needs_an_address_every_node_reaches() -> None:
     with pytest.raises(ValidationError, match="swarm_placement_timeout"):
         from_env({**swarm, "CONTROL_PLANE_PUBLIC_URL": "http://cp.internal:3000",
                   "CONTROL_PLANE_SWARM_PLACEMENT_TIMEOUT": "0"})
+
+
+def test_a_runtime_is_the_docker_providers_alone() -> None:
+    docker = {"CONTROL_PLANE_SANDBOX_PROVIDER": "docker", "CONTROL_PLANE_HOST": "0.0.0.0"}
+    assert from_env({**docker, "CONTROL_PLANE_SANDBOX_RUNTIME": "runsc"}).sandbox_runtime == "runsc"
+    with pytest.raises(ValidationError, match="sandbox_runtime"):
+        from_env({**docker, "CONTROL_PLANE_SANDBOX_RUNTIME": "runsc --debug"})
+    with pytest.raises(ValidationError, match="Docker provider only"):
+        from_env({"CONTROL_PLANE_SANDBOX_RUNTIME": "runsc"})
+    with pytest.raises(ValidationError, match="nodes' default runtime"):
+        from_env({"CONTROL_PLANE_SANDBOX_PROVIDER": "swarm", "CONTROL_PLANE_HOST": "0.0.0.0",
+                  "CONTROL_PLANE_PUBLIC_URL": "http://cp.internal:3000",
+                  "CONTROL_PLANE_SANDBOX_RUNTIME": "runsc"})

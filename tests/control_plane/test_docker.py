@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import platform
 import time
 import uuid
 from collections.abc import Iterator
@@ -68,12 +69,20 @@ def docker_config(state_dir: Path, image: str, **extra: Any) -> Any:
                        **extra)
 
 
+#: The control planes a test runs on: runc (Docker's default) and gVisor (`runsc`).
+RUNTIMES = pytest.mark.parametrize("plane", [{}, {"sandbox_runtime": "runsc"}],
+                                   ids=["runc", "gvisor"], indirect=True)
+
+
 @pytest.fixture
 def plane(request: pytest.FixtureRequest, tmp_path: Path, sandbox_image: str, forge: str,
           engine: docker.DockerClient) -> Iterator[ControlPlane]:
-    """`request.param`: its warm pool's size (none by default)."""
+    """`request.param`: more settings (a warm pool's size, gVisor's runtime)."""
+    extra = getattr(request, "param", {})
+    if extra.get("sandbox_runtime") == "runsc":
+        docker_support.ensure_runtime("runsc")
     config = docker_config(tmp_path / "cp", sandbox_image, repository_url_template=forge,
-                           warm_pool=getattr(request, "param", 0))
+                           **extra)
     server = ControlPlane(config).start()
     yield server
     server.stop()
@@ -86,6 +95,7 @@ def container_of(engine: docker.DockerClient, sandbox_id: str) -> Container:
 
 
 @pytest.mark.e2e
+@RUNTIMES
 def test_the_whole_flow_in_a_container(plane: ControlPlane, bridge_llm: ScriptedLLM, key: str,
                                        engine: docker.DockerClient) -> None:
     flow = whole_flow(plane, bridge_llm, key)  # called by the control plane (its gateway)
@@ -111,6 +121,8 @@ def test_the_whole_flow_in_a_container(plane: ControlPlane, bridge_llm: Scripted
     # The control plane checks /alive itself: no Python started by Docker every 10 s besides.
     assert container.attrs["Config"]["Healthcheck"]["Test"] == ["NONE"]
     assert "Health" not in container.attrs["State"]
+    runtime = plane.config.sandbox_runtime
+    assert container.attrs["HostConfig"]["Runtime"] == (runtime or "runc")
 
     # Pause freezes every process of the container; the agent server answers nothing.
     r = client.post(f"/api/v1/sandboxes/{sid}/pause")
@@ -127,11 +139,23 @@ def test_the_whole_flow_in_a_container(plane: ControlPlane, bridge_llm: Scripted
     container.reload()
     assert container.attrs["State"]["Paused"] is False
     assert httpx.get(flow.url + "/alive", timeout=5).status_code == 200
-    bridge_llm.script(key, call("terminal", command="cat hello.py"), call("finish", message="thawed"))
+    bridge_llm.script(key, call("terminal", command="cat hello.py /proc/version; dmesg | head -1"),
+                      call("finish", message="thawed"))
     r = client.post(f"/api/v1/app-conversations/{flow.cid}/send-message",
                     json={"role": "user", "content": [{"type": "text", "text": "again"}], "run": True})
     assert r.status_code == 200, r.text
     wait_for(lambda: len(flow.actions()) >= 5, 30, what="the actions after resuming")
+    # The kernel its commands see: gVisor's own under runsc (its Sentry serves each system
+    # call), this host's under runc.
+    def told() -> str | None:
+        text = client.get(f"/api/v1/conversation/{flow.cid}/events/search",
+                          params={"limit": 1000}).text
+        return text if "Linux version" in text else None
+    seen = wait_for(told, 30, what="the kernel's version")
+    if runtime == "runsc":
+        assert "Starting gVisor" in seen and platform.release() not in seen
+    else:
+        assert f"Linux version {platform.release()}" in seen
 
     # Delete takes the container and its volume (the workspace archived first).
     delete_last_conversation(plane, flow)
@@ -213,6 +237,27 @@ def test_a_missing_image_ends_the_start_with_the_reason(tmp_path: Path,
         assert sandbox["status"] == "MISSING"
         label = f"{LABEL_PLANE}={plane_label(config.db_url)}"
         assert engine.volumes.list(filters={"label": label}) == []
+    finally:
+        plane.stop()
+        docker_support.remove_labelled(engine, f"{LABEL_PLANE}={plane_label(config.db_url)}")
+
+
+def test_a_runtime_docker_does_not_know_is_said_at_start_and_by_each_start(
+        tmp_path: Path, sandbox_image: str, engine: docker.DockerClient,
+        caplog: pytest.LogCaptureFixture) -> None:
+    config = docker_config(tmp_path / "cp", sandbox_image, sandbox_runtime="gvisor-absent")
+    plane = ControlPlane(config).start()
+    try:
+        said = [r.getMessage() for r in caplog.records if "gvisor-absent" in r.getMessage()]
+        assert len(said) == 1 and "daemon.json" in said[0], said
+        client = plane.client(plane.new_user("dave"))
+        configure_llm(client, "http://127.0.0.1:9/v1")  # never reached
+        task = start(client)
+        assert task["status"] == "ERROR"
+        assert "Docker has no runtime 'gvisor-absent'" in task["detail"], task
+        assert "CONTROL_PLANE_SANDBOX_RUNTIME" in task["detail"]
+        label = f"{LABEL_PLANE}={plane_label(config.db_url)}"
+        assert engine.containers.list(all=True, filters={"label": label}) == []
     finally:
         plane.stop()
         docker_support.remove_labelled(engine, f"{LABEL_PLANE}={plane_label(config.db_url)}")
@@ -327,7 +372,9 @@ def test_what_a_vanished_container_leaves_is_cleaned_up(tmp_path: Path, sandbox_
         docker_support.remove_labelled(engine, label)
 
 
-@pytest.mark.parametrize("plane", [0, 2], ids=["cold", "warm-pool"], indirect=True)
+@pytest.mark.parametrize("plane", [{}, {"warm_pool": 2}, {"sandbox_runtime": "runsc"},
+                                   {"sandbox_runtime": "runsc", "warm_pool": 2}],
+                         ids=["cold", "warm-pool", "gvisor", "gvisor-warm-pool"], indirect=True)
 def test_a_container_tenant_reads_nothing_of_another_and_reaches_no_other(
         plane: ControlPlane, bridge_llm: ScriptedLLM, engine: docker.DockerClient) -> None:
     """The escape of test_isolation on this provider, and its hardening as Docker says it is:
@@ -368,6 +415,7 @@ def test_a_container_tenant_reads_nothing_of_another_and_reaches_no_other(
     for sid in (a.sid, b.sid):
         entrypoint = container_of(engine, sid).attrs["Config"]["Entrypoint"]
         assert (entrypoint[-1] == "agent_server.warm") == pooled, entrypoint
+    assert host["Runtime"] == (plane.config.sandbox_runtime or "runc")
     assert config["User"] == "1000:1000" and host["Privileged"] is False
     assert host["CapDrop"] == ["ALL"] and not host["CapAdd"]
     assert "no-new-privileges" in host["SecurityOpt"] and host["ReadonlyRootfs"] is True
@@ -383,7 +431,9 @@ def test_a_container_tenant_reads_nothing_of_another_and_reaches_no_other(
     assert network.attrs["Options"]["com.docker.network.bridge.enable_icc"] == "false"
     inside_b = b.bash("id -u; grep CapEff /proc/self/status; touch /usr/x; echo rc=$?")
     assert inside_b["stdout"].split("\n")[:2] == ["1000", "CapEff:\t0000000000000000"]
-    assert "rc=1" in inside_b["stdout"] and "Read-only file system" in inside_b["stderr"]
+    # (gVisor checks the permission before the mount's read-only flag: its error says so.)
+    refusal = "Permission denied" if plane.config.sandbox_runtime else "Read-only file system"
+    assert "rc=1" in inside_b["stdout"] and refusal in inside_b["stderr"]
 
     # B reaches the control plane through the gateway, but neither A's agent server on the
     # network nor A's port published on the host's loopback.
