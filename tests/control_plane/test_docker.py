@@ -49,7 +49,7 @@ from tests.control_plane.support import (
     start,
     whole_flow,
 )
-from tests.control_plane.tenants import attempts, reads, run, victim
+from tests.control_plane.tenants import attempts, idle, reads, run, victim
 from tests.support import docker as docker_support
 from tests.support.llm import ScriptedLLM, call
 from tests.support.wait import wait_for
@@ -448,6 +448,31 @@ def test_a_container_tenant_reads_nothing_of_another_and_reaches_no_other(
         result = b.bash(probe + f"{host_name} {port}")
         assert result["exit_code"] != 0, (host_name, port, result)
     assert a.bash(probe + f"{a_ip} 8000")["exit_code"] == 0  # it is there, for itself
+
+
+@pytest.mark.e2e
+def test_a_gvisor_sandbox_past_its_memory_ends_alone(tmp_path: Path, sandbox_image: str,
+                                                     engine: docker.DockerClient) -> None:
+    """Under runsc the host's kernel sees the Sentry hold all of a sandbox's memory: a command
+    past the limit ends the whole sandbox (docs/gvisor.md), and nothing of its neighbour."""
+    docker_support.ensure_runtime("runsc")
+    config = docker_config(tmp_path / "cp", sandbox_image, sandbox_runtime="runsc",
+                           sandbox_memory_limit="384MiB")
+    plane = ControlPlane(config).start()
+    try:
+        greedy, neighbour = idle(plane, "mallory"), idle(plane, "alice")
+        with contextlib.suppress(httpx.HTTPError, AssertionError):  # its server goes with it
+            greedy.bash("python3 -c 'b = bytearray(1 << 30); b[::4096] = b\"x\" * (1 << 18)'")
+        container = container_of(engine, greedy.sid)
+        wait_for(lambda: (container.reload(), container.status)[1] != "running", 60,
+                 what="the sandbox to end")
+        assert container.attrs["State"]["OOMKilled"] or container.attrs["State"]["ExitCode"] == 137
+        assert neighbour.bash("echo still here")["stdout"].strip() == "still here"
+        wait_for(lambda: greedy.client.get("/api/v1/sandboxes", params={"id": greedy.sid})
+                 .json()[0]["status"] in ("MISSING", "ERROR"), 60, what="the loss recorded")
+    finally:
+        plane.stop()
+        docker_support.remove_labelled(engine, f"{LABEL_PLANE}={plane_label(config.db_url)}")
 
 
 IMAGE_PROBE = """

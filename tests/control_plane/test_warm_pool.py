@@ -69,7 +69,8 @@ async def pooled(tmp_path: Path, image: str, engine: docker.DockerClient,
 
 
 async def test_each_parked_container_goes_to_one_sandbox_with_its_key_alone(
-        tmp_path: Path, sandbox_image: str, engine: docker.DockerClient) -> None:
+        tmp_path: Path, sandbox_image: str, engine: docker.DockerClient,
+        caplog: pytest.LogCaptureFixture) -> None:
     async with pooled(tmp_path, sandbox_image, engine, 2) as (provider, pool, plane):
         first = parked(engine, plane)
         assert set(first) == set(pool.waiting) and set(first.values()) == {"running"}
@@ -93,7 +94,8 @@ async def test_each_parked_container_goes_to_one_sandbox_with_its_key_alone(
             assert await asyncio.to_thread(key_works, url, other) == 401
             [container] = [c for c in ours(engine, plane) if c.name == name_of(launch.sandbox_id)]
             assert container.status == "running"
-            assert (container.attrs["Config"]["Entrypoint"][-1] == "agent_server.warm") == (n < 2)
+            assert (container.attrs["Config"]["Entrypoint"][-1] == "agent_server.warm") == (n < 2), \
+                [r.getMessage() for r in caplog.records if "warm pool" in r.getMessage()]
 
         # Refilled with new containers (never the claimed ones back); a close removes the
         # parked ones and leaves the sandboxes.
