@@ -60,7 +60,7 @@ TEST_WORKERS ?= 2
 test: system-deps $(TEST_STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS)
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --durations=15
 
 clean:
 	rm -rf $(VENV) .pytest_cache .agent-server .control-plane .control-plane-demo

@@ -32,6 +32,7 @@ import os
 import select
 import socket
 import sys
+import tempfile
 import traceback
 from pathlib import Path
 from typing import Annotated, NoReturn
@@ -209,6 +210,7 @@ def _become(request: Fork, entry: namespaces.Entry, fds: list[int],
         namespaces.drop_to(request.uid)
         os.environ.clear()
         os.environ.update({**llm.ENVIRONMENT, **request.env, "AGENT_SERVER_READY_FD": str(READY_FD)})
+        tempfile.tempdir = None  # chosen again from the sandbox's TMPDIR, not the template's
         sys.argv = ["agent-server", *request.argv]
         logging.root.handlers.clear()
         from agent_server.__main__ import main

@@ -148,8 +148,10 @@ class Isolation:
         return Command(args + list(argv), files)
 
     def env(self, root_dir: Path) -> dict[str, str]:
-        """What the sandbox's environment gets on top of the usual."""
-        return {"HOME": str(root_dir / HOME)}
+        """What the sandbox's environment gets on top of the usual: its own home, and its own
+        /tmp for temporary files (a TMPDIR of the control plane's names a directory the
+        sandbox has not got, where every terminal command would fail)."""
+        return {"HOME": str(root_dir / HOME), "TMPDIR": "/tmp", "TMP": "/tmp", "TEMP": "/tmp"}
 
     def own(self, root_dir: Path) -> int | None:
         """The sandbox's uid (root only), its directory and those in it made its own: the

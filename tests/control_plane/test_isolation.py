@@ -13,6 +13,7 @@ be as isolated, and which a crash of the template leaves running."""
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import shutil
@@ -201,6 +202,29 @@ def test_a_module_planted_in_the_sandbox_never_runs_in_its_server(isolated: Cont
              .upper() in ("FINISHED", "ERROR", "STUCK"), 120, what="the browsing run")
     assert len(llm.timings[script]) == 4  # the browser was asked for after the module was there
     assert not (root / "hijacked").exists()
+
+
+@pytest.mark.parametrize("template", [False, True], ids=["spawned", "forked"])
+def test_the_terminal_works_under_the_control_planes_tmpdir_and_says_its_user(
+        tmp_path: Path, llm: ScriptedLLM, template: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A TMPDIR of the control plane's (systemd's, a CI's) names a directory the sandbox has not
+    got; the sandbox's temporary files go to its own /tmp, and its commands run. Their
+    observations name the sandbox's user, not the template's root."""
+    (tmp_path / "cp-tmp").mkdir()
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "cp-tmp"))
+    plane = ControlPlane(make_config(tmp_path / "cp", sandbox_template=template)).start()
+    try:
+        if template:
+            wait_for(template_socket(plane).exists, 180, what="the sandbox template")
+        tenant = run(plane, llm, "alice", "echo ran; echo $TMPDIR")
+        [observation] = [e["observation"] for e in json.loads(tenant.events())["items"]
+                         if e["kind"] == "ObservationEvent" and e["tool_name"] == "terminal"]
+        assert observation["exit_code"] == 0, observation
+        assert observation["content"][0]["text"].split("\n")[:2] == ["ran", "/tmp"], observation
+        user = tenant.bash("id -un")["stdout"].strip()
+        assert observation["metadata"]["username"] == user != "root"
+    finally:
+        plane.stop()
 
 
 def test_a_crashed_template_takes_no_sandbox_down(tmp_path: Path, llm: ScriptedLLM) -> None:

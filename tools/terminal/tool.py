@@ -48,8 +48,16 @@ class TerminalParams(Strict):
 
 #: A dumb terminal: programs then skip redraws and colours, and pagers cannot hold a call.
 TERMINAL_ENV = {"TERM": "dumb", "PAGER": "cat", "GIT_PAGER": "cat", "MANPAGER": "cat"}
-#: The shell runs as the server does (bash's `\u` would say the same).
-USERNAME = pwd.getpwuid(os.getuid()).pw_name
+
+
+def username() -> str:
+    """Who the shell runs as (the server's user, as bash's prompt says it), asked when a
+    command ends, never at import: a server forked from the template imported this module as
+    root, then dropped to the sandbox's uid."""
+    try:
+        return pwd.getpwuid(os.getuid()).pw_name
+    except KeyError:  # a uid without a passwd entry
+        return str(os.getuid())
 
 
 Outcome = Literal["done", "silent", "long", "timeout"]
@@ -295,7 +303,7 @@ class TerminalTool(Tool):
             metadata=CmdOutputMetadata(
                 exit_code=-1 if exit_code is None else exit_code,
                 pid=prompt.background_pid if prompt else -1,
-                username=USERNAME,
+                username=username(),
                 hostname=socket.gethostname(),
                 working_dir=prompt.working_dir if prompt else None,
                 py_interpreter_path=_python(prompt.path) if prompt else None,
