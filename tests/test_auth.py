@@ -149,6 +149,20 @@ def test_metrics_need_the_key(server: ServerProcess) -> None:
     assert r.status_code == 200 and "# TYPE" in r.text
 
 
+def test_server_info_tells_activity_only_with_the_key(server: ServerProcess) -> None:
+    """A neighbour that reaches the port learns what the server is, not how it is used."""
+    bare = httpx.get(server.url + "/server_info", timeout=30).json()
+    assert bare["version"] and bare["usable_tools"]
+    for field in ("uptime", "idle_time", "conversations", "running", "websockets", "webhook"):
+        assert bare[field] is None, (field, bare)
+    wrong = httpx.get(server.url + "/server_info", headers={"X-Session-API-Key": "nope"},
+                      timeout=30).json()
+    assert wrong == bare
+    keyed = httpx.get(server.url + "/server_info", headers={"X-Session-API-Key": KEY},
+                      timeout=30).json()
+    assert keyed["uptime"] > 0 and keyed["conversations"] >= 0 and keyed["websockets"] >= 0
+
+
 def test_health_and_ready_answer_without_a_key(server: ServerProcess) -> None:
     assert httpx.get(server.url + "/health").json() == {"status": "ok"}
     r = httpx.get(server.url + "/ready")

@@ -10,6 +10,7 @@ from starlette.responses import JSONResponse, Response
 
 from agent_server import __version__
 from agent_server.api.io import services
+from agent_server.auth import HEADER
 from agent_server.record import WebhookTotals
 from web.io import doc, reply
 
@@ -19,14 +20,17 @@ class Status(BaseModel):
 
 
 class ServerInfo(BaseModel):
+    """What the server is; how busy it is only to a caller with the session key: a neighbour
+    that reaches the port learns nothing of the sandbox's activity (those fields are null)."""
+
     title: str = "agent-server"
     version: str
-    uptime: float
-    idle_time: float
     usable_tools: list[str]
-    conversations: int
-    running: int
-    websockets: int = 0
+    uptime: float | None = None
+    idle_time: float | None = None
+    conversations: int | None = None
+    running: int | None = None
+    websockets: int | None = None
     """Sockets subscribed to conversations' events."""
     webhook: WebhookTotals | None = None
     """The webhook push over all conversations (null when no webhook is configured)."""
@@ -46,11 +50,13 @@ async def ready(request: Request) -> Response:
     return JSONResponse({"status": "ready"})
 
 
-@doc(summary="Version, uptime and tool names", response=ServerInfo)
+@doc(summary="Version and tool names; uptime and activity with the session key", response=ServerInfo)
 async def server_info(request: Request) -> Response:
     import tools
 
     state = services(request)
+    if not state.keys.accepts(request.headers.get(HEADER)):
+        return reply(ServerInfo(version=__version__, usable_tools=sorted(tools.TOOL_SETS)))
     convs = list(state.conversations)
     now = time.monotonic()
     return reply(ServerInfo(
