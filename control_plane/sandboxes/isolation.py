@@ -7,9 +7,10 @@ Each agent server and everything it starts runs in namespaces of its own, made b
   virtual environment and the `agent_server`, `core`, `web`, `events`, `tools` packages, nothing else of a source
   tree), the sandbox's own directory read-write (its state and workspace, at the same path as
   outside), its workspace once more at `/workspace/project` (where OpenHands clients expect
-  it: the agent server's working directory), a `/tmp` of its own, a `/dev` of its own; not the control plane's state directory,
-  not another sandbox's directory, not the host's home (what of the control plane's state would
-  show through a bound path is covered by an empty tmpfs);
+  it: the agent server's working directory), a `/tmp` of its own (its TMPDIR), a `/dev` and a
+  bounded `/dev/shm` of its own; not the control plane's state directory, not another
+  sandbox's directory, not the host's home (what of the control plane's state would show
+  through a bound path is covered by an empty tmpfs);
 - a pid namespace with its own `/proc`: the sandbox sees its own processes only, and when its
   pid 1 (bubblewrap's reaper) ends, the kernel kills whatever is left in it;
 - ipc, uts and cgroup namespaces of its own. The network is the host's (the LLM, the control
@@ -60,6 +61,8 @@ ACCOUNT_FDS = (3, 4)
 #: Where bubblewrap reads the sandbox's own resolv.conf from (behind the network boundary).
 RESOLV_FD = 5
 ACCOUNT = "agent"
+#: The size of a sandbox's /dev/shm (Docker's default for a container's).
+SHM_BYTES = 64 * 1024 * 1024
 PROJECT = Path("/workspace/project")
 """The workspace inside the namespace (the sandbox's `workspace/` bound there too)."""
 
@@ -130,6 +133,8 @@ class Isolation:
         for program in program_paths():
             args += ["--ro-bind", str(program), str(program)]
         args += ["--proc", "/proc", "--dev", "/dev"]
+        # Its own shared memory (POSIX semaphores: multiprocessing's locks), bounded as Docker's.
+        args += ["--perms", "1777", "--size", str(SHM_BYTES), "--tmpfs", "/dev/shm"]
         masked = [hidden for hidden in self.hidden if any(hidden.is_relative_to(p) for p in bound)]
         for hidden in masked:
             args += ["--tmpfs", str(hidden)]

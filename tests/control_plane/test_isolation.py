@@ -205,11 +205,11 @@ def test_a_module_planted_in_the_sandbox_never_runs_in_its_server(isolated: Cont
 
 
 @pytest.mark.parametrize("template", [False, True], ids=["spawned", "forked"])
-def test_the_terminal_works_under_the_control_planes_tmpdir_and_says_its_user(
+def test_a_sandbox_has_its_own_tmp_and_shm_and_the_terminal_says_its_user(
         tmp_path: Path, llm: ScriptedLLM, template: bool, monkeypatch: pytest.MonkeyPatch) -> None:
     """A TMPDIR of the control plane's (systemd's, a CI's) names a directory the sandbox has not
     got; the sandbox's temporary files go to its own /tmp, and its commands run. Their
-    observations name the sandbox's user, not the template's root."""
+    observations name the sandbox's user, not the template's root. Its /dev/shm is its own."""
     (tmp_path / "cp-tmp").mkdir()
     monkeypatch.setenv("TMPDIR", str(tmp_path / "cp-tmp"))
     plane = ControlPlane(make_config(tmp_path / "cp", sandbox_template=template)).start()
@@ -223,6 +223,11 @@ def test_the_terminal_works_under_the_control_planes_tmpdir_and_says_its_user(
         assert observation["content"][0]["text"].split("\n")[:2] == ["ran", "/tmp"], observation
         user = tenant.bash("id -un")["stdout"].strip()
         assert observation["metadata"]["username"] == user != "root"
+        # Its own /dev/shm: multiprocessing's locks work, and it is bounded (64 MiB).
+        shm = tenant.bash("python3 -c 'import multiprocessing; multiprocessing.Lock(); "
+                          "print(\"locked\")'; dd if=/dev/zero of=/dev/shm/fill bs=1M count=100")
+        assert shm["stdout"].strip() == "locked", shm
+        assert "No space left on device" in shm["stderr"], shm
     finally:
         plane.stop()
 
