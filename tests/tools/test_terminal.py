@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import os
 import secrets
+import signal
 import sys
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -243,6 +245,27 @@ async def test_ctrl_c_stops_a_silent_command(make: Make) -> None:
     assert stopped.exit_code == 130
     assert not pids_running("sleep", duration)
     assert (await run(tool, "ls")).text.splitlines()[0] != "should-not-exist"
+
+
+def test_ctrl_c_reaches_the_command_whatever_the_servers_threads_block(tmp_path: Path) -> None:
+    """A server whose threads block SIGINT (a pool thread inherits its creator's mask; CI's
+    workers had one) still gives its shell a C-c that stops the command."""
+    def scenario() -> int | None:
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})  # this thread and its pool
+
+        async def flow() -> int | None:
+            tool = TerminalTool(ToolContext(conversation_id="test", working_dir=tmp_path,
+                                            state_dir=tmp_path / "state", secrets={}, env={}),
+                                {"no_output_timeout": 1})
+            try:
+                assert (await run(tool, f"sleep {unique_sleep()}")).exit_code == -1
+                return (await settled(tool, await run(tool, "C-c", is_input=True))).exit_code
+            finally:
+                await tool.close()
+        return asyncio.run(flow())
+
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        assert pool.submit(scenario).result(timeout=60) == 130
 
 
 async def test_hard_timeout_interrupts_then_kills(make: Make) -> None:

@@ -145,11 +145,15 @@ class Shell:
                 "bash", os.ttyname(slave), str(rcfile)]  # fmt: skip
 
         def spawn() -> None:
+            # The shell starts with no signal blocked, whatever this thread inherited (a
+            # thread of a server's pool may block SIGINT): else C-c could reach no command.
+            blocked = signal.pthread_sigmask(signal.SIG_SETMASK, ())
             try:
                 self._proc = subprocess.Popen(argv, stdin=slave, stdout=slave, stderr=slave,
                                               cwd=self.working_dir, env=self._env,
                                               start_new_session=True)  # fmt: skip
             finally:
+                signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
                 os.close(slave)
 
         self._done = asyncio.get_running_loop().create_future()  # the first prompt ends it
