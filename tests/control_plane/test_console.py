@@ -12,14 +12,14 @@ import signal
 import threading
 import zipfile
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import pytest
-from playwright.sync_api import Browser, ConsoleMessage, Page, expect
+from playwright.sync_api import Browser, Page, expect
 
 from core import processes
+from tests.control_plane.console_page import new_user, signed_in, watch
 from tests.control_plane.support import (
     ControlPlane,
     ShiftedClock,
@@ -72,35 +72,6 @@ class Shots:
 
     def __call__(self, page: Page, name: str) -> None:
         page.screenshot(path=str(self.dir / f"{name}.png"), full_page=True)
-
-
-def new_user(plane: ControlPlane, name: str) -> str:
-    """In a thread of its own: Playwright's loop runs in this one."""
-    with ThreadPoolExecutor(1) as pool:
-        return pool.submit(plane.new_user, name).result()
-
-
-def watch(page: Page) -> list[str]:
-    """Script errors and CSP violations of the page (a refused request is not one)."""
-    problems: list[str] = []
-
-    def console(message: ConsoleMessage) -> None:
-        if message.type == "error" and "Failed to load resource" not in message.text:
-            problems.append(message.text)
-    page.on("console", console)
-    page.on("pageerror", lambda error: problems.append(str(error)))
-    return problems
-
-
-def signed_in(browser: Browser, plane: ControlPlane, api_key: str) -> tuple[Page, list[str]]:
-    """A new browser context's page, signed in with `api_key`, and its problems (`watch`)."""
-    page = browser.new_context(viewport={"width": 1200, "height": 900}).new_page()
-    page.set_default_timeout(20_000)
-    problems = watch(page)
-    page.goto(plane.url + "/")
-    page.get_by_label("Account key").fill(api_key)
-    page.get_by_role("button", name="Sign in").click()
-    return page, problems
 
 
 def scripted_after_pwd(steps: Callable[[str], list[Reply]]) -> Callable[[str, dict[str, Any]], Reply]:

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
 import pytest
-from playwright.sync_api import Browser, ConsoleMessage, Page, expect
+from playwright.sync_api import Browser, Page, expect
 
+from tests.control_plane import console_page
+from tests.control_plane.console_page import new_user
 from tests.control_plane.support import ControlPlane
 from tests.support.chromium import launched
 from tests.support.wait import wait_for
@@ -34,22 +35,9 @@ def browser() -> Iterator[Browser]:
 
 
 def signed_in(browser: Browser, plane: ControlPlane, name: str) -> tuple[Page, httpx.Client, list[str]]:
-    """A new user's page, signed in, the user's API client, and the page's script errors and
-    CSP violations (a refused request is not one)."""
-    with ThreadPoolExecutor(1) as pool:  # asyncio in a thread of its own: Playwright's loop runs here
-        api_key = pool.submit(plane.new_user, name).result()
-    page = browser.new_context(viewport={"width": 1200, "height": 900}).new_page()
-    page.set_default_timeout(20_000)
-    problems: list[str] = []
-
-    def console(message: ConsoleMessage) -> None:
-        if message.type == "error" and "Failed to load resource" not in message.text:
-            problems.append(message.text)
-    page.on("console", console)
-    page.on("pageerror", lambda error: problems.append(str(error)))
-    page.goto(plane.url + "/")
-    page.get_by_label("Account key").fill(api_key)
-    page.get_by_role("button", name="Sign in").click()
+    """A new user's page, signed in, the user's API client, and the page's problems."""
+    api_key = new_user(plane, name)
+    page, problems = console_page.signed_in(browser, plane, api_key)
     expect(page.get_by_role("heading", name="Conversations", exact=True)).to_be_visible()
     return page, plane.client(api_key), problems
 

@@ -1,0 +1,39 @@
+"""The console as a user's browser sees it: a user made, a page signed in, and what went
+wrong on the page (script errors, CSP violations). Shared by the console's test modules."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+
+from playwright.sync_api import Browser, ConsoleMessage, Page
+
+from tests.control_plane.support import ControlPlane
+
+
+def new_user(plane: ControlPlane, name: str) -> str:
+    """In a thread of its own: Playwright's loop runs in this one."""
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(plane.new_user, name).result()
+
+
+def watch(page: Page) -> list[str]:
+    """Script errors and CSP violations of the page (a refused request is not one)."""
+    problems: list[str] = []
+
+    def console(message: ConsoleMessage) -> None:
+        if message.type == "error" and "Failed to load resource" not in message.text:
+            problems.append(message.text)
+    page.on("console", console)
+    page.on("pageerror", lambda error: problems.append(str(error)))
+    return problems
+
+
+def signed_in(browser: Browser, plane: ControlPlane, api_key: str) -> tuple[Page, list[str]]:
+    """A new browser context's page, signed in with `api_key`, and its problems (`watch`)."""
+    page = browser.new_context(viewport={"width": 1200, "height": 900}).new_page()
+    page.set_default_timeout(20_000)
+    problems = watch(page)
+    page.goto(plane.url + "/")
+    page.get_by_label("Account key").fill(api_key)
+    page.get_by_role("button", name="Sign in").click()
+    return page, problems
