@@ -33,7 +33,7 @@ class RefusalReport(BaseModel):
 class SandboxReport(BaseModel):
     model_config = ConfigDict(extra="forbid")
     address: ipaddress.IPv4Address
-    refused: int = Field(ge=0)
+    refused: int = Field(ge=0, le=2**63 - 1)
     recent: list[RefusalReport] = Field(default_factory=list, max_length=100)
     holds: Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{16}$")] | None = None
     """The digest of the policy the fence holds it to (None: not let in yet)."""

@@ -57,8 +57,9 @@ class NodeFences:
         self._reports = {k: v for k, v in self._reports.items()
                          if now - v.at < FORGET_SECONDS}
         policies: dict[str, NetworkPolicy | None] = {}
+        found = await rows.get_many(self.db, list(sandboxes))
         for sandbox_id, reported in sandboxes.items():
-            row = await rows.get(self.db, sandbox_id)
+            row = found.get(sandbox_id)
             live = row is not None and not row.status.terminal
             policies[sandbox_id] = row.network if row is not None and live else None
             if live:

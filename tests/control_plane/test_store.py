@@ -240,3 +240,21 @@ async def test_the_database_files_are_readable_by_this_user_alone(tmp_path: Path
     finally:
         os.umask(old)
         await db.close()
+
+
+async def test_a_node_fences_round_answers_live_sandboxes_their_policy(db: Database,
+                                                                       tmp_path: Path) -> None:
+    """A Swarm node's fence reports its sandboxes: a live one is answered its policy and its
+    refusals kept, an ended or unknown one null (let out), in one read of the rows."""
+    from control_plane.network.policy import OPEN
+    from control_plane.sandboxes.fences import NodeFences, reported
+
+    user = await accounts.get_or_create_user(db, "fenced")
+    live = await _sandbox(db, user.id, "livebox", SandboxStatus.RUNNING, age=1, idle=1)
+    ended = await _sandbox(db, user.id, "endedbox", SandboxStatus.MISSING, age=1, idle=1)
+    fences = NodeFences(db, Cipher.for_config(None, tmp_path))
+    answer = await fences.report({sid: reported(f"10.0.0.{n}", n, [], None)
+                                  for n, sid in enumerate((live, ended, "unknownbox"))})
+    assert answer == {live: OPEN, ended: None, "unknownbox": None}
+    assert fences.refusals(live) is not None and fences.refusals(ended) is None
+    assert await sandboxes.get_many(db, []) == {}
