@@ -14,6 +14,9 @@ from control_plane.api.io import services, user
 from control_plane.gateway.limits import next_midnight
 from web.io import doc, read_query, reply
 
+#: Rows of one answer at most (a user with many sandboxes over 90 days has more).
+MAX_ROWS = 1000
+
 
 class UsageQuery(BaseModel):
     days: int = Field(default=7, ge=1, le=90)
@@ -46,7 +49,9 @@ class UsageReport(BaseModel):
     resets_at: datetime
     """When today's spending starts afresh (midnight UTC)."""
     rows: list[SandboxDay]
-    """Per sandbox and day, newest day first."""
+    """Per sandbox and day, newest day first; `MAX_ROWS` at most."""
+    more: bool = False
+    """Rows beyond those were left out (fewer `days` shows them)."""
 
 
 async def forward(request: Request) -> Response:
@@ -61,19 +66,16 @@ async def usage(request: Request) -> Response:
     account = await user(request)
     days = read_query(request, UsageQuery).days
     svc = services(request)
-    rows, today = await svc.gateway.report(account.id, days)
+    rows, today, (requests, prompt, completion, cost) = await svc.gateway.report(
+        account.id, days, MAX_ROWS + 1)
     caps = svc.gateway.caps(await svc.settings.get(account.id))
     shown = [SandboxDay(day=r.day, sandbox_id=r.sandbox_id, requests=r.requests,
                         prompt_tokens=r.prompt_tokens, completion_tokens=r.completion_tokens,
-                        cost_usd=r.cost_usd) for r in rows]
-    totals = UsageTotals()
-    for row in (r for r in shown if r.day == today):
-        totals.requests += row.requests
-        totals.prompt_tokens += row.prompt_tokens
-        totals.completion_tokens += row.completion_tokens
-        totals.cost_usd += row.cost_usd
+                        cost_usd=r.cost_usd) for r in rows[:MAX_ROWS]]
+    totals = UsageTotals(requests=requests, prompt_tokens=prompt, completion_tokens=completion,
+                         cost_usd=cost)
     return reply(UsageReport(
-        day=today, today=totals, rows=shown,
+        day=today, today=totals, rows=shown, more=len(rows) > MAX_ROWS,
         daily_budget_usd=None if caps.budget_usd is None else caps.budget_usd.value,
         requests_per_minute=None if caps.per_minute is None else int(caps.per_minute.value),
         resets_at=next_midnight(datetime.strptime(today, "%Y-%m-%d").replace(tzinfo=UTC))))

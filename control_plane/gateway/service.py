@@ -175,11 +175,14 @@ class Gateway:
         except SQLAlchemyError:
             logger.error("LLM gateway: a call of sandbox %s was not counted", call.sandbox.id)
 
-    async def report(self, user_id: str, days: int) -> tuple[list[UsageRow], str]:
-        """The user's rows of the last `days` days (today included), and today."""
-        today = self.db.now()
-        first = day_of(today - timedelta(days=days - 1))
-        return await usage.since(self.db, user_id, first), day_of(today)
+    async def report(self, user_id: str, days: int, limit: int
+                     ) -> tuple[list[UsageRow], str, tuple[int, int, int, float]]:
+        """The user's rows of the last `days` days (today included; `limit` at most), today,
+        and today's totals over every sandbox."""
+        now = self.db.now()
+        today, first = day_of(now), day_of(now - timedelta(days=days - 1))
+        return (await usage.since(self.db, user_id, first, limit), today,
+                await usage.day_total(self.db, user_id, today))
 
     async def close(self) -> None:
         """Counts still being written are finished first (briefly), then the connections go."""

@@ -51,10 +51,21 @@ async def spent(db: Database, user_id: str, day: str) -> float:
         return float(await conn.scalar(query) or 0.0)
 
 
-async def since(db: Database, user_id: str, first_day: str) -> list[UsageRow]:
+async def day_total(db: Database, user_id: str, day: str) -> tuple[int, int, int, float]:
+    """The user's requests, prompt and completion tokens and cost on `day`, all sandboxes."""
+    query = select(*(func.coalesce(func.sum(c), 0) for c in (
+        U.c.requests, U.c.prompt_tokens, U.c.completion_tokens, U.c.cost_usd))).where(
+        U.c.user_id == user_id, U.c.day == day)
+    async with db.connect() as conn:
+        requests, prompt, completion, cost = (await conn.execute(query)).one()
+    return int(requests), int(prompt), int(completion), float(cost)
+
+
+async def since(db: Database, user_id: str, first_day: str,
+                limit: int | None = None) -> list[UsageRow]:
     """The user's rows from `first_day` on (days as text sort as dates), newest day first,
-    then by sandbox."""
+    then by sandbox; `limit` at most (the API's answer has one)."""
     query = (select(U).where(U.c.user_id == user_id, U.c.day >= first_day)
-             .order_by(U.c.day.desc(), U.c.sandbox_id))
+             .order_by(U.c.day.desc(), U.c.sandbox_id).limit(limit))
     async with db.connect() as conn:
         return [_row(r) for r in await conn.execute(query)]

@@ -424,6 +424,31 @@ def test_the_usage_route_bounds_its_days(control_plane: ControlPlane) -> None:
     assert control_plane.client(None).get("/api/v1/llm-usage").status_code == 401
 
 
+def test_the_usage_route_bounds_its_rows_and_totals_every_one(
+        control_plane: ControlPlane, monkeypatch: pytest.MonkeyPatch) -> None:
+    from control_plane.api import gateway as route
+    monkeypatch.setattr(route, "MAX_ROWS", 3)
+    client = control_plane.client(control_plane.new_user("ida"))
+    user_id = client.get("/api/v1/users/me").json()["id"]
+
+    async def spend() -> str:
+        db = Database(control_plane.config.db_url)
+        try:
+            today = db.now().strftime("%Y-%m-%d")
+            for n in range(5):
+                await store_usage.add(db, user_id, f"s{n}", today, prompt_tokens=10,
+                                      cost_usd=0.5)
+            return today
+        finally:
+            await db.close()
+    today = asyncio.run(spend())
+    report = usage(client)
+    assert len(report["rows"]) == 3 and report["more"] is True
+    assert {r["day"] for r in report["rows"]} == {today}
+    assert report["today"] == {"requests": 5, "prompt_tokens": 50, "completion_tokens": 0,
+                               "cost_usd": 2.5}
+
+
 async def test_usage_adds_up_per_sandbox_and_day(database_url: str) -> None:
     db = Database(database_url)
     await db.migrate()
