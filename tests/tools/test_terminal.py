@@ -268,6 +268,27 @@ def test_ctrl_c_reaches_the_command_whatever_the_servers_threads_block(tmp_path:
         assert pool.submit(scenario).result(timeout=60) == 130
 
 
+def test_ctrl_c_reaches_the_command_of_a_server_that_ignores_sigint(tmp_path: Path) -> None:
+    """A server started in the background by a script ignores SIGINT (a non-interactive shell
+    does that to `cmd &`; CI's runs were so), and an ignored signal stays ignored across exec:
+    its shell's commands must still stop on C-c."""
+    async def flow() -> int | None:
+        tool = TerminalTool(ToolContext(conversation_id="test", working_dir=tmp_path,
+                                        state_dir=tmp_path / "state", secrets={}, env={}),
+                            {"no_output_timeout": 5, "max_call_seconds": 0.5})
+        try:
+            assert (await run(tool, "while :; do echo tick; sleep 0.05; done")).exit_code == -1
+            return (await settled(tool, await run(tool, "C-c", is_input=True))).exit_code
+        finally:
+            await tool.close()
+
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        assert asyncio.run(flow()) == 130
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 async def test_hard_timeout_interrupts_then_kills(make: Make) -> None:
     # The grace is what bash gets to act on C-c: on a loaded machine that takes a while.
     tool = make(kill_grace=3, no_output_timeout=0.5)

@@ -140,7 +140,9 @@ class Shell:
         _configure_terminal(slave)
         # A session leader that opens a terminal makes it its controlling terminal, which gives
         # bash job control and lets C-c reach the foreground command; `exec` keeps the pid.
-        argv = ["bash", "--noprofile", "--norc", "-c",
+        # `env --default-signal` first: a server started in the background by a script ignores
+        # SIGINT, every command would inherit that, and C-c would stop none of them.
+        argv = ["env", "--default-signal", "bash", "--noprofile", "--norc", "-c",
                 'exec bash --noediting --noprofile --rcfile "$2" -i <"$1" >"$1" 2>&1',
                 "bash", os.ttyname(slave), str(rcfile)]  # fmt: skip
 
