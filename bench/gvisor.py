@@ -1,14 +1,16 @@
-"""Docker sandboxes on runc and on gVisor (runsc), side by side in one run (prints JSON).
+"""Sandboxes on the host's kernel and on gVisor's, side by side in one run (prints JSON):
+Docker on runc and on runsc, process sandboxes in bubblewrap (spawned, and forked from the
+template) and on gVisor.
 
-    .venv/bin/python bench/gvisor.py [--starts 5] [--runs 5]
+    .venv/bin/python bench/gvisor.py [--starts 5] [--runs 5] [--kinds runc,runsc,...]
 
-For each runtime a control plane with the Docker provider (the tests' image, built from Debian
-packages; runsc registered as tests/support/docker.py does, docs/gvisor.md) starts `--starts`
-sandboxes one after another, then, all of them idle:
+For each kind a control plane (Docker's with the tests' image, built from Debian packages;
+runsc registered as tests/support/docker.py does, docs/gvisor.md) starts `--starts` sandboxes
+one after another, then, all of them idle:
 
-- start_s: POST /api/v1/sandboxes -> RUNNING (the agent server answering in its container);
-- pss_mib: the PSS of every process of one idle sandbox's container, found by its cgroup (under
-  runsc these are gVisor's Sentry and gofer, which hold the agent server's memory themselves);
+- start_s: POST /api/v1/sandboxes -> RUNNING (the agent server answering in its sandbox);
+- pss_mib: the PSS of every process of one idle sandbox, found by its cgroup (on gVisor these
+  are its Sentry and gofer, which hold the agent server's memory themselves);
 - command_s: one terminal command (`true`) through the agent server's /api/bash, the part of
   an agent step a sandbox's kernel changes (the model's part is the same on both);
 - the tool work of an agent, timed inside one sandbox (bash's `time`, wall-clock): `git status`
@@ -36,8 +38,9 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from control_plane.sandboxes import cgroups  # noqa: E402
 from control_plane.sandboxes.containers import LABEL_PLANE, LABEL_SANDBOX, plane_label  # noqa: E402
-from tests.control_plane.support import ControlPlane, make_config  # noqa: E402
+from tests.control_plane.support import ControlPlane, make_config, template_socket  # noqa: E402
 from tests.support import docker as docker_support  # noqa: E402
 from tests.support.wait import wait_for  # noqa: E402
 
@@ -59,8 +62,9 @@ WORK = {
     "git_status_s": "cd /workspace/project/bench/repo && git status --porcelain >/dev/null",
     "grep_s": "grep -r 'line 7 ' /workspace/project/bench/repo >/dev/null",
     "unittest_s": "cd /workspace/project/bench/tests && python3 -m unittest -q test_many 2>/dev/null",
-    "imports_s": "python3 -c 'import uvicorn, agent_server.app'",
+    "imports_s": "PYTHON -c 'import uvicorn, agent_server.app'",
 }
+KINDS = ("runc", "runsc", "bubblewrap", "bubblewrap-template", "gvisor")
 
 
 def bash(url: str, key: str, command: str) -> dict[str, Any]:
@@ -77,14 +81,15 @@ def timed(url: str, key: str, command: str) -> float:
     return float(out["stdout"].strip().splitlines()[-1])
 
 
-def pss_mib(container_id: str) -> float:
-    """The PSS of every process whose cgroup is the container's."""
+def pss_mib(group: str) -> float:
+    """The PSS of every process whose cgroup is the sandbox's (a container's id, or a process
+    sandbox's group)."""
     total = 0
     for pid in os.listdir("/proc"):
         if not pid.isdigit():
             continue
         try:
-            if container_id not in Path(f"/proc/{pid}/cgroup").read_text():
+            if group not in Path(f"/proc/{pid}/cgroup").read_text():
                 continue
             for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
                 if line.startswith("Pss:"):
@@ -98,14 +103,22 @@ def median(samples: list[float]) -> float:
     return round(statistics.median(samples), 3)
 
 
-def measure(runtime: str, image: str, starts: int, runs: int) -> dict[str, Any]:
+def plane_config(kind: str, image: str, root: Path) -> Any:
+    if kind in ("runc", "runsc"):
+        return make_config(root, host="0.0.0.0", sandbox_provider="docker", sandbox_image=image,
+                           sandbox_runtime=None if kind == "runc" else kind)
+    return make_config(root, sandbox_isolation="gvisor" if kind == "gvisor" else "bubblewrap",
+                       sandbox_template=kind == "bubblewrap-template")
+
+
+def measure(kind: str, image: str, starts: int, runs: int) -> dict[str, Any]:
     engine = docker_support.client()
     with tempfile.TemporaryDirectory() as tmp:
-        config = make_config(Path(tmp) / "cp", host="0.0.0.0", sandbox_provider="docker",
-                             sandbox_image=image,
-                             sandbox_runtime=None if runtime == "runc" else runtime)
+        config = plane_config(kind, image, Path(tmp) / "cp")
         plane = ControlPlane(config).start()
         try:
+            if config.sandbox_template:
+                wait_for(template_socket(plane).exists, 180, what="the sandbox template")
             client = plane.client(plane.new_user("bench"))
             began: list[float] = []
             ids = []
@@ -119,10 +132,15 @@ def measure(runtime: str, image: str, starts: int, runs: int) -> dict[str, Any]:
             record = client.get("/api/v1/sandboxes", params={"id": ids[0]}).json()[0]
             url, key = record["exposed_urls"][0]["url"], record["session_api_key"]
             time.sleep(5)  # idle: its server done loading
-            [container] = engine.containers.list(filters={"label": f"{LABEL_SANDBOX}={ids[0]}"})
-            out: dict[str, Any] = {"runtime": runtime, "start_s": median(began),
+            if kind in ("runc", "runsc"):
+                [container] = engine.containers.list(
+                    filters={"label": f"{LABEL_SANDBOX}={ids[0]}"})
+                group, python = str(container.id), "python3"
+            else:
+                group, python = f"/{cgroups.GROUP}/{ids[0]}\n", sys.executable
+            out: dict[str, Any] = {"kind": kind, "start_s": median(began),
                                    "start_max_s": round(max(began), 3),
-                                   "pss_mib": pss_mib(str(container.id)),
+                                   "pss_mib": pss_mib(group),
                                    "kernel": bash(url, key, "uname -r")["stdout"].strip()}
             commands = []
             for _ in range(runs * 4):
@@ -134,7 +152,8 @@ def measure(runtime: str, image: str, starts: int, runs: int) -> dict[str, Any]:
             if setup["exit_code"] != 0:
                 raise RuntimeError(f"setup failed: {setup}")
             for name, command in WORK.items():
-                out[name] = median([timed(url, key, command) for _ in range(runs)])
+                out[name] = median([timed(url, key, command.replace("PYTHON", python))
+                                    for _ in range(runs)])
             return out
         finally:
             plane.stop()
@@ -146,11 +165,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--starts", type=int, default=5)
     parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--kinds", default=",".join(KINDS),
+                        help=f"comma-separated, of {', '.join(KINDS)}")
     args = parser.parse_args()
     docker_support.Daemon.ensure(Path(tempfile.gettempdir()) / "bench-dockerd.log")
     docker_support.ensure_runtime("runsc")
-    image = docker_support.sandbox_image()
-    results = [measure(runtime, image, args.starts, args.runs) for runtime in ("runc", "runsc")]
+    image = docker_support.sandbox_image() if {"runc", "runsc"} & set(args.kinds.split(",")) else ""
+    results = [measure(kind, image, args.starts, args.runs) for kind in args.kinds.split(",")]
     print(json.dumps({"load_average": os.getloadavg(), "results": results}, indent=2))
 
 

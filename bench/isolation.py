@@ -150,7 +150,7 @@ def launcher(runs: int = 30) -> dict[str, Any]:
             for how in times:
                 began = time.monotonic()
                 command = (Command(["/bin/true"], {}) if how == "direct"
-                           else isolation.command(root, ["/bin/true"], uid))
+                           else isolation.command(root, ["/bin/true"], uid, {}))
                 name, argv = f"bench-{os.getpid()}-{i}", command.argv
                 if how == "bubblewrap_in_cgroup" and isinstance(groups, cgroups.Cgroups):
                     argv = cgroups.enter(groups.create(name, DEFAULT_LIMITS), argv)

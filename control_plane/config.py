@@ -67,11 +67,18 @@ class Config(BaseModel):
     container of the sandbox image run through the Docker Engine API (`docker`), or a service
     of that image on a Docker Swarm cluster, through a manager's Engine API (`swarm`)."""
 
-    sandbox_isolation: Literal["auto", "bubblewrap", "off"] = "auto"
+    sandbox_isolation: Literal["auto", "bubblewrap", "gvisor", "off"] = "auto"
     """Process sandboxes in namespaces of their own made by bubblewrap: where it works here
     (`auto`; the log says at start which it is), always (`bubblewrap`: the control plane does
-    not start without it), or never (`off`: they run as this control plane's user and can read
-    its state and each other's files)."""
+    not start without it), on gVisor (`gvisor`: each on a kernel of its own, runsc's; root
+    only, no template; the control plane does not start without it, docs/gvisor.md), or never
+    (`off`: they run as this control plane's user and can read its state and each other's
+    files)."""
+
+    sandbox_gvisor_platform: Literal["ptrace", "kvm"] = "ptrace"
+    """How gVisor's kernel intercepts a process sandbox's system calls: `ptrace` works
+    everywhere; `kvm` is faster where /dev/kvm is a real one (it hangs in a VM without
+    nested virtualisation)."""
 
     sandbox_uids: tuple[int, int] = (1_879_048_192, 1_879_113_727)
     """Run as root, each isolated process sandbox runs as a uid of its own from this range

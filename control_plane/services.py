@@ -30,12 +30,12 @@ from control_plane.network.policy import NetworkPolicy
 from control_plane.network.rules import Segment
 from control_plane.relay import Bell
 from control_plane.runs import Runs
-from control_plane.sandboxes import cgroups
+from control_plane.sandboxes import cgroups, gvisor
 from control_plane.sandboxes.dockernet import DockerNetwork
 from control_plane.sandboxes.drift import Drift
 from control_plane.sandboxes.egress import SandboxEgress
 from control_plane.sandboxes.fences import NodeFences
-from control_plane.sandboxes.isolation import IsolationUnavailable, choose
+from control_plane.sandboxes.isolation import Isolation, IsolationUnavailable, choose
 from control_plane.sandboxes.process import SPEC, ProcessProvider
 from control_plane.sandboxes.provider import Limits, SandboxProvider
 from control_plane.sandboxes.service import SandboxService
@@ -150,9 +150,16 @@ def build_provider(config: Config, db: Database,
                               stop_grace=config.sandbox_stop_grace,
                               warm_pool=config.warm_pool, webhook_url=config.webhook_base,
                               fence=docker_boundary(config, db), runtime=config.sandbox_runtime)
-    isolation = choose(config.sandbox_isolation, hidden=[config.state_dir], uids=config.sandbox_uids)
+    isolation: Isolation | None
+    if config.sandbox_isolation == "gvisor":
+        isolation = gvisor.choose(hidden=[config.state_dir], uids=config.sandbox_uids,
+                                  platform=config.sandbox_gvisor_platform)
+    else:
+        isolation = choose(config.sandbox_isolation, hidden=[config.state_dir],
+                           uids=config.sandbox_uids)
     template = (Template(config.state_dir / "template")
-                if config.sandbox_template and isolation is not None and isolation.uids else None)
+                if config.sandbox_template and isolation is not None and isolation.forks
+                and isolation.uids else None)
     groups = cgroups.find()
     if isinstance(groups, str):
         logger.warning("process sandboxes run without memory, process or CPU limits: %s", groups)

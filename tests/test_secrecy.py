@@ -18,7 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from control_plane.sandboxes.isolation import Isolation
+from control_plane.sandboxes.isolation import Bubblewrap
 from control_plane.sandboxes.spawn import spawn, wait
 from tests.support.wait import wait_for
 
@@ -48,9 +48,9 @@ def serve(root_dir: Path, env: dict[str, str], stdin: bytes = b"") -> tuple[int,
     if os.geteuid() == 0:
         (root_dir / "home").mkdir()
         (root_dir / "workspace").mkdir(exist_ok=True)
-        isolation = Isolation(bwrap=shutil.which("bwrap") or "bwrap", hidden=(),
-                              uids=UIDS, setpriv=shutil.which("setpriv") or "setpriv")
-        command = isolation.command(root_dir, argv, isolation.own(root_dir))
+        isolation = Bubblewrap(bwrap=shutil.which("bwrap") or "bwrap", hidden=(),
+                               uids=UIDS, setpriv=shutil.which("setpriv") or "setpriv")
+        command = isolation.command(root_dir, argv, isolation.own(root_dir), {})
         argv, files = command.argv, command.files
     env = {"PATH": os.environ["PATH"], "AGENT_SERVER_PORT": "0",
            "AGENT_SERVER_STATE_DIR": str(root_dir / "state"), **env}

@@ -37,9 +37,9 @@ import signal
 import sys
 import tempfile
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import ClassVar, Literal
 
 from control_plane.sandboxes.provider import ProviderError
 from control_plane.sandboxes.spawn import spawn, wait
@@ -63,6 +63,8 @@ RESOLV_FD = 5
 ACCOUNT = "agent"
 #: The size of a sandbox's /dev/shm (Docker's default for a container's).
 SHM_BYTES = 64 * 1024 * 1024
+READY_FILE = "ready.json"
+"""Where a sandbox's agent server says it is ready (its port), in the sandbox's directory."""
 PROJECT = Path("/workspace/project")
 """The workspace inside the namespace (the sandbox's `workspace/` bound there too)."""
 
@@ -73,31 +75,76 @@ class IsolationUnavailable(ProviderError):
 
 @dataclass(frozen=True)
 class Command:
-    """bubblewrap's command line, and the data it reads from descriptors (number -> bytes,
-    which the launcher puts there)."""
+    """The launcher's command line, the environment it is given, and the data it reads from
+    descriptors (number -> bytes, which the spawn puts there)."""
 
     argv: list[str]
     files: dict[int, bytes]
+    env: dict[str, str] = field(default_factory=dict)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Isolation:
-    """How this control plane's process sandboxes are isolated."""
+    """How this control plane's process sandboxes are isolated: what every kind offers the
+    process provider (bubblewrap's namespaces here, gVisor's kernel in `gvisor`)."""
 
-    bwrap: str
     hidden: tuple[Path, ...]
     """Never visible inside, even where a bound path holds them (the control plane's state)."""
     uids: tuple[int, int] | None
     """Root: each sandbox runs as a uid of its own from this range (first, last)."""
-    setpriv: str = "setpriv"
+    name: ClassVar[str]
+    """What the log and the sandbox spec call it."""
+    forks: ClassVar[bool]
+    """The template can fork a server into it (the sandbox's processes are the host's)."""
 
     def command(self, root_dir: Path, argv: Sequence[str], uid: int | None,
-                resolv_conf: bytes | None = None) -> Command:
-        """`argv` run inside the sandbox whose directory is `root_dir` (as `uid` when given:
-        the sandbox's /etc/passwd and /etc/group then name it, as programs expect);
-        `resolv_conf`: its /etc/resolv.conf (a sandbox behind the network boundary asks the
-        control plane's resolver), instead of the host's."""
-        files = {} if uid is None else _accounts(uid, root_dir / HOME)
+                env: dict[str, str], resolv_conf: bytes | None = None) -> Command:
+        """`argv` run with `env` inside the sandbox whose directory is `root_dir` (as `uid`
+        when given: the sandbox's /etc/passwd and /etc/group then name it, as programs
+        expect); `resolv_conf`: its /etc/resolv.conf (a sandbox behind the network boundary
+        asks the control plane's resolver), instead of the host's."""
+        raise NotImplementedError
+
+    def marker(self, root_dir: Path) -> str:
+        """One whole argument of the launcher's command line that names the sandbox: how a
+        restarted control plane finds a start that was cut short."""
+        return str(root_dir / READY_FILE)
+
+    def env(self, root_dir: Path) -> dict[str, str]:
+        """What the sandbox's environment gets on top of the usual: its own home, and its own
+        /tmp for temporary files (a TMPDIR of the control plane's names a directory the
+        sandbox has not got, where every terminal command would fail)."""
+        return {"HOME": str(root_dir / HOME), "TMPDIR": "/tmp", "TMP": "/tmp", "TEMP": "/tmp"}
+
+    def own(self, root_dir: Path) -> int | None:
+        """The sandbox's uid (root only), its directory and those in it made its own: the
+        directory's owner when it is already one of the range (a sandbox started again),
+        otherwise a uid no other sandbox directory and no process uses. Blocking."""
+        if self.uids is None:
+            return None
+        first, last = self.uids
+        with _locked(root_dir.parent / UIDS_LOCK):
+            uid = root_dir.stat().st_uid
+            if not first <= uid <= last:
+                uid = _free_uid(first, last, _uids_in_use(root_dir.parent))
+            for path in [root_dir, *root_dir.iterdir()]:
+                if path.is_dir() and not path.is_symlink():
+                    os.chown(path, uid, uid)
+        return uid
+
+
+@dataclass(frozen=True, kw_only=True)
+class Bubblewrap(Isolation):
+    """Namespaces of the host's kernel, made by bubblewrap (the module's docstring)."""
+
+    bwrap: str
+    setpriv: str = "setpriv"
+    name: ClassVar[str] = "bubblewrap"
+    forks: ClassVar[bool] = True
+
+    def command(self, root_dir: Path, argv: Sequence[str], uid: int | None,
+                env: dict[str, str], resolv_conf: bytes | None = None) -> Command:
+        files = {} if uid is None else accounts(uid, root_dir / HOME)
         if resolv_conf is not None:
             files[RESOLV_FD] = resolv_conf
         args = [self.bwrap, "--unshare-pid", "--unshare-ipc", "--unshare-uts",
@@ -119,7 +166,7 @@ class Isolation:
             if fd in files:
                 args += ["--perms", "0644", "--ro-bind-data", str(fd), path]
         if resolv_conf is None:
-            for resolver in _resolver_dirs():
+            for resolver in resolver_dirs():
                 args += ["--ro-bind-try", str(resolver), str(resolver)]
         else:
             # Where the host's resolv.conf leads (a link out of /etc: systemd-resolved's), the
@@ -150,29 +197,8 @@ class Isolation:
         if uid is not None:
             args += [self.setpriv, f"--reuid={uid}", f"--regid={uid}", "--clear-groups",
                      "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--"]
-        return Command(args + list(argv), files)
+        return Command(args + list(argv), files, env)
 
-    def env(self, root_dir: Path) -> dict[str, str]:
-        """What the sandbox's environment gets on top of the usual: its own home, and its own
-        /tmp for temporary files (a TMPDIR of the control plane's names a directory the
-        sandbox has not got, where every terminal command would fail)."""
-        return {"HOME": str(root_dir / HOME), "TMPDIR": "/tmp", "TMP": "/tmp", "TEMP": "/tmp"}
-
-    def own(self, root_dir: Path) -> int | None:
-        """The sandbox's uid (root only), its directory and those in it made its own: the
-        directory's owner when it is already one of the range (a sandbox started again),
-        otherwise a uid no other sandbox directory and no process uses. Blocking."""
-        if self.uids is None:
-            return None
-        first, last = self.uids
-        with _locked(root_dir.parent / UIDS_LOCK):
-            uid = root_dir.stat().st_uid
-            if not first <= uid <= last:
-                uid = _free_uid(first, last, _uids_in_use(root_dir.parent))
-            for path in [root_dir, *root_dir.iterdir()]:
-                if path.is_dir() and not path.is_symlink():
-                    os.chown(path, uid, uid)
-        return uid
 
 
 def choose(mode: Mode, *, hidden: Sequence[Path], uids: tuple[int, int]) -> Isolation | None:
@@ -208,14 +234,16 @@ def _probe(hidden: tuple[Path, ...], uids: tuple[int, int]) -> tuple[Isolation |
     setpriv = shutil.which("setpriv") or "setpriv"
     if root and shutil.which("setpriv") is None:
         return None, "setpriv (util-linux) is not installed"
-    isolation = Isolation(bwrap=bwrap, hidden=hidden, uids=uids if root else None, setpriv=setpriv)
+    isolation = Bubblewrap(bwrap=bwrap, hidden=hidden, uids=uids if root else None,
+                           setpriv=setpriv)
     with tempfile.TemporaryDirectory(prefix="sandbox-probe-") as scratch:
         (Path(scratch) / "workspace").mkdir()
-        command = isolation.command(Path(scratch), ["true"], uids[0] if root else None)
+        command = isolation.command(Path(scratch), ["true"], uids[0] if root else None,
+                                    {"PATH": os.defpath})
         said = Path(scratch) / "probe.log"
         with open(said, "wb") as output:
             try:
-                pid = spawn(command.argv, {"PATH": os.defpath}, output=output.fileno(),
+                pid = spawn(command.argv, command.env, output=output.fileno(),
                             files=command.files)
             except OSError as exc:
                 return None, f"bubblewrap could not run: {exc}"
@@ -241,7 +269,7 @@ def program_paths() -> list[Path]:
     return sorted(p for p in paths if not any(p.is_relative_to(s) for s in system))
 
 
-def _accounts(uid: int, home: Path) -> dict[int, bytes]:
+def accounts(uid: int, home: Path) -> dict[int, bytes]:
     """The host's /etc/passwd and /etc/group with the sandbox's user (`agent`) added."""
     files = {}
     lines = (f"{ACCOUNT}:x:{uid}:{uid}:agent sandbox:{home}:/bin/bash\n", f"{ACCOUNT}:x:{uid}:\n")
@@ -268,7 +296,7 @@ def _leading_dirs(points: Sequence[Path], *, bound: Sequence[Path],
     return sorted(found, key=lambda p: len(p.parts))
 
 
-def _resolver_dirs() -> list[Path]:
+def resolver_dirs() -> list[Path]:
     """/etc/resolv.conf's real directory, when it is a link out of the bound system (e.g.
     systemd-resolved's /run/systemd/resolve)."""
     target = Path(os.path.realpath("/etc/resolv.conf"))

@@ -39,7 +39,8 @@ from control_plane.network.host import NetworkError
 from control_plane.network.links import veth_of
 from control_plane.network.policy import NetworkPolicy
 from control_plane.sandboxes import cgroups
-from control_plane.sandboxes.isolation import HOME, Command, Isolation
+from control_plane.sandboxes.gvisor import Gvisor
+from control_plane.sandboxes.isolation import HOME, READY_FILE, Command, Isolation
 from control_plane.sandboxes.provider import (
     DEFAULT_LIMITS,
     PROJECT_DIR,
@@ -60,10 +61,16 @@ T = TypeVar("T")
 
 SPEC = SandboxSpec(id="process", description="an agent-server child process on this machine, "
                    "in its own process group, sharing the host's tools (bash, git, Chromium)")
-ISOLATED_SPEC = SandboxSpec(id=SPEC.id, description=SPEC.description + "; isolated by "
-                            "bubblewrap: its own files, /tmp and processes, the system read-only; "
-                            f"its workspace at {PROJECT_DIR}", working_dir=PROJECT_DIR)
-READY_FILE = "ready.json"
+
+
+def isolated_spec(isolation: Isolation) -> SandboxSpec:
+    kernel = ("on gVisor: a kernel of its own, " if isinstance(isolation, Gvisor) else
+              "isolated by bubblewrap: ")
+    return SandboxSpec(id=SPEC.id, description=f"{SPEC.description}; {kernel}its own files, "
+                       f"/tmp and processes, the system read-only; its workspace at {PROJECT_DIR}",
+                       working_dir=PROJECT_DIR)
+
+
 #: What bubblewrap runs around a server forked from the template: it lives while its stdin is
 #: open (the server's lifeline) and ignores SIGTERM, so a stop waits for the server itself. The
 #: ready file's path is an argument, as a spawned server's is, so a restart finds it.
@@ -120,7 +127,7 @@ class ProcessProvider(SandboxProvider):
         self._children: set[int] = set()
 
     def specs(self) -> list[SandboxSpec]:
-        return [ISOLATED_SPEC if self.isolation else SPEC]
+        return [isolated_spec(self.isolation) if self.isolation else SPEC]
 
     async def start(self) -> None:
         if self.network is not None:
@@ -164,7 +171,8 @@ class ProcessProvider(SandboxProvider):
         # -P: the working directory (the sandbox's own, which its agent writes) is not put
         # first on the import path, so nothing planted there is imported by the server.
         argv = [sys.executable, "-P", "-m", "agent_server", "--ready-file", str(ready)]
-        command, uid, groups = Command(argv, {}), None, []
+        command = Command(argv, {}, child_env(launch, self.isolation, self.network is not None))
+        uid, groups = None, []
         if self.isolation is not None:
             (launch.root_dir / HOME).mkdir(exist_ok=True, mode=0o700)
             uid = await asyncio.to_thread(self.isolation.own, launch.root_dir)
@@ -191,11 +199,13 @@ class ProcessProvider(SandboxProvider):
         first when it has one (where it asks the control plane's resolver)."""
         assert self.isolation is not None
         links = None if self.network is None else self.network.links
-        command = self.isolation.command(launch.root_dir, argv, uid,
+        env = child_env(launch, self.isolation, self.network is not None)
+        command = self.isolation.command(launch.root_dir, argv, uid, env,
                                          None if links is None else links.resolv_conf())
         if links is None:
             return command
-        return Command([*links.enter(launch.sandbox_id), *command.argv], command.files)
+        return Command([*links.enter(launch.sandbox_id), *command.argv], command.files,
+                       command.env)
 
     async def _launch(self, launch: Launch, command: Command, uid: int | None,
                       groups: list[Path], address: ipaddress.IPv4Address | None) -> Handle:
@@ -206,7 +216,8 @@ class ProcessProvider(SandboxProvider):
             pid = None
             if self.template is not None:
                 self.template.revive()
-            if uid is not None and self.template is not None and self.template.ready:
+            if (uid is not None and self.template is not None and self.template.ready
+                    and self.isolation is not None and self.isolation.forks):
                 try:
                     pid, said = await self._fork(launch, uid, out, groups)
                 except TemplateError as exc:
@@ -237,9 +248,8 @@ class ProcessProvider(SandboxProvider):
 
     def _spawn(self, command: Command, launch: Launch, out: int, stdin: bytes | int,
                groups: list[Path]) -> int:
-        pid = spawn(cgroups.enter(groups, command.argv),
-                    child_env(launch, self.isolation, self.network is not None),
-                    output=out, stdin=stdin, files=command.files)
+        pid = spawn(cgroups.enter(groups, command.argv), command.env, output=out, stdin=stdin,
+                    files=command.files)
         self._children.add(pid)
         return pid
 
@@ -337,7 +347,9 @@ class ProcessProvider(SandboxProvider):
     async def recover(self, launch: Launch) -> Handle | None:
         """The child of a start that was cut short: its handle once it is up; a child still
         booting (no ready file yet) is killed, so the caller can start the sandbox again."""
-        found = processes.with_argument(str(launch.root_dir / READY_FILE))
+        marker = (self.isolation.marker(launch.root_dir) if self.isolation is not None
+                  else str(launch.root_dir / READY_FILE))
+        found = processes.with_argument(marker)
         leaders = [p.pid for p in found if p.pid == p.pgid]
         try:
             port = int(json.loads((launch.root_dir / READY_FILE).read_text())["port"])
@@ -380,7 +392,10 @@ class ProcessProvider(SandboxProvider):
 
     async def pause(self, handle: Handle) -> None:
         """Returns once the server is stopped: a signal lands asynchronously, and PAUSED is
-        only stored when it is true."""
+        only stored when it is true. On gVisor its kernel stops the sandbox first, then the
+        launcher's group is stopped too, which is how a paused sandbox is known again."""
+        if isinstance(self.isolation, Gvisor):
+            await self._gvisor(handle, "pause")
         self._signal(handle, signal.SIGSTOP)
         deadline = time.monotonic() + 5
         while processes.state(handle.pid) != "T" or self._running_inside(handle):
@@ -390,6 +405,8 @@ class ProcessProvider(SandboxProvider):
 
     async def resume(self, handle: Handle) -> Handle:
         self._signal(handle, signal.SIGCONT)
+        if isinstance(self.isolation, Gvisor):
+            await self._gvisor(handle, "resume")
         await self.until_alive(handle, "the agent server did not answer after resuming",
                                lambda: processes.is_running(handle.pid, handle.pid_start_time))
         return handle
@@ -399,10 +416,18 @@ class ProcessProvider(SandboxProvider):
             raise ProviderError("the sandbox's process is gone")
         self._signal_inside(handle, sig)
 
+    async def _gvisor(self, handle: Handle, *action: str) -> None:
+        assert isinstance(self.isolation, Gvisor)
+        try:
+            await self.isolation.control(handle.pid, *action)
+        except ProviderError as exc:
+            raise ProviderError(f"the sandbox's gVisor did not {action[0]}: {exc}") from None
+
     def _namespace(self, handle: Handle) -> str | None:
         """An isolated sandbox's pid namespace: what runs in it is the sandbox's, whatever its
-        group (a server forked from the template leads a session of its own)."""
-        if self.isolation is None:
+        group (a server forked from the template leads a session of its own). None on gVisor:
+        nothing of the sandbox is a process of this host (runsc's own are its launcher's)."""
+        if self.isolation is None or isinstance(self.isolation, Gvisor):
             return None
         ours = namespaces.namespace(os.getpid())
         for pid in processes.group_members(handle.pid):
@@ -437,10 +462,21 @@ class ProcessProvider(SandboxProvider):
                         else set())
             # A stopped group only acts on SIGTERM once continued.
             inside = self._namespace(handle)
-            for sig in (signal.SIGCONT, signal.SIGTERM):
-                processes.signal_group(handle.pid, sig)
-                if inside is not None:
-                    namespaces.signal_all(inside, sig)
+            if isinstance(self.isolation, Gvisor):
+                tree |= set(processes.children(handle.pid))  # runsc-sandbox: a session of its own
+                # runsc's launcher forwards no signal: its kernel continues the sandbox and
+                # gives the server SIGTERM; what runsc leaves is waited for, then killed.
+                processes.signal_group(handle.pid, signal.SIGCONT)
+                with contextlib.suppress(ProviderError):
+                    await self._gvisor(handle, "resume")  # refused when not paused
+                with contextlib.suppress(ProviderError):
+                    await self._gvisor(handle, "kill", "TERM")
+                launcher = set()
+            else:
+                for sig in (signal.SIGCONT, signal.SIGTERM):
+                    processes.signal_group(handle.pid, sig)
+                    if inside is not None:
+                        namespaces.signal_all(inside, sig)
             deadline = time.monotonic() + self.stop_grace
             while time.monotonic() < deadline:
                 self._reap(handle.pid)
@@ -500,6 +536,8 @@ class ProcessProvider(SandboxProvider):
             os.chmod(partial, 0o600)
             os.replace(partial, archive)
         shutil.rmtree(root_dir, ignore_errors=True)
+        if isinstance(self.isolation, Gvisor):
+            self.isolation.remove(root_dir)
         if self.groups is not None:
             self.groups.remove(sandbox_id)
         return archive

@@ -28,6 +28,7 @@ import uvicorn
 from control_plane.__main__ import create_key
 from control_plane.app import Server, build_app
 from control_plane.config import Config
+from control_plane.sandboxes import gvisor
 from core import namespaces, processes
 from core.retry import Clock
 from tests.support.internet import Internet, forget_docker_network
@@ -206,8 +207,10 @@ def sandbox_pid(plane: ControlPlane, sandbox_id: str) -> int:
 
 
 def launcher_pid(root_dir: Path) -> int | None:
-    leaders = [pid for pid, group in [(p.pid, p.pgid) for p in processes.with_argument(str(root_dir / "ready.json"))]
-               if pid == group]
+    """bubblewrap's (or the server's) with the ready file's path; runsc's with its bundle's."""
+    found = (processes.with_argument(str(root_dir / "ready.json"))
+             or processes.with_argument(str(gvisor.bundle_of(root_dir))))
+    leaders = [p.pid for p in found if p.pid == p.pgid]
     return leaders[0] if leaders else None
 
 

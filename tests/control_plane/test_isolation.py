@@ -19,6 +19,7 @@ import os
 import shutil
 import signal
 import stat
+import subprocess
 import sys
 import tempfile
 import uuid
@@ -29,6 +30,7 @@ import pytest
 from pydantic import ValidationError
 
 from control_plane.config import Config, from_env
+from control_plane.sandboxes import gvisor
 from control_plane.sandboxes.isolation import IsolationUnavailable, choose
 from control_plane.sandboxes.spawn import spawn, wait
 from core import processes
@@ -49,16 +51,23 @@ from tests.support.llm import ScriptedLLM, call
 pytestmark = pytest.mark.e2e
 
 
-@pytest.fixture(params=["spawned", "forked"])
+@pytest.fixture(params=["spawned", "forked", "gvisor"])
 def isolated(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ControlPlane]:
     forked = request.param == "forked"
-    if forked and os.geteuid() != 0:
-        pytest.fail("the template forks into a sandbox's namespaces as root only: run as root")
-    plane = ControlPlane(make_config(tmp_path / "cp", sandbox_template=forked)).start()
+    if request.param != "spawned" and os.geteuid() != 0:
+        pytest.fail("the template forks into a sandbox's namespaces, and runsc starts its "
+                    "sandboxes, as root only: run as root")
+    plane = ControlPlane(make_config(tmp_path / "cp", sandbox_template=forked,
+                                     sandbox_isolation=request.param == "gvisor" and "gvisor"
+                                     or "auto")).start()
     if forked:
         wait_for(template_socket(plane).exists, 180, what="the sandbox template")
     yield plane
     plane.stop()
+
+
+def on_gvisor(plane: ControlPlane) -> bool:
+    return plane.config.sandbox_isolation == "gvisor"
 
 
 def forked(plane: ControlPlane, server: int) -> bool:
@@ -67,8 +76,10 @@ def forked(plane: ControlPlane, server: int) -> bool:
 
 
 def test_a_tenant_reads_nothing_of_another(isolated: ControlPlane, llm: ScriptedLLM) -> None:
+    gvisor = on_gvisor(isolated)
     specs = isolated.client(isolated.new_user("admin")).get("/api/v1/sandbox-specs/search").json()
-    assert "isolated by bubblewrap" in specs["items"][0]["description"], specs
+    said = "on gVisor: a kernel of its own" if gvisor else "isolated by bubblewrap"
+    assert said in specs["items"][0]["description"], specs
     assert specs["items"][0]["working_dir"] == "/workspace/project"
 
     state = isolated.config.state_dir
@@ -89,27 +100,43 @@ def test_a_tenant_reads_nothing_of_another(isolated: ControlPlane, llm: Scripted
         assert f"[read {target}: 1]" in told, told
     for leak in (a.secret, a.llm_key, a.note, a.session, fernet, "SQLite format 3", b.session):
         assert leak not in told
-    assert b.bash(f"ls {state / 'sandboxes'}")["stdout"].split() == [b.sid]
+    # find, not ls: Debian's runsc rejects the statx flag coreutils' ls passes (docs/gvisor.md)
+    listed = b.bash(f"find {state / 'sandboxes'} -mindepth 1 -maxdepth 1 -printf '%f\\n'")
+    assert listed["stdout"].split() == [b.sid], listed
     for target, result in attempts(b, targets).items():
         assert result["exit_code"] != 0 and "No such file" in result["stderr"], (target, result)
         assert not result["stdout"]
     environ = b.bash("cat /proc/[0-9]*/environ | tr '\\0' '\\n'; ls /proc")
     for leak in (a.secret, a.llm_key, a.session, b.session):
         assert leak not in environ["stdout"]
-    # Nor does bubblewrap's environment hold a key (read from outside, as root): it came over
-    # a pipe to the agent server alone.
+    # Nor does bubblewrap's (or runsc's) environment hold a key (read from outside, as root):
+    # it came over a pipe to the agent server alone.
     if os.geteuid() == 0:
         launcher = sandbox_pid(isolated, b.sid)
         for pid in [launcher, *processes.children(launcher)]:
             assert b.session.encode() not in Path(f"/proc/{pid}/environ").read_bytes()
 
-    # The server holds no privilege: no capability, none to gain, and it is the sandbox's user.
-    server = server_of(isolated, b.sid)
-    assert forked(isolated, server) == isolated.config.sandbox_template
-    status = dict(line.split(":\t", 1) for line in
-                  Path(f"/proc/{server}/status").read_text().splitlines() if ":\t" in line)
-    assert status["NoNewPrivs"].strip() == "1"
-    for capabilities in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"):
+    # The server holds no privilege: no capability, none to gain, and it is the sandbox's user
+    # (on gVisor as its kernel says: the server is no process of the host's).
+    if gvisor:
+        status_text = b.bash("cat /proc/$PPID/status")["stdout"]
+        # The agent's own terminal command sees gVisor's kernel, not the host's.
+        kernel = run(isolated, llm, "dave", "cat /proc/version; dmesg | head -1").events()
+        assert "Starting gVisor" in kernel and "Linux version 4.4.0" in kernel, kernel
+        assert "Linux version" in Path("/proc/version").read_text()  # the host's, not that
+    else:
+        server = server_of(isolated, b.sid)
+        assert forked(isolated, server) == isolated.config.sandbox_template
+        status_text = Path(f"/proc/{server}/status").read_text()
+    status = dict(line.split(":\t", 1) for line in status_text.splitlines() if ":\t" in line)
+    if gvisor:  # its /proc says nothing of it: the kernel's answer to the server's child
+        no_new_privs = b.bash("python3 -c 'import ctypes; "
+                              "print(ctypes.CDLL(None).prctl(39, 0, 0, 0, 0))'")["stdout"]
+        assert no_new_privs.strip() == "1", no_new_privs
+    else:
+        assert status["NoNewPrivs"].strip() == "1"
+    # (gVisor's /proc has no ambient set: it has no ambient capabilities to give)
+    for capabilities in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb")[:4 if gvisor else 5]:
         assert int(status[capabilities], 16) == 0, (capabilities, status[capabilities])
     assert status["Uid"].split()[:3] == [str((state / "sandboxes" / b.sid).stat().st_uid)] * 3
 
@@ -151,29 +178,53 @@ def test_pause_resume_and_delete_reach_everything_inside(isolated: ControlPlane,
                                                          llm: ScriptedLLM) -> None:
     """Inside bubblewrap the pid the control plane keeps is bubblewrap's, leading the group: a
     pause stops the agent server in the sandbox, resume continues it, and a delete ends a daemon
-    that left the server's session (the sandbox's pid namespace goes with it)."""
+    that left the server's session (the sandbox's pid namespace goes with it). On gVisor the
+    pid is runsc's: its kernel pauses every task (runsc says so), and a delete leaves nothing
+    of runsc's."""
     mark = f"daemon-{uuid.uuid4().hex}"
     tenant = run(isolated, llm, "carol",
                  f"setsid -f bash -c 'sleep infinity; :' {mark} </dev/null >/dev/null 2>&1")
-    daemon = wait_for(lambda: processes.with_argument(mark), 10, what="the daemon")
     pid = sandbox_pid(isolated, tenant.sid)
-    server = server_of(isolated, tenant.sid)
-    assert server != pid  # bubblewrap's leads the group; the server runs in its namespace
+    if on_gvisor(isolated):
+        wait_for(lambda: mark in tenant.bash(f"pgrep -af {mark} || true")["stdout"], 10,
+                 what="the daemon")
+        runsc = [pid, *processes.children(pid)]  # runsc, its gofer and its sandbox
+        bundle = gvisor.bundle_from(pid)
+        assert bundle is not None and len(runsc) == 3
+        # As an operator asks runsc: in the sandbox's network namespace (docs/gvisor.md).
+        state = ["nsenter", f"--net=/proc/{pid}/ns/net", "--", shutil.which("runsc") or "runsc",
+                 "--root", str(bundle / "state"), "state", gvisor.CONTAINER]
+    else:
+        daemon = wait_for(lambda: processes.with_argument(mark), 10, what="the daemon")
+        server = server_of(isolated, tenant.sid)
+        assert server != pid  # bubblewrap's leads the group; the server runs in its namespace
 
     r = tenant.client.post(f"/api/v1/sandboxes/{tenant.sid}/pause")
     assert r.status_code == 200 and r.json()["status"] == "PAUSED", r.text
-    assert processes.state(pid) == "T" and processes.state(server) == "T"
+    assert processes.state(pid) == "T"
+    if on_gvisor(isolated):
+        assert json.loads(subprocess.check_output(state))["status"] == "paused"
+    else:
+        assert processes.state(server) == "T"
     r = tenant.client.post(f"/api/v1/sandboxes/{tenant.sid}/resume")
     assert r.status_code == 200, r.text
     wait_for(lambda: tenant.client.get("/api/v1/sandboxes", params={"id": tenant.sid})
              .json()[0]["status"] == "RUNNING", 30, what="RUNNING again")
-    assert processes.state(server) in ("S", "R")
+    if on_gvisor(isolated):
+        assert json.loads(subprocess.check_output(state))["status"] == "running"
+    else:
+        assert processes.state(server) in ("S", "R")
     assert tenant.bash("echo back")["stdout"] == "back\n"
 
     r = tenant.client.delete(f"/api/v1/sandboxes/{tenant.sid}", params={"sandbox_id": tenant.sid})
     assert r.status_code == 200, r.text
-    wait_for(lambda: not processes.with_argument(mark), 10, what="the daemon to be gone")
-    assert all(processes.state(p) in (None, "Z") for p in (pid, server, *(p.pid for p in daemon)))
+    if on_gvisor(isolated):
+        wait_for(lambda: all(processes.state(p) in (None, "Z") for p in runsc), 10,
+                 what="runsc's processes to be gone")
+        assert not bundle.exists()
+    else:
+        wait_for(lambda: not processes.with_argument(mark), 10, what="the daemon to be gone")
+        assert all(processes.state(p) in (None, "Z") for p in (pid, server, *(p.pid for p in daemon)))
 
 
 def test_a_module_planted_in_the_sandbox_never_runs_in_its_server(isolated: ControlPlane,
@@ -283,22 +334,31 @@ def test_an_unisolated_host_serves_one_user_unless_shared(tmp_path: Path, llm: S
         plane.stop()
 
 
-def test_what_a_bound_path_holds_of_the_control_plane_is_covered(tmp_path: Path) -> None:
+@pytest.mark.parametrize("kind", ["bubblewrap", "gvisor"])
+def test_what_a_bound_path_holds_of_the_control_plane_is_covered(tmp_path: Path,
+                                                                 kind: str) -> None:
     """A state directory under a path the sandbox sees (here the virtual environment) is
     covered by an empty tmpfs: without that, its key is read."""
     hidden = Path(tempfile.mkdtemp(prefix="state-", dir=sys.prefix))
     try:
         (hidden / "secret.key").write_text("the-key\n")
+        # Readable by anyone (a sandbox on gVisor runs as its own uid): only the cover hides it.
+        hidden.chmod(0o755)
+        (hidden / "secret.key").chmod(0o644)
         root = tmp_path / "sandbox"
         (root / "workspace").mkdir(parents=True)
+        uids = Config().sandbox_uids
         for covered, expected in ((True, "No such file"), (False, "the-key")):
-            isolation = choose("bubblewrap", hidden=[hidden] if covered else [],
-                               uids=Config().sandbox_uids)
+            isolation = (gvisor.choose(hidden=[hidden] if covered else [], uids=uids)
+                         if kind == "gvisor" else
+                         choose("bubblewrap", hidden=[hidden] if covered else [], uids=uids))
             assert isolation is not None
-            command = isolation.command(root, ["cat", str(hidden / "secret.key")], None)
+            command = isolation.command(root, ["cat", str(hidden / "secret.key")],
+                                        uids[0] if kind == "gvisor" else None,
+                                        {"PATH": os.defpath})
             out = tmp_path / f"{covered}.out"
             with open(out, "wb") as output:
-                pid = spawn(command.argv, {"PATH": os.defpath}, output=output.fileno(),
+                pid = spawn(command.argv, command.env, output=output.fileno(),
                             files=command.files)
             assert wait(pid, 30) == (1 if covered else 0)
             assert expected in out.read_text()
@@ -316,6 +376,15 @@ def test_required_isolation_that_cannot_be_had_refuses_to_start(
     assert choose("auto", hidden=[], uids=uids) is None
     [line] = [r.getMessage() for r in caplog.records]
     assert "NOT isolated (bubblewrap is not installed" in line and "SHARED_HOST" in line
+
+
+def test_gvisor_that_cannot_be_had_refuses_to_start_with_the_reason(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Asked for, gVisor is had or the control plane does not start: nothing weaker instead."""
+    monkeypatch.setenv("PATH", "/nonexistent")  # no runsc, no tini
+    with pytest.raises(IsolationUnavailable, match=r"runsc and tini not installed "
+                                                   r"\(Debian: apt-get install runsc tini\)"):
+        gvisor.choose(hidden=[], uids=Config().sandbox_uids)
 
 
 @pytest.mark.parametrize("value", ["100-200", "2000000000-1900000000", "1-2-3", "x", "4294967000-4294967100"])
