@@ -124,13 +124,14 @@ def configured(request: pytest.FixtureRequest, tmp_path: Path, provider: str,
     return make_config(tmp_path / "cp", **extra)
 
 
-@pytest.fixture(params=[("process", "isolated"), ("process", "host"),
-                        ("docker", "isolated"), ("docker", "host")],
-                ids=["process", "process-off", "docker", "docker-off"])
+@pytest.fixture(params=[("process", "isolated", "auto"), ("process", "isolated", "gvisor"),
+                        ("process", "host", "auto"), ("docker", "isolated", "auto"),
+                        ("docker", "host", "auto")],
+                ids=["process", "process-gvisor", "process-off", "docker", "docker-off"])
 def plane(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ControlPlane]:
-    provider, network = request.param
-    control_plane = ControlPlane(configured(request, tmp_path, provider,
-                                            sandbox_network=network)).start()
+    provider, network, isolation = request.param
+    control_plane = ControlPlane(configured(request, tmp_path, provider, sandbox_network=network,
+                                            sandbox_isolation=isolation)).start()
     yield control_plane
     control_plane.stop()
 
