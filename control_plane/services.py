@@ -158,8 +158,8 @@ def build_provider(config: Config, db: Database,
         isolation = choose(config.sandbox_isolation, hidden=[config.state_dir],
                            uids=config.sandbox_uids)
     template = (Template(config.state_dir / "template")
-                if config.sandbox_template and isolation is not None and isolation.forks
-                and isolation.uids else None)
+                if config.sandbox_template and isolation is not None
+                and not isolation.own_kernel and isolation.uids else None)
     groups = cgroups.find()
     if isinstance(groups, str):
         logger.warning("process sandboxes run without memory, process or CPU limits: %s", groups)

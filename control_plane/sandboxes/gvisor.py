@@ -23,13 +23,12 @@ boots gVisor and an interpreter.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
 import resource
 import shutil
-import signal
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,8 +47,8 @@ from control_plane.sandboxes.isolation import (
     accounts,
     program_paths,
     resolver_dirs,
+    trial,
 )
-from control_plane.sandboxes.spawn import spawn, wait
 
 logger = logging.getLogger(__name__)
 
@@ -84,8 +83,8 @@ class Gvisor(Isolation):
     runsc: str
     tini: str
     platform: Platform = "ptrace"
-    name: ClassVar[str] = "gVisor"
-    forks: ClassVar[bool] = False
+    described: ClassVar[str] = "on gVisor: a kernel of its own"
+    own_kernel: ClassVar[bool] = True
 
     def command(self, root_dir: Path, argv: Sequence[str], uid: int | None,
                 env: dict[str, str], resolv_conf: bytes | None = None) -> Command:
@@ -149,13 +148,30 @@ class Gvisor(Isolation):
         except TimeoutError:
             process.kill()
             await process.wait()
-            raise IsolationUnavailable(f"runsc {action[0]} did not answer") from None
+            raise IsolationUnavailable(f"the sandbox's gVisor did not {action[0]}: runsc did "
+                                       "not answer") from None
         if process.returncode != 0:
             words = said.decode(errors="replace").strip().splitlines() or ["no message"]
-            raise IsolationUnavailable(f"runsc {action[0]}: {words[-1][-300:]}")
+            raise IsolationUnavailable(f"the sandbox's gVisor did not {action[0]}: "
+                                       f"{words[-1][-300:]}")
 
-    @staticmethod
-    def remove(root_dir: Path) -> None:
+    async def pause(self, launcher: int) -> None:
+        await self.control(launcher, "pause")
+
+    async def resume(self, launcher: int) -> None:
+        await self.control(launcher, "resume")
+
+    async def terminate(self, launcher: int) -> bool:
+        """runsc's launcher forwards no signal: gVisor's kernel continues the sandbox (runsc
+        refuses that when it is not paused) and gives its pid 1 SIGTERM."""
+        with contextlib.suppress(IsolationUnavailable):
+            await self.control(launcher, "resume")
+        with contextlib.suppress(IsolationUnavailable):
+            await self.control(launcher, "kill", "TERM")
+            return True
+        return False
+
+    def remove(self, root_dir: Path) -> None:
         shutil.rmtree(bundle_of(root_dir), ignore_errors=True)
 
 
@@ -215,23 +231,10 @@ def choose(*, hidden: Sequence[Path], uids: tuple[int, int],
             + " not installed (Debian: apt-get install " + " ".join(p for _, p in missing) + ")")
     gvisor = Gvisor(runsc=shutil.which("runsc") or "runsc", tini=shutil.which("tini") or "tini",
                     hidden=tuple(Path(p) for p in hidden), uids=uids, platform=platform)
-    with tempfile.TemporaryDirectory(prefix="sandbox-probe-") as scratch:
-        root = Path(scratch) / "probe"
-        (root / "workspace").mkdir(parents=True)
-        os.chown(root, uids[0], uids[0])
-        command = gvisor.command(root, ["/bin/true"], uids[0], {"PATH": os.defpath})
-        said = Path(scratch) / "probe.log"
-        with open(said, "wb") as output:
-            pid = spawn(command.argv, command.env, output=output.fileno())
-        status = wait(pid, 60)
-        if status is None:
-            os.killpg(pid, signal.SIGKILL)
-            wait(pid, 5)
-        text = said.read_text(errors="replace").strip()
-    if status != 0:
-        last = (text.splitlines() or ["no message"])[-1]
+    failed = trial(gvisor, uids[0], timeout=60)
+    if failed is not None:
         raise IsolationUnavailable("CONTROL_PLANE_SANDBOX_ISOLATION=gvisor, but runsc cannot "
-                                   f"start a sandbox here ({status=}: {last})")
+                                   f"start a sandbox here ({failed})")
     logger.info("process sandboxes run on gVisor (runsc, %s platform), each as its own uid "
                 "from %d-%d", platform, *uids)
     return gvisor

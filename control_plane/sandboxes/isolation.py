@@ -92,10 +92,11 @@ class Isolation:
     """Never visible inside, even where a bound path holds them (the control plane's state)."""
     uids: tuple[int, int] | None
     """Root: each sandbox runs as a uid of its own from this range (first, last)."""
-    name: ClassVar[str]
-    """What the log and the sandbox spec call it."""
-    forks: ClassVar[bool]
-    """The template can fork a server into it (the sandbox's processes are the host's)."""
+    described: ClassVar[str]
+    """What the sandbox spec says of it."""
+    own_kernel: ClassVar[bool] = False
+    """Its processes are not the host's (gVisor): no template forks a server into it, and of
+    it /proc shows its launcher's processes alone."""
 
     def command(self, root_dir: Path, argv: Sequence[str], uid: int | None,
                 env: dict[str, str], resolv_conf: bytes | None = None) -> Command:
@@ -104,6 +105,21 @@ class Isolation:
         expect); `resolv_conf`: its /etc/resolv.conf (a sandbox behind the network boundary
         asks the control plane's resolver), instead of the host's."""
         raise NotImplementedError
+
+    async def pause(self, launcher: int) -> None:
+        """What stops the sandbox besides SIGSTOP to its launcher's group and pid namespace
+        (nothing, unless its kernel is its own)."""
+
+    async def resume(self, launcher: int) -> None:
+        """What continues it besides SIGCONT (nothing, unless its kernel is its own)."""
+
+    async def terminate(self, launcher: int) -> bool:
+        """Asks the sandbox's server to end where SIGTERM to the launcher's group would not
+        reach it; False: the caller signals the group."""
+        return False
+
+    def remove(self, root_dir: Path) -> None:
+        """What of the sandbox lives outside its directory, removed with it (nothing here)."""
 
     def marker(self, root_dir: Path) -> str:
         """One whole argument of the launcher's command line that names the sandbox: how a
@@ -139,8 +155,7 @@ class Bubblewrap(Isolation):
 
     bwrap: str
     setpriv: str = "setpriv"
-    name: ClassVar[str] = "bubblewrap"
-    forks: ClassVar[bool] = True
+    described: ClassVar[str] = "isolated by bubblewrap"
 
     def command(self, root_dir: Path, argv: Sequence[str], uid: int | None,
                 env: dict[str, str], resolv_conf: bytes | None = None) -> Command:
@@ -236,26 +251,39 @@ def _probe(hidden: tuple[Path, ...], uids: tuple[int, int]) -> tuple[Isolation |
         return None, "setpriv (util-linux) is not installed"
     isolation = Bubblewrap(bwrap=bwrap, hidden=hidden, uids=uids if root else None,
                            setpriv=setpriv)
+    failed = trial(isolation, uids[0] if root else None, timeout=30)
+    if failed is not None:
+        return None, f"bubblewrap cannot make a sandbox here ({failed})"
+    return isolation, ""
+
+
+def trial(isolation: Isolation, uid: int | None, timeout: float) -> str | None:
+    """Runs `true` in a sandbox of `isolation`'s kind, made in a scratch directory: None when
+    it ran, otherwise the last line said (or that it hung). What `choose` tries at start."""
     with tempfile.TemporaryDirectory(prefix="sandbox-probe-") as scratch:
-        (Path(scratch) / "workspace").mkdir()
-        command = isolation.command(Path(scratch), ["true"], uids[0] if root else None,
-                                    {"PATH": os.defpath})
+        root = Path(scratch) / "probe"
+        (root / "workspace").mkdir(parents=True)
+        if uid is not None:
+            os.chown(root, uid, uid)
+        command = isolation.command(root, ["true"], uid, {"PATH": os.defpath})
         said = Path(scratch) / "probe.log"
         with open(said, "wb") as output:
             try:
                 pid = spawn(command.argv, command.env, output=output.fileno(),
                             files=command.files)
             except OSError as exc:
-                return None, f"bubblewrap could not run: {exc}"
-        status = wait(pid, 30)
+                return f"it could not run: {exc}"
+        status = wait(pid, timeout)
         if status is None:
             os.killpg(pid, signal.SIGKILL)
             wait(pid, 5)
         text = said.read_text(errors="replace").strip()
-    if status != 0:
-        last = (text.splitlines() or ["no message"])[-1]
-        return None, f"bubblewrap cannot make a sandbox here ({last})"
-    return isolation, ""
+        isolation.remove(root)
+    if status == 0:
+        return None
+    if status is None:
+        return f"it did not finish within {timeout:g} s"
+    return (text.splitlines() or [f"exit status {status}, no message"])[-1]
 
 
 def program_paths() -> list[Path]:

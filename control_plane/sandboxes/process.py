@@ -39,7 +39,6 @@ from control_plane.network.host import NetworkError
 from control_plane.network.links import veth_of
 from control_plane.network.policy import NetworkPolicy
 from control_plane.sandboxes import cgroups
-from control_plane.sandboxes.gvisor import Gvisor
 from control_plane.sandboxes.isolation import HOME, READY_FILE, Command, Isolation
 from control_plane.sandboxes.provider import (
     DEFAULT_LIMITS,
@@ -64,9 +63,8 @@ SPEC = SandboxSpec(id="process", description="an agent-server child process on t
 
 
 def isolated_spec(isolation: Isolation) -> SandboxSpec:
-    kernel = ("on gVisor: a kernel of its own, " if isinstance(isolation, Gvisor) else
-              "isolated by bubblewrap: ")
-    return SandboxSpec(id=SPEC.id, description=f"{SPEC.description}; {kernel}its own files, "
+    return SandboxSpec(id=SPEC.id, description=f"{SPEC.description}; {isolation.described}: "
+                       "its own files, "
                        f"/tmp and processes, the system read-only; its workspace at {PROJECT_DIR}",
                        working_dir=PROJECT_DIR)
 
@@ -217,7 +215,7 @@ class ProcessProvider(SandboxProvider):
             if self.template is not None:
                 self.template.revive()
             if (uid is not None and self.template is not None and self.template.ready
-                    and self.isolation is not None and self.isolation.forks):
+                    and self.isolation is not None and not self.isolation.own_kernel):
                 try:
                     pid, said = await self._fork(launch, uid, out, groups)
                 except TemplateError as exc:
@@ -392,10 +390,10 @@ class ProcessProvider(SandboxProvider):
 
     async def pause(self, handle: Handle) -> None:
         """Returns once the server is stopped: a signal lands asynchronously, and PAUSED is
-        only stored when it is true. On gVisor its kernel stops the sandbox first, then the
-        launcher's group is stopped too, which is how a paused sandbox is known again."""
-        if isinstance(self.isolation, Gvisor):
-            await self._gvisor(handle, "pause")
+        only stored when it is true. A kernel of its own (gVisor's) stops the sandbox first;
+        the launcher's group is stopped too, which is how a paused sandbox is known again."""
+        if self.isolation is not None:
+            await self.isolation.pause(handle.pid)
         self._signal(handle, signal.SIGSTOP)
         deadline = time.monotonic() + 5
         while processes.state(handle.pid) != "T" or self._running_inside(handle):
@@ -405,8 +403,8 @@ class ProcessProvider(SandboxProvider):
 
     async def resume(self, handle: Handle) -> Handle:
         self._signal(handle, signal.SIGCONT)
-        if isinstance(self.isolation, Gvisor):
-            await self._gvisor(handle, "resume")
+        if self.isolation is not None:
+            await self.isolation.resume(handle.pid)
         await self.until_alive(handle, "the agent server did not answer after resuming",
                                lambda: processes.is_running(handle.pid, handle.pid_start_time))
         return handle
@@ -416,18 +414,11 @@ class ProcessProvider(SandboxProvider):
             raise ProviderError("the sandbox's process is gone")
         self._signal_inside(handle, sig)
 
-    async def _gvisor(self, handle: Handle, *action: str) -> None:
-        assert isinstance(self.isolation, Gvisor)
-        try:
-            await self.isolation.control(handle.pid, *action)
-        except ProviderError as exc:
-            raise ProviderError(f"the sandbox's gVisor did not {action[0]}: {exc}") from None
-
     def _namespace(self, handle: Handle) -> str | None:
         """An isolated sandbox's pid namespace: what runs in it is the sandbox's, whatever its
-        group (a server forked from the template leads a session of its own). None on gVisor:
-        nothing of the sandbox is a process of this host (runsc's own are its launcher's)."""
-        if self.isolation is None or isinstance(self.isolation, Gvisor):
+        group (a server forked from the template leads a session of its own). None on a
+        kernel of its own: nothing of the sandbox is a process of this host."""
+        if self.isolation is None or self.isolation.own_kernel:
             return None
         ours = namespaces.namespace(os.getpid())
         for pid in processes.group_members(handle.pid):
@@ -462,21 +453,19 @@ class ProcessProvider(SandboxProvider):
                         else set())
             # A stopped group only acts on SIGTERM once continued.
             inside = self._namespace(handle)
-            if isinstance(self.isolation, Gvisor):
-                tree |= set(processes.children(handle.pid))  # runsc-sandbox: a session of its own
-                # runsc's launcher forwards no signal: its kernel continues the sandbox and
-                # gives the server SIGTERM; what runsc leaves is waited for, then killed.
-                processes.signal_group(handle.pid, signal.SIGCONT)
-                with contextlib.suppress(ProviderError):
-                    await self._gvisor(handle, "resume")  # refused when not paused
-                with contextlib.suppress(ProviderError):
-                    await self._gvisor(handle, "kill", "TERM")
+            if self.isolation is not None and self.isolation.own_kernel:
+                # On a kernel of its own the launcher (runsc) and its children are all there
+                # is of it on this host, and they are waited for; its sandbox process leads a
+                # session of its own, so it is killed by name at the end.
+                tree |= set(processes.children(handle.pid))
                 launcher = set()
-            else:
-                for sig in (signal.SIGCONT, signal.SIGTERM):
-                    processes.signal_group(handle.pid, sig)
-                    if inside is not None:
-                        namespaces.signal_all(inside, sig)
+            processes.signal_group(handle.pid, signal.SIGCONT)
+            if inside is not None:
+                namespaces.signal_all(inside, signal.SIGCONT)
+            if self.isolation is None or not await self.isolation.terminate(handle.pid):
+                processes.signal_group(handle.pid, signal.SIGTERM)
+                if inside is not None:
+                    namespaces.signal_all(inside, signal.SIGTERM)
             deadline = time.monotonic() + self.stop_grace
             while time.monotonic() < deadline:
                 self._reap(handle.pid)
@@ -536,7 +525,7 @@ class ProcessProvider(SandboxProvider):
             os.chmod(partial, 0o600)
             os.replace(partial, archive)
         shutil.rmtree(root_dir, ignore_errors=True)
-        if isinstance(self.isolation, Gvisor):
+        if self.isolation is not None:
             self.isolation.remove(root_dir)
         if self.groups is not None:
             self.groups.remove(sandbox_id)
