@@ -218,11 +218,13 @@ async def test_waiting_with_an_empty_command(make: Make) -> None:
 
 async def settled(tool: TerminalTool, obs: TerminalObservation) -> TerminalObservation:
     """The observation once the command has ended (a loaded machine may take longer than a
-    call's wait to act on C-c: the next empty calls read on)."""
-    for _ in range(100):
+    call's wait to act on C-c: the next empty calls read on). C-c is pressed again every ten
+    reads, as a person would: a C-c typed as a loop's command ends (its process group gone,
+    the shell not yet in the foreground again) reaches no process, and is lost."""
+    for attempt in range(1, 101):
         if obs.exit_code != -1:
             break
-        obs = await run(tool, "")
+        obs = await run(tool, "C-c" if attempt % 10 == 0 else "", is_input=attempt % 10 == 0)
     return obs
 
 
