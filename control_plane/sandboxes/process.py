@@ -169,7 +169,8 @@ class ProcessProvider(SandboxProvider):
         # -P: the working directory (the sandbox's own, which its agent writes) is not put
         # first on the import path, so nothing planted there is imported by the server.
         argv = [sys.executable, "-P", "-m", "agent_server", "--ready-file", str(ready)]
-        command = Command(argv, {}, child_env(launch, self.isolation, self.network is not None))
+        env = child_env(launch, self.isolation, self.network is not None)
+        command = Command(argv, {}, env)
         uid, groups = None, []
         if self.isolation is not None:
             (launch.root_dir / HOME).mkdir(exist_ok=True, mode=0o700)
@@ -182,7 +183,7 @@ class ProcessProvider(SandboxProvider):
                 raise ProviderError(f"the sandbox's network could not be made: {exc}") from None
         try:
             if self.isolation is not None:
-                command = self._command(launch, argv, uid)
+                command = self._command(launch, argv, uid, env)
             if self.groups is not None:
                 groups = await asyncio.to_thread(self.groups.create, launch.sandbox_id,
                                                  self.limits)
@@ -192,12 +193,12 @@ class ProcessProvider(SandboxProvider):
                 await self.network.detach(launch.sandbox_id)
             raise
 
-    def _command(self, launch: Launch, argv: list[str], uid: int | None) -> Command:
+    def _command(self, launch: Launch, argv: list[str], uid: int | None,
+                 env: dict[str, str]) -> Command:
         """`argv` in the sandbox: bubblewrap's namespaces, entered in its network namespace
         first when it has one (where it asks the control plane's resolver)."""
         assert self.isolation is not None
         links = None if self.network is None else self.network.links
-        env = child_env(launch, self.isolation, self.network is not None)
         command = self.isolation.command(launch.root_dir, argv, uid, env,
                                          None if links is None else links.resolv_conf())
         if links is None:
@@ -217,7 +218,7 @@ class ProcessProvider(SandboxProvider):
             if (uid is not None and self.template is not None and self.template.ready
                     and self.isolation is not None and not self.isolation.own_kernel):
                 try:
-                    pid, said = await self._fork(launch, uid, out, groups)
+                    pid, said = await self._fork(launch, uid, out, groups, command.env)
                 except TemplateError as exc:
                     logger.warning("%s; the server is started by itself", exc)
             if pid is None:
@@ -251,14 +252,14 @@ class ProcessProvider(SandboxProvider):
         self._children.add(pid)
         return pid
 
-    async def _fork(self, launch: Launch, uid: int, out: int,
-                    groups: list[Path]) -> tuple[int, int]:
+    async def _fork(self, launch: Launch, uid: int, out: int, groups: list[Path],
+                    env: dict[str, str]) -> tuple[int, int]:
         """bubblewrap makes the sandbox around a holder, and the template forks the server
         into it (`agent_server.template`): bubblewrap's pid, as a spawned server's, and the
         read end of the pipe the server says it is ready on."""
         assert self.isolation is not None and self.template is not None
         ready = str(launch.root_dir / READY_FILE)
-        command = self._command(launch, [*HOLDER, ready], uid)
+        command = self._command(launch, [*HOLDER, ready], uid, env)
         lifeline, held = os.pipe()
         said, says = os.pipe()
         keys = filled_pipe(launch.keys())
@@ -267,8 +268,7 @@ class ProcessProvider(SandboxProvider):
             try:
                 inside = await self._made(pid, launch.root_dir / LOG_FILE)
                 await self.template.fork(enter=inside, uid=uid, cwd=launch.root_dir,
-                                         env=child_env(launch, self.isolation,
-                                                       self.network is not None),
+                                         env=env,
                                          argv=["--ready-file", ready],
                                          fds=[keys, out, held, says], cgroups=groups)
             except BaseException:
