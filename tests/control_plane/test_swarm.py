@@ -60,6 +60,15 @@ def swarm(sandbox_image: str, tmp_path_factory: pytest.TempPathFactory) -> Itera
         yield cluster
 
 
+@pytest.fixture(autouse=True)
+def two_nodes(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A test that failed with its worker down (or given up) does not take the next ones with
+    it: the worker is brought back after each test that used the cluster."""
+    yield
+    if "swarm" in request.fixturenames:
+        request.getfixturevalue("swarm").restore()
+
+
 @pytest.fixture(scope="module")
 def llm(swarm: Cluster) -> Iterator[ScriptedLLM]:
     """The scripted LLM where both nodes' containers reach it."""

@@ -122,6 +122,15 @@ class Cluster:
                                listen_addr="0.0.0.0:2377", advertise_addr=self.worker_address)
         wait_for(lambda: self.node_state() == "ready", 60, interval=0.2, what="the worker node")
 
+    def restore(self) -> None:
+        """The worker up and in the cluster again, whatever a failed test left it as (dead, or
+        given up): the next test starts on two nodes."""
+        state = self.node_state()
+        if state == "gone":
+            self.rejoin_worker()
+        elif state != "ready" or self.manager.containers.get(WORKER).status != "running":
+            self.start_worker()
+
     def _boot(self) -> None:
         container = self.manager.containers.get(WORKER)
         container.start()
