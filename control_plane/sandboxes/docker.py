@@ -69,6 +69,7 @@ from control_plane.sandboxes.containers import (
     ContainerProvider,
     close_attach,
     environment,
+    explain,
     hand_over,
     name_of,
     plane_label,
@@ -130,6 +131,10 @@ def for_container(url: str) -> str:
         return url
     netloc = HOST_ALIAS + (f":{parts.port}" if parts.port else "")
     return urlunsplit(parts._replace(netloc=netloc))
+
+
+FREEZE_TRIES = 5
+"""Docker's pause asked again this many times when runc could not freeze the container."""
 
 
 class DockerProvider(ContainerProvider):
@@ -370,8 +375,20 @@ class DockerProvider(ContainerProvider):
         returns once they are frozen."""
         def freeze(client: docker.DockerClient) -> None:
             container = self._ours(client, handle)
-            if container.status != "paused":
-                container.pause()
+            for attempt in range(FREEZE_TRIES):
+                if container.status == "paused":
+                    return
+                try:
+                    container.pause()
+                    return
+                except docker.errors.APIError as exc:
+                    # runc waits a fraction of a second for the cgroup to leave FREEZING, then
+                    # thaws it and says "unable to freeze": on a busy machine, or while the
+                    # container forks, asking again is what works.
+                    if "unable to freeze" not in explain(exc) or attempt == FREEZE_TRIES - 1:
+                        raise
+                time.sleep(0.2 * (attempt + 1))
+                container.reload()
         await self.run(freeze)
 
     async def resume(self, handle: Handle) -> Handle:

@@ -180,6 +180,7 @@ export function conversationPage(main, id) {
     }
   }
 
+  const dock = h("div", { class: "dock" }, confirmation, progress.element, followUp);
   main.append(heading.element, meta, banner,
     h("div", { class: "row toolbar", role: "group", "aria-label": "Controls" },
       pauseButton, interruptButton,
@@ -188,12 +189,18 @@ export function conversationPage(main, id) {
     deleteConfirm, work,
     h("section", { class: "transcript", "aria-labelledby": "events-title" },
       h("h2", { id: "events-title", class: "visually-hidden" }, "Events"), list),
-    h("div", { class: "dock" }, confirmation, progress.element, followUp));
+    dock);
 
-  // Following the newest: after each change to the transcript, back to the bottom unless the
-  // reader scrolled up to read (coming back down follows again).
+  // Following the newest: after each change to the page, back to the bottom unless the reader
+  // scrolled up to read (coming back down follows again). Only a move up lets go: the page's own
+  // scrolls go down, and content that grew before their scroll event must not read as the reader's.
   const atBottom = () => window.innerHeight + window.scrollY >= document.documentElement.scrollHeight - 80;
-  const onScroll = () => { stick = atBottom(); };
+  let lastY = window.scrollY;
+  const onScroll = () => {
+    if (atBottom()) stick = true;
+    else if (window.scrollY < lastY) stick = false;
+    lastY = window.scrollY;
+  };
   window.addEventListener("scroll", onScroll, { passive: true });
   let scrolling = false;
   const follow_ = () => {
@@ -204,7 +211,8 @@ export function conversationPage(main, id) {
       window.scrollTo({ top: document.documentElement.scrollHeight });
     });
   };
-  new MutationObserver(follow_).observe(list, { childList: true, subtree: true, characterData: true });
+  const growth = new MutationObserver(follow_);
+  for (const part of [list, dock]) growth.observe(part, { childList: true, subtree: true, characterData: true });
 
   let pending = null;
   let stop = () => {};
