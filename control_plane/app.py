@@ -11,6 +11,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.routing import Mount, Route
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from control_plane.api import app_conversations as convs
 from control_plane.api import (
@@ -33,6 +34,7 @@ from control_plane.config import Config
 from control_plane.console import SecurityHeaders, static_files
 from control_plane.relay import Bell
 from control_plane.sandbox_side import SandboxSide, Side
+from control_plane.sandboxes.isolation import IsolationUnavailable
 from control_plane.sandboxes.provider import SandboxProvider
 from control_plane.services import Services
 from core.retry import Clock
@@ -125,10 +127,43 @@ def build_app(config: Config, provider: SandboxProvider | None = None,
     routes = [*ROUTES, server.Unserved(), Mount("/", static_files(), name="console")]
     handlers: dict[Any, Callable[..., Any]] = {**HANDLERS, SQLAlchemyError: on_storage}
     app = Starlette(routes=routes, exception_handlers=handlers,
-                    middleware=[Middleware(SecurityHeaders), Middleware(SandboxSide)],
+                    middleware=[Middleware(StartRefusal), Middleware(SecurityHeaders),
+                                Middleware(SandboxSide)],
                     lifespan=lifespan)
     app.state.bell = bell
     return app
+
+
+class StartRefusal:
+    """A control plane that refuses to start (the isolation or the network boundary asked for
+    cannot be had here) says why in one line: Starlette hands the server the lifespan's whole
+    traceback, which buries the reason under frames that are not its cause."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "lifespan":
+            await self.app(scope, receive, send)
+            return
+        held: list[Message] = []
+
+        async def holding_failure(message: Message) -> None:
+            if message["type"] == "lifespan.startup.failed":
+                held.append(message)  # sent once the exception says what it was
+                return
+            await send(message)
+
+        try:
+            await self.app(scope, receive, holding_failure)
+        except IsolationUnavailable as exc:
+            if held:
+                await send({**held[0], "message": f"control-plane cannot start: {exc}"})
+            raise
+        except BaseException:
+            for message in held:
+                await send(message)
+            raise
 
 
 class Server(uvicorn.Server):

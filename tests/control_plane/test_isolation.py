@@ -387,6 +387,24 @@ def test_gvisor_that_cannot_be_had_refuses_to_start_with_the_reason(
         gvisor.choose(hidden=[], uids=Config().sandbox_uids)
 
 
+@pytest.mark.parametrize("asked", [{"CONTROL_PLANE_SANDBOX_ISOLATION": "gvisor"},
+                                   {"CONTROL_PLANE_SANDBOX_ISOLATION": "bubblewrap"}])
+def test_a_control_plane_that_cannot_have_its_isolation_says_why_in_one_line(
+        tmp_path: Path, asked: dict[str, str]) -> None:
+    """As an operator starts it: the reason is the one error line, no traceback over it."""
+    env = {**os.environ, **asked, "PATH": "/nonexistent",  # no runsc, tini, bubblewrap
+           "CONTROL_PLANE_STATE_DIR": str(tmp_path / "state"), "CONTROL_PLANE_PORT": "0"}
+    done = subprocess.run([sys.executable, "-m", "control_plane"], env=env, cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode != 0
+    errors = [line for line in done.stderr.splitlines() if line.startswith("ERROR")]
+    kind = asked["CONTROL_PLANE_SANDBOX_ISOLATION"]
+    assert errors[0].startswith(f"ERROR:    control-plane cannot start: "
+                                f"CONTROL_PLANE_SANDBOX_ISOLATION={kind}, but "), done.stderr
+    assert "not installed" in errors[0] and "Traceback" not in done.stderr
+    assert errors[1:] == ["ERROR:    Application startup failed. Exiting."]
+
+
 @pytest.mark.parametrize("value", ["100-200", "2000000000-1900000000", "1-2-3", "x", "4294967000-4294967100"])
 def test_a_uid_range_is_checked(value: str) -> None:
     with pytest.raises(ValidationError):
