@@ -373,6 +373,38 @@ def test_the_servers_own_keys_printed_by_an_agent_reach_no_event(
         assert value not in (conversation_dir(server, cid) / "events.jsonl").read_text()
 
 
+def test_the_llm_keys_an_agent_comes_by_reach_no_event(
+        client: httpx.Client, llm: ScriptedLLM, key: str, tmp_path: Path, server: ServerProcess,
+        receiver: Receiver) -> None:
+    """A prompt-injected agent reads its own model's key (and a profile's, in the settings)
+    where the server keeps them and prints them, plainly and in base64: masked as secrets are,
+    in the log, the sockets and the webhook, though no one stored them as secrets."""
+    own, profile = new_secret("sk-own-"), new_secret("sk-profile-")
+    r = client.patch("/api/settings",
+                     json={"llm_profiles": {"spare": {"model": "openai/spare", "api_key": profile}}})
+    assert r.status_code == 200, r.text
+    # The command holds neither key: it puts them together, as code that found them would.
+    show = ("python3 -c \"import base64; k=['sk-own-'+'{0}', 'sk-profile-'+'{1}']; "
+            "print(*k); print(*(base64.b64encode(v.encode()).decode() for v in k))\"")
+    llm.script(key, call("terminal", command=show.format(own[7:], profile[11:])),
+               text("Done."))
+    cid = create(client, llm, key, tmp_path, tools=["terminal"], message="print the keys",
+                 run=True, llm_extra={"api_key": own})["id"]
+    assert wait_status(client, cid) == "finished"
+    stored = events(client, cid)
+    output = json.dumps(events(client, cid, "ObservationEvent")[0]["observation"])
+    assert output.count(MASK) == 4, output
+    frames = socket_frames(server, cid, len(stored))
+    wanted = {e["id"] for e in stored}
+    wait_for(lambda: wanted <= set(receiver.ids(cid)), timeout=20, what="webhook delivery")
+    bodies = [b.body.decode() for b in receiver.batches if b.conversation_id == cid]
+    for value in (own, profile):
+        encoded = base64.b64encode(value.encode()).decode()
+        for shown in (json.dumps(stored), *frames, *bodies,
+                      (conversation_dir(server, cid) / "events.jsonl").read_text()):
+            assert value not in shown and encoded not in shown
+
+
 def test_a_secret_with_a_quote_is_masked_inside_json_text(client: httpx.Client, llm: ScriptedLLM,
                                                           key: str, tmp_path: Path) -> None:
     value = 'pa"ss-' + uuid.uuid4().hex

@@ -298,9 +298,10 @@ class AgentSpec(Lenient):
         return data
 
     def literal_values(self) -> list[str]:
-        """What `redacted` hides besides the keys (literal MCP env and header values): masked
-        in events as well, since a tool server may print its own environment."""
-        return mcp_literal_values(self.mcp_config)
+        """What `redacted` hides (the LLM keys, literal MCP env and header values): masked in
+        events as well, since a tool server may print its own environment and an agent may
+        read its own key where the server keeps it."""
+        return [*credentials(self), *mcp_literal_values(self.mcp_config)]
 
 
 #: The LLM an ACP agent's record carries: never called (the external agent picks its model);
@@ -346,9 +347,23 @@ class ACPAgentSpec(Lenient):
         return data
 
     def literal_values(self) -> list[str]:
-        """What `redacted` hides (literal acp_env values): masked in events as well, since the
-        agent may print its own environment (on stderr, in a crash report)."""
-        return literal_values(self.acp_env)
+        """What `redacted` hides (literal acp_env values, a key): masked in events as well,
+        since the agent may print its own environment (on stderr, in a crash report)."""
+        return [*credentials(self), *literal_values(self.acp_env)]
+
+
+def credentials(value: Any) -> list[str]:
+    """Every key held in `value` (SecretStr fields, however deep: the agent's LLM, its
+    condensers' and its critic's; the settings' LLM profiles)."""
+    if isinstance(value, SecretStr):
+        return [value.get_secret_value()]
+    if isinstance(value, BaseModel):
+        return [k for name in type(value).model_fields for k in credentials(getattr(value, name))]
+    if isinstance(value, dict):
+        return [k for v in value.values() for k in credentials(v)]
+    if isinstance(value, list | tuple):
+        return [k for v in value for k in credentials(v)]
+    return []
 
 
 def _agent_tag(value: Any) -> str:

@@ -31,7 +31,7 @@ from agent_server.agent.contract import (
 )
 from agent_server.agent.sink import EventSink
 from agent_server.agent.skills import SkillList
-from agent_server.agent.spec import ConfirmationPolicy, LLMConfig
+from agent_server.agent.spec import ConfirmationPolicy, LLMConfig, credentials
 from agent_server.conversations.cloning import RepositoryClone
 from agent_server.conversations.fanout import Fanout
 from agent_server.conversations.presentation import Presentation
@@ -95,9 +95,10 @@ class Conversation:
         #: that tools and hooks read, kept current by refresh_secrets().
         self.secret_values: dict[str, str] = {}
         #: Masked in every event too, though no tool gets them: `hidden` (the server's own
-        #: keys) and the values the agent's spec holds literally (shown redacted).
-        never_shown = {f"literal {i}": v for i, v in enumerate(record.agent.literal_values())}
-        self.masker = Masker(ChainMap(self.secret_values, never_shown, dict(hidden or {})))
+        #: keys), the LLM keys (the agent's, the settings' profiles') and the values the
+        #: agent's spec holds literally (shown redacted); kept current with the secrets.
+        self._never_shown: dict[str, str] = {}
+        self.masker = Masker(ChainMap(self.secret_values, self._never_shown, dict(hidden or {})))
         self.refresh_secrets()
         #: What clients are shown of it (its info, its state updates).
         self.shown = Presentation(record, directory, fanout, self.masker, lambda: self._log)
@@ -181,9 +182,15 @@ class Conversation:
         await self.shown.announce(*fields)
 
     def refresh_secrets(self) -> None:
-        merged = {**self._settings().secrets, **self.record.secrets}
+        """The secrets in force and the keys never shown, as the settings and the record
+        hold them now (after a change to either, or a switch of the model)."""
+        settings = self._settings()
+        merged = {**settings.secrets, **self.record.secrets}
         self.secret_values.clear()
         self.secret_values.update(merged)
+        held = [*self.record.agent.literal_values(), *credentials(settings.llm_profiles)]
+        self._never_shown.clear()
+        self._never_shown.update({f"held {i}": value for i, value in enumerate(held)})
 
     async def add_secrets(self, values: dict[str, str]) -> None:
         for name, problem in check_secrets(values):
@@ -211,6 +218,7 @@ class Conversation:
     async def _llm_changed(self) -> None:
         self.record.agent.llm = self.control.llm.stored
         self.record.llm_profile = self.control.llm.profile
+        self.refresh_secrets()
         await self.save()
 
     async def transition(self, to: ExecutionStatus) -> None:
