@@ -22,9 +22,11 @@ from tests.support.wait import wait_for
 
 
 class PlaneProcess:
-    def __init__(self, state_dir: Path, **settings: str) -> None:
-        """`settings`: more CONTROL_PLANE_* variables, by field name (database_url=...)."""
+    def __init__(self, state_dir: Path, module: str = "control_plane", **settings: str) -> None:
+        """`settings`: more CONTROL_PLANE_* variables, by field name (database_url=...);
+        `module`: what runs it (`tests.support.demo`: `make demo`)."""
         self.state_dir = state_dir
+        self.module = module
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         internet = Internet.shared()  # as make_config: the deployment's subnet, its DNS
@@ -48,13 +50,18 @@ class PlaneProcess:
         if not self._held:
             Internet.shared().hold(self.subnet)
             self._held = True
-        log = open(self.state_dir.parent / f"control-plane-{self.state_dir.name}.log", "ab")
-        self.proc = subprocess.Popen([sys.executable, "-m", "control_plane"], env=self.env,
+        log = open(self.log_file, "ab")
+        self.proc = subprocess.Popen([sys.executable, "-m", self.module], env=self.env,
                                      stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         log.close()
         if wait:
             self.wait_up()
         return self
+
+    @property
+    def log_file(self) -> Path:
+        """Its output (stdout and stderr)."""
+        return self.state_dir.parent / f"control-plane-{self.state_dir.name}.log"
 
     def wait_up(self) -> None:
         wait_for(lambda: self._up(), 60, what="the control plane")

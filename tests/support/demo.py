@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
 import threading
 from pathlib import Path
 from typing import Any
@@ -74,6 +75,17 @@ def main() -> None:
     key = asyncio.run(create_key(config, "demo"))
     server = Server(uvicorn.Config(build_app(config), host=config.host, port=config.port,
                                    log_level="warning", lifespan="on", timeout_graceful_shutdown=5))
+    # uvicorn hears signals only in the main thread, so the demo does: Ctrl+C, a SIGTERM (a
+    # `kill`, a service manager) or a closed terminal ends the control plane, its sandboxes
+    # with it; a second one does not wait for them. (Not a KeyboardInterrupt: one raised in
+    # `thread.join()` marks the thread ended while it still runs, bpo-45274, and the process
+    # would exit under the control plane before it has stopped anything.)
+    def end(*_: Any) -> None:
+        if server.should_exit:
+            server.force_exit = True
+        server.should_exit = True
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, end)
     thread = threading.Thread(target=server.run, name="control plane")
     thread.start()
     while not server.started and thread.is_alive():
@@ -88,9 +100,6 @@ def main() -> None:
     print(f"\nThe console: {url}/\nSign in with this key (user demo): {key}\n"
           "The model is the scripted demo model; Ctrl+C stops it all.\n", flush=True)
     try:
-        thread.join()
-    except KeyboardInterrupt:
-        server.should_exit = True
         thread.join()
     finally:
         llm.stop()
