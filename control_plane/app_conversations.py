@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+import math
 import zipfile
 from collections.abc import AsyncIterator
 from datetime import datetime
@@ -114,8 +115,24 @@ class AppConversation(BaseModel):
     last_activity_at: datetime
 
 
+#: The most a conversation's reported stats may say (they are its sandbox's word, which the
+#: sandbox's code can forge): a cost in USD, and a count of tokens.
+MAX_COST = 1e6
+MAX_TOKENS = 10**12
+
+
+def _figure(value: Any, most: float) -> float:
+    """A reported figure held to [0, `most`]: not a number (or NaN) is 0, infinity the most."""
+    try:
+        number = float(value or 0)
+    except (TypeError, ValueError, OverflowError):
+        return 0.0
+    return 0.0 if math.isnan(number) else min(max(number, 0.0), most)
+
+
 def metrics_from_stats(value: Any) -> dict[str, Any] | None:
-    """A `stats` ConversationStateUpdateEvent value -> Metrics (summed over usage ids)."""
+    """A `stats` ConversationStateUpdateEvent value -> Metrics (summed over usage ids), each
+    figure and each sum held within MAX_COST and MAX_TOKENS."""
     per_usage = value.get("usage_to_metrics") if isinstance(value, dict) else None
     if not isinstance(per_usage, dict):
         return None
@@ -125,14 +142,17 @@ def metrics_from_stats(value: Any) -> dict[str, Any] | None:
     for item in per_usage.values():
         if not isinstance(item, dict):
             continue
-        cost += float(item.get("accumulated_cost") or 0)
+        cost = min(cost + _figure(item.get("accumulated_cost"), MAX_COST), MAX_COST)
         if isinstance(item.get("model_name"), str):
-            models.add(item["model_name"])
-        tokens = item.get("accumulated_token_usage") or {}
+            models.add(item["model_name"][:200])
+        tokens = item.get("accumulated_token_usage")
+        tokens = tokens if isinstance(tokens, dict) else {}
         for name in ("prompt_tokens", "completion_tokens", "cache_read_tokens",
                      "cache_write_tokens", "reasoning_tokens", "per_turn_token"):
-            setattr(usage, name, getattr(usage, name) + int(tokens.get(name) or 0))
-        usage.context_window = max(usage.context_window, int(tokens.get("context_window") or 0))
+            total = getattr(usage, name) + int(_figure(tokens.get(name), MAX_TOKENS))
+            setattr(usage, name, min(total, MAX_TOKENS))
+        usage.context_window = max(usage.context_window,
+                                   int(_figure(tokens.get("context_window"), MAX_TOKENS)))
     model = models.pop() if len(models) == 1 else "default"
     usage.model = "" if model == "default" else model
     return Metrics(model_name=model, accumulated_cost=cost,

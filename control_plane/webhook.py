@@ -28,7 +28,7 @@ import re
 import time
 import uuid
 from collections.abc import Callable, Mapping
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from sqlalchemy import update
@@ -44,7 +44,7 @@ from control_plane.store.tables import app_conversations, events
 from core.ids import EVENT_ID_PATTERN
 from core.signing import TOLERANCE, signing_key, verify
 from events import kinds
-from web.errors import Forbidden, LimitReached, Unauthorized, Unavailable, from_pydantic, invalid
+from web.errors import LimitReached, Unauthorized, Unavailable, from_pydantic, invalid
 
 logger = logging.getLogger(__name__)
 #: An event id as stored: the agent server's ULID, or a UUID (other SDKs' events).
@@ -138,12 +138,20 @@ class WebhookReceiver:
         if problem is not None:
             raise Unauthorized(f"webhook signature refused: {problem}")
 
-    async def _ours(self, sandbox: SandboxRow, conversation_id: str) -> ConversationRow | None:
+    async def _ours(self, sandbox: SandboxRow,
+                    conversation_id: str) -> ConversationRow | None | Literal["drop"]:
         """The conversation, checked to be the sandbox's; None when it is unknown here and
-        this control plane never started it (the caller records it then)."""
+        this control plane never started it (the caller records it then); "drop" when what
+        the sandbox sends is to be acknowledged and dropped: the conversation was started here
+        and removed, or it is another sandbox's. The latter is answered as the others are, so
+        a sandbox learns nothing of which conversations exist beside its own."""
         conversation = await conversations.get(self.db, conversation_id)
         if conversation is not None and conversation.sandbox_id != sandbox.id:
-            raise Forbidden("a sandbox may only post for its own conversations")
+            logger.warning("sandbox %s posted for conversation %s, another sandbox's: dropped",
+                           sandbox.id, conversation_id)
+            return "drop"
+        if conversation is None and await tasks.started_here(self.db, conversation_id):
+            return "drop"  # removed here (deleted, or its start failed): not brought back
         return conversation
 
     async def _record(self, conn: AsyncConnection, sandbox: SandboxRow, conversation_id: str,
@@ -180,8 +188,8 @@ class WebhookReceiver:
             return
         conversation_id = str(info.id)
         existing = await self._ours(sandbox, conversation_id)
-        if existing is None and await tasks.started_here(self.db, conversation_id):
-            return  # removed here: not brought back
+        if existing == "drop":
+            return
         status = ExecutionStatus.parse(info.execution_status)
         metrics = metrics_from_stats(info.stats)
         values: dict[str, Any] = {"updated_at": self.db.now()}
@@ -204,9 +212,6 @@ class WebhookReceiver:
     async def receive(self, sandbox: SandboxRow, conversation_id: str, body: bytes) -> int:
         """Store a batch (`sender` and `check` said who sent it); returns how many events it
         held."""
-        conversation = await self._ours(sandbox, conversation_id)
-        if conversation is None and await tasks.started_here(self.db, conversation_id):
-            return 0  # removed here (deleted, or its start failed): dropped, not brought back
         try:
             batch = kinds.EVENT_LIST_ADAPTER.validate_json(body)
         except ValidationError as exc:
@@ -215,6 +220,9 @@ class WebhookReceiver:
             if event.id is not None and not STORED_ID.match(event.id):
                 raise invalid(["body", index, "id"], "an event id is a ULID or a UUID",
                               "string_pattern_mismatch", event.id)
+        conversation = await self._ours(sandbox, conversation_id)
+        if conversation == "drop":
+            return 0
 
         rows: list[dict[str, Any]] = []
         status: ExecutionStatus | None = None
