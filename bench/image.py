@@ -25,7 +25,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from control_plane.sandboxes.containers import USER  # noqa: E402
-from control_plane.sandboxes.docker import TMPFS  # noqa: E402
+from control_plane.sandboxes.docker import tmpfs  # noqa: E402
+from control_plane.sandboxes.provider import DEFAULT_LIMITS  # noqa: E402
 from tests.support import docker as docker_support  # noqa: E402
 
 #: Run inside the container: the browser tool set against the image's Chromium.
@@ -84,7 +85,7 @@ rg -c there /tmp/dst/f.txt
 def run(c: Any, image: str, command: list[str]) -> str:
     """`command` in a container of `image` hardened as the Docker provider's sandboxes."""
     out = c.containers.run(image, command, entrypoint=[], remove=True, user=USER,
-                           read_only=True, tmpfs=TMPFS, cap_drop=["ALL"],
+                           read_only=True, tmpfs=tmpfs(DEFAULT_LIMITS), cap_drop=["ALL"],
                            security_opt=["no-new-privileges"], network_disabled=True)
     return str(out.decode())
 

@@ -153,10 +153,10 @@ def build_provider(config: Config, db: Database,
     isolation: Isolation | None
     if config.sandbox_isolation == "gvisor":
         isolation = gvisor.choose(hidden=[config.state_dir], uids=config.sandbox_uids,
-                                  platform=config.sandbox_gvisor_platform)
+                                  platform=config.sandbox_gvisor_platform, limits=limits(config))
     else:
         isolation = choose(config.sandbox_isolation, hidden=[config.state_dir],
-                           uids=config.sandbox_uids)
+                           uids=config.sandbox_uids, limits=limits(config))
     template = (Template(config.state_dir / "template")
                 if config.sandbox_template and isolation is not None
                 and not isolation.own_kernel and isolation.uids else None)

@@ -50,8 +50,6 @@ UID = 1000
 USER = f"{UID}:{UID}"
 """The image's unprivileged user (sandbox.Dockerfile's `agent`), enforced whatever the image says."""
 HOME = "/home/agent"
-TMP_BYTES = 1024**3
-HOME_BYTES = 256 * 1024**2
 #: Bytes of a sandbox's log quoted when its agent server exits while starting.
 LOG_TAIL = 2000
 

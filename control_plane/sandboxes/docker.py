@@ -55,13 +55,11 @@ from control_plane.network.host import NetworkError
 from control_plane.network.policy import NetworkPolicy
 from control_plane.sandboxes.containers import (
     HOME,
-    HOME_BYTES,
     LABEL_PLANE,
     LABEL_SANDBOX,
     LOG_TAIL,
     PORT_NUMBER,
     STATE_DIR,
-    TMP_BYTES,
     UID,
     USER,
     VOLUME_DIR,
@@ -98,9 +96,15 @@ SPEC = SandboxSpec(id="docker", description="a container of the sandbox image (s
                    f"its workspace at {WORKSPACE}", working_dir=WORKSPACE)
 PORT = f"{PORT_NUMBER}/tcp"
 HOST_ALIAS = "host.docker.internal"
-#: Writable places of the read-only root (the state volume aside), bounded in size.
-TMPFS = {"/tmp": f"rw,nosuid,nodev,size={TMP_BYTES},mode=1777",
-         HOME: f"rw,nosuid,nodev,size={HOME_BYTES},uid={UID},gid={UID},mode=0700"}
+
+
+def tmpfs(limits: Limits) -> dict[str, str]:
+    """Writable places of the read-only root (the state volume aside), bounded in size by the
+    sandbox's memory, which their pages are (`Limits.tmp`)."""
+    return {"/tmp": f"rw,nosuid,nodev,size={limits.tmp},mode=1777",
+            HOME: f"rw,nosuid,nodev,size={limits.home},uid={UID},gid={UID},mode=0700"}
+
+
 ICC = "com.docker.network.bridge.enable_icc"
 _LOCAL_HOSTS = {"127.0.0.1", "localhost", "::1", "0.0.0.0", "::", ""}
 #: Seconds a container being removed by someone else is waited for (its volume is in use).
@@ -280,7 +284,8 @@ class DockerProvider(ContainerProvider):
             volumes={name_of(sandbox_id): {"bind": VOLUME_DIR, "mode": "rw"}},
             extra_hosts={HOST_ALIAS: gateway or "host-gateway"}, **fenced,
             user=USER, cap_drop=["ALL"], security_opt=["no-new-privileges"],
-            read_only=True, tmpfs=TMPFS, mem_limit=self.limits.memory,
+            read_only=True, tmpfs=tmpfs(self.limits), shm_size=self.limits.shm,
+            mem_limit=self.limits.memory,
             nano_cpus=int(self.limits.cpus * 1e9), pids_limit=self.limits.pids,
             healthcheck=NO_HEALTHCHECK, runtime=self.runtime)
 

@@ -38,7 +38,6 @@ from control_plane.sandboxes.isolation import (
     ACCOUNT_FILES,
     HOME,
     PROJECT,
-    SHM_BYTES,
     SYSTEM_DIRS,
     SYSTEM_LINKS,
     Command,
@@ -49,6 +48,7 @@ from control_plane.sandboxes.isolation import (
     resolver_dirs,
     trial,
 )
+from control_plane.sandboxes.provider import DEFAULT_LIMITS, Limits
 
 logger = logging.getLogger(__name__)
 
@@ -97,7 +97,7 @@ class Gvisor(Isolation):
         bundle.parent.mkdir(mode=0o700, exist_ok=True)
         bundle.mkdir(mode=0o700)
         (bundle / "rootfs").mkdir(mode=0o755)
-        mounts = _mounts(root_dir, bundle, uid, resolv_conf, self.hidden)
+        mounts = _mounts(root_dir, bundle, uid, resolv_conf, self.hidden, self.limits)
         nofile = resource.getrlimit(resource.RLIMIT_NOFILE)
         spec: dict[str, Any] = {
             "ociVersion": "1.0.2",
@@ -176,7 +176,7 @@ class Gvisor(Isolation):
 
 
 def _mounts(root_dir: Path, bundle: Path, uid: int, resolv_conf: bytes | None,
-            hidden: tuple[Path, ...]) -> list[dict[str, Any]]:
+            hidden: tuple[Path, ...], limits: Limits) -> list[dict[str, Any]]:
     """bubblewrap's plan as OCI mounts, in order (a later one lands on an earlier one)."""
     def bind(source: Path | str, target: Path | str, mode: str = "ro") -> dict[str, Any]:
         return {"destination": str(target), "type": "bind", "source": str(source),
@@ -187,7 +187,8 @@ def _mounts(root_dir: Path, bundle: Path, uid: int, resolv_conf: bytes | None,
                 "options": ["nosuid", "nodev", *options]}
 
     mounts = [{"destination": "/proc", "type": "proc", "source": "proc"},
-              tmpfs("/tmp", "mode=1777"), tmpfs("/dev/shm", "mode=1777", f"size={SHM_BYTES}")]
+              tmpfs("/tmp", "mode=1777", f"size={limits.tmp}"),
+              tmpfs("/dev/shm", "mode=1777", f"size={limits.shm}")]
     bound = [Path(p) for p in SYSTEM_DIRS] + program_paths()
     for link in SYSTEM_LINKS:  # merged /usr: /bin is /usr/bin (OCI makes no symbolic links)
         if os.path.isdir(link):
@@ -216,7 +217,7 @@ def _mounts(root_dir: Path, bundle: Path, uid: int, resolv_conf: bytes | None,
 
 
 def choose(*, hidden: Sequence[Path], uids: tuple[int, int],
-           platform: Platform = "ptrace") -> Gvisor:
+           platform: Platform = "ptrace", limits: Limits = DEFAULT_LIMITS) -> Gvisor:
     """gVisor isolation, tried once here (a sandbox of its kind runs `true`); said in one
     line at start. Raises IsolationUnavailable, with the reason, where it cannot be had: it
     was asked for, and nothing weaker is put in its place."""
@@ -230,7 +231,8 @@ def choose(*, hidden: Sequence[Path], uids: tuple[int, int],
             "CONTROL_PLANE_SANDBOX_ISOLATION=gvisor, but " + " and ".join(t for t, _ in missing)
             + " not installed (Debian: apt-get install " + " ".join(p for _, p in missing) + ")")
     gvisor = Gvisor(runsc=shutil.which("runsc") or "runsc", tini=shutil.which("tini") or "tini",
-                    hidden=tuple(Path(p) for p in hidden), uids=uids, platform=platform)
+                    hidden=tuple(Path(p) for p in hidden), uids=uids, platform=platform,
+                    limits=limits)
     failed = trial(gvisor, uids[0], timeout=60)
     if failed is not None:
         raise IsolationUnavailable("CONTROL_PLANE_SANDBOX_ISOLATION=gvisor, but runsc cannot "

@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar, Literal
 
-from control_plane.sandboxes.provider import ProviderError
+from control_plane.sandboxes.provider import DEFAULT_LIMITS, Limits, ProviderError
 from control_plane.sandboxes.spawn import spawn, wait
 
 logger = logging.getLogger(__name__)
@@ -61,8 +61,6 @@ ACCOUNT_FDS = (3, 4)
 #: Where bubblewrap reads the sandbox's own resolv.conf from (behind the network boundary).
 RESOLV_FD = 5
 ACCOUNT = "agent"
-#: The size of a sandbox's /dev/shm (Docker's default for a container's).
-SHM_BYTES = 64 * 1024 * 1024
 READY_FILE = "ready.json"
 """Where a sandbox's agent server says it is ready (its port), in the sandbox's directory."""
 PROJECT = Path("/workspace/project")
@@ -92,6 +90,8 @@ class Isolation:
     """Never visible inside, even where a bound path holds them (the control plane's state)."""
     uids: tuple[int, int] | None
     """Root: each sandbox runs as a uid of its own from this range (first, last)."""
+    limits: Limits = DEFAULT_LIMITS
+    """What one sandbox may use: its /tmp and /dev/shm are sized from its memory."""
     described: ClassVar[str]
     """What the sandbox spec says of it."""
     own_kernel: ClassVar[bool] = False
@@ -167,7 +167,7 @@ class Bubblewrap(Isolation):
         if os.geteuid() != 0:
             args.append("--unshare-user")
         # /tmp first: a bound path under the host's /tmp (a test's sandbox) lands on top of it.
-        args += ["--perms", "1777", "--tmpfs", "/tmp"]
+        args += ["--perms", "1777", "--size", str(self.limits.tmp), "--tmpfs", "/tmp"]
         bound = [Path(p) for p in SYSTEM_DIRS] + program_paths()
         for link in SYSTEM_LINKS:
             if os.path.islink(link):
@@ -196,7 +196,7 @@ class Bubblewrap(Isolation):
             args += ["--ro-bind", str(program), str(program)]
         args += ["--proc", "/proc", "--dev", "/dev"]
         # Its own shared memory (POSIX semaphores: multiprocessing's locks), bounded as Docker's.
-        args += ["--perms", "1777", "--size", str(SHM_BYTES), "--tmpfs", "/dev/shm"]
+        args += ["--perms", "1777", "--size", str(self.limits.shm), "--tmpfs", "/dev/shm"]
         masked = [hidden for hidden in self.hidden if any(hidden.is_relative_to(p) for p in bound)]
         for hidden in masked:
             args += ["--tmpfs", str(hidden)]
@@ -216,7 +216,8 @@ class Bubblewrap(Isolation):
 
 
 
-def choose(mode: Mode, *, hidden: Sequence[Path], uids: tuple[int, int]) -> Isolation | None:
+def choose(mode: Mode, *, hidden: Sequence[Path], uids: tuple[int, int],
+           limits: Limits = DEFAULT_LIMITS) -> Isolation | None:
     """The isolation `mode` asks for, tried once here; said in one line at start.
 
     Raises IsolationUnavailable when `bubblewrap` is required and does not work here."""
@@ -225,7 +226,7 @@ def choose(mode: Mode, *, hidden: Sequence[Path], uids: tuple[int, int]) -> Isol
                        "process sandboxes run as this control plane's user and can read its "
                        "state and each other's files")
         return None
-    isolation, reason = _probe(tuple(Path(p) for p in hidden), uids)
+    isolation, reason = _probe(tuple(Path(p) for p in hidden), uids, limits)
     if isolation is not None:
         whom = (f"each as its own uid from {uids[0]}-{uids[1]}" if isolation.uids else
                 "as this control plane's user in a user namespace")
@@ -239,7 +240,8 @@ def choose(mode: Mode, *, hidden: Sequence[Path], uids: tuple[int, int]) -> Isol
     return None
 
 
-def _probe(hidden: tuple[Path, ...], uids: tuple[int, int]) -> tuple[Isolation | None, str]:
+def _probe(hidden: tuple[Path, ...], uids: tuple[int, int],
+           limits: Limits) -> tuple[Isolation | None, str]:
     """Isolation when a sandbox of its kind starts here (bubblewrap installed, namespaces
     allowed); otherwise None and why not."""
     bwrap = shutil.which("bwrap")
@@ -250,7 +252,7 @@ def _probe(hidden: tuple[Path, ...], uids: tuple[int, int]) -> tuple[Isolation |
     if root and shutil.which("setpriv") is None:
         return None, "setpriv (util-linux) is not installed"
     isolation = Bubblewrap(bwrap=bwrap, hidden=hidden, uids=uids if root else None,
-                           setpriv=setpriv)
+                           setpriv=setpriv, limits=limits)
     failed = trial(isolation, uids[0] if root else None, timeout=30)
     if failed is not None:
         return None, f"bubblewrap cannot make a sandbox here ({failed})"

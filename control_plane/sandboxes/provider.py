@@ -57,6 +57,24 @@ class Limits:
     cpus: float = 2.0
     pids: int = 1024
 
+    # A tmpfs's pages are the sandbox's memory, held by no process: were they to fill it, the
+    # kernel would end the largest process left, the agent server. So the sandbox's tmpfs
+    # mounts together take at most half its memory, and the server keeps its room.
+    @property
+    def tmp(self) -> int:
+        """Bytes of the sandbox's /tmp: a quarter of its memory, 1 GiB at most."""
+        return min(1024**3, self.memory // 4)
+
+    @property
+    def home(self) -> int:
+        """Bytes of a container's home (a tmpfs): an eighth of its memory, 256 MiB at most."""
+        return min(256 * 1024**2, self.memory // 8)
+
+    @property
+    def shm(self) -> int:
+        """Bytes of the sandbox's /dev/shm: an eighth of its memory, 64 MiB at most."""
+        return min(64 * 1024**2, self.memory // 8)
+
 
 DEFAULT_LIMITS = Limits()
 

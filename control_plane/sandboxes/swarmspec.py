@@ -28,10 +28,8 @@ import docker.types
 
 from control_plane.sandboxes.containers import (
     HOME,
-    HOME_BYTES,
     PORT_NUMBER,
     STATE_DIR,
-    TMP_BYTES,
     UID,
     VOLUME_DIR,
     WORKSPACE,
@@ -126,9 +124,9 @@ def task_template(image: str, launch: Launch, secret_id: str, labels: dict[str, 
         labels=labels,
         mounts=[
             docker.types.Mount(VOLUME_DIR, name, type="volume", labels=labels),
-            docker.types.Mount("/tmp", None, type="tmpfs", tmpfs_size=TMP_BYTES,
+            docker.types.Mount("/tmp", None, type="tmpfs", tmpfs_size=limits.tmp,
                                tmpfs_mode=0o1777),
-            docker.types.Mount(HOME, None, type="tmpfs", tmpfs_size=HOME_BYTES,
+            docker.types.Mount(HOME, None, type="tmpfs", tmpfs_size=limits.home,
                                tmpfs_mode=0o700)],
         secrets=[docker.types.SecretReference(secret_id, f"{name}-keys", filename=KEYS_FILE,
                                               uid="0", gid="0", mode=0o400)],

@@ -451,6 +451,28 @@ def test_a_container_tenant_reads_nothing_of_another_and_reaches_no_other(
 
 
 @pytest.mark.e2e
+def test_a_full_tmp_leaves_the_containers_server_its_memory(tmp_path: Path, sandbox_image: str,
+                                                           engine: docker.DockerClient) -> None:
+    """/tmp, home and /dev/shm are tmpfs mounts, whose pages are the container's memory and no
+    process's: sized from that memory, filled, they are full, and the kernel does not end the
+    largest process (the agent server) to make room."""
+    config = docker_config(tmp_path / "cp", sandbox_image, sandbox_memory_limit="384MiB")
+    plane = ControlPlane(config).start()
+    try:
+        tenant = idle(plane, "mallory")
+        fill = " ".join(f"head -c 384M /dev/zero > {place}/fill;"
+                        for place in ("/tmp", "/home/agent", "/dev/shm"))
+        full = tenant.bash(fill)
+        assert full["stderr"].count("No space left on device") == 3, full
+        assert tenant.bash("echo still here")["stdout"] == "still here\n"
+        container = container_of(engine, tenant.sid)
+        assert container.attrs["State"]["OOMKilled"] is False
+    finally:
+        plane.stop()
+        docker_support.remove_labelled(engine, f"{LABEL_PLANE}={plane_label(config.db_url)}")
+
+
+@pytest.mark.e2e
 def test_a_gvisor_sandbox_past_its_memory_ends_alone(tmp_path: Path, sandbox_image: str,
                                                      engine: docker.DockerClient) -> None:
     """Under runsc the host's kernel sees the Sentry hold all of a sandbox's memory: a command

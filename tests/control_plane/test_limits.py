@@ -40,6 +40,9 @@ PIDS = 128
 #: gVisor's Sentry and its ptrace stubs are host threads: it needs more to start.
 GVISOR_PIDS = 512
 
+#: Fills /tmp with as much as the sandbox's memory (a tenant's build, or an attack), then
+#: frees it again.
+FILL_TMP = f"head -c {MEMORY} /dev/zero > /tmp/fill; rm -f /tmp/fill"
 #: Forks sleepers until fork fails (at most 400), says how many it made, and ends them.
 FORKS = textwrap.dedent("""\
     import os, time
@@ -85,6 +88,11 @@ def test_a_sandbox_is_held_to_its_memory_and_processes(tmp_path: Path, llm: Scri
         assert made["exit_code"] == 0, made
         assert 0 < int(made["stdout"]) < PIDS, made
 
+        # /tmp's pages are its memory, held by no process: filled, it is full, not the memory
+        # (the kernel would end the largest process, its server).
+        full = a.bash(FILL_TMP)
+        assert "No space left on device" in full["stderr"], full
+
         # Its server went on, and so does the next tenant's sandbox.
         assert a.bash("echo alive")["stdout"] == "alive\n"
         b = run(plane, llm, "bob", "echo fine")
@@ -124,6 +132,9 @@ def test_a_gvisor_sandbox_is_held_to_its_memory_and_processes_as_one(
     try:
         forker, hog = run(plane, llm, "alice", "echo ready"), run(plane, llm, "mallory", "echo ok")
         neighbour = run(plane, llm, "bob", "echo fine")
+        # Its /tmp (gVisor's tmpfs, in the Sentry's memory) fills up, and the sandbox goes on.
+        full = neighbour.bash(FILL_TMP)
+        assert "No space left on device" in full["stderr"], full
         launcher = sandbox_pid(plane, forker.sid)
         for pid in [launcher, *processes.children(launcher)]:  # runsc, its gofer and Sentry
             held = Path(f"/proc/{pid}/cgroup").read_text()
