@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import os
 import secrets
+import shutil
 import signal
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -38,6 +40,33 @@ QUIET_ENV = {"TERM": "dumb", "PAGER": "cat", "GIT_PAGER": "cat", "MANPAGER": "ca
 SWEEP_ROUNDS = 50
 #: Seconds a group gets between SIGTERM and SIGKILL.
 TERM_GRACE = 1.0
+#: What a child adds to its OOM score (of -1000 to 1000): past its sandbox's memory, the kernel
+#: ends the agent's processes before the server that runs them, even where each is smaller
+#: than the server (a build's many compilers). Raising one's own score needs no privilege.
+CHILD_OOM_SCORE_ADJ = b"500"
+
+
+#: What `oom_first` runs first: a shell that raises its own score, then becomes the program.
+OOM_FIRST = ("/bin/sh", "-c",
+             f'echo {CHILD_OOM_SCORE_ADJ.decode()} >/proc/self/oom_score_adj 2>/dev/null; '
+             'exec "$0" "$@"')
+
+
+def oom_first(argv: Sequence[str], cwd: Path | str, env: Mapping[str, str]) -> list[str]:
+    """`argv`, run so that it and whatever it starts go before the server when memory runs
+    out. The child cannot be given its score from here: before its exec it is the server's
+    copy, as undumpable as the server (its /proc files are root's), and made dumpable even a
+    moment it would show the server's memory to the sandbox's other processes; set after the
+    exec, what it started at once would have escaped. Raises FileNotFoundError, as starting
+    it would, when the program is not there (the shell would only exit 127)."""
+    program = argv[0]
+    if "/" in program:
+        found = os.access(Path(cwd, program), os.X_OK) and Path(cwd, program).is_file()
+    else:
+        found = shutil.which(program, path=env.get("PATH", os.defpath)) is not None
+    if not found:
+        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), program)
+    return [*OOM_FIRST, *argv]
 
 
 # -- environment -----------------------------------------------------------------------------
@@ -302,7 +331,7 @@ async def run_process(argv: list[str], cwd: Path | str, env: Mapping[str, str],
     """
     tag = secrets.token_hex(8)
     proc = await asyncio.create_subprocess_exec(
-        *argv, cwd=cwd, env={**env, TAG_VARIABLE: tag},
+        *oom_first(argv, cwd, env), cwd=cwd, env={**env, TAG_VARIABLE: tag},
         stdin=asyncio.subprocess.DEVNULL if stdin is None else asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, start_new_session=True,
     )
@@ -336,8 +365,9 @@ async def stream_process(argv: list[str], cwd: Path | str, env: Mapping[str, str
     closing the iterator early ends the process too."""
     tag = secrets.token_hex(8)
     proc = await asyncio.create_subprocess_exec(
-        *argv, cwd=cwd, env={**env, TAG_VARIABLE: tag}, stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL, start_new_session=True,
+        *oom_first(argv, cwd, env), cwd=cwd, env={**env, TAG_VARIABLE: tag},
+        stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.DEVNULL, start_new_session=True,
     )
     assert proc.stdout is not None
     deadline = asyncio.get_running_loop().time() + timeout

@@ -43,6 +43,14 @@ GVISOR_PIDS = 512
 #: Fills /tmp with as much as the sandbox's memory (a tenant's build, or an attack), then
 #: frees it again.
 FILL_TMP = f"head -c {MEMORY} /dev/zero > /tmp/fill; rm -f /tmp/fill"
+#: A build's many processes, each smaller than the agent server, more than the sandbox's memory
+#: together: each touches 56 MiB, holds it a moment, and their exit codes are printed.
+CROWD = textwrap.dedent("""\
+    import subprocess, sys
+    code = "import time; b = bytearray(56 << 20); b[::4096] = bytes(len(b) >> 12); time.sleep(3)"
+    crowd = [subprocess.Popen([sys.executable, "-c", code]) for _ in range(14)]
+    print(sorted(p.wait() for p in crowd))
+    """)
 #: Forks sleepers until fork fails (at most 400), says how many it made, and ends them.
 FORKS = textwrap.dedent("""\
     import os, time
@@ -87,6 +95,11 @@ def test_a_sandbox_is_held_to_its_memory_and_processes(tmp_path: Path, llm: Scri
         made = a.bash(f"python3 -c {shlex.quote(FORKS)}")
         assert made["exit_code"] == 0, made
         assert 0 < int(made["stdout"]) < PIDS, made
+
+        # Past its memory, the kernel ends some of the crowd (each smaller than the server:
+        # the agent's processes go first), never the server that runs them.
+        crowd = a.bash(f"python3 -c {shlex.quote(CROWD)}")
+        assert "-9" in crowd["stdout"], crowd
 
         # /tmp's pages are its memory, held by no process: filled, it is full, not the memory
         # (the kernel would end the largest process, its server).

@@ -98,6 +98,15 @@ async def test_a_cancelled_run_leaves_nothing_running(tmp_path: Path) -> None:
     assert gone(pid)
 
 
+async def test_a_child_and_what_it_starts_go_before_the_server_when_memory_runs_out(
+        tmp_path: Path) -> None:
+    """The kernel's OOM killer picks the child first: its score is raised, the server's not."""
+    done = await run_process([SH, "-c", "cat /proc/self/oom_score_adj; "
+                              "sh -c 'cat /proc/self/oom_score_adj'"], tmp_path, child_env(), 10)
+    assert done.stdout.head.split() == [b"500", b"500"], done
+    assert Path("/proc/self/oom_score_adj").read_text().strip() == "0"
+
+
 async def test_a_missing_program_raises_oserror(tmp_path: Path) -> None:
     with pytest.raises(OSError):
         await run_process(["/nonexistent/program"], tmp_path, child_env(), 10)

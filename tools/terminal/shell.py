@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from core.masking import Masker
-from core.processes import kill_tree, signal_group
+from core.processes import kill_tree, oom_first, signal_group
 from tools.base import ToolError, run_in_thread
 from tools.terminal.output import Capture, Cleaner
 
@@ -141,10 +141,11 @@ class Shell:
         # A session leader that opens a terminal makes it its controlling terminal, which gives
         # bash job control and lets C-c reach the foreground command; `exec` keeps the pid.
         # `env --default-signal` first: a server started in the background by a script ignores
-        # SIGINT, every command would inherit that, and C-c would stop none of them.
-        argv = ["env", "--default-signal", "bash", "--noprofile", "--norc", "-c",
-                'exec bash --noediting --noprofile --rcfile "$2" -i <"$1" >"$1" 2>&1',
-                "bash", os.ttyname(slave), str(rcfile)]  # fmt: skip
+        # SIGINT, every command would inherit that, and C-c would stop none of them. Its
+        # commands go before the server when memory runs out (`oom_first`).
+        argv = oom_first(["env", "--default-signal", "bash", "--noprofile", "--norc", "-c",
+                          'exec bash --noediting --noprofile --rcfile "$2" -i <"$1" >"$1" 2>&1',
+                          "bash", os.ttyname(slave), str(rcfile)], self.working_dir, self._env)  # fmt: skip
 
         def spawn() -> None:
             # The shell starts with no signal blocked, whatever this thread inherited (a

@@ -33,7 +33,7 @@ from agent_server import __version__
 from agent_server.agent.acp.client import WorkspaceClient
 from agent_server.agent.spec import ACPAgentSpec
 from core.ids import ENV_NAME, PLACEHOLDER
-from core.processes import CHUNK, TAG_VARIABLE, child_env, end_group
+from core.processes import CHUNK, TAG_VARIABLE, child_env, end_group, oom_first
 
 logger = logging.getLogger(__name__)
 
@@ -95,7 +95,7 @@ class AgentProcess:
         """Raises OSError when the program cannot be started."""
         tag = secrets.token_hex(8)
         proc = await asyncio.create_subprocess_exec(
-            *argv, cwd=cwd, env={**env, TAG_VARIABLE: tag},
+            *oom_first(argv, cwd, env), cwd=cwd, env={**env, TAG_VARIABLE: tag},
             stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE, start_new_session=True,
         )

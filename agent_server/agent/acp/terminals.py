@@ -20,7 +20,7 @@ from acp import RequestError
 from acp.schema import EnvVariable, TerminalExitStatus
 
 from core.paths import OutsideRoot, confine
-from core.processes import CHUNK, TAG_VARIABLE, end_group
+from core.processes import CHUNK, TAG_VARIABLE, end_group, oom_first
 
 #: Terminals one conversation may hold at once.
 MAX_TERMINALS = 16
@@ -87,8 +87,9 @@ class Terminals:
         tag = secrets.token_hex(8)
         extra = {v.name: v.value for v in env or ()}
         try:
+            variables = {**self._env(), **extra, TAG_VARIABLE: tag}
             proc = await asyncio.create_subprocess_exec(
-                *argv, cwd=where, env={**self._env(), **extra, TAG_VARIABLE: tag},
+                *oom_first(argv, where, variables), cwd=where, env=variables,
                 stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.STDOUT, start_new_session=True)
         except OSError as exc:
