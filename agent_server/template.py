@@ -37,7 +37,7 @@ import traceback
 from pathlib import Path
 from typing import Annotated, NoReturn
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
+from pydantic import Base64Bytes, BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
 import tools
 from agent_server import tls
@@ -76,6 +76,9 @@ class Fork(BaseModel):
     argv: list[str]
     cgroups: list[CgroupProcs] = Field(default_factory=list, max_length=8)
     """The sandbox's `cgroup.procs` files (its limits): the server moves itself in first."""
+    seccomp: Base64Bytes = Field(default=b"", max_length=64 * 1024)
+    """The sandbox's seccomp filter (a BPF program, as bubblewrap's `--seccomp` reads it),
+    loaded once the server is the sandbox's user; empty: none."""
 
 
 #: What a first model call imports besides litellm itself (anyio's backend, and what litellm
@@ -208,6 +211,8 @@ def _become(request: Fork, entry: namespaces.Entry, fds: list[int],
         os.dup2(ready, READY_FD, inheritable=False)
         os.closerange(READY_FD + 1, os.sysconf("SC_OPEN_MAX"))
         namespaces.drop_to(request.uid)
+        if request.seccomp:
+            namespaces.confine(request.seccomp)
         os.environ.clear()
         os.environ.update({**llm.ENVIRONMENT, **request.env, "AGENT_SERVER_READY_FD": str(READY_FD)})
         tempfile.tempdir = None  # chosen again from the sandbox's TMPDIR, not the template's

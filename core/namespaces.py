@@ -25,6 +25,8 @@ FLAGS = {"ipc": 0x08000000, "uts": 0x04000000, "cgroup": 0x02000000, "net": 0x40
          "pid": 0x20000000, "mnt": 0x00020000}
 PR_CAPBSET_DROP = 24
 PR_SET_NO_NEW_PRIVS = 38
+PR_SET_SECCOMP = 22
+SECCOMP_MODE_FILTER = 2
 _LINUX_CAPABILITY_VERSION_3 = 0x20080522
 
 
@@ -112,6 +114,20 @@ def drop_to(uid: int) -> None:
     data = (_CapData * 2)()
     _check(libc.capset(ctypes.byref(header), data), "capset")
     _check(libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(PR_SET_NO_NEW_PRIVS)")
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+
+def confine(program: bytes) -> None:
+    """The seccomp filter `program` (a BPF program, 8 bytes an instruction, as libseccomp
+    exports it and `bwrap --seccomp` reads it) on this process and all it starts: what a
+    spawned server gets from bubblewrap. After `drop_to` (no new privileges), single-threaded."""
+    buffer = ctypes.create_string_buffer(program, len(program))
+    fprog = _SockFprog(len(program) // 8, ctypes.cast(buffer, ctypes.c_void_p))
+    _check(_libc().prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0),
+           "prctl(PR_SET_SECCOMP)")
 
 
 def namespace(pid: int, kind: str = "pid") -> str | None:

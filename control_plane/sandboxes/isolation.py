@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar, Literal
 
+from control_plane.sandboxes import seccomp
 from control_plane.sandboxes.provider import DEFAULT_LIMITS, Limits, ProviderError
 from control_plane.sandboxes.spawn import spawn, wait
 
@@ -60,6 +61,8 @@ ACCOUNT_FILES = ("/etc/passwd", "/etc/group")
 ACCOUNT_FDS = (3, 4)
 #: Where bubblewrap reads the sandbox's own resolv.conf from (behind the network boundary).
 RESOLV_FD = 5
+#: Where bubblewrap reads the sandbox's seccomp filter from (`seccomp.program`).
+SECCOMP_FD = 6
 ACCOUNT = "agent"
 READY_FILE = "ready.json"
 """Where a sandbox's agent server says it is ready (its port), in the sandbox's directory."""
@@ -92,6 +95,9 @@ class Isolation:
     """Root: each sandbox runs as a uid of its own from this range (first, last)."""
     limits: Limits = DEFAULT_LIMITS
     """What one sandbox may use: its /tmp and /dev/shm are sized from its memory."""
+    seccomp: bytes | None = None
+    """The system calls its code is refused, as a BPF program (`seccomp.program`); None: none
+    (a kernel of its own serves them)."""
     described: ClassVar[str]
     """What the sandbox spec says of it."""
     own_kernel: ClassVar[bool] = False
@@ -162,6 +168,8 @@ class Bubblewrap(Isolation):
         files = {} if uid is None else accounts(uid, root_dir / HOME)
         if resolv_conf is not None:
             files[RESOLV_FD] = resolv_conf
+        if self.seccomp is not None:
+            files[SECCOMP_FD] = self.seccomp
         args = [self.bwrap, "--unshare-pid", "--unshare-ipc", "--unshare-uts",
                 "--unshare-cgroup-try"]
         if os.geteuid() != 0:
@@ -208,6 +216,8 @@ class Bubblewrap(Isolation):
                                     bound=[*bound, root_dir, PROJECT],
                                     tmpfs=[Path("/tmp"), *masked]):
             args += ["--chmod", "0755", str(parent)]
+        if self.seccomp is not None:  # on what bubblewrap runs last, and all it starts
+            args += ["--seccomp", str(SECCOMP_FD)]
         args += ["--chdir", str(root_dir), "--"]
         if uid is not None:
             args += [self.setpriv, f"--reuid={uid}", f"--regid={uid}", "--clear-groups",
@@ -252,7 +262,7 @@ def _probe(hidden: tuple[Path, ...], uids: tuple[int, int],
     if root and shutil.which("setpriv") is None:
         return None, "setpriv (util-linux) is not installed"
     isolation = Bubblewrap(bwrap=bwrap, hidden=hidden, uids=uids if root else None,
-                           setpriv=setpriv, limits=limits)
+                           setpriv=setpriv, limits=limits, seccomp=seccomp.program())
     failed = trial(isolation, uids[0] if root else None, timeout=30)
     if failed is not None:
         return None, f"bubblewrap cannot make a sandbox here ({failed})"

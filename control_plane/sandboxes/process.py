@@ -270,7 +270,8 @@ class ProcessProvider(SandboxProvider):
                 await self.template.fork(enter=inside, uid=uid, cwd=launch.root_dir,
                                          env=env,
                                          argv=["--ready-file", ready],
-                                         fds=[keys, out, held, says], cgroups=groups)
+                                         fds=[keys, out, held, says], cgroups=groups,
+                                         seccomp=self.isolation.seccomp)
             except BaseException:
                 os.close(said)
                 await self._kill_now(pid)

@@ -11,6 +11,7 @@ pipe only we hold), and no sandbox ends with it.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import json
 import logging
@@ -71,12 +72,15 @@ class Template:
         return None if self._process is None else self._process.pid
 
     async def fork(self, *, enter: int, uid: int, cwd: Path, env: dict[str, str],
-                   argv: list[str], fds: list[int], cgroups: list[Path]) -> int:
-        """The host pid of a server forked into the namespaces of `enter` and into `cgroups`;
-        `fds` are its stdin, its output, its lifeline and the pipe it says it is ready on."""
+                   argv: list[str], fds: list[int], cgroups: list[Path],
+                   seccomp: bytes | None = None) -> int:
+        """The host pid of a server forked into the namespaces of `enter` and into `cgroups`,
+        held to the `seccomp` filter (a BPF program); `fds` are its stdin, its output, its
+        lifeline and the pipe it says it is ready on."""
         request = json.dumps({"enter": enter, "uid": uid, "cwd": str(cwd), "env": env,
                               "argv": argv,
-                              "cgroups": [str(g / "cgroup.procs") for g in cgroups]}).encode()
+                              "cgroups": [str(g / "cgroup.procs") for g in cgroups],
+                              "seccomp": base64.b64encode(seccomp or b"").decode()}).encode()
         try:
             answer = await asyncio.wait_for(self._ask(request, fds), ANSWER_TIMEOUT)
         except (OSError, TimeoutError, ValueError) as exc:

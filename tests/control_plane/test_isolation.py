@@ -16,12 +16,14 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shlex
 import shutil
 import signal
 import stat
 import subprocess
 import sys
 import tempfile
+import textwrap
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -279,6 +281,49 @@ def test_a_sandbox_has_its_own_tmp_and_shm_and_the_terminal_says_its_user(
                           "print(\"locked\")'; dd if=/dev/zero of=/dev/shm/fill bs=1M count=100")
         assert shm["stdout"].strip() == "locked", shm
         assert "No space left on device" in shm["stderr"], shm
+    finally:
+        plane.stop()
+
+
+#: What an agent's command tries of the kernel surface Docker's default profile closes: a
+#: nested user or network namespace (where tmpfs and cgroup mounts work), by unshare and by
+#: clone, a mount, the kernel's keyring; then what /proc says of its seccomp.
+KERNEL_SURFACE = textwrap.dedent("""\
+    import ctypes, os
+    libc = ctypes.CDLL(None, use_errno=True)
+    def tried(name, result):
+        print(name, "refused" if result == -1 and ctypes.get_errno() == 1 else "allowed")
+    tried("unshare(user)", libc.unshare(0x10000000))
+    tried("unshare(net)", libc.unshare(0x40000000))
+    pid = libc.syscall(56, 0x10000000 | 17, 0, 0, 0, 0)  # clone(CLONE_NEWUSER | SIGCHLD)
+    if pid == 0:
+        os._exit(0)
+    tried("clone(user)", pid)
+    tried("mount", libc.mount(b"none", b"/tmp", b"tmpfs", 0, None))
+    tried("keyctl", libc.syscall(250, 0, 0, 0, 0, 0))
+    print(open("/proc/self/status").read().split("Seccomp:")[1].split()[0])
+    """)
+
+
+@pytest.mark.parametrize("template", [False, True], ids=["spawned", "forked"])
+def test_a_sandbox_cannot_reach_the_kernel_surface_a_container_cannot(
+        tmp_path: Path, llm: ScriptedLLM, template: bool) -> None:
+    """Issue 41: without a filter, an agent's command made user and network namespaces and
+    mounted tmpfs and cgroup2 in them. Now refused as in a Docker container (`Seccomp: 2`),
+    for a server bubblewrap spawned and one forked from the template alike."""
+    plane = ControlPlane(make_config(tmp_path / "cp", sandbox_template=template)).start()
+    try:
+        if template:
+            wait_for(template_socket(plane).exists, 180, what="the sandbox template")
+        tenant = run(plane, llm, "mallory", "echo ready")
+        server = server_of(plane, tenant.sid)
+        assert forked(plane, server) == template
+        tried = tenant.bash(f"python3 -c {shlex.quote(KERNEL_SURFACE)}")
+        assert tried["stdout"].splitlines() == [
+            "unshare(user) refused", "unshare(net) refused", "clone(user) refused",
+            "mount refused", "keyctl refused", "2"], tried
+        assert tenant.bash("git --version; python3 -c 'import os; print(os.fork() > 0)'"
+                           )["exit_code"] == 0
     finally:
         plane.stop()
 
