@@ -17,6 +17,8 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote, quote_plus
 
+from pydantic import BaseModel, SecretStr
+
 from core.ids import ENV_NAME, PLACEHOLDER
 
 #: What a secret's value becomes wherever it appears in text.
@@ -38,6 +40,20 @@ def check_secrets(values: Mapping[str, str]) -> list[tuple[str, str]]:
         elif len(value) < MIN_LENGTH:
             problems.append((name, f"secret values need at least {MIN_LENGTH} characters"))
     return problems
+
+
+def credentials(value: Any) -> list[str]:
+    """Every key held in `value` (SecretStr fields, however deep: an agent's LLM, its
+    condensers' and its critic's; the settings' LLM profiles): masked as secrets are."""
+    if isinstance(value, SecretStr):
+        return [value.get_secret_value()]
+    if isinstance(value, BaseModel):
+        return [k for name in type(value).model_fields for k in credentials(getattr(value, name))]
+    if isinstance(value, dict):
+        return [k for v in value.values() for k in credentials(v)]
+    if isinstance(value, list | tuple):
+        return [k for v in value for k in credentials(v)]
+    return []
 
 
 def redact(value: Any) -> Any:

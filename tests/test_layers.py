@@ -131,6 +131,18 @@ def test_the_network_boundary_stands_alone() -> None:
     assert wrong == []
 
 
+def test_the_seccomp_filter_is_built_in_one_place() -> None:
+    """libseccomp's bindings are the control plane's alone (one module builds the filter); the
+    agent server, which also runs where they are not installed (the sandbox image), loads the
+    program it is handed (`core.namespaces.confine`)."""
+    users = sorted(name for name, path in modules().items()
+                   for node in ast.walk(ast.parse(path.read_text(), str(path)))
+                   if isinstance(node, ast.Import | ast.ImportFrom)
+                   and any((alias.name if isinstance(node, ast.Import) else node.module or "")
+                           .split(".")[0] == "pyseccomp" for alias in node.names))
+    assert users == ["control_plane.sandboxes.seccomp"]
+
+
 def test_the_agent_servers_layers_point_down() -> None:
     wrong = sorted(f"{module} -> {target}" for module, targets in graph().items()
                    for layer, above in AGENT_LAYERS.items()

@@ -26,6 +26,7 @@ from pydantic import (
 from core.ids import ENV_NAME
 from core.masking import (
     MIN_LENGTH,
+    credentials,
     literal_values,
     mcp_literal_values,
     redact_literals,
@@ -350,20 +351,6 @@ class ACPAgentSpec(Lenient):
         """What `redacted` hides (literal acp_env values, a key): masked in events as well,
         since the agent may print its own environment (on stderr, in a crash report)."""
         return [*credentials(self), *literal_values(self.acp_env)]
-
-
-def credentials(value: Any) -> list[str]:
-    """Every key held in `value` (SecretStr fields, however deep: the agent's LLM, its
-    condensers' and its critic's; the settings' LLM profiles)."""
-    if isinstance(value, SecretStr):
-        return [value.get_secret_value()]
-    if isinstance(value, BaseModel):
-        return [k for name in type(value).model_fields for k in credentials(getattr(value, name))]
-    if isinstance(value, dict):
-        return [k for v in value.values() for k in credentials(v)]
-    if isinstance(value, list | tuple):
-        return [k for v in value for k in credentials(v)]
-    return []
 
 
 def _agent_tag(value: Any) -> str:

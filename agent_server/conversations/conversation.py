@@ -13,7 +13,6 @@ import asyncio
 import contextlib
 import logging
 import traceback
-from collections import ChainMap
 from collections.abc import AsyncIterator, Callable, Mapping
 from datetime import UTC, datetime
 from enum import Enum
@@ -31,10 +30,11 @@ from agent_server.agent.contract import (
 )
 from agent_server.agent.sink import EventSink
 from agent_server.agent.skills import SkillList
-from agent_server.agent.spec import ConfirmationPolicy, LLMConfig, credentials
+from agent_server.agent.spec import ConfirmationPolicy, LLMConfig
 from agent_server.conversations.cloning import RepositoryClone
 from agent_server.conversations.fanout import Fanout
 from agent_server.conversations.presentation import Presentation
+from agent_server.conversations.secrets import Secrets
 from agent_server.errors import ConversationGone
 from agent_server.log import LOG_FILE_NAME, EventLog
 from agent_server.record import ConversationInfo, SendMessage, StoredConversation
@@ -44,7 +44,7 @@ from agent_server.telemetry import Telemetry
 from agent_server.telemetry import logs as log_context
 from agent_server.telemetry.tracing import ConversationTrace, failed
 from core.files import write_json
-from core.masking import Masker, check_secrets
+from core.masking import check_secrets
 from events import (
     ConversationErrorEvent,
     ConversationStateUpdateEvent,
@@ -91,14 +91,10 @@ class Conversation:
         #: Set once the conversation is closed (deleted or the server stopped): sockets and
         #: the webhook pusher wait on it instead of polling.
         self.closed = asyncio.Event()
-        #: The secret values in force (settings', then the conversation's own); one live dict
-        #: that tools and hooks read, kept current by refresh_secrets().
-        self.secret_values: dict[str, str] = {}
-        #: Masked in every event too, though no tool gets them: `hidden` (the server's own
-        #: keys), the LLM keys (the agent's, the settings' profiles') and the values the
-        #: agent's spec holds literally (shown redacted); kept current with the secrets.
-        self._never_shown: dict[str, str] = {}
-        self.masker = Masker(ChainMap(self.secret_values, self._never_shown, dict(hidden or {})))
+        #: What it keeps out of sight (kept current by refresh_secrets()): the secret values
+        #: tools and hooks read, and the masker that hides them and the keys in every event.
+        self._secrets = Secrets(hidden)
+        self.secret_values, self.masker = self._secrets.values, self._secrets.masker
         self.refresh_secrets()
         #: What clients are shown of it (its info, its state updates).
         self.shown = Presentation(record, directory, fanout, self.masker, lambda: self._log)
@@ -182,15 +178,7 @@ class Conversation:
         await self.shown.announce(*fields)
 
     def refresh_secrets(self) -> None:
-        """The secrets in force and the keys never shown, as the settings and the record
-        hold them now (after a change to either, or a switch of the model)."""
-        settings = self._settings()
-        merged = {**settings.secrets, **self.record.secrets}
-        self.secret_values.clear()
-        self.secret_values.update(merged)
-        held = [*self.record.agent.literal_values(), *credentials(settings.llm_profiles)]
-        self._never_shown.clear()
-        self._never_shown.update({f"held {i}": value for i, value in enumerate(held)})
+        self._secrets.refresh(self._settings(), self.record)
 
     async def add_secrets(self, values: dict[str, str]) -> None:
         for name, problem in check_secrets(values):
