@@ -76,7 +76,7 @@ class ControlPlane:
         self._thread = threading.Thread(target=self._server.run, daemon=True, name="control plane")
         self._clients: list[httpx.Client] = []
 
-    def start(self, timeout: float = 30) -> ControlPlane:
+    def start(self, timeout: float = 90) -> ControlPlane:
         Internet.shared().hold(self.config.sandbox_subnet)
         self._thread.start()
         deadline = time.monotonic() + timeout
