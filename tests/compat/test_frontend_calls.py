@@ -189,16 +189,21 @@ def test_the_api_skill_clients_calls(plane: ControlPlane, llm: ScriptedLLM, key:
     assert [s["id"] for s in api.get("/api/v1/sandboxes/search",
                                      params={"limit": 10}).json()["items"]] == [sid]
 
-    # Counting events: the app server's count, and the trajectory's event_*.json files.
-    download = api.get(f"/api/v1/app-conversations/{cid}/download")
-    with zipfile.ZipFile(io.BytesIO(download.content)) as archive:
+    # Counting events: the app server's count, and the trajectory's event_*.json files. The
+    # run's end can be seen a moment before the webhook has brought its last events, so all
+    # three are read again until they agree (an event stored between two reads is a retry).
+    def agreeing() -> tuple[zipfile.ZipFile, list[str], list[dict[str, Any]], int] | None:
+        download = api.get(f"/api/v1/app-conversations/{cid}/download")
+        archive = zipfile.ZipFile(io.BytesIO(download.content))
         files = sorted(n for n in archive.namelist() if n.startswith("event_"))
-        # The run's end can be seen a moment before the webhook has brought its last events.
-        count = wait_for(lambda: (n := api.get(f"/api/v1/conversation/{cid}/events/count")
-                                  .json()) == len(files) and n, 30, what="every event stored")
+        count = api.get(f"/api/v1/conversation/{cid}/events/count").json()
         stored = api.get(f"/api/v1/conversation/{cid}/events/search",
                          params={"limit": 100}).json()["items"]
+        same = len(files) == len(stored) == count
+        return (archive, files, stored, count) if same else None
+    archive, files, stored, count = wait_for(agreeing, 30, what="every event stored")
+    with archive:
         assert files == [f"event_{i:06d}_{e['id']}.json" for i, e in enumerate(stored)]
         assert [json.loads(archive.read(n)) for n in files] == stored
         assert json.loads(archive.read("meta.json"))["id"] == cid
-    assert len(files) == len(stored) == count
+    assert count > 0
