@@ -5,9 +5,13 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 
-from playwright.sync_api import Browser, ConsoleMessage, Page
+from playwright.sync_api import Browser, ConsoleMessage, Page, expect
 
 from tests.control_plane.support import ControlPlane
+
+# What a page does by itself (its modules run, a render, an answer of the API) took more than
+# Playwright's 5 s default on a loaded two-core machine: the first sign-in page, once.
+expect.set_options(timeout=20_000)
 
 
 def new_user(plane: ControlPlane, name: str) -> str:
