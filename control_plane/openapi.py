@@ -44,7 +44,7 @@ def build(routes: list[BaseRoute]) -> dict[str, Any]:
             summary="Events pushed by a sandbox's agent server",
             operation_id="post_api_v1_webhooks_events_conversation_id",
             body=list[AnyEvent], response=Success, security="APIKeyHeader",
-            errors={401: "Missing or unknown session key", 403: "Another sandbox's conversation",
-                    404: "Unknown conversation", 413: "Batch too large",
+            errors={401: "Missing or unknown session key", 413: "Batch too large",
+                    429: "Past the intake's bounds; send the batch again",
                     503: "Not stored; send the batch again"})},
     ))
