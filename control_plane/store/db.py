@@ -10,6 +10,14 @@ statement, so a transaction that reads then writes never finds its snapshot stal
 (SQLITE_BUSY at once, which no timeout helps). The busy timeout is left for other processes on
 the same file (`control-plane keys create`). PostgreSQL needs none of this: its row locks wait.
 
+A cancelled task must not leave SQLite's write lock behind. aiosqlite runs each statement on
+a thread of its own: cancelling the task that awaits one lets the statement run on, but
+SQLAlchemy, seeing the cancellation, gives the connection up half-way (a clean-clone run
+found a restarted control plane waiting out the busy timeout behind the lock its stopped
+predecessor's cancelled start task had left). So on SQLite a statement, once sent, is awaited
+to its end (`SteadyConnection`), and the cancellation goes on when the transaction or read
+is over (`_opened`).
+
 The database file is made 0600 before SQLite opens it: SQLite gives its -wal and -shm files the
 database file's mode, so none of the three is readable by another local user, whatever the
 umask.
@@ -20,12 +28,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import sqlite3
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
+import aiosqlite
 from alembic import command
 from alembic.config import Config as AlembicConfig
 from sqlalchemy import Connection, Table, event, text
@@ -71,6 +82,32 @@ def _sqlite_connect(busy_ms: int) -> Any:
         cursor.execute("PRAGMA foreign_keys=ON")
         cursor.execute(f"PRAGMA busy_timeout={busy_ms}")
         cursor.close()
+    return connect
+
+
+class SteadyConnection(aiosqlite.Connection):
+    """An aiosqlite connection whose statements are never cut off by a cancellation: the
+    awaiting task waits for the one sent to finish (swallowing the cancellation, which
+    `_opened` raises again once the transaction is over), so SQLAlchemy never sees a
+    connection whose thread is still inside a statement it believes abandoned."""
+
+    async def _execute(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        # aiosqlite's one queue of calls to its thread, which every statement goes through
+        sent = asyncio.ensure_future(super()._execute(fn, *args, **kwargs))  # type: ignore[no-untyped-call]
+        while True:
+            try:
+                return await asyncio.shield(sent)
+            except asyncio.CancelledError:
+                if sent.cancelled():
+                    raise
+
+
+def _sqlite_creator(path: str, busy_timeout: float) -> Callable[[], Awaitable[Any]]:
+    async def connect() -> aiosqlite.Connection:
+        connection = SteadyConnection(partial(sqlite3.connect, path, timeout=busy_timeout,
+                                              isolation_level=None), 64)
+        connection._thread.daemon = True  # as SQLAlchemy does for its own
+        return await connection
     return connect
 
 
@@ -137,10 +174,11 @@ class Database:
         self._writer: asyncio.Lock | None = None
         self._holder: asyncio.Task[Any] | None = None
         if url.startswith("sqlite"):
-            path = url.split(":///", 1)[1].split("?", 1)[0]
-            if path and path != ":memory:":
+            path = url.split(":///", 1)[1].split("?", 1)[0] or ":memory:"
+            if path != ":memory:":
                 private_file(Path(path))
-            self.engine: AsyncEngine = create_async_engine(url, connect_args={"timeout": busy_timeout})
+            self.engine: AsyncEngine = create_async_engine(
+                url, async_creator=_sqlite_creator(path, busy_timeout))
             event.listen(self.engine.sync_engine, "connect", _sqlite_connect(int(busy_timeout * 1000)))
             event.listen(self.engine.sync_engine, "begin", _sqlite_begin)
             self._writes = self.engine.execution_options(**{BEGIN_MODE: "IMMEDIATE"})
@@ -204,13 +242,18 @@ class Database:
 @asynccontextmanager
 async def _opened(engine: AsyncEngine, *, begin: bool) -> AsyncIterator[AsyncConnection]:
     """A connection of `engine`; a server that cannot be reached at all (asyncpg raises the
-    socket's own OSError) is a storage failure like any other (`transient`)."""
+    socket's own OSError) is a storage failure like any other (`transient`). A cancellation
+    a `SteadyConnection` held back during the block is raised once the block is over."""
+    task = asyncio.current_task()
+    cancels = task.cancelling() if task is not None else 0
     async with AsyncExitStack() as stack:
         try:
             conn = await stack.enter_async_context(engine.begin() if begin else engine.connect())
         except OSError as exc:
             raise DisconnectionError(f"the database cannot be reached: {exc}") from exc
         yield conn
+    if task is not None and task.cancelling() > cancels:
+        raise asyncio.CancelledError
 
 
 def _upgrade(connection: Connection) -> None:
