@@ -157,6 +157,11 @@ class Config(BaseModel):
     sandbox_pids_limit: int = Field(default=1024, ge=16, le=4_194_304)
     """Processes and threads of one sandbox, container or process (a fork bomb stops there)."""
 
+    sandbox_disk_limit: ByteSize = Field(default=ByteSize(8 * 1024**3), ge=0)
+    """Disk of one isolated process sandbox (bytes, or with a unit): its directory is a
+    filesystem of that size of its own, where the control plane runs as root (a sparse image:
+    the host gives only what is written). 0: none, the sandboxes share the host's disk."""
+
     swarm_network: str = Field(default="bridge", pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
     """The Swarm provider's network: `bridge`, each node's default bridge (every node that
     takes sandboxes runs its daemon with `"icc": false`; README), or a swarm-scoped bridge

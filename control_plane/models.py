@@ -11,6 +11,8 @@ from datetime import datetime
 from enum import Enum
 from typing import Any
 
+from pydantic import BaseModel
+
 from control_plane.network.policy import NetworkPolicy
 from web.errors import Conflict, Gone
 
@@ -152,6 +154,13 @@ class ExecutionStatus(str, Enum):
 class User:
     id: str
     name: str
+
+
+class DiskUsage(BaseModel):
+    """What a sandbox's own filesystem holds, in bytes, and its size (its disk limit)."""
+
+    used: int
+    limit: int
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ from control_plane.network.rules import Segment
 from control_plane.relay import Bell
 from control_plane.runs import Runs
 from control_plane.sandboxes import cgroups, gvisor
+from control_plane.sandboxes.disks import Disks
 from control_plane.sandboxes.dockernet import DockerNetwork
 from control_plane.sandboxes.drift import Drift
 from control_plane.sandboxes.egress import SandboxEgress
@@ -167,7 +168,18 @@ def build_provider(config: Config, db: Database,
                            shared_host=config.shared_host, start_timeout=config.sandbox_start_timeout,
                            stop_grace=config.sandbox_stop_grace, limits=limits(config),
                            groups=None if isinstance(groups, str) else groups,
-                           network=network_boundary(config, db) if isolation else None)
+                           network=network_boundary(config, db) if isolation else None,
+                           disks=disks(config, isolation))
+
+
+def disks(config: Config, isolation: Isolation | None) -> Disks | None:
+    """A filesystem of its own per isolated sandbox, where this process may mount one."""
+    if isolation is None or not config.sandbox_disk_limit:
+        return None
+    if os.geteuid() != 0:
+        logger.warning("process sandboxes share this host's disk: a disk limit needs root")
+        return None
+    return Disks(config.state_dir / "disks", int(config.sandbox_disk_limit))
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from starlette.responses import Response
 from control_plane.api.io import body, from_browser, services, user
 from control_plane.api.paths import MADE_ID, path_id
 from control_plane.crypto import token_sandbox
-from control_plane.models import SandboxReason, SandboxRow, SandboxStatus
+from control_plane.models import DiskUsage, SandboxReason, SandboxRow, SandboxStatus
 from control_plane.network.policy import NetworkPolicy
 from control_plane.services import Services
 from web.errors import Unauthorized, invalid
@@ -52,6 +52,9 @@ class SandboxInfo(BaseModel):
     """PAUSED: when it will be deleted with its conversations (the deletion time)."""
     network_policy: NetworkPolicy
     """What it may connect to beyond its control plane (GET …/network: what it was refused)."""
+    disk: DiskUsage | None = None
+    """Its own filesystem's bytes used and limit (CONTROL_PLANE_SANDBOX_DISK_LIMIT); None where
+    it shares its host's disk."""
 
 
 class SandboxPage(BaseModel):
@@ -151,7 +154,7 @@ async def infos(request: Request, found: list[SandboxRow]) -> list[SandboxInfo]:
             exposed_urls=[ExposedUrl(name="AGENT_SERVER", url=url, port=row.port or 0)] if url else None,
             created_at=row.created_at, last_activity_at=row.last_activity_at,
             conversation_count=counts[row.id], pause_at=pause_at, delete_at=delete_at,
-            network_policy=row.network))
+            network_policy=row.network, disk=svc.sandboxes.disk(row)))
     return out
 
 

@@ -33,12 +33,14 @@ from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 
+from control_plane.models import DiskUsage
 from control_plane.network.boundary import Boundary
 from control_plane.network.fence import Refusals
 from control_plane.network.host import NetworkError
 from control_plane.network.links import veth_of
 from control_plane.network.policy import NetworkPolicy
 from control_plane.sandboxes import cgroups
+from control_plane.sandboxes.disks import DiskError, Disks
 from control_plane.sandboxes.isolation import HOME, READY_FILE, Command, Isolation
 from control_plane.sandboxes.provider import (
     DEFAULT_LIMITS,
@@ -106,15 +108,17 @@ class ProcessProvider(SandboxProvider):
                  template: Template | None = None, shared_host: bool = False, start_timeout: float = 60.0, stop_grace: float = 5.0,
                  transport: httpx.AsyncBaseTransport | None = None,
                  groups: cgroups.Cgroups | None = None, limits: Limits = DEFAULT_LIMITS,
-                 network: Boundary | None = None) -> None:
+                 network: Boundary | None = None, disks: Disks | None = None) -> None:
         """`isolation`: bubblewrap's (`isolation.choose`), or None: sandboxes run as this
         process's user, and serve one user only unless `shared_host` accepts that. `template`:
         servers of isolated sandboxes are forked from it once it is ready. `groups`: where
         each sandbox gets a cgroup holding it to `limits` (`cgroups.find`; None: no limits).
         `network`: isolated sandboxes each get a network namespace behind it (None: they
-        share this host's network)."""
+        share this host's network). `disks`: isolated sandboxes each get a filesystem of
+        their own (None: they share this host's disk)."""
         super().__init__(start_timeout=start_timeout, transport=transport)
         self.network = network if isolation is not None else None
+        self.disks = disks if isolation is not None else None
         self.archive_dir = archive_dir
         self.isolation = isolation
         self.template = template
@@ -162,6 +166,11 @@ class ProcessProvider(SandboxProvider):
         if launch.spec_id != SPEC.id:
             raise ProviderError(f"unknown sandbox spec {launch.spec_id!r}")
         launch.root_dir.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        if self.disks is not None:
+            try:
+                await asyncio.to_thread(self.disks.attach, launch.sandbox_id, launch.root_dir)
+            except DiskError as exc:
+                raise ProviderError(f"the sandbox's disk could not be made: {exc}") from None
         for path in (launch.root_dir, launch.root_dir / "state", launch.workspace):
             path.mkdir(exist_ok=True, mode=0o700)
         ready = launch.root_dir / READY_FILE
@@ -514,6 +523,9 @@ class ProcessProvider(SandboxProvider):
         except NetworkError as exc:
             raise ProviderError(str(exc)) from None
 
+    def disk(self, root_dir: Path) -> DiskUsage | None:
+        return None if self.disks is None else self.disks.usage(root_dir)
+
     def _archive_and_remove(self, sandbox_id: str, root_dir: Path) -> Path | None:
         archive: Path | None = None
         workspace = root_dir / "workspace"
@@ -525,6 +537,11 @@ class ProcessProvider(SandboxProvider):
                 tar.add(workspace, arcname=sandbox_id)
             os.chmod(partial, 0o600)
             os.replace(partial, archive)
+        if self.disks is not None:
+            try:
+                self.disks.detach(sandbox_id, root_dir)
+            except DiskError as exc:
+                raise ProviderError(f"the sandbox's disk could not be removed: {exc}") from None
         shutil.rmtree(root_dir, ignore_errors=True)
         if self.isolation is not None:
             self.isolation.remove(root_dir)

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import httpx
 
+from control_plane.models import DiskUsage
 from control_plane.network.fence import Refusals
 from control_plane.network.policy import OPEN, NetworkPolicy
 
@@ -252,6 +253,10 @@ class SandboxProvider(abc.ABC):
 
     async def refusals(self, handle: Handle) -> Refusals | None:
         """What its policy refused it (None: no boundary here)."""
+        return None
+
+    def disk(self, root_dir: Path) -> DiskUsage | None:
+        """What the sandbox's own filesystem holds and its limit (None: it has none here)."""
         return None
 
     def inside(self, url: str) -> str:

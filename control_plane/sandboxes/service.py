@@ -35,6 +35,7 @@ from control_plane.agent_client import Target
 from control_plane.crypto import Cipher, hash_key, new_key, sandbox_token, webhook_secret
 from control_plane.leases import SANDBOX, Leases
 from control_plane.models import (
+    DiskUsage,
     InvalidTransition,
     SandboxReason,
     SandboxRow,
@@ -146,6 +147,13 @@ class SandboxService:
     def working_dir(self, row: SandboxRow) -> str:
         """Its workspace as its processes see it (conversations work in directories under it)."""
         return str(self.provider.working_dir(Path(row.root_dir)))
+
+    def disk(self, row: SandboxRow) -> DiskUsage | None:
+        """What its own filesystem holds (None: it has none, or it is gone)."""
+        if row.status not in (SandboxStatus.STARTING, SandboxStatus.RUNNING,
+                              SandboxStatus.PAUSED):
+            return None
+        return self.provider.disk(Path(row.root_dir))
 
     def url(self, row: SandboxRow) -> str | None:
         handle = handle_of(row)
