@@ -7,12 +7,15 @@ agent server's status, so routes can pass a 404 on as a 404 and anything else as
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from typing import Any
 
 import httpx
 
 HEADER = "X-Session-API-Key"
+#: Seconds before each new try of a creation whose connection broke before an answer came.
+CREATE_PAUSES = (0.1, 0.5)
 
 
 class AgentError(Exception):
@@ -60,8 +63,19 @@ class AgentClient:
         return response.json()
 
     async def create_conversation(self, target: Target, body: dict[str, Any]) -> dict[str, Any]:
-        data: dict[str, Any] = await self._json(target, "POST", "/api/conversations", json=body)
-        return data
+        """Tried again when the connection broke before an answer (a kept-alive connection
+        the server closed as it was reused: seen under load): the body names the
+        conversation's id, and the server answers a second creation with the first."""
+        for pause in (*CREATE_PAUSES, None):
+            try:
+                data: dict[str, Any] = await self._json(target, "POST", "/api/conversations",
+                                                        json=body)
+                return data
+            except AgentError as exc:
+                if exc.status is not None or pause is None or "conversation_id" not in body:
+                    raise
+            await asyncio.sleep(pause)
+        raise AssertionError("unreachable")
 
     async def get_conversation(self, target: Target, conversation_id: str) -> dict[str, Any]:
         data: dict[str, Any] = await self._json(target, "GET", f"/api/conversations/{conversation_id}")
