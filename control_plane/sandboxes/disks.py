@@ -68,12 +68,12 @@ class Disks:
             logger.warning("sandbox %s keeps its directory on the host's disk (it holds files "
                            "and has no image): no disk limit holds it", sandbox_id)
             return
-        for image, mount_point, size in self.images_of(sandbox_id, root_dir):
+        filesystems = self.images_of(sandbox_id, root_dir)
+        _make([(image, size) for image, _, size in filesystems if not image.exists()])
+        for image, mount_point, _ in filesystems:
             mount_point.mkdir(exist_ok=True, mode=0o700)
             if os.path.ismount(mount_point):
                 continue
-            if not image.exists():
-                _make(image, size)
             # noinit_itable: the kernel does not zero the lazily made inode tables behind the
             # sandbox's back (a sparse file reads as zeros already).
             _run(["mount", "-o", "loop,nosuid,nodev,noatime,noinit_itable", str(image),
@@ -106,16 +106,43 @@ class Disks:
         return DiskUsage(used=used, limit=limit)
 
 
-def _make(image: Path, size: int) -> None:
-    image.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    made = image.with_suffix(".partial")
-    with open(made, "wb") as sparse:
-        sparse.truncate(size)
-    # No discard pass (the file is sparse already); inode tables and the journal are written
-    # lazily, so making one costs milliseconds, not a pass over the size.
-    _run(["mkfs.ext4", "-q", "-F", "-m", "0", "-E",
-          "nodiscard,lazy_itable_init=1,lazy_journal_init=1", str(made)])
-    os.replace(made, image)
+def _make(images: list[tuple[Path, int]]) -> None:
+    """Each (image, bytes) made, all at once: a sparse file, formatted in place.
+
+    No discard pass (the file is sparse already), inode tables and the journal written lazily,
+    a small journal and no room kept for growing the filesystem: making one takes about
+    15 ms, not a pass over its size."""
+    made: list[tuple[Path, Path, subprocess.Popen[str]]] = []
+    try:
+        for image, size in images:
+            image.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            partial = image.with_suffix(".partial")
+            with open(partial, "wb") as sparse:
+                sparse.truncate(size)
+            journal = ["-J", "size=16"] if size >= 512 * 1024**2 else []
+            argv = ["mkfs.ext4", "-q", "-F", "-m", "0", "-O", "^resize_inode", *journal, "-E",
+                    "nodiscard,lazy_itable_init=1,lazy_journal_init=1", str(partial)]
+            try:
+                process = subprocess.Popen(argv, stdout=subprocess.PIPE,
+                                           stderr=subprocess.STDOUT, text=True)
+            except OSError as exc:
+                raise DiskError(f"mkfs.ext4: {exc}") from None
+            made.append((image, partial, process))
+    finally:
+        failures = []
+        for image, partial, process in made:
+            try:
+                said, _ = process.communicate(timeout=60)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                said, _ = process.communicate()
+            if process.returncode == 0:
+                os.replace(partial, image)
+            else:
+                partial.unlink(missing_ok=True)
+                failures.append(f"mkfs.ext4 failed: {said.strip()[:300]}")
+    if failures:
+        raise DiskError(failures[0])
 
 
 def _run(argv: list[str]) -> None:
