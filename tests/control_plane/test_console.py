@@ -387,6 +387,7 @@ def test_the_console_end_to_end(plane: ControlPlane, clock: ShiftedClock, llm: S
     card = page.locator(f"li[data-sandbox-id='{sid}']")
     expect(card).to_contain_text("Conversations2")
     expect(card.locator(".meta")).not_to_contain_text("Pauses when idle at—")
+    expect(card.locator(".meta")).to_contain_text(re.compile(r"Disk[\d.]+ \w+ of [\d.]+ GiB used"))
     card.get_by_role("button", name="Pause").click()
     expect(card.locator("h2")).to_contain_text("PAUSED")
     expect(card.locator(".why-line")).to_have_text("Paused: you paused it")

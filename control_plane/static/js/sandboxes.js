@@ -197,7 +197,8 @@ function sandboxCard(id, reload) {
         h("div", {}, h("dt", {}, "Conversations"), h("dd", {}, String(next.conversation_count))),
         h("div", {}, h("dt", {}, "Last activity"), h("dd", {}, timeElement(next.last_activity_at))),
         h("div", {}, h("dt", {}, "Pauses when idle at"), h("dd", {}, timeElement(next.pause_at))),
-        h("div", {}, h("dt", {}, "Deleted at"), h("dd", {}, timeElement(next.delete_at)))),
+        h("div", {}, h("dt", {}, "Deleted at"), h("dd", {}, timeElement(next.delete_at))),
+        next.disk ? h("div", {}, h("dt", {}, "Disk"), h("dd", {}, diskWords(next.disk))) : null),
       itsConversations.length ? h("ul", { class: "inline", "aria-label": "Its conversations" },
         itsConversations.map((c) => h("li", {}, h("a", { href: `#/conversations/${c.id}` },
           c.title || `Conversation ${c.id.slice(0, 8)}`)))) : null]);
@@ -214,6 +215,19 @@ function sandboxCard(id, reload) {
   }
 
   return { element, update };
+}
+
+/** "1.2 GiB of 8 GiB used (15 %)": what the sandbox's own filesystem holds. */
+function diskWords(disk) {
+  const share = disk.limit ? Math.round((100 * disk.used) / disk.limit) : 0;
+  return `${bytes(disk.used)} of ${bytes(disk.limit)} used (${share} %)`;
+}
+
+function bytes(n) {
+  const units = ["bytes", "KiB", "MiB", "GiB", "TiB"];
+  let i = 0;
+  while (n >= 1024 && i < units.length - 1) { n /= 1024; i += 1; }
+  return `${i ? n.toFixed(n < 10 ? 1 : 0) : n} ${units[i]}`;
 }
 
 function why(sandbox) {
