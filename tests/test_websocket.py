@@ -255,6 +255,26 @@ async def test_frames_are_the_stored_events_then_live_ones_and_deltas_only_live(
     assert user[0]["llm_message"]["content"][0]["text"] == "go"
 
 
+async def test_a_poll_after_the_run_ended_shows_the_state_on_the_socket_again(
+        server: ServerProcess, http: httpx.AsyncClient, llm: ScriptedLLM, key: str,
+        tmp_path: Path) -> None:
+    """The OpenHands SDK takes a run's end only from a `full_state` frame that comes after its
+    POST /run answered, polling the conversation each second meanwhile: a run that ended
+    sooner is shown again at its next poll, not after the SDK's 30 s fallback."""
+    think_steps(llm, key, 1)
+    cid = await create(http, llm, key, tmp_path, message="go")
+    await finished(http, cid)
+    ws = await open_socket(server, cid)
+    try:
+        assert is_full_state(await asyncio.wait_for(ws.recv(), 10))  # the socket's first frame
+        r = await http.get(f"/api/conversations/{cid}")
+        assert r.status_code == 200 and r.json()["execution_status"] == "finished"
+        again = await asyncio.wait_for(ws.recv(), 10)
+        assert is_full_state(again) and json.loads(again)["value"]["execution_status"] == "finished"
+    finally:
+        await ws.close()
+
+
 async def test_a_bad_client_frame_gets_a_server_error_and_the_socket_stays_open(
         server: ServerProcess, http: httpx.AsyncClient, llm: ScriptedLLM, key: str,
         tmp_path: Path) -> None:

@@ -56,7 +56,10 @@ def notify(request: Request, info: ConversationInfo, status: str | None = None) 
 
 @doc(summary="A conversation, with its execution_status", response=ConversationInfo, errors=(404,))
 async def get(request: Request) -> Response:
-    return reply(await conversation(request).opened_info())
+    conv = conversation(request)
+    info = await conv.opened_info()
+    conv.show_if_settled()
+    return reply(info)
 
 
 @doc(summary="Conversations by id (null for an unknown id)", query=ConversationIds,
