@@ -58,7 +58,7 @@ def notify(request: Request, info: ConversationInfo, status: str | None = None) 
 async def get(request: Request) -> Response:
     conv = conversation(request)
     info = await conv.opened_info()
-    conv.show_if_settled()
+    conv.shown.publish_if_settled(conv.running)
     return reply(info)
 
 

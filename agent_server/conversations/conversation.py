@@ -329,15 +329,6 @@ class Conversation:
             await self.session.reject_pending(reason)
             await self.transition(ExecutionStatus.IDLE)
 
-    def show_if_settled(self) -> None:
-        """A client that asks for a conversation with no run going is shown its state on its
-        sockets too. The OpenHands SDK waits for the `full_state` that ends a run only from
-        when its POST /run has answered, and a short run on a loaded machine ends before
-        that: its snapshot went unseen, and the SDK waited out its 30 s fallback, asking for
-        the conversation each second meanwhile."""
-        if not self.running and self.status != ExecutionStatus.RUNNING:
-            self.shown.publish_state()
-
     async def run(self, approved: bool = False) -> None:
         """Start the agent; one running keeps running (a pause asked meanwhile is withdrawn).
         A run while actions wait for confirmation runs them first: calling run again is how

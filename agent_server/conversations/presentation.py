@@ -82,6 +82,15 @@ class Presentation:
         what the OpenHands SDK client waits for when a run ends."""
         self._fanout.publish_transient(self._id, self.state_event())
 
+    def publish_if_settled(self, running: bool) -> None:
+        """Shown again on the sockets while no run goes (`running`: the run task's), for a
+        client that asked for the conversation. The OpenHands SDK takes a run's end only from
+        a `full_state` that comes after its POST /run answered, and a short run on a loaded
+        machine ends before that: its snapshot went unseen, and the SDK waited out its 30 s
+        fallback, asking for the conversation each second meanwhile."""
+        if not running and self.status != ExecutionStatus.RUNNING:
+            self.publish_state()
+
     async def announce(self, *fields: str) -> None:
         """Publish a change a client asked for, and answer it only once the sockets carry it:
         the OpenHands SDK reads its state from what the socket brought. With `fields`, one
