@@ -26,9 +26,11 @@ umask.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import sqlite3
+import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from datetime import UTC, datetime
@@ -102,11 +104,15 @@ class SteadyConnection(aiosqlite.Connection):
                     raise
 
 
-def _sqlite_creator(path: str, busy_timeout: float) -> Callable[[], Awaitable[Any]]:
+def _sqlite_creator(path: str, busy_timeout: float,
+                    made: weakref.WeakSet[SteadyConnection]) -> Callable[[], Awaitable[Any]]:
+    """Connections to `path`, each kept in `made` (`Database.close` closes what the pool
+    did not: one a task still held when the engine was disposed)."""
     async def connect() -> aiosqlite.Connection:
         connection = SteadyConnection(partial(sqlite3.connect, path, timeout=busy_timeout,
                                               isolation_level=None), 64)
         connection._thread.daemon = True  # as SQLAlchemy does for its own
+        made.add(connection)
         return await connection
     return connect
 
@@ -173,12 +179,14 @@ class Database:
         #: SQLite's one writer of this process (None on PostgreSQL).
         self._writer: asyncio.Lock | None = None
         self._holder: asyncio.Task[Any] | None = None
+        #: SQLite's connections made so far (closed with the database).
+        self._made: weakref.WeakSet[SteadyConnection] = weakref.WeakSet()
         if url.startswith("sqlite"):
             path = url.split(":///", 1)[1].split("?", 1)[0] or ":memory:"
             if path != ":memory:":
                 private_file(Path(path))
             self.engine: AsyncEngine = create_async_engine(
-                url, async_creator=_sqlite_creator(path, busy_timeout))
+                url, async_creator=_sqlite_creator(path, busy_timeout, self._made))
             event.listen(self.engine.sync_engine, "connect", _sqlite_connect(int(busy_timeout * 1000)))
             event.listen(self.engine.sync_engine, "begin", _sqlite_begin)
             self._writes = self.engine.execution_options(**{BEGIN_MODE: "IMMEDIATE"})
@@ -236,7 +244,12 @@ class Database:
         return sqlite.insert(table).on_conflict_do_nothing()
 
     async def close(self) -> None:
+        """The pool's connections closed, and on SQLite any a task still holds (it gets
+        "Connection closed" at its next statement): none is left to the garbage collector."""
         await self.engine.dispose()
+        for connection in list(self._made):
+            with contextlib.suppress(Exception):
+                await connection.close()
 
 
 @asynccontextmanager
