@@ -266,6 +266,13 @@ class Config(BaseModel):
             raise ValueError("the uid range must lie within 1000-2147483647, first <= last")
         return value
 
+    @field_validator("sandbox_disk_limit")
+    @classmethod
+    def _disk(cls, value: ByteSize) -> ByteSize:
+        if 0 < value < 64 * 1024**2:
+            raise ValueError("a sandbox's disk is 0 (none) or at least 64MiB")
+        return value
+
     @field_validator("sandbox_subnet")
     @classmethod
     def _subnet(cls, value: ipaddress.IPv4Network) -> ipaddress.IPv4Network:

@@ -126,6 +126,7 @@ def _make(images: list[tuple[Path, int]]) -> None:
                 process = subprocess.Popen(argv, stdout=subprocess.PIPE,
                                            stderr=subprocess.STDOUT, text=True)
             except OSError as exc:
+                partial.unlink(missing_ok=True)
                 raise DiskError(f"mkfs.ext4: {exc}") from None
             made.append((image, partial, process))
     finally:

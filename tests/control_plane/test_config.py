@@ -39,6 +39,9 @@ def test_bad_values_name_the_setting() -> None:
         from_env({"CONTROL_PLANE_PORT": "70000"})
     with pytest.raises(ValidationError, match="max_conversations_per_sandbox"):
         from_env({"CONTROL_PLANE_MAX_CONVERSATIONS_PER_SANDBOX": "0"})
+    with pytest.raises(ValidationError, match="sandbox_disk_limit"):
+        from_env({"CONTROL_PLANE_SANDBOX_DISK_LIMIT": "1MiB"})  # no room for ext4's own
+    assert from_env({"CONTROL_PLANE_SANDBOX_DISK_LIMIT": "0"}).sandbox_disk_limit == 0
 
 
 def test_the_docker_provider_needs_a_listener_its_containers_reach() -> None:
