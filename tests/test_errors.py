@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Iterator
+
 import httpx
 import pytest
 from pydantic import BaseModel, Field, ValidationError
@@ -11,6 +14,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
+from starlette.types import Message, Scope
 
 from agent_server.errors import ConversationGone, InvalidTransition
 from agent_server.git import GitFailed
@@ -133,6 +137,36 @@ async def test_the_handler_answers_each_kind(client: httpx.AsyncClient) -> None:
                                                                  "GET, HEAD")
         r = await client.get("/bug")
         assert (r.status_code, r.json()) == (500, {"detail": "Internal server error"})
+
+
+async def test_a_client_gone_mid_body_is_no_error_of_ours(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A sandbox stopped while its webhook's body was on the way: a line at INFO, not a
+    logged "unexpected error" with its traceback (and no exception out of the app)."""
+    async def reads(request: Request) -> Response:
+        async for _ in request.stream():
+            pass
+        return Response()
+
+    app = Starlette(routes=[Route("/", reads, methods=["POST"])],
+                    exception_handlers=HANDLERS)  # type: ignore[arg-type]
+    messages: Iterator[Message] = iter([
+        {"type": "http.request", "body": b"[{", "more_body": True}, {"type": "http.disconnect"}])
+
+    async def receive() -> Message:
+        return next(messages)
+
+    async def send(message: Message) -> None:
+        pass
+
+    scope: Scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1",
+             "method": "POST", "scheme": "http", "path": "/", "raw_path": b"/",
+             "query_string": b"", "root_path": "", "headers": [(b"content-length", b"100")],
+             "server": ("127.0.0.1", 80), "client": ("127.0.0.1", 5000)}
+    with caplog.at_level(logging.INFO):
+        await app(scope, receive, send)
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert any("went away" in r.getMessage() for r in caplog.records)
 
 
 def test_every_upstream_failure_is_an_upstream_error() -> None:

@@ -22,7 +22,8 @@ themselves. A tool's failure is not in this tree: tools raise `tools.base.ToolEr
 loop turns into an AgentErrorEvent.
 
 A client never gets a traceback: unexpected exceptions are logged and answered with a plain
-500 body (or a 1011 close).
+500 body (or a 1011 close). A client that goes away while its body is read (a sandbox
+stopped mid-webhook) is no error of ours: a line at INFO, and an answer no one reads.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 from starlette import status
 from starlette.exceptions import HTTPException
-from starlette.requests import HTTPConnection
+from starlette.requests import ClientDisconnect, HTTPConnection
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Match, Route
 from starlette.websockets import WebSocket
@@ -278,6 +279,12 @@ def allowed(conn: HTTPConnection) -> str:
     return ", ".join(sorted(methods))
 
 
+async def on_disconnect(conn: HTTPConnection, exc: Exception) -> Response | None:
+    assert isinstance(exc, ClientDisconnect)
+    logger.info("the client went away on %s", escape(conn.url.path))
+    return Response(status_code=status.HTTP_400_BAD_REQUEST)
+
+
 async def on_unexpected(conn: HTTPConnection, exc: Exception) -> Response | None:
     logger.exception("unexpected error on %s", escape(conn.url.path))
     if isinstance(conn, WebSocket):
@@ -289,5 +296,6 @@ async def on_unexpected(conn: HTTPConnection, exc: Exception) -> Response | None
 HANDLERS: dict[Any, Callable[..., Any]] = {
     ServiceError: on_error,
     HTTPException: on_http,
+    ClientDisconnect: on_disconnect,
     Exception: on_unexpected,
 }

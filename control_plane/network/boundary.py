@@ -59,22 +59,33 @@ class Boundary:
     # -- process sandboxes: a namespace and a link each -------------------------------------
 
     async def attach(self, sandbox_id: str, policy: NetworkPolicy) -> Attached:
-        """A namespace for the sandbox, linked to this host and let in under `policy`."""
+        """A namespace for the sandbox, linked to this host and let in under `policy`.
+
+        What an earlier start of it left (a control plane stopped half way through it, or
+        before the sandbox was removed) goes first, its rules with it: the new link has
+        another address, and rules left under the old one would keep the sandbox's chain in
+        use. A start stopped during its admission takes back what `nft` may have applied."""
         assert self.links is not None, "attach is for process sandboxes"
+        if self.links.has(sandbox_id):
+            await self.detach(sandbox_id)
         attached = await self.links.attach(sandbox_id)
         try:
             await self.admit(sandbox_id, attached.address, attached.interface, policy)
         except BaseException:
+            await self.release(sandbox_id, attached.address, attached.interface)
             await self.links.detach(sandbox_id, attached.address)
             raise
         return attached
 
     async def detach(self, sandbox_id: str) -> None:
-        """Its rules, link and namespace gone (idempotent)."""
+        """Its rules, link and namespace gone (idempotent): the rules under the address its
+        namespace has, or else the one the table knows it by (the link of that one is left
+        alone: the address may be another sandbox's by now)."""
         assert self.links is not None
         address = await self.links.address_of(sandbox_id)
-        if address is not None:
-            await self.release(sandbox_id, address, veth_of(address))
+        ruled = address or await self.fence.address_of(sandbox_id)
+        if ruled is not None:
+            await self.release(sandbox_id, ruled, veth_of(ruled))
         await self.links.detach(sandbox_id, address)
 
     # -- any sandbox with an address on the segment ------------------------------------------

@@ -110,8 +110,22 @@ class Fence:
 
     async def release(self, sandbox_id: str, address: ipaddress.IPv4Address,
                       interface: str) -> None:
-        """Everything of the sandbox out of the table (idempotent)."""
-        await host.nft(rules.release(self.segment, sandbox_id, address, interface))
+        """Everything of the sandbox out of the table (idempotent), under whatever addresses
+        it holds there."""
+        script = rules.release(self.segment, sandbox_id, address, interface)
+        try:
+            await host.nft(script)
+        except host.NetworkError as exc:
+            if "Device or resource busy" not in str(exc):
+                raise
+            # Its chain is still in use: an address of an earlier start of it (one stopped
+            # half way, its link gone) still sends there. Those elements go in the same step.
+            chain, counter = rules.chain_name(sandbox_id), rules.counter_name(sandbox_id)
+            keys = [(str(key[0]), str(key[1])) for key, verdict in await self._elements("policies")
+                    if isinstance(key, list) and len(key) == 2 and verdict == chain]
+            counted = [str(key) for key, name in await self._elements("counters")
+                       if name == counter]
+            await host.nft(rules.forget(self.segment, keys, counted) + script)
         self._sandboxes.pop(address, None)
 
     async def admit_resolved(self, sandbox_id: str, addresses: list[ipaddress.IPv4Address],
@@ -153,7 +167,7 @@ class Fence:
     async def _elements(self, name: str) -> list[tuple[object, str]]:
         """A map's elements as (key, value name): a concatenated key as a list of parts."""
         try:
-            items = await host.nft_json("list", "map", "inet", self.segment.table, name)
+            items = await host.nft_list("map", "inet", self.segment.table, name)
         except host.NetworkError:
             return []
         pairs: list[tuple[object, str]] = []

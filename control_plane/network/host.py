@@ -58,6 +58,17 @@ async def nft_json(*args: str) -> list[dict[str, Any]]:
     return [item for item in items if isinstance(item, dict)]
 
 
+async def nft_list(kind: str, family: str, table: str, name: str) -> list[dict[str, Any]]:
+    """One object of a table listed (`nft -j list <kind> ...`), asked in nftables' JSON:
+    the text grammar reads some names as keywords (`list map inet t counters` is a syntax
+    error), the JSON one takes any name. The question goes as an argument: nft opens
+    `/dev/stdin` by name for JSON, which fails where stdin is a socket (uvloop's pipes)."""
+    command = {"nftables": [{"list": {kind: {"family": family, "table": table, "name": name}}}]}
+    out = await run(["nft", "-j", json.dumps(command)])
+    items = json.loads(out or "{}").get("nftables", [])
+    return [item for item in items if isinstance(item, dict)]
+
+
 async def ip_batch(lines: list[str], netns: str | None = None) -> None:
     """`ip -batch -`, in the named network namespace when given: stops at the first failure."""
     await run(["ip", *(["-n", netns] if netns else []), "-batch", "-"], "\n".join(lines) + "\n")

@@ -113,7 +113,7 @@ class Links:
         """A namespace and a link for the sandbox (one left by an earlier start of it is
         removed first). NetworkError when it cannot be made; nothing of it is left then."""
         netns = netns_of(sandbox_id)
-        if (NETNS_DIR / netns).exists():
+        if self.has(sandbox_id):
             await self.detach(sandbox_id)
         address = await self._claim()
         veth = veth_of(address)
@@ -188,9 +188,13 @@ class Links:
                 found.add(network.network_address)
         return found
 
+    def has(self, sandbox_id: str) -> bool:
+        """Whether the sandbox's namespace is on this host."""
+        return (NETNS_DIR / netns_of(sandbox_id)).exists()
+
     async def address_of(self, sandbox_id: str) -> ipaddress.IPv4Address | None:
         """The sandbox's address, read from its namespace (None without one)."""
-        if not (NETNS_DIR / netns_of(sandbox_id)).exists():
+        if not self.has(sandbox_id):
             return None
         try:
             found = await ip_json("-n", netns_of(sandbox_id), "-4", "addr", "show", "dev", INSIDE)

@@ -164,7 +164,7 @@ def skeleton(segment: Segment, blocked: Iterable[ipaddress.IPv4Network]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _chain(sandbox_id: str) -> str:
+def chain_name(sandbox_id: str) -> str:
     return f"s_{sandbox_id}"
 
 
@@ -187,7 +187,7 @@ def _objects(t: str, sandbox_id: str, address: ipaddress.IPv4Address, interface:
     """A sandbox's own objects, made where missing (each `add` is a no-op on what exists):
     its chain, the policies map's element sending its traffic there (the same for its whole
     life, so never replaced), its counter and its sets."""
-    chain, counter = _chain(sandbox_id), counter_name(sandbox_id)
+    chain, counter = chain_name(sandbox_id), counter_name(sandbox_id)
     return [
         f"add chain inet {t} {chain}",
         f"add counter inet {t} {counter}",
@@ -201,7 +201,7 @@ def admit(segment: Segment, sandbox_id: str, address: ipaddress.IPv4Address, int
           policy: NetworkPolicy) -> str:
     """A sandbox into the table under `policy`, or its policy replaced: the same text does
     both, in one transaction (connections already open go on; new ones meet the new policy)."""
-    t, chain = segment.table, _chain(sandbox_id)
+    t, chain = segment.table, chain_name(sandbox_id)
     sets = list(_sets(sandbox_id))
     lines = [*_objects(t, sandbox_id, address, interface), f"flush chain inet {t} {chain}",
              *(f"flush set inet {t} {name}" for name in sets)]
@@ -251,11 +251,21 @@ def release(segment: Segment, sandbox_id: str, address: ipaddress.IPv4Address,
         f"delete element inet {t} policies {{ {address} . \"{interface}\" }}",
         f"delete element inet {t} counters {{ {address} }}",
         f"delete counter inet {t} {counter_name(sandbox_id)}",
-        f"flush chain inet {t} {_chain(sandbox_id)}",
-        f"delete chain inet {t} {_chain(sandbox_id)}",
+        f"flush chain inet {t} {chain_name(sandbox_id)}",
+        f"delete chain inet {t} {chain_name(sandbox_id)}",
         *(f"delete set inet {t} {name}" for name in _sets(sandbox_id)),
     ]
     return "\n".join(lines) + "\n"
+
+
+def forget(segment: Segment, keys: Iterable[tuple[str, str]], counted: Iterable[str]) -> str:
+    """Elements of the policies map (address, interface) and of the counters map (address)
+    out of the table, as `nft -j` listed them."""
+    t = segment.table
+    lines = [f"delete element inet {t} policies {{ {address} . \"{interface}\" }}"
+             for address, interface in keys]
+    lines += [f"delete element inet {t} counters {{ {address} }}" for address in counted]
+    return "".join(f"{line}\n" for line in lines)
 
 
 def docker_user(segment: Segment) -> str:
