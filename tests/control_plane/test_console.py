@@ -453,6 +453,9 @@ def test_the_console_end_to_end(plane: ControlPlane, clock: ShiftedClock, llm: S
     page.get_by_label("Show archived").check()
     expect(rows).to_have_count(2)
     page.goto(f"{plane.url}/#/conversations/{second}")
+    # Its record shown first: the lines it adds above the toolbar move the buttons down, and a
+    # click sent while they move lands on whatever came under it.
+    expect(page.locator(".banner[role=alert]")).to_contain_text("Read-only: the sandbox is MISSING")
     page.get_by_role("button", name="Delete conversation").click()
     shot(page, "17-conversation-delete")
     page.get_by_role("group", name="Delete this conversation?").get_by_role("button", name="Delete").click()
