@@ -20,7 +20,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
-from agent_server.agent import transport
+from agent_server.agent import responses, transport
 from agent_server.agent.spec import LLMConfig
 from agent_server.agent.usage import TokenUsage
 from agent_server.telemetry.tracing import note_llm_provider, note_llm_retry
@@ -123,6 +123,8 @@ class ToolCall:
     id: str
     name: str
     arguments: str
+    #: The Responses API's id of the call's output item (its `call_id` is `id`).
+    item_id: str | None = None
 
 
 @dataclass
@@ -140,6 +142,8 @@ class Completion:
     #: asked: LLMConfig.return_token_ids).
     prompt_token_ids: list[int] | None = None
     response_token_ids: list[int] | None = None
+    #: The Responses API's reasoning item (`ReasoningItemModel`'s fields), sent back next turn.
+    reasoning_item: dict[str, Any] | None = None
 
 
 #: Seam for tests of the backoff schedule; the loop uses asyncio.sleep.
@@ -201,6 +205,9 @@ def _failure(exc: Exception, secrets: list[str]) -> LLMFailure:
 
 
 def _kwargs(config: LLMConfig, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> dict[str, Any]:
+    if any(responses.REASONING_ITEM in m for m in messages):  # from a Responses API model
+        messages = [{k: v for k, v in m.items() if k != responses.REASONING_ITEM}
+                    for m in messages]
     kwargs: dict[str, Any] = {
         "model": config.model,
         "messages": messages,
@@ -245,10 +252,18 @@ async def complete(
 ) -> Completion:
     """One model response, retried on rate limits, server errors and timeouts."""
     litellm = await load()
-    kwargs = _kwargs(config, messages, tools)
+    via_responses = responses.uses_responses_api(config)
+    if via_responses:
+        kwargs = responses.request(config, messages, tools)
+        if config.api_key is not None:
+            kwargs["api_key"] = config.api_key.get_secret_value()
+        if config.base_url:
+            kwargs["api_base"] = config.base_url
+    else:
+        kwargs = _kwargs(config, messages, tools)
     provider = _provider(litellm, config)
     note_llm_provider(provider)  # the call's span says which provider served it
-    if provider in QUICKACK_PROVIDERS:
+    if provider in QUICKACK_PROVIDERS and not via_responses:
         kwargs["client"] = transport.client(litellm)
     secrets = [config.api_key.get_secret_value()] if config.api_key else []
     attempt = 0
@@ -256,6 +271,12 @@ async def complete(
         attempt += 1
         started = time.perf_counter()
         try:
+            if via_responses:
+                if config.stream:
+                    response = await responses.stream(litellm, kwargs, on_delta)
+                else:
+                    response = await litellm.aresponses(**kwargs)
+                return _from_responses(litellm, config, response, time.perf_counter() - started)
             if config.stream:
                 response = await _stream(litellm, kwargs, on_delta)
             else:
@@ -329,6 +350,7 @@ def _completion(litellm: Any, config: LLMConfig, response: Any, latency: float) 
     except Exception:  # models missing from the price map cost nothing we can know
         cost = 0.0
     blocks = getattr(message, "thinking_blocks", None) or []
+    ids = _token_ids(response, choice)
     return Completion(
         response_id=response.id or f"resp-{time.time_ns()}",
         content=message.content or "",
@@ -339,7 +361,39 @@ def _completion(litellm: Any, config: LLMConfig, response: Any, latency: float) 
         cost=cost,
         latency=latency,
         raw=response,
-        **_token_ids(response, choice),
+        prompt_token_ids=ids.get("prompt_token_ids"),
+        response_token_ids=ids.get("response_token_ids"),
+    )
+
+
+def _from_responses(litellm: Any, config: LLMConfig, response: Any,
+                    latency: float) -> Completion:
+    text, calls = responses.parts(response)
+    item = responses.reasoning_item(response)
+    figures = responses.usage_figures(response)
+    response_id = str(getattr(response, "id", "") or f"resp-{time.time_ns()}")
+    try:
+        cost = float(litellm.completion_cost(completion_response=response,
+                                             call_type="aresponses") or 0.0)
+    except Exception:  # models missing from the price map cost nothing we can know
+        cost = 0.0
+    return Completion(
+        response_id=response_id,
+        content=text,
+        tool_calls=[ToolCall(id=call_id or f"call_{response_id}_{i}", name=name,
+                             arguments=arguments, item_id=item_id)
+                    for i, (call_id, name, arguments, item_id) in enumerate(calls)],
+        reasoning_content="\n\n".join(item["summary"]) if item and item["summary"] else None,
+        thinking_blocks=[],
+        usage=TokenUsage(
+            model=config.model, prompt_tokens=figures["prompt"],
+            completion_tokens=figures["completion"], cache_read_tokens=figures["cached"],
+            reasoning_tokens=figures["reasoning"],
+            per_turn_token=figures["prompt"] + figures["completion"], response_id=response_id),
+        cost=cost,
+        latency=latency,
+        raw=response,
+        reasoning_item=item,
     )
 
 

@@ -116,13 +116,14 @@ def log_record(config: LLMConfig, messages: list[dict[str, Any]], tools: list[di
     then `response` (the provider's answer as litellm gave it) or `error`, with cost, latency
     and a usage summary."""
     params = config.model_dump(mode="json", include=set(PARAMETERS))
-    data: dict[str, Any] = {"messages": messages, "tools": tools, "kwargs": redact(params),
+    data: dict[str, Any] = {"messages": _sealed(messages), "tools": tools,
+                            "kwargs": redact(params),
                             "timestamp": time.time(), "latency_sec": time.time() - started}
     if error is not None:
         data.update(error=error, cost=0.0)
         return data
     assert reply is not None
-    data["response"] = _response(reply)
+    data["response"] = _sealed(_response(reply))
     data["cost"] = reply.cost
     data["usage_summary"] = {
         "prompt_tokens": reply.usage.prompt_tokens,
@@ -131,6 +132,17 @@ def log_record(config: LLMConfig, messages: list[dict[str, Any]], tools: list[di
         "cache_read_tokens": reply.usage.cache_read_tokens,
     }
     return data
+
+
+def _sealed(value: Any) -> Any:
+    """`value` with the Responses API's encrypted reasoning left out of the log (an opaque
+    blob of the provider's, kept in the events to be sent back, never logged)."""
+    if isinstance(value, dict):
+        return {k: "[encrypted]" if k == "encrypted_content" and v is not None else _sealed(v)
+                for k, v in value.items()}
+    if isinstance(value, list):
+        return [_sealed(v) for v in value]
+    return value
 
 
 def _response(reply: Completion) -> Any:

@@ -44,6 +44,7 @@ from events import (
     MessageEvent,
     MessageToolCall,
     ObservationEvent,
+    ReasoningItemModel,
     RedactedThinkingBlock,
     SecurityRisk,
     TextContent,
@@ -161,7 +162,8 @@ class Run:
                 source="agent",
                 llm_message=Message(role="assistant", content=[TextContent(text=reply.content)],
                                     reasoning_content=reply.reasoning_content,
-                                    thinking_blocks=thinking),
+                                    thinking_blocks=thinking,
+                                    responses_reasoning_item=_reasoning_item(reply)),
                 llm_response_id=reply.response_id,
             )
             await parts.critic.score([message], self.view)
@@ -305,6 +307,13 @@ async def repair(view: View, sink: EventSink, why: str) -> None:
         await sink.append(*errors)
 
 
+def _reasoning_item(reply: Completion) -> ReasoningItemModel | None:
+    """A Responses API model's reasoning, kept on the step's first event to be sent back."""
+    if reply.reasoning_item is None:
+        return None
+    return ReasoningItemModel.model_validate(reply.reasoning_item)
+
+
 def _action_event(toolbox: Toolbox, reply: Completion, call: ToolCall, first: bool,
                   thinking: list[Any]) -> tuple[ActionEvent, str | None]:
     """The ActionEvent of one tool call, and why it cannot run (None when it can)."""
@@ -333,11 +342,14 @@ def _action_event(toolbox: Toolbox, reply: Completion, call: ToolCall, first: bo
         thought=[TextContent(text=reply.content)] if first and reply.content else [],
         reasoning_content=reply.reasoning_content if first else None,
         thinking_blocks=thinking if first else [],
+        responses_reasoning_item=_reasoning_item(reply) if first else None,
         action=action,
         tool_name=call.name,
         tool_call_id=call.id,
         tool_call=MessageToolCall(id=call.id, name=call.name, arguments=call.arguments,
-                                  origin="completion"),
+                                  responses_item_id=call.item_id,
+                                  origin="completion" if reply.reasoning_item is None
+                                  and call.item_id is None else "responses"),
         llm_response_id=reply.response_id,
         security_risk=risk,
         summary=summary,

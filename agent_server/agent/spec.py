@@ -56,6 +56,9 @@ class LLMConfig(Lenient):
     temperature: float | None = Field(default=None, ge=0, le=2)
     max_output_tokens: int | None = Field(default=None, ge=1, le=1_000_000)
     reasoning_effort: Literal["none", "minimal", "low", "medium", "high"] | None = None
+    api_mode: Literal["auto", "chat", "responses"] = "auto"  # as the SDK's: agent.responses
+    reasoning_summary: Literal["auto", "concise", "detailed"] | None = None
+    enable_encrypted_reasoning: bool = True
     timeout: float | None = Field(default=None, gt=0, le=3600)
     num_retries: int = Field(default=5, ge=0, le=20)
     stream: bool = False

@@ -12,6 +12,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from agent_server.agent.responses import REASONING_ITEM
 from core.content import text_of
 from events import (
     ActionEvent,
@@ -23,6 +24,7 @@ from events import (
     ImageContent,
     MessageEvent,
     ObservationEvent,
+    ReasoningItemModel,
     SystemPromptEvent,
     TextContent,
     UserRejectObservation,
@@ -124,7 +126,8 @@ class View:
             return
         out: dict[str, Any] = self._from({"role": "assistant", "content": text_of(content)},
                                          event)
-        self._reasoning(out, msg.reasoning_content, msg.thinking_blocks)
+        self._reasoning(out, msg.reasoning_content, msg.thinking_blocks,
+                        msg.responses_reasoning_item)
         self.messages.append(out)
 
     def _prompt_hook(self, event: HookExecutionEvent) -> None:
@@ -156,18 +159,22 @@ class View:
             text = text_of(event.thought)
             out: dict[str, Any] = self._from(
                 {"role": "assistant", "content": text or None, "tool_calls": [call]}, event)
-            self._reasoning(out, event.reasoning_content, event.thinking_blocks)
+            self._reasoning(out, event.reasoning_content, event.thinking_blocks,
+                            event.responses_reasoning_item)
             self.messages.append(out)
             self._response_id = event.llm_response_id
         assert event.id is not None
         self.pending[event.tool_call_id] = Pending(event.id, event.tool_call_id, event.tool_name)
 
     @staticmethod
-    def _reasoning(out: dict[str, Any], reasoning: str | None, blocks: Sequence[Any]) -> None:
+    def _reasoning(out: dict[str, Any], reasoning: str | None, blocks: Sequence[Any],
+                   item: ReasoningItemModel | None = None) -> None:
         if reasoning:
             out["reasoning_content"] = reasoning
         if blocks:
             out["thinking_blocks"] = [b.model_dump(exclude_none=True) for b in blocks]
+        if item is not None:  # sent back as it came (agent.responses); chat calls drop it
+            out[REASONING_ITEM] = item.model_dump()
 
     def _add_result(self, event: ObservationEvent | AgentErrorEvent | UserRejectObservation,
                     text: str) -> None:

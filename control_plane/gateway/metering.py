@@ -5,11 +5,13 @@ The bytes are read beside the client, never in its way: each chunk is handed on 
 looked at after (`Meter.feed` only copies and parses), so no chunk waits for the metering.
 
 - A JSON answer (not streamed) is kept up to MAX_JSON bytes and read when it ends: `usage`
-  with OpenAI's `prompt_tokens` / `completion_tokens`, or Anthropic's `input_tokens` /
-  `output_tokens` (its cache reads and writes are input too), or Gemini's `usageMetadata`.
+  with OpenAI's `prompt_tokens` / `completion_tokens`, or Anthropic's and OpenAI's Responses
+  API's `input_tokens` / `output_tokens` (Anthropic's cache reads and writes are input too),
+  or Gemini's `usageMetadata`.
 - A stream (server-sent events) is read event by event: OpenAI's last chunk carries `usage`
   when the client asked for it (`stream_options.include_usage`, as the agent does); Anthropic's
-  `message_start` has the input and `message_delta` the output so far. Only `data:` lines that
+  `message_start` has the input and `message_delta` the output so far; the Responses API's
+  `response.completed` carries the whole response with its usage. Only `data:` lines that
   mention usage are parsed.
 
 Prices come from litellm's own map (`litellm.cost_per_token`, the model as the answer names it,
@@ -58,6 +60,10 @@ def read_usage(data: Any, usage: Usage) -> None:
     if data.get("type") == "message_start" and isinstance(data.get("message"), dict):
         read_usage(data["message"], usage)  # Anthropic's first event: the message so far
         return
+    if str(data.get("type", "")).startswith("response.") and isinstance(data.get("response"),
+                                                                        dict):
+        read_usage(data["response"], usage)  # OpenAI's Responses API: the response so far
+        return
     found = data.get("usage")
     if isinstance(found, dict):
         if "input_tokens" in found or "output_tokens" in found:  # Anthropic's
@@ -68,6 +74,9 @@ def read_usage(data: Any, usage: Usage) -> None:
                 usage.cache_read_tokens, usage.cache_write_tokens = read, write
             if "output_tokens" in found:
                 usage.completion_tokens = _int(found["output_tokens"])
+            details = found.get("input_tokens_details")
+            if isinstance(details, dict):  # OpenAI's Responses API: input counts its cached
+                usage.cache_read_tokens = _int(details.get("cached_tokens"))
         else:  # OpenAI's
             usage.prompt_tokens = _int(found.get("prompt_tokens")) or usage.prompt_tokens
             usage.completion_tokens = (_int(found.get("completion_tokens"))

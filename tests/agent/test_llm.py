@@ -110,3 +110,19 @@ def test_the_llm_backoff_bounds() -> None:
     assert BACKOFF.wait(1, -3) == 0.0  # a date in the past
     for attempt in range(1, 12):
         assert 0.5 <= BACKOFF.wait(attempt, None) <= min(30.0, 2 ** (attempt - 1))
+
+
+async def test_the_responses_api_honours_retry_after_and_keeps_the_key_out_of_failures(
+        llm: ScriptedLLM, key: str) -> None:
+    """A GPT-5 model's calls go to `/responses`, with the same retries as chat completions."""
+    llm.script(key, error(429, retry_after=0.2), text("ok"), error(401, "bad sk-very-secret-key"))
+    sleeps = Sleeps()
+    gpt5 = config(llm.base_url(key), model="openai/gpt-5-mini")
+    reply = await llm_module.complete(gpt5, MESSAGES, [], sleep=sleeps)
+    assert reply.content == "ok" and sleeps == [0.2]
+    assert llm.requests_for(key)[0]["input"][0]["content"][0] == {"type": "input_text",
+                                                                 "text": "hi"}
+    with pytest.raises(LLMFailure) as failed:
+        await llm_module.complete(gpt5, MESSAGES, [], sleep=sleeps)
+    assert failed.value.code == "AuthenticationError" and sleeps == [0.2]
+    assert "sk-very-secret-key" not in failed.value.detail

@@ -240,6 +240,31 @@ def test_a_stream_passes_through_as_it_comes(control_plane: ControlPlane, llm: S
     assert "".join(seen) == "first words, then the rest of it" and held.is_set()
 
 
+def test_a_responses_api_model_goes_through_with_its_reasoning(control_plane: ControlPlane,
+                                                                llm: ScriptedLLM,
+                                                                key: str) -> None:
+    """A GPT-5 model: the agent calls the Responses API through the gateway, which puts the
+    user's key in, passes the reasoning item back and forth untouched and counts the usage."""
+    plane = control_plane
+    client = plane.client(plane.new_user("rhea"))
+    configure_llm(client, llm.base_url(key), tools=["terminal"], llm_model="openai/gpt-5-mini")
+    llm.script(key, Reply(text="Looking.", reasoning="First, list the files.",
+                          tool_calls=[("terminal", {"command": "echo listed"})]),
+               Reply(text="Done.", reasoning="Nothing more to do."))
+    task = start(client, "go")
+    cid = task["app_conversation_id"]
+    ended(client, cid)
+    first, second = llm.requests_for(key)
+    assert first["store"] is False and first["include"] == ["reasoning.encrypted_content"]
+    [item] = [i for i in second["input"] if i.get("type") == "reasoning"]
+    assert {k: item.get(k) for k in ("id", "summary", "encrypted_content")} == \
+        llm.reasoning_items[item["id"]]
+    assert [h.get("authorization") for h in llm.headers_for(key)] == [f"Bearer {KEY}"] * 2
+    report = wait_for(lambda: u if (u := usage(client))["today"]["requests"] >= 2 else None, 30,
+                      what="the usage")
+    assert report["today"]["prompt_tokens"] > 0 and report["today"]["completion_tokens"] >= 20
+
+
 def test_an_anthropic_model_is_called_with_its_own_header(control_plane: ControlPlane,
                                                           llm: ScriptedLLM, key: str) -> None:
     plane = control_plane
@@ -401,6 +426,27 @@ def test_usage_is_read_from_answers_streamed_or_not() -> None:
     used = whole.finish()
     assert (used.prompt_tokens, used.completion_tokens) == (3, 4)
     assert cost(used, None, "openai") == 0.0  # a model litellm cannot price is free
+
+
+def test_responses_api_usage_is_read_streamed_or_not() -> None:
+    """OpenAI's Responses API: its usage in the response, or in the stream's last event."""
+    usage = ('{"input_tokens":40,"output_tokens":9,"input_tokens_details":{"cached_tokens":32},'
+             '"output_tokens_details":{"reasoning_tokens":5}}')
+    streamed = Meter("text/event-stream")
+    for line in ('event: response.created\ndata: {"type":"response.created","response":'
+                 '{"model":"gpt-5-mini","usage":null}}\n\n',
+                 'event: response.output_text.delta\ndata: {"type":"response.output_text.delta",'
+                 '"delta":"hi"}\n\n',
+                 'event: response.completed\ndata: {"type":"response.completed","response":'
+                 f'{{"model":"gpt-5-mini","usage":{usage}}}}}\n\n'):
+        streamed.feed(line.encode())
+    whole = Meter("application/json")
+    whole.feed(f'{{"object":"response","model":"gpt-5-mini","usage":{usage}}}'.encode())
+    for meter in (streamed, whole):
+        used = meter.finish()
+        assert (used.prompt_tokens, used.completion_tokens, used.cache_read_tokens,
+                used.model) == (40, 9, 32, "gpt-5-mini")
+        assert cost(used, None, "openai") > 0
 
 
 def test_a_user_may_only_lower_the_deployments_caps(tmp_path: Path) -> None:

@@ -125,6 +125,8 @@ class ScriptedLLM:
         self._raw: http.server.ThreadingHTTPServer | None = None
         #: Per key: wall-clock times the raw server finished writing each answer.
         self.answered: dict[str, list[float]] = defaultdict(list)
+        #: Reasoning items given out by the Responses API endpoint, by id, as given.
+        self.reasoning_items: dict[str, dict[str, Any]] = {}
         #: Per key: the headers (lowercase names) and query of each request, as it arrived.
         self.received: dict[str, list[tuple[dict[str, str], dict[str, str]]]] = defaultdict(list)
 
@@ -317,6 +319,84 @@ class ScriptedLLM:
                       "cache_creation_input_tokens": 0},
         })
 
+    async def _responses(self, request: Request) -> Response:
+        """OpenAI's Responses API (litellm's `aresponses`), stateless as the agent calls it:
+        a reasoning item it gave out must come back unchanged (as OpenAI checks its
+        encrypted content), or the request is refused with 400."""
+        key = request.path_params["key"]
+        self._receive(key, request)
+        body = await request.json()
+        reply = self._next(key, body)
+        if reply.delay:
+            await asyncio.sleep(reply.delay)
+        if reply.status != 200:
+            return JSONResponse(self._error_body(reply), status_code=reply.status,
+                                headers=reply.headers)
+        for item in body.get("input") or []:
+            if isinstance(item, dict) and item.get("type") == "reasoning":
+                given = self.reasoning_items.get(str(item.get("id")))
+                if given is None or {k: item.get(k) for k in given} != given:
+                    return JSONResponse({"error": {
+                        "message": f"reasoning item {item.get('id')!r} is not as it was given",
+                        "type": "invalid_request_error", "code": 400}}, status_code=400)
+        response = self._response(body, reply)
+        if body.get("stream"):
+            return StreamingResponse(self._response_events(response, reply),
+                                     media_type="text/event-stream")
+        return JSONResponse(response)
+
+    def _response(self, body: dict[str, Any], reply: Reply) -> dict[str, Any]:
+        n = next(self._ids)
+        output: list[dict[str, Any]] = []
+        if reply.reasoning is not None:
+            item = {"id": f"rs_{n}", "summary": [{"type": "summary_text", "text": reply.reasoning}],
+                    "encrypted_content": (f"gAAAA-sealed-{n}-{zlib.crc32(reply.reasoning.encode())}"
+                                          if "reasoning.encrypted_content" in (body.get("include") or [])
+                                          else None)}
+            with self._lock:
+                self.reasoning_items[item["id"]] = item
+            output.append({"type": "reasoning", **item})
+        if reply.text:
+            output.append({"type": "message", "id": f"msg_{n}", "status": "completed",
+                           "role": "assistant",
+                           "content": [{"type": "output_text", "text": reply.text,
+                                        "annotations": []}]})
+        for i, (name, args) in enumerate(reply.tool_calls):
+            output.append({"type": "function_call", "id": f"fc_{n}_{i}", "call_id": f"call_{n}_{i}",
+                           "name": name, "status": "completed",
+                           "arguments": args if isinstance(args, str) else json.dumps(args)})
+        prompt = len(json.dumps(body.get("input", []))) // 4
+        return {
+            "id": f"resp_{n}", "object": "response", "created_at": int(time.time()),
+            "status": "completed", "model": body.get("model", "test"), "output": output,
+            "parallel_tool_calls": True, "tool_choice": "auto", "tools": [], "error": None,
+            "incomplete_details": None, "instructions": None, "metadata": {},
+            "temperature": None, "top_p": None, "store": False,
+            "usage": reply.usage or {
+                "input_tokens": prompt, "output_tokens": 10 + len(reply.text) // 4,
+                "total_tokens": prompt + 10 + len(reply.text) // 4,
+                "input_tokens_details": {"cached_tokens": 0},
+                "output_tokens_details": {"reasoning_tokens": 7 if reply.reasoning else 0}},
+        }
+
+    async def _response_events(self, response: dict[str, Any], reply: Reply):  # type: ignore[no-untyped-def]
+        def event(kind: str, **fields: Any) -> str:
+            return f"event: {kind}\ndata: {json.dumps({'type': kind, **fields})}\n\n"
+
+        created = {**response, "status": "in_progress", "output": []}
+        yield event("response.created", response=created, sequence_number=0)
+        n = 1
+        if reply.reasoning:
+            yield event("response.reasoning_summary_text.delta", item_id=f"rs_{response['id']}",
+                        output_index=0, summary_index=0, delta=reply.reasoning, sequence_number=n)
+            n += 1
+        for i in range(0, len(reply.text), 8):
+            yield event("response.output_text.delta", item_id="msg", output_index=0,
+                        content_index=0, delta=reply.text[i : i + 8], sequence_number=n,
+                        logprobs=[])
+            n += 1
+        yield event("response.completed", response=response, sequence_number=n)
+
     def anthropic_base_url(self, key: str) -> str:
         return f"http://{self.host}:{self.port}/k/{key}"
 
@@ -325,6 +405,7 @@ class ScriptedLLM:
             Route("/k/{key}/v1/messages", self._messages, methods=["POST"]),
             Route("/k/{key}/v1/chat/completions", self._completions, methods=["POST"]),
             Route("/k/{key}/chat/completions", self._completions, methods=["POST"]),
+            Route("/k/{key}/v1/responses", self._responses, methods=["POST"]),
         ])
 
     def start(self) -> ScriptedLLM:
