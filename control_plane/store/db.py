@@ -69,6 +69,8 @@ MIGRATION_LOCK = 0x636F6E74726F6C
 BEGIN_MODE = "sqlite_begin"
 #: Files SQLite keeps beside the database.
 SQLITE_SIDES = ("-wal", "-shm", "-journal")
+#: Seconds `Database.close` lets transactions and reads under way end first.
+CLOSE_GRACE = 5.0
 
 
 def _sqlite_connect(busy_ms: int) -> Any:
@@ -104,11 +106,14 @@ class SteadyConnection(aiosqlite.Connection):
                     raise
 
 
-def _sqlite_creator(path: str, busy_timeout: float,
-                    made: weakref.WeakSet[SteadyConnection]) -> Callable[[], Awaitable[Any]]:
+def _sqlite_creator(path: str, busy_timeout: float, made: weakref.WeakSet[SteadyConnection],
+                    closed: Callable[[], bool]) -> Callable[[], Awaitable[Any]]:
     """Connections to `path`, each kept in `made` (`Database.close` closes what the pool
-    did not: one a task still held when the engine was disposed)."""
+    did not: one a task still held when the engine was disposed); none once `closed`, whose
+    thread would outlive the event loop it answers."""
     async def connect() -> aiosqlite.Connection:
+        if closed():
+            raise sqlite3.OperationalError("the database is closed")
         connection = SteadyConnection(partial(sqlite3.connect, path, timeout=busy_timeout,
                                               isolation_level=None), 64)
         connection._thread.daemon = True  # as SQLAlchemy does for its own
@@ -131,10 +136,17 @@ def private_file(path: Path) -> None:
             found.chmod(0o600)
 
 
+class DatabaseClosed(DisconnectionError):
+    """A transaction or read asked for after `Database.close`: this process is stopping,
+    and waiting will not mend it."""
+
+
 def transient(exc: BaseException) -> bool:
     """Whether a storage failure may pass by itself (the file locked past the wait, the disk
     full, the server restarting or away, no connection free): trying again later is right,
     and a client is told so (503). Any other is a defect."""
+    if isinstance(exc, DatabaseClosed):
+        return False
     if isinstance(exc, (OperationalError, InterfaceError, DisconnectionError, PoolTimeout)):
         return True
     return isinstance(exc, DBAPIError) and exc.connection_invalidated
@@ -181,12 +193,18 @@ class Database:
         self._holder: asyncio.Task[Any] | None = None
         #: SQLite's connections made so far (closed with the database).
         self._made: weakref.WeakSet[SteadyConnection] = weakref.WeakSet()
+        #: Transactions and reads under way (`close` lets them end), and whether it closed.
+        self._busy = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._closed = False
         if url.startswith("sqlite"):
             path = url.split(":///", 1)[1].split("?", 1)[0] or ":memory:"
             if path != ":memory:":
                 private_file(Path(path))
             self.engine: AsyncEngine = create_async_engine(
-                url, async_creator=_sqlite_creator(path, busy_timeout, self._made))
+                url, async_creator=_sqlite_creator(path, busy_timeout, self._made,
+                                                   lambda: self._closed))
             event.listen(self.engine.sync_engine, "connect", _sqlite_connect(int(busy_timeout * 1000)))
             event.listen(self.engine.sync_engine, "begin", _sqlite_begin)
             self._writes = self.engine.execution_options(**{BEGIN_MODE: "IMMEDIATE"})
@@ -217,7 +235,7 @@ class Database:
         SQLite, after this process's writes before it, and holding the write lock from its
         start. Never nested: the inner one would wait for the outer for ever (RuntimeError)."""
         if self._writer is None:
-            async with _opened(self._writes, begin=True) as conn:
+            async with self._using(), _opened(self._writes, begin=True) as conn:
                 yield conn
             return
         me = asyncio.current_task()
@@ -226,7 +244,7 @@ class Database:
         async with self._writer:
             self._holder = me
             try:
-                async with _opened(self._writes, begin=True) as conn:
+                async with self._using(), _opened(self._writes, begin=True) as conn:
                     yield conn
             finally:
                 self._holder = None
@@ -234,8 +252,22 @@ class Database:
     @asynccontextmanager
     async def connect(self) -> AsyncIterator[AsyncConnection]:
         """Reads (one snapshot on SQLite), rolled back when the block ends."""
-        async with _opened(self.engine, begin=False) as conn:
+        async with self._using(), _opened(self.engine, begin=False) as conn:
             yield conn
+
+    @asynccontextmanager
+    async def _using(self) -> AsyncIterator[None]:
+        """One transaction or read under way, counted; none begins once closed."""
+        if self._closed:
+            raise DatabaseClosed("the database is closed")
+        self._busy += 1
+        self._idle.clear()
+        try:
+            yield
+        finally:
+            self._busy -= 1
+            if not self._busy:
+                self._idle.set()
 
     def insert_ignoring_duplicates(self, table: Table) -> Insert:
         """INSERT that skips rows clashing with a unique key (idempotent webhook inserts)."""
@@ -244,8 +276,14 @@ class Database:
         return sqlite.insert(table).on_conflict_do_nothing()
 
     async def close(self) -> None:
-        """The pool's connections closed, and on SQLite any a task still holds (it gets
-        "Connection closed" at its next statement): none is left to the garbage collector."""
+        """None begins after this; those under way may end first (CLOSE_GRACE seconds: a
+        request still answering while the control plane stops). Then the pool's connections
+        are closed, and on SQLite any a task still holds (it gets "Connection closed" at its
+        next statement): none is left to the garbage collector, nor a thread of one that
+        answers an event loop gone by then."""
+        self._closed = True
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._idle.wait(), CLOSE_GRACE)
         await self.engine.dispose()
         for connection in list(self._made):
             with contextlib.suppress(Exception):

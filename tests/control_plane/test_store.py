@@ -21,6 +21,7 @@ from control_plane.crypto import Cipher, hash_key
 from control_plane.models import EventFilters, GroupingStrategy, SandboxReason, SandboxStatus
 from control_plane.settings import SettingsPatch, SettingsService
 from control_plane.store import Database, accounts, conversations, events, sandboxes
+from control_plane.store.db import DatabaseClosed, transient
 from control_plane.store.tables import api_keys, metadata, user_settings, users
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.e2e]  # a real PostgreSQL server
@@ -264,6 +265,42 @@ async def test_a_cancelled_writer_leaves_the_file_unlocked(tmp_path: Path) -> No
             assert int(await conn.scalar(seq) or 0) > 0
     finally:
         await db.close()
+
+
+async def test_closing_lets_a_transaction_under_way_end_and_begins_none_after(
+        tmp_path: Path) -> None:
+    """A control plane stopping while a request still writes (a lease released in a
+    `finally`): the write ends, committed; one asked for after the close is refused at once
+    as a storage failure that will not pass; and every connection is closed, none left whose
+    thread answers an event loop gone by then (one was: "Event loop is closed" failed a CI
+    run)."""
+    path = tmp_path / "close.db"
+    db = Database(f"sqlite+aiosqlite:///{path}", busy_timeout=1)
+    await db.migrate()
+    user = await accounts.get_or_create_user(db, "closing")
+    inside, go_on = asyncio.Event(), asyncio.Event()
+
+    async def slow_write() -> None:
+        async with db.begin() as conn:
+            inside.set()
+            await go_on.wait()
+            await conn.execute(update(users).where(users.c.id == user.id).values(placement_seq=41))
+
+    writing = asyncio.create_task(slow_write())
+    await inside.wait()
+    closing = asyncio.create_task(db.close())
+    await asyncio.sleep(0.05)
+    assert not closing.done()  # it waits for the write
+    with pytest.raises(DatabaseClosed):
+        async with db.connect():
+            pass
+    assert not transient(DatabaseClosed("the database is closed"))
+    go_on.set()
+    await writing
+    await closing
+    stored = sqlite3.connect(path).execute("SELECT placement_seq FROM users").fetchone()
+    assert stored == (41,)
+    assert db._made and all(c._connection is None for c in db._made)  # each closed
 
 
 async def test_the_database_files_are_readable_by_this_user_alone(tmp_path: Path) -> None:
