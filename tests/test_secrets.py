@@ -90,8 +90,17 @@ def conversation_dir(server: ServerProcess, cid: str) -> Path:
 
 
 def files_holding(root: Path, value: str) -> list[Path]:
-    """Every file under `root` whose bytes contain `value`."""
-    return [p for p in sorted(root.rglob("*")) if p.is_file() and value.encode() in p.read_bytes()]
+    """Every file under `root` whose bytes contain `value`, less a write under way (an
+    atomic write's temporary file, which becomes one of the others when it lands)."""
+    return [p for p in sorted(root.rglob("*"))
+            if p.is_file() and not p.name.endswith(".tmp") and _holds(p, value.encode())]
+
+
+def _holds(path: Path, value: bytes) -> bool:
+    try:
+        return value in path.read_bytes()
+    except FileNotFoundError:  # renamed into place meanwhile
+        return False
 
 
 # -- names only ------------------------------------------------------------------------------
