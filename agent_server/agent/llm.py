@@ -204,6 +204,17 @@ def _failure(exc: Exception, secrets: list[str]) -> LLMFailure:
     return LLMFailure(type(exc).__name__, detail[:20000])
 
 
+def _reach(config: LLMConfig, base_name: str) -> dict[str, Any]:
+    """The key and the base URL, as litellm's call takes them (`base_name`: chat completions
+    say `base_url`, `aresponses` `api_base`)."""
+    reach: dict[str, Any] = {}
+    if config.api_key is not None:
+        reach["api_key"] = config.api_key.get_secret_value()
+    if config.base_url:
+        reach[base_name] = config.base_url
+    return reach
+
+
 def _kwargs(config: LLMConfig, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> dict[str, Any]:
     if any(responses.REASONING_ITEM in m for m in messages):  # from a Responses API model
         messages = [{k: v for k, v in m.items() if k != responses.REASONING_ITEM}
@@ -220,10 +231,7 @@ def _kwargs(config: LLMConfig, messages: list[dict[str, Any]], tools: list[dict[
     }
     if tools:
         kwargs["tools"] = tools
-    if config.api_key is not None:
-        kwargs["api_key"] = config.api_key.get_secret_value()
-    if config.base_url:
-        kwargs["base_url"] = config.base_url
+    kwargs.update(_reach(config, "base_url"))
     if config.temperature is not None:
         kwargs["temperature"] = config.temperature
     if config.max_output_tokens is not None:
@@ -254,11 +262,7 @@ async def complete(
     litellm = await load()
     via_responses = responses.uses_responses_api(config)
     if via_responses:
-        kwargs = responses.request(config, messages, tools)
-        if config.api_key is not None:
-            kwargs["api_key"] = config.api_key.get_secret_value()
-        if config.base_url:
-            kwargs["api_base"] = config.base_url
+        kwargs = {**responses.request(config, messages, tools), **_reach(config, "api_base")}
     else:
         kwargs = _kwargs(config, messages, tools)
     provider = _provider(litellm, config)

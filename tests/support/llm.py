@@ -291,14 +291,19 @@ class ScriptedLLM:
         yield f"data: {json.dumps(final)}\n\n"
         yield "data: [DONE]\n\n"
 
-    async def _messages(self, request: Request) -> Response:
-        """Anthropic's messages API (litellm's `anthropic/` provider with base_url)."""
+    async def _take(self, request: Request) -> tuple[dict[str, Any], Reply]:
+        """The request's body and its scripted reply, once the reply's delay has passed."""
         key = request.path_params["key"]
         self._receive(key, request)
         body = await request.json()
         reply = self._next(key, body)
         if reply.delay:
             await asyncio.sleep(reply.delay)
+        return body, reply
+
+    async def _messages(self, request: Request) -> Response:
+        """Anthropic's messages API (litellm's `anthropic/` provider with base_url)."""
+        body, reply = await self._take(request)
         if reply.status != 200:
             return JSONResponse({"type": "error", "error": {"type": "api_error", "message": reply.error}},
                                 status_code=reply.status, headers=reply.headers)
@@ -323,12 +328,7 @@ class ScriptedLLM:
         """OpenAI's Responses API (litellm's `aresponses`), stateless as the agent calls it:
         a reasoning item it gave out must come back unchanged (as OpenAI checks its
         encrypted content), or the request is refused with 400."""
-        key = request.path_params["key"]
-        self._receive(key, request)
-        body = await request.json()
-        reply = self._next(key, body)
-        if reply.delay:
-            await asyncio.sleep(reply.delay)
+        body, reply = await self._take(request)
         if reply.status != 200:
             return JSONResponse(self._error_body(reply), status_code=reply.status,
                                 headers=reply.headers)
