@@ -1,11 +1,13 @@
 """`control-plane` / `python -m control_plane`: `serve` (the default), or the API keys:
-`keys create --user NAME`, `keys list [--user NAME]`, `keys revoke (ID | --user NAME)`."""
+`keys create --user NAME`, `keys list [--user NAME]`, `keys revoke (ID | --user NAME)`;
+`node-fence --token-file PATH`: a gVisor Swarm node's fence, for its operator to run."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
 import logging
+import os
 import sys
 
 from pydantic import ValidationError
@@ -33,6 +35,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     which = revoke.add_mutually_exclusive_group(required=True)
     which.add_argument("id", nargs="?", help="the key's id (from `keys list`)")
     which.add_argument("--user", help="every key of this user")
+    fence = commands.add_parser("node-fence", help=(
+        "Swarm on gVisor: write the deployment's fence token to PATH and print the `docker "
+        "run` that starts a node's fence on runc (copy PATH to each node, root's, then run it "
+        "there)"))
+    fence.add_argument("--token-file", required=True, metavar="PATH",
+                       help="where the token is written here and read on the nodes")
     return parser.parse_args(argv)
 
 
@@ -74,6 +82,29 @@ async def create_key(config: Config, name: str) -> str:
         await db.close()
 
 
+def node_fence(config: Config, token_file: str) -> str:
+    """The fence token written to `token_file` (0400), and the command for each node."""
+    from pathlib import Path
+
+    from control_plane.crypto import Cipher
+    from control_plane.sandboxes.fences import NodeFences
+    from control_plane.services import swarm_fence
+    from control_plane.store import Database
+
+    if config.sandbox_provider != "swarm" or config.sandbox_runtime is None:
+        raise ValueError("node-fence is for Swarm on gVisor (CONTROL_PLANE_SANDBOX_PROVIDER="
+                         "swarm, CONTROL_PLANE_SANDBOX_RUNTIME=runsc); otherwise the control "
+                         "plane runs the nodes' fences itself")
+    fence = swarm_fence(config, NodeFences(Database(config.db_url), Cipher.for_config(
+        config.secret_key, config.state_dir)))
+    path = Path(token_file)
+    path.unlink(missing_ok=True)
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o400)
+    with os.fdopen(descriptor, "w") as out:
+        out.write(fence.fences.token)
+    return fence.shell_command(str(path.absolute()))
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     try:
@@ -97,6 +128,13 @@ def main(argv: list[str] | None = None) -> None:
             raise SystemExit(2) from None
         if out:
             print(out)
+        return
+    if args.command == "node-fence":
+        try:
+            print(node_fence(config, args.token_file))
+        except (ValueError, OSError) as exc:
+            print(f"control-plane: {exc}", file=sys.stderr)
+            raise SystemExit(2) from None
         return
 
     import uvicorn

@@ -134,7 +134,9 @@ class Config(BaseModel):
     """The OCI runtime the Docker provider runs each sandbox's container with, as the daemon
     names it: `runsc` (gVisor; registered in the daemon's daemon.json, docs/gvisor.md) gives
     every sandbox a kernel of its own instead of the host's. Unset: the daemon's default
-    (runc). A daemon that does not know it is said at start, and fails each sandbox start."""
+    (runc). A daemon that does not know it is said at start, and fails each sandbox start.
+    On Swarm (whose services cannot name a runtime) it is the runtime the nodes that take
+    sandboxes must have as their default; each sandbox's node fence checks it (docs/gvisor.md)."""
 
     docker_network: str = Field(default="agent-sandboxes", pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
     """The Docker provider's bridge network, made by it when missing, with inter-container
@@ -313,12 +315,13 @@ class Config(BaseModel):
                     "the swarm provider's sandboxes run on other machines: set "
                     "CONTROL_PLANE_PUBLIC_URL to an address of this control plane every node "
                     "reaches (not loopback, not a wildcard)")
-        if self.sandbox_runtime is not None and self.sandbox_provider != "docker":
-            raise ValueError(
-                "CONTROL_PLANE_SANDBOX_RUNTIME names the Docker provider's runtime; a Swarm "
-                "service cannot name one (make runsc its nodes' default runtime instead)"
-                if self.sandbox_provider == "swarm" else
-                "CONTROL_PLANE_SANDBOX_RUNTIME applies to the Docker provider only")
+        if self.sandbox_runtime is not None and self.sandbox_provider == "process":
+            raise ValueError("CONTROL_PLANE_SANDBOX_RUNTIME names the Docker or Swarm providers' "
+                             "runtime (process sandboxes: CONTROL_PLANE_SANDBOX_ISOLATION=gvisor)")
+        if (self.sandbox_runtime is not None and self.sandbox_provider == "swarm"
+                and self.sandbox_network == "host"):
+            raise ValueError("CONTROL_PLANE_SANDBOX_RUNTIME on Swarm is checked by the nodes' "
+                             "fences, which CONTROL_PLANE_SANDBOX_NETWORK=host turns off")
         return self
 
     @property

@@ -10,7 +10,7 @@ import logging
 import os
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from control_plane.accounts import Accounts
 from control_plane.agent_client import AgentClient
@@ -49,6 +49,10 @@ from control_plane.transcripts import Transcripts
 from control_plane.webhook import WebhookReceiver
 from core.net import is_loopback
 from core.retry import Clock
+
+if TYPE_CHECKING:  # (the Docker SDK is loaded with a container provider only)
+    from control_plane.sandboxes.swarmfence import SwarmFence
+
 
 logger = logging.getLogger(__name__)
 
@@ -120,6 +124,18 @@ def docker_boundary(config: Config, db: Database) -> DockerNetwork | None:
     return DockerNetwork(boundary_for, config.sandbox_port)
 
 
+def swarm_fence(config: Config, fences: NodeFences) -> SwarmFence:
+    """The Swarm nodes' fences as `config` has them (the provider's, and `control-plane
+    node-fence`'s for an operator's node)."""
+    from control_plane.sandboxes.containers import plane_label
+    from control_plane.sandboxes.swarmfence import SwarmFence
+    return SwarmFence(fences, image=config.sandbox_image, plane=plane_label(config.db_url),
+                      control_plane_url=config.base_url, network=config.swarm_network,
+                      constraints=config.swarm_constraints,
+                      node_socket=config.swarm_node_docker_socket,
+                      upstream=config.sandbox_dns_upstream, runtime=config.sandbox_runtime)
+
+
 def build_provider(config: Config, db: Database,
                    fences: NodeFences | None = None) -> SandboxProvider:
     """The provider `sandbox_provider` names (the Docker SDK is loaded only when one of its two
@@ -129,11 +145,7 @@ def build_provider(config: Config, db: Database,
         archives, plane = config.state_dir / "archives", plane_label(config.db_url)
         if config.sandbox_provider == "swarm":
             from control_plane.sandboxes.swarm import SwarmProvider
-            from control_plane.sandboxes.swarmfence import SwarmFence
-            fence = None if fences is None else SwarmFence(
-                fences, image=config.sandbox_image, plane=plane, control_plane_url=config.base_url,
-                network=config.swarm_network, constraints=config.swarm_constraints,
-                node_socket=config.swarm_node_docker_socket, upstream=config.sandbox_dns_upstream)
+            fence = None if fences is None else swarm_fence(config, fences)
             return SwarmProvider(archives, image=config.sandbox_image, plane=plane, fence=fence,
                                  docker_url=config.docker_url, network=config.swarm_network,
                                  constraints=config.swarm_constraints,

@@ -37,6 +37,8 @@ class SandboxReport(BaseModel):
     recent: list[RefusalReport] = Field(default_factory=list, max_length=100)
     holds: Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{16}$")] | None = None
     """The digest of the policy the fence holds it to (None: not let in yet)."""
+    runtime: Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")] | None = None
+    """The OCI runtime its container runs on, as the node's Docker says (`runsc`: gVisor)."""
 
 
 class FenceReport(BaseModel):
@@ -60,6 +62,6 @@ async def report(request: Request) -> Response:
     given = await body(request, FenceReport)
     sandboxes = {sid: reported(str(r.address), r.refused,
                                [Refusal(str(x.address), x.protocol, x.port, x.seconds_ago)
-                                for x in r.recent], r.holds)
+                                for x in r.recent], r.holds, r.runtime)
                  for sid, r in given.sandboxes.items()}
     return reply(FenceAnswer(policies=await svc.fences.report(sandboxes)))

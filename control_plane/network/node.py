@@ -96,6 +96,8 @@ class NodeFence:
         self.resolver: Resolver | None = None
         #: What is let in: sandbox id -> (address, the policy it holds).
         self.held: dict[str, tuple[ipaddress.IPv4Address, NetworkPolicy]] = {}
+        #: Each container's OCI runtime (fixed at its creation), by container id.
+        self._runtimes: dict[str, str] = {}
         self._by_address: dict[str, str] = {}
 
     async def start(self) -> None:
@@ -133,18 +135,19 @@ class NodeFence:
         assert self.fence is not None
         found = await self._containers()
         report: dict[str, Any] = {}
-        for sandbox_id, address in found.items():
+        for sandbox_id, (address, runtime) in found.items():
             refusals = await self.fence.refusals(sandbox_id, address)
             held = self.held.get(sandbox_id)
             report[sandbox_id] = {
                 "address": str(address), "refused": refusals.count,
                 "recent": [vars(r) for r in refusals.recent],
-                "holds": policy_key(held[1]) if held and held[0] == address else None}
+                "holds": policy_key(held[1]) if held and held[0] == address else None,
+                "runtime": runtime}
         answer = await self.plane.post(f"{self.settings.control_plane}/api/v1/network/fences",
                                        json={"node": self.settings.node, "sandboxes": report})
         answer.raise_for_status()
         policies = answer.json().get("policies", {})
-        for sandbox_id, address in found.items():
+        for sandbox_id, (address, _) in found.items():
             given = policies.get(sandbox_id)
             if given is None:
                 await self._release(sandbox_id)
@@ -166,19 +169,35 @@ class NodeFence:
             self._by_address.pop(str(held[0]), None)
             await self.fence.release(sandbox_id, held[0], self.fence.segment.interfaces)
 
-    async def _containers(self) -> dict[str, ipaddress.IPv4Address]:
-        """The node's running sandbox containers of this deployment, by sandbox id."""
+    async def _containers(self) -> dict[str, tuple[ipaddress.IPv4Address, str | None]]:
+        """The node's running sandbox containers of this deployment, by sandbox id: each one's
+        address and OCI runtime (what the control plane checks a gVisor deployment's by)."""
         filters = json.dumps({"label": [f"{LABEL_PLANE}={self.settings.label}", LABEL_SANDBOX],
                               "status": ["running"]})
         listed = (await self.docker.get("/containers/json", params={"filters": filters})).json()
-        found: dict[str, ipaddress.IPv4Address] = {}
+        found: dict[str, tuple[ipaddress.IPv4Address, str | None]] = {}
+        ids = {str(c.get("Id")) for c in listed[:MAX_SANDBOXES]}
+        self._runtimes = {k: v for k, v in self._runtimes.items() if k in ids}
         for container in listed[:MAX_SANDBOXES]:
             sandbox_id = (container.get("Labels") or {}).get(LABEL_SANDBOX)
             networks = (container.get("NetworkSettings") or {}).get("Networks") or {}
             address = (networks.get(self.settings.network) or {}).get("IPAddress")
             if sandbox_id and address:
-                found[sandbox_id] = ipaddress.IPv4Address(address)
+                found[sandbox_id] = (ipaddress.IPv4Address(address),
+                                     await self._runtime(str(container.get("Id"))))
         return found
+
+    async def _runtime(self, container_id: str) -> str | None:
+        """The container's runtime, asked once (the listing does not say it)."""
+        if container_id not in self._runtimes:
+            answer = await self.docker.get(f"/containers/{container_id}/json")
+            if answer.status_code != 200:
+                return None
+            runtime = (answer.json().get("HostConfig") or {}).get("Runtime")
+            if not isinstance(runtime, str):
+                return None
+            self._runtimes[container_id] = runtime
+        return self._runtimes[container_id]
 
     async def _asker(self, source: str) -> Asker | None:
         sandbox_id = self._by_address.get(source)

@@ -20,6 +20,7 @@ import base64
 import hmac
 import ipaddress
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from control_plane.crypto import Cipher
@@ -39,6 +40,7 @@ class Reported:
     refusals: Refusals
     holds: str | None
     at: float
+    runtime: str | None = None
 
 
 class NodeFences:
@@ -79,14 +81,26 @@ class NodeFences:
         def held() -> bool:
             reported = self._reports.get(sandbox_id)
             return reported is not None and reported.holds == wanted
+        return await self._until(held, timeout)
+
+    async def until_reported(self, sandbox_id: str, timeout: float) -> Reported | None:
+        """The sandbox's report once a fence held it (its policy let in), within `timeout`
+        seconds; None if none did."""
+        def held() -> bool:
+            reported = self._reports.get(sandbox_id)
+            return reported is not None and reported.holds is not None
+        return self._reports.get(sandbox_id) if await self._until(held, timeout) else None
+
+    async def _until(self, condition: Callable[[], bool], timeout: float) -> bool:
         try:
             async with self._changed:
-                await asyncio.wait_for(self._changed.wait_for(held), timeout)
+                await asyncio.wait_for(self._changed.wait_for(condition), timeout)
         except TimeoutError:
             return False
         return True
 
 
-def reported(address: str, refused: int, recent: list[Refusal], holds: str | None) -> Reported:
+def reported(address: str, refused: int, recent: list[Refusal], holds: str | None,
+             runtime: str | None = None) -> Reported:
     return Reported(ipaddress.IPv4Address(address), Refusals(refused, tuple(recent)), holds,
-                    time.monotonic())
+                    time.monotonic(), runtime)

@@ -18,7 +18,8 @@ A sandbox's service:
 - gets its session key in a Docker secret, runs hardened with the limits, reservations and
   placement constraints of the settings (`swarmspec`: its spec); a warm pool's (`swarmpool`)
   is made in advance and gets its keys over its port when a start claims it;
-- is RUNNING once `/alive` answers on its node's address.
+- is RUNNING once `/alive` answers on its node's address (on gVisor, and once its node's fence
+  holds it and says it runs on runsc: `swarmfence`).
 
 Swarm cannot freeze a service, so a pause stops it: the service is scaled to 0, pinned to its
 node (`node.id==`) with its published port fixed; its volume stays on the node. The agent server
@@ -239,6 +240,8 @@ class SwarmProvider(ContainerProvider):
                                 pid_start_time=service_key(service_id), port=port,
                                 host=node.address)
                 if await self.alive(handle):
+                    if self.fence is not None:  # on gVisor: on runsc, its node's fence says
+                        await self.fence.check_runtime(sandbox_id)
                     return handle
             if now > deadline:
                 raise ProviderError(f"the agent server did not answer /alive within "

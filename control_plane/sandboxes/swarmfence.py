@@ -15,11 +15,19 @@ bridge (`CONTROL_PLANE_SWARM_NETWORK=bridge`), not a swarm-scoped network; a pol
 reaches a node within its next round (a second), and the PATCH waits for it (up to
 `HELD_TIMEOUT`); refusals are read from the fences' last reports, which each control plane of
 the deployment receives in turn.
+
+On gVisor (`CONTROL_PLANE_SANDBOX_RUNTIME=runsc`) the nodes run every Swarm task on runsc, their
+default runtime (a service cannot name one), and a fence there could not reach the node's
+nftables nor its Docker socket. So there the operator runs each node's fence outside Swarm
+on runc (`command`, printed by `control-plane node-fence`), no global service is made, and a
+sandbox is up only once its node's fence holds it and says its container runs on runsc
+(`check_runtime`): a node left on runc, or without a fence, ends the start in ERROR with why.
 """
 
 from __future__ import annotations
 
 import hashlib
+import shlex
 from typing import Any
 
 import docker
@@ -42,8 +50,11 @@ HELD_TIMEOUT = 10.0
 class SwarmFence:
     def __init__(self, fences: NodeFences, *, image: str, plane: str, control_plane_url: str,
                  network: str, constraints: tuple[str, ...], node_socket: str,
-                 upstream: tuple[str, ...]) -> None:
+                 upstream: tuple[str, ...], runtime: str | None = None) -> None:
+        """`runtime`: the nodes' default runtime every sandbox must run on (None: any);
+        with one, the nodes' fences are the operator's (`command`)."""
         self.fences = fences
+        self.runtime = runtime
         self.image, self.plane, self.url = image, plane, control_plane_url
         self.network, self.constraints, self.node_socket = network, constraints, node_socket
         self.upstream = upstream
@@ -55,8 +66,15 @@ class SwarmFence:
 
     def ensure(self, client: docker.DockerClient) -> None:
         """The fence service as this control plane would make it: made, or replaced when its
-        spec differs (the image, the settings; a new version rolls out to every node)."""
+        spec differs (the image, the settings; a new version rolls out to every node); none
+        on gVisor, whose nodes' fences the operator runs."""
         labels = {LABEL_PLANE: self.plane, LABEL_FENCE: "true"}
+        found = [s for s in api(client).services(filters={"name": self.name})
+                 if s["Spec"]["Name"] == self.name]
+        if self.runtime is not None:
+            for service in found:
+                api(client).remove_service(service["ID"])
+            return
         secret = self._secret(client, labels)
         template = docker.types.TaskTemplate(
             docker.types.ContainerSpec(
@@ -75,8 +93,6 @@ class SwarmFence:
             networks=["host"])
         digest = hashlib.sha256(repr((self.image, self._env(), self.constraints,
                                       self.node_socket, self.secret_name)).encode()).hexdigest()[:16]
-        found = [s for s in api(client).services(filters={"name": self.name})
-                 if s["Spec"]["Name"] == self.name]
         if found and (found[0]["Spec"].get("Labels") or {}).get(LABEL_FENCE) == digest:
             return
         for service in found:
@@ -88,6 +104,40 @@ class SwarmFence:
         except docker.errors.APIError as exc:
             raise ProviderError(f"the sandboxes' node fences could not be started: "
                                 f"{exc.explanation or exc}") from None
+
+    def command(self, token_file: str) -> list[str]:
+        """The `docker run` an operator gives each gVisor node: the fence as the global service
+        runs it, on runc, the token read from `token_file` on the node (root's, 0400)."""
+        env = {k: v for k, v in self._env().items() if k != "AGENT_FENCE_NODE"}  # its hostname
+        return ["docker", "run", "--detach", "--name", self.name, "--restart", "always",
+                "--runtime", "runc", "--network", "host", "--user", "0:0", "--read-only",
+                "--tmpfs", "/tmp:size=16m", "--cap-drop", "ALL", "--cap-add", "NET_ADMIN",
+                "--cap-add", "NET_BIND_SERVICE", "--label", f"{LABEL_PLANE}={self.plane}",
+                "--label", f"{LABEL_FENCE}=true",
+                "--mount", f"type=bind,source={self.node_socket},target=/var/run/docker.sock",
+                "--mount", f"type=bind,source={token_file},target=/run/secrets/{TOKEN_FILE},"
+                           "readonly",
+                *[f"--env={k}={v}" for k, v in env.items()], "--entrypoint", "python",
+                self.image, "-m", "control_plane.network.node"]
+
+    def shell_command(self, token_file: str) -> str:
+        return shlex.join(self.command(token_file))
+
+    async def check_runtime(self, sandbox_id: str) -> None:
+        """ProviderError unless the sandbox's node fence holds it, within HELD_TIMEOUT, and
+        says its container runs on `runtime` (no-op without one)."""
+        if self.runtime is None:
+            return
+        found = await self.fences.until_reported(sandbox_id, HELD_TIMEOUT)
+        if found is None:
+            raise ProviderError(
+                f"no fence on the sandbox's node held it within {HELD_TIMEOUT:g} s: on gVisor "
+                "each node runs its fence outside Swarm (`control-plane node-fence`)")
+        if found.runtime != self.runtime:
+            raise ProviderError(
+                f"the sandbox's node runs it on {found.runtime or 'an unknown runtime'}, not "
+                f"{self.runtime}: make {self.runtime} that node's default runtime "
+                "(daemon.json), or keep sandboxes off it (CONTROL_PLANE_SWARM_CONSTRAINTS)")
 
     def _env(self) -> dict[str, str]:
         return {"AGENT_FENCE_CONTROL_PLANE": self.url, "AGENT_FENCE_NODE": "{{.Node.ID}}",

@@ -11,16 +11,21 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
+import shlex
 import socket
+import subprocess
 import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import docker.errors
 import httpx
 import pytest
 
+from control_plane.__main__ import node_fence
 from control_plane.config import Config
 from control_plane.sandboxes.containers import LABEL_PLANE, LABEL_SANDBOX, name_of, plane_label
 from control_plane.sandboxes.swarmfence import LABEL_FENCE
@@ -299,6 +304,58 @@ def test_the_nodes_fence_holds_each_policy(tmp_path: Path, swarm: Cluster, sandb
             lines = attacker.bash(tried)["stdout"].splitlines()
             assert dict(line.split(" ", 1) for line in lines) == {
                 "allowed": "unresolved", "other": "unresolved"}
+
+
+def test_sandboxes_on_gvisor_nodes(tmp_path: Path, swarm: Cluster, sandbox_image: str,
+                                   llm: ScriptedLLM) -> None:
+    """Swarm on gVisor, deployed as docs/gvisor.md says: the worker's fence run by its operator
+    on runc (the command `control-plane node-fence` prints, the token copied to the node). On a
+    node still on runc a start ends in ERROR with why; made runsc's default, a prompt-injected
+    agent's terminal sees gVisor's kernel, and the node fence holds it as on runc."""
+    config = swarm_config(tmp_path / "cp", swarm, sandbox_image, sandbox_runtime="runsc")
+    token = tmp_path / "fence-token"
+    ours = f"{LABEL_PLANE}={plane_label(config.db_url)}"
+    internet = Internet.shared()
+
+    def fence_logs() -> str:
+        return str(swarm.worker.containers.get(f"agent-fence-{plane_label(config.db_url)}").logs(
+            tail=20).decode())
+    with internet.contained(swarm.worker_address), running(config, swarm) as plane:
+        command = node_fence(config, str(token))
+        swarm.put(str(token), token.read_bytes())
+        fence = subprocess.run(shlex.split(command), capture_output=True, text=True, env={
+            **os.environ, "DOCKER_HOST": f"unix://{swarm.worker_socket}"})
+        try:
+            assert fence.returncode == 0, fence.stderr
+            assert swarm.services(ours) == []  # no global fence service on gVisor
+
+            client = plane.client(plane.new_user("dave"))
+            configure_llm(client, "http://127.0.0.1:9/v1")  # never reached
+            task = start(client)
+            assert task["status"] == "ERROR", task
+            assert "runs it on runc, not runsc" in task["detail"], (task, fence_logs())
+            assert swarm.services(ours) == []  # nothing of the start left
+
+            swarm.default_runtime("runsc")
+            web = internet.socket(80, internet.names["allowed.test"][0])
+            with contextlib.closing(web):
+                agent = run(plane, llm, "mallory", "cat /proc/version; dmesg | head -1; " + probe({
+                    "internet": ("allowed.test", 80), "node": (swarm.worker_address, 2375),
+                    "manager": (swarm.gateway, 2377), "private": ("10.0.0.1", 80)}))
+            told = agent.events()
+            assert "Starting gVisor" in told and "Linux version 4.4.0" in told, told
+            seen = {k: v for k, v in outcomes(agent).items()
+                    if k in ("internet", "node", "manager", "private")}
+            assert seen.pop("internet") == "connected", seen
+            assert len(seen) == 3 and all(v.startswith("refused") for v in seen.values()), seen
+            [container] = swarm.worker.containers.list(
+                filters={"label": f"com.docker.swarm.service.name={name_of(agent.sid)}"})
+            assert container.attrs["HostConfig"]["Runtime"] == "runsc"
+        finally:
+            swarm.default_runtime("runc")
+            with contextlib.suppress(docker.errors.NotFound):
+                swarm.worker.containers.get(f"agent-fence-{plane_label(config.db_url)}").remove(
+                    force=True)
 
 
 def test_a_sandbox_no_node_can_take_ends_its_start(tmp_path: Path, swarm: Cluster,

@@ -24,7 +24,10 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import io
+import json
 import shutil
+import tarfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -139,6 +142,25 @@ class Cluster:
         # (a plain socket: the SDK's unix connection leaves its socket open when connect fails)
         wait_for(lambda: docker_support._answers(self.worker_socket), 60, interval=0.2,
                  what="the worker's daemon")
+
+    def default_runtime(self, name: str) -> None:
+        """The worker's daemon.json as docs/gvisor.md has an operator write it (runsc
+        registered, `name` the default: what every Swarm task of the node runs on), read again
+        on SIGHUP (its containers go on). A restarted worker keeps it."""
+        config = {"runtimes": {"runsc": docker_support.RUNSC}, "default-runtime": name}
+        self.put("/etc/docker/daemon.json", json.dumps(config).encode(), 0o644)
+        self.manager.containers.get(WORKER).exec_run(["sh", "-c", "kill -HUP 1"])
+        wait_for(lambda: self.worker.info().get("DefaultRuntime") == name, 30, interval=0.2,
+                 what=f"the worker's default runtime to be {name}")
+
+    def put(self, path: str, data: bytes, mode: int = 0o400) -> None:
+        """A root-owned file on the worker machine (what an operator copies there)."""
+        archive = io.BytesIO()
+        with tarfile.open(fileobj=archive, mode="w") as tar:
+            info = tarfile.TarInfo(path.lstrip("/"))
+            info.size, info.mode = len(data), mode
+            tar.addfile(info, io.BytesIO(data))
+        self.manager.containers.get(WORKER).put_archive("/", archive.getvalue())
 
     def node_state(self) -> str:
         for node in self.manager.nodes.list():
