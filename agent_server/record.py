@@ -24,10 +24,10 @@ from agent_server.agent.spec import (
 )
 from agent_server.agent.usage import Metrics
 from agent_server.repository import RepositorySpec, RepositoryStatus
-from agent_server.status import ExecutionStatus
 from agent_server.telemetry.tracing import TraceRef
 from core import observability
 from events import ImageContent, TextContent
+from events.status import ExecutionStatus
 from web.errors import invalid
 
 

@@ -1,46 +1,14 @@
-"""A conversation's execution status (SPEC 3.2) and the table of the moves it may make.
+"""The one check of a conversation's status moves (the vocabulary and its table are the wire
+contract's, `events.status`).
 
 The agent reports the status a run ended in; only the conversation applies it, through
-`check_move`, so no status is ever reached by a move the table does not list. Both read this
-module, which imports nothing of either.
+`check_move`, so no status is ever reached by a move the table does not list.
 """
 
 from __future__ import annotations
 
-from enum import Enum
-
 from agent_server.errors import InvalidTransition
-
-
-class ExecutionStatus(str, Enum):
-    """SPEC 3.2, lowercase as the agent server returns it."""
-
-    IDLE = "idle"
-    RUNNING = "running"
-    PAUSED = "paused"
-    WAITING_FOR_CONFIRMATION = "waiting_for_confirmation"
-    FINISHED = "finished"
-    ERROR = "error"
-    STUCK = "stuck"
-
-
-_TO_RUNNING = frozenset({ExecutionStatus.RUNNING})
-
-#: Where each execution status may go next. A run starts from any resting status (a
-#: conversation waiting for confirmation starts one only when the actions were approved) and
-#: ends in the status its loop returned; waiting actions rejected, the conversation rests.
-TRANSITIONS: dict[ExecutionStatus, frozenset[ExecutionStatus]] = {
-    ExecutionStatus.IDLE: _TO_RUNNING,
-    ExecutionStatus.RUNNING: frozenset({
-        ExecutionStatus.IDLE, ExecutionStatus.PAUSED, ExecutionStatus.WAITING_FOR_CONFIRMATION,
-        ExecutionStatus.FINISHED, ExecutionStatus.ERROR, ExecutionStatus.STUCK}),
-    ExecutionStatus.PAUSED: _TO_RUNNING,
-    ExecutionStatus.WAITING_FOR_CONFIRMATION: frozenset({ExecutionStatus.RUNNING,
-                                                         ExecutionStatus.IDLE}),
-    ExecutionStatus.FINISHED: _TO_RUNNING,
-    ExecutionStatus.ERROR: _TO_RUNNING,
-    ExecutionStatus.STUCK: _TO_RUNNING,
-}
+from events.status import TRANSITIONS, ExecutionStatus
 
 
 def check_move(current: ExecutionStatus, to: ExecutionStatus) -> None:
@@ -48,3 +16,6 @@ def check_move(current: ExecutionStatus, to: ExecutionStatus) -> None:
     if to not in TRANSITIONS[current]:
         raise InvalidTransition(current.value, to.value,
                                 sorted(s.value for s in TRANSITIONS[current]))
+
+
+__all__ = ["TRANSITIONS", "ExecutionStatus", "check_move"]

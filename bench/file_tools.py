@@ -28,9 +28,12 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tools.apply_patch import ApplyPatchAction, ApplyPatchTool
-from tools.base import Observation, ToolContext
-from tools.search import GlobAction, GlobTool, GrepAction, GrepTool, walk
+from events.tools.apply_patch import ApplyPatchAction
+from events.tools.base import Observation
+from events.tools.search import GlobAction, GrepAction
+from tools.apply_patch import ApplyPatchTool
+from tools.base import ToolContext
+from tools.search import GlobTool, GrepTool, walk
 
 DIRS, PER_DIR = 1_000, 100
 PATCH_FILES, HUNKS, FILE_LINES = 20, 50, 400

@@ -18,8 +18,9 @@ import time
 import tracemalloc
 from pathlib import Path
 
+from events.tools.terminal import TerminalAction
 from tools.base import ToolContext
-from tools.terminal import TerminalAction, TerminalTool
+from tools.terminal import TerminalTool
 
 CALLS = 200
 SHELLS = 10

@@ -1,8 +1,8 @@
 """What the bridge reads of the event schema: the event kinds and the tool payloads it shows.
 
 The one place the bridge imports the schema (`events`, SPEC 6); every other module of the
-package imports these names from here. The tool kinds come from `tools`, where the schema
-builds its Action and Observation unions from; the bridge only reads them.
+package imports these names from here. The tool payloads are the schema's too
+(`events.tools`): the bridge reads them without loading any tool's code.
 """
 
 from __future__ import annotations
@@ -23,17 +23,23 @@ from events import (
     UserRejectObservation,
     parse_event,
 )
-from tools.always import FinishAction, FinishObservation, ThinkAction, ThinkObservation
-from tools.apply_patch.tool import ApplyPatchObservation
-from tools.base import Action, Observation
-from tools.file_editor import FileEditorAction, FileEditorObservation
-from tools.gemini.edit import EditAction, EditObservation
-from tools.gemini.read_file import ReadFileAction
-from tools.gemini.write_file import WriteFileAction, WriteFileObservation
-from tools.task_tracker import TaskTrackerAction, TaskTrackerObservation
-from tools.terminal import TerminalAction, TerminalObservation
+from events.status import RESTING
+from events.tools.always import FinishAction, FinishObservation, ThinkAction, ThinkObservation
+from events.tools.apply_patch import ApplyPatchObservation
+from events.tools.base import Action, Observation
+from events.tools.file_editor import FileEditorAction, FileEditorObservation
+from events.tools.gemini import (
+    EditAction,
+    EditObservation,
+    ReadFileAction,
+    WriteFileAction,
+    WriteFileObservation,
+)
+from events.tools.task_tracker import TaskTrackerAction, TaskTrackerObservation
+from events.tools.terminal import TerminalAction, TerminalObservation
 
 __all__ = [
+    "RESTING",
     "ACPToolCallEvent",
     "Action",
     "ActionEvent",

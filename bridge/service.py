@@ -22,8 +22,6 @@ from bridge.schema import Event, parse_event
 
 logger = logging.getLogger(__name__)
 
-#: Execution statuses (SPEC 3.2, as the agent server writes them) after which a run has ended.
-RESTING = frozenset({"idle", "paused", "waiting_for_confirmation", "finished", "error", "stuck"})
 
 
 @dataclass(frozen=True)
@@ -112,7 +110,7 @@ class Service(Protocol):
     async def close(self) -> None: ...
 
 
-__all__ = ["RESTING", "Conversation", "Cursor", "NewConversation", "Service", "conversation_id",
+__all__ = ["Conversation", "Cursor", "NewConversation", "Service", "conversation_id",
            "read_event"]
 
 

@@ -31,8 +31,14 @@ from bridge import content, modes
 from bridge.content import Block
 from bridge.editor import Editor
 from bridge.errors import BridgeError, Invalid
-from bridge.schema import ConversationStateUpdateEvent, Event, HookExecutionEvent, MessageEvent
-from bridge.service import RESTING, Conversation, Cursor, Service
+from bridge.schema import (
+    RESTING,
+    ConversationStateUpdateEvent,
+    Event,
+    HookExecutionEvent,
+    MessageEvent,
+)
+from bridge.service import Conversation, Cursor, Service
 from bridge.updates import Call, Translator, thought
 
 logger = logging.getLogger(__name__)

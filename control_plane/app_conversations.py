@@ -15,7 +15,7 @@ import math
 import zipfile
 from collections.abc import AsyncIterator
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, Field
 
@@ -23,13 +23,13 @@ from control_plane.agent_client import AgentClient, AgentError, Raw, Target
 from control_plane.models import (
     ConversationFilters,
     ConversationRow,
-    ExecutionStatus,
     SandboxReason,
     SandboxStatus,
     ensure_usable,
 )
 from control_plane.sandboxes.service import SandboxService
 from control_plane.store import Database, conversations, events, sandboxes
+from events.status import ExecutionStatus
 from events.usage import TokenUsage
 from web.errors import Conflict, NotFound, UpstreamError
 
@@ -68,11 +68,6 @@ class Metrics(BaseModel):
                    accumulated_token_usage=usage)
 
 
-#: The execution status as the app server's record says it (lowercase, the agent server's words).
-WireStatus = Literal["idle", "running", "paused", "waiting_for_confirmation", "finished",
-                     "error", "stuck"]
-
-
 class AppConversation(BaseModel):
     """The app-conversation record (SPEC 2.1) with the OpenHands app server's field names, where
     the SPEC is silent, and ours beside them."""
@@ -83,7 +78,7 @@ class AppConversation(BaseModel):
     created_by_user_id: str
     sandbox_id: str
     sandbox_status: SandboxStatus
-    execution_status: WireStatus | None
+    execution_status: ExecutionStatus | None
     """Lowercase, as the app server sends it (SPEC 3.2's values)."""
     selected_repository: str | None
     selected_branch: str | None
@@ -220,7 +215,7 @@ class AppConversationService:
         return AppConversation(
             id=row.id, app_conversation_id=row.id, created_by_user_id=row.user_id,
             sandbox_id=row.sandbox_id, sandbox_status=row.sandbox_status,
-            execution_status=None if status is None else status.wire,  # type: ignore[arg-type]
+            execution_status=status,
             selected_repository=row.selected_repository, selected_branch=row.selected_branch,
             git_provider=row.git_provider, title=row.title, trigger=row.trigger,
             pr_number=row.pr_number or [], llm_model=row.llm_model, public=row.public,

@@ -14,6 +14,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from control_plane.network.policy import NetworkPolicy
+from events.status import ExecutionStatus
 from web.errors import Conflict, Gone
 
 
@@ -34,7 +35,7 @@ class SandboxStatus(str, Enum):
 _S = SandboxStatus
 #: The moves of a sandbox's status. ERROR and MISSING are read-only for good (SPEC 3.1): ERROR
 #: only goes on to MISSING (deleted), MISSING nowhere. Staying put is no move.
-TRANSITIONS: dict[SandboxStatus, frozenset[SandboxStatus]] = {
+SANDBOX_TRANSITIONS: dict[SandboxStatus, frozenset[SandboxStatus]] = {
     _S.STARTING: frozenset({_S.RUNNING, _S.ERROR, _S.MISSING}),
     _S.RUNNING: frozenset({_S.PAUSED, _S.ERROR, _S.MISSING}),
     _S.PAUSED: frozenset({_S.RUNNING, _S.ERROR, _S.MISSING}),
@@ -46,7 +47,7 @@ TRANSITIONS: dict[SandboxStatus, frozenset[SandboxStatus]] = {
 def entered_from(status: SandboxStatus) -> list[SandboxStatus]:
     """The statuses `status` may be entered from: the store writes a move only on a row still
     in one of them, so a move races nothing (a deletion, which waits for no guard, wins)."""
-    return [s for s in SandboxStatus if status in TRANSITIONS[s]]
+    return [s for s in SandboxStatus if status in SANDBOX_TRANSITIONS[s]]
 
 
 class InvalidTransition(Conflict):
@@ -60,7 +61,7 @@ def transition(sandbox_id: str, current: SandboxStatus, wanted: SandboxStatus,
     InvalidTransition (409) otherwise. `doing` words the move for a person ("paused")."""
     if wanted is current:
         return False
-    allowed = TRANSITIONS[current]
+    allowed = SANDBOX_TRANSITIONS[current]
     if wanted in allowed:
         return True
     moves = ", ".join(s.value for s in SandboxStatus if s in allowed) or "none"
@@ -123,28 +124,10 @@ class GroupingStrategy(str, Enum):
     ADD_TO_ANY = "ADD_TO_ANY"
 
 
-class ExecutionStatus(str, Enum):
-    """SPEC 3.2, stored in uppercase; the agent server and the app-conversation record say it
-    in lowercase (`wire`), as the OpenHands app server does."""
-
-    IDLE = "IDLE"
-    RUNNING = "RUNNING"
-    PAUSED = "PAUSED"
-    WAITING_FOR_CONFIRMATION = "WAITING_FOR_CONFIRMATION"
-    FINISHED = "FINISHED"
-    ERROR = "ERROR"
-    STUCK = "STUCK"
-
-    @property
-    def wire(self) -> str:
-        return self.value.lower()
-
-    @classmethod
-    def parse(cls, value: object) -> ExecutionStatus | None:
-        try:
-            return cls(str(value).upper())
-        except ValueError:
-            return None
+def stored_status(status: ExecutionStatus) -> str:
+    """The execution status as its column holds it: uppercase, as stored since the first
+    schema (the wire contract's `events.status` says it in lowercase)."""
+    return status.value.upper()
 
 
 # -- records ---------------------------------------------------------------------------------

@@ -14,6 +14,7 @@ import logging
 
 from control_plane.agent_client import AgentClient, AgentError, Target
 from control_plane.store import Database, conversations
+from events.status import ExecutionStatus
 
 logger = logging.getLogger(__name__)
 
@@ -34,7 +35,7 @@ class Runs:
                 info = await agents.get_conversation(target, conversation_id)
             except AgentError:
                 return False  # not there (never created, deleted): nothing to pause
-            return str(info.get("execution_status", "")).lower() == "running"
+            return ExecutionStatus.parse(info.get("execution_status")) is ExecutionStatus.RUNNING
 
         ids = await conversations.in_sandbox(self.db, sandbox_id)
         flags = await asyncio.gather(*(running(c) for c in ids))

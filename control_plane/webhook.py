@@ -37,13 +37,14 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from control_plane.app_conversations import metrics_from_stats
 from control_plane.crypto import Cipher, hash_key, webhook_secret
-from control_plane.models import ConversationRow, ExecutionStatus, SandboxRow
+from control_plane.models import ConversationRow, SandboxRow, stored_status
 from control_plane.relay import Bell
 from control_plane.store import Database, accounts, conversations, sandboxes, tasks
 from control_plane.store.tables import app_conversations, events
 from core.ids import EVENT_ID_PATTERN
 from core.signing import TOLERANCE, signing_key, verify
 from events import kinds
+from events.status import ExecutionStatus
 from web.errors import LimitReached, Unauthorized, Unavailable, from_pydantic, invalid
 
 logger = logging.getLogger(__name__)
@@ -194,7 +195,7 @@ class WebhookReceiver:
         metrics = metrics_from_stats(info.stats)
         values: dict[str, Any] = {"updated_at": self.db.now()}
         if status is not None:
-            values["execution_status"] = status.value
+            values["execution_status"] = stored_status(status)
         if metrics is not None:
             values["metrics"] = metrics
         if info.llm_model:
@@ -243,7 +244,7 @@ class WebhookReceiver:
         moment = self.db.now()
         values: dict[str, Any] = {"last_activity_at": moment}
         if status is not None:
-            values["execution_status"] = status.value
+            values["execution_status"] = stored_status(status)
         if metrics is not None:
             values["metrics"] = metrics
         try:

@@ -1,9 +1,9 @@
-"""The event schema of SPEC 6: shared content types and the 19 event kinds.
+"""The event schema of SPEC 6: shared content types, the 19 event kinds and the tools' payloads.
 
-The content types live in `core.content` (the tools and the control plane use them too) and
-are re-exported here. The kinds' Action and Observation unions are built from the tool
-registry (`tools`), which imports nothing of this server: dependencies point one way,
-core <- tools <- events.
+The content types live in `core.content` and are re-exported here. The Action and Observation
+kinds an event carries are in `events.tools`, below the tools that run them: the schema imports
+only `core`, so what reads events (the control plane, the bridge) loads no tool code, and
+dependencies point one way, core <- events <- tools.
 """
 
 from core.content import (

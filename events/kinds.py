@@ -8,7 +8,7 @@ them off the front of a stored line without parsing the rest.
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeAlias, Union
+from typing import Annotated, Any, Literal, TypeAlias, Union
 
 from pydantic import (
     AfterValidator,
@@ -16,7 +16,6 @@ from pydantic import (
     TypeAdapter,
 )
 
-import tools
 from core.content import (
     AnyThinkingBlock,
     CriticResult,
@@ -28,6 +27,7 @@ from core.content import (
     TextContent,
     ToolDefinition,
 )
+from events.tools import AnyAction, AnyObservation
 
 Source = Literal["agent", "user", "environment", "hook"]
 
@@ -54,15 +54,9 @@ def _normal_timestamp(text: str) -> str:
 
 Timestamp = Annotated[str, AfterValidator(_normal_timestamp)]
 
-if TYPE_CHECKING:  # the checker sees the bases; pydantic gets the union of the registry
-    ActionUnion: TypeAlias = tools.Action
-    ObservationUnion: TypeAlias = tools.Observation
-else:
-    # A union of types known only at run time: only `Union[...]` can spell it.
-    ActionUnion = Annotated[Union[tuple(tools.action_types())],  # noqa: UP007
-                            Field(discriminator="kind")]
-    ObservationUnion = Annotated[Union[tuple(tools.observation_types())],  # noqa: UP007
-                                 Field(discriminator="kind")]
+#: The Action and Observation an event may carry: every tool payload, told apart by `kind`.
+ActionUnion: TypeAlias = Annotated[AnyAction, Field(discriminator="kind")]
+ObservationUnion: TypeAlias = Annotated[AnyObservation, Field(discriminator="kind")]
 
 
 class Event(Strict):

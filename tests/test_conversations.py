@@ -16,8 +16,6 @@ from agent_server.agent.model import Scripted, ScriptedModel
 from agent_server.conversations import Lifecycle
 from agent_server.errors import ConversationGone, InvalidTransition
 from agent_server.record import SendMessage
-from agent_server.status import TRANSITIONS
-from agent_server.status import ExecutionStatus as S
 from events import (
     ActionEvent,
     ConversationErrorEvent,
@@ -28,6 +26,8 @@ from events import (
     PauseEvent,
     UserRejectObservation,
 )
+from events.status import TRANSITIONS
+from events.status import ExecutionStatus as S
 from tests.support.inprocess import (
     GatedModel,
     InProcess,

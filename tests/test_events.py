@@ -42,6 +42,7 @@ from events import (
     format_timestamp,
     parse_event,
 )
+from events.tools import ACTION_TYPES, OBSERVATION_TYPES, Observation
 
 GOLDEN = Path(__file__).parent / "golden"
 KIND_BY_NAME: dict[str, type[Event]] = {k.__name__: k for k in KINDS}
@@ -261,8 +262,8 @@ tool_definitions = st.builds(
     kind=text,
     title=text,
     description=text,
-    action_type=st.sampled_from([t.__name__ for t in tools.action_types()]),
-    observation_type=st.none() | st.sampled_from([t.__name__ for t in tools.observation_types()]),
+    action_type=st.sampled_from([t.__name__ for t in ACTION_TYPES]),
+    observation_type=st.none() | st.sampled_from([t.__name__ for t in OBSERVATION_TYPES]),
     parameters=json_objects,
     annotations=st.none()
     | st.builds(
@@ -305,13 +306,13 @@ def payloads(cls: type[Any]) -> st.SearchStrategy[Any]:
         for name, info in cls.model_fields.items()
         if mentions_any(info.annotation)
     }
-    if issubclass(cls, tools.Observation):
+    if issubclass(cls, Observation):
         given_fields |= {"content": st.lists(contents, max_size=2), "is_error": st.booleans()}
     return st.builds(cls, **given_fields)
 
 
-actions = st.sampled_from(tools.action_types()).flatmap(payloads)
-observations = st.sampled_from(tools.observation_types()).flatmap(payloads)
+actions = st.sampled_from(ACTION_TYPES).flatmap(payloads)
+observations = st.sampled_from(OBSERVATION_TYPES).flatmap(payloads)
 
 #: A strategy for every kind-specific field of every kind.
 FIELDS: dict[str, dict[str, st.SearchStrategy[Any]]] = {
@@ -422,12 +423,14 @@ def events_of(name: str) -> st.SearchStrategy[Event]:
 
 
 @pytest.mark.e2e
-def test_tools_imports_on_its_own() -> None:
-    # The kinds build their unions from tools.action_types(), and tools import the content
-    # types from events: a process whose first import is `tools` once died here.
-    for module in ("tools", "tools.always"):
+def test_the_schema_and_the_tools_import_on_their_own() -> None:
+    # Tools import their payloads from the schema, which imports no tool: each may be a
+    # process's first import (a process whose first import was `tools` once died here), and
+    # the schema alone (what the control plane and the bridge read) loads no tool code.
+    alone = "import sys, events; assert not [m for m in sys.modules if m.split('.')[0] == 'tools']"
+    for code in ("import tools", "import tools.always", "import events.tools.always", alone):
         done = subprocess.run(
-            [sys.executable, "-c", f"import {module}"],
+            [sys.executable, "-c", code],
             capture_output=True,
             text=True,
             cwd=GOLDEN.parent.parent,
@@ -558,7 +561,7 @@ def object_paths(value: Any, path: tuple[Any, ...] = ()) -> list[tuple[Any, ...]
 
 
 #: Tags pydantic puts in an error's loc inside discriminated unions (not part of the JSON path).
-UNION_TAGS = {t.__name__ for t in [*tools.action_types(), *tools.observation_types()]} | {
+UNION_TAGS = {t.__name__ for t in [*ACTION_TYPES, *OBSERVATION_TYPES]} | {
     "text", "image", "thinking", "redacted_thinking"
 }
 NESTED = [(name, path) for name in KIND_NAMES for path in object_paths(golden(name))]
@@ -611,21 +614,28 @@ def test_an_unregistered_action_kind_is_rejected() -> None:
 
 
 def test_the_always_present_tools_are_registered() -> None:
-    names = [t.__name__ for t in tools.action_types()]
+    names = [t.__name__ for t in ACTION_TYPES]
     assert {"FinishAction", "ThinkAction"} <= set(names)  # SPEC 2.6 rule 1
     assert len(names) == len(set(names))
-    observations = [t.__name__ for t in tools.observation_types()]
+    observations = [t.__name__ for t in OBSERVATION_TYPES]
     assert len(observations) == len(set(observations))
 
 
+def test_the_schema_knows_every_kind_the_tools_run() -> None:
+    # The schema lists its payloads itself (events never imports tools); the tool sets list
+    # theirs: the two lists are the same classes, in the same order.
+    assert tools.action_types() == list(ACTION_TYPES)
+    assert tools.observation_types() == list(OBSERVATION_TYPES)
+
+
 @pytest.mark.parametrize(
-    "payload", [*tools.action_types(), *tools.observation_types()], ids=lambda t: t.__name__
+    "payload", [*ACTION_TYPES, *OBSERVATION_TYPES], ids=lambda t: t.__name__
 )
 @given(data=st.data())
 @settings(max_examples=10, deadline=None)
 def test_every_registered_kind_travels_inside_its_event(payload: type, data: st.DataObject) -> None:
     value = data.draw(payloads(payload))
-    if payload in tools.action_types():
+    if payload in ACTION_TYPES:
         event = parse_event({**golden("ActionEvent"), "action": value.model_dump(mode="json")})
         assert type(event.action) is payload and event.action == value  # type: ignore[attr-defined]
     else:

@@ -6,11 +6,11 @@ wrong-way import fails here whatever path loads it.
 
     core          leaf
     web           core                         (the web kit of both services)
-    tools         core
-    events        core, tools                  (SPEC 6: Action/Observation from the tools)
+    events        core                         (SPEC 6, the tools' payloads included)
+    tools         core, events                 (what runs the payloads)
     agent_server  core, web, tools, events
-    control_plane core, web, tools, events     never agent_server
-    bridge        core, web, tools, events     a client of the services' HTTP APIs
+    control_plane core, web, events            never agent_server
+    bridge        core, web, events            a client of the services' HTTP APIs
 """
 
 from __future__ import annotations
@@ -20,16 +20,16 @@ from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("core", "web", "tools", "events", "agent_server", "control_plane", "bridge")
+PACKAGES = ("core", "web", "events", "tools", "agent_server", "control_plane", "bridge")
 #: Package -> the project packages it may import (besides itself).
 ALLOWED = {
     "core": set(),
     "web": {"core"},
-    "tools": {"core"},
-    "events": {"core", "tools"},
+    "events": {"core"},
+    "tools": {"core", "events"},
     "agent_server": {"core", "web", "tools", "events"},
-    "control_plane": {"core", "web", "tools", "events"},
-    "bridge": {"core", "web", "tools", "events"},
+    "control_plane": {"core", "web", "events"},
+    "bridge": {"core", "web", "events"},
 }
 #: The one import across the floors: the `agent-server` command hands `agent-server acp` to
 #: the editor bridge (a command line, not a dependency of the server).
@@ -208,3 +208,25 @@ def test_the_checker_sees_a_wrong_way_import(tmp_path: Path) -> None:
     source.write_text("from ..conversations import Conversation\nimport control_plane.app\n")
     assert set(imports("agent_server.api.probe", source, known)) == {
         "agent_server.conversations", "control_plane.app"}
+
+
+#: Names of the wire contract that one module defines for every service and client.
+ONE_DEFINITION = {"ExecutionStatus": "events.status", "TRANSITIONS": "events.status",
+                  "RESTING": "events.status"}
+
+
+def test_the_wire_vocabulary_is_defined_once() -> None:
+    """The execution status, its moves and its resting set: one definition (`events.status`),
+    which the agent server, the control plane and the bridge import (four copies before)."""
+    found: dict[str, list[str]] = {}
+    for name, path in modules().items():
+        for node in ast.parse(path.read_text(), str(path)).body:
+            targets = ([node.name] if isinstance(node, ast.ClassDef) else
+                       [t.id for t in node.targets if isinstance(t, ast.Name)]
+                       if isinstance(node, ast.Assign) else
+                       [node.target.id] if isinstance(node, ast.AnnAssign)
+                       and isinstance(node.target, ast.Name) else [])
+            for target in targets:
+                if target in ONE_DEFINITION:
+                    found.setdefault(target, []).append(name)
+    assert found == {k: [v] for k, v in ONE_DEFINITION.items()}

@@ -238,9 +238,9 @@ def test_every_tool_is_listed_and_prompted(tmp_path: Path, workspace: Path) -> N
 
 
 async def test_vision_reads_the_last_browser_screenshot(tmp_path: Path) -> None:
+    from events.tools.models import VisionInspectAction
     from tools.base import ToolContext
     from tools.conversation import Answer, ProfileInfo
-    from tools.models import VisionInspectAction
     from tools.models.vision_inspect import VisionInspectTool
 
     class Eyes:

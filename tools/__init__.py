@@ -1,7 +1,8 @@
 """The tools an agent can be given, by the names `agent.tools` uses.
 
-Each module holds one tool set: its Action and Observation kinds and the code that runs
-them. The event schema builds its Action and Observation unions from what is listed here.
+Each module holds one tool set: the code that runs its Action and Observation kinds, which
+are the event schema's (`events.tools`). `action_types()` and `observation_types()` list the
+kinds of the sets here in the order the schema's unions hold them (a test keeps them equal).
 """
 
 from __future__ import annotations
@@ -10,6 +11,8 @@ from dataclasses import replace
 
 from pydantic import BaseModel
 
+from events.tools.mcp import MCPToolAction, MCPToolObservation
+from events.tools.skills import InvokeSkillAction, InvokeSkillObservation
 from tools import (
     apply_patch,
     browser,
@@ -25,8 +28,6 @@ from tools import (
 )
 from tools.always import ALWAYS
 from tools.base import Action, Observation, Tool, ToolContext, ToolError, ToolSet
-from tools.mcp import MCPToolAction, MCPToolObservation
-from tools.skills import InvokeSkillAction, InvokeSkillObservation
 
 
 def _browser_params() -> type[BaseModel]:

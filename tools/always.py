@@ -6,9 +6,11 @@ Neither changes anything; the call, in the log, is the point. `finish` says the 
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, cast
 
-from tools.base import Action, Observation, TextContent, Tool, ToolSet, single
+from events.tools import AnyObservation
+from events.tools.always import FinishAction, FinishObservation, ThinkAction, ThinkObservation
+from tools.base import TextContent, Tool, ToolSet, single
 
 
 class _Said(Tool):
@@ -20,18 +22,9 @@ class _Said(Tool):
     def answer(self, action: Any) -> str:
         raise NotImplementedError
 
-    async def run(self, action: Any) -> Observation:
+    async def run(self, action: Any) -> AnyObservation:
         content = [TextContent(text=self.answer(action))]
-        return self.observation_type.model_validate({"content": content})
-
-
-class FinishAction(Action):
-    kind: Literal["FinishAction"] = "FinishAction"
-    message: str
-
-
-class FinishObservation(Observation):
-    kind: Literal["FinishObservation"] = "FinishObservation"
+        return cast(AnyObservation, self.observation_type.model_validate({"content": content}))
 
 
 class FinishTool(_Said):
@@ -45,15 +38,6 @@ class FinishTool(_Said):
 
     def answer(self, action: FinishAction) -> str:
         return action.message
-
-
-class ThinkAction(Action):
-    kind: Literal["ThinkAction"] = "ThinkAction"
-    thought: str
-
-
-class ThinkObservation(Observation):
-    kind: Literal["ThinkObservation"] = "ThinkObservation"
 
 
 class ThinkTool(_Said):
@@ -72,12 +56,4 @@ class ThinkTool(_Said):
 #: Added to every agent, whatever `agent.tools` names.
 ALWAYS: tuple[ToolSet, ...] = (single(FinishTool), single(ThinkTool))
 
-__all__ = [
-    "ALWAYS",
-    "FinishAction",
-    "FinishObservation",
-    "FinishTool",
-    "ThinkAction",
-    "ThinkObservation",
-    "ThinkTool",
-]
+__all__ = ["ALWAYS", "FinishTool", "ThinkTool"]

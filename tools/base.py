@@ -15,18 +15,18 @@ from collections.abc import Callable, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar, cast
 
 from pydantic import BaseModel, ValidationError
 
 from core.content import (
-    Content,
     ImageContent,
-    Strict,
     TextContent,
     ToolAnnotations,
     ToolDefinition,
 )
+from events.tools import AnyAction, AnyObservation
+from events.tools.base import Action, Observation
 
 if TYPE_CHECKING:
     from tools.browser.manager import BrowserManager
@@ -39,24 +39,6 @@ LIVE_OUTPUT: ContextVar[Callable[[str], None] | None] = ContextVar("live_output"
 #: Arguments the loop takes off every tool call before validating the Action (SPEC 6.2
 #: ActionEvent.security_risk and .summary); they are offered to the model by tools that act.
 META_ARGUMENTS = ("security_risk", "summary")
-
-
-class Action(Strict):
-    """Base of every action kind; subclasses pin `kind` to a Literal of their class name."""
-
-    kind: str
-
-
-class Observation(Strict):
-    """Base of every observation kind: what the model reads is `content`."""
-
-    kind: str
-    content: list[Content] = []
-    is_error: bool = False
-
-    @property
-    def text(self) -> str:
-        return "\n".join(c.text for c in self.content if isinstance(c, TextContent))
 
 
 class ToolError(Exception):
@@ -129,7 +111,7 @@ class Tool(ABC):
         self.params = dict(params or {})
 
     @abstractmethod
-    async def run(self, action: Any) -> Observation:
+    async def run(self, action: Any) -> AnyObservation:
         """Carry out the action. Raise ToolError for failures the model should see.
 
         Runs as an asyncio task that may be cancelled (interrupt): blocking work belongs in a
@@ -180,11 +162,12 @@ class Tool(ABC):
         )
 
     @classmethod
-    def parse(cls, arguments: Mapping[str, Any]) -> Action:
+    def parse(cls, arguments: Mapping[str, Any]) -> AnyAction:
         """Arguments of a tool call -> the Action; raises pydantic's ValidationError."""
         args = {k: v for k, v in arguments.items() if k not in META_ARGUMENTS}
         args["kind"] = cls.action_type.__name__
-        return cls.action_type.model_validate(args)
+        # Every tool's kind is one of the schema's (tests/test_events.py holds the lists equal).
+        return cast(AnyAction, cls.action_type.model_validate(args))
 
 
 @dataclass(frozen=True)

@@ -2,8 +2,8 @@
 
 Edits are verbatim (no fuzzy matching), so the model always knows exactly what changed, and
 each edit keeps the previous version in memory so `undo_edit` can step back. The Action and
-Observation are shaped like OpenHands' file editor so its clients read our events. What a
-view shows (numbered lines, ranges, listings) is in `tools.file_view`.
+Observation (`events.tools.file_editor`) are shaped like OpenHands' file editor so its clients
+read our events. What a view shows (numbered lines, ranges, listings) is in `tools.file_view`.
 """
 
 from __future__ import annotations
@@ -12,14 +12,11 @@ import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import Field
-
+from events.tools.file_editor import FileEditorAction, FileEditorObservation
 from tools import files
 from tools.base import (
-    Action,
-    Observation,
     TextContent,
     Tool,
     ToolContext,
@@ -49,65 +46,12 @@ from tools.files import (
     write_text,
 )
 
-Command = Literal["view", "create", "str_replace", "insert", "undo_edit"]
-
 #: Versions kept per file for undo_edit.
 HISTORY_DEPTH = 10
 #: Characters of history kept across all files; the oldest versions are forgotten first.
 HISTORY_BUDGET_CHARS = 64 * 1024 * 1024
 #: Lines shown either side of an edit, so the model can check indentation and neighbours.
 SNIPPET_CONTEXT = 4
-
-
-class FileEditorAction(Action):
-    kind: Literal["FileEditorAction"] = "FileEditorAction"
-    command: Command = Field(
-        description="The command to run: view, create, str_replace, insert or undo_edit."
-    )
-    path: str = Field(
-        description="Absolute path of the file or directory, e.g. /workspace/project/app.py."
-    )
-    file_text: str | None = Field(
-        default=None, description="Required for create: the full content of the new file."
-    )
-    old_str: str | None = Field(
-        default=None,
-        description=(
-            "Required for str_replace: the exact text to replace. It must occur exactly once "
-            "in the file, whitespace and indentation included."
-        ),
-    )
-    new_str: str | None = Field(
-        default=None,
-        description=(
-            "For str_replace: the replacement (omit or leave empty to delete old_str). "
-            "Required for insert: the line(s) to insert."
-        ),
-    )
-    insert_line: int | None = Field(
-        default=None,
-        ge=0,
-        description="Required for insert: new_str goes after this line (0 inserts at the top).",
-    )
-    view_range: list[int] | None = Field(
-        default=None,
-        description=(
-            "Optional for view of a file: [start, end], 1-based and inclusive; "
-            "end -1 means to the end of the file."
-        ),
-    )
-
-
-class FileEditorObservation(Observation):
-    kind: Literal["FileEditorObservation"] = "FileEditorObservation"
-    command: Command
-    path: str | None = None
-    #: False only when create made a new file.
-    prev_exist: bool = True
-    #: The file before and after an edit, for clients that show a diff; None when either
-    #: side is over files.MAX_SNAPSHOT_BYTES, so one edit of a big file cannot bloat the event log.
-    old_content: str | None = None
-    new_content: str | None = None
 
 
 @dataclass(frozen=True)

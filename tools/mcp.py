@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, Literal
+from typing import Any
 
 from core.content import ToolAnnotations, ToolDefinition
+from events.tools.mcp import MCPToolAction, MCPToolObservation
 from tools.base import (
     META_ARGUMENTS,
-    Action,
     ImageContent,
-    Observation,
     TextContent,
     Tool,
     ToolContext,
@@ -25,18 +24,6 @@ from tools.base import (
 
 #: Characters of text an observation keeps (a chatty server must not flood the context).
 MAX_TEXT = 50_000
-
-
-class MCPToolAction(Action):
-    kind: Literal["MCPToolAction"] = "MCPToolAction"
-    #: The arguments, passed to the MCP tool as they are.
-    data: dict[str, Any] = {}
-
-
-class MCPToolObservation(Observation):
-    kind: Literal["MCPToolObservation"] = "MCPToolObservation"
-    #: The agent-side name of the tool that ran (`<server>_<tool>`).
-    tool_name: str
 
 
 Call = Callable[[dict[str, Any]], Awaitable[MCPToolObservation]]

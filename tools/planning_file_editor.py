@@ -11,10 +11,11 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from events.tools.file_editor import PlanningFileEditorAction, PlanningFileEditorObservation
 from tools import files
 from tools.base import ToolContext, params_as, single
 from tools.file_editor import FileEditorAction, FileEditorObservation, FileEditorTool
@@ -47,14 +48,6 @@ class PlanningFileEditorParams(BaseModel):
         if not os.path.isabs(value) and ".." in Path(value).parts:
             raise ValueError("plan_path must stay inside the working directory (no '..')")
         return value
-
-
-class PlanningFileEditorAction(FileEditorAction):
-    kind: Literal["PlanningFileEditorAction"] = "PlanningFileEditorAction"  # type: ignore[assignment]
-
-
-class PlanningFileEditorObservation(FileEditorObservation):
-    kind: Literal["PlanningFileEditorObservation"] = "PlanningFileEditorObservation"  # type: ignore[assignment]
 
 
 class PlanningFileEditorTool(FileEditorTool):

@@ -8,20 +8,10 @@ the tool is given their bodies by name.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Any
 
-from tools.base import Action, Observation, TextContent, Tool, ToolContext, ToolError
-
-
-class InvokeSkillAction(Action):
-    kind: Literal["InvokeSkillAction"] = "InvokeSkillAction"
-    #: A skill name as the system prompt lists it.
-    name: str
-
-
-class InvokeSkillObservation(Observation):
-    kind: Literal["InvokeSkillObservation"] = "InvokeSkillObservation"
-    skill_name: str
+from events.tools.skills import InvokeSkillAction, InvokeSkillObservation
+from tools.base import TextContent, Tool, ToolContext, ToolError
 
 
 class InvokeSkillTool(Tool):
@@ -56,4 +46,4 @@ class InvokeSkillTool(Tool):
                                       content=[TextContent(text=body)])
 
 
-__all__ = ["InvokeSkillAction", "InvokeSkillObservation", "InvokeSkillTool"]
+__all__ = ["InvokeSkillTool"]

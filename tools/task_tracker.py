@@ -14,7 +14,8 @@ from pydantic import Field, ValidationError
 
 from core.content import Strict
 from core.files import write_atomic
-from tools.base import Action, Observation, TextContent, Tool, ToolError, run_in_thread, single
+from events.tools.task_tracker import TaskItem, TaskTrackerAction, TaskTrackerObservation
+from tools.base import TextContent, Tool, ToolError, run_in_thread, single
 
 #: Bounds that keep the list (and every observation that repeats it) small.
 MAX_TASKS = 200
@@ -22,39 +23,6 @@ MAX_TITLE_CHARS = 200
 MAX_NOTES_CHARS = 2_000
 #: The list's file in ctx.state_dir.
 STORE_NAME = "task_list.json"
-
-TaskStatus = Literal["todo", "in_progress", "done"]
-
-
-class TaskItem(Strict):
-    """One step of the plan."""
-
-    title: str = Field(description="A short, one-line step, e.g. 'Add tests for the parser'.")
-    notes: str = Field(default="", description="Details, decisions or findings for this step.")
-    status: TaskStatus = Field(
-        default="todo", description="todo, in_progress (what you are doing now) or done."
-    )
-
-
-class TaskTrackerAction(Action):
-    kind: Literal["TaskTrackerAction"] = "TaskTrackerAction"
-    command: Literal["view", "plan"] = Field(
-        default="view",
-        description="view: show the current list. plan: replace the whole list with task_list.",
-    )
-    task_list: list[TaskItem] = Field(
-        default_factory=list,
-        description=(
-            "For plan: the complete new list in order, every task and not only the changed "
-            "ones (tasks left out are dropped)."
-        ),
-    )
-
-
-class TaskTrackerObservation(Observation):
-    kind: Literal["TaskTrackerObservation"] = "TaskTrackerObservation"
-    command: Literal["view", "plan"]
-    task_list: list[TaskItem] = Field(default_factory=list)
 
 
 class _StoredList(Strict):

@@ -26,8 +26,8 @@ from agent_server.agent.sink import EventSink
 from agent_server.agent.skills import SkillList
 from agent_server.agent.spec import ACPAgentSpec, AgentSpec, ConfirmationPolicy, HookConfig
 from agent_server.agent.usage import Metrics
-from agent_server.status import ExecutionStatus
 from events import MessageEvent
+from events.status import ExecutionStatus
 
 if TYPE_CHECKING:
     from tools.base import NetworkNotes

@@ -32,7 +32,6 @@ from agent_server.agent.stuck import Step, StuckDetector
 from agent_server.agent.toolbox import Toolbox
 from agent_server.agent.usage import Metrics
 from agent_server.agent.view import View
-from agent_server.status import ExecutionStatus
 from agent_server.telemetry import AgentTelemetry
 from events import (
     ActionEvent,
@@ -52,6 +51,7 @@ from events import (
     UserRejectObservation,
     parse_event,
 )
+from events.status import ExecutionStatus
 from tools.base import LIVE_OUTPUT, ToolError
 from web.errors import validation_text
 

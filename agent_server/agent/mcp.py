@@ -24,8 +24,9 @@ from typing import IO, TYPE_CHECKING, Any
 
 from agent_server.agent.mcp_config import CALL_TIMEOUT, SSE, STDIO, ServerSpec, servers_of, spec
 from events import ServerErrorEvent
+from events.tools.mcp import MCPToolObservation
 from tools.base import ToolContext
-from tools.mcp import MCPTool, MCPToolObservation, failure, observation
+from tools.mcp import MCPTool, failure, observation
 from web.errors import UpstreamError
 
 if TYPE_CHECKING:

@@ -31,10 +31,10 @@ from agent_server.agent.spec import AgentSpec
 from agent_server.agent.toolbox import Toolbox
 from agent_server.agent.usage import Metrics
 from agent_server.agent.view import View
-from agent_server.status import ExecutionStatus
 from agent_server.telemetry import AgentTelemetry, Telemetry
 from core.content import text_of
 from events import MessageEvent, SystemPromptEvent, TextContent, UserRejectObservation
+from events.status import ExecutionStatus
 from tools.base import ToolContext
 
 #: How a side question (`ask`) is put to the model (the OpenHands SDK's wording).

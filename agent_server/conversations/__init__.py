@@ -5,8 +5,9 @@
     presentation.py  what clients are shown of one (its info, its state updates)
     fanout.py        Fanout: where its events go besides the log (delivery implements it)
 
-The execution status and its transition table are `agent_server.status` (the agent reports
-a status too, and must not import this package).
+The execution status and its transition table are the wire contract's (`events.status`); the
+one check of a move is `agent_server.status` (the agent reports a status too, and must not
+import this package).
 """
 
 from agent_server.conversations.catalogue import ConversationService

@@ -34,11 +34,11 @@ from agent_server.record import (
     secret_values,
 )
 from agent_server.settings import Settings
-from agent_server.status import ExecutionStatus
 from agent_server.telemetry import Telemetry
 from core.files import read_json
 from core.masking import check_secrets
 from events import ConversationErrorEvent
+from events.status import ExecutionStatus
 from web.errors import SECRET_FIELDS, Conflict, NotFound, from_pydantic, invalid
 
 logger = logging.getLogger(__name__)

@@ -39,7 +39,7 @@ from agent_server.errors import ConversationGone
 from agent_server.log import LOG_FILE_NAME, EventLog
 from agent_server.record import ConversationInfo, SendMessage, StoredConversation
 from agent_server.settings import Settings
-from agent_server.status import ExecutionStatus, check_move
+from agent_server.status import check_move
 from agent_server.telemetry import Telemetry
 from agent_server.telemetry import logs as log_context
 from agent_server.telemetry.tracing import ConversationTrace, failed
@@ -54,6 +54,7 @@ from events import (
     MessageEvent,
     PauseEvent,
 )
+from events.status import ExecutionStatus
 from web.errors import Conflict, NotFound, invalid
 
 logger = logging.getLogger(__name__)

@@ -13,10 +13,10 @@ from pathlib import Path
 from agent_server.conversations.fanout import Fanout
 from agent_server.log import EventLog
 from agent_server.record import ConversationInfo, StoredConversation
-from agent_server.status import ExecutionStatus
 from core.ids import new_event_id
 from core.masking import Masker
 from events import ConversationStateUpdateEvent, format_timestamp
+from events.status import ExecutionStatus
 
 
 def _now() -> str:

@@ -15,10 +15,11 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from control_plane.models import ExecutionStatus, SandboxReason, SandboxStatus
+from control_plane.models import SandboxReason, SandboxStatus, stored_status
 from control_plane.store import Database, conversations
 from control_plane.store.tables import app_conversations, events
 from events.kinds import ConversationStateUpdateEvent, format_timestamp
+from events.status import ExecutionStatus
 
 logger = logging.getLogger(__name__)
 
@@ -45,12 +46,12 @@ async def announce(db: Database, sandbox_id: str, status: SandboxStatus, reason:
         found = list(await conn.scalars(app_conversations.select()
                                         .with_only_columns(app_conversations.c.id)
                                         .where(app_conversations.c.sandbox_id == sandbox_id)))
-        ended = await conversations.end_runs(conn, sandbox_id, ExecutionStatus.ERROR.value,
+        ended = await conversations.end_runs(conn, sandbox_id, stored_status(ExecutionStatus.ERROR),
                                              moment) if status.terminal else []
         notice = {"sandbox_id": sandbox_id, "status": status.value, "reason": reason.value,
                   "detail": detail}
         batch = [_row(cid, update(NOTICE_KEY, notice)) for cid in found]
-        batch += [_row(cid, update("execution_status", "error")) for cid in ended]
+        batch += [_row(cid, update("execution_status", ExecutionStatus.ERROR.value)) for cid in ended]
         if batch:
             await conn.execute(db.insert_ignoring_duplicates(events), batch)
     return found

@@ -4,7 +4,7 @@ Rows are the truth for users (status, ownership, activity); the provider is the 
 processes. Each transition is: act on the provider, then store the outcome, under the
 sandbox's guard: a lock in this process and a lease in the database (`leases`), so that of
 several control planes on one database only one acts on a sandbox at a time, and a start,
-pause, resume or deletion is never run twice. A status moves only along `models.TRANSITIONS`,
+pause, resume or deletion is never run twice. A status moves only along `models.SANDBOX_TRANSITIONS`,
 checked twice: here, to refuse a request naming the moves there are (`transition`), and by the
 store on the row as it is when the move is written (a deletion waits for no guard, and wins).
 The drift check (`sandboxes.drift`) looks at each sandbox for the reconciler; the runs inside

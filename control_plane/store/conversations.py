@@ -8,9 +8,10 @@ from typing import Any
 from sqlalchemy import Select, delete, func, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from control_plane.models import ConversationFilters, ConversationRow, SandboxStatus
+from control_plane.models import ConversationFilters, ConversationRow, SandboxStatus, stored_status
 from control_plane.store.db import Database
 from control_plane.store.tables import app_conversations, sandboxes
+from events.status import ExecutionStatus
 
 C = app_conversations
 
@@ -120,13 +121,17 @@ async def in_sandbox(db: Database, sandbox_id: str) -> list[str]:
         return list(await conn.scalars(select(C.c.id).where(C.c.sandbox_id == sandbox_id)))
 
 
+#: A run going on: the agent's steps, or actions waiting for the user's confirmation.
+RUN_UNDER_WAY = (ExecutionStatus.RUNNING, ExecutionStatus.WAITING_FOR_CONFIRMATION)
+
+
 async def end_runs(conn: AsyncConnection, sandbox_id: str, status: str,
                    moment: datetime) -> list[str]:
     """The conversations of the sandbox whose run was going on (RUNNING, or waiting for a
     confirmation), now `status`; their ids."""
     ended = await conn.scalars(
         update(C).where(C.c.sandbox_id == sandbox_id,
-                        C.c.execution_status.in_(("RUNNING", "WAITING_FOR_CONFIRMATION")))
+                        C.c.execution_status.in_([stored_status(s) for s in RUN_UNDER_WAY]))
         .values(execution_status=status, updated_at=moment).returning(C.c.id))
     return list(ended)
 

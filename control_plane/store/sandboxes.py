@@ -88,7 +88,7 @@ async def set_status(db: Database, sandbox_id: str, status: SandboxStatus,
                      touch: bool = False, fields: Mapping[str, Any] | None = None
                      ) -> SandboxRow | None:
     """Move to `status` for `reason`, only from a status the transition table allows
-    (`models.TRANSITIONS`: ERROR and MISSING are never left, but for a deletion); the row as
+    (`models.SANDBOX_TRANSITIONS`: ERROR and MISSING are never left, but for a deletion); the row as
     moved, None when it was not. A health check's failure (`unhealthy_since`) and a pause under
     way end with any change; a terminal status leaves remains to clean up (`cleanup_after`).
     `touch`: the move is activity too (`touch`); `fields` (not the status) are stored with the

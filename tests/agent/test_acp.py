@@ -16,7 +16,6 @@ import pytest
 
 from agent_server.agent.acp import session as acp_session
 from agent_server.conversations import Conversation
-from agent_server.status import ExecutionStatus as S
 from core.masking import MASK
 from events import (
     ACPToolCallEvent,
@@ -25,6 +24,7 @@ from events import (
     MessageEvent,
     UserRejectObservation,
 )
+from events.status import ExecutionStatus as S
 from tests.support.inprocess import InProcess, events, run_ends
 
 AGENT = [sys.executable, str(Path(__file__).parents[1] / "support" / "acp_agent.py")]

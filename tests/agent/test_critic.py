@@ -19,8 +19,8 @@ from agent_server.agent.critic import CriticFailed, parse_verdict
 from agent_server.agent.model import Scripted
 from agent_server.conversations import Conversation
 from agent_server.record import SendMessage
-from agent_server.status import ExecutionStatus as S
 from events import ActionEvent, MessageEvent, SystemPromptEvent
+from events.status import ExecutionStatus as S
 from tests.support.inprocess import InProcess, agent, events, new_conversation, run_ends
 
 FINISH = ("finish", '{"message": "all done"}')

@@ -12,7 +12,6 @@ from agent_server.agent.sink import EventSink
 from agent_server.conversations import Conversation
 from agent_server.delivery.pubsub import Frame
 from agent_server.record import SendMessage
-from agent_server.status import ExecutionStatus as S
 from core.masking import MASK, Masker
 from events import (
     ActionEvent,
@@ -23,6 +22,7 @@ from events import (
     ObservationEvent,
     StreamingDeltaEvent,
 )
+from events.status import ExecutionStatus as S
 from tests.support.inprocess import InProcess, events, new_conversation, run_ends
 
 THINK = ("think", '{"thought": "let me think"}')

@@ -30,7 +30,6 @@ from agent_server.agent.toolbox import Toolbox
 from agent_server.agent.usage import Metrics
 from agent_server.agent.view import View
 from agent_server.log import EventLog
-from agent_server.status import ExecutionStatus
 from agent_server.telemetry import Telemetry
 from core.masking import Masker
 from events import (
@@ -44,6 +43,7 @@ from events import (
     TextContent,
     parse_event,
 )
+from events.status import ExecutionStatus
 from tools.base import ToolContext
 
 THINK = ("think", '{"thought": "let me think"}')

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from control_plane.models import (
-    TRANSITIONS,
+    SANDBOX_TRANSITIONS,
     ExecutionStatus,
     InvalidTransition,
     SandboxStatus,
@@ -25,9 +25,9 @@ def test_execution_status_is_read_in_either_case() -> None:
 
 
 def test_a_sandbox_status_moves_only_along_the_table() -> None:
-    assert set(TRANSITIONS) == set(SandboxStatus)
+    assert set(SANDBOX_TRANSITIONS) == set(SandboxStatus)
     # ERROR and MISSING are read-only for good: ERROR is only ever deleted, MISSING is final.
-    assert TRANSITIONS[S.ERROR] == {S.MISSING} and TRANSITIONS[S.MISSING] == frozenset()
+    assert SANDBOX_TRANSITIONS[S.ERROR] == {S.MISSING} and SANDBOX_TRANSITIONS[S.MISSING] == frozenset()
     assert transition("s1", S.RUNNING, S.PAUSED, "paused") is True
     assert transition("s1", S.PAUSED, S.PAUSED, "paused") is False  # staying put is no move
     with pytest.raises(InvalidTransition) as refused:

@@ -18,14 +18,8 @@ from events import (
     SystemPromptEvent,
     TextContent,
 )
-from tools.always import (
-    FinishAction,
-    FinishObservation,
-    FinishTool,
-    ThinkAction,
-    ThinkObservation,
-    ThinkTool,
-)
+from events.tools.always import FinishAction, FinishObservation, ThinkAction, ThinkObservation
+from tools.always import FinishTool, ThinkTool
 
 WORDS = (
     "the agent reads the repository layout then edits the module adds a test runs the suite "

@@ -9,14 +9,10 @@ from typing import Any
 
 import pytest
 
+from events.tools.apply_patch import ApplyPatchObservation
 from tests.support.tools import call, context
 from tools import files
-from tools.apply_patch import (
-    ApplyPatchObservation,
-    ApplyPatchTool,
-    PatchError,
-    parse,
-)
+from tools.apply_patch import ApplyPatchTool, PatchError, parse
 from tools.apply_patch.parse import AddFile, DeleteFile, UpdateFile
 
 

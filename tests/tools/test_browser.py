@@ -21,13 +21,9 @@ import pytest
 import pytest_asyncio
 
 from core.processes import find_process, group_members
+from events.tools.browser import BrowserObservation
 from tools.base import ImageContent, Tool, ToolContext
-from tools.browser import (
-    TOOL_SET,
-    BrowserManager,
-    BrowserObservation,
-    BrowserSettings,
-)
+from tools.browser import TOOL_SET, BrowserManager, BrowserSettings
 
 pytestmark = [
     pytest.mark.e2e,  # real Chromium

@@ -8,17 +8,20 @@ from typing import Any
 
 import pytest
 
+from events.tools.base import Observation
+from events.tools.gemini import (
+    EditObservation,
+    ListDirectoryObservation,
+    ReadFileObservation,
+    WriteFileObservation,
+)
 from tests.support.tools import call as call_tool
 from tests.support.tools import context
-from tools.base import Observation, Tool
-from tools.gemini.edit import EditObservation, EditTool
-from tools.gemini.list_directory import (
-    MAX_ENTRIES,
-    ListDirectoryObservation,
-    ListDirectoryTool,
-)
-from tools.gemini.read_file import MAX_LINES_PER_READ, ReadFileObservation, ReadFileTool
-from tools.gemini.write_file import WriteFileObservation, WriteFileTool
+from tools.base import Tool
+from tools.gemini.edit import EditTool
+from tools.gemini.list_directory import MAX_ENTRIES, ListDirectoryTool
+from tools.gemini.read_file import MAX_LINES_PER_READ, ReadFileTool
+from tools.gemini.write_file import WriteFileTool
 
 
 @pytest.fixture

@@ -8,13 +8,10 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
+from events.tools.file_editor import PlanningFileEditorObservation
 from tests.support.tools import call as call_tool
 from tests.support.tools import context
-from tools.planning_file_editor import (
-    PlanningFileEditorObservation,
-    PlanningFileEditorParams,
-    PlanningFileEditorTool,
-)
+from tools.planning_file_editor import PlanningFileEditorParams, PlanningFileEditorTool
 
 
 @pytest.fixture

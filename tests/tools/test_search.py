@@ -12,14 +12,9 @@ from typing import Any
 
 import pytest
 
+from events.tools.search import GlobObservation, GrepObservation
 from tests.support.tools import call, context
-from tools.search import (
-    GlobObservation,
-    GlobTool,
-    GrepObservation,
-    GrepTool,
-    walk,
-)
+from tools.search import GlobTool, GrepTool, walk
 from tools.search.ignore import ParsedIgnorer
 from tools.search.patterns import matches
 

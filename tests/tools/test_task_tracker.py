@@ -8,15 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from events.tools.task_tracker import TaskItem
 from tests.support.tools import call
 from tools.base import ToolContext, ToolError
-from tools.task_tracker import (
-    MAX_TASKS,
-    MAX_TITLE_CHARS,
-    STORE_NAME,
-    TaskItem,
-    TaskTrackerTool,
-)
+from tools.task_tracker import MAX_TASKS, MAX_TITLE_CHARS, STORE_NAME, TaskTrackerTool
 
 PLAN = [
     {"title": "Read the failing test", "status": "done"},

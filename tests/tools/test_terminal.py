@@ -14,8 +14,9 @@ from typing import Any
 
 import pytest
 
+from events.tools.terminal import TerminalAction, TerminalObservation
 from tools.base import ToolContext, ToolError
-from tools.terminal import TerminalAction, TerminalObservation, TerminalTool
+from tools.terminal import TerminalTool
 
 Make = Callable[..., TerminalTool]
 

@@ -1,20 +1,17 @@
-"""The apply_patch tool: its Action and Observation (shaped like OpenHands') and the Tool."""
+"""The apply_patch Tool: a patch parsed, staged and written, all files or none (its Action and
+Observation, shaped like OpenHands', are `events.tools.apply_patch`)."""
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import Field
-
-from core.content import Strict
+from events.tools.apply_patch import ApplyPatchAction, ApplyPatchObservation, Commit, FileChange
 from tools import files
 from tools.apply_patch.commit import Change, WriteFailed, stage, write_all
 from tools.apply_patch.parse import PatchError, parse
 from tools.base import (
-    Action,
-    Observation,
     TextContent,
     Tool,
     ToolContext,
@@ -26,42 +23,6 @@ from tools.base import (
 MAX_PATCH_CHARS = 1_000_000
 #: Contents of all files together carried in one observation's `commit`; beyond, None.
 MAX_COMMIT_SNAPSHOT_BYTES = 256 * 1024
-
-
-class ApplyPatchAction(Action):
-    kind: Literal["ApplyPatchAction"] = "ApplyPatchAction"
-    patch: str = Field(
-        description=(
-            "Patch content following the '*** Begin Patch' ... '*** End Patch' format "
-            "as described in OpenAI GPT-5.1 prompting guide."
-        )
-    )
-
-
-class FileChange(Strict):
-    """One file of an applied patch (OpenHands' apply_patch FileChange)."""
-
-    type: Literal["add", "delete", "update"]
-    #: The text before and after; None when not carried (too big for the event log).
-    old_content: str | None = None
-    new_content: str | None = None
-    move_path: str | None = None
-
-
-class Commit(Strict):
-    """What an applied patch changed, by the path the patch named."""
-
-    changes: dict[str, FileChange] = Field(default_factory=dict)
-
-
-class ApplyPatchObservation(Observation):
-    kind: Literal["ApplyPatchObservation"] = "ApplyPatchObservation"
-    #: A summary of the changes, or the error.
-    message: str = ""
-    #: How loosely the hunks matched: 0 exact, 1 per hunk matched ignoring trailing spaces,
-    #: 100 per hunk matched ignoring spaces at both ends.
-    fuzz: int = 0
-    commit: Commit | None = None
 
 
 class ApplyPatchTool(Tool):

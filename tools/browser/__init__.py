@@ -1,9 +1,10 @@
 """browser_tool_set: a real Chromium the agent drives with numbered elements.
 
 Layout: `manager` owns the one Chromium process the server shares, `session` is one
-conversation's isolated context and tabs, `scripts` is the JavaScript run in pages,
-`actions` the Action/Observation kinds, `base` the tools' settings and guard, `pages` what
-they do to a page, `storage` the storage state's shape, and `tools` the fourteen tools.
+conversation's isolated context and tabs, `scripts` is the JavaScript run in pages, `base` the
+tools' settings and guard, `pages` what they do to a page, `storage` the storage state's shape,
+and `tools` the fourteen tools. Their Action/Observation kinds are the schema's
+(`events.tools.browser`).
 
 `TOOL_SET.make(ctx, params)` takes BrowserToolParams (`timeout`, `max_content_chars`); the
 server's BrowserManager comes from `ctx.browser` (made on first need by whoever built the
@@ -17,8 +18,8 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
+from events.tools.browser import ACTION_TYPES, BrowserObservation
 from tools.base import Tool, ToolContext, ToolSet
-from tools.browser.actions import ACTION_TYPES, BrowserAction, BrowserObservation
 
 logger = logging.getLogger(__name__)
 
@@ -67,11 +68,9 @@ TOOL_SET = ToolSet(
 
 __all__ = [
     "TOOL_SET",
-    "BrowserAction",
     "BrowserError",
     "BrowserLaunchError",
     "BrowserManager",
-    "BrowserObservation",
     "BrowserSession",
     "BrowserSettings",
     "BrowserToolParams",

@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from events.tools.browser import BrowserObservation
 from tools.base import ImageContent, TextContent, Tool, ToolContext
-from tools.browser.actions import BrowserObservation
 
 if TYPE_CHECKING:  # BrowserToolParams is read without loading Playwright
     from tools.browser.session import BrowserSession

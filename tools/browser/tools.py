@@ -14,8 +14,7 @@ import json
 from playwright.async_api import TimeoutError as PlaywrightTimeoutError
 from pydantic import ValidationError
 
-from tools.base import run_in_thread
-from tools.browser.actions import (
+from events.tools.browser import (
     BrowserClickAction,
     BrowserCloseTabAction,
     BrowserGetContentAction,
@@ -31,6 +30,7 @@ from tools.browser.actions import (
     BrowserSwitchTabAction,
     BrowserTypeAction,
 )
+from tools.base import run_in_thread
 from tools.browser.base import BrowserTool, Result
 from tools.browser.pages import (
     goto,

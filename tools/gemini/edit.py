@@ -4,46 +4,14 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
 
-from pydantic import Field
-
+from events.tools.gemini import EditAction, EditObservation
 from tools import files
-from tools.base import Action, Observation, TextContent, single
+from tools.base import TextContent, single
 from tools.gemini.common import WorkspaceFileTool, error_content
 
 #: Lines shown either side of the first replacement.
 SNIPPET_CONTEXT = 4
-
-
-class EditAction(Action):
-    kind: Literal["EditAction"] = "EditAction"
-    file_path: str = Field(description="The path to the file to modify.")
-    old_string: str = Field(
-        description=(
-            "The text to replace. To create a new file, use an empty string. "
-            "Must match the exact text in the file including whitespace."
-        )
-    )
-    new_string: str = Field(description="The text to replace it with.")
-    expected_replacements: int = Field(
-        default=1,
-        ge=0,
-        description=(
-            "Number of replacements expected. Defaults to 1. "
-            "Use when you want to replace multiple occurrences. "
-            "The edit will fail if the actual count doesn't match."
-        ),
-    )
-
-
-class EditObservation(Observation):
-    kind: Literal["EditObservation"] = "EditObservation"
-    file_path: str | None = Field(default=None, description="The file path that was edited.")
-    is_new_file: bool = Field(default=False, description="Whether a new file was created.")
-    replacements_made: int = Field(default=0, description="Number of replacements actually made.")
-    old_content: str | None = Field(default=None, description="The content before the edit.")
-    new_content: str | None = Field(default=None, description="The content after the edit.")
 
 
 class EditTool(WorkspaceFileTool):

@@ -5,54 +5,16 @@ from __future__ import annotations
 import os
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Literal
 
-from pydantic import Field
-
-from core.content import Strict
+from events.tools.gemini import FileEntry, ListDirectoryAction, ListDirectoryObservation
 from tools import files
-from tools.base import Action, Observation, TextContent, single
+from tools.base import TextContent, single
 from tools.gemini.common import WorkspaceFileTool, error_content
 
 #: Entries returned by one call; the rest are counted.
 MAX_ENTRIES = 500
 #: Levels a recursive listing goes down (1 is the directory itself).
 RECURSIVE_DEPTH = 2
-
-
-class FileEntry(Strict):
-    """Information about a file or directory."""
-
-    name: str = Field(description="Name of the file or directory")
-    path: str = Field(description="Absolute path to the file or directory")
-    is_directory: bool = Field(description="Whether this entry is a directory")
-    size: int = Field(description="Size of the file in bytes (0 for directories)")
-    modified_time: datetime = Field(description="Last modified timestamp")
-
-
-class ListDirectoryAction(Action):
-    kind: Literal["ListDirectoryAction"] = "ListDirectoryAction"
-    dir_path: str = Field(
-        default=".",
-        description="The path to the directory to list. Defaults to current directory.",
-    )
-    recursive: bool = Field(
-        default=False,
-        description="Whether to list subdirectories recursively (up to 2 levels).",
-    )
-
-
-class ListDirectoryObservation(Observation):
-    kind: Literal["ListDirectoryObservation"] = "ListDirectoryObservation"
-    dir_path: str | None = Field(default=None, description="The directory path that was listed.")
-    entries: list[FileEntry] = Field(
-        default_factory=list, description="List of files and directories found."
-    )
-    total_count: int = Field(default=0, description="Total number of entries found.")
-    is_truncated: bool = Field(
-        default=False,
-        description="Whether the listing was truncated due to too many entries.",
-    )
 
 
 class ListDirectoryTool(WorkspaceFileTool):

@@ -2,53 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Literal
-
-from pydantic import Field
-
+from events.tools.gemini import ReadFileAction, ReadFileObservation
 from tools import files
-from tools.base import Action, Observation, TextContent, single
+from tools.base import TextContent, single
 from tools.gemini.common import WorkspaceFileTool, error_content
 
 #: Lines returned by one call without `limit` (and the most `limit` may ask for).
 MAX_LINES_PER_READ = 1000
 #: Characters of one line shown; a longer line is cut with a note.
 MAX_LINE_CHARS = 2000
-
-
-class ReadFileAction(Action):
-    kind: Literal["ReadFileAction"] = "ReadFileAction"
-    file_path: str = Field(description="The path to the file to read.")
-    offset: int | None = Field(
-        default=None,
-        ge=0,
-        description=(
-            "Optional: The 0-based line number to start reading from. "
-            "Use for paginating through large files."
-        ),
-    )
-    limit: int | None = Field(
-        default=None,
-        ge=1,
-        description=(
-            "Optional: Maximum number of lines to read. "
-            "Use with 'offset' to paginate through large files."
-        ),
-    )
-
-
-class ReadFileObservation(Observation):
-    kind: Literal["ReadFileObservation"] = "ReadFileObservation"
-    file_path: str = Field(description="The file path that was read.")
-    file_content: str = Field(default="", description="The content read from the file.")
-    is_truncated: bool = Field(
-        default=False, description="Whether the content was truncated due to size limits."
-    )
-    lines_shown: tuple[int, int] | None = Field(
-        default=None,
-        description="If truncated, the range of lines shown (start, end) - 1-indexed.",
-    )
-    total_lines: int | None = Field(default=None, description="Total number of lines in the file.")
 
 
 class ReadFileTool(WorkspaceFileTool):

@@ -2,29 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Literal
-
-from pydantic import Field
-
+from events.tools.gemini import WriteFileAction, WriteFileObservation
 from tools import files
-from tools.base import Action, Observation, TextContent, single
+from tools.base import TextContent, single
 from tools.gemini.common import WorkspaceFileTool, error_content
-
-
-class WriteFileAction(Action):
-    kind: Literal["WriteFileAction"] = "WriteFileAction"
-    file_path: str = Field(description="The path to the file to write to.")
-    content: str = Field(description="The content to write to the file.")
-
-
-class WriteFileObservation(Observation):
-    kind: Literal["WriteFileObservation"] = "WriteFileObservation"
-    file_path: str | None = Field(default=None, description="The file path that was written.")
-    is_new_file: bool = Field(default=False, description="Whether a new file was created.")
-    old_content: str | None = Field(
-        default=None, description="The previous content of the file (if it existed)."
-    )
-    new_content: str | None = Field(default=None, description="The new content written to the file.")
 
 
 class WriteFileTool(WorkspaceFileTool):

@@ -1,6 +1,6 @@
 """consult_advisor: a second, stronger model reads the conversation so far and advises.
 
-No public tool fixes this shape; it is defined here and in the README. The advisor is the
+No public tool fixes this shape; it is in events.tools.models and the README. The advisor is the
 saved LLM profile named by the tool's `profile` param ("advisor" unless set). It gets a
 read-only transcript of the conversation (secrets masked, the middle cut to
 `max_history_chars`) and the agent's question, and no tools: it can only answer.
@@ -8,11 +8,10 @@ read-only transcript of the conversation (secrets masked, the middle cut to
 
 from __future__ import annotations
 
-from typing import Literal
-
 from pydantic import BaseModel, ConfigDict, Field
 
-from tools.base import Action, Observation, TextContent, Tool, ToolError, params_as
+from events.tools.models import ConsultAdvisorAction, ConsultAdvisorObservation
+from tools.base import TextContent, Tool, ToolError, params_as
 from tools.conversation import ProfileNotFound, bounded
 from tools.models.common import history_of, models_of, profile_list
 
@@ -35,20 +34,6 @@ class AdvisorParams(BaseModel):
     """The saved LLM profile that advises."""
     max_history_chars: int = Field(default=60_000, ge=1_000, le=1_000_000)
     """Characters of transcript the advisor reads at most (the middle is cut)."""
-
-
-class ConsultAdvisorAction(Action):
-    kind: Literal["ConsultAdvisorAction"] = "ConsultAdvisorAction"
-    question: str = Field(
-        default="", max_length=10_000,
-        description="What you want advice on. Empty: a review of your progress and next steps.")
-
-
-class ConsultAdvisorObservation(Observation):
-    kind: Literal["ConsultAdvisorObservation"] = "ConsultAdvisorObservation"
-    advice: str = Field(default="", description="The advisor's answer.")
-    profile_name: str = Field(description="The saved LLM profile that advised.")
-    model: str | None = Field(default=None, description="The advisor's model.")
 
 
 class ConsultAdvisorTool(Tool):

@@ -1,7 +1,7 @@
 """sleeptime_compute: the agent schedules reflection for when it is idle.
 
 No public tool fixes this shape (OpenHands' SleeptimeComputeAction indexes conversations for
-an external user model); ours is defined here and in the README. The call returns at once.
+an external user model); ours is in events.tools.models and the README. The call returns at once.
 When the current run ends, the conversation's background job asks a model (the tool's
 `profile` param, else the conversation's own LLM) to merge what this conversation learned
 into the workspace memory file (`memory_path`, `.agents/memory.md` unless set) and writes it
@@ -14,14 +14,13 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from events.tools.models import SleeptimeComputeAction, SleeptimeComputeObservation
 from tools import files
 from tools.base import (
-    Action,
-    Observation,
     TextContent,
     Tool,
     ToolContext,
@@ -65,20 +64,6 @@ class SleeptimeParams(BaseModel):
         if not os.path.isabs(value) and ".." in Path(value).parts:
             raise ValueError("memory_path must stay inside the working directory (no '..')")
         return value
-
-
-class SleeptimeComputeAction(Action):
-    kind: Literal["SleeptimeComputeAction"] = "SleeptimeComputeAction"
-    focus: str | None = Field(
-        default=None, max_length=2000, exclude_if=lambda v: v is None,
-        description="Optional: what the reflection should pay most attention to.")
-
-
-class SleeptimeComputeObservation(Observation):
-    kind: Literal["SleeptimeComputeObservation"] = "SleeptimeComputeObservation"
-    message: str = Field(default="", description="What was scheduled, and where it will go.")
-    sessions_processed: int = Field(
-        default=0, description="Reflections this conversation completed before this call.")
 
 
 class SleeptimeComputeTool(Tool):

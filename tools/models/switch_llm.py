@@ -4,33 +4,10 @@ profile. The switch is recorded as an event by the conversation (tools.conversat
 
 from __future__ import annotations
 
-from typing import Literal
-
-from pydantic import Field
-
-from tools.base import Action, Observation, TextContent, Tool
+from events.tools.models import SwitchLLMAction, SwitchLLMObservation
+from tools.base import TextContent, Tool
 from tools.conversation import ProfileNotFound
 from tools.models.common import models_of, profile_list
-
-
-class SwitchLLMAction(Action):
-    kind: Literal["SwitchLLMAction"] = "SwitchLLMAction"
-    profile_name: str = Field(
-        min_length=1, max_length=100,
-        description="Name of the saved LLM profile to use for future agent steps.")
-    reason: str = Field(
-        max_length=2000,
-        description="Brief reason why this profile is a better fit for the next step.")
-
-
-class SwitchLLMObservation(Observation):
-    kind: Literal["SwitchLLMObservation"] = "SwitchLLMObservation"
-    profile_name: str = Field(
-        description="Name of the profile that the tool attempted to activate.")
-    reason: str | None = Field(
-        default=None, description="Reason the agent gave for attempting this LLM profile switch.")
-    active_model: str | None = Field(
-        default=None, description="Model configured by the activated profile, when available.")
 
 
 class SwitchLLMTool(Tool):

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import base64
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from events.tools.models import VisionInspectAction, VisionInspectObservation
 from tools import files
-from tools.base import Action, Observation, TextContent, Tool, ToolError, params_as, run_in_thread
+from tools.base import TextContent, Tool, ToolError, params_as, run_in_thread
 from tools.conversation import ProfileNotFound, bounded
 from tools.models.common import history_of, models_of, profile_list
 
@@ -33,37 +34,6 @@ class VisionParams(BaseModel):
 
     profile: str | None = Field(default=None, min_length=1, max_length=100)
     """The saved profile asked when the call names none (else the first that sees images)."""
-
-
-class VisionInspectAction(Action):
-    kind: Literal["VisionInspectAction"] = "VisionInspectAction"
-    image_index: int = Field(
-        default=0, ge=0, le=100,
-        description="Zero-based index of the image to inspect from the latest user message.")
-    question: str = Field(min_length=1, max_length=10_000,
-                          description="Question to ask the vision model about the image.")
-    profile_name: str | None = Field(
-        default=None, max_length=100,
-        description="Optional saved vision-capable LLM profile name; if omitted, the "
-                    "configured or first vision profile is used.")
-    path: str | None = Field(
-        default=None, max_length=4096, exclude_if=lambda v: v is None,
-        description="Inspect this image file of the workspace (PNG, JPEG, GIF or WebP) instead "
-                    "of a user message's image.")
-    screenshot: bool = Field(
-        default=False, exclude_if=lambda v: v is False,
-        description="Inspect the last screenshot the browser tools took instead.")
-
-
-class VisionInspectObservation(Observation):
-    kind: Literal["VisionInspectObservation"] = "VisionInspectObservation"
-    image_index: int = Field(description="Image index that was inspected.")
-    question: str = Field(description="Question asked of the vision model.")
-    profile_name: str | None = Field(default=None,
-                                     description="Vision-capable profile used for inspection.")
-    model: str | None = Field(default=None, description="Vision-capable model used.")
-    base_url: str | None = Field(default=None, description="Vision-capable LLM endpoint used.")
-    answer: str | None = Field(default=None, description="Text answer of the vision model.")
 
 
 def _mime(data: bytes) -> str | None:

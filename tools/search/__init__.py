@@ -8,19 +8,10 @@ and `grep_tool` are the tools.
 from __future__ import annotations
 
 from tools.base import single
-from tools.search.glob_tool import GlobAction, GlobObservation, GlobTool
-from tools.search.grep_tool import GrepAction, GrepObservation, GrepTool
+from tools.search.glob_tool import GlobTool
+from tools.search.grep_tool import GrepTool
 
 GLOB_TOOL_SET = single(GlobTool)
 GREP_TOOL_SET = single(GrepTool)
 
-__all__ = [
-    "GLOB_TOOL_SET",
-    "GREP_TOOL_SET",
-    "GlobAction",
-    "GlobObservation",
-    "GlobTool",
-    "GrepAction",
-    "GrepObservation",
-    "GrepTool",
-]
+__all__ = ["GLOB_TOOL_SET", "GREP_TOOL_SET", "GlobTool", "GrepTool"]

@@ -2,41 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Literal
-
-from pydantic import Field
-
+from events.tools.search import GlobAction, GlobObservation
 from tools import files
-from tools.base import Action, Observation, TextContent, Tool
+from tools.base import TextContent, Tool
 from tools.search.patterns import compile_glob
 from tools.search.walk import list_files, newest_first, search_dir
 
 #: Files shown; the rest are counted.
 MAX_FILES = 100
-
-
-class GlobAction(Action):
-    kind: Literal["GlobAction"] = "GlobAction"
-    pattern: str = Field(
-        description='The glob pattern to match files (e.g., "**/*.js", "src/**/*.ts")'
-    )
-    path: str | None = Field(
-        default=None,
-        description=(
-            "The directory (absolute path) to search in. "
-            "Defaults to the current working directory."
-        ),
-    )
-
-
-class GlobObservation(Observation):
-    kind: Literal["GlobObservation"] = "GlobObservation"
-    files: list[str] = Field(description="List of matching file paths sorted by modification time")
-    pattern: str = Field(description="The glob pattern that was used")
-    search_path: str = Field(description="The directory that was searched")
-    truncated: bool = Field(
-        default=False, description="Whether results were truncated to 100 files"
-    )
 
 
 class GlobTool(Tool):

@@ -10,13 +10,11 @@ from __future__ import annotations
 import asyncio
 import re
 from pathlib import Path
-from typing import Literal
-
-from pydantic import Field
 
 from core.processes import child_env, run_process
+from events.tools.search import GrepAction, GrepObservation
 from tools import files
-from tools.base import Action, Observation, TextContent, Tool
+from tools.base import TextContent, Tool
 from tools.search import walk
 from tools.search.patterns import compile_glob
 from tools.search.walk import (
@@ -37,38 +35,6 @@ LINES_PER_FILE = 10
 LINE_CHARS = 300
 #: The Python fallback reads at most this much of a file (ripgrep has no such limit).
 MAX_SCAN_BYTES = 10 * 1024 * 1024
-
-
-class GrepAction(Action):
-    kind: Literal["GrepAction"] = "GrepAction"
-    pattern: str = Field(description="The regex pattern to search for in file contents")
-    path: str | None = Field(
-        default=None,
-        description=(
-            "The directory (absolute path) to search in. "
-            "Defaults to the current working directory."
-        ),
-    )
-    include: str | None = Field(
-        default=None,
-        description=(
-            "Optional file pattern to filter which files to search "
-            '(e.g., "*.js", "*.{ts,tsx}")'
-        ),
-    )
-
-
-class GrepObservation(Observation):
-    kind: Literal["GrepObservation"] = "GrepObservation"
-    matches: list[str] = Field(description="List of file paths containing the pattern")
-    pattern: str = Field(description="The regex pattern that was used")
-    search_path: str = Field(description="The directory that was searched")
-    include_pattern: str | None = Field(
-        default=None, description="The file pattern filter that was used"
-    )
-    truncated: bool = Field(
-        default=False, description="Whether results were truncated to 100 files"
-    )
 
 
 class _Failed(Exception):

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from tools.base import single
 from tools.subagents.common import SubagentParams
-from tools.subagents.delegate import DelegateAction, DelegateObservation, DelegateTool
-from tools.subagents.task import TaskAction, TaskObservation, TaskTool
+from tools.subagents.delegate import DelegateTool
+from tools.subagents.task import TaskTool
 
 TASK_TOOL_SET = single(TaskTool, SubagentParams)
 DELEGATE_TOOL_SET = single(DelegateTool, SubagentParams)
@@ -18,11 +18,7 @@ DELEGATE_TOOL_SET = single(DelegateTool, SubagentParams)
 __all__ = [
     "DELEGATE_TOOL_SET",
     "TASK_TOOL_SET",
-    "DelegateAction",
-    "DelegateObservation",
     "DelegateTool",
     "SubagentParams",
-    "TaskAction",
-    "TaskObservation",
     "TaskTool",
 ]

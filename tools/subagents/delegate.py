@@ -17,7 +17,8 @@ from pydantic import Field, ValidationError
 
 from core.content import Strict
 from core.files import read_json, write_json
-from tools.base import Action, Observation, TextContent, Tool, ToolError, run_in_thread
+from events.tools.subagents import DelegateAction, DelegateObservation
+from tools.base import TextContent, Tool, ToolError, run_in_thread
 from tools.conversation import SubagentResult, SubagentTask, bounded
 from tools.subagents.common import (
     agent_type,
@@ -34,30 +35,6 @@ AGENT_ID = re.compile(r"^[A-Za-z0-9_.-]{1,50}$")
 #: Characters of each sub-agent's report in the combined observation, and of all of them:
 #: with many sub-agents each gets its share of the total (never under 1,000).
 REPORT_CHARS, TOTAL_REPORT_CHARS = 8_000, 40_000
-
-
-class DelegateAction(Action):
-    kind: Literal["DelegateAction"] = "DelegateAction"
-    command: Literal["spawn", "delegate"] = Field(
-        description="The commands to run. Allowed options are: `spawn`, `delegate`.")
-    ids: list[str] | None = Field(
-        default=None, max_length=20,
-        description="Required parameter of `spawn` command. "
-                    "List of identifiers to initialize sub-agents with.")
-    agent_types: list[str] | None = Field(
-        default=None, max_length=20,
-        description="Optional parameter of `spawn` command. List of agent types for each ID "
-                    "(e.g., ['code-explorer', 'bash-runner']). If omitted or blank for an ID, "
-                    "the default general-purpose agent is used.")
-    tasks: dict[str, str] | None = Field(
-        default=None, max_length=20,
-        description="Required parameter of `delegate` command. "
-                    "Dictionary mapping sub-agent identifiers to task descriptions.")
-
-
-class DelegateObservation(Observation):
-    kind: Literal["DelegateObservation"] = "DelegateObservation"
-    command: Literal["spawn", "delegate"] = Field(description="The command that was executed")
 
 
 class _Agent(Strict):

@@ -7,12 +7,8 @@ is that id; `resume` with it continues the same child with a new prompt.
 
 from __future__ import annotations
 
-from typing import Literal
-
-from pydantic import Field
-from pydantic.json_schema import SkipJsonSchema
-
-from tools.base import Action, Observation, TextContent, Tool
+from events.tools.subagents import TaskAction, TaskObservation
+from tools.base import TextContent, Tool
 from tools.conversation import SubagentTask
 from tools.subagents.common import (
     agent_type,
@@ -23,27 +19,6 @@ from tools.subagents.common import (
     seam,
     types_text,
 )
-
-
-class TaskAction(Action):
-    kind: Literal["TaskAction"] = "TaskAction"
-    description: str | None = Field(
-        default=None, max_length=200, description="A short (3-5 word) description of the task.")
-    prompt: str = Field(min_length=1, max_length=100_000,
-                        description="The task for the agent to perform.")
-    subagent_type: str = Field(default="general-purpose", max_length=100,
-                               description="The type of specialized agent to use for this task.")
-    resume: str | None = Field(default=None, max_length=100,
-                               description="Task ID of the task to resume from.")
-    max_turns: SkipJsonSchema[int | None] = Field(
-        default=None, ge=1, description="Ignored (kept for the public shape).")
-
-
-class TaskObservation(Observation):
-    kind: Literal["TaskObservation"] = "TaskObservation"
-    task_id: str = Field(description="The unique identifier of the task.")
-    subagent: str = Field(description="The subagent of the task.")
-    status: str = Field(description="The status of the task.")
 
 
 class TaskTool(Tool):

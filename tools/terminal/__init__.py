@@ -13,25 +13,22 @@ next prompt: PROMPT_COMMAND prints a marker (a control byte, a random nonce, the
 and $PATH). The function holds the byte as an octal escape that only printf turns into the
 byte, so printing the function or the environment cannot fake a marker.
 
-Layout: `actions` holds what the model sends and reads, `output` turns the terminal's bytes
-into text and caps and saves it, `shell` is the bash on a pty (what it started is found and
-killed by core.processes), and `tool` is the Tool that drives a shell for one conversation.
+Layout: `output` turns the terminal's bytes into text and caps and saves it, `shell` is the
+bash on a pty (what it started is found and killed by core.processes), and `tool` is the Tool
+that drives a shell for one conversation. What the model sends and reads is the schema's
+(`events.tools.terminal`).
 """
 
 from __future__ import annotations
 
-from tools.terminal.actions import CmdOutputMetadata, TerminalAction, TerminalObservation
 from tools.terminal.shell import Prompt, Shell, Stop
 from tools.terminal.tool import TOOL_SET, TerminalParams, TerminalTool
 
 __all__ = [
     "TOOL_SET",
-    "CmdOutputMetadata",
     "Prompt",
     "Shell",
     "Stop",
-    "TerminalAction",
-    "TerminalObservation",
     "TerminalParams",
     "TerminalTool",
 ]

@@ -16,8 +16,8 @@ from pydantic import ConfigDict, Field
 from core.content import Strict
 from core.masking import Masker
 from core.processes import child_env
+from events.tools.terminal import CmdOutputMetadata, TerminalAction, TerminalObservation
 from tools.base import LIVE_OUTPUT, TextContent, Tool, ToolContext, ToolError, single
-from tools.terminal.actions import CmdOutputMetadata, TerminalAction, TerminalObservation
 from tools.terminal.output import Capture
 from tools.terminal.shell import Shell, Stop
 

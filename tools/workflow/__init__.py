@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from tools.base import single
 from tools.subagents.common import SubagentParams
-from tools.workflow.tool import WorkflowAction, WorkflowObservation, WorkflowTool
+from tools.workflow.tool import WorkflowTool
 
 TOOL_SET = single(WorkflowTool, SubagentParams)
 
-__all__ = ["TOOL_SET", "WorkflowAction", "WorkflowObservation", "WorkflowTool"]
+__all__ = ["TOOL_SET", "WorkflowTool"]

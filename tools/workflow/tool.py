@@ -12,13 +12,11 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass
-from typing import Literal
-
-from pydantic import Field
 
 from core.processes import child_env, run_process
+from events.tools.workflow import WorkflowAction, WorkflowObservation
 from tools import files
-from tools.base import Action, Observation, TextContent, Tool, ToolError, run_in_thread
+from tools.base import TextContent, Tool, ToolError, run_in_thread
 from tools.conversation import SubagentTask, bounded
 from tools.subagents.common import agent_type, check_limits, child_tools, params_of, run_child, seam
 from tools.workflow.definition import (
@@ -37,27 +35,6 @@ from tools.workflow.definition import (
 COMMAND_BYTES = 100_000
 STEP_OUTPUT_CHARS = 20_000
 REPORT_CHARS = 2_000
-
-
-class WorkflowAction(Action):
-    kind: Literal["WorkflowAction"] = "WorkflowAction"
-    name: str = Field(
-        min_length=1, max_length=100,
-        description="The workflow's name: without `script`, the workflow defined in "
-                    ".agents/workflows/<name>.yaml (.yml, .json) of the workspace.")
-    script: str = Field(
-        default="", max_length=200_000,
-        description="Optional: the workflow itself, in the same YAML or JSON format as the "
-                    "files, instead of a file.")
-    max_concurrency: int = Field(
-        default=8, ge=1, le=64,
-        description="How many steps of a parallel group run at once at most.")
-
-
-class WorkflowObservation(Observation):
-    kind: Literal["WorkflowObservation"] = "WorkflowObservation"
-    name: str = Field(description="The workflow name that was executed.")
-    status: Literal["completed", "error"] = Field(description="The workflow execution status.")
 
 
 @dataclass

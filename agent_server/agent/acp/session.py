@@ -75,9 +75,9 @@ from agent_server.agent.contract import ConversationSpec, RunControl
 from agent_server.agent.sink import EventSink
 from agent_server.agent.spec import ACPAgentSpec
 from agent_server.agent.usage import Metrics
-from agent_server.status import ExecutionStatus
 from agent_server.telemetry import Telemetry
 from events import ConversationErrorEvent, Event, MessageEvent, UserRejectObservation
+from events.status import ExecutionStatus
 from web.errors import UpstreamError, invalid
 
 logger = logging.getLogger(__name__)

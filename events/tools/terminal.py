@@ -1,4 +1,4 @@
-"""What the model sends to the terminal and what it reads back."""
+"""terminal: the command the model sends and what it reads back (OpenHands' shapes)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,7 @@ from typing import Literal
 from pydantic import Field
 
 from core.content import Strict
-from tools.base import Action, Observation
-
-# -- what the model sends and reads -------------------------------------------------------
+from events.tools.base import Action, Observation
 
 
 class TerminalAction(Action):
@@ -73,3 +71,9 @@ class TerminalObservation(Observation):
     metadata: CmdOutputMetadata = Field(default_factory=CmdOutputMetadata)
     full_output_save_dir: str | None = None
 
+
+__all__ = [
+    "CmdOutputMetadata",
+    "TerminalAction",
+    "TerminalObservation",
+]

@@ -1,12 +1,13 @@
-"""The browser's Action kinds and its one Observation kind, shaped like OpenHands' own."""
+"""browser_tool_set: the browser's Action kinds and its one Observation kind, shaped like
+OpenHands' own."""
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, TypeAlias, get_args
 
 from pydantic import Field
 
-from tools.base import Action, Observation
+from events.tools.base import Action, Observation
 
 
 class BrowserAction(Action):
@@ -127,20 +128,44 @@ class BrowserObservation(Observation):
     )
 
 
-ACTION_TYPES: tuple[type[Action], ...] = (
-    BrowserAction,
-    BrowserNavigateAction,
-    BrowserClickAction,
-    BrowserTypeAction,
-    BrowserGetStateAction,
-    BrowserGetContentAction,
-    BrowserScrollAction,
-    BrowserGoBackAction,
-    BrowserListTabsAction,
-    BrowserSwitchTabAction,
-    BrowserCloseTabAction,
-    BrowserGetStorageAction,
-    BrowserSetStorageAction,
-    BrowserStartRecordingAction,
-    BrowserStopRecordingAction,
+#: The browser's Action kinds, in the order its tool set lists them.
+AnyBrowserAction: TypeAlias = (
+    BrowserAction
+    | BrowserNavigateAction
+    | BrowserClickAction
+    | BrowserTypeAction
+    | BrowserGetStateAction
+    | BrowserGetContentAction
+    | BrowserScrollAction
+    | BrowserGoBackAction
+    | BrowserListTabsAction
+    | BrowserSwitchTabAction
+    | BrowserCloseTabAction
+    | BrowserGetStorageAction
+    | BrowserSetStorageAction
+    | BrowserStartRecordingAction
+    | BrowserStopRecordingAction
 )
+ACTION_TYPES: tuple[type[Action], ...] = get_args(AnyBrowserAction)
+
+
+__all__ = [
+    "ACTION_TYPES",
+    "AnyBrowserAction",
+    "BrowserAction",
+    "BrowserClickAction",
+    "BrowserCloseTabAction",
+    "BrowserGetContentAction",
+    "BrowserGetStateAction",
+    "BrowserGetStorageAction",
+    "BrowserGoBackAction",
+    "BrowserListTabsAction",
+    "BrowserNavigateAction",
+    "BrowserObservation",
+    "BrowserScrollAction",
+    "BrowserSetStorageAction",
+    "BrowserStartRecordingAction",
+    "BrowserStopRecordingAction",
+    "BrowserSwitchTabAction",
+    "BrowserTypeAction",
+]
