@@ -86,7 +86,7 @@ def node_fence(config: Config, token_file: str) -> str:
     """The fence token written to `token_file` (0400), and the command for each node."""
     from pathlib import Path
 
-    from control_plane.crypto import Cipher
+    from control_plane.crypto import KEY_FILE, Cipher
     from control_plane.sandboxes.fences import NodeFences
     from control_plane.services import swarm_fence
     from control_plane.store import Database
@@ -95,6 +95,10 @@ def node_fence(config: Config, token_file: str) -> str:
         raise ValueError("node-fence is for Swarm on gVisor (CONTROL_PLANE_SANDBOX_PROVIDER="
                          "swarm, CONTROL_PLANE_SANDBOX_RUNTIME=runsc); otherwise the control "
                          "plane runs the nodes' fences itself")
+    if not config.secret_key and not (config.state_dir / KEY_FILE).exists():
+        # (a key made here would give a token no control plane of the deployment accepts)
+        raise ValueError("the deployment's secret key is not here: run node-fence with the "
+                         "control plane's CONTROL_PLANE_SECRET_KEY or its CONTROL_PLANE_STATE_DIR")
     fence = swarm_fence(config, NodeFences(Database(config.db_url), Cipher.for_config(
         config.secret_key, config.state_dir)))
     path = Path(token_file)
