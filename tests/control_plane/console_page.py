@@ -6,6 +6,7 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 
 from playwright.sync_api import Browser, ConsoleMessage, Page, expect
+from playwright.sync_api import TimeoutError as PlaywrightTimeoutError
 
 from tests.control_plane.support import ControlPlane
 
@@ -37,7 +38,16 @@ def signed_in(browser: Browser, plane: ControlPlane, api_key: str) -> tuple[Page
     page = browser.new_context(viewport={"width": 1200, "height": 900}).new_page()
     page.set_default_timeout(20_000)
     problems = watch(page)
+    failed: list[str] = []
+    page.on("requestfailed", lambda request: failed.append(f"{request.url}: {request.failure}"))
+    page.on("response", lambda r: failed.append(f"{r.url}: {r.status}") if r.status >= 400 else None)
     page.goto(plane.url + "/")
-    page.get_by_label("Account key").fill(api_key)
+    form = page.get_by_label("Account key")
+    try:  # the console's modules load and run: seconds on a loaded machine
+        form.wait_for(timeout=60_000)
+    except PlaywrightTimeoutError:
+        raise AssertionError(f"no sign-in form; failed requests {failed}, problems {problems}, "
+                             f"the page: {page.content()[:2000]}") from None
+    form.fill(api_key)
     page.get_by_role("button", name="Sign in").click()
     return page, problems

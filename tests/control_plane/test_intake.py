@@ -15,6 +15,7 @@ import pytest
 
 from tests.control_plane.support import ControlPlane, configure_llm, make_config, start
 from tests.support.llm import ScriptedLLM
+from tests.support.wait import wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -73,7 +74,14 @@ def test_too_much_at_once_is_told_to_wait(tmp_path: Path, llm: ScriptedLLM, key:
         configure_llm(client, llm.base_url(key))
         task = start(client)
         cid, sid = task["app_conversation_id"], task["sandbox_id"]
-        session = client.get("/api/v1/sandboxes", params={"id": sid}).json()[0]["session_api_key"]
+        sandbox = client.get("/api/v1/sandboxes", params={"id": sid}).json()[0]
+        session = sandbox["session_api_key"]
+        # The sandbox's own server sends the new conversation's first events as a batch of this
+        # sandbox: delivered before the flood, so every batch in flight below is the test's own.
+        with httpx.Client(base_url=sandbox["exposed_urls"][0]["url"], timeout=30,
+                          headers={"X-Session-API-Key": session}) as agent:
+            wait_for(lambda: agent.get(f"/api/conversations/{cid}").json()["webhook"]["pending"]
+                     == 0, 60, what="the conversation's first events delivered")
         asyncio.run(flood(plane.url, cid, session))
         stored = {e["id"] for e in client.get(
             f"/api/v1/conversation/{cid}/events/search",
