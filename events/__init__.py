@@ -1,12 +1,12 @@
 """The event schema of SPEC 6: shared content types, the 19 event kinds and the tools' payloads.
 
-The content types live in `core.content` and are re-exported here. The Action and Observation
+The content types live in `events.content` and are re-exported here. The Action and Observation
 kinds an event carries are in `events.tools`, below the tools that run them: the schema imports
 only `core`, so what reads events (the control plane, the bridge) loads no tool code, and
 dependencies point one way, core <- events <- tools.
 """
 
-from core.content import (
+from events.content import (
     AnyThinkingBlock,
     Content,
     CriticResult,

@@ -16,7 +16,7 @@ from pydantic import (
     TypeAdapter,
 )
 
-from core.content import (
+from events.content import (
     AnyThinkingBlock,
     CriticResult,
     Message,

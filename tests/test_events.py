@@ -22,7 +22,6 @@ from pydantic import ValidationError
 from ulid import ULID
 
 import tools
-from core.content import ToolAnnotations
 from events import (
     EVENT_ADAPTER,
     EVENT_LIST_ADAPTER,
@@ -42,6 +41,7 @@ from events import (
     format_timestamp,
     parse_event,
 )
+from events.content import ToolAnnotations
 from events.tools import ACTION_TYPES, OBSERVATION_TYPES, Observation
 
 GOLDEN = Path(__file__).parent / "golden"

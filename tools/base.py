@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar, cast
 
 from pydantic import BaseModel, ValidationError
 
-from core.content import (
+from events.content import (
     ImageContent,
     TextContent,
     ToolAnnotations,

@@ -12,7 +12,7 @@ import json
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
-from core.content import ToolAnnotations, ToolDefinition
+from events.content import ToolAnnotations, ToolDefinition
 from events.tools.mcp import MCPToolAction, MCPToolObservation
 from tools.base import (
     META_ARGUMENTS,

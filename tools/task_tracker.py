@@ -12,8 +12,8 @@ from typing import Literal
 
 from pydantic import Field, ValidationError
 
-from core.content import Strict
 from core.files import write_atomic
+from events.content import Strict
 from events.tools.task_tracker import TaskItem, TaskTrackerAction, TaskTrackerObservation
 from tools.base import TextContent, Tool, ToolError, run_in_thread, single
 

@@ -43,10 +43,10 @@ from agent_server.agent.spec import (
     PassCritic,
 )
 from agent_server.agent.view import View
-from core.content import text_of
 from core.masking import Masker
 from core.processes import child_env, run_process
 from events import ActionEvent, CriticResult, Event, MessageEvent
+from events.content import text_of
 
 if TYPE_CHECKING:
     from agent_server.agent.model import Model

@@ -32,8 +32,8 @@ from agent_server.agent.toolbox import Toolbox
 from agent_server.agent.usage import Metrics
 from agent_server.agent.view import View
 from agent_server.telemetry import AgentTelemetry, Telemetry
-from core.content import text_of
 from events import MessageEvent, SystemPromptEvent, TextContent, UserRejectObservation
+from events.content import text_of
 from events.status import ExecutionStatus
 from tools.base import ToolContext
 

@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from agent_server.agent.responses import REASONING_ITEM
-from core.content import text_of
 from events import (
     ActionEvent,
     AgentErrorEvent,
@@ -30,6 +29,7 @@ from events import (
     UserRejectObservation,
     parse_event,
 )
+from events.content import text_of
 
 ERROR_PREFIX = "[An error occurred during execution.]\n"
 SUMMARY_PREFIX = "[Summary of the earlier part of this conversation]\n"

@@ -4,7 +4,7 @@ the event schema's unions are discriminated by."""
 
 from __future__ import annotations
 
-from core.content import Content, Strict, TextContent
+from events.content import Content, Strict, TextContent
 
 
 class Action(Strict):

@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from core.content import Strict
+from events.content import Strict
 from events.tools.base import Action, Observation
 
 

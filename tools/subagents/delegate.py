@@ -15,8 +15,8 @@ from typing import Literal
 
 from pydantic import Field, ValidationError
 
-from core.content import Strict
 from core.files import read_json, write_json
+from events.content import Strict
 from events.tools.subagents import DelegateAction, DelegateObservation
 from tools.base import TextContent, Tool, ToolError, run_in_thread
 from tools.conversation import SubagentResult, SubagentTask, bounded

@@ -13,9 +13,9 @@ from typing import Any, Literal
 
 from pydantic import ConfigDict, Field
 
-from core.content import Strict
 from core.masking import Masker
 from core.processes import child_env
+from events.content import Strict
 from events.tools.terminal import CmdOutputMetadata, TerminalAction, TerminalObservation
 from tools.base import LIVE_OUTPUT, TextContent, Tool, ToolContext, ToolError, single
 from tools.terminal.output import Capture

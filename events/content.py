@@ -1,7 +1,8 @@
 """The shared component types of SPEC 2.7: message content, tool calls and their neighbours.
 
-They live here, not beside the event kinds, because the tools, the agent server and the
-control plane all speak them, and none of those may import another's package for them.
+They are the wire contract's leaves, apart from the event kinds that carry them: the tools'
+payloads, the agent server, the control plane and the editor bridge all speak them through
+`events`, which imports nothing of theirs.
 
 Every model forbids unknown fields: events never carry them, and these types only travel
 inside events.
