@@ -4,7 +4,8 @@
     ├── NotFound
     │   └── ConversationGone         404: deleted (or the server stopping) while in use
     ├── Conflict
-    │   └── InvalidTransition        an execution-status move the table does not allow
+    │   └── InvalidTransition
+    │       └── InvalidTransition    an execution-status move the table does not allow
     ├── WorkspaceError               400 (agent_server.workspace), and its 403/404/413 kinds
     └── UpstreamError
         ├── LLMFailure               (agent.llm)
@@ -20,7 +21,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from web.errors import Conflict, NotFound
+from web import errors as web_errors
+from web.errors import NotFound
 
 
 class ConversationGone(NotFound):
@@ -30,14 +32,10 @@ class ConversationGone(NotFound):
         super().__init__(f"Conversation {conversation_id} was deleted")
 
 
-class InvalidTransition(Conflict):
-    """A state change the transition table does not allow; says what was expected."""
+class InvalidTransition(web_errors.InvalidTransition):
+    """An execution-status move the table does not allow (`agent_server.status`)."""
 
-    def __init__(self, current: str, wanted: str, allowed: Sequence[str]) -> None:
-        expected = ", ".join(allowed) or "none"
-        super().__init__(f"execution_status cannot go from {current} to {wanted} "
-                         f"(from {current} it may go to: {expected})")
-        self.current, self.wanted, self.allowed = current, wanted, tuple(allowed)
+    subject = "execution_status"
 
 
 #: The tags of the `agent` union (agent.spec.AnyAgentSpec), which pydantic puts in an error's

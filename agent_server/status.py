@@ -9,13 +9,18 @@ from __future__ import annotations
 
 from agent_server.errors import InvalidTransition
 from events.status import TRANSITIONS, ExecutionStatus
+from web.states import Moves
+
+#: The table as a checker; a refusal lists the allowed moves by name.
+MOVES = Moves(TRANSITIONS, listed=lambda statuses: sorted(statuses, key=lambda s: s.value),
+              error=InvalidTransition)
 
 
 def check_move(current: ExecutionStatus, to: ExecutionStatus) -> None:
-    """Raises InvalidTransition, naming the allowed moves, unless the table lists this one."""
-    if to not in TRANSITIONS[current]:
-        raise InvalidTransition(current.value, to.value,
-                                sorted(s.value for s in TRANSITIONS[current]))
+    """Raises InvalidTransition, naming the allowed moves, unless the table lists this one
+    (staying put too: no status moves to itself)."""
+    if not MOVES.allows(current, to):
+        raise MOVES.refused(current, to)
 
 
-__all__ = ["TRANSITIONS", "ExecutionStatus", "check_move"]
+__all__ = ["MOVES", "TRANSITIONS", "ExecutionStatus", "check_move"]

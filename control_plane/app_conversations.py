@@ -17,18 +17,21 @@ from collections.abc import AsyncIterator
 from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
 
 from control_plane.agent_client import AgentClient, AgentError, Raw, Target
 from control_plane.models import (
     ConversationFilters,
     ConversationRow,
+    EventFilters,
     SandboxReason,
     SandboxStatus,
     ensure_usable,
 )
 from control_plane.sandboxes.service import SandboxService
-from control_plane.store import Database, conversations, events, sandboxes
+from control_plane.store import Database, conversations, events
+from events import MessageEvent, parse_event
+from events.content import text_of
 from events.status import ExecutionStatus
 from events.usage import TokenUsage
 from web.errors import Conflict, NotFound, UpstreamError
@@ -160,11 +163,22 @@ class AppConversationService:
         self.sandboxes = sandboxes_
         self.agents = agents
 
+
+    async def first_user_text(self, conversation_id: str) -> str:
+        """The text of the first user message stored ("" before there is one)."""
+        bodies, _ = await events.search(self.db, conversation_id,
+                                        EventFilters(kind="MessageEvent", source="user"),
+                                        descending=False, limit=1, page=None)
+        try:
+            event = parse_event(bodies[0]) if bodies else None
+        except ValidationError:  # a row stored before events were checked on the way in
+            return ""
+        return text_of(event.llm_message.content) if isinstance(event, MessageEvent) else ""
     async def touch(self, row: ConversationRow) -> None:
         """A read through the application interface (events, the trajectory, the workspace) is
         activity: it moves the RUNNING sandbox's idle pause later (SPEC 3.1)."""
         async with self.db.begin() as conn:
-            await sandboxes.touch(conn, row.sandbox_id, self.db.now(), only_running=True)
+            await self.sandboxes.rows.touch(conn, row.sandbox_id, only_running=True)
 
     async def owned(self, conversation_id: str, user_id: str) -> ConversationRow:
         row = await conversations.get(self.db, conversation_id, user_id)
@@ -199,7 +213,7 @@ class AppConversationService:
         status = ExecutionStatus.parse(row.execution_status) if row.execution_status else None
         url = key = None
         if row.sandbox_status is SandboxStatus.RUNNING:
-            sandbox = await sandboxes.get(self.db, row.sandbox_id)
+            sandbox = await self.sandboxes.rows.get(row.sandbox_id)
             base = None if sandbox is None else self.sandboxes.url(sandbox)
             if sandbox is not None and base is not None:
                 key = self.sandboxes.session_key(sandbox)
@@ -229,7 +243,7 @@ class AppConversationService:
 
     async def _target(self, row: ConversationRow, resume: bool) -> Target:
         """The running agent server of the conversation's sandbox; PAUSED is resumed if asked."""
-        sandbox = await sandboxes.get(self.db, row.sandbox_id)
+        sandbox = await self.sandboxes.rows.get(row.sandbox_id)
         status = SandboxStatus.MISSING if sandbox is None else sandbox.status
         ensure_usable(row.sandbox_id, status, f"conversation {row.id} is read-only (transcript "
                       "and events only)")
@@ -250,7 +264,7 @@ class AppConversationService:
             raise UpstreamError("sandbox", str(exc)) from None
         moment = self.db.now()
         async with self.db.begin() as conn:
-            await sandboxes.touch(conn, row.sandbox_id, moment)
+            await self.sandboxes.rows.touch(conn, row.sandbox_id, moment=moment)
         await conversations.update_fields(self.db, row.id, last_activity_at=moment)
 
     async def control(self, row: ConversationRow, action: str, body: dict[str, Any] | None,
@@ -265,7 +279,7 @@ class AppConversationService:
                 raise Conflict(str(exc)) from None
             raise UpstreamError("sandbox", str(exc)) from None
         async with self.db.begin() as conn:
-            await sandboxes.touch(conn, row.sandbox_id, self.db.now())
+            await self.sandboxes.rows.touch(conn, row.sandbox_id)
 
     async def inspect(self, row: ConversationRow, what: str, params: dict[str, str]) -> Raw:
         target = await self._target(row, resume=True)
@@ -289,11 +303,11 @@ class AppConversationService:
         """Remove it (and its events); the sandbox goes with its last conversation (SPEC 3.1).
 
         Returns whether the sandbox was removed too."""
-        sandbox = await sandboxes.get(self.db, row.sandbox_id)
+        sandbox = await self.sandboxes.rows.get(row.sandbox_id)
         # A paused sandbox that keeps other conversations is thawed just long enough to delete
         # this one's copy there, then paused again with its reason: nothing is left behind.
         repause = (sandbox is not None and sandbox.status is SandboxStatus.PAUSED
-                   and await sandboxes.conversation_count(self.db, sandbox.id) > 1)
+                   and await self.sandboxes.rows.conversation_count(sandbox.id) > 1)
         reason = (sandbox.status_reason or SandboxReason.USER) if sandbox is not None else None
         detail = sandbox.status_detail if sandbox is not None else None
         if repause:
@@ -312,7 +326,7 @@ class AppConversationService:
             await conversations.remove(conn, row.id)
         await events.remove(self.db, row.id)
         if sandbox is not None and not sandbox.status.terminal and \
-                await sandboxes.conversation_count(self.db, sandbox.id) == 0:
+                await self.sandboxes.rows.conversation_count(sandbox.id) == 0:
             await self.sandboxes.destroy(sandbox)
             return True
         return False

@@ -31,7 +31,7 @@ from websockets.exceptions import ConnectionClosed
 from control_plane.agent_client import HEADER
 from control_plane.models import SandboxStatus
 from control_plane.sandboxes.service import SandboxService
-from control_plane.store import Database, conversations, sandboxes
+from control_plane.store import Database, conversations
 from core.retry import Backoff, Clock
 
 logger = logging.getLogger(__name__)
@@ -146,7 +146,7 @@ class DeltaHub:
         conversation = await conversations.get(self.db, conversation_id)
         if conversation is None:
             return GONE
-        row = await sandboxes.get(self.db, conversation.sandbox_id)
+        row = await self.sandboxes.rows.get(conversation.sandbox_id)
         if row is None or row.status is not SandboxStatus.RUNNING:
             return None
         url = self.sandboxes.url(row)

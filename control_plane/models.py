@@ -15,7 +15,8 @@ from pydantic import BaseModel
 
 from control_plane.network.policy import NetworkPolicy
 from events.status import ExecutionStatus
-from web.errors import Conflict, Gone
+from web.errors import Conflict, Gone, InvalidTransition
+from web.states import Moves
 
 
 class SandboxStatus(str, Enum):
@@ -44,14 +45,13 @@ SANDBOX_TRANSITIONS: dict[SandboxStatus, frozenset[SandboxStatus]] = {
 }
 
 
+SANDBOX_MOVES = Moves(SANDBOX_TRANSITIONS)
+
+
 def entered_from(status: SandboxStatus) -> list[SandboxStatus]:
     """The statuses `status` may be entered from: the store writes a move only on a row still
     in one of them, so a move races nothing (a deletion, which waits for no guard, wins)."""
-    return [s for s in SandboxStatus if status in SANDBOX_TRANSITIONS[s]]
-
-
-class InvalidTransition(Conflict):
-    """A move of a sandbox's status the table does not allow; says which moves it allows."""
+    return SANDBOX_MOVES.sources(status)
 
 
 def transition(sandbox_id: str, current: SandboxStatus, wanted: SandboxStatus,
@@ -59,15 +59,13 @@ def transition(sandbox_id: str, current: SandboxStatus, wanted: SandboxStatus,
     """Whether `current` -> `wanted` is a move (False: it is there already). A move the table
     does not allow raises, naming the allowed ones: Gone (410) for a MISSING sandbox,
     InvalidTransition (409) otherwise. `doing` words the move for a person ("paused")."""
-    if wanted is current:
-        return False
-    allowed = SANDBOX_TRANSITIONS[current]
-    if wanted in allowed:
-        return True
-    moves = ", ".join(s.value for s in SandboxStatus if s in allowed) or "none"
-    text = (f"sandbox {sandbox_id} is {current.value}: it cannot be {doing} now (from "
-            f"{current.value} it may go to: {moves})")
-    raise (Gone if current is SandboxStatus.MISSING else InvalidTransition)(text)
+    refusal = f"sandbox {sandbox_id} is {current.value}: it cannot be {doing} now"
+    try:
+        return SANDBOX_MOVES.check(current, wanted, refusal)
+    except InvalidTransition as refused:
+        if current is SandboxStatus.MISSING:
+            raise Gone(refused.detail) from None
+        raise
 
 
 def ensure_usable(sandbox_id: str, status: SandboxStatus, consequence: str) -> None:
@@ -112,6 +110,24 @@ class StartTaskStatus(str, Enum):
     @property
     def finished(self) -> bool:
         return self in (StartTaskStatus.READY, StartTaskStatus.ERROR)
+
+
+_T = StartTaskStatus
+#: The moves of a start task's stage. READY and ERROR end it, once: nothing leaves them. READY
+#: comes only after the conversation was created (STARTING_CONVERSATION, or the clone it waits
+#: for); a task taken up again (the database failed in a way that passes, or its control plane
+#: died) goes on from its stored stage, waiting for its sandbox again.
+START_STAGES: dict[StartTaskStatus, frozenset[StartTaskStatus]] = {
+    _T.WORKING: frozenset({_T.WORKING, _T.WAITING_FOR_SANDBOX, _T.ERROR}),  # placed: WORKING
+    _T.WAITING_FOR_SANDBOX: frozenset({_T.WAITING_FOR_SANDBOX, _T.STARTING_CONVERSATION,
+                                       _T.ERROR}),
+    _T.STARTING_CONVERSATION: frozenset({_T.PREPARING_REPOSITORY, _T.READY,
+                                         _T.WAITING_FOR_SANDBOX, _T.ERROR}),
+    _T.PREPARING_REPOSITORY: frozenset({_T.READY, _T.WAITING_FOR_SANDBOX, _T.ERROR}),
+    _T.READY: frozenset(),
+    _T.ERROR: frozenset(),
+}
+START_MOVES = Moves(START_STAGES)
 
 
 class GroupingStrategy(str, Enum):

@@ -39,12 +39,12 @@ from control_plane.sandboxes.fences import NodeFences
 from control_plane.sandboxes.isolation import Isolation, IsolationUnavailable, choose
 from control_plane.sandboxes.process import SPEC, ProcessProvider
 from control_plane.sandboxes.provider import Limits, SandboxProvider
+from control_plane.sandboxes.rows import SandboxRows
 from control_plane.sandboxes.service import SandboxService
 from control_plane.sandboxes.template import Template
 from control_plane.settings import SettingsService
 from control_plane.start_tasks import StartTaskService
 from control_plane.store import Database
-from control_plane.store import sandboxes as sandbox_rows
 from control_plane.transcripts import Transcripts
 from control_plane.webhook import WebhookReceiver
 from core.net import is_loopback
@@ -83,8 +83,10 @@ def _boundary_unavailable(config: Config, who: str) -> bool:
 
 
 def _policies(db: Database) -> Callable[[str], Awaitable[NetworkPolicy | None]]:
+    rows = SandboxRows(db)
+
     async def policy_of(sandbox_id: str) -> NetworkPolicy | None:
-        row = await sandbox_rows.get(db, sandbox_id)
+        row = await rows.get(sandbox_id)
         return None if row is None or row.status.terminal else row.network
     return policy_of
 

@@ -28,6 +28,7 @@ import asyncio
 import json
 import logging
 import uuid
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -52,11 +53,21 @@ from control_plane.models import (
 from control_plane.sandboxes.service import SandboxService
 from control_plane.settings import SettingsService, UserSettings
 from control_plane.start_request import StartRequest
-from control_plane.store import Database, accounts, conversations, sandboxes, tasks
+from control_plane.store import Database, accounts, conversations, tasks
 from control_plane.store import leases as lease_rows
 from control_plane.store.db import RETRY_PAUSES, describe, transient
 from control_plane.store.tasks import LeaseLost
 from core.masking import MASK, MIN_LENGTH, REDACTED
+from events.content import TextContent
+from events.create import (
+    AgentRequest,
+    CreateRequest,
+    InitialMessage,
+    LLMTarget,
+    RepositoryRequest,
+    ToolName,
+    WorkspaceRequest,
+)
 from web.errors import LimitReached, NotFound, ServiceError
 
 logger = logging.getLogger(__name__)
@@ -148,11 +159,38 @@ class StartTaskService:
             plugin["headers"] = dict.fromkeys(plugin["headers"], REDACTED)
         return shown
 
+    async def follow(self, task: TaskRow, seconds: float) -> AsyncIterator[TaskRow]:
+        """The task each time its stage (or detail) changes after `task`, until it is finished
+        or `seconds` have passed. Read from the rows: the task may be worked by another
+        control plane."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + seconds
+        seen = (task.status, task.detail)
+        while not task.status.finished and loop.time() < deadline:
+            await asyncio.sleep(0.1)
+            found = (await tasks.get_many(self.db, [task.id], task.user_id)).get(task.id)
+            if found is None:
+                return
+            task = found
+            if (task.status, task.detail) != seen:
+                seen = (task.status, task.detail)
+                yield task
+
+    async def initial_text(self, task_id: str | None, user_id: str) -> str | None:
+        """The text of a start's initial message (None: no such start, or it had none)."""
+        task = (await tasks.get_many(self.db, [task_id], user_id)).get(task_id) if task_id else None
+        if task is None:
+            return None
+        request = StartRequest.model_validate_json(self.cipher.decrypt(task.request_enc))
+        if request.initial_message is None:
+            return None
+        return "\n".join(item.text for item in request.initial_message.content)
+
     async def agent_server_url(self, task: TaskRow) -> str | None:
         """The agent server of a READY task's sandbox while it runs (the app server's field)."""
         if task.status is not StartTaskStatus.READY or task.sandbox_id is None:
             return None
-        row = await sandboxes.get(self.db, task.sandbox_id)
+        row = await self.sandboxes.rows.get(task.sandbox_id)
         if row is None or row.status is not SandboxStatus.RUNNING:
             return None
         return self.sandboxes.url(row)
@@ -236,7 +274,7 @@ class StartTaskService:
                 raise StartFailed("the conversation was deleted while it started")
             await self.agents.create_conversation(
                 target, self._creation_body(placement.conversation_id, conversation.working_dir,
-                                            request, user, row))
+                                            request, user, row).body())
             if request.selected_repository:
                 await self._stage(task, StartTaskStatus.PREPARING_REPOSITORY)
                 await self._wait_clone(target, placement.conversation_id, request.selected_repository)
@@ -290,7 +328,7 @@ class StartTaskService:
             else:
                 available = await grouping.candidates(conn, task.user_id, self.spec_id, self.cap)
                 chosen = grouping.choose(user.grouping_strategy, available)
-                found = None if chosen is None else await sandboxes.get_in(conn, chosen)
+                found = None if chosen is None else await self.sandboxes.rows.get_in(conn, chosen)
             new_sandbox = found is None
             sandbox = found or await self.sandboxes.new_row(conn, task.user_id, self.spec_id,
                                                              user.network_policy)
@@ -317,11 +355,11 @@ class StartTaskService:
     async def _explicit(self, conn: AsyncConnection, user_id: str,
                         sandbox_id: str) -> SandboxRow:
         """An explicit sandbox_id overrides grouping: it must be the user's and usable."""
-        row = await sandboxes.get_in(conn, sandbox_id)
+        row = await self.sandboxes.rows.get_in(conn, sandbox_id)
         if row is None or row.user_id != user_id:
             raise NotFound(f"sandbox {sandbox_id} not found")
         ensure_usable(row.id, row.status, "conversations cannot be started in it")
-        if await sandboxes.conversations_in(conn, row.id) >= self.cap:  # counted under the lock
+        if await self.sandboxes.rows.conversations_in(conn, row.id) >= self.cap:  # counted under the lock
             raise LimitReached(f"sandbox {row.id} holds {self.cap} conversations, its most: "
                                "start this one in another sandbox")
         return row
@@ -334,39 +372,38 @@ class StartTaskService:
             await self.agents.patch_settings(target, author)
 
     def _creation_body(self, conversation_id: str, working_dir: str, request: StartRequest,
-                       user: UserSettings, sandbox: SandboxRow) -> dict[str, Any]:
+                       user: UserSettings, sandbox: SandboxRow) -> CreateRequest:
         # The LLM gateway and the sandbox's own token, never the user's key or base URL: the
         # agent server keeps a conversation's LLM where the agent's commands can read it
         # (`control_plane.gateway`).
         gateway = credentials.access(self.sandboxes.control_plane_url, self.cipher, sandbox)
-        llm: dict[str, Any] = {"model": request.llm_model or user.llm_model,
-                               "base_url": gateway.base_url, "api_key": gateway.api_key}
-        if user.llm_stream:  # StreamingDeltaEvents on the sandbox's socket (`control_plane.deltas`)
-            llm["stream"] = True
-        agent: dict[str, Any] = {"llm": llm, "tools": [{"name": t} for t in user.default_tools]}
-        if request.plugins:
-            agent["mcp_config"] = {"mcpServers": {p.name: p.server() for p in request.plugins}}
-        body: dict[str, Any] = {
-            "conversation_id": conversation_id,
-            "agent": agent,
-            "workspace": {"working_dir": working_dir},
-            # A conversation's own secret wins over a stored one of the same name (SPEC 5 rule 4).
-            "secrets": {**user.secrets, **request.secrets},
-            "observability_span_name": request.observability_span_name,
-            "observability_tags": request.observability_tags,
-            "observability_metadata": request.observability_metadata,
-        }
-        if request.title:
-            body["title"] = request.title
-        if request.initial_message is not None:
-            body["initial_message"] = request.initial_message.model_dump()
+        llm = LLMTarget(model=request.llm_model or user.llm_model or "",
+                        base_url=gateway.base_url, api_key=gateway.api_key,
+                        # StreamingDeltaEvents on the sandbox's socket (`control_plane.deltas`)
+                        stream=True if user.llm_stream else None)
+        mcp = ({"mcpServers": {p.name: p.server() for p in request.plugins}}
+               if request.plugins else None)
+        repository = None
         if request.selected_repository:
-            repository: dict[str, Any] = {
-                "url": self.repository_url_template.format(repository=request.selected_repository)}
-            if request.selected_branch:
-                repository["branch"] = request.selected_branch
-            body["repository"] = repository
-        return body
+            repository = RepositoryRequest(
+                url=self.repository_url_template.format(repository=request.selected_repository),
+                branch=request.selected_branch or None)
+        message = request.initial_message
+        return CreateRequest(
+            conversation_id=conversation_id,
+            agent=AgentRequest(llm=llm, tools=[ToolName(name=t) for t in user.default_tools],
+                               mcp_config=mcp),
+            workspace=WorkspaceRequest(working_dir=working_dir),
+            # A conversation's own secret wins over a stored one of the same name (SPEC 5 rule 4).
+            secrets={**user.secrets, **request.secrets},
+            title=request.title or None,
+            initial_message=None if message is None else InitialMessage(
+                content=[TextContent(text=item.text) for item in message.content],
+                run=message.run),
+            repository=repository,
+            observability_span_name=request.observability_span_name,
+            observability_tags=list(request.observability_tags),
+            observability_metadata=dict(request.observability_metadata))
 
     async def _fail(self, task: TaskRow, placement: Placement | None, detail: str) -> None:
         """ERROR with the reason; the half-made conversation is removed, and the sandbox made
@@ -383,10 +420,9 @@ class StartTaskService:
                 # The user's lock: no placement takes the sandbox while it is being retired.
                 await accounts.lock_user(conn, task.user_id)
                 await conversations.remove(conn, placement.conversation_id)
-                retired = placement.new_sandbox and await sandboxes.retire_in(
+                retired = placement.new_sandbox and await self.sandboxes.rows.retire_in(
                     conn, placement.sandbox_id, SandboxReason.START_FAILED,
-                    "removed with the conversation start it was made for, which failed",
-                    self.db.now())
+                    "removed with the conversation start it was made for, which failed")
             if retired:
                 try:
                     await self.sandboxes.clean_up(placement.sandbox_id, due_only=False)

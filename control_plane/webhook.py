@@ -36,16 +36,17 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from control_plane.app_conversations import metrics_from_stats
-from control_plane.crypto import Cipher, hash_key, webhook_secret
+from control_plane.crypto import Cipher, webhook_secret
 from control_plane.models import ConversationRow, SandboxRow, stored_status
 from control_plane.relay import Bell
-from control_plane.store import Database, accounts, conversations, sandboxes, tasks
+from control_plane.sandboxes.rows import SandboxRows
+from control_plane.store import Database, accounts, conversations, tasks
 from control_plane.store.tables import app_conversations, events
 from core.ids import EVENT_ID_PATTERN
 from core.signing import TOLERANCE, signing_key, verify
 from events import kinds
 from events.status import ExecutionStatus
-from web.errors import LimitReached, Unauthorized, Unavailable, from_pydantic, invalid
+from web.errors import Gone, LimitReached, Unauthorized, Unavailable, from_pydantic, invalid
 
 logger = logging.getLogger(__name__)
 #: An event id as stored: the agent server's ULID, or a UUID (other SDKs' events).
@@ -96,6 +97,7 @@ class WebhookReceiver:
         made straight on its agent server works unless its info says otherwise); `cap`: the
         conversations one sandbox may have recorded that way."""
         self.db = db
+        self.sandboxes = SandboxRows(db)
         self.cipher = cipher
         self.cap = cap
         self.bell = bell or Bell()
@@ -114,19 +116,16 @@ class WebhookReceiver:
                     and stamp.isdigit() and abs(time.time() - int(stamp)) <= TOLERANCE):
                 raise Unauthorized("a signed delivery has webhook-id, webhook-signature and a "
                                    "webhook-timestamp of now")
-            sandbox = await sandboxes.get(self.db, named[:64])
-            if sandbox is None:
-                raise Unauthorized("unknown webhook sender")
-            return sandbox
+            try:
+                return await self.sandboxes.current(named[:64])
+            except Gone:
+                raise Unauthorized("unknown webhook sender") from None
         session_key = headers.get("x-session-api-key")
         if not session_key:
             raise Unauthorized("a Standard Webhooks signature (X-Webhook-Sender, webhook-id, "
                                "webhook-timestamp, webhook-signature) or X-Session-API-Key "
                                "is required")
-        sandbox = await sandboxes.by_key_hash(self.db, hash_key(session_key))
-        if sandbox is None:
-            raise Unauthorized("unknown session key")
-        return sandbox
+        return await self.sandboxes.by_session_key(session_key, live=False)
 
     def check(self, sandbox: SandboxRow, headers: Mapping[str, str], body: bytes) -> None:
         """Unauthorized unless a delivery named by its sender is signed by that sandbox's
@@ -160,7 +159,7 @@ class WebhookReceiver:
         """A record for a conversation first heard of here, within the sandbox's cap (counted
         under its user's lock, as a start counts its sandbox's conversations)."""
         await accounts.lock_user(conn, sandbox.user_id)
-        if await sandboxes.conversations_in(conn, sandbox.id, recorded_only=True) >= self.cap:
+        if await self.sandboxes.conversations_in(conn, sandbox.id, recorded_only=True) >= self.cap:
             raise LimitReached(f"sandbox {sandbox.id} has {self.cap} conversations made on its "
                                "agent server, its most: delete some to have more recorded")
         await conn.execute(self.db.insert_ignoring_duplicates(app_conversations),
@@ -255,7 +254,7 @@ class WebhookReceiver:
                     await conn.execute(self.db.insert_ignoring_duplicates(events), rows)
                 await conn.execute(update(app_conversations)
                                    .where(app_conversations.c.id == conversation_id).values(**values))
-                await sandboxes.touch(conn, sandbox.id, moment)
+                await self.sandboxes.touch(conn, sandbox.id, moment=moment)
         except SQLAlchemyError as exc:
             logger.error("webhook batch of %s not stored: %s", conversation_id, exc)
             raise Unavailable("events could not be stored; send the batch again") from None

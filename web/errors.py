@@ -7,6 +7,7 @@
     ├── Forbidden                403, 4003: a known credential where it does not reach
     ├── NotFound                 404, 4004: unknown, or another user's (indistinguishable)
     ├── Conflict                 409, 1008: the request does not fit the current state
+    │   └── InvalidTransition    a move a status table does not allow (`web.states`)
     ├── Gone                     410, 4010: it was there and is no more (a sandbox cleaned up)
     ├── PayloadTooLarge          413, 1009
     ├── LimitReached             429, 1013: a configured bound would be passed
@@ -134,6 +135,22 @@ class Conflict(ServiceError):
 
     status_code = 409
     ws_close_code = status.WS_1008_POLICY_VIOLATION
+
+
+class InvalidTransition(Conflict):
+    """A move a status table does not allow (`web.states.Moves`): says where the status is,
+    where it was asked to go, and the moves it may make from there. `refusal` words it for
+    the case at hand ("sandbox s1 is STARTING: it cannot be paused now"); `subject` names the
+    status in the plain wording."""
+
+    subject = "the status"
+
+    def __init__(self, current: str, wanted: str, allowed: Sequence[str], *,
+                 refusal: str | None = None) -> None:
+        expected = ", ".join(allowed) or "none"
+        said = refusal or f"{self.subject} cannot go from {current} to {wanted}"
+        super().__init__(f"{said} (from {current} it may go to: {expected})")
+        self.current, self.wanted, self.allowed = current, wanted, tuple(allowed)
 
 
 class Gone(ServiceError):

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import json
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 from starlette.requests import Request
@@ -17,10 +16,6 @@ from control_plane import llm
 from control_plane.api.app_conversations import owned, shown
 from control_plane.api.io import body, services, user
 from control_plane.app_conversations import AppConversation
-from control_plane.models import ConversationRow, EventFilters
-from control_plane.services import Services
-from control_plane.start_request import StartRequest
-from control_plane.store import events, tasks
 from web.errors import Conflict
 from web.io import doc, reply
 
@@ -73,7 +68,9 @@ async def generate_title(request: Request) -> Response:
     row, _ = await owned(request)
     svc = services(request)
     settings = await svc.settings.get(row.user_id)
-    message = await _first_message(svc, row)
+    # The start's initial message is known before the first event is stored.
+    message = (await svc.tasks.initial_text(row.start_task_id, row.user_id)
+               or await svc.conversations.first_user_text(row.id))
     if not message.strip():
         raise Conflict("the conversation has no message yet")
     made = await llm.title(settings, message,
@@ -82,23 +79,3 @@ async def generate_title(request: Request) -> Response:
         raise Conflict("the model gave no title (see the LLM settings' test connection)")
     updated = await svc.conversations.update(row, {"title": made})
     return reply(shown(request, [await svc.conversations.record(updated)])[0])
-
-
-def _texts(content: object) -> str:
-    parts = content if isinstance(content, list) else []
-    return "\n".join(str(c.get("text", "")) for c in parts if isinstance(c, dict) and c.get("type") == "text")
-
-
-async def _first_message(svc: Services, row: ConversationRow) -> str:
-    """The start's initial message (known before the first event is stored), else the first
-    stored user message."""
-    if row.start_task_id:
-        found = await tasks.get_many(svc.db, [row.start_task_id], row.user_id)
-        task = found.get(row.start_task_id)
-        if task is not None:
-            request = StartRequest.model_validate_json(svc.cipher.decrypt(task.request_enc))
-            if request.initial_message is not None:
-                return _texts(request.initial_message.model_dump().get("content"))
-    bodies, _ = await events.search(svc.db, row.id, EventFilters(kind="MessageEvent", source="user"),
-                                    descending=False, limit=1, page=None)
-    return _texts(json.loads(bodies[0]).get("llm_message", {}).get("content")) if bodies else ""

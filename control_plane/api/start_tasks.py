@@ -7,7 +7,6 @@ The task record carries the OpenHands app server's fields where the SPEC is sile
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from datetime import datetime
 from typing import Annotated, Any, Literal
@@ -20,7 +19,6 @@ from control_plane.api.io import Moment, body, from_browser, services, user
 from control_plane.api.paths import MADE_ID
 from control_plane.models import StartTaskStatus, TaskRow
 from control_plane.start_request import StartRequest
-from control_plane.store import tasks as task_rows
 from web.io import doc, read_query, reply
 
 MAX_PAGE = 100
@@ -104,20 +102,9 @@ async def stream_start(request: Request) -> Response:
 
 
 async def _stages(request: Request, task: TaskRow) -> AsyncIterator[str]:
-    db = services(request).db
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + STREAM_SECONDS
     yield "[\n" + (await view(request, task)).model_dump_json()
-    seen = (task.status, task.detail)
-    while not task.status.finished and loop.time() < deadline:
-        await asyncio.sleep(0.1)
-        found = (await task_rows.get_many(db, [task.id], task.user_id)).get(task.id)
-        if found is None:
-            break
-        task = found
-        if (task.status, task.detail) != seen:
-            seen = (task.status, task.detail)
-            yield ",\n" + (await view(request, task)).model_dump_json()
+    async for moved in services(request).tasks.follow(task, STREAM_SECONDS):
+        yield ",\n" + (await view(request, moved)).model_dump_json()
     yield "\n]"
 
 

@@ -24,10 +24,8 @@ from starlette.responses import Response
 
 from control_plane.api.io import services, user
 from control_plane.api.paths import path_id
-from control_plane.crypto import hash_key
 from control_plane.models import GroupingStrategy, SandboxRow
 from control_plane.settings import MASK, SECRET_NAME
-from control_plane.store import sandboxes
 from web.errors import Forbidden, NotFound, Unauthorized, invalid
 from web.io import doc, read_query, reply
 
@@ -107,10 +105,7 @@ async def by_session_key(request: Request) -> SandboxRow:
     key = request.headers.get("x-session-api-key")
     if not key:
         raise Unauthorized("X-Session-API-Key is required")
-    row = await sandboxes.by_key_hash(services(request).db, hash_key(key))
-    if row is None or row.status.terminal:
-        raise Unauthorized("unknown session key")
-    return row
+    return await services(request).sandboxes.rows.by_session_key(key)
 
 
 async def _sandbox(request: Request) -> SandboxRow:

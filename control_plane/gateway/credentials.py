@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from control_plane.crypto import Cipher, sandbox_token, token_matches, token_sandbox
 from control_plane.gateway.errors import Kind, Refusal
 from control_plane.models import SandboxRow
-from control_plane.store import Database, sandboxes
+from control_plane.sandboxes.rows import SandboxRows
 
 #: The gateway's path on a control plane: a sandbox's LLM base URL is its control plane's
 #: address (as the sandbox reaches it) with this after it.
@@ -65,7 +65,8 @@ def find(headers: dict[str, str], query: list[tuple[str, str]]) -> Credential | 
     return None
 
 
-async def sandbox_of(db: Database, cipher: Cipher, credential: Credential | None) -> SandboxRow:
+async def sandbox_of(sandboxes: SandboxRows, cipher: Cipher,
+                     credential: Credential | None) -> SandboxRow:
     """The live sandbox whose token `credential` is; Refusal (401) for anything else. Every
     failure says the same, so a prober learns nothing of which part was wrong."""
     refused = Refusal(Kind.AUTHENTICATION, "The LLM gateway takes the sandbox's own token as "
@@ -73,7 +74,7 @@ async def sandbox_of(db: Database, cipher: Cipher, credential: Credential | None
     sandbox_id = None if credential is None else token_sandbox(credential.token)
     if credential is None or sandbox_id is None:
         raise refused
-    row = await sandboxes.get(db, sandbox_id)
+    row = await sandboxes.get(sandbox_id)
     if row is None or row.status.terminal or not token_matches(
             cipher, credential.token, row.id, row.session_key_hash):
         raise refused

@@ -33,6 +33,7 @@ from control_plane.gateway.limits import Caps, Limits, caps, day_of
 from control_plane.gateway.metering import Meter
 from control_plane.gateway.proxy import Forwarder, outbound
 from control_plane.models import SandboxRow, UsageRow
+from control_plane.sandboxes.rows import SandboxRows
 from control_plane.settings import SettingsService, UserSettings
 from control_plane.store import Database, usage
 from control_plane.store.db import describe, retrying
@@ -82,6 +83,7 @@ class Gateway:
         self.db, self.cipher, self.settings, self.config = db, cipher, settings, config
         self.control_plane_url = control_plane_url
         self.limits = Limits(db, config)
+        self.sandbox_rows = SandboxRows(db)
         self.targets = upstream.Targets(loopback=config.sandbox_provider == "process")
         self.forwarder = Forwarder(transport)
         self._recording: set[asyncio.Task[None]] = set()
@@ -141,7 +143,7 @@ class Gateway:
         remembered = self._checked.get(found.token) if found is not None else None
         if remembered is not None and remembered[0] > now:
             return remembered[1], remembered[2]
-        sandbox = await credentials.sandbox_of(self.db, self.cipher, found)
+        sandbox = await credentials.sandbox_of(self.sandbox_rows, self.cipher, found)
         settings = await self.settings.get(sandbox.user_id)
         assert found is not None
         if len(self._checked) >= MAX_REMEMBERED:

@@ -36,7 +36,6 @@ from control_plane.crypto import Cipher, hash_key, new_key, sandbox_token, webho
 from control_plane.leases import SANDBOX, Leases
 from control_plane.models import (
     DiskUsage,
-    InvalidTransition,
     SandboxReason,
     SandboxRow,
     SandboxStatus,
@@ -48,10 +47,19 @@ from control_plane.runs import Runs
 from control_plane.sandboxes import notices
 from control_plane.sandboxes.capacity import memory_short
 from control_plane.sandboxes.provider import Handle, Launch, ProviderError, Refused, SandboxProvider
+from control_plane.sandboxes.rows import SandboxRows
 from control_plane.store import Database, accounts, conversations, events
 from control_plane.store import sandboxes as rows
 from control_plane.store.db import describe, retrying
-from web.errors import Conflict, Forbidden, Gone, LimitReached, NotFound, Unavailable, invalid
+from web.errors import (
+    Conflict,
+    Forbidden,
+    Gone,
+    LimitReached,
+    NotFound,
+    Unavailable,
+    invalid,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -74,6 +82,7 @@ class SandboxService:
                  ring: Callable[[str], None] | None = None, max_per_user: int = 50,
                  max_live: int = 1000, memory_floor: int = 0, guard_timeout: float = 120) -> None:
         self.db, self.provider, self.cipher, self.leases = db, provider, cipher, leases
+        self.rows = SandboxRows(db)  # the lookups (by id, by session key) others share
         self.sandboxes_dir, self.webhook_url = sandboxes_dir, webhook_url
         #: How a sandbox reaches this control plane (its webhook, LLM gateway and other
         #: sandbox-side routes are under it), as the sandbox's processes see it.
@@ -177,10 +186,7 @@ class SandboxService:
     async def current(self, sandbox_id: str) -> SandboxRow:
         """The row as it is now: read again once the guard is held, since what others did
         before (a pause, a deletion, a start) is only known from it."""
-        row = await rows.get(self.db, sandbox_id)
-        if row is None:
-            raise Gone(f"sandbox {sandbox_id} is gone")
-        return row
+        return await self.rows.current(sandbox_id)
 
     @contextlib.asynccontextmanager
     async def guard(self, sandbox_id: str, wait: bool = True) -> AsyncIterator[bool]:
@@ -361,8 +367,8 @@ class SandboxService:
         async with self.guard(row.id):
             row = await self.current(row.id)
             if row.status is SandboxStatus.STARTING:  # it comes up by itself: not a thaw
-                raise InvalidTransition(f"sandbox {row.id} is STARTING: it is RUNNING once it "
-                                        "has come up, and cannot be resumed now")
+                raise Conflict(f"sandbox {row.id} is STARTING: it is RUNNING once it has come "
+                               "up, and cannot be resumed now")
             if not transition(row.id, row.status, SandboxStatus.RUNNING, "resumed"):
                 return row
             handle = handle_of(row)

@@ -7,7 +7,7 @@ from typing import Any
 from sqlalchemy import and_, delete, func, or_, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from control_plane.models import StartTaskStatus, TaskRow
+from control_plane.models import START_MOVES, StartTaskStatus, TaskRow
 from control_plane.store import leases
 from control_plane.store.db import Database
 from control_plane.store.tables import leases as L
@@ -77,18 +77,32 @@ async def sweep_leases(db: Database) -> int:
 async def set_status(db: Database, task_id: str, status: StartTaskStatus,
                      detail: str | None = None, *, holder: str | None = None,
                      conn: AsyncConnection | None = None, **values: Any) -> None:
-    """With `holder`, only while it holds the task's lease (LeaseLost otherwise); with `conn`,
-    inside the caller's transaction."""
-    query = update(T).where(T.c.id == task_id)
+    """Store a stage, only on a row whose stage may move to it (`models.START_STAGES`: a
+    finished task is never written again); with `holder`, only while it holds the task's
+    lease (LeaseLost otherwise); with `conn`, inside the caller's transaction.
+    InvalidTransition for a move the table does not list."""
+    query = update(T).where(T.c.id == task_id,
+                            T.c.status.in_([s.value for s in START_MOVES.sources(status)]))
     if holder is not None:
         query = query.where(leases.held(LEASE, task_id, holder))
     query = query.values(status=status.value, detail=detail, updated_at=db.now(), **values)
     if conn is not None:
-        done = await conn.execute(query)
+        await _written(conn, await conn.execute(query), task_id, status, holder)
     else:
         async with db.begin() as own:
-            done = await own.execute(query)
-    if holder is not None and not done.rowcount:
+            await _written(own, await own.execute(query), task_id, status, holder)
+
+
+async def _written(conn: AsyncConnection, done: Any, task_id: str, status: StartTaskStatus,
+                   holder: str | None) -> None:
+    """Why a stage was not written, when it was not: its move, or the lease."""
+    if done.rowcount:
+        return
+    now = await get_in(conn, task_id)
+    if now is not None and status not in START_MOVES[now.status]:
+        raise START_MOVES.refused(now.status, status, f"start task {task_id} is "
+                                  f"{now.status.value}: it cannot go to {status.value}")
+    if holder is not None:
         raise LeaseLost(f"start task {task_id} is another control plane's now")
 
 

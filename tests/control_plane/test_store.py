@@ -18,9 +18,16 @@ from sqlalchemy import select, text, update
 
 from control_plane import grouping
 from control_plane.crypto import Cipher, hash_key
-from control_plane.models import EventFilters, GroupingStrategy, SandboxReason, SandboxStatus
+from control_plane.models import (
+    EventFilters,
+    GroupingStrategy,
+    InvalidTransition,
+    SandboxReason,
+    SandboxStatus,
+    StartTaskStatus,
+)
 from control_plane.settings import SettingsPatch, SettingsService
-from control_plane.store import Database, accounts, conversations, events, sandboxes
+from control_plane.store import Database, accounts, conversations, events, sandboxes, tasks
 from control_plane.store.db import DatabaseClosed, transient
 from control_plane.store.tables import api_keys, metadata, user_settings, users
 
@@ -335,3 +342,24 @@ async def test_a_node_fences_round_answers_live_sandboxes_their_policy(db: Datab
     assert answer == {live: OPEN, ended: None, "unknownbox": None}
     assert fences.refusals(live) is not None and fences.refusals(ended) is None
     assert await sandboxes.get_many(db, []) == {}
+
+
+async def test_a_start_task_ends_once_and_is_ready_only_after_its_conversation(
+        db: Database) -> None:
+    """The stages' own guard in the store (`models.START_STAGES`): READY comes only once the
+    conversation was created, and a finished task is never written again (a start ends READY
+    or ERROR exactly once); a task taken up again waits for its sandbox again."""
+    user = await accounts.get_or_create_user(db, "gil")
+    task = await tasks.insert(db, "t1", user.id, "request")
+    with pytest.raises(InvalidTransition, match=r"is WORKING: it cannot go to READY \(from "
+                       r"WORKING it may go to: WORKING, WAITING_FOR_SANDBOX, ERROR\)"):
+        await tasks.set_status(db, task.id, StartTaskStatus.READY)
+    for stage in (StartTaskStatus.WAITING_FOR_SANDBOX, StartTaskStatus.STARTING_CONVERSATION,
+                  StartTaskStatus.WAITING_FOR_SANDBOX, StartTaskStatus.STARTING_CONVERSATION,
+                  StartTaskStatus.READY):
+        await tasks.set_status(db, task.id, stage)
+    for stage in StartTaskStatus:
+        with pytest.raises(InvalidTransition, match="may go to: none"):
+            await tasks.set_status(db, task.id, stage, "again")
+    stored = (await tasks.get_many(db, [task.id], user.id))[task.id]
+    assert (stored.status, stored.detail) == (StartTaskStatus.READY, None)

@@ -68,7 +68,7 @@ from agent_server.agent.acp.saved import STATE_FILE, NewSession, SavedFile
 from agent_server.agent.acp.side import SideSessions, ask
 from agent_server.agent.acp.terminals import Terminals
 from agent_server.agent.acp.traced import CallTelemetry
-from agent_server.agent.acp.turn import TURN_MOVES, TurnState
+from agent_server.agent.acp.turn import TURN, TurnState
 from agent_server.agent.acp.usage import ACPUsage
 from agent_server.agent.confirmation import needs_risk_confirmation
 from agent_server.agent.contract import ConversationSpec, RunControl
@@ -248,8 +248,7 @@ class ACPSession:
     # -- the turn's state --------------------------------------------------------------------
 
     def _move(self, to: TurnState) -> None:
-        if to is not self._state and to not in TURN_MOVES[self._state]:
-            raise RuntimeError(f"an ACP turn cannot go from {self._state.value} to {to.value}")
+        TURN.check(self._state, to, f"an ACP turn is {self._state.value}")
         if to is not TurnState.ASKING and self._waiting:
             waits, self._waiting = self._waiting, []
             for wait in waits:

@@ -1,9 +1,12 @@
 """Where an ACP conversation's turn is: one `TurnState`, moved only along TURN_MOVES (the
-session raises on any other move, so a lost state is a loud bug, never a stuck turn)."""
+session checks each move with `TURN`, and raises on any other, so a lost state is a loud bug,
+never a stuck turn)."""
 
 from __future__ import annotations
 
 from enum import Enum
+
+from web.states import Moves
 
 
 class TurnState(Enum):
@@ -22,3 +25,4 @@ TURN_MOVES: dict[TurnState, frozenset[TurnState]] = {
     TurnState.ASKING: frozenset({TurnState.WORKING, TurnState.CANCELLED, TurnState.IDLE}),
     TurnState.CANCELLED: frozenset({TurnState.IDLE}),
 }
+TURN = Moves(TURN_MOVES)
