@@ -46,8 +46,9 @@ RUN python3 -m venv "$VIRTUAL_ENV" \
 # Then the server, without pip and setuptools (they serve installs only), and the bytecode of
 # what a server loads (agent_server/precompile.py says why not of everything), imported from
 # the environment (-P: not from the sources beside it).
-COPY README.md ./
+COPY README.md cli.py ./
 COPY core ./core
+COPY launch ./launch
 COPY agent_server ./agent_server
 COPY tools ./tools
 COPY events ./events

@@ -1,11 +1,13 @@
-"""`agent-server` / `python -m agent_server`: flags and environment -> Config -> uvicorn."""
+"""`agent-server` / `python -m agent_server`: flags and environment -> Config -> uvicorn.
+
+(The `agent-server` command is the top-level `cli`, which hands `agent-server acp` to the
+editor bridge and everything else here.)"""
 
 from __future__ import annotations
 
 import argparse
 import contextlib
 import functools
-import json
 import logging
 import os
 import socket
@@ -16,7 +18,7 @@ from pydantic import ValidationError
 
 from agent_server import secrecy
 from agent_server.config import ENV_PREFIX, Config, ConfigError, from_env
-from core.files import write_json
+from launch.ready import Ready
 from web import config as config_kit
 
 
@@ -37,15 +39,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def write_ready_file(path: Path, port: int) -> None:
-    """Written atomically, so a reader never sees half of it."""
-    write_json(path, {"port": port, "pid": os.getpid()})
+    """Written atomically, so a reader never sees half of it (`launch.ready`)."""
+    Ready(port=port, pid=os.getpid()).write(path)
 
 
 def say_ready(fd: int, port: int) -> None:
     """The ready file's content on a descriptor, in one write (a pipe's reader sees all of it
     or nothing), then closed; a reader that is gone changes nothing."""
     try:
-        os.write(fd, json.dumps({"port": port, "pid": os.getpid()}).encode())
+        os.write(fd, Ready(port=port, pid=os.getpid()).encode())
     except OSError:
         pass
     finally:
@@ -58,10 +60,6 @@ def load_config(argv: list[str] | None = None) -> Config:
 
 
 def main(argv: list[str] | None = None) -> None:
-    args = sys.argv[1:] if argv is None else argv
-    if args[:1] == ["acp"]:  # `agent-server acp`: the editor bridge (bridge/)
-        from bridge.cli import main as acp_main
-        return acp_main(args[1:])
     try:
         secrecy.guard()
         config = load_config(argv)

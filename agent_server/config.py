@@ -11,10 +11,12 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from core.net import is_loopback
+from launch.env import PREFIX
 from web import config
 from web.config import Env
 
-ENV_PREFIX = "AGENT_SERVER_"
+#: The variables' prefix, the launchers' own (`launch.env`): one spelling for both sides.
+ENV_PREFIX = PREFIX
 
 
 #: OTEL_TRACES_SAMPLER's built-in values (the SDK's own names).

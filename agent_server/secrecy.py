@@ -12,31 +12,22 @@ Two doors would still open them to such a child:
 - A launcher's environment: bubblewrap's pid 1 and a container's tini hold the environment they
   pass on, readable as `/proc/1/environ` inside the sandbox. So a launcher hands the keys over a
   pipe instead (`AGENT_SERVER_KEYS_FD`: a JSON object of variable names to values, read to its
-  end here): no launcher's environment, argv or file ever holds them.
+  end here; its codec is `launch.keys`, the launchers' too): no launcher's environment, argv
+  or file ever holds them.
 """
 
 from __future__ import annotations
 
 import ctypes
-import json
 import os
 from collections.abc import MutableMapping
-from typing import Literal
-
-from pydantic import TypeAdapter
 
 from agent_server.config import ConfigError
+from launch import keys as launch_keys
+from launch.env import KEYS_FD
+from launch.keys import MAX_BYTES
 
-KEYS_FD = "AGENT_SERVER_KEYS_FD"
-#: The variables a launcher may hand over the pipe: the server's keys, nothing else.
-KeyName = Literal["SESSION_API_KEY", "AGENT_SERVER_WEBHOOK_API_KEY", "AGENT_SERVER_WEBHOOK_SECRET",
-                  "AGENT_SERVER_WEBHOOK_SENDER", "AGENT_SERVER_NETWORK_URL",
-                  "AGENT_SERVER_NETWORK_TOKEN"]
-#: Far more than three keys need; a writer that never stops is refused.
-MAX_BYTES = 64 * 1024
 PR_SET_DUMPABLE = 4
-
-_KEYS = TypeAdapter(dict[KeyName, str])
 
 
 def guard(environ: MutableMapping[str, str] | None = None) -> None:
@@ -72,19 +63,12 @@ def receive_keys(environ: MutableMapping[str, str]) -> None:
     finally:
         _release(fd)
     try:
-        keys = parse_keys(data)
+        keys = launch_keys.decode(data)
     except ValueError:
         raise ConfigError(f"{KEYS_FD}={fd}: expected a JSON object of SESSION_API_KEY / "
                           "AGENT_SERVER_WEBHOOK_* / AGENT_SERVER_NETWORK_* strings") from None
     for name, value in keys.items():
         environ[name] = value
-
-
-def parse_keys(data: bytes) -> dict[str, str]:
-    """What a launcher hands over (ValueError when it is not a JSON object of key names to
-    strings): checked before anything acts on it."""
-    keys = _KEYS.validate_python(json.loads(data))  # (pydantic's ValidationError is one)
-    return {str(name): value for name, value in keys.items()}
 
 
 def _read(fd: int) -> bytes:

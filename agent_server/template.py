@@ -43,6 +43,7 @@ import tools
 from agent_server import tls
 from agent_server.agent import llm
 from core import namespaces
+from launch.env import LaunchEnv
 from tools import base as tool_base
 
 #: A request is a few KiB (the environment); anything bigger is not one.
@@ -214,7 +215,8 @@ def _become(request: Fork, entry: namespaces.Entry, fds: list[int],
         if request.seccomp:
             namespaces.confine(request.seccomp)
         os.environ.clear()
-        os.environ.update({**llm.ENVIRONMENT, **request.env, "AGENT_SERVER_READY_FD": str(READY_FD)})
+        os.environ.update({**llm.ENVIRONMENT, **request.env,
+                           **LaunchEnv(ready_fd=READY_FD).environment()})
         tempfile.tempdir = None  # chosen again from the sandbox's TMPDIR, not the template's
         sys.argv = ["agent-server", *request.argv]
         logging.root.handlers.clear()

@@ -10,7 +10,8 @@ with the same flags. The start it is claimed for pays for none of the imports.
 - With `--claim` (a Swarm service, whose stdin nobody holds): that pipe holds a one-time claim
   token instead (`{"claim": ...}`, from the service's Docker secret), and the server's port
   takes one request before the server listens on it: `POST /claim` with
-  `Authorization: Bearer <token>` and the keys as its body (the JSON object the pipe would hold).
+  `Authorization: Bearer <token>` and the keys as its body (the JSON object the pipe would hold;
+  the request's shape and the secret's are `launch.claim`, the pool's too).
   A wrong token is 403 and keys that are not the pipe's JSON object 422, both changing
   nothing; the right one is 204, and the server starts with those keys. `GET /parked` (204) is the pool's lifeline: with no request for LIFELINE seconds
   (its control plane gone) the parked server exits.
@@ -18,15 +19,16 @@ with the same flags. The start it is claimed for pays for none of the imports.
 
 from __future__ import annotations
 
-import hmac
-import json
 import os
 import socket
 import sys
 
 from agent_server.__main__ import main, parse_args
-from agent_server.secrecy import KEYS_FD, MAX_BYTES, parse_keys
 from agent_server.template import preload
+from launch import claim
+from launch import keys as launch_keys
+from launch.env import KEYS_FD
+from launch.keys import MAX_BYTES
 
 #: A claim's request line and headers; its body is at most the keys' MAX_BYTES.
 MAX_HEAD = 8 * 1024
@@ -64,14 +66,13 @@ def _answer(connection: socket.socket, token: str) -> bytes | None:
     headers = {k.strip().lower(): v.strip() for k, _, v in (f.partition(":") for f in fields)}
     method, _, rest = line.partition(" ")
     path = rest.partition(" ")[0]
-    if (method, path) == ("GET", "/parked"):
+    if (method, path) == ("GET", claim.PARKED):
         connection.sendall(b"HTTP/1.1 204 No Content\r\nConnection: close\r\n\r\n")
         return None
-    if (method, path) != ("POST", "/claim"):
+    if (method, path) != ("POST", claim.CLAIM):
         connection.sendall(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n")
         return None
-    given = headers.get("authorization", "").removeprefix("Bearer ").encode()
-    if not hmac.compare_digest(given, token.encode()):
+    if not claim.authorized(headers.get("authorization", ""), token):
         connection.sendall(b"HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\n\r\n")
         return None
     length = int(headers.get("content-length", "-1"))
@@ -83,7 +84,7 @@ def _answer(connection: socket.socket, token: str) -> bytes | None:
             raise ValueError("cut short")
         body += chunk
     try:
-        parse_keys(body)
+        launch_keys.decode(body)
     except ValueError:  # said, and still parked
         connection.sendall(b"HTTP/1.1 422 Unprocessable Entity\r\nContent-Length: 0\r\n\r\n")
         return None
@@ -92,16 +93,15 @@ def _answer(connection: socket.socket, token: str) -> bytes | None:
 
 
 def claim_token(named: str) -> str:
-    """The token on the descriptor `named` (`{"claim": "..."}`); a clear exit otherwise."""
+    """The token on the descriptor `named` (`launch.claim.secret`); a clear exit otherwise."""
     try:
         with os.fdopen(int(named), "rb") as pipe:
-            token = json.loads(pipe.read(MAX_BYTES))["claim"]
-    except (ValueError, OSError, KeyError, TypeError):
+            return claim.token_of(pipe.read(MAX_BYTES))
+    except claim.WeakToken as exc:
+        raise SystemExit(f"agent_server.warm: {exc}") from None
+    except (ValueError, OSError):
         raise SystemExit(f"agent_server.warm: {KEYS_FD} must name a descriptor holding "
                          '{"claim": "<token>"}') from None
-    if not isinstance(token, str) or len(token) < 16:
-        raise SystemExit("agent_server.warm: the claim token must be a string of 16 or more")
-    return token
 
 
 def run(args: list[str]) -> None:

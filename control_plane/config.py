@@ -344,7 +344,8 @@ class Config(BaseModel):
 
     @property
     def webhook_base(self) -> str:
-        """What each sandbox gets as AGENT_SERVER_WEBHOOK_URL; it appends /events/{id}."""
+        """What each sandbox gets as its webhook URL (`launch.env.LaunchEnv.webhook_url`); it
+        appends /events/{id}."""
         return self.base_url + "/api/v1/webhooks"
 
     @property

@@ -89,9 +89,9 @@ def test_the_image_leaves_out_no_package_the_server_imports() -> None:
     names = set(shlex.split(left_out.partition("=")[2])[0].split())
     assert "sqlalchemy" in names
     packages = [rest.split()[0] for word, rest in instructions()
-                if word == "COPY" and rest.split()[0] in ("core", "agent_server", "tools", "events",
-                                                          "web", "control_plane/network")]
-    assert len(packages) == 6  # (a swarm node's fence is control_plane.network, from this image)
+                if word == "COPY" and rest.split()[0] in ("core", "launch", "agent_server", "tools",
+                                                          "events", "web", "control_plane/network")]
+    assert len(packages) == 7  # (a swarm node's fence is control_plane.network, from this image)
     imported: dict[str, str] = {}
     for package in packages:
         for module in (ROOT / package).rglob("*.py"):

@@ -5,35 +5,43 @@ TYPE_CHECKING, which is a design dependency even when it costs nothing at run ti
 wrong-way import fails here whatever path loads it.
 
     core          leaf
+    launch        core                         (how a sandbox's server starts: both sides' contract)
     web           core                         (the web kit of both services)
     events        core                         (SPEC 6, the tools' payloads included)
     tools         core, events                 (what runs the payloads)
-    agent_server  core, web, tools, events
-    control_plane core, web, events            never agent_server
+    agent_server  core, launch, web, tools, events
+    control_plane core, launch, web, events    never agent_server
     bridge        core, web, events            a client of the services' HTTP APIs
+    cli           agent_server, bridge         the `agent-server` command; nothing imports it
 """
 
 from __future__ import annotations
 
 import ast
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+from launch.env import PREFIX
+
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("core", "web", "events", "tools", "agent_server", "control_plane", "bridge")
+#: Packages, and top-level modules (`cli.py`).
+PACKAGES = ("core", "launch", "web", "events", "tools", "agent_server", "control_plane", "bridge",
+            "cli")
 #: Package -> the project packages it may import (besides itself).
 ALLOWED = {
     "core": set(),
+    "launch": {"core"},
     "web": {"core"},
     "events": {"core"},
     "tools": {"core", "events"},
-    "agent_server": {"core", "web", "tools", "events"},
-    "control_plane": {"core", "web", "events"},
+    "agent_server": {"core", "launch", "web", "tools", "events"},
+    "control_plane": {"core", "launch", "web", "events"},
     "bridge": {"core", "web", "events"},
+    "cli": {"agent_server", "bridge"},
 }
-#: The one import across the floors: the `agent-server` command hands `agent-server acp` to
-#: the editor bridge (a command line, not a dependency of the server).
-ENTRY_POINTS = {("agent_server.__main__", "bridge.cli")}
+#: What a leaf may import from outside the project (besides the standard library).
+LEAF_THIRD_PARTY = {"core": {"pydantic", "ulid"}, "launch": {"pydantic"}}
 #: Lines a module may have: one concept, readable whole.
 MAX_LINES = 450
 #: Modules allowed over it for now, with the reason.
@@ -66,6 +74,9 @@ AGENT_LAYERS = {
 def modules() -> dict[str, Path]:
     found = {}
     for package in PACKAGES:
+        if (ROOT / f"{package}.py").is_file():
+            found[package] = ROOT / f"{package}.py"
+            continue
         for path in sorted((ROOT / package).rglob("*.py")):
             parts = path.relative_to(ROOT).with_suffix("").parts
             name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
@@ -110,8 +121,50 @@ def test_packages_import_only_the_floors_below_them() -> None:
     wrong = sorted(f"{module} -> {target}" for module, targets in graph().items()
                    for target in targets
                    if target.split(".")[0] != module.split(".")[0]
-                   and target.split(".")[0] not in ALLOWED[module.split(".")[0]]
-                   and (module, target) not in ENTRY_POINTS)
+                   and target.split(".")[0] not in ALLOWED[module.split(".")[0]])
+    assert wrong == []
+
+
+def test_the_command_stands_above_both_programs() -> None:
+    """`agent-server` (cli.py) hands `acp` to the bridge and the rest to the server; the
+    server never imports the bridge, and nothing imports the command."""
+    users = sorted(module for module, targets in graph().items() if "cli" in targets)
+    assert users == []
+    assert graph()["cli"] == {"agent_server.__main__", "bridge.cli"}
+
+
+def test_the_leaves_import_nothing_else() -> None:
+    """core and launch ship in the sandbox image and under the control plane alike: of the
+    world, the standard library and pydantic (core: python-ulid too)."""
+    project = set(PACKAGES)
+    wrong = sorted(f"{name} -> {top}" for name, path in modules().items()
+                   if name.split(".")[0] in LEAF_THIRD_PARTY
+                   for node in ast.walk(ast.parse(path.read_text(), str(path)))
+                   if isinstance(node, ast.Import | ast.ImportFrom)
+                   and not (isinstance(node, ast.ImportFrom) and node.level)
+                   for top in {(a.name if isinstance(node, ast.Import) else node.module or "")
+                               .split(".")[0] for a in node.names}
+                   if top not in sys.stdlib_module_names and top not in project
+                   and top not in LEAF_THIRD_PARTY[name.split(".")[0]])
+    assert wrong == []
+
+
+def test_the_control_plane_names_no_agent_server_variable() -> None:
+    """The variables a sandbox's server is launched with are built by `launch` (the names the
+    agent server's configuration reads): no control plane module spells one in its code."""
+    wrong = []
+    for name, path in modules().items():
+        if not name.startswith("control_plane"):
+            continue
+        tree = ast.parse(path.read_text(), str(path))
+        docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                      if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef
+                                    | ast.AsyncFunctionDef)
+                      and node.body and isinstance(node.body[0], ast.Expr)
+                      and isinstance(node.body[0].value, ast.Constant)}
+        wrong += [f"{name}:{node.lineno}" for node in ast.walk(tree)
+                  if isinstance(node, ast.Constant) and isinstance(node.value, str)
+                  and PREFIX in node.value and id(node) not in docstrings]
     assert wrong == []
 
 
@@ -230,3 +283,28 @@ def test_the_wire_vocabulary_is_defined_once() -> None:
                 if target in ONE_DEFINITION:
                     found.setdefault(target, []).append(name)
     assert found == {k: [v] for k, v in ONE_DEFINITION.items()}
+
+
+def test_routes_reach_the_store_through_services() -> None:
+    """A route reads its input, calls a service and answers: what is stored, and how, is the
+    services' (`control_plane.api` never imports `control_plane.store`)."""
+    wrong = sorted(f"{module} -> {target}" for module, targets in graph().items()
+                   if module.startswith("control_plane.api")
+                   for target in targets if target.startswith("control_plane.store"))
+    assert wrong == []
+
+
+#: Modules outside the sandboxes package that still read sandbox rows from the store, and why;
+#: everything else finds a sandbox through `SandboxService` or its `SandboxRows`.
+SANDBOX_ROW_READERS = {
+    "control_plane.lifecycle": "the reconciler's rounds claim sandboxes in bulk",
+}
+
+
+def test_sandbox_rows_are_reached_through_the_sandbox_domain() -> None:
+    readers = {module for module, targets in graph().items()
+               if "control_plane.store.sandboxes" in targets
+               and not module.startswith(("control_plane.sandboxes", "control_plane.store"))}
+    assert readers == set(SANDBOX_ROW_READERS)
+    # The start's background walk and the routes find sandboxes through the service.
+    assert "control_plane.store.sandboxes" not in graph()["control_plane.start_tasks"]

@@ -33,8 +33,9 @@ from agent_server.network import (
     note,
 )
 from agent_server.record import SendMessage
-from agent_server.secrecy import KEYS_FD, receive_keys
+from agent_server.secrecy import receive_keys
 from events import ActionEvent, Event, ObservationEvent
+from launch.env import KEYS_FD
 from tests.support.inprocess import InProcess, events, new_conversation, run_ends, serve
 from tests.support.llm import free_port
 from tests.support.threaded import ThreadedServer

@@ -33,6 +33,7 @@ from control_plane.sandboxes.provider import (
     SandboxProvider,
     SandboxSpec,
 )
+from launch.env import LaunchEnv
 
 T = TypeVar("T")
 
@@ -71,14 +72,9 @@ def plane_label(db_url: str) -> str:
 def environment(webhook_url: str, keys_fd: int) -> dict[str, str]:
     """A sandbox's whole environment: the webhook, where its state and workspace are, and the
     descriptor its keys come on. Nothing of the control plane's own, and no key."""
-    return {
-        "AGENT_SERVER_KEYS_FD": str(keys_fd),
-        "AGENT_SERVER_WEBHOOK_URL": webhook_url,
-        "AGENT_SERVER_STATE_DIR": STATE_DIR,
-        "AGENT_SERVER_WORKING_DIR": WORKSPACE,
-        "AGENT_SERVER_LOG_LEVEL": "warning",
-        "HOME": HOME,
-    }
+    launch = LaunchEnv(keys_fd=keys_fd, webhook_url=webhook_url, state_dir=STATE_DIR,
+                       working_dir=WORKSPACE, log_level="warning")
+    return {**launch.environment(), "HOME": HOME}
 
 
 def hand_over(attached: Any, keys: bytes) -> None:

@@ -116,8 +116,8 @@ NO_HEALTHCHECK = {"test": ["NONE"]}
 #: Seconds between a starting server's /alive checks, and between looks at its container.
 ALIVE_INTERVAL = 0.02
 STATE_INTERVAL = 0.25
-#: A warm pool's parked server (its host and port are the image's AGENT_SERVER_HOST and
-#: AGENT_SERVER_PORT, as for the image's own entrypoint).
+#: A warm pool's parked server (its host and port are the image's variables, as for the
+#: image's own entrypoint).
 WARM_ENTRYPOINT = ["tini", "--", "python", "-m", "agent_server.warm"]
 
 

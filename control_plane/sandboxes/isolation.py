@@ -4,13 +4,13 @@ Each agent server and everything it starts runs in namespaces of its own, made b
 (`bwrap`, the tool Flatpak runs its applications in):
 - a mount namespace whose root is an empty tmpfs, holding only the system read-only (`/usr`,
   `/etc` and the `/bin`, `/lib*` links), the installed program read-only (the interpreter, the
-  virtual environment and the `agent_server`, `core`, `web`, `events`, `tools` packages, nothing else of a source
-  tree), the sandbox's own directory read-write (its state and workspace, at the same path as
-  outside), its workspace once more at `/workspace/project` (where OpenHands clients expect
-  it: the agent server's working directory), a `/tmp` of its own (its TMPDIR), a `/dev` and a
-  bounded `/dev/shm` of its own; not the control plane's state directory, not another
-  sandbox's directory, not the host's home (what of the control plane's state would show
-  through a bound path is covered by an empty tmpfs);
+  virtual environment and the `agent_server`, `core`, `launch`, `web`, `events`, `tools`
+  packages, nothing else of a source tree), the sandbox's own directory read-write (its state
+  and workspace, at the same path as outside), its workspace once more at `/workspace/project`
+  (where OpenHands clients expect it: the agent server's working directory), a `/tmp` of its own
+  (its TMPDIR), a `/dev` and a bounded `/dev/shm` of its own; not the control plane's state
+  directory, not another sandbox's directory, not the host's home (what of the control plane's
+  state would show through a bound path is covered by an empty tmpfs);
 - a pid namespace with its own `/proc`: the sandbox sees its own processes only, and when its
   pid 1 (bubblewrap's reaper) ends, the kernel kills whatever is left in it;
 - ipc, uts and cgroup namespaces of its own. The network is the host's (the LLM, the control
@@ -49,7 +49,7 @@ logger = logging.getLogger(__name__)
 
 Mode = Literal["auto", "bubblewrap", "off"]
 #: What the agent server imports of this distribution (the control plane is not among them).
-PACKAGES = ("agent_server", "core", "web", "events", "tools")
+PACKAGES = ("agent_server", "core", "launch", "web", "events", "tools")
 #: Top-level links (merged /usr) or directories of the system.
 SYSTEM_LINKS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 SYSTEM_DIRS = ("/usr", "/etc")

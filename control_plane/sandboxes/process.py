@@ -1,16 +1,16 @@
 """The process provider: each sandbox is an `agent-server` child in its own process group.
 
 The child listens on a loopback port the OS picks and reports it in a ready file
-(`--ready-file`; one forked from the template also on a pipe, `AGENT_SERVER_READY_FD`, which
-the start waits on instead of polling); it has its own state and working directory, its own session key (handed over
-a pipe, never in its environment: `agent_server.secrecy`) and the control plane's webhook
-address. Where bubblewrap works, it runs isolated (`isolation`): the process started here, and
-stored as the sandbox's pid, is then bubblewrap's, leading the group the agent server is in.
-Pause and resume are SIGSTOP and SIGCONT of the group; destroy is SIGTERM, SIGKILL after a grace
-period, then the workspace archived and the directory removed. Children are started in a new
-session so they outlive a control plane that is killed: the next one adopts them from the
-stored pid and start time, or finds a start cut short by its ready file's path on their
-command line.
+(`--ready-file`; one forked from the template also on a pipe, its launch environment's
+`ready_fd`, which the start waits on instead of polling: `launch.ready`); it has its own state
+and working directory, its own session key (handed over a pipe, never in its environment:
+`agent_server.secrecy`) and the control plane's webhook address. Where bubblewrap works, it runs
+isolated (`isolation`): the process started here, and stored as the sandbox's pid, is then
+bubblewrap's, leading the group the agent server is in. Pause and resume are SIGSTOP and SIGCONT
+of the group; destroy is SIGTERM, SIGKILL after a grace period, then the workspace archived and
+the directory removed. Children are started in a new session so they outlive a control plane
+that is killed: the next one adopts them from the stored pid and start time, or finds a start
+cut short by its ready file's path on their command line.
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ipaddress
-import json
 import logging
 import os
 import shutil
@@ -56,6 +55,9 @@ from control_plane.sandboxes.provider import (
 from control_plane.sandboxes.spawn import filled_pipe, spawn
 from control_plane.sandboxes.template import Template, TemplateError
 from core import namespaces, processes
+from launch.env import LaunchEnv
+from launch.ready import MAX_BYTES as READY_BYTES
+from launch.ready import Ready
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -82,7 +84,7 @@ PORT = 8000
 
 def ready_marker(root_dir: Path) -> bytes:
     """The environment entry that marks a sandbox's processes (found again after a restart)."""
-    return f"AGENT_SERVER_READY_FILE={root_dir / READY_FILE}".encode()
+    return LaunchEnv(ready_file=str(root_dir / READY_FILE)).entries()[0].encode()
 
 
 def child_env(launch: Launch, isolation: Isolation | None = None,
@@ -91,16 +93,16 @@ def child_env(launch: Launch, isolation: Isolation | None = None,
     core's child environment withholds them; the sandbox's own go on top. Its keys are not
     among them: they come over the pipe on its stdin. `own_network`: the server listens on
     its namespace's addresses at a fixed port, not on a port of this host's loopback."""
-    return processes.child_env({
-        "AGENT_SERVER_KEYS_FD": "0",
-        "AGENT_SERVER_HOST": "0.0.0.0" if own_network else "127.0.0.1",
-        "AGENT_SERVER_PORT": str(PORT) if own_network else "0",
-        "AGENT_SERVER_STATE_DIR": str(launch.root_dir / "state"),
-        "AGENT_SERVER_WORKING_DIR": PROJECT_DIR if isolation else str(launch.workspace),
-        "AGENT_SERVER_READY_FILE": str(launch.root_dir / READY_FILE),
-        "AGENT_SERVER_WEBHOOK_URL": launch.webhook_url,
-        "AGENT_SERVER_LOG_LEVEL": "warning",
-    }, isolation.env(launch.root_dir) if isolation else {})
+    return processes.child_env(LaunchEnv(
+        keys_fd=0,
+        host="0.0.0.0" if own_network else "127.0.0.1",
+        port=PORT if own_network else 0,
+        state_dir=str(launch.root_dir / "state"),
+        working_dir=PROJECT_DIR if isolation else str(launch.workspace),
+        ready_file=str(launch.root_dir / READY_FILE),
+        webhook_url=launch.webhook_url,
+        log_level="warning",
+    ).environment(), isolation.env(launch.root_dir) if isolation else {})
 
 
 class ProcessProvider(SandboxProvider):
@@ -322,8 +324,8 @@ class ProcessProvider(SandboxProvider):
         finally:
             loop.remove_reader(said)
         try:
-            return int(json.loads(os.read(said, 4096))["port"])
-        except (OSError, ValueError, KeyError, TypeError):
+            return Ready.decode(os.read(said, READY_BYTES)).port
+        except (OSError, ValueError):
             raise ProviderError(f"the agent server exited before it was ready: {_tail(log)}"
                                 ) from None
 
@@ -333,11 +335,11 @@ class ProcessProvider(SandboxProvider):
             if (status := self._reap(pid)) is not None:
                 raise ProviderError(f"the agent server exited with status {status}: {_tail(log)}")
             try:
-                data = json.loads(ready.read_text())
+                said = Ready.read(ready)
                 # Isolated, the server knows its pid in its own namespace only.
-                if data.get("pid") == pid or self.isolation is not None:
-                    return int(data["port"])
-            except (OSError, ValueError, KeyError, TypeError):
+                if said.pid == pid or self.isolation is not None:
+                    return said.port
+            except (OSError, ValueError):
                 pass
             await asyncio.sleep(0.01)
         raise ProviderError(f"the agent server did not start within {self.start_timeout:g} s")
@@ -360,8 +362,8 @@ class ProcessProvider(SandboxProvider):
         found = processes.with_argument(marker)
         leaders = [p.pid for p in found if p.pid == p.pgid]
         try:
-            port = int(json.loads((launch.root_dir / READY_FILE).read_text())["port"])
-        except (OSError, ValueError, KeyError, TypeError):
+            port = Ready.read(launch.root_dir / READY_FILE).port
+        except (OSError, ValueError):
             port = 0
         started = processes.start_time(leaders[0]) if port and len(leaders) == 1 else None
         host: str | None = Handle.host

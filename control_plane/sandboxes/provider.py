@@ -10,7 +10,6 @@ from __future__ import annotations
 import abc
 import asyncio
 import enum
-import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -21,6 +20,7 @@ import httpx
 from control_plane.models import DiskUsage
 from control_plane.network.fence import Refusals
 from control_plane.network.policy import OPEN, NetworkPolicy
+from launch.keys import Keys
 
 
 class ProviderError(Exception):
@@ -150,17 +150,16 @@ class Launch:
         return self.root_dir / "workspace"
 
     def keys(self) -> bytes:
-        """What the agent server reads from the pipe AGENT_SERVER_KEYS_FD names (a JSON object
-        of variables): its keys reach it there, never through an environment, argv or file a
+        """What the agent server reads from the pipe its launch environment names
+        (`launch.keys`): its keys reach it there, never through an environment, argv or file a
         process of the sandbox could read (agent_server.secrecy)."""
-        keys = {"SESSION_API_KEY": self.session_api_key}
-        if self.webhook_secret:
-            keys["AGENT_SERVER_WEBHOOK_SECRET"] = self.webhook_secret
-            keys["AGENT_SERVER_WEBHOOK_SENDER"] = self.sandbox_id
-        if self.network_url and self.token:
-            keys["AGENT_SERVER_NETWORK_URL"] = self.network_url
-            keys["AGENT_SERVER_NETWORK_TOKEN"] = self.token
-        return json.dumps(keys).encode()
+        signed = bool(self.webhook_secret)
+        reached = bool(self.network_url and self.token)
+        return Keys(session_api_key=self.session_api_key,
+                    webhook_secret=self.webhook_secret if signed else None,
+                    webhook_sender=self.sandbox_id if signed else None,
+                    network_url=self.network_url if reached else None,
+                    network_token=self.token if reached else None).encode()
 
 
 class SandboxProvider(abc.ABC):

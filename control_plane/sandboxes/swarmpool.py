@@ -1,10 +1,11 @@
 """The Swarm provider's warm pool (`pool.WarmPool`): parked one-replica services.
 
 Nobody holds a Swarm task's stdin, so a parked service's Docker secret holds a one-time claim
-token instead of keys, and its server (`python -m agent_server.warm --claim LIFELINE`) takes
-one authenticated `POST /claim` on its published port, carrying the keys, before it serves
-there. The token exists in the managers' Raft log (encrypted, as every secret), in the task's
-root-only secret file and in this control plane's memory; it opens nothing but that one claim.
+token instead of keys, and its server (`python -m agent_server.warm --claim LIFELINE`) takes one
+authenticated `POST /claim` on its published port, carrying the keys, before it serves there
+(`launch.claim`: the secret and the request, the parked server's side too). The token exists in
+the managers' Raft log (encrypted, as every secret), in the task's root-only secret file and in
+this control plane's memory; it opens nothing but that one claim.
 
 A parked service is named and labelled as its sandbox will be (services cannot be renamed),
 plus `agent-server.parked`; the claim takes that label off first, so a service without it is a
@@ -16,7 +17,6 @@ one belongs to a live control plane, which pings it).
 
 from __future__ import annotations
 
-import json
 import logging
 import secrets
 from pathlib import Path
@@ -31,6 +31,7 @@ from control_plane.sandboxes.nodejobs import ENDED, Node, api
 from control_plane.sandboxes.pool import Engine, Parked, WarmPool
 from control_plane.sandboxes.provider import Handle, Launch, ProviderError
 from control_plane.sandboxes.swarmspec import CLAIMED, WARM_SERVER, published, update
+from launch import claim
 
 logger = logging.getLogger(__name__)
 
@@ -77,7 +78,7 @@ class SwarmPool(WarmPool):
                         session_api_key="", webhook_url=self.webhook_url)
         service_id = await self.provider.run(
             lambda client: self.provider.start_service(
-                client, launch, secret=json.dumps({"claim": token}).encode(),
+                client, launch, secret=claim.secret(token),
                 server=f"{WARM_SERVER} {self.lifeline:g}", parked=True))
         parked = Parked(sandbox_id, service_id, token)
         try:
@@ -106,7 +107,7 @@ class SwarmPool(WarmPool):
 
     async def _ping(self, handle: Handle) -> bool:
         try:
-            answer = await self._http.get(self.provider.url(handle) + "/parked")
+            answer = await self._http.get(self.provider.url(handle) + claim.PARKED)
             return answer.status_code == 204
         except httpx.HTTPError:
             return False
@@ -123,9 +124,8 @@ class SwarmPool(WarmPool):
         await self.provider.run(unpark)
         try:
             answer = await self._http.post(
-                self.provider.url(parked.handle) + "/claim", content=keys,
-                headers={"Authorization": f"Bearer {parked.hold}",
-                         "Content-Type": "application/json"})
+                self.provider.url(parked.handle) + claim.CLAIM, content=keys,
+                headers=claim.headers(parked.hold))
         except httpx.HTTPError as exc:
             raise ProviderError(f"its claim failed: {exc}") from None
         if answer.status_code != 204:

@@ -3,13 +3,14 @@ back from its JSON (tasks, nodes, the pin of a paused service). Kept apart from 
 provider reads as its lifecycle: these are the shapes it sends and parses.
 
 The sandbox's task:
-- gets its session key in a Docker secret of its own (encrypted in the managers' Raft log,
-  never in the service's spec), mounted for root only (0400). Its entrypoint starts as root
-  under tini, opens the secret on a descriptor and execs the agent server through `setpriv`
-  as the image's user (uid 1000) with no capabilities, an empty bounding set and no_new_privs,
-  the descriptor named by AGENT_SERVER_KEYS_FD: the agent server reads it and closes it, and
-  nothing it starts can open the file, gain root through a setuid program, or read the key
-  from an environment (`agent_server.secrecy`). tini stays as root with nothing of the key;
+- gets its session key in a Docker secret of its own (encrypted in the managers' Raft log, never
+  in the service's spec), mounted for root only (0400). Its entrypoint starts as root under
+  tini, opens the secret on a descriptor and execs the agent server through `setpriv` as the
+  image's user (uid 1000) with no capabilities, an empty bounding set and no_new_privs, the
+  descriptor its launch environment names (`launch.env`): the agent server reads it and closes
+  it (`launch.keys`), and nothing it starts can open the file, gain root through a setuid
+  program, or read the key from an environment (`agent_server.secrecy`). tini stays as root with
+  nothing of the key;
 - runs with a read-only root, tmpfs /tmp and home, every capability dropped but the five the
   entrypoint's root step uses, the memory, CPU and process limits of the settings, and the
   reservations and placement constraints of the settings (a sandbox no node can take ends its

@@ -311,7 +311,7 @@ async def test_a_server_that_dies_mid_prompt_ends_the_prompt_with_an_error(
 
 
 def test_the_command_refuses_a_configuration_without_a_key(tmp_path: Path) -> None:
-    done = subprocess.run([sys.executable, "-m", "agent_server", "acp", "--agent-server",
+    done = subprocess.run([sys.executable, "-m", "cli", "acp", "--agent-server",
                            "http://127.0.0.1:1"], capture_output=True, text=True, timeout=60,
                           env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)}, cwd=tmp_path)
     assert done.returncode == 2 and done.stdout == ""

@@ -207,15 +207,15 @@ CAPABILITIES = ClientCapabilities(fs=FileSystemCapabilities(read_text_file=True,
 @contextlib.asynccontextmanager
 async def editor_process(env: dict[str, str], cwd: Path, *args: str,
                          log: Path | None = None) -> AsyncIterator[ScriptedEditor]:
-    """`python -m agent_server acp` spawned with `env` (over a clean environment), in `cwd`;
-    its stderr to `log` (else cwd's parent / bridge.log)."""
+    """`python -m cli acp` (the `agent-server acp` command) spawned with `env` (over a clean
+    environment), in `cwd`; its stderr to `log` (else cwd's parent / bridge.log)."""
     editor = ScriptedEditor(cwd)
     log_path = log or cwd.parent / "bridge.log"
     base = {k: v for k, v in os.environ.items()
             if k in ("PATH", "HOME", "LANG", "TMPDIR", "SSL_CERT_FILE", "NO_PROXY", "no_proxy")}
     with open(log_path, "ab") as stderr:
         async with acp.spawn_agent_process(
-                editor, sys.executable, "-m", "agent_server", "acp", *args,
+                editor, sys.executable, "-m", "cli", "acp", *args,
                 env={**base, "PYTHONPATH": str(ROOT), **env}, cwd=cwd,
                 transport_kwargs={"stderr": stderr.fileno()},
                 observers=[editor.observe]) as (conn, process):
