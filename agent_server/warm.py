@@ -1,5 +1,5 @@
 """`python -m agent_server.warm [--claim LIFELINE] [agent-server flags]`: a warm pool's parked
-server (control_plane/sandboxes/pool.py, swarmpool.py).
+server (control_plane/providers/pool.py, swarm/pool.py).
 
 It loads what a start and a first model call need (`template.preload`), then is `agent-server`
 with the same flags. The start it is claimed for pays for none of the imports.

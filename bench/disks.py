@@ -22,7 +22,7 @@ from pathlib import Path
 from pydantic import ByteSize, TypeAdapter
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from control_plane.sandboxes.disks import Disks  # noqa: E402
+from control_plane.providers.process.disks import Disks  # noqa: E402
 
 
 def main() -> None:

@@ -15,7 +15,7 @@ split request -> READY into:
 - alive_to_ready: the control plane noticing /alive, then the conversation created in the
   sandbox and the task's stages stored.
 
-With `--warm-pool N` the control plane keeps N containers parked (control_plane/sandboxes/pool.py):
+With `--warm-pool N` the control plane keeps N containers parked (control_plane/providers/pool.py):
 before each start the pool is full again and its servers idle (done loading), and a start is
 request -> READY alone (its container was made and started before the request).
 
@@ -43,8 +43,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.control_plane import post_start, wait_ready  # noqa: E402
-from control_plane.sandboxes.containers import LABEL_PLANE, PORT_NUMBER, plane_label  # noqa: E402
-from control_plane.sandboxes.dockerpool import PREFIX  # noqa: E402
+from control_plane.providers.containers import LABEL_PLANE, PORT_NUMBER, plane_label  # noqa: E402
+from control_plane.providers.docker.pool import PREFIX  # noqa: E402
 from tests.control_plane.support import ControlPlane, configure_llm, make_config  # noqa: E402
 from tests.support import docker as docker_support  # noqa: E402
 from tests.support.llm import ScriptedLLM  # noqa: E402

@@ -38,8 +38,8 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from control_plane.sandboxes import cgroups  # noqa: E402
-from control_plane.sandboxes.containers import LABEL_PLANE, LABEL_SANDBOX, plane_label  # noqa: E402
+from control_plane.providers.containers import LABEL_PLANE, LABEL_SANDBOX, plane_label  # noqa: E402
+from control_plane.providers.process import cgroups  # noqa: E402
 from tests.control_plane.support import ControlPlane, make_config, template_socket  # noqa: E402
 from tests.support import docker as docker_support  # noqa: E402
 from tests.support.wait import wait_for  # noqa: E402

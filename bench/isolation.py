@@ -25,10 +25,10 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from control_plane.config import Config  # noqa: E402
-from control_plane.sandboxes import cgroups  # noqa: E402
-from control_plane.sandboxes.isolation import Command, choose  # noqa: E402
+from control_plane.providers.process import cgroups  # noqa: E402
+from control_plane.providers.process.isolation import Command, choose  # noqa: E402
+from control_plane.providers.process.spawn import spawn, wait  # noqa: E402
 from control_plane.sandboxes.provider import DEFAULT_LIMITS  # noqa: E402
-from control_plane.sandboxes.spawn import spawn, wait  # noqa: E402
 from tests.control_plane.support import (  # noqa: E402
     ControlPlane,
     configure_llm,

@@ -27,7 +27,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from control_plane import start_tasks  # noqa: E402
 from control_plane.agent_client import AgentClient  # noqa: E402
-from control_plane.sandboxes import process, service, template  # noqa: E402
+from control_plane.providers.process import provider as process  # noqa: E402
+from control_plane.providers.process import template  # noqa: E402
+from control_plane.sandboxes import service  # noqa: E402
 from control_plane.store import tasks  # noqa: E402
 from tests.control_plane.support import ControlPlane, configure_llm, make_config  # noqa: E402
 from tests.support.llm import ScriptedLLM, call  # noqa: E402

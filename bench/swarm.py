@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.control_plane import docker_starts, post_start, wait_ready  # noqa: E402
 from control_plane.config import Config  # noqa: E402
-from control_plane.sandboxes.containers import (  # noqa: E402
+from control_plane.providers.containers import (  # noqa: E402
     LABEL_PLANE,
     LABEL_SANDBOX,
     name_of,

@@ -31,9 +31,9 @@ from control_plane.api import (
 from control_plane.api.io import LifespanState
 from control_plane.config import Config
 from control_plane.console import SecurityHeaders, static_files
+from control_plane.providers.process.isolation import IsolationUnavailable
 from control_plane.relay import Bell
 from control_plane.sandbox_side import SandboxSide, Side
-from control_plane.sandboxes.isolation import IsolationUnavailable
 from control_plane.sandboxes.provider import SandboxProvider
 from control_plane.services import Services
 from control_plane.storage_errors import on_storage

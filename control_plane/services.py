@@ -28,20 +28,20 @@ from control_plane.network.fence import Fence
 from control_plane.network.links import Links
 from control_plane.network.policy import NetworkPolicy
 from control_plane.network.rules import Segment
+from control_plane.providers.docker.network import DockerNetwork
+from control_plane.providers.process import cgroups, gvisor
+from control_plane.providers.process.disks import Disks
+from control_plane.providers.process.isolation import Isolation, IsolationUnavailable, choose
+from control_plane.providers.process.provider import SPEC, ProcessProvider
+from control_plane.providers.process.template import Template
 from control_plane.relay import Bell
 from control_plane.runs import Runs
-from control_plane.sandboxes import cgroups, gvisor
-from control_plane.sandboxes.disks import Disks
-from control_plane.sandboxes.dockernet import DockerNetwork
 from control_plane.sandboxes.drift import Drift
 from control_plane.sandboxes.egress import SandboxEgress
 from control_plane.sandboxes.fences import NodeFences
-from control_plane.sandboxes.isolation import Isolation, IsolationUnavailable, choose
-from control_plane.sandboxes.process import SPEC, ProcessProvider
 from control_plane.sandboxes.provider import Limits, SandboxProvider
 from control_plane.sandboxes.rows import SandboxRows
 from control_plane.sandboxes.service import SandboxService
-from control_plane.sandboxes.template import Template
 from control_plane.settings import SettingsService
 from control_plane.start_tasks import StartTaskService
 from control_plane.store import Database
@@ -51,7 +51,7 @@ from core.net import is_loopback
 from core.retry import Clock
 
 if TYPE_CHECKING:  # (the Docker SDK is loaded with a container provider only)
-    from control_plane.sandboxes.swarmfence import SwarmFence
+    from control_plane.providers.swarm.fence import SwarmFence
 
 
 logger = logging.getLogger(__name__)
@@ -129,8 +129,8 @@ def docker_boundary(config: Config, db: Database) -> DockerNetwork | None:
 def swarm_fence(config: Config, fences: NodeFences) -> SwarmFence:
     """The Swarm nodes' fences as `config` has them (the provider's, and `control-plane
     node-fence`'s for an operator's node)."""
-    from control_plane.sandboxes.containers import plane_label
-    from control_plane.sandboxes.swarmfence import SwarmFence
+    from control_plane.providers.containers import plane_label
+    from control_plane.providers.swarm.fence import SwarmFence
     return SwarmFence(fences, image=config.sandbox_image, plane=plane_label(config.db_url),
                       control_plane_url=config.base_url, network=config.swarm_network,
                       constraints=config.swarm_constraints,
@@ -143,10 +143,10 @@ def build_provider(config: Config, db: Database,
     """The provider `sandbox_provider` names (the Docker SDK is loaded only when one of its two
     is chosen)."""
     if config.sandbox_provider in ("docker", "swarm"):
-        from control_plane.sandboxes.containers import plane_label
+        from control_plane.providers.containers import plane_label
         archives, plane = config.state_dir / "archives", plane_label(config.db_url)
         if config.sandbox_provider == "swarm":
-            from control_plane.sandboxes.swarm import SwarmProvider
+            from control_plane.providers.swarm.provider import SwarmProvider
             fence = None if fences is None else swarm_fence(config, fences)
             return SwarmProvider(archives, image=config.sandbox_image, plane=plane, fence=fence,
                                  docker_url=config.docker_url, network=config.swarm_network,
@@ -158,7 +158,7 @@ def build_provider(config: Config, db: Database,
                                  stop_grace=config.sandbox_stop_grace,
                                  node_socket=config.swarm_node_docker_socket,
                                  warm_pool=config.warm_pool, webhook_url=config.webhook_base)
-        from control_plane.sandboxes.docker import DockerProvider
+        from control_plane.providers.docker.provider import DockerProvider
         return DockerProvider(archives, image=config.sandbox_image, plane=plane,
                               docker_url=config.docker_url, network=config.docker_network,
                               limits=limits(config), start_timeout=config.sandbox_start_timeout,

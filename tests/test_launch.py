@@ -15,8 +15,10 @@ import pytest
 
 from agent_server.config import ENV_PREFIX, Config, from_env
 from agent_server.secrecy import receive_keys
-from control_plane.sandboxes import containers, isolation, process
-from control_plane.sandboxes.isolation import READY_FILE
+from control_plane.providers import containers
+from control_plane.providers.process import isolation
+from control_plane.providers.process import provider as process
+from control_plane.providers.process.isolation import READY_FILE
 from control_plane.sandboxes.provider import Launch
 from launch import claim
 from launch import keys as launch_keys

@@ -46,14 +46,14 @@ LEAF_THIRD_PARTY = {"core": {"pydantic", "ulid"}, "launch": {"pydantic"}}
 MAX_LINES = 450
 #: Modules allowed over it for now, with the reason.
 LONG: dict[str, str] = {
-    "control_plane/sandboxes/process.py": "a provider whole; the network boundary added its "
+    "control_plane/providers/process/provider.py": "a provider whole; the network boundary added its "
     "namespace to the start and the end; issue 38 (T2) gives each provider a wing of its own "
     "(start, signals and the end apart)",
-    "control_plane/sandboxes/docker.py": "a provider whole; the network boundary added its "
+    "control_plane/providers/docker/provider.py": "a provider whole; the network boundary added its "
     "admission and policy changes; issue 38 (T2) moves it into a wing (the archive apart)",
     "control_plane/sandboxes/service.py": "rows and provider moves under a guard; issue 38 "
     "(T2) carves the start machinery into starts.py, as the design review found",
-    "control_plane/sandboxes/swarm.py": "a provider whole; the network boundary added its nodes' "
+    "control_plane/providers/swarm/provider.py": "a provider whole; the network boundary added its nodes' "
     "fences; issue 38 (T2) splits the spec from the calls on the manager, as the review found",
 }
 #: Inside agent_server, what a layer never imports (the layers above it).
@@ -193,7 +193,7 @@ def test_the_seccomp_filter_is_built_in_one_place() -> None:
                    if isinstance(node, ast.Import | ast.ImportFrom)
                    and any((alias.name if isinstance(node, ast.Import) else node.module or "")
                            .split(".")[0] == "pyseccomp" for alias in node.names))
-    assert users == ["control_plane.sandboxes.seccomp"]
+    assert users == ["control_plane.providers.process.seccomp"]
 
 
 def test_the_agent_servers_layers_point_down() -> None:
@@ -308,3 +308,46 @@ def test_sandbox_rows_are_reached_through_the_sandbox_domain() -> None:
     assert readers == set(SANDBOX_ROW_READERS)
     # The start's background walk and the routes find sandboxes through the service.
     assert "control_plane.store.sandboxes" not in graph()["control_plane.start_tasks"]
+
+
+#: The kinds of sandbox, each a wing of `control_plane.providers`; what the container kinds
+#: share (`containers`, `pool`) stands beside them.
+KINDS = ("process", "docker", "swarm")
+
+
+def test_no_provider_imports_another_kind() -> None:
+    """Each kind is read alone: its modules import the seam, the shared container helpers and
+    their own wing, never another kind's."""
+    wrong = sorted(f"{module} -> {target}" for module, targets in graph().items()
+                   for kind in KINDS if module.startswith(f"control_plane.providers.{kind}")
+                   for target in targets
+                   if any(target.startswith(f"control_plane.providers.{other}")
+                          for other in KINDS if other != kind))
+    assert wrong == []
+    # The container kinds share helpers; the process kind needs none of them.
+    assert not [t for m, ts in graph().items() if m.startswith("control_plane.providers.process")
+                for t in ts if t.startswith(("control_plane.providers.containers",
+                                             "control_plane.providers.pool"))]
+
+
+def test_the_sandbox_domain_knows_only_the_seam() -> None:
+    """`control_plane.sandboxes` (the service, rows, drift, notices, capacity, fences, egress)
+    never imports a provider kind; only the composition root picks one."""
+    wrong = sorted(f"{module} -> {target}" for module, targets in graph().items()
+                   if module.startswith("control_plane.")
+                   and not module.startswith(("control_plane.providers", "control_plane.services",
+                                              "control_plane.app", "control_plane.__main__"))
+                   for target in targets if target.startswith("control_plane.providers"))
+    assert wrong == []
+
+
+def test_only_the_providers_speak_to_docker() -> None:
+    users = sorted(name for name, path in modules().items()
+                   for node in ast.walk(ast.parse(path.read_text(), str(path)))
+                   if isinstance(node, ast.Import | ast.ImportFrom)
+                   and not (isinstance(node, ast.ImportFrom) and node.level)
+                   and any((alias.name if isinstance(node, ast.Import) else node.module or "")
+                           .split(".")[0] == "docker" for alias in node.names))
+    assert users and all(u.startswith(("control_plane.providers.containers",
+                                       "control_plane.providers.docker",
+                                       "control_plane.providers.swarm")) for u in users), users

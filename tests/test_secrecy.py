@@ -18,8 +18,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from control_plane.sandboxes.isolation import Bubblewrap
-from control_plane.sandboxes.spawn import spawn, wait
+from control_plane.providers.process.isolation import Bubblewrap
+from control_plane.providers.process.spawn import spawn, wait
 from tests.support.wait import wait_for
 
 pytestmark = pytest.mark.e2e

@@ -28,7 +28,7 @@ import uvicorn
 from control_plane.__main__ import create_key
 from control_plane.app import Server, build_app
 from control_plane.config import Config
-from control_plane.sandboxes import gvisor
+from control_plane.providers.process import gvisor
 from core import namespaces, processes
 from core.retry import Clock
 from tests.support.internet import Internet, forget_docker_network

@@ -24,7 +24,7 @@ import httpx
 import pytest
 from docker.models.containers import Container
 
-from control_plane.sandboxes.docker import (
+from control_plane.providers.docker.provider import (
     HOST_ALIAS,
     LABEL_PLANE,
     LABEL_SANDBOX,

@@ -32,9 +32,9 @@ import pytest
 from pydantic import ValidationError
 
 from control_plane.config import Config, from_env
-from control_plane.sandboxes import gvisor
-from control_plane.sandboxes.isolation import IsolationUnavailable, choose
-from control_plane.sandboxes.spawn import spawn, wait
+from control_plane.providers.process import gvisor
+from control_plane.providers.process.isolation import IsolationUnavailable, choose
+from control_plane.providers.process.spawn import spawn, wait
 from core import processes
 from tests.control_plane.support import (
     ControlPlane,
@@ -357,7 +357,7 @@ def test_a_crashed_template_takes_no_sandbox_down(tmp_path: Path, llm: ScriptedL
 def test_an_unisolated_host_serves_one_user_unless_shared(tmp_path: Path, llm: ScriptedLLM,
                                                          key: str,
                                                          caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.WARNING, logger="control_plane.sandboxes.isolation")
+    caplog.set_level(logging.WARNING, logger="control_plane.providers.process.isolation")
     plane = ControlPlane(make_config(tmp_path / "cp", sandbox_isolation="off")).start()
     try:
         said = [r.getMessage() for r in caplog.records if r.name.endswith("isolation")]
@@ -417,7 +417,7 @@ def test_required_isolation_that_cannot_be_had_refuses_to_start(
     uids = Config().sandbox_uids
     with pytest.raises(IsolationUnavailable, match="bubblewrap is not installed"):
         choose("bubblewrap", hidden=[], uids=uids)
-    caplog.set_level(logging.INFO, logger="control_plane.sandboxes.isolation")
+    caplog.set_level(logging.INFO, logger="control_plane.providers.process.isolation")
     assert choose("auto", hidden=[], uids=uids) is None
     [line] = [r.getMessage() for r in caplog.records]
     assert "NOT isolated (bubblewrap is not installed" in line and "SHARED_HOST" in line

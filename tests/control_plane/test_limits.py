@@ -20,7 +20,7 @@ import pytest
 from pydantic import ValidationError
 
 from agent_server.template import Fork
-from control_plane.sandboxes import cgroups
+from control_plane.providers.process import cgroups
 from core import processes
 from tests.control_plane.support import (
     ControlPlane,

@@ -93,7 +93,7 @@ def targets(hosts: dict[str, Listener], neighbour: Tenant | None = None, *,
 
 
 def container_address(plane: ControlPlane, sandbox_id: str) -> str:
-    from control_plane.sandboxes.containers import name_of
+    from control_plane.providers.containers import name_of
     from tests.support import docker as docker_support
     with contextlib.closing(docker_support.client()) as engine:
         networks = engine.containers.get(name_of(sandbox_id)).attrs["NetworkSettings"]["Networks"]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from control_plane.sandboxes.process import ProcessProvider
+from control_plane.providers.process.provider import ProcessProvider
 from control_plane.services import Services
 from tests.control_plane.support import make_config
 

@@ -27,9 +27,9 @@ import pytest
 
 from control_plane.__main__ import node_fence
 from control_plane.config import Config
-from control_plane.sandboxes.containers import LABEL_PLANE, LABEL_SANDBOX, name_of, plane_label
-from control_plane.sandboxes.swarmfence import LABEL_FENCE
-from control_plane.sandboxes.swarmspec import KEYS_FILE, ROOT_CAPS
+from control_plane.providers.containers import LABEL_PLANE, LABEL_SANDBOX, name_of, plane_label
+from control_plane.providers.swarm.fence import LABEL_FENCE
+from control_plane.providers.swarm.spec import KEYS_FILE, ROOT_CAPS
 from tests.control_plane.planes import PlaneProcess
 from tests.control_plane.postgres import PostgresServer
 from tests.control_plane.support import (
@@ -547,7 +547,7 @@ def test_a_task_that_dies_and_a_worker_that_goes(tmp_path: Path, swarm: Cluster,
 PARKED_HOLDER = """
 import asyncio, sys
 from pathlib import Path
-from control_plane.sandboxes.swarm import SwarmProvider
+from control_plane.providers.swarm.provider import SwarmProvider
 
 async def main() -> None:
     provider = SwarmProvider(Path(sys.argv[1]), image=sys.argv[2], plane=sys.argv[3],
@@ -574,9 +574,9 @@ async def test_a_parked_service_is_claimed_once_with_its_token_and_ends_with_its
     import subprocess
     import sys
 
+    from control_plane.providers.swarm.pool import LABEL_PARKED
+    from control_plane.providers.swarm.provider import SwarmProvider
     from control_plane.sandboxes.provider import Launch
-    from control_plane.sandboxes.swarm import SwarmProvider
-    from control_plane.sandboxes.swarmpool import LABEL_PARKED
 
     plane = f"pool-{uuid.uuid4().hex[:8]}"
     constraint = f"node.hostname=={swarm.worker_hostname}"

@@ -1,4 +1,4 @@
-"""The Docker provider's warm pool (control_plane/sandboxes/pool.py) for real: parked
+"""The Docker provider's warm pool (control_plane/providers/pool.py) for real: parked
 containers are each handed to one sandbox with that sandbox's key alone, refilled, never
 shared; they hold no key while they wait; and they end with the control plane that parked
 them, whatever ends it (SIGKILL included), the next one removing what is left. The isolation
@@ -17,10 +17,10 @@ import httpx
 import pytest
 from docker.models.containers import Container
 
-from control_plane.sandboxes.containers import LABEL_PLANE, name_of, plane_label
-from control_plane.sandboxes.docker import DockerProvider
-from control_plane.sandboxes.dockerpool import PREFIX
-from control_plane.sandboxes.pool import WarmPool
+from control_plane.providers.containers import LABEL_PLANE, name_of, plane_label
+from control_plane.providers.docker.pool import PREFIX
+from control_plane.providers.docker.provider import DockerProvider
+from control_plane.providers.pool import WarmPool
 from control_plane.sandboxes.provider import Launch
 from tests.control_plane.planes import PlaneProcess
 from tests.control_plane.support import configure_llm, wait_task

@@ -361,10 +361,10 @@ def _build(c: docker.DockerClient, **kwargs: object) -> None:
 # -- warm pools -----------------------------------------------------------------------------
 
 def parked(c: docker.DockerClient, plane: str) -> dict[str, str]:
-    """A deployment's parked containers (control_plane/sandboxes/dockerpool.py): sandbox id ->
+    """A deployment's parked containers (control_plane/providers/docker/pool.py): sandbox id ->
     state, in one call (a container the SDK's `list` names may be gone when it inspects it)."""
-    from control_plane.sandboxes.containers import LABEL_PLANE
-    from control_plane.sandboxes.dockerpool import PREFIX
+    from control_plane.providers.containers import LABEL_PLANE
+    from control_plane.providers.docker.pool import PREFIX
 
     found = c.api.containers(all=True, filters={"label": f"{LABEL_PLANE}={plane}"})
     names = {str(f["Names"][0]).lstrip("/"): str(f["State"]) for f in found}

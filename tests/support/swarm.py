@@ -68,10 +68,10 @@ class Cluster:
         return found
 
     def parked(self, plane: str) -> list[str]:
-        """The deployment's parked services (control_plane/sandboxes/swarmpool.py) whose
+        """The deployment's parked services (control_plane/providers/swarm/pool.py) whose
         server answers as parked on the worker: loaded and waiting for a claim."""
-        from control_plane.sandboxes.containers import LABEL_PLANE
-        from control_plane.sandboxes.swarmpool import LABEL_PARKED
+        from control_plane.providers.containers import LABEL_PLANE
+        from control_plane.providers.swarm.pool import LABEL_PARKED
 
         found = []
         for service in self.services(f"{LABEL_PLANE}={plane}"):

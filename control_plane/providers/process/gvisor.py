@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-from control_plane.sandboxes.isolation import (
+from control_plane.providers.process.isolation import (
     ACCOUNT_FILES,
     HOME,
     PROJECT,

@@ -53,7 +53,7 @@ from docker.models.containers import Container
 from control_plane.network.fence import Refusals
 from control_plane.network.host import NetworkError
 from control_plane.network.policy import NetworkPolicy
-from control_plane.sandboxes.containers import (
+from control_plane.providers.containers import (
     HOME,
     LABEL_PLANE,
     LABEL_SANDBOX,
@@ -72,8 +72,8 @@ from control_plane.sandboxes.containers import (
     name_of,
     plane_label,
 )
-from control_plane.sandboxes.dockernet import DockerNetwork, address_of
-from control_plane.sandboxes.dockerpool import DockerPool
+from control_plane.providers.docker.network import DockerNetwork, address_of
+from control_plane.providers.docker.pool import DockerPool
 from control_plane.sandboxes.provider import (
     DEFAULT_LIMITS,
     Handle,
@@ -150,9 +150,9 @@ class DockerProvider(ContainerProvider):
                  warm_pool: int = 0, webhook_url: str | None = None,
                  transport: httpx.AsyncBaseTransport | None = None,
                  fence: DockerNetwork | None = None, runtime: str | None = None) -> None:
-        """`warm_pool`: containers kept started for new sandboxes (`dockerpool`), given the
+        """`warm_pool`: containers kept started for new sandboxes (`docker.pool`), given the
         `webhook_url` every sandbox of this control plane gets. `fence`: the network
-        boundary its containers are held to (`dockernet`; None: Docker's network alone).
+        boundary its containers are held to (`docker.network`; None: Docker's network alone).
         `runtime`: the daemon's OCI runtime for its containers (runsc: gVisor), or its
         default."""
         super().__init__(archive_dir, image=image, plane=plane, docker_url=docker_url,

@@ -41,9 +41,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar, Literal
 
-from control_plane.sandboxes import seccomp
+from control_plane.providers.process import seccomp
+from control_plane.providers.process.spawn import spawn, wait
 from control_plane.sandboxes.provider import DEFAULT_LIMITS, Limits, ProviderError
-from control_plane.sandboxes.spawn import spawn, wait
 
 logger = logging.getLogger(__name__)
 

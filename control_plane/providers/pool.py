@@ -20,7 +20,7 @@ keys, which no parked sandbox holds.
 - **Refilled in the background**, one at a time. One that cannot be parked is logged and tried
   again after BACKOFF; a start never waits for the pool.
 
-Docker's is `dockerpool.DockerPool`, Swarm's `swarmpool.SwarmPool`.
+Docker's is `docker.pool.DockerPool`, Swarm's `swarm.pool.SwarmPool`.
 """
 
 from __future__ import annotations

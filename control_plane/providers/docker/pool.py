@@ -15,8 +15,8 @@ import docker
 import docker.errors
 from docker.models.containers import Container
 
-from control_plane.sandboxes.containers import LABEL_PLANE, close_attach, hand_over, name_of
-from control_plane.sandboxes.pool import Engine, Parked, WarmPool
+from control_plane.providers.containers import LABEL_PLANE, close_attach, hand_over, name_of
+from control_plane.providers.pool import Engine, Parked, WarmPool
 from control_plane.sandboxes.provider import ProviderError
 
 PREFIX = "agent-pool-"

@@ -38,9 +38,11 @@ from control_plane.network.fence import Refusals
 from control_plane.network.host import NetworkError
 from control_plane.network.links import veth_of
 from control_plane.network.policy import NetworkPolicy
-from control_plane.sandboxes import cgroups
-from control_plane.sandboxes.disks import DiskError, Disks
-from control_plane.sandboxes.isolation import HOME, READY_FILE, Command, Isolation
+from control_plane.providers.process import cgroups
+from control_plane.providers.process.disks import DiskError, Disks
+from control_plane.providers.process.isolation import HOME, READY_FILE, Command, Isolation
+from control_plane.providers.process.spawn import filled_pipe, spawn
+from control_plane.providers.process.template import Template, TemplateError
 from control_plane.sandboxes.provider import (
     DEFAULT_LIMITS,
     PROJECT_DIR,
@@ -52,8 +54,6 @@ from control_plane.sandboxes.provider import (
     SandboxProvider,
     SandboxSpec,
 )
-from control_plane.sandboxes.spawn import filled_pipe, spawn
-from control_plane.sandboxes.template import Template, TemplateError
 from core import namespaces, processes
 from launch.env import LaunchEnv
 from launch.ready import MAX_BYTES as READY_BYTES

@@ -27,7 +27,7 @@ import docker
 import docker.errors
 import docker.types
 
-from control_plane.sandboxes.containers import (
+from control_plane.providers.containers import (
     HOME,
     PORT_NUMBER,
     STATE_DIR,
@@ -37,7 +37,7 @@ from control_plane.sandboxes.containers import (
     environment,
     name_of,
 )
-from control_plane.sandboxes.nodejobs import NO_CHECK, Node, api, host_port
+from control_plane.providers.swarm.nodejobs import NO_CHECK, Node, api, host_port
 from control_plane.sandboxes.provider import Launch, Limits, ProviderError, SandboxSpec
 
 SPEC = SandboxSpec(id="swarm", description="a one-replica service of the sandbox image on a "

@@ -16,10 +16,10 @@ A sandbox's service:
 - runs on its node's default bridge (`Config.swarm_network`), whose daemon keeps containers
   apart (`"icc": false` on every node that takes sandboxes, README);
 - gets its session key in a Docker secret, runs hardened with the limits, reservations and
-  placement constraints of the settings (`swarmspec`: its spec); a warm pool's (`swarmpool`)
+  placement constraints of the settings (`spec`: its spec); a warm pool's (`pool`)
   is made in advance and gets its keys over its port when a start claims it;
 - is RUNNING once `/alive` answers on its node's address (on gVisor, and once its node's fence
-  holds it and says it runs on runsc: `swarmfence`).
+  holds it and says it runs on runsc: `fence`).
 
 Swarm cannot freeze a service, so a pause stops it: the service is scaled to 0, pinned to its
 node (`node.id==`) with its published port fixed; its volume stays on the node. The agent server
@@ -47,21 +47,11 @@ import httpx
 
 from control_plane.network.fence import Refusals
 from control_plane.network.policy import NetworkPolicy
-from control_plane.sandboxes.containers import ContainerProvider, name_of
-from control_plane.sandboxes.nodejobs import ENDED, Jobs, Node, api, describe, host_port
-from control_plane.sandboxes.provider import (
-    DEFAULT_LIMITS,
-    Handle,
-    Health,
-    Launch,
-    Limits,
-    Liveness,
-    ProviderError,
-    Refused,
-)
-from control_plane.sandboxes.swarmfence import SwarmFence
-from control_plane.sandboxes.swarmpool import LABEL_PARKED, LIFELINE, SwarmPool
-from control_plane.sandboxes.swarmspec import (
+from control_plane.providers.containers import ContainerProvider, name_of
+from control_plane.providers.swarm.fence import SwarmFence
+from control_plane.providers.swarm.nodejobs import ENDED, Jobs, Node, api, describe, host_port
+from control_plane.providers.swarm.pool import LABEL_PARKED, LIFELINE, SwarmPool
+from control_plane.providers.swarm.spec import (
     NODE_AWAY,
     PORT_TAKEN,
     SPEC,
@@ -82,6 +72,16 @@ from control_plane.sandboxes.swarmspec import (
     unparked,
     update,
 )
+from control_plane.sandboxes.provider import (
+    DEFAULT_LIMITS,
+    Handle,
+    Health,
+    Launch,
+    Limits,
+    Liveness,
+    ProviderError,
+    Refused,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -97,8 +97,8 @@ class SwarmProvider(ContainerProvider):
                  warm_pool: int = 0, webhook_url: str | None = None, lifeline: float = LIFELINE,
                  transport: httpx.AsyncBaseTransport | None = None,
                  fence: SwarmFence | None = None) -> None:
-        """`warm_pool`: services parked for new sandboxes (`swarmpool`), `lifeline` theirs;
-        `fence`: the nodes' network boundary (`swarmfence`; None: the nodes' bridges alone)."""
+        """`warm_pool`: services parked for new sandboxes (`pool`), `lifeline` theirs;
+        `fence`: the nodes' network boundary (`fence`; None: the nodes' bridges alone)."""
         super().__init__(archive_dir, image=image, plane=plane, docker_url=docker_url,
                          limits=limits, start_timeout=start_timeout, stop_grace=stop_grace,
                          transport=transport)

@@ -24,7 +24,7 @@ import docker
 import docker.errors
 import httpx
 
-from control_plane.sandboxes.pool import WarmPool
+from control_plane.providers.pool import WarmPool
 from control_plane.sandboxes.provider import (
     PROJECT_DIR,
     Launch,

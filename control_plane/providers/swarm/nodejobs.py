@@ -33,7 +33,7 @@ import docker.errors
 import docker.types
 import httpx
 
-from control_plane.sandboxes.containers import PORT_NUMBER, VOLUME_DIR, WORKSPACE
+from control_plane.providers.containers import PORT_NUMBER, VOLUME_DIR, WORKSPACE
 from control_plane.sandboxes.provider import ProviderError
 
 LABEL_JOB = "agent-server.job"

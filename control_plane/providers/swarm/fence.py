@@ -36,9 +36,9 @@ import docker.types
 
 from control_plane.network.fence import Refusals
 from control_plane.network.policy import NetworkPolicy
-from control_plane.sandboxes.containers import LABEL_PLANE
+from control_plane.providers.containers import LABEL_PLANE
+from control_plane.providers.swarm.nodejobs import NO_CHECK, api
 from control_plane.sandboxes.fences import NodeFences
-from control_plane.sandboxes.nodejobs import NO_CHECK, api
 from control_plane.sandboxes.provider import Handle, ProviderError
 
 LABEL_FENCE = "agent-server.fence"
