@@ -351,3 +351,11 @@ def test_only_the_providers_speak_to_docker() -> None:
     assert users and all(u.startswith(("control_plane.providers.containers",
                                        "control_plane.providers.docker",
                                        "control_plane.providers.swarm")) for u in users), users
+
+
+def test_a_swarm_service_spec_is_built_apart_from_the_calls_that_send_it() -> None:
+    """`providers.swarm.spec` builds and parses the JSON (pure: no client, no call); the calls
+    on the manager are `providers.swarm.manager`'s."""
+    source = (ROOT / "control_plane/providers/swarm/spec.py").read_text()
+    assert "DockerClient" not in source and "docker.errors" not in source
+    assert "control_plane.providers.swarm.manager" not in graph()["control_plane.providers.swarm.spec"]

@@ -8,7 +8,8 @@
                    the keys on a held stdin
       pool.py      the warm pool both container kinds park started sandboxes in
       docker/      a sandbox as a container of one Docker engine (provider, pool, network)
-      swarm/       a sandbox as a Swarm service (provider, spec, pool, fence, nodejobs)
+      swarm/       a sandbox as a Swarm service (provider, spec, manager, pool, fence,
+                   nodejobs)
 
 No wing imports another kind's (`tests/test_layers.py`); the sandbox domain
 (`control_plane.sandboxes`) knows only the seam, and the composition root

@@ -28,8 +28,9 @@ import httpx
 
 from control_plane.providers.containers import LABEL_PLANE, LABEL_SANDBOX, VOLUME_DIR, name_of
 from control_plane.providers.pool import Engine, Parked, WarmPool
+from control_plane.providers.swarm.manager import update
 from control_plane.providers.swarm.nodejobs import ENDED, Node, api
-from control_plane.providers.swarm.spec import CLAIMED, WARM_SERVER, published, update
+from control_plane.providers.swarm.spec import CLAIMED, WARM_SERVER, published
 from control_plane.sandboxes.provider import Handle, Launch, ProviderError
 from launch import claim
 
@@ -114,7 +115,7 @@ class SwarmPool(WarmPool):
 
     async def _hand_over(self, parked: Parked, keys: bytes) -> str:
         """The parked label off, the keys in a secret of their own (its next task, after a
-        pause, starts from them: `spec.unparked`), then the claim."""
+        pause, starts from them: `manager.unparked`), then the claim."""
         assert parked.handle is not None
         labels = self.provider.labels(parked.sandbox_id)
 

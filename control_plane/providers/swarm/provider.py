@@ -49,6 +49,7 @@ from control_plane.network.fence import Refusals
 from control_plane.network.policy import NetworkPolicy
 from control_plane.providers.containers import ContainerProvider, name_of
 from control_plane.providers.swarm.fence import SwarmFence
+from control_plane.providers.swarm.manager import check_network, service_logs, unparked, update
 from control_plane.providers.swarm.nodejobs import ENDED, Jobs, Node, api, describe, host_port
 from control_plane.providers.swarm.pool import LABEL_PARKED, LIFELINE, SwarmPool
 from control_plane.providers.swarm.spec import (
@@ -56,7 +57,6 @@ from control_plane.providers.swarm.spec import (
     PORT_TAKEN,
     SPEC,
     UNPLACED,
-    check_network,
     newest,
     node_of,
     pin,
@@ -67,10 +67,7 @@ from control_plane.providers.swarm.spec import (
     restart,
     scale,
     service_key,
-    service_logs,
     task_template,
-    unparked,
-    update,
 )
 from control_plane.sandboxes.provider import (
     DEFAULT_LIMITS,

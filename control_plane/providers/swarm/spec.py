@@ -1,6 +1,7 @@
 """A Swarm sandbox's service as the manager's Engine API takes it, and what the provider reads
-back from its JSON (tasks, nodes, the pin of a paused service). Kept apart from `swarm` so the
-provider reads as its lifecycle: these are the shapes it sends and parses.
+back from its JSON (tasks, nodes, the pin of a paused service): pure, no call on a manager
+(those are `manager`'s), so the provider reads as its lifecycle and these as the shapes it
+sends and parses.
 
 The sandbox's task:
 - gets its session key in a Docker secret of its own (encrypted in the managers' Raft log, never
@@ -24,7 +25,6 @@ from collections.abc import Callable
 from typing import Any
 
 import docker
-import docker.errors
 import docker.types
 
 from control_plane.providers.containers import (
@@ -37,8 +37,8 @@ from control_plane.providers.containers import (
     environment,
     name_of,
 )
-from control_plane.providers.swarm.nodejobs import NO_CHECK, Node, api, host_port
-from control_plane.sandboxes.provider import Launch, Limits, ProviderError, SandboxSpec
+from control_plane.providers.swarm.nodejobs import NO_CHECK, Node, host_port
+from control_plane.sandboxes.provider import Launch, Limits, SandboxSpec
 
 SPEC = SandboxSpec(id="swarm", description="a one-replica service of the sandbox image on a "
                    "Docker Swarm cluster, as an unprivileged user with a read-only root and limits, "
@@ -149,27 +149,6 @@ WARM_SERVER = "python -m agent_server.warm --claim"
 CLAIMED = "-keys-claimed"
 
 
-def unparked(client: docker.DockerClient, service: dict[str, Any]
-             ) -> Callable[[dict[str, Any]], None]:
-    """For a service claimed from a warm pool: a change giving it a cold start's task (the
-    server's own command, its keys' secret, made at the claim), to apply while its task stops
-    (a pause), so that its next one starts as any sandbox's does. Others: no change."""
-    spec = service["Spec"]
-    if WARM_SERVER not in " ".join(spec["TaskTemplate"]["ContainerSpec"]["Command"]):
-        return lambda _: None
-    name = spec["Name"] + CLAIMED
-    found = [s for s in api(client).secrets(filters={"name": name}) if s["Spec"]["Name"] == name]
-    if not found:
-        raise ProviderError("the keys of this claimed sandbox are missing: it cannot resume")
-
-    def change(spec: dict[str, Any]) -> None:
-        container = spec["TaskTemplate"]["ContainerSpec"]
-        container["Command"] = ["tini", "--", "sh", "-c", entrypoint()]
-        for reference in container.get("Secrets") or []:
-            reference["SecretID"], reference["SecretName"] = found[0]["ID"], name
-    return change
-
-
 def pin(spec: dict[str, Any], node_id: str) -> None:
     placement = spec["TaskTemplate"].setdefault("Placement", {})
     constraints = [c for c in placement.get("Constraints") or []
@@ -194,63 +173,3 @@ def publish(port: int | None) -> Callable[[dict[str, Any]], None]:
     def change(spec: dict[str, Any]) -> None:
         spec["EndpointSpec"] = host_port(port)
     return change
-
-
-def update(client: docker.DockerClient, service_id: str,
-            change: Callable[[dict[str, Any]], None], attempts: int = 5) -> None:
-    """Apply `change` to the service's spec; again on a newer version when another writer
-    came first (the manager refuses an update of an old version)."""
-    for attempt in range(attempts):
-        current = api(client).inspect_service(service_id)
-        spec: dict[str, Any] = current["Spec"]
-        before = repr(spec)
-        change(spec)
-        if repr(spec) == before:
-            return
-        try:
-            api(client).update_service(
-                service_id, current["Version"]["Index"], task_template=spec["TaskTemplate"],
-                name=spec["Name"], labels=spec.get("Labels"), mode=spec["Mode"],
-                endpoint_spec=spec.get("EndpointSpec"))
-            return
-        except docker.errors.APIError as exc:
-            if "out of sequence" not in str(exc) or attempt == attempts - 1:
-                raise
-
-
-def service_logs(client: docker.DockerClient, service_id: str) -> str:
-    try:
-        raw = b"".join(api(client).service_logs(service_id, stdout=True, stderr=True, tail="40"))
-    except docker.errors.DockerException:
-        return "(no log)"
-    return raw[-2000:].decode(errors="replace").strip() or "(no log)"
-
-
-def check_network(client: docker.DockerClient, network: str) -> None:
-    """`bridge` (the default) is each node's own default bridge, on which its daemon keeps
-    sandboxes apart (`"icc": false`, README); the manager cannot see the nodes' daemons, so
-    that is the operator's. Any other network must be a swarm-scoped bridge made from a
-    config-only network with inter-container traffic off; refused (with the commands that make
-    it) otherwise. (Docker 20.10 rejects tasks on such a network on a node that rebooted,
-    "network ... exists", until its network state is cleared: hence the default.)"""
-    if network == "bridge":
-        return
-    how = (f"make it once: `docker network create --config-only -o "
-           f"com.docker.network.bridge.enable_icc=false {network}-config` on every node, "
-           f"then `docker network create -d bridge --scope swarm --config-from "
-           f"{network}-config {network}` on a manager (or set "
-           "CONTROL_PLANE_SWARM_NETWORK)")
-    try:
-        found = client.networks.get(network).attrs
-    except docker.errors.NotFound:
-        raise ProviderError(f"the swarm network {network!r} is missing: {how}") from None
-    config = (found.get("ConfigFrom") or {}).get("Network")
-    if found.get("Driver") != "bridge" or found.get("Scope") != "swarm" or not config:
-        raise ProviderError(f"the network {network!r} is not a swarm-scoped bridge made "
-                            f"from a config-only network, so sandboxes could reach each other: {how}")
-    try:
-        options = client.networks.get(config).attrs.get("Options") or {}
-    except docker.errors.NotFound:
-        return  # the manager runs no sandboxes: each node's own config says
-    if options.get("com.docker.network.bridge.enable_icc") != "false":
-        raise ProviderError(f"the config network {config!r} lets containers reach each other: {how}")
