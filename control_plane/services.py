@@ -261,7 +261,8 @@ class Services:
                               deletion_seconds=config.deletion_seconds,
                               interval=config.reconcile_interval)
         deltas = DeltaHub(db, sandboxes)
-        gateway = Gateway(db, cipher, settings, config, lambda: sandboxes.control_plane_url)
+        gateway = Gateway(db, cipher, settings, config, lambda: sandboxes.control_plane_url,
+                          host_loopback=provider.host_loopback)
         return cls(config=config, db=db, accounts=Accounts(db), cipher=cipher, provider=provider,
                    sandboxes=sandboxes, agents=agents, settings=settings, tasks=tasks,
                    conversations=records,

@@ -359,3 +359,13 @@ def test_a_swarm_service_spec_is_built_apart_from_the_calls_that_send_it() -> No
     source = (ROOT / "control_plane/providers/swarm/spec.py").read_text()
     assert "DockerClient" not in source and "docker.errors" not in source
     assert "control_plane.providers.swarm.manager" not in graph()["control_plane.providers.swarm.spec"]
+
+
+def test_the_control_plane_branches_on_its_provider_in_one_place() -> None:
+    """Which kind of sandbox there is matters to the configuration's checks and to the
+    composition root that builds the provider; everything else asks the provider (the seam's
+    attributes, such as `host_loopback`)."""
+    branching = sorted(name for name, path in modules().items()
+                       if name.startswith("control_plane")
+                       and "sandbox_provider ==" in path.read_text())
+    assert branching == ["control_plane.config", "control_plane.services"]

@@ -52,7 +52,7 @@ async def check(request: Request) -> Response:
         changes["llm_api_key"] = key.get_secret_value() if key else None
     settings = dataclasses.replace(settings, **changes)
     answer = await llm.ask(settings, "Reply with the word OK.", max_tokens=5,
-                           loopback=services(request).config.sandbox_provider == "process")
+                           loopback=services(request).provider.host_loopback)
     return reply(LLMCheckResult(ok=answer.ok, detail=answer.text, model=settings.llm_model))
 
 
@@ -74,7 +74,7 @@ async def generate_title(request: Request) -> Response:
     if not message.strip():
         raise Conflict("the conversation has no message yet")
     made = await llm.title(settings, message,
-                           loopback=svc.config.sandbox_provider == "process")
+                           loopback=svc.provider.host_loopback)
     if made is None:
         raise Conflict("the model gave no title (see the LLM settings' test connection)")
     updated = await svc.conversations.update(row, {"title": made})

@@ -75,16 +75,17 @@ class Gateway:
     """Forwards sandboxes' model calls (`forward`) and reports what they used (`report`)."""
 
     def __init__(self, db: Database, cipher: Cipher, settings: SettingsService, config: Config,
-                 control_plane_url: Callable[[], str],
+                 control_plane_url: Callable[[], str], *, host_loopback: bool = False,
                  transport: httpx.AsyncBaseTransport | None = None) -> None:
         """`control_plane_url`: this control plane as sandboxes reach it (asked each time: the
-        sandbox service knows it); `transport`: the upstream's (httpx's own, over the
-        network, unless given: the seam of outbound HTTP)."""
+        sandbox service knows it); `host_loopback`: this machine's loopback is an upstream a
+        user may name (the provider's, `SandboxProvider.host_loopback`); `transport`: the
+        upstream's (httpx's own, over the network, unless given: the seam of outbound HTTP)."""
         self.db, self.cipher, self.settings, self.config = db, cipher, settings, config
         self.control_plane_url = control_plane_url
         self.limits = Limits(db, config)
         self.sandbox_rows = SandboxRows(db)
-        self.targets = upstream.Targets(loopback=config.sandbox_provider == "process")
+        self.targets = upstream.Targets(loopback=host_loopback)
         self.forwarder = Forwarder(transport)
         self._recording: set[asyncio.Task[None]] = set()
         self._checked: dict[str, tuple[float, SandboxRow, UserSettings]] = {}

@@ -166,6 +166,11 @@ class SandboxProvider(abc.ABC):
     single_tenant: bool = False
     """Its sandboxes could read each other's files and this control plane's state (no
     isolation here): sandboxes are for one user only, the first to have had one."""
+    host_loopback: bool = False
+    """Its sandboxes run on this machine, where its loopback is a user's to name as an LLM's
+    address (a model server beside the control plane): the control plane may call it for
+    them (`control_plane.llm.refused_target`). A container's or a node's loopback is not this
+    machine's, so only the process kind says True."""
 
     def __init__(self, *, start_timeout: float,
                  transport: httpx.AsyncBaseTransport | None = None) -> None:

@@ -106,6 +106,8 @@ def child_env(launch: Launch, isolation: Isolation | None = None,
 
 
 class ProcessProvider(SandboxProvider):
+    host_loopback = True  # its sandboxes are this machine's processes
+
     def __init__(self, archive_dir: Path, *, isolation: Isolation | None = None,
                  template: Template | None = None, shared_host: bool = False, start_timeout: float = 60.0, stop_grace: float = 5.0,
                  transport: httpx.AsyncBaseTransport | None = None,
