@@ -369,3 +369,12 @@ def test_the_control_plane_branches_on_its_provider_in_one_place() -> None:
                        if name.startswith("control_plane")
                        and "sandbox_provider ==" in path.read_text())
     assert branching == ["control_plane.config", "control_plane.services"]
+
+
+def test_every_kind_waits_for_a_sandbox_with_the_one_loop() -> None:
+    """A sandbox coming up is waited for by `sandboxes.provider.until_up` (a kind gives its
+    probe), not by a loop of each kind's own: every wing uses it."""
+    for kind in KINDS:
+        wing = [path for name, path in modules().items()
+                if name.startswith(f"control_plane.providers.{kind}")]
+        assert any("until_up(" in path.read_text() for path in wing), kind

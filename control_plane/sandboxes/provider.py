@@ -11,9 +11,10 @@ import abc
 import asyncio
 import enum
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import httpx
 
@@ -162,6 +163,25 @@ class Launch:
                     network_token=self.token if reached else None).encode()
 
 
+T = TypeVar("T")
+
+
+async def until_up(look: Callable[[], Awaitable[T | None]], *, within: float, interval: float,
+                   late: str | Callable[[], str]) -> T:
+    """The one wait of every kind for a sandbox coming up: `look()` (a platform probe and
+    /alive, in the kind's order) until it gives something, every `interval` seconds;
+    ProviderError with `late` (or what `late()` says then) once `within` seconds have passed.
+    A look that finds the sandbox failed raises its own ProviderError, which ends the wait."""
+    deadline = time.monotonic() + within
+    while True:
+        found = await look()
+        if found is not None:
+            return found
+        if time.monotonic() > deadline:
+            raise ProviderError(late if isinstance(late, str) else late())
+        await asyncio.sleep(interval)
+
+
 class SandboxProvider(abc.ABC):
     single_tenant: bool = False
     """Its sandboxes could read each other's files and this control plane's state (no
@@ -189,11 +209,13 @@ class SandboxProvider(abc.ABC):
                           still_there: Callable[[], bool] = lambda: True) -> None:
         """Returns once its agent server answers; ProviderError(`failure`) when it does not
         within the start timeout or `still_there()` says it is gone."""
-        deadline = time.monotonic() + self.start_timeout
-        while not await self.alive(handle):
-            if time.monotonic() > deadline or not still_there():
+        async def look() -> bool | None:
+            if await self.alive(handle):
+                return True
+            if not still_there():
                 raise ProviderError(failure)
-            await asyncio.sleep(0.02)
+            return None
+        await until_up(look, within=self.start_timeout, interval=0.02, late=failure)
 
     @abc.abstractmethod
     def specs(self) -> list[SandboxSpec]:

@@ -41,7 +41,14 @@ def signed_in(browser: Browser, plane: ControlPlane, api_key: str) -> tuple[Page
     failed: list[str] = []
     page.on("requestfailed", lambda request: failed.append(f"{request.url}: {request.failure}"))
     page.on("response", lambda r: failed.append(f"{r.url}: {r.status}") if r.status >= 400 else None)
-    page.goto(plane.url + "/")
+    for _ in range(3):
+        failed.clear()
+        page.goto(plane.url + "/")  # its modules loaded (or failed) once it returns
+        # Chromium drops what is in flight when this host's interfaces change (other tests
+        # make namespaces, bridges and containers): the page is loaded again, as a person
+        # would reload it.
+        if not any("ERR_NETWORK_CHANGED" in failure for failure in failed):
+            break
     form = page.get_by_label("Account key")
     try:  # the console's modules load and run: seconds on a loaded machine
         form.wait_for(timeout=60_000)

@@ -82,6 +82,7 @@ from control_plane.sandboxes.provider import (
     Liveness,
     ProviderError,
     SandboxSpec,
+    until_up,
 )
 
 logger = logging.getLogger(__name__)
@@ -317,10 +318,11 @@ class DockerProvider(ContainerProvider):
         ends first or the time is up. /alive is asked every ALIVE_INTERVAL, Docker only every
         STATE_INTERVAL: an inspection costs the daemon more than a refused connection costs
         anyone, and a start is over the moment the server answers."""
-        deadline = time.monotonic() + timeout
         handle: Handle | None = None
         look_at = 0.0
-        while time.monotonic() < deadline:
+
+        async def look() -> Handle | None:
+            nonlocal handle, look_at
             if handle is not None and await self.alive(handle):
                 return handle
             if handle is None or time.monotonic() >= look_at:
@@ -332,9 +334,11 @@ class DockerProvider(ContainerProvider):
                 look_at = time.monotonic() + STATE_INTERVAL
                 if handle is None and state["Status"] == "running":
                     handle = await self.run(_handle, sandbox_id, container_id)
-                    continue
-            await anyio.sleep(ALIVE_INTERVAL)
-        raise ProviderError(f"the agent server did not answer /alive within {self.start_timeout:g} s")
+                    return await look()  # asked at once, not an interval later
+            return None
+        return await until_up(look, within=timeout, interval=ALIVE_INTERVAL,
+                              late=f"the agent server did not answer /alive within "
+                                   f"{self.start_timeout:g} s")
 
     # -- adoption, health ---------------------------------------------------------------------
 

@@ -53,6 +53,7 @@ from control_plane.sandboxes.provider import (
     ProviderError,
     SandboxProvider,
     SandboxSpec,
+    until_up,
 )
 from core import namespaces, processes
 from launch.env import LaunchEnv
@@ -297,15 +298,13 @@ class ProcessProvider(SandboxProvider):
     async def _made(self, pid: int, log: Path) -> int:
         """bubblewrap's pid 1 once the sandbox is made (its mounts are ready before pid 1
         starts the holder)."""
-        deadline = time.monotonic() + self.start_timeout
-        while time.monotonic() < deadline:
+        async def look() -> int | None:
             if (status := self._reap(pid)) is not None:
                 raise ProviderError(f"bubblewrap exited with status {status}: {_tail(log)}")
-            for inner in processes.children(pid):
-                if processes.children(inner):
-                    return inner
-            await asyncio.sleep(0.005)
-        raise ProviderError(f"the sandbox was not made within {self.start_timeout:g} s")
+            return next((inner for inner in processes.children(pid)
+                         if processes.children(inner)), None)
+        return await until_up(look, within=self.start_timeout, interval=0.005,
+                              late=f"the sandbox was not made within {self.start_timeout:g} s")
 
     async def _said_ready(self, said: int, log: Path) -> int:
         """The port a forked server listens on, once it says so on its ready pipe (no
@@ -332,29 +331,25 @@ class ProcessProvider(SandboxProvider):
                                 ) from None
 
     async def _wait_ready(self, pid: int, ready: Path, log: Path) -> int:
-        deadline = time.monotonic() + self.start_timeout
-        while time.monotonic() < deadline:
+        async def look() -> int | None:
             if (status := self._reap(pid)) is not None:
                 raise ProviderError(f"the agent server exited with status {status}: {_tail(log)}")
             try:
                 said = Ready.read(ready)
-                # Isolated, the server knows its pid in its own namespace only.
-                if said.pid == pid or self.isolation is not None:
-                    return said.port
             except (OSError, ValueError):
-                pass
-            await asyncio.sleep(0.01)
-        raise ProviderError(f"the agent server did not start within {self.start_timeout:g} s")
+                return None
+            # Isolated, the server knows its pid in its own namespace only.
+            return said.port if said.pid == pid or self.isolation is not None else None
+        return await until_up(look, within=self.start_timeout, interval=0.01,
+                              late=f"the agent server did not start within {self.start_timeout:g} s")
 
     async def _wait_alive(self, pid: int, handle: Handle) -> None:
-        deadline = time.monotonic() + self.start_timeout
-        while time.monotonic() < deadline:
+        async def look() -> bool | None:
             if (status := self._reap(pid)) is not None:
                 raise ProviderError(f"the agent server exited with status {status}")
-            if await self.alive(handle):
-                return
-            await asyncio.sleep(0.02)
-        raise ProviderError(f"the agent server did not answer /alive within {self.start_timeout:g} s")
+            return True if await self.alive(handle) else None
+        await until_up(look, within=self.start_timeout, interval=0.02,
+                       late=f"the agent server did not answer /alive within {self.start_timeout:g} s")
 
     async def recover(self, launch: Launch) -> Handle | None:
         """The child of a start that was cut short: its handle once it is up; a child still

@@ -31,7 +31,7 @@ from control_plane.providers.pool import Engine, Parked, WarmPool
 from control_plane.providers.swarm.manager import update
 from control_plane.providers.swarm.nodejobs import ENDED, Node, api
 from control_plane.providers.swarm.spec import CLAIMED, WARM_SERVER, published
-from control_plane.sandboxes.provider import Handle, Launch, ProviderError
+from control_plane.sandboxes.provider import Handle, Launch, ProviderError, until_up
 from launch import claim
 
 logger = logging.getLogger(__name__)
@@ -91,20 +91,19 @@ class SwarmPool(WarmPool):
         return parked
 
     async def _until_parked(self, service_id: str, sandbox_id: str) -> Handle:
-        with anyio.move_on_after(self.provider.placement_timeout + self.provider.start_timeout):
-            while True:
-                task, node = await self.provider.run(self.provider.current, service_id,
-                                                     frozenset())
-                if task is not None and task["Status"]["State"] in ENDED:
-                    raise ProviderError(f"its task ended: {task['Status'].get('Err') or ''}")
-                port = None if task is None else published(task)
-                if node is not None and port is not None:
-                    handle = Handle(sandbox_id=sandbox_id, pid=0, pid_start_time=0, port=port,
-                                    host=node.address)
-                    if await self._ping(handle):
-                        return handle
-                await anyio.sleep(0.1)
-        raise ProviderError("it did not answer as parked in time")
+        async def look() -> Handle | None:
+            task, node = await self.provider.run(self.provider.current, service_id, frozenset())
+            if task is not None and task["Status"]["State"] in ENDED:
+                raise ProviderError(f"its task ended: {task['Status'].get('Err') or ''}")
+            port = None if task is None else published(task)
+            if node is None or port is None:
+                return None
+            handle = Handle(sandbox_id=sandbox_id, pid=0, pid_start_time=0, port=port,
+                            host=node.address)
+            return handle if await self._ping(handle) else None
+        return await until_up(look, within=self.provider.placement_timeout
+                              + self.provider.start_timeout, interval=0.1,
+                              late="it did not answer as parked in time")
 
     async def _ping(self, handle: Handle) -> bool:
         try:

@@ -78,6 +78,7 @@ from control_plane.sandboxes.provider import (
     Liveness,
     ProviderError,
     Refused,
+    until_up,
 )
 
 logger = logging.getLogger(__name__)
@@ -213,37 +214,37 @@ class SwarmProvider(ContainerProvider):
         `placement` seconds, when the task ends, or when the start timeout is up. `earlier`:
         the ids of tasks that ended before (a paused sandbox's), not the one waited for."""
         began = time.monotonic()
-        deadline = began + placement + self.start_timeout
-        handle: Handle | None = None
-        while True:
+        state = "new"
+
+        async def look() -> Handle | None:
+            nonlocal state
             task, node = await self.run(self.current, service_id, earlier)
             state = "new" if task is None else str(task["Status"]["State"])
-            now = time.monotonic()
             if task is not None and state in ENDED:
                 logs = await self.run(service_logs, service_id)
                 raise ProviderError(f"the agent server's task ended ({describe(task)}): {logs}")
-            if state in UNPLACED and now > began + placement:
+            if state in UNPLACED and time.monotonic() > began + placement:
                 reason = (task or {}).get("Status", {}).get("Err") or "no node took it"
                 raise ProviderError(f"no node can take the sandbox within {placement:g} s: "
                                     f"{reason} (placement constraints {list(self.constraints)}, "
                                     f"reservations {self.cpu_reservation:g} CPUs, "
                                     f"{self.memory_reservation} bytes)")
-            if task is not None and state == "running" and node is not None:
-                port = published(task)
-                if port is None:
-                    raise ProviderError("the agent server's port was not published")
-                handle = Handle(sandbox_id=sandbox_id,
-                                pid=int(task["Status"].get("ContainerStatus", {}).get("PID") or 0),
-                                pid_start_time=service_key(service_id), port=port,
-                                host=node.address)
-                if await self.alive(handle):
-                    if self.fence is not None:  # on gVisor: on runsc, its node's fence says
-                        await self.fence.check_runtime(sandbox_id)
-                    return handle
-            if now > deadline:
-                raise ProviderError(f"the agent server did not answer /alive within "
-                                    f"{self.start_timeout:g} s (its task is {state})")
-            await anyio.sleep(0.1)
+            if task is None or state != "running" or node is None:
+                return None
+            port = published(task)
+            if port is None:
+                raise ProviderError("the agent server's port was not published")
+            handle = Handle(sandbox_id=sandbox_id,
+                            pid=int(task["Status"].get("ContainerStatus", {}).get("PID") or 0),
+                            pid_start_time=service_key(service_id), port=port, host=node.address)
+            if not await self.alive(handle):
+                return None
+            if self.fence is not None:  # on gVisor: on runsc, its node's fence says
+                await self.fence.check_runtime(sandbox_id)
+            return handle
+        return await until_up(look, within=placement + self.start_timeout, interval=0.1,
+                              late=lambda: f"the agent server did not answer /alive within "
+                                           f"{self.start_timeout:g} s (its task is {state})")
 
     def current(self, client: docker.DockerClient, service_id: str,
                  earlier: frozenset[str]) -> tuple[dict[str, Any] | None, Node | None]:
