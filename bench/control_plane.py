@@ -133,14 +133,20 @@ def ingest(plane: ControlPlane, llm: ScriptedLLM, total: int, posters: int = 4) 
             async def poster(cid: str, offset: int) -> None:
                 for start in range(offset, offset + total // posters, 100):
                     r = await http.post(f"/api/v1/webhooks/events/{cid}", json=batch(start))
+                    while r.status_code == 429:  # the intake's bound: sent again, as the
+                        waited[0] += 1  # agent server does, after its Retry-After
+                        await asyncio.sleep(float(r.headers.get("retry-after", "1")))
+                        r = await http.post(f"/api/v1/webhooks/events/{cid}", json=batch(start))
                     r.raise_for_status()
             began = time.monotonic()
             await asyncio.gather(*(poster(t["app_conversation_id"], i * total // posters)
                                    for i, t in enumerate(tasks)))
             return time.monotonic() - began
 
+    waited = [0]
     elapsed = asyncio.run(run())
-    return {"events": total, "seconds": round(elapsed, 3), "events_per_s": round(total / elapsed)}
+    return {"events": total, "seconds": round(elapsed, 3), "events_per_s": round(total / elapsed),
+            "told_to_wait": waited[0]}
 
 
 def search(plane: ControlPlane, n: int) -> dict[str, float]:
