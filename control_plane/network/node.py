@@ -31,6 +31,7 @@ import ipaddress
 import json
 import logging
 import os
+import signal
 import socket
 from dataclasses import dataclass
 from typing import Any
@@ -222,7 +223,23 @@ def main() -> None:
     logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per request, twice a second
     if host.missing_tools():
         raise SystemExit(f"agent-fence: install {', '.join(host.missing_tools())}")
-    asyncio.run(NodeFence(Settings.from_env()).run())
+    asyncio.run(_serve(Settings.from_env()))
+
+
+async def _serve(settings: Settings) -> None:
+    """Until told to stop: SIGTERM (a removed or replaced fence service) ends it at once.
+    As pid 1 of its container it would otherwise ignore the signal and go on answering its
+    sandboxes' names from what it last knew until Docker kills it, beside the fence that
+    replaces it on the same port. Its rules stay in the table for the next fence."""
+    work = asyncio.current_task()
+    assert work is not None
+    loop = asyncio.get_running_loop()
+    for stop in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(stop, work.cancel)
+    try:
+        await NodeFence(settings).run()
+    except asyncio.CancelledError:
+        logger.info("stopped; the table keeps its rules for the next fence")
 
 
 if __name__ == "__main__":

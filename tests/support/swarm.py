@@ -88,9 +88,18 @@ class Cluster:
 
     def remove_labelled(self, label: str) -> None:
         """Every service and secret carrying `label`, and the volumes on the worker."""
-        for service in self.services(label):
+        removed = [service["ID"] for service in self.services(label)]
+        for service_id in removed:
             with contextlib.suppress(docker.errors.NotFound):
-                self.manager.api.remove_service(service["ID"])
+                self.manager.api.remove_service(service_id)
+        # A removed service's tasks stop after the call returns: waited for, so that none (a
+        # node fence answering its old sandboxes' addresses, which Docker gives out again)
+        # outlives the test that made it.
+        for client in (self.worker, self.manager):
+            for service_id in removed:
+                wait_for(lambda c=client, s=service_id: not c.containers.list(
+                    all=True, filters={"label": f"com.docker.swarm.service.id={s}"}), 60,
+                    interval=0.2, what="a removed service's containers to end")
         for secret in self.manager.api.secrets(filters={"label": label}):
             with contextlib.suppress(docker.errors.APIError):
                 wait_for(lambda s=secret: _removed(self.manager, s["ID"]), 30, interval=0.2,
