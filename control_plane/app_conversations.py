@@ -163,7 +163,6 @@ class AppConversationService:
         self.sandboxes = sandboxes_
         self.agents = agents
 
-
     async def first_user_text(self, conversation_id: str) -> str:
         """The text of the first user message stored ("" before there is one)."""
         bodies, _ = await events.search(self.db, conversation_id,
@@ -174,6 +173,7 @@ class AppConversationService:
         except ValidationError:  # a row stored before events were checked on the way in
             return ""
         return text_of(event.llm_message.content) if isinstance(event, MessageEvent) else ""
+
     async def touch(self, row: ConversationRow) -> None:
         """A read through the application interface (events, the trajectory, the workspace) is
         activity: it moves the RUNNING sandbox's idle pause later (SPEC 3.1)."""

@@ -359,7 +359,8 @@ class StartTaskService:
         if row is None or row.user_id != user_id:
             raise NotFound(f"sandbox {sandbox_id} not found")
         ensure_usable(row.id, row.status, "conversations cannot be started in it")
-        if await self.sandboxes.rows.conversations_in(conn, row.id) >= self.cap:  # counted under the lock
+        # Counted under the lock.
+        if await self.sandboxes.rows.conversations_in(conn, row.id) >= self.cap:
             raise LimitReached(f"sandbox {row.id} holds {self.cap} conversations, its most: "
                                "start this one in another sandbox")
         return row

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
+from pydantic import Field
+
 from events.content import ImageContent, Strict, TextContent
 
 
@@ -21,7 +23,7 @@ class LLMTarget(Strict):
 
     model: str
     base_url: str | None = None
-    api_key: str | None = None
+    api_key: str | None = Field(default=None, repr=False)  # never in a log line
     stream: bool | None = None
     """True: streaming deltas on the conversation's socket."""
 
@@ -58,7 +60,7 @@ class CreateRequest(Strict):
     conversation_id: str
     agent: AgentRequest
     workspace: WorkspaceRequest
-    secrets: dict[str, str] = {}
+    secrets: dict[str, str] = Field(default={}, repr=False)
     title: str | None = None
     initial_message: InitialMessage | None = None
     repository: RepositoryRequest | None = None

@@ -67,8 +67,6 @@ def plane_label(db_url: str) -> str:
     return hashlib.sha256(db_url.encode()).hexdigest()[:16]
 
 
-
-
 def environment(webhook_url: str, keys_fd: int) -> dict[str, str]:
     """A sandbox's whole environment: the webhook, where its state and workspace are, and the
     descriptor its keys come on. Nothing of the control plane's own, and no key."""

@@ -40,7 +40,8 @@ def signed_in(browser: Browser, plane: ControlPlane, api_key: str) -> tuple[Page
     problems = watch(page)
     failed: list[str] = []
     page.on("requestfailed", lambda request: failed.append(f"{request.url}: {request.failure}"))
-    page.on("response", lambda r: failed.append(f"{r.url}: {r.status}") if r.status >= 400 else None)
+    page.on("response",
+            lambda r: failed.append(f"{r.url}: {r.status}") if r.status >= 400 else None)
     for _ in range(3):
         failed.clear()
         page.goto(plane.url + "/")  # its modules loaded (or failed) once it returns

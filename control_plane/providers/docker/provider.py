@@ -334,7 +334,7 @@ class DockerProvider(ContainerProvider):
                 look_at = time.monotonic() + STATE_INTERVAL
                 if handle is None and state["Status"] == "running":
                     handle = await self.run(_handle, sandbox_id, container_id)
-                    return await look()  # asked at once, not an interval later
+                    return handle if await self.alive(handle) else None  # asked at once
             return None
         return await until_up(look, within=timeout, interval=ALIVE_INTERVAL,
                               late=f"the agent server did not answer /alive within "
@@ -430,6 +430,7 @@ class DockerProvider(ContainerProvider):
         if self.fence is None:
             return False
         await self._fenced()
+
         def find(client: docker.DockerClient) -> ipaddress.IPv4Address | None:
             container = self._ours(client, handle)
             return address_of(container.attrs, self.network)
@@ -501,7 +502,6 @@ class DockerProvider(ContainerProvider):
                 helper.remove(force=True)
 
 
-
 # -- small blocking helpers (run through DockerProvider.run) ----------------------------------
 
 def _state(client: docker.DockerClient, container_id: str) -> dict[str, Any] | None:
@@ -551,4 +551,3 @@ def _wait_gone(client: docker.DockerClient, container_id: str, timeout: float) -
             return
         time.sleep(0.05)
     raise ProviderError(f"container {container_id[:12]} is still being removed after {timeout:g} s")
-

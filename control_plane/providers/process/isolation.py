@@ -225,7 +225,6 @@ class Bubblewrap(Isolation):
         return Command(args + list(argv), files, env)
 
 
-
 def choose(mode: Mode, *, hidden: Sequence[Path], uids: tuple[int, int],
            limits: Limits = DEFAULT_LIMITS) -> Isolation | None:
     """The isolation `mode` asks for, tried once here; said in one line at start.

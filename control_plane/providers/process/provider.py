@@ -340,16 +340,16 @@ class ProcessProvider(SandboxProvider):
                 return None
             # Isolated, the server knows its pid in its own namespace only.
             return said.port if said.pid == pid or self.isolation is not None else None
-        return await until_up(look, within=self.start_timeout, interval=0.01,
-                              late=f"the agent server did not start within {self.start_timeout:g} s")
+        late = f"the agent server did not start within {self.start_timeout:g} s"
+        return await until_up(look, within=self.start_timeout, interval=0.01, late=late)
 
     async def _wait_alive(self, pid: int, handle: Handle) -> None:
         async def look() -> bool | None:
             if (status := self._reap(pid)) is not None:
                 raise ProviderError(f"the agent server exited with status {status}")
             return True if await self.alive(handle) else None
-        await until_up(look, within=self.start_timeout, interval=0.02,
-                       late=f"the agent server did not answer /alive within {self.start_timeout:g} s")
+        late = f"the agent server did not answer /alive within {self.start_timeout:g} s"
+        await until_up(look, within=self.start_timeout, interval=0.02, late=late)
 
     async def recover(self, launch: Launch) -> Handle | None:
         """The child of a start that was cut short: its handle once it is up; a child still

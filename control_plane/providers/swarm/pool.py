@@ -157,4 +157,3 @@ class SwarmPool(WarmPool):
 
 def _unpark(spec: dict[str, Any]) -> None:
     spec.setdefault("Labels", {}).pop(LABEL_PARKED, None)
-

@@ -83,6 +83,7 @@ from control_plane.sandboxes.provider import (
 
 logger = logging.getLogger(__name__)
 
+
 class SwarmProvider(ContainerProvider):
     spec = SPEC
 

@@ -51,6 +51,8 @@ KEYS_FD = 3
 #: The entrypoint's root step (and tini, which signals the agent server): what they need,
 #: none of which the agent server has (setpriv drops them all).
 ROOT_CAPS = ["CAP_CHOWN", "CAP_KILL", "CAP_SETUID", "CAP_SETGID", "CAP_SETPCAP"]
+
+
 def entrypoint(server: str = "agent-server") -> str:
     """The task's shell command, `server` the agent server's command (a warm pool's:
     `python -m agent_server.warm --claim ...`)."""
