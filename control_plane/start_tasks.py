@@ -208,8 +208,17 @@ class StartTaskService:
         holder left on tasks it had finished are removed on the way."""
         await tasks.sweep_leases(self.db)
         taken = 0
-        for task in await tasks.orphans(self.db, self.leases.holder):
-            if task.id in self._running or not await self.leases.claim(TASK, task.id):
+        for found in await tasks.orphans(self.db, self.leases.holder):
+            if found.id in self._running or not await self.leases.claim(TASK, found.id):
+                continue
+            # Read again once held: this process's own job may have finished it (READY) and
+            # let it go while we looked, and working it again would fail it and remove the
+            # conversation it had just started.
+            if found.id in self._running:
+                continue
+            task = await tasks.get(self.db, found.id)
+            if task is None or task.status.finished:
+                await self.leases.release(TASK, found.id)
                 continue
             logger.info("taking over start task %s at %s", task.id, task.status.value)
             self._spawn(task)

@@ -43,6 +43,11 @@ async def get_many(db: Database, ids: list[str], user_id: str) -> dict[str, Task
         return {r.id: r for r in (_row(x) for x in result)}
 
 
+async def get(db: Database, task_id: str) -> TaskRow | None:
+    async with db.connect() as conn:
+        return await get_in(conn, task_id)
+
+
 async def get_in(conn: AsyncConnection, task_id: str) -> TaskRow | None:
     """Read inside the caller's transaction (placement)."""
     row = (await conn.execute(select(T).where(T.c.id == task_id))).first()

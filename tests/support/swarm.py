@@ -365,8 +365,10 @@ def _network_gone(c: docker.DockerClient, name: str) -> bool:
 
 
 def kill_task_container(cluster: Cluster, service_id: str) -> None:
-    """The sandbox's container killed on its node, behind Swarm's back (an OOM kill, a crash)."""
-    for container in cluster.worker.containers.list(
-            filters={"label": f"com.docker.swarm.service.id={service_id}"}):
-        container.kill()
+    """The sandbox's container killed on its node, behind Swarm's back (an OOM kill, a crash).
+    Listed sparse and running only: a task the service replaced may be removed meanwhile (the
+    SDK's full listing inspects each one it found, and failed on it with NotFound)."""
+    for found in cluster.worker.api.containers(
+            filters={"label": f"com.docker.swarm.service.id={service_id}", "status": "running"}):
+        cluster.worker.api.kill(found["Id"])
 
