@@ -58,6 +58,7 @@ image:
 # finish well ahead of one even on two cores.
 TEST_WORKERS ?= 2
 test: system-deps $(TEST_STAMP)
+	$(BIN)/ruff format --check .
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --durations=15

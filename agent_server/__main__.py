@@ -28,7 +28,9 @@ def parser() -> argparse.ArgumentParser:
     forks; it holds no value, only the flags."""
     built = argparse.ArgumentParser(
         prog="agent-server",
-        description="Hosts the agent conversations of one sandbox. Each flag overrides its variable.",
+        description=(
+            "Hosts the agent conversations of one sandbox. Each flag overrides its variable."
+        ),
     )
     config_kit.add_flags(built, Config, ENV_PREFIX)
     return built
@@ -72,15 +74,21 @@ def main(argv: list[str] | None = None) -> None:
     from web.logs import SafeFormatter
 
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(JsonFormatter() if config.log_format == "json" else
-                         SafeFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.setFormatter(
+        JsonFormatter()
+        if config.log_format == "json"
+        else SafeFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
+    )
     logging.basicConfig(level=config.log_level.upper(), handlers=[handler])
     # httpx logs each request's full URL, credentials of a webhook URL included.
     logging.getLogger("httpx").setLevel(logging.WARNING)
     if config.generated_key:
         # Printed once, on stderr only, so the operator can reach a local server.
-        print(f"agent-server: no SESSION_API_KEY set; this run's key is {config.session_api_keys[0]}",
-              file=sys.stderr, flush=True)
+        print(
+            f"agent-server: no SESSION_API_KEY set; this run's key is {config.session_api_keys[0]}",
+            file=sys.stderr,
+            flush=True,
+        )
 
     import uvicorn
 

@@ -97,8 +97,10 @@ class _Stream:
         self._add(self._masker.feed(self._decoder.decode(b"", final=True)))
         self._add(self._masker.flush())
         if self._cut:
-            self._pending.append(f"\n[output truncated: {self._total} bytes in all, the first "
-                                 f"{self._limit} characters shown]")
+            self._pending.append(
+                f"\n[output truncated: {self._total} bytes in all, the first "
+                f"{self._limit} characters shown]"
+            )
         return self.take()
 
     def _add(self, text: str) -> None:
@@ -116,11 +118,23 @@ class _Kept:
     outputs: list[BashOutput] = field(default_factory=list)
     task: asyncio.Task[None] | None = None
 
-    def report(self, stdout: str | None, stderr: str | None, exit_code: int | None = None,
-               timed_out: bool = False) -> None:
-        self.outputs.append(BashOutput(command_id=self.command.id, order=len(self.outputs),
-                                       exit_code=exit_code, stdout=stdout, stderr=stderr,
-                                       timed_out=timed_out))
+    def report(
+        self,
+        stdout: str | None,
+        stderr: str | None,
+        exit_code: int | None = None,
+        timed_out: bool = False,
+    ) -> None:
+        self.outputs.append(
+            BashOutput(
+                command_id=self.command.id,
+                order=len(self.outputs),
+                exit_code=exit_code,
+                stdout=stdout,
+                stderr=stderr,
+                timed_out=timed_out,
+            )
+        )
 
 
 @dataclass
@@ -134,23 +148,42 @@ class Commands:
     def __init__(self) -> None:
         self._scopes: dict[str, _Scoped] = {}
 
-    async def run(self, scope: Scope, command: str, cwd: str | None, timeout: float,
-                  env: Mapping[str, str] | None = None, git: Mapping[str, str] | None = None,
-                  command_id: str = "") -> BashOutput:
+    async def run(
+        self,
+        scope: Scope,
+        command: str,
+        cwd: str | None,
+        timeout: float,
+        env: Mapping[str, str] | None = None,
+        git: Mapping[str, str] | None = None,
+        command_id: str = "",
+    ) -> BashOutput:
         """Run to its end (or timeout: the process group is killed) and return its result,
         secrets in its environment and masked in its output."""
         where = await scope.directory(cwd, "cwd")
-        done = await run_process(["bash", "-c", command], where,
-                                 child_env(git or {}, scope.secrets, env or {}), timeout,
-                                 keep=masked_keep(scope.secrets))
+        done = await run_process(
+            ["bash", "-c", command],
+            where,
+            child_env(git or {}, scope.secrets, env or {}),
+            timeout,
+            keep=masked_keep(scope.secrets),
+        )
         return BashOutput(
-            command_id=command_id or str(uuid.uuid4()), exit_code=done.exit_code,
+            command_id=command_id or str(uuid.uuid4()),
+            exit_code=done.exit_code,
             timed_out=done.timed_out,
             stdout=output_text(done.stdout, MAX_OUTPUT_BYTES, scope.masker),
-            stderr=output_text(done.stderr, MAX_OUTPUT_BYTES, scope.masker))
+            stderr=output_text(done.stderr, MAX_OUTPUT_BYTES, scope.masker),
+        )
 
-    async def start(self, scope: Scope, command: str, cwd: str | None, timeout: float,
-                    git: Mapping[str, str] | None = None) -> BashCommand:
+    async def start(
+        self,
+        scope: Scope,
+        command: str,
+        cwd: str | None,
+        timeout: float,
+        git: Mapping[str, str] | None = None,
+    ) -> BashCommand:
         """Start in the background; its BashOutput pieces appear in `search` as it writes,
         the last one (with its exit code) when it ends. Conflict (409) while MAX_KEPT
         commands of the scope are all still running."""
@@ -172,9 +205,13 @@ class Commands:
             cutter = asyncio.create_task(pieces())
             try:
                 done = await run_process(
-                    ["bash", "-c", command], where,
-                    child_env(git or {}, scope.secrets), timeout, keep=0,
-                    on_output=lambda index, data: streams[index].feed(data))
+                    ["bash", "-c", command],
+                    where,
+                    child_env(git or {}, scope.secrets),
+                    timeout,
+                    keep=0,
+                    on_output=lambda index, data: streams[index].feed(data),
+                )
             except asyncio.CancelledError:
                 kept.report(streams[0].end(), (streams[1].end() or "") + "Stopped.", exit_code=-15)
                 raise
@@ -190,9 +227,16 @@ class Commands:
         kept.task = asyncio.create_task(background(), name=f"command {kept.command.id}")
         return kept.command
 
-    def search(self, scope: Scope, *, kind: str | None = None, command_id: str | None = None,
-               order_gt: int | None = None, descending: bool = False,
-               limit: int = 100) -> list[BashCommand | BashOutput]:
+    def search(
+        self,
+        scope: Scope,
+        *,
+        kind: str | None = None,
+        command_id: str | None = None,
+        order_gt: int | None = None,
+        descending: bool = False,
+        limit: int = 100,
+    ) -> list[BashCommand | BashOutput]:
         scoped = self._scopes.get(scope.key, _Scoped())
         found: list[BashCommand | BashOutput] = []
         for kept in scoped.commands.values():
@@ -201,8 +245,9 @@ class Commands:
             if kind in (None, "BashCommand") and order_gt is None:
                 found.append(kept.command)
             if kind in (None, "BashOutput"):
-                found.extend(out for out in kept.outputs
-                             if order_gt is None or out.order > order_gt)
+                found.extend(
+                    out for out in kept.outputs if order_gt is None or out.order > order_gt
+                )
         found.sort(key=lambda e: e.timestamp, reverse=descending)
         return found[:limit]
 
@@ -219,13 +264,17 @@ class Commands:
     def forget(self, key: str) -> None:
         """A conversation was deleted: stop and drop its commands."""
         scoped = self._scopes.pop(key, None)
-        for kept in (scoped.commands.values() if scoped else ()):
+        for kept in scoped.commands.values() if scoped else ():
             if kept.task is not None:
                 kept.task.cancel()
 
     async def close(self) -> None:
-        tasks = [k.task for s in self._scopes.values() for k in s.commands.values()
-                 if k.task is not None and not k.task.done()]
+        tasks = [
+            k.task
+            for s in self._scopes.values()
+            for k in s.commands.values()
+            if k.task is not None and not k.task.done()
+        ]
         for task in tasks:
             task.cancel()
         with contextlib.suppress(Exception):
@@ -234,10 +283,12 @@ class Commands:
     @staticmethod
     def _forget_old(scoped: _Scoped) -> None:
         while len(scoped.commands) >= MAX_KEPT:
-            finished = next((k for k, v in scoped.commands.items()
-                             if v.task is None or v.task.done()), None)
+            finished = next(
+                (k for k, v in scoped.commands.items() if v.task is None or v.task.done()), None
+            )
             if finished is None:  # all running: keep them, start no more
-                raise Conflict(f"{MAX_KEPT} background commands are still running here; stop "
-                               "one (or wait for one to end) before starting another")
+                raise Conflict(
+                    f"{MAX_KEPT} background commands are still running here; stop "
+                    "one (or wait for one to end) before starting another"
+                )
             del scoped.commands[finished]
-

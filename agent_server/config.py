@@ -20,8 +20,14 @@ ENV_PREFIX = PREFIX
 
 
 #: OTEL_TRACES_SAMPLER's built-in values (the SDK's own names).
-TraceSampler = Literal["always_on", "always_off", "traceidratio", "parentbased_always_on",
-                       "parentbased_always_off", "parentbased_traceidratio"]
+TraceSampler = Literal[
+    "always_on",
+    "always_off",
+    "traceidratio",
+    "parentbased_always_on",
+    "parentbased_always_off",
+    "parentbased_traceidratio",
+]
 
 
 class ConfigError(Exception):
@@ -131,7 +137,8 @@ class Config(BaseModel):
     """When set, webhook bodies are signed the Standard Webhooks way."""
 
     webhook_sender: Annotated[str | None, Env("AGENT_SERVER_WEBHOOK_SENDER", flag=False)] = Field(
-        default=None, max_length=128, pattern=r"^[A-Za-z0-9_.-]+$")
+        default=None, max_length=128, pattern=r"^[A-Za-z0-9_.-]+$"
+    )
     """Who this server is to its webhook (`X-Webhook-Sender`: a control plane's sandbox id),
     so the receiver knows whose secret checks the signature."""
 
@@ -156,18 +163,21 @@ class Config(BaseModel):
     """auto: spans are recorded and exported when an OTLP endpoint is configured; on: recorded
     even without one (trace ids in logs); off: never."""
 
-    otlp_traces_endpoint: Annotated[str | None, Env(None)] = Field(default=None,
-                                                                   pattern=r"^https?://")
+    otlp_traces_endpoint: Annotated[str | None, Env(None)] = Field(
+        default=None, pattern=r"^https?://"
+    )
     """Where spans go over OTLP/HTTP (protobuf), from the standard OTEL_EXPORTER_OTLP_*
     variables; None: nowhere."""
 
-    traces_sampler: Annotated[TraceSampler, Env("OTEL_TRACES_SAMPLER", flag=False)] = \
+    traces_sampler: Annotated[TraceSampler, Env("OTEL_TRACES_SAMPLER", flag=False)] = (
         "parentbased_always_on"
+    )
     """Which traces are kept, by the standard OTEL_TRACES_SAMPLER (its built-in names; the
     parent-based ones follow the caller's `traceparent`)."""
 
-    traces_sampler_arg: Annotated[float, Env("OTEL_TRACES_SAMPLER_ARG", flag=False)] = \
-        Field(default=1.0, ge=0, le=1)
+    traces_sampler_arg: Annotated[float, Env("OTEL_TRACES_SAMPLER_ARG", flag=False)] = Field(
+        default=1.0, ge=0, le=1
+    )
     """The share of traces kept by the traceidratio samplers (OTEL_TRACES_SAMPLER_ARG)."""
 
     metrics_open: bool = False
@@ -218,8 +228,10 @@ class Config(BaseModel):
                 "set it, or listen on 127.0.0.1"
             )
         if self.network_url and not self.network_token:
-            raise ConfigError("AGENT_SERVER_NETWORK_URL is set without AGENT_SERVER_NETWORK_TOKEN: "
-                              "the control plane answers it to the sandbox's token only")
+            raise ConfigError(
+                "AGENT_SERVER_NETWORK_URL is set without AGENT_SERVER_NETWORK_TOKEN: "
+                "the control plane answers it to the sandbox's token only"
+            )
 
 
 def keys_from_env(value: str | None) -> tuple[tuple[str, ...], bool]:
@@ -240,8 +252,11 @@ def otlp_traces_endpoint(env: Mapping[str, str]) -> str | None:
     exporters = {e.strip().lower() for e in env.get("OTEL_TRACES_EXPORTER", "otlp").split(",")}
     if "otlp" not in exporters:
         return None
-    protocol = (env.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
-                or env.get("OTEL_EXPORTER_OTLP_PROTOCOL") or "http/protobuf").strip()
+    protocol = (
+        env.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
+        or env.get("OTEL_EXPORTER_OTLP_PROTOCOL")
+        or "http/protobuf"
+    ).strip()
     endpoint = env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "").strip()
     if not endpoint:
         base = env.get("OTEL_EXPORTER_OTLP_ENDPOINT", "").strip()
@@ -249,8 +264,9 @@ def otlp_traces_endpoint(env: Mapping[str, str]) -> str | None:
             return None
         endpoint = base.rstrip("/") + "/v1/traces"
     if protocol != "http/protobuf":
-        raise ConfigError(f"OTEL_EXPORTER_OTLP_PROTOCOL={protocol}: this server exports "
-                          "over http/protobuf only")
+        raise ConfigError(
+            f"OTEL_EXPORTER_OTLP_PROTOCOL={protocol}: this server exports over http/protobuf only"
+        )
     return endpoint
 
 
@@ -258,6 +274,12 @@ def from_env(environ: Mapping[str, str] | None = None, **flags: object) -> Confi
     """The Config from the environment, flags given (not None, by field name) on top."""
     env = os.environ if environ is None else environ
     keys, generated = keys_from_env(env.get("SESSION_API_KEY"))
-    return config.from_env(Config, ENV_PREFIX, env, flags, session_api_keys=keys,
-                           generated_key=generated,
-                           otlp_traces_endpoint=otlp_traces_endpoint(env))
+    return config.from_env(
+        Config,
+        ENV_PREFIX,
+        env,
+        flags,
+        session_api_keys=keys,
+        generated_key=generated,
+        otlp_traces_endpoint=otlp_traces_endpoint(env),
+    )

@@ -48,6 +48,9 @@ SECRET_TAGS = frozenset({"str", "StaticSecret", "LookupSecret"})
 def untagged(loc: Sequence[str | int]) -> list[str | int]:
     """The location without the tags pydantic adds for a union's chosen variant (the agent's
     kind, a secret value's form): a client reads where in its own document the error is."""
-    return [part for i, part in enumerate(loc)
-            if not (i > 0 and loc[i - 1] == "agent" and part in AGENT_TAGS)
-            and not (i > 1 and loc[i - 2] == "secrets" and part in SECRET_TAGS)]
+    return [
+        part
+        for i, part in enumerate(loc)
+        if not (i > 0 and loc[i - 1] == "agent" and part in AGENT_TAGS)
+        and not (i > 1 and loc[i - 2] == "secrets" and part in SECRET_TAGS)
+    ]

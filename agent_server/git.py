@@ -25,12 +25,14 @@ from web.errors import UpstreamError
 
 GitStatus = Literal["ADDED", "UPDATED", "DELETED", "MOVED"]
 
+
 class GitChange(BaseModel):
     path: str
     """Relative to the working directory (repositories in subdirectories included)."""
     status: GitStatus
     old_path: str | None = None
     """Where a MOVED file was in HEAD."""
+
 
 class GitDiff(BaseModel):
     path: str
@@ -49,15 +51,31 @@ SKIPPED = frozenset({".git", "node_modules", ".venv", "venv", "__pycache__", ".t
 #: A repository's own settings must not run programs when we only look (fsmonitor, diff drivers).
 logger = logging.getLogger(__name__)
 
-GIT = ["git", "-c", "core.fsmonitor=false", "-c", "core.quotepath=off", "-c", "safe.directory=*",
-       "-c", "color.ui=false"]
+GIT = [
+    "git",
+    "-c",
+    "core.fsmonitor=false",
+    "-c",
+    "core.quotepath=off",
+    "-c",
+    "safe.directory=*",
+    "-c",
+    "color.ui=false",
+]
 TIMEOUT = 60.0
 #: Untracked files shown in the whole diff (each is one `git diff --no-index`).
 MAX_UNTRACKED_DIFFS = 1_000
 #: Listings (name-status, ls-files) beyond this are refused rather than cut.
 MAX_LISTING_BYTES = 64 * 1024 * 1024
-STATUS: dict[str, GitStatus] = {"A": "ADDED", "C": "ADDED", "M": "UPDATED", "T": "UPDATED",
-                                "U": "UPDATED", "D": "DELETED", "R": "MOVED"}
+STATUS: dict[str, GitStatus] = {
+    "A": "ADDED",
+    "C": "ADDED",
+    "M": "UPDATED",
+    "T": "UPDATED",
+    "U": "UPDATED",
+    "D": "DELETED",
+    "R": "MOVED",
+}
 
 
 class GitFailed(UpstreamError):
@@ -66,8 +84,9 @@ class GitFailed(UpstreamError):
     status_code = 500
 
     def __init__(self, command: list[str], code: int, stderr: str) -> None:
-        super().__init__("GitFailed",
-                         f"git {' '.join(command)} exited with {code}: {stderr.strip()[-500:]}")
+        super().__init__(
+            "GitFailed", f"git {' '.join(command)} exited with {code}: {stderr.strip()[-500:]}"
+        )
         self.command, self.exit_code, self.stderr = command, code, stderr
 
 
@@ -106,8 +125,11 @@ def find_repositories(root: Path) -> list[Repository]:
             continue
         try:
             with os.scandir(directory) as entries:
-                subdirs = sorted(e.name for e in entries
-                                 if e.is_dir(follow_symlinks=False) and e.name not in SKIPPED)
+                subdirs = sorted(
+                    e.name
+                    for e in entries
+                    if e.is_dir(follow_symlinks=False) and e.name not in SKIPPED
+                )
         except OSError:
             continue
         queue.extend((directory / name, depth + 1) for name in subdirs)
@@ -116,8 +138,15 @@ def find_repositories(root: Path) -> list[Repository]:
 
 def _env(root: Path) -> dict[str, str]:
     env = {k: v for k, v in child_env().items() if not k.startswith("GIT_")}
-    env.update({"GIT_OPTIONAL_LOCKS": "0", "GIT_TERMINAL_PROMPT": "0", "GIT_PAGER": "cat",
-                "LC_ALL": "C", "GIT_CEILING_DIRECTORIES": str(Path(os.path.realpath(root)).parent)})
+    env.update(
+        {
+            "GIT_OPTIONAL_LOCKS": "0",
+            "GIT_TERMINAL_PROMPT": "0",
+            "GIT_PAGER": "cat",
+            "LC_ALL": "C",
+            "GIT_CEILING_DIRECTORIES": str(Path(os.path.realpath(root)).parent),
+        }
+    )
     return env
 
 
@@ -135,23 +164,43 @@ async def _neutral(repo: Repository) -> list[str]:
     """Options that switch off every filter driver the repository configures: reading changes
     must never run a program a workspace (or the agent) put in its .git/config."""
     if repo.no_filters is None:
-        done = await run_process([*GIT, "config", "--null", "--name-only", "--get-regexp",
-                                  r"^filter\."], repo.path, _env(repo.path), TIMEOUT)
-        names = {n.rsplit(".", 1)[0] for n in done.stdout.head.decode(errors="replace")
-                 .split("\0") if n.startswith("filter.")}
-        repo.no_filters = [option for name in sorted(names) for option in (
-            "-c", f"{name}.clean=", "-c", f"{name}.smudge=", "-c", f"{name}.process=",
-            "-c", f"{name}.required=false")]
+        done = await run_process(
+            [*GIT, "config", "--null", "--name-only", "--get-regexp", r"^filter\."],
+            repo.path,
+            _env(repo.path),
+            TIMEOUT,
+        )
+        names = {
+            n.rsplit(".", 1)[0]
+            for n in done.stdout.head.decode(errors="replace").split("\0")
+            if n.startswith("filter.")
+        }
+        repo.no_filters = [
+            option
+            for name in sorted(names)
+            for option in (
+                "-c",
+                f"{name}.clean=",
+                "-c",
+                f"{name}.smudge=",
+                "-c",
+                f"{name}.process=",
+                "-c",
+                f"{name}.required=false",
+            )
+        ]
     return repo.no_filters
 
 
-async def _git(repo: Repository, *args: str, keep: int = MAX_LISTING_BYTES,
-               ok: tuple[int, ...] = (0,)) -> bytes:
+async def _git(
+    repo: Repository, *args: str, keep: int = MAX_LISTING_BYTES, ok: tuple[int, ...] = (0,)
+) -> bytes:
     argv = [*GIT, *await _neutral(repo), *args]
     done = await run_process(argv, repo.path, _env(repo.path), TIMEOUT, keep=keep + 1)
     if done.timed_out or done.exit_code not in ok:
-        raise GitFailed(list(args), done.exit_code,
-                        done.stderr.head.decode(errors="replace") or "timed out")
+        raise GitFailed(
+            list(args), done.exit_code, done.stderr.head.decode(errors="replace") or "timed out"
+        )
     if done.stdout.total > keep:
         raise TooLarge(f"git {args[0]} printed over {keep} bytes", keep)
     return done.stdout.head
@@ -183,8 +232,9 @@ async def _state(repo: Repository) -> tuple[str, list[Change], list[str]]:
     """The base (HEAD or the empty tree), the tracked changes, the untracked files."""
     base = await _base(repo)
     listing, untracked = await asyncio.gather(
-        _git(repo, "diff", "--name-status", "-z", "-M", "--no-ext-diff", "--no-textconv", base,
-             "--"),
+        _git(
+            repo, "diff", "--name-status", "-z", "-M", "--no-ext-diff", "--no-textconv", base, "--"
+        ),
         _git(repo, "ls-files", "--others", "--exclude-standard", "-z"),
     )
     out: list[Change] = []
@@ -193,8 +243,7 @@ async def _state(repo: Repository) -> tuple[str, list[Change], list[str]]:
     while i < len(fields) and fields[i]:
         code = fields[i][0]
         if code in "RC":
-            out.append(Change(STATUS[code], fields[i + 2],
-                              fields[i + 1] if code == "R" else None))
+            out.append(Change(STATUS[code], fields[i + 2], fields[i + 1] if code == "R" else None))
             i += 3
         else:
             out.append(Change(STATUS.get(code, "UPDATED"), fields[i + 1]))
@@ -207,8 +256,9 @@ def _text(path: str) -> str:
     return path.encode(errors="surrogateescape").decode(errors="replace")
 
 
-async def changes(root: Path, ceiling: Path | None = None) -> tuple[list[GitChange],
-                                                                    list[Repository]]:
+async def changes(
+    root: Path, ceiling: Path | None = None
+) -> tuple[list[GitChange], list[Repository]]:
     """Every repository's changes at or below `root`, paths relative to it. A `root` inside a
     repository (below its top, which is at or below `ceiling`: the working directory) gets
     that repository's changes under it."""
@@ -219,9 +269,13 @@ async def changes(root: Path, ceiling: Path | None = None) -> tuple[list[GitChan
             return await _changes_below(enclosing, root), [enclosing]
     found = await asyncio.gather(*(_changes_or_none(r) for r in repos))
     items = [
-        GitChange(path=_text(repo.shown(c.path)), status=c.status,
-                  old_path=None if c.old_path is None else _text(repo.shown(c.old_path)))
-        for repo, repo_changes in zip(repos, found) for c in repo_changes
+        GitChange(
+            path=_text(repo.shown(c.path)),
+            status=c.status,
+            old_path=None if c.old_path is None else _text(repo.shown(c.old_path)),
+        )
+        for repo, repo_changes in zip(repos, found)
+        for c in repo_changes
     ]
     items.sort(key=lambda c: c.path)
     return items, repos
@@ -243,10 +297,13 @@ async def _changes_below(repo: Repository, root: Path) -> list[GitChange]:
     """The repository's changes under `root` (a directory inside it), relative to `root`."""
     below = Path(os.path.realpath(root)).relative_to(repo.path).as_posix() + "/"
     items = [
-        GitChange(path=_text(c.path[len(below):]), status=c.status,
-                  old_path=None if c.old_path is None
-                  else _text(os.path.relpath(c.old_path, below)))
-        for c in await _changes_or_none(repo) if c.path.startswith(below)
+        GitChange(
+            path=_text(c.path[len(below) :]),
+            status=c.status,
+            old_path=None if c.old_path is None else _text(os.path.relpath(c.old_path, below)),
+        )
+        for c in await _changes_or_none(repo)
+        if c.path.startswith(below)
     ]
     items.sort(key=lambda c: c.path)
     return items
@@ -289,9 +346,11 @@ async def file_diff(root: Path, raw: str, max_bytes: int) -> GitDiff:
     modified = await asyncio.to_thread(read_capped, target, max_bytes)
     if original is None and modified is None:
         raise FileMissing(f"{raw!r} is neither in HEAD nor in the work tree")
-    return GitDiff(path=_text(repo.shown(rel)),
-                   original=None if original is None else original.decode(errors="replace"),
-                   modified=None if modified is None else modified.decode(errors="replace"))
+    return GitDiff(
+        path=_text(repo.shown(rel)),
+        original=None if original is None else original.decode(errors="replace"),
+        modified=None if modified is None else modified.decode(errors="replace"),
+    )
 
 
 async def unified_diff(repos: list[Repository], max_bytes: int) -> AsyncIterator[bytes]:
@@ -308,8 +367,10 @@ async def unified_diff(repos: list[Repository], max_bytes: int) -> AsyncIterator
             continue
         git = [*GIT, *await _neutral(repo)]
         commands = [[*git, "diff", *common, "-M", base, "--"]]
-        commands += [[*git, "diff", "--no-index", *common, "--", "/dev/null", path]
-                     for path in untracked[:MAX_UNTRACKED_DIFFS]]
+        commands += [
+            [*git, "diff", "--no-index", *common, "--", "/dev/null", path]
+            for path in untracked[:MAX_UNTRACKED_DIFFS]
+        ]
         for argv in commands:
             async for chunk in stream_process(argv, repo.path, _env(repo.path), TIMEOUT):
                 if sent + len(chunk) > max_bytes:
@@ -319,5 +380,7 @@ async def unified_diff(repos: list[Repository], max_bytes: int) -> AsyncIterator
                 sent += len(chunk)
                 yield chunk
         if len(untracked) > MAX_UNTRACKED_DIFFS:
-            yield (f"[{len(untracked) - MAX_UNTRACKED_DIFFS} more untracked files in "
-                   f"{repo.shown('') or '.'} not shown]\n").encode()
+            yield (
+                f"[{len(untracked) - MAX_UNTRACKED_DIFFS} more untracked files in "
+                f"{repo.shown('') or '.'} not shown]\n"
+            ).encode()

@@ -72,9 +72,14 @@ class _Ids:
 class EventLog:
     """One conversation's events. Open with `EventLog.open` (blocking: call it off the loop)."""
 
-    def __init__(self, path: Path, fd: int, redactor: Callable[[Any], Any] | None = None,
-                 sinks: Iterable[Listener] = (),
-                 on_write: Callable[[int, float], None] | None = None) -> None:
+    def __init__(
+        self,
+        path: Path,
+        fd: int,
+        redactor: Callable[[Any], Any] | None = None,
+        sinks: Iterable[Listener] = (),
+        on_write: Callable[[int, float], None] | None = None,
+    ) -> None:
         self.path = path
         self._fd = fd
         self._index = LogIndex()
@@ -95,9 +100,14 @@ class EventLog:
     # -- opening -------------------------------------------------------------------------
 
     @classmethod
-    def open(cls, path: Path, *, redactor: Callable[[Any], Any] | None = None,
-             sinks: Iterable[Listener] = (),
-             on_write: Callable[[int, float], None] | None = None) -> EventLog:
+    def open(
+        cls,
+        path: Path,
+        *,
+        redactor: Callable[[Any], Any] | None = None,
+        sinks: Iterable[Listener] = (),
+        on_write: Callable[[int, float], None] | None = None,
+    ) -> EventLog:
         """Open (creating if needed), cut a torn last line, and build the index.
 
         `redactor` masks each event's JSON data before it is written; `sinks` hear every
@@ -169,7 +179,9 @@ class EventLog:
         done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._pending.append((stored, lines, done, head_before))
         if self._flusher is None or self._flusher.done():
-            self._flusher = asyncio.create_task(self._flush(), name=f"flush {self.path.parent.name}")
+            self._flusher = asyncio.create_task(
+                self._flush(), name=f"flush {self.path.parent.name}"
+            )
         await asyncio.shield(done)
         return list(events)
 
@@ -219,8 +231,9 @@ class EventLog:
                     assert event.id is not None and event.timestamp is not None
                     when = datetime.fromisoformat(event.timestamp).timestamp()
                     start, self._end = self._end, self._end + len(line)
-                    self._index.add(start, self._end, event.id, event.kind, event.source, when,
-                                    event.parent_id)
+                    self._index.add(
+                        start, self._end, event.id, event.kind, event.source, when, event.parent_id
+                    )
                     written.append((event, line))
             for _, _, done, _ in batch:
                 if not done.done():
@@ -297,8 +310,11 @@ class EventLog:
         i = 0
         while i < len(positions):
             j = i
-            while (j + 1 < len(positions) and positions[j + 1] == positions[j] + 1
-                   and ends[positions[j]] == offsets[positions[j + 1]]):
+            while (
+                j + 1 < len(positions)
+                and positions[j + 1] == positions[j] + 1
+                and ends[positions[j]] == offsets[positions[j + 1]]
+            ):
                 j += 1
             start, end = offsets[positions[i]], ends[positions[j]]
             chunk = os.pread(self._fd, end - start, start)
@@ -330,12 +346,15 @@ class EventLog:
             try:
                 data = json.loads(self.read([position])[0])
                 message = data.get("llm_message") or {}
-                parts = [c.get("text") for c in [*message.get("content", []),
-                                                  *data.get("extended_content", [])]]
+                parts = [
+                    c.get("text")
+                    for c in [*message.get("content", []), *data.get("extended_content", [])]
+                ]
                 parts.append(message.get("reasoning_content"))
             except (ValueError, AttributeError, TypeError):
                 return False
             return wanted in " ".join(p for p in parts if isinstance(p, str)).casefold()
+
         return accept
 
     def lines_after(self, position: int, max_events: int, max_bytes: int) -> list[bytes]:

@@ -84,7 +84,8 @@ class LogIndex:
         if m is None:
             return False
         event_id, stamp, source, parent, kind = (
-            None if g is None else g.decode() for g in m.groups())
+            None if g is None else g.decode() for g in m.groups()
+        )
         assert event_id is not None and stamp is not None and source is not None and kind
         kind_code, source_code = KIND_CODE.get(kind), SOURCE_CODE.get(source)
         if kind_code is None or source_code is None:
@@ -96,14 +97,29 @@ class LogIndex:
         self._append(offset, offset + len(line), event_id, kind_code, source_code, moment, parent)
         return True
 
-    def add(self, offset: int, end: int, event_id: str, kind: str, source: str,
-            moment: float, parent_id: str | None) -> None:
+    def add(
+        self,
+        offset: int,
+        end: int,
+        event_id: str,
+        kind: str,
+        source: str,
+        moment: float,
+        parent_id: str | None,
+    ) -> None:
         """Index the event stored at file bytes offset..end (its id above every one so far)."""
-        self._append(offset, end, event_id, KIND_CODE[kind], SOURCE_CODE[source], moment,
-                     parent_id)
+        self._append(offset, end, event_id, KIND_CODE[kind], SOURCE_CODE[source], moment, parent_id)
 
-    def _append(self, offset: int, end: int, event_id: str, kind: int, source: int,
-                moment: float, parent_id: str | None) -> None:
+    def _append(
+        self,
+        offset: int,
+        end: int,
+        event_id: str,
+        kind: int,
+        source: int,
+        moment: float,
+        parent_id: str | None,
+    ) -> None:
         parent = None if parent_id is None else self.position(parent_id)
         position = len(self._ids)
         self._parents.append(_NO_PARENT if parent is None else parent)
@@ -149,8 +165,9 @@ class LogIndex:
 
     # -- searching -----------------------------------------------------------------------
 
-    def page(self, query: Query, limit: int, page_id: str | None,
-             accept: Accept | None = None) -> tuple[list[int], str | None]:
+    def page(
+        self, query: Query, limit: int, page_id: str | None, accept: Accept | None = None
+    ) -> tuple[list[int], str | None]:
         """The positions of one page, in the query's order, and the id that starts the next;
         `accept` is asked about every position the columns match."""
         picked: list[int] = []
@@ -180,15 +197,19 @@ class LogIndex:
             kind = MESSAGE
         if query.branch is not None:
             code = None if kind is None else KIND_CODE[kind]
-            return [p for p in self.branch(query.branch)
-                    if lo <= p < hi and (code is None or self._kinds[p] == code)]
+            return [
+                p
+                for p in self.branch(query.branch)
+                if lo <= p < hi and (code is None or self._kinds[p] == code)
+            ]
         if kind is None:
             return range(lo, max(lo, hi))
         positions = self._by_kind.get(KIND_CODE[kind], array("I"))
         return _Slice(positions, bisect_left(positions, lo), bisect_left(positions, hi))
 
-    def _matches(self, query: Query, page_id: str | None = None,
-                 accept: Accept | None = None) -> Iterable[int]:
+    def _matches(
+        self, query: Query, page_id: str | None = None, accept: Accept | None = None
+    ) -> Iterable[int]:
         """Matching positions in the query's order, starting at `page_id` when given."""
         found = self._candidates(query)
         if query.descending:
@@ -218,7 +239,8 @@ class LogIndex:
     def only_state_updates_since(self, position: int) -> bool:
         """Whether every event from `position` on is a state update (none moved HEAD)."""
         return position <= len(self._ids) and all(
-            self._kinds[p] == _STATE_UPDATE for p in range(position, len(self._ids)))
+            self._kinds[p] == _STATE_UPDATE for p in range(position, len(self._ids))
+        )
 
     def branch(self, leaf: str | None) -> list[int]:
         """Positions of the path from the root to `leaf` (included), in order; [] for None or

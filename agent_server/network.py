@@ -97,7 +97,7 @@ class NetworkState(BaseModel):
 #: What each mode lets through, as the note says it.
 ALLOWS = {
     "open": "It allows the public internet; never this machine, private or link-local ranges, "
-            "or other sandboxes.",
+    "or other sandboxes.",
     "none": "It allows no connection beyond the control plane.",
 }
 NEVER = "Other hosts, this machine, private ranges and other sandboxes are never reachable."
@@ -114,8 +114,10 @@ def note(state: NetworkState, within: float) -> str | None:
         listed += f" and {len(refused) - MAX_LISTED} more"
     what = "1 destination" if len(refused) == 1 else f"{len(refused)} destinations"
     policy = state.policy
-    return (f"[This sandbox's network policy ({policy.mode}) refused connections to {what} "
-            f"during this command: {listed}. {_allows(policy)}]")
+    return (
+        f"[This sandbox's network policy ({policy.mode}) refused connections to {what} "
+        f"during this command: {listed}. {_allows(policy)}]"
+    )
 
 
 def _allows(policy: Policy) -> str:
@@ -136,8 +138,14 @@ class NetworkClient:
     agent_server_network_refused_total (`refresh`, then `last_refused`).
     """
 
-    def __init__(self, url: str, token: str, *, timeout: float = TIMEOUT,
-                 transport: httpx.AsyncBaseTransport | None = None) -> None:
+    def __init__(
+        self,
+        url: str,
+        token: str,
+        *,
+        timeout: float = TIMEOUT,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
         import httpx  # only a server in a sandbox with a boundary pays for importing it
 
         self.url = url
@@ -152,8 +160,10 @@ class NetworkClient:
             verify=tls.client_context(),
             timeout=httpx.Timeout(timeout),
             limits=httpx.Limits(max_connections=4, max_keepalive_connections=1),
-            headers={"authorization": f"Bearer {token}",
-                     "user-agent": f"agent-server/{__version__}"},
+            headers={
+                "authorization": f"Bearer {token}",
+                "user-agent": f"agent-server/{__version__}",
+            },
             follow_redirects=False,
         )
 
@@ -186,8 +196,12 @@ class NetworkClient:
         return state
 
     def _failed(self, why: str) -> None:
-        logger.log(logging.DEBUG if self._failing else logging.WARNING,
-                   "the network state from %s is unavailable: %s", self.url, why)
+        logger.log(
+            logging.DEBUG if self._failing else logging.WARNING,
+            "the network state from %s is unavailable: %s",
+            self.url,
+            why,
+        )
         self._failing = True
 
     async def refused(self, within: float) -> str | None:
@@ -204,8 +218,9 @@ class NetworkClient:
 
     async def _get(self) -> bytes | None:
         """The body of a 200 answer, or None (another status, or more than MAX_BODY)."""
-        async with self._http.stream("GET", self.url,
-                                     headers={"accept": "application/json"}) as response:
+        async with self._http.stream(
+            "GET", self.url, headers={"accept": "application/json"}
+        ) as response:
             if response.status_code != 200:
                 self._failed(f"answered {response.status_code}")
                 return None

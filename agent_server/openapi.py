@@ -40,28 +40,48 @@ def _tool_specs(components: dict[str, Any]) -> None:
                 components.update(params.pop("$defs", {}))
                 # Keys with a leading `_` are the caller's notes, left out (tools.base.params_as).
                 params.setdefault("patternProperties", {})["^_"] = {}
-            variants.append({"type": "object", "required": ["name"], "properties": {
-                "name": {"enum": sorted(spellings)}, "params": params}})
-        components[component] = {"title": components[component].get("title", "ToolSpec"),
-                                  "oneOf": variants}
+            variants.append(
+                {
+                    "type": "object",
+                    "required": ["name"],
+                    "properties": {"name": {"enum": sorted(spellings)}, "params": params},
+                }
+            )
+        components[component] = {
+            "title": components[component].get("title", "ToolSpec"),
+            "oneOf": variants,
+        }
 
 
 def build(routes: list[BaseRoute], guarded: tuple[str, ...] = ("/api",)) -> dict[str, Any]:
     """`guarded`: the path prefixes that need the session key (SessionAuth's)."""
-    return openapi.build(routes, openapi.Service(
-        title="agent-server",
-        version=__version__,
-        security_schemes={SCHEME: {"type": "apiKey", "in": "header", "name": HEADER}},
-        guard=lambda path: SCHEME if path.startswith(guarded) else None,
-        path_parameters={
-            "conversation_id": {"type": "string", "format": "uuid"},
-            "event_id": {"type": "string", "pattern": f"^{EVENT_ID_PATTERN}$"},
-        },
-        webhooks={"events": openapi.Webhook(
-            summary="Receive a batch of events: POST {webhook_url}/events/{conversation_id}",
-            operation_id="on_events", body=list[AnyEvent], response=Success,
-            security=SCHEME)},
-        finish=_tool_specs,
-        errors={401: "Missing or wrong session key", 403: "Outside the workspace",
-                503: "Not ready"},
-    ))
+    return openapi.build(
+        routes,
+        openapi.Service(
+            title="agent-server",
+            version=__version__,
+            security_schemes={SCHEME: {"type": "apiKey", "in": "header", "name": HEADER}},
+            guard=lambda path: SCHEME if path.startswith(guarded) else None,
+            path_parameters={
+                "conversation_id": {"type": "string", "format": "uuid"},
+                "event_id": {"type": "string", "pattern": f"^{EVENT_ID_PATTERN}$"},
+            },
+            webhooks={
+                "events": openapi.Webhook(
+                    summary=(
+                        "Receive a batch of events: POST {webhook_url}/events/{conversation_id}"
+                    ),
+                    operation_id="on_events",
+                    body=list[AnyEvent],
+                    response=Success,
+                    security=SCHEME,
+                )
+            },
+            finish=_tool_specs,
+            errors={
+                401: "Missing or wrong session key",
+                403: "Outside the workspace",
+                503: "Not ready",
+            },
+        ),
+    )

@@ -36,8 +36,11 @@ def compile_loaded(root: Path) -> int:
     for module in list(sys.modules.values()):
         source = getattr(module, "__file__", None)
         if source and source.endswith(".py") and Path(source).is_relative_to(root):
-            py_compile.compile(source, doraise=True,
-                               invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH)
+            py_compile.compile(
+                source,
+                doraise=True,
+                invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH,
+            )
             count += 1
     return count
 

@@ -37,7 +37,6 @@ class Workspace(Lenient):
     """An absolute path; created when missing."""
 
 
-
 class RequestText(Lenient):
     type: Literal["text"] = "text"
     text: str = Field(max_length=1_000_000)
@@ -83,9 +82,9 @@ class LookupSecret(Lenient):
     kind: Literal["LookupSecret"]
     """Required (the SDK always sends it): an object without it is a StaticSecret."""
     url: str = Field(pattern=r"^https?://", max_length=2000)
-    headers: dict[Annotated[str, Field(max_length=200)],
-                  Annotated[str, Field(max_length=10_000)]] = Field(default_factory=dict,
-                                                                     max_length=20)
+    headers: dict[
+        Annotated[str, Field(max_length=200)], Annotated[str, Field(max_length=10_000)]
+    ] = Field(default_factory=dict, max_length=20)
     description: str | None = Field(default=None, max_length=1000)
 
 
@@ -98,7 +97,8 @@ def _secret_form(value: Any) -> str:
 
 #: A secret's value, text or OpenHands' object forms (one error for a bad one, not one per form).
 SecretValue = Annotated[
-    Annotated[SecretText, Tag("str")] | Annotated[StaticSecret, Tag("StaticSecret")]
+    Annotated[SecretText, Tag("str")]
+    | Annotated[StaticSecret, Tag("StaticSecret")]
     | Annotated[LookupSecret, Tag("LookupSecret")],
     Discriminator(_secret_form),
 ]
@@ -109,13 +109,19 @@ LOOKUP_MAX_BYTES = 65536
 Secrets = Annotated[dict[EnvName, SecretValue], Field(max_length=200)]
 #: Tags: up to 50, keys 1 to 50 of a-z, 0-9, _ and -, values up to 256 characters.
 TAG_KEY = r"^[a-z0-9_-]{1,50}$"
-Tags = Annotated[dict[Annotated[str, StringConstraints(pattern=TAG_KEY)],
-                      Annotated[str, StringConstraints(max_length=256)]], Field(max_length=50)]
+Tags = Annotated[
+    dict[
+        Annotated[str, StringConstraints(pattern=TAG_KEY)],
+        Annotated[str, StringConstraints(max_length=256)],
+    ],
+    Field(max_length=50),
+]
 
 
 async def secret_values(secrets: dict[str, SecretValue]) -> dict[str, str]:
     """Every secret's value; LookupSecrets are fetched (concurrently). One that cannot be
     fetched is InvalidInput at ["secrets", name], saying why (never the headers)."""
+
     async def fetch(name: str, lookup: LookupSecret) -> str:
         try:
             async with httpx.AsyncClient(timeout=LOOKUP_TIMEOUT, follow_redirects=False) as http:
@@ -124,19 +130,25 @@ async def secret_values(secrets: dict[str, SecretValue]) -> dict[str, str]:
                     async for chunk in response.aiter_bytes():
                         body += chunk
                         if len(body) > LOOKUP_MAX_BYTES:
-                            raise invalid(["secrets", name], "the LookupSecret is "
-                                          f"over {LOOKUP_MAX_BYTES} bytes")
+                            raise invalid(
+                                ["secrets", name],
+                                f"the LookupSecret is over {LOOKUP_MAX_BYTES} bytes",
+                            )
         except (httpx.HTTPError, httpx.InvalidURL, ValueError) as exc:  # a bad URL or header
-            raise invalid(["secrets", name], "the LookupSecret could not be "
-                          f"fetched: {type(exc).__name__}") from None
+            raise invalid(
+                ["secrets", name], f"the LookupSecret could not be fetched: {type(exc).__name__}"
+            ) from None
         if response.status_code != 200:
-            raise invalid(["secrets", name], "the LookupSecret could not be fetched: "
-                          f"HTTP {response.status_code}")
+            raise invalid(
+                ["secrets", name],
+                f"the LookupSecret could not be fetched: HTTP {response.status_code}",
+            )
         return body.decode(errors="replace")
 
     looked = {k: v for k, v in secrets.items() if isinstance(v, LookupSecret)}
-    found = dict(zip(looked, await asyncio.gather(*(fetch(k, v) for k, v in looked.items())),
-                     strict=True))
+    found = dict(
+        zip(looked, await asyncio.gather(*(fetch(k, v) for k, v in looked.items())), strict=True)
+    )
     for name, value in secrets.items():
         if isinstance(value, str):
             found[name] = value
@@ -170,7 +182,8 @@ class CreateConversation(Lenient):
     """OpenHands SDK client tools (specs kept and shown, so that a client re-attaching can
     register their action types; this server never runs them)."""
     tool_module_qualnames: dict[Annotated[str, Field(max_length=200)], ModuleName] = Field(
-        default_factory=dict, max_length=100)
+        default_factory=dict, max_length=100
+    )
     """OpenHands SDK tool name -> module, kept and shown for clients that re-attach."""
     observability_span_name: observability.SpanName | None = None
     """SPEC 2.5: a named child span under the conversation's root span (stable, low-cardinality)."""
@@ -260,9 +273,16 @@ class StoredConversation(BaseModel):
     updated_at: datetime
 
     @classmethod
-    def new(cls, conversation_id: UUID, request: CreateConversation, *,
-            agent: AgentSpec | ACPAgentSpec, workspace: Workspace, secrets: dict[str, str],
-            at: datetime) -> StoredConversation:
+    def new(
+        cls,
+        conversation_id: UUID,
+        request: CreateConversation,
+        *,
+        agent: AgentSpec | ACPAgentSpec,
+        workspace: Workspace,
+        secrets: dict[str, str],
+        at: datetime,
+    ) -> StoredConversation:
         """A new conversation's record: what the request asks for, with the agent, workspace
         and secret values the catalogue settled on (the request may leave them out)."""
         return cls(
@@ -285,19 +305,33 @@ class StoredConversation(BaseModel):
             updated_at=at,
         )
 
-    def forked(self, fork_id: UUID, request: ForkRequest, *, head: str | None, head_set_at: int,
-               at: datetime) -> StoredConversation:
+    def forked(
+        self,
+        fork_id: UUID,
+        request: ForkRequest,
+        *,
+        head: str | None,
+        head_set_at: int,
+        at: datetime,
+    ) -> StoredConversation:
         """The record of a fork of this conversation: its agent (the LLM key too), workspace
         and settings, resting (idle) with HEAD at `head`; a trace of its own is started."""
-        record = self.model_copy(deep=True, update={
-            "id": fork_id, "execution_status": ExecutionStatus.IDLE,
-            "title": request.title if request.title is not None else self.title,
-            "tags": request.tags if request.tags is not None else self.tags,
-            "head_event_id": head, "head_set_at": head_set_at,
-            "forked_from_conversation_id": self.id,
-            "forked_from_event_id": request.from_event_id,
-            "created_at": at, "updated_at": at, "trace": None,
-        })
+        record = self.model_copy(
+            deep=True,
+            update={
+                "id": fork_id,
+                "execution_status": ExecutionStatus.IDLE,
+                "title": request.title if request.title is not None else self.title,
+                "tags": request.tags if request.tags is not None else self.tags,
+                "head_event_id": head,
+                "head_set_at": head_set_at,
+                "forked_from_conversation_id": self.id,
+                "forked_from_event_id": request.from_event_id,
+                "created_at": at,
+                "updated_at": at,
+                "trace": None,
+            },
+        )
         if request.reset_metrics:
             record.metrics = Metrics()
         return record
@@ -369,19 +403,37 @@ class ConversationInfo(BaseModel):
     """The webhook push of this conversation (null when no webhook is configured)."""
 
     @classmethod
-    def of(cls, record: StoredConversation, *, directory: str,
-           webhook: WebhookStatus | None = None, leaf: str | None = None,
-           head_is_empty: bool = False, last_user_message: str | None = None,
-           status: ExecutionStatus | None = None) -> ConversationInfo:
-        data = record.model_dump(exclude={"agent", "secrets", "head_event_id", "head_set_at",
-                                          "trace"})
+    def of(
+        cls,
+        record: StoredConversation,
+        *,
+        directory: str,
+        webhook: WebhookStatus | None = None,
+        leaf: str | None = None,
+        head_is_empty: bool = False,
+        last_user_message: str | None = None,
+        status: ExecutionStatus | None = None,
+    ) -> ConversationInfo:
+        data = record.model_dump(
+            exclude={"agent", "secrets", "head_event_id", "head_set_at", "trace"}
+        )
         if status is not None:
             data["execution_status"] = status
-        metrics = {**record.metrics.model_dump(mode="json"), "costs": [],
-                   "response_latencies": [], "token_usages": []}
-        return cls(agent=record.agent.redacted(), secret_names=sorted(record.secrets),
-                   persistence_dir=directory,
-                   stats={"usage_to_metrics": {record.agent.llm.usage_id: metrics}},
-                   leaf_event_id=leaf, head_is_empty=head_is_empty,
-                   last_user_message_id=last_user_message, webhook=webhook,
-                   trace_id=record.trace.trace_id if record.trace else None, **data)
+        metrics = {
+            **record.metrics.model_dump(mode="json"),
+            "costs": [],
+            "response_latencies": [],
+            "token_usages": [],
+        }
+        return cls(
+            agent=record.agent.redacted(),
+            secret_names=sorted(record.secrets),
+            persistence_dir=directory,
+            stats={"usage_to_metrics": {record.agent.llm.usage_id: metrics}},
+            leaf_event_id=leaf,
+            head_is_empty=head_is_empty,
+            last_user_message_id=last_user_message,
+            webhook=webhook,
+            trace_id=record.trace.trace_id if record.trace else None,
+            **data,
+        )

@@ -41,7 +41,8 @@ REPOSITORY_URL = re.compile(
     r"(?:[/?#][^\x00-\x20\x7f]*)?"
     r"|file://[^\x00-\x20\x7f]*"
     r"|[A-Za-z0-9._-]+@[A-Za-z0-9.-]+:(?!//)[^\x00-\x20\x7f]+"
-    r")$")
+    r")$"
+)
 
 RepositoryStatus = Literal["cloned", "failed"]
 
@@ -49,22 +50,27 @@ RepositoryStatus = Literal["cloned", "failed"]
 class RepositorySpec(Lenient):
     """`repository` at creation: what to clone into the working directory."""
 
-    url: str = Field(min_length=1, max_length=2000,
-                     json_schema_extra={"pattern": REPOSITORY_URL.pattern})
+    url: str = Field(
+        min_length=1, max_length=2000, json_schema_extra={"pattern": REPOSITORY_URL.pattern}
+    )
     """https://, http://, ssh://, git://, file:// or user@host:path; never with a password in it."""
-    branch: str | None = Field(default=None, max_length=255,
-                               json_schema_extra={"pattern": BRANCH.pattern})
-    credential_secret: str | None = Field(default=None, max_length=128,
-                                          json_schema_extra={"pattern": ENV_NAME.pattern})
+    branch: str | None = Field(
+        default=None, max_length=255, json_schema_extra={"pattern": BRANCH.pattern}
+    )
+    credential_secret: str | None = Field(
+        default=None, max_length=128, json_schema_extra={"pattern": ENV_NAME.pattern}
+    )
     """Name of the conversation's secret holding an HTTPS token; sent through GIT_ASKPASS only."""
 
     @field_validator("url")
     @classmethod
     def _url(cls, value: str) -> str:
         if not REPOSITORY_URL.match(value):
-            raise ValueError("url must be https://, http://, ssh://, git:// or file:// (or "
-                             "user@host:path), without spaces, control characters or a password "
-                             "(put the credential in `secrets` and name it in `credential_secret`)")
+            raise ValueError(
+                "url must be https://, http://, ssh://, git:// or file:// (or "
+                "user@host:path), without spaces, control characters or a password "
+                "(put the credential in `secrets` and name it in `credential_secret`)"
+            )
         return value
 
     @field_validator("branch")
@@ -104,8 +110,13 @@ class CloneFailed(UpstreamError):
         super().__init__("RepositoryCloneFailed", detail)
 
 
-async def clone(spec: RepositorySpec, target: Path, secrets: Mapping[str, str],
-                masker: Masker, author: Mapping[str, str]) -> None:
+async def clone(
+    spec: RepositorySpec,
+    target: Path,
+    secrets: Mapping[str, str],
+    masker: Masker,
+    author: Mapping[str, str],
+) -> None:
     """A shallow clone of spec into the (empty) working directory `target`.
 
     Raises CloneFailed, whose detail is masked with `masker` (it may quote git's output).
@@ -116,24 +127,44 @@ async def clone(spec: RepositorySpec, target: Path, secrets: Mapping[str, str],
         raise CloneFailed(masker.text(failure.detail)) from None
 
 
-async def _clone(spec: RepositorySpec, target: Path, secrets: Mapping[str, str],
-                 masker: Masker, author: Mapping[str, str]) -> None:
+async def _clone(
+    spec: RepositorySpec,
+    target: Path,
+    secrets: Mapping[str, str],
+    masker: Masker,
+    author: Mapping[str, str],
+) -> None:
     if masker.text(spec.url) != spec.url:
-        raise CloneFailed("the repository url holds a secret value; name the secret in "
-                          "credential_secret instead, so it stays out of .git/config")
+        raise CloneFailed(
+            "the repository url holds a secret value; name the secret in "
+            "credential_secret instead, so it stays out of .git/config"
+        )
     if await _already_cloned(target, spec.url):
         return
     try:
         entries = await asyncio.to_thread(os.listdir, target)
     except OSError as exc:
-        raise CloneFailed(f"the working directory {target} cannot be read: "
-                          f"{exc.strerror}") from None
+        raise CloneFailed(
+            f"the working directory {target} cannot be read: {exc.strerror}"
+        ) from None
     if entries:
-        raise CloneFailed(f"the working directory {target} is not empty ({len(entries)} "
-                          "entries); a repository is cloned into an empty one")
-    argv = ["git", "-c", "credential.helper=", "clone", "--depth", "1", "--single-branch",
-            "--config", f"user.name={author['GIT_AUTHOR_NAME']}",
-            "--config", f"user.email={author['GIT_AUTHOR_EMAIL']}"]
+        raise CloneFailed(
+            f"the working directory {target} is not empty ({len(entries)} "
+            "entries); a repository is cloned into an empty one"
+        )
+    argv = [
+        "git",
+        "-c",
+        "credential.helper=",
+        "clone",
+        "--depth",
+        "1",
+        "--single-branch",
+        "--config",
+        f"user.name={author['GIT_AUTHOR_NAME']}",
+        "--config",
+        f"user.email={author['GIT_AUTHOR_EMAIL']}",
+    ]
     if spec.branch:
         argv += ["--branch", spec.branch]
     argv += ["--", spec.url, str(target)]
@@ -142,14 +173,21 @@ async def _clone(spec: RepositorySpec, target: Path, secrets: Mapping[str, str],
     if spec.credential_secret is not None:
         credential = secrets.get(spec.credential_secret)
         if credential is None:
-            raise CloneFailed(f"credential_secret {spec.credential_secret!r} is not among the "
-                              "conversation's secrets (POST .../secrets adds it)")
+            raise CloneFailed(
+                f"credential_secret {spec.credential_secret!r} is not among the "
+                "conversation's secrets (POST .../secrets adds it)"
+            )
     with tempfile.TemporaryDirectory(prefix="agent-server-askpass-") as helper_dir:
         if credential is not None:
             helper = Path(helper_dir) / "askpass"
             await asyncio.to_thread(_write_helper, helper)
-            env.update({"GIT_ASKPASS": str(helper), USER_VARIABLE: TOKEN_USER,
-                        PASSWORD_VARIABLE: credential})
+            env.update(
+                {
+                    "GIT_ASKPASS": str(helper),
+                    USER_VARIABLE: TOKEN_USER,
+                    PASSWORD_VARIABLE: credential,
+                }
+            )
         done = await run_process(argv, target.parent, env, CLONE_TIMEOUT)
     if done.timed_out or done.exit_code != 0:
         why = "timed out" if done.timed_out else f"exited with {done.exit_code}"
@@ -170,6 +208,10 @@ async def _already_cloned(target: Path, url: str) -> bool:
     """The working directory already holds a clone of url (a run cut short, or done by hand)."""
     if not await asyncio.to_thread(os.path.exists, target / ".git"):
         return False
-    done = await run_process(["git", "-c", "safe.directory=*", "config", "--get",
-                              "remote.origin.url"], target, child_env(), 30)
+    done = await run_process(
+        ["git", "-c", "safe.directory=*", "config", "--get", "remote.origin.url"],
+        target,
+        child_env(),
+        30,
+    )
     return done.exit_code == 0 and done.stdout.head.decode(errors="replace").strip() == url

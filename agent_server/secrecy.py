@@ -65,8 +65,10 @@ def receive_keys(environ: MutableMapping[str, str]) -> None:
     try:
         keys = launch_keys.decode(data)
     except ValueError:
-        raise ConfigError(f"{KEYS_FD}={fd}: expected a JSON object of SESSION_API_KEY / "
-                          "AGENT_SERVER_WEBHOOK_* / AGENT_SERVER_NETWORK_* strings") from None
+        raise ConfigError(
+            f"{KEYS_FD}={fd}: expected a JSON object of SESSION_API_KEY / "
+            "AGENT_SERVER_WEBHOOK_* / AGENT_SERVER_NETWORK_* strings"
+        ) from None
     for name, value in keys.items():
         environ[name] = value
 

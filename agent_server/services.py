@@ -93,34 +93,66 @@ class Services:
     @classmethod
     def build(cls, config: Config, model: Model | None = None) -> Services:
         """Everything wired from the Config; `model` replaces litellm (in-process tests)."""
-        telemetry = Telemetry.build(config.tracing_enabled, config.otlp_traces_endpoint,
-                                    config.traces_sampler, config.traces_sampler_arg)
-        store = SettingsStore(config.state_dir / "settings.json",
-                              check=lambda settings: check_tool_names(settings.agent.tools))
+        telemetry = Telemetry.build(
+            config.tracing_enabled,
+            config.otlp_traces_endpoint,
+            config.traces_sampler,
+            config.traces_sampler_arg,
+        )
+        store = SettingsStore(
+            config.state_dir / "settings.json",
+            check=lambda settings: check_tool_names(settings.agent.tools),
+        )
         # Signed deliveries carry no session key (unless one is set for the webhook).
         webhook_key = config.webhook_api_key or (
-            None if config.webhook_secret else config.session_api_keys[0])
-        delivery = Delivery(config.delivery, config.webhook_url, webhook_key,
-                            config.webhook_secret, sender=config.webhook_sender)
+            None if config.webhook_secret else config.session_api_keys[0]
+        )
+        delivery = Delivery(
+            config.delivery,
+            config.webhook_url,
+            webhook_key,
+            config.webhook_secret,
+            sender=config.webhook_sender,
+        )
         browser = SharedBrowser(config.chromium)
-        network = (NetworkClient(config.network_url, config.network_token or "")
-                   if config.network_url else None)
+        network = (
+            NetworkClient(config.network_url, config.network_token or "")
+            if config.network_url
+            else None
+        )
         traced = TracedModel(model or LiteLLMModel(), telemetry)  # every LLM call has its span
 
         def sessions(catalogue: ConversationService) -> SessionFactory:
             # The catalogue is handed in: sub-agents are conversations of it.
-            tools = ToolServices(idle_timeout=config.terminal_idle_timeout, browser=browser,
-                                 subagents=SubagentHub(catalogue, config.max_subagents),
-                                 network=network)
+            tools = ToolServices(
+                idle_timeout=config.terminal_idle_timeout,
+                browser=browser,
+                subagents=SubagentHub(catalogue, config.max_subagents),
+                network=network,
+            )
             return session_factory(traced, tools, telemetry)
 
-        service = ConversationService(config.state_dir, config.workspace, settings=store.get,
-                                      sessions=sessions, fanout=delivery, telemetry=telemetry,
-                                      hidden=config.own_keys())
+        service = ConversationService(
+            config.state_dir,
+            config.workspace,
+            settings=store.get,
+            sessions=sessions,
+            fanout=delivery,
+            telemetry=telemetry,
+            hidden=config.own_keys(),
+        )
         telemetry.metrics.watch(_metric_sources(service, delivery, network))
-        return cls(config=config, settings=store, conversations=service, delivery=delivery,
-                   keys=KeyRing(config.session_api_keys), browser=browser, model=traced,
-                   telemetry=telemetry, network=network)
+        return cls(
+            config=config,
+            settings=store,
+            conversations=service,
+            delivery=delivery,
+            keys=KeyRing(config.session_api_keys),
+            browser=browser,
+            model=traced,
+            telemetry=telemetry,
+            network=network,
+        )
 
     async def start(self) -> None:
         """The state directory, the settings, the conversations found there, then delivery;
@@ -169,13 +201,19 @@ class State(TypedDict):
     services: Services
 
 
-def session_factory(model: Model, services: ToolServices,
-                    telemetry: Telemetry | None = None) -> SessionFactory:
+def session_factory(
+    model: Model, services: ToolServices, telemetry: Telemetry | None = None
+) -> SessionFactory:
     """The sessions of conversations: our own agent over `model`, or an ACP agent (which
     brings its own model and tools), by the agent's kind."""
 
-    def make(spec: ConversationSpec, sink: EventSink, control: RunControl,
-             secrets: Mapping[str, str], metrics: Metrics) -> Session:
+    def make(
+        spec: ConversationSpec,
+        sink: EventSink,
+        control: RunControl,
+        secrets: Mapping[str, str],
+        metrics: Metrics,
+    ) -> Session:
         if isinstance(spec.agent, ACPAgentSpec):
             # Loaded with the first ACP agent: the protocol's schema costs a server that never
             # runs one about 8 MiB.
@@ -187,8 +225,9 @@ def session_factory(model: Model, services: ToolServices,
     return make
 
 
-def _metric_sources(service: ConversationService, delivery: Delivery,
-                    network: NetworkClient | None) -> Sources:
+def _metric_sources(
+    service: ConversationService, delivery: Delivery, network: NetworkClient | None
+) -> Sources:
     """What GET /metrics reads at scrape time from the objects that keep the counts."""
 
     def by_status() -> dict[str, int]:
@@ -202,13 +241,22 @@ def _metric_sources(service: ConversationService, delivery: Delivery,
         if hook is None:
             return None
         totals = hook.totals()
-        return WebhookFigures(pending=totals.pending, lag_seconds=hook.lag(),
-                              failing=totals.failing, retries=hook.retries)
+        return WebhookFigures(
+            pending=totals.pending,
+            lag_seconds=hook.lag(),
+            failing=totals.failing,
+            retries=hook.retries,
+        )
 
     pubsub = delivery.pubsub
-    return Sources(conversations=by_status, websockets=pubsub.count,
-                   websocket_drops=lambda: {"queue": pubsub.overflows,
-                                            "send_timeout": pubsub.send_timeouts,
-                                            "ping_timeout": pubsub.ping_timeouts},
-                   webhook=webhook,
-                   network_refused=lambda: None if network is None else network.last_refused)
+    return Sources(
+        conversations=by_status,
+        websockets=pubsub.count,
+        websocket_drops=lambda: {
+            "queue": pubsub.overflows,
+            "send_timeout": pubsub.send_timeouts,
+            "ping_timeout": pubsub.ping_timeouts,
+        },
+        webhook=webhook,
+        network_refused=lambda: None if network is None else network.last_refused,
+    )

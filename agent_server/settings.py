@@ -34,6 +34,7 @@ from web.errors import from_pydantic, invalid
 PROFILE_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,100}$")
 ProfileName = Annotated[str, StringConstraints(pattern=PROFILE_NAME.pattern)]
 
+
 class SettingsAgent(Lenient):
     llm: LLMConfig | None = None
     tools: list[ToolSpec] = Field(default_factory=list, max_length=50)
@@ -46,8 +47,9 @@ class SavedACPAgent(Lenient):
     `{"kind": "ACPAgent", "acp_server": NAME}` without `acp_command` starts this one. Literal
     `acp_env` values are secrets: shown masked, masked in the conversation's events."""
 
-    acp_command: list[Annotated[Argument, Field(min_length=1)]] = Field(min_length=1,
-                                                                        max_length=100)
+    acp_command: list[Annotated[Argument, Field(min_length=1)]] = Field(
+        min_length=1, max_length=100
+    )
     acp_args: list[Argument] = Field(default_factory=list, max_length=100)
     acp_env: dict[EnvName, EnvValue] = Field(default_factory=dict, max_length=100)
     acp_prompt_timeout: float | None = Field(default=None, gt=0, le=86_400)
@@ -57,9 +59,11 @@ class SavedACPAgent(Lenient):
         """The conversation's agent with this command: the request's own args follow these,
         its env wins on a name clash, its timeouts win when it gives them."""
         given = agent.model_fields_set
-        update: dict[str, Any] = {"acp_command": self.acp_command,
-                                  "acp_args": [*self.acp_args, *agent.acp_args],
-                                  "acp_env": {**self.acp_env, **agent.acp_env}}
+        update: dict[str, Any] = {
+            "acp_command": self.acp_command,
+            "acp_args": [*self.acp_args, *agent.acp_args],
+            "acp_env": {**self.acp_env, **agent.acp_env},
+        }
         for name in ("acp_prompt_timeout", "acp_startup_timeout"):
             if name not in given and getattr(self, name) is not None:
                 update[name] = getattr(self, name)
@@ -99,8 +103,9 @@ class Settings(Lenient):
     def _profile_names(cls, value: dict[str, Any]) -> dict[str, Any]:
         for name in value:
             if not PROFILE_NAME.match(name):
-                raise ValueError(f"profile name {name!r}: 1 to 100 letters, digits, '.', '_' "
-                                 "or '-'")
+                raise ValueError(
+                    f"profile name {name!r}: 1 to 100 letters, digits, '.', '_' or '-'"
+                )
         return value
 
 
@@ -117,8 +122,11 @@ def deep_merge(base: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
         form = FORMS.get(key)
         if value is None:  # null removes: a setting back to its default, a secret gone
             out.pop(key, None)
-        elif isinstance(value, dict) and isinstance(out.get(key), dict) and (
-                form is None or form(value) == form(out[key])):
+        elif (
+            isinstance(value, dict)
+            and isinstance(out.get(key), dict)
+            and (form is None or form(value) == form(out[key]))
+        ):
             out[key] = deep_merge(out[key], value)
         else:
             out[key] = copy.deepcopy(value)

@@ -12,8 +12,11 @@ from events.status import TRANSITIONS, ExecutionStatus
 from web.states import Moves
 
 #: The table as a checker; a refusal lists the allowed moves by name.
-MOVES = Moves(TRANSITIONS, listed=lambda statuses: sorted(statuses, key=lambda s: s.value),
-              error=InvalidTransition)
+MOVES = Moves(
+    TRANSITIONS,
+    listed=lambda statuses: sorted(statuses, key=lambda s: s.value),
+    error=InvalidTransition,
+)
 
 
 def check_move(current: ExecutionStatus, to: ExecutionStatus) -> None:

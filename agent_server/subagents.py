@@ -56,8 +56,10 @@ class SubagentHub:
         """A place for one more sub-agent while it is created; SubagentRefused past the cap."""
         made = sum(1 for c in self.service if c.record.parent_conversation_id is not None)
         if made + self.creating >= self.cap:
-            raise SubagentRefused(f"This server runs its most sub-agents ({self.cap}) already; "
-                                  "finish with fewer, or resume one of them.")
+            raise SubagentRefused(
+                f"This server runs its most sub-agents ({self.cap}) already; "
+                "finish with fewer, or resume one of them."
+            )
         self.creating += 1
         try:
             yield
@@ -66,8 +68,9 @@ class SubagentHub:
 
 
 class ConversationSubagents:
-    def __init__(self, service: ConversationService, parent_id: UUID,
-                 hub: SubagentHub | None = None) -> None:
+    def __init__(
+        self, service: ConversationService, parent_id: UUID, hub: SubagentHub | None = None
+    ) -> None:
         self._service = service
         self.parent_id = parent_id
         self._hub = hub or SubagentHub(service)
@@ -100,12 +103,13 @@ class ConversationSubagents:
         parent = self._parent()
         unknown = set(task.tools) - set(self.tool_names())
         if unknown:
-            raise SubagentRefused("A sub-agent gets only tools this conversation has; not: "
-                                  + ", ".join(sorted(unknown)))
+            raise SubagentRefused(
+                "A sub-agent gets only tools this conversation has; not: "
+                + ", ".join(sorted(unknown))
+            )
         if task.resume is not None:
             child = self._child(task.resume)
-            await child.send_message(SendMessage(content=[RequestText(text=task.prompt)],
-                                                 run=True))
+            await child.send_message(SendMessage(content=[RequestText(text=task.prompt)], run=True))
         else:
             if self.depth() + 1 > HARD_MAX_DEPTH or self.spawned() >= HARD_MAX_CHILDREN:
                 raise SubagentRefused("This server's limit of sub-agents is reached.")
@@ -116,8 +120,9 @@ class ConversationSubagents:
         except asyncio.CancelledError:
             await asyncio.shield(_stop(child))
             raise
-        return SubagentResult(conversation_id=child.id, status=status.value,
-                              text=await _answer(child, status.value))
+        return SubagentResult(
+            conversation_id=child.id, status=status.value, text=await _answer(child, status.value)
+        )
 
     def _child(self, raw: str) -> Conversation:
         try:
@@ -140,12 +145,19 @@ class ConversationSubagents:
             mcp_config=record.agent.mcp_config if all_tools else None,
         )
         title = (task.title or task.prompt.strip().splitlines()[0])[:200]
-        child, _ = await self._service.create(CreateConversation(
-            agent=agent, workspace=record.workspace, secrets=dict(record.secrets),
-            max_iterations=task.max_iterations, stuck_detection=record.stuck_detection,
-            title=title, confirmation_policy=record.confirmation_policy,
-            hook_config=record.hook_config, parent_conversation_id=record.id,
-        ))
+        child, _ = await self._service.create(
+            CreateConversation(
+                agent=agent,
+                workspace=record.workspace,
+                secrets=dict(record.secrets),
+                max_iterations=task.max_iterations,
+                stuck_detection=record.stuck_detection,
+                title=title,
+                confirmation_policy=record.confirmation_policy,
+                hook_config=record.hook_config,
+                parent_conversation_id=record.id,
+            )
+        )
         if parent.control.llm.profile is not None:  # the child follows the same profile
             child.control.llm.profile = parent.control.llm.profile
             child.record.llm_profile = parent.control.llm.profile
@@ -171,8 +183,10 @@ async def _answer(child: Conversation, status: str) -> str:
     answer = ""
     for line in reversed(lines):
         event = json.loads(line)
-        if event.get("kind") == "ActionEvent" and (event.get("action") or {}).get(
-                "kind") == "FinishAction":
+        if (
+            event.get("kind") == "ActionEvent"
+            and (event.get("action") or {}).get("kind") == "FinishAction"
+        ):
             answer = event["action"].get("message", "")
             break
         if event.get("kind") == "MessageEvent" and event.get("source") == "agent":
@@ -182,6 +196,8 @@ async def _answer(child: Conversation, status: str) -> str:
             answer = f"{event.get('code')}: {event.get('detail')}"
             break
     if status == "waiting_for_confirmation":
-        answer += (f"\n(The sub-agent waits for confirmation of its actions: answer at "
-                   f"/api/conversations/{child.id}/events/respond_to_confirmation, then resume it.)")
+        answer += (
+            f"\n(The sub-agent waits for confirmation of its actions: answer at "
+            f"/api/conversations/{child.id}/events/respond_to_confirmation, then resume it.)"
+        )
     return bounded(answer.strip())

@@ -60,8 +60,13 @@ REAP_INTERVAL = 1.0
 
 #: A control group's process list, the only file a fork request may have written (no
 #: `.` or `..` in its path).
-CgroupProcs = Annotated[str, StringConstraints(
-    pattern=r"^/sys/fs/cgroup/(?:[A-Za-z0-9_,-][A-Za-z0-9_.,-]*/)+cgroup\.procs$", max_length=512)]
+CgroupProcs = Annotated[
+    str,
+    StringConstraints(
+        pattern=r"^/sys/fs/cgroup/(?:[A-Za-z0-9_,-][A-Za-z0-9_.,-]*/)+cgroup\.procs$",
+        max_length=512,
+    ),
+]
 
 
 class Fork(BaseModel):
@@ -86,17 +91,25 @@ class Fork(BaseModel):
 #: loads on its first completion; measured with a profile of a server's first conversation).
 #: A name another litellm version lacks is skipped.
 FIRST_CALL = (
-    "anyio._backends._asyncio", "anyio.streams.tls", "anyio.streams.memory",
-    "litellm.proxy._types", "litellm.proxy.types_utils.utils",
+    "anyio._backends._asyncio",
+    "anyio.streams.tls",
+    "anyio.streams.memory",
+    "litellm.proxy._types",
+    "litellm.proxy.types_utils.utils",
     "litellm.proxy.openai_files_endpoints.common_utils",
     "litellm.proxy._experimental.mcp_server.stdio_gate",
-    "litellm.llms.litellm_proxy.chat.transformation", "litellm.llms.openai_like.dynamic_config",
+    "litellm.llms.litellm_proxy.chat.transformation",
+    "litellm.llms.openai_like.dynamic_config",
     "litellm.llms.openai.chat.gpt_audio_transformation",
     "litellm.llms.vertex_ai.vertex_ai_partner_models.anthropic.transformation",
-    "litellm.types.object_permission", "litellm.types.integrations.compression_interception",
-    "litellm.types.proxy.carried_budget_state", "litellm.types.proxy.control_plane_endpoints",
-    "litellm.types.proxy.spend_capture_rate", "litellm._service_logger",
-    "litellm.integrations.prometheus_services", "litellm.types.integrations.prometheus",
+    "litellm.types.object_permission",
+    "litellm.types.integrations.compression_interception",
+    "litellm.types.proxy.carried_budget_state",
+    "litellm.types.proxy.control_plane_endpoints",
+    "litellm.types.proxy.spend_capture_rate",
+    "litellm._service_logger",
+    "litellm.integrations.prometheus_services",
+    "litellm.types.integrations.prometheus",
 )
 
 
@@ -104,6 +117,7 @@ def preload() -> None:
     """Everything a server imports to start and to make its first model call."""
     import uvicorn.lifespan.on  # noqa: F401
     import uvicorn.loops.auto  # noqa: F401
+
     with contextlib.suppress(ImportError):  # imported by uvicorn's loop factory as it runs
         import uvicorn.loops.uvloop  # noqa: F401
         import uvloop  # noqa: F401
@@ -185,8 +199,9 @@ def _fork(request: Fork, fds: list[int], sockets: list[socket.socket]) -> int:
     return server
 
 
-def _become(request: Fork, entry: namespaces.Entry, fds: list[int],
-            sockets: list[socket.socket]) -> NoReturn:
+def _become(
+    request: Fork, entry: namespaces.Entry, fds: list[int], sockets: list[socket.socket]
+) -> NoReturn:
     """The server, in the sandbox: its namespaces, its descriptors, its user, its environment."""
     code = 1
     try:
@@ -206,8 +221,9 @@ def _become(request: Fork, entry: namespaces.Entry, fds: list[int],
         os.dup2(output, 1)
         os.dup2(output, 2)
         # Moved above the targets first: no move overwrites another's source.
-        lifeline, ready = (fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, READY_FD + 1)
-                           for fd in (lifeline, ready))
+        lifeline, ready = (
+            fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, READY_FD + 1) for fd in (lifeline, ready)
+        )
         os.dup2(lifeline, LIFELINE_FD, inheritable=False)
         os.dup2(ready, READY_FD, inheritable=False)
         os.closerange(READY_FD + 1, os.sysconf("SC_OPEN_MAX"))
@@ -215,8 +231,9 @@ def _become(request: Fork, entry: namespaces.Entry, fds: list[int],
         if request.seccomp:
             namespaces.confine(request.seccomp)
         os.environ.clear()
-        os.environ.update({**llm.ENVIRONMENT, **request.env,
-                           **LaunchEnv(ready_fd=READY_FD).environment()})
+        os.environ.update(
+            {**llm.ENVIRONMENT, **request.env, **LaunchEnv(ready_fd=READY_FD).environment()}
+        )
         tempfile.tempdir = None  # chosen again from the sandbox's TMPDIR, not the template's
         sys.argv = ["agent-server", *request.argv]
         logging.root.handlers.clear()

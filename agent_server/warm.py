@@ -13,8 +13,9 @@ with the same flags. The start it is claimed for pays for none of the imports.
   `Authorization: Bearer <token>` and the keys as its body (the JSON object the pipe would hold;
   the request's shape and the secret's are `launch.claim`, the pool's too).
   A wrong token is 403 and keys that are not the pipe's JSON object 422, both changing
-  nothing; the right one is 204, and the server starts with those keys. `GET /parked` (204) is the pool's lifeline: with no request for LIFELINE seconds
-  (its control plane gone) the parked server exits.
+  nothing; the right one is 204, and the server starts with those keys. `GET /parked` (204) is the
+  pool's lifeline: with no request for LIFELINE seconds (its control plane gone) the parked server
+  exits.
 """
 
 from __future__ import annotations
@@ -100,8 +101,9 @@ def claim_token(named: str) -> str:
     except claim.WeakToken as exc:
         raise SystemExit(f"agent_server.warm: {exc}") from None
     except (ValueError, OSError):
-        raise SystemExit(f"agent_server.warm: {KEYS_FD} must name a descriptor holding "
-                         '{"claim": "<token>"}') from None
+        raise SystemExit(
+            f'agent_server.warm: {KEYS_FD} must name a descriptor holding {{"claim": "<token>"}}'
+        ) from None
 
 
 def run(args: list[str]) -> None:

@@ -22,9 +22,14 @@ from agent_server.api.sockets import CLOSE_TRY_AGAIN, PING_TIMED_OUT, RESUME_AFT
 
 class WebSocketProtocol(WebSocketsSansIOProtocol):
     async def send(self, message: Any) -> None:
-        if (message["type"] == "websocket.close" and self.handshake_complete
-                and self.initial_response is None and not self.close_sent
-                and not self.disconnected and not self.writable.is_set()):
+        if (
+            message["type"] == "websocket.close"
+            and self.handshake_complete
+            and self.initial_response is None
+            and not self.close_sent
+            and not self.disconnected
+            and not self.writable.is_set()
+        ):
             self._close_now(message.get("code", 1000), message.get("reason") or "")
             return
         await super().send(message)

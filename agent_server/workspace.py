@@ -107,12 +107,15 @@ class Scope:
             except OutsideRoot:
                 continue
             if found is None or len(Path(os.path.realpath(root)).parts) > len(
-                    Path(os.path.realpath(found)).parts):
+                Path(os.path.realpath(found)).parts
+            ):
                 found = root
         if found is None:
-            raise OutsideWorkspace(f"{raw!r} is outside the working directories of this server"
-                                   if len(self.roots) > 1 else
-                                   f"{raw!r} is outside the working directory {self.home}")
+            raise OutsideWorkspace(
+                f"{raw!r} is outside the working directories of this server"
+                if len(self.roots) > 1
+                else f"{raw!r} is outside the working directory {self.home}"
+            )
         return found
 
     def resolve(self, raw: str) -> Path:
@@ -145,8 +148,9 @@ def resolve(root: Path, raw: str) -> Path:
         raise WorkspaceError("the path is not valid Unicode") from None
     for part in encoded.split(b"/"):
         if len(part) > NAME_MAX:
-            raise NameTooLong(f"a component of the path is over {NAME_MAX} bytes: "
-                              f"{os.fsdecode(part[:40])!r}...")
+            raise NameTooLong(
+                f"a component of the path is over {NAME_MAX} bytes: {os.fsdecode(part[:40])!r}..."
+            )
     try:
         path = confine(root, raw)
     except OutsideRoot as exc:
@@ -214,8 +218,9 @@ def open_file(root: Path, raw: str, max_bytes: int) -> OpenedFile:
     except NotRegularFile:
         raise NotAFile(f"{raw!r} is not a regular file") from None
     except FileTooLarge as exc:
-        raise TooLarge(f"{raw!r} has {exc.size} bytes; the limit is {max_bytes}",
-                       max_bytes) from None
+        raise TooLarge(
+            f"{raw!r} has {exc.size} bytes; the limit is {max_bytes}", max_bytes
+        ) from None
     except OSError as exc:
         raise NotAFile(f"{raw!r} cannot be opened: {exc.strerror}") from None
     return OpenedFile(file, size, path)
@@ -231,8 +236,9 @@ def read_capped(path: Path, max_bytes: int) -> bytes | None:
         return f.read(opened.size)
 
 
-async def write_file(root: Path, raw: str, chunks: AsyncIterator[bytes],
-                     max_bytes: int) -> tuple[Path, int]:
+async def write_file(
+    root: Path, raw: str, chunks: AsyncIterator[bytes], max_bytes: int
+) -> tuple[Path, int]:
     """Write a workspace file from chunks, creating its parents; all or nothing.
 
     The bytes go to a core.files.Replacement beside the target, renamed over it once
@@ -258,8 +264,7 @@ async def write_file(root: Path, raw: str, chunks: AsyncIterator[bytes],
             async for chunk in chunks:
                 size += len(chunk)
                 if size > max_bytes:
-                    raise TooLarge(f"the upload is over the limit of {max_bytes} bytes",
-                                   max_bytes)
+                    raise TooLarge(f"the upload is over the limit of {max_bytes} bytes", max_bytes)
                 await _settled(new.write, chunk)
             await _settled(new.commit)
         except BaseException:
@@ -324,8 +329,9 @@ def output_text(output: Output, limit: int, masker: Masker) -> str:
         text = masker.without_partial_tail(text)
     if output.total <= limit and len(text) <= limit:
         return text
-    return (text[:limit] + f"\n[output truncated: {output.total} bytes in all, "
-            f"the first {limit} shown]")
+    return (
+        text[:limit] + f"\n[output truncated: {output.total} bytes in all, the first {limit} shown]"
+    )
 
 
 def masked_keep(secrets: Mapping[str, str], limit: int = MAX_OUTPUT_BYTES) -> int:

@@ -46,32 +46,51 @@ def rss_mib(pid: int) -> float:
 
 
 def steps(llm: ScriptedLLM, key: str, n: int, tool: str = "terminal") -> None:
-    replies: list[Reply] = [call("terminal", command=f"echo step-{i}") if tool == "terminal"
-                            else call("think", thought=f"step {i}") for i in range(n)]
+    replies: list[Reply] = [
+        call("terminal", command=f"echo step-{i}")
+        if tool == "terminal"
+        else call("think", thought=f"step {i}")
+        for i in range(n)
+    ]
     llm.script(key, *replies, call("finish", message="done"))
 
 
 def agent(llm: ScriptedLLM, key: str) -> dict[str, Any]:
-    return {"llm": {"model": "openai/test-model", "base_url": llm.base_url(key),
-                    "api_key": "sk-bench", "num_retries": 0},
-            "tools": [{"name": "terminal"}]}
+    return {
+        "llm": {
+            "model": "openai/test-model",
+            "base_url": llm.base_url(key),
+            "api_key": "sk-bench",
+            "num_retries": 0,
+        },
+        "tools": [{"name": "terminal"}],
+    }
 
 
 async def direct(server: ServerProcess, llm: ScriptedLLM, key: str, work: Path, n: int) -> float:
-    async with httpx.AsyncClient(base_url=server.url, headers={"X-Session-API-Key": KEY},
-                                 timeout=60) as client:
-        r = await client.post("/api/conversations", json={
-            "agent": agent(llm, key), "workspace": {"working_dir": str(work)},
-            "confirmation_policy": {"kind": "NeverConfirm"}})
+    async with httpx.AsyncClient(
+        base_url=server.url, headers={"X-Session-API-Key": KEY}, timeout=60
+    ) as client:
+        r = await client.post(
+            "/api/conversations",
+            json={
+                "agent": agent(llm, key),
+                "workspace": {"working_dir": str(work)},
+                "confirmation_policy": {"kind": "NeverConfirm"},
+            },
+        )
         cid = r.json()["id"]
         steps(llm, key, n)
         url = server.url.replace("http", "ws") + f"/sockets/events/{cid}"
-        async with connect(url, additional_headers={"X-Session-API-Key": KEY},
-                           max_size=None) as socket:
+        async with connect(
+            url, additional_headers={"X-Session-API-Key": KEY}, max_size=None
+        ) as socket:
             await socket.recv()  # the full_state snapshot: subscribed
             began = time.perf_counter()
-            await client.post(f"/api/conversations/{cid}/events", json={
-                "role": "user", "content": [{"type": "text", "text": "go"}], "run": True})
+            await client.post(
+                f"/api/conversations/{cid}/events",
+                json={"role": "user", "content": [{"type": "text", "text": "go"}], "run": True},
+            )
             async for frame in socket:
                 event = json.loads(frame)
                 if event.get("key") == "execution_status" and event.get("value") == "finished":
@@ -91,9 +110,12 @@ async def main() -> None:
     out: dict[str, Any] = {"steps": args.steps, "history_steps": args.history}
     try:
         (tmp / "agent.json").write_text(json.dumps(agent(llm, "bench")))
-        env = {"AGENT_SERVER_URL": server.url, "SESSION_API_KEY": KEY,
-               "AGENT_SERVER_ACP_AGENT_FILE": str(tmp / "agent.json"),
-               "AGENT_SERVER_ACP_APPROVAL": "always-approve"}
+        env = {
+            "AGENT_SERVER_URL": server.url,
+            "SESSION_API_KEY": KEY,
+            "AGENT_SERVER_ACP_AGENT_FILE": str(tmp / "agent.json"),
+            "AGENT_SERVER_ACP_APPROVAL": "always-approve",
+        }
         work = tmp / "project"
         work.mkdir()
         prompts, directs, updates = [], [], 0
@@ -114,17 +136,23 @@ async def main() -> None:
             sid = (await editor.conn.new_session(cwd=str(work), mcp_servers=[])).session_id
             steps(llm, "bench", args.history, tool="think")
             await editor.conn.prompt(session_id=sid, prompt=text("think a lot"))
-        out.update(prompt_s=round(statistics.median(prompts), 3),
-                   direct_s=round(statistics.median(directs), 3), updates=updates)
+        out.update(
+            prompt_s=round(statistics.median(prompts), 3),
+            direct_s=round(statistics.median(directs), 3),
+            updates=updates,
+        )
         async with editor_process(env, work) as editor:
             await start(editor)
             began = time.perf_counter()
             await editor.conn.load_session(cwd=str(work), session_id=sid, mcp_servers=[])
             took = time.perf_counter() - began
             replayed = len(editor.of(sid))
-            out.update(load_s=round(took, 3), replayed_updates=replayed,
-                       updates_per_s=round(replayed / took),
-                       bridge_rss_mib=rss_mib(editor.process.pid))  # type: ignore[attr-defined]
+            out.update(
+                load_s=round(took, 3),
+                replayed_updates=replayed,
+                updates_per_s=round(replayed / took),
+                bridge_rss_mib=rss_mib(editor.process.pid),
+            )  # type: ignore[attr-defined]
     finally:
         server.stop()
         llm.stop()

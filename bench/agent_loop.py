@@ -7,8 +7,8 @@ Server work per step is the time from the scripted LLM's answer to the next requ
 everything the server does in between (events, fsync, the tool, litellm's request building).
 
 `--tracing` runs the server with tracing `off` (the no-op provider; the default), `on` (no
-exporter: spans with ids only, nothing recorded) or `otlp` (exported to a local OTLP/HTTP receiver that
-decodes them, tests/support/otlp.py); `compare` measures one long conversation in each mode,
+exporter: spans with ids only, nothing recorded) or `otlp` (exported to a local OTLP/HTTP receiver
+that decodes them, tests/support/otlp.py); `compare` measures one long conversation in each mode,
 in turn, `--rounds` times, and prints the medians side by side. While a measured conversation
 runs nothing polls the server (the end is seen at the scripted LLM, in this process): a client's
 polls are work per second, not per step, and a mode whose steps ran slower for any reason got
@@ -73,12 +73,21 @@ def echo_responder(steps: int):  # type: ignore[no-untyped-def]
 
 
 def create(client: Any, llm: ScriptedLLM, key: str, workspace: Path, iterations: int) -> str:
-    body = {"agent": {"llm": {"model": "openai/test-model", "base_url": llm.base_url(key),
-                              "api_key": "sk-bench"}, "tools": [{"name": "terminal"}],
-                      "condenser": {"enabled": False}},
-            "workspace": {"working_dir": str(workspace)}, "max_iterations": iterations,
-            "stuck_detection": False,
-            "initial_message": {"content": [{"text": "echo"}], "run": True}}
+    body = {
+        "agent": {
+            "llm": {
+                "model": "openai/test-model",
+                "base_url": llm.base_url(key),
+                "api_key": "sk-bench",
+            },
+            "tools": [{"name": "terminal"}],
+            "condenser": {"enabled": False},
+        },
+        "workspace": {"working_dir": str(workspace)},
+        "max_iterations": iterations,
+        "stuck_detection": False,
+        "initial_message": {"content": [{"text": "echo"}], "run": True},
+    }
     r = client.post("/api/conversations", json=body)
     r.raise_for_status()
     return r.json()["id"]
@@ -134,11 +143,16 @@ def telemetry_us_per_step(mode: str, receiver_url: str | None, n: int = 500) -> 
 
 def receiver_process() -> tuple[subprocess.Popen[str], str]:
     """An OTLP receiver in a process of its own; its base URL."""
-    code = ("import sys, time; sys.path.insert(0, sys.argv[1]);"
-            "from tests.support.otlp import OTLPReceiver; r = OTLPReceiver().start();"
-            "print(r.base_url, flush=True); time.sleep(3600)")
-    proc = subprocess.Popen([sys.executable, "-c", code, str(Path(__file__).resolve().parent.parent)],
-                            stdout=subprocess.PIPE, text=True)
+    code = (
+        "import sys, time; sys.path.insert(0, sys.argv[1]);"
+        "from tests.support.otlp import OTLPReceiver; r = OTLPReceiver().start();"
+        "print(r.base_url, flush=True); time.sleep(3600)"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, str(Path(__file__).resolve().parent.parent)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     assert proc.stdout is not None
     return proc, proc.stdout.readline().strip()
 
@@ -153,13 +167,17 @@ def compare(args: argparse.Namespace) -> None:
     for round_ in range(args.rounds):
         # Interleaved, so a noisy neighbour hurts every mode alike, and in a turning order,
         # so none is always the first of a round (after the warm-up of another's).
-        for mode in MODES[round_ % 3:] + MODES[:round_ % 3]:
-            server = ServerProcess(tmp / f"state-{mode}-{round_}",
-                                   env=tracing_env(mode, receiver)).start()
+        for mode in MODES[round_ % 3 :] + MODES[: round_ % 3]:
+            server = ServerProcess(
+                tmp / f"state-{mode}-{round_}", env=tracing_env(mode, receiver)
+            ).start()
             with server.client(timeout=120) as client:
                 llm.responder = echo_responder(2)
-                wait_status(client, create(client, llm, f"warm-{mode}-{round_}", tmp / "ws", 10),
-                            timeout=120)
+                wait_status(
+                    client,
+                    create(client, llm, f"warm-{mode}-{round_}", tmp / "ws", 10),
+                    timeout=120,
+                )
                 key = f"long-{mode}-{round_}"
                 llm.responder = echo_responder(args.steps)
                 pid = server.proc.pid  # type: ignore[union-attr]
@@ -172,13 +190,17 @@ def compare(args: argparse.Namespace) -> None:
                 wait_status(client, cid, timeout=600)
             server.stop()
             medians[mode].append(statistics.median(per_step_ms(llm, key)))
-    out: dict[str, Any] = {"steps": args.steps, "rounds": args.rounds,
-                           "spans_received": len(receiver.received())}
+    out: dict[str, Any] = {
+        "steps": args.steps,
+        "rounds": args.rounds,
+        "spans_received": len(receiver.received()),
+    }
     outside, url = receiver_process()
     try:
         for mode in MODES:
             out[f"telemetry_cpu_us_per_step_in_process_{mode}"] = round(
-                statistics.median(telemetry_us_per_step(mode, url) for _ in range(5)), 1)
+                statistics.median(telemetry_us_per_step(mode, url) for _ in range(5)), 1
+            )
     finally:
         outside.kill()
         outside.wait()
@@ -191,14 +213,17 @@ def compare(args: argparse.Namespace) -> None:
         base = out[f"{figure}_off"]
         for mode in ("on", "otlp"):
             out[f"{figure}_added_{mode}_percent"] = round(
-                (out[f"{figure}_{mode}"] - base) / base * 100, 1)
+                (out[f"{figure}_{mode}"] - base) / base * 100, 1
+            )
     for mode in ("on", "otlp"):
         # Each round's modes ran minutes apart at most: their ratio drifts less with the
         # machine's load than medians over the whole run do. Median, and the spread.
         paired = sorted((c - o) / o * 100 for c, o in zip(cpu[mode], cpu["off"], strict=True))
         out[f"server_cpu_added_{mode}_percent_paired"] = {
             "median": round(statistics.median(paired), 1),
-            "min": round(paired[0], 1), "max": round(paired[-1], 1)}
+            "min": round(paired[0], 1),
+            "max": round(paired[-1], 1),
+        }
     receiver.stop()
     llm.stop()
     print(json.dumps(out, indent=2))
@@ -235,15 +260,19 @@ def main() -> None:
         out["server_ms_per_step_last10_median"] = round(statistics.median(steps[-10:]), 2)
         out["server_ms_per_step_median"] = round(statistics.median(steps), 2)
 
-        obs = client.get(f"/api/conversations/{cid}/events/search",
-                         params={"kind__eq": "ObservationEvent", "limit": 3}).json()["items"]
+        obs = client.get(
+            f"/api/conversations/{cid}/events/search",
+            params={"kind__eq": "ObservationEvent", "limit": 3},
+        ).json()["items"]
         out["sample_observation"] = obs[0]["observation"]["content"][0]["text"][:60]
 
         llm.responder = echo_responder(args.each)
         before = memory_kib(server.proc.pid)  # type: ignore[union-attr]
         started = time.monotonic()
-        ids = [create(client, llm, f"many-{i}", tmp / f"ws{i}", args.each + 5)
-               for i in range(args.conversations)]
+        ids = [
+            create(client, llm, f"many-{i}", tmp / f"ws{i}", args.each + 5)
+            for i in range(args.conversations)
+        ]
         for cid in ids:
             wait_status(client, cid, timeout=600)
         elapsed = time.monotonic() - started

@@ -73,8 +73,12 @@ def memory(manager: BrowserManager) -> dict[str, float]:
 
 
 def conversation(manager: BrowserManager, root: Path, name: str) -> dict[str, Tool]:
-    ctx = ToolContext(conversation_id=name, working_dir=root / name, state_dir=root / name / "s",
-                      browser=lambda: manager)
+    ctx = ToolContext(
+        conversation_id=name,
+        working_dir=root / name,
+        state_dir=root / name / "s",
+        browser=lambda: manager,
+    )
     return {t.name: t for t in TOOL_SET.make(ctx, {})}
 
 

@@ -37,8 +37,12 @@ BODY = {"initial_message": {"content": [{"type": "text", "text": "hi"}], "run": 
 
 
 async def burst(url: str, key: str, n: int) -> dict[str, Any]:
-    async with httpx.AsyncClient(base_url=url, headers={"Authorization": f"Bearer {key}"},
-                                 timeout=120, limits=httpx.Limits(max_connections=n)) as client:
+    async with httpx.AsyncClient(
+        base_url=url,
+        headers={"Authorization": f"Bearer {key}"},
+        timeout=120,
+        limits=httpx.Limits(max_connections=n),
+    ) as client:
         posted: dict[str, float] = {}
 
         async def one() -> None:
@@ -46,6 +50,7 @@ async def burst(url: str, key: str, n: int) -> dict[str, Any]:
             answer = await client.post("/api/v1/app-conversations", json=BODY)
             answer.raise_for_status()
             posted[answer.json()["id"]] = began
+
         began = time.monotonic()
         await asyncio.gather(*(one() for _ in range(n)))
         all_posted = time.monotonic() - began
@@ -53,17 +58,19 @@ async def burst(url: str, key: str, n: int) -> dict[str, Any]:
         running: dict[str, float] = {}  # each sandbox, when first seen RUNNING (from the burst)
         ids = list(posted)
         while len(ended) < n and time.monotonic() - began < 600:
-            page = (await client.get("/api/v1/sandboxes/search",
-                                     params={"limit": 100})).json()["items"]
+            page = (await client.get("/api/v1/sandboxes/search", params={"limit": 100})).json()[
+                "items"
+            ]
             for sandbox in page:
                 if sandbox["status"] == "RUNNING":
                     running.setdefault(sandbox["id"], time.monotonic() - began)
             for offset in range(0, n, 100):
-                chunk = [i for i in ids[offset:offset + 100] if i not in ended]
+                chunk = [i for i in ids[offset : offset + 100] if i not in ended]
                 if not chunk:
                     continue
-                found = (await client.get("/api/v1/app-conversations/start-tasks",
-                                          params={"ids": chunk})).json()
+                found = (
+                    await client.get("/api/v1/app-conversations/start-tasks", params={"ids": chunk})
+                ).json()
                 now = time.monotonic()
                 for task in found:
                     if task and task["status"] in ("READY", "ERROR"):
@@ -72,17 +79,32 @@ async def burst(url: str, key: str, n: int) -> dict[str, Any]:
     seconds = sorted(s for s, _ in ended.values())
     up = sorted(running.values())
     statuses = Counter(t["status"] for _, t in ended.values())
-    errors = Counter(str(t.get("detail"))[:120] for _, t in ended.values() if t["status"] == "ERROR")
-    return {"starts": n, "all_posted_s": round(all_posted, 2), "ready": statuses["READY"],
-            "error": statuses["ERROR"], "unfinished": n - len(ended), "errors": dict(errors),
-            "sandboxes": len({t["sandbox_id"] for _, t in ended.values() if t["sandbox_id"]}),
-            "post_to_end_s": {
-                "p50": round(statistics.median(seconds), 2),
-                "p95": round(seconds[max(0, int(len(seconds) * 0.95) - 1)], 2),
-                "max": round(seconds[-1], 2)} if seconds else None,
-            "burst_to_sandbox_running_s": {
-                "first": round(up[0], 2), "p50": round(statistics.median(up), 2),
-                "max": round(up[-1], 2)} if up else None}
+    errors = Counter(
+        str(t.get("detail"))[:120] for _, t in ended.values() if t["status"] == "ERROR"
+    )
+    return {
+        "starts": n,
+        "all_posted_s": round(all_posted, 2),
+        "ready": statuses["READY"],
+        "error": statuses["ERROR"],
+        "unfinished": n - len(ended),
+        "errors": dict(errors),
+        "sandboxes": len({t["sandbox_id"] for _, t in ended.values() if t["sandbox_id"]}),
+        "post_to_end_s": {
+            "p50": round(statistics.median(seconds), 2),
+            "p95": round(seconds[max(0, int(len(seconds) * 0.95) - 1)], 2),
+            "max": round(seconds[-1], 2),
+        }
+        if seconds
+        else None,
+        "burst_to_sandbox_running_s": {
+            "first": round(up[0], 2),
+            "p50": round(statistics.median(up), 2),
+            "max": round(up[-1], 2),
+        }
+        if up
+        else None,
+    }
 
 
 def main() -> None:
@@ -92,16 +114,25 @@ def main() -> None:
     parser.add_argument("--template", choices=["on", "off"], default="on")
     args = parser.parse_args()
     llm = ScriptedLLM().start()
-    results: dict[str, Any] = {"load_before": round(os.getloadavg()[0], 1),
-                               "strategy": args.strategy, "template": args.template}
+    results: dict[str, Any] = {
+        "load_before": round(os.getloadavg()[0], 1),
+        "strategy": args.strategy,
+        "template": args.template,
+    }
     with tempfile.TemporaryDirectory() as tmp:
-        config = make_config(Path(tmp), max_sandboxes_per_user=args.starts + 10,
-                             sandbox_template=args.template == "on")
+        config = make_config(
+            Path(tmp),
+            max_sandboxes_per_user=args.starts + 10,
+            sandbox_template=args.template == "on",
+        )
         plane = ControlPlane(config).start()
         try:
             if args.template == "on":
-                wait_for((Path(tmp) / "template" / "template.sock").exists, 120,
-                         what="the sandbox template")
+                wait_for(
+                    (Path(tmp) / "template" / "template.sock").exists,
+                    120,
+                    what="the sandbox template",
+                )
             key = plane.new_user("burst")
             client = plane.client(key)
             configure_llm(client, llm.base_url("burst"))

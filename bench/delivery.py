@@ -40,7 +40,7 @@ from tests.support.receiver import Receiver  # noqa: E402
 from tests.support.server import KEY, ServerProcess  # noqa: E402
 from tests.support.wait import wait_for  # noqa: E402
 
-# -- the scripted LLM in its own process --------------------------------------------------------------
+# -- the scripted LLM in its own process -----------------------------------------------------------
 
 
 def _serve_llm(port: int, ready: Any) -> None:
@@ -76,29 +76,48 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-# -- websocket fan-out ----------------------------------------------------------------------------------
+# -- websocket fan-out -----------------------------------------------------------------------------
 
 
-async def fan_out(server: ServerProcess, llm: ScriptedLLM, subscribers: int, steps: int,
-                  workspace: Path, compression: str | None) -> dict[str, Any]:
-    async with httpx.AsyncClient(base_url=server.url, headers={"X-Session-API-Key": KEY},
-                                 timeout=60) as http:
-        r = await http.post("/api/conversations", json={
-            "agent": agent_spec(llm, f"fan{subscribers}{compression}-{steps}"),
-            "workspace": {"working_dir": str(workspace)}, "max_iterations": steps + 10})
+async def fan_out(
+    server: ServerProcess,
+    llm: ScriptedLLM,
+    subscribers: int,
+    steps: int,
+    workspace: Path,
+    compression: str | None,
+) -> dict[str, Any]:
+    async with httpx.AsyncClient(
+        base_url=server.url, headers={"X-Session-API-Key": KEY}, timeout=60
+    ) as http:
+        r = await http.post(
+            "/api/conversations",
+            json={
+                "agent": agent_spec(llm, f"fan{subscribers}{compression}-{steps}"),
+                "workspace": {"working_dir": str(workspace)},
+                "max_iterations": steps + 10,
+            },
+        )
         cid = r.json()["id"]
         latencies: list[float] = []
         counts = [0] * subscribers
 
         async def watch(i: int) -> None:
-            async with connect(f"ws://127.0.0.1:{server.port}/sockets/events/{cid}",
-                               additional_headers={"X-Session-API-Key": KEY}, max_size=None,
-                               proxy=None, compression=compression) as ws:
+            async with connect(
+                f"ws://127.0.0.1:{server.port}/sockets/events/{cid}",
+                additional_headers={"X-Session-API-Key": KEY},
+                max_size=None,
+                proxy=None,
+                compression=compression,
+            ) as ws:
                 ready.release()
                 async for frame in ws:
                     now = time.time()
                     event = json.loads(frame)
-                    if event.get("kind") == "StreamingDeltaEvent" or event.get("key") == "full_state":
+                    if (
+                        event.get("kind") == "StreamingDeltaEvent"
+                        or event.get("key") == "full_state"
+                    ):
                         continue  # transient frames: not stored events
                     sent = datetime.fromisoformat(event["timestamp"]).timestamp()
                     latencies.append((now - sent) * 1000)
@@ -111,8 +130,10 @@ async def fan_out(server: ServerProcess, llm: ScriptedLLM, subscribers: int, ste
         for _ in range(subscribers):
             await ready.acquire()
         started = time.monotonic()
-        await http.post(f"/api/conversations/{cid}/events",
-                        json={"role": "user", "content": [{"type": "text", "text": "go"}], "run": True})
+        await http.post(
+            f"/api/conversations/{cid}/events",
+            json={"role": "user", "content": [{"type": "text", "text": "go"}], "run": True},
+        )
         await asyncio.wait_for(asyncio.gather(*tasks), 600)
         elapsed = time.monotonic() - started
         stored = (await http.get(f"/api/conversations/{cid}/events/count")).json()
@@ -130,45 +151,68 @@ async def fan_out(server: ServerProcess, llm: ScriptedLLM, subscribers: int, ste
     }
 
 
-# -- webhook catch-up ----------------------------------------------------------------------------------
+# -- webhook catch-up ------------------------------------------------------------------------------
 
 
 async def fill(log_path: Path, n: int) -> int:
     log = await asyncio.to_thread(EventLog.open, log_path)
     text = "a user message of a realistic length, " * 8
     for start in range(0, n, 2000):
-        await log.append(*[MessageEvent(source="user", llm_message=Message(
-            role="user", content=[TextContent(text=f"{start + i}: {text}")]))
-            for i in range(min(2000, n - start))])
+        await log.append(
+            *[
+                MessageEvent(
+                    source="user",
+                    llm_message=Message(
+                        role="user", content=[TextContent(text=f"{start + i}: {text}")]
+                    ),
+                )
+                for i in range(min(2000, n - start))
+            ]
+        )
     size = log_path.stat().st_size
     log.close()
     return size
 
 
-def catch_up(state: Path, llm: ScriptedLLM, backlog: int, validate: bool,
-             batch: int | None) -> dict[str, Any]:
+def catch_up(
+    state: Path, llm: ScriptedLLM, backlog: int, validate: bool, batch: int | None
+) -> dict[str, Any]:
     server = ServerProcess(state).start()
     with server.client() as c:
-        r = c.post("/api/conversations", json={"agent": agent_spec(llm, "hook-0"),
-                                               "workspace": {"working_dir": str(state.parent)}})
+        r = c.post(
+            "/api/conversations",
+            json={
+                "agent": agent_spec(llm, "hook-0"),
+                "workspace": {"working_dir": str(state.parent)},
+            },
+        )
         cid = r.json()["id"]
         base = c.get(f"/api/conversations/{cid}/events/count").json()
     server.stop()
-    directory = next(p for p in (state / "conversations").iterdir() if p.name == cid.replace("-", ""))
+    directory = next(
+        p for p in (state / "conversations").iterdir() if p.name == cid.replace("-", "")
+    )
     size = asyncio.run(fill(directory / "events.jsonl", backlog))
     total = base + backlog
 
     receiver = Receiver(api_key="bench-hook", validate=validate).start()
-    env = {"AGENT_SERVER_WEBHOOK_URL": receiver.base_url, "AGENT_SERVER_WEBHOOK_API_KEY": "bench-hook",
-           "AGENT_SERVER_LOG_LEVEL": "warning"}
+    env = {
+        "AGENT_SERVER_WEBHOOK_URL": receiver.base_url,
+        "AGENT_SERVER_WEBHOOK_API_KEY": "bench-hook",
+        "AGENT_SERVER_LOG_LEVEL": "warning",
+    }
     if batch:
         env["AGENT_SERVER_WEBHOOK_BATCH_EVENTS"] = str(batch)
     hooked = ServerProcess(state, env=env)
     started = time.monotonic()
     hooked.start()
     try:
-        wait_for(lambda: receiver.count() >= total, timeout=600, interval=0.01,
-                 what="the whole backlog at the receiver")
+        wait_for(
+            lambda: receiver.count() >= total,
+            timeout=600,
+            interval=0.01,
+            what="the whole backlog at the receiver",
+        )
         finished = time.monotonic()
     finally:
         hooked.stop()
@@ -199,7 +243,9 @@ def main() -> None:
     results: dict[str, Any] = {"cpus": os.cpu_count()}
     try:
         with tempfile.TemporaryDirectory() as tmp:
-            server = ServerProcess(Path(tmp) / "state", env={"AGENT_SERVER_LOG_LEVEL": "warning"}).start()
+            server = ServerProcess(
+                Path(tmp) / "state", env={"AGENT_SERVER_LOG_LEVEL": "warning"}
+            ).start()
             try:
                 # Warm-up: the server's first LLM call imports most of litellm.
                 asyncio.run(fan_out(server, llm, 1, 2, Path(tmp), None))
@@ -213,7 +259,8 @@ def main() -> None:
         for validate, batch in ((False, None), (True, None), (False, 1000)):
             with tempfile.TemporaryDirectory() as tmp:
                 results["webhook_catch_up"].append(
-                    catch_up(Path(tmp) / "state", llm, args.backlog, validate, batch))
+                    catch_up(Path(tmp) / "state", llm, args.backlog, validate, batch)
+                )
     finally:
         llm_proc.kill()
     print(json.dumps(results, indent=1))

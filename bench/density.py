@@ -1,6 +1,7 @@
 """Sandboxes per host: memory per sandbox, start to READY, and the first model call (prints JSON).
 
-    .venv/bin/python bench/density.py [--sandboxes 10] [--steps 20] [--provider process] [--template on|off]
+    .venv/bin/python bench/density.py [--sandboxes 10] [--steps 20] [--provider process] \
+        [--template on|off]
 
 Everything goes through a real control plane (in this process) and real sandboxes. Starts are
 made one after another, each into a new sandbox (NO_GROUPING), each with an initial message
@@ -50,7 +51,7 @@ def tree(pid: int) -> list[int]:
             stat = (entry / "stat").read_bytes()
         except OSError:
             continue
-        ppid = int(stat[stat.rfind(b")") + 2:].split()[1])
+        ppid = int(stat[stat.rfind(b")") + 2 :].split()[1])
         parents.setdefault(ppid, []).append(int(entry.name))
     found, todo = [], [pid]
     while todo:
@@ -94,16 +95,20 @@ def sandbox_pids(plane: ControlPlane) -> dict[str, int]:
     found = {}
     for ready in sorted((plane.config.state_dir / "sandboxes").glob("*/ready.json")):
         leaders = [p.pid for p in processes.with_argument(str(ready)) if p.pid == p.pgid]
-        found[ready.parent.name] = (leaders[0] if leaders else
-                                    int(json.loads(ready.read_text())["pid"]))
+        found[ready.parent.name] = (
+            leaders[0] if leaders else int(json.loads(ready.read_text())["pid"])
+        )
     return found
 
 
 def summary(values: list[float], digits: int = 3) -> dict[str, Any]:
     ordered = sorted(values)
     p95 = ordered[min(len(ordered) - 1, int(round(0.95 * (len(ordered) - 1))))]
-    return {"median": round(statistics.median(ordered), digits), "p95": round(p95, digits),
-            "each": [round(v, digits) for v in values]}
+    return {
+        "median": round(statistics.median(ordered), digits),
+        "p95": round(p95, digits),
+        "each": [round(v, digits) for v in values],
+    }
 
 
 def thinker(steps: int):  # type: ignore[no-untyped-def]
@@ -119,9 +124,12 @@ def thinker(steps: int):  # type: ignore[no-untyped-def]
 def run(args: argparse.Namespace) -> dict[str, Any]:
     llm = ScriptedLLM().start()
     with tempfile.TemporaryDirectory() as tmp:
-        config = make_config(Path(tmp), max_sandboxes_per_user=args.sandboxes + 5,
-                             sandbox_provider=args.provider,
-                             sandbox_template=args.template == "on")
+        config = make_config(
+            Path(tmp),
+            max_sandboxes_per_user=args.sandboxes + 5,
+            sandbox_provider=args.provider,
+            sandbox_template=args.template == "on",
+        )
         plane = ControlPlane(config).start()
         template = Path(tmp) / "template" / "template.sock"
         try:
@@ -136,16 +144,23 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 llm.script("density", call("finish", message="done"))
                 seen = len(llm.timings["density"])
                 began = time.monotonic()
-                r = client.post("/api/v1/app-conversations", json={"initial_message": {
-                    "role": "user", "content": [{"type": "text", "text": "hello"}],
-                    "run": True}})
+                r = client.post(
+                    "/api/v1/app-conversations",
+                    json={
+                        "initial_message": {
+                            "role": "user",
+                            "content": [{"type": "text", "text": "hello"}],
+                            "run": True,
+                        }
+                    },
+                )
                 r.raise_for_status()
                 task_id = r.json()["id"]
 
                 def done(task_id: str = task_id) -> dict[str, Any] | None:
                     task: dict[str, Any] = client.get(
-                        "/api/v1/app-conversations/start-tasks",
-                        params={"ids": task_id}).json()[0]
+                        "/api/v1/app-conversations/start-tasks", params={"ids": task_id}
+                    ).json()[0]
                     return task if task["status"] in ("READY", "ERROR") else None
 
                 task = wait_for(done, 120, interval=0.005)
@@ -158,24 +173,34 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             pids = sandbox_pids(plane)
             time.sleep(args.settle)  # idle: background imports done, nothing running
             idle = [memory_kib(sandbox_tree(pid)) for pid in pids.values()]
-            loaders = [p.pid for p in processes.with_argument(str(template))
-                       if p.ppid == os.getpid()]
+            loaders = [
+                p.pid for p in processes.with_argument(str(template)) if p.ppid == os.getpid()
+            ]
             template_kib = memory_kib(loaders)
 
             for conversation_id in conversations:  # one at a time: the thinker counts per key
                 llm.responder = thinker(args.steps)
                 asked = len(llm.timings["density"])
-                r = client.post(f"/api/v1/app-conversations/{conversation_id}/send-message",
-                                json={"role": "user", "content": [{"type": "text",
-                                                                   "text": "think"}],
-                                      "run": True})
+                r = client.post(
+                    f"/api/v1/app-conversations/{conversation_id}/send-message",
+                    json={
+                        "role": "user",
+                        "content": [{"type": "text", "text": "think"}],
+                        "run": True,
+                    },
+                )
                 r.raise_for_status()
-                wait_for(lambda asked=asked, cid=conversation_id: len(llm.timings["density"])
-                         > asked + args.steps
-                         and client.get("/api/v1/app-conversations",
-                                        params={"ids": cid}).json()[0][
-                             "execution_status"].upper() in ("FINISHED", "IDLE"),
-                         300, interval=0.05)
+                wait_for(
+                    lambda asked=asked, cid=conversation_id: (
+                        len(llm.timings["density"]) > asked + args.steps
+                        and client.get("/api/v1/app-conversations", params={"ids": cid})
+                        .json()[0]["execution_status"]
+                        .upper()
+                        in ("FINISHED", "IDLE")
+                    ),
+                    300,
+                    interval=0.05,
+                )
             time.sleep(args.settle)
             busy = [memory_kib(sandbox_tree(pid)) for pid in pids.values()]
         finally:
@@ -188,14 +213,16 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "start_to_first_request_s": summary(first_s),
         "pss_idle_mib": summary([m["Pss"] / 1024 for m in idle], 1),
         "rss_idle_mib": summary([m["Rss"] / 1024 for m in idle], 1),
-        "uss_idle_mib": summary([(m["Private_Clean"] + m["Private_Dirty"]) / 1024
-                                 for m in idle], 1),
+        "uss_idle_mib": summary(
+            [(m["Private_Clean"] + m["Private_Dirty"]) / 1024 for m in idle], 1
+        ),
         "pss_idle_total_mib": round(sum(m["Pss"] for m in idle) / 1024, 1),
         "template": args.template,
         "template_pss_mib": round(template_kib["Pss"] / 1024, 1),
         f"pss_after_{args.steps}_steps_mib": summary([m["Pss"] / 1024 for m in busy], 1),
         f"uss_after_{args.steps}_steps_mib": summary(
-            [(m["Private_Clean"] + m["Private_Dirty"]) / 1024 for m in busy], 1),
+            [(m["Private_Clean"] + m["Private_Dirty"]) / 1024 for m in busy], 1
+        ),
     }
 
 
@@ -204,10 +231,15 @@ def main() -> None:
     parser.add_argument("--sandboxes", type=int, default=10)
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--provider", default="process")
-    parser.add_argument("--template", choices=["on", "off"], default="on",
-                        help="process sandboxes forked from the template (root, bubblewrap)")
-    parser.add_argument("--settle", type=float, default=5.0,
-                        help="seconds sandboxes sit idle before memory is read")
+    parser.add_argument(
+        "--template",
+        choices=["on", "off"],
+        default="on",
+        help="process sandboxes forked from the template (root, bubblewrap)",
+    )
+    parser.add_argument(
+        "--settle", type=float, default=5.0, help="seconds sandboxes sit idle before memory is read"
+    )
     print(json.dumps(run(parser.parse_args()), indent=1))
 
 

@@ -41,19 +41,31 @@ def main() -> None:
             started = time.perf_counter()
             disks.attach(f"s{i}", root)
             attach.append(time.perf_counter() - started)
-            on_host.append(sum(image.stat().st_blocks * 512
-                               for image, _, _ in disks.images_of(f"s{i}", root)))
+            on_host.append(
+                sum(image.stat().st_blocks * 512 for image, _, _ in disks.images_of(f"s{i}", root))
+            )
             started = time.perf_counter()
             disks.detach(f"s{i}", root)
             detach.append(time.perf_counter() - started)
 
     def ms(values: list[float]) -> dict[str, float]:
-        return {"median_ms": round(statistics.median(values) * 1000, 1),
-                "max_ms": round(max(values) * 1000, 1)}
-    print(json.dumps({"runs": args.runs, "size": size, "attach": ms(attach),
-                      "detach": ms(detach),
-                      "empty_images_on_host_mib": round(statistics.median(on_host) / 2**20, 1),
-                      "load": os.getloadavg()[0]}))
+        return {
+            "median_ms": round(statistics.median(values) * 1000, 1),
+            "max_ms": round(max(values) * 1000, 1),
+        }
+
+    print(
+        json.dumps(
+            {
+                "runs": args.runs,
+                "size": size,
+                "attach": ms(attach),
+                "detach": ms(detach),
+                "empty_images_on_host_mib": round(statistics.median(on_host) / 2**20, 1),
+                "load": os.getloadavg()[0],
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -50,9 +50,11 @@ from tests.support import docker as docker_support  # noqa: E402
 from tests.support.llm import ScriptedLLM  # noqa: E402
 
 #: The server's imports, wall-clock and CPU seconds (the CPU figure says less of the neighbours).
-IMPORTS = ("import time; t, c = time.perf_counter(), time.process_time(); import uvicorn, "
-           "agent_server.__main__, agent_server.app; "
-           "print(time.perf_counter() - t, time.process_time() - c)")
+IMPORTS = (
+    "import time; t, c = time.perf_counter(), time.process_time(); import uvicorn, "
+    "agent_server.__main__, agent_server.app; "
+    "print(time.perf_counter() - t, time.process_time() - c)"
+)
 
 
 def alive(port: int) -> bool:
@@ -70,8 +72,9 @@ class Watch:
 
     def __init__(self, engine: Any, plane: str) -> None:
         self.engine = engine
-        self.events = engine.events(decode=True, filters={
-            "type": "container", "label": f"{LABEL_PLANE}={plane}"})
+        self.events = engine.events(
+            decode=True, filters={"type": "container", "label": f"{LABEL_PLANE}={plane}"}
+        )
         self.seen: dict[str, dict[str, float]] = {}
         self.thread = threading.Thread(target=self._run, daemon=True)
         self.thread.start()
@@ -103,9 +106,17 @@ def inside(engine: Any, image: str, code: str, runs: int = 3) -> list[float]:
     """The medians of `code`'s printed figures, run in a fresh hardened container each time."""
     rows = []
     for _ in range(runs):
-        out = engine.containers.run(image, ["python", "-c", code], entrypoint=[], remove=True,
-                                    read_only=True, cap_drop=["ALL"], user="1000:1000",
-                                    network_disabled=True, tmpfs={"/tmp": ""})
+        out = engine.containers.run(
+            image,
+            ["python", "-c", code],
+            entrypoint=[],
+            remove=True,
+            read_only=True,
+            cap_drop=["ALL"],
+            user="1000:1000",
+            network_disabled=True,
+            tmpfs={"/tmp": ""},
+        )
         rows.append([float(x) for x in out.decode().strip().splitlines()[-1].split()])
     return [round(statistics.median(column), 3) for column in zip(*rows, strict=True)]
 
@@ -113,18 +124,25 @@ def inside(engine: Any, image: str, code: str, runs: int = 3) -> list[float]:
 def settled(engine: Any, plane: str, size: int) -> None:
     """Until `size` parked containers run and none of them used 10 ms of CPU over half a second
     (their servers have loaded everything and wait for their keys)."""
+
     def usage() -> dict[str, int]:
         found = engine.api.containers(filters={"label": f"{LABEL_PLANE}={plane}"})
         parked = [c["Id"] for c in found if c["Names"][0].startswith("/" + PREFIX)]
-        return {cid: engine.api.stats(cid, stream=False)["cpu_stats"]["cpu_usage"]["total_usage"]
-                for cid in parked}
+        return {
+            cid: engine.api.stats(cid, stream=False)["cpu_stats"]["cpu_usage"]["total_usage"]
+            for cid in parked
+        }
+
     deadline = time.monotonic() + 120
     before = usage()
     while time.monotonic() < deadline:
         time.sleep(0.5)
         now = usage()
-        if len(now) == size and now.keys() == before.keys() and all(
-                now[cid] - before[cid] < 10_000_000 for cid in now):
+        if (
+            len(now) == size
+            and now.keys() == before.keys()
+            and all(now[cid] - before[cid] < 10_000_000 for cid in now)
+        ):
             return
         before = now
     raise RuntimeError("the warm pool did not settle")
@@ -152,18 +170,30 @@ def main() -> None:
             wall, cpu = inside(engine, image, IMPORTS)
             results["server_imports_in_container"] = {"wall_s": wall, "cpu_s": cpu}
             llm = ScriptedLLM(host=docker_support.bridge_gateway(engine)).start()
-            config = make_config(tmp / "docker", host="0.0.0.0", sandbox_provider="docker",
-                                 sandbox_image=image, stop_sandboxes_on_exit=True,
-                                 warm_pool=args.warm_pool)
+            config = make_config(
+                tmp / "docker",
+                host="0.0.0.0",
+                sandbox_provider="docker",
+                sandbox_image=image,
+                stop_sandboxes_on_exit=True,
+                warm_pool=args.warm_pool,
+            )
             running = ControlPlane(config).start()
             watch = Watch(engine, plane_label(config.db_url))
             try:
                 client = running.client(running.new_user("docker"), timeout=120)
                 configure_llm(client, llm.base_url("idle", host="host.docker.internal"))
                 client.patch("/api/v1/settings", json={"grouping_strategy": "NO_GROUPING"})
-                stages: dict[str, list[float]] = {k: [] for k in (
-                    "to_created", "created_to_started", "started_to_alive", "alive_to_ready",
-                    "request_to_ready")}
+                stages: dict[str, list[float]] = {
+                    k: []
+                    for k in (
+                        "to_created",
+                        "created_to_started",
+                        "started_to_alive",
+                        "alive_to_ready",
+                        "request_to_ready",
+                    )
+                }
                 for _ in range(args.starts):
                     if args.warm_pool:
                         settled(engine, plane_label(config.db_url), args.warm_pool)
@@ -172,8 +202,10 @@ def main() -> None:
                     ready = time.time()
                     stages["request_to_ready"].append(ready - began)
                     if args.warm_pool:
-                        client.delete(f"/api/v1/sandboxes/{task['sandbox_id']}",
-                                      params={"sandbox_id": task["sandbox_id"]})
+                        client.delete(
+                            f"/api/v1/sandboxes/{task['sandbox_id']}",
+                            params={"sandbox_id": task["sandbox_id"]},
+                        )
                         continue
                     [seen] = [s for s in list(watch.seen.values()) if s.get("create", 0) >= began]
                     deadline = time.monotonic() + 10
@@ -183,8 +215,10 @@ def main() -> None:
                     stages["created_to_started"].append(seen["start"] - seen["create"])
                     stages["started_to_alive"].append(seen["alive"] - seen["start"])
                     stages["alive_to_ready"].append(ready - seen["alive"])
-                    client.delete(f"/api/v1/sandboxes/{task['sandbox_id']}",
-                                  params={"sandbox_id": task["sandbox_id"]})
+                    client.delete(
+                        f"/api/v1/sandboxes/{task['sandbox_id']}",
+                        params={"sandbox_id": task["sandbox_id"]},
+                    )
                 results["starts"] = args.starts
                 results["warm_pool"] = args.warm_pool
                 results.update({k: figures(v) for k, v in stages.items() if v})
@@ -192,7 +226,9 @@ def main() -> None:
                 watch.close()
                 running.stop()
                 llm.stop()
-                docker_support.remove_labelled(engine, f"{LABEL_PLANE}={plane_label(config.db_url)}")
+                docker_support.remove_labelled(
+                    engine, f"{LABEL_PLANE}={plane_label(config.db_url)}"
+                )
                 engine.close()
         finally:
             daemon.stop()

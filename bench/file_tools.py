@@ -49,7 +49,9 @@ def make_tree(root: Path) -> None:
             (directory / f"mod{f:03}.py").write_text(f"# module {n}\ncommon = {n}\n{rare}")
 
 
-async def timed(fn: Callable[[], Awaitable[Observation]], runs: int = 3) -> tuple[float, Observation]:
+async def timed(
+    fn: Callable[[], Awaitable[Observation]], runs: int = 3
+) -> tuple[float, Observation]:
     times, last = [], None
     for _ in range(runs):
         start = time.perf_counter()
@@ -74,8 +76,13 @@ def make_patch_files(root: Path) -> tuple[str, dict[Path, str]]:
         body = [f"*** Update File: src/file{i:02}.py"]
         for h in range(count):
             n = 10 + h * (FILE_LINES // (count + 1))
-            body += ["@@", f" value_{i}_{n - 1} = {n - 1}", f"-value_{i}_{n} = {n}",
-                     f"+value_{i}_{n} = {n * 2}", f" value_{i}_{n + 1} = {n + 1}"]
+            body += [
+                "@@",
+                f" value_{i}_{n - 1} = {n - 1}",
+                f"-value_{i}_{n} = {n}",
+                f"+value_{i}_{n} = {n * 2}",
+                f" value_{i}_{n + 1} = {n + 1}",
+            ]
         sections.append("\n".join(body))
     return "*** Begin Patch\n" + "\n".join(sections) + "\n*** End Patch\n", originals
 
@@ -92,23 +99,40 @@ def subagent_round_trips(root: Path, runs: int = 10) -> dict[str, float]:
         with server.client() as client:
             for i in range(runs + 1):  # the first warms litellm up and is not counted
                 key = f"sub{i}"
-                llm.script(key, call("task", prompt="answer 42"), call("finish", message="42"),
-                           call("finish", message="the child said 42"))
+                llm.script(
+                    key,
+                    call("task", prompt="answer 42"),
+                    call("finish", message="42"),
+                    call("finish", message="the child said 42"),
+                )
                 started = time.perf_counter()
-                r = client.post("/api/conversations", json={
-                    "agent": {"llm": {"model": "openai/test-model", "base_url": llm.base_url(key),
-                                      "api_key": "sk-bench"}, "tools": [{"name": "task"}]},
-                    "workspace": {"working_dir": str(root / "ws")},
-                    "initial_message": {"content": [{"type": "text", "text": "go"}],
-                                        "run": True}})
+                r = client.post(
+                    "/api/conversations",
+                    json={
+                        "agent": {
+                            "llm": {
+                                "model": "openai/test-model",
+                                "base_url": llm.base_url(key),
+                                "api_key": "sk-bench",
+                            },
+                            "tools": [{"name": "task"}],
+                        },
+                        "workspace": {"working_dir": str(root / "ws")},
+                        "initial_message": {
+                            "content": [{"type": "text", "text": "go"}],
+                            "run": True,
+                        },
+                    },
+                )
                 assert r.status_code == 201, r.text
                 cid = r.json()["id"]
                 assert wait_status(client, cid) == "finished"
                 total = (time.perf_counter() - started) * 1000
                 obs = events(client, cid, "ObservationEvent")[0]
                 assert obs["observation"]["status"] == "completed", obs
-                (_, task_answered), (child_asked, child_answered), (parent_asked, _) = \
-                    llm.timings[key][:3]
+                (_, task_answered), (child_asked, child_answered), (parent_asked, _) = llm.timings[
+                    key
+                ][:3]
                 if i:
                     totals.append(total)
                     starts.append((child_asked - task_answered) * 1000)
@@ -116,9 +140,11 @@ def subagent_round_trips(root: Path, runs: int = 10) -> dict[str, float]:
     finally:
         server.stop()
         llm.stop()
-    return {"round_trip": round(statistics.median(totals), 1),
-            "start_child": round(statistics.median(starts), 1),
-            "return_result": round(statistics.median(returns), 1)}
+    return {
+        "round_trip": round(statistics.median(totals), 1),
+        "start_child": round(statistics.median(starts), 1),
+        "return_result": round(statistics.median(returns), 1),
+    }
 
 
 async def main() -> dict[str, Any]:
@@ -141,8 +167,10 @@ async def main() -> dict[str, Any]:
             rare_ms, rare = await timed(lambda: grep.run(GrepAction(pattern="needle_rare")))
             common_ms, common = await timed(lambda: grep.run(GrepAction(pattern="common")))
             glob_ms, _ = await timed(lambda: glob.run(GlobAction(pattern="**/*.py")))
-            out[f"grep_100k_files_ms_{backend}"] = {"rare_10_matches": rare_ms,
-                                                    "every_file_matches": common_ms}
+            out[f"grep_100k_files_ms_{backend}"] = {
+                "rare_10_matches": rare_ms,
+                "every_file_matches": common_ms,
+            }
             out[f"glob_100k_files_ms_{backend}"] = glob_ms
             assert len(rare.matches) == 10 and len(common.matches) == 100  # type: ignore[attr-defined]
         walk.ripgrep = real

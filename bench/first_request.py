@@ -56,22 +56,33 @@ def thinker(steps: int):  # type: ignore[no-untyped-def]
 
 
 def body(llm: ScriptedLLM, key: str, workspace: Path, steps: int) -> dict[str, Any]:
-    return {"agent": {"llm": {"model": "openai/test-model", "base_url": llm.base_url(key),
-                              "api_key": "sk-bench", "num_retries": 0},
-                      "condenser": {"enabled": False}},
-            "workspace": {"working_dir": str(workspace)}, "max_iterations": steps + 5,
-            "stuck_detection": False,
-            "initial_message": {"content": [{"text": "think"}], "run": True}}
+    return {
+        "agent": {
+            "llm": {
+                "model": "openai/test-model",
+                "base_url": llm.base_url(key),
+                "api_key": "sk-bench",
+                "num_retries": 0,
+            },
+            "condenser": {"enabled": False},
+        },
+        "workspace": {"working_dir": str(workspace)},
+        "max_iterations": steps + 5,
+        "stuck_detection": False,
+        "initial_message": {"content": [{"text": "think"}], "run": True},
+    }
 
 
 def reply_to_action_ms(client: httpx.Client, llm: ScriptedLLM, key: str, cid: str) -> float:
     actions = events(client, cid, "ActionEvent")
     stamps = [datetime.fromisoformat(e["timestamp"]).timestamp() for e in actions]
-    answered = llm.answered[key][:len(stamps)]
+    answered = llm.answered[key][: len(stamps)]
     return round(statistics.median((a - r) * 1000 for a, r in zip(stamps, answered)), 1)
 
 
-def one_run(tmp: Path, normal: ScriptedLLM, raw: ScriptedLLM, steps: int, run: int) -> dict[str, Any]:
+def one_run(
+    tmp: Path, normal: ScriptedLLM, raw: ScriptedLLM, steps: int, run: int
+) -> dict[str, Any]:
     server = ServerProcess(tmp / f"state{run}").start()
     pid = server.proc.pid  # type: ignore[union-attr]
     time.sleep(1.0)  # up for a second, as a sandbox is before its first conversation

@@ -28,8 +28,9 @@ from tests.test_fuzz import OPERATIONS, configure, fuzz
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--examples", type=int, default=500,
-                        help="generated requests per operation and mode")
+    parser.add_argument(
+        "--examples", type=int, default=500, help="generated requests per operation and mode"
+    )
     args = parser.parse_args()
     started = time.monotonic()
     sent = 0
@@ -39,15 +40,32 @@ def main() -> None:
         for method, path in OPERATIONS:
             for mode in GenerationMode:
                 try:
-                    sent += fuzz(schema, url, Path(tmp) / "workspace", method, path, mode,
-                                 args.examples, derandomize=False)
+                    sent += fuzz(
+                        schema,
+                        url,
+                        Path(tmp) / "workspace",
+                        method,
+                        path,
+                        mode,
+                        args.examples,
+                        derandomize=False,
+                    )
                 except KeyboardInterrupt:
                     raise
                 except BaseException as exc:  # noqa: BLE001 (a failure group: report, go on)
-                    failures.append({"operation": f"{method} {path}", "mode": mode.value,
-                                     "report": str(exc)[:4000]})
-    print(json.dumps({"cases": sent, "failures": failures,
-                      "seconds": round(time.monotonic() - started, 1)}, indent=2))
+                    failures.append(
+                        {
+                            "operation": f"{method} {path}",
+                            "mode": mode.value,
+                            "report": str(exc)[:4000],
+                        }
+                    )
+    print(
+        json.dumps(
+            {"cases": sent, "failures": failures, "seconds": round(time.monotonic() - started, 1)},
+            indent=2,
+        )
+    )
 
 
 if __name__ == "__main__":

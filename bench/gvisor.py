@@ -48,28 +48,37 @@ from tests.support.wait import wait_for  # noqa: E402
 SETUP = """set -e
 mkdir -p /workspace/project/bench && cd /workspace/project/bench
 git init -q repo && cd repo
-for d in $(seq 1 40); do mkdir d$d; for f in $(seq 1 50); do echo "line $d $f" > d$d/f$f.txt; done; done
+for d in $(seq 1 40); do
+  mkdir d$d; for f in $(seq 1 50); do echo "line $d $f" > d$d/f$f.txt; done
+done
 git add -A && git -c user.email=b@x -c user.name=b commit -qm files
 mkdir -p ../tests && cd ../tests
 python3 - <<'EOF'
 with open("test_many.py", "w") as out:
     out.write("import unittest\\nclass T(unittest.TestCase):\\n")
     for i in range(50):
-        out.write(f"    def test_{i}(self):\\n        self.assertEqual(sum(range({i})), {i}*({i}-1)//2)\\n")
+        out.write(f"    def test_{i}(self):\\n"
+                  f"        self.assertEqual(sum(range({i})), {i}*({i}-1)//2)\\n")
 EOF
 """
 WORK = {
     "git_status_s": "cd /workspace/project/bench/repo && git status --porcelain >/dev/null",
     "grep_s": "grep -r 'line 7 ' /workspace/project/bench/repo >/dev/null",
-    "unittest_s": "cd /workspace/project/bench/tests && python3 -m unittest -q test_many 2>/dev/null",
+    "unittest_s": (
+        "cd /workspace/project/bench/tests && python3 -m unittest -q test_many 2>/dev/null"
+    ),
     "imports_s": "PYTHON -c 'import uvicorn, agent_server.app'",
 }
 KINDS = ("runc", "runsc", "bubblewrap", "bubblewrap-template", "gvisor")
 
 
 def bash(url: str, key: str, command: str) -> dict[str, Any]:
-    r = httpx.post(url + "/api/bash/execute_bash_command", json={"command": command, "timeout": 300},
-                   headers={"X-Session-API-Key": key}, timeout=330)
+    r = httpx.post(
+        url + "/api/bash/execute_bash_command",
+        json={"command": command, "timeout": 300},
+        headers={"X-Session-API-Key": key},
+        timeout=330,
+    )
     r.raise_for_status()
     result: dict[str, Any] = r.json()
     return result
@@ -105,10 +114,18 @@ def median(samples: list[float]) -> float:
 
 def plane_config(kind: str, image: str, root: Path) -> Any:
     if kind in ("runc", "runsc"):
-        return make_config(root, host="0.0.0.0", sandbox_provider="docker", sandbox_image=image,
-                           sandbox_runtime=None if kind == "runc" else kind)
-    return make_config(root, sandbox_isolation="gvisor" if kind == "gvisor" else "bubblewrap",
-                       sandbox_template=kind == "bubblewrap-template")
+        return make_config(
+            root,
+            host="0.0.0.0",
+            sandbox_provider="docker",
+            sandbox_image=image,
+            sandbox_runtime=None if kind == "runc" else kind,
+        )
+    return make_config(
+        root,
+        sandbox_isolation="gvisor" if kind == "gvisor" else "bubblewrap",
+        sandbox_template=kind == "bubblewrap-template",
+    )
 
 
 def measure(kind: str, image: str, starts: int, runs: int) -> dict[str, Any]:
@@ -125,23 +142,32 @@ def measure(kind: str, image: str, starts: int, runs: int) -> dict[str, Any]:
             for _ in range(starts):
                 t = time.monotonic()
                 sid = client.post("/api/v1/sandboxes", json={}).json()["id"]
-                wait_for(lambda s=sid: client.get("/api/v1/sandboxes", params={"id": s}).json()[0]
-                         ["status"] == "RUNNING", 120, interval=0.01, what="RUNNING")
+                wait_for(
+                    lambda s=sid: (
+                        client.get("/api/v1/sandboxes", params={"id": s}).json()[0]["status"]
+                        == "RUNNING"
+                    ),
+                    120,
+                    interval=0.01,
+                    what="RUNNING",
+                )
                 began.append(time.monotonic() - t)
                 ids.append(sid)
             record = client.get("/api/v1/sandboxes", params={"id": ids[0]}).json()[0]
             url, key = record["exposed_urls"][0]["url"], record["session_api_key"]
             time.sleep(5)  # idle: its server done loading
             if kind in ("runc", "runsc"):
-                [container] = engine.containers.list(
-                    filters={"label": f"{LABEL_SANDBOX}={ids[0]}"})
+                [container] = engine.containers.list(filters={"label": f"{LABEL_SANDBOX}={ids[0]}"})
                 group, python = str(container.id), "python3"
             else:
                 group, python = f"/{cgroups.GROUP}/{ids[0]}\n", sys.executable
-            out: dict[str, Any] = {"kind": kind, "start_s": median(began),
-                                   "start_max_s": round(max(began), 3),
-                                   "pss_mib": pss_mib(group),
-                                   "kernel": bash(url, key, "uname -r")["stdout"].strip()}
+            out: dict[str, Any] = {
+                "kind": kind,
+                "start_s": median(began),
+                "start_max_s": round(max(began), 3),
+                "pss_mib": pss_mib(group),
+                "kernel": bash(url, key, "uname -r")["stdout"].strip(),
+            }
             commands = []
             for _ in range(runs * 4):
                 t = time.monotonic()
@@ -152,8 +178,9 @@ def measure(kind: str, image: str, starts: int, runs: int) -> dict[str, Any]:
             if setup["exit_code"] != 0:
                 raise RuntimeError(f"setup failed: {setup}")
             for name, command in WORK.items():
-                out[name] = median([timed(url, key, command.replace("PYTHON", python))
-                                    for _ in range(runs)])
+                out[name] = median(
+                    [timed(url, key, command.replace("PYTHON", python)) for _ in range(runs)]
+                )
             return out
         finally:
             plane.stop()
@@ -165,8 +192,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--starts", type=int, default=5)
     parser.add_argument("--runs", type=int, default=5)
-    parser.add_argument("--kinds", default=",".join(KINDS),
-                        help=f"comma-separated, of {', '.join(KINDS)}")
+    parser.add_argument(
+        "--kinds", default=",".join(KINDS), help=f"comma-separated, of {', '.join(KINDS)}"
+    )
     args = parser.parse_args()
     docker_support.Daemon.ensure(Path(tempfile.gettempdir()) / "bench-dockerd.log")
     docker_support.ensure_runtime("runsc")

@@ -60,9 +60,12 @@ async def main():
         trace = Path(re.search(r"Recording saved to (\\S+) ", saved).group(1)).read_bytes()
         png = Path(re.search(r"Screenshot saved to (\\S+)\\.$", state, re.M).group(1)).read_bytes()
         width, height = struct.unpack(">II", png[16:24])
-        return {"chromium": os.environ["AGENT_SERVER_CHROMIUM"], "version": manager._browser.version,
-                "png": png[:8] == b"\\x89PNG\\r\\n\\x1a\\n", "screenshot": [width, height, len(png)],
-                "title_seen": "Title: Probe" in state, "text_seen": "Hello from the image" in content,
+        return {"chromium": os.environ["AGENT_SERVER_CHROMIUM"],
+                "version": manager._browser.version,
+                "png": png[:8] == b"\\x89PNG\\r\\n\\x1a\\n",
+                "screenshot": [width, height, len(png)],
+                "title_seen": "Title: Probe" in state,
+                "text_seen": "Hello from the image" in content,
                 "trace_zip": trace[:2] == b"PK" and len(trace)}
     finally:
         for tool in tools.values():
@@ -75,7 +78,8 @@ print(json.dumps(asyncio.run(main())))
 #: Run inside the container: what an agent does with git and ripgrep.
 TOOLS_PROBE = """set -e
 cd /tmp && git config --global user.email a@example.com && git config --global user.name A
-git init -q src && cd src && printf 'hello\\nworld\\n' > f.txt && git add f.txt && git commit -qm one
+git init -q src && cd src && printf 'hello\\nworld\\n' > f.txt
+git add f.txt && git commit -qm one
 sed -i s/world/there/ f.txt && git diff --stat | tail -1 && git commit -qam two
 cd /tmp && git clone -q src dst && cd dst && git rebase -q HEAD~1 && git log --oneline | wc -l
 rg -c there /tmp/dst/f.txt
@@ -84,9 +88,18 @@ rg -c there /tmp/dst/f.txt
 
 def run(c: Any, image: str, command: list[str]) -> str:
     """`command` in a container of `image` hardened as the Docker provider's sandboxes."""
-    out = c.containers.run(image, command, entrypoint=[], remove=True, user=USER,
-                           read_only=True, tmpfs=tmpfs(DEFAULT_LIMITS), cap_drop=["ALL"],
-                           security_opt=["no-new-privileges"], network_disabled=True)
+    out = c.containers.run(
+        image,
+        command,
+        entrypoint=[],
+        remove=True,
+        user=USER,
+        read_only=True,
+        tmpfs=tmpfs(DEFAULT_LIMITS),
+        cap_drop=["ALL"],
+        security_opt=["no-new-privileges"],
+        network_disabled=True,
+    )
     return str(out.decode())
 
 
@@ -98,15 +111,32 @@ def main() -> dict[str, Any]:
     build_s = time.monotonic() - began
     with contextlib.closing(docker_support.client()) as c:
         size = c.images.get(image).attrs["Size"]
-        layers = [{"mb": round(layer["Size"] / 1e6, 1), "by": layer["CreatedBy"].replace("/bin/sh -c ", "")[:90]}
-                  for layer in c.api.history(image) if layer["Size"] > 100_000]
+        layers = [
+            {
+                "mb": round(layer["Size"] / 1e6, 1),
+                "by": layer["CreatedBy"].replace("/bin/sh -c ", "")[:90],
+            }
+            for layer in c.api.history(image)
+            if layer["Size"] > 100_000
+        ]
         browser = json.loads(run(c, image, ["python", "-c", BROWSER_PROBE]).splitlines()[-1])
         tools = run(c, image, ["bash", "-c", TOOLS_PROBE]).split()
-    ok = (browser["png"] and browser["title_seen"] and browser["text_seen"]
-          and bool(browser["trace_zip"]) and tools[-2:] == ["2", "1"])
-    return {"image": image, "size_mb": round(size / 1e6, 1), "layers": layers,
-            "browser": browser, "git_and_ripgrep": " ".join(tools), "all_working": ok,
-            "build_s": round(build_s, 1)}
+    ok = (
+        browser["png"]
+        and browser["title_seen"]
+        and browser["text_seen"]
+        and bool(browser["trace_zip"])
+        and tools[-2:] == ["2", "1"]
+    )
+    return {
+        "image": image,
+        "size_mb": round(size / 1e6, 1),
+        "layers": layers,
+        "browser": browser,
+        "git_and_ripgrep": " ".join(tools),
+        "all_working": ok,
+        "build_s": round(build_s, 1),
+    }
 
 
 if __name__ == "__main__":

@@ -41,9 +41,11 @@ from tests.support.llm import ScriptedLLM  # noqa: E402
 
 def figures(samples: list[float], scale: float = 1.0, digits: int = 1) -> dict[str, float]:
     ordered = sorted(samples)
-    return {"median": round(statistics.median(ordered) * scale, digits),
-            "p90": round(ordered[math.ceil(0.9 * len(ordered)) - 1] * scale, digits),
-            "max": round(ordered[-1] * scale, digits)}
+    return {
+        "median": round(statistics.median(ordered) * scale, digits),
+        "p90": round(ordered[math.ceil(0.9 * len(ordered)) - 1] * scale, digits),
+        "max": round(ordered[-1] * scale, digits),
+    }
 
 
 def memory_kib(pid: int) -> dict[str, int]:
@@ -76,7 +78,7 @@ def procfs_parent(pid: int) -> int | None:
         stat = Path(f"/proc/{pid}/stat").read_bytes()
     except OSError:
         return None
-    return int(stat[stat.rfind(b")") + 2:].split()[1])
+    return int(stat[stat.rfind(b")") + 2 :].split()[1])
 
 
 def measure(root: Path, llm: ScriptedLLM, isolation: str, n: int) -> dict[str, Any]:
@@ -84,17 +86,20 @@ def measure(root: Path, llm: ScriptedLLM, isolation: str, n: int) -> dict[str, A
     plane = ControlPlane(config).start()
     try:
         client = plane.client(plane.new_user("bench"))
-        configure_llm(client, llm.base_url("idle"), tools=["terminal"],
-                      grouping_strategy="NO_GROUPING")
+        configure_llm(
+            client, llm.base_url("idle"), tools=["terminal"], grouping_strategy="NO_GROUPING"
+        )
         ready, sids = [], []
         for _ in range(n):
             began = time.monotonic()
             task_id = client.post("/api/v1/app-conversations", json={}).json()["id"]
 
             def done(task_id: str = task_id) -> dict[str, Any] | None:
-                task: dict[str, Any] = client.get("/api/v1/app-conversations/start-tasks",
-                                                  params={"ids": task_id}).json()[0]
+                task: dict[str, Any] = client.get(
+                    "/api/v1/app-conversations/start-tasks", params={"ids": task_id}
+                ).json()[0]
                 return task if task["status"] in ("READY", "ERROR") else None
+
             task = wait_for(done, 120, interval=0.01)
             if task["status"] != "READY":
                 raise RuntimeError(task["detail"])
@@ -112,7 +117,10 @@ def measure(root: Path, llm: ScriptedLLM, isolation: str, n: int) -> dict[str, A
                 total["Rss"] += used["Rss"]
                 total["Pss"] += used["Pss"]
                 total["processes"] += 1
-                if Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0] == sys.executable.encode():
+                if (
+                    Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0]
+                    == sys.executable.encode()
+                ):
                     server_rss.append(used["Rss"])
             per_sandbox.append(total)
         specs = client.get("/api/v1/sandbox-specs/search").json()["items"][0]["description"]
@@ -124,8 +132,10 @@ def measure(root: Path, llm: ScriptedLLM, isolation: str, n: int) -> dict[str, A
             "pss_per_sandbox_mib": figures([float(s["Pss"]) for s in per_sandbox], 1 / 1024),
             "agent_server_rss_mib": figures([float(r) for r in server_rss], 1 / 1024),
             "processes_per_sandbox": figures([float(s["processes"]) for s in per_sandbox]),
-            "uid_per_sandbox": len({(config.state_dir / "sandboxes" / s).stat().st_uid
-                                    for s in sids}) == n,
+            "uid_per_sandbox": len(
+                {(config.state_dir / "sandboxes" / s).stat().st_uid for s in sids}
+            )
+            == n,
         }
     finally:
         plane.stop()
@@ -149,8 +159,11 @@ def launcher(runs: int = 30) -> dict[str, Any]:
         for i in range(runs):
             for how in times:
                 began = time.monotonic()
-                command = (Command(["/bin/true"], {}) if how == "direct"
-                           else isolation.command(root, ["/bin/true"], uid, {}))
+                command = (
+                    Command(["/bin/true"], {})
+                    if how == "direct"
+                    else isolation.command(root, ["/bin/true"], uid, {})
+                )
                 name, argv = f"bench-{os.getpid()}-{i}", command.argv
                 if how == "bubblewrap_in_cgroup" and isinstance(groups, cgroups.Cgroups):
                     argv = cgroups.enter(groups.create(name, DEFAULT_LIMITS), argv)
@@ -161,15 +174,20 @@ def launcher(runs: int = 30) -> dict[str, Any]:
                     began = time.monotonic()
                     groups.remove(name)
                     removals.append(time.monotonic() - began)
-    return {**{how: figures(samples, 1000) for how, samples in times.items()},
-            **({"cgroup_removal": figures(removals, 1000)} if removals else {})}
+    return {
+        **{how: figures(samples, 1000) for how, samples in times.items()},
+        **({"cgroup_removal": figures(removals, 1000)} if removals else {}),
+    }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--sandboxes", type=int, default=10)
-    parser.add_argument("--launcher-only", action="store_true",
-                        help="only the fixed cost of bubblewrap and the cgroup")
+    parser.add_argument(
+        "--launcher-only",
+        action="store_true",
+        help="only the fixed cost of bubblewrap and the cgroup",
+    )
     args = parser.parse_args()
     if args.launcher_only:
         print(json.dumps({"load_average": os.getloadavg(), "launcher_ms": launcher(100)}))
@@ -184,8 +202,11 @@ def main() -> None:
                 results.setdefault(isolation, []).append(figured)
     finally:
         llm.stop()
-    print(json.dumps({"load_average": os.getloadavg(), "launcher_ms": launcher(), **results},
-                     indent=2))
+    print(
+        json.dumps(
+            {"load_average": os.getloadavg(), "launcher_ms": launcher(), **results}, indent=2
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -8,8 +8,8 @@ of a conversation `steps` steps long: the exact added work, free of the noise of
 machine. `server_ms_per_step`: as in bench/agent_loop.py, the time from the scripted LLM's
 answer to the next request it gets, over conversations of `steps` think steps, the settings
 taken in turn in each round (nothing on; `log_completions`; `return_token_ids`; both), with the
-size of the events each conversation stored (as JSON characters). A critic judges only finishes and messages, so it
-adds its own time to the last step alone (not measured here).
+size of the events each conversation stored (as JSON characters). A critic judges only finishes and
+messages, so it adds its own time to the last step alone (not measured here).
 """
 
 from __future__ import annotations
@@ -55,14 +55,25 @@ def responder(steps: int):  # type: ignore[no-untyped-def]
     return respond
 
 
-def run(client: Any, llm: ScriptedLLM, key: str, workspace: Path, steps: int,
-        extra: dict[str, Any]) -> tuple[list[float], int]:
-    body = {"agent": {"llm": {"model": "openai/test-model", "base_url": llm.base_url(key),
-                              "api_key": "sk-bench", **extra},
-                      "condenser": {"enabled": False}},
-            "workspace": {"working_dir": str(workspace)}, "max_iterations": steps + 5,
-            "stuck_detection": False, "secrets": {"BENCH_SECRET": "bench-secret-value"},
-            "initial_message": {"content": [{"text": "think"}], "run": True}}
+def run(
+    client: Any, llm: ScriptedLLM, key: str, workspace: Path, steps: int, extra: dict[str, Any]
+) -> tuple[list[float], int]:
+    body = {
+        "agent": {
+            "llm": {
+                "model": "openai/test-model",
+                "base_url": llm.base_url(key),
+                "api_key": "sk-bench",
+                **extra,
+            },
+            "condenser": {"enabled": False},
+        },
+        "workspace": {"working_dir": str(workspace)},
+        "max_iterations": steps + 5,
+        "stuck_detection": False,
+        "secrets": {"BENCH_SECRET": "bench-secret-value"},
+        "initial_message": {"content": [{"text": "think"}], "run": True},
+    }
     r = client.post("/api/conversations", json=body)
     r.raise_for_status()
     cid = r.json()["id"]
@@ -81,23 +92,58 @@ class _Sink:
 
 def build_ms(steps: int, repeat: int = 20) -> float:
     """Median time to build one completion log of a request `steps` think steps long."""
-    messages: list[dict[str, Any]] = [{"role": "system", "content": "s" * 20_000},
-                                      {"role": "user", "content": "think"}]
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": "s" * 20_000},
+        {"role": "user", "content": "think"},
+    ]
     for n in range(steps):
         args = json.dumps({"thought": f"step {n}: " + "a thought of some length " * 8})
-        messages.append({"role": "assistant", "content": None, "tool_calls": [
-            {"id": f"c{n}", "type": "function", "function": {"name": "think", "arguments": args}}]})
-        messages.append({"role": "tool", "tool_call_id": f"c{n}", "name": "think",
-                         "content": "Your thought has been logged."})
-    tools = [{"type": "function", "function": {"name": f"t{i}", "description": "d" * 2000,
-                                               "parameters": {"type": "object"}}}
-             for i in range(10)]
-    reply = Completion(response_id="r", content="done", tool_calls=[], reasoning_content=None,
-                       thinking_blocks=[], usage=TokenUsage(prompt_tokens=1), cost=0.0,
-                       latency=0.0)
+        messages.append(
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": f"c{n}",
+                        "type": "function",
+                        "function": {"name": "think", "arguments": args},
+                    }
+                ],
+            }
+        )
+        messages.append(
+            {
+                "role": "tool",
+                "tool_call_id": f"c{n}",
+                "name": "think",
+                "content": "Your thought has been logged.",
+            }
+        )
+    tools = [
+        {
+            "type": "function",
+            "function": {
+                "name": f"t{i}",
+                "description": "d" * 2000,
+                "parameters": {"type": "object"},
+            },
+        }
+        for i in range(10)
+    ]
+    reply = Completion(
+        response_id="r",
+        content="done",
+        tool_calls=[],
+        reasoning_content=None,
+        thinking_blocks=[],
+        usage=TokenUsage(prompt_tokens=1),
+        cost=0.0,
+        latency=0.0,
+    )
     logged = LoggedModel(ScriptedModel(), _Sink())  # type: ignore[arg-type]
-    config = LLMConfig.model_validate({"model": "openai/test-model", "api_key": "sk-bench",
-                                       "log_completions": True})
+    config = LLMConfig.model_validate(
+        {"model": "openai/test-model", "api_key": "sk-bench", "log_completions": True}
+    )
     times = []
     for _ in range(repeat):
         started = time.perf_counter()
@@ -111,8 +157,11 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
-    out: dict[str, Any] = {"steps": args.steps, "rounds": args.rounds,
-                           "build_ms": {n: build_ms(n) for n in (10, 100, args.steps, 1000)}}
+    out: dict[str, Any] = {
+        "steps": args.steps,
+        "rounds": args.rounds,
+        "build_ms": {n: build_ms(n) for n in (10, 100, args.steps, 1000)},
+    }
     tmp = Path(tempfile.mkdtemp(prefix="bench-llm-events-"))
     llm = ScriptedLLM().start()
     server = ServerProcess(tmp / "state").start()
@@ -124,13 +173,15 @@ def main() -> None:
         llm.responder = responder(args.steps)
         for round_ in range(args.rounds):
             for name, extra in SETTINGS.items():
-                steps, stored[name] = run(client, llm, f"{name}-{round_}", tmp / "ws",
-                                          args.steps, extra)
+                steps, stored[name] = run(
+                    client, llm, f"{name}-{round_}", tmp / "ws", args.steps, extra
+                )
                 per_step[name].extend(steps)
     server.stop()
     llm.stop()
-    out["server_ms_per_step_median"] = {name: round(statistics.median(v), 2)
-                                        for name, v in per_step.items()}
+    out["server_ms_per_step_median"] = {
+        name: round(statistics.median(v), 2) for name, v in per_step.items()
+    }
     out["event_json_chars_per_conversation"] = stored
     print(json.dumps(out, indent=2))
 

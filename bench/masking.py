@@ -25,11 +25,20 @@ from core.masking import MASK, Masker  # noqa: E402
 
 
 def event() -> dict[str, Any]:
-    lines = [f"line {i}: compiled module_{i}.py in {i * 3} ms, cache hit ratio 0.{i:02d}"
-             for i in range(64)]
-    return {"kind": "ObservationEvent", "source": "environment", "tool_name": "terminal",
-            "observation": {"content": [{"type": "text", "text": "\n".join(lines)}],
-                            "command": "make build", "exit_code": 0}}
+    lines = [
+        f"line {i}: compiled module_{i}.py in {i * 3} ms, cache hit ratio 0.{i:02d}"
+        for i in range(64)
+    ]
+    return {
+        "kind": "ObservationEvent",
+        "source": "environment",
+        "tool_name": "terminal",
+        "observation": {
+            "content": [{"type": "text", "text": "\n".join(lines)}],
+            "command": "make build",
+            "exit_code": 0,
+        },
+    }
 
 
 def exact_only(values: list[str]) -> re.Pattern[str]:
@@ -67,7 +76,9 @@ def main() -> None:
         old = exact_only(list(values.values()))
         new = Masker(values)
         figures[f"{count}_secrets"] = {
-            "exact_only_us": round(per_event(lambda e, old=old: walk(e, old), sample, args.events), 1),
+            "exact_only_us": round(
+                per_event(lambda e, old=old: walk(e, old), sample, args.events), 1
+            ),
             "with_encodings_us": round(per_event(new.data, sample, args.events), 1),
         }
     print(json.dumps(figures, indent=2))

@@ -66,8 +66,11 @@ def p95(values: list[float]) -> float:
 
 
 def summary(values: list[float]) -> dict[str, float]:
-    return {"median": round(statistics.median(values), 4), "p95": round(p95(values), 4),
-            "n": len(values)}
+    return {
+        "median": round(statistics.median(values), 4),
+        "p95": round(p95(values), 4),
+        "n": len(values),
+    }
 
 
 def starts(plane: ControlPlane, llm: ScriptedLLM, count: int, key: str) -> list[float]:
@@ -77,15 +80,25 @@ def starts(plane: ControlPlane, llm: ScriptedLLM, count: int, key: str) -> list[
     for _ in range(count):
         llm.script(key, text("ok"))
         began = time.monotonic()
-        r = client.post("/api/v1/app-conversations", json={"initial_message": {
-            "role": "user", "content": [{"type": "text", "text": "hi"}], "run": True}})
+        r = client.post(
+            "/api/v1/app-conversations",
+            json={
+                "initial_message": {
+                    "role": "user",
+                    "content": [{"type": "text", "text": "hi"}],
+                    "run": True,
+                }
+            },
+        )
         task_id = r.json()["id"]
 
         def ready(task_id: str = task_id) -> bool:
-            task = client.get("/api/v1/app-conversations/start-tasks",
-                              params={"ids": task_id}).json()[0]
+            task = client.get(
+                "/api/v1/app-conversations/start-tasks", params={"ids": task_id}
+            ).json()[0]
             assert task["status"] != "ERROR", task
             return bool(task["status"] == "READY")
+
         wait_for(ready, 120, interval=0.005, what="READY")
         took.append(time.monotonic() - began)
     return took
@@ -99,21 +112,35 @@ def gateway_calls(plane: ControlPlane, llm: ScriptedLLM, calls: int) -> dict[str
     sandbox = client.post("/api/v1/sandboxes", json={}).json()
 
     def running() -> dict[str, Any] | None:
-        found: dict[str, Any] = client.get("/api/v1/sandboxes", params={"id": sandbox["id"]}).json()[0]
+        found: dict[str, Any] = client.get(
+            "/api/v1/sandboxes", params={"id": sandbox["id"]}
+        ).json()[0]
         return found if found["status"] == "RUNNING" else None
+
     record = wait_for(running, 120, what="the sandbox")
     session = record["session_api_key"]
-    me = client.get("/api/v1/users/me", params={"expose_secrets": "true"},
-                    headers={"X-Session-API-Key": session}).json()
-    command = (f"python3 - {llm.base_url('gw')} {me['llm_base_url']} {me['llm_api_key']} "
-               f"{calls} <<'EOF'\n{CLIENT}\nEOF")
-    answer = httpx.post(record["exposed_urls"][0]["url"] + "/api/bash/execute_bash_command",
-                        headers={"X-Session-API-Key": session},
-                        json={"command": command, "timeout": 600}, timeout=700).json()
+    me = client.get(
+        "/api/v1/users/me",
+        params={"expose_secrets": "true"},
+        headers={"X-Session-API-Key": session},
+    ).json()
+    command = (
+        f"python3 - {llm.base_url('gw')} {me['llm_base_url']} {me['llm_api_key']} "
+        f"{calls} <<'EOF'\n{CLIENT}\nEOF"
+    )
+    answer = httpx.post(
+        record["exposed_urls"][0]["url"] + "/api/bash/execute_bash_command",
+        headers={"X-Session-API-Key": session},
+        json={"command": command, "timeout": 600},
+        timeout=700,
+    ).json()
     timings = json.loads(answer["stdout"].strip().splitlines()[-1])
     direct, through = summary(timings["direct"]), summary(timings["gateway"])
-    return {"direct": direct, "gateway": through,
-            "gateway_adds_median_s": round(through["median"] - direct["median"], 4)}
+    return {
+        "direct": direct,
+        "gateway": through,
+        "gateway_adds_median_s": round(through["median"] - direct["median"], 4),
+    }
 
 
 def main() -> None:
@@ -128,10 +155,15 @@ def main() -> None:
     try:
         with tempfile.TemporaryDirectory() as tmp:
             for network in ("isolated", "host"):
-                planes[network] = ControlPlane(make_config(
-                    Path(tmp) / network, sandbox_network=network,
-                    sandbox_template=args.template == "on", max_sandboxes=1000,
-                    max_sandboxes_per_user=1000)).start()
+                planes[network] = ControlPlane(
+                    make_config(
+                        Path(tmp) / network,
+                        sandbox_network=network,
+                        sandbox_template=args.template == "on",
+                        max_sandboxes=1000,
+                        max_sandboxes_per_user=1000,
+                    )
+                ).start()
             if args.template == "on":  # the template loads for seconds: its starts, not that
                 for plane in planes.values():
                     wait_for(template_socket(plane).exists, 120, what="the template")
@@ -139,8 +171,9 @@ def main() -> None:
             rounds = 2
             for index in range(rounds):
                 for network in ("isolated", "host") if index % 2 == 0 else ("host", "isolated"):
-                    took[network] += starts(planes[network], llm, args.starts // rounds or 1,
-                                            f"{network}-{index}")
+                    took[network] += starts(
+                        planes[network], llm, args.starts // rounds or 1, f"{network}-{index}"
+                    )
             results["start_to_ready_s"] = {k: summary(v) for k, v in took.items()}
             results["llm_call_s"] = gateway_calls(planes["isolated"], llm, args.calls)
             for plane in planes.values():  # its sandboxes go with it (their files in `tmp`)

@@ -34,15 +34,32 @@ def one(python: Path, url: str, llm: ScriptedLLM, tmp: Path, probe: bool) -> dic
     key = uuid.uuid4().hex[:12]
     ws = tmp / key
     ws.mkdir()
-    llm.script(key, call("terminal", command="echo one", security_risk="LOW"),
-               call("terminal", command="echo two", security_risk="LOW"), call("finish", message="done"))
+    llm.script(
+        key,
+        call("terminal", command="echo one", security_risk="LOW"),
+        call("terminal", command="echo two", security_risk="LOW"),
+        call("finish", message="done"),
+    )
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    env.update({"COMPAT_ARGS": json.dumps({"host": url, "api_key": KEY, "llm_base_url": llm.base_url(key),
-                                           "workspace": str(ws)}),
-                "LITELLM_LOCAL_MODEL_COST_MAP": "True", "OPENHANDS_SUPPRESS_BANNER": "1"})
+    env.update(
+        {
+            "COMPAT_ARGS": json.dumps(
+                {
+                    "host": url,
+                    "api_key": KEY,
+                    "llm_base_url": llm.base_url(key),
+                    "workspace": str(ws),
+                }
+            ),
+            "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+            "OPENHANDS_SUPPRESS_BANNER": "1",
+        }
+    )
     if probe:
         env["COMPAT_PROBE"] = "1"
-    out = subprocess.run([str(python), str(SCRIPT)], env=env, capture_output=True, text=True, timeout=300)
+    out = subprocess.run(
+        [str(python), str(SCRIPT)], env=env, capture_output=True, text=True, timeout=300
+    )
     line = next((ln for ln in reversed(out.stdout.splitlines()) if ln.startswith("RESULT ")), None)
     if line is None:
         return {"error": out.stderr[-500:]}
@@ -54,11 +71,16 @@ def one(python: Path, url: str, llm: ScriptedLLM, tmp: Path, probe: bool) -> dic
     return figures
 
 
-def series(python: Path, url: str, llm: ScriptedLLM, tmp: Path, rounds: int, probe: bool) -> dict[str, Any]:
+def series(
+    python: Path, url: str, llm: ScriptedLLM, tmp: Path, rounds: int, probe: bool
+) -> dict[str, Any]:
     runs = [one(python, url, llm, tmp, probe) for _ in range(rounds)]
     times = [r["roundtrip_s"] for r in runs if r.get("roundtrip_s") is not None]
-    return {"probe_workarounds": probe, "runs": runs,
-            "median_roundtrip_s": sorted(times)[len(times) // 2] if times else None}
+    return {
+        "probe_workarounds": probe,
+        "runs": runs,
+        "median_roundtrip_s": sorted(times)[len(times) // 2] if times else None,
+    }
 
 
 def main() -> None:
@@ -75,8 +97,12 @@ def main() -> None:
         ours = ServerProcess(tmp / "ours").start()
         try:
             report["ours"] = series(python, ours.url, llm, tmp, args.rounds, args.probe)
-            if not args.probe and any("create" in r.get("failed_at", "")[:6] for r in report["ours"]["runs"]):
-                report["ours_with_probe_workarounds"] = series(python, ours.url, llm, tmp, args.rounds, True)
+            if not args.probe and any(
+                "create" in r.get("failed_at", "")[:6] for r in report["ours"]["runs"]
+            ):
+                report["ours_with_probe_workarounds"] = series(
+                    python, ours.url, llm, tmp, args.rounds, True
+                )
         finally:
             ours.stop()
         if not args.no_reference:

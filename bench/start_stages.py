@@ -84,8 +84,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     instrument()
     llm = ScriptedLLM().start()
     with tempfile.TemporaryDirectory() as tmp:
-        config = make_config(Path(tmp), max_sandboxes_per_user=args.starts + 5,
-                             sandbox_template=args.template == "on")
+        config = make_config(
+            Path(tmp),
+            max_sandboxes_per_user=args.starts + 5,
+            sandbox_template=args.template == "on",
+        )
         plane = ControlPlane(config).start()
         sock = Path(tmp) / "template" / "template.sock"
         starts: list[list[tuple[str, float]]] = []
@@ -99,15 +102,24 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 llm.script("stages", call("finish", message="done"))
                 marks.clear()
                 began_wall, began = time.time(), time.monotonic()
-                r = client.post("/api/v1/app-conversations", json={"initial_message": {
-                    "role": "user", "content": [{"type": "text", "text": "hello"}], "run": True}})
+                r = client.post(
+                    "/api/v1/app-conversations",
+                    json={
+                        "initial_message": {
+                            "role": "user",
+                            "content": [{"type": "text", "text": "hello"}],
+                            "run": True,
+                        }
+                    },
+                )
                 r.raise_for_status()
                 mark("start request answered")
                 task_id = r.json()["id"]
 
                 def done(task_id: str = task_id) -> dict[str, Any] | None:
                     task: dict[str, Any] = client.get(
-                        "/api/v1/app-conversations/start-tasks", params={"ids": task_id}).json()[0]
+                        "/api/v1/app-conversations/start-tasks", params={"ids": task_id}
+                    ).json()[0]
                     return task if task["status"] in ("READY", "ERROR") else None
 
                 task = wait_for(done, 120, interval=0.005)
@@ -115,8 +127,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 if task["status"] != "READY":
                     raise RuntimeError(task["detail"])
                 ready = Path(tmp) / "sandboxes" / task["sandbox_id"] / process.READY_FILE
-                with_server = [*marks, (began + ready.stat().st_mtime - began_wall,
-                                        "server wrote its ready file")]
+                with_server = [
+                    *marks,
+                    (began + ready.stat().st_mtime - began_wall, "server wrote its ready file"),
+                ]
                 starts.append([(name, t - began) for t, name in sorted(with_server)])
         finally:
             plane.stop()
@@ -138,12 +152,16 @@ def summarise(starts: list[list[tuple[str, float]]]) -> dict[str, Any]:
             previous = dict(start).get(order[i - 1], 0.0) if i else 0.0
             deltas.append(found[name] - previous)
             sinces.append(found[name])
-        stages[name] = {"ms": round(1000 * statistics.median(deltas), 1),
-                        "at_ms": round(1000 * statistics.median(sinces), 1)}
+        stages[name] = {
+            "ms": round(1000 * statistics.median(deltas), 1),
+            "at_ms": round(1000 * statistics.median(sinces), 1),
+        }
     totals = sorted(dict(start)["client saw READY"] for start in starts)
     p95 = totals[min(len(totals) - 1, int(round(0.95 * (len(totals) - 1))))]
-    return {"stages": stages, "total_s": {"median": round(statistics.median(totals), 3),
-                                          "p95": round(p95, 3)}}
+    return {
+        "stages": stages,
+        "total_s": {"median": round(statistics.median(totals), 3), "p95": round(p95, 3)},
+    }
 
 
 def main() -> None:

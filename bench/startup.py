@@ -63,13 +63,21 @@ def cpu_s(pid: int) -> float:
 def one_run(idle: float, timeout: float = 30) -> dict[str, float]:
     with tempfile.TemporaryDirectory(prefix="agent-server-bench-") as tmp:
         port = free_port()
-        env = {**os.environ, "SESSION_API_KEY": "bench-key", "AGENT_SERVER_PORT": str(port),
-               "AGENT_SERVER_STATE_DIR": str(Path(tmp) / "state"),
-               "AGENT_SERVER_LOG_LEVEL": "warning"}
+        env = {
+            **os.environ,
+            "SESSION_API_KEY": "bench-key",
+            "AGENT_SERVER_PORT": str(port),
+            "AGENT_SERVER_STATE_DIR": str(Path(tmp) / "state"),
+            "AGENT_SERVER_LOG_LEVEL": "warning",
+        }
         started = time.perf_counter()
-        proc = subprocess.Popen([sys.executable, "-m", "agent_server"], env=env,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "agent_server"],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         try:
             while ready_status(port) != 200:
                 if proc.poll() is not None:
@@ -90,8 +98,12 @@ def one_run(idle: float, timeout: float = 30) -> dict[str, float]:
                 except subprocess.TimeoutExpired:
                     os.killpg(proc.pid, signal.SIGKILL)
                     proc.wait(5)
-    return {"ready_s": ready_s, "cpu_s": cpu_ready, "rss_ready_mb": rss_ready,
-            "rss_idle_mb": rss_idle}
+    return {
+        "ready_s": ready_s,
+        "cpu_s": cpu_ready,
+        "rss_ready_mb": rss_ready,
+        "rss_idle_mb": rss_idle,
+    }
 
 
 def main() -> None:
@@ -103,23 +115,28 @@ def main() -> None:
     ready = statistics.median(r["ready_s"] for r in runs)
     rss_ready = statistics.median(r["rss_ready_mb"] for r in runs)
     rss_idle = statistics.median(r["rss_idle_mb"] for r in runs)
-    print(json.dumps({
-        "runs": args.runs,
-        "python": sys.version.split()[0],
-        "ready_s_median": round(ready, 3),
-        "ready_s_all": [round(r["ready_s"], 3) for r in runs],
-        "cpu_s_to_ready_median": round(statistics.median(r["cpu_s"] for r in runs), 3),
-        "load_average_1m": round(os.getloadavg()[0], 2),
-        "cpus": os.cpu_count(),
-        "rss_mb_after_ready_median": round(rss_ready, 1),
-        "rss_mb_after_idle_median": round(rss_idle, 1),
-        "idle_s": args.idle,
-        "targets": {"ready_s": READY_TARGET_S, "rss_mb": RSS_TARGET_MB},
-        # After ready the server loads litellm in the background (issue 16: the first
-        # conversation must not wait for it), so the idle figure holds litellm: the memory
-        # target is the server's own, at ready.
-        "within_targets": ready < READY_TARGET_S and rss_ready < RSS_TARGET_MB,
-    }, indent=1))
+    print(
+        json.dumps(
+            {
+                "runs": args.runs,
+                "python": sys.version.split()[0],
+                "ready_s_median": round(ready, 3),
+                "ready_s_all": [round(r["ready_s"], 3) for r in runs],
+                "cpu_s_to_ready_median": round(statistics.median(r["cpu_s"] for r in runs), 3),
+                "load_average_1m": round(os.getloadavg()[0], 2),
+                "cpus": os.cpu_count(),
+                "rss_mb_after_ready_median": round(rss_ready, 1),
+                "rss_mb_after_idle_median": round(rss_idle, 1),
+                "idle_s": args.idle,
+                "targets": {"ready_s": READY_TARGET_S, "rss_mb": RSS_TARGET_MB},
+                # After ready the server loads litellm in the background (issue 16: the first
+                # conversation must not wait for it), so the idle figure holds litellm: the memory
+                # target is the server's own, at ready.
+                "within_targets": ready < READY_TARGET_S and rss_ready < RSS_TARGET_MB,
+            },
+            indent=1,
+        )
+    )
 
 
 if __name__ == "__main__":

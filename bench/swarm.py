@@ -56,13 +56,22 @@ def available_mib() -> float:
     return 0.0
 
 
-def swarm_config(state_dir: Path, cluster: swarm_support.Cluster, image: str,
-                 **extra: Any) -> Config:
+def swarm_config(
+    state_dir: Path, cluster: swarm_support.Cluster, image: str, **extra: Any
+) -> Config:
     port = free_port()
-    return Config(state_dir=state_dir, host="0.0.0.0", port=port,
-                  public_url=f"http://{cluster.gateway}:{port}", sandbox_provider="swarm",
-                  sandbox_image=image, stop_sandboxes_on_exit=True, health_interval=0.5,
-                  sandbox_stop_grace=2.0, **extra)
+    return Config(
+        state_dir=state_dir,
+        host="0.0.0.0",
+        port=port,
+        public_url=f"http://{cluster.gateway}:{port}",
+        sandbox_provider="swarm",
+        sandbox_image=image,
+        stop_sandboxes_on_exit=True,
+        health_interval=0.5,
+        sandbox_stop_grace=2.0,
+        **extra,
+    )
 
 
 @contextlib.contextmanager
@@ -86,8 +95,9 @@ def parked(cluster: swarm_support.Cluster, config: Config, size: int) -> None:
         time.sleep(0.2)
 
 
-def hold(cluster: swarm_support.Cluster, image: str, llm: ScriptedLLM, n: int,
-         tmp: Path) -> dict[str, Any]:
+def hold(
+    cluster: swarm_support.Cluster, image: str, llm: ScriptedLLM, n: int, tmp: Path
+) -> dict[str, Any]:
     config = swarm_config(tmp / "hold", cluster, image, max_sandboxes_per_user=n + 5)
     before = available_mib()
     with plane(config, cluster) as running:
@@ -105,22 +115,39 @@ def hold(cluster: swarm_support.Cluster, image: str, llm: ScriptedLLM, n: int,
             sandboxes.append(task["sandbox_id"])
         nodes: Counter[str] = Counter()
         for sandbox in sandboxes:
-            [service] = [s for s in cluster.services(f"{LABEL_SANDBOX}={sandbox}")
-                         if s["Spec"]["Name"] == name_of(sandbox)]
-            tasks = cluster.manager.api.tasks(filters={"service": service["ID"],
-                                                       "desired-state": "running"})
+            [service] = [
+                s
+                for s in cluster.services(f"{LABEL_SANDBOX}={sandbox}")
+                if s["Spec"]["Name"] == name_of(sandbox)
+            ]
+            tasks = cluster.manager.api.tasks(
+                filters={"service": service["ID"], "desired-state": "running"}
+            )
             node = cluster.manager.nodes.get(tasks[0]["NodeID"])
             nodes[node.attrs["Description"]["Hostname"]] += 1
-        alive = sum(1 for s in sandboxes if client.get(
-            "/api/v1/sandboxes", params={"id": s}).json()[0]["status"] == "RUNNING")
+        alive = sum(
+            1
+            for s in sandboxes
+            if client.get("/api/v1/sandboxes", params={"id": s}).json()[0]["status"] == "RUNNING"
+        )
         after = available_mib()
-    return {"asked": n, "ready": len(sandboxes), "running_at_the_end": alive,
-            "first_failure": failed, "per_node": dict(nodes),
-            "start_to_ready_s": {"median": round(statistics.median(seconds), 2),
-                                 "first": round(seconds[0], 2), "last": round(seconds[-1], 2)}
-            if seconds else None,
-            "available_mib_before": round(before), "available_mib_with_all_up": round(after),
-            "mib_per_sandbox": round((before - after) / len(sandboxes), 1) if sandboxes else None}
+    return {
+        "asked": n,
+        "ready": len(sandboxes),
+        "running_at_the_end": alive,
+        "first_failure": failed,
+        "per_node": dict(nodes),
+        "start_to_ready_s": {
+            "median": round(statistics.median(seconds), 2),
+            "first": round(seconds[0], 2),
+            "last": round(seconds[-1], 2),
+        }
+        if seconds
+        else None,
+        "available_mib_before": round(before),
+        "available_mib_with_all_up": round(after),
+        "mib_per_sandbox": round((before - after) / len(sandboxes), 1) if sandboxes else None,
+    }
 
 
 def main() -> None:
@@ -128,8 +155,12 @@ def main() -> None:
     parser.add_argument("--starts", type=int, default=10)
     parser.add_argument("--hold", type=int, default=20)
     parser.add_argument("--only", default="process,docker,swarm,hold")
-    parser.add_argument("--warm-pool", type=int, default=0,
-                        help="Swarm sandboxes parked in advance; each start waits for a full pool")
+    parser.add_argument(
+        "--warm-pool",
+        type=int,
+        default=0,
+        help="Swarm sandboxes parked in advance; each start waits for a full pool",
+    )
     args = parser.parse_args()
     only = set(args.only.split(","))
     results: dict[str, Any] = {}
@@ -147,20 +178,31 @@ def main() -> None:
                     with plane(make_config(tmp / "process")) as running:
                         results["process"] = docker_starts(running, llm, args.starts)
                 if "docker" in only:
-                    with plane(make_config(tmp / "docker", host="0.0.0.0",
-                                           sandbox_provider="docker", sandbox_image=image)) as running:
+                    with plane(
+                        make_config(
+                            tmp / "docker",
+                            host="0.0.0.0",
+                            sandbox_provider="docker",
+                            sandbox_image=image,
+                        )
+                    ) as running:
                         results["docker"] = docker_starts(running, llm, args.starts)
                 if only & {"swarm", "hold"}:
                     began = time.monotonic()
                     with swarm_support.cluster(image, tmp / "swarm") as cluster:
                         results["cluster_up_s"] = round(time.monotonic() - began, 1)
-                        results["cluster_timings_s"] = {k: round(v, 1)
-                                                        for k, v in cluster.timings.items()}
+                        results["cluster_timings_s"] = {
+                            k: round(v, 1) for k, v in cluster.timings.items()
+                        }
                         if "swarm" in only:
                             constraint = (f"node.hostname=={cluster.worker_hostname}",)
-                            config = swarm_config(tmp / "swarm-cp", cluster, image,
-                                                  swarm_constraints=constraint,
-                                                  warm_pool=args.warm_pool)
+                            config = swarm_config(
+                                tmp / "swarm-cp",
+                                cluster,
+                                image,
+                                swarm_constraints=constraint,
+                                warm_pool=args.warm_pool,
+                            )
                             full = lambda: parked(cluster, config, args.warm_pool)  # noqa: E731
                             with plane(config, cluster) as running:
                                 results["swarm"] = docker_starts(running, llm, args.starts, full)

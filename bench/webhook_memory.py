@@ -38,16 +38,23 @@ def memory(pid: int, field: str) -> int:
 def batch(i: int, mib: int) -> bytes:
     """One batch of `mib` MiB: events whose text makes up the size."""
     text = "x" * (256 * 1024)
-    events = [{"id": f"01K{i:05d}{n:018d}", "timestamp": "2026-01-01T00:00:00+00:00",
-               "source": "user", "kind": "MessageEvent",
-               "llm_message": {"role": "user", "content": [{"type": "text", "text": text}]}}
-              for n in range(mib * 4)]
+    events = [
+        {
+            "id": f"01K{i:05d}{n:018d}",
+            "timestamp": "2026-01-01T00:00:00+00:00",
+            "source": "user",
+            "kind": "MessageEvent",
+            "llm_message": {"role": "user", "content": [{"type": "text", "text": text}]},
+        }
+        for n in range(mib * 4)
+    ]
     return json.dumps(events).encode()
 
 
 async def post_all(url: str, session: str, bodies: list[bytes]) -> Counter[int]:
-    async with httpx.AsyncClient(timeout=300, headers={"X-Session-API-Key": session,
-                                                       "Content-Type": "application/json"}) as c:
+    async with httpx.AsyncClient(
+        timeout=300, headers={"X-Session-API-Key": session, "Content-Type": "application/json"}
+    ) as c:
         answers = await asyncio.gather(*(c.post(url, content=b) for b in bodies))
     return Counter(r.status_code for r in answers)
 
@@ -61,29 +68,46 @@ def main() -> None:
         plane = PlaneProcess(Path(tmp) / "cp").start()
         try:
             assert plane.proc is not None
-            client = httpx.Client(base_url=plane.url, timeout=60,
-                                  headers={"Authorization": f"Bearer {plane.new_key('bench')}"})
+            client = httpx.Client(
+                base_url=plane.url,
+                timeout=60,
+                headers={"Authorization": f"Bearer {plane.new_key('bench')}"},
+            )
             client.patch("/api/v1/settings", json={"llm_model": "openai/none"}).raise_for_status()
             task_id = client.post("/api/v1/app-conversations", json={}).json()["id"]
 
             def ended() -> dict[str, Any]:
-                found: dict[str, Any] = client.get("/api/v1/app-conversations/start-tasks",
-                                                   params={"ids": task_id}).json()[0]
+                found: dict[str, Any] = client.get(
+                    "/api/v1/app-conversations/start-tasks", params={"ids": task_id}
+                ).json()[0]
                 return found if found["status"] in ("READY", "ERROR") else {}
+
             task: dict[str, Any] = wait_for(ended, 120, what="the start")
             assert task["status"] == "READY", task
             sandbox = client.get("/api/v1/sandboxes", params={"id": task["sandbox_id"]}).json()[0]
             bodies = [batch(i, args.mib) for i in range(args.batches)]
             before = memory(plane.proc.pid, "VmRSS")
             started = time.monotonic()
-            statuses = asyncio.run(post_all(
-                f"{plane.url}/api/v1/webhooks/events/{task['app_conversation_id']}",
-                sandbox["session_api_key"], bodies))
-            print(json.dumps({
-                "batches": args.batches, "mib_each": args.mib, "rss_before_mib": before,
-                "rss_peak_mib": memory(plane.proc.pid, "VmHWM"),
-                "answers": {str(k): v for k, v in sorted(statuses.items())},
-                "seconds": round(time.monotonic() - started, 1)}, indent=2))
+            statuses = asyncio.run(
+                post_all(
+                    f"{plane.url}/api/v1/webhooks/events/{task['app_conversation_id']}",
+                    sandbox["session_api_key"],
+                    bodies,
+                )
+            )
+            print(
+                json.dumps(
+                    {
+                        "batches": args.batches,
+                        "mib_each": args.mib,
+                        "rss_before_mib": before,
+                        "rss_peak_mib": memory(plane.proc.pid, "VmHWM"),
+                        "answers": {str(k): v for k, v in sorted(statuses.items())},
+                        "seconds": round(time.monotonic() - started, 1),
+                    },
+                    indent=2,
+                )
+            )
         finally:
             plane.stop()
 

@@ -96,46 +96,65 @@ class BridgeAgent:
         assert self._editor is not None, "on_connect comes first"
         return self._editor
 
-    async def initialize(self, protocol_version: int,
-                         client_capabilities: ClientCapabilities | None = None,
-                         client_info: Implementation | None = None,
-                         **kwargs: Any) -> InitializeResponse:
+    async def initialize(
+        self,
+        protocol_version: int,
+        client_capabilities: ClientCapabilities | None = None,
+        client_info: Implementation | None = None,
+        **kwargs: Any,
+    ) -> InitializeResponse:
         self.editor.capabilities = client_capabilities or ClientCapabilities()
         return InitializeResponse(
             protocol_version=min(protocol_version, PROTOCOL_VERSION),
             agent_capabilities=AgentCapabilities(
                 load_session=True,
-                prompt_capabilities=PromptCapabilities(image=self.service.images, audio=False,
-                                                       embedded_context=True),
-                mcp_capabilities=McpCapabilities(http=True, sse=False)),
-            agent_info=Implementation(name="agent-server", title="agent-server (sandboxed)",
-                                      version=_version()),
-            auth_methods=[])
+                prompt_capabilities=PromptCapabilities(
+                    image=self.service.images, audio=False, embedded_context=True
+                ),
+                mcp_capabilities=McpCapabilities(http=True, sse=False),
+            ),
+            agent_info=Implementation(
+                name="agent-server", title="agent-server (sandboxed)", version=_version()
+            ),
+            auth_methods=[],
+        )
 
     @answers
-    async def new_session(self, cwd: str, additional_directories: list[str] | None = None,
-                          mcp_servers: list[Any] | None = None,
-                          **kwargs: Any) -> NewSessionResponse:
+    async def new_session(
+        self,
+        cwd: str,
+        additional_directories: list[str] | None = None,
+        mcp_servers: list[Any] | None = None,
+        **kwargs: Any,
+    ) -> NewSessionResponse:
         servers = mcp.convert(mcp_servers)
         self.secrets.update(servers.secrets)  # the masker reads this mapping
-        conversation = await self.service.create(NewConversation(
-            cwd=cwd, mcp_servers=servers.servers, secrets=servers.secrets,
-            policy=modes.policy(self.approval)))
+        conversation = await self.service.create(
+            NewConversation(
+                cwd=cwd,
+                mcp_servers=servers.servers,
+                secrets=servers.secrets,
+                policy=modes.policy(self.approval),
+            )
+        )
         session = Session(conversation, self.service, self.editor, cwd, self.approval)
         await self._keep(session, replay=False)
         return NewSessionResponse(session_id=session.id, modes=modes.state(session.mode))
 
     @answers
-    async def load_session(self, cwd: str, session_id: str,
-                           mcp_servers: list[Any] | None = None,
-                           additional_directories: list[str] | None = None,
-                           **kwargs: Any) -> LoadSessionResponse:
+    async def load_session(
+        self,
+        cwd: str,
+        session_id: str,
+        mcp_servers: list[Any] | None = None,
+        additional_directories: list[str] | None = None,
+        **kwargs: Any,
+    ) -> LoadSessionResponse:
         conversation = await self.service.get(session_id)
         try:
             await self.service.set_policy(conversation.id, modes.policy(self.approval))
         except Invalid as exc:  # read-only (its sandbox is gone): the history still loads
-            logger.warning("the approval mode of %s was not set: %s", conversation.id,
-                           exc.message)
+            logger.warning("the approval mode of %s was not set: %s", conversation.id, exc.message)
         old = self.sessions.pop(conversation.id, None)
         if old is not None:
             await old.close()
@@ -144,8 +163,7 @@ class BridgeAgent:
         return LoadSessionResponse(modes=modes.state(session.mode))
 
     async def _keep(self, session: Session, replay: bool) -> None:
-        self.secrets.update({f"key {n} of {session.id}": key
-                             for n, key in enumerate(session.keys)})
+        self.secrets.update({f"key {n} of {session.id}": key for n, key in enumerate(session.keys)})
         await session.open(replay)
         self.sessions[session.id] = session
         following = [s for s in self.sessions.values() if s.following]
@@ -164,8 +182,7 @@ class BridgeAgent:
         return session
 
     @answers
-    async def prompt(self, prompt: list[Block], session_id: str,
-                     **kwargs: Any) -> PromptResponse:
+    async def prompt(self, prompt: list[Block], session_id: str, **kwargs: Any) -> PromptResponse:
         return PromptResponse(stop_reason=await self._session(session_id).prompt(prompt))
 
     async def cancel(self, session_id: str, **kwargs: Any) -> None:
@@ -174,11 +191,13 @@ class BridgeAgent:
             await session.cancel()
 
     @answers
-    async def set_session_mode(self, mode_id: str, session_id: str,
-                               **kwargs: Any) -> SetSessionModeResponse:
+    async def set_session_mode(
+        self, mode_id: str, session_id: str, **kwargs: Any
+    ) -> SetSessionModeResponse:
         if mode_id not in modes.MODE_IDS:
-            raise RequestError.invalid_params({"reason": f"unknown mode {mode_id[:50]!r}",
-                                               "modes": list(modes.MODE_IDS)})
+            raise RequestError.invalid_params(
+                {"reason": f"unknown mode {mode_id[:50]!r}", "modes": list(modes.MODE_IDS)}
+            )
         await self._session(session_id).set_mode(mode_id)
         return SetSessionModeResponse()
 

@@ -75,7 +75,7 @@ class AgentServer:
         key = config.key.get_secret_value()
         self.http = http or Http(config.url, {HEADER: key}, "the agent server", config.timeout)
         self._key = key
-        self._socket_base = "ws" + config.url.rstrip("/")[len("http"):]
+        self._socket_base = "ws" + config.url.rstrip("/")[len("http") :]
         self.working_dir = config.working_dir
         self.agent = config.agent
         self.timeout = config.timeout
@@ -85,13 +85,16 @@ class AgentServer:
         try:
             info = _Info.model_validate(data)
         except ValidationError:
-            raise ServiceFailed(f"{self.http.where} answered with a conversation the bridge "
-                                "cannot read") from None
+            raise ServiceFailed(
+                f"{self.http.where} answered with a conversation the bridge cannot read"
+            ) from None
         return Conversation(info.id, info.workspace.working_dir, info.execution_status)
 
     async def create(self, request: NewConversation) -> Conversation:
-        body: dict[str, Any] = {"workspace": {"working_dir": self.working_dir or request.cwd},
-                                "confirmation_policy": request.policy}
+        body: dict[str, Any] = {
+            "workspace": {"working_dir": self.working_dir or request.cwd},
+            "confirmation_policy": request.policy,
+        }
         if self.agent is not None:
             agent = copy.deepcopy(self.agent)
             if request.mcp_servers and agent.get("kind") != "ACPAgent":
@@ -101,8 +104,10 @@ class AgentServer:
                 body["secrets"] = request.secrets
             body["agent"] = agent
         elif request.mcp_servers:
-            logger.warning("the editor's MCP servers are not passed on: the server's stored agent "
-                           "is used as it is (give --agent-file to add them)")
+            logger.warning(
+                "the editor's MCP servers are not passed on: the server's stored agent "
+                "is used as it is (give --agent-file to add them)"
+            )
         return self._conversation(await self.http.call("POST", "/api/conversations", json=body))
 
     async def get(self, conversation_id_: str) -> Conversation:
@@ -123,9 +128,13 @@ class AgentServer:
             url = f"{self._socket_base}/sockets/events/{cid}?{query}"
             code: int | None = None
             try:
-                async with connect(url, additional_headers={HEADER: self._key},
-                                   open_timeout=self.timeout, close_timeout=2,
-                                   max_size=FRAME_LIMIT) as socket:
+                async with connect(
+                    url,
+                    additional_headers={HEADER: self._key},
+                    open_timeout=self.timeout,
+                    close_timeout=2,
+                    max_size=FRAME_LIMIT,
+                ) as socket:
                     first = True
                     async for frame in socket:
                         reconnect.connected()
@@ -149,8 +158,9 @@ class AgentServer:
             except (OSError, InvalidHandshake, TimeoutError) as exc:
                 error = Unreachable(f"cannot reach {self.http.where} ({type(exc).__name__})")
             if code == CLOSE_UNAUTHORIZED:
-                raise Refused(f"{self.http.where} refused the key; check the key the bridge was "
-                              "given")
+                raise Refused(
+                    f"{self.http.where} refused the key; check the key the bridge was given"
+                )
             if code == CLOSE_NOT_FOUND:
                 raise NotFound(f"conversation {cid} is not on {self.http.where} (deleted?)")
             if isinstance(error, (Refused, NotFound)):
@@ -159,12 +169,16 @@ class AgentServer:
             await reconnect.wait(error)
 
     async def _post(self, cid: str, path: str, body: dict[str, Any] | None = None) -> None:
-        await self.http.call("POST", f"/api/conversations/{conversation_id(cid)}{path}",
-                             json=body if body is not None else {})
+        await self.http.call(
+            "POST",
+            f"/api/conversations/{conversation_id(cid)}{path}",
+            json=body if body is not None else {},
+        )
 
     async def send(self, conversation_id_: str, content: list[dict[str, Any]]) -> None:
-        await self._post(conversation_id_, "/events",
-                         {"role": "user", "content": content, "run": True})
+        await self._post(
+            conversation_id_, "/events", {"role": "user", "content": content, "run": True}
+        )
 
     async def interrupt(self, conversation_id_: str) -> None:
         await self._post(conversation_id_, "/interrupt")
@@ -173,8 +187,11 @@ class AgentServer:
         await self._post(conversation_id_, "/confirmation_policy", {"policy": policy})
 
     async def respond(self, conversation_id_: str, accept: bool, reason: str) -> None:
-        await self._post(conversation_id_, "/events/respond_to_confirmation",
-                         {"accept": accept, "reason": reason})
+        await self._post(
+            conversation_id_,
+            "/events/respond_to_confirmation",
+            {"accept": accept, "reason": reason},
+        )
 
     async def close(self) -> None:
         await self.http.close()

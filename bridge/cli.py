@@ -22,8 +22,9 @@ def service(config: Config) -> Service:
 
 
 async def serve(config: Config) -> None:
-    agent = BridgeAgent(service(config), config.approval,
-                        {"bridge key": config.key.get_secret_value()})
+    agent = BridgeAgent(
+        service(config), config.approval, {"bridge key": config.key.get_secret_value()}
+    )
     try:
         # Methods it leaves out (session/list, fork, resume, authenticate) are answered
         # "method not found" by the package's router.
@@ -38,8 +39,11 @@ def main(argv: list[str] | None = None) -> None:
     except ConfigError as exc:
         print(f"agent-server acp: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
-    logging.basicConfig(level=config.log_level.upper(), stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=config.log_level.upper(),
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
     logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per request is noise here
     try:
         asyncio.run(serve(config))

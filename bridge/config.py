@@ -63,33 +63,63 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="agent-server acp",
         description="Speak the Agent Client Protocol on stdin and stdout for an editor, and run "
-                    "its sessions as conversations of an agent server or a control plane.")
-    parser.add_argument("--agent-server", metavar="URL",
-                        help="an agent server's base URL (AGENT_SERVER_URL); its session key "
-                             "comes from SESSION_API_KEY")
-    parser.add_argument("--control-plane", metavar="URL",
-                        help="a control plane's base URL (CONTROL_PLANE_URL); the account key "
-                             "comes from CONTROL_PLANE_API_KEY")
-    parser.add_argument("--session-api-key", metavar="KEY",
-                        help="the agent server's key (prefer SESSION_API_KEY: flags show in ps)")
-    parser.add_argument("--api-key", metavar="KEY",
-                        help="the account key (prefer CONTROL_PLANE_API_KEY: flags show in ps)")
-    parser.add_argument("--approval", choices=MODE_IDS,
-                        help=f"approval mode of new sessions ({PREFIX}APPROVAL, default "
-                             "always-ask)")
-    parser.add_argument("--working-dir", metavar="DIR",
-                        help=f"agent server: the conversations' working directory on the server "
-                             f"({PREFIX}WORKING_DIR; default: the editor's)")
-    parser.add_argument("--agent-file", metavar="FILE",
-                        help=f"agent server: a JSON file holding the conversations' agent "
-                             f"({PREFIX}AGENT_FILE; default: the server's settings)")
+        "its sessions as conversations of an agent server or a control plane.",
+    )
+    parser.add_argument(
+        "--agent-server",
+        metavar="URL",
+        help="an agent server's base URL (AGENT_SERVER_URL); its session key "
+        "comes from SESSION_API_KEY",
+    )
+    parser.add_argument(
+        "--control-plane",
+        metavar="URL",
+        help="a control plane's base URL (CONTROL_PLANE_URL); the account key "
+        "comes from CONTROL_PLANE_API_KEY",
+    )
+    parser.add_argument(
+        "--session-api-key",
+        metavar="KEY",
+        help="the agent server's key (prefer SESSION_API_KEY: flags show in ps)",
+    )
+    parser.add_argument(
+        "--api-key",
+        metavar="KEY",
+        help="the account key (prefer CONTROL_PLANE_API_KEY: flags show in ps)",
+    )
+    parser.add_argument(
+        "--approval",
+        choices=MODE_IDS,
+        help=f"approval mode of new sessions ({PREFIX}APPROVAL, default always-ask)",
+    )
+    parser.add_argument(
+        "--working-dir",
+        metavar="DIR",
+        help=f"agent server: the conversations' working directory on the server "
+        f"({PREFIX}WORKING_DIR; default: the editor's)",
+    )
+    parser.add_argument(
+        "--agent-file",
+        metavar="FILE",
+        help=f"agent server: a JSON file holding the conversations' agent "
+        f"({PREFIX}AGENT_FILE; default: the server's settings)",
+    )
     parser.add_argument("--timeout", type=float, help=f"seconds per request ({PREFIX}TIMEOUT)")
-    parser.add_argument("--reconnect-timeout", type=float,
-                        help=f"seconds a dropped stream is retried ({PREFIX}RECONNECT_TIMEOUT)")
-    parser.add_argument("--start-timeout", type=float,
-                        help=f"control plane: seconds a start may take ({PREFIX}START_TIMEOUT)")
-    parser.add_argument("--log-level", choices=["debug", "info", "warning", "error"],
-                        help=f"stderr log level ({PREFIX}LOG_LEVEL, default warning)")
+    parser.add_argument(
+        "--reconnect-timeout",
+        type=float,
+        help=f"seconds a dropped stream is retried ({PREFIX}RECONNECT_TIMEOUT)",
+    )
+    parser.add_argument(
+        "--start-timeout",
+        type=float,
+        help=f"control plane: seconds a start may take ({PREFIX}START_TIMEOUT)",
+    )
+    parser.add_argument(
+        "--log-level",
+        choices=["debug", "info", "warning", "error"],
+        help=f"stderr log level ({PREFIX}LOG_LEVEL, default warning)",
+    )
     return parser.parse_args(argv)
 
 
@@ -115,11 +145,15 @@ def load(argv: list[str] | None = None, environ: Mapping[str, str] | None = None
     server_url = args.agent_server or (None if args.control_plane else env.get("AGENT_SERVER_URL"))
     plane_url = args.control_plane or (None if args.agent_server else env.get("CONTROL_PLANE_URL"))
     if server_url and plane_url:
-        raise ConfigError("both AGENT_SERVER_URL and CONTROL_PLANE_URL are set: give one, or "
-                          "choose with --agent-server or --control-plane")
+        raise ConfigError(
+            "both AGENT_SERVER_URL and CONTROL_PLANE_URL are set: give one, or "
+            "choose with --agent-server or --control-plane"
+        )
     if not server_url and not plane_url:
-        raise ConfigError("nothing to connect to: set AGENT_SERVER_URL (with SESSION_API_KEY) or "
-                          "CONTROL_PLANE_URL (with CONTROL_PLANE_API_KEY)")
+        raise ConfigError(
+            "nothing to connect to: set AGENT_SERVER_URL (with SESSION_API_KEY) or "
+            "CONTROL_PLANE_URL (with CONTROL_PLANE_API_KEY)"
+        )
     if server_url:
         target, url = "agent-server", server_url
         key = args.session_api_key or env.get("SESSION_API_KEY")
@@ -142,13 +176,17 @@ def load(argv: list[str] | None = None, environ: Mapping[str, str] | None = None
     }
     values.update({k: v for k, v in optional.items() if v is not None})
     if target == "control-plane" and (values.get("working_dir") or values.get("agent")):
-        raise ConfigError("--working-dir and --agent-file are for an agent server: a control "
-                          "plane chooses the workspace and the agent from the user's settings")
+        raise ConfigError(
+            "--working-dir and --agent-file are for an agent server: a control "
+            "plane chooses the workspace and the agent from the user's settings"
+        )
     try:
         return Config.model_validate(values)
     except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}"
-                             for e in exc.errors(include_input=False))
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}"
+            for e in exc.errors(include_input=False)
+        )
         raise ConfigError(problems) from None
 
 

@@ -21,8 +21,13 @@ from acp.schema import (
     TextResourceContents,
 )
 
-Block = (TextContentBlock | ImageContentBlock | AudioContentBlock | ResourceContentBlock
-         | EmbeddedResourceContentBlock)
+Block = (
+    TextContentBlock
+    | ImageContentBlock
+    | AudioContentBlock
+    | ResourceContentBlock
+    | EmbeddedResourceContentBlock
+)
 
 #: The service's bounds: characters of one text item, items of one message.
 MAX_TEXT = 1_000_000
@@ -48,8 +53,9 @@ def convert(blocks: list[Block], images: bool) -> list[dict[str, Any]]:
             out.append(_text(block.text))
         elif isinstance(block, ImageContentBlock):
             if images:
-                out.append({"type": "image",
-                            "image_urls": [f"data:{block.mime_type};base64,{block.data}"]})
+                out.append(
+                    {"type": "image", "image_urls": [f"data:{block.mime_type};base64,{block.data}"]}
+                )
             else:
                 out.append(_text("[an image was attached: this service takes text only]"))
         elif isinstance(block, EmbeddedResourceContentBlock):
@@ -59,7 +65,7 @@ def convert(blocks: list[Block], images: bool) -> list[dict[str, Any]]:
         else:
             out.append(_text("[an audio clip was attached: not sent]"))
     if len(out) > MAX_ITEMS:  # the rest as one text item, so nothing is silently lost
-        rest = "\n\n".join(item.get("text", "[image]") for item in out[MAX_ITEMS - 1:])
+        rest = "\n\n".join(item.get("text", "[image]") for item in out[MAX_ITEMS - 1 :])
         out = out[: MAX_ITEMS - 1] + [_text(rest)]
     if not any(item["type"] == "text" for item in out):
         out.append(_text("(see the attached image)" if out else "(empty message)"))

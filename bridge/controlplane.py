@@ -89,9 +89,12 @@ class ControlPlane:
     images = False  # the control plane's messages are text
 
     def __init__(self, config: Config, http: Http | None = None) -> None:
-        self.http = http or Http(config.url,
-                                 {"Authorization": f"Bearer {config.key.get_secret_value()}"},
-                                 "the control plane", config.timeout)
+        self.http = http or Http(
+            config.url,
+            {"Authorization": f"Bearer {config.key.get_secret_value()}"},
+            "the control plane",
+            config.timeout,
+        )
         self.start_timeout = config.start_timeout
         self.reconnect_window = config.reconnect_timeout
 
@@ -104,17 +107,22 @@ class ControlPlane:
         deadline = time.monotonic() + self.start_timeout
         while task.status not in ("READY", "ERROR"):
             if time.monotonic() > deadline:
-                raise Unreachable(f"the conversation's start on {self.http.where} did not end "
-                                  f"within {self.start_timeout:g} s (last stage {task.status})")
+                raise Unreachable(
+                    f"the conversation's start on {self.http.where} did not end "
+                    f"within {self.start_timeout:g} s (last stage {task.status})"
+                )
             await asyncio.sleep(POLL)
-            found = await self.http.call("GET", f"{V1}/app-conversations/start-tasks",
-                                         params={"ids": task.id})
+            found = await self.http.call(
+                "GET", f"{V1}/app-conversations/start-tasks", params={"ids": task.id}
+            )
             if not isinstance(found, list) or not found or found[0] is None:
                 raise ServiceFailed(f"{self.http.where} lost start task {task.id}")
             task = self._task(found[0])
         if task.status == "ERROR" or not task.app_conversation_id:
-            raise StartFailed(f"the control plane could not start the conversation: "
-                              f"{task.detail or 'no detail given'}")
+            raise StartFailed(
+                f"the control plane could not start the conversation: "
+                f"{task.detail or 'no detail given'}"
+            )
         await self.set_policy(task.app_conversation_id, request.policy)
         return await self.get(task.app_conversation_id)
 
@@ -122,8 +130,9 @@ class ControlPlane:
         try:
             return _Task.model_validate(data)
         except ValidationError:
-            raise ServiceFailed(f"{self.http.where} answered with a start task the bridge "
-                                "cannot read") from None
+            raise ServiceFailed(
+                f"{self.http.where} answered with a start task the bridge cannot read"
+            ) from None
 
     async def get(self, conversation_id_: str) -> Conversation:
         cid = conversation_id(conversation_id_)
@@ -133,8 +142,9 @@ class ControlPlane:
         try:
             record = _Record.model_validate(found[0])
         except ValidationError:
-            raise ServiceFailed(f"{self.http.where} answered with a conversation the bridge "
-                                "cannot read") from None
+            raise ServiceFailed(
+                f"{self.http.where} answered with a conversation the bridge cannot read"
+            ) from None
         status = record.execution_status.lower() if record.execution_status else None
         keys = (record.session_api_key,) if record.session_api_key else ()
         return Conversation(record.id, record.working_dir, status, keys)
@@ -153,8 +163,11 @@ class ControlPlane:
                 headers["Last-Event-ID"] = cursor.after
             error: BridgeError
             try:
-                async with self.http.stream(f"{V1}/conversation/{cid}/events/stream",
-                                            headers=headers, read_timeout=READ_TIMEOUT) as answer:
+                async with self.http.stream(
+                    f"{V1}/conversation/{cid}/events/stream",
+                    headers=headers,
+                    read_timeout=READ_TIMEOUT,
+                ) as answer:
                     reconnect.connected()
                     async for kind, event_id, data in frames(answer):
                         if kind == "gone":
@@ -174,13 +187,17 @@ class ControlPlane:
             await reconnect.wait(error)
 
     async def _post(self, cid: str, path: str, body: dict[str, Any] | None = None) -> None:
-        await self.http.call("POST", f"{V1}/app-conversations/{conversation_id(cid)}{path}",
-                             json=body if body is not None else {})
+        await self.http.call(
+            "POST",
+            f"{V1}/app-conversations/{conversation_id(cid)}{path}",
+            json=body if body is not None else {},
+        )
 
     async def send(self, conversation_id_: str, content: list[dict[str, Any]]) -> None:
         texts = [{"type": "text", "text": c["text"]} for c in content if c.get("type") == "text"]
-        await self._post(conversation_id_, "/send-message",
-                         {"role": "user", "content": texts, "run": True})
+        await self._post(
+            conversation_id_, "/send-message", {"role": "user", "content": texts, "run": True}
+        )
 
     async def interrupt(self, conversation_id_: str) -> None:
         await self._post(conversation_id_, "/interrupt")
@@ -189,8 +206,9 @@ class ControlPlane:
         await self._post(conversation_id_, "/confirmation-policy", {"policy": policy})
 
     async def respond(self, conversation_id_: str, accept: bool, reason: str) -> None:
-        await self._post(conversation_id_, "/respond-to-confirmation",
-                         {"accept": accept, "reason": reason})
+        await self._post(
+            conversation_id_, "/respond-to-confirmation", {"accept": accept, "reason": reason}
+        )
 
     async def close(self) -> None:
         await self.http.close()

@@ -57,16 +57,19 @@ class Editor:
     async def update(self, session_id: str, update: Update | CurrentModeUpdate) -> None:
         await self.conn.session_update(session_id=session_id, update=self.mask(update))
 
-    async def ask(self, session_id: str, tool_call: ToolCallUpdate,
-                  options: list[PermissionOption]) -> RequestPermissionResponse:
-        return await self.conn.request_permission(session_id=session_id,
-                                                  tool_call=self.mask(tool_call), options=options)
+    async def ask(
+        self, session_id: str, tool_call: ToolCallUpdate, options: list[PermissionOption]
+    ) -> RequestPermissionResponse:
+        return await self.conn.request_permission(
+            session_id=session_id, tool_call=self.mask(tool_call), options=options
+        )
 
     async def write(self, session_id: str, write: WriteBack) -> str | None:
         """Write a file in the editor; None when done, else why not (for the transcript)."""
         try:
-            await self.conn.write_text_file(session_id=session_id, path=write.path,
-                                            content=self.masker.text(write.content))
+            await self.conn.write_text_file(
+                session_id=session_id, path=write.path, content=self.masker.text(write.content)
+            )
         except RequestError as exc:
             logger.warning("the editor did not write %s: %s", write.path, exc)
             return str(exc)

@@ -57,5 +57,12 @@ class StartFailed(BridgeError):
     """The control plane's start task ended in ERROR."""
 
 
-__all__ = ["BridgeError", "Invalid", "NotFound", "Refused", "ServiceFailed",
-           "StartFailed", "Unreachable"]
+__all__ = [
+    "BridgeError",
+    "Invalid",
+    "NotFound",
+    "Refused",
+    "ServiceFailed",
+    "StartFailed",
+    "Unreachable",
+]

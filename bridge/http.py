@@ -49,14 +49,23 @@ def _detail(response: httpx.Response) -> str:
 
 
 class Http:
-    def __init__(self, base_url: str, headers: Mapping[str, str], name: str, timeout: float,
-                 transport: httpx.AsyncBaseTransport | None = None) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        headers: Mapping[str, str],
+        name: str,
+        timeout: float,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
         #: How errors name the service: "the agent server at http://127.0.0.1:8000".
         self.where = f"{name} at {describe(base_url)}"
         self.timeout = timeout
         self._client = httpx.AsyncClient(
-            base_url=base_url.rstrip("/"), headers=dict(headers), transport=transport,
-            timeout=httpx.Timeout(timeout, connect=min(timeout, 10.0)))
+            base_url=base_url.rstrip("/"),
+            headers=dict(headers),
+            transport=transport,
+            timeout=httpx.Timeout(timeout, connect=min(timeout, 10.0)),
+        )
 
     def unreachable(self, exc: Exception) -> Unreachable:
         if isinstance(exc, httpx.TimeoutException):
@@ -72,16 +81,24 @@ class Http:
         """The error of an answer with this status (and the service's words, if any)."""
         said = f": {detail}" if detail else ""
         if status in (401, 403):
-            return Refused(f"{self.where} refused the key ({status}); check the key the "
-                           "bridge was given", status)
+            return Refused(
+                f"{self.where} refused the key ({status}); check the key the bridge was given",
+                status,
+            )
         if status == 404:
             return NotFound(detail or f"not found on {self.where}", status)
         if 400 <= status < 500:
             return Invalid(f"{self.where} refused the request ({status}){said}", status)
         return ServiceFailed(f"{self.where} failed ({status}){said}", status)
 
-    async def call(self, method: str, path: str, *, json: Any = None,
-                   params: Mapping[str, str | int] | None = None) -> Any:
+    async def call(
+        self,
+        method: str,
+        path: str,
+        *,
+        json: Any = None,
+        params: Mapping[str, str | int] | None = None,
+    ) -> Any:
         """The answer's JSON; a BridgeError for anything but a 2xx."""
         try:
             response = await self._client.request(method, path, json=json, params=params)
@@ -97,13 +114,15 @@ class Http:
             raise ServiceFailed(f"{self.where} answered {path} with something not JSON") from None
 
     @contextlib.asynccontextmanager
-    async def stream(self, path: str, *, headers: Mapping[str, str] | None = None,
-                     read_timeout: float) -> AsyncIterator[httpx.Response]:
+    async def stream(
+        self, path: str, *, headers: Mapping[str, str] | None = None, read_timeout: float
+    ) -> AsyncIterator[httpx.Response]:
         """A GET read as it comes (server-sent events), a success or a BridgeError."""
         timeout = httpx.Timeout(self.timeout, connect=min(self.timeout, 10.0), read=read_timeout)
         try:
-            async with self._client.stream("GET", path, headers=dict(headers or {}),
-                                           timeout=timeout) as response:
+            async with self._client.stream(
+                "GET", path, headers=dict(headers or {}), timeout=timeout
+            ) as response:
                 if not response.is_success:
                     await response.aread()
                     raise self.failure(response)

@@ -25,8 +25,7 @@ logger = logging.getLogger(__name__)
 #: The names the control plane's plugins take (and the agent server's servers).
 _NAME = re.compile(r"[^A-Za-z0-9_-]")
 _ENV = re.compile(r"[^A-Z0-9_]")
-_SECRET = re.compile(r"KEY|TOKEN|SECRET|PASS|AUTH|CREDENTIAL|PRIVATE|COOKIE|SESSION",
-                     re.IGNORECASE)
+_SECRET = re.compile(r"KEY|TOKEN|SECRET|PASS|AUTH|CREDENTIAL|PRIVATE|COOKIE|SESSION", re.IGNORECASE)
 MAX_SERVERS = 20
 
 
@@ -67,17 +66,23 @@ def convert(servers: list[Any] | None) -> Servers:
         if isinstance(server, McpServerStdio):
             name = out._name(server.name)
             out.servers[name] = {
-                "command": server.command, "args": list(server.args),
-                "env": {v.name: out._secret(name, v.name, v.value) for v in server.env}}
+                "command": server.command,
+                "args": list(server.args),
+                "env": {v.name: out._secret(name, v.name, v.value) for v in server.env},
+            }
         elif isinstance(server, HttpMcpServer):
             name = out._name(server.name)
             out.servers[name] = {
                 "url": server.url,
-                "headers": {h.name: out._secret(name, f"HEADER_{h.name}", h.value)
-                            for h in server.headers}}
+                "headers": {
+                    h.name: out._secret(name, f"HEADER_{h.name}", h.value) for h in server.headers
+                },
+            }
         else:
-            logger.warning("MCP server %r left out: only stdio and HTTP servers are passed on",
-                           getattr(server, "name", "?"))
+            logger.warning(
+                "MCP server %r left out: only stdio and HTTP servers are passed on",
+                getattr(server, "name", "?"),
+            )
     return out
 
 

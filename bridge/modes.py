@@ -14,13 +14,21 @@ ModeId = Literal["always-ask", "always-approve", "llm-approve"]
 MODE_IDS: tuple[str, ...] = get_args(ModeId)
 
 _MODES: dict[str, tuple[str, str, dict[str, Any]]] = {
-    "always-ask": ("Always ask", "Ask before every action the agent takes in the sandbox",
-                   {"kind": "AlwaysConfirm"}),
-    "always-approve": ("Always approve", "Run every action without asking",
-                       {"kind": "NeverConfirm"}),
-    "llm-approve": ("Ask for risky actions",
-                    "Ask only for actions the model rates HIGH risk, or does not rate",
-                    {"kind": "ConfirmRisky", "threshold": "HIGH", "confirm_unknown": True}),
+    "always-ask": (
+        "Always ask",
+        "Ask before every action the agent takes in the sandbox",
+        {"kind": "AlwaysConfirm"},
+    ),
+    "always-approve": (
+        "Always approve",
+        "Run every action without asking",
+        {"kind": "NeverConfirm"},
+    ),
+    "llm-approve": (
+        "Ask for risky actions",
+        "Ask only for actions the model rates HIGH risk, or does not rate",
+        {"kind": "ConfirmRisky", "threshold": "HIGH", "confirm_unknown": True},
+    ),
 }
 
 
@@ -37,8 +45,11 @@ def asks(mode: str) -> bool:
 def state(current: str) -> SessionModeState:
     return SessionModeState(
         current_mode_id=current,
-        available_modes=[SessionMode(id=mode, name=name, description=description)
-                         for mode, (name, description, _) in _MODES.items()])
+        available_modes=[
+            SessionMode(id=mode, name=name, description=description)
+            for mode, (name, description, _) in _MODES.items()
+        ],
+    )
 
 
 __all__ = ["MODE_IDS", "ModeId", "asks", "policy", "state"]

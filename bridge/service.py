@@ -23,7 +23,6 @@ from bridge.schema import Event, parse_event
 logger = logging.getLogger(__name__)
 
 
-
 @dataclass(frozen=True)
 class Conversation:
     id: str
@@ -71,8 +70,9 @@ def read_event(data: dict[str, Any] | str | bytes) -> Event | None:
     try:
         return parse_event(data)
     except ValidationError as exc:
-        logger.warning("an event the bridge cannot read was skipped: %s",
-                       exc.errors(include_input=False)[:1])
+        logger.warning(
+            "an event the bridge cannot read was skipped: %s", exc.errors(include_input=False)[:1]
+        )
         return None
 
 
@@ -110,8 +110,7 @@ class Service(Protocol):
     async def close(self) -> None: ...
 
 
-__all__ = ["Conversation", "Cursor", "NewConversation", "Service", "conversation_id",
-           "read_event"]
+__all__ = ["Conversation", "Cursor", "NewConversation", "Service", "conversation_id", "read_event"]
 
 
 #: Events asked for per page of a conversation's history.
@@ -136,8 +135,9 @@ async def stored_events(http: Http, search_path: str) -> AsyncIterator[Event]:
         try:
             found = _Page.model_validate(data)
         except ValidationError:
-            raise ServiceFailed(f"{http.where} answered an events search the bridge "
-                                "cannot read") from None
+            raise ServiceFailed(
+                f"{http.where} answered an events search the bridge cannot read"
+            ) from None
         for item in found.items:
             event = read_event(item)
             if event is not None:

@@ -51,8 +51,9 @@ BLOCKED = "blocked"
 ALLOW, ALLOW_ALWAYS, REJECT = "allow", "allow-always", "reject"
 OPTIONS = [
     PermissionOption(option_id=ALLOW, name="Allow", kind="allow_once"),
-    PermissionOption(option_id=ALLOW_ALWAYS, name="Always allow in this session",
-                     kind="allow_always"),
+    PermissionOption(
+        option_id=ALLOW_ALWAYS, name="Always allow in this session", kind="allow_always"
+    ),
     PermissionOption(option_id=REJECT, name="Reject", kind="reject_once"),
 ]
 
@@ -92,15 +93,17 @@ class Turn:
 
 
 class Session:
-    def __init__(self, conversation: Conversation, service: Service, editor: Editor,
-                 cwd: str, mode: str) -> None:
+    def __init__(
+        self, conversation: Conversation, service: Service, editor: Editor, cwd: str, mode: str
+    ) -> None:
         self.id = conversation.id
         self.keys = conversation.keys
         self.service = service
         self.editor = editor
         self.mode = mode
-        self.translator = Translator(cwd, conversation.working_dir, editor.can_write,
-                                     modes.asks(mode))
+        self.translator = Translator(
+            cwd, conversation.working_dir, editor.can_write, modes.asks(mode)
+        )
         self.cursor = Cursor()
         self.turn: Turn | None = None
         self._follower: asyncio.Task[None] | None = None
@@ -155,15 +158,19 @@ class Session:
         for write in writes:
             failure = await self.editor.write(self.id, write)
             if failure is not None:
-                await self.editor.update(self.id, thought(
-                    f"(the editor did not take the new {write.path}: {failure})\n"))
+                await self.editor.update(
+                    self.id, thought(f"(the editor did not take the new {write.path}: {failure})\n")
+                )
         status = _status(event)
         if turn is None or not turn.message_seen:
             return
         if status is not None:
             turn.put(status)
-        elif isinstance(event, HookExecutionEvent) and event.blocked \
-                and event.hook_event_type == "UserPromptSubmit":
+        elif (
+            isinstance(event, HookExecutionEvent)
+            and event.blocked
+            and event.hook_event_type == "UserPromptSubmit"
+        ):
             turn.put(BLOCKED)
 
     # -- a turn ----------------------------------------------------------------------------
@@ -201,18 +208,27 @@ class Session:
         try:
             await self.service.respond(self.id, accept, reason)
         except Invalid as exc:  # nothing waits any more (answered elsewhere): go on
-            logger.info("the answer to the confirmation of %s was refused: %s", self.id,
-                        exc.message)
+            logger.info(
+                "the answer to the confirmation of %s was refused: %s", self.id, exc.message
+            )
 
     async def _confirm(self) -> bool:
         """Ask the editor about each action waiting; the first refusal rejects them all (the
         service takes one answer for all of them)."""
         pending = self.translator.pending() or [
-            Call(f"confirm-{self.id}", "Run the actions the agent proposed", "other")]
+            Call(f"confirm-{self.id}", "Run the actions the agent proposed", "other")
+        ]
         for call in pending:
-            answer = await self.editor.ask(self.id, ToolCallUpdate(
-                tool_call_id=call.tool_call_id, title=call.title, kind=call.kind,
-                status="pending"), OPTIONS)
+            answer = await self.editor.ask(
+                self.id,
+                ToolCallUpdate(
+                    tool_call_id=call.tool_call_id,
+                    title=call.title,
+                    kind=call.kind,
+                    status="pending",
+                ),
+                OPTIONS,
+            )
             outcome = answer.outcome
             if outcome.outcome != "selected" or outcome.option_id not in (ALLOW, ALLOW_ALWAYS):
                 return False
@@ -220,8 +236,9 @@ class Session:
                 await self.set_mode("always-approve")
                 break
         for call in pending:
-            await self.editor.update(self.id, acp.update_tool_call(call.tool_call_id,
-                                                                   status="in_progress"))
+            await self.editor.update(
+                self.id, acp.update_tool_call(call.tool_call_id, status="in_progress")
+            )
         return True
 
     async def cancel(self) -> None:

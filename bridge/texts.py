@@ -72,9 +72,9 @@ def consume(stored: str, streamed: str) -> tuple[str, str]:
     if not stored or len(streamed) >= MAX_STREAMED:
         return "", "" if stored else streamed
     if streamed.startswith(stored):
-        return "", streamed[len(stored):]
+        return "", streamed[len(stored) :]
     if stored.startswith(streamed):
-        return stored[len(streamed):], ""
+        return stored[len(streamed) :], ""
     return "\n\n" + stored, ""
 
 

@@ -81,10 +81,17 @@ from bridge.texts import (
 )
 from core.masking import MASK
 
-Update: TypeAlias = (AgentMessageChunk | AgentThoughtChunk | UserMessageChunk | ToolCallStart
-                     | ToolCallProgress | AgentPlanUpdate)
-ToolKind = Literal["read", "edit", "delete", "move", "search", "execute", "think", "fetch",
-                   "switch_mode", "other"]
+Update: TypeAlias = (
+    AgentMessageChunk
+    | AgentThoughtChunk
+    | UserMessageChunk
+    | ToolCallStart
+    | ToolCallProgress
+    | AgentPlanUpdate
+)
+ToolKind = Literal[
+    "read", "edit", "delete", "move", "search", "execute", "think", "fetch", "switch_mode", "other"
+]
 _CONTENT: TypeAdapter[list[Content]] = TypeAdapter(list[Content])
 
 #: Tool calls remembered (a session's long history keeps only the latest).
@@ -93,12 +100,21 @@ MAX_CALLS = 1000
 ENDED = frozenset({"idle", "paused", "finished", "error", "stuck"})
 
 _KINDS: dict[str, ToolKind] = {
-    "TerminalAction": "execute", "ReadFileAction": "read", "ListDirectoryAction": "read",
-    "WriteFileAction": "edit", "EditAction": "edit", "ApplyPatchAction": "edit",
-    "GlobAction": "search", "GrepAction": "search", "TaskTrackerAction": "think",
+    "TerminalAction": "execute",
+    "ReadFileAction": "read",
+    "ListDirectoryAction": "read",
+    "WriteFileAction": "edit",
+    "EditAction": "edit",
+    "ApplyPatchAction": "edit",
+    "GlobAction": "search",
+    "GrepAction": "search",
+    "TaskTrackerAction": "think",
 }
 _PLAN_STATUS: dict[str, Literal["pending", "in_progress", "completed"]] = {
-    "todo": "pending", "in_progress": "in_progress", "done": "completed"}
+    "todo": "pending",
+    "in_progress": "in_progress",
+    "done": "completed",
+}
 
 
 @dataclass(frozen=True)
@@ -118,16 +134,20 @@ class Call:
 
 
 class Translator:
-    def __init__(self, cwd: str, working_dir: str | None, write_back: bool,
-                 asking: bool = True) -> None:
+    def __init__(
+        self, cwd: str, working_dir: str | None, write_back: bool, asking: bool = True
+    ) -> None:
         #: The editor's working directory, and the conversation's in the sandbox.
         self.cwd = cwd
         #: Whether actions may wait for the editor's approval (they start `pending`), or run
         #: at once (`in_progress`); the session keeps it in step with the approval mode.
         self.asking = asking
         self.working_dir = working_dir
-        self.write_back = write_back and working_dir is not None \
+        self.write_back = (
+            write_back
+            and working_dir is not None
             and posixpath.normpath(working_dir) != posixpath.normpath(cwd)
+        )
         self.calls: OrderedDict[str, Call] = OrderedDict()
         #: Text and reasoning streamed and not yet matched by a stored text: not sent twice.
         self._streamed = ""
@@ -174,26 +194,40 @@ class Translator:
         while len(self.calls) > MAX_CALLS:
             self.calls.popitem(last=False)
 
-    def _end(self, tool_call_id: str, tool_name: str, failed: bool,
-             content: list[Content], raw_output: Any = None,
-             locations: list[ToolCallLocation] | None = None) -> list[Update]:
+    def _end(
+        self,
+        tool_call_id: str,
+        tool_name: str,
+        failed: bool,
+        content: list[Content],
+        raw_output: Any = None,
+        locations: list[ToolCallLocation] | None = None,
+    ) -> list[Update]:
         out: list[Update] = []
         call = self.calls.get(tool_call_id)
         if call is None:  # its action is older than what this session saw
             call = Call(tool_call_id, tool_name[:MAX_TITLE], "other")
             self._remember(call)
-            out.append(acp.start_tool_call(tool_call_id, call.title, kind=call.kind,
-                                           status="in_progress"))
+            out.append(
+                acp.start_tool_call(tool_call_id, call.title, kind=call.kind, status="in_progress")
+            )
         call.done = True
-        out.append(acp.update_tool_call(tool_call_id, status="failed" if failed else "completed",
-                                        content=content or None, raw_output=raw(raw_output),
-                                        locations=locations))
+        out.append(
+            acp.update_tool_call(
+                tool_call_id,
+                status="failed" if failed else "completed",
+                content=content or None,
+                raw_output=raw(raw_output),
+                locations=locations,
+            )
+        )
         return out
 
     # -- events ----------------------------------------------------------------------------
 
-    def translate(self, event: Event, show_user: bool = False
-                  ) -> tuple[list[Update], list[WriteBack]]:
+    def translate(
+        self, event: Event, show_user: bool = False
+    ) -> tuple[list[Update], list[WriteBack]]:
         """The updates an event makes; `show_user`: a user's message is shown too (a replay,
         or a message the editor did not send)."""
         if isinstance(event, StreamingDeltaEvent):
@@ -205,21 +239,34 @@ class Translator:
         if isinstance(event, ObservationEvent):
             return self._observation(event)
         if isinstance(event, AgentErrorEvent):
-            return self._end(event.tool_call_id, event.tool_name, True,
-                             text_content(event.error)), []
+            return self._end(
+                event.tool_call_id, event.tool_name, True, text_content(event.error)
+            ), []
         if isinstance(event, UserRejectObservation):
-            return self._end(event.tool_call_id, event.tool_name, True, text_content(
-                f"Rejected: {event.rejection_reason}")), []
+            return self._end(
+                event.tool_call_id,
+                event.tool_name,
+                True,
+                text_content(f"Rejected: {event.rejection_reason}"),
+            ), []
         if isinstance(event, ACPToolCallEvent):
             return self._acp_call(event), []
         if isinstance(event, ConversationErrorEvent):
             return [message(f"\n\n**Error** ({event.code}): {cut(event.detail)}\n")], []
-        if isinstance(event, ConversationStateUpdateEvent) and event.key == "execution_status" \
-                and event.value in ENDED:
+        if (
+            isinstance(event, ConversationStateUpdateEvent)
+            and event.key == "execution_status"
+            and event.value in ENDED
+        ):
             return self._settle(), []
         if isinstance(event, HookExecutionEvent) and event.blocked:
-            return [thought(f"A {event.hook_event_type} hook blocked this"
-                            + (f": {cut(event.reason)}" if event.reason else "") + "\n")], []
+            return [
+                thought(
+                    f"A {event.hook_event_type} hook blocked this"
+                    + (f": {cut(event.reason)}" if event.reason else "")
+                    + "\n"
+                )
+            ], []
         return [], []
 
     def _settle(self) -> list[Update]:
@@ -276,12 +323,21 @@ class Translator:
         locations = [ToolCallLocation(path=self.editor_path(path))] if path else None
         given = action.model_dump(mode="json", exclude={"kind"}) if action is not None else None
         status: Literal["pending", "in_progress"] = "pending" if self.asking else "in_progress"
-        out.append(acp.start_tool_call(event.tool_call_id, title, kind=kind, status=status,
-                                       locations=locations, raw_input=raw(given)))
+        out.append(
+            acp.start_tool_call(
+                event.tool_call_id,
+                title,
+                kind=kind,
+                status=status,
+                locations=locations,
+                raw_input=raw(given),
+            )
+        )
         return out
 
-    def _describe(self, tool_name: str, action: Action | None,
-                  summary: str | None) -> tuple[ToolKind, str, str | None]:
+    def _describe(
+        self, tool_name: str, action: Action | None, summary: str | None
+    ) -> tuple[ToolKind, str, str | None]:
         """Kind, title and the file it is about, from the action's kind and fields."""
         if action is None:
             return "other", line(summary or tool_name), None
@@ -303,8 +359,12 @@ class Translator:
             verb = "Find files" if action.kind == "GlobAction" else "Search for"
             title = f"{verb} {line(str(fields.get('pattern', '')))}"
         elif path:
-            named = {"ReadFileAction": "Read", "WriteFileAction": "Write", "EditAction": "Edit",
-                     "ListDirectoryAction": "List"}.get(action.kind, tool_name)
+            named = {
+                "ReadFileAction": "Read",
+                "WriteFileAction": "Write",
+                "EditAction": "Edit",
+                "ListDirectoryAction": "List",
+            }.get(action.kind, tool_name)
             title = f"{named} {shown}"
         elif action.kind == "ApplyPatchAction":
             title = "Apply a patch"
@@ -320,11 +380,20 @@ class Translator:
                 call.done = True
             return [], []
         if isinstance(obs, TaskTrackerObservation):
-            entries = [PlanEntry(content=cut(t.title, MAX_TITLE), priority="medium",
-                                 status=_PLAN_STATUS.get(t.status, "pending"))
-                       for t in obs.task_list]
-            ended = self._end(event.tool_call_id, event.tool_name, obs.is_error,
-                              text_content(obs.text) if obs.is_error else [])
+            entries = [
+                PlanEntry(
+                    content=cut(t.title, MAX_TITLE),
+                    priority="medium",
+                    status=_PLAN_STATUS.get(t.status, "pending"),
+                )
+                for t in obs.task_list
+            ]
+            ended = self._end(
+                event.tool_call_id,
+                event.tool_name,
+                obs.is_error,
+                text_content(obs.text) if obs.is_error else [],
+            )
             return [AgentPlanUpdate(session_update="plan", entries=entries), *ended], []
         if isinstance(obs, TerminalObservation):
             output = obs.text
@@ -333,24 +402,32 @@ class Translator:
             if code not in (None, 0, -1):
                 text += f"\nexit code {code}"
             failed = obs.is_error or code not in (None, 0, -1)
-            return self._end(event.tool_call_id, event.tool_name, failed, text_content(text),
-                             {"exit_code": code, "output": cut(output, MAX_RAW // 2)}), []
+            return self._end(
+                event.tool_call_id,
+                event.tool_name,
+                failed,
+                text_content(text),
+                {"exit_code": code, "output": cut(output, MAX_RAW // 2)},
+            ), []
         changes = self._changes(obs)
         if changes and not obs.is_error:
             content: list[Content] = []
             writes: list[WriteBack] = []
             for path, old, new in changes:
                 if new is None:  # too big to carry, or deleted
-                    content += text_content(f"{self.editor_path(path)} changed (too large to "
-                                             "show here)")
+                    content += text_content(
+                        f"{self.editor_path(path)} changed (too large to show here)"
+                    )
                     continue
                 content.append(acp.tool_diff_content(self.editor_path(path), new, old))
                 writes += self._written(path, new)
             locations = [ToolCallLocation(path=self.editor_path(p)) for p, _, _ in changes]
-            return self._end(event.tool_call_id, event.tool_name, False, content,
-                             locations=locations[:20]), writes
-        return self._end(event.tool_call_id, event.tool_name, obs.is_error,
-                         text_content(obs.text)), []
+            return self._end(
+                event.tool_call_id, event.tool_name, False, content, locations=locations[:20]
+            ), writes
+        return self._end(
+            event.tool_call_id, event.tool_name, obs.is_error, text_content(obs.text)
+        ), []
 
     @staticmethod
     def _changes(obs: Observation) -> list[tuple[str, str | None, str | None]]:
@@ -362,9 +439,14 @@ class Translator:
         if isinstance(obs, (EditObservation, WriteFileObservation)):
             return [(obs.file_path, obs.old_content, obs.new_content)] if obs.file_path else []
         if isinstance(obs, ApplyPatchObservation) and obs.commit is not None:
-            return [(change.move_path or path, change.old_content,
-                     None if change.type == "delete" else change.new_content)
-                    for path, change in obs.commit.changes.items()]
+            return [
+                (
+                    change.move_path or path,
+                    change.old_content,
+                    None if change.type == "delete" else change.new_content,
+                )
+                for path, change in obs.commit.changes.items()
+            ]
         return []
 
     def _acp_call(self, event: ACPToolCallEvent) -> list[Update]:
@@ -374,22 +456,43 @@ class Translator:
         except ValidationError:
             content = None
         kind = cast(ToolKind, event.tool_kind if event.tool_kind in get_args(ToolKind) else "other")
-        status = event.status if event.status in ("pending", "in_progress", "completed",
-                                                  "failed") else None
+        status = (
+            event.status
+            if event.status in ("pending", "in_progress", "completed", "failed")
+            else None
+        )
         if event.is_error:
             status = "failed"
         known = event.tool_call_id in self.calls
-        call = Call(event.tool_call_id, line(event.title) or "tool", kind,
-                    done=status in ("completed", "failed"))
+        call = Call(
+            event.tool_call_id,
+            line(event.title) or "tool",
+            kind,
+            done=status in ("completed", "failed"),
+        )
         self._remember(call)
         if not known:
-            return [acp.start_tool_call(call.tool_call_id, call.title, kind=kind,
-                                        status=status, content=content,  # type: ignore[arg-type]
-                                        raw_input=raw(event.raw_input),
-                                        raw_output=raw(event.raw_output))]
-        return [acp.update_tool_call(call.tool_call_id, title=call.title, kind=kind,
-                                     status=status, content=content,  # type: ignore[arg-type]
-                                     raw_output=raw(event.raw_output))]
+            return [
+                acp.start_tool_call(
+                    call.tool_call_id,
+                    call.title,
+                    kind=kind,
+                    status=status,  # type: ignore[arg-type]
+                    content=content,
+                    raw_input=raw(event.raw_input),
+                    raw_output=raw(event.raw_output),
+                )
+            ]
+        return [
+            acp.update_tool_call(
+                call.tool_call_id,
+                title=call.title,
+                kind=kind,
+                status=status,  # type: ignore[arg-type]
+                content=content,
+                raw_output=raw(event.raw_output),
+            )
+        ]
 
 
 __all__ = ["Call", "Translator", "Update", "WriteBack", "cut", "message", "thought"]

@@ -18,9 +18,13 @@ from web.logs import SafeFormatter
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="control-plane", description=(
-        "The application interface (/api/v1) of the agent service. Each flag overrides its "
-        "CONTROL_PLANE_* variable."))
+    parser = argparse.ArgumentParser(
+        prog="control-plane",
+        description=(
+            "The application interface (/api/v1) of the agent service. Each flag overrides its "
+            "CONTROL_PLANE_* variable."
+        ),
+    )
     config_kit.add_flags(parser, Config, PREFIX)
     commands = parser.add_subparsers(dest="command")
     commands.add_parser("serve", help="serve the API (the default)")
@@ -30,17 +34,28 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     create.add_argument("--user", required=True, help="user name (created when new)")
     listing = key_commands.add_parser("list", help="the keys: id, user, creation time")
     listing.add_argument("--user", help="only this user's")
-    revoke = key_commands.add_parser("revoke", help="revoke a key (or all of a user's): every "
-                                                    "control plane on the database refuses it at once")
+    revoke = key_commands.add_parser(
+        "revoke",
+        help="revoke a key (or all of a user's): every "
+        "control plane on the database refuses it at once",
+    )
     which = revoke.add_mutually_exclusive_group(required=True)
     which.add_argument("id", nargs="?", help="the key's id (from `keys list`)")
     which.add_argument("--user", help="every key of this user")
-    fence = commands.add_parser("node-fence", help=(
-        "Swarm on gVisor: write the deployment's fence token to PATH and print the `docker "
-        "run` that starts a node's fence on runc (copy PATH to each node, root's, then run it "
-        "there)"))
-    fence.add_argument("--token-file", required=True, metavar="PATH",
-                       help="where the token is written here and read on the nodes")
+    fence = commands.add_parser(
+        "node-fence",
+        help=(
+            "Swarm on gVisor: write the deployment's fence token to PATH and print the `docker "
+            "run` that starts a node's fence on runc (copy PATH to each node, root's, then run it "
+            "there)"
+        ),
+    )
+    fence.add_argument(
+        "--token-file",
+        required=True,
+        metavar="PATH",
+        help="where the token is written here and read on the nodes",
+    )
     return parser.parse_args(argv)
 
 
@@ -58,8 +73,10 @@ async def manage_keys(config: Config, args: argparse.Namespace) -> str:
         await db.migrate()
         accounts = Accounts(db)
         if args.keys_command == "list":
-            return "\n".join(f"{k.id}\t{k.user}\t{k.created_at.isoformat()}"
-                             for k in await accounts.keys(args.user))
+            return "\n".join(
+                f"{k.id}\t{k.user}\t{k.created_at.isoformat()}"
+                for k in await accounts.keys(args.user)
+            )
         revoked = await accounts.revoke(key_id=args.id, user=args.user)
         if not revoked:
             raise ValueError(f"no key {args.id}" if args.id else f"user {args.user!r} has no key")
@@ -92,15 +109,21 @@ def node_fence(config: Config, token_file: str) -> str:
     from control_plane.store import Database
 
     if config.sandbox_provider != "swarm" or config.sandbox_runtime is None:
-        raise ValueError("node-fence is for Swarm on gVisor (CONTROL_PLANE_SANDBOX_PROVIDER="
-                         "swarm, CONTROL_PLANE_SANDBOX_RUNTIME=runsc); otherwise the control "
-                         "plane runs the nodes' fences itself")
+        raise ValueError(
+            "node-fence is for Swarm on gVisor (CONTROL_PLANE_SANDBOX_PROVIDER="
+            "swarm, CONTROL_PLANE_SANDBOX_RUNTIME=runsc); otherwise the control "
+            "plane runs the nodes' fences itself"
+        )
     if not config.secret_key and not (config.state_dir / KEY_FILE).exists():
         # (a key made here would give a token no control plane of the deployment accepts)
-        raise ValueError("the deployment's secret key is not here: run node-fence with the "
-                         "control plane's CONTROL_PLANE_SECRET_KEY or its CONTROL_PLANE_STATE_DIR")
-    fence = swarm_fence(config, NodeFences(Database(config.db_url), Cipher.for_config(
-        config.secret_key, config.state_dir)))
+        raise ValueError(
+            "the deployment's secret key is not here: run node-fence with the "
+            "control plane's CONTROL_PLANE_SECRET_KEY or its CONTROL_PLANE_STATE_DIR"
+        )
+    fence = swarm_fence(
+        config,
+        NodeFences(Database(config.db_url), Cipher.for_config(config.secret_key, config.state_dir)),
+    )
     path = Path(token_file)
     path.unlink(missing_ok=True)
     descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o400)
@@ -145,9 +168,16 @@ def main(argv: list[str] | None = None) -> None:
 
     from control_plane.app import Server, build_app
 
-    Server(uvicorn.Config(build_app(config), host=config.host, port=config.port,
-                          log_level=config.log_level, lifespan="on",
-                          timeout_graceful_shutdown=10)).run()
+    Server(
+        uvicorn.Config(
+            build_app(config),
+            host=config.host,
+            port=config.port,
+            log_level=config.log_level,
+            lifespan="on",
+            timeout_graceful_shutdown=10,
+        )
+    ).run()
 
 
 if __name__ == "__main__":

@@ -99,8 +99,9 @@ ROUTES = [
 ]
 
 
-def build_app(config: Config, provider: SandboxProvider | None = None,
-              clock: Clock | None = None) -> Starlette:
+def build_app(
+    config: Config, provider: SandboxProvider | None = None, clock: Clock | None = None
+) -> Starlette:
     """The ASGI app; its services are built and started by the lifespan, and handed to routes
     through the lifespan state (typed: `api.io.LifespanState`). `app.state.bell` is the live
     relays' bell, for `Server` to end them."""
@@ -114,8 +115,9 @@ def build_app(config: Config, provider: SandboxProvider | None = None,
             await services.start()
             state = LifespanState(services=services)
             # Where the sandboxes reach this control plane (their side of the boundary).
-            side = Side(app, dict(state), config.host, config.port, config.sandbox_port,
-                        config.log_level)
+            side = Side(
+                app, dict(state), config.host, config.port, config.sandbox_port, config.log_level
+            )
             side.start()
             yield state
         finally:
@@ -126,10 +128,12 @@ def build_app(config: Config, provider: SandboxProvider | None = None,
     # After the API: the web console's files (`/` is its page).
     routes = [*ROUTES, server.Unserved(), Mount("/", static_files(), name="console")]
     handlers: dict[Any, Callable[..., Any]] = {**HANDLERS, SQLAlchemyError: on_storage}
-    app = Starlette(routes=routes, exception_handlers=handlers,
-                    middleware=[Middleware(StartRefusal), Middleware(SecurityHeaders),
-                                Middleware(SandboxSide)],
-                    lifespan=lifespan)
+    app = Starlette(
+        routes=routes,
+        exception_handlers=handlers,
+        middleware=[Middleware(StartRefusal), Middleware(SecurityHeaders), Middleware(SandboxSide)],
+        lifespan=lifespan,
+    )
     app.state.bell = bell
     return app
 

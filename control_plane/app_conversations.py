@@ -40,13 +40,22 @@ from web.errors import Conflict, NotFound, UpstreamError
 #: Events the trajectory zip holds one file each of, beside events.jsonl (the OpenHands app
 #: server refuses to export more than this many at all; ours has them all in events.jsonl).
 EXPORT_EVENT_FILES = 10_000
-INSPECTION = {"file": "/file", "files": "/files", "git/changes": "/git/changes", "git/diff": "/git/diff",
-              "skills": "/skills", "hooks": "/hooks"}
+INSPECTION = {
+    "file": "/file",
+    "files": "/files",
+    "git/changes": "/git/changes",
+    "git/diff": "/git/diff",
+    "skills": "/skills",
+    "hooks": "/hooks",
+}
 
 #: The agent-server routes that steer a conversation (the console's buttons).
-CONTROLS = {"pause": "/pause", "interrupt": "/interrupt",
-            "confirmation-policy": "/confirmation_policy",
-            "respond-to-confirmation": "/events/respond_to_confirmation"}
+CONTROLS = {
+    "pause": "/pause",
+    "interrupt": "/interrupt",
+    "confirmation-policy": "/confirmation_policy",
+    "respond-to-confirmation": "/events/respond_to_confirmation",
+}
 
 
 class Metrics(BaseModel):
@@ -65,10 +74,12 @@ class Metrics(BaseModel):
             return cls()
         if "accumulated_token_usage" in data or "model_name" in data:
             return cls.model_validate(data)
-        usage = TokenUsage.model_validate({k: v for k, v in data.items()
-                                           if k in TokenUsage.model_fields})
-        return cls(accumulated_cost=float(data.get("accumulated_cost") or 0),
-                   accumulated_token_usage=usage)
+        usage = TokenUsage.model_validate(
+            {k: v for k, v in data.items() if k in TokenUsage.model_fields}
+        )
+        return cls(
+            accumulated_cost=float(data.get("accumulated_cost") or 0), accumulated_token_usage=usage
+        )
 
 
 class AppConversation(BaseModel):
@@ -145,16 +156,24 @@ def metrics_from_stats(value: Any) -> dict[str, Any] | None:
             models.add(item["model_name"][:200])
         tokens = item.get("accumulated_token_usage")
         tokens = tokens if isinstance(tokens, dict) else {}
-        for name in ("prompt_tokens", "completion_tokens", "cache_read_tokens",
-                     "cache_write_tokens", "reasoning_tokens", "per_turn_token"):
+        for name in (
+            "prompt_tokens",
+            "completion_tokens",
+            "cache_read_tokens",
+            "cache_write_tokens",
+            "reasoning_tokens",
+            "per_turn_token",
+        ):
             total = getattr(usage, name) + int(_figure(tokens.get(name), MAX_TOKENS))
             setattr(usage, name, min(total, MAX_TOKENS))
-        usage.context_window = max(usage.context_window,
-                                   int(_figure(tokens.get("context_window"), MAX_TOKENS)))
+        usage.context_window = max(
+            usage.context_window, int(_figure(tokens.get("context_window"), MAX_TOKENS))
+        )
     model = models.pop() if len(models) == 1 else "default"
     usage.model = "" if model == "default" else model
-    return Metrics(model_name=model, accumulated_cost=cost,
-                   accumulated_token_usage=usage).model_dump()
+    return Metrics(
+        model_name=model, accumulated_cost=cost, accumulated_token_usage=usage
+    ).model_dump()
 
 
 class AppConversationService:
@@ -165,9 +184,14 @@ class AppConversationService:
 
     async def first_user_text(self, conversation_id: str) -> str:
         """The text of the first user message stored ("" before there is one)."""
-        bodies, _ = await events.search(self.db, conversation_id,
-                                        EventFilters(kind="MessageEvent", source="user"),
-                                        descending=False, limit=1, page=None)
+        bodies, _ = await events.search(
+            self.db,
+            conversation_id,
+            EventFilters(kind="MessageEvent", source="user"),
+            descending=False,
+            limit=1,
+            page=None,
+        )
         try:
             event = parse_event(bodies[0]) if bodies else None
         except ValidationError:  # a row stored before events were checked on the way in
@@ -188,26 +212,33 @@ class AppConversationService:
 
     async def owned_many(self, ids: list[str], user_id: str) -> list[AppConversation]:
         """The records of the user's started conversations among `ids` (others are left out)."""
-        return await self.records(list((await conversations.get_many(self.db, ids, user_id))
-                                       .values()))
+        return await self.records(
+            list((await conversations.get_many(self.db, ids, user_id)).values())
+        )
 
-    async def search(self, user_id: str, filters: ConversationFilters, *, order: str, limit: int,
-                     offset: int) -> tuple[list[AppConversation], bool]:
+    async def search(
+        self, user_id: str, filters: ConversationFilters, *, order: str, limit: int, offset: int
+    ) -> tuple[list[AppConversation], bool]:
         """A page of the user's conversations, and whether more follow it."""
-        found = await conversations.search(self.db, user_id, filters, order=order,
-                                           limit=limit + 1, offset=offset)
+        found = await conversations.search(
+            self.db, user_id, filters, order=order, limit=limit + 1, offset=offset
+        )
         return await self.records(found[:limit]), len(found) > limit
 
     async def count(self, user_id: str, filters: ConversationFilters) -> int:
         return await conversations.count(self.db, user_id, filters)
 
-    async def records(self, rows: list[ConversationRow], live: bool = True) -> list[AppConversation]:
+    async def records(
+        self, rows: list[ConversationRow], live: bool = True
+    ) -> list[AppConversation]:
         children = await conversations.children(self.db, [r.id for r in rows])
-        return list(await asyncio.gather(*(self.record(r, live, children.get(r.id, []))
-                                           for r in rows)))
+        return list(
+            await asyncio.gather(*(self.record(r, live, children.get(r.id, [])) for r in rows))
+        )
 
-    async def record(self, row: ConversationRow, live: bool = True,
-                     children: list[str] | None = None) -> AppConversation:
+    async def record(
+        self, row: ConversationRow, live: bool = True, children: list[str] | None = None
+    ) -> AppConversation:
         if children is None:
             children = (await conversations.children(self.db, [row.id])).get(row.id, [])
         status = ExecutionStatus.parse(row.execution_status) if row.execution_status else None
@@ -221,32 +252,51 @@ class AppConversationService:
                 if live:
                     try:
                         info = await asyncio.wait_for(
-                            self.agents.get_conversation(Target(base, key), row.id), timeout=2)
+                            self.agents.get_conversation(Target(base, key), row.id), timeout=2
+                        )
                         status = ExecutionStatus.parse(info.get("execution_status")) or status
                     except (TimeoutError, AgentError):
                         pass  # the stored value is the best we know
         obs = row.observability or {}
         return AppConversation(
-            id=row.id, app_conversation_id=row.id, created_by_user_id=row.user_id,
-            sandbox_id=row.sandbox_id, sandbox_status=row.sandbox_status,
+            id=row.id,
+            app_conversation_id=row.id,
+            created_by_user_id=row.user_id,
+            sandbox_id=row.sandbox_id,
+            sandbox_status=row.sandbox_status,
             execution_status=status,
-            selected_repository=row.selected_repository, selected_branch=row.selected_branch,
-            git_provider=row.git_provider, title=row.title, trigger=row.trigger,
-            pr_number=row.pr_number or [], llm_model=row.llm_model, public=row.public,
-            parent_conversation_id=row.parent_conversation_id, sub_conversation_ids=children,
-            tags=row.tags, metrics=Metrics.stored(row.metrics),
-            observability_span_name=obs.get("span_name"), observability_tags=obs.get("tags") or [],
-            observability_metadata=obs.get("metadata") or {}, working_dir=row.working_dir,
+            selected_repository=row.selected_repository,
+            selected_branch=row.selected_branch,
+            git_provider=row.git_provider,
+            title=row.title,
+            trigger=row.trigger,
+            pr_number=row.pr_number or [],
+            llm_model=row.llm_model,
+            public=row.public,
+            parent_conversation_id=row.parent_conversation_id,
+            sub_conversation_ids=children,
+            tags=row.tags,
+            metrics=Metrics.stored(row.metrics),
+            observability_span_name=obs.get("span_name"),
+            observability_tags=obs.get("tags") or [],
+            observability_metadata=obs.get("metadata") or {},
+            working_dir=row.working_dir,
             conversation_url=url,
-            session_api_key=key, created_at=row.created_at, updated_at=row.updated_at,
-            last_activity_at=row.last_activity_at)
+            session_api_key=key,
+            created_at=row.created_at,
+            updated_at=row.updated_at,
+            last_activity_at=row.last_activity_at,
+        )
 
     async def _target(self, row: ConversationRow, resume: bool) -> Target:
         """The running agent server of the conversation's sandbox; PAUSED is resumed if asked."""
         sandbox = await self.sandboxes.rows.get(row.sandbox_id)
         status = SandboxStatus.MISSING if sandbox is None else sandbox.status
-        ensure_usable(row.sandbox_id, status, f"conversation {row.id} is read-only (transcript "
-                      "and events only)")
+        ensure_usable(
+            row.sandbox_id,
+            status,
+            f"conversation {row.id} is read-only (transcript and events only)",
+        )
         assert sandbox is not None
         if sandbox.status is SandboxStatus.PAUSED and resume:
             sandbox = await self.sandboxes.resume(sandbox)
@@ -267,8 +317,9 @@ class AppConversationService:
             await self.sandboxes.rows.touch(conn, row.sandbox_id, moment=moment)
         await conversations.update_fields(self.db, row.id, last_activity_at=moment)
 
-    async def control(self, row: ConversationRow, action: str, body: dict[str, Any] | None,
-                      *, resume: bool) -> None:
+    async def control(
+        self, row: ConversationRow, action: str, body: dict[str, Any] | None, *, resume: bool
+    ) -> None:
         """A control call on the agent server's conversation (CONTROLS). The agent server's
         409 (e.g. nothing to confirm) is passed on; any other refusal is its failure: 502."""
         target = await self._target(row, resume=resume)
@@ -284,8 +335,9 @@ class AppConversationService:
     async def inspect(self, row: ConversationRow, what: str, params: dict[str, str]) -> Raw:
         target = await self._target(row, resume=True)
         try:
-            raw = await self.agents.raw_get(target, f"/api/conversations/{row.id}{INSPECTION[what]}",
-                                            params)
+            raw = await self.agents.raw_get(
+                target, f"/api/conversations/{row.id}{INSPECTION[what]}", params
+            )
         except AgentError as exc:
             raise UpstreamError("sandbox", str(exc)) from None
         if raw.status >= 500 or raw.status == 401:
@@ -306,8 +358,11 @@ class AppConversationService:
         sandbox = await self.sandboxes.rows.get(row.sandbox_id)
         # A paused sandbox that keeps other conversations is thawed just long enough to delete
         # this one's copy there, then paused again with its reason: nothing is left behind.
-        repause = (sandbox is not None and sandbox.status is SandboxStatus.PAUSED
-                   and await self.sandboxes.rows.conversation_count(sandbox.id) > 1)
+        repause = (
+            sandbox is not None
+            and sandbox.status is SandboxStatus.PAUSED
+            and await self.sandboxes.rows.conversation_count(sandbox.id) > 1
+        )
         reason = (sandbox.status_reason or SandboxReason.USER) if sandbox is not None else None
         detail = sandbox.status_detail if sandbox is not None else None
         if repause:
@@ -325,8 +380,11 @@ class AppConversationService:
         async with self.db.begin() as conn:
             await conversations.remove(conn, row.id)
         await events.remove(self.db, row.id)
-        if sandbox is not None and not sandbox.status.terminal and \
-                await self.sandboxes.rows.conversation_count(sandbox.id) == 0:
+        if (
+            sandbox is not None
+            and not sandbox.status.terminal
+            and await self.sandboxes.rows.conversation_count(sandbox.id) == 0
+        ):
             await self.sandboxes.destroy(sandbox)
             return True
         return False
@@ -351,8 +409,9 @@ class AppConversationService:
                 if i >= EXPORT_EVENT_FILES:
                     break
                 event = json.loads(body)
-                archive.writestr(f"event_{i:06d}_{event.get('id')}.json",
-                                 json.dumps(event, indent=2))
+                archive.writestr(
+                    f"event_{i:06d}_{event.get('id')}.json", json.dumps(event, indent=2)
+                )
                 i += 1
                 if sink.size() >= 256 * 1024:
                     yield sink.take()

@@ -138,7 +138,9 @@ class Config(BaseModel):
     On Swarm (whose services cannot name a runtime) it is the runtime the nodes that take
     sandboxes must have as their default; each sandbox's node fence checks it (docs/gvisor.md)."""
 
-    docker_network: str = Field(default="agent-sandboxes", pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+    docker_network: str = Field(
+        default="agent-sandboxes", pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
+    )
     """The Docker provider's bridge network, made by it when missing, with inter-container
     traffic off: sandboxes reach this control plane and the outside, not each other."""
 
@@ -216,7 +218,6 @@ class Config(BaseModel):
 
     lifecycle_interval: float = Field(default=10.0, gt=0)
     """Seconds between rounds of the idle, 12-hour and deletion timers."""
-
 
     agent_timeout: float = Field(default=30.0, gt=0)
     """Timeout of one request to an agent server."""
@@ -307,21 +308,30 @@ class Config(BaseModel):
             raise ValueError(
                 "the docker provider's containers cannot reach a control plane that listens on "
                 f"{self.host} only: listen on 0.0.0.0 or the docker0 bridge's address "
-                "(CONTROL_PLANE_HOST), or set CONTROL_PLANE_PUBLIC_URL to an address they reach")
+                "(CONTROL_PLANE_HOST), or set CONTROL_PLANE_PUBLIC_URL to an address they reach"
+            )
         if self.sandbox_provider == "swarm":
             public = urlsplit(self.public_url or "").hostname or ""
             if is_loopback(public) or public in ("", "0.0.0.0", "::"):
                 raise ValueError(
                     "the swarm provider's sandboxes run on other machines: set "
                     "CONTROL_PLANE_PUBLIC_URL to an address of this control plane every node "
-                    "reaches (not loopback, not a wildcard)")
+                    "reaches (not loopback, not a wildcard)"
+                )
         if self.sandbox_runtime is not None and self.sandbox_provider == "process":
-            raise ValueError("CONTROL_PLANE_SANDBOX_RUNTIME names the Docker or Swarm providers' "
-                             "runtime (process sandboxes: CONTROL_PLANE_SANDBOX_ISOLATION=gvisor)")
-        if (self.sandbox_runtime is not None and self.sandbox_provider == "swarm"
-                and self.sandbox_network == "host"):
-            raise ValueError("CONTROL_PLANE_SANDBOX_RUNTIME on Swarm is checked by the nodes' "
-                             "fences, which CONTROL_PLANE_SANDBOX_NETWORK=host turns off")
+            raise ValueError(
+                "CONTROL_PLANE_SANDBOX_RUNTIME names the Docker or Swarm providers' "
+                "runtime (process sandboxes: CONTROL_PLANE_SANDBOX_ISOLATION=gvisor)"
+            )
+        if (
+            self.sandbox_runtime is not None
+            and self.sandbox_provider == "swarm"
+            and self.sandbox_network == "host"
+        ):
+            raise ValueError(
+                "CONTROL_PLANE_SANDBOX_RUNTIME on Swarm is checked by the nodes' "
+                "fences, which CONTROL_PLANE_SANDBOX_NETWORK=host turns off"
+            )
         return self
 
     @property
@@ -352,7 +362,6 @@ class Config(BaseModel):
     def reconcile_interval(self) -> float:
         """The reconciler's one loop: timers and health checks in each round."""
         return min(self.health_interval, self.lifecycle_interval)
-
 
 
 #: Field name -> its variable.

@@ -77,7 +77,9 @@ class Cipher:
         try:
             return self._fernet.decrypt(token.encode()).decode()
         except InvalidToken:
-            raise ValueError("stored secret cannot be decrypted: CONTROL_PLANE_SECRET_KEY changed?") from None
+            raise ValueError(
+                "stored secret cannot be decrypted: CONTROL_PLANE_SECRET_KEY changed?"
+            ) from None
 
     def derive(self, label: str) -> bytes:
         """A key of its own for `label`'s use, derived from this one (HMAC-SHA256): one secret to
@@ -104,8 +106,9 @@ TOKEN_PREFIX = "sbt_"
 def sandbox_token(cipher: Cipher, sandbox_id: str, session_key_hash: str) -> str:
     """What the sandbox presents to the control plane's sandbox-side routes (the LLM gateway,
     its network's refusals): `sbt_<sandbox id>_<MAC>`, a bearer scoped to that sandbox alone."""
-    mac = hmac.new(cipher.derive("sandbox-token"), f"{sandbox_id}:{session_key_hash}".encode(),
-                   hashlib.sha256).digest()
+    mac = hmac.new(
+        cipher.derive("sandbox-token"), f"{sandbox_id}:{session_key_hash}".encode(), hashlib.sha256
+    ).digest()
     return f"{TOKEN_PREFIX}{sandbox_id}_{base64.urlsafe_b64encode(mac).decode().rstrip('=')}"
 
 
@@ -113,19 +116,21 @@ def token_sandbox(token: str) -> str | None:
     """The sandbox id a token names (not yet checked: `sandbox_token` again, compared)."""
     if not token.startswith(TOKEN_PREFIX):
         return None
-    sandbox_id, sep, _ = token[len(TOKEN_PREFIX):].partition("_")
+    sandbox_id, sep, _ = token[len(TOKEN_PREFIX) :].partition("_")
     return sandbox_id if sep and 0 < len(sandbox_id) <= 64 and sandbox_id.isalnum() else None
 
 
 def token_matches(cipher: Cipher, token: str, sandbox_id: str, session_key_hash: str) -> bool:
-    return hmac.compare_digest(sandbox_token(cipher, sandbox_id, session_key_hash).encode(),
-                               token.encode())
+    return hmac.compare_digest(
+        sandbox_token(cipher, sandbox_id, session_key_hash).encode(), token.encode()
+    )
 
 
 def webhook_secret(cipher: Cipher, sandbox_id: str, session_key_hash: str) -> str:
     """The key the sandbox's agent server signs its webhook deliveries with (Standard Webhooks:
     `whsec_<base64>`); it never leaves the sandbox in a request, so a receiver that is not this
     control plane learns nothing it could use."""
-    key = hmac.new(cipher.derive("webhook-secret"), f"{sandbox_id}:{session_key_hash}".encode(),
-                   hashlib.sha256).digest()
+    key = hmac.new(
+        cipher.derive("webhook-secret"), f"{sandbox_id}:{session_key_hash}".encode(), hashlib.sha256
+    ).digest()
     return "whsec_" + base64.b64encode(key).decode()

@@ -98,9 +98,16 @@ def socket_url(base: str, conversation_id: str) -> str:
 
 
 class DeltaHub:
-    def __init__(self, db: Database, sandboxes_: SandboxService, *, poll: float = 2.0,
-                 queue: int = QUEUE, backoff: Backoff | None = None,
-                 clock: Clock | None = None) -> None:
+    def __init__(
+        self,
+        db: Database,
+        sandboxes_: SandboxService,
+        *,
+        poll: float = 2.0,
+        queue: int = QUEUE,
+        backoff: Backoff | None = None,
+        clock: Clock | None = None,
+    ) -> None:
         self.db = db
         self.sandboxes = sandboxes_
         self.poll = poll
@@ -121,8 +128,9 @@ class DeltaHub:
         followers = self._followers.setdefault(conversation_id, set())
         followers.add(follower)
         if conversation_id not in self._holders and not self.closed:
-            holder = asyncio.create_task(self._hold(conversation_id),
-                                         name=f"deltas of {conversation_id}")
+            holder = asyncio.create_task(
+                self._hold(conversation_id), name=f"deltas of {conversation_id}"
+            )
             self._holders[conversation_id] = holder
             holder.add_done_callback(lambda done: self._ended(conversation_id, done))
         try:
@@ -153,8 +161,11 @@ class DeltaHub:
         if url is None:
             return None
         # With running tools' output: the console shows a command's lines as they come.
-        return (row.id, socket_url(url, conversation_id) + "?progress=true",
-                self.sandboxes.session_key(row))
+        return (
+            row.id,
+            socket_url(url, conversation_id) + "?progress=true",
+            self.sandboxes.session_key(row),
+        )
 
     async def _hold(self, conversation_id: str) -> None:
         failures = 0
@@ -177,13 +188,17 @@ class DeltaHub:
             failures += 1
             await self.clock.sleep(self.backoff.delay(failures))
 
-    async def _connected(self, conversation_id: str, sandbox_id: str, url: str,
-                         key: str) -> bool:
+    async def _connected(self, conversation_id: str, sandbox_id: str, url: str, key: str) -> bool:
         """One socket, until it drops or the sandbox stops; True once it was subscribed (its
         first frame came), so that a socket refused after the handshake still backs off."""
         subscribed = False
-        async with connect(url, additional_headers={HEADER: key}, open_timeout=10,
-                           close_timeout=2, max_size=FRAME_LIMIT) as socket:
+        async with connect(
+            url,
+            additional_headers={HEADER: key},
+            open_timeout=10,
+            close_timeout=2,
+            max_size=FRAME_LIMIT,
+        ) as socket:
             self.connected.add(conversation_id)
             loop = asyncio.get_running_loop()
             check = loop.time() + self.poll

@@ -26,19 +26,30 @@ class Candidate:
     conversations: int
 
 
-async def candidates(conn: AsyncConnection, user_id: str, spec_id: str, cap: int) -> list[Candidate]:
+async def candidates(
+    conn: AsyncConnection, user_id: str, spec_id: str, cap: int
+) -> list[Candidate]:
     load = func.count(app_conversations.c.id)
     query = (
-        select(sandboxes.c.id, sandboxes.c.created_at, sandboxes.c.last_activity_at, load.label("n"))
-        .select_from(sandboxes.outerjoin(app_conversations,
-                                         app_conversations.c.sandbox_id == sandboxes.c.id))
-        .where(sandboxes.c.user_id == user_id, sandboxes.c.spec_id == spec_id,
-               sandboxes.c.status == SandboxStatus.RUNNING.value)
+        select(
+            sandboxes.c.id, sandboxes.c.created_at, sandboxes.c.last_activity_at, load.label("n")
+        )
+        .select_from(
+            sandboxes.outerjoin(app_conversations, app_conversations.c.sandbox_id == sandboxes.c.id)
+        )
+        .where(
+            sandboxes.c.user_id == user_id,
+            sandboxes.c.spec_id == spec_id,
+            sandboxes.c.status == SandboxStatus.RUNNING.value,
+        )
         .group_by(sandboxes.c.id, sandboxes.c.created_at, sandboxes.c.last_activity_at)
         .having(load < cap)
         .order_by(sandboxes.c.created_at, sandboxes.c.id)
     )
-    return [Candidate(r.id, r.created_at, r.last_activity_at, int(r.n)) for r in await conn.execute(query)]
+    return [
+        Candidate(r.id, r.created_at, r.last_activity_at, int(r.n))
+        for r in await conn.execute(query)
+    ]
 
 
 def choose(strategy: GroupingStrategy, available: list[Candidate]) -> str | None:

@@ -44,8 +44,10 @@ class Intake:
         if held >= self.per_sandbox:
             raise Busy(f"this sandbox has {held} batches in flight already: send again later")
         if self._bytes and self._bytes + size > self.budget:
-            raise Busy("the control plane is receiving as many events as it holds at once: "
-                       "send again later")
+            raise Busy(
+                "the control plane is receiving as many events as it holds at once: "
+                "send again later"
+            )
         self._batches[sandbox_id] = held + 1
         self._bytes += size
         try:

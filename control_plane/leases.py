@@ -35,8 +35,11 @@ class Leases:
     def __init__(self, db: Database, ttl: float) -> None:
         self.db = db
         self.ttl = ttl
-        self.holder = ("local" if db.dialect == "sqlite"
-                       else f"{socket.gethostname()[:30]}:{os.getpid()}:{uuid.uuid4().hex[:12]}")
+        self.holder = (
+            "local"
+            if db.dialect == "sqlite"
+            else f"{socket.gethostname()[:30]}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
+        )
         self._task: asyncio.Task[None] | None = None
 
     async def claim(self, kind: str, key: str) -> bool:
@@ -51,8 +54,9 @@ class Leases:
         pause = 0.02
         while not await self.claim(kind, key):
             if asyncio.get_running_loop().time() > deadline:
-                raise Unavailable(f"{kind} {key} is busy (another control plane acts on it); "
-                                  "try again")
+                raise Unavailable(
+                    f"{kind} {key} is busy (another control plane acts on it); try again"
+                )
             await asyncio.sleep(pause)
             pause = min(pause * 2, 0.5)
 

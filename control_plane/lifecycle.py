@@ -67,11 +67,20 @@ def duration(seconds: float) -> str:
 
 
 class Lifecycle:
-    def __init__(self, db: Database, sandboxes: SandboxService, drift: Drift,
-                 tasks: StartTaskService, leases: Leases, *, idle_seconds: float | None,
-                 deletion_seconds: float | None, interval: float,
-                 max_session_seconds: float = MAX_SESSION_SECONDS,
-                 round_limit: int = ROUND_LIMIT) -> None:
+    def __init__(
+        self,
+        db: Database,
+        sandboxes: SandboxService,
+        drift: Drift,
+        tasks: StartTaskService,
+        leases: Leases,
+        *,
+        idle_seconds: float | None,
+        deletion_seconds: float | None,
+        interval: float,
+        max_session_seconds: float = MAX_SESSION_SECONDS,
+        round_limit: int = ROUND_LIMIT,
+    ) -> None:
         self.db = db
         self.sandboxes = sandboxes
         self.drift = drift
@@ -92,24 +101,37 @@ class Lifecycle:
             if row.running_since is not None:
                 moments.append(row.running_since + self.session)
             return (min(moments) if moments else None), None
-        if row.status is SandboxStatus.PAUSED and self.deletion is not None \
-                and row.paused_at is not None:
+        if (
+            row.status is SandboxStatus.PAUSED
+            and self.deletion is not None
+            and row.paused_at is not None
+        ):
             return None, row.paused_at + self.deletion
         return None, None
 
     # The timers, as conditions on the current row (taken again under the sandbox's guard).
 
     def idle_due(self, row: SandboxRow) -> bool:
-        return (row.status is SandboxStatus.RUNNING and self.idle is not None
-                and row.last_activity_at + self.idle <= self.db.now())
+        return (
+            row.status is SandboxStatus.RUNNING
+            and self.idle is not None
+            and row.last_activity_at + self.idle <= self.db.now()
+        )
 
     def cap_due(self, row: SandboxRow) -> bool:
-        return (row.status is SandboxStatus.RUNNING and row.running_since is not None
-                and row.running_since + self.session <= self.db.now())
+        return (
+            row.status is SandboxStatus.RUNNING
+            and row.running_since is not None
+            and row.running_since + self.session <= self.db.now()
+        )
 
     def deletion_due(self, row: SandboxRow) -> bool:
-        return (row.status is SandboxStatus.PAUSED and self.deletion is not None
-                and row.paused_at is not None and row.paused_at + self.deletion <= self.db.now())
+        return (
+            row.status is SandboxStatus.PAUSED
+            and self.deletion is not None
+            and row.paused_at is not None
+            and row.paused_at + self.deletion <= self.db.now()
+        )
 
     async def adopt(self) -> None:
         """After a (re)start, before the first round: one look at every live sandbox."""
@@ -128,9 +150,14 @@ class Lifecycle:
 
     async def tick(self) -> None:
         """One round: the sandboxes this process claimed, then orphaned start tasks."""
-        claimed = await rows.claim_round(self.db, self.leases.holder, lease_rows.wall(),
-                                         self.interval, cleanup_due=self.db.now(),
-                                         limit=self.round_limit)
+        claimed = await rows.claim_round(
+            self.db,
+            self.leases.holder,
+            lease_rows.wall(),
+            self.interval,
+            cleanup_due=self.db.now(),
+            limit=self.round_limit,
+        )
         gate = asyncio.Semaphore(CONCURRENCY)
 
         async def one(sandbox_id: str) -> None:
@@ -154,17 +181,24 @@ class Lifecycle:
             return
         if self.idle_due(row):
             assert self.idle is not None
-            await self.sandboxes.pause(row, SandboxReason.IDLE,
-                                       f"idle for {duration(self.idle.total_seconds())}",
-                                       when=self.idle_due)
+            await self.sandboxes.pause(
+                row,
+                SandboxReason.IDLE,
+                f"idle for {duration(self.idle.total_seconds())}",
+                when=self.idle_due,
+            )
         elif self.cap_due(row):
-            await self.sandboxes.pause(row, SandboxReason.SESSION_CAP,
-                                       "the 12-hour session cap: runs were paused; resume for a "
-                                       "new 12-hour window", when=self.cap_due)
+            await self.sandboxes.pause(
+                row,
+                SandboxReason.SESSION_CAP,
+                "the 12-hour session cap: runs were paused; resume for a new 12-hour window",
+                when=self.cap_due,
+            )
         elif self.deletion_due(row):
             logger.info("deleting sandbox %s: paused beyond the deletion time", row.id)
-            await self.sandboxes.expire(row, "deleted: paused beyond the deletion time",
-                                        when=self.deletion_due)
+            await self.sandboxes.expire(
+                row, "deleted: paused beyond the deletion time", when=self.deletion_due
+            )
         else:
             await self.drift.reconcile(row.id)
 

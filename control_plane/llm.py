@@ -27,7 +27,8 @@ from core.masking import Masker
 TIMEOUT = 30.0
 TITLE_PROMPT = (
     "Write a short title (at most 6 words, no quotes, no final period) for a conversation that "
-    "starts with this request:\n\n{message}")
+    "starts with this request:\n\n{message}"
+)
 MAX_MESSAGE_CHARS = 2000
 MAX_TITLE_CHARS = 80
 MAX_MODELS = 10_000
@@ -47,8 +48,9 @@ def _litellm() -> Any:
     module = sys.modules.get("litellm")
     # Another thread may be importing it still (the gateway prices calls in threads): a module
     # half made is not taken, the import below waits for it to be whole.
-    if module is not None and not getattr(getattr(module, "__spec__", None), "_initializing",
-                                          False):
+    if module is not None and not getattr(
+        getattr(module, "__spec__", None), "_initializing", False
+    ):
         return module
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
     os.environ.setdefault("LITELLM_TELEMETRY", "False")
@@ -73,26 +75,32 @@ def refused_target(base_url: str, *, loopback: bool) -> str | None:
         if address.is_link_local or address.is_unspecified or address.is_multicast:
             return f"The control plane does not call {host}: a link-local or special address."
         if address.is_loopback and not loopback:
-            return (f"The control plane does not call {host}: this machine's loopback, which "
-                    "your sandboxes cannot reach either.")
+            return (
+                f"The control plane does not call {host}: this machine's loopback, which "
+                "your sandboxes cannot reach either."
+            )
     return None
 
 
-async def ask(settings: UserSettings, prompt: str, max_tokens: int = 30, *,
-              loopback: bool = True) -> Answer:
+async def ask(
+    settings: UserSettings, prompt: str, max_tokens: int = 30, *, loopback: bool = True
+) -> Answer:
     """One completion with the user's model; never raises for the model's failures.
     `loopback`: whether this machine's loopback is a target (`refused_target`)."""
     if not settings.llm_model:
         return Answer(False, "No model is set: choose one in Settings (llm_model).")
     if settings.llm_base_url and (
-            why := await asyncio.to_thread(refused_target, settings.llm_base_url,
-                                           loopback=loopback)):
+        why := await asyncio.to_thread(refused_target, settings.llm_base_url, loopback=loopback)
+    ):
         return Answer(False, why)
     litellm = await asyncio.to_thread(_litellm)
     masker = Masker({"key": settings.llm_api_key} if settings.llm_api_key else {})
     kwargs: dict[str, Any] = {
-        "model": settings.llm_model, "messages": [{"role": "user", "content": prompt}],
-        "max_tokens": max_tokens, "timeout": TIMEOUT, "num_retries": 0,
+        "model": settings.llm_model,
+        "messages": [{"role": "user", "content": prompt}],
+        "max_tokens": max_tokens,
+        "timeout": TIMEOUT,
+        "num_retries": 0,
     }
     if settings.llm_base_url:
         kwargs["base_url"] = settings.llm_base_url
@@ -112,8 +120,9 @@ async def ask(settings: UserSettings, prompt: str, max_tokens: int = 30, *,
 
 async def title(settings: UserSettings, message: str, *, loopback: bool = True) -> str | None:
     """A title for a conversation opening with `message`, or None when the model fails."""
-    answer = await ask(settings, TITLE_PROMPT.format(message=message[:MAX_MESSAGE_CHARS]),
-                       loopback=loopback)
+    answer = await ask(
+        settings, TITLE_PROMPT.format(message=message[:MAX_MESSAGE_CHARS]), loopback=loopback
+    )
     if not answer.ok:
         return None
     line = next((part.strip() for part in answer.text.splitlines() if part.strip()), "")

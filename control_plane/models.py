@@ -54,8 +54,7 @@ def entered_from(status: SandboxStatus) -> list[SandboxStatus]:
     return SANDBOX_MOVES.sources(status)
 
 
-def transition(sandbox_id: str, current: SandboxStatus, wanted: SandboxStatus,
-               doing: str) -> bool:
+def transition(sandbox_id: str, current: SandboxStatus, wanted: SandboxStatus, doing: str) -> bool:
     """Whether `current` -> `wanted` is a move (False: it is there already). A move the table
     does not allow raises, naming the allowed ones: Gone (410) for a MISSING sandbox,
     InvalidTransition (409) otherwise. `doing` words the move for a person ("paused")."""
@@ -119,10 +118,10 @@ _T = StartTaskStatus
 #: died) goes on from its stored stage, waiting for its sandbox again.
 START_STAGES: dict[StartTaskStatus, frozenset[StartTaskStatus]] = {
     _T.WORKING: frozenset({_T.WORKING, _T.WAITING_FOR_SANDBOX, _T.ERROR}),  # placed: WORKING
-    _T.WAITING_FOR_SANDBOX: frozenset({_T.WAITING_FOR_SANDBOX, _T.STARTING_CONVERSATION,
-                                       _T.ERROR}),
-    _T.STARTING_CONVERSATION: frozenset({_T.PREPARING_REPOSITORY, _T.READY,
-                                         _T.WAITING_FOR_SANDBOX, _T.ERROR}),
+    _T.WAITING_FOR_SANDBOX: frozenset({_T.WAITING_FOR_SANDBOX, _T.STARTING_CONVERSATION, _T.ERROR}),
+    _T.STARTING_CONVERSATION: frozenset(
+        {_T.PREPARING_REPOSITORY, _T.READY, _T.WAITING_FOR_SANDBOX, _T.ERROR}
+    ),
     _T.PREPARING_REPOSITORY: frozenset({_T.READY, _T.WAITING_FOR_SANDBOX, _T.ERROR}),
     _T.READY: frozenset(),
     _T.ERROR: frozenset(),

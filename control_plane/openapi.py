@@ -23,28 +23,44 @@ def _served(route: Route) -> bool:
     """/api/v1 and nothing else: the console's files, the webhook (under `webhooks`) and the
     LLM gateway (sandboxes' model clients speak their provider's API to it) are not
     operations of the interface."""
-    return (route.path.startswith(V1) and not route.path.startswith(WEBHOOKS)
-            and not route.path.startswith(GATEWAY + "/"))
+    return (
+        route.path.startswith(V1)
+        and not route.path.startswith(WEBHOOKS)
+        and not route.path.startswith(GATEWAY + "/")
+    )
 
 
 def build(routes: list[BaseRoute]) -> dict[str, Any]:
-    return openapi.build(routes, openapi.Service(
-        title="control plane",
-        version=__version__,
-        description="Application interface (/api/v1) of the agent execution service.",
-        security_schemes={
-            "BearerAuth": {"type": "http", "scheme": "bearer"},
-            "APIKeyHeader": {"type": "apiKey", "in": "header", "name": "X-Session-API-Key"},
-        },
-        guard=lambda path: "BearerAuth",
-        include=_served,
-        path_parameters={"conversation_id": {"type": "string", "format": "uuid"},
-                         "sandbox_id": {"type": "string", "pattern": ID_PATTERN}},
-        webhooks={"events": openapi.Webhook(
-            summary="Events pushed by a sandbox's agent server",
-            operation_id="post_api_v1_webhooks_events_conversation_id",
-            body=list[AnyEvent], response=Success, security="APIKeyHeader",
-            errors={401: "Missing or unknown session key", 413: "Batch too large",
-                    429: "Past the intake's bounds; send the batch again",
-                    503: "Not stored; send the batch again"})},
-    ))
+    return openapi.build(
+        routes,
+        openapi.Service(
+            title="control plane",
+            version=__version__,
+            description="Application interface (/api/v1) of the agent execution service.",
+            security_schemes={
+                "BearerAuth": {"type": "http", "scheme": "bearer"},
+                "APIKeyHeader": {"type": "apiKey", "in": "header", "name": "X-Session-API-Key"},
+            },
+            guard=lambda path: "BearerAuth",
+            include=_served,
+            path_parameters={
+                "conversation_id": {"type": "string", "format": "uuid"},
+                "sandbox_id": {"type": "string", "pattern": ID_PATTERN},
+            },
+            webhooks={
+                "events": openapi.Webhook(
+                    summary="Events pushed by a sandbox's agent server",
+                    operation_id="post_api_v1_webhooks_events_conversation_id",
+                    body=list[AnyEvent],
+                    response=Success,
+                    security="APIKeyHeader",
+                    errors={
+                        401: "Missing or unknown session key",
+                        413: "Batch too large",
+                        429: "Past the intake's bounds; send the batch again",
+                        503: "Not stored; send the batch again",
+                    },
+                )
+            },
+        ),
+    )

@@ -80,8 +80,9 @@ def delta_frame(line: str) -> bytes:
 
 
 @contextlib.contextmanager
-def _deltas(hub: DeltaHub | None, conversation_id: str,
-            woken: asyncio.Event) -> Iterator[Follower | None]:
+def _deltas(
+    hub: DeltaHub | None, conversation_id: str, woken: asyncio.Event
+) -> Iterator[Follower | None]:
     if hub is None:
         yield None
     else:
@@ -89,9 +90,16 @@ def _deltas(hub: DeltaHub | None, conversation_id: str,
             yield follower
 
 
-async def relay(db: Database, bell: Bell, conversation_id: str, after: int,
-                still_there: Callable[[], Awaitable[bool]], *, deltas: DeltaHub | None = None,
-                poll: float = 15.0) -> AsyncIterator[bytes]:
+async def relay(
+    db: Database,
+    bell: Bell,
+    conversation_id: str,
+    after: int,
+    still_there: Callable[[], Awaitable[bool]],
+    *,
+    deltas: DeltaHub | None = None,
+    poll: float = 15.0,
+) -> AsyncIterator[bytes]:
     """SSE frames of the events stored after position `after`, then of each new one, until the
     conversation is deleted (an `event: gone` frame) or the server shuts down; with `deltas`,
     the streaming text as it comes (`event: delta`)."""

@@ -45,16 +45,21 @@ class Runs:
                 await agents.post(target, f"/api/conversations/{conversation_id}/pause")
             except AgentError as exc:
                 logger.warning("pausing conversation %s failed: %s", conversation_id, exc)
-            await conversations.update_fields(self.db, conversation_id, touch=False,
-                                              resume_run=True)
+            await conversations.update_fields(
+                self.db, conversation_id, touch=False, resume_run=True
+            )
         deadline = asyncio.get_running_loop().time() + self.pause_grace
         while busy and asyncio.get_running_loop().time() < deadline:
             await asyncio.sleep(0.05)
             flags = await asyncio.gather(*(running(c) for c in busy))
             busy = [c for c, flag in zip(busy, flags) if flag]
         if busy:
-            logger.info("sandbox %s frozen with %d run(s) mid-step after %g s", sandbox_id,
-                        len(busy), self.pause_grace)
+            logger.info(
+                "sandbox %s frozen with %d run(s) mid-step after %g s",
+                sandbox_id,
+                len(busy),
+                self.pause_grace,
+            )
 
     async def resume(self, sandbox_id: str, target: Target) -> None:
         """Continue the runs `pause` paused (each once: the mark goes whatever the answer)."""
@@ -63,5 +68,6 @@ class Runs:
                 await self.agents.post(target, f"/api/conversations/{conversation_id}/run")
             except AgentError as exc:
                 logger.warning("continuing the run of %s failed: %s", conversation_id, exc)
-            await conversations.update_fields(self.db, conversation_id, touch=False,
-                                              resume_run=False)
+            await conversations.update_fields(
+                self.db, conversation_id, touch=False, resume_run=False
+            )

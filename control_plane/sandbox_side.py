@@ -29,10 +29,12 @@ logger = logging.getLogger(__name__)
 #: Seconds between looks at whether the provider knows its gateway yet.
 WAIT_INTERVAL = 0.5
 #: Paths a sandbox may ask for on its side.
-ROUTES = re.compile(r"^/(?:alive|health"
-                    r"|api/v1/webhooks/(?:events/[^/]+|conversations)"
-                    r"|api/v1/llm/.*"
-                    r"|api/v1/sandboxes/[^/]+/(?:settings/secrets(?:/[^/]+)?|network))$")
+ROUTES = re.compile(
+    r"^/(?:alive|health"
+    r"|api/v1/webhooks/(?:events/[^/]+|conversations)"
+    r"|api/v1/llm/.*"
+    r"|api/v1/sandboxes/[^/]+/(?:settings/secrets(?:/[^/]+)?|network))$"
+)
 
 
 class SandboxSide:
@@ -46,7 +48,9 @@ class SandboxSide:
         if scope["type"] in ("http", "websocket") and _sandbox_side(scope):
             if not ROUTES.match(scope.get("path", "")):
                 if scope["type"] == "http":
-                    await JSONResponse({"detail": "Not Found"}, status_code=404)(scope, receive, send)
+                    await JSONResponse({"detail": "Not Found"}, status_code=404)(
+                        scope, receive, send
+                    )
                 else:
                     await send({"type": "websocket.close", "code": 1008})
                 return
@@ -70,8 +74,15 @@ class Side:
     process sandboxes; once Docker has made its network for containers), where the main one
     does not cover it."""
 
-    def __init__(self, app: ASGIApp, state: dict[str, Any], host: str, port: int,
-                 sandbox_port: int, log_level: str) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        state: dict[str, Any],
+        host: str,
+        port: int,
+        sandbox_port: int,
+        log_level: str,
+    ) -> None:
         """`host`, `port`: the main listener's; `sandbox_port`: the sandboxes' side's."""
         self.app, self.state, self.host, self.port = app, state, host, port
         self.sandbox_port = sandbox_port
@@ -92,8 +103,12 @@ class Side:
         try:
             await listener.start()
         except OSError as exc:
-            logger.error("this control plane cannot listen on %s:%s, where its sandboxes reach "
-                         "it: %s", side, self.sandbox_port, exc)
+            logger.error(
+                "this control plane cannot listen on %s:%s, where its sandboxes reach it: %s",
+                side,
+                self.sandbox_port,
+                exc,
+            )
             return
         self.listener = listener
 
@@ -109,10 +124,17 @@ class Side:
 class Listener:
     """The app served on one more address, with the services the main lifespan made."""
 
-    def __init__(self, app: ASGIApp, state: dict[str, Any], host: str, port: int,
-                 log_level: str = "warning") -> None:
-        self._config = uvicorn.Config(app, host=host, port=port, lifespan="off",
-                                      log_level=log_level, timeout_graceful_shutdown=5)
+    def __init__(
+        self, app: ASGIApp, state: dict[str, Any], host: str, port: int, log_level: str = "warning"
+    ) -> None:
+        self._config = uvicorn.Config(
+            app,
+            host=host,
+            port=port,
+            lifespan="off",
+            log_level=log_level,
+            timeout_graceful_shutdown=5,
+        )
         self._server = uvicorn.Server(self._config)
         self._state = state
         self._socket: socket.socket | None = None

@@ -59,21 +59,31 @@ logger = logging.getLogger(__name__)
 
 def limits(config: Config) -> Limits:
     """What one sandbox may use, whatever its provider."""
-    return Limits(memory=int(config.sandbox_memory_limit), cpus=config.sandbox_cpu_limit,
-                  pids=config.sandbox_pids_limit)
+    return Limits(
+        memory=int(config.sandbox_memory_limit),
+        cpus=config.sandbox_cpu_limit,
+        pids=config.sandbox_pids_limit,
+    )
 
 
 def _boundary_unavailable(config: Config, who: str) -> bool:
     """Whether this control plane cannot fence its sandboxes' network (said in one line);
     IsolationUnavailable when `isolated` requires it."""
     if config.sandbox_network == "host":
-        logger.warning("%s share this host's network (CONTROL_PLANE_SANDBOX_NETWORK=host): no "
-                       "egress policy holds them", who)
+        logger.warning(
+            "%s share this host's network (CONTROL_PLANE_SANDBOX_NETWORK=host): no "
+            "egress policy holds them",
+            who,
+        )
         return True
     missing = host.missing_tools()
-    why = ("the control plane does not run as root" if os.geteuid() != 0 else
-           f"{', '.join(missing)} {'is' if len(missing) == 1 else 'are'} not installed"
-           if missing else None)
+    why = (
+        "the control plane does not run as root"
+        if os.geteuid() != 0
+        else f"{', '.join(missing)} {'is' if len(missing) == 1 else 'are'} not installed"
+        if missing
+        else None
+    )
     if why is None:
         return False
     if config.sandbox_network == "isolated":
@@ -88,6 +98,7 @@ def _policies(db: Database) -> Callable[[str], Awaitable[NetworkPolicy | None]]:
     async def policy_of(sandbox_id: str) -> NetworkPolicy | None:
         row = await rows.get(sandbox_id)
         return None if row is None or row.status.terminal else row.network
+
     return policy_of
 
 
@@ -96,15 +107,26 @@ def network_boundary(config: Config, db: Database) -> Boundary | None:
     `ip`, `nft` and `nsenter`); None: they share this host's network."""
     if _boundary_unavailable(config, "process sandboxes"):
         return None
-    links = Links(config.sandbox_subnet,
-                  loopback=(config.port, config.sandbox_port) if is_loopback(config.host) else None)
-    segment = Segment(tag=f"{int(config.sandbox_subnet.network_address):08x}",
-                      subnet=config.sandbox_subnet, gateway=links.gateway,
-                      interfaces=links.interfaces, port=config.sandbox_port, masquerade=True)
-    logger.info("process sandboxes each have a network namespace on %s (this control plane "
-                "is %s there)", config.sandbox_subnet, links.gateway)
-    return Boundary(Fence(segment), links, policy_of=_policies(db),
-                    upstream=config.sandbox_dns_upstream)
+    links = Links(
+        config.sandbox_subnet,
+        loopback=(config.port, config.sandbox_port) if is_loopback(config.host) else None,
+    )
+    segment = Segment(
+        tag=f"{int(config.sandbox_subnet.network_address):08x}",
+        subnet=config.sandbox_subnet,
+        gateway=links.gateway,
+        interfaces=links.interfaces,
+        port=config.sandbox_port,
+        masquerade=True,
+    )
+    logger.info(
+        "process sandboxes each have a network namespace on %s (this control plane is %s there)",
+        config.sandbox_subnet,
+        links.gateway,
+    )
+    return Boundary(
+        Fence(segment), links, policy_of=_policies(db), upstream=config.sandbox_dns_upstream
+    )
 
 
 def docker_boundary(config: Config, db: Database) -> DockerNetwork | None:
@@ -113,16 +135,27 @@ def docker_boundary(config: Config, db: Database) -> DockerNetwork | None:
     if _boundary_unavailable(config, "Docker sandboxes"):
         return None
     if not config.docker_url.startswith("unix://"):
-        logger.warning("Docker sandboxes are not held to an egress policy: the daemon at %s is "
-                       "another host's, whose firewall this control plane does not set",
-                       config.docker_url)
+        logger.warning(
+            "Docker sandboxes are not held to an egress policy: the daemon at %s is "
+            "another host's, whose firewall this control plane does not set",
+            config.docker_url,
+        )
         return None
 
     def boundary_for(segment: Segment) -> Boundary:
-        logger.info("Docker sandboxes are held to their egress policies on %s (this control "
-                    "plane is %s there)", segment.subnet, segment.gateway)
-        return Boundary(Fence(segment, docker_user=False), None, policy_of=_policies(db),
-                        upstream=config.sandbox_dns_upstream)
+        logger.info(
+            "Docker sandboxes are held to their egress policies on %s (this control "
+            "plane is %s there)",
+            segment.subnet,
+            segment.gateway,
+        )
+        return Boundary(
+            Fence(segment, docker_user=False),
+            None,
+            policy_of=_policies(db),
+            upstream=config.sandbox_dns_upstream,
+        )
+
     return DockerNetwork(boundary_for, config.sandbox_port)
 
 
@@ -131,59 +164,105 @@ def swarm_fence(config: Config, fences: NodeFences) -> SwarmFence:
     node-fence`'s for an operator's node)."""
     from control_plane.providers.containers import plane_label
     from control_plane.providers.swarm.fence import SwarmFence
-    return SwarmFence(fences, image=config.sandbox_image, plane=plane_label(config.db_url),
-                      control_plane_url=config.base_url, network=config.swarm_network,
-                      constraints=config.swarm_constraints,
-                      node_socket=config.swarm_node_docker_socket,
-                      upstream=config.sandbox_dns_upstream, runtime=config.sandbox_runtime)
+
+    return SwarmFence(
+        fences,
+        image=config.sandbox_image,
+        plane=plane_label(config.db_url),
+        control_plane_url=config.base_url,
+        network=config.swarm_network,
+        constraints=config.swarm_constraints,
+        node_socket=config.swarm_node_docker_socket,
+        upstream=config.sandbox_dns_upstream,
+        runtime=config.sandbox_runtime,
+    )
 
 
-def build_provider(config: Config, db: Database,
-                   fences: NodeFences | None = None) -> SandboxProvider:
+def build_provider(
+    config: Config, db: Database, fences: NodeFences | None = None
+) -> SandboxProvider:
     """The provider `sandbox_provider` names (the Docker SDK is loaded only when one of its two
     is chosen)."""
     if config.sandbox_provider in ("docker", "swarm"):
         from control_plane.providers.containers import plane_label
+
         archives, plane = config.state_dir / "archives", plane_label(config.db_url)
         if config.sandbox_provider == "swarm":
             from control_plane.providers.swarm.provider import SwarmProvider
+
             fence = None if fences is None else swarm_fence(config, fences)
-            return SwarmProvider(archives, image=config.sandbox_image, plane=plane, fence=fence,
-                                 docker_url=config.docker_url, network=config.swarm_network,
-                                 constraints=config.swarm_constraints,
-                                 cpu_reservation=config.swarm_cpu_reservation,
-                                 memory_reservation=int(config.swarm_memory_reservation),
-                                 limits=limits(config), start_timeout=config.sandbox_start_timeout,
-                                 placement_timeout=config.swarm_placement_timeout,
-                                 stop_grace=config.sandbox_stop_grace,
-                                 node_socket=config.swarm_node_docker_socket,
-                                 warm_pool=config.warm_pool, webhook_url=config.webhook_base)
+            return SwarmProvider(
+                archives,
+                image=config.sandbox_image,
+                plane=plane,
+                fence=fence,
+                docker_url=config.docker_url,
+                network=config.swarm_network,
+                constraints=config.swarm_constraints,
+                cpu_reservation=config.swarm_cpu_reservation,
+                memory_reservation=int(config.swarm_memory_reservation),
+                limits=limits(config),
+                start_timeout=config.sandbox_start_timeout,
+                placement_timeout=config.swarm_placement_timeout,
+                stop_grace=config.sandbox_stop_grace,
+                node_socket=config.swarm_node_docker_socket,
+                warm_pool=config.warm_pool,
+                webhook_url=config.webhook_base,
+            )
         from control_plane.providers.docker.provider import DockerProvider
-        return DockerProvider(archives, image=config.sandbox_image, plane=plane,
-                              docker_url=config.docker_url, network=config.docker_network,
-                              limits=limits(config), start_timeout=config.sandbox_start_timeout,
-                              stop_grace=config.sandbox_stop_grace,
-                              warm_pool=config.warm_pool, webhook_url=config.webhook_base,
-                              fence=docker_boundary(config, db), runtime=config.sandbox_runtime)
+
+        return DockerProvider(
+            archives,
+            image=config.sandbox_image,
+            plane=plane,
+            docker_url=config.docker_url,
+            network=config.docker_network,
+            limits=limits(config),
+            start_timeout=config.sandbox_start_timeout,
+            stop_grace=config.sandbox_stop_grace,
+            warm_pool=config.warm_pool,
+            webhook_url=config.webhook_base,
+            fence=docker_boundary(config, db),
+            runtime=config.sandbox_runtime,
+        )
     isolation: Isolation | None
     if config.sandbox_isolation == "gvisor":
-        isolation = gvisor.choose(hidden=[config.state_dir], uids=config.sandbox_uids,
-                                  platform=config.sandbox_gvisor_platform, limits=limits(config))
+        isolation = gvisor.choose(
+            hidden=[config.state_dir],
+            uids=config.sandbox_uids,
+            platform=config.sandbox_gvisor_platform,
+            limits=limits(config),
+        )
     else:
-        isolation = choose(config.sandbox_isolation, hidden=[config.state_dir],
-                           uids=config.sandbox_uids, limits=limits(config))
-    template = (Template(config.state_dir / "template")
-                if config.sandbox_template and isolation is not None
-                and not isolation.own_kernel and isolation.uids else None)
+        isolation = choose(
+            config.sandbox_isolation,
+            hidden=[config.state_dir],
+            uids=config.sandbox_uids,
+            limits=limits(config),
+        )
+    template = (
+        Template(config.state_dir / "template")
+        if config.sandbox_template
+        and isolation is not None
+        and not isolation.own_kernel
+        and isolation.uids
+        else None
+    )
     groups = cgroups.find()
     if isinstance(groups, str):
         logger.warning("process sandboxes run without memory, process or CPU limits: %s", groups)
-    return ProcessProvider(config.state_dir / "archives", isolation=isolation, template=template,
-                           shared_host=config.shared_host, start_timeout=config.sandbox_start_timeout,
-                           stop_grace=config.sandbox_stop_grace, limits=limits(config),
-                           groups=None if isinstance(groups, str) else groups,
-                           network=network_boundary(config, db) if isolation else None,
-                           disks=disks(config, isolation))
+    return ProcessProvider(
+        config.state_dir / "archives",
+        isolation=isolation,
+        template=template,
+        shared_host=config.shared_host,
+        start_timeout=config.sandbox_start_timeout,
+        stop_grace=config.sandbox_stop_grace,
+        limits=limits(config),
+        groups=None if isinstance(groups, str) else groups,
+        network=network_boundary(config, db) if isolation else None,
+        disks=disks(config, isolation),
+    )
 
 
 def disks(config: Config, isolation: Isolation | None) -> Disks | None:
@@ -231,48 +310,102 @@ class Services:
     """The OpenAPI document, built on its first request (empty until then)."""
 
     @classmethod
-    def build(cls, config: Config, provider: SandboxProvider | None = None,
-              clock: Clock | None = None, bell: Bell | None = None) -> Services:
+    def build(
+        cls,
+        config: Config,
+        provider: SandboxProvider | None = None,
+        clock: Clock | None = None,
+        bell: Bell | None = None,
+    ) -> Services:
         """`clock`: the time of stored records and timers (default: the system's)."""
         db = Database(config.db_url, clock or Clock())
         cipher = Cipher.for_config(config.secret_key, config.state_dir)
         # A swarm's nodes fence its sandboxes, and report to this control plane.
-        fences = (NodeFences(db, cipher) if config.sandbox_provider == "swarm"
-                  and config.sandbox_network != "host" else None)
+        fences = (
+            NodeFences(db, cipher)
+            if config.sandbox_provider == "swarm" and config.sandbox_network != "host"
+            else None
+        )
         provider = provider or build_provider(config, db, fences)
         bell = bell or Bell()
         leases = Leases(db, config.lease_seconds)
         agents = AgentClient(timeout=config.agent_timeout)
         sandboxes = SandboxService(
-            db, provider, cipher, leases, sandboxes_dir=config.state_dir / "sandboxes",
-            webhook_url=config.webhook_base, runs=Runs(db, agents, pause_grace=config.pause_grace),
-            ring=bell.ring, max_per_user=config.max_sandboxes_per_user,
-            max_live=config.max_sandboxes, memory_floor=int(config.sandbox_memory_floor),
+            db,
+            provider,
+            cipher,
+            leases,
+            sandboxes_dir=config.state_dir / "sandboxes",
+            webhook_url=config.webhook_base,
+            runs=Runs(db, agents, pause_grace=config.pause_grace),
+            ring=bell.ring,
+            max_per_user=config.max_sandboxes_per_user,
+            max_live=config.max_sandboxes,
+            memory_floor=int(config.sandbox_memory_floor),
             # A start (or a pause waiting for runs) may hold a sandbox this long.
-            guard_timeout=config.sandbox_start_timeout + config.pause_grace + 30)
+            guard_timeout=config.sandbox_start_timeout + config.pause_grace + 30,
+        )
         settings = SettingsService(db, cipher)
-        tasks = StartTaskService(db, cipher, sandboxes, settings, agents, leases,
-                                 cap=config.max_conversations_per_sandbox,
-                                 repository_url_template=config.repository_url_template,
-                                 spec_id=provider.specs()[0].id if provider.specs() else SPEC.id)
+        tasks = StartTaskService(
+            db,
+            cipher,
+            sandboxes,
+            settings,
+            agents,
+            leases,
+            cap=config.max_conversations_per_sandbox,
+            repository_url_template=config.repository_url_template,
+            spec_id=provider.specs()[0].id if provider.specs() else SPEC.id,
+        )
         records = AppConversationService(db, sandboxes, agents)
         drift = Drift(sandboxes, health_grace=config.health_grace)
-        lifecycle = Lifecycle(db, sandboxes, drift, tasks, leases, idle_seconds=config.idle_seconds,
-                              deletion_seconds=config.deletion_seconds,
-                              interval=config.reconcile_interval)
+        lifecycle = Lifecycle(
+            db,
+            sandboxes,
+            drift,
+            tasks,
+            leases,
+            idle_seconds=config.idle_seconds,
+            deletion_seconds=config.deletion_seconds,
+            interval=config.reconcile_interval,
+        )
         deltas = DeltaHub(db, sandboxes)
-        gateway = Gateway(db, cipher, settings, config, lambda: sandboxes.control_plane_url,
-                          host_loopback=provider.host_loopback)
-        return cls(config=config, db=db, accounts=Accounts(db), cipher=cipher, provider=provider,
-                   sandboxes=sandboxes, agents=agents, settings=settings, tasks=tasks,
-                   conversations=records,
-                   webhook=WebhookReceiver(db, cipher, bell, sandboxes.working_dir,
-                                           cap=config.webhook_conversations_per_sandbox), lifecycle=lifecycle,
-                   leases=leases, bell=bell, deltas=deltas,
-                   transcripts=Transcripts(db, bell, deltas),
-                   intake=Intake(config.webhook_batches_per_sandbox,
-                                 int(config.webhook_bytes_in_flight)),
-                   gateway=gateway, egress=SandboxEgress(sandboxes), fences=fences)
+        gateway = Gateway(
+            db,
+            cipher,
+            settings,
+            config,
+            lambda: sandboxes.control_plane_url,
+            host_loopback=provider.host_loopback,
+        )
+        return cls(
+            config=config,
+            db=db,
+            accounts=Accounts(db),
+            cipher=cipher,
+            provider=provider,
+            sandboxes=sandboxes,
+            agents=agents,
+            settings=settings,
+            tasks=tasks,
+            conversations=records,
+            webhook=WebhookReceiver(
+                db,
+                cipher,
+                bell,
+                sandboxes.working_dir,
+                cap=config.webhook_conversations_per_sandbox,
+            ),
+            lifecycle=lifecycle,
+            leases=leases,
+            bell=bell,
+            deltas=deltas,
+            transcripts=Transcripts(db, bell, deltas),
+            intake=Intake(config.webhook_batches_per_sandbox, int(config.webhook_bytes_in_flight)),
+            gateway=gateway,
+            egress=SandboxEgress(sandboxes),
+            fences=fences,
+        )
 
     async def start(self) -> None:
         """Migrations, then adoption of the sandboxes still there, then unfinished start tasks
@@ -291,11 +424,15 @@ class Services:
         says which): a provider that cannot close leaves no connection open."""
         self.bell.close()
         steps: list[tuple[str, Callable[[], Awaitable[None]]]] = [
-            ("deltas", self.deltas.close), ("lifecycle", self.lifecycle.close),
-            ("start tasks", self.tasks.close), ("llm gateway", self.gateway.close),
+            ("deltas", self.deltas.close),
+            ("lifecycle", self.lifecycle.close),
+            ("start tasks", self.tasks.close),
+            ("llm gateway", self.gateway.close),
             ("sandboxes", lambda: self.sandboxes.close(stop_sandboxes=stop_sandboxes)),
-            ("leases", self.leases.close), ("agent client", self.agents.close),
-            ("database", self.db.close)]
+            ("leases", self.leases.close),
+            ("agent client", self.agents.close),
+            ("database", self.db.close),
+        ]
         for name, close in steps:
             try:
                 await close()

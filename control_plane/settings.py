@@ -1,5 +1,5 @@
-"""Per-user settings (GET/PATCH /api/v1/settings): grouping strategy, LLM, default tools, git author,
-stored secrets. The LLM key and the secrets are encrypted at rest and never returned."""
+"""Per-user settings (GET/PATCH /api/v1/settings): grouping strategy, LLM, default tools, git
+author, stored secrets. The LLM key and the secrets are encrypted at rest and never returned."""
 
 from __future__ import annotations
 
@@ -126,17 +126,32 @@ class UserSettings:
 
     def view(self) -> SettingsView:
         return SettingsView(
-            grouping_strategy=self.grouping_strategy, llm_model=self.llm_model,
-            llm_base_url=self.llm_base_url, llm_api_key=MASK if self.llm_api_key else None,
+            grouping_strategy=self.grouping_strategy,
+            llm_model=self.llm_model,
+            llm_base_url=self.llm_base_url,
+            llm_api_key=MASK if self.llm_api_key else None,
             llm_stream=self.llm_stream,
-            default_tools=list(self.default_tools), git_user_name=self.git_user_name,
-            git_user_email=self.git_user_email, secret_names=sorted(self.secrets),
-            network_policy=self.network_policy, llm_daily_budget_usd=self.llm_daily_budget_usd,
-            llm_requests_per_minute=self.llm_requests_per_minute)
+            default_tools=list(self.default_tools),
+            git_user_name=self.git_user_name,
+            git_user_email=self.git_user_email,
+            secret_names=sorted(self.secrets),
+            network_policy=self.network_policy,
+            llm_daily_budget_usd=self.llm_daily_budget_usd,
+            llm_requests_per_minute=self.llm_requests_per_minute,
+        )
 
 
-PLAIN = ("grouping_strategy", "llm_model", "llm_base_url", "llm_stream", "default_tools",
-         "git_user_name", "git_user_email", "llm_daily_budget_usd", "llm_requests_per_minute")
+PLAIN = (
+    "grouping_strategy",
+    "llm_model",
+    "llm_base_url",
+    "llm_stream",
+    "default_tools",
+    "git_user_name",
+    "git_user_email",
+    "llm_daily_budget_usd",
+    "llm_requests_per_minute",
+)
 
 
 class SettingsService:
@@ -149,11 +164,15 @@ class SettingsService:
         data = dict(stored.data)
         return UserSettings(
             grouping_strategy=GroupingStrategy(data.get("grouping_strategy") or "NO_GROUPING"),
-            llm_model=data.get("llm_model"), llm_base_url=data.get("llm_base_url"),
-            llm_api_key=self.cipher.decrypt(stored.llm_api_key_enc) if stored.llm_api_key_enc else None,
+            llm_model=data.get("llm_model"),
+            llm_base_url=data.get("llm_base_url"),
+            llm_api_key=self.cipher.decrypt(stored.llm_api_key_enc)
+            if stored.llm_api_key_enc
+            else None,
             llm_stream=bool(data.get("llm_stream")),
             default_tools=tuple(data.get("default_tools") or DEFAULT_TOOLS),
-            git_user_name=data.get("git_user_name"), git_user_email=data.get("git_user_email"),
+            git_user_name=data.get("git_user_name"),
+            git_user_email=data.get("git_user_email"),
             secrets=self.cipher.decrypt_json(stored.secrets_enc) if stored.secrets_enc else {},
             network_policy=NetworkPolicy.model_validate(data.get("network_policy") or {}),
             llm_daily_budget_usd=data.get("llm_daily_budget_usd"),
@@ -169,8 +188,9 @@ class SettingsService:
                 value = getattr(patch, name)
                 data[name] = value.value if isinstance(value, GroupingStrategy) else value
         if "network_policy" in given:
-            data["network_policy"] = (patch.network_policy.model_dump(mode="json")
-                                      if patch.network_policy else None)
+            data["network_policy"] = (
+                patch.network_policy.model_dump(mode="json") if patch.network_policy else None
+            )
         key_enc = stored.llm_api_key_enc
         if "llm_api_key" in given:
             key = patch.llm_api_key.get_secret_value() if patch.llm_api_key else None
@@ -184,5 +204,7 @@ class SettingsService:
                 else:
                     current[name] = value
             secrets_enc = self.cipher.encrypt_json(current) if current else None
-        await accounts.put_settings(self.db, user_id, StoredSettings(data, key_enc, secrets_enc, None))
+        await accounts.put_settings(
+            self.db, user_id, StoredSettings(data, key_enc, secrets_enc, None)
+        )
         return await self.get(user_id)

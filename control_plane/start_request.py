@@ -19,8 +19,10 @@ from core import observability
 
 REPOSITORY = re.compile(r"^[A-Za-z0-9_.-]{1,100}/[A-Za-z0-9_.-]{1,100}$")
 BRANCH = re.compile(r"^(?!-)(?!.*\.\.)(?!.*//)[A-Za-z0-9._/-]{1,255}(?<![./])$")
-DEPLOYMENT_WIDE = ("Idle and deletion times are deployment-wide settings of the control plane "
-                   "(SPEC 8): they cannot be set per conversation")
+DEPLOYMENT_WIDE = (
+    "Idle and deletion times are deployment-wide settings of the control plane "
+    "(SPEC 8): they cannot be set per conversation"
+)
 
 
 #: Text kept in a column: no NUL, which PostgreSQL's text refuses (SQLite would keep it), so
@@ -63,7 +65,9 @@ class Plugin(BaseModel):
     @model_validator(mode="after")
     def _one_kind(self) -> Plugin:
         if (self.command is None) == (self.url is None):
-            raise ValueError("a plugin has either command (a local tool server) or url (a remote one)")
+            raise ValueError(
+                "a plugin has either command (a local tool server) or url (a remote one)"
+            )
         return self
 
     def server(self) -> dict[str, Any]:
@@ -73,8 +77,13 @@ class Plugin(BaseModel):
 
 
 #: Fields a client may send as null for "not given" (the web frontend always sends `plugins`).
-NULL_IS_DEFAULT = ("secrets", "plugins", "observability_tags", "observability_metadata",
-                   "pr_number")
+NULL_IS_DEFAULT = (
+    "secrets",
+    "plugins",
+    "observability_tags",
+    "observability_metadata",
+    "pr_number",
+)
 
 
 class StartRequest(BaseModel):
@@ -83,8 +92,9 @@ class StartRequest(BaseModel):
     strictly, and every optional one takes null for "not given"."""
 
     initial_message: InitialMessage | None = None
-    selected_repository: str | None = Field(default=None, max_length=201,
-                                            pattern=REPOSITORY.pattern)
+    selected_repository: str | None = Field(
+        default=None, max_length=201, pattern=REPOSITORY.pattern
+    )
     selected_branch: str | None = Field(default=None, max_length=255)
     sandbox_id: str | None = Field(default=None, min_length=1, max_length=64)
     secrets: Annotated[dict[SecretName, SecretText], NAMED] = Field(default_factory=dict)
@@ -147,4 +157,3 @@ class StartRequest(BaseModel):
         if self.selected_branch and not self.selected_repository:
             raise ValueError("selected_branch needs selected_repository")
         return self
-

@@ -101,9 +101,19 @@ def masked(text: str, secrets: list[str]) -> str:
 
 
 class StartTaskService:
-    def __init__(self, db: Database, cipher: Cipher, sandboxes_: SandboxService,
-                 settings: SettingsService, agents: AgentClient, leases: Leases, *, cap: int,
-                 repository_url_template: str, spec_id: str) -> None:
+    def __init__(
+        self,
+        db: Database,
+        cipher: Cipher,
+        sandboxes_: SandboxService,
+        settings: SettingsService,
+        agents: AgentClient,
+        leases: Leases,
+        *,
+        cap: int,
+        repository_url_template: str,
+        spec_id: str,
+    ) -> None:
         self.db = db
         self.leases = leases
         self.cipher = cipher
@@ -123,8 +133,9 @@ class StartTaskService:
         if request.sandbox_id is not None:
             sandbox = await self.sandboxes.owned(request.sandbox_id, user_id)
             ensure_usable(sandbox.id, sandbox.status, "conversations cannot be started in it")
-        task = await tasks.insert(self.db, uuid.uuid4().hex, user_id,
-                                  self.cipher.encrypt(request.model_dump_json()))
+        task = await tasks.insert(
+            self.db, uuid.uuid4().hex, user_id, self.cipher.encrypt(request.model_dump_json())
+        )
         # Died between the two: the task has no lease, and the next round takes it over.
         if await self.leases.claim(TASK, task.id):
             self._spawn(task)
@@ -134,19 +145,34 @@ class StartTaskService:
         """The user's tasks among `ids` (others, and unknown ids, are left out)."""
         return await tasks.get_many(self.db, ids, user_id)
 
-    async def search(self, user_id: str, *, created_at_gte: datetime | None,
-                     conversation_id: str | None, order: str, limit: int,
-                     offset: int) -> tuple[list[TaskRow], bool]:
+    async def search(
+        self,
+        user_id: str,
+        *,
+        created_at_gte: datetime | None,
+        conversation_id: str | None,
+        order: str,
+        limit: int,
+        offset: int,
+    ) -> tuple[list[TaskRow], bool]:
         """A page of the user's tasks, and whether more follow it."""
-        found = await tasks.search(self.db, user_id, created_at_gte=created_at_gte,
-                                   conversation_id=conversation_id, order=order,
-                                   limit=limit + 1, offset=offset)
+        found = await tasks.search(
+            self.db,
+            user_id,
+            created_at_gte=created_at_gte,
+            conversation_id=conversation_id,
+            order=order,
+            limit=limit + 1,
+            offset=offset,
+        )
         return found[:limit], len(found) > limit
 
-    async def count(self, user_id: str, *, created_at_gte: datetime | None,
-                    conversation_id: str | None) -> int:
-        return await tasks.count(self.db, user_id, created_at_gte=created_at_gte,
-                                 conversation_id=conversation_id)
+    async def count(
+        self, user_id: str, *, created_at_gte: datetime | None, conversation_id: str | None
+    ) -> int:
+        return await tasks.count(
+            self.db, user_id, created_at_gte=created_at_gte, conversation_id=conversation_id
+        )
 
     def request_of(self, task: TaskRow) -> dict[str, Any]:
         """The task's start request as a client may see it again: secret values, and the
@@ -225,11 +251,18 @@ class StartTaskService:
             taken += 1
         return taken
 
-    async def _stage(self, task: TaskRow, status: StartTaskStatus, detail: str | None = None,
-                     conn: AsyncConnection | None = None, **values: Any) -> None:
+    async def _stage(
+        self,
+        task: TaskRow,
+        status: StartTaskStatus,
+        detail: str | None = None,
+        conn: AsyncConnection | None = None,
+        **values: Any,
+    ) -> None:
         """Store a stage while this process holds the task (LeaseLost otherwise)."""
-        await tasks.set_status(self.db, task.id, status, detail, holder=self.leases.holder,
-                               conn=conn, **values)
+        await tasks.set_status(
+            self.db, task.id, status, detail, holder=self.leases.holder, conn=conn, **values
+        )
 
     async def _run(self, task: TaskRow) -> None:
         """The task's work, tried again while the database fails in a way that passes; no
@@ -240,8 +273,12 @@ class StartTaskService:
                     await self._work(task)
                     return
                 except SQLAlchemyError as exc:
-                    logger.warning("start task %s: storage failed (%s); %s", task.id, describe(exc),
-                                   "left to the reconciler" if pause is None else "trying again")
+                    logger.warning(
+                        "start task %s: storage failed (%s); %s",
+                        task.id,
+                        describe(exc),
+                        "left to the reconciler" if pause is None else "trying again",
+                    )
                     if pause is None:
                         return
                     await asyncio.sleep(pause)
@@ -263,11 +300,12 @@ class StartTaskService:
             user = await self.settings.get(task.user_id)
             secrets = [*user.secrets.values(), *request.secrets.values(), user.llm_api_key or ""]
             if not (request.llm_model or user.llm_model):
-                raise StartFailed("no LLM configured: PATCH /api/v1/settings with llm_model "
-                                  "(and llm_api_key, llm_base_url) first")
+                raise StartFailed(
+                    "no LLM configured: PATCH /api/v1/settings with llm_model "
+                    "(and llm_api_key, llm_base_url) first"
+                )
             if task.app_conversation_id and task.sandbox_id:  # placed before a takeover
-                placement = Placement(task.sandbox_id, task.app_conversation_id,
-                                      task.made_sandbox)
+                placement = Placement(task.sandbox_id, task.app_conversation_id, task.made_sandbox)
             else:
                 placement = await self._place(task, request, user)
             await self._stage(task, StartTaskStatus.WAITING_FOR_SANDBOX)
@@ -282,11 +320,16 @@ class StartTaskService:
             if conversation is None:
                 raise StartFailed("the conversation was deleted while it started")
             await self.agents.create_conversation(
-                target, self._creation_body(placement.conversation_id, conversation.working_dir,
-                                            request, user, row).body())
+                target,
+                self._creation_body(
+                    placement.conversation_id, conversation.working_dir, request, user, row
+                ).body(),
+            )
             if request.selected_repository:
                 await self._stage(task, StartTaskStatus.PREPARING_REPOSITORY)
-                await self._wait_clone(target, placement.conversation_id, request.selected_repository)
+                await self._wait_clone(
+                    target, placement.conversation_id, request.selected_repository
+                )
             async with self.db.begin() as conn:  # shown and READY together, or neither
                 await self._stage(task, StartTaskStatus.READY, conn=conn)
                 await conversations.mark_started(conn, placement.conversation_id, self.db.now())
@@ -296,15 +339,25 @@ class StartTaskService:
             if transient(exc):
                 raise  # taken up again (`_run`): every stage is idempotent
             logger.error("start task %s: storage failed: %s", task.id, describe(exc))
-            await self._fail(task, placement, "the control plane could not store this start "
-                             f"({type(exc).__name__}); start the conversation again")
+            await self._fail(
+                task,
+                placement,
+                "the control plane could not store this start "
+                f"({type(exc).__name__}); start the conversation again",
+            )
         except (StartFailed, ServiceError, AgentError) as exc:
-            await self._fail(task, placement, masked(
-                str(exc) if not isinstance(exc, ServiceError) else exc.detail, secrets))
+            await self._fail(
+                task,
+                placement,
+                masked(str(exc) if not isinstance(exc, ServiceError) else exc.detail, secrets),
+            )
         except Exception as exc:
             logger.exception("start task %s failed", task.id)
-            await self._fail(task, placement, f"unexpected error ({type(exc).__name__}); see the "
-                             "control plane's log")
+            await self._fail(
+                task,
+                placement,
+                f"unexpected error ({type(exc).__name__}); see the control plane's log",
+            )
 
     async def _wait_clone(self, target: Target, conversation_id: str, repository: str) -> None:
         deadline = asyncio.get_running_loop().time() + CLONE_TIMEOUT
@@ -315,9 +368,11 @@ class StartTaskService:
             if info.get("repository_status") == "failed":
                 why = await self.agents.last_error(target, conversation_id)
                 await self.agents.delete_conversation(target, conversation_id)
-                raise StartFailed(f"{repository} could not be cloned (is the name right, and is "
-                                  "a credential needed?); the conversation was not started"
-                                  + (f". {why}" if why else ""))
+                raise StartFailed(
+                    f"{repository} could not be cloned (is the name right, and is "
+                    "a credential needed?); the conversation was not started"
+                    + (f". {why}" if why else "")
+                )
             await asyncio.sleep(0.05)
         raise StartFailed(f"cloning {repository} took more than {CLONE_TIMEOUT:g} s")
 
@@ -327,8 +382,7 @@ class StartTaskService:
             await accounts.lock_user(conn, task.user_id)
             placed = await tasks.get_in(conn, task.id)  # placed meanwhile: that placement holds
             if placed is not None and placed.app_conversation_id and placed.sandbox_id:
-                return Placement(placed.sandbox_id, placed.app_conversation_id,
-                                 placed.made_sandbox)
+                return Placement(placed.sandbox_id, placed.app_conversation_id, placed.made_sandbox)
             # The sandbox is read under the user's lock (an explicit one again, though `submit`
             # checked it): only what is read under the lock holds until the placement commits.
             found: SandboxRow | None = None
@@ -339,30 +393,46 @@ class StartTaskService:
                 chosen = grouping.choose(user.grouping_strategy, available)
                 found = None if chosen is None else await self.sandboxes.rows.get_in(conn, chosen)
             new_sandbox = found is None
-            sandbox = found or await self.sandboxes.new_row(conn, task.user_id, self.spec_id,
-                                                             user.network_policy)
+            sandbox = found or await self.sandboxes.new_row(
+                conn, task.user_id, self.spec_id, user.network_policy
+            )
             working_dir = Path(self.sandboxes.working_dir(sandbox)) / conversation_id
             await conversations.insert(
-                conn, self.db.now(), id=conversation_id, user_id=task.user_id,
-                sandbox_id=sandbox.id, start_task_id=task.id, title=request.title,
+                conn,
+                self.db.now(),
+                id=conversation_id,
+                user_id=task.user_id,
+                sandbox_id=sandbox.id,
+                start_task_id=task.id,
+                title=request.title,
                 selected_repository=request.selected_repository,
-                selected_branch=request.selected_branch, working_dir=str(working_dir),
+                selected_branch=request.selected_branch,
+                working_dir=str(working_dir),
                 llm_model=request.llm_model or user.llm_model,
-                trigger=request.trigger or "openhands_api", pr_number=request.pr_number,
-                git_provider=request.git_provider, public=request.public,
-                observability={"span_name": request.observability_span_name,
-                               "tags": request.observability_tags,
-                               "metadata": request.observability_metadata})
+                trigger=request.trigger or "openhands_api",
+                pr_number=request.pr_number,
+                git_provider=request.git_provider,
+                public=request.public,
+                observability={
+                    "span_name": request.observability_span_name,
+                    "tags": request.observability_tags,
+                    "metadata": request.observability_metadata,
+                },
+            )
             # Only while this process holds the task: a placement is made once.
-            await self._stage(task, StartTaskStatus.WORKING, conn=conn,
-                              app_conversation_id=conversation_id, sandbox_id=sandbox.id,
-                              made_sandbox=new_sandbox)
+            await self._stage(
+                task,
+                StartTaskStatus.WORKING,
+                conn=conn,
+                app_conversation_id=conversation_id,
+                sandbox_id=sandbox.id,
+                made_sandbox=new_sandbox,
+            )
         if new_sandbox:
             self.sandboxes.launch(sandbox, fresh=True)
         return Placement(sandbox.id, conversation_id, new_sandbox)
 
-    async def _explicit(self, conn: AsyncConnection, user_id: str,
-                        sandbox_id: str) -> SandboxRow:
+    async def _explicit(self, conn: AsyncConnection, user_id: str, sandbox_id: str) -> SandboxRow:
         """An explicit sandbox_id overrides grouping: it must be the user's and usable."""
         row = await self.sandboxes.rows.get_in(conn, sandbox_id)
         if row is None or row.user_id != user_id:
@@ -370,50 +440,75 @@ class StartTaskService:
         ensure_usable(row.id, row.status, "conversations cannot be started in it")
         # Counted under the lock.
         if await self.sandboxes.rows.conversations_in(conn, row.id) >= self.cap:
-            raise LimitReached(f"sandbox {row.id} holds {self.cap} conversations, its most: "
-                               "start this one in another sandbox")
+            raise LimitReached(
+                f"sandbox {row.id} holds {self.cap} conversations, its most: "
+                "start this one in another sandbox"
+            )
         return row
 
     async def _configure_git(self, target: Target, user: UserSettings) -> None:
         """Commit authorship is separate from any push credential (SPEC 5 rule 5)."""
-        author = {k: v for k, v in (("git_user_name", user.git_user_name),
-                                    ("git_user_email", user.git_user_email)) if v}
+        author = {
+            k: v
+            for k, v in (
+                ("git_user_name", user.git_user_name),
+                ("git_user_email", user.git_user_email),
+            )
+            if v
+        }
         if author:
             await self.agents.patch_settings(target, author)
 
-    def _creation_body(self, conversation_id: str, working_dir: str, request: StartRequest,
-                       user: UserSettings, sandbox: SandboxRow) -> CreateRequest:
+    def _creation_body(
+        self,
+        conversation_id: str,
+        working_dir: str,
+        request: StartRequest,
+        user: UserSettings,
+        sandbox: SandboxRow,
+    ) -> CreateRequest:
         # The LLM gateway and the sandbox's own token, never the user's key or base URL: the
         # agent server keeps a conversation's LLM where the agent's commands can read it
         # (`control_plane.gateway`).
         gateway = credentials.access(self.sandboxes.control_plane_url, self.cipher, sandbox)
-        llm = LLMTarget(model=request.llm_model or user.llm_model or "",
-                        base_url=gateway.base_url, api_key=gateway.api_key,
-                        # StreamingDeltaEvents on the sandbox's socket (`control_plane.deltas`)
-                        stream=True if user.llm_stream else None)
-        mcp = ({"mcpServers": {p.name: p.server() for p in request.plugins}}
-               if request.plugins else None)
+        llm = LLMTarget(
+            model=request.llm_model or user.llm_model or "",
+            base_url=gateway.base_url,
+            api_key=gateway.api_key,
+            # StreamingDeltaEvents on the sandbox's socket (`control_plane.deltas`)
+            stream=True if user.llm_stream else None,
+        )
+        mcp = (
+            {"mcpServers": {p.name: p.server() for p in request.plugins}}
+            if request.plugins
+            else None
+        )
         repository = None
         if request.selected_repository:
             repository = RepositoryRequest(
                 url=self.repository_url_template.format(repository=request.selected_repository),
-                branch=request.selected_branch or None)
+                branch=request.selected_branch or None,
+            )
         message = request.initial_message
         return CreateRequest(
             conversation_id=conversation_id,
-            agent=AgentRequest(llm=llm, tools=[ToolName(name=t) for t in user.default_tools],
-                               mcp_config=mcp),
+            agent=AgentRequest(
+                llm=llm, tools=[ToolName(name=t) for t in user.default_tools], mcp_config=mcp
+            ),
             workspace=WorkspaceRequest(working_dir=working_dir),
             # A conversation's own secret wins over a stored one of the same name (SPEC 5 rule 4).
             secrets={**user.secrets, **request.secrets},
             title=request.title or None,
-            initial_message=None if message is None else InitialMessage(
-                content=[TextContent(text=item.text) for item in message.content],
-                run=message.run),
+            initial_message=None
+            if message is None
+            else InitialMessage(
+                content=[TextContent(text=item.text) for item in message.content], run=message.run
+            ),
             repository=repository,
             observability_span_name=request.observability_span_name,
             observability_tags=list(request.observability_tags),
-            observability_metadata=dict(request.observability_metadata))
+            observability_metadata=dict(request.observability_metadata),
+        )
 
     async def _fail(self, task: TaskRow, placement: Placement | None, detail: str) -> None:
         """ERROR with the reason; the half-made conversation is removed, and the sandbox made
@@ -431,14 +526,18 @@ class StartTaskService:
                 await accounts.lock_user(conn, task.user_id)
                 await conversations.remove(conn, placement.conversation_id)
                 retired = placement.new_sandbox and await self.sandboxes.rows.retire_in(
-                    conn, placement.sandbox_id, SandboxReason.START_FAILED,
-                    "removed with the conversation start it was made for, which failed")
+                    conn,
+                    placement.sandbox_id,
+                    SandboxReason.START_FAILED,
+                    "removed with the conversation start it was made for, which failed",
+                )
             if retired:
                 try:
                     await self.sandboxes.clean_up(placement.sandbox_id, due_only=False)
                 except ServiceError as exc:  # busy for long: the reconciler cleans it up
-                    logger.warning("sandbox %s is left to the reconciler: %s",
-                                   placement.sandbox_id, exc.detail)
+                    logger.warning(
+                        "sandbox %s is left to the reconciler: %s", placement.sandbox_id, exc.detail
+                    )
         finally:
             await self._stage(task, StartTaskStatus.ERROR, detail[:2000])
 

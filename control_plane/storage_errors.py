@@ -23,5 +23,6 @@ async def on_storage(conn: HTTPConnection, exc: Exception) -> Response | None:
     if not transient(exc):
         return await on_unexpected(conn, exc)
     logger.warning("storage failed on %s: %s", escape(conn.url.path), describe(exc))
-    return await on_error(conn, Unavailable("the control plane's database cannot be used right "
-                                            "now; try again"))
+    return await on_error(
+        conn, Unavailable("the control plane's database cannot be used right now; try again")
+    )

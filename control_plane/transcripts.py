@@ -19,11 +19,19 @@ class Transcripts:
         self.bell = bell
         self.deltas = deltas
 
-    async def search(self, conversation_id: str, filters: EventFilters, *, descending: bool,
-                     limit: int, page: int | None) -> tuple[list[str], int | None]:
+    async def search(
+        self,
+        conversation_id: str,
+        filters: EventFilters,
+        *,
+        descending: bool,
+        limit: int,
+        page: int | None,
+    ) -> tuple[list[str], int | None]:
         """A page of stored events (each its JSON text, as stored) and where the next begins."""
-        return await events.search(self.db, conversation_id, filters, descending=descending,
-                                   limit=limit, page=page)
+        return await events.search(
+            self.db, conversation_id, filters, descending=descending, limit=limit, page=page
+        )
 
     async def count(self, conversation_id: str, filters: EventFilters) -> int:
         return await events.count(self.db, conversation_id, filters)

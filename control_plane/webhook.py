@@ -50,8 +50,10 @@ from web.errors import Gone, LimitReached, Unauthorized, Unavailable, from_pydan
 
 logger = logging.getLogger(__name__)
 #: An event id as stored: the agent server's ULID, or a UUID (other SDKs' events).
-STORED_ID = re.compile(rf"\A(?:{EVENT_ID_PATTERN}"
-                       r"|[0-9a-fA-F]{8}(?:-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12})\Z")
+STORED_ID = re.compile(
+    rf"\A(?:{EVENT_ID_PATTERN}"
+    r"|[0-9a-fA-F]{8}(?:-[0-9a-fA-F]{4}){3}-[0-9a-fA-F]{12})\Z"
+)
 
 
 def _event_id(event: Any, body: str) -> str:
@@ -70,8 +72,9 @@ class ConversationUpdate(BaseModel):
     id: uuid.UUID
     execution_status: str | None = Field(default=None, max_length=40)
     title: str | None = Field(default=None, max_length=200)
-    tags: dict[str, Annotated[str, Field(max_length=256)]] = Field(default_factory=dict,
-                                                                    max_length=50)
+    tags: dict[str, Annotated[str, Field(max_length=256)]] = Field(
+        default_factory=dict, max_length=50
+    )
     agent: dict[str, Any] = Field(default_factory=dict)
     workspace: dict[str, Any] = Field(default_factory=dict)
     stats: dict[str, Any] = Field(default_factory=dict)
@@ -90,9 +93,15 @@ class ConversationUpdate(BaseModel):
 
 
 class WebhookReceiver:
-    def __init__(self, db: Database, cipher: Cipher, bell: Bell | None = None,
-                 working_dir: Callable[[SandboxRow], str] | None = None, *,
-                 cap: int = 500) -> None:
+    def __init__(
+        self,
+        db: Database,
+        cipher: Cipher,
+        bell: Bell | None = None,
+        working_dir: Callable[[SandboxRow], str] | None = None,
+        *,
+        cap: int = 500,
+    ) -> None:
         """`working_dir`: a sandbox's workspace as its processes see it (where a conversation
         made straight on its agent server works unless its info says otherwise); `cap`: the
         conversations one sandbox may have recorded that way."""
@@ -112,19 +121,27 @@ class WebhookReceiver:
             # What can be checked before the body is read (and a batch slot of the sandbox
             # taken for it): a signature of now is there.
             stamp = headers.get("webhook-timestamp", "")
-            if not (headers.get("webhook-id") and headers.get("webhook-signature")
-                    and stamp.isdigit() and abs(time.time() - int(stamp)) <= TOLERANCE):
-                raise Unauthorized("a signed delivery has webhook-id, webhook-signature and a "
-                                   "webhook-timestamp of now")
+            if not (
+                headers.get("webhook-id")
+                and headers.get("webhook-signature")
+                and stamp.isdigit()
+                and abs(time.time() - int(stamp)) <= TOLERANCE
+            ):
+                raise Unauthorized(
+                    "a signed delivery has webhook-id, webhook-signature and a "
+                    "webhook-timestamp of now"
+                )
             try:
                 return await self.sandboxes.current(named[:64])
             except Gone:
                 raise Unauthorized("unknown webhook sender") from None
         session_key = headers.get("x-session-api-key")
         if not session_key:
-            raise Unauthorized("a Standard Webhooks signature (X-Webhook-Sender, webhook-id, "
-                               "webhook-timestamp, webhook-signature) or X-Session-API-Key "
-                               "is required")
+            raise Unauthorized(
+                "a Standard Webhooks signature (X-Webhook-Sender, webhook-id, "
+                "webhook-timestamp, webhook-signature) or X-Session-API-Key "
+                "is required"
+            )
         return await self.sandboxes.by_session_key(session_key, live=False)
 
     def check(self, sandbox: SandboxRow, headers: Mapping[str, str], body: bytes) -> None:
@@ -138,8 +155,9 @@ class WebhookReceiver:
         if problem is not None:
             raise Unauthorized(f"webhook signature refused: {problem}")
 
-    async def _ours(self, sandbox: SandboxRow,
-                    conversation_id: str) -> ConversationRow | None | Literal["drop"]:
+    async def _ours(
+        self, sandbox: SandboxRow, conversation_id: str
+    ) -> ConversationRow | None | Literal["drop"]:
         """The conversation, checked to be the sandbox's; None when it is unknown here and
         this control plane never started it (the caller records it then); "drop" when what
         the sandbox sends is to be acknowledged and dropped: the conversation was started here
@@ -147,35 +165,57 @@ class WebhookReceiver:
         a sandbox learns nothing of which conversations exist beside its own."""
         conversation = await conversations.get(self.db, conversation_id)
         if conversation is not None and conversation.sandbox_id != sandbox.id:
-            logger.warning("sandbox %s posted for conversation %s, another sandbox's: dropped",
-                           sandbox.id, conversation_id)
+            logger.warning(
+                "sandbox %s posted for conversation %s, another sandbox's: dropped",
+                sandbox.id,
+                conversation_id,
+            )
             return "drop"
         if conversation is None and await tasks.started_here(self.db, conversation_id):
             return "drop"  # removed here (deleted, or its start failed): not brought back
         return conversation
 
-    async def _record(self, conn: AsyncConnection, sandbox: SandboxRow, conversation_id: str,
-                      info: ConversationUpdate | None) -> None:
+    async def _record(
+        self,
+        conn: AsyncConnection,
+        sandbox: SandboxRow,
+        conversation_id: str,
+        info: ConversationUpdate | None,
+    ) -> None:
         """A record for a conversation first heard of here, within the sandbox's cap (counted
         under its user's lock, as a start counts its sandbox's conversations)."""
         await accounts.lock_user(conn, sandbox.user_id)
         if await self.sandboxes.conversations_in(conn, sandbox.id, recorded_only=True) >= self.cap:
-            raise LimitReached(f"sandbox {sandbox.id} has {self.cap} conversations made on its "
-                               "agent server, its most: delete some to have more recorded")
-        await conn.execute(self.db.insert_ignoring_duplicates(app_conversations),
-                           [self._new_row(sandbox, conversation_id, info)])
+            raise LimitReached(
+                f"sandbox {sandbox.id} has {self.cap} conversations made on its "
+                "agent server, its most: delete some to have more recorded"
+            )
+        await conn.execute(
+            self.db.insert_ignoring_duplicates(app_conversations),
+            [self._new_row(sandbox, conversation_id, info)],
+        )
 
-    def _new_row(self, sandbox: SandboxRow, conversation_id: str,
-                 info: ConversationUpdate | None) -> dict[str, Any]:
+    def _new_row(
+        self, sandbox: SandboxRow, conversation_id: str, info: ConversationUpdate | None
+    ) -> dict[str, Any]:
         moment = self.db.now()
-        return {"id": conversation_id, "user_id": sandbox.user_id, "sandbox_id": sandbox.id,
-                "start_task_id": None, "started": True, "tags": info.tags if info else {},
-                "title": info.title if info else None,
-                "working_dir": (info and info.working_dir) or self.working_dir(sandbox),
-                "llm_model": info.llm_model if info else None,
-                "parent_conversation_id": (str(info.parent_conversation_id)
-                                           if info and info.parent_conversation_id else None),
-                "created_at": moment, "updated_at": moment, "last_activity_at": moment}
+        return {
+            "id": conversation_id,
+            "user_id": sandbox.user_id,
+            "sandbox_id": sandbox.id,
+            "start_task_id": None,
+            "started": True,
+            "tags": info.tags if info else {},
+            "title": info.title if info else None,
+            "working_dir": (info and info.working_dir) or self.working_dir(sandbox),
+            "llm_model": info.llm_model if info else None,
+            "parent_conversation_id": (
+                str(info.parent_conversation_id) if info and info.parent_conversation_id else None
+            ),
+            "created_at": moment,
+            "updated_at": moment,
+            "last_activity_at": moment,
+        }
 
     async def conversation(self, sandbox: SandboxRow, body: bytes) -> None:
         """POST /webhooks/conversations: an agent server's conversation info. A deletion
@@ -203,10 +243,14 @@ class WebhookReceiver:
             if existing is None:
                 await self._record(conn, sandbox, conversation_id, info)
             elif existing.start_task_id is None:  # made on the agent server: its info rules
-                values.update(tags={**existing.tags, **info.tags},
-                              title=existing.title or info.title)
-            await conn.execute(update(app_conversations)
-                               .where(app_conversations.c.id == conversation_id).values(**values))
+                values.update(
+                    tags={**existing.tags, **info.tags}, title=existing.title or info.title
+                )
+            await conn.execute(
+                update(app_conversations)
+                .where(app_conversations.c.id == conversation_id)
+                .values(**values)
+            )
         self.bell.ring(conversation_id)
 
     async def receive(self, sandbox: SandboxRow, conversation_id: str, body: bytes) -> int:
@@ -218,8 +262,12 @@ class WebhookReceiver:
             raise from_pydantic(exc, "body") from None
         for index, event in enumerate(batch):
             if event.id is not None and not STORED_ID.match(event.id):
-                raise invalid(["body", index, "id"], "an event id is a ULID or a UUID",
-                              "string_pattern_mismatch", event.id)
+                raise invalid(
+                    ["body", index, "id"],
+                    "an event id is a ULID or a UUID",
+                    "string_pattern_mismatch",
+                    event.id,
+                )
         conversation = await self._ours(sandbox, conversation_id)
         if conversation == "drop":
             return 0
@@ -231,9 +279,16 @@ class WebhookReceiver:
             if event.kind == "StreamingDeltaEvent":
                 continue  # transient by definition (SPEC 6.2): never stored
             text = event.model_dump_json()
-            rows.append({"conversation_id": conversation_id, "event_id": _event_id(event, text),
-                         "kind": event.kind, "source": event.source, "timestamp": event.timestamp,
-                         "body": text})
+            rows.append(
+                {
+                    "conversation_id": conversation_id,
+                    "event_id": _event_id(event, text),
+                    "kind": event.kind,
+                    "source": event.source,
+                    "timestamp": event.timestamp,
+                    "body": text,
+                }
+            )
             if event.kind == "ConversationStateUpdateEvent":
                 key, value = getattr(event, "key", None), getattr(event, "value", None)
                 if key == "execution_status":
@@ -252,8 +307,11 @@ class WebhookReceiver:
                     await self._record(conn, sandbox, conversation_id, None)
                 if rows:
                     await conn.execute(self.db.insert_ignoring_duplicates(events), rows)
-                await conn.execute(update(app_conversations)
-                                   .where(app_conversations.c.id == conversation_id).values(**values))
+                await conn.execute(
+                    update(app_conversations)
+                    .where(app_conversations.c.id == conversation_id)
+                    .values(**values)
+                )
                 await self.sandboxes.touch(conn, sandbox.id, moment=moment)
         except SQLAlchemyError as exc:
             logger.error("webhook batch of %s not stored: %s", conversation_id, exc)

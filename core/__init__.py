@@ -18,5 +18,15 @@ submodules (`from core.masking import Masker`); this package re-exports nothing,
 one does not load the others.
 """
 
-__all__ = ["files", "ids", "masking", "namespaces", "net", "observability", "paths",
-           "processes", "retry", "signing"]
+__all__ = [
+    "files",
+    "ids",
+    "masking",
+    "namespaces",
+    "net",
+    "observability",
+    "paths",
+    "processes",
+    "retry",
+    "signing",
+]

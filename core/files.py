@@ -59,8 +59,9 @@ class Replacement:
     normally and discards otherwise. `name` itself is replaced: a link there becomes a file.
     """
 
-    def __init__(self, dir_fd: int, name: str, mode: int = 0o600, *,
-                 keep_mode: bool = False) -> None:
+    def __init__(
+        self, dir_fd: int, name: str, mode: int = 0o600, *, keep_mode: bool = False
+    ) -> None:
         self.dir_fd, self.name = dir_fd, name
         self._previous = _stat_at(dir_fd, name) if keep_mode else None
         self._mode = mode if self._previous is None else stat.S_IMODE(self._previous.st_mode)
@@ -102,8 +103,12 @@ class Replacement:
     def __enter__(self) -> Replacement:
         return self
 
-    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
-                 traceback: TracebackType | None) -> None:
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
         if kind is not None:
             self.discard()
             return
@@ -114,8 +119,9 @@ class Replacement:
             raise
 
 
-def write_atomic(path: Path, data: bytes, mode: int = 0o600, *, keep_mode: bool = False,
-                 parents: bool = True) -> None:
+def write_atomic(
+    path: Path, data: bytes, mode: int = 0o600, *, keep_mode: bool = False, parents: bool = True
+) -> None:
     """Replace `path` with `data` so that a crash leaves either the old or the new file.
 
     `path` itself is replaced: a symlink there becomes a file (resolve it first to write
@@ -149,7 +155,7 @@ def write_all(fd: int, data: bytes) -> None:
     """All of `data` to `fd` (os.write may take only part of it)."""
     view = memoryview(data)
     while view:
-        view = view[os.write(fd, view):]
+        view = view[os.write(fd, view) :]
 
 
 def open_directory(path: Path, *, follow: bool = True) -> int:

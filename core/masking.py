@@ -157,8 +157,13 @@ def encoded_forms(value: str) -> set[str]:
     and more are caught only when printed with `base64 -w0`); hex with separators (`xxd`);
     other encodings (base32, rot13, UTF-16); forms shorter than MIN_ENCODED_LENGTH."""
     raw = value.encode("utf-8", "surrogatepass")
-    forms = _base64_cores(raw) | {raw.hex(), raw.hex().upper(),
-                                  quote(value), quote(value, safe=""), quote_plus(value, safe="")}
+    forms = _base64_cores(raw) | {
+        raw.hex(),
+        raw.hex().upper(),
+        quote(value),
+        quote(value, safe=""),
+        quote_plus(value, safe=""),
+    }
     return {f for f in forms if len(f) >= MIN_ENCODED_LENGTH and f != value}
 
 
@@ -177,7 +182,7 @@ def _alternation(forms: set[str]) -> str:
         branches = []
         for _, group in sorted(groups.items()):
             shared = os.path.commonprefix(group)
-            branches.append(re.escape(shared) + pattern([g[len(shared):] for g in group]))
+            branches.append(re.escape(shared) + pattern([g[len(shared) :] for g in group]))
         if not branches:
             return ""
         body = branches[0] if len(branches) == 1 else "(?:" + "|".join(branches) + ")"
@@ -262,7 +267,7 @@ class StreamMasker:
     def feed(self, piece: str) -> str:
         text = self.masker.text(self._held + piece)
         safe = self.masker.without_partial_tail(text)
-        self._held = text[len(safe):]
+        self._held = text[len(safe) :]
         return safe
 
     def flush(self) -> str:

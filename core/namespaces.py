@@ -3,9 +3,9 @@ them found again.
 
 A sandbox's server may be forked from a template process that has already imported the server
 (`agent_server.template`): the fork is born in the sandbox's pid namespace and enters the others
-bubblewrap built for it (its mounts, its ipc and host name) the way `nsenter` does, and drops to the sandbox's
-user with what `setpriv` is told for a spawned server (no groups, no capabilities, not even in
-the bounding set, no new privileges). bubblewrap still makes the sandbox; this only goes in.
+bubblewrap built for it (its mounts, its ipc and host name) the way `nsenter` does, and drops to the
+sandbox's user with what `setpriv` is told for a spawned server (no groups, no capabilities, not
+even in the bounding set, no new privileges). bubblewrap still makes the sandbox; this only goes in.
 
 Whatever runs in a sandbox shares its pid namespace, and only it does: that, not a process
 group or session (a fork of the template is in neither of bubblewrap's), names the sandbox's
@@ -21,8 +21,14 @@ from collections.abc import Iterator
 
 #: The kinds a sandbox has of its own (bubblewrap's, and the network namespace the control
 #: plane made for it), the mount namespace last: once in it, /proc is the sandbox's.
-FLAGS = {"ipc": 0x08000000, "uts": 0x04000000, "cgroup": 0x02000000, "net": 0x40000000,
-         "pid": 0x20000000, "mnt": 0x00020000}
+FLAGS = {
+    "ipc": 0x08000000,
+    "uts": 0x04000000,
+    "cgroup": 0x02000000,
+    "net": 0x40000000,
+    "pid": 0x20000000,
+    "mnt": 0x00020000,
+}
 PR_CAPBSET_DROP = 24
 PR_SET_NO_NEW_PRIVS = 38
 PR_SET_SECCOMP = 22
@@ -35,8 +41,11 @@ class _CapHeader(ctypes.Structure):
 
 
 class _CapData(ctypes.Structure):
-    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32),
-                ("inheritable", ctypes.c_uint32)]
+    _fields_ = [
+        ("effective", ctypes.c_uint32),
+        ("permitted", ctypes.c_uint32),
+        ("inheritable", ctypes.c_uint32),
+    ]
 
 
 def _libc() -> ctypes.CDLL:
@@ -58,8 +67,7 @@ class Entry:
         try:
             for kind in FLAGS:
                 if namespace(pid, kind) != namespace(os.getpid(), kind):
-                    self.fds[kind] = os.open(f"/proc/{pid}/ns/{kind}",
-                                             os.O_RDONLY | os.O_CLOEXEC)
+                    self.fds[kind] = os.open(f"/proc/{pid}/ns/{kind}", os.O_RDONLY | os.O_CLOEXEC)
         except BaseException:
             self.close()
             raise
@@ -126,8 +134,10 @@ def confine(program: bytes) -> None:
     spawned server gets from bubblewrap. After `drop_to` (no new privileges), single-threaded."""
     buffer = ctypes.create_string_buffer(program, len(program))
     fprog = _SockFprog(len(program) // 8, ctypes.cast(buffer, ctypes.c_void_p))
-    _check(_libc().prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0),
-           "prctl(PR_SET_SECCOMP)")
+    _check(
+        _libc().prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0),
+        "prctl(PR_SET_SECCOMP)",
+    )
 
 
 def namespace(pid: int, kind: str = "pid") -> str | None:

@@ -70,8 +70,10 @@ def _shape(value: Any) -> Any:
     if isinstance(value, list):
         kinds = {_kind(item) for item in value}
         if None in kinds or len(kinds) > 1:
-            raise ValueError("an array must hold scalars of one type: string[], number[] or "
-                             "boolean[] (no null, object or array inside)")
+            raise ValueError(
+                "an array must hold scalars of one type: string[], number[] or "
+                "boolean[] (no null, object or array inside)"
+            )
         if len(value) > MAX_ITEMS:
             raise ValueError(f"an array holds at most {MAX_ITEMS} values")
         if any(isinstance(item, str) and len(item) > MAX_ITEM_TEXT for item in value):
@@ -88,7 +90,9 @@ def _shape(value: Any) -> Any:
 
 
 Value = Annotated[
-    Text | StrictBool | Number
+    Text
+    | StrictBool
+    | Number
     | Annotated[list[ItemText], Field(max_length=MAX_ITEMS)]
     | Annotated[list[StrictBool], Field(max_length=MAX_ITEMS)]
     | Annotated[list[Number], Field(max_length=MAX_ITEMS)],

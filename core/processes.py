@@ -31,11 +31,25 @@ TAG_VARIABLE = "AGENT_SERVER_RUN_TAG"
 WITHHELD_ENV = ("SESSION_API_KEY", "AGENT_SERVER_", "CONTROL_PLANE_")
 #: The server's own place (PWD), its prompt, and Git variables that would point Git at the
 #: server's repository instead of the child's.
-DROPPED_ENV = ("PWD", "OLDPWD", "PS1", "PROMPT_COMMAND", "GIT_DIR", "GIT_WORK_TREE",
-               "GIT_INDEX_FILE", "GIT_OBJECT_DIRECTORY", "GIT_COMMON_DIR")
+DROPPED_ENV = (
+    "PWD",
+    "OLDPWD",
+    "PS1",
+    "PROMPT_COMMAND",
+    "GIT_DIR",
+    "GIT_WORK_TREE",
+    "GIT_INDEX_FILE",
+    "GIT_OBJECT_DIRECTORY",
+    "GIT_COMMON_DIR",
+)
 #: No pager, no colours, no prompt: nobody is at a terminal to answer.
-QUIET_ENV = {"TERM": "dumb", "PAGER": "cat", "GIT_PAGER": "cat", "MANPAGER": "cat",
-             "GIT_TERMINAL_PROMPT": "0"}
+QUIET_ENV = {
+    "TERM": "dumb",
+    "PAGER": "cat",
+    "GIT_PAGER": "cat",
+    "MANPAGER": "cat",
+    "GIT_TERMINAL_PROMPT": "0",
+}
 #: Rounds of the sweep: a process being killed may fork once more.
 SWEEP_ROUNDS = 50
 #: Seconds a group gets between SIGTERM and SIGKILL.
@@ -47,9 +61,11 @@ CHILD_OOM_SCORE_ADJ = b"500"
 
 
 #: What `oom_first` runs first: a shell that raises its own score, then becomes the program.
-OOM_FIRST = ("/bin/sh", "-c",
-             f'echo {CHILD_OOM_SCORE_ADJ.decode()} >/proc/self/oom_score_adj 2>/dev/null; '
-             'exec "$0" "$@"')
+OOM_FIRST = (
+    "/bin/sh",
+    "-c",
+    f'echo {CHILD_OOM_SCORE_ADJ.decode()} >/proc/self/oom_score_adj 2>/dev/null; exec "$0" "$@"',
+)
 
 
 def oom_first(argv: Sequence[str], cwd: Path | str, env: Mapping[str, str]) -> list[str]:
@@ -129,7 +145,7 @@ def parse_stat(pid: int, stat: bytes) -> ProcessInfo | None:
     """A /proc/PID/stat line; None when it is empty or cut short (the process ended while it
     was read). The command name (in parentheses) may hold spaces and parentheses: the fields
     are split after its last parenthesis."""
-    fields = stat[stat.rfind(b")") + 2:].split()
+    fields = stat[stat.rfind(b")") + 2 :].split()
     if len(fields) < 4:
         return None
     state, ppid, pgid, session = fields[:4]
@@ -201,8 +217,12 @@ def children(pid: int) -> list[int]:
         return []
     except OSError:
         return []
-    return [child for data in listed for child in map(int, data.split())
-            if state(child) not in (None, "Z", "X")]
+    return [
+        child
+        for data in listed
+        for child in map(int, data.split())
+        if state(child) not in (None, "Z", "X")
+    ]
 
 
 def holds_group(pid: int, started: int) -> bool:
@@ -317,10 +337,16 @@ class Finished:
     timed_out: bool
 
 
-async def run_process(argv: list[str], cwd: Path | str, env: Mapping[str, str],
-                      timeout: float, keep: int = MAX_OUTPUT_BYTES, *,
-                      stdin: bytes | None = None,
-                      on_output: Callable[[int, bytes], None] | None = None) -> Finished:
+async def run_process(
+    argv: list[str],
+    cwd: Path | str,
+    env: Mapping[str, str],
+    timeout: float,
+    keep: int = MAX_OUTPUT_BYTES,
+    *,
+    stdin: bytes | None = None,
+    on_output: Callable[[int, bytes], None] | None = None,
+) -> Finished:
     """Run to completion or timeout, keeping the first `keep` bytes of each output; whatever
     it started is killed when it ends, also when the caller is cancelled.
 
@@ -331,14 +357,20 @@ async def run_process(argv: list[str], cwd: Path | str, env: Mapping[str, str],
     """
     tag = secrets.token_hex(8)
     proc = await asyncio.create_subprocess_exec(
-        *oom_first(argv, cwd, env), cwd=cwd, env={**env, TAG_VARIABLE: tag},
+        *oom_first(argv, cwd, env),
+        cwd=cwd,
+        env={**env, TAG_VARIABLE: tag},
         stdin=asyncio.subprocess.DEVNULL if stdin is None else asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, start_new_session=True,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        start_new_session=True,
     )
     assert proc.stdout is not None and proc.stderr is not None
     sinks = [_Sink(), _Sink()]
-    tasks = [asyncio.create_task(_collect(proc.stdout, keep, sinks[0], on_output, 0)),
-             asyncio.create_task(_collect(proc.stderr, keep, sinks[1], on_output, 1))]
+    tasks = [
+        asyncio.create_task(_collect(proc.stdout, keep, sinks[0], on_output, 0)),
+        asyncio.create_task(_collect(proc.stderr, keep, sinks[1], on_output, 1)),
+    ]
     if stdin is not None:
         assert proc.stdin is not None
         tasks.append(asyncio.create_task(_feed(proc.stdin, stdin)))
@@ -359,15 +391,20 @@ async def run_process(argv: list[str], cwd: Path | str, env: Mapping[str, str],
     return Finished(proc.returncode, out, err, timed_out)
 
 
-async def stream_process(argv: list[str], cwd: Path | str, env: Mapping[str, str],
-                         timeout: float) -> AsyncIterator[bytes]:
+async def stream_process(
+    argv: list[str], cwd: Path | str, env: Mapping[str, str], timeout: float
+) -> AsyncIterator[bytes]:
     """A process's stdout as it comes (stderr dropped), bounded by a timeout like run_process;
     closing the iterator early ends the process too."""
     tag = secrets.token_hex(8)
     proc = await asyncio.create_subprocess_exec(
-        *oom_first(argv, cwd, env), cwd=cwd, env={**env, TAG_VARIABLE: tag},
-        stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.DEVNULL, start_new_session=True,
+        *oom_first(argv, cwd, env),
+        cwd=cwd,
+        env={**env, TAG_VARIABLE: tag},
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.DEVNULL,
+        start_new_session=True,
     )
     assert proc.stdout is not None
     deadline = asyncio.get_running_loop().time() + timeout
@@ -392,8 +429,13 @@ class _Sink:
     total: int = 0
 
 
-async def _collect(stream: asyncio.StreamReader, keep: int, sink: _Sink,
-                   on_output: Callable[[int, bytes], None] | None = None, index: int = 0) -> None:
+async def _collect(
+    stream: asyncio.StreamReader,
+    keep: int,
+    sink: _Sink,
+    on_output: Callable[[int, bytes], None] | None = None,
+    index: int = 0,
+) -> None:
     """Read to the end, keeping the head in `sink` (kept too if the reader is cancelled)."""
     while chunk := await stream.read(CHUNK):
         if on_output is not None:

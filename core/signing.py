@@ -24,7 +24,7 @@ def signing_key(secret: str) -> bytes:
     """The HMAC key of a webhook secret: `whsec_<base64>` is decoded, anything else is used as
     given (its UTF-8 bytes)."""
     if secret.startswith("whsec_"):
-        return base64.b64decode(secret[len("whsec_"):])
+        return base64.b64decode(secret[len("whsec_") :])
     return secret.encode()
 
 

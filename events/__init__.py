@@ -88,7 +88,6 @@ __all__ = [
     "format_timestamp",
     "parse_event",
     "parse_timestamp",
-
     "AnyThinkingBlock",
     "Content",
     "CriticResult",

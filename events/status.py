@@ -39,12 +39,20 @@ _TO_RUNNING = frozenset({ExecutionStatus.RUNNING})
 #: ends in the status its loop returned; waiting actions rejected, the conversation rests.
 TRANSITIONS: dict[ExecutionStatus, frozenset[ExecutionStatus]] = {
     ExecutionStatus.IDLE: _TO_RUNNING,
-    ExecutionStatus.RUNNING: frozenset({
-        ExecutionStatus.IDLE, ExecutionStatus.PAUSED, ExecutionStatus.WAITING_FOR_CONFIRMATION,
-        ExecutionStatus.FINISHED, ExecutionStatus.ERROR, ExecutionStatus.STUCK}),
+    ExecutionStatus.RUNNING: frozenset(
+        {
+            ExecutionStatus.IDLE,
+            ExecutionStatus.PAUSED,
+            ExecutionStatus.WAITING_FOR_CONFIRMATION,
+            ExecutionStatus.FINISHED,
+            ExecutionStatus.ERROR,
+            ExecutionStatus.STUCK,
+        }
+    ),
     ExecutionStatus.PAUSED: _TO_RUNNING,
-    ExecutionStatus.WAITING_FOR_CONFIRMATION: frozenset({ExecutionStatus.RUNNING,
-                                                         ExecutionStatus.IDLE}),
+    ExecutionStatus.WAITING_FOR_CONFIRMATION: frozenset(
+        {ExecutionStatus.RUNNING, ExecutionStatus.IDLE}
+    ),
     ExecutionStatus.FINISHED: _TO_RUNNING,
     ExecutionStatus.ERROR: _TO_RUNNING,
     ExecutionStatus.STUCK: _TO_RUNNING,

@@ -1,4 +1,4 @@
-""""Serving on this port": how a sandbox's agent server tells its launcher it is ready.
+""" "Serving on this port": how a sandbox's agent server tells its launcher it is ready.
 
 With `--port 0` the OS picks the port, and only the bound socket knows it; so once serving, the
 server writes `{"port", "pid"}` to the file `AGENT_SERVER_READY_FILE` names (atomically: a

@@ -18,8 +18,11 @@ from tests.support.server import ServerProcess
 
 #: Test modules that share the host's Docker daemon (the Docker provider's and Swarm's: the
 #: Swarm tests turn swarm mode on and off, and either may start dockerd), run on one worker.
-DOCKER_MODULES = ("tests/control_plane/test_docker.py", "tests/control_plane/test_swarm.py",
-                  "tests/control_plane/test_warm_pool.py")
+DOCKER_MODULES = (
+    "tests/control_plane/test_docker.py",
+    "tests/control_plane/test_swarm.py",
+    "tests/control_plane/test_warm_pool.py",
+)
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
@@ -75,20 +78,34 @@ def key() -> str:
     return uuid.uuid4().hex[:12]
 
 
-def agent_spec(llm: ScriptedLLM, key: str, tools: list[str] | None = None, **llm_extra: Any) -> dict[str, Any]:
+def agent_spec(
+    llm: ScriptedLLM, key: str, tools: list[str] | None = None, **llm_extra: Any
+) -> dict[str, Any]:
     """The `agent` of a creation request aimed at the scripted LLM."""
     spec: dict[str, Any] = {
-        "llm": {"model": "openai/test-model", "base_url": llm.base_url(key), "api_key": "sk-test-key",
-                "num_retries": 2, **llm_extra},
+        "llm": {
+            "model": "openai/test-model",
+            "base_url": llm.base_url(key),
+            "api_key": "sk-test-key",
+            "num_retries": 2,
+            **llm_extra,
+        },
     }
     if tools is not None:
         spec["tools"] = [{"name": t} for t in tools]
     return spec
 
 
-def create(client: httpx.Client, llm: ScriptedLLM, key: str, workspace: Path,
-           tools: list[str] | None = None, message: str | None = None, run: bool = False,
-           **extra: Any) -> dict[str, Any]:
+def create(
+    client: httpx.Client,
+    llm: ScriptedLLM,
+    key: str,
+    workspace: Path,
+    tools: list[str] | None = None,
+    message: str | None = None,
+    run: bool = False,
+    **extra: Any,
+) -> dict[str, Any]:
     agent = agent_spec(llm, key, tools, **extra.pop("llm_extra", {}))
     if "agent_condenser" in extra:
         agent["condenser"] = extra.pop("agent_condenser")

@@ -16,8 +16,10 @@ FORGED = "2099-01-01 00:00:00,000 ERROR agent_server.errors: FORGED"
 
 
 def test_escape_writes_control_characters_as_escapes() -> None:
-    assert escape("a\nb\rc\x1b[31md\x00e\x7f\x85\u2028") == \
-        "a\\nb\\rc\\x1b[31md\\x00e\\x7f\\x85\\u2028"
+    assert (
+        escape("a\nb\rc\x1b[31md\x00e\x7f\x85\u2028")
+        == "a\\nb\\rc\\x1b[31md\\x00e\\x7f\\x85\\u2028"
+    )
     assert escape("plain é 中") == "plain é 中"
 
 

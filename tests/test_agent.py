@@ -21,32 +21,50 @@ from tests.support.wait import wait_for
 pytestmark = pytest.mark.e2e
 
 
-def test_runs_to_finish_with_real_tool_effects(client: httpx.Client, llm: ScriptedLLM, key: str,
-                                               tmp_path: Path) -> None:
+def test_runs_to_finish_with_real_tool_effects(
+    client: httpx.Client, llm: ScriptedLLM, key: str, tmp_path: Path
+) -> None:
     target = tmp_path / "app.py"
     llm.script(
         key,
-        call("task_tracker", command="plan",
-             task_list=[{"title": "write app.py", "status": "in_progress"}]),
+        call(
+            "task_tracker",
+            command="plan",
+            task_list=[{"title": "write app.py", "status": "in_progress"}],
+        ),
         call("file_editor", command="create", path=str(target), file_text="print('hi')\n"),
         call("file_editor", command="str_replace", path=str(target), old_str="hi", new_str="hello"),
         call("finish", message="app.py prints hello"),
     )
-    conv = create(client, llm, key, tmp_path, tools=["file_editor", "task_tracker"],
-                  message="write app.py", run=True)
+    conv = create(
+        client,
+        llm,
+        key,
+        tmp_path,
+        tools=["file_editor", "task_tracker"],
+        message="write app.py",
+        run=True,
+    )
     assert wait_status(client, conv["id"]) == "finished"
     assert target.read_text() == "print('hello')\n"
 
     kinds = [e["kind"] for e in events(client, conv["id"])]
     assert kinds[:3] == ["SystemPromptEvent", "MessageEvent", "ConversationStateUpdateEvent"]
     observations = events(client, conv["id"], "ObservationEvent")
-    assert [o["tool_name"] for o in observations] == ["task_tracker", "file_editor", "file_editor",
-                                                      "finish"]
+    assert [o["tool_name"] for o in observations] == [
+        "task_tracker",
+        "file_editor",
+        "file_editor",
+        "finish",
+    ]
     assert "write app.py" in observations[0]["observation"]["content"][0]["text"]
     actions = events(client, conv["id"], "ActionEvent")
     assert all(o["action_id"] == a["id"] for o, a in zip(observations, actions))
-    statuses = [e["value"] for e in events(client, conv["id"], "ConversationStateUpdateEvent")
-                if e["key"] == "execution_status"]
+    statuses = [
+        e["value"]
+        for e in events(client, conv["id"], "ConversationStateUpdateEvent")
+        if e["key"] == "execution_status"
+    ]
     assert statuses == ["running", "finished"]
 
     # The model saw each result after its call, and its own earlier calls.
@@ -59,8 +77,9 @@ def test_runs_to_finish_with_real_tool_effects(client: httpx.Client, llm: Script
     assert usage["prompt_tokens"] > 0 and usage["completion_tokens"] == 40
 
 
-def test_tools_offered_follow_the_agent_spec(client: httpx.Client, llm: ScriptedLLM, key: str,
-                                             tmp_path: Path) -> None:
+def test_tools_offered_follow_the_agent_spec(
+    client: httpx.Client, llm: ScriptedLLM, key: str, tmp_path: Path
+) -> None:
     llm.script(key, call("finish", message="ok"), call("finish", message="ok"))
     with_tools = create(client, llm, key, tmp_path, tools=["file_editor"], message="go", run=True)
     wait_status(client, with_tools["id"])
@@ -74,11 +93,14 @@ def test_tools_offered_follow_the_agent_spec(client: httpx.Client, llm: Scripted
     assert sorted(t["title"] for t in prompt["tools"]) == ["finish", "think"]
 
 
-def test_parallel_calls_share_a_response_and_run_in_order(client: httpx.Client, llm: ScriptedLLM,
-                                                           key: str, tmp_path: Path) -> None:
-    llm.script(key, calls(("think", {"thought": "one"}), ("think", {"thought": "two"}),
-                          text="thinking twice"),
-               call("finish", message="done"))
+def test_parallel_calls_share_a_response_and_run_in_order(
+    client: httpx.Client, llm: ScriptedLLM, key: str, tmp_path: Path
+) -> None:
+    llm.script(
+        key,
+        calls(("think", {"thought": "one"}), ("think", {"thought": "two"}), text="thinking twice"),
+        call("finish", message="done"),
+    )
     conv = create(client, llm, key, tmp_path, message="go", run=True)
     assert wait_status(client, conv["id"]) == "finished"
     actions = events(client, conv["id"], "ActionEvent")[:2]
@@ -90,11 +112,17 @@ def test_parallel_calls_share_a_response_and_run_in_order(client: httpx.Client, 
     assert [m["tool_call_id"] for m in second[3:5]] == [c["id"] for c in second[2]["tool_calls"]]
 
 
-def test_calls_after_finish_are_not_run(client: httpx.Client, llm: ScriptedLLM, key: str,
-                                        tmp_path: Path) -> None:
+def test_calls_after_finish_are_not_run(
+    client: httpx.Client, llm: ScriptedLLM, key: str, tmp_path: Path
+) -> None:
     target = tmp_path / "late.txt"
-    llm.script(key, calls(("finish", {"message": "done"}),
-                          ("file_editor", {"command": "create", "path": str(target), "file_text": "x"})))
+    llm.script(
+        key,
+        calls(
+            ("finish", {"message": "done"}),
+            ("file_editor", {"command": "create", "path": str(target), "file_text": "x"}),
+        ),
+    )
     conv = create(client, llm, key, tmp_path, tools=["file_editor"], message="go", run=True)
     assert wait_status(client, conv["id"]) == "finished"
     assert not target.exists()
@@ -102,8 +130,9 @@ def test_calls_after_finish_are_not_run(client: httpx.Client, llm: ScriptedLLM, 
     assert [e["tool_name"] for e in errors] == ["file_editor"]
 
 
-def test_bad_arguments_are_reported_and_the_model_recovers(client: httpx.Client, llm: ScriptedLLM,
-                                                           key: str, tmp_path: Path) -> None:
+def test_bad_arguments_are_reported_and_the_model_recovers(
+    client: httpx.Client, llm: ScriptedLLM, key: str, tmp_path: Path
+) -> None:
     llm.script(
         key,
         call("file_editor", command="create"),  # no path
@@ -126,16 +155,18 @@ def test_bad_arguments_are_reported_and_the_model_recovers(client: httpx.Client,
     assert invalid["action"] is None
 
 
-def test_rate_limit_is_retried_after_retry_after(client: httpx.Client, llm: ScriptedLLM, key: str,
-                                                 tmp_path: Path) -> None:
+def test_rate_limit_is_retried_after_retry_after(
+    client: httpx.Client, llm: ScriptedLLM, key: str, tmp_path: Path
+) -> None:
     llm.script(key, error(429, "slow down", retry_after=0.3), call("finish", message="done"))
     conv = create(client, llm, key, tmp_path, message="go", run=True)
     assert wait_status(client, conv["id"]) == "finished"
     assert len(llm.requests_for(key)) == 2
 
 
-def test_authentication_error_is_not_retried(client: httpx.Client, llm: ScriptedLLM, key: str,
-                                             tmp_path: Path) -> None:
+def test_authentication_error_is_not_retried(
+    client: httpx.Client, llm: ScriptedLLM, key: str, tmp_path: Path
+) -> None:
     llm.script(key, error(401, "bad key"))
     conv = create(client, llm, key, tmp_path, message="go", run=True)
     assert wait_status(client, conv["id"]) == "error"
@@ -145,8 +176,9 @@ def test_authentication_error_is_not_retried(client: httpx.Client, llm: Scripted
     assert "sk-test-key" not in json.dumps(events(client, conv["id"]))
 
 
-def test_server_errors_are_retried_then_reported(client: httpx.Client, llm: ScriptedLLM, key: str,
-                                                 tmp_path: Path) -> None:
+def test_server_errors_are_retried_then_reported(
+    client: httpx.Client, llm: ScriptedLLM, key: str, tmp_path: Path
+) -> None:
     llm.script(key, error(500), error(500), error(500))
     conv = create(client, llm, key, tmp_path, message="go", run=True)
     assert wait_status(client, conv["id"]) == "error"
@@ -154,8 +186,9 @@ def test_server_errors_are_retried_then_reported(client: httpx.Client, llm: Scri
     assert events(client, conv["id"], "ConversationErrorEvent")[-1]["code"] == "InternalServerError"
 
 
-def test_interrupt_cancels_a_slow_reply_and_run_resumes(client: httpx.Client, llm: ScriptedLLM,
-                                                        key: str, tmp_path: Path) -> None:
+def test_interrupt_cancels_a_slow_reply_and_run_resumes(
+    client: httpx.Client, llm: ScriptedLLM, key: str, tmp_path: Path
+) -> None:
     llm.script(key, Reply(text="never seen", delay=30), call("finish", message="done"))
     conv = create(client, llm, key, tmp_path, message="go", run=True)
     wait_for(lambda: llm.requests_for(key), what="the LLM request")
@@ -170,10 +203,14 @@ def test_interrupt_cancels_a_slow_reply_and_run_resumes(client: httpx.Client, ll
     assert wait_status(client, conv["id"], "finished") == "finished"
 
 
-def test_pause_takes_effect_between_steps(client: httpx.Client, llm: ScriptedLLM, key: str,
-                                          tmp_path: Path) -> None:
-    llm.script(key, Reply(tool_calls=[("think", {"thought": "a"})], delay=1.0),
-               call("finish", message="done"))
+def test_pause_takes_effect_between_steps(
+    client: httpx.Client, llm: ScriptedLLM, key: str, tmp_path: Path
+) -> None:
+    llm.script(
+        key,
+        Reply(tool_calls=[("think", {"thought": "a"})], delay=1.0),
+        call("finish", message="done"),
+    )
     conv = create(client, llm, key, tmp_path, message="go", run=True)
     wait_for(lambda: llm.requests_for(key), what="the LLM request")
     client.post(f"/api/conversations/{conv['id']}/pause")
@@ -186,11 +223,15 @@ def test_pause_takes_effect_between_steps(client: httpx.Client, llm: ScriptedLLM
 
 
 def test_a_run_asked_before_a_pause_takes_effect_withdraws_it(
-        client: httpx.Client, llm: ScriptedLLM, key: str, tmp_path: Path) -> None:
+    client: httpx.Client, llm: ScriptedLLM, key: str, tmp_path: Path
+) -> None:
     """Pause then run, both during one step (a control plane thawing a sandbox it froze while
     its run wound down): the run goes on to its end."""
-    llm.script(key, Reply(tool_calls=[("think", {"thought": "a"})], delay=1.0),
-               call("finish", message="done"))
+    llm.script(
+        key,
+        Reply(tool_calls=[("think", {"thought": "a"})], delay=1.0),
+        call("finish", message="done"),
+    )
     conv = create(client, llm, key, tmp_path, message="go", run=True)
     wait_for(lambda: llm.requests_for(key), what="the LLM request")
     client.post(f"/api/conversations/{conv['id']}/pause")
@@ -199,33 +240,39 @@ def test_a_run_asked_before_a_pause_takes_effect_withdraws_it(
     assert len(llm.requests_for(key)) == 2
 
 
-def test_max_iterations_ends_with_an_error(client: httpx.Client, llm: ScriptedLLM, key: str,
-                                           tmp_path: Path) -> None:
+def test_max_iterations_ends_with_an_error(
+    client: httpx.Client, llm: ScriptedLLM, key: str, tmp_path: Path
+) -> None:
     llm.script(key, *[call("think", thought=f"step {i}") for i in range(5)])
     conv = create(client, llm, key, tmp_path, message="go", run=True, max_iterations=3)
     assert wait_status(client, conv["id"]) == "error"
-    assert events(client, conv["id"], "ConversationErrorEvent")[-1]["code"] == "MaxIterationsReached"
+    assert (
+        events(client, conv["id"], "ConversationErrorEvent")[-1]["code"] == "MaxIterationsReached"
+    )
     assert len(llm.requests_for(key)) == 3
 
 
-def test_a_repeating_agent_is_stuck(client: httpx.Client, llm: ScriptedLLM, key: str,
-                                    tmp_path: Path) -> None:
+def test_a_repeating_agent_is_stuck(
+    client: httpx.Client, llm: ScriptedLLM, key: str, tmp_path: Path
+) -> None:
     llm.script(key, *[call("think", thought="same") for _ in range(6)])
     conv = create(client, llm, key, tmp_path, message="go", run=True)
     assert wait_status(client, conv["id"]) == "stuck"
     assert len(llm.requests_for(key)) == 4
 
 
-def test_alternating_agent_is_stuck(client: httpx.Client, llm: ScriptedLLM, key: str,
-                                    tmp_path: Path) -> None:
+def test_alternating_agent_is_stuck(
+    client: httpx.Client, llm: ScriptedLLM, key: str, tmp_path: Path
+) -> None:
     llm.script(key, *[call("think", thought="ab"[i % 2]) for i in range(8)])
     conv = create(client, llm, key, tmp_path, message="go", run=True)
     assert wait_status(client, conv["id"]) == "stuck"
     assert len(llm.requests_for(key)) == 6
 
 
-def test_a_plain_reply_finishes_and_a_new_message_continues(client: httpx.Client, llm: ScriptedLLM,
-                                                            key: str, tmp_path: Path) -> None:
+def test_a_plain_reply_finishes_and_a_new_message_continues(
+    client: httpx.Client, llm: ScriptedLLM, key: str, tmp_path: Path
+) -> None:
     llm.script(key, text("Which file?"), call("finish", message="done"))
     conv = create(client, llm, key, tmp_path, message="fix it", run=True)
     assert wait_status(client, conv["id"]) == "finished"
@@ -237,10 +284,14 @@ def test_a_plain_reply_finishes_and_a_new_message_continues(client: httpx.Client
     assert roles == ["system", "user", "assistant", "user"]
 
 
-def test_streaming_stores_the_same_events_and_no_deltas(client: httpx.Client, llm: ScriptedLLM,
-                                                        key: str, tmp_path: Path) -> None:
-    llm.script(key, call("think", "let me think about this", thought="streamed"),
-               text("all done, streamed in pieces"))
+def test_streaming_stores_the_same_events_and_no_deltas(
+    client: httpx.Client, llm: ScriptedLLM, key: str, tmp_path: Path
+) -> None:
+    llm.script(
+        key,
+        call("think", "let me think about this", thought="streamed"),
+        text("all done, streamed in pieces"),
+    )
     conv = create(client, llm, key, tmp_path, message="go", run=True, llm_extra={"stream": True})
     assert wait_status(client, conv["id"]) == "finished"
     action = events(client, conv["id"], "ActionEvent")[0]
@@ -252,14 +303,27 @@ def test_streaming_stores_the_same_events_and_no_deltas(client: httpx.Client, ll
     assert all(r["stream"] for r in llm.requests_for(key))
 
 
-def test_anthropic_thinking_blocks_are_kept_and_sent_back(client: httpx.Client, llm: ScriptedLLM,
-                                                          key: str, tmp_path: Path) -> None:
-    llm.script(key, Reply(text="checking", thinking=[("I should think first", "sig-123")],
-                          tool_calls=[("think", {"thought": "x"})]),
-               Reply(text="done"))
+def test_anthropic_thinking_blocks_are_kept_and_sent_back(
+    client: httpx.Client, llm: ScriptedLLM, key: str, tmp_path: Path
+) -> None:
+    llm.script(
+        key,
+        Reply(
+            text="checking",
+            thinking=[("I should think first", "sig-123")],
+            tool_calls=[("think", {"thought": "x"})],
+        ),
+        Reply(text="done"),
+    )
     body = {
-        "agent": {"llm": {"model": "anthropic/claude-sonnet-4-5", "api_key": "sk-ant-test",
-                          "base_url": llm.anthropic_base_url(key), "reasoning_effort": "low"}},
+        "agent": {
+            "llm": {
+                "model": "anthropic/claude-sonnet-4-5",
+                "api_key": "sk-ant-test",
+                "base_url": llm.anthropic_base_url(key),
+                "reasoning_effort": "low",
+            }
+        },
         "workspace": {"working_dir": str(tmp_path)},
         "initial_message": {"content": [{"text": "go"}], "run": True},
     }
@@ -267,11 +331,15 @@ def test_anthropic_thinking_blocks_are_kept_and_sent_back(client: httpx.Client, 
     assert wait_status(client, conv["id"]) == "finished"
     action = events(client, conv["id"], "ActionEvent")[0]
     assert action["thinking_blocks"] == [
-        {"type": "thinking", "thinking": "I should think first", "signature": "sig-123"}]
+        {"type": "thinking", "thinking": "I should think first", "signature": "sig-123"}
+    ]
     replayed = llm.requests_for(key)[1]["messages"]
     assistant = next(m for m in replayed if m["role"] == "assistant")
-    assert assistant["content"][0] == {"type": "thinking", "thinking": "I should think first",
-                                       "signature": "sig-123"}
+    assert assistant["content"][0] == {
+        "type": "thinking",
+        "thinking": "I should think first",
+        "signature": "sig-123",
+    }
     assert usage_of(client, conv["id"])["prompt_tokens"] == 200
 
 
@@ -279,14 +347,20 @@ def usage_of(client: httpx.Client, cid: str) -> dict[str, int]:
     return client.get(f"/api/conversations/{cid}").json()["metrics"]["accumulated_token_usage"]
 
 
-def test_cost_comes_from_the_bundled_price_map(client: httpx.Client, llm: ScriptedLLM, key: str,
-                                               tmp_path: Path) -> None:
-    llm.script(key, text("hi", usage={"prompt_tokens": 1000, "completion_tokens": 100,
-                                      "total_tokens": 1100}))
-    body = {"agent": {"llm": {"model": "openai/gpt-4o", "api_key": "sk-test",
-                              "base_url": llm.base_url(key)}},
-            "workspace": {"working_dir": str(tmp_path)},
-            "initial_message": {"content": [{"text": "go"}], "run": True}}
+def test_cost_comes_from_the_bundled_price_map(
+    client: httpx.Client, llm: ScriptedLLM, key: str, tmp_path: Path
+) -> None:
+    llm.script(
+        key,
+        text("hi", usage={"prompt_tokens": 1000, "completion_tokens": 100, "total_tokens": 1100}),
+    )
+    body = {
+        "agent": {
+            "llm": {"model": "openai/gpt-4o", "api_key": "sk-test", "base_url": llm.base_url(key)}
+        },
+        "workspace": {"working_dir": str(tmp_path)},
+        "initial_message": {"content": [{"text": "go"}], "run": True},
+    }
     conv = client.post("/api/conversations", json=body).json()
     assert wait_status(client, conv["id"]) == "finished"
     metrics = client.get(f"/api/conversations/{conv['id']}").json()["metrics"]
@@ -294,25 +368,32 @@ def test_cost_comes_from_the_bundled_price_map(client: httpx.Client, llm: Script
     assert metrics["accumulated_token_usage"]["prompt_tokens"] == 1000
 
 
-def test_twenty_conversations_run_at_once(client: httpx.Client, llm: ScriptedLLM,
-                                          tmp_path: Path) -> None:
+def test_twenty_conversations_run_at_once(
+    client: httpx.Client, llm: ScriptedLLM, tmp_path: Path
+) -> None:
     ids = []
     for i in range(20):
         key = f"many-{i}-{time.time_ns()}"
-        llm.script(key, *[call("think", thought=f"{i}-{n}") for n in range(3)],
-                   call("finish", message=f"done {i}"))
+        llm.script(
+            key,
+            *[call("think", thought=f"{i}-{n}") for n in range(3)],
+            call("finish", message=f"done {i}"),
+        )
         ids.append(create(client, llm, key, tmp_path, message="go", run=True)["id"])
     for cid in ids:
         assert wait_status(client, cid) == "finished"
         assert len(events(client, cid, "ObservationEvent")) == 4
 
 
-def test_terminal_effects_persist_across_calls(client: httpx.Client, llm: ScriptedLLM, key: str,
-                                               tmp_path: Path) -> None:
-    llm.script(key,
-               call("terminal", command="mkdir sub && cd sub && export GREETING=hello"),
-               call("terminal", command="echo $GREETING > out.txt && pwd"),
-               call("finish", message="done"))
+def test_terminal_effects_persist_across_calls(
+    client: httpx.Client, llm: ScriptedLLM, key: str, tmp_path: Path
+) -> None:
+    llm.script(
+        key,
+        call("terminal", command="mkdir sub && cd sub && export GREETING=hello"),
+        call("terminal", command="echo $GREETING > out.txt && pwd"),
+        call("finish", message="done"),
+    )
     conv = create(client, llm, key, tmp_path, tools=["terminal"], message="go", run=True)
     assert wait_status(client, conv["id"]) == "finished"
     assert (tmp_path / "sub" / "out.txt").read_text() == "hello\n"
@@ -321,19 +402,25 @@ def test_terminal_effects_persist_across_calls(client: httpx.Client, llm: Script
     assert str(tmp_path / "sub") in second["content"][0]["text"]
 
 
-def test_interrupt_during_a_tool_leaves_a_valid_history(client: httpx.Client, llm: ScriptedLLM,
-                                                        key: str, tmp_path: Path) -> None:
+def test_interrupt_during_a_tool_leaves_a_valid_history(
+    client: httpx.Client, llm: ScriptedLLM, key: str, tmp_path: Path
+) -> None:
     started = tmp_path / "started"
-    llm.script(key, call("terminal", command=f"touch {started} && sleep 100"),
-               call("finish", message="done"))
+    llm.script(
+        key,
+        call("terminal", command=f"touch {started} && sleep 100"),
+        call("finish", message="done"),
+    )
     conv = create(client, llm, key, tmp_path, tools=["terminal"], message="go", run=True)
     # The tool itself says when it is running (no guess at how long that takes).
     wait_for(started.exists, what="the terminal command to start")
     assert client.post(f"/api/conversations/{conv['id']}/interrupt").status_code == 200
     assert status(client, conv["id"]) == "paused"
     [error] = events(client, conv["id"], "AgentErrorEvent")
-    assert (error["tool_name"], error["error"]) == ("terminal",
-                                                    "Interrupted before this call finished.")
+    assert (error["tool_name"], error["error"]) == (
+        "terminal",
+        "Interrupted before this call finished.",
+    )
     client.post(f"/api/conversations/{conv['id']}/run")
     assert wait_status(client, conv["id"], "finished") == "finished"
     # The model saw a result for its cut call before being asked again.
@@ -348,8 +435,7 @@ def test_restart_in_the_middle_of_a_run(llm: ScriptedLLM, key: str, tmp_path: Pa
     try:
         llm.script(key, call("terminal", command="sleep 100"), call("finish", message="done"))
         with proc.client() as c:
-            conv = create(c, llm, key, tmp_path / "ws", tools=["terminal"], message="go",
-                          run=True)
+            conv = create(c, llm, key, tmp_path / "ws", tools=["terminal"], message="go", run=True)
             wait_for(lambda: events(c, conv["id"], "ActionEvent"), what="the terminal call")
         proc.kill()
         proc.start()
@@ -367,7 +453,8 @@ def test_restart_in_the_middle_of_a_run(llm: ScriptedLLM, key: str, tmp_path: Pa
 
 
 def test_a_model_server_that_writes_headers_and_body_apart_costs_no_ack_delay(
-        client: httpx.Client, tmp_path: Path) -> None:
+    client: httpx.Client, tmp_path: Path
+) -> None:
     """Against a server that sends its headers, then its body, with Nagle on (http.server),
     each reply used to wait ~40 ms for the client's delayed ACK before its body came."""
     raw = ScriptedLLM().start_raw()
@@ -376,8 +463,10 @@ def test_a_model_server_that_writes_headers_and_body_apart_costs_no_ack_delay(
         raw.script("k", *[call("think", thought=f"step {i}") for i in range(steps)], text("done"))
         conv = create(client, raw, "k", tmp_path, message="think", run=True)
         wait_status(client, conv["id"], "finished", timeout=60)
-        stamps = [datetime.fromisoformat(e["timestamp"]).timestamp()
-                  for e in events(client, conv["id"], "ActionEvent")]
+        stamps = [
+            datetime.fromisoformat(e["timestamp"]).timestamp()
+            for e in events(client, conv["id"], "ActionEvent")
+        ]
         delays = sorted((a - r) * 1000 for a, r in zip(stamps, raw.answered["k"]))
         assert len(delays) == steps
         # The stall was 40 ms and more at every step; a loaded machine slows some steps
@@ -388,7 +477,8 @@ def test_a_model_server_that_writes_headers_and_body_apart_costs_no_ack_delay(
 
 
 def test_a_call_with_tools_loads_neither_litellm_s_mcp_gateway_nor_a_tokenizer(
-        llm: ScriptedLLM, key: str) -> None:
+    llm: ScriptedLLM, key: str
+) -> None:
     """Each was tens of MB a conversation never used (the server went from ~190 to ~250 MB
     on its first step)."""
     llm.script(key, call("think", thought="x"))
@@ -398,7 +488,8 @@ from agent_server.agent import llm
 from agent_server.agent.spec import LLMConfig
 config = LLMConfig(model="openai/test-model", base_url={llm.base_url(key)!r}, api_key="sk",
                    num_retries=0)
-tools = [{{"type": "function", "function": {{"name": "think", "parameters": {{"type": "object"}}}}}}]
+think = {{"name": "think", "parameters": {{"type": "object"}}}}
+tools = [{{"type": "function", "function": think}}]
 done = asyncio.run(llm.complete(config, [{{"role": "user", "content": "x"}}], tools))
 assert done.tool_calls[0].name == "think", done
 gateway = [m for m in sys.modules if m.startswith("mcp.server")
@@ -406,7 +497,12 @@ gateway = [m for m in sys.modules if m.startswith("mcp.server")
 encoding = sys.modules["litellm.main"]._encoding_cache
 print(gateway, type(encoding).__name__, getattr(encoding, "_encoding", "loaded"))
 """
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                         timeout=120, cwd=Path(__file__).resolve().parent.parent)
+    out = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=Path(__file__).resolve().parent.parent,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.split() == ["[]", "_LazyEncoding", "None"], out.stdout

@@ -70,8 +70,9 @@ def aware(stamp: str) -> datetime:
 
 
 @pytest.fixture(scope="module")
-def conv(server: ServerProcess, llm: ScriptedLLM,
-         tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+def conv(
+    server: ServerProcess, llm: ScriptedLLM, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, Any]:
     """A conversation with a few user messages, shared by the read-only tests."""
     with server.client() as c:
         made = create(c, llm, "api-shared", tmp_path_factory.mktemp("shared"))
@@ -84,15 +85,19 @@ def conv(server: ServerProcess, llm: ScriptedLLM,
 # -- creating and reading conversations ---------------------------------------------------
 
 
-def test_create_answers_201_with_the_conversation(client: httpx.Client, llm: ScriptedLLM,
-                                                  key: str, tmp_path: Path) -> None:
+def test_create_answers_201_with_the_conversation(
+    client: httpx.Client, llm: ScriptedLLM, key: str, tmp_path: Path
+) -> None:
     secret = f"sk-real-{uuid.uuid4().hex}"
     workspace = tmp_path / "not" / "yet" / "there"
-    r = client.post(C, json={
-        "agent": agent_spec(llm, key, api_key=secret),
-        "workspace": {"working_dir": str(workspace)},
-        "title": "my task",
-    })
+    r = client.post(
+        C,
+        json={
+            "agent": agent_spec(llm, key, api_key=secret),
+            "workspace": {"working_dir": str(workspace)},
+            "title": "my task",
+        },
+    )
     assert r.status_code == 201, r.text
     body = r.json()
     assert str(uuid.UUID(body["id"])) == body["id"]
@@ -106,21 +111,32 @@ def test_create_answers_201_with_the_conversation(client: httpx.Client, llm: Scr
     assert aware(body["created_at"]) <= aware(body["updated_at"])
     assert workspace.is_dir()
     # The key is nowhere a client can read it.
-    for url in (f"{C}/{body['id']}", f"{C}?ids={body['id']}", f"{C}/search",
-                f"{C}/{body['id']}/events/search"):
+    for url in (
+        f"{C}/{body['id']}",
+        f"{C}?ids={body['id']}",
+        f"{C}/search",
+        f"{C}/{body['id']}/events/search",
+    ):
         answer = client.get(url)
         assert answer.status_code == 200 and secret not in answer.text, url
     assert secret not in r.text
 
 
 def test_create_with_the_same_conversation_id_returns_the_existing_one(
-        client: httpx.Client, llm: ScriptedLLM, key: str, tmp_path: Path) -> None:
+    client: httpx.Client, llm: ScriptedLLM, key: str, tmp_path: Path
+) -> None:
     conv_id = str(uuid.uuid4())
     first = create(client, llm, key, tmp_path, conversation_id=conv_id, title="first")
     assert first["id"] == conv_id
-    r = client.post(C, json={"agent": agent_spec(llm, key), "conversation_id": conv_id,
-                             "workspace": {"working_dir": str(tmp_path / "other")},
-                             "title": "second"})
+    r = client.post(
+        C,
+        json={
+            "agent": agent_spec(llm, key),
+            "conversation_id": conv_id,
+            "workspace": {"working_dir": str(tmp_path / "other")},
+            "title": "second",
+        },
+    )
     assert r.status_code == 200, r.text
     assert r.json() == first
     assert not (tmp_path / "other").exists()
@@ -128,8 +144,9 @@ def test_create_with_the_same_conversation_id_returns_the_existing_one(
     assert len(events(client, conv_id)["items"]) == 1  # one SystemPromptEvent, not two
 
 
-def test_get_and_batch_get(client: httpx.Client, llm: ScriptedLLM, key: str,
-                           tmp_path: Path) -> None:
+def test_get_and_batch_get(
+    client: httpx.Client, llm: ScriptedLLM, key: str, tmp_path: Path
+) -> None:
     a = create(client, llm, key, tmp_path / "a")
     b = create(client, llm, key, tmp_path / "b")
     assert client.get(f"{C}/{a['id']}").json() == a
@@ -139,8 +156,9 @@ def test_get_and_batch_get(client: httpx.Client, llm: ScriptedLLM, key: str,
     assert r.json() == [b, None, a]
 
 
-def test_search_pages_cover_everything_once(client: httpx.Client, llm: ScriptedLLM, key: str,
-                                            tmp_path: Path) -> None:
+def test_search_pages_cover_everything_once(
+    client: httpx.Client, llm: ScriptedLLM, key: str, tmp_path: Path
+) -> None:
     mine = {create(client, llm, key, tmp_path / str(i))["id"] for i in range(5)}
     total = client.get(f"{C}/count").json()
     assert isinstance(total, int) and total >= 5
@@ -151,19 +169,23 @@ def test_search_pages_cover_everything_once(client: httpx.Client, llm: ScriptedL
     newest_first = [aware(c["created_at"]) for c in paged]
     assert newest_first == sorted(newest_first, reverse=True)
     # One big page holds the same conversations in the same order.
-    assert [c["id"] for c in client.get(f"{C}/search", params={"limit": 100}).json()["items"]] \
-        == ids[:100]
+    assert [
+        c["id"] for c in client.get(f"{C}/search", params={"limit": 100}).json()["items"]
+    ] == ids[:100]
     oldest_first = all_pages(client, f"{C}/search", limit=3, sort_order="CREATED_AT")
     assert [c["id"] for c in oldest_first] == ids[::-1]
 
 
-def test_search_and_count_filter_by_status(client: httpx.Client, llm: ScriptedLLM, key: str,
-                                           tmp_path: Path) -> None:
+def test_search_and_count_filter_by_status(
+    client: httpx.Client, llm: ScriptedLLM, key: str, tmp_path: Path
+) -> None:
     llm.script(key, call("finish", message="done"))
     done = create(client, llm, key, tmp_path / "done")
     assert client.post(f"{C}/{done['id']}/run").status_code == 200
-    wait_for(lambda: client.get(f"{C}/{done['id']}").json()["execution_status"] == "finished",
-             what="the run to finish")
+    wait_for(
+        lambda: client.get(f"{C}/{done['id']}").json()["execution_status"] == "finished",
+        what="the run to finish",
+    )
     idle = create(client, llm, key, tmp_path / "idle")
     for status, member, outsider in (("finished", done, idle), ("idle", idle, done)):
         found = all_pages(client, f"{C}/search", limit=100, status=status)
@@ -174,15 +196,18 @@ def test_search_and_count_filter_by_status(client: httpx.Client, llm: ScriptedLL
 
 
 def test_delete_removes_the_conversation_but_not_its_workspace(
-        client: httpx.Client, llm: ScriptedLLM, key: str, tmp_path: Path, server: ServerProcess
+    client: httpx.Client, llm: ScriptedLLM, key: str, tmp_path: Path, server: ServerProcess
 ) -> None:
     made = create(client, llm, key, tmp_path)
     (tmp_path / "work.txt").write_text("keep me")
     count = client.get(f"{C}/count").json()
     r = client.delete(f"{C}/{made['id']}")
     assert r.status_code == 200 and r.json() == {"success": True}
-    for url in (f"{C}/{made['id']}", f"{C}/{made['id']}/events/search",
-                f"{C}/{made['id']}/events/count"):
+    for url in (
+        f"{C}/{made['id']}",
+        f"{C}/{made['id']}/events/search",
+        f"{C}/{made['id']}/events/count",
+    ):
         gone = client.get(url)
         assert gone.status_code == 404 and isinstance(gone.json()["detail"], str), url
     assert client.get(C, params={"ids": made["id"]}).json() == [None]
@@ -194,7 +219,8 @@ def test_delete_removes_the_conversation_but_not_its_workspace(
 
 
 def test_run_finishes_and_a_second_run_while_running_is_harmless(
-        client: httpx.Client, llm: ScriptedLLM, key: str, tmp_path: Path) -> None:
+    client: httpx.Client, llm: ScriptedLLM, key: str, tmp_path: Path
+) -> None:
     slow_finish = call("finish", message="all done")
     slow_finish.delay = 1.5
     llm.script(key, slow_finish)
@@ -213,8 +239,9 @@ def test_run_finishes_and_a_second_run_while_running_is_harmless(
     assert client.get(url).json()["metrics"]["accumulated_token_usage"]["prompt_tokens"] > 0
 
 
-def test_delete_stops_a_running_conversation(client: httpx.Client, llm: ScriptedLLM, key: str,
-                                            tmp_path: Path, server: ServerProcess) -> None:
+def test_delete_stops_a_running_conversation(
+    client: httpx.Client, llm: ScriptedLLM, key: str, tmp_path: Path, server: ServerProcess
+) -> None:
     slow = call("finish", message="too late")
     slow.delay = 20
     llm.script(key, slow)
@@ -229,10 +256,14 @@ def test_delete_stops_a_running_conversation(client: httpx.Client, llm: Scripted
 
 
 def test_concurrent_creates_with_one_conversation_id_make_one_conversation(
-        server: ServerProcess, llm: ScriptedLLM, key: str, tmp_path: Path) -> None:
+    server: ServerProcess, llm: ScriptedLLM, key: str, tmp_path: Path
+) -> None:
     conv_id = str(uuid.uuid4())
-    body = {"agent": agent_spec(llm, key), "conversation_id": conv_id,
-            "workspace": {"working_dir": str(tmp_path)}}
+    body = {
+        "agent": agent_spec(llm, key),
+        "conversation_id": conv_id,
+        "workspace": {"working_dir": str(tmp_path)},
+    }
 
     def post(_: int) -> tuple[int, str]:
         with server.client() as c:
@@ -244,21 +275,25 @@ def test_concurrent_creates_with_one_conversation_id_make_one_conversation(
     assert sorted(status for status, _ in answers) == [200, 200, 200, 201]
     assert {made for _, made in answers} == {conv_id}
     with server.client() as c:
-        assert c.get(f"{C}/{conv_id}/events/count",
-                     params={"kind__eq": "SystemPromptEvent"}).json() == 1
+        assert (
+            c.get(f"{C}/{conv_id}/events/count", params={"kind__eq": "SystemPromptEvent"}).json()
+            == 1
+        )
 
 
 # -- SPEC 2.6: which tools the agent gets ----------------------------------------------------
 
 
 def test_an_agent_without_tools_has_only_finish_and_think(
-        client: httpx.Client, llm: ScriptedLLM, key: str, tmp_path: Path) -> None:
+    client: httpx.Client, llm: ScriptedLLM, key: str, tmp_path: Path
+) -> None:
     made = create(client, llm, key, tmp_path)
     assert sorted(tool_titles(client, made["id"])) == ["finish", "think"]
 
 
 def test_tools_given_inline_are_added_to_finish_and_think(
-        client: httpx.Client, llm: ScriptedLLM, key: str, tmp_path: Path) -> None:
+    client: httpx.Client, llm: ScriptedLLM, key: str, tmp_path: Path
+) -> None:
     made = create(client, llm, key, tmp_path, tools=["file_editor"])
     assert sorted(tool_titles(client, made["id"])) == ["file_editor", "finish", "think"]
     assert made["agent"]["tools"] == [{"name": "file_editor", "params": {}}]
@@ -267,11 +302,19 @@ def test_tools_given_inline_are_added_to_finish_and_think(
 @pytest.fixture
 def settings_with_tools(client: httpx.Client, llm: ScriptedLLM, key: str) -> Iterator[str]:
     secret = f"sk-settings-{uuid.uuid4().hex}"
-    r = client.patch("/api/settings", json={"agent": {
-        "llm": {"model": "openai/settings-model", "base_url": llm.base_url(key),
-                "api_key": secret},
-        "tools": [{"name": "task_tracker"}],
-    }})
+    r = client.patch(
+        "/api/settings",
+        json={
+            "agent": {
+                "llm": {
+                    "model": "openai/settings-model",
+                    "base_url": llm.base_url(key),
+                    "api_key": secret,
+                },
+                "tools": [{"name": "task_tracker"}],
+            }
+        },
+    )
     assert r.status_code == 200, r.text
     yield secret
     r = client.patch("/api/settings", json={"agent": {"llm": None, "tools": []}})
@@ -279,8 +322,8 @@ def settings_with_tools(client: httpx.Client, llm: ScriptedLLM, key: str) -> Ite
 
 
 def test_inline_agent_without_tools_drops_the_tools_of_the_settings(
-        client: httpx.Client, llm: ScriptedLLM, key: str, tmp_path: Path,
-        settings_with_tools: str) -> None:
+    client: httpx.Client, llm: ScriptedLLM, key: str, tmp_path: Path, settings_with_tools: str
+) -> None:
     made = create(client, llm, key, tmp_path)
     assert sorted(tool_titles(client, made["id"])) == ["finish", "think"]
     assert made["agent"]["tools"] == []
@@ -288,7 +331,8 @@ def test_inline_agent_without_tools_drops_the_tools_of_the_settings(
 
 
 def test_a_request_without_agent_uses_the_settings_agent_with_its_tools(
-        client: httpx.Client, tmp_path: Path, settings_with_tools: str) -> None:
+    client: httpx.Client, tmp_path: Path, settings_with_tools: str
+) -> None:
     r = client.post(C, json={"workspace": {"working_dir": str(tmp_path)}})
     assert r.status_code == 201, r.text
     made = r.json()
@@ -299,7 +343,8 @@ def test_a_request_without_agent_uses_the_settings_agent_with_its_tools(
 
 
 def test_a_request_without_workspace_gets_the_default_one(
-        client: httpx.Client, llm: ScriptedLLM, key: str, server: ServerProcess) -> None:
+    client: httpx.Client, llm: ScriptedLLM, key: str, server: ServerProcess
+) -> None:
     r = client.post(C, json={"agent": agent_spec(llm, key)})
     assert r.status_code == 201, r.text
     working_dir = Path(r.json()["workspace"]["working_dir"])
@@ -322,10 +367,11 @@ def test_a_user_message_is_a_message_event(client: httpx.Client, conv: dict[str,
     assert client.get(f"{C}/{conv['id']}").json()["execution_status"] == "idle"  # run: false
 
 
-def test_search_returns_exactly_the_stored_events(client: httpx.Client, conv: dict[str, Any],
-                                                  server: ServerProcess) -> None:
+def test_search_returns_exactly_the_stored_events(
+    client: httpx.Client, conv: dict[str, Any], server: ServerProcess
+) -> None:
     items = events(client, conv["id"], limit=1000)["items"]
-    stored = (server.state_dir / "conversations" / uuid.UUID(conv["id"]).hex / "events.jsonl")
+    stored = server.state_dir / "conversations" / uuid.UUID(conv["id"]).hex / "events.jsonl"
     assert items == [json.loads(line) for line in stored.read_text().splitlines()]
     ids = [e["id"] for e in items]
     assert ids == sorted(ids) and len(set(ids)) == len(ids)
@@ -344,8 +390,10 @@ def test_search_filters_by_kind_and_source(client: httpx.Client, conv: dict[str,
         ({"kind__eq": "PauseEvent"}, lambda e: e["kind"] == "PauseEvent"),
         ({"source__eq": "user"}, lambda e: e["source"] == "user"),
         ({"source__eq": "agent"}, lambda e: e["source"] == "agent"),
-        ({"kind__eq": "MessageEvent", "source__eq": "agent"},
-         lambda e: e["kind"] == "MessageEvent" and e["source"] == "agent"),
+        (
+            {"kind__eq": "MessageEvent", "source__eq": "agent"},
+            lambda e: e["kind"] == "MessageEvent" and e["source"] == "agent",
+        ),
     ):
         expected = [e for e in everything if keep(e)]
         assert events(client, conv["id"], limit=1000, **params)["items"] == expected, params
@@ -354,8 +402,7 @@ def test_search_filters_by_kind_and_source(client: httpx.Client, conv: dict[str,
     assert client.get(f"{C}/{conv['id']}/events/count").json() == len(everything)
 
 
-def test_search_filters_messages_by_their_text(client: httpx.Client,
-                                                conv: dict[str, Any]) -> None:
+def test_search_filters_messages_by_their_text(client: httpx.Client, conv: dict[str, Any]) -> None:
     """OpenHands' `body` filter (the web frontend and the API skill client search with it)."""
     url = f"{C}/{conv['id']}/events/search"
     everything = events(client, conv["id"], limit=1000)["items"]
@@ -363,9 +410,13 @@ def test_search_filters_messages_by_their_text(client: httpx.Client,
     fixed = events(client, conv["id"], body="PARSER BUG")["items"]
     assert [e["llm_message"]["content"][0]["text"] for e in fixed] == ["Please fix the Parser bug"]
     assert events(client, conv["id"], body="t")["items"] == [
-        e for e in [*everything, *fixed] if e["kind"] == "MessageEvent"
-        and "t" in e["llm_message"]["content"][0]["text"]]  # two, three; not one
-    assert all_pages(client, url, limit=1, body="o") == events(client, conv["id"], body="o")["items"]
+        e
+        for e in [*everything, *fixed]
+        if e["kind"] == "MessageEvent" and "t" in e["llm_message"]["content"][0]["text"]
+    ]  # two, three; not one
+    assert (
+        all_pages(client, url, limit=1, body="o") == events(client, conv["id"], body="o")["items"]
+    )
     assert client.get(f"{C}/{conv['id']}/events/count", params={"body": "parser"}).json() == 1
     assert events(client, conv["id"], body="parser", kind__eq="ActionEvent")["items"] == []
     assert events(client, conv["id"], body="nowhere at all")["items"] == []
@@ -403,11 +454,19 @@ def test_search_by_time(client: httpx.Client, conv: dict[str, Any]) -> None:
         assert events(client, conv["id"], timestamp__gte=zulu)["items"] == later
         shifted = moment.astimezone(datetime.fromisoformat("2000-01-01T00:00:00+05:30").tzinfo)
         assert events(client, conv["id"], timestamp__gte=shifted.isoformat())["items"] == later
-    window = events(client, conv["id"], timestamp__gte=everything[1]["timestamp"],
-                    timestamp__lt=everything[3]["timestamp"])["items"]
-    assert window == [e for e in everything
-                      if aware(everything[1]["timestamp"]) <= aware(e["timestamp"])
-                      < aware(everything[3]["timestamp"])]
+    window = events(
+        client,
+        conv["id"],
+        timestamp__gte=everything[1]["timestamp"],
+        timestamp__lt=everything[3]["timestamp"],
+    )["items"]
+    assert window == [
+        e
+        for e in everything
+        if aware(everything[1]["timestamp"])
+        <= aware(e["timestamp"])
+        < aware(everything[3]["timestamp"])
+    ]
     pivot = everything[1]["timestamp"]
     count = client.get(f"{C}/{conv['id']}/events/count", params={"timestamp__gte": pivot}).json()
     assert count == len([e for e in everything if aware(e["timestamp"]) >= aware(pivot)])
@@ -435,10 +494,12 @@ NOT_FOUND = [
 ]
 
 
-@pytest.mark.parametrize(("method", "url", "body"), NOT_FOUND,
-                         ids=[f"{m} {u}" for m, u, _ in NOT_FOUND])
-def test_unknown_conversation_is_404(client: httpx.Client, method: str, url: str,
-                                     body: Any) -> None:
+@pytest.mark.parametrize(
+    ("method", "url", "body"), NOT_FOUND, ids=[f"{m} {u}" for m, u, _ in NOT_FOUND]
+)
+def test_unknown_conversation_is_404(
+    client: httpx.Client, method: str, url: str, body: Any
+) -> None:
     r = client.request(method, url, json=body)
     assert r.status_code == 404, r.text
     assert set(r.json()) == {"detail"} and UNKNOWN in r.json()["detail"]
@@ -451,12 +512,19 @@ def test_unknown_event_is_404(client: httpx.Client, conv: dict[str, Any], event_
     assert isinstance(r.json()["detail"], str)
 
 
-@pytest.mark.parametrize(("method", "url", "status"), [
-    ("GET", "/api/nope", 404), ("GET", "/nope", 404), ("PUT", "/api/settings", 405),
-    ("POST", f"{C}/count", 405), ("POST", "/health", 405),
-])
-def test_unknown_routes_and_methods_answer_a_json_detail(client: httpx.Client, method: str,
-                                                        url: str, status: int) -> None:
+@pytest.mark.parametrize(
+    ("method", "url", "status"),
+    [
+        ("GET", "/api/nope", 404),
+        ("GET", "/nope", 404),
+        ("PUT", "/api/settings", 405),
+        ("POST", f"{C}/count", 405),
+        ("POST", "/health", 405),
+    ],
+)
+def test_unknown_routes_and_methods_answer_a_json_detail(
+    client: httpx.Client, method: str, url: str, status: int
+) -> None:
     r = client.request(method, url)
     assert r.status_code == status
     assert r.headers["content-type"].startswith("application/json")
@@ -465,8 +533,11 @@ def test_unknown_routes_and_methods_answer_a_json_detail(client: httpx.Client, m
 
 def test_an_oversized_body_is_413(client: httpx.Client) -> None:
     before = client.get(f"{C}/count").json()
-    r = client.post(C, content=b'{"title": "' + b"x" * (9 * 1024 * 1024) + b'"}',
-                    headers={"content-type": "application/json"})
+    r = client.post(
+        C,
+        content=b'{"title": "' + b"x" * (9 * 1024 * 1024) + b'"}',
+        headers={"content-type": "application/json"},
+    )
     assert r.status_code == 413 and isinstance(r.json()["detail"], str)
     assert client.get(f"{C}/count").json() == before
 
@@ -494,9 +565,12 @@ def assert_validation_error(r: httpx.Response, loc: list[Any]) -> list[dict[str,
 
 
 def _conv_body(tmp: str = "/tmp/agent-server-test-422", **changes: Any) -> dict[str, Any]:
-    body: dict[str, Any] = {"agent": {"llm": {"model": "openai/m", "api_key": "sk-x",
-                                              "base_url": "http://127.0.0.1:9/v1"}},
-                            "workspace": {"working_dir": tmp}}
+    body: dict[str, Any] = {
+        "agent": {
+            "llm": {"model": "openai/m", "api_key": "sk-x", "base_url": "http://127.0.0.1:9/v1"}
+        },
+        "workspace": {"working_dir": tmp},
+    }
     for dotted, value in changes.items():
         *parents, last = dotted.split(".")
         node = body
@@ -515,33 +589,97 @@ INVALID: list[tuple[str, str, str, dict[str, Any], list[Any]]] = [
     ("body is not utf-8", "POST", C, {"content": b'{"title": "\xff"}'}, ["body"]),
     ("agent is a string", "POST", C, {"json": _conv_body(agent="x")}, ["body", "agent"]),
     ("llm missing", "POST", C, {"json": {"agent": {"tools": []}}}, ["body", "agent", "llm"]),
-    ("model is a number", "POST", C, {"json": _conv_body(**{"agent.llm.model": 5})},
-     ["body", "agent", "llm", "model"]),
-    ("temperature too high", "POST", C, {"json": _conv_body(**{"agent.llm.temperature": 5})},
-     ["body", "agent", "llm", "temperature"]),
-    ("tools is a string", "POST", C, {"json": _conv_body(**{"agent.tools": "file_editor"})},
-     ["body", "agent", "tools"]),
-    ("tool without name", "POST", C, {"json": _conv_body(**{"agent.tools": [{}]})},
-     ["body", "agent", "tools", 0, "name"]),
-    ("unknown tool", "POST", C,
-     {"json": _conv_body(**{"agent.tools": [{"name": "file_editor"}, {"name": "teleporter"}]})},
-     ["body", "agent", "tools", 1, "name"]),
-    ("relative working_dir", "POST", C, {"json": _conv_body(tmp="relative/dir")},
-     ["body", "workspace", "working_dir"]),
-    ("working_dir is a file", "POST", C, {"json": _conv_body(tmp="/etc/passwd")},
-     ["body", "workspace", "working_dir"]),
-    ("bad conversation_id", "POST", C, {"json": _conv_body(conversation_id="conv-1")},
-     ["body", "conversation_id"]),
-    ("max_iterations 0", "POST", C, {"json": _conv_body(max_iterations=0)},
-     ["body", "max_iterations"]),
-    ("empty initial message", "POST", C, {"json": _conv_body(initial_message={"content": []})},
-     ["body", "initial_message", "content"]),
-    ("message from assistant", "POST", C + "/{cid}/events",
-     {"json": {"role": "assistant", "content": [{"type": "text", "text": "x"}]}}, ["body", "role"]),
-    ("message content a string", "POST", C + "/{cid}/events", {"json": {"content": "hi"}},
-     ["body", "content"]),
-    ("message run not a bool", "POST", C + "/{cid}/events",
-     {"json": {**message("x"), "run": "maybe"}}, ["body", "run"]),
+    (
+        "model is a number",
+        "POST",
+        C,
+        {"json": _conv_body(**{"agent.llm.model": 5})},
+        ["body", "agent", "llm", "model"],
+    ),
+    (
+        "temperature too high",
+        "POST",
+        C,
+        {"json": _conv_body(**{"agent.llm.temperature": 5})},
+        ["body", "agent", "llm", "temperature"],
+    ),
+    (
+        "tools is a string",
+        "POST",
+        C,
+        {"json": _conv_body(**{"agent.tools": "file_editor"})},
+        ["body", "agent", "tools"],
+    ),
+    (
+        "tool without name",
+        "POST",
+        C,
+        {"json": _conv_body(**{"agent.tools": [{}]})},
+        ["body", "agent", "tools", 0, "name"],
+    ),
+    (
+        "unknown tool",
+        "POST",
+        C,
+        {"json": _conv_body(**{"agent.tools": [{"name": "file_editor"}, {"name": "teleporter"}]})},
+        ["body", "agent", "tools", 1, "name"],
+    ),
+    (
+        "relative working_dir",
+        "POST",
+        C,
+        {"json": _conv_body(tmp="relative/dir")},
+        ["body", "workspace", "working_dir"],
+    ),
+    (
+        "working_dir is a file",
+        "POST",
+        C,
+        {"json": _conv_body(tmp="/etc/passwd")},
+        ["body", "workspace", "working_dir"],
+    ),
+    (
+        "bad conversation_id",
+        "POST",
+        C,
+        {"json": _conv_body(conversation_id="conv-1")},
+        ["body", "conversation_id"],
+    ),
+    (
+        "max_iterations 0",
+        "POST",
+        C,
+        {"json": _conv_body(max_iterations=0)},
+        ["body", "max_iterations"],
+    ),
+    (
+        "empty initial message",
+        "POST",
+        C,
+        {"json": _conv_body(initial_message={"content": []})},
+        ["body", "initial_message", "content"],
+    ),
+    (
+        "message from assistant",
+        "POST",
+        C + "/{cid}/events",
+        {"json": {"role": "assistant", "content": [{"type": "text", "text": "x"}]}},
+        ["body", "role"],
+    ),
+    (
+        "message content a string",
+        "POST",
+        C + "/{cid}/events",
+        {"json": {"content": "hi"}},
+        ["body", "content"],
+    ),
+    (
+        "message run not a bool",
+        "POST",
+        C + "/{cid}/events",
+        {"json": {**message("x"), "run": "maybe"}},
+        ["body", "run"],
+    ),
     ("message malformed json", "POST", C + "/{cid}/events", {"content": b"{"}, ["body"]),
     ("message body empty", "POST", C + "/{cid}/events", {"content": b""}, ["body"]),
     ("path id not a uuid: get", "GET", C + "/not-a-uuid", {}, ["path", "conversation_id"]),
@@ -549,52 +687,141 @@ INVALID: list[tuple[str, str, str, dict[str, Any], list[Any]]] = [
     ("path id not a uuid: run", "POST", C + "/12345/run", {}, ["path", "conversation_id"]),
     ("path id not a uuid: pause", "POST", C + "/x/pause", {}, ["path", "conversation_id"]),
     ("path id not a uuid: interrupt", "POST", C + "/x/interrupt", {}, ["path", "conversation_id"]),
-    ("path id not a uuid: send", "POST", C + "/x/events", {"json": message("x")},
-     ["path", "conversation_id"]),
+    (
+        "path id not a uuid: send",
+        "POST",
+        C + "/x/events",
+        {"json": message("x")},
+        ["path", "conversation_id"],
+    ),
     ("path id not a uuid: search", "GET", C + "/x/events/search", {}, ["path", "conversation_id"]),
     ("path id not a uuid: count", "GET", C + "/x/events/count", {}, ["path", "conversation_id"]),
-    ("path id not a uuid: event", "GET", C + "/x/events/01KAAAAAAAAAAAAAAAAAAAAAAA", {},
-     ["path", "conversation_id"]),
-    ("unknown kind", "GET", C + "/{cid}/events/search", {"params": {"kind__eq": "Gossip"}},
-     ["query", "kind__eq"]),
-    ("unknown source", "GET", C + "/{cid}/events/search", {"params": {"source__eq": "robot"}},
-     ["query", "source__eq"]),
+    (
+        "path id not a uuid: event",
+        "GET",
+        C + "/x/events/01KAAAAAAAAAAAAAAAAAAAAAAA",
+        {},
+        ["path", "conversation_id"],
+    ),
+    (
+        "unknown kind",
+        "GET",
+        C + "/{cid}/events/search",
+        {"params": {"kind__eq": "Gossip"}},
+        ["query", "kind__eq"],
+    ),
+    (
+        "unknown source",
+        "GET",
+        C + "/{cid}/events/search",
+        {"params": {"source__eq": "robot"}},
+        ["query", "source__eq"],
+    ),
     ("limit 0", "GET", C + "/{cid}/events/search", {"params": {"limit": 0}}, ["query", "limit"]),
-    ("limit 1001", "GET", C + "/{cid}/events/search", {"params": {"limit": 1001}},
-     ["query", "limit"]),
-    ("limit abc", "GET", C + "/{cid}/events/search", {"params": {"limit": "abc"}},
-     ["query", "limit"]),
+    (
+        "limit 1001",
+        "GET",
+        C + "/{cid}/events/search",
+        {"params": {"limit": 1001}},
+        ["query", "limit"],
+    ),
+    (
+        "limit abc",
+        "GET",
+        C + "/{cid}/events/search",
+        {"params": {"limit": "abc"}},
+        ["query", "limit"],
+    ),
     ("limit -1", "GET", C + "/{cid}/events/search", {"params": {"limit": -1}}, ["query", "limit"]),
-    ("bad page_id", "GET", C + "/{cid}/events/search", {"params": {"page_id": "page-2"}},
-     ["query", "page_id"]),
-    ("naive timestamp__gte", "GET", C + "/{cid}/events/search",
-     {"params": {"timestamp__gte": "2026-01-31T12:00:00"}}, ["query", "timestamp__gte"]),
-    ("garbage timestamp__lt", "GET", C + "/{cid}/events/search",
-     {"params": {"timestamp__lt": "yesterday"}}, ["query", "timestamp__lt"]),
-    ("bad sort_order", "GET", C + "/{cid}/events/search", {"params": {"sort_order": "SIDEWAYS"}},
-     ["query", "sort_order"]),
-    ("count: unknown kind", "GET", C + "/{cid}/events/count", {"params": {"kind__eq": "Gossip"}},
-     ["query", "kind__eq"]),
-    ("count: naive timestamp", "GET", C + "/{cid}/events/count",
-     {"params": {"timestamp__lt": "2026-01-31T12:00:00"}}, ["query", "timestamp__lt"]),
+    (
+        "bad page_id",
+        "GET",
+        C + "/{cid}/events/search",
+        {"params": {"page_id": "page-2"}},
+        ["query", "page_id"],
+    ),
+    (
+        "naive timestamp__gte",
+        "GET",
+        C + "/{cid}/events/search",
+        {"params": {"timestamp__gte": "2026-01-31T12:00:00"}},
+        ["query", "timestamp__gte"],
+    ),
+    (
+        "garbage timestamp__lt",
+        "GET",
+        C + "/{cid}/events/search",
+        {"params": {"timestamp__lt": "yesterday"}},
+        ["query", "timestamp__lt"],
+    ),
+    (
+        "bad sort_order",
+        "GET",
+        C + "/{cid}/events/search",
+        {"params": {"sort_order": "SIDEWAYS"}},
+        ["query", "sort_order"],
+    ),
+    (
+        "count: unknown kind",
+        "GET",
+        C + "/{cid}/events/count",
+        {"params": {"kind__eq": "Gossip"}},
+        ["query", "kind__eq"],
+    ),
+    (
+        "count: naive timestamp",
+        "GET",
+        C + "/{cid}/events/count",
+        {"params": {"timestamp__lt": "2026-01-31T12:00:00"}},
+        ["query", "timestamp__lt"],
+    ),
     ("conversations: limit 0", "GET", C + "/search", {"params": {"limit": 0}}, ["query", "limit"]),
-    ("conversations: limit abc", "GET", C + "/search", {"params": {"limit": "abc"}},
-     ["query", "limit"]),
-    ("conversations: bad status", "GET", C + "/search", {"params": {"status": "sleeping"}},
-     ["query", "status"]),
-    ("conversations: bad sort", "GET", C + "/search", {"params": {"sort_order": "RANDOM"}},
-     ["query", "sort_order"]),
-    ("count: bad status", "GET", C + "/count", {"params": {"status": "sleeping"}},
-     ["query", "status"]),
+    (
+        "conversations: limit abc",
+        "GET",
+        C + "/search",
+        {"params": {"limit": "abc"}},
+        ["query", "limit"],
+    ),
+    (
+        "conversations: bad status",
+        "GET",
+        C + "/search",
+        {"params": {"status": "sleeping"}},
+        ["query", "status"],
+    ),
+    (
+        "conversations: bad sort",
+        "GET",
+        C + "/search",
+        {"params": {"sort_order": "RANDOM"}},
+        ["query", "sort_order"],
+    ),
+    (
+        "count: bad status",
+        "GET",
+        C + "/count",
+        {"params": {"status": "sleeping"}},
+        ["query", "status"],
+    ),
     ("batch: no ids", "GET", C, {}, ["query", "ids"]),
     ("batch: bad id", "GET", C, {"params": {"ids": "zz"}}, ["query", "ids"]),
     ("settings: malformed json", "PATCH", "/api/settings", {"content": b"{"}, ["body"]),
     ("settings: body a list", "PATCH", "/api/settings", {"json": [1]}, ["body"]),
-    ("settings: temperature 5", "PATCH", "/api/settings",
-     {"json": {"agent": {"llm": {"model": "m", "temperature": 5}}}},
-     ["body", "agent", "llm", "temperature"]),
-    ("settings: tools a dict", "PATCH", "/api/settings", {"json": {"agent": {"tools": {}}}},
-     ["body", "agent", "tools"]),
+    (
+        "settings: temperature 5",
+        "PATCH",
+        "/api/settings",
+        {"json": {"agent": {"llm": {"model": "m", "temperature": 5}}}},
+        ["body", "agent", "llm", "temperature"],
+    ),
+    (
+        "settings: tools a dict",
+        "PATCH",
+        "/api/settings",
+        {"json": {"agent": {"tools": {}}}},
+        ["body", "agent", "tools"],
+    ),
 ]
 
 
@@ -607,11 +834,19 @@ def _snapshot(client: httpx.Client, conv_id: str) -> tuple[Any, ...]:
     )
 
 
-@pytest.mark.parametrize(("method", "url", "request_kw", "loc"),
-                         [case[1:] for case in INVALID], ids=[case[0] for case in INVALID])
+@pytest.mark.parametrize(
+    ("method", "url", "request_kw", "loc"),
+    [case[1:] for case in INVALID],
+    ids=[case[0] for case in INVALID],
+)
 def test_invalid_input_is_422_and_changes_nothing(
-        client: httpx.Client, conv: dict[str, Any], method: str, url: str,
-        request_kw: dict[str, Any], loc: list[Any]) -> None:
+    client: httpx.Client,
+    conv: dict[str, Any],
+    method: str,
+    url: str,
+    request_kw: dict[str, Any],
+    loc: list[Any],
+) -> None:
     before = _snapshot(client, conv["id"])
     headers = {"content-type": "application/json"} if "content" in request_kw else {}
     r = client.request(method, url.format(cid=conv["id"]), headers=headers, **request_kw)
@@ -648,8 +883,9 @@ def test_a_validation_error_never_echoes_the_api_key(client: httpx.Client) -> No
     assert secret not in r.text
 
 
-def test_unknown_fields_are_tolerated(client: httpx.Client, llm: ScriptedLLM, key: str,
-                                      tmp_path: Path, conv: dict[str, Any]) -> None:
+def test_unknown_fields_are_tolerated(
+    client: httpx.Client, llm: ScriptedLLM, key: str, tmp_path: Path, conv: dict[str, Any]
+) -> None:
     body = {
         "agent": {**agent_spec(llm, key), "condenser": {"kind": "NoOpCondenser"}, "mcp_config": {}},
         "workspace": {"working_dir": str(tmp_path), "kind": "LocalWorkspace", "shared": True},
@@ -669,22 +905,43 @@ def test_unknown_fields_are_tolerated(client: httpx.Client, llm: ScriptedLLM, ke
 # -- odd JSON (on a server of its own: a 500 would spoil the log check below) ----------
 
 NASTY_BODIES = [
-    pytest.param("POST", C, b'{"agent": {"llm": {"model": "m"}}, "max_iterations": NaN}', id="create NaN"),
-    pytest.param("POST", C, b'{"agent": {"llm": {"model": "m"}}, "max_iterations": 1e400}', id="create 1e400"),
-    pytest.param("POST", C, b'{"agent": {"llm": {"model": "m", "temperature": -Infinity}}}',
-                 id="create -Infinity"),
-    pytest.param("PATCH", "/api/settings", b'{"agent": {"llm": {"model": "m", "timeout": NaN}}}', id="settings NaN"),
-    pytest.param("POST", C + "/{cid}/events", b'{"content": [{"text": "x"}], "run": Infinity}',
-                 id="message Infinity"),
-    pytest.param("POST", C, b'{"agent": {"llm": {"model": "m"}}, "title": "\\ud800"}', id="create surrogate"),
-    pytest.param("POST", C + "/{cid}/events", b'{"content": [{"text": "\\udc00"}]}',
-                 id="message surrogate"),
+    pytest.param(
+        "POST", C, b'{"agent": {"llm": {"model": "m"}}, "max_iterations": NaN}', id="create NaN"
+    ),
+    pytest.param(
+        "POST", C, b'{"agent": {"llm": {"model": "m"}}, "max_iterations": 1e400}', id="create 1e400"
+    ),
+    pytest.param(
+        "POST",
+        C,
+        b'{"agent": {"llm": {"model": "m", "temperature": -Infinity}}}',
+        id="create -Infinity",
+    ),
+    pytest.param(
+        "PATCH",
+        "/api/settings",
+        b'{"agent": {"llm": {"model": "m", "timeout": NaN}}}',
+        id="settings NaN",
+    ),
+    pytest.param(
+        "POST",
+        C + "/{cid}/events",
+        b'{"content": [{"text": "x"}], "run": Infinity}',
+        id="message Infinity",
+    ),
+    pytest.param(
+        "POST", C, b'{"agent": {"llm": {"model": "m"}}, "title": "\\ud800"}', id="create surrogate"
+    ),
+    pytest.param(
+        "POST", C + "/{cid}/events", b'{"content": [{"text": "\\udc00"}]}', id="message surrogate"
+    ),
 ]
 
 
 @pytest.fixture(scope="module")
-def scratch(llm: ScriptedLLM,
-            tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServerProcess, str]]:
+def scratch(
+    llm: ScriptedLLM, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[ServerProcess, str]]:
     proc = ServerProcess(tmp_path_factory.mktemp("scratch") / "state").start()
     with proc.client() as c:
         made = create(c, llm, "scratch", tmp_path_factory.mktemp("scratch-ws"))
@@ -693,14 +950,19 @@ def scratch(llm: ScriptedLLM,
 
 
 @pytest.mark.parametrize(("method", "url", "raw"), NASTY_BODIES)
-def test_odd_json_is_422_not_500(scratch: tuple[ServerProcess, str], method: str, url: str,
-                                 raw: bytes) -> None:
+def test_odd_json_is_422_not_500(
+    scratch: tuple[ServerProcess, str], method: str, url: str, raw: bytes
+) -> None:
     server, conv_id = scratch
     with server.client() as c:
         before = _snapshot(c, conv_id)
     with server.client() as c:  # a fresh connection: after a 500 the server drops the old one
-        r = c.request(method, url.format(cid=conv_id), content=raw,
-                      headers={"content-type": "application/json"})
+        r = c.request(
+            method,
+            url.format(cid=conv_id),
+            content=raw,
+            headers={"content-type": "application/json"},
+        )
         assert r.status_code == 422, r.text
         assert_validation_error(r, ["body"])
     with server.client() as c:
@@ -723,15 +985,27 @@ def test_conversation_search_refuses_a_bad_page_id(client: httpx.Client) -> None
     assert r.json()["detail"][0]["loc"] == ["query", "page_id"]
 
 
-def test_bad_tool_params_are_422_and_leave_nothing(client: httpx.Client, llm: ScriptedLLM,
-                                                   tmp_path: Path) -> None:
+def test_bad_tool_params_are_422_and_leave_nothing(
+    client: httpx.Client, llm: ScriptedLLM, tmp_path: Path
+) -> None:
     cid = str(uuid.uuid4())
-    body = {"conversation_id": cid, "workspace": {"working_dir": str(tmp_path)},
-            "agent": {"llm": {"model": "openai/x"},
-                      "tools": [{"name": "terminal", "params": {"no_output_timeout": -1}}]}}
+    body = {
+        "conversation_id": cid,
+        "workspace": {"working_dir": str(tmp_path)},
+        "agent": {
+            "llm": {"model": "openai/x"},
+            "tools": [{"name": "terminal", "params": {"no_output_timeout": -1}}],
+        },
+    }
     for _ in range(2):
         r = client.post("/api/conversations", json=body)
         assert r.status_code == 422, r.text
-        assert r.json()["detail"][0]["loc"] == ["body", "agent", "tools", 0, "params",
-                                                "no_output_timeout"]
+        assert r.json()["detail"][0]["loc"] == [
+            "body",
+            "agent",
+            "tools",
+            0,
+            "params",
+            "no_output_timeout",
+        ]
     assert client.get(f"/api/conversations/{cid}").status_code == 404

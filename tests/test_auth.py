@@ -41,15 +41,23 @@ def _api_calls() -> list[tuple[str, str]]:
 def _open_calls() -> list[tuple[str, str]]:
     """Routes outside /api answer without a key, but for /metrics (behind the key unless
     --metrics-open: counts by model and tool tell an outsider what runs here)."""
-    return [(m, r.path) for r in ROUTES if isinstance(r, Route) and not r.path.startswith("/api")
-            and r.path != "/metrics" for m in sorted(r.methods or ()) if m != "HEAD"]
+    return [
+        (m, r.path)
+        for r in ROUTES
+        if isinstance(r, Route) and not r.path.startswith("/api") and r.path != "/metrics"
+        for m in sorted(r.methods or ())
+        if m != "HEAD"
+    ]
 
 
 API_CALLS = _api_calls()
 BODIES: dict[tuple[str, str], Any] = {
     ("POST", "/api/conversations"): {"agent": {"llm": {"model": "m"}}},
     ("POST", "/api/conversations/{conversation_id}/events"): {
-        "role": "user", "content": [{"type": "text", "text": "let me in"}], "run": True},
+        "role": "user",
+        "content": [{"type": "text", "text": "let me in"}],
+        "run": True,
+    },
     ("PATCH", "/api/settings"): {"git_user_name": "intruder"},
 }
 
@@ -59,14 +67,18 @@ def _fill(template: str, ids: dict[str, str]) -> str:
 
 
 @pytest.fixture(scope="module")
-def target(server: ServerProcess, llm: ScriptedLLM,
-           tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+def target(
+    server: ServerProcess, llm: ScriptedLLM, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, str]:
     """A real conversation and its first event: the refused requests aim at things that exist."""
     with server.client() as c:
         conv = create(c, llm, "auth", tmp_path_factory.mktemp("ws"))
         events = c.get(f"/api/conversations/{conv['id']}/events/search").json()["items"]
-    return {"conversation_id": conv["id"], "event_id": events[0]["id"],
-            "command_id": "00000000-0000-4000-8000-000000000001"}
+    return {
+        "conversation_id": conv["id"],
+        "event_id": events[0]["id"],
+        "command_id": "00000000-0000-4000-8000-000000000001",
+    }
 
 
 def test_the_walk_covers_every_api_route() -> None:
@@ -117,8 +129,12 @@ def test_refused_requests_change_nothing(server: ServerProcess, target: dict[str
         before_count = c.get("/api/conversations/count").json()
     with httpx.Client(base_url=server.url, timeout=30) as anonymous:
         for method, template in API_CALLS:
-            anonymous.request(method, _fill(template, target), json=BODIES.get((method, template)),
-                              headers={"Authorization": f"Bearer {KEY}"})
+            anonymous.request(
+                method,
+                _fill(template, target),
+                json=BODIES.get((method, template)),
+                headers={"Authorization": f"Bearer {KEY}"},
+            )
     with server.client() as c:
         assert c.get(conv_path).json() == before_conv
         assert c.get(conv_path + "/events/count").json() == before_events
@@ -136,8 +152,9 @@ def test_the_right_key_is_accepted(client: httpx.Client) -> None:
     assert client.get("/api/conversations/count").status_code == 200
 
 
-@pytest.mark.parametrize(("method", "path"), _open_calls(),
-                         ids=[f"{m} {p}" for m, p in _open_calls()])
+@pytest.mark.parametrize(
+    ("method", "path"), _open_calls(), ids=[f"{m} {p}" for m, p in _open_calls()]
+)
 def test_routes_outside_api_need_no_key(server: ServerProcess, method: str, path: str) -> None:
     r = httpx.request(method, server.url + path, timeout=30)
     assert r.status_code == 200, r.text  # each of them answers, not only "not 401"
@@ -155,11 +172,13 @@ def test_server_info_tells_activity_only_with_the_key(server: ServerProcess) -> 
     assert bare["version"] and bare["usable_tools"]
     for field in ("uptime", "idle_time", "conversations", "running", "websockets", "webhook"):
         assert bare[field] is None, (field, bare)
-    wrong = httpx.get(server.url + "/server_info", headers={"X-Session-API-Key": "nope"},
-                      timeout=30).json()
+    wrong = httpx.get(
+        server.url + "/server_info", headers={"X-Session-API-Key": "nope"}, timeout=30
+    ).json()
     assert wrong == bare
-    keyed = httpx.get(server.url + "/server_info", headers={"X-Session-API-Key": KEY},
-                      timeout=30).json()
+    keyed = httpx.get(
+        server.url + "/server_info", headers={"X-Session-API-Key": KEY}, timeout=30
+    ).json()
     assert keyed["uptime"] > 0 and keyed["conversations"] >= 0 and keyed["websockets"] >= 0
 
 
@@ -171,8 +190,9 @@ def test_health_and_ready_answer_without_a_key(server: ServerProcess) -> None:
 
 @pytest.fixture(scope="module")
 def rotating(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    proc = ServerProcess(tmp_path_factory.mktemp("rotating") / "state",
-                         env={"SESSION_API_KEY": "k1-old, k2-new"}).start()
+    proc = ServerProcess(
+        tmp_path_factory.mktemp("rotating") / "state", env={"SESSION_API_KEY": "k1-old, k2-new"}
+    ).start()
     yield proc
     proc.stop()
 

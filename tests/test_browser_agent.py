@@ -43,27 +43,38 @@ def site() -> Iterator[str]:
         httpd.server_close()  # the listening socket too (a ResourceWarning otherwise)
 
 
-def test_the_agent_reads_a_page(client: httpx.Client, llm: ScriptedLLM, key: str, tmp_path: Path,
-                                site: str) -> None:
-    llm.script(key,
-               call("browser_navigate", url=site + "/"),
-               call("browser_get_content"),
-               call("browser_get_state"),
-               call("finish", message="read it"))
+def test_the_agent_reads_a_page(
+    client: httpx.Client, llm: ScriptedLLM, key: str, tmp_path: Path, site: str
+) -> None:
+    llm.script(
+        key,
+        call("browser_navigate", url=site + "/"),
+        call("browser_get_content"),
+        call("browser_get_state"),
+        call("finish", message="read it"),
+    )
     conv = create(client, llm, key, tmp_path, tools=["browser_tool_set"], message="read", run=True)
     assert wait_status(client, conv["id"], timeout=120) == "finished"
 
     prompt = events(client, conv["id"], "SystemPromptEvent")[0]
     titles = {t["title"] for t in prompt["tools"]}
-    assert {"browser_navigate", "browser_click", "browser_type", "browser_get_content",
-            "browser_start_recording"} <= titles
+    assert {
+        "browser_navigate",
+        "browser_click",
+        "browser_type",
+        "browser_get_content",
+        "browser_start_recording",
+    } <= titles
     observations = events(client, conv["id"], "ObservationEvent")
     assert [o["observation"]["kind"] for o in observations[:3]] == ["BrowserObservation"] * 3
     content = observations[1]["observation"]["content"][0]["text"]
     assert "Version 2.4" in content and "frobnicator" in content
     assert "Next page" in observations[2]["observation"]["content"][0]["text"]
     actions = events(client, conv["id"], "ActionEvent")
-    assert actions[0]["action"] == {"kind": "BrowserNavigateAction", "url": site + "/",
-                                    "new_tab": False}
+    assert actions[0]["action"] == {
+        "kind": "BrowserNavigateAction",
+        "url": site + "/",
+        "new_tab": False,
+    }
     # The model got the page text as the result of its call.
     assert "frobnicator" in llm.requests_for(key)[2]["messages"][-1]["content"]

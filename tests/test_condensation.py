@@ -49,12 +49,22 @@ def long_run_responder(steps: int):  # type: ignore[no-untyped-def]
     return respond
 
 
-def test_a_300_step_run_stays_under_the_window(client: httpx.Client, llm: ScriptedLLM, key: str,
-                                               tmp_path: Path) -> None:
+def test_a_300_step_run_stays_under_the_window(
+    client: httpx.Client, llm: ScriptedLLM, key: str, tmp_path: Path
+) -> None:
     llm.responder = long_run_responder(300)
     try:
-        conv = create(client, llm, key, tmp_path, message="count", run=True, max_iterations=400,
-                      llm_extra={}, agent_condenser={"max_tokens": LIMIT})
+        conv = create(
+            client,
+            llm,
+            key,
+            tmp_path,
+            message="count",
+            run=True,
+            max_iterations=400,
+            llm_extra={},
+            agent_condenser={"max_tokens": LIMIT},
+        )
         assert wait_status(client, conv["id"], timeout=180) == "finished"
     finally:
         llm.responder = None
@@ -73,11 +83,13 @@ def test_a_300_step_run_stays_under_the_window(client: httpx.Client, llm: Script
     assert any("Summary: the agent thought" in str(m.get("content")) for m in last)
 
 
-def test_condense_on_request(client: httpx.Client, llm: ScriptedLLM, key: str,
-                             tmp_path: Path) -> None:
+def test_condense_on_request(
+    client: httpx.Client, llm: ScriptedLLM, key: str, tmp_path: Path
+) -> None:
     llm.script(key, *[call("think", thought=f"t{i}") for i in range(6)], text("first part done"))
-    conv = create(client, llm, key, tmp_path, message="go", run=True,
-                  agent_condenser={"enabled": False})
+    conv = create(
+        client, llm, key, tmp_path, message="go", run=True, agent_condenser={"enabled": False}
+    )
     assert wait_status(client, conv["id"]) == "finished"
     r = client.post(f"/api/conversations/{conv['id']}/condense")
     assert r.status_code == 200
@@ -93,28 +105,47 @@ def test_condense_on_request(client: httpx.Client, llm: ScriptedLLM, key: str,
     check_valid(final)
 
 
-def test_context_window_error_condenses_and_retries(client: httpx.Client, llm: ScriptedLLM,
-                                                    key: str, tmp_path: Path) -> None:
-    llm.script(key, *[call("think", thought=f"t{i}") for i in range(5)],
-               error(400, "This model's maximum context length is 8192 tokens. However, your "
-                          "messages resulted in 9000 tokens."),
-               text("summary"), call("finish", message="done"))
-    conv = create(client, llm, key, tmp_path, message="go", run=True,
-                  agent_condenser={"enabled": False})
+def test_context_window_error_condenses_and_retries(
+    client: httpx.Client, llm: ScriptedLLM, key: str, tmp_path: Path
+) -> None:
+    llm.script(
+        key,
+        *[call("think", thought=f"t{i}") for i in range(5)],
+        error(
+            400,
+            "This model's maximum context length is 8192 tokens. However, your "
+            "messages resulted in 9000 tokens.",
+        ),
+        text("summary"),
+        call("finish", message="done"),
+    )
+    conv = create(
+        client, llm, key, tmp_path, message="go", run=True, agent_condenser={"enabled": False}
+    )
     assert wait_status(client, conv["id"]) == "finished"
     assert len(events(client, conv["id"], "Condensation")) == 1
     assert not events(client, conv["id"], "ConversationErrorEvent")
 
 
-def test_max_events_holds_for_a_model_with_a_known_window(client: httpx.Client, llm: ScriptedLLM,
-                                                          key: str, tmp_path: Path) -> None:
-    llm.script(key, *[call("think", thought=f"t{i}") for i in range(12)], text("summary"),
-               *[call("think", thought=f"u{i}") for i in range(3)], call("finish", message="ok"))
-    body = {"agent": {"llm": {"model": "openai/gpt-4o", "api_key": "sk-test",
-                              "base_url": llm.base_url(key)},
-                      "condenser": {"max_events": 20}},
-            "workspace": {"working_dir": str(tmp_path)}, "stuck_detection": False,
-            "initial_message": {"content": [{"text": "go"}], "run": True}}
+def test_max_events_holds_for_a_model_with_a_known_window(
+    client: httpx.Client, llm: ScriptedLLM, key: str, tmp_path: Path
+) -> None:
+    llm.script(
+        key,
+        *[call("think", thought=f"t{i}") for i in range(12)],
+        text("summary"),
+        *[call("think", thought=f"u{i}") for i in range(3)],
+        call("finish", message="ok"),
+    )
+    body = {
+        "agent": {
+            "llm": {"model": "openai/gpt-4o", "api_key": "sk-test", "base_url": llm.base_url(key)},
+            "condenser": {"max_events": 20},
+        },
+        "workspace": {"working_dir": str(tmp_path)},
+        "stuck_detection": False,
+        "initial_message": {"content": [{"text": "go"}], "run": True},
+    }
     conv = client.post("/api/conversations", json=body).json()
     assert wait_status(client, conv["id"]) == "finished"
     assert events(client, conv["id"], "Condensation")
@@ -129,15 +160,24 @@ def test_max_events_holds_for_a_model_with_a_known_window(client: httpx.Client, 
 
 def test_condenser_kinds_are_accepted_and_echoed_with_their_kind() -> None:
     llm = {"model": "openai/m", "api_key": "sk-secret-value"}
-    summarizing = {"kind": "LLMSummarizingCondenser", "llm": llm, "max_size": 40,
-                   "max_tokens": None, "keep_first": 2, "minimum_progress": 0.1,
-                   "hard_context_reset_max_retries": 5, "hard_context_reset_context_scaling": 0.8}
+    summarizing = {
+        "kind": "LLMSummarizingCondenser",
+        "llm": llm,
+        "max_size": 40,
+        "max_tokens": None,
+        "keep_first": 2,
+        "minimum_progress": 0.1,
+        "hard_context_reset_max_retries": 5,
+        "hard_context_reset_context_scaling": 0.8,
+    }
     cases: list[tuple[Any, Any]] = [
         (None, None),
         ({"kind": "NoOpCondenser"}, "NoOpCondenser"),
         (summarizing, "LLMSummarizingCondenser"),
-        ({"kind": "PipelineCondenser", "condensers": [{"kind": "NoOpCondenser"}, summarizing]},
-         "PipelineCondenser"),
+        (
+            {"kind": "PipelineCondenser", "condensers": [{"kind": "NoOpCondenser"}, summarizing]},
+            "PipelineCondenser",
+        ),
         ({"max_events": 30}, "LLMSummarizingCondenser"),  # our own form, as the nearest kind
         ({"enabled": False}, "NoOpCondenser"),
     ]
@@ -157,42 +197,83 @@ def test_condenser_kinds_are_accepted_and_echoed_with_their_kind() -> None:
 
 
 def test_condenser_rules_follow_the_spec() -> None:
-    summarizer = {"kind": "LLMSummarizingCondenser", "llm": {"model": "openai/small"},
-                  "max_size": 50, "max_tokens": 9000, "keep_first": 3}
-    spec = AgentSpec.model_validate({"llm": {"model": "openai/agent"}, "condenser": {
-        "kind": "PipelineCondenser", "condensers": [{"kind": "NoOpCondenser"}, summarizer]}})
+    summarizer = {
+        "kind": "LLMSummarizingCondenser",
+        "llm": {"model": "openai/small"},
+        "max_size": 50,
+        "max_tokens": 9000,
+        "keep_first": 3,
+    }
+    spec = AgentSpec.model_validate(
+        {
+            "llm": {"model": "openai/agent"},
+            "condenser": {
+                "kind": "PipelineCondenser",
+                "condensers": [{"kind": "NoOpCondenser"}, summarizer],
+            },
+        }
+    )
     [rule] = rules(spec.condenser)
     assert rule.llm is not None
     assert (rule.llm.model, rule.max_events, rule.max_tokens, rule.keep_first, rule.max_share) == (
-        "openai/small", 50, 9000, 3, None)
+        "openai/small",
+        50,
+        9000,
+        3,
+        None,
+    )
     # Our own form and the fallback use the conversation's LLM of the moment (llm None).
     assert rules(None) == [] and fallback(None).llm is None
     [ours] = rules(CondenserConfig(max_tokens=1000))
     assert ours.max_share == 0.75 and ours.keep_first is None and ours.llm is None
 
 
-def test_a_null_condenser_never_condenses_on_its_own(client: httpx.Client, llm: ScriptedLLM,
-                                                     key: str, tmp_path: Path) -> None:
-    llm.script(key, *[call("think", thought=f"t{i}" + "x" * 400) for i in range(8)],
-               call("finish", message="done"))
+def test_a_null_condenser_never_condenses_on_its_own(
+    client: httpx.Client, llm: ScriptedLLM, key: str, tmp_path: Path
+) -> None:
+    llm.script(
+        key,
+        *[call("think", thought=f"t{i}" + "x" * 400) for i in range(8)],
+        call("finish", message="done"),
+    )
     conv = create(client, llm, key, tmp_path, message="go", run=True, agent_condenser=None)
     assert conv["agent"]["condenser"] is None
     assert wait_status(client, conv["id"]) == "finished"
     assert not events(client, conv["id"], "Condensation")
 
 
-def test_an_sdk_summarizing_condenser_condenses_past_max_size(client: httpx.Client,
-                                                              llm: ScriptedLLM, key: str,
-                                                              tmp_path: Path) -> None:
+def test_an_sdk_summarizing_condenser_condenses_past_max_size(
+    client: httpx.Client, llm: ScriptedLLM, key: str, tmp_path: Path
+) -> None:
     # 2 + 2 * 6 = 14 messages before the 7th call: past 12, condensed to the head (2), the
     # summary and the last 6; two more steps stay under 12.
-    llm.script(key, *[call("think", thought=f"t{i}") for i in range(6)], text("the summary"),
-               call("think", thought="t6"), call("finish", message="done"))
-    summarizer = {"kind": "LLMSummarizingCondenser", "max_size": 12, "keep_first": 2,
-                  "llm": {"model": "openai/test-model", "base_url": llm.base_url(key),
-                          "api_key": "sk-test-key"}}
-    conv = create(client, llm, key, tmp_path, message="go", run=True, agent_condenser=summarizer,
-                  stuck_detection=False)
+    llm.script(
+        key,
+        *[call("think", thought=f"t{i}") for i in range(6)],
+        text("the summary"),
+        call("think", thought="t6"),
+        call("finish", message="done"),
+    )
+    summarizer = {
+        "kind": "LLMSummarizingCondenser",
+        "max_size": 12,
+        "keep_first": 2,
+        "llm": {
+            "model": "openai/test-model",
+            "base_url": llm.base_url(key),
+            "api_key": "sk-test-key",
+        },
+    }
+    conv = create(
+        client,
+        llm,
+        key,
+        tmp_path,
+        message="go",
+        run=True,
+        agent_condenser=summarizer,
+        stuck_detection=False,
+    )
     assert conv["agent"]["condenser"]["kind"] == "LLMSummarizingCondenser"
     assert conv["agent"]["condenser"]["llm"]["api_key"] == "**********"
     assert wait_status(client, conv["id"]) == "finished"

@@ -36,8 +36,9 @@ def write_args(path: Path, risk: str | None = None) -> tuple[str, dict[str, Any]
     return ("file_editor", {"command": "create", "path": str(path), "file_text": "x", **extra})
 
 
-def respond(client: httpx.Client, cid: str, accept: bool,
-            reason: str | None = None) -> httpx.Response:
+def respond(
+    client: httpx.Client, cid: str, accept: bool, reason: str | None = None
+) -> httpx.Response:
     body: dict[str, Any] = {"accept": accept}
     if reason is not None:
         body["reason"] = reason
@@ -57,61 +58,91 @@ def settled(client: httpx.Client, cid: str, *wanted: str) -> str:
 
 
 def statuses(client: httpx.Client, cid: str) -> list[str]:
-    return [e["value"] for e in events(client, cid, "ConversationStateUpdateEvent")
-            if e["key"] == "execution_status"]
+    return [
+        e["value"]
+        for e in events(client, cid, "ConversationStateUpdateEvent")
+        if e["key"] == "execution_status"
+    ]
 
 
-def start(client: httpx.Client, llm: ScriptedLLM, key: str, workspace: Path,
-          policy: dict[str, Any] | None, **extra: Any) -> str:
+def start(
+    client: httpx.Client,
+    llm: ScriptedLLM,
+    key: str,
+    workspace: Path,
+    policy: dict[str, Any] | None,
+    **extra: Any,
+) -> str:
     if policy is not None:
         extra["confirmation_policy"] = policy
-    conv = create(client, llm, key, workspace, tools=["file_editor"], message="go", run=True,
-                  **extra)
+    conv = create(
+        client, llm, key, workspace, tools=["file_editor"], message="go", run=True, **extra
+    )
     return conv["id"]
 
 
 # -- which actions wait ----------------------------------------------------------------------
 
 
-def test_never_confirm_runs_every_risk_and_records_it(client: httpx.Client, llm: ScriptedLLM,
-                                                      key: str, tmp_path: Path) -> None:
+def test_never_confirm_runs_every_risk_and_records_it(
+    client: httpx.Client, llm: ScriptedLLM, key: str, tmp_path: Path
+) -> None:
     names = ["low.txt", "high.txt", "none.txt", "lower.txt", "odd.txt"]
-    llm.script(key, calls(write_args(tmp_path / "low.txt", "LOW"),
-                          write_args(tmp_path / "high.txt", "HIGH"),
-                          write_args(tmp_path / "none.txt"),
-                          write_args(tmp_path / "lower.txt", "high"),
-                          write_args(tmp_path / "odd.txt", "EXTREME")),
-               call("finish", message="done"))
+    llm.script(
+        key,
+        calls(
+            write_args(tmp_path / "low.txt", "LOW"),
+            write_args(tmp_path / "high.txt", "HIGH"),
+            write_args(tmp_path / "none.txt"),
+            write_args(tmp_path / "lower.txt", "high"),
+            write_args(tmp_path / "odd.txt", "EXTREME"),
+        ),
+        call("finish", message="done"),
+    )
     cid = start(client, llm, key, tmp_path, None)  # NeverConfirm is the default
     assert wait_status(client, cid) == "finished"
     assert all((tmp_path / n).exists() for n in names)
     actions = events(client, cid, "ActionEvent")
-    assert [a["security_risk"] for a in actions[:5]] == ["LOW", "HIGH", "UNKNOWN", "HIGH",
-                                                         "UNKNOWN"]
+    assert [a["security_risk"] for a in actions[:5]] == [
+        "LOW",
+        "HIGH",
+        "UNKNOWN",
+        "HIGH",
+        "UNKNOWN",
+    ]
     assert actions[-1]["tool_name"] == "finish" and actions[-1]["security_risk"] == "UNKNOWN"
     assert "waiting_for_confirmation" not in statuses(client, cid)
     info = client.get(f"/api/conversations/{cid}").json()
     assert info["confirmation_policy"] == {"kind": "NeverConfirm"}
 
 
-@pytest.mark.parametrize("policy, risk, waits", [
-    ({"kind": "AlwaysConfirm"}, "LOW", True),
-    ({"kind": "AlwaysConfirm"}, "HIGH", True),
-    ({"kind": "AlwaysConfirm"}, None, True),
-    ({"kind": "ConfirmRisky"}, "LOW", False),
-    ({"kind": "ConfirmRisky"}, "MEDIUM", False),
-    ({"kind": "ConfirmRisky"}, "HIGH", True),
-    ({"kind": "ConfirmRisky"}, None, True),
-    ({"kind": "ConfirmRisky", "threshold": "HIGH", "confirm_unknown": False}, None, False),
-    ({"kind": "ConfirmRisky", "threshold": "MEDIUM"}, "LOW", False),
-    ({"kind": "ConfirmRisky", "threshold": "MEDIUM"}, "MEDIUM", True),
-    ({"kind": "ConfirmRisky", "threshold": "MEDIUM"}, "HIGH", True),
-    ({"kind": "ConfirmRisky", "threshold": "LOW", "confirm_unknown": False}, "LOW", True),
-    ({"kind": "ConfirmRisky", "threshold": "LOW", "confirm_unknown": False}, None, False),
-])
-def test_policy_and_risk_decide_what_waits(client: httpx.Client, llm: ScriptedLLM, key: str,
-                                           tmp_path: Path, policy: dict[str, Any],
-                                           risk: str | None, waits: bool) -> None:
+@pytest.mark.parametrize(
+    "policy, risk, waits",
+    [
+        ({"kind": "AlwaysConfirm"}, "LOW", True),
+        ({"kind": "AlwaysConfirm"}, "HIGH", True),
+        ({"kind": "AlwaysConfirm"}, None, True),
+        ({"kind": "ConfirmRisky"}, "LOW", False),
+        ({"kind": "ConfirmRisky"}, "MEDIUM", False),
+        ({"kind": "ConfirmRisky"}, "HIGH", True),
+        ({"kind": "ConfirmRisky"}, None, True),
+        ({"kind": "ConfirmRisky", "threshold": "HIGH", "confirm_unknown": False}, None, False),
+        ({"kind": "ConfirmRisky", "threshold": "MEDIUM"}, "LOW", False),
+        ({"kind": "ConfirmRisky", "threshold": "MEDIUM"}, "MEDIUM", True),
+        ({"kind": "ConfirmRisky", "threshold": "MEDIUM"}, "HIGH", True),
+        ({"kind": "ConfirmRisky", "threshold": "LOW", "confirm_unknown": False}, "LOW", True),
+        ({"kind": "ConfirmRisky", "threshold": "LOW", "confirm_unknown": False}, None, False),
+    ],
+)
+def test_policy_and_risk_decide_what_waits(
+    client: httpx.Client,
+    llm: ScriptedLLM,
+    key: str,
+    tmp_path: Path,
+    policy: dict[str, Any],
+    risk: str | None,
+    waits: bool,
+) -> None:
     target = tmp_path / "out.txt"
     llm.script(key, write(target, risk), call("finish", message="done"))
     cid = start(client, llm, key, tmp_path, policy)
@@ -127,19 +158,26 @@ def test_policy_and_risk_decide_what_waits(client: httpx.Client, llm: ScriptedLL
         assert len(llm.requests_for(key)) == 1
 
 
-def test_tools_that_change_nothing_never_wait(client: httpx.Client, llm: ScriptedLLM, key: str,
-                                              tmp_path: Path) -> None:
-    llm.script(key, call("think", thought="plan", security_risk="HIGH"),
-               call("finish", message="done", security_risk="HIGH"))
+def test_tools_that_change_nothing_never_wait(
+    client: httpx.Client, llm: ScriptedLLM, key: str, tmp_path: Path
+) -> None:
+    llm.script(
+        key,
+        call("think", thought="plan", security_risk="HIGH"),
+        call("finish", message="done", security_risk="HIGH"),
+    )
     cid = start(client, llm, key, tmp_path, {"kind": "AlwaysConfirm"})
     assert wait_status(client, cid) == "finished"
     assert "waiting_for_confirmation" not in statuses(client, cid)
 
 
-def test_one_risky_call_holds_the_whole_response(client: httpx.Client, llm: ScriptedLLM, key: str,
-                                                 tmp_path: Path) -> None:
-    llm.script(key, calls(write_args(tmp_path / "safe.txt", "LOW"),
-                          write_args(tmp_path / "risky.txt", "HIGH")))
+def test_one_risky_call_holds_the_whole_response(
+    client: httpx.Client, llm: ScriptedLLM, key: str, tmp_path: Path
+) -> None:
+    llm.script(
+        key,
+        calls(write_args(tmp_path / "safe.txt", "LOW"), write_args(tmp_path / "risky.txt", "HIGH")),
+    )
     cid = start(client, llm, key, tmp_path, {"kind": "ConfirmRisky"})
     assert settled(client, cid) == "waiting_for_confirmation"
     assert not (tmp_path / "safe.txt").exists() and not (tmp_path / "risky.txt").exists()
@@ -149,12 +187,14 @@ def test_one_risky_call_holds_the_whole_response(client: httpx.Client, llm: Scri
 # -- accept, reject, a new message, run ------------------------------------------------------
 
 
-def test_accept_runs_the_waiting_actions_and_the_loop_goes_on(client: httpx.Client,
-                                                              llm: ScriptedLLM, key: str,
-                                                              tmp_path: Path) -> None:
-    llm.script(key, calls(write_args(tmp_path / "a.txt", "HIGH"),
-                          write_args(tmp_path / "b.txt", "LOW")),
-               text("both written"))
+def test_accept_runs_the_waiting_actions_and_the_loop_goes_on(
+    client: httpx.Client, llm: ScriptedLLM, key: str, tmp_path: Path
+) -> None:
+    llm.script(
+        key,
+        calls(write_args(tmp_path / "a.txt", "HIGH"), write_args(tmp_path / "b.txt", "LOW")),
+        text("both written"),
+    )
     cid = start(client, llm, key, tmp_path, {"kind": "AlwaysConfirm"})
     assert settled(client, cid) == "waiting_for_confirmation"
     waiting = events(client, cid, "ActionEvent")
@@ -174,11 +214,14 @@ def test_accept_runs_the_waiting_actions_and_the_loop_goes_on(client: httpx.Clie
     assert respond(client, cid, True).status_code == 409
 
 
-def test_reject_adds_a_rejection_per_waiting_action(client: httpx.Client, llm: ScriptedLLM,
-                                                    key: str, tmp_path: Path) -> None:
-    llm.script(key, calls(write_args(tmp_path / "a.txt", "HIGH"),
-                          write_args(tmp_path / "b.txt", "HIGH")),
-               text("understood"))
+def test_reject_adds_a_rejection_per_waiting_action(
+    client: httpx.Client, llm: ScriptedLLM, key: str, tmp_path: Path
+) -> None:
+    llm.script(
+        key,
+        calls(write_args(tmp_path / "a.txt", "HIGH"), write_args(tmp_path / "b.txt", "HIGH")),
+        text("understood"),
+    )
     cid = start(client, llm, key, tmp_path, {"kind": "ConfirmRisky"})
     assert settled(client, cid) == "waiting_for_confirmation"
     waiting = events(client, cid, "ActionEvent")
@@ -204,8 +247,9 @@ def test_reject_adds_a_rejection_per_waiting_action(client: httpx.Client, llm: S
     assert len(results) == 2 and all("not on a Friday" in m["content"] for m in results)
 
 
-def test_reject_without_a_reason_has_the_default_reason(client: httpx.Client, llm: ScriptedLLM,
-                                                        key: str, tmp_path: Path) -> None:
+def test_reject_without_a_reason_has_the_default_reason(
+    client: httpx.Client, llm: ScriptedLLM, key: str, tmp_path: Path
+) -> None:
     llm.script(key, write(tmp_path / "a.txt", "HIGH"))
     cid = start(client, llm, key, tmp_path, {"kind": "AlwaysConfirm"})
     assert settled(client, cid) == "waiting_for_confirmation"
@@ -215,9 +259,9 @@ def test_reject_without_a_reason_has_the_default_reason(client: httpx.Client, ll
     assert rejection["rejection_source"] == "user"
 
 
-def test_a_new_message_while_waiting_rejects_and_never_runs(client: httpx.Client,
-                                                            llm: ScriptedLLM, key: str,
-                                                            tmp_path: Path) -> None:
+def test_a_new_message_while_waiting_rejects_and_never_runs(
+    client: httpx.Client, llm: ScriptedLLM, key: str, tmp_path: Path
+) -> None:
     target = tmp_path / "danger.txt"
     llm.script(key, write(target, "HIGH"), text("ok, dropped it"))
     cid = start(client, llm, key, tmp_path, {"kind": "AlwaysConfirm"})
@@ -240,8 +284,9 @@ def test_a_new_message_while_waiting_rejects_and_never_runs(client: httpx.Client
     assert second[-1]["content"][0]["text"] == "never mind, do something else"
 
 
-def test_a_new_message_without_run_also_rejects(client: httpx.Client, llm: ScriptedLLM, key: str,
-                                                tmp_path: Path) -> None:
+def test_a_new_message_without_run_also_rejects(
+    client: httpx.Client, llm: ScriptedLLM, key: str, tmp_path: Path
+) -> None:
     llm.script(key, write(tmp_path / "a.txt", "HIGH"))
     cid = start(client, llm, key, tmp_path, {"kind": "AlwaysConfirm"})
     assert settled(client, cid) == "waiting_for_confirmation"
@@ -252,8 +297,9 @@ def test_a_new_message_without_run_also_rejects(client: httpx.Client, llm: Scrip
     assert not (tmp_path / "a.txt").exists()
 
 
-def test_run_while_waiting_runs_the_waiting_actions(client: httpx.Client, llm: ScriptedLLM,
-                                                    key: str, tmp_path: Path) -> None:
+def test_run_while_waiting_runs_the_waiting_actions(
+    client: httpx.Client, llm: ScriptedLLM, key: str, tmp_path: Path
+) -> None:
     # Calling run again is how the OpenHands SDK accepts (its agent server does the same).
     target = tmp_path / "a.txt"
     llm.script(key, write(target, "HIGH"), call("finish", message="done"))
@@ -267,18 +313,25 @@ def test_run_while_waiting_runs_the_waiting_actions(client: httpx.Client, llm: S
     assert wait_status(client, cid, "finished") == "finished"
     assert target.exists()
     # The very action that waited ran, once; no new ActionEvent for it.
-    [observation] = [o for o in events(client, cid, "ObservationEvent")
-                     if o["tool_name"] == "file_editor"]
+    [observation] = [
+        o for o in events(client, cid, "ObservationEvent") if o["tool_name"] == "file_editor"
+    ]
     assert observation["action_id"] == waiting["id"]
     assert [a["id"] for a in events(client, cid, "ActionEvent")][0] == waiting["id"]
     assert not events(client, cid, "UserRejectObservation")
 
 
-def test_accept_when_nothing_waits_is_409_and_reject_a_no_op(client: httpx.Client,
-                                                            llm: ScriptedLLM, key: str,
-                                                            tmp_path: Path) -> None:
-    conv = create(client, llm, key, tmp_path, tools=["file_editor"],
-                  confirmation_policy={"kind": "AlwaysConfirm"})
+def test_accept_when_nothing_waits_is_409_and_reject_a_no_op(
+    client: httpx.Client, llm: ScriptedLLM, key: str, tmp_path: Path
+) -> None:
+    conv = create(
+        client,
+        llm,
+        key,
+        tmp_path,
+        tools=["file_editor"],
+        confirmation_policy={"kind": "AlwaysConfirm"},
+    )
     r = respond(client, conv["id"], True)  # nothing to run
     assert r.status_code == 409, r.text
     assert "idle" in r.text
@@ -293,18 +346,29 @@ def test_accept_when_nothing_waits_is_409_and_reject_a_no_op(client: httpx.Clien
     assert wait_status(client, conv["id"]) == "finished"
     assert respond(client, conv["id"], True).status_code == 409
     missing = "/api/conversations/00000000-0000-4000-8000-000000000000"
-    assert client.post(missing + "/events/respond_to_confirmation",
-                       json={"accept": True}).status_code == 404
+    assert (
+        client.post(missing + "/events/respond_to_confirmation", json={"accept": True}).status_code
+        == 404
+    )
 
 
-def test_acting_at_once_on_waiting_is_heard(client: httpx.Client, llm: ScriptedLLM, key: str,
-                                            tmp_path: Path) -> None:
+def test_acting_at_once_on_waiting_is_heard(
+    client: httpx.Client, llm: ScriptedLLM, key: str, tmp_path: Path
+) -> None:
     # A client that acts the moment it sees the status; the window is short, so try a few.
     for i in range(20):
         k = f"{key}-{i}"
         llm.script(k, write(tmp_path / f"f{i}.txt", "HIGH"), text("ok"))
-        conv = create(client, llm, k, tmp_path, tools=["file_editor"], message="go", run=True,
-                      confirmation_policy={"kind": "AlwaysConfirm"})
+        conv = create(
+            client,
+            llm,
+            k,
+            tmp_path,
+            tools=["file_editor"],
+            message="go",
+            run=True,
+            confirmation_policy={"kind": "AlwaysConfirm"},
+        )
         while status(client, conv["id"]) != "waiting_for_confirmation":
             pass
         if i % 2:
@@ -320,11 +384,18 @@ def test_acting_at_once_on_waiting_is_heard(client: httpx.Client, llm: ScriptedL
 # -- the policy ------------------------------------------------------------------------------
 
 
-def test_policy_switches_mid_conversation(client: httpx.Client, llm: ScriptedLLM, key: str,
-                                          tmp_path: Path) -> None:
-    llm.script(key, write(tmp_path / "first.txt", "HIGH"), text("first done"),
-               write(tmp_path / "second.txt", "HIGH"), call("finish", message="second done"),
-               write(tmp_path / "third.txt", "LOW"), text("third done"))
+def test_policy_switches_mid_conversation(
+    client: httpx.Client, llm: ScriptedLLM, key: str, tmp_path: Path
+) -> None:
+    llm.script(
+        key,
+        write(tmp_path / "first.txt", "HIGH"),
+        text("first done"),
+        write(tmp_path / "second.txt", "HIGH"),
+        call("finish", message="second done"),
+        write(tmp_path / "third.txt", "LOW"),
+        text("third done"),
+    )
     cid = start(client, llm, key, tmp_path, None)
     assert wait_status(client, cid) == "finished"
     assert (tmp_path / "first.txt").exists()
@@ -332,7 +403,8 @@ def test_policy_switches_mid_conversation(client: httpx.Client, llm: ScriptedLLM
     r = client.post(f"/api/conversations/{cid}/confirmation_policy", json={"kind": "AlwaysConfirm"})
     assert r.status_code == 200, r.text
     assert client.get(f"/api/conversations/{cid}").json()["confirmation_policy"] == {
-        "kind": "AlwaysConfirm"}
+        "kind": "AlwaysConfirm"
+    }
     send(client, cid, "second")
     assert settled(client, cid, "waiting_for_confirmation") == "waiting_for_confirmation"
     assert not (tmp_path / "second.txt").exists()
@@ -350,42 +422,62 @@ def test_policy_switches_mid_conversation(client: httpx.Client, llm: ScriptedLLM
     assert (tmp_path / "third.txt").exists()
 
 
-@pytest.mark.parametrize(("body", "loc", "type_"), [
-    ({"kind": "Sometimes"}, ["body", "policy"], "union_tag_invalid"),
-    ({"kind": "ConfirmRisky", "threshold": "EXTREME"},
-     ["body", "policy", "ConfirmRisky", "threshold"], "literal_error"),
-    ({"policy": {"kind": "ConfirmRisky", "threshold": "UNKNOWN"}},
-     ["body", "policy", "ConfirmRisky", "threshold"], "literal_error"),
-    ({}, ["body", "policy"], "missing"),
-])
-def test_an_invalid_policy_is_422_and_changes_nothing(client: httpx.Client, llm: ScriptedLLM,
-                                                      key: str, tmp_path: Path,
-                                                      body: dict[str, Any], loc: list[Any],
-                                                      type_: str) -> None:
+@pytest.mark.parametrize(
+    ("body", "loc", "type_"),
+    [
+        ({"kind": "Sometimes"}, ["body", "policy"], "union_tag_invalid"),
+        (
+            {"kind": "ConfirmRisky", "threshold": "EXTREME"},
+            ["body", "policy", "ConfirmRisky", "threshold"],
+            "literal_error",
+        ),
+        (
+            {"policy": {"kind": "ConfirmRisky", "threshold": "UNKNOWN"}},
+            ["body", "policy", "ConfirmRisky", "threshold"],
+            "literal_error",
+        ),
+        ({}, ["body", "policy"], "missing"),
+    ],
+)
+def test_an_invalid_policy_is_422_and_changes_nothing(
+    client: httpx.Client,
+    llm: ScriptedLLM,
+    key: str,
+    tmp_path: Path,
+    body: dict[str, Any],
+    loc: list[Any],
+    type_: str,
+) -> None:
     conv = create(client, llm, key, tmp_path, confirmation_policy={"kind": "AlwaysConfirm"})
     r = client.post(f"/api/conversations/{conv['id']}/confirmation_policy", json=body)
     assert r.status_code == 422, r.text
     assert [(e["loc"], e["type"]) for e in r.json()["detail"]] == [(loc, type_)]
     assert client.get(f"/api/conversations/{conv['id']}").json()["confirmation_policy"] == {
-        "kind": "AlwaysConfirm"}
+        "kind": "AlwaysConfirm"
+    }
 
 
-def test_an_invalid_policy_at_creation_is_422(client: httpx.Client, llm: ScriptedLLM, key: str,
-                                              tmp_path: Path) -> None:
-    r = client.post("/api/conversations", json={
-        "agent": {"llm": {"model": "openai/x", "base_url": llm.base_url(key), "api_key": "k"}},
-        "workspace": {"working_dir": str(tmp_path)},
-        "confirmation_policy": {"kind": "ConfirmRisky", "threshold": "SEVERE"},
-    })
+def test_an_invalid_policy_at_creation_is_422(
+    client: httpx.Client, llm: ScriptedLLM, key: str, tmp_path: Path
+) -> None:
+    r = client.post(
+        "/api/conversations",
+        json={
+            "agent": {"llm": {"model": "openai/x", "base_url": llm.base_url(key), "api_key": "k"}},
+            "workspace": {"working_dir": str(tmp_path)},
+            "confirmation_policy": {"kind": "ConfirmRisky", "threshold": "SEVERE"},
+        },
+    )
     assert r.status_code == 422, r.text
     assert [(e["loc"], e["type"]) for e in r.json()["detail"]] == [
-        (["body", "confirmation_policy", "ConfirmRisky", "threshold"], "literal_error")]
+        (["body", "confirmation_policy", "ConfirmRisky", "threshold"], "literal_error")
+    ]
 
 
 # Last: it restarts this module's server.
-def test_policy_and_waiting_actions_survive_a_restart(client: httpx.Client, llm: ScriptedLLM,
-                                                      key: str, tmp_path: Path,
-                                                      server: ServerProcess) -> None:
+def test_policy_and_waiting_actions_survive_a_restart(
+    client: httpx.Client, llm: ScriptedLLM, key: str, tmp_path: Path, server: ServerProcess
+) -> None:
     target = tmp_path / "after-restart.txt"
     policy = {"kind": "ConfirmRisky", "threshold": "MEDIUM", "confirm_unknown": False}
     # The action and `finish` in one response: after the accept no model call is needed.
@@ -393,8 +485,9 @@ def test_policy_and_waiting_actions_survive_a_restart(client: httpx.Client, llm:
     conv = create(client, llm, key, tmp_path, tools=["file_editor"], llm_extra={"vision": False})
     cid = conv["id"]
     assert conv["confirmation_policy"] == {"kind": "NeverConfirm"}
-    assert client.post(f"/api/conversations/{cid}/confirmation_policy",
-                       json=policy).status_code == 200
+    assert (
+        client.post(f"/api/conversations/{cid}/confirmation_policy", json=policy).status_code == 200
+    )
     send(client, cid, "go")
     assert settled(client, cid) == "waiting_for_confirmation"
     assert not target.exists()

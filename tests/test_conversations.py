@@ -48,15 +48,17 @@ def message(text: str, run: bool = True) -> SendMessage:
 
 
 def status_updates(evs: list[object]) -> list[str]:
-    return [e.value for e in evs if isinstance(e, ConversationStateUpdateEvent)
-            and e.key == "execution_status"]
+    return [
+        e.value
+        for e in evs
+        if isinstance(e, ConversationStateUpdateEvent) and e.key == "execution_status"
+    ]
 
 
 # -- the transition table ---------------------------------------------------------------------
 
 ALLOWED = [(a, b) for a, targets in TRANSITIONS.items() for b in sorted(targets)]
-DISALLOWED = [(a, b) for a, b in itertools.product(S, S)
-              if a != b and b not in TRANSITIONS[a]]
+DISALLOWED = [(a, b) for a, b in itertools.product(S, S) if a != b and b not in TRANSITIONS[a]]
 
 
 def test_the_table_covers_every_status() -> None:
@@ -75,8 +77,9 @@ async def test_every_allowed_move_works_and_is_recorded(srv: InProcess, tmp_path
 
 
 @pytest.mark.parametrize(("current", "wanted"), DISALLOWED, ids=lambda s: s.value)
-async def test_a_disallowed_move_says_what_was_expected(srv: InProcess, tmp_path: Path,
-                                                        current: S, wanted: S) -> None:
+async def test_a_disallowed_move_says_what_was_expected(
+    srv: InProcess, tmp_path: Path, current: S, wanted: S
+) -> None:
     conv = await new_conversation(srv, tmp_path / "ws")
     conv.record.execution_status = current
     before = len(await events(conv))
@@ -87,7 +90,8 @@ async def test_a_disallowed_move_says_what_was_expected(srv: InProcess, tmp_path
     assert caught.value.allowed == tuple(allowed)
     assert caught.value.detail == (
         f"execution_status cannot go from {current.value} to {wanted.value} "
-        f"(from {current.value} it may go to: {', '.join(allowed)})")
+        f"(from {current.value} it may go to: {', '.join(allowed)})"
+    )
     assert caught.value.status_code == 409
     assert conv.status == current
     assert len(await events(conv)) == before
@@ -105,8 +109,10 @@ async def test_staying_put_is_no_move(srv: InProcess, tmp_path: Path) -> None:
 
 # -- run, pause, interrupt ---------------------------------------------------------------------
 
-async def test_a_run_goes_idle_running_finished(srv: InProcess, model: ScriptedModel,
-                                                tmp_path: Path) -> None:
+
+async def test_a_run_goes_idle_running_finished(
+    srv: InProcess, model: ScriptedModel, tmp_path: Path
+) -> None:
     model.script += [Scripted(calls=[THINK]), Scripted(content="all done")]
     conv = await new_conversation(srv, tmp_path / "ws")
     assert conv.status == S.IDLE
@@ -149,8 +155,9 @@ async def test_pause_takes_effect_between_steps(tmp_path: Path) -> None:
         assert len([e for e in evs if isinstance(e, ObservationEvent)]) == 1
 
 
-async def test_interrupt_cancels_the_model_call_at_once(srv: InProcess, model: ScriptedModel,
-                                                        tmp_path: Path) -> None:
+async def test_interrupt_cancels_the_model_call_at_once(
+    srv: InProcess, model: ScriptedModel, tmp_path: Path
+) -> None:
     model.script.append(Scripted(content="too late", delay=3600))
     conv = await new_conversation(srv, tmp_path / "ws")
     await conv.send_message(message("go"))
@@ -166,6 +173,7 @@ async def test_interrupt_cancels_the_model_call_at_once(srv: InProcess, model: S
 
 # -- confirmation ----------------------------------------------------------------------------
 
+
 async def waiting_conversation(srv: InProcess, model: ScriptedModel, tmp_path: Path):  # type: ignore[no-untyped-def]
     model.script.append(Scripted(calls=[ECHO]))
     conv = await new_conversation(srv, tmp_path / "ws", tools=["terminal"], **ALWAYS)
@@ -176,8 +184,9 @@ async def waiting_conversation(srv: InProcess, model: ScriptedModel, tmp_path: P
     return conv
 
 
-async def test_accept_runs_the_waiting_action(srv: InProcess, model: ScriptedModel,
-                                              tmp_path: Path) -> None:
+async def test_accept_runs_the_waiting_action(
+    srv: InProcess, model: ScriptedModel, tmp_path: Path
+) -> None:
     conv = await waiting_conversation(srv, model, tmp_path)
     model.script.append(Scripted(content="done"))
     await conv.respond(accept=True, reason="")
@@ -187,8 +196,9 @@ async def test_accept_runs_the_waiting_action(srv: InProcess, model: ScriptedMod
     assert "confirmed-output" in observation.observation.text
 
 
-async def test_reject_rests_with_a_rejection(srv: InProcess, model: ScriptedModel,
-                                             tmp_path: Path) -> None:
+async def test_reject_rests_with_a_rejection(
+    srv: InProcess, model: ScriptedModel, tmp_path: Path
+) -> None:
     conv = await waiting_conversation(srv, model, tmp_path)
     await conv.respond(accept=False, reason="not that")
     assert conv.status == S.IDLE
@@ -199,16 +209,19 @@ async def test_reject_rests_with_a_rejection(srv: InProcess, model: ScriptedMode
     assert len(model.requests) == 1
 
 
-async def test_respond_with_nothing_waiting_is_a_conflict(srv: InProcess,
-                                                          tmp_path: Path) -> None:
+async def test_respond_with_nothing_waiting_is_a_conflict(srv: InProcess, tmp_path: Path) -> None:
     conv = await new_conversation(srv, tmp_path / "ws")
-    with pytest.raises(Conflict, match=r"No action is waiting for confirmation "
-                                       r"\(execution_status is idle\)"):
+    with pytest.raises(
+        Conflict,
+        match=r"No action is waiting for confirmation "
+        r"\(execution_status is idle\)",
+    ):
         await conv.respond(accept=True, reason="")
 
 
-async def test_a_new_message_rejects_what_waits(srv: InProcess, model: ScriptedModel,
-                                                tmp_path: Path) -> None:
+async def test_a_new_message_rejects_what_waits(
+    srv: InProcess, model: ScriptedModel, tmp_path: Path
+) -> None:
     conv = await waiting_conversation(srv, model, tmp_path)
     model.script.append(Scripted(content="ok, something else"))
     await conv.send_message(message("do something else instead"))
@@ -218,11 +231,17 @@ async def test_a_new_message_rejects_what_waits(srv: InProcess, model: ScriptedM
     assert not await events(conv, ObservationEvent)  # the echo never ran
     assert conv.status == S.FINISHED
     assert status_updates(await events(conv)) == [
-        "running", "waiting_for_confirmation", "idle", "running", "finished"]
+        "running",
+        "waiting_for_confirmation",
+        "idle",
+        "running",
+        "finished",
+    ]
 
 
 async def test_a_plain_run_while_waiting_runs_the_waiting_actions(
-        srv: InProcess, model: ScriptedModel, tmp_path: Path) -> None:
+    srv: InProcess, model: ScriptedModel, tmp_path: Path
+) -> None:
     # Calling run again is how the OpenHands SDK client accepts (its agent server does too).
     conv = await waiting_conversation(srv, model, tmp_path)
     [waiting] = await events(conv, ActionEvent)
@@ -236,6 +255,7 @@ async def test_a_plain_run_while_waiting_runs_the_waiting_actions(
 
 
 # -- restart recovery, deletion, lifecycle ---------------------------------------------------
+
 
 async def test_a_run_cut_by_a_restart_becomes_an_error(tmp_path: Path) -> None:
     async with serve(tmp_path) as srv:
@@ -263,8 +283,9 @@ async def test_shutdown_pauses_a_running_conversation(tmp_path: Path) -> None:
         assert srv.conversation(cid).status == S.PAUSED
 
 
-async def test_delete_closes_the_conversation(srv: InProcess, model: ScriptedModel,
-                                              tmp_path: Path) -> None:
+async def test_delete_closes_the_conversation(
+    srv: InProcess, model: ScriptedModel, tmp_path: Path
+) -> None:
     model.script.append(Scripted(content="slow", delay=3600))
     conv = await new_conversation(srv, tmp_path / "ws")
     await conv.send_message(message("go"))
@@ -281,8 +302,9 @@ async def test_delete_closes_the_conversation(srv: InProcess, model: ScriptedMod
     assert not await srv.services.conversations.delete(conv.record.id)
 
 
-async def test_a_closed_conversation_starts_no_run(srv: InProcess, model: ScriptedModel,
-                                                   tmp_path: Path) -> None:
+async def test_a_closed_conversation_starts_no_run(
+    srv: InProcess, model: ScriptedModel, tmp_path: Path
+) -> None:
     conv = await new_conversation(srv, tmp_path / "ws")
     assert conv.lifecycle is Lifecycle.OPEN
     await conv.close()
@@ -299,13 +321,15 @@ async def test_a_closed_conversation_starts_no_run(srv: InProcess, model: Script
 class QuotingModel(ScriptedModel):
     """A model whose failure is no LLMFailure and quotes what it was sent (a secret included)."""
 
-    async def complete(self, config: object, messages: list[dict[str, object]],
-                       *args: object, **kw: object) -> object:
+    async def complete(
+        self, config: object, messages: list[dict[str, object]], *args: object, **kw: object
+    ) -> object:
         raise RuntimeError(f"unexpected: {messages[-1]}")
 
 
 async def test_a_failed_run_is_logged_with_its_secrets_masked(
-        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     secret = "sk-live-very-secret-4242"
     async with serve(tmp_path, QuotingModel()) as srv:
         conv = await new_conversation(srv, tmp_path, secrets={"TOKEN": secret})

@@ -24,14 +24,21 @@ pytestmark = pytest.mark.e2e
 CRITIC_KEY = "sk-critic-key-1234"
 
 
-def start(client: httpx.Client, llm: ScriptedLLM, key: str, workspace: Path,
-          critic: dict[str, Any] | None, *replies: Any) -> str:
+def start(
+    client: httpx.Client,
+    llm: ScriptedLLM,
+    key: str,
+    workspace: Path,
+    critic: dict[str, Any] | None,
+    *replies: Any,
+) -> str:
     llm.script(key, *replies)
     agent = agent_spec(llm, key)
     if critic is not None:
         agent["critic"] = critic
-    r = client.post("/api/conversations",
-                    json={"agent": agent, "workspace": {"working_dir": str(workspace)}})
+    r = client.post(
+        "/api/conversations", json={"agent": agent, "workspace": {"working_dir": str(workspace)}}
+    )
     assert r.status_code == 201, r.text
     cid = str(r.json()["id"])
     send(client, cid, "write the report")
@@ -41,32 +48,51 @@ def start(client: httpx.Client, llm: ScriptedLLM, key: str, workspace: Path,
 def history_ids(client: httpx.Client, cid: str) -> list[str]:
     """The system prompt and the user's message: what the model saw before answering."""
     every = events(client, cid)
-    return [e["id"] for e in every if e["kind"] == "SystemPromptEvent"
-            or (e["kind"] == "MessageEvent" and e["source"] == "user")]
+    return [
+        e["id"]
+        for e in every
+        if e["kind"] == "SystemPromptEvent"
+        or (e["kind"] == "MessageEvent" and e["source"] == "user")
+    ]
 
 
-def test_a_command_critic_scores_the_finish(client: httpx.Client, llm: ScriptedLLM, key: str,
-                                            tmp_path: Path) -> None:
-    critic = {"kind": "CommandCritic", "command":
-              "cat > judged.json; echo '{\"score\": 0.875, \"message\": \"report written\"}'"}
+def test_a_command_critic_scores_the_finish(
+    client: httpx.Client, llm: ScriptedLLM, key: str, tmp_path: Path
+) -> None:
+    critic = {
+        "kind": "CommandCritic",
+        "command": 'cat > judged.json; echo \'{"score": 0.875, "message": "report written"}\'',
+    }
     cid = start(client, llm, key, tmp_path, critic, call("finish", message="report is ready"))
     assert wait_status(client, cid) == "finished"
     [finish] = events(client, cid, "ActionEvent")
     assert finish["critic_result"] == {
-        "score": 0.875, "message": "report written",
-        "metadata": {"event_ids": history_ids(client, cid), "critic": "CommandCritic",
-                     "llm_response_id": finish["llm_response_id"]}}
+        "score": 0.875,
+        "message": "report written",
+        "metadata": {
+            "event_ids": history_ids(client, cid),
+            "critic": "CommandCritic",
+            "llm_response_id": finish["llm_response_id"],
+        },
+    }
     judged = json.loads((tmp_path / "judged.json").read_text())
     assert judged["subject"]["arguments"] == {"message": "report is ready"}
 
 
-def test_a_model_critic_scores_an_agent_message(client: httpx.Client, llm: ScriptedLLM, key: str,
-                                                tmp_path: Path) -> None:
+def test_a_model_critic_scores_an_agent_message(
+    client: httpx.Client, llm: ScriptedLLM, key: str, tmp_path: Path
+) -> None:
     critic_key = key + "-critic"
     llm.script(critic_key, text('{"score": 0.3, "message": "the report is missing a section"}'))
-    critic = {"kind": "ModelCritic", "llm": {"model": "openai/critic-model",
-                                             "base_url": llm.base_url(critic_key),
-                                             "api_key": CRITIC_KEY, "num_retries": 0}}
+    critic = {
+        "kind": "ModelCritic",
+        "llm": {
+            "model": "openai/critic-model",
+            "base_url": llm.base_url(critic_key),
+            "api_key": CRITIC_KEY,
+            "num_retries": 0,
+        },
+    }
     cid = start(client, llm, key, tmp_path, critic, text("Here is the report."))
     assert wait_status(client, cid) == "finished"
     [reply] = [e for e in events(client, cid, "MessageEvent") if e["source"] == "agent"]
@@ -84,18 +110,27 @@ def test_a_model_critic_scores_an_agent_message(client: httpx.Client, llm: Scrip
     assert CRITIC_KEY not in json.dumps(events(client, cid))
 
 
-def test_a_critic_failing_or_hanging_does_not_break_the_run(client: httpx.Client,
-                                                            llm: ScriptedLLM, key: str,
-                                                            tmp_path: Path) -> None:
+def test_a_critic_failing_or_hanging_does_not_break_the_run(
+    client: httpx.Client, llm: ScriptedLLM, key: str, tmp_path: Path
+) -> None:
     critic_key = key + "-critic"
     llm.script(critic_key, text("I would rather not say."))  # not a score
-    model = {"kind": "ModelCritic", "llm": {"model": "openai/critic-model", "num_retries": 0,
-                                            "base_url": llm.base_url(critic_key), "api_key": "k"}}
+    model = {
+        "kind": "ModelCritic",
+        "llm": {
+            "model": "openai/critic-model",
+            "num_retries": 0,
+            "base_url": llm.base_url(critic_key),
+            "api_key": "k",
+        },
+    }
     hanging = {"kind": "CommandCritic", "command": "sleep 60", "timeout": 1}
     failing = {"kind": "CommandCritic", "command": "exit 7"}
     started = time.monotonic()
-    cids = [start(client, llm, f"{key}-{i}", tmp_path, critic, call("finish", message="ok"))
-            for i, critic in enumerate((model, hanging, failing))]
+    cids = [
+        start(client, llm, f"{key}-{i}", tmp_path, critic, call("finish", message="ok"))
+        for i, critic in enumerate((model, hanging, failing))
+    ]
     for cid in cids:
         assert wait_status(client, cid) == "finished"
         [finish] = events(client, cid, "ActionEvent")
@@ -113,20 +148,46 @@ def changed_repository(workspace: Path) -> None:
     (workspace / "report.md").write_text("final\n")
 
 
-@pytest.mark.parametrize(("kind", "changed", "reply", "score", "message"), [
-    ("PassCritic", False, "finish", 1.0, "PassCritic always succeeds"),
-    ("EmptyPatchCritic", False, "finish", 0.0, "Git patch is empty or missing"),
-    ("EmptyPatchCritic", True, "message", 1.0, "Git patch is non-empty"),
-    ("AgentFinishedCritic", True, "finish", 1.0,
-     "Agent completed with FinishAction and non-empty patch"),
-    ("AgentFinishedCritic", True, "message", 0.0,
-     "Agent did not finish properly. No FinishAction found"),
-    ("AgentFinishedCritic", False, "finish", 0.0,
-     "Agent did not produce a non-empty git patch. Empty git patch"),
-])
+@pytest.mark.parametrize(
+    ("kind", "changed", "reply", "score", "message"),
+    [
+        ("PassCritic", False, "finish", 1.0, "PassCritic always succeeds"),
+        ("EmptyPatchCritic", False, "finish", 0.0, "Git patch is empty or missing"),
+        ("EmptyPatchCritic", True, "message", 1.0, "Git patch is non-empty"),
+        (
+            "AgentFinishedCritic",
+            True,
+            "finish",
+            1.0,
+            "Agent completed with FinishAction and non-empty patch",
+        ),
+        (
+            "AgentFinishedCritic",
+            True,
+            "message",
+            0.0,
+            "Agent did not finish properly. No FinishAction found",
+        ),
+        (
+            "AgentFinishedCritic",
+            False,
+            "finish",
+            0.0,
+            "Agent did not produce a non-empty git patch. Empty git patch",
+        ),
+    ],
+)
 def test_the_sdks_local_critics_score_as_the_sdk_does(
-        client: httpx.Client, llm: ScriptedLLM, key: str, tmp_path: Path, kind: str,
-        changed: bool, reply: str, score: float, message: str) -> None:
+    client: httpx.Client,
+    llm: ScriptedLLM,
+    key: str,
+    tmp_path: Path,
+    kind: str,
+    changed: bool,
+    reply: str,
+    score: float,
+    message: str,
+) -> None:
     """Issue 30.6: the OpenHands SDK's critics that need no model were refused with 422. The
     SDK's dump (mode, iterative_refinement) is accepted; the patch is the workspace's."""
     if changed:
@@ -141,41 +202,69 @@ def test_the_sdks_local_critics_score_as_the_sdk_does(
     assert (result["score"], result["message"]) == (score, message)
     assert result["metadata"]["critic"] == kind
     assert client.get(f"/api/conversations/{cid}").json()["agent"]["critic"] == {
-        "kind": kind, "mode": "finish_and_message"}
+        "kind": kind,
+        "mode": "finish_and_message",
+    }
 
 
-@pytest.mark.parametrize(("critic", "loc", "type_"), [
-    ({"command": "true"}, ["critic"], "critic_kind"),
-    ({"kind": "APIBasedCritic", "server_url": "https://x"}, ["critic"], "critic_kind"),
-    ({"kind": "CommandCritic"}, ["critic", "CommandCritic", "command"], "missing"),
-    ({"kind": "CommandCritic", "command": ""}, ["critic", "CommandCritic", "command"],
-     "string_too_short"),
-    ({"kind": "CommandCritic", "command": "true", "timeout": 0},
-     ["critic", "CommandCritic", "timeout"], "greater_than"),
-    ({"kind": "CommandCritic", "command": "true", "mode": "sometimes"},
-     ["critic", "CommandCritic", "mode"], "literal_error"),
-    ({"kind": "ModelCritic"}, ["critic", "ModelCritic", "llm"], "missing"),
-    ({"kind": "ModelCritic", "llm": {"model": ""}}, ["critic", "ModelCritic", "llm", "model"],
-     "string_too_short"),
-    ("yes", ["critic"], "critic_kind"),
-])
-def test_a_bad_critic_is_422(client: httpx.Client, llm: ScriptedLLM, key: str, tmp_path: Path,
-                             critic: Any, loc: list[Any], type_: str) -> None:
+@pytest.mark.parametrize(
+    ("critic", "loc", "type_"),
+    [
+        ({"command": "true"}, ["critic"], "critic_kind"),
+        ({"kind": "APIBasedCritic", "server_url": "https://x"}, ["critic"], "critic_kind"),
+        ({"kind": "CommandCritic"}, ["critic", "CommandCritic", "command"], "missing"),
+        (
+            {"kind": "CommandCritic", "command": ""},
+            ["critic", "CommandCritic", "command"],
+            "string_too_short",
+        ),
+        (
+            {"kind": "CommandCritic", "command": "true", "timeout": 0},
+            ["critic", "CommandCritic", "timeout"],
+            "greater_than",
+        ),
+        (
+            {"kind": "CommandCritic", "command": "true", "mode": "sometimes"},
+            ["critic", "CommandCritic", "mode"],
+            "literal_error",
+        ),
+        ({"kind": "ModelCritic"}, ["critic", "ModelCritic", "llm"], "missing"),
+        (
+            {"kind": "ModelCritic", "llm": {"model": ""}},
+            ["critic", "ModelCritic", "llm", "model"],
+            "string_too_short",
+        ),
+        ("yes", ["critic"], "critic_kind"),
+    ],
+)
+def test_a_bad_critic_is_422(
+    client: httpx.Client,
+    llm: ScriptedLLM,
+    key: str,
+    tmp_path: Path,
+    critic: Any,
+    loc: list[Any],
+    type_: str,
+) -> None:
     agent = {**agent_spec(llm, key), "critic": critic}
-    r = client.post("/api/conversations",
-                    json={"agent": agent, "workspace": {"working_dir": str(tmp_path)}})
+    r = client.post(
+        "/api/conversations", json={"agent": agent, "workspace": {"working_dir": str(tmp_path)}}
+    )
     assert r.status_code == 422, r.text
     [problem] = r.json()["detail"]
     assert problem["loc"][:2] == ["body", "agent"]
     assert problem["loc"][2:] == loc
     assert problem["type"] == type_
     if type_ == "critic_kind":
-        assert problem["msg"] == ("kind must be one of ModelCritic, CommandCritic, PassCritic, "
-                                  "EmptyPatchCritic, AgentFinishedCritic")
+        assert problem["msg"] == (
+            "kind must be one of ModelCritic, CommandCritic, PassCritic, "
+            "EmptyPatchCritic, AgentFinishedCritic"
+        )
 
 
-def test_no_critic_is_the_default(client: httpx.Client, llm: ScriptedLLM, key: str,
-                                  tmp_path: Path) -> None:
+def test_no_critic_is_the_default(
+    client: httpx.Client, llm: ScriptedLLM, key: str, tmp_path: Path
+) -> None:
     cid = start(client, llm, key, tmp_path, None, text("done"))
     assert wait_status(client, cid) == "finished"
     assert client.get(f"/api/conversations/{cid}").json()["agent"]["critic"] is None

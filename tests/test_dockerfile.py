@@ -51,7 +51,7 @@ def image_env() -> dict[str, str]:
 def entrypoint() -> list[str]:
     """The server's command line, without the init (tini --) in front of it."""
     command = next(json.loads(rest) for word, rest in instructions() if word == "ENTRYPOINT")
-    return command[command.index("--") + 1:] if command[0] == "tini" else command
+    return command[command.index("--") + 1 :] if command[0] == "tini" else command
 
 
 def test_hadolint_passes() -> None:
@@ -68,7 +68,7 @@ def test_image_shape() -> None:
     # which takes nothing from the build but the virtual environment.
     stages = [rest for word, rest in instructions() if word == "FROM"]
     assert stages == ["${BASE_IMAGE} AS build", "${BASE_IMAGE}"]
-    last = instructions()[words.index("FROM", 2):]
+    last = instructions()[words.index("FROM", 2) :]
     copied = [rest for word, rest in last if word == "COPY"]
     assert copied == ["--from=build /opt/agent-server/venv /opt/agent-server/venv"]
     assert not any("pip " in rest for word, rest in last if word == "RUN")
@@ -84,41 +84,60 @@ def test_image_shape() -> None:
 def test_the_image_leaves_out_no_package_the_server_imports() -> None:
     """The build installs pyproject's dependencies but the control plane's own
     (CONTROL_PLANE_ONLY): no module of the image's packages may import one of those."""
-    left_out = next(rest for word, rest in instructions()
-                    if word == "ARG" and rest.startswith("CONTROL_PLANE_ONLY="))
+    left_out = next(
+        rest
+        for word, rest in instructions()
+        if word == "ARG" and rest.startswith("CONTROL_PLANE_ONLY=")
+    )
     names = set(shlex.split(left_out.partition("=")[2])[0].split())
     assert "sqlalchemy" in names
-    packages = [rest.split()[0] for word, rest in instructions()
-                if word == "COPY" and rest.split()[0] in ("core", "launch", "agent_server", "tools",
-                                                          "events", "web", "control_plane/network")]
+    packages = [
+        rest.split()[0]
+        for word, rest in instructions()
+        if word == "COPY"
+        and rest.split()[0]
+        in ("core", "launch", "agent_server", "tools", "events", "web", "control_plane/network")
+    ]
     assert len(packages) == 7  # (a swarm node's fence is control_plane.network, from this image)
     imported: dict[str, str] = {}
     for package in packages:
         for module in (ROOT / package).rglob("*.py"):
             for node in ast.walk(ast.parse(module.read_text())):
-                found = ([a.name for a in node.names] if isinstance(node, ast.Import) else
-                         [node.module] if isinstance(node, ast.ImportFrom) and node.module
-                         and not node.level else [])
+                found = (
+                    [a.name for a in node.names]
+                    if isinstance(node, ast.Import)
+                    else [node.module]
+                    if isinstance(node, ast.ImportFrom) and node.module and not node.level
+                    else []
+                )
                 for name in found:
                     imported[name.split(".")[0]] = str(module.relative_to(ROOT))
     assert {n: imported[n] for n in names if n in imported} == {}
     assert {"litellm", "playwright", "opentelemetry"} <= set(imported)  # the walk sees imports
 
 
-def run_image(tmp_path: Path, extra_env: dict[str, str]) -> tuple[subprocess.Popen[bytes], int, Path]:
+def run_image(
+    tmp_path: Path, extra_env: dict[str, str]
+) -> tuple[subprocess.Popen[bytes], int, Path]:
     """The entrypoint with the image's environment; image paths mapped into tmp_path."""
     port = free_port()
     state, workspace = tmp_path / "state", tmp_path / "workspace"
-    mapping = {"/workspace/.agent-server": str(state), "/workspace/project": str(workspace),
-               "8000": str(port)}
+    mapping = {
+        "/workspace/.agent-server": str(state),
+        "/workspace/project": str(workspace),
+        "8000": str(port),
+    }
     fix = lambda v: mapping.get(v, v)  # noqa: E731
     # The image's own virtual environment (PATH, VIRTUAL_ENV) is this interpreter's here.
     env = {k: fix(v) for k, v in image_env().items() if k not in ("PATH", "VIRTUAL_ENV")}
     args = [fix(a) for a in entrypoint()[1:]]
     base = {k: v for k, v in os.environ.items() if k != "SESSION_API_KEY"}
-    proc = subprocess.Popen([sys.executable, "-m", "agent_server", *args],
-                            env={**base, **env, **extra_env}, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "agent_server", *args],
+        env={**base, **env, **extra_env},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
     return proc, port, state
 
 
@@ -135,12 +154,19 @@ def test_entrypoint_serves_with_the_key_and_passes_the_healthcheck(tmp_path: Pat
         url = f"http://127.0.0.1:{port}"
         wait_for(lambda: _ok(url + "/ready"), timeout=30, what="the server of the image")
         health = next(rest for word, rest in instructions() if word == "HEALTHCHECK")
-        command = json.loads(health[health.index("CMD") + 3:].strip())
+        command = json.loads(health[health.index("CMD") + 3 :].strip())
         command = [c.replace("8000", str(port)) for c in command]
-        assert subprocess.run([sys.executable if c == "python" else c for c in command],
-                              timeout=10).returncode == 0
-        r = httpx.post(url + "/api/conversations", headers={"X-Session-API-Key": "image-key"},
-                       json={"agent": {"llm": {"model": "openai/x"}}})
+        assert (
+            subprocess.run(
+                [sys.executable if c == "python" else c for c in command], timeout=10
+            ).returncode
+            == 0
+        )
+        r = httpx.post(
+            url + "/api/conversations",
+            headers={"X-Session-API-Key": "image-key"},
+            json={"agent": {"llm": {"model": "openai/x"}}},
+        )
         assert r.status_code == 201, r.text
         assert r.json()["workspace"]["working_dir"] == str(tmp_path / "workspace")
         assert (state / "conversations").is_dir()

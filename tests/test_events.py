@@ -49,7 +49,12 @@ KIND_BY_NAME: dict[str, type[Event]] = {k.__name__: k for k in KINDS}
 SOURCES = ("agent", "user", "environment", "hook")
 COMMON = ("id", "timestamp", "source", "parent_id", "kind")
 HOOK_EVENT_TYPES = (
-    "PreToolUse", "PostToolUse", "UserPromptSubmit", "SessionStart", "SessionEnd", "Stop"
+    "PreToolUse",
+    "PostToolUse",
+    "UserPromptSubmit",
+    "SessionStart",
+    "SessionEnd",
+    "Stop",
 )
 
 # -- SPEC 6.2, as data ---------------------------------------------------------------------
@@ -186,8 +191,9 @@ json_scalars = (
 )
 json_values = st.recursive(
     json_scalars,
-    lambda inner: st.lists(inner, max_size=3)
-    | st.dictionaries(st.text(max_size=6), inner, max_size=3),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3)
+    ),
     max_leaves=8,
 )
 json_objects = st.dictionaries(st.text(max_size=6), json_values, max_size=3)
@@ -401,8 +407,12 @@ FIELDS: dict[str, dict[str, st.SearchStrategy[Any]]] = {
         "tools": st.lists(tool_definitions, max_size=2),
         "dynamic_context": st.none() | text_contents,
     },
-    "StreamingDeltaEvent": {"content": opt_text, "reasoning_content": opt_text,
-                            "tool_call_id": opt_text, "output": opt_text},
+    "StreamingDeltaEvent": {
+        "content": opt_text,
+        "reasoning_content": opt_text,
+        "tool_call_id": opt_text,
+        "output": opt_text,
+    },
     "TokenEvent": {
         "prompt_token_ids": st.lists(st.integers(min_value=0), max_size=8),
         "response_token_ids": st.lists(st.integers(min_value=0), max_size=8),
@@ -550,8 +560,9 @@ def object_paths(value: Any, path: tuple[Any, ...] = ()) -> list[tuple[Any, ...]
     if isinstance(value, dict):
         found.append(path)
         for key, inner in value.items():
-            if key in FREE_FORM or (path == () and value.get("kind") == "ACPToolCallEvent"
-                                    and key == "content"):
+            if key in FREE_FORM or (
+                path == () and value.get("kind") == "ACPToolCallEvent" and key == "content"
+            ):
                 continue
             found.extend(object_paths(inner, (*path, key)))
     elif isinstance(value, list):
@@ -562,7 +573,10 @@ def object_paths(value: Any, path: tuple[Any, ...] = ()) -> list[tuple[Any, ...]
 
 #: Tags pydantic puts in an error's loc inside discriminated unions (not part of the JSON path).
 UNION_TAGS = {t.__name__ for t in [*ACTION_TYPES, *OBSERVATION_TYPES]} | {
-    "text", "image", "thinking", "redacted_thinking"
+    "text",
+    "image",
+    "thinking",
+    "redacted_thinking",
 }
 NESTED = [(name, path) for name in KIND_NAMES for path in object_paths(golden(name))]
 
@@ -628,9 +642,7 @@ def test_the_schema_knows_every_kind_the_tools_run() -> None:
     assert tools.observation_types() == list(OBSERVATION_TYPES)
 
 
-@pytest.mark.parametrize(
-    "payload", [*ACTION_TYPES, *OBSERVATION_TYPES], ids=lambda t: t.__name__
-)
+@pytest.mark.parametrize("payload", [*ACTION_TYPES, *OBSERVATION_TYPES], ids=lambda t: t.__name__)
 @given(data=st.data())
 @settings(max_examples=10, deadline=None)
 def test_every_registered_kind_travels_inside_its_event(payload: type, data: st.DataObject) -> None:
@@ -784,7 +796,10 @@ def test_tool_call_origin_is_completion_or_responses(origin: Any) -> None:
 
 def test_security_risk_is_ordered_unknown_to_high() -> None:
     assert [r.value for r in sorted(SecurityRisk, key=lambda r: r.rank)] == [
-        "UNKNOWN", "LOW", "MEDIUM", "HIGH"
+        "UNKNOWN",
+        "LOW",
+        "MEDIUM",
+        "HIGH",
     ]
 
 

@@ -23,11 +23,20 @@ pytestmark = pytest.mark.e2e
 SECRET = "export-secret-9876"
 
 
-def test_download_of_a_finished_conversation(client: httpx.Client, llm: ScriptedLLM, key: str,
-                                             tmp_path: Path) -> None:
+def test_download_of_a_finished_conversation(
+    client: httpx.Client, llm: ScriptedLLM, key: str, tmp_path: Path
+) -> None:
     llm.script(key, call("think", thought="planning"), call("finish", message="all done"))
-    conv = create(client, llm, key, tmp_path, message=f"the token is {SECRET}", run=True,
-                  secrets={"TOKEN": SECRET}, title="export me")
+    conv = create(
+        client,
+        llm,
+        key,
+        tmp_path,
+        message=f"the token is {SECRET}",
+        run=True,
+        secrets={"TOKEN": SECRET},
+        title="export me",
+    )
     assert wait_status(client, conv["id"]) == "finished"
 
     with client.stream("GET", f"/api/conversations/{conv['id']}/download") as r:
@@ -53,13 +62,16 @@ def test_download_of_a_finished_conversation(client: httpx.Client, llm: Scripted
     assert client.get(f"/api/conversations/{uuid.uuid4()}/download").status_code == 404
 
 
-def test_download_of_a_long_conversation(client: httpx.Client, llm: ScriptedLLM, key: str,
-                                         tmp_path: Path) -> None:
+def test_download_of_a_long_conversation(
+    client: httpx.Client, llm: ScriptedLLM, key: str, tmp_path: Path
+) -> None:
     conv = create(client, llm, key, tmp_path)
 
     def send(i: int) -> None:
-        r = client.post(f"/api/conversations/{conv['id']}/events",
-                        json={"content": [{"type": "text", "text": f"message {i} " + "x" * 200}]})
+        r = client.post(
+            f"/api/conversations/{conv['id']}/events",
+            json={"content": [{"type": "text", "text": f"message {i} " + "x" * 200}]},
+        )
         assert r.status_code == 200
 
     with ThreadPoolExecutor(8) as pool:  # concurrent appends share their fsyncs
@@ -71,19 +83,27 @@ def test_download_of_a_long_conversation(client: httpx.Client, llm: ScriptedLLM,
     assert len(data) < 60_000  # compressed
 
 
-def test_patch_title_and_tags(client: httpx.Client, server: ServerProcess, llm: ScriptedLLM,
-                              key: str, tmp_path: Path) -> None:
+def test_patch_title_and_tags(
+    client: httpx.Client, server: ServerProcess, llm: ScriptedLLM, key: str, tmp_path: Path
+) -> None:
     conv = create(client, llm, key, tmp_path, title="first")
     url = f"/api/conversations/{conv['id']}"
-    r = client.patch(url, json={"title": "Renamed", "tags": {"team": "core", "ticket-id": "T_1"},
-                                "unknown": "ignored"})
+    r = client.patch(
+        url,
+        json={
+            "title": "Renamed",
+            "tags": {"team": "core", "ticket-id": "T_1"},
+            "unknown": "ignored",
+        },
+    )
     assert r.status_code == 200, r.text
     info = r.json()
     assert info["title"] == "Renamed" and info["tags"] == {"team": "core", "ticket-id": "T_1"}
     assert info["updated_at"] > conv["updated_at"]
     assert client.get(url).json()["tags"] == info["tags"]
-    stored = json.loads((server.state_dir / "conversations" / uuid.UUID(conv["id"]).hex
-                         / "meta.json").read_text())
+    stored = json.loads(
+        (server.state_dir / "conversations" / uuid.UUID(conv["id"]).hex / "meta.json").read_text()
+    )
     assert stored["title"] == "Renamed" and stored["tags"] == info["tags"]
 
     assert client.patch(url, json={"tags": {"only": "this"}}).json()["tags"] == {"only": "this"}
@@ -105,7 +125,9 @@ def test_patch_title_and_tags(client: httpx.Client, server: ServerProcess, llm: 
         r = client.patch(url, json=body)
         assert r.status_code == 422, (body, r.text)
         # Where inside it, exactly (a key, a value) is pydantic's to say.
-        assert r.json()["detail"][0]["loc"][:len(loc)] == loc, body
+        assert r.json()["detail"][0]["loc"][: len(loc)] == loc, body
     assert client.get(url).json()["tags"] == {"only": "this"}
     assert client.patch(url, content=b"not json").status_code == 422
-    assert client.patch(f"/api/conversations/{uuid.uuid4()}", json={"title": "x"}).status_code == 404
+    assert (
+        client.patch(f"/api/conversations/{uuid.uuid4()}", json={"title": "x"}).status_code == 404
+    )

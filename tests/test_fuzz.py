@@ -31,14 +31,20 @@ from tests.support.inprocess import KEY, served
 FUZZ_EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "50"))
 CONVERSATION = str(uuid.UUID(int=1))
 HEADERS = {"X-Session-API-Key": KEY}
-CHECKS = [checks.not_a_server_error, checks.status_code_conformance,
-          checks.content_type_conformance, checks.response_headers_conformance,
-          checks.response_schema_conformance, checks.negative_data_rejection,
-          checks.positive_data_acceptance]
+CHECKS = [
+    checks.not_a_server_error,
+    checks.status_code_conformance,
+    checks.content_type_conformance,
+    checks.response_headers_conformance,
+    checks.response_schema_conformance,
+    checks.negative_data_rejection,
+    checks.positive_data_acceptance,
+]
 #: Seconds one answer may take: a hang fails the case instead of the whole run.
 TIMEOUT = 30
-OPERATIONS = sorted((method, route.path) for route in ROUTES
-                    for method in route.methods or () if method != "HEAD")
+OPERATIONS = sorted(
+    (method, route.path) for route in ROUTES for method in route.methods or () if method != "HEAD"
+)
 
 
 @pytest.fixture(scope="module")
@@ -63,28 +69,46 @@ def configure(loaded: OpenApiSchema) -> OpenApiSchema:
     loaded.config.generation.allow_extra_parameters = False
     # A body refused for its size (413) is refused too.
     loaded.config.checks.negative_data_rejection = NegativeDataRejectionConfig(
-        expected_statuses=[400, 401, 403, 404, 405, 406, 409, 413, 415, 422, 428, 429, "5XX"])
+        expected_statuses=[400, 401, 403, 404, 405, 406, 409, 413, 415, 422, 428, 429, "5XX"]
+    )
     return loaded
 
 
 def ensure_conversation(base_url: str) -> None:
     """The conversation the cases aim at exists (a case may have deleted it)."""
-    if httpx.get(f"{base_url}/api/conversations/{CONVERSATION}", headers=HEADERS).status_code == 404:
-        r = httpx.post(base_url + "/api/conversations", headers=HEADERS,
-                       json={"conversation_id": CONVERSATION, "agent": {"llm": {"model": "m"}}})
+    if (
+        httpx.get(f"{base_url}/api/conversations/{CONVERSATION}", headers=HEADERS).status_code
+        == 404
+    ):
+        r = httpx.post(
+            base_url + "/api/conversations",
+            headers=HEADERS,
+            json={"conversation_id": CONVERSATION, "agent": {"llm": {"model": "m"}}},
+        )
         assert r.status_code in (200, 201), r.text
 
 
 def ensure_default_agent(base_url: str) -> None:
     """Settings hold a default LLM, so a creation without `agent` is a valid request (a case
     of PATCH /api/settings may have removed it)."""
-    r = httpx.patch(base_url + "/api/settings", headers=HEADERS,
-                    json={"agent": {"llm": {"model": "m"}, "tools": []}})
+    r = httpx.patch(
+        base_url + "/api/settings",
+        headers=HEADERS,
+        json={"agent": {"llm": {"model": "m"}, "tools": []}},
+    )
     assert r.status_code == 200, r.text
 
 
-def fuzz(api_schema: OpenApiSchema, base_url: str, workspace: Path, method: str, path: str,
-         mode: GenerationMode, examples: int, derandomize: bool = True) -> int:
+def fuzz(
+    api_schema: OpenApiSchema,
+    base_url: str,
+    workspace: Path,
+    method: str,
+    path: str,
+    mode: GenerationMode,
+    examples: int,
+    derandomize: bool = True,
+) -> int:
     """Runs `examples` cases of one operation (the same ones each run, unless `derandomize` is
     False); how many were sent."""
     operation = api_schema[path][method]
@@ -92,8 +116,13 @@ def fuzz(api_schema: OpenApiSchema, base_url: str, workspace: Path, method: str,
     sent = 0
 
     @given(operation.as_strategy(mode, path_parameters=fixed))
-    @settings(max_examples=examples, deadline=None, derandomize=derandomize, database=None,
-              suppress_health_check=list(HealthCheck))
+    @settings(
+        max_examples=examples,
+        deadline=None,
+        derandomize=derandomize,
+        database=None,
+        suppress_health_check=list(HealthCheck),
+    )
     def one(case: Any) -> None:
         nonlocal sent
         if fixed:
@@ -104,8 +133,11 @@ def fuzz(api_schema: OpenApiSchema, base_url: str, workspace: Path, method: str,
             case.body["workspace"]["working_dir"] = str(workspace)  # never anywhere else
         if path.endswith("/commands") and isinstance(case.body, dict):
             timeout = case.body.get("timeout", 60)
-            if isinstance(timeout, (int, float)) and not isinstance(timeout, bool) \
-                    and 2 < timeout <= 600:  # (beyond: an invalid case, left invalid)
+            if (
+                isinstance(timeout, (int, float))
+                and not isinstance(timeout, bool)
+                and 2 < timeout <= 600
+            ):  # (beyond: an invalid case, left invalid)
                 case.body["timeout"] = 2  # a generated command must not hold the run long
         # Negative cases keep what makes them invalid (a LookupSecret's bad URL stays bad).
         semantic_rules(case.body, base_url + "/health", lookups=mode is GenerationMode.POSITIVE)
@@ -130,8 +162,11 @@ def fuzz(api_schema: OpenApiSchema, base_url: str, workspace: Path, method: str,
 
 def _whole(value: Any) -> bool:
     """A JSON integer (3.0 is one too)."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool) \
+    return (
+        isinstance(value, (int, float))
+        and not isinstance(value, bool)
         and float(value).is_integer()
+    )
 
 
 def semantic_rules(body: Any, lookup_url: str, lookups: bool = True) -> None:
@@ -156,8 +191,10 @@ def semantic_rules(body: Any, lookup_url: str, lookups: bool = True) -> None:
     if isinstance(body.get("plan_path"), str) and ".." in body["plan_path"]:
         body["plan_path"] = "PLAN.md"  # (a relative path out of the working directory)
     extra = body.get("litellm_extra_body")
-    if body.get("stream") is True and (body.get("return_token_ids") is True or (
-            isinstance(extra, dict) and extra.get("return_token_ids") is True)):
+    if body.get("stream") is True and (
+        body.get("return_token_ids") is True
+        or (isinstance(extra, dict) and extra.get("return_token_ids") is True)
+    ):
         body["stream"] = False
     if isinstance(body.get("parent_conversation_id"), str):
         body["parent_conversation_id"] = CONVERSATION
@@ -171,14 +208,20 @@ def semantic_rules(body: Any, lookup_url: str, lookups: bool = True) -> None:
         semantic_rules(value, lookup_url, lookups)
 
 
-@pytest.mark.parametrize("mode", [GenerationMode.POSITIVE, GenerationMode.NEGATIVE],
-                         ids=["positive", "negative"])
+@pytest.mark.parametrize(
+    "mode", [GenerationMode.POSITIVE, GenerationMode.NEGATIVE], ids=["positive", "negative"]
+)
 @pytest.mark.parametrize(("method", "path"), OPERATIONS, ids=[f"{m} {p}" for m, p in OPERATIONS])
-def test_every_route_answers_as_documented(api_schema: OpenApiSchema, base_url: str, root: Path,
-                                           method: str, path: str, mode: GenerationMode,
-                                           tally: list[int]) -> None:
-    tally.append(fuzz(api_schema, base_url, root / "workspace", method, path, mode,
-                      FUZZ_EXAMPLES))
+def test_every_route_answers_as_documented(
+    api_schema: OpenApiSchema,
+    base_url: str,
+    root: Path,
+    method: str,
+    path: str,
+    mode: GenerationMode,
+    tally: list[int],
+) -> None:
+    tally.append(fuzz(api_schema, base_url, root / "workspace", method, path, mode, FUZZ_EXAMPLES))
 
 
 @pytest.fixture(scope="module")

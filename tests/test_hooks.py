@@ -26,16 +26,34 @@ pytestmark = pytest.mark.e2e
 
 HOOK_TYPES = ("PreToolUse", "PostToolUse", "UserPromptSubmit", "SessionStart", "SessionEnd", "Stop")
 #: Every field SPEC 6.2 gives a HookExecutionEvent, and the common ones of 6.1.
-FIELDS = {"id", "timestamp", "source", "parent_id", "kind", "hook_event_type", "hook_command",
-          "tool_name", "success", "blocked", "exit_code", "stdout", "stderr", "reason",
-          "additional_context", "error", "action_id", "message_id", "hook_input"}
+FIELDS = {
+    "id",
+    "timestamp",
+    "source",
+    "parent_id",
+    "kind",
+    "hook_event_type",
+    "hook_command",
+    "tool_name",
+    "success",
+    "blocked",
+    "exit_code",
+    "stdout",
+    "stderr",
+    "reason",
+    "additional_context",
+    "error",
+    "action_id",
+    "message_id",
+    "hook_input",
+}
 #: Hooks here read their stdin first: one that exits before the server has written it can
 #: crash the server's side (see test_a_hook_that_ignores_its_input_is_run_like_any_other).
 READ = "cat > /dev/null; "
 #: Two ways to deny: exit 2 with the reason on stderr, or exit 0 with a JSON decision.
 DENIALS = {
     "exit 2": READ + 'echo "{reason}" >&2; exit 2',
-    "json deny": READ + "echo '{{\"decision\": \"deny\", \"reason\": \"{reason}\"}}'",
+    "json deny": READ + 'echo \'{{"decision": "deny", "reason": "{reason}"}}\'',
 }
 
 
@@ -43,15 +61,23 @@ def deny(how: str, reason: str) -> str:
     return DENIALS[how].format(reason=reason)
 
 
-def hooks(event_type: str, *commands: str, matcher: str = "*",
-          timeout: float = 10) -> dict[str, Any]:
+def hooks(
+    event_type: str, *commands: str, matcher: str = "*", timeout: float = 10
+) -> dict[str, Any]:
     """A hook_config with one matcher group of `commands` for `event_type`."""
-    return {event_type: [{"matcher": matcher, "hooks": [
-        {"type": "command", "command": c, "timeout": timeout} for c in commands]}]}
+    return {
+        event_type: [
+            {
+                "matcher": matcher,
+                "hooks": [{"type": "command", "command": c, "timeout": timeout} for c in commands],
+            }
+        ]
+    }
 
 
-def hook_events(client: httpx.Client, cid: str,
-                event_type: str | None = None) -> list[dict[str, Any]]:
+def hook_events(
+    client: httpx.Client, cid: str, event_type: str | None = None
+) -> list[dict[str, Any]]:
     found = events(client, cid, "HookExecutionEvent")
     return [e for e in found if event_type is None or e["hook_event_type"] == event_type]
 
@@ -61,8 +87,9 @@ def position(all_events: list[dict[str, Any]], event: dict[str, Any]) -> int:
 
 
 def write(path: Path, content: str = "x") -> Reply:
-    return call("file_editor", command="create", path=str(path), file_text=content,
-                security_risk="LOW")
+    return call(
+        "file_editor", command="create", path=str(path), file_text=content, security_risk="LOW"
+    )
 
 
 def user_texts(request: dict[str, Any]) -> str:
@@ -80,8 +107,9 @@ def user_texts(request: dict[str, Any]) -> str:
 # -- configuration ---------------------------------------------------------------------------
 
 
-def test_get_hooks_returns_the_config(client: httpx.Client, llm: ScriptedLLM, key: str,
-                                      tmp_path: Path) -> None:
+def test_get_hooks_returns_the_config(
+    client: httpx.Client, llm: ScriptedLLM, key: str, tmp_path: Path
+) -> None:
     config = {
         "pre_tool_use": [{"matcher": "file_.*", "hooks": [{"command": "true", "timeout": 5}]}],
         "Stop": [{"hooks": [{"type": "command", "command": "exit 0"}]}],
@@ -90,12 +118,14 @@ def test_get_hooks_returns_the_config(client: httpx.Client, llm: ScriptedLLM, ke
     r = client.get(f"/api/conversations/{conv['id']}/hooks")
     assert r.status_code == 200, r.text
     got = r.json()
-    assert got["PreToolUse"] == [{"matcher": "file_.*",
-                                  "hooks": [{"type": "command", "command": "true", "timeout": 5}]}]
+    assert got["PreToolUse"] == [
+        {"matcher": "file_.*", "hooks": [{"type": "command", "command": "true", "timeout": 5}]}
+    ]
     assert got["Stop"][0]["hooks"][0]["command"] == "exit 0"
     assert got["Stop"][0]["matcher"] == "*"
-    assert all(got[t] == [] for t in ("PostToolUse", "UserPromptSubmit", "SessionStart",
-                                      "SessionEnd"))
+    assert all(
+        got[t] == [] for t in ("PostToolUse", "UserPromptSubmit", "SessionStart", "SessionEnd")
+    )
     assert conv["hook_config"] == got
 
     bare = create(client, llm, key, tmp_path)
@@ -105,42 +135,82 @@ def test_get_hooks_returns_the_config(client: httpx.Client, llm: ScriptedLLM, ke
     assert client.get(missing).status_code == 404
 
 
-@pytest.mark.parametrize(("config", "loc", "type_"), [
-    ({"PreToolUse": [{"matcher": "file_(", "hooks": [{"command": "true"}]}]},
-     ["PreToolUse", 0, "matcher"], "value_error"),
-    ({"PreToolUse": [{"hooks": [{"type": "prompt", "command": "true"}]}]},
-     ["PreToolUse", 0, "hooks", 0, "type"], "literal_error"),
-    ({"Stop": [{"hooks": [{"command": "true", "timeout": 0}]}]},
-     ["Stop", 0, "hooks", 0, "timeout"], "greater_than"),
-    ({"Stop": [{"hooks": [{"command": ""}]}]},
-     ["Stop", 0, "hooks", 0, "command"], "string_too_short"),
-])
-def test_an_invalid_hook_config_is_422(client: httpx.Client, llm: ScriptedLLM, key: str,
-                                       tmp_path: Path, config: dict[str, Any], loc: list[Any],
-                                       type_: str) -> None:
-    r = client.post("/api/conversations", json={
-        "agent": {"llm": {"model": "openai/x", "base_url": llm.base_url(key), "api_key": "k"}},
-        "workspace": {"working_dir": str(tmp_path)},
-        "hook_config": config,
-    })
+@pytest.mark.parametrize(
+    ("config", "loc", "type_"),
+    [
+        (
+            {"PreToolUse": [{"matcher": "file_(", "hooks": [{"command": "true"}]}]},
+            ["PreToolUse", 0, "matcher"],
+            "value_error",
+        ),
+        (
+            {"PreToolUse": [{"hooks": [{"type": "prompt", "command": "true"}]}]},
+            ["PreToolUse", 0, "hooks", 0, "type"],
+            "literal_error",
+        ),
+        (
+            {"Stop": [{"hooks": [{"command": "true", "timeout": 0}]}]},
+            ["Stop", 0, "hooks", 0, "timeout"],
+            "greater_than",
+        ),
+        (
+            {"Stop": [{"hooks": [{"command": ""}]}]},
+            ["Stop", 0, "hooks", 0, "command"],
+            "string_too_short",
+        ),
+    ],
+)
+def test_an_invalid_hook_config_is_422(
+    client: httpx.Client,
+    llm: ScriptedLLM,
+    key: str,
+    tmp_path: Path,
+    config: dict[str, Any],
+    loc: list[Any],
+    type_: str,
+) -> None:
+    r = client.post(
+        "/api/conversations",
+        json={
+            "agent": {"llm": {"model": "openai/x", "base_url": llm.base_url(key), "api_key": "k"}},
+            "workspace": {"working_dir": str(tmp_path)},
+            "hook_config": config,
+        },
+    )
     assert r.status_code == 422, r.text
     assert [(e["loc"], e["type"]) for e in r.json()["detail"]] == [
-        (["body", "hook_config", *loc], type_)]
+        (["body", "hook_config", *loc], type_)
+    ]
 
 
 # -- PreToolUse ------------------------------------------------------------------------------
 
 
-def test_pre_tool_use_allows_and_sees_the_call(client: httpx.Client, llm: ScriptedLLM, key: str,
-                                               tmp_path: Path) -> None:
+def test_pre_tool_use_allows_and_sees_the_call(
+    client: httpx.Client, llm: ScriptedLLM, key: str, tmp_path: Path
+) -> None:
     target = tmp_path / "app.py"
-    allow = ("""echo '{"decision": "allow", "reason": "looks fine", """
-             """"additionalContext": "checked"}'""")
+    allow = (
+        """echo '{"decision": "allow", "reason": "looks fine", """
+        """"additionalContext": "checked"}'"""
+    )
     config = hooks("PreToolUse", "cat > pre.json", READ + allow, matcher="file_editor")
-    llm.script(key, call("think", thought="first"), write(target, "print(1)\n"),
-               call("finish", message="done"))
-    cid = create(client, llm, key, tmp_path, tools=["file_editor"], message="go", run=True,
-                 hook_config=config)["id"]
+    llm.script(
+        key,
+        call("think", thought="first"),
+        write(target, "print(1)\n"),
+        call("finish", message="done"),
+    )
+    cid = create(
+        client,
+        llm,
+        key,
+        tmp_path,
+        tools=["file_editor"],
+        message="go",
+        run=True,
+        hook_config=config,
+    )["id"]
     assert wait_status(client, cid) == "finished"
     assert target.read_text() == "print(1)\n"
 
@@ -161,30 +231,54 @@ def test_pre_tool_use_allows_and_sees_the_call(client: httpx.Client, llm: Script
     assert stdin["conversation_id"] == cid
     assert stdin["event_type"] == stdin["hook_event_name"] == "PreToolUse"
     assert stdin["tool_name"] == "file_editor"
-    assert stdin["tool_input"] == {"command": "create", "path": str(target),
-                                   "file_text": "print(1)\n", "security_risk": "LOW"}
+    assert stdin["tool_input"] == {
+        "command": "create",
+        "path": str(target),
+        "file_text": "print(1)\n",
+        "security_risk": "LOW",
+    }
 
     assert second["success"] is True and second["blocked"] is False
     assert second["reason"] == "looks fine" and second["additional_context"] == "checked"
     assert json.loads(second["stdout"])["decision"] == "allow"
 
     everything = events(client, cid)
-    observation = next(o for o in events(client, cid, "ObservationEvent")
-                       if o["tool_name"] == "file_editor")
-    assert (position(everything, action) < position(everything, first)
-            < position(everything, second) < position(everything, observation))
+    observation = next(
+        o for o in events(client, cid, "ObservationEvent") if o["tool_name"] == "file_editor"
+    )
+    assert (
+        position(everything, action)
+        < position(everything, first)
+        < position(everything, second)
+        < position(everything, observation)
+    )
 
 
 @pytest.mark.parametrize("how", DENIALS)
-def test_pre_tool_use_denial_skips_the_action(client: httpx.Client, llm: ScriptedLLM, key: str,
-                                              tmp_path: Path, how: str) -> None:
+def test_pre_tool_use_denial_skips_the_action(
+    client: httpx.Client, llm: ScriptedLLM, key: str, tmp_path: Path, how: str
+) -> None:
     target = tmp_path / "app.py"
-    config = {**hooks("PreToolUse", deny(how, "no writes in this repo"), READ + "touch second-ran",
-                      matcher="file_.*"),
-              **hooks("PostToolUse", READ + "touch post-ran")}
+    config = {
+        **hooks(
+            "PreToolUse",
+            deny(how, "no writes in this repo"),
+            READ + "touch second-ran",
+            matcher="file_.*",
+        ),
+        **hooks("PostToolUse", READ + "touch post-ran"),
+    }
     llm.script(key, write(target), call("finish", message="gave up"))
-    cid = create(client, llm, key, tmp_path, tools=["file_editor"], message="go", run=True,
-                 hook_config=config)["id"]
+    cid = create(
+        client,
+        llm,
+        key,
+        tmp_path,
+        tools=["file_editor"],
+        message="go",
+        run=True,
+        hook_config=config,
+    )["id"]
     assert wait_status(client, cid) == "finished"
     assert not target.exists()
     # A block stops the later hooks of the moment, and the tool's PostToolUse never comes.
@@ -211,19 +305,28 @@ def test_pre_tool_use_denial_skips_the_action(client: httpx.Client, llm: Scripte
 # -- failures: reported, never blocking ------------------------------------------------------
 
 
-CRASH = 'cat > /dev/null; echo boom >&2; touch crashed; exit 1'
-SLOW = 'echo $$ > slow.pid; exec sleep 30'
+CRASH = "cat > /dev/null; echo boom >&2; touch crashed; exit 1"
+SLOW = "echo $$ > slow.pid; exec sleep 30"
 
 
 @pytest.mark.parametrize("event_type", HOOK_TYPES)
 def test_crashes_and_timeouts_are_reported_and_do_not_block(
-        client: httpx.Client, llm: ScriptedLLM, key: str, tmp_path: Path, event_type: str) -> None:
+    client: httpx.Client, llm: ScriptedLLM, key: str, tmp_path: Path, event_type: str
+) -> None:
     target = tmp_path / "app.py"
     matcher = "file_editor" if event_type in ("PreToolUse", "PostToolUse") else "*"
     config = hooks(event_type, CRASH, SLOW, matcher=matcher, timeout=0.5)
     llm.script(key, write(target), call("finish", message="done"))
-    cid = create(client, llm, key, tmp_path, tools=["file_editor"], message="write app.py",
-                 run=True, hook_config=config)["id"]
+    cid = create(
+        client,
+        llm,
+        key,
+        tmp_path,
+        tools=["file_editor"],
+        message="write app.py",
+        run=True,
+        hook_config=config,
+    )["id"]
     assert wait_status(client, cid) == "finished"
     assert target.exists()  # the tool hooks did not stop the action
     assert len(llm.requests_for(key)) == 2  # a failed Stop hook did not send the agent back
@@ -247,13 +350,21 @@ def test_crashes_and_timeouts_are_reported_and_do_not_block(
     wait_for(lambda: not Path(f"/proc/{pid}").exists(), timeout=5, what=f"hook process {pid} gone")
 
 
-def test_an_interrupt_stops_a_running_hook(client: httpx.Client, llm: ScriptedLLM, key: str,
-                                          tmp_path: Path) -> None:
+def test_an_interrupt_stops_a_running_hook(
+    client: httpx.Client, llm: ScriptedLLM, key: str, tmp_path: Path
+) -> None:
     target = tmp_path / "app.py"
     llm.script(key, write(target), call("finish", message="done"))
-    cid = create(client, llm, key, tmp_path, tools=["file_editor"], message="go", run=True,
-                 hook_config=hooks("PreToolUse", READ + SLOW, matcher="file_editor",
-                                   timeout=60))["id"]
+    cid = create(
+        client,
+        llm,
+        key,
+        tmp_path,
+        tools=["file_editor"],
+        message="go",
+        run=True,
+        hook_config=hooks("PreToolUse", READ + SLOW, matcher="file_editor", timeout=60),
+    )["id"]
     pid_file = tmp_path / "slow.pid"
     wait_for(lambda: pid_file.exists() and pid_file.read_text().strip(), what="the hook started")
     pid = int(pid_file.read_text())
@@ -270,12 +381,21 @@ def test_an_interrupt_stops_a_running_hook(client: httpx.Client, llm: ScriptedLL
     assert wait_status(client, cid) == "finished"
 
 
-def test_hook_output_is_bounded(client: httpx.Client, llm: ScriptedLLM, key: str,
-                                tmp_path: Path) -> None:
-    noisy = (READ + "head -c 200000 /dev/zero | tr '\\0' a; "
-             "head -c 200000 /dev/zero | tr '\\0' b >&2")
-    conv = create(client, llm, key, tmp_path, message="hello", run=False,
-                  hook_config=hooks("UserPromptSubmit", noisy))
+def test_hook_output_is_bounded(
+    client: httpx.Client, llm: ScriptedLLM, key: str, tmp_path: Path
+) -> None:
+    noisy = (
+        READ + "head -c 200000 /dev/zero | tr '\\0' a; head -c 200000 /dev/zero | tr '\\0' b >&2"
+    )
+    conv = create(
+        client,
+        llm,
+        key,
+        tmp_path,
+        message="hello",
+        run=False,
+        hook_config=hooks("UserPromptSubmit", noisy),
+    )
     [hook] = hook_events(client, conv["id"])
     assert hook["success"] is True
     for stream, letter in (("stdout", "a"), ("stderr", "b")):
@@ -284,15 +404,18 @@ def test_hook_output_is_bounded(client: httpx.Client, llm: ScriptedLLM, key: str
         assert "cut" in hook[stream]
 
 
-def test_a_hook_that_ignores_its_input_is_run_like_any_other(client: httpx.Client,
-                                                             llm: ScriptedLLM, key: str,
-                                                             tmp_path: Path) -> None:
+def test_a_hook_that_ignores_its_input_is_run_like_any_other(
+    client: httpx.Client, llm: ScriptedLLM, key: str, tmp_path: Path
+) -> None:
     # The window is short: twenty such hooks a message, a few messages.
-    conv = create(client, llm, key, tmp_path,
-                  hook_config=hooks("UserPromptSubmit", *["exit 0"] * 20))
+    conv = create(
+        client, llm, key, tmp_path, hook_config=hooks("UserPromptSubmit", *["exit 0"] * 20)
+    )
     for i in range(5):
-        r = client.post(f"/api/conversations/{conv['id']}/events",
-                        json={"content": [{"type": "text", "text": f"message {i}"}]})
+        r = client.post(
+            f"/api/conversations/{conv['id']}/events",
+            json={"content": [{"type": "text", "text": f"message {i}"}]},
+        )
         assert r.status_code == 200, f"message {i}: {r.status_code} {r.text}"
         assert len(hook_events(client, conv["id"])) == 20 * (i + 1)
 
@@ -300,13 +423,22 @@ def test_a_hook_that_ignores_its_input_is_run_like_any_other(client: httpx.Clien
 # -- PostToolUse -----------------------------------------------------------------------------
 
 
-def test_post_tool_use_context_reaches_the_model(client: httpx.Client, llm: ScriptedLLM, key: str,
-                                                 tmp_path: Path) -> None:
+def test_post_tool_use_context_reaches_the_model(
+    client: httpx.Client, llm: ScriptedLLM, key: str, tmp_path: Path
+) -> None:
     target = tmp_path / "app.py"
     command = """cat > post.json; echo '{"additionalContext": "lint: 0 warnings"}'"""
     llm.script(key, write(target, "x = 1\n"), text("done"))
-    cid = create(client, llm, key, tmp_path, tools=["file_editor"], message="go", run=True,
-                 hook_config=hooks("PostToolUse", command, matcher="file_editor"))["id"]
+    cid = create(
+        client,
+        llm,
+        key,
+        tmp_path,
+        tools=["file_editor"],
+        message="go",
+        run=True,
+        hook_config=hooks("PostToolUse", command, matcher="file_editor"),
+    )["id"]
     assert wait_status(client, cid) == "finished"
     [observation] = events(client, cid, "ObservationEvent")
     assert [c["text"] for c in observation["extended_content"]] == ["lint: 0 warnings"]
@@ -324,13 +456,21 @@ def test_post_tool_use_context_reaches_the_model(client: httpx.Client, llm: Scri
 
 
 @pytest.mark.parametrize("how", DENIALS)
-def test_post_tool_use_denial_is_told_to_the_model(client: httpx.Client, llm: ScriptedLLM,
-                                                   key: str, tmp_path: Path, how: str) -> None:
+def test_post_tool_use_denial_is_told_to_the_model(
+    client: httpx.Client, llm: ScriptedLLM, key: str, tmp_path: Path, how: str
+) -> None:
     target = tmp_path / "app.py"
     llm.script(key, write(target), text("I will fix the style"))
-    cid = create(client, llm, key, tmp_path, tools=["file_editor"], message="go", run=True,
-                 hook_config=hooks("PostToolUse", deny(how, "style check failed"),
-                                   matcher="file_editor"))["id"]
+    cid = create(
+        client,
+        llm,
+        key,
+        tmp_path,
+        tools=["file_editor"],
+        message="go",
+        run=True,
+        hook_config=hooks("PostToolUse", deny(how, "style check failed"), matcher="file_editor"),
+    )["id"]
     assert wait_status(client, cid) == "finished"
     assert target.exists()  # it ran before the hook could say anything
     [hook] = hook_events(client, cid, "PostToolUse")
@@ -343,14 +483,23 @@ def test_post_tool_use_denial_is_told_to_the_model(client: httpx.Client, llm: Sc
 # -- UserPromptSubmit ------------------------------------------------------------------------
 
 
-def test_user_prompt_submit_sees_the_message_and_adds_context(client: httpx.Client,
-                                                              llm: ScriptedLLM, key: str,
-                                                              tmp_path: Path) -> None:
-    command = ("""cat > prompt.json; pwd > where.txt; """
-               """echo '{"additionalContext": "The user is on the night shift."}'""")
+def test_user_prompt_submit_sees_the_message_and_adds_context(
+    client: httpx.Client, llm: ScriptedLLM, key: str, tmp_path: Path
+) -> None:
+    command = (
+        """cat > prompt.json; pwd > where.txt; """
+        """echo '{"additionalContext": "The user is on the night shift."}'"""
+    )
     llm.script(key, text("noted"))
-    cid = create(client, llm, key, tmp_path, message="fix the login bug", run=True,
-                 hook_config=hooks("UserPromptSubmit", command))["id"]
+    cid = create(
+        client,
+        llm,
+        key,
+        tmp_path,
+        message="fix the login bug",
+        run=True,
+        hook_config=hooks("UserPromptSubmit", command),
+    )["id"]
     assert wait_status(client, cid) == "finished"
     [message] = events(client, cid, "MessageEvent", source__eq="user")
     [hook] = hook_events(client, cid)
@@ -368,10 +517,18 @@ def test_user_prompt_submit_sees_the_message_and_adds_context(client: httpx.Clie
 
 @pytest.mark.parametrize("how", DENIALS)
 def test_user_prompt_submit_denial_keeps_the_message_from_the_model(
-        client: httpx.Client, llm: ScriptedLLM, key: str, tmp_path: Path, how: str) -> None:
+    client: httpx.Client, llm: ScriptedLLM, key: str, tmp_path: Path, how: str
+) -> None:
     command = f"if grep -q forbidden; then {deny(how, 'no forbidden words')}; fi"
-    conv = create(client, llm, key, tmp_path, message="do the forbidden thing", run=True,
-                  hook_config=hooks("UserPromptSubmit", command))
+    conv = create(
+        client,
+        llm,
+        key,
+        tmp_path,
+        message="do the forbidden thing",
+        run=True,
+        hook_config=hooks("UserPromptSubmit", command),
+    )
     cid = conv["id"]
     time.sleep(0.3)
     # The run did not start: the model was never asked.
@@ -389,13 +546,24 @@ def test_user_prompt_submit_denial_keeps_the_message_from_the_model(
     assert "do the allowed thing" in shown and "forbidden" not in shown
 
 
-def test_a_blocked_message_never_reaches_a_running_agent(client: httpx.Client, llm: ScriptedLLM,
-                                                         key: str, tmp_path: Path) -> None:
+def test_a_blocked_message_never_reaches_a_running_agent(
+    client: httpx.Client, llm: ScriptedLLM, key: str, tmp_path: Path
+) -> None:
     command = "if grep -q forbidden; then sleep 1.5; echo 'no forbidden words' >&2; exit 2; fi"
-    llm.script(key, Reply(tool_calls=[("think", {"thought": "working"})], delay=0.5),
-               call("finish", message="done"))
-    cid = create(client, llm, key, tmp_path, message="work on it", run=True,
-                 hook_config=hooks("UserPromptSubmit", command))["id"]
+    llm.script(
+        key,
+        Reply(tool_calls=[("think", {"thought": "working"})], delay=0.5),
+        call("finish", message="done"),
+    )
+    cid = create(
+        client,
+        llm,
+        key,
+        tmp_path,
+        message="work on it",
+        run=True,
+        hook_config=hooks("UserPromptSubmit", command),
+    )["id"]
     wait_for(lambda: llm.requests_for(key), what="the first LLM request")
     send(client, cid, "and now the forbidden thing")  # returns once the hook has blocked it
     assert wait_status(client, cid) == "finished"
@@ -407,11 +575,20 @@ def test_a_blocked_message_never_reaches_a_running_agent(client: httpx.Client, l
 # -- SessionStart and SessionEnd -------------------------------------------------------------
 
 
-def test_session_start_runs_once_before_the_first_step(client: httpx.Client, llm: ScriptedLLM,
-                                                       key: str, tmp_path: Path) -> None:
+def test_session_start_runs_once_before_the_first_step(
+    client: httpx.Client, llm: ScriptedLLM, key: str, tmp_path: Path
+) -> None:
     llm.script(key, write(tmp_path / "a.txt"), text("first"), text("second"))
-    cid = create(client, llm, key, tmp_path, tools=["file_editor"], message="go", run=True,
-                 hook_config=hooks("SessionStart", "cat > start.json"))["id"]
+    cid = create(
+        client,
+        llm,
+        key,
+        tmp_path,
+        tools=["file_editor"],
+        message="go",
+        run=True,
+        hook_config=hooks("SessionStart", "cat > start.json"),
+    )["id"]
     assert wait_status(client, cid) == "finished"
     send(client, cid, "again")
     assert wait_status(client, cid, "finished") == "finished"
@@ -420,8 +597,9 @@ def test_session_start_runs_once_before_the_first_step(client: httpx.Client, llm
     [hook] = hook_events(client, cid)  # once per session, not once per run
     everything = events(client, cid)
     first_action = events(client, cid, "ActionEvent")[0]
-    first_reply = next(e for e in everything if e["kind"] == "ConversationStateUpdateEvent"
-                       and e["key"] == "stats")
+    first_reply = next(
+        e for e in everything if e["kind"] == "ConversationStateUpdateEvent" and e["key"] == "stats"
+    )
     assert position(everything, hook) < position(everything, first_reply)
     assert position(everything, hook) < position(everything, first_action)
     assert hook["tool_name"] is None and hook["action_id"] is None and hook["message_id"] is None
@@ -429,22 +607,38 @@ def test_session_start_runs_once_before_the_first_step(client: httpx.Client, llm
     assert stdin["conversation_id"] == cid and stdin["event_type"] == "SessionStart"
 
 
-def test_session_start_context_reaches_the_model(client: httpx.Client, llm: ScriptedLLM, key: str,
-                                                 tmp_path: Path) -> None:
+def test_session_start_context_reaches_the_model(
+    client: httpx.Client, llm: ScriptedLLM, key: str, tmp_path: Path
+) -> None:
     command = READ + """echo '{"additionalContext": "Branch main is frozen."}'"""
     llm.script(key, text("ok"))
-    cid = create(client, llm, key, tmp_path, message="go", run=True,
-                 hook_config=hooks("SessionStart", command))["id"]
+    cid = create(
+        client,
+        llm,
+        key,
+        tmp_path,
+        message="go",
+        run=True,
+        hook_config=hooks("SessionStart", command),
+    )["id"]
     assert wait_status(client, cid) == "finished"
     assert hook_events(client, cid)[0]["additional_context"] == "Branch main is frozen."
     assert "Branch main is frozen." in json.dumps(llm.requests_for(key)[0]["messages"])
 
 
-def test_session_end_runs_when_the_conversation_is_deleted(client: httpx.Client, llm: ScriptedLLM,
-                                                           key: str, tmp_path: Path) -> None:
+def test_session_end_runs_when_the_conversation_is_deleted(
+    client: httpx.Client, llm: ScriptedLLM, key: str, tmp_path: Path
+) -> None:
     llm.script(key, text("hi"))
-    cid = create(client, llm, key, tmp_path, message="go", run=True,
-                 hook_config=hooks("SessionEnd", "cat > end.json"))["id"]
+    cid = create(
+        client,
+        llm,
+        key,
+        tmp_path,
+        message="go",
+        run=True,
+        hook_config=hooks("SessionEnd", "cat > end.json"),
+    )["id"]
     assert wait_status(client, cid) == "finished"
     assert not (tmp_path / "end.json").exists()
     assert client.delete(f"/api/conversations/{cid}").status_code == 200
@@ -455,12 +649,13 @@ def test_session_end_runs_when_the_conversation_is_deleted(client: httpx.Client,
 @pytest.mark.parametrize("how", DENIALS)
 @pytest.mark.parametrize("event_type", ["SessionStart", "SessionEnd"])
 def test_session_hook_denials_are_recorded_and_change_nothing(
-        client: httpx.Client, llm: ScriptedLLM, key: str, tmp_path: Path, how: str,
-        event_type: str) -> None:
+    client: httpx.Client, llm: ScriptedLLM, key: str, tmp_path: Path, how: str, event_type: str
+) -> None:
     command = f"touch {event_type}-ran; {deny(how, 'not now')}"  # deny() reads stdin
     llm.script(key, text("hi"))
-    cid = create(client, llm, key, tmp_path, message="go", run=True,
-                 hook_config=hooks(event_type, command))["id"]
+    cid = create(
+        client, llm, key, tmp_path, message="go", run=True, hook_config=hooks(event_type, command)
+    )["id"]
     assert wait_status(client, cid) == "finished"
     assert len(llm.requests_for(key)) == 1
     if event_type == "SessionStart":
@@ -474,11 +669,19 @@ def test_session_hook_denials_are_recorded_and_change_nothing(
 # -- Stop ------------------------------------------------------------------------------------
 
 
-def test_stop_hook_allows_the_end(client: httpx.Client, llm: ScriptedLLM, key: str,
-                                  tmp_path: Path) -> None:
+def test_stop_hook_allows_the_end(
+    client: httpx.Client, llm: ScriptedLLM, key: str, tmp_path: Path
+) -> None:
     llm.script(key, call("finish", message="done"))
-    cid = create(client, llm, key, tmp_path, message="go", run=True,
-                 hook_config=hooks("Stop", "cat > stop.json"))["id"]
+    cid = create(
+        client,
+        llm,
+        key,
+        tmp_path,
+        message="go",
+        run=True,
+        hook_config=hooks("Stop", "cat > stop.json"),
+    )["id"]
     assert wait_status(client, cid) == "finished"
     [hook] = hook_events(client, cid)
     assert hook["hook_event_type"] == "Stop" and hook["blocked"] is False
@@ -487,14 +690,18 @@ def test_stop_hook_allows_the_end(client: httpx.Client, llm: ScriptedLLM, key: s
 
 
 @pytest.mark.parametrize("how", DENIALS)
-def test_stop_denial_sends_the_agent_back_with_the_reason(client: httpx.Client, llm: ScriptedLLM,
-                                                          key: str, tmp_path: Path,
-                                                          how: str) -> None:
-    once = (READ + "if [ -e stopped-once ]; then exit 0; fi; touch stopped-once; "
-            + deny(how, "run the tests first"))
+def test_stop_denial_sends_the_agent_back_with_the_reason(
+    client: httpx.Client, llm: ScriptedLLM, key: str, tmp_path: Path, how: str
+) -> None:
+    once = (
+        READ
+        + "if [ -e stopped-once ]; then exit 0; fi; touch stopped-once; "
+        + deny(how, "run the tests first")
+    )
     llm.script(key, call("finish", message="done"), call("finish", message="tests pass, done"))
-    cid = create(client, llm, key, tmp_path, message="go", run=True,
-                 hook_config=hooks("Stop", once))["id"]
+    cid = create(
+        client, llm, key, tmp_path, message="go", run=True, hook_config=hooks("Stop", once)
+    )["id"]
     assert wait_status(client, cid) == "finished"
     assert [h["blocked"] for h in hook_events(client, cid)] == [True, False]
     [feedback] = events(client, cid, "MessageEvent", source__eq="hook")
@@ -505,11 +712,19 @@ def test_stop_denial_sends_the_agent_back_with_the_reason(client: httpx.Client, 
     assert last["role"] == "user" and "run the tests first" in json.dumps(last["content"])
 
 
-def test_stop_denials_are_bounded(client: httpx.Client, llm: ScriptedLLM, key: str,
-                                  tmp_path: Path) -> None:
+def test_stop_denials_are_bounded(
+    client: httpx.Client, llm: ScriptedLLM, key: str, tmp_path: Path
+) -> None:
     llm.script(key, *[call("finish", message=f"done {i}") for i in range(8)])
-    cid = create(client, llm, key, tmp_path, message="go", run=True,
-                 hook_config=hooks("Stop", deny("exit 2", "never good enough")))["id"]
+    cid = create(
+        client,
+        llm,
+        key,
+        tmp_path,
+        message="go",
+        run=True,
+        hook_config=hooks("Stop", deny("exit 2", "never good enough")),
+    )["id"]
     assert wait_status(client, cid) == "finished"
     stops = hook_events(client, cid, "Stop")
     assert len(stops) == 4 and all(h["blocked"] for h in stops)
@@ -518,14 +733,23 @@ def test_stop_denials_are_bounded(client: httpx.Client, llm: ScriptedLLM, key: s
 
 
 # Last: it restarts this module's server.
-def test_session_end_runs_when_the_server_stops(client: httpx.Client, llm: ScriptedLLM, key: str,
-                                                tmp_path: Path, server: ServerProcess) -> None:
+def test_session_end_runs_when_the_server_stops(
+    client: httpx.Client, llm: ScriptedLLM, key: str, tmp_path: Path, server: ServerProcess
+) -> None:
     llm.script(key, text("hi"))
-    cid = create(client, llm, key, tmp_path, message="go", run=True,
-                 hook_config=hooks("SessionEnd", "cat > end.json"))["id"]
+    cid = create(
+        client,
+        llm,
+        key,
+        tmp_path,
+        message="go",
+        run=True,
+        hook_config=hooks("SessionEnd", "cat > end.json"),
+    )["id"]
     assert wait_status(client, cid) == "finished"
-    idle = create(client, llm, key, tmp_path / "idle",
-                  hook_config=hooks("SessionEnd", "cat > end.json"))["id"]
+    idle = create(
+        client, llm, key, tmp_path / "idle", hook_config=hooks("SessionEnd", "cat > end.json")
+    )["id"]
     server.stop()
     try:
         stdin = json.loads((tmp_path / "end.json").read_text())

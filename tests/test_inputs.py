@@ -37,17 +37,24 @@ def cid(client: TestClient) -> str:
 
 def json_routes(cid: str) -> list[tuple[str, str]]:
     c = f"/api/conversations/{cid}"
-    return [("POST", "/api/conversations"), ("PATCH", "/api/settings"), ("PATCH", c),
-            ("POST", c + "/events"), ("POST", c + "/secrets"), ("POST", c + "/commands"),
-            ("POST", c + "/confirmation_policy"), ("POST", c + "/events/respond_to_confirmation")]
+    return [
+        ("POST", "/api/conversations"),
+        ("PATCH", "/api/settings"),
+        ("PATCH", c),
+        ("POST", c + "/events"),
+        ("POST", c + "/secrets"),
+        ("POST", c + "/commands"),
+        ("POST", c + "/confirmation_policy"),
+        ("POST", c + "/events/respond_to_confirmation"),
+    ]
 
 
 @pytest.mark.parametrize("body", [DEEP_ARRAY, DEEP_OBJECT], ids=["10000-arrays", "900-objects"])
-def test_deeply_nested_json_is_a_422_on_every_json_route(client: TestClient, cid: str,
-                                                         body: str) -> None:
+def test_deeply_nested_json_is_a_422_on_every_json_route(
+    client: TestClient, cid: str, body: str
+) -> None:
     for method, path in json_routes(cid):
-        r = client.request(method, path, content=body,
-                           headers={"content-type": "application/json"})
+        r = client.request(method, path, content=body, headers={"content-type": "application/json"})
         assert r.status_code == 422, (method, path, r.status_code, r.text[:200])
         (item,) = r.json()["detail"]
         assert item["type"] == "json_invalid" and "nested" in item["msg"], item
@@ -59,15 +66,19 @@ def test_nesting_within_the_limit_is_accepted(client: TestClient) -> None:
     for _ in range(30):
         node["x"] = {}
         node = node["x"]
-    r = client.post("/api/conversations", json={"agent": {"llm": {"model": "m"}},
-                                                "unknown": params})
+    r = client.post(
+        "/api/conversations", json={"agent": {"llm": {"model": "m"}}, "unknown": params}
+    )
     assert r.status_code == 201, r.text
 
 
 def test_a_deeply_nested_websocket_frame_is_answered_with_an_error_frame(tmp_path: Path) -> None:
     with served(tmp_path) as url:
-        r = httpx.post(url + "/api/conversations", json={"agent": {"llm": {"model": "m"}}},
-                       headers={"X-Session-API-Key": KEY})
+        r = httpx.post(
+            url + "/api/conversations",
+            json={"agent": {"llm": {"model": "m"}}},
+            headers={"X-Session-API-Key": KEY},
+        )
         cid = r.json()["id"]
         ws_url = url.replace("http", "ws") + f"/sockets/events/{cid}"
         with connect(ws_url, additional_headers={"X-Session-API-Key": KEY}) as ws:
@@ -87,7 +98,8 @@ LONG_PATHS = ["a" * 256, "é" * 128, "dir/" + "b" * 300 + "/x", "d/" * 2040 + "x
 
 @pytest.mark.parametrize("raw", LONG_PATHS, ids=["256-bytes", "256-utf8-bytes", "inner", "4080"])
 def test_a_path_the_system_cannot_hold_is_one_400_on_every_file_route(
-        client: TestClient, cid: str, tmp_path: Path, raw: str) -> None:
+    client: TestClient, cid: str, tmp_path: Path, raw: str
+) -> None:
     subprocess.run(["git", "init", "-q", str(tmp_path / "workspace")], check=True)
     c = f"/api/conversations/{cid}"
     answers = [
@@ -103,14 +115,16 @@ def test_a_path_the_system_cannot_hold_is_one_400_on_every_file_route(
 
 
 def test_a_lone_surrogate_in_a_path_is_a_4xx(client: TestClient, cid: str) -> None:
-    r = client.post(f"/api/conversations/{cid}/commands",
-                    content=b'{"command": "true", "cwd": "\\ud800"}')
+    r = client.post(
+        f"/api/conversations/{cid}/commands", content=b'{"command": "true", "cwd": "\\ud800"}'
+    )
     assert r.status_code == 422, r.text
 
 
 @pytest.mark.parametrize("raw", ["d/" + "a" * 255, "d/" * 1500 + "x"], ids=["255", "deep"])
-def test_long_paths_a_system_can_hold_are_fine(client: TestClient, cid: str, raw: str,
-                                               tmp_path: Path) -> None:
+def test_long_paths_a_system_can_hold_are_fine(
+    client: TestClient, cid: str, raw: str, tmp_path: Path
+) -> None:
     try:
         r = client.post(f"/api/conversations/{cid}/file", params={"path": raw}, content=b"x")
         assert r.status_code == 200, r.text
@@ -140,8 +154,10 @@ def test_a_command_with_a_nul_byte_is_refused(client: TestClient, cid: str) -> N
     """A NUL would cut the command bash runs short of the one stored and shown: refused on
     every route that runs one, for the host and a conversation alike, and nothing started."""
     routes = [f"/api/conversations/{cid}/commands"] + [
-        f"{prefix}/bash/{name}" for prefix in ("/api", f"/api/conversations/{cid}")
-        for name in ("start_bash_command", "execute_bash_command")]
+        f"{prefix}/bash/{name}"
+        for prefix in ("/api", f"/api/conversations/{cid}")
+        for name in ("start_bash_command", "execute_bash_command")
+    ]
     for route in routes:
         for body in ({"command": "echo a\u0000b"}, {"command": "true", "cwd": "a\u0000b"}):
             r = client.post(route, json=body)
@@ -155,13 +171,17 @@ def test_a_command_with_a_nul_byte_is_refused(client: TestClient, cid: str) -> N
 
 def test_a_command_printing_a_secret_encoded_shows_it_masked(client: TestClient) -> None:
     secret = "s3cr3t-value-0123456789"
-    r = client.post("/api/conversations", json={"agent": {"llm": {"model": "m"}},
-                                                "secrets": {"API_TOKEN": secret}})
+    r = client.post(
+        "/api/conversations",
+        json={"agent": {"llm": {"model": "m"}}, "secrets": {"API_TOKEN": secret}},
+    )
     cid = r.json()["id"]
-    command = ('echo "$API_TOKEN" | base64; printf %s "$API_TOKEN" | base64 | tr "+/" "-_"; '
-               'printf %s "$API_TOKEN" | od -An -tx1 | tr -d " \\n"; echo; '
-               'python3 -c "import os, urllib.parse; '
-               'print(urllib.parse.quote(os.environ[\'API_TOKEN\']))"')
+    command = (
+        'echo "$API_TOKEN" | base64; printf %s "$API_TOKEN" | base64 | tr "+/" "-_"; '
+        'printf %s "$API_TOKEN" | od -An -tx1 | tr -d " \\n"; echo; '
+        'python3 -c "import os, urllib.parse; '
+        "print(urllib.parse.quote(os.environ['API_TOKEN']))\""
+    )
     r = client.post(f"/api/conversations/{cid}/commands", json={"command": command})
     assert r.status_code == 200, r.text
     lines = r.json()["stdout"].splitlines()

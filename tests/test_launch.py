@@ -37,27 +37,46 @@ def test_every_launch_variable_is_one_the_server_reads() -> None:
     assert ENV_PREFIX == PREFIX
     read = set(web_config.variables(Config, ENV_PREFIX).values())
     for name in set(LaunchEnv.model_fields) - {"keys_fd"}:
-        [written] = LaunchEnv.model_validate({name: 1 if name in ("port", "ready_fd") else "x"}
-                                             ).environment()
+        [written] = LaunchEnv.model_validate(
+            {name: 1 if name in ("port", "ready_fd") else "x"}
+        ).environment()
         assert written in read, name
     assert KEYS_FD == "AGENT_SERVER_KEYS_FD" and KEYS_FD not in read
 
 
 def test_the_server_reads_the_launch_environment_as_it_was_meant(tmp_path: Path) -> None:
-    env = LaunchEnv(host="0.0.0.0", port=8000, webhook_url="http://10.0.0.1:3000/hooks",
-                    state_dir=str(tmp_path / "state"), working_dir=str(tmp_path / "work"),
-                    ready_file=str(tmp_path / "ready.json"), log_level="warning", ready_fd=4)
+    env = LaunchEnv(
+        host="0.0.0.0",
+        port=8000,
+        webhook_url="http://10.0.0.1:3000/hooks",
+        state_dir=str(tmp_path / "state"),
+        working_dir=str(tmp_path / "work"),
+        ready_file=str(tmp_path / "ready.json"),
+        log_level="warning",
+        ready_fd=4,
+    )
     config = from_env({"SESSION_API_KEY": KEY, **env.environment()})
-    assert (config.host, config.port, config.webhook_url) == ("0.0.0.0", 8000,
-                                                              "http://10.0.0.1:3000/hooks")
+    assert (config.host, config.port, config.webhook_url) == (
+        "0.0.0.0",
+        8000,
+        "http://10.0.0.1:3000/hooks",
+    )
     assert (config.state_dir, config.working_dir) == (tmp_path / "state", tmp_path / "work")
     assert (config.ready_file, config.log_level, config.ready_fd) == (
-        tmp_path / "ready.json", "warning", 4)
+        tmp_path / "ready.json",
+        "warning",
+        4,
+    )
 
 
 def test_the_process_providers_environment_is_unchanged(tmp_path: Path) -> None:
-    launch = Launch(sandbox_id="sb-1", spec_id="process", root_dir=tmp_path, session_api_key=KEY,
-                    webhook_url="http://127.0.0.1:3000/api/v1/webhooks")
+    launch = Launch(
+        sandbox_id="sb-1",
+        spec_id="process",
+        root_dir=tmp_path,
+        session_api_key=KEY,
+        webhook_url="http://127.0.0.1:3000/api/v1/webhooks",
+    )
     env = process.child_env(launch)
     assert {k: v for k, v in env.items() if k.startswith(PREFIX)} == {
         "AGENT_SERVER_KEYS_FD": "0",
@@ -72,8 +91,10 @@ def test_the_process_providers_environment_is_unchanged(tmp_path: Path) -> None:
     own = process.child_env(launch, own_network=True)
     assert (own["AGENT_SERVER_HOST"], own["AGENT_SERVER_PORT"]) == ("0.0.0.0", "8000")
     assert KEY not in json.dumps(env)
-    assert process.ready_marker(tmp_path) == \
-        f"AGENT_SERVER_READY_FILE={tmp_path / READY_FILE}".encode()
+    assert (
+        process.ready_marker(tmp_path)
+        == f"AGENT_SERVER_READY_FILE={tmp_path / READY_FILE}".encode()
+    )
 
 
 def test_a_containers_environment_is_unchanged() -> None:
@@ -88,17 +109,37 @@ def test_a_containers_environment_is_unchanged() -> None:
 
 
 def test_a_launchs_keys_are_the_same_bytes_and_the_server_takes_them() -> None:
-    launch = Launch(sandbox_id="sb-1", spec_id="docker", root_dir=Path("/workspace"),
-                    session_api_key=KEY, webhook_url="http://x", webhook_secret="whsec-1",
-                    network_url="http://10.1.0.1:8080/net", token="t" * 32)
-    assert launch.keys() == json.dumps({
-        "SESSION_API_KEY": KEY, "AGENT_SERVER_WEBHOOK_SECRET": "whsec-1",
-        "AGENT_SERVER_WEBHOOK_SENDER": "sb-1",
-        "AGENT_SERVER_NETWORK_URL": "http://10.1.0.1:8080/net",
-        "AGENT_SERVER_NETWORK_TOKEN": "t" * 32}).encode()
-    bare = Launch(sandbox_id="sb-1", spec_id="docker", root_dir=Path("/workspace"),
-                  session_api_key=KEY, webhook_url="http://x", webhook_secret="",
-                  network_url="http://10.1.0.1:8080/net")
+    launch = Launch(
+        sandbox_id="sb-1",
+        spec_id="docker",
+        root_dir=Path("/workspace"),
+        session_api_key=KEY,
+        webhook_url="http://x",
+        webhook_secret="whsec-1",
+        network_url="http://10.1.0.1:8080/net",
+        token="t" * 32,
+    )
+    assert (
+        launch.keys()
+        == json.dumps(
+            {
+                "SESSION_API_KEY": KEY,
+                "AGENT_SERVER_WEBHOOK_SECRET": "whsec-1",
+                "AGENT_SERVER_WEBHOOK_SENDER": "sb-1",
+                "AGENT_SERVER_NETWORK_URL": "http://10.1.0.1:8080/net",
+                "AGENT_SERVER_NETWORK_TOKEN": "t" * 32,
+            }
+        ).encode()
+    )
+    bare = Launch(
+        sandbox_id="sb-1",
+        spec_id="docker",
+        root_dir=Path("/workspace"),
+        session_api_key=KEY,
+        webhook_url="http://x",
+        webhook_secret="",
+        network_url="http://10.1.0.1:8080/net",
+    )
     assert bare.keys() == json.dumps({"SESSION_API_KEY": KEY}).encode()
 
     read, write = os.pipe()
@@ -116,13 +157,27 @@ def test_every_key_name_is_one_the_server_reads() -> None:
     read = set(web_config.variables(Config, ENV_PREFIX).values()) | {"SESSION_API_KEY"}
     assert launch_keys.NAMES <= read
     assert launch_keys.NAMES == {
-        "SESSION_API_KEY", "AGENT_SERVER_WEBHOOK_API_KEY", "AGENT_SERVER_WEBHOOK_SECRET",
-        "AGENT_SERVER_WEBHOOK_SENDER", "AGENT_SERVER_NETWORK_URL", "AGENT_SERVER_NETWORK_TOKEN"}
+        "SESSION_API_KEY",
+        "AGENT_SERVER_WEBHOOK_API_KEY",
+        "AGENT_SERVER_WEBHOOK_SECRET",
+        "AGENT_SERVER_WEBHOOK_SENDER",
+        "AGENT_SERVER_NETWORK_URL",
+        "AGENT_SERVER_NETWORK_TOKEN",
+    }
 
 
-@pytest.mark.parametrize("data", [b"", b"[]", b'"k"', b'{"SESSION_API_KEY": 1}',
-                                  b'{"AGENT_SERVER_HOST": "0.0.0.0"}', b'{"PATH": "/tmp"}',
-                                  b"\xff"])
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"",
+        b"[]",
+        b'"k"',
+        b'{"SESSION_API_KEY": 1}',
+        b'{"AGENT_SERVER_HOST": "0.0.0.0"}',
+        b'{"PATH": "/tmp"}',
+        b"\xff",
+    ],
+)
 def test_the_pipe_carries_keys_and_nothing_else(data: bytes) -> None:
     with pytest.raises(ValueError):
         launch_keys.decode(data)
@@ -130,8 +185,10 @@ def test_the_pipe_carries_keys_and_nothing_else(data: bytes) -> None:
 
 def test_keys_round_trip() -> None:
     keys = Keys(session_api_key=KEY, webhook_api_key="hook")
-    assert launch_keys.decode(keys.encode()) == {"SESSION_API_KEY": KEY,
-                                                 "AGENT_SERVER_WEBHOOK_API_KEY": "hook"}
+    assert launch_keys.decode(keys.encode()) == {
+        "SESSION_API_KEY": KEY,
+        "AGENT_SERVER_WEBHOOK_API_KEY": "hook",
+    }
 
 
 def test_ready_is_the_same_json_on_the_pipe_and_in_the_file(tmp_path: Path) -> None:

@@ -26,8 +26,17 @@ from launch.env import PREFIX
 
 ROOT = Path(__file__).resolve().parent.parent
 #: Packages, and top-level modules (`cli.py`).
-PACKAGES = ("core", "launch", "web", "events", "tools", "agent_server", "control_plane", "bridge",
-            "cli")
+PACKAGES = (
+    "core",
+    "launch",
+    "web",
+    "events",
+    "tools",
+    "agent_server",
+    "control_plane",
+    "bridge",
+    "cli",
+)
 #: Package -> the project packages it may import (besides itself).
 ALLOWED = {
     "core": set(),
@@ -42,31 +51,46 @@ ALLOWED = {
 }
 #: What a leaf may import from outside the project (besides the standard library).
 LEAF_THIRD_PARTY = {"core": {"pydantic", "ulid"}, "launch": {"pydantic"}}
-#: Lines a module may have: one concept, readable whole.
-MAX_LINES = 450
+#: Lines a module may have, as `ruff format` lays it out (checked in `make test`): one
+#: concept, readable whole. A measure of the code, not a target: a module is split where a
+#: concept separates, and one that is one concept past it says why below.
+MAX_LINES = 500
 #: Modules allowed over it for now, with the reason.
 LONG: dict[str, str] = {
     "control_plane/providers/process/provider.py": "a provider whole, in its wing; the network "
-    "boundary added its namespace to the start and the end; issue 38 (T4) carves the start, "
-    "the signals and the end apart",
+    "boundary added its namespace to the start and the end",
     "control_plane/providers/docker/provider.py": "a provider whole, in its wing; the network "
-    "boundary added its admission and policy changes; issue 38 (T4) puts the archive apart",
-    "control_plane/sandboxes/service.py": "rows and provider moves under a guard; issue 38 "
-    "(T2) carves the start machinery into starts.py, as the design review found",
+    "boundary added its admission and policy changes",
+    "control_plane/sandboxes/service.py": "rows and provider moves under a guard, and the "
+    "start machinery",
     "control_plane/providers/swarm/provider.py": "a provider whole, its spec and manager calls "
-    "apart already; the nodes' fences and the gVisor check added to the start; issue 38 (T2) "
-    "takes the pool out of it (a wrapper of any provider)",
+    "apart already; the nodes' fences and the gVisor check added to the start",
+    "control_plane/start_tasks.py": "a start's walk from the request to READY or ERROR, with "
+    "its takeover and its clean-up",
 }
 #: Inside agent_server, what a layer never imports (the layers above it).
 AGENT_LAYERS = {
-    "agent_server.agent": ("agent_server.conversations", "agent_server.api",
-                           "agent_server.app", "agent_server.services"),
-    "agent_server.delivery": ("agent_server.conversations", "agent_server.agent",
-                              "agent_server.api", "agent_server.app", "agent_server.services"),
-    "agent_server.telemetry": ("agent_server.conversations", "agent_server.agent",
-                               "agent_server.api", "agent_server.app", "agent_server.services"),
-    "agent_server.conversations": ("agent_server.api", "agent_server.app",
-                                   "agent_server.services"),
+    "agent_server.agent": (
+        "agent_server.conversations",
+        "agent_server.api",
+        "agent_server.app",
+        "agent_server.services",
+    ),
+    "agent_server.delivery": (
+        "agent_server.conversations",
+        "agent_server.agent",
+        "agent_server.api",
+        "agent_server.app",
+        "agent_server.services",
+    ),
+    "agent_server.telemetry": (
+        "agent_server.conversations",
+        "agent_server.agent",
+        "agent_server.api",
+        "agent_server.app",
+        "agent_server.services",
+    ),
+    "agent_server.conversations": ("agent_server.api", "agent_server.app", "agent_server.services"),
     "agent_server.api": ("agent_server.app",),
     "agent_server.services": ("agent_server.api", "agent_server.app"),
 }
@@ -96,7 +120,7 @@ def imports(name: str, path: Path, known: set[str]) -> Iterator[str]:
             base = node.module or ""
             if node.level:
                 up = package.split(".")
-                up = up[:len(up) - node.level + 1]
+                up = up[: len(up) - node.level + 1]
                 base = ".".join([*up, base] if base else up)
             for alias in node.names:
                 if f"{base}.{alias.name}" in known:
@@ -119,10 +143,13 @@ def graph() -> dict[str, set[str]]:
 
 
 def test_packages_import_only_the_floors_below_them() -> None:
-    wrong = sorted(f"{module} -> {target}" for module, targets in graph().items()
-                   for target in targets
-                   if target.split(".")[0] != module.split(".")[0]
-                   and target.split(".")[0] not in ALLOWED[module.split(".")[0]])
+    wrong = sorted(
+        f"{module} -> {target}"
+        for module, targets in graph().items()
+        for target in targets
+        if target.split(".")[0] != module.split(".")[0]
+        and target.split(".")[0] not in ALLOWED[module.split(".")[0]]
+    )
     assert wrong == []
 
 
@@ -138,15 +165,21 @@ def test_the_leaves_import_nothing_else() -> None:
     """core and launch ship in the sandbox image and under the control plane alike: of the
     world, the standard library and pydantic (core: python-ulid too)."""
     project = set(PACKAGES)
-    wrong = sorted(f"{name} -> {top}" for name, path in modules().items()
-                   if name.split(".")[0] in LEAF_THIRD_PARTY
-                   for node in ast.walk(ast.parse(path.read_text(), str(path)))
-                   if isinstance(node, ast.Import | ast.ImportFrom)
-                   and not (isinstance(node, ast.ImportFrom) and node.level)
-                   for top in {(a.name if isinstance(node, ast.Import) else node.module or "")
-                               .split(".")[0] for a in node.names}
-                   if top not in sys.stdlib_module_names and top not in project
-                   and top not in LEAF_THIRD_PARTY[name.split(".")[0]])
+    wrong = sorted(
+        f"{name} -> {top}"
+        for name, path in modules().items()
+        if name.split(".")[0] in LEAF_THIRD_PARTY
+        for node in ast.walk(ast.parse(path.read_text(), str(path)))
+        if isinstance(node, ast.Import | ast.ImportFrom)
+        and not (isinstance(node, ast.ImportFrom) and node.level)
+        for top in {
+            (a.name if isinstance(node, ast.Import) else node.module or "").split(".")[0]
+            for a in node.names
+        }
+        if top not in sys.stdlib_module_names
+        and top not in project
+        and top not in LEAF_THIRD_PARTY[name.split(".")[0]]
+    )
     assert wrong == []
 
 
@@ -158,30 +191,44 @@ def test_the_control_plane_names_no_agent_server_variable() -> None:
         if not name.startswith("control_plane"):
             continue
         tree = ast.parse(path.read_text(), str(path))
-        docstrings = {id(node.body[0].value) for node in ast.walk(tree)
-                      if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef
-                                    | ast.AsyncFunctionDef)
-                      and node.body and isinstance(node.body[0], ast.Expr)
-                      and isinstance(node.body[0].value, ast.Constant)}
-        wrong += [f"{name}:{node.lineno}" for node in ast.walk(tree)
-                  if isinstance(node, ast.Constant) and isinstance(node.value, str)
-                  and PREFIX in node.value and id(node) not in docstrings]
+        docstrings = {
+            id(node.body[0].value)
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+            and node.body
+            and isinstance(node.body[0], ast.Expr)
+            and isinstance(node.body[0].value, ast.Constant)
+        }
+        wrong += [
+            f"{name}:{node.lineno}"
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Constant)
+            and isinstance(node.value, str)
+            and PREFIX in node.value
+            and id(node) not in docstrings
+        ]
     assert wrong == []
 
 
 def test_no_module_is_longer_than_one_concept_needs() -> None:
-    long = {str(path.relative_to(ROOT)): n for path in modules().values()
-            if (n := len(path.read_text().splitlines())) > MAX_LINES}
+    long = {
+        str(path.relative_to(ROOT)): n
+        for path in modules().values()
+        if (n := len(path.read_text().splitlines())) > MAX_LINES
+    }
     assert set(long) <= set(LONG), long
 
 
 def test_the_network_boundary_stands_alone() -> None:
     """control_plane.network ships in the sandbox image (a swarm node's fence runs from it):
     of the project it imports core and itself, nothing else of the control plane."""
-    wrong = sorted(f"{module} -> {target}" for module, targets in graph().items()
-                   if module.startswith("control_plane.network")
-                   for target in targets
-                   if not target.startswith(("control_plane.network", "core")))
+    wrong = sorted(
+        f"{module} -> {target}"
+        for module, targets in graph().items()
+        if module.startswith("control_plane.network")
+        for target in targets
+        if not target.startswith(("control_plane.network", "core"))
+    )
     assert wrong == []
 
 
@@ -189,19 +236,29 @@ def test_the_seccomp_filter_is_built_in_one_place() -> None:
     """libseccomp's bindings are the control plane's alone (one module builds the filter); the
     agent server, which also runs where they are not installed (the sandbox image), loads the
     program it is handed (`core.namespaces.confine`)."""
-    users = sorted(name for name, path in modules().items()
-                   for node in ast.walk(ast.parse(path.read_text(), str(path)))
-                   if isinstance(node, ast.Import | ast.ImportFrom)
-                   and any((alias.name if isinstance(node, ast.Import) else node.module or "")
-                           .split(".")[0] == "pyseccomp" for alias in node.names))
+    users = sorted(
+        name
+        for name, path in modules().items()
+        for node in ast.walk(ast.parse(path.read_text(), str(path)))
+        if isinstance(node, ast.Import | ast.ImportFrom)
+        and any(
+            (alias.name if isinstance(node, ast.Import) else node.module or "").split(".")[0]
+            == "pyseccomp"
+            for alias in node.names
+        )
+    )
     assert users == ["control_plane.providers.process.seccomp"]
 
 
 def test_the_agent_servers_layers_point_down() -> None:
-    wrong = sorted(f"{module} -> {target}" for module, targets in graph().items()
-                   for layer, above in AGENT_LAYERS.items()
-                   if module == layer or module.startswith(layer + ".")
-                   for target in targets if target.startswith(above))
+    wrong = sorted(
+        f"{module} -> {target}"
+        for module, targets in graph().items()
+        for layer, above in AGENT_LAYERS.items()
+        if module == layer or module.startswith(layer + ".")
+        for target in targets
+        if target.startswith(above)
+    )
     assert wrong == []
 
 
@@ -261,12 +318,17 @@ def test_the_checker_sees_a_wrong_way_import(tmp_path: Path) -> None:
     source = tmp_path / "probe.py"
     source.write_text("from ..conversations import Conversation\nimport control_plane.app\n")
     assert set(imports("agent_server.api.probe", source, known)) == {
-        "agent_server.conversations", "control_plane.app"}
+        "agent_server.conversations",
+        "control_plane.app",
+    }
 
 
 #: Names of the wire contract that one module defines for every service and client.
-ONE_DEFINITION = {"ExecutionStatus": "events.status", "TRANSITIONS": "events.status",
-                  "RESTING": "events.status"}
+ONE_DEFINITION = {
+    "ExecutionStatus": "events.status",
+    "TRANSITIONS": "events.status",
+    "RESTING": "events.status",
+}
 
 
 def test_the_wire_vocabulary_is_defined_once() -> None:
@@ -275,11 +337,15 @@ def test_the_wire_vocabulary_is_defined_once() -> None:
     found: dict[str, list[str]] = {}
     for name, path in modules().items():
         for node in ast.parse(path.read_text(), str(path)).body:
-            targets = ([node.name] if isinstance(node, ast.ClassDef) else
-                       [t.id for t in node.targets if isinstance(t, ast.Name)]
-                       if isinstance(node, ast.Assign) else
-                       [node.target.id] if isinstance(node, ast.AnnAssign)
-                       and isinstance(node.target, ast.Name) else [])
+            targets = (
+                [node.name]
+                if isinstance(node, ast.ClassDef)
+                else [t.id for t in node.targets if isinstance(t, ast.Name)]
+                if isinstance(node, ast.Assign)
+                else [node.target.id]
+                if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
+                else []
+            )
             for target in targets:
                 if target in ONE_DEFINITION:
                     found.setdefault(target, []).append(name)
@@ -289,9 +355,13 @@ def test_the_wire_vocabulary_is_defined_once() -> None:
 def test_routes_reach_the_store_through_services() -> None:
     """A route reads its input, calls a service and answers: what is stored, and how, is the
     services' (`control_plane.api` never imports `control_plane.store`)."""
-    wrong = sorted(f"{module} -> {target}" for module, targets in graph().items()
-                   if module.startswith("control_plane.api")
-                   for target in targets if target.startswith("control_plane.store"))
+    wrong = sorted(
+        f"{module} -> {target}"
+        for module, targets in graph().items()
+        if module.startswith("control_plane.api")
+        for target in targets
+        if target.startswith("control_plane.store")
+    )
     assert wrong == []
 
 
@@ -303,9 +373,12 @@ SANDBOX_ROW_READERS = {
 
 
 def test_sandbox_rows_are_reached_through_the_sandbox_domain() -> None:
-    readers = {module for module, targets in graph().items()
-               if "control_plane.store.sandboxes" in targets
-               and not module.startswith(("control_plane.sandboxes", "control_plane.store"))}
+    readers = {
+        module
+        for module, targets in graph().items()
+        if "control_plane.store.sandboxes" in targets
+        and not module.startswith(("control_plane.sandboxes", "control_plane.store"))
+    }
     assert readers == set(SANDBOX_ROW_READERS)
     # The start's background walk and the routes find sandboxes through the service.
     assert "control_plane.store.sandboxes" not in graph()["control_plane.start_tasks"]
@@ -319,39 +392,73 @@ KINDS = ("process", "docker", "swarm")
 def test_no_provider_imports_another_kind() -> None:
     """Each kind is read alone: its modules import the seam, the shared container helpers and
     their own wing, never another kind's."""
-    wrong = sorted(f"{module} -> {target}" for module, targets in graph().items()
-                   for kind in KINDS if module.startswith(f"control_plane.providers.{kind}")
-                   for target in targets
-                   if any(target.startswith(f"control_plane.providers.{other}")
-                          for other in KINDS if other != kind))
+    wrong = sorted(
+        f"{module} -> {target}"
+        for module, targets in graph().items()
+        for kind in KINDS
+        if module.startswith(f"control_plane.providers.{kind}")
+        for target in targets
+        if any(
+            target.startswith(f"control_plane.providers.{other}")
+            for other in KINDS
+            if other != kind
+        )
+    )
     assert wrong == []
     # The container kinds share helpers; the process kind needs none of them.
-    assert not [t for m, ts in graph().items() if m.startswith("control_plane.providers.process")
-                for t in ts if t.startswith(("control_plane.providers.containers",
-                                             "control_plane.providers.pool"))]
+    assert not [
+        t
+        for m, ts in graph().items()
+        if m.startswith("control_plane.providers.process")
+        for t in ts
+        if t.startswith(("control_plane.providers.containers", "control_plane.providers.pool"))
+    ]
 
 
 def test_the_sandbox_domain_knows_only_the_seam() -> None:
     """`control_plane.sandboxes` (the service, rows, drift, notices, capacity, fences, egress)
     never imports a provider kind; only the composition root picks one."""
-    wrong = sorted(f"{module} -> {target}" for module, targets in graph().items()
-                   if module.startswith("control_plane.")
-                   and not module.startswith(("control_plane.providers", "control_plane.services",
-                                              "control_plane.app", "control_plane.__main__"))
-                   for target in targets if target.startswith("control_plane.providers"))
+    wrong = sorted(
+        f"{module} -> {target}"
+        for module, targets in graph().items()
+        if module.startswith("control_plane.")
+        and not module.startswith(
+            (
+                "control_plane.providers",
+                "control_plane.services",
+                "control_plane.app",
+                "control_plane.__main__",
+            )
+        )
+        for target in targets
+        if target.startswith("control_plane.providers")
+    )
     assert wrong == []
 
 
 def test_only_the_providers_speak_to_docker() -> None:
-    users = sorted(name for name, path in modules().items()
-                   for node in ast.walk(ast.parse(path.read_text(), str(path)))
-                   if isinstance(node, ast.Import | ast.ImportFrom)
-                   and not (isinstance(node, ast.ImportFrom) and node.level)
-                   and any((alias.name if isinstance(node, ast.Import) else node.module or "")
-                           .split(".")[0] == "docker" for alias in node.names))
-    assert users and all(u.startswith(("control_plane.providers.containers",
-                                       "control_plane.providers.docker",
-                                       "control_plane.providers.swarm")) for u in users), users
+    users = sorted(
+        name
+        for name, path in modules().items()
+        for node in ast.walk(ast.parse(path.read_text(), str(path)))
+        if isinstance(node, ast.Import | ast.ImportFrom)
+        and not (isinstance(node, ast.ImportFrom) and node.level)
+        and any(
+            (alias.name if isinstance(node, ast.Import) else node.module or "").split(".")[0]
+            == "docker"
+            for alias in node.names
+        )
+    )
+    assert users and all(
+        u.startswith(
+            (
+                "control_plane.providers.containers",
+                "control_plane.providers.docker",
+                "control_plane.providers.swarm",
+            )
+        )
+        for u in users
+    ), users
 
 
 def test_a_swarm_service_spec_is_built_apart_from_the_calls_that_send_it() -> None:
@@ -367,9 +474,11 @@ def test_the_control_plane_branches_on_its_provider_in_one_place() -> None:
     """Which kind of sandbox there is matters to the configuration's checks and to the
     composition root that builds the provider; everything else asks the provider (the seam's
     attributes, such as `host_loopback`)."""
-    branching = sorted(name for name, path in modules().items()
-                       if name.startswith("control_plane")
-                       and "sandbox_provider ==" in path.read_text())
+    branching = sorted(
+        name
+        for name, path in modules().items()
+        if name.startswith("control_plane") and "sandbox_provider ==" in path.read_text()
+    )
     assert branching == ["control_plane.config", "control_plane.services"]
 
 
@@ -377,6 +486,9 @@ def test_every_kind_waits_for_a_sandbox_with_the_one_loop() -> None:
     """A sandbox coming up is waited for by `sandboxes.provider.until_up` (a kind gives its
     probe), not by a loop of each kind's own: every wing uses it."""
     for kind in KINDS:
-        wing = [path for name, path in modules().items()
-                if name.startswith(f"control_plane.providers.{kind}")]
+        wing = [
+            path
+            for name, path in modules().items()
+            if name.startswith(f"control_plane.providers.{kind}")
+        ]
         assert any("until_up(" in path.read_text() for path in wing), kind

@@ -354,8 +354,11 @@ def masking(secret: str, mask: str = "<secret-hidden>") -> Callable[[Any], Any]:
 
 
 def said(text: str) -> Event:
-    return make("MessageEvent", "user", llm_message={"role": "user", "content": [
-        {"type": "text", "text": text}]})
+    return make(
+        "MessageEvent",
+        "user",
+        llm_message={"role": "user", "content": [{"type": "text", "text": text}]},
+    )
 
 
 async def test_a_redactor_masks_what_is_stored_and_what_listeners_see(path: Path) -> None:
@@ -436,21 +439,30 @@ async def test_search_filters_by_time(filled: tuple[EventLog, list[Event]]) -> N
     times = sorted({when(e) for e in events})
     assert len(times) > 3
     tiny = timedelta(microseconds=1)
-    bounds = [None, times[0], times[1], times[len(times) // 2], times[-1], times[-1] + tiny,
-              times[0] - timedelta(days=1), times[len(times) // 2] - tiny]
+    bounds = [
+        None,
+        times[0],
+        times[1],
+        times[len(times) // 2],
+        times[-1],
+        times[-1] + tiny,
+        times[0] - timedelta(days=1),
+        times[len(times) // 2] - tiny,
+    ]
     for gte in bounds:
         for lt in bounds:
             for kind in (None, "ObservationEvent"):
                 for descending in (False, True):
-                    query = Query(kind=kind, timestamp_gte=gte, timestamp_lt=lt,
-                                  descending=descending)
+                    query = Query(
+                        kind=kind, timestamp_gte=gte, timestamp_lt=lt, descending=descending
+                    )
                     want = expected(events, query)
                     assert log.search(query, 1000)[0] == want, query
                     assert log.count(query) == len(want), query
 
 
 async def test_time_bounds_in_other_offsets_mean_the_same_instant(
-    filled: tuple[EventLog, list[Event]]
+    filled: tuple[EventLog, list[Event]],
 ) -> None:
     log, events = filled
     middle = when(events[len(events) // 2])
@@ -467,8 +479,11 @@ async def test_limit_and_paging_cover_every_event_once(
     filled: tuple[EventLog, list[Event]], limit: int, descending: bool
 ) -> None:
     log, events = filled
-    for query in (Query(descending=descending), Query(source="user", descending=descending),
-                  Query(kind="ActionEvent", descending=descending)):
+    for query in (
+        Query(descending=descending),
+        Query(source="user", descending=descending),
+        Query(kind="ActionEvent", descending=descending),
+    ):
         want = expected(events, query)
         first, _ = log.search(query, limit)
         assert first == want[:limit]
@@ -478,7 +493,7 @@ async def test_limit_and_paging_cover_every_event_once(
 
 
 async def test_a_page_id_from_another_query_still_pages_from_that_point(
-    filled: tuple[EventLog, list[Event]]
+    filled: tuple[EventLog, list[Event]],
 ) -> None:
     log, events = filled
     pivot = events[25].id
@@ -492,7 +507,7 @@ async def test_a_page_id_from_another_query_still_pages_from_that_point(
 
 
 async def test_lines_after_reads_forward_by_count_and_size(
-    filled: tuple[EventLog, list[Event]]
+    filled: tuple[EventLog, list[Event]],
 ) -> None:
     log, events = filled
     lines = [line(e) for e in events]
@@ -542,8 +557,12 @@ async def test_a_torn_last_line_is_cut_and_complete_events_kept(path: Path, tail
     events = mixed(random.Random(6), 8)
     whole = await write_events(path, events)
     extra = line(make("ActionEvent"))
-    torn = {"half": extra[: len(extra) // 2], "no-newline": extra, "one-byte": b"{",
-            "garbage": b"\x00\x00\xff"}[tail]
+    torn = {
+        "half": extra[: len(extra) // 2],
+        "no-newline": extra,
+        "one-byte": b"{",
+        "garbage": b"\x00\x00\xff",
+    }[tail]
     path.write_bytes(whole + torn)
 
     log = EventLog.open(path)
@@ -620,8 +639,11 @@ class LogMachine(RuleBasedStateMachine):
 
     @rule(
         groups=st.lists(
-            st.lists(st.tuples(st.sampled_from(KIND_NAMES), st.sampled_from(SOURCES)),
-                     min_size=1, max_size=3),
+            st.lists(
+                st.tuples(st.sampled_from(KIND_NAMES), st.sampled_from(SOURCES)),
+                min_size=1,
+                max_size=3,
+            ),
             min_size=1,
             max_size=4,
         ),
@@ -651,8 +673,14 @@ class LogMachine(RuleBasedStateMachine):
         limit=st.integers(min_value=1, max_value=7),
         data=st.data(),
     )
-    def search(self, kind: str | None, source: str | None, descending: bool, limit: int,
-               data: st.DataObject) -> None:
+    def search(
+        self,
+        kind: str | None,
+        source: str | None,
+        descending: bool,
+        limit: int,
+        data: st.DataObject,
+    ) -> None:
         bound = st.none()
         if self.events:
             bound = st.none() | st.builds(
@@ -660,9 +688,13 @@ class LogMachine(RuleBasedStateMachine):
                 st.sampled_from(self.events),
                 st.sampled_from([-1, 0, 1]),
             )
-        query = Query(kind=kind, source=source, descending=descending,
-                      timestamp_gte=data.draw(bound, label="gte"),
-                      timestamp_lt=data.draw(bound, label="lt"))
+        query = Query(
+            kind=kind,
+            source=source,
+            descending=descending,
+            timestamp_gte=data.draw(bound, label="gte"),
+            timestamp_lt=data.draw(bound, label="lt"),
+        )
         want = expected(self.events, query)
         assert [s for page in all_pages(self.log, query, limit) for s in page] == want
         assert self.log.count(query) == len(want)
@@ -760,16 +792,25 @@ def state(value: str) -> Event:
     return make("ConversationStateUpdateEvent", key="execution_status", value=value)
 
 
-async def test_parents_follow_head_and_state_updates_do_not_move_it(log: EventLog,
-                                                                    path: Path) -> None:
-    a, s1, b, c = make("SystemPromptEvent"), state("running"), make("MessageEvent", "user"), \
-        make("ActionEvent")
+async def test_parents_follow_head_and_state_updates_do_not_move_it(
+    log: EventLog, path: Path
+) -> None:
+    a, s1, b, c = (
+        make("SystemPromptEvent"),
+        state("running"),
+        make("MessageEvent", "user"),
+        make("ActionEvent"),
+    )
     await log.append(a, s1)
     await log.append(b, c)
     assert [e.parent_id for e in (a, s1, b, c)] == [None, eid(a), eid(a), eid(b)]
     assert log.head == eid(c)
-    assert [json.loads(x)["parent_id"] for x in log.search(Query(), 10)[0]] == \
-        [None, eid(a), eid(a), eid(b)]
+    assert [json.loads(x)["parent_id"] for x in log.search(Query(), 10)[0]] == [
+        None,
+        eid(a),
+        eid(a),
+        eid(b),
+    ]
     s2 = state("finished")
     await log.append(s2)
     assert s2.parent_id == eid(c) and log.head == eid(c)

@@ -45,13 +45,18 @@ def texts(observation: dict[str, Any]) -> list[str]:
     return [c.get("text", "") for c in observation["content"]]
 
 
-def test_mcp_servers_start_again_after_a_server_restart(server: ServerProcess, llm: ScriptedLLM,
-                                                        key: str, tmp_path: Path,
-                                                        web: HTTPServer) -> None:
+def test_mcp_servers_start_again_after_a_server_restart(
+    server: ServerProcess, llm: ScriptedLLM, key: str, tmp_path: Path, web: HTTPServer
+) -> None:
     # First in the module: the restarted server is the one the other tests then use warm.
     with server.client() as c:
-        conv = create(c, llm, key, tmp_path, agent={
-            **agent_spec(llm, key), "mcp_config": {"mcpServers": {"web": {"url": web.url}}}})
+        conv = create(
+            c,
+            llm,
+            key,
+            tmp_path,
+            agent={**agent_spec(llm, key), "mcp_config": {"mcpServers": {"web": {"url": web.url}}}},
+        )
     server.stop()
     server.start()
     with server.client() as c:
@@ -62,20 +67,38 @@ def test_mcp_servers_start_again_after_a_server_restart(server: ServerProcess, l
         assert not events(c, conv["id"], "ServerErrorEvent")
 
 
-def test_http_tools_are_listed_and_called(client: httpx.Client, llm: ScriptedLLM, key: str,
-                                          tmp_path: Path, web: HTTPServer) -> None:
-    llm.script(key, call("web_add", a=2, b=3),
-               call("web_header", key="authorization"),
-               call("web_sleep", seconds=30),
-               call("web_fail", reason="because"),
-               call("finish", message="done"))
+def test_http_tools_are_listed_and_called(
+    client: httpx.Client, llm: ScriptedLLM, key: str, tmp_path: Path, web: HTTPServer
+) -> None:
+    llm.script(
+        key,
+        call("web_add", a=2, b=3),
+        call("web_header", key="authorization"),
+        call("web_sleep", seconds=30),
+        call("web_fail", reason="because"),
+        call("finish", message="done"),
+    )
     # The call timeout is short enough to cut the sleep, long enough for the other calls to
     # answer on a loaded machine.
-    mcp_config = {"mcpServers": {"web": {"url": web.url, "timeout": 5,
-                                         "headers": {"Authorization": "Bearer ${MCP_TOKEN}"}}}}
-    conv = create(client, llm, key, tmp_path, message="add", run=True,
-                  secrets={"MCP_TOKEN": TOKEN},
-                  agent={**agent_spec(llm, key), "mcp_config": mcp_config})
+    mcp_config = {
+        "mcpServers": {
+            "web": {
+                "url": web.url,
+                "timeout": 5,
+                "headers": {"Authorization": "Bearer ${MCP_TOKEN}"},
+            }
+        }
+    }
+    conv = create(
+        client,
+        llm,
+        key,
+        tmp_path,
+        message="add",
+        run=True,
+        secrets={"MCP_TOKEN": TOKEN},
+        agent={**agent_spec(llm, key), "mcp_config": mcp_config},
+    )
     assert wait_status(client, conv["id"]) == "finished"
 
     prompt = events(client, conv["id"], "SystemPromptEvent")[0]
@@ -101,19 +124,37 @@ def test_http_tools_are_listed_and_called(client: httpx.Client, llm: ScriptedLLM
     assert f"Bearer {MASK}" in json.dumps(llm.requests_for(key)[2]["messages"])
 
 
-def test_stdio_server_env_secret_crash_and_restart(client: httpx.Client, llm: ScriptedLLM,
-                                                   key: str, tmp_path: Path) -> None:
+def test_stdio_server_env_secret_crash_and_restart(
+    client: httpx.Client, llm: ScriptedLLM, key: str, tmp_path: Path
+) -> None:
     pid_file = tmp_path / "mcp.pid"
     config = stdio_config(API_TOKEN="${STDIO_TOKEN}", MCP_PID_FILE=str(pid_file))
-    llm.script(key, call("local_env", var="API_TOKEN"), call("local_image"),
-               call("local_crash"), call("local_echo", text="still there?"),
-               text("the server crashed"))
-    conv = create(client, llm, key, tmp_path, message="go", run=True,
-                  secrets={"STDIO_TOKEN": TOKEN},
-                  agent={**agent_spec(llm, key), "mcp_config": {"mcpServers": {"local": config}}})
+    llm.script(
+        key,
+        call("local_env", var="API_TOKEN"),
+        call("local_image"),
+        call("local_crash"),
+        call("local_echo", text="still there?"),
+        text("the server crashed"),
+    )
+    conv = create(
+        client,
+        llm,
+        key,
+        tmp_path,
+        message="go",
+        run=True,
+        secrets={"STDIO_TOKEN": TOKEN},
+        agent={**agent_spec(llm, key), "mcp_config": {"mcpServers": {"local": config}}},
+    )
     cid = conv["id"]
     assert wait_status(client, cid) == "finished"
-    env, image, crashed, after, = observations(client, cid)
+    (
+        env,
+        image,
+        crashed,
+        after,
+    ) = observations(client, cid)
     assert texts(env) == ["[Tool 'local_env' executed.]", MASK]  # exactly the secret, masked
     assert image["content"][1]["image_urls"][0].startswith("data:image/png;base64,")
     assert crashed["is_error"] and "stopped during the call" in texts(crashed)[0]
@@ -122,7 +163,7 @@ def test_stdio_server_env_secret_crash_and_restart(client: httpx.Client, llm: Sc
     assert [e["code"] for e in died] == ["MCPServerDied"] and "'local'" in died[0]["detail"]
     kinds = [e["kind"] for e in events(client, cid)]
     crash_action = [i for i, k in enumerate(kinds) if k == "ActionEvent"][2]
-    assert kinds[crash_action + 1: crash_action + 3] == ["ServerErrorEvent", "ObservationEvent"]
+    assert kinds[crash_action + 1 : crash_action + 3] == ["ServerErrorEvent", "ObservationEvent"]
     assert TOKEN not in json.dumps(events(client, cid))
 
     # The next run starts the server again.
@@ -138,14 +179,28 @@ def test_stdio_server_env_secret_crash_and_restart(client: httpx.Client, llm: Sc
 
 
 def test_a_server_that_fails_to_start_leaves_the_conversation_usable(
-        client: httpx.Client, llm: ScriptedLLM, key: str, tmp_path: Path, web: HTTPServer) -> None:
-    broken = {"command": sys.executable,
-              "args": ["-c", "import sys; sys.stderr.write('no luck today'); sys.exit(1)"]}
+    client: httpx.Client, llm: ScriptedLLM, key: str, tmp_path: Path, web: HTTPServer
+) -> None:
+    broken = {
+        "command": sys.executable,
+        "args": ["-c", "import sys; sys.stderr.write('no luck today'); sys.exit(1)"],
+    }
     missing = {"command": str(tmp_path / "no-such-server")}
     llm.script(key, call("web_echo", text="hi"), call("finish", message="done"))
-    conv = create(client, llm, key, tmp_path, message="go", run=True,
-                  agent={**agent_spec(llm, key), "mcp_config": {"mcpServers": {
-                      "broken": broken, "missing": missing, "web": {"url": web.url}}}})
+    conv = create(
+        client,
+        llm,
+        key,
+        tmp_path,
+        message="go",
+        run=True,
+        agent={
+            **agent_spec(llm, key),
+            "mcp_config": {
+                "mcpServers": {"broken": broken, "missing": missing, "web": {"url": web.url}}
+            },
+        },
+    )
     cid = conv["id"]
     assert wait_status(client, cid) == "finished"
     kinds = [e["kind"] for e in events(client, cid)]
@@ -159,11 +214,17 @@ def test_a_server_that_fails_to_start_leaves_the_conversation_usable(
     assert texts(observations(client, cid)[0])[1] == "echo: hi"
 
 
-def test_placeholders_without_a_secret_are_refused(client: httpx.Client, llm: ScriptedLLM,
-                                                   key: str, tmp_path: Path) -> None:
-    body = {"agent": {**agent_spec(llm, key), "mcp_config": {"mcpServers": {"s": {
-                "command": "srv", "env": {"TOKEN": "${NOT_SET}"}}}}},
-            "workspace": {"working_dir": str(tmp_path)}, "secrets": {"OTHER": "value-1"}}
+def test_placeholders_without_a_secret_are_refused(
+    client: httpx.Client, llm: ScriptedLLM, key: str, tmp_path: Path
+) -> None:
+    body = {
+        "agent": {
+            **agent_spec(llm, key),
+            "mcp_config": {"mcpServers": {"s": {"command": "srv", "env": {"TOKEN": "${NOT_SET}"}}}},
+        },
+        "workspace": {"working_dir": str(tmp_path)},
+        "secrets": {"OTHER": "value-1"},
+    }
     r = client.post("/api/conversations", json=body)
     assert r.status_code == 422, r.text
     detail = r.json()["detail"][0]
@@ -177,9 +238,14 @@ def test_placeholders_without_a_secret_are_refused(client: httpx.Client, llm: Sc
 
 async def test_a_server_that_never_answers_is_given_up_and_ended(tmp_path: Path) -> None:
     pid_file = tmp_path / "hang.pid"
-    script = f"import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); time.sleep(60)"
-    config = {"mcpServers": {"hang": {"command": sys.executable, "args": ["-c", script],
-                                      "startup_timeout": 1}}}
+    script = (
+        f"import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); time.sleep(60)"
+    )
+    config = {
+        "mcpServers": {
+            "hang": {"command": sys.executable, "args": ["-c", script], "startup_timeout": 1}
+        }
+    }
     ctx = ToolContext(conversation_id="c", working_dir=tmp_path, state_dir=tmp_path / "state")
 
     async def report(event: Any) -> None:
@@ -199,9 +265,15 @@ async def test_a_server_that_never_answers_is_given_up_and_ended(tmp_path: Path)
 
 
 def test_fill_and_check_config() -> None:
-    config = {"mcpServers": {"a": {"url": "https://x/${HOST}/mcp",
-                                   "headers": {"X-Key": "k=${KEY}", "Y": "${KEY}${KEY}"}},
-                             "b": {"command": "srv", "args": ["--token", "${KEY}"]}}}
+    config = {
+        "mcpServers": {
+            "a": {
+                "url": "https://x/${HOST}/mcp",
+                "headers": {"X-Key": "k=${KEY}", "Y": "${KEY}${KEY}"},
+            },
+            "b": {"command": "srv", "args": ["--token", "${KEY}"]},
+        }
+    }
     secrets = {"HOST": "example", "KEY": "s3cret"}
     assert check_config(config, secrets) == []
     filled = fill(config, secrets)
@@ -210,7 +282,8 @@ def test_fill_and_check_config() -> None:
     assert filled["mcpServers"]["b"]["args"] == ["--token", "s3cret"]
     missing = check_config(config, {"KEY": "s3cret"})
     assert [(loc, kind) for loc, _, kind in missing] == [
-        (["mcpServers", "a", "url"], "missing_secret")]
+        (["mcpServers", "a", "url"], "missing_secret")
+    ]
     assert check_config({}, {}) == [] and check_config({"mcpServers": {}}, {}) == []
     assert check_config({"mcpServers": {"c": {"url": "ftp://x"}}}, {})[0][0] == ["mcpServers", "c"]
     assert check_config({"mcpServers": {"c": {"command": "x", "timeout": -1}}}, {})
@@ -238,14 +311,29 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def test_literal_values_in_mcp_config_are_not_returned(client: httpx.Client, llm: ScriptedLLM,
-                                                       key: str, tmp_path: Path) -> None:
-    config = {"mcpServers": {"gone": {"command": str(tmp_path / "no-such-server"),
-                                      "env": {"TOKEN": "literal-token-value", "REF": "${REF}"}},
-                             "site": {"url": "http://127.0.0.1:9/mcp",
-                                      "headers": {"Authorization": "Bearer literal-header"}}}}
-    conv = create(client, llm, key, tmp_path, secrets={"REF": "referenced-value"},
-                  agent={**agent_spec(llm, key), "mcp_config": config})
+def test_literal_values_in_mcp_config_are_not_returned(
+    client: httpx.Client, llm: ScriptedLLM, key: str, tmp_path: Path
+) -> None:
+    config = {
+        "mcpServers": {
+            "gone": {
+                "command": str(tmp_path / "no-such-server"),
+                "env": {"TOKEN": "literal-token-value", "REF": "${REF}"},
+            },
+            "site": {
+                "url": "http://127.0.0.1:9/mcp",
+                "headers": {"Authorization": "Bearer literal-header"},
+            },
+        }
+    }
+    conv = create(
+        client,
+        llm,
+        key,
+        tmp_path,
+        secrets={"REF": "referenced-value"},
+        agent={**agent_spec(llm, key), "mcp_config": config},
+    )
     shown = client.get(f"/api/conversations/{conv['id']}").text
     assert "literal-token-value" not in shown and "literal-header" not in shown
     servers = json.loads(shown)["agent"]["mcp_config"]["mcpServers"]

@@ -54,8 +54,12 @@ class StateServer:
 
     def __init__(self) -> None:
         self.port = free_port()
-        self.state: dict[str, Any] = {"policy": ALLOWLIST, "enforced": True, "refused": 0,
-                                      "recent": []}
+        self.state: dict[str, Any] = {
+            "policy": ALLOWLIST,
+            "enforced": True,
+            "refused": 0,
+            "recent": [],
+        }
         self.hold = False
         self.released = threading.Event()
         self.authorizations: list[str] = []
@@ -73,9 +77,14 @@ class StateServer:
             return len(self.authorizations)
 
     def refusals(self, *recent: tuple[str, str, int, int], refused: int = 3) -> None:
-        self.state = {**self.state, "refused": refused, "recent": [
-            {"address": a, "protocol": p, "port": port, "seconds_ago": ago}
-            for a, p, port, ago in recent]}
+        self.state = {
+            **self.state,
+            "refused": refused,
+            "recent": [
+                {"address": a, "protocol": p, "port": port, "seconds_ago": ago}
+                for a, p, port, ago in recent
+            ],
+        }
 
     async def _network(self, request: Request) -> Response:
         authorization = request.headers.get("authorization", "")
@@ -103,23 +112,27 @@ def plane() -> Iterator[StateServer]:
 
 
 @pytest.fixture
-async def sandbox(tmp_path: Path, model: ScriptedModel,
-                  plane: StateServer) -> AsyncIterator[InProcess]:
+async def sandbox(
+    tmp_path: Path, model: ScriptedModel, plane: StateServer
+) -> AsyncIterator[InProcess]:
     """The agent server told where its network state is, with the sandbox's token."""
     async with serve(tmp_path, model, network_url=plane.url, network_token=TOKEN) as running:
         yield running
 
 
-async def terminal(srv: InProcess, model: ScriptedModel, workspace: Path, command: str,
-                   **arguments: Any) -> tuple[ObservationEvent, list[Event]]:
+async def terminal(
+    srv: InProcess, model: ScriptedModel, workspace: Path, command: str, **arguments: Any
+) -> tuple[ObservationEvent, list[Event]]:
     """One conversation whose agent runs `command` in the terminal; its observation and every
     event of the conversation."""
-    model.script += [Scripted(calls=[("terminal", json.dumps({"command": command,
-                                                              **arguments}))]),
-                     Scripted(content="done")]
+    model.script += [
+        Scripted(calls=[("terminal", json.dumps({"command": command, **arguments}))]),
+        Scripted(content="done"),
+    ]
     conv = await new_conversation(srv, workspace, ["terminal"])
-    await conv.send_message(SendMessage.model_validate(
-        {"content": [{"type": "text", "text": "go"}], "run": True}))
+    await conv.send_message(
+        SendMessage.model_validate({"content": [{"type": "text", "text": "go"}], "run": True})
+    )
     await run_ends(conv)
     stored = await events(conv)
     [observed] = [e for e in stored if isinstance(e, ObservationEvent)]
@@ -132,15 +145,22 @@ def text(observed: ObservationEvent) -> str:
 
 # -- the note under a failed command -------------------------------------------------------------
 
+
 async def test_a_failed_command_is_told_what_the_policy_refused_meanwhile(
-        sandbox: InProcess, model: ScriptedModel, plane: StateServer, tmp_path: Path) -> None:
-    plane.refusals(("10.0.0.5", "tcp", 5432, 0), ("203.0.113.9", "udp", 443, 1),
-                   ("198.51.100.7", "tcp", 80, 300))  # the last: long before this command
+    sandbox: InProcess, model: ScriptedModel, plane: StateServer, tmp_path: Path
+) -> None:
+    plane.refusals(
+        ("10.0.0.5", "tcp", 5432, 0),
+        ("203.0.113.9", "udp", 443, 1),
+        ("198.51.100.7", "tcp", 80, 300),
+    )  # the last: long before this command
     observed, _ = await terminal(sandbox, model, tmp_path / "ws", FAIL)
-    line = ("[This sandbox's network policy (allowlist) refused connections to 2 destinations "
-            "during this command: tcp 10.0.0.5:5432, udp 203.0.113.9:443. It allows only, over "
-            "TCP: pypi.org:443, *.github.com. Other hosts, this machine, private ranges and "
-            "other sandboxes are never reachable.]")
+    line = (
+        "[This sandbox's network policy (allowlist) refused connections to 2 destinations "
+        "during this command: tcp 10.0.0.5:5432, udp 203.0.113.9:443. It allows only, over "
+        "TCP: pypi.org:443, *.github.com. Other hosts, this machine, private ranges and "
+        "other sandboxes are never reachable.]"
+    )
     assert line in text(observed)
     assert observed.observation.metadata.suffix == line  # type: ignore[union-attr]
     assert observed.observation.exit_code == 3  # type: ignore[union-attr]
@@ -150,16 +170,19 @@ async def test_a_failed_command_is_told_what_the_policy_refused_meanwhile(
 
 
 async def test_a_command_that_reaches_its_timeout_is_told_too(
-        sandbox: InProcess, model: ScriptedModel, plane: StateServer, tmp_path: Path) -> None:
+    sandbox: InProcess, model: ScriptedModel, plane: StateServer, tmp_path: Path
+) -> None:
     plane.refusals(("10.0.0.5", "tcp", 5432, 0))
     observed, _ = await terminal(sandbox, model, tmp_path / "ws", "sleep 60", timeout=0.5)
     assert observed.observation.timeout  # type: ignore[union-attr]
-    assert "refused connections to 1 destination during this command: tcp 10.0.0.5:5432." \
-        in text(observed)
+    assert "refused connections to 1 destination during this command: tcp 10.0.0.5:5432." in text(
+        observed
+    )
 
 
 async def test_a_successful_command_asks_nothing(
-        sandbox: InProcess, model: ScriptedModel, plane: StateServer, tmp_path: Path) -> None:
+    sandbox: InProcess, model: ScriptedModel, plane: StateServer, tmp_path: Path
+) -> None:
     plane.refusals(("10.0.0.5", "tcp", 5432, 0))
     observed, _ = await terminal(sandbox, model, tmp_path / "ws", "echo fine")
     assert "network policy" not in text(observed)
@@ -167,16 +190,22 @@ async def test_a_successful_command_asks_nothing(
 
 
 async def test_a_command_still_running_asks_nothing(
-        tmp_path: Path, model: ScriptedModel, plane: StateServer) -> None:
+    tmp_path: Path, model: ScriptedModel, plane: StateServer
+) -> None:
     plane.refusals(("10.0.0.5", "tcp", 5432, 0))
-    quiet = {"llm": {"model": "scripted/test"},
-             "tools": [{"name": "terminal", "params": {"no_output_timeout": 0.3}}]}
+    quiet = {
+        "llm": {"model": "scripted/test"},
+        "tools": [{"name": "terminal", "params": {"no_output_timeout": 0.3}}],
+    }
     async with serve(tmp_path, model, network_url=plane.url, network_token=TOKEN) as srv:
-        model.script += [Scripted(calls=[("terminal", '{"command": "sleep 60"}')]),
-                         Scripted(content="done")]
+        model.script += [
+            Scripted(calls=[("terminal", '{"command": "sleep 60"}')]),
+            Scripted(content="done"),
+        ]
         conv = await new_conversation(srv, tmp_path / "ws", agent=quiet)
-        await conv.send_message(SendMessage.model_validate(
-            {"content": [{"type": "text", "text": "go"}], "run": True}))
+        await conv.send_message(
+            SendMessage.model_validate({"content": [{"type": "text", "text": "go"}], "run": True})
+        )
         await run_ends(conv)
         [observed] = await events(conv, ObservationEvent)
     assert observed.observation.exit_code == -1  # type: ignore[union-attr]
@@ -185,7 +214,8 @@ async def test_a_command_still_running_asks_nothing(
 
 
 async def test_a_refusal_from_before_the_command_is_not_its_business(
-        sandbox: InProcess, model: ScriptedModel, plane: StateServer, tmp_path: Path) -> None:
+    sandbox: InProcess, model: ScriptedModel, plane: StateServer, tmp_path: Path
+) -> None:
     plane.refusals(("10.0.0.5", "tcp", 5432, 120))
     observed, _ = await terminal(sandbox, model, tmp_path / "ws", FAIL)
     assert "network policy" not in text(observed)
@@ -195,7 +225,8 @@ async def test_a_refusal_from_before_the_command_is_not_its_business(
 
 @pytest.mark.parametrize("failure", ["never answers", "is down"])
 async def test_a_silent_control_plane_costs_at_most_the_timeout(
-        tmp_path: Path, model: ScriptedModel, plane: StateServer, failure: str) -> None:
+    tmp_path: Path, model: ScriptedModel, plane: StateServer, failure: str
+) -> None:
     plane.refusals(("10.0.0.5", "tcp", 5432, 0))
     plane.hold = True
     url = plane.url if failure == "never answers" else f"http://127.0.0.1:{free_port()}{PATH}"
@@ -210,8 +241,12 @@ async def test_a_silent_control_plane_costs_at_most_the_timeout(
 
 
 async def test_the_token_is_in_no_event_and_no_log_line(
-        sandbox: InProcess, model: ScriptedModel, plane: StateServer, tmp_path: Path,
-        caplog: pytest.LogCaptureFixture) -> None:
+    sandbox: InProcess,
+    model: ScriptedModel,
+    plane: StateServer,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     caplog.set_level(logging.DEBUG)
     plane.refusals(("10.0.0.5", "tcp", 5432, 0))
     # Even an agent that somehow learnt it and prints it: masked like the server's other keys.
@@ -225,10 +260,12 @@ async def test_the_token_is_in_no_event_and_no_log_line(
     assert plane.authorizations == [f"Bearer {TOKEN}"] * 2
 
 
-# -- /metrics ---------------------------------------------------------------------------------------
+# -- /metrics --------------------------------------------------------------------------------------
+
 
 async def test_metrics_show_the_refusals_as_the_control_plane_counts_them(
-        sandbox: InProcess, plane: StateServer) -> None:
+    sandbox: InProcess, plane: StateServer
+) -> None:
     plane.refusals(refused=3)
     scrape = (await sandbox.client.get("/metrics")).text
     assert "agent_server_network_refused_total 3.0" in scrape.splitlines()
@@ -238,7 +275,8 @@ async def test_metrics_show_the_refusals_as_the_control_plane_counts_them(
 
 
 async def test_metrics_leave_the_count_out_without_a_network_or_its_answer(
-        tmp_path: Path, plane: StateServer) -> None:
+    tmp_path: Path, plane: StateServer
+) -> None:
     async with serve(tmp_path / "none") as srv:
         assert "network_refused" not in (await srv.client.get("/metrics")).text
     async with serve(tmp_path / "wrong", network_url=plane.url, network_token="not-it") as srv:
@@ -246,22 +284,34 @@ async def test_metrics_leave_the_count_out_without_a_network_or_its_answer(
     assert plane.authorizations == ["Bearer not-it"]
 
 
-# -- the client --------------------------------------------------------------------------------------
+# -- the client ------------------------------------------------------------------------------------
 
-async def test_the_client_ignores_new_fields_and_keeps_the_newest_count(
-        plane: StateServer) -> None:
+
+async def test_the_client_ignores_new_fields_and_keeps_the_newest_count(plane: StateServer) -> None:
     client = NetworkClient(plane.url, TOKEN)
     try:
-        plane.state = {**plane.state, "refused": 7, "since": "later", "recent": [
-            {"address": "2001:db8::1", "protocol": "tcp", "port": 443, "seconds_ago": 0,
-             "hits": 4}]}
+        plane.state = {
+            **plane.state,
+            "refused": 7,
+            "since": "later",
+            "recent": [
+                {
+                    "address": "2001:db8::1",
+                    "protocol": "tcp",
+                    "port": 443,
+                    "seconds_ago": 0,
+                    "hits": 4,
+                }
+            ],
+        }
         state = await client.state()
         assert state is not None and state.refused == 7 and client.last_refused == 7
         assert await client.refused(1.0) == (
             "[This sandbox's network policy (allowlist) refused connections to 1 destination "
             "during this command: tcp [2001:db8::1]:443. It allows only, over TCP: "
             "pypi.org:443, *.github.com. Other hosts, this machine, private ranges and other "
-            "sandboxes are never reachable.]")
+            "sandboxes are never reachable.]"
+        )
         plane.state = {**plane.state, "refused": None, "enforced": False}
         await client.refresh()
         assert client.last_refused == 7  # unknown now: the last count stands
@@ -269,10 +319,10 @@ async def test_the_client_ignores_new_fields_and_keeps_the_newest_count(
         await client.aclose()
 
 
-@pytest.mark.parametrize("answer", [b"not json", b'{"policy": {"mode": "wide"}}',
-                                    b'{"recent": []}', b"[]"])
-async def test_the_client_says_nothing_of_an_answer_that_is_not_the_state(
-        answer: bytes) -> None:
+@pytest.mark.parametrize(
+    "answer", [b"not json", b'{"policy": {"mode": "wide"}}', b'{"recent": []}', b"[]"]
+)
+async def test_the_client_says_nothing_of_an_answer_that_is_not_the_state(answer: bytes) -> None:
     async def reply(request: Request) -> Response:
         return Response(answer, media_type="application/json")
 
@@ -299,12 +349,18 @@ async def test_the_client_gives_up_within_its_timeout(plane: StateServer) -> Non
         await client.aclose()
 
 
-# -- the note's words ---------------------------------------------------------------------------------
+# -- the note's words ------------------------------------------------------------------------------
+
 
 def state(mode: str, allow: list[str], recent: list[dict[str, Any]]) -> NetworkState:
-    return NetworkState.model_validate({"policy": {"mode": mode, "allow": allow},
-                                        "enforced": True, "refused": len(recent),
-                                        "recent": recent})
+    return NetworkState.model_validate(
+        {
+            "policy": {"mode": mode, "allow": allow},
+            "enforced": True,
+            "refused": len(recent),
+            "recent": recent,
+        }
+    )
 
 
 def refusal(n: int, ago: int = 0) -> dict[str, Any]:
@@ -315,10 +371,12 @@ def test_each_mode_says_what_it_allows() -> None:
     assert note(state("open", [], [refusal(1)]), 5) == (
         "[This sandbox's network policy (open) refused connections to 1 destination during "
         "this command: tcp 203.0.113.1:443. It allows the public internet; never this "
-        "machine, private or link-local ranges, or other sandboxes.]")
+        "machine, private or link-local ranges, or other sandboxes.]"
+    )
     assert note(state("none", [], [refusal(1)]), 5) == (
         "[This sandbox's network policy (none) refused connections to 1 destination during "
-        "this command: tcp 203.0.113.1:443. It allows no connection beyond the control plane.]")
+        "this command: tcp 203.0.113.1:443. It allows no connection beyond the control plane.]"
+    )
     assert "Its allow list is empty." in (note(state("allowlist", [], [refusal(1)]), 5) or "")
 
 
@@ -342,13 +400,21 @@ def test_the_note_stays_short_whatever_was_refused() -> None:
     assert len(said) < 1500
 
 
-# -- how the URL and token arrive -------------------------------------------------------------------
+# -- how the URL and token arrive ------------------------------------------------------------------
+
 
 def test_the_keys_pipe_hands_over_the_network_url_and_token() -> None:
     read, write = os.pipe()
-    os.write(write, json.dumps({"SESSION_API_KEY": "k" * 32, "AGENT_SERVER_NETWORK_URL":
-                                "http://10.1.0.1:8080" + PATH,
-                                "AGENT_SERVER_NETWORK_TOKEN": TOKEN}).encode())
+    os.write(
+        write,
+        json.dumps(
+            {
+                "SESSION_API_KEY": "k" * 32,
+                "AGENT_SERVER_NETWORK_URL": "http://10.1.0.1:8080" + PATH,
+                "AGENT_SERVER_NETWORK_TOKEN": TOKEN,
+            }
+        ).encode(),
+    )
     os.close(write)
     environ = {KEYS_FD: str(read)}
     receive_keys(environ)
@@ -362,7 +428,8 @@ def test_the_keys_pipe_hands_over_the_network_url_and_token() -> None:
 
 
 def test_a_network_url_without_its_token_is_refused() -> None:
-    config = from_env({"SESSION_API_KEY": "k" * 32,
-                       "AGENT_SERVER_NETWORK_URL": "http://10.1.0.1:8080" + PATH})
+    config = from_env(
+        {"SESSION_API_KEY": "k" * 32, "AGENT_SERVER_NETWORK_URL": "http://10.1.0.1:8080" + PATH}
+    )
     with pytest.raises(ConfigError, match="AGENT_SERVER_NETWORK_TOKEN"):
         config.check()

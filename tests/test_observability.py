@@ -50,8 +50,9 @@ def metrics(client: httpx.Client) -> dict[str, dict[tuple[tuple[str, str], ...],
 
 
 def children(spans: list[Span], parent: Span, name: str | None = None) -> list[Span]:
-    return [s for s in spans if s.parent_span_id == parent.span_id
-            and (name is None or s.name == name)]
+    return [
+        s for s in spans if s.parent_span_id == parent.span_id and (name is None or s.name == name)
+    ]
 
 
 def one(spans: list[Span], name: str) -> Span:
@@ -60,31 +61,47 @@ def one(spans: list[Span], name: str) -> Span:
     return found[0]
 
 
-def test_a_conversation_is_traced_measured_and_logged(tmp_path: Path, llm: ScriptedLLM,
-                                                     receiver: OTLPReceiver, key: str) -> None:
-    env = {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.base_url, "OTEL_BSP_SCHEDULE_DELAY": "50",
-           "AGENT_SERVER_LOG_FORMAT": "json"}
+def test_a_conversation_is_traced_measured_and_logged(
+    tmp_path: Path, llm: ScriptedLLM, receiver: OTLPReceiver, key: str
+) -> None:
+    env = {
+        "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.base_url,
+        "OTEL_BSP_SCHEDULE_DELAY": "50",
+        "AGENT_SERVER_LOG_FORMAT": "json",
+    }
     server = ServerProcess(tmp_path / "state", env=env).start()
-    llm.script(key,
-               error(503, "overloaded", retry_after=0),  # retried once by the server
-               call("terminal", command="echo $DEPLOY_TOKEN"),
-               text("All done.", usage=USAGE))
+    llm.script(
+        key,
+        error(503, "overloaded", retry_after=0),  # retried once by the server
+        call("terminal", command="echo $DEPLOY_TOKEN"),
+        text("All done.", usage=USAGE),
+    )
     body = {
-        "agent": {**agent_spec(llm, key, ["terminal"]),
-                  "llm": {**agent_spec(llm, key)["llm"], "api_key": LLM_KEY}},
+        "agent": {
+            **agent_spec(llm, key, ["terminal"]),
+            "llm": {**agent_spec(llm, key)["llm"], "api_key": LLM_KEY},
+        },
         "workspace": {"working_dir": str(tmp_path / "ws")},
         "secrets": {"DEPLOY_TOKEN": SECRET},
         "observability_span_name": "nightly.review",
         "observability_tags": ["team-a", f"leaky {SECRET}"],
-        "observability_metadata": {"team": "core", "ids": [1, 2], "ratios": [1, 2.5],
-                                   "flags": [True, False], "leak": f"x{SECRET}x", "n": 3},
-        "initial_message": {"content": [{"text": f"print the token, it is {SECRET}"}],
-                            "run": True},
+        "observability_metadata": {
+            "team": "core",
+            "ids": [1, 2],
+            "ratios": [1, 2.5],
+            "flags": [True, False],
+            "leak": f"x{SECRET}x",
+            "n": 3,
+        },
+        "initial_message": {"content": [{"text": f"print the token, it is {SECRET}"}], "run": True},
     }
     try:
         with server.client() as client:
-            r = client.post("/api/conversations", json=body,
-                            headers={"traceparent": f"00-{TRACE_ID}-{CALLER_SPAN}-01"})
+            r = client.post(
+                "/api/conversations",
+                json=body,
+                headers={"traceparent": f"00-{TRACE_ID}-{CALLER_SPAN}-01"},
+            )
             assert r.status_code == 201, r.text
             created = r.json()
             cid = created["id"]
@@ -96,19 +113,40 @@ def test_a_conversation_is_traced_measured_and_logged(tmp_path: Path, llm: Scrip
             assert httpx.get(server.url + "/metrics").status_code == 401
             m = metrics(client)
             assert m["agent_server_steps_total"][()] >= 2
-            assert m["agent_server_tool_calls_total"][(("outcome", "ok"), ("tool", "terminal"))] == 1
+            assert (
+                m["agent_server_tool_calls_total"][(("outcome", "ok"), ("tool", "terminal"))] == 1
+            )
             tokens = m["agent_server_llm_tokens_total"]
-            assert tokens[(("model", "openai/test-model"), ("type", "output"))] >= USAGE["completion_tokens"]
-            assert tokens[(("model", "openai/test-model"), ("type", "input"))] >= USAGE["prompt_tokens"]
-            assert m["agent_server_llm_calls_total"][(("model", "openai/test-model"), ("outcome", "ok"))] == 2
+            assert (
+                tokens[(("model", "openai/test-model"), ("type", "output"))]
+                >= USAGE["completion_tokens"]
+            )
+            assert (
+                tokens[(("model", "openai/test-model"), ("type", "input"))]
+                >= USAGE["prompt_tokens"]
+            )
+            assert (
+                m["agent_server_llm_calls_total"][
+                    (("model", "openai/test-model"), ("outcome", "ok"))
+                ]
+                == 2
+            )
             assert m["agent_server_llm_retries_total"][(("model", "openai/test-model"),)] == 1
             assert m["agent_server_conversations"][(("status", "finished"),)] == 1
             assert m["agent_server_event_log_appends_total"][()] > 5
             assert m["agent_server_event_log_fsync_seconds_count"][()] > 0
-            assert m["agent_server_http_requests_total"][
-                (("method", "POST"), ("route", "/api/conversations"), ("status", "201"))] == 1
-            assert m["agent_server_http_requests_total"][
-                (("method", "GET"), ("route", "/metrics"), ("status", "401"))] == 1
+            assert (
+                m["agent_server_http_requests_total"][
+                    (("method", "POST"), ("route", "/api/conversations"), ("status", "201"))
+                ]
+                == 1
+            )
+            assert (
+                m["agent_server_http_requests_total"][
+                    (("method", "GET"), ("route", "/metrics"), ("status", "401"))
+                ]
+                == 1
+            )
             assert m["agent_server_websocket_subscribers"][()] == 0
     finally:
         server.stop()  # the root span ends with the conversation's life here, and is flushed
@@ -156,13 +194,22 @@ def test_a_conversation_is_traced_measured_and_logged(tmp_path: Path, llm: Scrip
     # -- JSON logs: one object per line, with the conversation and the trace ---------------
     log = server.log_path.read_text()
     lines = [json.loads(line) for line in log.splitlines() if line.startswith("{")]
-    assert lines and all({"time", "level", "logger", "message", "conversation_id", "trace_id"}
-                         <= set(line) for line in lines)
-    access = [line for line in lines if line["logger"] == "agent_server.access"
-              and line["conversation_id"] == cid]
+    assert lines and all(
+        {"time", "level", "logger", "message", "conversation_id", "trace_id"} <= set(line)
+        for line in lines
+    )
+    access = [
+        line
+        for line in lines
+        if line["logger"] == "agent_server.access" and line["conversation_id"] == cid
+    ]
     assert access and all(line["trace_id"] for line in access)
-    created_line = [line for line in lines if line["logger"] == "agent_server.access"
-                    and line["message"].startswith("POST /api/conversations ")]
+    created_line = [
+        line
+        for line in lines
+        if line["logger"] == "agent_server.access"
+        and line["message"].startswith("POST /api/conversations ")
+    ]
     assert created_line[0]["trace_id"] == TRACE_ID
     assert SECRET not in log and LLM_KEY not in log
 
@@ -179,22 +226,26 @@ def test_a_conversation_is_traced_measured_and_logged(tmp_path: Path, llm: Scrip
             assert wait_status(client, cid, "finished", timeout=60) == "finished"
     finally:
         server.stop()
-    spans = receiver.wait_for(lambda s: len([x for x in s if x.name == "invoke_agent"
-                                             and x.trace_id == TRACE_ID]) == 2)
+    spans = receiver.wait_for(
+        lambda s: len([x for x in s if x.name == "invoke_agent" and x.trace_id == TRACE_ID]) == 2
+    )
     runs = [s for s in spans if s.name == "invoke_agent" and s.trace_id == TRACE_ID]
     assert {s.parent_span_id for s in runs} == {named.span_id}
 
 
-def test_a_forks_trace_links_to_its_sources(tmp_path: Path, llm: ScriptedLLM,
-                                            receiver: OTLPReceiver, key: str) -> None:
+def test_a_forks_trace_links_to_its_sources(
+    tmp_path: Path, llm: ScriptedLLM, receiver: OTLPReceiver, key: str
+) -> None:
     """Issue 30.6: a fork started a trace of its own with nothing leading back to the source's.
     Its root span now links to the source's root and names the source."""
     env = {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.base_url, "OTEL_BSP_SCHEDULE_DELAY": "50"}
     server = ServerProcess(tmp_path / "state", env=env).start()
     try:
         with server.client() as client:
-            r = client.post("/api/conversations", json={
-                "agent": agent_spec(llm, key), "workspace": {"working_dir": str(tmp_path)}})
+            r = client.post(
+                "/api/conversations",
+                json={"agent": agent_spec(llm, key), "workspace": {"working_dir": str(tmp_path)}},
+            )
             assert r.status_code == 201, r.text
             source = r.json()
             r = client.post(f"/api/conversations/{source['id']}/fork", json={})
@@ -204,20 +255,25 @@ def test_a_forks_trace_links_to_its_sources(tmp_path: Path, llm: ScriptedLLM,
             for cid in (fork["id"], source["id"]):  # a root span ends with its conversation
                 assert client.delete(f"/api/conversations/{cid}").status_code == 200
         mine = {source["trace_id"], fork["trace_id"]}
-        spans = receiver.wait_for(lambda got: len(
-            [s for s in got if s.name == "conversation" and s.trace_id in mine]) == 2)
+        spans = receiver.wait_for(
+            lambda got: (
+                len([s for s in got if s.name == "conversation" and s.trace_id in mine]) == 2
+            )
+        )
         roots = {s.trace_id: s for s in spans if s.name == "conversation" and s.trace_id in mine}
         source_root, fork_root = roots[source["trace_id"]], roots[fork["trace_id"]]
-        assert fork_root.links == [(source_root.trace_id, source_root.span_id,
-                                    {"agent_server.link": "forked_from"})]
+        assert fork_root.links == [
+            (source_root.trace_id, source_root.span_id, {"agent_server.link": "forked_from"})
+        ]
         assert fork_root.attributes["agent_server.forked_from.id"] == source["id"]
         assert source_root.links == []
     finally:
         server.stop()
 
 
-def test_an_acp_agents_tool_calls_have_spans_and_metrics(tmp_path: Path,
-                                                         receiver: OTLPReceiver) -> None:
+def test_an_acp_agents_tool_calls_have_spans_and_metrics(
+    tmp_path: Path, receiver: OTLPReceiver
+) -> None:
     """Issue 30.5: an ACP agent's tool calls had no span and no metric, unlike the loop's."""
     env = {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.base_url, "OTEL_BSP_SCHEDULE_DELAY": "50"}
     server = ServerProcess(tmp_path / "state", env=env).start()
@@ -227,11 +283,17 @@ def test_an_acp_agents_tool_calls_have_spans_and_metrics(tmp_path: Path,
     agent = [sys.executable, str(Path(__file__).parent / "support" / "acp_agent.py")]
     try:
         with server.client() as client:
-            r = client.post("/api/conversations", json={
-                "agent": {"kind": "ACPAgent", "acp_command": agent},
-                "workspace": {"working_dir": str(ws)},
-                "initial_message": {"content": [{"text": "read notes.txt\nterminal exit 3"}],
-                                    "run": True}})
+            r = client.post(
+                "/api/conversations",
+                json={
+                    "agent": {"kind": "ACPAgent", "acp_command": agent},
+                    "workspace": {"working_dir": str(ws)},
+                    "initial_message": {
+                        "content": [{"text": "read notes.txt\nterminal exit 3"}],
+                        "run": True,
+                    },
+                },
+            )
             assert r.status_code == 201, r.text
             created = r.json()
             assert wait_status(client, created["id"], timeout=60) == "finished"
@@ -248,8 +310,9 @@ def test_an_acp_agents_tool_calls_have_spans_and_metrics(tmp_path: Path,
 
         spans = receiver.wait_for(whole)
         run = one([s for s in spans if s.trace_id == mine], "invoke_agent")
-        tools = {s.name: s for s in spans if s.trace_id == mine
-                 and s.name.startswith("execute_tool")}
+        tools = {
+            s.name: s for s in spans if s.trace_id == mine and s.name.startswith("execute_tool")
+        }
         assert set(tools) == {"execute_tool read", "execute_tool execute"}
         assert {s.parent_span_id for s in tools.values()} == {run.span_id}
         assert tools["execute_tool read"].attributes["agent_server.tool.outcome"] == "ok"
@@ -260,8 +323,9 @@ def test_an_acp_agents_tool_calls_have_spans_and_metrics(tmp_path: Path,
         server.stop()
 
 
-def test_tracing_off_by_default_and_metrics_open_by_flag(tmp_path: Path, llm: ScriptedLLM,
-                                                         receiver: OTLPReceiver) -> None:
+def test_tracing_off_by_default_and_metrics_open_by_flag(
+    tmp_path: Path, llm: ScriptedLLM, receiver: OTLPReceiver
+) -> None:
     """Without an OTLP endpoint nothing is exported; --metrics-open lets a scraper in."""
     before = len(receiver.received())
     server = ServerProcess(tmp_path / "state", args=["--metrics-open"]).start()
@@ -269,11 +333,18 @@ def test_tracing_off_by_default_and_metrics_open_by_flag(tmp_path: Path, llm: Sc
         r = httpx.get(server.url + "/metrics", timeout=10)
         assert r.status_code == 200
         names = {f.name for f in text_string_to_metric_families(r.text)}
-        assert {"agent_server_steps", "agent_server_conversations", "agent_server_llm_calls",
-                "agent_server_http_requests"} <= names
+        assert {
+            "agent_server_steps",
+            "agent_server_conversations",
+            "agent_server_llm_calls",
+            "agent_server_http_requests",
+        } <= names
         with server.client() as client:
-            r = client.post("/api/conversations", json={"agent": agent_spec(llm, "off")},
-                            headers={"traceparent": f"00-{TRACE_ID}-{CALLER_SPAN}-01"})
+            r = client.post(
+                "/api/conversations",
+                json={"agent": agent_spec(llm, "off")},
+                headers={"traceparent": f"00-{TRACE_ID}-{CALLER_SPAN}-01"},
+            )
             assert r.status_code == 201
             # No spans are recorded, yet the caller's trace id is kept for the logs.
             assert r.json()["trace_id"] == TRACE_ID

@@ -22,7 +22,8 @@ def route_methods() -> dict[str, set[str]]:
     found: dict[str, set[str]] = {}
     for route in ROUTES:
         found.setdefault(route.path, set()).update(
-            m.lower() for m in route.methods or () if m != "HEAD")
+            m.lower() for m in route.methods or () if m != "HEAD"
+        )
     return found
 
 
@@ -42,7 +43,8 @@ def doc(server: ServerProcess) -> dict[str, Any]:
 def refs(node: Any) -> list[str]:
     if isinstance(node, dict):
         return [v for k, v in node.items() if k == "$ref" and isinstance(v, str)] + [
-            r for v in node.values() for r in refs(v)]
+            r for v in node.values() for r in refs(v)
+        ]
     if isinstance(node, list):
         return [r for v in node for r in refs(v)]
     return []
@@ -61,8 +63,10 @@ def test_version_and_info(doc: dict[str, Any]) -> None:
 
 def test_every_route_is_described_with_its_methods(doc: dict[str, Any]) -> None:
     expected = route_methods()
-    described = {path: {m for m in item if m in {"get", "post", "put", "patch", "delete"}}
-                 for path, item in doc["paths"].items()}
+    described = {
+        path: {m for m in item if m in {"get", "post", "put", "patch", "delete"}}
+        for path, item in doc["paths"].items()
+    }
     assert described == expected
 
 
@@ -90,7 +94,10 @@ def test_operation_ids_are_unique(doc: dict[str, Any]) -> None:
 
 def test_the_security_scheme_is_the_session_key_header(doc: dict[str, Any]) -> None:
     assert doc["components"]["securitySchemes"]["APIKeyHeader"] == {
-        "type": "apiKey", "in": "header", "name": "X-Session-API-Key"}
+        "type": "apiKey",
+        "in": "header",
+        "name": "X-Session-API-Key",
+    }
 
 
 def test_every_reference_resolves(doc: dict[str, Any]) -> None:
@@ -115,8 +122,15 @@ def test_validation_errors_have_spec_7_shape(doc: dict[str, Any]) -> None:
 def test_query_parameters_of_event_search(doc: dict[str, Any]) -> None:
     op = doc["paths"]["/api/conversations/{conversation_id}/events/search"]["get"]
     names = {p["name"] for p in op["parameters"] if p["in"] == "query"}
-    assert {"kind__eq", "source__eq", "limit", "page_id", "sort_order", "timestamp__gte",
-            "timestamp__lt"} <= names
+    assert {
+        "kind__eq",
+        "source__eq",
+        "limit",
+        "page_id",
+        "sort_order",
+        "timestamp__gte",
+        "timestamp__lt",
+    } <= names
 
 
 def test_the_webhook_of_spec_4_5(doc: dict[str, Any]) -> None:
@@ -125,8 +139,12 @@ def test_the_webhook_of_spec_4_5(doc: dict[str, Any]) -> None:
     post = hook["post"]
     assert set(hook) == {"post"}
     (param,) = post["parameters"]
-    assert param == {"name": "conversation_id", "in": "path", "required": True,
-                     "schema": {"type": "string", "format": "uuid"}}
+    assert param == {
+        "name": "conversation_id",
+        "in": "path",
+        "required": True,
+        "schema": {"type": "string", "format": "uuid"},
+    }
     body = post["requestBody"]
     assert body["required"] is True
     schema = resolve(doc, body["content"]["application/json"]["schema"])
@@ -159,7 +177,8 @@ def test_a_405_allows_the_methods_of_every_route_on_the_path(server: ServerProce
 
 
 def test_a_method_the_document_does_not_list_is_a_405_naming_exactly_the_listed_ones(
-        server: ServerProcess, doc: dict[str, Any]) -> None:
+    server: ServerProcess, doc: dict[str, Any]
+) -> None:
     """What schemathesis' unsupported_method and allow_header_conformance check, on every path:
     `DELETE /api/conversations/search` was the conversation route's 422 about a bad UUID, and
     its Allow named that route's methods (issue 30.4)."""
@@ -185,26 +204,40 @@ def test_every_status_and_media_type_is_declared(doc: dict[str, Any]) -> None:
     assert set(diff["200"]["content"]) == {"application/json", "text/plain"}
 
 
-def test_settings_responses_show_the_masked_key_and_no_write_only_field(doc: dict[str, Any]) -> None:
+def test_settings_responses_show_the_masked_key_and_no_write_only_field(
+    doc: dict[str, Any],
+) -> None:
     response = doc["paths"]["/api/settings"]["get"]["responses"]["200"]
     settings = resolve(doc, response["content"]["application/json"]["schema"])
     assert "writeOnly" not in str(settings) and "writeOnly" not in str(
-        [resolve(doc, ref_schema) for ref_schema in
-         [{"$ref": r} for r in refs(settings)]])
-    request = resolve(doc, doc["paths"]["/api/settings"]["patch"]["requestBody"]["content"][
-        "application/json"]["schema"])
+        [resolve(doc, ref_schema) for ref_schema in [{"$ref": r} for r in refs(settings)]]
+    )
+    request = resolve(
+        doc,
+        doc["paths"]["/api/settings"]["patch"]["requestBody"]["content"]["application/json"][
+            "schema"
+        ],
+    )
     assert request != settings  # the key is writeOnly where it is written
 
 
 def test_the_rules_the_server_enforces_are_in_the_schemas(doc: dict[str, Any]) -> None:
-    create = resolve(doc, doc["paths"]["/api/conversations"]["post"]["requestBody"]["content"][
-        "application/json"]["schema"])
+    create = resolve(
+        doc,
+        doc["paths"]["/api/conversations"]["post"]["requestBody"]["content"]["application/json"][
+            "schema"
+        ],
+    )
     tags, secrets = create["properties"]["tags"], create["properties"]["secrets"]
     assert tags["propertyNames"] == {"pattern": "^[a-z0-9_-]{1,50}$"}
     assert tags["maxProperties"] == 50 and tags["additionalProperties"]["maxLength"] == 256
     assert secrets["propertyNames"]["pattern"].startswith("^[A-Za-z_]")
-    command = resolve(doc, doc["paths"]["/api/conversations/{conversation_id}/commands"]["post"][
-        "requestBody"]["content"]["application/json"]["schema"])
+    command = resolve(
+        doc,
+        doc["paths"]["/api/conversations/{conversation_id}/commands"]["post"]["requestBody"][
+            "content"
+        ]["application/json"]["schema"],
+    )
     assert command["properties"]["env"]["propertyNames"]["pattern"].startswith("^[A-Za-z_]")
     assert command["properties"]["command"]["pattern"] == "^[^\\x00]*$"
     repository = doc["components"]["schemas"]["RepositorySpec"]
@@ -217,14 +250,16 @@ def test_the_rules_the_server_enforces_are_in_the_schemas(doc: dict[str, Any]) -
 
 def test_a_number_is_no_boolean(server: ServerProcess) -> None:
     with server.client() as c:
-        r = c.post("/api/conversations", json={"agent": {"llm": {"model": "m"}},
-                                               "stuck_detection": 0})
+        r = c.post(
+            "/api/conversations", json={"agent": {"llm": {"model": "m"}}, "stuck_detection": 0}
+        )
         assert r.status_code == 422, r.text
         assert r.json()["detail"][0]["loc"] == ["body", "stuck_detection"]
         r = c.patch("/api/settings", json={"agent": {"condenser": {"enabled": 1}}})
         assert r.status_code == 422, r.text
-        r = c.post("/api/conversations", json={"agent": {"llm": {"model": "m"}},
-                                               "max_iterations": "5"})
+        r = c.post(
+            "/api/conversations", json={"agent": {"llm": {"model": "m"}}, "max_iterations": "5"}
+        )
         assert r.status_code == 422, r.text
 
 
@@ -235,25 +270,42 @@ def test_completion_logs_token_ids_and_critics_are_described(doc: dict[str, Any]
         assert (llm[name]["type"], llm[name]["default"]) == ("boolean", False)
     assert llm["litellm_extra_body"]["type"] == "object"
     critic = schemas["AgentSpec"]["properties"]["critic"]
-    assert critic["anyOf"][0]["oneOf"] == [{"$ref": f"#/components/schemas/{kind}"} for kind in (
-        "ModelCritic", "CommandCritic", "PassCritic", "EmptyPatchCritic", "AgentFinishedCritic")]
+    assert critic["anyOf"][0]["oneOf"] == [
+        {"$ref": f"#/components/schemas/{kind}"}
+        for kind in (
+            "ModelCritic",
+            "CommandCritic",
+            "PassCritic",
+            "EmptyPatchCritic",
+            "AgentFinishedCritic",
+        )
+    ]
     assert schemas["PassCritic"]["required"] == ["kind"]
-    assert "kind" in schemas["ModelCritic"]["required"] and "llm" in schemas["ModelCritic"]["required"]
+    assert (
+        "kind" in schemas["ModelCritic"]["required"] and "llm" in schemas["ModelCritic"]["required"]
+    )
     assert set(schemas["CommandCritic"]["required"]) == {"kind", "command"}
     score = schemas["CriticResult"]["properties"]["score"]
     assert (score["minimum"], score["maximum"]) == (0.0, 1.0)
     for kind in ("ActionEvent", "MessageEvent"):
         assert schemas[kind]["properties"]["critic_result"]["anyOf"][0] == {
-            "$ref": "#/components/schemas/CriticResult"}
-    assert set(schemas["TokenEvent"]["required"]) == {"source", "prompt_token_ids",
-                                                      "response_token_ids"}
+            "$ref": "#/components/schemas/CriticResult"
+        }
+    assert set(schemas["TokenEvent"]["required"]) == {
+        "source",
+        "prompt_token_ids",
+        "response_token_ids",
+    }
     assert set(schemas["LLMCompletionLogEvent"]["required"]) == {"filename", "log_data"}
 
 
 def test_tool_params_are_documented_as_the_server_checks_them(doc: dict[str, Any]) -> None:
     """A `_` key in a tool's params is a note the server accepts; an unknown key is a 422."""
-    [planning] = [v for v in doc["components"]["schemas"]["ToolSpec"]["oneOf"]
-                  if "planning_file_editor" in v["properties"]["name"]["enum"]]
+    [planning] = [
+        v
+        for v in doc["components"]["schemas"]["ToolSpec"]["oneOf"]
+        if "planning_file_editor" in v["properties"]["name"]["enum"]
+    ]
     params = planning["properties"]["params"]
     jsonschema.validate({"plan_path": "P.md", "_note": "mine"}, params)
     with pytest.raises(jsonschema.ValidationError):

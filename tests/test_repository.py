@@ -26,14 +26,25 @@ from tests.support.wait import wait_for
 pytestmark = pytest.mark.e2e
 
 TOKEN = "tok-for-the-repo-77"
-AUTHOR = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com", "GIT_COMMITTER_NAME": "t",
-          "GIT_COMMITTER_EMAIL": "t@example.com", "GIT_CONFIG_GLOBAL": os.devnull,
-          "GIT_CONFIG_NOSYSTEM": "1"}
+AUTHOR = {
+    "GIT_AUTHOR_NAME": "t",
+    "GIT_AUTHOR_EMAIL": "t@example.com",
+    "GIT_COMMITTER_NAME": "t",
+    "GIT_COMMITTER_EMAIL": "t@example.com",
+    "GIT_CONFIG_GLOBAL": os.devnull,
+    "GIT_CONFIG_NOSYSTEM": "1",
+}
 
 
 def git(cwd: Path, *args: str) -> str:
-    return subprocess.run(["git", *args], cwd=cwd, env={**os.environ, **AUTHOR}, check=True,
-                          capture_output=True, text=True).stdout.strip()
+    return subprocess.run(
+        ["git", *args],
+        cwd=cwd,
+        env={**os.environ, **AUTHOR},
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
 
 
 def make_origin(root: Path) -> Path:
@@ -80,10 +91,12 @@ def wait_until(predicate: Callable[[], bool], seconds: float) -> bool:
     return False
 
 
-def test_clone_of_a_branch_before_the_first_step(client: httpx.Client, llm: ScriptedLLM,
-                                                 key: str, tmp_path: Path, origin: Path) -> None:
-    r = client.patch("/api/settings", json={"git_user_name": "Repo Bot",
-                                            "git_user_email": "bot@example.com"})
+def test_clone_of_a_branch_before_the_first_step(
+    client: httpx.Client, llm: ScriptedLLM, key: str, tmp_path: Path, origin: Path
+) -> None:
+    r = client.patch(
+        "/api/settings", json={"git_user_name": "Repo Bot", "git_user_email": "bot@example.com"}
+    )
     assert r.status_code == 200
     workspaces: dict[str, Path] = {}
     first_look: list[list[str]] = []
@@ -97,8 +110,15 @@ def test_clone_of_a_branch_before_the_first_step(client: httpx.Client, llm: Scri
         ws = tmp_path / "ws"
         workspaces[key] = ws
         url = f"file://{origin}"
-        conv = create(client, llm, key, ws, message="work on the feature", run=True,
-                      repository={"url": url, "branch": "feature"})
+        conv = create(
+            client,
+            llm,
+            key,
+            ws,
+            message="work on the feature",
+            run=True,
+            repository={"url": url, "branch": "feature"},
+        )
         assert conv["repository"] == {"url": url, "branch": "feature", "credential_secret": None}
         assert wait_status(client, conv["id"]) == "finished"
         assert first_look == [[".git", "feature.txt", "main.txt"]]  # there before the model ran
@@ -108,7 +128,9 @@ def test_clone_of_a_branch_before_the_first_step(client: httpx.Client, llm: Scri
         assert git(ws, "config", "--get", "remote.origin.url") == url
         assert git(ws, "config", "--get", "user.name") == "Repo Bot"
         assert git(ws, "config", "--get", "user.email") == "bot@example.com"
-        assert client.get(f"/api/conversations/{conv['id']}").json()["repository_status"] == "cloned"
+        assert (
+            client.get(f"/api/conversations/{conv['id']}").json()["repository_status"] == "cloned"
+        )
 
         # Cloned once: a later run finds it done (it would refuse the non-empty directory).
         (ws / "work.txt").write_text("the agent's work\n")
@@ -121,12 +143,14 @@ def test_clone_of_a_branch_before_the_first_step(client: httpx.Client, llm: Scri
 
 
 def test_a_failed_clone_is_an_error_event_and_the_conversation_stays_usable(
-        client: httpx.Client, llm: ScriptedLLM, key: str, tmp_path: Path) -> None:
+    client: httpx.Client, llm: ScriptedLLM, key: str, tmp_path: Path
+) -> None:
     missing = tmp_path / "not-yet.git"
     ws = tmp_path / "ws"
     llm.script(key, call("finish", message="done"))
-    conv = create(client, llm, key, ws, message="go", run=True,
-                  repository={"url": f"file://{missing}"})
+    conv = create(
+        client, llm, key, ws, message="go", run=True, repository={"url": f"file://{missing}"}
+    )
     cid = conv["id"]
     assert wait_status(client, cid) == "error"
     failure = events(client, cid, "ConversationErrorEvent")[-1]
@@ -149,20 +173,30 @@ def test_a_failed_clone_is_an_error_event_and_the_conversation_stays_usable(
     assert len(llm.requests_for(key)) == 1
 
 
-def test_invalid_repositories_are_refused_at_creation(client: httpx.Client, llm: ScriptedLLM,
-                                                      key: str, tmp_path: Path) -> None:
+def test_invalid_repositories_are_refused_at_creation(
+    client: httpx.Client, llm: ScriptedLLM, key: str, tmp_path: Path
+) -> None:
     for repository, field in [
         ({"url": "https://user:pw@example.com/r.git"}, "url"),
         ({"url": "ext::sh -c touch% /tmp/pwned"}, "url"),
         ({"url": "-upload-pack=touch /tmp/x"}, "url"),
         ({"url": "https://example.com/r.git", "branch": "--force"}, "branch"),
         ({"url": "https://example.com/r.git", "branch": "a..b"}, "branch"),
-        ({"url": "https://example.com/r.git", "credential_secret": "not a name"},
-         "credential_secret"),
+        (
+            {"url": "https://example.com/r.git", "credential_secret": "not a name"},
+            "credential_secret",
+        ),
     ]:
-        r = client.post("/api/conversations", json={
-            "agent": {"llm": {"model": "openai/x", "api_key": "k", "base_url": llm.base_url(key)}},
-            "workspace": {"working_dir": str(tmp_path)}, "repository": repository})
+        r = client.post(
+            "/api/conversations",
+            json={
+                "agent": {
+                    "llm": {"model": "openai/x", "api_key": "k", "base_url": llm.base_url(key)}
+                },
+                "workspace": {"working_dir": str(tmp_path)},
+                "repository": repository,
+            },
+        )
         assert r.status_code == 422, (repository, r.text)
         assert r.json()["detail"][0]["loc"] == ["body", "repository", field]
 
@@ -194,15 +228,22 @@ class GitHTTP(BaseHTTPRequestHandler):
             return
         path, _, query = self.path.partition("?")
         body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        env = {"PATH": os.environ["PATH"], "GIT_PROJECT_ROOT": str(self.root),
-               "GIT_HTTP_EXPORT_ALL": "1", "PATH_INFO": path, "QUERY_STRING": query,
-               "REQUEST_METHOD": self.command, "REMOTE_USER": "x-access-token",
-               "CONTENT_TYPE": self.headers.get("Content-Type", ""),
-               "CONTENT_LENGTH": str(len(body)),
-               "HTTP_CONTENT_ENCODING": self.headers.get("Content-Encoding", ""),
-               "HTTP_GIT_PROTOCOL": self.headers.get("Git-Protocol", "")}
-        out = subprocess.run(["git", "http-backend"], input=body, env=env, capture_output=True,
-                             check=True).stdout
+        env = {
+            "PATH": os.environ["PATH"],
+            "GIT_PROJECT_ROOT": str(self.root),
+            "GIT_HTTP_EXPORT_ALL": "1",
+            "PATH_INFO": path,
+            "QUERY_STRING": query,
+            "REQUEST_METHOD": self.command,
+            "REMOTE_USER": "x-access-token",
+            "CONTENT_TYPE": self.headers.get("Content-Type", ""),
+            "CONTENT_LENGTH": str(len(body)),
+            "HTTP_CONTENT_ENCODING": self.headers.get("Content-Encoding", ""),
+            "HTTP_GIT_PROTOCOL": self.headers.get("Git-Protocol", ""),
+        }
+        out = subprocess.run(
+            ["git", "http-backend"], input=body, env=env, capture_output=True, check=True
+        ).stdout
         head, _, payload = out.partition(b"\r\n\r\n")
         headers = [line.split(":", 1) for line in head.decode().split("\r\n") if ":" in line]
         status = next((int(v.split()[0]) for k, v in headers if k.lower() == "status"), 200)
@@ -229,13 +270,26 @@ def http_origin(origin: Path) -> Iterator[str]:
     httpd.server_close()
 
 
-def test_a_credential_goes_to_git_and_nowhere_else(client: httpx.Client, server: ServerProcess,
-                                                   llm: ScriptedLLM, key: str, tmp_path: Path,
-                                                   http_origin: str) -> None:
+def test_a_credential_goes_to_git_and_nowhere_else(
+    client: httpx.Client,
+    server: ServerProcess,
+    llm: ScriptedLLM,
+    key: str,
+    tmp_path: Path,
+    http_origin: str,
+) -> None:
     llm.script(key, call("finish", message="done"))
     ws = tmp_path / "ws"
-    conv = create(client, llm, key, ws, message="go", run=True, secrets={"GIT_TOKEN": TOKEN},
-                  repository={"url": http_origin, "credential_secret": "GIT_TOKEN"})
+    conv = create(
+        client,
+        llm,
+        key,
+        ws,
+        message="go",
+        run=True,
+        secrets={"GIT_TOKEN": TOKEN},
+        repository={"url": http_origin, "credential_secret": "GIT_TOKEN"},
+    )
     assert wait_status(client, conv["id"]) == "finished", events(client, conv["id"])
     assert (ws / "main.txt").read_text() == "main 2\n"
     config = (ws / ".git" / "config").read_text()
@@ -247,16 +301,33 @@ def test_a_credential_goes_to_git_and_nowhere_else(client: httpx.Client, server:
     # A wrong token: the clone fails, and the token is not in the error either.
     bad = "wrong-token-12345"
     other = tmp_path / "other"
-    conv = create(client, llm, key, other, message="go", run=True, secrets={"GIT_TOKEN": bad},
-                  repository={"url": http_origin, "credential_secret": "GIT_TOKEN"})
+    conv = create(
+        client,
+        llm,
+        key,
+        other,
+        message="go",
+        run=True,
+        secrets={"GIT_TOKEN": bad},
+        repository={"url": http_origin, "credential_secret": "GIT_TOKEN"},
+    )
     assert wait_status(client, conv["id"]) == "error"
     failure = events(client, conv["id"], "ConversationErrorEvent")[-1]
-    assert failure["code"] == "RepositoryCloneFailed" and "Authentication failed" in failure["detail"]
+    assert (
+        failure["code"] == "RepositoryCloneFailed" and "Authentication failed" in failure["detail"]
+    )
     assert bad not in json.dumps(events(client, conv["id"])) and bad not in server.output()
 
     # A credential named but not given.
-    conv = create(client, llm, key, tmp_path / "third", message="go", run=True,
-                  repository={"url": http_origin, "credential_secret": "NOT_GIVEN"})
+    conv = create(
+        client,
+        llm,
+        key,
+        tmp_path / "third",
+        message="go",
+        run=True,
+        repository={"url": http_origin, "credential_secret": "NOT_GIVEN"},
+    )
     assert wait_status(client, conv["id"]) == "error"
     detail = events(client, conv["id"], "ConversationErrorEvent")[-1]["detail"]
     assert "'NOT_GIVEN' is not among the conversation's secrets" in detail

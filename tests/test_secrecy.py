@@ -48,17 +48,28 @@ def serve(root_dir: Path, env: dict[str, str], stdin: bytes = b"") -> tuple[int,
     if os.geteuid() == 0:
         (root_dir / "home").mkdir()
         (root_dir / "workspace").mkdir(exist_ok=True)
-        isolation = Bubblewrap(bwrap=shutil.which("bwrap") or "bwrap", hidden=(),
-                               uids=UIDS, setpriv=shutil.which("setpriv") or "setpriv")
+        isolation = Bubblewrap(
+            bwrap=shutil.which("bwrap") or "bwrap",
+            hidden=(),
+            uids=UIDS,
+            setpriv=shutil.which("setpriv") or "setpriv",
+        )
         command = isolation.command(root_dir, argv, isolation.own(root_dir), {})
         argv, files = command.argv, command.files
-    env = {"PATH": os.environ["PATH"], "AGENT_SERVER_PORT": "0",
-           "AGENT_SERVER_STATE_DIR": str(root_dir / "state"), **env}
+    env = {
+        "PATH": os.environ["PATH"],
+        "AGENT_SERVER_PORT": "0",
+        "AGENT_SERVER_STATE_DIR": str(root_dir / "state"),
+        **env,
+    }
     with open(root_dir.parent / f"{root_dir.name}.log", "wb") as log:
         pid = spawn(argv, env, output=log.fileno(), stdin=stdin, files=files)
     try:
-        port = wait_for(lambda: ready.exists() and json.loads(ready.read_text())["port"], 30,
-                        what="the ready file")
+        port = wait_for(
+            lambda: ready.exists() and json.loads(ready.read_text())["port"],
+            30,
+            what="the ready file",
+        )
     except AssertionError:
         stop(pid)
         raise
@@ -70,8 +81,17 @@ def stop(pid: int) -> None:
     after bubblewrap (the next test would find the uid still in use)."""
     os.killpg(pid, signal.SIGKILL)
     wait(pid, 10)
-    wait_for(lambda: not [p for p in Path("/proc").iterdir() if p.name.isdigit()
-                          and _uid(p) in range(UIDS[0], UIDS[1] + 1)], 30, what="the sandbox gone")
+    wait_for(
+        lambda: (
+            not [
+                p
+                for p in Path("/proc").iterdir()
+                if p.name.isdigit() and _uid(p) in range(UIDS[0], UIDS[1] + 1)
+            ]
+        ),
+        30,
+        what="the sandbox gone",
+    )
 
 
 def _uid(proc: Path) -> int | None:
@@ -86,21 +106,29 @@ def _uid(proc: Path) -> int | None:
 
 
 def bash(url: str, command: str) -> dict[str, object]:
-    r = httpx.post(url + "/api/bash/execute_bash_command", json={"command": command},
-                   headers={"X-Session-API-Key": KEY}, timeout=60)
+    r = httpx.post(
+        url + "/api/bash/execute_bash_command",
+        json={"command": command},
+        headers={"X-Session-API-Key": KEY},
+        timeout=60,
+    )
     assert r.status_code == 200, r.text
     result: dict[str, object] = r.json()
     return result
 
 
 def test_a_non_root_child_reads_no_key_of_the_server(root_dir: Path) -> None:
-    pid, url = serve(root_dir, {"SESSION_API_KEY": KEY, "AGENT_SERVER_WEBHOOK_SECRET": WEBHOOK_SECRET})
+    pid, url = serve(
+        root_dir, {"SESSION_API_KEY": KEY, "AGENT_SERVER_WEBHOOK_SECRET": WEBHOOK_SECRET}
+    )
     try:
         me = bash(url, "id -u; tr '\\0' ' ' < /proc/$PPID/cmdline")
         uid, cmdline = str(me["stdout"]).split("\n", 1)
         assert int(uid) != 0 and "agent_server" in cmdline  # a non-root child of the server
-        for command in ("cat /proc/$PPID/environ",
-                        "python3 -c 'import os; print(open(f\"/proc/{os.getppid()}/mem\", \"rb\"))'"):
+        for command in (
+            "cat /proc/$PPID/environ",
+            'python3 -c \'import os; print(open(f"/proc/{os.getppid()}/mem", "rb"))\'',
+        ):
             result = bash(url, command)
             said = f"{result['stdout']}{result['stderr']}"
             assert result["exit_code"] != 0 and "ermission denied" in said, (command, result)
@@ -114,8 +142,12 @@ def test_keys_over_a_pipe_are_in_no_environment(root_dir: Path) -> None:
     pid, url = serve(root_dir, {"AGENT_SERVER_KEYS_FD": "0"}, json.dumps(keys).encode())
     try:
         assert httpx.get(url + "/api/conversations/search").status_code == 401
-        assert httpx.get(url + "/api/conversations/search",
-                         headers={"X-Session-API-Key": KEY}).status_code == 200
+        assert (
+            httpx.get(
+                url + "/api/conversations/search", headers={"X-Session-API-Key": KEY}
+            ).status_code
+            == 200
+        )
         # Not in the environment of any process from the launcher down (read as root here),
         # nor in their command lines.
         for proc in [pid, *_descendants(pid)]:
@@ -126,13 +158,29 @@ def test_keys_over_a_pipe_are_in_no_environment(root_dir: Path) -> None:
         stop(pid)
 
 
-@pytest.mark.parametrize("handoff", [b"not json", b'{"CONTROL_PLANE_SECRET_KEY": "sk-xyz"}',
-                                     b'{"SESSION_API_KEY": 7}', b"[" * 70_000])
+@pytest.mark.parametrize(
+    "handoff",
+    [
+        b"not json",
+        b'{"CONTROL_PLANE_SECRET_KEY": "sk-xyz"}',
+        b'{"SESSION_API_KEY": 7}',
+        b"[" * 70_000,
+    ],
+)
 def test_a_bad_handoff_is_refused_in_one_line(tmp_path: Path, handoff: bytes) -> None:
-    env = {**os.environ, "AGENT_SERVER_KEYS_FD": "0", "AGENT_SERVER_PORT": "0",
-           "AGENT_SERVER_STATE_DIR": str(tmp_path / "state")}
-    done = subprocess.run([sys.executable, "-m", "agent_server"], input=handoff, env=env,
-                          capture_output=True, timeout=60)
+    env = {
+        **os.environ,
+        "AGENT_SERVER_KEYS_FD": "0",
+        "AGENT_SERVER_PORT": "0",
+        "AGENT_SERVER_STATE_DIR": str(tmp_path / "state"),
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "agent_server"],
+        input=handoff,
+        env=env,
+        capture_output=True,
+        timeout=60,
+    )
     assert done.returncode == 2, done
     [line] = done.stderr.decode().splitlines()
     assert line.startswith("agent-server: AGENT_SERVER_KEYS_FD=0: "), line
@@ -142,8 +190,11 @@ def test_a_bad_handoff_is_refused_in_one_line(tmp_path: Path, handoff: bytes) ->
 def _descendants(pid: int) -> list[int]:
     found, parents = [], {pid}
     while True:
-        more = [int(p) for p in os.listdir("/proc") if p.isdigit() and int(p) not in found
-                and _parent(int(p)) in parents]
+        more = [
+            int(p)
+            for p in os.listdir("/proc")
+            if p.isdigit() and int(p) not in found and _parent(int(p)) in parents
+        ]
         if not more:
             return found
         found += more
@@ -155,4 +206,4 @@ def _parent(pid: int) -> int | None:
         stat = Path(f"/proc/{pid}/stat").read_bytes()
     except OSError:
         return None
-    return int(stat[stat.rfind(b")") + 2:].split()[1])
+    return int(stat[stat.rfind(b")") + 2 :].split()[1])

@@ -29,11 +29,14 @@ DEFAULTS = {"agent": {"llm": None, "tools": []}, "git_user_name": None, "git_use
 
 def has_defaults(settings: dict[str, Any]) -> bool:
     """The fields named here are at their defaults (other fields may exist)."""
+
     def matches(actual: Any, wanted: Any) -> bool:
         if isinstance(wanted, dict):
-            return isinstance(actual, dict) and all(matches(actual.get(k), v)
-                                                    for k, v in wanted.items())
+            return isinstance(actual, dict) and all(
+                matches(actual.get(k), v) for k, v in wanted.items()
+            )
         return actual == wanted
+
     return matches(settings, DEFAULTS)
 
 
@@ -60,8 +63,9 @@ def test_defaults(client: httpx.Client, server: ServerProcess) -> None:
     assert not settings_file(server).exists()
 
 
-def test_without_settings_a_request_must_carry_the_agent(client: httpx.Client,
-                                                         tmp_path: Path) -> None:
+def test_without_settings_a_request_must_carry_the_agent(
+    client: httpx.Client, tmp_path: Path
+) -> None:
     r = client.post("/api/conversations", json={"workspace": {"working_dir": str(tmp_path)}})
     assert r.status_code == 422, r.text
     assert r.json()["detail"][0]["loc"] == ["body", "agent"]
@@ -84,8 +88,9 @@ def test_lists_are_replaced_not_merged(client: httpx.Client) -> None:
     assert now["agent"]["tools"] == [{"name": "task_tracker", "params": {}}]
 
 
-def test_the_api_key_is_masked_and_never_returned(client: httpx.Client,
-                                                  server: ServerProcess) -> None:
+def test_the_api_key_is_masked_and_never_returned(
+    client: httpx.Client, server: ServerProcess
+) -> None:
     answer = patch(client, {"agent": {"llm": {"api_key": SECRET}}})
     assert answer["agent"]["llm"]["api_key"] == MASK
     assert answer["agent"]["llm"]["model"] == "openai/first"
@@ -99,8 +104,9 @@ def test_the_settings_file_is_private(server: ServerProcess) -> None:
     assert mode == 0o600, oct(mode)
 
 
-def test_sending_back_the_mask_keeps_the_stored_key(client: httpx.Client,
-                                                    server: ServerProcess) -> None:
+def test_sending_back_the_mask_keeps_the_stored_key(
+    client: httpx.Client, server: ServerProcess
+) -> None:
     shown = client.get("/api/settings").json()
     assert shown["agent"]["llm"]["api_key"] == MASK
     shown["agent"]["llm"]["temperature"] = 0.5
@@ -112,9 +118,9 @@ def test_sending_back_the_mask_keeps_the_stored_key(client: httpx.Client,
     assert stored(server)["agent"]["llm"]["api_key"] == SECRET
 
 
-def test_a_conversation_from_settings_gets_the_real_key(client: httpx.Client,
-                                                        server: ServerProcess,
-                                                        tmp_path: Path) -> None:
+def test_a_conversation_from_settings_gets_the_real_key(
+    client: httpx.Client, server: ServerProcess, tmp_path: Path
+) -> None:
     r = client.post("/api/conversations", json={"workspace": {"working_dir": str(tmp_path)}})
     assert r.status_code == 201, r.text
     made = r.json()
@@ -125,17 +131,28 @@ def test_a_conversation_from_settings_gets_the_real_key(client: httpx.Client,
     assert stat.S_IMODE(meta.stat().st_mode) == 0o600
 
 
-@pytest.mark.parametrize("changes", [
-    {"agent": {"llm": {"temperature": 5}}},
-    {"agent": {"llm": {"model": ""}}},
-    {"agent": {"llm": None, "tools": "file_editor"}},
-    {"agent": {"tools": [{"params": {}}]}},
-    {"agent": "openai/gpt"},
-    {"git_user_email": 42},
-], ids=["temperature 5", "empty model", "tools a string", "tool without name",
-        "agent a string", "email a number"])
-def test_an_invalid_patch_is_422_and_changes_nothing(client: httpx.Client, server: ServerProcess,
-                                                      changes: dict[str, Any]) -> None:
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"agent": {"llm": {"temperature": 5}}},
+        {"agent": {"llm": {"model": ""}}},
+        {"agent": {"llm": None, "tools": "file_editor"}},
+        {"agent": {"tools": [{"params": {}}]}},
+        {"agent": "openai/gpt"},
+        {"git_user_email": 42},
+    ],
+    ids=[
+        "temperature 5",
+        "empty model",
+        "tools a string",
+        "tool without name",
+        "agent a string",
+        "email a number",
+    ],
+)
+def test_an_invalid_patch_is_422_and_changes_nothing(
+    client: httpx.Client, server: ServerProcess, changes: dict[str, Any]
+) -> None:
     before = client.get("/api/settings").json()
     on_disk = settings_file(server).read_bytes()
     r = client.patch("/api/settings", json=changes)
@@ -167,8 +184,9 @@ def test_a_null_clears_a_setting(client: httpx.Client, server: ServerProcess) ->
 
 def test_unknown_tool_names_are_refused_in_settings(client: httpx.Client) -> None:
     before = client.get("/api/settings").json()
-    r = client.patch("/api/settings", json={"agent": {"tools": [{"name": "terminal"},
-                                                                {"name": "teleporter"}]}})
+    r = client.patch(
+        "/api/settings", json={"agent": {"tools": [{"name": "terminal"}, {"name": "teleporter"}]}}
+    )
     assert r.status_code == 422
     detail = r.json()["detail"][0]
     assert detail["loc"] == ["body", "agent", "tools", 1, "name"]
@@ -177,8 +195,10 @@ def test_unknown_tool_names_are_refused_in_settings(client: httpx.Client) -> Non
 
 
 def test_stored_secrets_show_names_only_and_null_removes_one(client: httpx.Client) -> None:
-    r = client.patch("/api/settings", json={"secrets": {"DEPLOY_TOKEN": "tok-123456",
-                                                        "OTHER_TOKEN": "tok-654321"}})
+    r = client.patch(
+        "/api/settings",
+        json={"secrets": {"DEPLOY_TOKEN": "tok-123456", "OTHER_TOKEN": "tok-654321"}},
+    )
     assert r.status_code == 200
     assert r.json()["secrets"] == {"DEPLOY_TOKEN": "**********", "OTHER_TOKEN": "**********"}
     assert "tok-123456" not in r.text
@@ -190,10 +210,15 @@ def test_stored_secrets_show_names_only_and_null_removes_one(client: httpx.Clien
 
 
 def test_mcp_env_and_header_values_are_masked_in_settings(client: httpx.Client) -> None:
-    config = {"mcpServers": {"gh": {"url": "http://127.0.0.1:9/mcp",
-                                    "headers": {"Authorization": "Bearer ghp_settings_secret"}},
-                             "local": {"command": "server", "env": {"PAT": "ghp_env_secret",
-                                                                    "REF": "${PAT_NAME}"}}}}
+    config = {
+        "mcpServers": {
+            "gh": {
+                "url": "http://127.0.0.1:9/mcp",
+                "headers": {"Authorization": "Bearer ghp_settings_secret"},
+            },
+            "local": {"command": "server", "env": {"PAT": "ghp_env_secret", "REF": "${PAT_NAME}"}},
+        }
+    }
     r = client.patch("/api/settings", json={"agent": {"mcp_config": config}})
     assert r.status_code == 200, r.text
     for answer in (r, client.get("/api/settings")):
@@ -203,8 +228,9 @@ def test_mcp_env_and_header_values_are_masked_in_settings(client: httpx.Client) 
     client.patch("/api/settings", json={"agent": {"mcp_config": None}})
 
 
-def test_a_condenser_of_another_form_replaces_the_stored_one(client: httpx.Client,
-                                                              llm: ScriptedLLM) -> None:
+def test_a_condenser_of_another_form_replaces_the_stored_one(
+    client: httpx.Client, llm: ScriptedLLM
+) -> None:
     """The fields of two condenser forms never merge: our own form patched over a stored
     NoOpCondenser is checked as our own form (a bad max_events is a 422, not ignored)."""
     r = client.patch("/api/settings", json={"agent": {"condenser": {"kind": "NoOpCondenser"}}})
@@ -219,55 +245,110 @@ def test_a_condenser_of_another_form_replaces_the_stored_one(client: httpx.Clien
 
 
 def test_acp_agents_are_saved_by_name_and_conversations_refer_to_them(
-        client: httpx.Client, server: ServerProcess, tmp_path: Path) -> None:
+    client: httpx.Client, server: ServerProcess, tmp_path: Path
+) -> None:
     """A saved ACP agent: its literal env values masked in the settings (sending the mask back
     keeps them), started by a conversation that names it, its env reaching the agent and
     masked in the events; a name not saved is a 422 that creates nothing."""
     from tests.agent.test_acp import AGENT
 
     value = f"acp-literal-{uuid.uuid4().hex[:8]}"
-    shown = patch(client, {"acp_agents": {"scripted": {
-        "acp_command": AGENT, "acp_env": {"ACP_TEST_SECRET": value, "REF": "${SOME_NAME}"}}}})
+    shown = patch(
+        client,
+        {
+            "acp_agents": {
+                "scripted": {
+                    "acp_command": AGENT,
+                    "acp_env": {"ACP_TEST_SECRET": value, "REF": "${SOME_NAME}"},
+                }
+            }
+        },
+    )
     assert value not in json.dumps(shown)
-    assert shown["acp_agents"]["scripted"]["acp_env"] == {"ACP_TEST_SECRET": MASK,
-                                                          "REF": "${SOME_NAME}"}
-    shown = patch(client, {"acp_agents": {"scripted": {
-        "acp_args": [], "acp_env": {"ACP_TEST_SECRET": MASK}, "acp_prompt_timeout": 600}}})
+    assert shown["acp_agents"]["scripted"]["acp_env"] == {
+        "ACP_TEST_SECRET": MASK,
+        "REF": "${SOME_NAME}",
+    }
+    shown = patch(
+        client,
+        {
+            "acp_agents": {
+                "scripted": {
+                    "acp_args": [],
+                    "acp_env": {"ACP_TEST_SECRET": MASK},
+                    "acp_prompt_timeout": 600,
+                }
+            }
+        },
+    )
     assert stored(server)["acp_agents"]["scripted"]["acp_env"]["ACP_TEST_SECRET"] == value
 
     count = len(client.get("/api/conversations/search").json()["items"])
     ws = {"working_dir": str(tmp_path / "ws")}
-    for agent, loc in (({"kind": "ACPAgent", "acp_server": "nobody"}, "acp_server"),
-                       ({"kind": "ACPAgent"}, "acp_command")):
+    for agent, loc in (
+        ({"kind": "ACPAgent", "acp_server": "nobody"}, "acp_server"),
+        ({"kind": "ACPAgent"}, "acp_command"),
+    ):
         r = client.post("/api/conversations", json={"agent": agent, "workspace": ws})
         assert r.status_code == 422, r.text
         assert r.json()["detail"][0]["loc"] == ["body", "agent", loc]
     r = client.patch("/api/settings", json={"acp_agents": {"bad": {"acp_command": []}}})
     assert r.status_code == 422 and "bad" not in client.get("/api/settings").json()["acp_agents"]
     # Merged with the request's own env, over the bound a request has: 422, no value shown.
-    patch(client, {"acp_agents": {"big": {"acp_command": AGENT, "acp_env": {
-        f"E{i}": f"{value}-{i}" for i in range(100)}}}})
-    r = client.post("/api/conversations", json={"agent": {
-        "kind": "ACPAgent", "acp_server": "big", "acp_env": {"MORE": "x"}}, "workspace": ws})
+    patch(
+        client,
+        {
+            "acp_agents": {
+                "big": {
+                    "acp_command": AGENT,
+                    "acp_env": {f"E{i}": f"{value}-{i}" for i in range(100)},
+                }
+            }
+        },
+    )
+    r = client.post(
+        "/api/conversations",
+        json={
+            "agent": {"kind": "ACPAgent", "acp_server": "big", "acp_env": {"MORE": "x"}},
+            "workspace": ws,
+        },
+    )
     assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "agent", "acp_env"]
     assert value not in r.text
     patch(client, {"acp_agents": {"big": None}})
     assert len(client.get("/api/conversations/search").json()["items"]) == count
 
-    r = client.post("/api/conversations", json={
-        "agent": {"kind": "ACPAgent", "acp_server": "scripted"}, "workspace": ws,
-        "initial_message": {"content": [{"type": "text", "text": "env ACP_TEST_SECRET"}],
-                            "run": True}})
+    r = client.post(
+        "/api/conversations",
+        json={
+            "agent": {"kind": "ACPAgent", "acp_server": "scripted"},
+            "workspace": ws,
+            "initial_message": {
+                "content": [{"type": "text", "text": "env ACP_TEST_SECRET"}],
+                "run": True,
+            },
+        },
+    )
     assert r.status_code == 201, r.text
     cid = r.json()["id"]
     agent = r.json()["agent"]
     assert (agent["acp_command"], agent["acp_server"], agent["acp_prompt_timeout"]) == (
-        AGENT, "scripted", 600)
+        AGENT,
+        "scripted",
+        600,
+    )
     assert agent["acp_env"]["ACP_TEST_SECRET"] == MASK
-    calls = wait_for(lambda: [e for e in client.get(
-        f"/api/conversations/{cid}/events/search",
-        params={"kind__eq": "ACPToolCallEvent"}).json()["items"] if e["status"] == "completed"],
-        timeout=60, what="the agent's env call")
+    calls = wait_for(
+        lambda: [
+            e
+            for e in client.get(
+                f"/api/conversations/{cid}/events/search", params={"kind__eq": "ACPToolCallEvent"}
+            ).json()["items"]
+            if e["status"] == "completed"
+        ],
+        timeout=60,
+        what="the agent's env call",
+    )
     assert calls[0]["raw_output"] == {"stdout": "<secret-hidden>"}  # it had the value
     assert value not in client.get(f"/api/conversations/{cid}/events/search").text
     assert "scripted" not in patch(client, {"acp_agents": {"scripted": None}})["acp_agents"]

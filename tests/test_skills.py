@@ -38,20 +38,27 @@ Use `alembic revision --autogenerate`, then review the generated script.
 
 def workspace(root: Path) -> Path:
     (root / "AGENTS.md").write_text("# Rules\nAlways run `make check` before you finish.\n")
-    for folder, body in (("deploy", DEPLOY), ("db", MIGRATIONS),
-                         ("notes", "Plain notes with no front matter.\nSecond line.\n")):
+    for folder, body in (
+        ("deploy", DEPLOY),
+        ("db", MIGRATIONS),
+        ("notes", "Plain notes with no front matter.\nSecond line.\n"),
+    ):
         (root / ".agents" / "skills" / folder).mkdir(parents=True)
         (root / ".agents" / "skills" / folder / "SKILL.md").write_text(body)
     return root
 
 
 @pytest.mark.e2e
-def test_skills_are_listed_invoked_and_triggered(client: httpx.Client, llm: ScriptedLLM,
-                                                 key: str, tmp_path: Path) -> None:
+def test_skills_are_listed_invoked_and_triggered(
+    client: httpx.Client, llm: ScriptedLLM, key: str, tmp_path: Path
+) -> None:
     workspace(tmp_path)
-    llm.script(key, call("invoke_skill", _args=json.dumps({"name": "database-migrations"})),
-               call("invoke_skill", _args=json.dumps({"name": "nope"})),
-               text("read it"))
+    llm.script(
+        key,
+        call("invoke_skill", _args=json.dumps({"name": "database-migrations"})),
+        call("invoke_skill", _args=json.dumps({"name": "nope"})),
+        text("read it"),
+    )
     conv = create(client, llm, key, tmp_path, message="hello", run=True)
     cid = conv["id"]
     assert wait_status(client, cid) == "finished"
@@ -100,8 +107,9 @@ def test_skills_are_listed_invoked_and_triggered(client: httpx.Client, llm: Scri
 
 
 @pytest.mark.e2e
-def test_a_workspace_without_skills(client: httpx.Client, llm: ScriptedLLM, key: str,
-                                    tmp_path: Path) -> None:
+def test_a_workspace_without_skills(
+    client: httpx.Client, llm: ScriptedLLM, key: str, tmp_path: Path
+) -> None:
     conv = create(client, llm, key, tmp_path)
     prompt = events(client, conv["id"], "SystemPromptEvent")[0]
     assert "invoke_skill" not in {t["title"] for t in prompt["tools"]}
@@ -112,13 +120,20 @@ def test_a_workspace_without_skills(client: httpx.Client, llm: ScriptedLLM, key:
 
 @pytest.mark.e2e
 def test_the_openhands_skills_loader_reads_a_project_of_this_workspace(
-        client: httpx.Client, llm: ScriptedLLM, key: str, tmp_path: Path) -> None:
+    client: httpx.Client, llm: ScriptedLLM, key: str, tmp_path: Path
+) -> None:
     """POST /api/skills, as the Cloud workspace's load_skills_from_agent_server sends it."""
     (tmp_path / "project").mkdir()
     project = workspace(tmp_path / "project")
     create(client, llm, key, project)  # the project is a working directory of this server
-    ask = {"load_public": False, "load_user": True, "load_project": True, "load_org": True,
-           "project_dir": str(project), "sandbox_config": None}
+    ask = {
+        "load_public": False,
+        "load_user": True,
+        "load_project": True,
+        "load_org": True,
+        "project_dir": str(project),
+        "sandbox_config": None,
+    }
     r = client.post("/api/skills", json=ask)
     assert r.status_code == 200, r.text
     found = {s["name"]: s for s in r.json()["skills"]}
@@ -126,16 +141,26 @@ def test_the_openhands_skills_loader_reads_a_project_of_this_workspace(
     assert r.json()["sources"] == {"project": 4}
     assert found["AGENTS.md"]["type"] == "repo" and "make check" in found["AGENTS.md"]["content"]
     assert found["deploy"]["type"] == "knowledge" and found["deploy"]["triggers"] == [
-        "deploy", "ship it"]
+        "deploy",
+        "ship it",
+    ]
     assert found["notes"]["type"] == "agentskills" and found["notes"]["is_agentskills_format"]
 
     assert client.post("/api/skills", json={**ask, "project_dir": "/etc"}).status_code == 403
-    assert client.post("/api/skills", json={**ask, "project_dir": str(project / "nope")}
-                       ).status_code == 404
-    assert client.post("/api/skills", json={**ask, "project_dir": str(project / "AGENTS.md")}
-                       ).status_code == 404  # a file: no such directory (as documented)
+    assert (
+        client.post("/api/skills", json={**ask, "project_dir": str(project / "nope")}).status_code
+        == 404
+    )
+    assert (
+        client.post(
+            "/api/skills", json={**ask, "project_dir": str(project / "AGENTS.md")}
+        ).status_code
+        == 404
+    )  # a file: no such directory (as documented)
     assert client.post("/api/skills", json={**ask, "load_project": False}).json() == {
-        "skills": [], "sources": {}}
+        "skills": [],
+        "sources": {},
+    }
     assert client.post("/api/skills", json={"project_dir": 5}).status_code == 422
 
 
@@ -144,9 +169,11 @@ def test_the_openhands_skills_loader_reads_a_project_of_this_workspace(
 
 def test_front_matter_subset() -> None:
     meta, body = front_matter(MIGRATIONS)
-    assert meta == {"name": "database-migrations",
-                    "description": "Writing and running schema migrations",
-                    "triggers": ["migration", "alembic"]}
+    assert meta == {
+        "name": "database-migrations",
+        "description": "Writing and running schema migrations",
+        "triggers": ["migration", "alembic"],
+    }
     assert body.strip().startswith("Use `alembic")
     meta, _ = front_matter("---\ntriggers: ['a, b', \"c\"]\ndescription: |\n  one\n  two\n---\n")
     assert meta == {"triggers": ["a, b", "c"], "description": "one\ntwo"}

@@ -46,18 +46,25 @@ def children_of(client: Any, cid: str) -> list[dict[str, Any]]:
     return list(r.json()["items"])
 
 
-def test_task_runs_a_child_conversation_and_returns_its_report(tmp_path: Path,
-                                                               workspace: Path) -> None:
+def test_task_runs_a_child_conversation_and_returns_its_report(
+    tmp_path: Path, workspace: Path
+) -> None:
     (workspace / "notes.txt").write_text("the answer is 42\n")
-    model = ScriptedModel([
-        tool_call("task", prompt="Find the answer in notes.txt", subagent_type="code-explorer",
-                  description="find the answer"),
-        tool_call("read_file", file_path="notes.txt"),          # the child
-        finish("The answer is 42 (notes.txt line 1)."),          # the child
-        tool_call("task", prompt="x", subagent_type="wizard"),  # bad: unknown type
-        tool_call("task", description="no prompt"),             # bad: prompt missing
-        finish("done"),
-    ])
+    model = ScriptedModel(
+        [
+            tool_call(
+                "task",
+                prompt="Find the answer in notes.txt",
+                subagent_type="code-explorer",
+                description="find the answer",
+            ),
+            tool_call("read_file", file_path="notes.txt"),  # the child
+            finish("The answer is 42 (notes.txt line 1)."),  # the child
+            tool_call("task", prompt="x", subagent_type="wizard"),  # bad: unknown type
+            tool_call("task", description="no prompt"),  # bad: prompt missing
+            finish("done"),
+        ]
+    )
     with app_client(tmp_path, model) as client:
         parent = create(client, workspace, ["task", "read_file", "grep", "terminal"])
         assert wait_status(client, parent["id"]) == "finished"
@@ -77,8 +84,12 @@ def test_task_runs_a_child_conversation_and_returns_its_report(tmp_path: Path,
         assert [c["id"] for c in children_of(client, parent["id"])] == [child_id]
         prompt = events(client, child_id, "SystemPromptEvent")[0]
         # code-explorer: the read-only tools among the parent's (no terminal, no task).
-        assert sorted(t["title"] for t in prompt["tools"]) == ["finish", "grep", "read_file",
-                                                               "think"]
+        assert sorted(t["title"] for t in prompt["tools"]) == [
+            "finish",
+            "grep",
+            "read_file",
+            "think",
+        ]
         child_obs = observations(client, child_id)
         assert "the answer is 42" in text_of(child_obs[0])
 
@@ -88,21 +99,26 @@ def test_task_runs_a_child_conversation_and_returns_its_report(tmp_path: Path,
 
 
 def test_resume_continues_the_same_child(tmp_path: Path, workspace: Path) -> None:
-    model = ScriptedModel([
-        tool_call("task", prompt="remember the word 'kiwi'"),
-        finish("noted"),
-    ])
+    model = ScriptedModel(
+        [
+            tool_call("task", prompt="remember the word 'kiwi'"),
+            finish("noted"),
+        ]
+    )
     with app_client(tmp_path, model) as client:
         parent = create(client, workspace, ["task"])
         wait_status(client, parent["id"])
         child_id = observations(client, parent["id"])[0]["observation"]["task_id"]
-        model.script += [tool_call("task", prompt="which word?", resume=child_id),
-                         finish("kiwi"),
-                         tool_call("task", prompt="again", resume="not-a-child"),
-                         finish("done")]
-        r = client.post(f"/api/conversations/{parent['id']}/events",
-                        json={"role": "user", "content": [{"type": "text", "text": "ask"}],
-                              "run": True})
+        model.script += [
+            tool_call("task", prompt="which word?", resume=child_id),
+            finish("kiwi"),
+            tool_call("task", prompt="again", resume="not-a-child"),
+            finish("done"),
+        ]
+        r = client.post(
+            f"/api/conversations/{parent['id']}/events",
+            json={"role": "user", "content": [{"type": "text", "text": "ask"}], "run": True},
+        )
         assert r.status_code == 200
         wait_for(lambda: len(observations(client, parent["id"])) >= 4, what="resume")
         assert wait_status(client, parent["id"]) == "finished"
@@ -117,17 +133,19 @@ def test_resume_continues_the_same_child(tmp_path: Path, workspace: Path) -> Non
 
 
 def test_depth_and_count_limits(tmp_path: Path, workspace: Path) -> None:
-    model = ScriptedModel([
-        tool_call("task", prompt="level one"),
-        tool_call("task", prompt="level two"),      # the child: at max_depth 2 it may
-        tool_call("task", prompt="level three"),    # the grandchild has no task tool
-        finish("grandchild done"),
-        finish("child done"),
-        tool_call("task", prompt="second child"),   # count: max_subagents 2 over the tree? no:
-        finish("second done"),                     # per conversation, so this one is fine
-        tool_call("task", prompt="third child"),    # the third child of the top one: refused
-        finish("top done"),
-    ])
+    model = ScriptedModel(
+        [
+            tool_call("task", prompt="level one"),
+            tool_call("task", prompt="level two"),  # the child: at max_depth 2 it may
+            tool_call("task", prompt="level three"),  # the grandchild has no task tool
+            finish("grandchild done"),
+            finish("child done"),
+            tool_call("task", prompt="second child"),  # count: max_subagents 2 over the tree? no:
+            finish("second done"),  # per conversation, so this one is fine
+            tool_call("task", prompt="third child"),  # the third child of the top one: refused
+            finish("top done"),
+        ]
+    )
     params = {"max_depth": 2, "max_subagents": 2, "max_iterations": 10}
     with app_client(tmp_path, model) as client:
         top = create(client, workspace, [{"name": "task", "params": params}])
@@ -147,29 +165,48 @@ def test_depth_and_count_limits(tmp_path: Path, workspace: Path) -> None:
 
 def test_params_are_checked_at_creation(tmp_path: Path, workspace: Path) -> None:
     with app_client(tmp_path, ScriptedModel()) as client:
-        for tool, params in (("task", {"max_depth": 0}), ("delegate", {"max_subagents": 1000}),
-                             ("workflow", {"unknown": 1})):
-            r = client.post("/api/conversations", json={
-                "agent": {"llm": {"model": "m"}, "tools": [{"name": tool, "params": params}]},
-                "workspace": {"working_dir": str(workspace)}})
+        for tool, params in (
+            ("task", {"max_depth": 0}),
+            ("delegate", {"max_subagents": 1000}),
+            ("workflow", {"unknown": 1}),
+        ):
+            r = client.post(
+                "/api/conversations",
+                json={
+                    "agent": {"llm": {"model": "m"}, "tools": [{"name": tool, "params": params}]},
+                    "workspace": {"working_dir": str(workspace)},
+                },
+            )
             assert r.status_code == 422, r.text
             assert r.json()["detail"][0]["loc"][:4] == ["body", "agent", "tools", 0]
-        r = client.post("/api/conversations", json={
-            "agent": {"llm": {"model": "m"}}, "workspace": {"working_dir": str(workspace)},
-            "parent_conversation_id": "00000000-0000-0000-0000-000000000001"})
+        r = client.post(
+            "/api/conversations",
+            json={
+                "agent": {"llm": {"model": "m"}},
+                "workspace": {"working_dir": str(workspace)},
+                "parent_conversation_id": "00000000-0000-0000-0000-000000000001",
+            },
+        )
         assert r.status_code == 422 and "not found" in r.text
 
 
 def test_interrupting_the_parent_stops_its_child(tmp_path: Path, workspace: Path) -> None:
-    model = ScriptedModel([
-        tool_call("task", prompt="take your time"),
-        Scripted(content="slow", delay=60),  # the child's model call hangs
-    ])
+    model = ScriptedModel(
+        [
+            tool_call("task", prompt="take your time"),
+            Scripted(content="slow", delay=60),  # the child's model call hangs
+        ]
+    )
     with app_client(tmp_path, model) as client:
         parent = create(client, workspace, ["task"])
-        child_id = wait_for(lambda: (kids := children_of(client, parent["id"]))
-                            and kids[0]["execution_status"] == "running" and kids[0]["id"],
-                            what="the child to run")
+        child_id = wait_for(
+            lambda: (
+                (kids := children_of(client, parent["id"]))
+                and kids[0]["execution_status"] == "running"
+                and kids[0]["id"]
+            ),
+            what="the child to run",
+        )
         wait_for(lambda: len(model.requests) >= 2, what="the child's model call")
         started = time.monotonic()
         assert client.post(f"/api/conversations/{parent['id']}/interrupt").status_code == 200
@@ -183,14 +220,17 @@ def test_interrupting_the_parent_stops_its_child(tmp_path: Path, workspace: Path
 
 
 def test_deleting_the_parent_stops_its_child(tmp_path: Path, workspace: Path) -> None:
-    model = ScriptedModel([
-        tool_call("task", prompt="take your time"),
-        Scripted(content="slow", delay=60),
-    ])
+    model = ScriptedModel(
+        [
+            tool_call("task", prompt="take your time"),
+            Scripted(content="slow", delay=60),
+        ]
+    )
     with app_client(tmp_path, model) as client:
         parent = create(client, workspace, ["task"])
-        child_id = wait_for(lambda: (kids := children_of(client, parent["id"])) and kids[0]["id"],
-                            what="the child")
+        child_id = wait_for(
+            lambda: (kids := children_of(client, parent["id"])) and kids[0]["id"], what="the child"
+        )
         wait_for(lambda: len(model.requests) >= 2, what="the child's model call")
         assert client.delete(f"/api/conversations/{parent['id']}").status_code == 200
         assert wait_status(client, child_id, timeout=5) == "paused"
@@ -201,12 +241,14 @@ def test_deleting_the_parent_stops_its_child(tmp_path: Path, workspace: Path) ->
 @pytest.mark.e2e  # runs bash
 def test_children_inherit_secrets_masked(tmp_path: Path, workspace: Path) -> None:
     secret = "sk-live-very-secret-value"
-    model = ScriptedModel([
-        tool_call("task", prompt="print it", subagent_type="bash-runner"),
-        tool_call("terminal", command="echo token=$API_TOKEN"),
-        finish("printed"),
-        finish("done"),
-    ])
+    model = ScriptedModel(
+        [
+            tool_call("task", prompt="print it", subagent_type="bash-runner"),
+            tool_call("terminal", command="echo token=$API_TOKEN"),
+            finish("printed"),
+            finish("done"),
+        ]
+    )
     with app_client(tmp_path, model) as client:
         parent = create(client, workspace, ["task", "terminal"], secrets={"API_TOKEN": secret})
         assert wait_status(client, parent["id"]) == "finished"
@@ -219,21 +261,31 @@ def test_children_inherit_secrets_masked(tmp_path: Path, workspace: Path) -> Non
 
 
 def test_delegate_runs_named_subagents_in_parallel(tmp_path: Path, workspace: Path) -> None:
-    model = ScriptedModel([
-        tool_call("delegate", command="spawn", ids=["alpha", "beta"],
-                  agent_types=["", "code-explorer"]),
-        tool_call("delegate", command="delegate", tasks={"alpha": "say A", "beta": "say B"}),
-        finish("report one"), finish("report two"),  # the two children, in either order
-        tool_call("delegate", command="delegate", tasks={"gamma": "?"}),  # not spawned
-        tool_call("delegate", command="spawn"),  # no ids
-        finish("done"),
-    ])
+    model = ScriptedModel(
+        [
+            tool_call(
+                "delegate",
+                command="spawn",
+                ids=["alpha", "beta"],
+                agent_types=["", "code-explorer"],
+            ),
+            tool_call("delegate", command="delegate", tasks={"alpha": "say A", "beta": "say B"}),
+            finish("report one"),
+            finish("report two"),  # the two children, in either order
+            tool_call("delegate", command="delegate", tasks={"gamma": "?"}),  # not spawned
+            tool_call("delegate", command="spawn"),  # no ids
+            finish("done"),
+        ]
+    )
     with app_client(tmp_path, model) as client:
         parent = create(client, workspace, ["delegate", "read_file"])
         assert wait_status(client, parent["id"]) == "finished"
         obs = observations(client, parent["id"])
-        assert obs[0]["observation"] == {**obs[0]["observation"], "kind": "DelegateObservation",
-                                         "command": "spawn"}
+        assert obs[0]["observation"] == {
+            **obs[0]["observation"],
+            "kind": "DelegateObservation",
+            "command": "spawn",
+        }
         assert "alpha (general-purpose), beta (code-explorer)" in text_of(obs[0])
         report = text_of(obs[1])
         assert "2 of 2 task(s) completed" in report
@@ -258,16 +310,19 @@ def test_workflow_reports_each_step(tmp_path: Path, workspace: Path) -> None:
         "  - name: broken\n"
         "    command: exit 3\n"
         "  - name: never\n"
-        "    command: echo unreachable\n")
+        "    command: echo unreachable\n"
+    )
     (flows / "bad.json").write_text('{"steps": [{"command": "a", "prompt": "b"}]}')
-    model = ScriptedModel([
-        tool_call("workflow", name="check"),
-        finish("explained"),  # the sub-agent of step 2
-        tool_call("workflow", name="bad"),
-        tool_call("workflow", name="missing"),
-        tool_call("workflow", name="inline", script='{"steps": [{"command": "echo hi"}]}'),
-        finish("done"),
-    ])
+    model = ScriptedModel(
+        [
+            tool_call("workflow", name="check"),
+            finish("explained"),  # the sub-agent of step 2
+            tool_call("workflow", name="bad"),
+            tool_call("workflow", name="missing"),
+            tool_call("workflow", name="inline", script='{"steps": [{"command": "echo hi"}]}'),
+            finish("done"),
+        ]
+    )
     with app_client(tmp_path, model) as client:
         parent = create(client, workspace, ["workflow"])
         assert wait_status(client, parent["id"]) == "finished"
@@ -283,7 +338,9 @@ def test_workflow_reports_each_step(tmp_path: Path, workspace: Path) -> None:
         first = [e for e in events(client, child["id"], "MessageEvent") if e["source"] == "user"]
         assert "Explain: three files" in first[0]["llm_message"]["content"][0]["text"]
         assert obs[1]["kind"] == "AgentErrorEvent" and "exactly one of" in text_of(obs[1])
-        assert obs[2]["kind"] == "AgentErrorEvent" and "No workflow named 'missing'" in text_of(obs[2])
+        assert obs[2]["kind"] == "AgentErrorEvent" and "No workflow named 'missing'" in text_of(
+            obs[2]
+        )
         assert obs[3]["observation"]["status"] == "completed" and "hi" in text_of(obs[3])
 
 
@@ -291,8 +348,9 @@ def test_workflow_reports_each_step(tmp_path: Path, workspace: Path) -> None:
 
 
 class FakeSubagents:
-    def __init__(self, depth: int = 0, tools: list[str] | None = None, made: int = 0,
-                 delay: float = 0) -> None:
+    def __init__(
+        self, depth: int = 0, tools: list[str] | None = None, made: int = 0, delay: float = 0
+    ) -> None:
         self._depth, self._tools, self._made, self.delay = depth, tools or [], made, delay
         self.started: list[SubagentTask] = []
         self.cancelled = 0
@@ -326,8 +384,7 @@ def test_limits_refuse_past_depth_and_count() -> None:
     tools = ["terminal", "task", "grep", "delegate"]
     _, general = agent_type("General Purpose")
     assert child_tools(FakeSubagents(depth=0, tools=tools), general, params) == tuple(tools)
-    assert child_tools(FakeSubagents(depth=1, tools=tools), general, params) == ("terminal",
-                                                                                 "grep")
+    assert child_tools(FakeSubagents(depth=1, tools=tools), general, params) == ("terminal", "grep")
     _, runner = agent_type("bash_runner")
     with pytest.raises(ToolError, match="none of the tools"):
         child_tools(FakeSubagents(tools=["grep"]), runner, params)
@@ -340,8 +397,9 @@ async def test_cancelling_a_delegate_call_cancels_every_child(tmp_path: Path) ->
     ctx = ToolContext("c", working_dir=tmp_path, state_dir=tmp_path / "state", subagents=fake)
     tool = DelegateTool(ctx, {})
     await tool.run(DelegateTool.parse({"command": "spawn", "ids": ["a", "b"]}))
-    call = asyncio.create_task(tool.run(DelegateTool.parse(
-        {"command": "delegate", "tasks": {"a": "x", "b": "y"}})))
+    call = asyncio.create_task(
+        tool.run(DelegateTool.parse({"command": "delegate", "tasks": {"a": "x", "b": "y"}}))
+    )
     while len(fake.started) < 2:
         await asyncio.sleep(0.01)
     call.cancel()
@@ -369,9 +427,12 @@ def test_task_round_trip_through_litellm(client: Any, llm: Any, key: str, worksp
     from tests.support.llm import call
 
     # The child inherits its parent's LLM, so one script serves both, in call order.
-    llm.script(key, call("task", prompt="say hello", description="greet"),
-               call("finish", message="hello from the child"),
-               call("finish", message="the child said hello"))
+    llm.script(
+        key,
+        call("task", prompt="say hello", description="greet"),
+        call("finish", message="hello from the child"),
+        call("finish", message="the child said hello"),
+    )
     conv = create_e2e(client, llm, key, workspace, tools=["task"], message="go", run=True)
     assert wait_e2e(client, conv["id"]) == "finished"
     obs = events_e2e(client, conv["id"], "ObservationEvent")[0]
@@ -385,13 +446,17 @@ def test_task_round_trip_through_litellm(client: Any, llm: Any, key: str, worksp
 def test_the_servers_cap_holds_over_parallel_children(tmp_path: Path, workspace: Path) -> None:
     """Three children delegated at once on a server capped at two sub-agents (over all trees):
     two run, the third is refused in words, and no more than two exist."""
-    model = ScriptedModel([
-        tool_call("delegate", command="spawn", ids=["a", "b", "c"]),
-        tool_call("delegate", command="delegate", tasks={"a": "say A", "b": "say B",
-                                                         "c": "say C"}),
-        finish("report one"), finish("report two"),  # the two children that run
-        finish("done"),
-    ])
+    model = ScriptedModel(
+        [
+            tool_call("delegate", command="spawn", ids=["a", "b", "c"]),
+            tool_call(
+                "delegate", command="delegate", tasks={"a": "say A", "b": "say B", "c": "say C"}
+            ),
+            finish("report one"),
+            finish("report two"),  # the two children that run
+            finish("done"),
+        ]
+    )
     with app_client(tmp_path, model, max_subagents=2) as client:
         parent = create(client, workspace, ["delegate"])
         assert wait_status(client, parent["id"]) == "finished"

@@ -25,9 +25,9 @@ def user_texts(request: dict[str, Any]) -> list[str]:
     return [m["content"][0]["text"] for m in request["messages"] if m["role"] == "user"]
 
 
-def test_parents_are_the_head_and_state_updates_hang_off_it(client: httpx.Client,
-                                                            llm: ScriptedLLM, key: str,
-                                                            tmp_path: Path) -> None:
+def test_parents_are_the_head_and_state_updates_hang_off_it(
+    client: httpx.Client, llm: ScriptedLLM, key: str, tmp_path: Path
+) -> None:
     llm.script(key, text("one"), text("two"))
     conv = create(client, llm, key, tmp_path)
     cid = conv["id"]
@@ -50,10 +50,9 @@ def test_parents_are_the_head_and_state_updates_hang_off_it(client: httpx.Client
     assert now["persistence_dir"] and now["stats"]["usage_to_metrics"]
 
 
-def test_navigate_starts_a_sibling_branch_the_model_follows(client: httpx.Client,
-                                                           llm: ScriptedLLM, key: str,
-                                                           tmp_path: Path,
-                                                           server: ServerProcess) -> None:
+def test_navigate_starts_a_sibling_branch_the_model_follows(
+    client: httpx.Client, llm: ScriptedLLM, key: str, tmp_path: Path, server: ServerProcess
+) -> None:
     llm.script(key, text("answer one"), text("answer two"), text("answer three"))
     cid = create(client, llm, key, tmp_path)["id"]
     send(client, cid, "question one")
@@ -75,7 +74,7 @@ def test_navigate_starts_a_sibling_branch_the_model_follows(client: httpx.Client
     assert wait_status(client, cid, "finished") == "finished"
     after = events(client, cid)
     assert after[: len(before)] == before  # every branch stays
-    new_user = [e for e in after[len(before):] if e["kind"] == "MessageEvent"][0]
+    new_user = [e for e in after[len(before) :] if e["kind"] == "MessageEvent"][0]
     assert new_user["parent_id"] == first_answer["id"]
     # The model saw the new branch only: question two is not in it.
     assert user_texts(llm.requests_for(key)[-1]) == ["question one", "question three"]
@@ -89,23 +88,30 @@ def test_navigate_starts_a_sibling_branch_the_model_follows(client: httpx.Client
     r = client.post(f"/api/conversations/{cid}/navigate", json={"event_id": None})
     assert r.status_code == 200 and r.json()["head_is_empty"] and r.json()["leaf_event_id"] is None
     assert events(client, cid, branch="head") == []
-    assert client.post(f"/api/conversations/{cid}/navigate",
-                       json={"event_id": "0" * 26}).status_code == 404
-    assert client.get(f"/api/conversations/{cid}/events/search",
-                      params={"branch": "nope"}).status_code == 422
+    assert (
+        client.post(f"/api/conversations/{cid}/navigate", json={"event_id": "0" * 26}).status_code
+        == 404
+    )
+    assert (
+        client.get(f"/api/conversations/{cid}/events/search", params={"branch": "nope"}).status_code
+        == 422
+    )
     # An unknown branch is a 404 as navigate answers, not an empty page (issue 30.4).
     for route in ("search", "count"):
         r = client.get(f"/api/conversations/{cid}/events/{route}", params={"branch": "0" * 26})
         assert r.status_code == 404, r.text
     # An empty body is refused, not read as a move to the empty tree (issue 30.4).
-    assert client.post(f"/api/conversations/{cid}/navigate", json={"event_id": old["id"]}).is_success
+    assert client.post(
+        f"/api/conversations/{cid}/navigate", json={"event_id": old["id"]}
+    ).is_success
     r = client.post(f"/api/conversations/{cid}/navigate", json={})
     assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "event_id"], r.text
     assert info(client, cid)["leaf_event_id"] == old["id"]
 
 
 def test_fork_copies_the_history_or_one_branch_and_runs_on_its_own(
-        client: httpx.Client, llm: ScriptedLLM, key: str, tmp_path: Path) -> None:
+    client: httpx.Client, llm: ScriptedLLM, key: str, tmp_path: Path
+) -> None:
     llm.script(key, text("answer one"), text("answer two"), text("fork answer"))
     cid = create(client, llm, key, tmp_path, title="source")["id"]
     for message in ("question one", "question two"):
@@ -138,12 +144,15 @@ def test_fork_copies_the_history_or_one_branch_and_runs_on_its_own(
 
     taken = client.post(f"/api/conversations/{cid}/fork", json={"id": branch["id"]})
     assert taken.status_code == 409
-    assert client.post(f"/api/conversations/{cid}/fork",
-                       json={"from_event_id": "0" * 26}).status_code == 404
+    assert (
+        client.post(f"/api/conversations/{cid}/fork", json={"from_event_id": "0" * 26}).status_code
+        == 404
+    )
 
 
-def test_ask_agent_security_analyzer_and_plugins(client: httpx.Client, llm: ScriptedLLM,
-                                                 key: str, tmp_path: Path) -> None:
+def test_ask_agent_security_analyzer_and_plugins(
+    client: httpx.Client, llm: ScriptedLLM, key: str, tmp_path: Path
+) -> None:
     llm.script(key, text("hello back"), text("you said hello"))
     cid = create(client, llm, key, tmp_path)["id"]
     send(client, cid, "hello")
@@ -156,12 +165,18 @@ def test_ask_agent_security_analyzer_and_plugins(client: httpx.Client, llm: Scri
     assert len(events(client, cid)) == count and info(client, cid)["execution_status"] == "finished"
 
     analyzer = {"kind": "LLMSecurityAnalyzer"}
-    r = client.post(f"/api/conversations/{cid}/security_analyzer",
-                    json={"security_analyzer": analyzer})
+    r = client.post(
+        f"/api/conversations/{cid}/security_analyzer", json={"security_analyzer": analyzer}
+    )
     assert r.status_code == 200 and info(client, cid)["security_analyzer"] == analyzer
     r = client.post(f"/api/conversations/{cid}/security_analyzer", json={"security_analyzer": None})
     assert r.status_code == 200 and info(client, cid)["security_analyzer"] is None
-    assert client.post(f"/api/conversations/{cid}/security_analyzer",
-                       json={"security_analyzer": {"no": "kind"}}).status_code == 422
+    assert (
+        client.post(
+            f"/api/conversations/{cid}/security_analyzer",
+            json={"security_analyzer": {"no": "kind"}},
+        ).status_code
+        == 422
+    )
     r = client.post(f"/api/conversations/{cid}/load_plugin", json={"plugin_ref": "github:x/y"})
     assert r.status_code == 404 and "no plugins" in r.json()["detail"]

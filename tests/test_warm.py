@@ -25,14 +25,29 @@ class Parked:
     def __init__(self, tmp_path: Path, lifeline: float) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        env = {**os.environ, "AGENT_SERVER_KEYS_FD": "0",
-               "AGENT_SERVER_STATE_DIR": str(tmp_path / "state")}
+        env = {
+            **os.environ,
+            "AGENT_SERVER_KEYS_FD": "0",
+            "AGENT_SERVER_STATE_DIR": str(tmp_path / "state"),
+        }
         self.log = tmp_path / "warm.log"
         with open(self.log, "wb") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "agent_server.warm", "--claim", str(lifeline),
-                 "--host", "127.0.0.1", "--port", str(self.port)],
-                stdin=subprocess.PIPE, stderr=log, env=env)
+                [
+                    sys.executable,
+                    "-m",
+                    "agent_server.warm",
+                    "--claim",
+                    str(lifeline),
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    str(self.port),
+                ],
+                stdin=subprocess.PIPE,
+                stderr=log,
+                env=env,
+            )
         assert self.proc.stdin is not None
         self.proc.stdin.write(json.dumps({"claim": TOKEN}).encode())
         self.proc.stdin.close()
@@ -46,8 +61,9 @@ class Parked:
             return False
 
     def claim(self, token: str, keys: dict[str, str]) -> int:
-        return httpx.post(self.url + "/claim", headers={"Authorization": f"Bearer {token}"},
-                          json=keys, timeout=10).status_code
+        return httpx.post(
+            self.url + "/claim", headers={"Authorization": f"Bearer {token}"}, json=keys, timeout=10
+        ).status_code
 
 
 @pytest.fixture
@@ -74,8 +90,11 @@ def test_one_claim_with_the_token_hands_the_server_its_keys(parked: Parked) -> N
     assert httpx.get(search, headers={"X-Session-API-Key": KEY}).status_code == 200
     assert httpx.get(search, headers={"X-Session-API-Key": "sk-attacker"}).status_code == 401
     # Claimed once: the port is the server's now, and no second claim exists.
-    assert httpx.post(parked.url + "/claim", headers={"Authorization": f"Bearer {TOKEN}"},
-                      json={"SESSION_API_KEY": "sk-second"}).status_code in (401, 404, 405)
+    assert httpx.post(
+        parked.url + "/claim",
+        headers={"Authorization": f"Bearer {TOKEN}"},
+        json={"SESSION_API_KEY": "sk-second"},
+    ).status_code in (401, 404, 405)
 
 
 def test_without_its_lifeline_a_parked_server_ends(tmp_path: Path) -> None:

@@ -92,7 +92,9 @@ class Script:
 
 
 def message(n: int) -> MessageEvent:
-    return MessageEvent(source="user", llm_message=Message(role="user", content=[TextContent(text=f"m{n}")]))
+    return MessageEvent(
+        source="user", llm_message=Message(role="user", content=[TextContent(text=f"m{n}")])
+    )
 
 
 async def make_log(path: Path, n: int) -> EventLog:
@@ -103,10 +105,16 @@ async def make_log(path: Path, n: int) -> EventLog:
 
 
 def webhook_for(script: Script, clock: FakeClock, secret: str | None = None, **kw: Any) -> Webhook:
-    client = WebhookClient("http://control.test/api/v1/webhooks", HOOK_KEY, secret,
-                           transport=httpx.MockTransport(script), clock=clock)
-    return Webhook(client, backoff=Backoff(1.0, 60.0, random.Random(7)), clock=clock,
-                   batch_seconds=0, **kw)
+    client = WebhookClient(
+        "http://control.test/api/v1/webhooks",
+        HOOK_KEY,
+        secret,
+        transport=httpx.MockTransport(script),
+        clock=clock,
+    )
+    return Webhook(
+        client, backoff=Backoff(1.0, 60.0, random.Random(7)), clock=clock, batch_seconds=0, **kw
+    )
 
 
 async def until(predicate: Callable[[], Any], what: str = "", timeout: float = 10) -> None:
@@ -212,8 +220,9 @@ async def test_the_delay_is_capped_and_retries_never_stop(tmp_path: Path) -> Non
 
 async def test_retry_after_is_honoured(tmp_path: Path) -> None:
     log = await make_log(tmp_path, 2)
-    later = format_datetime(datetime.fromtimestamp(FakeClock().time(), UTC)
-                            + timedelta(seconds=20), usegmt=True)
+    later = format_datetime(
+        datetime.fromtimestamp(FakeClock().time(), UTC) + timedelta(seconds=20), usegmt=True
+    )
     script = Script(
         httpx.Response(429, headers={"retry-after": "7"}),
         httpx.Response(503, headers={"retry-after": later}),
@@ -230,7 +239,8 @@ async def test_retry_after_is_honoured(tmp_path: Path) -> None:
 
 
 async def test_a_refused_batch_is_kept_logged_and_retried_at_the_longest_delay(
-        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     log = await make_log(tmp_path, 2)
     refusal = httpx.Response(400, json={"detail": "we do not like this batch"})
     script, clock = Script(refusal, refusal), FakeClock(hold_after=1)
@@ -292,11 +302,17 @@ def test_the_log_tail_says_whether_a_push_is_needed(tmp_path: Path) -> None:
 
 
 async def test_settings_come_from_the_environment_and_the_key_defaults_to_the_session_key(
-        tmp_path: Path) -> None:
-    config = from_env({"SESSION_API_KEY": "first,second", "AGENT_SERVER_STATE_DIR": str(tmp_path),
-                       "AGENT_SERVER_WEBHOOK_URL": "http://x/hooks",
-                       "AGENT_SERVER_WEBHOOK_BATCH_EVENTS": "7",
-                       "AGENT_SERVER_WS_QUEUE_EVENTS": "9"})
+    tmp_path: Path,
+) -> None:
+    config = from_env(
+        {
+            "SESSION_API_KEY": "first,second",
+            "AGENT_SERVER_STATE_DIR": str(tmp_path),
+            "AGENT_SERVER_WEBHOOK_URL": "http://x/hooks",
+            "AGENT_SERVER_WEBHOOK_BATCH_EVENTS": "7",
+            "AGENT_SERVER_WS_QUEUE_EVENTS": "9",
+        }
+    )
     settings = config.delivery
     assert settings.webhook_batch_events == 7 and settings.ws_queue_events == 9
     services = Services.build(config)
@@ -326,7 +342,7 @@ def test_the_receiver_is_strict() -> None:
         receiver.stop()
 
 
-# -- the real server against the real receiver ------------------------------------------------------
+# -- the real server against the real receiver -----------------------------------------------------
 
 
 def hook_env(receiver: Receiver, **extra: str) -> dict[str, str]:
@@ -362,7 +378,9 @@ def healthy(receiver: Receiver) -> Iterator[Receiver]:
 
 @pytest.fixture(scope="module")
 def hooked(tmp_path_factory: pytest.TempPathFactory, receiver: Receiver) -> Iterator[ServerProcess]:
-    proc = ServerProcess(tmp_path_factory.mktemp("hooked") / "state", env=hook_env(receiver)).start()
+    proc = ServerProcess(
+        tmp_path_factory.mktemp("hooked") / "state", env=hook_env(receiver)
+    ).start()
     yield proc
     proc.stop()
 
@@ -370,25 +388,34 @@ def hooked(tmp_path_factory: pytest.TempPathFactory, receiver: Receiver) -> Iter
 def steps(llm: ScriptedLLM, key: str, n: int, delay: float = 0.0) -> None:
     from tests.support.llm import Reply
 
-    llm.script(key, *[Reply(tool_calls=[("think", {"thought": f"step {i}"})], delay=delay)
-                      for i in range(n)], call("finish", message="done"))
+    llm.script(
+        key,
+        *[Reply(tool_calls=[("think", {"thought": f"step {i}"})], delay=delay) for i in range(n)],
+        call("finish", message="done"),
+    )
 
 
 def stored(client: httpx.Client, cid: str) -> list[dict[str, Any]]:
     return events(client, cid)
 
 
-def wait_delivered(receiver: Receiver, client: httpx.Client, cid: str, timeout: float = 30) -> list[dict[str, Any]]:
+def wait_delivered(
+    receiver: Receiver, client: httpx.Client, cid: str, timeout: float = 30
+) -> list[dict[str, Any]]:
     """Wait until the receiver holds every stored event (deduped by id); returns them."""
     want = [e["id"] for e in stored(client, cid)]
-    wait_for(lambda: receiver.unique_ids(cid) == want, timeout=timeout,
-             what=f"{len(want)} events at the receiver (has {len(receiver.unique_ids(cid))})")
+    wait_for(
+        lambda: receiver.unique_ids(cid) == want,
+        timeout=timeout,
+        what=f"{len(want)} events at the receiver (has {len(receiver.unique_ids(cid))})",
+    )
     return stored(client, cid)
 
 
 @pytest.mark.e2e
 def test_every_event_arrives_as_search_returns_it_in_order(
-        hooked: ServerProcess, healthy: Receiver, llm: ScriptedLLM, key: str, tmp_path: Path) -> None:
+    hooked: ServerProcess, healthy: Receiver, llm: ScriptedLLM, key: str, tmp_path: Path
+) -> None:
     steps(llm, key, 5)
     with hooked.client() as c:
         conv = create(c, llm, key, tmp_path, message="go", run=True, llm_extra={"stream": True})
@@ -396,22 +423,32 @@ def test_every_event_arrives_as_search_returns_it_in_order(
         want = wait_delivered(healthy, c, conv["id"])
         assert healthy.events(conv["id"]) == want  # once each, in order, as search returns them
         kinds = {e["kind"] for e in want}
-        assert {"SystemPromptEvent", "MessageEvent", "ActionEvent", "ObservationEvent",
-                "ConversationStateUpdateEvent"} <= kinds
+        assert {
+            "SystemPromptEvent",
+            "MessageEvent",
+            "ActionEvent",
+            "ObservationEvent",
+            "ConversationStateUpdateEvent",
+        } <= kinds
         assert "StreamingDeltaEvent" not in kinds
         batch = next(b for b in healthy.batches if b.conversation_id == conv["id"])
         assert batch.headers["x-session-api-key"] == HOOK_KEY
         assert batch.headers["webhook-signature"].startswith("v1,")
 
-        status = wait_for(lambda: (w := c.get(f"/api/conversations/{conv['id']}").json()["webhook"])
-                          ["pending"] == 0 and w)
+        status = wait_for(
+            lambda: (
+                (w := c.get(f"/api/conversations/{conv['id']}").json()["webhook"])["pending"] == 0
+                and w
+            )
+        )
         assert status["delivered_through"] == want[-1]["id"] and status["last_error"] is None
         assert c.get("/server_info").json()["webhook"]["failing"] == 0
 
 
 @pytest.mark.e2e
 def test_a_conversations_info_is_posted_when_it_starts_pauses_changes_and_is_deleted(
-        hooked: ServerProcess, healthy: Receiver, llm: ScriptedLLM, key: str, tmp_path: Path) -> None:
+    hooked: ServerProcess, healthy: Receiver, llm: ScriptedLLM, key: str, tmp_path: Path
+) -> None:
     """As the OpenHands agent server does (its /conversations webhook): a control plane learns
     of a conversation made straight on the agent server before its first event arrives."""
     with hooked.client() as c:
@@ -424,8 +461,13 @@ def test_a_conversations_info_is_posted_when_it_starts_pauses_changes_and_is_del
 
     def statuses() -> list[str]:
         return [i["execution_status"] for i in list(healthy.infos) if i["id"] == cid]
+
     assert wait_for(lambda: len(statuses()) == 4 and statuses()) == [
-        "idle", paused, paused, "deleting"]
+        "idle",
+        paused,
+        paused,
+        "deleting",
+    ]
     assert [i["title"] for i in healthy.infos if i["id"] == cid][2] == "Renamed"
     first = next(i for i in healthy.infos if i["id"] == cid)
     assert first["agent"]["llm"]["model"] == conv["agent"]["llm"]["model"]
@@ -434,14 +476,20 @@ def test_a_conversations_info_is_posted_when_it_starts_pauses_changes_and_is_del
 
 @pytest.mark.e2e
 def test_receiver_down_for_the_whole_run_then_up(
-        hooked: ServerProcess, healthy: Receiver, llm: ScriptedLLM, key: str, tmp_path: Path) -> None:
+    hooked: ServerProcess, healthy: Receiver, llm: ScriptedLLM, key: str, tmp_path: Path
+) -> None:
     healthy.down()
     steps(llm, key, 8)
     with hooked.client() as c:
         conv = create(c, llm, key, tmp_path, message="go", run=True)
         assert wait_status(c, conv["id"]) == "finished"
-        lag = wait_for(lambda: (w := c.get(f"/api/conversations/{conv['id']}").json()["webhook"])
-                       ["last_error"] and w, what="the failure reported")
+        lag = wait_for(
+            lambda: (
+                (w := c.get(f"/api/conversations/{conv['id']}").json()["webhook"])["last_error"]
+                and w
+            ),
+            what="the failure reported",
+        )
         assert lag["pending"] > 0 and "unreachable" in lag["last_error"]
         totals = c.get("/server_info").json()["webhook"]
         assert totals["failing"] >= 1 and totals["pending"] >= lag["pending"]
@@ -450,12 +498,15 @@ def test_receiver_down_for_the_whole_run_then_up(
         healthy.up()
         want = wait_delivered(healthy, c, conv["id"])
         assert healthy.events(conv["id"]) == want
-        wait_for(lambda: c.get(f"/api/conversations/{conv['id']}").json()["webhook"]["pending"] == 0)
+        wait_for(
+            lambda: c.get(f"/api/conversations/{conv['id']}").json()["webhook"]["pending"] == 0
+        )
 
 
 @pytest.mark.e2e
 def test_errors_and_refusals_are_retried_until_accepted(
-        hooked: ServerProcess, healthy: Receiver, llm: ScriptedLLM, key: str, tmp_path: Path) -> None:
+    hooked: ServerProcess, healthy: Receiver, llm: ScriptedLLM, key: str, tmp_path: Path
+) -> None:
     steps(llm, key, 3)
     healthy.fail(500, times=2)
     healthy.fail(429, times=1, retry_after=0.2)
@@ -476,15 +527,23 @@ def test_errors_and_refusals_are_retried_until_accepted(
 
 @pytest.mark.e2e
 def test_killed_mid_delivery_everything_arrives_after_restart(
-        tmp_path_factory: pytest.TempPathFactory, healthy: Receiver, llm: ScriptedLLM, key: str,
-        tmp_path: Path) -> None:
-    proc = ServerProcess(tmp_path_factory.mktemp("killed") / "state",
-                         env=hook_env(healthy, AGENT_SERVER_WEBHOOK_BATCH_EVENTS="3")).start()
+    tmp_path_factory: pytest.TempPathFactory,
+    healthy: Receiver,
+    llm: ScriptedLLM,
+    key: str,
+    tmp_path: Path,
+) -> None:
+    proc = ServerProcess(
+        tmp_path_factory.mktemp("killed") / "state",
+        env=hook_env(healthy, AGENT_SERVER_WEBHOOK_BATCH_EVENTS="3"),
+    ).start()
     try:
         healthy.delay = 0.2
         with proc.client() as c:
             conv = create(c, llm, key, tmp_path)
-            for i in range(30):  # stored events without a run: a fresh server's first LLM call is slow
+            for i in range(
+                30
+            ):  # stored events without a run: a fresh server's first LLM call is slow
                 send(c, conv["id"], f"note {i}", run=False)
             want = [e["id"] for e in stored(c, conv["id"])]
         wait_for(lambda: len(healthy.ids(conv["id"])) >= 6, what="a few batches")
@@ -494,12 +553,15 @@ def test_killed_mid_delivery_everything_arrives_after_restart(
 
         healthy.delay = 0.0
         proc.start()  # the log stays closed until its cursor file says it is behind: it does
-        wait_for(lambda: healthy.unique_ids(conv["id"]) == want, timeout=30,
-                 what="every event after the restart")
+        wait_for(
+            lambda: healthy.unique_ids(conv["id"]) == want,
+            timeout=30,
+            what="every event after the restart",
+        )
         received = healthy.ids(conv["id"])
         # At least once: a repeat is at most the batch in flight at the kill.
         assert len(received) - len(want) <= 3
-        assert received[:len(got_before)] == want[:len(got_before)]
+        assert received[: len(got_before)] == want[: len(got_before)]
     finally:
         healthy.delay = 0.0
         proc.stop()
@@ -507,11 +569,17 @@ def test_killed_mid_delivery_everything_arrives_after_restart(
 
 @pytest.mark.e2e
 def test_sigterm_flushes_what_the_log_holds(
-        tmp_path_factory: pytest.TempPathFactory, healthy: Receiver, llm: ScriptedLLM, key: str,
-        tmp_path: Path) -> None:
+    tmp_path_factory: pytest.TempPathFactory,
+    healthy: Receiver,
+    llm: ScriptedLLM,
+    key: str,
+    tmp_path: Path,
+) -> None:
     # Batches wait a minute for more events: only the shutdown flush can send these.
-    proc = ServerProcess(tmp_path_factory.mktemp("flushed") / "state",
-                         env=hook_env(healthy, AGENT_SERVER_WEBHOOK_BATCH_MS="60000")).start()
+    proc = ServerProcess(
+        tmp_path_factory.mktemp("flushed") / "state",
+        env=hook_env(healthy, AGENT_SERVER_WEBHOOK_BATCH_MS="60000"),
+    ).start()
     try:
         with proc.client() as c:
             conv = create(c, llm, key, tmp_path)
@@ -527,7 +595,8 @@ def test_sigterm_flushes_what_the_log_holds(
 
 @pytest.mark.e2e
 def test_a_conversation_id_used_again_after_a_delete_is_pushed(
-        hooked: ServerProcess, healthy: Receiver, llm: ScriptedLLM, key: str, tmp_path: Path) -> None:
+    hooked: ServerProcess, healthy: Receiver, llm: ScriptedLLM, key: str, tmp_path: Path
+) -> None:
     import uuid
 
     cid = str(uuid.uuid4())
@@ -536,15 +605,27 @@ def test_a_conversation_id_used_again_after_a_delete_is_pushed(
         assert first["id"] == cid
         wait_delivered(healthy, c, cid)
         assert c.delete(f"/api/conversations/{cid}").status_code == 200
-        again = c.post("/api/conversations", json={
-            "conversation_id": cid, "agent": {"llm": {"model": "openai/x"}},
-            "workspace": {"working_dir": str(tmp_path)}})
+        again = c.post(
+            "/api/conversations",
+            json={
+                "conversation_id": cid,
+                "agent": {"llm": {"model": "openai/x"}},
+                "workspace": {"working_dir": str(tmp_path)},
+            },
+        )
         assert again.status_code == 201
-        r = c.post(f"/api/conversations/{cid}/events",
-                   json={"content": [{"type": "text", "text": "second life"}]})
+        r = c.post(
+            f"/api/conversations/{cid}/events",
+            json={"content": [{"type": "text", "text": "second life"}]},
+        )
         assert r.status_code == 200
         want = [e["id"] for e in stored(c, cid)]
-        wait_for(lambda: set(want) <= set(healthy.unique_ids(cid)), timeout=30,
-                 what="the second life's events at the receiver")
-        wait_for(lambda: c.get(f"/api/conversations/{cid}").json()["webhook"]["pending"] == 0,
-                 what="nothing pending")
+        wait_for(
+            lambda: set(want) <= set(healthy.unique_ids(cid)),
+            timeout=30,
+            what="the second life's events at the receiver",
+        )
+        wait_for(
+            lambda: c.get(f"/api/conversations/{cid}").json()["webhook"]["pending"] == 0,
+            what="nothing pending",
+        )

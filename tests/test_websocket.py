@@ -46,18 +46,27 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
 
 @pytest.fixture
 async def http(server: ServerProcess) -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(base_url=server.url, headers={"X-Session-API-Key": KEY},
-                                 timeout=30) as client:
+    async with httpx.AsyncClient(
+        base_url=server.url, headers={"X-Session-API-Key": KEY}, timeout=30
+    ) as client:
         yield client
 
 
 # -- helpers ---------------------------------------------------------------------------------------
 
 
-async def create(http: httpx.AsyncClient, llm: ScriptedLLM, key: str, workspace: Path,
-                 message: str | None = None, **llm_extra: Any) -> str:
-    body: dict[str, Any] = {"agent": agent_spec(llm, key, **llm_extra),
-                            "workspace": {"working_dir": str(workspace)}}
+async def create(
+    http: httpx.AsyncClient,
+    llm: ScriptedLLM,
+    key: str,
+    workspace: Path,
+    message: str | None = None,
+    **llm_extra: Any,
+) -> str:
+    body: dict[str, Any] = {
+        "agent": agent_spec(llm, key, **llm_extra),
+        "workspace": {"working_dir": str(workspace)},
+    }
     if message is not None:
         body["initial_message"] = {"content": [{"type": "text", "text": message}], "run": True}
     r = await http.post("/api/conversations", json=body)
@@ -72,15 +81,20 @@ async def search(http: httpx.AsyncClient, cid: str) -> tuple[list[dict[str, Any]
     return r.json()["items"], r.text
 
 
-async def finished(http: httpx.AsyncClient, cid: str, timeout: float = 120) -> tuple[list[dict[str, Any]], str]:
+async def finished(
+    http: httpx.AsyncClient, cid: str, timeout: float = 120
+) -> tuple[list[dict[str, Any]], str]:
     """Wait for the run to finish and its last event (that status update) to be stored;
     every stored event then, and the raw search body."""
     deadline = time.monotonic() + timeout
     while True:
         items, body = await search(http, cid)
         last = items[-1]
-        if last["kind"] == "ConversationStateUpdateEvent" and last["key"] == "execution_status" \
-                and last["value"] in ("finished", "error", "stuck"):
+        if (
+            last["kind"] == "ConversationStateUpdateEvent"
+            and last["key"] == "execution_status"
+            and last["value"] in ("finished", "error", "stuck")
+        ):
             assert last["value"] == "finished", items[-3:]
             return items, body
         assert time.monotonic() < deadline, f"no end after {timeout}s: {last}"
@@ -88,8 +102,10 @@ async def finished(http: httpx.AsyncClient, cid: str, timeout: float = 120) -> t
 
 
 async def send(http: httpx.AsyncClient, cid: str, text: str, run: bool = False) -> None:
-    r = await http.post(f"/api/conversations/{cid}/events",
-                        json={"role": "user", "content": [{"type": "text", "text": text}], "run": run})
+    r = await http.post(
+        f"/api/conversations/{cid}/events",
+        json={"role": "user", "content": [{"type": "text", "text": text}], "run": run},
+    )
     assert r.status_code == 200, r.text
 
 
@@ -98,13 +114,15 @@ def url(server: ServerProcess, cid: str, **params: str) -> str:
     return f"ws://127.0.0.1:{server.port}/sockets/events/{cid}{query}"
 
 
-async def open_socket(server: ServerProcess, cid: str, how: str = "header", key: str = KEY,
-                      **params: str) -> ClientConnection:
+async def open_socket(
+    server: ServerProcess, cid: str, how: str = "header", key: str = KEY, **params: str
+) -> ClientConnection:
     headers = {"X-Session-API-Key": key} if how == "header" else {}
     if how == "query":
         params["session_api_key"] = key
-    ws = await connect(url(server, cid, **params), additional_headers=headers, max_size=None,
-                       proxy=None)
+    ws = await connect(
+        url(server, cid, **params), additional_headers=headers, max_size=None, proxy=None
+    )
     if how == "frame":
         await ws.send(json.dumps({"type": "auth", "session_api_key": key}))
     return ws
@@ -171,18 +189,32 @@ class Reader:
 
 def think_steps(llm: ScriptedLLM, key: str, n: int, pad: int = 0, delay: float = 0.0) -> None:
     """n think calls then finish; `pad` random bytes (incompressible) in each thought."""
-    llm.script(key, *[Reply(text=f"on to step {i}", delay=delay,
-                            tool_calls=[("think", {"thought": f"step {i} " + os.urandom(pad).hex()})])
-                      for i in range(n)], call("finish", message="done"))
+    llm.script(
+        key,
+        *[
+            Reply(
+                text=f"on to step {i}",
+                delay=delay,
+                tool_calls=[("think", {"thought": f"step {i} " + os.urandom(pad).hex()})],
+            )
+            for i in range(n)
+        ],
+        call("finish", message="done"),
+    )
 
 
-# -- auth and close codes ----------------------------------------------------------------------------
+# -- auth and close codes --------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("how", ["header", "frame", "query"])
 async def test_each_way_of_authenticating_gets_the_events(
-        server: ServerProcess, http: httpx.AsyncClient, llm: ScriptedLLM, key: str, tmp_path: Path,
-        how: str) -> None:
+    server: ServerProcess,
+    http: httpx.AsyncClient,
+    llm: ScriptedLLM,
+    key: str,
+    tmp_path: Path,
+    how: str,
+) -> None:
     cid = await create(http, llm, key, tmp_path)
     items, body = await search(http, cid)
     ws = await open_socket(server, cid, how, resend_all="true")
@@ -197,8 +229,8 @@ async def test_each_way_of_authenticating_gets_the_events(
 
 
 async def test_wrong_or_missing_keys_close_with_4001_and_unknown_conversations_with_4004(
-        server: ServerProcess, http: httpx.AsyncClient, llm: ScriptedLLM, key: str,
-        tmp_path: Path) -> None:
+    server: ServerProcess, http: httpx.AsyncClient, llm: ScriptedLLM, key: str, tmp_path: Path
+) -> None:
     cid = await create(http, llm, key, tmp_path)
     for how in ("header", "frame", "query"):
         ws = await open_socket(server, cid, how, key="not-" + KEY)
@@ -209,8 +241,9 @@ async def test_wrong_or_missing_keys_close_with_4001_and_unknown_conversations_w
     ws = await open_socket(server, cid, "none")
     await ws.send(json.dumps({"role": "user", "content": [{"type": "text", "text": "hi"}]}))
     assert await close_code(ws) == 4001
-    ws = await connect(url(server, cid), additional_headers={"Authorization": f"Bearer {KEY}"},
-                       proxy=None)
+    ws = await connect(
+        url(server, cid), additional_headers={"Authorization": f"Bearer {KEY}"}, proxy=None
+    )
     assert await close_code(ws) == 4001
 
     unknown = "00000000-0000-4000-8000-000000000000"
@@ -222,18 +255,19 @@ async def test_wrong_or_missing_keys_close_with_4001_and_unknown_conversations_w
     assert "session_api_key" not in server.output() and KEY not in server.output()
 
 
-# -- what the frames hold ----------------------------------------------------------------------------
+# -- what the frames hold --------------------------------------------------------------------------
 
 
 async def test_frames_are_the_stored_events_then_live_ones_and_deltas_only_live(
-        server: ServerProcess, http: httpx.AsyncClient, llm: ScriptedLLM, key: str,
-        tmp_path: Path) -> None:
+    server: ServerProcess, http: httpx.AsyncClient, llm: ScriptedLLM, key: str, tmp_path: Path
+) -> None:
     cid = await create(http, llm, key, tmp_path, stream=True)
     think_steps(llm, key, 3)
     reader = Reader(await open_socket(server, cid, resend_all="true"))
     # The message that starts the run comes over the socket itself.
-    await reader.ws.send(json.dumps({"role": "user", "content": [{"type": "text", "text": "go"}],
-                                     "run": True}))
+    await reader.ws.send(
+        json.dumps({"role": "user", "content": [{"type": "text", "text": "go"}], "run": True})
+    )
     items, body = await finished(http, cid)
     await reader.wait_count(len(items))
     await asyncio.sleep(0.2)  # nothing more may come
@@ -256,8 +290,8 @@ async def test_frames_are_the_stored_events_then_live_ones_and_deltas_only_live(
 
 
 async def test_a_poll_after_the_run_ended_shows_the_state_on_the_socket_again(
-        server: ServerProcess, http: httpx.AsyncClient, llm: ScriptedLLM, key: str,
-        tmp_path: Path) -> None:
+    server: ServerProcess, http: httpx.AsyncClient, llm: ScriptedLLM, key: str, tmp_path: Path
+) -> None:
     """The OpenHands SDK takes a run's end only from a `full_state` frame that comes after its
     POST /run answered, polling the conversation each second meanwhile: a run that ended
     sooner is shown again at its next poll, not after the SDK's 30 s fallback."""
@@ -276,8 +310,8 @@ async def test_a_poll_after_the_run_ended_shows_the_state_on_the_socket_again(
 
 
 async def test_a_bad_client_frame_gets_a_server_error_and_the_socket_stays_open(
-        server: ServerProcess, http: httpx.AsyncClient, llm: ScriptedLLM, key: str,
-        tmp_path: Path) -> None:
+    server: ServerProcess, http: httpx.AsyncClient, llm: ScriptedLLM, key: str, tmp_path: Path
+) -> None:
     cid = await create(http, llm, key, tmp_path)
     ws = await open_socket(server, cid)
     assert is_full_state(await asyncio.wait_for(ws.recv(), 10))
@@ -305,12 +339,12 @@ async def test_a_bad_client_frame_gets_a_server_error_and_the_socket_stays_open(
     assert not [e for e in items if e["kind"] == "ServerErrorEvent"]  # errors are not stored
 
 
-# -- resuming ----------------------------------------------------------------------------------------------
+# -- resuming --------------------------------------------------------------------------------------
 
 
 async def test_after_id_after_a_disconnect_mid_run_gives_exactly_the_missing_events(
-        server: ServerProcess, http: httpx.AsyncClient, llm: ScriptedLLM, key: str,
-        tmp_path: Path) -> None:
+    server: ServerProcess, http: httpx.AsyncClient, llm: ScriptedLLM, key: str, tmp_path: Path
+) -> None:
     think_steps(llm, key, 20, delay=0.05)
     cid = await create(http, llm, key, tmp_path)
     reader = Reader(await open_socket(server, cid, resend_all="true"))
@@ -330,8 +364,8 @@ async def test_after_id_after_a_disconnect_mid_run_gives_exactly_the_missing_eve
 
 
 async def test_fifty_subscribers_each_get_every_event_once(
-        server: ServerProcess, http: httpx.AsyncClient, llm: ScriptedLLM, key: str,
-        tmp_path: Path) -> None:
+    server: ServerProcess, http: httpx.AsyncClient, llm: ScriptedLLM, key: str, tmp_path: Path
+) -> None:
     think_steps(llm, key, 10)
     cid = await create(http, llm, key, tmp_path)
     readers = [Reader(await open_socket(server, cid, resend_all="true")) for _ in range(50)]
@@ -354,8 +388,8 @@ async def test_fifty_subscribers_each_get_every_event_once(
 
 
 async def test_a_client_that_never_reads_is_closed_and_slows_nothing(
-        server: ServerProcess, http: httpx.AsyncClient, llm: ScriptedLLM, key: str,
-        tmp_path: Path) -> None:
+    server: ServerProcess, http: httpx.AsyncClient, llm: ScriptedLLM, key: str, tmp_path: Path
+) -> None:
     think_steps(llm, key, 50, pad=2000)
     cid = await create(http, llm, key, tmp_path)
     # A small receive window, small segments (on loopback the kernel would otherwise buffer
@@ -365,9 +399,16 @@ async def test_a_client_that_never_reads_is_closed_and_slows_nothing(
     raw.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_MAXSEG, 536)
     raw.connect(("127.0.0.1", server.port))
-    stalled = await connect(url(server, cid, resend_all="true"), sock=raw, max_size=None,
-                            max_queue=1, compression=None, proxy=None, ping_interval=None,
-                            additional_headers={"X-Session-API-Key": KEY})
+    stalled = await connect(
+        url(server, cid, resend_all="true"),
+        sock=raw,
+        max_size=None,
+        max_queue=1,
+        compression=None,
+        proxy=None,
+        ping_interval=None,
+        additional_headers={"X-Session-API-Key": KEY},
+    )
     reader = Reader(await open_socket(server, cid, resend_all="true"))
 
     await send(http, cid, "go", run=True)
@@ -386,7 +427,7 @@ async def test_a_client_that_never_reads_is_closed_and_slows_nothing(
                     got.append(event["id"])
     assert closed.value.rcvd is not None and closed.value.rcvd.code == 1013
     print(f"stalled client got {len(got)} of {len(want)} events")
-    assert 0 < len(got) < len(want) and got == want[:len(got)]
+    assert 0 < len(got) < len(want) and got == want[: len(got)]
     assert f"after_id={got[-1]}" in closed.value.rcvd.reason
     # It resumes where it stopped.
     resumed = Reader(await open_socket(server, cid, after_id=got[-1]))
@@ -397,27 +438,43 @@ async def test_a_client_that_never_reads_is_closed_and_slows_nothing(
 
 
 async def test_a_client_behind_by_more_than_the_kernel_buffers_gets_1013_with_its_resume_point(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     """Queues too large to ever overflow: only the time one frame waits for the socket
     (ws_send_timeout) can tell that the client stopped reading. Before, uvicorn's keepalive
     closed such a socket with 1011 after about 40 s, and the 1013 waited behind the backlog."""
-    limits = {"AGENT_SERVER_WS_QUEUE_EVENTS": "100000",
-              "AGENT_SERVER_WS_QUEUE_BYTES": str(1024 ** 3),
-              "AGENT_SERVER_WS_SEND_TIMEOUT": "1"}
+    limits = {
+        "AGENT_SERVER_WS_QUEUE_EVENTS": "100000",
+        "AGENT_SERVER_WS_QUEUE_BYTES": str(1024**3),
+        "AGENT_SERVER_WS_SEND_TIMEOUT": "1",
+    }
     proc = ServerProcess(tmp_path / "state", env=limits).start()
     try:
-        async with httpx.AsyncClient(base_url=proc.url, headers={"X-Session-API-Key": KEY},
-                                     timeout=30) as http:
-            r = await http.post("/api/conversations", json={
-                "agent": {"llm": {"model": "m"}}, "workspace": {"working_dir": str(tmp_path)}})
+        async with httpx.AsyncClient(
+            base_url=proc.url, headers={"X-Session-API-Key": KEY}, timeout=30
+        ) as http:
+            r = await http.post(
+                "/api/conversations",
+                json={
+                    "agent": {"llm": {"model": "m"}},
+                    "workspace": {"working_dir": str(tmp_path)},
+                },
+            )
             cid = r.json()["id"]
             raw = socket.socket()
             raw.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
             raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_MAXSEG, 536)
             raw.connect(("127.0.0.1", proc.port))
-            stalled = await connect(url(proc, cid), sock=raw, max_size=None, max_queue=1,
-                                    compression=None, proxy=None, ping_interval=None,
-                                    additional_headers={"X-Session-API-Key": KEY})
+            stalled = await connect(
+                url(proc, cid),
+                sock=raw,
+                max_size=None,
+                max_queue=1,
+                compression=None,
+                proxy=None,
+                ping_interval=None,
+                additional_headers={"X-Session-API-Key": KEY},
+            )
             for i in range(40):  # 8 MB: more than every buffer on the way holds
                 await send(http, cid, f"{i:02d}" + "x" * 200_000)
             items, _ = await search(http, cid)
@@ -433,7 +490,7 @@ async def test_a_client_behind_by_more_than_the_kernel_buffers_gets_1013_with_it
                             got.append(frame["id"])
         assert closed.value.rcvd is not None, "no close frame"
         assert closed.value.rcvd.code == 1013, closed.value.rcvd
-        assert 0 < len(got) < len(want) and got == want[:len(got)]
+        assert 0 < len(got) < len(want) and got == want[: len(got)]
         assert f"after_id={got[-1]}" in closed.value.rcvd.reason
         scrape = httpx.get(proc.url + "/metrics", headers={"X-Session-API-Key": KEY}).text
         assert 'agent_server_websocket_drops_total{reason="send_timeout"} 1.0' in scrape
@@ -442,23 +499,33 @@ async def test_a_client_behind_by_more_than_the_kernel_buffers_gets_1013_with_it
 
 
 async def test_a_client_that_leaves_a_ping_unanswered_is_closed_with_1013_and_counted(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     """A peer that never answers a ping (a raw socket that completed the handshake) is closed
     by the protocol, and /metrics' drop counter says so (issue 30.4: it counted only the
     route's own drops)."""
     proc = ServerProcess(tmp_path / "state", env={"AGENT_SERVER_WS_PING_INTERVAL": "0.5"}).start()
     try:
-        async with httpx.AsyncClient(base_url=proc.url, headers={"X-Session-API-Key": KEY},
-                                     timeout=30) as http:
-            r = await http.post("/api/conversations", json={
-                "agent": {"llm": {"model": "m"}}, "workspace": {"working_dir": str(tmp_path)}})
+        async with httpx.AsyncClient(
+            base_url=proc.url, headers={"X-Session-API-Key": KEY}, timeout=30
+        ) as http:
+            r = await http.post(
+                "/api/conversations",
+                json={
+                    "agent": {"llm": {"model": "m"}},
+                    "workspace": {"working_dir": str(tmp_path)},
+                },
+            )
             cid = r.json()["id"]
             reader, writer = await asyncio.open_connection("127.0.0.1", proc.port)
-            writer.write((f"GET /sockets/events/{cid} HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-                          "Upgrade: websocket\r\nConnection: Upgrade\r\n"
-                          "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
-                          f"Sec-WebSocket-Version: 13\r\nX-Session-API-Key: {KEY}\r\n\r\n")
-                         .encode())
+            writer.write(
+                (
+                    f"GET /sockets/events/{cid} HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                    "Upgrade: websocket\r\nConnection: Upgrade\r\n"
+                    "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+                    f"Sec-WebSocket-Version: 13\r\nX-Session-API-Key: {KEY}\r\n\r\n"
+                ).encode()
+            )
             head = await reader.readuntil(b"\r\n\r\n")
             assert head.startswith(b"HTTP/1.1 101"), head
             async with asyncio.timeout(30):  # read (pings too) but never answer: EOF is the close
@@ -472,10 +539,13 @@ async def test_a_client_that_leaves_a_ping_unanswered_is_closed_with_1013_and_co
 
 
 async def test_streaming_deltas_are_masked_like_stored_events(
-        server: ServerProcess, http: httpx.AsyncClient, llm: ScriptedLLM, key: str,
-        tmp_path: Path) -> None:
-    body = {"agent": agent_spec(llm, key, stream=True), "workspace": {"working_dir": str(tmp_path)},
-            "secrets": {"TOKEN": "hunter2-topsecret"}}
+    server: ServerProcess, http: httpx.AsyncClient, llm: ScriptedLLM, key: str, tmp_path: Path
+) -> None:
+    body = {
+        "agent": agent_spec(llm, key, stream=True),
+        "workspace": {"working_dir": str(tmp_path)},
+        "secrets": {"TOKEN": "hunter2-topsecret"},
+    }
     r = await http.post("/api/conversations", json=body)
     cid = r.json()["id"]
     llm.script(key, Reply(text="the token is hunter2-topsecret ok"))
@@ -484,31 +554,40 @@ async def test_streaming_deltas_are_masked_like_stored_events(
     await finished(http, cid)
     await asyncio.sleep(0.3)
     await reader.close()
-    deltas = "".join(e["content"] or "" for e in reader.events()
-                     if e["kind"] == "StreamingDeltaEvent")
+    deltas = "".join(
+        e["content"] or "" for e in reader.events() if e["kind"] == "StreamingDeltaEvent"
+    )
     assert "the token is <secret-hidden> ok" == deltas  # split between deltas, masked whole
     assert "hunter2" not in deltas
 
 
 async def test_a_running_commands_output_comes_live_masked_and_is_stored_once(
-        server: ServerProcess, http: httpx.AsyncClient, llm: ScriptedLLM, key: str,
-        tmp_path: Path) -> None:
+    server: ServerProcess, http: httpx.AsyncClient, llm: ScriptedLLM, key: str, tmp_path: Path
+) -> None:
     """The terminal's lines as they come, on the transient path (StreamingDeltaEvents with the
     call's `tool_call_id` and `output`) to a socket that asks for them (`progress=true`; the
     others, such as the OpenHands SDK's, get deltas in SPEC 6.2's shape only): secrets masked,
     never stored, the observation holding the output once."""
-    body = {"agent": agent_spec(llm, key, tools=["terminal"]),
-            "workspace": {"working_dir": str(tmp_path)}, "secrets": {"TOKEN": "hunter2-topsecret"}}
+    body = {
+        "agent": agent_spec(llm, key, tools=["terminal"]),
+        "workspace": {"working_dir": str(tmp_path)},
+        "secrets": {"TOKEN": "hunter2-topsecret"},
+    }
     r = await http.post("/api/conversations", json=body)
     cid = r.json()["id"]
-    llm.script(key, call("terminal", command='for i in 1 2 3; do echo "line-$i $TOKEN"; done'),
-               call("finish", message="done"))
+    llm.script(
+        key,
+        call("terminal", command='for i in 1 2 3; do echo "line-$i $TOKEN"; done'),
+        call("finish", message="done"),
+    )
     reader = Reader(await open_socket(server, cid, progress="true"))
     plain = Reader(await open_socket(server, cid))
     await send(http, cid, "print lines", run=True)
     stored, raw = await finished(http, cid)
     deadline = time.monotonic() + 30
-    while not all(any(e["kind"] == "ObservationEvent" for e in r.events()) for r in (reader, plain)):
+    while not all(
+        any(e["kind"] == "ObservationEvent" for e in r.events()) for r in (reader, plain)
+    ):
         assert time.monotonic() < deadline, "no observation on the sockets"
         await asyncio.sleep(0.02)
     await reader.close()
@@ -525,15 +604,16 @@ async def test_a_running_commands_output_comes_live_masked_and_is_stored_once(
     assert all(position[id(e)] < position[id(observation)] and e["content"] is None for e in live)
     output = "".join(e["output"] for e in live)
     assert [line for line in output.splitlines() if line.startswith("line-")] == [
-        f"line-{i} <secret-hidden>" for i in (1, 2, 3)]
+        f"line-{i} <secret-hidden>" for i in (1, 2, 3)
+    ]
     assert "hunter2" not in json.dumps(frames) and "hunter2" not in raw
     assert not [e for e in stored if e["kind"] == "StreamingDeltaEvent"]
     assert raw.count("line-2 <secret-hidden>") == 1  # the observation's, once
 
 
 async def test_a_retried_model_call_is_said_to_progress_sockets_only(
-        server: ServerProcess, http: httpx.AsyncClient, llm: ScriptedLLM, key: str,
-        tmp_path: Path) -> None:
+    server: ServerProcess, http: httpx.AsyncClient, llm: ScriptedLLM, key: str, tmp_path: Path
+) -> None:
     """Before each retry of a model call, a transient `llm_retry` state update (the error's
     class, the seconds until the next attempt): to sockets opened with `progress=true` only,
     never stored."""
@@ -544,14 +624,19 @@ async def test_a_retried_model_call_is_said_to_progress_sockets_only(
     await send(http, cid, "go", run=True)
     stored, _ = await finished(http, cid)
     deadline = time.monotonic() + 30
-    while not all(any(e["kind"] == "MessageEvent" and e["source"] == "agent" for e in r.events())
-                  for r in (reader, plain)):
+    while not all(
+        any(e["kind"] == "MessageEvent" and e["source"] == "agent" for e in r.events())
+        for r in (reader, plain)
+    ):
         assert time.monotonic() < deadline, "no answer on the sockets"
         await asyncio.sleep(0.02)
     await reader.close()
     await plain.close()
-    retries = [e for e in reader.events() if e["kind"] == "ConversationStateUpdateEvent"
-               and e["key"] == "llm_retry"]
+    retries = [
+        e
+        for e in reader.events()
+        if e["kind"] == "ConversationStateUpdateEvent" and e["key"] == "llm_retry"
+    ]
     assert [r["value"] for r in retries] == [{"error": "RateLimitError", "retry_in": 1.0}]
     assert not [e for e in plain.events() if e.get("key") == "llm_retry"]
     assert not [e for e in stored if e.get("key") == "llm_retry"]

@@ -1,4 +1,5 @@
-"""GET and POST /api/conversations/{id}/file: confined to the working directory, capped, streamed."""
+"""GET and POST /api/conversations/{id}/file: confined to the working directory, capped,
+streamed."""
 
 from __future__ import annotations
 
@@ -22,8 +23,9 @@ CAP = 256 * 1024
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     """This module's server has a small file cap, so 'too large' stays cheap to test."""
-    proc = ServerProcess(tmp_path_factory.mktemp("server") / "state",
-                         env={"AGENT_SERVER_MAX_FILE_BYTES": str(CAP)}).start()
+    proc = ServerProcess(
+        tmp_path_factory.mktemp("server") / "state", env={"AGENT_SERVER_MAX_FILE_BYTES": str(CAP)}
+    ).start()
     yield proc
     proc.stop()
 
@@ -41,8 +43,9 @@ def url(client: httpx.Client, llm: ScriptedLLM, key: str, ws: Path) -> str:
     return f"/api/conversations/{conv['id']}/file"
 
 
-def test_text_binary_and_nested_files_with_content_types(client: httpx.Client, url: str,
-                                                         ws: Path) -> None:
+def test_text_binary_and_nested_files_with_content_types(
+    client: httpx.Client, url: str, ws: Path
+) -> None:
     (ws / "notes.txt").write_text("hello\n")
     blob = bytes(range(256)) * 400
     (ws / "img.png").write_bytes(blob)
@@ -68,14 +71,27 @@ def test_paths_leaving_the_workspace_are_refused(client: httpx.Client, url: str,
     (ws / "link.txt").symlink_to(outside)
     (ws / "linkdir").symlink_to(ws.parent)
     (ws / "sub" / "up").symlink_to("../..")
-    attempts = ["../outside.txt", "sub/../../outside.txt", str(outside), "/etc/passwd",
-                "link.txt", "linkdir/outside.txt", "sub/up/outside.txt", "..", "/"]
+    attempts = [
+        "../outside.txt",
+        "sub/../../outside.txt",
+        str(outside),
+        "/etc/passwd",
+        "link.txt",
+        "linkdir/outside.txt",
+        "sub/up/outside.txt",
+        "..",
+        "/",
+    ]
     for path in attempts:
         r = client.get(url, params={"path": path})
         assert r.status_code == 403, (path, r.text)
         assert "outside the working directory" in r.json()["detail"]
     # URL-encoded dots are decoded once, then refused like the plain ones.
-    for raw in ("%2e%2e%2foutside.txt", "%2E%2E/outside.txt", "sub%2F%2e%2e%2F%2e%2e%2Foutside.txt"):
+    for raw in (
+        "%2e%2e%2foutside.txt",
+        "%2E%2E/outside.txt",
+        "sub%2F%2e%2e%2F%2e%2e%2Foutside.txt",
+    ):
         r = client.get(f"{url}?path={raw}")
         assert r.status_code == 403, (raw, r.text)
     # Encoded twice, it is a literal name inside the workspace: not there.
@@ -98,8 +114,12 @@ def test_missing_directory_and_bad_requests(client: httpx.Client, url: str, ws: 
     assert client.get(url, params={"path": "."}).status_code == 400
     r = client.get(url)
     assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["query", "path"]
-    assert client.get("/api/conversations/00000000-0000-0000-0000-000000000000/file",
-                      params={"path": "x"}).status_code == 404
+    assert (
+        client.get(
+            "/api/conversations/00000000-0000-0000-0000-000000000000/file", params={"path": "x"}
+        ).status_code
+        == 404
+    )
     assert client.get("/api/conversations/not-a-uuid/file", params={"path": "x"}).status_code == 422
     r = httpx.get(client.base_url.join(url), params={"path": "dir"})
     assert r.status_code == 401
@@ -117,8 +137,11 @@ def test_size_cap_on_read_and_upload(client: httpx.Client, url: str, ws: Path) -
     assert r.status_code == 413
     r = client.post(url, params={"path": "up.bin"}, content=_chunks(b"u" * (CAP + 1)))  # no length
     assert r.status_code == 413
-    r = client.post(url, params={"path": "up.bin"},
-                    files={"file": ("up.bin", b"u" * (CAP + 1), "application/octet-stream")})
+    r = client.post(
+        url,
+        params={"path": "up.bin"},
+        files={"file": ("up.bin", b"u" * (CAP + 1), "application/octet-stream")},
+    )
     assert r.status_code == 413
     assert sorted(os.listdir(ws)) == ["big.bin", "exact.bin"]  # nothing left behind
 
@@ -130,9 +153,12 @@ def test_upload_then_download_round_trip(client: httpx.Client, url: str, ws: Pat
     assert r.json() == {"path": "new/deeper/blob.bin", "size": len(blob)}
     assert client.get(url, params={"path": "new/deeper/blob.bin"}).content == blob
 
-    r = client.post(url, params={"path": str(ws / "form.txt")},
-                    files={"file": ("ignored-name.txt", b"from a form\n", "text/plain")},
-                    data={"note": "extra fields are ignored"})
+    r = client.post(
+        url,
+        params={"path": str(ws / "form.txt")},
+        files={"file": ("ignored-name.txt", b"from a form\n", "text/plain")},
+        data={"note": "extra fields are ignored"},
+    )
     assert r.status_code == 200 and r.json()["path"] == "form.txt"
     assert (ws / "form.txt").read_bytes() == b"from a form\n"
 
@@ -152,4 +178,4 @@ def test_upload_then_download_round_trip(client: httpx.Client, url: str, ws: Pat
 
 def _chunks(data: bytes) -> Iterator[bytes]:
     for i in range(0, len(data), 65536):
-        yield data[i:i + 65536]
+        yield data[i : i + 65536]

@@ -109,11 +109,9 @@ class Answer:
 class Models(Protocol):
     """The conversation's LLM and the saved profiles it may use."""
 
-    def profiles(self) -> list[ProfileInfo]:
-        ...
+    def profiles(self) -> list[ProfileInfo]: ...
 
-    async def supports_vision(self, profile_name: str) -> bool:
-        ...
+    async def supports_vision(self, profile_name: str) -> bool: ...
 
     async def switch(self, profile_name: str, reason: str) -> ProfileInfo:
         """Use the profile from the next LLM request on (recorded as an event); raises

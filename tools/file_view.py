@@ -74,8 +74,7 @@ def view_text(text: str, view_range: list[int] | None) -> str:
         return "(the file is empty)"
     if start > len(lines):
         raise Refusal(
-            f"view_range start {start} is beyond the end of the file, which has {len(lines)} "
-            "lines."
+            f"view_range start {start} is beyond the end of the file, which has {len(lines)} lines."
         )
     note = ""
     if end > len(lines):

@@ -88,8 +88,14 @@ def _check_inside(root: Path, fd: int, path: Path) -> None:
 # -- reading ---------------------------------------------------------------------------------
 
 
-def read_bytes(path: Path, *, root: Path | None = None, limit: int = MAX_FILE_BYTES,
-               tool: str = "file_editor", missing_hint: str = "") -> bytes:
+def read_bytes(
+    path: Path,
+    *,
+    root: Path | None = None,
+    limit: int = MAX_FILE_BYTES,
+    tool: str = "file_editor",
+    missing_hint: str = "",
+) -> bytes:
     """A regular file's bytes, refusing directories, devices and files over `limit`.
 
     With `root`, the file is opened without following a final link and the descriptor is
@@ -134,8 +140,9 @@ def decode(data: bytes, path: Path, tool: str = "file_editor") -> str:
         ) from None
 
 
-def read_text(path: Path, *, root: Path | None = None, tool: str = "file_editor",
-              missing_hint: str = "") -> str:
+def read_text(
+    path: Path, *, root: Path | None = None, tool: str = "file_editor", missing_hint: str = ""
+) -> str:
     """A text file to edit, whole (up to MAX_FILE_BYTES)."""
     return decode(read_bytes(path, root=root, tool=tool, missing_hint=missing_hint), path, tool)
 
@@ -243,8 +250,11 @@ def from_lf(text: str, crlf: bool) -> str:
     return text.replace("\n", "\r\n") if crlf else text
 
 
-def clip(text: str, how: str = "Use view_range to see a specific part, or grep in the "
-         "terminal to find lines.", limit: int = MAX_OUTPUT_CHARS) -> str:
+def clip(
+    text: str,
+    how: str = "Use view_range to see a specific part, or grep in the terminal to find lines.",
+    limit: int = MAX_OUTPUT_CHARS,
+) -> str:
     """Cap what the model reads, at a line boundary, saying how to see the rest."""
     if len(text) <= limit:
         return text

@@ -35,9 +35,18 @@ class MCPTool(Tool):
     action_type = MCPToolAction
     observation_type = MCPToolObservation
 
-    def __init__(self, ctx: ToolContext, *, name: str, description: str,
-                 schema: Mapping[str, Any], call: Call, server: str, remote_name: str,
-                 read_only: bool = False) -> None:
+    def __init__(
+        self,
+        ctx: ToolContext,
+        *,
+        name: str,
+        description: str,
+        schema: Mapping[str, Any],
+        call: Call,
+        server: str,
+        remote_name: str,
+        read_only: bool = False,
+    ) -> None:
         super().__init__(ctx)
         # Per instance: these are class-level for the built-in tools.
         self.name = name  # type: ignore[misc]
@@ -64,8 +73,10 @@ class MCPTool(Tool):
                 "description": "Your assessment of the risk of this action.",
             }
         if "summary" in self._meta:
-            props["summary"] = {"type": "string",
-                                "description": "About ten words saying what this action does."}
+            props["summary"] = {
+                "type": "string",
+                "description": "About ten words saying what this action does.",
+            }
         out["properties"] = props
         return out
 
@@ -77,8 +88,9 @@ class MCPTool(Tool):
             action_type=MCPToolAction.__name__,
             observation_type=MCPToolObservation.__name__,
             parameters=self.parameters(),
-            annotations=ToolAnnotations(title=self.name, readOnlyHint=self.read_only,
-                                        destructiveHint=not self.read_only),
+            annotations=ToolAnnotations(
+                title=self.name, readOnlyHint=self.read_only, destructiveHint=not self.read_only
+            ),
             meta={"mcp_server": self.server, "mcp_tool": self.remote_name},
         )
 
@@ -90,7 +102,8 @@ class MCPTool(Tool):
 def observation(tool_name: str, result: Any) -> MCPToolObservation:
     """An MCP CallToolResult as the model reads it: a header line, then its content."""
     content: list[TextContent | ImageContent] = [
-        TextContent(text=f"[Tool '{tool_name}' executed.]")]
+        TextContent(text=f"[Tool '{tool_name}' executed.]")
+    ]
     budget = MAX_TEXT
     for item in getattr(result, "content", None) or []:
         kind = getattr(item, "type", None)
@@ -115,14 +128,18 @@ def observation(tool_name: str, result: Any) -> MCPToolObservation:
     structured = getattr(result, "structured_content", None)
     if len(content) == 1 and structured is not None:
         content.append(TextContent(text=json.dumps(structured, ensure_ascii=False)[:MAX_TEXT]))
-    return MCPToolObservation(tool_name=tool_name, content=content,
-                              is_error=bool(getattr(result, "is_error", False)))
+    return MCPToolObservation(
+        tool_name=tool_name, content=content, is_error=bool(getattr(result, "is_error", False))
+    )
 
 
 def failure(tool_name: str, message: str) -> MCPToolObservation:
     """The observation of a call that could not be made or finished (the server is down)."""
-    return MCPToolObservation(tool_name=tool_name, is_error=True,
-                              content=[TextContent(text=f"[Tool '{tool_name}' failed.] {message}")])
+    return MCPToolObservation(
+        tool_name=tool_name,
+        is_error=True,
+        content=[TextContent(text=f"[Tool '{tool_name}' failed.] {message}")],
+    )
 
 
 __all__ = ["MCPTool", "MCPToolAction", "MCPToolObservation", "failure", "observation"]

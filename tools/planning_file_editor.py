@@ -68,8 +68,10 @@ class PlanningFileEditorTool(FileEditorTool):
     def _plan(self) -> Path:
         named = os.path.join(self.ctx.working_dir, self.plan_path)
         if os.path.islink(named):  # else the one writable file could be any file it points to
-            raise Refusal(f"The plan file {named} is a symbolic link; planning_file_editor "
-                          "only writes a regular plan file.")
+            raise Refusal(
+                f"The plan file {named} is a symbolic link; planning_file_editor "
+                "only writes a regular plan file."
+            )
         return files.confined(self.ctx.working_dir, self.plan_path)
 
     def _absolute(self, raw: str) -> Path:

@@ -26,8 +26,13 @@ class InvokeSkillTool(Tool):
     acts = False
     read_only = True
 
-    def __init__(self, ctx: ToolContext, params: Mapping[str, Any] | None = None, *,
-                 bodies: Mapping[str, str]) -> None:
+    def __init__(
+        self,
+        ctx: ToolContext,
+        params: Mapping[str, Any] | None = None,
+        *,
+        bodies: Mapping[str, str],
+    ) -> None:
         super().__init__(ctx, params)
         self.bodies = bodies
 
@@ -37,13 +42,14 @@ class InvokeSkillTool(Tool):
             lowered = {k.lower(): k for k in self.bodies}
             found = lowered.get(action.name.strip().lower())
             if found is None:
-                raise ToolError(f"No skill named {action.name!r}. Skills: "
-                                f"{', '.join(sorted(self.bodies)) or '(none)'}.")
+                raise ToolError(
+                    f"No skill named {action.name!r}. Skills: "
+                    f"{', '.join(sorted(self.bodies)) or '(none)'}."
+                )
             action_name, body = found, self.bodies[found]
         else:
             action_name = action.name
-        return InvokeSkillObservation(skill_name=action_name,
-                                      content=[TextContent(text=body)])
+        return InvokeSkillObservation(skill_name=action_name, content=[TextContent(text=body)])
 
 
 __all__ = ["InvokeSkillTool"]

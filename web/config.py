@@ -50,8 +50,9 @@ class Setting:
 
 
 def _nested(annotation: Any) -> type[BaseModel] | None:
-    return annotation if isinstance(annotation, type) and issubclass(annotation, BaseModel) \
-        else None
+    return (
+        annotation if isinstance(annotation, type) and issubclass(annotation, BaseModel) else None
+    )
 
 
 def settings(model: type[BaseModel], prefix: str) -> Iterator[Setting]:
@@ -75,8 +76,13 @@ def variables(model: type[BaseModel], prefix: str) -> dict[str, str]:
     return {".".join(s.path): s.variable for s in settings(model, prefix)}
 
 
-def from_env(model: type[M], prefix: str, environ: Mapping[str, str] | None = None,
-             flags: Mapping[str, Any] | None = None, **values: Any) -> M:
+def from_env(
+    model: type[M],
+    prefix: str,
+    environ: Mapping[str, str] | None = None,
+    flags: Mapping[str, Any] | None = None,
+    **values: Any,
+) -> M:
     """The model from variables, then flags given (not None) on top, then `values` (what the
     service computed itself). Empty variables count as unset. Raises pydantic's
     ValidationError, naming the field."""
@@ -108,8 +114,12 @@ def _scalar(annotation: Any) -> Any:
     return None
 
 
-def add_flags(parser: argparse.ArgumentParser | argparse._ArgumentGroup,
-              model: type[BaseModel], prefix: str, skip: tuple[str, ...] = ()) -> None:
+def add_flags(
+    parser: argparse.ArgumentParser | argparse._ArgumentGroup,
+    model: type[BaseModel],
+    prefix: str,
+    skip: tuple[str, ...] = (),
+) -> None:
     """A flag per field (`--name`, its docstring as help, the variable named)."""
     for setting in settings(model, prefix):
         kind = _scalar(setting.field.annotation)
@@ -118,14 +128,29 @@ def add_flags(parser: argparse.ArgumentParser | argparse._ArgumentGroup,
         help_ = f"{(setting.field.description or '').strip()} ({setting.variable})"
         help_ = help_.replace("%", "%%")
         if kind is bool:
-            parser.add_argument(setting.flag, dest=setting.dest, default=None, help=help_,
-                                action=argparse.BooleanOptionalAction)
+            parser.add_argument(
+                setting.flag,
+                dest=setting.dest,
+                default=None,
+                help=help_,
+                action=argparse.BooleanOptionalAction,
+            )
         elif typing.get_origin(kind) is Literal:
-            parser.add_argument(setting.flag, dest=setting.dest, default=None, help=help_,
-                                choices=[str(c) for c in typing.get_args(kind)])
+            parser.add_argument(
+                setting.flag,
+                dest=setting.dest,
+                default=None,
+                help=help_,
+                choices=[str(c) for c in typing.get_args(kind)],
+            )
         else:
-            parser.add_argument(setting.flag, dest=setting.dest, default=None, help=help_,
-                                type=kind if kind in (int, float) else str)
+            parser.add_argument(
+                setting.flag,
+                dest=setting.dest,
+                default=None,
+                help=help_,
+                type=kind if kind in (int, float) else str,
+            )
 
 
 def flags(args: argparse.Namespace, model: type[BaseModel], prefix: str) -> dict[str, Any]:

@@ -145,8 +145,9 @@ class InvalidTransition(Conflict):
 
     subject = "the status"
 
-    def __init__(self, current: str, wanted: str, allowed: Sequence[str], *,
-                 refusal: str | None = None) -> None:
+    def __init__(
+        self, current: str, wanted: str, allowed: Sequence[str], *, refusal: str | None = None
+    ) -> None:
         expected = ", ".join(allowed) or "none"
         said = refusal or f"{self.subject} cannot go from {current} to {wanted}"
         super().__init__(f"{said} (from {current} it may go to: {expected})")
@@ -201,9 +202,12 @@ def plain(value: Any) -> Any:
         return str(value)
 
 
-def from_pydantic(exc: ValidationError, *prefix: str | int,
-                  untag: Callable[[Loc], list[str | int]] | None = None,
-                  secret: Collection[str] = SECRET_FIELDS) -> InvalidInput:
+def from_pydantic(
+    exc: ValidationError,
+    *prefix: str | int,
+    untag: Callable[[Loc], list[str | int]] | None = None,
+    secret: Collection[str] = SECRET_FIELDS,
+) -> InvalidInput:
     """pydantic errors -> InvalidInput, under `prefix` (e.g. "body").
 
     `untag` drops what pydantic adds to a loc for a union's chosen variant, so a client reads
@@ -261,15 +265,17 @@ async def on_error(conn: HTTPConnection, exc: Exception) -> Response | None:
     """A ServiceError as its response, or as its close code on a websocket."""
     assert isinstance(exc, ServiceError)
     if exc.status_code >= 500:
-        logger.warning("%s on %s: %s", type(exc).__name__, escape(conn.url.path),
-                       escape(exc.detail))
+        logger.warning(
+            "%s on %s: %s", type(exc).__name__, escape(conn.url.path), escape(exc.detail)
+        )
     if isinstance(conn, WebSocket):
         await close(conn, exc.ws_close_code, exc.detail)
         return None
     if isinstance(exc, InvalidInput):
         return AsciiJSONResponse({"detail": exc.errors}, status_code=422)
-    return AsciiJSONResponse({"detail": exc.detail}, status_code=exc.status_code,
-                             headers=exc.headers)
+    return AsciiJSONResponse(
+        {"detail": exc.detail}, status_code=exc.status_code, headers=exc.headers
+    )
 
 
 async def on_http(conn: HTTPConnection, exc: Exception) -> Response | None:

@@ -85,16 +85,22 @@ def parse_json(raw: bytes | str, where: str = "body") -> Any:
     except RecursionError:
         raise invalid([where], too_deep, "json_invalid", {}) from None
     except (ValueError, UnicodeDecodeError) as exc:  # JSONDecodeError is a ValueError
-        raise invalid([where, getattr(exc, "pos", 0)], f"JSON decode error: {exc}",
-                      "json_invalid", {}) from None
+        raise invalid(
+            [where, getattr(exc, "pos", 0)], f"JSON decode error: {exc}", "json_invalid", {}
+        ) from None
     if isinstance(data, (dict, list)) and _too_deep(data):
         raise invalid([where], too_deep, "json_invalid", {})
     return data
 
 
-def validate(model: type[M], data: Any, where: str, *,
-             untag: Callable[[Loc], list[str | int]] | None = None,
-             secret: frozenset[str] = SECRET_FIELDS) -> M:
+def validate(
+    model: type[M],
+    data: Any,
+    where: str,
+    *,
+    untag: Callable[[Loc], list[str | int]] | None = None,
+    secret: frozenset[str] = SECRET_FIELDS,
+) -> M:
     """Parsed JSON as `model`, strictly as the document declares it: strings stand for ids,
     times and enums (JSON mode), but `0` is no boolean and `"5"` no integer."""
     try:
@@ -103,10 +109,15 @@ def validate(model: type[M], data: Any, where: str, *,
         raise from_pydantic(exc, where, untag=untag, secret=secret) from None
 
 
-async def read_body(request: Request, model: type[M], *, limit: int,
-                    empty: dict[str, Any] | None = None,
-                    untag: Callable[[Loc], list[str | int]] | None = None,
-                    secret: frozenset[str] = SECRET_FIELDS) -> M:
+async def read_body(
+    request: Request,
+    model: type[M],
+    *,
+    limit: int,
+    empty: dict[str, Any] | None = None,
+    untag: Callable[[Loc], list[str | int]] | None = None,
+    secret: frozenset[str] = SECRET_FIELDS,
+) -> M:
     """The JSON body as `model`. No body at all is `empty` when given (every field left out),
     a 422 otherwise."""
     raw = await read_bounded(request, limit)
@@ -154,8 +165,7 @@ def path_uuid(request: HTTPConnection, name: str) -> UUID:
     try:
         return UUID(raw)
     except ValueError:
-        raise invalid(["path", name], "Input should be a valid UUID", "uuid_parsing",
-                      raw) from None
+        raise invalid(["path", name], "Input should be a valid UUID", "uuid_parsing", raw) from None
 
 
 def services(conn: HTTPConnection, cls: type[T]) -> T:
@@ -176,14 +186,22 @@ def located(*prefix: str | int) -> Iterator[None]:
         raise exc.at(*prefix) from None
 
 
-def reply(value: BaseModel | dict[str, Any] | list[Any] | int, status: int = 200,
-          headers: dict[str, str] | None = None) -> Response:
+def reply(
+    value: BaseModel | dict[str, Any] | list[Any] | int,
+    status: int = 200,
+    headers: dict[str, str] | None = None,
+) -> Response:
     """A model (or a list of them, or plain JSON) as the JSON body."""
     if isinstance(value, BaseModel):
         body = value.model_dump_json()
     elif isinstance(value, list):
-        body = "[" + ",".join(v.model_dump_json() if isinstance(v, BaseModel) else _dumps(v)
-                              for v in value) + "]"
+        body = (
+            "["
+            + ",".join(
+                v.model_dump_json() if isinstance(v, BaseModel) else _dumps(v) for v in value
+            )
+            + "]"
+        )
     else:
         body = _dumps(value)
     return Response(body, status_code=status, media_type="application/json", headers=headers)

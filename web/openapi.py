@@ -23,10 +23,18 @@ REF = "#/components/schemas/{model}"
 Mode = Literal["validation", "serialization"]
 Key = tuple[int, Mode]
 
-ERRORS = {400: "A path or file the request cannot use", 401: "Missing or unknown credential",
-          403: "Not allowed", 404: "Not found", 409: "Does not fit the current state",
-          410: "Gone", 413: "Too large", 429: "A limit was reached", 502: "A peer failed",
-          503: "Not available now; try again"}
+ERRORS = {
+    400: "A path or file the request cannot use",
+    401: "Missing or unknown credential",
+    403: "Not allowed",
+    404: "Not found",
+    409: "Does not fit the current state",
+    410: "Gone",
+    413: "Too large",
+    429: "A limit was reached",
+    502: "A peer failed",
+    503: "Not available now; try again",
+}
 
 
 class Schemas:
@@ -49,19 +57,28 @@ class Schemas:
     def generate(self) -> None:
         made, defs = TypeAdapter.json_schemas(self._inputs, ref_template=REF)
         self._made = {key: _names_checked(schema) for key, schema in made.items()}
-        self.components = {name: _names_checked(schema)
-                           for name, schema in defs.get("$defs", {}).items()}
+        self.components = {
+            name: _names_checked(schema) for name, schema in defs.get("$defs", {}).items()
+        }
 
     def get(self, key: Key) -> dict[str, Any]:
         return self._made[key]
 
     def error(self, text: str) -> dict[str, Any]:
-        return {"description": text, "content": {"application/json": {
-            "schema": self.get(self.ask(ErrorDetail, "serialization"))}}}
+        return {
+            "description": text,
+            "content": {
+                "application/json": {"schema": self.get(self.ask(ErrorDetail, "serialization"))}
+            },
+        }
 
     def validation_error(self, mode: Mode = "serialization") -> dict[str, Any]:
-        return {"description": "Validation Error", "content": {"application/json": {
-            "schema": self.get(self.ask(HTTPValidationError, mode))}}}
+        return {
+            "description": "Validation Error",
+            "content": {
+                "application/json": {"schema": self.get(self.ask(HTTPValidationError, mode))}
+            },
+        }
 
 
 def _names_checked(node: Any) -> Any:
@@ -138,21 +155,32 @@ class _Operation:
             "responses": {},
         }
         names = re.findall(r"{(\w+)", route.path)
-        params = [{"name": name, "in": "path", "required": True,
-                   "schema": self.service.path_parameters.get(name, {"type": "string"})}
-                  for name in names]
+        params = [
+            {
+                "name": name,
+                "in": "path",
+                "required": True,
+                "schema": self.service.path_parameters.get(name, {"type": "string"}),
+            }
+            for name in names
+        ]
         if self.query is not None:
             params += _parameters(schemas.get(self.query), schemas.components)
         if params:
             op["parameters"] = params
         if self.body is not None:
-            op["requestBody"] = {"required": True, "content": {"application/json": {
-                "schema": schemas.get(self.body)}}}
+            op["requestBody"] = {
+                "required": True,
+                "content": {"application/json": {"schema": schemas.get(self.body)}},
+            }
         content: dict[str, Any] = {}
         if self.response is not None:
             content["application/json"] = {"schema": schemas.get(self.response)}
-        content.update({media: {"schema": schema} for media, schema in meta["media"].items()}
-                       if meta.get("media") else {})
+        content.update(
+            {media: {"schema": schema} for media, schema in meta["media"].items()}
+            if meta.get("media")
+            else {}
+        )
         ok: dict[str, Any] = {"description": "OK"}
         if content:
             ok["content"] = content
@@ -181,39 +209,62 @@ def _parameters(schema: dict[str, Any], components: dict[str, Any]) -> list[dict
         schema = components[schema["$ref"].split("/")[-1]]
     props = schema.get("properties", {})
     required = set(schema.get("required", []))
-    return [{"name": name, "in": "query", "required": name in required, "schema": prop}
-            for name, prop in props.items()]
+    return [
+        {"name": name, "in": "query", "required": name in required, "schema": prop}
+        for name, prop in props.items()
+    ]
 
 
 def _webhook(hook: Webhook, body: Key, response: Key, schemas: Schemas) -> dict[str, Any]:
     responses: dict[str, Any] = {
-        "200": {"description": "Accepted",
-                "content": {"application/json": {"schema": schemas.get(response)}}},
+        "200": {
+            "description": "Accepted",
+            "content": {"application/json": {"schema": schemas.get(response)}},
+        },
         "422": schemas.validation_error("validation"),
     }
     for code, text in sorted(hook.errors.items()):
         responses[str(code)] = schemas.error(text)
-    return {"post": {
-        "summary": hook.summary,
-        "operationId": hook.operation_id,
-        "parameters": [{"name": hook.path_parameter, "in": "path", "required": True,
-                        "schema": {"type": "string", "format": "uuid"}}],
-        "requestBody": {"required": True, "content": {"application/json": {
-            "schema": schemas.get(body)}}},
-        "responses": responses,
-        "security": [{hook.security: []}],
-    }}
+    return {
+        "post": {
+            "summary": hook.summary,
+            "operationId": hook.operation_id,
+            "parameters": [
+                {
+                    "name": hook.path_parameter,
+                    "in": "path",
+                    "required": True,
+                    "schema": {"type": "string", "format": "uuid"},
+                }
+            ],
+            "requestBody": {
+                "required": True,
+                "content": {"application/json": {"schema": schemas.get(body)}},
+            },
+            "responses": responses,
+            "security": [{hook.security: []}],
+        }
+    }
 
 
 def build(routes: list[BaseRoute], service: Service) -> dict[str, Any]:
     """The document of `service` serving `routes` (its websockets and mounts left out)."""
     schemas = Schemas()
-    operations = [_Operation(route, method.lower(), service, schemas)
-                  for route in routes if isinstance(route, Route) and service.include(route)
-                  for method in sorted(route.methods or ()) if method != "HEAD"]
-    hooks = {name: (hook, schemas.ask(hook.body, "serialization"),
-                    schemas.ask(hook.response, "validation"))
-             for name, hook in service.webhooks.items()}
+    operations = [
+        _Operation(route, method.lower(), service, schemas)
+        for route in routes
+        if isinstance(route, Route) and service.include(route)
+        for method in sorted(route.methods or ())
+        if method != "HEAD"
+    ]
+    hooks = {
+        name: (
+            hook,
+            schemas.ask(hook.body, "serialization"),
+            schemas.ask(hook.response, "validation"),
+        )
+        for name, hook in service.webhooks.items()
+    }
     schemas.ask(ErrorDetail, "serialization")
     schemas.ask(HTTPValidationError, "validation")
     schemas.generate()
@@ -227,8 +278,12 @@ def build(routes: list[BaseRoute], service: Service) -> dict[str, Any]:
         info["description"] = service.description
     document: dict[str, Any] = {"openapi": "3.1.0", "info": info, "paths": paths}
     if hooks:
-        document["webhooks"] = {name: _webhook(hook, body, response, schemas)
-                                for name, (hook, body, response) in hooks.items()}
-    document["components"] = {"schemas": schemas.components,
-                              "securitySchemes": service.security_schemes}
+        document["webhooks"] = {
+            name: _webhook(hook, body, response, schemas)
+            for name, (hook, body, response) in hooks.items()
+        }
+    document["components"] = {
+        "schemas": schemas.components,
+        "securitySchemes": service.security_schemes,
+    }
     return document

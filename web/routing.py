@@ -40,10 +40,14 @@ def literal_first(routes: list[R]) -> list[R]:
     for route in routes:
         if not isinstance(route, Route) or not route.param_convertors:
             continue
-        route.shadows = tuple(dict.fromkeys(
-            other.path_regex for other in plain
-            if len(other.param_convertors) < len(route.param_convertors)
-            and route.path_regex.match(re.sub(r"\{[^}]+\}", "x", other.path_format))))
+        route.shadows = tuple(
+            dict.fromkeys(
+                other.path_regex
+                for other in plain
+                if len(other.param_convertors) < len(route.param_convertors)
+                and route.path_regex.match(re.sub(r"\{[^}]+\}", "x", other.path_format))
+            )
+        )
     return routes
 
 

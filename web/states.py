@@ -23,9 +23,13 @@ class Moves(Generic[S]):
     """`table`: status -> the statuses it may move to (every status a key; staying put is no
     move). `listed` orders the statuses a refusal names (the enum's order by default)."""
 
-    def __init__(self, table: Mapping[S, frozenset[S]], *,
-                 listed: Callable[[Iterable[S]], list[S]] | None = None,
-                 error: type[InvalidTransition] = InvalidTransition) -> None:
+    def __init__(
+        self,
+        table: Mapping[S, frozenset[S]],
+        *,
+        listed: Callable[[Iterable[S]], list[S]] | None = None,
+        error: type[InvalidTransition] = InvalidTransition,
+    ) -> None:
         self.table = dict(table)
         self._order = list(self.table)
         self._listed = listed or (lambda statuses: [s for s in self._order if s in statuses])
@@ -57,5 +61,9 @@ class Moves(Generic[S]):
 
     def refused(self, current: S, wanted: S, refusal: str | None = None) -> InvalidTransition:
         """The error of a move the table does not list."""
-        return self._error(str(current.value), str(wanted.value),
-                           [str(s.value) for s in self.allowed(current)], refusal=refusal)
+        return self._error(
+            str(current.value),
+            str(wanted.value),
+            [str(s.value) for s in self.allowed(current)],
+            refusal=refusal,
+        )

@@ -5,6 +5,7 @@ agent through it only), `session` (AgentSession), `acp` (ACPSession), `loop` (on
 model -> ActionEvents -> tools -> observations), `model` (the Model seam over litellm, `llm`),
 `active_llm`, `view`, `condenser`, `hooks`, `toolbox` (the tools, from a ToolContext), `sink`
 (where events go, masked), `spec` (what the agent is told to be), `usage` (token usage and
-totals), and the small policies `confirmation`, `stuck`, `skills`, `prompt`, `mcp` (the servers) and `mcp_config`. The factory
-that picks a session by the agent's kind is the composition root's (`agent_server.services`).
+totals), and the small policies `confirmation`, `stuck`, `skills`, `prompt`, `mcp` (the servers) and
+`mcp_config`. The factory that picks a session by the agent's kind is the composition root's
+(`agent_server.services`).
 """

@@ -25,13 +25,19 @@ Who = Literal["agent", "user"]
 
 
 def profile_info(name: str, config: LLMConfig) -> ProfileInfo:
-    return ProfileInfo(name=name, model=config.model, base_url=config.base_url,
-                       vision=config.vision)
+    return ProfileInfo(
+        name=name, model=config.model, base_url=config.base_url, vision=config.vision
+    )
 
 
 class ActiveLLM:
-    def __init__(self, stored: LLMConfig, profile: str | None, profiles: Profiles,
-                 on_change: Callable[[], Awaitable[None]] | None = None) -> None:
+    def __init__(
+        self,
+        stored: LLMConfig,
+        profile: str | None,
+        profiles: Profiles,
+        on_change: Callable[[], Awaitable[None]] | None = None,
+    ) -> None:
         #: The LLM in force; while a profile is active, a copy of it as last seen (used
         #: should the profile be removed from the settings).
         self.stored = stored
@@ -58,13 +64,17 @@ class ActiveLLM:
     def saved(self) -> list[ProfileInfo]:
         return [profile_info(name, config) for name, config in sorted(self.profiles().items())]
 
-    async def switch_profile(self, name: str, reason: str, who: Who) -> ConversationStateUpdateEvent:
+    async def switch_profile(
+        self, name: str, reason: str, who: Who
+    ) -> ConversationStateUpdateEvent:
         """Use the saved profile from the next request on; raises ProfileNotFound."""
         config = self.profile_config(name)
         self.stored, self.profile = config, name
         return await self._changed(reason, who)
 
-    async def switch_llm(self, config: LLMConfig, reason: str, who: Who) -> ConversationStateUpdateEvent:
+    async def switch_llm(
+        self, config: LLMConfig, reason: str, who: Who
+    ) -> ConversationStateUpdateEvent:
         """Use this LLM (no profile) from the next request on."""
         self.stored, self.profile = config, None
         return await self._changed(reason, who)
@@ -72,9 +82,11 @@ class ActiveLLM:
     async def rotate_key(self, key: str) -> ConversationStateUpdateEvent:
         """A new key for the conversation's own LLM (a profile's key is rotated in settings)."""
         if self.profile is not None:
-            raise Conflict(f"The conversation uses the LLM profile {self.profile!r}: rotate its "
-                           "key in the settings (PATCH /api/settings llm_profiles), which "
-                           "reaches every conversation using it")
+            raise Conflict(
+                f"The conversation uses the LLM profile {self.profile!r}: rotate its "
+                "key in the settings (PATCH /api/settings llm_profiles), which "
+                "reaches every conversation using it"
+            )
         self.stored = self.stored.model_copy(update={"api_key": SecretStr(key)})
         return await self._changed("api key rotated", "user")
 
@@ -82,7 +94,13 @@ class ActiveLLM:
         if self._on_change is not None:
             await self._on_change()
         config = self.config
-        return ConversationStateUpdateEvent(key="llm", value={
-            "profile_name": self.profile, "model": config.model, "base_url": config.base_url,
-            "reason": reason[:2000], "source": who,
-        })
+        return ConversationStateUpdateEvent(
+            key="llm",
+            value={
+                "profile_name": self.profile,
+                "model": config.model,
+                "base_url": config.base_url,
+                "reason": reason[:2000],
+                "source": who,
+            },
+        )

@@ -48,7 +48,9 @@ their outcomes), what was learned, what failed, and what remains to do. Keep nam
 commands and numbers exact. Write plain text, at most about 400 words."""
 
 
-def estimate_tokens(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None) -> int:
+def estimate_tokens(
+    messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None
+) -> int:
     return (len(json.dumps(messages)) + len(json.dumps(tools or []))) // CHARS_PER_TOKEN
 
 
@@ -88,8 +90,9 @@ def fallback(spec: CondenserSpec | None) -> Rule:
 
 
 class Condenser:
-    def __init__(self, spec: CondenserSpec | None, llm: Callable[[], LLMConfig],
-                 model: Model) -> None:
+    def __init__(
+        self, spec: CondenserSpec | None, llm: Callable[[], LLMConfig], model: Model
+    ) -> None:
         """`llm` gives the conversation's LLM at the moment (a switch changes it)."""
         self.llm = llm
         self.rules = rules(spec)
@@ -152,13 +155,19 @@ class Condenser:
         middle = messages[head:tail]
         forgotten = [i for m in middle for i in view.sources(m) if i]
         summary, response_id = await self._summarize(middle)
-        await sink.append(Condensation(forgotten_event_ids=list(dict.fromkeys(forgotten)),
-                                       summary=summary, summary_offset=head,
-                                       llm_response_id=response_id))
+        await sink.append(
+            Condensation(
+                forgotten_event_ids=list(dict.fromkeys(forgotten)),
+                summary=summary,
+                summary_offset=head,
+                llm_response_id=response_id,
+            )
+        )
         return True
 
-    def _tail_start(self, messages: list[dict[str, Any]], limit: int | None,
-                    tools: list[dict[str, Any]]) -> int:
+    def _tail_start(
+        self, messages: list[dict[str, Any]], limit: int | None, tools: list[dict[str, Any]]
+    ) -> int:
         if limit is not None:
             budget = int(limit * TAIL_SHARE) - estimate_tokens([], tools)
             start, used = len(messages), 0
@@ -185,16 +194,23 @@ class Condenser:
         room = int((limit or 30_000) * SUMMARY_INPUT_SHARE) * CHARS_PER_TOKEN - len(PROMPT)
         text = render(middle)
         if len(text) > room:  # keep the start and the end of what is forgotten
-            text = text[: room // 2] + "\n[...]\n" + text[-(room // 2):]
+            text = text[: room // 2] + "\n[...]\n" + text[-(room // 2) :]
         try:
-            reply = await self.model.complete(self.llm_config, [
-                {"role": "system", "content": PROMPT},
-                {"role": "user", "content": text},
-            ], tools=[])
+            reply = await self.model.complete(
+                self.llm_config,
+                [
+                    {"role": "system", "content": PROMPT},
+                    {"role": "user", "content": text},
+                ],
+                tools=[],
+            )
             return reply.content.strip() or "(empty summary)", reply.response_id
         except LLMFailure as failure:
             # Forgetting without a summary beats failing the run on an overfull context.
-            return f"(The earlier part of this conversation could not be summarized: {failure.code}.)", "none"
+            return (
+                f"(The earlier part of this conversation could not be summarized: {failure.code}.)",
+                "none",
+            )
 
 
 def render(messages: list[dict[str, Any]]) -> str:
@@ -205,6 +221,8 @@ def render(messages: list[dict[str, Any]]) -> str:
             content = " ".join(b.get("text", "") for b in content if isinstance(b, dict))
         text = (content or "")[:MESSAGE_CHARS]
         for call in m.get("tool_calls") or []:
-            text += f"\n-> {call['function']['name']}({call['function']['arguments'][:MESSAGE_CHARS]})"
+            text += (
+                f"\n-> {call['function']['name']}({call['function']['arguments'][:MESSAGE_CHARS]})"
+            )
         lines.append(f"[{m['role']}] {text}")
     return "\n".join(lines)

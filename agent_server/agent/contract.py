@@ -99,8 +99,7 @@ class Session(Protocol):
         """Reject what waits for confirmation."""
         ...
 
-    async def close(self) -> None:
-        ...
+    async def close(self) -> None: ...
 
 
 @runtime_checkable
@@ -124,8 +123,7 @@ class SteeredSession(AnsweringSession, Protocol):
         """The message is stored; True when it is blocked (it starts no run)."""
         ...
 
-    async def skills(self) -> SkillList:
-        ...
+    async def skills(self) -> SkillList: ...
 
     async def follow_llm(self) -> None:
         """The active LLM changed."""
@@ -139,5 +137,6 @@ class SteeredSession(AnsweringSession, Protocol):
 #: Builds the session of one conversation (the composition root supplies the model and the
 #: tool services): the conversation's spec, its sink, its run control, its live secrets and
 #: the metrics object it saves.
-SessionFactory = Callable[[ConversationSpec, EventSink, RunControl, Mapping[str, str], Metrics],
-                          Session]
+SessionFactory = Callable[
+    [ConversationSpec, EventSink, RunControl, Mapping[str, str], Metrics], Session
+]

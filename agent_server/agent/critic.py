@@ -78,8 +78,15 @@ class CriticFailed(Exception):
 class Critic:
     """The critic of one conversation (a spec of None: no critic, nothing is judged)."""
 
-    def __init__(self, spec: CriticSpec | None, model: Model, conversation_id: str,
-                 working_dir: Path, secrets: Mapping[str, str], masker: Masker) -> None:
+    def __init__(
+        self,
+        spec: CriticSpec | None,
+        model: Model,
+        conversation_id: str,
+        working_dir: Path,
+        secrets: Mapping[str, str],
+        masker: Masker,
+    ) -> None:
         self.spec = spec
         self.model = model
         self.conversation_id = conversation_id
@@ -139,31 +146,48 @@ class Critic:
             self._warn(f"{type(exc).__name__}: {exc}")
             return None
         score, message, metadata = found
-        metadata = {**metadata, "event_ids": ids, "critic": spec.kind,
-                    "llm_response_id": event.llm_response_id}
+        metadata = {
+            **metadata,
+            "event_ids": ids,
+            "critic": spec.kind,
+            "llm_response_id": event.llm_response_id,
+        }
         return CriticResult(score=score, message=message, metadata=metadata)
 
     def _warn(self, why: str) -> None:
-        logger.warning("critic of conversation %s gave no result: %s", self.conversation_id,
-                       self.masker.text(why)[:500])
+        logger.warning(
+            "critic of conversation %s gave no result: %s",
+            self.conversation_id,
+            self.masker.text(why)[:500],
+        )
 
-    async def _ask_model(self, spec: ModelCritic, transcript: str,
-                         subject: dict[str, Any]) -> tuple[float, str | None, dict[str, Any]]:
-        request = (f"<CONVERSATION>\n{transcript}\n</CONVERSATION>\n\n"
-                   f"<LATEST_OUTPUT>\n{json.dumps(subject, ensure_ascii=False)}\n</LATEST_OUTPUT>")
+    async def _ask_model(
+        self, spec: ModelCritic, transcript: str, subject: dict[str, Any]
+    ) -> tuple[float, str | None, dict[str, Any]]:
+        request = (
+            f"<CONVERSATION>\n{transcript}\n</CONVERSATION>\n\n"
+            f"<LATEST_OUTPUT>\n{json.dumps(subject, ensure_ascii=False)}\n</LATEST_OUTPUT>"
+        )
         llm = spec.llm.model_copy(update={"stream": False})
         try:
-            reply = await self.model.complete(llm, [
-                {"role": "system", "content": PROMPT},
-                {"role": "user", "content": request},
-            ], tools=[])
+            reply = await self.model.complete(
+                llm,
+                [
+                    {"role": "system", "content": PROMPT},
+                    {"role": "user", "content": request},
+                ],
+                tools=[],
+            )
         except LLMFailure as failure:
             raise CriticFailed(f"{failure.code}: {failure.detail}") from None
         return parse_verdict(reply.content)
 
-    async def _local(self, spec: PassCritic | EmptyPatchCritic | AgentFinishedCritic,
-                     event: ActionEvent | MessageEvent, seen: Seen
-                     ) -> tuple[float, str | None, dict[str, Any]]:
+    async def _local(
+        self,
+        spec: PassCritic | EmptyPatchCritic | AgentFinishedCritic,
+        event: ActionEvent | MessageEvent,
+        seen: Seen,
+    ) -> tuple[float, str | None, dict[str, Any]]:
         """The SDK's local critics, with its messages; the patch is the workspace's changes."""
         if isinstance(spec, PassCritic):
             return 1.0, "PassCritic always succeeds", {}
@@ -178,17 +202,27 @@ class Critic:
             return 0.0, "Agent did not finish properly. No FinishAction found", {}
         return 1.0, "Agent completed with FinishAction and non-empty patch", {}
 
-    async def _run_command(self, spec: CommandCritic, messages: dict[str, Any],
-                           ids: list[str], subject: dict[str, Any]
-                           ) -> tuple[float, str | None, dict[str, Any]]:
+    async def _run_command(
+        self, spec: CommandCritic, messages: dict[str, Any], ids: list[str], subject: dict[str, Any]
+    ) -> tuple[float, str | None, dict[str, Any]]:
         # `subject` and `messages` are masked already; ids and the conversation's id are ours.
-        payload = {"conversation_id": self.conversation_id, "subject": subject,
-                   "event_ids": ids, **messages}
+        payload = {
+            "conversation_id": self.conversation_id,
+            "subject": subject,
+            "event_ids": ids,
+            **messages,
+        }
         stdin = json.dumps(payload, ensure_ascii=False).encode()
         env = child_env(self.secrets, {"AGENT_SERVER_CONVERSATION_ID": self.conversation_id})
         try:
-            done = await run_process(["/bin/sh", "-c", spec.command], self.working_dir, env,
-                                     spec.timeout, OUTPUT_LIMIT, stdin=stdin)
+            done = await run_process(
+                ["/bin/sh", "-c", spec.command],
+                self.working_dir,
+                env,
+                spec.timeout,
+                OUTPUT_LIMIT,
+                stdin=stdin,
+            )
         except OSError as exc:
             raise CriticFailed(f"could not start the command: {exc}") from None
         if done.timed_out:
@@ -214,8 +248,9 @@ class Seen:
     def transcript(self) -> str:
         """The conversation after the system prompt, rendered, masked and cut (a model's)."""
         if self._transcript is None:
-            self._transcript = _cut_middle(self.masker.text(render(self.history[1:])),
-                                           TRANSCRIPT_LIMIT)
+            self._transcript = _cut_middle(
+                self.masker.text(render(self.history[1:])), TRANSCRIPT_LIMIT
+            )
         return self._transcript
 
     def messages(self) -> dict[str, Any]:
@@ -244,9 +279,12 @@ def _subject(event: ActionEvent | MessageEvent) -> dict[str, Any]:
         arguments: Any = json.loads(event.tool_call.arguments)
     except ValueError:
         arguments = event.tool_call.arguments
-    return {"kind": "finish" if event.tool_name == "finish" else "action",
-            "tool_name": event.tool_name, "arguments": arguments,
-            "thought": text_of(event.thought)}
+    return {
+        "kind": "finish" if event.tool_name == "finish" else "action",
+        "tool_name": event.tool_name,
+        "arguments": arguments,
+        "thought": text_of(event.thought),
+    }
 
 
 def parse_verdict(text: str, strict: bool = False) -> tuple[float, str | None, dict[str, Any]]:

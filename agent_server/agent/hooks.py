@@ -41,16 +41,23 @@ def _text(output: Output) -> str:
     return text + (f"\n[... {dropped} more bytes cut]" if dropped else "")
 
 
-async def _run_one(command: str, timeout: float, payload: dict[str, Any], cwd: str,
-                   env: dict[str, str]) -> tuple[int, str, str, str | None]:
+async def _run_one(
+    command: str, timeout: float, payload: dict[str, Any], cwd: str, env: dict[str, str]
+) -> tuple[int, str, str, str | None]:
     """(exit code, stdout, stderr, error) of one hook command; never raises for its failures.
 
     It runs like a workspace command: whatever the hook started (a daemon too) is killed when
     it ends, times out or the caller is cancelled.
     """
     try:
-        done = await run_process(["/bin/sh", "-c", command], cwd, env, timeout, OUTPUT_LIMIT,
-                                 stdin=json.dumps(payload).encode())
+        done = await run_process(
+            ["/bin/sh", "-c", command],
+            cwd,
+            env,
+            timeout,
+            OUTPUT_LIMIT,
+            stdin=json.dumps(payload).encode(),
+        )
     except OSError as exc:
         return -1, "", "", f"could not start the hook: {exc}"
     if done.timed_out:
@@ -69,8 +76,14 @@ def _decision(stdout: str) -> dict[str, Any]:
 class Hooks:
     """The hooks of one conversation, run in its workspace; each run becomes an event."""
 
-    def __init__(self, config: HookConfig | None, conversation_id: str, working_dir: Path,
-                 secrets: Mapping[str, str], append: Callable[..., Awaitable[Any]]) -> None:
+    def __init__(
+        self,
+        config: HookConfig | None,
+        conversation_id: str,
+        working_dir: Path,
+        secrets: Mapping[str, str],
+        append: Callable[..., Awaitable[Any]],
+    ) -> None:
         self.config = config
         self.conversation_id = conversation_id
         self.working_dir = working_dir
@@ -78,9 +91,15 @@ class Hooks:
         self.secrets = secrets
         self.append = append
 
-    async def run(self, event_type: str, *, tool_name: str | None = None,
-                  action_id: str | None = None, message_id: str | None = None,
-                  details: dict[str, Any] | None = None) -> HookOutcome:
+    async def run(
+        self,
+        event_type: str,
+        *,
+        tool_name: str | None = None,
+        action_id: str | None = None,
+        message_id: str | None = None,
+        details: dict[str, Any] | None = None,
+    ) -> HookOutcome:
         """Run the hooks configured for this moment, in order; a block stops the rest."""
         outcome = HookOutcome()
         if self.config is None:
@@ -100,8 +119,9 @@ class Hooks:
         # The server's own credentials stay out: a hook's output lands in events.
         env = child_env(self.secrets, {"AGENT_SERVER_CONVERSATION_ID": self.conversation_id})
         for hook in hooks:
-            code, out, err, error = await _run_one(hook.command, hook.timeout, payload,
-                                                   str(self.working_dir), env)
+            code, out, err, error = await _run_one(
+                hook.command, hook.timeout, payload, str(self.working_dir), env
+            )
             answer = _decision(out) if code == 0 else {}
             denied = str(answer.get("decision", "")).lower() in ("deny", "block")
             blocked = code == 2 or denied
@@ -112,22 +132,24 @@ class Hooks:
             context = context if isinstance(context, str) and context else None
             if error is None and code not in (0, 2):
                 error = f"exited with {code}"
-            await self.append(HookExecutionEvent(
-                hook_event_type=event_type,  # type: ignore[arg-type]
-                hook_command=hook.command,
-                tool_name=tool_name,
-                success=code == 0 and error is None,
-                blocked=blocked,
-                exit_code=code,
-                stdout=out,
-                stderr=err,
-                reason=reason,
-                additional_context=context,
-                error=error,
-                action_id=action_id,
-                message_id=message_id,
-                hook_input=payload,
-            ))
+            await self.append(
+                HookExecutionEvent(
+                    hook_event_type=event_type,  # type: ignore[arg-type]
+                    hook_command=hook.command,
+                    tool_name=tool_name,
+                    success=code == 0 and error is None,
+                    blocked=blocked,
+                    exit_code=code,
+                    stdout=out,
+                    stderr=err,
+                    reason=reason,
+                    additional_context=context,
+                    error=error,
+                    action_id=action_id,
+                    message_id=message_id,
+                    hook_input=payload,
+                )
+            )
             if context:
                 outcome.additional_context = [*(outcome.additional_context or []), context]
             if blocked:

@@ -170,12 +170,27 @@ def _retry_after(exc: Exception) -> float | None:
 
 
 def _retryable(litellm: Any, exc: Exception) -> bool:
-    if isinstance(exc, (litellm.AuthenticationError, litellm.PermissionDeniedError,
-                        litellm.NotFoundError, litellm.ContextWindowExceededError)):
+    if isinstance(
+        exc,
+        (
+            litellm.AuthenticationError,
+            litellm.PermissionDeniedError,
+            litellm.NotFoundError,
+            litellm.ContextWindowExceededError,
+        ),
+    ):
         return False
-    if isinstance(exc, (litellm.RateLimitError, litellm.Timeout, litellm.APIConnectionError,
-                        litellm.InternalServerError, litellm.ServiceUnavailableError,
-                        litellm.BadGatewayError)):
+    if isinstance(
+        exc,
+        (
+            litellm.RateLimitError,
+            litellm.Timeout,
+            litellm.APIConnectionError,
+            litellm.InternalServerError,
+            litellm.ServiceUnavailableError,
+            litellm.BadGatewayError,
+        ),
+    ):
         return True
     if isinstance(exc, litellm.BadRequestError):
         return False
@@ -215,10 +230,11 @@ def _reach(config: LLMConfig, base_name: str) -> dict[str, Any]:
     return reach
 
 
-def _kwargs(config: LLMConfig, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> dict[str, Any]:
+def _kwargs(
+    config: LLMConfig, messages: list[dict[str, Any]], tools: list[dict[str, Any]]
+) -> dict[str, Any]:
     if any(responses.REASONING_ITEM in m for m in messages):  # from a Responses API model
-        messages = [{k: v for k, v in m.items() if k != responses.REASONING_ITEM}
-                    for m in messages]
+        messages = [{k: v for k, v in m.items() if k != responses.REASONING_ITEM} for m in messages]
     kwargs: dict[str, Any] = {
         "model": config.model,
         "messages": messages,
@@ -292,7 +308,9 @@ async def complete(
             if not _retryable(litellm, exc) or attempt > config.num_retries:
                 raise _failure(exc, secrets) from None
             wait = BACKOFF.wait(attempt, _retry_after(exc))
-            logger.info("LLM call failed (%s); retry %d in %.1fs", type(exc).__name__, attempt, wait)
+            logger.info(
+                "LLM call failed (%s); retry %d in %.1fs", type(exc).__name__, attempt, wait
+            )
             note_llm_retry(type(exc).__name__, wait)
             if (told := ON_RETRY.get()) is not None:
                 told(type(exc).__name__, wait)
@@ -331,7 +349,8 @@ def _usage(response: Any, model: str) -> TokenUsage:
         model=model,
         prompt_tokens=prompt,
         completion_tokens=completion,
-        cache_read_tokens=num(prompt_details, "cached_tokens") or num(usage, "cache_read_input_tokens"),
+        cache_read_tokens=num(prompt_details, "cached_tokens")
+        or num(usage, "cache_read_input_tokens"),
         cache_write_tokens=num(usage, "cache_creation_input_tokens"),
         reasoning_tokens=num(completion_details, "reasoning_tokens"),
         per_turn_token=prompt + completion,
@@ -344,11 +363,13 @@ def _completion(litellm: Any, config: LLMConfig, response: Any, latency: float) 
     message = choice.message
     calls = []
     for i, call in enumerate(getattr(message, "tool_calls", None) or []):
-        calls.append(ToolCall(
-            id=call.id or f"call_{response.id}_{i}",
-            name=call.function.name or "",
-            arguments=call.function.arguments or "{}",
-        ))
+        calls.append(
+            ToolCall(
+                id=call.id or f"call_{response.id}_{i}",
+                name=call.function.name or "",
+                arguments=call.function.arguments or "{}",
+            )
+        )
     try:
         cost = float(litellm.completion_cost(completion_response=response) or 0.0)
     except Exception:  # models missing from the price map cost nothing we can know
@@ -370,30 +391,40 @@ def _completion(litellm: Any, config: LLMConfig, response: Any, latency: float) 
     )
 
 
-def _from_responses(litellm: Any, config: LLMConfig, response: Any,
-                    latency: float) -> Completion:
+def _from_responses(litellm: Any, config: LLMConfig, response: Any, latency: float) -> Completion:
     text, calls = responses.parts(response)
     item = responses.reasoning_item(response)
     figures = responses.usage_figures(response)
     response_id = str(getattr(response, "id", "") or f"resp-{time.time_ns()}")
     try:
-        cost = float(litellm.completion_cost(completion_response=response,
-                                             call_type="aresponses") or 0.0)
+        cost = float(
+            litellm.completion_cost(completion_response=response, call_type="aresponses") or 0.0
+        )
     except Exception:  # models missing from the price map cost nothing we can know
         cost = 0.0
     return Completion(
         response_id=response_id,
         content=text,
-        tool_calls=[ToolCall(id=call_id or f"call_{response_id}_{i}", name=name,
-                             arguments=arguments, item_id=item_id)
-                    for i, (call_id, name, arguments, item_id) in enumerate(calls)],
+        tool_calls=[
+            ToolCall(
+                id=call_id or f"call_{response_id}_{i}",
+                name=name,
+                arguments=arguments,
+                item_id=item_id,
+            )
+            for i, (call_id, name, arguments, item_id) in enumerate(calls)
+        ],
         reasoning_content="\n\n".join(item["summary"]) if item and item["summary"] else None,
         thinking_blocks=[],
         usage=TokenUsage(
-            model=config.model, prompt_tokens=figures["prompt"],
-            completion_tokens=figures["completion"], cache_read_tokens=figures["cached"],
+            model=config.model,
+            prompt_tokens=figures["prompt"],
+            completion_tokens=figures["completion"],
+            cache_read_tokens=figures["cached"],
             reasoning_tokens=figures["reasoning"],
-            per_turn_token=figures["prompt"] + figures["completion"], response_id=response_id),
+            per_turn_token=figures["prompt"] + figures["completion"],
+            response_id=response_id,
+        ),
         cost=cost,
         latency=latency,
         raw=response,

@@ -44,9 +44,19 @@ LOG_DATA_LIMIT = 256 * 1024
 #: Token ids in each of a TokenEvent's arrays at most (a 256k-token context).
 MAX_TOKEN_IDS = 256 * 1024
 #: Request parameters shown in a log, besides messages and tools (never the key or client).
-PARAMETERS = ("model", "base_url", "temperature", "max_output_tokens", "reasoning_effort",
-              "timeout", "num_retries", "stream", "usage_id", "return_token_ids",
-              "litellm_extra_body")
+PARAMETERS = (
+    "model",
+    "base_url",
+    "temperature",
+    "max_output_tokens",
+    "reasoning_effort",
+    "timeout",
+    "num_retries",
+    "stream",
+    "usage_id",
+    "return_token_ids",
+    "litellm_extra_body",
+)
 
 
 class LoggedModel(WrappedModel):
@@ -57,8 +67,13 @@ class LoggedModel(WrappedModel):
         self.sink = sink
         self._key_maskers: dict[str, Masker] = {}
 
-    async def complete(self, config: LLMConfig, messages: list[dict[str, Any]],
-                       tools: list[dict[str, Any]], on_delta: OnDelta | None = None) -> Completion:
+    async def complete(
+        self,
+        config: LLMConfig,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]],
+        on_delta: OnDelta | None = None,
+    ) -> Completion:
         if not (config.log_completions or config.wants_token_ids):
             return await self.model.complete(config, messages, tools, on_delta)
         started = time.time()
@@ -80,9 +95,15 @@ class LoggedModel(WrappedModel):
             await self.sink.append(*events)
         return reply
 
-    def _log(self, config: LLMConfig, messages: list[dict[str, Any]], tools: list[dict[str, Any]],
-             started: float, reply: Completion | None = None,
-             error: dict[str, str] | None = None) -> LLMCompletionLogEvent:
+    def _log(
+        self,
+        config: LLMConfig,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]],
+        started: float,
+        reply: Completion | None = None,
+        error: dict[str, str] | None = None,
+    ) -> LLMCompletionLogEvent:
         data = self.sink.masker.data(log_record(config, messages, tools, started, reply, error))
         text = _dumps(data)
         if config.api_key is not None:
@@ -98,8 +119,10 @@ class LoggedModel(WrappedModel):
         suffix = "-error.json" if error is not None else ".json"
         return LLMCompletionLogEvent(
             filename=f"{config.model.replace('/', '__')}-{stamp}{suffix}",
-            log_data=fit(data, LOG_DATA_LIMIT, text), model_name=config.model,
-            usage_id=config.usage_id)
+            log_data=fit(data, LOG_DATA_LIMIT, text),
+            model_name=config.model,
+            usage_id=config.usage_id,
+        )
 
     def _key_masker(self, key: str) -> Masker:
         masker = self._key_maskers.get(key)
@@ -109,16 +132,25 @@ class LoggedModel(WrappedModel):
         return masker
 
 
-def log_record(config: LLMConfig, messages: list[dict[str, Any]], tools: list[dict[str, Any]],
-               started: float, reply: Completion | None,
-               error: dict[str, str] | None) -> dict[str, Any]:
+def log_record(
+    config: LLMConfig,
+    messages: list[dict[str, Any]],
+    tools: list[dict[str, Any]],
+    started: float,
+    reply: Completion | None,
+    error: dict[str, str] | None,
+) -> dict[str, Any]:
     """One call as the OpenHands SDK logs it: messages, tools and `kwargs` (the parameters),
     then `response` (the provider's answer as litellm gave it) or `error`, with cost, latency
     and a usage summary."""
     params = config.model_dump(mode="json", include=set(PARAMETERS))
-    data: dict[str, Any] = {"messages": _sealed(messages), "tools": tools,
-                            "kwargs": redact(params),
-                            "timestamp": time.time(), "latency_sec": time.time() - started}
+    data: dict[str, Any] = {
+        "messages": _sealed(messages),
+        "tools": tools,
+        "kwargs": redact(params),
+        "timestamp": time.time(),
+        "latency_sec": time.time() - started,
+    }
     if error is not None:
         data.update(error=error, cost=0.0)
         return data
@@ -138,8 +170,10 @@ def _sealed(value: Any) -> Any:
     """`value` with the Responses API's encrypted reasoning left out of the log (an opaque
     blob of the provider's, kept in the events to be sent back, never logged)."""
     if isinstance(value, dict):
-        return {k: "[encrypted]" if k == "encrypted_content" and v is not None else _sealed(v)
-                for k, v in value.items()}
+        return {
+            k: "[encrypted]" if k == "encrypted_content" and v is not None else _sealed(v)
+            for k, v in value.items()
+        }
     if isinstance(value, list):
         return [_sealed(v) for v in value]
     return value
@@ -157,8 +191,9 @@ def _response(reply: Completion) -> Any:
     return {
         "id": reply.response_id,
         "content": reply.content,
-        "tool_calls": [{"id": c.id, "name": c.name, "arguments": c.arguments}
-                       for c in reply.tool_calls],
+        "tool_calls": [
+            {"id": c.id, "name": c.name, "arguments": c.arguments} for c in reply.tool_calls
+        ],
         "reasoning_content": reply.reasoning_content,
         "usage": reply.usage.model_dump(mode="json"),
     }
@@ -170,14 +205,20 @@ def token_event(reply: Completion) -> TokenEvent | None:
     if prompt is None or response is None:
         return None
     if len(prompt) > MAX_TOKEN_IDS or len(response) > MAX_TOKEN_IDS:
-        logger.warning("token ids of response %s not recorded: %d prompt and %d response ids "
-                       "(at most %d each are kept)", reply.response_id, len(prompt),
-                       len(response), MAX_TOKEN_IDS)
+        logger.warning(
+            "token ids of response %s not recorded: %d prompt and %d response ids "
+            "(at most %d each are kept)",
+            reply.response_id,
+            len(prompt),
+            len(response),
+            MAX_TOKEN_IDS,
+        )
         return None
     return TokenEvent(source="agent", prompt_token_ids=prompt, response_token_ids=response)
 
 
 # -- bounding -----------------------------------------------------------------------------
+
 
 def _dumps(data: Any) -> str:
     return json.dumps(data, ensure_ascii=False, default=str, separators=(",", ":"))
@@ -264,11 +305,14 @@ def fit(data: dict[str, Any], limit: int, text: str | None = None) -> str:
         while start > 1 and room - sizes[start - 1] >= 0:
             start -= 1
             room -= sizes[start]
-        text = noted({**slim, "messages": [messages[0], *messages[start:]]},
-                     f"{how}; {start - 1} messages after the first left out")
+        text = noted(
+            {**slim, "messages": [messages[0], *messages[start:]]},
+            f"{how}; {start - 1} messages after the first left out",
+        )
         if len(text) <= limit:
             return text
     note["how"] = "only the summary fields kept"
-    summary = {k: data[k] for k in ("timestamp", "latency_sec", "cost", "usage_summary")
-               if k in data}
+    summary = {
+        k: data[k] for k in ("timestamp", "latency_sec", "cost", "usage_summary") if k in data
+    }
     return _dumps(_cut_strings({**summary, "truncated": note}, 128))

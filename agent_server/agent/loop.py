@@ -120,17 +120,22 @@ class Run:
                     raise RunEnded(ExecutionStatus.PAUSED)
                 with parts.telemetry.step():
                     await self.step()
-            raise RunEnded(ExecutionStatus.ERROR, "MaxIterationsReached",
-                           f"Stopped after {parts.max_iterations} iterations (max_iterations).")
+            raise RunEnded(
+                ExecutionStatus.ERROR,
+                "MaxIterationsReached",
+                f"Stopped after {parts.max_iterations} iterations (max_iterations).",
+            )
         except RunEnded as end:
             if end.code is not None:  # masked before it is cut, so no part of a secret stays
                 detail = parts.sink.masker.text(end.detail)[:2000]
-                await parts.sink.append(ConversationErrorEvent(source="environment", code=end.code,
-                                                               detail=detail))
+                await parts.sink.append(
+                    ConversationErrorEvent(source="environment", code=end.code, detail=detail)
+                )
             return end.status
         except asyncio.CancelledError:
-            await asyncio.shield(repair(self.view, parts.sink,
-                                        "Interrupted before this call finished."))
+            await asyncio.shield(
+                repair(self.view, parts.sink, "Interrupted before this call finished.")
+            )
             raise
 
     async def step(self) -> None:
@@ -160,10 +165,13 @@ class Run:
         if not reply.tool_calls:
             message = MessageEvent(
                 source="agent",
-                llm_message=Message(role="assistant", content=[TextContent(text=reply.content)],
-                                    reasoning_content=reply.reasoning_content,
-                                    thinking_blocks=thinking,
-                                    responses_reasoning_item=_reasoning_item(reply)),
+                llm_message=Message(
+                    role="assistant",
+                    content=[TextContent(text=reply.content)],
+                    reasoning_content=reply.reasoning_content,
+                    thinking_blocks=thinking,
+                    responses_reasoning_item=_reasoning_item(reply),
+                ),
                 llm_response_id=reply.response_id,
             )
             await parts.critic.score([message], self.view)
@@ -171,8 +179,10 @@ class Run:
             await self.finish()
             return
 
-        calls = [_action_event(toolbox, reply, call, i == 0, thinking)
-                 for i, call in enumerate(reply.tool_calls)]
+        calls = [
+            _action_event(toolbox, reply, call, i == 0, thinking)
+            for i, call in enumerate(reply.tool_calls)
+        ]
         await parts.critic.score([event for event, _ in calls], self.view)
         await parts.sink.append(*(event for event, _ in calls))
         invalid = [_error(event, problem) for event, problem in calls if problem]
@@ -189,13 +199,15 @@ class Run:
         if reason is not None:
             raise RunEnded(ExecutionStatus.STUCK, "AgentStuck", f"The agent looks stuck: {reason}.")
 
-    async def complete(self, tools: list[dict[str, Any]],
-                       messages: list[dict[str, Any]]) -> Completion:
+    async def complete(
+        self, tools: list[dict[str, Any]], messages: list[dict[str, Any]]
+    ) -> Completion:
         parts, deltas = self.parts, self.parts.sink.deltas()
         retries = ON_RETRY.set(parts.sink.retry_notice)
         try:
-            return await parts.model.complete(parts.control.llm.config, messages, tools,
-                                              on_delta=deltas.feed)
+            return await parts.model.complete(
+                parts.control.llm.config, messages, tools, on_delta=deltas.feed
+            )
         finally:
             ON_RETRY.reset(retries)
             deltas.flush()
@@ -204,11 +216,17 @@ class Run:
         """Count the response in the metrics; the `stats` update clients follow."""
         metrics, usage_id = self.parts.metrics, self.parts.control.llm.config.usage_id
         metrics.add(reply.usage, reply.cost, reply.latency)
-        return ConversationStateUpdateEvent(key="stats", value={
-            "usage_to_metrics": {usage_id: metrics.model_dump(mode="json")},
-            "last_response": {**reply.usage.model_dump(mode="json"), "cost": reply.cost,
-                              "latency": reply.latency},
-        })
+        return ConversationStateUpdateEvent(
+            key="stats",
+            value={
+                "usage_to_metrics": {usage_id: metrics.model_dump(mode="json")},
+                "last_response": {
+                    **reply.usage.model_dump(mode="json"),
+                    "cost": reply.cost,
+                    "latency": reply.latency,
+                },
+            },
+        )
 
     async def act(self, calls: list[tuple[ActionEvent, str | None]]) -> bool:
         """Run the calls in order; True when `finish` ran (later calls are not run)."""
@@ -218,7 +236,9 @@ class Run:
             name = event.tool_name if event.tool_name in known else "unknown"
             with self.parts.telemetry.tool_call(name, event.tool_call_id) as call:
                 if finished:
-                    result: Event = _error(event, "Not run: finish was called earlier in this response.")
+                    result: Event = _error(
+                        event, "Not run: finish was called earlier in this response."
+                    )
                     call.outcome = "skipped"
                 elif problem:
                     result = _error(event, problem)
@@ -227,9 +247,16 @@ class Run:
                     result = await self.execute(event)
                     call.outcome = _call_outcome(result)
             await self.parts.sink.append(result)
-            self.stuck.add(Step(f"{event.tool_name} {event.tool_call.arguments}", _outcome(result),
-                                _failed(result)))
-            finished = finished or (event.tool_name == "finish" and isinstance(result, ObservationEvent))
+            self.stuck.add(
+                Step(
+                    f"{event.tool_name} {event.tool_call.arguments}",
+                    _outcome(result),
+                    _failed(result),
+                )
+            )
+            finished = finished or (
+                event.tool_name == "finish" and isinstance(result, ObservationEvent)
+            )
         return finished
 
     async def execute(self, event: ActionEvent) -> Event:
@@ -243,13 +270,21 @@ class Run:
         if tool is None:  # e.g. its MCP server did not come back after a restart
             return _error(event, f"The tool {event.tool_name!r} is not available now.")
         arguments = _arguments(event)
-        pre = await hooks.run("PreToolUse", tool_name=event.tool_name, action_id=event.id,
-                              details={"tool_input": arguments})
+        pre = await hooks.run(
+            "PreToolUse",
+            tool_name=event.tool_name,
+            action_id=event.id,
+            details={"tool_input": arguments},
+        )
         assert event.id is not None
         if pre.blocked:
-            return UserRejectObservation(tool_name=event.tool_name, tool_call_id=event.tool_call_id,
-                                         action_id=event.id, rejection_source="hook",
-                                         rejection_reason=pre.reason or "Blocked by a hook")
+            return UserRejectObservation(
+                tool_name=event.tool_name,
+                tool_call_id=event.tool_call_id,
+                action_id=event.id,
+                rejection_source="hook",
+                rejection_reason=pre.reason or "Blocked by a hook",
+            )
         live = LIVE_OUTPUT.set(self.parts.sink.live_output(event.tool_call_id))
         try:
             observation = await tool.run(event.action)
@@ -261,15 +296,22 @@ class Run:
             return _error(event, f"{type(exc).__name__}: {exc}")
         finally:
             LIVE_OUTPUT.reset(live)
-        post = await hooks.run("PostToolUse", tool_name=event.tool_name, action_id=event.id,
-                               details={"tool_input": arguments,
-                                        "tool_response": observation.text})
+        post = await hooks.run(
+            "PostToolUse",
+            tool_name=event.tool_name,
+            action_id=event.id,
+            details={"tool_input": arguments, "tool_response": observation.text},
+        )
         extra = [TextContent(text=c) for c in post.additional_context or []]
         if post.blocked and post.reason:
             extra.append(TextContent(text=f"[PostToolUse hook] {post.reason}"))
-        return ObservationEvent(tool_name=event.tool_name, tool_call_id=event.tool_call_id,
-                                observation=observation, action_id=event.id,
-                                extended_content=extra)
+        return ObservationEvent(
+            tool_name=event.tool_name,
+            tool_call_id=event.tool_call_id,
+            observation=observation,
+            action_id=event.id,
+            extended_content=extra,
+        )
 
     async def finish(self) -> None:
         """End the run as finished, unless a Stop hook sends the agent back to work, or the
@@ -301,8 +343,10 @@ async def pending_actions(view: View, sink: EventSink) -> list[tuple[ActionEvent
 async def repair(view: View, sink: EventSink, why: str) -> None:
     """Give every tool call still without a result an AgentErrorEvent."""
     await (await sink.log()).drain()  # a result being written now counts: no second one
-    errors = [AgentErrorEvent(tool_name=p.tool_name, tool_call_id=p.tool_call_id, error=why)
-              for p in view.pending.values()]
+    errors = [
+        AgentErrorEvent(tool_name=p.tool_name, tool_call_id=p.tool_call_id, error=why)
+        for p in view.pending.values()
+    ]
     if errors:
         await sink.append(*errors)
 
@@ -314,8 +358,9 @@ def _reasoning_item(reply: Completion) -> ReasoningItemModel | None:
     return ReasoningItemModel.model_validate(reply.reasoning_item)
 
 
-def _action_event(toolbox: Toolbox, reply: Completion, call: ToolCall, first: bool,
-                  thinking: list[Any]) -> tuple[ActionEvent, str | None]:
+def _action_event(
+    toolbox: Toolbox, reply: Completion, call: ToolCall, first: bool, thinking: list[Any]
+) -> tuple[ActionEvent, str | None]:
     """The ActionEvent of one tool call, and why it cannot run (None when it can)."""
     problem: str | None = None
     action = None
@@ -346,10 +391,15 @@ def _action_event(toolbox: Toolbox, reply: Completion, call: ToolCall, first: bo
         action=action,
         tool_name=call.name,
         tool_call_id=call.id,
-        tool_call=MessageToolCall(id=call.id, name=call.name, arguments=call.arguments,
-                                  responses_item_id=call.item_id,
-                                  origin="completion" if reply.reasoning_item is None
-                                  and call.item_id is None else "responses"),
+        tool_call=MessageToolCall(
+            id=call.id,
+            name=call.name,
+            arguments=call.arguments,
+            responses_item_id=call.item_id,
+            origin="completion"
+            if reply.reasoning_item is None and call.item_id is None
+            else "responses",
+        ),
         llm_response_id=reply.response_id,
         security_risk=risk,
         summary=summary,
@@ -359,8 +409,9 @@ def _action_event(toolbox: Toolbox, reply: Completion, call: ToolCall, first: bo
 
 def hook_message(text: str) -> MessageEvent:
     """What a hook tells the model, as a user-role message from the hook."""
-    return MessageEvent(source="hook", llm_message=Message(role="user",
-                                                           content=[TextContent(text=text)]))
+    return MessageEvent(
+        source="hook", llm_message=Message(role="user", content=[TextContent(text=text)])
+    )
 
 
 def _arguments(event: ActionEvent) -> Any:
@@ -371,8 +422,9 @@ def _arguments(event: ActionEvent) -> Any:
 
 
 def _error(event: ActionEvent, message: str) -> AgentErrorEvent:
-    return AgentErrorEvent(tool_name=event.tool_name, tool_call_id=event.tool_call_id,
-                           error=message)
+    return AgentErrorEvent(
+        tool_name=event.tool_name, tool_call_id=event.tool_call_id, error=message
+    )
 
 
 def _failed(result: Event) -> bool:

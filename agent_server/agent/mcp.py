@@ -42,6 +42,7 @@ MAX_DESCRIPTION = 4_000
 #: Characters of a failed server's stderr quoted in its ServerErrorEvent.
 STDERR_TAIL = 1_500
 
+
 class ServerState(str, Enum):
     NEW = "new"
     STARTING = "starting"
@@ -105,8 +106,11 @@ class ServerConnection:
         try:
             server = spec(self.name, self.entry, secrets)
         except (KeyError, ValueError) as exc:
-            problem = (f"no secret named {exc.args[0]!r} fills its placeholder"
-                       if isinstance(exc, KeyError) else str(exc))
+            problem = (
+                f"no secret named {exc.args[0]!r} fills its placeholder"
+                if isinstance(exc, KeyError)
+                else str(exc)
+            )
             self._fail(problem)
             raise MCPServerError("MCPConfigError", f"MCP server {self.name!r}: {problem}") from None
         self.call_timeout, self.transport = server.call_timeout, server.transport
@@ -120,15 +124,17 @@ class ServerConnection:
             ready.cancel()
             await self.stop()
             self._fail(f"no answer within {server.startup_timeout:g} s")
-            raise MCPServerError("MCPServerStartTimeout",
-                                 f"MCP server {self.name!r} did not start: {self.error}"
-                                 + self._stderr_tail()) from None
+            raise MCPServerError(
+                "MCPServerStartTimeout",
+                f"MCP server {self.name!r} did not start: {self.error}" + self._stderr_tail(),
+            ) from None
         except MCPServerError as exc:
             exc.detail += self._stderr_tail()
             raise
 
-    async def _hold(self, server: ServerSpec, ready: asyncio.Future[None],
-                    stop: asyncio.Event) -> None:
+    async def _hold(
+        self, server: ServerSpec, ready: asyncio.Future[None], stop: asyncio.Event
+    ) -> None:
         error = "the connection closed"
         try:
             async with AsyncExitStack() as stack:
@@ -151,8 +157,11 @@ class ServerConnection:
                 self._stderr = None
             if not ready.done():
                 self._fail(error)
-                ready.set_exception(MCPServerError(
-                    "MCPServerStartFailed", f"MCP server {self.name!r} failed to start: {error}"))
+                ready.set_exception(
+                    MCPServerError(
+                        "MCPServerStartFailed", f"MCP server {self.name!r} failed to start: {error}"
+                    )
+                )
             elif not stop.is_set():
                 self._died(error)
 
@@ -171,41 +180,50 @@ class ServerConnection:
             cwd = Path(server.cwd) if server.cwd else self.working_dir
             if not cwd.is_absolute():
                 cwd = self.working_dir / cwd
-            params = StdioServerParameters(command=server.command, args=list(server.args),
-                                           env=dict(server.env), cwd=cwd)
+            params = StdioServerParameters(
+                command=server.command, args=list(server.args), env=dict(server.env), cwd=cwd
+            )
             transport = stdio_client(params, errlog=self._stderr)
         elif server.transport == SSE:
             transport = sse_client(server.url, headers=dict(server.headers))
         else:
             http = await stack.enter_async_context(
-                create_mcp_http_client(headers=dict(server.headers)))
+                create_mcp_http_client(headers=dict(server.headers))
+            )
             transport = streamable_http_client(server.url, http_client=http)
-        client = Client(transport, cache=None,
-                        client_info=Implementation(name="agent-server", version="0.1.0"))
+        client = Client(
+            transport, cache=None, client_info=Implementation(name="agent-server", version="0.1.0")
+        )
         return await stack.enter_async_context(client)
 
     async def call(self, tool: str, arguments: dict[str, Any]) -> Any:
         """The CallToolResult of one call; raises MCPServerError when no result can come."""
         client = self._client
         if self.state != ServerState.RUNNING or client is None:
-            raise MCPServerError("MCPServerNotRunning", f"The MCP server {self.name!r} is not "
-                                 f"running ({self.error or self.state.value}); it is started "
-                                 "again when the next run begins.")
+            raise MCPServerError(
+                "MCPServerNotRunning",
+                f"The MCP server {self.name!r} is not "
+                f"running ({self.error or self.state.value}); it is started "
+                "again when the next run begins.",
+            )
         from mcp.shared.exceptions import MCPError
         from mcp_types import CONNECTION_CLOSED
 
         try:
             return await asyncio.wait_for(client.call_tool(tool, arguments), self.call_timeout)
         except TimeoutError:
-            raise MCPServerError("MCPToolTimeout", f"No result from {self.name!r} within "
-                                 f"{self.call_timeout:g} s.") from None
+            raise MCPServerError(
+                "MCPToolTimeout", f"No result from {self.name!r} within {self.call_timeout:g} s."
+            ) from None
         except Exception as exc:
             closed = isinstance(exc, MCPError) and exc.code == CONNECTION_CLOSED
             if not closed and self._alive():  # a bad result, a refused call: the server is up
                 raise MCPServerError("MCPToolCallFailed", _describe(exc)) from None
             self._died(_describe(exc))
-            raise MCPServerError("MCPServerDied", f"The MCP server {self.name!r} stopped "
-                                 f"during the call: {self.error}.") from None
+            raise MCPServerError(
+                "MCPServerDied",
+                f"The MCP server {self.name!r} stopped during the call: {self.error}.",
+            ) from None
 
     def _alive(self) -> bool:
         task = self._task
@@ -272,12 +290,13 @@ Report = Callable[[ServerErrorEvent], Awaitable[Any]]
 class MCPServers:
     """The MCP servers of one conversation, and the agent tools they offer."""
 
-    def __init__(self, config: Mapping[str, Any] | None, ctx: ToolContext,
-                 report: Report) -> None:
+    def __init__(self, config: Mapping[str, Any] | None, ctx: ToolContext, report: Report) -> None:
         self.ctx = ctx
         self.report = report
-        self.servers = [ServerConnection(name, entry, ctx.working_dir, ctx.state_dir / "mcp")
-                        for name, entry in servers_of(config).items()]
+        self.servers = [
+            ServerConnection(name, entry, ctx.working_dir, ctx.state_dir / "mcp")
+            for name, entry in servers_of(config).items()
+        ]
         for server in self.servers:
             server.on_death = self._on_death
         self._lock = asyncio.Lock()
@@ -290,18 +309,24 @@ class MCPServers:
         """Start every server not running; the failures, as events for the caller to append."""
         async with self._lock:
             pending = [s for s in self.servers if s.state != ServerState.RUNNING]
-            results = await asyncio.gather(*(s.start(self.ctx.secrets) for s in pending),
-                                           return_exceptions=True)
+            results = await asyncio.gather(
+                *(s.start(self.ctx.secrets) for s in pending), return_exceptions=True
+            )
         errors = []
         for server, result in zip(pending, results):
             if isinstance(result, MCPServerError):
-                errors.append(ServerErrorEvent(source="environment", code=result.code,
-                                               detail=result.detail))
+                errors.append(
+                    ServerErrorEvent(source="environment", code=result.code, detail=result.detail)
+                )
             elif isinstance(result, BaseException):
                 logger.error("starting MCP server %s failed", server.name, exc_info=result)
-                errors.append(ServerErrorEvent(
-                    source="environment", code="MCPServerStartFailed",
-                    detail=f"MCP server {server.name!r} failed to start: {_describe(result)}"))
+                errors.append(
+                    ServerErrorEvent(
+                        source="environment",
+                        code="MCPServerStartFailed",
+                        detail=f"MCP server {server.name!r} failed to start: {_describe(result)}",
+                    )
+                )
         return errors
 
     def tools(self, taken: set[str]) -> list[MCPTool]:
@@ -313,14 +338,23 @@ class MCPServers:
                 annotations = remote.annotations
                 read_only = bool(annotations is not None and annotations.read_only_hint)
                 description = (remote.description or remote.title or remote.name)[:MAX_DESCRIPTION]
-                out.append(MCPTool(self.ctx, name=name, description=description,
-                                   schema=remote.input_schema or {}, server=server.name,
-                                   remote_name=remote.name, read_only=read_only,
-                                   call=self._caller(server, remote.name, name)))
+                out.append(
+                    MCPTool(
+                        self.ctx,
+                        name=name,
+                        description=description,
+                        schema=remote.input_schema or {},
+                        server=server.name,
+                        remote_name=remote.name,
+                        read_only=read_only,
+                        call=self._caller(server, remote.name, name),
+                    )
+                )
         return out
 
-    def _caller(self, server: ServerConnection, remote: str,
-                name: str) -> Callable[[dict[str, Any]], Awaitable[MCPToolObservation]]:
+    def _caller(
+        self, server: ServerConnection, remote: str, name: str
+    ) -> Callable[[dict[str, Any]], Awaitable[MCPToolObservation]]:
         async def call(arguments: dict[str, Any]) -> MCPToolObservation:
             try:
                 result = await server.call(remote, arguments)
@@ -332,8 +366,11 @@ class MCPServers:
         return call
 
     def _on_death(self, server: ServerConnection, error: str) -> None:
-        event = ServerErrorEvent(source="environment", code="MCPServerDied",
-                                 detail=f"MCP server {server.name!r} stopped: {error}")
+        event = ServerErrorEvent(
+            source="environment",
+            code="MCPServerDied",
+            detail=f"MCP server {server.name!r} stopped: {error}",
+        )
         task = asyncio.ensure_future(self.report(event))
         self._reports.add(task)
         task.add_done_callback(self._reports.discard)

@@ -22,8 +22,14 @@ CALL_TIMEOUT = 300.0
 MAX_SERVERS = 20
 
 STDIO, HTTP, SSE = "stdio", "http", "sse"
-TRANSPORTS = {"stdio": STDIO, "http": HTTP, "streamable-http": HTTP, "streamable_http": HTTP,
-              "streamableHttp": HTTP, "sse": SSE}
+TRANSPORTS = {
+    "stdio": STDIO,
+    "http": HTTP,
+    "streamable-http": HTTP,
+    "streamable_http": HTTP,
+    "streamableHttp": HTTP,
+    "sse": SSE,
+}
 
 
 @dataclass(frozen=True)
@@ -59,8 +65,9 @@ def check_config(config: Mapping[str, Any] | None, secrets: Mapping[str, str]) -
     key = "mcp_servers" if "mcp_servers" in config and "mcpServers" not in config else "mcpServers"
     servers = config.get(key, {})
     if not isinstance(servers, dict):
-        return [([key], "mcpServers must be an object: server name -> its configuration",
-                 "dict_type")]
+        return [
+            ([key], "mcpServers must be an object: server name -> its configuration", "dict_type")
+        ]
     problems: list[Problem] = []
     if len(servers) > MAX_SERVERS:
         problems.append(([key], f"at most {MAX_SERVERS} MCP servers", "too_long"))
@@ -74,14 +81,20 @@ def check_config(config: Mapping[str, Any] | None, secrets: Mapping[str, str]) -
             problems.append((loc, str(exc), "value_error"))
     for path, missing in _missing(config, secrets):
         problems.append(
-            (path, f"No secret named {missing!r} for the placeholder ${{{missing}}}: placeholders "
-                   "in mcp_config are filled from the conversation's secrets (the request's "
-                   "`secrets` or the settings' secrets)", "missing_secret"))
+            (
+                path,
+                f"No secret named {missing!r} for the placeholder ${{{missing}}}: placeholders "
+                "in mcp_config are filled from the conversation's secrets (the request's "
+                "`secrets` or the settings' secrets)",
+                "missing_secret",
+            )
+        )
     return problems
 
 
-def _missing(value: Any, secrets: Mapping[str, str],
-             path: list[str | int] | None = None) -> list[tuple[list[str | int], str]]:
+def _missing(
+    value: Any, secrets: Mapping[str, str], path: list[str | int] | None = None
+) -> list[tuple[list[str | int], str]]:
     path = path or []
     out: list[tuple[list[str | int], str]] = []
     if isinstance(value, str):
@@ -107,8 +120,9 @@ def fill(value: Any, secrets: Mapping[str, str]) -> Any:
     return value
 
 
-def spec(name: str, entry: Any, secrets: Mapping[str, str], *,
-         fill_placeholders: bool = True) -> ServerSpec:
+def spec(
+    name: str, entry: Any, secrets: Mapping[str, str], *, fill_placeholders: bool = True
+) -> ServerSpec:
     """One server's entry -> ServerSpec (KeyError: a missing secret; ValueError: its shape)."""
     if not isinstance(entry, dict):
         raise ValueError("a server entry must be an object with `command` or `url`")
@@ -138,22 +152,35 @@ def spec(name: str, entry: Any, secrets: Mapping[str, str], *,
         cwd = data.get("cwd")
         if cwd is not None and not isinstance(cwd, str):
             raise ValueError("`cwd` must be a string")
-        return ServerSpec(name, transport, command=command, args=tuple(args), env=dict(env),
-                          cwd=cwd, call_timeout=timeouts["timeout"],
-                          startup_timeout=timeouts["startup_timeout"])
+        return ServerSpec(
+            name,
+            transport,
+            command=command,
+            args=tuple(args),
+            env=dict(env),
+            cwd=cwd,
+            call_timeout=timeouts["timeout"],
+            startup_timeout=timeouts["startup_timeout"],
+        )
     url, headers = data.get("url"), data.get("headers") or {}
     if not isinstance(url, str) or not re.match(r"^https?://", url):
         raise ValueError("`url` must be an http:// or https:// address")
     if not _str_map(headers):
         raise ValueError("`headers` must map names to strings")
-    return ServerSpec(name, transport, url=url, headers=dict(headers),
-                      call_timeout=timeouts["timeout"],
-                      startup_timeout=timeouts["startup_timeout"])
+    return ServerSpec(
+        name,
+        transport,
+        url=url,
+        headers=dict(headers),
+        call_timeout=timeouts["timeout"],
+        startup_timeout=timeouts["startup_timeout"],
+    )
 
 
 def _str_map(value: Any) -> bool:
-    return isinstance(value, dict) and all(isinstance(k, str) and isinstance(v, str)
-                                           for k, v in value.items())
+    return isinstance(value, dict) and all(
+        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+    )
 
 
 __all__ = [

@@ -25,8 +25,13 @@ OnDelta = Callable[[str | None, str | None], None]
 class Model(Protocol):
     """What the agent needs of a language model."""
 
-    async def complete(self, config: LLMConfig, messages: list[dict[str, Any]],
-                       tools: list[dict[str, Any]], on_delta: OnDelta | None = None) -> Completion:
+    async def complete(
+        self,
+        config: LLMConfig,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]],
+        on_delta: OnDelta | None = None,
+    ) -> Completion:
         """One response; raises LLMFailure when the call failed for good."""
         ...
 
@@ -50,8 +55,13 @@ class WrappedModel:
     def __init__(self, model: Model) -> None:
         self.model = model
 
-    async def complete(self, config: LLMConfig, messages: list[dict[str, Any]],
-                       tools: list[dict[str, Any]], on_delta: OnDelta | None = None) -> Completion:
+    async def complete(
+        self,
+        config: LLMConfig,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]],
+        on_delta: OnDelta | None = None,
+    ) -> Completion:
         return await self.model.complete(config, messages, tools, on_delta)
 
     async def supports_vision(self, config: LLMConfig) -> bool:
@@ -67,8 +77,13 @@ class WrappedModel:
 class LiteLLMModel:
     """The production model: litellm, loaded lazily in a thread (agent_server.agent.llm)."""
 
-    async def complete(self, config: LLMConfig, messages: list[dict[str, Any]],
-                       tools: list[dict[str, Any]], on_delta: OnDelta | None = None) -> Completion:
+    async def complete(
+        self,
+        config: LLMConfig,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]],
+        on_delta: OnDelta | None = None,
+    ) -> Completion:
         return await llm.complete(config, messages, tools, on_delta=on_delta)
 
     async def supports_vision(self, config: LLMConfig) -> bool:
@@ -111,8 +126,9 @@ class ScriptedModel:
     When the script runs out it answers "done" as plain text, which finishes a run.
     """
 
-    def __init__(self, script: Iterable[Scripted] = (), *, vision: bool = False,
-                 window: int | None = None) -> None:
+    def __init__(
+        self, script: Iterable[Scripted] = (), *, vision: bool = False, window: int | None = None
+    ) -> None:
         self.script = list(script)
         self.requests: list[list[dict[str, Any]]] = []
         #: The LLM configuration of each request (which model, after a switch, say).
@@ -122,8 +138,13 @@ class ScriptedModel:
         #: Set whenever a request arrives (tests wait on it instead of sleeping).
         self.asked = asyncio.Event()
 
-    async def complete(self, config: LLMConfig, messages: list[dict[str, Any]],
-                       tools: list[dict[str, Any]], on_delta: OnDelta | None = None) -> Completion:
+    async def complete(
+        self,
+        config: LLMConfig,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]],
+        on_delta: OnDelta | None = None,
+    ) -> Completion:
         self.requests.append(messages)
         self.configs.append(config)
         self.asked.set()
@@ -139,12 +160,19 @@ class ScriptedModel:
         return Completion(
             response_id=f"scripted-{n}",
             content=answer.content,
-            tool_calls=[ToolCall(id=f"call-{n}-{i}", name=name, arguments=args)
-                        for i, (name, args) in enumerate(answer.calls)],
+            tool_calls=[
+                ToolCall(id=f"call-{n}-{i}", name=name, arguments=args)
+                for i, (name, args) in enumerate(answer.calls)
+            ],
             reasoning_content=None,
             thinking_blocks=[],
-            usage=TokenUsage(model=config.model, prompt_tokens=10, completion_tokens=5,
-                             per_turn_token=15, response_id=f"scripted-{n}"),
+            usage=TokenUsage(
+                model=config.model,
+                prompt_tokens=10,
+                completion_tokens=5,
+                per_turn_token=15,
+                response_id=f"scripted-{n}",
+            ),
             cost=0.0,
             latency=0.0,
         )

@@ -32,12 +32,17 @@ def uses_responses_api(config: LLMConfig) -> bool:
     return any(part in name for part in RESPONSES_MODELS)
 
 
-def request(config: LLMConfig, messages: list[dict[str, Any]],
-            tools: list[dict[str, Any]]) -> dict[str, Any]:
+def request(
+    config: LLMConfig, messages: list[dict[str, Any]], tools: list[dict[str, Any]]
+) -> dict[str, Any]:
     """litellm.aresponses' arguments for one call (the key and base URL added by the caller)."""
     instructions, items = _items(messages)
-    kwargs: dict[str, Any] = {"model": config.model, "input": items, "store": False,
-                              "num_retries": 0}
+    kwargs: dict[str, Any] = {
+        "model": config.model,
+        "input": items,
+        "store": False,
+        "num_retries": 0,
+    }
     if instructions:
         kwargs["instructions"] = instructions
     if tools:
@@ -63,8 +68,11 @@ def request(config: LLMConfig, messages: list[dict[str, Any]],
 def _tool(tool: dict[str, Any]) -> dict[str, Any]:
     """A chat-completions function tool as the Responses API names its parts."""
     function = tool.get("function", tool)
-    out = {"type": "function", "name": function["name"],
-           "parameters": function.get("parameters", {"type": "object", "properties": {}})}
+    out = {
+        "type": "function",
+        "name": function["name"],
+        "parameters": function.get("parameters", {"type": "object", "properties": {}}),
+    }
     if function.get("description"):
         out["description"] = function["description"]
     return out
@@ -74,8 +82,11 @@ def _text(content: Any) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, list):
-        return "".join(str(c.get("text", "")) for c in content
-                       if isinstance(c, dict) and c.get("type") == "text")
+        return "".join(
+            str(c.get("text", ""))
+            for c in content
+            if isinstance(c, dict) and c.get("type") == "text"
+        )
     return ""
 
 
@@ -104,32 +115,54 @@ def _items(messages: list[dict[str, Any]]) -> tuple[str, list[dict[str, Any]]]:
         if role == "system":
             instructions.append(_text(message.get("content")))
         elif role == "user":
-            items.append({"type": "message", "role": "user",
-                          "content": _user_content(message.get("content"))})
+            items.append(
+                {
+                    "type": "message",
+                    "role": "user",
+                    "content": _user_content(message.get("content")),
+                }
+            )
         elif role == "assistant":
             reasoning = message.get(REASONING_ITEM)
             if isinstance(reasoning, dict) and reasoning.get("id"):
                 items.append(_reasoning_input(reasoning))
             text = _text(message.get("content"))
             if text:
-                items.append({"type": "message", "role": "assistant",
-                              "content": [{"type": "output_text", "text": text}]})
+                items.append(
+                    {
+                        "type": "message",
+                        "role": "assistant",
+                        "content": [{"type": "output_text", "text": text}],
+                    }
+                )
             for call in message.get("tool_calls") or []:
                 function = call.get("function", {})
-                items.append({"type": "function_call", "call_id": call["id"],
-                              "name": function.get("name", ""),
-                              "arguments": function.get("arguments") or "{}"})
+                items.append(
+                    {
+                        "type": "function_call",
+                        "call_id": call["id"],
+                        "name": function.get("name", ""),
+                        "arguments": function.get("arguments") or "{}",
+                    }
+                )
         elif role == "tool":
-            items.append({"type": "function_call_output", "call_id": message["tool_call_id"],
-                          "output": _text(message.get("content"))})
+            items.append(
+                {
+                    "type": "function_call_output",
+                    "call_id": message["tool_call_id"],
+                    "output": _text(message.get("content")),
+                }
+            )
     return "\n\n".join(i for i in instructions if i), items
 
 
 def _reasoning_input(item: dict[str, Any]) -> dict[str, Any]:
     """A stored reasoning item as the API takes it back: as it came, summary and all."""
-    out: dict[str, Any] = {"type": "reasoning", "id": item["id"],
-                           "summary": [{"type": "summary_text", "text": s}
-                                       for s in item.get("summary") or []]}
+    out: dict[str, Any] = {
+        "type": "reasoning",
+        "id": item["id"],
+        "summary": [{"type": "summary_text", "text": s} for s in item.get("summary") or []],
+    }
     if item.get("content"):
         out["content"] = [{"type": "reasoning_text", "text": t} for t in item["content"]]
     if item.get("encrypted_content") is not None:
@@ -166,14 +199,23 @@ def parts(response: Any) -> tuple[str, list[tuple[str, str, str, str | None]]]:
     for item in _get(response, "output") or []:
         kind = _get(item, "type")
         if kind == "message":
-            texts.extend(str(_get(c, "text", "")) for c in _get(item, "content") or []
-                         if _get(c, "type") == "output_text")
+            texts.extend(
+                str(_get(c, "text", ""))
+                for c in _get(item, "content") or []
+                if _get(c, "type") == "output_text"
+            )
         elif kind == "function_call":
             arguments = _get(item, "arguments") or "{}"
             if not isinstance(arguments, str):
                 arguments = json.dumps(arguments)
-            calls.append((str(_get(item, "call_id") or _get(item, "id") or ""),
-                          str(_get(item, "name") or ""), arguments, _get(item, "id")))
+            calls.append(
+                (
+                    str(_get(item, "call_id") or _get(item, "id") or ""),
+                    str(_get(item, "name") or ""),
+                    arguments,
+                    _get(item, "id"),
+                )
+            )
     return "".join(texts), calls
 
 
@@ -185,13 +227,17 @@ def usage_figures(response: Any) -> dict[str, int]:
         value = _get(obj, name) if obj is not None else None
         return int(value) if isinstance(value, (int, float)) else 0
 
-    return {"prompt": num(usage, "input_tokens"), "completion": num(usage, "output_tokens"),
-            "cached": num(_get(usage, "input_tokens_details"), "cached_tokens"),
-            "reasoning": num(_get(usage, "output_tokens_details"), "reasoning_tokens")}
+    return {
+        "prompt": num(usage, "input_tokens"),
+        "completion": num(usage, "output_tokens"),
+        "cached": num(_get(usage, "input_tokens_details"), "cached_tokens"),
+        "reasoning": num(_get(usage, "output_tokens_details"), "reasoning_tokens"),
+    }
 
 
-async def stream(litellm: Any, kwargs: dict[str, Any],
-                 on_delta: Callable[[str | None, str | None], None] | None) -> Any:
+async def stream(
+    litellm: Any, kwargs: dict[str, Any], on_delta: Callable[[str | None, str | None], None] | None
+) -> Any:
     """A streamed call: each piece of text and of the reasoning summary told as it comes;
     the completed response (its last event carries it whole) returned."""
     events = await litellm.aresponses(**kwargs, stream=True)

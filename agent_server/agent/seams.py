@@ -25,9 +25,16 @@ logger = logging.getLogger(__name__)
 
 
 class SessionSeams:
-    def __init__(self, conversation_id: str, control: RunControl, model: Model,
-                 sink: EventSink, metrics: Metrics, view: Callable[[], View | None],
-                 follow_llm: Callable[[], Awaitable[None]]) -> None:
+    def __init__(
+        self,
+        conversation_id: str,
+        control: RunControl,
+        model: Model,
+        sink: EventSink,
+        metrics: Metrics,
+        view: Callable[[], View | None],
+        follow_llm: Callable[[], Awaitable[None]],
+    ) -> None:
         self.conversation_id = conversation_id
         self.control, self.model, self.sink, self.metrics = control, model, sink, metrics
         #: The view, when a run has attached it (tools read it between steps).
@@ -58,8 +65,9 @@ class SessionSeams:
         try:
             reply = await self.model.complete(config, messages, tools=[])
         except LLMFailure as failure:
-            raise RuntimeError(f"{failure.code}: {self.sink.masker.text(failure.detail)[:500]}"
-                               ) from None
+            raise RuntimeError(
+                f"{failure.code}: {self.sink.masker.text(failure.detail)[:500]}"
+            ) from None
         self.metrics.add(reply.usage, reply.cost, reply.latency)
         return Answer(text=reply.content, model=config.model, base_url=config.base_url)
 
@@ -93,7 +101,9 @@ class SessionSeams:
 
     def run_ended(self) -> None:
         if self._idle:
-            self._idle_task = asyncio.create_task(self._run_idle(), name=f"idle {self.conversation_id}")
+            self._idle_task = asyncio.create_task(
+                self._run_idle(), name=f"idle {self.conversation_id}"
+            )
 
     async def close(self) -> None:
         task, self._idle_task = self._idle_task, None
@@ -113,8 +123,10 @@ class SessionSeams:
             self._idle.pop(name, None)
             try:
                 shown = self.sink.masker.text(detail)[:2000]
-                await self.sink.append(ConversationStateUpdateEvent(
-                    key=name, value={"status": status, "detail": shown}))
+                await self.sink.append(
+                    ConversationStateUpdateEvent(
+                        key=name, value={"status": status, "detail": shown}
+                    )
+                )
             except Exception:  # the conversation was closed meanwhile
                 logger.info("could not record idle job %s of %s", name, self.conversation_id)
-

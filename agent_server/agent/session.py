@@ -54,9 +54,17 @@ This is a question, do not make any tool call and just answer my question.
 class AgentSession:
     """Our own agent: the loop over the Model and the toolbox (a `contract.SteeredSession`)."""
 
-    def __init__(self, spec: ConversationSpec, sink: EventSink, control: RunControl,
-                 model: Model, services: ToolServices, secrets: Mapping[str, str],
-                 metrics: Metrics, telemetry: Telemetry | None = None) -> None:
+    def __init__(
+        self,
+        spec: ConversationSpec,
+        sink: EventSink,
+        control: RunControl,
+        model: Model,
+        services: ToolServices,
+        secrets: Mapping[str, str],
+        metrics: Metrics,
+        telemetry: Telemetry | None = None,
+    ) -> None:
         # The factory gives an ACP agent its own kind of session.
         assert isinstance(spec.agent, AgentSpec), "AgentSession runs our own agent only"
         self.agent: AgentSpec = spec.agent
@@ -71,21 +79,27 @@ class AgentSession:
         #: Spans and counters of steps and tool calls (no-op spans without a telemetry).
         self.telemetry: AgentTelemetry = (telemetry or Telemetry.build()).agent(sink.masker.text)
         self.ctx = ToolContext(
-            conversation_id=spec.id, working_dir=spec.working_dir,
-            state_dir=spec.state_dir / "tools", secrets=secrets, env=spec.git_author,
-            idle_timeout=services.idle_timeout, browser=services.browser,
+            conversation_id=spec.id,
+            working_dir=spec.working_dir,
+            state_dir=spec.state_dir / "tools",
+            secrets=secrets,
+            env=spec.git_author,
+            idle_timeout=services.idle_timeout,
+            browser=services.browser,
             subagents=services.subagents(spec.id) if services.subagents else None,
             network=services.network,
         )
         #: The tools' view of this session: models, history, work for idle moments.
-        self.seams = SessionSeams(spec.id, control, self.model, sink, metrics,
-                                  lambda: self._view, self.follow_llm)
+        self.seams = SessionSeams(
+            spec.id, control, self.model, sink, metrics, lambda: self._view, self.follow_llm
+        )
         self.ctx.models = self.ctx.history = self.ctx.idle = self.seams
         self.hooks = Hooks(spec.hook_config, spec.id, spec.working_dir, secrets, sink.append)
         self.condenser = Condenser(self.agent.condenser, lambda: control.llm.config, self.model)
         self.toolbox = Toolbox(self.ctx, self.agent, sink.append)
-        self.critic = Critic(self.agent.critic, self.model, spec.id, spec.working_dir, secrets,
-                             sink.masker)
+        self.critic = Critic(
+            self.agent.critic, self.model, spec.id, spec.working_dir, secrets, sink.masker
+        )
         #: SessionStart hooks ran in this process (SessionEnd runs only after them); only
         #: `_start_session` and `close` change it.
         self._session_started = False
@@ -104,12 +118,17 @@ class AgentSession:
         book = await self._skills()
         errors = await self.toolbox.start(book)
         definitions = self.toolbox.definitions()
-        await self.sink.append(SystemPromptEvent(
-            system_prompt=TextContent(text=SYSTEM_PROMPT),
-            tools=definitions,
-            dynamic_context=TextContent(text=dynamic_context(
-                self.spec.working_dir, [d.title for d in definitions], book.skills)),
-        ))
+        await self.sink.append(
+            SystemPromptEvent(
+                system_prompt=TextContent(text=SYSTEM_PROMPT),
+                tools=definitions,
+                dynamic_context=TextContent(
+                    text=dynamic_context(
+                        self.spec.working_dir, [d.title for d in definitions], book.skills
+                    )
+                ),
+            )
+        )
         if errors:
             await self.sink.append(*errors)
         self.model.prewarm()
@@ -129,8 +148,12 @@ class AgentSession:
         """A UserRejectObservation for each action waiting for confirmation."""
         view = await self._attach()
         rejections = [
-            UserRejectObservation(tool_name=event.tool_name, tool_call_id=event.tool_call_id,
-                                  action_id=event.id or "", rejection_reason=reason)
+            UserRejectObservation(
+                tool_name=event.tool_name,
+                tool_call_id=event.tool_call_id,
+                action_id=event.id or "",
+                rejection_reason=reason,
+            )
             for event, _ in await pending_actions(view, self.sink)
         ]
         if rejections:
@@ -145,8 +168,9 @@ class AgentSession:
     async def on_user_message(self, event: MessageEvent) -> bool:
         """UserPromptSubmit hooks; True when they blocked the message."""
         text = text_of(event.llm_message.content)
-        outcome = await self.hooks.run("UserPromptSubmit", message_id=event.id,
-                                       details={"message": text, "prompt": text})
+        outcome = await self.hooks.run(
+            "UserPromptSubmit", message_id=event.id, details={"message": text, "prompt": text}
+        )
         return outcome.blocked
 
     async def skills(self) -> SkillList:
@@ -159,12 +183,18 @@ class AgentSession:
         messages = view.request()
         if view.pending:  # a call without its result yet would make the request invalid
             waiting = {p.tool_call_id for p in view.pending.values()}
-            cut = next((i for i, m in enumerate(messages)
-                        if any(c["id"] in waiting for c in m.get("tool_calls") or ())),
-                       len(messages))
+            cut = next(
+                (
+                    i
+                    for i, m in enumerate(messages)
+                    if any(c["id"] in waiting for c in m.get("tool_calls") or ())
+                ),
+                len(messages),
+            )
             messages = messages[:cut]
-        messages.append({"role": "user", "content": [{"type": "text",
-                                                      "text": ASK_TEMPLATE.format(question)}]})
+        messages.append(
+            {"role": "user", "content": [{"type": "text", "text": ASK_TEMPLATE.format(question)}]}
+        )
         llm = self.agent.llm.model_copy(update={"stream": False})
         reply = await self._unlogged.complete(llm, messages, self.toolbox.llm_tools())
         self.metrics.add(reply.usage, reply.cost, reply.latency)
@@ -197,11 +227,20 @@ class AgentSession:
 
     def _parts(self, view: View) -> RunParts:
         return RunParts(
-            model=self.model, toolbox=self.toolbox, view=view, sink=self.sink,
-            control=self.control, hooks=self.hooks, condenser=self.condenser,
-            critic=self.critic, metrics=self.metrics, telemetry=self.telemetry,
+            model=self.model,
+            toolbox=self.toolbox,
+            view=view,
+            sink=self.sink,
+            control=self.control,
+            hooks=self.hooks,
+            condenser=self.condenser,
+            critic=self.critic,
+            metrics=self.metrics,
+            telemetry=self.telemetry,
             max_iterations=self.spec.max_iterations,
-            stuck_detection=self.spec.stuck_detection, start_session=self._start_session)
+            stuck_detection=self.spec.stuck_detection,
+            start_session=self._start_session,
+        )
 
     async def _start_session(self) -> None:
         """The SessionStart hooks, once in this process; what they add goes to the model."""

@@ -29,8 +29,12 @@ def transient(event: Event) -> Event:
 
 
 class EventSink:
-    def __init__(self, open_log: Callable[[], Awaitable[EventLog]],
-                 publish: Callable[[Event], None], masker: Masker) -> None:
+    def __init__(
+        self,
+        open_log: Callable[[], Awaitable[EventLog]],
+        publish: Callable[[Event], None],
+        masker: Masker,
+    ) -> None:
         self._open_log = open_log
         self._publish = publish
         self.masker = masker
@@ -54,8 +58,11 @@ class EventSink:
     def retry_notice(self, error: str, wait: float) -> None:
         """The model call failed with `error` and is tried again in `wait` seconds: a transient
         `llm_retry` state update (for sockets that ask for progress frames)."""
-        self.publish_transient(ConversationStateUpdateEvent(
-            key=RETRY_KEY, value={"error": error, "retry_in": round(wait, 1)}))
+        self.publish_transient(
+            ConversationStateUpdateEvent(
+                key=RETRY_KEY, value={"error": error, "retry_in": round(wait, 1)}
+            )
+        )
 
     def live_output(self, tool_call_id: str) -> Callable[[str], None]:
         """Where one tool call's output goes as it comes (tools.base.LIVE_OUTPUT)."""
@@ -81,9 +88,11 @@ class OutputStream:
     def __call__(self, text: str) -> None:
         if self._left <= 0 or not text:
             return
-        text = text[:self._left]
+        text = text[: self._left]
         self._left -= len(text)
-        self._sink.publish_transient(StreamingDeltaEvent(tool_call_id=self._tool_call_id, output=text))
+        self._sink.publish_transient(
+            StreamingDeltaEvent(tool_call_id=self._tool_call_id, output=text)
+        )
 
 
 class DeltaStream:
@@ -96,8 +105,10 @@ class DeltaStream:
         self._reasoning = sink.masker.stream()
 
     def feed(self, text: str | None, reasoning: str | None) -> None:
-        self._send(self._text.feed(text) if text else None,
-                   self._reasoning.feed(reasoning) if reasoning else None)
+        self._send(
+            self._text.feed(text) if text else None,
+            self._reasoning.feed(reasoning) if reasoning else None,
+        )
 
     def flush(self) -> None:
         self._send(self._text.flush() or None, self._reasoning.flush() or None)

@@ -85,9 +85,18 @@ class SkillBook:
         return {s.name: s for s in self.skills if not s.always_on}
 
     def info(self) -> SkillList:
-        return SkillList(skills=[
-            SkillInfo(name=s.name, description=s.description, triggers=list(s.triggers),
-                      source=s.source, always_on=s.always_on) for s in self.skills])
+        return SkillList(
+            skills=[
+                SkillInfo(
+                    name=s.name,
+                    description=s.description,
+                    triggers=list(s.triggers),
+                    source=s.source,
+                    always_on=s.always_on,
+                )
+                for s in self.skills
+            ]
+        )
 
     def activate(self, text: str) -> list[tuple[Skill, str]]:
         """Skills a message activates (each once per conversation), with the trigger found."""
@@ -109,9 +118,15 @@ def load(working_dir: Path) -> list[Skill]:
     agents = working_dir / AGENTS_FILE
     text = _read(agents)
     if text is not None and text.strip():
-        out.append(Skill(name=AGENTS_FILE, always_on=True, source=AGENTS_FILE,
-                         description="Instructions for working in this repository (always on).",
-                         body=text.strip()))
+        out.append(
+            Skill(
+                name=AGENTS_FILE,
+                always_on=True,
+                source=AGENTS_FILE,
+                description="Instructions for working in this repository (always on).",
+                body=text.strip(),
+            )
+        )
     root = working_dir / SKILLS_DIR
     try:
         folders = sorted(p for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
@@ -146,8 +161,9 @@ def _read(path: Path) -> str | None:
         return None
     text = data[:MAX_FILE_BYTES].decode("utf-8", "replace")
     if len(data) > MAX_FILE_BYTES:
-        text += (f"\n\n[... cut: only the first {MAX_FILE_BYTES // 1024} KiB of {path.name} "
-                 "are read]")
+        text += (
+            f"\n\n[... cut: only the first {MAX_FILE_BYTES // 1024} KiB of {path.name} are read]"
+        )
     return text
 
 
@@ -162,8 +178,13 @@ def parse(text: str, default_name: str, source: str) -> Skill:
     if isinstance(triggers, str):
         triggers = [triggers]
     clean = [str(t).strip()[:MAX_TRIGGER_LENGTH] for t in triggers if str(t).strip()]
-    return Skill(name=name[:100], description=description[:MAX_DESCRIPTION], body=body.strip(),
-                 source=source, triggers=tuple(clean[:MAX_TRIGGERS]))
+    return Skill(
+        name=name[:100],
+        description=description[:MAX_DESCRIPTION],
+        body=body.strip(),
+        source=source,
+        triggers=tuple(clean[:MAX_TRIGGERS]),
+    )
 
 
 def _one_line(value: Any) -> str:
@@ -184,7 +205,7 @@ def front_matter(text: str) -> tuple[dict[str, Any], str]:
     end = FENCE.search(text, first.end()) if first else None
     if first is None or end is None:
         return {}, text
-    return _yaml_subset(text[first.end():end.start()].splitlines()), text[end.end():]
+    return _yaml_subset(text[first.end() : end.start()].splitlines()), text[end.end() :]
 
 
 def _yaml_subset(lines: Sequence[str]) -> dict[str, Any]:
@@ -201,8 +222,9 @@ def _yaml_subset(lines: Sequence[str]) -> dict[str, Any]:
             continue
         key, rest = key.strip(), _strip_comment(rest.strip())
         block: list[str] = []
-        while i < len(lines) and (not lines[i].strip() or lines[i][:1].isspace()
-                                  or lines[i].startswith("- ")):
+        while i < len(lines) and (
+            not lines[i].strip() or lines[i][:1].isspace() or lines[i].startswith("- ")
+        ):
             block.append(lines[i])
             i += 1
         if rest in ("|", ">", "|-", ">-", "|+", ">+"):
@@ -211,8 +233,7 @@ def _yaml_subset(lines: Sequence[str]) -> dict[str, Any]:
         elif rest:
             out[key] = _value(rest)
         elif any(b.strip().startswith("- ") or b.strip() == "-" for b in block):
-            out[key] = [_value(b.strip()[1:].strip()) for b in block
-                        if b.strip().startswith("-")]
+            out[key] = [_value(b.strip()[1:].strip()) for b in block if b.strip().startswith("-")]
         else:
             out[key] = " ".join(b.strip() for b in block if b.strip())
     return out
@@ -253,13 +274,17 @@ def prompt_section(skills: Sequence[Skill]) -> str:
     parts = []
     for skill in skills:
         if skill.always_on:
-            parts.append(f'<repository_instructions source="{skill.source}">\n{skill.body}\n'
-                         "</repository_instructions>")
+            parts.append(
+                f'<repository_instructions source="{skill.source}">\n{skill.body}\n'
+                "</repository_instructions>"
+            )
     listed = [s for s in skills if not s.always_on]
     if listed:
-        lines = ["<skills>",
-                 "Skills of this workspace. Before a task one of them covers, call invoke_skill "
-                 "with its name to read it in full."]
+        lines = [
+            "<skills>",
+            "Skills of this workspace. Before a task one of them covers, call invoke_skill "
+            "with its name to read it in full.",
+        ]
         for skill in listed:
             line = f"- {skill.name}: {skill.description}"
             if skill.triggers:
@@ -272,11 +297,14 @@ def prompt_section(skills: Sequence[Skill]) -> str:
 
 def activation_text(skill: Skill, trigger: str) -> TextContent:
     """What a message that activated `skill` carries to the model besides its own text."""
-    return TextContent(text=(
-        f'<EXTRA_INFO skill="{skill.name}">\n'
-        f'The skill "{skill.name}" was activated by the keyword "{trigger}" in this message. '
-        "It may or may not be relevant to the request.\n\n"
-        f"{skill.body}\n</EXTRA_INFO>"))
+    return TextContent(
+        text=(
+            f'<EXTRA_INFO skill="{skill.name}">\n'
+            f'The skill "{skill.name}" was activated by the keyword "{trigger}" in this message. '
+            "It may or may not be relevant to the request.\n\n"
+            f"{skill.body}\n</EXTRA_INFO>"
+        )
+    )
 
 
 __all__ = [

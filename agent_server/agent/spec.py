@@ -83,8 +83,9 @@ class LLMConfig(Lenient):
     @model_validator(mode="after")
     def _token_ids_unstreamed(self) -> LLMConfig:
         if self.stream and self.wants_token_ids:
-            raise ValueError("return_token_ids needs stream false: litellm drops token ids "
-                             "from streamed chunks")
+            raise ValueError(
+                "return_token_ids needs stream false: litellm drops token ids from streamed chunks"
+            )
         return self
 
     @field_serializer("api_key", when_used="json")
@@ -147,8 +148,9 @@ class LLMSummarizingCondenser(Lenient):
     @model_validator(mode="after")
     def _room(self) -> LLMSummarizingCondenser:
         if self.keep_first >= self.max_size // 2:
-            raise ValueError("keep_first must be less than max_size // 2 to leave room for "
-                             "condensation")
+            raise ValueError(
+                "keep_first must be less than max_size // 2 to leave room for condensation"
+            )
         return self
 
 
@@ -172,9 +174,12 @@ CondenserSpec = Annotated[
     | Annotated[NoOpCondenser, Tag("NoOpCondenser")]
     | Annotated[LLMSummarizingCondenser, Tag("LLMSummarizingCondenser")]
     | Annotated[PipelineCondenser, Tag("PipelineCondenser")],
-    Discriminator(condenser_tag, custom_error_type="condenser_kind",
-                  custom_error_message="kind must be NoOpCondenser, LLMSummarizingCondenser or "
-                                       "PipelineCondenser (or no kind: our own form)"),
+    Discriminator(
+        condenser_tag,
+        custom_error_type="condenser_kind",
+        custom_error_message="kind must be NoOpCondenser, LLMSummarizingCondenser or "
+        "PipelineCondenser (or no kind: our own form)",
+    ),
 ]
 """`agent.condenser`: our own form, or one of the OpenHands SDK's kinds; null: none."""
 PipelineCondenser.model_rebuild()
@@ -190,8 +195,13 @@ def sdk_condenser(spec: CondenserSpec | None, llm: dict[str, Any]) -> dict[str, 
         ours = spec.model_dump(mode="json")
         if not spec.enabled:
             return {"kind": "NoOpCondenser", **ours}
-        return {"kind": "LLMSummarizingCondenser", "llm": llm,
-                "max_size": spec.max_events or 240, "keep_first": 2, **ours}
+        return {
+            "kind": "LLMSummarizingCondenser",
+            "llm": llm,
+            "max_size": spec.max_events or 240,
+            "keep_first": 2,
+            **ours,
+        }
     if isinstance(spec, PipelineCondenser):
         return {"kind": spec.kind, "condensers": [sdk_condenser(c, llm) for c in spec.condensers]}
     data = spec.model_dump(mode="json")
@@ -252,8 +262,13 @@ class AgentFinishedCritic(_LocalCritic):
     kind: Literal["AgentFinishedCritic"] = "AgentFinishedCritic"
 
 
-CRITIC_KINDS = ("ModelCritic", "CommandCritic", "PassCritic", "EmptyPatchCritic",
-                "AgentFinishedCritic")
+CRITIC_KINDS = (
+    "ModelCritic",
+    "CommandCritic",
+    "PassCritic",
+    "EmptyPatchCritic",
+    "AgentFinishedCritic",
+)
 
 
 def _critic_tag(value: Any) -> str | None:
@@ -262,12 +277,16 @@ def _critic_tag(value: Any) -> str | None:
 
 
 CriticSpec = Annotated[
-    Annotated[ModelCritic, Tag("ModelCritic")] | Annotated[CommandCritic, Tag("CommandCritic")]
+    Annotated[ModelCritic, Tag("ModelCritic")]
+    | Annotated[CommandCritic, Tag("CommandCritic")]
     | Annotated[PassCritic, Tag("PassCritic")]
     | Annotated[EmptyPatchCritic, Tag("EmptyPatchCritic")]
     | Annotated[AgentFinishedCritic, Tag("AgentFinishedCritic")],
-    Discriminator(_critic_tag, custom_error_type="critic_kind",
-                  custom_error_message="kind must be one of " + ", ".join(CRITIC_KINDS)),
+    Discriminator(
+        _critic_tag,
+        custom_error_type="critic_kind",
+        custom_error_message="kind must be one of " + ", ".join(CRITIC_KINDS),
+    ),
 ]
 """`agent.critic`: what scores the agent's finishes and messages (CriticResult); null: none."""
 
@@ -322,7 +341,8 @@ class ACPAgentSpec(Lenient):
 
     kind: Literal["ACPAgent"] = "ACPAgent"
     acp_command: list[Annotated[Argument, Field(min_length=1)]] = Field(
-        default_factory=list, min_length=1, max_length=100)
+        default_factory=list, min_length=1, max_length=100
+    )
     """The program and its first arguments, e.g. ["npx", "-y", "@zed-industries/claude-code-acp"].
     Left out: the ACP agent saved in the settings under `acp_server` (its command, args, env)."""
     acp_server: str | None = Field(default=None, min_length=1, max_length=100)
@@ -336,8 +356,9 @@ class ACPAgentSpec(Lenient):
     """Seconds a turn may go without any update from the agent before it is ended (ERROR)."""
     acp_startup_timeout: float = Field(default=90.0, gt=0, le=3600)
     """Seconds for the process to start and answer initialize and session/new (or /load)."""
-    llm: LLMConfig = Field(default_factory=lambda: LLMConfig(model=ACP_LLM_MODEL,
-                                                             usage_id=ACP_LLM_MODEL))
+    llm: LLMConfig = Field(
+        default_factory=lambda: LLMConfig(model=ACP_LLM_MODEL, usage_id=ACP_LLM_MODEL)
+    )
     tools: list[ToolSpec] = Field(default_factory=list, max_length=0)
     """Always empty: an ACP agent brings its own tools."""
     mcp_config: dict[str, Any] | None = None
@@ -382,8 +403,9 @@ class ConfirmRisky(Lenient):
     confirm_unknown: bool = True
 
 
-ConfirmationPolicy = Annotated[NeverConfirm | AlwaysConfirm | ConfirmRisky,
-                               Field(discriminator="kind")]
+ConfirmationPolicy = Annotated[
+    NeverConfirm | AlwaysConfirm | ConfirmRisky, Field(discriminator="kind")
+]
 
 
 class HookDefinition(Lenient):
@@ -393,7 +415,11 @@ class HookDefinition(Lenient):
 
 
 class HookMatcher(Lenient):
-    matcher: str = Field(default="*", max_length=1000, json_schema_extra={"anyOf": [{"enum": ["", "*"]}, {"format": "regex"}]})
+    matcher: str = Field(
+        default="*",
+        max_length=1000,
+        json_schema_extra={"anyOf": [{"enum": ["", "*"]}, {"format": "regex"}]},
+    )
     """A regular expression on the tool name (PreToolUse, PostToolUse); `*` matches all."""
     hooks: list[HookDefinition] = Field(default_factory=list, max_length=20)
 
@@ -408,8 +434,14 @@ class HookMatcher(Lenient):
         return value
 
 
-HOOK_EVENT_TYPES = ("PreToolUse", "PostToolUse", "UserPromptSubmit", "SessionStart",
-                    "SessionEnd", "Stop")
+HOOK_EVENT_TYPES = (
+    "PreToolUse",
+    "PostToolUse",
+    "UserPromptSubmit",
+    "SessionStart",
+    "SessionEnd",
+    "Stop",
+)
 
 
 class HookConfig(Lenient):
@@ -441,7 +473,11 @@ class HookConfig(Lenient):
     def matching(self, event_type: str, tool_name: str | None = None) -> list[HookDefinition]:
         out = []
         for group in getattr(self, event_type):
-            if tool_name is None or group.matcher in ("", "*") or re.fullmatch(group.matcher, tool_name):
+            if (
+                tool_name is None
+                or group.matcher in ("", "*")
+                or re.fullmatch(group.matcher, tool_name)
+            ):
                 out.extend(group.hooks)
         return out
 

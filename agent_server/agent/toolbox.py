@@ -68,8 +68,9 @@ def check_tools(agent: AgentSpec, secrets: Mapping[str, str] | None = None) -> N
 class Toolbox:
     """The conversation's tools, by the name the model calls them."""
 
-    def __init__(self, ctx: ToolContext, agent: AgentSpec,
-                 report: Callable[..., Awaitable[list[Event]]]) -> None:
+    def __init__(
+        self, ctx: ToolContext, agent: AgentSpec, report: Callable[..., Awaitable[list[Event]]]
+    ) -> None:
         self.ctx = ctx
         self.tools: dict[str, Tool] = {}
         sets = [*toolsets.ALWAYS]

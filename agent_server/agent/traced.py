@@ -23,8 +23,13 @@ class TracedModel(WrappedModel):
         super().__init__(model)
         self.telemetry = telemetry
 
-    async def complete(self, config: LLMConfig, messages: list[dict[str, Any]],
-                       tools: list[dict[str, Any]], on_delta: OnDelta | None = None) -> Completion:
+    async def complete(
+        self,
+        config: LLMConfig,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]],
+        on_delta: OnDelta | None = None,
+    ) -> Completion:
         with self.telemetry.llm_call(config.model) as record:
             reply = await self.model.complete(config, messages, tools, on_delta)
             record.response_id = reply.response_id
@@ -32,4 +37,3 @@ class TracedModel(WrappedModel):
             record.output_tokens = reply.usage.completion_tokens
             record.cost, record.latency = reply.cost, reply.latency
             return reply
-

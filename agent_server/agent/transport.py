@@ -44,8 +44,12 @@ class _Stream(httpcore.AsyncNetworkStream):
     async def aclose(self) -> None:
         await self._stream.aclose()
 
-    async def start_tls(self, ssl_context: ssl.SSLContext, server_hostname: str | None = None,
-                        timeout: float | None = None) -> httpcore.AsyncNetworkStream:
+    async def start_tls(
+        self,
+        ssl_context: ssl.SSLContext,
+        server_hostname: str | None = None,
+        timeout: float | None = None,
+    ) -> httpcore.AsyncNetworkStream:
         return _Stream(await self._stream.start_tls(ssl_context, server_hostname, timeout))
 
     def get_extra_info(self, info: str) -> Any:
@@ -56,15 +60,21 @@ class _Backend(httpcore.AsyncNetworkBackend):
     def __init__(self) -> None:
         self._backend = httpcore.AnyIOBackend()
 
-    async def connect_tcp(self, host: str, port: int, timeout: float | None = None,
-                          local_address: str | None = None,
-                          socket_options: Iterable[Any] | None = None) -> httpcore.AsyncNetworkStream:
-        return _Stream(await self._backend.connect_tcp(host, port, timeout, local_address,
-                                                       socket_options))
+    async def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: Iterable[Any] | None = None,
+    ) -> httpcore.AsyncNetworkStream:
+        return _Stream(
+            await self._backend.connect_tcp(host, port, timeout, local_address, socket_options)
+        )
 
-    async def connect_unix_socket(self, path: str, timeout: float | None = None,
-                                  socket_options: Iterable[Any] | None = None
-                                  ) -> httpcore.AsyncNetworkStream:
+    async def connect_unix_socket(
+        self, path: str, timeout: float | None = None, socket_options: Iterable[Any] | None = None
+    ) -> httpcore.AsyncNetworkStream:
         return _Stream(await self._backend.connect_unix_socket(path, timeout, socket_options))
 
     async def sleep(self, seconds: float) -> None:
@@ -75,8 +85,10 @@ class QuickAckTransport(httpx.AsyncHTTPTransport):
     """httpx's transport (pooled, kept alive, TLS verified as usual), on the backend above."""
 
     def __init__(self) -> None:
-        super().__init__(verify=tls.client_context(),
-                         socket_options=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)])
+        super().__init__(
+            verify=tls.client_context(),
+            socket_options=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)],
+        )
         # httpx builds its pool without a way to pass a network backend: the same pool,
         # built again with one.
         self._pool = httpcore.AsyncConnectionPool(

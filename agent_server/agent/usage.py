@@ -30,8 +30,13 @@ class Metrics(BaseModel):
         self.accumulated_cost += cost
         self.response_count += 1
         self.total_latency += latency
-        for name in ("prompt_tokens", "completion_tokens", "cache_read_tokens",
-                     "cache_write_tokens", "reasoning_tokens"):
+        for name in (
+            "prompt_tokens",
+            "completion_tokens",
+            "cache_read_tokens",
+            "cache_write_tokens",
+            "reasoning_tokens",
+        ):
             setattr(total, name, getattr(total, name) + getattr(usage, name))
         total.context_window = max(total.context_window, usage.context_window)  # as the SDK's
         total.per_turn_token = usage.per_turn_token

@@ -121,13 +121,14 @@ class View:
             images = [u for c in content if isinstance(c, ImageContent) for u in c.image_urls]
             if images:
                 self.user_images = images
-            self.messages.append(self._from(
-                {"role": "user", "content": _blocks(content, self.vision)}, event))
+            self.messages.append(
+                self._from({"role": "user", "content": _blocks(content, self.vision)}, event)
+            )
             return
-        out: dict[str, Any] = self._from({"role": "assistant", "content": text_of(content)},
-                                         event)
-        self._reasoning(out, msg.reasoning_content, msg.thinking_blocks,
-                        msg.responses_reasoning_item)
+        out: dict[str, Any] = self._from({"role": "assistant", "content": text_of(content)}, event)
+        self._reasoning(
+            out, msg.reasoning_content, msg.thinking_blocks, msg.responses_reasoning_item
+        )
         self.messages.append(out)
 
     def _prompt_hook(self, event: HookExecutionEvent) -> None:
@@ -139,11 +140,17 @@ class View:
                     del self.messages[i]
                     if self.last_user_message_id == event.message_id:  # as if never sent
                         self.last_user_message_id = next(
-                            (self.sources(m)[0] for m in reversed(self.messages)
-                             if m["role"] == "user" and self.sources(m)), None)
+                            (
+                                self.sources(m)[0]
+                                for m in reversed(self.messages)
+                                if m["role"] == "user" and self.sources(m)
+                            ),
+                            None,
+                        )
                 elif event.additional_context:
                     self.messages[i]["content"].append(
-                        {"type": "text", "text": event.additional_context})
+                        {"type": "text", "text": event.additional_context}
+                    )
                 return
 
     def _add_action(self, event: ActionEvent) -> None:
@@ -158,17 +165,23 @@ class View:
         else:
             text = text_of(event.thought)
             out: dict[str, Any] = self._from(
-                {"role": "assistant", "content": text or None, "tool_calls": [call]}, event)
-            self._reasoning(out, event.reasoning_content, event.thinking_blocks,
-                            event.responses_reasoning_item)
+                {"role": "assistant", "content": text or None, "tool_calls": [call]}, event
+            )
+            self._reasoning(
+                out, event.reasoning_content, event.thinking_blocks, event.responses_reasoning_item
+            )
             self.messages.append(out)
             self._response_id = event.llm_response_id
         assert event.id is not None
         self.pending[event.tool_call_id] = Pending(event.id, event.tool_call_id, event.tool_name)
 
     @staticmethod
-    def _reasoning(out: dict[str, Any], reasoning: str | None, blocks: Sequence[Any],
-                   item: ReasoningItemModel | None = None) -> None:
+    def _reasoning(
+        out: dict[str, Any],
+        reasoning: str | None,
+        blocks: Sequence[Any],
+        item: ReasoningItemModel | None = None,
+    ) -> None:
         if reasoning:
             out["reasoning_content"] = reasoning
         if blocks:
@@ -176,13 +189,21 @@ class View:
         if item is not None:  # sent back as it came (agent.responses); chat calls drop it
             out[REASONING_ITEM] = item.model_dump()
 
-    def _add_result(self, event: ObservationEvent | AgentErrorEvent | UserRejectObservation,
-                    text: str) -> None:
+    def _add_result(
+        self, event: ObservationEvent | AgentErrorEvent | UserRejectObservation, text: str
+    ) -> None:
         tool_call_id = event.tool_call_id
         if self.pending.pop(tool_call_id, None) is None:
             return  # a result for a call the model never saw: nothing to answer
-        message = self._from({"role": "tool", "tool_call_id": tool_call_id,
-                              "name": event.tool_name, "content": text}, event)
+        message = self._from(
+            {
+                "role": "tool",
+                "tool_call_id": tool_call_id,
+                "name": event.tool_name,
+                "content": text,
+            },
+            event,
+        )
         # A result goes right after its call's assistant message and the results already
         # there, even when a user message arrived meanwhile: providers insist on that order.
         at = len(self.messages)
@@ -205,10 +226,19 @@ class View:
             else:
                 kept.append(m)
         if event.summary is not None:
-            at = min(event.summary_offset if event.summary_offset is not None else len(kept),
-                     len(kept))
-            kept.insert(at, self._from({"role": "user", "content": [
-                {"type": "text", "text": SUMMARY_PREFIX + event.summary}]}, event))
+            at = min(
+                event.summary_offset if event.summary_offset is not None else len(kept), len(kept)
+            )
+            kept.insert(
+                at,
+                self._from(
+                    {
+                        "role": "user",
+                        "content": [{"type": "text", "text": SUMMARY_PREFIX + event.summary}],
+                    },
+                    event,
+                ),
+            )
         self.messages = kept
         self.condensation_requested = False
 

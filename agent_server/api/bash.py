@@ -32,7 +32,8 @@ class StartCommand(Lenient):
 class CommandSearch(Lenient):
     kind__eq: Literal["BashCommand", "BashOutput"] | None = None
     command_id__eq: str | None = Field(
-        default=None, pattern=r"^[0-9a-fA-F]{8}-?(?:[0-9a-fA-F]{4}-?){3}[0-9a-fA-F]{12}$")
+        default=None, pattern=r"^[0-9a-fA-F]{8}-?(?:[0-9a-fA-F]{4}-?){3}[0-9a-fA-F]{12}$"
+    )
     """A command's id (a UUID, as the server makes them)."""
     order__gt: int | None = None
     sort_order: Literal["TIMESTAMP", "TIMESTAMP_DESC"] = "TIMESTAMP"
@@ -44,39 +45,62 @@ class CommandPage(BaseModel):
     next_page_id: str | None = None
 
 
-@doc(summary="Start a shell command in the background; poll bash_events/search for its "
-             f"BashOutput (409 while {MAX_KEPT} of them are still running)", body=StartCommand,
-     response=BashCommand, errors=(400, 403, 404, 409))
+@doc(
+    summary="Start a shell command in the background; poll bash_events/search for its "
+    f"BashOutput (409 while {MAX_KEPT} of them are still running)",
+    body=StartCommand,
+    response=BashCommand,
+    errors=(400, 403, 404, 409),
+)
 async def start(request: Request) -> Response:
     where = scope(request)
     body = await read_body(request, StartCommand)
-    command = await services(request).commands.start(where, body.command, body.cwd,
-                                                      body.timeout, git=git_author(request))
+    command = await services(request).commands.start(
+        where, body.command, body.cwd, body.timeout, git=git_author(request)
+    )
     return reply(command)
 
 
-@doc(summary="Run a shell command to its end and answer its BashOutput", body=StartCommand,
-     response=BashOutput, errors=(400, 403, 404))
+@doc(
+    summary="Run a shell command to its end and answer its BashOutput",
+    body=StartCommand,
+    response=BashOutput,
+    errors=(400, 403, 404),
+)
 async def execute(request: Request) -> Response:
     where = scope(request)
     body = await read_body(request, StartCommand)
-    return reply(await services(request).commands.run(where, body.command, body.cwd,
-                                                      body.timeout, git=git_author(request)))
+    return reply(
+        await services(request).commands.run(
+            where, body.command, body.cwd, body.timeout, git=git_author(request)
+        )
+    )
 
 
-@doc(summary="Background commands and their results (a BashOutput once a command ended)",
-     query=CommandSearch, response=CommandPage)
+@doc(
+    summary="Background commands and their results (a BashOutput once a command ended)",
+    query=CommandSearch,
+    response=CommandPage,
+)
 async def search(request: Request) -> Response:
     where = scope(request)
     query = read_query(request, CommandSearch)
     items = services(request).commands.search(
-        where, kind=query.kind__eq, command_id=query.command_id__eq, order_gt=query.order__gt,
-        descending=query.sort_order == "TIMESTAMP_DESC", limit=query.limit)
+        where,
+        kind=query.kind__eq,
+        command_id=query.command_id__eq,
+        order_gt=query.order__gt,
+        descending=query.sort_order == "TIMESTAMP_DESC",
+        limit=query.limit,
+    )
     return reply(CommandPage(items=items))
 
 
-@doc(summary="Stop a background command (its process group is killed); 404 for an unknown id",
-     response=Success, errors=(404,))
+@doc(
+    summary="Stop a background command (its process group is killed); 404 for an unknown id",
+    response=Success,
+    errors=(404,),
+)
 async def stop(request: Request) -> Response:
     where = scope(request)
     command_id = request.path_params["command_id"]

@@ -33,9 +33,13 @@ from web.errors import NotFound
 from web.io import Success, doc, located, read_query, reply
 
 
-@doc(summary="Create a conversation (201), or return the one with this conversation_id (200)",
-     body=CreateConversation, response=ConversationInfo, status=201,
-     also={200: "A conversation with this conversation_id exists: it, unchanged"})
+@doc(
+    summary="Create a conversation (201), or return the one with this conversation_id (200)",
+    body=CreateConversation,
+    response=ConversationInfo,
+    status=201,
+    also={200: "A conversation with this conversation_id exists: it, unchanged"},
+)
 async def create(request: Request) -> Response:
     body = await read_body(request, CreateConversation)
     with located("body"):
@@ -62,8 +66,11 @@ async def get(request: Request) -> Response:
     return reply(info)
 
 
-@doc(summary="Conversations by id (null for an unknown id)", query=ConversationIds,
-     response=list[ConversationInfo | None])
+@doc(
+    summary="Conversations by id (null for an unknown id)",
+    query=ConversationIds,
+    response=list[ConversationInfo | None],
+)
 async def batch_get(request: Request) -> Response:
     query = read_query(request, ConversationIds)
     found = [service(request).get(i) for i in query.ids]
@@ -74,8 +81,7 @@ async def batch_get(request: Request) -> Response:
 async def search(request: Request) -> Response:
     query = read_query(request, ConversationSearch)
     page, next_id = service(request).search(query)
-    return reply(ConversationPage(items=[c.shown.info() for c in page],
-                                  next_page_id=next_id))
+    return reply(ConversationPage(items=[c.shown.info() for c in page], next_page_id=next_id))
 
 
 @doc(summary="Count conversations", query=ConversationSearch, response=int)
@@ -84,8 +90,11 @@ async def count(request: Request) -> Response:
     return reply(len(service(request).matching(query)))
 
 
-@doc(summary="Delete a conversation: stops its run and removes its log (the workspace stays)",
-     response=Success, errors=(404,))
+@doc(
+    summary="Delete a conversation: stops its run and removes its log (the workspace stays)",
+    response=Success,
+    errors=(404,),
+)
 async def delete(request: Request) -> Response:
     conv = conversation(request)
     info = await conv.opened_info()
@@ -96,8 +105,11 @@ async def delete(request: Request) -> Response:
     return reply(Success())
 
 
-@doc(summary="Start the agent; when it is already running it keeps running", response=Success,
-     errors=(404,))
+@doc(
+    summary="Start the agent; when it is already running it keeps running",
+    response=Success,
+    errors=(404,),
+)
 async def run(request: Request) -> Response:
     await conversation(request).run()
     return reply(Success())
@@ -111,15 +123,22 @@ async def pause(request: Request) -> Response:
     return reply(Success())
 
 
-@doc(summary="Interrupt at once: cancels the in-flight LLM call or tool (an InterruptEvent)",
-     response=Success, errors=(404,))
+@doc(
+    summary="Interrupt at once: cancels the in-flight LLM call or tool (an InterruptEvent)",
+    response=Success,
+    errors=(404,),
+)
 async def interrupt(request: Request) -> Response:
     await conversation(request).interrupt()
     return reply(Success())
 
 
-@doc(summary="Add or replace the conversation's secrets (names only are ever returned)",
-     body=UpdateSecrets, response=Success, errors=(404,))
+@doc(
+    summary="Add or replace the conversation's secrets (names only are ever returned)",
+    body=UpdateSecrets,
+    response=Success,
+    errors=(404,),
+)
 async def update_secrets(request: Request) -> Response:
     conv = conversation(request)
     given = (await read_body(request, UpdateSecrets)).secrets
@@ -128,16 +147,24 @@ async def update_secrets(request: Request) -> Response:
     return reply(Success())
 
 
-@doc(summary="Set the confirmation policy (NeverConfirm, AlwaysConfirm, ConfirmRisky)",
-     body=SetConfirmationPolicy, response=Success, errors=(404,))
+@doc(
+    summary="Set the confirmation policy (NeverConfirm, AlwaysConfirm, ConfirmRisky)",
+    body=SetConfirmationPolicy,
+    response=Success,
+    errors=(404,),
+)
 async def set_confirmation_policy(request: Request) -> Response:
     conv = conversation(request)
     await conv.set_confirmation_policy((await read_body(request, SetConfirmationPolicy)).policy)
     return reply(Success())
 
 
-@doc(summary="Accept (run) or reject the actions waiting for confirmation",
-     body=ConfirmationResponse, response=Success, errors=(404, 409))
+@doc(
+    summary="Accept (run) or reject the actions waiting for confirmation",
+    body=ConfirmationResponse,
+    response=Success,
+    errors=(404, 409),
+)
 async def respond_to_confirmation(request: Request) -> Response:
     conv = conversation(request)
     answer = await read_body(request, ConfirmationResponse)
@@ -151,16 +178,23 @@ async def hooks(request: Request) -> Response:
     return reply(config if config is not None else HookConfig())
 
 
-@doc(summary="Ask for a condensation of the history: the next step condenses",
-     response=Success, errors=(404,))
+@doc(
+    summary="Ask for a condensation of the history: the next step condenses",
+    response=Success,
+    errors=(404,),
+)
 async def condense(request: Request) -> Response:
     await conversation(request).append(CondensationRequest())
     return reply(Success())
 
 
-@doc(summary="Move HEAD of the conversation tree to an event (null: the empty tree): the next "
-             "event starts a sibling branch there, and the model sees the branch root to HEAD",
-     body=Navigate, response=ConversationInfo, errors=(404, 409))
+@doc(
+    summary="Move HEAD of the conversation tree to an event (null: the empty tree): the next "
+    "event starts a sibling branch there, and the model sees the branch root to HEAD",
+    body=Navigate,
+    response=ConversationInfo,
+    errors=(404, 409),
+)
 async def navigate(request: Request) -> Response:
     conv = conversation(request)
     body = await read_body(request, Navigate)
@@ -168,9 +202,14 @@ async def navigate(request: Request) -> Response:
     return reply(await conv.opened_info())
 
 
-@doc(summary="Fork: a new conversation with this one's history (all of it, or the branch from "
-             "the root to from_event_id), agent and workspace; it rests (idle)",
-     body=ForkRequest, response=ConversationInfo, status=201, errors=(404, 409))
+@doc(
+    summary="Fork: a new conversation with this one's history (all of it, or the branch from "
+    "the root to from_event_id), agent and workspace; it rests (idle)",
+    body=ForkRequest,
+    response=ConversationInfo,
+    status=201,
+    errors=(404, 409),
+)
 async def fork(request: Request) -> Response:
     source = conversation(request)
     body = await read_body(request, ForkRequest)
@@ -178,18 +217,26 @@ async def fork(request: Request) -> Response:
     return reply(await forked.opened_info(), 201)
 
 
-@doc(summary="Ask a side question: answered by the LLM from the conversation's view (an ACP "
-             "agent: in a side session), with no event added and the status untouched "
-             "(allowed while running)",
-     body=AskAgent, response=AgentAnswer, errors=(404, 429, 502))
+@doc(
+    summary="Ask a side question: answered by the LLM from the conversation's view (an ACP "
+    "agent: in a side session), with no event added and the status untouched "
+    "(allowed while running)",
+    body=AskAgent,
+    response=AgentAnswer,
+    errors=(404, 429, 502),
+)
 async def ask_agent(request: Request) -> Response:
     conv = conversation(request)
     body = await read_body(request, AskAgent)
     return reply(AgentAnswer(response=await conv.ask(body.question)))
 
 
-@doc(summary="Set (or clear with null) the security analyzer, kept and shown as given",
-     body=SetSecurityAnalyzer, response=Success, errors=(404,))
+@doc(
+    summary="Set (or clear with null) the security analyzer, kept and shown as given",
+    body=SetSecurityAnalyzer,
+    response=Success,
+    errors=(404,),
+)
 async def set_security_analyzer(request: Request) -> Response:
     conv = conversation(request)
     body = await read_body(request, SetSecurityAnalyzer)
@@ -198,8 +245,12 @@ async def set_security_analyzer(request: Request) -> Response:
     return reply(Success())
 
 
-@doc(summary="Load a plugin: this server has none to load, so every reference is unknown (404)",
-     body=LoadPlugin, response=Success, errors=(404,))
+@doc(
+    summary="Load a plugin: this server has none to load, so every reference is unknown (404)",
+    body=LoadPlugin,
+    response=Success,
+    errors=(404,),
+)
 async def load_plugin(request: Request) -> Response:
     conversation(request)
     body = await read_body(request, LoadPlugin)

@@ -20,7 +20,11 @@ from web.io import doc, read_query, reply
 
 def _query(params: EventSearch, log: EventLog) -> Query:
     """The log's query; an unknown branch event is a 404, as `navigate` answers for it."""
-    if params.branch is not None and params.branch != "head" and log.position(params.branch) is None:
+    if (
+        params.branch is not None
+        and params.branch != "head"
+        and log.position(params.branch) is None
+    ):
         raise NotFound(f"Event {params.branch} not found in this conversation")
     return Query(
         branch=(log.head or "") if params.branch == "head" else params.branch,
@@ -38,7 +42,13 @@ async def search(request: Request) -> Response:
     params = read_query(request, EventSearch)
     log = await conversation(request).log()
     lines, next_id = log.search(_query(params, log), params.limit, params.page_id)
-    body = b'{"items":[' + b",".join(lines) + b'],"next_page_id":' + json.dumps(next_id).encode() + b"}"
+    body = (
+        b'{"items":['
+        + b",".join(lines)
+        + b'],"next_page_id":'
+        + json.dumps(next_id).encode()
+        + b"}"
+    )
     return Response(body, media_type="application/json")
 
 
@@ -58,8 +68,12 @@ async def get(request: Request) -> Response:
     return Response(line, media_type="application/json")
 
 
-@doc(summary="Send a user message; with run, the agent starts", body=SendMessage,
-     response=dict, errors=(404,))
+@doc(
+    summary="Send a user message; with run, the agent starts",
+    body=SendMessage,
+    response=dict,
+    errors=(404,),
+)
 async def send(request: Request) -> Response:
     conv = conversation(request)
     message = await read_body(request, SendMessage)

@@ -38,8 +38,12 @@ class RotateKey(Lenient):
     api_key: str = Field(min_length=1, max_length=10_000)
 
 
-@doc(summary="Switch the conversation to a saved LLM profile (from the next request on)",
-     body=SwitchProfile, response=Success, errors=(404,))
+@doc(
+    summary="Switch the conversation to a saved LLM profile (from the next request on)",
+    body=SwitchProfile,
+    response=Success,
+    errors=(404,),
+)
 async def switch_profile(request: Request) -> Response:
     conv = conversation(request)
     body = await read_body(request, SwitchProfile)
@@ -50,8 +54,12 @@ async def switch_profile(request: Request) -> Response:
     return reply(Success())
 
 
-@doc(summary="Switch the conversation to this LLM (from the next request on)",
-     body=SwitchLLM, response=Success, errors=(404,))
+@doc(
+    summary="Switch the conversation to this LLM (from the next request on)",
+    body=SwitchLLM,
+    response=Success,
+    errors=(404,),
+)
 async def switch_llm(request: Request) -> Response:
     conv = conversation(request)
     body = await read_body(request, SwitchLLM)
@@ -59,9 +67,13 @@ async def switch_llm(request: Request) -> Response:
     return reply(Success())
 
 
-@doc(summary="Rotate the API key of the conversation's own LLM (409 while a profile is in "
-             "force: rotate the profile's key in the settings)",
-     body=RotateKey, response=Success, errors=(404, 409))
+@doc(
+    summary="Rotate the API key of the conversation's own LLM (409 while a profile is in "
+    "force: rotate the profile's key in the settings)",
+    body=RotateKey,
+    response=Success,
+    errors=(404, 409),
+)
 async def rotate_key(request: Request) -> Response:
     conv = conversation(request)
     body = await read_body(request, RotateKey)

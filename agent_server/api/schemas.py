@@ -127,8 +127,9 @@ class EventSearch(Lenient):
             try:
                 return datetime.fromisoformat(value)
             except ValueError:
-                raise ValueError("timestamp must be an ISO 8601 date-time, e.g. "
-                                 "2026-01-31T12:00:00+00:00") from None
+                raise ValueError(
+                    "timestamp must be an ISO 8601 date-time, e.g. 2026-01-31T12:00:00+00:00"
+                ) from None
         return value
 
     @field_validator("timestamp__gte", "timestamp__lt")
@@ -214,8 +215,9 @@ class RunCommand(Lenient):
     """Relative to the working directory (or absolute inside it)."""
     timeout: float = Field(default=60, gt=0, le=600)
     """Seconds; then the command's whole process group is killed."""
-    env: dict[EnvName, Annotated[str, StringConstraints(max_length=65536, pattern=NO_NUL)]] = (
-        Field(default_factory=dict, max_length=100))
+    env: dict[EnvName, Annotated[str, StringConstraints(max_length=65536, pattern=NO_NUL)]] = Field(
+        default_factory=dict, max_length=100
+    )
 
 
 class CommandResult(BaseModel):
@@ -229,9 +231,7 @@ class CommandResult(BaseModel):
 class UpdateConversation(Lenient):
     """PATCH /api/conversations/{id}: fields left out stay; tags given replace all tags."""
 
-    title: str | None = Field(default=None, min_length=1, max_length=200,
-                              pattern=r"[^ \t\n\r\f\v]")
+    title: str | None = Field(default=None, min_length=1, max_length=200, pattern=r"[^ \t\n\r\f\v]")
     """null clears the title; a title is not blank (it holds more than ASCII whitespace)."""
     tags: Tags | None = None
     """Given, they replace all the tags."""
-

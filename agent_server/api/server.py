@@ -41,8 +41,11 @@ async def health(request: Request) -> Response:
     return JSONResponse({"status": "ok"})
 
 
-@doc(summary="200 once conversations can be created and run (no key needed)", response=Status,
-     errors=(503,))
+@doc(
+    summary="200 once conversations can be created and run (no key needed)",
+    response=Status,
+    errors=(503,),
+)
 async def ready(request: Request) -> Response:
     state = getattr(request.state, "services", None)
     if state is None or not state.ready:
@@ -50,7 +53,9 @@ async def ready(request: Request) -> Response:
     return JSONResponse({"status": "ready"})
 
 
-@doc(summary="Version and tool names; uptime and activity with the session key", response=ServerInfo)
+@doc(
+    summary="Version and tool names; uptime and activity with the session key", response=ServerInfo
+)
 async def server_info(request: Request) -> Response:
     import tools
 
@@ -59,16 +64,18 @@ async def server_info(request: Request) -> Response:
         return reply(ServerInfo(version=__version__, usable_tools=sorted(tools.TOOL_SETS)))
     convs = list(state.conversations)
     now = time.monotonic()
-    return reply(ServerInfo(
-        version=__version__,
-        uptime=now - state.started,
-        idle_time=now - state.last_activity,
-        usable_tools=sorted(tools.TOOL_SETS),
-        conversations=len(convs),
-        running=sum(1 for c in convs if c.running),
-        websockets=state.delivery.pubsub.count(),
-        webhook=state.delivery.totals(),
-    ))
+    return reply(
+        ServerInfo(
+            version=__version__,
+            uptime=now - state.started,
+            idle_time=now - state.last_activity,
+            usable_tools=sorted(tools.TOOL_SETS),
+            conversations=len(convs),
+            running=sum(1 for c in convs if c.running),
+            websockets=state.delivery.pubsub.count(),
+            webhook=state.delivery.totals(),
+        )
+    )
 
 
 @doc(summary="This document (OpenAPI 3.1.0)", response=dict)
@@ -81,9 +88,11 @@ async def openapi(request: Request) -> Response:
     return JSONResponse(document)
 
 
-@doc(summary="Metrics in the Prometheus text format (the session key, unless "
-             "AGENT_SERVER_METRICS_OPEN)",
-     media={"text/plain": {"type": "string"}})
+@doc(
+    summary="Metrics in the Prometheus text format (the session key, unless "
+    "AGENT_SERVER_METRICS_OPEN)",
+    media={"text/plain": {"type": "string"}},
+)
 async def metrics(request: Request) -> Response:
     from agent_server.telemetry.metrics import CONTENT_TYPE
 

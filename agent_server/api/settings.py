@@ -15,8 +15,11 @@ async def get(request: Request) -> Response:
     return reply(services(request).settings.public())
 
 
-@doc(summary="Deep-merge into the stored settings; the result is validated whole",
-     body=Settings, response=Settings)
+@doc(
+    summary="Deep-merge into the stored settings; the result is validated whole",
+    body=Settings,
+    response=Settings,
+)
 async def patch(request: Request) -> Response:
     changes = await read_object(request)
     store = services(request).settings

@@ -20,8 +20,11 @@ from web.errors import NotFound
 from web.io import doc, reply
 
 
-@doc(summary="The skills loaded from the conversation's workspace (AGENTS.md as always on)",
-     response=skills.SkillList, errors=(404,))
+@doc(
+    summary="The skills loaded from the conversation's workspace (AGENTS.md as always on)",
+    response=skills.SkillList,
+    errors=(404,),
+)
 async def list_skills(request: Request) -> Response:
     return reply(await conversation(request).skills())
 
@@ -33,8 +36,9 @@ class SkillsRequest(Lenient):
     load_user: bool = True
     load_project: bool = True
     load_org: bool = True
-    project_dir: str | None = Field(default=None, min_length=1, max_length=4096,
-                                    pattern=r"^[^\x00]*$")
+    project_dir: str | None = Field(
+        default=None, min_length=1, max_length=4096, pattern=r"^[^\x00]*$"
+    )
 
 
 class LoadedSkill(BaseModel):
@@ -58,9 +62,13 @@ class LoadedSkills(BaseModel):
     """How many skills came from each source (only `project` here)."""
 
 
-@doc(summary="The skills of a project directory of this server's workspace (AGENTS.md and "
-             ".agents/skills/*/SKILL.md); public, user and organisation skills are not fetched",
-     body=SkillsRequest, response=LoadedSkills, errors=(403, 404))
+@doc(
+    summary="The skills of a project directory of this server's workspace (AGENTS.md and "
+    ".agents/skills/*/SKILL.md); public, user and organisation skills are not fetched",
+    body=SkillsRequest,
+    response=LoadedSkills,
+    errors=(403, 404),
+)
 async def load(request: Request) -> Response:
     body = await read_body(request, SkillsRequest)
     found: list[skills.Skill] = []
@@ -70,10 +78,20 @@ async def load(request: Request) -> Response:
         except NotAFile as exc:  # a file of that name: there is no such directory (404)
             raise NotFound(str(exc)) from None
         found = await asyncio.to_thread(skills.load, directory)
-    return reply(LoadedSkills(
-        skills=[LoadedSkill(
-            name=s.name, content=s.body, triggers=list(s.triggers), source=s.source,
-            description=s.description, is_agentskills_format=not s.always_on,
-            type="repo" if s.always_on else "knowledge" if s.triggers else "agentskills")
-            for s in found],
-        sources={"project": len(found)} if found else {}))
+    return reply(
+        LoadedSkills(
+            skills=[
+                LoadedSkill(
+                    name=s.name,
+                    content=s.body,
+                    triggers=list(s.triggers),
+                    source=s.source,
+                    description=s.description,
+                    is_agentskills_format=not s.always_on,
+                    type="repo" if s.always_on else "knowledge" if s.triggers else "agentskills",
+                )
+                for s in found
+            ],
+            sources={"project": len(found)} if found else {},
+        )
+    )

@@ -113,8 +113,9 @@ def _take_query_key(websocket: WebSocket) -> str | None:
     return key
 
 
-async def _authenticate(websocket: WebSocket, query_key: str | None, keys: KeyRing,
-                        timeout: float) -> bool:
+async def _authenticate(
+    websocket: WebSocket, query_key: str | None, keys: KeyRing, timeout: float
+) -> bool:
     header = websocket.headers.get(HEADER)
     if header is not None:
         return keys.accepts(header)
@@ -170,8 +171,15 @@ async def _close(websocket: WebSocket, code: int, reason: str) -> None:
 class _Session:
     """One socket after the handshake: a sender task, a reader task, and why they ended."""
 
-    def __init__(self, websocket: WebSocket, conv: Conversation, log: EventLog,
-                 sub: Subscription, send_timeout: float, progress: bool) -> None:
+    def __init__(
+        self,
+        websocket: WebSocket,
+        conv: Conversation,
+        log: EventLog,
+        sub: Subscription,
+        send_timeout: float,
+        progress: bool,
+    ) -> None:
         self.websocket = websocket
         #: Whether this client asked for running tools' output (`progress=true`).
         self.progress = progress
@@ -240,8 +248,9 @@ class _Session:
             while position < end:
                 if self.conv.closed.is_set():
                     return  # deleted: its log is closed (the watcher closes the socket)
-                lines = log.lines_after(position, min(_REPLAY_EVENTS, end - position),
-                                        _REPLAY_BYTES)
+                lines = log.lines_after(
+                    position, min(_REPLAY_EVENTS, end - position), _REPLAY_BYTES
+                )
                 for line in lines:
                     await self._put(line.decode())
                     self.last_sent = log.id_at(position)
@@ -281,8 +290,10 @@ class _Session:
         if isinstance(data, dict) and data.get("type") == "auth":
             return  # already authenticated
         if not isinstance(data, dict) or data.get("role") != "user":
-            self._error("InvalidFrame",
-                        'expected a user message {"role": "user", "content": [...], "run": false}')
+            self._error(
+                "InvalidFrame",
+                'expected a user message {"role": "user", "content": [...], "run": false}',
+            )
             return
         try:
             message = SendMessage.model_validate_json(text, strict=True)
@@ -299,10 +310,15 @@ class _Session:
             self._error("InternalError", "the message could not be sent")
 
     def _error(self, code: str, detail: str) -> None:
-        event = ServerErrorEvent(source="environment", code=code, detail=detail,
-                                 id=new_event_id(),
-                                 timestamp=format_timestamp(datetime.now(UTC)))
+        event = ServerErrorEvent(
+            source="environment",
+            code=code,
+            detail=detail,
+            id=new_event_id(),
+            timestamp=format_timestamp(datetime.now(UTC)),
+        )
         # Bounded like every other frame: a client that sends junk and never reads is cut off.
         self.sub.offer(Frame.transient(event))
+
 
 __all__ = ["CLOSE_NOT_FOUND", "CLOSE_TRY_AGAIN", "RESUME_AFTER", "events_socket"]

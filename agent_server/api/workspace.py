@@ -74,26 +74,39 @@ def git_author(request: Request) -> dict[str, str]:
 # -- files -----------------------------------------------------------------------------------
 
 
-@doc(summary="A workspace file, streamed with a guessed content type", query=FileQuery,
-     media={"*/*": {"type": "string", "format": "binary"}}, errors=(400, 403, 404, 413))
+@doc(
+    summary="A workspace file, streamed with a guessed content type",
+    query=FileQuery,
+    media={"*/*": {"type": "string", "format": "binary"}},
+    errors=(400, 403, 404, 413),
+)
 async def get_file(request: Request) -> Response:
     where = scope(request)
     query = read_query(request, FileQuery)
-    opened = await asyncio.to_thread(open_file, where.root_for(query.path), query.path,
-                                     _max_bytes(request))
-    return StreamingResponse(opened.stream(), media_type=opened.media_type, headers={
-        "Content-Length": str(opened.size),
-        "Content-Disposition": f"attachment; filename*=UTF-8''{quote(opened.path.name)}",
-        "X-Content-Type-Options": "nosniff",
-    })
+    opened = await asyncio.to_thread(
+        open_file, where.root_for(query.path), query.path, _max_bytes(request)
+    )
+    return StreamingResponse(
+        opened.stream(),
+        media_type=opened.media_type,
+        headers={
+            "Content-Length": str(opened.size),
+            "Content-Disposition": f"attachment; filename*=UTF-8''{quote(opened.path.name)}",
+            "X-Content-Type-Options": "nosniff",
+        },
+    )
 
 
 #: Entries of one directory listed at most (a huge directory is cut, and says so).
 MAX_ENTRIES = 1000
 
 
-@doc(summary="The entries of a workspace directory (the console's file browser)", query=ListQuery,
-     response=FileListing, errors=(400, 403, 404))
+@doc(
+    summary="The entries of a workspace directory (the console's file browser)",
+    query=ListQuery,
+    response=FileListing,
+    errors=(400, 403, 404),
+)
 async def list_files(request: Request) -> Response:
     where = scope(request)
     query = read_query(request, ListQuery)
@@ -113,7 +126,11 @@ def _listing(root: Path, directory: Path) -> FileListing:
                 break
             try:
                 is_dir = item.is_dir(follow_symlinks=False)
-                size = None if is_dir or item.is_symlink() else item.stat(follow_symlinks=False).st_size
+                size = (
+                    None
+                    if is_dir or item.is_symlink()
+                    else item.stat(follow_symlinks=False).st_size
+                )
             except OSError:
                 continue
             path = item.name if base == "." else f"{base}/{item.name}"
@@ -122,8 +139,10 @@ def _listing(root: Path, directory: Path) -> FileListing:
     return FileListing(path=base, entries=entries, truncated=truncated)
 
 
-UPLOAD = ("Upload a workspace file (raw body, or multipart/form-data with a `file` part); "
-          "parent directories are created")
+UPLOAD = (
+    "Upload a workspace file (raw body, or multipart/form-data with a `file` part); "
+    "parent directories are created"
+)
 
 
 @doc(summary=UPLOAD, query=FileQuery, response=FileWritten, errors=(400, 403, 404, 413))
@@ -132,8 +151,12 @@ async def upload_file(request: Request) -> Response:
     return reply(FileWritten(path=relative(root, path), size=size))
 
 
-@doc(summary=UPLOAD + " (the OpenHands answer)", query=FileQuery, response=FileUploaded,
-     errors=(400, 403, 404, 413))
+@doc(
+    summary=UPLOAD + " (the OpenHands answer)",
+    query=FileQuery,
+    response=FileUploaded,
+    errors=(400, 403, 404, 413),
+)
 async def upload(request: Request) -> Response:
     root, path, size = await _upload(request)
     return reply(FileUploaded(path=str(path), file_size=size))
@@ -161,8 +184,12 @@ async def _upload(request: Request) -> tuple[Path, Path, int]:
 
 
 async def _multipart_file(request: Request, limit: int) -> UploadFile:
-    parser = MultiPartParser(request.headers, _capped(request.stream(), limit + MULTIPART_OVERHEAD),
-                             max_files=1, max_fields=20)
+    parser = MultiPartParser(
+        request.headers,
+        _capped(request.stream(), limit + MULTIPART_OVERHEAD),
+        max_files=1,
+        max_fields=20,
+    )
     try:
         form = await parser.parse()
     except MultiPartException as exc:
@@ -191,48 +218,73 @@ async def _read(upload: UploadFile) -> AsyncIterator[bytes]:
 # -- git -------------------------------------------------------------------------------------
 
 
-@doc(summary="Changes against HEAD ([{path, status}], untracked included) of the "
-             "repositories at or below `path` (default: the working directory), or of the one "
-             "holding it, under it; paths relative to it; without a repository an empty list "
-             "and an X-Detail header",
-     query=ChangesQuery, response=list[GitChange], errors=(400, 403, 404))
+@doc(
+    summary="Changes against HEAD ([{path, status}], untracked included) of the "
+    "repositories at or below `path` (default: the working directory), or of the one "
+    "holding it, under it; paths relative to it; without a repository an empty list "
+    "and an X-Detail header",
+    query=ChangesQuery,
+    response=list[GitChange],
+    errors=(400, 403, 404),
+)
 async def git_changes(request: Request) -> Response:
     where = scope(request)
     query = read_query(request, ChangesQuery)
     directory = await where.directory(query.path, "path")
-    items, repos = await git.changes(directory,
-                                     where.root_for(query.path) if query.path else where.home)
-    return JSONResponse([i.model_dump(mode="json") for i in items],
-                        headers={} if repos else {"X-Detail": NO_REPOSITORY})
+    items, repos = await git.changes(
+        directory, where.root_for(query.path) if query.path else where.home
+    )
+    return JSONResponse(
+        [i.model_dump(mode="json") for i in items],
+        headers={} if repos else {"X-Detail": NO_REPOSITORY},
+    )
 
 
-@doc(summary="One file's {path, original, modified}; without path the whole unified diff "
-             "(text/plain)", query=DiffQuery, response=GitDiff,
-     media={"text/plain": {"type": "string"}}, errors=(400, 403, 404, 413))
+@doc(
+    summary="One file's {path, original, modified}; without path the whole unified diff "
+    "(text/plain)",
+    query=DiffQuery,
+    response=GitDiff,
+    media={"text/plain": {"type": "string"}},
+    errors=(400, 403, 404, 413),
+)
 async def git_diff(request: Request) -> Response:
     where = scope(request)
     query = read_query(request, DiffQuery)
     if query.path is not None:
-        return reply(await git.file_diff(where.root_for(query.path), query.path,
-                                         _max_bytes(request)))
+        return reply(
+            await git.file_diff(where.root_for(query.path), query.path, _max_bytes(request))
+        )
     repos = await asyncio.to_thread(git.find_repositories, where.home)
     if not repos:
         return Response("", media_type="text/plain", headers={"X-Detail": NO_REPOSITORY})
-    return StreamingResponse(git.unified_diff(repos, _max_bytes(request)),
-                             media_type="text/plain; charset=utf-8")
+    return StreamingResponse(
+        git.unified_diff(repos, _max_bytes(request)), media_type="text/plain; charset=utf-8"
+    )
 
 
 # -- commands --------------------------------------------------------------------------------
 
 
-@doc(summary="Run a shell command in the workspace (set-up work), secrets in its environment "
-             "and masked in its output", body=RunCommand, response=CommandResult,
-     errors=(400, 403, 404))
+@doc(
+    summary="Run a shell command in the workspace (set-up work), secrets in its environment "
+    "and masked in its output",
+    body=RunCommand,
+    response=CommandResult,
+    errors=(400, 403, 404),
+)
 async def run_command(request: Request) -> Response:
     where = scope(request)
     body = await read_body(request, RunCommand)
-    done = await services(request).commands.run(where, body.command, body.cwd, body.timeout,
-                                                env=body.env, git=git_author(request))
+    done = await services(request).commands.run(
+        where, body.command, body.cwd, body.timeout, env=body.env, git=git_author(request)
+    )
     assert done.exit_code is not None  # a command run to its end has one
-    return reply(CommandResult(exit_code=done.exit_code, stdout=done.stdout or "",
-                               stderr=done.stderr or "", timed_out=done.timed_out))
+    return reply(
+        CommandResult(
+            exit_code=done.exit_code,
+            stdout=done.stdout or "",
+            stderr=done.stderr or "",
+            timed_out=done.timed_out,
+        )
+    )

@@ -52,11 +52,17 @@ class ConversationService:
     `hidden` (the server's own keys) is masked in every conversation's events.
     """
 
-    def __init__(self, state_dir: Path, default_working_dir: Path, *,
-                 settings: Callable[[], Settings],
-                 sessions: Callable[[ConversationService], SessionFactory],
-                 fanout: Fanout, telemetry: Telemetry | None = None,
-                 hidden: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        state_dir: Path,
+        default_working_dir: Path,
+        *,
+        settings: Callable[[], Settings],
+        sessions: Callable[[ConversationService], SessionFactory],
+        fanout: Fanout,
+        telemetry: Telemetry | None = None,
+        hidden: Mapping[str, str] | None = None,
+    ) -> None:
         self.root = state_dir / "conversations"
         self.hidden: Mapping[str, str] = dict(hidden or {})
         self.telemetry = telemetry or Telemetry.build()
@@ -68,9 +74,15 @@ class ConversationService:
         self._make_session = sessions(self)
 
     def _conversation(self, record: StoredConversation, directory: Path) -> Conversation:
-        return Conversation(record, directory, settings=self.settings,
-                            make_session=self._make_session, fanout=self._fanout,
-                            telemetry=self.telemetry, hidden=self.hidden)
+        return Conversation(
+            record,
+            directory,
+            settings=self.settings,
+            make_session=self._make_session,
+            fanout=self._fanout,
+            telemetry=self.telemetry,
+            hidden=self.hidden,
+        )
 
     # -- start and stop ------------------------------------------------------------------
 
@@ -100,8 +112,11 @@ class ConversationService:
             try:
                 found.append((directory, StoredConversation.model_validate(read_json(meta))))
             except ValidationError as exc:  # its fields, never their values (secrets)
-                logger.warning("skipping conversation in %s: %s", directory,
-                               exc.errors(include_input=False, include_url=False))
+                logger.warning(
+                    "skipping conversation in %s: %s",
+                    directory,
+                    exc.errors(include_input=False, include_url=False),
+                )
             except (OSError, ValueError) as exc:
                 logger.warning("skipping conversation in %s: %s", directory, exc)
         return found
@@ -111,8 +126,9 @@ class ConversationService:
         what the logs hold (the webhook), then close the logs."""
         # Top-level conversations first: stopping one interrupts the sub-agents it waits on,
         # instead of a sub-agent ending first and its parent taking one more step.
-        convs = sorted(self._items.values(),
-                       key=lambda c: c.record.parent_conversation_id is not None)
+        convs = sorted(
+            self._items.values(), key=lambda c: c.record.parent_conversation_id is not None
+        )
         for conv in convs:
             was_running = conv.running
             await conv.stop()
@@ -141,24 +157,31 @@ class ConversationService:
 
     def children(self, conversation_id: UUID) -> list[Conversation]:
         """The conversations naming this one as their parent (its sub-agents)."""
-        return [c for c in self._items.values()
-                if c.record.parent_conversation_id == conversation_id]
+        return [
+            c for c in self._items.values() if c.record.parent_conversation_id == conversation_id
+        ]
 
     def matching(self, query: ConversationSearch) -> list[Conversation]:
         parent = query.parent_conversation_id
-        return [c for c in self._items.values()
-                if (query.status is None or c.shown.status == query.status)
-                and (parent is None or c.record.parent_conversation_id == parent)]
+        return [
+            c
+            for c in self._items.values()
+            if (query.status is None or c.shown.status == query.status)
+            and (parent is None or c.record.parent_conversation_id == parent)
+        ]
 
     def search(self, query: ConversationSearch) -> tuple[list[Conversation], str | None]:
         items = self.matching(query)
         field = "updated_at" if query.sort_order.startswith("UPDATED") else "created_at"
-        items.sort(key=lambda c: (getattr(c.record, field), c.id),
-                   reverse=query.sort_order.endswith("DESC"))
+        items.sort(
+            key=lambda c: (getattr(c.record, field), c.id),
+            reverse=query.sort_order.endswith("DESC"),
+        )
         start = 0
         if query.page_id is not None:
-            start = next((i for i, c in enumerate(items) if c.record.id == query.page_id),
-                         len(items))
+            start = next(
+                (i for i, c in enumerate(items) if c.record.id == query.page_id), len(items)
+            )
         page = items[start : start + query.limit]
         rest = items[start + query.limit : start + query.limit + 1]
         return page, rest[0].id if rest else None
@@ -182,14 +205,21 @@ class ConversationService:
                 check_tools(agent, {**self.settings().secrets, **secrets})
             parent = request.parent_conversation_id
             if parent is not None and (parent == conv_id or parent not in self._items):
-                raise invalid(["parent_conversation_id"],
-                              f"Parent conversation {parent} not found", input_=str(parent))
-            workspace = request.workspace or Workspace(
-                working_dir=str(self.default_working_dir)
-            )
+                raise invalid(
+                    ["parent_conversation_id"],
+                    f"Parent conversation {parent} not found",
+                    input_=str(parent),
+                )
+            workspace = request.workspace or Workspace(working_dir=str(self.default_working_dir))
             await self._make_working_dir(Path(workspace.working_dir))
-            record = StoredConversation.new(conv_id, request, agent=agent, workspace=workspace,
-                                            secrets=secrets, at=datetime.now(UTC))
+            record = StoredConversation.new(
+                conv_id,
+                request,
+                agent=agent,
+                workspace=workspace,
+                secrets=secrets,
+                at=datetime.now(UTC),
+            )
             conv = self._conversation(record, self.root / conv_id.hex)
             conv.start_trace()
             await conv.save()
@@ -220,20 +250,31 @@ class ConversationService:
                 "(PATCH /api/settings or pass agent inline)",
                 "missing",
             )
-        return AgentSpec(llm=stored.llm, tools=stored.tools, condenser=stored.condenser,
-                         mcp_config=stored.mcp_config)
+        return AgentSpec(
+            llm=stored.llm,
+            tools=stored.tools,
+            condenser=stored.condenser,
+            mcp_config=stored.mcp_config,
+        )
 
     def _saved_acp_agent(self, agent: ACPAgentSpec) -> ACPAgentSpec:
         name = agent.acp_server
         if name is None:
-            raise invalid(["agent", "acp_command"], "Field required: give acp_command, or "
-                          "acp_server naming an ACP agent saved in the settings (acp_agents)",
-                          "missing")
+            raise invalid(
+                ["agent", "acp_command"],
+                "Field required: give acp_command, or "
+                "acp_server naming an ACP agent saved in the settings (acp_agents)",
+                "missing",
+            )
         saved = self.settings().acp_agents.get(name)
         if saved is None:
-            raise invalid(["agent", "acp_server"], f"No ACP agent named {name!r} in the "
-                          "settings (acp_agents): save one with PATCH /api/settings, or give "
-                          "acp_command", input_=name)
+            raise invalid(
+                ["agent", "acp_server"],
+                f"No ACP agent named {name!r} in the "
+                "settings (acp_agents): save one with PATCH /api/settings, or give "
+                "acp_command",
+                input_=name,
+            )
         try:
             return saved.applied_to(agent)
         except ValidationError as exc:  # (over a bound once merged: never an env value shown)
@@ -271,8 +312,9 @@ class ConversationService:
                 raise Conflict(f"Conversation {fork_id} already exists")
             directory = self.root / fork_id.hex
             await asyncio.to_thread(EventLog.write_new, directory / LOG_FILE_NAME, lines)
-            record = source.record.forked(fork_id, request, head=head, head_set_at=len(lines),
-                                          at=datetime.now(UTC))
+            record = source.record.forked(
+                fork_id, request, head=head, head_set_at=len(lines), at=datetime.now(UTC)
+            )
             conv = self._conversation(record, directory)
             # A trace of its own (span name, tags and metadata copied), linked to the source's.
             conv.start_trace(forked_from=source)

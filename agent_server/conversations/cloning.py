@@ -47,8 +47,9 @@ class RepositoryClone:
     def start(self, conv: Conversation) -> None:
         """The clone in the background (a creation that does not run at once)."""
         if conv.record.repository is not None and conv.record.repository_status is None:
-            self._task = asyncio.create_task(self.ensure(conv, in_run=False),
-                                             name=f"clone {conv.id}")
+            self._task = asyncio.create_task(
+                self.ensure(conv, in_run=False), name=f"clone {conv.id}"
+            )
 
     async def ensure(self, conv: Conversation, in_run: bool = True) -> bool:
         """Cloned (now, or before); False when the clone failed (and was reported)."""
@@ -57,15 +58,24 @@ class RepositoryClone:
             if record.repository is None or record.repository_status == "cloned":
                 return True
             try:
-                await clone(record.repository, conv.working_dir, conv.secret_values,
-                            conv.masker, conv.git_author())
+                await clone(
+                    record.repository,
+                    conv.working_dir,
+                    conv.secret_values,
+                    conv.masker,
+                    conv.git_author(),
+                )
             except CloneFailed as failure:
                 if in_run:
                     await conv.fail("RepositoryCloneFailed", failure.detail)
                 else:
-                    await conv.append(ConversationErrorEvent(
-                        source="environment", code="RepositoryCloneFailed",
-                        detail=conv.masker.text(failure.detail)[:2000]))
+                    await conv.append(
+                        ConversationErrorEvent(
+                            source="environment",
+                            code="RepositoryCloneFailed",
+                            detail=conv.masker.text(failure.detail)[:2000],
+                        )
+                    )
                 # After the event: whoever sees "failed" (the start task) finds the reason.
                 record.repository_status = "failed"
                 await conv.save()

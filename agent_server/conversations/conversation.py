@@ -72,10 +72,17 @@ class Lifecycle(Enum):
 class Conversation:
     """One conversation: its record, its log, its status, its run task and its session."""
 
-    def __init__(self, record: StoredConversation, directory: Path, *,
-                 settings: Callable[[], Settings], make_session: SessionFactory,
-                 fanout: Fanout, telemetry: Telemetry | None = None,
-                 hidden: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        record: StoredConversation,
+        directory: Path,
+        *,
+        settings: Callable[[], Settings],
+        make_session: SessionFactory,
+        fanout: Fanout,
+        telemetry: Telemetry | None = None,
+        hidden: Mapping[str, str] | None = None,
+    ) -> None:
         self.record = record
         self.directory = directory
         self._settings = settings
@@ -102,19 +109,30 @@ class Conversation:
         #: Where this conversation's spans hang (its root span starts in `start_trace` when
         #: it is new; one loaded from disk continues the trace its record names).
         self.trace: ConversationTrace = self.telemetry.tracing.resumed(record.trace, self.id)
-        llm = ActiveLLM(record.agent.llm, record.llm_profile,
-                        lambda: self._settings().llm_profiles, on_change=self._llm_changed)
+        llm = ActiveLLM(
+            record.agent.llm,
+            record.llm_profile,
+            lambda: self._settings().llm_profiles,
+            on_change=self._llm_changed,
+        )
         self.control = RunControl(confirmation_policy=record.confirmation_policy, llm=llm)
         self.session: Session = make_session(
             ConversationSpec(
-                id=self.id, working_dir=self.working_dir, state_dir=directory,
-                agent=record.agent, max_iterations=record.max_iterations,
-                stuck_detection=record.stuck_detection, hook_config=record.hook_config,
+                id=self.id,
+                working_dir=self.working_dir,
+                state_dir=directory,
+                agent=record.agent,
+                max_iterations=record.max_iterations,
+                stuck_detection=record.stuck_detection,
+                hook_config=record.hook_config,
                 git_author=settings().git_author(),
             ),
-            EventSink(self.log, lambda event: fanout.publish_transient(self.id, event),
-                      self.masker),
-            self.control, self.secret_values, record.metrics,
+            EventSink(
+                self.log, lambda event: fanout.publish_transient(self.id, event), self.masker
+            ),
+            self.control,
+            self.secret_values,
+            record.metrics,
         )
         #: The session again when its model, skills and hooks run here (our own agent);
         #: None for an agent that keeps its own (ACP).
@@ -150,9 +168,12 @@ class Conversation:
             async with self._log_lock:
                 if self._log is None:
                     log = await asyncio.to_thread(
-                        EventLog.open, self.directory / LOG_FILE_NAME,
-                        redactor=self.masker.data, sinks=self._fanout.sinks(self.id),
-                        on_write=self.telemetry.metrics.log_written)
+                        EventLog.open,
+                        self.directory / LOG_FILE_NAME,
+                        redactor=self.masker.data,
+                        sinks=self._fanout.sinks(self.id),
+                        on_write=self.telemetry.metrics.log_written,
+                    )
                     if self.record.head_set_at is not None:
                         log.restore_head(self.record.head_event_id, self.record.head_set_at)
                     self._log = log
@@ -188,8 +209,13 @@ class Conversation:
             record.secrets.update(values)
             self.refresh_secrets()
 
-    async def update(self, *, title: str | None = None, clear_title: bool = False,
-                     tags: dict[str, str] | None = None) -> None:
+    async def update(
+        self,
+        *,
+        title: str | None = None,
+        clear_title: bool = False,
+        tags: dict[str, str] | None = None,
+    ) -> None:
         async with self._changing() as record:
             if title is not None or clear_title:
                 record.title = title
@@ -322,8 +348,9 @@ class Conversation:
         if self.status != ExecutionStatus.WAITING_FOR_CONFIRMATION or self.running:
             if not accept:
                 return
-            raise Conflict("No action is waiting for confirmation "
-                           f"(execution_status is {self.status.value})")
+            raise Conflict(
+                f"No action is waiting for confirmation (execution_status is {self.status.value})"
+            )
         if accept:
             await self.run(approved=True)
         else:
@@ -353,12 +380,18 @@ class Conversation:
         fork's links to its source's."""
         record = self.record
         self.trace = self.telemetry.tracing.conversation(
-            self.id, span_name=record.observability_span_name, tags=record.observability_tags,
-            metadata=record.observability_metadata, mask=self.masker.text,
-            parent_conversation_id=(str(record.parent_conversation_id)
-                                    if record.parent_conversation_id else None),
-            forked_from=(None if forked_from is None
-                         else (forked_from.id, forked_from.record.trace)))
+            self.id,
+            span_name=record.observability_span_name,
+            tags=record.observability_tags,
+            metadata=record.observability_metadata,
+            mask=self.masker.text,
+            parent_conversation_id=(
+                str(record.parent_conversation_id) if record.parent_conversation_id else None
+            ),
+            forked_from=(
+                None if forked_from is None else (forked_from.id, forked_from.record.trace)
+            ),
+        )
         record.trace = self.trace.ref
 
     async def _run(self, approved: bool) -> None:
@@ -375,8 +408,11 @@ class Conversation:
             raise
         except Exception as exc:  # the session failed itself: say so, never leave it "running"
             # The traceback may quote a secret (an exception's message): masked like events.
-            logger.error("run of %s failed\n%s", self.id,
-                         self.masker.text("".join(traceback.format_exception(exc)))[-20_000:])
+            logger.error(
+                "run of %s failed\n%s",
+                self.id,
+                self.masker.text("".join(traceback.format_exception(exc)))[-20_000:],
+            )
             await self.fail(type(exc).__name__, str(exc))
 
     def prepare(self) -> None:
@@ -389,8 +425,11 @@ class Conversation:
     async def fail(self, code: str, detail: str) -> None:
         """End the run in ERROR with a ConversationErrorEvent (masked, then cut)."""
         try:
-            await self.append(ConversationErrorEvent(source="environment", code=code,
-                                                     detail=self.masker.text(detail)[:2000]))
+            await self.append(
+                ConversationErrorEvent(
+                    source="environment", code=code, detail=self.masker.text(detail)[:2000]
+                )
+            )
         except Exception:
             logger.exception("recording the failure of %s failed", self.id)
         try:

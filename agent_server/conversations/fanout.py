@@ -22,13 +22,13 @@ class Fanout(Protocol):
         """Listeners of the log's durable writes (websocket subscribers)."""
         ...
 
-    def attach(self, conversation_id: str, directory: Path, log: EventLog,
-               closed: asyncio.Event) -> None:
+    def attach(
+        self, conversation_id: str, directory: Path, log: EventLog, closed: asyncio.Event
+    ) -> None:
         """Called once the log is open (the webhook pusher reads from it)."""
         ...
 
-    def publish_transient(self, conversation_id: str, event: Event) -> None:
-        ...
+    def publish_transient(self, conversation_id: str, event: Event) -> None: ...
 
     async def delivered(self, conversation_id: str) -> None:
         """Until the live subscribers' sockets carry what was published (bounded)."""

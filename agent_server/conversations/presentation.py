@@ -24,8 +24,14 @@ def _now() -> str:
 
 
 class Presentation:
-    def __init__(self, record: StoredConversation, directory: Path, fanout: Fanout,
-                 masker: Masker, log: Callable[[], EventLog | None]) -> None:
+    def __init__(
+        self,
+        record: StoredConversation,
+        directory: Path,
+        fanout: Fanout,
+        masker: Masker,
+        log: Callable[[], EventLog | None],
+    ) -> None:
         self.record, self.directory, self.masker = record, directory, masker
         self._fanout = fanout
         #: The conversation's log, when it is open (None until something needed it).
@@ -67,15 +73,23 @@ class Presentation:
         elif self.record.head_set_at is not None:
             leaf = self.record.head_event_id
         return ConversationInfo.of(
-            self.record, directory=str(self.directory), webhook=self._fanout.status(self._id),
-            leaf=leaf, head_is_empty=leaf is None and log is not None and len(log) > 0,
-            last_user_message=last_user, status=self.status)
+            self.record,
+            directory=str(self.directory),
+            webhook=self._fanout.status(self._id),
+            leaf=leaf,
+            head_is_empty=leaf is None and log is not None and len(log) > 0,
+            last_user_message=last_user,
+            status=self.status,
+        )
 
     def state_event(self) -> ConversationStateUpdateEvent:
         """The whole state as one `full_state` update (masked)."""
         return ConversationStateUpdateEvent(
-            id=new_event_id(), timestamp=_now(), key="full_state",
-            value=self.masker.data(self.info().model_dump(mode="json", exclude_none=True)))
+            id=new_event_id(),
+            timestamp=_now(),
+            key="full_state",
+            value=self.masker.data(self.info().model_dump(mode="json", exclude_none=True)),
+        )
 
     def publish_state(self) -> None:
         """A `full_state` ConversationStateUpdateEvent to the live subscribers (not stored):
@@ -98,8 +112,12 @@ class Presentation:
         if fields:
             value = self.masker.data(self.info().model_dump(mode="json", include=set(fields)))
             for name in fields:
-                self._fanout.publish_transient(self._id, ConversationStateUpdateEvent(
-                    id=new_event_id(), timestamp=_now(), key=name, value=value.get(name)))
+                self._fanout.publish_transient(
+                    self._id,
+                    ConversationStateUpdateEvent(
+                        id=new_event_id(), timestamp=_now(), key=name, value=value.get(name)
+                    ),
+                )
         else:
             self.publish_state()
         await self._fanout.delivered(self._id)

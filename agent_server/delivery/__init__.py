@@ -2,8 +2,9 @@
 
 `Delivery` is each conversation's Fanout: every log is opened with a sink that feeds PubSub
 after each durable write, and gets a webhook Pusher once open; transient events (streaming
-deltas, masked by the conversation) go to PubSub only. At start, conversations whose logs hold events the webhook has not acknowledged are
-opened so that they are pushed; at shutdown the webhook flushes for a few seconds.
+deltas, masked by the conversation) go to PubSub only. At start, conversations whose logs hold
+events the webhook has not acknowledged are opened so that they are pushed; at shutdown the webhook
+flushes for a few seconds.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ logger = logging.getLogger(__name__)
 DELIVERED_WAIT = 1.0
 DELIVERED_GRACE = 0.05
 
+
 class Behind(Protocol):
     """What resuming the webhook needs of a conversation at start."""
 
@@ -52,18 +54,31 @@ class Delivery:
     """Feeds sockets and the webhook from the conversations' logs (the Fanout of
     agent_server.conversations): it never reaches into a conversation."""
 
-    def __init__(self, settings: DeliverySettings, webhook_url: str | None = None,
-                 webhook_api_key: str | None = None, webhook_secret: str | None = None, *,
-                 sender: str | None = None, client: WebhookClient | None = None,
-                 clock: Clock | None = None) -> None:
+    def __init__(
+        self,
+        settings: DeliverySettings,
+        webhook_url: str | None = None,
+        webhook_api_key: str | None = None,
+        webhook_secret: str | None = None,
+        *,
+        sender: str | None = None,
+        client: WebhookClient | None = None,
+        clock: Clock | None = None,
+    ) -> None:
         self.settings = s = settings
         self.pubsub = PubSub(s.ws_max_subscribers, s.ws_queue_events, s.ws_queue_bytes)
         self.webhook: Webhook | None = None
         if client is None and webhook_url:
             assert webhook_api_key or webhook_secret, "a webhook needs a key or a secret"
-            client = WebhookClient(webhook_url, webhook_api_key, webhook_secret, sender=sender,
-                                   timeout=s.webhook_timeout, clock=clock,
-                                   max_connections=s.webhook_concurrency)
+            client = WebhookClient(
+                webhook_url,
+                webhook_api_key,
+                webhook_secret,
+                sender=sender,
+                timeout=s.webhook_timeout,
+                clock=clock,
+                max_connections=s.webhook_concurrency,
+            )
         if client is not None:
             self.webhook = Webhook(
                 client,
@@ -82,13 +97,15 @@ class Delivery:
     def sinks(self, conversation_id: str) -> list[Listener]:
         def publish(written: Sequence[tuple[Event, bytes]]) -> None:
             if self.pubsub.has_subscribers(conversation_id):
-                self.pubsub.publish(conversation_id,
-                                    [Frame.stored(e.id or "", line) for e, line in written])
+                self.pubsub.publish(
+                    conversation_id, [Frame.stored(e.id or "", line) for e, line in written]
+                )
 
         return [publish]
 
-    def attach(self, conversation_id: str, directory: Path, log: EventLog,
-               closed: asyncio.Event) -> None:
+    def attach(
+        self, conversation_id: str, directory: Path, log: EventLog, closed: asyncio.Event
+    ) -> None:
         if self.webhook is not None:
             self.webhook.watch(conversation_id, directory, log, lambda: not closed.is_set())
 

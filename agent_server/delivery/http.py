@@ -52,10 +52,18 @@ class WebhookClient:
     `transport=httpx.MockTransport(handler)`.
     """
 
-    def __init__(self, base_url: str, api_key: str | None, secret: str | None = None, *,
-                 sender: str | None = None, timeout: float = 30.0,
-                 transport: httpx.AsyncBaseTransport | None = None,
-                 clock: Clock | None = None, max_connections: int = 32) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str | None,
+        secret: str | None = None,
+        *,
+        sender: str | None = None,
+        timeout: float = 30.0,
+        transport: httpx.AsyncBaseTransport | None = None,
+        clock: Clock | None = None,
+        max_connections: int = 32,
+    ) -> None:
         """`api_key`: sent as X-Session-API-Key (None: no key at all; a signed delivery needs
         none); `secret`: the Standard Webhooks signature's key; `sender`: who this server is
         to the receiver (X-Webhook-Sender), so it knows whose secret to check with."""
@@ -70,8 +78,9 @@ class WebhookClient:
             transport=transport,
             verify=tls.client_context(),
             timeout=httpx.Timeout(timeout, connect=min(timeout, 10.0), pool=None),
-            limits=httpx.Limits(max_connections=max_connections,
-                                max_keepalive_connections=max_connections),
+            limits=httpx.Limits(
+                max_connections=max_connections, max_keepalive_connections=max_connections
+            ),
             follow_redirects=False,
         )
 
@@ -98,8 +107,9 @@ class WebhookClient:
         import httpx
 
         try:
-            response = await self._http.post(self.url(conversation_id), content=body,
-                                             headers=self.headers(message_id, body))
+            response = await self._http.post(
+                self.url(conversation_id), content=body, headers=self.headers(message_id, body)
+            )
         except httpx.HTTPError as exc:  # no answer: connect, read, write or protocol failure
             raise WebhookUnreachable(f"{type(exc).__name__}: {exc}".rstrip(": ")) from exc
         return Reply(
@@ -114,8 +124,11 @@ class WebhookClient:
         import httpx
 
         try:
-            response = await self._http.post(f"{self.base_url}/conversations", content=body,
-                                             headers=self.headers(str(uuid.uuid4()), body))
+            response = await self._http.post(
+                f"{self.base_url}/conversations",
+                content=body,
+                headers=self.headers(str(uuid.uuid4()), body),
+            )
         except httpx.HTTPError as exc:
             raise WebhookUnreachable(f"{type(exc).__name__}: {exc}".rstrip(": ")) from exc
         return Reply(status=response.status_code, text=response.text[:1000])

@@ -1,10 +1,11 @@
 """Conversation-info notices: the OpenHands agent server's second webhook.
 
-When a conversation starts, is paused, updated or deleted, its info is posted to `{webhook}/conversations`
-so that a control plane learns of a conversation made straight on this server (a Cloud workspace
-client does that) before its first event arrives. One worker sends them in the order they were
-given, a few tries each; the queue is bounded and a notice that does not fit is dropped (the
-next one carries the conversation's state, and the events' webhook is the durable path).
+When a conversation starts, is paused, updated or deleted, its info is posted to
+`{webhook}/conversations` so that a control plane learns of a conversation made straight on this
+server (a Cloud workspace client does that) before its first event arrives. One worker sends them in
+the order they were given, a few tries each; the queue is bounded and a notice that does not fit is
+dropped (the next one carries the conversation's state, and the events' webhook is the durable
+path).
 """
 
 from __future__ import annotations

@@ -45,8 +45,10 @@ class Frame:
     @classmethod
     def transient(cls, event: Event) -> Frame:
         text = event.model_dump_json()
-        progress = (getattr(event, "output", None) is not None
-                    or getattr(event, "key", None) == PROGRESS_KEY)
+        progress = (
+            getattr(event, "output", None) is not None
+            or getattr(event, "key", None) == PROGRESS_KEY
+        )
         return cls(None, text, len(text), progress)
 
 
@@ -76,7 +78,9 @@ class SubscriptionEnded(Exception):
 class Subscription:
     """One subscriber's queue, bounded in events and bytes."""
 
-    def __init__(self, pubsub: PubSub, conversation_id: str, max_events: int, max_bytes: int) -> None:
+    def __init__(
+        self, pubsub: PubSub, conversation_id: str, max_events: int, max_bytes: int
+    ) -> None:
         self.conversation_id = conversation_id
         self.max_events = max_events
         self.max_bytes = max_bytes
@@ -167,8 +171,9 @@ class Subscription:
 class PubSub:
     """Subscribers by conversation id; `publish` fans a write out to all of them."""
 
-    def __init__(self, max_subscribers: int = 100, max_events: int = 4096,
-                 max_bytes: int = 8 * 1024 * 1024) -> None:
+    def __init__(
+        self, max_subscribers: int = 100, max_events: int = 4096, max_bytes: int = 8 * 1024 * 1024
+    ) -> None:
         self.max_subscribers = max_subscribers
         self.max_events = max_events
         self.max_bytes = max_bytes

@@ -1,4 +1,5 @@
-"""Webhook push (SPEC 4.5): every stored event of a conversation POSTed, in order, to the control plane.
+"""Webhook push (SPEC 4.5): every stored event of a conversation POSTed, in order, to the control
+plane.
 
 Delivery is driven from the durable log, never from memory. Each conversation has a cursor
 file (`webhook.json` in its directory: the id of the last event the receiver acknowledged)
@@ -56,8 +57,9 @@ def read_cursor(directory: Path) -> str | None:
 def write_cursor(directory: Path, event_id: str) -> None:
     """Replace the cursor file atomically. The directory is never made again: a deleted
     conversation's cursor must not bring its directory back."""
-    write_atomic(directory / CURSOR_FILE, json.dumps({"delivered_through": event_id}).encode(),
-                 parents=False)
+    write_atomic(
+        directory / CURSOR_FILE, json.dumps({"delivered_through": event_id}).encode(), parents=False
+    )
 
 
 def needs_push(directory: Path) -> bool:
@@ -94,8 +96,9 @@ class Batch:
 class Pusher:
     """Pushes one conversation's log to the webhook, from its cursor on, one batch at a time."""
 
-    def __init__(self, webhook: Webhook, conversation_id: str, directory: Path,
-                 alive: Callable[[], bool]) -> None:
+    def __init__(
+        self, webhook: Webhook, conversation_id: str, directory: Path, alive: Callable[[], bool]
+    ) -> None:
         self.webhook = webhook
         self.conversation_id = conversation_id
         self.directory = directory
@@ -188,8 +191,7 @@ class Pusher:
                 self._wake.clear()
                 await self._wake.wait()
                 continue
-            if (available < limit and not self.webhook.flushing
-                    and self._linger_from is not None):
+            if available < limit and not self.webhook.flushing and self._linger_from is not None:
                 # A few events: wait up to `linger` for more, so they go as one batch.
                 wait = self._linger_from + linger - self.webhook.clock.monotonic()
                 if wait > 0:
@@ -211,8 +213,9 @@ class Pusher:
             self.status.last_attempt = datetime.fromtimestamp(webhook.clock.time(), UTC)
             try:
                 async with webhook.slots:
-                    reply = await webhook.client.post(self.conversation_id, batch.body,
-                                                      batch.message_id)
+                    reply = await webhook.client.post(
+                        self.conversation_id, batch.body, batch.message_id
+                    )
             except WebhookUnreachable as exc:
                 self.failures += 1
                 delay = webhook.backoff.delay(self.failures)
@@ -226,8 +229,11 @@ class Pusher:
                 if reply.status == 413 and len(batch) > 1:
                     half = len(batch) // 2
                     assert self.log is not None
-                    batch = Batch(batch.first_id, self.log.id_at(self._position() + half - 1),
-                                  batch.lines[:half])
+                    batch = Batch(
+                        batch.first_id,
+                        self.log.id_at(self._position() + half - 1),
+                        batch.lines[:half],
+                    )
                     self._failed(detail + f" (retrying with {half} events)", 0.0)
                     continue
                 if reply.retryable:
@@ -238,15 +244,24 @@ class Pusher:
                     self._failed(detail, delay)
                     logger.warning(
                         "webhook refused %d events of %s (%s); keeping them, next try in %.0fs",
-                        len(batch), self.conversation_id, detail, delay)
+                        len(batch),
+                        self.conversation_id,
+                        detail,
+                        delay,
+                    )
             await webhook.clock.sleep(delay)
 
     def _failed(self, detail: str, delay: float) -> None:
         self.webhook.retries += 1
         self.status.last_error = detail
         if self.failures in (1, 10) or self.failures % 100 == 0:
-            logger.info("webhook for %s failed %d time(s): %s; retrying in %.1fs",
-                        self.conversation_id, self.failures, detail, delay)
+            logger.info(
+                "webhook for %s failed %d time(s): %s; retrying in %.1fs",
+                self.conversation_id,
+                self.failures,
+                detail,
+                delay,
+            )
 
     async def _acknowledge(self, batch: Batch) -> None:
         self._cursor = batch.last_id
@@ -271,10 +286,17 @@ class Pusher:
 class Webhook:
     """The pushers of every conversation, their shared client, limits and schedule."""
 
-    def __init__(self, client: WebhookClient, *, batch_events: int = 100,
-                 batch_seconds: float = 0.25, batch_bytes: int = 4 * 1024 * 1024,
-                 backoff: Backoff | None = None, clock: Clock | None = None,
-                 concurrency: int = 32) -> None:
+    def __init__(
+        self,
+        client: WebhookClient,
+        *,
+        batch_events: int = 100,
+        batch_seconds: float = 0.25,
+        batch_bytes: int = 4 * 1024 * 1024,
+        backoff: Backoff | None = None,
+        clock: Clock | None = None,
+        concurrency: int = 32,
+    ) -> None:
         self.client = client
         self.batch_events = batch_events
         self.batch_seconds = batch_seconds
@@ -307,8 +329,13 @@ class Webhook:
             self._stopping.add(task := asyncio.get_running_loop().create_task(pusher.stop()))
             task.add_done_callback(self._stopping.discard)
 
-    def watch(self, conversation_id: str, directory: Path, log: EventLog,
-              alive: Callable[[], bool] = lambda: True) -> Pusher:
+    def watch(
+        self,
+        conversation_id: str,
+        directory: Path,
+        log: EventLog,
+        alive: Callable[[], bool] = lambda: True,
+    ) -> Pusher:
         """Push this conversation's log from its cursor on, and keep pushing what is appended."""
         pusher = self.pusher(conversation_id, directory, alive)
         pusher.attach(log)
@@ -321,8 +348,9 @@ class Webhook:
     def totals(self) -> WebhookTotals:
         statuses = [p.status for p in self.pushers.values() if p.alive()]
         errors = [s for s in statuses if s.last_error is not None]
-        latest = max(errors, key=lambda s: s.last_attempt or datetime.min.replace(tzinfo=UTC),
-                     default=None)
+        latest = max(
+            errors, key=lambda s: s.last_attempt or datetime.min.replace(tzinfo=UTC), default=None
+        )
         return WebhookTotals(
             conversations=len(statuses),
             behind=sum(1 for s in statuses if s.pending > 0),
@@ -334,8 +362,14 @@ class Webhook:
     def lag(self) -> float:
         """Seconds the oldest event not acknowledged yet has waited (0: none waits)."""
         now = self.clock.monotonic()
-        return max((now - p.waiting_since for p in self.pushers.values()
-                    if p.waiting_since is not None and p.status.pending > 0), default=0.0)
+        return max(
+            (
+                now - p.waiting_since
+                for p in self.pushers.values()
+                if p.waiting_since is not None and p.status.pending > 0
+            ),
+            default=0.0,
+        )
 
     async def flush(self, timeout: float) -> None:
         """Send what the logs hold, for up to `timeout` seconds (failing receivers are not

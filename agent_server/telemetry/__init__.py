@@ -45,13 +45,19 @@ def sampler(name: str, ratio: float) -> Sampler:
         TraceIdRatioBased,
     )
 
-    base: Sampler = (ALWAYS_OFF if name.endswith("always_off") else
-                     TraceIdRatioBased(ratio) if name.endswith("traceidratio") else ALWAYS_ON)
+    base: Sampler = (
+        ALWAYS_OFF
+        if name.endswith("always_off")
+        else TraceIdRatioBased(ratio)
+        if name.endswith("traceidratio")
+        else ALWAYS_ON
+    )
     return ParentBased(base) if name.startswith("parentbased_") else base
 
 
-def _provider(enabled: bool, endpoint: str | None, sampling: tuple[str, float]
-              ) -> trace.TracerProvider:
+def _provider(
+    enabled: bool, endpoint: str | None, sampling: tuple[str, float]
+) -> trace.TracerProvider:
     # The SDK is imported only when tracing is on: off costs neither its import nor its memory.
     if not enabled:
         return trace.NoOpTracerProvider()
@@ -72,14 +78,18 @@ class Telemetry:
         self.metrics = metrics
 
     @classmethod
-    def build(cls, tracing: bool = False, endpoint: str | None = None,
-              sampler: str = "parentbased_always_on", ratio: float = 1.0) -> Telemetry:
+    def build(
+        cls,
+        tracing: bool = False,
+        endpoint: str | None = None,
+        sampler: str = "parentbased_always_on",
+        ratio: float = 1.0,
+    ) -> Telemetry:
         """`tracing`: spans have ids (else the no-op provider: only a caller's trace is kept);
         `endpoint`: the OTLP/HTTP traces URL spans are recorded for and exported to (None:
         ids only, `IdsTracer`); `sampler` and `ratio`: OTEL_TRACES_SAMPLER[_ARG]'s values."""
         provider = _provider(tracing, endpoint, (sampler, ratio))
-        return cls(Tracing(provider, recording=tracing and endpoint is not None),
-                   ServerMetrics())
+        return cls(Tracing(provider, recording=tracing and endpoint is not None), ServerMetrics())
 
     def shutdown(self) -> None:
         self.tracing.shutdown()
@@ -95,8 +105,9 @@ class Telemetry:
         attributes = {"gen_ai.operation.name": "chat", "gen_ai.request.model": model}
         record = LLMCallRecord()
         outcome = "error"
-        with self.tracing.inner(f"chat {model}", kind=SpanKind.CLIENT,
-                                attributes=attributes) as span:
+        with self.tracing.inner(
+            f"chat {model}", kind=SpanKind.CLIENT, attributes=attributes
+        ) as span:
             call = LLMCall(span)
             try:
                 with llm_call_context(call):
@@ -114,17 +125,25 @@ class Telemetry:
                     if call.provider:
                         ending["gen_ai.system"] = ending["gen_ai.provider.name"] = call.provider
                     if outcome == "ok":
-                        ending.update({
-                            "gen_ai.response.id": record.response_id[:200],
-                            "gen_ai.usage.input_tokens": record.input_tokens,
-                            "gen_ai.usage.output_tokens": record.output_tokens,
-                            "agent_server.llm.cost_usd": record.cost,
-                            "agent_server.llm.latency_s": record.latency,
-                        })
+                        ending.update(
+                            {
+                                "gen_ai.response.id": record.response_id[:200],
+                                "gen_ai.usage.input_tokens": record.input_tokens,
+                                "gen_ai.usage.output_tokens": record.output_tokens,
+                                "agent_server.llm.cost_usd": record.cost,
+                                "agent_server.llm.latency_s": record.latency,
+                            }
+                        )
                     span.set_attributes(ending)
-                self.metrics.llm_call(model, outcome, time.perf_counter() - started,
-                                      call.retries, record.input_tokens, record.output_tokens,
-                                      record.cost)
+                self.metrics.llm_call(
+                    model,
+                    outcome,
+                    time.perf_counter() - started,
+                    call.retries,
+                    record.input_tokens,
+                    record.output_tokens,
+                    record.cost,
+                )
 
 
 @dataclass
@@ -170,8 +189,11 @@ class AgentTelemetry:
         tracing = self.telemetry.tracing
         attributes = None
         if tracing.recording:  # else no span, and no masking for it
-            attributes = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": tool,
-                          "gen_ai.tool.call.id": self.mask(call_id)[:200]}
+            attributes = {
+                "gen_ai.operation.name": "execute_tool",
+                "gen_ai.tool.name": tool,
+                "gen_ai.tool.call.id": self.mask(call_id)[:200],
+            }
         with tracing.inner(f"execute_tool {tool}", attributes=attributes) as span:
             try:
                 yield record
@@ -183,8 +205,9 @@ class AgentTelemetry:
                     span.set_attribute("agent_server.tool.outcome", record.outcome)
                     if record.outcome not in ("ok", "cancelled"):
                         failed(span, record.outcome)
-                self.telemetry.metrics.tool_call(tool, record.outcome,
-                                                 time.perf_counter() - started)
+                self.telemetry.metrics.tool_call(
+                    tool, record.outcome, time.perf_counter() - started
+                )
 
 
 __all__ = ["AgentTelemetry", "LLMCallRecord", "Telemetry", "ToolCallRecord", "sampler"]

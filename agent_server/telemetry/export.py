@@ -31,9 +31,11 @@ class HashedOnce(Resource):
 def exporting_provider(endpoint: str, sampler: Sampler, service: str) -> TracerProvider:
     """`endpoint`: the OTLP/HTTP traces URL; `service`: service.name, unless OTEL_SERVICE_NAME
     or OTEL_RESOURCE_ATTRIBUTES (read by `Resource.create`) say otherwise."""
-    provider = TracerProvider(sampler=sampler,
-                              resource=HashedOnce(Resource.create({SERVICE_NAME: service})),
-                              shutdown_on_exit=False)
+    provider = TracerProvider(
+        sampler=sampler,
+        resource=HashedOnce(Resource.create({SERVICE_NAME: service})),
+        shutdown_on_exit=False,
+    )
     # Headers, timeout, compression and certificates come from the standard
     # OTEL_EXPORTER_OTLP_[TRACES_]* variables, which the exporter reads itself, and the batch's
     # size and schedule from OTEL_BSP_*. Its queue is bounded (2048 spans; beyond, spans are

@@ -72,8 +72,11 @@ class Observe:
                 status = message["status"]
             await send(message)
 
-        parent = _PROPAGATOR.extract(_carrier(scope)) if _has_traceparent(scope) \
+        parent = (
+            _PROPAGATOR.extract(_carrier(scope))
+            if _has_traceparent(scope)
             else otel_context.Context()
+        )
         token = otel_context.attach(otel_context.set_value(REQUEST_PARENT, parent, parent))
         try:
             if scope["path"] in UNTRACED:
@@ -82,11 +85,13 @@ class Observe:
                 await self._traced(scope, receive, sending, method, lambda: status)
         finally:
             otel_context.detach(token)
-            self.telemetry.metrics.http_request(method, route_template(scope, self.routes), status,
-                                                time.perf_counter() - started)
+            self.telemetry.metrics.http_request(
+                method, route_template(scope, self.routes), status, time.perf_counter() - started
+            )
 
-    async def _traced(self, scope: Scope, receive: Receive, send: Send, method: str,
-                      status: Any) -> None:
+    async def _traced(
+        self, scope: Scope, receive: Receive, send: Send, method: str, status: Any
+    ) -> None:
         tracing = self.telemetry.tracing
         with tracing.request(method, scope.get("scheme", "http")) as span:
             try:

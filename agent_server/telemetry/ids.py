@@ -29,19 +29,34 @@ class IdsTracer(trace.NoOpTracer):
         self.sampler = sampler
         self.ids = RandomIdGenerator()
 
-    def start_span(self, name: str, context: Context | None = None,
-                   kind: SpanKind = SpanKind.INTERNAL, attributes: Attributes = None,
-                   links: Any = None, start_time: int | None = None,
-                   record_exception: bool = True,
-                   set_status_on_exception: bool = True) -> Span:
+    def start_span(
+        self,
+        name: str,
+        context: Context | None = None,
+        kind: SpanKind = SpanKind.INTERNAL,
+        attributes: Attributes = None,
+        links: Any = None,
+        start_time: int | None = None,
+        record_exception: bool = True,
+        set_status_on_exception: bool = True,
+    ) -> Span:
         parent = trace.get_current_span(context).get_span_context()
         trace_id = parent.trace_id if parent.is_valid else self.ids.generate_trace_id()
         sampled = self.sampler.should_sample(context, trace_id, name, kind, attributes, links)
-        flags = TraceFlags(TraceFlags.SAMPLED if sampled.decision is Decision.RECORD_AND_SAMPLE
-                           else TraceFlags.DEFAULT)
-        return NonRecordingSpan(SpanContext(trace_id, self.ids.generate_span_id(),
-                                            is_remote=False, trace_flags=flags,
-                                            trace_state=sampled.trace_state))
+        flags = TraceFlags(
+            TraceFlags.SAMPLED
+            if sampled.decision is Decision.RECORD_AND_SAMPLE
+            else TraceFlags.DEFAULT
+        )
+        return NonRecordingSpan(
+            SpanContext(
+                trace_id,
+                self.ids.generate_span_id(),
+                is_remote=False,
+                trace_flags=flags,
+                trace_state=sampled.trace_state,
+            )
+        )
 
 
 class IdsTracerProvider(trace.TracerProvider):

@@ -24,7 +24,8 @@ from typing import Any
 from opentelemetry import trace
 
 _CONVERSATION: contextvars.ContextVar[str | None] = contextvars.ContextVar(
-    "log_conversation_id", default=None)
+    "log_conversation_id", default=None
+)
 
 
 def set_conversation(conversation_id: str | None) -> None:
@@ -50,7 +51,8 @@ class JsonFormatter(logging.Formatter):
         span = trace.get_current_span().get_span_context()
         data: dict[str, Any] = {
             "time": datetime.fromtimestamp(record.created, UTC)
-            .isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+            .isoformat(timespec="milliseconds")
+            .replace("+00:00", "Z"),
             "level": record.levelname,
             "logger": record.name,
             "message": record.getMessage(),

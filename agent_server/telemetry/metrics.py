@@ -30,8 +30,22 @@ OTHER = "other"
 #: Latency buckets (seconds) for LLM calls and tools: 50 ms to 10 minutes.
 SLOW = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
 #: fsync buckets (seconds): 50 µs to 1 s.
-FSYNC = (0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
-         0.5, 1.0)
+FSYNC = (
+    0.00005,
+    0.0001,
+    0.00025,
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+)
 #: HTTP request buckets (seconds).
 HTTP = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10, 30)
 
@@ -87,38 +101,55 @@ class _Collector:
 
     def collect(self) -> Iterable[Metric]:
         s = self.sources
-        by_status = GaugeMetricFamily(PREFIX + "conversations", "Conversations by execution status",
-                                      labels=["status"])
+        by_status = GaugeMetricFamily(
+            PREFIX + "conversations", "Conversations by execution status", labels=["status"]
+        )
         for status, count in sorted(s.conversations().items()):
             by_status.add_metric([status], count)
         yield by_status
-        yield GaugeMetricFamily(PREFIX + "websocket_subscribers",
-                                "Sockets subscribed to conversations' events", value=s.websockets())
-        drops = CounterMetricFamily(PREFIX + "websocket_drops",
-                                    "Sockets closed (1013) because their client fell behind",
-                                    labels=["reason"])
+        yield GaugeMetricFamily(
+            PREFIX + "websocket_subscribers",
+            "Sockets subscribed to conversations' events",
+            value=s.websockets(),
+        )
+        drops = CounterMetricFamily(
+            PREFIX + "websocket_drops",
+            "Sockets closed (1013) because their client fell behind",
+            labels=["reason"],
+        )
         for reason, count in sorted(s.websocket_drops().items()):
             drops.add_metric([reason], count)
         yield drops
         hook = s.webhook()
         if hook is not None:
-            yield GaugeMetricFamily(PREFIX + "webhook_pending_events",
-                                    "Stored events the webhook has not acknowledged yet",
-                                    value=hook.pending)
-            yield GaugeMetricFamily(PREFIX + "webhook_lag_seconds",
-                                    "Age of the oldest event waiting for the webhook",
-                                    value=hook.lag_seconds)
-            yield GaugeMetricFamily(PREFIX + "webhook_failing_conversations",
-                                    "Conversations whose last webhook attempt failed",
-                                    value=hook.failing)
-            yield CounterMetricFamily(PREFIX + "webhook_retries",
-                                      "Failed webhook attempts (each is retried)",
-                                      value=hook.retries)
+            yield GaugeMetricFamily(
+                PREFIX + "webhook_pending_events",
+                "Stored events the webhook has not acknowledged yet",
+                value=hook.pending,
+            )
+            yield GaugeMetricFamily(
+                PREFIX + "webhook_lag_seconds",
+                "Age of the oldest event waiting for the webhook",
+                value=hook.lag_seconds,
+            )
+            yield GaugeMetricFamily(
+                PREFIX + "webhook_failing_conversations",
+                "Conversations whose last webhook attempt failed",
+                value=hook.failing,
+            )
+            yield CounterMetricFamily(
+                PREFIX + "webhook_retries",
+                "Failed webhook attempts (each is retried)",
+                value=hook.retries,
+            )
         refused = s.network_refused()
         if refused is not None:
-            yield CounterMetricFamily(PREFIX + "network_refused",
-                                      "Connections the sandbox's network policy refused, as "
-                                      "its control plane counts them", value=refused)
+            yield CounterMetricFamily(
+                PREFIX + "network_refused",
+                "Connections the sandbox's network policy refused, as "
+                "its control plane counts them",
+                value=refused,
+            )
 
 
 class ServerMetrics:
@@ -128,34 +159,62 @@ class ServerMetrics:
         self.registry = r = CollectorRegistry(auto_describe=False)
         self.model = BoundedLabel(MAX_MODELS)
         self.tool = BoundedLabel(MAX_TOOLS)
-        self.steps = Counter(PREFIX + "steps", "Agent steps taken (one LLM response each)",
-                             registry=r)
-        self.llm_calls = Counter(PREFIX + "llm_calls", "LLM calls by model and outcome",
-                                 ["model", "outcome"], registry=r)
-        self.llm_tokens = Counter(PREFIX + "llm_tokens", "Tokens by model and type (input, output)",
-                                  ["model", "type"], registry=r)
-        self.llm_cost = Counter(PREFIX + "llm_cost_usd", "Cost of LLM calls (litellm's price map)",
-                                ["model"], registry=r)
-        self.llm_retries = Counter(PREFIX + "llm_retries", "LLM attempts retried", ["model"],
-                                   registry=r)
-        self.llm_seconds = Histogram(PREFIX + "llm_call_seconds",
-                                     "LLM call time, retries included", ["model"], buckets=SLOW,
-                                     registry=r)
-        self.tool_calls = Counter(PREFIX + "tool_calls", "Tool calls by tool and outcome",
-                                  ["tool", "outcome"], registry=r)
-        self.tool_seconds = Histogram(PREFIX + "tool_call_seconds", "Tool call time", ["tool"],
-                                      buckets=SLOW, registry=r)
-        self.log_appends = Counter(PREFIX + "event_log_appends", "Events written to the logs",
-                                   registry=r)
-        self.log_fsync = Histogram(PREFIX + "event_log_fsync_seconds",
-                                   "Time of one durable log write (write and fdatasync)",
-                                   buckets=FSYNC, registry=r)
-        self.http_requests = Counter(PREFIX + "http_requests",
-                                     "HTTP requests by method, route template and status",
-                                     ["method", "route", "status"], registry=r)
-        self.http_seconds = Histogram(PREFIX + "http_request_seconds",
-                                      "HTTP request time by route template", ["method", "route"],
-                                      buckets=HTTP, registry=r)
+        self.steps = Counter(
+            PREFIX + "steps", "Agent steps taken (one LLM response each)", registry=r
+        )
+        self.llm_calls = Counter(
+            PREFIX + "llm_calls", "LLM calls by model and outcome", ["model", "outcome"], registry=r
+        )
+        self.llm_tokens = Counter(
+            PREFIX + "llm_tokens",
+            "Tokens by model and type (input, output)",
+            ["model", "type"],
+            registry=r,
+        )
+        self.llm_cost = Counter(
+            PREFIX + "llm_cost_usd",
+            "Cost of LLM calls (litellm's price map)",
+            ["model"],
+            registry=r,
+        )
+        self.llm_retries = Counter(
+            PREFIX + "llm_retries", "LLM attempts retried", ["model"], registry=r
+        )
+        self.llm_seconds = Histogram(
+            PREFIX + "llm_call_seconds",
+            "LLM call time, retries included",
+            ["model"],
+            buckets=SLOW,
+            registry=r,
+        )
+        self.tool_calls = Counter(
+            PREFIX + "tool_calls", "Tool calls by tool and outcome", ["tool", "outcome"], registry=r
+        )
+        self.tool_seconds = Histogram(
+            PREFIX + "tool_call_seconds", "Tool call time", ["tool"], buckets=SLOW, registry=r
+        )
+        self.log_appends = Counter(
+            PREFIX + "event_log_appends", "Events written to the logs", registry=r
+        )
+        self.log_fsync = Histogram(
+            PREFIX + "event_log_fsync_seconds",
+            "Time of one durable log write (write and fdatasync)",
+            buckets=FSYNC,
+            registry=r,
+        )
+        self.http_requests = Counter(
+            PREFIX + "http_requests",
+            "HTTP requests by method, route template and status",
+            ["method", "route", "status"],
+            registry=r,
+        )
+        self.http_seconds = Histogram(
+            PREFIX + "http_request_seconds",
+            "HTTP request time by route template",
+            ["method", "route"],
+            buckets=HTTP,
+            registry=r,
+        )
         self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
         self._collector = _Collector()
         r.register(self._collector)
@@ -179,8 +238,16 @@ class ServerMetrics:
             found = self._children[key] = metric.labels(*labels)
         return found
 
-    def llm_call(self, model: str, outcome: str, seconds: float, retries: int,
-                 input_tokens: int = 0, output_tokens: int = 0, cost: float = 0.0) -> None:
+    def llm_call(
+        self,
+        model: str,
+        outcome: str,
+        seconds: float,
+        retries: int,
+        input_tokens: int = 0,
+        output_tokens: int = 0,
+        cost: float = 0.0,
+    ) -> None:
         label = self.model(model)
         self.child(self.llm_calls, label, outcome).inc()
         self.child(self.llm_seconds, label).observe(seconds)

@@ -21,10 +21,10 @@ Spans are recorded only when they are exported. Tracing off is OpenTelemetry's n
 provider: spans cost a context switch and carry the caller's trace id, nothing more. Tracing
 on without an exporter gives spans ids and nothing else (`agent_server.telemetry.ids`): trace
 ids in logs and on conversations. In both, the spans inside a run (steps, LLM and tool calls)
-are not made at all: they would only repeat the run's context, at a cost per step. Nothing from a message, a command or a tool's
-output becomes an attribute; what comes from the client (span name, tags, metadata) and the
-few model-made strings kept (a tool call id) pass the conversation's secret masker first;
-exceptions are recorded by their type only (their text may quote a secret).
+are not made at all: they would only repeat the run's context, at a cost per step. Nothing from a
+message, a command or a tool's output becomes an attribute; what comes from the client (span name,
+tags, metadata) and the few model-made strings kept (a tool call id) pass the conversation's secret
+masker first; exceptions are recorded by their type only (their text may quote a secret).
 """
 
 from __future__ import annotations
@@ -78,20 +78,26 @@ class TraceRef(BaseModel):
     def of(cls, root: SpanContext, work: SpanContext) -> TraceRef | None:
         if not root.is_valid or not work.is_valid:
             return None
-        return cls(trace_id=format(root.trace_id, "032x"), root_span_id=format(root.span_id, "016x"),
-                   span_id=format(work.span_id, "016x"), sampled=work.trace_flags.sampled)
+        return cls(
+            trace_id=format(root.trace_id, "032x"),
+            root_span_id=format(root.span_id, "016x"),
+            span_id=format(work.span_id, "016x"),
+            sampled=work.trace_flags.sampled,
+        )
 
     def root(self) -> SpanContext:
         """The conversation's root span, as a link to it names it."""
         flags = TraceFlags(TraceFlags.SAMPLED if self.sampled else TraceFlags.DEFAULT)
-        return SpanContext(int(self.trace_id, 16), int(self.root_span_id, 16), is_remote=True,
-                           trace_flags=flags)
+        return SpanContext(
+            int(self.trace_id, 16), int(self.root_span_id, 16), is_remote=True, trace_flags=flags
+        )
 
     def context(self) -> otel_context.Context:
         """A context whose current span is the one runs hang off (from an earlier process)."""
         flags = TraceFlags(TraceFlags.SAMPLED if self.sampled else TraceFlags.DEFAULT)
-        parent = SpanContext(int(self.trace_id, 16), int(self.span_id, 16), is_remote=True,
-                             trace_flags=flags)
+        parent = SpanContext(
+            int(self.trace_id, 16), int(self.span_id, 16), is_remote=True, trace_flags=flags
+        )
         return trace.set_span_in_context(NonRecordingSpan(parent), otel_context.Context())
 
 
@@ -130,54 +136,80 @@ class Tracing:
             shutdown()
 
     @contextlib.contextmanager
-    def span(self, name: str, *, kind: SpanKind = SpanKind.INTERNAL,
-             attributes: Mapping[str, Any] | None = None,
-             context: otel_context.Context | None = None,
-             fail_on_exception: bool = True) -> Iterator[Span]:
+    def span(
+        self,
+        name: str,
+        *,
+        kind: SpanKind = SpanKind.INTERNAL,
+        attributes: Mapping[str, Any] | None = None,
+        context: otel_context.Context | None = None,
+        fail_on_exception: bool = True,
+    ) -> Iterator[Span]:
         """A span made current for the block; an exception marks it failed by its type alone
         (unless `fail_on_exception` is False: a run ends a step by raising its status).
 
         Started, made current and ended by hand rather than by `start_as_current_span`, whose
         two nested context managers (and `use_span`'s) cost as much as the span itself: this
         runs for every step, LLM call, tool call and request (issue 30.9)."""
-        span = self.tracer.start_span(name, context=context, kind=kind, attributes=attributes,
-                                      record_exception=False, set_status_on_exception=False)
+        span = self.tracer.start_span(
+            name,
+            context=context,
+            kind=kind,
+            attributes=attributes,
+            record_exception=False,
+            set_status_on_exception=False,
+        )
         token = otel_context.attach(trace.set_span_in_context(span))
         try:
             yield span
         except BaseException as exc:
             status = getattr(span, "status", None)  # the SDK's span: kept when already set
-            if fail_on_exception and span.is_recording() and (status is None
-                                                              or status.is_unset):
+            if fail_on_exception and span.is_recording() and (status is None or status.is_unset):
                 failed(span, type(exc).__name__)
             raise
         finally:
             otel_context.detach(token)
             span.end()
 
-    def inner(self, name: str, *, kind: SpanKind = SpanKind.INTERNAL,
-              attributes: Mapping[str, Any] | None = None,
-              fail_on_exception: bool = True) -> contextlib.AbstractContextManager[Span]:
+    def inner(
+        self,
+        name: str,
+        *,
+        kind: SpanKind = SpanKind.INTERNAL,
+        attributes: Mapping[str, Any] | None = None,
+        fail_on_exception: bool = True,
+    ) -> contextlib.AbstractContextManager[Span]:
         """A span inside a run: nothing at all when spans are not recorded."""
         if not self.recording:
             return contextlib.nullcontext(trace.INVALID_SPAN)
-        return self.span(name, kind=kind, attributes=attributes,
-                         fail_on_exception=fail_on_exception)
+        return self.span(
+            name, kind=kind, attributes=attributes, fail_on_exception=fail_on_exception
+        )
 
     def request(self, method: str, scheme: str) -> contextlib.AbstractContextManager[Span]:
         """An HTTP request's span (SERVER): whenever spans have ids, so that a request's log
         lines share a trace id even when its caller sent none."""
         if not self.identified:
             return contextlib.nullcontext(trace.INVALID_SPAN)
-        return self.span(method, kind=SpanKind.SERVER,
-                         attributes={"http.request.method": method, "url.scheme": scheme})
+        return self.span(
+            method,
+            kind=SpanKind.SERVER,
+            attributes={"http.request.method": method, "url.scheme": scheme},
+        )
 
     # -- conversations ---------------------------------------------------------------------
 
-    def conversation(self, conversation_id: str, *, span_name: str | None, tags: Sequence[str],
-                     metadata: Mapping[str, Any], mask: Mask,
-                     parent_conversation_id: str | None = None,
-                     forked_from: tuple[str, TraceRef | None] | None = None) -> ConversationTrace:
+    def conversation(
+        self,
+        conversation_id: str,
+        *,
+        span_name: str | None,
+        tags: Sequence[str],
+        metadata: Mapping[str, Any],
+        mask: Mask,
+        parent_conversation_id: str | None = None,
+        forked_from: tuple[str, TraceRef | None] | None = None,
+    ) -> ConversationTrace:
         """A new conversation's root span (and its named child span), started now; a fork's
         (`forked_from`: the source's id and trace) links to the source's root span."""
         parent = otel_context.get_value(REQUEST_PARENT)
@@ -197,13 +229,16 @@ class Tracing:
                 attributes["tags"] = [mask(t) for t in tags]
             for key, value in metadata.items():
                 attributes["metadata." + mask(key)] = _masked(mask, attribute(value))
-        root = self.tracer.start_span("conversation", context=parent, attributes=attributes,
-                                      links=links)
+        root = self.tracer.start_span(
+            "conversation", context=parent, attributes=attributes, links=links
+        )
         work, named = root, None
         if span_name is not None:
             named = work = self.tracer.start_span(
-                mask(span_name), context=trace.set_span_in_context(root),
-                attributes={"gen_ai.conversation.id": conversation_id})
+                mask(span_name),
+                context=trace.set_span_in_context(root),
+                attributes={"gen_ai.conversation.id": conversation_id},
+            )
         ref = TraceRef.of(root.get_span_context(), work.get_span_context())
         return ConversationTrace(self, ref, conversation_id, spans=[s for s in (named, root) if s])
 
@@ -216,24 +251,31 @@ class Tracing:
 class ConversationTrace:
     """One conversation's place in its trace: the parent of its runs' spans."""
 
-    def __init__(self, tracing: Tracing, ref: TraceRef | None, conversation_id: str, *,
-                 spans: list[Span]) -> None:
+    def __init__(
+        self, tracing: Tracing, ref: TraceRef | None, conversation_id: str, *, spans: list[Span]
+    ) -> None:
         self.tracing = tracing
         self.ref = ref
         self.conversation_id = conversation_id
         #: Spans started in this process (named child first), ended by `end`.
         self._spans = spans
-        self._parent = (trace.set_span_in_context(spans[0], otel_context.Context()) if spans
-                        else ref.context() if ref is not None else otel_context.Context())
+        self._parent = (
+            trace.set_span_in_context(spans[0], otel_context.Context())
+            if spans
+            else ref.context()
+            if ref is not None
+            else otel_context.Context()
+        )
 
     @contextlib.contextmanager
     def run(self) -> Iterator[Span]:
         """A run's span, under the conversation's, whatever the context the run was started
         from (the run's task copies the context of the request that started it)."""
-        attributes = {"gen_ai.operation.name": "invoke_agent",
-                      "gen_ai.conversation.id": self.conversation_id}
-        with self.tracing.span("invoke_agent", context=self._parent,
-                               attributes=attributes) as span:
+        attributes = {
+            "gen_ai.operation.name": "invoke_agent",
+            "gen_ai.conversation.id": self.conversation_id,
+        }
+        with self.tracing.span("invoke_agent", context=self._parent, attributes=attributes) as span:
             yield span
 
     def end(self) -> None:
@@ -293,5 +335,15 @@ def note_llm_retry(error_type: str, wait: float) -> None:
         call.retry(error_type, wait)
 
 
-__all__ = ["REQUEST_PARENT", "ConversationTrace", "LLMCall", "TraceRef", "Tracing", "attribute",
-           "failed", "llm_call_context", "note_llm_provider", "note_llm_retry"]
+__all__ = [
+    "REQUEST_PARENT",
+    "ConversationTrace",
+    "LLMCall",
+    "TraceRef",
+    "Tracing",
+    "attribute",
+    "failed",
+    "llm_call_context",
+    "note_llm_provider",
+    "note_llm_retry",
+]

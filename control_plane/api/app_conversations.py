@@ -43,8 +43,9 @@ class Search(BaseModel):
     include_sub_conversations: bool = True
     """False: sub-agents' conversations are left out (the app server leaves them out by default;
     here they are shown unless asked)."""
-    sort_order: Literal["CREATED_AT", "CREATED_AT_DESC", "UPDATED_AT", "UPDATED_AT_DESC",
-                        "TITLE", "TITLE_DESC"] = "CREATED_AT_DESC"
+    sort_order: Literal[
+        "CREATED_AT", "CREATED_AT_DESC", "UPDATED_AT", "UPDATED_AT_DESC", "TITLE", "TITLE_DESC"
+    ] = "CREATED_AT_DESC"
     limit: int = Field(default=MAX_PAGE, ge=1, le=MAX_PAGE)
     page_id: str | None = Field(default=None, pattern=r"^[0-9]{1,9}$")
 
@@ -56,10 +57,15 @@ class Search(BaseModel):
         return value
 
     def filters(self) -> ConversationFilters:
-        return ConversationFilters(self.title__contains, self.created_at__gte,
-                                   self.created_at__lt, self.updated_at__gte,
-                                   self.updated_at__lt, self.sandbox_id__eq or self.sandbox_id,
-                                   top_level=not self.include_sub_conversations)
+        return ConversationFilters(
+            self.title__contains,
+            self.created_at__gte,
+            self.created_at__lt,
+            self.updated_at__gte,
+            self.updated_at__lt,
+            self.sandbox_id__eq or self.sandbox_id,
+            top_level=not self.include_sub_conversations,
+        )
 
 
 class CountQuery(Search):
@@ -99,7 +105,9 @@ class Patch(BaseModel):
     def _tags(cls, value: dict[str, str] | None) -> dict[str, str] | None:
         for key, item in (value or {}).items():
             if not re.match(TAG_KEY, key) or len(item) > 256:
-                raise ValueError(f"tag {key!r}: keys are 1-50 of a-z 0-9 _ -, values up to 256 characters")
+                raise ValueError(
+                    f"tag {key!r}: keys are 1-50 of a-z 0-9 _ -, values up to 256 characters"
+                )
         return value
 
 
@@ -146,9 +154,18 @@ class Hooks(BaseModel):
         for name, groups in config.items():
             if isinstance(groups, list) and groups:
                 snake = re.sub(r"(?<!^)([A-Z])", r"_\1", name).lower()
-                events.append(HookEvent(event_type=snake, matchers=[
-                    HookMatcher(matcher=str(g.get("matcher", "*")), hooks=list(g.get("hooks") or []))
-                    for g in groups if isinstance(g, dict)]))
+                events.append(
+                    HookEvent(
+                        event_type=snake,
+                        matchers=[
+                            HookMatcher(
+                                matcher=str(g.get("matcher", "*")), hooks=list(g.get("hooks") or [])
+                            )
+                            for g in groups
+                            if isinstance(g, dict)
+                        ],
+                    )
+                )
         return cls(hooks=events)
 
 
@@ -156,7 +173,9 @@ def shown(request: Request, records: list[AppConversation]) -> list[AppConversat
     """Without the sandbox's address and key when a browser asks (`io.from_browser`)."""
     if not from_browser(request):
         return records
-    return [r.model_copy(update={"conversation_url": None, "session_api_key": None}) for r in records]
+    return [
+        r.model_copy(update={"conversation_url": None, "session_api_key": None}) for r in records
+    ]
 
 
 async def owned(request: Request, model: type[M] | None = None) -> tuple[ConversationRow, M | None]:
@@ -168,8 +187,11 @@ async def owned(request: Request, model: type[M] | None = None) -> tuple[Convers
     return row, params
 
 
-@doc(summary="App conversations by id (null for unknown ids)", query=ConversationIds,
-     response=list[AppConversation | None])
+@doc(
+    summary="App conversations by id (null for unknown ids)",
+    query=ConversationIds,
+    response=list[AppConversation | None],
+)
 async def batch_get(request: Request) -> Response:
     account = await user(request)
     ids = read_query(request, ConversationIds).ids
@@ -178,28 +200,39 @@ async def batch_get(request: Request) -> Response:
     return reply([records.get(i) for i in ids])
 
 
-@doc(summary=f"Search the user's conversations (at most {MAX_PAGE} a page)", query=Search,
-     response=Page)
+@doc(
+    summary=f"Search the user's conversations (at most {MAX_PAGE} a page)",
+    query=Search,
+    response=Page,
+)
 async def search(request: Request) -> Response:
     account = await user(request)
     params = read_query(request, Search)
     offset = int(params.page_id or 0)
     found, more = await services(request).conversations.search(
-        account.id, params.filters(), order=params.sort_order, limit=params.limit, offset=offset)
+        account.id, params.filters(), order=params.sort_order, limit=params.limit, offset=offset
+    )
     following = str(offset + params.limit) if more else None
     return reply(Page(items=shown(request, found), next_page_id=following))
 
 
-@doc(summary="How many conversations match (a bare integer, as the app server answers)",
-     query=CountQuery, response=int)
+@doc(
+    summary="How many conversations match (a bare integer, as the app server answers)",
+    query=CountQuery,
+    response=int,
+)
 async def count(request: Request) -> Response:
     account = await user(request)
     params = read_query(request, CountQuery)
     return reply(await services(request).conversations.count(account.id, params.filters()))
 
 
-@doc(summary="Send a follow-up message (a PAUSED sandbox is resumed first)", body=InitialMessage,
-     response=Ack, errors=(404, 409, 410, 502))
+@doc(
+    summary="Send a follow-up message (a PAUSED sandbox is resumed first)",
+    body=InitialMessage,
+    response=Ack,
+    errors=(404, 409, 410, 502),
+)
 async def send_message(request: Request) -> Response:
     row, _ = await owned(request)
     message = await body(request, InitialMessage)
@@ -207,7 +240,12 @@ async def send_message(request: Request) -> Response:
     return reply(Ack())
 
 
-@doc(summary="Update title, tags and the app server's metadata", body=Patch, response=AppConversation, errors=(404,))
+@doc(
+    summary="Update title, tags and the app server's metadata",
+    body=Patch,
+    response=AppConversation,
+    errors=(404,),
+)
 async def patch(request: Request) -> Response:
     row, _ = await owned(request)
     change = await body(request, Patch)
@@ -224,25 +262,34 @@ async def delete(request: Request) -> Response:
     return reply(Deleted(sandbox_deleted=removed))
 
 
-@doc(summary="The trajectory (zip: events.jsonl, meta.json) from the control plane's own store",
-     errors=(404,))
+@doc(
+    summary="The trajectory (zip: events.jsonl, meta.json) from the control plane's own store",
+    errors=(404,),
+)
 async def download(request: Request) -> Response:
     row, _ = await owned(request)
     await services(request).conversations.touch(row)  # a read is activity
     data = services(request).conversations.download(row)
-    return StreamingResponse(data, media_type="application/zip", headers={
-        "Content-Disposition": f'attachment; filename="conversation-{row.id}.zip"'})
+    return StreamingResponse(
+        data,
+        media_type="application/zip",
+        headers={"Content-Disposition": f'attachment; filename="conversation-{row.id}.zip"'},
+    )
 
 
-async def _inspect(request: Request, row: ConversationRow, what: str,
-                   params: dict[str, str]) -> Response:
+async def _inspect(
+    request: Request, row: ConversationRow, what: str, params: dict[str, str]
+) -> Response:
     raw = await services(request).conversations.inspect(row, what, params)
     return Response(raw.content, status_code=raw.status, media_type=raw.media_type)
 
 
-@doc(summary="A workspace file (read through the sandbox): its bytes for path=, its text as "
-             "a JSON string for file_path= (\"\" when missing)", query=FileQuery,
-     errors=(403, 404, 409, 410, 502))
+@doc(
+    summary="A workspace file (read through the sandbox): its bytes for path=, its text as "
+    'a JSON string for file_path= ("" when missing)',
+    query=FileQuery,
+    errors=(403, 404, 409, 410, 502),
+)
 async def file(request: Request) -> Response:
     row, params = await owned(request, FileQuery)
     assert params is not None
@@ -252,7 +299,8 @@ async def file(request: Request) -> Response:
         raw = await services(request).conversations.inspect(row, "file", {"path": params.path})
         return downloads.served(raw, params.path)
     raw = await services(request).conversations.inspect(
-        row, "file", {"path": in_conversation(row.working_dir, params.file_path or "")})
+        row, "file", {"path": in_conversation(row.working_dir, params.file_path or "")}
+    )
     if raw.status == 404:
         return _json_text("")
     if raw.status >= 400:
@@ -282,8 +330,11 @@ async def git_changes(request: Request) -> Response:
     return await _inspect(request, (await owned(request))[0], "git/changes", {})
 
 
-@doc(summary="The Git diff (one file with ?path=, else the whole diff)", query=DiffQuery,
-     errors=(404, 409, 410, 502))
+@doc(
+    summary="The Git diff (one file with ?path=, else the whole diff)",
+    query=DiffQuery,
+    errors=(404, 409, 410, 502),
+)
 async def git_diff(request: Request) -> Response:
     row, params = await owned(request, DiffQuery)
     assert params is not None
@@ -295,8 +346,11 @@ async def skills(request: Request) -> Response:
     return await _inspect(request, (await owned(request))[0], "skills", {})
 
 
-@doc(summary="Configured hooks, by event type (the app server's shape)", response=Hooks,
-     errors=(404, 409, 410, 502))
+@doc(
+    summary="Configured hooks, by event type (the app server's shape)",
+    response=Hooks,
+    errors=(404, 409, 410, 502),
+)
 async def hooks(request: Request) -> Response:
     row = (await owned(request))[0]
     raw = await services(request).conversations.inspect(row, "hooks", {})

@@ -58,26 +58,38 @@ async def pause(request: Request) -> Response:
     return reply(Ack())
 
 
-@doc(summary="Interrupt at once: the in-flight model call or tool is cancelled (an InterruptEvent)",
-     response=Ack, errors=ERRORS)
+@doc(
+    summary="Interrupt at once: the in-flight model call or tool is cancelled (an InterruptEvent)",
+    response=Ack,
+    errors=ERRORS,
+)
 async def interrupt(request: Request) -> Response:
     row, _ = await owned(request)
     await services(request).conversations.control(row, "interrupt", None, resume=False)
     return reply(Ack())
 
 
-@doc(summary="Set which actions wait for confirmation (NeverConfirm, AlwaysConfirm, ConfirmRisky)",
-     body=ConfirmationPolicy, response=Ack, errors=ERRORS)
+@doc(
+    summary="Set which actions wait for confirmation (NeverConfirm, AlwaysConfirm, ConfirmRisky)",
+    body=ConfirmationPolicy,
+    response=Ack,
+    errors=ERRORS,
+)
 async def confirmation_policy(request: Request) -> Response:
     row, _ = await owned(request)
     change = await body(request, ConfirmationPolicy)
     await services(request).conversations.control(
-        row, "confirmation-policy", {"policy": change.policy.model_dump()}, resume=True)
+        row, "confirmation-policy", {"policy": change.policy.model_dump()}, resume=True
+    )
     return reply(Ack())
 
 
-@doc(summary="Accept (run) or reject the actions waiting for confirmation", body=ConfirmationAnswer,
-     response=Ack, errors=ERRORS)
+@doc(
+    summary="Accept (run) or reject the actions waiting for confirmation",
+    body=ConfirmationAnswer,
+    response=Ack,
+    errors=ERRORS,
+)
 async def respond_to_confirmation(request: Request) -> Response:
     row, _ = await owned(request)
     answer = await body(request, ConfirmationAnswer)

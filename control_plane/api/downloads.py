@@ -21,8 +21,9 @@ OUTSIDE = "the path is outside the conversation's working directory"
 
 def served(raw: Raw, path: str) -> Response:
     if raw.status == 403:
-        return Response(json.dumps({"detail": OUTSIDE}), status_code=403,
-                        media_type="application/json")
+        return Response(
+            json.dumps({"detail": OUTSIDE}), status_code=403, media_type="application/json"
+        )
     if raw.status != 200:
         return Response(raw.content, status_code=raw.status, media_type=raw.media_type)
     try:
@@ -31,5 +32,8 @@ def served(raw: Raw, path: str) -> Response:
     except UnicodeDecodeError:
         media_type = "application/octet-stream"
     name = PurePosixPath(path).name or "file"
-    return Response(raw.content, media_type=media_type, headers={
-        "Content-Disposition": f"attachment; filename*=UTF-8''{quote(name)}"})
+    return Response(
+        raw.content,
+        media_type=media_type,
+        headers={"Content-Disposition": f"attachment; filename*=UTF-8''{quote(name)}"},
+    )

@@ -41,10 +41,15 @@ class EventSearch(BaseModel):
     def filters(self) -> EventFilters:
         def text(moment: datetime | None) -> str | None:
             # The stored form of the event schema: UTC, microseconds, explicit offset.
-            return None if moment is None else \
-                moment.astimezone(UTC).isoformat(timespec="microseconds")
-        return EventFilters(self.kind__eq, self.source__eq, text(self.timestamp__gte),
-                            text(self.timestamp__lt))
+            return (
+                None
+                if moment is None
+                else moment.astimezone(UTC).isoformat(timespec="microseconds")
+            )
+
+        return EventFilters(
+            self.kind__eq, self.source__eq, text(self.timestamp__gte), text(self.timestamp__lt)
+        )
 
 
 class EventCount(BaseModel):
@@ -67,25 +72,45 @@ async def _conversation_id(request: Request, model: type[M]) -> tuple[str, M]:
     return conversation_id, params
 
 
-@doc(summary="Search stored events (kind__eq, source__eq, timestamp range, sort_order, limit, page_id)",
-     query=EventSearch, response=EventPage, errors=(404,))
+@doc(
+    summary=(
+        "Search stored events (kind__eq, source__eq, timestamp range, sort_order, limit, page_id)"
+    ),
+    query=EventSearch,
+    response=EventPage,
+    errors=(404,),
+)
 async def search(request: Request) -> Response:
     conversation_id, params = await _conversation_id(request, EventSearch)
     bodies, following = await services(request).transcripts.search(
-        conversation_id, params.filters(), descending=params.sort_order == "TIMESTAMP_DESC",
-        limit=params.limit, page=int(params.page_id) if params.page_id else None)
+        conversation_id,
+        params.filters(),
+        descending=params.sort_order == "TIMESTAMP_DESC",
+        limit=params.limit,
+        page=int(params.page_id) if params.page_id else None,
+    )
     # Stored bodies are JSON already: spliced, not parsed and dumped again.
-    text = '{"items":[' + ",".join(bodies) + '],"next_page_id":' + json.dumps(
-        None if following is None else str(following)) + "}"
+    text = (
+        '{"items":['
+        + ",".join(bodies)
+        + '],"next_page_id":'
+        + json.dumps(None if following is None else str(following))
+        + "}"
+    )
     return Response(text, media_type="application/json")
 
 
-@doc(summary="Count stored events (a bare integer, as the OpenHands app server answers)",
-     query=EventCount, response=int, errors=(404,))
+@doc(
+    summary="Count stored events (a bare integer, as the OpenHands app server answers)",
+    query=EventCount,
+    response=int,
+    errors=(404,),
+)
 async def count(request: Request) -> Response:
     conversation_id, params = await _conversation_id(request, EventCount)
     total = await services(request).transcripts.count(
-        conversation_id, EventFilters(params.kind__eq, params.source__eq))
+        conversation_id, EventFilters(params.kind__eq, params.source__eq)
+    )
     return reply(total)
 
 
@@ -104,16 +129,20 @@ class StreamHeaders(BaseModel):
     last_event_id: EventId | None = Field(default=None, alias="last-event-id")
 
 
-@doc(summary="Follow the stored events live (text/event-stream): each frame's id is the event's "
-     "id and its data the event; resume after an id with Last-Event-ID. Streaming text (the "
-     "llm_stream setting) comes as `event: delta` frames with no id, live only", query=StreamQuery,
-     errors=(404,))
+@doc(
+    summary="Follow the stored events live (text/event-stream): each frame's id is the event's "
+    "id and its data the event; resume after an id with Last-Event-ID. Streaming text (the "
+    "llm_stream setting) comes as `event: delta` frames with no id, live only",
+    query=StreamQuery,
+    errors=(404,),
+)
 async def stream(request: Request) -> Response:
     conversation_id, params = await _conversation_id(request, StreamQuery)
     transcripts = services(request).transcripts
     try:
         header = StreamHeaders.model_validate(
-            {"last-event-id": request.headers.get("last-event-id") or None}).last_event_id
+            {"last-event-id": request.headers.get("last-event-id") or None}
+        ).last_event_id
     except ValidationError as exc:
         raise from_pydantic(exc, "header") from None
     last = header or params.last_event_id
@@ -122,5 +151,7 @@ async def stream(request: Request) -> Response:
         with located(*(("header", "last-event-id") if header else ("query", "last_event_id"))):
             after = await transcripts.position(conversation_id, last)
     return StreamingResponse(
-        transcripts.follow(conversation_id, after), media_type="text/event-stream",
-        headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
+        transcripts.follow(conversation_id, after),
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
+    )

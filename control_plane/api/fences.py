@@ -37,7 +37,9 @@ class SandboxReport(BaseModel):
     recent: list[RefusalReport] = Field(default_factory=list, max_length=100)
     holds: Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{16}$")] | None = None
     """The digest of the policy the fence holds it to (None: not let in yet)."""
-    runtime: Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")] | None = None
+    runtime: (
+        Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")] | None
+    ) = None
     """The OCI runtime its container runs on, as the node's Docker says (`runsc`: gVisor)."""
 
 
@@ -52,16 +54,27 @@ class FenceAnswer(BaseModel):
     """Each sandbox's policy; null: not a live sandbox of this deployment (let it out)."""
 
 
-@doc(summary="A swarm node's fence: its sandboxes reported, their policies answered (the "
-             "deployment's fence token)", body=FenceReport, response=FenceAnswer, errors=(401,))
+@doc(
+    summary="A swarm node's fence: its sandboxes reported, their policies answered (the "
+    "deployment's fence token)",
+    body=FenceReport,
+    response=FenceAnswer,
+    errors=(401,),
+)
 async def report(request: Request) -> Response:
     svc = services(request)
     scheme, _, token = request.headers.get("authorization", "").partition(" ")
     if svc.fences is None or scheme.lower() != "bearer" or not svc.fences.authentic(token.strip()):
         raise Unauthorized("the deployment's fence token is required", scheme="Bearer")
     given = await body(request, FenceReport)
-    sandboxes = {sid: reported(str(r.address), r.refused,
-                               [Refusal(str(x.address), x.protocol, x.port, x.seconds_ago)
-                                for x in r.recent], r.holds, r.runtime)
-                 for sid, r in given.sandboxes.items()}
+    sandboxes = {
+        sid: reported(
+            str(r.address),
+            r.refused,
+            [Refusal(str(x.address), x.protocol, x.port, x.seconds_ago) for x in r.recent],
+            r.holds,
+            r.runtime,
+        )
+        for sid, r in given.sandboxes.items()
+    }
     return reply(FenceAnswer(policies=await svc.fences.report(sandboxes)))

@@ -19,13 +19,19 @@ class ListQuery(BaseModel):
     path: str | None = Field(default=None, min_length=1, max_length=4096)
 
 
-@doc(summary="A workspace directory's entries (directories first)", query=ListQuery,
-     errors=(400, 403, 404, 409, 410, 502))
+@doc(
+    summary="A workspace directory's entries (directories first)",
+    query=ListQuery,
+    errors=(400, 403, 404, 409, 410, 502),
+)
 async def files(request: Request) -> Response:
     row, params = await owned(request, ListQuery)
     assert params is not None
-    raw = await services(request).conversations.inspect(row, "files", {"path": params.path} if params.path else {})
+    raw = await services(request).conversations.inspect(
+        row, "files", {"path": params.path} if params.path else {}
+    )
     if raw.status == 403:  # the agent server's words name the workspace's host path
-        return Response(json.dumps({"detail": OUTSIDE}), status_code=403,
-                        media_type="application/json")
+        return Response(
+            json.dumps({"detail": OUTSIDE}), status_code=403, media_type="application/json"
+        )
     return Response(raw.content, status_code=raw.status, media_type=raw.media_type)

@@ -60,22 +60,42 @@ async def forward(request: Request) -> Response:
     return await services(request).gateway.forward(request, str(request.path_params["path"]))
 
 
-@doc(summary="What your sandboxes used through the LLM gateway: today's totals, and per "
-             "sandbox and day for the last `days` days", query=UsageQuery, response=UsageReport)
+@doc(
+    summary="What your sandboxes used through the LLM gateway: today's totals, and per "
+    "sandbox and day for the last `days` days",
+    query=UsageQuery,
+    response=UsageReport,
+)
 async def usage(request: Request) -> Response:
     account = await user(request)
     days = read_query(request, UsageQuery).days
     svc = services(request)
     rows, today, (requests, prompt, completion, cost) = await svc.gateway.report(
-        account.id, days, MAX_ROWS + 1)
+        account.id, days, MAX_ROWS + 1
+    )
     caps = svc.gateway.caps(await svc.settings.get(account.id))
-    shown = [SandboxDay(day=r.day, sandbox_id=r.sandbox_id, requests=r.requests,
-                        prompt_tokens=r.prompt_tokens, completion_tokens=r.completion_tokens,
-                        cost_usd=r.cost_usd) for r in rows[:MAX_ROWS]]
-    totals = UsageTotals(requests=requests, prompt_tokens=prompt, completion_tokens=completion,
-                         cost_usd=cost)
-    return reply(UsageReport(
-        day=today, today=totals, rows=shown, more=len(rows) > MAX_ROWS,
-        daily_budget_usd=None if caps.budget_usd is None else caps.budget_usd.value,
-        requests_per_minute=None if caps.per_minute is None else int(caps.per_minute.value),
-        resets_at=next_midnight(datetime.strptime(today, "%Y-%m-%d").replace(tzinfo=UTC))))
+    shown = [
+        SandboxDay(
+            day=r.day,
+            sandbox_id=r.sandbox_id,
+            requests=r.requests,
+            prompt_tokens=r.prompt_tokens,
+            completion_tokens=r.completion_tokens,
+            cost_usd=r.cost_usd,
+        )
+        for r in rows[:MAX_ROWS]
+    ]
+    totals = UsageTotals(
+        requests=requests, prompt_tokens=prompt, completion_tokens=completion, cost_usd=cost
+    )
+    return reply(
+        UsageReport(
+            day=today,
+            today=totals,
+            rows=shown,
+            more=len(rows) > MAX_ROWS,
+            daily_budget_usd=None if caps.budget_usd is None else caps.budget_usd.value,
+            requests_per_minute=None if caps.per_minute is None else int(caps.per_minute.value),
+            resets_at=next_midnight(datetime.strptime(today, "%Y-%m-%d").replace(tzinfo=UTC)),
+        )
+    )

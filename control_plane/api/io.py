@@ -62,5 +62,6 @@ def from_browser(request: Request) -> bool:
 
 async def body(request: Request, model: type[M], limit: int | None = None) -> M:
     """The JSON body as `model`; no body at all leaves every field out."""
-    return await io.read_body(request, model, empty={},
-                              limit=limit or services(request).config.max_body_bytes)
+    return await io.read_body(
+        request, model, empty={}, limit=limit or services(request).config.max_body_bytes
+    )

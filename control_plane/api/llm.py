@@ -40,8 +40,11 @@ class LLMModels(BaseModel):
     models: list[str]
 
 
-@doc(summary="Test the LLM settings with one short call (the body's fields replace the stored ones)",
-     body=LLMCheck, response=LLMCheckResult)
+@doc(
+    summary="Test the LLM settings with one short call (the body's fields replace the stored ones)",
+    body=LLMCheck,
+    response=LLMCheckResult,
+)
 async def check(request: Request) -> Response:
     account = await user(request)
     given = await body(request, LLMCheck)
@@ -51,8 +54,12 @@ async def check(request: Request) -> Response:
         key = changes["llm_api_key"]
         changes["llm_api_key"] = key.get_secret_value() if key else None
     settings = dataclasses.replace(settings, **changes)
-    answer = await llm.ask(settings, "Reply with the word OK.", max_tokens=5,
-                           loopback=services(request).provider.host_loopback)
+    answer = await llm.ask(
+        settings,
+        "Reply with the word OK.",
+        max_tokens=5,
+        loopback=services(request).provider.host_loopback,
+    )
     return reply(LLMCheckResult(ok=answer.ok, detail=answer.text, model=settings.llm_model))
 
 
@@ -62,19 +69,22 @@ async def models(request: Request) -> Response:
     return reply(LLMModels(models=await asyncio.to_thread(llm.known_models)))
 
 
-@doc(summary="Title the conversation from its first message, by the user's model", response=AppConversation,
-     errors=(404, 409))
+@doc(
+    summary="Title the conversation from its first message, by the user's model",
+    response=AppConversation,
+    errors=(404, 409),
+)
 async def generate_title(request: Request) -> Response:
     row, _ = await owned(request)
     svc = services(request)
     settings = await svc.settings.get(row.user_id)
     # The start's initial message is known before the first event is stored.
-    message = (await svc.tasks.initial_text(row.start_task_id, row.user_id)
-               or await svc.conversations.first_user_text(row.id))
+    message = await svc.tasks.initial_text(
+        row.start_task_id, row.user_id
+    ) or await svc.conversations.first_user_text(row.id)
     if not message.strip():
         raise Conflict("the conversation has no message yet")
-    made = await llm.title(settings, message,
-                           loopback=svc.provider.host_loopback)
+    made = await llm.title(settings, message, loopback=svc.provider.host_loopback)
     if made is None:
         raise Conflict("the model gave no title (see the LLM settings' test connection)")
     updated = await svc.conversations.update(row, {"title": made})

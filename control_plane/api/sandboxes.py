@@ -145,16 +145,27 @@ async def infos(request: Request, found: list[SandboxRow]) -> list[SandboxInfo]:
         running = row.status is SandboxStatus.RUNNING and not from_browser(request)
         url = svc.sandboxes.url(row) if running else None
         pause_at, delete_at = svc.lifecycle.deadlines(row)
-        out.append(SandboxInfo(
-            id=row.id, created_by_user_id=row.user_id, status=row.status,
-            status_reason=row.status_reason,
-            status_detail=row.status_detail,
-            sandbox_spec_id=row.spec_id,
-            session_api_key=svc.sandboxes.session_key(row) if running else None,
-            exposed_urls=[ExposedUrl(name="AGENT_SERVER", url=url, port=row.port or 0)] if url else None,
-            created_at=row.created_at, last_activity_at=row.last_activity_at,
-            conversation_count=counts[row.id], pause_at=pause_at, delete_at=delete_at,
-            network_policy=row.network, disk=svc.sandboxes.disk(row)))
+        out.append(
+            SandboxInfo(
+                id=row.id,
+                created_by_user_id=row.user_id,
+                status=row.status,
+                status_reason=row.status_reason,
+                status_detail=row.status_detail,
+                sandbox_spec_id=row.spec_id,
+                session_api_key=svc.sandboxes.session_key(row) if running else None,
+                exposed_urls=[ExposedUrl(name="AGENT_SERVER", url=url, port=row.port or 0)]
+                if url
+                else None,
+                created_at=row.created_at,
+                last_activity_at=row.last_activity_at,
+                conversation_count=counts[row.id],
+                pause_at=pause_at,
+                delete_at=delete_at,
+                network_policy=row.network,
+                disk=svc.sandboxes.disk(row),
+            )
+        )
     return out
 
 
@@ -162,8 +173,9 @@ async def info(request: Request, row: SandboxRow) -> SandboxInfo:
     return (await infos(request, [row]))[0]
 
 
-async def owned(request: Request, validate: type[BaseModel] | None = None
-                ) -> tuple[Services, SandboxRow]:
+async def owned(
+    request: Request, validate: type[BaseModel] | None = None
+) -> tuple[Services, SandboxRow]:
     """Auth, then input validation (422), then ownership (404)."""
     account = await user(request)
     sandbox_id = path_id(request, "sandbox_id")
@@ -173,8 +185,13 @@ async def owned(request: Request, validate: type[BaseModel] | None = None
     return svc, await svc.sandboxes.owned(sandbox_id, account.id)
 
 
-@doc(summary="Create a sandbox; poll GET /api/v1/sandboxes?id= until RUNNING", body=CreateSandbox,
-     response=SandboxInfo, status=201, errors=(429,))
+@doc(
+    summary="Create a sandbox; poll GET /api/v1/sandboxes?id= until RUNNING",
+    body=CreateSandbox,
+    response=SandboxInfo,
+    status=201,
+    errors=(429,),
+)
 async def create(request: Request) -> Response:
     account = await user(request)
     asked = await body(request, CreateSandbox)
@@ -185,22 +202,36 @@ async def create(request: Request) -> Response:
     return reply(await info(request, row), 201)
 
 
-@doc(summary="Change the sandbox's network policy (at once: new connections meet it)",
-     body=SandboxPatch, response=SandboxInfo, errors=(404, 409, 410, 503))
+@doc(
+    summary="Change the sandbox's network policy (at once: new connections meet it)",
+    body=SandboxPatch,
+    response=SandboxInfo,
+    errors=(404, 409, 410, 503),
+)
 async def patch(request: Request) -> Response:
     svc, row = await owned(request)
     asked = await body(request, SandboxPatch)
     return reply(await info(request, await svc.egress.change(row, asked.network_policy)))
 
 
-@doc(summary="What the sandbox may reach and what its policy refused it (its owner's key, or "
-             "the sandbox's own token)", response=NetworkState, errors=(404,))
+@doc(
+    summary="What the sandbox may reach and what its policy refused it (its owner's key, or "
+    "the sandbox's own token)",
+    response=NetworkState,
+    errors=(404,),
+)
 async def network(request: Request) -> Response:
     svc = services(request)
     row = await _by_token(request) or (await owned(request))[1]
     state = await svc.egress.state(row)
-    return reply(NetworkState(policy=state.policy, enforced=state.enforced, refused=state.refused,
-                              recent=[RefusalInfo(**vars(r)) for r in state.recent]))
+    return reply(
+        NetworkState(
+            policy=state.policy,
+            enforced=state.enforced,
+            refused=state.refused,
+            recent=[RefusalInfo(**vars(r)) for r in state.recent],
+        )
+    )
 
 
 async def _by_token(request: Request) -> SandboxRow | None:
@@ -221,14 +252,20 @@ async def search(request: Request) -> Response:
     account = await user(request)
     params = read_query(request, SandboxSearch)
     offset = int(params.page_id or 0)
-    found = await services(request).sandboxes.search(account.id, params.status,
-                                                     limit=params.limit + 1, offset=offset)
+    found = await services(request).sandboxes.search(
+        account.id, params.status, limit=params.limit + 1, offset=offset
+    )
     following = str(offset + params.limit) if len(found) > params.limit else None
-    return reply(SandboxPage(items=await infos(request, found[: params.limit]), next_page_id=following))
+    return reply(
+        SandboxPage(items=await infos(request, found[: params.limit]), next_page_id=following)
+    )
 
 
-@doc(summary="Sandboxes by id (null for ids that are unknown or not the user's)",
-     query=SandboxIds, response=list[SandboxInfo | None])
+@doc(
+    summary="Sandboxes by id (null for ids that are unknown or not the user's)",
+    query=SandboxIds,
+    response=list[SandboxInfo | None],
+)
 async def batch_get(request: Request) -> Response:
     account = await user(request)
     ids = read_query(request, SandboxIds).id
@@ -243,8 +280,11 @@ class Changed(SandboxInfo):
     success: bool = True
 
 
-@doc(summary="Pause (SIGSTOP): conversations and workspace kept, CPU released",
-     response=Changed, errors=(404, 409, 410))
+@doc(
+    summary="Pause (SIGSTOP): conversations and workspace kept, CPU released",
+    response=Changed,
+    errors=(404, 409, 410),
+)
 async def pause(request: Request) -> Response:
     svc, row = await owned(request)
     changed = await info(request, await svc.sandboxes.pause(row))
@@ -258,25 +298,41 @@ async def resume(request: Request) -> Response:
     return reply(Changed(**changed.model_dump()))
 
 
-@doc(summary="Delete; the query parameter sandbox_id must repeat the path value", query=DeleteQuery,
-     response=Deleted, errors=(404,))
+@doc(
+    summary="Delete; the query parameter sandbox_id must repeat the path value",
+    query=DeleteQuery,
+    response=Deleted,
+    errors=(404,),
+)
 async def delete(request: Request) -> Response:
     svc, row = await owned(request, DeleteQuery)
     confirm = read_query(request, DeleteQuery).sandbox_id
     if confirm != row.id:
-        raise invalid(["query", "sandbox_id"], "sandbox_id must equal the sandbox id of the "
-                      "path", input_=confirm)
+        raise invalid(
+            ["query", "sandbox_id"],
+            "sandbox_id must equal the sandbox id of the path",
+            input_=confirm,
+        )
     await svc.sandboxes.destroy(row)
     return reply(Deleted())
 
 
-@doc(summary="The sandbox specs (templates) of this installation", query=SpecSearch, response=SpecPage)
+@doc(
+    summary="The sandbox specs (templates) of this installation",
+    query=SpecSearch,
+    response=SpecPage,
+)
 async def specs(request: Request) -> Response:
     await user(request)
     read_query(request, SpecSearch)
-    return reply(SpecPage(items=[SandboxSpecInfo(id=s.id, description=s.description,
-                                                 working_dir=s.working_dir)
-                                 for s in services(request).provider.specs()]))
+    return reply(
+        SpecPage(
+            items=[
+                SandboxSpecInfo(id=s.id, description=s.description, working_dir=s.working_dir)
+                for s in services(request).provider.specs()
+            ]
+        )
+    )
 
 
 #: How long before its pause a sandbox's idle status warns (the frontend shows a banner).
@@ -298,16 +354,23 @@ class IdleStatus(BaseModel):
     it is not RUNNING or nothing will pause it."""
 
 
-@doc(summary="How long the sandbox has been idle and when it will be paused", response=IdleStatus,
-     errors=(404,))
+@doc(
+    summary="How long the sandbox has been idle and when it will be paused",
+    response=IdleStatus,
+    errors=(404,),
+)
 async def idle_status(request: Request) -> Response:
     svc, row = await owned(request)
     now = svc.db.now()
     pause_at, _ = svc.lifecycle.deadlines(row)
     remaining = None if pause_at is None else max((pause_at - now).total_seconds(), 0.0)
     idle = svc.config.idle_seconds
-    return reply(IdleStatus(
-        idle_seconds=max((now - row.last_activity_at).total_seconds(), 0.0),
-        timeout_seconds=idle, warning_seconds=WARNING_SECONDS,
-        is_warning=remaining is not None and remaining <= WARNING_SECONDS,
-        remaining_seconds=remaining))
+    return reply(
+        IdleStatus(
+            idle_seconds=max((now - row.last_activity_at).total_seconds(), 0.0),
+            timeout_seconds=idle,
+            warning_seconds=WARNING_SECONDS,
+            is_warning=remaining is not None and remaining <= WARNING_SECONDS,
+            remaining_seconds=remaining,
+        )
+    )

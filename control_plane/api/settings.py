@@ -16,8 +16,11 @@ async def get(request: Request) -> Response:
     return reply((await services(request).settings.get(account.id)).view())
 
 
-@doc(summary="Change settings: fields left out stay, null clears, secrets merge by name",
-     body=SettingsPatch, response=SettingsView)
+@doc(
+    summary="Change settings: fields left out stay, null clears, secrets merge by name",
+    body=SettingsPatch,
+    response=SettingsView,
+)
 async def patch(request: Request) -> Response:
     account = await user(request)
     change = await body(request, SettingsPatch)

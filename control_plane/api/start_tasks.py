@@ -61,8 +61,9 @@ class TaskFilters(BaseModel):
 
 
 class TaskSearch(TaskFilters):
-    sort_order: Literal["CREATED_AT", "CREATED_AT_DESC", "UPDATED_AT",
-                        "UPDATED_AT_DESC"] = "CREATED_AT_DESC"
+    sort_order: Literal["CREATED_AT", "CREATED_AT_DESC", "UPDATED_AT", "UPDATED_AT_DESC"] = (
+        "CREATED_AT_DESC"
+    )
     limit: int = Field(default=MAX_PAGE, ge=1, le=MAX_PAGE)
     page_id: str | None = Field(default=None, pattern=r"^[0-9]{1,9}$")
 
@@ -76,25 +77,40 @@ async def view(request: Request, row: TaskRow) -> StartTask:
     svc = services(request).tasks
     ready = row.status is StartTaskStatus.READY
     url = None if from_browser(request) else await svc.agent_server_url(row)
-    return StartTask(id=row.id, created_by_user_id=row.user_id, status=row.status,
-                     detail=row.detail,
-                     app_conversation_id=row.app_conversation_id if ready else None,
-                     sandbox_id=row.sandbox_id if ready else None, agent_server_url=url,
-                     request=svc.request_of(row), created_at=row.created_at,
-                     updated_at=row.updated_at)
+    return StartTask(
+        id=row.id,
+        created_by_user_id=row.user_id,
+        status=row.status,
+        detail=row.detail,
+        app_conversation_id=row.app_conversation_id if ready else None,
+        sandbox_id=row.sandbox_id if ready else None,
+        agent_server_url=url,
+        request=svc.request_of(row),
+        created_at=row.created_at,
+        updated_at=row.updated_at,
+    )
 
 
-@doc(summary="Start a conversation: answers at once with a start task", body=StartRequest,
-     response=StartTask, status=201, errors=(404, 409, 410))
+@doc(
+    summary="Start a conversation: answers at once with a start task",
+    body=StartRequest,
+    response=StartTask,
+    status=201,
+    errors=(404, 409, 410),
+)
 async def start(request: Request) -> Response:
     account = await user(request)
     task = await services(request).tasks.submit(account.id, await body(request, StartRequest))
     return reply(await view(request, task), 201)
 
 
-@doc(summary="Start a conversation and stream its start task: a JSON array, one element per "
-             f"stage, closed at READY or ERROR (or after {STREAM_SECONDS:g} s)",
-     body=StartRequest, response=list[StartTask], errors=(404, 409, 410))
+@doc(
+    summary="Start a conversation and stream its start task: a JSON array, one element per "
+    f"stage, closed at READY or ERROR (or after {STREAM_SECONDS:g} s)",
+    body=StartRequest,
+    response=list[StartTask],
+    errors=(404, 409, 410),
+)
 async def stream_start(request: Request) -> Response:
     account = await user(request)
     task = await services(request).tasks.submit(account.id, await body(request, StartRequest))
@@ -108,8 +124,11 @@ async def _stages(request: Request, task: TaskRow) -> AsyncIterator[str]:
     yield "\n]"
 
 
-@doc(summary="Start tasks by id (null for unknown ids)", query=TaskIds,
-     response=list[StartTask | None])
+@doc(
+    summary="Start tasks by id (null for unknown ids)",
+    query=TaskIds,
+    response=list[StartTask | None],
+)
 async def batch_get(request: Request) -> Response:
     account = await user(request)
     ids = read_query(request, TaskIds).ids
@@ -118,25 +137,42 @@ async def batch_get(request: Request) -> Response:
     return reply([views.get(i) for i in ids])
 
 
-@doc(summary=f"Search the user's start tasks (at most {MAX_PAGE} a page)", query=TaskSearch,
-     response=TaskPage)
+@doc(
+    summary=f"Search the user's start tasks (at most {MAX_PAGE} a page)",
+    query=TaskSearch,
+    response=TaskPage,
+)
 async def search(request: Request) -> Response:
     account = await user(request)
     params = read_query(request, TaskSearch)
     offset = int(params.page_id or 0)
     found, more = await services(request).tasks.search(
-        account.id, created_at_gte=params.created_at__gte,
-        conversation_id=params.conversation_id__eq, order=params.sort_order,
-        limit=params.limit, offset=offset)
-    return reply(TaskPage(items=[await view(request, row) for row in found],
-                          next_page_id=str(offset + params.limit) if more else None))
+        account.id,
+        created_at_gte=params.created_at__gte,
+        conversation_id=params.conversation_id__eq,
+        order=params.sort_order,
+        limit=params.limit,
+        offset=offset,
+    )
+    return reply(
+        TaskPage(
+            items=[await view(request, row) for row in found],
+            next_page_id=str(offset + params.limit) if more else None,
+        )
+    )
 
 
-@doc(summary="How many start tasks match (a bare integer, as the app server answers)",
-     query=TaskFilters, response=int)
+@doc(
+    summary="How many start tasks match (a bare integer, as the app server answers)",
+    query=TaskFilters,
+    response=int,
+)
 async def count(request: Request) -> Response:
     account = await user(request)
     params = read_query(request, TaskFilters)
-    total = await services(request).tasks.count(account.id, created_at_gte=params.created_at__gte,
-                                                conversation_id=params.conversation_id__eq)
+    total = await services(request).tasks.count(
+        account.id,
+        created_at_gte=params.created_at__gte,
+        conversation_id=params.conversation_id__eq,
+    )
     return reply(total)

@@ -71,9 +71,14 @@ class SecretNames(BaseModel):
     secrets: list[SecretName]
 
 
-@doc(summary="The current user and their settings (with expose_secrets=true and the session "
-             "key of one of the user's live sandboxes: the LLM gateway and that sandbox's "
-             "token)", query=MeQuery, response=UserInfo, errors=(403,))
+@doc(
+    summary="The current user and their settings (with expose_secrets=true and the session "
+    "key of one of the user's live sandboxes: the LLM gateway and that sandbox's "
+    "token)",
+    query=MeQuery,
+    response=UserInfo,
+    errors=(403,),
+)
 async def me(request: Request) -> Response:
     account = await user(request)
     expose = read_query(request, MeQuery).expose_secrets
@@ -83,20 +88,29 @@ async def me(request: Request) -> Response:
     if expose:
         sandbox = await by_session_key(request)
         if sandbox.user_id != account.id:
-            audit.warning("users/me: the session key of sandbox %s is not user %s's", sandbox.id,
-                          account.id)
+            audit.warning(
+                "users/me: the session key of sandbox %s is not user %s's", sandbox.id, account.id
+            )
             raise Forbidden("the session key does not belong to one of your sandboxes")
-        audit.info("users/me: the LLM gateway token of sandbox %s read by user %s", sandbox.id,
-                   account.id)
+        audit.info(
+            "users/me: the LLM gateway token of sandbox %s read by user %s", sandbox.id, account.id
+        )
         access = svc.gateway.access(sandbox)
         base_url, key = access.base_url, access.api_key
-    return reply(UserInfo(id=account.id, name=account.name, llm_model=settings.llm_model,
-                          llm_base_url=base_url, llm_api_key=key,
-                          grouping_strategy=settings.grouping_strategy,
-                          default_tools=list(settings.default_tools),
-                          git_user_name=settings.git_user_name,
-                          git_user_email=settings.git_user_email,
-                          secret_names=sorted(settings.secrets)))
+    return reply(
+        UserInfo(
+            id=account.id,
+            name=account.name,
+            llm_model=settings.llm_model,
+            llm_base_url=base_url,
+            llm_api_key=key,
+            grouping_strategy=settings.grouping_strategy,
+            default_tools=list(settings.default_tools),
+            git_user_name=settings.git_user_name,
+            git_user_email=settings.git_user_email,
+            secret_names=sorted(settings.secrets),
+        )
+    )
 
 
 async def by_session_key(request: Request) -> SandboxRow:
@@ -118,26 +132,38 @@ async def _sandbox(request: Request) -> SandboxRow:
     return sandbox
 
 
-@doc(summary="The names of the sandbox user's stored secrets (X-Session-API-Key of the "
-             "sandbox; no values)", response=SecretNames, errors=(403,))
+@doc(
+    summary="The names of the sandbox user's stored secrets (X-Session-API-Key of the "
+    "sandbox; no values)",
+    response=SecretNames,
+    errors=(403,),
+)
 async def secret_names(request: Request) -> Response:
     sandbox = await _sandbox(request)
     settings = await services(request).settings.get(sandbox.user_id)
     return reply(SecretNames(secrets=[SecretName(name=n) for n in sorted(settings.secrets)]))
 
 
-@doc(summary="One stored secret's value as text (X-Session-API-Key of the sandbox): what a "
-             "LookupSecret inside the sandbox fetches",
-     media={"text/plain": {"type": "string"}}, errors=(403, 404))
+@doc(
+    summary="One stored secret's value as text (X-Session-API-Key of the sandbox): what a "
+    "LookupSecret inside the sandbox fetches",
+    media={"text/plain": {"type": "string"}},
+    errors=(403, 404),
+)
 async def secret_value(request: Request) -> Response:
     sandbox = await _sandbox(request)
     name = str(request.path_params["secret_name"])
     if not SECRET_NAME.match(name):
-        raise invalid(["path", "secret_name"], "not a secret name (letters, digits and _)",
-                      "string_pattern_mismatch", name)
+        raise invalid(
+            ["path", "secret_name"],
+            "not a secret name (letters, digits and _)",
+            "string_pattern_mismatch",
+            name,
+        )
     settings = await services(request).settings.get(sandbox.user_id)
     if name not in settings.secrets:
         raise NotFound(f"no secret {name}")
     audit.info("secret %s read by sandbox %s of user %s", name, sandbox.id, sandbox.user_id)
-    return Response(settings.secrets[name], media_type="text/plain",
-                    headers={"Cache-Control": "no-store"})
+    return Response(
+        settings.secrets[name], media_type="text/plain", headers={"Cache-Control": "no-store"}
+    )

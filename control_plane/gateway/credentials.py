@@ -46,8 +46,10 @@ class LLMAccess:
 def access(control_plane_url: str, cipher: Cipher, sandbox: SandboxRow) -> LLMAccess:
     """The gateway as `sandbox` reaches it, and its token (`control_plane_url`: this control
     plane's address as the sandbox's processes see it)."""
-    return LLMAccess(control_plane_url.rstrip("/") + GATEWAY_PATH,
-                     sandbox_token(cipher, sandbox.id, sandbox.session_key_hash))
+    return LLMAccess(
+        control_plane_url.rstrip("/") + GATEWAY_PATH,
+        sandbox_token(cipher, sandbox.id, sandbox.session_key_hash),
+    )
 
 
 def find(headers: dict[str, str], query: list[tuple[str, str]]) -> Credential | None:
@@ -65,25 +67,35 @@ def find(headers: dict[str, str], query: list[tuple[str, str]]) -> Credential | 
     return None
 
 
-async def sandbox_of(sandboxes: SandboxRows, cipher: Cipher,
-                     credential: Credential | None) -> SandboxRow:
+async def sandbox_of(
+    sandboxes: SandboxRows, cipher: Cipher, credential: Credential | None
+) -> SandboxRow:
     """The live sandbox whose token `credential` is; Refusal (401) for anything else. Every
     failure says the same, so a prober learns nothing of which part was wrong."""
-    refused = Refusal(Kind.AUTHENTICATION, "The LLM gateway takes the sandbox's own token as "
-                      "the API key; this one is not a live sandbox's.")
+    refused = Refusal(
+        Kind.AUTHENTICATION,
+        "The LLM gateway takes the sandbox's own token as "
+        "the API key; this one is not a live sandbox's.",
+    )
     sandbox_id = None if credential is None else token_sandbox(credential.token)
     if credential is None or sandbox_id is None:
         raise refused
     row = await sandboxes.get(sandbox_id)
-    if row is None or row.status.terminal or not token_matches(
-            cipher, credential.token, row.id, row.session_key_hash):
+    if (
+        row is None
+        or row.status.terminal
+        or not token_matches(cipher, credential.token, row.id, row.session_key_hash)
+    ):
         raise refused
     return row
 
 
-def swapped(headers: list[tuple[str, str]], query: list[tuple[str, str]],
-            credential: Credential, key: str | None
-            ) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+def swapped(
+    headers: list[tuple[str, str]],
+    query: list[tuple[str, str]],
+    credential: Credential,
+    key: str | None,
+) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
     """`headers` and `query` with no credential of the sandbox's left and `key` (the user's;
     None: the upstream takes none) where the token was."""
     headers = [(n, v) for n, v in headers if n.lower() not in KEY_HEADERS]
@@ -92,6 +104,7 @@ def swapped(headers: list[tuple[str, str]], query: list[tuple[str, str]],
         if credential.place == KEY_PARAM:
             query.append((KEY_PARAM, key))
         else:
-            headers.append((credential.place,
-                            f"Bearer {key}" if credential.place == "authorization" else key))
+            headers.append(
+                (credential.place, f"Bearer {key}" if credential.place == "authorization" else key)
+            )
     return headers, query

@@ -61,7 +61,8 @@ class Refusal(Exception):
 def anthropic_shaped(path: str, headers: Mapping[str, str]) -> bool:
     """Whether the client speaks Anthropic's messages API (its errors are shaped so)."""
     return "anthropic-version" in headers or path.rstrip("/").endswith(
-        ("/messages", "/messages/count_tokens"))
+        ("/messages", "/messages/count_tokens")
+    )
 
 
 def body(refusal: Refusal, anthropic: bool) -> dict[str, object]:
@@ -72,6 +73,9 @@ def body(refusal: Refusal, anthropic: bool) -> dict[str, object]:
 
 
 def response(refusal: Refusal, anthropic: bool) -> Response:
-    return Response(json.dumps(body(refusal, anthropic)), status_code=refusal.kind.status,
-                    media_type="application/json",
-                    headers={"Cache-Control": "no-store", **refusal.headers})
+    return Response(
+        json.dumps(body(refusal, anthropic)),
+        status_code=refusal.kind.status,
+        media_type="application/json",
+        headers={"Cache-Control": "no-store", **refusal.headers},
+    )

@@ -50,8 +50,10 @@ def _smaller(cap: float | None, own: float | None) -> Limit | None:
 
 def caps(config: Config, settings: UserSettings) -> Caps:
     """The limits that hold for a user: the smaller of the deployment's and the user's own."""
-    return Caps(_smaller(config.llm_daily_budget_usd, settings.llm_daily_budget_usd),
-                _smaller(config.llm_requests_per_minute, settings.llm_requests_per_minute))
+    return Caps(
+        _smaller(config.llm_daily_budget_usd, settings.llm_daily_budget_usd),
+        _smaller(config.llm_requests_per_minute, settings.llm_requests_per_minute),
+    )
 
 
 def day_of(moment: datetime) -> str:
@@ -101,11 +103,16 @@ class Limits:
         if used < budget.value:
             return
         resets = next_midnight(now)
-        raise Refusal(Kind.BUDGET, (
-            f"The daily LLM budget is spent: {usd(budget.value)} per day (UTC, {budget.whose}); "
-            f"{usd(used)} used today. It resets at {iso(resets)}. No further model calls "
-            "go through until then; raise the budget in your settings to go on sooner."),
-            _wait(now, resets))
+        raise Refusal(
+            Kind.BUDGET,
+            (
+                f"The daily LLM budget is spent: {usd(budget.value)} per day "
+                f"(UTC, {budget.whose}); "
+                f"{usd(used)} used today. It resets at {iso(resets)}. No further model calls "
+                "go through until then; raise the budget in your settings to go on sooner."
+            ),
+            _wait(now, resets),
+        )
 
     def _rate(self, user_id: str, per_minute: Limit, now: datetime) -> None:
         minute = int(now.timestamp() // 60)
@@ -115,8 +122,12 @@ class Limits:
         count = count if seen == minute else 0
         if count >= per_minute.value:
             resets = datetime.fromtimestamp((minute + 1) * 60, UTC)
-            raise Refusal(Kind.RATE, (
-                f"LLM rate limit reached: {per_minute.value:g} requests per minute "
-                f"({per_minute.whose}); {count} made this minute. It resets at {iso(resets)}."),
-                _wait(now, resets))
+            raise Refusal(
+                Kind.RATE,
+                (
+                    f"LLM rate limit reached: {per_minute.value:g} requests per minute "
+                    f"({per_minute.whose}); {count} made this minute. It resets at {iso(resets)}."
+                ),
+                _wait(now, resets),
+            )
         self._minutes[user_id] = (minute, count + 1)

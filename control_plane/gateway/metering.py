@@ -60,15 +60,16 @@ def read_usage(data: Any, usage: Usage) -> None:
     if data.get("type") == "message_start" and isinstance(data.get("message"), dict):
         read_usage(data["message"], usage)  # Anthropic's first event: the message so far
         return
-    if str(data.get("type", "")).startswith("response.") and isinstance(data.get("response"),
-                                                                        dict):
+    if str(data.get("type", "")).startswith("response.") and isinstance(data.get("response"), dict):
         read_usage(data["response"], usage)  # OpenAI's Responses API: the response so far
         return
     found = data.get("usage")
     if isinstance(found, dict):
         if "input_tokens" in found or "output_tokens" in found:  # Anthropic's
-            read, write = _int(found.get("cache_read_input_tokens")), _int(
-                found.get("cache_creation_input_tokens"))
+            read, write = (
+                _int(found.get("cache_read_input_tokens")),
+                _int(found.get("cache_creation_input_tokens")),
+            )
             if "input_tokens" in found:
                 usage.prompt_tokens = _int(found["input_tokens"]) + read + write
                 usage.cache_read_tokens, usage.cache_write_tokens = read, write
@@ -79,8 +80,9 @@ def read_usage(data: Any, usage: Usage) -> None:
                 usage.cache_read_tokens = _int(details.get("cached_tokens"))
         else:  # OpenAI's
             usage.prompt_tokens = _int(found.get("prompt_tokens")) or usage.prompt_tokens
-            usage.completion_tokens = (_int(found.get("completion_tokens"))
-                                       or usage.completion_tokens)
+            usage.completion_tokens = (
+                _int(found.get("completion_tokens")) or usage.completion_tokens
+            )
             details = found.get("prompt_tokens_details")
             if isinstance(details, dict):
                 usage.cache_read_tokens = _int(details.get("cached_tokens"))
@@ -88,7 +90,8 @@ def read_usage(data: Any, usage: Usage) -> None:
     if isinstance(gemini, dict):
         usage.prompt_tokens = _int(gemini.get("promptTokenCount"))
         usage.completion_tokens = _int(gemini.get("candidatesTokenCount")) + _int(
-            gemini.get("thoughtsTokenCount"))
+            gemini.get("thoughtsTokenCount")
+        )
 
 
 class Meter:
@@ -147,10 +150,13 @@ def cost(usage: Usage, model: str | None, provider: str | None) -> float:
     for candidate, by in tried:
         try:
             prompt, completion = litellm.cost_per_token(
-                model=candidate, custom_llm_provider=by, prompt_tokens=usage.prompt_tokens,
+                model=candidate,
+                custom_llm_provider=by,
+                prompt_tokens=usage.prompt_tokens,
                 completion_tokens=usage.completion_tokens,
                 cache_read_input_tokens=usage.cache_read_tokens,
-                cache_creation_input_tokens=usage.cache_write_tokens)
+                cache_creation_input_tokens=usage.cache_write_tokens,
+            )
             return float(prompt) + float(completion)
         except Exception:  # not in the price map: the next name, else free
             continue

@@ -32,9 +32,20 @@ from control_plane.gateway.errors import Kind, Refusal
 logger = logging.getLogger(__name__)
 
 #: Headers of one connection, never forwarded either way (RFC 9110 7.6.1).
-HOP_BY_HOP = frozenset({"connection", "keep-alive", "proxy-authenticate", "proxy-authorization",
-                        "proxy-connection", "te", "trailer", "trailers", "transfer-encoding",
-                        "upgrade"})
+HOP_BY_HOP = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "proxy-connection",
+        "te",
+        "trailer",
+        "trailers",
+        "transfer-encoding",
+        "upgrade",
+    }
+)
 #: `Accept-Encoding` too: the gateway decodes what it relays (to read its usage), so it asks
 #: for the encodings its own httpx can undo (its default), not those the client could.
 REQUEST_DROPPED = HOP_BY_HOP | {"host", "content-length", "accept-encoding"}
@@ -59,8 +70,12 @@ def inbound(headers: list[tuple[str, str]]) -> list[tuple[str, str]]:
 
 def _named_in_connection(headers: list[tuple[str, str]]) -> set[str]:
     """Headers `Connection` names are hop-by-hop too."""
-    return {name.strip().lower() for n, v in headers if n.lower() == "connection"
-            for name in v.split(",")}
+    return {
+        name.strip().lower()
+        for n, v in headers
+        if n.lower() == "connection"
+        for name in v.split(",")
+    }
 
 
 class Observer(Protocol):
@@ -76,8 +91,9 @@ class Relayed(StreamingResponse):
     """A streamed answer that closes its upstream however the relay ends: when the client
     goes away before its body even began, no generator's `finally` would run."""
 
-    def __init__(self, body: AsyncIterator[bytes], status_code: int,
-                 finish: Callable[[], Awaitable[None]]) -> None:
+    def __init__(
+        self, body: AsyncIterator[bytes], status_code: int, finish: Callable[[], Awaitable[None]]
+    ) -> None:
         super().__init__(body, status_code=status_code)
         self._finish = finish
 
@@ -92,11 +108,22 @@ class Forwarder:
     """Sends requests upstream and streams their answers back (`send`)."""
 
     def __init__(self, transport: httpx.AsyncBaseTransport | None = None) -> None:
-        self.client = httpx.AsyncClient(timeout=TIMEOUT, limits=LIMITS, follow_redirects=False,
-                                        trust_env=False, transport=transport)
+        self.client = httpx.AsyncClient(
+            timeout=TIMEOUT,
+            limits=LIMITS,
+            follow_redirects=False,
+            trust_env=False,
+            transport=transport,
+        )
 
-    async def send(self, method: str, url: str, headers: list[tuple[str, str]], body: bytes,
-                   observe: Callable[[httpx.Response], Observer]) -> StreamingResponse:
+    async def send(
+        self,
+        method: str,
+        url: str,
+        headers: list[tuple[str, str]],
+        body: bytes,
+        observe: Callable[[httpx.Response], Observer],
+    ) -> StreamingResponse:
         """The upstream's answer as a streaming response; each chunk goes to the client, then
         to the observer `observe` makes of the answer. No answer at all (the upstream
         unreachable, or silent past the time limits) is Refusal(502)."""
@@ -106,8 +133,9 @@ class Forwarder:
         except httpx.HTTPError as exc:
             host = urlsplit(url).hostname or url
             logger.info("LLM gateway: %s could not be reached (%s)", host, type(exc).__name__)
-            raise Refusal(Kind.UNREACHABLE, f"The LLM gateway could not reach {host}: "
-                          f"{type(exc).__name__}.") from None
+            raise Refusal(
+                Kind.UNREACHABLE, f"The LLM gateway could not reach {host}: {type(exc).__name__}."
+            ) from None
         observer = observe(upstream)
         finished = False
 
@@ -124,15 +152,20 @@ class Forwarder:
                     yield chunk
                     observer.feed(chunk)
             except httpx.HTTPError as exc:  # the upstream broke off: the client sees it end
-                logger.info("LLM gateway: the answer from %s broke off (%s)", request.url.host,
-                            type(exc).__name__)
+                logger.info(
+                    "LLM gateway: the answer from %s broke off (%s)",
+                    request.url.host,
+                    type(exc).__name__,
+                )
             finally:
                 await finish()
 
         answer = Relayed(chunks(), upstream.status_code, finish)
         # Set whole, not as a mapping: a header the upstream repeats (Set-Cookie) stays so.
-        answer.raw_headers = [(n.lower().encode("latin-1"), v.encode("latin-1"))
-                              for n, v in inbound(list(upstream.headers.multi_items()))]
+        answer.raw_headers = [
+            (n.lower().encode("latin-1"), v.encode("latin-1"))
+            for n, v in inbound(list(upstream.headers.multi_items()))
+        ]
         return answer
 
     async def close(self) -> None:

@@ -74,9 +74,17 @@ class Call:
 class Gateway:
     """Forwards sandboxes' model calls (`forward`) and reports what they used (`report`)."""
 
-    def __init__(self, db: Database, cipher: Cipher, settings: SettingsService, config: Config,
-                 control_plane_url: Callable[[], str], *, host_loopback: bool = False,
-                 transport: httpx.AsyncBaseTransport | None = None) -> None:
+    def __init__(
+        self,
+        db: Database,
+        cipher: Cipher,
+        settings: SettingsService,
+        config: Config,
+        control_plane_url: Callable[[], str],
+        *,
+        host_loopback: bool = False,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
         """`control_plane_url`: this control plane as sandboxes reach it (asked each time: the
         sandbox service knows it); `host_loopback`: this machine's loopback is an upstream a
         user may name (the provider's, `SandboxProvider.host_loopback`); `transport`: the
@@ -108,9 +116,15 @@ class Gateway:
             return errors.response(refusal, anthropic)
         except SQLAlchemyError as exc:  # the database away: the client may try again
             logger.warning("LLM gateway: storage failed (%s)", describe(exc))
-            return errors.response(errors.Refusal(
-                errors.Kind.UNAVAILABLE, "The LLM gateway cannot check this call now (its "
-                "database is unavailable); try again shortly.", {"Retry-After": "5"}), anthropic)
+            return errors.response(
+                errors.Refusal(
+                    errors.Kind.UNAVAILABLE,
+                    "The LLM gateway cannot check this call now (its "
+                    "database is unavailable); try again shortly.",
+                    {"Retry-After": "5"},
+                ),
+                anthropic,
+            )
 
     async def _forward(self, request: Request, path: str) -> Response:
         query = list(request.query_params.multi_items())
@@ -122,22 +136,30 @@ class Gateway:
         try:
             body = await read_bounded(request, MAX_BODY)
         except PayloadTooLarge:
-            raise errors.Refusal(errors.Kind.TOO_LARGE, (
-                f"The LLM gateway forwards request bodies of at most {MAX_BODY // 2**20} MiB."
-                )) from None
+            raise errors.Refusal(
+                errors.Kind.TOO_LARGE,
+                (f"The LLM gateway forwards request bodies of at most {MAX_BODY // 2**20} MiB."),
+            ) from None
         await self.limits.admit(sandbox.user_id, settings)
-        headers, query = credentials.swapped(outbound(request.headers.items()), query, found,
-                                             settings.llm_api_key)
+        headers, query = credentials.swapped(
+            outbound(request.headers.items()), query, found, settings.llm_api_key
+        )
         url = upstream.join(base, path, urlencode(query))
 
         def observe(answer: httpx.Response) -> Call:
-            return Call(sandbox, body, settings.llm_model,
-                        Meter(answer.headers.get("content-type", "")), self._count)
+            return Call(
+                sandbox,
+                body,
+                settings.llm_model,
+                Meter(answer.headers.get("content-type", "")),
+                self._count,
+            )
 
         return await self.forwarder.send(request.method, url, headers, body, observe)
 
-    async def _caller(self, found: credentials.Credential | None
-                      ) -> tuple[SandboxRow, UserSettings]:
+    async def _caller(
+        self, found: credentials.Credential | None
+    ) -> tuple[SandboxRow, UserSettings]:
         """The live sandbox of the token and its user's settings, read at most every
         REUSE_SECONDS for one token (only a token once checked is remembered)."""
         now = time.monotonic()
@@ -166,26 +188,39 @@ class Gateway:
         try:
             price = await asyncio.to_thread(_price, used, call)
         except Exception:  # litellm itself failed (its import): the call still counts
-            logger.exception("LLM gateway: a call of sandbox %s could not be priced",
-                             call.sandbox.id)
+            logger.exception(
+                "LLM gateway: a call of sandbox %s could not be priced", call.sandbox.id
+            )
             price = 0.0
         try:  # an add is not idempotent, but each failure that passes (`transient`: locked,
             # the server away) comes before its commit: tried again, it counts once
-            await retrying(lambda: usage.add(
-                self.db, call.sandbox.user_id, call.sandbox.id, day_of(self.db.now()),
-                prompt_tokens=used.prompt_tokens, completion_tokens=used.completion_tokens,
-                cost_usd=price), f"LLM usage of sandbox {call.sandbox.id}")
+            await retrying(
+                lambda: usage.add(
+                    self.db,
+                    call.sandbox.user_id,
+                    call.sandbox.id,
+                    day_of(self.db.now()),
+                    prompt_tokens=used.prompt_tokens,
+                    completion_tokens=used.completion_tokens,
+                    cost_usd=price,
+                ),
+                f"LLM usage of sandbox {call.sandbox.id}",
+            )
         except SQLAlchemyError:
             logger.error("LLM gateway: a call of sandbox %s was not counted", call.sandbox.id)
 
-    async def report(self, user_id: str, days: int, limit: int
-                     ) -> tuple[list[UsageRow], str, tuple[int, int, int, float]]:
+    async def report(
+        self, user_id: str, days: int, limit: int
+    ) -> tuple[list[UsageRow], str, tuple[int, int, int, float]]:
         """The user's rows of the last `days` days (today included; `limit` at most), today,
         and today's totals over every sandbox."""
         now = self.db.now()
         today, first = day_of(now), day_of(now - timedelta(days=days - 1))
-        return (await usage.since(self.db, user_id, first, limit), today,
-                await usage.day_total(self.db, user_id, today))
+        return (
+            await usage.since(self.db, user_id, first, limit),
+            today,
+            await usage.day_total(self.db, user_id, today),
+        )
 
     async def close(self) -> None:
         """Counts still being written are finished first (briefly), then the connections go."""

@@ -57,9 +57,13 @@ async def base_for(llm_base_url: str | None, model: str | None) -> str:
     provider, known = (None, None) if not model else await asyncio.to_thread(provider_of, model)
     base = known or DEFAULT_BASES.get(provider or "")
     if base is None:
-        raise Refusal(Kind.NO_UPSTREAM, (
-            f"The LLM gateway knows no default base URL for the provider "
-            f"{provider or 'of model ' + repr(model)}: set llm_base_url in your settings."))
+        raise Refusal(
+            Kind.NO_UPSTREAM,
+            (
+                f"The LLM gateway knows no default base URL for the provider "
+                f"{provider or 'of model ' + repr(model)}: set llm_base_url in your settings."
+            ),
+        )
     return base
 
 

@@ -72,20 +72,29 @@ def filtered(query: dns.message.Message, upstream: dns.message.Message) -> Kept:
             rrset = dns.rrset.from_rdata_list(rrset.name, rrset.ttl, kept)
         response.answer.append(rrset)
     response.authority = [r for r in upstream.authority if r.rdtype == dns.rdatatype.SOA]
-    return Kept(response=response, addresses=addresses, ttl=max(1, min(ttls, default=1)),
-                all_blocked=had_a and not addresses)
+    return Kept(
+        response=response,
+        addresses=addresses,
+        ttl=max(1, min(ttls, default=1)),
+        all_blocked=had_a and not addresses,
+    )
 
 
-def reply(query: dns.message.Message, rcode: dns.rcode.Rcode,
-          code: dns.edns.EDECode | None = None, text: str = "") -> dns.message.Message:
+def reply(
+    query: dns.message.Message,
+    rcode: dns.rcode.Rcode,
+    code: dns.edns.EDECode | None = None,
+    text: str = "",
+) -> dns.message.Message:
     """An empty answer to `query` as a recursive resolver gives it (its id and question, RD
     as asked, RA), with `rcode` and, when the client speaks EDNS, an Extended DNS Error."""
     response = dns.message.make_response(query, recursion_available=True, our_payload=PAYLOAD)
     response.set_rcode(rcode)
     if code is not None and query.edns >= 0:
         # Without EDNS in the query there is no OPT record to carry the reason (RFC 6891).
-        response.use_edns(0, 0, PAYLOAD, query.payload,
-                          options=[dns.edns.EDEOption(code, text or None)])
+        response.use_edns(
+            0, 0, PAYLOAD, query.payload, options=[dns.edns.EDEOption(code, text or None)]
+        )
     return response
 
 

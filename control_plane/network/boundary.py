@@ -33,8 +33,15 @@ REMEMBERED_SECONDS = 5.0
 
 
 class Boundary:
-    def __init__(self, fence: Fence, links: Links | None, *, policy_of: PolicyOf,
-                 upstream: Sequence[str] = (), dns_port: int = 53) -> None:
+    def __init__(
+        self,
+        fence: Fence,
+        links: Links | None,
+        *,
+        policy_of: PolicyOf,
+        upstream: Sequence[str] = (),
+        dns_port: int = 53,
+    ) -> None:
         self.fence = fence
         self.links = links
         self.policy_of = policy_of
@@ -90,14 +97,16 @@ class Boundary:
 
     # -- any sandbox with an address on the segment ------------------------------------------
 
-    async def admit(self, sandbox_id: str, address: ipaddress.IPv4Address, interface: str,
-                    policy: NetworkPolicy) -> None:
+    async def admit(
+        self, sandbox_id: str, address: ipaddress.IPv4Address, interface: str, policy: NetworkPolicy
+    ) -> None:
         """Let in under `policy`, or its policy replaced at once."""
         await self.fence.admit(sandbox_id, address, interface, policy)
         self._remember(sandbox_id, policy)
 
-    async def release(self, sandbox_id: str, address: ipaddress.IPv4Address,
-                      interface: str) -> None:
+    async def release(
+        self, sandbox_id: str, address: ipaddress.IPv4Address, interface: str
+    ) -> None:
         await self.fence.release(sandbox_id, address, interface)
         self._policies.pop(sandbox_id, None)
 
@@ -124,8 +133,14 @@ class Boundary:
             self._remember(sandbox_id, policy)
         return Asker(sandbox_id, policy)
 
-    async def _admit(self, asker: Asker, source: str, addresses: list[ipaddress.IPv4Address],
-                     ports: tuple[int, ...], ttl: int) -> None:
+    async def _admit(
+        self,
+        asker: Asker,
+        source: str,
+        addresses: list[ipaddress.IPv4Address],
+        ports: tuple[int, ...],
+        ttl: int,
+    ) -> None:
         await self.fence.admit_resolved(asker.sandbox_id, addresses, ports, ttl)
 
     def _refused(self, asker: Asker, name: str, why: str) -> None:

@@ -73,15 +73,17 @@ class Fence:
         if not self.docker_user:
             return
         try:
-            listing = await host.run(["nft", "-j", "list", "chain", "ip", "filter",
-                                      rules.DOCKER_USER])
+            listing = await host.run(
+                ["nft", "-j", "list", "chain", "ip", "filter", rules.DOCKER_USER]
+            )
         except host.NetworkError:
             listing = ""
         if not rules.has_docker_user_rules(listing, self.segment):
             await host.nft(rules.docker_user(self.segment))
 
-    async def admit(self, sandbox_id: str, address: ipaddress.IPv4Address, interface: str,
-                    policy: NetworkPolicy) -> None:
+    async def admit(
+        self, sandbox_id: str, address: ipaddress.IPv4Address, interface: str, policy: NetworkPolicy
+    ) -> None:
         """The sandbox let in under `policy`, or its policy replaced (at once: new
         connections meet it, open ones go on). An address another sandbox held before and did
         not give back is taken from it."""
@@ -108,8 +110,9 @@ class Fence:
             if key == str(address) and owner != keep:
                 await host.nft(rules.release(self.segment, owner, address, "-"))
 
-    async def release(self, sandbox_id: str, address: ipaddress.IPv4Address,
-                      interface: str) -> None:
+    async def release(
+        self, sandbox_id: str, address: ipaddress.IPv4Address, interface: str
+    ) -> None:
         """Everything of the sandbox out of the table (idempotent), under whatever addresses
         it holds there."""
         script = rules.release(self.segment, sandbox_id, address, interface)
@@ -121,15 +124,24 @@ class Fence:
             # Its chain is still in use: an address of an earlier start of it (one stopped
             # half way, its link gone) still sends there. Those elements go in the same step.
             chain, counter = rules.chain_name(sandbox_id), rules.counter_name(sandbox_id)
-            keys = [(str(key[0]), str(key[1])) for key, verdict in await self._elements("policies")
-                    if isinstance(key, list) and len(key) == 2 and verdict == chain]
-            counted = [str(key) for key, name in await self._elements("counters")
-                       if name == counter]
+            keys = [
+                (str(key[0]), str(key[1]))
+                for key, verdict in await self._elements("policies")
+                if isinstance(key, list) and len(key) == 2 and verdict == chain
+            ]
+            counted = [
+                str(key) for key, name in await self._elements("counters") if name == counter
+            ]
             await host.nft(rules.forget(self.segment, keys, counted) + script)
         self._sandboxes.pop(address, None)
 
-    async def admit_resolved(self, sandbox_id: str, addresses: list[ipaddress.IPv4Address],
-                             ports: tuple[int, ...], ttl: int) -> None:
+    async def admit_resolved(
+        self,
+        sandbox_id: str,
+        addresses: list[ipaddress.IPv4Address],
+        ports: tuple[int, ...],
+        ttl: int,
+    ) -> None:
         await host.nft(rules.admit_resolved(self.segment, sandbox_id, addresses, ports, ttl))
 
     async def who(self, address: str) -> str | None:
@@ -179,13 +191,15 @@ class Fence:
                 if isinstance(key, dict) and "concat" in key:
                     key = [str(part) for part in key["concat"]]
                 if isinstance(value, dict):  # a verdict: {"goto": {"target": "s_…"}}
-                    value = next(iter(v.get("target", "") for v in value.values()
-                                      if isinstance(v, dict)), "")
+                    value = next(
+                        iter(v.get("target", "") for v in value.values() if isinstance(v, dict)), ""
+                    )
                 pairs.append((key, str(value)))
         return pairs
 
-    async def refusals(self, sandbox_id: str,
-                       address: ipaddress.IPv4Address | None = None) -> Refusals:
+    async def refusals(
+        self, sandbox_id: str, address: ipaddress.IPv4Address | None = None
+    ) -> Refusals:
         """What the policy refused the sandbox: its count, and what it tried lately.
 
         Read from one listing of the segment's table: nftables 1.0's `list counter` reads
@@ -206,8 +220,7 @@ class Fence:
                 for element in listed.get("elem", []) or []:
                     parts = _parts(element)
                     if parts is not None and parts[0] == str(address):
-                        recent.append(Refusal(parts[1], parts[2], int(parts[3]),
-                                              _age(element)))
+                        recent.append(Refusal(parts[1], parts[2], int(parts[3]), _age(element)))
         recent.sort(key=lambda r: r.seconds_ago)
         return Refusals(count, tuple(recent[:MAX_LISTED]))
 
@@ -240,5 +253,3 @@ def _parts(element: object) -> list[str] | None:
         parts = [str(p) for p in element["concat"]]
         return parts if len(parts) == 4 else None
     return None
-
-

@@ -29,13 +29,17 @@ async def run(argv: list[str], stdin: str = "") -> str:
     """`argv` with `stdin`, its output; NetworkError with its error output when it fails."""
     try:
         process = await asyncio.create_subprocess_exec(
-            *argv, stdin=asyncio.subprocess.PIPE if stdin else asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+            *argv,
+            stdin=asyncio.subprocess.PIPE if stdin else asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
     except OSError as exc:
         raise NetworkError(f"{argv[0]}: {exc.strerror}") from None
     try:
         out, err = await asyncio.wait_for(
-            process.communicate(stdin.encode() if stdin else None), TIMEOUT)
+            process.communicate(stdin.encode() if stdin else None), TIMEOUT
+        )
     except TimeoutError:
         process.kill()
         await process.wait()

@@ -59,8 +59,9 @@ def netns_of(sandbox_id: str) -> str:
 
 
 class Links:
-    def __init__(self, subnet: ipaddress.IPv4Network,
-                 loopback: tuple[int, int] | None = None) -> None:
+    def __init__(
+        self, subnet: ipaddress.IPv4Network, loopback: tuple[int, int] | None = None
+    ) -> None:
         """`loopback`: the control plane listens on this host's loopback at its first port,
         and a sandbox's own `127.0.0.1:<that port>` leads to the control plane too, at its
         sandbox-side port, the second (`_alias`)."""
@@ -93,9 +94,11 @@ class Links:
             except ValueError:
                 continue
             if network.overlaps(self.subnet):
-                raise NetworkError(f"the sandbox subnet {self.subnet} overlaps {network} of "
-                                   f"this host ({device or route.get('type')}): set "
-                                   "CONTROL_PLANE_SANDBOX_SUBNET to a range no network here uses")
+                raise NetworkError(
+                    f"the sandbox subnet {self.subnet} overlaps {network} of "
+                    f"this host ({device or route.get('type')}): set "
+                    "CONTROL_PLANE_SANDBOX_SUBNET to a range no network here uses"
+                )
         try:
             await ip_json("link", "show", "dev", self.holder)
         except NetworkError:
@@ -104,10 +107,14 @@ class Links:
             except NetworkError as exc:
                 if "File exists" not in str(exc):  # another control plane made it meanwhile
                     raise
-        await ip_batch([f"link set dev {self.holder} addrgenmode none",
-                        f"address replace {self.gateway}/32 dev {self.holder}",
-                        f"link set dev {self.holder} up",
-                        f"route replace unreachable {self.subnet}"])
+        await ip_batch(
+            [
+                f"link set dev {self.holder} addrgenmode none",
+                f"address replace {self.gateway}/32 dev {self.holder}",
+                f"link set dev {self.holder} up",
+                f"route replace unreachable {self.subnet}",
+            ]
+        )
 
     async def attach(self, sandbox_id: str) -> Attached:
         """A namespace and a link for the sandbox (one left by an earlier start of it is
@@ -118,22 +125,27 @@ class Links:
         address = await self._claim()
         veth = veth_of(address)
         try:
-            await ip_batch([
-                f"netns add {netns}",
-                f"link add {veth} type veth peer name {INSIDE} netns {netns}",
-                f"link set dev {veth} addrgenmode none",
-                f"address add {self.gateway}/32 dev {veth}",
-                f"link set dev {veth} up",
-                f"route replace {address}/32 dev {veth} src {self.gateway}",
-            ])
-            await ip_batch([
-                "link set dev lo up",
-                f"link set dev {INSIDE} addrgenmode none",
-                f"address add {address}/32 dev {INSIDE}",
-                f"link set dev {INSIDE} up",
-                f"route add {self.gateway}/32 dev {INSIDE} scope link",
-                f"route add default via {self.gateway} dev {INSIDE} src {address}",
-            ], netns=netns)
+            await ip_batch(
+                [
+                    f"netns add {netns}",
+                    f"link add {veth} type veth peer name {INSIDE} netns {netns}",
+                    f"link set dev {veth} addrgenmode none",
+                    f"address add {self.gateway}/32 dev {veth}",
+                    f"link set dev {veth} up",
+                    f"route replace {address}/32 dev {veth} src {self.gateway}",
+                ]
+            )
+            await ip_batch(
+                [
+                    "link set dev lo up",
+                    f"link set dev {INSIDE} addrgenmode none",
+                    f"address add {address}/32 dev {INSIDE}",
+                    f"link set dev {INSIDE} up",
+                    f"route add {self.gateway}/32 dev {INSIDE} scope link",
+                    f"route add default via {self.gateway} dev {INSIDE} src {address}",
+                ],
+                netns=netns,
+            )
             if self.loopback is not None:
                 await self._alias(sandbox_id, *self.loopback)
         except BaseException:
@@ -148,13 +160,18 @@ class Links:
         here. The sandbox's own loopback keeps every other port (its NAT table is in its
         namespace, where the sandbox has no right to change it)."""
         enter = self.enter(sandbox_id)[:-1]
-        await run([*enter, "nft", "-f", "-"], (
-            "table ip control_plane {\n"
-            "  chain output { type nat hook output priority -100; policy accept;\n"
-            f"    ip daddr 127.0.0.1 tcp dport {port} dnat to {self.gateway}:{sandbox_port}; }}\n"
-            "  chain postrouting { type nat hook postrouting priority 100; policy accept;\n"
-            f"    oifname \"{INSIDE}\" ip saddr 127.0.0.0/8 masquerade; }}\n"
-            "}\n"))
+        await run(
+            [*enter, "nft", "-f", "-"],
+            (
+                "table ip control_plane {\n"
+                "  chain output { type nat hook output priority -100; policy accept;\n"
+                f"    ip daddr 127.0.0.1 tcp dport {port}"
+                f" dnat to {self.gateway}:{sandbox_port}; }}\n"
+                "  chain postrouting { type nat hook postrouting priority 100; policy accept;\n"
+                f'    oifname "{INSIDE}" ip saddr 127.0.0.0/8 masquerade; }}\n'
+                "}\n"
+            ),
+        )
         # Packets from a loopback address may leave by eth0 (masqueraded on the way).
         await run([*enter, "sh", "-c", f"echo 1 > /proc/sys/net/ipv4/conf/{INSIDE}/route_localnet"])
 
@@ -173,13 +190,15 @@ class Links:
             except NetworkError as exc:
                 if "File exists" not in str(exc):
                     raise
-        raise NetworkError(f"no free address in the sandbox subnet {self.subnet} "
-                           "(CONTROL_PLANE_SANDBOX_SUBNET)")
+        raise NetworkError(
+            f"no free address in the sandbox subnet {self.subnet} (CONTROL_PLANE_SANDBOX_SUBNET)"
+        )
 
     async def _used(self) -> set[ipaddress.IPv4Address]:
         found = set()
-        for route in await ip_json("-4", "route", "show", "table", "main", "root",
-                                   str(self.subnet)):
+        for route in await ip_json(
+            "-4", "route", "show", "table", "main", "root", str(self.subnet)
+        ):
             try:
                 network = ipaddress.IPv4Network(str(route.get("dst")))
             except ValueError:
@@ -208,16 +227,18 @@ class Links:
                     continue
         return None
 
-    async def detach(self, sandbox_id: str,
-                     address: ipaddress.IPv4Address | None = None) -> None:
+    async def detach(self, sandbox_id: str, address: ipaddress.IPv4Address | None = None) -> None:
         """The sandbox's link, route and namespace removed (what is gone already is fine)."""
         address = address or await self.address_of(sandbox_id)
         steps = [["ip", "netns", "delete", netns_of(sandbox_id)]]
         if address is not None:
             # The link first: a namespace is freed only once its last process is gone, and
             # its address must be free at once.
-            steps = [["ip", "link", "delete", "dev", veth_of(address)],
-                     ["ip", "route", "delete", f"{address}/32"], *steps]
+            steps = [
+                ["ip", "link", "delete", "dev", veth_of(address)],
+                ["ip", "route", "delete", f"{address}/32"],
+                *steps,
+            ]
         for argv in steps:
             try:
                 await run(argv)
@@ -229,8 +250,11 @@ class Links:
         """The sandbox ids whose namespaces are on this host (a sweep finds strays)."""
         if not NETNS_DIR.is_dir():
             return []
-        return [p.name[len(NETNS_PREFIX):] for p in NETNS_DIR.iterdir()
-                if p.name.startswith(NETNS_PREFIX)]
+        return [
+            p.name[len(NETNS_PREFIX) :]
+            for p in NETNS_DIR.iterdir()
+            if p.name.startswith(NETNS_PREFIX)
+        ]
 
     def enter(self, sandbox_id: str) -> list[str]:
         """The command prefix that runs what follows in the sandbox's namespace."""

@@ -71,13 +71,15 @@ class Settings:
         with open(os.environ["AGENT_FENCE_TOKEN_FILE"]) as token:
             secret = token.read().strip()
         upstream = os.environ.get("AGENT_FENCE_DNS_UPSTREAM", "")
-        return cls(control_plane=os.environ["AGENT_FENCE_CONTROL_PLANE"].rstrip("/"),
-                   token=secret, node=os.environ.get("AGENT_FENCE_NODE", socket.gethostname()),
-                   network=os.environ.get("AGENT_FENCE_NETWORK", "bridge"),
-                   docker_socket=os.environ.get("AGENT_FENCE_DOCKER_SOCKET",
-                                                "/var/run/docker.sock"),
-                   upstream=tuple(u.strip() for u in upstream.split(",") if u.strip()),
-                   label=os.environ["AGENT_FENCE_LABEL"])
+        return cls(
+            control_plane=os.environ["AGENT_FENCE_CONTROL_PLANE"].rstrip("/"),
+            token=secret,
+            node=os.environ.get("AGENT_FENCE_NODE", socket.gethostname()),
+            network=os.environ.get("AGENT_FENCE_NETWORK", "bridge"),
+            docker_socket=os.environ.get("AGENT_FENCE_DOCKER_SOCKET", "/var/run/docker.sock"),
+            upstream=tuple(u.strip() for u in upstream.split(",") if u.strip()),
+            label=os.environ["AGENT_FENCE_LABEL"],
+        )
 
 
 def policy_key(policy: NetworkPolicy) -> str:
@@ -88,11 +90,14 @@ def policy_key(policy: NetworkPolicy) -> str:
 class NodeFence:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self.docker = httpx.AsyncClient(base_url="http://docker", timeout=10,
-                                        transport=httpx.AsyncHTTPTransport(
-                                            uds=settings.docker_socket))
-        self.plane = httpx.AsyncClient(timeout=10, trust_env=False, headers={
-            "Authorization": f"Bearer {settings.token}"})
+        self.docker = httpx.AsyncClient(
+            base_url="http://docker",
+            timeout=10,
+            transport=httpx.AsyncHTTPTransport(uds=settings.docker_socket),
+        )
+        self.plane = httpx.AsyncClient(
+            timeout=10, trust_env=False, headers={"Authorization": f"Bearer {settings.token}"}
+        )
         self.fence: Fence | None = None
         self.resolver: Resolver | None = None
         #: What is let in: sandbox id -> (address, the policy it holds).
@@ -104,18 +109,31 @@ class NodeFence:
     async def start(self) -> None:
         """The segment of the node's bridge, fenced, and its resolver listening."""
         network = (await self.docker.get(f"/networks/{self.settings.network}")).json()
-        ipam = [c for c in (network.get("IPAM") or {}).get("Config") or []
-                if ":" not in str(c.get("Subnet", ""))][0]
+        ipam = [
+            c
+            for c in (network.get("IPAM") or {}).get("Config") or []
+            if ":" not in str(c.get("Subnet", ""))
+        ][0]
         bridge = (network.get("Options") or {}).get(BRIDGE_NAME) or f"br-{network['Id'][:12]}"
-        gateway = (ipaddress.IPv4Address(ipam["Gateway"]) if ipam.get("Gateway")
-                   else await _address_of(bridge))  # the default bridge's is docker0's
+        gateway = (
+            ipaddress.IPv4Address(ipam["Gateway"])
+            if ipam.get("Gateway")
+            else await _address_of(bridge)
+        )  # the default bridge's is docker0's
         parts = urlsplit(self.settings.control_plane)
         address = socket.getaddrinfo(parts.hostname or "", parts.port or 80, socket.AF_INET)[0]
-        segment = Segment(tag=f"n{network['Id'][:12]}",
-                          subnet=ipaddress.IPv4Network(ipam["Subnet"], strict=False),
-                          gateway=gateway, interfaces=bridge, port=None, masquerade=False,
-                          control_plane=(ipaddress.IPv4Address(address[4][0]),
-                                         parts.port or (443 if parts.scheme == "https" else 80)))
+        segment = Segment(
+            tag=f"n{network['Id'][:12]}",
+            subnet=ipaddress.IPv4Network(ipam["Subnet"], strict=False),
+            gateway=gateway,
+            interfaces=bridge,
+            port=None,
+            masquerade=False,
+            control_plane=(
+                ipaddress.IPv4Address(address[4][0]),
+                parts.port or (443 if parts.scheme == "https" else 80),
+            ),
+        )
         self.fence = Fence(segment, docker_user=False)
         await self.fence.start()
         self.resolver = Resolver(self._asker, self._admit, self.settings.upstream)
@@ -140,12 +158,16 @@ class NodeFence:
             refusals = await self.fence.refusals(sandbox_id, address)
             held = self.held.get(sandbox_id)
             report[sandbox_id] = {
-                "address": str(address), "refused": refusals.count,
+                "address": str(address),
+                "refused": refusals.count,
                 "recent": [vars(r) for r in refusals.recent],
                 "holds": policy_key(held[1]) if held and held[0] == address else None,
-                "runtime": runtime}
-        answer = await self.plane.post(f"{self.settings.control_plane}/api/v1/network/fences",
-                                       json={"node": self.settings.node, "sandboxes": report})
+                "runtime": runtime,
+            }
+        answer = await self.plane.post(
+            f"{self.settings.control_plane}/api/v1/network/fences",
+            json={"node": self.settings.node, "sandboxes": report},
+        )
         answer.raise_for_status()
         policies = answer.json().get("policies", {})
         for sandbox_id, (address, _) in found.items():
@@ -156,8 +178,7 @@ class NodeFence:
             policy = NetworkPolicy.model_validate(given)
             if self.held.get(sandbox_id) != (address, policy):
                 await self._release(sandbox_id)
-                await self.fence.admit(sandbox_id, address, self.fence.segment.interfaces,
-                                       policy)
+                await self.fence.admit(sandbox_id, address, self.fence.segment.interfaces, policy)
                 self.held[sandbox_id] = (address, policy)
                 self._by_address[str(address)] = sandbox_id
         for gone in set(self.held) - set(found):
@@ -173,8 +194,12 @@ class NodeFence:
     async def _containers(self) -> dict[str, tuple[ipaddress.IPv4Address, str | None]]:
         """The node's running sandbox containers of this deployment, by sandbox id: each one's
         address and OCI runtime (what the control plane checks a gVisor deployment's by)."""
-        filters = json.dumps({"label": [f"{LABEL_PLANE}={self.settings.label}", LABEL_SANDBOX],
-                              "status": ["running"]})
+        filters = json.dumps(
+            {
+                "label": [f"{LABEL_PLANE}={self.settings.label}", LABEL_SANDBOX],
+                "status": ["running"],
+            }
+        )
         listed = (await self.docker.get("/containers/json", params={"filters": filters})).json()
         found: dict[str, tuple[ipaddress.IPv4Address, str | None]] = {}
         ids = {str(c.get("Id")) for c in listed[:MAX_SANDBOXES]}
@@ -184,8 +209,10 @@ class NodeFence:
             networks = (container.get("NetworkSettings") or {}).get("Networks") or {}
             address = (networks.get(self.settings.network) or {}).get("IPAddress")
             if sandbox_id and address:
-                found[sandbox_id] = (ipaddress.IPv4Address(address),
-                                     await self._runtime(str(container.get("Id"))))
+                found[sandbox_id] = (
+                    ipaddress.IPv4Address(address),
+                    await self._runtime(str(container.get("Id"))),
+                )
         return found
 
     async def _runtime(self, container_id: str) -> str | None:
@@ -205,8 +232,14 @@ class NodeFence:
         held = self.held.get(sandbox_id) if sandbox_id else None
         return None if sandbox_id is None or held is None else Asker(sandbox_id, held[1])
 
-    async def _admit(self, asker: Asker, source: str, addresses: list[ipaddress.IPv4Address],
-                     ports: tuple[int, ...], ttl: int) -> None:
+    async def _admit(
+        self,
+        asker: Asker,
+        source: str,
+        addresses: list[ipaddress.IPv4Address],
+        ports: tuple[int, ...],
+        ttl: int,
+    ) -> None:
         assert self.fence is not None
         await self.fence.admit_resolved(asker.sandbox_id, addresses, ports, ttl)
 

@@ -42,29 +42,35 @@ MAX_PORTS = 16
 #: Never reached from a sandbox, whatever its policy (IANA's special-purpose registries: what
 #: is not globally routable, and what a host's own neighbourhood is made of). The host's own
 #: addresses and connected networks are added where the rules are made (`fence`).
-BLOCKED_V4 = tuple(ipaddress.IPv4Network(n) for n in (
-    "0.0.0.0/8",          # "this network"
-    "10.0.0.0/8",         # RFC 1918
-    "100.64.0.0/10",      # shared address space (CGNAT)
-    "127.0.0.0/8",        # loopback
-    "169.254.0.0/16",     # link-local: cloud metadata services (169.254.169.254)
-    "172.16.0.0/12",      # RFC 1918
-    "192.0.0.0/24",       # IETF protocol assignments
-    "192.168.0.0/16",     # RFC 1918
-    "198.18.0.0/15",      # benchmarking (inter-network tests)
-    "224.0.0.0/4",        # multicast
-    "240.0.0.0/4",        # reserved, and the limited broadcast
-))
+BLOCKED_V4 = tuple(
+    ipaddress.IPv4Network(n)
+    for n in (
+        "0.0.0.0/8",  # "this network"
+        "10.0.0.0/8",  # RFC 1918
+        "100.64.0.0/10",  # shared address space (CGNAT)
+        "127.0.0.0/8",  # loopback
+        "169.254.0.0/16",  # link-local: cloud metadata services (169.254.169.254)
+        "172.16.0.0/12",  # RFC 1918
+        "192.0.0.0/24",  # IETF protocol assignments
+        "192.168.0.0/16",  # RFC 1918
+        "198.18.0.0/15",  # benchmarking (inter-network tests)
+        "224.0.0.0/4",  # multicast
+        "240.0.0.0/4",  # reserved, and the limited broadcast
+    )
+)
 #: The same for IPv6 (sandboxes have no IPv6 route; these are refused at the resolver too).
-BLOCKED_V6 = tuple(ipaddress.IPv6Network(n) for n in (
-    "::/127",             # unspecified, loopback
-    "::ffff:0:0/96",      # IPv4-mapped
-    "64:ff9b:1::/48",     # local-use NAT64
-    "100::/64",           # discard
-    "fc00::/7",           # unique local (ULA)
-    "fe80::/10",          # link-local
-    "ff00::/8",           # multicast
-))
+BLOCKED_V6 = tuple(
+    ipaddress.IPv6Network(n)
+    for n in (
+        "::/127",  # unspecified, loopback
+        "::ffff:0:0/96",  # IPv4-mapped
+        "64:ff9b:1::/48",  # local-use NAT64
+        "100::/64",  # discard
+        "fc00::/7",  # unique local (ULA)
+        "fe80::/10",  # link-local
+        "ff00::/8",  # multicast
+    )
+)
 
 #: One allowlist entry: a host (name, `*.` wildcard, IPv4 address or network) and ports.
 RULE = re.compile(r"^(?P<host>\*\.[^:\s]+|[^:\s]+)(?::(?P<ports>[0-9]+(?:,[0-9]+)*))?$")
@@ -72,21 +78,27 @@ LABEL = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$")
 #: The form of a rule, as the document shows it (the validator also knows which ranges no
 #: sandbox reaches): a name (with `*.` for its subdomains) or an IPv4 address or network, then
 #: optionally `:` and ports.
-RULE_PATTERN = (r"^(?:(?:\*\.)?(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)+"
-                r"[A-Za-z][A-Za-z0-9-]{0,61}|(?:[0-9]{1,3}\.){3}[0-9]{1,3}(?:/[0-9]{1,2})?)"
-                r"(?::[0-9]{1,5}(?:,[0-9]{1,5}){0,15})?$")
+RULE_PATTERN = (
+    r"^(?:(?:\*\.)?(?:[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.)+"
+    r"[A-Za-z][A-Za-z0-9-]{0,61}|(?:[0-9]{1,3}\.){3}[0-9]{1,3}(?:/[0-9]{1,2})?)"
+    r"(?::[0-9]{1,5}(?:,[0-9]{1,5}){0,15})?$"
+)
+
+
 def _checked(text: str) -> str:
     """A rule as kept: checked (ValueError in words), lower case."""
     parse_rule(text)
     return text.strip().lower()
 
 
-RuleText = Annotated[str, StringConstraints(min_length=1, max_length=300, strip_whitespace=True),
-                     AfterValidator(_checked),
-                     # In the document only: a rule that misses it is refused by `parse_rule`,
-                     # in words that say what is wrong with it.
-                     WithJsonSchema({"type": "string", "minLength": 1, "maxLength": 300,
-                                     "pattern": RULE_PATTERN})]
+RuleText = Annotated[
+    str,
+    StringConstraints(min_length=1, max_length=300, strip_whitespace=True),
+    AfterValidator(_checked),
+    # In the document only: a rule that misses it is refused by `parse_rule`,
+    # in words that say what is wrong with it.
+    WithJsonSchema({"type": "string", "minLength": 1, "maxLength": 300, "pattern": RULE_PATTERN}),
+]
 
 
 @dataclass(frozen=True)
@@ -125,8 +137,9 @@ def parse_rule(text: str) -> Rule:
     found = RULE.match(text)
     if found is None:
         if text.count(":") > 1 or text.startswith("["):
-            raise ValueError(f"{text!r}: sandboxes have no IPv6 connectivity; list IPv4 "
-                             "networks or names")
+            raise ValueError(
+                f"{text!r}: sandboxes have no IPv6 connectivity; list IPv4 networks or names"
+            )
         raise ValueError(f"{text!r} is not a host[:port[,port...]] rule")
     host, ports_text = found["host"], found["ports"]
     ports = tuple(sorted({int(p) for p in ports_text.split(",")})) if ports_text else ()
@@ -137,14 +150,18 @@ def parse_rule(text: str) -> Rule:
     network = _network(host)
     if network is not None:
         if any(network.subnet_of(b) for b in BLOCKED_V4):
-            raise ValueError(f"{text!r} lies in a range no sandbox reaches (private, loopback, "
-                             "link-local or reserved)")
+            raise ValueError(
+                f"{text!r} lies in a range no sandbox reaches (private, loopback, "
+                "link-local or reserved)"
+            )
         return Rule(domain=None, network=network, ports=ports)
     name = host.removeprefix("*.")
     labels = name.split(".")
     if len(name) > 253 or len(labels) < 2 or not all(LABEL.match(label) for label in labels):
-        raise ValueError(f"{text!r}: a domain is a name of two labels or more (letters, digits "
-                         "and -), optionally preceded by *.")
+        raise ValueError(
+            f"{text!r}: a domain is a name of two labels or more (letters, digits "
+            "and -), optionally preceded by *."
+        )
     if labels[-1].isdigit():
         raise ValueError(f"{text!r} is neither a domain nor an IPv4 address")
     return Rule(domain=host, network=None, ports=ports)

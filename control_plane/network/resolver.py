@@ -97,9 +97,16 @@ class Bounds:
 class Resolver:
     """The sandboxes' DNS server: `listen` on their gateway addresses, `close` at shutdown."""
 
-    def __init__(self, lookup: Lookup, admit: Admit, upstream: Sequence[str] = (), *,
-                 refuse: Refuse | None = None, timeout: float = 2.0,
-                 bounds: Bounds = Bounds()) -> None:
+    def __init__(
+        self,
+        lookup: Lookup,
+        admit: Admit,
+        upstream: Sequence[str] = (),
+        *,
+        refuse: Refuse | None = None,
+        timeout: float = 2.0,
+        bounds: Bounds = Bounds(),
+    ) -> None:
         """`upstream`: "address" or "address:port" ("[v6]:port"), asked in turn; empty: the
         nameservers of this host's /etc/resolv.conf. `timeout`: seconds for an upstream
         answer, over all of them (a client's own timeout is commonly 5 s)."""
@@ -154,15 +161,17 @@ class Resolver:
 
     # -- the sockets -------------------------------------------------------------------------
 
-    def _datagram(self, transport: asyncio.DatagramTransport, wire: bytes,
-                  address: tuple[str, int]) -> None:
+    def _datagram(
+        self, transport: asyncio.DatagramTransport, wire: bytes, address: tuple[str, int]
+    ) -> None:
         if self._in_flight >= self._bounds.in_flight:
             return
         self._in_flight += 1
         self._track(self._answer_datagram(transport, wire, address))
 
-    async def _answer_datagram(self, transport: asyncio.DatagramTransport, wire: bytes,
-                               address: tuple[str, int]) -> None:
+    async def _answer_datagram(
+        self, transport: asyncio.DatagramTransport, wire: bytes, address: tuple[str, int]
+    ) -> None:
         try:
             answer = await self._answer(wire, address[0], over_tcp=False)
         finally:
@@ -170,8 +179,7 @@ class Resolver:
         if answer is not None and not transport.is_closing():
             transport.sendto(answer, address)
 
-    async def _connection(self, reader: asyncio.StreamReader,
-                          writer: asyncio.StreamWriter) -> None:
+    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None
         self._tasks.add(task)
@@ -189,8 +197,9 @@ class Resolver:
             with contextlib.suppress(ConnectionError):
                 await writer.wait_closed()
 
-    async def _converse(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                        source: str) -> None:
+    async def _converse(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, source: str
+    ) -> None:
         # One query at a time per connection: answers keep their order and a connection
         # holds at most one query in flight.
         while True:
@@ -246,8 +255,8 @@ class Resolver:
             return answers.reply(query, dns.rcode.FORMERR)
         question = query.question[0]
         if question.rdclass != dns.rdataclass.IN or (
-                dns.rdatatype.is_metatype(question.rdtype)
-                and question.rdtype != dns.rdatatype.ANY):
+            dns.rdatatype.is_metatype(question.rdtype) and question.rdtype != dns.rdatatype.ANY
+        ):
             return answers.reply(query, dns.rcode.REFUSED)
         asker = await self._lookup(source)
         if asker is None:
@@ -263,8 +272,12 @@ class Resolver:
             return self._refused(query, asker, name, dns.edns.EDECode.BLOCKED, PRIVATE_REVERSE)
         upstream = await self._ask(question)
         if upstream is None:
-            return answers.reply(query, dns.rcode.SERVFAIL, dns.edns.EDECode.NETWORK_ERROR,
-                                 "no upstream resolver answered")
+            return answers.reply(
+                query,
+                dns.rcode.SERVFAIL,
+                dns.edns.EDECode.NETWORK_ERROR,
+                "no upstream resolver answered",
+            )
         kept = answers.filtered(query, upstream)
         if kept.all_blocked:
             return self._refused(query, asker, name, dns.edns.EDECode.BLOCKED, ALL_BLOCKED)
@@ -272,13 +285,17 @@ class Resolver:
             try:
                 await self._admit(asker, source, kept.addresses, ports, kept.ttl)
             except Exception:
-                log.exception("letting %s through for sandbox %s failed: answering SERVFAIL",
-                              name, asker.sandbox_id)
+                log.exception(
+                    "letting %s through for sandbox %s failed: answering SERVFAIL",
+                    name,
+                    asker.sandbox_id,
+                )
                 return answers.reply(query, dns.rcode.SERVFAIL)
         return kept.response
 
-    def _refused(self, query: dns.message.Message, asker: Asker, name: str,
-                 code: dns.edns.EDECode, why: str) -> dns.message.Message:
+    def _refused(
+        self, query: dns.message.Message, asker: Asker, name: str, code: dns.edns.EDECode, why: str
+    ) -> dns.message.Message:
         if self._refuse is not None:
             self._refuse(asker, name, why)
         return answers.reply(query, dns.rcode.NXDOMAIN, code, why)
@@ -286,8 +303,9 @@ class Resolver:
     async def _ask(self, question: dns.rrset.RRset) -> dns.message.Message | None:
         """The upstream answer to `question` (NOERROR or NXDOMAIN), None when none came.
         Servers are asked in turn, each with an equal share of the time left."""
-        request = dns.message.make_query(question.name, question.rdtype, use_edns=0,
-                                         payload=answers.PAYLOAD)
+        request = dns.message.make_query(
+            question.name, question.rdtype, use_edns=0, payload=answers.PAYLOAD
+        )
         deadline = time.monotonic() + self._timeout
         for index, (address, port) in enumerate(self._upstream):
             share = (deadline - time.monotonic()) / (len(self._upstream) - index)
@@ -297,7 +315,8 @@ class Resolver:
                     # A stray datagram (another id, another source) is not the answer:
                     # ignored, it cannot make the query fail.
                     response, _ = await dns.asyncquery.udp_with_fallback(
-                        request, address, timeout=share, port=port, ignore_unexpected=True)
+                        request, address, timeout=share, port=port, ignore_unexpected=True
+                    )
             except (TimeoutError, dns.exception.DNSException, OSError, EOFError) as exc:
                 log.debug("upstream %s:%d: %r", address, port, exc)
                 continue
@@ -367,8 +386,9 @@ def _sockets(host: str, port: int) -> tuple[socket.socket, socket.socket]:
     raise OSError(f"no port of {host} was free for both UDP and TCP")
 
 
-def _bound(family: socket.AddressFamily, kind: socket.SocketKind, host: str,
-           port: int) -> socket.socket:
+def _bound(
+    family: socket.AddressFamily, kind: socket.SocketKind, host: str, port: int
+) -> socket.socket:
     sock = socket.socket(family, kind)
     try:
         if port:

@@ -74,7 +74,9 @@ class Segment:
 
 
 def _set(addresses: Iterable[ipaddress.IPv4Network]) -> str:
-    return ", ".join(str(a) for a in sorted(set(addresses), key=lambda n: (n.network_address, n.prefixlen)))
+    return ", ".join(
+        str(a) for a in sorted(set(addresses), key=lambda n: (n.network_address, n.prefixlen))
+    )
 
 
 def skeleton(segment: Segment, blocked: Iterable[ipaddress.IPv4Network]) -> str:
@@ -98,8 +100,12 @@ def skeleton(segment: Segment, blocked: Iterable[ipaddress.IPv4Network]) -> str:
     chains = {
         "input": "type filter hook input priority filter - 5; policy accept;",
         "forward": "type filter hook forward priority filter - 5; policy accept;",
-        "from_sandbox": None, "to_host": None, "into_sandbox": None,
-        "open": None, "none": None, "refuse": None,
+        "from_sandbox": None,
+        "to_host": None,
+        "into_sandbox": None,
+        "open": None,
+        "none": None,
+        "refuse": None,
     }
     # Every name a sandbox asks is asked of its resolver, whatever server it names (a
     # program's own 8.8.8.8, the host's resolver Docker copied in): answered by its policy.
@@ -114,9 +120,9 @@ def skeleton(segment: Segment, blocked: Iterable[ipaddress.IPv4Network]) -> str:
         # sandbox's link) not at all; these hold for every segment sharing the interface names
         # (each deployment's table judges its own subnet alone, never another's).
         "input": [
-            f"iifname \"{s.interfaces}\" fib saddr . iif oif missing drop",
-            f"iifname \"{s.interfaces}\" meta nfproto ipv6 drop",
-            f"iifname \"{s.interfaces}\" ip saddr {s.subnet} jump to_host",
+            f'iifname "{s.interfaces}" fib saddr . iif oif missing drop',
+            f'iifname "{s.interfaces}" meta nfproto ipv6 drop',
+            f'iifname "{s.interfaces}" ip saddr {s.subnet} jump to_host',
         ],
         "to_host": [
             "ct state established,related accept",
@@ -125,18 +131,22 @@ def skeleton(segment: Segment, blocked: Iterable[ipaddress.IPv4Network]) -> str:
             f"ip daddr {s.gateway} icmp type echo-request accept",
             "goto refuse",
         ],
-        "prerouting": [f"{forward_in} meta l4proto {{ tcp, udp }} th dport 53 "
-                       f"dnat ip to {s.gateway}:53"],
+        "prerouting": [
+            f"{forward_in} meta l4proto {{ tcp, udp }} th dport 53 dnat ip to {s.gateway}:53"
+        ],
         "forward": [
-            f"iifname \"{s.interfaces}\" fib saddr . iif oif missing drop",
-            f"iifname \"{s.interfaces}\" meta nfproto ipv6 drop",
+            f'iifname "{s.interfaces}" fib saddr . iif oif missing drop',
+            f'iifname "{s.interfaces}" meta nfproto ipv6 drop',
             f"{forward_in} jump from_sandbox",
-            f"oifname \"{s.interfaces}\" ip daddr {s.subnet} jump into_sandbox",
+            f'oifname "{s.interfaces}" ip daddr {s.subnet} jump into_sandbox',
         ],
         "from_sandbox": [
             "ct state established,related accept",
-            *([f"ip daddr {s.control_plane[0]} tcp dport {s.control_plane[1]} accept"]
-              if s.control_plane else []),
+            *(
+                [f"ip daddr {s.control_plane[0]} tcp dport {s.control_plane[1]} accept"]
+                if s.control_plane
+                else []
+            ),
             "ip saddr . iifname vmap @policies",
             "goto refuse",  # not one of ours (yet): nothing
         ],
@@ -158,7 +168,7 @@ def skeleton(segment: Segment, blocked: Iterable[ipaddress.IPv4Network]) -> str:
         ],
     }
     if s.masquerade:
-        rules["postrouting"] = [f"ip saddr {s.subnet} oifname != \"{s.interfaces}\" masquerade"]
+        rules["postrouting"] = [f'ip saddr {s.subnet} oifname != "{s.interfaces}" masquerade']
     for chain, body in rules.items():
         lines += [f"add rule inet {t} {chain} {rule}" for rule in body]
     return "\n".join(lines) + "\n"
@@ -177,7 +187,9 @@ def _sets(sandbox_id: str) -> dict[str, str]:
     `add` of an existing set is then a no-op, never an error)."""
     return {
         f"h_{sandbox_id}": f"{{ type ipv4_addr; flags timeout; size {ALLOWED_SIZE}; }}",
-        f"hp_{sandbox_id}": f"{{ type ipv4_addr . inet_service; flags timeout; size {ALLOWED_SIZE}; }}",
+        f"hp_{sandbox_id}": (
+            f"{{ type ipv4_addr . inet_service; flags timeout; size {ALLOWED_SIZE}; }}"
+        ),
         f"n_{sandbox_id}": "{ type ipv4_addr; flags interval; auto-merge; }",
         f"np_{sandbox_id}": "{ type ipv4_addr . inet_service; flags interval; }",
     }
@@ -191,20 +203,31 @@ def _objects(t: str, sandbox_id: str, address: ipaddress.IPv4Address, interface:
     return [
         f"add chain inet {t} {chain}",
         f"add counter inet {t} {counter}",
-        *(f"add set inet {t} {name} {definition}" for name, definition in _sets(sandbox_id).items()),
-        f"add element inet {t} counters {{ {address} : \"{counter}\" }}",
-        f"add element inet {t} policies {{ {address} . \"{interface}\" : goto {chain} }}",
+        *(
+            f"add set inet {t} {name} {definition}"
+            for name, definition in _sets(sandbox_id).items()
+        ),
+        f'add element inet {t} counters {{ {address} : "{counter}" }}',
+        f'add element inet {t} policies {{ {address} . "{interface}" : goto {chain} }}',
     ]
 
 
-def admit(segment: Segment, sandbox_id: str, address: ipaddress.IPv4Address, interface: str,
-          policy: NetworkPolicy) -> str:
+def admit(
+    segment: Segment,
+    sandbox_id: str,
+    address: ipaddress.IPv4Address,
+    interface: str,
+    policy: NetworkPolicy,
+) -> str:
     """A sandbox into the table under `policy`, or its policy replaced: the same text does
     both, in one transaction (connections already open go on; new ones meet the new policy)."""
     t, chain = segment.table, chain_name(sandbox_id)
     sets = list(_sets(sandbox_id))
-    lines = [*_objects(t, sandbox_id, address, interface), f"flush chain inet {t} {chain}",
-             *(f"flush set inet {t} {name}" for name in sets)]
+    lines = [
+        *_objects(t, sandbox_id, address, interface),
+        f"flush chain inet {t} {chain}",
+        *(f"flush set inet {t} {name}" for name in sets),
+    ]
     rules: list[str] = []
     if policy.mode == "open":
         rules = ["goto open"]
@@ -212,10 +235,15 @@ def admit(segment: Segment, sandbox_id: str, address: ipaddress.IPv4Address, int
         rules = ["goto refuse"]
     else:
         hosts, host_ports, nets, net_ports = sets
-        rules = ["ip daddr @blocked goto refuse", "meta l4proto != tcp goto refuse",
-                 f"ip daddr @{hosts} accept", f"ip daddr . tcp dport @{host_ports} accept",
-                 f"ip daddr @{nets} accept", f"ip daddr . tcp dport @{net_ports} accept",
-                 "goto refuse"]
+        rules = [
+            "ip daddr @blocked goto refuse",
+            "meta l4proto != tcp goto refuse",
+            f"ip daddr @{hosts} accept",
+            f"ip daddr . tcp dport @{host_ports} accept",
+            f"ip daddr @{nets} accept",
+            f"ip daddr . tcp dport @{net_ports} accept",
+            "goto refuse",
+        ]
         networks = [r for r in policy.rules if r.network is not None]
         whole = [str(r.network) for r in networks if not r.ports]
         ported = [f"{r.network} . {port}" for r in networks for port in r.ports]
@@ -227,13 +255,21 @@ def admit(segment: Segment, sandbox_id: str, address: ipaddress.IPv4Address, int
     return "\n".join(lines) + "\n"
 
 
-def admit_resolved(segment: Segment, sandbox_id: str, addresses: Iterable[ipaddress.IPv4Address],
-                   ports: tuple[int, ...], ttl: int) -> str:
+def admit_resolved(
+    segment: Segment,
+    sandbox_id: str,
+    addresses: Iterable[ipaddress.IPv4Address],
+    ports: tuple[int, ...],
+    ttl: int,
+) -> str:
     """Addresses a listed name resolved to, let through for a while (`ADMIT_*_SECONDS`)."""
     life = min(max(ttl, ADMIT_MIN_SECONDS), ADMIT_MAX_SECONDS)
     hosts, host_ports, _, _ = _sets(sandbox_id)
     if ports:
-        elements, name = [f"{a} . {p} timeout {life}s" for a in addresses for p in ports], host_ports
+        elements, name = (
+            [f"{a} . {p} timeout {life}s" for a in addresses for p in ports],
+            host_ports,
+        )
     else:
         elements, name = [f"{a} timeout {life}s" for a in addresses], hosts
     if not elements:
@@ -241,14 +277,15 @@ def admit_resolved(segment: Segment, sandbox_id: str, addresses: Iterable[ipaddr
     return f"add element inet {segment.table} {name} {{ {', '.join(elements)} }}\n"
 
 
-def release(segment: Segment, sandbox_id: str, address: ipaddress.IPv4Address,
-            interface: str) -> str:
+def release(
+    segment: Segment, sandbox_id: str, address: ipaddress.IPv4Address, interface: str
+) -> str:
     """Everything of a sandbox out of the table: made first where missing (an `add` of what
     exists changes nothing), so deleting never fails on what was already gone."""
     t = segment.table
     lines = [
         *_objects(t, sandbox_id, address, interface),
-        f"delete element inet {t} policies {{ {address} . \"{interface}\" }}",
+        f'delete element inet {t} policies {{ {address} . "{interface}" }}',
         f"delete element inet {t} counters {{ {address} }}",
         f"delete counter inet {t} {counter_name(sandbox_id)}",
         f"flush chain inet {t} {chain_name(sandbox_id)}",
@@ -262,8 +299,10 @@ def forget(segment: Segment, keys: Iterable[tuple[str, str]], counted: Iterable[
     """Elements of the policies map (address, interface) and of the counters map (address)
     out of the table, as `nft -j` listed them."""
     t = segment.table
-    lines = [f"delete element inet {t} policies {{ {address} . \"{interface}\" }}"
-             for address, interface in keys]
+    lines = [
+        f'delete element inet {t} policies {{ {address} . "{interface}" }}'
+        for address, interface in keys
+    ]
     lines += [f"delete element inet {t} counters {{ {address} }}" for address in counted]
     return "".join(f"{line}\n" for line in lines)
 
@@ -273,10 +312,16 @@ def docker_user(segment: Segment) -> str:
     judged it already): where Docker runs, its FORWARD chain drops whatever it does not know,
     and DOCKER-USER is where Docker lets a host add to it. Made if Docker has not yet; Docker
     keeps what it finds there."""
-    rule = f'iifname "{segment.interfaces}" ip saddr {segment.subnet} accept comment "{segment.table}"'
-    back = f'oifname "{segment.interfaces}" ip daddr {segment.subnet} accept comment "{segment.table}"'
-    return (f"add table ip filter\nadd chain ip filter {DOCKER_USER}\n"
-            f"insert rule ip filter {DOCKER_USER} {rule}\ninsert rule ip filter {DOCKER_USER} {back}\n")
+    rule = (
+        f'iifname "{segment.interfaces}" ip saddr {segment.subnet} accept comment "{segment.table}"'
+    )
+    back = (
+        f'oifname "{segment.interfaces}" ip daddr {segment.subnet} accept comment "{segment.table}"'
+    )
+    return (
+        f"add table ip filter\nadd chain ip filter {DOCKER_USER}\n"
+        f"insert rule ip filter {DOCKER_USER} {rule}\ninsert rule ip filter {DOCKER_USER} {back}\n"
+    )
 
 
 def has_docker_user_rules(listing: str, segment: Segment) -> bool:

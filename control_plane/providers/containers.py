@@ -49,7 +49,8 @@ LABEL_SANDBOX = "agent-server.sandbox"
 LABEL_PLANE = "agent-server.control-plane"
 UID = 1000
 USER = f"{UID}:{UID}"
-"""The image's unprivileged user (sandbox.Dockerfile's `agent`), enforced whatever the image says."""
+"""The image's unprivileged user (sandbox.Dockerfile's `agent`), enforced whatever the image
+says."""
 HOME = "/home/agent"
 #: Bytes of a sandbox's log quoted when its agent server exits while starting.
 LOG_TAIL = 2000
@@ -70,8 +71,13 @@ def plane_label(db_url: str) -> str:
 def environment(webhook_url: str, keys_fd: int) -> dict[str, str]:
     """A sandbox's whole environment: the webhook, where its state and workspace are, and the
     descriptor its keys come on. Nothing of the control plane's own, and no key."""
-    launch = LaunchEnv(keys_fd=keys_fd, webhook_url=webhook_url, state_dir=STATE_DIR,
-                       working_dir=WORKSPACE, log_level="warning")
+    launch = LaunchEnv(
+        keys_fd=keys_fd,
+        webhook_url=webhook_url,
+        state_dir=STATE_DIR,
+        working_dir=WORKSPACE,
+        log_level="warning",
+    )
     return {**launch.environment(), "HOME": HOME}
 
 
@@ -107,9 +113,18 @@ class ContainerProvider(SandboxProvider):
 
     spec: SandboxSpec
 
-    def __init__(self, archive_dir: Path, *, image: str, plane: str, docker_url: str,
-                 limits: Limits, start_timeout: float, stop_grace: float,
-                 transport: httpx.AsyncBaseTransport | None = None) -> None:
+    def __init__(
+        self,
+        archive_dir: Path,
+        *,
+        image: str,
+        plane: str,
+        docker_url: str,
+        limits: Limits,
+        start_timeout: float,
+        stop_grace: float,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
         super().__init__(start_timeout=start_timeout, transport=transport)
         self.archive_dir = archive_dir
         self.image = image
@@ -152,25 +167,33 @@ class ContainerProvider(SandboxProvider):
 
     async def run(self, fn: Callable[..., T], *args: Any) -> T:
         """`fn(client, *args)` in a worker thread; Docker's errors become ProviderErrors."""
+
         def call() -> T:
             try:
                 return fn(self._docker(), *args)
             except docker.errors.ImageNotFound as exc:
-                raise ProviderError(f"the sandbox image {self.image!r} is not there: build it "
-                                    "with `make image` (or set CONTROL_PLANE_SANDBOX_IMAGE)") from exc
+                raise ProviderError(
+                    f"the sandbox image {self.image!r} is not there: build it "
+                    "with `make image` (or set CONTROL_PLANE_SANDBOX_IMAGE)"
+                ) from exc
             except docker.errors.DockerException as exc:
                 raise ProviderError(f"Docker: {explain(exc)}") from exc
+
         return await anyio.to_thread.run_sync(call)
 
     def _docker(self) -> docker.DockerClient:
         with self._connecting:
             if self._client is None:
-                self._client = docker.DockerClient(base_url=self.docker_url, version="auto",
-                                                   timeout=max(30, int(self.stop_grace) + 30))
+                self._client = docker.DockerClient(
+                    base_url=self.docker_url,
+                    version="auto",
+                    timeout=max(30, int(self.stop_grace) + 30),
+                )
             return self._client
 
-    def write_archive(self, sandbox_id: str, chunks: Iterable[bytes], *,
-                      compressed: bool = False) -> Path:
+    def write_archive(
+        self, sandbox_id: str, chunks: Iterable[bytes], *, compressed: bool = False
+    ) -> Path:
         """The workspace's tar stream as `<archive dir>/<sandbox id>.tar.gz` (0600), written
         whole or not at all. `compressed`: the chunks are gzip already."""
         self.archive_dir.mkdir(parents=True, exist_ok=True, mode=0o700)

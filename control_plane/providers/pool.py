@@ -86,8 +86,10 @@ class WarmPool(abc.ABC):
         self.interval = CHECK_INTERVAL
 
     def start(self) -> None:
-        self._tasks = [asyncio.create_task(self._fill(), name="warm pool: filling"),
-                       asyncio.create_task(self._watch(), name="warm pool: watching")]
+        self._tasks = [
+            asyncio.create_task(self._fill(), name="warm pool: filling"),
+            asyncio.create_task(self._watch(), name="warm pool: watching"),
+        ]
 
     @property
     def waiting(self) -> list[str]:
@@ -150,8 +152,9 @@ class WarmPool(abc.ABC):
                         await self._discard(Parked(sandbox_id, "", None))
                     raise
                 except ProviderError as exc:
-                    logger.warning("warm pool: one could not be parked (%s); again in %g s",
-                                   exc, BACKOFF)
+                    logger.warning(
+                        "warm pool: one could not be parked (%s); again in %g s", exc, BACKOFF
+                    )
                     await asyncio.sleep(BACKOFF)
                     continue
                 except Exception:  # never the end of the pool

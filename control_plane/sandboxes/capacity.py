@@ -26,6 +26,8 @@ def memory_short(floor: int) -> str | None:
     left = available()
     if left is None or left >= floor:
         return None
-    return (f"this host has {left // 2**20} MiB of memory available, under the "
-            f"{floor // 2**20} MiB kept free (CONTROL_PLANE_SANDBOX_MEMORY_FLOOR): try again "
-            "once some sandboxes are paused or deleted")
+    return (
+        f"this host has {left // 2**20} MiB of memory available, under the "
+        f"{floor // 2**20} MiB kept free (CONTROL_PLANE_SANDBOX_MEMORY_FLOOR): try again "
+        "once some sandboxes are paused or deleted"
+    )

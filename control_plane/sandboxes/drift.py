@@ -61,8 +61,11 @@ class Drift:
                         relaunch = row  # its launcher died before the sandbox came up
                     else:
                         await self.sandboxes.lose(
-                            row, SandboxStatus.MISSING, SandboxReason.VANISHED,
-                            "the sandbox vanished: its conversations are read-only")
+                            row,
+                            SandboxStatus.MISSING,
+                            SandboxReason.VANISHED,
+                            "the sandbox vanished: its conversations are read-only",
+                        )
                 else:
                     await rows.set_fields(self.db, row.id, **handle.stored())
             if handle is not None:
@@ -77,21 +80,28 @@ class Drift:
         liveness = health.liveness
         if liveness is Liveness.GONE:
             gone = health.detail or "the sandbox's process is gone"
-            await self.sandboxes.lose(row, SandboxStatus.MISSING, SandboxReason.VANISHED,
-                                      f"{gone}: its conversations are read-only")
+            await self.sandboxes.lose(
+                row,
+                SandboxStatus.MISSING,
+                SandboxReason.VANISHED,
+                f"{gone}: its conversations are read-only",
+            )
             return
-        if (row.status is SandboxStatus.RUNNING and row.pausing_reason is not None
-                and liveness in (Liveness.STOPPED, Liveness.ALIVE)):
+        if (
+            row.status is SandboxStatus.RUNNING
+            and row.pausing_reason is not None
+            and liveness in (Liveness.STOPPED, Liveness.ALIVE)
+        ):
             # A pause whose control plane died half-way: frozen already (only PAUSED was not
             # stored yet) or not; either way it is finished here, with its reason.
-            logger.info("finishing the pause of sandbox %s (its control plane stopped half-way)",
-                        row.id)
+            logger.info(
+                "finishing the pause of sandbox %s (its control plane stopped half-way)", row.id
+            )
             if liveness is Liveness.STOPPED:
                 await enter(row.id, SandboxStatus.PAUSED, row.pausing_reason, row.pausing_detail)
             else:
                 with contextlib.suppress(Conflict):  # cannot be frozen: ERROR, stored
-                    await self.sandboxes.freeze(row, handle, row.pausing_reason,
-                                                row.pausing_detail)
+                    await self.sandboxes.freeze(row, handle, row.pausing_reason, row.pausing_detail)
             return
         if liveness is Liveness.STOPPED and row.status is not SandboxStatus.RUNNING:
             return  # paused, as it should be
@@ -112,7 +122,11 @@ class Drift:
             await rows.set_fields(self.db, row.id, unhealthy_since=moment)
         if (moment - since).total_seconds() >= self.health_grace:
             why = f" ({health.detail})" if health.detail else ""
-            await self.sandboxes.lose(row, SandboxStatus.ERROR, SandboxReason.UNHEALTHY,
-                                      f"the agent server failed its health check for "
-                                      f"{self.health_grace:g} s{why}: its conversations are "
-                                      "read-only")
+            await self.sandboxes.lose(
+                row,
+                SandboxStatus.ERROR,
+                SandboxReason.UNHEALTHY,
+                f"the agent server failed its health check for "
+                f"{self.health_grace:g} s{why}: its conversations are "
+                "read-only",
+            )

@@ -45,16 +45,18 @@ class SandboxEgress:
         async with service.guard(row.id):
             current = await service.current(row.id)
             ensure_usable(current.id, current.status, "its network policy cannot be changed")
-            await rows.set_fields(service.db, row.id,
-                                  network_policy=policy.model_dump(mode="json"))
+            await rows.set_fields(service.db, row.id, network_policy=policy.model_dump(mode="json"))
             handle = handle_of(current)
-            if handle is not None and current.status in (SandboxStatus.RUNNING,
-                                                          SandboxStatus.PAUSED):
+            if handle is not None and current.status in (
+                SandboxStatus.RUNNING,
+                SandboxStatus.PAUSED,
+            ):
                 try:
                     await service.provider.set_network(handle, policy)
                 except ProviderError as exc:
-                    raise Unavailable(f"the sandbox's network rules could not be changed: "
-                                      f"{exc}") from None
+                    raise Unavailable(
+                        f"the sandbox's network rules could not be changed: {exc}"
+                    ) from None
             return await service.current(row.id)
 
     async def by_token(self, sandbox_id: str, token: str) -> SandboxRow | None:
@@ -62,17 +64,18 @@ class SandboxEgress:
         if token_sandbox(token) != sandbox_id:
             return None
         row = await rows.get(self.sandboxes.db, sandbox_id)
-        if row is None or not token_matches(self.sandboxes.cipher, token, row.id,
-                                            row.session_key_hash):
+        if row is None or not token_matches(
+            self.sandboxes.cipher, token, row.id, row.session_key_hash
+        ):
             return None
         return row
 
     async def state(self, row: SandboxRow) -> Egress:
         handle = handle_of(row)
         live = row.status in (SandboxStatus.RUNNING, SandboxStatus.PAUSED)
-        refusals = (await self.sandboxes.provider.refusals(handle)
-                    if handle is not None and live else None)
+        refusals = (
+            await self.sandboxes.provider.refusals(handle) if handle is not None and live else None
+        )
         if refusals is None:
             return Egress(row.network, enforced=False, refused=None)
-        return Egress(row.network, enforced=True, refused=refusals.count,
-                      recent=refusals.recent)
+        return Egress(row.network, enforced=True, refused=refusals.count, recent=refusals.recent)

@@ -56,8 +56,7 @@ class NodeFences:
     async def report(self, sandboxes: dict[str, Reported]) -> dict[str, NetworkPolicy | None]:
         """A fence's round: its report kept, each sandbox's policy answered."""
         now = time.monotonic()
-        self._reports = {k: v for k, v in self._reports.items()
-                         if now - v.at < FORGET_SECONDS}
+        self._reports = {k: v for k, v in self._reports.items() if now - v.at < FORGET_SECONDS}
         policies: dict[str, NetworkPolicy | None] = {}
         found = await rows.get_many(self.db, list(sandboxes))
         for sandbox_id, reported in sandboxes.items():
@@ -81,14 +80,17 @@ class NodeFences:
         def held() -> bool:
             reported = self._reports.get(sandbox_id)
             return reported is not None and reported.holds == wanted
+
         return await self._until(held, timeout)
 
     async def until_reported(self, sandbox_id: str, timeout: float) -> Reported | None:
         """The sandbox's report once a fence held it (its policy let in), within `timeout`
         seconds; None if none did."""
+
         def held() -> bool:
             reported = self._reports.get(sandbox_id)
             return reported is not None and reported.holds is not None
+
         return self._reports.get(sandbox_id) if await self._until(held, timeout) else None
 
     async def _until(self, condition: Callable[[], bool], timeout: float) -> bool:
@@ -100,7 +102,13 @@ class NodeFences:
         return True
 
 
-def reported(address: str, refused: int, recent: list[Refusal], holds: str | None,
-             runtime: str | None = None) -> Reported:
-    return Reported(ipaddress.IPv4Address(address), Refusals(refused, tuple(recent)), holds,
-                    time.monotonic(), runtime)
+def reported(
+    address: str, refused: int, recent: list[Refusal], holds: str | None, runtime: str | None = None
+) -> Reported:
+    return Reported(
+        ipaddress.IPv4Address(address),
+        Refusals(refused, tuple(recent)),
+        holds,
+        time.monotonic(),
+        runtime,
+    )

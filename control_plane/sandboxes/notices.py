@@ -28,37 +28,66 @@ NOTICE_KEY = "sandbox_status"
 
 
 def _row(conversation_id: str, event: ConversationStateUpdateEvent) -> dict[str, Any]:
-    return {"conversation_id": conversation_id, "event_id": event.id, "kind": event.kind,
-            "source": event.source, "timestamp": event.timestamp, "body": event.model_dump_json()}
+    return {
+        "conversation_id": conversation_id,
+        "event_id": event.id,
+        "kind": event.kind,
+        "source": event.source,
+        "timestamp": event.timestamp,
+        "body": event.model_dump_json(),
+    }
 
 
-async def announce(db: Database, sandbox_id: str, status: SandboxStatus, reason: SandboxReason,
-                   detail: str | None) -> list[str]:
+async def announce(
+    db: Database, sandbox_id: str, status: SandboxStatus, reason: SandboxReason, detail: str | None
+) -> list[str]:
     """The notices stored (and runs ended, for a terminal status); the conversations told."""
     moment = db.now()
     stamp = format_timestamp(moment)
 
     def update(key: str, value: Any) -> ConversationStateUpdateEvent:
-        return ConversationStateUpdateEvent(id=str(uuid.uuid4()), timestamp=stamp, key=key,
-                                            value=value)
+        return ConversationStateUpdateEvent(
+            id=str(uuid.uuid4()), timestamp=stamp, key=key, value=value
+        )
 
     async with db.begin() as conn:
-        found = list(await conn.scalars(app_conversations.select()
-                                        .with_only_columns(app_conversations.c.id)
-                                        .where(app_conversations.c.sandbox_id == sandbox_id)))
-        ended = await conversations.end_runs(conn, sandbox_id, stored_status(ExecutionStatus.ERROR),
-                                             moment) if status.terminal else []
-        notice = {"sandbox_id": sandbox_id, "status": status.value, "reason": reason.value,
-                  "detail": detail}
+        found = list(
+            await conn.scalars(
+                app_conversations.select()
+                .with_only_columns(app_conversations.c.id)
+                .where(app_conversations.c.sandbox_id == sandbox_id)
+            )
+        )
+        ended = (
+            await conversations.end_runs(
+                conn, sandbox_id, stored_status(ExecutionStatus.ERROR), moment
+            )
+            if status.terminal
+            else []
+        )
+        notice = {
+            "sandbox_id": sandbox_id,
+            "status": status.value,
+            "reason": reason.value,
+            "detail": detail,
+        }
         batch = [_row(cid, update(NOTICE_KEY, notice)) for cid in found]
-        batch += [_row(cid, update("execution_status", ExecutionStatus.ERROR.value)) for cid in ended]
+        batch += [
+            _row(cid, update("execution_status", ExecutionStatus.ERROR.value)) for cid in ended
+        ]
         if batch:
             await conn.execute(db.insert_ignoring_duplicates(events), batch)
     return found
 
 
-async def tell(db: Database, ring: Callable[[str], None] | None, sandbox_id: str,
-               status: SandboxStatus, reason: SandboxReason, detail: str | None) -> None:
+async def tell(
+    db: Database,
+    ring: Callable[[str], None] | None,
+    sandbox_id: str,
+    status: SandboxStatus,
+    reason: SandboxReason,
+    detail: str | None,
+) -> None:
     """`announce`, rung to the live relays; a failure is logged, never raised (the status is
     stored already: a lost notice must not undo or hide it)."""
     try:

@@ -100,8 +100,12 @@ class Handle:
 
     def stored(self) -> dict[str, object]:
         """The sandbox row's fields that keep it (the host only when not loopback)."""
-        return {"pid": self.pid, "pid_start_time": self.pid_start_time, "port": self.port,
-                "host": None if self.host == Handle.host else self.host}
+        return {
+            "pid": self.pid,
+            "pid_start_time": self.pid_start_time,
+            "port": self.port,
+            "host": None if self.host == Handle.host else self.host,
+        }
 
 
 class Liveness(enum.Enum):
@@ -156,18 +160,25 @@ class Launch:
         process of the sandbox could read (agent_server.secrecy)."""
         signed = bool(self.webhook_secret)
         reached = bool(self.network_url and self.token)
-        return Keys(session_api_key=self.session_api_key,
-                    webhook_secret=self.webhook_secret if signed else None,
-                    webhook_sender=self.sandbox_id if signed else None,
-                    network_url=self.network_url if reached else None,
-                    network_token=self.token if reached else None).encode()
+        return Keys(
+            session_api_key=self.session_api_key,
+            webhook_secret=self.webhook_secret if signed else None,
+            webhook_sender=self.sandbox_id if signed else None,
+            network_url=self.network_url if reached else None,
+            network_token=self.token if reached else None,
+        ).encode()
 
 
 T = TypeVar("T")
 
 
-async def until_up(look: Callable[[], Awaitable[T | None]], *, within: float, interval: float,
-                   late: str | Callable[[], str]) -> T:
+async def until_up(
+    look: Callable[[], Awaitable[T | None]],
+    *,
+    within: float,
+    interval: float,
+    late: str | Callable[[], str],
+) -> T:
     """The one wait of every kind for a sandbox coming up: `look()` (a platform probe and
     /alive, in the kind's order) until it gives something, every `interval` seconds;
     ProviderError with `late` (or what `late()` says then) once `within` seconds have passed.
@@ -192,8 +203,9 @@ class SandboxProvider(abc.ABC):
     them (`control_plane.llm.refused_target`). A container's or a node's loopback is not this
     machine's, so only the process kind says True."""
 
-    def __init__(self, *, start_timeout: float,
-                 transport: httpx.AsyncBaseTransport | None = None) -> None:
+    def __init__(
+        self, *, start_timeout: float, transport: httpx.AsyncBaseTransport | None = None
+    ) -> None:
         self.start_timeout = start_timeout
         self._http = httpx.AsyncClient(timeout=2.0, transport=transport)
 
@@ -205,16 +217,19 @@ class SandboxProvider(abc.ABC):
         except httpx.HTTPError:
             return False
 
-    async def until_alive(self, handle: Handle, failure: str,
-                          still_there: Callable[[], bool] = lambda: True) -> None:
+    async def until_alive(
+        self, handle: Handle, failure: str, still_there: Callable[[], bool] = lambda: True
+    ) -> None:
         """Returns once its agent server answers; ProviderError(`failure`) when it does not
         within the start timeout or `still_there()` says it is gone."""
+
         async def look() -> bool | None:
             if await self.alive(handle):
                 return True
             if not still_there():
                 raise ProviderError(failure)
             return None
+
         await until_up(look, within=self.start_timeout, interval=0.02, late=failure)
 
     @abc.abstractmethod

@@ -37,14 +37,16 @@ class SandboxRows:
         """Read inside the caller's transaction (a placement, under the user's lock)."""
         return await rows.get_in(conn, sandbox_id)
 
-    async def conversations_in(self, conn: AsyncConnection, sandbox_id: str, *,
-                               recorded_only: bool = False) -> int:
+    async def conversations_in(
+        self, conn: AsyncConnection, sandbox_id: str, *, recorded_only: bool = False
+    ) -> int:
         """Its conversations, counted in the caller's transaction; `recorded_only`: those no
         start task made (the webhook recorded them)."""
         return await rows.conversations_in(conn, sandbox_id, recorded_only=recorded_only)
 
-    async def retire_in(self, conn: AsyncConnection, sandbox_id: str, reason: SandboxReason,
-                        detail: str) -> bool:
+    async def retire_in(
+        self, conn: AsyncConnection, sandbox_id: str, reason: SandboxReason, detail: str
+    ) -> bool:
         """MISSING (its remains to clean up) in the caller's transaction, only when no
         conversation is in it any more (the caller holds the user's lock); whether it was."""
         return await rows.retire_in(conn, sandbox_id, reason, detail, self.db.now())
@@ -52,8 +54,14 @@ class SandboxRows:
     async def conversation_count(self, sandbox_id: str) -> int:
         return await rows.conversation_count(self.db, sandbox_id)
 
-    async def touch(self, conn: AsyncConnection, sandbox_id: str, *,
-                    moment: datetime | None = None, only_running: bool = False) -> None:
+    async def touch(
+        self,
+        conn: AsyncConnection,
+        sandbox_id: str,
+        *,
+        moment: datetime | None = None,
+        only_running: bool = False,
+    ) -> None:
         """Activity (the user's or the agent's), in the caller's transaction: what the idle
         time counts from and 'least recently used' orders by; never moved back."""
         await rows.touch(conn, sandbox_id, moment or self.db.now(), only_running=only_running)

@@ -4,11 +4,11 @@ Rows are the truth for users (status, ownership, activity); the provider is the 
 processes. Each transition is: act on the provider, then store the outcome, under the
 sandbox's guard: a lock in this process and a lease in the database (`leases`), so that of
 several control planes on one database only one acts on a sandbox at a time, and a start,
-pause, resume or deletion is never run twice. A status moves only along `models.SANDBOX_TRANSITIONS`,
-checked twice: here, to refuse a request naming the moves there are (`transition`), and by the
-store on the row as it is when the move is written (a deletion waits for no guard, and wins).
-The drift check (`sandboxes.drift`) looks at each sandbox for the reconciler; the runs inside
-a sandbox are paused and continued around a pause over HTTP (`control_plane.runs`).
+pause, resume or deletion is never run twice. A status moves only along
+`models.SANDBOX_TRANSITIONS`, checked twice: here, to refuse a request naming the moves there are
+(`transition`), and by the store on the row as it is when the move is written (a deletion waits for
+no guard, and wins). The drift check (`sandboxes.drift`) looks at each sandbox for the reconciler;
+the runs inside a sandbox are paused and continued around a pause over HTTP (`control_plane.runs`).
 
 Clean-up (`clean_up`) follows every ERROR and MISSING: the process or container, the files or
 volume go, the workspace archived first. A row keeps `cleanup_after` until that succeeded, so a
@@ -72,15 +72,32 @@ CLEANUP_RETRY = 60.0
 def handle_of(row: SandboxRow) -> Handle | None:
     if row.pid is None or row.pid_start_time is None or row.port is None:
         return None
-    return Handle(sandbox_id=row.id, pid=row.pid, pid_start_time=row.pid_start_time,
-                  port=row.port, host=row.host or Handle.host)
+    return Handle(
+        sandbox_id=row.id,
+        pid=row.pid,
+        pid_start_time=row.pid_start_time,
+        port=row.port,
+        host=row.host or Handle.host,
+    )
 
 
 class SandboxService:
-    def __init__(self, db: Database, provider: SandboxProvider, cipher: Cipher, leases: Leases, *,
-                 sandboxes_dir: Path, webhook_url: str, runs: Runs | None = None,
-                 ring: Callable[[str], None] | None = None, max_per_user: int = 50,
-                 max_live: int = 1000, memory_floor: int = 0, guard_timeout: float = 120) -> None:
+    def __init__(
+        self,
+        db: Database,
+        provider: SandboxProvider,
+        cipher: Cipher,
+        leases: Leases,
+        *,
+        sandboxes_dir: Path,
+        webhook_url: str,
+        runs: Runs | None = None,
+        ring: Callable[[str], None] | None = None,
+        max_per_user: int = 50,
+        max_live: int = 1000,
+        memory_floor: int = 0,
+        guard_timeout: float = 120,
+    ) -> None:
         self.db, self.provider, self.cipher, self.leases = db, provider, cipher, leases
         self.rows = SandboxRows(db)  # the lookups (by id, by session key) others share
         self.sandboxes_dir, self.webhook_url = sandboxes_dir, webhook_url
@@ -106,49 +123,60 @@ class SandboxService:
         """The user's sandboxes among `ids` (others, and unknown ids, are left out)."""
         return {i: row for i in ids if (row := await rows.get(self.db, i, user_id)) is not None}
 
-    async def search(self, user_id: str, status: SandboxStatus | None, *, limit: int,
-                     offset: int) -> list[SandboxRow]:
+    async def search(
+        self, user_id: str, status: SandboxStatus | None, *, limit: int, offset: int
+    ) -> list[SandboxRow]:
         """The user's sandboxes, newest first."""
         return await rows.search(self.db, user_id, status=status, limit=limit, offset=offset)
 
     async def conversation_counts(self, sandbox_ids: list[str]) -> dict[str, int]:
         return await rows.conversation_counts(self.db, sandbox_ids)
 
-    async def create(self, user_id: str, spec_id: str | None,
-                     network: NetworkPolicy = OPEN) -> SandboxRow:
+    async def create(
+        self, user_id: str, spec_id: str | None, network: NetworkPolicy = OPEN
+    ) -> SandboxRow:
         """A sandbox of the spec (the first by default), started in the background: the
         answer comes at once, STARTING. InvalidInput at `sandbox_spec_id` for an unknown
         spec, LimitReached past the per-user bound."""
         async with self.db.begin() as conn:
             await accounts.lock_user(conn, user_id)  # the per-user limit counts under the lock
-            row = await self.new_row(conn, user_id, spec_id or self.provider.specs()[0].id,
-                                     network)
+            row = await self.new_row(conn, user_id, spec_id or self.provider.specs()[0].id, network)
         self.launch(row, fresh=True)
         return row
 
-    async def new_row(self, conn: AsyncConnection, user_id: str, spec_id: str,
-                      network: NetworkPolicy = OPEN) -> SandboxRow:
+    async def new_row(
+        self, conn: AsyncConnection, user_id: str, spec_id: str, network: NetworkPolicy = OPEN
+    ) -> SandboxRow:
         """A STARTING row inside the caller's transaction; `launch()` starts it after commit.
 
         The caller holds the user's lock (`accounts.lock_user`), so the count below holds."""
         if spec_id not in {spec.id for spec in self.provider.specs()}:
             raise invalid(["sandbox_spec_id"], f"unknown sandbox spec {spec_id!r}", input_=spec_id)
         if self.provider.single_tenant and await rows.another_user_has_one(conn, user_id):
-            raise Forbidden("this control plane's sandboxes are not isolated from each other "
-                            "(bubblewrap is unavailable or off, as its log said at start): they "
-                            "serve one user only, unless its operator accepts a shared host "
-                            "(CONTROL_PLANE_SHARED_HOST=true)")
-        refused = (await rows.over_cap(conn, user_id, self.max_per_user, self.max_live)
-                   or memory_short(self.memory_floor))
+            raise Forbidden(
+                "this control plane's sandboxes are not isolated from each other "
+                "(bubblewrap is unavailable or off, as its log said at start): they "
+                "serve one user only, unless its operator accepts a shared host "
+                "(CONTROL_PLANE_SHARED_HOST=true)"
+            )
+        refused = await rows.over_cap(
+            conn, user_id, self.max_per_user, self.max_live
+        ) or memory_short(self.memory_floor)
         if refused is not None:
             raise LimitReached(refused)
         sandbox_id = self.provider.reserve(spec_id) or uuid.uuid4().hex
         key = new_key("sk-sandbox")
-        return await rows.insert(conn, self.db.now(), id=sandbox_id, user_id=user_id,
-                                 spec_id=spec_id, session_key_hash=hash_key(key),
-                                 session_key_enc=self.cipher.encrypt(key),
-                                 root_dir=str(self.provider.root_dir(sandbox_id, self.sandboxes_dir)),
-                                 network_policy=network.model_dump(mode="json"))
+        return await rows.insert(
+            conn,
+            self.db.now(),
+            id=sandbox_id,
+            user_id=user_id,
+            spec_id=spec_id,
+            session_key_hash=hash_key(key),
+            session_key_enc=self.cipher.encrypt(key),
+            root_dir=str(self.provider.root_dir(sandbox_id, self.sandboxes_dir)),
+            network_policy=network.model_dump(mode="json"),
+        )
 
     def session_key(self, row: SandboxRow) -> str:
         return self.cipher.decrypt(row.session_key_enc)
@@ -159,8 +187,7 @@ class SandboxService:
 
     def disk(self, row: SandboxRow) -> DiskUsage | None:
         """What its own filesystem holds (None: it has none, or it is gone)."""
-        if row.status not in (SandboxStatus.STARTING, SandboxStatus.RUNNING,
-                              SandboxStatus.PAUSED):
+        if row.status not in (SandboxStatus.STARTING, SandboxStatus.RUNNING, SandboxStatus.PAUSED):
             return None
         return self.provider.disk(Path(row.root_dir))
 
@@ -175,13 +202,17 @@ class SandboxService:
 
     def launch_of(self, row: SandboxRow) -> Launch:
         """What the provider starts (or finds again) it from."""
-        return Launch(sandbox_id=row.id, spec_id=row.spec_id, root_dir=Path(row.root_dir),
-                      session_api_key=self.session_key(row),
-                      webhook_url=self.provider.inside(self.webhook_url),
-                      webhook_secret=webhook_secret(self.cipher, row.id, row.session_key_hash),
-                      network=row.network,
-                      network_url=f"{self.control_plane_url}/api/v1/sandboxes/{row.id}/network",
-                      token=sandbox_token(self.cipher, row.id, row.session_key_hash))
+        return Launch(
+            sandbox_id=row.id,
+            spec_id=row.spec_id,
+            root_dir=Path(row.root_dir),
+            session_api_key=self.session_key(row),
+            webhook_url=self.provider.inside(self.webhook_url),
+            webhook_secret=webhook_secret(self.cipher, row.id, row.session_key_hash),
+            network=row.network,
+            network_url=f"{self.control_plane_url}/api/v1/sandboxes/{row.id}/network",
+            token=sandbox_token(self.cipher, row.id, row.session_key_hash),
+        )
 
     async def current(self, sandbox_id: str) -> SandboxRow:
         """The row as it is now: read again once the guard is held, since what others did
@@ -208,20 +239,29 @@ class SandboxService:
                 try:
                     await self.leases.release(SANDBOX, sandbox_id)
                 except SQLAlchemyError as exc:  # the database away: the lease simply expires
-                    logger.warning("releasing the lease of sandbox %s failed: %s", sandbox_id,
-                                   describe(exc))
+                    logger.warning(
+                        "releasing the lease of sandbox %s failed: %s", sandbox_id, describe(exc)
+                    )
 
     def starting(self, sandbox_id: str) -> bool:
         """Whether this process is starting it right now."""
         return sandbox_id in self._starts
 
-    async def enter(self, sandbox_id: str, status: SandboxStatus, reason: SandboxReason | None,
-                    detail: str | None = None, *, announce: bool = True,
-                    touch: bool = False) -> SandboxRow | None:
+    async def enter(
+        self,
+        sandbox_id: str,
+        status: SandboxStatus,
+        reason: SandboxReason | None,
+        detail: str | None = None,
+        *,
+        announce: bool = True,
+        touch: bool = False,
+    ) -> SandboxRow | None:
         """Store a move (only one the table allows from the row's status as it is then); with a
         reason, tell its conversations too. The row as moved; None when it was not moved."""
-        moved = await rows.set_status(self.db, sandbox_id, status, detail, reason=reason,
-                                      touch=touch)
+        moved = await rows.set_status(
+            self.db, sandbox_id, status, detail, reason=reason, touch=touch
+        )
         if moved is not None and reason is not None and announce:
             await notices.tell(self.db, self.ring, sandbox_id, status, reason, detail)
         return moved
@@ -246,15 +286,22 @@ class SandboxService:
         try:
             await self._start_once(sandbox_id, fresh)
         except Exception as exc:
-            logger.error("starting sandbox %s failed: %s", sandbox_id,
-                         describe(exc) if isinstance(exc, SQLAlchemyError) else repr(exc))
+            logger.error(
+                "starting sandbox %s failed: %s",
+                sandbox_id,
+                describe(exc) if isinstance(exc, SQLAlchemyError) else repr(exc),
+            )
 
     async def _start_once(self, sandbox_id: str, fresh: bool) -> None:
         async with self.guard(sandbox_id, wait=False) as mine:
             if not mine:
                 return  # another process starts it (or acts on it): wait_running polls
             row = await rows.get(self.db, sandbox_id)  # the guard's read: started meanwhile?
-            if row is None or row.status is not SandboxStatus.STARTING or handle_of(row) is not None:
+            if (
+                row is None
+                or row.status is not SandboxStatus.STARTING
+                or handle_of(row) is not None
+            ):
                 return
             launch = self.launch_of(row)
             try:
@@ -266,13 +313,17 @@ class SandboxService:
                 return
             except Exception as exc:  # never leave a row STARTING for ever
                 logger.exception("starting sandbox %s failed", row.id)
-                await self.enter(row.id, SandboxStatus.ERROR, SandboxReason.START_FAILED,
-                                 f"start failed ({type(exc).__name__}); see the control "
-                                 "plane's log")
+                await self.enter(
+                    row.id,
+                    SandboxStatus.ERROR,
+                    SandboxReason.START_FAILED,
+                    f"start failed ({type(exc).__name__}); see the control plane's log",
+                )
                 return
             try:
-                moved = await retrying(lambda: self._started(row.id, handle),
-                                       f"storing the start of sandbox {row.id}")
+                moved = await retrying(
+                    lambda: self._started(row.id, handle), f"storing the start of sandbox {row.id}"
+                )
             except SQLAlchemyError:
                 moved = None  # not stored: no process runs unrecorded (started again later)
             if moved is None:  # (or deleted while it booted: the row is MISSING already)
@@ -282,10 +333,12 @@ class SandboxService:
 
     async def _started(self, sandbox_id: str, handle: Handle) -> SandboxRow | None:
         """Its process facts and RUNNING, in one write (None: deleted meanwhile)."""
-        row = (await rows.set_status(self.db, sandbox_id, SandboxStatus.RUNNING,
-                                     fields=handle.stored())
-               or await rows.get(self.db, sandbox_id))  # or stored by an earlier try
-        return row if row and row.status is SandboxStatus.RUNNING and row.pid == handle.pid else None
+        row = await rows.set_status(
+            self.db, sandbox_id, SandboxStatus.RUNNING, fields=handle.stored()
+        ) or await rows.get(self.db, sandbox_id)  # or stored by an earlier try
+        return (
+            row if row and row.status is SandboxStatus.RUNNING and row.pid == handle.pid else None
+        )
 
     async def wait_running(self, sandbox_id: str, timeout: float = 120.0) -> SandboxRow:
         """Until RUNNING (started or resumed as needed); Conflict or Gone when it cannot be."""
@@ -318,9 +371,15 @@ class SandboxService:
             else:
                 await asyncio.sleep(0.05)
 
-    async def pause(self, row: SandboxRow, reason: SandboxReason = SandboxReason.USER,
-                    detail: str | None = None, *, when: Callable[[SandboxRow], bool] | None = None,
-                    brief: bool = False) -> SandboxRow:
+    async def pause(
+        self,
+        row: SandboxRow,
+        reason: SandboxReason = SandboxReason.USER,
+        detail: str | None = None,
+        *,
+        when: Callable[[SandboxRow], bool] | None = None,
+        brief: bool = False,
+    ) -> SandboxRow:
         """Capacity released, state kept; `detail` is shown as status_detail.
 
         Runs in flight are paused by the agent server first (`runs`: between steps, for a
@@ -338,8 +397,9 @@ class SandboxService:
                 return row
             handle = handle_of(row)
             assert handle is not None
-            await rows.set_fields(self.db, row.id, pausing_reason=reason.value,
-                                  pausing_detail=detail)
+            await rows.set_fields(
+                self.db, row.id, pausing_reason=reason.value, pausing_detail=detail
+            )
             try:
                 paused = await self.freeze(row, handle, reason, detail, brief=brief)
             except Exception:  # not under way any more (a shutdown's cancellation leaves it)
@@ -347,8 +407,15 @@ class SandboxService:
                 raise
             return paused or await self.current(row.id)
 
-    async def freeze(self, row: SandboxRow, handle: Handle, reason: SandboxReason,
-                     detail: str | None, *, brief: bool = False) -> SandboxRow | None:
+    async def freeze(
+        self,
+        row: SandboxRow,
+        handle: Handle,
+        reason: SandboxReason,
+        detail: str | None,
+        *,
+        brief: bool = False,
+    ) -> SandboxRow | None:
         """The pause's work, under the guard: runs paused, the sandbox frozen, PAUSED stored
         (the row as paused; None when it was deleted meanwhile)."""
         target = self.target(row)
@@ -361,14 +428,17 @@ class SandboxService:
             raise Conflict(f"sandbox {row.id} cannot be paused: {exc}") from None
         return await self.enter(row.id, SandboxStatus.PAUSED, reason, detail, announce=not brief)
 
-    async def resume(self, row: SandboxRow, reason: SandboxReason = SandboxReason.USER, *,
-                     brief: bool = False) -> SandboxRow:
+    async def resume(
+        self, row: SandboxRow, reason: SandboxReason = SandboxReason.USER, *, brief: bool = False
+    ) -> SandboxRow:
         """Thaw it; a new 12-hour window opens, and runs paused by `pause` go on."""
         async with self.guard(row.id):
             row = await self.current(row.id)
             if row.status is SandboxStatus.STARTING:  # it comes up by itself: not a thaw
-                raise Conflict(f"sandbox {row.id} is STARTING: it is RUNNING once it has come "
-                               "up, and cannot be resumed now")
+                raise Conflict(
+                    f"sandbox {row.id} is STARTING: it is RUNNING once it has come "
+                    "up, and cannot be resumed now"
+                )
             if not transition(row.id, row.status, SandboxStatus.RUNNING, "resumed"):
                 return row
             handle = handle_of(row)
@@ -383,8 +453,13 @@ class SandboxService:
             if moved != handle:  # a cluster's new task: the row follows
                 await rows.set_fields(self.db, row.id, **moved.stored())
             # A resume is activity: the idle time counts from it.
-            resumed = await self.enter(row.id, SandboxStatus.RUNNING, None if brief else reason,
-                                       None if brief else "resumed", touch=True)
+            resumed = await self.enter(
+                row.id,
+                SandboxStatus.RUNNING,
+                None if brief else reason,
+                None if brief else "resumed",
+                touch=True,
+            )
             if resumed is None:  # deleted while it thawed: nothing to go on with
                 return await self.current(row.id)
             target = self.target(resumed)
@@ -392,8 +467,9 @@ class SandboxService:
                 await self.runs.resume(row.id, target)
             return resumed
 
-    async def destroy(self, row: SandboxRow, reason: SandboxReason = SandboxReason.USER,
-                      detail: str = "deleted") -> None:
+    async def destroy(
+        self, row: SandboxRow, reason: SandboxReason = SandboxReason.USER, detail: str = "deleted"
+    ) -> None:
         """MISSING first (so nothing new is placed there, and a start in flight stops its own
         process when it ends), then the provider cleans up once the guard is free. A sandbox
         already ERROR or MISSING whose remains are still there (its clean-up failed) is
@@ -404,8 +480,9 @@ class SandboxService:
         await self.enter(row.id, SandboxStatus.MISSING, reason, detail)
         await self.clean_up(row.id, due_only=False)
 
-    async def expire(self, row: SandboxRow, detail: str, *,
-                     when: Callable[[SandboxRow], bool]) -> bool:
+    async def expire(
+        self, row: SandboxRow, detail: str, *, when: Callable[[SandboxRow], bool]
+    ) -> bool:
         """The deletion time: its conversations and their events are deleted for good, then
         the sandbox (MISSING). All under the guard, so nothing resumes it half-way; cut short,
         the next round finds it still PAUSED and due, and finishes."""
@@ -422,8 +499,7 @@ class SandboxService:
         self._locks.pop(row.id, None)
         return True
 
-    async def clean_up(self, sandbox_id: str, *, wait: bool = True,
-                       due_only: bool = True) -> None:
+    async def clean_up(self, sandbox_id: str, *, wait: bool = True, due_only: bool = True) -> None:
         """Remove what is left of an ERROR or MISSING sandbox (`cleanup_after`): its process
         or container, its files or volume (the workspace archived first). `due_only`: only
         once `cleanup_after` has come (the reconciler); `wait` False: not when another acts
@@ -440,8 +516,9 @@ class SandboxService:
         if row.status is SandboxStatus.MISSING:
             self._locks.pop(sandbox_id, None)  # final: nothing waits on this lock again
 
-    async def lose(self, row: SandboxRow, status: SandboxStatus, reason: SandboxReason,
-                   detail: str) -> None:
+    async def lose(
+        self, row: SandboxRow, status: SandboxStatus, reason: SandboxReason, detail: str
+    ) -> None:
         """ERROR or MISSING found by the drift check, under the guard: recorded (and told),
         then whatever is left of it is cleaned up (its workspace archived; tried again later if
         that fails); the transcript stays in the store."""
@@ -455,10 +532,15 @@ class SandboxService:
             handle = handle_of(row) or await self.provider.recover(self.launch_of(row))
             await self.provider.destroy(row.id, handle, Path(row.root_dir))
         except Exception as exc:
-            logger.warning("cleaning up sandbox %s failed (tried again in %g s): %s", row.id,
-                           CLEANUP_RETRY, exc)
-            await rows.set_fields(self.db, row.id,
-                                  cleanup_after=self.db.now() + timedelta(seconds=CLEANUP_RETRY))
+            logger.warning(
+                "cleaning up sandbox %s failed (tried again in %g s): %s",
+                row.id,
+                CLEANUP_RETRY,
+                exc,
+            )
+            await rows.set_fields(
+                self.db, row.id, cleanup_after=self.db.now() + timedelta(seconds=CLEANUP_RETRY)
+            )
             return False
         await rows.set_fields(self.db, row.id, cleanup_after=None)
         return True

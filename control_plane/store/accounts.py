@@ -25,27 +25,36 @@ class StoredSettings:
 
 async def get_or_create_user(db: Database, name: str) -> User:
     async with db.begin() as conn:
-        row = (await conn.execute(select(users.c.id, users.c.name).where(users.c.name == name))).first()
+        row = (
+            await conn.execute(select(users.c.id, users.c.name).where(users.c.name == name))
+        ).first()
         if row is not None:
             return User(row.id, row.name)
         user = User(str(uuid.uuid4()), name)
-        await conn.execute(users.insert().values(id=user.id, name=name, placement_seq=0,
-                                                 created_at=db.now()))
+        await conn.execute(
+            users.insert().values(id=user.id, name=name, placement_seq=0, created_at=db.now())
+        )
         return user
 
 
 async def add_key(db: Database, user: User, key_hash: str) -> None:
     async with db.begin() as conn:
-        await conn.execute(api_keys.insert().values(id=str(uuid.uuid4()), user_id=user.id,
-                                                    key_hash=key_hash, created_at=db.now()))
+        await conn.execute(
+            api_keys.insert().values(
+                id=str(uuid.uuid4()), user_id=user.id, key_hash=key_hash, created_at=db.now()
+            )
+        )
 
 
 async def user_by_key_hash(db: Database, key_hash: str) -> User | None:
     async with db.connect() as conn:
-        row = (await conn.execute(
-            select(users.c.id, users.c.name).join(api_keys, api_keys.c.user_id == users.c.id)
-            .where(api_keys.c.key_hash == key_hash)
-        )).first()
+        row = (
+            await conn.execute(
+                select(users.c.id, users.c.name)
+                .join(api_keys, api_keys.c.user_id == users.c.id)
+                .where(api_keys.c.key_hash == key_hash)
+            )
+        ).first()
     return None if row is None else User(row.id, row.name)
 
 
@@ -59,9 +68,11 @@ class StoredKey:
 
 
 async def list_keys(db: Database, user: str | None = None) -> list[StoredKey]:
-    query = (select(api_keys.c.id, users.c.name, api_keys.c.created_at)
-             .join(users, api_keys.c.user_id == users.c.id)
-             .order_by(users.c.name, api_keys.c.created_at))
+    query = (
+        select(api_keys.c.id, users.c.name, api_keys.c.created_at)
+        .join(users, api_keys.c.user_id == users.c.id)
+        .order_by(users.c.name, api_keys.c.created_at)
+    )
     if user is not None:
         query = query.where(users.c.name == user)
     async with db.connect() as conn:
@@ -86,23 +97,31 @@ async def lock_user(conn: AsyncConnection, user_id: str) -> None:
     PostgreSQL holds the row lock to commit; SQLite takes its database write lock here, before
     any read, so two placements never both read the same free slot.
     """
-    await conn.execute(update(users).where(users.c.id == user_id)
-                       .values(placement_seq=users.c.placement_seq + 1))
+    await conn.execute(
+        update(users).where(users.c.id == user_id).values(placement_seq=users.c.placement_seq + 1)
+    )
 
 
 async def get_settings(db: Database, user_id: str) -> StoredSettings:
     async with db.connect() as conn:
-        row = (await conn.execute(select(user_settings).where(user_settings.c.user_id == user_id))).first()
+        row = (
+            await conn.execute(select(user_settings).where(user_settings.c.user_id == user_id))
+        ).first()
     if row is None:
         return StoredSettings({}, None, None, None)
     return StoredSettings(dict(row.data), row.llm_api_key_enc, row.secrets_enc, row.updated_at)
 
 
 async def put_settings(db: Database, user_id: str, settings: StoredSettings) -> None:
-    values = {"data": settings.data, "llm_api_key_enc": settings.llm_api_key_enc,
-              "secrets_enc": settings.secrets_enc, "updated_at": db.now()}
+    values = {
+        "data": settings.data,
+        "llm_api_key_enc": settings.llm_api_key_enc,
+        "secrets_enc": settings.secrets_enc,
+        "updated_at": db.now(),
+    }
     async with db.begin() as conn:
-        done = await conn.execute(update(user_settings).where(user_settings.c.user_id == user_id)
-                                  .values(**values))
+        done = await conn.execute(
+            update(user_settings).where(user_settings.c.user_id == user_id).values(**values)
+        )
         if done.rowcount == 0:
             await conn.execute(user_settings.insert().values(user_id=user_id, **values))

@@ -86,6 +86,7 @@ def _sqlite_connect(busy_ms: int) -> Any:
         cursor.execute("PRAGMA foreign_keys=ON")
         cursor.execute(f"PRAGMA busy_timeout={busy_ms}")
         cursor.close()
+
     return connect
 
 
@@ -106,19 +107,26 @@ class SteadyConnection(aiosqlite.Connection):
                     raise
 
 
-def _sqlite_creator(path: str, busy_timeout: float, made: weakref.WeakSet[SteadyConnection],
-                    closed: Callable[[], bool]) -> Callable[[], Awaitable[Any]]:
+def _sqlite_creator(
+    path: str,
+    busy_timeout: float,
+    made: weakref.WeakSet[SteadyConnection],
+    closed: Callable[[], bool],
+) -> Callable[[], Awaitable[Any]]:
     """Connections to `path`, each kept in `made` (`Database.close` closes what the pool
     did not: one a task still held when the engine was disposed); none once `closed`, whose
     thread would outlive the event loop it answers."""
+
     async def connect() -> aiosqlite.Connection:
         if closed():
             raise sqlite3.OperationalError("the database is closed")
-        connection = SteadyConnection(partial(sqlite3.connect, path, timeout=busy_timeout,
-                                              isolation_level=None), 64)
+        connection = SteadyConnection(
+            partial(sqlite3.connect, path, timeout=busy_timeout, isolation_level=None), 64
+        )
         connection._thread.daemon = True  # as SQLAlchemy does for its own
         made.add(connection)
         return await connection
+
     return connect
 
 
@@ -203,15 +211,19 @@ class Database:
             if path != ":memory:":
                 private_file(Path(path))
             self.engine: AsyncEngine = create_async_engine(
-                url, async_creator=_sqlite_creator(path, busy_timeout, self._made,
-                                                   lambda: self._closed))
-            event.listen(self.engine.sync_engine, "connect", _sqlite_connect(int(busy_timeout * 1000)))
+                url,
+                async_creator=_sqlite_creator(path, busy_timeout, self._made, lambda: self._closed),
+            )
+            event.listen(
+                self.engine.sync_engine, "connect", _sqlite_connect(int(busy_timeout * 1000))
+            )
             event.listen(self.engine.sync_engine, "begin", _sqlite_begin)
             self._writes = self.engine.execution_options(**{BEGIN_MODE: "IMMEDIATE"})
             self._writer = asyncio.Lock()
         else:
-            self.engine = create_async_engine(url, pool_size=10, max_overflow=20,
-                                              pool_pre_ping=True)
+            self.engine = create_async_engine(
+                url, pool_size=10, max_overflow=20, pool_pre_ping=True
+            )
             self._writes = self.engine
         self.dialect = self.engine.dialect.name
 
@@ -226,7 +238,9 @@ class Database:
         lock makes them migrate one after the other (the later ones find nothing to do)."""
         async with self.begin() as conn:
             if self.dialect == "postgresql":
-                await conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK})
+                await conn.execute(
+                    text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK}
+                )
             await conn.run_sync(_upgrade)
 
     @asynccontextmanager

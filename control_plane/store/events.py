@@ -38,8 +38,15 @@ def _where(conversation_id: str, f: EventFilters) -> list[Any]:
     return clauses
 
 
-async def search(db: Database, conversation_id: str, f: EventFilters, *, descending: bool,
-                 limit: int, page: int | None) -> tuple[list[str], int | None]:
+async def search(
+    db: Database,
+    conversation_id: str,
+    f: EventFilters,
+    *,
+    descending: bool,
+    limit: int,
+    page: int | None,
+) -> tuple[list[str], int | None]:
     """Bodies (JSON text) of one page, and the position where the next page starts."""
     query = select(E.c.seq, E.c.body).where(*_where(conversation_id, f))
     if page is not None:
@@ -53,8 +60,12 @@ async def search(db: Database, conversation_id: str, f: EventFilters, *, descend
 
 async def count(db: Database, conversation_id: str, f: EventFilters) -> int:
     async with db.connect() as conn:
-        return int(await conn.scalar(select(func.count()).select_from(E)
-                                     .where(*_where(conversation_id, f))) or 0)
+        return int(
+            await conn.scalar(
+                select(func.count()).select_from(E).where(*_where(conversation_id, f))
+            )
+            or 0
+        )
 
 
 async def all_bodies(db: Database, conversation_id: str, chunk: int = 1000) -> AsyncIterator[str]:
@@ -62,9 +73,14 @@ async def all_bodies(db: Database, conversation_id: str, chunk: int = 1000) -> A
     after = 0
     while True:
         async with db.connect() as conn:
-            found = (await conn.execute(
-                select(E.c.seq, E.c.body).where(E.c.conversation_id == conversation_id, E.c.seq > after)
-                .order_by(E.c.seq).limit(chunk))).all()
+            found = (
+                await conn.execute(
+                    select(E.c.seq, E.c.body)
+                    .where(E.c.conversation_id == conversation_id, E.c.seq > after)
+                    .order_by(E.c.seq)
+                    .limit(chunk)
+                )
+            ).all()
         for row in found:
             yield row.body
         if len(found) < chunk:
@@ -75,19 +91,25 @@ async def all_bodies(db: Database, conversation_id: str, chunk: int = 1000) -> A
 async def position(db: Database, conversation_id: str, event_id: str) -> int | None:
     """Where an event sits in the conversation's order (None when it is not stored)."""
     async with db.connect() as conn:
-        found = await conn.scalar(select(E.c.seq).where(E.c.conversation_id == conversation_id,
-                                                        E.c.event_id == event_id))
+        found = await conn.scalar(
+            select(E.c.seq).where(E.c.conversation_id == conversation_id, E.c.event_id == event_id)
+        )
     return None if found is None else int(found)
 
 
-async def after(db: Database, conversation_id: str, seq: int,
-                limit: int) -> list[tuple[int, str, str]]:
+async def after(
+    db: Database, conversation_id: str, seq: int, limit: int
+) -> list[tuple[int, str, str]]:
     """(seq, event id, body) of the events stored after position `seq`, in order (live relays)."""
     async with db.connect() as conn:
-        found = (await conn.execute(
-            select(E.c.seq, E.c.event_id, E.c.body)
-            .where(E.c.conversation_id == conversation_id, E.c.seq > seq)
-            .order_by(E.c.seq).limit(limit))).all()
+        found = (
+            await conn.execute(
+                select(E.c.seq, E.c.event_id, E.c.body)
+                .where(E.c.conversation_id == conversation_id, E.c.seq > seq)
+                .order_by(E.c.seq)
+                .limit(limit)
+            )
+        ).all()
     return [(int(r.seq), str(r.event_id), str(r.body)) for r in found]
 
 

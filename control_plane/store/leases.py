@@ -30,26 +30,32 @@ async def claim(db: Database, kind: str, key: str, holder: str, ttl: float) -> b
         return await _claim(conn, db, kind, key, holder, ttl)
 
 
-async def claim_in(conn: AsyncConnection, db: Database, kind: str, key: str, holder: str,
-                   ttl: float) -> bool:
+async def claim_in(
+    conn: AsyncConnection, db: Database, kind: str, key: str, holder: str, ttl: float
+) -> bool:
     """`claim` inside the caller's transaction (the lease comes with the row it guards)."""
     return await _claim(conn, db, kind, key, holder, ttl)
 
 
-async def _claim(conn: AsyncConnection, db: Database, kind: str, key: str, holder: str,
-                 ttl: float) -> bool:
+async def _claim(
+    conn: AsyncConnection, db: Database, kind: str, key: str, holder: str, ttl: float
+) -> bool:
     moment = wall()
     expires = moment + timedelta(seconds=ttl)
     # Two claimers of one expired row: the second waits for the first's row lock, then finds
     # the row no longer matching (not expired, not its own) and changes nothing.
     taken = await conn.execute(
-        update(L).where(L.c.kind == kind, L.c.key == key,
-                        or_(L.c.holder == holder, L.c.expires_at < moment))
-        .values(holder=holder, expires_at=expires))
+        update(L)
+        .where(L.c.kind == kind, L.c.key == key, or_(L.c.holder == holder, L.c.expires_at < moment))
+        .values(holder=holder, expires_at=expires)
+    )
     if taken.rowcount:
         return True
-    inserted = await conn.execute(db.insert_ignoring_duplicates(L).values(
-        kind=kind, key=key, holder=holder, expires_at=expires))
+    inserted = await conn.execute(
+        db.insert_ignoring_duplicates(L).values(
+            kind=kind, key=key, holder=holder, expires_at=expires
+        )
+    )
     return bool(inserted.rowcount)
 
 
@@ -61,8 +67,9 @@ async def release(db: Database, kind: str, key: str, holder: str) -> None:
 async def renew(db: Database, holder: str, ttl: float) -> int:
     """Extend every lease of `holder` at once; how many it still has."""
     async with db.begin() as conn:
-        done = await conn.execute(update(L).where(L.c.holder == holder)
-                                  .values(expires_at=wall() + timedelta(seconds=ttl)))
+        done = await conn.execute(
+            update(L).where(L.c.holder == holder).values(expires_at=wall() + timedelta(seconds=ttl))
+        )
     return int(done.rowcount)
 
 
@@ -73,12 +80,16 @@ def held(kind: str, key: Any, holder: str) -> ColumnElement[bool]:
 
 def free(kind: str, key: Any) -> ColumnElement[bool]:
     """A condition: nobody holds this lease, or its holder let it expire."""
-    return ~exists(select(L.c.key).where(L.c.kind == kind, L.c.key == key,
-                                         L.c.expires_at >= wall()))
+    return ~exists(
+        select(L.c.key).where(L.c.kind == kind, L.c.key == key, L.c.expires_at >= wall())
+    )
 
 
 async def holder_of(db: Database, kind: str, key: str) -> tuple[str, datetime] | None:
     async with db.connect() as conn:
-        row = (await conn.execute(select(L.c.holder, L.c.expires_at)
-                                  .where(and_(L.c.kind == kind, L.c.key == key)))).first()
+        row = (
+            await conn.execute(
+                select(L.c.holder, L.c.expires_at).where(and_(L.c.kind == kind, L.c.key == key))
+            )
+        ).first()
     return None if row is None else (str(row.holder), row.expires_at)

@@ -25,8 +25,13 @@ def _row(row: Any) -> SandboxRow:
 
 async def insert(conn: AsyncConnection, moment: datetime, **values: Any) -> SandboxRow:
     """A sandbox made at `moment` (STARTING unless `values` say otherwise)."""
-    values = {"status": SandboxStatus.STARTING.value, "created_at": moment, "updated_at": moment,
-              "last_activity_at": moment, **values}
+    values = {
+        "status": SandboxStatus.STARTING.value,
+        "created_at": moment,
+        "updated_at": moment,
+        "last_activity_at": moment,
+        **values,
+    }
     made = await conn.execute(sandboxes.insert().values(**values).returning(sandboxes))
     return _row(made.one())
 
@@ -52,25 +57,35 @@ async def get_many(db: Database, sandbox_ids: list[str]) -> dict[str, SandboxRow
 
 async def by_key_hash(db: Database, key_hash: str) -> SandboxRow | None:
     async with db.connect() as conn:
-        row = (await conn.execute(select(sandboxes).where(sandboxes.c.session_key_hash == key_hash))).first()
+        row = (
+            await conn.execute(select(sandboxes).where(sandboxes.c.session_key_hash == key_hash))
+        ).first()
     return None if row is None else _row(row)
 
 
-async def search(db: Database, user_id: str, *, status: SandboxStatus | None, limit: int,
-                 offset: int) -> list[SandboxRow]:
+async def search(
+    db: Database, user_id: str, *, status: SandboxStatus | None, limit: int, offset: int
+) -> list[SandboxRow]:
     """Newest first."""
     query = select(sandboxes).where(sandboxes.c.user_id == user_id)
     if status is not None:
         query = query.where(sandboxes.c.status == status.value)
-    query = query.order_by(sandboxes.c.created_at.desc(), sandboxes.c.id.desc()).limit(limit).offset(offset)
+    query = (
+        query.order_by(sandboxes.c.created_at.desc(), sandboxes.c.id.desc())
+        .limit(limit)
+        .offset(offset)
+    )
     async with db.connect() as conn:
         return [_row(r) for r in await conn.execute(query)]
 
 
 async def live(db: Database) -> list[SandboxRow]:
     """Every sandbox a provider may still have running (not ERROR or MISSING)."""
-    query = select(sandboxes).where(sandboxes.c.status.in_(
-        [SandboxStatus.STARTING.value, SandboxStatus.RUNNING.value, SandboxStatus.PAUSED.value]))
+    query = select(sandboxes).where(
+        sandboxes.c.status.in_(
+            [SandboxStatus.STARTING.value, SandboxStatus.RUNNING.value, SandboxStatus.PAUSED.value]
+        )
+    )
     async with db.connect() as conn:
         return [_row(r) for r in await conn.execute(query)]
 
@@ -79,14 +94,23 @@ async def set_fields(db: Database, sandbox_id: str, **values: Any) -> None:
     """Anything but the status, which moves by `set_status` only."""
     assert "status" not in values
     async with db.begin() as conn:
-        await conn.execute(update(sandboxes).where(sandboxes.c.id == sandbox_id)
-                           .values(updated_at=db.now(), **values))
+        await conn.execute(
+            update(sandboxes)
+            .where(sandboxes.c.id == sandbox_id)
+            .values(updated_at=db.now(), **values)
+        )
 
 
-async def set_status(db: Database, sandbox_id: str, status: SandboxStatus,
-                     detail: str | None = None, *, reason: SandboxReason | None = None,
-                     touch: bool = False, fields: Mapping[str, Any] | None = None
-                     ) -> SandboxRow | None:
+async def set_status(
+    db: Database,
+    sandbox_id: str,
+    status: SandboxStatus,
+    detail: str | None = None,
+    *,
+    reason: SandboxReason | None = None,
+    touch: bool = False,
+    fields: Mapping[str, Any] | None = None,
+) -> SandboxRow | None:
     """Move to `status` for `reason`, only from a status the transition table allows
     (`models.SANDBOX_TRANSITIONS`: ERROR and MISSING are never left, but for a deletion); the row as
     moved, None when it was not. A health check's failure (`unhealthy_since`) and a pause under
@@ -96,11 +120,17 @@ async def set_status(db: Database, sandbox_id: str, status: SandboxStatus,
     assert fields is None or "status" not in fields
     query = update(sandboxes).where(
         sandboxes.c.id == sandbox_id,
-        sandboxes.c.status.in_([s.value for s in entered_from(status)]))
+        sandboxes.c.status.in_([s.value for s in entered_from(status)]),
+    )
     moment = db.now()
-    values: dict[str, Any] = {"status": status.value, "status_detail": detail, "updated_at": moment,
-                              "unhealthy_since": None, "pausing_reason": None,
-                              "pausing_detail": None}
+    values: dict[str, Any] = {
+        "status": status.value,
+        "status_detail": detail,
+        "updated_at": moment,
+        "unhealthy_since": None,
+        "pausing_reason": None,
+        "pausing_detail": None,
+    }
     values["status_reason"] = None if reason is None else reason.value
     if status.terminal:
         values["cleanup_after"] = moment
@@ -112,35 +142,50 @@ async def set_status(db: Database, sandbox_id: str, status: SandboxStatus,
         values["paused_at"] = moment
     values.update(fields or {})
     if touch:
-        values["last_activity_at"] = case((sandboxes.c.last_activity_at < moment, moment),
-                                          else_=sandboxes.c.last_activity_at)
+        values["last_activity_at"] = case(
+            (sandboxes.c.last_activity_at < moment, moment), else_=sandboxes.c.last_activity_at
+        )
     async with db.begin() as conn:
         moved = (await conn.execute(query.values(**values).returning(sandboxes))).first()
     return None if moved is None else _row(moved)
 
 
-async def retire_in(conn: AsyncConnection, sandbox_id: str, reason: SandboxReason,
-                    detail: str, moment: datetime) -> bool:
+async def retire_in(
+    conn: AsyncConnection, sandbox_id: str, reason: SandboxReason, detail: str, moment: datetime
+) -> bool:
     """MISSING (its remains to clean up) inside the caller's transaction, only when no
     conversation is in it any more: the caller holds the user's lock, so no placement can take
     it meanwhile. True when it was retired."""
     taken = select(app_conversations.c.id).where(app_conversations.c.sandbox_id == sandbox_id)
     done = await conn.execute(
         update(sandboxes)
-        .where(sandboxes.c.id == sandbox_id, ~taken.exists(), sandboxes.c.status.in_(
-            [s.value for s in entered_from(SandboxStatus.MISSING)]))
-        .values(status=SandboxStatus.MISSING.value, status_reason=reason.value,
-                status_detail=detail, updated_at=moment, unhealthy_since=None,
-                pausing_reason=None, pausing_detail=None, cleanup_after=moment))
+        .where(
+            sandboxes.c.id == sandbox_id,
+            ~taken.exists(),
+            sandboxes.c.status.in_([s.value for s in entered_from(SandboxStatus.MISSING)]),
+        )
+        .values(
+            status=SandboxStatus.MISSING.value,
+            status_reason=reason.value,
+            status_detail=detail,
+            updated_at=moment,
+            unhealthy_since=None,
+            pausing_reason=None,
+            pausing_detail=None,
+            cleanup_after=moment,
+        )
+    )
     return bool(done.rowcount)
 
 
-async def touch(conn: AsyncConnection, sandbox_id: str, moment: datetime, *,
-                only_running: bool = False) -> None:
+async def touch(
+    conn: AsyncConnection, sandbox_id: str, moment: datetime, *, only_running: bool = False
+) -> None:
     """Activity (user or agent): what the idle time counts from and 'least recently used'
     orders by; never moved back."""
-    query = update(sandboxes).where(sandboxes.c.id == sandbox_id,
-                                    sandboxes.c.last_activity_at < moment)
+    query = update(sandboxes).where(
+        sandboxes.c.id == sandbox_id, sandboxes.c.last_activity_at < moment
+    )
     if only_running:
         query = query.where(sandboxes.c.status == SandboxStatus.RUNNING.value)
     await conn.execute(query.values(last_activity_at=moment))
@@ -148,8 +193,11 @@ async def touch(conn: AsyncConnection, sandbox_id: str, moment: datetime, *,
 
 async def conversation_count(db: Database, sandbox_id: str) -> int:
     async with db.connect() as conn:
-        value = await conn.scalar(select(func.count()).select_from(app_conversations)
-                                  .where(app_conversations.c.sandbox_id == sandbox_id))
+        value = await conn.scalar(
+            select(func.count())
+            .select_from(app_conversations)
+            .where(app_conversations.c.sandbox_id == sandbox_id)
+        )
     return int(value or 0)
 
 
@@ -157,9 +205,11 @@ async def conversation_counts(db: Database, sandbox_ids: list[str]) -> dict[str,
     """Conversations per sandbox, for a page of sandboxes at once (absent ones: 0)."""
     if not sandbox_ids:
         return {}
-    query = (select(app_conversations.c.sandbox_id, func.count())
-             .where(app_conversations.c.sandbox_id.in_(sandbox_ids))
-             .group_by(app_conversations.c.sandbox_id))
+    query = (
+        select(app_conversations.c.sandbox_id, func.count())
+        .where(app_conversations.c.sandbox_id.in_(sandbox_ids))
+        .group_by(app_conversations.c.sandbox_id)
+    )
     async with db.connect() as conn:
         found = {str(r[0]): int(r[1]) for r in await conn.execute(query)}
     return {i: found.get(i, 0) for i in sandbox_ids}
@@ -179,13 +229,17 @@ LIVE_LOCK = 0x6C697665
 
 async def live_count(conn: AsyncConnection, user_id: str) -> int:
     """The user's sandboxes that hold (or may hold) a process."""
-    value = await conn.scalar(select(func.count()).select_from(sandboxes).where(
-        sandboxes.c.user_id == user_id, sandboxes.c.status.in_([s.value for s in LIVE])))
+    value = await conn.scalar(
+        select(func.count())
+        .select_from(sandboxes)
+        .where(sandboxes.c.user_id == user_id, sandboxes.c.status.in_([s.value for s in LIVE]))
+    )
     return int(value or 0)
 
 
-async def conversations_in(conn: AsyncConnection, sandbox_id: str, *,
-                           recorded_only: bool = False) -> int:
+async def conversations_in(
+    conn: AsyncConnection, sandbox_id: str, *, recorded_only: bool = False
+) -> int:
     """The sandbox's conversations; `recorded_only`: those no start task made (the webhook
     recorded them)."""
     where = [app_conversations.c.sandbox_id == sandbox_id]
@@ -203,11 +257,16 @@ async def over_cap(conn: AsyncConnection, user_id: str, per_user: int, in_all: i
         await conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": LIVE_LOCK})
     if await live_count(conn, user_id) >= per_user:
         return f"at most {per_user} live sandboxes per user: delete or let some be cleaned up first"
-    value = await conn.scalar(select(func.count()).select_from(sandboxes).where(
-        sandboxes.c.status.in_([s.value for s in LIVE])))
+    value = await conn.scalar(
+        select(func.count())
+        .select_from(sandboxes)
+        .where(sandboxes.c.status.in_([s.value for s in LIVE]))
+    )
     if int(value or 0) >= in_all:
-        return (f"this control plane runs its most live sandboxes ({in_all}, over all users): "
-                "try again once some are deleted or cleaned up")
+        return (
+            f"this control plane runs its most live sandboxes ({in_all}, over all users): "
+            "try again once some are deleted or cleaned up"
+        )
     return None
 
 
@@ -217,8 +276,15 @@ async def another_user_has_one(conn: AsyncConnection, user_id: str) -> bool:
     return found is not None
 
 
-async def claim_round(db: Database, holder: str, moment: datetime, interval: float, *,
-                      cleanup_due: datetime, limit: int) -> list[str]:
+async def claim_round(
+    db: Database,
+    holder: str,
+    moment: datetime,
+    interval: float,
+    *,
+    cleanup_due: datetime,
+    limit: int,
+) -> list[str]:
     """The sandboxes due for a reconciler round (live ones, and terminal ones whose clean-up is
     due at `cleanup_due`, lifecycle time), claimed by `holder` until `interval` seconds from
     `moment` (wall-clock time): two control planes never look at one sandbox in the same round
@@ -226,21 +292,36 @@ async def claim_round(db: Database, holder: str, moment: datetime, interval: flo
     first: the rest stay due and are claimed by the next round (of this process or another)."""
     following = moment + timedelta(seconds=interval)
     live = [SandboxStatus.STARTING.value, SandboxStatus.RUNNING.value, SandboxStatus.PAUSED.value]
-    wanted = or_(sandboxes.c.status.in_(live),
-                 and_(sandboxes.c.cleanup_after.is_not(None),
-                      sandboxes.c.cleanup_after <= cleanup_due))
+    wanted = or_(
+        sandboxes.c.status.in_(live),
+        and_(sandboxes.c.cleanup_after.is_not(None), sandboxes.c.cleanup_after <= cleanup_due),
+    )
     due = or_(sandboxes.c.reconcile_after.is_(None), sandboxes.c.reconcile_after <= moment)
-    first = (select(sandboxes.c.id).where(wanted, due)
-             .order_by(sandboxes.c.reconcile_after.is_not(None), sandboxes.c.reconcile_after,
-                       sandboxes.c.created_at)
-             .limit(limit))
+    first = (
+        select(sandboxes.c.id)
+        .where(wanted, due)
+        .order_by(
+            sandboxes.c.reconcile_after.is_not(None),
+            sandboxes.c.reconcile_after,
+            sandboxes.c.created_at,
+        )
+        .limit(limit)
+    )
     async with db.begin() as conn:
         # `wanted` and `due` again on the rows themselves: a row another process claimed
         # meanwhile is not due any more when PostgreSQL re-reads it after the other's commit.
-        await conn.execute(update(sandboxes).where(sandboxes.c.id.in_(first.scalar_subquery()),
-                                                   wanted, due)
-                           .values(reconcile_after=following, reconciled_by=holder))
-        found = await conn.scalars(select(sandboxes.c.id).where(
-            sandboxes.c.reconciled_by == holder, sandboxes.c.reconcile_after == following,
-            wanted).order_by(sandboxes.c.created_at))
+        await conn.execute(
+            update(sandboxes)
+            .where(sandboxes.c.id.in_(first.scalar_subquery()), wanted, due)
+            .values(reconcile_after=following, reconciled_by=holder)
+        )
+        found = await conn.scalars(
+            select(sandboxes.c.id)
+            .where(
+                sandboxes.c.reconciled_by == holder,
+                sandboxes.c.reconcile_after == following,
+                wanted,
+            )
+            .order_by(sandboxes.c.created_at)
+        )
         return list(found)

@@ -58,7 +58,8 @@ ID = String(36)
 SEQ = BigInteger().with_variant(Integer(), "sqlite")
 
 users = Table(
-    "users", metadata,
+    "users",
+    metadata,
     Column("id", ID, primary_key=True),
     Column("name", String(200), nullable=False, unique=True),
     Column("placement_seq", BigInteger, nullable=False, default=0),
@@ -66,7 +67,8 @@ users = Table(
 )
 
 api_keys = Table(
-    "api_keys", metadata,
+    "api_keys",
+    metadata,
     Column("id", ID, primary_key=True),
     Column("user_id", ID, ForeignKey("users.id", ondelete="CASCADE"), nullable=False, index=True),
     Column("key_hash", String(64), nullable=False, unique=True),
@@ -74,7 +76,8 @@ api_keys = Table(
 )
 
 user_settings = Table(
-    "user_settings", metadata,
+    "user_settings",
+    metadata,
     Column("user_id", ID, ForeignKey("users.id", ondelete="CASCADE"), primary_key=True),
     Column("data", JSON, nullable=False),
     Column("llm_api_key_enc", Text),
@@ -83,7 +86,8 @@ user_settings = Table(
 )
 
 sandboxes = Table(
-    "sandboxes", metadata,
+    "sandboxes",
+    metadata,
     Column("id", ID, primary_key=True),
     Column("user_id", ID, ForeignKey("users.id", ondelete="CASCADE"), nullable=False, index=True),
     Column("spec_id", String(100), nullable=False),
@@ -112,7 +116,8 @@ sandboxes = Table(
 )
 
 start_tasks = Table(
-    "start_tasks", metadata,
+    "start_tasks",
+    metadata,
     Column("id", ID, primary_key=True),
     Column("user_id", ID, ForeignKey("users.id", ondelete="CASCADE"), nullable=False, index=True),
     Column("status", String(32), nullable=False, index=True),
@@ -126,7 +131,8 @@ start_tasks = Table(
 )
 
 app_conversations = Table(
-    "app_conversations", metadata,
+    "app_conversations",
+    metadata,
     Column("id", ID, primary_key=True),
     Column("user_id", ID, ForeignKey("users.id", ondelete="CASCADE"), nullable=False),
     Column("sandbox_id", ID, ForeignKey("sandboxes.id"), nullable=False, index=True),
@@ -154,7 +160,8 @@ app_conversations = Table(
 )
 
 llm_usage = Table(
-    "llm_usage", metadata,
+    "llm_usage",
+    metadata,
     Column("user_id", ID, ForeignKey("users.id", ondelete="CASCADE"), primary_key=True),
     # Not a foreign key: what a sandbox spent outlives the sandbox.
     Column("sandbox_id", ID, primary_key=True),
@@ -167,7 +174,8 @@ llm_usage = Table(
 )
 
 leases = Table(
-    "leases", metadata,
+    "leases",
+    metadata,
     Column("kind", String(16), primary_key=True),
     Column("key", String(64), primary_key=True),
     Column("holder", String(64), nullable=False, index=True),
@@ -175,7 +183,8 @@ leases = Table(
 )
 
 events = Table(
-    "events", metadata,
+    "events",
+    metadata,
     Column("seq", SEQ, primary_key=True, autoincrement=True),
     Column("conversation_id", ID, nullable=False),
     Column("event_id", String(64), nullable=False),

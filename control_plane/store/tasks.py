@@ -29,9 +29,17 @@ def _row(row: Any) -> TaskRow:
 
 async def insert(db: Database, task_id: str, user_id: str, request_enc: str) -> TaskRow:
     moment = db.now()
-    task = TaskRow(id=task_id, user_id=user_id, status=StartTaskStatus.WORKING, detail=None,
-                   request_enc=request_enc, app_conversation_id=None, sandbox_id=None,
-                   created_at=moment, updated_at=moment)
+    task = TaskRow(
+        id=task_id,
+        user_id=user_id,
+        status=StartTaskStatus.WORKING,
+        detail=None,
+        request_enc=request_enc,
+        app_conversation_id=None,
+        sandbox_id=None,
+        created_at=moment,
+        updated_at=moment,
+    )
     async with db.begin() as conn:
         await conn.execute(T.insert().values(**{**task.__dict__, "status": task.status.value}))
     return task
@@ -58,10 +66,16 @@ async def orphans(db: Database, holder: str, limit: int = 100) -> list[TaskRow]:
     """Unfinished tasks nobody works on: never leased, or their holder let the lease expire
     (it died), or leased by `holder` itself (the caller skips those it is working on: on
     SQLite a restarted process has the same holder id). Oldest first, at most `limit`."""
-    query = (select(T).outerjoin(L, and_(L.c.kind == LEASE, L.c.key == T.c.id))
-             .where(T.c.status.not_in([StartTaskStatus.READY.value, StartTaskStatus.ERROR.value]),
-                    or_(L.c.key.is_(None), L.c.expires_at < leases.wall(), L.c.holder == holder))
-             .order_by(T.c.created_at).limit(limit))
+    query = (
+        select(T)
+        .outerjoin(L, and_(L.c.kind == LEASE, L.c.key == T.c.id))
+        .where(
+            T.c.status.not_in([StartTaskStatus.READY.value, StartTaskStatus.ERROR.value]),
+            or_(L.c.key.is_(None), L.c.expires_at < leases.wall(), L.c.holder == holder),
+        )
+        .order_by(T.c.created_at)
+        .limit(limit)
+    )
     async with db.connect() as conn:
         return [_row(x) for x in await conn.execute(query)]
 
@@ -72,22 +86,34 @@ async def sweep_leases(db: Database) -> int:
     behind, and nothing else would ever look at it again: `orphans` takes unfinished tasks
     only. A finished task has no more stages to write, so no holder can still need it."""
     finished = select(T.c.id).where(
-        T.c.status.in_([StartTaskStatus.READY.value, StartTaskStatus.ERROR.value]))
+        T.c.status.in_([StartTaskStatus.READY.value, StartTaskStatus.ERROR.value])
+    )
     async with db.begin() as conn:
-        done = await conn.execute(delete(L).where(L.c.kind == LEASE, L.c.expires_at < leases.wall(),
-                                                  L.c.key.in_(finished)))
+        done = await conn.execute(
+            delete(L).where(
+                L.c.kind == LEASE, L.c.expires_at < leases.wall(), L.c.key.in_(finished)
+            )
+        )
     return int(done.rowcount)
 
 
-async def set_status(db: Database, task_id: str, status: StartTaskStatus,
-                     detail: str | None = None, *, holder: str | None = None,
-                     conn: AsyncConnection | None = None, **values: Any) -> None:
+async def set_status(
+    db: Database,
+    task_id: str,
+    status: StartTaskStatus,
+    detail: str | None = None,
+    *,
+    holder: str | None = None,
+    conn: AsyncConnection | None = None,
+    **values: Any,
+) -> None:
     """Store a stage, only on a row whose stage may move to it (`models.START_STAGES`: a
     finished task is never written again); with `holder`, only while it holds the task's
     lease (LeaseLost otherwise); with `conn`, inside the caller's transaction.
     InvalidTransition for a move the table does not list."""
-    query = update(T).where(T.c.id == task_id,
-                            T.c.status.in_([s.value for s in START_MOVES.sources(status)]))
+    query = update(T).where(
+        T.c.id == task_id, T.c.status.in_([s.value for s in START_MOVES.sources(status)])
+    )
     if holder is not None:
         query = query.where(leases.held(LEASE, task_id, holder))
     query = query.values(status=status.value, detail=detail, updated_at=db.now(), **values)
@@ -98,15 +124,19 @@ async def set_status(db: Database, task_id: str, status: StartTaskStatus,
             await _written(own, await own.execute(query), task_id, status, holder)
 
 
-async def _written(conn: AsyncConnection, done: Any, task_id: str, status: StartTaskStatus,
-                   holder: str | None) -> None:
+async def _written(
+    conn: AsyncConnection, done: Any, task_id: str, status: StartTaskStatus, holder: str | None
+) -> None:
     """Why a stage was not written, when it was not: its move, or the lease."""
     if done.rowcount:
         return
     now = await get_in(conn, task_id)
     if now is not None and status not in START_MOVES[now.status]:
-        raise START_MOVES.refused(now.status, status, f"start task {task_id} is "
-                                  f"{now.status.value}: it cannot go to {status.value}")
+        raise START_MOVES.refused(
+            now.status,
+            status,
+            f"start task {task_id} is {now.status.value}: it cannot go to {status.value}",
+        )
     if holder is not None:
         raise LeaseLost(f"start task {task_id} is another control plane's now")
 
@@ -120,20 +150,29 @@ def _matching(query: Any, user_id: str, created_at_gte: Any, conversation_id: st
     return query
 
 
-async def search(db: Database, user_id: str, *, created_at_gte: Any = None,
-                 conversation_id: str | None = None, order: str = "CREATED_AT_DESC",
-                 limit: int = 100, offset: int = 0) -> list[TaskRow]:
+async def search(
+    db: Database,
+    user_id: str,
+    *,
+    created_at_gte: Any = None,
+    conversation_id: str | None = None,
+    order: str = "CREATED_AT_DESC",
+    limit: int = 100,
+    offset: int = 0,
+) -> list[TaskRow]:
     """The user's tasks matching, in `order` (CREATED_AT, UPDATED_AT, either _DESC)."""
     column = T.c.updated_at if order.startswith("UPDATED") else T.c.created_at
     desc = order.endswith("_DESC")
     query = _matching(select(T), user_id, created_at_gte, conversation_id).order_by(
-        column.desc() if desc else column.asc(), T.c.id.desc() if desc else T.c.id.asc())
+        column.desc() if desc else column.asc(), T.c.id.desc() if desc else T.c.id.asc()
+    )
     async with db.connect() as conn:
         return [_row(x) for x in await conn.execute(query.limit(limit).offset(offset))]
 
 
-async def count(db: Database, user_id: str, *, created_at_gte: Any = None,
-                conversation_id: str | None = None) -> int:
+async def count(
+    db: Database, user_id: str, *, created_at_gte: Any = None, conversation_id: str | None = None
+) -> int:
     query = _matching(select(func.count()).select_from(T), user_id, created_at_gte, conversation_id)
     async with db.connect() as conn:
         return int(await conn.scalar(query) or 0)
@@ -143,6 +182,7 @@ async def started_here(db: Database, conversation_id: str) -> bool:
     """Whether a start task of this control plane placed this conversation (its row may be
     gone since: deleted, or the start failed)."""
     async with db.connect() as conn:
-        found = await conn.scalar(select(T.c.id).where(T.c.app_conversation_id == conversation_id)
-                                  .limit(1))
+        found = await conn.scalar(
+            select(T.c.id).where(T.c.app_conversation_id == conversation_id).limit(1)
+        )
     return found is not None

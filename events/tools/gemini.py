@@ -94,7 +94,9 @@ class WriteFileObservation(Observation):
     old_content: str | None = Field(
         default=None, description="The previous content of the file (if it existed)."
     )
-    new_content: str | None = Field(default=None, description="The new content written to the file.")
+    new_content: str | None = Field(
+        default=None, description="The new content written to the file."
+    )
 
 
 class EditAction(Action):

@@ -17,8 +17,7 @@ class GlobAction(Action):
     path: str | None = Field(
         default=None,
         description=(
-            "The directory (absolute path) to search in. "
-            "Defaults to the current working directory."
+            "The directory (absolute path) to search in. Defaults to the current working directory."
         ),
     )
 
@@ -39,15 +38,13 @@ class GrepAction(Action):
     path: str | None = Field(
         default=None,
         description=(
-            "The directory (absolute path) to search in. "
-            "Defaults to the current working directory."
+            "The directory (absolute path) to search in. Defaults to the current working directory."
         ),
     )
     include: str | None = Field(
         default=None,
         description=(
-            "Optional file pattern to filter which files to search "
-            '(e.g., "*.js", "*.{ts,tsx}")'
+            'Optional file pattern to filter which files to search (e.g., "*.js", "*.{ts,tsx}")'
         ),
     )
 

@@ -12,16 +12,23 @@ from events.tools.base import Action, Observation
 class WorkflowAction(Action):
     kind: Literal["WorkflowAction"] = "WorkflowAction"
     name: str = Field(
-        min_length=1, max_length=100,
+        min_length=1,
+        max_length=100,
         description="The workflow's name: without `script`, the workflow defined in "
-                    ".agents/workflows/<name>.yaml (.yml, .json) of the workspace.")
+        ".agents/workflows/<name>.yaml (.yml, .json) of the workspace.",
+    )
     script: str = Field(
-        default="", max_length=200_000,
+        default="",
+        max_length=200_000,
         description="Optional: the workflow itself, in the same YAML or JSON format as the "
-                    "files, instead of a file.")
+        "files, instead of a file.",
+    )
     max_concurrency: int = Field(
-        default=8, ge=1, le=64,
-        description="How many steps of a parallel group run at once at most.")
+        default=8,
+        ge=1,
+        le=64,
+        description="How many steps of a parallel group run at once at most.",
+    )
 
 
 class WorkflowObservation(Observation):

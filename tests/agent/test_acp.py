@@ -35,26 +35,32 @@ def acp_agent(**extra: Any) -> dict[str, Any]:
     return {"kind": "ACPAgent", "acp_command": AGENT, **extra}
 
 
-def body(workspace: Path, message: str | None = None, run: bool = True,
-         **extra: Any) -> dict[str, Any]:
-    out: dict[str, Any] = {"agent": acp_agent(), "workspace": {"working_dir": str(workspace)},
-                           **extra}
+def body(
+    workspace: Path, message: str | None = None, run: bool = True, **extra: Any
+) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "agent": acp_agent(),
+        "workspace": {"working_dir": str(workspace)},
+        **extra,
+    }
     if message is not None:
         out["initial_message"] = {"content": [{"type": "text", "text": message}], "run": run}
     return out
 
 
-async def create(srv: InProcess, workspace: Path, message: str | None = None,
-                 **extra: Any) -> Conversation:
+async def create(
+    srv: InProcess, workspace: Path, message: str | None = None, **extra: Any
+) -> Conversation:
     r = await srv.client.post("/api/conversations", json=body(workspace, message, **extra))
     assert r.status_code == 201, r.text
     return srv.conversation(r.json()["id"])
 
 
 async def send(client: httpx.AsyncClient, conv: Conversation, text: str, run: bool = True) -> None:
-    r = await client.post(f"/api/conversations/{conv.id}/events",
-                          json={"role": "user", "content": [{"type": "text", "text": text}],
-                                "run": run})
+    r = await client.post(
+        f"/api/conversations/{conv.id}/events",
+        json={"role": "user", "content": [{"type": "text", "text": text}], "run": run},
+    )
     assert r.status_code == 200, r.text
 
 
@@ -76,23 +82,30 @@ async def calls(conv: Conversation) -> list[ACPToolCallEvent]:
 
 
 async def agent_texts(conv: Conversation) -> list[str]:
-    return [e.llm_message.content[0].text for e in await events(conv, MessageEvent)
-            if e.source == "agent"]
+    return [
+        e.llm_message.content[0].text
+        for e in await events(conv, MessageEvent)
+        if e.source == "agent"
+    ]
 
 
 # -- a whole conversation -----------------------------------------------------------------------
 
 
-async def test_a_conversation_streams_text_reads_and_writes_files(srv: InProcess,
-                                                                  tmp_path: Path) -> None:
+async def test_a_conversation_streams_text_reads_and_writes_files(
+    srv: InProcess, tmp_path: Path
+) -> None:
     ws = tmp_path / "ws"
     ws.mkdir()
     (ws / "notes.txt").write_text("line one\nline two\n")
     sub = srv.services.delivery.pubsub.subscribe
     conv = await create(srv, ws)
     frames = sub(conv.id)
-    await send(srv.client, conv, "say Hello from ACP\nread notes.txt\nwrite out/new.txt fresh text\n"
-                                 "say Done.")
+    await send(
+        srv.client,
+        conv,
+        "say Hello from ACP\nread notes.txt\nwrite out/new.txt fresh text\nsay Done.",
+    )
     assert await settled(conv) == S.FINISHED
     assert (ws / "out" / "new.txt").read_text() == "fresh text"
 
@@ -129,8 +142,11 @@ async def test_reads_and_writes_stay_inside_the_workspace(srv: InProcess, tmp_pa
     ws.mkdir()
     (tmp_path / "outside.txt").write_text("private")
     conv = await create(srv, ws)
-    await send(srv.client, conv, f"read {tmp_path / 'outside.txt'}\nread ../outside.txt\n"
-                                 "write ../escape.txt nope")
+    await send(
+        srv.client,
+        conv,
+        f"read {tmp_path / 'outside.txt'}\nread ../outside.txt\nwrite ../escape.txt nope",
+    )
     assert await settled(conv) == S.FINISHED
     failed = {c.tool_call_id: c for c in await calls(conv) if c.status == "failed"}
     assert set(failed) == {"call-1", "call-2", "call-3"}
@@ -140,7 +156,8 @@ async def test_reads_and_writes_stay_inside_the_workspace(srv: InProcess, tmp_pa
 
 
 async def test_a_terminal_runs_in_the_workspace_without_the_server_keys(
-        srv: InProcess, tmp_path: Path, monkeypatch: Any) -> None:
+    srv: InProcess, tmp_path: Path, monkeypatch: Any
+) -> None:
     monkeypatch.setenv("SESSION_API_KEY", "server-own-key")
     ws = tmp_path / "ws"
     conv = await create(srv, ws)
@@ -155,19 +172,24 @@ async def test_a_terminal_runs_in_the_workspace_without_the_server_keys(
 
 
 async def test_a_permission_request_waits_for_confirmation_and_accept_runs_it(
-        srv: InProcess, tmp_path: Path) -> None:
+    srv: InProcess, tmp_path: Path
+) -> None:
     ws = tmp_path / "ws"
     conv = await create(srv, ws, confirmation_policy={"kind": "AlwaysConfirm"})
     await send(srv.client, conv, "say Writing\nwrite a.txt accepted\nsay Written")
     assert await settled(conv) == S.WAITING_FOR_CONFIRMATION
     assert not (ws / "a.txt").exists()
     waiting = (await calls(conv))[-1]
-    assert (waiting.tool_call_id, waiting.status, waiting.title) == ("call-1", "pending",
-                                                                     "Write a.txt")
+    assert (waiting.tool_call_id, waiting.status, waiting.title) == (
+        "call-1",
+        "pending",
+        "Write a.txt",
+    )
     assert await agent_texts(conv) == ["Writing"]
 
-    r = await srv.client.post(f"/api/conversations/{conv.id}/events/respond_to_confirmation",
-                              json={"accept": True})
+    r = await srv.client.post(
+        f"/api/conversations/{conv.id}/events/respond_to_confirmation", json={"accept": True}
+    )
     assert r.status_code == 200, r.text
     assert await settled(conv) == S.FINISHED
     assert (ws / "a.txt").read_text() == "accepted"
@@ -176,7 +198,8 @@ async def test_a_permission_request_waits_for_confirmation_and_accept_runs_it(
 
 
 async def test_permissions_asked_together_all_wait_and_one_accept_answers_them_all(
-        srv: InProcess, tmp_path: Path) -> None:
+    srv: InProcess, tmp_path: Path
+) -> None:
     """Issue 30.5: a second permission request withdrew the first (cancelled), so the agent's
     first tool call failed although the user accepted."""
     ws = tmp_path / "ws"
@@ -188,8 +211,9 @@ async def test_permissions_asked_together_all_wait_and_one_accept_answers_them_a
         assert time.monotonic() < deadline, await calls(conv)
         await asyncio.sleep(0.02)
     assert not [c for c in await calls(conv) if c.status == "failed"]
-    r = await srv.client.post(f"/api/conversations/{conv.id}/events/respond_to_confirmation",
-                              json={"accept": True})
+    r = await srv.client.post(
+        f"/api/conversations/{conv.id}/events/respond_to_confirmation", json={"accept": True}
+    )
     assert r.status_code == 200, r.text
     assert await settled(conv) == S.FINISHED
     assert (ws / "a.txt").read_text() == "both" and (ws / "b.txt").read_text() == "both"
@@ -198,8 +222,9 @@ async def test_permissions_asked_together_all_wait_and_one_accept_answers_them_a
     assert await agent_texts(conv) == ["Written"]
 
 
-async def test_the_agents_token_usage_and_cost_reach_the_metrics(srv: InProcess,
-                                                                 tmp_path: Path) -> None:
+async def test_the_agents_token_usage_and_cost_reach_the_metrics(
+    srv: InProcess, tmp_path: Path
+) -> None:
     """Issue 30.5: an ACP agent's own figures (the turn's usage, the session's cumulative cost)
     were dropped: ConversationInfo said 0 tokens and $0 whatever the agent reported."""
     conv = await create(srv, tmp_path / "ws", "say one\nusage 100 20 0.25")
@@ -212,22 +237,30 @@ async def test_the_agents_token_usage_and_cost_reach_the_metrics(srv: InProcess,
     metrics = info["metrics"]
     assert metrics["response_count"] == 2 and metrics["accumulated_cost"] == pytest.approx(0.40)
     usage = metrics["accumulated_token_usage"]
-    assert (usage["prompt_tokens"], usage["completion_tokens"], usage["cache_read_tokens"],
-            usage["context_window"]) == (150, 25, 14, 200_000)
-    assert info["stats"]["usage_to_metrics"]["acp-managed"]["accumulated_cost"] == \
-        pytest.approx(0.40)
+    assert (
+        usage["prompt_tokens"],
+        usage["completion_tokens"],
+        usage["cache_read_tokens"],
+        usage["context_window"],
+    ) == (150, 25, 14, 200_000)
+    assert info["stats"]["usage_to_metrics"]["acp-managed"]["accumulated_cost"] == pytest.approx(
+        0.40
+    )
     stats = [e for e in await events(conv, ConversationStateUpdateEvent) if e.key == "stats"]
     assert [s.value["last_response"]["cost"] for s in stats] == pytest.approx([0.25, 0.15])
 
 
-async def test_reject_answers_the_agent_and_the_conversation_rests(srv: InProcess,
-                                                                   tmp_path: Path) -> None:
+async def test_reject_answers_the_agent_and_the_conversation_rests(
+    srv: InProcess, tmp_path: Path
+) -> None:
     ws = tmp_path / "ws"
     conv = await create(srv, ws, confirmation_policy={"kind": "AlwaysConfirm"})
     await send(srv.client, conv, "write b.txt refused\nsay not reached")
     assert await settled(conv) == S.WAITING_FOR_CONFIRMATION
-    r = await srv.client.post(f"/api/conversations/{conv.id}/events/respond_to_confirmation",
-                              json={"accept": False, "reason": "not that file"})
+    r = await srv.client.post(
+        f"/api/conversations/{conv.id}/events/respond_to_confirmation",
+        json={"accept": False, "reason": "not that file"},
+    )
     assert r.status_code == 200, r.text
     assert conv.status == S.IDLE
     [rejection] = await events(conv, UserRejectObservation)
@@ -245,8 +278,9 @@ async def test_reject_answers_the_agent_and_the_conversation_rests(srv: InProces
 
 
 async def test_never_confirm_answers_permissions_itself(srv: InProcess, tmp_path: Path) -> None:
-    conv = await create(srv, tmp_path / "ws", confirmation_policy={"kind": "ConfirmRisky",
-                                                                   "confirm_unknown": False})
+    conv = await create(
+        srv, tmp_path / "ws", confirmation_policy={"kind": "ConfirmRisky", "confirm_unknown": False}
+    )
     await send(srv.client, conv, "write c.txt fine")
     assert await settled(conv) == S.FINISHED
     assert (tmp_path / "ws" / "c.txt").read_text() == "fine"
@@ -275,8 +309,9 @@ async def test_interrupt_cancels_the_turn_at_once(srv: InProcess, tmp_path: Path
     assert (await agent_texts(conv))[-1] == "resumed"
 
 
-async def test_an_agent_ignoring_cancel_is_replaced(srv: InProcess, tmp_path: Path,
-                                                    monkeypatch: Any) -> None:
+async def test_an_agent_ignoring_cancel_is_replaced(
+    srv: InProcess, tmp_path: Path, monkeypatch: Any
+) -> None:
     monkeypatch.setattr(acp_session, "CANCEL_GRACE", 0.5)
     conv = await create(srv, tmp_path / "ws")
     await send(srv.client, conv, "say stuck\nhang-hard")
@@ -316,7 +351,8 @@ async def test_pause_takes_effect_at_the_end_of_the_turn(srv: InProcess, tmp_pat
 
 
 async def test_a_crash_is_an_error_with_exit_status_and_masked_stderr(
-        srv: InProcess, tmp_path: Path) -> None:
+    srv: InProcess, tmp_path: Path
+) -> None:
     conv = await create(srv, tmp_path / "ws", secrets={"ACP_TEST_SECRET": SECRET})
     await send(srv.client, conv, "say about to fail\ncrash 3")
     assert await settled(conv) == S.ERROR
@@ -335,7 +371,8 @@ async def test_a_crash_is_an_error_with_exit_status_and_masked_stderr(
 
 
 async def test_secrets_reach_the_agent_by_environment_and_are_masked_in_tool_calls(
-        srv: InProcess, tmp_path: Path) -> None:
+    srv: InProcess, tmp_path: Path
+) -> None:
     conv = await create(srv, tmp_path / "ws", secrets={"ACP_TEST_SECRET": SECRET})
     await send(srv.client, conv, "env ACP_TEST_SECRET")
     assert await settled(conv) == S.FINISHED
@@ -347,12 +384,18 @@ async def test_secrets_reach_the_agent_by_environment_and_are_masked_in_tool_cal
     assert SECRET not in r.text and MASK in r.text
 
 
-async def test_acp_env_fills_placeholders_and_is_masked_in_responses(srv: InProcess,
-                                                                    tmp_path: Path) -> None:
+async def test_acp_env_fills_placeholders_and_is_masked_in_responses(
+    srv: InProcess, tmp_path: Path
+) -> None:
     agent = acp_agent(acp_env={"FROM_SECRET": "${TOKEN}", "PLAIN": "visible-value"})
-    r = await srv.client.post("/api/conversations", json={
-        "agent": agent, "workspace": {"working_dir": str(tmp_path / "ws")},
-        "secrets": {"TOKEN": SECRET}})
+    r = await srv.client.post(
+        "/api/conversations",
+        json={
+            "agent": agent,
+            "workspace": {"working_dir": str(tmp_path / "ws")},
+            "secrets": {"TOKEN": SECRET},
+        },
+    )
     assert r.status_code == 201, r.text
     assert r.json()["agent"]["acp_env"] == {"FROM_SECRET": "${TOKEN}", "PLAIN": "**********"}
     conv = srv.conversation(r.json()["id"])
@@ -364,11 +407,13 @@ async def test_acp_env_fills_placeholders_and_is_masked_in_responses(srv: InProc
     assert outputs[2]["output"] == "eulav-elbisiv\n"
 
 
-@pytest.mark.parametrize("command, status", [(["true"], "exit status 0"),
-                                             (["sh", "-c", "echo gone >&2; exit 3"],
-                                              "exit status 3")])
+@pytest.mark.parametrize(
+    "command, status",
+    [(["true"], "exit status 0"), (["sh", "-c", "echo gone >&2; exit 3"], "exit status 3")],
+)
 def test_an_agent_that_exits_at_once_is_reported_with_its_exit_status(
-        tmp_path: Path, monkeypatch: Any, command: list[str], status: str) -> None:
+    tmp_path: Path, monkeypatch: Any, command: list[str], status: str
+) -> None:
     """On the server's own event loop (uvloop), a request written to an agent that is gone
     raised RuntimeError ("unable to perform operation on <WriteUnixTransport closed=True...>"),
     which ended the run as an internal error. The agent exits here before the first request
@@ -391,24 +436,30 @@ def test_an_agent_that_exits_at_once_is_reported_with_its_exit_status(
 
     async def scenario() -> None:
         async with serve(tmp_path) as srv:
-            r = await srv.client.post("/api/conversations", json={
-                "agent": {"kind": "ACPAgent", "acp_command": command},
-                "workspace": {"working_dir": str(tmp_path / "ws")}})
+            r = await srv.client.post(
+                "/api/conversations",
+                json={
+                    "agent": {"kind": "ACPAgent", "acp_command": command},
+                    "workspace": {"working_dir": str(tmp_path / "ws")},
+                },
+            )
             assert r.status_code == 201, r.text
             conv = srv.conversation(r.json()["id"])
             await send(srv.client, conv, "go")
             assert await settled(conv) == S.ERROR
             [error] = await events(conv, ConversationErrorEvent)
             assert error.code == "ACPAgentExited", error
-            assert error.detail.startswith(f"The ACP agent ({command[0]}) stopped while "
-                                           f"starting: {status}.")
+            assert error.detail.startswith(
+                f"The ACP agent ({command[0]}) stopped while starting: {status}."
+            )
             assert "Transport" not in error.detail
 
     uvloop.run(scenario())
 
 
 async def test_a_literal_acp_env_value_printed_by_the_agent_reaches_no_event(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     """The issue's repro: a literal acp_env value (redacted in responses) that the agent
     prints on stderr before it exits is masked in the crash report, wherever it goes: the
     log (search), a socket, the webhook."""
@@ -418,20 +469,30 @@ async def test_a_literal_acp_env_value_printed_by_the_agent_reaches_no_event(
     value = "literal-value-123"
     receiver = Receiver(api_key=KEY).start()
     try:
-        async with serve(tmp_path, webhook_url=receiver.base_url,
-                         delivery={"webhook_batch_ms": 10}) as srv:
-            r = await srv.client.post("/api/conversations", json={
-                "agent": {"kind": "ACPAgent", "acp_command": ["sh"],
-                          "acp_args": ["-c", "echo $MYKEY >&2; exit 3"],
-                          "acp_env": {"MYKEY": value}},
-                "workspace": {"working_dir": str(tmp_path / "ws")}})
+        async with serve(
+            tmp_path, webhook_url=receiver.base_url, delivery={"webhook_batch_ms": 10}
+        ) as srv:
+            r = await srv.client.post(
+                "/api/conversations",
+                json={
+                    "agent": {
+                        "kind": "ACPAgent",
+                        "acp_command": ["sh"],
+                        "acp_args": ["-c", "echo $MYKEY >&2; exit 3"],
+                        "acp_env": {"MYKEY": value},
+                    },
+                    "workspace": {"working_dir": str(tmp_path / "ws")},
+                },
+            )
             assert r.status_code == 201, r.text
             conv = srv.conversation(r.json()["id"])
             frames = srv.services.delivery.pubsub.subscribe(conv.id)
             await send(srv.client, conv, "go")
             assert await settled(conv) == S.ERROR
-            r = await srv.client.get(f"/api/conversations/{conv.id}/events/search",
-                                     params={"kind__eq": "ConversationErrorEvent"})
+            r = await srv.client.get(
+                f"/api/conversations/{conv.id}/events/search",
+                params={"kind__eq": "ConversationErrorEvent"},
+            )
             [error] = r.json()["items"]
             assert error["code"] == "ACPAgentExited"
             assert error["detail"].endswith(f"Last stderr lines:\n{MASK}")
@@ -439,9 +500,11 @@ async def test_a_literal_acp_env_value_printed_by_the_agent_reaches_no_event(
             assert any("ACPAgentExited" in f for f in shown)
             wanted = {e.id for e in await events(conv)}
             await asyncio.to_thread(lambda: _delivered(receiver, conv.id, wanted))
-            everything = [(await srv.client.get(f"/api/conversations/{conv.id}/events/search"
-                                                )).text, *shown,
-                          *(b.body.decode() for b in receiver.batches)]
+            everything = [
+                (await srv.client.get(f"/api/conversations/{conv.id}/events/search")).text,
+                *shown,
+                *(b.body.decode() for b in receiver.batches),
+            ]
             assert all(value not in text for text in everything)
     finally:
         receiver.stop()
@@ -453,8 +516,9 @@ def _delivered(receiver: Any, cid: str, wanted: set[str | None]) -> None:
     wait_for(lambda: wanted <= set(receiver.ids(cid)), timeout=20, what="webhook delivery")
 
 
-async def test_deleting_the_conversation_stops_the_process_tree(srv: InProcess,
-                                                                tmp_path: Path) -> None:
+async def test_deleting_the_conversation_stops_the_process_tree(
+    srv: InProcess, tmp_path: Path
+) -> None:
     pidfile = tmp_path / "pids"
     conv = await create(srv, tmp_path / "ws")
     await send(srv.client, conv, f"spawn {pidfile}\nhang")
@@ -485,27 +549,43 @@ def _alive(pid: int) -> bool:
 
 async def test_creation_checks_the_acp_agent(srv: InProcess, tmp_path: Path) -> None:
     ws = {"working_dir": str(tmp_path / "ws")}
-    r = await srv.client.post("/api/conversations", json={
-        "agent": {"kind": "ACPAgent", "acp_command": ["no-such-acp-agent-xyz"]}, "workspace": ws})
+    r = await srv.client.post(
+        "/api/conversations",
+        json={
+            "agent": {"kind": "ACPAgent", "acp_command": ["no-such-acp-agent-xyz"]},
+            "workspace": ws,
+        },
+    )
     assert r.status_code == 422, r.text
     assert r.json()["detail"][0]["loc"] == ["body", "agent", "acp_command", 0]
-    r = await srv.client.post("/api/conversations", json={
-        "agent": {"kind": "ACPAgent", "acp_command": []}, "workspace": ws})
+    r = await srv.client.post(
+        "/api/conversations",
+        json={"agent": {"kind": "ACPAgent", "acp_command": []}, "workspace": ws},
+    )
     assert r.status_code == 422
     assert r.json()["detail"][0]["loc"] == ["body", "agent", "acp_command"]
-    r = await srv.client.post("/api/conversations", json={
-        "agent": {"kind": "ACPAgent", "acp_command": AGENT, "tools": [{"name": "terminal"}]},
-        "workspace": ws})
+    r = await srv.client.post(
+        "/api/conversations",
+        json={
+            "agent": {"kind": "ACPAgent", "acp_command": AGENT, "tools": [{"name": "terminal"}]},
+            "workspace": ws,
+        },
+    )
     assert r.status_code == 422
     assert len(srv.services.conversations) == 0
 
 
 async def test_an_agent_gone_quiet_ends_the_run_after_the_prompt_timeout(
-        srv: InProcess, tmp_path: Path, monkeypatch: Any) -> None:
+    srv: InProcess, tmp_path: Path, monkeypatch: Any
+) -> None:
     monkeypatch.setattr(acp_session, "CANCEL_GRACE", 0.5)
-    r = await srv.client.post("/api/conversations", json={
-        "agent": acp_agent(acp_prompt_timeout=0.5),
-        "workspace": {"working_dir": str(tmp_path / "ws")}})
+    r = await srv.client.post(
+        "/api/conversations",
+        json={
+            "agent": acp_agent(acp_prompt_timeout=0.5),
+            "workspace": {"working_dir": str(tmp_path / "ws")},
+        },
+    )
     conv = srv.conversation(r.json()["id"])
     await send(srv.client, conv, "say quiet now\nhang-hard")
     assert await settled(conv) == S.ERROR
@@ -539,8 +619,10 @@ async def test_a_turn_ended_for_another_reason_is_an_error(srv: InProcess, tmp_p
     await send(srv.client, conv, "say partial\nstop max_tokens")
     assert await settled(conv) == S.ERROR
     [error] = await events(conv, ConversationErrorEvent)
-    assert (error.code, error.detail) == ("ACPStopReason",
-                                          "The ACP agent ended its turn: max_tokens.")
+    assert (error.code, error.detail) == (
+        "ACPStopReason",
+        "The ACP agent ended its turn: max_tokens.",
+    )
     assert await agent_texts(conv) == ["partial"]
 
 
@@ -551,8 +633,10 @@ async def test_side_questions_are_bounded(srv: InProcess, tmp_path: Path) -> Non
 
     conv = await create(srv, tmp_path / "ws")
     url = f"/api/conversations/{conv.id}/ask_agent"
-    asked = [asyncio.create_task(srv.client.post(url, json={"question": "hang-hard"}))
-             for _ in range(MAX_SIDE_QUESTIONS)]
+    asked = [
+        asyncio.create_task(srv.client.post(url, json={"question": "hang-hard"}))
+        for _ in range(MAX_SIDE_QUESTIONS)
+    ]
     session = conv.session
     assert isinstance(session, acp_session.ACPSession)
     deadline = time.monotonic() + 30

@@ -31,14 +31,19 @@ async def _collect(data: list[bytes], limit: int) -> list[bytes | None]:
 async def test_lines_are_split_and_an_overlong_one_is_skipped_whole() -> None:
     assert await _collect([b"ab\ncd", b"e\n", b"f"], 10) == [b"ab", b"cde", b"f"]
     assert await _collect([b"short\n", b"x" * 25, b"y" * 25 + b"\nnext\n"], 10) == [
-        b"short", None, b"next"]
+        b"short",
+        None,
+        b"next",
+    ]
     assert await _collect([b"z" * 30], 10) == [None]
 
 
 def test_permission_answers_pick_the_agent_options() -> None:
-    options = [PermissionOption(option_id="always", name="Always", kind="allow_always"),
-               PermissionOption(option_id="once", name="Once", kind="allow_once"),
-               PermissionOption(option_id="no", name="No", kind="reject_once")]
+    options = [
+        PermissionOption(option_id="always", name="Always", kind="allow_always"),
+        PermissionOption(option_id="once", name="Once", kind="allow_once"),
+        PermissionOption(option_id="no", name="No", kind="reject_once"),
+    ]
     assert choose(options, allow=True).outcome.option_id == "once"  # type: ignore[union-attr]
     assert choose(options, allow=False).outcome.option_id == "no"  # type: ignore[union-attr]
     assert choose(options[:2], allow=False).outcome.outcome == "cancelled"

@@ -26,9 +26,13 @@ def server(tmp_path: Path) -> Iterator[ServerProcess]:
 
 
 def create(http: httpx.Client, workspace: Path, *args: str) -> str:
-    r = http.post("/api/conversations", json={
-        "agent": {"kind": "ACPAgent", "acp_command": AGENT, "acp_args": list(args)},
-        "workspace": {"working_dir": str(workspace)}})
+    r = http.post(
+        "/api/conversations",
+        json={
+            "agent": {"kind": "ACPAgent", "acp_command": AGENT, "acp_args": list(args)},
+            "workspace": {"working_dir": str(workspace)},
+        },
+    )
     assert r.status_code == 201, r.text
     return str(r.json()["id"])
 
@@ -40,19 +44,29 @@ def items(http: httpx.Client, cid: str, **params: Any) -> list[dict[str, Any]]:
 
 
 def said(http: httpx.Client, cid: str) -> list[str]:
-    return [e["llm_message"]["content"][0]["text"]
-            for e in items(http, cid, kind__eq="MessageEvent", source__eq="agent")]
+    return [
+        e["llm_message"]["content"][0]["text"]
+        for e in items(http, cid, kind__eq="MessageEvent", source__eq="agent")
+    ]
 
 
 def turn(http: httpx.Client, cid: str, text: str) -> list[str]:
     """Send `text`, wait for the agent's answer and the run's end; what the agent said."""
     before = len(said(http, cid))
-    r = http.post(f"/api/conversations/{cid}/events", json={
-        "role": "user", "run": True, "content": [{"type": "text", "text": text}]})
+    r = http.post(
+        f"/api/conversations/{cid}/events",
+        json={"role": "user", "run": True, "content": [{"type": "text", "text": text}]},
+    )
     assert r.status_code == 200, r.text
-    wait_for(lambda: len(said(http, cid)) > before and http.get(
-        f"/api/conversations/{cid}").json()["execution_status"] in ("finished", "error"),
-        timeout=60, what=f"the answer to {text!r}")
+    wait_for(
+        lambda: (
+            len(said(http, cid)) > before
+            and http.get(f"/api/conversations/{cid}").json()["execution_status"]
+            in ("finished", "error")
+        ),
+        timeout=60,
+        what=f"the answer to {text!r}",
+    )
     return said(http, cid)
 
 
@@ -62,8 +76,7 @@ def restart(server: ServerProcess) -> httpx.Client:
     return server.client()
 
 
-def test_a_killed_server_resumes_the_agents_session(server: ServerProcess,
-                                                    tmp_path: Path) -> None:
+def test_a_killed_server_resumes_the_agents_session(server: ServerProcess, tmp_path: Path) -> None:
     remembers, forgets = tmp_path / "remembers.json", tmp_path / "forgets.json"
     with server.client() as http:
         kept = create(http, tmp_path / "ws1", "--sessions", str(remembers))
@@ -81,17 +94,17 @@ def test_a_killed_server_resumes_the_agents_session(server: ServerProcess,
         # What the agent replayed while loading (messages, a tool call) is not stored again.
         assert not items(http, kept, kind__eq="ACPToolCallEvent")
         assert not items(http, kept, kind__eq="ServerErrorEvent")
-        assert [e["llm_message"]["content"][0]["text"]
-                for e in items(http, kept, kind__eq="MessageEvent", source__eq="user")] == [
-            "say first words", "recall", "sessions"]
+        assert [
+            e["llm_message"]["content"][0]["text"]
+            for e in items(http, kept, kind__eq="MessageEvent", source__eq="user")
+        ] == ["say first words", "recall", "sessions"]
         # The resumed session's cumulative cost goes on from what was counted: +$0.25.
         turn(http, costs, "say spent more\nusage 10 5 0.75")
         metrics = http.get(f"/api/conversations/{costs}").json()["metrics"]
         assert metrics["accumulated_cost"] == pytest.approx(0.75)
 
         # Not resumable: a new session, and a note saying why the memory is gone.
-        for cid, why in ((lost, "session/load failed"),
-                         (plain, "does not offer session/load")):
+        for cid, why in ((lost, "session/load failed"), (plain, "does not offer session/load")):
             assert turn(http, cid, "recall")[-1] == "I remember: "
             [note] = items(http, cid, kind__eq="ServerErrorEvent")
             assert note["code"] == "ACPSessionLost"
@@ -104,25 +117,33 @@ def test_a_killed_server_resumes_the_agents_session(server: ServerProcess,
         assert len(items(http, lost, kind__eq="ServerErrorEvent")) == 1
 
 
-def test_a_crashed_agent_is_resumed_in_the_same_server(server: ServerProcess,
-                                                       tmp_path: Path) -> None:
+def test_a_crashed_agent_is_resumed_in_the_same_server(
+    server: ServerProcess, tmp_path: Path
+) -> None:
     with server.client() as http:
         cid = create(http, tmp_path / "ws", "--sessions", str(tmp_path / "s.json"))
         turn(http, cid, "say before the crash")
-        r = http.post(f"/api/conversations/{cid}/events", json={
-            "role": "user", "run": True, "content": [{"type": "text", "text": "crash 3"}]})
+        r = http.post(
+            f"/api/conversations/{cid}/events",
+            json={"role": "user", "run": True, "content": [{"type": "text", "text": "crash 3"}]},
+        )
         assert r.status_code == 200
-        wait_for(lambda: items(http, cid, kind__eq="ConversationErrorEvent"), timeout=60,
-                 what="the crash's error")
-        wait_for(lambda: http.get(f"/api/conversations/{cid}").json()["execution_status"]
-                 == "error", what="the run's end")
+        wait_for(
+            lambda: items(http, cid, kind__eq="ConversationErrorEvent"),
+            timeout=60,
+            what="the crash's error",
+        )
+        wait_for(
+            lambda: http.get(f"/api/conversations/{cid}").json()["execution_status"] == "error",
+            what="the run's end",
+        )
         assert turn(http, cid, "recall")[-1] == "I remember: say before the crash | crash 3"
         assert not items(http, cid, kind__eq="ServerErrorEvent")
 
 
-
-def test_a_side_question_after_a_restart_changes_nothing(server: ServerProcess,
-                                                         tmp_path: Path) -> None:
+def test_a_side_question_after_a_restart_changes_nothing(
+    server: ServerProcess, tmp_path: Path
+) -> None:
     """ask_agent may start the agent to answer, but the session it could not resume is told,
     and the new one kept, by the next turn: the side question leaves the events and the
     saved session as they were."""

@@ -31,12 +31,16 @@ def command_critic(command: str, **extra: Any) -> dict[str, Any]:
     return {**agent(), "critic": {"kind": "CommandCritic", "command": command, **extra}}
 
 
-async def run(srv: InProcess, tmp_path: Path, spec: dict[str, Any], *script: Scripted,
-              **extra: Any) -> Conversation:
+async def run(
+    srv: InProcess, tmp_path: Path, spec: dict[str, Any], *script: Scripted, **extra: Any
+) -> Conversation:
     srv.model.script += script
     conv = await new_conversation(srv, tmp_path / "ws", agent=spec, **extra)
-    await conv.send_message(SendMessage.model_validate(
-        {"content": [{"type": "text", "text": "do the task"}], "run": True}))
+    await conv.send_message(
+        SendMessage.model_validate(
+            {"content": [{"type": "text", "text": "do the task"}], "run": True}
+        )
+    )
     await run_ends(conv)
     return conv
 
@@ -50,8 +54,10 @@ async def judged_history(conv: Conversation) -> list[str]:
 
 
 async def test_a_command_critic_scores_the_finish(srv: InProcess, tmp_path: Path) -> None:
-    critic = ('cat > critic-input.json; '
-              'echo \'{"score": 0.75, "message": "looks right", "metadata": {"by": "script"}}\'')
+    critic = (
+        "cat > critic-input.json; "
+        'echo \'{"score": 0.75, "message": "looks right", "metadata": {"by": "script"}}\''
+    )
     conv = await run(srv, tmp_path, command_critic(critic), Scripted(calls=[FINISH]))
     assert conv.status == S.FINISHED
     [finish] = await events(conv, ActionEvent)
@@ -59,11 +65,19 @@ async def test_a_command_critic_scores_the_finish(srv: InProcess, tmp_path: Path
     assert result is not None
     assert (result.score, result.message) == (0.75, "looks right")
     history = await judged_history(conv)
-    assert result.metadata == {"by": "script", "event_ids": history, "critic": "CommandCritic",
-                               "llm_response_id": finish.llm_response_id}
+    assert result.metadata == {
+        "by": "script",
+        "event_ids": history,
+        "critic": "CommandCritic",
+        "llm_response_id": finish.llm_response_id,
+    }
     given = json.loads((tmp_path / "ws" / "critic-input.json").read_text())
-    assert given["subject"] == {"kind": "finish", "tool_name": "finish",
-                                "arguments": {"message": "all done"}, "thought": ""}
+    assert given["subject"] == {
+        "kind": "finish",
+        "tool_name": "finish",
+        "arguments": {"message": "all done"},
+        "thought": "",
+    }
     assert given["event_ids"] == history
     assert given["conversation_id"] == conv.id
     assert [m["role"] for m in given["messages"]] == ["system", "user"]
@@ -72,8 +86,13 @@ async def test_a_command_critic_scores_the_finish(srv: InProcess, tmp_path: Path
 
 async def test_a_model_critic_scores_an_agent_message(srv: InProcess, tmp_path: Path) -> None:
     spec = {**agent(), "critic": {"kind": "ModelCritic", "llm": {"model": "scripted/critic"}}}
-    conv = await run(srv, tmp_path, spec, Scripted(content="the answer is 42"),
-                     Scripted(content='Verdict: ```json\n{"score": 0.25, "message": "unsure"}\n```'))
+    conv = await run(
+        srv,
+        tmp_path,
+        spec,
+        Scripted(content="the answer is 42"),
+        Scripted(content='Verdict: ```json\n{"score": 0.25, "message": "unsure"}\n```'),
+    )
     assert conv.status == S.FINISHED
     [reply] = [e for e in await events(conv, MessageEvent) if e.source == "agent"]
     assert reply.critic_result is not None
@@ -87,17 +106,28 @@ async def test_a_model_critic_scores_an_agent_message(srv: InProcess, tmp_path: 
 
 
 async def test_no_critic_means_no_critic_result(srv: InProcess, tmp_path: Path) -> None:
-    conv = await run(srv, tmp_path, agent(), Scripted(calls=[("think", '{"thought": "x"}')]),
-                     Scripted(calls=[FINISH]))
+    conv = await run(
+        srv,
+        tmp_path,
+        agent(),
+        Scripted(calls=[("think", '{"thought": "x"}')]),
+        Scripted(calls=[FINISH]),
+    )
     assert all(e.critic_result is None for e in await events(conv, ActionEvent))
     assert all(e.critic_result is None for e in await events(conv, MessageEvent))
 
 
-async def test_by_default_only_finishes_and_messages_are_judged(srv: InProcess,
-                                                                tmp_path: Path) -> None:
-    critic = "cat >/dev/null; echo '{\"score\": 1, \"message\": null}'"
-    conv = await run(srv, tmp_path, command_critic(critic),
-                     Scripted(calls=[("think", '{"thought": "x"}')]), Scripted(calls=[FINISH]))
+async def test_by_default_only_finishes_and_messages_are_judged(
+    srv: InProcess, tmp_path: Path
+) -> None:
+    critic = 'cat >/dev/null; echo \'{"score": 1, "message": null}\''
+    conv = await run(
+        srv,
+        tmp_path,
+        command_critic(critic),
+        Scripted(calls=[("think", '{"thought": "x"}')]),
+        Scripted(calls=[FINISH]),
+    )
     think, finish = await events(conv, ActionEvent)
     assert think.critic_result is None
     assert finish.critic_result is not None and finish.critic_result.score == 1.0
@@ -105,47 +135,67 @@ async def test_by_default_only_finishes_and_messages_are_judged(srv: InProcess,
 
 
 async def test_all_actions_mode_judges_every_action(srv: InProcess, tmp_path: Path) -> None:
-    critic = "cat >/dev/null; echo '{\"score\": 0.5, \"message\": \"meh\"}'"
-    conv = await run(srv, tmp_path, command_critic(critic, mode="all_actions"),
-                     Scripted(calls=[("think", '{"thought": "x"}')]), Scripted(calls=[FINISH]))
+    critic = 'cat >/dev/null; echo \'{"score": 0.5, "message": "meh"}\''
+    conv = await run(
+        srv,
+        tmp_path,
+        command_critic(critic, mode="all_actions"),
+        Scripted(calls=[("think", '{"thought": "x"}')]),
+        Scripted(calls=[FINISH]),
+    )
     think, finish = await events(conv, ActionEvent)
     assert think.critic_result is not None and finish.critic_result is not None
     # The finish was judged later, with the think call and its result in view.
     assert len(finish.critic_result.metadata["event_ids"]) > len(
-        think.critic_result.metadata["event_ids"])
+        think.critic_result.metadata["event_ids"]
+    )
 
 
 async def test_the_actions_of_one_response_are_judged_on_the_same_history(
-        srv: InProcess, tmp_path: Path) -> None:
+    srv: InProcess, tmp_path: Path
+) -> None:
     critic = "cat >> ../judged.jsonl; echo >> ../judged.jsonl; echo '{\"score\": 0.5}'"
-    conv = await run(srv, tmp_path, command_critic(critic, mode="all_actions"),
-                     Scripted(calls=[("think", '{"thought": "first"}'),
-                                     ("think", '{"thought": "second"}')]),
-                     Scripted(calls=[FINISH]))
+    conv = await run(
+        srv,
+        tmp_path,
+        command_critic(critic, mode="all_actions"),
+        Scripted(calls=[("think", '{"thought": "first"}'), ("think", '{"thought": "second"}')]),
+        Scripted(calls=[FINISH]),
+    )
     first, second, finish = await events(conv, ActionEvent)
     assert first.critic_result is not None and second.critic_result is not None
     assert first.critic_result.metadata["event_ids"] == second.critic_result.metadata["event_ids"]
     lines = (tmp_path / "judged.jsonl").read_text().split("\n")
     judged = [json.loads(line) for line in lines if line.strip()]
-    assert [j["subject"]["arguments"] for j in judged[:2]] == [{"thought": "first"},
-                                                               {"thought": "second"}]
+    assert [j["subject"]["arguments"] for j in judged[:2]] == [
+        {"thought": "first"},
+        {"thought": "second"},
+    ]
     assert judged[0]["messages"] == judged[1]["messages"]
     assert len(judged[2]["messages"]) > len(judged[1]["messages"])
 
 
-@pytest.mark.parametrize(("command", "why"), [
-    ("cat >/dev/null; echo broken >&2; exit 3", "the command exited with 3: broken"),
-    ("cat >/dev/null; echo 'fine, I guess'", "the answer is not JSON"),
-    ("cat >/dev/null; echo '{\"score\": 1.5}'", "score must be a number from 0 to 1"),
-    ("cat >/dev/null; echo '{\"score\": true}'", "score must be a number from 0 to 1"),
-    (f"cat >/dev/null; echo {SECRET} >&2; exit 1", "<secret-hidden>"),
-])
+@pytest.mark.parametrize(
+    ("command", "why"),
+    [
+        ("cat >/dev/null; echo broken >&2; exit 3", "the command exited with 3: broken"),
+        ("cat >/dev/null; echo 'fine, I guess'", "the answer is not JSON"),
+        ("cat >/dev/null; echo '{\"score\": 1.5}'", "score must be a number from 0 to 1"),
+        ("cat >/dev/null; echo '{\"score\": true}'", "score must be a number from 0 to 1"),
+        (f"cat >/dev/null; echo {SECRET} >&2; exit 1", "<secret-hidden>"),
+    ],
+)
 async def test_a_failing_critic_leaves_no_result_and_the_run_goes_on(
-        srv: InProcess, tmp_path: Path, caplog: pytest.LogCaptureFixture, command: str,
-        why: str) -> None:
+    srv: InProcess, tmp_path: Path, caplog: pytest.LogCaptureFixture, command: str, why: str
+) -> None:
     with caplog.at_level(logging.WARNING, logger="agent_server.agent.critic"):
-        conv = await run(srv, tmp_path, command_critic(command), Scripted(calls=[FINISH]),
-                         secrets={"TOKEN": SECRET})
+        conv = await run(
+            srv,
+            tmp_path,
+            command_critic(command),
+            Scripted(calls=[FINISH]),
+            secrets={"TOKEN": SECRET},
+        )
     assert conv.status == S.FINISHED
     [finish] = await events(conv, ActionEvent)
     assert finish.critic_result is None
@@ -155,12 +205,14 @@ async def test_a_failing_critic_leaves_no_result_and_the_run_goes_on(
     assert SECRET not in warning.getMessage()
 
 
-async def test_a_slow_critic_is_given_up_on_in_time(srv: InProcess, tmp_path: Path,
-                                                    caplog: pytest.LogCaptureFixture) -> None:
+async def test_a_slow_critic_is_given_up_on_in_time(
+    srv: InProcess, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     started = time.monotonic()
     with caplog.at_level(logging.WARNING, logger="agent_server.agent.critic"):
-        conv = await run(srv, tmp_path, command_critic("sleep 30", timeout=0.5),
-                         Scripted(calls=[FINISH]))
+        conv = await run(
+            srv, tmp_path, command_critic("sleep 30", timeout=0.5), Scripted(calls=[FINISH])
+        )
     assert time.monotonic() - started < 10
     assert conv.status == S.FINISHED
     [finish] = await events(conv, ActionEvent)
@@ -169,34 +221,47 @@ async def test_a_slow_critic_is_given_up_on_in_time(srv: InProcess, tmp_path: Pa
 
 
 async def test_a_slow_or_failing_model_critic_does_not_stop_the_agent(
-        srv: InProcess, tmp_path: Path) -> None:
-    spec = {**agent(), "critic": {"kind": "ModelCritic", "timeout": 0.3,
-                                  "llm": {"model": "scripted/critic"}}}
-    conv = await run(srv, tmp_path, spec, Scripted(content="first"),
-                     Scripted(content='{"score": 1}', delay=5))
+    srv: InProcess, tmp_path: Path
+) -> None:
+    spec = {
+        **agent(),
+        "critic": {"kind": "ModelCritic", "timeout": 0.3, "llm": {"model": "scripted/critic"}},
+    }
+    conv = await run(
+        srv, tmp_path, spec, Scripted(content="first"), Scripted(content='{"score": 1}', delay=5)
+    )
     assert conv.status == S.FINISHED
     [reply] = [e for e in await events(conv, MessageEvent) if e.source == "agent"]
     assert reply.critic_result is None
 
-    conv = await run(srv, tmp_path, spec, Scripted(content="second"),
-                     Scripted(fail="AuthenticationError"))
+    conv = await run(
+        srv, tmp_path, spec, Scripted(content="second"), Scripted(fail="AuthenticationError")
+    )
     assert conv.status == S.FINISHED
     [reply] = [e for e in await events(conv, MessageEvent) if e.source == "agent"]
     assert reply.critic_result is None
 
 
-@pytest.mark.parametrize(("answer", "verdict"), [
-    ('{"score": 0.8, "message": "ok"}', (0.8, "ok", {})),
-    ('Here you go:\n{"score": 0, "message": "wrong", "metadata": {"k": 1}}', (0.0, "wrong", {"k": 1})),
-    ("0.6", (0.6, None, {})),
-    ('{"score": 1, "message": 5}', (1.0, None, {})),
-])
+@pytest.mark.parametrize(
+    ("answer", "verdict"),
+    [
+        ('{"score": 0.8, "message": "ok"}', (0.8, "ok", {})),
+        (
+            'Here you go:\n{"score": 0, "message": "wrong", "metadata": {"k": 1}}',
+            (0.0, "wrong", {"k": 1}),
+        ),
+        ("0.6", (0.6, None, {})),
+        ('{"score": 1, "message": 5}', (1.0, None, {})),
+    ],
+)
 def test_a_model_verdict_is_read_leniently(answer: str, verdict: tuple[Any, ...]) -> None:
     assert parse_verdict(answer) == verdict
 
 
-@pytest.mark.parametrize("answer", ["", "no idea", '{"message": "no score"}', '{"score": -0.1}',
-                                    '{"score": "0.5"}', "[0.5]"])
+@pytest.mark.parametrize(
+    "answer",
+    ["", "no idea", '{"message": "no score"}', '{"score": -0.1}', '{"score": "0.5"}', "[0.5]"],
+)
 def test_an_answer_without_a_score_is_a_failure(answer: str) -> None:
     with pytest.raises(CriticFailed):
         parse_verdict(answer)

@@ -16,13 +16,24 @@ from agent_server.agent.spec import HookConfig
 from events import Event, HookExecutionEvent
 
 
-def hooks_for(tmp_path: Path, event_type: str, *commands: str, matcher: str = "*",
-              timeout: float = 30, secrets: dict[str, str] | None = None,
-              ) -> tuple[Hooks, list[HookExecutionEvent]]:
-    config = HookConfig.model_validate({event_type: [{
-        "matcher": matcher,
-        "hooks": [{"command": c, "timeout": timeout} for c in commands],
-    }]})
+def hooks_for(
+    tmp_path: Path,
+    event_type: str,
+    *commands: str,
+    matcher: str = "*",
+    timeout: float = 30,
+    secrets: dict[str, str] | None = None,
+) -> tuple[Hooks, list[HookExecutionEvent]]:
+    config = HookConfig.model_validate(
+        {
+            event_type: [
+                {
+                    "matcher": matcher,
+                    "hooks": [{"command": c, "timeout": timeout} for c in commands],
+                }
+            ]
+        }
+    )
     seen: list[HookExecutionEvent] = []
 
     async def append(*events: Event) -> list[Event]:
@@ -53,8 +64,9 @@ async def gone(pid: int, within: float = 10) -> bool:
 
 
 async def test_exit_2_blocks_with_stderr_as_the_reason(tmp_path: Path) -> None:
-    hooks, seen = hooks_for(tmp_path, "PreToolUse", "echo 'not in prod' >&2; exit 2",
-                            "echo never-reached")
+    hooks, seen = hooks_for(
+        tmp_path, "PreToolUse", "echo 'not in prod' >&2; exit 2", "echo never-reached"
+    )
     outcome = await hooks.run("PreToolUse", tool_name="terminal")
     assert (outcome.blocked, outcome.reason) == (True, "not in prod")
     [event] = seen  # a block stops the hooks after it
@@ -62,17 +74,21 @@ async def test_exit_2_blocks_with_stderr_as_the_reason(tmp_path: Path) -> None:
 
 
 async def test_a_json_deny_blocks_with_its_reason(tmp_path: Path) -> None:
-    hooks, seen = hooks_for(tmp_path, "PreToolUse",
-                            """echo '{"decision": "deny", "reason": "policy says no"}'""")
+    hooks, seen = hooks_for(
+        tmp_path, "PreToolUse", """echo '{"decision": "deny", "reason": "policy says no"}'"""
+    )
     outcome = await hooks.run("PreToolUse", tool_name="terminal")
     assert (outcome.blocked, outcome.reason) == (True, "policy says no")
     assert seen[0].exit_code == 0 and seen[0].success
 
 
 async def test_additional_context_is_collected(tmp_path: Path) -> None:
-    hooks, seen = hooks_for(tmp_path, "UserPromptSubmit",
-                            """echo '{"additionalContext": "the repo uses tabs"}'""",
-                            """echo '{"additionalContext": "and pytest"}'""")
+    hooks, seen = hooks_for(
+        tmp_path,
+        "UserPromptSubmit",
+        """echo '{"additionalContext": "the repo uses tabs"}'""",
+        """echo '{"additionalContext": "and pytest"}'""",
+    )
     outcome = await hooks.run("UserPromptSubmit")
     assert not outcome.blocked
     assert outcome.additional_context == ["the repo uses tabs", "and pytest"]
@@ -81,8 +97,12 @@ async def test_additional_context_is_collected(tmp_path: Path) -> None:
 
 
 async def test_the_hook_reads_the_moment_on_stdin_in_the_workspace(tmp_path: Path) -> None:
-    hooks, _ = hooks_for(tmp_path, "PreToolUse", "cat > payload.json; echo $SECRET_X > env.txt",
-                         secrets={"SECRET_X": "visible-to-hooks"})
+    hooks, _ = hooks_for(
+        tmp_path,
+        "PreToolUse",
+        "cat > payload.json; echo $SECRET_X > env.txt",
+        secrets={"SECRET_X": "visible-to-hooks"},
+    )
     await hooks.run("PreToolUse", tool_name="terminal", details={"tool_input": {"a": 1}})
     payload = json.loads((tmp_path / "payload.json").read_text())
     assert payload["hook_event_name"] == "PreToolUse"
@@ -107,18 +127,21 @@ async def test_a_failing_hook_is_reported_and_does_not_block(tmp_path: Path) -> 
 
 
 async def test_a_timeout_kills_the_hook_and_what_it_started(tmp_path: Path) -> None:
-    hooks, seen = hooks_for(tmp_path, "Stop", "sleep 300 & echo $! > child.pid; wait",
-                            timeout=0.5)
+    hooks, seen = hooks_for(tmp_path, "Stop", "sleep 300 & echo $! > child.pid; wait", timeout=0.5)
     outcome = await hooks.run("Stop")
     assert not outcome.blocked
     assert seen[0].error == "timed out after 0.5s"
     assert await gone(int((tmp_path / "child.pid").read_text()))
 
 
-@pytest.mark.parametrize("start", [
-    "sleep 300 >/dev/null 2>&1 &",  # in the hook's process group
-    "setsid sleep 300 >/dev/null 2>&1 &",  # a new session: a real daemon
-], ids=["background", "setsid"])
+@pytest.mark.parametrize(
+    "start",
+    [
+        "sleep 300 >/dev/null 2>&1 &",  # in the hook's process group
+        "setsid sleep 300 >/dev/null 2>&1 &",  # a new session: a real daemon
+    ],
+    ids=["background", "setsid"],
+)
 async def test_a_hook_that_daemonises_leaves_no_process(tmp_path: Path, start: str) -> None:
     hooks, seen = hooks_for(tmp_path, "SessionStart", f"{start} echo $! > child.pid; exit 0")
     outcome = await hooks.run("SessionStart")

@@ -26,8 +26,14 @@ class Sleeps(list[float]):
 
 
 def config(base_url: str, **extra: Any) -> LLMConfig:
-    return LLMConfig.model_validate({"model": "openai/test-model", "base_url": base_url,
-                                     "api_key": "sk-very-secret-key", **extra})
+    return LLMConfig.model_validate(
+        {
+            "model": "openai/test-model",
+            "base_url": base_url,
+            "api_key": "sk-very-secret-key",
+            **extra,
+        }
+    )
 
 
 @pytest.fixture
@@ -48,11 +54,13 @@ async def test_a_reply_with_a_tool_call(llm: ScriptedLLM, key: str) -> None:
 
 
 async def test_server_errors_are_retried_with_growing_jittered_waits(
-        llm: ScriptedLLM, key: str) -> None:
+    llm: ScriptedLLM, key: str
+) -> None:
     llm.script(key, error(503), error(500), error(502), text("finally"))
     sleeps = Sleeps()
-    reply = await llm_module.complete(config(llm.base_url(key), num_retries=3), MESSAGES, [],
-                                      sleep=sleeps)
+    reply = await llm_module.complete(
+        config(llm.base_url(key), num_retries=3), MESSAGES, [], sleep=sleeps
+    )
     assert reply.content == "finally"
     assert len(sleeps) == 3
     for attempt, wait in enumerate(sleeps, start=1):
@@ -68,13 +76,13 @@ async def test_retry_after_is_honoured(llm: ScriptedLLM, key: str) -> None:
     assert sleeps == [7.0]
 
 
-async def test_retries_run_out_into_a_failure_without_the_key(llm: ScriptedLLM,
-                                                               key: str) -> None:
+async def test_retries_run_out_into_a_failure_without_the_key(llm: ScriptedLLM, key: str) -> None:
     llm.script(key, *[error(503, "down for sk-very-secret-key")] * 3)
     sleeps = Sleeps()
     with pytest.raises(LLMFailure) as caught:
-        await llm_module.complete(config(llm.base_url(key), num_retries=2), MESSAGES, [],
-                                  sleep=sleeps)
+        await llm_module.complete(
+            config(llm.base_url(key), num_retries=2), MESSAGES, [], sleep=sleeps
+        )
     assert caught.value.code == "ServiceUnavailableError"
     assert "sk-very-secret-key" not in caught.value.detail
     assert len(sleeps) == 2
@@ -95,8 +103,9 @@ async def test_a_refused_connection_is_retried_then_fails() -> None:
     port = free_port()  # nothing listens on it
     sleeps = Sleeps()
     with pytest.raises(LLMFailure) as caught:
-        await llm_module.complete(config(f"http://127.0.0.1:{port}/v1", num_retries=2),
-                                  MESSAGES, [], sleep=sleeps)
+        await llm_module.complete(
+            config(f"http://127.0.0.1:{port}/v1", num_retries=2), MESSAGES, [], sleep=sleeps
+        )
     # litellm reports a refused connection to an OpenAI-compatible server this way.
     assert caught.value.code == "InternalServerError"
     # Said by httpx (our transport), not aiohttp: what matters is that it names the failure.
@@ -113,15 +122,18 @@ def test_the_llm_backoff_bounds() -> None:
 
 
 async def test_the_responses_api_honours_retry_after_and_keeps_the_key_out_of_failures(
-        llm: ScriptedLLM, key: str) -> None:
+    llm: ScriptedLLM, key: str
+) -> None:
     """A GPT-5 model's calls go to `/responses`, with the same retries as chat completions."""
     llm.script(key, error(429, retry_after=0.2), text("ok"), error(401, "bad sk-very-secret-key"))
     sleeps = Sleeps()
     gpt5 = config(llm.base_url(key), model="openai/gpt-5-mini")
     reply = await llm_module.complete(gpt5, MESSAGES, [], sleep=sleeps)
     assert reply.content == "ok" and sleeps == [0.2]
-    assert llm.requests_for(key)[0]["input"][0]["content"][0] == {"type": "input_text",
-                                                                 "text": "hi"}
+    assert llm.requests_for(key)[0]["input"][0]["content"][0] == {
+        "type": "input_text",
+        "text": "hi",
+    }
     with pytest.raises(LLMFailure) as failed:
         await llm_module.complete(gpt5, MESSAGES, [], sleep=sleeps)
     assert failed.value.code == "AuthenticationError" and sleeps == [0.2]

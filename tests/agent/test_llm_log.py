@@ -24,20 +24,33 @@ from tests.support.inprocess import InProcess, agent, events, new_conversation, 
 
 
 def completion(prompt: list[int] | None, response: list[int] | None) -> Completion:
-    return Completion(response_id="r1", content="", tool_calls=[], reasoning_content=None,
-                      thinking_blocks=[], usage=TokenUsage(), cost=0.0, latency=0.0,
-                      prompt_token_ids=prompt, response_token_ids=response)
+    return Completion(
+        response_id="r1",
+        content="",
+        tool_calls=[],
+        reasoning_content=None,
+        thinking_blocks=[],
+        usage=TokenUsage(),
+        cost=0.0,
+        latency=0.0,
+        prompt_token_ids=prompt,
+        response_token_ids=response,
+    )
 
 
 def record(n_messages: int, size: int, n_tools: int = 5) -> dict[str, Any]:
     return {
-        "messages": [{"role": "system", "content": "S" * size}] + [
-            {"role": "user", "content": f"{i} " + "m" * size} for i in range(n_messages)],
-        "tools": [{"type": "function", "function": {"name": f"tool{i}", "description": "d" * size}}
-                  for i in range(n_tools)],
+        "messages": [{"role": "system", "content": "S" * size}]
+        + [{"role": "user", "content": f"{i} " + "m" * size} for i in range(n_messages)],
+        "tools": [
+            {"type": "function", "function": {"name": f"tool{i}", "description": "d" * size}}
+            for i in range(n_tools)
+        ],
         "kwargs": {"model": "m"},
         "response": {"choices": [{"message": {"content": "the answer"}}]},
-        "cost": 0.5, "timestamp": 1.0, "latency_sec": 0.25,
+        "cost": 0.5,
+        "timestamp": 1.0,
+        "latency_sec": 0.25,
         "usage_summary": {"prompt_tokens": 10},
     }
 
@@ -47,14 +60,18 @@ def test_a_log_within_the_limit_is_kept_whole() -> None:
     assert json.loads(fit(data, LOG_DATA_LIMIT)) == data
 
 
-@pytest.mark.parametrize(("n_messages", "size", "n_tools", "how"), [
-    (3, 12_000, 5, "tools listed by name"),
-    (6, 20_000, 5, "strings cut to 8192 characters"),
-    (2_000, 500, 5, "messages after the first left out"),
-    (3, 10, 20_000, "only the summary fields kept"),
-])
-def test_a_long_log_is_cut_to_valid_json_that_says_how(n_messages: int, size: int, n_tools: int,
-                                                       how: str) -> None:
+@pytest.mark.parametrize(
+    ("n_messages", "size", "n_tools", "how"),
+    [
+        (3, 12_000, 5, "tools listed by name"),
+        (6, 20_000, 5, "strings cut to 8192 characters"),
+        (2_000, 500, 5, "messages after the first left out"),
+        (3, 10, 20_000, "only the summary fields kept"),
+    ],
+)
+def test_a_long_log_is_cut_to_valid_json_that_says_how(
+    n_messages: int, size: int, n_tools: int, how: str
+) -> None:
     limit = 64 * 1024
     text = fit(record(n_messages, size, n_tools), limit)
     assert len(text) <= limit
@@ -84,15 +101,23 @@ def test_token_ids_are_kept_up_to_the_bound(caplog: pytest.LogCaptureFixture) ->
     assert f"1 prompt and {MAX_TOKEN_IDS + 1} response ids" in caplog.text
 
 
-async def test_the_scripted_model_s_calls_are_logged_and_masked(srv: InProcess,
-                                                                tmp_path: Path) -> None:
+async def test_the_scripted_model_s_calls_are_logged_and_masked(
+    srv: InProcess, tmp_path: Path
+) -> None:
     secret = 'q"uote\\d-secret'
-    srv.model.script += [Scripted(calls=[("think", json.dumps({"thought": secret}))]),
-                         Scripted(content="done")]
-    conv = await new_conversation(srv, tmp_path / "ws", secrets={"S": secret},
-                                  agent=agent(log_completions=True, usage_id="main"))
-    await conv.send_message(SendMessage.model_validate(
-        {"content": [{"type": "text", "text": "go"}], "run": True}))
+    srv.model.script += [
+        Scripted(calls=[("think", json.dumps({"thought": secret}))]),
+        Scripted(content="done"),
+    ]
+    conv = await new_conversation(
+        srv,
+        tmp_path / "ws",
+        secrets={"S": secret},
+        agent=agent(log_completions=True, usage_id="main"),
+    )
+    await conv.send_message(
+        SendMessage.model_validate({"content": [{"type": "text", "text": "go"}], "run": True})
+    )
     await run_ends(conv)
     logs = await events(conv, LLMCompletionLogEvent)
     assert len(logs) == len(srv.model.requests) == 2
@@ -104,14 +129,19 @@ async def test_the_scripted_model_s_calls_are_logged_and_masked(srv: InProcess,
 
 
 @pytest.mark.parametrize("key", ["sk-scripted-key-123", 'sk-"odd\\key-123'])
-async def test_an_echoed_llm_key_is_masked_in_the_log(srv: InProcess, tmp_path: Path,
-                                                      key: str) -> None:
-    srv.model.script += [Scripted(calls=[("think", json.dumps({"thought": f"key {key}"}))]),
-                         Scripted(content=f"my key is {key}")]
-    conv = await new_conversation(srv, tmp_path / "ws",
-                                  agent=agent(log_completions=True, api_key=key))
-    await conv.send_message(SendMessage.model_validate(
-        {"content": [{"type": "text", "text": "go"}], "run": True}))
+async def test_an_echoed_llm_key_is_masked_in_the_log(
+    srv: InProcess, tmp_path: Path, key: str
+) -> None:
+    srv.model.script += [
+        Scripted(calls=[("think", json.dumps({"thought": f"key {key}"}))]),
+        Scripted(content=f"my key is {key}"),
+    ]
+    conv = await new_conversation(
+        srv, tmp_path / "ws", agent=agent(log_completions=True, api_key=key)
+    )
+    await conv.send_message(
+        SendMessage.model_validate({"content": [{"type": "text", "text": "go"}], "run": True})
+    )
     await run_ends(conv)
     logs = await events(conv, LLMCompletionLogEvent)
     assert len(logs) == 2

@@ -28,20 +28,31 @@ from tests.support.inprocess import InProcess, events, new_conversation, run_end
 THINK = ("think", '{"thought": "let me think"}')
 
 
-async def run(srv: InProcess, tmp_path: Path, *script: Scripted, tools: tuple[str, ...] = (),
-              text: str = "go", **extra: Any) -> Conversation:
+async def run(
+    srv: InProcess,
+    tmp_path: Path,
+    *script: Scripted,
+    tools: tuple[str, ...] = (),
+    text: str = "go",
+    **extra: Any,
+) -> Conversation:
     """A new conversation whose first message starts a run; returns once the run ended."""
     srv.model.script += script
     conv = await new_conversation(srv, tmp_path / "ws", tools=tools, **extra)
-    await conv.send_message(SendMessage.model_validate(
-        {"content": [{"type": "text", "text": text}], "run": True}))
+    await conv.send_message(
+        SendMessage.model_validate({"content": [{"type": "text", "text": text}], "run": True})
+    )
     await run_ends(conv)
     return conv
 
 
 async def test_a_tool_call_its_observation_then_finish(srv: InProcess, tmp_path: Path) -> None:
-    conv = await run(srv, tmp_path, Scripted(content="first a thought", calls=[THINK]),
-                     Scripted(calls=[("finish", '{"message": "all done"}')]))
+    conv = await run(
+        srv,
+        tmp_path,
+        Scripted(content="first a thought", calls=[THINK]),
+        Scripted(calls=[("finish", '{"message": "all done"}')]),
+    )
     assert conv.status == S.FINISHED
     think, finish = await events(conv, ActionEvent)
     assert (think.tool_name, finish.tool_name) == ("think", "finish")
@@ -54,9 +65,12 @@ async def test_a_tool_call_its_observation_then_finish(srv: InProcess, tmp_path:
 
 
 async def test_a_terminal_call_runs_in_the_workspace(srv: InProcess, tmp_path: Path) -> None:
-    conv = await run(srv, tmp_path,
-                     Scripted(calls=[("terminal", '{"command": "echo hi-from-bash; pwd"}')]),
-                     tools=("terminal",))
+    conv = await run(
+        srv,
+        tmp_path,
+        Scripted(calls=[("terminal", '{"command": "echo hi-from-bash; pwd"}')]),
+        tools=("terminal",),
+    )
     assert conv.status == S.FINISHED
     [observation] = await events(conv, ObservationEvent)
     assert "hi-from-bash" in observation.observation.text
@@ -64,9 +78,11 @@ async def test_a_terminal_call_runs_in_the_workspace(srv: InProcess, tmp_path: P
 
 
 async def test_invalid_json_arguments_are_an_error_and_the_run_goes_on(
-        srv: InProcess, tmp_path: Path) -> None:
-    conv = await run(srv, tmp_path, Scripted(calls=[("think", '{"thought": ')]),
-                     Scripted(content="recovered"))
+    srv: InProcess, tmp_path: Path
+) -> None:
+    conv = await run(
+        srv, tmp_path, Scripted(calls=[("think", '{"thought": ')]), Scripted(content="recovered")
+    )
     [error] = await events(conv, AgentErrorEvent)
     assert error.tool_name == "think"
     assert error.error.startswith("Invalid JSON in the arguments of think:")
@@ -75,7 +91,8 @@ async def test_invalid_json_arguments_are_an_error_and_the_run_goes_on(
 
 
 async def test_an_unknown_tool_is_an_error_naming_the_available_ones(
-        srv: InProcess, tmp_path: Path) -> None:
+    srv: InProcess, tmp_path: Path
+) -> None:
     conv = await run(srv, tmp_path, Scripted(calls=[("teleport", "{}")]), Scripted(content="ok"))
     [error] = await events(conv, AgentErrorEvent)
     assert error.error.startswith("Unknown tool 'teleport'. Available tools: ")
@@ -105,17 +122,22 @@ async def test_the_same_failing_call_three_times_is_stuck(srv: InProcess, tmp_pa
 
 async def test_stuck_detection_can_be_turned_off(srv: InProcess, tmp_path: Path) -> None:
     same = Scripted(calls=[("teleport", '{"to": "mars"}')])
-    conv = await run(srv, tmp_path, same, same, same, Scripted(content="gave up"),
-                     stuck_detection=False)
+    conv = await run(
+        srv, tmp_path, same, same, same, Scripted(content="gave up"), stuck_detection=False
+    )
     assert conv.status == S.FINISHED
     assert len(await events(conv, AgentErrorEvent)) == 3
 
 
 async def test_always_confirm_waits_and_executes_nothing(srv: InProcess, tmp_path: Path) -> None:
     marker = tmp_path / "ws" / "made"
-    conv = await run(srv, tmp_path,
-                     Scripted(calls=[("terminal", json.dumps({"command": f"touch {marker}"}))]),
-                     tools=("terminal",), confirmation_policy={"kind": "AlwaysConfirm"})
+    conv = await run(
+        srv,
+        tmp_path,
+        Scripted(calls=[("terminal", json.dumps({"command": f"touch {marker}"}))]),
+        tools=("terminal",),
+        confirmation_policy={"kind": "AlwaysConfirm"},
+    )
     assert conv.status == S.WAITING_FOR_CONFIRMATION
     [action] = await events(conv, ActionEvent)
     assert action.tool_name == "terminal"
@@ -125,8 +147,9 @@ async def test_always_confirm_waits_and_executes_nothing(srv: InProcess, tmp_pat
 
 
 async def test_think_never_waits_for_confirmation(srv: InProcess, tmp_path: Path) -> None:
-    conv = await run(srv, tmp_path, Scripted(calls=[THINK]),
-                     confirmation_policy={"kind": "AlwaysConfirm"})
+    conv = await run(
+        srv, tmp_path, Scripted(calls=[THINK]), confirmation_policy={"kind": "AlwaysConfirm"}
+    )
     assert conv.status == S.FINISHED
     assert len(await events(conv, ObservationEvent)) == 1
 
@@ -141,8 +164,9 @@ async def test_an_llm_failure_ends_in_error_with_its_code(srv: InProcess, tmp_pa
 async def test_interrupt_cancels_a_delayed_model_call(srv: InProcess, tmp_path: Path) -> None:
     srv.model.script.append(Scripted(content="an hour late", delay=3600))
     conv = await new_conversation(srv, tmp_path / "ws")
-    await conv.send_message(SendMessage.model_validate(
-        {"content": [{"type": "text", "text": "go"}], "run": True}))
+    await conv.send_message(
+        SendMessage.model_validate({"content": [{"type": "text", "text": "go"}], "run": True})
+    )
     await srv.model.asked.wait()
     await asyncio.wait_for(conv.interrupt(), 30)
     assert conv.status == S.PAUSED
@@ -156,22 +180,27 @@ async def test_interrupt_cancels_a_delayed_model_call(srv: InProcess, tmp_path: 
 
 
 async def test_interrupt_repairs_a_tool_call_left_without_a_result(
-        srv: InProcess, tmp_path: Path) -> None:
+    srv: InProcess, tmp_path: Path
+) -> None:
     srv.model.script.append(Scripted(calls=[("terminal", '{"command": "sleep 3600"}')]))
     conv = await new_conversation(srv, tmp_path / "ws", tools=["terminal"])
     stored = asyncio.Event()
     log = await conv.log()
-    log.subscribe(lambda written: any(isinstance(e, ActionEvent) for e, _ in written)
-                  and stored.set())
-    await conv.send_message(SendMessage.model_validate(
-        {"content": [{"type": "text", "text": "go"}], "run": True}))
+    log.subscribe(
+        lambda written: any(isinstance(e, ActionEvent) for e, _ in written) and stored.set()
+    )
+    await conv.send_message(
+        SendMessage.model_validate({"content": [{"type": "text", "text": "go"}], "run": True})
+    )
     await asyncio.wait_for(stored.wait(), 30)
     await asyncio.wait_for(conv.interrupt(), 30)
     assert conv.status == S.PAUSED
     [action] = await events(conv, ActionEvent)
     [error] = await events(conv, AgentErrorEvent)
-    assert (error.tool_call_id, error.error) == (action.tool_call_id,
-                                                 "Interrupted before this call finished.")
+    assert (error.tool_call_id, error.error) == (
+        action.tool_call_id,
+        "Interrupted before this call finished.",
+    )
     assert not await events(conv, ObservationEvent)
     # The history stays valid: the next request answers the call exactly once.
     await conv.run()
@@ -184,13 +213,16 @@ SECRET = "tok-9f8e7d6c5b4a"
 
 
 async def test_streamed_deltas_never_show_a_secret_split_between_pieces(
-        srv: InProcess, tmp_path: Path) -> None:
-    srv.model.script.append(Scripted(content=f"the key is {SECRET}.",
-                                     deltas=["the key is tok-9f8", "e7d6c5b4a."]))
+    srv: InProcess, tmp_path: Path
+) -> None:
+    srv.model.script.append(
+        Scripted(content=f"the key is {SECRET}.", deltas=["the key is tok-9f8", "e7d6c5b4a."])
+    )
     conv = await new_conversation(srv, tmp_path / "ws", secrets={"API_TOKEN": SECRET})
     sub = srv.services.delivery.pubsub.subscribe(conv.id)
-    await conv.send_message(SendMessage.model_validate(
-        {"content": [{"type": "text", "text": "go"}], "run": True}))
+    await conv.send_message(
+        SendMessage.model_validate({"content": [{"type": "text", "text": "go"}], "run": True})
+    )
     await run_ends(conv)
     frames: list[Frame] = []
     while len(sub):

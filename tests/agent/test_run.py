@@ -52,8 +52,10 @@ FINISH = ("finish", '{"message": "all done"}')
 
 def create(path: Path) -> tuple[str, str]:
     """A file_editor call that creates `path`: an action that changes the world."""
-    return ("file_editor", json.dumps({"command": "create", "path": str(path),
-                                       "file_text": "made\n"}))
+    return (
+        "file_editor",
+        json.dumps({"command": "create", "path": str(path), "file_text": "made\n"}),
+    )
 
 
 class Parts:
@@ -72,15 +74,18 @@ class Parts:
 
         self.sink = EventSink(open_log, self.published.append, masker)
         llm = LLMConfig(model="scripted/test")
-        self.control = RunControl(confirmation_policy=NeverConfirm(),
-                                  llm=ActiveLLM(llm, None, dict))
+        self.control = RunControl(
+            confirmation_policy=NeverConfirm(), llm=ActiveLLM(llm, None, dict)
+        )
         workspace = tmp_path / "ws"
         workspace.mkdir()
-        ctx = ToolContext(conversation_id="run-alone", working_dir=workspace,
-                          state_dir=tmp_path / "tools")
+        ctx = ToolContext(
+            conversation_id="run-alone", working_dir=workspace, state_dir=tmp_path / "tools"
+        )
         self.workspace = workspace
-        self.toolbox = Toolbox(ctx, AgentSpec(llm=llm, tools=[ToolSpec(name="file_editor")]),
-                               self.sink.append)
+        self.toolbox = Toolbox(
+            ctx, AgentSpec(llm=llm, tools=[ToolSpec(name="file_editor")]), self.sink.append
+        )
         self.hooks = Hooks(None, "run-alone", workspace, {}, self.sink.append)
         self.metrics = Metrics()
         self.sessions_started = 0
@@ -93,15 +98,27 @@ class Parts:
 
     def make(self, max_iterations: int = 20) -> RunParts:
         return RunParts(
-            model=self.model, toolbox=self.toolbox, view=self.view, sink=self.sink,
-            control=self.control, hooks=self.hooks, condenser=self.condenser,
-            critic=self.critic, metrics=self.metrics, telemetry=self.telemetry,
-            max_iterations=max_iterations, stuck_detection=True,
-            start_session=self.start_session)
+            model=self.model,
+            toolbox=self.toolbox,
+            view=self.view,
+            sink=self.sink,
+            control=self.control,
+            hooks=self.hooks,
+            condenser=self.condenser,
+            critic=self.critic,
+            metrics=self.metrics,
+            telemetry=self.telemetry,
+            max_iterations=max_iterations,
+            stuck_detection=True,
+            start_session=self.start_session,
+        )
 
     async def say(self, text: str) -> None:
-        await self.sink.append(MessageEvent(
-            source="user", llm_message=Message(role="user", content=[TextContent(text=text)])))
+        await self.sink.append(
+            MessageEvent(
+                source="user", llm_message=Message(role="user", content=[TextContent(text=text)])
+            )
+        )
 
     async def events(self, kind: type[Event] | None = None) -> list[Any]:
         await self.log.drain()
@@ -120,8 +137,10 @@ async def parts(tmp_path: Path) -> AsyncIterator[Parts]:
 
 
 async def test_a_run_calls_a_tool_then_finishes(parts: Parts) -> None:
-    parts.model.script += [Scripted(content="first a thought", calls=[THINK]),
-                           Scripted(calls=[FINISH])]
+    parts.model.script += [
+        Scripted(content="first a thought", calls=[THINK]),
+        Scripted(calls=[FINISH]),
+    ]
     await parts.say("go")
 
     status = await Run(parts.make())()
@@ -149,8 +168,9 @@ async def test_a_pause_request_ends_the_run_before_it_asks_the_model(parts: Part
 
 
 async def test_max_iterations_end_the_run_in_error(parts: Parts) -> None:
-    parts.model.script += [Scripted(calls=[("think", f'{{"thought": "step {i}"}}')])
-                           for i in range(5)]
+    parts.model.script += [
+        Scripted(calls=[("think", f'{{"thought": "step {i}"}}')]) for i in range(5)
+    ]
     await parts.say("go")
 
     assert await Run(parts.make(max_iterations=2))() == ExecutionStatus.ERROR

@@ -38,10 +38,15 @@ def user(text: str, *images: str) -> MessageEvent:
 
 
 def action(call_id: str, response: str, name: str = "think", thought: str = "") -> ActionEvent:
-    return stamped(ActionEvent(  # type: ignore[return-value]
-        thought=[TextContent(text=thought)] if thought else [], tool_name=name,
-        tool_call_id=call_id, llm_response_id=response,
-        tool_call=MessageToolCall(id=call_id, name=name, arguments="{}", origin="completion")))
+    return stamped(
+        ActionEvent(  # type: ignore[return-value]
+            thought=[TextContent(text=thought)] if thought else [],
+            tool_name=name,
+            tool_call_id=call_id,
+            llm_response_id=response,
+            tool_call=MessageToolCall(id=call_id, name=name, arguments="{}", origin="completion"),
+        )
+    )
 
 
 def error(call_id: str, text: str = "boom") -> AgentErrorEvent:
@@ -57,13 +62,20 @@ def view_of(*events: Event, vision: bool = False) -> View:
 
 def test_system_prompt_and_user_message() -> None:
     view = view_of(
-        stamped(SystemPromptEvent(system_prompt=TextContent(text="be good"), tools=[],
-                                  dynamic_context=TextContent(text="cwd: /w"))),
+        stamped(
+            SystemPromptEvent(
+                system_prompt=TextContent(text="be good"),
+                tools=[],
+                dynamic_context=TextContent(text="cwd: /w"),
+            )
+        ),
         u := user("hello"),
     )
     assert view.request() == [
-        {"role": "system", "content": [{"type": "text", "text": "be good"},
-                                       {"type": "text", "text": "cwd: /w"}]},
+        {
+            "role": "system",
+            "content": [{"type": "text", "text": "be good"}, {"type": "text", "text": "cwd: /w"}],
+        },
         {"role": "user", "content": [{"type": "text", "text": "hello"}]},
     ]
     assert view.last_user_message_id == u.id
@@ -71,16 +83,18 @@ def test_system_prompt_and_user_message() -> None:
 
 def test_images_only_for_a_vision_model() -> None:
     text_only = view_of(user("look", "data:image/png;base64,AAAA"))
-    assert text_only.request()[0]["content"][1] == {"type": "text",
-                                                    "text": "[1 image(s) omitted]"}
+    assert text_only.request()[0]["content"][1] == {"type": "text", "text": "[1 image(s) omitted]"}
     vision = view_of(user("look", "data:image/png;base64,AAAA"), vision=True)
     assert vision.request()[0]["content"][1] == {
-        "type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}
+        "type": "image_url",
+        "image_url": {"url": "data:image/png;base64,AAAA"},
+    }
 
 
 def test_calls_of_one_response_join_one_assistant_message() -> None:
-    view = view_of(user("go"), action("a", "r1", thought="two things"), action("b", "r1"),
-                   action("c", "r2"))
+    view = view_of(
+        user("go"), action("a", "r1", thought="two things"), action("b", "r1"), action("c", "r2")
+    )
     assistant = [m for m in view.request() if m["role"] == "assistant"]
     assert [[c["id"] for c in m["tool_calls"]] for m in assistant] == [["a", "b"], ["c"]]
     assert assistant[0]["content"] == "two things"
@@ -88,13 +102,26 @@ def test_calls_of_one_response_join_one_assistant_message() -> None:
 
 
 def test_results_follow_their_call_even_after_a_user_message() -> None:
-    view = view_of(user("go"), action("a", "r1"), action("b", "r1"), user("meanwhile"),
-                   error("b", "second failed"),
-                   stamped(UserRejectObservation(tool_name="think", tool_call_id="a",
-                                                 action_id="x", rejection_reason="no")))
+    view = view_of(
+        user("go"),
+        action("a", "r1"),
+        action("b", "r1"),
+        user("meanwhile"),
+        error("b", "second failed"),
+        stamped(
+            UserRejectObservation(
+                tool_name="think", tool_call_id="a", action_id="x", rejection_reason="no"
+            )
+        ),
+    )
     roles = [(m["role"], m.get("tool_call_id")) for m in view.request()]
-    assert roles == [("user", None), ("assistant", None), ("tool", "b"), ("tool", "a"),
-                     ("user", None)]
+    assert roles == [
+        ("user", None),
+        ("assistant", None),
+        ("tool", "b"),
+        ("tool", "a"),
+        ("user", None),
+    ]
     contents = {m["tool_call_id"]: m["content"] for m in view.request() if m["role"] == "tool"}
     assert contents == {"b": "Error: second failed", "a": "Action rejected: no"}
     assert view.pending == {}
@@ -107,14 +134,35 @@ def test_a_result_for_an_unknown_call_is_ignored() -> None:
 
 def test_a_blocked_prompt_leaves_the_view_and_context_joins_it() -> None:
     first, second = user("first"), user("second")
-    view = view_of(first, second, stamped(HookExecutionEvent(
-        hook_event_type="UserPromptSubmit", hook_command="x", success=False, blocked=True,
-        exit_code=2, message_id=second.id)))
+    view = view_of(
+        first,
+        second,
+        stamped(
+            HookExecutionEvent(
+                hook_event_type="UserPromptSubmit",
+                hook_command="x",
+                success=False,
+                blocked=True,
+                exit_code=2,
+                message_id=second.id,
+            )
+        ),
+    )
     assert [m["content"][0]["text"] for m in view.request()] == ["first"]
     assert view.last_user_message_id == first.id
-    view.add(stamped(HookExecutionEvent(
-        hook_event_type="UserPromptSubmit", hook_command="x", success=True, blocked=False,
-        exit_code=0, message_id=first.id, additional_context="more")))
+    view.add(
+        stamped(
+            HookExecutionEvent(
+                hook_event_type="UserPromptSubmit",
+                hook_command="x",
+                success=True,
+                blocked=False,
+                exit_code=0,
+                message_id=first.id,
+                additional_context="more",
+            )
+        )
+    )
     assert view.request()[0]["content"][-1] == {"type": "text", "text": "more"}
 
 
@@ -122,9 +170,16 @@ def test_condensation_forgets_and_places_the_summary() -> None:
     a, b, c = user("a"), user("b"), user("c")
     view = view_of(a, b, c, stamped(CondensationRequest()))
     assert view.condensation_requested
-    view.add(stamped(Condensation(forgotten_event_ids=[a.id or "", b.id or ""],
-                                  summary="a and b happened", summary_offset=0,
-                                  llm_response_id="r")))
+    view.add(
+        stamped(
+            Condensation(
+                forgotten_event_ids=[a.id or "", b.id or ""],
+                summary="a and b happened",
+                summary_offset=0,
+                llm_response_id="r",
+            )
+        )
+    )
     texts = [m["content"][0]["text"] for m in view.request()]
     assert texts == [SUMMARY_PREFIX + "a and b happened", "c"]
     assert not view.condensation_requested

@@ -24,14 +24,16 @@ async def create(srv: InProcess, body: dict[str, Any]) -> dict[str, Any]:
 
 
 async def search(srv: InProcess, cid: str, **params: Any) -> list[dict[str, Any]]:
-    r = await srv.client.get(f"/api/conversations/{cid}/events/search",
-                             params={"limit": 100, **params})
+    r = await srv.client.get(
+        f"/api/conversations/{cid}/events/search", params={"limit": 100, **params}
+    )
     assert r.status_code == 200, r.text
     return r.json()["items"]
 
 
-async def test_create_run_and_search_the_events(srv: InProcess, model: ScriptedModel,
-                                                tmp_path: Path) -> None:
+async def test_create_run_and_search_the_events(
+    srv: InProcess, model: ScriptedModel, tmp_path: Path
+) -> None:
     model.script += [Scripted(calls=[THINK]), Scripted(calls=[("finish", '{"message": "ok"}')])]
     conv = await create(srv, create_body(tmp_path / "ws", message="do it"))
     assert conv["execution_status"] == "idle"
@@ -47,13 +49,12 @@ async def test_create_run_and_search_the_events(srv: InProcess, model: ScriptedM
     r = await srv.client.get(f"/api/conversations/{conv['id']}/events/count")
     assert r.json() == len(await search(srv, conv["id"]))
     # The model was asked with the user's message.
-    assert model.requests[0][-1] == {"role": "user",
-                                     "content": [{"type": "text", "text": "do it"}]}
+    assert model.requests[0][-1] == {"role": "user", "content": [{"type": "text", "text": "do it"}]}
 
 
 async def test_a_status_is_shown_once_its_event_is_stored(
-        srv: InProcess, model: ScriptedModel, tmp_path: Path,
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    srv: InProcess, model: ScriptedModel, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A client that reads "finished" and then exports or searches the log finds the event
     that says so, however slow the disk (CI once read the status first)."""
     model.script += [Scripted(calls=[("finish", '{"message": "ok"}')])]
@@ -95,20 +96,29 @@ async def test_the_session_key_is_required(srv: InProcess) -> None:
     assert srv.client.headers["X-Session-API-Key"] == KEY
 
 
-@pytest.mark.parametrize(("change", "loc", "type_"), [
-    ({"agent": {"llm": {"model": "m"}, "tools": [{"name": "teleporter"}]}},
-     ["body", "agent", "tools", 0, "name"], "unknown_tool"),
-    ({"agent": {"llm": {"model": ""}}}, ["body", "agent", "llm", "model"], "string_too_short"),
-    ({"max_iterations": 0}, ["body", "max_iterations"], "greater_than_equal"),
-    ({"secrets": {"K": "abc"}}, ["body", "secrets", "K"], "string_too_short"),
-    ({"agent": None}, ["body", "agent"], "missing"),
-    ({"confirmation_policy": {"kind": "Sometimes"}}, ["body", "confirmation_policy"],
-     "union_tag_invalid"),
-], ids=["unknown-tool", "empty-model", "max-iterations", "short-secret", "no-agent",
-        "bad-policy"])
-async def test_a_bad_create_body_is_located(srv: InProcess, tmp_path: Path,
-                                            change: dict[str, Any], loc: list[Any],
-                                            type_: str) -> None:
+@pytest.mark.parametrize(
+    ("change", "loc", "type_"),
+    [
+        (
+            {"agent": {"llm": {"model": "m"}, "tools": [{"name": "teleporter"}]}},
+            ["body", "agent", "tools", 0, "name"],
+            "unknown_tool",
+        ),
+        ({"agent": {"llm": {"model": ""}}}, ["body", "agent", "llm", "model"], "string_too_short"),
+        ({"max_iterations": 0}, ["body", "max_iterations"], "greater_than_equal"),
+        ({"secrets": {"K": "abc"}}, ["body", "secrets", "K"], "string_too_short"),
+        ({"agent": None}, ["body", "agent"], "missing"),
+        (
+            {"confirmation_policy": {"kind": "Sometimes"}},
+            ["body", "confirmation_policy"],
+            "union_tag_invalid",
+        ),
+    ],
+    ids=["unknown-tool", "empty-model", "max-iterations", "short-secret", "no-agent", "bad-policy"],
+)
+async def test_a_bad_create_body_is_located(
+    srv: InProcess, tmp_path: Path, change: dict[str, Any], loc: list[Any], type_: str
+) -> None:
     body = {**create_body(tmp_path / "ws"), **change}
     if body["agent"] is None:
         del body["agent"]
@@ -121,8 +131,14 @@ async def test_a_bad_create_body_is_located(srv: InProcess, tmp_path: Path,
 
 async def test_unknown_conversations_are_404(srv: InProcess) -> None:
     missing = uuid.uuid4()
-    for method, path in [("GET", ""), ("DELETE", ""), ("POST", "/run"), ("POST", "/pause"),
-                         ("GET", "/events/search"), ("GET", "/events/01JAAAAAAAAAAAAAAAAAAAAAAA")]:
+    for method, path in [
+        ("GET", ""),
+        ("DELETE", ""),
+        ("POST", "/run"),
+        ("POST", "/pause"),
+        ("GET", "/events/search"),
+        ("GET", "/events/01JAAAAAAAAAAAAAAAAAAAAAAA"),
+    ]:
         r = await srv.client.request(method, f"/api/conversations/{missing}{path}")
         assert r.status_code == 404, (method, path, r.text)
         assert str(missing) in r.json()["detail"], (method, path)
@@ -140,18 +156,24 @@ async def test_an_unknown_event_is_404(srv: InProcess, tmp_path: Path) -> None:
     assert r.status_code == 404
 
 
-async def test_confirmation_answers(srv: InProcess, model: ScriptedModel,
-                                    tmp_path: Path) -> None:
-    conv = await create(srv, create_body(tmp_path / "ws", tools=["terminal"],
-                                         confirmation_policy={"kind": "AlwaysConfirm"}))
+async def test_confirmation_answers(srv: InProcess, model: ScriptedModel, tmp_path: Path) -> None:
+    conv = await create(
+        srv,
+        create_body(
+            tmp_path / "ws", tools=["terminal"], confirmation_policy={"kind": "AlwaysConfirm"}
+        ),
+    )
     url = f"/api/conversations/{conv['id']}/events/respond_to_confirmation"
     r = await srv.client.post(url, json={"accept": True})
     assert r.status_code == 409
-    assert r.json() == {"detail": "No action is waiting for confirmation "
-                                  "(execution_status is idle)"}
+    assert r.json() == {
+        "detail": "No action is waiting for confirmation (execution_status is idle)"
+    }
     model.script.append(Scripted(calls=[("terminal", '{"command": "echo approved"}')]))
-    r = await srv.client.post(f"/api/conversations/{conv['id']}/events", json={
-        "role": "user", "content": [{"type": "text", "text": "go"}], "run": True})
+    r = await srv.client.post(
+        f"/api/conversations/{conv['id']}/events",
+        json={"role": "user", "content": [{"type": "text", "text": "go"}], "run": True},
+    )
     assert r.status_code == 200
     await run_ends(srv.conversation(conv["id"]))
     r = await srv.client.get(f"/api/conversations/{conv['id']}")

@@ -74,29 +74,49 @@ def running(pattern: str) -> list[int]:
 
 
 async def test_a_prompt_streams_text_runs_a_command_edits_a_file_and_plans(
-        server: ServerProcess, llm: ScriptedLLM, key: str, tmp_path: Path) -> None:
+    server: ServerProcess, llm: ScriptedLLM, key: str, tmp_path: Path
+) -> None:
     work = project(tmp_path)
     hello = work / "hello.py"
-    llm.script(key,
-               call("terminal", "I will look around first.", command="echo hello-from-sandbox"),
-               call("file_editor", command="create", path=str(hello), file_text="print('hi')\n"),
-               call("file_editor", command="str_replace", path=str(hello), old_str="hi",
-                    new_str="bye"),
-               call("task_tracker", command="plan", task_list=[
-                   {"title": "Write hello.py", "status": "done"},
-                   {"title": "Run it", "status": "in_progress"}]),
-               call("tools_env", var="MCP_TOKEN"),
-               # A prompt-injected agent reads its server's environment: the key it finds is
-               # in the event (the server does not mask its own key), never in the editor.
-               call("terminal", command=f"tr '\\0' '\\n' < /proc/{server_pid(server)}/environ"
-                                        " | grep ^SESSION_API_KEY="),
-               call("finish", message="All done."))
-    mcp = McpServerStdio(name="tools", command=sys.executable,
-                         args=["-m", "tests.support.mcp_servers", "stdio"],
-                         env=[EnvVariable(name="PYTHONPATH", value=str(ROOT)),
-                              EnvVariable(name="MCP_TOKEN", value=TOKEN)])
-    async with editor_process(env(server, agent_file(tmp_path, llm, key, stream=True),
-                                  AGENT_SERVER_ACP_APPROVAL="always-approve"), work) as editor:
+    llm.script(
+        key,
+        call("terminal", "I will look around first.", command="echo hello-from-sandbox"),
+        call("file_editor", command="create", path=str(hello), file_text="print('hi')\n"),
+        call("file_editor", command="str_replace", path=str(hello), old_str="hi", new_str="bye"),
+        call(
+            "task_tracker",
+            command="plan",
+            task_list=[
+                {"title": "Write hello.py", "status": "done"},
+                {"title": "Run it", "status": "in_progress"},
+            ],
+        ),
+        call("tools_env", var="MCP_TOKEN"),
+        # A prompt-injected agent reads its server's environment: the key it finds is
+        # in the event (the server does not mask its own key), never in the editor.
+        call(
+            "terminal",
+            command=f"tr '\\0' '\\n' < /proc/{server_pid(server)}/environ | grep ^SESSION_API_KEY=",
+        ),
+        call("finish", message="All done."),
+    )
+    mcp = McpServerStdio(
+        name="tools",
+        command=sys.executable,
+        args=["-m", "tests.support.mcp_servers", "stdio"],
+        env=[
+            EnvVariable(name="PYTHONPATH", value=str(ROOT)),
+            EnvVariable(name="MCP_TOKEN", value=TOKEN),
+        ],
+    )
+    async with editor_process(
+        env(
+            server,
+            agent_file(tmp_path, llm, key, stream=True),
+            AGENT_SERVER_ACP_APPROVAL="always-approve",
+        ),
+        work,
+    ) as editor:
         init = await start(editor)
         assert init.agent_capabilities is not None and init.agent_capabilities.load_session
         new = await editor.conn.new_session(cwd=str(work), mcp_servers=[mcp])
@@ -106,8 +126,10 @@ async def test_a_prompt_streams_text_runs_a_command_edits_a_file_and_plans(
         assert info["workspace"]["working_dir"] == str(work)
         assert info["confirmation_policy"]["kind"] == "NeverConfirm"
         # The MCP server's key went as a secret the server fills in (and masks), not as text.
-        assert info["agent"]["mcp_config"]["mcpServers"]["tools"]["env"]["MCP_TOKEN"] \
+        assert (
+            info["agent"]["mcp_config"]["mcpServers"]["tools"]["env"]["MCP_TOKEN"]
             == "${MCP_TOOLS_MCP_TOKEN}"
+        )
         assert "MCP_TOOLS_MCP_TOKEN" in info["secret_names"]
 
         reply = await editor.conn.prompt(session_id=sid, prompt=text("make hello.py"))
@@ -120,24 +142,35 @@ async def test_a_prompt_streams_text_runs_a_command_edits_a_file_and_plans(
         assert editor.text(sid).endswith("All done.")
 
         command, create, edit, plan, mcp_call, snoop = editor.tool_calls(sid).values()
-        assert (command.kind, command.title, command.status) == \
-            ("execute", "$ echo hello-from-sandbox", "completed")
+        assert (command.kind, command.title, command.status) == (
+            "execute",
+            "$ echo hello-from-sandbox",
+            "completed",
+        )
         assert command.statuses == ["in_progress", "completed"]
         assert "hello-from-sandbox" in command.texts()
         assert command.raw_output["exit_code"] == 0
 
-        assert (create.kind, create.title, create.status) == ("edit", f"Create {hello}",
-                                                              "completed")
+        assert (create.kind, create.title, create.status) == (
+            "edit",
+            f"Create {hello}",
+            "completed",
+        )
         [diff] = create.diffs()
         assert (diff.path, diff.old_text, diff.new_text) == (str(hello), None, "print('hi')\n")
         [diff] = edit.diffs()
-        assert (diff.path, diff.old_text, diff.new_text) == \
-            (str(hello), "print('hi')\n", "print('bye')\n")
+        assert (diff.path, diff.old_text, diff.new_text) == (
+            str(hello),
+            "print('hi')\n",
+            "print('bye')\n",
+        )
 
         assert plan.kind == "think" and plan.status == "completed"
         [entries] = [p.entries for p in editor.plans(sid)]
-        assert [(e.content, e.status) for e in entries] == \
-            [("Write hello.py", "completed"), ("Run it", "in_progress")]
+        assert [(e.content, e.status) for e in entries] == [
+            ("Write hello.py", "completed"),
+            ("Run it", "in_progress"),
+        ]
 
         # The MCP tool read its key from its environment: the editor sees the mask only.
         assert mcp_call.status == "completed" and "<secret-hidden>" in mcp_call.texts()
@@ -148,14 +181,20 @@ async def test_a_prompt_streams_text_runs_a_command_edits_a_file_and_plans(
         assert editor.permissions == []
 
 
-async def test_permissions_are_asked_and_answered(server: ServerProcess, llm: ScriptedLLM,
-                                                  key: str, tmp_path: Path) -> None:
+async def test_permissions_are_asked_and_answered(
+    server: ServerProcess, llm: ScriptedLLM, key: str, tmp_path: Path
+) -> None:
     work = project(tmp_path)
-    llm.script(key,
-               call("terminal", command="touch accepted.txt"), call("finish", message="made it"),
-               call("terminal", command="touch rejected.txt"),
-               call("terminal", command="touch always.txt"), call("finish", message="again"),
-               call("terminal", command="touch unasked.txt"), call("finish", message="quiet"))
+    llm.script(
+        key,
+        call("terminal", command="touch accepted.txt"),
+        call("finish", message="made it"),
+        call("terminal", command="touch rejected.txt"),
+        call("terminal", command="touch always.txt"),
+        call("finish", message="again"),
+        call("terminal", command="touch unasked.txt"),
+        call("finish", message="quiet"),
+    )
     async with editor_process(env(server, agent_file(tmp_path, llm, key)), work) as editor:
         await start(editor)
         new = await editor.conn.new_session(cwd=str(work), mcp_servers=[])
@@ -196,13 +235,16 @@ async def test_permissions_are_asked_and_answered(server: ServerProcess, llm: Sc
         assert len(editor.permissions) == asked_before == 3
 
 
-async def test_cancel_interrupts_a_running_command(server: ServerProcess, llm: ScriptedLLM,
-                                                   key: str, tmp_path: Path) -> None:
+async def test_cancel_interrupts_a_running_command(
+    server: ServerProcess, llm: ScriptedLLM, key: str, tmp_path: Path
+) -> None:
     work = project(tmp_path)
     marker = "sleep 3071"
     llm.script(key, call("terminal", command=f"{marker} && touch late.txt", timeout=600))
-    async with editor_process(env(server, agent_file(tmp_path, llm, key),
-                                  AGENT_SERVER_ACP_APPROVAL="always-approve"), work) as editor:
+    async with editor_process(
+        env(server, agent_file(tmp_path, llm, key), AGENT_SERVER_ACP_APPROVAL="always-approve"),
+        work,
+    ) as editor:
         await start(editor)
         sid = (await editor.conn.new_session(cwd=str(work), mcp_servers=[])).session_id
         prompt = asyncio.create_task(editor.conn.prompt(session_id=sid, prompt=text("wait")))
@@ -214,22 +256,27 @@ async def test_cancel_interrupts_a_running_command(server: ServerProcess, llm: S
         assert command.status == "failed"  # cut short: it never completes
         assert conversation(server, sid)["execution_status"] == "paused"
         assert len(search(server, sid, "InterruptEvent")) == 1
-        await asyncio.to_thread(wait_for, lambda: not running(marker), 30,
-                                what="the command to be killed")
+        await asyncio.to_thread(
+            wait_for, lambda: not running(marker), 30, what="the command to be killed"
+        )
         assert not (work / "late.txt").exists()
 
 
 async def test_a_session_is_loaded_again_after_the_bridge_restarted(
-        server: ServerProcess, llm: ScriptedLLM, key: str, tmp_path: Path) -> None:
+    server: ServerProcess, llm: ScriptedLLM, key: str, tmp_path: Path
+) -> None:
     work = project(tmp_path)
     # No agent file: the server's stored settings choose the agent (text not streamed).
     with server.client() as c:
         r = c.patch("/api/settings", json={"agent": agent_spec(llm, key, TOOLS)})
         assert r.status_code == 200, r.text
-    llm.script(key, call("terminal", "Running it.", command="echo first-output"),
-               call("finish", message="First done."),
-               call("terminal", command="echo second-output"),
-               call("finish", message="Second done."))
+    llm.script(
+        key,
+        call("terminal", "Running it.", command="echo first-output"),
+        call("finish", message="First done."),
+        call("terminal", command="echo second-output"),
+        call("finish", message="Second done."),
+    )
     bridge = env(server, AGENT_SERVER_ACP_APPROVAL="always-approve")
     async with editor_process(bridge, work) as editor:
         await start(editor)
@@ -256,17 +303,18 @@ async def test_a_session_is_loaded_again_after_the_bridge_restarted(
         assert editor.user_text(sid) == "the first prompt"  # the editor shows its own prompt
 
         with pytest.raises(RequestError) as unknown:
-            await editor.conn.load_session(cwd=str(work), mcp_servers=[],
-                                           session_id="6d3f8a0e-0000-4000-8000-000000000000")
+            await editor.conn.load_session(
+                cwd=str(work), mcp_servers=[], session_id="6d3f8a0e-0000-4000-8000-000000000000"
+            )
         assert unknown.value.code == -32002
         with pytest.raises(RequestError) as junk:
-            await editor.conn.load_session(cwd=str(work), session_id="../../etc",
-                                           mcp_servers=[])
+            await editor.conn.load_session(cwd=str(work), session_id="../../etc", mcp_servers=[])
         assert junk.value.code == -32002
 
 
-async def test_a_dead_or_refusing_server_is_a_clear_error(server: ServerProcess,
-                                                          tmp_path: Path) -> None:
+async def test_a_dead_or_refusing_server_is_a_clear_error(
+    server: ServerProcess, tmp_path: Path
+) -> None:
     work = project(tmp_path)
     port = free_port()
     nobody = {"AGENT_SERVER_URL": f"http://127.0.0.1:{port}/", "SESSION_API_KEY": KEY}
@@ -274,8 +322,10 @@ async def test_a_dead_or_refusing_server_is_a_clear_error(server: ServerProcess,
         await start(editor)
         with pytest.raises(RequestError) as dead:
             await asyncio.wait_for(editor.conn.new_session(cwd=str(work), mcp_servers=[]), 60)
-        assert str(dead.value) == (f"cannot reach the agent server at http://127.0.0.1:{port} "
-                                   "(connection refused or no route)")
+        assert str(dead.value) == (
+            f"cannot reach the agent server at http://127.0.0.1:{port} "
+            "(connection refused or no route)"
+        )
 
     wrong = "a-wrong-key-4b1e2f"
     async with editor_process(env(server, SESSION_API_KEY=wrong), work) as editor:
@@ -287,14 +337,21 @@ async def test_a_dead_or_refusing_server_is_a_clear_error(server: ServerProcess,
 
 
 async def test_a_server_that_dies_mid_prompt_ends_the_prompt_with_an_error(
-        llm: ScriptedLLM, key: str, tmp_path: Path) -> None:
+    llm: ScriptedLLM, key: str, tmp_path: Path
+) -> None:
     work = project(tmp_path)
     own = ServerProcess(tmp_path / "state").start()
     hold = threading.Event()
     llm.script(key, answer("Thinking about it for a long while", hold=hold, hold_after=8))
     try:
-        async with editor_process(env(own, agent_file(tmp_path, llm, key, stream=True),
-                                      AGENT_SERVER_ACP_RECONNECT_TIMEOUT="1"), work) as editor:
+        async with editor_process(
+            env(
+                own,
+                agent_file(tmp_path, llm, key, stream=True),
+                AGENT_SERVER_ACP_RECONNECT_TIMEOUT="1",
+            ),
+            work,
+        ) as editor:
             await start(editor)
             sid = (await editor.conn.new_session(cwd=str(work), mcp_servers=[])).session_id
             prompt = asyncio.create_task(editor.conn.prompt(session_id=sid, prompt=text("go")))
@@ -311,23 +368,32 @@ async def test_a_server_that_dies_mid_prompt_ends_the_prompt_with_an_error(
 
 
 def test_the_command_refuses_a_configuration_without_a_key(tmp_path: Path) -> None:
-    done = subprocess.run([sys.executable, "-m", "cli", "acp", "--agent-server",
-                           "http://127.0.0.1:1"], capture_output=True, text=True, timeout=60,
-                          env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)}, cwd=tmp_path)
+    done = subprocess.run(
+        [sys.executable, "-m", "cli", "acp", "--agent-server", "http://127.0.0.1:1"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)},
+        cwd=tmp_path,
+    )
     assert done.returncode == 2 and done.stdout == ""
     assert "needs its session key: set SESSION_API_KEY" in done.stderr
 
 
-
-
 async def test_a_blocked_prompt_is_a_refusal_and_a_failed_run_says_why(
-        server: ServerProcess, llm: ScriptedLLM, key: str, tmp_path: Path) -> None:
+    server: ServerProcess, llm: ScriptedLLM, key: str, tmp_path: Path
+) -> None:
     work = project(tmp_path)
     # A conversation made elsewhere, whose hook refuses every prompt: loaded, then prompted.
     with server.client() as c:
         refuse = {"type": "command", "command": "echo no prompts >&2; exit 2"}
-        made = create(c, llm, key, work, hook_config={
-            "UserPromptSubmit": [{"matcher": "*", "hooks": [refuse]}]})
+        made = create(
+            c,
+            llm,
+            key,
+            work,
+            hook_config={"UserPromptSubmit": [{"matcher": "*", "hooks": [refuse]}]},
+        )
     async with editor_process(env(server, agent_file(tmp_path, llm, key)), work) as editor:
         await start(editor)
         await editor.conn.load_session(cwd=str(work), session_id=made["id"], mcp_servers=[])

@@ -39,14 +39,18 @@ def plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
     # The editor's MCP server here is a module of this source tree, which an isolated sandbox
     # does not see (it sees the system and the installed agent server: a real editor's server
     # is a system program such as npx or uvx); isolation has its own tests.
-    running = ControlPlane(make_config(tmp_path_factory.mktemp("plane") / "cp",
-                                       sandbox_isolation="off", shared_host=True)).start()
+    running = ControlPlane(
+        make_config(
+            tmp_path_factory.mktemp("plane") / "cp", sandbox_isolation="off", shared_host=True
+        )
+    ).start()
     yield running
     running.stop()
 
 
-async def account(plane: ControlPlane, llm: ScriptedLLM, key: str,
-                  **settings: Any) -> tuple[str, httpx.Client]:
+async def account(
+    plane: ControlPlane, llm: ScriptedLLM, key: str, **settings: Any
+) -> tuple[str, httpx.Client]:
     """A new user of the plane whose settings aim at the scripted LLM under `key`."""
     api_key = await asyncio.to_thread(plane.new_user, f"editor-{key}")
     api = plane.client(api_key)
@@ -81,14 +85,21 @@ def running(pattern: str) -> list[int]:
 
 
 async def test_a_session_runs_in_a_sandbox_and_its_files_come_back_to_the_editor(
-        plane: ControlPlane, llm: ScriptedLLM, key: str, tmp_path: Path) -> None:
-    api_key, api = await account(plane, llm, key, llm_stream=True,
-                           grouping_strategy="GROUP_BY_NEWEST")
+    plane: ControlPlane, llm: ScriptedLLM, key: str, tmp_path: Path
+) -> None:
+    api_key, api = await account(
+        plane, llm, key, llm_stream=True, grouping_strategy="GROUP_BY_NEWEST"
+    )
     work = project(tmp_path)
-    mcp = McpServerStdio(name="tools", command=sys.executable,
-                         args=["-m", "tests.support.mcp_servers", "stdio"],
-                         env=[EnvVariable(name="PYTHONPATH", value=str(ROOT)),
-                              EnvVariable(name="MCP_TOKEN", value=TOKEN)])
+    mcp = McpServerStdio(
+        name="tools",
+        command=sys.executable,
+        args=["-m", "tests.support.mcp_servers", "stdio"],
+        env=[
+            EnvVariable(name="PYTHONPATH", value=str(ROOT)),
+            EnvVariable(name="MCP_TOKEN", value=TOKEN),
+        ],
+    )
     async with editor_process(env(plane, api_key), work) as editor:
         await start(editor)
         new = await editor.conn.new_session(cwd=str(work), mcp_servers=[mcp])
@@ -99,27 +110,42 @@ async def test_a_session_runs_in_a_sandbox_and_its_files_come_back_to_the_editor
         assert working_dir != str(work)  # the sandbox works in a directory of its own
         # The editor's MCP server became a plugin the sandbox runs.
         [prompt] = await asyncio.to_thread(
-            wait_for, lambda: events(api, sid, "SystemPromptEvent"), 30, what="the prompt")
+            wait_for, lambda: events(api, sid, "SystemPromptEvent"), 30, what="the prompt"
+        )
         assert "tools_env" in {t["title"] for t in prompt["tools"]}
         # The bridge follows the stream, so the control plane relays the streamed text.
-        await asyncio.to_thread(wait_for, lambda: agent_sockets(api, sandbox_id) == 1, 30,
-                                what="the control plane's socket to the sandbox")
+        await asyncio.to_thread(
+            wait_for,
+            lambda: agent_sockets(api, sandbox_id) == 1,
+            30,
+            what="the control plane's socket to the sandbox",
+        )
 
         sandbox_key = sandbox(api, sandbox_id)["session_api_key"]
-        llm.script(key,
-                   call("terminal", "Looking at the sandbox first.",
-                        command="echo from-the-sandbox"),
-                   call("file_editor", command="create", path=f"{working_dir}/src/hello.py",
-                        file_text="print('hi')\n"),
-                   # A prompt-injected agent plants a Git hook: it stays in the sandbox.
-                   call("file_editor", command="create",
-                        path=f"{working_dir}/.git/hooks/post-checkout",
-                        file_text="#!/bin/sh\ntouch ~/pwned\n"),
-                   call("tools_env", var="MCP_TOKEN"),
-                   call("terminal",
-                        command=f"tr '\\0' '\\n' < /proc/{sandbox_pid(plane, sandbox_id)}/environ"
-                                " | grep ^SESSION_API_KEY="),
-                   call("finish", message="Done here."))
+        llm.script(
+            key,
+            call("terminal", "Looking at the sandbox first.", command="echo from-the-sandbox"),
+            call(
+                "file_editor",
+                command="create",
+                path=f"{working_dir}/src/hello.py",
+                file_text="print('hi')\n",
+            ),
+            # A prompt-injected agent plants a Git hook: it stays in the sandbox.
+            call(
+                "file_editor",
+                command="create",
+                path=f"{working_dir}/.git/hooks/post-checkout",
+                file_text="#!/bin/sh\ntouch ~/pwned\n",
+            ),
+            call("tools_env", var="MCP_TOKEN"),
+            call(
+                "terminal",
+                command=f"tr '\\0' '\\n' < /proc/{sandbox_pid(plane, sandbox_id)}/environ"
+                " | grep ^SESSION_API_KEY=",
+            ),
+            call("finish", message="Done here."),
+        )
         editor.answers += ["allow"] * 5
         reply = await editor.conn.prompt(session_id=sid, prompt=text("make hello.py"))
         assert reply.stop_reason == "end_turn"
@@ -161,25 +187,29 @@ async def test_a_session_runs_in_a_sandbox_and_its_files_come_back_to_the_editor
 
 
 async def test_cancel_then_load_after_the_bridge_restarted(
-        plane: ControlPlane, llm: ScriptedLLM, key: str, tmp_path: Path) -> None:
+    plane: ControlPlane, llm: ScriptedLLM, key: str, tmp_path: Path
+) -> None:
     api_key, api = await account(plane, llm, key)
     work = project(tmp_path)
     marker = "sleep 3073"
-    llm.script(key, call("terminal", "Waiting.", command=f"{marker} && touch late.txt",
-                         timeout=600))
+    llm.script(
+        key, call("terminal", "Waiting.", command=f"{marker} && touch late.txt", timeout=600)
+    )
     bridge = env(plane, api_key, AGENT_SERVER_ACP_APPROVAL="always-approve")
     async with editor_process(bridge, work) as editor:
         await start(editor)
         sid = (await editor.conn.new_session(cwd=str(work), mcp_servers=[])).session_id
-        prompt = asyncio.create_task(editor.conn.prompt(session_id=sid,
-                                                        prompt=text("wait a while")))
+        prompt = asyncio.create_task(
+            editor.conn.prompt(session_id=sid, prompt=text("wait a while"))
+        )
         await asyncio.to_thread(wait_for, lambda: running(marker), 60, what="the command")
         await editor.conn.cancel(session_id=sid)
         reply = await asyncio.wait_for(prompt, 60)
         assert reply.stop_reason == "cancelled"
         assert conversation(api, sid)["execution_status"] == "paused"
-        await asyncio.to_thread(wait_for, lambda: not running(marker), 30,
-                                what="the command to be killed")
+        await asyncio.to_thread(
+            wait_for, lambda: not running(marker), 30, what="the command to be killed"
+        )
 
     llm.script(key, call("finish", message="Picked up again."))
     async with editor_process(bridge, work) as editor:
@@ -196,7 +226,8 @@ async def test_cancel_then_load_after_the_bridge_restarted(
 
 
 async def test_refusals_and_a_dead_control_plane_are_clear_errors(
-        plane: ControlPlane, llm: ScriptedLLM, key: str, tmp_path: Path) -> None:
+    plane: ControlPlane, llm: ScriptedLLM, key: str, tmp_path: Path
+) -> None:
     work = project(tmp_path)
     async with editor_process(env(plane, "not-an-account-key-31c9"), work) as editor:
         await start(editor)
@@ -212,15 +243,17 @@ async def test_refusals_and_a_dead_control_plane_are_clear_errors(
         await start(editor)
         with pytest.raises(RequestError) as failed:
             await editor.conn.new_session(cwd=str(work), mcp_servers=[])
-        assert str(failed.value).startswith("the control plane could not start the "
-                                            "conversation: ")
+        assert str(failed.value).startswith("the control plane could not start the conversation: ")
 
     port = free_port()
-    async with editor_process({"CONTROL_PLANE_URL": f"http://127.0.0.1:{port}",
-                               "CONTROL_PLANE_API_KEY": bare}, work) as editor:
+    async with editor_process(
+        {"CONTROL_PLANE_URL": f"http://127.0.0.1:{port}", "CONTROL_PLANE_API_KEY": bare}, work
+    ) as editor:
         await start(editor)
         with pytest.raises(RequestError) as dead:
             await asyncio.wait_for(editor.conn.new_session(cwd=str(work), mcp_servers=[]), 60)
-        assert str(dead.value) == (f"cannot reach the control plane at http://127.0.0.1:{port} "
-                                   "(connection refused or no route)")
+        assert str(dead.value) == (
+            f"cannot reach the control plane at http://127.0.0.1:{port} "
+            "(connection refused or no route)"
+        )
         assert bare not in editor.sent()

@@ -68,6 +68,10 @@ class SdkRun:
     def failed(self) -> dict[str, Any] | None:
         return next((s for s in self.steps if not s["ok"]), None)
 
+    def _seen(self) -> dict[str, Any]:
+        """The run's result without its long parts (its steps, frames and stored events)."""
+        return {k: v for k, v in self.result.items() if k not in ("steps", "frames", "stored")}
+
     def assert_ok(self) -> None:
         bad = self.failed()
         if bad is not None:
@@ -75,7 +79,7 @@ class SdkRun:
             raise AssertionError(
                 f"SDK call failed at step {bad['name']!r}: {bad.get('error')}\n"
                 f"steps that passed: {done}\n{bad.get('traceback', '')[-1500:]}\n"
-                f"seen: {json.dumps({k: v for k, v in self.result.items() if k not in ('steps', 'frames', 'stored')})[:3000]}"
+                f"seen: {json.dumps(self._seen())[:3000]}"
             )
 
     def assert_valid_frames_and_events(self) -> None:
@@ -108,20 +112,42 @@ def _title_request(key: str, body: dict[str, Any]) -> Reply | None:
 @pytest.fixture
 def run_sdk(sdk_python: Path, compat_server: Any, tmp_path: Path, llm: ScriptedLLM):
     llm.interceptor = _title_request
+
     def run(script: str, llm_base_url: str, timeout: float = 240, **args: Any) -> SdkRun:
         workspace = args.pop("workspace", None) or tmp_path / "ws"
         Path(workspace).mkdir(parents=True, exist_ok=True)
-        payload = {"host": compat_server.url, "api_key": KEY, "llm_base_url": llm_base_url,
-                   "workspace": str(workspace), **args}
+        payload = {
+            "host": compat_server.url,
+            "api_key": KEY,
+            "llm_base_url": llm_base_url,
+            "workspace": str(workspace),
+            **args,
+        }
         env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-        env.update({"COMPAT_ARGS": json.dumps(payload), "LITELLM_LOCAL_MODEL_COST_MAP": "True",
-                    "OPENHANDS_SUPPRESS_BANNER": "1", "LOG_LEVEL": "WARNING"})
-        proc = subprocess.run([str(sdk_python), str(SCRIPTS / script)], env=env, cwd=tmp_path,
-                              capture_output=True, text=True, timeout=timeout)
-        line = next((ln for ln in reversed(proc.stdout.splitlines()) if ln.startswith("RESULT ")), None)
+        env.update(
+            {
+                "COMPAT_ARGS": json.dumps(payload),
+                "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+                "OPENHANDS_SUPPRESS_BANNER": "1",
+                "LOG_LEVEL": "WARNING",
+            }
+        )
+        proc = subprocess.run(
+            [str(sdk_python), str(SCRIPTS / script)],
+            env=env,
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+        line = next(
+            (ln for ln in reversed(proc.stdout.splitlines()) if ln.startswith("RESULT ")), None
+        )
         if line is None:
-            raise AssertionError(f"{script} printed no RESULT (exit {proc.returncode}):\n"
-                                 f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
-        return SdkRun(json.loads(line[len("RESULT "):]), proc.stdout, proc.stderr)
+            raise AssertionError(
+                f"{script} printed no RESULT (exit {proc.returncode}):\n"
+                f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+            )
+        return SdkRun(json.loads(line[len("RESULT ") :]), proc.stdout, proc.stderr)
 
     return run

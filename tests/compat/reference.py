@@ -30,21 +30,40 @@ class ReferenceServer:
 
     def start(self, timeout: float = 90) -> ReferenceServer:
         self.state_dir.mkdir(parents=True, exist_ok=True)
-        env = {**os.environ, "SESSION_API_KEY": KEY, "LITELLM_LOCAL_MODEL_COST_MAP": "True",
-               "OH_SECRET_KEY": "compat-reference-secret-key-0123456789",
-               "OH_ENABLE_VSCODE": "false", "OH_PRELOAD_TOOLS": "false",
-               "OPENHANDS_SUPPRESS_BANNER": "1"}
+        env = {
+            **os.environ,
+            "SESSION_API_KEY": KEY,
+            "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+            "OH_SECRET_KEY": "compat-reference-secret-key-0123456789",
+            "OH_ENABLE_VSCODE": "false",
+            "OH_PRELOAD_TOOLS": "false",
+            "OPENHANDS_SUPPRESS_BANNER": "1",
+        }
         env.pop("PYTHONPATH", None)
         with open(self.log_path, "ab") as log:
             # Its state paths are relative (workspace/conversations): cwd is the state dir.
             self.proc = subprocess.Popen(
-                [str(self.python), "-m", "openhands.agent_server", "--host", "127.0.0.1",
-                 "--port", str(self.port)],
-                cwd=self.state_dir, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+                [
+                    str(self.python),
+                    "-m",
+                    "openhands.agent_server",
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    str(self.port),
+                ],
+                cwd=self.state_dir,
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"reference server exited with {self.proc.returncode}:\n{self.output()}")
+                raise RuntimeError(
+                    f"reference server exited with {self.proc.returncode}:\n{self.output()}"
+                )
             try:
                 if httpx.get(self.url + "/health", timeout=1).status_code == 200:
                     return self

@@ -41,8 +41,12 @@ class SdkUnavailable(RuntimeError):
 
 def _version_of(python: str) -> tuple[int, int] | None:
     try:
-        out = subprocess.run([python, "-c", "import sys; print(sys.version_info[0], sys.version_info[1])"],
-                             capture_output=True, text=True, timeout=30)
+        out = subprocess.run(
+            [python, "-c", "import sys; print(sys.version_info[0], sys.version_info[1])"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
     except (OSError, subprocess.SubprocessError):
         return None
     if out.returncode != 0:
@@ -100,7 +104,8 @@ def _build(target: Path, base_python: str, packages: list[str]) -> Path:
         subprocess.run([base_python, "-m", "venv", str(target)], check=True)
         result = subprocess.run(
             [str(python), "-m", "pip", "install", "--disable-pip-version-check", "-q", *packages],
-            capture_output=True, text=True,
+            capture_output=True,
+            text=True,
         )
         if result.returncode != 0:
             raise RuntimeError(f"pip install {' '.join(packages)} failed:\n{result.stderr[-4000:]}")
@@ -114,18 +119,30 @@ def sdk_python() -> Path:
     missing."""
     base, (major, minor) = find_python()
     key = f"py{major}.{minor}-sdk{SDK_VERSION}-tools{TOOLS_VERSION}-workspace{WORKSPACE_VERSION}"
-    return _build(CACHE / key, base,
-                  [f"openhands-sdk=={SDK_VERSION}", f"openhands-tools=={TOOLS_VERSION}",
-                   f"openhands-workspace=={WORKSPACE_VERSION}"])
+    return _build(
+        CACHE / key,
+        base,
+        [
+            f"openhands-sdk=={SDK_VERSION}",
+            f"openhands-tools=={TOOLS_VERSION}",
+            f"openhands-workspace=={WORKSPACE_VERSION}",
+        ],
+    )
 
 
 def reference_python() -> Path:
     """A separate cached venv that also holds the reference `openhands-agent-server`."""
     base, (major, minor) = find_python()
     key = f"py{major}.{minor}-ref-agent-server{AGENT_SERVER_VERSION}-sdk{SDK_VERSION}"
-    return _build(CACHE / key, base,
-                  [f"openhands-sdk=={SDK_VERSION}", f"openhands-tools=={TOOLS_VERSION}",
-                   f"openhands-agent-server=={AGENT_SERVER_VERSION}"])
+    return _build(
+        CACHE / key,
+        base,
+        [
+            f"openhands-sdk=={SDK_VERSION}",
+            f"openhands-tools=={TOOLS_VERSION}",
+            f"openhands-agent-server=={AGENT_SERVER_VERSION}",
+        ],
+    )
 
 
 if __name__ == "__main__":

@@ -48,30 +48,60 @@ def browser() -> Iterator[Browser]:
         yield opened
 
 
-def test_cloud_workspace_examples_06_and_10(sdk_python: Path, plane: ControlPlane,
-                                             llm: ScriptedLLM, key: str, tmp_path: Path,
-                                             browser: Browser) -> None:
+def test_cloud_workspace_examples_06_and_10(
+    sdk_python: Path,
+    plane: ControlPlane,
+    llm: ScriptedLLM,
+    key: str,
+    tmp_path: Path,
+    browser: Browser,
+) -> None:
     account = new_user(plane, "cloud-user")
     client = plane.client(account)
     configure_llm(client, llm.base_url(key))
     assert client.patch("/api/v1/settings", json={"secrets": {"GITHUB_TOKEN": SECRET}}).is_success
-    llm.script(key,
-               call("terminal", command="echo 'fact one' > FACTS.txt", security_risk="LOW"),
-               call("finish", message="facts written"),
-               call("terminal", command='echo "tail=${GITHUB_TOKEN: -4}" > SECRETS_CHECK.txt',
-                    security_risk="LOW"),
-               call("finish", message="checked"))
-    args = {"cloud_api_url": plane.url, "cloud_api_key": account, "host": plane.url,
-            "api_key": "", "llm_base_url": llm.base_url(key), "secret_name": "GITHUB_TOKEN",
-            "secret_tail": f"tail={SECRET[-4:]}"}
+    llm.script(
+        key,
+        call("terminal", command="echo 'fact one' > FACTS.txt", security_risk="LOW"),
+        call("finish", message="facts written"),
+        call(
+            "terminal",
+            command='echo "tail=${GITHUB_TOKEN: -4}" > SECRETS_CHECK.txt',
+            security_risk="LOW",
+        ),
+        call("finish", message="checked"),
+    )
+    args = {
+        "cloud_api_url": plane.url,
+        "cloud_api_key": account,
+        "host": plane.url,
+        "api_key": "",
+        "llm_base_url": llm.base_url(key),
+        "secret_name": "GITHUB_TOKEN",
+        "secret_tail": f"tail={SECRET[-4:]}",
+    }
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    env.update({"COMPAT_ARGS": json.dumps(args), "LITELLM_LOCAL_MODEL_COST_MAP": "True",
-                "OPENHANDS_SUPPRESS_BANNER": "1", "LOG_LEVEL": "WARNING"})
-    proc = subprocess.run([str(sdk_python), str(SCRIPTS / "cloud_workspace.py")], env=env,
-                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    env.update(
+        {
+            "COMPAT_ARGS": json.dumps(args),
+            "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+            "OPENHANDS_SUPPRESS_BANNER": "1",
+            "LOG_LEVEL": "WARNING",
+        }
+    )
+    proc = subprocess.run(
+        [str(sdk_python), str(SCRIPTS / "cloud_workspace.py")],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     line = next((ln for ln in reversed(proc.stdout.splitlines()) if ln.startswith("RESULT ")), None)
-    assert line is not None, f"no RESULT (exit {proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
-    run = SdkRun(json.loads(line[len("RESULT "):]), proc.stdout, proc.stderr)
+    assert line is not None, (
+        f"no RESULT (exit {proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    )
+    run = SdkRun(json.loads(line[len("RESULT ") :]), proc.stdout, proc.stderr)
     run.assert_ok()
 
     # Both conversations were made straight on their sandboxes' agent servers, and /api/v1
@@ -85,11 +115,14 @@ def test_cloud_workspace_examples_06_and_10(sdk_python: Path, plane: ControlPlan
     found = client.get("/api/v1/app-conversations/search").json()["items"]
     assert {c["id"] for c in found} == {run["06_conversation"], run["10_conversation"]}
     # Example 06 deleted its sandbox on the way out; example 10 kept its own.
-    sandboxes = client.get("/api/v1/sandboxes",
-                           params={"id": [run["06_sandbox"], run["10_sandbox"]]}).json()
+    sandboxes = client.get(
+        "/api/v1/sandboxes", params={"id": [run["06_sandbox"], run["10_sandbox"]]}
+    ).json()
     assert [s["status"] for s in sandboxes] == ["MISSING", "RUNNING"]
-    events = client.get(f"/api/v1/conversation/{run['10_conversation']}/events/search",
-                        params={"kind__eq": "ActionEvent"}).json()["items"]
+    events = client.get(
+        f"/api/v1/conversation/{run['10_conversation']}/events/search",
+        params={"kind__eq": "ActionEvent"},
+    ).json()["items"]
     assert [e["tool_name"] for e in events] == ["terminal", "finish"]
     assert SECRET not in json.dumps(events)
     # Example 10's conversation called the model through the gateway, which put the account's

@@ -37,16 +37,26 @@ def lag(run: SdkRun, returned: str, changed: str) -> float | None:
 
 def test_create_send_blocking_run(run_sdk, llm: ScriptedLLM, key: str, tmp_path: Path) -> None:
     ws = tmp_path / "ws"
-    llm.script(key,
-               terminal("echo hello-compat"),
-               call("file_editor", command="create", path=str(ws / "note.txt"), file_text="note\n",
-                    security_risk="LOW"),
-               finish("all three steps done"))
+    llm.script(
+        key,
+        terminal("echo hello-compat"),
+        call(
+            "file_editor",
+            command="create",
+            path=str(ws / "note.txt"),
+            file_text="note\n",
+            security_risk="LOW",
+        ),
+        finish("all three steps done"),
+    )
     run = run_sdk("create_run.py", llm.base_url(key), workspace=ws)
     run.assert_ok()
     run.assert_valid_frames_and_events()
     frames = next(iter(run["frames"].values()))
-    assert frames["first_kind"] == "ConversationStateUpdateEvent" and frames["first_key"] == "full_state", frames
+    assert (
+        frames["first_kind"] == "ConversationStateUpdateEvent"
+        and frames["first_key"] == "full_state"
+    ), frames
     assert lag(run, "run_returned", "status_finished_at") < PROMPT, run.get("status_changes")
 
 
@@ -66,7 +76,17 @@ def test_completion_logs_reach_the_client_s_folder(run_sdk, llm: ScriptedLLM, ke
 
 
 def test_pause_during_blocking_run(run_sdk, llm: ScriptedLLM, key: str) -> None:
-    llm.script(key, *[terminal(f"echo step-{i}", _text="", ) for i in range(8)], finish())
+    llm.script(
+        key,
+        *[
+            terminal(
+                f"echo step-{i}",
+                _text="",
+            )
+            for i in range(8)
+        ],
+        finish(),
+    )
     for reply in llm.scripts[key]:
         reply.delay = 0.6
     run = run_sdk("pause.py", llm.base_url(key))
@@ -78,8 +98,12 @@ def test_pause_during_blocking_run(run_sdk, llm: ScriptedLLM, key: str) -> None:
 
 
 def test_always_confirm_accept_and_reject(run_sdk, llm: ScriptedLLM, key: str) -> None:
-    llm.script(key, terminal("echo accepted-output"), terminal("echo reject-output # reject-me"),
-               finish("finished after the rejection"))
+    llm.script(
+        key,
+        terminal("echo accepted-output"),
+        terminal("echo reject-output # reject-me"),
+        finish("finished after the rejection"),
+    )
     run = run_sdk("confirm.py", llm.base_url(key))
     run.assert_ok()
     run.assert_valid_frames_and_events()
@@ -89,7 +113,13 @@ def test_always_confirm_accept_and_reject(run_sdk, llm: ScriptedLLM, key: str) -
 
 
 def test_forced_websocket_reconnect(run_sdk, llm: ScriptedLLM, key: str) -> None:
-    llm.script(key, terminal("echo before-drop"), terminal("echo after-drop"), terminal("echo later"), finish())
+    llm.script(
+        key,
+        terminal("echo before-drop"),
+        terminal("echo after-drop"),
+        terminal("echo later"),
+        finish(),
+    )
     for reply in llm.scripts[key]:
         reply.delay = 0.7
     run = run_sdk("reconnect.py", llm.base_url(key))
@@ -120,30 +150,55 @@ def git_workspace(tmp_path: Path) -> Path:
     return ws
 
 
-def test_workspace_calls(run_sdk, llm: ScriptedLLM, key: str, git_workspace: Path, compat_server) -> None:
+def test_workspace_calls(
+    run_sdk, llm: ScriptedLLM, key: str, git_workspace: Path, compat_server
+) -> None:
     # A conversation on this workspace for the conversation-scoped calls (created over plain
     # HTTP so that this test does not depend on the SDK's create).
     with compat_server.client() as c:
-        r = c.post("/api/conversations", json={
-            "agent": {"kind": "Agent", "llm": {"model": "openai/test-model", "base_url": llm.base_url(key),
-                                              "api_key": "sk-test-key"}, "tools": [{"name": "terminal"}]},
-            "workspace": {"kind": "LocalWorkspace", "working_dir": str(git_workspace)},
-        })
+        r = c.post(
+            "/api/conversations",
+            json={
+                "agent": {
+                    "kind": "Agent",
+                    "llm": {
+                        "model": "openai/test-model",
+                        "base_url": llm.base_url(key),
+                        "api_key": "sk-test-key",
+                    },
+                    "tools": [{"name": "terminal"}],
+                },
+                "workspace": {"kind": "LocalWorkspace", "working_dir": str(git_workspace)},
+            },
+        )
         cid = r.json().get("id") if r.status_code in (200, 201) else None
-    run = run_sdk("workspace_calls.py", llm.base_url(key), workspace=git_workspace, conversation_id=cid)
+    run = run_sdk(
+        "workspace_calls.py", llm.base_url(key), workspace=git_workspace, conversation_id=cid
+    )
     run.assert_ok()
     assert cid is not None, f"plain create failed: {r.status_code} {r.text[:300]}"
 
 
 def test_fork_and_navigate(run_sdk, llm: ScriptedLLM, key: str) -> None:
-    llm.script(key, text("first answer"), finish("first done"), text("second answer"), finish("second done"),
-               text("branch answer"), finish("branch done"), text("third answer"), finish("third done"))
+    llm.script(
+        key,
+        text("first answer"),
+        finish("first done"),
+        text("second answer"),
+        finish("second done"),
+        text("branch answer"),
+        finish("branch done"),
+        text("third answer"),
+        finish("third done"),
+    )
     run = run_sdk("fork_navigate.py", llm.base_url(key))
     run.assert_ok()
     run.assert_valid_frames_and_events()
 
 
-def test_reject_nothing_pending_ask_agent_security_analyzer(run_sdk, llm: ScriptedLLM, key: str) -> None:
+def test_reject_nothing_pending_ask_agent_security_analyzer(
+    run_sdk, llm: ScriptedLLM, key: str
+) -> None:
     llm.script(key, finish("hello back"), text("side-answer: I said hello"))
     run = run_sdk("misc_routes.py", llm.base_url(key))
     run.assert_ok()

@@ -21,8 +21,10 @@ from tests.support.llm import ScriptedLLM
 def postgres() -> Iterator[PostgresServer]:
     bindir = binaries()
     if bindir is None:
-        pytest.skip("PostgreSQL binaries are absent (/usr/lib/postgresql/*/bin): "
-                    "`make system-deps` installs Debian's postgresql package")
+        pytest.skip(
+            "PostgreSQL binaries are absent (/usr/lib/postgresql/*/bin): "
+            "`make system-deps` installs Debian's postgresql package"
+        )
     server = PostgresServer(bindir).start()
     yield server
     server.stop()
@@ -66,6 +68,7 @@ def sandbox_image(docker_daemon: docker_support.Daemon) -> str:
 
 
 # -- the Docker provider's tests (test_docker, test_warm_pool) ------------------------------
+
 
 @pytest.fixture(scope="module")
 def engine(docker_daemon: docker_support.Daemon) -> Iterator[docker.DockerClient]:

@@ -28,6 +28,7 @@ def watch(page: Page) -> list[str]:
     def console(message: ConsoleMessage) -> None:
         if message.type == "error" and "Failed to load resource" not in message.text:
             problems.append(message.text)
+
     page.on("console", console)
     page.on("pageerror", lambda error: problems.append(str(error)))
     return problems
@@ -40,8 +41,9 @@ def signed_in(browser: Browser, plane: ControlPlane, api_key: str) -> tuple[Page
     problems = watch(page)
     failed: list[str] = []
     page.on("requestfailed", lambda request: failed.append(f"{request.url}: {request.failure}"))
-    page.on("response",
-            lambda r: failed.append(f"{r.url}: {r.status}") if r.status >= 400 else None)
+    page.on(
+        "response", lambda r: failed.append(f"{r.url}: {r.status}") if r.status >= 400 else None
+    )
     for _ in range(3):
         failed.clear()
         page.goto(plane.url + "/")  # its modules loaded (or failed) once it returns
@@ -54,8 +56,10 @@ def signed_in(browser: Browser, plane: ControlPlane, api_key: str) -> tuple[Page
     try:  # the console's modules load and run: seconds on a loaded machine
         form.wait_for(timeout=60_000)
     except PlaywrightTimeoutError:
-        raise AssertionError(f"no sign-in form; failed requests {failed}, problems {problems}, "
-                             f"the page: {page.content()[:2000]}") from None
+        raise AssertionError(
+            f"no sign-in form; failed requests {failed}, problems {problems}, "
+            f"the page: {page.content()[:2000]}"
+        ) from None
     form.fill(api_key)
     page.get_by_role("button", name="Sign in").click()
     return page, problems

@@ -31,16 +31,22 @@ class PlaneProcess:
         self.url = f"http://127.0.0.1:{self.port}"
         internet = Internet.shared()  # as make_config: the deployment's subnet, its DNS
         deployment = settings.get("database_url") or str(state_dir)
-        network = {"sandbox_subnet": str(internet.subnet(deployment)),
-                   "docker_network": internet.docker_network(deployment),
-                   "sandbox_dns_upstream": internet.dns}
-        self.env = {**os.environ, "CONTROL_PLANE_STATE_DIR": str(state_dir),
-                    "CONTROL_PLANE_PORT": str(self.port), "CONTROL_PLANE_HEALTH_INTERVAL": "0.5",
-                    "CONTROL_PLANE_STOP_SANDBOXES_ON_EXIT": "true",
-                    "CONTROL_PLANE_LOG_LEVEL": "warning",
-                    # As make_config: no template unless a test asks (seconds of CPU each).
-                    "CONTROL_PLANE_SANDBOX_TEMPLATE": "false",
-                    **{"CONTROL_PLANE_" + k.upper(): v for k, v in {**network, **settings}.items()}}
+        network = {
+            "sandbox_subnet": str(internet.subnet(deployment)),
+            "docker_network": internet.docker_network(deployment),
+            "sandbox_dns_upstream": internet.dns,
+        }
+        self.env = {
+            **os.environ,
+            "CONTROL_PLANE_STATE_DIR": str(state_dir),
+            "CONTROL_PLANE_PORT": str(self.port),
+            "CONTROL_PLANE_HEALTH_INTERVAL": "0.5",
+            "CONTROL_PLANE_STOP_SANDBOXES_ON_EXIT": "true",
+            "CONTROL_PLANE_LOG_LEVEL": "warning",
+            # As make_config: no template unless a test asks (seconds of CPU each).
+            "CONTROL_PLANE_SANDBOX_TEMPLATE": "false",
+            **{"CONTROL_PLANE_" + k.upper(): v for k, v in {**network, **settings}.items()},
+        }
         self.proc: subprocess.Popen[bytes] | None = None
         self.subnet = internet.subnet(deployment)
         self._held = False
@@ -51,8 +57,13 @@ class PlaneProcess:
             Internet.shared().hold(self.subnet)
             self._held = True
         log = open(self.log_file, "ab")
-        self.proc = subprocess.Popen([sys.executable, "-m", self.module], env=self.env,
-                                     stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", self.module],
+            env=self.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         log.close()
         if wait:
             self.wait_up()
@@ -90,11 +101,17 @@ class PlaneProcess:
         if self._held:
             self._held = False
             Internet.shared().release(
-                self.subnet, self.env["CONTROL_PLANE_STOP_SANDBOXES_ON_EXIT"] == "true")
+                self.subnet, self.env["CONTROL_PLANE_STOP_SANDBOXES_ON_EXIT"] == "true"
+            )
 
     def new_key(self, user: str) -> str:
-        out = subprocess.run([sys.executable, "-m", "control_plane", "keys", "create", "--user", user],
-                             env=self.env, capture_output=True, text=True, check=True)
+        out = subprocess.run(
+            [sys.executable, "-m", "control_plane", "keys", "create", "--user", user],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         return out.stdout.strip()
 
 
@@ -120,8 +137,10 @@ def several(root: Path, database_url: str, n: int = 2, **settings: str) -> list[
     from cryptography.fernet import Fernet
 
     secret = Fernet.generate_key().decode()
-    planes = [PlaneProcess(root / f"cp{i}", database_url=database_url, secret_key=secret,
-                           **settings) for i in range(n)]
+    planes = [
+        PlaneProcess(root / f"cp{i}", database_url=database_url, secret_key=secret, **settings)
+        for i in range(n)
+    ]
     for plane in planes:
         plane.env["CONTROL_PLANE_PUBLIC_URL"] = planes[0].url
         plane.start(wait=False)
@@ -132,6 +151,7 @@ def several(root: Path, database_url: str, n: int = 2, **settings: str) -> list[
 
 def query(url: str, statement: Any) -> list[Any]:
     """The rows `statement` reads from the database at `url` (what the planes stored)."""
+
     async def run() -> list[Any]:
         db = Database(url)
         try:
@@ -139,4 +159,5 @@ def query(url: str, statement: Any) -> list[Any]:
                 return list(await conn.execute(statement))
         finally:
             await db.close()
+
     return asyncio.run(run())

@@ -37,17 +37,38 @@ class PostgresServer:
         subprocess.run([*self._as, *args], check=True, capture_output=True, timeout=120)
 
     def start(self) -> PostgresServer:
-        self._run(str(self.bindir / "initdb"), "-D", str(self.data), "-A", "trust", "-U", "postgres",
-                  "-N", "-E", "UTF8")
+        self._run(
+            str(self.bindir / "initdb"),
+            "-D",
+            str(self.data),
+            "-A",
+            "trust",
+            "-U",
+            "postgres",
+            "-N",
+            "-E",
+            "UTF8",
+        )
         self.resume()
         return self
 
     def resume(self) -> None:
         """Up (again) on the same port and data."""
-        options = (f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 -c fsync=off "
-                   "-c max_connections=200")
-        self._run(str(self.bindir / "pg_ctl"), "-D", str(self.data), "-o", options, "-w",
-                  "-l", str(self.root / "log"), "start")
+        options = (
+            f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 -c fsync=off "
+            "-c max_connections=200"
+        )
+        self._run(
+            str(self.bindir / "pg_ctl"),
+            "-D",
+            str(self.data),
+            "-o",
+            options,
+            "-w",
+            "-l",
+            str(self.root / "log"),
+            "start",
+        )
 
     def halt(self) -> None:
         """Down, as an operator stops it (its clients' connections are closed); `resume`
@@ -70,8 +91,9 @@ class PostgresServer:
         name = "t_" + uuid.uuid4().hex[:16]
 
         async def create() -> None:
-            conn = await asyncpg.connect(host="127.0.0.1", port=self.port, user="postgres",
-                                         database="postgres")
+            conn = await asyncpg.connect(
+                host="127.0.0.1", port=self.port, user="postgres", database="postgres"
+            )
             try:
                 await conn.execute(f'CREATE DATABASE "{name}"')
             finally:

@@ -47,8 +47,9 @@ class ShiftedClock(Clock):
         return time.time() + self.offset
 
 
-def make_config(state_dir: Path, database_url: str | None = None, host: str = "127.0.0.1",
-                **extra: Any) -> Config:
+def make_config(
+    state_dir: Path, database_url: str | None = None, host: str = "127.0.0.1", **extra: Any
+) -> Config:
     port = free_port()
     # No template by default: each plane's would spend seconds of CPU importing, and most
     # tests start their sandboxes before it is ready; test_isolation runs both kinds.
@@ -56,13 +57,22 @@ def make_config(state_dir: Path, database_url: str | None = None, host: str = "1
     # asking the test internet's DNS server (`tests.support.internet`).
     internet = Internet.shared()
     deployment = database_url or str(state_dir)
-    defaults: dict[str, Any] = {"stop_sandboxes_on_exit": True, "health_interval": 0.5,
-                                "sandbox_stop_grace": 2.0, "sandbox_template": False,
-                                "sandbox_subnet": internet.subnet(deployment),
-                                "docker_network": internet.docker_network(deployment),
-                                "sandbox_dns_upstream": (internet.dns,)}
-    return Config(host=host, port=port, state_dir=state_dir, database_url=database_url,
-                  **{**defaults, **extra})
+    defaults: dict[str, Any] = {
+        "stop_sandboxes_on_exit": True,
+        "health_interval": 0.5,
+        "sandbox_stop_grace": 2.0,
+        "sandbox_template": False,
+        "sandbox_subnet": internet.subnet(deployment),
+        "docker_network": internet.docker_network(deployment),
+        "sandbox_dns_upstream": (internet.dns,),
+    }
+    return Config(
+        host=host,
+        port=port,
+        state_dir=state_dir,
+        database_url=database_url,
+        **{**defaults, **extra},
+    )
 
 
 class ControlPlane:
@@ -70,9 +80,16 @@ class ControlPlane:
         self.config = config
         self.url = f"http://127.0.0.1:{config.port}"
         # Listening on the config's host (0.0.0.0 for containers' webhooks) includes loopback.
-        self._server = Server(uvicorn.Config(build_app(config, clock=clock), host=config.host,
-                                                     port=config.port, log_level="warning",
-                                                     lifespan="on", timeout_graceful_shutdown=2))
+        self._server = Server(
+            uvicorn.Config(
+                build_app(config, clock=clock),
+                host=config.host,
+                port=config.port,
+                log_level="warning",
+                lifespan="on",
+                timeout_graceful_shutdown=2,
+            )
+        )
         self._thread = threading.Thread(target=self._server.run, daemon=True, name="control plane")
         self._clients: list[httpx.Client] = []
 
@@ -101,7 +118,9 @@ class ControlPlane:
     def client(self, key: str | None, **kw: Any) -> httpx.Client:
         """A client of this control plane, closed when it stops."""
         headers = {"Authorization": f"Bearer {key}"} if key else {}
-        client = httpx.Client(base_url=self.url, headers=headers, timeout=kw.pop("timeout", 30), **kw)
+        client = httpx.Client(
+            base_url=self.url, headers=headers, timeout=kw.pop("timeout", 30), **kw
+        )
         self._clients.append(client)
         return client
 
@@ -113,16 +132,25 @@ def git_daemon(base: Path, host: str | None = None, url_host: str | None = None)
     `host` names another place; yields the clone URL template (`{repository}` in it). A
     sandbox sees none of this machine's files, so a file:// URL would not reach them."""
     port = free_port()
-    argv = ["git", "daemon", "--reuseaddr", "--export-all", f"--base-path={base}",
-            f"--port={port}", str(base)]
+    argv = [
+        "git",
+        "daemon",
+        "--reuseaddr",
+        "--export-all",
+        f"--base-path={base}",
+        f"--port={port}",
+        str(base),
+    ]
     if host is None:
         internet = Internet.shared()
         host = internet.names["git.test"][0]
-        daemon = internet.popen([*argv, f"--listen={host}"], stdout=subprocess.DEVNULL,
-                                stderr=subprocess.DEVNULL)
+        daemon = internet.popen(
+            [*argv, f"--listen={host}"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
     else:
-        daemon = subprocess.Popen([*argv, f"--listen={host}"], stdout=subprocess.DEVNULL,
-                                  stderr=subprocess.DEVNULL)
+        daemon = subprocess.Popen(
+            [*argv, f"--listen={host}"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
     try:
         wait_for(lambda: _accepts(host, port), 10, what="git daemon")
         yield f"git://{url_host or host}:{port}/{{repository}}.git"
@@ -137,22 +165,32 @@ def _accepts(host: str, port: int) -> bool:
     return False
 
 
-def configure_llm(client: httpx.Client, base_url: str, tools: list[str] | None = None,
-                  **extra: Any) -> None:
-    body: dict[str, Any] = {"llm_model": "openai/test-model", "llm_base_url": base_url,
-                            "llm_api_key": "sk-test-key", **extra}
+def configure_llm(
+    client: httpx.Client, base_url: str, tools: list[str] | None = None, **extra: Any
+) -> None:
+    body: dict[str, Any] = {
+        "llm_model": "openai/test-model",
+        "llm_base_url": base_url,
+        "llm_api_key": "sk-test-key",
+        **extra,
+    }
     if tools is not None:
         body["default_tools"] = tools
     r = client.patch("/api/v1/settings", json=body)
     assert r.status_code == 200, r.text
 
 
-def start(client: httpx.Client, text: str | None = None, run: bool = True, **extra: Any) -> dict[str, Any]:
+def start(
+    client: httpx.Client, text: str | None = None, run: bool = True, **extra: Any
+) -> dict[str, Any]:
     """POST a start request and wait for its task to end; returns the task."""
     body: dict[str, Any] = dict(extra)
     if text is not None:
-        body["initial_message"] = {"role": "user", "content": [{"type": "text", "text": text}],
-                                   "run": run}
+        body["initial_message"] = {
+            "role": "user",
+            "content": [{"type": "text", "text": text}],
+            "run": run,
+        }
     r = client.post("/api/v1/app-conversations", json=body)
     assert r.status_code == 201, r.text
     return wait_task(client, r.json()["id"])
@@ -160,8 +198,11 @@ def start(client: httpx.Client, text: str | None = None, run: bool = True, **ext
 
 def wait_task(client: httpx.Client, task_id: str, timeout: float = 60) -> dict[str, Any]:
     def done() -> dict[str, Any] | None:
-        task = client.get("/api/v1/app-conversations/start-tasks", params={"ids": task_id}).json()[0]
+        task = client.get("/api/v1/app-conversations/start-tasks", params={"ids": task_id}).json()[
+            0
+        ]
         return task if task["status"] in ("READY", "ERROR") else None
+
     result: dict[str, Any] = wait_for(done, timeout, what=f"start task {task_id}")
     return result
 
@@ -179,8 +220,12 @@ def whole_run(client: httpx.Client, cid: str) -> list[str]:
     stored all, and it stores in order, so nothing of the run comes after that one."""
     r = client.get(f"/api/v1/conversation/{cid}/events/search", params={"limit": 1000})
     items = r.json()["items"]
-    done = any(e["kind"] == "ConversationStateUpdateEvent" and e["key"] == "execution_status"
-               and str(e["value"]).lower() == "finished" for e in items)
+    done = any(
+        e["kind"] == "ConversationStateUpdateEvent"
+        and e["key"] == "execution_status"
+        and str(e["value"]).lower() == "finished"
+        for e in items
+    )
     return [e["id"] for e in items] if done else []
 
 
@@ -192,9 +237,13 @@ def server_of(plane: ControlPlane, sandbox_id: str) -> int:
     """The sandbox's agent server (host pid): the Python process in its pid namespace."""
     launcher = sandbox_pid(plane, sandbox_id)
     inside = {namespaces.namespace(p) for p in processes.children(launcher)} - {None}
-    [server] = [p for ns in inside if ns for p in namespaces.members(ns)
-                if Path(f"/proc/{p}/cmdline").read_bytes().split(b"\0")[0]
-                == sys.executable.encode()]
+    [server] = [
+        p
+        for ns in inside
+        if ns
+        for p in namespaces.members(ns)
+        if Path(f"/proc/{p}/cmdline").read_bytes().split(b"\0")[0] == sys.executable.encode()
+    ]
     return server
 
 
@@ -208,8 +257,9 @@ def sandbox_pid(plane: ControlPlane, sandbox_id: str) -> int:
 
 def launcher_pid(root_dir: Path) -> int | None:
     """bubblewrap's (or the server's) with the ready file's path; runsc's with its bundle's."""
-    found = (processes.with_argument(str(root_dir / "ready.json"))
-             or processes.with_argument(str(gvisor.bundle_of(root_dir))))
+    found = processes.with_argument(str(root_dir / "ready.json")) or processes.with_argument(
+        str(gvisor.bundle_of(root_dir))
+    )
     leaders = [p.pid for p in found if p.pid == p.pgid]
     return leaders[0] if leaders else None
 
@@ -217,8 +267,11 @@ def launcher_pid(root_dir: Path) -> int | None:
 def agent_sockets(client: httpx.Client, sid: str) -> int:
     """Sockets open on the sandbox's agent server (its /server_info, with its key)."""
     record = client.get("/api/v1/sandboxes", params={"id": sid}).json()[0]
-    info = httpx.get(record["exposed_urls"][0]["url"] + "/server_info",
-                     headers={"X-Session-API-Key": record["session_api_key"]}, timeout=10)
+    info = httpx.get(
+        record["exposed_urls"][0]["url"] + "/server_info",
+        headers={"X-Session-API-Key": record["session_api_key"]},
+        timeout=10,
+    )
     count: int = info.json()["websockets"]
     return count
 
@@ -227,8 +280,13 @@ def bare_repository(root: Path, name: str) -> Path:
     """A local 'forge': <root>/<org>/<repo>.git with one commit on main."""
     seed = root / "seed"
     seed.mkdir(parents=True)
-    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
-           "GIT_COMMITTER_EMAIL": "t@t"}
+    env = {
+        **os.environ,
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@t",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@t",
+    }
     (seed / "README.md").write_text("# demo\n")
     for args in (["init", "-q", "-b", "main"], ["add", "."], ["commit", "-qm", "seed"]):
         subprocess.run(["git", *args], cwd=seed, check=True, env=env)
@@ -251,47 +309,79 @@ class Flow:
     """The sandbox's session key."""
 
     def actions(self) -> list[dict[str, object]]:
-        r = self.client.get(f"/api/v1/conversation/{self.cid}/events/search",
-                            params={"kind__eq": "ActionEvent", "limit": 100})
+        r = self.client.get(
+            f"/api/v1/conversation/{self.cid}/events/search",
+            params={"kind__eq": "ActionEvent", "limit": 100},
+        )
         assert r.status_code == 200, r.text
         items: list[dict[str, object]] = r.json()["items"]
         return items
 
 
-def whole_flow(plane: ControlPlane, llm: ScriptedLLM, key: str, llm_host: str | None = None) -> Flow:
+def whole_flow(
+    plane: ControlPlane, llm: ScriptedLLM, key: str, llm_host: str | None = None
+) -> Flow:
     """From the start request to the sandbox's record, on whatever provider `plane` has;
     `llm_host`: the scripted LLM's name as the sandbox knows it."""
     api_key = plane.new_user("alice")
     client = plane.client(api_key)
-    configure_llm(client, llm.base_url(key, host=llm_host), tools=["terminal", "file_editor"],
-                  git_user_name="Alice", git_user_email="alice@example.com")
-    llm.script(key,
-               call("terminal", command="echo 'print(1)' > hello.py && echo more >> README.md"),
-               call("finish", message="done"))
+    configure_llm(
+        client,
+        llm.base_url(key, host=llm_host),
+        tools=["terminal", "file_editor"],
+        git_user_name="Alice",
+        git_user_email="alice@example.com",
+    )
+    llm.script(
+        key,
+        call("terminal", command="echo 'print(1)' > hello.py && echo more >> README.md"),
+        call("finish", message="done"),
+    )
 
-    task = start(client, "Write hello.py", selected_repository="acme/demo", selected_branch="main",
-                 title="first", observability_tags=["t1"],
-                 observability_metadata={"team": "core", "ids": [1, 2]})
+    task = start(
+        client,
+        "Write hello.py",
+        selected_repository="acme/demo",
+        selected_branch="main",
+        title="first",
+        observability_tags=["t1"],
+        observability_metadata={"team": "core", "ids": [1, 2]},
+    )
     assert task["status"] == "READY", task
     cid, sid = task["app_conversation_id"], task["sandbox_id"]
 
-    record = wait_for(lambda: (r := conversation(client, cid))["execution_status"] == "finished" and r,
-                      60, what="the run to finish")
+    record = wait_for(
+        lambda: (r := conversation(client, cid))["execution_status"] == "finished" and r,
+        60,
+        what="the run to finish",
+    )
     assert record["sandbox_id"] == sid and record["sandbox_status"] == "RUNNING"
     assert record["selected_repository"] == "acme/demo" and record["selected_branch"] == "main"
-    assert record["title"] == "first" and record["observability_metadata"] == {"team": "core", "ids": [1, 2]}
+    assert record["title"] == "first" and record["observability_metadata"] == {
+        "team": "core",
+        "ids": [1, 2],
+    }
 
     # Events arrive through the webhook and are searched in the control plane's own store.
     actions = Flow(client=client, cid=cid, sid=sid, url="", session="").actions
     two = wait_for(lambda: a if len(a := actions()) >= 2 else [], 30, what="ActionEvents")
     assert [a["tool_name"] for a in two] == ["terminal", "finish"]
-    wait_for(lambda: conversation(client, cid)["metrics"]["accumulated_token_usage"]["prompt_tokens"] > 0, 30, what="metrics")
+    wait_for(
+        lambda: (
+            conversation(client, cid)["metrics"]["accumulated_token_usage"]["prompt_tokens"] > 0
+        ),
+        30,
+        what="metrics",
+    )
 
     # Work products, read through the sandbox.
     r = client.get(f"/api/v1/app-conversations/{cid}/file", params={"path": "hello.py"})
     assert r.status_code == 200 and r.text == "print(1)\n"
     changes = client.get(f"/api/v1/app-conversations/{cid}/git/changes").json()
-    assert {(c["path"], c["status"]) for c in changes} >= {("hello.py", "ADDED"), ("README.md", "UPDATED")}
+    assert {(c["path"], c["status"]) for c in changes} >= {
+        ("hello.py", "ADDED"),
+        ("README.md", "UPDATED"),
+    }
     diff = client.get(f"/api/v1/app-conversations/{cid}/git/diff")
     assert diff.status_code == 200 and "+more" in diff.text
     assert client.get(f"/api/v1/app-conversations/{cid}/skills").status_code == 200
@@ -299,14 +389,22 @@ def whole_flow(plane: ControlPlane, llm: ScriptedLLM, key: str, llm_host: str | 
 
     # A follow-up message runs the agent again.
     llm.script(key, call("finish", message="again"))
-    r = client.post(f"/api/v1/app-conversations/{cid}/send-message",
-                    json={"role": "user", "content": [{"type": "text", "text": "once more"}], "run": True})
+    r = client.post(
+        f"/api/v1/app-conversations/{cid}/send-message",
+        json={"role": "user", "content": [{"type": "text", "text": "once more"}], "run": True},
+    )
     assert r.status_code == 200, r.text
     wait_for(lambda: len(actions()) >= 3, 30, what="the follow-up's action")
 
-    r = client.patch(f"/api/v1/app-conversations/{cid}", json={"title": "renamed", "tags": {"k": "v"}})
-    assert r.status_code == 200 and r.json()["title"] == "renamed" and r.json()["tags"] == {"k": "v"}
-    found = client.get("/api/v1/app-conversations/search", params={"title__contains": "NAME"}).json()
+    r = client.patch(
+        f"/api/v1/app-conversations/{cid}", json={"title": "renamed", "tags": {"k": "v"}}
+    )
+    assert (
+        r.status_code == 200 and r.json()["title"] == "renamed" and r.json()["tags"] == {"k": "v"}
+    )
+    found = client.get(
+        "/api/v1/app-conversations/search", params={"title__contains": "NAME"}
+    ).json()
     assert [c["id"] for c in found["items"]] == [cid]
     assert client.get("/api/v1/app-conversations/count").json() == 1
 
@@ -324,13 +422,24 @@ def whole_flow(plane: ControlPlane, llm: ScriptedLLM, key: str, llm_host: str | 
     [exposed] = sandbox["exposed_urls"]
     assert exposed["name"] == "AGENT_SERVER"
     session = sandbox["session_api_key"]
-    assert httpx.get(exposed["url"] + f"/api/conversations/{cid}",
-                     headers={"Authorization": f"Bearer {api_key}"}).status_code == 401
-    assert httpx.get(exposed["url"] + f"/api/conversations/{cid}",
-                     headers={"X-Session-API-Key": session}).status_code == 200
+    assert (
+        httpx.get(
+            exposed["url"] + f"/api/conversations/{cid}",
+            headers={"Authorization": f"Bearer {api_key}"},
+        ).status_code
+        == 401
+    )
+    assert (
+        httpx.get(
+            exposed["url"] + f"/api/conversations/{cid}", headers={"X-Session-API-Key": session}
+        ).status_code
+        == 200
+    )
     assert plane.client(session).get("/api/v1/settings").status_code == 401
     # The git author of the user's settings was given to the sandbox (SPEC 5 rule 5).
-    settings = httpx.get(exposed["url"] + "/api/settings", headers={"X-Session-API-Key": session}).json()
+    settings = httpx.get(
+        exposed["url"] + "/api/settings", headers={"X-Session-API-Key": session}
+    ).json()
     assert (settings["git_user_name"], settings["git_user_email"]) == ("Alice", "alice@example.com")
     return Flow(client=client, cid=cid, sid=sid, url=exposed["url"], session=session)
 

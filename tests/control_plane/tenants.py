@@ -34,8 +34,12 @@ class Tenant:
         return json.dumps(r.json())
 
     def bash(self, command: str) -> dict[str, Any]:
-        r = httpx.post(self.url + "/api/bash/execute_bash_command", json={"command": command},
-                       headers={"X-Session-API-Key": self.session}, timeout=60)
+        r = httpx.post(
+            self.url + "/api/bash/execute_bash_command",
+            json={"command": command},
+            headers={"X-Session-API-Key": self.session},
+            timeout=60,
+        )
         assert r.status_code == 200, r.text
         result: dict[str, Any] = r.json()
         return result
@@ -50,8 +54,14 @@ class Victim(Tenant):
     """What its agent wrote in its workspace (notes.txt)."""
 
 
-def run(plane: ControlPlane, llm: ScriptedLLM, name: str, command: str,
-        llm_host: str | None = None, **settings: Any) -> Tenant:
+def run(
+    plane: ControlPlane,
+    llm: ScriptedLLM,
+    name: str,
+    command: str,
+    llm_host: str | None = None,
+    **settings: Any,
+) -> Tenant:
     """A user whose agent runs `command` in the terminal, to the end of the run."""
     client = plane.client(plane.new_user(name))
     script = f"{name}-{uuid.uuid4().hex[:8]}"
@@ -60,10 +70,16 @@ def run(plane: ControlPlane, llm: ScriptedLLM, name: str, command: str,
     task = start(client, "go")
     assert task["status"] == "READY", task
     cid, sid = task["app_conversation_id"], task["sandbox_id"]
-    wait_for(lambda: conversation(client, cid)["execution_status"] == "finished", 60,
-             what=f"{name}'s run")
-    wait_for(lambda: '"tool_name": "finish"' in Tenant(client, cid, sid, "", "").events(), 30,
-             what=f"{name}'s events")
+    wait_for(
+        lambda: conversation(client, cid)["execution_status"] == "finished",
+        60,
+        what=f"{name}'s run",
+    )
+    wait_for(
+        lambda: '"tool_name": "finish"' in Tenant(client, cid, sid, "", "").events(),
+        30,
+        what=f"{name}'s events",
+    )
     sandbox = client.get("/api/v1/sandboxes", params={"id": sid}).json()[0]
     return Tenant(client, cid, sid, sandbox["exposed_urls"][0]["url"], sandbox["session_api_key"])
 
@@ -77,22 +93,35 @@ def idle(plane: ControlPlane, name: str) -> Tenant:
         found: dict[str, Any] = client.get("/api/v1/sandboxes", params={"id": sid}).json()[0]
         assert found["status"] in ("STARTING", "RUNNING"), found
         return found if found["status"] == "RUNNING" else None
+
     sandbox = wait_for(running, 60, what=f"{name}'s sandbox")
     return Tenant(client, "", sid, sandbox["exposed_urls"][0]["url"], sandbox["session_api_key"])
 
 
 def victim(plane: ControlPlane, llm: ScriptedLLM, llm_host: str | None = None) -> Victim:
-    secret, llm_key, note = (f"{what}-{uuid.uuid4().hex}" for what in ("a-secret", "sk-a", "a-note"))
-    tenant = run(plane, llm, "alice", f"echo {note} > notes.txt", llm_host,
-                 llm_api_key=llm_key, secrets={"A_SECRET": secret})
+    secret, llm_key, note = (
+        f"{what}-{uuid.uuid4().hex}" for what in ("a-secret", "sk-a", "a-note")
+    )
+    tenant = run(
+        plane,
+        llm,
+        "alice",
+        f"echo {note} > notes.txt",
+        llm_host,
+        llm_api_key=llm_key,
+        secrets={"A_SECRET": secret},
+    )
     return Victim(**tenant.__dict__, secret=secret, llm_key=llm_key, note=note)
 
 
 def reads(paths: list[str]) -> str:
     """One shell command reading each path (its exit status said after it), then every
     process's environment it can see."""
-    steps = [f"head -c 3000 {shlex.quote(p)} | tr -c '[:print:]\\n' .; "
-             f"echo \" [read {p}: ${{PIPESTATUS[0]}}]\"" for p in paths]
+    steps = [
+        f"head -c 3000 {shlex.quote(p)} | tr -c '[:print:]\\n' .; "
+        f'echo " [read {p}: ${{PIPESTATUS[0]}}]"'
+        for p in paths
+    ]
     return "; ".join([*steps, "cat /proc/[0-9]*/environ | tr '\\0' '\\n'", "echo [environ read]"])
 
 
@@ -132,16 +161,21 @@ sys.exit(1 if "failed" in globals() else 0)  # a command that failed, as a clien
 
 def probe(targets: dict[str, tuple[str, int] | tuple[str, int, str]]) -> str:
     """The terminal command trying `targets` (label -> host, port[, "udp"])."""
-    args = " ".join(f"{label},{t[0]},{t[1]},{t[2] if len(t) > 2 else 'tcp'}"
-                    for label, t in targets.items())
+    args = " ".join(
+        f"{label},{t[0]},{t[1]},{t[2] if len(t) > 2 else 'tcp'}" for label, t in targets.items()
+    )
     return f"python3 - {args} <<'EOF'\n{PROBE}\nEOF"
 
 
 def outcomes(tenant: Tenant) -> dict[str, str]:
     """The probe's lines, from the terminal observation its conversation stored."""
     items = json.loads(tenant.events())["items"]
-    texts = [c["text"] for e in items if e["kind"] == "ObservationEvent"
-             and e["tool_name"] == "terminal" for c in e["observation"]["content"]]
+    texts = [
+        c["text"]
+        for e in items
+        if e["kind"] == "ObservationEvent" and e["tool_name"] == "terminal"
+        for c in e["observation"]["content"]
+    ]
     found = {}
     for line in "\n".join(texts).splitlines():
         label, _, outcome = line.partition(" ")

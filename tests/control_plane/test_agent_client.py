@@ -34,16 +34,21 @@ class Dropping:
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         head = await reader.readuntil(b"\r\n\r\n")
-        length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n")
-                      if line.lower().startswith(b"content-length"))
+        length = next(
+            int(line.split(b":")[1])
+            for line in head.split(b"\r\n")
+            if line.lower().startswith(b"content-length")
+        )
         body = json.loads(await reader.readexactly(length))
         self.requests += 1
         if self.requests <= self.drops:
             writer.close()
             return
         answer = json.dumps({"id": body["conversation_id"]}).encode()
-        writer.write(b"HTTP/1.1 201 Created\r\ncontent-type: application/json\r\n"
-                     b"content-length: %d\r\nconnection: close\r\n\r\n%s" % (len(answer), answer))
+        writer.write(
+            b"HTTP/1.1 201 Created\r\ncontent-type: application/json\r\n"
+            b"content-length: %d\r\nconnection: close\r\n\r\n%s" % (len(answer), answer)
+        )
         await writer.drain()
         writer.close()
 

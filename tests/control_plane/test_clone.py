@@ -30,8 +30,9 @@ def plane(tmp_path: Path) -> Iterator[ControlPlane]:
         server.stop()
 
 
-def test_a_start_that_does_not_run_clones_during_the_task(plane: ControlPlane, llm: ScriptedLLM,
-                                                           key: str) -> None:
+def test_a_start_that_does_not_run_clones_during_the_task(
+    plane: ControlPlane, llm: ScriptedLLM, key: str
+) -> None:
     client = plane.client(plane.new_user("ann"))
     configure_llm(client, llm.base_url(key))
     task = start(client, "later", run=False, selected_repository="acme/demo")
@@ -45,8 +46,9 @@ def test_a_start_that_does_not_run_clones_during_the_task(plane: ControlPlane, l
 
 
 @pytest.mark.parametrize("run", [True, False])
-def test_a_failed_clone_says_why_in_gits_words(plane: ControlPlane, llm: ScriptedLLM, key: str,
-                                               run: bool) -> None:
+def test_a_failed_clone_says_why_in_gits_words(
+    plane: ControlPlane, llm: ScriptedLLM, key: str, run: bool
+) -> None:
     client = plane.client(plane.new_user("bob"))
     configure_llm(client, llm.base_url(key))
     task = start(client, "go", run=run, selected_repository="acme/missing")

@@ -74,7 +74,9 @@ class Shots:
         page.screenshot(path=str(self.dir / f"{name}.png"), full_page=True)
 
 
-def scripted_after_pwd(steps: Callable[[str], list[Reply]]) -> Callable[[str, dict[str, Any]], Reply]:
+def scripted_after_pwd(
+    steps: Callable[[str], list[Reply]],
+) -> Callable[[str, dict[str, Any]], Reply]:
     """Replies made once the run's `pwd` answered: `steps(working directory)`, one a request."""
     made: list[Reply] = []
 
@@ -82,9 +84,12 @@ def scripted_after_pwd(steps: Callable[[str], list[Reply]]) -> Callable[[str, di
         if not made:
             tool = next(m for m in body["messages"] if m.get("role") == "tool")
             content = tool["content"]
-            said = content if isinstance(content, str) else "".join(p.get("text", "") for p in content)
+            said = (
+                content if isinstance(content, str) else "".join(p.get("text", "") for p in content)
+            )
             made.extend(steps(said.strip().splitlines()[0]))
         return made.pop(0)
+
     return respond
 
 
@@ -92,6 +97,7 @@ def scripted_after_pwd(steps: Callable[[str], list[Reply]]) -> Callable[[str, di
 def titles(llm: ScriptedLLM) -> Iterator[None]:
     """The model's answer to the title prompt, "Titled: <the request's first line>", outside the
     scripts (a title is asked while the agent's own calls take their scripted replies)."""
+
     def title(_key: str, body: dict[str, Any]) -> Reply | None:
         said = json.dumps(body.get("messages"))
         if "for a conversation that starts with" not in said:
@@ -99,14 +105,16 @@ def titles(llm: ScriptedLLM) -> Iterator[None]:
         request = body["messages"][-1]["content"]
         text_ = request if isinstance(request, str) else "".join(p.get("text", "") for p in request)
         return text("Titled: " + text_.split("\n\n", 1)[1].splitlines()[0])
+
     llm.interceptor = title
     yield
     llm.interceptor = None
 
 
 @pytest.mark.usefixtures("titles")
-def test_the_console_end_to_end(plane: ControlPlane, clock: ShiftedClock, llm: ScriptedLLM,
-                                key: str, browser: Browser) -> None:
+def test_the_console_end_to_end(
+    plane: ControlPlane, clock: ShiftedClock, llm: ScriptedLLM, key: str, browser: Browser
+) -> None:
     shot = Shots("walkthrough")
     api_key = new_user(plane, "alice")
     api = plane.client(api_key)
@@ -152,7 +160,9 @@ def test_the_console_end_to_end(plane: ControlPlane, clock: ShiftedClock, llm: S
     base_url.fill("http://127.0.0.1:9/v1")
     page.get_by_role("button", name="Test connection").click()
     result = page.locator(".test-result")
-    expect(result).to_contain_text("could not be reached: nothing answered at its base URL", timeout=SLOW)
+    expect(result).to_contain_text(
+        "could not be reached: nothing answered at its base URL", timeout=SLOW
+    )
     expect(result).to_have_class(re.compile("error"))
     shot(page, "02-settings-test-failed")
     base_url.fill(llm.base_url(key))
@@ -176,14 +186,26 @@ def test_the_console_end_to_end(plane: ControlPlane, clock: ShiftedClock, llm: S
 
     def steps(workdir: str) -> list[Reply]:
         return [
-            call("file_editor", command="create", path=f"{workdir}/hello.py",
-                 file_text="print(1)\nprint(2)\n"),
-            call("file_editor", command="str_replace", path=f"{workdir}/hello.py",
-                 old_str="print(2)", new_str="print('hello')"),
-            call("terminal", command="echo more >> README.md && python3 -c 'import sys; sys.exit(1)'"),
+            call(
+                "file_editor",
+                command="create",
+                path=f"{workdir}/hello.py",
+                file_text="print(1)\nprint(2)\n",
+            ),
+            call(
+                "file_editor",
+                command="str_replace",
+                path=f"{workdir}/hello.py",
+                old_str="print(2)",
+                new_str="print('hello')",
+            ),
+            call(
+                "terminal", command="echo more >> README.md && python3 -c 'import sys; sys.exit(1)'"
+            ),
             call("think", thought="The script exits with 1 on purpose; all good."),
             call("finish", message="I wrote hello.py."),
         ]
+
     llm.responder = scripted_after_pwd(steps)
     page.get_by_role("link", name="Conversations").click()
     start_form = page.locator("form.start")
@@ -194,7 +216,9 @@ def test_the_console_end_to_end(plane: ControlPlane, clock: ShiftedClock, llm: S
     page.get_by_label("Branch", exact=True).fill("main")
     page.get_by_role("button", name="Start conversation").click()
     expect(page.get_by_role("heading", name="Starting a conversation")).to_be_visible()
-    expect(page.locator(".event-message.from-user .text")).to_have_text("Write hello.py\nwith a greeting")
+    expect(page.locator(".event-message.from-user .text")).to_have_text(
+        "Write hello.py\nwith a greeting"
+    )
     expect(page.locator(".start-line")).to_contain_text(re.compile(r"\d+ s"))
     shot(page, "03-starting")
     expect(page).to_have_url(re.compile(r"#/conversations/[0-9a-f-]{36}$"), timeout=SLOW)
@@ -218,12 +242,18 @@ def test_the_console_end_to_end(plane: ControlPlane, clock: ShiftedClock, llm: S
     expect(command.locator(".result.failed")).to_have_count(1)
     expect(command.locator(".result .output")).not_to_contain_text("Current working directory")
     expect(page.locator(".event-action[aria-label='Thought'] .prose")).to_have_text(
-        "The script exits with 1 on purpose; all good.", timeout=SLOW)
+        "The script exits with 1 on purpose; all good.", timeout=SLOW
+    )
     answer = page.locator(".event-message.from-agent.finish")
     expect(answer.locator(".text")).to_have_text("I wrote hello.py.", timeout=SLOW)
     # A chat: the newest is in view, the message box pinned at the bottom of the window.
-    wait_for(lambda: page.evaluate("window.innerHeight + window.scrollY >= document.documentElement.scrollHeight - 90"),
-             10, what="the page to follow the newest event")
+    wait_for(
+        lambda: page.evaluate(
+            "window.innerHeight + window.scrollY >= document.documentElement.scrollHeight - 90"
+        ),
+        10,
+        what="the page to follow the newest event",
+    )
     box = page.get_by_label("Message", exact=True).bounding_box()
     assert box is not None and box["y"] + box["height"] <= 900
     command.locator("summary", has_text="Raw event").click()
@@ -246,9 +276,12 @@ def test_the_console_end_to_end(plane: ControlPlane, clock: ShiftedClock, llm: S
     session_key = api.get("/api/v1/sandboxes", params={"id": sid}).json()[0]["session_api_key"]
     assert session_key and session_key not in page.content()
     for path in ("/sandboxes/search", f"/app-conversations?ids={cid}", "/app-conversations/search"):
-        seen = page.evaluate("""async (path) => (await fetch('/api/v1' + path, {headers: {
-            Authorization: 'Bearer ' + sessionStorage.getItem('control-plane.api-key')}})).text()""",
-                             path)
+        seen = page.evaluate(
+            """async (path) => (await fetch('/api/v1' + path, {headers: {
+            Authorization: 'Bearer ' + sessionStorage.getItem('control-plane.api-key')}}))
+            .text()""",
+            path,
+        )
         assert cid in seen or sid in seen
         assert session_key not in seen and "AGENT_SERVER" not in seen, path
 
@@ -280,18 +313,23 @@ def test_the_console_end_to_end(plane: ControlPlane, clock: ShiftedClock, llm: S
     shot(page, "05-workspace-diff")
 
     # A follow-up, its tool call appearing live; what the agent prints is shown as text.
-    llm.script(key, call("terminal", command="echo '<img src=x onerror=window.__xss=2>' && sleep 1"),
-               text("<script>window.__xss=1</script><img src=x onerror=\"window.__xss=3\"> done"))
+    llm.script(
+        key,
+        call("terminal", command="echo '<img src=x onerror=window.__xss=2>' && sleep 1"),
+        text('<script>window.__xss=1</script><img src=x onerror="window.__xss=3"> done'),
+    )
     page.get_by_label("Message", exact=True).fill("Print some")
     page.get_by_label("Message", exact=True).press("Shift+Enter")
     page.get_by_label("Message", exact=True).press_sequentially("markup")
     page.get_by_label("Message", exact=True).press("Enter")
     expect(page.locator(".event-message.from-user .text").last).to_have_text("Print some\nmarkup")
     expect(page.get_by_label("Message", exact=True)).to_have_value("")
-    expect(page.locator(".event-action .output", has_text="<img src=x onerror=window.__xss=2>")
-           ).to_be_visible(timeout=SLOW)
+    expect(
+        page.locator(".event-action .output", has_text="<img src=x onerror=window.__xss=2>")
+    ).to_be_visible(timeout=SLOW)
     expect(page.locator(".event-message.from-agent .text").last).to_have_text(
-        "<script>window.__xss=1</script><img src=x onerror=\"window.__xss=3\"> done", timeout=SLOW)
+        '<script>window.__xss=1</script><img src=x onerror="window.__xss=3"> done', timeout=SLOW
+    )
     assert page.evaluate("window.__xss") is None
     assert page.locator("main img, main script").count() == 0
     shot(page, "06-conversation-markup-as-text")
@@ -299,22 +337,36 @@ def test_the_console_end_to_end(plane: ControlPlane, clock: ShiftedClock, llm: S
     # Confirmation: every action waits; approving it runs it.
     page.get_by_label("Ask before each action").check()
     expect(page.locator("#notice")).to_contain_text("Every action now waits")
-    llm.script(key, call("terminal", command="echo approved > approved.txt"),
-               call("finish", message="approved it"))
+    llm.script(
+        key,
+        call("terminal", command="echo approved > approved.txt"),
+        call("finish", message="approved it"),
+    )
     page.get_by_label("Message", exact=True).fill("Write approved.txt")
     page.get_by_role("button", name="Send").click()
     approve = page.get_by_role("button", name="Approve")
     expect(approve).to_be_visible(timeout=SLOW)
     expect(page.locator(".event-action.waiting .call")).to_contain_text("approved.txt")
-    expect(page.locator(".progress-line")).to_contain_text(re.compile(r"Waiting for your approval\s*\d+ s"))
-    assert api.get(f"/api/v1/app-conversations/{cid}/file", params={"path": "approved.txt"}).status_code == 404
+    expect(page.locator(".progress-line")).to_contain_text(
+        re.compile(r"Waiting for your approval\s*\d+ s")
+    )
+    assert (
+        api.get(
+            f"/api/v1/app-conversations/{cid}/file", params={"path": "approved.txt"}
+        ).status_code
+        == 404
+    )
     shot(page, "07-conversation-confirmation")
     approve.click()
     expect(approve).to_be_hidden()
-    expect(page.locator(".event-action", has_text="approved.txt").locator(".result")).to_be_visible(timeout=SLOW)
+    expect(page.locator(".event-action", has_text="approved.txt").locator(".result")).to_be_visible(
+        timeout=SLOW
+    )
     expect(page.locator(".meta")).to_contain_text("FINISHED", timeout=SLOW)
-    assert api.get(f"/api/v1/app-conversations/{cid}/file",
-                   params={"path": "approved.txt"}).text == "approved\n"
+    assert (
+        api.get(f"/api/v1/app-conversations/{cid}/file", params={"path": "approved.txt"}).text
+        == "approved\n"
+    )
     page.get_by_label("Ask before each action").uncheck()
     expect(page.locator("#notice")).to_contain_text("without approval")
 
@@ -327,22 +379,28 @@ def test_the_console_end_to_end(plane: ControlPlane, clock: ShiftedClock, llm: S
     expect(running.locator(".live-output")).to_have_text("live-line", timeout=SLOW)
     expect(running.locator(".result-state")).to_have_text("Running; its output so far:")
     expect(page.locator(".progress-line")).to_contain_text(
-        re.compile(r"Running a command: \$ echo live-line && sleep 120\s*\d+ s · working for \d+ s"))
+        re.compile(r"Running a command: \$ echo live-line && sleep 120\s*\d+ s · working for \d+ s")
+    )
     shot(page, "08-conversation-live-output")
     page.get_by_role("button", name="Interrupt").click()
     expect(page.locator(".events")).to_contain_text("Interrupted by the user", timeout=SLOW)
     expect(running.locator(".live-output")).to_have_count(0, timeout=SLOW)
     expect(page.locator(".progress-line")).to_be_hidden(timeout=SLOW)
     stored = api.get(f"/api/v1/conversation/{cid}/events/search", params={"limit": 100}).json()
-    assert stored["items"] and not [e for e in stored["items"] if e["kind"] == "StreamingDeltaEvent"]
+    assert stored["items"] and not [
+        e for e in stored["items"] if e["kind"] == "StreamingDeltaEvent"
+    ]
 
     # Pause: taken between steps, so the next call never runs.
-    llm.script(key, call("terminal", command="sleep 3"), call("terminal", command="echo never-runs"))
+    llm.script(
+        key, call("terminal", command="sleep 3"), call("terminal", command="echo never-runs")
+    )
     page.get_by_label("Message", exact=True).fill("Sleep a while")
     page.get_by_role("button", name="Send").click()
     expect(page.locator(".event-action .call", has_text="sleep 3")).to_be_visible(timeout=SLOW)
     expect(page.locator(".progress-line")).to_contain_text(
-        re.compile(r"Running a command: \$ sleep 3\s*\d+ s · working for \d+ s"))
+        re.compile(r"Running a command: \$ sleep 3\s*\d+ s · working for \d+ s")
+    )
     shot(page, "08-conversation-progress")
     page.get_by_role("button", name="Pause").click()
     expect(page.locator(".events")).to_contain_text("Paused by the user")
@@ -403,8 +461,11 @@ def test_the_console_end_to_end(plane: ControlPlane, clock: ShiftedClock, llm: S
 
     # Half an hour without activity: the reconciler pauses it, and the card says so.
     clock.offset = 1800
-    wait_for(lambda: api.get("/api/v1/sandboxes", params={"id": sid}).json()[0]["status"] == "PAUSED",
-             30, what="the idle pause")
+    wait_for(
+        lambda: api.get("/api/v1/sandboxes", params={"id": sid}).json()[0]["status"] == "PAUSED",
+        30,
+        what="the idle pause",
+    )
     page.reload()
     expect(card.locator(".why-line")).to_have_text("Paused: idle for 30 min")
     shot(page, "12-sandboxes-idle")
@@ -418,14 +479,20 @@ def test_the_console_end_to_end(plane: ControlPlane, clock: ShiftedClock, llm: S
     # of the sandbox's status in it where it happened.
     page.goto(f"{plane.url}/#/conversations/{cid}")
     expect(page.get_by_role("alert")).to_contain_text(
-        "Read-only: the sandbox is MISSING (you deleted it)")
+        "Read-only: the sandbox is MISSING (you deleted it)"
+    )
     expect(page.locator(".meta")).to_contain_text("MISSING you deleted it")
     expect(page.get_by_role("button", name="Send")).to_be_disabled()
     expect(page.get_by_role("button", name="Pause")).to_be_disabled()
     expect(page.locator(".event-action .call", has_text="approved.txt")).to_be_visible()
-    expect(page.locator(".event-sandbox .text")).to_have_text([
-        "Paused: you paused it", "Running: you resumed it", "Paused: idle for 30 min",
-        "Missing: you deleted it"])
+    expect(page.locator(".event-sandbox .text")).to_have_text(
+        [
+            "Paused: you paused it",
+            "Running: you resumed it",
+            "Paused: idle for 30 min",
+            "Missing: you deleted it",
+        ]
+    )
     page.locator(".event-sandbox").nth(2).scroll_into_view_if_needed()
     shot(page, "14-conversation-read-only")
     assert conversation(api, cid)["sandbox_status"] == "MISSING"
@@ -448,7 +515,9 @@ def test_the_console_end_to_end(plane: ControlPlane, clock: ShiftedClock, llm: S
     page.get_by_role("button", name="Archive Hello script").click()
     expect(page.locator("#notice")).to_contain_text("Archived")
     expect(rows).to_have_count(1)
-    expect(page.locator("p.muted", has_text="conversations")).to_contain_text("1 archived not shown")
+    expect(page.locator("p.muted", has_text="conversations")).to_contain_text(
+        "1 archived not shown"
+    )
     assert conversation(api, cid)["tags"] == {"archived": "yes"}
     page.get_by_label("Show archived").check()
     expect(rows).to_have_count(2)
@@ -458,7 +527,9 @@ def test_the_console_end_to_end(plane: ControlPlane, clock: ShiftedClock, llm: S
     expect(page.locator(".banner[role=alert]")).to_contain_text("Read-only: the sandbox is MISSING")
     page.get_by_role("button", name="Delete conversation").click()
     shot(page, "17-conversation-delete")
-    page.get_by_role("group", name="Delete this conversation?").get_by_role("button", name="Delete").click()
+    page.get_by_role("group", name="Delete this conversation?").get_by_role(
+        "button", name="Delete"
+    ).click()
     expect(page).to_have_url(re.compile(r"#/conversations$"))
     expect(page.locator("#notice")).to_contain_text("Conversation deleted")
     assert api.get("/api/v1/app-conversations", params={"ids": second}).json() == [None]
@@ -471,8 +542,9 @@ def test_the_console_end_to_end(plane: ControlPlane, clock: ShiftedClock, llm: S
     assert problems == []
 
 
-def test_streaming_text_shows_as_it_is_written(plane: ControlPlane, llm: ScriptedLLM, key: str,
-                                               browser: Browser) -> None:
+def test_streaming_text_shows_as_it_is_written(
+    plane: ControlPlane, llm: ScriptedLLM, key: str, browser: Browser
+) -> None:
     shot = Shots("streaming")
     api_key = new_user(plane, "bob")
     api = plane.client(api_key)
@@ -526,17 +598,20 @@ def test_streaming_text_shows_as_it_is_written(plane: ControlPlane, llm: Scripte
     expect(page.locator(".meta")).to_contain_text("live")
     processes.signal_group(sandbox_pid(plane, sid), signal.SIGKILL)
     expect(page.locator(".event-sandbox .text")).to_have_text(
-        ["Missing: the sandbox's process vanished"], timeout=SLOW)
+        ["Missing: the sandbox's process vanished"], timeout=SLOW
+    )
     expect(page.get_by_role("alert")).to_contain_text(
-        "Read-only: the sandbox is MISSING (the sandbox's process vanished)")
+        "Read-only: the sandbox is MISSING (the sandbox's process vanished)"
+    )
     expect(page.get_by_role("button", name="Send")).to_be_disabled()
     shot(page, "03-sandbox-vanished")
     page.context.close()
     assert problems == []
 
 
-def test_a_failing_model_is_said_in_words(plane: ControlPlane, llm: ScriptedLLM, key: str,
-                                          browser: Browser) -> None:
+def test_a_failing_model_is_said_in_words(
+    plane: ControlPlane, llm: ScriptedLLM, key: str, browser: Browser
+) -> None:
     shot = Shots("errors")
     api_key = new_user(plane, "carol")
     api = plane.client(api_key)
@@ -549,18 +624,23 @@ def test_a_failing_model_is_said_in_words(plane: ControlPlane, llm: ScriptedLLM,
     wait_for(lambda: agent_sockets(api, sid) == 1, 30, what="the control plane's socket")
 
     # A rate limit: the progress line says the call is retried, and when.
-    llm.script(key, error(429, "Rate limit reached", retry_after=5),
-               error(401, "Incorrect API key provided: sk-te****"))
+    llm.script(
+        key,
+        error(429, "Rate limit reached", retry_after=5),
+        error(401, "Incorrect API key provided: sk-te****"),
+    )
     page.get_by_label("Message", exact=True).fill("Do something")
     page.get_by_label("Message", exact=True).press("Enter")
     expect(page.locator(".progress-line")).to_contain_text(
-        re.compile(r"The model call failed \(RateLimitError\): retrying in [1-5] s"), timeout=SLOW)
+        re.compile(r"The model call failed \(RateLimitError\): retrying in [1-5] s"), timeout=SLOW
+    )
     shot(page, "00-retrying")
 
     # What went wrong in words, the setting that fixes it a click away, the original text kept.
     failure = page.locator(".event-error")
-    expect(failure.locator(".plain-error")).to_contain_text("The language model refused the API key.",
-                                                            timeout=SLOW)
+    expect(failure.locator(".plain-error")).to_contain_text(
+        "The language model refused the API key.", timeout=SLOW
+    )
     expect(failure.locator("details.raw pre")).to_contain_text("AuthenticationError")
     expect(page.locator(".progress-line")).to_be_hidden()
     shot(page, "01-plain-error")
@@ -571,8 +651,9 @@ def test_a_failing_model_is_said_in_words(plane: ControlPlane, llm: ScriptedLLM,
     assert problems == []
 
 
-def test_the_demo_model_runs_a_conversation(plane: ControlPlane, llm: ScriptedLLM, key: str,
-                                            browser: Browser) -> None:
+def test_the_demo_model_runs_a_conversation(
+    plane: ControlPlane, llm: ScriptedLLM, key: str, browser: Browser
+) -> None:
     """`make demo`'s scripted model (tests/support/demo.py) through the console: what a newcomer
     sees before having a key. Its screenshots are the README's."""
     shot = Shots("demo")
@@ -586,12 +667,20 @@ def test_the_demo_model_runs_a_conversation(plane: ControlPlane, llm: ScriptedLL
         page.get_by_label("Message", exact=True).fill("Print a greeting for the team")
         page.get_by_label("Message", exact=True).press("Enter")
         expect(page).to_have_url(re.compile(r"#/conversations/[0-9a-f-]{36}$"), timeout=SLOW)
-        expect(page.locator(".title-text")).to_have_text("Demo: Print a greeting for the", timeout=SLOW)
-        expect(page.locator(".finish .text")).to_contain_text("I wrote hello.py and ran it", timeout=SLOW)
-        expect(page.locator(".event-action[data-tool='terminal']", has_text="python3 hello.py")
-               .locator(".result")).to_contain_text("Hello from the demo model! You asked: Print a greeting")
-        expect(page.locator(".event-action[aria-label='Edited hello.py'] > pre.diff .add")).to_contain_text(
-            "Hello from the demo model")
+        expect(page.locator(".title-text")).to_have_text(
+            "Demo: Print a greeting for the", timeout=SLOW
+        )
+        expect(page.locator(".finish .text")).to_contain_text(
+            "I wrote hello.py and ran it", timeout=SLOW
+        )
+        expect(
+            page.locator(
+                ".event-action[data-tool='terminal']", has_text="python3 hello.py"
+            ).locator(".result")
+        ).to_contain_text("Hello from the demo model! You asked: Print a greeting")
+        expect(
+            page.locator(".event-action[aria-label='Edited hello.py'] > pre.diff .add")
+        ).to_contain_text("Hello from the demo model")
         page.locator(".event-action[aria-label='Edited hello.py']").scroll_into_view_if_needed()
         page.evaluate("window.scrollBy(0, -140)")
         page.screenshot(path=str(shot.dir / "transcript.png"))
@@ -603,8 +692,9 @@ def test_the_demo_model_runs_a_conversation(plane: ControlPlane, llm: ScriptedLL
         page.screenshot(path=str(shot.dir / "workspace.png"))
         page.get_by_role("link", name="Settings").click()
         page.get_by_role("button", name="Test connection").click()
-        expect(page.locator(".test-result")).to_have_text("Connected: openai/test-model answered.",
-                                                          timeout=SLOW)
+        expect(page.locator(".test-result")).to_have_text(
+            "Connected: openai/test-model answered.", timeout=SLOW
+        )
         page.screenshot(path=str(shot.dir / "settings.png"))
         page.context.close()
         assert problems == []

@@ -34,7 +34,9 @@ def browser() -> Iterator[Browser]:
         yield opened
 
 
-def signed_in(browser: Browser, plane: ControlPlane, name: str) -> tuple[Page, httpx.Client, list[str]]:
+def signed_in(
+    browser: Browser, plane: ControlPlane, name: str
+) -> tuple[Page, httpx.Client, list[str]]:
     """A new user's page, signed in, the user's API client, and the page's problems."""
     api_key = new_user(plane, name)
     page, problems = console_page.signed_in(browser, plane, api_key)
@@ -42,8 +44,9 @@ def signed_in(browser: Browser, plane: ControlPlane, name: str) -> tuple[Page, h
     return page, plane.client(api_key), problems
 
 
-def test_settings_network_and_llm_limits(control_plane: ControlPlane, browser: Browser,
-                                         tmp_path: Path) -> None:
+def test_settings_network_and_llm_limits(
+    control_plane: ControlPlane, browser: Browser, tmp_path: Path
+) -> None:
     page, api, problems = signed_in(browser, control_plane, "erin")
     page.get_by_role("link", name="Settings").click()
     network = page.get_by_role("group", name="Network", exact=True)
@@ -99,13 +102,16 @@ def test_settings_network_and_llm_limits(control_plane: ControlPlane, browser: B
     expect(page.locator("#notice")).to_have_text("Settings saved.")
     assert api.get("/api/v1/settings").json()["llm_requests_per_minute"] is None
     expect(usage).to_contain_text("$2.50 a day.")
-    page.get_by_role("group", name="LLM limits").screenshot(path=str(tmp_path / "settings-limits.png"))
+    page.get_by_role("group", name="LLM limits").screenshot(
+        path=str(tmp_path / "settings-limits.png")
+    )
     page.context.close()
     assert problems == []
 
 
-def test_a_sandbox_network_changed_in_place(control_plane: ControlPlane, browser: Browser,
-                                            tmp_path: Path) -> None:
+def test_a_sandbox_network_changed_in_place(
+    control_plane: ControlPlane, browser: Browser, tmp_path: Path
+) -> None:
     page, api, problems = signed_in(browser, control_plane, "frank")
     created = api.post("/api/v1/sandboxes", json={})
     assert created.status_code == 201, created.text
@@ -113,6 +119,7 @@ def test_a_sandbox_network_changed_in_place(control_plane: ControlPlane, browser
 
     def record() -> dict:
         return api.get("/api/v1/sandboxes", params={"id": sid}).json()[0]
+
     wait_for(lambda: record()["status"] == "RUNNING", 60, what="the sandbox to run")
 
     page.get_by_role("link", name="Sandboxes").click()
@@ -148,8 +155,9 @@ def test_a_sandbox_network_changed_in_place(control_plane: ControlPlane, browser
     # A refused rule is said in the editor, which stays open; the sandbox keeps its policy.
     rules.fill("10.0.0.0/8")
     card.get_by_role("button", name="Save").click()
-    expect(editor.locator(".field-error").first).to_contain_text("'10.0.0.0/8' lies in a range",
-                                                                  timeout=SLOW)
+    expect(editor.locator(".field-error").first).to_contain_text(
+        "'10.0.0.0/8' lies in a range", timeout=SLOW
+    )
     expect(card.locator(".form-result")).to_have_text("Not saved: a rule was refused.")
     assert record()["network_policy"]["mode"] == "open"
 
@@ -157,8 +165,9 @@ def test_a_sandbox_network_changed_in_place(control_plane: ControlPlane, browser
     rules.fill("pypi.org:443")
     editor.get_by_label("No network").check()
     card.get_by_role("button", name="Save").click()
-    expect(card.locator(".policy")).to_have_text("Network: No network beyond the control plane",
-                                                 timeout=SLOW)
+    expect(card.locator(".policy")).to_have_text(
+        "Network: No network beyond the control plane", timeout=SLOW
+    )
     expect(editor).to_be_hidden()
     expect(button).to_be_focused()
     expect(page.locator("#notice")).to_contain_text("No network beyond the control plane")
@@ -175,7 +184,9 @@ def test_a_sandbox_network_changed_in_place(control_plane: ControlPlane, browser
     # What its policy refused it: a count (none tried anything here), and the latest.
     card.get_by_role("button", name="What was refused").click()
     refusals = card.locator(".refusals")
-    expect(refusals).to_contain_text(re.compile(r"\d+ connections? refused while it ran"), timeout=SLOW)
+    expect(refusals).to_contain_text(
+        re.compile(r"\d+ connections? refused while it ran"), timeout=SLOW
+    )
     state = api.get(f"/api/v1/sandboxes/{sid}/network").json()
     assert state["enforced"] is True and state["policy"]["mode"] == "none"
     card.get_by_role("button", name="Check again").click()

@@ -35,8 +35,15 @@ class Agent:
         self.opened += 1
         self.sockets.add(socket)
         try:
-            await socket.send(json.dumps({"kind": "ConversationStateUpdateEvent", "key": "full_state",
-                                          "value": {"execution_status": "idle"}}))
+            await socket.send(
+                json.dumps(
+                    {
+                        "kind": "ConversationStateUpdateEvent",
+                        "key": "full_state",
+                        "value": {"execution_status": "idle"},
+                    }
+                )
+            )
             await socket.wait_closed()
         finally:
             self.sockets.discard(socket)
@@ -64,8 +71,13 @@ async def agent() -> AsyncIterator[tuple[Agent, str]]:
 
 
 def new_hub(url: str, queue: int = 256) -> Hub:
-    hub = Hub(None, None, poll=0.05, queue=queue,  # type: ignore[arg-type]
-              backoff=Backoff(minimum=0.01, maximum=0.05))
+    hub = Hub(
+        None,
+        None,
+        poll=0.05,
+        queue=queue,  # type: ignore[arg-type]
+        backoff=Backoff(minimum=0.01, maximum=0.05),
+    )
     hub.target = ("sandbox-1", socket_url(url, CID), "sk-session")
     return hub
 
@@ -85,8 +97,10 @@ def delta(text: str) -> dict[str, Any]:
 def test_frames_and_urls() -> None:
     assert socket_url("http://127.0.0.1:8000", CID) == f"ws://127.0.0.1:8000/sockets/events/{CID}"
     assert socket_url("https://a.example/", CID) == f"wss://a.example/sockets/events/{CID}"
-    assert delta_line(json.dumps(delta("a\nb"), indent=2)) == \
-        '{"kind":"StreamingDeltaEvent","id":"x","content":"a\\nb","reasoning_content":null}'
+    assert (
+        delta_line(json.dumps(delta("a\nb"), indent=2))
+        == '{"kind":"StreamingDeltaEvent","id":"x","content":"a\\nb","reasoning_content":null}'
+    )
     assert delta_line('{"kind": "MessageEvent", "text": "StreamingDeltaEvent"}') is None
     assert delta_line("StreamingDeltaEvent, not JSON") is None
 
@@ -126,8 +140,9 @@ async def test_a_slow_follower_loses_deltas_and_holds_up_nobody(agent: tuple[Age
             got: list[str] = []
             for i in range(10):  # the slow one never reads
                 await stand_in.broadcast(delta(str(i)))
-                await until(lambda i=i: (got.extend(fast.drain()), len(got) == i + 1)[1],
-                            f"delta {i}")
+                await until(
+                    lambda i=i: (got.extend(fast.drain()), len(got) == i + 1)[1], f"delta {i}"
+                )
             assert [json.loads(line)["content"] for line in slow.drain()] == ["0", "1", "2"]
             assert slow.dropped == 7 and fast.dropped == 0
     finally:
@@ -135,7 +150,8 @@ async def test_a_slow_follower_loses_deltas_and_holds_up_nobody(agent: tuple[Age
 
 
 async def test_closed_while_the_sandbox_is_stopped_and_reopened_after_a_drop(
-        agent: tuple[Agent, str]) -> None:
+    agent: tuple[Agent, str],
+) -> None:
     stand_in, url = agent
     hub = new_hub(url)
     try:
@@ -148,7 +164,9 @@ async def test_closed_while_the_sandbox_is_stopped_and_reopened_after_a_drop(
             assert stand_in.opened == 2
             for socket in list(stand_in.sockets):  # the agent server restarts
                 await socket.close(1012)
-            await until(lambda: stand_in.opened == 3 and len(stand_in.sockets) == 1, "a reconnection")
+            await until(
+                lambda: stand_in.opened == 3 and len(stand_in.sockets) == 1, "a reconnection"
+            )
             await stand_in.broadcast(delta("still here"))
             await until(lambda: bool(follower._queue), "a delta on the new socket")
         await until(lambda: not stand_in.sockets, "the socket to close")

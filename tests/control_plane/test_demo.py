@@ -23,10 +23,16 @@ def test_the_demo_stops_with_its_sandboxes(tmp_path: Path, stop: signal.Signals)
     demo = PlaneProcess(tmp_path / "demo", module="tests.support.demo")
     try:
         demo.start()
-        key = wait_for(lambda: re.search(r"Sign in with this key \(user demo\): (\S+)",
-                                         demo.log_file.read_text()), 30, what="the demo's key")[1]
-        with httpx.Client(base_url=demo.url, headers={"Authorization": f"Bearer {key}"},
-                          timeout=30) as client:
+        key = wait_for(
+            lambda: re.search(
+                r"Sign in with this key \(user demo\): (\S+)", demo.log_file.read_text()
+            ),
+            30,
+            what="the demo's key",
+        )[1]
+        with httpx.Client(
+            base_url=demo.url, headers={"Authorization": f"Bearer {key}"}, timeout=30
+        ) as client:
             tasks = [start(client, "Print a greeting", run=False) for _ in range(2)]
         assert [t["status"] for t in tasks] == ["READY", "READY"], tasks
         launchers = sandbox_pids(demo.state_dir)
@@ -37,7 +43,9 @@ def test_the_demo_stops_with_its_sandboxes(tmp_path: Path, stop: signal.Signals)
         assert demo.proc is not None
         demo.proc.send_signal(stop)
         assert demo.proc.wait(60) == 0
-        left = [pid for pid, at in started.items() if at is not None and processes.is_running(pid, at)]
+        left = [
+            pid for pid, at in started.items() if at is not None and processes.is_running(pid, at)
+        ]
         assert left == [], f"sandboxes left running: {left}"
     finally:
         demo.stop()

@@ -41,7 +41,10 @@ def test_a_sandbox_is_held_to_its_disk(tmp_path: Path, llm: ScriptedLLM) -> None
 
         # Its server goes on, full as it is; once it frees room it writes again.
         assert a.bash("echo alive")["stdout"] == "alive\n"
-        assert a.bash(f"cd {PROJECT_DIR} && rm fill && echo room > note && cat note")["stdout"] == "room\n"
+        assert (
+            a.bash(f"cd {PROJECT_DIR} && rm fill && echo room > note && cat note")["stdout"]
+            == "room\n"
+        )
         # The next tenant's sandbox has its own room.
         b = run(plane, llm, "bob", f"head -c {LIMIT // 2} /dev/zero > half; wc -c < half")
         assert f"{LIMIT // 2}" in b.events(), b.events()

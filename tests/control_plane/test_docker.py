@@ -65,24 +65,30 @@ def forge(tmp_path: Path) -> Iterator[str]:
 
 def docker_config(state_dir: Path, image: str, **extra: Any) -> Any:
     # 0.0.0.0: the containers' webhook reaches it through the bridge gateway.
-    return make_config(state_dir, host="0.0.0.0", sandbox_provider="docker", sandbox_image=image,
-                       **extra)
+    return make_config(
+        state_dir, host="0.0.0.0", sandbox_provider="docker", sandbox_image=image, **extra
+    )
 
 
 #: The control planes a test runs on: runc (Docker's default) and gVisor (`runsc`).
-RUNTIMES = pytest.mark.parametrize("plane", [{}, {"sandbox_runtime": "runsc"}],
-                                   ids=["runc", "gvisor"], indirect=True)
+RUNTIMES = pytest.mark.parametrize(
+    "plane", [{}, {"sandbox_runtime": "runsc"}], ids=["runc", "gvisor"], indirect=True
+)
 
 
 @pytest.fixture
-def plane(request: pytest.FixtureRequest, tmp_path: Path, sandbox_image: str, forge: str,
-          engine: docker.DockerClient) -> Iterator[ControlPlane]:
+def plane(
+    request: pytest.FixtureRequest,
+    tmp_path: Path,
+    sandbox_image: str,
+    forge: str,
+    engine: docker.DockerClient,
+) -> Iterator[ControlPlane]:
     """`request.param`: more settings (a warm pool's size, gVisor's runtime)."""
     extra = getattr(request, "param", {})
     if extra.get("sandbox_runtime") == "runsc":
         docker_support.ensure_runtime("runsc")
-    config = docker_config(tmp_path / "cp", sandbox_image, repository_url_template=forge,
-                           **extra)
+    config = docker_config(tmp_path / "cp", sandbox_image, repository_url_template=forge, **extra)
     server = ControlPlane(config).start()
     yield server
     server.stop()
@@ -90,14 +96,17 @@ def plane(request: pytest.FixtureRequest, tmp_path: Path, sandbox_image: str, fo
 
 
 def container_of(engine: docker.DockerClient, sandbox_id: str) -> Container:
-    [container] = engine.containers.list(all=True, filters={"label": f"{LABEL_SANDBOX}={sandbox_id}"})
+    [container] = engine.containers.list(
+        all=True, filters={"label": f"{LABEL_SANDBOX}={sandbox_id}"}
+    )
     return container
 
 
 @pytest.mark.e2e
 @RUNTIMES
-def test_the_whole_flow_in_a_container(plane: ControlPlane, bridge_llm: ScriptedLLM, key: str,
-                                       engine: docker.DockerClient) -> None:
+def test_the_whole_flow_in_a_container(
+    plane: ControlPlane, bridge_llm: ScriptedLLM, key: str, engine: docker.DockerClient
+) -> None:
     flow = whole_flow(plane, bridge_llm, key)  # called by the control plane (its gateway)
     client, sid = flow.client, flow.sid
 
@@ -111,12 +120,17 @@ def test_the_whole_flow_in_a_container(plane: ControlPlane, bridge_llm: Scripted
     assert {b["HostIp"] for b in bindings} == {"127.0.0.1"}
     assert flow.url == f"http://127.0.0.1:{bindings[0]['HostPort']}"
     [mount] = container.attrs["Mounts"]
-    assert (mount["Type"], mount["Name"], mount["Destination"]) == \
-        ("volume", name_of(sid), VOLUME_DIR)
+    assert (mount["Type"], mount["Name"], mount["Destination"]) == (
+        "volume",
+        name_of(sid),
+        VOLUME_DIR,
+    )
     env = dict(e.split("=", 1) for e in container.attrs["Config"]["Env"])
     assert "SESSION_API_KEY" not in env and flow.session not in json.dumps(container.attrs)
-    assert env["AGENT_SERVER_WEBHOOK_URL"] == \
-        f"http://{HOST_ALIAS}:{plane.config.port}/api/v1/webhooks"
+    assert (
+        env["AGENT_SERVER_WEBHOOK_URL"]
+        == f"http://{HOST_ALIAS}:{plane.config.port}/api/v1/webhooks"
+    )
     assert not [name for name in env if name.startswith("CONTROL_PLANE_")]
     # The control plane checks /alive itself: no Python started by Docker every 10 s besides.
     assert container.attrs["Config"]["Healthcheck"]["Test"] == ["NONE"]
@@ -139,18 +153,26 @@ def test_the_whole_flow_in_a_container(plane: ControlPlane, bridge_llm: Scripted
     container.reload()
     assert container.attrs["State"]["Paused"] is False
     assert httpx.get(flow.url + "/alive", timeout=5).status_code == 200
-    bridge_llm.script(key, call("terminal", command="cat hello.py /proc/version; dmesg | head -1"),
-                      call("finish", message="thawed"))
-    r = client.post(f"/api/v1/app-conversations/{flow.cid}/send-message",
-                    json={"role": "user", "content": [{"type": "text", "text": "again"}], "run": True})
+    bridge_llm.script(
+        key,
+        call("terminal", command="cat hello.py /proc/version; dmesg | head -1"),
+        call("finish", message="thawed"),
+    )
+    r = client.post(
+        f"/api/v1/app-conversations/{flow.cid}/send-message",
+        json={"role": "user", "content": [{"type": "text", "text": "again"}], "run": True},
+    )
     assert r.status_code == 200, r.text
     wait_for(lambda: len(flow.actions()) >= 5, 30, what="the actions after resuming")
+
     # The kernel its commands see: gVisor's own under runsc (its Sentry serves each system
     # call), this host's under runc.
     def told() -> str | None:
-        text = client.get(f"/api/v1/conversation/{flow.cid}/events/search",
-                          params={"limit": 1000}).text
+        text = client.get(
+            f"/api/v1/conversation/{flow.cid}/events/search", params={"limit": 1000}
+        ).text
         return text if "Linux version" in text else None
+
     seen = wait_for(told, 30, what="the kernel's version")
     if runtime == "runsc":
         assert "Starting gVisor" in seen and platform.release() not in seen
@@ -166,10 +188,14 @@ def test_the_whole_flow_in_a_container(plane: ControlPlane, bridge_llm: Scripted
 
 
 @pytest.mark.e2e
-def test_containers_are_adopted_after_a_restart(tmp_path: Path, sandbox_image: str,
-                                                 bridge_llm: ScriptedLLM, key: str,
-                                                 engine: docker.DockerClient,
-                                                 request: pytest.FixtureRequest) -> None:
+def test_containers_are_adopted_after_a_restart(
+    tmp_path: Path,
+    sandbox_image: str,
+    bridge_llm: ScriptedLLM,
+    key: str,
+    engine: docker.DockerClient,
+    request: pytest.FixtureRequest,
+) -> None:
     """A control plane stopped without its sandboxes: the next one finds their containers by
     label; a running one stays running (same container), a paused one stays paused, one
     removed behind its back is MISSING."""
@@ -181,10 +207,15 @@ def test_containers_are_adopted_after_a_restart(tmp_path: Path, sandbox_image: s
     try:
         user = first.new_user("carol")
         client = first.client(user)
-        r = client.patch("/api/v1/settings", json={
-            "llm_model": "openai/test-model", "llm_api_key": "sk-test-key",
-            "llm_base_url": bridge_llm.base_url(key),
-            "grouping_strategy": "NO_GROUPING"})
+        r = client.patch(
+            "/api/v1/settings",
+            json={
+                "llm_model": "openai/test-model",
+                "llm_api_key": "sk-test-key",
+                "llm_base_url": bridge_llm.base_url(key),
+                "grouping_strategy": "NO_GROUPING",
+            },
+        )
         assert r.status_code == 200, r.text
         running, paused, removed = (start(client)["sandbox_id"] for _ in range(3))
         r = client.post(f"/api/v1/sandboxes/{paused}/pause")
@@ -203,12 +234,19 @@ def test_containers_are_adopted_after_a_restart(tmp_path: Path, sandbox_image: s
         def status(sid: str) -> str:
             found: str = client.get("/api/v1/sandboxes", params={"id": sid}).json()[0]["status"]
             return found
-        assert (status(running), status(paused), status(removed)) == ("RUNNING", "PAUSED", "MISSING")
+
+        assert (status(running), status(paused), status(removed)) == (
+            "RUNNING",
+            "PAUSED",
+            "MISSING",
+        )
         assert container_of(engine, running).id == ids[running]  # adopted, not started again
         assert container_of(engine, paused).attrs["State"]["Paused"] is True
         record = client.get("/api/v1/sandboxes", params={"id": running}).json()[0]
-        alive = httpx.get(record["exposed_urls"][0]["url"] + "/api/conversations/search",
-                          headers={"X-Session-API-Key": record["session_api_key"]})
+        alive = httpx.get(
+            record["exposed_urls"][0]["url"] + "/api/conversations/search",
+            headers={"X-Session-API-Key": record["session_api_key"]},
+        )
         assert alive.status_code == 200 and len(alive.json()["items"]) == 1
         r = client.post(f"/api/v1/sandboxes/{paused}/resume")
         assert r.status_code == 200 and r.json()["status"] == "RUNNING"
@@ -222,8 +260,9 @@ def test_containers_are_adopted_after_a_restart(tmp_path: Path, sandbox_image: s
 
 
 @pytest.mark.e2e
-def test_a_missing_image_ends_the_start_with_the_reason(tmp_path: Path,
-                                                         engine: docker.DockerClient) -> None:
+def test_a_missing_image_ends_the_start_with_the_reason(
+    tmp_path: Path, engine: docker.DockerClient
+) -> None:
     config = docker_config(tmp_path / "cp", "agent-server-test/absent:never")
     plane = ControlPlane(config).start()
     try:
@@ -243,8 +282,11 @@ def test_a_missing_image_ends_the_start_with_the_reason(tmp_path: Path,
 
 
 def test_a_runtime_docker_does_not_know_is_said_at_start_and_by_each_start(
-        tmp_path: Path, sandbox_image: str, engine: docker.DockerClient,
-        caplog: pytest.LogCaptureFixture) -> None:
+    tmp_path: Path,
+    sandbox_image: str,
+    engine: docker.DockerClient,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     config = docker_config(tmp_path / "cp", sandbox_image, sandbox_runtime="gvisor-absent")
     plane = ControlPlane(config).start()
     try:
@@ -265,15 +307,21 @@ def test_a_runtime_docker_does_not_know_is_said_at_start_and_by_each_start(
 
 @pytest.mark.e2e
 async def test_the_provider_finds_its_containers_and_reports_a_failed_start(
-        tmp_path: Path, sandbox_image: str, engine: docker.DockerClient) -> None:
+    tmp_path: Path, sandbox_image: str, engine: docker.DockerClient
+) -> None:
     """At the provider's level: a second provider (a restarted control plane) recovers a
     container by its labels; one whose agent server exits at start is a ProviderError quoting
     its log, and leaves no container behind."""
     plane = f"test-{tmp_path.name[-12:]}"
     make = lambda: DockerProvider(tmp_path / "archives", image=sandbox_image, plane=plane)  # noqa: E731
     first, second = make(), make()
-    launch = Launch(sandbox_id="p" + tmp_path.name[-8:], spec_id="docker", root_dir=Path("/nowhere"),
-                    session_api_key="sk-provider-test", webhook_url="http://127.0.0.1:9/hooks")
+    launch = Launch(
+        sandbox_id="p" + tmp_path.name[-8:],
+        spec_id="docker",
+        root_dir=Path("/nowhere"),
+        session_api_key="sk-provider-test",
+        webhook_url="http://127.0.0.1:9/hooks",
+    )
     try:
         handle = await first.create(launch)
         assert await second.recover(launch) == handle
@@ -292,8 +340,9 @@ async def test_the_provider_finds_its_containers_and_reports_a_failed_start(
         assert engine.containers.list(all=True, filters={"label": f"{LABEL_PLANE}={plane}"}) == []
 
         # A network of that name on which containers reach each other is not used.
-        open_network = DockerProvider(tmp_path / "archives", image=sandbox_image, plane=plane,
-                                      network="bridge")
+        open_network = DockerProvider(
+            tmp_path / "archives", image=sandbox_image, plane=plane, network="bridge"
+        )
         try:
             with pytest.raises(ProviderError, match="lets containers reach each other"):
                 await open_network.create(launch)
@@ -307,9 +356,13 @@ async def test_the_provider_finds_its_containers_and_reports_a_failed_start(
 
 
 @pytest.mark.e2e
-def test_what_a_vanished_container_leaves_is_cleaned_up(tmp_path: Path, sandbox_image: str,
-                                                        bridge_llm: ScriptedLLM, key: str,
-                                                        engine: docker.DockerClient) -> None:
+def test_what_a_vanished_container_leaves_is_cleaned_up(
+    tmp_path: Path,
+    sandbox_image: str,
+    bridge_llm: ScriptedLLM,
+    key: str,
+    engine: docker.DockerClient,
+) -> None:
     """A container removed behind the control plane's back: its sandbox is MISSING (read-only,
     the transcript kept) and its volume goes too, the workspace archived first (SPEC 3.1: after
     clean-up, workspace files and sandbox state are not kept). When Docker refuses that
@@ -322,8 +375,7 @@ def test_what_a_vanished_container_leaves_is_cleaned_up(tmp_path: Path, sandbox_
     holders: list[Container] = []
     try:
         client = plane.client(plane.new_user("erin"))
-        configure_llm(client, bridge_llm.base_url(key),
-                      grouping_strategy="NO_GROUPING")
+        configure_llm(client, bridge_llm.base_url(key), grouping_strategy="NO_GROUPING")
         plain, deleted, retried = (start(client)["sandbox_id"] for _ in range(3))
         archives = plane.config.state_dir / "archives"
 
@@ -343,9 +395,11 @@ def test_what_a_vanished_container_leaves_is_cleaned_up(tmp_path: Path, sandbox_
 
         # The same while another container holds the volume: Docker refuses to remove it.
         for sid in (deleted, retried):
-            holders.append(engine.containers.create(  # at the image's VOLUME: no anonymous one
-                sandbox_image, command="true",
-                volumes={name_of(sid): {"bind": VOLUME_DIR}}))
+            holders.append(
+                engine.containers.create(  # at the image's VOLUME: no anonymous one
+                    sandbox_image, command="true", volumes={name_of(sid): {"bind": VOLUME_DIR}}
+                )
+            )
             container_of(engine, sid).remove(force=True)
         for sid in (deleted, retried):
             wait_for(lambda sid=sid: missing(sid), 30, what="MISSING")
@@ -372,11 +426,20 @@ def test_what_a_vanished_container_leaves_is_cleaned_up(tmp_path: Path, sandbox_
         docker_support.remove_labelled(engine, label)
 
 
-@pytest.mark.parametrize("plane", [{}, {"warm_pool": 2}, {"sandbox_runtime": "runsc"},
-                                   {"sandbox_runtime": "runsc", "warm_pool": 2}],
-                         ids=["cold", "warm-pool", "gvisor", "gvisor-warm-pool"], indirect=True)
+@pytest.mark.parametrize(
+    "plane",
+    [
+        {},
+        {"warm_pool": 2},
+        {"sandbox_runtime": "runsc"},
+        {"sandbox_runtime": "runsc", "warm_pool": 2},
+    ],
+    ids=["cold", "warm-pool", "gvisor", "gvisor-warm-pool"],
+    indirect=True,
+)
 def test_a_container_tenant_reads_nothing_of_another_and_reaches_no_other(
-        plane: ControlPlane, bridge_llm: ScriptedLLM, engine: docker.DockerClient) -> None:
+    plane: ControlPlane, bridge_llm: ScriptedLLM, engine: docker.DockerClient
+) -> None:
     """The escape of test_isolation on this provider, and its hardening as Docker says it is:
     an unprivileged user without capabilities on a read-only root, limits, no host path, and a
     network on which sandboxes reach the control plane but not each other. With a warm pool,
@@ -384,18 +447,28 @@ def test_a_container_tenant_reads_nothing_of_another_and_reaches_no_other(
     deployment = plane_label(plane.config.db_url)
     pooled = plane.config.warm_pool > 0
     if pooled:
-        wait_for(lambda: list(docker_support.parked(engine, deployment).values()) == ["running"] * 2,
-                 60, what="two parked containers")
+        wait_for(
+            lambda: list(docker_support.parked(engine, deployment).values()) == ["running"] * 2,
+            60,
+            what="two parked containers",
+        )
     a = victim(plane, bridge_llm)
     volume = f"/var/lib/docker/volumes/{name_of(a.sid)}/_data"
-    inside = [f"{WORKSPACE}/{a.cid}/notes.txt",
-              f"{STATE_DIR}/conversations/{uuid.UUID(a.cid).hex}/meta.json"]
+    inside = [
+        f"{WORKSPACE}/{a.cid}/notes.txt",
+        f"{STATE_DIR}/conversations/{uuid.UUID(a.cid).hex}/meta.json",
+    ]
     own = attempts(a, inside)  # the paths are right: A reads them
     assert a.note in own[inside[0]]["stdout"] and a.secret in own[inside[1]]["stdout"], own
     state = plane.config.state_dir
-    targets = [*inside, f"{volume}/project/{a.cid}/notes.txt",
-               f"{volume}/.agent-server/conversations/{uuid.UUID(a.cid).hex}/meta.json", str(state / "secret.key"),
-               str(state / "control-plane.db"), "/var/run/docker.sock"]
+    targets = [
+        *inside,
+        f"{volume}/project/{a.cid}/notes.txt",
+        f"{volume}/.agent-server/conversations/{uuid.UUID(a.cid).hex}/meta.json",
+        str(state / "secret.key"),
+        str(state / "control-plane.db"),
+        "/var/run/docker.sock",
+    ]
 
     b = run(plane, bridge_llm, "bob", reads(targets))
     told = b.events()
@@ -421,8 +494,10 @@ def test_a_container_tenant_reads_nothing_of_another_and_reaches_no_other(
     assert "no-new-privileges" in host["SecurityOpt"] and host["ReadonlyRootfs"] is True
     assert set(host["Tmpfs"]) == {"/tmp", "/home/agent"}
     assert (host["Memory"], host["NanoCpus"], host["PidsLimit"]) == (
-        int(plane.config.sandbox_memory_limit), int(plane.config.sandbox_cpu_limit * 1e9),
-        plane.config.sandbox_pids_limit)
+        int(plane.config.sandbox_memory_limit),
+        int(plane.config.sandbox_cpu_limit * 1e9),
+        plane.config.sandbox_pids_limit,
+    )
     assert [m["Type"] for m in container.attrs["Mounts"]] == ["volume"]
     assert host["Binds"] == [f"{name_of(b.sid)}:{VOLUME_DIR}:rw"]  # the volume, no host path
     assert "docker.sock" not in json.dumps(container.attrs)
@@ -438,11 +513,15 @@ def test_a_container_tenant_reads_nothing_of_another_and_reaches_no_other(
     # B reaches the control plane through the gateway, but neither A's agent server on the
     # network nor A's port published on the host's loopback.
     a_container = container_of(engine, a.sid)
-    a_ip = a_container.attrs["NetworkSettings"]["Networks"][plane.config.docker_network]["IPAddress"]
+    a_ip = a_container.attrs["NetworkSettings"]["Networks"][plane.config.docker_network][
+        "IPAddress"
+    ]
     a_port = urlsplit(a.url).port
-    probe = ("python3 -c 'import socket, sys\n"
-             "try:\n    socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=5)\n"
-             "except OSError as e:\n    sys.exit(str(e))' ")
+    probe = (
+        "python3 -c 'import socket, sys\n"
+        "try:\n    socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=5)\n"
+        "except OSError as e:\n    sys.exit(str(e))' "
+    )
     assert b.bash(probe + f"{HOST_ALIAS} {plane.config.port}")["exit_code"] == 0
     for host_name, port in ((a_ip, 8000), (HOST_ALIAS, a_port)):
         result = b.bash(probe + f"{host_name} {port}")
@@ -451,8 +530,9 @@ def test_a_container_tenant_reads_nothing_of_another_and_reaches_no_other(
 
 
 @pytest.mark.e2e
-def test_a_full_tmp_leaves_the_containers_server_its_memory(tmp_path: Path, sandbox_image: str,
-                                                           engine: docker.DockerClient) -> None:
+def test_a_full_tmp_leaves_the_containers_server_its_memory(
+    tmp_path: Path, sandbox_image: str, engine: docker.DockerClient
+) -> None:
     """/tmp, home and /dev/shm are tmpfs mounts, whose pages are the container's memory and no
     process's: sized from that memory, filled, they are full, and the kernel does not end the
     largest process (the agent server) to make room."""
@@ -460,8 +540,10 @@ def test_a_full_tmp_leaves_the_containers_server_its_memory(tmp_path: Path, sand
     plane = ControlPlane(config).start()
     try:
         tenant = idle(plane, "mallory")
-        fill = " ".join(f"head -c 384M /dev/zero > {place}/fill;"
-                        for place in ("/tmp", "/home/agent", "/dev/shm"))
+        fill = " ".join(
+            f"head -c 384M /dev/zero > {place}/fill;"
+            for place in ("/tmp", "/home/agent", "/dev/shm")
+        )
         full = tenant.bash(fill)
         assert full["stderr"].count("No space left on device") == 3, full
         assert tenant.bash("echo still here")["stdout"] == "still here\n"
@@ -473,25 +555,38 @@ def test_a_full_tmp_leaves_the_containers_server_its_memory(tmp_path: Path, sand
 
 
 @pytest.mark.e2e
-def test_a_gvisor_sandbox_past_its_memory_ends_alone(tmp_path: Path, sandbox_image: str,
-                                                     engine: docker.DockerClient) -> None:
+def test_a_gvisor_sandbox_past_its_memory_ends_alone(
+    tmp_path: Path, sandbox_image: str, engine: docker.DockerClient
+) -> None:
     """Under runsc the host's kernel sees the Sentry hold all of a sandbox's memory: a command
     past the limit ends the whole sandbox (docs/gvisor.md), and nothing of its neighbour."""
     docker_support.ensure_runtime("runsc")
-    config = docker_config(tmp_path / "cp", sandbox_image, sandbox_runtime="runsc",
-                           sandbox_memory_limit="384MiB")
+    config = docker_config(
+        tmp_path / "cp", sandbox_image, sandbox_runtime="runsc", sandbox_memory_limit="384MiB"
+    )
     plane = ControlPlane(config).start()
     try:
         greedy, neighbour = idle(plane, "mallory"), idle(plane, "alice")
         with contextlib.suppress(httpx.HTTPError, AssertionError):  # its server goes with it
             greedy.bash("python3 -c 'b = bytearray(1 << 30); b[::4096] = b\"x\" * (1 << 18)'")
         container = container_of(engine, greedy.sid)
-        wait_for(lambda: (container.reload(), container.status)[1] != "running", 60,
-                 what="the sandbox to end")
+        wait_for(
+            lambda: (container.reload(), container.status)[1] != "running",
+            60,
+            what="the sandbox to end",
+        )
         assert container.attrs["State"]["OOMKilled"] or container.attrs["State"]["ExitCode"] == 137
         assert neighbour.bash("echo still here")["stdout"].strip() == "still here"
-        wait_for(lambda: greedy.client.get("/api/v1/sandboxes", params={"id": greedy.sid})
-                 .json()[0]["status"] in ("MISSING", "ERROR"), 60, what="the loss recorded")
+        wait_for(
+            lambda: (
+                greedy.client.get("/api/v1/sandboxes", params={"id": greedy.sid}).json()[0][
+                    "status"
+                ]
+                in ("MISSING", "ERROR")
+            ),
+            60,
+            what="the loss recorded",
+        )
     finally:
         plane.stop()
         docker_support.remove_labelled(engine, f"{LABEL_PLANE}={plane_label(config.db_url)}")
@@ -503,7 +598,8 @@ import uvicorn, agent_server.__main__, agent_server.app, tools.browser.manager
 site = sysconfig.get_paths()["purelib"]
 loaded = [m.__file__ for m in list(sys.modules.values())
           if (getattr(m, "__file__", None) or "").startswith(site) and m.__file__.endswith(".py")]
-node = subprocess.run([site + "/playwright/driver/node", "--version"], capture_output=True, text=True)
+node = subprocess.run([site + "/playwright/driver/node", "--version"], capture_output=True,
+                      text=True)
 print(len(loaded), sum(not os.path.exists(importlib.util.cache_from_source(f)) for f in loaded),
       node.returncode, importlib.util.find_spec("pip") is not None, node.stderr.strip()[:200])
 """
@@ -511,13 +607,22 @@ print(len(loaded), sum(not os.path.exists(importlib.util.cache_from_source(f)) f
 
 @pytest.mark.e2e
 def test_the_image_holds_what_a_server_runs_compiled_and_nothing_of_its_build(
-        sandbox_image: str, engine: docker.DockerClient) -> None:
+    sandbox_image: str, engine: docker.DockerClient
+) -> None:
     """As the provider runs it (its user, read-only root, no capability): every module a server
     imports to start has its bytecode (a read-only root compiles it again at every start),
     Playwright's Node starts (the browser tool's driver), and pip is not there (the build's)."""
-    out = engine.containers.run(sandbox_image, ["python", "-c", IMAGE_PROBE], entrypoint=[],
-                                remove=True, user="1000:1000", read_only=True, cap_drop=["ALL"],
-                                network_disabled=True, tmpfs={"/tmp": ""})
+    out = engine.containers.run(
+        sandbox_image,
+        ["python", "-c", IMAGE_PROBE],
+        entrypoint=[],
+        remove=True,
+        user="1000:1000",
+        read_only=True,
+        cap_drop=["ALL"],
+        network_disabled=True,
+        tmpfs={"/tmp": ""},
+    )
     loaded, uncompiled, node_status, has_pip, node_error = out.decode().split(" ", 4)
     assert int(loaded) > 300 and int(uncompiled) == 0
     assert (node_status, node_error.strip()) == ("0", "")
@@ -525,8 +630,10 @@ def test_the_image_holds_what_a_server_runs_compiled_and_nothing_of_its_build(
 
 
 def test_containers_reach_the_host_by_its_alias() -> None:
-    assert for_container("http://127.0.0.1:3000/api/v1/webhooks") == \
-        "http://host.docker.internal:3000/api/v1/webhooks"
+    assert (
+        for_container("http://127.0.0.1:3000/api/v1/webhooks")
+        == "http://host.docker.internal:3000/api/v1/webhooks"
+    )
     assert for_container("http://0.0.0.0:3000/x") == "http://host.docker.internal:3000/x"
     assert for_container("http://localhost/x") == "http://host.docker.internal/x"
     assert for_container("https://cp.example.com:8443/x") == "https://cp.example.com:8443/x"

@@ -48,7 +48,8 @@ def own_postgres() -> Iterator[PostgresServer]:
 
 
 def test_postgresql_stopped_and_started_again_mid_run(
-        own_postgres: PostgresServer, tmp_path: Path, llm: ScriptedLLM, key: str) -> None:
+    own_postgres: PostgresServer, tmp_path: Path, llm: ScriptedLLM, key: str
+) -> None:
     plane = ControlPlane(make_config(tmp_path / "cp", own_postgres.new_database())).start()
     try:
         client = plane.client(plane.new_user("pat"))
@@ -57,30 +58,58 @@ def test_postgresql_stopped_and_started_again_mid_run(
         task = start(client, "wait for the gate")
         cid, sid = task["app_conversation_id"], task["sandbox_id"]
         sandbox = client.get("/api/v1/sandboxes", params={"id": sid}).json()[0]
-        agent = httpx.Client(base_url=sandbox["exposed_urls"][0]["url"], timeout=30,
-                             headers={"X-Session-API-Key": sandbox["session_api_key"]})
-        wait_for(lambda: client.get(f"/api/v1/conversation/{cid}/events/count",
-                                    params={"kind__eq": "ActionEvent"}).json() == 1,
-                 60, what="the command under way")
+        agent = httpx.Client(
+            base_url=sandbox["exposed_urls"][0]["url"],
+            timeout=30,
+            headers={"X-Session-API-Key": sandbox["session_api_key"]},
+        )
+        wait_for(
+            lambda: (
+                client.get(
+                    f"/api/v1/conversation/{cid}/events/count", params={"kind__eq": "ActionEvent"}
+                ).json()
+                == 1
+            ),
+            60,
+            what="the command under way",
+        )
 
         own_postgres.halt()
         assert _refused(client.get("/api/v1/app-conversations/search"))
         assert _refused(client.patch("/api/v1/settings", json={"llm_stream": True}))
         (Path(conversation_dir(plane, sid, cid)) / "gate").touch()  # the run goes on
-        webhook = wait_for(lambda: (w := agent.get(f"/api/conversations/{cid}").json()["webhook"])
-                           ["last_error"] and w, 60, what="a batch refused while it is down")
+        webhook = wait_for(
+            lambda: (
+                (w := agent.get(f"/api/conversations/{cid}").json()["webhook"])["last_error"] and w
+            ),
+            60,
+            what="a batch refused while it is down",
+        )
         assert "503" in webhook["last_error"] and webhook["pending"] > 0
 
         own_postgres.resume()  # the same control plane, not restarted
-        wait_for(lambda: client.get("/api/v1/app-conversations/search").status_code == 200, 60,
-                 what="reads again")
-        wait_for(lambda: conversation(client, cid)["execution_status"] == "finished", 120,
-                 what="the run's end, sent again")
-        wait_for(lambda: agent.get(f"/api/conversations/{cid}").json()["webhook"]["pending"] == 0,
-                 120, what="every event delivered")
+        wait_for(
+            lambda: client.get("/api/v1/app-conversations/search").status_code == 200,
+            60,
+            what="reads again",
+        )
+        wait_for(
+            lambda: conversation(client, cid)["execution_status"] == "finished",
+            120,
+            what="the run's end, sent again",
+        )
+        wait_for(
+            lambda: agent.get(f"/api/conversations/{cid}").json()["webhook"]["pending"] == 0,
+            120,
+            what="every event delivered",
+        )
         assert stored_ids(client, cid) == agent_ids(agent, cid)  # none lost, none doubled
-        assert "passed" in client.get(f"/api/v1/conversation/{cid}/events/search",
-                                      params={"kind__eq": "ObservationEvent"}).text
+        assert (
+            "passed"
+            in client.get(
+                f"/api/v1/conversation/{cid}/events/search", params={"kind__eq": "ObservationEvent"}
+            ).text
+        )
         assert client.patch("/api/v1/settings", json={"llm_stream": True}).status_code == 200
         agent.close()
     finally:
@@ -92,15 +121,17 @@ def conversation_dir(plane: ControlPlane, sid: str, cid: str) -> Path:
 
 
 def stored_ids(client: httpx.Client, cid: str) -> list[str]:
-    items = client.get(f"/api/v1/conversation/{cid}/events/search",
-                       params={"limit": 1000}).json()["items"]
+    items = client.get(f"/api/v1/conversation/{cid}/events/search", params={"limit": 1000}).json()[
+        "items"
+    ]
     # The control plane's own notices (UUIDs) are not the agent server's.
     return [e["id"] for e in items if "-" not in e["id"]]
 
 
 def agent_ids(agent: httpx.Client, cid: str) -> list[str]:
-    page: dict[str, Any] = agent.get(f"/api/conversations/{cid}/events/search",
-                                     params={"limit": 100}).json()
+    page: dict[str, Any] = agent.get(
+        f"/api/conversations/{cid}/events/search", params={"limit": 100}
+    ).json()
     found = [e["id"] for e in page["items"]]
     assert page.get("next_page_id") is None
     return [i for i in found]
@@ -110,8 +141,11 @@ def agent_ids(agent: httpx.Client, cid: str) -> list[str]:
 def small_disk(path: Path, size: str = "4m") -> Iterator[Path]:
     """A file system of `size` at `path` (tmpfs: root only; CI runs as root)."""
     path.mkdir(parents=True)
-    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=0700", "tmpfs", str(path)],
-                   check=True, capture_output=True)
+    subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size},mode=0700", "tmpfs", str(path)],
+        check=True,
+        capture_output=True,
+    )
     try:
         yield path
     finally:
@@ -139,8 +173,9 @@ def test_the_disk_under_sqlite_full(tmp_path: Path) -> None:
             client = plane.client(plane.new_user("dora"))
             assert client.patch("/api/v1/settings", json={"llm_model": "m1"}).status_code == 200
             filler = fill(disk)
-            r = client.patch("/api/v1/settings", json={"llm_model": "m" * 100,
-                                                        "git_user_name": "x" * 200})
+            r = client.patch(
+                "/api/v1/settings", json={"llm_model": "m" * 100, "git_user_name": "x" * 200}
+            )
             assert _refused(r), r.text
             # Reads it can: the account, its settings as stored, its searches.
             assert client.get("/api/v1/settings").json()["llm_model"] == "m1"

@@ -41,8 +41,9 @@ def test_the_whole_flow(plane: ControlPlane, llm: ScriptedLLM, key: str) -> None
     assert not (plane.config.state_dir / "sandboxes" / flow.sid).exists()
 
 
-def test_a_repository_that_cannot_be_cloned_ends_the_task(plane: ControlPlane, llm: ScriptedLLM,
-                                                          key: str) -> None:
+def test_a_repository_that_cannot_be_cloned_ends_the_task(
+    plane: ControlPlane, llm: ScriptedLLM, key: str
+) -> None:
     client = plane.client(plane.new_user("bob"))
     configure_llm(client, llm.base_url(key))
     task = start(client, "go", selected_repository="acme/missing")

@@ -49,34 +49,55 @@ def api_schema(plane: ControlPlane) -> OpenApiSchema:
     loaded = configure(schemathesis.openapi.from_url(plane.url + "/openapi.json"))
     # A valid start may meet the user's one-sandbox cap (429) or a sandbox not up yet (409, 503).
     loaded.config.checks.positive_data_acceptance = PositiveDataAcceptanceConfig(
-        expected_statuses=["2xx", 401, 403, 404, 409, 410, 429])
+        expected_statuses=["2xx", 401, 403, 404, 409, 410, 429]
+    )
     return loaded
 
 
 def operations() -> list[tuple[str, str]]:
     from control_plane.app import ROUTES
     from control_plane.openapi import _served
-    return sorted((method, route.path) for route in ROUTES if _served(route)
-                  for method in route.methods or () if method != "HEAD")
+
+    return sorted(
+        (method, route.path)
+        for route in ROUTES
+        if _served(route)
+        for method in route.methods or ()
+        if method != "HEAD"
+    )
 
 
 OPERATIONS = operations()
 
 
-@pytest.mark.parametrize("mode", [GenerationMode.POSITIVE, GenerationMode.NEGATIVE],
-                         ids=["positive", "negative"])
+@pytest.mark.parametrize(
+    "mode", [GenerationMode.POSITIVE, GenerationMode.NEGATIVE], ids=["positive", "negative"]
+)
 @pytest.mark.parametrize(("method", "path"), OPERATIONS, ids=[f"{m} {p}" for m, p in OPERATIONS])
-def test_every_operation_answers_as_documented(api_schema: OpenApiSchema, plane: ControlPlane,
-                                               headers: dict[str, str], method: str, path: str,
-                                               mode: GenerationMode) -> None:
+def test_every_operation_answers_as_documented(
+    api_schema: OpenApiSchema,
+    plane: ControlPlane,
+    headers: dict[str, str],
+    method: str,
+    path: str,
+    mode: GenerationMode,
+) -> None:
     operation = api_schema[path][method]
 
     @given(operation.as_strategy(mode))
-    @settings(max_examples=FUZZ_EXAMPLES, deadline=None, derandomize=True, database=None,
-              suppress_health_check=list(HealthCheck))
+    @settings(
+        max_examples=FUZZ_EXAMPLES,
+        deadline=None,
+        derandomize=True,
+        database=None,
+        suppress_health_check=list(HealthCheck),
+    )
     def one(case: Any) -> None:
-        if mode is GenerationMode.POSITIVE and isinstance(case.body, dict) \
-                and isinstance(case.body.get("sandbox_spec_id"), str):
+        if (
+            mode is GenerationMode.POSITIVE
+            and isinstance(case.body, dict)
+            and isinstance(case.body.get("sandbox_spec_id"), str)
+        ):
             case.body["sandbox_spec_id"] = "process"  # the provider's: no schema can say it
         if mode is GenerationMode.POSITIVE and isinstance(case.body, dict):
             if isinstance(case.body.get("selected_branch"), str):
@@ -108,6 +129,7 @@ def test_every_operation_answers_as_documented(api_schema: OpenApiSchema, plane:
 
 def _a_rule(text: object) -> bool:
     from control_plane.network.policy import parse_rule
+
     try:
         parse_rule(str(text))
     except ValueError:

@@ -53,8 +53,11 @@ def session_of(client: httpx.Client, sid: str) -> str:
 def given_llm(client: httpx.Client, sid: str) -> tuple[str, str]:
     """The LLM base URL and key a sandbox's own clients are given (users/me, as the Cloud
     workspace asks it, with the sandbox's session key)."""
-    r = client.get("/api/v1/users/me", params={"expose_secrets": True},
-                   headers={"X-Session-API-Key": session_of(client, sid)})
+    r = client.get(
+        "/api/v1/users/me",
+        params={"expose_secrets": True},
+        headers={"X-Session-API-Key": session_of(client, sid)},
+    )
     assert r.status_code == 200, r.text
     return r.json()["llm_base_url"], r.json()["llm_api_key"]
 
@@ -66,8 +69,11 @@ def transcript(client: httpx.Client, cid: str) -> str:
 
 
 def ended(client: httpx.Client, cid: str, status: str = "finished", timeout: float = 60) -> None:
-    wait_for(lambda: conversation(client, cid)["execution_status"] == status, timeout,
-             what=f"the run to be {status}")
+    wait_for(
+        lambda: conversation(client, cid)["execution_status"] == status,
+        timeout,
+        what=f"the run to be {status}",
+    )
 
 
 def usage(client: httpx.Client, **params: Any) -> dict[str, Any]:
@@ -77,8 +83,9 @@ def usage(client: httpx.Client, **params: Any) -> dict[str, Any]:
     return found
 
 
-def chat(plane: ControlPlane, token: str | None, path: str = "/chat/completions",
-         **kw: Any) -> httpx.Response:
+def chat(
+    plane: ControlPlane, token: str | None, path: str = "/chat/completions", **kw: Any
+) -> httpx.Response:
     """A model call to the gateway as a sandbox's client makes it (OpenAI's shape)."""
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     headers.update(kw.pop("headers", {}))
@@ -111,8 +118,9 @@ def files_holding(root: Path, secret: bytes) -> list[Path]:
 # -- through a real control plane -------------------------------------------------------------
 
 
-def test_the_key_never_enters_the_sandbox(control_plane: ControlPlane, llm: ScriptedLLM,
-                                          key: str) -> None:
+def test_the_key_never_enters_the_sandbox(
+    control_plane: ControlPlane, llm: ScriptedLLM, key: str
+) -> None:
     plane = control_plane
     client = plane.client(plane.new_user("alice"))
     configure_llm(client, llm.base_url(key), tools=["terminal"])
@@ -121,12 +129,19 @@ def test_the_key_never_enters_the_sandbox(control_plane: ControlPlane, llm: Scri
     cid, sid = task["app_conversation_id"], task["sandbox_id"]
     root = plane.config.state_dir / "sandboxes" / sid
     environ = "cat /proc/[0-9]*/environ 2>/dev/null | tr '\\0' '\\n'"
-    llm.script(key,
-               call("terminal", command=FIND_KEY + f'echo "[found $(grep -rls "$k-key" {root} '
-                    f'| wc -l)]"; echo "[environ $({environ} | grep -c "$k-key")]"'),
-               call("finish", message="done"))
-    r = client.post(f"/api/v1/app-conversations/{cid}/send-message",
-                    json={"role": "user", "content": [{"type": "text", "text": "go"}], "run": True})
+    llm.script(
+        key,
+        call(
+            "terminal",
+            command=FIND_KEY + f'echo "[found $(grep -rls "$k-key" {root} '
+            f'| wc -l)]"; echo "[environ $({environ} | grep -c "$k-key")]"',
+        ),
+        call("finish", message="done"),
+    )
+    r = client.post(
+        f"/api/v1/app-conversations/{cid}/send-message",
+        json={"role": "user", "content": [{"type": "text", "text": "go"}], "run": True},
+    )
     assert r.status_code == 200, r.text
     ended(client, cid)
     wait_for(lambda: '"tool_name": "finish"' in transcript(client, cid), 30, what="the events")
@@ -136,8 +151,11 @@ def test_the_key_never_enters_the_sandbox(control_plane: ControlPlane, llm: Scri
     base_url, token = given_llm(client, sid)
     assert base_url.endswith(GATEWAY) and token_sandbox(token) == sid and KEY not in token
     record = client.get("/api/v1/sandboxes", params={"id": sid}).json()[0]
-    info = httpx.get(f"{record['exposed_urls'][0]['url']}/api/conversations/{cid}",
-                     headers={"X-Session-API-Key": record["session_api_key"]}, timeout=10).json()
+    info = httpx.get(
+        f"{record['exposed_urls'][0]['url']}/api/conversations/{cid}",
+        headers={"X-Session-API-Key": record["session_api_key"]},
+        timeout=10,
+    ).json()
     assert info["agent"]["llm"]["base_url"] == base_url
     told = transcript(client, cid)
     assert "[found 0]" in told and "[environ 0]" in told, told  # the agent found nothing
@@ -147,15 +165,17 @@ def test_the_key_never_enters_the_sandbox(control_plane: ControlPlane, llm: Scri
         assert KEY.encode() not in Path(f"/proc/{pid}/environ").read_bytes(), pid
 
     # What went through is counted, per sandbox and day.
-    report = wait_for(lambda: u if (u := usage(client))["today"]["requests"] >= 2 else None, 30,
-                      what="the usage")
+    report = wait_for(
+        lambda: u if (u := usage(client))["today"]["requests"] >= 2 else None, 30, what="the usage"
+    )
     assert report["today"]["prompt_tokens"] > 0 and report["today"]["completion_tokens"] > 0
     assert [(row["sandbox_id"], row["day"]) for row in report["rows"]] == [(sid, report["day"])]
     assert report["resets_at"].startswith(report["day"][:8]) or report["resets_at"] > report["day"]
 
 
-def test_only_a_live_sandboxs_own_token_opens_the_gateway(control_plane: ControlPlane,
-                                                          llm: ScriptedLLM, key: str) -> None:
+def test_only_a_live_sandboxs_own_token_opens_the_gateway(
+    control_plane: ControlPlane, llm: ScriptedLLM, key: str
+) -> None:
     plane = control_plane
     client = plane.client(plane.new_user("bob"))
     configure_llm(client, llm.base_url(key), grouping_strategy="NO_GROUPING")
@@ -188,27 +208,39 @@ def test_only_a_live_sandboxs_own_token_opens_the_gateway(control_plane: Control
     # A body past the bound is refused before anything is forwarded. (The polls above may
     # have been forwarded while the checked token was still in use: counted from here.)
     forwarded = len(llm.requests_for(key))
-    big = chat(plane, token, content=b"x" * (MAX_BODY + 1), json=None,
-               headers={"Content-Type": "application/json"})
+    big = chat(
+        plane,
+        token,
+        content=b"x" * (MAX_BODY + 1),
+        json=None,
+        headers={"Content-Type": "application/json"},
+    )
     assert big.status_code == 413 and big.json()["error"]["code"] == "request_too_large"
     assert len(llm.requests_for(key)) == forwarded
 
     # Where the control plane must not, or cannot, call: said in the provider's shape.
     patch = {"llm_base_url": "http://169.254.169.254/v1"}
     assert client.patch("/api/v1/settings", json=patch).status_code == 200
-    r = wait_for(lambda: (a := chat(plane, token)).status_code == 403 and a, 10,
-                 what="the new base URL in force")
+    r = wait_for(
+        lambda: (a := chat(plane, token)).status_code == 403 and a,
+        10,
+        what="the new base URL in force",
+    )
     assert "link-local" in r.json()["error"]["message"]
     patch = {"llm_base_url": None, "llm_model": "bedrock/anthropic.claude-v2"}
     assert client.patch("/api/v1/settings", json=patch).status_code == 200
-    r = wait_for(lambda: (a := chat(plane, token)).status_code == 400 and a, 10,
-                 what="the new model in force")
+    r = wait_for(
+        lambda: (a := chat(plane, token)).status_code == 400 and a,
+        10,
+        what="the new model in force",
+    )
     assert r.json()["error"]["code"] == "no_base_url"
     assert "set llm_base_url" in r.json()["error"]["message"]
 
 
-def test_a_stream_passes_through_as_it_comes(control_plane: ControlPlane, llm: ScriptedLLM,
-                                             key: str) -> None:
+def test_a_stream_passes_through_as_it_comes(
+    control_plane: ControlPlane, llm: ScriptedLLM, key: str
+) -> None:
     plane = control_plane
     client = plane.client(plane.new_user("carol"))
     configure_llm(client, llm.base_url(key), tools=["terminal"], llm_stream=True)
@@ -217,19 +249,29 @@ def test_a_stream_passes_through_as_it_comes(control_plane: ControlPlane, llm: S
     cid, sid = task["app_conversation_id"], task["sandbox_id"]
     ended(client, cid)
     assert all(body.get("stream") is True for body in llm.requests_for(key))
-    report = wait_for(lambda: u if (u := usage(client))["today"]["requests"] >= 2 else None, 30,
-                      what="the usage")
+    report = wait_for(
+        lambda: u if (u := usage(client))["today"]["requests"] >= 2 else None, 30, what="the usage"
+    )
     assert report["today"]["completion_tokens"] >= 20  # read from the streams' last chunks
 
     # Chunk by chunk, not gathered: the first words arrive while the model holds the rest.
     held = threading.Event()
     llm.script(key, Reply(text="first words, then the rest of it", hold=held, hold_after=8))
     _, token = given_llm(client, sid)
-    body = {"model": "test-model", "stream": True, "messages": [{"role": "user", "content": "x"}],
-            "stream_options": {"include_usage": True}}
+    body = {
+        "model": "test-model",
+        "stream": True,
+        "messages": [{"role": "user", "content": "x"}],
+        "stream_options": {"include_usage": True},
+    }
     seen: list[str] = []
-    with httpx.stream("POST", plane.url + GATEWAY + "/chat/completions", json=body, timeout=30,
-                      headers={"Authorization": f"Bearer {token}"}) as r:
+    with httpx.stream(
+        "POST",
+        plane.url + GATEWAY + "/chat/completions",
+        json=body,
+        timeout=30,
+        headers={"Authorization": f"Bearer {token}"},
+    ) as r:
         assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
         for line in r.iter_lines():
             if line.startswith("data: {"):
@@ -240,33 +282,42 @@ def test_a_stream_passes_through_as_it_comes(control_plane: ControlPlane, llm: S
     assert "".join(seen) == "first words, then the rest of it" and held.is_set()
 
 
-def test_a_responses_api_model_goes_through_with_its_reasoning(control_plane: ControlPlane,
-                                                                llm: ScriptedLLM,
-                                                                key: str) -> None:
+def test_a_responses_api_model_goes_through_with_its_reasoning(
+    control_plane: ControlPlane, llm: ScriptedLLM, key: str
+) -> None:
     """A GPT-5 model: the agent calls the Responses API through the gateway, which puts the
     user's key in, passes the reasoning item back and forth untouched and counts the usage."""
     plane = control_plane
     client = plane.client(plane.new_user("rhea"))
     configure_llm(client, llm.base_url(key), tools=["terminal"], llm_model="openai/gpt-5-mini")
-    llm.script(key, Reply(text="Looking.", reasoning="First, list the files.",
-                          tool_calls=[("terminal", {"command": "echo listed"})]),
-               Reply(text="Done.", reasoning="Nothing more to do."))
+    llm.script(
+        key,
+        Reply(
+            text="Looking.",
+            reasoning="First, list the files.",
+            tool_calls=[("terminal", {"command": "echo listed"})],
+        ),
+        Reply(text="Done.", reasoning="Nothing more to do."),
+    )
     task = start(client, "go")
     cid = task["app_conversation_id"]
     ended(client, cid)
     first, second = llm.requests_for(key)
     assert first["store"] is False and first["include"] == ["reasoning.encrypted_content"]
     [item] = [i for i in second["input"] if i.get("type") == "reasoning"]
-    assert {k: item.get(k) for k in ("id", "summary", "encrypted_content")} == \
-        llm.reasoning_items[item["id"]]
+    assert {k: item.get(k) for k in ("id", "summary", "encrypted_content")} == llm.reasoning_items[
+        item["id"]
+    ]
     assert [h.get("authorization") for h in llm.headers_for(key)] == [f"Bearer {KEY}"] * 2
-    report = wait_for(lambda: u if (u := usage(client))["today"]["requests"] >= 2 else None, 30,
-                      what="the usage")
+    report = wait_for(
+        lambda: u if (u := usage(client))["today"]["requests"] >= 2 else None, 30, what="the usage"
+    )
     assert report["today"]["prompt_tokens"] > 0 and report["today"]["completion_tokens"] >= 20
 
 
-def test_an_anthropic_model_is_called_with_its_own_header(control_plane: ControlPlane,
-                                                          llm: ScriptedLLM, key: str) -> None:
+def test_an_anthropic_model_is_called_with_its_own_header(
+    control_plane: ControlPlane, llm: ScriptedLLM, key: str
+) -> None:
     plane = control_plane
     client = plane.client(plane.new_user("dave"))
     configure_llm(client, llm.anthropic_base_url(key), llm_model="anthropic/claude-sonnet-4-5")
@@ -276,20 +327,27 @@ def test_an_anthropic_model_is_called_with_its_own_header(control_plane: Control
     [headers] = llm.headers_for(key)
     assert headers["x-api-key"] == KEY and "authorization" not in headers
     assert headers.get("anthropic-version")
-    report = wait_for(lambda: u if (u := usage(client))["today"]["requests"] else None, 30,
-                      what="the usage")
+    report = wait_for(
+        lambda: u if (u := usage(client))["today"]["requests"] else None, 30, what="the usage"
+    )
     assert (report["today"]["prompt_tokens"], report["today"]["completion_tokens"]) == (100, 20)
     assert report["today"]["cost_usd"] > 0  # priced by litellm's map
     # A refusal in Anthropic's shape, to an Anthropic client.
-    refused = chat(plane, None, "/v1/messages", headers={"x-api-key": "sbt_nope_x",
-                                                         "anthropic-version": "2023-06-01"})
+    refused = chat(
+        plane,
+        None,
+        "/v1/messages",
+        headers={"x-api-key": "sbt_nope_x", "anthropic-version": "2023-06-01"},
+    )
     assert refused.status_code == 401 and refused.json() == {
-        "type": "error", "error": {"type": "authentication_error",
-                                   "message": refused.json()["error"]["message"]}}
+        "type": "error",
+        "error": {"type": "authentication_error", "message": refused.json()["error"]["message"]},
+    }
 
 
-def test_an_upstream_429_reaches_the_agent_which_waits_as_told(control_plane: ControlPlane,
-                                                               llm: ScriptedLLM, key: str) -> None:
+def test_an_upstream_429_reaches_the_agent_which_waits_as_told(
+    control_plane: ControlPlane, llm: ScriptedLLM, key: str
+) -> None:
     plane = control_plane
     client = plane.client(plane.new_user("erin"))
     configure_llm(client, llm.base_url(key))
@@ -306,25 +364,33 @@ def test_an_upstream_429_reaches_the_agent_which_waits_as_told(control_plane: Co
     assert r.json()["error"]["message"] == "later, please"
 
 
-def test_a_spent_budget_ends_the_run_saying_so(control_plane: ControlPlane, llm: ScriptedLLM,
-                                               key: str) -> None:
+def test_a_spent_budget_ends_the_run_saying_so(
+    control_plane: ControlPlane, llm: ScriptedLLM, key: str
+) -> None:
     plane = control_plane
     client = plane.client(plane.new_user("frank"))
-    configure_llm(client, llm.base_url(key), llm_model="openai/gpt-4o-mini",
-                  llm_daily_budget_usd=0.000001)
+    configure_llm(
+        client, llm.base_url(key), llm_model="openai/gpt-4o-mini", llm_daily_budget_usd=0.000001
+    )
     llm.script(key, text("all done"))  # one call: the agent finishes on a plain answer
     first = start(client, "go")
     ended(client, first["app_conversation_id"])
-    spent = wait_for(lambda: u if (u := usage(client))["today"]["cost_usd"] > 0 else None, 30,
-                     what="the first call's cost")
+    spent = wait_for(
+        lambda: u if (u := usage(client))["today"]["cost_usd"] > 0 else None,
+        30,
+        what="the first call's cost",
+    )
     assert spent["daily_budget_usd"] == 0.000001 and spent["today"]["cost_usd"] > 0.000001
 
     llm.script(key, call("finish", message="never asked"))
     task = start(client, "again", sandbox_id=first["sandbox_id"])
     cid = task["app_conversation_id"]
     ended(client, cid, "error", timeout=30)  # at once: no retries until midnight
-    told = wait_for(lambda: t if "budget" in (t := transcript(client, cid)) else None, 30,
-                    what="the refusal in the transcript")
+    told = wait_for(
+        lambda: t if "budget" in (t := transcript(client, cid)) else None,
+        30,
+        what="the refusal in the transcript",
+    )
     resets = spent["resets_at"].replace("+00:00", "Z")
     assert "daily LLM budget is spent" in told and "$0.000001 per day" in told, told
     assert "your setting" in told and f"resets at {resets}" in told, told
@@ -338,8 +404,9 @@ def test_a_spent_budget_ends_the_run_saying_so(control_plane: ControlPlane, llm:
     assert anthropic.status_code == 402 and anthropic.json()["error"]["type"] == "billing_error"
 
 
-def test_the_rate_holds_the_agent_until_the_next_minute(tmp_path: Path, llm: ScriptedLLM,
-                                                        key: str) -> None:
+def test_the_rate_holds_the_agent_until_the_next_minute(
+    tmp_path: Path, llm: ScriptedLLM, key: str
+) -> None:
     clock = ShiftedClock()
     plane = ControlPlane(make_config(tmp_path / "cp"), clock).start()
     try:
@@ -360,9 +427,10 @@ def test_the_rate_holds_the_agent_until_the_next_minute(tmp_path: Path, llm: Scr
         next_minute = time.monotonic() + 60 - clock.time() % 60
 
         llm.script(key, call("finish", message="done"))
-        r = client.post(f"/api/v1/app-conversations/{cid}/send-message",
-                        json={"role": "user", "content": [{"type": "text", "text": "go"}],
-                              "run": True})
+        r = client.post(
+            f"/api/v1/app-conversations/{cid}/send-message",
+            json={"role": "user", "content": [{"type": "text", "text": "go"}], "run": True},
+        )
         assert r.status_code == 200, r.text
         ended(client, cid)
         arrived = llm.timings[key][-1][0]
@@ -375,26 +443,37 @@ def test_the_rate_holds_the_agent_until_the_next_minute(tmp_path: Path, llm: Scr
 
 
 def test_paths_join_without_doubling() -> None:
-    assert join("https://api.openai.com/v1", "chat/completions", "") == \
-        "https://api.openai.com/v1/chat/completions"
-    assert join("https://api.anthropic.com", "/v1/messages", "") == \
-        "https://api.anthropic.com/v1/messages"
-    assert join("https://proxy.example/v1/messages", "/v1/messages", "beta=true") == \
-        "https://proxy.example/v1/messages?beta=true"
-    assert join("https://x.example/openai/?api-version=1", "/chat/completions", "key=k") == \
-        "https://x.example/openai/chat/completions?api-version=1&key=k"
+    assert (
+        join("https://api.openai.com/v1", "chat/completions", "")
+        == "https://api.openai.com/v1/chat/completions"
+    )
+    assert (
+        join("https://api.anthropic.com", "/v1/messages", "")
+        == "https://api.anthropic.com/v1/messages"
+    )
+    assert (
+        join("https://proxy.example/v1/messages", "/v1/messages", "beta=true")
+        == "https://proxy.example/v1/messages?beta=true"
+    )
+    assert (
+        join("https://x.example/openai/?api-version=1", "/chat/completions", "key=k")
+        == "https://x.example/openai/chat/completions?api-version=1&key=k"
+    )
 
 
 def test_the_key_goes_where_the_token_was() -> None:
-    for headers, query, place in (({"authorization": "Bearer sbt_a_b"}, [], "authorization"),
-                                  ({"x-api-key": "sbt_a_b"}, [], "x-api-key"),
-                                  ({"api-key": "sbt_a_b"}, [], "api-key"),
-                                  ({"x-goog-api-key": "sbt_a_b"}, [], "x-goog-api-key"),
-                                  ({}, [("alt", "sse"), ("key", "sbt_a_b")], "key")):
+    for headers, query, place in (
+        ({"authorization": "Bearer sbt_a_b"}, [], "authorization"),
+        ({"x-api-key": "sbt_a_b"}, [], "x-api-key"),
+        ({"api-key": "sbt_a_b"}, [], "api-key"),
+        ({"x-goog-api-key": "sbt_a_b"}, [], "x-goog-api-key"),
+        ({}, [("alt", "sse"), ("key", "sbt_a_b")], "key"),
+    ):
         found = credentials.find(headers, query)
         assert found is not None and (found.place, found.token) == (place, "sbt_a_b")
-        sent, asked = credentials.swapped([*headers.items(), ("x-api-key", "sbt_a_b"),
-                                           ("accept", "*/*")], query, found, "real")
+        sent, asked = credentials.swapped(
+            [*headers.items(), ("x-api-key", "sbt_a_b"), ("accept", "*/*")], query, found, "real"
+        )
         expected = {"authorization": "Bearer real"}.get(place, "real")
         assert (dict(sent).get(place) or dict(asked).get(place)) == expected
         assert "sbt_a_b" not in json.dumps([sent, asked]) and ("accept", "*/*") in sent
@@ -403,20 +482,23 @@ def test_the_key_goes_where_the_token_was() -> None:
 
 def test_usage_is_read_from_answers_streamed_or_not() -> None:
     openai = Meter("text/event-stream")
-    for chunk in (b'data: {"model":"gpt-4o-mini","choices":[{"delta":{"content":"hi"}}]}\n\ndata: ',
-                  b'{"model":"gpt-4o-mini","choices":[],"usage":{"prompt_tokens":11,',
-                  b'"completion_tokens":7}}\n\ndata: [DONE]\n\n'):
+    for chunk in (
+        b'data: {"model":"gpt-4o-mini","choices":[{"delta":{"content":"hi"}}]}\n\ndata: ',
+        b'{"model":"gpt-4o-mini","choices":[],"usage":{"prompt_tokens":11,',
+        b'"completion_tokens":7}}\n\ndata: [DONE]\n\n',
+    ):
         openai.feed(chunk)
     used = openai.finish()
     assert (used.prompt_tokens, used.completion_tokens, used.model) == (11, 7, "gpt-4o-mini")
     assert cost(used, None, "openai") > 0 and cost(used, "no-such-model", None) > 0
 
     anthropic = Meter("text/event-stream; charset=utf-8")
-    for line in ('event: message_start\ndata: {"type":"message_start","message":{"model":'
-                 '"claude-sonnet-4-5","usage":{"input_tokens":5,"cache_read_input_tokens":20,'
-                 '"output_tokens":1}}}\n\n',
-                 'event: message_delta\ndata: {"type":"message_delta",'
-                 '"usage":{"output_tokens":9}}'):
+    for line in (
+        'event: message_start\ndata: {"type":"message_start","message":{"model":'
+        '"claude-sonnet-4-5","usage":{"input_tokens":5,"cache_read_input_tokens":20,'
+        '"output_tokens":1}}}\n\n',
+        'event: message_delta\ndata: {"type":"message_delta","usage":{"output_tokens":9}}',
+    ):
         anthropic.feed(line.encode())
     used = anthropic.finish()
     assert (used.prompt_tokens, used.completion_tokens, used.cache_read_tokens) == (25, 9, 20)
@@ -430,22 +512,30 @@ def test_usage_is_read_from_answers_streamed_or_not() -> None:
 
 def test_responses_api_usage_is_read_streamed_or_not() -> None:
     """OpenAI's Responses API: its usage in the response, or in the stream's last event."""
-    usage = ('{"input_tokens":40,"output_tokens":9,"input_tokens_details":{"cached_tokens":32},'
-             '"output_tokens_details":{"reasoning_tokens":5}}')
+    usage = (
+        '{"input_tokens":40,"output_tokens":9,"input_tokens_details":{"cached_tokens":32},'
+        '"output_tokens_details":{"reasoning_tokens":5}}'
+    )
     streamed = Meter("text/event-stream")
-    for line in ('event: response.created\ndata: {"type":"response.created","response":'
-                 '{"model":"gpt-5-mini","usage":null}}\n\n',
-                 'event: response.output_text.delta\ndata: {"type":"response.output_text.delta",'
-                 '"delta":"hi"}\n\n',
-                 'event: response.completed\ndata: {"type":"response.completed","response":'
-                 f'{{"model":"gpt-5-mini","usage":{usage}}}}}\n\n'):
+    for line in (
+        'event: response.created\ndata: {"type":"response.created","response":'
+        '{"model":"gpt-5-mini","usage":null}}\n\n',
+        'event: response.output_text.delta\ndata: {"type":"response.output_text.delta",'
+        '"delta":"hi"}\n\n',
+        'event: response.completed\ndata: {"type":"response.completed","response":'
+        f'{{"model":"gpt-5-mini","usage":{usage}}}}}\n\n',
+    ):
         streamed.feed(line.encode())
     whole = Meter("application/json")
     whole.feed(f'{{"object":"response","model":"gpt-5-mini","usage":{usage}}}'.encode())
     for meter in (streamed, whole):
         used = meter.finish()
-        assert (used.prompt_tokens, used.completion_tokens, used.cache_read_tokens,
-                used.model) == (40, 9, 32, "gpt-5-mini")
+        assert (used.prompt_tokens, used.completion_tokens, used.cache_read_tokens, used.model) == (
+            40,
+            9,
+            32,
+            "gpt-5-mini",
+        )
         assert cost(used, None, "openai") > 0
 
 
@@ -465,14 +555,19 @@ def test_the_usage_route_bounds_its_days(control_plane: ControlPlane) -> None:
     for days in (0, 91, "x"):
         assert client.get("/api/v1/llm-usage", params={"days": days}).status_code == 422
     report = usage(client, days=90)
-    assert report["today"] == {"requests": 0, "prompt_tokens": 0, "completion_tokens": 0,
-                               "cost_usd": 0.0} and report["rows"] == []
+    assert (
+        report["today"]
+        == {"requests": 0, "prompt_tokens": 0, "completion_tokens": 0, "cost_usd": 0.0}
+        and report["rows"] == []
+    )
     assert control_plane.client(None).get("/api/v1/llm-usage").status_code == 401
 
 
 def test_the_usage_route_bounds_its_rows_and_totals_every_one(
-        control_plane: ControlPlane, monkeypatch: pytest.MonkeyPatch) -> None:
+    control_plane: ControlPlane, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from control_plane.api import gateway as route
+
     monkeypatch.setattr(route, "MAX_ROWS", 3)
     client = control_plane.client(control_plane.new_user("ida"))
     user_id = client.get("/api/v1/users/me").json()["id"]
@@ -482,17 +577,21 @@ def test_the_usage_route_bounds_its_rows_and_totals_every_one(
         try:
             today = db.now().strftime("%Y-%m-%d")
             for n in range(5):
-                await store_usage.add(db, user_id, f"s{n}", today, prompt_tokens=10,
-                                      cost_usd=0.5)
+                await store_usage.add(db, user_id, f"s{n}", today, prompt_tokens=10, cost_usd=0.5)
             return today
         finally:
             await db.close()
+
     today = asyncio.run(spend())
     report = usage(client)
     assert len(report["rows"]) == 3 and report["more"] is True
     assert {r["day"] for r in report["rows"]} == {today}
-    assert report["today"] == {"requests": 5, "prompt_tokens": 50, "completion_tokens": 0,
-                               "cost_usd": 2.5}
+    assert report["today"] == {
+        "requests": 5,
+        "prompt_tokens": 50,
+        "completion_tokens": 0,
+        "cost_usd": 2.5,
+    }
 
 
 async def test_usage_adds_up_per_sandbox_and_day(database_url: str) -> None:
@@ -500,18 +599,27 @@ async def test_usage_adds_up_per_sandbox_and_day(database_url: str) -> None:
     await db.migrate()
     try:
         user = await accounts.get_or_create_user(db, "ivy")
-        for sandbox, day, cost_usd in (("sa", "2026-01-01", 0.5), ("sa", "2026-01-02", 0.25),
-                                       ("sa", "2026-01-02", 0.25), ("sb", "2026-01-02", 1.0)):
-            await store_usage.add(db, user.id, sandbox, day, prompt_tokens=10,
-                                  completion_tokens=2, cost_usd=cost_usd)
+        for sandbox, day, cost_usd in (
+            ("sa", "2026-01-01", 0.5),
+            ("sa", "2026-01-02", 0.25),
+            ("sa", "2026-01-02", 0.25),
+            ("sb", "2026-01-02", 1.0),
+        ):
+            await store_usage.add(
+                db, user.id, sandbox, day, prompt_tokens=10, completion_tokens=2, cost_usd=cost_usd
+            )
         assert await store_usage.spent(db, user.id, "2026-01-02") == 1.5
         assert await store_usage.spent(db, user.id, "2026-01-03") == 0.0
         rows = await store_usage.since(db, user.id, "2026-01-02")
         assert [(r.sandbox_id, r.day, r.requests, r.prompt_tokens, r.cost_usd) for r in rows] == [
-            ("sa", "2026-01-02", 2, 20, 0.5), ("sb", "2026-01-02", 1, 10, 1.0)]
-        await asyncio.gather(*(store_usage.add(db, user.id, "sc", "2026-01-02")
-                               for _ in range(20)))
-        assert [r.requests for r in await store_usage.since(db, user.id, "2026-01-02")
-                if r.sandbox_id == "sc"] == [20]
+            ("sa", "2026-01-02", 2, 20, 0.5),
+            ("sb", "2026-01-02", 1, 10, 1.0),
+        ]
+        await asyncio.gather(*(store_usage.add(db, user.id, "sc", "2026-01-02") for _ in range(20)))
+        assert [
+            r.requests
+            for r in await store_usage.since(db, user.id, "2026-01-02")
+            if r.sandbox_id == "sc"
+        ] == [20]
     finally:
         await db.close()

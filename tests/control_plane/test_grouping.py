@@ -31,8 +31,9 @@ from tests.support.wait import wait_for
 @pytest.fixture
 def plane(tmp_path: Path, database_url: str) -> Iterator[ControlPlane]:
     """On SQLite and on PostgreSQL."""
-    server = ControlPlane(make_config(tmp_path / "cp", database_url,
-                                      max_conversations_per_sandbox=10)).start()
+    server = ControlPlane(
+        make_config(tmp_path / "cp", database_url, max_conversations_per_sandbox=10)
+    ).start()
     yield server
     server.stop()
 
@@ -64,13 +65,18 @@ def test_strategies_and_explicit_placement(plane: ControlPlane, llm: ScriptedLLM
 
     # Least recently used is about activity, not age: a message makes s1 the most recent.
     llm.script(key, call("finish", message="ok"))
-    r = client.post(f"/api/v1/app-conversations/{a['app_conversation_id']}/send-message",
-                    json={"content": [{"type": "text", "text": "hi"}], "run": True})
+    r = client.post(
+        f"/api/v1/app-conversations/{a['app_conversation_id']}/send-message",
+        json={"content": [{"type": "text", "text": "hi"}], "run": True},
+    )
     assert r.status_code == 200
     # Its run's events reach the webhook after any of s2's: s1 is the most recently active
     # once the last of them is stored (the record says "finished" before: it asks the agent).
-    wait_for(lambda: whole_run(client, a["app_conversation_id"]), 30,
-             what="the run's events to be stored")
+    wait_for(
+        lambda: whole_run(client, a["app_conversation_id"]),
+        30,
+        what="the run's events to be stored",
+    )
     strategy(client, "LEAST_RECENTLY_USED")
     assert start(client)["sandbox_id"] == s2
     strategy(client, "NO_GROUPING")
@@ -81,8 +87,10 @@ def test_strategies_and_explicit_placement(plane: ControlPlane, llm: ScriptedLLM
     strategy(client, "ADD_TO_ANY")
     assert start(client)["sandbox_id"] == s2
     llm.script(key, call("finish", message="resumed"))
-    r = client.post(f"/api/v1/app-conversations/{a['app_conversation_id']}/send-message",
-                    json={"content": [{"type": "text", "text": "again"}], "run": True})
+    r = client.post(
+        f"/api/v1/app-conversations/{a['app_conversation_id']}/send-message",
+        json={"content": [{"type": "text", "text": "again"}], "run": True},
+    )
     assert r.status_code == 200, r.text
     assert client.get("/api/v1/sandboxes", params={"id": s1}).json()[0]["status"] == "RUNNING"
 
@@ -105,15 +113,20 @@ def test_strategies_and_explicit_placement(plane: ControlPlane, llm: ScriptedLLM
     record = client.get("/api/v1/sandboxes", params={"id": s1}).json()[0]
     assert record["status"] == "PAUSED"
     assert client.post(f"/api/v1/sandboxes/{s1}/resume").json()["status"] == "RUNNING"
-    url = next(u["url"] for u in client.get("/api/v1/sandboxes", params={"id": s1}).json()[0]
-               ["exposed_urls"] if u["name"] == "AGENT_SERVER")
+    url = next(
+        u["url"]
+        for u in client.get("/api/v1/sandboxes", params={"id": s1}).json()[0]["exposed_urls"]
+        if u["name"] == "AGENT_SERVER"
+    )
     key_of_s1 = client.get("/api/v1/sandboxes", params={"id": s1}).json()[0]["session_api_key"]
     copy = httpx.get(f"{url}/api/conversations/{gone}", headers={"X-Session-API-Key": key_of_s1})
     assert copy.status_code == 404
 
 
 @pytest.mark.e2e
-def test_concurrent_starts_never_exceed_the_cap(plane: ControlPlane, llm: ScriptedLLM, key: str) -> None:
+def test_concurrent_starts_never_exceed_the_cap(
+    plane: ControlPlane, llm: ScriptedLLM, key: str
+) -> None:
     """Two RUNNING sandboxes with 9 free places each; 20 starts at once: 9 + 9 + 2 elsewhere."""
     client = plane.client(plane.new_user("bob"))
     configure_llm(client, llm.base_url(key))
@@ -127,7 +140,9 @@ def test_concurrent_starts_never_exceed_the_cap(plane: ControlPlane, llm: Script
 
     with ThreadPoolExecutor(20) as pool:
         tasks = list(pool.map(one, range(20)))
-    assert all(t["status"] == "READY" for t in tasks), [t["detail"] for t in tasks if t["status"] != "READY"]
+    assert all(t["status"] == "READY" for t in tasks), [
+        t["detail"] for t in tasks if t["status"] != "READY"
+    ]
     placed = Counter(t["sandbox_id"] for t in tasks)
     assert placed[s1] == 9 and placed[s2] == 9
     others = [s for s in placed if s not in (s1, s2)]
@@ -142,6 +157,7 @@ T0 = datetime(2026, 1, 1, tzinfo=UTC)
 def test_choices_of_each_strategy() -> None:
     def c(name: str, age: int, idle: int, n: int) -> Candidate:
         return Candidate(name, T0 - timedelta(minutes=age), T0 - timedelta(minutes=idle), n)
+
     available = [c("old", 60, 50, 5), c("mid", 30, 1, 1), c("new", 10, 20, 1)]
     assert choose(GroupingStrategy.NO_GROUPING, available) is None
     assert choose(GroupingStrategy.GROUP_BY_NEWEST, available) == "new"

@@ -18,8 +18,9 @@ ALICE_LLM_KEY = "sk-alice-llm-key-5521"
 ALICE_TOKEN = "ghp_alice-token-8812"
 
 
-def tenant(plane: ControlPlane, name: str, llm_key: str, secrets: dict[str, str]
-           ) -> tuple[httpx.Client, str, str]:
+def tenant(
+    plane: ControlPlane, name: str, llm_key: str, secrets: dict[str, str]
+) -> tuple[httpx.Client, str, str]:
     """An account with settings and a RUNNING sandbox: its client, sandbox id and session key."""
     client = plane.client(plane.new_user(name))
     configure_llm(client, "http://127.0.0.1:9/v1", llm_api_key=llm_key)
@@ -35,8 +36,9 @@ def me(client: httpx.Client, session: str | None = None, expose: bool = True) ->
     return client.get("/api/v1/users/me", params={"expose_secrets": expose}, headers=headers)
 
 
-def secrets(plane: ControlPlane, sid: str, session: str | None, name: str = "",
-            **headers: Any) -> httpx.Response:
+def secrets(
+    plane: ControlPlane, sid: str, session: str | None, name: str = "", **headers: Any
+) -> httpx.Response:
     if session is not None:
         headers["X-Session-API-Key"] = session
     path = f"/api/v1/sandboxes/{sid}/settings/secrets" + (f"/{name}" if name else "")
@@ -44,7 +46,8 @@ def secrets(plane: ControlPlane, sid: str, session: str | None, name: str = "",
 
 
 def test_only_a_sandboxs_own_key_reads_its_users_llm_key_and_secrets(
-        control_plane: ControlPlane) -> None:
+    control_plane: ControlPlane,
+) -> None:
     alice, a_sid, a_session = tenant(control_plane, "alice", ALICE_LLM_KEY, {"GH": ALICE_TOKEN})
     bob, b_sid, b_session = tenant(control_plane, "bob", "sk-bob-key-0000", {"BOB": "bob-value-1"})
 
@@ -63,16 +66,24 @@ def test_only_a_sandboxs_own_key_reads_its_users_llm_key_and_secrets(
 
     # The sandbox-scoped secrets: the sandbox's own session key, and nothing else.
     assert secrets(control_plane, a_sid, a_session).json() == {
-        "secrets": [{"name": "GH", "description": None}]}
+        "secrets": [{"name": "GH", "description": None}]
+    }
     assert secrets(control_plane, a_sid, a_session, "GH").text == ALICE_TOKEN
     assert secrets(control_plane, a_sid, a_session, "NOPE").status_code == 404
     assert secrets(control_plane, a_sid, a_session, "bad-name").status_code == 422
-    tries = [secrets(control_plane, a_sid, b_session, "GH"),  # bob's key on alice's sandbox
-             secrets(control_plane, a_sid, b_session),
-             secrets(control_plane, b_sid, a_session, "GH"),  # alice's key on bob's: not hers
-             secrets(control_plane, a_sid, None, "GH"),  # no key
-             secrets(control_plane, a_sid, None, "GH",  # an account key is not a session key
-                     Authorization=alice.headers["Authorization"])]
+    tries = [
+        secrets(control_plane, a_sid, b_session, "GH"),  # bob's key on alice's sandbox
+        secrets(control_plane, a_sid, b_session),
+        secrets(control_plane, b_sid, a_session, "GH"),  # alice's key on bob's: not hers
+        secrets(control_plane, a_sid, None, "GH"),  # no key
+        secrets(
+            control_plane,
+            a_sid,
+            None,
+            "GH",  # an account key is not a session key
+            Authorization=alice.headers["Authorization"],
+        ),
+    ]
     assert [r.status_code for r in tries] == [403, 403, 403, 401, 401]
     assert all(ALICE_TOKEN not in r.text for r in tries)
 

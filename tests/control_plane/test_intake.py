@@ -23,9 +23,13 @@ BUDGET = 1_000_000
 
 
 def message(i: int) -> dict[str, Any]:
-    return {"id": f"01K{i:023d}", "timestamp": "2026-01-01T00:00:00+00:00", "source": "user",
-            "kind": "MessageEvent",
-            "llm_message": {"role": "user", "content": [{"type": "text", "text": f"m{i}"}]}}
+    return {
+        "id": f"01K{i:023d}",
+        "timestamp": "2026-01-01T00:00:00+00:00",
+        "source": "user",
+        "kind": "MessageEvent",
+        "llm_message": {"role": "user", "content": [{"type": "text", "text": f"m{i}"}]},
+    }
 
 
 class Upload:
@@ -41,9 +45,11 @@ class Upload:
 
     async def open(self) -> None:
         self.reader, self.writer = await asyncio.open_connection(self.url.host, self.url.port)
-        head = (f"POST {self.url.path} HTTP/1.1\r\nHost: {self.url.host}\r\n"
-                f"X-Session-API-Key: {self.session}\r\nContent-Type: application/json\r\n"
-                f"Content-Length: {len(self.body)}\r\nConnection: close\r\n\r\n")
+        head = (
+            f"POST {self.url.path} HTTP/1.1\r\nHost: {self.url.host}\r\n"
+            f"X-Session-API-Key: {self.session}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(self.body)}\r\nConnection: close\r\n\r\n"
+        )
         self.writer.write(head.encode() + self.body[:10])
         await self.writer.drain()
         self.answer = asyncio.create_task(self.reader.read())
@@ -78,14 +84,24 @@ def test_too_much_at_once_is_told_to_wait(tmp_path: Path, llm: ScriptedLLM, key:
         session = sandbox["session_api_key"]
         # The sandbox's own server sends the new conversation's first events as a batch of this
         # sandbox: delivered before the flood, so every batch in flight below is the test's own.
-        with httpx.Client(base_url=sandbox["exposed_urls"][0]["url"], timeout=30,
-                          headers={"X-Session-API-Key": session}) as agent:
-            wait_for(lambda: agent.get(f"/api/conversations/{cid}").json()["webhook"]["pending"]
-                     == 0, 60, what="the conversation's first events delivered")
+        with httpx.Client(
+            base_url=sandbox["exposed_urls"][0]["url"],
+            timeout=30,
+            headers={"X-Session-API-Key": session},
+        ) as agent:
+            wait_for(
+                lambda: agent.get(f"/api/conversations/{cid}").json()["webhook"]["pending"] == 0,
+                60,
+                what="the conversation's first events delivered",
+            )
         asyncio.run(flood(plane.url, cid, session))
-        stored = {e["id"] for e in client.get(
-            f"/api/v1/conversation/{cid}/events/search",
-            params={"kind__eq": "MessageEvent", "limit": 1000}).json()["items"]}
+        stored = {
+            e["id"]
+            for e in client.get(
+                f"/api/v1/conversation/{cid}/events/search",
+                params={"kind__eq": "MessageEvent", "limit": 1000},
+            ).json()["items"]
+        }
         assert {message(i)["id"] for i in range(1, 9)} <= stored  # each refused one sent again
     finally:
         plane.stop()

@@ -57,11 +57,17 @@ pytestmark = pytest.mark.e2e
 def isolated(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ControlPlane]:
     forked = request.param == "forked"
     if request.param != "spawned" and os.geteuid() != 0:
-        pytest.fail("the template forks into a sandbox's namespaces, and runsc starts its "
-                    "sandboxes, as root only: run as root")
-    plane = ControlPlane(make_config(tmp_path / "cp", sandbox_template=forked,
-                                     sandbox_isolation=request.param == "gvisor" and "gvisor"
-                                     or "auto")).start()
+        pytest.fail(
+            "the template forks into a sandbox's namespaces, and runsc starts its "
+            "sandboxes, as root only: run as root"
+        )
+    plane = ControlPlane(
+        make_config(
+            tmp_path / "cp",
+            sandbox_template=forked,
+            sandbox_isolation=request.param == "gvisor" and "gvisor" or "auto",
+        )
+    ).start()
     if forked:
         wait_for(template_socket(plane).exists, 180, what="the sandbox template")
     yield plane
@@ -87,9 +93,12 @@ def test_a_tenant_reads_nothing_of_another(isolated: ControlPlane, llm: Scripted
     state = isolated.config.state_dir
     a = victim(isolated, llm)
     a_root = state / "sandboxes" / a.sid
-    targets = [str(a_root / "workspace" / a.cid / "notes.txt"),
-               *map(str, (a_root / "state" / "conversations").glob("*/meta.json")),
-               str(state / "secret.key"), str(state / "control-plane.db")]
+    targets = [
+        str(a_root / "workspace" / a.cid / "notes.txt"),
+        *map(str, (a_root / "state" / "conversations").glob("*/meta.json")),
+        str(state / "secret.key"),
+        str(state / "control-plane.db"),
+    ]
     assert len(targets) == 4 and a.note in Path(targets[0]).read_text()  # they are there
     assert a.secret in Path(targets[1]).read_text()
     assert a.llm_key not in Path(targets[1]).read_text()  # the gateway's token instead (issue 36)
@@ -132,13 +141,14 @@ def test_a_tenant_reads_nothing_of_another(isolated: ControlPlane, llm: Scripted
         status_text = Path(f"/proc/{server}/status").read_text()
     status = dict(line.split(":\t", 1) for line in status_text.splitlines() if ":\t" in line)
     if gvisor:  # its /proc says nothing of it: the kernel's answer to the server's child
-        no_new_privs = b.bash("python3 -c 'import ctypes; "
-                              "print(ctypes.CDLL(None).prctl(39, 0, 0, 0, 0))'")["stdout"]
+        no_new_privs = b.bash(
+            "python3 -c 'import ctypes; print(ctypes.CDLL(None).prctl(39, 0, 0, 0, 0))'"
+        )["stdout"]
         assert no_new_privs.strip() == "1", no_new_privs
     else:
         assert status["NoNewPrivs"].strip() == "1"
     # (gVisor's /proc has no ambient set: it has no ambient capabilities to give)
-    for capabilities in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb")[:4 if gvisor else 5]:
+    for capabilities in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb")[: 4 if gvisor else 5]:
         assert int(status[capabilities], 16) == 0, (capabilities, status[capabilities])
     assert status["Uid"].split()[:3] == [str((state / "sandboxes" / b.sid).stat().st_uid)] * 3
 
@@ -153,15 +163,19 @@ def test_a_tenant_reads_nothing_of_another(isolated: ControlPlane, llm: Scripted
 
 
 def test_without_isolation_the_same_reads_succeed(tmp_path: Path, llm: ScriptedLLM) -> None:
-    plane = ControlPlane(make_config(tmp_path / "cp", sandbox_isolation="off",
-                                     shared_host=True)).start()
+    plane = ControlPlane(
+        make_config(tmp_path / "cp", sandbox_isolation="off", shared_host=True)
+    ).start()
     try:
         state = plane.config.state_dir
         a = victim(plane, llm)
         a_root = state / "sandboxes" / a.sid
-        targets = [str(a_root / "workspace" / a.cid / "notes.txt"),
-                   *map(str, (a_root / "state" / "conversations").glob("*/meta.json")),
-                   str(state / "secret.key"), str(state / "control-plane.db")]
+        targets = [
+            str(a_root / "workspace" / a.cid / "notes.txt"),
+            *map(str, (a_root / "state" / "conversations").glob("*/meta.json")),
+            str(state / "secret.key"),
+            str(state / "control-plane.db"),
+        ]
         b = run(plane, llm, "bob", reads(targets))
         told = b.events()
         for target in targets:
@@ -176,26 +190,42 @@ def test_without_isolation_the_same_reads_succeed(tmp_path: Path, llm: ScriptedL
         plane.stop()
 
 
-def test_pause_resume_and_delete_reach_everything_inside(isolated: ControlPlane,
-                                                         llm: ScriptedLLM) -> None:
+def test_pause_resume_and_delete_reach_everything_inside(
+    isolated: ControlPlane, llm: ScriptedLLM
+) -> None:
     """Inside bubblewrap the pid the control plane keeps is bubblewrap's, leading the group: a
     pause stops the agent server in the sandbox, resume continues it, and a delete ends a daemon
     that left the server's session (the sandbox's pid namespace goes with it). On gVisor the
     pid is runsc's: its kernel pauses every task (runsc says so), and a delete leaves nothing
     of runsc's."""
     mark = f"daemon-{uuid.uuid4().hex}"
-    tenant = run(isolated, llm, "carol",
-                 f"setsid -f bash -c 'sleep infinity; :' {mark} </dev/null >/dev/null 2>&1")
+    tenant = run(
+        isolated,
+        llm,
+        "carol",
+        f"setsid -f bash -c 'sleep infinity; :' {mark} </dev/null >/dev/null 2>&1",
+    )
     pid = sandbox_pid(isolated, tenant.sid)
     if on_gvisor(isolated):
-        wait_for(lambda: mark in tenant.bash(f"pgrep -af {mark} || true")["stdout"], 10,
-                 what="the daemon")
+        wait_for(
+            lambda: mark in tenant.bash(f"pgrep -af {mark} || true")["stdout"],
+            10,
+            what="the daemon",
+        )
         runsc = [pid, *processes.children(pid)]  # runsc, its gofer and its sandbox
         bundle = gvisor.bundle_from(pid)
         assert bundle is not None and len(runsc) == 3
         # As an operator asks runsc: in the sandbox's network namespace (docs/gvisor.md).
-        state = ["nsenter", f"--net=/proc/{pid}/ns/net", "--", shutil.which("runsc") or "runsc",
-                 "--root", str(bundle / "state"), "state", gvisor.CONTAINER]
+        state = [
+            "nsenter",
+            f"--net=/proc/{pid}/ns/net",
+            "--",
+            shutil.which("runsc") or "runsc",
+            "--root",
+            str(bundle / "state"),
+            "state",
+            gvisor.CONTAINER,
+        ]
     else:
         daemon = wait_for(lambda: processes.with_argument(mark), 10, what="the daemon")
         server = server_of(isolated, tenant.sid)
@@ -210,8 +240,14 @@ def test_pause_resume_and_delete_reach_everything_inside(isolated: ControlPlane,
         assert processes.state(server) == "T"
     r = tenant.client.post(f"/api/v1/sandboxes/{tenant.sid}/resume")
     assert r.status_code == 200, r.text
-    wait_for(lambda: tenant.client.get("/api/v1/sandboxes", params={"id": tenant.sid})
-             .json()[0]["status"] == "RUNNING", 30, what="RUNNING again")
+    wait_for(
+        lambda: (
+            tenant.client.get("/api/v1/sandboxes", params={"id": tenant.sid}).json()[0]["status"]
+            == "RUNNING"
+        ),
+        30,
+        what="RUNNING again",
+    )
     if on_gvisor(isolated):
         assert json.loads(subprocess.check_output(state))["status"] == "running"
     else:
@@ -221,16 +257,22 @@ def test_pause_resume_and_delete_reach_everything_inside(isolated: ControlPlane,
     r = tenant.client.delete(f"/api/v1/sandboxes/{tenant.sid}", params={"sandbox_id": tenant.sid})
     assert r.status_code == 200, r.text
     if on_gvisor(isolated):
-        wait_for(lambda: all(processes.state(p) in (None, "Z") for p in runsc), 10,
-                 what="runsc's processes to be gone")
+        wait_for(
+            lambda: all(processes.state(p) in (None, "Z") for p in runsc),
+            10,
+            what="runsc's processes to be gone",
+        )
         assert not bundle.exists()
     else:
         wait_for(lambda: not processes.with_argument(mark), 10, what="the daemon to be gone")
-        assert all(processes.state(p) in (None, "Z") for p in (pid, server, *(p.pid for p in daemon)))
+        assert all(
+            processes.state(p) in (None, "Z") for p in (pid, server, *(p.pid for p in daemon))
+        )
 
 
-def test_a_module_planted_in_the_sandbox_never_runs_in_its_server(isolated: ControlPlane,
-                                                                  llm: ScriptedLLM) -> None:
+def test_a_module_planted_in_the_sandbox_never_runs_in_its_server(
+    isolated: ControlPlane, llm: ScriptedLLM
+) -> None:
     """The agent writes `playwright.py` into its sandbox's directory, the server's working
     directory (where `python -m` looks first); the next conversation in that sandbox has the
     browser, whose first use imports Playwright: the server imports the real one, and the
@@ -238,10 +280,15 @@ def test_a_module_planted_in_the_sandbox_never_runs_in_its_server(isolated: Cont
     client = isolated.client(isolated.new_user("mallory"))
     script = f"mallory-{uuid.uuid4().hex[:8]}"
     configure_llm(client, llm.base_url(script), tools=["terminal"])
-    planted = ("import os, pathlib; pathlib.Path(os.environ['HOME']).parent.joinpath('hijacked')"
-               ".write_text('ran'); raise ImportError('planted')")
-    llm.script(script, call("terminal", command=f"printf '%s' \"{planted}\" > $HOME/../playwright.py"),
-               call("finish", message="planted"))
+    planted = (
+        "import os, pathlib; pathlib.Path(os.environ['HOME']).parent.joinpath('hijacked')"
+        ".write_text('ran'); raise ImportError('planted')"
+    )
+    llm.script(
+        script,
+        call("terminal", command=f"printf '%s' \"{planted}\" > $HOME/../playwright.py"),
+        call("finish", message="planted"),
+    )
     first = start(client, "go")
     assert first["status"] == "READY", first
     root = isolated.config.state_dir / "sandboxes" / first["sandbox_id"]
@@ -251,15 +298,22 @@ def test_a_module_planted_in_the_sandbox_never_runs_in_its_server(isolated: Cont
     llm.script(script, call("browser_navigate", url="about:blank"), call("finish", message="done"))
     second = start(client, "browse", sandbox_id=first["sandbox_id"])
     assert second["status"] == "READY" and second["sandbox_id"] == first["sandbox_id"], second
-    wait_for(lambda: conversation(client, second["app_conversation_id"])["execution_status"]
-             .upper() in ("FINISHED", "ERROR", "STUCK"), 120, what="the browsing run")
+    wait_for(
+        lambda: (
+            conversation(client, second["app_conversation_id"])["execution_status"].upper()
+            in ("FINISHED", "ERROR", "STUCK")
+        ),
+        120,
+        what="the browsing run",
+    )
     assert len(llm.timings[script]) == 4  # the browser was asked for after the module was there
     assert not (root / "hijacked").exists()
 
 
 @pytest.mark.parametrize("template", [False, True], ids=["spawned", "forked"])
 def test_a_sandbox_has_its_own_tmp_and_shm_and_the_terminal_says_its_user(
-        tmp_path: Path, llm: ScriptedLLM, template: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, llm: ScriptedLLM, template: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A TMPDIR of the control plane's (systemd's, a CI's) names a directory the sandbox has not
     got; the sandbox's temporary files go to its own /tmp, and its commands run. Their
     observations name the sandbox's user, not the template's root. Its /dev/shm is its own."""
@@ -270,15 +324,20 @@ def test_a_sandbox_has_its_own_tmp_and_shm_and_the_terminal_says_its_user(
         if template:
             wait_for(template_socket(plane).exists, 180, what="the sandbox template")
         tenant = run(plane, llm, "alice", "echo ran; echo $TMPDIR")
-        [observation] = [e["observation"] for e in json.loads(tenant.events())["items"]
-                         if e["kind"] == "ObservationEvent" and e["tool_name"] == "terminal"]
+        [observation] = [
+            e["observation"]
+            for e in json.loads(tenant.events())["items"]
+            if e["kind"] == "ObservationEvent" and e["tool_name"] == "terminal"
+        ]
         assert observation["exit_code"] == 0, observation
         assert observation["content"][0]["text"].split("\n")[:2] == ["ran", "/tmp"], observation
         user = tenant.bash("id -un")["stdout"].strip()
         assert observation["metadata"]["username"] == user != "root"
         # Its own /dev/shm: multiprocessing's locks work, and it is bounded (64 MiB).
-        shm = tenant.bash("python3 -c 'import multiprocessing; multiprocessing.Lock(); "
-                          "print(\"locked\")'; dd if=/dev/zero of=/dev/shm/fill bs=1M count=100")
+        shm = tenant.bash(
+            "python3 -c 'import multiprocessing; multiprocessing.Lock(); "
+            'print("locked")\'; dd if=/dev/zero of=/dev/shm/fill bs=1M count=100'
+        )
         assert shm["stdout"].strip() == "locked", shm
         assert "No space left on device" in shm["stderr"], shm
     finally:
@@ -307,7 +366,8 @@ KERNEL_SURFACE = textwrap.dedent("""\
 
 @pytest.mark.parametrize("template", [False, True], ids=["spawned", "forked"])
 def test_a_sandbox_cannot_reach_the_kernel_surface_a_container_cannot(
-        tmp_path: Path, llm: ScriptedLLM, template: bool) -> None:
+    tmp_path: Path, llm: ScriptedLLM, template: bool
+) -> None:
     """Issue 41: without a filter, an agent's command made user and network namespaces and
     mounted tmpfs and cgroup2 in them. Now refused as in a Docker container (`Seccomp: 2`),
     for a server bubblewrap spawned and one forked from the template alike."""
@@ -320,10 +380,17 @@ def test_a_sandbox_cannot_reach_the_kernel_surface_a_container_cannot(
         assert forked(plane, server) == template
         tried = tenant.bash(f"python3 -c {shlex.quote(KERNEL_SURFACE)}")
         assert tried["stdout"].splitlines() == [
-            "unshare(user) refused", "unshare(net) refused", "clone(user) refused",
-            "mount refused", "keyctl refused", "2"], tried
-        assert tenant.bash("git --version; python3 -c 'import os; print(os.fork() > 0)'"
-                           )["exit_code"] == 0
+            "unshare(user) refused",
+            "unshare(net) refused",
+            "clone(user) refused",
+            "mount refused",
+            "keyctl refused",
+            "2",
+        ], tried
+        assert (
+            tenant.bash("git --version; python3 -c 'import os; print(os.fork() > 0)'")["exit_code"]
+            == 0
+        )
     finally:
         plane.stop()
 
@@ -338,8 +405,11 @@ def test_a_crashed_template_takes_no_sandbox_down(tmp_path: Path, llm: ScriptedL
         wait_for(template_socket(plane).exists, 180, what="the sandbox template")
         first = run(plane, llm, "dave", "echo one")
         assert forked(plane, server_of(plane, first.sid))
-        [template] = [p.pid for p in processes.with_argument(str(template_socket(plane)))
-                      if p.ppid == os.getpid()]
+        [template] = [
+            p.pid
+            for p in processes.with_argument(str(template_socket(plane)))
+            if p.ppid == os.getpid()
+        ]
         os.killpg(template, signal.SIGKILL)
         wait_for(lambda: processes.state(template) in (None, "Z"), 10, what="the template gone")
         assert first.bash("echo still here")["stdout"] == "still here\n"
@@ -354,9 +424,9 @@ def test_a_crashed_template_takes_no_sandbox_down(tmp_path: Path, llm: ScriptedL
         plane.stop()
 
 
-def test_an_unisolated_host_serves_one_user_unless_shared(tmp_path: Path, llm: ScriptedLLM,
-                                                         key: str,
-                                                         caplog: pytest.LogCaptureFixture) -> None:
+def test_an_unisolated_host_serves_one_user_unless_shared(
+    tmp_path: Path, llm: ScriptedLLM, key: str, caplog: pytest.LogCaptureFixture
+) -> None:
     caplog.set_level(logging.WARNING, logger="control_plane.providers.process.isolation")
     plane = ControlPlane(make_config(tmp_path / "cp", sandbox_isolation="off")).start()
     try:
@@ -370,9 +440,18 @@ def test_an_unisolated_host_serves_one_user_unless_shared(tmp_path: Path, llm: S
         assert r.status_code == 403 and "CONTROL_PLANE_SHARED_HOST" in r.json()["detail"], r.text
         llm.script(key, call("finish", message="done"))
         task_id = second.post("/api/v1/app-conversations", json={}).json()["id"]
-        task = wait_for(lambda: (t := second.get("/api/v1/app-conversations/start-tasks",
-                                                 params={"ids": task_id}).json()[0])["status"]
-                        in ("READY", "ERROR") and t, 30)
+        task = wait_for(
+            lambda: (
+                (
+                    t := second.get(
+                        "/api/v1/app-conversations/start-tasks", params={"ids": task_id}
+                    ).json()[0]
+                )["status"]
+                in ("READY", "ERROR")
+                and t
+            ),
+            30,
+        )
         assert task["status"] == "ERROR" and "not isolated" in task["detail"], task
         assert second.get("/api/v1/sandboxes/search").json()["items"] == []
     finally:
@@ -380,8 +459,7 @@ def test_an_unisolated_host_serves_one_user_unless_shared(tmp_path: Path, llm: S
 
 
 @pytest.mark.parametrize("kind", ["bubblewrap", "gvisor"])
-def test_what_a_bound_path_holds_of_the_control_plane_is_covered(tmp_path: Path,
-                                                                 kind: str) -> None:
+def test_what_a_bound_path_holds_of_the_control_plane_is_covered(tmp_path: Path, kind: str) -> None:
     """A state directory under a path the sandbox sees (here the virtual environment) is
     covered by an empty tmpfs: without that, its key is read."""
     hidden = Path(tempfile.mkdtemp(prefix="state-", dir=sys.prefix))
@@ -394,17 +472,21 @@ def test_what_a_bound_path_holds_of_the_control_plane_is_covered(tmp_path: Path,
         (root / "workspace").mkdir(parents=True)
         uids = Config().sandbox_uids
         for covered, expected in ((True, "No such file"), (False, "the-key")):
-            isolation = (gvisor.choose(hidden=[hidden] if covered else [], uids=uids)
-                         if kind == "gvisor" else
-                         choose("bubblewrap", hidden=[hidden] if covered else [], uids=uids))
+            isolation = (
+                gvisor.choose(hidden=[hidden] if covered else [], uids=uids)
+                if kind == "gvisor"
+                else choose("bubblewrap", hidden=[hidden] if covered else [], uids=uids)
+            )
             assert isolation is not None
-            command = isolation.command(root, ["cat", str(hidden / "secret.key")],
-                                        uids[0] if kind == "gvisor" else None,
-                                        {"PATH": os.defpath})
+            command = isolation.command(
+                root,
+                ["cat", str(hidden / "secret.key")],
+                uids[0] if kind == "gvisor" else None,
+                {"PATH": os.defpath},
+            )
             out = tmp_path / f"{covered}.out"
             with open(out, "wb") as output:
-                pid = spawn(command.argv, command.env, output=output.fileno(),
-                            files=command.files)
+                pid = spawn(command.argv, command.env, output=output.fileno(), files=command.files)
             assert wait(pid, 30) == (1 if covered else 0)
             assert expected in out.read_text()
     finally:
@@ -412,7 +494,8 @@ def test_what_a_bound_path_holds_of_the_control_plane_is_covered(tmp_path: Path,
 
 
 def test_required_isolation_that_cannot_be_had_refuses_to_start(
-        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     monkeypatch.setenv("PATH", "/nonexistent")  # no bubblewrap to be found
     uids = Config().sandbox_uids
     with pytest.raises(IsolationUnavailable, match="bubblewrap is not installed"):
@@ -424,34 +507,61 @@ def test_required_isolation_that_cannot_be_had_refuses_to_start(
 
 
 def test_gvisor_that_cannot_be_had_refuses_to_start_with_the_reason(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """Asked for, gVisor is had or the control plane does not start: nothing weaker instead."""
     monkeypatch.setenv("PATH", "/nonexistent")  # no runsc, no tini
-    with pytest.raises(IsolationUnavailable, match=r"runsc and tini not installed "
-                                                   r"\(Debian: apt-get install runsc tini\)"):
+    with pytest.raises(
+        IsolationUnavailable,
+        match=r"runsc and tini not installed "
+        r"\(Debian: apt-get install runsc tini\)",
+    ):
         gvisor.choose(hidden=[], uids=Config().sandbox_uids)
 
 
-@pytest.mark.parametrize("asked", [{"CONTROL_PLANE_SANDBOX_ISOLATION": "gvisor"},
-                                   {"CONTROL_PLANE_SANDBOX_ISOLATION": "bubblewrap"}])
+@pytest.mark.parametrize(
+    "asked",
+    [
+        {"CONTROL_PLANE_SANDBOX_ISOLATION": "gvisor"},
+        {"CONTROL_PLANE_SANDBOX_ISOLATION": "bubblewrap"},
+    ],
+)
 def test_a_control_plane_that_cannot_have_its_isolation_says_why_in_one_line(
-        tmp_path: Path, asked: dict[str, str]) -> None:
+    tmp_path: Path, asked: dict[str, str]
+) -> None:
     """As an operator starts it: the reason is the one error line, no traceback over it."""
-    env = {**os.environ, **asked, "PATH": "/nonexistent",  # no runsc, tini, bubblewrap
-           "CONTROL_PLANE_STATE_DIR": str(tmp_path / "state"), "CONTROL_PLANE_PORT": "0"}
-    done = subprocess.run([sys.executable, "-m", "control_plane"], env=env, cwd=tmp_path,
-                          capture_output=True, text=True, timeout=120)
+    env = {
+        **os.environ,
+        **asked,
+        "PATH": "/nonexistent",  # no runsc, tini, bubblewrap
+        "CONTROL_PLANE_STATE_DIR": str(tmp_path / "state"),
+        "CONTROL_PLANE_PORT": "0",
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "control_plane"],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode != 0
     errors = [line for line in done.stderr.splitlines() if line.startswith("ERROR")]
     kind = asked["CONTROL_PLANE_SANDBOX_ISOLATION"]
-    assert errors[0].startswith(f"ERROR:    control-plane cannot start: "
-                                f"CONTROL_PLANE_SANDBOX_ISOLATION={kind}, but "), done.stderr
+    assert errors[0].startswith(
+        f"ERROR:    control-plane cannot start: CONTROL_PLANE_SANDBOX_ISOLATION={kind}, but "
+    ), done.stderr
     assert "not installed" in errors[0] and "Traceback" not in done.stderr
     assert errors[1:] == ["ERROR:    Application startup failed. Exiting."]
 
 
-@pytest.mark.parametrize("value", ["100-200", "2000000000-1900000000", "1-2-3", "x", "4294967000-4294967100"])
+@pytest.mark.parametrize(
+    "value", ["100-200", "2000000000-1900000000", "1-2-3", "x", "4294967000-4294967100"]
+)
 def test_a_uid_range_is_checked(value: str) -> None:
     with pytest.raises(ValidationError):
         from_env({"CONTROL_PLANE_SANDBOX_UIDS": value})
-    assert from_env({"CONTROL_PLANE_SANDBOX_UIDS": "200000-265535"}).sandbox_uids == (200000, 265535)
+    assert from_env({"CONTROL_PLANE_SANDBOX_UIDS": "200000-265535"}).sandbox_uids == (
+        200000,
+        265535,
+    )

@@ -26,13 +26,19 @@ def planes(tmp_path: Path, postgres: PostgresServer) -> Iterator[list[PlaneProce
 
 
 def keys(plane: PlaneProcess, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "control_plane", "keys", *args], env=plane.env,
-                          capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "control_plane", "keys", *args],
+        env=plane.env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def status(plane: PlaneProcess, key: str) -> int:
-    return httpx.get(plane.url + "/api/v1/settings", headers={"Authorization": f"Bearer {key}"},
-                     timeout=10).status_code
+    return httpx.get(
+        plane.url + "/api/v1/settings", headers={"Authorization": f"Bearer {key}"}, timeout=10
+    ).status_code
 
 
 def test_a_revoked_key_is_refused_at_once_by_every_plane(planes: list[PlaneProcess]) -> None:
@@ -46,8 +52,12 @@ def test_a_revoked_key_is_refused_at_once_by_every_plane(planes: list[PlaneProce
     rows = [line.split("\t") for line in listed.stdout.splitlines()]
     assert [r[1] for r in rows] == ["alice", "alice", "bob"]
     assert not any(k in listed.stdout or k[3:] in listed.stdout for k in [*alice, bob])
-    assert [r[1] for r in (line.split("\t") for line in keys(first, "list", "--user", "bob")
-                           .stdout.splitlines())] == ["bob"]
+    assert [
+        r[1]
+        for r in (
+            line.split("\t") for line in keys(first, "list", "--user", "bob").stdout.splitlines()
+        )
+    ] == ["bob"]
 
     # One of alice's keys, revoked through one plane: both refuse it on the next request.
     revoked = keys(second, "revoke", rows[0][0])

@@ -65,9 +65,14 @@ def moment(text: str | None) -> datetime | None:
 
 def notices(client: httpx.Client, cid: str) -> list[tuple[str, str]]:
     """The sandbox_status notices in a conversation's events: (status, reason)."""
-    items = client.get(f"/api/v1/conversation/{cid}/events/search", params={"limit": 1000}).json()["items"]
-    return [(e["value"]["status"], e["value"]["reason"]) for e in items
-            if e["kind"] == "ConversationStateUpdateEvent" and e["key"] == "sandbox_status"]
+    items = client.get(f"/api/v1/conversation/{cid}/events/search", params={"limit": 1000}).json()[
+        "items"
+    ]
+    return [
+        (e["value"]["status"], e["value"]["reason"])
+        for e in items
+        if e["kind"] == "ConversationStateUpdateEvent" and e["key"] == "sandbox_status"
+    ]
 
 
 @pytest.fixture
@@ -76,8 +81,9 @@ def clock() -> FrozenClock:
 
 
 def plane(tmp_path: Path, clock: Clock, **config: object) -> Iterator[ControlPlane]:
-    server = ControlPlane(make_config(tmp_path / "cp", lifecycle_interval=ROUND, **config),
-                          clock).start()
+    server = ControlPlane(
+        make_config(tmp_path / "cp", lifecycle_interval=ROUND, **config), clock
+    ).start()
     yield server
     server.stop()
 
@@ -98,8 +104,9 @@ def watched(tmp_path: Path, clock: FrozenClock) -> Iterator[ControlPlane]:
 
 
 @pytest.mark.e2e
-def test_idle_pause_reads_reset_it_and_deletion(timed: ControlPlane, clock: FrozenClock,
-                                                llm: ScriptedLLM, key: str) -> None:
+def test_idle_pause_reads_reset_it_and_deletion(
+    timed: ControlPlane, clock: FrozenClock, llm: ScriptedLLM, key: str
+) -> None:
     client = timed.client(timed.new_user("alice"))
     configure_llm(client, llm.base_url(key))
     task = start(client)
@@ -146,14 +153,20 @@ def test_idle_pause_reads_reset_it_and_deletion(timed: ControlPlane, clock: Froz
     # Deleted for good: no conversation, no events, no resume.
     assert client.get("/api/v1/app-conversations", params={"ids": cid}).json() == [None]
     assert client.get(f"/api/v1/conversation/{cid}/events/search").status_code == 404
-    assert client.post(f"/api/v1/app-conversations/{cid}/send-message",
-                       json={"content": [{"type": "text", "text": "hi"}]}).status_code == 404
+    assert (
+        client.post(
+            f"/api/v1/app-conversations/{cid}/send-message",
+            json={"content": [{"type": "text", "text": "hi"}]},
+        ).status_code
+        == 404
+    )
     assert client.post(f"/api/v1/sandboxes/{sid}/resume").status_code == 410
 
 
 @pytest.mark.e2e
-def test_a_message_resumes_an_idle_sandbox_and_is_activity(timed: ControlPlane, clock: FrozenClock,
-                                                           llm: ScriptedLLM, key: str) -> None:
+def test_a_message_resumes_an_idle_sandbox_and_is_activity(
+    timed: ControlPlane, clock: FrozenClock, llm: ScriptedLLM, key: str
+) -> None:
     client = timed.client(timed.new_user("amy"))
     configure_llm(client, llm.base_url(key))
     task = start(client)
@@ -162,8 +175,10 @@ def test_a_message_resumes_an_idle_sandbox_and_is_activity(timed: ControlPlane, 
     wait_for(lambda: sandbox(client, sid)["status"] == "PAUSED", 30)
     clock.offset = 100
     llm.script(key, call("finish", message="ok"))
-    r = client.post(f"/api/v1/app-conversations/{cid}/send-message",
-                    json={"content": [{"type": "text", "text": "hi"}], "run": True})
+    r = client.post(
+        f"/api/v1/app-conversations/{cid}/send-message",
+        json={"content": [{"type": "text", "text": "hi"}], "run": True},
+    )
     assert r.status_code == 200
     record = sandbox(client, sid)
     assert record["status"] == "RUNNING" and record["status_reason"] == "USER"
@@ -172,8 +187,9 @@ def test_a_message_resumes_an_idle_sandbox_and_is_activity(timed: ControlPlane, 
 
 
 @pytest.mark.e2e
-def test_the_12_hour_cap_pauses_a_run_in_flight_cleanly(capped: ControlPlane, clock: FrozenClock,
-                                                        llm: ScriptedLLM, key: str) -> None:
+def test_the_12_hour_cap_pauses_a_run_in_flight_cleanly(
+    capped: ControlPlane, clock: FrozenClock, llm: ScriptedLLM, key: str
+) -> None:
     client = capped.client(capped.new_user("bob"))
     configure_llm(client, llm.base_url(key), tools=["terminal"])
     slow = call("terminal", command="echo two")
@@ -185,9 +201,11 @@ def test_the_12_hour_cap_pauses_a_run_in_flight_cleanly(capped: ControlPlane, cl
     assert moment(sandbox(client, sid)["pause_at"]) == clock.at(12 * 3600)
 
     def actions() -> int:
-        n: int = client.get(f"/api/v1/conversation/{cid}/events/count",
-                            params={"kind__eq": "ActionEvent"}).json()
+        n: int = client.get(
+            f"/api/v1/conversation/{cid}/events/count", params={"kind__eq": "ActionEvent"}
+        ).json()
         return n
+
     wait_for(lambda: actions() >= 1, 30, what="the first step")
     clock.offset = 12 * 3600 - 0.001
     rounds()
@@ -208,10 +226,20 @@ def test_the_12_hour_cap_pauses_a_run_in_flight_cleanly(capped: ControlPlane, cl
     r = client.post(f"/api/v1/sandboxes/{sid}/resume")
     assert r.status_code == 200 and r.json()["status"] == "RUNNING"
     assert moment(r.json()["pause_at"]) == clock.at(25 * 3600)
-    wait_for(lambda: client.get("/api/v1/app-conversations", params={"ids": cid})
-             .json()[0]["execution_status"] == "finished", 30, what="the run to finish")
+    wait_for(
+        lambda: (
+            client.get("/api/v1/app-conversations", params={"ids": cid}).json()[0][
+                "execution_status"
+            ]
+            == "finished"
+        ),
+        30,
+        what="the run to finish",
+    )
     wait_for(lambda: actions() == 3, 30, what="the webhook to bring every step")
-    items = client.get(f"/api/v1/conversation/{cid}/events/search", params={"limit": 1000}).json()["items"]
+    items = client.get(f"/api/v1/conversation/{cid}/events/search", params={"limit": 1000}).json()[
+        "items"
+    ]
     kinds = [e["kind"] for e in items]
     # The agent server's own PauseEvent, between the second step and the third.
     assert kinds.index("PauseEvent") < [i for i, k in enumerate(kinds) if k == "ActionEvent"][2]
@@ -223,7 +251,8 @@ def test_the_12_hour_cap_pauses_a_run_in_flight_cleanly(capped: ControlPlane, cl
 
 @pytest.mark.e2e
 def test_failing_health_checks_past_the_grace_make_it_error_and_read_only(
-        watched: ControlPlane, clock: FrozenClock, llm: ScriptedLLM, key: str) -> None:
+    watched: ControlPlane, clock: FrozenClock, llm: ScriptedLLM, key: str
+) -> None:
     client = watched.client(watched.new_user("carl"))
     configure_llm(client, llm.base_url(key))
     task = start(client)
@@ -232,8 +261,9 @@ def test_failing_health_checks_past_the_grace_make_it_error_and_read_only(
 
     def seen_hung_since() -> datetime | None:
         """When the reconciler first found it not answering (None: answering)."""
-        [(since,)] = query(watched.config.db_url, select(sandboxes.c.unhealthy_since)
-                           .where(sandboxes.c.id == sid))
+        [(since,)] = query(
+            watched.config.db_url, select(sandboxes.c.unhealthy_since).where(sandboxes.c.id == sid)
+        )
         return since  # type: ignore[no-any-return]
 
     # Hung (stopped by someone else): it does not answer. Better again before the grace ends.
@@ -259,10 +289,14 @@ def test_failing_health_checks_past_the_grace_make_it_error_and_read_only(
     wait_for(lambda: processes.state(pid) in (None, "Z"), 10, what="the hung server to be ended")
 
     # Read-only (SPEC 3.1, 7): 409 for ERROR; the transcript stays.
-    r = client.post(f"/api/v1/app-conversations/{cid}/send-message",
-                    json={"content": [{"type": "text", "text": "x"}]})
+    r = client.post(
+        f"/api/v1/app-conversations/{cid}/send-message",
+        json={"content": [{"type": "text", "text": "x"}]},
+    )
     assert r.status_code == 409 and "read-only" in r.json()["detail"]
-    assert client.get(f"/api/v1/app-conversations/{cid}/file", params={"path": "a"}).status_code == 409
+    assert (
+        client.get(f"/api/v1/app-conversations/{cid}/file", params={"path": "a"}).status_code == 409
+    )
     assert client.post(f"/api/v1/sandboxes/{sid}/resume").status_code == 409
     assert client.post(f"/api/v1/sandboxes/{sid}/pause").status_code == 409
     assert client.post("/api/v1/app-conversations", json={"sandbox_id": sid}).status_code == 409
@@ -271,7 +305,9 @@ def test_failing_health_checks_past_the_grace_make_it_error_and_read_only(
 
 
 @pytest.mark.e2e
-def test_idle_and_deletion_times_cannot_be_set_per_conversation(control_plane: ControlPlane) -> None:
+def test_idle_and_deletion_times_cannot_be_set_per_conversation(
+    control_plane: ControlPlane,
+) -> None:
     client = control_plane.client(control_plane.new_user("dora"))
     for field in ("idle_seconds", "deletion_seconds"):
         r = client.post("/api/v1/app-conversations", json={field: 5})
@@ -281,7 +317,8 @@ def test_idle_and_deletion_times_cannot_be_set_per_conversation(control_plane: C
     # The served document says so: only null is accepted for them.
     document = httpx.get(control_plane.url + "/openapi.json").json()
     body = document["paths"]["/api/v1/app-conversations"]["post"]["requestBody"]["content"][
-        "application/json"]["schema"]
+        "application/json"
+    ]["schema"]
     if "$ref" in body:  # the request model is a component of its own
         body = document["components"]["schemas"][body["$ref"].rsplit("/", 1)[1]]
     for field in ("idle_seconds", "deletion_seconds"):
@@ -290,5 +327,13 @@ def test_idle_and_deletion_times_cannot_be_set_per_conversation(control_plane: C
 
 
 def test_durations_read_as_a_person_says_them() -> None:
-    assert [duration(s) for s in (45, 60, 1800, 3600, 5400, 86400, 7 * 86400, 90.5)] == \
-        ["45 s", "1 min", "30 min", "1 h", "1 h 30 min", "1 day", "7 days", "90.5 s"]
+    assert [duration(s) for s in (45, 60, 1800, 3600, 5400, 86400, 7 * 86400, 90.5)] == [
+        "45 s",
+        "1 min",
+        "30 min",
+        "1 h",
+        "1 h 30 min",
+        "1 day",
+        "7 days",
+        "90.5 s",
+    ]

@@ -72,14 +72,21 @@ FORKS = textwrap.dedent("""\
 
 
 @pytest.mark.parametrize("forked", [False, True], ids=["spawned", "forked"])
-def test_a_sandbox_is_held_to_its_memory_and_processes(tmp_path: Path, llm: ScriptedLLM,
-                                                       forked: bool) -> None:
+def test_a_sandbox_is_held_to_its_memory_and_processes(
+    tmp_path: Path, llm: ScriptedLLM, forked: bool
+) -> None:
     if os.geteuid() != 0:
         pytest.fail("cgroups are written by root only: run as root")
     groups = cgroups.find()
     assert isinstance(groups, cgroups.Cgroups), groups
-    plane = ControlPlane(make_config(tmp_path / "cp", sandbox_template=forked,
-                                     sandbox_memory_limit=MEMORY, sandbox_pids_limit=PIDS)).start()
+    plane = ControlPlane(
+        make_config(
+            tmp_path / "cp",
+            sandbox_template=forked,
+            sandbox_memory_limit=MEMORY,
+            sandbox_pids_limit=PIDS,
+        )
+    ).start()
     try:
         if forked:
             wait_for(template_socket(plane).exists, 180, what="the sandbox template")
@@ -113,35 +120,54 @@ def test_a_sandbox_is_held_to_its_memory_and_processes(tmp_path: Path, llm: Scri
 
         r = a.client.delete(f"/api/v1/sandboxes/{a.sid}", params={"sandbox_id": a.sid})
         assert r.status_code == 200, r.text
-        wait_for(lambda: not any(group.exists() for group in mine), 30,
-                 what="the sandbox's groups to go")
+        wait_for(
+            lambda: not any(group.exists() for group in mine), 30, what="the sandbox's groups to go"
+        )
     finally:
         plane.stop()
 
 
-@pytest.mark.parametrize("path", ["/etc/passwd", "/sys/fs/cgroup/../../etc/cgroup.procs",
-                                  "/sys/fs/cgroup/memory/./cgroup.procs",
-                                  "/sys/fs/cgroup/memory/agent-sandboxes/x/tasks"])
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/etc/passwd",
+        "/sys/fs/cgroup/../../etc/cgroup.procs",
+        "/sys/fs/cgroup/memory/./cgroup.procs",
+        "/sys/fs/cgroup/memory/agent-sandboxes/x/tasks",
+    ],
+)
 def test_a_fork_request_has_no_other_file_written(path: str) -> None:
     """The template writes to the groups a fork request names, as root: a control group's
     process list, never another file."""
     with pytest.raises(ValidationError):
         Fork(enter=5, uid=1000, cwd="/", env={}, argv=[], cgroups=[path])
-    Fork(enter=5, uid=1000, cwd="/", env={}, argv=[],
-         cgroups=["/sys/fs/cgroup/memory/agent-sandboxes/0b5e/cgroup.procs"])
+    Fork(
+        enter=5,
+        uid=1000,
+        cwd="/",
+        env={},
+        argv=[],
+        cgroups=["/sys/fs/cgroup/memory/agent-sandboxes/0b5e/cgroup.procs"],
+    )
 
 
 def test_a_gvisor_sandbox_is_held_to_its_memory_and_processes_as_one(
-        tmp_path: Path, llm: ScriptedLLM) -> None:
+    tmp_path: Path, llm: ScriptedLLM
+) -> None:
     """On gVisor the sandbox's cgroup holds runsc's processes, and with them everything the
     sandbox runs. To the host's kernel the sandbox is its Sentry: past its process count (the
     Sentry's threads, one per task on ptrace) or its memory, the whole sandbox ends
     (docs/gvisor.md) and its loss is recorded; the next tenant's goes on."""
     groups = cgroups.find()
     assert isinstance(groups, cgroups.Cgroups), groups
-    plane = ControlPlane(make_config(tmp_path / "cp", sandbox_isolation="gvisor",
-                                     sandbox_memory_limit=MEMORY,
-                                     sandbox_pids_limit=GVISOR_PIDS)).start()
+    plane = ControlPlane(
+        make_config(
+            tmp_path / "cp",
+            sandbox_isolation="gvisor",
+            sandbox_memory_limit=MEMORY,
+            sandbox_pids_limit=GVISOR_PIDS,
+        )
+    ).start()
     try:
         forker, hog = run(plane, llm, "alice", "echo ready"), run(plane, llm, "mallory", "echo ok")
         neighbour = run(plane, llm, "bob", "echo fine")
@@ -153,12 +179,20 @@ def test_a_gvisor_sandbox_is_held_to_its_memory_and_processes_as_one(
             held = Path(f"/proc/{pid}/cgroup").read_text()
             assert f"/{cgroups.GROUP}/{forker.sid}\n" in held, held
 
-        for tenant, command in ((forker, f"python3 -c {shlex.quote(FORKS)}"),
-                                (hog, "python3 -c 'b = bytearray(1024 * 1024**2)'")):
+        for tenant, command in (
+            (forker, f"python3 -c {shlex.quote(FORKS)}"),
+            (hog, "python3 -c 'b = bytearray(1024 * 1024**2)'"),
+        ):
             with contextlib.suppress(httpx.HTTPError, AssertionError):  # its server goes too
                 tenant.bash(command)
-            wait_for(lambda t=tenant: t.client.get("/api/v1/sandboxes", params={"id": t.sid})
-                     .json()[0]["status"] in ("MISSING", "ERROR"), 60, what="the loss recorded")
+            wait_for(
+                lambda t=tenant: (
+                    t.client.get("/api/v1/sandboxes", params={"id": t.sid}).json()[0]["status"]
+                    in ("MISSING", "ERROR")
+                ),
+                60,
+                what="the loss recorded",
+            )
         assert neighbour.bash("echo fine too")["stdout"] == "fine too\n"
     finally:
         plane.stop()

@@ -15,15 +15,18 @@ from tests.support.llm import ScriptedLLM, text
 
 def test_a_link_local_target_is_refused_before_any_request(control_plane: ControlPlane) -> None:
     client = control_plane.client(control_plane.new_user("prober"))
-    r = client.post("/api/v1/settings/llm-check", json={
-        "llm_model": "openai/x", "llm_base_url": "http://169.254.169.254/latest/meta-data/"})
+    r = client.post(
+        "/api/v1/settings/llm-check",
+        json={"llm_model": "openai/x", "llm_base_url": "http://169.254.169.254/latest/meta-data/"},
+    )
     assert r.status_code == 200, r.text
     assert r.json()["ok"] is False and "link-local" in r.json()["detail"], r.json()
 
 
 def test_loopback_is_a_target_only_where_sandboxes_reach_it(llm: ScriptedLLM) -> None:
-    settings = UserSettings(llm_model="openai/test-model", llm_api_key="sk-probe",
-                            llm_base_url=llm.base_url("probe"))
+    settings = UserSettings(
+        llm_model="openai/test-model", llm_api_key="sk-probe", llm_base_url=llm.base_url("probe")
+    )
     llm.script("probe", text("OK"))
     refused = asyncio.run(llm_ask(settings, loopback=False))
     assert not refused.ok and "loopback" in refused.text
@@ -33,4 +36,6 @@ def test_loopback_is_a_target_only_where_sandboxes_reach_it(llm: ScriptedLLM) ->
 
 
 async def llm_ask(settings: UserSettings, *, loopback: bool) -> model_calls.Answer:
-    return await model_calls.ask(settings, "Reply with the word OK.", max_tokens=5, loopback=loopback)
+    return await model_calls.ask(
+        settings, "Reply with the word OK.", max_tokens=5, loopback=loopback
+    )

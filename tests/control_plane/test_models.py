@@ -27,14 +27,19 @@ def test_execution_status_is_read_in_either_case() -> None:
 def test_a_sandbox_status_moves_only_along_the_table() -> None:
     assert set(SANDBOX_TRANSITIONS) == set(SandboxStatus)
     # ERROR and MISSING are read-only for good: ERROR is only ever deleted, MISSING is final.
-    assert SANDBOX_TRANSITIONS[S.ERROR] == {S.MISSING} and SANDBOX_TRANSITIONS[S.MISSING] == frozenset()
+    assert (
+        SANDBOX_TRANSITIONS[S.ERROR] == {S.MISSING}
+        and SANDBOX_TRANSITIONS[S.MISSING] == frozenset()
+    )
     assert transition("s1", S.RUNNING, S.PAUSED, "paused") is True
     assert transition("s1", S.PAUSED, S.PAUSED, "paused") is False  # staying put is no move
     with pytest.raises(InvalidTransition) as refused:
         transition("s1", S.STARTING, S.PAUSED, "paused")
     assert refused.value.status_code == 409
-    assert refused.value.detail == ("sandbox s1 is STARTING: it cannot be paused now (from "
-                                    "STARTING it may go to: RUNNING, ERROR, MISSING)")
+    assert refused.value.detail == (
+        "sandbox s1 is STARTING: it cannot be paused now (from "
+        "STARTING it may go to: RUNNING, ERROR, MISSING)"
+    )
     with pytest.raises(InvalidTransition, match=r"may go to: MISSING\)"):
         transition("s1", S.ERROR, S.RUNNING, "resumed")
     with pytest.raises(Gone, match=r"MISSING: it cannot be resumed now .*may go to: none"):

@@ -11,15 +11,22 @@ import pytest
 from control_plane.__main__ import main
 from control_plane.crypto import KEY_FILE
 
-SWARM = {"CONTROL_PLANE_SANDBOX_PROVIDER": "swarm", "CONTROL_PLANE_HOST": "0.0.0.0",
-         "CONTROL_PLANE_PUBLIC_URL": "http://cp.internal:3000",
-         "CONTROL_PLANE_SANDBOX_RUNTIME": "runsc"}
+SWARM = {
+    "CONTROL_PLANE_SANDBOX_PROVIDER": "swarm",
+    "CONTROL_PLANE_HOST": "0.0.0.0",
+    "CONTROL_PLANE_PUBLIC_URL": "http://cp.internal:3000",
+    "CONTROL_PLANE_SANDBOX_RUNTIME": "runsc",
+}
 
 
 def test_the_token_is_written_for_the_nodes_and_not_printed(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    for name, value in {**SWARM, "CONTROL_PLANE_STATE_DIR": str(tmp_path / "state"),
-                        "CONTROL_PLANE_SECRET_KEY": "a-deployment-key"}.items():
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for name, value in {
+        **SWARM,
+        "CONTROL_PLANE_STATE_DIR": str(tmp_path / "state"),
+        "CONTROL_PLANE_SECRET_KEY": "a-deployment-key",
+    }.items():
         monkeypatch.setenv(name, value)
     token = tmp_path / "fence-token"
     main(["node-fence", "--token-file", str(token)])
@@ -30,7 +37,8 @@ def test_the_token_is_written_for_the_nodes_and_not_printed(
 
 
 def test_a_place_without_the_deployments_key_is_refused(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     """A key made here would give a token the control planes refuse: nothing is written."""
     state = tmp_path / "state"
     for name, value in {**SWARM, "CONTROL_PLANE_STATE_DIR": str(state)}.items():

@@ -21,15 +21,24 @@ pytestmark = pytest.mark.e2e
 def test_ready_file_reports_the_bound_port(tmp_path: Path) -> None:
     for how in ("flag", "variable"):
         ready = tmp_path / how / "ready.json"
-        env = {**os.environ, "SESSION_API_KEY": "k", "AGENT_SERVER_STATE_DIR": str(tmp_path / how),
-               "AGENT_SERVER_PORT": "0"}
+        env = {
+            **os.environ,
+            "SESSION_API_KEY": "k",
+            "AGENT_SERVER_STATE_DIR": str(tmp_path / how),
+            "AGENT_SERVER_PORT": "0",
+        }
         args = [sys.executable, "-m", "agent_server"]
         if how == "flag":
             args += ["--ready-file", str(ready)]
         else:
             env["AGENT_SERVER_READY_FILE"] = str(ready)
-        proc = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            args,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         try:
             wait_for(ready.exists, 30, what="the ready file")
             data = json.loads(ready.read_text())
@@ -46,15 +55,25 @@ def test_ready_fd_says_the_port_once_serving_then_closes(tmp_path: Path) -> None
     server answers, then the pipe closed (its reader wakes at once and polls nothing)."""
     for how in ("flag", "variable"):
         read, write = os.pipe()
-        env = {**os.environ, "SESSION_API_KEY": "k", "AGENT_SERVER_STATE_DIR": str(tmp_path / how),
-               "AGENT_SERVER_PORT": "0"}
+        env = {
+            **os.environ,
+            "SESSION_API_KEY": "k",
+            "AGENT_SERVER_STATE_DIR": str(tmp_path / how),
+            "AGENT_SERVER_PORT": "0",
+        }
         args = [sys.executable, "-m", "agent_server"]
         if how == "flag":
             args += ["--ready-fd", str(write)]
         else:
             env["AGENT_SERVER_READY_FD"] = str(write)
-        proc = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                start_new_session=True, pass_fds=[write])
+        proc = subprocess.Popen(
+            args,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+            pass_fds=[write],
+        )
         os.close(write)
         try:
             with os.fdopen(read, "rb") as said:

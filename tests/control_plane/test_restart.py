@@ -42,8 +42,9 @@ def plane(tmp_path: Path) -> Iterator[PlaneProcess]:
 def test_killed_mid_start_and_mid_run(plane: PlaneProcess, llm: ScriptedLLM, key: str) -> None:
     api_key = plane.new_key("alice")
     assert api_key.startswith("cp_") and len(api_key) > 40
-    with httpx.Client(base_url=plane.url, headers={"Authorization": f"Bearer {api_key}"},
-                      timeout=30) as client:
+    with httpx.Client(
+        base_url=plane.url, headers={"Authorization": f"Bearer {api_key}"}, timeout=30
+    ) as client:
         run_and_kill(plane, client, llm, key)
 
 
@@ -53,12 +54,21 @@ def run_and_kill(plane: PlaneProcess, client: httpx.Client, llm: ScriptedLLM, ke
     slow.delay = 2.0
     llm.script(key, call("terminal", command="echo one"), slow, call("finish", message="done"))
 
-    body: dict[str, Any] = {"initial_message": {"content": [{"type": "text", "text": "go"}], "run": True}}
+    body: dict[str, Any] = {
+        "initial_message": {"content": [{"type": "text", "text": "go"}], "run": True}
+    }
     running = wait_task(client, client.post("/api/v1/app-conversations", json=body).json()["id"])
     assert running["status"] == "READY"
     cid, sid = running["app_conversation_id"], running["sandbox_id"]
-    wait_for(lambda: client.get(f"/api/v1/conversation/{cid}/events/count",
-                                params={"kind__eq": "ActionEvent"}).json() >= 1, 30)
+    wait_for(
+        lambda: (
+            client.get(
+                f"/api/v1/conversation/{cid}/events/count", params={"kind__eq": "ActionEvent"}
+            ).json()
+            >= 1
+        ),
+        30,
+    )
     doomed = wait_task(client, client.post("/api/v1/app-conversations", json={}).json()["id"])
     doomed_pid = sandbox_pids(plane.state_dir)[doomed["sandbox_id"]]
     # The control plane's own settings (its database, its secret key) never reach a sandbox.
@@ -85,16 +95,30 @@ def run_and_kill(plane: PlaneProcess, client: httpx.Client, llm: ScriptedLLM, ke
     assert gone["status"] == "MISSING"
 
     # The run finishes; every event of the agent server's log is stored exactly once.
-    wait_for(lambda: client.get("/api/v1/app-conversations", params={"ids": cid})
-             .json()[0]["execution_status"] == "finished", 60, what="the run")
-    agent = httpx.get(f"{sandbox['exposed_urls'][0]['url']}/api/conversations/{cid}/events/search",
-                      params={"limit": 1000}, headers={"X-Session-API-Key": sandbox["session_api_key"]})
+    wait_for(
+        lambda: (
+            client.get("/api/v1/app-conversations", params={"ids": cid}).json()[0][
+                "execution_status"
+            ]
+            == "finished"
+        ),
+        60,
+        what="the run",
+    )
+    agent = httpx.get(
+        f"{sandbox['exposed_urls'][0]['url']}/api/conversations/{cid}/events/search",
+        params={"limit": 1000},
+        headers={"X-Session-API-Key": sandbox["session_api_key"]},
+    )
     expected = [e["id"] for e in agent.json()["items"]]
 
     def stored() -> list[str] | None:
-        items = client.get(f"/api/v1/conversation/{cid}/events/search", params={"limit": 1000}).json()["items"]
+        items = client.get(
+            f"/api/v1/conversation/{cid}/events/search", params={"limit": 1000}
+        ).json()["items"]
         ids = [e["id"] for e in items]
         return ids if len(ids) >= len(expected) else None
+
     ids = wait_for(stored, 90, interval=0.5, what="the webhook to catch up")
     assert ids == expected and len(set(ids)) == len(ids)
     assert sum(1 for e in agent.json()["items"] if e["kind"] == "ActionEvent") == 3
@@ -104,22 +128,28 @@ def test_a_start_taken_over_that_fails_removes_the_sandbox_it_made(tmp_path: Pat
     """A start placed (its sandbox made) by one control plane and carried on by the next after
     a stop: when it then fails (its repository cannot be cloned), the sandbox made for it goes
     too, though the process that ended it is not the one that made it."""
-    config = make_config(tmp_path / "cp", stop_sandboxes_on_exit=False,
-                         repository_url_template=f"file://{tmp_path}/forge/{{repository}}.git")
+    config = make_config(
+        tmp_path / "cp",
+        stop_sandboxes_on_exit=False,
+        repository_url_template=f"file://{tmp_path}/forge/{{repository}}.git",
+    )
     first = ControlPlane(config).start()
     user = first.new_user("erin")
     client = first.client(user)
     configure_llm(client, "http://127.0.0.1:9/v1")  # never reached: the clone fails first
-    body = {"selected_repository": "acme/absent",
-            "initial_message": {"content": [{"type": "text", "text": "go"}], "run": True}}
+    body = {
+        "selected_repository": "acme/absent",
+        "initial_message": {"content": [{"type": "text", "text": "go"}], "run": True},
+    }
     task_id = client.post("/api/v1/app-conversations", json=body).json()["id"]
 
     def stage() -> str:
-        found: str = client.get("/api/v1/app-conversations/start-tasks",
-                                params={"ids": task_id}).json()[0]["status"]
+        found: str = client.get(
+            "/api/v1/app-conversations/start-tasks", params={"ids": task_id}
+        ).json()[0]["status"]
         return found
-    wait_for(lambda: stage() == "WAITING_FOR_SANDBOX", 30, interval=0.005,
-             what="the placement")
+
+    wait_for(lambda: stage() == "WAITING_FOR_SANDBOX", 30, interval=0.005, what="the placement")
     first.stop()  # mid-start: placed, its sandbox booting
     [placed] = query(config.db_url, select(start_tasks).where(start_tasks.c.id == task_id))
     assert placed.status not in ("READY", "ERROR") and placed.made_sandbox, placed
@@ -133,11 +163,16 @@ def test_a_start_taken_over_that_fails_removes_the_sandbox_it_made(tmp_path: Pat
         record = client.get("/api/v1/sandboxes", params={"id": sid}).json()[0]
         assert (record["status"], record["status_reason"]) == ("MISSING", "START_FAILED"), record
         assert record["conversation_count"] == 0
-        assert client.get("/api/v1/sandboxes/search",
-                          params={"status": "RUNNING"}).json()["items"] == []
+        assert (
+            client.get("/api/v1/sandboxes/search", params={"status": "RUNNING"}).json()["items"]
+            == []
+        )
         # Its agent server is gone and its directory too (the workspace archived).
-        assert not [pid for pid in sandbox_pids(config.state_dir).values()
-                    if processes.state(pid) not in (None, "Z")]
+        assert not [
+            pid
+            for pid in sandbox_pids(config.state_dir).values()
+            if processes.state(pid) not in (None, "Z")
+        ]
         assert not (config.state_dir / "sandboxes" / sid).exists()
         assert (config.state_dir / "archives" / f"{sid}.tar.gz").exists()
     finally:

@@ -19,7 +19,8 @@ LONG = "L0ng-secret-" + "x" * 65_530
 
 @pytest.mark.e2e
 def test_a_secret_the_agent_server_refuses_is_refused_on_entry(
-        control_plane: ControlPlane, llm: ScriptedLLM, key: str) -> None:
+    control_plane: ControlPlane, llm: ScriptedLLM, key: str
+) -> None:
     client = control_plane.client(control_plane.new_user("sam"))
     configure_llm(client, llm.base_url(key))
     for value in ("abc", LONG):
@@ -40,5 +41,5 @@ def test_a_detail_never_quotes_a_secret_even_cut_short() -> None:
         text = f"the agent server answered 422: {exc}"
     assert secret[:12] in text and secret[-12:] in text  # quoted, cut short
     shown = masked(text, ["x", secret])
-    assert not [i for i in range(len(secret) - 8) if secret[i:i + 8] in shown], shown
+    assert not [i for i in range(len(secret) - 8) if secret[i : i + 8] in shown], shown
     assert "the agent server answered 422" in shown

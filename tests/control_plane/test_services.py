@@ -25,7 +25,8 @@ class Stubborn(ProcessProvider):
 
 
 async def test_a_part_that_fails_to_close_leaves_no_database_open(
-        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     services = Services.build(make_config(tmp_path / "cp"), Stubborn(tmp_path / "archives"))
     await services.start()
     closed: list[str] = []
@@ -43,7 +44,8 @@ async def test_a_part_that_fails_to_close_leaves_no_database_open(
 
 
 async def test_a_start_this_process_finishes_while_it_looks_for_orphans_is_not_worked_again(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     """A reconciler round reads the unfinished starts (this process's own among them), and
     claims each; one whose job stored READY and let its lease go in between is read again and
     left alone. Worked again from the stale row, it failed with "READY cannot go to
@@ -55,8 +57,11 @@ async def test_a_start_this_process_finishes_while_it_looks_for_orphans_is_not_w
     claim = services.leases.claim
 
     async def finished_meanwhile(kind: str, key: str) -> bool:
-        for stage in (StartTaskStatus.WAITING_FOR_SANDBOX, StartTaskStatus.STARTING_CONVERSATION,
-                      StartTaskStatus.READY):  # what this process's own job did
+        for stage in (
+            StartTaskStatus.WAITING_FOR_SANDBOX,
+            StartTaskStatus.STARTING_CONVERSATION,
+            StartTaskStatus.READY,
+        ):  # what this process's own job did
             await tasks.set_status(services.db, key, stage)
         return await claim(kind, key)
 

@@ -36,8 +36,14 @@ STARTS = 20
 
 @pytest.fixture
 def planes(tmp_path: Path, postgres: PostgresServer) -> Iterator[list[PlaneProcess]]:
-    found = several(tmp_path, postgres.new_database(), 2, lease_seconds="2",
-                    lifecycle_interval="0.5", max_conversations_per_sandbox=str(CAP))
+    found = several(
+        tmp_path,
+        postgres.new_database(),
+        2,
+        lease_seconds="2",
+        lifecycle_interval="0.5",
+        max_conversations_per_sandbox=str(CAP),
+    )
     yield found
     for plane in found:
         plane.stop()
@@ -54,20 +60,22 @@ def clients() -> Iterator[Callable[..., httpx.Client]]:
     def make(**options: Any) -> httpx.Client:
         made.append(httpx.Client(**options))
         return made[-1]
+
     yield make
     for client in made:
         client.close()
 
 
 def tasks_of(client: httpx.Client, ids: list[str]) -> list[dict[str, Any]]:
-    found: list[dict[str, Any]] = client.get("/api/v1/app-conversations/start-tasks",
-                                             params={"ids": ids}).json()
+    found: list[dict[str, Any]] = client.get(
+        "/api/v1/app-conversations/start-tasks", params={"ids": ids}
+    ).json()
     return found
 
 
 def test_two_planes_one_database_and_a_sigkill_mid_burst(
-        planes: list[PlaneProcess], llm: ScriptedLLM, key: str,
-        clients: Callable[..., httpx.Client]) -> None:
+    planes: list[PlaneProcess], llm: ScriptedLLM, key: str, clients: Callable[..., httpx.Client]
+) -> None:
     a, b = planes
     url = a.env["CONTROL_PLANE_DATABASE_URL"]
     api_key = a.new_key("alice")
@@ -79,13 +87,22 @@ def test_two_planes_one_database_and_a_sigkill_mid_burst(
 
     # A run placed by B: its sandbox's webhook batches are taken by A.
     llm.script(key, call("finish", message="done"))
-    first = cb.post("/api/v1/app-conversations", json={"initial_message": {
-        "content": [{"type": "text", "text": "hi"}], "run": True}}).json()["id"]
+    first = cb.post(
+        "/api/v1/app-conversations",
+        json={"initial_message": {"content": [{"type": "text", "text": "hi"}], "run": True}},
+    ).json()["id"]
     wait_for(lambda: tasks_of(ca, [first])[0]["status"] == "READY", 60, what="the first start")
     cid = tasks_of(ca, [first])[0]["app_conversation_id"]
-    wait_for(lambda: ca.get(f"/api/v1/conversation/{cid}/events/count",
-                            params={"kind__eq": "ActionEvent"}).json() == 1, 60,
-             what="the webhook")
+    wait_for(
+        lambda: (
+            ca.get(
+                f"/api/v1/conversation/{cid}/events/count", params={"kind__eq": "ActionEvent"}
+            ).json()
+            == 1
+        ),
+        60,
+        what="the webhook",
+    )
 
     # 20 at once, alternately to A and B; B is SIGKILLed while they start.
     def post(i: int) -> tuple[str, str]:
@@ -93,12 +110,20 @@ def test_two_planes_one_database_and_a_sigkill_mid_burst(
         r = client.post("/api/v1/app-conversations", json={})
         assert r.status_code == 201, r.text
         return ("a" if i % 2 == 0 else "b"), r.json()["id"]
+
     with ThreadPoolExecutor(STARTS) as pool:
         posted = list(pool.map(post, range(STARTS)))
     b.kill()
     assert b.proc is not None
-    b_leases = [r.key for r in query(url, select(leases.c.key).where(
-        leases.c.kind == "start-task", leases.c.holder.like(f"%:{b.proc.pid}:%")))]
+    b_leases = [
+        r.key
+        for r in query(
+            url,
+            select(leases.c.key).where(
+                leases.c.kind == "start-task", leases.c.holder.like(f"%:{b.proc.pid}:%")
+            ),
+        )
+    ]
     ids = [task_id for _, task_id in posted]
     of_b = [task_id for who, task_id in posted if who == "b"]
     unfinished = [t["id"] for t in tasks_of(ca, of_b) if t["status"] not in ("READY", "ERROR")]
@@ -108,6 +133,7 @@ def test_two_planes_one_database_and_a_sigkill_mid_burst(
     def finished() -> list[dict[str, Any]] | None:
         found = tasks_of(ca, ids)
         return found if all(t["status"] in ("READY", "ERROR") for t in found) else None
+
     done = wait_for(finished, 120, interval=0.2, what="every start to end")
 
     # None lost: every start READY (a takeover finds the sandbox B was booting, or boots it).
@@ -125,15 +151,26 @@ def test_two_planes_one_database_and_a_sigkill_mid_burst(
     assert {s["status"] for s in items} == {"RUNNING"}
     assert sum(s["conversation_count"] for s in items) == STARTS + 1
     # The survivor took B's leases over and released them when done.
-    assert query(url, select(func.count()).select_from(leases)
-                 .where(leases.c.kind == "start-task"))[0][0] == 0
+    assert (
+        query(url, select(func.count()).select_from(leases).where(leases.c.kind == "start-task"))[
+            0
+        ][0]
+        == 0
+    )
 
 
 @pytest.fixture
 def strict_planes(tmp_path: Path, postgres: PostgresServer) -> Iterator[list[PlaneProcess]]:
     """Two planes that hold a frozen RUNNING sandbox for hung after one second."""
-    found = several(tmp_path, postgres.new_database(), 2, lease_seconds="2",
-                    lifecycle_interval="0.5", health_grace="1", pause_grace="30")
+    found = several(
+        tmp_path,
+        postgres.new_database(),
+        2,
+        lease_seconds="2",
+        lifecycle_interval="0.5",
+        health_grace="1",
+        pause_grace="30",
+    )
     yield found
     for plane in found:
         plane.stop()
@@ -142,8 +179,12 @@ def strict_planes(tmp_path: Path, postgres: PostgresServer) -> Iterator[list[Pla
 
 
 def test_a_pause_cut_short_by_a_sigkill_is_finished_by_the_other(
-        strict_planes: list[PlaneProcess], llm: ScriptedLLM, key: str,
-        clients: Callable[..., httpx.Client], monkeypatch: pytest.MonkeyPatch) -> None:
+    strict_planes: list[PlaneProcess],
+    llm: ScriptedLLM,
+    key: str,
+    clients: Callable[..., httpx.Client],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """B pauses a sandbox with a run in flight and is SIGKILLed once the sandbox is frozen but
     before PAUSED is stored. A finds the pause recorded as under way and finishes it (PAUSED,
     with the user's reason), instead of taking the frozen sandbox for hung (ERROR after the
@@ -164,30 +205,42 @@ def test_a_pause_cut_short_by_a_sigkill_is_finished_by_the_other(
     def by_step(asked: str, body: dict[str, Any]) -> Reply | None:
         done = sum(1 for m in body.get("messages", []) if m.get("role") == "tool")
         return steps[min(done, 2)] if asked == key else None
+
     monkeypatch.setattr(llm, "interceptor", by_step)
-    task_id = cb.post("/api/v1/app-conversations", json={"initial_message": {
-        "content": [{"type": "text", "text": "go"}], "run": True}}).json()["id"]
-    task = wait_for(lambda: (t := tasks_of(ca, [task_id])[0])["status"] == "READY" and t, 60,
-                    what="the start")
+    task_id = cb.post(
+        "/api/v1/app-conversations",
+        json={"initial_message": {"content": [{"type": "text", "text": "go"}], "run": True}},
+    ).json()["id"]
+    task = wait_for(
+        lambda: (t := tasks_of(ca, [task_id])[0])["status"] == "READY" and t, 60, what="the start"
+    )
     cid, sid = task["app_conversation_id"], task["sandbox_id"]
 
     def actions() -> int:
-        n: int = ca.get(f"/api/v1/conversation/{cid}/events/count",
-                        params={"kind__eq": "ActionEvent"}).json()
+        n: int = ca.get(
+            f"/api/v1/conversation/{cid}/events/count", params={"kind__eq": "ActionEvent"}
+        ).json()
         return n
+
     wait_for(lambda: actions() >= 1, 60, what="the first step")
 
     # B pauses it while the model answers its slow reply: the run is asked to pause first.
     def pause() -> None:
         with contextlib.suppress(httpx.HTTPError):
             cb.post(f"/api/v1/sandboxes/{sid}/pause")
+
     pauser = threading.Thread(target=pause)
     pauser.start()
-    wait_for(lambda: query(url, select(app_conversations.c.resume_run)
-                           .where(app_conversations.c.id == cid))[0][0], 30,
-             what="B to pause the run")
-    [row] = query(url, select(sandboxes.c.status, sandboxes.c.pausing_reason)
-                  .where(sandboxes.c.id == sid))
+    wait_for(
+        lambda: query(
+            url, select(app_conversations.c.resume_run).where(app_conversations.c.id == cid)
+        )[0][0],
+        30,
+        what="B to pause the run",
+    )
+    [row] = query(
+        url, select(sandboxes.c.status, sandboxes.c.pausing_reason).where(sandboxes.c.id == sid)
+    )
     assert (row.status, row.pausing_reason) == ("RUNNING", "USER")
     # Frozen (as B's provider would), and B dies before it stores PAUSED.
     pid = {**sandbox_pids(a.state_dir), **sandbox_pids(b.state_dir)}[sid]
@@ -198,20 +251,32 @@ def test_a_pause_cut_short_by_a_sigkill_is_finished_by_the_other(
     def status() -> dict[str, Any]:
         found: dict[str, Any] = ca.get("/api/v1/sandboxes", params={"id": sid}).json()[0]
         return found
-    record = wait_for(lambda: (s := status())["status"] != "RUNNING" and s, 30,
-                      what="A to look at the sandbox")
+
+    record = wait_for(
+        lambda: (s := status())["status"] != "RUNNING" and s, 30, what="A to look at the sandbox"
+    )
     time.sleep(2.0)  # twice the health grace: a hung sandbox would be ERROR by now
     record = status()
     assert (record["status"], record["status_reason"]) == ("PAUSED", "USER"), record
     assert processes.state(pid) == "T"
-    notices = [e["value"] for e in ca.get(f"/api/v1/conversation/{cid}/events/search",
-                                          params={"limit": 1000}).json()["items"]
-               if e["kind"] == "ConversationStateUpdateEvent" and e["key"] == "sandbox_status"]
+    notices = [
+        e["value"]
+        for e in ca.get(f"/api/v1/conversation/{cid}/events/search", params={"limit": 1000}).json()[
+            "items"
+        ]
+        if e["kind"] == "ConversationStateUpdateEvent" and e["key"] == "sandbox_status"
+    ]
     assert [(n["status"], n["reason"]) for n in notices] == [("PAUSED", "USER")]
 
     # Resumed through A: the run B paused goes on to its end.
     r = ca.post(f"/api/v1/sandboxes/{sid}/resume")
     assert r.status_code == 200 and r.json()["status"] == "RUNNING", r.text
-    wait_for(lambda: ca.get("/api/v1/app-conversations", params={"ids": cid})
-             .json()[0]["execution_status"] == "finished", 60, what="the run to finish")
+    wait_for(
+        lambda: (
+            ca.get("/api/v1/app-conversations", params={"ids": cid}).json()[0]["execution_status"]
+            == "finished"
+        ),
+        60,
+        what="the run to finish",
+    )
     wait_for(lambda: actions() == 3, 60, what="every step")

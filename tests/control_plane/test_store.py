@@ -45,7 +45,8 @@ async def db(database_url: str) -> Database:
 async def test_migrations_create_exactly_the_tables(db: Database) -> None:
     async with db.connect() as conn:
         diff = await conn.run_sync(
-            lambda sync: compare_metadata(MigrationContext.configure(sync), metadata))
+            lambda sync: compare_metadata(MigrationContext.configure(sync), metadata)
+        )
     assert diff == []
     await db.migrate()  # applying again at the next start changes nothing
 
@@ -64,8 +65,12 @@ async def test_api_keys_are_stored_hashed(db: Database) -> None:
 async def test_llm_key_and_secrets_are_encrypted_at_rest(db: Database, tmp_path: Path) -> None:
     user = await accounts.get_or_create_user(db, "bob")
     service = SettingsService(db, Cipher.for_config(None, tmp_path))
-    await service.patch(user.id, SettingsPatch.model_validate(
-        {"llm_model": "m", "llm_api_key": "sk-very-secret", "secrets": {"TOKEN": "tok-123"}}))
+    await service.patch(
+        user.id,
+        SettingsPatch.model_validate(
+            {"llm_model": "m", "llm_api_key": "sk-very-secret", "secrets": {"TOKEN": "tok-123"}}
+        ),
+    )
     async with db.connect() as conn:
         row = (await conn.execute(select(user_settings))).one()
     assert "sk-very-secret" not in json.dumps([str(v) for v in row])
@@ -79,21 +84,31 @@ async def test_llm_key_and_secrets_are_encrypted_at_rest(db: Database, tmp_path:
     assert (await service.get(user.id)).secrets == {}
 
 
-async def _sandbox(db: Database, user_id: str, name: str, status: SandboxStatus,
-                   age: int, idle: int) -> str:
+async def _sandbox(
+    db: Database, user_id: str, name: str, status: SandboxStatus, age: int, idle: int
+) -> str:
     async with db.begin() as conn:
-        row = await sandboxes.insert(conn, db.now(), id=name, user_id=user_id, spec_id="process",
-                                     status=status.value, session_key_hash=hash_key(name),
-                                     session_key_enc="x", root_dir=f"/nowhere/{name}",
-                                     created_at=db.now() - timedelta(minutes=age),
-                                     last_activity_at=db.now() - timedelta(minutes=idle))
+        row = await sandboxes.insert(
+            conn,
+            db.now(),
+            id=name,
+            user_id=user_id,
+            spec_id="process",
+            status=status.value,
+            session_key_hash=hash_key(name),
+            session_key_enc="x",
+            root_dir=f"/nowhere/{name}",
+            created_at=db.now() - timedelta(minutes=age),
+            last_activity_at=db.now() - timedelta(minutes=idle),
+        )
     return row.id
 
 
 async def _conversation(db: Database, user_id: str, sandbox_id: str, cid: str) -> None:
     async with db.begin() as conn:
-        await conversations.insert(conn, db.now(), id=cid, user_id=user_id,
-                                   sandbox_id=sandbox_id, working_dir="/w")
+        await conversations.insert(
+            conn, db.now(), id=cid, user_id=user_id, sandbox_id=sandbox_id, working_dir="/w"
+        )
 
 
 async def test_each_strategy_picks_the_sandbox_spec_1_says(db: Database) -> None:
@@ -131,11 +146,14 @@ async def test_concurrent_placements_never_overfill(db: Database) -> None:
     async def place(i: int) -> str | None:
         async with db.begin() as conn:
             await accounts.lock_user(conn, user.id)
-            chosen = grouping.choose(GroupingStrategy.FEWEST_CONVERSATIONS,
-                                     await grouping.candidates(conn, user.id, "process", cap=4))
+            chosen = grouping.choose(
+                GroupingStrategy.FEWEST_CONVERSATIONS,
+                await grouping.candidates(conn, user.id, "process", cap=4),
+            )
             if chosen is not None:
-                await conversations.insert(conn, db.now(), id=f"c{i}", user_id=user.id,
-                                           sandbox_id=chosen, working_dir="/w")
+                await conversations.insert(
+                    conn, db.now(), id=f"c{i}", user_id=user.id, sandbox_id=chosen, working_dir="/w"
+                )
             return chosen
 
     placed = await asyncio.gather(*(place(i) for i in range(20)))
@@ -145,16 +163,28 @@ async def test_concurrent_placements_never_overfill(db: Database) -> None:
 
 
 async def test_events_are_inserted_once_and_paged(db: Database) -> None:
-    rows = [{"conversation_id": "c1", "event_id": f"e{i:03}", "kind": "MessageEvent" if i % 2 else
-             "ActionEvent", "source": "agent", "timestamp": f"2026-01-01T00:00:{i:02}.000000+00:00",
-             "body": json.dumps({"id": f"e{i:03}"})} for i in range(30)]
+    rows = [
+        {
+            "conversation_id": "c1",
+            "event_id": f"e{i:03}",
+            "kind": "MessageEvent" if i % 2 else "ActionEvent",
+            "source": "agent",
+            "timestamp": f"2026-01-01T00:00:{i:02}.000000+00:00",
+            "body": json.dumps({"id": f"e{i:03}"}),
+        }
+        for i in range(30)
+    ]
     await events.insert_batch(db, rows[:20])
     await events.insert_batch(db, rows[10:])  # a replayed overlap
     await events.insert_batch(db, rows)
     assert await events.count(db, "c1", EventFilters()) == 30
     assert await events.count(db, "c1", EventFilters(kind="ActionEvent")) == 15
-    first, following = await events.search(db, "c1", EventFilters(), descending=False, limit=12, page=None)
-    second, _ = await events.search(db, "c1", EventFilters(), descending=False, limit=100, page=following)
+    first, following = await events.search(
+        db, "c1", EventFilters(), descending=False, limit=12, page=None
+    )
+    second, _ = await events.search(
+        db, "c1", EventFilters(), descending=False, limit=100, page=following
+    )
     assert [json.loads(b)["id"] for b in first + second] == [f"e{i:03}" for i in range(30)]
     late = EventFilters(timestamp_gte="2026-01-01T00:00:25.000000+00:00")
     assert await events.count(db, "c1", late) == 5
@@ -167,8 +197,10 @@ async def test_events_are_inserted_once_and_paged(db: Database) -> None:
 
 async def test_a_reconciler_round_claims_a_bounded_share_oldest_first(db: Database) -> None:
     user = await accounts.get_or_create_user(db, "erin")
-    ids = [await _sandbox(db, user.id, f"s{i}", SandboxStatus.RUNNING, age=10 - i, idle=0)
-           for i in range(5)]
+    ids = [
+        await _sandbox(db, user.id, f"s{i}", SandboxStatus.RUNNING, age=10 - i, idle=0)
+        for i in range(5)
+    ]
     await _sandbox(db, user.id, "gone", SandboxStatus.MISSING, age=20, idle=0)  # nothing left
     moment = db.now()
     first = await sandboxes.claim_round(db, "plane-a", moment, 10, cleanup_due=moment, limit=2)
@@ -190,10 +222,13 @@ async def test_a_status_is_written_only_along_the_transition_table(db: Database)
     broken = await _sandbox(db, user.id, "broken", SandboxStatus.ERROR, age=1, idle=1)
     assert await sandboxes.set_status(db, broken, SandboxStatus.RUNNING) is None
     assert await sandboxes.set_status(db, broken, SandboxStatus.ERROR, "again") is None
-    moved = await sandboxes.set_status(db, broken, SandboxStatus.MISSING, "deleted",
-                                       reason=SandboxReason.USER)
-    assert moved is not None and (moved.status, moved.status_detail) == (SandboxStatus.MISSING,
-                                                                          "deleted")
+    moved = await sandboxes.set_status(
+        db, broken, SandboxStatus.MISSING, "deleted", reason=SandboxReason.USER
+    )
+    assert moved is not None and (moved.status, moved.status_detail) == (
+        SandboxStatus.MISSING,
+        "deleted",
+    )
     assert moved.status_reason is SandboxReason.USER and moved.cleanup_after is not None
     assert await sandboxes.set_status(db, broken, SandboxStatus.MISSING) is None
     assert await sandboxes.set_status(db, broken, SandboxStatus.STARTING) is None
@@ -225,8 +260,9 @@ async def test_sqlite_writers_queue_under_a_burst(tmp_path: Path) -> None:
             async with db.begin() as conn:
                 current = int(await conn.scalar(seq) or 0)
                 await conn.execute(text("SELECT count(*) FROM sandboxes"))  # more turns held
-                await conn.execute(update(users).where(users.c.id == user.id)
-                                   .values(placement_seq=current + 1))
+                await conn.execute(
+                    update(users).where(users.c.id == user.id).values(placement_seq=current + 1)
+                )
 
         outcomes = await asyncio.gather(*(take() for _ in range(100)), return_exceptions=True)
         assert [o for o in outcomes if o is not None] == []
@@ -252,8 +288,9 @@ async def test_a_cancelled_writer_leaves_the_file_unlocked(tmp_path: Path) -> No
             while True:
                 async with db.begin() as conn:
                     current = int(await conn.scalar(seq) or 0)
-                    await conn.execute(update(users).where(users.c.id == user.id)
-                                       .values(placement_seq=current + 1))
+                    await conn.execute(
+                        update(users).where(users.c.id == user.id).values(placement_seq=current + 1)
+                    )
 
         points = random.Random(7)
         for _ in range(300):
@@ -275,7 +312,8 @@ async def test_a_cancelled_writer_leaves_the_file_unlocked(tmp_path: Path) -> No
 
 
 async def test_closing_lets_a_transaction_under_way_end_and_begins_none_after(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     """A control plane stopping while a request still writes (a lease released in a
     `finally`): the write ends, committed; one asked for after the close is refused at once
     as a storage failure that will not pass; and every connection is closed, none left whose
@@ -326,8 +364,9 @@ async def test_the_database_files_are_readable_by_this_user_alone(tmp_path: Path
         await db.close()
 
 
-async def test_a_node_fences_round_answers_live_sandboxes_their_policy(db: Database,
-                                                                       tmp_path: Path) -> None:
+async def test_a_node_fences_round_answers_live_sandboxes_their_policy(
+    db: Database, tmp_path: Path
+) -> None:
     """A Swarm node's fence reports its sandboxes: a live one is answered its policy and its
     refusals kept, an ended or unknown one null (let out), in one read of the rows."""
     from control_plane.network.policy import OPEN
@@ -337,26 +376,38 @@ async def test_a_node_fences_round_answers_live_sandboxes_their_policy(db: Datab
     live = await _sandbox(db, user.id, "livebox", SandboxStatus.RUNNING, age=1, idle=1)
     ended = await _sandbox(db, user.id, "endedbox", SandboxStatus.MISSING, age=1, idle=1)
     fences = NodeFences(db, Cipher.for_config(None, tmp_path))
-    answer = await fences.report({sid: reported(f"10.0.0.{n}", n, [], None)
-                                  for n, sid in enumerate((live, ended, "unknownbox"))})
+    answer = await fences.report(
+        {
+            sid: reported(f"10.0.0.{n}", n, [], None)
+            for n, sid in enumerate((live, ended, "unknownbox"))
+        }
+    )
     assert answer == {live: OPEN, ended: None, "unknownbox": None}
     assert fences.refusals(live) is not None and fences.refusals(ended) is None
     assert await sandboxes.get_many(db, []) == {}
 
 
 async def test_a_start_task_ends_once_and_is_ready_only_after_its_conversation(
-        db: Database) -> None:
+    db: Database,
+) -> None:
     """The stages' own guard in the store (`models.START_STAGES`): READY comes only once the
     conversation was created, and a finished task is never written again (a start ends READY
     or ERROR exactly once); a task taken up again waits for its sandbox again."""
     user = await accounts.get_or_create_user(db, "gil")
     task = await tasks.insert(db, "t1", user.id, "request")
-    with pytest.raises(InvalidTransition, match=r"is WORKING: it cannot go to READY \(from "
-                       r"WORKING it may go to: WORKING, WAITING_FOR_SANDBOX, ERROR\)"):
+    with pytest.raises(
+        InvalidTransition,
+        match=r"is WORKING: it cannot go to READY \(from "
+        r"WORKING it may go to: WORKING, WAITING_FOR_SANDBOX, ERROR\)",
+    ):
         await tasks.set_status(db, task.id, StartTaskStatus.READY)
-    for stage in (StartTaskStatus.WAITING_FOR_SANDBOX, StartTaskStatus.STARTING_CONVERSATION,
-                  StartTaskStatus.WAITING_FOR_SANDBOX, StartTaskStatus.STARTING_CONVERSATION,
-                  StartTaskStatus.READY):
+    for stage in (
+        StartTaskStatus.WAITING_FOR_SANDBOX,
+        StartTaskStatus.STARTING_CONVERSATION,
+        StartTaskStatus.WAITING_FOR_SANDBOX,
+        StartTaskStatus.STARTING_CONVERSATION,
+        StartTaskStatus.READY,
+    ):
         await tasks.set_status(db, task.id, stage)
     for stage in StartTaskStatus:
         with pytest.raises(InvalidTransition, match="may go to: none"):

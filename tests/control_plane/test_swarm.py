@@ -57,8 +57,9 @@ pytestmark = pytest.mark.e2e
 def swarm(sandbox_image: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     stack = contextlib.ExitStack()
     try:
-        cluster = stack.enter_context(swarm_support.cluster(sandbox_image,
-                                                            tmp_path_factory.mktemp("swarm")))
+        cluster = stack.enter_context(
+            swarm_support.cluster(sandbox_image, tmp_path_factory.mktemp("swarm"))
+        )
     except docker_support.Unavailable as exc:
         pytest.skip(str(exc))
     with stack:
@@ -85,21 +86,32 @@ def llm(swarm: Cluster) -> Iterator[ScriptedLLM]:
 def settings(swarm: Cluster, image: str, port: int, **extra: Any) -> dict[str, Any]:
     """A swarm control plane's settings: on 0.0.0.0, reached by the nodes on docker0; its
     nodes' fences ask the test internet's DNS server."""
-    return {"host": "0.0.0.0", "port": port, "public_url": f"http://{swarm.gateway}:{port}",
-            "sandbox_provider": "swarm", "sandbox_image": image,
-            "sandbox_dns_upstream": (Internet.shared().dns,),
-            "swarm_constraints": (f"node.hostname=={swarm.worker_hostname}",),
-            "sandbox_stop_grace": 2.0, "health_interval": 0.5, **extra}
+    return {
+        "host": "0.0.0.0",
+        "port": port,
+        "public_url": f"http://{swarm.gateway}:{port}",
+        "sandbox_provider": "swarm",
+        "sandbox_image": image,
+        "sandbox_dns_upstream": (Internet.shared().dns,),
+        "swarm_constraints": (f"node.hostname=={swarm.worker_hostname}",),
+        "sandbox_stop_grace": 2.0,
+        "health_interval": 0.5,
+        **extra,
+    }
 
 
 def swarm_config(state_dir: Path, swarm: Cluster, image: str, **extra: Any) -> Config:
-    return Config(state_dir=state_dir, stop_sandboxes_on_exit=True,
-                  **settings(swarm, image, free_port(), **extra))
+    return Config(
+        state_dir=state_dir,
+        stop_sandboxes_on_exit=True,
+        **settings(swarm, image, free_port(), **extra),
+    )
 
 
 @contextlib.contextmanager
-def running(config: Config, swarm: Cluster, clock: ShiftedClock | None = None
-            ) -> Iterator[ControlPlane]:
+def running(
+    config: Config, swarm: Cluster, clock: ShiftedClock | None = None
+) -> Iterator[ControlPlane]:
     plane = ControlPlane(config, clock).start()
     try:
         yield plane
@@ -109,8 +121,11 @@ def running(config: Config, swarm: Cluster, clock: ShiftedClock | None = None
 
 
 def service_of(swarm: Cluster, sandbox_id: str) -> dict[str, Any]:
-    [service] = [s for s in swarm.services(f"{LABEL_SANDBOX}={sandbox_id}")
-                 if s["Spec"]["Name"] == name_of(sandbox_id)]
+    [service] = [
+        s
+        for s in swarm.services(f"{LABEL_SANDBOX}={sandbox_id}")
+        if s["Spec"]["Name"] == name_of(sandbox_id)
+    ]
     return service
 
 
@@ -139,14 +154,19 @@ def has_volume(client: Any, sandbox_id: str) -> bool:
     return bool(client.volumes.list(filters={"name": name_of(sandbox_id)}))
 
 
-def test_the_whole_flow_on_the_worker(tmp_path: Path, swarm: Cluster, sandbox_image: str,
-                                      llm: ScriptedLLM, key: str) -> None:
+def test_the_whole_flow_on_the_worker(
+    tmp_path: Path, swarm: Cluster, sandbox_image: str, llm: ScriptedLLM, key: str
+) -> None:
     bare_repository(tmp_path / "forge", "acme/demo")
     # The forge is on the test internet (the node's fence keeps sandboxes off this host).
-    with git_daemon(tmp_path / "forge") as forge, \
-            Internet.shared().contained(swarm.worker_address), running(swarm_config(
-                tmp_path / "cp", swarm, sandbox_image, repository_url_template=forge),
-                swarm) as plane:
+    with (
+        git_daemon(tmp_path / "forge") as forge,
+        Internet.shared().contained(swarm.worker_address),
+        running(
+            swarm_config(tmp_path / "cp", swarm, sandbox_image, repository_url_template=forge),
+            swarm,
+        ) as plane,
+    ):
         flow = whole_flow(plane, llm, key)
         client, sid = flow.client, flow.sid
 
@@ -184,9 +204,10 @@ def test_the_whole_flow_on_the_worker(tmp_path: Path, swarm: Cluster, sandbox_im
         r = client.get(f"/api/v1/app-conversations/{flow.cid}/file", params={"path": "hello.py"})
         assert r.status_code == 200 and r.text == "print(1)\n"
         llm.script(key, call("terminal", command="cat hello.py"), call("finish", message="back"))
-        r = client.post(f"/api/v1/app-conversations/{flow.cid}/send-message",
-                        json={"role": "user", "content": [{"type": "text", "text": "again"}],
-                              "run": True})
+        r = client.post(
+            f"/api/v1/app-conversations/{flow.cid}/send-message",
+            json={"role": "user", "content": [{"type": "text", "text": "again"}], "run": True},
+        )
         assert r.status_code == 200, r.text
         wait_for(lambda: len(flow.actions()) >= 5, 60, what="the actions after resuming")
 
@@ -198,8 +219,9 @@ def test_the_whole_flow_on_the_worker(tmp_path: Path, swarm: Cluster, sandbox_im
 
 
 @pytest.mark.parametrize("pool", [0, 2], ids=["cold", "warm-pool"])
-def test_the_keys_are_out_of_the_agents_reach(tmp_path: Path, swarm: Cluster, sandbox_image: str,
-                                             llm: ScriptedLLM, pool: int) -> None:
+def test_the_keys_are_out_of_the_agents_reach(
+    tmp_path: Path, swarm: Cluster, sandbox_image: str, llm: ScriptedLLM, pool: int
+) -> None:
     """A prompt-injected agent (a terminal command, a child of the agent server) and the
     sandbox's own /api/bash try every way to the keys: the secret's file, every environment,
     root's descriptors, the spec; and the hardening as Docker reports it on the worker; and
@@ -208,22 +230,36 @@ def test_the_keys_are_out_of_the_agents_reach(tmp_path: Path, swarm: Cluster, sa
     config = swarm_config(tmp_path / "cp", swarm, sandbox_image, warm_pool=pool)
     with running(config, swarm) as plane:
         if pool:
-            wait_for(lambda: len(swarm.parked(plane_label(config.db_url))) == pool,
-                     120, what="the parked services")
+            wait_for(
+                lambda: len(swarm.parked(plane_label(config.db_url))) == pool,
+                120,
+                what="the parked services",
+            )
         a = victim(plane, llm)
         secret_file = f"/run/secrets/{KEYS_FILE}"
-        b = run(plane, llm, "mallory", reads([secret_file, "/proc/1/environ", "/proc/1/fd/3"]) +
-                "; ls /proc/1/fd; echo [fd listed: $?]")
+        b = run(
+            plane,
+            llm,
+            "mallory",
+            reads([secret_file, "/proc/1/environ", "/proc/1/fd/3"])
+            + "; ls /proc/1/fd; echo [fd listed: $?]",
+        )
         told = b.events()
         assert f"[read {secret_file}: 1]" in told and "[read /proc/1/environ: 1]" in told
         assert "[fd listed: 2]" in told and "[environ read]" in told
         for leak in (a.session, b.session, a.secret, a.llm_key):
             assert leak not in told
-        inside = b.bash("id -u; grep -E '^(CapEff|CapBnd|NoNewPrivs)' /proc/self/status; "
-                        f"cat {secret_file}; cat /proc/[0-9]*/environ | tr '\\0' '\\n'")
+        inside = b.bash(
+            "id -u; grep -E '^(CapEff|CapBnd|NoNewPrivs)' /proc/self/status; "
+            f"cat {secret_file}; cat /proc/[0-9]*/environ | tr '\\0' '\\n'"
+        )
         lines = inside["stdout"].split("\n")
-        assert lines[:4] == ["1000", "CapEff:\t0000000000000000", "CapBnd:\t0000000000000000",
-                             "NoNewPrivs:\t1"], inside
+        assert lines[:4] == [
+            "1000",
+            "CapEff:\t0000000000000000",
+            "CapBnd:\t0000000000000000",
+            "NoNewPrivs:\t1",
+        ], inside
         assert "Permission denied" in inside["stderr"] and b.session not in inside["stdout"]
         assert "AGENT_SERVER_RUN_TAG=" in inside["stdout"]  # the environments it may read
         for sid, session in ((a.sid, a.session), (b.sid, b.session)):
@@ -233,13 +269,16 @@ def test_the_keys_are_out_of_the_agents_reach(tmp_path: Path, swarm: Cluster, sa
 
         # The hardening, as the worker's Docker reports it.
         [container] = swarm.worker.containers.list(
-            filters={"label": f"com.docker.swarm.service.name={name_of(b.sid)}"})
+            filters={"label": f"com.docker.swarm.service.name={name_of(b.sid)}"}
+        )
         host = container.attrs["HostConfig"]
         assert host["Privileged"] is False and host["CapDrop"] == ["ALL"]
         assert sorted(host["CapAdd"]) == sorted(ROOT_CAPS) and host["ReadonlyRootfs"] is True
         assert (host["Memory"], host["NanoCpus"], host["PidsLimit"]) == (
-            int(plane.config.sandbox_memory_limit), int(plane.config.sandbox_cpu_limit * 1e9),
-            plane.config.sandbox_pids_limit)
+            int(plane.config.sandbox_memory_limit),
+            int(plane.config.sandbox_cpu_limit * 1e9),
+            plane.config.sandbox_pids_limit,
+        )
         assert {m["Type"] for m in container.attrs["Mounts"]} <= {"volume", "tmpfs", "bind"}
         assert "docker.sock" not in json.dumps(container.attrs)
         env = dict(e.split("=", 1) for e in container.attrs["Config"]["Env"])
@@ -247,18 +286,22 @@ def test_the_keys_are_out_of_the_agents_reach(tmp_path: Path, swarm: Cluster, sa
 
         # On the node's bridge, B does not reach A's agent server; A reaches itself.
         [a_container] = swarm.worker.containers.list(
-            filters={"label": f"com.docker.swarm.service.name={name_of(a.sid)}"})
+            filters={"label": f"com.docker.swarm.service.name={name_of(a.sid)}"}
+        )
         a_ip = next(iter(a_container.attrs["NetworkSettings"]["Networks"].values()))["IPAddress"]
-        probe = ("python3 -c 'import socket, sys\n"
-                 "try:\n    socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=5)\n"
-                 "except OSError as e:\n    sys.exit(str(e))' ")
+        probe = (
+            "python3 -c 'import socket, sys\n"
+            "try:\n    socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=5)\n"
+            "except OSError as e:\n    sys.exit(str(e))' "
+        )
         assert b.bash(probe + f"{a_ip} 8000")["exit_code"] != 0
         assert a.bash(probe + f"{a_ip} 8000")["exit_code"] == 0
         assert b.bash(probe + f"{swarm.gateway} {plane.config.port}")["exit_code"] == 0
 
 
-def test_the_nodes_fence_holds_each_policy(tmp_path: Path, swarm: Cluster, sandbox_image: str,
-                                           llm: ScriptedLLM) -> None:
+def test_the_nodes_fence_holds_each_policy(
+    tmp_path: Path, swarm: Cluster, sandbox_image: str, llm: ScriptedLLM
+) -> None:
     """The network boundary on a swarm node (its fence, a global service of the sandbox
     image), tried as a prompt-injected agent on the worker would: `open` reaches the test
     internet by name and address and nothing of the node, the manager, another sandbox or a
@@ -267,47 +310,77 @@ def test_the_nodes_fence_holds_each_policy(tmp_path: Path, swarm: Cluster, sandb
     the worker sends off this machine's networks ends in the test internet meanwhile."""
     internet = Internet.shared()
     canary = socket.create_server(("0.0.0.0", 0))
-    with contextlib.closing(canary), internet.contained(swarm.worker_address), \
-            running(swarm_config(tmp_path / "cp", swarm, sandbox_image), swarm) as plane:
+    with (
+        contextlib.closing(canary),
+        internet.contained(swarm.worker_address),
+        running(swarm_config(tmp_path / "cp", swarm, sandbox_image), swarm) as plane,
+    ):
         neighbour = run(plane, llm, "alice", "true")
         [container] = swarm.worker.containers.list(
-            filters={"label": f"com.docker.swarm.service.name={name_of(neighbour.sid)}"})
+            filters={"label": f"com.docker.swarm.service.name={name_of(neighbour.sid)}"}
+        )
         neighbour_ip = next(iter(container.attrs["NetworkSettings"]["Networks"].values()))[
-            "IPAddress"]
+            "IPAddress"
+        ]
         web = internet.socket(80, internet.names["allowed.test"][0])
         with contextlib.closing(web):
-            attacker = run(plane, llm, "mallory", probe({
-                "internet": ("allowed.test", 80), "node": (swarm.worker_address, 2375),
-                "manager": (swarm.gateway, canary.getsockname()[1]),
-                "neighbour": (neighbour_ip, 8000), "metadata": ("169.254.169.254", 80),
-                "private": ("10.0.0.1", 80)}))
+            attacker = run(
+                plane,
+                llm,
+                "mallory",
+                probe(
+                    {
+                        "internet": ("allowed.test", 80),
+                        "node": (swarm.worker_address, 2375),
+                        "manager": (swarm.gateway, canary.getsockname()[1]),
+                        "neighbour": (neighbour_ip, 8000),
+                        "metadata": ("169.254.169.254", 80),
+                        "private": ("10.0.0.1", 80),
+                    }
+                ),
+            )
         seen = outcomes(attacker)
         assert seen.pop("internet") == "connected", seen
         assert all(outcome.startswith("refused") for outcome in seen.values()), seen
-        state = wait_for(lambda: (s := attacker.client.get(
-            f"/api/v1/sandboxes/{attacker.sid}/network").json())["refused"] and s, 30,
-            what="the node fence's report")
+        state = wait_for(
+            lambda: (
+                (s := attacker.client.get(f"/api/v1/sandboxes/{attacker.sid}/network").json())[
+                    "refused"
+                ]
+                and s
+            ),
+            30,
+            what="the node fence's report",
+        )
         assert state["enforced"] and state["refused"] >= 4, state
 
         tried = probe({"allowed": ("allowed.test", 80), "other": ("other.test", 7000)})
-        changed = attacker.client.patch(f"/api/v1/sandboxes/{attacker.sid}", json={
-            "network_policy": {"mode": "allowlist", "allow": ["allowed.test:80"]}})
+        changed = attacker.client.patch(
+            f"/api/v1/sandboxes/{attacker.sid}",
+            json={"network_policy": {"mode": "allowlist", "allow": ["allowed.test:80"]}},
+        )
         assert changed.status_code == 200, changed.text  # returns once the fence holds it
         web = internet.socket(80, internet.names["allowed.test"][0])
         with contextlib.closing(web):
             lines = attacker.bash(tried)["stdout"].splitlines()
             assert dict(line.split(" ", 1) for line in lines) == {
-                "allowed": "connected", "other": "unresolved"}
-            changed = attacker.client.patch(f"/api/v1/sandboxes/{attacker.sid}",
-                                            json={"network_policy": {"mode": "none"}})
+                "allowed": "connected",
+                "other": "unresolved",
+            }
+            changed = attacker.client.patch(
+                f"/api/v1/sandboxes/{attacker.sid}", json={"network_policy": {"mode": "none"}}
+            )
             assert changed.status_code == 200, changed.text
             lines = attacker.bash(tried)["stdout"].splitlines()
             assert dict(line.split(" ", 1) for line in lines) == {
-                "allowed": "unresolved", "other": "unresolved"}
+                "allowed": "unresolved",
+                "other": "unresolved",
+            }
 
 
-def test_sandboxes_on_gvisor_nodes(tmp_path: Path, swarm: Cluster, sandbox_image: str,
-                                   llm: ScriptedLLM) -> None:
+def test_sandboxes_on_gvisor_nodes(
+    tmp_path: Path, swarm: Cluster, sandbox_image: str, llm: ScriptedLLM
+) -> None:
     """Swarm on gVisor, deployed as docs/gvisor.md says: the worker's fence run by its operator
     on runc (the command `control-plane node-fence` prints, the token copied to the node). On a
     node still on runc a start ends in ERROR with why; made runsc's default, a prompt-injected
@@ -318,13 +391,21 @@ def test_sandboxes_on_gvisor_nodes(tmp_path: Path, swarm: Cluster, sandbox_image
     internet = Internet.shared()
 
     def fence_logs() -> str:
-        return str(swarm.worker.containers.get(f"agent-fence-{plane_label(config.db_url)}").logs(
-            tail=20).decode())
+        return str(
+            swarm.worker.containers.get(f"agent-fence-{plane_label(config.db_url)}")
+            .logs(tail=20)
+            .decode()
+        )
+
     with internet.contained(swarm.worker_address), running(config, swarm) as plane:
         command = node_fence(config, str(token))
         swarm.put(str(token), token.read_bytes())
-        fence = subprocess.run(shlex.split(command), capture_output=True, text=True, env={
-            **os.environ, "DOCKER_HOST": f"unix://{swarm.worker_socket}"})
+        fence = subprocess.run(
+            shlex.split(command),
+            capture_output=True,
+            text=True,
+            env={**os.environ, "DOCKER_HOST": f"unix://{swarm.worker_socket}"},
+        )
         try:
             assert fence.returncode == 0, fence.stderr
             assert swarm.services(ours) == []  # no global fence service on gVisor
@@ -339,29 +420,51 @@ def test_sandboxes_on_gvisor_nodes(tmp_path: Path, swarm: Cluster, sandbox_image
             swarm.default_runtime("runsc")
             web = internet.socket(80, internet.names["allowed.test"][0])
             with contextlib.closing(web):
-                agent = run(plane, llm, "mallory", "cat /proc/version; dmesg | head -1; " + probe({
-                    "internet": ("allowed.test", 80), "node": (swarm.worker_address, 2375),
-                    "manager": (swarm.gateway, 2377), "private": ("10.0.0.1", 80)}))
+                agent = run(
+                    plane,
+                    llm,
+                    "mallory",
+                    "cat /proc/version; dmesg | head -1; "
+                    + probe(
+                        {
+                            "internet": ("allowed.test", 80),
+                            "node": (swarm.worker_address, 2375),
+                            "manager": (swarm.gateway, 2377),
+                            "private": ("10.0.0.1", 80),
+                        }
+                    ),
+                )
             told = agent.events()
             assert "Starting gVisor" in told and "Linux version 4.4.0" in told, told
-            seen = {k: v for k, v in outcomes(agent).items()
-                    if k in ("internet", "node", "manager", "private")}
+            seen = {
+                k: v
+                for k, v in outcomes(agent).items()
+                if k in ("internet", "node", "manager", "private")
+            }
             assert seen.pop("internet") == "connected", seen
             assert len(seen) == 3 and all(v.startswith("refused") for v in seen.values()), seen
             [container] = swarm.worker.containers.list(
-                filters={"label": f"com.docker.swarm.service.name={name_of(agent.sid)}"})
+                filters={"label": f"com.docker.swarm.service.name={name_of(agent.sid)}"}
+            )
             assert container.attrs["HostConfig"]["Runtime"] == "runsc"
         finally:
             swarm.default_runtime("runc")
             with contextlib.suppress(docker.errors.NotFound):
                 swarm.worker.containers.get(f"agent-fence-{plane_label(config.db_url)}").remove(
-                    force=True)
+                    force=True
+                )
 
 
-def test_a_sandbox_no_node_can_take_ends_its_start(tmp_path: Path, swarm: Cluster,
-                                                    sandbox_image: str) -> None:
-    config = swarm_config(tmp_path / "cp", swarm, sandbox_image, swarm_placement_timeout=3.0,
-                          swarm_constraints=("node.labels.agent-server-test-nowhere==true",))
+def test_a_sandbox_no_node_can_take_ends_its_start(
+    tmp_path: Path, swarm: Cluster, sandbox_image: str
+) -> None:
+    config = swarm_config(
+        tmp_path / "cp",
+        swarm,
+        sandbox_image,
+        swarm_placement_timeout=3.0,
+        swarm_constraints=("node.labels.agent-server-test-nowhere==true",),
+    )
     with running(config, swarm) as plane:
         client = plane.client(plane.new_user("dave"))
         configure_llm(client, "http://127.0.0.1:9/v1")  # never reached
@@ -376,40 +479,66 @@ def test_a_sandbox_no_node_can_take_ends_its_start(tmp_path: Path, swarm: Cluste
         # fences stay: they are the deployment's, not a sandbox's)
 
 
-def test_the_timers_pause_and_delete_a_swarm_sandbox(tmp_path: Path, swarm: Cluster,
-                                                     sandbox_image: str, llm: ScriptedLLM,
-                                                     key: str) -> None:
+def test_the_timers_pause_and_delete_a_swarm_sandbox(
+    tmp_path: Path, swarm: Cluster, sandbox_image: str, llm: ScriptedLLM, key: str
+) -> None:
     """The 12-hour cap pauses it (scaled to 0), the deletion time deletes it with its archive,
     through the reconciler on a clock the test moves."""
     clock = ShiftedClock()
-    config = swarm_config(tmp_path / "cp", swarm, sandbox_image, idle_seconds=None,
-                          deletion_seconds=3600.0, lifecycle_interval=0.3)
+    config = swarm_config(
+        tmp_path / "cp",
+        swarm,
+        sandbox_image,
+        idle_seconds=None,
+        deletion_seconds=3600.0,
+        lifecycle_interval=0.3,
+    )
     with running(config, swarm, clock) as plane:
         client = plane.client(plane.new_user("erin"))
         configure_llm(client, llm.base_url(key), tools=["terminal"])
-        llm.script(key, call("terminal", command="echo kept > kept.txt"), call("finish", message="ok"))
+        llm.script(
+            key, call("terminal", command="echo kept > kept.txt"), call("finish", message="ok")
+        )
         task = start(client, "go")
         sid, cid = task["sandbox_id"], task["app_conversation_id"]
-        wait_for(lambda: conversation(client, cid)["execution_status"] == "finished", 60,
-                 what="the run")
+        wait_for(
+            lambda: conversation(client, cid)["execution_status"] == "finished", 60, what="the run"
+        )
         clock.offset = 12 * 3600 + 1
-        paused = wait_for(lambda: (r := record(client, sid))["status"] == "PAUSED" and r, 60,
-                          what="the 12-hour cap")
+        paused = wait_for(
+            lambda: (r := record(client, sid))["status"] == "PAUSED" and r,
+            60,
+            what="the 12-hour cap",
+        )
         assert paused["status_reason"] == "SESSION_CAP"
         assert service_of(swarm, sid)["Spec"]["Mode"] == {"Replicated": {"Replicas": 0}}
         clock.offset += 3600 + 1
-        gone = wait_for(lambda: (r := record(client, sid))["status"] == "MISSING" and r, 60,
-                        what="the deletion time")
+        gone = wait_for(
+            lambda: (r := record(client, sid))["status"] == "MISSING" and r,
+            60,
+            what="the deletion time",
+        )
         assert gone["status_reason"] == "DELETION_TIME"
         archive = plane.config.state_dir / "archives" / f"{sid}.tar.gz"
-        wait_for(lambda: archive.exists() and not has_volume(swarm.worker, sid)
-                 and swarm.services(f"{LABEL_SANDBOX}={sid}") == [], 60,
-                 what="the archive, then the volume's and the service's removal")
+        wait_for(
+            lambda: (
+                archive.exists()
+                and not has_volume(swarm.worker, sid)
+                and swarm.services(f"{LABEL_SANDBOX}={sid}") == []
+            ),
+            60,
+            what="the archive, then the volume's and the service's removal",
+        )
 
 
-def test_two_control_planes_share_the_cluster(tmp_path: Path, swarm: Cluster, sandbox_image: str,
-                                              llm: ScriptedLLM, key: str,
-                                              postgres: PostgresServer) -> None:
+def test_two_control_planes_share_the_cluster(
+    tmp_path: Path,
+    swarm: Cluster,
+    sandbox_image: str,
+    llm: ScriptedLLM,
+    key: str,
+    postgres: PostgresServer,
+) -> None:
     """Two control-plane processes on one PostgreSQL, both driving the swarm's manager: starts
     on both, one started by A is paused by B and resumed by A, A deletes one B started, and B
     SIGKILLed while it starts a sandbox: A takes that start over."""
@@ -418,22 +547,34 @@ def test_two_control_planes_share_the_cluster(tmp_path: Path, swarm: Cluster, sa
     url, secret = postgres.new_database(), Fernet.generate_key().decode()
     planes = []
     for name in ("a", "b"):
-        plane = PlaneProcess(tmp_path / name, database_url=url, secret_key=secret,
-                             lease_seconds="2", lifecycle_interval="0.5")
+        plane = PlaneProcess(
+            tmp_path / name,
+            database_url=url,
+            secret_key=secret,
+            lease_seconds="2",
+            lifecycle_interval="0.5",
+        )
         values = settings(swarm, sandbox_image, plane.port)
-        plane.env.update({"CONTROL_PLANE_" + k.upper(): ",".join(v) if isinstance(v, tuple)
-                          else str(v) for k, v in values.items()})
+        plane.env.update(
+            {
+                "CONTROL_PLANE_" + k.upper(): ",".join(v) if isinstance(v, tuple) else str(v)
+                for k, v in values.items()
+            }
+        )
         planes.append(plane)
     a, b = planes
     try:
         for plane in planes:
             plane.start()
         headers = {"Authorization": f"Bearer {a.new_key('frank')}"}
-        with httpx.Client(base_url=a.url, headers=headers, timeout=60) as ca, \
-                httpx.Client(base_url=b.url, headers=headers, timeout=60) as cb:
+        with (
+            httpx.Client(base_url=a.url, headers=headers, timeout=60) as ca,
+            httpx.Client(base_url=b.url, headers=headers, timeout=60) as cb,
+        ):
             configure_llm(ca, llm.base_url(key), grouping_strategy="NO_GROUPING")
-            posted = [(c, c.post("/api/v1/app-conversations", json={}).json()["id"])
-                      for c in (ca, cb)]
+            posted = [
+                (c, c.post("/api/v1/app-conversations", json={}).json()["id"]) for c in (ca, cb)
+            ]
             done = [wait_task(c, task_id, 120) for c, task_id in posted]
             assert [t["status"] for t in done] == ["READY"] * 2, [t["detail"] for t in done]
             on_worker = {t["sandbox_id"] for t in done}
@@ -461,20 +602,23 @@ def test_two_control_planes_share_the_cluster(tmp_path: Path, swarm: Cluster, sa
         swarm.remove_labelled(f"{LABEL_PLANE}={plane_label(url)}")
 
 
-def test_a_task_that_dies_and_a_worker_that_goes(tmp_path: Path, swarm: Cluster,
-                                                 sandbox_image: str, llm: ScriptedLLM) -> None:
+def test_a_task_that_dies_and_a_worker_that_goes(
+    tmp_path: Path, swarm: Cluster, sandbox_image: str, llm: ScriptedLLM
+) -> None:
     """Drift on a cluster: a sandbox whose container was killed on its node is MISSING with
     the task's end; when the worker dies mid-run its sandbox is lost with the reason and
     nothing stored is lost; a paused sandbox on it cannot be resumed while it is down (409,
     still PAUSED) and is resumed once it is back, its workspace there; a sandbox whose node left
     the cluster is MISSING."""
-    config = swarm_config(tmp_path / "cp", swarm, sandbox_image, health_grace=3.0,
-                          lifecycle_interval=0.5)
+    config = swarm_config(
+        tmp_path / "cp", swarm, sandbox_image, health_grace=3.0, lifecycle_interval=0.5
+    )
     with running(config, swarm) as plane:
         client = plane.client(plane.new_user("grace"))
         script = f"g-{uuid.uuid4().hex[:8]}"
-        configure_llm(client, llm.base_url(script), tools=["terminal"],
-                      grouping_strategy="NO_GROUPING")
+        configure_llm(
+            client, llm.base_url(script), tools=["terminal"], grouping_strategy="NO_GROUPING"
+        )
 
         def started(command: str, *more: Any) -> tuple[str, str]:
             llm.script(script, call("terminal", command=command), *more)
@@ -484,35 +628,51 @@ def test_a_task_that_dies_and_a_worker_that_goes(tmp_path: Path, swarm: Cluster,
 
         def events(cid: str) -> list[dict[str, Any]]:
             found: list[dict[str, Any]] = client.get(
-                f"/api/v1/conversation/{cid}/events/search", params={"limit": 100}).json()["items"]
+                f"/api/v1/conversation/{cid}/events/search", params={"limit": 100}
+            ).json()["items"]
             return found
 
         # A task killed on its node: MISSING, with the task's end.
         killed, killed_cid = started("true", call("finish", message="ok"))
-        wait_for(lambda: conversation(client, killed_cid)["execution_status"] == "finished", 60,
-                 what="the run (its replies all taken)")
+        wait_for(
+            lambda: conversation(client, killed_cid)["execution_status"] == "finished",
+            60,
+            what="the run (its replies all taken)",
+        )
         swarm_support.kill_task_container(swarm, service_of(swarm, killed)["ID"])
-        lost = wait_for(lambda: (r := record(client, killed))["status"] == "MISSING" and r, 60,
-                        what="the killed task to be seen")
+        lost = wait_for(
+            lambda: (r := record(client, killed))["status"] == "MISSING" and r,
+            60,
+            what="the killed task to be seen",
+        )
         assert lost["status_reason"] == "VANISHED" and "task" in lost["status_detail"]
         assert "exit status 137" in lost["status_detail"], lost
 
         # A paused one, and one mid-run (a long command) when the worker dies.
         paused, paused_cid = started("echo stays > stays.txt", call("finish", message="ok"))
-        wait_for(lambda: conversation(client, paused_cid)["execution_status"] == "finished", 60,
-                 what="the run")
+        wait_for(
+            lambda: conversation(client, paused_cid)["execution_status"] == "finished",
+            60,
+            what="the run",
+        )
         r = client.get(f"/api/v1/app-conversations/{paused_cid}/file", params={"path": "stays.txt"})
         assert r.status_code == 200 and r.text == "stays\n", r.text
         assert client.post(f"/api/v1/sandboxes/{paused}/pause").json()["status"] == "PAUSED"
         busy, busy_cid = started("echo one > one.txt; sleep 600")
-        wait_for(lambda: any(e["kind"] == "ActionEvent" for e in events(busy_cid)), 60,
-                 what="the first step's events")
+        wait_for(
+            lambda: any(e["kind"] == "ActionEvent" for e in events(busy_cid)),
+            60,
+            what="the first step's events",
+        )
         stored = events(busy_cid)
         swarm.stop_worker()
-        down = wait_for(lambda: (r := record(client, busy))["status"] in ("ERROR", "MISSING")
-                        and r, 60, what="the sandbox on the dead worker to be lost")
+        down = wait_for(
+            lambda: (r := record(client, busy))["status"] in ("ERROR", "MISSING") and r,
+            60,
+            what="the sandbox on the dead worker to be lost",
+        )
         assert down["status_reason"] in ("UNHEALTHY", "VANISHED") and down["status_detail"], down
-        assert events(busy_cid)[:len(stored)] == stored  # what was stored stays, read-only
+        assert events(busy_cid)[: len(stored)] == stored  # what was stored stays, read-only
         r = client.get(f"/api/v1/app-conversations/{busy_cid}/download")
         assert r.status_code == 200
 
@@ -537,11 +697,13 @@ def test_a_task_that_dies_and_a_worker_that_goes(tmp_path: Path, swarm: Cluster,
         assert client.post(f"/api/v1/sandboxes/{paused}/pause").json()["status"] == "PAUSED"
         swarm.stop_worker()
         swarm.remove_worker_node()
-        left = wait_for(lambda: (r := record(client, paused))["status"] == "MISSING" and r, 60,
-                        what="the sandbox of the node that left")
+        left = wait_for(
+            lambda: (r := record(client, paused))["status"] == "MISSING" and r,
+            60,
+            what="the sandbox of the node that left",
+        )
         assert "left the cluster" in left["status_detail"], left
         swarm.rejoin_worker()
-
 
 
 PARKED_HOLDER = """
@@ -565,7 +727,8 @@ asyncio.run(main())
 
 
 async def test_a_parked_service_is_claimed_once_with_its_token_and_ends_with_its_pool(
-        tmp_path: Path, swarm: Cluster, sandbox_image: str) -> None:
+    tmp_path: Path, swarm: Cluster, sandbox_image: str
+) -> None:
     """A pool of one on the worker: its parked service holds a claim token, not a key; a
     start claims it (the keys over its port, the parked label off) and it answers with that
     key alone; the pool parks another. A control plane SIGKILLed with a service parked: the
@@ -581,9 +744,16 @@ async def test_a_parked_service_is_claimed_once_with_its_token_and_ends_with_its
     plane = f"pool-{uuid.uuid4().hex[:8]}"
     constraint = f"node.hostname=={swarm.worker_hostname}"
     hooks = "http://127.0.0.1:9/hooks"
-    provider = SwarmProvider(tmp_path / "archives", image=sandbox_image, plane=plane,
-                             network="bridge", constraints=(constraint,), warm_pool=1,
-                             webhook_url=hooks, lifeline=20)
+    provider = SwarmProvider(
+        tmp_path / "archives",
+        image=sandbox_image,
+        plane=plane,
+        network="bridge",
+        constraints=(constraint,),
+        warm_pool=1,
+        webhook_url=hooks,
+        lifeline=20,
+    )
     await provider.start()
     try:
         pool = provider.pool
@@ -596,20 +766,30 @@ async def test_a_parked_service_is_claimed_once_with_its_token_and_ends_with_its
         service = service_of(swarm, parked_id)
         assert service["Spec"]["Labels"][LABEL_PARKED] == "true"
         assert "agent_server.warm --claim" in " ".join(
-            service["Spec"]["TaskTemplate"]["ContainerSpec"]["Command"])
+            service["Spec"]["TaskTemplate"]["ContainerSpec"]["Command"]
+        )
 
         sid = provider.reserve("swarm")
         assert sid == parked_id and provider.reserve("swarm") is None
-        launch = Launch(sandbox_id=sid, spec_id="swarm", root_dir=Path("/workspace"),
-                        session_api_key="sk-swarm-pooled-key", webhook_url=hooks)
+        launch = Launch(
+            sandbox_id=sid,
+            spec_id="swarm",
+            root_dir=Path("/workspace"),
+            session_api_key="sk-swarm-pooled-key",
+            webhook_url=hooks,
+        )
         handle = await provider.create(launch)
 
         async def keys_work() -> None:
             search = provider.url(handle) + "/api/conversations/search"
             for key, code in (("sk-swarm-pooled-key", 200), ("sk-someone-else", 401)):
-                got = await asyncio.to_thread(lambda k=key: httpx.get(
-                    search, headers={"X-Session-API-Key": k}, timeout=10).status_code)
+                got = await asyncio.to_thread(
+                    lambda k=key: (
+                        httpx.get(search, headers={"X-Session-API-Key": k}, timeout=10).status_code
+                    )
+                )
                 assert got == code
+
         await keys_work()
         assert LABEL_PARKED not in service_of(swarm, sid)["Spec"]["Labels"]
         # Paused (its task stops) and resumed (a new task): it starts as a cold one's would,
@@ -638,8 +818,18 @@ async def test_a_parked_service_is_claimed_once_with_its_token_and_ends_with_its
     assert swarm.services(f"{LABEL_SANDBOX}={sid}") == []
     assert swarm.manager.api.secrets(filters={"label": f"{LABEL_SANDBOX}={sid}"}) == []
 
-    holder = subprocess.Popen([sys.executable, "-c", PARKED_HOLDER, str(tmp_path / "a2"),
-                               sandbox_image, plane, constraint], stdout=subprocess.PIPE)
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            PARKED_HOLDER,
+            str(tmp_path / "a2"),
+            sandbox_image,
+            plane,
+            constraint,
+        ],
+        stdout=subprocess.PIPE,
+    )
     try:
         assert holder.stdout is not None
         orphan = (await asyncio.to_thread(holder.stdout.readline)).decode().strip()
@@ -648,17 +838,29 @@ async def test_a_parked_service_is_claimed_once_with_its_token_and_ends_with_its
 
         def ended() -> bool:
             tasks = tasks_of(swarm, service_of(swarm, orphan)["ID"])
-            return bool(tasks) and all(t["Status"]["State"] in ("complete", "failed", "shutdown")
-                                       for t in tasks)
+            return bool(tasks) and all(
+                t["Status"]["State"] in ("complete", "failed", "shutdown") for t in tasks
+            )
+
         await asyncio.to_thread(wait_for, ended, 90, what="the orphan to end by itself")
-        again = SwarmProvider(tmp_path / "a3", image=sandbox_image, plane=plane,
-                              network="bridge", constraints=(constraint,), warm_pool=1,
-                              webhook_url=hooks, lifeline=20)
+        again = SwarmProvider(
+            tmp_path / "a3",
+            image=sandbox_image,
+            plane=plane,
+            network="bridge",
+            constraints=(constraint,),
+            warm_pool=1,
+            webhook_url=hooks,
+            lifeline=20,
+        )
         await again.start()
         try:
             await asyncio.to_thread(
-                wait_for, lambda: not swarm.services(f"{LABEL_SANDBOX}={orphan}"), 90,
-                what="the orphan removed by the next pool")
+                wait_for,
+                lambda: not swarm.services(f"{LABEL_SANDBOX}={orphan}"),
+                90,
+                what="the orphan removed by the next pool",
+            )
         finally:
             await again.close()
     finally:

@@ -45,18 +45,21 @@ async def until(condition: object, what: str, timeout: float = 60) -> None:
 
 
 def key_works(url: str, key: str) -> int:
-    return httpx.get(url + "/api/conversations/search", headers={"X-Session-API-Key": key},
-                     timeout=10).status_code
+    return httpx.get(
+        url + "/api/conversations/search", headers={"X-Session-API-Key": key}, timeout=10
+    ).status_code
 
 
 @contextlib.asynccontextmanager
-async def pooled(tmp_path: Path, image: str, engine: docker.DockerClient,
-                 size: int) -> AsyncIterator[tuple[DockerProvider, WarmPool, str]]:
+async def pooled(
+    tmp_path: Path, image: str, engine: docker.DockerClient, size: int
+) -> AsyncIterator[tuple[DockerProvider, WarmPool, str]]:
     """A Docker provider with a pool of `size`, once that many are parked; its plane label.
     Everything of it removed after."""
     plane = f"pool-{tmp_path.name[-12:]}"
-    provider = DockerProvider(tmp_path / "archives", image=image, plane=plane,
-                              warm_pool=size, webhook_url=HOOKS)
+    provider = DockerProvider(
+        tmp_path / "archives", image=image, plane=plane, warm_pool=size, webhook_url=HOOKS
+    )
     await provider.start()
     try:
         pool = provider.pool
@@ -69,8 +72,11 @@ async def pooled(tmp_path: Path, image: str, engine: docker.DockerClient,
 
 
 async def test_each_parked_container_goes_to_one_sandbox_with_its_key_alone(
-        tmp_path: Path, sandbox_image: str, engine: docker.DockerClient,
-        caplog: pytest.LogCaptureFixture) -> None:
+    tmp_path: Path,
+    sandbox_image: str,
+    engine: docker.DockerClient,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     async with pooled(tmp_path, sandbox_image, engine, 2) as (provider, pool, plane):
         first = parked(engine, plane)
         assert set(first) == set(pool.waiting) and set(first.values()) == {"running"}
@@ -82,9 +88,16 @@ async def test_each_parked_container_goes_to_one_sandbox_with_its_key_alone(
         ids = [provider.reserve("docker") for _ in range(3)]
         assert ids[2] is None and set(ids[:2]) == set(first)
         assert provider.reserve("another-spec") is None
-        launches = [Launch(sandbox_id=sid or "cold" + tmp_path.name[-8:], spec_id="docker",
-                           root_dir=Path("/workspace"), session_api_key=f"sk-pool-{n}-secret",
-                           webhook_url=HOOKS) for n, sid in enumerate(ids)]
+        launches = [
+            Launch(
+                sandbox_id=sid or "cold" + tmp_path.name[-8:],
+                spec_id="docker",
+                root_dir=Path("/workspace"),
+                session_api_key=f"sk-pool-{n}-secret",
+                webhook_url=HOOKS,
+            )
+            for n, sid in enumerate(ids)
+        ]
         handles = await asyncio.gather(*(provider.create(launch) for launch in launches))
         assert len({h.port for h in handles}) == 3
         for n, (handle, launch) in enumerate(zip(handles, launches, strict=True)):
@@ -94,40 +107,58 @@ async def test_each_parked_container_goes_to_one_sandbox_with_its_key_alone(
             assert await asyncio.to_thread(key_works, url, other) == 401
             [container] = [c for c in ours(engine, plane) if c.name == name_of(launch.sandbox_id)]
             assert container.status == "running"
-            assert (container.attrs["Config"]["Entrypoint"][-1] == "agent_server.warm") == (n < 2), \
-                [r.getMessage() for r in caplog.records if "warm pool" in r.getMessage()]
+            assert (container.attrs["Config"]["Entrypoint"][-1] == "agent_server.warm") == (
+                n < 2
+            ), [r.getMessage() for r in caplog.records if "warm pool" in r.getMessage()]
 
         # Refilled with new containers (never the claimed ones back); a close removes the
         # parked ones and leaves the sandboxes.
         await until(lambda: len(pool.waiting) == 2, "the pool refilled")
-        assert set(parked(engine, plane)) == set(pool.waiting) and not set(pool.waiting) & set(first)
+        assert set(parked(engine, plane)) == set(pool.waiting) and not set(pool.waiting) & set(
+            first
+        )
         await provider.close()
         assert sorted(str(c.name) for c in ours(engine, plane)) == sorted(
-            name_of(launch.sandbox_id) for launch in launches)
+            name_of(launch.sandbox_id) for launch in launches
+        )
         volumes = engine.volumes.list(filters={"label": f"{LABEL_PLANE}={plane}"})
         assert sorted(v.name for v in volumes) == sorted(name_of(x.sandbox_id) for x in launches)
 
 
 async def test_a_parked_container_whose_server_died_gives_way_to_a_cold_start(
-        tmp_path: Path, sandbox_image: str, engine: docker.DockerClient) -> None:
+    tmp_path: Path, sandbox_image: str, engine: docker.DockerClient
+) -> None:
     async with pooled(tmp_path, sandbox_image, engine, 1) as (provider, _, _):
         sid = provider.reserve("docker")
         assert sid is not None
         engine.containers.get(PREFIX + sid).kill()
-        launch = Launch(sandbox_id=sid, spec_id="docker", root_dir=Path("/workspace"),
-                        session_api_key="sk-after-a-death", webhook_url=HOOKS)
+        launch = Launch(
+            sandbox_id=sid,
+            spec_id="docker",
+            root_dir=Path("/workspace"),
+            session_api_key="sk-after-a-death",
+            webhook_url=HOOKS,
+        )
         handle = await provider.create(launch)
         assert await asyncio.to_thread(key_works, provider.url(handle), "sk-after-a-death") == 200
         container = engine.containers.get(name_of(sid))
-        assert container.attrs["Config"]["Entrypoint"][-1] != "agent_server.warm"  # made cold, same id
+        assert (
+            container.attrs["Config"]["Entrypoint"][-1] != "agent_server.warm"
+        )  # made cold, same id
 
 
 @pytest.fixture
-def pooled_plane(tmp_path: Path, sandbox_image: str,
-                 engine: docker.DockerClient) -> Iterator[PlaneProcess]:
+def pooled_plane(
+    tmp_path: Path, sandbox_image: str, engine: docker.DockerClient
+) -> Iterator[PlaneProcess]:
     (tmp_path / "cp").mkdir()
-    server = PlaneProcess(tmp_path / "cp", host="0.0.0.0", sandbox_provider="docker",
-                          sandbox_image=sandbox_image, warm_pool="2")
+    server = PlaneProcess(
+        tmp_path / "cp",
+        host="0.0.0.0",
+        sandbox_provider="docker",
+        sandbox_image=sandbox_image,
+        warm_pool="2",
+    )
     yield server.start()
     server.stop()
     docker_support.remove_labelled(engine, f"{LABEL_PLANE}={plane_of(server)}")
@@ -139,14 +170,20 @@ def plane_of(server: PlaneProcess) -> str:
 
 @pytest.mark.e2e
 def test_parked_containers_end_with_their_control_plane_and_the_next_removes_them(
-        pooled_plane: PlaneProcess, bridge_llm: ScriptedLLM, key: str,
-        engine: docker.DockerClient) -> None:
+    pooled_plane: PlaneProcess, bridge_llm: ScriptedLLM, key: str, engine: docker.DockerClient
+) -> None:
     plane = plane_of(pooled_plane)
-    wait_for(lambda: list(parked(engine, plane).values()) == ["running"] * 2, 60,
-             what="2 parked containers")
+    wait_for(
+        lambda: list(parked(engine, plane).values()) == ["running"] * 2,
+        60,
+        what="2 parked containers",
+    )
     first = parked(engine, plane)
-    with httpx.Client(base_url=pooled_plane.url, timeout=30, headers={
-            "Authorization": f"Bearer {pooled_plane.new_key('alice')}"}) as client:
+    with httpx.Client(
+        base_url=pooled_plane.url,
+        timeout=30,
+        headers={"Authorization": f"Bearer {pooled_plane.new_key('alice')}"},
+    ) as client:
         configure_llm(client, bridge_llm.base_url(key))  # the gateway calls it
         bridge_llm.script(key, call("finish", message="pooled and done"))
         body = {"initial_message": {"content": [{"type": "text", "text": "go"}], "run": True}}
@@ -154,22 +191,40 @@ def test_parked_containers_end_with_their_control_plane_and_the_next_removes_the
         assert task["status"] == "READY", task
         sid, cid = task["sandbox_id"], task["app_conversation_id"]
         assert sid in first  # a parked container, now this sandbox's
-        wait_for(lambda: "pooled and done" in client.get(
-            f"/api/v1/conversation/{cid}/events/search", params={"limit": 100}).text, 60,
-            what="the agent's answer, through the webhook")
+        wait_for(
+            lambda: (
+                "pooled and done"
+                in client.get(
+                    f"/api/v1/conversation/{cid}/events/search", params={"limit": 100}
+                ).text
+            ),
+            60,
+            what="the agent's answer, through the webhook",
+        )
 
         # SIGKILLed: its attaches close, so its parked servers read the end of their keys'
         # pipe and exit; the sandbox lives on.
         pooled_plane.kill()
         left = set(parked(engine, plane)) - {sid}
-        wait_for(lambda: all(parked(engine, plane).get(p) in ("exited", None) for p in left), 60,
-                 what="the parked containers to end")
+        wait_for(
+            lambda: all(parked(engine, plane).get(p) in ("exited", None) for p in left),
+            60,
+            what="the parked containers to end",
+        )
         assert engine.containers.get(name_of(sid)).status == "running"
 
         pooled_plane.start()  # removes them, parks its own, adopts the sandbox
-        wait_for(lambda: not left & set(parked(engine, plane))
-                 and list(parked(engine, plane).values()) == ["running"] * 2, 60,
-                 what="the old parked containers removed and two new ones")
-        assert not [v for v in engine.volumes.list(filters={"label": f"{LABEL_PLANE}={plane}"})
-                    if v.name.removeprefix("agent-sandbox-") in left]
+        wait_for(
+            lambda: (
+                not left & set(parked(engine, plane))
+                and list(parked(engine, plane).values()) == ["running"] * 2
+            ),
+            60,
+            what="the old parked containers removed and two new ones",
+        )
+        assert not [
+            v
+            for v in engine.volumes.list(filters={"label": f"{LABEL_PLANE}={plane}"})
+            if v.name.removeprefix("agent-sandbox-") in left
+        ]
         assert client.get("/api/v1/sandboxes", params={"id": sid}).json()[0]["status"] == "RUNNING"

@@ -20,17 +20,35 @@ pytestmark = pytest.mark.e2e
 
 
 def message(i: int) -> dict[str, Any]:
-    return {"id": f"01J{i:023d}", "timestamp": "2026-01-01T00:00:00+00:00", "source": "user",
-            "kind": "MessageEvent",
-            "llm_message": {"role": "user", "content": [{"type": "text", "text": f"m{i}"}]}}
+    return {
+        "id": f"01J{i:023d}",
+        "timestamp": "2026-01-01T00:00:00+00:00",
+        "source": "user",
+        "kind": "MessageEvent",
+        "llm_message": {"role": "user", "content": [{"type": "text", "text": f"m{i}"}]},
+    }
 
 
-STATS = {"id": "01JSTATS000000000000000000", "kind": "ConversationStateUpdateEvent",
-         "source": "environment", "key": "stats", "value": {"usage_to_metrics": {
-             "default": {"accumulated_cost": 0.25, "response_count": 2,
-                         "accumulated_token_usage": {"prompt_tokens": 100, "completion_tokens": 7}},
-             "condenser": {"accumulated_cost": 0.5, "response_count": 1,
-                           "accumulated_token_usage": {"prompt_tokens": 10}}}}}
+STATS = {
+    "id": "01JSTATS000000000000000000",
+    "kind": "ConversationStateUpdateEvent",
+    "source": "environment",
+    "key": "stats",
+    "value": {
+        "usage_to_metrics": {
+            "default": {
+                "accumulated_cost": 0.25,
+                "response_count": 2,
+                "accumulated_token_usage": {"prompt_tokens": 100, "completion_tokens": 7},
+            },
+            "condenser": {
+                "accumulated_cost": 0.5,
+                "response_count": 1,
+                "accumulated_token_usage": {"prompt_tokens": 10},
+            },
+        }
+    },
+}
 
 
 def test_webhook(control_plane: ControlPlane, llm: ScriptedLLM, key: str) -> None:
@@ -60,10 +78,16 @@ def test_webhook(control_plane: ControlPlane, llm: ScriptedLLM, key: str) -> Non
     assert post(batch, api_key).status_code == 401  # an account key is not a session key
     # Another sandbox's conversation: answered as an unknown one is, and dropped (below: 0).
     assert post(batch, other_key).status_code == 200
-    assert post(batch, url=f"{control_plane.url}/api/v1/webhooks/events/not-a-uuid").status_code == 422
+    assert (
+        post(batch, url=f"{control_plane.url}/api/v1/webhooks/events/not-a-uuid").status_code == 422
+    )
 
-    for bad in ({"not": "an array"}, [{"kind": "NoSuchEvent", "source": "user"}],
-                [{**message(1), "surprise": True}], [{"kind": "MessageEvent"}]):
+    for bad in (
+        {"not": "an array"},
+        [{"kind": "NoSuchEvent", "source": "user"}],
+        [{**message(1), "surprise": True}],
+        [{"kind": "MessageEvent"}],
+    ):
         r = post(bad)
         assert r.status_code == 422, r.text
         assert all({"loc", "msg", "type"} <= set(item) for item in r.json()["detail"])
@@ -74,11 +98,14 @@ def test_webhook(control_plane: ControlPlane, llm: ScriptedLLM, key: str) -> Non
     assert stored() == 5
     assert post(batch).status_code == 200 and post(batch[2:] + [message(5)]).status_code == 200
     assert stored() == 6  # replays change nothing; only the new event was added
-    items = client.get(f"/api/v1/conversation/{cid}/events/search",
-                       params={"kind__eq": "MessageEvent", "limit": 4}).json()
+    items = client.get(
+        f"/api/v1/conversation/{cid}/events/search", params={"kind__eq": "MessageEvent", "limit": 4}
+    ).json()
     assert [e["id"] for e in items["items"]] == [message(i)["id"] for i in range(4)]
-    rest = client.get(f"/api/v1/conversation/{cid}/events/search",
-                      params={"kind__eq": "MessageEvent", "page_id": items["next_page_id"]}).json()
+    rest = client.get(
+        f"/api/v1/conversation/{cid}/events/search",
+        params={"kind__eq": "MessageEvent", "page_id": items["next_page_id"]},
+    ).json()
     assert [e["id"] for e in rest["items"]] == [message(i)["id"] for i in (4, 5)]
 
     before = conversation(client, cid)["last_activity_at"]
@@ -94,6 +121,7 @@ def test_webhook(control_plane: ControlPlane, llm: ScriptedLLM, key: str) -> Non
         async with db.begin() as conn:
             await conn.execute(text("ALTER TABLE events RENAME TO events_away"))
         await db.close()
+
     asyncio.run(break_storage())
     r = post([message(7)])
     assert r.status_code == 503 and "again" in r.json()["detail"]
@@ -102,13 +130,20 @@ def test_webhook(control_plane: ControlPlane, llm: ScriptedLLM, key: str) -> Non
 def running_sandbox(client: httpx.Client) -> dict[str, Any]:
     sid = client.post("/api/v1/sandboxes", json={}).json()["id"]
     found: dict[str, Any] = wait_for(
-        lambda: (s := client.get("/api/v1/sandboxes", params={"id": sid}).json()[0])["status"]
-        == "RUNNING" and s, 60, what="RUNNING")
+        lambda: (
+            (s := client.get("/api/v1/sandboxes", params={"id": sid}).json()[0])["status"]
+            == "RUNNING"
+            and s
+        ),
+        60,
+        what="RUNNING",
+    )
     return found
 
 
 def test_a_conversation_made_on_the_agent_server_is_the_sandbox_user_s(
-        control_plane: ControlPlane, llm: ScriptedLLM, key: str) -> None:
+    control_plane: ControlPlane, llm: ScriptedLLM, key: str
+) -> None:
     """Issue 26: events of a conversation this control plane did not start (the Cloud
     workspace makes it straight on the agent server) are stored under a record owned by the
     sandbox's user; its conversation info fills the record in; another sandbox cannot post for
@@ -121,8 +156,9 @@ def test_a_conversation_made_on_the_agent_server_is_the_sandbox_user_s(
     cid = str(uuid.uuid4())
     base = f"{control_plane.url}/api/v1/webhooks"
 
-    r = httpx.post(f"{base}/events/{cid}", json=[message(1), message(2)],
-                   headers={"X-Session-API-Key": own})
+    r = httpx.post(
+        f"{base}/events/{cid}", json=[message(1), message(2)], headers={"X-Session-API-Key": own}
+    )
     assert r.status_code == 200, r.text
     record = alice.get("/api/v1/app-conversations", params={"ids": cid}).json()[0]
     assert record is not None, "the conversation is shown to the sandbox's user"
@@ -132,54 +168,92 @@ def test_a_conversation_made_on_the_agent_server_is_the_sandbox_user_s(
     assert alice.get(f"/api/v1/conversation/{cid}/events/count").json() == 2
     assert bob.get("/api/v1/app-conversations", params={"ids": cid}).json() == [None]
     # Another sandbox cannot post for it, nor tell it exists: answered as its own would be.
-    assert httpx.post(f"{base}/events/{cid}", json=[message(3)],
-                      headers={"X-Session-API-Key": foreign}).status_code == 200
+    assert (
+        httpx.post(
+            f"{base}/events/{cid}", json=[message(3)], headers={"X-Session-API-Key": foreign}
+        ).status_code
+        == 200
+    )
     assert alice.get(f"/api/v1/conversation/{cid}/events/count").json() == 2
 
-    info = {"id": cid, "execution_status": "finished", "title": "made on the agent server",
-            "tags": {"automationrunid": "r1"}, "agent": {"llm": {"model": "openai/own-model"}},
-            "workspace": {"working_dir": "/workspace/project"}, "stats": STATS["value"]}
-    assert httpx.post(f"{base}/conversations", json=info,
-                      headers={"X-Session-API-Key": foreign}).status_code == 200
+    info = {
+        "id": cid,
+        "execution_status": "finished",
+        "title": "made on the agent server",
+        "tags": {"automationrunid": "r1"},
+        "agent": {"llm": {"model": "openai/own-model"}},
+        "workspace": {"working_dir": "/workspace/project"},
+        "stats": STATS["value"],
+    }
+    assert (
+        httpx.post(
+            f"{base}/conversations", json=info, headers={"X-Session-API-Key": foreign}
+        ).status_code
+        == 200
+    )
     assert alice.get("/api/v1/app-conversations", params={"ids": cid}).json()[0]["title"] is None
     assert httpx.post(f"{base}/conversations", json=info).status_code == 401
-    assert httpx.post(f"{base}/conversations", json={"id": "nope"},
-                      headers={"X-Session-API-Key": own}).status_code == 422
+    assert (
+        httpx.post(
+            f"{base}/conversations", json={"id": "nope"}, headers={"X-Session-API-Key": own}
+        ).status_code
+        == 422
+    )
     r = httpx.post(f"{base}/conversations", json=info, headers={"X-Session-API-Key": own})
     assert r.status_code == 200 and r.json() == {"success": True}
     record = alice.get("/api/v1/app-conversations", params={"ids": cid}).json()[0]
     assert (record["title"], record["llm_model"], record["tags"]) == (
-        "made on the agent server", "openai/own-model", {"automationrunid": "r1"})
+        "made on the agent server",
+        "openai/own-model",
+        {"automationrunid": "r1"},
+    )
     assert record["metrics"]["accumulated_cost"] == 0.75
     # Stats are the sandbox's word, which its code can forge: held to bounds, never a 500.
-    forged = {"usage_to_metrics": {
-        "a": {"accumulated_cost": 1e308, "accumulated_token_usage": {"prompt_tokens": 10**30}},
-        "b": {"accumulated_cost": 1e308, "accumulated_token_usage": {"prompt_tokens": "many"}},
-        "c": {"accumulated_cost": "free", "accumulated_token_usage": ["not", "a", "dict"]},
-        "d": {"accumulated_cost": -5, "accumulated_token_usage": {"completion_tokens": -7}}}}
-    r = httpx.post(f"{base}/conversations", json={**info, "stats": forged},
-                   headers={"X-Session-API-Key": own})
+    forged = {
+        "usage_to_metrics": {
+            "a": {"accumulated_cost": 1e308, "accumulated_token_usage": {"prompt_tokens": 10**30}},
+            "b": {"accumulated_cost": 1e308, "accumulated_token_usage": {"prompt_tokens": "many"}},
+            "c": {"accumulated_cost": "free", "accumulated_token_usage": ["not", "a", "dict"]},
+            "d": {"accumulated_cost": -5, "accumulated_token_usage": {"completion_tokens": -7}},
+        }
+    }
+    r = httpx.post(
+        f"{base}/conversations", json={**info, "stats": forged}, headers={"X-Session-API-Key": own}
+    )
     assert r.status_code == 200, r.text
     metrics = alice.get("/api/v1/app-conversations", params={"ids": cid}).json()[0]["metrics"]
     assert metrics["accumulated_cost"] == 1e6
     assert metrics["accumulated_token_usage"]["prompt_tokens"] == 10**12
     assert metrics["accumulated_token_usage"]["completion_tokens"] == 0
     deleting = {**info, "execution_status": "deleting", "title": "other"}
-    assert httpx.post(f"{base}/conversations", json=deleting,
-                      headers={"X-Session-API-Key": own}).status_code == 200
-    assert alice.get("/api/v1/app-conversations", params={"ids": cid}).json()[0]["title"] == \
-        "made on the agent server"
-    found = alice.get("/api/v1/app-conversations/search",
-                      params={"sandbox_id__eq": sandbox["id"]}).json()["items"]
+    assert (
+        httpx.post(
+            f"{base}/conversations", json=deleting, headers={"X-Session-API-Key": own}
+        ).status_code
+        == 200
+    )
+    assert (
+        alice.get("/api/v1/app-conversations", params={"ids": cid}).json()[0]["title"]
+        == "made on the agent server"
+    )
+    found = alice.get(
+        "/api/v1/app-conversations/search", params={"sandbox_id__eq": sandbox["id"]}
+    ).json()["items"]
     assert [c["id"] for c in found] == [cid]
 
     # Deleted here: what its sandbox sends afterwards is dropped, never a new record.
     started = start(alice)
     gone = started["app_conversation_id"]
     started_key = alice.get("/api/v1/sandboxes", params={"id": started["sandbox_id"]}).json()[0][
-        "session_api_key"]
+        "session_api_key"
+    ]
     assert alice.delete(f"/api/v1/app-conversations/{gone}").status_code == 200
-    for url, body in ((f"{base}/events/{gone}", [message(9)]),
-                      (f"{base}/conversations", {**info, "id": gone})):
-        assert httpx.post(url, json=body, headers={"X-Session-API-Key": started_key}).status_code == 200
+    for url, body in (
+        (f"{base}/events/{gone}", [message(9)]),
+        (f"{base}/conversations", {**info, "id": gone}),
+    ):
+        assert (
+            httpx.post(url, json=body, headers={"X-Session-API-Key": started_key}).status_code
+            == 200
+        )
     assert alice.get("/api/v1/app-conversations", params={"ids": gone}).json() == [None]

@@ -44,7 +44,8 @@ def test_without_keep_mode_the_mode_is_the_one_given(tmp_path: Path) -> None:
 
 
 def test_a_failed_replace_keeps_the_old_file_and_leaves_no_temp_file(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     target = tmp_path / "state.json"
     target.write_bytes(b"old")
 

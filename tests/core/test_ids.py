@@ -20,24 +20,30 @@ def test_later_ids_sort_after_earlier_ones_as_plain_strings() -> None:
     assert new_event_id() > first
 
 
-@pytest.mark.parametrize("value", [
-    "01J00000000000000000000000",  # 26 characters, Crockford base32
-    "7ZZZZZZZZZZZZZZZZZZZZZZZZZ",
-])
+@pytest.mark.parametrize(
+    "value",
+    [
+        "01J00000000000000000000000",  # 26 characters, Crockford base32
+        "7ZZZZZZZZZZZZZZZZZZZZZZZZZ",
+    ],
+)
 def test_event_ids_are_accepted(value: str) -> None:
     assert is_event_id(value)
 
 
-@pytest.mark.parametrize("value", [
-    "",
-    "01J0000000000000000000000",  # 25
-    "01J000000000000000000000000",  # 27
-    "01J0000000000000000000000I",  # I, L, O and U are not Crockford digits
-    "01J0000000000000000000000U",
-    "01j00000000000000000000000",  # lower case is not what the log writes
-    "01J00000000000000000000000\n",  # no trailing newline sneaks through
-    " 01J00000000000000000000000",
-])
+@pytest.mark.parametrize(
+    "value",
+    [
+        "",
+        "01J0000000000000000000000",  # 25
+        "01J000000000000000000000000",  # 27
+        "01J0000000000000000000000I",  # I, L, O and U are not Crockford digits
+        "01J0000000000000000000000U",
+        "01j00000000000000000000000",  # lower case is not what the log writes
+        "01J00000000000000000000000\n",  # no trailing newline sneaks through
+        " 01J00000000000000000000000",
+    ],
+)
 def test_anything_else_is_not_an_event_id(value: str) -> None:
     assert not is_event_id(value) and EVENT_ID.match(value) is None
 

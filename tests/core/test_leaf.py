@@ -10,8 +10,11 @@ import core
 
 def test_core_imports_nothing_of_the_packages_that_use_it() -> None:
     modules = ", ".join(f"core.{name}" for name in core.__all__)
-    check = (f"import sys, {modules}; print(sorted(m for m in sys.modules "
-             "if m.split('.')[0] in ('agent_server', 'tools')))")
-    result = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True,
-                            check=True)
+    check = (
+        f"import sys, {modules}; print(sorted(m for m in sys.modules "
+        "if m.split('.')[0] in ('agent_server', 'tools')))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", check], capture_output=True, text=True, check=True
+    )
     assert result.stdout.strip() == "[]"

@@ -93,15 +93,22 @@ def shown(text: str) -> str:
 @pytest.mark.parametrize("suffix", [b"", b"\n", b"x"])
 def test_base64_of_a_secret_is_masked_at_any_alignment(prefix: bytes, suffix: bytes) -> None:
     data = prefix + SECRET.encode() + suffix
-    for encoded in (base64.b64encode(data).decode(), base64.urlsafe_b64encode(data).decode(),
-                    base64.b64encode(data).decode().rstrip("=")):
+    for encoded in (
+        base64.b64encode(data).decode(),
+        base64.urlsafe_b64encode(data).decode(),
+        base64.b64encode(data).decode().rstrip("="),
+    ):
         out = shown(f"out: {encoded} end")
         assert MASK in out and encoded[4:-4] not in out, encoded
 
 
 def test_hex_and_url_encodings_are_masked() -> None:
-    for encoded in (SECRET.encode().hex(), SECRET.encode().hex().upper(),
-                    urllib.parse.quote("pa ss/word+1"), urllib.parse.quote_plus("pa ss/word+1")):
+    for encoded in (
+        SECRET.encode().hex(),
+        SECRET.encode().hex().upper(),
+        urllib.parse.quote("pa ss/word+1"),
+        urllib.parse.quote_plus("pa ss/word+1"),
+    ):
         value = SECRET if "pa" not in encoded else "pa ss/word+1"
         assert Masker({"K": value}).text(f"[{encoded}]") == f"[{MASK}]", encoded
 

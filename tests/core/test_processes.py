@@ -31,7 +31,7 @@ def alive(pid: int) -> bool:
         stat = Path(f"/proc/{pid}/stat").read_bytes()
     except OSError:
         return False
-    return stat[stat.rfind(b")") + 2:][:1] not in (b"Z", b"X")
+    return stat[stat.rfind(b")") + 2 :][:1] not in (b"Z", b"X")
 
 
 def gone(pid: int, within: float = 5.0) -> bool:
@@ -52,21 +52,28 @@ async def wait_for_file(path: Path, within: float = 5.0) -> int:
 
 
 async def test_exit_code_output_and_stdin(tmp_path: Path) -> None:
-    done = await run_process([SH, "-c", "cat; echo err >&2; exit 3"], tmp_path, child_env(), 10,
-                             stdin=b'{"hook": "input"}')
+    done = await run_process(
+        [SH, "-c", "cat; echo err >&2; exit 3"],
+        tmp_path,
+        child_env(),
+        10,
+        stdin=b'{"hook": "input"}',
+    )
     assert (done.exit_code, done.timed_out) == (3, False)
     assert done.stdout.head == b'{"hook": "input"}' and done.stderr.head == b"err\n"
 
 
 async def test_a_child_that_ignores_its_stdin_is_fine(tmp_path: Path) -> None:
-    done = await run_process([SH, "-c", "exit 0"], tmp_path, child_env(), 10,
-                             stdin=b"x" * 1_000_000)
+    done = await run_process(
+        [SH, "-c", "exit 0"], tmp_path, child_env(), 10, stdin=b"x" * 1_000_000
+    )
     assert done.exit_code == 0
 
 
 async def test_output_is_capped_but_counted(tmp_path: Path) -> None:
-    done = await run_process([SH, "-c", "head -c 200000 /dev/zero | tr '\\0' a"], tmp_path,
-                             child_env(), 10, keep=1000)
+    done = await run_process(
+        [SH, "-c", "head -c 200000 /dev/zero | tr '\\0' a"], tmp_path, child_env(), 10, keep=1000
+    )
     assert done.stdout.head == b"a" * 1000 and done.stdout.total == 200_000
 
 
@@ -81,16 +88,18 @@ async def test_a_child_that_daemonises_is_killed_when_the_run_ends(tmp_path: Pat
 
 async def test_a_timeout_kills_the_whole_group(tmp_path: Path) -> None:
     started = time.monotonic()
-    done = await run_process([SH, "-c", "sleep 60 & echo $! > child.pid; sleep 60"], tmp_path,
-                             child_env(), 0.5)
+    done = await run_process(
+        [SH, "-c", "sleep 60 & echo $! > child.pid; sleep 60"], tmp_path, child_env(), 0.5
+    )
     assert done.timed_out and done.exit_code < 0
     assert time.monotonic() - started < 5
     assert gone(int((tmp_path / "child.pid").read_text()))
 
 
 async def test_a_cancelled_run_leaves_nothing_running(tmp_path: Path) -> None:
-    run = asyncio.create_task(run_process([SH, "-c", "echo $$ > leader.pid; sleep 60"],
-                                          tmp_path, child_env(), 60))
+    run = asyncio.create_task(
+        run_process([SH, "-c", "echo $$ > leader.pid; sleep 60"], tmp_path, child_env(), 60)
+    )
     pid = await wait_for_file(tmp_path / "leader.pid")
     run.cancel()
     with pytest.raises(asyncio.CancelledError):
@@ -99,10 +108,15 @@ async def test_a_cancelled_run_leaves_nothing_running(tmp_path: Path) -> None:
 
 
 async def test_a_child_and_what_it_starts_go_before_the_server_when_memory_runs_out(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     """The kernel's OOM killer picks the child first: its score is raised, the server's not."""
-    done = await run_process([SH, "-c", "cat /proc/self/oom_score_adj; "
-                              "sh -c 'cat /proc/self/oom_score_adj'"], tmp_path, child_env(), 10)
+    done = await run_process(
+        [SH, "-c", "cat /proc/self/oom_score_adj; sh -c 'cat /proc/self/oom_score_adj'"],
+        tmp_path,
+        child_env(),
+        10,
+    )
     assert done.stdout.head.split() == [b"500", b"500"], done
     assert Path("/proc/self/oom_score_adj").read_text().strip() == "0"
 
@@ -113,20 +127,34 @@ async def test_a_missing_program_raises_oserror(tmp_path: Path) -> None:
 
 
 def test_child_env_withholds_the_servers_secrets(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name, value in {"SESSION_API_KEY": "k", "AGENT_SERVER_WEBHOOK_SECRET": "s",
-                        "CONTROL_PLANE_TOKEN": "t", "PWD": "/srv", "GIT_DIR": "/srv/.git",
-                        "USER_SETTING": "kept"}.items():
+    for name, value in {
+        "SESSION_API_KEY": "k",
+        "AGENT_SERVER_WEBHOOK_SECRET": "s",
+        "CONTROL_PLANE_TOKEN": "t",
+        "PWD": "/srv",
+        "GIT_DIR": "/srv/.git",
+        "USER_SETTING": "kept",
+    }.items():
         monkeypatch.setenv(name, value)
     env = child_env({"GIT_AUTHOR_NAME": "Ada"}, {"USER_SETTING": "layered"})
-    assert not {"SESSION_API_KEY", "AGENT_SERVER_WEBHOOK_SECRET", "CONTROL_PLANE_TOKEN",
-                "PWD", "GIT_DIR"} & env.keys()
+    assert (
+        not {
+            "SESSION_API_KEY",
+            "AGENT_SERVER_WEBHOOK_SECRET",
+            "CONTROL_PLANE_TOKEN",
+            "PWD",
+            "GIT_DIR",
+        }
+        & env.keys()
+    )
     assert env["USER_SETTING"] == "layered" and env["GIT_AUTHOR_NAME"] == "Ada"
     assert env["PAGER"] == "cat" and env["GIT_TERMINAL_PROMPT"] == "0"
     assert "GIT_TERMINAL_PROMPT" not in child_env(quiet=False)
 
 
-async def test_a_child_sees_only_that_environment(tmp_path: Path,
-                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_a_child_sees_only_that_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("SESSION_API_KEY", "server-key")
     monkeypatch.setenv("CONTROL_PLANE_API_KEY", "plane-key")
     done = await run_process(["env"], tmp_path, child_env(), 10)
@@ -135,8 +163,9 @@ async def test_a_child_sees_only_that_environment(tmp_path: Path,
 
 def test_the_proc_scanner_finds_a_process_and_its_group() -> None:
     marker = f"--core-test-marker-{os.getpid()}"
-    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", marker],
-                             start_new_session=True)
+    child = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(30)", marker], start_new_session=True
+    )
     try:
         # Popen returns once the child is forked, before it has exec'd python with the marker.
         assert wait_for(lambda: find_process(marker), what="the child's exec") == child.pid
@@ -164,9 +193,11 @@ def test_a_process_is_named_by_pid_and_start_time_and_found_by_an_environment_en
     from core.processes import is_running, signal_group, start_time, state, with_environment
 
     entry = f"CORE_TEST_ENTRY=here-{os.getpid()}".encode()
-    child = subprocess.Popen([SH, "-c", "exec sleep 30"], start_new_session=True,
-                             env={"CORE_TEST_ENTRY": f"here-{os.getpid()}",
-                                  "PATH": "/usr/bin:/bin"})
+    child = subprocess.Popen(
+        [SH, "-c", "exec sleep 30"],
+        start_new_session=True,
+        env={"CORE_TEST_ENTRY": f"here-{os.getpid()}", "PATH": "/usr/bin:/bin"},
+    )
     try:
         started = start_time(child.pid)
         assert started is not None and is_running(child.pid, started)

@@ -40,14 +40,17 @@ def test_wait_prefers_what_the_server_asked_for() -> None:
     assert 8.0 <= backoff.wait(5, None) <= 16.0
 
 
-@pytest.mark.parametrize("value, seconds", [
-    ("2.5", 2.5),
-    (" 10 ", 10.0),
-    ("-3", 0.0),
-    ("soon", None),
-    ("", None),
-    (None, None),
-])
+@pytest.mark.parametrize(
+    "value, seconds",
+    [
+        ("2.5", 2.5),
+        (" 10 ", 10.0),
+        ("-3", 0.0),
+        ("soon", None),
+        ("", None),
+        (None, None),
+    ],
+)
 def test_retry_after_in_seconds(value: str | None, seconds: float | None) -> None:
     assert parse_retry_after(value, now=1000.0) == seconds
 

@@ -83,16 +83,24 @@ class ScriptedAgent:
     def on_connect(self, conn: Client) -> None:
         self.conn = conn
 
-    async def initialize(self, protocol_version: int, client_capabilities: Any = None,
-                         client_info: Any = None, **kwargs: Any) -> InitializeResponse:
+    async def initialize(
+        self,
+        protocol_version: int,
+        client_capabilities: Any = None,
+        client_info: Any = None,
+        **kwargs: Any,
+    ) -> InitializeResponse:
         forks = SessionCapabilities(fork=SessionForkCapabilities()) if self.fork else None
-        return InitializeResponse(protocol_version=PROTOCOL_VERSION,
-                                  agent_capabilities=AgentCapabilities(
-                                      load_session=self.sessions is not None,
-                                      session_capabilities=forks))
+        return InitializeResponse(
+            protocol_version=PROTOCOL_VERSION,
+            agent_capabilities=AgentCapabilities(
+                load_session=self.sessions is not None, session_capabilities=forks
+            ),
+        )
 
-    async def new_session(self, cwd: str, mcp_servers: Any = None,
-                          **kwargs: Any) -> NewSessionResponse:
+    async def new_session(
+        self, cwd: str, mcp_servers: Any = None, **kwargs: Any
+    ) -> NewSessionResponse:
         self.cwd = cwd
         self.opened += 1
         if self.sessions is not None:
@@ -103,8 +111,9 @@ class ScriptedAgent:
         self._keep()
         return NewSessionResponse(session_id=sid)
 
-    async def load_session(self, cwd: str, session_id: str, mcp_servers: Any = None,
-                           **kwargs: Any) -> LoadSessionResponse:
+    async def load_session(
+        self, cwd: str, session_id: str, mcp_servers: Any = None, **kwargs: Any
+    ) -> LoadSessionResponse:
         if self.sessions is None or session_id not in self.history:
             raise acp.RequestError.resource_not_found(session_id)
         self.opened += 1
@@ -113,12 +122,17 @@ class ScriptedAgent:
                 await self.client.session_update(session_id, acp.update_user_message_text(text))
             else:
                 await self.client.session_update(session_id, acp.update_agent_message_text(text))
-                await self.client.session_update(session_id, acp.start_tool_call(
-                    f"replayed-{n}", "replayed call", kind="read", status="completed"))
+                await self.client.session_update(
+                    session_id,
+                    acp.start_tool_call(
+                        f"replayed-{n}", "replayed call", kind="read", status="completed"
+                    ),
+                )
         return LoadSessionResponse()
 
-    async def fork_session(self, cwd: str, session_id: str, mcp_servers: Any = None,
-                           **kwargs: Any) -> ForkSessionResponse:
+    async def fork_session(
+        self, cwd: str, session_id: str, mcp_servers: Any = None, **kwargs: Any
+    ) -> ForkSessionResponse:
         if session_id not in self.history:
             raise acp.RequestError.resource_not_found(session_id)
         self.opened += 1
@@ -164,7 +178,7 @@ class ScriptedAgent:
         self.history.setdefault(sid, []).append(["agent", text])
         self._keep()
         third = max(len(text) // 3, 1)
-        for piece in (text[:third], text[third:2 * third], text[2 * third:]):
+        for piece in (text[:third], text[third : 2 * third], text[2 * third :]):
             if piece:
                 await self.client.session_update(sid, acp.update_agent_message_text(piece))
                 await asyncio.sleep(0.01)
@@ -179,40 +193,63 @@ class ScriptedAgent:
         try:
             got = await self.client.read_text_file(session_id=sid, path=path)
         except acp.RequestError as exc:
-            await self.client.session_update(sid, acp.update_tool_call(
-                cid, status="failed", raw_output={"error": str(exc), "data": exc.data}))
+            await self.client.session_update(
+                sid,
+                acp.update_tool_call(
+                    cid, status="failed", raw_output={"error": str(exc), "data": exc.data}
+                ),
+            )
             return
-        await self.client.session_update(sid, acp.update_tool_call(
-            cid, status="completed", raw_output={"content": got.content},
-            content=[acp.tool_content(acp.text_block(got.content))]))
+        await self.client.session_update(
+            sid,
+            acp.update_tool_call(
+                cid,
+                status="completed",
+                raw_output={"content": got.content},
+                content=[acp.tool_content(acp.text_block(got.content))],
+            ),
+        )
 
     async def do_write(self, sid: str, rest: str) -> str | None:
         path, _, content = rest.partition(" ")
         cid = self.call_id()
         await self.client.session_update(
-            sid, acp.start_edit_tool_call(cid, f"Write {path}", path, content))
+            sid, acp.start_edit_tool_call(cid, f"Write {path}", path, content)
+        )
         answer = await self.client.request_permission(
-            session_id=sid, tool_call=ToolCallUpdate(tool_call_id=cid, title=f"Write {path}",
-                                                     kind="edit"),
-            options=[PermissionOption(option_id="yes", name="Allow", kind="allow_once"),
-                     PermissionOption(option_id="no", name="Reject", kind="reject_once")])
+            session_id=sid,
+            tool_call=ToolCallUpdate(tool_call_id=cid, title=f"Write {path}", kind="edit"),
+            options=[
+                PermissionOption(option_id="yes", name="Allow", kind="allow_once"),
+                PermissionOption(option_id="no", name="Reject", kind="reject_once"),
+            ],
+        )
         outcome = answer.outcome
         if outcome.outcome == "cancelled":
             await self.client.session_update(sid, acp.update_tool_call(cid, status="failed"))
             return "cancelled"
         if outcome.option_id != "yes":
-            await self.client.session_update(sid, acp.update_tool_call(
-                cid, status="failed", raw_output="rejected by the user"))
+            await self.client.session_update(
+                sid, acp.update_tool_call(cid, status="failed", raw_output="rejected by the user")
+            )
             return None
         await self.client.session_update(sid, acp.update_tool_call(cid, status="in_progress"))
         try:
             await self.client.write_text_file(session_id=sid, path=path, content=content)
         except acp.RequestError as exc:
-            await self.client.session_update(sid, acp.update_tool_call(
-                cid, status="failed", raw_output={"error": str(exc), "data": exc.data}))
+            await self.client.session_update(
+                sid,
+                acp.update_tool_call(
+                    cid, status="failed", raw_output={"error": str(exc), "data": exc.data}
+                ),
+            )
             return None
-        await self.client.session_update(sid, acp.update_tool_call(
-            cid, status="completed", content=[acp.tool_diff_content(path, content)]))
+        await self.client.session_update(
+            sid,
+            acp.update_tool_call(
+                cid, status="completed", content=[acp.tool_diff_content(path, content)]
+            ),
+        )
         return None
 
     async def do_put(self, sid: str, rest: str) -> None:
@@ -226,33 +263,56 @@ class ScriptedAgent:
 
     async def do_writes(self, sid: str, rest: str) -> str | None:
         paths, _, content = rest.partition(" ")
-        done = await asyncio.gather(*(self.do_write(sid, f"{path} {content}")
-                                      for path in paths.split(",")))
+        done = await asyncio.gather(
+            *(self.do_write(sid, f"{path} {content}") for path in paths.split(","))
+        )
         return "cancelled" if "cancelled" in done else None
 
     async def do_env(self, sid: str, name: str) -> None:
         cid = self.call_id()
         value = os.environ.get(name, "")
-        await self.client.session_update(sid, acp.start_tool_call(
-            cid, f"echo ${name}", kind="execute", status="in_progress",
-            raw_input={"command": f"echo {value}"}))
-        await self.client.session_update(sid, acp.update_tool_call(
-            cid, status="completed", raw_output={"stdout": value},
-            content=[acp.tool_content(acp.text_block(f"the value is {value}"))]))
+        await self.client.session_update(
+            sid,
+            acp.start_tool_call(
+                cid,
+                f"echo ${name}",
+                kind="execute",
+                status="in_progress",
+                raw_input={"command": f"echo {value}"},
+            ),
+        )
+        await self.client.session_update(
+            sid,
+            acp.update_tool_call(
+                cid,
+                status="completed",
+                raw_output={"stdout": value},
+                content=[acp.tool_content(acp.text_block(f"the value is {value}"))],
+            ),
+        )
 
     async def do_terminal(self, sid: str, command: str) -> None:
         cid = self.call_id()
-        await self.client.session_update(sid, acp.start_tool_call(
-            cid, command, kind="execute", status="in_progress", raw_input={"command": command}))
-        term = await self.client.create_terminal(session_id=sid, command="sh",
-                                                 args=["-c", command])
-        exited = await self.client.wait_for_terminal_exit(session_id=sid,
-                                                          terminal_id=term.terminal_id)
+        await self.client.session_update(
+            sid,
+            acp.start_tool_call(
+                cid, command, kind="execute", status="in_progress", raw_input={"command": command}
+            ),
+        )
+        term = await self.client.create_terminal(session_id=sid, command="sh", args=["-c", command])
+        exited = await self.client.wait_for_terminal_exit(
+            session_id=sid, terminal_id=term.terminal_id
+        )
         output = await self.client.terminal_output(session_id=sid, terminal_id=term.terminal_id)
         await self.client.release_terminal(session_id=sid, terminal_id=term.terminal_id)
-        await self.client.session_update(sid, acp.update_tool_call(
-            cid, status="completed" if exited.exit_code == 0 else "failed",
-            raw_output={"output": output.output, "exit_code": exited.exit_code}))
+        await self.client.session_update(
+            sid,
+            acp.update_tool_call(
+                cid,
+                status="completed" if exited.exit_code == 0 else "failed",
+                raw_output={"output": output.output, "exit_code": exited.exit_code},
+            ),
+        )
 
     async def do_spawn(self, sid: str, pidfile: str) -> None:
         child = subprocess.Popen(["sleep", "300"], start_new_session=True)
@@ -261,11 +321,21 @@ class ScriptedAgent:
 
     async def do_usage(self, sid: str, rest: str) -> None:
         tokens_in, tokens_out, usd = rest.split()
-        await self.client.session_update(sid, UsageUpdate(
-            session_update="usage_update", used=int(tokens_in) + int(tokens_out), size=200_000,
-            cost=Cost(amount=float(usd), currency="USD")))
-        self.usage = Usage(input_tokens=int(tokens_in), output_tokens=int(tokens_out),
-                           total_tokens=int(tokens_in) + int(tokens_out), cached_read_tokens=7)
+        await self.client.session_update(
+            sid,
+            UsageUpdate(
+                session_update="usage_update",
+                used=int(tokens_in) + int(tokens_out),
+                size=200_000,
+                cost=Cost(amount=float(usd), currency="USD"),
+            ),
+        )
+        self.usage = Usage(
+            input_tokens=int(tokens_in),
+            output_tokens=int(tokens_out),
+            total_tokens=int(tokens_in) + int(tokens_out),
+            cached_read_tokens=7,
+        )
 
     async def do_recall(self, sid: str, rest: str) -> None:
         earlier = [text for role, text in self.history.get(sid, []) if role == "user"][:-1]
@@ -275,8 +345,9 @@ class ScriptedAgent:
         await self.do_say(sid, f"sessions opened: {self.opened}")
 
     async def do_quote(self, sid: str, word: str) -> None:
-        found = any(word in line for line in self.prompt_text.splitlines()
-                    if not line.startswith("quote "))
+        found = any(
+            word in line for line in self.prompt_text.splitlines() if not line.startswith("quote ")
+        )
         await self.do_say(sid, f"{word} is {'' if found else 'not '}in the prompt")
 
     async def do_stop(self, sid: str, reason: str) -> str:

@@ -68,8 +68,11 @@ class ToolCall:
         return self.statuses[-1] if self.statuses else None
 
     def texts(self) -> str:
-        return "\n".join(c.content.text for c in self.content
-                         if c.type == "content" and isinstance(c.content, TextContentBlock))
+        return "\n".join(
+            c.content.text
+            for c in self.content
+            if c.type == "content" and isinstance(c.content, TextContentBlock)
+        )
 
     def diffs(self) -> list[Any]:
         return [c for c in self.content if c.type == "diff"]
@@ -88,14 +91,15 @@ class ScriptedEditor:
 
     # -- what a test reads -----------------------------------------------------------------
 
-    async def wait(self, predicate: Callable[[], Any], timeout: float = 60,
-                   what: str = "") -> Any:
+    async def wait(self, predicate: Callable[[], Any], timeout: float = 60, what: str = "") -> Any:
         """Until predicate() is truthy (checked at each thing the bridge sends)."""
+
         async def check() -> Any:
             async with self.changed:
                 while not (value := predicate()):
                     await self.changed.wait()
                 return value
+
         try:
             return await asyncio.wait_for(check(), timeout)
         except TimeoutError:
@@ -105,8 +109,11 @@ class ScriptedEditor:
         return [u for s, u in self.updates if s == session_id]
 
     def _texts(self, session_id: str, kind: type) -> str:
-        return "".join(u.content.text for u in self.of(session_id)
-                       if isinstance(u, kind) and isinstance(u.content, TextContentBlock))
+        return "".join(
+            u.content.text
+            for u in self.of(session_id)
+            if isinstance(u, kind) and isinstance(u.content, TextContentBlock)
+        )
 
     def text(self, session_id: str) -> str:
         return self._texts(session_id, AgentMessageChunk)
@@ -124,12 +131,14 @@ class ScriptedEditor:
         calls: dict[str, ToolCall] = {}
         for update in self.of(session_id):
             if isinstance(update, ToolCallStart):
-                call = calls[update.tool_call_id] = ToolCall(update.tool_call_id, update.title,
-                                                              update.kind)
+                call = calls[update.tool_call_id] = ToolCall(
+                    update.tool_call_id, update.title, update.kind
+                )
                 call.raw_input = update.raw_input
             elif isinstance(update, ToolCallProgress):
-                call = calls.setdefault(update.tool_call_id,
-                                        ToolCall(update.tool_call_id, "?", None))
+                call = calls.setdefault(
+                    update.tool_call_id, ToolCall(update.tool_call_id, "?", None)
+                )
                 call.title = update.title or call.title
                 call.raw_output = update.raw_output or call.raw_output
             else:
@@ -154,20 +163,26 @@ class ScriptedEditor:
         self.updates.append((session_id, update))
         await self._changed()
 
-    async def request_permission(self, session_id: str, tool_call: ToolCallUpdate,
-                                 options: list[PermissionOption],
-                                 **kwargs: Any) -> RequestPermissionResponse:
+    async def request_permission(
+        self,
+        session_id: str,
+        tool_call: ToolCallUpdate,
+        options: list[PermissionOption],
+        **kwargs: Any,
+    ) -> RequestPermissionResponse:
         self.permissions.append((session_id, tool_call, options))
         await self._changed()
         answer = await self.wait(lambda: self.answers, what="an answer to queue")
         choice = answer.pop(0)
         if choice == "cancel":
             return RequestPermissionResponse(outcome=DeniedOutcome(outcome="cancelled"))
-        return RequestPermissionResponse(outcome=AllowedOutcome(outcome="selected",
-                                                                option_id=choice))
+        return RequestPermissionResponse(
+            outcome=AllowedOutcome(outcome="selected", option_id=choice)
+        )
 
-    async def write_text_file(self, session_id: str, path: str, content: str,
-                              **kwargs: Any) -> WriteTextFileResponse:
+    async def write_text_file(
+        self, session_id: str, path: str, content: str, **kwargs: Any
+    ) -> WriteTextFileResponse:
         target = Path(path)
         if not target.is_absolute() or not target.resolve().is_relative_to(self.root.resolve()):
             raise RequestError.invalid_params({"details": f"{path} is outside the project"})
@@ -177,8 +192,14 @@ class ScriptedEditor:
         await self._changed()
         return WriteTextFileResponse()
 
-    async def read_text_file(self, session_id: str, path: str, line: int | None = None,
-                             limit: int | None = None, **kwargs: Any) -> ReadTextFileResponse:
+    async def read_text_file(
+        self,
+        session_id: str,
+        path: str,
+        line: int | None = None,
+        limit: int | None = None,
+        **kwargs: Any,
+    ) -> ReadTextFileResponse:
         return ReadTextFileResponse(content=Path(path).read_text())
 
     async def create_terminal(self, *args: Any, **kwargs: Any) -> Any:
@@ -200,33 +221,46 @@ class ScriptedEditor:
                 asyncio.get_running_loop().create_task(self._changed())
 
 
-CAPABILITIES = ClientCapabilities(fs=FileSystemCapabilities(read_text_file=True,
-                                                            write_text_file=True))
+CAPABILITIES = ClientCapabilities(
+    fs=FileSystemCapabilities(read_text_file=True, write_text_file=True)
+)
 
 
 @contextlib.asynccontextmanager
-async def editor_process(env: dict[str, str], cwd: Path, *args: str,
-                         log: Path | None = None) -> AsyncIterator[ScriptedEditor]:
+async def editor_process(
+    env: dict[str, str], cwd: Path, *args: str, log: Path | None = None
+) -> AsyncIterator[ScriptedEditor]:
     """`python -m cli acp` (the `agent-server acp` command) spawned with `env` (over a clean
     environment), in `cwd`; its stderr to `log` (else cwd's parent / bridge.log)."""
     editor = ScriptedEditor(cwd)
     log_path = log or cwd.parent / "bridge.log"
-    base = {k: v for k, v in os.environ.items()
-            if k in ("PATH", "HOME", "LANG", "TMPDIR", "SSL_CERT_FILE", "NO_PROXY", "no_proxy")}
+    base = {
+        k: v
+        for k, v in os.environ.items()
+        if k in ("PATH", "HOME", "LANG", "TMPDIR", "SSL_CERT_FILE", "NO_PROXY", "no_proxy")
+    }
     with open(log_path, "ab") as stderr:
         async with acp.spawn_agent_process(
-                editor, sys.executable, "-m", "cli", "acp", *args,
-                env={**base, "PYTHONPATH": str(ROOT), **env}, cwd=cwd,
-                transport_kwargs={"stderr": stderr.fileno()},
-                observers=[editor.observe]) as (conn, process):
+            editor,
+            sys.executable,
+            "-m",
+            "cli",
+            "acp",
+            *args,
+            env={**base, "PYTHONPATH": str(ROOT), **env},
+            cwd=cwd,
+            transport_kwargs={"stderr": stderr.fileno()},
+            observers=[editor.observe],
+        ) as (conn, process):
             editor.conn = conn
             editor.process = process  # type: ignore[attr-defined]
             yield editor
 
 
 async def start(editor: ScriptedEditor, capabilities: ClientCapabilities = CAPABILITIES) -> Any:
-    return await editor.conn.initialize(protocol_version=acp.PROTOCOL_VERSION,
-                                        client_capabilities=capabilities)
+    return await editor.conn.initialize(
+        protocol_version=acp.PROTOCOL_VERSION, client_capabilities=capabilities
+    )
 
 
 def text(value: str) -> list[TextContentBlock]:

@@ -20,11 +20,16 @@ def status(client: httpx.Client, cid: str) -> str:
 def wait_status(client: httpx.Client, cid: str, *wanted: str, timeout: float = 60) -> str:
     """Wait until the conversation reaches one of `wanted` (default: any resting status)."""
     targets = wanted or DONE
-    return wait_for(lambda: (s := status(client, cid)) in targets and s, timeout=timeout,
-                    what=f"status in {targets} (last: {status(client, cid)})")
+    return wait_for(
+        lambda: (s := status(client, cid)) in targets and s,
+        timeout=timeout,
+        what=f"status in {targets} (last: {status(client, cid)})",
+    )
 
 
-def events(client: httpx.Client, cid: str, kind: str | None = None, **params: Any) -> list[dict[str, Any]]:
+def events(
+    client: httpx.Client, cid: str, kind: str | None = None, **params: Any
+) -> list[dict[str, Any]]:
     """Every event of the conversation (following pages), optionally of one kind."""
     out: list[dict[str, Any]] = []
     query: dict[str, Any] = {"limit": 1000, **params}
@@ -41,8 +46,10 @@ def events(client: httpx.Client, cid: str, kind: str | None = None, **params: An
 
 
 def send(client: httpx.Client, cid: str, text: str, run: bool = True) -> dict[str, Any]:
-    r = client.post(f"/api/conversations/{cid}/events",
-                    json={"role": "user", "content": [{"type": "text", "text": text}], "run": run})
+    r = client.post(
+        f"/api/conversations/{cid}/events",
+        json={"role": "user", "content": [{"type": "text", "text": text}], "run": run},
+    )
     assert r.status_code == 200, r.text
     return r.json()
 

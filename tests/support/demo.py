@@ -48,22 +48,37 @@ def demo_reply(_key: str, body: dict[str, Any]) -> Reply:
         return text("OK")
     last_user = max((i for i, m in enumerate(messages) if m.get("role") == "user"), default=0)
     asked = _said(messages[last_user]).strip() or "hello"
-    done = [m for m in messages[last_user + 1:] if m.get("role") == "tool"]
+    done = [m for m in messages[last_user + 1 :] if m.get("role") == "tool"]
     if not done:
         return call("terminal", "Let me look at the workspace first.", command="pwd && ls -la")
     workdir = _said(done[0]).strip().splitlines()[0]
     if len(done) == 1:
         line = asked.splitlines()[0].replace("\\", "\\\\").replace('"', '\\"')[:80]
-        return call("file_editor", "I'll write a small script from your request.", command="create",
-                    path=f"{workdir}/hello.py", file_text=f'print("You asked: {line}")\n')
+        return call(
+            "file_editor",
+            "I'll write a small script from your request.",
+            command="create",
+            path=f"{workdir}/hello.py",
+            file_text=f'print("You asked: {line}")\n',
+        )
     if len(done) == 2:
-        return call("file_editor", command="str_replace", path=f"{workdir}/hello.py",
-                    old_str='print("You asked', new_str='print("Hello from the demo model! You asked')
+        return call(
+            "file_editor",
+            command="str_replace",
+            path=f"{workdir}/hello.py",
+            old_str='print("You asked',
+            new_str='print("Hello from the demo model! You asked',
+        )
     if len(done) == 3:
         return call("terminal", command="python3 hello.py")
-    return call("finish", message=(
-        "I wrote hello.py and ran it (see the transcript and the workspace's files). This is the "
-        "scripted demo model: set a real model and key in Settings to give the agent real work."))
+    return call(
+        "finish",
+        message=(
+            "I wrote hello.py and ran it (see the transcript and the workspace's files). "
+            "This is the scripted demo model: set a real model and key in Settings to give the "
+            "agent real work."
+        ),
+    )
 
 
 def main() -> None:
@@ -73,8 +88,17 @@ def main() -> None:
     # Its sandboxes stop with it (a real control plane leaves them running across restarts).
     config = from_env(state_dir=STATE, stop_sandboxes_on_exit=True)
     key = asyncio.run(create_key(config, "demo"))
-    server = Server(uvicorn.Config(build_app(config), host=config.host, port=config.port,
-                                   log_level="warning", lifespan="on", timeout_graceful_shutdown=5))
+    server = Server(
+        uvicorn.Config(
+            build_app(config),
+            host=config.host,
+            port=config.port,
+            log_level="warning",
+            lifespan="on",
+            timeout_graceful_shutdown=5,
+        )
+    )
+
     # uvicorn hears signals only in the main thread, so the demo does: Ctrl+C, a SIGTERM (a
     # `kill`, a service manager) or a closed terminal ends the control plane, its sandboxes
     # with it; a second one does not wait for them. (Not a KeyboardInterrupt: one raised in
@@ -84,6 +108,7 @@ def main() -> None:
         if server.should_exit:
             server.force_exit = True
         server.should_exit = True
+
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, end)
     thread = threading.Thread(target=server.run, name="control plane")
@@ -93,12 +118,20 @@ def main() -> None:
     if not thread.is_alive():
         raise SystemExit("the control plane did not start (is the port taken? CONTROL_PLANE_PORT)")
     url = f"http://{config.host}:{config.port}"
-    settings = {"llm_model": "openai/demo-model", "llm_base_url": llm.base_url("demo"),
-                "llm_api_key": "demo-key-not-secret", "default_tools": ["terminal", "file_editor"]}
-    httpx.patch(f"{url}/api/v1/settings", json=settings,
-                headers={"Authorization": f"Bearer {key}"}).raise_for_status()
-    print(f"\nThe console: {url}/\nSign in with this key (user demo): {key}\n"
-          "The model is the scripted demo model; Ctrl+C stops it all.\n", flush=True)
+    settings = {
+        "llm_model": "openai/demo-model",
+        "llm_base_url": llm.base_url("demo"),
+        "llm_api_key": "demo-key-not-secret",
+        "default_tools": ["terminal", "file_editor"],
+    }
+    httpx.patch(
+        f"{url}/api/v1/settings", json=settings, headers={"Authorization": f"Bearer {key}"}
+    ).raise_for_status()
+    print(
+        f"\nThe console: {url}/\nSign in with this key (user demo): {key}\n"
+        "The model is the scripted demo model; Ctrl+C stops it all.\n",
+        flush=True,
+    )
     try:
         thread.join()
     finally:

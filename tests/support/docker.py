@@ -3,8 +3,8 @@ image built from nothing but Debian packages, since no image registry is reachab
 
 The base image is made the way a distribution is: `debootstrap` a minimal Debian into a root
 file system, made as slim as debian:bookworm-slim (`slim`), `docker import` it, then add
-Python with apt (`debian-python.Dockerfile`). sandbox.Dockerfile is then built on it (`BASE_IMAGE`), without
-Chromium (the tests never browse inside a container). Each step is cached: the root file
+Python with apt (`debian-python.Dockerfile`). sandbox.Dockerfile is then built on it (`BASE_IMAGE`),
+without Chromium (the tests never browse inside a container). Each step is cached: the root file
 system's tarball and the imported image under a key of everything that makes them, and the
 builds in Docker's layer cache, so only the first run of a machine pays (about 1.5 minutes on
 two cores; a rebuild after a code change takes seconds). Builds use the host's network.
@@ -44,8 +44,16 @@ BASE_DOCKERFILE = Path(__file__).with_name("debian-python.Dockerfile")
 #: build theirs beside it, never over it.
 SANDBOX_IMAGE = "agent-server-test/sandbox:" + hashlib.sha256(str(ROOT).encode()).hexdigest()[:12]
 #: Proxy variables Docker passes into every build without a matching ARG.
-PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "ALL_PROXY",
-                   "http_proxy", "https_proxy", "no_proxy", "all_proxy")
+PROXY_VARIABLES = (
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "NO_PROXY",
+    "ALL_PROXY",
+    "http_proxy",
+    "https_proxy",
+    "no_proxy",
+    "all_proxy",
+)
 
 
 class Unavailable(Exception):
@@ -78,23 +86,30 @@ class Daemon:
     proc: subprocess.Popen[bytes] | None = None
 
     @classmethod
-    def ensure(cls, log: Path, timeout: float = 60, sock: Path = SOCKET,
-               args: tuple[str, ...] = ()) -> Daemon:
+    def ensure(
+        cls, log: Path, timeout: float = 60, sock: Path = SOCKET, args: tuple[str, ...] = ()
+    ) -> Daemon:
         """`sock`, `args`: another daemon beside the system's (its own data and exec roots)."""
         if _answers(sock):
             return cls()
         if sock.exists() and not os.access(sock, os.R_OK | os.W_OK):
             raise Unavailable(f"Docker runs, but this user may not use {sock} (the docker group)")
         if shutil.which("dockerd") is None:
-            raise Unavailable("Docker is not installed (`.ci/run` installs Debian's docker.io; "
-                              "`apt-get install docker.io` here)")
+            raise Unavailable(
+                "Docker is not installed (`.ci/run` installs Debian's docker.io; "
+                "`apt-get install docker.io` here)"
+            )
         if os.geteuid() != 0:
             raise Unavailable("dockerd is installed but not running, and starting it needs root")
         log.parent.mkdir(parents=True, exist_ok=True)
         with open(log, "ab") as out:
-            proc = subprocess.Popen(["dockerd", "--host", f"unix://{sock}", *args], stdout=out,
-                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    start_new_session=True)
+            proc = subprocess.Popen(
+                ["dockerd", "--host", f"unix://{sock}", *args],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
         deadline = time.monotonic() + timeout
         while not _answers(sock):
             if proc.poll() is not None or time.monotonic() > deadline:
@@ -161,12 +176,18 @@ def bridge_gateway(c: docker.DockerClient) -> str:
             return str(config["Gateway"])
     # A default bridge lists no gateway: it is the bridge interface's own address.
     device = (attrs.get("Options") or {}).get("com.docker.network.bridge.name", "docker0")
-    shown = subprocess.run(["ip", "-4", "-o", "addr", "show", "dev", device], capture_output=True,
-                           text=True).stdout.split() if shutil.which("ip") else []
+    shown = (
+        subprocess.run(
+            ["ip", "-4", "-o", "addr", "show", "dev", device], capture_output=True, text=True
+        ).stdout.split()
+        if shutil.which("ip")
+        else []
+    )
     return shown[shown.index("inet") + 1].split("/")[0] if "inet" in shown else "172.17.0.1"
 
 
 # -- the host's package plumbing ----------------------------------------------------------------
+
 
 def debian_mirror() -> str:
     """The host's Debian mirror, from its apt sources (deb822 or one-line form)."""
@@ -178,9 +199,13 @@ def debian_mirror() -> str:
             continue
         for line in text.splitlines():
             words = line.split()
-            uri = (words[1] if len(words) > 1 and words[0] == "URIs:" else
-                   words[1] if len(words) > 2 and words[0] == "deb" and not words[1].startswith("[")
-                   else "")
+            uri = (
+                words[1]
+                if len(words) > 1 and words[0] == "URIs:"
+                else words[1]
+                if len(words) > 2 and words[0] == "deb" and not words[1].startswith("[")
+                else ""
+            )
             if uri.rstrip("/").endswith("/debian"):
                 return uri.rstrip("/")
     return "http://deb.debian.org/debian"
@@ -190,8 +215,14 @@ def _pip_settings() -> dict[str, str]:
     """pip's settings on this host (its config files, then PIP_* variables)."""
     found: dict[str, str] = {}
     parser = configparser.ConfigParser()
-    parser.read(["/etc/pip.conf", "/etc/xdg/pip/pip.conf", Path.home() / ".config/pip/pip.conf",
-                 Path.home() / ".pip/pip.conf"])
+    parser.read(
+        [
+            "/etc/pip.conf",
+            "/etc/xdg/pip/pip.conf",
+            Path.home() / ".config/pip/pip.conf",
+            Path.home() / ".pip/pip.conf",
+        ]
+    )
     for section in ("global", "install"):
         if parser.has_section(section):
             found.update(parser.items(section))
@@ -202,8 +233,12 @@ def _pip_settings() -> dict[str, str]:
 
 
 def _ca_bundle(pip: dict[str, str]) -> Path | None:
-    for candidate in (pip.get("cert"), os.environ.get("SSL_CERT_FILE"),
-                      os.environ.get("REQUESTS_CA_BUNDLE"), "/etc/ssl/certs/ca-certificates.crt"):
+    for candidate in (
+        pip.get("cert"),
+        os.environ.get("SSL_CERT_FILE"),
+        os.environ.get("REQUESTS_CA_BUNDLE"),
+        "/etc/ssl/certs/ca-certificates.crt",
+    ):
         if candidate and Path(candidate).is_file():
             return Path(candidate)
     return None
@@ -230,6 +265,7 @@ def proxy_args() -> dict[str, str]:
 
 
 # -- the images ---------------------------------------------------------------------------------
+
 
 @contextlib.contextmanager
 def _locked() -> Iterator[None]:
@@ -276,9 +312,16 @@ def slim(rootfs: Path) -> None:
     apt's lists and caches, and what DPKG_EXCLUDES leaves out of every later install, gone."""
     (rootfs / "etc/dpkg/dpkg.cfg.d/docker-slim").write_text(DPKG_EXCLUDES)
     (rootfs / "etc/apt/apt.conf.d/docker-clean").write_text(APT_CLEAN)
-    for pattern in ("var/cache/apt/archives/*.deb", "var/cache/apt/*.bin", "var/lib/apt/lists/*_*",
-                    "usr/share/man/*", "usr/share/groff/*", "usr/share/info/*",
-                    "usr/share/lintian/*", "usr/share/locale/*"):
+    for pattern in (
+        "var/cache/apt/archives/*.deb",
+        "var/cache/apt/*.bin",
+        "var/lib/apt/lists/*_*",
+        "usr/share/man/*",
+        "usr/share/groff/*",
+        "usr/share/info/*",
+        "usr/share/lintian/*",
+        "usr/share/locale/*",
+    ):
         for path in rootfs.glob(pattern):
             shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
     for doc in (rootfs / "usr/share/doc").glob("*/*"):
@@ -294,8 +337,10 @@ def debian_image(c: docker.DockerClient, timings: dict[str, float]) -> str:
     if _has(c, tag):
         return tag
     if shutil.which("debootstrap") is None:
-        raise Unavailable("debootstrap is not installed (`.ci/run` installs it; "
-                          "`apt-get install debootstrap` here)")
+        raise Unavailable(
+            "debootstrap is not installed (`.ci/run` installs it; "
+            "`apt-get install debootstrap` here)"
+        )
     if os.geteuid() != 0:
         raise Unavailable("building the test base image needs root (debootstrap)")
     tarball = CACHE / f"debian-{SUITE}-{key}.tar"
@@ -303,10 +348,16 @@ def debian_image(c: docker.DockerClient, timings: dict[str, float]) -> str:
         began = time.monotonic()
         rootfs = CACHE / f"rootfs-{key}"
         shutil.rmtree(rootfs, ignore_errors=True)
-        result = subprocess.run(["debootstrap", "--variant=minbase", SUITE, str(rootfs), mirror],
-                                capture_output=True, text=True, timeout=900)
+        result = subprocess.run(
+            ["debootstrap", "--variant=minbase", SUITE, str(rootfs), mirror],
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
         if result.returncode != 0:
-            raise RuntimeError(f"debootstrap failed:\n{result.stdout[-3000:]}{result.stderr[-3000:]}")
+            raise RuntimeError(
+                f"debootstrap failed:\n{result.stdout[-3000:]}{result.stderr[-3000:]}"
+            )
         slim(rootfs)
         partial = tarball.with_suffix(".partial")
         with tarfile.open(partial, "w") as tar:
@@ -344,8 +395,13 @@ def sandbox_image(timings: dict[str, float] | None = None, *, chromium: bool = F
         base = python_image(c, timings)
         began = time.monotonic()
         extra = {} if chromium else {"EXTRA_PACKAGES": ""}
-        _build(c, path=str(ROOT), dockerfile="sandbox.Dockerfile", tag=tag,
-               buildargs={"BASE_IMAGE": base, **extra, **proxy_args()})
+        _build(
+            c,
+            path=str(ROOT),
+            dockerfile="sandbox.Dockerfile",
+            tag=tag,
+            buildargs={"BASE_IMAGE": base, **extra, **proxy_args()},
+        )
         timings["sandbox_image_s"] = time.monotonic() - began
     return tag
 
@@ -355,10 +411,13 @@ def _build(c: docker.DockerClient, **kwargs: object) -> None:
         c.images.build(network_mode="host", rm=True, forcerm=True, **kwargs)  # type: ignore[arg-type]
     except docker.errors.BuildError as exc:
         log = "".join(str(part.get("stream") or part.get("error") or "") for part in exc.build_log)
-        raise RuntimeError(f"building {kwargs.get('tag')} failed: {exc.msg}\n{log[-4000:]}") from None
+        raise RuntimeError(
+            f"building {kwargs.get('tag')} failed: {exc.msg}\n{log[-4000:]}"
+        ) from None
 
 
 # -- warm pools -----------------------------------------------------------------------------
+
 
 def parked(c: docker.DockerClient, plane: str) -> dict[str, str]:
     """A deployment's parked containers (control_plane/providers/docker/pool.py): sandbox id ->
@@ -368,11 +427,13 @@ def parked(c: docker.DockerClient, plane: str) -> dict[str, str]:
 
     found = c.api.containers(all=True, filters={"label": f"{LABEL_PLANE}={plane}"})
     names = {str(f["Names"][0]).lstrip("/"): str(f["State"]) for f in found}
-    return {name.removeprefix(PREFIX): state for name, state in names.items()
-            if name.startswith(PREFIX)}
+    return {
+        name.removeprefix(PREFIX): state for name, state in names.items() if name.startswith(PREFIX)
+    }
 
 
 # -- clean-up -------------------------------------------------------------------------------
+
 
 def remove_labelled(c: docker.DockerClient, label: str) -> None:
     """Every container and volume carrying `label` (what a failed test left behind)."""

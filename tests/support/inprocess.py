@@ -60,7 +60,8 @@ class Lifespan:
     async def startup(self) -> None:
         scope = {"type": "lifespan", "asgi": {"version": "3.0"}, "state": self.state}
         self._task = asyncio.create_task(
-            self.app(scope, self._inbox.get, self._outbox.put), name="lifespan")  # type: ignore[arg-type]
+            self.app(scope, self._inbox.get, self._outbox.put), name="lifespan"
+        )  # type: ignore[arg-type]
         await self._inbox.put({"type": "lifespan.startup"})
         await self._expect("lifespan.startup.complete")
 
@@ -100,13 +101,20 @@ class InProcess:
 def config(root: Path, **values: Any) -> Config:
     """A Config on root/state whose default working directory, root/workspace, exists."""
     (root / "workspace").mkdir(parents=True, exist_ok=True)
-    return Config.model_validate({"state_dir": root / "state", "session_api_keys": (KEY,),
-                                  "working_dir": root / "workspace", **values})
+    return Config.model_validate(
+        {
+            "state_dir": root / "state",
+            "session_api_keys": (KEY,),
+            "working_dir": root / "workspace",
+            **values,
+        }
+    )
 
 
 @contextlib.asynccontextmanager
-async def serve(root: Path, model: ScriptedModel | None = None,
-                **values: Any) -> AsyncIterator[InProcess]:
+async def serve(
+    root: Path, model: ScriptedModel | None = None, **values: Any
+) -> AsyncIterator[InProcess]:
     """The app, started, with a client sending the session key."""
     settings = config(root, **values)
     model = model if model is not None else ScriptedModel()
@@ -115,8 +123,9 @@ async def serve(root: Path, model: ScriptedModel | None = None,
     await lifespan.startup()
     try:
         transport = httpx.ASGITransport(app=WithState(app, lifespan.state))
-        async with httpx.AsyncClient(transport=transport, base_url="http://agent-server",
-                                     headers={"X-Session-API-Key": KEY}) as client:
+        async with httpx.AsyncClient(
+            transport=transport, base_url="http://agent-server", headers={"X-Session-API-Key": KEY}
+        ) as client:
             yield InProcess(settings, model, lifespan.state["services"], client)
     finally:
         await lifespan.shutdown()
@@ -127,8 +136,9 @@ def app_client(root: Path, model: Model | None = None, **values: Any) -> Iterato
     """The app behind a TestClient sending the session key (a server error is a 500 here, as
     a client would see it, not an exception)."""
     app = build_app(config(root, **values), model=model or ScriptedModel())
-    with TestClient(app, headers={"X-Session-API-Key": KEY},
-                    raise_server_exceptions=False) as client:
+    with TestClient(
+        app, headers={"X-Session-API-Key": KEY}, raise_server_exceptions=False
+    ) as client:
         yield client
 
 
@@ -150,10 +160,18 @@ def agent(tools: Iterable[str] = (), **llm: Any) -> dict[str, Any]:
     return {"llm": {"model": "scripted/test", **llm}, "tools": [{"name": t} for t in tools]}
 
 
-def create_body(workspace: Path, tools: Iterable[str] = (), message: str | None = None,
-                run: bool = False, **extra: Any) -> dict[str, Any]:
-    body: dict[str, Any] = {"agent": agent(tools), "workspace": {"working_dir": str(workspace)},
-                            **extra}
+def create_body(
+    workspace: Path,
+    tools: Iterable[str] = (),
+    message: str | None = None,
+    run: bool = False,
+    **extra: Any,
+) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "agent": agent(tools),
+        "workspace": {"working_dir": str(workspace)},
+        **extra,
+    }
     if message is not None:
         body["initial_message"] = {"content": [{"type": "text", "text": message}], "run": run}
     return body
@@ -163,8 +181,9 @@ async def run_ends(conv: Conversation, timeout: float = 30) -> None:
     """Wait for the conversation's run task (if any) to end: its last event is written."""
     task = conv._task
     if task is not None:
-        await asyncio.wait_for(asyncio.gather(asyncio.shield(task), return_exceptions=True),
-                               timeout)
+        await asyncio.wait_for(
+            asyncio.gather(asyncio.shield(task), return_exceptions=True), timeout
+        )
 
 
 async def events(conv: Conversation, kind: type[Event] | None = None) -> list[Any]:
@@ -190,8 +209,9 @@ class GatedModel(ScriptedModel):
         return await super().complete(*args, **kw)
 
 
-async def new_conversation(srv: InProcess, workspace: Path, tools: Iterable[str] = (),
-                           **extra: Any) -> Conversation:
+async def new_conversation(
+    srv: InProcess, workspace: Path, tools: Iterable[str] = (), **extra: Any
+) -> Conversation:
     """A conversation made through the service (not HTTP), for the core's own tests."""
     from agent_server.record import CreateConversation
 

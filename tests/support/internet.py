@@ -106,8 +106,19 @@ class Internet:
             if f"as_{tag}" in found or f"asgw{tag}" in found:
                 forget_subnet(subnet)
         _sh("ip", "netns", "add", self.netns)
-        _sh("ip", "link", "add", self.veth, "type", "veth", "peer", "name", "eth0", "netns",
-            self.netns)
+        _sh(
+            "ip",
+            "link",
+            "add",
+            self.veth,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            "eth0",
+            "netns",
+            self.netns,
+        )
         _sh("ip", "address", "add", f"{self.outside}/30", "dev", self.veth)
         _sh("ip", "link", "set", self.veth, "up")
         inside = ["ip", "-n", self.netns]
@@ -123,30 +134,64 @@ class Internet:
         # else into the namespace above, never out by this host's default route.
         _sh("ip", "route", "add", "throw", str(self.sandboxes), "table", str(self.table))
         _sh("ip", "route", "add", "default", "via", str(self.inside), "table", str(self.table))
-        _sh("ip", "rule", "add", "from", str(self.sandboxes), "lookup", str(self.table),
-            "priority", str(1000 + self.number))
+        _sh(
+            "ip",
+            "rule",
+            "add",
+            "from",
+            str(self.sandboxes),
+            "lookup",
+            str(self.table),
+            "priority",
+            str(1000 + self.number),
+        )
         self.names = {
-            "allowed.test": [self.host(10)], "other.test": [self.host(11)],
-            "api.allowed.test": [self.host(12)], "cdn.test": [self.host(13)],
-            "rebind.test": ["127.0.0.1", "10.1.2.3"], "metadata.test": ["169.254.169.254"],
+            "allowed.test": [self.host(10)],
+            "other.test": [self.host(11)],
+            "api.allowed.test": [self.host(12)],
+            "cdn.test": [self.host(13)],
+            "rebind.test": ["127.0.0.1", "10.1.2.3"],
+            "metadata.test": ["169.254.169.254"],
             "mixed.test": [self.host(14), "192.168.1.1"],
-            "git.test": [self.host(20)], "llm.test": [self.host(21)],
+            "git.test": [self.host(20)],
+            "llm.test": [self.host(21)],
         }
         self._start_dns()
 
     def _start_dns(self) -> None:
-        args = ["ip", "netns", "exec", self.netns, "dnsmasq", "--keep-in-foreground",
-                "--no-resolv", "--no-hosts", "--no-daemon", "--bind-interfaces",
-                f"--listen-address={self.dns}", "--port=53", "--user=root",
-                "--log-facility=/dev/null", "--cache-size=0"]
+        args = [
+            "ip",
+            "netns",
+            "exec",
+            self.netns,
+            "dnsmasq",
+            "--keep-in-foreground",
+            "--no-resolv",
+            "--no-hosts",
+            "--no-daemon",
+            "--bind-interfaces",
+            f"--listen-address={self.dns}",
+            "--port=53",
+            "--user=root",
+            "--log-facility=/dev/null",
+            "--cache-size=0",
+        ]
         for name, addresses in self.names.items():
             args += [f"--host-record={name},{address}" for address in addresses]
         self._dns = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         for _ in range(500):  # up once its port answers
             if self._dns.poll() is not None:
                 raise RuntimeError("dnsmasq did not start in the test internet")
-            probe = _sh("ip", "netns", "exec", self.netns, "sh", "-c",
-                        "grep -q ':0035 ' /proc/net/udp", check=False)
+            probe = _sh(
+                "ip",
+                "netns",
+                "exec",
+                self.netns,
+                "sh",
+                "-c",
+                "grep -q ':0035 ' /proc/net/udp",
+                check=False,
+            )
             if probe.returncode == 0:
                 return
             threading.Event().wait(0.01)
@@ -212,16 +257,27 @@ class Internet:
         try:
             yield
         finally:
-            _sh("ip", "rule", "del", "from", source, "lookup", str(self.table), "priority",
-                priority, check=False)
+            _sh(
+                "ip",
+                "rule",
+                "del",
+                "from",
+                source,
+                "lookup",
+                str(self.table),
+                "priority",
+                priority,
+                check=False,
+            )
 
     def docker_network(self, key: str) -> str:
         """The Docker network of one deployment (`key`, as for `subnet`): two deployments on
         one network would share its gateway's resolver, which knows only its own sandboxes."""
         return f"agent-sandboxes-t{self.number}-{self.subnet(key).network_address.packed[2]}"
 
-    def socket(self, port: int = 0, host: str | None = None,
-               kind: socket.SocketKind = socket.SOCK_STREAM) -> socket.socket:
+    def socket(
+        self, port: int = 0, host: str | None = None, kind: socket.SocketKind = socket.SOCK_STREAM
+    ) -> socket.socket:
         """A socket bound (and listening, for TCP) on one of the internet's addresses."""
         with self.entered():
             sock = socket.socket(socket.AF_INET, kind)
@@ -277,8 +333,17 @@ def forget_subnet(subnet: ipaddress.IPv4Network) -> None:
     for line in listing.splitlines():
         if f'comment "as_{tag}"' in line and "# handle " in line:
             handle = line.rsplit("# handle ", 1)[1].strip()
-            _sh("nft", "delete", "rule", "ip", "filter", "DOCKER-USER", "handle", handle,
-                check=False)
+            _sh(
+                "nft",
+                "delete",
+                "rule",
+                "ip",
+                "filter",
+                "DOCKER-USER",
+                "handle",
+                handle,
+                check=False,
+            )
 
 
 class Listener:

@@ -95,8 +95,10 @@ def prompt_text(body: dict[str, Any]) -> str:
 def response_text(reply: Reply) -> str:
     """What the scripted tokenizer reads of an answer: its text, then each call's name and
     JSON arguments."""
-    calls = " ".join(f"{name} {args if isinstance(args, str) else json.dumps(args)}"
-                     for name, args in reply.tool_calls)
+    calls = " ".join(
+        f"{name} {args if isinstance(args, str) else json.dumps(args)}"
+        for name, args in reply.tool_calls
+    )
     return f"{reply.text} {calls}".strip()
 
 
@@ -183,13 +185,14 @@ class ScriptedLLM:
         if reply.delay:
             await asyncio.sleep(reply.delay)
         if reply.status != 200:
-            return JSONResponse(self._error_body(reply), status_code=reply.status,
-                                headers=reply.headers)
+            return JSONResponse(
+                self._error_body(reply), status_code=reply.status, headers=reply.headers
+            )
         if body.get("stream"):
             rid, model, tool_calls, usage = self._parts(body, reply)
             return StreamingResponse(
                 self._chunks(rid, model, reply, tool_calls, usage, self._token_ids(body, reply)),
-                media_type="text/event-stream"
+                media_type="text/event-stream",
             )
         return JSONResponse(self._completion(body, reply))
 
@@ -197,8 +200,9 @@ class ScriptedLLM:
     def _error_body(reply: Reply) -> dict[str, Any]:
         return {"error": {"message": reply.error, "type": "scripted", "code": reply.status}}
 
-    def _parts(self, body: dict[str, Any], reply: Reply) -> tuple[str, str, list[dict[str, Any]],
-                                                                   dict[str, int]]:
+    def _parts(
+        self, body: dict[str, Any], reply: Reply
+    ) -> tuple[str, str, list[dict[str, Any]], dict[str, int]]:
         rid = f"chatcmpl-{next(self._ids)}"
         model = body.get("model", "test")
         prompt_tokens = len(json.dumps(body.get("messages", []))) // 4
@@ -211,7 +215,10 @@ class ScriptedLLM:
             {
                 "id": f"call_{rid}_{i}",
                 "type": "function",
-                "function": {"name": name, "arguments": args if isinstance(args, str) else json.dumps(args)},
+                "function": {
+                    "name": name,
+                    "arguments": args if isinstance(args, str) else json.dumps(args),
+                },
             }
             for i, (name, args) in enumerate(reply.tool_calls)
         ]
@@ -250,11 +257,21 @@ class ScriptedLLM:
             return None
         return reply.token_ids or (token_ids(prompt_text(body)), token_ids(response_text(reply)))
 
-    async def _chunks(self, rid: str, model: str, reply: Reply, tool_calls: list[dict[str, Any]],
-                      usage: dict[str, int],
-                      ids: tuple[list[int], list[int]] | None = None):  # type: ignore[no-untyped-def]
-        def chunk(delta: dict[str, Any], finish: str | None = None, token_ids: list[int] | None = None,
-                  **extra: Any) -> str:
+    async def _chunks(
+        self,
+        rid: str,
+        model: str,
+        reply: Reply,
+        tool_calls: list[dict[str, Any]],
+        usage: dict[str, int],
+        ids: tuple[list[int], list[int]] | None = None,
+    ):  # type: ignore[no-untyped-def]
+        def chunk(
+            delta: dict[str, Any],
+            finish: str | None = None,
+            token_ids: list[int] | None = None,
+            **extra: Any,
+        ) -> str:
             choice: dict[str, Any] = {"index": 0, "delta": delta, "finish_reason": finish}
             if token_ids is not None:
                 choice["token_ids"] = token_ids
@@ -270,8 +287,10 @@ class ScriptedLLM:
 
         # vLLM sends the prompt's ids with the first chunk and each piece's ids with it; here
         # the whole answer's ids come with the last piece.
-        yield chunk({"role": "assistant", "content": ""},
-                    **({"token_ids": [], "prompt_token_ids": ids[0]} if ids else {}))
+        yield chunk(
+            {"role": "assistant", "content": ""},
+            **({"token_ids": [], "prompt_token_ids": ids[0]} if ids else {}),
+        )
         if reply.reasoning:
             yield chunk({"reasoning_content": reply.reasoning})
         for i in range(0, len(reply.text), 8):
@@ -281,13 +300,31 @@ class ScriptedLLM:
                     await asyncio.sleep(0.01)
         for index, tc in enumerate(tool_calls):
             args = tc["function"]["arguments"]
-            yield chunk({"tool_calls": [{"index": index, "id": tc["id"], "type": "function",
-                                          "function": {"name": tc["function"]["name"], "arguments": ""}}]})
+            yield chunk(
+                {
+                    "tool_calls": [
+                        {
+                            "index": index,
+                            "id": tc["id"],
+                            "type": "function",
+                            "function": {"name": tc["function"]["name"], "arguments": ""},
+                        }
+                    ]
+                }
+            )
             for i in range(0, len(args), 10):
-                yield chunk({"tool_calls": [{"index": index, "function": {"arguments": args[i : i + 10]}}]})
+                yield chunk(
+                    {"tool_calls": [{"index": index, "function": {"arguments": args[i : i + 10]}}]}
+                )
         yield chunk({}, "tool_calls" if tool_calls else "stop", ids[1] if ids else None)
-        final = {"id": rid, "object": "chat.completion.chunk", "created": int(time.time()),
-                 "model": model, "choices": [], "usage": usage}
+        final = {
+            "id": rid,
+            "object": "chat.completion.chunk",
+            "created": int(time.time()),
+            "model": model,
+            "choices": [],
+            "usage": usage,
+        }
         yield f"data: {json.dumps(final)}\n\n"
         yield "data: [DONE]\n\n"
 
@@ -305,8 +342,11 @@ class ScriptedLLM:
         """Anthropic's messages API (litellm's `anthropic/` provider with base_url)."""
         body, reply = await self._take(request)
         if reply.status != 200:
-            return JSONResponse({"type": "error", "error": {"type": "api_error", "message": reply.error}},
-                                status_code=reply.status, headers=reply.headers)
+            return JSONResponse(
+                {"type": "error", "error": {"type": "api_error", "message": reply.error}},
+                status_code=reply.status,
+                headers=reply.headers,
+            )
         rid = f"msg_{next(self._ids)}"
         content: list[dict[str, Any]] = [
             {"type": "thinking", "thinking": t, "signature": sig} for t, sig in reply.thinking
@@ -314,15 +354,31 @@ class ScriptedLLM:
         if reply.text:
             content.append({"type": "text", "text": reply.text})
         for i, (name, args) in enumerate(reply.tool_calls):
-            content.append({"type": "tool_use", "id": f"toolu_{rid}_{i}", "name": name,
-                            "input": json.loads(args) if isinstance(args, str) else args})
-        return JSONResponse({
-            "id": rid, "type": "message", "role": "assistant", "model": body.get("model", "claude"),
-            "content": content, "stop_reason": "tool_use" if reply.tool_calls else "end_turn",
-            "stop_sequence": None,
-            "usage": {"input_tokens": 100, "output_tokens": 20, "cache_read_input_tokens": 0,
-                      "cache_creation_input_tokens": 0},
-        })
+            content.append(
+                {
+                    "type": "tool_use",
+                    "id": f"toolu_{rid}_{i}",
+                    "name": name,
+                    "input": json.loads(args) if isinstance(args, str) else args,
+                }
+            )
+        return JSONResponse(
+            {
+                "id": rid,
+                "type": "message",
+                "role": "assistant",
+                "model": body.get("model", "claude"),
+                "content": content,
+                "stop_reason": "tool_use" if reply.tool_calls else "end_turn",
+                "stop_sequence": None,
+                "usage": {
+                    "input_tokens": 100,
+                    "output_tokens": 20,
+                    "cache_read_input_tokens": 0,
+                    "cache_creation_input_tokens": 0,
+                },
+            }
+        )
 
     async def _responses(self, request: Request) -> Response:
         """OpenAI's Responses API (litellm's `aresponses`), stateless as the agent calls it:
@@ -330,53 +386,95 @@ class ScriptedLLM:
         encrypted content), or the request is refused with 400."""
         body, reply = await self._take(request)
         if reply.status != 200:
-            return JSONResponse(self._error_body(reply), status_code=reply.status,
-                                headers=reply.headers)
+            return JSONResponse(
+                self._error_body(reply), status_code=reply.status, headers=reply.headers
+            )
         for item in body.get("input") or []:
             if isinstance(item, dict) and item.get("type") == "reasoning":
                 given = self.reasoning_items.get(str(item.get("id")))
                 if given is None or {k: item.get(k) for k in given} != given:
-                    return JSONResponse({"error": {
-                        "message": f"reasoning item {item.get('id')!r} is not as it was given",
-                        "type": "invalid_request_error", "code": 400}}, status_code=400)
+                    return JSONResponse(
+                        {
+                            "error": {
+                                "message": (
+                                    f"reasoning item {item.get('id')!r} is not as it was given"
+                                ),
+                                "type": "invalid_request_error",
+                                "code": 400,
+                            }
+                        },
+                        status_code=400,
+                    )
         response = self._response(body, reply)
         if body.get("stream"):
-            return StreamingResponse(self._response_events(response, reply),
-                                     media_type="text/event-stream")
+            return StreamingResponse(
+                self._response_events(response, reply), media_type="text/event-stream"
+            )
         return JSONResponse(response)
 
     def _response(self, body: dict[str, Any], reply: Reply) -> dict[str, Any]:
         n = next(self._ids)
         output: list[dict[str, Any]] = []
         if reply.reasoning is not None:
-            item = {"id": f"rs_{n}", "summary": [{"type": "summary_text", "text": reply.reasoning}],
-                    "encrypted_content": (f"gAAAA-sealed-{n}-{zlib.crc32(reply.reasoning.encode())}"
-                                          if "reasoning.encrypted_content" in (body.get("include") or [])
-                                          else None)}
+            item = {
+                "id": f"rs_{n}",
+                "summary": [{"type": "summary_text", "text": reply.reasoning}],
+                "encrypted_content": (
+                    f"gAAAA-sealed-{n}-{zlib.crc32(reply.reasoning.encode())}"
+                    if "reasoning.encrypted_content" in (body.get("include") or [])
+                    else None
+                ),
+            }
             with self._lock:
                 self.reasoning_items[item["id"]] = item
             output.append({"type": "reasoning", **item})
         if reply.text:
-            output.append({"type": "message", "id": f"msg_{n}", "status": "completed",
-                           "role": "assistant",
-                           "content": [{"type": "output_text", "text": reply.text,
-                                        "annotations": []}]})
+            output.append(
+                {
+                    "type": "message",
+                    "id": f"msg_{n}",
+                    "status": "completed",
+                    "role": "assistant",
+                    "content": [{"type": "output_text", "text": reply.text, "annotations": []}],
+                }
+            )
         for i, (name, args) in enumerate(reply.tool_calls):
-            output.append({"type": "function_call", "id": f"fc_{n}_{i}", "call_id": f"call_{n}_{i}",
-                           "name": name, "status": "completed",
-                           "arguments": args if isinstance(args, str) else json.dumps(args)})
+            output.append(
+                {
+                    "type": "function_call",
+                    "id": f"fc_{n}_{i}",
+                    "call_id": f"call_{n}_{i}",
+                    "name": name,
+                    "status": "completed",
+                    "arguments": args if isinstance(args, str) else json.dumps(args),
+                }
+            )
         prompt = len(json.dumps(body.get("input", []))) // 4
         return {
-            "id": f"resp_{n}", "object": "response", "created_at": int(time.time()),
-            "status": "completed", "model": body.get("model", "test"), "output": output,
-            "parallel_tool_calls": True, "tool_choice": "auto", "tools": [], "error": None,
-            "incomplete_details": None, "instructions": None, "metadata": {},
-            "temperature": None, "top_p": None, "store": False,
-            "usage": reply.usage or {
-                "input_tokens": prompt, "output_tokens": 10 + len(reply.text) // 4,
+            "id": f"resp_{n}",
+            "object": "response",
+            "created_at": int(time.time()),
+            "status": "completed",
+            "model": body.get("model", "test"),
+            "output": output,
+            "parallel_tool_calls": True,
+            "tool_choice": "auto",
+            "tools": [],
+            "error": None,
+            "incomplete_details": None,
+            "instructions": None,
+            "metadata": {},
+            "temperature": None,
+            "top_p": None,
+            "store": False,
+            "usage": reply.usage
+            or {
+                "input_tokens": prompt,
+                "output_tokens": 10 + len(reply.text) // 4,
                 "total_tokens": prompt + 10 + len(reply.text) // 4,
                 "input_tokens_details": {"cached_tokens": 0},
-                "output_tokens_details": {"reasoning_tokens": 7 if reply.reasoning else 0}},
+                "output_tokens_details": {"reasoning_tokens": 7 if reply.reasoning else 0},
+            },
         }
 
     async def _response_events(self, response: dict[str, Any], reply: Reply):  # type: ignore[no-untyped-def]
@@ -387,13 +485,25 @@ class ScriptedLLM:
         yield event("response.created", response=created, sequence_number=0)
         n = 1
         if reply.reasoning:
-            yield event("response.reasoning_summary_text.delta", item_id=f"rs_{response['id']}",
-                        output_index=0, summary_index=0, delta=reply.reasoning, sequence_number=n)
+            yield event(
+                "response.reasoning_summary_text.delta",
+                item_id=f"rs_{response['id']}",
+                output_index=0,
+                summary_index=0,
+                delta=reply.reasoning,
+                sequence_number=n,
+            )
             n += 1
         for i in range(0, len(reply.text), 8):
-            yield event("response.output_text.delta", item_id="msg", output_index=0,
-                        content_index=0, delta=reply.text[i : i + 8], sequence_number=n,
-                        logprobs=[])
+            yield event(
+                "response.output_text.delta",
+                item_id="msg",
+                output_index=0,
+                content_index=0,
+                delta=reply.text[i : i + 8],
+                sequence_number=n,
+                logprobs=[],
+            )
             n += 1
         yield event("response.completed", response=response, sequence_number=n)
 
@@ -401,12 +511,14 @@ class ScriptedLLM:
         return f"http://{self.host}:{self.port}/k/{key}"
 
     def app(self) -> Starlette:
-        return Starlette(routes=[
-            Route("/k/{key}/v1/messages", self._messages, methods=["POST"]),
-            Route("/k/{key}/v1/chat/completions", self._completions, methods=["POST"]),
-            Route("/k/{key}/chat/completions", self._completions, methods=["POST"]),
-            Route("/k/{key}/v1/responses", self._responses, methods=["POST"]),
-        ])
+        return Starlette(
+            routes=[
+                Route("/k/{key}/v1/messages", self._messages, methods=["POST"]),
+                Route("/k/{key}/v1/chat/completions", self._completions, methods=["POST"]),
+                Route("/k/{key}/chat/completions", self._completions, methods=["POST"]),
+                Route("/k/{key}/v1/responses", self._responses, methods=["POST"]),
+            ]
+        )
 
     def start(self) -> ScriptedLLM:
         self._server = ThreadedServer(self.app(), self.port, "scripted LLM server", host=self.host)
@@ -422,8 +534,9 @@ class ScriptedLLM:
         internet = Internet.shared()
         self.host = internet.names["llm.test"][0]
         sock = internet.socket(self.port, self.host)
-        self._server = ThreadedServer(self.app(), self.port, "scripted LLM server",
-                                      host=self.host, sock=sock)
+        self._server = ThreadedServer(
+            self.app(), self.port, "scripted LLM server", host=self.host, sock=sock
+        )
         self._server.start()
         return self
 
@@ -443,8 +556,9 @@ class ScriptedLLM:
         its ACK of the headers then waits for its timer (about 40 ms on Linux) for the body."""
         self._raw = http.server.ThreadingHTTPServer(("127.0.0.1", self.port), self._raw_handler())
         self._raw.daemon_threads = True
-        threading.Thread(target=self._raw.serve_forever, name="scripted LLM (raw)",
-                         daemon=True).start()
+        threading.Thread(
+            target=self._raw.serve_forever, name="scripted LLM (raw)", daemon=True
+        ).start()
         return self
 
     def _raw_handler(self) -> type[http.server.BaseHTTPRequestHandler]:
@@ -462,8 +576,9 @@ class ScriptedLLM:
                 if reply.delay:
                     time.sleep(reply.delay)
                 ok = reply.status == 200
-                data = json.dumps(llm._completion(body, reply) if ok
-                                  else llm._error_body(reply)).encode()
+                data = json.dumps(
+                    llm._completion(body, reply) if ok else llm._error_body(reply)
+                ).encode()
                 self.send_response(reply.status)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))

@@ -92,8 +92,11 @@ def env_server_config(**env: str) -> dict[str, Any]:
 
 def stdio_config(**env: str) -> dict[str, Any]:
     """An mcpServers entry that runs the stdio server (from any working directory)."""
-    return {"command": sys.executable, "args": ["-m", "tests.support.mcp_servers", "stdio"],
-            "env": {"PYTHONPATH": str(ROOT), **env}}
+    return {
+        "command": sys.executable,
+        "args": ["-m", "tests.support.mcp_servers", "stdio"],
+        "env": {"PYTHONPATH": str(ROOT), **env},
+    }
 
 
 class HTTPServer:
@@ -110,7 +113,11 @@ class HTTPServer:
     def start(self, timeout: float = 20) -> HTTPServer:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "tests.support.mcp_servers", "http", "--port", str(self.port)],
-            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+            cwd=ROOT,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

@@ -93,18 +93,33 @@ class OTLPReceiver:
             resource = {kv.key: value(kv.value) for kv in resource_spans.resource.attributes}
             for scope_spans in resource_spans.scope_spans:
                 for s in scope_spans.spans:
-                    spans.append(Span(
-                        name=s.name, trace_id=s.trace_id.hex(), span_id=s.span_id.hex(),
-                        parent_span_id=s.parent_span_id.hex(), kind=s.kind,
-                        attributes={kv.key: value(kv.value) for kv in s.attributes},
-                        status_code=s.status.code, status_message=s.status.message,
-                        events=[(e.name, {kv.key: value(kv.value) for kv in e.attributes})
-                                for e in s.events],
-                        start_ns=s.start_time_unix_nano, end_ns=s.end_time_unix_nano,
-                        service=str(resource.get("service.name", "")),
-                        links=[(link.trace_id.hex(), link.span_id.hex(),
-                                {kv.key: value(kv.value) for kv in link.attributes})
-                               for link in s.links]))
+                    spans.append(
+                        Span(
+                            name=s.name,
+                            trace_id=s.trace_id.hex(),
+                            span_id=s.span_id.hex(),
+                            parent_span_id=s.parent_span_id.hex(),
+                            kind=s.kind,
+                            attributes={kv.key: value(kv.value) for kv in s.attributes},
+                            status_code=s.status.code,
+                            status_message=s.status.message,
+                            events=[
+                                (e.name, {kv.key: value(kv.value) for kv in e.attributes})
+                                for e in s.events
+                            ],
+                            start_ns=s.start_time_unix_nano,
+                            end_ns=s.end_time_unix_nano,
+                            service=str(resource.get("service.name", "")),
+                            links=[
+                                (
+                                    link.trace_id.hex(),
+                                    link.span_id.hex(),
+                                    {kv.key: value(kv.value) for kv in link.attributes},
+                                )
+                                for link in s.links
+                            ],
+                        )
+                    )
         with self._lock:
             self.bodies.append(body)
             self.content_types.append(request.headers.get("content-type", ""))

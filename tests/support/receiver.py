@@ -66,8 +66,13 @@ def _key(secret: str) -> bytes:
 
 
 class Receiver:
-    def __init__(self, api_key: str | None = None, secret: str | None = None,
-                 validate: bool = True, port: int | None = None) -> None:
+    def __init__(
+        self,
+        api_key: str | None = None,
+        secret: str | None = None,
+        validate: bool = True,
+        port: int | None = None,
+    ) -> None:
         self.api_key = api_key
         self.secret = secret
         self.validate = validate
@@ -103,11 +108,13 @@ class Receiver:
     def up(self) -> Receiver:
         return self.start()
 
-    # -- what it got ---------------------------------------------------------------------------------
+    # -- what it got -------------------------------------------------------------------------------
 
     def events(self, conversation_id: str) -> list[dict[str, Any]]:
         with self._lock:
-            return [e for b in self.batches if b.conversation_id == conversation_id for e in b.events]
+            return [
+                e for b in self.batches if b.conversation_id == conversation_id for e in b.events
+            ]
 
     def ids(self, conversation_id: str) -> list[str]:
         return [e["id"] for e in self.events(conversation_id)]
@@ -127,7 +134,7 @@ class Receiver:
         with self._lock:
             return sum(len(b.events) for b in self.batches)
 
-    # -- serving -------------------------------------------------------------------------------------
+    # -- serving -----------------------------------------------------------------------------------
 
     async def _receive(self, request: Request) -> Response:
         import asyncio
@@ -148,7 +155,8 @@ class Receiver:
     async def _info(self, request: Request) -> Response:
         headers = {k.lower(): v for k, v in request.headers.items()}
         if self.api_key is not None and not hmac.compare_digest(
-                headers.get("x-session-api-key", "").encode(), self.api_key.encode()):
+            headers.get("x-session-api-key", "").encode(), self.api_key.encode()
+        ):
             return JSONResponse({"detail": "Invalid X-Session-API-Key"}, status_code=401)
         body = await request.body()
         if self.secret is not None and (problem := self._bad_signature(body, headers)):
@@ -161,10 +169,19 @@ class Receiver:
         try:
             UUID(raw_id)
         except ValueError:
-            return 422, {"detail": [{"loc": ["path", "conversation_id"], "msg": "Input should be a valid UUID",
-                                     "type": "uuid_parsing", "input": raw_id}]}
+            return 422, {
+                "detail": [
+                    {
+                        "loc": ["path", "conversation_id"],
+                        "msg": "Input should be a valid UUID",
+                        "type": "uuid_parsing",
+                        "input": raw_id,
+                    }
+                ]
+            }
         if self.api_key is not None and not hmac.compare_digest(
-                headers.get("x-session-api-key", "").encode(), self.api_key.encode()):
+            headers.get("x-session-api-key", "").encode(), self.api_key.encode()
+        ):
             return 401, {"detail": "Invalid X-Session-API-Key"}
         if self.secret is not None:
             problem = self._bad_signature(body, headers)
@@ -184,18 +201,26 @@ class Receiver:
         try:
             events = json.loads(body)
         except ValueError:
-            return 422, {"detail": [{"loc": ["body"], "msg": "JSON decode error", "type": "json_invalid"}]}
+            return 422, {
+                "detail": [{"loc": ["body"], "msg": "JSON decode error", "type": "json_invalid"}]
+            }
         if not isinstance(events, list):
-            return 422, {"detail": [{"loc": ["body"], "msg": "Input should be a valid list",
-                                     "type": "list_type"}]}
+            return 422, {
+                "detail": [
+                    {"loc": ["body"], "msg": "Input should be a valid list", "type": "list_type"}
+                ]
+            }
         with self._lock:
             self.batches.append(Batch(raw_id, events, body, headers))
         return 200, None
 
     def _bad_signature(self, body: bytes, headers: dict[str, str]) -> str | None:
         assert self.secret is not None
-        msg_id, stamp, signatures = (headers.get("webhook-id"), headers.get("webhook-timestamp"),
-                                     headers.get("webhook-signature"))
+        msg_id, stamp, signatures = (
+            headers.get("webhook-id"),
+            headers.get("webhook-timestamp"),
+            headers.get("webhook-signature"),
+        )
         if not (msg_id and stamp and signatures):
             return "missing webhook-id, webhook-timestamp or webhook-signature"
         try:
@@ -212,10 +237,12 @@ class Receiver:
         return "no valid v1 signature"
 
     def app(self) -> Starlette:
-        return Starlette(routes=[
-            Route(PATH + "/events/{conversation_id}", self._receive, methods=["POST"]),
-            Route(PATH + "/conversations", self._info, methods=["POST"]),
-        ])
+        return Starlette(
+            routes=[
+                Route(PATH + "/events/{conversation_id}", self._receive, methods=["POST"]),
+                Route(PATH + "/conversations", self._info, methods=["POST"]),
+            ]
+        )
 
     def start(self) -> Receiver:
         self._server = ThreadedServer(self.app(), self.port, "webhook receiver")

@@ -29,11 +29,14 @@ def llm(model: str = "scripted/main", **extra: Any) -> dict[str, Any]:
     return {"model": model, "api_key": "sk-main-key-0000", **extra}
 
 
-def create(client: TestClient, workspace: Path, tools: list[Any], message: str | None = "go",
-           **extra: Any) -> dict[str, Any]:
+def create(
+    client: TestClient, workspace: Path, tools: list[Any], message: str | None = "go", **extra: Any
+) -> dict[str, Any]:
     body: dict[str, Any] = {
-        "agent": {"llm": extra.pop("llm", llm()),
-                  "tools": [t if isinstance(t, dict) else {"name": t} for t in tools]},
+        "agent": {
+            "llm": extra.pop("llm", llm()),
+            "tools": [t if isinstance(t, dict) else {"name": t} for t in tools],
+        },
         "workspace": {"working_dir": str(workspace)},
         **extra,
     }

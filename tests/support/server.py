@@ -20,8 +20,9 @@ KEY = "test-session-key"
 class ServerProcess:
     """`python -m agent_server` with its own state dir; restartable, killable."""
 
-    def __init__(self, state_dir: Path, env: dict[str, str] | None = None,
-                 args: list[str] | None = None) -> None:
+    def __init__(
+        self, state_dir: Path, env: dict[str, str] | None = None, args: list[str] | None = None
+    ) -> None:
         self.state_dir = state_dir
         self.port = free_port()
         self.extra_env = env or {}
@@ -34,13 +35,22 @@ class ServerProcess:
         return f"http://127.0.0.1:{self.port}"
 
     def start(self, timeout: float = 30) -> ServerProcess:
-        env = {**os.environ, "SESSION_API_KEY": KEY, "AGENT_SERVER_STATE_DIR": str(self.state_dir),
-               "AGENT_SERVER_PORT": str(self.port), "AGENT_SERVER_LOG_LEVEL": "info",
-               **self.extra_env}
+        env = {
+            **os.environ,
+            "SESSION_API_KEY": KEY,
+            "AGENT_SERVER_STATE_DIR": str(self.state_dir),
+            "AGENT_SERVER_PORT": str(self.port),
+            "AGENT_SERVER_LOG_LEVEL": "info",
+            **self.extra_env,
+        }
         with open(self.log_path, "ab") as log:  # the child keeps its own copy of the handle
-            self.proc = subprocess.Popen([sys.executable, "-m", "agent_server", *self.args],
-                                         env=env, stdout=log, stderr=subprocess.STDOUT,
-                                         start_new_session=True)
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "agent_server", *self.args],
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

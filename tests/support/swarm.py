@@ -97,13 +97,24 @@ class Cluster:
         # outlives the test that made it.
         for client in (self.worker, self.manager):
             for service_id in removed:
-                wait_for(lambda c=client, s=service_id: not c.containers.list(
-                    all=True, filters={"label": f"com.docker.swarm.service.id={s}"}), 60,
-                    interval=0.2, what="a removed service's containers to end")
+                wait_for(
+                    lambda c=client, s=service_id: (
+                        not c.containers.list(
+                            all=True, filters={"label": f"com.docker.swarm.service.id={s}"}
+                        )
+                    ),
+                    60,
+                    interval=0.2,
+                    what="a removed service's containers to end",
+                )
         for secret in self.manager.api.secrets(filters={"label": label}):
             with contextlib.suppress(docker.errors.APIError):
-                wait_for(lambda s=secret: _removed(self.manager, s["ID"]), 30, interval=0.2,
-                         what="a secret to be free")
+                wait_for(
+                    lambda s=secret: _removed(self.manager, s["ID"]),
+                    30,
+                    interval=0.2,
+                    what="a secret to be free",
+                )
         for client in (self.worker, self.manager):
             for volume in client.volumes.list(filters={"label": label}):
                 with contextlib.suppress(docker.errors.APIError):
@@ -129,9 +140,12 @@ class Cluster:
         self._boot()
         with contextlib.suppress(docker.errors.APIError):
             self.worker.swarm.leave(force=True)
-        self.worker.swarm.join(remote_addrs=[f"{self.gateway}:2377"],
-                               join_token=self.manager.swarm.attrs["JoinTokens"]["Worker"],
-                               listen_addr="0.0.0.0:2377", advertise_addr=self.worker_address)
+        self.worker.swarm.join(
+            remote_addrs=[f"{self.gateway}:2377"],
+            join_token=self.manager.swarm.attrs["JoinTokens"]["Worker"],
+            listen_addr="0.0.0.0:2377",
+            advertise_addr=self.worker_address,
+        )
         wait_for(lambda: self.node_state() == "ready", 60, interval=0.2, what="the worker node")
 
     def restore(self) -> None:
@@ -149,8 +163,12 @@ class Cluster:
         container.reload()  # (its address on the bridge may have changed)
         self.worker_address = str(container.attrs["NetworkSettings"]["IPAddress"])
         # (a plain socket: the SDK's unix connection leaves its socket open when connect fails)
-        wait_for(lambda: docker_support._answers(self.worker_socket), 60, interval=0.2,
-                 what="the worker's daemon")
+        wait_for(
+            lambda: docker_support._answers(self.worker_socket),
+            60,
+            interval=0.2,
+            what="the worker's daemon",
+        )
 
     def default_runtime(self, name: str) -> None:
         """The worker's daemon.json as docs/gvisor.md has an operator write it (runsc
@@ -159,8 +177,12 @@ class Cluster:
         config = {"runtimes": {"runsc": docker_support.RUNSC}, "default-runtime": name}
         self.put("/etc/docker/daemon.json", json.dumps(config).encode(), 0o644)
         self.manager.containers.get(WORKER).exec_run(["sh", "-c", "kill -HUP 1"])
-        wait_for(lambda: self.worker.info().get("DefaultRuntime") == name, 30, interval=0.2,
-                 what=f"the worker's default runtime to be {name}")
+        wait_for(
+            lambda: self.worker.info().get("DefaultRuntime") == name,
+            30,
+            interval=0.2,
+            what=f"the worker's default runtime to be {name}",
+        )
 
     def put(self, path: str, data: bytes, mode: int = 0o400) -> None:
         """A root-owned file on the worker machine (what an operator copies there)."""
@@ -210,21 +232,28 @@ def worker_image(c: docker.DockerClient, timings: dict[str, float]) -> str:
     with docker_support._locked():
         debian = docker_support.debian_image(c, timings)
         text = DOCKERFILE.read_text()
-        tag = "agent-server-test/swarm-worker:" + hashlib.sha256(
-            f"{debian}\n{text}".encode()).hexdigest()[:16]
+        tag = (
+            "agent-server-test/swarm-worker:"
+            + hashlib.sha256(f"{debian}\n{text}".encode()).hexdigest()[:16]
+        )
         if not docker_support._has(c, tag):
             began = time.monotonic()
             context = docker_support.CACHE / "swarm-worker"
             context.mkdir(parents=True, exist_ok=True)
             shutil.copy(DOCKERFILE, context / "Dockerfile")
-            docker_support._build(c, path=str(context), tag=tag,
-                                  buildargs={"DEBIAN_IMAGE": debian, **docker_support.proxy_args()})
+            docker_support._build(
+                c,
+                path=str(context),
+                tag=tag,
+                buildargs={"DEBIAN_IMAGE": debian, **docker_support.proxy_args()},
+            )
             timings["worker_image_s"] = time.monotonic() - began
     return tag
 
 
-def load_image(manager: docker.DockerClient, worker: docker.DockerClient, tag: str,
-               timings: dict[str, float]) -> None:
+def load_image(
+    manager: docker.DockerClient, worker: docker.DockerClient, tag: str, timings: dict[str, float]
+) -> None:
     """The image into the worker (no registry: saved here, loaded there) unless it has it;
     older sandbox images of the tests go."""
     wanted = manager.images.get(tag)
@@ -257,14 +286,23 @@ def cluster(sandbox_image: str, run_dir: Path) -> Iterator[Cluster]:
         worker_client: docker.DockerClient | None = None
         try:
             worker_client, address = _start_worker(manager, image, run_dir)
-            worker_client.swarm.join(remote_addrs=[f"{gateway}:2377"],
-                                     join_token=manager.swarm.attrs["JoinTokens"]["Worker"],
-                                     listen_addr="0.0.0.0:2377", advertise_addr=address)
+            worker_client.swarm.join(
+                remote_addrs=[f"{gateway}:2377"],
+                join_token=manager.swarm.attrs["JoinTokens"]["Worker"],
+                listen_addr="0.0.0.0:2377",
+                advertise_addr=address,
+            )
             timings["cluster_s"] = time.monotonic() - began
             load_image(manager, worker_client, sandbox_image, timings)
-            yield Cluster(manager=manager, worker=worker_client, worker_hostname=WORKER,
-                          worker_address=address, gateway=gateway, timings=timings,
-                          worker_socket=run_dir / "worker-run" / "docker.sock")
+            yield Cluster(
+                manager=manager,
+                worker=worker_client,
+                worker_hostname=WORKER,
+                worker_address=address,
+                gateway=gateway,
+                timings=timings,
+                worker_socket=run_dir / "worker-run" / "docker.sock",
+            )
         finally:
             _leave(manager, worker_client, ours, had_gwbridge)
 
@@ -279,23 +317,29 @@ def _enter_swarm(manager: docker.DockerClient, gateway: str) -> bool:
             if not info.get("ControlAvailable") or info.get("NodeAddr") != gateway:
                 raise docker_support.Unavailable(
                     "the Docker daemon is in a swarm these tests cannot use (not its manager, "
-                    f"or not advertised on {gateway}): they leave it alone")
+                    f"or not advertised on {gateway}): they leave it alone"
+                )
             return False
         # Left by a run that did not finish (its services, tasks and networks with it): made anew.
         manager.swarm.leave(force=True)
     # A 1 s heartbeat: a worker that died is marked down within seconds, not 15.
-    manager.swarm.init(advertise_addr=gateway, listen_addr=f"{gateway}:2377",
-                       dispatcher_heartbeat_period=1_000_000_000)
+    manager.swarm.init(
+        advertise_addr=gateway,
+        listen_addr=f"{gateway}:2377",
+        dispatcher_heartbeat_period=1_000_000_000,
+    )
     node = manager.nodes.get(manager.info()["Swarm"]["NodeID"])
     spec = node.attrs["Spec"]
     node.update({**spec, "Labels": {**(spec.get("Labels") or {}), MARK: "true"}})
     return True
 
 
-def _start_worker(manager: docker.DockerClient, image: str,
-                  run_dir: Path) -> tuple[docker.DockerClient, str]:
+def _start_worker(
+    manager: docker.DockerClient, image: str, run_dir: Path
+) -> tuple[docker.DockerClient, str]:
     """The worker's container on its kept data directory (swarm state, containers, networks
-    and volumes of an earlier run dropped) and its daemon's client through a socket on this machine."""
+    and volumes of an earlier run dropped) and its daemon's client through a socket on this
+    machine."""
     with contextlib.suppress(docker.errors.NotFound):
         manager.containers.get(WORKER).remove(force=True)
     data = docker_support.CACHE / "swarm-worker-docker"
@@ -307,21 +351,33 @@ def _start_worker(manager: docker.DockerClient, image: str,
     # The API's form of the CLI's `--security-opt systempaths=unconfined`: nothing of /proc
     # or /sys masked or read-only (the worker's daemon writes there), which the SDK cannot say.
     host_config = manager.api.create_host_config(
-        cap_add=["ALL"], cap_drop=["SYS_RESOURCE"],
+        cap_add=["ALL"],
+        cap_drop=["SYS_RESOURCE"],
         security_opt=["seccomp=unconfined", "apparmor=unconfined"],
-        binds={"/sys/fs/cgroup": {"bind": "/sys/fs/cgroup", "mode": "rw"},
-               str(data): {"bind": "/var/lib/docker", "mode": "rw"},
-               str(sockets): {"bind": "/run/worker", "mode": "rw"}})
+        binds={
+            "/sys/fs/cgroup": {"bind": "/sys/fs/cgroup", "mode": "rw"},
+            str(data): {"bind": "/var/lib/docker", "mode": "rw"},
+            str(sockets): {"bind": "/run/worker", "mode": "rw"},
+        },
+    )
     host_config.update({"MaskedPaths": [], "ReadonlyPaths": []})
     created = manager.api.create_container(
-        image, name=WORKER, hostname=WORKER, host_config=host_config,
+        image,
+        name=WORKER,
+        hostname=WORKER,
+        host_config=host_config,
         # A machine that lost power boots with its daemons' pid files still there: dockerd was
         # PID 1 and is PID 1 again, so it would take the stale file for a daemon running.
-        command=["sh", "-c", "rm -f /var/run/docker.pid /var/run/docker/containerd/*.pid "
-                 "/run/worker/docker.sock && exec dockerd --host=unix:///var/run/docker.sock "
-                 f"--host=unix:///run/worker/docker.sock --cgroup-parent=/{WORKER} --icc=false"],
+        command=[
+            "sh",
+            "-c",
+            "rm -f /var/run/docker.pid /var/run/docker/containerd/*.pid "
+            "/run/worker/docker.sock && exec dockerd --host=unix:///var/run/docker.sock "
+            f"--host=unix:///run/worker/docker.sock --cgroup-parent=/{WORKER} --icc=false",
+        ],
         # Tasks use the image loaded here: no registry lookup before each start.
-        environment={"DOCKER_SERVICE_PREFER_OFFLINE_IMAGE": "1"})
+        environment={"DOCKER_SERVICE_PREFER_OFFLINE_IMAGE": "1"},
+    )
     container = manager.containers.get(created["Id"])
     container.start()
     socket = sockets / "docker.sock"
@@ -333,8 +389,9 @@ def _start_worker(manager: docker.DockerClient, image: str,
     return client, str(container.attrs["NetworkSettings"]["IPAddress"])
 
 
-def _leave(manager: docker.DockerClient, worker: docker.DockerClient | None, ours: bool,
-           had_gwbridge: bool) -> None:
+def _leave(
+    manager: docker.DockerClient, worker: docker.DockerClient | None, ours: bool, had_gwbridge: bool
+) -> None:
     if worker is not None:
         with contextlib.suppress(docker.errors.APIError):
             worker.swarm.leave(force=True)
@@ -349,8 +406,12 @@ def _leave(manager: docker.DockerClient, worker: docker.DockerClient | None, our
     if ours and info["LocalNodeState"] == "active":
         manager.swarm.leave(force=True)
         if not had_gwbridge:
-            wait_for(lambda: _network_gone(manager, "docker_gwbridge"), 60, interval=0.5,
-                     what="docker_gwbridge to go")
+            wait_for(
+                lambda: _network_gone(manager, "docker_gwbridge"),
+                60,
+                interval=0.5,
+                what="docker_gwbridge to go",
+            )
 
 
 def _network_gone(c: docker.DockerClient, name: str) -> bool:
@@ -369,6 +430,6 @@ def kill_task_container(cluster: Cluster, service_id: str) -> None:
     Listed sparse and running only: a task the service replaced may be removed meanwhile (the
     SDK's full listing inspects each one it found, and failed on it with NotFound)."""
     for found in cluster.worker.api.containers(
-            filters={"label": f"com.docker.swarm.service.id={service_id}", "status": "running"}):
+        filters={"label": f"com.docker.swarm.service.id={service_id}", "status": "running"}
+    ):
         cluster.worker.api.kill(found["Id"])
-

@@ -12,16 +12,30 @@ from starlette.applications import Starlette
 
 
 class ThreadedServer:
-    def __init__(self, app: Starlette, port: int, name: str, lifespan: str = "off",
-                 host: str = "127.0.0.1", sock: socket.socket | None = None) -> None:
+    def __init__(
+        self,
+        app: Starlette,
+        port: int,
+        name: str,
+        lifespan: str = "off",
+        host: str = "127.0.0.1",
+        sock: socket.socket | None = None,
+    ) -> None:
         """`sock`: a listening socket made elsewhere (in the test internet's namespace)."""
         self.name = name
-        config = uvicorn.Config(app, host=host, port=port, log_level="warning",
-                                lifespan=lifespan, timeout_graceful_shutdown=1)
+        config = uvicorn.Config(
+            app,
+            host=host,
+            port=port,
+            log_level="warning",
+            lifespan=lifespan,
+            timeout_graceful_shutdown=1,
+        )
         self._server = uvicorn.Server(config)
         sockets = None if sock is None else [sock]
-        self._thread = threading.Thread(target=lambda: self._server.run(sockets=sockets),
-                                        daemon=True, name=name)
+        self._thread = threading.Thread(
+            target=lambda: self._server.run(sockets=sockets), daemon=True, name=name
+        )
 
     def start(self, timeout: float = 10) -> None:
         self._thread.start()

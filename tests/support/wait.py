@@ -9,8 +9,9 @@ from typing import TypeVar
 T = TypeVar("T")
 
 
-def wait_for(predicate: Callable[[], T], timeout: float = 30, interval: float = 0.02,
-             what: str = "") -> T:
+def wait_for(
+    predicate: Callable[[], T], timeout: float = 30, interval: float = 0.02, what: str = ""
+) -> T:
     """Poll until predicate() is truthy and return its value; AssertionError naming `what`
     (or the predicate) after `timeout` seconds."""
     deadline = time.monotonic() + timeout

@@ -50,28 +50,33 @@ BAD_METADATA: list[tuple[str, Any]] = [
 @pytest.mark.parametrize(("shape", "metadata"), BAD_METADATA, ids=[b[0] for b in BAD_METADATA])
 def test_each_bad_metadata_shape_is_a_422(tmp_path: Path, shape: str, metadata: Any) -> None:
     with app_client(tmp_path) as client:
-        r = client.post("/api/conversations",
-                        json={"agent": AGENT, "observability_metadata": metadata})
+        r = client.post(
+            "/api/conversations", json={"agent": AGENT, "observability_metadata": metadata}
+        )
         assert r.status_code == 422, r.text
         (error,) = r.json()["detail"]  # one clear error, not one per form the value might take
         assert error["loc"][:3] == ["body", "observability_metadata", "a"]
         assert client.get("/api/conversations/count").json() == 0
 
 
-@pytest.mark.parametrize("body", [
-    {"observability_metadata": {f"k{i}": i for i in range(101)}},
-    {"observability_metadata": {"": 1}},
-    {"observability_metadata": {"k" * 129: 1}},
-    {"observability_metadata": {"a\nb": 1}},
-    {"observability_metadata": [1]},
-    {"observability_span_name": "has spaces in it"},
-    {"observability_span_name": ""},
-    {"observability_span_name": "x" * 129},
-    {"observability_tags": [""]},
-    {"observability_tags": ["t"] * 51},
-    {"observability_tags": "a string"},
-    {"observability_tags": [1]},
-], ids=lambda b: json.dumps(b)[:60])
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"observability_metadata": {f"k{i}": i for i in range(101)}},
+        {"observability_metadata": {"": 1}},
+        {"observability_metadata": {"k" * 129: 1}},
+        {"observability_metadata": {"a\nb": 1}},
+        {"observability_metadata": [1]},
+        {"observability_span_name": "has spaces in it"},
+        {"observability_span_name": ""},
+        {"observability_span_name": "x" * 129},
+        {"observability_tags": [""]},
+        {"observability_tags": ["t"] * 51},
+        {"observability_tags": "a string"},
+        {"observability_tags": [1]},
+    ],
+    ids=lambda b: json.dumps(b)[:60],
+)
 def test_bounds_and_types_of_the_fields(tmp_path: Path, body: dict[str, Any]) -> None:
     with app_client(tmp_path) as client:
         r = client.post("/api/conversations", json={"agent": AGENT, **body})
@@ -85,16 +90,33 @@ def test_the_control_plane_validates_the_same_way() -> None:
         for model in (CreateConversation, StartRequest):
             with pytest.raises(ValidationError):
                 model.model_validate({"observability_metadata": metadata})
-    good = {"observability_span_name": "nightly.review", "observability_tags": ["a b", "c"],
-            "observability_metadata": {"s": "x", "n": 1, "f": 2.5, "b": False, "ss": ["a"],
-                                       "ns": [1, 2.5], "bs": [True], "empty": []}}
-    assert (CreateConversation.model_validate(good).model_dump(include=set(good))
-            == StartRequest.model_validate(good).model_dump(include=set(good)) == good)
+    good = {
+        "observability_span_name": "nightly.review",
+        "observability_tags": ["a b", "c"],
+        "observability_metadata": {
+            "s": "x",
+            "n": 1,
+            "f": 2.5,
+            "b": False,
+            "ss": ["a"],
+            "ns": [1, 2.5],
+            "bs": [True],
+            "empty": [],
+        },
+    }
+    assert (
+        CreateConversation.model_validate(good).model_dump(include=set(good))
+        == StartRequest.model_validate(good).model_dump(include=set(good))
+        == good
+    )
 
 
 def test_the_fields_are_stored_shown_and_kept_across_a_restart(tmp_path: Path) -> None:
-    fields = {"observability_span_name": "nightly.review", "observability_tags": ["t1"],
-              "observability_metadata": {"team": "core", "ids": [1, 2], "ok": True}}
+    fields = {
+        "observability_span_name": "nightly.review",
+        "observability_tags": ["t1"],
+        "observability_metadata": {"team": "core", "ids": [1, 2], "ok": True},
+    }
     with app_client(tmp_path) as client:
         r = client.post("/api/conversations", json={"agent": AGENT, **fields})
         assert r.status_code == 201, r.text
@@ -120,8 +142,10 @@ def test_metrics_need_the_key_unless_opened(tmp_path: Path) -> None:
         assert r.status_code == 200
         doc = client.get("/openapi.json").json()["paths"]["/metrics"]["get"]
         assert "security" not in doc and "401" not in doc["responses"]
-        assert client.get("/api/conversations/count",
-                          headers={"X-Session-API-Key": ""}).status_code == 401
+        assert (
+            client.get("/api/conversations/count", headers={"X-Session-API-Key": ""}).status_code
+            == 401
+        )
 
 
 def test_http_requests_are_counted_by_route_template(tmp_path: Path) -> None:
@@ -130,10 +154,13 @@ def test_http_requests_are_counted_by_route_template(tmp_path: Path) -> None:
         client.get(f"/api/conversations/{cid}")
         client.get(f"/api/conversations/{cid}", headers={"X-Session-API-Key": "no"})
         client.get("/nowhere/at/all")
-        samples = {(s.labels["route"], s.labels["status"]): s.value
-                   for f in text_string_to_metric_families(client.get("/metrics").text)
-                   if f.name == "agent_server_http_requests" for s in f.samples
-                   if s.name.endswith("_total")}
+        samples = {
+            (s.labels["route"], s.labels["status"]): s.value
+            for f in text_string_to_metric_families(client.get("/metrics").text)
+            if f.name == "agent_server_http_requests"
+            for s in f.samples
+            if s.name.endswith("_total")
+        }
         assert samples[("/api/conversations/{conversation_id}", "200")] == 1
         assert samples[("/api/conversations/{conversation_id}", "401")] == 1
         assert samples[("unmatched", "404")] == 1
@@ -142,35 +169,71 @@ def test_http_requests_are_counted_by_route_template(tmp_path: Path) -> None:
 
 def test_otlp_endpoint_from_the_standard_variables() -> None:
     assert otlp_traces_endpoint({}) is None
-    assert otlp_traces_endpoint({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318/"}) == \
-        "http://c:4318/v1/traces"
-    assert otlp_traces_endpoint({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318",
-                                 "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://t/x"}) == "http://t/x"
-    assert otlp_traces_endpoint({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318",
-                                 "OTEL_SDK_DISABLED": "true"}) is None
-    assert otlp_traces_endpoint({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318",
-                                 "OTEL_TRACES_EXPORTER": "none"}) is None
+    assert (
+        otlp_traces_endpoint({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318/"})
+        == "http://c:4318/v1/traces"
+    )
+    assert (
+        otlp_traces_endpoint(
+            {
+                "OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318",
+                "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://t/x",
+            }
+        )
+        == "http://t/x"
+    )
+    assert (
+        otlp_traces_endpoint(
+            {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318", "OTEL_SDK_DISABLED": "true"}
+        )
+        is None
+    )
+    assert (
+        otlp_traces_endpoint(
+            {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318", "OTEL_TRACES_EXPORTER": "none"}
+        )
+        is None
+    )
     with pytest.raises(ConfigError, match="http/protobuf"):
-        otlp_traces_endpoint({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4317",
-                              "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"})
+        otlp_traces_endpoint(
+            {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4317", "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"}
+        )
     config = from_env({"SESSION_API_KEY": "k", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318"})
     assert config.tracing_enabled and config.otlp_traces_endpoint == "http://c:4318/v1/traces"
     assert not from_env({"SESSION_API_KEY": "k"}).tracing_enabled
     assert from_env({"SESSION_API_KEY": "k", "AGENT_SERVER_TRACING": "on"}).tracing_enabled
-    assert not from_env({"SESSION_API_KEY": "k", "AGENT_SERVER_TRACING": "off",
-                         "OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318"}).tracing_enabled
-    assert from_env({"SESSION_API_KEY": "k", "AGENT_SERVER_LOG_FORMAT": "json",
-                     "AGENT_SERVER_METRICS_OPEN": "true"}).metrics_open
+    assert not from_env(
+        {
+            "SESSION_API_KEY": "k",
+            "AGENT_SERVER_TRACING": "off",
+            "OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318",
+        }
+    ).tracing_enabled
+    assert from_env(
+        {
+            "SESSION_API_KEY": "k",
+            "AGENT_SERVER_LOG_FORMAT": "json",
+            "AGENT_SERVER_METRICS_OPEN": "true",
+        }
+    ).metrics_open
 
 
 def test_the_sampler_comes_from_the_standard_variables() -> None:
-    config = from_env({"SESSION_API_KEY": "k", "OTEL_TRACES_SAMPLER": "ParentBased_TraceIdRatio",
-                       "OTEL_TRACES_SAMPLER_ARG": "0.25"})
+    config = from_env(
+        {
+            "SESSION_API_KEY": "k",
+            "OTEL_TRACES_SAMPLER": "ParentBased_TraceIdRatio",
+            "OTEL_TRACES_SAMPLER_ARG": "0.25",
+        }
+    )
     assert (config.traces_sampler, config.traces_sampler_arg) == ("parentbased_traceidratio", 0.25)
     default = from_env({"SESSION_API_KEY": "k"})
     assert (default.traces_sampler, default.traces_sampler_arg) == ("parentbased_always_on", 1.0)
-    for bad in ({"OTEL_TRACES_SAMPLER": "sometimes"}, {"OTEL_TRACES_SAMPLER_ARG": "2"},
-                {"OTEL_TRACES_SAMPLER_ARG": "half"}):
+    for bad in (
+        {"OTEL_TRACES_SAMPLER": "sometimes"},
+        {"OTEL_TRACES_SAMPLER_ARG": "2"},
+        {"OTEL_TRACES_SAMPLER_ARG": "half"},
+    ):
         with pytest.raises(ValidationError, match="traces_sampler"):
             from_env({"SESSION_API_KEY": "k", **bad})
 
@@ -189,8 +252,7 @@ class SpanWitness(ScriptedModel):
         return await super().complete(*args, **kw)
 
 
-async def test_tracing_on_without_an_exporter_gives_ids_and_records_nothing(
-        tmp_path: Path) -> None:
+async def test_tracing_on_without_an_exporter_gives_ids_and_records_nothing(tmp_path: Path) -> None:
     """Issue 30.9: with tracing on and no exporter the SDK recorded every span (three a step)
     for nothing to read them. What `on` promises is trace ids: a conversation gets a trace of
     its own, or its caller's (with the caller's sampling decision), and its runs a span id, for
@@ -199,15 +261,18 @@ async def test_tracing_on_without_an_exporter_gives_ids_and_records_nothing(
     think = Scripted(calls=[("think", json.dumps({"thought": "t"}))])  # two steps, a tool call
     model = SpanWitness([think])
     async with serve(tmp_path, model, tracing="on") as srv:
-        r = await srv.client.post("/api/conversations",
-                                  json=create_body(tmp_path / "ws", message="hi", run=True))
+        r = await srv.client.post(
+            "/api/conversations", json=create_body(tmp_path / "ws", message="hi", run=True)
+        )
         assert r.status_code == 201, r.text
         fresh = r.json()["trace_id"]
         assert re.fullmatch(r"[0-9a-f]{32}", fresh)  # no caller trace: one of its own
         await run_ends(srv.conversation(r.json()["id"]))
-        r = await srv.client.post("/api/conversations",
-                                  json=create_body(tmp_path / "ws", message="hi", run=True),
-                                  headers={"traceparent": f"00-{caller_trace}-{caller_span}-00"})
+        r = await srv.client.post(
+            "/api/conversations",
+            json=create_body(tmp_path / "ws", message="hi", run=True),
+            headers={"traceparent": f"00-{caller_trace}-{caller_span}-00"},
+        )
         assert r.status_code == 201, r.text
         assert r.json()["trace_id"] == caller_trace
         joined = srv.conversation(r.json()["id"])
@@ -230,18 +295,26 @@ def test_a_json_log_line_carries_conversation_and_trace_and_escapes_client_text(
         try:
             raise ValueError("boom")
         except ValueError:
-            record = logging.LogRecord("agent_server.x", logging.ERROR, __file__, 1,
-                                       "GET %s", ("/p\n{\"forged\": 1}\x1b[2J\u2028",),
-                                       sys.exc_info())
+            record = logging.LogRecord(
+                "agent_server.x",
+                logging.ERROR,
+                __file__,
+                1,
+                "GET %s",
+                ('/p\n{"forged": 1}\x1b[2J\u2028',),
+                sys.exc_info(),
+            )
         line = formatter.format(record)
     assert "\n" not in line and "\x1b" not in line and "\u2028" not in line
     data = json.loads(line)
-    assert data["message"] == "GET /p\n{\"forged\": 1}\x1b[2J\u2028"
+    assert data["message"] == 'GET /p\n{"forged": 1}\x1b[2J\u2028'
     assert data["conversation_id"] == "c-1" and data["level"] == "ERROR"
     assert data["trace_id"] == format(span.get_span_context().trace_id, "032x")
     assert data["logger"] == "agent_server.x" and data["time"].endswith("Z")
     assert "ValueError: boom" in data["exception"]
-    outside = json.loads(formatter.format(logging.LogRecord("x", logging.INFO, "", 1, "m", (), None)))
+    outside = json.loads(
+        formatter.format(logging.LogRecord("x", logging.INFO, "", 1, "m", (), None))
+    )
     assert outside["conversation_id"] is None and outside["trace_id"] is None
     assert trace.get_current_span() is trace.INVALID_SPAN
 

@@ -34,35 +34,54 @@ def patch(*body: str) -> str:
 
 
 def test_every_operation_is_parsed() -> None:
-    ops = parse(patch(
-        "*** Add File: new.txt", "+one", "+two",
-        "*** Delete File: old.txt",
-        "*** Update File: app.py", "*** Move to: src/app.py",
-        "@@ def main():", "     x = 1", "-    y = 2", "+    y = 3", "",
-        "@@", " last", "+after", "*** End of File",
-    ))
+    ops = parse(
+        patch(
+            "*** Add File: new.txt",
+            "+one",
+            "+two",
+            "*** Delete File: old.txt",
+            "*** Update File: app.py",
+            "*** Move to: src/app.py",
+            "@@ def main():",
+            "     x = 1",
+            "-    y = 2",
+            "+    y = 3",
+            "",
+            "@@",
+            " last",
+            "+after",
+            "*** End of File",
+        )
+    )
     assert ops[0] == AddFile("new.txt", "one\ntwo\n")
     assert ops[1] == DeleteFile("old.txt")
     update = ops[2]
     assert isinstance(update, UpdateFile) and update.move_to == "src/app.py"
     first, second = update.hunks
     assert first.context == "def main():"
-    assert first.old == ["    x = 1", "    y = 2", ""] and first.new == ["    x = 1", "    y = 3", ""]
+    assert first.old == ["    x = 1", "    y = 2", ""] and first.new == [
+        "    x = 1",
+        "    y = 3",
+        "",
+    ]
     assert second.context is None and second.at_end and second.new == ["last", "after"]
 
 
-@pytest.mark.parametrize(("text", "said"), [
-    ("", "empty"),
-    ("*** Update File: a\n@@\n-x\n+y\n*** End Patch", "must start with '*** Begin Patch'"),
-    ("*** Begin Patch\n*** Update File: a\n@@\n-x\n+y\n", "must end with '*** End Patch'"),
-    (patch("*** Frobnicate File: a"), "Line 2 of the patch"),
-    (patch("*** Add File: a", "no plus"), "starts with '+'"),
-    (patch("*** Update File: a", "@@", "-x", "+y", "~z"), "Line 6"),
-    (patch("*** Update File: a", "@@", "-x", "nope", "y"), "hunk 1"),
-    (patch("*** Update File: a"), "has no hunk"),
-    (patch(), "changes no file"),
-    (patch("*** Add File: "), "names no file"),
-])
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        ("", "empty"),
+        ("*** Update File: a\n@@\n-x\n+y\n*** End Patch", "must start with '*** Begin Patch'"),
+        ("*** Begin Patch\n*** Update File: a\n@@\n-x\n+y\n", "must end with '*** End Patch'"),
+        (patch("*** Frobnicate File: a"), "Line 2 of the patch"),
+        (patch("*** Add File: a", "no plus"), "starts with '+'"),
+        (patch("*** Update File: a", "@@", "-x", "+y", "~z"), "Line 6"),
+        (patch("*** Update File: a", "@@", "-x", "nope", "y"), "hunk 1"),
+        (patch("*** Update File: a"), "has no hunk"),
+        (patch(), "changes no file"),
+        (patch("*** Add File: "), "names no file"),
+    ],
+)
 def test_malformed_patches_say_which_line(text: str, said: str) -> None:
     with pytest.raises(PatchError) as exc:
         parse(text)
@@ -75,16 +94,26 @@ def test_malformed_patches_say_which_line(text: str, said: str) -> None:
 async def test_add_update_move_delete(tool: ApplyPatchTool, workspace: Path) -> None:
     (workspace / "app.py").write_text("def main():\n    x = 1\n    y = 2\n    return x + y\n")
     (workspace / "old.txt").write_text("bye\n")
-    obs = await apply(tool, patch(
-        "*** Add File: docs/new.md", "+# New",
-        "*** Update File: app.py", "*** Move to: src/main.py",
-        "@@ def main():", "     x = 1", "-    y = 2", "+    y = 3", "     return x + y",
-        "*** Delete File: old.txt",
-    ))
+    obs = await apply(
+        tool,
+        patch(
+            "*** Add File: docs/new.md",
+            "+# New",
+            "*** Update File: app.py",
+            "*** Move to: src/main.py",
+            "@@ def main():",
+            "     x = 1",
+            "-    y = 2",
+            "+    y = 3",
+            "     return x + y",
+            "*** Delete File: old.txt",
+        ),
+    )
     assert not obs.is_error, obs.text
     assert (workspace / "docs/new.md").read_text() == "# New\n"
-    assert (workspace / "src/main.py").read_text() == ("def main():\n    x = 1\n    y = 3\n"
-                                                        "    return x + y\n")
+    assert (workspace / "src/main.py").read_text() == (
+        "def main():\n    x = 1\n    y = 3\n    return x + y\n"
+    )
     assert not (workspace / "app.py").exists() and not (workspace / "old.txt").exists()
     assert "A docs/new.md" in obs.text and "M app.py -> src/main.py" in obs.text
     assert "D old.txt" in obs.text
@@ -100,13 +129,16 @@ async def test_hunks_apply_in_order_and_the_context_line_narrows(
     tool: ApplyPatchTool, workspace: Path
 ) -> None:
     (workspace / "m.py").write_text("def a():\n    return 1\n\ndef b():\n    return 1\n")
-    obs = await apply(tool, patch("*** Update File: m.py", "@@ def b():", "-    return 1",
-                                  "+    return 2"))
+    obs = await apply(
+        tool, patch("*** Update File: m.py", "@@ def b():", "-    return 1", "+    return 2")
+    )
     assert not obs.is_error, obs.text
     assert (workspace / "m.py").read_text() == "def a():\n    return 1\n\ndef b():\n    return 2\n"
 
 
-async def test_whitespace_differences_match_with_fuzz(tool: ApplyPatchTool, workspace: Path) -> None:
+async def test_whitespace_differences_match_with_fuzz(
+    tool: ApplyPatchTool, workspace: Path
+) -> None:
     (workspace / "f.txt").write_text("alpha   \nbeta\n")
     obs = await apply(tool, patch("*** Update File: f.txt", "@@", " alpha", "-beta", "+gamma"))
     assert not obs.is_error and obs.fuzz == 1 and "fuzz 1" in obs.text
@@ -125,11 +157,25 @@ async def test_a_hunk_that_does_not_match_changes_nothing(
 ) -> None:
     (workspace / "a.txt").write_text("one\ntwo\n")
     (workspace / "b.txt").write_text("three\nfour\n")
-    obs = await apply(tool, patch(
-        "*** Add File: c.txt", "+new",
-        "*** Update File: a.txt", "@@", "-one", "+ONE",
-        "*** Update File: b.txt", "@@", "-three", "+THREE", "@@", " nowhere", "-four", "+FOUR",
-    ))
+    obs = await apply(
+        tool,
+        patch(
+            "*** Add File: c.txt",
+            "+new",
+            "*** Update File: a.txt",
+            "@@",
+            "-one",
+            "+ONE",
+            "*** Update File: b.txt",
+            "@@",
+            "-three",
+            "+THREE",
+            "@@",
+            " nowhere",
+            "-four",
+            "+FOUR",
+        ),
+    )
     assert obs.is_error and obs.commit is None
     assert "b.txt: hunk 2 (line 12 of the patch) does not match" in obs.text
     assert "|nowhere" in obs.text and "no file was changed" in obs.text
@@ -153,11 +199,18 @@ async def test_a_write_failing_midway_restores_the_files_written(
         real(path, text, **kw)
 
     monkeypatch.setattr(files, "write_text", flaky)
-    obs = await apply(tool, patch(
-        "*** Update File: a.txt", "@@", "-one", "+ONE",
-        "*** Delete File: gone.txt",
-        "*** Add File: deep/er/z.txt", "+new",
-    ))
+    obs = await apply(
+        tool,
+        patch(
+            "*** Update File: a.txt",
+            "@@",
+            "-one",
+            "+ONE",
+            "*** Delete File: gone.txt",
+            "*** Add File: deep/er/z.txt",
+            "+new",
+        ),
+    )
     assert obs.is_error and "No space left on device" in obs.text and "restored" in obs.text
     assert (workspace / "a.txt").read_text() == "one\n"
     assert (workspace / "gone.txt").read_text() == "keep me\n"
@@ -165,17 +218,31 @@ async def test_a_write_failing_midway_restores_the_files_written(
     assert sorted(os.listdir(workspace)) == ["a.txt", "gone.txt"]  # no temp files left
 
 
-@pytest.mark.parametrize(("body", "said"), [
-    (("*** Add File: ../escape.txt", "+x"), "outside the workspace"),
-    (("*** Delete File: /etc/hostname",), "outside the workspace"),
-    (("*** Update File: link/secret.txt", "@@", "-s", "+t"), "outside the workspace"),
-    (("*** Add File: a.txt", "+x"), "already exists"),
-    (("*** Delete File: missing.txt",), "does not exist"),
-    (("*** Update File: a.txt", "*** Move to: b.txt", "@@", "-a", "+b",
-      "*** Add File: b.txt", "+x"), "changes this file twice"),
-])
-async def test_refusals(tool: ApplyPatchTool, workspace: Path, tmp_path: Path,
-                        body: tuple[str, ...], said: str) -> None:
+@pytest.mark.parametrize(
+    ("body", "said"),
+    [
+        (("*** Add File: ../escape.txt", "+x"), "outside the workspace"),
+        (("*** Delete File: /etc/hostname",), "outside the workspace"),
+        (("*** Update File: link/secret.txt", "@@", "-s", "+t"), "outside the workspace"),
+        (("*** Add File: a.txt", "+x"), "already exists"),
+        (("*** Delete File: missing.txt",), "does not exist"),
+        (
+            (
+                "*** Update File: a.txt",
+                "*** Move to: b.txt",
+                "@@",
+                "-a",
+                "+b",
+                "*** Add File: b.txt",
+                "+x",
+            ),
+            "changes this file twice",
+        ),
+    ],
+)
+async def test_refusals(
+    tool: ApplyPatchTool, workspace: Path, tmp_path: Path, body: tuple[str, ...], said: str
+) -> None:
     outside = tmp_path / "outside"
     outside.mkdir()
     (outside / "secret.txt").write_text("s\n")
@@ -188,7 +255,9 @@ async def test_refusals(tool: ApplyPatchTool, workspace: Path, tmp_path: Path,
     assert (workspace / "a.txt").read_text() == "a\n"
 
 
-async def test_big_contents_are_left_out_of_the_event(tool: ApplyPatchTool, workspace: Path) -> None:
+async def test_big_contents_are_left_out_of_the_event(
+    tool: ApplyPatchTool, workspace: Path
+) -> None:
     (workspace / "big.txt").write_text("line\n" * 100_000)
     obs = await apply(tool, patch("*** Update File: big.txt", "@@", " line", "+added"))
     assert not obs.is_error and obs.commit is not None

@@ -181,9 +181,7 @@ async def open_conversation(tmp_path: Path, manager: BrowserManager) -> AsyncIte
             vision=params.pop("vision", False),
             browser=lambda: manager,
         )
-        conversation = Conversation(
-            TOOL_SET.make(ctx, {"timeout": 15, **params})
-        )
+        conversation = Conversation(TOOL_SET.make(ctx, {"timeout": 15, **params}))
         opened.append(conversation)
         return conversation
 
@@ -240,8 +238,9 @@ async def wait_until_gone(pids: list[int], limit: float = 20.0) -> list[int]:
 
 
 async def test_tool_set_shape(tmp_path: Path) -> None:
-    ctx = ToolContext(conversation_id="c", working_dir=tmp_path, state_dir=tmp_path / "s",
-                      browser=lambda: manager)
+    ctx = ToolContext(
+        conversation_id="c", working_dir=tmp_path, state_dir=tmp_path / "s", browser=lambda: manager
+    )
     manager = BrowserManager()
     tools = TOOL_SET.make(ctx, {})
     names = {t.name: t for t in tools}
@@ -272,8 +271,9 @@ async def test_tool_set_shape(tmp_path: Path) -> None:
     with pytest.raises(ValueError):
         TOOL_SET.make(ctx, {"timeout": -1})
     with pytest.raises(ValueError):  # no manager in the context: the server forgot to give one
-        TOOL_SET.make(ToolContext(conversation_id="c", working_dir=tmp_path,
-                                  state_dir=tmp_path / "s"), {})
+        TOOL_SET.make(
+            ToolContext(conversation_id="c", working_dir=tmp_path, state_dir=tmp_path / "s"), {}
+        )
 
 
 # -- pages -----------------------------------------------------------------------------------
@@ -474,8 +474,9 @@ async def test_recording(site: Site, open_conversation: Any, tmp_path: Path) -> 
 
 async def test_killed_browser_is_replaced(site: Site, tmp_path: Path) -> None:
     manager = BrowserManager()
-    ctx = ToolContext(conversation_id="c", working_dir=tmp_path, state_dir=tmp_path / "s",
-                      browser=lambda: manager)
+    ctx = ToolContext(
+        conversation_id="c", working_dir=tmp_path, state_dir=tmp_path / "s", browser=lambda: manager
+    )
     c = Conversation(TOOL_SET.make(ctx, {"timeout": 15}))
     try:
         await c.ok("browser_navigate", url=f"{site.url}/form")
@@ -497,8 +498,9 @@ async def test_killed_browser_is_replaced(site: Site, tmp_path: Path) -> None:
 
 async def test_idle_browser_is_closed_and_restarted(site: Site, tmp_path: Path) -> None:
     manager = BrowserManager(BrowserSettings(idle_timeout=0.5))
-    ctx = ToolContext(conversation_id="c", working_dir=tmp_path, state_dir=tmp_path / "s",
-                      browser=lambda: manager)
+    ctx = ToolContext(
+        conversation_id="c", working_dir=tmp_path, state_dir=tmp_path / "s", browser=lambda: manager
+    )
     c = Conversation(TOOL_SET.make(ctx, {"timeout": 15}))
     try:
         await c.ok("browser_navigate", url=f"{site.url}/form")
@@ -518,8 +520,9 @@ async def test_idle_browser_is_closed_and_restarted(site: Site, tmp_path: Path) 
 
 async def test_launch_failure_is_an_error_observation(tmp_path: Path) -> None:
     manager = BrowserManager(BrowserSettings(executable=str(tmp_path / "no-chromium")))
-    ctx = ToolContext(conversation_id="c", working_dir=tmp_path, state_dir=tmp_path / "s",
-                      browser=lambda: manager)
+    ctx = ToolContext(
+        conversation_id="c", working_dir=tmp_path, state_dir=tmp_path / "s", browser=lambda: manager
+    )
     c = Conversation(TOOL_SET.make(ctx, {}))
     try:
         observation = await c("browser_navigate", url="http://127.0.0.1:9/")
@@ -533,7 +536,9 @@ async def test_closing_leaves_no_chromium(site: Site, tmp_path: Path) -> None:
     conversations = []
     for name in ("a", "b"):
         ctx = ToolContext(
-            conversation_id=name, working_dir=tmp_path / name, state_dir=tmp_path / name / "s",
+            conversation_id=name,
+            working_dir=tmp_path / name,
+            state_dir=tmp_path / name / "s",
             browser=lambda: manager,
         )
         conversations.append(Conversation(TOOL_SET.make(ctx, {})))
@@ -556,8 +561,12 @@ async def test_closing_leaves_no_chromium(site: Site, tmp_path: Path) -> None:
     assert group_members(main) == [] and find_process(manager.marker) is None
     refused = await Conversation(
         TOOL_SET.make(
-            ToolContext(conversation_id="z", working_dir=tmp_path, state_dir=tmp_path / "z",
-                        browser=lambda: manager),
+            ToolContext(
+                conversation_id="z",
+                working_dir=tmp_path,
+                state_dir=tmp_path / "z",
+                browser=lambda: manager,
+            ),
             {},
         )
     )("browser_list_tabs")

@@ -48,8 +48,9 @@ async def test_read_whole_and_in_windows(workspace: Path) -> None:
     assert whole.lines_shown == (1, MAX_LINES_PER_READ)
     assert whole.file_content.startswith("line 1\n") and "line 1001" not in whole.file_content
     assert "offset=1000" in whole.text and "     1\tline 1" in whole.text
-    window = await call(ReadFileTool, workspace, file_path=str(workspace / "a.txt"),
-                        offset=2490, limit=50)
+    window = await call(
+        ReadFileTool, workspace, file_path=str(workspace / "a.txt"), offset=2490, limit=50
+    )
     assert window.lines_shown == (2491, 2500) and window.file_content.endswith("line 2500\n")
     beyond = await call(ReadFileTool, workspace, file_path="a.txt", offset=9999)
     assert beyond.is_error and "beyond the end" in beyond.text
@@ -57,10 +58,15 @@ async def test_read_whole_and_in_windows(workspace: Path) -> None:
 
 async def test_read_refusals(workspace: Path, outside: Path) -> None:
     (workspace / "bin").write_bytes(b"\0\1\2")
-    for path, said in [("missing.txt", "does not exist"), ("bin", "binary"),
-                       (".", "is a directory"), ("../outside/secret.txt", "outside the workspace"),
-                       ("link/secret.txt", "outside the workspace"),
-                       ("file_link.txt", "outside the workspace"), ("/etc/passwd", "outside")]:
+    for path, said in [
+        ("missing.txt", "does not exist"),
+        ("bin", "binary"),
+        (".", "is a directory"),
+        ("../outside/secret.txt", "outside the workspace"),
+        ("link/secret.txt", "outside the workspace"),
+        ("file_link.txt", "outside the workspace"),
+        ("/etc/passwd", "outside"),
+    ]:
         obs = await call(ReadFileTool, workspace, file_path=path)
         assert obs.is_error and said in obs.text, (path, obs.text)
         assert "secret" not in obs.file_content
@@ -70,8 +76,9 @@ async def test_read_refusals(workspace: Path, outside: Path) -> None:
 
 
 async def test_write_creates_and_replaces(workspace: Path) -> None:
-    new: WriteFileObservation = await call(WriteFileTool, workspace, file_path="pkg/m.py",
-                                           content="x = 1\n")
+    new: WriteFileObservation = await call(
+        WriteFileTool, workspace, file_path="pkg/m.py", content="x = 1\n"
+    )
     assert not new.is_error and new.is_new_file and new.new_content == "x = 1\n"
     assert (workspace / "pkg/m.py").read_text() == "x = 1\n"
     (workspace / "pkg/m.py").chmod(0o755)
@@ -97,14 +104,21 @@ async def test_write_never_leaves_the_workspace(workspace: Path, outside: Path) 
 async def test_edit_replaces_the_expected_count(workspace: Path) -> None:
     target = workspace / "e.py"
     target.write_text("a = 1\nb = 1\nc = 2\n")
-    obs: EditObservation = await call(EditTool, workspace, file_path="e.py",
-                                      old_string="c = 2", new_string="c = 3")
+    obs: EditObservation = await call(
+        EditTool, workspace, file_path="e.py", old_string="c = 2", new_string="c = 3"
+    )
     assert not obs.is_error and obs.replacements_made == 1 and "     3\tc = 3" in obs.text
     assert obs.old_content == "a = 1\nb = 1\nc = 2\n" and obs.new_content == target.read_text()
     wrong = await call(EditTool, workspace, file_path="e.py", old_string="= 1", new_string="= 9")
     assert wrong.is_error and "expected 1 occurrence" in wrong.text and "found 2" in wrong.text
-    both = await call(EditTool, workspace, file_path="e.py", old_string="= 1", new_string="= 9",
-                      expected_replacements=2)
+    both = await call(
+        EditTool,
+        workspace,
+        file_path="e.py",
+        old_string="= 1",
+        new_string="= 9",
+        expected_replacements=2,
+    )
     assert both.replacements_made == 2 and target.read_text() == "a = 9\nb = 9\nc = 3\n"
     missing = await call(EditTool, workspace, file_path="e.py", old_string="zzz", new_string="y")
     assert missing.is_error and "not found" in missing.text
@@ -117,15 +131,17 @@ async def test_edit_with_empty_old_string_creates(workspace: Path, outside: Path
     assert obs.is_new_file and (workspace / "new/f.txt").read_text() == "hi\n"
     again = await call(EditTool, workspace, file_path="new/f.txt", old_string="", new_string="x")
     assert again.is_error and "already exists" in again.text
-    escape = await call(EditTool, workspace, file_path="link/secret.txt", old_string="secret",
-                        new_string="pwned")
+    escape = await call(
+        EditTool, workspace, file_path="link/secret.txt", old_string="secret", new_string="pwned"
+    )
     assert escape.is_error and (outside / "secret.txt").read_text() == "secret\n"
 
 
 async def test_edit_keeps_crlf(workspace: Path) -> None:
     (workspace / "w.txt").write_bytes(b"one\r\ntwo\r\n")
-    obs = await call(EditTool, workspace, file_path="w.txt", old_string="one\ntwo",
-                     new_string="one\nTWO")
+    obs = await call(
+        EditTool, workspace, file_path="w.txt", old_string="one\ntwo", new_string="one\nTWO"
+    )
     assert not obs.is_error and (workspace / "w.txt").read_bytes() == b"one\r\nTWO\r\n"
 
 

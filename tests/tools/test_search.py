@@ -55,8 +55,14 @@ def git_init(root: Path) -> None:
 
 
 async def test_grep_lists_files_and_lines(backend: str, tmp_path: Path, workspace: Path) -> None:
-    tree(workspace, {"src/app.py": "import os\ndef main():\n    log_error('x')\n",
-                     "src/util.js": "function log_error() {}\n", "README.md": "nothing\n"})
+    tree(
+        workspace,
+        {
+            "src/app.py": "import os\ndef main():\n    log_error('x')\n",
+            "src/util.js": "function log_error() {}\n",
+            "README.md": "nothing\n",
+        },
+    )
     obs = await grep(workspace, pattern=r"log_\w+")
     assert not obs.is_error, obs.text
     assert sorted(obs.matches) == [str(workspace / "src/app.py"), str(workspace / "src/util.js")]
@@ -70,8 +76,9 @@ async def test_grep_lists_files_and_lines(backend: str, tmp_path: Path, workspac
     assert none.matches == [] and "No matches" in none.text and not none.is_error
 
 
-async def test_grep_caps_files_and_counts_the_rest(backend: str, tmp_path: Path,
-                                                   workspace: Path) -> None:
+async def test_grep_caps_files_and_counts_the_rest(
+    backend: str, tmp_path: Path, workspace: Path
+) -> None:
     tree(workspace, {f"d{i % 7}/f{i}.txt": "needle\n" * 15 for i in range(130)})
     obs = await grep(workspace, pattern="needle")
     assert len(obs.matches) == 100 and obs.truncated
@@ -88,17 +95,27 @@ async def test_grep_newest_first(backend: str, tmp_path: Path, workspace: Path) 
 
 
 @pytest.mark.parametrize("in_git", [True, False])
-async def test_gitignore_hidden_and_binary_are_left_out(backend: str, in_git: bool,
-                                                        tmp_path: Path, workspace: Path) -> None:
+async def test_gitignore_hidden_and_binary_are_left_out(
+    backend: str, in_git: bool, tmp_path: Path, workspace: Path
+) -> None:
     if in_git:
         git_init(workspace)
-    tree(workspace, {
-        ".gitignore": "build/\n*.log\n!keep.log\n/top.txt\n",
-        "src/a.py": "token\n", "build/out.py": "token\n", "src/build/deep.py": "token\n",
-        "debug.log": "token\n", "keep.log": "token\n", "top.txt": "token\n",
-        "sub/top.txt": "token\n", ".hidden/h.py": "token\n",
-        "sub/.gitignore": "ignored_here.py\n", "sub/ignored_here.py": "token\n",
-    })
+    tree(
+        workspace,
+        {
+            ".gitignore": "build/\n*.log\n!keep.log\n/top.txt\n",
+            "src/a.py": "token\n",
+            "build/out.py": "token\n",
+            "src/build/deep.py": "token\n",
+            "debug.log": "token\n",
+            "keep.log": "token\n",
+            "top.txt": "token\n",
+            "sub/top.txt": "token\n",
+            ".hidden/h.py": "token\n",
+            "sub/.gitignore": "ignored_here.py\n",
+            "sub/ignored_here.py": "token\n",
+        },
+    )
     (workspace / "bin.dat").write_bytes(b"token\0\x01")
     obs = await grep(workspace, pattern="token")
     found = sorted(os.path.relpath(m, workspace) for m in obs.matches)
@@ -107,16 +124,18 @@ async def test_gitignore_hidden_and_binary_are_left_out(backend: str, in_git: bo
     assert sorted(os.path.relpath(m, workspace) for m in listed.files) == ["src/a.py"]
 
 
-async def test_grep_bad_regex_is_an_error_the_model_reads(backend: str, tmp_path: Path,
-                                                          workspace: Path) -> None:
+async def test_grep_bad_regex_is_an_error_the_model_reads(
+    backend: str, tmp_path: Path, workspace: Path
+) -> None:
     tree(workspace, {"a.txt": "x\n"})
     obs = await grep(workspace, pattern="(unclosed")
     assert obs.is_error and "could not search" in obs.text
 
 
 @pytest.mark.parametrize("path", ["..", "/etc", "link", "missing", "a.txt"])
-async def test_search_paths_stay_in_the_workspace(backend: str, path: str, tmp_path: Path,
-                                                  workspace: Path) -> None:
+async def test_search_paths_stay_in_the_workspace(
+    backend: str, path: str, tmp_path: Path, workspace: Path
+) -> None:
     outside = tmp_path / "outside"
     outside.mkdir()
     (outside / "secret.txt").write_text("token\n")
@@ -129,8 +148,9 @@ async def test_search_paths_stay_in_the_workspace(backend: str, path: str, tmp_p
     assert listed.is_error and listed.files == []
 
 
-async def test_symlinks_inside_are_not_followed(backend: str, tmp_path: Path,
-                                                workspace: Path) -> None:
+async def test_symlinks_inside_are_not_followed(
+    backend: str, tmp_path: Path, workspace: Path
+) -> None:
     outside = tmp_path / "outside"
     outside.mkdir()
     (outside / "secret.txt").write_text("token\n")
@@ -144,8 +164,11 @@ async def test_symlinks_inside_are_not_followed(backend: str, tmp_path: Path,
 
 
 async def test_glob_patterns(backend: str, tmp_path: Path, workspace: Path) -> None:
-    tree(workspace, {"a.py": "", "src/b.py": "", "src/deep/c.ts": "", "src/d.json": "",
-                     "lib/e.yaml": ""})
+    tree(
+        workspace,
+        {"a.py": "", "src/b.py": "", "src/deep/c.ts": "", "src/d.json": "", "lib/e.yaml": ""},
+    )
+
     async def names(pattern: str, **kw: Any) -> list[str]:
         obs = await glob(workspace, pattern=pattern, **kw)
         assert not obs.is_error, obs.text
@@ -172,8 +195,16 @@ async def test_glob_caps_and_counts(backend: str, tmp_path: Path, workspace: Pat
 def test_parsed_gitignore_rules(tmp_path: Path) -> None:
     tree(tmp_path, {".gitignore": "# comment\n*.pyc\nout/\n!important.pyc\n/root_only\n"})
     ignorer = ParsedIgnorer(tmp_path)
-    paths = [("a.pyc", False), ("x/b.pyc", False), ("important.pyc", False), ("out", True),
-             ("out", False), ("x/out", True), ("root_only", False), ("x/root_only", False)]
+    paths = [
+        ("a.pyc", False),
+        ("x/b.pyc", False),
+        ("important.pyc", False),
+        ("out", True),
+        ("out", False),
+        ("x/out", True),
+        ("root_only", False),
+        ("x/root_only", False),
+    ]
     assert ignorer.ignored(paths) == {"a.pyc", "x/b.pyc", "out", "x/out", "root_only"}
 
 

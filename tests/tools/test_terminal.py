@@ -119,7 +119,7 @@ async def test_cwd_environment_and_functions_persist(make: Make, tmp_path: Path)
     tool = make()
     await run(tool, "mkdir -p sub/dir && cd sub/dir")
     await run(tool, "export GREETING=hello")
-    await run(tool, "greet() { echo \"$GREETING, $1\"; }")
+    await run(tool, 'greet() { echo "$GREETING, $1"; }')
     obs = await run(tool, "pwd; greet world")
     assert obs.text.splitlines()[:2] == [str(tmp_path / "work/sub/dir"), "hello, world"]
     assert obs.metadata.working_dir == str(tmp_path / "work/sub/dir")
@@ -127,9 +127,12 @@ async def test_cwd_environment_and_functions_persist(make: Make, tmp_path: Path)
 
 async def test_virtualenv_activation_persists(make: Make) -> None:
     tool = make()
-    await run(tool, "mkdir -p venv/bin && printf 'export VIRTUAL_ENV=$PWD/venv\\n"
-              "PATH=$VIRTUAL_ENV/bin:$PATH\\nPS1=\"(venv) $PS1\"\\n' > venv/bin/activate")
-    await run(tool, "ln -s \"$(command -v python3)\" venv/bin/python && source venv/bin/activate")
+    await run(
+        tool,
+        "mkdir -p venv/bin && printf 'export VIRTUAL_ENV=$PWD/venv\\n"
+        'PATH=$VIRTUAL_ENV/bin:$PATH\\nPS1="(venv) $PS1"\\n\' > venv/bin/activate',
+    )
+    await run(tool, 'ln -s "$(command -v python3)" venv/bin/python && source venv/bin/activate')
     obs = await run(tool, "echo $VIRTUAL_ENV")
     assert obs.text.splitlines()[0].endswith("/venv")
     assert "(venv)" not in obs.text  # a changed PS1 must not leak into the output
@@ -179,7 +182,7 @@ async def test_environment_secrets_and_withheld_server_keys(
     )
     assert obs.text.splitlines()[:3] == ["<secret-hidden>", "withheld", "Ada"]
     assert "tok-12345-secret" not in obs.text
-    same = await run(tool, "[ \"$API_TOKEN\" = tok-12345-secret ] && echo same")
+    same = await run(tool, '[ "$API_TOKEN" = tok-12345-secret ] && echo same')
     assert same.text.splitlines()[0] == "same"
 
 
@@ -253,18 +256,27 @@ async def test_ctrl_c_stops_a_silent_command(make: Make) -> None:
 def test_ctrl_c_reaches_the_command_whatever_the_servers_threads_block(tmp_path: Path) -> None:
     """A server whose threads block SIGINT (a pool thread inherits its creator's mask; CI's
     workers had one) still gives its shell a C-c that stops the command."""
+
     def scenario() -> int | None:
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})  # this thread and its pool
 
         async def flow() -> int | None:
-            tool = TerminalTool(ToolContext(conversation_id="test", working_dir=tmp_path,
-                                            state_dir=tmp_path / "state", secrets={}, env={}),
-                                {"no_output_timeout": 1})
+            tool = TerminalTool(
+                ToolContext(
+                    conversation_id="test",
+                    working_dir=tmp_path,
+                    state_dir=tmp_path / "state",
+                    secrets={},
+                    env={},
+                ),
+                {"no_output_timeout": 1},
+            )
             try:
                 assert (await run(tool, f"sleep {unique_sleep()}")).exit_code == -1
                 return (await settled(tool, await run(tool, "C-c", is_input=True))).exit_code
             finally:
                 await tool.close()
+
         return asyncio.run(flow())
 
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
@@ -275,10 +287,18 @@ def test_ctrl_c_reaches_the_command_of_a_server_that_ignores_sigint(tmp_path: Pa
     """A server started in the background by a script ignores SIGINT (a non-interactive shell
     does that to `cmd &`; CI's runs were so), and an ignored signal stays ignored across exec:
     its shell's commands must still stop on C-c."""
+
     async def flow() -> int | None:
-        tool = TerminalTool(ToolContext(conversation_id="test", working_dir=tmp_path,
-                                        state_dir=tmp_path / "state", secrets={}, env={}),
-                            {"no_output_timeout": 5, "max_call_seconds": 0.5})
+        tool = TerminalTool(
+            ToolContext(
+                conversation_id="test",
+                working_dir=tmp_path,
+                state_dir=tmp_path / "state",
+                secrets={},
+                env={},
+            ),
+            {"no_output_timeout": 5, "max_call_seconds": 0.5},
+        )
         try:
             assert (await run(tool, "while :; do echo tick; sleep 0.05; done")).exit_code == -1
             return (await settled(tool, await run(tool, "C-c", is_input=True))).exit_code
@@ -299,8 +319,8 @@ async def test_hard_timeout_interrupts_then_kills(make: Make) -> None:
     assert obs.timeout and obs.exit_code == 130
     assert obs.text.startswith("begun")
     stubborn = (
-        f"{sys.executable} -c \"import os, signal, time; signal.signal(signal.SIGINT, "
-        "signal.SIG_IGN); print(os.getpid(), flush=True); time.sleep(100)\""
+        f'{sys.executable} -c "import os, signal, time; signal.signal(signal.SIGINT, '
+        'signal.SIG_IGN); print(os.getpid(), flush=True); time.sleep(100)"'
     )
     started = await run(tool, stubborn)
     while not started.text[:1].isdigit():  # C-c must come after it chose to ignore it

@@ -21,8 +21,13 @@ class Light(Enum):
     AMBER = "amber"
 
 
-LIGHTS = Moves({Light.RED: frozenset({Light.GREEN}), Light.GREEN: frozenset({Light.AMBER}),
-                Light.AMBER: frozenset({Light.RED})})
+LIGHTS = Moves(
+    {
+        Light.RED: frozenset({Light.GREEN}),
+        Light.GREEN: frozenset({Light.AMBER}),
+        Light.AMBER: frozenset({Light.RED}),
+    }
+)
 
 
 def test_a_move_is_checked_and_a_refusal_names_the_moves_there_are() -> None:
@@ -32,24 +37,41 @@ def test_a_move_is_checked_and_a_refusal_names_the_moves_there_are() -> None:
         LIGHTS.check(Light.RED, Light.AMBER)
     assert isinstance(refused.value, Conflict) and refused.value.status_code == 409
     assert (refused.value.current, refused.value.wanted, refused.value.allowed) == (
-        "red", "amber", ("green",))
-    assert refused.value.detail == ("the status cannot go from red to amber (from red it may "
-                                    "go to: green)")
+        "red",
+        "amber",
+        ("green",),
+    )
+    assert refused.value.detail == (
+        "the status cannot go from red to amber (from red it may go to: green)"
+    )
     with pytest.raises(InvalidTransition, match=r"^the light is red \(from red it may go"):
         LIGHTS.check(Light.RED, Light.AMBER, "the light is red")
     assert LIGHTS.sources(Light.RED) == [Light.AMBER]
 
 
 def test_every_machine_of_both_services_has_one_table_checked_by_moves() -> None:
-    machines: list[tuple[Moves[ExecutionStatus] | Moves[SandboxStatus] |
-                         Moves[StartTaskStatus] | Moves[TurnState], type[Enum]]] = [
-        (MOVES, ExecutionStatus), (SANDBOX_MOVES, SandboxStatus),
-        (START_MOVES, StartTaskStatus), (TURN, TurnState)]
+    machines: list[
+        tuple[
+            Moves[ExecutionStatus]
+            | Moves[SandboxStatus]
+            | Moves[StartTaskStatus]
+            | Moves[TurnState],
+            type[Enum],
+        ]
+    ] = [
+        (MOVES, ExecutionStatus),
+        (SANDBOX_MOVES, SandboxStatus),
+        (START_MOVES, StartTaskStatus),
+        (TURN, TurnState),
+    ]
     for moves, vocabulary in machines:
         assert set(moves.table) == set(vocabulary)  # every status has its row
     # The execution status: staying put is refused too, and a refusal lists moves by name.
-    with pytest.raises(InvalidTransition, match=r"^execution_status cannot go from idle to "
-                       r"idle \(from idle it may go to: running\)$"):
+    with pytest.raises(
+        InvalidTransition,
+        match=r"^execution_status cannot go from idle to "
+        r"idle \(from idle it may go to: running\)$",
+    ):
         check_move(ExecutionStatus.IDLE, ExecutionStatus.IDLE)
     # A start ends once: nothing leaves READY or ERROR.
     assert not START_MOVES.table[StartTaskStatus.READY]

@@ -66,8 +66,10 @@ def stage(root: Path, ops: list[FileOp]) -> Staged:
     def claim(raw: str) -> Path:
         path = _inside(root, raw)
         if path in targets:
-            raise PatchError(f"{raw}: the patch changes this file twice (also as "
-                             f"{targets[path]}); give each file one section.")
+            raise PatchError(
+                f"{raw}: the patch changes this file twice (also as "
+                f"{targets[path]}); give each file one section."
+            )
         targets[path] = raw
         return path
 
@@ -75,8 +77,10 @@ def stage(root: Path, ops: list[FileOp]) -> Staged:
         if isinstance(op, AddFile):
             path = claim(op.path)
             if os.path.lexists(path):
-                raise PatchError(f"Add File {op.path}: the file already exists; use Update "
-                                 "File to change it (or Delete File first).")
+                raise PatchError(
+                    f"Add File {op.path}: the file already exists; use Update "
+                    "File to change it (or Delete File first)."
+                )
             files.check_size(op.text, path, "apply_patch")
             changes.append(Change("add", op.path, None, op.text))
             writes.append(Write(path, None, op.text))
@@ -99,8 +103,9 @@ def stage(root: Path, ops: list[FileOp]) -> Staged:
                 continue
             dest = claim(op.move_to)
             if os.path.lexists(dest):
-                raise PatchError(f"Update File {op.path}: cannot move to {op.move_to}, which "
-                                 "already exists.")
+                raise PatchError(
+                    f"Update File {op.path}: cannot move to {op.move_to}, which already exists."
+                )
             changes.append(Change("update", op.path, raw, after, move_path=op.move_to))
             # The new file first: if that fails, the old one is still untouched.
             writes += [Write(dest, None, after), Write(path, raw, None)]
@@ -122,8 +127,10 @@ def write_all(root: Path, writes: list[Write]) -> None:
         except (OSError, files.Refusal) as e:
             failed = _undo(root, done, made)
             reason = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
-            message = (f"Writing {write.path} failed ({reason}); the patch was not applied and "
-                       "the files it had already written were restored.")
+            message = (
+                f"Writing {write.path} failed ({reason}); the patch was not applied and "
+                "the files it had already written were restored."
+            )
             if failed:
                 message += " These could not be restored: " + ", ".join(failed) + "."
             raise WriteFailed(message, failed) from e

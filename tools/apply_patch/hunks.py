@@ -60,7 +60,7 @@ def apply_hunks(path: str, text: str, hunks: list[Hunk]) -> Applied:
         edits.append((start, len(old), new))
         at = start + len(old)
     for start, count, new in sorted(edits, key=lambda e: e[0], reverse=True):
-        lines[start:start + count] = new
+        lines[start : start + count] = new
     # Every line ends with a newline afterwards, as codex leaves it.
     return Applied("".join(f"{line}\n" for line in lines), fuzz)
 

@@ -84,11 +84,13 @@ def parse(patch: str) -> list[FileOp]:
         raise PatchError("The patch is empty; it must start with '*** Begin Patch'.")
     last = max(i for i, line in enumerate(lines) if line.strip())
     if lines[first].strip() != BEGIN:
-        raise PatchError(f"The patch must start with '{BEGIN}' (line {first + 1} is "
-                         f"{_quote(lines[first])}).")
+        raise PatchError(
+            f"The patch must start with '{BEGIN}' (line {first + 1} is {_quote(lines[first])})."
+        )
     if lines[last].strip() != END:
-        raise PatchError(f"The patch must end with '{END}' (the last line is "
-                         f"{_quote(lines[last])}).")
+        raise PatchError(
+            f"The patch must end with '{END}' (the last line is {_quote(lines[last])})."
+        )
     return _Reader(lines, first + 1, last).ops()
 
 
@@ -123,10 +125,11 @@ class _Reader:
         return ops
 
     def _path(self, line: str, prefix: str) -> str:
-        path = line[len(prefix):].strip()
+        path = line[len(prefix) :].strip()
         if not path:
-            raise PatchError(f"Line {self.at + 1} of the patch names no file after "
-                             f"'{prefix.strip()}'.")
+            raise PatchError(
+                f"Line {self.at + 1} of the patch names no file after '{prefix.strip()}'."
+            )
         return path
 
     def _is_header(self, line: str) -> bool:
@@ -163,11 +166,13 @@ class _Reader:
         line = self.lines[self.at]
         hunk = Hunk(number=number, patch_line=self.at + 1, context=None)
         if line.startswith(HUNK):
-            hunk.context = line[len(HUNK):].strip() or None
+            hunk.context = line[len(HUNK) :].strip() or None
             self.at += 1
         elif not first:  # only the first hunk may leave out its @@ line
-            raise PatchError(f"Line {self.at + 1} of the patch ({_quote(line)}), in Update "
-                             f"File {path}: expected '@@' to start hunk {number}.")
+            raise PatchError(
+                f"Line {self.at + 1} of the patch ({_quote(line)}), in Update "
+                f"File {path}: expected '@@' to start hunk {number}."
+            )
         while self.at < self.stop:
             line = self.lines[self.at]
             if self._is_header(line) or line.startswith(HUNK):
@@ -179,8 +184,10 @@ class _Reader:
             self._body_line(hunk, line, path)
             self.at += 1
         if not hunk.old and not hunk.new:
-            raise PatchError(f"Hunk {number} of Update File {path} (line {hunk.patch_line} of "
-                             "the patch) is empty.")
+            raise PatchError(
+                f"Hunk {number} of Update File {path} (line {hunk.patch_line} of "
+                "the patch) is empty."
+            )
         return hunk
 
     def _body_line(self, hunk: Hunk, line: str, path: str) -> None:

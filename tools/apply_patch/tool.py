@@ -55,16 +55,22 @@ class ApplyPatchTool(Tool):
             result: ApplyPatchObservation = await run_in_thread(self._apply, action.patch)
             return result
         except PatchError as e:
-            head = "The patch was not applied" if isinstance(e, WriteFailed) else (
-                "The patch was not applied; no file was changed")
+            head = (
+                "The patch was not applied"
+                if isinstance(e, WriteFailed)
+                else ("The patch was not applied; no file was changed")
+            )
             text = files.clip(f"{head}.\n{e}", how="Fix the patch and try again.")
-            return ApplyPatchObservation(message=text, is_error=True,
-                                         content=[TextContent(text=text)])
+            return ApplyPatchObservation(
+                message=text, is_error=True, content=[TextContent(text=text)]
+            )
 
     def _apply(self, patch: str) -> ApplyPatchObservation:
         if len(patch) > MAX_PATCH_CHARS:
-            raise PatchError(f"The patch has {len(patch):,} characters; the limit is "
-                             f"{MAX_PATCH_CHARS:,}. Split it into several calls.")
+            raise PatchError(
+                f"The patch has {len(patch):,} characters; the limit is "
+                f"{MAX_PATCH_CHARS:,}. Split it into several calls."
+            )
         ops = parse(patch)
         with self._lock:
             staged = stage(self.ctx.working_dir, ops)
@@ -85,8 +91,10 @@ def _summary(changes: list[Change], fuzz: int) -> str:
         target = f" -> {change.move_path}" if change.move_path else ""
         lines.append(f"{letters[change.type]} {change.path}{target}")
     if fuzz:
-        lines.append(f"(some context matched only loosely, ignoring whitespace: fuzz {fuzz}; "
-                     "check the result)")
+        lines.append(
+            f"(some context matched only loosely, ignoring whitespace: fuzz {fuzz}; "
+            "check the result)"
+        )
     return "\n".join(lines)
 
 

@@ -365,5 +365,3 @@ def retrieve_exception(task: asyncio.Task[Any]) -> None:
     failure is reported to whoever awaits the task next, not logged as lost."""
     if not task.cancelled():
         task.exception()
-
-

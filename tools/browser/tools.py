@@ -274,9 +274,7 @@ class BrowserSwitchTabTool(BrowserTool):
     async def perform(self, action: BrowserSwitchTabAction) -> Result:
         page = self.session.switch(action.tab_id)
         await page.bring_to_front()
-        return Result(
-            f"Switched to tab {action.tab_id}.\n{await page_summary(self.session, page)}"
-        )
+        return Result(f"Switched to tab {action.tab_id}.\n{await page_summary(self.session, page)}")
 
 
 class BrowserCloseTabTool(BrowserTool):
@@ -329,7 +327,8 @@ class BrowserSetStorageTool(BrowserTool):
             raise ActionFailed(f"storage_state is not a storage state: {exc}") from exc
         context = self.session.context
         if state.cookies:
-            # Playwright types cookies as a TypedDict; storage.Cookie has checked these have its keys.
+            # Playwright types cookies as a TypedDict; storage.Cookie has checked these have its
+            # keys.
             cookies = [c.model_dump(exclude_none=True) for c in state.cookies]
             await context.add_cookies(cookies)  # type: ignore[arg-type]
         for origin in state.origins:

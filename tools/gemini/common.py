@@ -30,6 +30,7 @@ class WorkspaceFileTool(Tool):
 
     async def guarded(self, work: Callable[[], ObsT], failed: Callable[[str], ObsT]) -> ObsT:
         """work() in a thread under the lock; a Refusal or OSError becomes failed(reason)."""
+
         def locked() -> ObsT:
             with self._lock:
                 return work()

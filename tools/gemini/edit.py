@@ -40,8 +40,9 @@ class EditTool(WorkspaceFileTool):
         path = self.path(action.file_path)
         if action.old_string == "":
             return self._create(action, path)
-        raw = files.read_text(path, root=root, tool="edit",
-                              missing_hint=" Use an empty old_string to create it.")
+        raw = files.read_text(
+            path, root=root, tool="edit", missing_hint=" Use an empty old_string to create it."
+        )
         text, crlf = files.to_lf(raw)
         old, new = action.old_string, action.new_string
         if crlf:  # the file's CRLF line ends are hidden while matching
@@ -72,11 +73,19 @@ class EditTool(WorkspaceFileTool):
         snippet = "\n".join(f"{n + 1:6}\t{lines[n]}" for n in range(low, min(high, len(lines))))
         sides = files.snapshots(raw, after)
         return EditObservation(
-            file_path=str(path), replacements_made=found,
-            old_content=sides["old_content"], new_content=sides["new_content"],
-            content=[TextContent(text=files.clip(
-                f"Replaced {found} occurrence{'s' if found != 1 else ''} in {path}. "
-                f"The lines around the first:\n{snippet}", how="Read the file to see more."))],
+            file_path=str(path),
+            replacements_made=found,
+            old_content=sides["old_content"],
+            new_content=sides["new_content"],
+            content=[
+                TextContent(
+                    text=files.clip(
+                        f"Replaced {found} occurrence{'s' if found != 1 else ''} in {path}. "
+                        f"The lines around the first:\n{snippet}",
+                        how="Read the file to see more.",
+                    )
+                )
+            ],
         )
 
     def _create(self, action: EditAction, path: Path) -> EditObservation:
@@ -90,8 +99,11 @@ class EditTool(WorkspaceFileTool):
         files.write_text(path, action.new_string, root=self.ctx.working_dir)
         sides = files.snapshots(None, action.new_string)
         return EditObservation(
-            file_path=str(path), is_new_file=True, replacements_made=1,
-            old_content=None, new_content=sides["new_content"],
+            file_path=str(path),
+            is_new_file=True,
+            replacements_made=1,
+            old_content=None,
+            new_content=sides["new_content"],
             content=[TextContent(text=f"Created {path}.")],
         )
 

@@ -48,12 +48,17 @@ class ListDirectoryTool(WorkspaceFileTool):
         total = _walk(path, RECURSIVE_DEPTH if action.recursive else 1, entries)
         lines = [_line(path, e) for e in entries]
         text = f"{path} ({total} entr{'y' if total == 1 else 'ies'}):\n" + (
-            "\n".join(lines) if lines else "(empty directory)")
+            "\n".join(lines) if lines else "(empty directory)"
+        )
         if total > len(entries):
-            text += (f"\n[{total - len(entries)} more entries not shown: list a "
-                     "subdirectory, or use glob]")
+            text += (
+                f"\n[{total - len(entries)} more entries not shown: list a "
+                "subdirectory, or use glob]"
+            )
         return ListDirectoryObservation(
-            dir_path=str(path), entries=entries, total_count=total,
+            dir_path=str(path),
+            entries=entries,
+            total_count=total,
             is_truncated=total > len(entries),
             content=[TextContent(text=files.clip(text, how="List a subdirectory."))],
         )
@@ -76,11 +81,15 @@ def _walk(directory: Path, depth: int, out: list[FileEntry]) -> int:
                 info = child.stat(follow_symlinks=False)
             except OSError:
                 continue
-            out.append(FileEntry(
-                name=child.name, path=child.path, is_directory=is_dir,
-                size=0 if is_dir else info.st_size,
-                modified_time=datetime.fromtimestamp(info.st_mtime, UTC),
-            ))
+            out.append(
+                FileEntry(
+                    name=child.name,
+                    path=child.path,
+                    is_directory=is_dir,
+                    size=0 if is_dir else info.st_size,
+                    modified_time=datetime.fromtimestamp(info.st_mtime, UTC),
+                )
+            )
         if is_dir and depth > 1:
             total += _walk(Path(child.path), depth - 1, out)
     return total

@@ -41,8 +41,9 @@ class ReadFileTool(WorkspaceFileTool):
         total = len(lines)
         start = action.offset or 0
         if start and start >= total:
-            raise files.Refusal(f"offset {start} is beyond the end of {path}, which has "
-                                f"{total} lines.")
+            raise files.Refusal(
+                f"offset {start} is beyond the end of {path}, which has {total} lines."
+            )
         count = min(action.limit or MAX_LINES_PER_READ, MAX_LINES_PER_READ)
         end = min(start + count, total)
         shown: list[str] = []
@@ -76,5 +77,10 @@ class ReadFileTool(WorkspaceFileTool):
 
 TOOL_SET = single(ReadFileTool)
 
-__all__ = ["MAX_LINES_PER_READ", "TOOL_SET", "ReadFileAction", "ReadFileObservation",
-           "ReadFileTool"]
+__all__ = [
+    "MAX_LINES_PER_READ",
+    "TOOL_SET",
+    "ReadFileAction",
+    "ReadFileObservation",
+    "ReadFileTool",
+]

@@ -36,14 +36,17 @@ class WriteFileTool(WorkspaceFileTool):
         files.make_parents(path, root)
         files.write_text(path, action.content, root=root)
         verb = "Created" if is_new else "Overwrote"
-        count = action.content.count("\n") + (not action.content.endswith("\n") and
-                                               bool(action.content))
+        count = action.content.count("\n") + (
+            not action.content.endswith("\n") and bool(action.content)
+        )
         sides = files.snapshots(before, action.content)
         if before is None and not is_new:  # too big to carry: no half a diff either
             sides = {"old_content": None, "new_content": None}
         return WriteFileObservation(
-            file_path=str(path), is_new_file=is_new,
-            old_content=sides["old_content"], new_content=sides["new_content"],
+            file_path=str(path),
+            is_new_file=is_new,
+            old_content=sides["old_content"],
+            new_content=sides["new_content"],
             content=[TextContent(text=f"{verb} {path} ({count} lines).")],
         )
 

@@ -54,14 +54,22 @@ class ConsultAdvisorTool(Tool):
         question = action.question.strip() or DEFAULT_QUESTION
         transcript = history.transcript(params.max_history_chars)
         try:
-            answer = await models.ask(params.profile, [
-                {"role": "system", "content": PROMPT},
-                {"role": "user", "content": f"<conversation>\n{transcript}\n</conversation>\n\n"
-                                            f"Question: {question}"},
-            ])
+            answer = await models.ask(
+                params.profile,
+                [
+                    {"role": "system", "content": PROMPT},
+                    {
+                        "role": "user",
+                        "content": f"<conversation>\n{transcript}\n</conversation>\n\n"
+                        f"Question: {question}",
+                    },
+                ],
+            )
         except ProfileNotFound:
-            raise ToolError(f"The advisor profile {params.profile!r} is not saved. "
-                            + profile_list(models.profiles())) from None
+            raise ToolError(
+                f"The advisor profile {params.profile!r} is not saved. "
+                + profile_list(models.profiles())
+            ) from None
         except RuntimeError as exc:
             raise ToolError(f"The advisor failed: {exc}") from None
         advice = bounded(answer.text.strip())
@@ -69,4 +77,7 @@ class ConsultAdvisorTool(Tool):
             raise ToolError("The advisor returned no advice.")
         return ConsultAdvisorObservation(
             content=[TextContent(text=f"Advice from {params.profile} ({answer.model}):\n{advice}")],
-            advice=advice, profile_name=params.profile, model=answer.model)
+            advice=advice,
+            profile_name=params.profile,
+            model=answer.model,
+        )

@@ -93,22 +93,29 @@ class SleeptimeComputeTool(Tool):
         if not self.ctx.idle.when_idle(JOB_NAME, lambda: self._reflect(target, action.focus)):
             message = f"Reflection into {shown} is already scheduled for when this run ends."
         else:
-            message = (f"Scheduled: when this run ends, what this conversation learned will be "
-                       f"merged into {shown}.")
-        return SleeptimeComputeObservation(content=[TextContent(text=message)], message=message,
-                                           sessions_processed=self.completed)
+            message = (
+                f"Scheduled: when this run ends, what this conversation learned will be "
+                f"merged into {shown}."
+            )
+        return SleeptimeComputeObservation(
+            content=[TextContent(text=message)], message=message, sessions_processed=self.completed
+        )
 
     async def _reflect(self, target: Path, focus: str | None) -> str:
         models, history = models_of(self.ctx), history_of(self.ctx)
         root = self.ctx.working_dir
         old = await run_in_thread(files.read_snapshot, target)
-        request = (f"<memory>\n{bounded(old or '(empty)', MAX_MEMORY_CHARS)}\n</memory>\n\n"
-                   f"<conversation>\n{history.transcript(self.settings.max_history_chars)}\n"
-                   "</conversation>")
+        request = (
+            f"<memory>\n{bounded(old or '(empty)', MAX_MEMORY_CHARS)}\n</memory>\n\n"
+            f"<conversation>\n{history.transcript(self.settings.max_history_chars)}\n"
+            "</conversation>"
+        )
         if focus:
             request += f"\n\nFocus on: {focus}"
-        answer = await models.ask(self.settings.profile, [
-            {"role": "system", "content": PROMPT}, {"role": "user", "content": request}])
+        answer = await models.ask(
+            self.settings.profile,
+            [{"role": "system", "content": PROMPT}, {"role": "user", "content": request}],
+        )
         text = answer.text.strip()[:MAX_MEMORY_CHARS]
         if not text:
             raise RuntimeError("the model returned an empty memory file")

@@ -27,12 +27,27 @@ class SwitchLLMTool(Tool):
             profile = await models.switch(action.profile_name, action.reason)
         except ProfileNotFound:
             return SwitchLLMObservation(
-                profile_name=action.profile_name, reason=action.reason, is_error=True,
-                content=[TextContent(text=f"LLM profile {action.profile_name!r} was not found. "
-                                          + profile_list(models.profiles()))])
+                profile_name=action.profile_name,
+                reason=action.reason,
+                is_error=True,
+                content=[
+                    TextContent(
+                        text=f"LLM profile {action.profile_name!r} was not found. "
+                        + profile_list(models.profiles())
+                    )
+                ],
+            )
         return SwitchLLMObservation(
-            profile_name=profile.name, reason=action.reason, active_model=profile.model,
-            content=[TextContent(text=(
-                f"Switched LLM profile to {profile.name!r} with active model "
-                f"{profile.model!r}. Reason: {action.reason} Future agent steps will use this "
-                "profile."))])
+            profile_name=profile.name,
+            reason=action.reason,
+            active_model=profile.model,
+            content=[
+                TextContent(
+                    text=(
+                        f"Switched LLM profile to {profile.name!r} with active model "
+                        f"{profile.model!r}. Reason: {action.reason} "
+                        "Future agent steps will use this profile."
+                    )
+                )
+            ],
+        )

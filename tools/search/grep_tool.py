@@ -77,15 +77,21 @@ class GrepTool(Tool):
             else:
                 lines = await self._lines_rg(rg, base, shown, action.pattern)
         except (files.Refusal, _Failed) as e:
-            return GrepObservation(matches=[], pattern=action.pattern,
-                                   search_path=action.path or str(root),
-                                   include_pattern=action.include, is_error=True,
-                                   content=[TextContent(text=str(e))])
+            return GrepObservation(
+                matches=[],
+                pattern=action.pattern,
+                search_path=action.path or str(root),
+                include_pattern=action.include,
+                is_error=True,
+                content=[TextContent(text=str(e))],
+            )
         left_out = len(ordered) - len(shown)
         text = _render(base, action, shown, lines, left_out, complete)
         return GrepObservation(
-            matches=[str(base / p) for p in shown], pattern=action.pattern,
-            search_path=str(base), include_pattern=action.include,
+            matches=[str(base / p) for p in shown],
+            pattern=action.pattern,
+            search_path=str(base),
+            include_pattern=action.include,
             truncated=left_out > 0 or not complete,
             content=[TextContent(text=files.clip(text, how="Narrow the pattern or the path."))],
         )
@@ -96,8 +102,13 @@ class GrepTool(Tool):
         argv = [rg, "--files-with-matches", *RG_BASE]
         if action.include:
             argv += ["--glob", action.include]
-        done = await run_process([*argv, "--regexp", action.pattern], base,
-                                 child_env(self.ctx.env), SEARCH_TIMEOUT, keep=MAX_LISTING_BYTES)
+        done = await run_process(
+            [*argv, "--regexp", action.pattern],
+            base,
+            child_env(self.ctx.env),
+            SEARCH_TIMEOUT,
+            keep=MAX_LISTING_BYTES,
+        )
         found = split_null(done.stdout.head)
         reason = done.stderr.head.decode(errors="replace").strip()[:2000]
         if done.exit_code == 2 and not found and reason:  # 2 alone: some file was unreadable
@@ -107,15 +118,30 @@ class GrepTool(Tool):
             found.pop()  # the last name may be cut
         return found, complete
 
-    async def _lines_rg(self, rg: str, base: Path, shown: list[str],
-                        pattern: str) -> dict[str, list[tuple[int, str]]]:
+    async def _lines_rg(
+        self, rg: str, base: Path, shown: list[str], pattern: str
+    ) -> dict[str, list[tuple[int, str]]]:
         if not shown:
             return {}
-        argv = [rg, *RG_BASE, "--line-number", "--no-heading", "--with-filename",
-                "--max-count", str(LINES_PER_FILE), "--max-columns", str(LINE_CHARS),
-                "--max-columns-preview", "--regexp", pattern, "--", *shown]
-        done = await run_process(argv, base, child_env(self.ctx.env), SEARCH_TIMEOUT,
-                                 keep=MAX_LISTING_BYTES)
+        argv = [
+            rg,
+            *RG_BASE,
+            "--line-number",
+            "--no-heading",
+            "--with-filename",
+            "--max-count",
+            str(LINES_PER_FILE),
+            "--max-columns",
+            str(LINE_CHARS),
+            "--max-columns-preview",
+            "--regexp",
+            pattern,
+            "--",
+            *shown,
+        ]
+        done = await run_process(
+            argv, base, child_env(self.ctx.env), SEARCH_TIMEOUT, keep=MAX_LISTING_BYTES
+        )
         lines: dict[str, list[tuple[int, str]]] = {}
         for row in done.stdout.head.decode(errors="replace").split("\n"):
             name, _, rest = row.partition("\0")
@@ -129,8 +155,12 @@ class GrepTool(Tool):
     def _files_python(self, base: Path, action: GrepAction) -> tuple[list[str], bool]:
         regex = _compile(action.pattern)
         include = compile_glob(action.include) if action.include else None
-        listing = walk_python(base, dict(self.ctx.env), SEARCH_TIMEOUT,
-                              keep=lambda p: include is None or bool(include.fullmatch(p)))
+        listing = walk_python(
+            base,
+            dict(self.ctx.env),
+            SEARCH_TIMEOUT,
+            keep=lambda p: include is None or bool(include.fullmatch(p)),
+        )
         found = [p for p in listing.paths if _file_matches(base / p, regex)]
         return found, listing.complete
 
@@ -139,8 +169,9 @@ def _compile(pattern: str) -> re.Pattern[str]:
     try:
         return re.compile(pattern, re.MULTILINE)
     except re.error as e:
-        raise _Failed(f"grep could not search for {pattern!r}: invalid regular expression "
-                      f"({e}).") from None
+        raise _Failed(
+            f"grep could not search for {pattern!r}: invalid regular expression ({e})."
+        ) from None
 
 
 def _read(path: Path) -> str | None:
@@ -173,8 +204,14 @@ def _lines_python(base: Path, shown: list[str], pattern: str) -> dict[str, list[
     return lines
 
 
-def _render(base: Path, action: GrepAction, shown: list[str],
-            lines: dict[str, list[tuple[int, str]]], left_out: int, complete: bool) -> str:
+def _render(
+    base: Path,
+    action: GrepAction,
+    shown: list[str],
+    lines: dict[str, list[tuple[int, str]]],
+    left_out: int,
+    complete: bool,
+) -> str:
     where = f" in {base}" + (f" (files matching {action.include!r})" if action.include else "")
     if not shown:
         text = f"No matches for {action.pattern!r}{where}."
@@ -190,8 +227,10 @@ def _render(base: Path, action: GrepAction, shown: list[str],
                 out.append("  [more matches in this file not shown]")
         text = "\n".join(out)
     if left_out:
-        text += (f"\n[{left_out} more files not shown: narrow the pattern, `include` or `path` "
-                 "to see them]")
+        text += (
+            f"\n[{left_out} more files not shown: narrow the pattern, `include` or `path` "
+            "to see them]"
+        )
     if not complete:
         text += "\n[the search stopped early (time or size limit): results are incomplete]"
     return text

@@ -29,8 +29,13 @@ def for_directory(base: Path, env: dict[str, str]) -> Ignorer:
     """Git's own answer inside a work tree, else the parser."""
     try:
         inside = subprocess.run(
-            ["git", "rev-parse", "--is-inside-work-tree"], cwd=base, env=env,
-            capture_output=True, text=True, timeout=GIT_TIMEOUT, stdin=subprocess.DEVNULL,
+            ["git", "rev-parse", "--is-inside-work-tree"],
+            cwd=base,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=GIT_TIMEOUT,
+            stdin=subprocess.DEVNULL,
             check=False,
         )
         if inside.returncode == 0 and inside.stdout.strip() == "true":
@@ -51,8 +56,13 @@ class GitIgnorer:
         data = "".join(f"{p}\0" for p, _ in paths).encode()
         try:
             done = subprocess.run(
-                ["git", "check-ignore", "-z", "--stdin"], cwd=self.base, env=self.env,
-                input=data, capture_output=True, timeout=GIT_TIMEOUT, check=False,
+                ["git", "check-ignore", "-z", "--stdin"],
+                cwd=self.base,
+                env=self.env,
+                input=data,
+                capture_output=True,
+                timeout=GIT_TIMEOUT,
+                check=False,
             )
         except (OSError, subprocess.TimeoutExpired):
             return set()
@@ -119,4 +129,3 @@ def is_hidden(name: str) -> bool:
 
 
 __all__ = ["GitIgnorer", "Ignorer", "ParsedIgnorer", "for_directory", "is_hidden"]
-

@@ -50,7 +50,7 @@ def _translate(pattern: str) -> str:
                 out.append(re.escape(c))
                 i += 1
                 continue
-            inner = pattern[i + 1:end]
+            inner = pattern[i + 1 : end]
             if inner[0] in "!^":
                 inner = "^" + inner[1:]
             out.append("[" + inner.replace("\\", "\\\\") + "]")
@@ -61,7 +61,7 @@ def _translate(pattern: str) -> str:
                 out.append(re.escape(c))
                 i += 1
                 continue
-            options = _split_options(pattern[i + 1:end])
+            options = _split_options(pattern[i + 1 : end])
             out.append("(?:" + "|".join(_translate(o) for o in options) + ")")
             i = end + 1
         elif c == "\\" and i + 1 < n:

@@ -44,8 +44,9 @@ async def list_files(base: Path, env: dict[str, str]) -> Listing:
     rg = ripgrep()
     if rg is None:
         return await asyncio.to_thread(walk_python, base, env, SEARCH_TIMEOUT)
-    done = await run_process([rg, "--files", *RG_BASE], base, child_env(env), SEARCH_TIMEOUT,
-                             keep=MAX_LISTING_BYTES)
+    done = await run_process(
+        [rg, "--files", *RG_BASE], base, child_env(env), SEARCH_TIMEOUT, keep=MAX_LISTING_BYTES
+    )
     paths = split_null(done.stdout.head)
     complete = not done.timed_out and done.stdout.total <= len(done.stdout.head)
     if not complete and paths:
@@ -68,8 +69,9 @@ def search_dir(root: Path, raw: str | None) -> Path:
     return path
 
 
-def walk_python(base: Path, env: dict[str, str], timeout: float,
-                keep: Callable[[str], bool] | None = None) -> Listing:
+def walk_python(
+    base: Path, env: dict[str, str], timeout: float, keep: Callable[[str], bool] | None = None
+) -> Listing:
     """Breadth first, one level at a time, so Git is asked about a whole level at once."""
     deadline = time.monotonic() + timeout
     ignorer = for_directory(base, child_env(env))
@@ -84,8 +86,11 @@ def walk_python(base: Path, env: dict[str, str], timeout: float,
             entries += _entries(base, directory)
         hidden = ignorer.ignored(entries)
         level = [p for p, is_dir in entries if is_dir and p not in hidden]
-        listing.paths += [p for p, is_dir in entries
-                          if not is_dir and p not in hidden and (keep is None or keep(p))]
+        listing.paths += [
+            p
+            for p, is_dir in entries
+            if not is_dir and p not in hidden and (keep is None or keep(p))
+        ]
     return listing
 
 
@@ -119,5 +124,12 @@ def newest_first(base: Path, paths: list[str]) -> list[str]:
     return [p for _, p in sorted(dated)]
 
 
-__all__ = ["Listing", "list_files", "newest_first", "ripgrep", "search_dir", "split_null",
-           "walk_python"]
+__all__ = [
+    "Listing",
+    "list_files",
+    "newest_first",
+    "ripgrep",
+    "search_dir",
+    "split_null",
+    "walk_python",
+]

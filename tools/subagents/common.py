@@ -46,19 +46,24 @@ class AgentType:
 
 AGENT_TYPES: dict[str, AgentType] = {
     "general-purpose": AgentType(
-        "any multi-step task, with every tool you have", None,
+        "any multi-step task, with every tool you have",
+        None,
         "You are a sub-agent working for another agent. Do the task below, then call finish "
-        "with a complete report of what you did and found: it is all the other agent sees."),
+        "with a complete report of what you did and found: it is all the other agent sees.",
+    ),
     "code-explorer": AgentType(
-        "reads and searches the workspace (read_file, glob, grep, list_directory); changes "
-        "nothing", frozenset({"read_file", "glob", "grep", "list_directory"}),
+        "reads and searches the workspace (read_file, glob, grep, list_directory); changes nothing",
+        frozenset({"read_file", "glob", "grep", "list_directory"}),
         "You are a read-only code explorer working for another agent. Answer the question "
         "below from the workspace; call finish with file paths, line numbers and the "
-        "snippets that matter."),
+        "snippets that matter.",
+    ),
     "bash-runner": AgentType(
-        "runs commands in the terminal and reports their outcome", frozenset({"terminal"}),
+        "runs commands in the terminal and reports their outcome",
+        frozenset({"terminal"}),
         "You run commands for another agent. Run what the task below asks and call finish "
-        "with a short summary of the outcome (failures with their causes, no long logs)."),
+        "with a short summary of the outcome (failures with their causes, no long logs).",
+    ),
 }
 ALIASES = {"default": "general-purpose", "general": "general-purpose"}
 
@@ -69,8 +74,9 @@ def agent_type(name: str) -> tuple[str, AgentType]:
     key = ALIASES.get(key, key)
     found = AGENT_TYPES.get(key)
     if found is None:
-        raise ToolError(f"Unknown subagent_type {name!r}; the types are: "
-                        + ", ".join(AGENT_TYPES) + ".")
+        raise ToolError(
+            f"Unknown subagent_type {name!r}; the types are: " + ", ".join(AGENT_TYPES) + "."
+        )
     return key, found
 
 
@@ -90,8 +96,11 @@ def child_tools(subagents: Subagents, kind: AgentType, params: SubagentParams) -
     if subagents.depth() + 1 >= params.max_depth:
         names = [n for n in names if n not in SPAWNING]
     if kind.tools is not None and not names:
-        raise ToolError("This conversation has none of the tools that sub-agent type needs ("
-                        + ", ".join(sorted(kind.tools)) + ").")
+        raise ToolError(
+            "This conversation has none of the tools that sub-agent type needs ("
+            + ", ".join(sorted(kind.tools))
+            + ")."
+        )
     return tuple(names)
 
 
@@ -99,12 +108,16 @@ def check_limits(subagents: Subagents, params: SubagentParams, new: int) -> None
     """ToolError when `new` more children would pass the depth or the count limit."""
     depth = subagents.depth()
     if depth + 1 > params.max_depth:
-        raise ToolError(f"Sub-agents may nest {params.max_depth} deep and this conversation "
-                        f"is already at depth {depth}: do the work yourself.")
+        raise ToolError(
+            f"Sub-agents may nest {params.max_depth} deep and this conversation "
+            f"is already at depth {depth}: do the work yourself."
+        )
     made = subagents.spawned()
     if made + new > params.max_subagents:
-        raise ToolError(f"This conversation may start {params.max_subagents} sub-agents and "
-                        f"has started {made}; {new} more would pass the limit.")
+        raise ToolError(
+            f"This conversation may start {params.max_subagents} sub-agents and "
+            f"has started {made}; {new} more would pass the limit."
+        )
 
 
 async def run_child(subagents: Subagents, task: SubagentTask) -> SubagentResult:

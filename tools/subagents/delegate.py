@@ -82,8 +82,9 @@ class DelegateTool(Tool):
         else:
             text = await self._delegate(action)
         failed = text.startswith("Every task failed")
-        return DelegateObservation(command=action.command, content=[TextContent(text=text)],
-                                   is_error=failed)
+        return DelegateObservation(
+            command=action.command, content=[TextContent(text=text)], is_error=failed
+        )
 
     async def _spawn(self, action: DelegateAction) -> str:
         ids = action.ids or []
@@ -93,15 +94,18 @@ class DelegateTool(Tool):
             raise ToolError("`ids` names a sub-agent twice.")
         for agent_id in ids:
             if not AGENT_ID.match(agent_id):
-                raise ToolError(f"{agent_id!r} is not a sub-agent id: 1 to 50 letters, digits, "
-                                "'.', '_' or '-'.")
+                raise ToolError(
+                    f"{agent_id!r} is not a sub-agent id: 1 to 50 letters, digits, '.', '_' or '-'."
+                )
         types = list(action.agent_types or [])
         chosen = [agent_type(types[i] if i < len(types) else "")[0] for i in range(len(ids))]
         stored = await run_in_thread(self._load)
         taken = [i for i in ids if i in stored.agents]
         if taken:
-            raise ToolError(f"Already spawned: {', '.join(taken)}. Give them tasks with "
-                            "delegate, or spawn other ids.")
+            raise ToolError(
+                f"Already spawned: {', '.join(taken)}. Give them tasks with "
+                "delegate, or spawn other ids."
+            )
         unstarted = sum(1 for a in stored.agents.values() if a.conversation_id is None)
         check_limits(seam(self.ctx), params_of(self.params), len(ids) + unstarted)
         for agent_id, type_name in zip(ids, chosen):
@@ -117,22 +121,29 @@ class DelegateTool(Tool):
         stored = await run_in_thread(self._load)
         unknown = [i for i in tasks if i not in stored.agents]
         if unknown:
-            raise ToolError(f"Not spawned: {', '.join(unknown)}. Spawn them first"
-                            + (f" (spawned: {', '.join(stored.agents)})." if stored.agents
-                               else "."))
+            raise ToolError(
+                f"Not spawned: {', '.join(unknown)}. Spawn them first"
+                + (f" (spawned: {', '.join(stored.agents)})." if stored.agents else ".")
+            )
         subagents, params = seam(self.ctx), params_of(self.params)
         work = []
         for agent_id, text in tasks.items():
             agent = stored.agents[agent_id]
             _, kind = agent_type(agent.type)
             prompt = text if agent.conversation_id else f"{kind.brief}\n\n{text}"
-            work.append(SubagentTask(
-                prompt=prompt, tools=child_tools(subagents, kind, params),
-                title=f"{agent_id}: {text[:80]}", resume=agent.conversation_id,
-                max_iterations=params.max_iterations))
+            work.append(
+                SubagentTask(
+                    prompt=prompt,
+                    tools=child_tools(subagents, kind, params),
+                    title=f"{agent_id}: {text[:80]}",
+                    resume=agent.conversation_id,
+                    max_iterations=params.max_iterations,
+                )
+            )
         # All at once; cancelling this call cancels every one (and so interrupts its child).
-        results = await asyncio.gather(*(run_child(subagents, t) for t in work),
-                                       return_exceptions=True)
+        results = await asyncio.gather(
+            *(run_child(subagents, t) for t in work), return_exceptions=True
+        )
         reports, failures = [], 0
         share = max(1_000, min(REPORT_CHARS, TOTAL_REPORT_CHARS // len(tasks)))
         for agent_id, result in zip(tasks, results):
@@ -142,12 +153,17 @@ class DelegateTool(Tool):
                 stored.agents[agent_id].conversation_id = result.conversation_id
                 status = "completed" if result.ok else f"stopped: {result.status}"
                 failures += not result.ok
-                reports.append(f"## {agent_id} ({status}, conversation {result.conversation_id})"
-                               f"\n{bounded(result.text, share)}")
+                reports.append(
+                    f"## {agent_id} ({status}, conversation {result.conversation_id})"
+                    f"\n{bounded(result.text, share)}"
+                )
             else:
                 failures += 1
                 reports.append(f"## {agent_id} (failed)\n{bounded(str(result), share)}")
         await run_in_thread(self._save, stored)
-        head = ("Every task failed." if failures == len(tasks)
-                else f"{len(tasks) - failures} of {len(tasks)} task(s) completed.")
+        head = (
+            "Every task failed."
+            if failures == len(tasks)
+            else f"{len(tasks) - failures} of {len(tasks)} task(s) completed."
+        )
         return head + "\n\n" + "\n\n".join(reports)

@@ -42,16 +42,30 @@ class TaskTool(Tool):
             check_limits(subagents, params, 1)
         tools = child_tools(subagents, kind, params)
         prompt = action.prompt if action.resume else f"{kind.brief}\n\n{action.prompt}"
-        result = await run_child(subagents, SubagentTask(
-            prompt=prompt, tools=tools, title=action.description, resume=action.resume,
-            max_iterations=params.max_iterations))
+        result = await run_child(
+            subagents,
+            SubagentTask(
+                prompt=prompt,
+                tools=tools,
+                title=action.description,
+                resume=action.resume,
+                max_iterations=params.max_iterations,
+            ),
+        )
         if result.ok:
             text = result.text or "The sub-agent finished without a report."
         else:
-            text = (f"The sub-agent stopped without finishing (status: {result.status}).\n"
-                    f"{result.text}").rstrip()
+            text = (
+                f"The sub-agent stopped without finishing (status: {result.status}).\n{result.text}"
+            ).rstrip()
         return TaskObservation(
-            content=[TextContent(text=f"Task ID: {result.conversation_id}\n"
-                                      f"Subagent: {type_name}\n\n{text}")],
-            is_error=not result.ok, task_id=result.conversation_id, subagent=type_name,
-            status="completed" if result.ok else "error")
+            content=[
+                TextContent(
+                    text=f"Task ID: {result.conversation_id}\nSubagent: {type_name}\n\n{text}"
+                )
+            ],
+            is_error=not result.ok,
+            task_id=result.conversation_id,
+            subagent=type_name,
+            status="completed" if result.ok else "error",
+        )

@@ -143,9 +143,13 @@ class Shell:
         # `env --default-signal` first: a server started in the background by a script ignores
         # SIGINT, every command would inherit that, and C-c would stop none of them. Its
         # commands go before the server when memory runs out (`oom_first`).
-        argv = oom_first(["env", "--default-signal", "bash", "--noprofile", "--norc", "-c",
-                          'exec bash --noediting --noprofile --rcfile "$2" -i <"$1" >"$1" 2>&1',
-                          "bash", os.ttyname(slave), str(rcfile)], self.working_dir, self._env)  # fmt: skip
+        command = 'exec bash --noediting --noprofile --rcfile "$2" -i <"$1" >"$1" 2>&1'
+        argv = oom_first(
+            ["env", "--default-signal", "bash", "--noprofile", "--norc", "-c", command,
+             "bash", os.ttyname(slave), str(rcfile)],
+            self.working_dir,
+            self._env,
+        )  # fmt: skip
 
         def spawn() -> None:
             # The shell starts with no signal blocked, whatever this thread inherited (a
@@ -380,4 +384,3 @@ def _split_start(buf: bytes, token: bytes) -> int:
             return len(buf) - start
         start = buf.find(token[:1], start + 1)
     return 0
-

@@ -126,15 +126,23 @@ class TerminalTool(Tool):
         notice, self._notice = self._notice, ""
         if action.is_input:
             if not shell.running:
-                return self._error(command, notice, "[Nothing was sent: no command is running. "
-                                   "To run this text as a command, send it with is_input=false.]")
+                return self._error(
+                    command,
+                    notice,
+                    "[Nothing was sent: no command is running. "
+                    "To run this text as a command, send it with is_input=false.]",
+                )
             await shell.send(_keys(command))
             return await self._follow(shell, command, action.timeout, notice)
         if shell.running:
             if not command.strip():
                 return await self._follow(shell, command, action.timeout, notice)
-            return self._error(command, notice, "[Not run: the previous command is still "
-                               f"running. {HOW_TO_CONTINUE} Then send this command again.]")
+            return self._error(
+                command,
+                notice,
+                "[Not run: the previous command is still "
+                f"running. {HOW_TO_CONTINUE} Then send this command again.]",
+            )
         # What background jobs printed since the last call comes first, marked as theirs.
         earlier = await self._text(shell.take())
         if earlier.strip():

@@ -78,25 +78,31 @@ class Workflow(BaseModel):
         for i, step in enumerate(steps, 1):
             step.name = step.name or f"step-{i}"
             if not STEP_NAME.match(step.name):
-                raise ValueError(f"step {i}: name {step.name!r} is 1 to 50 letters, digits, "
-                                 "'_' or '-'")
+                raise ValueError(
+                    f"step {i}: name {step.name!r} is 1 to 50 letters, digits, '_' or '-'"
+                )
             if step.name in seen:
                 raise ValueError(f"step {i}: the name {step.name!r} is used twice")
             if step.command is not None and PLACEHOLDER.search(step.command):
-                raise ValueError(f"step {i} ({step.name}): placeholders belong in prompts only "
-                                 "(a command would run text nobody chose)")
+                raise ValueError(
+                    f"step {i} ({step.name}): placeholders belong in prompts only "
+                    "(a command would run text nobody chose)"
+                )
             for ref, _ in PLACEHOLDER.findall(step.text):
                 if ref not in seen:
-                    raise ValueError(f"step {i} ({step.name}) refers to {ref!r}, which is not "
-                                     "an earlier step")
+                    raise ValueError(
+                        f"step {i} ({step.name}) refers to {ref!r}, which is not an earlier step"
+                    )
             seen.add(step.name)
         for group in groups(steps):
             names = {s.name for s in group}
             for step in group:
                 mates = {r for r, _ in PLACEHOLDER.findall(step.text)} & names
                 if len(group) > 1 and mates:
-                    raise ValueError(f"step {step.name!r} refers to {sorted(mates)[0]!r}, which "
-                                     "runs in parallel with it")
+                    raise ValueError(
+                        f"step {step.name!r} refers to {sorted(mates)[0]!r}, which "
+                        "runs in parallel with it"
+                    )
         return steps
 
 
@@ -136,12 +142,14 @@ def parse(text: str, source: str) -> Workflow:
     except ValidationError as exc:
         problems = "; ".join(
             f"{'.'.join(str(p) for p in e['loc']) or 'workflow'}: {e['msg']}"
-            for e in exc.errors(include_url=False))
+            for e in exc.errors(include_url=False)
+        )
         raise BadWorkflow(f"{source}: {problems}") from None
 
 
 def fill(text: str, results: dict[str, tuple[str, str]]) -> str:
     """Placeholders replaced by the (status, output) of earlier steps."""
+
     def one(match: re.Match[str]) -> str:
         status, output = results.get(match.group(1), ("skipped", ""))
         return output if match.group(2) == "output" else status

@@ -80,22 +80,32 @@ class WorkflowTool(Tool):
                     stopped = True
         failed = [r for r in results.values() if r.status == "failed"]
         ok = not stopped
-        head = (f"Workflow {action.name!r}: {'completed' if ok else 'error'} "
-                f"({len(workflow.steps)} steps, {len(failed)} failed).")
+        head = (
+            f"Workflow {action.name!r}: {'completed' if ok else 'error'} "
+            f"({len(workflow.steps)} steps, {len(failed)} failed)."
+        )
         lines = [head]
         for i, step in enumerate(workflow.steps, 1):
             r = results[step.name]
-            lines.append(f"{i}. {step.name} ({step.kind}): {r.status}, {r.detail}"
-                         + (f", {r.seconds:.1f} s" if r.status != "skipped" else ""))
+            lines.append(
+                f"{i}. {step.name} ({step.kind}): {r.status}, {r.detail}"
+                + (f", {r.seconds:.1f} s" if r.status != "skipped" else "")
+            )
             if r.output:
                 lines.append("   " + bounded(r.output, REPORT_CHARS).replace("\n", "\n   "))
-        return WorkflowObservation(name=action.name, status="completed" if ok else "error",
-                                   is_error=not ok, content=[TextContent(text="\n".join(lines))])
+        return WorkflowObservation(
+            name=action.name,
+            status="completed" if ok else "error",
+            is_error=not ok,
+            content=[TextContent(text="\n".join(lines))],
+        )
 
     async def _load(self, action: WorkflowAction) -> Workflow:
         if not WORKFLOW_NAME.match(action.name):
-            raise ToolError(f"{action.name!r} is not a workflow name: 1 to 100 letters, digits, "
-                            "'.', '_' or '-'.")
+            raise ToolError(
+                f"{action.name!r} is not a workflow name: 1 to 100 letters, digits, "
+                "'.', '_' or '-'."
+            )
         try:
             if action.script.strip():
                 return parse(action.script, "script")
@@ -104,18 +114,24 @@ class WorkflowTool(Tool):
                 path = files.confined(self.ctx.working_dir, relative)
                 if await run_in_thread(path.is_file):
                     text = await run_in_thread(
-                        lambda path=path: files.read_text(path, root=self.ctx.working_dir,
-                                                          tool="workflow"))
+                        lambda path=path: files.read_text(
+                            path, root=self.ctx.working_dir, tool="workflow"
+                        )
+                    )
                     return parse(text, relative)
         except BadWorkflow as exc:
             raise ToolError(f"The workflow cannot be run: {exc}") from None
         except files.Refusal as exc:
             raise ToolError(str(exc)) from None
-        raise ToolError(f"No workflow named {action.name!r}: looked for "
-                        + ", ".join(p.format(action.name) for p in LOCATIONS) + ".")
+        raise ToolError(
+            f"No workflow named {action.name!r}: looked for "
+            + ", ".join(p.format(action.name) for p in LOCATIONS)
+            + "."
+        )
 
-    async def _step(self, step: Step, results: dict[str, StepResult],
-                    gate: asyncio.Semaphore) -> StepResult:
+    async def _step(
+        self, step: Step, results: dict[str, StepResult], gate: asyncio.Semaphore
+    ) -> StepResult:
         async with gate:
             started = time.monotonic()
             try:
@@ -131,8 +147,13 @@ class WorkflowTool(Tool):
     async def _command(self, step: Step) -> StepResult:
         env = child_env(self.ctx.env, self.ctx.secrets)
         try:
-            done = await run_process(["bash", "-c", step.command or ""], self.ctx.working_dir,
-                                     env, step.timeout, keep=COMMAND_BYTES)
+            done = await run_process(
+                ["bash", "-c", step.command or ""],
+                self.ctx.working_dir,
+                env,
+                step.timeout,
+                keep=COMMAND_BYTES,
+            )
         except OSError as exc:
             raise ToolError(f"cannot start bash: {exc.strerror}") from None
         text = done.stdout.head.decode("utf-8", "replace")
@@ -150,9 +171,16 @@ class WorkflowTool(Tool):
         _, kind = agent_type(step.subagent_type)
         earlier = {name: (r.status, r.output) for name, r in results.items()}
         prompt = f"{kind.brief}\n\n{fill(step.prompt or '', earlier)}"
-        result = await run_child(subagents, SubagentTask(
-            prompt=prompt, tools=child_tools(subagents, kind, params),
-            title=f"workflow step {step.name}", max_iterations=params.max_iterations))
+        result = await run_child(
+            subagents,
+            SubagentTask(
+                prompt=prompt,
+                tools=child_tools(subagents, kind, params),
+                title=f"workflow step {step.name}",
+                max_iterations=params.max_iterations,
+            ),
+        )
         detail = f"conversation {result.conversation_id}, {result.status}"
-        return StepResult(step, "ok" if result.ok else "failed", detail,
-                          bounded(result.text, STEP_OUTPUT_CHARS))
+        return StepResult(
+            step, "ok" if result.ok else "failed", detail, bounded(result.text, STEP_OUTPUT_CHARS)
+        )

@@ -65,17 +65,24 @@ class ToolCallState:
         if update.raw_output is not None:
             self.raw_output = bounded(update.raw_output)
         if update.content is not None:
-            content = [c.model_dump(mode="json", by_alias=True, exclude_none=True)
-                       for c in update.content]
+            content = [
+                c.model_dump(mode="json", by_alias=True, exclude_none=True) for c in update.content
+            ]
             kept = bounded(content)
             self.content = kept if isinstance(kept, list) else [{"type": "text", "text": kept}]
 
     def event(self, status: str | None = None, is_error: bool | None = None) -> ACPToolCallEvent:
         status = status or self.status
         return ACPToolCallEvent(
-            tool_call_id=self.tool_call_id, title=self.title or self.tool_call_id, status=status,
-            tool_kind=self.tool_kind, raw_input=self.raw_input, raw_output=self.raw_output,
-            content=self.content, is_error=status == "failed" if is_error is None else is_error)
+            tool_call_id=self.tool_call_id,
+            title=self.title or self.tool_call_id,
+            status=status,
+            tool_kind=self.tool_kind,
+            raw_input=self.raw_input,
+            raw_output=self.raw_output,
+            content=self.content,
+            is_error=status == "failed" if is_error is None else is_error,
+        )
 
 
 class ToolCalls:
@@ -140,7 +147,8 @@ class PermissionWait:
     call: ToolCallState
     options: list[PermissionOption]
     answer: asyncio.Future[RequestPermissionResponse] = field(
-        default_factory=lambda: asyncio.get_running_loop().create_future())
+        default_factory=lambda: asyncio.get_running_loop().create_future()
+    )
     #: The ACPToolCallEvent that shows what waits (a rejection names it as its action).
     event_id: str = ""
 
@@ -157,10 +165,12 @@ def choose(options: list[PermissionOption], allow: bool) -> RequestPermissionRes
         for option in options:
             if option.kind == kind:
                 return RequestPermissionResponse(
-                    outcome=AllowedOutcome(outcome="selected", option_id=option.option_id))
+                    outcome=AllowedOutcome(outcome="selected", option_id=option.option_id)
+                )
     if allow and options:
         return RequestPermissionResponse(
-            outcome=AllowedOutcome(outcome="selected", option_id=options[0].option_id))
+            outcome=AllowedOutcome(outcome="selected", option_id=options[0].option_id)
+        )
     return cancelled()
 
 

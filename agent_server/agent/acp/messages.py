@@ -76,7 +76,7 @@ class AgentMessage:
 
     def add(self, text: str, thought: bool) -> None:
         if self._chars < MAX_MESSAGE_CHARS:
-            piece = text[:MAX_MESSAGE_CHARS - self._chars]
+            piece = text[: MAX_MESSAGE_CHARS - self._chars]
             (self._thoughts if thought else self._text).append(piece)
             self._chars += len(piece)
         if self._deltas is None:
@@ -96,6 +96,13 @@ class AgentMessage:
             return []
         if cut:
             text += "\n[... the rest of this message was cut]"
-        return [MessageEvent(source="agent", llm_message=Message(
-            role="assistant", content=[TextContent(text=text)],
-            reasoning_content=thoughts or None))]
+        return [
+            MessageEvent(
+                source="agent",
+                llm_message=Message(
+                    role="assistant",
+                    content=[TextContent(text=text)],
+                    reasoning_content=thoughts or None,
+                ),
+            )
+        ]

@@ -57,13 +57,16 @@ class ACPFailure(Exception):
         self.code, self.detail = code, detail
 
 
-def agent_env(agent: ACPAgentSpec, secrets: Mapping[str, str],
-              git_author: Mapping[str, str]) -> dict[str, str]:
+def agent_env(
+    agent: ACPAgentSpec, secrets: Mapping[str, str], git_author: Mapping[str, str]
+) -> dict[str, str]:
     """The agent's environment: the server's without its keys, the commit author, the
     conversation's secrets by name, then acp_env with `${NAME}` filled from them."""
     named = {k: v for k, v in secrets.items() if ENV_NAME.fullmatch(k)}
-    own = {k: PLACEHOLDER.sub(lambda m: secrets.get(m.group(1), ""), v)
-           for k, v in agent.acp_env.items()}
+    own = {
+        k: PLACEHOLDER.sub(lambda m: secrets.get(m.group(1), ""), v)
+        for k, v in agent.acp_env.items()
+    }
     return child_env(git_author, named, own)
 
 
@@ -75,8 +78,9 @@ def request_error(exc: RequestError) -> str:
 class AgentProcess:
     """A running agent: `reader` yields its protocol lines, `writer` is its stdin."""
 
-    def __init__(self, proc: asyncio.subprocess.Process, tag: str,
-                 mask: Callable[[str], str]) -> None:
+    def __init__(
+        self, proc: asyncio.subprocess.Process, tag: str, mask: Callable[[str], str]
+    ) -> None:
         assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
         self.proc = proc
         self.tag = tag
@@ -90,14 +94,19 @@ class AgentProcess:
         ]
 
     @classmethod
-    async def start(cls, argv: Sequence[str], cwd: Path, env: Mapping[str, str],
-                    mask: Callable[[str], str]) -> AgentProcess:
+    async def start(
+        cls, argv: Sequence[str], cwd: Path, env: Mapping[str, str], mask: Callable[[str], str]
+    ) -> AgentProcess:
         """Raises OSError when the program cannot be started."""
         tag = secrets.token_hex(8)
         proc = await asyncio.create_subprocess_exec(
-            *oom_first(argv, cwd, env), cwd=cwd, env={**env, TAG_VARIABLE: tag},
-            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE, start_new_session=True,
+            *oom_first(argv, cwd, env),
+            cwd=cwd,
+            env={**env, TAG_VARIABLE: tag},
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            start_new_session=True,
         )
         return cls(proc, tag, mask)
 
@@ -105,9 +114,11 @@ class AgentProcess:
         """What to report of a process gone (or whose pipes are): its exit status and its
         last stderr lines."""
         await self.exited(EXIT_WAIT)
-        return ACPFailure("ACPAgentExited",
-                          f"The ACP agent ({program}) stopped {when}: {self.exit_text()}."
-                          f"\nLast stderr lines:\n{self.stderr_tail()}")
+        return ACPFailure(
+            "ACPAgentExited",
+            f"The ACP agent ({program}) stopped {when}: {self.exit_text()}."
+            f"\nLast stderr lines:\n{self.stderr_tail()}",
+        )
 
     @property
     def pid(self) -> int:
@@ -152,13 +163,17 @@ class AgentProcess:
         try:
             async for line in _lines(stdout, MAX_LINE_BYTES):
                 if line is None:
-                    logger.warning("ACP agent %s wrote a line over %d bytes: dropped", self.pid,
-                                   MAX_LINE_BYTES)
+                    logger.warning(
+                        "ACP agent %s wrote a line over %d bytes: dropped", self.pid, MAX_LINE_BYTES
+                    )
                 elif line.lstrip().startswith(b"{"):
                     self.reader.feed_data(line + b"\n")
                 elif line.strip():
-                    logger.info("ACP agent %s stdout (not protocol): %s", self.pid,
-                                self._mask(line[:STDERR_LINE_CHARS].decode(errors="replace")))
+                    logger.info(
+                        "ACP agent %s stdout (not protocol): %s",
+                        self.pid,
+                        self._mask(line[:STDERR_LINE_CHARS].decode(errors="replace")),
+                    )
         finally:
             self.reader.feed_eof()
 
@@ -182,15 +197,22 @@ class Opened:
 class AgentConnection:
     """The agent's process with the protocol session opened over it (`open`)."""
 
-    def __init__(self, program: str, proc: AgentProcess, conn: ClientSideConnection,
-                 opened: Opened) -> None:
+    def __init__(
+        self, program: str, proc: AgentProcess, conn: ClientSideConnection, opened: Opened
+    ) -> None:
         self.program, self.proc, self.conn, self.opened = program, proc, conn, opened
         self.session_id = opened.session_id
 
     @classmethod
-    async def open(cls, agent: ACPAgentSpec, cwd: Path, env: Mapping[str, str],
-                   client: WorkspaceClient, mask: Callable[[str], str],
-                   resume: str | None = None) -> AgentConnection:
+    async def open(
+        cls,
+        agent: ACPAgentSpec,
+        cwd: Path,
+        env: Mapping[str, str],
+        client: WorkspaceClient,
+        mask: Callable[[str], str],
+        resume: str | None = None,
+    ) -> AgentConnection:
         """Start the agent and open its session (within acp_startup_timeout): `resume`, the
         id of an earlier session, is loaded when the agent can. Raises ACPFailure, leaving
         no process behind, when that fails."""
@@ -198,19 +220,24 @@ class AgentConnection:
         try:
             proc = await AgentProcess.start(argv, cwd, env, mask)
         except OSError as exc:
-            raise ACPFailure("ACPStartFailed",
-                             f"Cannot start {argv[0]}: {exc.strerror or exc}.") from None
+            raise ACPFailure(
+                "ACPStartFailed", f"Cannot start {argv[0]}: {exc.strerror or exc}."
+            ) from None
         conn = acp.connect_to_agent(client, proc.writer, proc.reader)
         try:
-            opened = await asyncio.wait_for(_handshake(conn, proc, argv[0], cwd, resume),
-                                            agent.acp_startup_timeout)
+            opened = await asyncio.wait_for(
+                _handshake(conn, proc, argv[0], cwd, resume), agent.acp_startup_timeout
+            )
         except BaseException as exc:
             await _close(conn)
             await proc.stop()
             if isinstance(exc, TimeoutError):
-                raise ACPFailure("ACPStartTimeout", "The ACP agent did not answer initialize "
-                                 "and session/new (or session/load) within "
-                                 f"{agent.acp_startup_timeout:g} s.") from None
+                raise ACPFailure(
+                    "ACPStartTimeout",
+                    "The ACP agent did not answer initialize "
+                    "and session/new (or session/load) within "
+                    f"{agent.acp_startup_timeout:g} s.",
+                ) from None
             raise
         return cls(argv[0], proc, conn, opened)
 
@@ -229,20 +256,26 @@ class AgentConnection:
         await self.proc.stop()
 
 
-async def _handshake(conn: ClientSideConnection, proc: AgentProcess, program: str,
-                     cwd: Path, resume: str | None) -> Opened:
+async def _handshake(
+    conn: ClientSideConnection, proc: AgentProcess, program: str, cwd: Path, resume: str | None
+) -> Opened:
     """initialize, then session/load of `resume` when the agent offers it (loadSession),
     else (or when the load is refused) session/new."""
     capabilities = ClientCapabilities(
-        fs=FileSystemCapabilities(read_text_file=True, write_text_file=True), terminal=True)
+        fs=FileSystemCapabilities(read_text_file=True, write_text_file=True), terminal=True
+    )
     try:
         hello = await conn.initialize(
-            protocol_version=PROTOCOL_VERSION, client_capabilities=capabilities,
-            client_info=Implementation(name="agent-server", version=__version__))
+            protocol_version=PROTOCOL_VERSION,
+            client_capabilities=capabilities,
+            client_info=Implementation(name="agent-server", version=__version__),
+        )
         if hello.protocol_version != PROTOCOL_VERSION:
-            raise ACPFailure("ACPStartFailed",
-                             f"The ACP agent speaks protocol version {hello.protocol_version}"
-                             f"; this server speaks {PROTOCOL_VERSION}.")
+            raise ACPFailure(
+                "ACPStartFailed",
+                f"The ACP agent speaks protocol version {hello.protocol_version}"
+                f"; this server speaks {PROTOCOL_VERSION}.",
+            )
         offered = hello.agent_capabilities or AgentCapabilities()
         lost = None
         if resume is not None and not offered.load_session:
@@ -294,4 +327,3 @@ async def _lines(stream: asyncio.StreamReader, limit: int) -> AsyncIterator[byte
         yield bytes(buffer)
     elif skipping:
         yield None
-

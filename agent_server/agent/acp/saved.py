@@ -61,10 +61,15 @@ class SavedFile:
 
 def lost_note(why: str) -> ServerErrorEvent:
     """What tells the user the agent's session could not be resumed (the run goes on)."""
-    return ServerErrorEvent(source="environment", code="ACPSessionLost", detail=(
-        f"The ACP agent could not resume its session ({why}). It goes on in a new session "
-        "without its memory of this conversation's earlier turns (the events here are "
-        "kept).")[:2000])
+    return ServerErrorEvent(
+        source="environment",
+        code="ACPSessionLost",
+        detail=(
+            f"The ACP agent could not resume its session ({why}). It goes on in a new session "
+            "without its memory of this conversation's earlier turns (the events here are "
+            "kept)."
+        )[:2000],
+    )
 
 
 @dataclass(frozen=True)

@@ -87,9 +87,15 @@ CANCEL_GRACE = 10.0
 
 
 class ACPSession:
-    def __init__(self, spec: ConversationSpec, sink: EventSink, control: RunControl,
-                 secrets: Mapping[str, str], metrics: Metrics,
-                 telemetry: Telemetry | None = None) -> None:
+    def __init__(
+        self,
+        spec: ConversationSpec,
+        sink: EventSink,
+        control: RunControl,
+        secrets: Mapping[str, str],
+        metrics: Metrics,
+        telemetry: Telemetry | None = None,
+    ) -> None:
         assert isinstance(spec.agent, ACPAgentSpec)
         self.agent: ACPAgentSpec = spec.agent
         self.usage = ACPUsage(metrics, self.agent.llm.model, self.agent.llm.usage_id)
@@ -127,9 +133,13 @@ class ACPSession:
         """Refuse a command that cannot be found (422), before anything is stored."""
         program = self.agent.acp_command[0]
         if shutil.which(program, path=self._env().get("PATH")) is None and not (
-                os.sep in program and os.access(self.spec.working_dir / program, os.X_OK)):
-            raise invalid(["agent", "acp_command", 0],
-                          f"{program!r} is not an executable found on PATH", input_=program)
+            os.sep in program and os.access(self.spec.working_dir / program, os.X_OK)
+        ):
+            raise invalid(
+                ["agent", "acp_command", 0],
+                f"{program!r} is not an executable found on PATH",
+                input_=program,
+            )
 
     async def run(self, approved: bool = False) -> ExecutionStatus:
         try:
@@ -137,9 +147,11 @@ class ACPSession:
         except ACPFailure as failure:
             self.traced.end_all("error")
             detail = self.sink.masker.text(failure.detail)[:2000]
-            await self.sink.append(*self.message.end(), *self._calls.end("failed"),
-                                   ConversationErrorEvent(source="environment", code=failure.code,
-                                                          detail=detail))
+            await self.sink.append(
+                *self.message.end(),
+                *self._calls.end("failed"),
+                ConversationErrorEvent(source="environment", code=failure.code, detail=detail),
+            )
             return ExecutionStatus.ERROR
         except asyncio.CancelledError:
             await asyncio.shield(self._interrupted())
@@ -151,10 +163,17 @@ class ACPSession:
         waits = self._answered()
         if not waits:
             return
-        await self.sink.append(*(UserRejectObservation(
-            tool_name=wait.call.title or wait.call.tool_kind or "acp_tool_call",
-            tool_call_id=wait.call.tool_call_id, action_id=wait.event_id,
-            rejection_reason=reason) for wait in waits))
+        await self.sink.append(
+            *(
+                UserRejectObservation(
+                    tool_name=wait.call.title or wait.call.tool_kind or "acp_tool_call",
+                    tool_call_id=wait.call.tool_call_id,
+                    action_id=wait.event_id,
+                    rejection_reason=reason,
+                )
+                for wait in waits
+            )
+        )
         await self._cancel_turn()  # first: the agent reads the answer knowing the turn is over
         for wait in waits:
             wait.reply(choose(wait.options, allow=False))
@@ -165,11 +184,19 @@ class ACPSession:
             link = self._link
             if (link is None or not link.alive) and self._state is not TurnState.IDLE:
                 raise ACPFailure("ACPAgentExited", "The ACP agent stopped during the turn.")
-            return await ask(await self._connected(quiet=True), self.spec.working_dir, question,
-                             self.sink, self.sides, self.agent.acp_prompt_timeout, self.usage)
+            return await ask(
+                await self._connected(quiet=True),
+                self.spec.working_dir,
+                question,
+                self.sink,
+                self.sides,
+                self.agent.acp_prompt_timeout,
+                self.usage,
+            )
         except ACPFailure as failure:
-            raise UpstreamError(failure.code,
-                                self.sink.masker.text(failure.detail)[:2000]) from None
+            raise UpstreamError(
+                failure.code, self.sink.masker.text(failure.detail)[:2000]
+            ) from None
 
     async def close(self) -> None:
         """Stop the agent process (its whole tree) and its terminals."""
@@ -181,8 +208,9 @@ class ACPSession:
     def check(self, session_id: str) -> bool:
         if self.sides.get(session_id) is not None:
             return True
-        if session_id != self._replaying and (self._link is None
-                                              or session_id != self._link.session_id):
+        if session_id != self._replaying and (
+            self._link is None or session_id != self._link.session_id
+        ):
             raise RequestError.invalid_params({"details": f"unknown session {session_id}"})
         return False
 
@@ -219,8 +247,9 @@ class ACPSession:
         if events:
             await self.sink.append(*events)
 
-    async def on_permission(self, session_id: str, tool_call: ToolCallUpdate,
-                            options: list[PermissionOption]) -> RequestPermissionResponse:
+    async def on_permission(
+        self, session_id: str, tool_call: ToolCallUpdate, options: list[PermissionOption]
+    ) -> RequestPermissionResponse:
         if self.sides.get(session_id) is not None:  # a side question changes nothing
             return choose(options, allow=False)
         self._activity = time.monotonic()
@@ -284,8 +313,11 @@ class ACPSession:
             if response is None:
                 return ExecutionStatus.WAITING_FOR_CONFIRMATION
             self.traced.end_all("ok")
-            await self.sink.append(*self.message.end(), *self._calls.end("completed"),
-                                   *self.usage.turn(response, time.monotonic() - self._sent_at))
+            await self.sink.append(
+                *self.message.end(),
+                *self._calls.end("completed"),
+                *self.usage.turn(response, time.monotonic() - self._sent_at),
+            )
             if self.usage.cost_seen != (await self.saved.get()).cost_seen:  # counted: kept
                 await self.saved.update(cost_seen=self.usage.cost_seen)
             reason = str(response.stop_reason)
@@ -307,7 +339,8 @@ class ACPSession:
         self._move(TurnState.WORKING)
         self._turn = asyncio.create_task(
             link.conn.prompt(session_id=link.session_id, prompt=list(blocks)),
-            name=f"acp prompt {self.spec.id}")
+            name=f"acp prompt {self.spec.id}",
+        )
 
     async def _wait_turn(self) -> PromptResponse | None:
         """The turn's end (None: a permission now waits for the user); raises ACPFailure
@@ -318,9 +351,11 @@ class ACPSession:
             asked = asyncio.create_task(self._asked.wait())
             try:
                 quiet = time.monotonic() - self._activity
-                await asyncio.wait({turn, asked}, timeout=max(self.agent.acp_prompt_timeout
-                                                              - quiet, 0.01),
-                                   return_when=asyncio.FIRST_COMPLETED)
+                await asyncio.wait(
+                    {turn, asked},
+                    timeout=max(self.agent.acp_prompt_timeout - quiet, 0.01),
+                    return_when=asyncio.FIRST_COMPLETED,
+                )
             finally:
                 asked.cancel()
             if turn.done():
@@ -333,8 +368,10 @@ class ACPSession:
                     return None
             elif time.monotonic() - self._activity >= self.agent.acp_prompt_timeout:
                 await self._cancel_turn()
-                raise ACPFailure("ACPTimeout", f"The ACP agent sent nothing for "
-                                               f"{self.agent.acp_prompt_timeout:g} s.")
+                raise ACPFailure(
+                    "ACPTimeout",
+                    f"The ACP agent sent nothing for {self.agent.acp_prompt_timeout:g} s.",
+                )
 
     async def _turn_result(self, turn: asyncio.Task[PromptResponse]) -> PromptResponse:
         try:
@@ -361,8 +398,9 @@ class ACPSession:
             return
         done, _ = await asyncio.wait({turn}, timeout=CANCEL_GRACE)
         if not done:
-            logger.warning("ACP agent of %s did not end a cancelled turn: stopping it",
-                           self.spec.id)
+            logger.warning(
+                "ACP agent of %s did not end a cancelled turn: stopping it", self.spec.id
+            )
             await self._disconnect()
         elif not turn.cancelled() and turn.exception() is not None:
             logger.info("cancelled ACP turn of %s ended with %r", self.spec.id, turn.exception())
@@ -387,8 +425,7 @@ class ACPSession:
         await self._cancel_turn()
         self.traced.end_all("cancelled")
         with contextlib.suppress(Exception):  # the log may be closing with the server
-            await self.sink.append(*self.message.end(),
-                                   *self._calls.end("failed", "Interrupted."))
+            await self.sink.append(*self.message.end(), *self._calls.end("failed", "Interrupted."))
 
     # -- the process -----------------------------------------------------------------------
 
@@ -405,15 +442,23 @@ class ACPSession:
                     await self._keep()
                 return link
             if link is not None:
-                logger.info("ACP agent of %s had ended (%s): starting it again", self.spec.id,
-                            link.proc.exit_text())
+                logger.info(
+                    "ACP agent of %s had ended (%s): starting it again",
+                    self.spec.id,
+                    link.proc.exit_text(),
+                )
                 await self._disconnect()
             saved, cwd = await self.saved.get(), str(self.spec.working_dir)
             self._replaying = saved.session_id if saved.session_cwd == cwd else None
             try:
-                link = await AgentConnection.open(self.agent, self.spec.working_dir,
-                                                  self._env(), self.client,
-                                                  self.sink.masker.text, self._replaying)
+                link = await AgentConnection.open(
+                    self.agent,
+                    self.spec.working_dir,
+                    self._env(),
+                    self.client,
+                    self.sink.masker.text,
+                    self._replaying,
+                )
             except BaseException:
                 self._replaying = None
                 raise

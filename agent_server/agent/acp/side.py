@@ -82,13 +82,21 @@ class SideSessions:
         return self.answers.get(session_id)
 
 
-async def ask(link: AgentConnection, cwd: Path, question: str, sink: EventSink,
-              sides: SideSessions, timeout: float, usage: ACPUsage) -> str:
+async def ask(
+    link: AgentConnection,
+    cwd: Path,
+    question: str,
+    sink: EventSink,
+    sides: SideSessions,
+    timeout: float,
+    usage: ACPUsage,
+) -> str:
     """The agent's answer, its figures counted in `usage`; ACPFailure when it fails, dies,
     or takes over `timeout` s."""
     if sides.asked >= MAX_SIDE_QUESTIONS:
-        raise LimitReached(f"At most {MAX_SIDE_QUESTIONS} side questions at once: ask again "
-                           "when one is answered")
+        raise LimitReached(
+            f"At most {MAX_SIDE_QUESTIONS} side questions at once: ask again when one is answered"
+        )
     sides.asked += 1
     try:
         return await _ask(link, cwd, question, sink, sides.answers, timeout, usage)
@@ -96,30 +104,41 @@ async def ask(link: AgentConnection, cwd: Path, question: str, sink: EventSink,
         sides.asked -= 1
 
 
-async def _ask(link: AgentConnection, cwd: Path, question: str, sink: EventSink,
-               sides: dict[str, SideAnswer], timeout: float, usage: ACPUsage) -> str:
+async def _ask(
+    link: AgentConnection,
+    cwd: Path,
+    question: str,
+    sink: EventSink,
+    sides: dict[str, SideAnswer],
+    timeout: float,
+    usage: ACPUsage,
+) -> str:
     offered = link.opened.capabilities.session_capabilities
     spent_before = 0.0  # a fork's cumulative cost goes on from its source's
     try:
         if offered is not None and offered.fork is not None:
-            forked = await link.conn.fork_session(session_id=link.session_id, cwd=str(cwd),
-                                                  mcp_servers=[])
+            forked = await link.conn.fork_session(
+                session_id=link.session_id, cwd=str(cwd), mcp_servers=[]
+            )
             session_id, text, spent_before = forked.session_id, question, usage.cost_seen
         else:
             opened = await link.conn.new_session(cwd=str(cwd), mcp_servers=[])
             session_id = opened.session_id
             text = CONTEXT_PROMPT.format(transcript=await transcript(sink), question=question)
         if session_id == link.session_id:
-            raise ACPFailure("ACPRequestError", "The ACP agent answered the side question's "
-                             "session/new with the conversation's own session.")
+            raise ACPFailure(
+                "ACPRequestError",
+                "The ACP agent answered the side question's "
+                "session/new with the conversation's own session.",
+            )
         answer = sides[session_id] = SideAnswer()
         answered, asked_at = False, time.monotonic()
         try:
-            response = await asyncio.wait_for(link.conn.prompt(
-                session_id=session_id, prompt=[acp.text_block(text)]), timeout)
+            response = await asyncio.wait_for(
+                link.conn.prompt(session_id=session_id, prompt=[acp.text_block(text)]), timeout
+            )
             answered = True
-            usage.side(response, max(answer.cost - spent_before, 0.0),
-                       time.monotonic() - asked_at)
+            usage.side(response, max(answer.cost - spent_before, 0.0), time.monotonic() - asked_at)
         finally:
             sides.pop(session_id, None)
             if not answered:  # timed out or abandoned: told to stop, it spends nothing more
@@ -131,8 +150,9 @@ async def _ask(link: AgentConnection, cwd: Path, question: str, sink: EventSink,
     except RequestError as exc:
         raise ACPFailure("ACPRequestError", request_error(exc)) from None
     except TimeoutError:
-        raise ACPFailure("ACPTimeout", f"The ACP agent did not answer within {timeout:g} s.")\
-            from None
+        raise ACPFailure(
+            "ACPTimeout", f"The ACP agent did not answer within {timeout:g} s."
+        ) from None
     except GONE:
         raise await link.crashed("answering a side question") from None
     return answer.text()

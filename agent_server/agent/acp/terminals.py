@@ -72,13 +72,20 @@ class Terminals:
         self._env = env
         self._items: dict[str, Terminal] = {}
 
-    async def create(self, command: str, args: list[str] | None, env: list[EnvVariable] | None,
-                     cwd: str | None, output_byte_limit: int | None) -> str:
+    async def create(
+        self,
+        command: str,
+        args: list[str] | None,
+        env: list[EnvVariable] | None,
+        cwd: str | None,
+        output_byte_limit: int | None,
+    ) -> str:
         """Start a command (`args` given: the program and its arguments; none: a shell
         command line). Raises RequestError when it cannot start."""
         if len(self._items) >= MAX_TERMINALS:
             raise RequestError.invalid_request(
-                {"details": f"at most {MAX_TERMINALS} terminals at once: release one first"})
+                {"details": f"at most {MAX_TERMINALS} terminals at once: release one first"}
+            )
         try:
             where = confine(self.root, cwd) if cwd else self.root
         except OutsideRoot as exc:
@@ -89,17 +96,24 @@ class Terminals:
         try:
             variables = {**self._env(), **extra, TAG_VARIABLE: tag}
             proc = await asyncio.create_subprocess_exec(
-                *oom_first(argv, where, variables), cwd=where, env=variables,
-                stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.STDOUT, start_new_session=True)
+                *oom_first(argv, where, variables),
+                cwd=where,
+                env=variables,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.STDOUT,
+                start_new_session=True,
+            )
         except OSError as exc:
             raise RequestError.invalid_params(
-                {"details": f"cannot start {command}: {exc.strerror or exc}"}) from None
+                {"details": f"cannot start {command}: {exc.strerror or exc}"}
+            ) from None
         limit = min(output_byte_limit or MAX_OUTPUT_BYTES, MAX_OUTPUT_BYTES)
         terminal = Terminal(proc, tag, limit)
         assert proc.stdout is not None
-        terminal.reader = asyncio.create_task(terminal.collect(proc.stdout),
-                                              name=f"acp terminal {proc.pid}")
+        terminal.reader = asyncio.create_task(
+            terminal.collect(proc.stdout), name=f"acp terminal {proc.pid}"
+        )
         terminal_id = f"term-{secrets.token_hex(6)}"
         self._items[terminal_id] = terminal
         return terminal_id

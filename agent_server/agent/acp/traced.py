@@ -19,8 +19,20 @@ from agent_server.telemetry import Telemetry
 from agent_server.telemetry.tracing import Mask, failed
 
 #: The ACP tool kinds (anything else is `other`): metric labels stay bounded.
-KINDS = frozenset({"read", "edit", "delete", "move", "search", "execute", "think", "fetch",
-                   "switch_mode", "other"})
+KINDS = frozenset(
+    {
+        "read",
+        "edit",
+        "delete",
+        "move",
+        "search",
+        "execute",
+        "think",
+        "fetch",
+        "switch_mode",
+        "other",
+    }
+)
 
 
 class CallTelemetry:
@@ -40,15 +52,23 @@ class CallTelemetry:
         """After an update: a call seen for the first time starts, a finished one ends."""
         if self.telemetry is None:
             return
-        if call.tool_call_id not in self._open and not call.finished \
-                and len(self._open) < MAX_CALLS:
+        if (
+            call.tool_call_id not in self._open
+            and not call.finished
+            and len(self._open) < MAX_CALLS
+        ):
             kind = call.tool_kind if call.tool_kind in KINDS else "other"
             span = None
             if self.telemetry.tracing.recording:
                 span = self.telemetry.tracing.tracer.start_span(
-                    f"execute_tool {kind}", context=self._parent, attributes={
-                        "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": kind,
-                        "gen_ai.tool.call.id": self.mask(call.tool_call_id)[:200]})
+                    f"execute_tool {kind}",
+                    context=self._parent,
+                    attributes={
+                        "gen_ai.operation.name": "execute_tool",
+                        "gen_ai.tool.name": kind,
+                        "gen_ai.tool.call.id": self.mask(call.tool_call_id)[:200],
+                    },
+                )
             self._open[call.tool_call_id] = (span, time.perf_counter(), kind)
         elif call.finished:
             self._end(call.tool_call_id, "ok" if call.status == "completed" else "error")

@@ -57,11 +57,19 @@ class ACPUsage:
         usage = self._tokens(response)
         cost, self._cost_pending = self._cost_pending, 0.0
         self.metrics.add(usage, cost, latency)
-        return [ConversationStateUpdateEvent(key="stats", value={
-            "usage_to_metrics": {self.usage_id: self.metrics.model_dump(mode="json")},
-            "last_response": {**usage.model_dump(mode="json"), "cost": cost,
-                              "latency": latency},
-        })]
+        return [
+            ConversationStateUpdateEvent(
+                key="stats",
+                value={
+                    "usage_to_metrics": {self.usage_id: self.metrics.model_dump(mode="json")},
+                    "last_response": {
+                        **usage.model_dump(mode="json"),
+                        "cost": cost,
+                        "latency": latency,
+                    },
+                },
+            )
+        ]
 
     def side(self, response: PromptResponse, cost: float, latency: float) -> None:
         """A side question's figures: `cost`, its session's cumulative cost (USD) at the end."""

@@ -41,14 +41,19 @@ def segment_of(network: dict[str, Any], port: int) -> Segment:
     config = (network.get("IPAM") or {}).get("Config") or []
     ipv4 = [c for c in config if ":" not in str(c.get("Subnet", ""))]
     if not ipv4 or not ipv4[0].get("Gateway"):
-        raise ProviderError(f"the Docker network {network.get('Name')!r} has no IPv4 subnet "
-                            "and gateway")
+        raise ProviderError(
+            f"the Docker network {network.get('Name')!r} has no IPv4 subnet and gateway"
+        )
     network_id = str(network["Id"])
     bridge = (network.get("Options") or {}).get(BRIDGE_NAME) or f"br-{network_id[:12]}"
-    return Segment(tag=f"d{network_id[:12]}",
-                   subnet=ipaddress.IPv4Network(ipv4[0]["Subnet"], strict=False),
-                   gateway=ipaddress.IPv4Address(ipv4[0]["Gateway"]), interfaces=bridge,
-                   port=port, masquerade=False)
+    return Segment(
+        tag=f"d{network_id[:12]}",
+        subnet=ipaddress.IPv4Network(ipv4[0]["Subnet"], strict=False),
+        gateway=ipaddress.IPv4Address(ipv4[0]["Gateway"]),
+        interfaces=bridge,
+        port=port,
+        masquerade=False,
+    )
 
 
 def address_of(container: dict[str, Any], network: str) -> ipaddress.IPv4Address | None:
@@ -80,13 +85,16 @@ class DockerNetwork:
                     await boundary.start()
                 except NetworkError as exc:
                     await boundary.close()
-                    raise ProviderError(f"the sandboxes' network boundary could not be made "
-                                        f"on Docker's network: {exc}") from None
+                    raise ProviderError(
+                        f"the sandboxes' network boundary could not be made "
+                        f"on Docker's network: {exc}"
+                    ) from None
                 self.boundary = boundary
             return self.boundary
 
-    async def admit(self, sandbox_id: str, address: ipaddress.IPv4Address,
-                    policy: NetworkPolicy) -> None:
+    async def admit(
+        self, sandbox_id: str, address: ipaddress.IPv4Address, policy: NetworkPolicy
+    ) -> None:
         boundary = self._ready()
         try:
             await boundary.admit(sandbox_id, address, boundary.fence.segment.interfaces, policy)
@@ -100,10 +108,11 @@ class DockerNetwork:
         if address is None:
             return
         try:
-            await self.boundary.release(sandbox_id, address,
-                                        self.boundary.fence.segment.interfaces)
+            await self.boundary.release(sandbox_id, address, self.boundary.fence.segment.interfaces)
         except NetworkError as exc:
-            raise ProviderError(f"the sandbox's network rules could not be removed: {exc}") from None
+            raise ProviderError(
+                f"the sandbox's network rules could not be removed: {exc}"
+            ) from None
 
     def _ready(self) -> Boundary:
         if self.boundary is None:

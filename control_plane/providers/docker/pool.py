@@ -23,8 +23,15 @@ PREFIX = "agent-pool-"
 
 
 class Maker(Engine, Protocol):
-    def make_container(self, client: docker.DockerClient, sandbox_id: str, name: str,
-                       webhook_url: str, *, warm: bool = False) -> Container: ...
+    def make_container(
+        self,
+        client: docker.DockerClient,
+        sandbox_id: str,
+        name: str,
+        webhook_url: str,
+        *,
+        warm: bool = False,
+    ) -> Container: ...
 
 
 class DockerPool(WarmPool):
@@ -34,11 +41,11 @@ class DockerPool(WarmPool):
         return await self.provider.run(self._start, sandbox_id)
 
     def _start(self, client: docker.DockerClient, sandbox_id: str) -> Parked:
-        container = self.provider.make_container(client, sandbox_id, PREFIX + sandbox_id,
-                                                 self.webhook_url, warm=True)
+        container = self.provider.make_container(
+            client, sandbox_id, PREFIX + sandbox_id, self.webhook_url, warm=True
+        )
         try:
-            attached = client.api.attach_socket(str(container.id),
-                                                params={"stdin": 1, "stream": 1})
+            attached = client.api.attach_socket(str(container.id), params={"stdin": 1, "stream": 1})
         except BaseException:
             _remove(client, str(container.id), name_of(sandbox_id))
             raise
@@ -61,6 +68,7 @@ class DockerPool(WarmPool):
             finally:
                 close_attach(parked.hold)
             return parked.ref
+
         return await self.provider.run(give)
 
     async def _keep(self, parked: Parked) -> bool:
@@ -69,6 +77,7 @@ class DockerPool(WarmPool):
                 return bool(client.api.inspect_container(parked.ref)["State"]["Running"])
             except docker.errors.NotFound:
                 return False
+
         try:
             return await self.provider.run(running)
         except ProviderError:
@@ -78,17 +87,20 @@ class DockerPool(WarmPool):
         if parked.hold is not None:
             close_attach(parked.hold)
         with contextlib.suppress(ProviderError):
-            await self.provider.run(_remove, parked.ref or PREFIX + parked.sandbox_id,
-                                    name_of(parked.sandbox_id))
+            await self.provider.run(
+                _remove, parked.ref or PREFIX + parked.sandbox_id, name_of(parked.sandbox_id)
+            )
 
     async def _sweep(self) -> None:
         """A live parked server belongs to a live control plane (its stdin is that one's)."""
+
         def sweep(client: docker.DockerClient) -> None:
             filters: dict[str, Any] = {"label": [f"{LABEL_PLANE}={self.provider.plane}"]}
             for container in client.api.containers(all=True, filters=filters):
                 name = str(container["Names"][0]).lstrip("/")
                 if name.startswith(PREFIX) and container["State"] != "running":
                     _remove(client, str(container["Id"]), name_of(name.removeprefix(PREFIX)))
+
         await self.provider.run(sweep)
 
 

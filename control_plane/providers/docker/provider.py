@@ -10,8 +10,8 @@ A sandbox's container:
   shares it), which is how a restarted control plane finds it again;
 - keeps its agent-server state and its workspace in a named volume of its own (same name),
   mounted at `/workspace`: the workspace is `/workspace/project` (where OpenHands clients
-  expect it), the agent server's state `/workspace/.agent-server` beside it; a container removed by hand
-  loses nothing the next start needs, and a deleted sandbox leaves a tar.gz of its workspace
+  expect it), the agent server's state `/workspace/.agent-server` beside it; a container removed by
+  hand loses nothing the next start needs, and a deleted sandbox leaves a tar.gz of its workspace
   under the archive directory, served by no route;
 - publishes the agent server's port 8000 on 127.0.0.1 only, on a host port Docker chooses;
 - gets the webhook URL in its environment, and nothing of the control plane's own (no
@@ -88,13 +88,28 @@ from control_plane.sandboxes.provider import (
 logger = logging.getLogger(__name__)
 
 # What callers and tests know by this module's names.
-__all__ = ["HOST_ALIAS", "LABEL_PLANE", "LABEL_SANDBOX", "STATE_DIR", "SPEC", "DockerProvider",
-           "Limits", "for_container", "id_key", "name_of", "plane_label"]
+__all__ = [
+    "HOST_ALIAS",
+    "LABEL_PLANE",
+    "LABEL_SANDBOX",
+    "STATE_DIR",
+    "SPEC",
+    "DockerProvider",
+    "Limits",
+    "for_container",
+    "id_key",
+    "name_of",
+    "plane_label",
+]
 
-SPEC = SandboxSpec(id="docker", description="a container of the sandbox image (sandbox.Dockerfile) "
-                   "on a bridge network without inter-container traffic, as an unprivileged user "
-                   "with a read-only root and limits, its state and workspace in a volume of its own; "
-                   f"its workspace at {WORKSPACE}", working_dir=WORKSPACE)
+SPEC = SandboxSpec(
+    id="docker",
+    description="a container of the sandbox image (sandbox.Dockerfile) "
+    "on a bridge network without inter-container traffic, as an unprivileged user "
+    "with a read-only root and limits, its state and workspace in a volume of its own; "
+    f"its workspace at {WORKSPACE}",
+    working_dir=WORKSPACE,
+)
 PORT = f"{PORT_NUMBER}/tcp"
 HOST_ALIAS = "host.docker.internal"
 
@@ -102,8 +117,10 @@ HOST_ALIAS = "host.docker.internal"
 def tmpfs(limits: Limits) -> dict[str, str]:
     """Writable places of the read-only root (the state volume aside), bounded in size by the
     sandbox's memory, which their pages are (`Limits.tmp`)."""
-    return {"/tmp": f"rw,nosuid,nodev,size={limits.tmp},mode=1777",
-            HOME: f"rw,nosuid,nodev,size={limits.home},uid={UID},gid={UID},mode=0700"}
+    return {
+        "/tmp": f"rw,nosuid,nodev,size={limits.tmp},mode=1777",
+        HOME: f"rw,nosuid,nodev,size={limits.home},uid={UID},gid={UID},mode=0700",
+    }
 
 
 ICC = "com.docker.network.bridge.enable_icc"
@@ -145,26 +162,47 @@ FREEZE_TRIES = 5
 class DockerProvider(ContainerProvider):
     spec = SPEC
 
-    def __init__(self, archive_dir: Path, *, image: str, plane: str,
-                 docker_url: str = "unix:///var/run/docker.sock", network: str = "agent-sandboxes",
-                 limits: Limits = DEFAULT_LIMITS, start_timeout: float = 60.0, stop_grace: float = 5.0,
-                 warm_pool: int = 0, webhook_url: str | None = None,
-                 transport: httpx.AsyncBaseTransport | None = None,
-                 fence: DockerNetwork | None = None, runtime: str | None = None) -> None:
+    def __init__(
+        self,
+        archive_dir: Path,
+        *,
+        image: str,
+        plane: str,
+        docker_url: str = "unix:///var/run/docker.sock",
+        network: str = "agent-sandboxes",
+        limits: Limits = DEFAULT_LIMITS,
+        start_timeout: float = 60.0,
+        stop_grace: float = 5.0,
+        warm_pool: int = 0,
+        webhook_url: str | None = None,
+        transport: httpx.AsyncBaseTransport | None = None,
+        fence: DockerNetwork | None = None,
+        runtime: str | None = None,
+    ) -> None:
         """`warm_pool`: containers kept started for new sandboxes (`docker.pool`), given the
         `webhook_url` every sandbox of this control plane gets. `fence`: the network
         boundary its containers are held to (`docker.network`; None: Docker's network alone).
         `runtime`: the daemon's OCI runtime for its containers (runsc: gVisor), or its
         default."""
-        super().__init__(archive_dir, image=image, plane=plane, docker_url=docker_url,
-                         limits=limits, start_timeout=start_timeout, stop_grace=stop_grace,
-                         transport=transport)
+        super().__init__(
+            archive_dir,
+            image=image,
+            plane=plane,
+            docker_url=docker_url,
+            limits=limits,
+            start_timeout=start_timeout,
+            stop_grace=stop_grace,
+            transport=transport,
+        )
         self.network = network
         self.fence = fence
         self.runtime = runtime
         self._runtime_known = runtime is None
-        self.pool = (DockerPool(self, warm_pool, self.inside(webhook_url))
-                     if warm_pool > 0 and webhook_url else None)
+        self.pool = (
+            DockerPool(self, warm_pool, self.inside(webhook_url))
+            if warm_pool > 0 and webhook_url
+            else None
+        )
 
     def inside(self, url: str) -> str:
         """Behind the boundary, this control plane is the bridge's gateway (`HOST_ALIAS`) at
@@ -172,8 +210,7 @@ class DockerProvider(ContainerProvider):
         if self.fence is None:
             return for_container(url)
         parts = urlsplit(url)
-        return urlunsplit(parts._replace(scheme="http",
-                                         netloc=f"{HOST_ALIAS}:{self.fence.port}"))
+        return urlunsplit(parts._replace(scheme="http", netloc=f"{HOST_ALIAS}:{self.fence.port}"))
 
     @property
     def sandbox_side(self) -> str | None:
@@ -201,7 +238,8 @@ class DockerProvider(ContainerProvider):
             raise ProviderError(
                 f"Docker has no runtime {self.runtime!r} (it knows {', '.join(known) or 'none'}):"
                 f" register it in the daemon's daemon.json (docs/gvisor.md), or unset "
-                f"CONTROL_PLANE_SANDBOX_RUNTIME")
+                f"CONTROL_PLANE_SANDBOX_RUNTIME"
+            )
         self._runtime_known = True
 
     async def _fenced(self) -> None:
@@ -225,10 +263,14 @@ class DockerProvider(ContainerProvider):
         self.check_spec(launch)
         await self._has_runtime()
         await self._fenced()
-        claimed = None if self.pool is None else await self.pool.claim(
-            launch, self.inside(launch.webhook_url))
-        container_id = claimed if claimed is not None else await self.run(
-            self._start_container, launch)
+        claimed = (
+            None
+            if self.pool is None
+            else await self.pool.claim(launch, self.inside(launch.webhook_url))
+        )
+        container_id = (
+            claimed if claimed is not None else await self.run(self._start_container, launch)
+        )
         try:
             handle = await self._wait_up(launch.sandbox_id, container_id, self.start_timeout)
             if self.fence is not None:  # until now it reached nothing beyond this host
@@ -246,11 +288,11 @@ class DockerProvider(ContainerProvider):
         stale = self._find(client, launch.sandbox_id)
         if stale is not None:  # a start cut short earlier: this one replaces it
             stale.remove(force=True)
-        container = self.make_container(client, launch.sandbox_id, name_of(launch.sandbox_id),
-                                        self.inside(launch.webhook_url))
+        container = self.make_container(
+            client, launch.sandbox_id, name_of(launch.sandbox_id), self.inside(launch.webhook_url)
+        )
         try:
-            attached = client.api.attach_socket(str(container.id),
-                                                params={"stdin": 1, "stream": 1})
+            attached = client.api.attach_socket(str(container.id), params={"stdin": 1, "stream": 1})
             try:
                 container.start()
                 hand_over(attached, launch.keys())
@@ -261,8 +303,15 @@ class DockerProvider(ContainerProvider):
             raise
         return str(container.id)
 
-    def make_container(self, client: docker.DockerClient, sandbox_id: str, name: str,
-                       webhook_url: str, *, warm: bool = False) -> Container:
+    def make_container(
+        self,
+        client: docker.DockerClient,
+        sandbox_id: str,
+        name: str,
+        webhook_url: str,
+        *,
+        warm: bool = False,
+    ) -> Container:
         """A sandbox's container, created (not started) with its volume; `warm`: its server
         loads everything first and waits for its keys (a warm pool's, `pool.py`)."""
         # On 127.0.0.1 only, a host port Docker picks (the SDK's stubs know no "any port").
@@ -275,20 +324,32 @@ class DockerProvider(ContainerProvider):
         fenced: dict[str, Any] = {} if gateway is None else {"dns": [gateway]}
         client.volumes.create(name=name_of(sandbox_id), labels=self.labels(sandbox_id))
         return client.containers.create(
-            self.image, name=name, labels=self.labels(sandbox_id),
+            self.image,
+            name=name,
+            labels=self.labels(sandbox_id),
             environment=environment(webhook_url, keys_fd=0),
             # Not detached, stdin open: Docker closes the stdin once the one attach that
             # hands over the keys ends (StdinOnce).
-            detach=False, stdin_open=True,
+            detach=False,
+            stdin_open=True,
             entrypoint=WARM_ENTRYPOINT if warm else None,
-            ports=ports, network=self.network,
+            ports=ports,
+            network=self.network,
             volumes={name_of(sandbox_id): {"bind": VOLUME_DIR, "mode": "rw"}},
-            extra_hosts={HOST_ALIAS: gateway or "host-gateway"}, **fenced,
-            user=USER, cap_drop=["ALL"], security_opt=["no-new-privileges"],
-            read_only=True, tmpfs=tmpfs(self.limits), shm_size=self.limits.shm,
+            extra_hosts={HOST_ALIAS: gateway or "host-gateway"},
+            **fenced,
+            user=USER,
+            cap_drop=["ALL"],
+            security_opt=["no-new-privileges"],
+            read_only=True,
+            tmpfs=tmpfs(self.limits),
+            shm_size=self.limits.shm,
             mem_limit=self.limits.memory,
-            nano_cpus=int(self.limits.cpus * 1e9), pids_limit=self.limits.pids,
-            healthcheck=NO_HEALTHCHECK, runtime=self.runtime)
+            nano_cpus=int(self.limits.cpus * 1e9),
+            pids_limit=self.limits.pids,
+            healthcheck=NO_HEALTHCHECK,
+            runtime=self.runtime,
+        )
 
     def _ensure_network(self, client: docker.DockerClient) -> dict[str, Any]:
         """The sandboxes' bridge network (its attributes), made when missing; one that lets
@@ -297,9 +358,12 @@ class DockerProvider(ContainerProvider):
             network = client.networks.get(self.network)
         except docker.errors.NotFound:
             try:
-                made = client.networks.create(self.network, driver="bridge",
-                                              options={ICC: "false"},
-                                              labels={"agent-server.sandboxes": "true"})
+                made = client.networks.create(
+                    self.network,
+                    driver="bridge",
+                    options={ICC: "false"},
+                    labels={"agent-server.sandboxes": "true"},
+                )
                 made.reload()
                 return dict(made.attrs)
             except docker.errors.APIError as exc:  # another control plane made it meanwhile
@@ -308,9 +372,11 @@ class DockerProvider(ContainerProvider):
                 network = client.networks.get(self.network)
         options = network.attrs.get("Options") or {}
         if network.attrs.get("Driver") != "bridge" or options.get(ICC) != "false":
-            raise ProviderError(f"the Docker network {self.network!r} lets containers reach each "
-                                f"other (it needs the bridge driver with {ICC}=false): remove it "
-                                "or set CONTROL_PLANE_DOCKER_NETWORK to another name")
+            raise ProviderError(
+                f"the Docker network {self.network!r} lets containers reach each "
+                f"other (it needs the bridge driver with {ICC}=false): remove it "
+                "or set CONTROL_PLANE_DOCKER_NETWORK to another name"
+            )
         return dict(network.attrs)
 
     async def _wait_up(self, sandbox_id: str, container_id: str, timeout: float) -> Handle:
@@ -329,25 +395,33 @@ class DockerProvider(ContainerProvider):
                 state = await self.run(_state, container_id)
                 if state is None or state["Status"] not in ("running", "created"):
                     logs = await self.run(_logs, container_id)
-                    status = "is gone" if state is None else f"exited with status {state['ExitCode']}"
+                    status = (
+                        "is gone" if state is None else f"exited with status {state['ExitCode']}"
+                    )
                     raise ProviderError(f"the agent server's container {status}: {logs}")
                 look_at = time.monotonic() + STATE_INTERVAL
                 if handle is None and state["Status"] == "running":
                     handle = await self.run(_handle, sandbox_id, container_id)
                     return handle if await self.alive(handle) else None  # asked at once
             return None
-        return await until_up(look, within=timeout, interval=ALIVE_INTERVAL,
-                              late=f"the agent server did not answer /alive within "
-                                   f"{self.start_timeout:g} s")
+
+        return await until_up(
+            look,
+            within=timeout,
+            interval=ALIVE_INTERVAL,
+            late=f"the agent server did not answer /alive within {self.start_timeout:g} s",
+        )
 
     # -- adoption, health ---------------------------------------------------------------------
 
     async def recover(self, launch: Launch) -> Handle | None:
         """The container of a start that was cut short, found by its labels: its handle once
         its agent server answers; otherwise it is removed and None returned."""
+
         def find(client: docker.DockerClient) -> tuple[str, str] | None:
             container = self._find(client, launch.sandbox_id)
             return None if container is None else (str(container.id), container.status)
+
         found = await self.run(find)
         if found is None:
             return None
@@ -368,6 +442,7 @@ class DockerProvider(ContainerProvider):
             if container is None or id_key(str(container.id)) != handle.pid_start_time:
                 return None
             return container.status
+
         status = await self.run(look)
         if status == "paused":
             return Liveness.STOPPED
@@ -382,6 +457,7 @@ class DockerProvider(ContainerProvider):
     async def pause(self, handle: Handle) -> None:
         """Docker's pause freezes every process of the container (the cgroup freezer) and
         returns once they are frozen."""
+
         def freeze(client: docker.DockerClient) -> None:
             container = self._ours(client, handle)
             for attempt in range(FREEZE_TRIES):
@@ -398,6 +474,7 @@ class DockerProvider(ContainerProvider):
                         raise
                 time.sleep(0.2 * (attempt + 1))
                 container.reload()
+
         await self.run(freeze)
 
     async def resume(self, handle: Handle) -> Handle:
@@ -405,6 +482,7 @@ class DockerProvider(ContainerProvider):
             container = self._ours(client, handle)
             if container.status == "paused":  # (one thawed by hand is just running)
                 container.unpause()
+
         await self.run(thaw)
         await self.until_alive(handle, "the agent server did not answer after resuming")
         return handle
@@ -434,6 +512,7 @@ class DockerProvider(ContainerProvider):
         def find(client: docker.DockerClient) -> ipaddress.IPv4Address | None:
             container = self._ours(client, handle)
             return address_of(container.attrs, self.network)
+
         address = await self.run(find)
         if address is None:
             raise ProviderError("the sandbox's container has no address on its network")
@@ -445,7 +524,9 @@ class DockerProvider(ContainerProvider):
             return None
         fence = self.fence.boundary.fence
         try:
-            return await fence.refusals(handle.sandbox_id, await fence.address_of(handle.sandbox_id))
+            return await fence.refusals(
+                handle.sandbox_id, await fence.address_of(handle.sandbox_id)
+            )
         except NetworkError as exc:
             raise ProviderError(str(exc)) from None
 
@@ -473,8 +554,9 @@ class DockerProvider(ContainerProvider):
             pass
         return archive
 
-    def _archive(self, client: docker.DockerClient, sandbox_id: str,
-                 container: Container | None) -> Path | None:
+    def _archive(
+        self, client: docker.DockerClient, sandbox_id: str, container: Container | None
+    ) -> Path | None:
         """The workspace as `<archive dir>/<sandbox id>.tar.gz`, read through the Engine API
         from the sandbox's container, or from a container created (never started) on its
         volume when the sandbox's own is gone."""
@@ -486,16 +568,22 @@ class DockerProvider(ContainerProvider):
                 except docker.errors.NotFound:
                     return None
                 helper = container = client.containers.create(
-                    self.image, labels=self.labels(sandbox_id), network_disabled=True,
-                    volumes={name_of(sandbox_id): {"bind": VOLUME_DIR, "mode": "ro"}})
+                    self.image,
+                    labels=self.labels(sandbox_id),
+                    network_disabled=True,
+                    volumes={name_of(sandbox_id): {"bind": VOLUME_DIR, "mode": "ro"}},
+                )
             try:
                 chunks, _ = container.get_archive(WORKSPACE)
             except docker.errors.NotFound:
                 return None
             return self.write_archive(sandbox_id, chunks)
         except docker.errors.ImageNotFound:
-            logger.warning("sandbox %s: its workspace is not archived (image %s is gone)",
-                           sandbox_id, self.image)
+            logger.warning(
+                "sandbox %s: its workspace is not archived (image %s is gone)",
+                sandbox_id,
+                self.image,
+            )
             return None
         finally:
             if helper is not None:
@@ -503,6 +591,7 @@ class DockerProvider(ContainerProvider):
 
 
 # -- small blocking helpers (run through DockerProvider.run) ----------------------------------
+
 
 def _state(client: docker.DockerClient, container_id: str) -> dict[str, Any] | None:
     try:
@@ -518,12 +607,17 @@ def _handle(client: docker.DockerClient, sandbox_id: str, container_id: str) -> 
         port = int(attrs["NetworkSettings"]["Ports"][PORT][0]["HostPort"])
     except (KeyError, IndexError, TypeError, ValueError):
         raise ProviderError("the container's port was not published") from None
-    return Handle(sandbox_id=sandbox_id, pid=int(attrs["State"]["Pid"]),
-                  pid_start_time=id_key(container_id), port=port)
+    return Handle(
+        sandbox_id=sandbox_id,
+        pid=int(attrs["State"]["Pid"]),
+        pid_start_time=id_key(container_id),
+        port=port,
+    )
 
 
-def _address(client: docker.DockerClient, container_id: str,
-             network: str) -> ipaddress.IPv4Address | None:
+def _address(
+    client: docker.DockerClient, container_id: str, network: str
+) -> ipaddress.IPv4Address | None:
     return address_of(client.api.inspect_container(container_id), network)
 
 

@@ -61,12 +61,17 @@ class Cgroups:
     def _settings(self, parent: Path, limits: Limits) -> list[tuple[str, str]]:
         quota = str(max(int(limits.cpus * PERIOD), 1000))
         if self.v2:
-            return [("memory.max", str(limits.memory)), ("memory.swap.max", "0"),
-                    ("pids.max", str(limits.pids)), ("cpu.max", f"{quota} {PERIOD}")]
-        return {"memory": [("memory.limit_in_bytes", str(limits.memory))],
-                "pids": [("pids.max", str(limits.pids))],
-                "cpu": [("cpu.cfs_period_us", str(PERIOD)), ("cpu.cfs_quota_us", quota)],
-                }[parent.parent.name]
+            return [
+                ("memory.max", str(limits.memory)),
+                ("memory.swap.max", "0"),
+                ("pids.max", str(limits.pids)),
+                ("cpu.max", f"{quota} {PERIOD}"),
+            ]
+        return {
+            "memory": [("memory.limit_in_bytes", str(limits.memory))],
+            "pids": [("pids.max", str(limits.pids))],
+            "cpu": [("cpu.cfs_period_us", str(PERIOD)), ("cpu.cfs_quota_us", quota)],
+        }[parent.parent.name]
 
     def remove(self, sandbox_id: str, wait: float = 5.0) -> None:
         """The sandbox's groups, once nothing is left in them. Blocking: a process that has
@@ -83,8 +88,12 @@ class Cgroups:
                     if exc.errno == errno.EBUSY and time.monotonic() < deadline:
                         time.sleep(0.02)
                         continue
-                    logger.warning("cgroup %s of sandbox %s stays: %s", parent.name,
-                                   sandbox_id, os.strerror(exc.errno or errno.EBUSY))
+                    logger.warning(
+                        "cgroup %s of sandbox %s stays: %s",
+                        parent.name,
+                        sandbox_id,
+                        os.strerror(exc.errno or errno.EBUSY),
+                    )
                 break
 
 
@@ -116,8 +125,7 @@ def _v2(root: Path) -> Cgroups | str:
     parent.mkdir(exist_ok=True)
     for level in (root, parent):
         with contextlib.suppress(OSError):  # the root may have them already
-            (level / "cgroup.subtree_control").write_text(
-                " ".join(f"+{c}" for c in CONTROLLERS))
+            (level / "cgroup.subtree_control").write_text(" ".join(f"+{c}" for c in CONTROLLERS))
     enabled = set((parent / "cgroup.subtree_control").read_text().split())
     if missing := set(CONTROLLERS) - enabled:
         return f"cgroup v2 did not delegate {', '.join(sorted(missing))} to {parent}"

@@ -52,8 +52,10 @@ class Disks:
 
     def images_of(self, sandbox_id: str, root_dir: Path) -> list[tuple[Path, Path, int]]:
         """(image, mount point, bytes) of the sandbox's filesystems, outermost first."""
-        return [(self.images / f"{sandbox_id}.ext4", root_dir, self.size),
-                (self.images / f"{sandbox_id}.state.ext4", root_dir / STATE, self.state_size)]
+        return [
+            (self.images / f"{sandbox_id}.ext4", root_dir, self.size),
+            (self.images / f"{sandbox_id}.state.ext4", root_dir / STATE, self.state_size),
+        ]
 
     @property
     def state_size(self) -> int:
@@ -65,8 +67,11 @@ class Disks:
         none. Blocking."""
         root_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         if not self.images_of(sandbox_id, root_dir)[0][0].exists() and any(root_dir.iterdir()):
-            logger.warning("sandbox %s keeps its directory on the host's disk (it holds files "
-                           "and has no image): no disk limit holds it", sandbox_id)
+            logger.warning(
+                "sandbox %s keeps its directory on the host's disk (it holds files "
+                "and has no image): no disk limit holds it",
+                sandbox_id,
+            )
             return
         filesystems = self.images_of(sandbox_id, root_dir)
         _make([(image, size) for image, _, size in filesystems if not image.exists()])
@@ -76,8 +81,15 @@ class Disks:
                 continue
             # noinit_itable: the kernel does not zero the lazily made inode tables behind the
             # sandbox's back (a sparse file reads as zeros already).
-            _run(["mount", "-o", "loop,nosuid,nodev,noatime,noinit_itable", str(image),
-                  str(mount_point)])
+            _run(
+                [
+                    "mount",
+                    "-o",
+                    "loop,nosuid,nodev,noatime,noinit_itable",
+                    str(image),
+                    str(mount_point),
+                ]
+            )
             with contextlib.suppress(OSError):
                 (mount_point / "lost+found").rmdir()
             mount_point.chmod(0o700)
@@ -120,11 +132,23 @@ def _make(images: list[tuple[Path, int]]) -> None:
             with open(partial, "wb") as sparse:
                 sparse.truncate(size)
             journal = ["-J", "size=16"] if size >= 512 * 1024**2 else []
-            argv = ["mkfs.ext4", "-q", "-F", "-m", "0", "-O", "^resize_inode", *journal, "-E",
-                    "nodiscard,lazy_itable_init=1,lazy_journal_init=1", str(partial)]
+            argv = [
+                "mkfs.ext4",
+                "-q",
+                "-F",
+                "-m",
+                "0",
+                "-O",
+                "^resize_inode",
+                *journal,
+                "-E",
+                "nodiscard,lazy_itable_init=1,lazy_journal_init=1",
+                str(partial),
+            ]
             try:
-                process = subprocess.Popen(argv, stdout=subprocess.PIPE,
-                                           stderr=subprocess.STDOUT, text=True)
+                process = subprocess.Popen(
+                    argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+                )
             except OSError as exc:
                 partial.unlink(missing_ok=True)
                 raise DiskError(f"mkfs.ext4: {exc}") from None

@@ -86,8 +86,14 @@ class Gvisor(Isolation):
     described: ClassVar[str] = "on gVisor: a kernel of its own"
     own_kernel: ClassVar[bool] = True
 
-    def command(self, root_dir: Path, argv: Sequence[str], uid: int | None,
-                env: dict[str, str], resolv_conf: bytes | None = None) -> Command:
+    def command(
+        self,
+        root_dir: Path,
+        argv: Sequence[str],
+        uid: int | None,
+        env: dict[str, str],
+        resolv_conf: bytes | None = None,
+    ) -> Command:
         """Writes the sandbox's bundle (blocking, a few small files) and gives runsc's command
         line; `env` goes in the bundle, the launcher gets a PATH only."""
         if uid is None:
@@ -102,12 +108,18 @@ class Gvisor(Isolation):
         spec: dict[str, Any] = {
             "ociVersion": "1.0.2",
             "process": {
-                "terminal": False, "user": {"uid": uid, "gid": uid},
+                "terminal": False,
+                "user": {"uid": uid, "gid": uid},
                 "args": [self.tini, "--", *argv],
                 "env": [f"{k}={v}" for k, v in env.items()],
                 "cwd": str(root_dir),
-                "capabilities": {"bounding": [], "effective": [], "inheritable": [],
-                                 "permitted": [], "ambient": []},
+                "capabilities": {
+                    "bounding": [],
+                    "effective": [],
+                    "inheritable": [],
+                    "permitted": [],
+                    "ambient": [],
+                },
                 "noNewPrivileges": True,
                 "rlimits": [{"type": "RLIMIT_NOFILE", "soft": nofile[0], "hard": nofile[1]}],
             },
@@ -117,15 +129,24 @@ class Gvisor(Isolation):
             "linux": {"namespaces": [{"type": t} for t in ("pid", "ipc", "uts", "mount")]},
         }
         (bundle / "config.json").write_text(json.dumps(spec))
-        return Command([*self.runsc_argv(bundle), "run", "--bundle", str(bundle), CONTAINER],
-                       {}, {"PATH": os.defpath})
+        return Command(
+            [*self.runsc_argv(bundle), "run", "--bundle", str(bundle), CONTAINER],
+            {},
+            {"PATH": os.defpath},
+        )
 
     def marker(self, root_dir: Path) -> str:
         return str(bundle_of(root_dir))
 
     def runsc_argv(self, bundle: Path) -> list[str]:
-        return [self.runsc, "--root", str(bundle / "state"), f"--platform={self.platform}",
-                "--network=host", "--ignore-cgroups"]
+        return [
+            self.runsc,
+            "--root",
+            str(bundle / "state"),
+            f"--platform={self.platform}",
+            "--network=host",
+            "--ignore-cgroups",
+        ]
 
     async def control(self, launcher: int, *action: str) -> None:
         """runsc's `action` on the sandbox whose launcher (`runsc run`) is `launcher`: pause and
@@ -140,20 +161,29 @@ class Gvisor(Isolation):
         # stopped and forgets it).
         nsenter = shutil.which("nsenter") or "/usr/bin/nsenter"
         process = await asyncio.create_subprocess_exec(
-            nsenter, f"--net=/proc/{launcher}/ns/net", "--", *self.runsc_argv(bundle), *action,
-            CONTAINER, stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE)
+            nsenter,
+            f"--net=/proc/{launcher}/ns/net",
+            "--",
+            *self.runsc_argv(bundle),
+            *action,
+            CONTAINER,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.PIPE,
+        )
         try:
             _, said = await asyncio.wait_for(process.communicate(), CONTROL_TIMEOUT)
         except TimeoutError:
             process.kill()
             await process.wait()
-            raise IsolationUnavailable(f"the sandbox's gVisor did not {action[0]}: runsc did "
-                                       "not answer") from None
+            raise IsolationUnavailable(
+                f"the sandbox's gVisor did not {action[0]}: runsc did not answer"
+            ) from None
         if process.returncode != 0:
             words = said.decode(errors="replace").strip().splitlines() or ["no message"]
-            raise IsolationUnavailable(f"the sandbox's gVisor did not {action[0]}: "
-                                       f"{words[-1][-300:]}")
+            raise IsolationUnavailable(
+                f"the sandbox's gVisor did not {action[0]}: {words[-1][-300:]}"
+            )
 
     async def pause(self, launcher: int) -> None:
         await self.control(launcher, "pause")
@@ -175,20 +205,37 @@ class Gvisor(Isolation):
         shutil.rmtree(bundle_of(root_dir), ignore_errors=True)
 
 
-def _mounts(root_dir: Path, bundle: Path, uid: int, resolv_conf: bytes | None,
-            hidden: tuple[Path, ...], limits: Limits) -> list[dict[str, Any]]:
+def _mounts(
+    root_dir: Path,
+    bundle: Path,
+    uid: int,
+    resolv_conf: bytes | None,
+    hidden: tuple[Path, ...],
+    limits: Limits,
+) -> list[dict[str, Any]]:
     """bubblewrap's plan as OCI mounts, in order (a later one lands on an earlier one)."""
+
     def bind(source: Path | str, target: Path | str, mode: str = "ro") -> dict[str, Any]:
-        return {"destination": str(target), "type": "bind", "source": str(source),
-                "options": ["rbind", mode]}
+        return {
+            "destination": str(target),
+            "type": "bind",
+            "source": str(source),
+            "options": ["rbind", mode],
+        }
 
     def tmpfs(target: str, *options: str) -> dict[str, Any]:
-        return {"destination": target, "type": "tmpfs", "source": "tmpfs",
-                "options": ["nosuid", "nodev", *options]}
+        return {
+            "destination": target,
+            "type": "tmpfs",
+            "source": "tmpfs",
+            "options": ["nosuid", "nodev", *options],
+        }
 
-    mounts = [{"destination": "/proc", "type": "proc", "source": "proc"},
-              tmpfs("/tmp", "mode=1777", f"size={limits.tmp}"),
-              tmpfs("/dev/shm", "mode=1777", f"size={limits.shm}")]
+    mounts = [
+        {"destination": "/proc", "type": "proc", "source": "proc"},
+        tmpfs("/tmp", "mode=1777", f"size={limits.tmp}"),
+        tmpfs("/dev/shm", "mode=1777", f"size={limits.shm}"),
+    ]
     bound = [Path(p) for p in SYSTEM_DIRS] + program_paths()
     for link in SYSTEM_LINKS:  # merged /usr: /bin is /usr/bin (OCI makes no symbolic links)
         if os.path.isdir(link):
@@ -210,33 +257,58 @@ def _mounts(root_dir: Path, bundle: Path, uid: int, resolv_conf: bytes | None,
             target = Path("/etc/resolv.conf")
         mounts.append(bind(bundle / "resolv.conf", target))
     mounts += [bind(program, program) for program in program_paths()]
-    mounts += [tmpfs(str(h), "mode=0755") for h in hidden
-               if any(h.is_relative_to(p) for p in bound)]
+    mounts += [
+        tmpfs(str(h), "mode=0755") for h in hidden if any(h.is_relative_to(p) for p in bound)
+    ]
     mounts += [bind(root_dir, root_dir, "rw"), bind(root_dir / "workspace", PROJECT, "rw")]
     return mounts
 
 
-def choose(*, hidden: Sequence[Path], uids: tuple[int, int],
-           platform: Platform = "ptrace", limits: Limits = DEFAULT_LIMITS) -> Gvisor:
+def choose(
+    *,
+    hidden: Sequence[Path],
+    uids: tuple[int, int],
+    platform: Platform = "ptrace",
+    limits: Limits = DEFAULT_LIMITS,
+) -> Gvisor:
     """gVisor isolation, tried once here (a sandbox of its kind runs `true`); said in one
     line at start. Raises IsolationUnavailable, with the reason, where it cannot be had: it
     was asked for, and nothing weaker is put in its place."""
     if os.geteuid() != 0:
-        raise IsolationUnavailable("CONTROL_PLANE_SANDBOX_ISOLATION=gvisor, but the control "
-                                   "plane does not run as root (runsc starts sandboxes as root)")
-    missing = [(tool, package) for tool, package in (("runsc", "runsc"), ("tini", "tini"))
-               if shutil.which(tool) is None]
+        raise IsolationUnavailable(
+            "CONTROL_PLANE_SANDBOX_ISOLATION=gvisor, but the control "
+            "plane does not run as root (runsc starts sandboxes as root)"
+        )
+    missing = [
+        (tool, package)
+        for tool, package in (("runsc", "runsc"), ("tini", "tini"))
+        if shutil.which(tool) is None
+    ]
     if missing:
         raise IsolationUnavailable(
-            "CONTROL_PLANE_SANDBOX_ISOLATION=gvisor, but " + " and ".join(t for t, _ in missing)
-            + " not installed (Debian: apt-get install " + " ".join(p for _, p in missing) + ")")
-    gvisor = Gvisor(runsc=shutil.which("runsc") or "runsc", tini=shutil.which("tini") or "tini",
-                    hidden=tuple(Path(p) for p in hidden), uids=uids, platform=platform,
-                    limits=limits)
+            "CONTROL_PLANE_SANDBOX_ISOLATION=gvisor, but "
+            + " and ".join(t for t, _ in missing)
+            + " not installed (Debian: apt-get install "
+            + " ".join(p for _, p in missing)
+            + ")"
+        )
+    gvisor = Gvisor(
+        runsc=shutil.which("runsc") or "runsc",
+        tini=shutil.which("tini") or "tini",
+        hidden=tuple(Path(p) for p in hidden),
+        uids=uids,
+        platform=platform,
+        limits=limits,
+    )
     failed = trial(gvisor, uids[0], timeout=60)
     if failed is not None:
-        raise IsolationUnavailable("CONTROL_PLANE_SANDBOX_ISOLATION=gvisor, but runsc cannot "
-                                   f"start a sandbox here ({failed})")
-    logger.info("process sandboxes run on gVisor (runsc, %s platform), each as its own uid "
-                "from %d-%d", platform, *uids)
+        raise IsolationUnavailable(
+            "CONTROL_PLANE_SANDBOX_ISOLATION=gvisor, but runsc cannot "
+            f"start a sandbox here ({failed})"
+        )
+    logger.info(
+        "process sandboxes run on gVisor (runsc, %s platform), each as its own uid from %d-%d",
+        platform,
+        *uids,
+    )
     return gvisor

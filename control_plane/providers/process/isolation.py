@@ -104,8 +104,14 @@ class Isolation:
     """Its processes are not the host's (gVisor): no template forks a server into it, and of
     it /proc shows its launcher's processes alone."""
 
-    def command(self, root_dir: Path, argv: Sequence[str], uid: int | None,
-                env: dict[str, str], resolv_conf: bytes | None = None) -> Command:
+    def command(
+        self,
+        root_dir: Path,
+        argv: Sequence[str],
+        uid: int | None,
+        env: dict[str, str],
+        resolv_conf: bytes | None = None,
+    ) -> Command:
         """`argv` run with `env` inside the sandbox whose directory is `root_dir` (as `uid`
         when given: the sandbox's /etc/passwd and /etc/group then name it, as programs
         expect); `resolv_conf`: its /etc/resolv.conf (a sandbox behind the network boundary
@@ -163,15 +169,26 @@ class Bubblewrap(Isolation):
     setpriv: str = "setpriv"
     described: ClassVar[str] = "isolated by bubblewrap"
 
-    def command(self, root_dir: Path, argv: Sequence[str], uid: int | None,
-                env: dict[str, str], resolv_conf: bytes | None = None) -> Command:
+    def command(
+        self,
+        root_dir: Path,
+        argv: Sequence[str],
+        uid: int | None,
+        env: dict[str, str],
+        resolv_conf: bytes | None = None,
+    ) -> Command:
         files = {} if uid is None else accounts(uid, root_dir / HOME)
         if resolv_conf is not None:
             files[RESOLV_FD] = resolv_conf
         if self.seccomp is not None:
             files[SECCOMP_FD] = self.seccomp
-        args = [self.bwrap, "--unshare-pid", "--unshare-ipc", "--unshare-uts",
-                "--unshare-cgroup-try"]
+        args = [
+            self.bwrap,
+            "--unshare-pid",
+            "--unshare-ipc",
+            "--unshare-uts",
+            "--unshare-cgroup-try",
+        ]
         if os.geteuid() != 0:
             args.append("--unshare-user")
         # /tmp first: a bound path under the host's /tmp (a test's sandbox) lands on top of it.
@@ -212,45 +229,65 @@ class Bubblewrap(Isolation):
         args += ["--bind", str(root_dir / "workspace"), str(PROJECT)]
         # bubblewrap makes the directories leading to a mount point 0700: they are opened up
         # for the sandbox's user (empty but for the mount points; never a host directory).
-        for parent in _leading_dirs([*bound, *masked, root_dir, PROJECT],
-                                    bound=[*bound, root_dir, PROJECT],
-                                    tmpfs=[Path("/tmp"), *masked]):
+        for parent in _leading_dirs(
+            [*bound, *masked, root_dir, PROJECT],
+            bound=[*bound, root_dir, PROJECT],
+            tmpfs=[Path("/tmp"), *masked],
+        ):
             args += ["--chmod", "0755", str(parent)]
         if self.seccomp is not None:  # on what bubblewrap runs last, and all it starts
             args += ["--seccomp", str(SECCOMP_FD)]
         args += ["--chdir", str(root_dir), "--"]
         if uid is not None:
-            args += [self.setpriv, f"--reuid={uid}", f"--regid={uid}", "--clear-groups",
-                     "--inh-caps=-all", "--bounding-set=-all", "--no-new-privs", "--"]
+            args += [
+                self.setpriv,
+                f"--reuid={uid}",
+                f"--regid={uid}",
+                "--clear-groups",
+                "--inh-caps=-all",
+                "--bounding-set=-all",
+                "--no-new-privs",
+                "--",
+            ]
         return Command(args + list(argv), files, env)
 
 
-def choose(mode: Mode, *, hidden: Sequence[Path], uids: tuple[int, int],
-           limits: Limits = DEFAULT_LIMITS) -> Isolation | None:
+def choose(
+    mode: Mode, *, hidden: Sequence[Path], uids: tuple[int, int], limits: Limits = DEFAULT_LIMITS
+) -> Isolation | None:
     """The isolation `mode` asks for, tried once here; said in one line at start.
 
     Raises IsolationUnavailable when `bubblewrap` is required and does not work here."""
     if mode == "off":
-        logger.warning("sandbox isolation is off (CONTROL_PLANE_SANDBOX_ISOLATION=off): "
-                       "process sandboxes run as this control plane's user and can read its "
-                       "state and each other's files")
+        logger.warning(
+            "sandbox isolation is off (CONTROL_PLANE_SANDBOX_ISOLATION=off): "
+            "process sandboxes run as this control plane's user and can read its "
+            "state and each other's files"
+        )
         return None
     isolation, reason = _probe(tuple(Path(p) for p in hidden), uids, limits)
     if isolation is not None:
-        whom = (f"each as its own uid from {uids[0]}-{uids[1]}" if isolation.uids else
-                "as this control plane's user in a user namespace")
+        whom = (
+            f"each as its own uid from {uids[0]}-{uids[1]}"
+            if isolation.uids
+            else "as this control plane's user in a user namespace"
+        )
         logger.info("process sandboxes are isolated with bubblewrap (%s)", whom)
         return isolation
     if mode == "bubblewrap":
         raise IsolationUnavailable(f"CONTROL_PLANE_SANDBOX_ISOLATION=bubblewrap, but {reason}")
-    logger.warning("process sandboxes are NOT isolated (%s): they run as this control plane's "
-                   "user and can read its state and each other's files; sandboxes are refused "
-                   "to a second user unless CONTROL_PLANE_SHARED_HOST=true", reason)
+    logger.warning(
+        "process sandboxes are NOT isolated (%s): they run as this control plane's "
+        "user and can read its state and each other's files; sandboxes are refused "
+        "to a second user unless CONTROL_PLANE_SHARED_HOST=true",
+        reason,
+    )
     return None
 
 
-def _probe(hidden: tuple[Path, ...], uids: tuple[int, int],
-           limits: Limits) -> tuple[Isolation | None, str]:
+def _probe(
+    hidden: tuple[Path, ...], uids: tuple[int, int], limits: Limits
+) -> tuple[Isolation | None, str]:
     """Isolation when a sandbox of its kind starts here (bubblewrap installed, namespaces
     allowed); otherwise None and why not."""
     bwrap = shutil.which("bwrap")
@@ -260,8 +297,14 @@ def _probe(hidden: tuple[Path, ...], uids: tuple[int, int],
     setpriv = shutil.which("setpriv") or "setpriv"
     if root and shutil.which("setpriv") is None:
         return None, "setpriv (util-linux) is not installed"
-    isolation = Bubblewrap(bwrap=bwrap, hidden=hidden, uids=uids if root else None,
-                           setpriv=setpriv, limits=limits, seccomp=seccomp.program())
+    isolation = Bubblewrap(
+        bwrap=bwrap,
+        hidden=hidden,
+        uids=uids if root else None,
+        setpriv=setpriv,
+        limits=limits,
+        seccomp=seccomp.program(),
+    )
     failed = trial(isolation, uids[0] if root else None, timeout=30)
     if failed is not None:
         return None, f"bubblewrap cannot make a sandbox here ({failed})"
@@ -280,8 +323,7 @@ def trial(isolation: Isolation, uid: int | None, timeout: float) -> str | None:
         said = Path(scratch) / "probe.log"
         with open(said, "wb") as output:
             try:
-                pid = spawn(command.argv, command.env, output=output.fileno(),
-                            files=command.files)
+                pid = spawn(command.argv, command.env, output=output.fileno(), files=command.files)
             except OSError as exc:
                 return f"it could not run: {exc}"
         status = wait(pid, timeout)
@@ -321,8 +363,9 @@ def accounts(uid: int, home: Path) -> dict[int, bytes]:
     return files
 
 
-def _leading_dirs(points: Sequence[Path], *, bound: Sequence[Path],
-                  tmpfs: Sequence[Path]) -> list[Path]:
+def _leading_dirs(
+    points: Sequence[Path], *, bound: Sequence[Path], tmpfs: Sequence[Path]
+) -> list[Path]:
     """The directories above `points` that bubblewrap made: neither in a bound host directory
     nor a tmpfs of its own (their modes are set already), outermost first."""
     found: set[Path] = set()

@@ -63,15 +63,21 @@ from launch.ready import Ready
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
-SPEC = SandboxSpec(id="process", description="an agent-server child process on this machine, "
-                   "in its own process group, sharing the host's tools (bash, git, Chromium)")
+SPEC = SandboxSpec(
+    id="process",
+    description="an agent-server child process on this machine, "
+    "in its own process group, sharing the host's tools (bash, git, Chromium)",
+)
 
 
 def isolated_spec(isolation: Isolation) -> SandboxSpec:
-    return SandboxSpec(id=SPEC.id, description=f"{SPEC.description}; {isolation.described}: "
-                       "its own files, "
-                       f"/tmp and processes, the system read-only; its workspace at {PROJECT_DIR}",
-                       working_dir=PROJECT_DIR)
+    return SandboxSpec(
+        id=SPEC.id,
+        description=f"{SPEC.description}; {isolation.described}: "
+        "its own files, "
+        f"/tmp and processes, the system read-only; its workspace at {PROJECT_DIR}",
+        working_dir=PROJECT_DIR,
+    )
 
 
 #: What bubblewrap runs around a server forked from the template: it lives while its stdin is
@@ -88,32 +94,46 @@ def ready_marker(root_dir: Path) -> bytes:
     return LaunchEnv(ready_file=str(root_dir / READY_FILE)).entries()[0].encode()
 
 
-def child_env(launch: Launch, isolation: Isolation | None = None,
-              own_network: bool = False) -> dict[str, str]:
+def child_env(
+    launch: Launch, isolation: Isolation | None = None, own_network: bool = False
+) -> dict[str, str]:
     """The control plane's own settings (its database, its secret key) never reach a sandbox:
     core's child environment withholds them; the sandbox's own go on top. Its keys are not
     among them: they come over the pipe on its stdin. `own_network`: the server listens on
     its namespace's addresses at a fixed port, not on a port of this host's loopback."""
-    return processes.child_env(LaunchEnv(
-        keys_fd=0,
-        host="0.0.0.0" if own_network else "127.0.0.1",
-        port=PORT if own_network else 0,
-        state_dir=str(launch.root_dir / "state"),
-        working_dir=PROJECT_DIR if isolation else str(launch.workspace),
-        ready_file=str(launch.root_dir / READY_FILE),
-        webhook_url=launch.webhook_url,
-        log_level="warning",
-    ).environment(), isolation.env(launch.root_dir) if isolation else {})
+    return processes.child_env(
+        LaunchEnv(
+            keys_fd=0,
+            host="0.0.0.0" if own_network else "127.0.0.1",
+            port=PORT if own_network else 0,
+            state_dir=str(launch.root_dir / "state"),
+            working_dir=PROJECT_DIR if isolation else str(launch.workspace),
+            ready_file=str(launch.root_dir / READY_FILE),
+            webhook_url=launch.webhook_url,
+            log_level="warning",
+        ).environment(),
+        isolation.env(launch.root_dir) if isolation else {},
+    )
 
 
 class ProcessProvider(SandboxProvider):
     host_loopback = True  # its sandboxes are this machine's processes
 
-    def __init__(self, archive_dir: Path, *, isolation: Isolation | None = None,
-                 template: Template | None = None, shared_host: bool = False, start_timeout: float = 60.0, stop_grace: float = 5.0,
-                 transport: httpx.AsyncBaseTransport | None = None,
-                 groups: cgroups.Cgroups | None = None, limits: Limits = DEFAULT_LIMITS,
-                 network: Boundary | None = None, disks: Disks | None = None) -> None:
+    def __init__(
+        self,
+        archive_dir: Path,
+        *,
+        isolation: Isolation | None = None,
+        template: Template | None = None,
+        shared_host: bool = False,
+        start_timeout: float = 60.0,
+        stop_grace: float = 5.0,
+        transport: httpx.AsyncBaseTransport | None = None,
+        groups: cgroups.Cgroups | None = None,
+        limits: Limits = DEFAULT_LIMITS,
+        network: Boundary | None = None,
+        disks: Disks | None = None,
+    ) -> None:
         """`isolation`: bubblewrap's (`isolation.choose`), or None: sandboxes run as this
         process's user, and serve one user only unless `shared_host` accepts that. `template`:
         servers of isolated sandboxes are forked from it once it is ready. `groups`: where
@@ -199,29 +219,35 @@ class ProcessProvider(SandboxProvider):
             if self.isolation is not None:
                 command = self._command(launch, argv, uid, env)
             if self.groups is not None:
-                groups = await asyncio.to_thread(self.groups.create, launch.sandbox_id,
-                                                 self.limits)
+                groups = await asyncio.to_thread(self.groups.create, launch.sandbox_id, self.limits)
             return await self._launch(launch, command, uid, groups, address)
         except BaseException:
             if self.network is not None:
                 await self.network.detach(launch.sandbox_id)
             raise
 
-    def _command(self, launch: Launch, argv: list[str], uid: int | None,
-                 env: dict[str, str]) -> Command:
+    def _command(
+        self, launch: Launch, argv: list[str], uid: int | None, env: dict[str, str]
+    ) -> Command:
         """`argv` in the sandbox: bubblewrap's namespaces, entered in its network namespace
         first when it has one (where it asks the control plane's resolver)."""
         assert self.isolation is not None
         links = None if self.network is None else self.network.links
-        command = self.isolation.command(launch.root_dir, argv, uid, env,
-                                         None if links is None else links.resolv_conf())
+        command = self.isolation.command(
+            launch.root_dir, argv, uid, env, None if links is None else links.resolv_conf()
+        )
         if links is None:
             return command
-        return Command([*links.enter(launch.sandbox_id), *command.argv], command.files,
-                       command.env)
+        return Command([*links.enter(launch.sandbox_id), *command.argv], command.files, command.env)
 
-    async def _launch(self, launch: Launch, command: Command, uid: int | None,
-                      groups: list[Path], address: ipaddress.IPv4Address | None) -> Handle:
+    async def _launch(
+        self,
+        launch: Launch,
+        command: Command,
+        uid: int | None,
+        groups: list[Path],
+        address: ipaddress.IPv4Address | None,
+    ) -> Handle:
         ready = launch.root_dir / READY_FILE
         out = os.open(launch.root_dir / LOG_FILE, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         said: int | None = None  # a forked server says it is ready on this pipe
@@ -229,8 +255,13 @@ class ProcessProvider(SandboxProvider):
             pid = None
             if self.template is not None:
                 self.template.revive()
-            if (uid is not None and self.template is not None and self.template.ready
-                    and self.isolation is not None and not self.isolation.own_kernel):
+            if (
+                uid is not None
+                and self.template is not None
+                and self.template.ready
+                and self.isolation is not None
+                and not self.isolation.own_kernel
+            ):
                 try:
                     pid, said = await self._fork(launch, uid, out, groups, command.env)
                 except TemplateError as exc:
@@ -247,8 +278,13 @@ class ProcessProvider(SandboxProvider):
             started = processes.start_time(pid)
             if started is None:
                 raise ProviderError("the agent server exited right after starting")
-            handle = Handle(sandbox_id=launch.sandbox_id, pid=pid, pid_start_time=started,
-                            port=port, host=Handle.host if address is None else str(address))
+            handle = Handle(
+                sandbox_id=launch.sandbox_id,
+                pid=pid,
+                pid_start_time=started,
+                port=port,
+                host=Handle.host if address is None else str(address),
+            )
             if said is None:  # a ready file's port is checked; a pipe's came from our server,
                 await self._wait_alive(pid, handle)  # which said so once it answers
             return handle
@@ -259,15 +295,22 @@ class ProcessProvider(SandboxProvider):
             if said is not None:
                 os.close(said)
 
-    def _spawn(self, command: Command, launch: Launch, out: int, stdin: bytes | int,
-               groups: list[Path]) -> int:
-        pid = spawn(cgroups.enter(groups, command.argv), command.env, output=out, stdin=stdin,
-                    files=command.files)
+    def _spawn(
+        self, command: Command, launch: Launch, out: int, stdin: bytes | int, groups: list[Path]
+    ) -> int:
+        pid = spawn(
+            cgroups.enter(groups, command.argv),
+            command.env,
+            output=out,
+            stdin=stdin,
+            files=command.files,
+        )
         self._children.add(pid)
         return pid
 
-    async def _fork(self, launch: Launch, uid: int, out: int, groups: list[Path],
-                    env: dict[str, str]) -> tuple[int, int]:
+    async def _fork(
+        self, launch: Launch, uid: int, out: int, groups: list[Path], env: dict[str, str]
+    ) -> tuple[int, int]:
         """bubblewrap makes the sandbox around a holder, and the template forks the server
         into it (`agent_server.template`): bubblewrap's pid, as a spawned server's, and the
         read end of the pipe the server says it is ready on."""
@@ -281,11 +324,16 @@ class ProcessProvider(SandboxProvider):
             pid = self._spawn(command, launch, out, lifeline, groups)
             try:
                 inside = await self._made(pid, launch.root_dir / LOG_FILE)
-                await self.template.fork(enter=inside, uid=uid, cwd=launch.root_dir,
-                                         env=env,
-                                         argv=["--ready-file", ready],
-                                         fds=[keys, out, held, says], cgroups=groups,
-                                         seccomp=self.isolation.seccomp)
+                await self.template.fork(
+                    enter=inside,
+                    uid=uid,
+                    cwd=launch.root_dir,
+                    env=env,
+                    argv=["--ready-file", ready],
+                    fds=[keys, out, held, says],
+                    cgroups=groups,
+                    seccomp=self.isolation.seccomp,
+                )
             except BaseException:
                 os.close(said)
                 await self._kill_now(pid)
@@ -298,13 +346,20 @@ class ProcessProvider(SandboxProvider):
     async def _made(self, pid: int, log: Path) -> int:
         """bubblewrap's pid 1 once the sandbox is made (its mounts are ready before pid 1
         starts the holder)."""
+
         async def look() -> int | None:
             if (status := self._reap(pid)) is not None:
                 raise ProviderError(f"bubblewrap exited with status {status}: {_tail(log)}")
-            return next((inner for inner in processes.children(pid)
-                         if processes.children(inner)), None)
-        return await until_up(look, within=self.start_timeout, interval=0.005,
-                              late=f"the sandbox was not made within {self.start_timeout:g} s")
+            return next(
+                (inner for inner in processes.children(pid) if processes.children(inner)), None
+            )
+
+        return await until_up(
+            look,
+            within=self.start_timeout,
+            interval=0.005,
+            late=f"the sandbox was not made within {self.start_timeout:g} s",
+        )
 
     async def _said_ready(self, said: int, log: Path) -> int:
         """The port a forked server listens on, once it says so on its ready pipe (no
@@ -320,15 +375,17 @@ class ProcessProvider(SandboxProvider):
         try:
             await asyncio.wait_for(readable, self.start_timeout)
         except TimeoutError:
-            raise ProviderError(f"the agent server did not start within "
-                                f"{self.start_timeout:g} s") from None
+            raise ProviderError(
+                f"the agent server did not start within {self.start_timeout:g} s"
+            ) from None
         finally:
             loop.remove_reader(said)
         try:
             return Ready.decode(os.read(said, READY_BYTES)).port
         except (OSError, ValueError):
-            raise ProviderError(f"the agent server exited before it was ready: {_tail(log)}"
-                                ) from None
+            raise ProviderError(
+                f"the agent server exited before it was ready: {_tail(log)}"
+            ) from None
 
     async def _wait_ready(self, pid: int, ready: Path, log: Path) -> int:
         async def look() -> int | None:
@@ -340,6 +397,7 @@ class ProcessProvider(SandboxProvider):
                 return None
             # Isolated, the server knows its pid in its own namespace only.
             return said.port if said.pid == pid or self.isolation is not None else None
+
         late = f"the agent server did not start within {self.start_timeout:g} s"
         return await until_up(look, within=self.start_timeout, interval=0.01, late=late)
 
@@ -348,14 +406,18 @@ class ProcessProvider(SandboxProvider):
             if (status := self._reap(pid)) is not None:
                 raise ProviderError(f"the agent server exited with status {status}")
             return True if await self.alive(handle) else None
+
         late = f"the agent server did not answer /alive within {self.start_timeout:g} s"
         await until_up(look, within=self.start_timeout, interval=0.02, late=late)
 
     async def recover(self, launch: Launch) -> Handle | None:
         """The child of a start that was cut short: its handle once it is up; a child still
         booting (no ready file yet) is killed, so the caller can start the sandbox again."""
-        marker = (self.isolation.marker(launch.root_dir) if self.isolation is not None
-                  else str(launch.root_dir / READY_FILE))
+        marker = (
+            self.isolation.marker(launch.root_dir)
+            if self.isolation is not None
+            else str(launch.root_dir / READY_FILE)
+        )
         found = processes.with_argument(marker)
         leaders = [p.pid for p in found if p.pid == p.pgid]
         try:
@@ -368,8 +430,13 @@ class ProcessProvider(SandboxProvider):
             address = await self.network.links.address_of(launch.sandbox_id)
             host = None if address is None else str(address)
         if started is not None and host is not None:
-            return Handle(sandbox_id=launch.sandbox_id, pid=leaders[0], pid_start_time=started,
-                          port=port, host=host)
+            return Handle(
+                sandbox_id=launch.sandbox_id,
+                pid=leaders[0],
+                pid_start_time=started,
+                port=port,
+                host=host,
+            )
         for group in {p.pgid for p in found}:
             processes.signal_group(group, signal.SIGKILL)
         if self.network is not None:
@@ -406,7 +473,9 @@ class ProcessProvider(SandboxProvider):
         self._signal(handle, signal.SIGSTOP)
         deadline = time.monotonic() + 5
         while processes.state(handle.pid) != "T" or self._running_inside(handle):
-            if time.monotonic() > deadline or not processes.is_running(handle.pid, handle.pid_start_time):
+            if time.monotonic() > deadline or not processes.is_running(
+                handle.pid, handle.pid_start_time
+            ):
                 raise ProviderError("the agent server did not stop")
             await asyncio.sleep(0.005)
 
@@ -414,12 +483,17 @@ class ProcessProvider(SandboxProvider):
         self._signal(handle, signal.SIGCONT)
         if self.isolation is not None:
             await self.isolation.resume(handle.pid)
-        await self.until_alive(handle, "the agent server did not answer after resuming",
-                               lambda: processes.is_running(handle.pid, handle.pid_start_time))
+        await self.until_alive(
+            handle,
+            "the agent server did not answer after resuming",
+            lambda: processes.is_running(handle.pid, handle.pid_start_time),
+        )
         return handle
 
     def _signal(self, handle: Handle, sig: signal.Signals) -> None:
-        if not processes.is_running(handle.pid, handle.pid_start_time) or not processes.signal_group(handle.pid, sig):
+        if not processes.is_running(
+            handle.pid, handle.pid_start_time
+        ) or not processes.signal_group(handle.pid, sig):
             raise ProviderError("the sandbox's process is gone")
         self._signal_inside(handle, sig)
 
@@ -443,7 +517,9 @@ class ProcessProvider(SandboxProvider):
         """Some process of the sandbox is not stopped yet (one forked meanwhile is stopped now)."""
         if (inside := self._namespace(handle)) is None:
             return False
-        running = [p for p in namespaces.members(inside) if processes.state(p) not in ("T", "t", "Z", None)]
+        running = [
+            p for p in namespaces.members(inside) if processes.state(p) not in ("T", "t", "Z", None)
+        ]
         for pid in running:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGSTOP)
@@ -453,13 +529,20 @@ class ProcessProvider(SandboxProvider):
         if handle is not None and processes.holds_group(handle.pid, handle.pid_start_time):
             # Taken while the server lives: its shells run in sessions of their own, and once
             # it is gone nothing links them to it any more.
-            tree = await asyncio.to_thread(_sweep, processes.started_by, handle.pid,
-                                           ready_marker(root_dir)) or set()
+            tree = (
+                await asyncio.to_thread(
+                    _sweep, processes.started_by, handle.pid, ready_marker(root_dir)
+                )
+                or set()
+            )
             # Isolated, bubblewrap (the leader, which SIGTERM ends at once, and its pid 1,
             # which waits for everything of the sandbox) is not what is waited for: the server
             # has stopped when nothing else of the group is left.
-            launcher = ({handle.pid, *processes.children(handle.pid)} if self.isolation is not None
-                        else set())
+            launcher = (
+                {handle.pid, *processes.children(handle.pid)}
+                if self.isolation is not None
+                else set()
+            )
             # A stopped group only acts on SIGTERM once continued.
             inside = self._namespace(handle)
             if self.isolation is not None and self.isolation.own_kernel:
@@ -517,8 +600,9 @@ class ProcessProvider(SandboxProvider):
         if self.network is None or handle.host == Handle.host:
             return None
         try:
-            return await self.network.refusals(handle.sandbox_id,
-                                               ipaddress.IPv4Address(handle.host))
+            return await self.network.refusals(
+                handle.sandbox_id, ipaddress.IPv4Address(handle.host)
+            )
         except NetworkError as exc:
             raise ProviderError(str(exc)) from None
 

@@ -20,13 +20,20 @@ LOW_FDS = 64
 PIPE_BYTES = 64 * 1024
 
 
-def spawn(argv: list[str], env: dict[str, str], *, output: int, stdin: bytes | int = b"",
-          files: dict[int, bytes] | None = None) -> int:
+def spawn(
+    argv: list[str],
+    env: dict[str, str],
+    *,
+    output: int,
+    stdin: bytes | int = b"",
+    files: dict[int, bytes] | None = None,
+) -> int:
     """`argv` in a new session, its pid. `stdin` bytes come through a pipe, written and closed
     before it starts (so once read it is gone: nobody finds it again through /proc/<pid>/fd),
     or it is a descriptor of ours; each of `files` is a memory file on the descriptor its key
     names (data that is no secret, of any size); stdout and stderr go to `output`."""
     with contextlib.ExitStack() as stack:
+
         def above(fd: int) -> int:
             """`fd` moved above every target, so no action overwrites another's source."""
             moved = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, LOW_FDS)
@@ -41,8 +48,11 @@ def spawn(argv: list[str], env: dict[str, str], *, output: int, stdin: bytes | i
                 source = above(read)
             finally:
                 os.close(read)
-        actions = [(os.POSIX_SPAWN_DUP2, source, 0), (os.POSIX_SPAWN_DUP2, above(output), 1),
-                   (os.POSIX_SPAWN_DUP2, above(output), 2)]
+        actions = [
+            (os.POSIX_SPAWN_DUP2, source, 0),
+            (os.POSIX_SPAWN_DUP2, above(output), 1),
+            (os.POSIX_SPAWN_DUP2, above(output), 2),
+        ]
         for target, data in (files or {}).items():
             if not 2 < target < LOW_FDS:
                 raise ValueError(f"descriptor {target}: files go on 3 to {LOW_FDS - 1}")

@@ -50,37 +50,58 @@ class Template:
             os.chmod(self.directory / LOG, 0o600)
             self._process = subprocess.Popen(
                 [sys.executable, "-P", "-m", "agent_server.template", "--socket", str(self.socket)],
-                stdin=subprocess.PIPE, stdout=log, stderr=log, start_new_session=True,
-                env=processes.child_env(quiet=False))
+                stdin=subprocess.PIPE,
+                stdout=log,
+                stderr=log,
+                start_new_session=True,
+                env=processes.child_env(quiet=False),
+            )
 
     def revive(self) -> None:
         """A template that died (crashed, killed) is started again; it is spawned around
         meanwhile."""
         if self._process is not None and self._process.poll() is not None:
-            logger.warning("the sandbox template exited with status %s; starting it again",
-                           self._process.returncode)
+            logger.warning(
+                "the sandbox template exited with status %s; starting it again",
+                self._process.returncode,
+            )
             self.close()
             self.start()
 
     @property
     def ready(self) -> bool:
-        return (self._process is not None and self._process.poll() is None
-                and self.socket.exists())
+        return self._process is not None and self._process.poll() is None and self.socket.exists()
 
     @property
     def pid(self) -> int | None:
         return None if self._process is None else self._process.pid
 
-    async def fork(self, *, enter: int, uid: int, cwd: Path, env: dict[str, str],
-                   argv: list[str], fds: list[int], cgroups: list[Path],
-                   seccomp: bytes | None = None) -> int:
+    async def fork(
+        self,
+        *,
+        enter: int,
+        uid: int,
+        cwd: Path,
+        env: dict[str, str],
+        argv: list[str],
+        fds: list[int],
+        cgroups: list[Path],
+        seccomp: bytes | None = None,
+    ) -> int:
         """The host pid of a server forked into the namespaces of `enter` and into `cgroups`,
         held to the `seccomp` filter (a BPF program); `fds` are its stdin, its output, its
         lifeline and the pipe it says it is ready on."""
-        request = json.dumps({"enter": enter, "uid": uid, "cwd": str(cwd), "env": env,
-                              "argv": argv,
-                              "cgroups": [str(g / "cgroup.procs") for g in cgroups],
-                              "seccomp": base64.b64encode(seccomp or b"").decode()}).encode()
+        request = json.dumps(
+            {
+                "enter": enter,
+                "uid": uid,
+                "cwd": str(cwd),
+                "env": env,
+                "argv": argv,
+                "cgroups": [str(g / "cgroup.procs") for g in cgroups],
+                "seccomp": base64.b64encode(seccomp or b"").decode(),
+            }
+        ).encode()
         try:
             answer = await asyncio.wait_for(self._ask(request, fds), ANSWER_TIMEOUT)
         except (OSError, TimeoutError, ValueError) as exc:

@@ -48,9 +48,19 @@ HELD_TIMEOUT = 10.0
 
 
 class SwarmFence:
-    def __init__(self, fences: NodeFences, *, image: str, plane: str, control_plane_url: str,
-                 network: str, constraints: tuple[str, ...], node_socket: str,
-                 upstream: tuple[str, ...], runtime: str | None = None) -> None:
+    def __init__(
+        self,
+        fences: NodeFences,
+        *,
+        image: str,
+        plane: str,
+        control_plane_url: str,
+        network: str,
+        constraints: tuple[str, ...],
+        node_socket: str,
+        upstream: tuple[str, ...],
+        runtime: str | None = None,
+    ) -> None:
         """`runtime`: the nodes' default runtime every sandbox must run on (None: any);
         with one, the nodes' fences are the operator's (`command`)."""
         self.fences = fences
@@ -61,16 +71,18 @@ class SwarmFence:
         self.name = f"agent-fence-{plane}"
         #: The token's secret, named after it: a new secret key makes a new secret (and so a
         #: new service), never a fence left with a token nobody takes.
-        self.secret_name = (f"{self.name}-"
-                            f"{hashlib.sha256(fences.token.encode()).hexdigest()[:12]}")
+        self.secret_name = f"{self.name}-{hashlib.sha256(fences.token.encode()).hexdigest()[:12]}"
 
     def ensure(self, client: docker.DockerClient) -> None:
         """The fence service as this control plane would make it: made, or replaced when its
         spec differs (the image, the settings; a new version rolls out to every node); none
         on gVisor, whose nodes' fences the operator runs."""
         labels = {LABEL_PLANE: self.plane, LABEL_FENCE: "true"}
-        found = [s for s in api(client).services(filters={"name": self.name})
-                 if s["Spec"]["Name"] == self.name]
+        found = [
+            s
+            for s in api(client).services(filters={"name": self.name})
+            if s["Spec"]["Name"] == self.name
+        ]
         if self.runtime is not None:
             for service in found:
                 api(client).remove_service(service["ID"])
@@ -78,47 +90,92 @@ class SwarmFence:
         secret = self._secret(client, labels)
         template = docker.types.TaskTemplate(
             docker.types.ContainerSpec(
-                self.image, command=["python", "-m", "control_plane.network.node"],
-                user="0:0", env=[f"{k}={v}" for k, v in self._env().items()], labels=labels,
-                mounts=[docker.types.Mount("/var/run/docker.sock", self.node_socket,
-                                           type="bind"),
-                        docker.types.Mount("/tmp", None, type="tmpfs", tmpfs_size=16 * 2**20)],
-                secrets=[docker.types.SecretReference(secret, self.secret_name, filename=TOKEN_FILE,
-                                                      uid="0", gid="0", mode=0o400)],
-                read_only=True, cap_drop=["ALL"], cap_add=["CAP_NET_ADMIN",
-                                                           "CAP_NET_BIND_SERVICE"],
-                healthcheck=NO_CHECK),
+                self.image,
+                command=["python", "-m", "control_plane.network.node"],
+                user="0:0",
+                env=[f"{k}={v}" for k, v in self._env().items()],
+                labels=labels,
+                mounts=[
+                    docker.types.Mount("/var/run/docker.sock", self.node_socket, type="bind"),
+                    docker.types.Mount("/tmp", None, type="tmpfs", tmpfs_size=16 * 2**20),
+                ],
+                secrets=[
+                    docker.types.SecretReference(
+                        secret, self.secret_name, filename=TOKEN_FILE, uid="0", gid="0", mode=0o400
+                    )
+                ],
+                read_only=True,
+                cap_drop=["ALL"],
+                cap_add=["CAP_NET_ADMIN", "CAP_NET_BIND_SERVICE"],
+                healthcheck=NO_CHECK,
+            ),
             restart_policy=docker.types.RestartPolicy("any", delay=1_000_000_000),
             placement=docker.types.Placement(constraints=list(self.constraints)),
-            networks=["host"])
-        digest = hashlib.sha256(repr((self.image, self._env(), self.constraints,
-                                      self.node_socket, self.secret_name)).encode()).hexdigest()[:16]
+            networks=["host"],
+        )
+        digest = hashlib.sha256(
+            repr(
+                (self.image, self._env(), self.constraints, self.node_socket, self.secret_name)
+            ).encode()
+        ).hexdigest()[:16]
         if found and (found[0]["Spec"].get("Labels") or {}).get(LABEL_FENCE) == digest:
             return
         for service in found:
             api(client).remove_service(service["ID"])
         try:
-            api(client).create_service(template, name=self.name,
-                                       labels={**labels, LABEL_FENCE: digest},
-                                       mode=docker.types.ServiceMode("global"))
+            api(client).create_service(
+                template,
+                name=self.name,
+                labels={**labels, LABEL_FENCE: digest},
+                mode=docker.types.ServiceMode("global"),
+            )
         except docker.errors.APIError as exc:
-            raise ProviderError(f"the sandboxes' node fences could not be started: "
-                                f"{exc.explanation or exc}") from None
+            raise ProviderError(
+                f"the sandboxes' node fences could not be started: {exc.explanation or exc}"
+            ) from None
 
     def command(self, token_file: str) -> list[str]:
         """The `docker run` an operator gives each gVisor node: the fence as the global service
         runs it, on runc, the token read from `token_file` on the node (root's, 0400)."""
         env = {k: v for k, v in self._env().items() if k != "AGENT_FENCE_NODE"}  # its hostname
-        return ["docker", "run", "--detach", "--name", self.name, "--restart", "always",
-                "--runtime", "runc", "--network", "host", "--user", "0:0", "--read-only",
-                "--tmpfs", "/tmp:size=16m", "--cap-drop", "ALL", "--cap-add", "NET_ADMIN",
-                "--cap-add", "NET_BIND_SERVICE", "--label", f"{LABEL_PLANE}={self.plane}",
-                "--label", f"{LABEL_FENCE}=true",
-                "--mount", f"type=bind,source={self.node_socket},target=/var/run/docker.sock",
-                "--mount", f"type=bind,source={token_file},target=/run/secrets/{TOKEN_FILE},"
-                           "readonly",
-                *[f"--env={k}={v}" for k, v in env.items()], "--entrypoint", "python",
-                self.image, "-m", "control_plane.network.node"]
+        return [
+            "docker",
+            "run",
+            "--detach",
+            "--name",
+            self.name,
+            "--restart",
+            "always",
+            "--runtime",
+            "runc",
+            "--network",
+            "host",
+            "--user",
+            "0:0",
+            "--read-only",
+            "--tmpfs",
+            "/tmp:size=16m",
+            "--cap-drop",
+            "ALL",
+            "--cap-add",
+            "NET_ADMIN",
+            "--cap-add",
+            "NET_BIND_SERVICE",
+            "--label",
+            f"{LABEL_PLANE}={self.plane}",
+            "--label",
+            f"{LABEL_FENCE}=true",
+            "--mount",
+            f"type=bind,source={self.node_socket},target=/var/run/docker.sock",
+            "--mount",
+            f"type=bind,source={token_file},target=/run/secrets/{TOKEN_FILE},readonly",
+            *[f"--env={k}={v}" for k, v in env.items()],
+            "--entrypoint",
+            "python",
+            self.image,
+            "-m",
+            "control_plane.network.node",
+        ]
 
     def shell_command(self, token_file: str) -> str:
         return shlex.join(self.command(token_file))
@@ -132,35 +189,47 @@ class SwarmFence:
         if found is None:
             raise ProviderError(
                 f"no fence on the sandbox's node held it within {HELD_TIMEOUT:g} s: on gVisor "
-                "each node runs its fence outside Swarm (`control-plane node-fence`)")
+                "each node runs its fence outside Swarm (`control-plane node-fence`)"
+            )
         if found.runtime != self.runtime:
             raise ProviderError(
                 f"the sandbox's node runs it on {found.runtime or 'an unknown runtime'}, not "
                 f"{self.runtime}: make {self.runtime} that node's default runtime "
-                "(daemon.json), or keep sandboxes off it (CONTROL_PLANE_SWARM_CONSTRAINTS)")
+                "(daemon.json), or keep sandboxes off it (CONTROL_PLANE_SWARM_CONSTRAINTS)"
+            )
 
     def _env(self) -> dict[str, str]:
-        return {"AGENT_FENCE_CONTROL_PLANE": self.url, "AGENT_FENCE_NODE": "{{.Node.ID}}",
-                "AGENT_FENCE_TOKEN_FILE": f"/run/secrets/{TOKEN_FILE}",
-                "AGENT_FENCE_NETWORK": self.network, "AGENT_FENCE_LABEL": self.plane,
-                "AGENT_FENCE_DNS_UPSTREAM": ",".join(self.upstream),
-                "PYTHONUNBUFFERED": "1"}
+        return {
+            "AGENT_FENCE_CONTROL_PLANE": self.url,
+            "AGENT_FENCE_NODE": "{{.Node.ID}}",
+            "AGENT_FENCE_TOKEN_FILE": f"/run/secrets/{TOKEN_FILE}",
+            "AGENT_FENCE_NETWORK": self.network,
+            "AGENT_FENCE_LABEL": self.plane,
+            "AGENT_FENCE_DNS_UPSTREAM": ",".join(self.upstream),
+            "PYTHONUNBUFFERED": "1",
+        }
 
     def _secret(self, client: docker.DockerClient, labels: dict[str, str]) -> str:
         """The token's Docker secret (made once; every control plane of the deployment derives
         the same token)."""
-        found = [s for s in api(client).secrets(filters={"name": self.secret_name})
-                 if s["Spec"]["Name"] == self.secret_name]
+        found = [
+            s
+            for s in api(client).secrets(filters={"name": self.secret_name})
+            if s["Spec"]["Name"] == self.secret_name
+        ]
         if found:
             return str(found[0]["ID"])
         made: dict[str, Any] = api(client).create_secret(
-            self.secret_name, self.fences.token.encode(), labels=labels)
+            self.secret_name, self.fences.token.encode(), labels=labels
+        )
         return str(made["ID"])
 
     async def set_network(self, handle: Handle, policy: NetworkPolicy) -> bool:
         if not await self.fences.until_held(handle.sandbox_id, policy, HELD_TIMEOUT):
-            raise ProviderError(f"the fence of the sandbox's node did not take the policy within "
-                                f"{HELD_TIMEOUT:g} s (it holds it once it is up again)")
+            raise ProviderError(
+                f"the fence of the sandbox's node did not take the policy within "
+                f"{HELD_TIMEOUT:g} s (it holds it once it is up again)"
+            )
         return True
 
     def refusals(self, sandbox_id: str) -> Refusals | None:

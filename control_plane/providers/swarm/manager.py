@@ -17,8 +17,9 @@ from control_plane.providers.swarm.spec import CLAIMED, WARM_SERVER, entrypoint
 from control_plane.sandboxes.provider import ProviderError
 
 
-def unparked(client: docker.DockerClient, service: dict[str, Any]
-             ) -> Callable[[dict[str, Any]], None]:
+def unparked(
+    client: docker.DockerClient, service: dict[str, Any]
+) -> Callable[[dict[str, Any]], None]:
     """For a service claimed from a warm pool: a change giving it a cold start's task (the
     server's own command, its keys' secret, made at the claim), to apply while its task stops
     (a pause), so that its next one starts as any sandbox's does. Others: no change."""
@@ -35,11 +36,16 @@ def unparked(client: docker.DockerClient, service: dict[str, Any]
         container["Command"] = ["tini", "--", "sh", "-c", entrypoint()]
         for reference in container.get("Secrets") or []:
             reference["SecretID"], reference["SecretName"] = found[0]["ID"], name
+
     return change
 
 
-def update(client: docker.DockerClient, service_id: str,
-            change: Callable[[dict[str, Any]], None], attempts: int = 5) -> None:
+def update(
+    client: docker.DockerClient,
+    service_id: str,
+    change: Callable[[dict[str, Any]], None],
+    attempts: int = 5,
+) -> None:
     """Apply `change` to the service's spec; again on a newer version when another writer
     came first (the manager refuses an update of an old version)."""
     for attempt in range(attempts):
@@ -51,9 +57,14 @@ def update(client: docker.DockerClient, service_id: str,
             return
         try:
             api(client).update_service(
-                service_id, current["Version"]["Index"], task_template=spec["TaskTemplate"],
-                name=spec["Name"], labels=spec.get("Labels"), mode=spec["Mode"],
-                endpoint_spec=spec.get("EndpointSpec"))
+                service_id,
+                current["Version"]["Index"],
+                task_template=spec["TaskTemplate"],
+                name=spec["Name"],
+                labels=spec.get("Labels"),
+                mode=spec["Mode"],
+                endpoint_spec=spec.get("EndpointSpec"),
+            )
             return
         except docker.errors.APIError as exc:
             if "out of sequence" not in str(exc) or attempt == attempts - 1:
@@ -77,22 +88,28 @@ def check_network(client: docker.DockerClient, network: str) -> None:
     "network ... exists", until its network state is cleared: hence the default.)"""
     if network == "bridge":
         return
-    how = (f"make it once: `docker network create --config-only -o "
-           f"com.docker.network.bridge.enable_icc=false {network}-config` on every node, "
-           f"then `docker network create -d bridge --scope swarm --config-from "
-           f"{network}-config {network}` on a manager (or set "
-           "CONTROL_PLANE_SWARM_NETWORK)")
+    how = (
+        f"make it once: `docker network create --config-only -o "
+        f"com.docker.network.bridge.enable_icc=false {network}-config` on every node, "
+        f"then `docker network create -d bridge --scope swarm --config-from "
+        f"{network}-config {network}` on a manager (or set "
+        "CONTROL_PLANE_SWARM_NETWORK)"
+    )
     try:
         found = client.networks.get(network).attrs
     except docker.errors.NotFound:
         raise ProviderError(f"the swarm network {network!r} is missing: {how}") from None
     config = (found.get("ConfigFrom") or {}).get("Network")
     if found.get("Driver") != "bridge" or found.get("Scope") != "swarm" or not config:
-        raise ProviderError(f"the network {network!r} is not a swarm-scoped bridge made "
-                            f"from a config-only network, so sandboxes could reach each other: {how}")
+        raise ProviderError(
+            f"the network {network!r} is not a swarm-scoped bridge made "
+            f"from a config-only network, so sandboxes could reach each other: {how}"
+        )
     try:
         options = client.networks.get(config).attrs.get("Options") or {}
     except docker.errors.NotFound:
         return  # the manager runs no sandboxes: each node's own config says
     if options.get("com.docker.network.bridge.enable_icc") != "false":
-        raise ProviderError(f"the config network {config!r} lets containers reach each other: {how}")
+        raise ProviderError(
+            f"the config network {config!r} lets containers reach each other: {how}"
+        )

@@ -132,8 +132,15 @@ def job_name(service_name: str, kind: str) -> str:
 class Jobs:
     """Runs jobs for the Swarm provider; every method blocks (called in its worker threads)."""
 
-    def __init__(self, client: docker.DockerClient, *, image: str, labels: dict[str, str],
-                 start_timeout: float, node_socket: str) -> None:
+    def __init__(
+        self,
+        client: docker.DockerClient,
+        *,
+        image: str,
+        labels: dict[str, str],
+        start_timeout: float,
+        node_socket: str,
+    ) -> None:
         self.client = client
         self.image = image
         self.labels = labels
@@ -145,10 +152,16 @@ class Jobs:
         is removed once the chunks are consumed (or the generator is closed)."""
         token = secrets.token_urlsafe(32)
         spec = docker.types.ContainerSpec(
-            self.image, command=["python3", "-c", ARCHIVE_SERVER], user="0:0",
-            env=[f"ARCHIVE_TOKEN={token}"], read_only=True, cap_drop=["ALL"], healthcheck=NO_CHECK,
+            self.image,
+            command=["python3", "-c", ARCHIVE_SERVER],
+            user="0:0",
+            env=[f"ARCHIVE_TOKEN={token}"],
+            read_only=True,
+            cap_drop=["ALL"],
+            healthcheck=NO_CHECK,
             cap_add=["CAP_DAC_READ_SEARCH"],
-            mounts=[docker.types.Mount(VOLUME_DIR, volume, type="volume", read_only=True)])
+            mounts=[docker.types.Mount(VOLUME_DIR, volume, type="volume", read_only=True)],
+        )
         name = job_name(service_name, "archive")
         task = self._start(name, node, spec, publish=True)
         try:
@@ -164,8 +177,10 @@ class Jobs:
         try:
             while True:
                 try:
-                    response = client.send(client.build_request(
-                        "GET", url, headers={"X-Archive-Token": token}), stream=True)
+                    response = client.send(
+                        client.build_request("GET", url, headers={"X-Archive-Token": token}),
+                        stream=True,
+                    )
                     break
                 except httpx.TransportError:  # not listening yet
                     if time.monotonic() > deadline:
@@ -201,39 +216,62 @@ class Jobs:
                 response.close()
                 client.close()
                 self._remove(name)
+
         return chunks()
 
     def remove_volume(self, service_name: str, node: Node, volume: str) -> None:
         spec = docker.types.ContainerSpec(
-            self.image, command=["python3", "-c", VOLUME_REMOVER, volume], user="0:0",
-            read_only=True, cap_drop=["ALL"], healthcheck=NO_CHECK,
-            mounts=[docker.types.Mount("/var/run/docker.sock", self.node_socket, type="bind"),
-                    # over the image's VOLUME, which would leave an anonymous volume behind
-                    docker.types.Mount(VOLUME_DIR, None, type="tmpfs", tmpfs_size=1024**2)])
+            self.image,
+            command=["python3", "-c", VOLUME_REMOVER, volume],
+            user="0:0",
+            read_only=True,
+            cap_drop=["ALL"],
+            healthcheck=NO_CHECK,
+            mounts=[
+                docker.types.Mount("/var/run/docker.sock", self.node_socket, type="bind"),
+                # over the image's VOLUME, which would leave an anonymous volume behind
+                docker.types.Mount(VOLUME_DIR, None, type="tmpfs", tmpfs_size=1024**2),
+            ],
+        )
         name = job_name(service_name, "volume")
         try:
             task = self._start(name, node, spec, publish=False, until_ended=True)
             if task["Status"]["State"] != "complete":
-                raise ProviderError(f"removing the volume {volume} on {node.hostname} failed: "
-                                    f"{describe(task)}: {self._logs(name)}")
+                raise ProviderError(
+                    f"removing the volume {volume} on {node.hostname} failed: "
+                    f"{describe(task)}: {self._logs(name)}"
+                )
         finally:
             self._remove(name)
 
     # -- the job's service -------------------------------------------------------------------
 
-    def _start(self, name: str, node: Node, spec: docker.types.ContainerSpec, *,
-               publish: bool, until_ended: bool = False) -> dict[str, Any]:
+    def _start(
+        self,
+        name: str,
+        node: Node,
+        spec: docker.types.ContainerSpec,
+        *,
+        publish: bool,
+        until_ended: bool = False,
+    ) -> dict[str, Any]:
         """Create the job (an earlier one of that name removed first) and wait until its task
         runs (or has ended, `until_ended`); ProviderError when it cannot."""
         self._remove(name)
         endpoint = host_port() if publish else None
         template = docker.types.TaskTemplate(
-            spec, restart_policy=docker.types.RestartPolicy("none"),
-            placement=docker.types.Placement(constraints=[f"node.id=={node.id}"]))
+            spec,
+            restart_policy=docker.types.RestartPolicy("none"),
+            placement=docker.types.Placement(constraints=[f"node.id=={node.id}"]),
+        )
         labels = {**self.labels, LABEL_JOB: name}
         service = api(self.client).create_service(
-            template, name=name, labels=labels, endpoint_spec=endpoint,
-            mode=docker.types.ServiceMode("replicated", 1))
+            template,
+            name=name,
+            labels=labels,
+            endpoint_spec=endpoint,
+            mode=docker.types.ServiceMode("replicated", 1),
+        )
         deadline = time.monotonic() + self.start_timeout
         try:
             while True:
@@ -243,11 +281,15 @@ class Jobs:
                 if task is not None and (state in ENDED if until_ended else state == "running"):
                     return task
                 if task is not None and state in ENDED:
-                    raise ProviderError(f"the job {name} on {node.hostname} ended: "
-                                        f"{describe(task)}: {self._logs(name)}")
+                    raise ProviderError(
+                        f"the job {name} on {node.hostname} ended: "
+                        f"{describe(task)}: {self._logs(name)}"
+                    )
                 if time.monotonic() > deadline:
-                    raise ProviderError(f"the job {name} on {node.hostname} is still {state} "
-                                        f"after {self.start_timeout:g} s")
+                    raise ProviderError(
+                        f"the job {name} on {node.hostname} is still {state} "
+                        f"after {self.start_timeout:g} s"
+                    )
                 time.sleep(0.05)
         except BaseException:
             self._remove(name)

@@ -45,12 +45,19 @@ class Manager(Engine, Protocol):
     start_timeout: float
     placement_timeout: float
 
-    def start_service(self, client: docker.DockerClient, launch: Launch, *,
-                      secret: bytes | None = None, server: str = "agent-server",
-                      parked: bool = False) -> str: ...
+    def start_service(
+        self,
+        client: docker.DockerClient,
+        launch: Launch,
+        *,
+        secret: bytes | None = None,
+        server: str = "agent-server",
+        parked: bool = False,
+    ) -> str: ...
 
-    def current(self, client: docker.DockerClient, service_id: str,
-                earlier: frozenset[str]) -> tuple[dict[str, Any] | None, Node | None]: ...
+    def current(
+        self, client: docker.DockerClient, service_id: str, earlier: frozenset[str]
+    ) -> tuple[dict[str, Any] | None, Node | None]: ...
 
     async def remove_all(self, sandbox_id: str) -> None: ...
 
@@ -62,8 +69,9 @@ class Manager(Engine, Protocol):
 class SwarmPool(WarmPool):
     provider: Manager
 
-    def __init__(self, provider: Manager, size: int, webhook_url: str,
-                 lifeline: float = LIFELINE) -> None:
+    def __init__(
+        self, provider: Manager, size: int, webhook_url: str, lifeline: float = LIFELINE
+    ) -> None:
         super().__init__(provider, size, webhook_url)
         self.lifeline = lifeline
         self.interval = lifeline / 4
@@ -75,12 +83,22 @@ class SwarmPool(WarmPool):
 
     async def _park(self, sandbox_id: str) -> Parked:
         token = secrets.token_urlsafe(32)
-        launch = Launch(sandbox_id=sandbox_id, spec_id="swarm", root_dir=Path(VOLUME_DIR),
-                        session_api_key="", webhook_url=self.webhook_url)
+        launch = Launch(
+            sandbox_id=sandbox_id,
+            spec_id="swarm",
+            root_dir=Path(VOLUME_DIR),
+            session_api_key="",
+            webhook_url=self.webhook_url,
+        )
         service_id = await self.provider.run(
             lambda client: self.provider.start_service(
-                client, launch, secret=claim.secret(token),
-                server=f"{WARM_SERVER} {self.lifeline:g}", parked=True))
+                client,
+                launch,
+                secret=claim.secret(token),
+                server=f"{WARM_SERVER} {self.lifeline:g}",
+                parked=True,
+            )
+        )
         parked = Parked(sandbox_id, service_id, token)
         try:
             parked.handle = await self._until_parked(service_id, sandbox_id)
@@ -98,12 +116,17 @@ class SwarmPool(WarmPool):
             port = None if task is None else published(task)
             if node is None or port is None:
                 return None
-            handle = Handle(sandbox_id=sandbox_id, pid=0, pid_start_time=0, port=port,
-                            host=node.address)
+            handle = Handle(
+                sandbox_id=sandbox_id, pid=0, pid_start_time=0, port=port, host=node.address
+            )
             return handle if await self._ping(handle) else None
-        return await until_up(look, within=self.provider.placement_timeout
-                              + self.provider.start_timeout, interval=0.1,
-                              late="it did not answer as parked in time")
+
+        return await until_up(
+            look,
+            within=self.provider.placement_timeout + self.provider.start_timeout,
+            interval=0.1,
+            late="it did not answer as parked in time",
+        )
 
     async def _ping(self, handle: Handle) -> bool:
         try:
@@ -121,11 +144,14 @@ class SwarmPool(WarmPool):
         def unpark(client: docker.DockerClient) -> None:
             update(client, parked.ref, _unpark)
             api(client).create_secret(name_of(parked.sandbox_id) + CLAIMED, keys, labels=labels)
+
         await self.provider.run(unpark)
         try:
             answer = await self._http.post(
-                self.provider.url(parked.handle) + claim.CLAIM, content=keys,
-                headers=claim.headers(parked.hold))
+                self.provider.url(parked.handle) + claim.CLAIM,
+                content=keys,
+                headers=claim.headers(parked.hold),
+            )
         except httpx.HTTPError as exc:
             raise ProviderError(f"its claim failed: {exc}") from None
         if answer.status_code != 204:
@@ -143,14 +169,16 @@ class SwarmPool(WarmPool):
 
     async def _sweep(self) -> None:
         def ended(client: docker.DockerClient) -> list[str]:
-            found = api(client).services(filters={"label": [
-                f"{LABEL_PLANE}={self.provider.plane}", f"{LABEL_PARKED}=true"]})
+            found = api(client).services(
+                filters={"label": [f"{LABEL_PLANE}={self.provider.plane}", f"{LABEL_PARKED}=true"]}
+            )
             ended = []
             for service in found:  # (one just made has no task yet: not ended)
                 tasks = api(client).tasks(filters={"service": service["ID"]})
                 if tasks and all(t["Status"]["State"] in ENDED for t in tasks):
                     ended.append(str(service["Spec"]["Labels"].get(LABEL_SANDBOX)))
             return ended
+
         for sandbox_id in await self.provider.run(ended):
             await self.provider.remove_all(sandbox_id)
 

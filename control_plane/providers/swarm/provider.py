@@ -87,28 +87,51 @@ logger = logging.getLogger(__name__)
 class SwarmProvider(ContainerProvider):
     spec = SPEC
 
-    def __init__(self, archive_dir: Path, *, image: str, plane: str, network: str,
-                 docker_url: str = "unix:///var/run/docker.sock",
-                 constraints: tuple[str, ...] = (), cpu_reservation: float = 0.0,
-                 memory_reservation: int = 0, limits: Limits = DEFAULT_LIMITS,
-                 start_timeout: float = 60.0, placement_timeout: float = 30.0,
-                 stop_grace: float = 5.0, node_socket: str = "/var/run/docker.sock",
-                 warm_pool: int = 0, webhook_url: str | None = None, lifeline: float = LIFELINE,
-                 transport: httpx.AsyncBaseTransport | None = None,
-                 fence: SwarmFence | None = None) -> None:
+    def __init__(
+        self,
+        archive_dir: Path,
+        *,
+        image: str,
+        plane: str,
+        network: str,
+        docker_url: str = "unix:///var/run/docker.sock",
+        constraints: tuple[str, ...] = (),
+        cpu_reservation: float = 0.0,
+        memory_reservation: int = 0,
+        limits: Limits = DEFAULT_LIMITS,
+        start_timeout: float = 60.0,
+        placement_timeout: float = 30.0,
+        stop_grace: float = 5.0,
+        node_socket: str = "/var/run/docker.sock",
+        warm_pool: int = 0,
+        webhook_url: str | None = None,
+        lifeline: float = LIFELINE,
+        transport: httpx.AsyncBaseTransport | None = None,
+        fence: SwarmFence | None = None,
+    ) -> None:
         """`warm_pool`: services parked for new sandboxes (`pool`), `lifeline` theirs;
         `fence`: the nodes' network boundary (`fence`; None: the nodes' bridges alone)."""
-        super().__init__(archive_dir, image=image, plane=plane, docker_url=docker_url,
-                         limits=limits, start_timeout=start_timeout, stop_grace=stop_grace,
-                         transport=transport)
+        super().__init__(
+            archive_dir,
+            image=image,
+            plane=plane,
+            docker_url=docker_url,
+            limits=limits,
+            start_timeout=start_timeout,
+            stop_grace=stop_grace,
+            transport=transport,
+        )
         self.network = network
         self.constraints = constraints
         self.cpu_reservation = cpu_reservation
         self.memory_reservation = memory_reservation
         self.placement_timeout = placement_timeout
         self.node_socket = node_socket
-        self.pool = (SwarmPool(self, warm_pool, webhook_url, lifeline)
-                     if warm_pool > 0 and webhook_url else None)
+        self.pool = (
+            SwarmPool(self, warm_pool, webhook_url, lifeline)
+            if warm_pool > 0 and webhook_url
+            else None
+        )
         self.fence = fence
 
     async def start(self) -> None:
@@ -169,7 +192,9 @@ class SwarmProvider(ContainerProvider):
 
     async def create(self, launch: Launch) -> Handle:
         self.check_spec(launch)
-        service_id = None if self.pool is None else await self.pool.claim(launch, launch.webhook_url)
+        service_id = (
+            None if self.pool is None else await self.pool.claim(launch, launch.webhook_url)
+        )
         if service_id is None:
             if await self.run(self._find, launch.sandbox_id) is not None:
                 await self.remove_all(launch.sandbox_id)  # a start cut short: replaced
@@ -181,13 +206,20 @@ class SwarmProvider(ContainerProvider):
                 try:
                     await self.remove_all(launch.sandbox_id)
                 except ProviderError as exc:  # its remains go with the sandbox's clean-up
-                    logger.warning("sandbox %s: removing a failed start: %s", launch.sandbox_id,
-                                   exc)
+                    logger.warning(
+                        "sandbox %s: removing a failed start: %s", launch.sandbox_id, exc
+                    )
             raise
 
-    def start_service(self, client: docker.DockerClient, launch: Launch, *,
-                      secret: bytes | None = None, server: str = "agent-server",
-                      parked: bool = False) -> str:
+    def start_service(
+        self,
+        client: docker.DockerClient,
+        launch: Launch,
+        *,
+        secret: bytes | None = None,
+        server: str = "agent-server",
+        parked: bool = False,
+    ) -> str:
         """The sandbox's service, its keys in its secret (a parked one's: `secret`, with
         `server` its command and `parked` its label)."""
         name = name_of(launch.sandbox_id)
@@ -196,21 +228,38 @@ class SwarmProvider(ContainerProvider):
         self._remove_secrets(client, launch.sandbox_id)
         made = api(client).create_secret(f"{name}-keys", secret or launch.keys(), labels=labels)
         template = task_template(
-            self.image, launch, made["ID"], labels, stop_grace=self.stop_grace,
-            limits=self.limits, cpu_reservation=self.cpu_reservation,
-            memory_reservation=self.memory_reservation, constraints=self.constraints,
-            network=self.network, server=server)
+            self.image,
+            launch,
+            made["ID"],
+            labels,
+            stop_grace=self.stop_grace,
+            limits=self.limits,
+            cpu_reservation=self.cpu_reservation,
+            memory_reservation=self.memory_reservation,
+            constraints=self.constraints,
+            network=self.network,
+            server=server,
+        )
         try:
             service = api(client).create_service(
-                template, name=name, labels={**labels, **({LABEL_PARKED: "true"} if parked else {})},
-                mode=docker.types.ServiceMode("replicated", 1), endpoint_spec=host_port(None))
+                template,
+                name=name,
+                labels={**labels, **({LABEL_PARKED: "true"} if parked else {})},
+                mode=docker.types.ServiceMode("replicated", 1),
+                endpoint_spec=host_port(None),
+            )
         except BaseException:
             self._remove_secrets(client, launch.sandbox_id)
             raise
         return str(service["ID"])
 
-    async def _wait_up(self, sandbox_id: str, service_id: str, placement: float,
-                       earlier: frozenset[str] = frozenset()) -> Handle:
+    async def _wait_up(
+        self,
+        sandbox_id: str,
+        service_id: str,
+        placement: float,
+        earlier: frozenset[str] = frozenset(),
+    ) -> Handle:
         """Until its task runs and /alive answers; ProviderError when no node takes it within
         `placement` seconds, when the task ends, or when the start timeout is up. `earlier`:
         the ids of tasks that ended before (a paused sandbox's), not the one waited for."""
@@ -226,29 +275,43 @@ class SwarmProvider(ContainerProvider):
                 raise ProviderError(f"the agent server's task ended ({describe(task)}): {logs}")
             if state in UNPLACED and time.monotonic() > began + placement:
                 reason = (task or {}).get("Status", {}).get("Err") or "no node took it"
-                raise ProviderError(f"no node can take the sandbox within {placement:g} s: "
-                                    f"{reason} (placement constraints {list(self.constraints)}, "
-                                    f"reservations {self.cpu_reservation:g} CPUs, "
-                                    f"{self.memory_reservation} bytes)")
+                raise ProviderError(
+                    f"no node can take the sandbox within {placement:g} s: "
+                    f"{reason} (placement constraints {list(self.constraints)}, "
+                    f"reservations {self.cpu_reservation:g} CPUs, "
+                    f"{self.memory_reservation} bytes)"
+                )
             if task is None or state != "running" or node is None:
                 return None
             port = published(task)
             if port is None:
                 raise ProviderError("the agent server's port was not published")
-            handle = Handle(sandbox_id=sandbox_id,
-                            pid=int(task["Status"].get("ContainerStatus", {}).get("PID") or 0),
-                            pid_start_time=service_key(service_id), port=port, host=node.address)
+            handle = Handle(
+                sandbox_id=sandbox_id,
+                pid=int(task["Status"].get("ContainerStatus", {}).get("PID") or 0),
+                pid_start_time=service_key(service_id),
+                port=port,
+                host=node.address,
+            )
             if not await self.alive(handle):
                 return None
             if self.fence is not None:  # on gVisor: on runsc, its node's fence says
                 await self.fence.check_runtime(sandbox_id)
             return handle
-        return await until_up(look, within=placement + self.start_timeout, interval=0.1,
-                              late=lambda: f"the agent server did not answer /alive within "
-                                           f"{self.start_timeout:g} s (its task is {state})")
 
-    def current(self, client: docker.DockerClient, service_id: str,
-                 earlier: frozenset[str]) -> tuple[dict[str, Any] | None, Node | None]:
+        return await until_up(
+            look,
+            within=placement + self.start_timeout,
+            interval=0.1,
+            late=lambda: (
+                f"the agent server did not answer /alive within "
+                f"{self.start_timeout:g} s (its task is {state})"
+            ),
+        )
+
+    def current(
+        self, client: docker.DockerClient, service_id: str, earlier: frozenset[str]
+    ) -> tuple[dict[str, Any] | None, Node | None]:
         task = newest([t for t in self._tasks(client, service_id) if t["ID"] not in earlier])
         if task is None or not task.get("NodeID"):
             return task, None
@@ -273,15 +336,21 @@ class SwarmProvider(ContainerProvider):
         await self._stop(service["ID"])
         return None
 
-    def _paused_handle(self, client: docker.DockerClient, sandbox_id: str,
-                       service: dict[str, Any]) -> Handle | None:
+    def _paused_handle(
+        self, client: docker.DockerClient, sandbox_id: str, service: dict[str, Any]
+    ) -> Handle | None:
         node_id = pinned(service["Spec"])
         ports = service["Spec"].get("EndpointSpec", {}).get("Ports") or []
         found = None if node_id is None else self._node(client, node_id)
         if found is None or not ports or not ports[0].get("PublishedPort"):
             return None
-        return Handle(sandbox_id=sandbox_id, pid=0, pid_start_time=service_key(service["ID"]),
-                      port=int(ports[0]["PublishedPort"]), host=found[0].address)
+        return Handle(
+            sandbox_id=sandbox_id,
+            pid=0,
+            pid_start_time=service_key(service["ID"]),
+            port=int(ports[0]["PublishedPort"]),
+            host=found[0].address,
+        )
 
     async def inspect(self, handle: Handle) -> Liveness:
         return (await self.health(handle)).liveness
@@ -304,15 +373,19 @@ class SwarmProvider(ContainerProvider):
         if node_id:
             found = self._node(client, str(node_id))
             if found is None:
-                return Health(Liveness.GONE, f"its node {str(node_id)[:12]} left the cluster "
-                              "(its workspace was on that node's volume)"), where
+                return Health(
+                    Liveness.GONE,
+                    f"its node {str(node_id)[:12]} left the cluster "
+                    "(its workspace was on that node's volume)",
+                ), where
             node, attrs = found
             where = node.hostname
             state = str(attrs["Status"]["State"])
             if state in NODE_AWAY and replicas(service["Spec"]) > 0:
                 message = attrs["Status"].get("Message") or state
-                return Health(Liveness.UNRESPONSIVE, f"its node {where} is {state} "
-                              f"({message})"), where
+                return Health(
+                    Liveness.UNRESPONSIVE, f"its node {where} is {state} ({message})"
+                ), where
         if replicas(service["Spec"]) == 0:
             return Health(Liveness.STOPPED), where
         if task is None:
@@ -329,6 +402,7 @@ class SwarmProvider(ContainerProvider):
     async def pause(self, handle: Handle) -> None:
         """Scaled to 0 and pinned to its node, its published port fixed; returns once its
         task has stopped (PAUSED is stored only then)."""
+
         def scale_down(client: docker.DockerClient) -> str:
             service = self._ours(client, handle)
             node = self._reachable_node(client, service)  # down: it cannot be told to stop
@@ -340,8 +414,10 @@ class SwarmProvider(ContainerProvider):
                     pin(spec, node_id)
                 spec["EndpointSpec"] = host_port(handle.port)
                 settle(spec)  # a claimed parked service resumes as a cold one's
+
             update(client, service["ID"], change)
             return str(service["ID"])
+
         await self._stop(await self.run(scale_down))
 
     async def resume(self, handle: Handle) -> Handle:
@@ -352,21 +428,27 @@ class SwarmProvider(ContainerProvider):
             if node_id is not None:
                 found = self._node(client, node_id)
                 if found is None:
-                    raise ProviderError(f"its node {node_id[:12]} left the cluster, and its "
-                                        "workspace was on that node's volume")
+                    raise ProviderError(
+                        f"its node {node_id[:12]} left the cluster, and its "
+                        "workspace was on that node's volume"
+                    )
                 node, attrs = found
                 state = str(attrs["Status"]["State"])
                 availability = str(attrs.get("Spec", {}).get("Availability", "active"))
                 if state != "ready" or availability != "active":
-                    raise Refused(f"its node {node.hostname} is {state}, {availability}: its "
-                                  "workspace is on that node's volume; resume it once the node "
-                                  "is back")
+                    raise Refused(
+                        f"its node {node.hostname} is {state}, {availability}: its "
+                        "workspace is on that node's volume; resume it once the node "
+                        "is back"
+                    )
             update(client, service["ID"], restart)
             return str(service["ID"]), earlier
+
         service_id, earlier = await self.run(scale_up)
         try:
-            return await self._wait_up(handle.sandbox_id, service_id, self.placement_timeout,
-                                       earlier)
+            return await self._wait_up(
+                handle.sandbox_id, service_id, self.placement_timeout, earlier
+            )
         except ProviderError as exc:
             # Its port taken on the node meanwhile: once more with a port the node picks.
             if not any(words in str(exc) for words in PORT_TAKEN):
@@ -376,18 +458,21 @@ class SwarmProvider(ContainerProvider):
         def republish(spec: dict[str, Any]) -> None:
             publish(None)(spec)
             restart(spec)
+
         await self.run(lambda c: update(c, service_id, republish))
         return await self._wait_up(handle.sandbox_id, service_id, self.placement_timeout, earlier)
 
     async def _stop(self, service_id: str) -> None:
         """Scaled to 0 (when it is not yet), until no task of it runs any more; a service
         removed meanwhile (by another control plane's clean-up) has stopped."""
+
         def scale_down(client: docker.DockerClient) -> bool:
             try:
                 update(client, service_id, scale(0))
             except docker.errors.NotFound:
                 return False
             return True
+
         if not await self.run(scale_down):
             return
         deadline = time.monotonic() + self.stop_grace + 30
@@ -397,8 +482,10 @@ class SwarmProvider(ContainerProvider):
             if not live:
                 return
             if time.monotonic() > deadline:
-                raise ProviderError(f"the sandbox's task is still {live[0]['Status']['State']} "
-                                    f"{self.stop_grace + 30:g} s after it was told to stop")
+                raise ProviderError(
+                    f"the sandbox's task is still {live[0]['Status']['State']} "
+                    f"{self.stop_grace + 30:g} s after it was told to stop"
+                )
             await anyio.sleep(0.05)
 
     # -- destroy ----------------------------------------------------------------------------
@@ -426,24 +513,33 @@ class SwarmProvider(ContainerProvider):
             return None
         found = self._node(client, node_id)
         if found is None:
-            logger.warning("sandbox %s: its node %s left the cluster: its workspace is not "
-                           "archived", service["Spec"]["Labels"].get("agent-server.sandbox"),
-                           node_id[:12])
+            logger.warning(
+                "sandbox %s: its node %s left the cluster: its workspace is not archived",
+                service["Spec"]["Labels"].get("agent-server.sandbox"),
+                node_id[:12],
+            )
             return None
         node, attrs = found
         if attrs["Status"]["State"] != "ready":
-            raise ProviderError(f"its node {node.hostname} is {attrs['Status']['State']}: its "
-                                "workspace is archived and its volume removed once it is back")
+            raise ProviderError(
+                f"its node {node.hostname} is {attrs['Status']['State']}: its "
+                "workspace is archived and its volume removed once it is back"
+            )
         return node
 
     def _jobs(self, client: docker.DockerClient, sandbox_id: str) -> Jobs:
-        return Jobs(client, image=self.image, labels=self.labels(sandbox_id),
-                    start_timeout=self.placement_timeout + self.start_timeout,
-                    node_socket=self.node_socket)
+        return Jobs(
+            client,
+            image=self.image,
+            labels=self.labels(sandbox_id),
+            start_timeout=self.placement_timeout + self.start_timeout,
+            node_socket=self.node_socket,
+        )
 
     def _archive(self, client: docker.DockerClient, sandbox_id: str, node: Node) -> Path | None:
-        chunks = self._jobs(client, sandbox_id).archive(name_of(sandbox_id), node,
-                                                         name_of(sandbox_id))
+        chunks = self._jobs(client, sandbox_id).archive(
+            name_of(sandbox_id), node, name_of(sandbox_id)
+        )
         return None if chunks is None else self.write_archive(sandbox_id, chunks, compressed=True)
 
     def _remove_volume(self, client: docker.DockerClient, sandbox_id: str, node: Node) -> None:

@@ -40,10 +40,14 @@ from control_plane.providers.containers import (
 from control_plane.providers.swarm.nodejobs import NO_CHECK, Node, host_port
 from control_plane.sandboxes.provider import Launch, Limits, SandboxSpec
 
-SPEC = SandboxSpec(id="swarm", description="a one-replica service of the sandbox image on a "
-                   "Docker Swarm cluster, as an unprivileged user with a read-only root and limits, "
-                   "its state and workspace in a volume of the node it runs on; its workspace at "
-                   f"{WORKSPACE}", working_dir=WORKSPACE)
+SPEC = SandboxSpec(
+    id="swarm",
+    description="a one-replica service of the sandbox image on a "
+    "Docker Swarm cluster, as an unprivileged user with a read-only root and limits, "
+    "its state and workspace in a volume of the node it runs on; its workspace at "
+    f"{WORKSPACE}",
+    working_dir=WORKSPACE,
+)
 
 KEYS_FILE = "agent-server-keys"
 """The secret's file under /run/secrets."""
@@ -56,11 +60,13 @@ ROOT_CAPS = ["CAP_CHOWN", "CAP_KILL", "CAP_SETUID", "CAP_SETGID", "CAP_SETPCAP"]
 def entrypoint(server: str = "agent-server") -> str:
     """The task's shell command, `server` the agent server's command (a warm pool's:
     `python -m agent_server.warm --claim ...`)."""
-    return (f"chown {UID}:{UID} {HOME}"
-            f" && exec {KEYS_FD}</run/secrets/{KEYS_FILE}"
-            f" && exec setpriv --reuid={UID} --regid={UID} --clear-groups --inh-caps=-all"
-            " --bounding-set=-all --no-new-privs --"
-            f" {server} --host 0.0.0.0 --port {PORT_NUMBER} --state-dir {STATE_DIR}")
+    return (
+        f"chown {UID}:{UID} {HOME}"
+        f" && exec {KEYS_FD}</run/secrets/{KEYS_FILE}"
+        f" && exec setpriv --reuid={UID} --regid={UID} --clear-groups --inh-caps=-all"
+        " --bounding-set=-all --no-new-privs --"
+        f" {server} --host 0.0.0.0 --port {PORT_NUMBER} --state-dir {STATE_DIR}"
+    )
 
 
 #: Node states in which nothing runs there.
@@ -82,15 +88,18 @@ def node_of(attrs: dict[str, Any]) -> Node:
     address = str((attrs.get("Status") or {}).get("Addr") or "")
     if address in ("", "0.0.0.0"):  # a manager may report its address only here
         address = str((attrs.get("ManagerStatus") or {}).get("Addr", "")).rpartition(":")[0]
-    return Node(id=str(attrs["ID"]), hostname=str(attrs["Description"]["Hostname"]),
-                address=address)
+    return Node(
+        id=str(attrs["ID"]), hostname=str(attrs["Description"]["Hostname"]), address=address
+    )
 
 
 def newest(tasks: list[dict[str, Any]]) -> dict[str, Any] | None:
     """The service's current task: the newest meant to run, else the newest."""
+
     def created(task: dict[str, Any]) -> tuple[str, str]:
         main, _, fraction = str(task.get("CreatedAt", "")).rstrip("Z").partition(".")
         return main, fraction.ljust(9, "0")
+
     running = [t for t in tasks if t.get("DesiredState") == "running"]
     return max(running or tasks, key=created, default=None)
 
@@ -115,35 +124,60 @@ def published(task: dict[str, Any]) -> int | None:
     return None
 
 
-def task_template(image: str, launch: Launch, secret_id: str, labels: dict[str, str], *,
-                  stop_grace: float, limits: Limits, cpu_reservation: float,
-                  memory_reservation: int, constraints: tuple[str, ...],
-                  network: str, server: str = "agent-server") -> docker.types.TaskTemplate:
+def task_template(
+    image: str,
+    launch: Launch,
+    secret_id: str,
+    labels: dict[str, str],
+    *,
+    stop_grace: float,
+    limits: Limits,
+    cpu_reservation: float,
+    memory_reservation: int,
+    constraints: tuple[str, ...],
+    network: str,
+    server: str = "agent-server",
+) -> docker.types.TaskTemplate:
     """The sandbox's task: never restarted (its volume is on one node), the key in its secret."""
     name = name_of(launch.sandbox_id)
     container = docker.types.ContainerSpec(
-        image, command=["tini", "--", "sh", "-c", entrypoint(server)], user="0:0",
+        image,
+        command=["tini", "--", "sh", "-c", entrypoint(server)],
+        user="0:0",
         env=[f"{k}={v}" for k, v in environment(launch.webhook_url, KEYS_FD).items()],
         labels=labels,
         mounts=[
             docker.types.Mount(VOLUME_DIR, name, type="volume", labels=labels),
-            docker.types.Mount("/tmp", None, type="tmpfs", tmpfs_size=limits.tmp,
-                               tmpfs_mode=0o1777),
-            docker.types.Mount(HOME, None, type="tmpfs", tmpfs_size=limits.home,
-                               tmpfs_mode=0o700)],
-        secrets=[docker.types.SecretReference(secret_id, f"{name}-keys", filename=KEYS_FILE,
-                                              uid="0", gid="0", mode=0o400)],
-        read_only=True, cap_drop=["ALL"], cap_add=ROOT_CAPS, healthcheck=NO_CHECK,
-        stop_grace_period=int(stop_grace * 1e9))
+            docker.types.Mount(
+                "/tmp", None, type="tmpfs", tmpfs_size=limits.tmp, tmpfs_mode=0o1777
+            ),
+            docker.types.Mount(HOME, None, type="tmpfs", tmpfs_size=limits.home, tmpfs_mode=0o700),
+        ],
+        secrets=[
+            docker.types.SecretReference(
+                secret_id, f"{name}-keys", filename=KEYS_FILE, uid="0", gid="0", mode=0o400
+            )
+        ],
+        read_only=True,
+        cap_drop=["ALL"],
+        cap_add=ROOT_CAPS,
+        healthcheck=NO_CHECK,
+        stop_grace_period=int(stop_grace * 1e9),
+    )
     resources = docker.types.Resources(
-        cpu_limit=int(limits.cpus * 1e9), mem_limit=limits.memory,
+        cpu_limit=int(limits.cpus * 1e9),
+        mem_limit=limits.memory,
         cpu_reservation=int(cpu_reservation * 1e9) or None,
-        mem_reservation=memory_reservation or None)
+        mem_reservation=memory_reservation or None,
+    )
     resources["Limits"]["Pids"] = limits.pids
     return docker.types.TaskTemplate(
-        container, resources=resources, restart_policy=docker.types.RestartPolicy("none"),
+        container,
+        resources=resources,
+        restart_policy=docker.types.RestartPolicy("none"),
         placement=docker.types.Placement(constraints=list(constraints)),
-        networks=[network])
+        networks=[network],
+    )
 
 
 #: A warm pool's parked server, and the secret its keys are kept in once it is claimed.
@@ -153,14 +187,18 @@ CLAIMED = "-keys-claimed"
 
 def pin(spec: dict[str, Any], node_id: str) -> None:
     placement = spec["TaskTemplate"].setdefault("Placement", {})
-    constraints = [c for c in placement.get("Constraints") or []
-                   if not c.replace(" ", "").startswith("node.id==")]
+    constraints = [
+        c
+        for c in placement.get("Constraints") or []
+        if not c.replace(" ", "").startswith("node.id==")
+    ]
     placement["Constraints"] = [*constraints, f"node.id=={node_id}"]
 
 
 def scale(count: int) -> Callable[[dict[str, Any]], None]:
     def change(spec: dict[str, Any]) -> None:
         spec["Mode"] = {"Replicated": {"Replicas": count}}
+
     return change
 
 
@@ -174,4 +212,5 @@ def restart(spec: dict[str, Any]) -> None:
 def publish(port: int | None) -> Callable[[dict[str, Any]], None]:
     def change(spec: dict[str, Any]) -> None:
         spec["EndpointSpec"] = host_port(port)
+
     return change

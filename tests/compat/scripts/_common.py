@@ -76,40 +76,67 @@ def step(name: str, fn: Callable[[], Any], *, timeout_note: str = "") -> Any:
     try:
         value = fn()
     except BaseException as exc:  # noqa: BLE001 - recorded and re-raised
-        RESULT["steps"].append({
-            "name": name, "ok": False, "started": started, "ended": now(),
-            "elapsed": round(now() - started, 3),
-            "error": f"{type(exc).__name__}: {exc}"[:2000],
-            "traceback": traceback.format_exc()[-3000:],
-        })
+        RESULT["steps"].append(
+            {
+                "name": name,
+                "ok": False,
+                "started": started,
+                "ended": now(),
+                "elapsed": round(now() - started, 3),
+                "error": f"{type(exc).__name__}: {exc}"[:2000],
+                "traceback": traceback.format_exc()[-3000:],
+            }
+        )
         raise StepFailed(name) from exc
-    RESULT["steps"].append({"name": name, "ok": True, "started": started, "ended": now(),
-                            "elapsed": round(now() - started, 3)})
+    RESULT["steps"].append(
+        {
+            "name": name,
+            "ok": True,
+            "started": started,
+            "ended": now(),
+            "elapsed": round(now() - started, 3),
+        }
+    )
     return value
 
 
 def check(name: str, condition: bool, detail: Any = "") -> None:
     """An assertion on what the client saw, recorded like a step."""
-    RESULT["steps"].append({"name": name, "ok": bool(condition), "started": now(), "ended": now(),
-                            "elapsed": 0, **({} if condition else {"error": f"check failed: {detail}"[:2000]})})
+    RESULT["steps"].append(
+        {
+            "name": name,
+            "ok": bool(condition),
+            "started": now(),
+            "ended": now(),
+            "elapsed": 0,
+            **({} if condition else {"error": f"check failed: {detail}"[:2000]}),
+        }
+    )
     if not condition:
         raise StepFailed(name)
 
 
 def llm(**extra: Any) -> LLM:
-    return LLM(model=ARGS.get("model", "openai/test-model"), base_url=ARGS["llm_base_url"],
-               api_key=ARGS.get("llm_api_key", "sk-test-key"), num_retries=1,
-               retry_min_wait=1, retry_max_wait=2, usage_id="agent", **extra)
+    return LLM(
+        model=ARGS.get("model", "openai/test-model"),
+        base_url=ARGS["llm_base_url"],
+        api_key=ARGS.get("llm_api_key", "sk-test-key"),
+        num_retries=1,
+        retry_min_wait=1,
+        retry_max_wait=2,
+        usage_id="agent",
+        **extra,
+    )
 
 
-def agent(tools: tuple[str, ...] = TOOLS,
-          **llm_extra: Any) -> Agent:
+def agent(tools: tuple[str, ...] = TOOLS, **llm_extra: Any) -> Agent:
     return Agent(llm=llm(**llm_extra), tools=[Tool(name=t) for t in tools])
 
 
 def workspace(**extra: Any) -> RemoteWorkspace:
-    return RemoteWorkspace(host=ARGS["host"], api_key=ARGS["api_key"],
-                           working_dir=ARGS["workspace"], **extra)
+    return RemoteWorkspace(
+        host=ARGS["host"], api_key=ARGS["api_key"], working_dir=ARGS["workspace"], **extra
+    )
 
 
 def conversation(ws: RemoteWorkspace, ag: Agent | None = None, **kw: Any):
@@ -118,8 +145,9 @@ def conversation(ws: RemoteWorkspace, ag: Agent | None = None, **kw: Any):
 
 
 def http() -> httpx.Client:
-    return httpx.Client(base_url=ARGS["host"], headers={"X-Session-API-Key": ARGS["api_key"]},
-                        timeout=30)
+    return httpx.Client(
+        base_url=ARGS["host"], headers={"X-Session-API-Key": ARGS["api_key"]}, timeout=30
+    )
 
 
 # -- validation with the SDK's own models ---------------------------------------------------
@@ -171,8 +199,13 @@ class Frames:
         try:
             Event.model_validate(data)
         except Exception as exc:  # noqa: BLE001
-            self.invalid.append({"kind": data.get("kind") if isinstance(data, dict) else None,
-                                 "error": str(exc)[:600], "frame": json.dumps(data)[:400]})
+            self.invalid.append(
+                {
+                    "kind": data.get("kind") if isinstance(data, dict) else None,
+                    "error": str(exc)[:600],
+                    "frame": json.dumps(data)[:400],
+                }
+            )
 
     def state_updates(self) -> list[dict[str, Any]]:
         return [f for f in self.frames if f["data"].get("kind") == "ConversationStateUpdateEvent"]
@@ -184,9 +217,14 @@ class Frames:
         for f in self.frames:
             kinds[f["data"].get("kind", "?")] = kinds.get(f["data"].get("kind", "?"), 0) + 1
         return {
-            "count": len(self.frames), "kinds": kinds, "invalid": self.invalid[:20],
-            "first_kind": (self.first or {}).get("kind"), "first_key": (self.first or {}).get("key"),
-            "first_after": None if self.first_at is None else round(self.first_at - self.opened_at, 3),
+            "count": len(self.frames),
+            "kinds": kinds,
+            "invalid": self.invalid[:20],
+            "first_kind": (self.first or {}).get("kind"),
+            "first_key": (self.first or {}).get("key"),
+            "first_after": None
+            if self.first_at is None
+            else round(self.first_at - self.opened_at, 3),
             "state_keys": [f["data"].get("key") for f in self.state_updates()][:50],
         }
 
@@ -214,15 +252,21 @@ def validate_stored(conversation_id: str) -> dict[str, Any]:
     kinds: dict[str, int] = {}
     for item in items:
         kinds[item.get("kind", "?")] = kinds.get(item.get("kind", "?"), 0) + 1
-    return {"count": len(items), "kinds": kinds, "invalid": invalid[:20],
-            "ids": [i.get("id") for i in items], "parent_ids": [i.get("parent_id") for i in items]}
+    return {
+        "count": len(items),
+        "kinds": kinds,
+        "invalid": invalid[:20],
+        "ids": [i.get("id") for i in items],
+        "parent_ids": [i.get("parent_id") for i in items],
+    }
 
 
 _WATCHED: list[tuple[str, Frames]] = []
 
 
 def watch(conversation_id: str) -> Frames:
-    """Record and validate this conversation's frames; its stored events are validated at the end."""
+    """Record and validate this conversation's frames; its stored events are validated at the
+    end."""
     frames = Frames(str(conversation_id))
     _WATCHED.append((str(conversation_id), frames))
     return frames
@@ -250,7 +294,9 @@ class StatusWatcher:
 
     def _poll(self, c: httpx.Client) -> None:
         try:
-            status = c.get(f"/api/conversations/{self.conversation_id}").json().get("execution_status")
+            status = (
+                c.get(f"/api/conversations/{self.conversation_id}").json().get("execution_status")
+            )
         except Exception:  # noqa: BLE001
             status = "<error>"
         if not self.changes or self.changes[-1][1] != status:
@@ -275,9 +321,17 @@ def finish(main: Callable[[], None]) -> None:
     except StepFailed:
         pass
     except BaseException as exc:  # noqa: BLE001
-        RESULT["steps"].append({"name": "script", "ok": False, "started": now(), "ended": now(),
-                                "elapsed": 0, "error": f"{type(exc).__name__}: {exc}"[:2000],
-                                "traceback": traceback.format_exc()[-3000:]})
+        RESULT["steps"].append(
+            {
+                "name": "script",
+                "ok": False,
+                "started": now(),
+                "ended": now(),
+                "elapsed": 0,
+                "error": f"{type(exc).__name__}: {exc}"[:2000],
+                "traceback": traceback.format_exc()[-3000:],
+            }
+        )
     time.sleep(0.3)  # the last frames
     for cid, frames in _WATCHED:
         RESULT["frames"][cid] = frames.close()

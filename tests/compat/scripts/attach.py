@@ -1,5 +1,6 @@
 """Attach by conversation id (Conversation(conversation_id=...) and RemoteConversation.attach)
 and the state reads: agent, workspace, stats, persistence_dir, confirmation policy."""
+
 import os
 import sys
 
@@ -26,10 +27,17 @@ def state_reads(conv, label: str) -> None:
     st = conv.state
     ag = step(f"{label}: state.agent", lambda: st.agent)
     check(f"{label}: state.agent is an AgentBase", isinstance(ag, AgentBase), type(ag))
-    check(f"{label}: its tools", [t.name for t in ag.tools][:3] == list(TOOLS),
-          [t.name for t in ag.tools])
+    check(
+        f"{label}: its tools",
+        [t.name for t in ag.tools][:3] == list(TOOLS),
+        [t.name for t in ag.tools],
+    )
     wsp = step(f"{label}: state.workspace", lambda: st.workspace)
-    check(f"{label}: workspace.working_dir", isinstance(wsp, dict) and wsp.get("working_dir") == ARGS["workspace"], wsp)
+    check(
+        f"{label}: workspace.working_dir",
+        isinstance(wsp, dict) and wsp.get("working_dir") == ARGS["workspace"],
+        wsp,
+    )
     stats = step(f"{label}: state.stats", lambda: st.stats)
     check(f"{label}: stats is ConversationStats", isinstance(stats, ConversationStats), type(stats))
     step(f"{label}: stats.get_combined_metrics()", lambda: stats.get_combined_metrics())
@@ -50,13 +58,21 @@ def main() -> None:
     state_reads(first, "creator")
     stored_count = validate_stored(cid)["count"]
 
-    again = step("reattach with conversation_id", lambda: conversation(ws, conversation_id=first.id))
+    again = step(
+        "reattach with conversation_id", lambda: conversation(ws, conversation_id=first.id)
+    )
     check("reattached, not created anew", str(again.id) == cid, again.id)
-    check("reattached sees the stored events", len(list(again.state.events)) >= stored_count,
-          (len(list(again.state.events)), stored_count))
+    check(
+        "reattached sees the stored events",
+        len(list(again.state.events)) >= stored_count,
+        (len(list(again.state.events)), stored_count),
+    )
     state_reads(again, "reattached")
 
-    attached = step("RemoteConversation.attach", lambda: RemoteConversation.attach(ws, first.id, visualizer=None))
+    attached = step(
+        "RemoteConversation.attach",
+        lambda: RemoteConversation.attach(ws, first.id, visualizer=None),
+    )
     state_reads(attached, "attached")
     with http() as c:
         count = c.get("/api/conversations/count").json()

@@ -1,5 +1,6 @@
 """An LLM with log_completions: the client writes each LLMCompletionLogEvent it is sent to its
 own log_completions_folder (the SDK's remote behaviour), one JSON file per LLM call."""
+
 import json
 import os
 import sys
@@ -11,13 +12,19 @@ from _common import ARGS, RESULT, agent, check, conversation, finish, step, watc
 
 def main() -> None:
     folder = os.path.join(ARGS["workspace"], "completion-logs")
-    conv = step("create", lambda: conversation(
-        workspace(), agent(log_completions=True, log_completions_folder=folder)))
+    conv = step(
+        "create",
+        lambda: conversation(
+            workspace(), agent(log_completions=True, log_completions_folder=folder)
+        ),
+    )
     watch(str(conv.id))
     step("send_message", lambda: conv.send_message("Log what you do."))
     step("run", lambda: conv.run())
     deadline = time.monotonic() + 10  # the last event may come just after run() returns
-    while time.monotonic() < deadline and len(os.listdir(folder) if os.path.isdir(folder) else []) < 2:
+    while (
+        time.monotonic() < deadline and len(os.listdir(folder) if os.path.isdir(folder) else []) < 2
+    ):
         time.sleep(0.05)
     names = sorted(os.listdir(folder)) if os.path.isdir(folder) else []
     RESULT["files"] = names
@@ -27,8 +34,11 @@ def main() -> None:
             logs.append(json.load(f))
     RESULT["log_messages"] = [len(log.get("messages", [])) for log in logs]
     check("one file per LLM call", len(names) == 2, names)
-    check("each holds the request and the response",
-          all(log.get("messages") and log.get("response") for log in logs), RESULT["log_messages"])
+    check(
+        "each holds the request and the response",
+        all(log.get("messages") and log.get("response") for log in logs),
+        RESULT["log_messages"],
+    )
 
 
 finish(main)

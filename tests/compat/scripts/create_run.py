@@ -1,4 +1,5 @@
 """Create with tools, send_message, blocking run(); callbacks, state and every frame checked."""
+
 import os
 import sys
 
@@ -36,8 +37,9 @@ def main() -> None:
     check("status is finished", final == "finished", final)
     kinds = [type(e).__name__ for e in seen]
     RESULT["callback_kinds"] = kinds
-    check("callbacks got the terminal observation",
-          any(k == "ObservationEvent" for k in kinds), kinds)
+    check(
+        "callbacks got the terminal observation", any(k == "ObservationEvent" for k in kinds), kinds
+    )
     events = step("state.events", lambda: list(conv.state.events))
     outputs = " ".join(str(getattr(e, "observation", "")) for e in events)
     check("the terminal output reached the client", "hello-compat" in outputs, outputs[:500])

@@ -1,5 +1,6 @@
 """reject_pending_actions() with nothing pending, ask_agent, set_security_analyzer, condense-free
 reads: the smaller conversation routes the client offers."""
+
 import os
 import sys
 
@@ -25,7 +26,10 @@ def main() -> None:
     RESULT["ask_agent"] = answer
     check("ask_agent answers from the LLM", "side-answer" in answer, answer)
     check("ask_agent adds no event", count(cid) == before, (before, count(cid)))
-    step("set_security_analyzer(LLMSecurityAnalyzer)", lambda: conv.set_security_analyzer(LLMSecurityAnalyzer()))
+    step(
+        "set_security_analyzer(LLMSecurityAnalyzer)",
+        lambda: conv.set_security_analyzer(LLMSecurityAnalyzer()),
+    )
     conv.state.refresh_from_server()
     analyzer = step("state.security_analyzer", lambda: conv.state.security_analyzer)
     check("the analyzer is kept", type(analyzer).__name__ == "LLMSecurityAnalyzer", analyzer)

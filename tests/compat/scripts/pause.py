@@ -1,4 +1,5 @@
 """pause() from another thread while run() blocks: run() returns soon after the status changes."""
+
 import os
 import sys
 import threading

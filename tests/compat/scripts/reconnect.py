@@ -1,5 +1,6 @@
 """A forced websocket reconnect mid-run: the client reconnects, replays what it missed once,
 and run() still returns when the server's run ends."""
+
 import asyncio
 import os
 import sys
@@ -58,14 +59,21 @@ def main() -> None:
     RESULT["status_finished_at"] = status.first("finished")
     RESULT["connections"] = [round(at - RESULT["run_called"], 3) for _, _, at in CONNECTIONS]
     check("the client reconnected", len(CONNECTIONS) >= 2, RESULT["connections"])
-    ids = [e.id for e in seen if type(e).__name__ not in ("ConversationStateUpdateEvent", "StreamingDeltaEvent")]
+    ids = [
+        e.id
+        for e in seen
+        if type(e).__name__ not in ("ConversationStateUpdateEvent", "StreamingDeltaEvent")
+    ]
     check("no event reached the callbacks twice", len(ids) == len(set(ids)), ids)
     stored = validate_stored(cid)
     missing = [i for i in stored["ids"] if i not in set(ids)]
     RESULT["missing_from_callbacks"] = missing
     cached = {e.id for e in conv.state.events}
-    check("the client's event list matches the server's", set(stored["ids"]) <= cached,
-          [i for i in stored["ids"] if i not in cached])
+    check(
+        "the client's event list matches the server's",
+        set(stored["ids"]) <= cached,
+        [i for i in stored["ids"] if i not in cached],
+    )
     outputs = " ".join(str(getattr(e, "observation", "")) for e in conv.state.events)
     check("the output produced while disconnected arrived", "after-drop" in outputs, outputs[:400])
 

@@ -1,4 +1,5 @@
 """The benchmark's client round trip: create -> send_message -> blocking run() of a 3-step run."""
+
 import os
 import sys
 

@@ -25,9 +25,14 @@ async def _no_policy(_: str) -> NetworkPolicy | None:
 async def boundary(tmp_path: Path) -> AsyncIterator[Boundary]:
     subnet = Internet.shared().subnet(str(tmp_path))
     links = Links(subnet)
-    segment = Segment(tag=f"{int(subnet.network_address):08x}", subnet=subnet,
-                      gateway=links.gateway, interfaces=links.interfaces, port=None,
-                      masquerade=True)
+    segment = Segment(
+        tag=f"{int(subnet.network_address):08x}",
+        subnet=subnet,
+        gateway=links.gateway,
+        interfaces=links.interfaces,
+        port=None,
+        masquerade=True,
+    )
     made = Boundary(Fence(segment), links, policy_of=_no_policy, dns_port=0)
     await made.start()
     try:
@@ -38,12 +43,17 @@ async def boundary(tmp_path: Path) -> AsyncIterator[Boundary]:
 
 
 def table(boundary: Boundary) -> str:
-    return subprocess.run(["nft", "list", "table", "inet", boundary.fence.segment.table],
-                          check=True, capture_output=True, text=True).stdout
+    return subprocess.run(
+        ["nft", "list", "table", "inet", boundary.fence.segment.table],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
 
 
 async def test_a_sandbox_made_again_after_a_stop_half_way_is_removed_whole(
-        boundary: Boundary) -> None:
+    boundary: Boundary,
+) -> None:
     """A control plane stopped while it started a sandbox leaves its link and rules; the next
     one starts the sandbox again (another address). Removing it then leaves nothing of either
     start: before, the first start's rules kept the sandbox's chain and counter in use and
@@ -61,7 +71,8 @@ async def test_a_sandbox_made_again_after_a_stop_half_way_is_removed_whole(
 
 
 async def test_rules_left_under_an_address_whose_link_is_gone_are_removed_with_it(
-        boundary: Boundary) -> None:
+    boundary: Boundary,
+) -> None:
     """A start stopped while `nft` let it in: its link is taken back, its rules may stay.
     The sandbox's next start and its removal leave nothing of it; rules with no link at all
     go with a removal too."""
@@ -91,7 +102,8 @@ async def test_an_address_left_behind_is_taken_over_whole(boundary: Boundary) ->
 
 
 async def test_a_restarted_control_planes_fence_knows_the_sandboxes_in_its_table(
-        boundary: Boundary) -> None:
+    boundary: Boundary,
+) -> None:
     """The resolver asks the fence whose a source address is; a fence made anew (the control
     plane restarted, or another of the deployment) reads it from the table. It read nothing
     before (`list map ... counters` is a syntax error in nft's text grammar), and each sandbox

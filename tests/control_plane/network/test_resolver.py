@@ -40,18 +40,21 @@ CLIENT = "127.0.0.1"
 STRANGER = "127.0.0.2"
 SILENT = dns.name.from_text("silent.test.")
 BIG_TXT = " ".join(f'"{n:03d}{"x" * 200}"' for n in range(20))
-ZONE = [dns.rrset.from_text(name, ttl, "IN", rdtype, *values) for name, ttl, rdtype, values in (
-    ("allowed.test.", 300, "A", ["203.0.113.10"]),
-    ("rebind.test.", 300, "A", ["127.0.0.1", "10.1.2.3"]),
-    ("mixed.test.", 300, "A", ["203.0.113.11", "192.168.1.1"]),
-    ("mixed.test.", 300, "AAAA", ["2001:db8::1"]),
-    ("other.test.", 300, "A", ["203.0.113.12"]),
-    ("cname.allowed.test.", 300, "CNAME", ["target.elsewhere.test."]),
-    ("target.elsewhere.test.", 60, "A", ["203.0.113.13"]),
-    ("big.allowed.test.", 300, "TXT", [BIG_TXT]),
-    ("10.113.0.203.in-addr.arpa.", 300, "PTR", ["allowed.test."]),
-    ("1.0.0.127.in-addr.arpa.", 300, "PTR", ["localhost.host.internal."]),
-)]
+ZONE = [
+    dns.rrset.from_text(name, ttl, "IN", rdtype, *values)
+    for name, ttl, rdtype, values in (
+        ("allowed.test.", 300, "A", ["203.0.113.10"]),
+        ("rebind.test.", 300, "A", ["127.0.0.1", "10.1.2.3"]),
+        ("mixed.test.", 300, "A", ["203.0.113.11", "192.168.1.1"]),
+        ("mixed.test.", 300, "AAAA", ["2001:db8::1"]),
+        ("other.test.", 300, "A", ["203.0.113.12"]),
+        ("cname.allowed.test.", 300, "CNAME", ["target.elsewhere.test."]),
+        ("target.elsewhere.test.", 60, "A", ["203.0.113.13"]),
+        ("big.allowed.test.", 300, "TXT", [BIG_TXT]),
+        ("10.113.0.203.in-addr.arpa.", 300, "PTR", ["allowed.test."]),
+        ("1.0.0.127.in-addr.arpa.", 300, "PTR", ["localhost.host.internal."]),
+    )
+]
 SOA = dns.rrset.from_text("test.", 60, "IN", "SOA", "ns.test. admin.test. 1 60 60 60 60")
 
 
@@ -71,7 +74,8 @@ class Upstream:
         loop = asyncio.get_running_loop()
         for _ in range(16):
             transport, _ = await loop.create_datagram_endpoint(
-                lambda: _UpstreamDatagrams(self), local_addr=(CLIENT, 0))
+                lambda: _UpstreamDatagrams(self), local_addr=(CLIENT, 0)
+            )
             port = transport.get_extra_info("sockname")[1]
             try:
                 self._server = await asyncio.start_server(self._converse, CLIENT, port)
@@ -164,8 +168,14 @@ class Sandbox:
         self.looked_up.append(source)
         return Asker("sandbox-1", self.policy) if source == CLIENT else None
 
-    async def admit(self, asker: Asker, source: str, addresses: list[ipaddress.IPv4Address],
-                    ports: tuple[int, ...], ttl: int) -> None:
+    async def admit(
+        self,
+        asker: Asker,
+        source: str,
+        addresses: list[ipaddress.IPv4Address],
+        ports: tuple[int, ...],
+        ttl: int,
+    ) -> None:
         assert asker.sandbox_id == "sandbox-1"
         if self.admit_fails:
             raise OSError("nft: no such set")
@@ -178,8 +188,7 @@ class Sandbox:
 @contextlib.asynccontextmanager
 async def running(sandbox: Sandbox, upstream: list[str], **options: Any) -> AsyncIterator[int]:
     """A resolver for `sandbox` on 127.0.0.1 (a free port, returned), closed on the way out."""
-    resolver = Resolver(sandbox.lookup, sandbox.admit, upstream, refuse=sandbox.refuse,
-                        **options)
+    resolver = Resolver(sandbox.lookup, sandbox.admit, upstream, refuse=sandbox.refuse, **options)
     try:
         yield await resolver.listen(CLIENT, 0)
     finally:
@@ -207,8 +216,9 @@ async def port(sandbox: Sandbox, upstream: Upstream) -> AsyncIterator[int]:
         yield bound
 
 
-async def ask(port: int, name: str, rdtype: str = "A", *, tcp: bool = False,
-              source: str = CLIENT) -> dns.message.Message:
+async def ask(
+    port: int, name: str, rdtype: str = "A", *, tcp: bool = False, source: str = CLIENT
+) -> dns.message.Message:
     query = dns.message.make_query(name, rdtype, use_edns=0)
     if tcp:
         return await dns.asyncquery.tcp(query, CLIENT, timeout=10, port=port, source=source)
@@ -216,8 +226,12 @@ async def ask(port: int, name: str, rdtype: str = "A", *, tcp: bool = False,
 
 
 def addresses(response: dns.message.Message) -> list[str]:
-    return [rd.to_text() for rrset in response.answer for rd in rrset
-            if rrset.rdtype in (dns.rdatatype.A, dns.rdatatype.AAAA)]
+    return [
+        rd.to_text()
+        for rrset in response.answer
+        for rd in rrset
+        if rrset.rdtype in (dns.rdatatype.A, dns.rdatatype.AAAA)
+    ]
 
 
 def reasons(response: dns.message.Message) -> list[tuple[int, str | None]]:
@@ -228,8 +242,9 @@ def allowlist(*allow: str) -> NetworkPolicy:
     return NetworkPolicy(mode="allowlist", allow=allow)
 
 
-async def test_a_source_no_sandbox_has_is_refused(port: int, sandbox: Sandbox,
-                                                  upstream: Upstream) -> None:
+async def test_a_source_no_sandbox_has_is_refused(
+    port: int, sandbox: Sandbox, upstream: Upstream
+) -> None:
     for tcp in (False, True):
         response = await ask(port, "allowed.test", tcp=tcp, source=STRANGER)
         assert response.rcode() == dns.rcode.REFUSED
@@ -247,7 +262,8 @@ async def test_none_answers_no_name(port: int, sandbox: Sandbox, upstream: Upstr
 
 
 async def test_allowlist_answers_a_listed_name_and_admits_its_addresses(
-        port: int, sandbox: Sandbox) -> None:
+    port: int, sandbox: Sandbox
+) -> None:
     sandbox.policy = allowlist("allowed.test:443")
     query = dns.message.make_query("Allowed.Test", "A", use_edns=0)
     response = await dns.asyncquery.udp(query, CLIENT, timeout=10, port=port)
@@ -261,7 +277,8 @@ async def test_allowlist_answers_a_listed_name_and_admits_its_addresses(
 
 
 async def test_allowlist_refuses_a_name_it_does_not_list(
-        port: int, sandbox: Sandbox, upstream: Upstream) -> None:
+    port: int, sandbox: Sandbox, upstream: Upstream
+) -> None:
     sandbox.policy = allowlist("allowed.test:443")
     response = await ask(port, "other.test", tcp=True)
     assert response.rcode() == dns.rcode.NXDOMAIN
@@ -271,7 +288,8 @@ async def test_allowlist_refuses_a_name_it_does_not_list(
 
 
 async def test_a_wildcard_lists_subdomains_through_their_cname_chain(
-        port: int, sandbox: Sandbox) -> None:
+    port: int, sandbox: Sandbox
+) -> None:
     sandbox.policy = allowlist("*.allowed.test:80,443")
     response = await ask(port, "cname.allowed.test")
     assert [rrset.rdtype for rrset in response.answer] == [dns.rdatatype.CNAME, dns.rdatatype.A]
@@ -284,7 +302,8 @@ async def test_a_wildcard_lists_subdomains_through_their_cname_chain(
 
 
 async def test_a_listed_name_pointed_at_private_addresses_is_refused(
-        port: int, sandbox: Sandbox) -> None:
+    port: int, sandbox: Sandbox
+) -> None:
     for policy in (allowlist("rebind.test"), NetworkPolicy(mode="open")):
         sandbox.policy = policy
         response = await ask(port, "rebind.test")
@@ -294,8 +313,7 @@ async def test_a_listed_name_pointed_at_private_addresses_is_refused(
     assert sandbox.admitted == []
 
 
-async def test_blocked_addresses_and_every_aaaa_are_left_out(
-        port: int, sandbox: Sandbox) -> None:
+async def test_blocked_addresses_and_every_aaaa_are_left_out(port: int, sandbox: Sandbox) -> None:
     sandbox.policy = allowlist("mixed.test")
     response = await ask(port, "mixed.test")
     assert addresses(response) == ["203.0.113.11"]
@@ -309,7 +327,8 @@ async def test_blocked_addresses_and_every_aaaa_are_left_out(
 
 
 async def test_an_address_the_firewall_could_not_take_is_never_answered(
-        port: int, sandbox: Sandbox, caplog: pytest.LogCaptureFixture) -> None:
+    port: int, sandbox: Sandbox, caplog: pytest.LogCaptureFixture
+) -> None:
     sandbox.policy = allowlist("allowed.test")
     sandbox.admit_fails = True
     response = await ask(port, "allowed.test")
@@ -318,7 +337,8 @@ async def test_an_address_the_firewall_could_not_take_is_never_answered(
 
 
 async def test_open_asks_upstream_for_any_name_without_admitting(
-        port: int, sandbox: Sandbox, upstream: Upstream) -> None:
+    port: int, sandbox: Sandbox, upstream: Upstream
+) -> None:
     sandbox.policy = NetworkPolicy(mode="open")
     assert addresses(await ask(port, "other.test")) == ["203.0.113.12"]
     missing = await ask(port, "missing.test")
@@ -326,12 +346,17 @@ async def test_open_asks_upstream_for_any_name_without_admitting(
     assert [rrset.rdtype for rrset in missing.authority] == [dns.rdatatype.SOA]
     public = await ask(port, "10.113.0.203.in-addr.arpa", "PTR")
     assert [rd.to_text() for rd in public.answer[0]] == ["allowed.test."]
-    for private in ("1.0.0.127.in-addr.arpa", "168.192.in-addr.arpa", "in-addr.arpa",
-                    "1.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.ip6.arpa"):
+    for private in (
+        "1.0.0.127.in-addr.arpa",
+        "168.192.in-addr.arpa",
+        "in-addr.arpa",
+        "1.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.ip6.arpa",
+    ):
         response = await ask(port, private, "PTR")
         assert response.rcode() == dns.rcode.NXDOMAIN, private
-    assert upstream.asked == [("udp", name) for name in ("other.test", "missing.test",
-                                                         "10.113.0.203.in-addr.arpa")]
+    assert upstream.asked == [
+        ("udp", name) for name in ("other.test", "missing.test", "10.113.0.203.in-addr.arpa")
+    ]
     assert sandbox.admitted == []
 
 
@@ -351,7 +376,8 @@ async def test_no_upstream_answer_is_servfail(sandbox: Sandbox, upstream: Upstre
 
 
 async def test_an_answer_too_large_for_udp_is_truncated_and_whole_over_tcp(
-        port: int, sandbox: Sandbox, upstream: Upstream) -> None:
+    port: int, sandbox: Sandbox, upstream: Upstream
+) -> None:
     sandbox.policy = allowlist("*.allowed.test")
     over_udp = await ask(port, "big.allowed.test", "TXT")
     assert over_udp.flags & dns.flags.TC
@@ -364,7 +390,8 @@ async def test_an_answer_too_large_for_udp_is_truncated_and_whole_over_tcp(
 
 
 async def test_malformed_input_is_dropped_or_formerr_and_nothing_breaks(
-        port: int, sandbox: Sandbox, caplog: pytest.LogCaptureFixture) -> None:
+    port: int, sandbox: Sandbox, caplog: pytest.LogCaptureFixture
+) -> None:
     caplog.set_level(logging.DEBUG)
     a_response = dns.message.make_response(dns.message.make_query("other.test", "A")).to_wire()
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as raw:
@@ -373,8 +400,9 @@ async def test_malformed_input_is_dropped_or_formerr_and_nothing_breaks(
     assert (await ask(port, "other.test")).rcode() == dns.rcode.NOERROR
 
     two = dns.message.make_query("other.test", "A")
-    two.question.append(dns.rrset.RRset(dns.name.from_text("allowed.test."),
-                                        dns.rdataclass.IN, dns.rdatatype.A))
+    two.question.append(
+        dns.rrset.RRset(dns.name.from_text("allowed.test."), dns.rdataclass.IN, dns.rdatatype.A)
+    )
     reader, writer = await asyncio.open_connection(CLIENT, port)
     try:
         answer = await exchange(reader, writer, b"\xab\xcd" + b"\xff" * 40)
@@ -395,8 +423,7 @@ async def test_malformed_input_is_dropped_or_formerr_and_nothing_breaks(
     assert not [record for record in caplog.records if record.exc_info]
 
 
-async def test_a_burst_past_a_sources_rate_is_refused(sandbox: Sandbox,
-                                                      upstream: Upstream) -> None:
+async def test_a_burst_past_a_sources_rate_is_refused(sandbox: Sandbox, upstream: Upstream) -> None:
     # One token in 100 s: the burst of 5 is all there is for this test.
     bounds = Bounds(rate=0.01, burst=5)
     async with running(sandbox, [f"{CLIENT}:{upstream.port}"], bounds=bounds) as port:
@@ -405,7 +432,8 @@ async def test_a_burst_past_a_sources_rate_is_refused(sandbox: Sandbox,
 
 
 async def test_tcp_connections_are_bounded_in_number_and_idle_time(
-        sandbox: Sandbox, upstream: Upstream) -> None:
+    sandbox: Sandbox, upstream: Upstream
+) -> None:
     bounds = Bounds(connections=1, idle=0.5)
     query = dns.message.make_query("other.test", "A").to_wire()
     async with running(sandbox, [f"{CLIENT}:{upstream.port}"], bounds=bounds) as port:
@@ -424,8 +452,9 @@ async def test_tcp_connections_are_bounded_in_number_and_idle_time(
                     await writer.wait_closed()
 
 
-async def exchange(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                   wire: bytes) -> bytes:
+async def exchange(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, wire: bytes
+) -> bytes:
     """One DNS message over TCP and its answer (RFC 1035 4.2.2 framing)."""
     writer.write(len(wire).to_bytes(2, "big") + wire)
     await writer.drain()

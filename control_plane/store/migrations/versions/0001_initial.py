@@ -28,8 +28,9 @@ def upgrade() -> None:
     op.create_table(
         "api_keys",
         sa.Column("id", ID, primary_key=True),
-        sa.Column("user_id", ID, sa.ForeignKey("users.id", ondelete="CASCADE"), nullable=False,
-                  index=True),
+        sa.Column(
+            "user_id", ID, sa.ForeignKey("users.id", ondelete="CASCADE"), nullable=False, index=True
+        ),
         sa.Column("key_hash", sa.String(64), nullable=False, unique=True),
         sa.Column("created_at", UTCDateTime, nullable=False),
     )
@@ -44,8 +45,9 @@ def upgrade() -> None:
     op.create_table(
         "sandboxes",
         sa.Column("id", ID, primary_key=True),
-        sa.Column("user_id", ID, sa.ForeignKey("users.id", ondelete="CASCADE"), nullable=False,
-                  index=True),
+        sa.Column(
+            "user_id", ID, sa.ForeignKey("users.id", ondelete="CASCADE"), nullable=False, index=True
+        ),
         sa.Column("spec_id", sa.String(100), nullable=False),
         sa.Column("status", sa.String(16), nullable=False, index=True),
         sa.Column("status_detail", sa.Text),
@@ -62,8 +64,9 @@ def upgrade() -> None:
     op.create_table(
         "start_tasks",
         sa.Column("id", ID, primary_key=True),
-        sa.Column("user_id", ID, sa.ForeignKey("users.id", ondelete="CASCADE"), nullable=False,
-                  index=True),
+        sa.Column(
+            "user_id", ID, sa.ForeignKey("users.id", ondelete="CASCADE"), nullable=False, index=True
+        ),
         sa.Column("status", sa.String(32), nullable=False, index=True),
         sa.Column("detail", sa.Text),
         sa.Column("request_enc", sa.Text, nullable=False),
@@ -94,8 +97,12 @@ def upgrade() -> None:
     )
     op.create_table(
         "events",
-        sa.Column("seq", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), primary_key=True,
-                  autoincrement=True),
+        sa.Column(
+            "seq",
+            sa.BigInteger().with_variant(sa.Integer(), "sqlite"),
+            primary_key=True,
+            autoincrement=True,
+        ),
         sa.Column("conversation_id", ID, nullable=False),
         sa.Column("event_id", sa.String(64), nullable=False),
         sa.Column("kind", sa.String(64), nullable=False),
@@ -109,6 +116,13 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    for table in ("events", "app_conversations", "start_tasks", "sandboxes", "user_settings",
-                  "api_keys", "users"):
+    for table in (
+        "events",
+        "app_conversations",
+        "start_tasks",
+        "sandboxes",
+        "user_settings",
+        "api_keys",
+        "users",
+    ):
         op.drop_table(table)

@@ -38,8 +38,9 @@ def upgrade() -> None:
         batch.add_column(sa.Column("reconcile_after", UTCDateTime))
         batch.add_column(sa.Column("reconciled_by", sa.String(64)))
     with op.batch_alter_table("app_conversations") as batch:
-        batch.add_column(sa.Column("resume_run", sa.Boolean, nullable=False,
-                                   server_default=sa.false()))
+        batch.add_column(
+            sa.Column("resume_run", sa.Boolean, nullable=False, server_default=sa.false())
+        )
 
 
 def downgrade() -> None:

@@ -25,8 +25,9 @@ depends_on = None
 
 def upgrade() -> None:
     with op.batch_alter_table("start_tasks") as batch:
-        batch.add_column(sa.Column("made_sandbox", sa.Boolean, nullable=False,
-                                   server_default=sa.false()))
+        batch.add_column(
+            sa.Column("made_sandbox", sa.Boolean, nullable=False, server_default=sa.false())
+        )
     with op.batch_alter_table("sandboxes") as batch:
         batch.add_column(sa.Column("cleanup_after", UTCDateTime))
         batch.add_column(sa.Column("pausing_reason", sa.String(16)))

@@ -27,13 +27,22 @@ def upgrade() -> None:
         batch.add_column(sa.Column("git_provider", sa.String(32)))
         batch.add_column(sa.Column("public", sa.Boolean))
         batch.add_column(sa.Column("parent_conversation_id", ID))
-    op.create_index("ix_app_conversations_parent_conversation_id", "app_conversations",
-                    ["parent_conversation_id"])
+    op.create_index(
+        "ix_app_conversations_parent_conversation_id",
+        "app_conversations",
+        ["parent_conversation_id"],
+    )
 
 
 def downgrade() -> None:
     op.drop_index("ix_app_conversations_parent_conversation_id", "app_conversations")
     with op.batch_alter_table("app_conversations") as batch:
-        for column in ("parent_conversation_id", "public", "git_provider", "pr_number",
-                       "trigger", "llm_model"):
+        for column in (
+            "parent_conversation_id",
+            "public",
+            "git_provider",
+            "pr_number",
+            "trigger",
+            "llm_model",
+        ):
             batch.drop_column(column)
