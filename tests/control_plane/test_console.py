@@ -655,7 +655,7 @@ def test_the_demo_model_runs_a_conversation(
     plane: ControlPlane, llm: ScriptedLLM, key: str, browser: Browser
 ) -> None:
     """`make demo`'s scripted model (tests/support/demo.py) through the console: what a newcomer
-    sees before having a key. Its screenshots are the README's."""
+    sees before having a key. Its screenshots are docs/console.md's."""
     shot = Shots("demo")
     api_key = new_user(plane, "dora")
     api = plane.client(api_key)

@@ -1,5 +1,5 @@
 """`make demo` as a newcomer runs it, and stops it: with Ctrl+C, or with a SIGTERM (a `kill`, a
-service manager, a closed terminal), its sandboxes stop with it as the README says."""
+service manager, a closed terminal), its sandboxes stop with it as docs/console.md says."""
 
 from __future__ import annotations
 

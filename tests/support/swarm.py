@@ -3,7 +3,7 @@ in swarm mode for the tests and taken out again), the worker a docker-in-docker 
 built from Debian packages (`swarm-worker.Dockerfile` on the debootstrapped test image).
 
 The worker's daemon runs with inter-container traffic off on its default bridge (`--icc=false`),
-as the README asks of every node that takes sandboxes: that is where they run.
+as docs/deployment.md asks of every node that takes sandboxes: that is where they run.
 
 This VM lacks CAP_SYS_RESOURCE, so `--privileged` fails: the worker gets every capability but
 that one, no seccomp or AppArmor profile, the host's cgroup file system and a data directory
