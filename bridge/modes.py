@@ -1,5 +1,5 @@
 """Approval modes: what the editor offers as session modes, and the confirmation policy each
-sets on the conversation (README "Safety").
+sets on the conversation (docs/agent-server.md, "Safety").
 
 The ids are the OpenHands CLI's ACP modes, so an editor configured for one knows the other.
 """

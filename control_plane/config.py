@@ -168,8 +168,8 @@ class Config(BaseModel):
 
     swarm_network: str = Field(default="bridge", pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
     """The Swarm provider's network: `bridge`, each node's default bridge (every node that
-    takes sandboxes runs its daemon with `"icc": false`; README), or a swarm-scoped bridge
-    made from a config-only network with inter-container traffic off on every node."""
+    takes sandboxes runs its daemon with `"icc": false`; docs/deployment.md), or a swarm-scoped
+    bridge made from a config-only network with inter-container traffic off on every node."""
 
     swarm_constraints: tuple[str, ...] = ()
     """Placement constraints of every Swarm sandbox, comma-separated

@@ -1,5 +1,6 @@
 """The payloads of the tools that work through other models: switch_llm, vision_inspect,
-consult_advisor and sleeptime_compute (the last two are ours; the README documents them)."""
+consult_advisor and sleeptime_compute (the last two are ours; docs/agent-server.md documents
+them)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 """consult_advisor: a second, stronger model reads the conversation so far and advises.
 
-No public tool fixes this shape; it is in events.tools.models and the README. The advisor is the
-saved LLM profile named by the tool's `profile` param ("advisor" unless set). It gets a
-read-only transcript of the conversation (secrets masked, the middle cut to
+No public tool fixes this shape; it is in events.tools.models and docs/agent-server.md. The
+advisor is the saved LLM profile named by the tool's `profile` param ("advisor" unless set). It
+gets a read-only transcript of the conversation (secrets masked, the middle cut to
 `max_history_chars`) and the agent's question, and no tools: it can only answer.
 """
 

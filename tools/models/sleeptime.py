@@ -1,9 +1,9 @@
 """sleeptime_compute: the agent schedules reflection for when it is idle.
 
 No public tool fixes this shape (OpenHands' SleeptimeComputeAction indexes conversations for
-an external user model); ours is in events.tools.models and the README. The call returns at once.
-When the current run ends, the conversation's background job asks a model (the tool's
-`profile` param, else the conversation's own LLM) to merge what this conversation learned
+an external user model); ours is in events.tools.models and docs/agent-server.md. The call
+returns at once. When the current run ends, the conversation's background job asks a model (the
+tool's `profile` param, else the conversation's own LLM) to merge what this conversation learned
 into the workspace memory file (`memory_path`, `.agents/memory.md` unless set) and writes it
 atomically. One reflection waits at a time; a new run cancels a reflection still in flight
 and it runs again at the next idle moment.
