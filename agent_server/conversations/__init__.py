@@ -2,6 +2,10 @@
 
     catalogue.py     ConversationService: loaded at start, create, fork, search, delete
     conversation.py  Conversation: its record, log, status, run task and agent session
+    parts.py         ConversationParts, what a Conversation is given: built by the catalogue
+    files.py         its record's file (meta.json) and its event log, opened on first need
+    secrets.py       what it keeps out of sight, and the masker that hides it
+    cloning.py       its repository, cloned once (in the background, or before a run)
     presentation.py  what clients are shown of one (its info, its state updates)
     fanout.py        Fanout: where its events go besides the log (delivery implements it)
 

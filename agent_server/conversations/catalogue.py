@@ -1,8 +1,9 @@
 """ConversationService: the catalogue of conversations under state_dir/conversations.
 
 Start-up reads only each conversation's meta.json; a conversation's event log is opened the
-first time something needs it. The catalogue makes, finds, forks and deletes conversations;
-everything else is the Conversation's own business.
+first time something needs it. The catalogue makes conversations (each given its parts,
+built by `parts.build_parts`), finds, forks and deletes them; everything else is the
+Conversation's own business.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from agent_server.agent.spec import ACPAgentSpec, AgentSpec
 from agent_server.agent.toolbox import check_tools
 from agent_server.conversations.conversation import Conversation
 from agent_server.conversations.fanout import Fanout
+from agent_server.conversations.parts import build_parts
 from agent_server.log import LOG_FILE_NAME, EventLog
 from agent_server.record import (
     ConversationSearch,
@@ -74,7 +76,9 @@ class ConversationService:
         self._make_session = sessions(self)
 
     def _conversation(self, record: StoredConversation, directory: Path) -> Conversation:
-        return Conversation(
+        """The factory of this catalogue's conversations (new, forked, or loaded): each is
+        given its parts, built here from its record and directory."""
+        parts = build_parts(
             record,
             directory,
             settings=self.settings,
@@ -83,6 +87,7 @@ class ConversationService:
             telemetry=self.telemetry,
             hidden=self.hidden,
         )
+        return Conversation(record, directory, parts)
 
     # -- start and stop ------------------------------------------------------------------
 

@@ -3,8 +3,10 @@
 A Conversation owns its record (saved as meta.json), its event log (opened the first time
 something needs it), its execution status (moved only along `status.TRANSITIONS`), its
 lifecycle and at most one run task; what a run does is its session's business, built for it
-by the factory the composition root hands in. A change a client asks for goes one way:
-mutate the record, save it, announce it (`_changing`).
+by the factory the composition root hands in. It is given its parts (`parts.ConversationParts`:
+its files, secrets, presentation, trace, run control and session), which the catalogue builds
+when it makes it. A change a client asks for goes one way: mutate the record, save it,
+announce it (`_changing`).
 """
 
 from __future__ import annotations
@@ -13,37 +15,20 @@ import asyncio
 import contextlib
 import logging
 import traceback
-from collections.abc import AsyncIterator, Callable, Mapping
-from datetime import UTC, datetime
+from collections.abc import AsyncIterator, Mapping
 from enum import Enum
 from pathlib import Path
 from typing import Any
 
-from agent_server.agent.active_llm import ActiveLLM
-from agent_server.agent.contract import (
-    AnsweringSession,
-    ConversationSpec,
-    RunControl,
-    Session,
-    SessionFactory,
-    SteeredSession,
-)
-from agent_server.agent.sink import EventSink
+from agent_server.agent.contract import AnsweringSession, Session, SteeredSession
 from agent_server.agent.skills import SkillList
 from agent_server.agent.spec import ConfirmationPolicy, LLMConfig
-from agent_server.conversations.cloning import RepositoryClone
-from agent_server.conversations.fanout import Fanout
-from agent_server.conversations.presentation import Presentation
-from agent_server.conversations.secrets import Secrets
-from agent_server.errors import ConversationGone
-from agent_server.log import LOG_FILE_NAME, EventLog
+from agent_server.conversations.parts import ConversationParts
+from agent_server.log import EventLog
 from agent_server.record import ConversationInfo, SendMessage, StoredConversation
-from agent_server.settings import Settings
 from agent_server.status import check_move
-from agent_server.telemetry import Telemetry
 from agent_server.telemetry import logs as log_context
 from agent_server.telemetry.tracing import ConversationTrace, failed
-from core.files import write_json
 from core.masking import check_secrets
 from events import (
     ConversationErrorEvent,
@@ -73,67 +58,32 @@ class Conversation:
     """One conversation: its record, its log, its status, its run task and its session."""
 
     def __init__(
-        self,
-        record: StoredConversation,
-        directory: Path,
-        *,
-        settings: Callable[[], Settings],
-        make_session: SessionFactory,
-        fanout: Fanout,
-        telemetry: Telemetry | None = None,
-        hidden: Mapping[str, str] | None = None,
+        self, record: StoredConversation, directory: Path, parts: ConversationParts
     ) -> None:
         self.record = record
         self.directory = directory
-        self._settings = settings
-        self._fanout = fanout
-        self.telemetry = telemetry or Telemetry.build()
-        self._log: EventLog | None = None
-        self._log_lock = asyncio.Lock()
-        self._save_lock = asyncio.Lock()
+        self._settings = parts.settings
+        self.telemetry = parts.telemetry
+        self._meta, self._log = parts.meta, parts.log
         #: Held while a run is being started or stopped.
         self._run_lock = asyncio.Lock()
         self._task: asyncio.Task[None] | None = None
-        self.repository_clone = RepositoryClone()
+        self.repository_clone = parts.repository_clone
         self.lifecycle = Lifecycle.OPEN
         #: Set once the conversation is closed (deleted or the server stopped): sockets and
         #: the webhook pusher wait on it instead of polling.
-        self.closed = asyncio.Event()
+        self.closed = parts.closed
         #: What it keeps out of sight (kept current by refresh_secrets()): the secret values
         #: tools and hooks read, and the masker that hides them and the keys in every event.
-        self._secrets = Secrets(hidden)
+        self._secrets = parts.secrets
         self.secret_values, self.masker = self._secrets.values, self._secrets.masker
-        self.refresh_secrets()
         #: What clients are shown of it (its info, its state updates).
-        self.shown = Presentation(record, directory, fanout, self.masker, lambda: self._log)
+        self.shown = parts.shown
         #: Where this conversation's spans hang (its root span starts in `start_trace` when
         #: it is new; one loaded from disk continues the trace its record names).
-        self.trace: ConversationTrace = self.telemetry.tracing.resumed(record.trace, self.id)
-        llm = ActiveLLM(
-            record.agent.llm,
-            record.llm_profile,
-            lambda: self._settings().llm_profiles,
-            on_change=self._llm_changed,
-        )
-        self.control = RunControl(confirmation_policy=record.confirmation_policy, llm=llm)
-        self.session: Session = make_session(
-            ConversationSpec(
-                id=self.id,
-                working_dir=self.working_dir,
-                state_dir=directory,
-                agent=record.agent,
-                max_iterations=record.max_iterations,
-                stuck_detection=record.stuck_detection,
-                hook_config=record.hook_config,
-                git_author=settings().git_author(),
-            ),
-            EventSink(
-                self.log, lambda event: fanout.publish_transient(self.id, event), self.masker
-            ),
-            self.control,
-            self.secret_values,
-            record.metrics,
-        )
+        self.trace: ConversationTrace = parts.trace
+        self.control = parts.control
+        self.session: Session = parts.session
         #: The session again when its model, skills and hooks run here (our own agent);
         #: None for an agent that keeps its own (ACP).
         self._steered = self.session if isinstance(self.session, SteeredSession) else None
@@ -162,34 +112,17 @@ class Conversation:
     # -- the record ------------------------------------------------------------------------
 
     async def log(self) -> EventLog:
-        if self.lifecycle is Lifecycle.CLOSED:
-            raise ConversationGone(self.id)
-        if self._log is None:
-            async with self._log_lock:
-                if self._log is None:
-                    log = await asyncio.to_thread(
-                        EventLog.open,
-                        self.directory / LOG_FILE_NAME,
-                        redactor=self.masker.data,
-                        sinks=self._fanout.sinks(self.id),
-                        on_write=self.telemetry.metrics.log_written,
-                    )
-                    if self.record.head_set_at is not None:
-                        log.restore_head(self.record.head_event_id, self.record.head_set_at)
-                    self._log = log
-                    self._fanout.attach(self.id, self.directory, log, self.closed)
-        return self._log
+        """Its event log, opened the first time something needs it (ConversationGone once it
+        is closed)."""
+        return await self._log.get()
 
     async def append(self, *events: Event) -> list[Event]:
         return await (await self.log()).append(*events)
 
     async def save(self) -> None:
-        if self.lifecycle is Lifecycle.CLOSED:  # a deleted conversation must not come back
-            return
-        async with self._save_lock:  # one writer at a time, each writing the latest record
-            self.record.updated_at = datetime.now(UTC)
-            data = self.record.model_dump(mode="json")
-            await asyncio.to_thread(write_json, self.directory / "meta.json", data)
+        """Write the record (meta.json); nothing once it is closed, so a deleted conversation
+        does not come back."""
+        await self._meta.save()
 
     @contextlib.asynccontextmanager
     async def _changing(self, *fields: str) -> AsyncIterator[StoredConversation]:
@@ -200,6 +133,8 @@ class Conversation:
         await self.shown.announce(*fields)
 
     def refresh_secrets(self) -> None:
+        """The secrets in force and the keys never shown, as the settings and the record
+        hold them now (after a change to either, or a switch of the model)."""
         self._secrets.refresh(self._settings(), self.record)
 
     async def add_secrets(self, values: dict[str, str]) -> None:
@@ -229,12 +164,6 @@ class Conversation:
     async def set_security_analyzer(self, analyzer: dict[str, Any] | None) -> None:
         async with self._changing("security_analyzer") as record:
             record.security_analyzer = analyzer
-
-    async def _llm_changed(self) -> None:
-        self.record.agent.llm = self.control.llm.stored
-        self.record.llm_profile = self.control.llm.profile
-        self.refresh_secrets()
-        await self.save()
 
     async def transition(self, to: ExecutionStatus) -> None:
         """Move the execution status along the table (staying put is no move), record it as
@@ -416,7 +345,10 @@ class Conversation:
             await self.fail(type(exc).__name__, str(exc))
 
     def prepare(self) -> None:
-        """Clone the selected repository now, in the background (see cloning)."""
+        """Clone the selected repository now, in the background, rather than at the first run
+        (a creation that does not run at once: its `repository_status` tells when it is done).
+        A failure is a ConversationErrorEvent; the status stays idle and a run tries again
+        (see cloning)."""
         self.repository_clone.start(self)
 
     def git_author(self) -> Mapping[str, str]:
@@ -479,7 +411,4 @@ class Conversation:
         self.lifecycle = Lifecycle.CLOSED
         self.closed.set()
         self.trace.end()  # its root span ends (and is exported) with its life in this process
-        if self._log is not None:
-            await self._log.drain()
-            self._log.close()
-            self._log = None
+        await self._log.close()

@@ -1,6 +1,8 @@
 """External agents over the Agent Client Protocol: a conversation's agent as a child process.
 
 session.py    ACPSession, the conversation's side (a `contract.Session`) and its turn
+link.py       AgentLink, the agent's connection across its process's lives: started when
+              needed, its session resumed, a new one kept by the next turn, stopped
 turn.py       where the turn is (TurnState) and the moves it may make
 side.py       side questions (ask_agent), in sessions of their own
 client.py     WorkspaceClient, what the agent may ask of us (files, permissions, terminals)

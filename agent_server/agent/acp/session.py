@@ -14,15 +14,18 @@ seen as one prompt and relays the turn as events:
     end of the turn      -> FINISHED (or the next prompt, when the user wrote meanwhile)
 
 The prompt outlives a run: a run that waits for confirmation ends while the agent's request
-stays open, and the run that accepts picks it up again. An interrupt sends `session/cancel`;
-the cancelled turn is drained before the next prompt. Where the turn is is one `TurnState`,
-moved along TURN_MOVES. A crash is a ConversationErrorEvent (exit status, last stderr lines).
+stays open, and the run that accepts picks the same turn up again. An interrupt sends
+`session/cancel` and ends the run at once; the cancelled turn is drained before the next
+prompt. Where the turn is is one `TurnState`, moved only along TURN_MOVES. A crash is a
+ConversationErrorEvent with the exit status and the last stderr lines.
 
-A new agent process (after a crash, or a restart of this server) resumes the agent's session
-with `session/load` when the agent offers it (`saved.py` keeps the session's id); what the
-agent replays while it loads is already in the log and is dropped. When it cannot, a
-ServerErrorEvent `ACPSessionLost` tells the user, at the next turn, that the agent starts
-again without its memory. A side question (ask_agent) goes to a session of its own (`side.py`).
+The agent's process and the protocol session over it are the link's (`link.AgentLink`): it is
+started when first needed, and again after a crash or a restart of this server, when a new
+agent process resumes the agent's session with `session/load` if the agent offers it
+(`saved.py` keeps the session's id); what the agent replays while it loads is already in the
+log and is dropped. When it cannot, a ServerErrorEvent `ACPSessionLost` tells the user, at the
+next turn, that the agent starts again without its memory. A side question (ask_agent) goes
+to a session of its own (`side.py`).
 """
 
 from __future__ import annotations
@@ -50,6 +53,7 @@ from acp.schema import (
 
 from agent_server.agent.acp.calls import PermissionWait, ToolCalls, cancelled, choose
 from agent_server.agent.acp.client import SessionUpdate, WorkspaceClient
+from agent_server.agent.acp.link import AgentLink
 from agent_server.agent.acp.messages import (
     AgentMessage,
     PromptBlock,
@@ -64,7 +68,7 @@ from agent_server.agent.acp.process import (
     agent_env,
     request_error,
 )
-from agent_server.agent.acp.saved import STATE_FILE, NewSession, SavedFile
+from agent_server.agent.acp.saved import STATE_FILE, SavedFile
 from agent_server.agent.acp.side import SideSessions, ask
 from agent_server.agent.acp.terminals import Terminals
 from agent_server.agent.acp.traced import CallTelemetry
@@ -87,6 +91,9 @@ CANCEL_GRACE = 10.0
 
 
 class ACPSession:
+    """The conversation's side of an ACP agent: its runs, its turn and what the agent asks of
+    it (the client's reports); the agent's process is `link`'s."""
+
     def __init__(
         self,
         spec: ConversationSpec,
@@ -107,8 +114,6 @@ class ACPSession:
         self.client = WorkspaceClient(spec.working_dir, self, self.terminals)
         #: The agent's message under way (its text and thought chunks).
         self.message = AgentMessage(sink)
-        self._link: AgentConnection | None = None
-        self._start_lock = asyncio.Lock()
         self._state = TurnState.IDLE
         #: The prompt in flight (not IDLE); it may outlive the run that sent it.
         self._turn: asyncio.Task[PromptResponse] | None = None
@@ -120,10 +125,18 @@ class ACPSession:
         self._activity = self._sent_at = time.monotonic()
         #: The last message prompted and the agent's session, across restarts.
         self.saved = SavedFile(spec.state_dir / STATE_FILE)
-        #: The session being loaded: its replayed updates are dropped until the next prompt.
-        self._replaying: str | None = None
-        #: A new session not kept yet (`_keep`).
-        self._unkept: NewSession | None = None
+        #: The agent's process and its protocol session, started when first needed.
+        self.link = AgentLink(
+            self.agent,
+            spec.working_dir,
+            saved=self.saved,
+            client=self.client,
+            sink=sink,
+            usage=self.usage,
+            env=self._env,
+            ended=self._disconnect,
+            name=spec.id,
+        )
         #: The side questions' sessions, by id: what the agent says there is their answer.
         self.sides = SideSessions()
 
@@ -181,11 +194,10 @@ class ACPSession:
     async def ask(self, question: str) -> str:
         """A side question, in a session of its own (502 when the agent fails to answer)."""
         try:
-            link = self._link
-            if (link is None or not link.alive) and self._state is not TurnState.IDLE:
+            if not self.link.alive and self._state is not TurnState.IDLE:
                 raise ACPFailure("ACPAgentExited", "The ACP agent stopped during the turn.")
             return await ask(
-                await self._connected(quiet=True),
+                await self.link.connected(quiet=True),
                 self.spec.working_dir,
                 question,
                 self.sink,
@@ -208,9 +220,7 @@ class ACPSession:
     def check(self, session_id: str) -> bool:
         if self.sides.get(session_id) is not None:
             return True
-        if session_id != self._replaying and (
-            self._link is None or session_id != self._link.session_id
-        ):
+        if not self.link.owns(session_id):
             raise RequestError.invalid_params({"details": f"unknown session {session_id}"})
         return False
 
@@ -220,7 +230,7 @@ class ACPSession:
         if (side := self.sides.get(session_id)) is not None:
             side.add(update)
             return
-        if self._replaying is not None:  # the loaded session's history: the log has it
+        if self.link.replaying is not None:  # the loaded session's history: the log has it
             return
         self._activity = time.monotonic()
         events: list[Event] = []
@@ -308,7 +318,7 @@ class ACPSession:
                 messages = await unsent(self.sink, (await self.saved.get()).prompted)
                 if not messages:
                     return ExecutionStatus.FINISHED
-                await self._prompt(await self._connected(), messages)
+                await self._prompt(await self.link.connected(), messages)
             response = await self._wait_turn()
             if response is None:
                 return ExecutionStatus.WAITING_FOR_CONFIRMATION
@@ -331,7 +341,7 @@ class ACPSession:
         for message in messages:
             blocks += prompt_blocks(message)
         await self.saved.update(prompted=messages[-1].id)
-        self._replaying = None
+        self.link.replaying = None  # a loaded session's replay ends with the next prompt
         self._calls.clear()
         self._asked.clear()
         self._activity = self._sent_at = time.monotonic()
@@ -383,7 +393,7 @@ class ACPSession:
 
     async def _crashed(self, when: str) -> ACPFailure:
         """The process is gone (or its pipes are): its exit status and last stderr lines."""
-        link = self._link
+        link = self.link.current
         if link is None:
             return ACPFailure("ACPAgentExited", f"The ACP agent stopped {when}.")
         failure = await link.crashed(when)
@@ -413,7 +423,7 @@ class ACPSession:
         if self._turn is None or self._turn.done() or self._state is TurnState.CANCELLED:
             return
         self._move(TurnState.CANCELLED)
-        link = self._link
+        link = self.link.current
         if link is not None:
             try:
                 await asyncio.wait_for(link.conn.cancel(session_id=link.session_id), 2)
@@ -432,63 +442,8 @@ class ACPSession:
     def _env(self) -> dict[str, str]:
         return agent_env(self.agent, self.secrets, self.spec.git_author)
 
-    async def _connected(self, quiet: bool = False) -> AgentConnection:
-        """The agent's connection, started (again, when the process ended between turns);
-        `quiet` (a side question): a new session is kept by the next turn instead."""
-        async with self._start_lock:
-            link = self._link
-            if link is not None and link.alive:
-                if not quiet:
-                    await self._keep()
-                return link
-            if link is not None:
-                logger.info(
-                    "ACP agent of %s had ended (%s): starting it again",
-                    self.spec.id,
-                    link.proc.exit_text(),
-                )
-                await self._disconnect()
-            saved, cwd = await self.saved.get(), str(self.spec.working_dir)
-            self._replaying = saved.session_id if saved.session_cwd == cwd else None
-            try:
-                link = await AgentConnection.open(
-                    self.agent,
-                    self.spec.working_dir,
-                    self._env(),
-                    self.client,
-                    self.sink.masker.text,
-                    self._replaying,
-                )
-            except BaseException:
-                self._replaying = None
-                raise
-            self._link = link
-            if link.opened.resumed:
-                self.usage.restart(max(self.usage.cost_seen, saved.cost_seen))
-                return link
-            self._replaying = None
-            self.usage.restart(0.0)
-            why = link.opened.lost or "it was opened in another working directory"
-            self._unkept = NewSession(link.session_id, cwd, why if saved.session_id else None)
-            if not quiet:
-                await self._keep()
-            return link
-
-    async def _keep(self) -> None:
-        unkept, self._unkept = self._unkept, None
-        if unkept is not None:
-            await unkept.keep(self.saved, self.sink)
-
     async def _disconnect(self) -> None:
         """Stop the process (a turn in flight ends with it; a permission waiting is withdrawn)."""
         turn, self._turn = self._turn, None
-        link, self._link = self._link, None
         self._move(TurnState.IDLE)
-        if turn is not None and not turn.done():
-            turn.cancel()
-        if link is not None:
-            await link.hang_up()
-        if turn is not None:
-            await asyncio.gather(turn, return_exceptions=True)
-        if link is not None:
-            await link.stop()
+        await self.link.drop(turn)
