@@ -4,6 +4,7 @@
 // picture shown is a browser screenshot from a data:image URL (the CSP allows no other source).
 import { h } from "./dom.js";
 import { lineDiff } from "./diff.js";
+import { ACTION, BROWSER_ACTION_PREFIX, EVENT, OBSERVATION } from "./schema.js";
 
 const FOLD_LINES = 20; // longer output shows its last lines, the rest one click away
 const PREVIEW_LINES = 12;
@@ -65,10 +66,10 @@ export function describeAction(event, shortPath = (path) => String(path || "")) 
   const action = event.action || {};
   const args = event.tool_call?.arguments;
   switch (action.kind) {
-    case "TerminalAction":
+    case ACTION.TERMINAL:
       return ["Ran a command", h("pre", { class: "call" }, `$ ${action.command ?? ""}`)];
-    case "FileEditorAction":
-    case "PlanningFileEditorAction": {
+    case ACTION.FILE_EDITOR:
+    case ACTION.PLANNING_FILE_EDITOR: {
       const path = shortPath(action.path);
       switch (action.command) {
         case "create":
@@ -84,17 +85,17 @@ export function describeAction(event, shortPath = (path) => String(path || "")) 
           return [`Read ${path}`, null];
       }
     }
-    case "ThinkAction":
+    case ACTION.THINK:
       return ["Thought", h("p", { class: "text prose" }, action.thought)];
-    case "MCPToolAction":
+    case ACTION.MCP_TOOL:
       return [`MCP tool ${event.tool_name}`, h("pre", { class: "call" }, fields(action.data))];
-    case "TaskTrackerAction":
+    case ACTION.TASK_TRACKER:
       return ["Updated the task list", h("pre", { class: "call" }, (action.task_list || [])
         .map((t) => `${t.status === "done" ? "[x]" : t.status === "in_progress" ? "[~]" : "[ ]"} ${t.title}`).join("\n")
         || fields(action))];
     default:
-      if (String(action.kind || "").startsWith("Browser")) {
-        const what = action.kind.replace(/^Browser/, "").replace(/Action$/, "").replace(/([a-z])([A-Z])/g, "$1 $2").toLowerCase();
+      if (String(action.kind || "").startsWith(BROWSER_ACTION_PREFIX)) {
+        const what = action.kind.slice(BROWSER_ACTION_PREFIX.length).replace(/Action$/, "").replace(/([a-z])([A-Z])/g, "$1 $2").toLowerCase();
         return [`Browser: ${what}`, fields(action) ? h("pre", { class: "call" }, fields(action)) : null];
       }
       return [`Tool ${event.tool_name}`, h("pre", { class: "call" },
@@ -117,10 +118,10 @@ function terminalOutput(text) {
 
 // An observation (or an error, or a rejection) as the result part of its call's entry.
 export function describeResult(event) {
-  if (event.kind === "AgentErrorEvent") {
+  if (event.kind === EVENT.AGENT_ERROR) {
     return h("div", { class: "result failed" }, h("p", { class: "who" }, "Error"), folded(event.error));
   }
-  if (event.kind === "UserRejectObservation") {
+  if (event.kind === EVENT.USER_REJECT) {
     return h("div", { class: "result failed" }, h("p", { class: "who" }, "Rejected"),
       h("p", { class: "text" }, event.rejection_reason || "You rejected it."));
   }
@@ -128,7 +129,7 @@ export function describeResult(event) {
   const text = texts(observation.content);
   const failed = Boolean(observation.is_error);
   switch (observation.kind) {
-    case "TerminalObservation": {
+    case OBSERVATION.TERMINAL: {
       const code = observation.exit_code ?? observation.metadata?.exit_code;
       const ok = code === 0 && !failed;
       const status = observation.timeout ? "still running (timed out waiting)"
@@ -137,8 +138,8 @@ export function describeResult(event) {
         h("p", { class: "who" }, ok ? "Output" : "Failed", " ", h("span", { class: `exit ${ok ? "ok" : "bad"}` }, status)),
         folded(terminalOutput(text)));
     }
-    case "FileEditorObservation":
-    case "PlanningFileEditorObservation": {
+    case OBSERVATION.FILE_EDITOR:
+    case OBSERVATION.PLANNING_FILE_EDITOR: {
       if (failed) return h("div", { class: "result failed" }, h("p", { class: "who" }, "Failed"), folded(text));
       if (observation.command === "view") {
         return h("div", { class: "result" }, h("details", {}, h("summary", {}, "Show what was read"), folded(text)));
@@ -150,8 +151,8 @@ export function describeResult(event) {
       }
       return null;
     }
-    case "FinishObservation":
-    case "ThinkObservation":
+    case OBSERVATION.FINISH:
+    case OBSERVATION.THINK:
       return null;
     default: {
       const pictures = images(observation.content);

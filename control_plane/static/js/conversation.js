@@ -3,24 +3,93 @@
 // line while the agent works, the title renamed in place, pause, interrupt, confirmation,
 // delete, the workspace and the trajectory. Read-only once its sandbox is ERROR or MISSING
 // (SPEC 3.1).
+//
+// The page's state is one object (`initialState`), changed only by `update` with the actions
+// below: the records the page reads, the live stream's events and state, and what the person
+// did. `render` draws the header, the controls and the confirmation from it. The transcript is
+// the event log's (events.js), which takes the same events in order and only ever grows.
 import { api, download, follow } from "./api.js";
 import { badge, clear, cost, field, h, notify } from "./dom.js";
 import { EventLog } from "./events.js";
 import { reasonText } from "./status.js";
-import { Progress, normalStatus } from "./progress.js";
+import { Progress } from "./progress.js";
 import { workspacePanel } from "./workspace.js";
 import { titleEditor } from "./title.js";
+import { followNewest } from "./scroll.js";
+import { createStore } from "./store.js";
+import {
+  CONFIRMATION,
+  EVENT,
+  EXECUTION,
+  SANDBOX_ENDED,
+  STATE_KEY,
+  executionStatus,
+  executionWord,
+} from "./schema.js";
 
-const READ_ONLY = new Set(["ERROR", "MISSING"]);
+export const initialState = Object.freeze({
+  record: null, // the app conversation as last read (with the live stream's newer status)
+  sandbox: null, // its sandbox's record: why it is in its status (null: unknown)
+  missing: false, // the conversation is not there (or not this user's)
+  progress: null, // the execution status the progress line follows
+  answered: false, // the confirmation was answered: hidden until the record says more
+  live: "connecting…", // the live stream's state, in words
+  deleting: false, // "Delete this conversation?" is asked
+});
+
+// Whether a record's sandbox has ended (ERROR, MISSING): its conversation is read-only.
+export function readOnly(record) {
+  return Boolean(record) && SANDBOX_ENDED.has(record.sandbox_status);
+}
+
+// The status the progress line follows for a record: none while read-only.
+function followed(record) {
+  return readOnly(record) ? null : executionStatus(record.execution_status);
+}
+
+// Whether the agent waits for this person's answer (and the page can take it).
+function asking(state) {
+  return Boolean(state.record) && !readOnly(state.record)
+    && executionStatus(state.record.execution_status) === EXECUTION.WAITING_FOR_CONFIRMATION;
+}
+
+export function update(state, action) {
+  switch (action.type) {
+    case "found": // {record}: the conversation as just read
+    case "renamed": // {record}: as its rename saved it
+      return { ...state, record: action.record, progress: followed(action.record), answered: false };
+    case "sandbox": // {sandbox}: its sandbox as just read (null: it could not be read)
+      return { ...state, sandbox: action.sandbox };
+    case "missing":
+      return state.missing ? state : { ...state, missing: true };
+    case "event": { // {event}: a stored event of the live stream
+      const { event } = action;
+      if (event.kind !== EVENT.STATE_UPDATE || event.key !== STATE_KEY.EXECUTION_STATUS) return state;
+      const progress = executionStatus(event.value);
+      if (!state.record || readOnly(state.record)) return { ...state, progress };
+      // The live status is newer than the record read before it.
+      const record = { ...state.record, execution_status: event.value };
+      return { ...state, record, progress, answered: false };
+    }
+    case "sent": // a message went: the agent works on it
+      return { ...state, progress: EXECUTION.RUNNING };
+    case "answered":
+      return { ...state, answered: true };
+    case "live": // {words}: the live stream's state
+      return state.live === action.words ? state : { ...state, live: action.words };
+    case "ask-delete":
+      return { ...state, deleting: true };
+    case "keep":
+      return { ...state, deleting: false };
+    default:
+      return state;
+  }
+}
 
 export function conversationPage(main, id) {
-  let record = null;
-  let sandbox = null; // its sandbox's record: why it is in its status
   let stopped = false;
 
-  const heading = titleEditor(id, (saved) => { record = saved; show(); });
-  let readOnly = false;
-  let stick = true; // the page follows the newest event until you scroll up
+  const heading = titleEditor(id, (saved) => page.dispatch({ type: "renamed", record: saved }));
   const meta = h("dl", { class: "meta" });
   const banner = h("p", { class: "banner", role: "alert", hidden: true });
   const confirmation = h("section", { class: "confirm card", hidden: true, "aria-labelledby": "confirm-title" },
@@ -31,13 +100,13 @@ export function conversationPage(main, id) {
       h("button", { type: "button", class: "danger", onclick: () => answer(false) }, "Reject")));
   const list = h("ol", { class: "events", "aria-label": "Events", "aria-live": "polite" });
   const log = new EventLog(list);
-  const liveState = h("span", { class: "muted", "aria-live": "polite" }, "connecting…");
+  const liveState = h("span", { class: "muted", "aria-live": "polite" }, initialState.live);
 
   const pauseButton = h("button", { type: "button", onclick: () => control("pause", "Pause asked: the agent stops after its current step.") }, "Pause");
   const interruptButton = h("button", { type: "button", onclick: () => control("interrupt", "Interrupted.") }, "Interrupt");
   const confirmBox = h("input", { type: "checkbox", name: "confirm-actions" });
   confirmBox.addEventListener("change", async () => {
-    const kind = confirmBox.checked ? "AlwaysConfirm" : "NeverConfirm";
+    const kind = confirmBox.checked ? CONFIRMATION.ALWAYS : CONFIRMATION.NEVER;
     try {
       await api(`/app-conversations/${id}/confirmation-policy`, { method: "POST", body: { policy: { kind } } });
       notify(confirmBox.checked ? "Every action now waits for your approval." : "Actions run without approval.");
@@ -73,25 +142,25 @@ export function conversationPage(main, id) {
         body: { role: "user", content: [{ type: "text", text: message.value }], run: true } });
       message.value = "";
       notify("Message sent.");
-      stick = true;
-      progress.setStatus("RUNNING");
+      newest.stick();
+      page.dispatch({ type: "sent" });
       refresh();
     } catch (error) {
       notify(`Could not send: ${error.message}`, "error");
     } finally {
-      sendButton.disabled = readOnly;
+      sendButton.disabled = readOnly(page.state.record);
     }
   });
 
   // Delete this conversation (and its events); asks once, in place.
   const deleteButton = h("button", { type: "button", class: "danger-outline", onclick: () => {
-    deleteConfirm.hidden = false;
+    page.dispatch({ type: "ask-delete" });
     deleteConfirm.querySelector("button")?.focus();
   } }, "Delete conversation");
   const deleteConfirm = h("div", { class: "banner row delete-confirm", role: "group", "aria-label": "Delete this conversation?", hidden: true },
     h("span", {}, "Delete this conversation and its events? Its sandbox stays while it holds other conversations."),
     h("button", { type: "button", class: "danger", onclick: () => remove() }, "Delete"),
-    h("button", { type: "button", onclick: () => { deleteConfirm.hidden = true; } }, "Cancel"));
+    h("button", { type: "button", onclick: () => page.dispatch({ type: "keep" }) }, "Cancel"));
 
   async function remove() {
     try {
@@ -121,18 +190,19 @@ export function conversationPage(main, id) {
     try {
       await api(`/app-conversations/${id}/respond-to-confirmation`, { method: "POST", body: { accept } });
       notify(accept ? "Approved: the actions run." : "Rejected.");
-      confirmation.hidden = true;
+      page.dispatch({ type: "answered" });
       refresh();
     } catch (error) {
       notify(`Could not answer: ${error.message}`, "error");
     }
   }
 
-  function show() {
-    const r = record;
+  // The header (title, what it runs in, its statuses), the read-only banner and the controls.
+  function showRecord(state) {
+    const { record: r, sandbox } = state;
     const known = sandbox && sandbox.id === r.sandbox_id && sandbox.status === r.sandbox_status;
     const why = known ? reasonText(sandbox.status, sandbox.status_reason, sandbox.status_detail) : null;
-    const execution = normalStatus(r.execution_status);
+    const ended = readOnly(r);
     log.workingDir = r.working_dir || null;
     heading.set(r.title || `Conversation ${r.id.slice(0, 8)}`);
     document.title = `${r.title || `Conversation ${r.id.slice(0, 8)}`} · Agent console`;
@@ -141,40 +211,56 @@ export function conversationPage(main, id) {
       ["Repository", r.selected_repository ? `${r.selected_repository}${r.selected_branch ? ` @ ${r.selected_branch}` : ""}` : "—"],
       ["Sandbox", h("a", { href: "#/sandboxes" }, h("code", {}, r.sandbox_id))],
       ["Sandbox status", [badge(r.sandbox_status, "Sandbox"), why ? h("span", { class: "why-line" }, ` ${why}`) : null]],
-      ["Execution", badge(execution, "Execution")],
+      ["Execution", badge(executionWord(executionStatus(r.execution_status)), "Execution")],
       ["Cost", cost(r.metrics?.accumulated_cost)],
       ["Live events", liveState],
     ];
     for (const [term, value] of pairs) meta.append(h("div", {}, h("dt", {}, term), h("dd", {}, value)));
-    readOnly = READ_ONLY.has(r.sandbox_status);
-    banner.hidden = !readOnly;
-    banner.textContent = readOnly
+    banner.hidden = !ended;
+    banner.textContent = ended
       ? `Read-only: the sandbox is ${r.sandbox_status}${why ? ` (${why})` : ""}. The transcript stays; messages, controls and the workspace are not available.`
       : "";
     for (const control of [pauseButton, interruptButton, confirmBox, sendButton, message, ...workButtons]) {
-      control.disabled = readOnly;
+      control.disabled = ended;
     }
-    confirmation.hidden = readOnly || execution !== "WAITING_FOR_CONFIRMATION";
-    for (const entry of log.pending()) entry.classList.toggle("waiting", !confirmation.hidden);
-    progress.setStatus(readOnly ? null : execution);
+    for (const entry of log.pending()) entry.classList.toggle("waiting", asking(state));
   }
+
+  function render(state, previous) {
+    if (state.missing) {
+      if (!previous.missing) {
+        clear(main).append(h("h1", {}, "Not found"), h("p", {}, "This conversation does not exist (or is not yours)."));
+      }
+      return;
+    }
+    if (state.record && (state.record !== previous.record || state.sandbox !== previous.sandbox)) {
+      showRecord(state);
+    }
+    confirmation.hidden = state.answered || !asking(state);
+    progress.setStatus(state.progress);
+    if (state.live !== previous.live) liveState.textContent = state.live;
+    deleteConfirm.hidden = !state.deleting;
+  }
+
+  const page = createStore(initialState, update, render);
 
   async function refresh() {
     try {
       const [found] = await api("/app-conversations", { query: { ids: id } });
       if (stopped) return;
       if (!found) {
-        clear(main).append(h("h1", {}, "Not found"), h("p", {}, "This conversation does not exist (or is not yours)."));
+        page.dispatch({ type: "missing" });
         return;
       }
-      record = found;
+      page.dispatch({ type: "found", record: found });
+      let sandbox;
       try {
         [sandbox] = await api("/sandboxes", { query: { id: found.sandbox_id } });
       } catch {
         sandbox = null; // the status without its reason
       }
       if (stopped) return;
-      show();
+      page.dispatch({ type: "sandbox", sandbox });
     } catch (error) {
       notify(`Could not read the conversation: ${error.message}`, "error");
     }
@@ -190,53 +276,26 @@ export function conversationPage(main, id) {
     h("section", { class: "transcript", "aria-labelledby": "events-title" },
       h("h2", { id: "events-title", class: "visually-hidden" }, "Events"), list),
     dock);
+  const newest = followNewest([list, dock]);
 
-  // Following the newest: after each change to the page, back to the bottom unless the reader
-  // scrolled up to read (coming back down follows again). Only a move up lets go: the page's own
-  // scrolls go down, and content that grew before their scroll event must not read as the reader's.
-  const atBottom = () => window.innerHeight + window.scrollY >= document.documentElement.scrollHeight - 80;
-  let lastY = window.scrollY;
-  const onScroll = () => {
-    if (atBottom()) stick = true;
-    else if (window.scrollY < lastY) stick = false;
-    lastY = window.scrollY;
-  };
-  window.addEventListener("scroll", onScroll, { passive: true });
-  let scrolling = false;
-  const follow_ = () => {
-    if (!stick || scrolling) return;
-    scrolling = true;
-    requestAnimationFrame(() => {
-      scrolling = false;
-      window.scrollTo({ top: document.documentElement.scrollHeight });
-    });
-  };
-  const growth = new MutationObserver(follow_);
-  for (const part of [list, dock]) growth.observe(part, { childList: true, subtree: true, characterData: true });
-
+  // An event of the live stream: into the transcript, and into the page's state as an action.
   let pending = null;
+  function receive(event) {
+    log.add(event);
+    page.dispatch({ type: "event", event });
+    if (event.kind === EVENT.STATE_UPDATE || event.kind === EVENT.ACTION) {
+      clearTimeout(pending);
+      pending = setTimeout(refresh, 150); // a burst of updates: one read
+    }
+    progress.render();
+  }
+
   let stop = () => {};
   const listen = () => follow(id, {
-    onEvent: (event) => {
-      log.add(event);
-      if (event.kind === "ConversationStateUpdateEvent" && event.key === "execution_status") {
-        // The live status is newer than the record read before it.
-        if (record && !readOnly) {
-          record.execution_status = event.value;
-          show();
-        } else {
-          progress.setStatus(event.value);
-        }
-      }
-      if (event.kind === "ConversationStateUpdateEvent" || event.kind === "ActionEvent") {
-        clearTimeout(pending);
-        pending = setTimeout(refresh, 150); // a burst of updates: one read
-      }
-      progress.render();
-    },
+    onEvent: receive,
     onDelta: (delta) => { log.stream(delta); progress.render(); },
-    onState: (state) => { liveState.textContent = state; },
-    onGone: () => { liveState.textContent = "the conversation was deleted"; },
+    onState: (words) => page.dispatch({ type: "live", words }),
+    onGone: () => page.dispatch({ type: "live", words: "the conversation was deleted" }),
   });
   // The record first: its working directory shortens the paths in the events.
   refresh().finally(() => { if (!stopped) stop = listen(); });
@@ -247,6 +306,6 @@ export function conversationPage(main, id) {
     progress.stop();
     clearInterval(timer);
     clearTimeout(pending);
-    window.removeEventListener("scroll", onScroll);
+    newest.stop();
   };
 }

@@ -3,9 +3,9 @@
 // row; and the form that starts one, going straight to its page (start.js follows the start).
 import { api } from "./api.js";
 import { badge, clear, cost, field, h, notify, timeElement } from "./dom.js";
-import { normalStatus } from "./progress.js";
+import { createStore } from "./store.js";
+import { SANDBOX, SANDBOX_ENDED, executionStatus, executionWord } from "./schema.js";
 
-const DEAD = new Set(["ERROR", "MISSING"]);
 const ARCHIVED = "archived";
 
 // /count answers {count} or a bare number (OpenHands' shape).
@@ -24,60 +24,102 @@ export function firstTitle(text) {
 
 const PAGE_SIZE = 20;
 
+// The list's state: where the person is in the pages, what they search, and the page last read.
+export const initialState = Object.freeze({
+  pages: [null], // page ids seen: Previous goes back one
+  position: 0,
+  title: "", // "Title contains…", as typed
+  showArchived: false,
+  listing: null, // {items, total, nextPageId}: the page last read
+});
+
+export function update(state, action) {
+  switch (action.type) {
+    case "typed": // {title}
+      return { ...state, title: action.title };
+    case "show-archived": // {on}
+      return { ...state, showArchived: action.on };
+    case "search": // the search form was sent: from the first page
+      return { ...state, pages: state.pages.slice(0, 1), position: 0 };
+    case "previous":
+      return { ...state, position: state.position - 1 };
+    case "next": {
+      const pages = [...state.pages];
+      pages[state.position + 1] = state.listing?.nextPageId ?? null;
+      return { ...state, pages, position: state.position + 1 };
+    }
+    case "listed": // {items, total, nextPageId}: a page of the list as read
+      return { ...state, listing: { items: action.items, total: action.total, nextPageId: action.nextPageId } };
+    default:
+      return state;
+  }
+}
+
+// What the list asks /app-conversations/search for in this state.
+function query(state) {
+  return { limit: PAGE_SIZE, page_id: state.pages[state.position], title__contains: state.title.trim() };
+}
+
 export function conversationsPage(main) {
   let stopped = false;
-  const pages = [null]; // page ids seen: Previous goes back one
-  let position = 0;
-  let nextPageId = null;
 
   const title = h("input", { type: "search", name: "title", placeholder: "Title contains…" });
+  title.addEventListener("input", () => page.dispatch({ type: "typed", title: title.value }));
   const showArchived = h("input", { type: "checkbox", name: "show-archived" });
-  showArchived.addEventListener("change", () => load());
+  showArchived.addEventListener("change", () => {
+    page.dispatch({ type: "show-archived", on: showArchived.checked });
+    load();
+  });
   const tbody = h("tbody");
   const count = h("p", { class: "muted", "aria-live": "polite" });
   const previous = h("button", { type: "button", disabled: true }, "Previous");
   const next = h("button", { type: "button", disabled: true }, "Next");
 
+  // The rows and the pager, drawn anew from each page read. The filter, the search and the
+  // page number take effect with the next read (each change asks for one at once), so a row
+  // never shows under a page it was not read for.
+  function render(state, before) {
+    const { listing } = state;
+    if (!listing || listing === before.listing) return;
+    clear(tbody);
+    const shown = listing.items.filter((c) => state.showArchived || !c.tags?.[ARCHIVED]);
+    for (const c of shown) tbody.append(row(c, load));
+    if (!shown.length) {
+      tbody.append(h("tr", {}, h("td", { colspan: 7, class: "muted" },
+        listing.items.length ? "Only archived conversations here." : "No conversations yet.")));
+    }
+    const n = listing.total;
+    const hidden = listing.items.length - shown.length;
+    count.textContent = `${n} conversation${n === 1 ? "" : "s"}` +
+      (n > PAGE_SIZE ? `, page ${state.position + 1}` : "") + (hidden ? ` (${hidden} archived not shown)` : "");
+    previous.disabled = state.position === 0;
+    next.disabled = !listing.nextPageId;
+  }
+
+  const page = createStore(initialState, update, render);
+
   async function load() {
-    const query = { limit: PAGE_SIZE, page_id: pages[position], title__contains: title.value.trim() };
+    const asked = query(page.state);
     try {
-      const [page, total] = await Promise.all([
-        api("/app-conversations/search", { query }),
-        api("/app-conversations/count", { query: { title__contains: query.title__contains } }),
+      const [found, total] = await Promise.all([
+        api("/app-conversations/search", { query: asked }),
+        api("/app-conversations/count", { query: { title__contains: asked.title__contains } }),
       ]);
       if (stopped) return;
-      nextPageId = page.next_page_id;
-      clear(tbody);
-      const shown = page.items.filter((c) => showArchived.checked || !c.tags?.[ARCHIVED]);
-      for (const c of shown) tbody.append(row(c, load));
-      if (!shown.length) {
-        tbody.append(h("tr", {}, h("td", { colspan: 7, class: "muted" },
-          page.items.length ? "Only archived conversations here." : "No conversations yet.")));
-      }
-      const n = countOf(total);
-      const hidden = page.items.length - shown.length;
-      count.textContent = `${n} conversation${n === 1 ? "" : "s"}` +
-        (n > PAGE_SIZE ? `, page ${position + 1}` : "") + (hidden ? ` (${hidden} archived not shown)` : "");
-      previous.disabled = position === 0;
-      next.disabled = !nextPageId;
+      page.dispatch({ type: "listed", items: found.items, total: countOf(total), nextPageId: found.next_page_id });
     } catch (error) {
       notify(`Could not list conversations: ${error.message}`, "error");
     }
   }
 
-  previous.addEventListener("click", () => { position -= 1; load(); });
-  next.addEventListener("click", () => {
-    pages[position + 1] = nextPageId;
-    position += 1;
-    load();
-  });
+  previous.addEventListener("click", () => { page.dispatch({ type: "previous" }); load(); });
+  next.addEventListener("click", () => { page.dispatch({ type: "next" }); load(); });
   const search = h("form", { class: "row", role: "search", "aria-label": "Conversations" },
     field("Search by title", title), h("button", { type: "submit" }, "Search"),
     h("label", { class: "check" }, showArchived, " Show archived"));
   search.addEventListener("submit", (event) => {
     event.preventDefault();
-    pages.length = 1;
-    position = 0;
+    page.dispatch({ type: "search" });
     load();
   });
 
@@ -133,7 +175,7 @@ function row(c, reload) {
     confirmDelete.hidden = false;
     confirmDelete.focus();
   } }, "Delete");
-  return h("tr", { dataset: { conversationId: c.id, sandboxId: c.sandbox_id }, class: DEAD.has(c.sandbox_status) ? "dead" : null },
+  return h("tr", { dataset: { conversationId: c.id, sandboxId: c.sandbox_id }, class: SANDBOX_ENDED.has(c.sandbox_status) ? "dead" : null },
     h("td", { "data-label": "Title" },
       h("a", { href: `#/conversations/${c.id}` }, name),
       archived ? [" ", badge("archived")] : null,
@@ -141,7 +183,7 @@ function row(c, reload) {
     h("td", { "data-label": "Repository" }, repository),
     h("td", { "data-label": "Sandbox" }, h("code", { class: "sandbox-id" }, c.sandbox_id)),
     h("td", { "data-label": "Sandbox status" }, badge(c.sandbox_status, "Sandbox")),
-    h("td", { "data-label": "Execution" }, badge(normalStatus(c.execution_status), "Execution")),
+    h("td", { "data-label": "Execution" }, badge(executionWord(executionStatus(c.execution_status)), "Execution")),
     h("td", { "data-label": "Cost" }, cost(c.metrics?.accumulated_cost)),
     h("td", { "data-label": "Actions", class: "actions" },
       h("button", { type: "button", class: "link", "aria-label": `${archived ? "Restore" : "Archive"} ${name}`, onclick: archive },
@@ -163,7 +205,7 @@ function startForm() {
 
   api("/sandboxes/search", { query: { limit: 100 } }).then((page) => {
     for (const s of page.items) {
-      if (s.status === "RUNNING" || s.status === "PAUSED") {
+      if (s.status === SANDBOX.RUNNING || s.status === SANDBOX.PAUSED) {
         placement.append(h("option", { value: s.id },
           `Sandbox ${s.id} (${s.status}, ${s.conversation_count} conversation${s.conversation_count === 1 ? "" : "s"})`));
       }

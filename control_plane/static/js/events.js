@@ -4,8 +4,18 @@
 import { h, when } from "./dom.js";
 import { describeAction, describeResult, folded, raw, texts } from "./actions.js";
 import { extraDetail, statusLine } from "./status.js";
-import { normalStatus } from "./progress.js";
 import { errorParts } from "./errors.js";
+import {
+  ACP_ENDED,
+  ACTION,
+  EVENT,
+  FILE_EDITOR_OBSERVATIONS,
+  OBSERVATION,
+  SOURCE,
+  STATE_KEY,
+  executionStatus,
+  executionWord,
+} from "./schema.js";
 
 // When an event happened (ms), from its timestamp; now when that is unreadable or ahead of
 // this browser's clock.
@@ -49,7 +59,7 @@ export class EventLog {
   }
 
   add(event) {
-    if (event.kind === "StreamingDeltaEvent") return this.stream(event);
+    if (event.kind === EVENT.STREAMING_DELTA) return this.stream(event);
     if (event.id && this.seen.has(event.id)) return;
     if (event.id) this.seen.add(event.id);
     this.lastAt = eventTime(event);
@@ -57,7 +67,7 @@ export class EventLog {
     this.note(event);
     const entry = this.entry(event);
     if (!entry) return;
-    if (event.source === "agent" && this.draft) {
+    if (event.source === SOURCE.AGENT && this.draft) {
       this.draft.remove();
       this.draft = null;
     }
@@ -67,7 +77,7 @@ export class EventLog {
   // Streaming text (StreamingDeltaEvents): one entry that grows, as text nodes, until the
   // agent's next stored event (its MessageEvent, or the tool call the text led to) replaces it.
   stream(event) {
-    if (event.kind === "ConversationStateUpdateEvent" && event.key === "llm_retry") {
+    if (event.kind === EVENT.STATE_UPDATE && event.key === STATE_KEY.LLM_RETRY) {
       const wait = Number(event.value?.retry_in) || 0;
       this.retry = { until: Date.now() + wait * 1000, why: String(event.value?.error || "an error") };
       return;
@@ -96,13 +106,13 @@ export class EventLog {
 
   // What the workspace panel lists: the files edited (first and last content) and commands.
   note(event) {
-    const observation = event.kind === "ObservationEvent" ? event.observation || {} : null;
+    const observation = event.kind === EVENT.OBSERVATION ? event.observation || {} : null;
     if (!observation) return;
-    if (observation.kind === "TerminalObservation" && observation.command) {
+    if (observation.kind === OBSERVATION.TERMINAL && observation.command) {
       this.commands.push({ command: observation.command, exit: observation.exit_code ?? null });
       this.liveOutput.delete(event.tool_call_id);
     }
-    if ((observation.kind === "FileEditorObservation" || observation.kind === "PlanningFileEditorObservation") &&
+    if (FILE_EDITOR_OBSERVATIONS.has(observation.kind) &&
         observation.command !== "view" && !observation.is_error && observation.path &&
         observation.new_content !== null && observation.new_content !== undefined) {
       const path = observation.path;
@@ -143,15 +153,15 @@ export class EventLog {
 
   entry(event) {
     switch (event.kind) {
-      case "MessageEvent": {
-        const who = event.source === "user" ? "You" : event.source === "agent" ? "Agent" : event.source;
+      case EVENT.MESSAGE: {
+        const who = event.source === SOURCE.USER ? "You" : event.source === SOURCE.AGENT ? "Agent" : event.source;
         return h("li", { class: `event event-message from-${event.source}` },
           h("p", { class: "who" }, who, " ", stamp(event)),
           h("p", { class: "text" }, texts(event.llm_message?.content)));
       }
-      case "ActionEvent": {
+      case EVENT.ACTION: {
         const thought = texts(event.thought) || event.summary;
-        if (event.action?.kind === "FinishAction") {
+        if (event.action?.kind === ACTION.FINISH) {
           // The agent's answer: a message, not a tool call.
           const entry = h("li", { class: "event event-message from-agent finish", dataset: { actionId: event.id } },
             h("p", { class: "who" }, "Agent ", stamp(event)),
@@ -173,9 +183,9 @@ export class EventLog {
         this.showLive(entry);
         return entry;
       }
-      case "ObservationEvent":
-      case "AgentErrorEvent":
-      case "UserRejectObservation": {
+      case EVENT.OBSERVATION:
+      case EVENT.AGENT_ERROR:
+      case EVENT.USER_REJECT: {
         const target = this.actions.get(event.action_id) ||
           [...this.actions.values()].find((e) => e.dataset.callId === event.tool_call_id);
         const result = describeResult(event);
@@ -189,7 +199,7 @@ export class EventLog {
         }
         return result ? h("li", { class: "event event-result" }, result) : null;
       }
-      case "ACPToolCallEvent": {
+      case EVENT.ACP_TOOL_CALL: {
         // One entry per call, updated as its status changes.
         const shown = this.acp.get(event.tool_call_id);
         const entry = h("li", { class: `event event-action${event.is_error ? " failed" : ""}`, dataset: { callId: event.tool_call_id, tool: event.tool_kind || "acp" } },
@@ -198,7 +208,7 @@ export class EventLog {
           event.raw_input ? h("pre", { class: "call" }, typeof event.raw_input === "string" ? event.raw_input : JSON.stringify(event.raw_input, null, 2)) : null,
           event.raw_output ? folded(typeof event.raw_output === "string" ? event.raw_output : JSON.stringify(event.raw_output, null, 2)) : null,
           raw(event));
-        if (event.status === "completed" || event.status === "failed") entry.dataset.done = "1";
+        if (ACP_ENDED.has(event.status)) entry.dataset.done = "1";
         this.acp.set(event.tool_call_id, entry);
         if (shown) {
           shown.replaceWith(entry);
@@ -206,40 +216,40 @@ export class EventLog {
         }
         return entry;
       }
-      case "ConversationErrorEvent":
-      case "ServerErrorEvent":
+      case EVENT.CONVERSATION_ERROR:
+      case EVENT.SERVER_ERROR:
         return h("li", { class: "event event-error", role: "note" },
           h("p", { class: "who" }, "Error ", h("code", {}, event.code), " ", stamp(event)),
           errorParts(event.detail));
-      case "ConversationStateUpdateEvent": {
-        if (event.key === "sandbox_status") return sandboxNotice(event);
+      case EVENT.STATE_UPDATE: {
+        if (event.key === STATE_KEY.SANDBOX_STATUS) return sandboxNotice(event);
         let status = null;
-        if (event.key === "execution_status") status = normalStatus(event.value);
-        else if (event.key === "full_state" && event.value && typeof event.value === "object") {
-          status = normalStatus(event.value.execution_status);
+        if (event.key === STATE_KEY.EXECUTION_STATUS) status = executionStatus(event.value);
+        else if (event.key === STATE_KEY.FULL_STATE && event.value && typeof event.value === "object") {
+          status = executionStatus(event.value.execution_status);
         }
         if (!status || status === this.lastStatus) return null;
         this.lastStatus = status;
-        return h("li", { class: "event event-state" }, "State: ", h("strong", {}, String(status)), " ", stamp(event));
+        return h("li", { class: "event event-state" }, "State: ", h("strong", {}, executionWord(status)), " ", stamp(event));
       }
-      case "PauseEvent":
+      case EVENT.PAUSE:
         return h("li", { class: "event event-state" }, "Paused by the user ", stamp(event));
-      case "InterruptEvent":
+      case EVENT.INTERRUPT:
         return h("li", { class: "event event-state" }, "Interrupted by the user ", stamp(event));
-      case "SystemPromptEvent":
+      case EVENT.SYSTEM_PROMPT:
         return h("li", { class: "event event-system" },
           h("details", {}, h("summary", {}, `System prompt and ${(event.tools || []).length} tools`),
             h("pre", { class: "output" }, event.system_prompt?.text || "")));
-      case "Condensation":
-      case "CondensationSummaryEvent":
+      case EVENT.CONDENSATION:
+      case EVENT.CONDENSATION_SUMMARY:
         return h("li", { class: "event event-state" }, "The history was condensed ", stamp(event));
-      case "HookExecutionEvent":
+      case EVENT.HOOK_EXECUTION:
         return h("li", { class: "event event-state" },
           `Hook ${event.hook_event_type}: `, h("code", {}, event.hook_command),
           event.blocked ? " (blocked)" : event.success ? "" : " (failed)");
-      case "LLMCompletionLogEvent":
-      case "TokenEvent":
-      case "CondensationRequest":
+      case EVENT.LLM_COMPLETION_LOG:
+      case EVENT.TOKEN:
+      case EVENT.CONDENSATION_REQUEST:
         return null;
       default:
         return h("li", { class: "event event-state" }, event.kind || "event", " ", stamp(event));

@@ -2,6 +2,7 @@
 // long: calling the model, the model writing, running a command (its output so far shows in
 // the command's own entry), waiting for your approval. Redrawn each second from the event log's state.
 import { h } from "./dom.js";
+import { EXECUTION, TERMINAL_TOOL, executionStatus } from "./schema.js";
 
 export function elapsed(ms) {
   const seconds = Math.max(0, Math.floor(ms / 1000));
@@ -11,10 +12,8 @@ export function elapsed(ms) {
   return `${Math.floor(minutes / 60)} h ${String(minutes % 60).padStart(2, "0")} min`;
 }
 
-export function normalStatus(value) {
-  return value ? String(value).toUpperCase() : null;
-}
-
+// The line's own state: the execution status it was last given (in the wire's case) and since
+// when the agent has been working; what it says is read from the event log at each redraw.
 export class Progress {
   constructor(log) {
     this.log = log;
@@ -28,9 +27,11 @@ export class Progress {
   }
 
   setStatus(value) {
-    const status = normalStatus(value);
+    const status = executionStatus(value);
     if (status === this.status) return;
-    if (status === "RUNNING" && this.status !== "RUNNING") this.workingSince = this.log.lastAt || Date.now();
+    if (status === EXECUTION.RUNNING && this.status !== EXECUTION.RUNNING) {
+      this.workingSince = this.log.lastAt || Date.now();
+    }
     this.status = status;
     this.render();
   }
@@ -41,19 +42,20 @@ export class Progress {
 
   render() {
     const now = Date.now();
-    const busy = this.status === "RUNNING" || this.status === "WAITING_FOR_CONFIRMATION";
+    const busy =
+      this.status === EXECUTION.RUNNING || this.status === EXECUTION.WAITING_FOR_CONFIRMATION;
     this.element.hidden = !busy;
     if (!busy) return;
     let what;
     let since;
     const pending = this.log.pending();
-    if (this.status === "WAITING_FOR_CONFIRMATION") {
+    if (this.status === EXECUTION.WAITING_FOR_CONFIRMATION) {
       what = "Waiting for your approval";
       since = this.log.lastAt;
     } else if (pending.length) {
       const entry = pending[pending.length - 1];
       const title = entry.getAttribute("aria-label") || "a tool";
-      what = entry.dataset.tool === "terminal"
+      what = entry.dataset.tool === TERMINAL_TOOL
         ? `Running a command: ${entry.querySelector(".call")?.textContent || ""}`
         : `Running: ${title}`;
       since = Number(entry.dataset.at) || this.log.lastAt;

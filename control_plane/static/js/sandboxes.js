@@ -7,45 +7,67 @@ import { api } from "./api.js";
 import { append, badge, clear, field, h, notify, timeElement } from "./dom.js";
 import { fillNetwork, networkFieldset, policyWords, readNetwork, refusalLine, showProblems } from "./network.js";
 import { extraDetail, statusLine } from "./status.js";
+import { createStore } from "./store.js";
+import { SANDBOX } from "./schema.js";
 
-const LIVE = new Set(["RUNNING", "PAUSED", "STARTING"]);
+// The page's state: the list as last read. Reads are numbered; an answer older than the one
+// drawn is dropped (a slow read must not bring back a sandbox just deleted).
+export const initialState = Object.freeze({
+  shown: 0, // the number of the read drawn
+  sandboxes: null, // its sandboxes, in its order
+  conversations: [], // the user's conversations, to list each sandbox's
+});
+
+export function update(state, action) {
+  switch (action.type) {
+    case "listed": // {read, sandboxes, conversations}
+      if (action.read < state.shown) return state;
+      return { shown: action.read, sandboxes: action.sandboxes, conversations: action.conversations };
+    default:
+      return state;
+  }
+}
 
 export function sandboxesPage(main) {
   let stopped = false;
-  let asked = 0; // reads of the list, numbered: an answer older than the one shown is dropped
-  let shown = 0;
-  const cards = new Map(); // sandbox id -> its card ({element, update})
+  let asked = 0; // reads of the list, numbered
+  const cards = new Map(); // sandbox id -> its card ({element, show}): drawn once, then updated
   const list = h("ul", { class: "sandboxes", "aria-label": "Sandboxes" });
   const empty = h("li", { class: "muted" }, "No sandboxes yet.");
   main.append(h("h1", {}, "Sandboxes"),
     h("p", { class: "muted" }, "Pausing or deleting a sandbox affects every conversation in it."),
     list);
 
+  function render(state) {
+    const ids = new Set(state.sandboxes.map((sandbox) => sandbox.id));
+    for (const [id, card] of cards) {
+      if (ids.has(id)) continue;
+      card.element.remove();
+      cards.delete(id);
+    }
+    if (!state.sandboxes.length) list.replaceChildren(empty);
+    else empty.remove();
+    state.sandboxes.forEach((sandbox, i) => {
+      let card = cards.get(sandbox.id);
+      if (!card) cards.set(sandbox.id, (card = sandboxCard(sandbox.id, load)));
+      card.show(sandbox, state.conversations.filter((c) => c.sandbox_id === sandbox.id));
+      // In the answer's order, moving only a card out of place (a move takes the focus away).
+      const here = list.children[i];
+      if (here !== card.element) list.insertBefore(card.element, here || null);
+    });
+  }
+
+  const page = createStore(initialState, update, render);
+
   async function load() {
-    const mine = ++asked;
+    const read = ++asked;
     try {
-      const [page, conversations] = await Promise.all([
+      const [found, conversations] = await Promise.all([
         api("/sandboxes/search", { query: { limit: 100 } }),
         api("/app-conversations/search", { query: { limit: 100 } }),
       ]);
-      if (stopped || mine < shown) return;
-      shown = mine;
-      const ids = new Set(page.items.map((sandbox) => sandbox.id));
-      for (const [id, card] of cards) {
-        if (ids.has(id)) continue;
-        card.element.remove();
-        cards.delete(id);
-      }
-      if (!page.items.length) list.replaceChildren(empty);
-      else empty.remove();
-      page.items.forEach((sandbox, i) => {
-        let card = cards.get(sandbox.id);
-        if (!card) cards.set(sandbox.id, (card = sandboxCard(sandbox.id, load)));
-        card.update(sandbox, conversations.items.filter((c) => c.sandbox_id === sandbox.id));
-        // In the answer's order, moving only a card out of place (a move takes the focus away).
-        const here = list.children[i];
-        if (here !== card.element) list.insertBefore(card.element, here || null);
-      });
+      if (stopped) return;
+      page.dispatch({ type: "listed", read, sandboxes: found.items, conversations: conversations.items });
     } catch (error) {
       if (!stopped) notify(`Could not list sandboxes: ${error.message}`, "error");
     }
@@ -56,11 +78,45 @@ export function sandboxesPage(main) {
   return () => { stopped = true; clearInterval(timer); };
 }
 
-// One sandbox's card. `update` redraws what the sandbox's record says when it changed; the
-// forms in it (network, delete) are made once and left as they are.
+// A card's state: the sandbox's record and its conversations as last read, and what is open
+// in it. The forms in it (network, delete) are made once and keep what is typed in them.
+export const cardState = Object.freeze({
+  sandbox: null,
+  conversations: [],
+  editing: false, // the network editor is open
+  saving: null, // the network editor's line: null, "Saving…" or why it was not saved
+  checking: false, // "What was refused" is open
+  refused: null, // what was refused: {reading}, {error} or GET /sandboxes/{id}/network's answer
+});
+
+// Whether a sandbox in this status can be changed (not ERROR or MISSING).
+function live(sandbox) {
+  return [SANDBOX.RUNNING, SANDBOX.PAUSED, SANDBOX.STARTING].includes(sandbox.status);
+}
+
+export function updateCard(state, action) {
+  switch (action.type) {
+    case "read": { // {sandbox, conversations}
+      const next = { ...state, sandbox: action.sandbox, conversations: action.conversations };
+      // Nothing of the network applies to a sandbox in ERROR or MISSING any more.
+      return live(action.sandbox) ? next : { ...next, editing: false, checking: false };
+    }
+    case "edit":
+      return { ...state, editing: true, saving: null };
+    case "close-editor":
+      return { ...state, editing: false };
+    case "saving": // {words}: the editor's line (null: none)
+      return { ...state, saving: action.words };
+    case "check": // "What was refused" opened or closed
+      return { ...state, checking: !state.checking };
+    case "refused": // {refused}
+      return { ...state, refused: action.refused };
+    default:
+      return state;
+  }
+}
+
 function sandboxCard(id, reload) {
-  let sandbox = null;
-  let conversations = [];
   let drawn = ""; // the record drawn, as JSON
   const titleId = `sandbox-${id}`;
   const view = h("div");
@@ -90,17 +146,13 @@ function sandboxCard(id, reload) {
     "aria-describedby": titleId, onclick: () => (editor.hidden ? openEditor() : closeEditor()) }, "Network");
 
   function openEditor() {
-    fillNetwork(fieldset, sandbox.network_policy);
-    saved.textContent = "";
-    editor.hidden = false;
-    networkButton.setAttribute("aria-expanded", "true");
+    card.dispatch({ type: "edit" });
     fieldset.querySelector("input:checked")?.focus();
   }
 
   // `focus`: back to the Network button (when the focus was in the editor, not elsewhere).
   function closeEditor(focus = editor.contains(document.activeElement)) {
-    editor.hidden = true;
-    networkButton.setAttribute("aria-expanded", "false");
+    card.dispatch({ type: "close-editor" });
     if (focus) networkButton.focus();
   }
 
@@ -108,17 +160,17 @@ function sandboxCard(id, reload) {
     event.preventDefault();
     const focused = editor.contains(document.activeElement); // before Save is disabled, which drops it
     showProblems(fieldset, null, []);
-    saved.textContent = "Saving…";
+    card.dispatch({ type: "saving", words: "Saving…" });
     saveNetwork.disabled = true;
     try {
       const changed = await api(`/sandboxes/${id}`, { method: "PATCH", body: { network_policy: readNetwork(fieldset) } });
-      update(changed, conversations);
+      card.dispatch({ type: "read", sandbox: changed, conversations: card.state.conversations });
       closeEditor(focused);
       notify(`Sandbox ${id}: ${policyWords(changed.network_policy)}.`);
       reload();
     } catch (error) {
-      saved.textContent = showProblems(fieldset, error, ["body", "network_policy"])
-        ? "Not saved: a rule was refused." : `Could not change its network: ${error.message}`;
+      card.dispatch({ type: "saving", words: showProblems(fieldset, error, ["body", "network_policy"])
+        ? "Not saved: a rule was refused." : `Could not change its network: ${error.message}` });
     } finally {
       saveNetwork.disabled = false;
     }
@@ -129,33 +181,21 @@ function sandboxCard(id, reload) {
   const refusedList = h("ul", { class: "refused", "aria-label": "Refused in the last ten minutes" });
   const refusals = h("div", { class: "refusals", id: `${titleId}-refused`, hidden: true },
     h("div", { "aria-live": "polite" }, refusedSummary, refusedList),
-    h("button", { type: "button", class: "link", onclick: () => showRefused() }, "Check again"));
+    h("button", { type: "button", class: "link", onclick: () => checkRefused() }, "Check again"));
   const refusedButton = h("button", { type: "button", "aria-expanded": "false", "aria-controls": refusals.id,
-    "aria-describedby": titleId, onclick: () => toggleRefused() }, "What was refused");
+    "aria-describedby": titleId, onclick: () => {
+      if (card.dispatch({ type: "check" }).checking) checkRefused();
+    } }, "What was refused");
 
-  function toggleRefused() {
-    refusals.hidden = !refusals.hidden;
-    refusedButton.setAttribute("aria-expanded", String(!refusals.hidden));
-    if (!refusals.hidden) showRefused();
-  }
-
-  async function showRefused() {
-    refusedSummary.textContent = "Reading…";
-    clear(refusedList);
+  async function checkRefused() {
+    card.dispatch({ type: "refused", refused: { reading: true } });
+    let refused;
     try {
-      const state = await api(`/sandboxes/${id}/network`);
-      if (!state.enforced) {
-        refusedSummary.textContent = "Nothing holds this sandbox to its policy: this control plane "
-          + "runs it without a network boundary.";
-      } else {
-        const n = state.refused ?? 0;
-        refusedSummary.textContent = `${n} connection${n === 1 ? "" : "s"} refused while it ran`
-          + (state.recent.length ? "; the latest, in the last ten minutes:" : "; none in the last ten minutes.");
-      }
-      for (const refusal of state.recent) refusedList.append(h("li", {}, refusalLine(refusal)));
+      refused = await api(`/sandboxes/${id}/network`);
     } catch (error) {
-      refusedSummary.textContent = `Could not read what was refused: ${error.message}`;
+      refused = { error: error.message };
     }
+    card.dispatch({ type: "refused", refused });
   }
 
   const confirmInput = h("input", { name: "confirm-id", autocomplete: "off", spellcheck: "false" });
@@ -184,10 +224,9 @@ function sandboxCard(id, reload) {
     h("div", { class: "row" }, pause, resume, networkButton, refusedButton),
     editor, refusals, removal);
 
-  function update(next, itsConversations) {
-    sandbox = next;
-    conversations = itsConversations;
-    const said = JSON.stringify([next, itsConversations.map((c) => [c.id, c.title])]);
+  // The record's part, redrawn only when what it shows changed.
+  function showRecord({ sandbox: next, conversations: its }) {
+    const said = JSON.stringify([next, its.map((c) => [c.id, c.title])]);
     if (said === drawn) return;
     drawn = said;
     append(clear(view), [
@@ -199,22 +238,48 @@ function sandboxCard(id, reload) {
         h("div", {}, h("dt", {}, "Pauses when idle at"), h("dd", {}, timeElement(next.pause_at))),
         h("div", {}, h("dt", {}, "Deleted at"), h("dd", {}, timeElement(next.delete_at))),
         next.disk ? h("div", {}, h("dt", {}, "Disk"), h("dd", {}, diskWords(next.disk))) : null),
-      itsConversations.length ? h("ul", { class: "inline", "aria-label": "Its conversations" },
-        itsConversations.map((c) => h("li", {}, h("a", { href: `#/conversations/${c.id}` },
+      its.length ? h("ul", { class: "inline", "aria-label": "Its conversations" },
+        its.map((c) => h("li", {}, h("a", { href: `#/conversations/${c.id}` },
           c.title || `Conversation ${c.id.slice(0, 8)}`)))) : null]);
     clear(policy).append(h("span", { class: "label" }, "Network: "), policyWords(next.network_policy));
-    const live = LIVE.has(next.status);
-    pause.hidden = next.status !== "RUNNING";
-    resume.hidden = next.status !== "PAUSED";
-    networkButton.hidden = refusedButton.hidden = removal.hidden = !live;
-    if (!live) { // nothing of these applies to a sandbox in ERROR or MISSING any more
-      closeEditor(false);
-      refusals.hidden = true;
-      refusedButton.setAttribute("aria-expanded", "false");
+    const changeable = live(next);
+    pause.hidden = next.status !== SANDBOX.RUNNING;
+    resume.hidden = next.status !== SANDBOX.PAUSED;
+    networkButton.hidden = refusedButton.hidden = removal.hidden = !changeable;
+  }
+
+  function showRefused(refused) {
+    clear(refusedList);
+    if (refused.reading) {
+      refusedSummary.textContent = "Reading…";
+    } else if (refused.error !== undefined) {
+      refusedSummary.textContent = `Could not read what was refused: ${refused.error}`;
+    } else {
+      if (!refused.enforced) {
+        refusedSummary.textContent = "Nothing holds this sandbox to its policy: this control plane "
+          + "runs it without a network boundary.";
+      } else {
+        const n = refused.refused ?? 0;
+        refusedSummary.textContent = `${n} connection${n === 1 ? "" : "s"} refused while it ran`
+          + (refused.recent.length ? "; the latest, in the last ten minutes:" : "; none in the last ten minutes.");
+      }
+      for (const refusal of refused.recent) refusedList.append(h("li", {}, refusalLine(refusal)));
     }
   }
 
-  return { element, update };
+  function render(state, previous) {
+    if (state.sandbox !== previous.sandbox || state.conversations !== previous.conversations) showRecord(state);
+    if (state.editing && !previous.editing) fillNetwork(fieldset, state.sandbox.network_policy);
+    editor.hidden = !state.editing;
+    networkButton.setAttribute("aria-expanded", String(state.editing));
+    if (state.saving !== previous.saving) saved.textContent = state.saving ?? "";
+    refusals.hidden = !state.checking;
+    refusedButton.setAttribute("aria-expanded", String(state.checking));
+    if (state.refused && state.refused !== previous.refused) showRefused(state.refused);
+  }
+
+  const card = createStore(cardState, updateCard, render);
+  return { element, show: (sandbox, conversations) => card.dispatch({ type: "read", sandbox, conversations }) };
 }
 
 /** "1.2 GiB of 8 GiB used (15 %)": what the sandbox's own filesystem holds. */

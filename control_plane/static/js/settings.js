@@ -6,21 +6,47 @@ import { api } from "./api.js";
 import { clear, cost, field, h, notify } from "./dom.js";
 import { explain, problemsAt } from "./errors.js";
 import { fillNetwork, networkFieldset, readNetwork, showProblems } from "./network.js";
+import { createStore } from "./store.js";
+import { GROUPING, TOOL_WORDS } from "./schema.js";
 
-const STRATEGIES = [
-  ["NO_GROUPING", "No grouping", "A new sandbox for each conversation"],
-  ["GROUP_BY_NEWEST", "Group by newest", "The newest available sandbox"],
-  ["LEAST_RECENTLY_USED", "Least recently used", "The least recently used available sandbox"],
-  ["FEWEST_CONVERSATIONS", "Fewest conversations", "The available sandbox with the fewest conversations"],
-  ["ADD_TO_ANY", "Add to any", "The first available sandbox"],
-];
-const TOOLS = [
-  ["terminal", "Terminal"], ["file_editor", "File editor"], ["task_tracker", "Task tracker"],
-  ["browser_tool_set", "Browser"],
-];
+// The page's state: the settings as stored (the form is filled from them, then holds what is
+// typed until Save), the secrets' names, and what the page read or tried besides. The form's
+// fields are not in it: they are the person's draft, read when it is sent.
+export const initialState = Object.freeze({
+  ready: false, // the stored settings are in the form (or could not be read): it can be typed in
+  stored: null, // GET /settings, or a save's answer
+  secretNames: [],
+  saving: false,
+  test: null, // "Test connection": {testing}, {result} (POST /settings/llm-check) or {error}
+  usage: null, // today's use (GET /llm-usage) or {error}
+  models: [], // the model names litellm knows, suggested in the model field
+});
+
+export function update(state, action) {
+  switch (action.type) {
+    case "stored": // {settings}
+      return { ...state, ready: true, stored: action.settings, secretNames: action.settings.secret_names || [] };
+    case "unreadable": // the settings could not be read: the form is open anyway
+      return { ...state, ready: true };
+    case "secrets": // {names}: the secrets stored after a change of them
+      return { ...state, secretNames: action.names };
+    case "saving":
+      return { ...state, saving: true };
+    case "saved": // the save ended, saved or not
+      return { ...state, saving: false };
+    case "test": // {test}
+      return { ...state, test: action.test };
+    case "usage": // {usage}
+      return { ...state, usage: action.usage };
+    case "models": // {models}
+      return { ...state, models: action.models };
+    default:
+      return state;
+  }
+}
 
 export function settingsPage(main) {
-  const strategies = STRATEGIES.map(([value, label, hint]) => {
+  const strategies = GROUPING.map(([value, label, hint]) => {
     const input = h("input", { type: "radio", name: "grouping_strategy", value, id: `g-${value}`,
       "aria-describedby": `g-${value}-hint` });
     return [input, h("div", { class: "choice" }, input,
@@ -40,7 +66,7 @@ export function settingsPage(main) {
   const keyState = h("span", { class: "muted" });
   const clearKey = h("input", { type: "checkbox", name: "clear_key" });
   const stream = h("input", { type: "checkbox", name: "llm_stream", id: "llm-stream" });
-  const tools = TOOLS.map(([value, label]) => {
+  const tools = TOOL_WORDS.map(([value, label]) => {
     const input = h("input", { type: "checkbox", name: "default_tools", value, id: `t-${value}` });
     return [input, h("div", { class: "choice" }, input, h("label", { for: input.id }, label))];
   });
@@ -103,6 +129,7 @@ export function settingsPage(main) {
   const enable = (on) => { for (const control of controls) control.disabled = !on; };
   enable(false);
 
+  // The stored settings into the form: what it shows until someone types.
   function fill(settings) {
     for (const [input] of strategies) input.checked = input.value === settings.grouping_strategy;
     model.value = settings.llm_model || "";
@@ -117,8 +144,6 @@ export function settingsPage(main) {
     fillNetwork(network, settings.network_policy);
     budget.value = settings.llm_daily_budget_usd ?? "";
     perMinute.value = settings.llm_requests_per_minute ?? "";
-    showSecrets(settings.secret_names || []);
-    enable(true);
   }
 
   function showSecrets(names) {
@@ -130,10 +155,65 @@ export function settingsPage(main) {
     }
   }
 
+  // "Test connection"'s line: testing, what the check answered, or why it could not run.
+  function showTest(test) {
+    if (test.testing) {
+      testResult.className = "test-result";
+      testResult.textContent = "Testing…";
+    } else if (test.error !== undefined) {
+      testResult.className = "test-result error";
+      testResult.textContent = `Could not test: ${test.error}`;
+    } else if (test.result.ok) {
+      testResult.className = "test-result ok";
+      testResult.textContent = `Connected: ${test.result.model} answered.`;
+    } else {
+      const known = explain(test.result.detail);
+      testResult.className = "test-result error";
+      testResult.textContent = known ? `${known.words} ` : "The model could not be reached. ";
+      testResult.append(h("span", { class: "muted" }, test.result.detail));
+    }
+  }
+
+  // Today's use through the control plane's LLM gateway, and the limits that hold.
+  function showUsage(used) {
+    if (used.error !== undefined) {
+      usage.textContent = `Could not read today's use: ${used.error}`;
+      return;
+    }
+    const today = used.today;
+    const count = (n, one) => `${Number(n).toLocaleString()} ${one}${n === 1 ? "" : "s"}`;
+    const limits = [
+      used.daily_budget_usd === null ? null : `$${Number(used.daily_budget_usd).toFixed(2)} a day`,
+      used.requests_per_minute === null ? null : `${count(used.requests_per_minute, "request")} a minute`,
+    ].filter(Boolean);
+    clear(usage).append(h("strong", {}, "Today (UTC): "),
+      `${count(today.requests, "request")}, `,
+      `${count(today.prompt_tokens + today.completion_tokens, "token")} `,
+      `(${today.prompt_tokens.toLocaleString()} in, ${today.completion_tokens.toLocaleString()} out), `,
+      `${cost(today.cost_usd)}. `,
+      limits.length ? `Limits that hold (yours, or the deployment's where smaller): ${limits.join(", ")}.`
+        : "No limit holds.");
+  }
+
+  function render(state, previous) {
+    if (state.stored !== previous.stored) fill(state.stored);
+    if (state.secretNames !== previous.secretNames) showSecrets(state.secretNames);
+    if (state.ready !== previous.ready) enable(state.ready);
+    save.disabled = !state.ready || state.saving;
+    if (state.test !== previous.test) showTest(state.test);
+    testButton.disabled = !state.ready || Boolean(state.test?.testing);
+    if (state.usage !== previous.usage) showUsage(state.usage);
+    if (state.models !== previous.models) {
+      for (const name of state.models) suggestions.append(h("option", { value: name }));
+    }
+  }
+
+  const page = createStore(initialState, update, render);
+
   async function patchSecrets(secretsChange, done) {
     try {
       const saved = await api("/settings", { method: "PATCH", body: { secrets: secretsChange } });
-      showSecrets(saved.secret_names || []);
+      page.dispatch({ type: "secrets", names: saved.secret_names || [] });
       notify(done);
       return true;
     } catch (error) {
@@ -161,47 +241,24 @@ export function settingsPage(main) {
     if (baseUrl.value.trim()) body.llm_base_url = baseUrl.value.trim();
     else body.llm_base_url = null;
     if (apiKey.value) body.llm_api_key = apiKey.value;
-    testButton.disabled = true;
-    testResult.className = "test-result";
-    testResult.textContent = "Testing…";
+    page.dispatch({ type: "test", test: { testing: true } });
+    let test;
     try {
-      const result = await api("/settings/llm-check", { method: "POST", body });
-      testResult.className = `test-result ${result.ok ? "ok" : "error"}`;
-      if (result.ok) {
-        testResult.textContent = `Connected: ${result.model} answered.`;
-      } else {
-        const known = explain(result.detail);
-        testResult.textContent = known ? `${known.words} ` : "The model could not be reached. ";
-        testResult.append(h("span", { class: "muted" }, result.detail));
-      }
+      test = { result: await api("/settings/llm-check", { method: "POST", body }) };
     } catch (error) {
-      testResult.className = "test-result error";
-      testResult.textContent = `Could not test: ${error.message}`;
-    } finally {
-      testButton.disabled = false;
+      test = { error: error.message };
     }
+    page.dispatch({ type: "test", test });
   }
 
-  // Today's use through the control plane's LLM gateway, and the limits that hold.
-  async function showUsage() {
+  async function readUsage() {
+    let used;
     try {
-      const used = await api("/llm-usage", { query: { days: 1 } });
-      const today = used.today;
-      const count = (n, one) => `${Number(n).toLocaleString()} ${one}${n === 1 ? "" : "s"}`;
-      const limits = [
-        used.daily_budget_usd === null ? null : `$${Number(used.daily_budget_usd).toFixed(2)} a day`,
-        used.requests_per_minute === null ? null : `${count(used.requests_per_minute, "request")} a minute`,
-      ].filter(Boolean);
-      clear(usage).append(h("strong", {}, "Today (UTC): "),
-        `${count(today.requests, "request")}, `,
-        `${count(today.prompt_tokens + today.completion_tokens, "token")} `,
-        `(${today.prompt_tokens.toLocaleString()} in, ${today.completion_tokens.toLocaleString()} out), `,
-        `${cost(today.cost_usd)}. `,
-        limits.length ? `Limits that hold (yours, or the deployment's where smaller): ${limits.join(", ")}.`
-          : "No limit holds.");
+      used = await api("/llm-usage", { query: { days: 1 } });
     } catch (error) {
-      usage.textContent = `Could not read today's use: ${error.message}`;
+      used = { error: error.message };
     }
+    page.dispatch({ type: "usage", usage: used });
   }
 
   // A 422's problems with the limits, next to their fields; whether there were any.
@@ -219,13 +276,12 @@ export function settingsPage(main) {
 
   const number = (input) => (input.value.trim() === "" ? null : Number(input.value));
 
-  showUsage();
-  api("/settings/llm-models").then((found) => {
-    for (const name of found.models) suggestions.append(h("option", { value: name }));
-  }).catch(() => {});
+  readUsage();
+  api("/settings/llm-models").then((found) => page.dispatch({ type: "models", models: found.models }))
+    .catch(() => {});
 
-  api("/settings").then(fill).catch((error) => {
-    enable(true);
+  api("/settings").then((settings) => page.dispatch({ type: "stored", settings })).catch((error) => {
+    page.dispatch({ type: "unreadable" });
     notify(`Could not read the settings: ${error.message}`, "error");
   });
 
@@ -246,19 +302,19 @@ export function settingsPage(main) {
     if (!body.grouping_strategy) delete body.grouping_strategy;
     if (apiKey.value) body.llm_api_key = apiKey.value;
     else if (clearKey.checked) body.llm_api_key = null;
-    save.disabled = true;
+    page.dispatch({ type: "saving" });
     showProblems(network, null, []);
     showLimitProblems(null);
     try {
-      fill(await api("/settings", { method: "PATCH", body }));
+      page.dispatch({ type: "stored", settings: await api("/settings", { method: "PATCH", body }) });
       notify("Settings saved.");
-      showUsage();
+      readUsage();
     } catch (error) {
       const marked = [showLimitProblems(error), showProblems(network, error, ["body", "network_policy"])];
       notify(marked.some(Boolean) ? "Nothing was saved: a value was refused (said next to its field)."
         : `Could not save: ${error.message}`, "error");
     } finally {
-      save.disabled = false;
+      page.dispatch({ type: "saved" });
     }
   });
   return null;
