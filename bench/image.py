@@ -25,7 +25,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from control_plane.providers.containers import USER  # noqa: E402
-from control_plane.providers.docker.provider import tmpfs  # noqa: E402
+from control_plane.providers.docker.container import tmpfs  # noqa: E402
 from control_plane.sandboxes.provider import DEFAULT_LIMITS  # noqa: E402
 from tests.support import docker as docker_support  # noqa: E402
 

@@ -29,7 +29,8 @@ from control_plane import start_tasks  # noqa: E402
 from control_plane.agent_client import AgentClient  # noqa: E402
 from control_plane.providers.process import provider as process  # noqa: E402
 from control_plane.providers.process import template  # noqa: E402
-from control_plane.sandboxes import service  # noqa: E402
+from control_plane.providers.process.start import Starter  # noqa: E402
+from control_plane.sandboxes import starts  # noqa: E402
 from control_plane.store import tasks  # noqa: E402
 from tests.control_plane.support import ControlPlane, configure_llm, make_config  # noqa: E402
 from tests.support.llm import ScriptedLLM, call  # noqa: E402
@@ -62,14 +63,14 @@ def instrument() -> None:
     timed(tasks, "insert", "task row stored", begin=False)
     timed(start_tasks.StartTaskService, "_place", "placed (sandbox row, conversation row)")
     timed(process.ProcessProvider, "create", "provider.create")
-    timed(process.ProcessProvider, "_made", "bubblewrap made the sandbox")
+    timed(Starter, "_made", "bubblewrap made the sandbox")
     timed(template.Template, "fork", "template forked the server")
-    timed(process.ProcessProvider, "_wait_ready", "ready file seen")  # a spawned server
-    if hasattr(process.ProcessProvider, "_said_ready"):  # a forked server's ready pipe
-        timed(process.ProcessProvider, "_said_ready", "ready pipe read")
-    timed(process.ProcessProvider, "_wait_alive", "/alive answered")
-    timed(service.SandboxService, "_started", "RUNNING stored", begin=False)
-    timed(service.SandboxService, "wait_running", "wait_running returned", begin=False)
+    timed(Starter, "_wait_ready", "ready file seen")  # a spawned server
+    if hasattr(Starter, "_said_ready"):  # a forked server's ready pipe
+        timed(Starter, "_said_ready", "ready pipe read")
+    timed(Starter, "_wait_alive", "/alive answered")
+    timed(starts.Starts, "_started", "RUNNING stored", begin=False)
+    timed(starts.Starts, "wait_running", "wait_running returned", begin=False)
     timed(AgentClient, "create_conversation", "conversation created")
     original_set = tasks.set_status
 

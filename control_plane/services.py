@@ -33,6 +33,7 @@ from control_plane.providers.process import cgroups, gvisor
 from control_plane.providers.process.disks import Disks
 from control_plane.providers.process.isolation import Isolation, IsolationUnavailable, choose
 from control_plane.providers.process.provider import SPEC, ProcessProvider
+from control_plane.providers.process.settings import ProcessSettings
 from control_plane.providers.process.template import Template
 from control_plane.relay import Bell
 from control_plane.runs import Runs
@@ -184,47 +185,16 @@ def build_provider(
     """The provider `sandbox_provider` names (the Docker SDK is loaded only when one of its two
     is chosen)."""
     if config.sandbox_provider in ("docker", "swarm"):
-        from control_plane.providers.containers import plane_label
-
-        archives, plane = config.state_dir / "archives", plane_label(config.db_url)
         if config.sandbox_provider == "swarm":
             from control_plane.providers.swarm.provider import SwarmProvider
+            from control_plane.providers.swarm.settings import SwarmSettings
 
             fence = None if fences is None else swarm_fence(config, fences)
-            return SwarmProvider(
-                archives,
-                image=config.sandbox_image,
-                plane=plane,
-                fence=fence,
-                docker_url=config.docker_url,
-                network=config.swarm_network,
-                constraints=config.swarm_constraints,
-                cpu_reservation=config.swarm_cpu_reservation,
-                memory_reservation=int(config.swarm_memory_reservation),
-                limits=limits(config),
-                start_timeout=config.sandbox_start_timeout,
-                placement_timeout=config.swarm_placement_timeout,
-                stop_grace=config.sandbox_stop_grace,
-                node_socket=config.swarm_node_docker_socket,
-                warm_pool=config.warm_pool,
-                webhook_url=config.webhook_base,
-            )
+            return SwarmProvider(SwarmSettings.of(config), fence=fence)
         from control_plane.providers.docker.provider import DockerProvider
+        from control_plane.providers.docker.settings import DockerSettings
 
-        return DockerProvider(
-            archives,
-            image=config.sandbox_image,
-            plane=plane,
-            docker_url=config.docker_url,
-            network=config.docker_network,
-            limits=limits(config),
-            start_timeout=config.sandbox_start_timeout,
-            stop_grace=config.sandbox_stop_grace,
-            warm_pool=config.warm_pool,
-            webhook_url=config.webhook_base,
-            fence=docker_boundary(config, db),
-            runtime=config.sandbox_runtime,
-        )
+        return DockerProvider(DockerSettings.of(config), fence=docker_boundary(config, db))
     isolation: Isolation | None
     if config.sandbox_isolation == "gvisor":
         isolation = gvisor.choose(
@@ -252,13 +222,9 @@ def build_provider(
     if isinstance(groups, str):
         logger.warning("process sandboxes run without memory, process or CPU limits: %s", groups)
     return ProcessProvider(
-        config.state_dir / "archives",
+        ProcessSettings.of(config),
         isolation=isolation,
         template=template,
-        shared_host=config.shared_host,
-        start_timeout=config.sandbox_start_timeout,
-        stop_grace=config.sandbox_stop_grace,
-        limits=limits(config),
         groups=None if isinstance(groups, str) else groups,
         network=network_boundary(config, db) if isolation else None,
         disks=disks(config, isolation),

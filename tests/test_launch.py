@@ -16,8 +16,7 @@ import pytest
 from agent_server.config import ENV_PREFIX, Config, from_env
 from agent_server.secrecy import receive_keys
 from control_plane.providers import containers
-from control_plane.providers.process import isolation
-from control_plane.providers.process import provider as process
+from control_plane.providers.process import environment, isolation
 from control_plane.providers.process.isolation import READY_FILE
 from control_plane.sandboxes.provider import Launch
 from launch import claim
@@ -77,7 +76,7 @@ def test_the_process_providers_environment_is_unchanged(tmp_path: Path) -> None:
         session_api_key=KEY,
         webhook_url="http://127.0.0.1:3000/api/v1/webhooks",
     )
-    env = process.child_env(launch)
+    env = environment.child_env(launch)
     assert {k: v for k, v in env.items() if k.startswith(PREFIX)} == {
         "AGENT_SERVER_KEYS_FD": "0",
         "AGENT_SERVER_HOST": "127.0.0.1",
@@ -88,11 +87,11 @@ def test_the_process_providers_environment_is_unchanged(tmp_path: Path) -> None:
         "AGENT_SERVER_WEBHOOK_URL": "http://127.0.0.1:3000/api/v1/webhooks",
         "AGENT_SERVER_LOG_LEVEL": "warning",
     }
-    own = process.child_env(launch, own_network=True)
+    own = environment.child_env(launch, own_network=True)
     assert (own["AGENT_SERVER_HOST"], own["AGENT_SERVER_PORT"]) == ("0.0.0.0", "8000")
     assert KEY not in json.dumps(env)
     assert (
-        process.ready_marker(tmp_path)
+        environment.ready_marker(tmp_path)
         == f"AGENT_SERVER_READY_FILE={tmp_path / READY_FILE}".encode()
     )
 

@@ -57,14 +57,8 @@ LEAF_THIRD_PARTY = {"core": {"pydantic", "ulid"}, "launch": {"pydantic"}}
 MAX_LINES = 500
 #: Modules allowed over it for now, with the reason.
 LONG: dict[str, str] = {
-    "control_plane/providers/process/provider.py": "a provider whole, in its wing; the network "
-    "boundary added its namespace to the start and the end",
-    "control_plane/providers/docker/provider.py": "a provider whole, in its wing; the network "
-    "boundary added its admission and policy changes",
     "control_plane/sandboxes/service.py": "rows and provider moves under a guard, and the "
     "start machinery",
-    "control_plane/providers/swarm/provider.py": "a provider whole, its spec and manager calls "
-    "apart already; the nodes' fences and the gVisor check added to the start",
     "control_plane/start_tasks.py": "a start's walk from the request to READY or ERROR, with "
     "its takeover and its clean-up",
 }
@@ -463,11 +457,13 @@ def test_only_the_providers_speak_to_docker() -> None:
 
 def test_a_swarm_service_spec_is_built_apart_from_the_calls_that_send_it() -> None:
     """`providers.swarm.spec` builds and parses the JSON (pure: no client, no call); the calls
-    on the manager are `providers.swarm.manager`'s."""
+    on the manager are `providers.swarm.manager`'s, and the provider strings them into a
+    sandbox's life without an Engine API call of its own."""
     source = (ROOT / "control_plane/providers/swarm/spec.py").read_text()
     assert "DockerClient" not in source and "docker.errors" not in source
     spec = graph()["control_plane.providers.swarm.spec"]
     assert "control_plane.providers.swarm.manager" not in spec
+    assert "api(" not in (ROOT / "control_plane/providers/swarm/provider.py").read_text()
 
 
 def test_the_control_plane_branches_on_its_provider_in_one_place() -> None:

@@ -14,6 +14,7 @@ import platform
 import time
 import uuid
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -24,6 +25,7 @@ import httpx
 import pytest
 from docker.models.containers import Container
 
+from control_plane.config import Config
 from control_plane.providers.docker.provider import (
     HOST_ALIAS,
     LABEL_PLANE,
@@ -32,6 +34,7 @@ from control_plane.providers.docker.provider import (
     VOLUME_DIR,
     WORKSPACE,
     DockerProvider,
+    DockerSettings,
     for_container,
     name_of,
     plane_label,
@@ -305,6 +308,27 @@ def test_a_runtime_docker_does_not_know_is_said_at_start_and_by_each_start(
         docker_support.remove_labelled(engine, f"{LABEL_PLANE}={plane_label(config.db_url)}")
 
 
+def test_a_docker_provider_is_built_from_the_configuration(tmp_path: Path) -> None:
+    """`DockerSettings.of`: the composition root's one mapping of the configuration."""
+    config = Config(
+        state_dir=tmp_path,
+        host="0.0.0.0",
+        sandbox_provider="docker",
+        sandbox_image="sbx-image",
+        docker_network="sbx-net",
+        warm_pool=2,
+        sandbox_runtime="runsc",
+        sandbox_cpu_limit=1.5,
+        sandbox_start_timeout=7.0,
+    )
+    settings = DockerSettings.of(config)
+    assert settings.archive_dir == tmp_path / "archives"
+    assert (settings.image, settings.plane) == ("sbx-image", plane_label(config.db_url))
+    assert (settings.network, settings.warm_pool, settings.runtime) == ("sbx-net", 2, "runsc")
+    assert settings.limits.cpus == 1.5 and settings.start_timeout == 7.0
+    assert settings.webhook_url == config.webhook_base
+
+
 @pytest.mark.e2e
 async def test_the_provider_finds_its_containers_and_reports_a_failed_start(
     tmp_path: Path, sandbox_image: str, engine: docker.DockerClient
@@ -313,8 +337,8 @@ async def test_the_provider_finds_its_containers_and_reports_a_failed_start(
     container by its labels; one whose agent server exits at start is a ProviderError quoting
     its log, and leaves no container behind."""
     plane = f"test-{tmp_path.name[-12:]}"
-    make = lambda: DockerProvider(tmp_path / "archives", image=sandbox_image, plane=plane)  # noqa: E731
-    first, second = make(), make()
+    settings = DockerSettings(tmp_path / "archives", image=sandbox_image, plane=plane)
+    first, second = DockerProvider(settings), DockerProvider(settings)
     launch = Launch(
         sandbox_id="p" + tmp_path.name[-8:],
         spec_id="docker",
@@ -340,9 +364,7 @@ async def test_the_provider_finds_its_containers_and_reports_a_failed_start(
         assert engine.containers.list(all=True, filters={"label": f"{LABEL_PLANE}={plane}"}) == []
 
         # A network of that name on which containers reach each other is not used.
-        open_network = DockerProvider(
-            tmp_path / "archives", image=sandbox_image, plane=plane, network="bridge"
-        )
+        open_network = DockerProvider(replace(settings, network="bridge"))
         try:
             with pytest.raises(ProviderError, match="lets containers reach each other"):
                 await open_network.create(launch)

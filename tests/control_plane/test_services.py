@@ -12,6 +12,7 @@ import pytest
 from control_plane.leases import TASK
 from control_plane.models import StartTaskStatus
 from control_plane.providers.process.provider import ProcessProvider
+from control_plane.providers.process.settings import ProcessSettings
 from control_plane.services import Services
 from control_plane.store import accounts, tasks
 from control_plane.store import leases as lease_rows
@@ -27,7 +28,9 @@ class Stubborn(ProcessProvider):
 async def test_a_part_that_fails_to_close_leaves_no_database_open(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    services = Services.build(make_config(tmp_path / "cp"), Stubborn(tmp_path / "archives"))
+    services = Services.build(
+        make_config(tmp_path / "cp"), Stubborn(ProcessSettings(tmp_path / "archives"))
+    )
     await services.start()
     closed: list[str] = []
     close_database = services.db.close
@@ -50,7 +53,9 @@ async def test_a_start_this_process_finishes_while_it_looks_for_orphans_is_not_w
     claims each; one whose job stored READY and let its lease go in between is read again and
     left alone. Worked again from the stale row, it failed with "READY cannot go to
     WAITING_FOR_SANDBOX" and removed the conversation the user had just started (CI saw it)."""
-    services = Services.build(make_config(tmp_path / "cp"), ProcessProvider(tmp_path / "archives"))
+    services = Services.build(
+        make_config(tmp_path / "cp"), ProcessProvider(ProcessSettings(tmp_path / "archives"))
+    )
     await services.db.migrate()
     user = await accounts.get_or_create_user(services.db, "hal")
     task = await tasks.insert(services.db, "t1", user.id, services.cipher.encrypt("{}"))

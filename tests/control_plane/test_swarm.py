@@ -710,11 +710,13 @@ PARKED_HOLDER = """
 import asyncio, sys
 from pathlib import Path
 from control_plane.providers.swarm.provider import SwarmProvider
+from control_plane.providers.swarm.settings import SwarmSettings
 
 async def main() -> None:
-    provider = SwarmProvider(Path(sys.argv[1]), image=sys.argv[2], plane=sys.argv[3],
-                             network="bridge", constraints=(sys.argv[4],), warm_pool=1,
-                             webhook_url="http://127.0.0.1:9/hooks", lifeline=3)
+    provider = SwarmProvider(SwarmSettings(Path(sys.argv[1]), image=sys.argv[2],
+                                           plane=sys.argv[3], network="bridge",
+                                           constraints=(sys.argv[4],), warm_pool=1,
+                                           webhook_url="http://127.0.0.1:9/hooks", lifeline=3))
     await provider.start()
     assert provider.pool is not None
     while not provider.pool.waiting:
@@ -739,20 +741,23 @@ async def test_a_parked_service_is_claimed_once_with_its_token_and_ends_with_its
 
     from control_plane.providers.swarm.pool import LABEL_PARKED
     from control_plane.providers.swarm.provider import SwarmProvider
+    from control_plane.providers.swarm.settings import SwarmSettings
     from control_plane.sandboxes.provider import Launch
 
     plane = f"pool-{uuid.uuid4().hex[:8]}"
     constraint = f"node.hostname=={swarm.worker_hostname}"
     hooks = "http://127.0.0.1:9/hooks"
     provider = SwarmProvider(
-        tmp_path / "archives",
-        image=sandbox_image,
-        plane=plane,
-        network="bridge",
-        constraints=(constraint,),
-        warm_pool=1,
-        webhook_url=hooks,
-        lifeline=20,
+        SwarmSettings(
+            tmp_path / "archives",
+            image=sandbox_image,
+            plane=plane,
+            network="bridge",
+            constraints=(constraint,),
+            warm_pool=1,
+            webhook_url=hooks,
+            lifeline=20,
+        )
     )
     await provider.start()
     try:
@@ -810,7 +815,9 @@ async def test_a_parked_service_is_claimed_once_with_its_token_and_ends_with_its
     # claim token's secret and its keys' both gone).
     services = {s["Spec"]["Name"] for s in swarm.services(f"{LABEL_PLANE}={plane}")}
     assert services == {name_of(sid)}
-    other = SwarmProvider(tmp_path / "a1", image=sandbox_image, plane=plane, network="bridge")
+    other = SwarmProvider(
+        SwarmSettings(tmp_path / "a1", image=sandbox_image, plane=plane, network="bridge")
+    )
     try:
         await other.destroy(sid, handle, Path("/workspace"))
     finally:
@@ -844,14 +851,16 @@ async def test_a_parked_service_is_claimed_once_with_its_token_and_ends_with_its
 
         await asyncio.to_thread(wait_for, ended, 90, what="the orphan to end by itself")
         again = SwarmProvider(
-            tmp_path / "a3",
-            image=sandbox_image,
-            plane=plane,
-            network="bridge",
-            constraints=(constraint,),
-            warm_pool=1,
-            webhook_url=hooks,
-            lifeline=20,
+            SwarmSettings(
+                tmp_path / "a3",
+                image=sandbox_image,
+                plane=plane,
+                network="bridge",
+                constraints=(constraint,),
+                warm_pool=1,
+                webhook_url=hooks,
+                lifeline=20,
+            )
         )
         await again.start()
         try:

@@ -20,6 +20,7 @@ from docker.models.containers import Container
 from control_plane.providers.containers import LABEL_PLANE, name_of, plane_label
 from control_plane.providers.docker.pool import PREFIX
 from control_plane.providers.docker.provider import DockerProvider
+from control_plane.providers.docker.settings import DockerSettings
 from control_plane.providers.pool import WarmPool
 from control_plane.sandboxes.provider import Launch
 from tests.control_plane.planes import PlaneProcess
@@ -58,7 +59,9 @@ async def pooled(
     Everything of it removed after."""
     plane = f"pool-{tmp_path.name[-12:]}"
     provider = DockerProvider(
-        tmp_path / "archives", image=image, plane=plane, warm_pool=size, webhook_url=HOOKS
+        DockerSettings(
+            tmp_path / "archives", image=image, plane=plane, warm_pool=size, webhook_url=HOOKS
+        )
     )
     await provider.start()
     try:

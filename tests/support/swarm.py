@@ -98,8 +98,9 @@ class Cluster:
         for client in (self.worker, self.manager):
             for service_id in removed:
                 wait_for(
-                    lambda c=client, s=service_id: (
-                        not c.containers.list(
+                    lambda c=client, s=service_id: (  # sparse: no inspection of each, which
+                        # fails on a container Docker removes between the listing and it
+                        not c.api.containers(
                             all=True, filters={"label": f"com.docker.swarm.service.id={s}"}
                         )
                     ),

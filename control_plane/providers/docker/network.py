@@ -24,6 +24,7 @@ from collections.abc import Callable
 from typing import Any
 
 from control_plane.network.boundary import Boundary
+from control_plane.network.fence import Refusals
 from control_plane.network.host import NetworkError
 from control_plane.network.policy import NetworkPolicy
 from control_plane.network.rules import Segment
@@ -113,6 +114,16 @@ class DockerNetwork:
             raise ProviderError(
                 f"the sandbox's network rules could not be removed: {exc}"
             ) from None
+
+    async def refusals(self, sandbox_id: str) -> Refusals | None:
+        """What the fence refused the sandbox lately; None while the boundary is not up."""
+        if self.boundary is None:
+            return None
+        fence = self.boundary.fence
+        try:
+            return await fence.refusals(sandbox_id, await fence.address_of(sandbox_id))
+        except NetworkError as exc:
+            raise ProviderError(str(exc)) from None
 
     def _ready(self) -> Boundary:
         if self.boundary is None:

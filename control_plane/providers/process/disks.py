@@ -31,7 +31,7 @@ from pathlib import Path
 from control_plane.models import DiskUsage
 
 logger = logging.getLogger(__name__)
-#: The agent server's state, a directory of the sandbox's (`process.child_env`).
+#: The agent server's state, a directory of the sandbox's (`environment.child_env`).
 STATE = "state"
 #: Bytes of the smallest filesystem made (ext4 wants room for its journal).
 MIN_SIZE = 16 * 1024**2

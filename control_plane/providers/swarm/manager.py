@@ -1,20 +1,155 @@
-"""Calls on a Swarm manager for one sandbox's service: changing its spec (again on a newer
-version when another writer came first), its log, the network sandboxes go on, and what a
-claimed warm service needs to start cold. `spec` builds and reads the JSON these send and
-get; the provider (`provider`) strings them into a lifecycle.
+"""Calls on a Swarm manager for one sandbox's service: finding it and its tasks and nodes,
+making it with its keys' secret, changing its spec (again on a newer version when another
+writer came first), its log, the network sandboxes go on, what a claimed warm service needs to
+start cold, and removing it with its secrets.
+
+Each takes the SDK's client first, as `ContainerProvider.run` calls it in a worker thread (the
+SDK blocks). `spec` builds and reads the JSON these send and get, without a call; the provider
+(`provider`) and its warm pool (`pool`) string these into a lifecycle.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+import logging
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import docker
 import docker.errors
 
-from control_plane.providers.swarm.nodejobs import api
-from control_plane.providers.swarm.spec import CLAIMED, WARM_SERVER, entrypoint
-from control_plane.sandboxes.provider import ProviderError
+from control_plane.providers.containers import name_of
+from control_plane.providers.swarm.nodejobs import Node, api, host_port
+from control_plane.providers.swarm.settings import SwarmSettings
+from control_plane.providers.swarm.spec import (
+    CLAIMED,
+    WARM_SERVER,
+    entrypoint,
+    newest,
+    node_of,
+    pinned,
+    task_template,
+)
+from control_plane.sandboxes.provider import Launch, ProviderError
+
+logger = logging.getLogger(__name__)
+
+
+def matching(labels: dict[str, str]) -> dict[str, list[str]]:
+    """The Engine API's filter for a sandbox's objects, which carry all of `labels` (never
+    found by name alone: another deployment may have used it)."""
+    return {"label": [f"{k}={v}" for k, v in labels.items()]}
+
+
+# -- finding a sandbox's service, its tasks and its node --------------------------------------
+
+
+def find(
+    client: docker.DockerClient, sandbox_id: str, labels: dict[str, str]
+) -> dict[str, Any] | None:
+    """The sandbox's service, or None (its jobs carry the same labels, not its name)."""
+    name = name_of(sandbox_id)
+    for service in api(client).services(filters=matching(labels)):
+        if service["Spec"]["Name"] == name:
+            found: dict[str, Any] = service
+            return found
+    return None
+
+
+def tasks(client: docker.DockerClient, service_id: str) -> list[dict[str, Any]]:
+    """Every task of the service the manager still knows, ended ones too."""
+    found: list[dict[str, Any]] = api(client).tasks(filters={"service": service_id})
+    return found
+
+
+def node(client: docker.DockerClient, node_id: str) -> tuple[Node, dict[str, Any]] | None:
+    """The node and its status; None once it has left the cluster."""
+    try:
+        attrs: dict[str, Any] = api(client).inspect_node(node_id)
+    except docker.errors.NotFound:
+        return None
+    return node_of(attrs), attrs
+
+
+def current(
+    client: docker.DockerClient, service_id: str, earlier: frozenset[str]
+) -> tuple[dict[str, Any] | None, Node | None]:
+    """The service's current task, none of `earlier` (the ids of tasks that ended before: a
+    paused sandbox's), and the node it was placed on (None: not placed yet, or gone)."""
+    task = newest([t for t in tasks(client, service_id) if t["ID"] not in earlier])
+    if task is None or not task.get("NodeID"):
+        return task, None
+    found = node(client, str(task["NodeID"]))
+    return task, None if found is None else found[0]
+
+
+def volume_node(client: docker.DockerClient, service: dict[str, Any]) -> str | None:
+    """Where the sandbox's volume is: the node it is pinned to, else its task's."""
+    node_id = pinned(service["Spec"])
+    if node_id is None:
+        placed = [t for t in tasks(client, service["ID"]) if t.get("NodeID")]
+        task = newest(placed)
+        node_id = None if task is None else str(task["NodeID"])
+    return node_id
+
+
+def reachable_node(client: docker.DockerClient, service: dict[str, Any]) -> Node | None:
+    """The node of the volume, None when there is none (never placed, or the node left the
+    cluster); ProviderError while it is down (the clean-up is tried again)."""
+    node_id = volume_node(client, service)
+    if node_id is None:
+        return None
+    found = node(client, node_id)
+    if found is None:
+        logger.warning(
+            "sandbox %s: its node %s left the cluster: its workspace is not archived",
+            service["Spec"]["Labels"].get("agent-server.sandbox"),
+            node_id[:12],
+        )
+        return None
+    reached, attrs = found
+    if attrs["Status"]["State"] != "ready":
+        raise ProviderError(
+            f"its node {reached.hostname} is {attrs['Status']['State']}: its "
+            "workspace is archived and its volume removed once it is back"
+        )
+    return reached
+
+
+# -- making and changing it ---------------------------------------------------------------------
+
+
+def start_service(
+    client: docker.DockerClient,
+    settings: SwarmSettings,
+    launch: Launch,
+    labels: dict[str, str],
+    *,
+    secret: bytes | None = None,
+    server: str = "agent-server",
+    marks: Mapping[str, str] | None = None,
+) -> str:
+    """The sandbox's service as `settings` have it (its id), its keys in its secret; a parked
+    one's (`pool`): `secret` its claim token, `server` its command, `marks` labels of the
+    service alone. Any secret an earlier start left goes first; none is left when the
+    manager refuses the service."""
+    name = name_of(launch.sandbox_id)
+    check_network(client, settings.network)
+    remove_secrets(client, labels)
+    made = api(client).create_secret(f"{name}-keys", secret or launch.keys(), labels=labels)
+    template = task_template(settings, launch, made["ID"], labels, server=server)
+    try:
+        service = api(client).create_service(
+            template,
+            name=name,
+            labels={**labels, **(marks or {})},
+            mode=docker.types.ServiceMode("replicated", 1),
+            endpoint_spec=host_port(None),
+        )
+    except BaseException:
+        remove_secrets(client, labels)
+        raise
+    return str(service["ID"])
 
 
 def unparked(
@@ -113,3 +248,20 @@ def check_network(client: docker.DockerClient, network: str) -> None:
         raise ProviderError(
             f"the config network {config!r} lets containers reach each other: {how}"
         )
+
+
+# -- removing it ----------------------------------------------------------------------------------
+
+
+def remove_objects(client: docker.DockerClient, labels: dict[str, str]) -> None:
+    """The sandbox's service, its jobs and its secrets (a secret once no service uses it)."""
+    for service in api(client).services(filters=matching(labels)):
+        with contextlib.suppress(docker.errors.NotFound):
+            api(client).remove_service(service["ID"])
+    remove_secrets(client, labels)
+
+
+def remove_secrets(client: docker.DockerClient, labels: dict[str, str]) -> None:
+    for secret in api(client).secrets(filters=matching(labels)):
+        with contextlib.suppress(docker.errors.NotFound):
+            api(client).remove_secret(secret["ID"])

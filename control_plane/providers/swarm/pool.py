@@ -28,8 +28,9 @@ import httpx
 
 from control_plane.providers.containers import LABEL_PLANE, LABEL_SANDBOX, VOLUME_DIR, name_of
 from control_plane.providers.pool import Engine, Parked, WarmPool
-from control_plane.providers.swarm.manager import update
-from control_plane.providers.swarm.nodejobs import ENDED, Node, api
+from control_plane.providers.swarm.manager import current, start_service, update
+from control_plane.providers.swarm.nodejobs import ENDED, api
+from control_plane.providers.swarm.settings import LIFELINE, SwarmSettings
 from control_plane.providers.swarm.spec import CLAIMED, WARM_SERVER, published
 from control_plane.sandboxes.provider import Handle, Launch, ProviderError, until_up
 from launch import claim
@@ -37,27 +38,15 @@ from launch import claim
 logger = logging.getLogger(__name__)
 
 LABEL_PARKED = "agent-server.parked"
-#: Seconds a parked service waits for its control plane's next sign of life.
-LIFELINE = 60.0
+"""A parked service's label (its service's alone): the claim takes it off first."""
 
 
 class Manager(Engine, Protocol):
-    start_timeout: float
-    placement_timeout: float
+    """What the pool asks of its Swarm provider: its settings (a parked service is made as
+    its sandboxes' are, `manager.start_service`), its labels, its agent servers' address,
+    and the removal of a sandbox's every object."""
 
-    def start_service(
-        self,
-        client: docker.DockerClient,
-        launch: Launch,
-        *,
-        secret: bytes | None = None,
-        server: str = "agent-server",
-        parked: bool = False,
-    ) -> str: ...
-
-    def current(
-        self, client: docker.DockerClient, service_id: str, earlier: frozenset[str]
-    ) -> tuple[dict[str, Any] | None, Node | None]: ...
+    settings: SwarmSettings
 
     async def remove_all(self, sandbox_id: str) -> None: ...
 
@@ -91,12 +80,14 @@ class SwarmPool(WarmPool):
             webhook_url=self.webhook_url,
         )
         service_id = await self.provider.run(
-            lambda client: self.provider.start_service(
+            lambda client: start_service(
                 client,
+                self.provider.settings,
                 launch,
+                self.provider.labels(sandbox_id),
                 secret=claim.secret(token),
                 server=f"{WARM_SERVER} {self.lifeline:g}",
-                parked=True,
+                marks={LABEL_PARKED: "true"},
             )
         )
         parked = Parked(sandbox_id, service_id, token)
@@ -109,8 +100,10 @@ class SwarmPool(WarmPool):
         return parked
 
     async def _until_parked(self, service_id: str, sandbox_id: str) -> Handle:
+        settings = self.provider.settings
+
         async def look() -> Handle | None:
-            task, node = await self.provider.run(self.provider.current, service_id, frozenset())
+            task, node = await self.provider.run(current, service_id, frozenset())
             if task is not None and task["Status"]["State"] in ENDED:
                 raise ProviderError(f"its task ended: {task['Status'].get('Err') or ''}")
             port = None if task is None else published(task)
@@ -123,7 +116,7 @@ class SwarmPool(WarmPool):
 
         return await until_up(
             look,
-            within=self.provider.placement_timeout + self.provider.start_timeout,
+            within=settings.placement_timeout + settings.start_timeout,
             interval=0.1,
             late="it did not answer as parked in time",
         )

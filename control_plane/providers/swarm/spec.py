@@ -38,7 +38,8 @@ from control_plane.providers.containers import (
     name_of,
 )
 from control_plane.providers.swarm.nodejobs import NO_CHECK, Node, host_port
-from control_plane.sandboxes.provider import Launch, Limits, SandboxSpec
+from control_plane.providers.swarm.settings import SwarmSettings
+from control_plane.sandboxes.provider import Launch, SandboxSpec
 
 SPEC = SandboxSpec(
     id="swarm",
@@ -125,23 +126,18 @@ def published(task: dict[str, Any]) -> int | None:
 
 
 def task_template(
-    image: str,
+    settings: SwarmSettings,
     launch: Launch,
     secret_id: str,
     labels: dict[str, str],
-    *,
-    stop_grace: float,
-    limits: Limits,
-    cpu_reservation: float,
-    memory_reservation: int,
-    constraints: tuple[str, ...],
-    network: str,
     server: str = "agent-server",
 ) -> docker.types.TaskTemplate:
-    """The sandbox's task: never restarted (its volume is on one node), the key in its secret."""
+    """The sandbox's task as `settings` have it: never restarted (its volume is on one node),
+    the key in its secret, `server` the agent server's command (`entrypoint`)."""
     name = name_of(launch.sandbox_id)
+    limits = settings.limits
     container = docker.types.ContainerSpec(
-        image,
+        settings.image,
         command=["tini", "--", "sh", "-c", entrypoint(server)],
         user="0:0",
         env=[f"{k}={v}" for k, v in environment(launch.webhook_url, KEYS_FD).items()],
@@ -162,21 +158,21 @@ def task_template(
         cap_drop=["ALL"],
         cap_add=ROOT_CAPS,
         healthcheck=NO_CHECK,
-        stop_grace_period=int(stop_grace * 1e9),
+        stop_grace_period=int(settings.stop_grace * 1e9),
     )
     resources = docker.types.Resources(
         cpu_limit=int(limits.cpus * 1e9),
         mem_limit=limits.memory,
-        cpu_reservation=int(cpu_reservation * 1e9) or None,
-        mem_reservation=memory_reservation or None,
+        cpu_reservation=int(settings.cpu_reservation * 1e9) or None,
+        mem_reservation=settings.memory_reservation or None,
     )
     resources["Limits"]["Pids"] = limits.pids
     return docker.types.TaskTemplate(
         container,
         resources=resources,
         restart_policy=docker.types.RestartPolicy("none"),
-        placement=docker.types.Placement(constraints=list(constraints)),
-        networks=[network],
+        placement=docker.types.Placement(constraints=list(settings.constraints)),
+        networks=[settings.network],
     )
 
 

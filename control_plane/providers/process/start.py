@@ -1,0 +1,290 @@
+"""A process sandbox's start: its place made, its agent server spawned or forked, and waited
+for until it answers.
+
+The place first: the sandbox's directories (on a filesystem of its own where there are
+disks), its uid, its network namespace and its cgroups. Then the server: forked from the
+template into the namespaces bubblewrap made around a holder, when the template is ready
+(starts in moments, sandboxes smaller), or else spawned as bubblewrap's command (or by itself,
+without isolation). Then the wait, which is each way's own: a forked server says its port on a
+pipe the loop wakes on; a spawned one writes its ready file, and its port is asked /alive.
+
+A start that fails or is cancelled at any step leaves nothing running: its launcher is killed
+and reaped, and its network namespace detached.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import logging
+import os
+import sys
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+from control_plane.providers.process import cgroups
+from control_plane.providers.process.children import Children
+from control_plane.providers.process.disks import DiskError, Disks
+from control_plane.providers.process.environment import child_env
+from control_plane.providers.process.isolation import HOME, READY_FILE, Command, Isolation
+from control_plane.providers.process.network import ProcessNetwork
+from control_plane.providers.process.settings import ProcessSettings
+from control_plane.providers.process.spawn import filled_pipe
+from control_plane.providers.process.template import Template, TemplateError
+from control_plane.sandboxes.provider import Handle, Launch, ProviderError, until_up
+from core import processes
+from launch.ready import MAX_BYTES as READY_BYTES
+from launch.ready import Ready
+
+logger = logging.getLogger(__name__)
+
+#: What bubblewrap runs around a server forked from the template: it lives while its stdin is
+#: open (the server's lifeline) and ignores SIGTERM, so a stop waits for the server itself. The
+#: ready file's path is an argument, as a spawned server's is, so a restart finds it.
+HOLDER = ["sh", "-c", "trap '' TERM; exec cat"]
+LOG_FILE = "agent-server.log"
+
+
+class Starter:
+    """Starts sandboxes' servers with the parts of this host the provider was given."""
+
+    def __init__(
+        self,
+        settings: ProcessSettings,
+        children: Children,
+        alive: Callable[[Handle], Awaitable[bool]],
+        *,
+        isolation: Isolation | None,
+        template: Template | None,
+        groups: cgroups.Cgroups | None,
+        network: ProcessNetwork | None,
+        disks: Disks | None,
+    ) -> None:
+        """`alive`: whether a handle's server answers /alive (the provider's probe)."""
+        self.start_timeout = settings.start_timeout
+        self.limits = settings.limits
+        self.children = children
+        self.alive = alive
+        self.isolation = isolation
+        self.template = template
+        self.groups = groups
+        self.network = network
+        self.disks = disks
+
+    async def create(self, launch: Launch) -> Handle:
+        """The sandbox `launch` describes, started: its handle once its server answers."""
+        launch.root_dir.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        if self.disks is not None:
+            try:
+                await asyncio.to_thread(self.disks.attach, launch.sandbox_id, launch.root_dir)
+            except DiskError as exc:
+                raise ProviderError(f"the sandbox's disk could not be made: {exc}") from None
+        for path in (launch.root_dir, launch.root_dir / "state", launch.workspace):
+            path.mkdir(exist_ok=True, mode=0o700)
+        ready = launch.root_dir / READY_FILE
+        ready.unlink(missing_ok=True)
+        # -P: the working directory (the sandbox's own, which its agent writes) is not put
+        # first on the import path, so nothing planted there is imported by the server.
+        argv = [sys.executable, "-P", "-m", "agent_server", "--ready-file", str(ready)]
+        env = child_env(launch, self.isolation, self.network is not None)
+        command = Command(argv, {}, env)
+        uid, groups = None, []
+        if self.isolation is not None:
+            (launch.root_dir / HOME).mkdir(exist_ok=True, mode=0o700)
+            uid = await asyncio.to_thread(self.isolation.own, launch.root_dir)
+        address = None
+        if self.network is not None:
+            address = await self.network.attach(launch.sandbox_id, launch.network)
+        try:
+            if self.isolation is not None:
+                command = self._command(launch, argv, uid, env)
+            if self.groups is not None:
+                groups = await asyncio.to_thread(self.groups.create, launch.sandbox_id, self.limits)
+            return await self._launch(launch, command, uid, groups, address)
+        except BaseException:
+            if self.network is not None:
+                await self.network.detach(launch.sandbox_id)
+            raise
+
+    def _command(
+        self, launch: Launch, argv: list[str], uid: int | None, env: dict[str, str]
+    ) -> Command:
+        """`argv` in the sandbox: bubblewrap's namespaces, entered in its network namespace
+        first when it has one (where it asks the control plane's resolver)."""
+        assert self.isolation is not None
+        resolv_conf = None if self.network is None else self.network.resolv_conf()
+        command = self.isolation.command(launch.root_dir, argv, uid, env, resolv_conf)
+        return command if self.network is None else self.network.enter(launch.sandbox_id, command)
+
+    async def _launch(
+        self,
+        launch: Launch,
+        command: Command,
+        uid: int | None,
+        groups: list[Path],
+        address: ipaddress.IPv4Address | None,
+    ) -> Handle:
+        """The server forked from the template where it can be, else spawned; its handle once
+        it answers (killed, if it does not)."""
+        ready = launch.root_dir / READY_FILE
+        out = os.open(launch.root_dir / LOG_FILE, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        said: int | None = None  # a forked server says it is ready on this pipe
+        try:
+            pid = None
+            if self.template is not None:
+                self.template.revive()
+            if (
+                uid is not None
+                and self.template is not None
+                and self.template.ready
+                and self.isolation is not None
+                and not self.isolation.own_kernel
+            ):
+                try:
+                    pid, said = await self._fork(launch, uid, out, groups, command.env)
+                except TemplateError as exc:
+                    logger.warning("%s; the server is started by itself", exc)
+            if pid is None:
+                pid = self.children.spawn(command, output=out, stdin=launch.keys(), groups=groups)
+        finally:
+            os.close(out)
+        try:
+            if said is not None:
+                port = await self._said_ready(said, launch.root_dir / LOG_FILE)
+            else:
+                port = await self._wait_ready(pid, ready, launch.root_dir / LOG_FILE)
+            started = processes.start_time(pid)
+            if started is None:
+                raise ProviderError("the agent server exited right after starting")
+            handle = Handle(
+                sandbox_id=launch.sandbox_id,
+                pid=pid,
+                pid_start_time=started,
+                port=port,
+                host=Handle.host if address is None else str(address),
+            )
+            if said is None:  # a ready file's port is checked; a pipe's came from our server,
+                await self._wait_alive(pid, handle)  # which said so once it answers
+            return handle
+        except BaseException:
+            await self.children.kill_now(pid)
+            raise
+        finally:
+            if said is not None:
+                os.close(said)
+
+    async def _fork(
+        self, launch: Launch, uid: int, out: int, groups: list[Path], env: dict[str, str]
+    ) -> tuple[int, int]:
+        """bubblewrap makes the sandbox around a holder, and the template forks the server
+        into it (`agent_server.template`): bubblewrap's pid, as a spawned server's, and the
+        read end of the pipe the server says it is ready on."""
+        assert self.isolation is not None and self.template is not None
+        ready = str(launch.root_dir / READY_FILE)
+        command = self._command(launch, [*HOLDER, ready], uid, env)
+        lifeline, held = os.pipe()
+        said, says = os.pipe()
+        keys = filled_pipe(launch.keys())
+        try:
+            pid = self.children.spawn(command, output=out, stdin=lifeline, groups=groups)
+            try:
+                inside = await self._made(pid, launch.root_dir / LOG_FILE)
+                await self.template.fork(
+                    enter=inside,
+                    uid=uid,
+                    cwd=launch.root_dir,
+                    env=env,
+                    argv=["--ready-file", ready],
+                    fds=[keys, out, held, says],
+                    cgroups=groups,
+                    seccomp=self.isolation.seccomp,
+                )
+            except BaseException:
+                os.close(said)
+                await self.children.kill_now(pid)
+                raise
+            return pid, said
+        finally:
+            for fd in (lifeline, held, says, keys):
+                os.close(fd)
+
+    async def _made(self, pid: int, log: Path) -> int:
+        """bubblewrap's pid 1 once the sandbox is made (its mounts are ready before pid 1
+        starts the holder)."""
+
+        async def look() -> int | None:
+            if (status := self.children.reap(pid)) is not None:
+                raise ProviderError(f"bubblewrap exited with status {status}: {_tail(log)}")
+            return next(
+                (inner for inner in processes.children(pid) if processes.children(inner)), None
+            )
+
+        return await until_up(
+            look,
+            within=self.start_timeout,
+            interval=0.005,
+            late=f"the sandbox was not made within {self.start_timeout:g} s",
+        )
+
+    async def _said_ready(self, said: int, log: Path) -> int:
+        """The port a forked server listens on, once it says so on its ready pipe (no
+        polling: the loop wakes when it writes, or when it ends, which closes the pipe)."""
+        loop = asyncio.get_running_loop()
+        readable: asyncio.Future[None] = loop.create_future()
+
+        def wake() -> None:
+            if not readable.done():
+                readable.set_result(None)
+
+        loop.add_reader(said, wake)
+        try:
+            await asyncio.wait_for(readable, self.start_timeout)
+        except TimeoutError:
+            raise ProviderError(
+                f"the agent server did not start within {self.start_timeout:g} s"
+            ) from None
+        finally:
+            loop.remove_reader(said)
+        try:
+            return Ready.decode(os.read(said, READY_BYTES)).port
+        except (OSError, ValueError):
+            raise ProviderError(
+                f"the agent server exited before it was ready: {_tail(log)}"
+            ) from None
+
+    async def _wait_ready(self, pid: int, ready: Path, log: Path) -> int:
+        """The port a spawned server listens on, once its ready file says so (polled: a
+        spawned server has no pipe to say it on)."""
+
+        async def look() -> int | None:
+            if (status := self.children.reap(pid)) is not None:
+                raise ProviderError(f"the agent server exited with status {status}: {_tail(log)}")
+            try:
+                said = Ready.read(ready)
+            except (OSError, ValueError):
+                return None
+            # Isolated, the server knows its pid in its own namespace only.
+            return said.port if said.pid == pid or self.isolation is not None else None
+
+        late = f"the agent server did not start within {self.start_timeout:g} s"
+        return await until_up(look, within=self.start_timeout, interval=0.01, late=late)
+
+    async def _wait_alive(self, pid: int, handle: Handle) -> None:
+        """Returns once the server answers /alive on the port its ready file named
+        (ProviderError when it ends first)."""
+
+        async def look() -> bool | None:
+            if (status := self.children.reap(pid)) is not None:
+                raise ProviderError(f"the agent server exited with status {status}")
+            return True if await self.alive(handle) else None
+
+        late = f"the agent server did not answer /alive within {self.start_timeout:g} s"
+        await until_up(look, within=self.start_timeout, interval=0.02, late=late)
+
+
+def _tail(log: Path, size: int = 2000) -> str:
+    """The end of the server's log, for the message of a start that failed."""
+    try:
+        return log.read_bytes()[-size:].decode(errors="replace").strip()
+    except OSError:
+        return "(no log)"
