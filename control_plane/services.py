@@ -58,15 +58,6 @@ if TYPE_CHECKING:  # (the Docker SDK is loaded with a container provider only)
 logger = logging.getLogger(__name__)
 
 
-def limits(config: Config) -> Limits:
-    """What one sandbox may use, whatever its provider."""
-    return Limits(
-        memory=int(config.sandbox_memory_limit),
-        cpus=config.sandbox_cpu_limit,
-        pids=config.sandbox_pids_limit,
-    )
-
-
 def _boundary_unavailable(config: Config, who: str) -> bool:
     """Whether this control plane cannot fence its sandboxes' network (said in one line);
     IsolationUnavailable when `isolated` requires it."""
@@ -201,14 +192,14 @@ def build_provider(
             hidden=[config.state_dir],
             uids=config.sandbox_uids,
             platform=config.sandbox_gvisor_platform,
-            limits=limits(config),
+            limits=Limits.of(config),
         )
     else:
         isolation = choose(
             config.sandbox_isolation,
             hidden=[config.state_dir],
             uids=config.sandbox_uids,
-            limits=limits(config),
+            limits=Limits.of(config),
         )
     template = (
         Template(config.state_dir / "template")

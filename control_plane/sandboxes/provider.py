@@ -18,6 +18,7 @@ from typing import TypeVar
 
 import httpx
 
+from control_plane.config import Config
 from control_plane.models import DiskUsage
 from control_plane.network.fence import Refusals
 from control_plane.network.policy import OPEN, NetworkPolicy
@@ -58,6 +59,15 @@ class Limits:
     """Bytes."""
     cpus: float = 2.0
     pids: int = 1024
+
+    @classmethod
+    def of(cls, config: Config) -> Limits:
+        """The deployment's limits for each sandbox, whatever its provider."""
+        return cls(
+            memory=int(config.sandbox_memory_limit),
+            cpus=config.sandbox_cpu_limit,
+            pids=config.sandbox_pids_limit,
+        )
 
     # A tmpfs's pages are the sandbox's memory, held by no process: were they to fill it, the
     # kernel would end the largest process left, the agent server. So the sandbox's tmpfs

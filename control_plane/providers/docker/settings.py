@@ -55,13 +55,7 @@ class DockerSettings:
             plane=plane_label(config.db_url),
             docker_url=config.docker_url,
             network=config.docker_network,
-            # (the same mapping as the composition root's `services.limits`, which the process
-            # and Swarm providers are built with)
-            limits=Limits(
-                memory=int(config.sandbox_memory_limit),
-                cpus=config.sandbox_cpu_limit,
-                pids=config.sandbox_pids_limit,
-            ),
+            limits=Limits.of(config),
             start_timeout=config.sandbox_start_timeout,
             stop_grace=config.sandbox_stop_grace,
             warm_pool=config.warm_pool,

@@ -43,9 +43,5 @@ class ProcessSettings:
             shared_host=config.shared_host,
             start_timeout=config.sandbox_start_timeout,
             stop_grace=config.sandbox_stop_grace,
-            limits=Limits(
-                memory=int(config.sandbox_memory_limit),
-                cpus=config.sandbox_cpu_limit,
-                pids=config.sandbox_pids_limit,
-            ),
+            limits=Limits.of(config),
         )

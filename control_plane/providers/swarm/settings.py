@@ -77,13 +77,7 @@ class SwarmSettings:
             constraints=config.swarm_constraints,
             cpu_reservation=config.swarm_cpu_reservation,
             memory_reservation=int(config.swarm_memory_reservation),
-            # (the same mapping as the composition root's `services.limits`, which the process
-            # provider is built with, and as `DockerSettings.of`'s)
-            limits=Limits(
-                memory=int(config.sandbox_memory_limit),
-                cpus=config.sandbox_cpu_limit,
-                pids=config.sandbox_pids_limit,
-            ),
+            limits=Limits.of(config),
             start_timeout=config.sandbox_start_timeout,
             placement_timeout=config.swarm_placement_timeout,
             stop_grace=config.sandbox_stop_grace,
