@@ -36,8 +36,7 @@ class ProcessSettings:
 
     @classmethod
     def of(cls, config: Config) -> ProcessSettings:
-        """The settings `config` gives (its limits as `control_plane.services.limits` reads
-        them for every kind)."""
+        """The settings `config` gives (its limits as `Limits.of` reads them for every kind)."""
         return cls(
             archive_dir=config.state_dir / "archives",
             shared_host=config.shared_host,
