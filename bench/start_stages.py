@@ -30,7 +30,7 @@ from control_plane.agent_client import AgentClient  # noqa: E402
 from control_plane.providers.process import provider as process  # noqa: E402
 from control_plane.providers.process import template  # noqa: E402
 from control_plane.providers.process.start import Starter  # noqa: E402
-from control_plane.sandboxes import starts  # noqa: E402
+from control_plane.sandboxes.starts import Starts  # noqa: E402
 from control_plane.store import tasks  # noqa: E402
 from tests.control_plane.support import ControlPlane, configure_llm, make_config  # noqa: E402
 from tests.support.llm import ScriptedLLM, call  # noqa: E402
@@ -69,8 +69,8 @@ def instrument() -> None:
     if hasattr(Starter, "_said_ready"):  # a forked server's ready pipe
         timed(Starter, "_said_ready", "ready pipe read")
     timed(Starter, "_wait_alive", "/alive answered")
-    timed(starts.Starts, "_started", "RUNNING stored", begin=False)
-    timed(starts.Starts, "wait_running", "wait_running returned", begin=False)
+    timed(Starts, "_started", "RUNNING stored", begin=False)
+    timed(Starts, "wait_running", "wait_running returned", begin=False)
     timed(AgentClient, "create_conversation", "conversation created")
     original_set = tasks.set_status
 

@@ -5,27 +5,30 @@ PREPARING_REPOSITORY, then READY or ERROR with a detail). The agent server clone
 repository before the first step of a run, or at once when the conversation does not run yet;
 either way the task waits in PREPARING_REPOSITORY for the clone: a repository that cannot be
 cloned ends the task in ERROR, with git's own reason (masked), instead of leaving the agent in
-an empty directory. Placement and the conversation row
-are written in one transaction with the user locked (see `grouping`). Every step after it is
-idempotent (the agent-server conversation is created under the id chosen at placement), so a
-control plane that restarts simply runs unfinished tasks again; a task that cannot go on ends
-ERROR with the reason, never stuck. For the same reason a task whose database work failed in a
-way that passes (`store.db.transient`: the file locked, the disk full, the server away) is
-simply taken up again from its stored stage, a few times here, then by the reconciler's next
-rounds (`take_over`), until the database is back: it ends READY, or ERROR with a detail in
-words, never with the driver's SQL in it.
+an empty directory. Placement and the conversation row are written in one transaction with the
+user locked (see `grouping`). Every step after it is idempotent (the agent-server conversation
+is created under the id chosen at placement), so a control plane that restarts simply runs
+unfinished tasks again; a task that cannot go on ends ERROR with the reason, never stuck. For
+the same reason a task whose database work failed in a way that passes (`store.db.transient`:
+the file locked, the disk full, the server away) is simply taken up again from its stored stage,
+a few times here, then by the reconciler's next rounds (`take_over`), until the database is
+back: it ends READY, or ERROR with a detail in words, never with the driver's SQL in it.
 
 With several control planes on one database, a task is worked on by the one holding its lease
 (`leases`): taken when it is submitted, renewed while the work goes on, taken over by another
 process (`take_over`, each reconciler round) once its holder died and the lease expired. Every
 stored stage is written only while the lease is held, the placement in the same transaction, so
 a task ends READY or ERROR exactly once and is never placed twice.
+
+The walk is this module's; what it hands on is built elsewhere: the sandbox is started and
+waited for by the sandbox service's starts (`sandboxes.starts`), the conversation is asked of
+the agent server with the body `create_request` builds, and what a client is shown of the
+start's secrets (its request again, a failure's detail) is `start_secrets`'.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import uuid
 from collections.abc import AsyncIterator
@@ -39,6 +42,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from control_plane import grouping
 from control_plane.agent_client import AgentClient, AgentError, Target
+from control_plane.create_request import create_request
 from control_plane.crypto import Cipher
 from control_plane.gateway import credentials
 from control_plane.leases import TASK, Leases
@@ -53,21 +57,11 @@ from control_plane.models import (
 from control_plane.sandboxes.service import SandboxService
 from control_plane.settings import SettingsService, UserSettings
 from control_plane.start_request import StartRequest
+from control_plane.start_secrets import masked, shown
 from control_plane.store import Database, accounts, conversations, tasks
 from control_plane.store import leases as lease_rows
 from control_plane.store.db import RETRY_PAUSES, describe, transient
 from control_plane.store.tasks import LeaseLost
-from core.masking import MASK, MIN_LENGTH, REDACTED
-from events.content import TextContent
-from events.create import (
-    AgentRequest,
-    CreateRequest,
-    InitialMessage,
-    LLMTarget,
-    RepositoryRequest,
-    ToolName,
-    WorkspaceRequest,
-)
 from web.errors import LimitReached, NotFound, ServiceError
 
 logger = logging.getLogger(__name__)
@@ -88,19 +82,10 @@ class Placement:
     new_sandbox: bool
 
 
-def masked(text: str, secrets: list[str]) -> str:
-    """`text` with each secret (and its JSON-escaped form) replaced, and with any run of 8 or
-    more characters of one (an error quotes an input cut short) too."""
-    for value in sorted(secrets, key=len, reverse=True):
-        if len(value) >= MIN_LENGTH:
-            for form in (value, json.dumps(value)[1:-1]):
-                text = text.replace(form, MASK)
-            for k in range(min(len(value), 64), 7, -1):  # a piece of its start or end
-                text = text.replace(value[:k], MASK).replace(value[-k:], MASK)
-    return text
-
-
 class StartTaskService:
+    """The start tasks: stored when a start is asked for, walked to READY or ERROR in a job of
+    this process while it holds the task's lease, and read back for the routes."""
+
     def __init__(
         self,
         db: Database,
@@ -176,14 +161,8 @@ class StartTaskService:
 
     def request_of(self, task: TaskRow) -> dict[str, Any]:
         """The task's start request as a client may see it again: secret values, and the
-        values of plugins' environments and headers (keys, often), masked."""
-        request = StartRequest.model_validate_json(self.cipher.decrypt(task.request_enc))
-        shown = request.model_dump(mode="json")
-        shown["secrets"] = dict.fromkeys(request.secrets, REDACTED)
-        for plugin in shown["plugins"]:
-            plugin["env"] = dict.fromkeys(plugin["env"], REDACTED)
-            plugin["headers"] = dict.fromkeys(plugin["headers"], REDACTED)
-        return shown
+        values of plugins' environments and headers (keys, often), masked (`start_secrets`)."""
+        return shown(StartRequest.model_validate_json(self.cipher.decrypt(task.request_enc)))
 
     async def follow(self, task: TaskRow, seconds: float) -> AsyncIterator[TaskRow]:
         """The task each time its stage (or detail) changes after `task`, until it is finished
@@ -311,7 +290,7 @@ class StartTaskService:
             await self._stage(task, StartTaskStatus.WAITING_FOR_SANDBOX)
             # Read again, not taken from the placement: held by no guard since, the sandbox may
             # have been paused (it is resumed) or deleted meanwhile.
-            row = await self.sandboxes.wait_running(placement.sandbox_id)
+            row = await self.sandboxes.starts.wait_running(placement.sandbox_id)
             await self._stage(task, StartTaskStatus.STARTING_CONVERSATION)
             target = self.sandboxes.target(row)
             assert target is not None
@@ -319,12 +298,17 @@ class StartTaskService:
             conversation = await conversations.get(self.db, placement.conversation_id)
             if conversation is None:
                 raise StartFailed("the conversation was deleted while it started")
-            await self.agents.create_conversation(
-                target,
-                self._creation_body(
-                    placement.conversation_id, conversation.working_dir, request, user, row
-                ).body(),
+            # The LLM gateway and the sandbox's own token, never the user's key or base URL.
+            gateway = credentials.access(self.sandboxes.control_plane_url, self.cipher, row)
+            body = create_request(
+                placement.conversation_id,
+                conversation.working_dir,
+                request,
+                user,
+                gateway=gateway,
+                repository_url_template=self.repository_url_template,
             )
+            await self.agents.create_conversation(target, body.body())
             if request.selected_repository:
                 await self._stage(task, StartTaskStatus.PREPARING_REPOSITORY)
                 await self._wait_clone(
@@ -393,7 +377,7 @@ class StartTaskService:
                 chosen = grouping.choose(user.grouping_strategy, available)
                 found = None if chosen is None else await self.sandboxes.rows.get_in(conn, chosen)
             new_sandbox = found is None
-            sandbox = found or await self.sandboxes.new_row(
+            sandbox = found or await self.sandboxes.starts.new_row(
                 conn, task.user_id, self.spec_id, user.network_policy
             )
             working_dir = Path(self.sandboxes.working_dir(sandbox)) / conversation_id
@@ -429,7 +413,7 @@ class StartTaskService:
                 made_sandbox=new_sandbox,
             )
         if new_sandbox:
-            self.sandboxes.launch(sandbox, fresh=True)
+            self.sandboxes.starts.launch(sandbox, fresh=True)
         return Placement(sandbox.id, conversation_id, new_sandbox)
 
     async def _explicit(self, conn: AsyncConnection, user_id: str, sandbox_id: str) -> SandboxRow:
@@ -458,57 +442,6 @@ class StartTaskService:
         }
         if author:
             await self.agents.patch_settings(target, author)
-
-    def _creation_body(
-        self,
-        conversation_id: str,
-        working_dir: str,
-        request: StartRequest,
-        user: UserSettings,
-        sandbox: SandboxRow,
-    ) -> CreateRequest:
-        # The LLM gateway and the sandbox's own token, never the user's key or base URL: the
-        # agent server keeps a conversation's LLM where the agent's commands can read it
-        # (`control_plane.gateway`).
-        gateway = credentials.access(self.sandboxes.control_plane_url, self.cipher, sandbox)
-        llm = LLMTarget(
-            model=request.llm_model or user.llm_model or "",
-            base_url=gateway.base_url,
-            api_key=gateway.api_key,
-            # StreamingDeltaEvents on the sandbox's socket (`control_plane.deltas`)
-            stream=True if user.llm_stream else None,
-        )
-        mcp = (
-            {"mcpServers": {p.name: p.server() for p in request.plugins}}
-            if request.plugins
-            else None
-        )
-        repository = None
-        if request.selected_repository:
-            repository = RepositoryRequest(
-                url=self.repository_url_template.format(repository=request.selected_repository),
-                branch=request.selected_branch or None,
-            )
-        message = request.initial_message
-        return CreateRequest(
-            conversation_id=conversation_id,
-            agent=AgentRequest(
-                llm=llm, tools=[ToolName(name=t) for t in user.default_tools], mcp_config=mcp
-            ),
-            workspace=WorkspaceRequest(working_dir=working_dir),
-            # A conversation's own secret wins over a stored one of the same name (SPEC 5 rule 4).
-            secrets={**user.secrets, **request.secrets},
-            title=request.title or None,
-            initial_message=None
-            if message is None
-            else InitialMessage(
-                content=[TextContent(text=item.text) for item in message.content], run=message.run
-            ),
-            repository=repository,
-            observability_span_name=request.observability_span_name,
-            observability_tags=list(request.observability_tags),
-            observability_metadata=dict(request.observability_metadata),
-        )
 
     async def _fail(self, task: TaskRow, placement: Placement | None, detail: str) -> None:
         """ERROR with the reason; the half-made conversation is removed, and the sandbox made

@@ -15,7 +15,8 @@ import logging
 
 from control_plane.models import SandboxReason, SandboxRow, SandboxStatus
 from control_plane.sandboxes.provider import Handle, Liveness
-from control_plane.sandboxes.service import SandboxService, handle_of
+from control_plane.sandboxes.service import SandboxService
+from control_plane.sandboxes.starts import handle_of
 from control_plane.store import sandboxes as rows
 from web.errors import Conflict
 
@@ -53,7 +54,7 @@ class Drift:
                 return
             handle = handle_of(row)
             if handle is None:
-                if row.status is SandboxStatus.STARTING and self.sandboxes.starting(row.id):
+                if row.status is SandboxStatus.STARTING and self.sandboxes.starts.starting(row.id):
                     return
                 handle = await self.provider.recover(self.sandboxes.launch_of(row))
                 if handle is None:
@@ -72,7 +73,7 @@ class Drift:
                 await self._check(row, handle, adopting)
         if relaunch is not None:
             logger.info("starting sandbox %s again (its start was cut short)", relaunch.id)
-            self.sandboxes.launch(relaunch)
+            self.sandboxes.starts.launch(relaunch)
 
     async def _check(self, row: SandboxRow, handle: Handle, adopting: bool) -> None:
         enter = self.sandboxes.enter

@@ -14,7 +14,8 @@ from control_plane.models import SandboxRow, SandboxStatus, ensure_usable
 from control_plane.network.fence import Refusal
 from control_plane.network.policy import NetworkPolicy
 from control_plane.sandboxes.provider import ProviderError
-from control_plane.sandboxes.service import SandboxService, handle_of
+from control_plane.sandboxes.service import SandboxService
+from control_plane.sandboxes.starts import handle_of
 from control_plane.store import sandboxes as rows
 from web.errors import Unavailable
 

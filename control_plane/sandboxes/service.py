@@ -16,6 +16,10 @@ clean-up that failed (Docker away, a volume still in use) is tried again by the 
 at once when the user deletes the sandbox: nothing of a sandbox is left for ever.
 A status change with a reason (`models.SandboxReason`) is also told to each conversation of
 the sandbox (`sandboxes.notices`), and a terminal one ends the runs that were going on.
+
+A start (the row reserved, the sandbox booted in the background, the wait until it is RUNNING)
+is the service's `starts` (`sandboxes.starts`): it takes the service's guard and stores its
+moves here, and the lookups others share are its `rows` (`sandboxes.rows`).
 """
 
 from __future__ import annotations
@@ -23,43 +27,26 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import uuid
 from collections.abc import AsyncIterator, Callable
 from datetime import timedelta
 from pathlib import Path
 
 from sqlalchemy.exc import SQLAlchemyError
-from sqlalchemy.ext.asyncio import AsyncConnection
 
 from control_plane.agent_client import Target
-from control_plane.crypto import Cipher, hash_key, new_key, sandbox_token, webhook_secret
+from control_plane.crypto import Cipher, sandbox_token, webhook_secret
 from control_plane.leases import SANDBOX, Leases
-from control_plane.models import (
-    DiskUsage,
-    SandboxReason,
-    SandboxRow,
-    SandboxStatus,
-    ensure_usable,
-    transition,
-)
+from control_plane.models import DiskUsage, SandboxReason, SandboxRow, SandboxStatus, transition
 from control_plane.network.policy import OPEN, NetworkPolicy
 from control_plane.runs import Runs
 from control_plane.sandboxes import notices
-from control_plane.sandboxes.capacity import memory_short
 from control_plane.sandboxes.provider import Handle, Launch, ProviderError, Refused, SandboxProvider
 from control_plane.sandboxes.rows import SandboxRows
+from control_plane.sandboxes.starts import Starts, handle_of
 from control_plane.store import Database, accounts, conversations, events
 from control_plane.store import sandboxes as rows
-from control_plane.store.db import describe, retrying
-from web.errors import (
-    Conflict,
-    Forbidden,
-    Gone,
-    LimitReached,
-    NotFound,
-    Unavailable,
-    invalid,
-)
+from control_plane.store.db import describe
+from web.errors import Conflict, NotFound
 
 logger = logging.getLogger(__name__)
 
@@ -69,19 +56,10 @@ WEBHOOKS = "/api/v1/webhooks"
 CLEANUP_RETRY = 60.0
 
 
-def handle_of(row: SandboxRow) -> Handle | None:
-    if row.pid is None or row.pid_start_time is None or row.port is None:
-        return None
-    return Handle(
-        sandbox_id=row.id,
-        pid=row.pid,
-        pid_start_time=row.pid_start_time,
-        port=row.port,
-        host=row.host or Handle.host,
-    )
-
-
 class SandboxService:
+    """One per control plane: every move of a sandbox, under its guard. It owns the lookups
+    others share (`rows`) and the start machinery (`starts`), which asks it for the guard."""
+
     def __init__(
         self,
         db: Database,
@@ -100,14 +78,22 @@ class SandboxService:
     ) -> None:
         self.db, self.provider, self.cipher, self.leases = db, provider, cipher, leases
         self.rows = SandboxRows(db)  # the lookups (by id, by session key) others share
-        self.sandboxes_dir, self.webhook_url = sandboxes_dir, webhook_url
+        self.starts = Starts(
+            self,
+            db,
+            provider,
+            cipher,
+            sandboxes_dir=sandboxes_dir,
+            max_per_user=max_per_user,
+            max_live=max_live,
+            memory_floor=memory_floor,
+        )
+        self.webhook_url = webhook_url
         #: How a sandbox reaches this control plane (its webhook, LLM gateway and other
         #: sandbox-side routes are under it), as the sandbox's processes see it.
         self.control_plane_url = provider.inside(webhook_url.removesuffix(WEBHOOKS))
         self.runs, self.ring, self.guard_timeout = runs, ring, guard_timeout
-        self.max_per_user, self.max_live, self.memory_floor = max_per_user, max_live, memory_floor
-        self._starts: dict[str, asyncio.Task[None]] = {}
-        self._up: dict[str, asyncio.Future[SandboxRow]] = {}  # a start's row, once RUNNING
+        #: Each sandbox's lock in this process, the guard's first half (`guard`).
         self._locks: dict[str, asyncio.Lock] = {}
 
     # -- rows --------------------------------------------------------------------------------
@@ -140,43 +126,10 @@ class SandboxService:
         spec, LimitReached past the per-user bound."""
         async with self.db.begin() as conn:
             await accounts.lock_user(conn, user_id)  # the per-user limit counts under the lock
-            row = await self.new_row(conn, user_id, spec_id or self.provider.specs()[0].id, network)
-        self.launch(row, fresh=True)
+            spec_id = spec_id or self.provider.specs()[0].id
+            row = await self.starts.new_row(conn, user_id, spec_id, network)
+        self.starts.launch(row, fresh=True)
         return row
-
-    async def new_row(
-        self, conn: AsyncConnection, user_id: str, spec_id: str, network: NetworkPolicy = OPEN
-    ) -> SandboxRow:
-        """A STARTING row inside the caller's transaction; `launch()` starts it after commit.
-
-        The caller holds the user's lock (`accounts.lock_user`), so the count below holds."""
-        if spec_id not in {spec.id for spec in self.provider.specs()}:
-            raise invalid(["sandbox_spec_id"], f"unknown sandbox spec {spec_id!r}", input_=spec_id)
-        if self.provider.single_tenant and await rows.another_user_has_one(conn, user_id):
-            raise Forbidden(
-                "this control plane's sandboxes are not isolated from each other "
-                "(bubblewrap is unavailable or off, as its log said at start): they "
-                "serve one user only, unless its operator accepts a shared host "
-                "(CONTROL_PLANE_SHARED_HOST=true)"
-            )
-        refused = await rows.over_cap(
-            conn, user_id, self.max_per_user, self.max_live
-        ) or memory_short(self.memory_floor)
-        if refused is not None:
-            raise LimitReached(refused)
-        sandbox_id = self.provider.reserve(spec_id) or uuid.uuid4().hex
-        key = new_key("sk-sandbox")
-        return await rows.insert(
-            conn,
-            self.db.now(),
-            id=sandbox_id,
-            user_id=user_id,
-            spec_id=spec_id,
-            session_key_hash=hash_key(key),
-            session_key_enc=self.cipher.encrypt(key),
-            root_dir=str(self.provider.root_dir(sandbox_id, self.sandboxes_dir)),
-            network_policy=network.model_dump(mode="json"),
-        )
 
     def session_key(self, row: SandboxRow) -> str:
         return self.cipher.decrypt(row.session_key_enc)
@@ -243,10 +196,6 @@ class SandboxService:
                         "releasing the lease of sandbox %s failed: %s", sandbox_id, describe(exc)
                     )
 
-    def starting(self, sandbox_id: str) -> bool:
-        """Whether this process is starting it right now."""
-        return sandbox_id in self._starts
-
     async def enter(
         self,
         sandbox_id: str,
@@ -267,109 +216,6 @@ class SandboxService:
         return moved
 
     # -- transitions -----------------------------------------------------------------------
-
-    def launch(self, row: SandboxRow, *, fresh: bool = False) -> None:
-        """Start a STARTING sandbox in the background (POST /sandboxes answers at once).
-
-        `fresh`: this process has just made the row, so no earlier start can have left a
-        process behind; otherwise (a start taken over) the provider is asked first."""
-        if row.id not in self._starts:
-            task = asyncio.create_task(self._start(row.id, fresh), name=f"start sandbox {row.id}")
-            self._starts[row.id] = task
-            self._up[row.id] = up = asyncio.get_running_loop().create_future()
-            # In this order: no launch comes between (it is still starting) to lose its future.
-            task.add_done_callback(lambda _: self._up.pop(row.id, up).cancel())  # if never up
-            task.add_done_callback(lambda _: self._starts.pop(row.id, None))
-
-    async def _start(self, sandbox_id: str, fresh: bool) -> None:
-        """A background job: nothing escapes it unseen (`drift` sees the sandbox again)."""
-        try:
-            await self._start_once(sandbox_id, fresh)
-        except Exception as exc:
-            logger.error(
-                "starting sandbox %s failed: %s",
-                sandbox_id,
-                describe(exc) if isinstance(exc, SQLAlchemyError) else repr(exc),
-            )
-
-    async def _start_once(self, sandbox_id: str, fresh: bool) -> None:
-        async with self.guard(sandbox_id, wait=False) as mine:
-            if not mine:
-                return  # another process starts it (or acts on it): wait_running polls
-            row = await rows.get(self.db, sandbox_id)  # the guard's read: started meanwhile?
-            if (
-                row is None
-                or row.status is not SandboxStatus.STARTING
-                or handle_of(row) is not None
-            ):
-                return
-            launch = self.launch_of(row)
-            try:
-                handle = None if fresh else await self.provider.recover(launch)
-                if handle is None:
-                    handle = await self.provider.create(launch)
-            except ProviderError as exc:
-                await self.enter(row.id, SandboxStatus.ERROR, SandboxReason.START_FAILED, str(exc))
-                return
-            except Exception as exc:  # never leave a row STARTING for ever
-                logger.exception("starting sandbox %s failed", row.id)
-                await self.enter(
-                    row.id,
-                    SandboxStatus.ERROR,
-                    SandboxReason.START_FAILED,
-                    f"start failed ({type(exc).__name__}); see the control plane's log",
-                )
-                return
-            try:
-                moved = await retrying(
-                    lambda: self._started(row.id, handle), f"storing the start of sandbox {row.id}"
-                )
-            except SQLAlchemyError:
-                moved = None  # not stored: no process runs unrecorded (started again later)
-            if moved is None:  # (or deleted while it booted: the row is MISSING already)
-                await self.provider.destroy(row.id, handle, Path(row.root_dir))
-            elif (up := self._up.get(row.id)) is not None and not up.done():
-                up.set_result(moved)  # its waiters go on while the guard is released
-
-    async def _started(self, sandbox_id: str, handle: Handle) -> SandboxRow | None:
-        """Its process facts and RUNNING, in one write (None: deleted meanwhile)."""
-        row = await rows.set_status(
-            self.db, sandbox_id, SandboxStatus.RUNNING, fields=handle.stored()
-        ) or await rows.get(self.db, sandbox_id)  # or stored by an earlier try
-        return (
-            row if row and row.status is SandboxStatus.RUNNING and row.pid == handle.pid else None
-        )
-
-    async def wait_running(self, sandbox_id: str, timeout: float = 120.0) -> SandboxRow:
-        """Until RUNNING (started or resumed as needed); Conflict or Gone when it cannot be."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        next_launch = loop.time()
-        while True:
-            # Each look reads the row: its status is what is waited for.
-            row = await rows.get(self.db, sandbox_id)
-            if row is None:
-                raise Gone(f"sandbox {sandbox_id} is MISSING: it was deleted")
-            ensure_usable(row.id, row.status, row.status_detail or "it cannot be used")
-            if row.status is SandboxStatus.RUNNING:
-                return row
-            if row.status is SandboxStatus.PAUSED:
-                return await self.resume(row)
-            if row.id not in self._starts and handle_of(row) is None and loop.time() >= next_launch:
-                # Nobody here starts it: take the start over if its launcher is gone (the
-                # lease tells; a live launcher elsewhere keeps it and this just waits).
-                self.launch(row)
-                next_launch = loop.time() + 1.0
-            remaining = deadline - loop.time()
-            if remaining <= 0:
-                raise Unavailable(f"sandbox {sandbox_id} is still STARTING")
-            up = self._up.get(row.id)
-            if up is not None:  # started here: woken once it is up or has ended, not polling
-                await asyncio.wait([up], timeout=remaining)
-                if up.done() and not up.cancelled():
-                    return up.result()
-            else:
-                await asyncio.sleep(0.05)
 
     async def pause(
         self,
@@ -546,10 +392,7 @@ class SandboxService:
         return True
 
     async def close(self, stop_sandboxes: bool = False) -> None:
-        for task in list(self._starts.values()):
-            task.cancel()
-        if self._starts:
-            await asyncio.wait(list(self._starts.values()), timeout=10)
+        await self.starts.close()
         if stop_sandboxes:
             # All at once: one after another (each a grace and an archive), a supervisor that
             # kills a slow exit (docker stop: 10 s) left the rest running.

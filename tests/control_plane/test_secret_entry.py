@@ -10,7 +10,7 @@ from typing import Annotated
 import pytest
 from pydantic import Field, TypeAdapter, ValidationError
 
-from control_plane.start_tasks import masked
+from control_plane.start_secrets import masked
 from tests.control_plane.support import ControlPlane, configure_llm
 from tests.support.llm import ScriptedLLM
 
