@@ -1,7 +1,7 @@
 """The agent server's OpenAPI document: `web.openapi` over its routes, plus what only this
 server has to say: the session key, the shape of a tool (its name and its tool set's params,
 as check_tool_names accepts them), the pattern of event ids, and the webhook it POSTs to the
-control plane (SPEC 4.5). The fuzz (tests/test_fuzz.py) holds the server to it.
+control plane (SPEC 4.5). The fuzz (tests/agent_server/api/test_fuzz.py) holds the server to it.
 """
 
 from __future__ import annotations

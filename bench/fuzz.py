@@ -1,5 +1,5 @@
-"""The fuzz of tests/test_fuzz.py, longer: every operation of the served /openapi.json with
-many more generated requests, valid and invalid.
+"""The fuzz of tests/agent_server/api/test_fuzz.py, longer: every operation of the served
+/openapi.json with many more generated requests, valid and invalid.
 
     .venv/bin/python bench/fuzz.py [--examples 500]
 
@@ -22,8 +22,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import schemathesis
 from schemathesis import GenerationMode
 
+from tests.agent_server.api.test_fuzz import OPERATIONS, configure, fuzz
 from tests.support.inprocess import served
-from tests.test_fuzz import OPERATIONS, configure, fuzz
 
 
 def main() -> None:

@@ -19,9 +19,9 @@ from tests.support.server import ServerProcess
 #: Test modules that share the host's Docker daemon (the Docker provider's and Swarm's: the
 #: Swarm tests turn swarm mode on and off, and either may start dockerd), run on one worker.
 DOCKER_MODULES = (
-    "tests/control_plane/test_docker.py",
-    "tests/control_plane/test_swarm.py",
-    "tests/control_plane/test_warm_pool.py",
+    "tests/control_plane/sandboxes/test_docker.py",
+    "tests/control_plane/sandboxes/test_swarm.py",
+    "tests/control_plane/sandboxes/test_warm_pool.py",
 )
 
 

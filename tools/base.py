@@ -166,7 +166,8 @@ class Tool(ABC):
         """Arguments of a tool call -> the Action; raises pydantic's ValidationError."""
         args = {k: v for k, v in arguments.items() if k not in META_ARGUMENTS}
         args["kind"] = cls.action_type.__name__
-        # Every tool's kind is one of the schema's (tests/test_events.py holds the lists equal).
+        # Every tool's kind is one of the schema's (tests/events/test_events.py holds the lists
+        # equal).
         return cast(AnyAction, cls.action_type.model_validate(args))
 
 

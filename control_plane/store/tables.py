@@ -1,6 +1,6 @@
 """The SQL schema (SQLAlchemy Core), the same on SQLite and PostgreSQL.
 
-Migrations in `migrations/versions` create exactly this; `tests/control_plane/test_store.py`
+Migrations in `migrations/versions` create exactly this; `tests/control_plane/store/test_store.py`
 checks that the two never drift apart.
 """
 

@@ -16,8 +16,8 @@ import pytest
 from playwright.sync_api import Browser, expect
 
 from tests.compat.conftest import SCRIPTS, SdkRun
+from tests.control_plane.console.test_console import new_user, signed_in
 from tests.control_plane.support import ControlPlane, configure_llm, make_config
-from tests.control_plane.test_console import new_user, signed_in
 from tests.support.chromium import launched
 from tests.support.llm import ScriptedLLM, call
 

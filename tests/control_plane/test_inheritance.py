@@ -11,8 +11,8 @@ from typing import Any
 
 import httpx
 
+from tests.control_plane.api.test_api import wait_running
 from tests.control_plane.support import ControlPlane, configure_llm
-from tests.control_plane.test_api import wait_running
 
 ALICE_LLM_KEY = "sk-alice-llm-key-5521"
 ALICE_TOKEN = "ghp_alice-token-8812"

@@ -502,7 +502,7 @@ print(gateway, type(encoding).__name__, getattr(encoding, "_encoding", "loaded")
         capture_output=True,
         text=True,
         timeout=120,
-        cwd=Path(__file__).resolve().parent.parent,
+        cwd=Path(__file__).resolve().parents[3],
     )
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.split() == ["[]", "_LazyEncoding", "None"], out.stdout

@@ -1,7 +1,8 @@
 """agent_server.agent.llm_log: completion logs and token ids as events, in-process.
 
 The end-to-end path (litellm, the scripted LLM server, search and sockets) is in
-tests/test_llm_events.py; here the bounds, and the same events from the ScriptedModel.
+test_llm_events.py beside this one; here the bounds, and the same events from the
+ScriptedModel.
 """
 
 from __future__ import annotations

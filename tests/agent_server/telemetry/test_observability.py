@@ -280,7 +280,7 @@ def test_an_acp_agents_tool_calls_have_spans_and_metrics(
     ws = tmp_path / "ws"
     ws.mkdir()
     (ws / "notes.txt").write_text("hello\n")
-    agent = [sys.executable, str(Path(__file__).parent / "support" / "acp_agent.py")]
+    agent = [sys.executable, str(Path(__file__).parents[2] / "support" / "acp_agent.py")]
     try:
         with server.client() as client:
             r = client.post(

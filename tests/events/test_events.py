@@ -44,7 +44,7 @@ from events import (
 from events.content import ToolAnnotations
 from events.tools import ACTION_TYPES, OBSERVATION_TYPES, Observation
 
-GOLDEN = Path(__file__).parent / "golden"
+GOLDEN = Path(__file__).parents[1] / "golden"
 KIND_BY_NAME: dict[str, type[Event]] = {k.__name__: k for k in KINDS}
 SOURCES = ("agent", "user", "environment", "hook")
 COMMON = ("id", "timestamp", "source", "parent_id", "kind")

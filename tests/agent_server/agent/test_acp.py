@@ -27,7 +27,7 @@ from events import (
 from events.status import ExecutionStatus as S
 from tests.support.inprocess import InProcess, events, run_ends
 
-AGENT = [sys.executable, str(Path(__file__).parents[1] / "support" / "acp_agent.py")]
+AGENT = [sys.executable, str(Path(__file__).parents[2] / "support" / "acp_agent.py")]
 SECRET = "acp-secret-7f3e9b1c5d"
 
 

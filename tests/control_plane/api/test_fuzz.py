@@ -1,5 +1,5 @@
 """A property-based fuzz of every /api/v1 operation of the control plane's served
-/openapi.json (schemathesis), as tests/test_fuzz.py does for the agent server.
+/openapi.json (schemathesis), as tests/agent_server/api/test_fuzz.py does for the agent server.
 
 A real control plane (SQLite, the process provider) runs on a loopback port; each operation
 gets FUZZ_EXAMPLES requests that fit the document and as many that do not, sent with a user's
@@ -23,8 +23,8 @@ from schemathesis import GenerationMode
 from schemathesis.config._checks import PositiveDataAcceptanceConfig
 from schemathesis.specs.openapi.schemas import OpenApiSchema
 
+from tests.agent_server.api.test_fuzz import CHECKS, TIMEOUT, configure
 from tests.control_plane.support import ControlPlane, make_config
-from tests.test_fuzz import CHECKS, TIMEOUT, configure
 
 pytestmark = pytest.mark.e2e
 

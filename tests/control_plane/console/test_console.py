@@ -39,7 +39,7 @@ from tests.support.wait import wait_for
 
 pytestmark = pytest.mark.e2e
 
-ARTIFACTS = Path(__file__).resolve().parents[2] / "artifacts" / "console"
+ARTIFACTS = Path(__file__).resolve().parents[3] / "artifacts" / "console"
 SLOW = 60_000  # ms: a sandbox starts, a run finishes
 
 

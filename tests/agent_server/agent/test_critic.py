@@ -1,8 +1,8 @@
 """agent_server.agent.critic: CriticResults on finishes and agent messages, in-process.
 
 The command critics are real `sh` commands in the test's workspace; the model critic is
-asked through the in-process ScriptedModel (tests/test_critic.py asks the scripted LLM server
-through litellm).
+asked through the in-process ScriptedModel (test_critics_on_a_server.py asks the scripted LLM
+server through litellm).
 """
 
 from __future__ import annotations

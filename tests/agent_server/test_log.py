@@ -29,8 +29,8 @@ from ulid import ULID
 from agent_server.log import EventLog, LogError, Query
 from events import KIND_NAMES, Event, parse_event
 
-GOLDEN = Path(__file__).parent / "golden"
-CHILD = Path(__file__).parent / "support" / "log_child.py"
+GOLDEN = Path(__file__).parents[1] / "golden"
+CHILD = Path(__file__).parents[1] / "support" / "log_child.py"
 SOURCES = ("agent", "user", "environment", "hook")
 TEMPLATES = {name: json.loads((GOLDEN / f"{name}.json").read_text()) for name in KIND_NAMES}
 

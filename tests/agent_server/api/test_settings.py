@@ -250,7 +250,7 @@ def test_acp_agents_are_saved_by_name_and_conversations_refer_to_them(
     """A saved ACP agent: its literal env values masked in the settings (sending the mask back
     keeps them), started by a conversation that names it, its env reaching the agent and
     masked in the events; a name not saved is a 422 that creates nothing."""
-    from tests.agent.test_acp import AGENT
+    from tests.agent_server.agent.test_acp import AGENT
 
     value = f"acp-literal-{uuid.uuid4().hex[:8]}"
     shown = patch(

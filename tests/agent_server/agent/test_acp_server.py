@@ -14,7 +14,7 @@ import httpx
 import pytest
 from websockets.asyncio.client import connect
 
-from tests.agent.test_acp import AGENT, SECRET, _alive
+from tests.agent_server.agent.test_acp import AGENT, SECRET, _alive
 from tests.support.server import KEY, ServerProcess
 
 pytestmark = pytest.mark.e2e

@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.agent.test_acp import AGENT
+from tests.agent_server.agent.test_acp import AGENT
 from tests.support.server import ServerProcess
 from tests.support.wait import wait_for
 

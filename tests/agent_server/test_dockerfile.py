@@ -1,6 +1,6 @@
 """sandbox.Dockerfile: linted, and its entrypoint and environment start the server as the image
 would (the command line run directly with paths mapped: quick, and Docker-free; the image itself
-is built and run by tests/control_plane/test_docker.py where Docker is installed)."""
+is built and run by tests/control_plane/sandboxes/test_docker.py where Docker is installed)."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from tests.support.wait import wait_for
 # A server subprocess (or another process, a restart, SIGKILL, Chromium, Docker tools).
 pytestmark = pytest.mark.e2e
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DOCKERFILE = ROOT / "sandbox.Dockerfile"
 
 
