@@ -6,7 +6,7 @@ repository before the first step of a run, or at once when the conversation does
 either way the task waits in PREPARING_REPOSITORY for the clone: a repository that cannot be
 cloned ends the task in ERROR, with git's own reason (masked), instead of leaving the agent in
 an empty directory. Placement and the conversation row are written in one transaction with the
-user locked (see `grouping`). Every step after it is idempotent (the agent-server conversation
+user locked (`placement`). Every step after it is idempotent (the agent-server conversation
 is created under the id chosen at placement), so a control plane that restarts simply runs
 unfinished tasks again; a task that cannot go on ends ERROR with the reason, never stuck. For
 the same reason a task whose database work failed in a way that passes (`store.db.transient`:
@@ -20,27 +20,26 @@ process (`take_over`, each reconciler round) once its holder died and the lease 
 stored stage is written only while the lease is held, the placement in the same transaction, so
 a task ends READY or ERROR exactly once and is never placed twice.
 
-The walk is this module's; what it hands on is built elsewhere: the sandbox is started and
-waited for by the sandbox service's starts (`sandboxes.starts`), the conversation is asked of
-the agent server with the body `create_request` builds, and what a client is shown of the
-start's secrets (its request again, a failure's detail) is `start_secrets`'.
+The walk is this module's; what it hands on is built elsewhere: the start is placed by
+`placement` (the sandbox and the conversation's row, under the user's lock), the sandbox is
+started and waited for by the sandbox service's starts (`sandboxes.starts`), the conversation
+is asked of the agent server with the body `create_request` builds, and what a client is shown
+of the start's secrets (its request again, a failure's detail) is `start_secrets`'.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import uuid
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from control_plane import grouping
 from control_plane.agent_client import AgentClient, AgentError, Target
 from control_plane.create_request import create_request
 from control_plane.crypto import Cipher
@@ -48,12 +47,12 @@ from control_plane.gateway import credentials
 from control_plane.leases import TASK, Leases
 from control_plane.models import (
     SandboxReason,
-    SandboxRow,
     SandboxStatus,
     StartTaskStatus,
     TaskRow,
     ensure_usable,
 )
+from control_plane.placement import Placement, Placer
 from control_plane.sandboxes.service import SandboxService
 from control_plane.settings import SettingsService, UserSettings
 from control_plane.start_request import StartRequest
@@ -62,7 +61,7 @@ from control_plane.store import Database, accounts, conversations, tasks
 from control_plane.store import leases as lease_rows
 from control_plane.store.db import RETRY_PAUSES, describe, transient
 from control_plane.store.tasks import LeaseLost
-from web.errors import LimitReached, NotFound, ServiceError
+from web.errors import ServiceError
 
 logger = logging.getLogger(__name__)
 
@@ -73,13 +72,6 @@ CLONE_TIMEOUT = 600.0
 
 class StartFailed(Exception):
     """Ends a task in ERROR; the message is the task's detail."""
-
-
-@dataclass(frozen=True)
-class Placement:
-    sandbox_id: str
-    conversation_id: str
-    new_sandbox: bool
 
 
 class StartTaskService:
@@ -108,6 +100,7 @@ class StartTaskService:
         self.cap = cap
         self.repository_url_template = repository_url_template
         self.spec_id = spec_id
+        self.placer = Placer(db, sandboxes_, cap=cap, spec_id=spec_id)
         self._running: dict[str, asyncio.Task[None]] = {}
 
     async def submit(self, user_id: str, request: StartRequest) -> TaskRow:
@@ -286,7 +279,9 @@ class StartTaskService:
             if task.app_conversation_id and task.sandbox_id:  # placed before a takeover
                 placement = Placement(task.sandbox_id, task.app_conversation_id, task.made_sandbox)
             else:
-                placement = await self._place(task, request, user)
+                placement = await self.placer.place(
+                    task, request, user, functools.partial(self._placed, task)
+                )
             await self._stage(task, StartTaskStatus.WAITING_FOR_SANDBOX)
             # Read again, not taken from the placement: held by no guard since, the sandbox may
             # have been paused (it is resumed) or deleted meanwhile.
@@ -360,75 +355,16 @@ class StartTaskService:
             await asyncio.sleep(0.05)
         raise StartFailed(f"cloning {repository} took more than {CLONE_TIMEOUT:g} s")
 
-    async def _place(self, task: TaskRow, request: StartRequest, user: UserSettings) -> Placement:
-        conversation_id = str(uuid.uuid4())
-        async with self.db.begin() as conn:
-            await accounts.lock_user(conn, task.user_id)
-            placed = await tasks.get_in(conn, task.id)  # placed meanwhile: that placement holds
-            if placed is not None and placed.app_conversation_id and placed.sandbox_id:
-                return Placement(placed.sandbox_id, placed.app_conversation_id, placed.made_sandbox)
-            # The sandbox is read under the user's lock (an explicit one again, though `submit`
-            # checked it): only what is read under the lock holds until the placement commits.
-            found: SandboxRow | None = None
-            if request.sandbox_id is not None:
-                found = await self._explicit(conn, task.user_id, request.sandbox_id)
-            else:
-                available = await grouping.candidates(conn, task.user_id, self.spec_id, self.cap)
-                chosen = grouping.choose(user.grouping_strategy, available)
-                found = None if chosen is None else await self.sandboxes.rows.get_in(conn, chosen)
-            new_sandbox = found is None
-            sandbox = found or await self.sandboxes.starts.new_row(
-                conn, task.user_id, self.spec_id, user.network_policy
-            )
-            working_dir = Path(self.sandboxes.working_dir(sandbox)) / conversation_id
-            await conversations.insert(
-                conn,
-                self.db.now(),
-                id=conversation_id,
-                user_id=task.user_id,
-                sandbox_id=sandbox.id,
-                start_task_id=task.id,
-                title=request.title,
-                selected_repository=request.selected_repository,
-                selected_branch=request.selected_branch,
-                working_dir=str(working_dir),
-                llm_model=request.llm_model or user.llm_model,
-                trigger=request.trigger or "openhands_api",
-                pr_number=request.pr_number,
-                git_provider=request.git_provider,
-                public=request.public,
-                observability={
-                    "span_name": request.observability_span_name,
-                    "tags": request.observability_tags,
-                    "metadata": request.observability_metadata,
-                },
-            )
-            # Only while this process holds the task: a placement is made once.
-            await self._stage(
-                task,
-                StartTaskStatus.WORKING,
-                conn=conn,
-                app_conversation_id=conversation_id,
-                sandbox_id=sandbox.id,
-                made_sandbox=new_sandbox,
-            )
-        if new_sandbox:
-            self.sandboxes.starts.launch(sandbox, fresh=True)
-        return Placement(sandbox.id, conversation_id, new_sandbox)
-
-    async def _explicit(self, conn: AsyncConnection, user_id: str, sandbox_id: str) -> SandboxRow:
-        """An explicit sandbox_id overrides grouping: it must be the user's and usable."""
-        row = await self.sandboxes.rows.get_in(conn, sandbox_id)
-        if row is None or row.user_id != user_id:
-            raise NotFound(f"sandbox {sandbox_id} not found")
-        ensure_usable(row.id, row.status, "conversations cannot be started in it")
-        # Counted under the lock.
-        if await self.sandboxes.rows.conversations_in(conn, row.id) >= self.cap:
-            raise LimitReached(
-                f"sandbox {row.id} holds {self.cap} conversations, its most: "
-                "start this one in another sandbox"
-            )
-        return row
+    async def _placed(self, task: TaskRow, conn: AsyncConnection, placement: Placement) -> None:
+        """Only while this process holds the task: a placement is made once."""
+        await self._stage(
+            task,
+            StartTaskStatus.WORKING,
+            conn=conn,
+            app_conversation_id=placement.conversation_id,
+            sandbox_id=placement.sandbox_id,
+            made_sandbox=placement.new_sandbox,
+        )
 
     async def _configure_git(self, target: Target, user: UserSettings) -> None:
         """Commit authorship is separate from any push credential (SPEC 5 rule 5)."""
