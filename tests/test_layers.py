@@ -483,3 +483,29 @@ def test_every_kind_waits_for_a_sandbox_with_the_one_loop() -> None:
             if name.startswith(f"control_plane.providers.{kind}")
         ]
         assert any("until_up(" in path.read_text() for path in wing), kind
+
+
+#: Test directories that stand for no package of the project: the OpenHands SDK's own clients
+#: run against the server (`compat`).
+TESTS_OF_NO_PACKAGE = {"compat"}
+#: Test modules at the top of tests/: the floor plan itself and the documents' links.
+TOP_TESTS = {"test_layers.py", "test_docs.py"}
+
+
+def test_the_tests_mirror_the_packages() -> None:
+    """A test module sits in the directory of what it tests (`tests/control_plane/sandboxes`
+    for `control_plane/sandboxes/`, `tests/control_plane/console` for `control_plane/
+    console.py`), so the tests of a package are found, and moved, with it."""
+    tests = ROOT / "tests"
+    stray = []
+    for path in sorted(tests.rglob("test_*.py")):
+        where = path.parent.relative_to(tests)
+        if where == Path("."):
+            if path.name not in TOP_TESTS:
+                stray.append(str(path.relative_to(ROOT)))
+            continue
+        if where.parts[0] in TESTS_OF_NO_PACKAGE or where.parts[0] in ("golden", "support"):
+            continue
+        if not ((ROOT / where).is_dir() or (ROOT / where).with_suffix(".py").is_file()):
+            stray.append(str(path.relative_to(ROOT)))
+    assert stray == []
