@@ -171,9 +171,19 @@ def test_a_message_resumes_an_idle_sandbox_and_is_activity(
     configure_llm(client, llm.base_url(key))
     task = start(client)
     cid, sid = task["app_conversation_id"], task["sandbox_id"]
-    clock.offset = 60
-    wait_for(lambda: sandbox(client, sid)["status"] == "PAUSED", 30)
-    clock.offset = 100
+
+    def idle_until_paused() -> bool:
+        """The clock at the sandbox's pause time, as often as it moves: the new conversation's
+        first events may reach the webhook after the clock has moved (activity, under load)."""
+        record = sandbox(client, sid)
+        due = moment(record["pause_at"])
+        if due is not None:
+            clock.offset = max(clock.offset, (due - clock.at(0)).total_seconds())
+        return bool(record["status"] == "PAUSED")
+
+    wait_for(idle_until_paused, 30, what="the idle pause")
+    clock.offset += 40
+    resumed_at = clock.offset
     llm.script(key, call("finish", message="ok"))
     r = client.post(
         f"/api/v1/app-conversations/{cid}/send-message",
@@ -182,7 +192,7 @@ def test_a_message_resumes_an_idle_sandbox_and_is_activity(
     assert r.status_code == 200
     record = sandbox(client, sid)
     assert record["status"] == "RUNNING" and record["status_reason"] == "USER"
-    assert moment(record["pause_at"]) == clock.at(160)
+    assert moment(record["pause_at"]) == clock.at(resumed_at + 60)
     assert notices(client, cid) == [("PAUSED", "IDLE"), ("RUNNING", "USER")]
 
 
