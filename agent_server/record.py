@@ -11,15 +11,13 @@ from uuid import UUID
 import httpx
 from pydantic import BaseModel, Discriminator, Field, StringConstraints, Tag
 
+from agent_server.agent.policies import ConfirmationPolicy, HookConfig, NeverConfirm
 from agent_server.agent.spec import (
     ACPAgentSpec,
     AgentSpec,
     AnyAgentSpec,
-    ConfirmationPolicy,
     EnvName,
-    HookConfig,
     Lenient,
-    NeverConfirm,
     SecretText,
 )
 from agent_server.agent.usage import Metrics

@@ -8,7 +8,8 @@ the agent server's internals; it reads the event schema in one place (`schema`).
     cli.py           flags and environment -> Config (config.py) -> the ACP connection
     agent.py         the ACP agent: initialize, session/new, load, prompt, cancel, set_mode
     session.py       one session = one conversation: its event follower and its turns
-    updates.py       events -> session updates (tool calls, diffs, plans, text)
+    updates.py       events -> session updates (text, plans, diffs, files written back)
+    toolcalls.py     ... the tool calls: their kind and title, their ends, those remembered
     editor.py        what goes to the editor, masked
     content.py       prompt blocks -> message content
     modes.py         approval modes <-> confirmation policies

@@ -39,7 +39,8 @@ from bridge.schema import (
     MessageEvent,
 )
 from bridge.service import Conversation, Cursor, Service
-from bridge.updates import Call, Translator, thought
+from bridge.toolcalls import Call
+from bridge.updates import Translator, thought
 
 logger = logging.getLogger(__name__)
 

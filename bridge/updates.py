@@ -15,16 +15,19 @@ directory and never in `.git`. The events are masked by the service: a text hold
 `<secret-hidden>` is not written back, so a user's file never gets the mask instead of a
 value.
 
-Everything kept is bounded: the tool calls remembered, the texts and raw values sent.
+What a tool call is called and how it ends, and the calls a session remembers, are
+`toolcalls`'s; this module decides which update each event makes and carries the rest: text
+and reasoning, plans, a file change as a diff and its write-back. Everything kept is bounded:
+the tool calls remembered, the texts and raw values sent.
 """
 
 from __future__ import annotations
 
 import os
 import posixpath
-from collections import OrderedDict, deque
+from collections import deque
 from dataclasses import dataclass
-from typing import Any, Literal, TypeAlias, cast, get_args
+from typing import Any, Literal, TypeAlias
 
 import acp
 from acp.schema import (
@@ -33,15 +36,11 @@ from acp.schema import (
     AgentThoughtChunk,
     PlanEntry,
     ToolCallLocation,
-    ToolCallProgress,
-    ToolCallStart,
     UserMessageChunk,
 )
-from pydantic import TypeAdapter, ValidationError
 
 from bridge.schema import (
     ACPToolCallEvent,
-    Action,
     ActionEvent,
     AgentErrorEvent,
     ApplyPatchObservation,
@@ -57,7 +56,6 @@ from bridge.schema import (
     Observation,
     ObservationEvent,
     StreamingDeltaEvent,
-    TaskTrackerAction,
     TaskTrackerObservation,
     TerminalObservation,
     ThinkAction,
@@ -72,44 +70,22 @@ from bridge.texts import (
     consume,
     cut,
     grown,
-    line,
     message,
     raw,
     text_content,
     text_of,
     thought,
 )
+from bridge.toolcalls import Call, Calls, CallUpdate, describe
 from core.masking import MASK
 
 Update: TypeAlias = (
-    AgentMessageChunk
-    | AgentThoughtChunk
-    | UserMessageChunk
-    | ToolCallStart
-    | ToolCallProgress
-    | AgentPlanUpdate
+    AgentMessageChunk | AgentThoughtChunk | UserMessageChunk | CallUpdate | AgentPlanUpdate
 )
-ToolKind = Literal[
-    "read", "edit", "delete", "move", "search", "execute", "think", "fetch", "switch_mode", "other"
-]
-_CONTENT: TypeAdapter[list[Content]] = TypeAdapter(list[Content])
 
-#: Tool calls remembered (a session's long history keeps only the latest).
-MAX_CALLS = 1000
 #: Execution statuses at which a run has ended (waiting for confirmation is not one).
 ENDED = frozenset({"idle", "paused", "finished", "error", "stuck"})
 
-_KINDS: dict[str, ToolKind] = {
-    "TerminalAction": "execute",
-    "ReadFileAction": "read",
-    "ListDirectoryAction": "read",
-    "WriteFileAction": "edit",
-    "EditAction": "edit",
-    "ApplyPatchAction": "edit",
-    "GlobAction": "search",
-    "GrepAction": "search",
-    "TaskTrackerAction": "think",
-}
 _PLAN_STATUS: dict[str, Literal["pending", "in_progress", "completed"]] = {
     "todo": "pending",
     "in_progress": "in_progress",
@@ -125,15 +101,11 @@ class WriteBack:
     content: str
 
 
-@dataclass
-class Call:
-    tool_call_id: str
-    title: str
-    kind: ToolKind
-    done: bool = False
-
-
 class Translator:
+    """One session's translation: it remembers what the updates depend on (the tool calls
+    shown, the text streamed ahead of the stored events, the responses whose text was sent),
+    so each event is translated in the light of those before it and no text is sent twice."""
+
     def __init__(
         self, cwd: str, working_dir: str | None, write_back: bool, asking: bool = True
     ) -> None:
@@ -148,7 +120,8 @@ class Translator:
             and working_dir is not None
             and posixpath.normpath(working_dir) != posixpath.normpath(cwd)
         )
-        self.calls: OrderedDict[str, Call] = OrderedDict()
+        #: The tool calls shown, for their ends and for what waits for confirmation.
+        self.calls = Calls()
         #: Text and reasoning streamed and not yet matched by a stored text: not sent twice.
         self._streamed = ""
         self._streamed_reasoning = ""
@@ -186,42 +159,21 @@ class Translator:
 
     def pending(self) -> list[Call]:
         """Tool calls started and not ended: what waits for confirmation, oldest first."""
-        return [c for c in self.calls.values() if not c.done]
-
-    def _remember(self, call: Call) -> None:
-        self.calls[call.tool_call_id] = call
-        self.calls.move_to_end(call.tool_call_id)
-        while len(self.calls) > MAX_CALLS:
-            self.calls.popitem(last=False)
+        return self.calls.pending()
 
     def _end(
         self,
-        tool_call_id: str,
-        tool_name: str,
+        event: ObservationEvent | AgentErrorEvent | UserRejectObservation,
         failed: bool,
         content: list[Content],
         raw_output: Any = None,
         locations: list[ToolCallLocation] | None = None,
     ) -> list[Update]:
-        out: list[Update] = []
-        call = self.calls.get(tool_call_id)
-        if call is None:  # its action is older than what this session saw
-            call = Call(tool_call_id, tool_name[:MAX_TITLE], "other")
-            self._remember(call)
-            out.append(
-                acp.start_tool_call(tool_call_id, call.title, kind=call.kind, status="in_progress")
-            )
-        call.done = True
-        out.append(
-            acp.update_tool_call(
-                tool_call_id,
-                status="failed" if failed else "completed",
-                content=content or None,
-                raw_output=raw(raw_output),
-                locations=locations,
-            )
+        """The end of the event's tool call (`Calls.end`)."""
+        ended = self.calls.end(
+            event.tool_call_id, event.tool_name, failed, content, raw_output, locations
         )
-        return out
+        return [*ended]
 
     # -- events ----------------------------------------------------------------------------
 
@@ -239,18 +191,11 @@ class Translator:
         if isinstance(event, ObservationEvent):
             return self._observation(event)
         if isinstance(event, AgentErrorEvent):
-            return self._end(
-                event.tool_call_id, event.tool_name, True, text_content(event.error)
-            ), []
+            return self._end(event, True, text_content(event.error)), []
         if isinstance(event, UserRejectObservation):
-            return self._end(
-                event.tool_call_id,
-                event.tool_name,
-                True,
-                text_content(f"Rejected: {event.rejection_reason}"),
-            ), []
+            return self._end(event, True, text_content(f"Rejected: {event.rejection_reason}")), []
         if isinstance(event, ACPToolCallEvent):
-            return self._acp_call(event), []
+            return [*self.calls.external(event)], []
         if isinstance(event, ConversationErrorEvent):
             return [message(f"\n\n**Error** ({event.code}): {cut(event.detail)}\n")], []
         if (
@@ -258,7 +203,7 @@ class Translator:
             and event.key == "execution_status"
             and event.value in ENDED
         ):
-            return self._settle(), []
+            return [*self.calls.settle()], []
         if isinstance(event, HookExecutionEvent) and event.blocked:
             return [
                 thought(
@@ -268,15 +213,6 @@ class Translator:
                 )
             ], []
         return [], []
-
-    def _settle(self) -> list[Update]:
-        """The run rests: calls it left without a result (an interrupt cut them short) end
-        as failed, so none stays spinning nor is asked about at the next confirmation."""
-        out: list[Update] = []
-        for call in self.pending():
-            call.done = True
-            out.append(acp.update_tool_call(call.tool_call_id, status="failed"))
-        return out
 
     def _delta(self, event: StreamingDeltaEvent) -> list[Update]:
         out: list[Update] = []
@@ -313,13 +249,13 @@ class Translator:
             out += self._stored_text(text_of(event.thought), event.reasoning_content)
         action = event.action
         if isinstance(action, FinishAction):
-            self._remember(Call(event.tool_call_id, "finish", "other", done=True))
+            self.calls.remember(Call(event.tool_call_id, "finish", "other", done=True))
             return out + ([message(cut(action.message))] if action.message.strip() else [])
         if isinstance(action, ThinkAction):
-            self._remember(Call(event.tool_call_id, "think", "think", done=True))
+            self.calls.remember(Call(event.tool_call_id, "think", "think", done=True))
             return out + [thought(cut(action.thought))]
-        kind, title, path = self._describe(event.tool_name, action, event.summary)
-        self._remember(Call(event.tool_call_id, title, kind))
+        kind, title, path = describe(event.tool_name, action, event.summary, self.editor_path)
+        self.calls.remember(Call(event.tool_call_id, title, kind))
         locations = [ToolCallLocation(path=self.editor_path(path))] if path else None
         given = action.model_dump(mode="json", exclude={"kind"}) if action is not None else None
         status: Literal["pending", "in_progress"] = "pending" if self.asking else "in_progress"
@@ -334,43 +270,6 @@ class Translator:
             )
         )
         return out
-
-    def _describe(
-        self, tool_name: str, action: Action | None, summary: str | None
-    ) -> tuple[ToolKind, str, str | None]:
-        """Kind, title and the file it is about, from the action's kind and fields."""
-        if action is None:
-            return "other", line(summary or tool_name), None
-        fields = action.model_dump(exclude={"kind"})
-        kind = _KINDS.get(action.kind, "fetch" if action.kind.startswith("Browser") else "other")
-        path = fields.get("path") or fields.get("file_path") or fields.get("dir_path")
-        path = path if isinstance(path, str) else None
-        shown = self.editor_path(path) if path else ""
-        if action.kind in ("FileEditorAction", "PlanningFileEditorAction"):
-            command = fields.get("command")
-            kind = "read" if command == "view" else "edit"
-            verbs = {"view": "Read", "create": "Create", "undo_edit": "Undo the last edit of"}
-            title = f"{verbs.get(str(command), 'Edit')} {shown}"
-        elif action.kind == "TerminalAction":
-            title = f"$ {line(str(fields.get('command', '')))}"
-        elif isinstance(action, TaskTrackerAction):
-            title = "Update the plan" if action.command == "plan" else "Read the plan"
-        elif action.kind in ("GlobAction", "GrepAction"):
-            verb = "Find files" if action.kind == "GlobAction" else "Search for"
-            title = f"{verb} {line(str(fields.get('pattern', '')))}"
-        elif path:
-            named = {
-                "ReadFileAction": "Read",
-                "WriteFileAction": "Write",
-                "EditAction": "Edit",
-                "ListDirectoryAction": "List",
-            }.get(action.kind, tool_name)
-            title = f"{named} {shown}"
-        elif action.kind == "ApplyPatchAction":
-            title = "Apply a patch"
-        else:
-            title = summary or tool_name
-        return kind, line(title) or tool_name, path
 
     def _observation(self, event: ObservationEvent) -> tuple[list[Update], list[WriteBack]]:
         obs = event.observation
@@ -388,12 +287,7 @@ class Translator:
                 )
                 for t in obs.task_list
             ]
-            ended = self._end(
-                event.tool_call_id,
-                event.tool_name,
-                obs.is_error,
-                text_content(obs.text) if obs.is_error else [],
-            )
+            ended = self._end(event, obs.is_error, text_content(obs.text) if obs.is_error else [])
             return [AgentPlanUpdate(session_update="plan", entries=entries), *ended], []
         if isinstance(obs, TerminalObservation):
             output = obs.text
@@ -402,13 +296,8 @@ class Translator:
             if code not in (None, 0, -1):
                 text += f"\nexit code {code}"
             failed = obs.is_error or code not in (None, 0, -1)
-            return self._end(
-                event.tool_call_id,
-                event.tool_name,
-                failed,
-                text_content(text),
-                {"exit_code": code, "output": cut(output, MAX_RAW // 2)},
-            ), []
+            raw_output = {"exit_code": code, "output": cut(output, MAX_RAW // 2)}
+            return self._end(event, failed, text_content(text), raw_output), []
         changes = self._changes(obs)
         if changes and not obs.is_error:
             content: list[Content] = []
@@ -422,12 +311,8 @@ class Translator:
                 content.append(acp.tool_diff_content(self.editor_path(path), new, old))
                 writes += self._written(path, new)
             locations = [ToolCallLocation(path=self.editor_path(p)) for p, _, _ in changes]
-            return self._end(
-                event.tool_call_id, event.tool_name, False, content, locations=locations[:20]
-            ), writes
-        return self._end(
-            event.tool_call_id, event.tool_name, obs.is_error, text_content(obs.text)
-        ), []
+            return self._end(event, False, content, locations=locations[:20]), writes
+        return self._end(event, obs.is_error, text_content(obs.text)), []
 
     @staticmethod
     def _changes(obs: Observation) -> list[tuple[str, str | None, str | None]]:
@@ -449,50 +334,5 @@ class Translator:
             ]
         return []
 
-    def _acp_call(self, event: ACPToolCallEvent) -> list[Update]:
-        """An external ACP agent's tool call, passed on in its own shape."""
-        try:
-            content = _CONTENT.validate_python(event.content) if event.content else None
-        except ValidationError:
-            content = None
-        kind = cast(ToolKind, event.tool_kind if event.tool_kind in get_args(ToolKind) else "other")
-        status = (
-            event.status
-            if event.status in ("pending", "in_progress", "completed", "failed")
-            else None
-        )
-        if event.is_error:
-            status = "failed"
-        known = event.tool_call_id in self.calls
-        call = Call(
-            event.tool_call_id,
-            line(event.title) or "tool",
-            kind,
-            done=status in ("completed", "failed"),
-        )
-        self._remember(call)
-        if not known:
-            return [
-                acp.start_tool_call(
-                    call.tool_call_id,
-                    call.title,
-                    kind=kind,
-                    status=status,  # type: ignore[arg-type]
-                    content=content,
-                    raw_input=raw(event.raw_input),
-                    raw_output=raw(event.raw_output),
-                )
-            ]
-        return [
-            acp.update_tool_call(
-                call.tool_call_id,
-                title=call.title,
-                kind=kind,
-                status=status,  # type: ignore[arg-type]
-                content=content,
-                raw_output=raw(event.raw_output),
-            )
-        ]
 
-
-__all__ = ["Call", "Translator", "Update", "WriteBack", "cut", "message", "thought"]
+__all__ = ["Translator", "Update", "WriteBack", "cut", "message", "thought"]

@@ -8,7 +8,8 @@
       net.py            whether a listener is reachable from other hosts
       observability.py  SPEC 2.5's observability fields, one set of rules
       paths.py          paths confined to a root directory
-      processes.py      child environments, bounded runs, killing a whole process tree, /proc
+      processes.py      child environments, bounded runs, killing a whole process tree
+      procfs.py         what /proc says of processes: groups, children, a run's processes
       retry.py          Clock, Backoff, Retry-After
       signing.py        Standard Webhooks signatures
 
@@ -27,6 +28,7 @@ __all__ = [
     "observability",
     "paths",
     "processes",
+    "procfs",
     "retry",
     "signing",
 ]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from agent_server.agent.spec import AlwaysConfirm, ConfirmationPolicy, ConfirmRisky
+from agent_server.agent.policies import AlwaysConfirm, ConfirmationPolicy, ConfirmRisky
 from events import ActionEvent, SecurityRisk
 
 

@@ -22,9 +22,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from agent_server.agent.active_llm import ActiveLLM
+from agent_server.agent.policies import ConfirmationPolicy, HookConfig
 from agent_server.agent.sink import EventSink
 from agent_server.agent.skills import SkillList
-from agent_server.agent.spec import ACPAgentSpec, AgentSpec, ConfirmationPolicy, HookConfig
+from agent_server.agent.spec import ACPAgentSpec, AgentSpec
 from agent_server.agent.usage import Metrics
 from events import MessageEvent
 from events.status import ExecutionStatus

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agent_server.agent.spec import HookConfig
+from agent_server.agent.policies import HookConfig
 from core.processes import Output, child_env, run_process
 from events import HookExecutionEvent
 

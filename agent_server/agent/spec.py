@@ -1,13 +1,15 @@
-"""What an agent is told to be: its LLM, tools, condenser, critic, policies and hooks.
+"""What an agent is told to be: its LLM, tools, MCP servers, condenser and critic, or the
+external ACP agent it speaks for.
 
 These are the parts of a creation request the agent itself reads (SPEC 2.6). Request models
 tolerate unknown fields (clients of other servers send more); shapes follow the public
-OpenHands agent server where the SPEC is silent.
+OpenHands agent server where the SPEC is silent. What the user sets around the agent's
+actions (the confirmation policy, the hooks) is `policies`'s; the base of the request models
+(`Lenient`) and the request's value types (names, arguments, secrets) are here, beneath both.
 """
 
 from __future__ import annotations
 
-import re
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -19,7 +21,6 @@ from pydantic import (
     StringConstraints,
     Tag,
     field_serializer,
-    field_validator,
     model_validator,
 )
 
@@ -243,8 +244,9 @@ class CommandCritic(Lenient):
 class _LocalCritic(Lenient):
     """The OpenHands SDK's critics that need neither a model nor a command (agent.critic):
     PassCritic always 1; EmptyPatchCritic 1 when the workspace's repositories have changes
-    against HEAD (a non-empty patch); AgentFinishedCritic 1 when they do and the last action
-    is `finish`. Their `iterative_refinement` is ignored (no retry on a low score)."""
+    against HEAD (a non-empty patch), else 0 (the SDK passes it no patch, so there it always
+    scores 0); AgentFinishedCritic 1 when they do and the last action is `finish`, else 0.
+    Their `iterative_refinement` is ignored: this server does not retry on a low score."""
 
     model_config = ConfigDict(extra="ignore", json_schema_extra=_kind_required)
     mode: CriticMode = "finish_and_message"
@@ -387,99 +389,6 @@ AnyAgentSpec = Annotated[
     Discriminator(_agent_tag),
 ]
 """`agent` of a creation request: our own agent (no `kind`, or "Agent") or an ACP agent."""
-
-
-class NeverConfirm(Lenient):
-    kind: Literal["NeverConfirm"] = "NeverConfirm"
-
-
-class AlwaysConfirm(Lenient):
-    kind: Literal["AlwaysConfirm"] = "AlwaysConfirm"
-
-
-class ConfirmRisky(Lenient):
-    kind: Literal["ConfirmRisky"] = "ConfirmRisky"
-    threshold: Literal["LOW", "MEDIUM", "HIGH"] = "HIGH"
-    confirm_unknown: bool = True
-
-
-ConfirmationPolicy = Annotated[
-    NeverConfirm | AlwaysConfirm | ConfirmRisky, Field(discriminator="kind")
-]
-
-
-class HookDefinition(Lenient):
-    type: Literal["command"] = "command"
-    command: str = Field(min_length=1, max_length=10_000)
-    timeout: float = Field(default=60, gt=0, le=3600)
-
-
-class HookMatcher(Lenient):
-    matcher: str = Field(
-        default="*",
-        max_length=1000,
-        json_schema_extra={"anyOf": [{"enum": ["", "*"]}, {"format": "regex"}]},
-    )
-    """A regular expression on the tool name (PreToolUse, PostToolUse); `*` matches all."""
-    hooks: list[HookDefinition] = Field(default_factory=list, max_length=20)
-
-    @field_validator("matcher")
-    @classmethod
-    def _regex(cls, value: str) -> str:
-        if value not in ("", "*"):
-            try:
-                re.compile(value)
-            except re.error as exc:
-                raise ValueError(f"matcher is not a valid regular expression: {exc}") from None
-        return value
-
-
-HOOK_EVENT_TYPES = (
-    "PreToolUse",
-    "PostToolUse",
-    "UserPromptSubmit",
-    "SessionStart",
-    "SessionEnd",
-    "Stop",
-)
-
-
-class HookConfig(Lenient):
-    """Hooks by event type, in the familiar shape (snake_case keys are accepted too).
-
-    Unknown keys are refused here, unlike elsewhere: a misspelt event type would silently
-    leave a safety hook unrun.
-    """
-
-    model_config = ConfigDict(extra="forbid")
-
-    PreToolUse: list[HookMatcher] = Field(default_factory=list, max_length=50)
-    PostToolUse: list[HookMatcher] = Field(default_factory=list, max_length=50)
-    UserPromptSubmit: list[HookMatcher] = Field(default_factory=list, max_length=50)
-    SessionStart: list[HookMatcher] = Field(default_factory=list, max_length=50)
-    SessionEnd: list[HookMatcher] = Field(default_factory=list, max_length=50)
-    Stop: list[HookMatcher] = Field(default_factory=list, max_length=50)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _names(cls, data: Any) -> Any:
-        if isinstance(data, dict):
-            if isinstance(data.get("hooks"), dict):  # the {"hooks": {...}} wrapper
-                data = data["hooks"]
-            snake = {re.sub(r"(?<!^)([A-Z])", r"_\1", n).lower(): n for n in HOOK_EVENT_TYPES}
-            data = {snake.get(k, k): v for k, v in data.items()}
-        return data
-
-    def matching(self, event_type: str, tool_name: str | None = None) -> list[HookDefinition]:
-        out = []
-        for group in getattr(self, event_type):
-            if (
-                tool_name is None
-                or group.matcher in ("", "*")
-                or re.fullmatch(group.matcher, tool_name)
-            ):
-                out.extend(group.hooks)
-        return out
 
 
 #: A secret's value: shorter ones would mask ordinary words all over the transcript.

@@ -7,7 +7,7 @@ import json
 from starlette.requests import Request
 from starlette.responses import Response
 
-from agent_server.agent.spec import HookConfig
+from agent_server.agent.policies import HookConfig
 from agent_server.api.io import conversation, read_body, service, services
 from agent_server.api.schemas import (
     AgentAnswer,

@@ -19,8 +19,8 @@ from pydantic import (
     model_validator,
 )
 
+from agent_server.agent.policies import ConfirmationPolicy
 from agent_server.agent.spec import (
-    ConfirmationPolicy,
     EnvName,
     Lenient,
 )

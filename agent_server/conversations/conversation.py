@@ -21,8 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from agent_server.agent.contract import AnsweringSession, Session, SteeredSession
+from agent_server.agent.policies import ConfirmationPolicy
 from agent_server.agent.skills import SkillList
-from agent_server.agent.spec import ConfirmationPolicy, LLMConfig
+from agent_server.agent.spec import LLMConfig
 from agent_server.conversations.parts import ConversationParts
 from agent_server.log import EventLog
 from agent_server.record import ConversationInfo, SendMessage, StoredConversation

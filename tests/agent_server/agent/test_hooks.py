@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from agent_server.agent.hooks import Hooks
-from agent_server.agent.spec import HookConfig
+from agent_server.agent.policies import HookConfig
 from events import Event, HookExecutionEvent
 
 

@@ -18,12 +18,11 @@ from agent_server.agent.critic import Critic
 from agent_server.agent.hooks import Hooks
 from agent_server.agent.loop import Run, RunParts
 from agent_server.agent.model import Scripted, ScriptedModel
+from agent_server.agent.policies import AlwaysConfirm, NeverConfirm
 from agent_server.agent.sink import EventSink
 from agent_server.agent.spec import (
     AgentSpec,
-    AlwaysConfirm,
     LLMConfig,
-    NeverConfirm,
     ToolSpec,
 )
 from agent_server.agent.toolbox import Toolbox
