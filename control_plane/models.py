@@ -171,8 +171,8 @@ class SandboxRow:
     session_key_hash: str
     session_key_enc: str
     port: int | None
-    pid: int | None
-    pid_start_time: int | None
+    ref: str | None
+    """The provider's key to its sandbox (`Handle.ref`); None before its start stored one."""
     root_dir: str
     created_at: datetime
     updated_at: datetime

@@ -29,6 +29,8 @@ from control_plane.network.links import Links
 from control_plane.network.policy import NetworkPolicy
 from control_plane.network.rules import Segment
 from control_plane.providers.docker.network import DockerNetwork
+from control_plane.providers.parking import Parking
+from control_plane.providers.pool import Pooled
 from control_plane.providers.process import cgroups, gvisor
 from control_plane.providers.process.disks import Disks
 from control_plane.providers.process.isolation import Isolation, IsolationUnavailable, choose
@@ -174,18 +176,21 @@ def build_provider(
     config: Config, db: Database, fences: NodeFences | None = None
 ) -> SandboxProvider:
     """The provider `sandbox_provider` names (the Docker SDK is loaded only when one of its two
-    is chosen)."""
+    is chosen), a container kind's behind a warm pool when the deployment asks for one."""
     if config.sandbox_provider in ("docker", "swarm"):
         if config.sandbox_provider == "swarm":
             from control_plane.providers.swarm.provider import SwarmProvider
             from control_plane.providers.swarm.settings import SwarmSettings
 
             fence = None if fences is None else swarm_fence(config, fences)
-            return SwarmProvider(SwarmSettings.of(config), fence=fence)
+            swarm = SwarmSettings.of(config)
+            return pooled(SwarmProvider(swarm, fence=fence), swarm.warm_pool, swarm.webhook_url)
         from control_plane.providers.docker.provider import DockerProvider
         from control_plane.providers.docker.settings import DockerSettings
 
-        return DockerProvider(DockerSettings.of(config), fence=docker_boundary(config, db))
+        settings = DockerSettings.of(config)
+        provider = DockerProvider(settings, fence=docker_boundary(config, db))
+        return pooled(provider, settings.warm_pool, settings.webhook_url)
     isolation: Isolation | None
     if config.sandbox_isolation == "gvisor":
         isolation = gvisor.choose(
@@ -220,6 +225,13 @@ def build_provider(
         network=network_boundary(config, db) if isolation else None,
         disks=disks(config, isolation),
     )
+
+
+def pooled(provider: Parking, size: int, webhook_url: str | None) -> SandboxProvider:
+    """`provider` behind a warm pool of `size` (`providers.pool`), when there is to be one and
+    the webhook URL every sandbox of this control plane gets is known (a parked server is given
+    it before it knows its sandbox); otherwise `provider` alone."""
+    return Pooled(provider, size, webhook_url) if size > 0 and webhook_url else provider
 
 
 def disks(config: Config, isolation: Isolation | None) -> Disks | None:

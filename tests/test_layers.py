@@ -374,7 +374,7 @@ def test_sandbox_rows_are_reached_through_the_sandbox_domain() -> None:
 
 
 #: The kinds of sandbox, each a wing of `control_plane.providers`; what the container kinds
-#: share (`containers`, `pool`) stands beside them.
+#: share (`containers`, `parking`, `pool`) stands beside them.
 KINDS = ("process", "docker", "swarm")
 
 
@@ -400,8 +400,38 @@ def test_no_provider_imports_another_kind() -> None:
         for m, ts in graph().items()
         if m.startswith("control_plane.providers.process")
         for t in ts
-        if t.startswith(("control_plane.providers.containers", "control_plane.providers.pool"))
+        if t.startswith(
+            (
+                "control_plane.providers.containers",
+                "control_plane.providers.parking",
+                "control_plane.providers.pool",
+            )
+        )
     ]
+
+
+def test_the_warm_pool_wraps_a_provider_that_never_holds_it() -> None:
+    """`providers.pool.Pooled` wraps any provider that offers the parking (`providers.parking`):
+    only the composition root puts a provider in a pool, and the pool and the parking seam
+    know no kind."""
+    graph_ = graph()
+    holders = sorted(
+        m
+        for m, ts in graph_.items()
+        if "control_plane.providers.pool" in ts and m != "control_plane.providers.pool"
+    )
+    assert holders == ["control_plane.services"], holders
+    for shared in ("control_plane.providers.pool", "control_plane.providers.parking"):
+        assert not [
+            t
+            for t in graph_[shared]
+            if t.startswith(
+                (
+                    *(f"control_plane.providers.{kind}" for kind in KINDS),
+                    "control_plane.providers.containers",
+                )
+            )
+        ], shared
 
 
 def test_the_sandbox_domain_knows_only_the_seam() -> None:

@@ -24,13 +24,12 @@ import docker
 import docker.errors
 import httpx
 
-from control_plane.providers.pool import WarmPool
+from control_plane.providers.parking import Parking
 from control_plane.sandboxes.provider import (
     PROJECT_DIR,
     Launch,
     Limits,
     ProviderError,
-    SandboxProvider,
     SandboxSpec,
 )
 from launch.env import LaunchEnv
@@ -107,9 +106,10 @@ def explain(exc: docker.errors.DockerException) -> str:
     return str(exc)
 
 
-class ContainerProvider(SandboxProvider):
+class ContainerProvider(Parking):
     """A provider whose sandboxes are containers of the sandbox image, driven through a Docker
-    Engine API (a daemon's, or a swarm manager's)."""
+    Engine API (a daemon's, or a swarm manager's); each kind parks them too (`parking`), for a
+    warm pool that wraps it."""
 
     spec: SandboxSpec
 
@@ -134,15 +134,6 @@ class ContainerProvider(SandboxProvider):
         self.stop_grace = stop_grace
         self._client: docker.DockerClient | None = None
         self._connecting = threading.Lock()
-        self.pool: WarmPool | None = None
-        """Sandboxes started in advance for new ones (set by the provider when asked for)."""
-
-    async def start(self) -> None:
-        if self.pool is not None:
-            self.pool.start()
-
-    def reserve(self, spec_id: str) -> str | None:
-        return self.pool.reserve() if self.pool is not None and spec_id == self.spec.id else None
 
     def specs(self) -> list[SandboxSpec]:
         return [self.spec]
@@ -212,8 +203,6 @@ class ContainerProvider(SandboxProvider):
         return archive
 
     async def close(self) -> None:
-        if self.pool is not None:
-            await self.pool.close()
         await super().close()
         if self._client is not None:
             await anyio.to_thread.run_sync(self._client.close)

@@ -9,23 +9,24 @@ keys, which no parked sandbox holds.
 
 - **Reserve**: a new sandbox's row takes its id from a parked one when there is one
   (`SandboxProvider.reserve`), so its labels and volume are already the sandbox's.
-- **Claim**: the sandbox's start hands the parked one its keys (`_hand_over`: Docker's held
-  stdin, Swarm's one-time claim); the start is over when /alive answers. One whose server has
-  died meanwhile is removed and the start is a cold one under the same id.
+- **Claim**: the sandbox's start hands the parked one its keys (`Parking.hand_over`: Docker's
+  held stdin, Swarm's one-time claim); the start is over when /alive answers. One whose server
+  has died meanwhile is removed and the start is a cold one under the same id.
 - **One sandbox each**: a parked sandbox is claimed once and never comes back; one reserved
   for a row that was never made (its transaction failed) is removed after RESERVE_TIMEOUT.
 - **Never outliving its control plane**: each kind ends by itself once its control plane is
-  gone (below); the pool of a control plane that starts removes what ended of its
-  deployment's pools (`_sweep`).
+  gone (its parking says how); the pool of a control plane that starts removes what ended of
+  its deployment's pools (`Parking.sweep`).
 - **Refilled in the background**, one at a time. One that cannot be parked is logged and tried
   again after BACKOFF; a start never waits for the pool.
 
-Docker's is `docker.pool.DockerPool`, Swarm's `swarm.pool.SwarmPool`.
+The pool wraps its provider (`Pooled`): the provider offers the moves (`parking.Parking`:
+Docker's are `docker.pool`'s, Swarm's `swarm.pool`'s) and never holds its pool; the composition
+root puts a provider in a pool when the deployment asks for one (`services.build_provider`).
 """
 
 from __future__ import annotations
 
-import abc
 import asyncio
 import contextlib
 import logging
@@ -33,14 +34,23 @@ import time
 import uuid
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from pathlib import Path
 
 import anyio
 
-from control_plane.sandboxes.provider import Handle, Launch, ProviderError
-
-T = TypeVar("T")
+from control_plane.models import DiskUsage
+from control_plane.network.fence import Refusals
+from control_plane.network.policy import NetworkPolicy
+from control_plane.providers.parking import Parked, Parking
+from control_plane.sandboxes.provider import (
+    Handle,
+    Health,
+    Launch,
+    Liveness,
+    ProviderError,
+    SandboxProvider,
+    SandboxSpec,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -48,34 +58,16 @@ logger = logging.getLogger(__name__)
 RESERVE_TIMEOUT = 120.0
 #: Seconds before parking is tried again after a failure (the engine away, the image missing).
 BACKOFF = 10.0
-#: Seconds between looks at the parked ones (and their lifelines).
-CHECK_INTERVAL = 15.0
 
 
-class Engine(Protocol):
-    """What a pool asks of its provider."""
+class WarmPool:
+    """The books of one provider's parked sandboxes: those waiting, those reserved for a new
+    row, the refill and the looks at them in the background."""
 
-    plane: str
-
-    async def run(self, fn: Callable[..., T], *args: Any) -> T: ...
-
-
-@dataclass
-class Parked:
-    sandbox_id: str
-    ref: str
-    """The container's (or service's) id; empty when a park was cut short (found by name)."""
-    hold: Any
-    """What hands it its keys: Docker's held stdin attach, Swarm's claim token."""
-    handle: Handle | None = None
-    reserved_at: float | None = None
-
-
-class WarmPool(abc.ABC):
-    def __init__(self, provider: Engine, size: int, webhook_url: str) -> None:
+    def __init__(self, parking: Parking, size: int, webhook_url: str) -> None:
         """`webhook_url`: as a sandbox sees it, the same for every sandbox of this control
         plane (a start told another one starts cold)."""
-        self.provider = provider
+        self.parking = parking
         self.size = size
         self.webhook_url = webhook_url
         self._parked: deque[Parked] = deque()
@@ -83,7 +75,7 @@ class WarmPool(abc.ABC):
         self._wanted = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._removals: set[asyncio.Task[None]] = set()  # held: the loop keeps weak references
-        self.interval = CHECK_INTERVAL
+        self.interval = parking.keep_interval
 
     def start(self) -> None:
         self._tasks = [
@@ -107,7 +99,7 @@ class WarmPool(abc.ABC):
         return parked.sandbox_id
 
     async def claim(self, launch: Launch, webhook_url: str) -> str | None:
-        """The reserved one of `launch`'s sandbox with its keys handed over (its id), or
+        """The reserved one of `launch`'s sandbox with its keys handed over (its ref), or
         None: not one of the pool's, or its server is gone (then removed)."""
         parked = self._reserved.pop(launch.sandbox_id, None)
         if parked is None:
@@ -115,10 +107,10 @@ class WarmPool(abc.ABC):
         try:
             if webhook_url != self.webhook_url:
                 raise ProviderError("it was parked for another webhook URL")
-            return await self._hand_over(parked, launch.keys())
+            return await self.parking.hand_over(parked, launch.keys())
         except ProviderError as exc:
             logger.warning("warm pool: sandbox %s starts cold (%s)", launch.sandbox_id, exc)
-            await self._discard(parked)
+            await self.parking.discard(parked)
             return None
 
     async def close(self) -> None:
@@ -131,25 +123,25 @@ class WarmPool(abc.ABC):
         self._parked.clear()
         self._reserved.clear()
         for parked in left:
-            await self._discard(parked)
+            await self.parking.discard(parked)
         await asyncio.gather(*self._removals, return_exceptions=True)
 
     # -- in the background ------------------------------------------------------------------
 
     async def _fill(self) -> None:
         try:
-            await self._sweep()
+            await self.parking.sweep()
         except ProviderError as exc:
             logger.warning("warm pool: what earlier control planes parked is left (%s)", exc)
         while True:
             if len(self._parked) < self.size:
                 sandbox_id = uuid.uuid4().hex
                 try:
-                    self._parked.append(await self._park(sandbox_id))
+                    self._parked.append(await self.parking.park(sandbox_id, self.webhook_url))
                     continue
                 except asyncio.CancelledError:  # (closing) what it made goes too
                     with anyio.CancelScope(shield=True):
-                        await self._discard(Parked(sandbox_id, "", None))
+                        await self.parking.discard(Parked(sandbox_id, "", None))
                     raise
                 except ProviderError as exc:
                     logger.warning(
@@ -182,7 +174,7 @@ class WarmPool(abc.ABC):
                 del self._reserved[sandbox_id]
                 self._remove(parked)
         looked = list(self._parked)  # all at once: one slow answer delays no other's lifeline
-        kept = await asyncio.gather(*(self._keep(parked) for parked in looked))
+        kept = await asyncio.gather(*(self.parking.keep(parked) for parked in looked))
         for parked, keep in zip(looked, kept, strict=True):
             if not keep and parked in self._parked:
                 self._parked.remove(parked)
@@ -190,29 +182,107 @@ class WarmPool(abc.ABC):
                 self._remove(parked)
 
     def _remove(self, parked: Parked) -> None:
-        """`_discard` in the background."""
-        task = asyncio.create_task(self._discard(parked), name=f"remove {parked.sandbox_id}")
+        """`Parking.discard` in the background."""
+        task = asyncio.create_task(self.parking.discard(parked), name=f"remove {parked.sandbox_id}")
         self._removals.add(task)
         task.add_done_callback(self._removals.discard)
 
-    # -- each kind's ------------------------------------------------------------------------
 
-    @abc.abstractmethod
-    async def _park(self, sandbox_id: str) -> Parked:
-        """A new parked sandbox, waiting for its keys."""
+class Pooled(SandboxProvider):
+    """A provider behind a warm pool of `size`: a new sandbox's row takes a parked one's id
+    (`reserve`) and its start claims it (`create`), else the provider starts it cold. Everything
+    else is the provider's, asked of it as it is; the pool is started after it and closed
+    before it.
 
-    @abc.abstractmethod
-    async def _hand_over(self, parked: Parked, keys: bytes) -> str:
-        """Its keys handed over; its id. ProviderError when it cannot take them."""
+    It keeps nothing but the pool: every other seam method is the wrapped provider's, so a
+    sandbox is the same sandbox whether a pool made it or not, and a control plane without a
+    pool adopts it."""
 
-    @abc.abstractmethod
-    async def _keep(self, parked: Parked) -> bool:
-        """Whether it still waits (and its lifeline, where it has one)."""
+    def __init__(self, provider: Parking, size: int, webhook_url: str) -> None:
+        """`webhook_url`: this control plane's, as every sandbox of it is told (the provider
+        says how a sandbox reaches it: `inside`); parked servers are given it before they
+        know their sandbox."""
+        # (SandboxProvider.__init__ is not called: its HTTP client would be a second one.)
+        self.provider = provider
+        self.pool = WarmPool(provider, size, provider.inside(webhook_url))
+        self.start_timeout = provider.start_timeout
+        self.single_tenant = provider.single_tenant
+        self.host_loopback = provider.host_loopback
 
-    @abc.abstractmethod
-    async def _discard(self, parked: Parked) -> None:
-        """It and its volume removed (it never had a key)."""
+    # -- through the pool ---------------------------------------------------------------------
 
-    @abc.abstractmethod
-    async def _sweep(self) -> None:
-        """What ended of the deployment's pools (their control planes gone) removed."""
+    async def start(self) -> None:
+        await self.provider.start()
+        self.pool.start()
+
+    def reserve(self, spec_id: str) -> str | None:
+        return self.pool.reserve() if spec_id == self.provider.spec.id else None
+
+    async def create(self, launch: Launch) -> Handle:
+        """The parked sandbox reserved for it, handed its keys, else a cold start; either way
+        the provider's wait (and its removal when the sandbox does not come up)."""
+        await self.provider.prepare(launch)
+        ref = await self.pool.claim(launch, self.provider.inside(launch.webhook_url))
+        if ref is None:
+            ref = await self.provider.start_cold(launch)
+        return await self.provider.until_started(launch, ref)
+
+    async def close(self) -> None:
+        await self.pool.close()
+        await self.provider.close()
+
+    # -- the provider's -----------------------------------------------------------------------
+
+    async def alive(self, handle: Handle) -> bool:
+        return await self.provider.alive(handle)
+
+    async def until_alive(
+        self, handle: Handle, failure: str, still_there: Callable[[], bool] = lambda: True
+    ) -> None:
+        await self.provider.until_alive(handle, failure, still_there)
+
+    def specs(self) -> list[SandboxSpec]:
+        return self.provider.specs()
+
+    async def inspect(self, handle: Handle) -> Liveness:
+        return await self.provider.inspect(handle)
+
+    async def health(self, handle: Handle) -> Health:
+        return await self.provider.health(handle)
+
+    async def pause(self, handle: Handle) -> None:
+        await self.provider.pause(handle)
+
+    async def resume(self, handle: Handle) -> Handle:
+        return await self.provider.resume(handle)
+
+    async def destroy(self, sandbox_id: str, handle: Handle | None, root_dir: Path) -> Path | None:
+        return await self.provider.destroy(sandbox_id, handle, root_dir)
+
+    async def recover(self, launch: Launch) -> Handle | None:
+        return await self.provider.recover(launch)
+
+    def root_dir(self, sandbox_id: str, sandboxes_dir: Path) -> Path:
+        return self.provider.root_dir(sandbox_id, sandboxes_dir)
+
+    async def set_network(self, handle: Handle, policy: NetworkPolicy) -> bool:
+        return await self.provider.set_network(handle, policy)
+
+    async def refusals(self, handle: Handle) -> Refusals | None:
+        return await self.provider.refusals(handle)
+
+    def disk(self, root_dir: Path) -> DiskUsage | None:
+        return self.provider.disk(root_dir)
+
+    def inside(self, url: str) -> str:
+        return self.provider.inside(url)
+
+    @property
+    def sandbox_side(self) -> str | None:
+        return self.provider.sandbox_side
+
+    def working_dir(self, root_dir: Path) -> Path:
+        return self.provider.working_dir(root_dir)
+
+    def url(self, handle: Handle) -> str:
+        return self.provider.url(handle)

@@ -93,15 +93,19 @@ DEFAULT_LIMITS = Limits()
 
 @dataclass(frozen=True)
 class Handle:
-    """What the provider needs to find a sandbox again, stored so a restarted control plane can."""
+    """What the provider needs to find a sandbox again, stored so a restarted control plane can.
+
+    The domain keeps it, stores it and hands it back; it reaches the agent server at `host` and
+    `port`, and never looks inside `ref`: that is the kind's, made and read by the kind alone,
+    so a kind whose sandboxes are not processes does not have to dress its own key up as one.
+    """
 
     sandbox_id: str
     """The sandbox's id (a container provider names its container and volume after it)."""
-    pid: int
-    """The process provider's agent server; a container's main process on the Docker host."""
-    pid_start_time: int
-    """Tells a reused pid (or name) from ours: the kernel start time of the pid (clock ticks
-    since boot) for a process; the first 60 bits of the container's id for a container."""
+    ref: str
+    """What the kind needs to find this sandbox again and to tell it from another that reused
+    its pid or its name; each kind's provider says its shape (a process's "pid:start time",
+    a container's id, a Swarm service's id)."""
     port: int
     """The port the agent server answers on."""
     host: str = "127.0.0.1"
@@ -111,8 +115,7 @@ class Handle:
     def stored(self) -> dict[str, object]:
         """The sandbox row's fields that keep it (the host only when not loopback)."""
         return {
-            "pid": self.pid,
-            "pid_start_time": self.pid_start_time,
+            "ref": self.ref,
             "port": self.port,
             "host": None if self.host == Handle.host else self.host,
         }

@@ -60,15 +60,9 @@ POLL = 0.05
 
 def handle_of(row: SandboxRow) -> Handle | None:
     """The provider's handle its start stored on the row; None before it has come up."""
-    if row.pid is None or row.pid_start_time is None or row.port is None:
+    if row.ref is None or row.port is None:
         return None
-    return Handle(
-        sandbox_id=row.id,
-        pid=row.pid,
-        pid_start_time=row.pid_start_time,
-        port=row.port,
-        host=row.host or Handle.host,
-    )
+    return Handle(sandbox_id=row.id, ref=row.ref, port=row.port, host=row.host or Handle.host)
 
 
 class Owner(Protocol):
@@ -228,12 +222,12 @@ class Starts:
                 up.set_result(moved)  # its waiters go on while the guard is released
 
     async def _started(self, sandbox_id: str, handle: Handle) -> SandboxRow | None:
-        """Its process facts and RUNNING, in one write (None: deleted meanwhile)."""
+        """Its handle (ref, port, host) and RUNNING, in one write (None: deleted meanwhile)."""
         row = await rows.set_status(
             self.db, sandbox_id, SandboxStatus.RUNNING, fields=handle.stored()
         ) or await rows.get(self.db, sandbox_id)  # or stored by an earlier try
         return (
-            row if row and row.status is SandboxStatus.RUNNING and row.pid == handle.pid else None
+            row if row and row.status is SandboxStatus.RUNNING and row.ref == handle.ref else None
         )
 
     async def wait_running(self, sandbox_id: str, timeout: float = 120.0) -> SandboxRow:

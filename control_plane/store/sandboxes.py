@@ -1,4 +1,4 @@
-"""Sandbox rows: status, the provider's process facts (pid, start time, port), activity."""
+"""Sandbox rows: status, the provider's handle (its ref, port and host), activity."""
 
 from __future__ import annotations
 

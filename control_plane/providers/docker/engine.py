@@ -22,9 +22,21 @@ from control_plane.sandboxes.provider import Handle, ProviderError
 
 
 def id_key(container_id: str) -> int:
-    """60 bits of the container id: stored as the handle's pid_start_time (a signed BIGINT), it
-    tells our container from another of the same name."""
+    """60 bits of the container id: what a handle kept of it before refs (store revision 0008),
+    in the old `pid_start_time` column (a signed BIGINT)."""
     return int(container_id[:15], 16)
+
+
+def refers_to(ref: str, container_id: str) -> bool:
+    """Whether a handle's ref names this container (and not another of the same name).
+
+    A Docker sandbox's ref is its container's id. One started before refs has the shape the
+    migration wrote from the old columns, `"<pid>:<60 bits of the id>"` (`id_key`): the
+    database never held the whole id, so that sandbox is known by those bits."""
+    if ref == container_id:
+        return True
+    _, colon, key = ref.partition(":")
+    return bool(colon) and key == str(id_key(container_id))
 
 
 def state(client: docker.DockerClient, container_id: str) -> dict[str, Any] | None:
@@ -37,18 +49,13 @@ def state(client: docker.DockerClient, container_id: str) -> dict[str, Any] | No
 
 
 def handle_of(client: docker.DockerClient, sandbox_id: str, container_id: str) -> Handle:
-    """The handle of a running container: its main process and its published port."""
+    """The handle of a running container: its id (the ref) and its published port."""
     attrs = client.api.inspect_container(container_id)
     try:
         port = int(attrs["NetworkSettings"]["Ports"][PORT][0]["HostPort"])
     except (KeyError, IndexError, TypeError, ValueError):
         raise ProviderError("the container's port was not published") from None
-    return Handle(
-        sandbox_id=sandbox_id,
-        pid=int(attrs["State"]["Pid"]),
-        pid_start_time=id_key(container_id),
-        port=port,
-    )
+    return Handle(sandbox_id=sandbox_id, ref=container_id, port=port)
 
 
 def address(

@@ -1,28 +1,42 @@
-"""The Docker provider's warm pool (`pool.WarmPool`): parked containers.
+"""The Docker provider's parking (`parking.Parking`), for a warm pool (`providers.pool`):
+parked containers.
 
 A parked container is named `agent-pool-<id>` until claimed, and its stdin is this control
 plane's attach (Docker closes it when the attach ends: the parked server then reads the end of
 its keys' pipe and exits, so it never outlives its control plane). The claim renames it to the
 sandbox's name and writes the keys on that attach, as a cold start does on a new container's.
+
+`DockerParking` is the Docker provider's base: these moves are the provider's own methods, made
+of its container (`make_container`, the cold start's) and its calls on the engine (`run`).
 """
 
 from __future__ import annotations
 
+import abc
 import contextlib
-from typing import Any, Protocol
+from typing import Any
 
 import docker
 import docker.errors
 from docker.models.containers import Container
 
-from control_plane.providers.containers import LABEL_PLANE, close_attach, hand_over, name_of
-from control_plane.providers.pool import Engine, Parked, WarmPool
+from control_plane.providers.containers import (
+    LABEL_PLANE,
+    ContainerProvider,
+    close_attach,
+    hand_over,
+    name_of,
+)
+from control_plane.providers.parking import Parked
 from control_plane.sandboxes.provider import ProviderError
 
 PREFIX = "agent-pool-"
 
 
-class Maker(Engine, Protocol):
+class DockerParking(ContainerProvider):
+    """Parked containers: what the Docker provider offers a warm pool."""
+
+    @abc.abstractmethod
     def make_container(
         self,
         client: docker.DockerClient,
@@ -31,18 +45,15 @@ class Maker(Engine, Protocol):
         webhook_url: str,
         *,
         warm: bool = False,
-    ) -> Container: ...
+    ) -> Container:
+        """A sandbox's container, created (not started); `warm`: its server waits for its keys."""
 
+    async def park(self, sandbox_id: str, webhook_url: str) -> Parked:
+        return await self.run(self._park, sandbox_id, webhook_url)
 
-class DockerPool(WarmPool):
-    provider: Maker
-
-    async def _park(self, sandbox_id: str) -> Parked:
-        return await self.provider.run(self._start, sandbox_id)
-
-    def _start(self, client: docker.DockerClient, sandbox_id: str) -> Parked:
-        container = self.provider.make_container(
-            client, sandbox_id, PREFIX + sandbox_id, self.webhook_url, warm=True
+    def _park(self, client: docker.DockerClient, sandbox_id: str, webhook_url: str) -> Parked:
+        container = self.make_container(
+            client, sandbox_id, PREFIX + sandbox_id, webhook_url, warm=True
         )
         try:
             attached = client.api.attach_socket(str(container.id), params={"stdin": 1, "stream": 1})
@@ -57,7 +68,7 @@ class DockerPool(WarmPool):
             raise
         return Parked(sandbox_id, str(container.id), attached)
 
-    async def _hand_over(self, parked: Parked, keys: bytes) -> str:
+    async def hand_over(self, parked: Parked, keys: bytes) -> str:
         def give(client: docker.DockerClient) -> str:
             state = client.api.inspect_container(parked.ref)["State"]
             if state["Status"] != "running":
@@ -69,9 +80,9 @@ class DockerPool(WarmPool):
                 close_attach(parked.hold)
             return parked.ref
 
-        return await self.provider.run(give)
+        return await self.run(give)
 
-    async def _keep(self, parked: Parked) -> bool:
+    async def keep(self, parked: Parked) -> bool:
         def running(client: docker.DockerClient) -> bool:
             try:
                 return bool(client.api.inspect_container(parked.ref)["State"]["Running"])
@@ -79,29 +90,29 @@ class DockerPool(WarmPool):
                 return False
 
         try:
-            return await self.provider.run(running)
+            return await self.run(running)
         except ProviderError:
             return True  # Docker away: it is looked at again later
 
-    async def _discard(self, parked: Parked) -> None:
+    async def discard(self, parked: Parked) -> None:
         if parked.hold is not None:
             close_attach(parked.hold)
         with contextlib.suppress(ProviderError):
-            await self.provider.run(
+            await self.run(
                 _remove, parked.ref or PREFIX + parked.sandbox_id, name_of(parked.sandbox_id)
             )
 
-    async def _sweep(self) -> None:
+    async def sweep(self) -> None:
         """A live parked server belongs to a live control plane (its stdin is that one's)."""
 
         def sweep(client: docker.DockerClient) -> None:
-            filters: dict[str, Any] = {"label": [f"{LABEL_PLANE}={self.provider.plane}"]}
+            filters: dict[str, Any] = {"label": [f"{LABEL_PLANE}={self.plane}"]}
             for container in client.api.containers(all=True, filters=filters):
                 name = str(container["Names"][0]).lstrip("/")
                 if name.startswith(PREFIX) and container["State"] != "running":
                     _remove(client, str(container["Id"]), name_of(name.removeprefix(PREFIX)))
 
-        await self.provider.run(sweep)
+        await self.run(sweep)
 
 
 def _remove(client: docker.DockerClient, container_id: str, volume: str) -> None:

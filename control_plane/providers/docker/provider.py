@@ -14,13 +14,15 @@ hold what those steps are made of:
 - `network`: the network boundary each container is held to by its address on that bridge;
 - `engine`: the small blocking calls the steps are made of;
 - `teardown`: a sandbox's end, its workspace archived;
-- `pool`: containers started before they are asked for.
+- `pool`: containers started before they are asked for (parked, for a warm pool that wraps
+  the provider: `providers.pool.Pooled`); the provider's base, so parking is its own.
 
 A sandbox's container is found again by its labels (never by its name alone), so a restarted
-control plane adopts what a previous one started. It is RUNNING only once `/alive` answers
-through the published port; its network beyond this host is let in (the boundary admits it)
-only then, so a start that fails has reached nothing. Pause and resume are Docker's pause and
-unpause (the cgroup freezer: no process notices, memory is kept).
+control plane adopts what a previous one started; the handle's ref is the container's id, which
+tells it from another container of the same name (`engine.refers_to`). It is RUNNING only
+once `/alive` answers through the published port; its network beyond this host is let in (the
+boundary admits it) only then, so a start that fails has reached nothing. Pause and resume are
+Docker's pause and unpause (the cgroup freezer: no process notices, memory is kept).
 """
 
 from __future__ import annotations
@@ -45,7 +47,6 @@ from control_plane.providers.containers import (
     STATE_DIR,
     VOLUME_DIR,
     WORKSPACE,
-    ContainerProvider,
     close_attach,
     explain,
     hand_over,
@@ -60,9 +61,8 @@ from control_plane.providers.docker.bridge import (
     for_container,
 )
 from control_plane.providers.docker.container import create as create_container
-from control_plane.providers.docker.engine import id_key
 from control_plane.providers.docker.network import DockerNetwork, address_of
-from control_plane.providers.docker.pool import DockerPool
+from control_plane.providers.docker.pool import DockerParking
 from control_plane.providers.docker.settings import DockerSettings
 from control_plane.providers.docker.teardown import tear_down
 from control_plane.sandboxes.provider import (
@@ -90,7 +90,6 @@ __all__ = [
     "DockerSettings",
     "Limits",
     "for_container",
-    "id_key",
     "name_of",
     "plane_label",
 ]
@@ -110,7 +109,7 @@ FREEZE_TRIES = 5
 """Docker's pause asked again this many times when runc could not freeze the container."""
 
 
-class DockerProvider(ContainerProvider):
+class DockerProvider(DockerParking):
     """Sandboxes as containers of one Docker engine, on a bridge network of their own."""
 
     spec = SPEC
@@ -123,9 +122,9 @@ class DockerProvider(ContainerProvider):
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         """`fence`: the network boundary its containers are held to (`docker.network`; None:
-        Docker's network alone). `transport`: how /alive is asked (a test's). A warm pool
-        (`docker.pool`) is kept when the settings ask for one and name the webhook URL every
-        sandbox of this control plane gets."""
+        Docker's network alone). `transport`: how /alive is asked (a test's). It parks
+        containers (`docker.pool`) for a warm pool that wraps it (`providers.pool.Pooled`,
+        when the settings ask for one and name the webhook URL every sandbox gets)."""
         super().__init__(
             settings.archive_dir,
             image=settings.image,
@@ -139,11 +138,6 @@ class DockerProvider(ContainerProvider):
         self.settings = settings
         self.fence = fence
         self._runtime_known = settings.runtime is None
-        self.pool = (
-            DockerPool(self, settings.warm_pool, self.inside(settings.webhook_url))
-            if settings.warm_pool > 0 and settings.webhook_url
-            else None
-        )
 
     def inside(self, url: str) -> str:
         """`url` (this control plane's) as a sandbox's container reaches it (`docker.bridge`)."""
@@ -200,18 +194,19 @@ class DockerProvider(ContainerProvider):
 
     # -- create --------------------------------------------------------------------------------
 
-    async def create(self, launch: Launch) -> Handle:
+    # (`create` is `parking.Parking`'s: these three steps in a row, a pool's claim between.)
+
+    async def prepare(self, launch: Launch) -> None:
+        """Its spec, the runtime the settings name, and the network boundary up."""
         self.check_spec(launch)
         await self._has_runtime()
         await self._fenced()
-        claimed = (
-            None
-            if self.pool is None
-            else await self.pool.claim(launch, self.inside(launch.webhook_url))
-        )
-        container_id = (
-            claimed if claimed is not None else await self.run(self._start_container, launch)
-        )
+
+    async def start_cold(self, launch: Launch) -> str:
+        return await self.run(self._start_container, launch)
+
+    async def until_started(self, launch: Launch, container_id: str) -> Handle:
+        """Until /alive answers (`_wait_up`); then, behind the boundary, its network let in."""
         try:
             handle = await self._wait_up(launch.sandbox_id, container_id, self.start_timeout)
             if self.fence is not None:  # until now it reached nothing beyond this host
@@ -256,7 +251,7 @@ class DockerProvider(ContainerProvider):
     ) -> Container:
         """A sandbox's container (`docker.container`), created (not started) with its volume
         on the sandboxes' network; `warm`: its server loads everything first and waits for its
-        keys (a warm pool's, `pool.py`)."""
+        keys (a parked one, `docker.pool`)."""
         self._ensure_network(client)
         # Behind the boundary, the control plane and the resolver are the bridge's gateway.
         gateway = self.sandbox_side
@@ -333,7 +328,7 @@ class DockerProvider(ContainerProvider):
     async def inspect(self, handle: Handle) -> Liveness:
         def look(client: docker.DockerClient) -> str | None:
             container = self._find(client, handle.sandbox_id)
-            if container is None or id_key(str(container.id)) != handle.pid_start_time:
+            if container is None or not engine.refers_to(handle.ref, str(container.id)):
                 return None
             return container.status
 
@@ -383,7 +378,7 @@ class DockerProvider(ContainerProvider):
 
     def _ours(self, client: docker.DockerClient, handle: Handle) -> Container:
         container = self._find(client, handle.sandbox_id)
-        if container is None or id_key(str(container.id)) != handle.pid_start_time:
+        if container is None or not engine.refers_to(handle.ref, str(container.id)):
             raise ProviderError("the sandbox's container is gone")
         return container
 

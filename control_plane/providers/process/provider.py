@@ -5,18 +5,19 @@ The child listens on a loopback port the OS picks and reports it in a ready file
 `ready_fd`, which the start waits on instead of polling: `launch.ready`); it has its own state
 and working directory, its own session key (handed over a pipe, never in its environment:
 `agent_server.secrecy`) and the control plane's webhook address. Where bubblewrap works, it runs
-isolated (`isolation`): the process started here, and stored as the sandbox's pid, is then
-bubblewrap's, leading the group the agent server is in. Pause and resume are SIGSTOP and SIGCONT
-of the group; destroy is SIGTERM, SIGKILL after a grace period, then the workspace archived and
-the directory removed. Children are started in a new session so they outlive a control plane
-that is killed: the next one adopts them from the stored pid and start time, or finds a start
-cut short by its ready file's path on their command line.
+isolated (`isolation`): the process started here, whose pid the sandbox's ref holds (`leader`),
+is then bubblewrap's, leading the group the agent server is in. Pause and resume are SIGSTOP
+and SIGCONT of the group; destroy is SIGTERM, SIGKILL after a grace period, then the workspace
+archived and the directory removed. Children are started in a new session so they outlive a
+control plane that is killed: the next one adopts them from the stored ref (the pid and its
+start time), or finds a start cut short by its ready file's path on their command line.
 
 This module is the seam's side of the kind: what the control plane calls, each call handed to
 the part of the wing that does it. The start is `start` (with `environment`, what the server
 is launched with, and `children`, the launchers this process spawned and reaps); pause and
 resume are `signals`; the end is `stop` (the processes) and `archive` (the files); a sandbox's
-network namespace is `network`; what the configuration says is `settings`.
+network namespace is `network`; what the configuration says is `settings`; the handle's ref,
+the launcher's pid and start time, is `leader`.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from control_plane.providers.process.archive import Archiver
 from control_plane.providers.process.children import Children
 from control_plane.providers.process.disks import Disks
 from control_plane.providers.process.isolation import READY_FILE, Isolation
+from control_plane.providers.process.leader import Leader
 from control_plane.providers.process.network import ProcessNetwork
 from control_plane.providers.process.settings import ProcessSettings
 from control_plane.providers.process.signals import Signals
@@ -176,8 +178,7 @@ class ProcessProvider(SandboxProvider):
         if started is not None and host is not None:
             return Handle(
                 sandbox_id=launch.sandbox_id,
-                pid=leaders[0],
-                pid_start_time=started,
+                ref=Leader(pid=leaders[0], started=started).ref,
                 port=port,
                 host=host,
             )
@@ -188,10 +189,11 @@ class ProcessProvider(SandboxProvider):
         return None
 
     async def inspect(self, handle: Handle) -> Liveness:
-        self.children.reap(handle.pid)
-        if not processes.is_running(handle.pid, handle.pid_start_time):
+        leader = Leader.of(handle)
+        self.children.reap(leader.pid)
+        if not leader.running():
             return Liveness.GONE
-        if processes.state(handle.pid) == "T":
+        if processes.state(leader.pid) == "T":
             return Liveness.STOPPED
         return Liveness.ALIVE if await self.alive(handle) else Liveness.UNRESPONSIVE
 
@@ -204,12 +206,12 @@ class ProcessProvider(SandboxProvider):
         await self.until_alive(
             handle,
             "the agent server did not answer after resuming",
-            lambda: processes.is_running(handle.pid, handle.pid_start_time),
+            Leader.of(handle).running,
         )
         return handle
 
     async def destroy(self, sandbox_id: str, handle: Handle | None, root_dir: Path) -> Path | None:
-        if handle is not None and processes.holds_group(handle.pid, handle.pid_start_time):
+        if handle is not None and Leader.of(handle).holds_group():
             await self.stopper.stop(handle, root_dir)
         if self.network is not None:
             await self.network.remove(sandbox_id)

@@ -18,6 +18,7 @@ import signal
 import time
 
 from control_plane.providers.process.isolation import Isolation
+from control_plane.providers.process.leader import Leader
 from control_plane.sandboxes.provider import Handle, ProviderError
 from core import namespaces, processes
 
@@ -32,14 +33,13 @@ class Signals:
         """Returns once the server is stopped: a signal lands asynchronously, and PAUSED is
         only stored when it is true. A kernel of its own (gVisor's) stops the sandbox first;
         the launcher's group is stopped too, which is how a paused sandbox is known again."""
+        leader = Leader.of(handle)
         if self.isolation is not None:
-            await self.isolation.pause(handle.pid)
+            await self.isolation.pause(leader.pid)
         self.send(handle, signal.SIGSTOP)
         deadline = time.monotonic() + 5
-        while processes.state(handle.pid) != "T" or self._running_inside(handle):
-            if time.monotonic() > deadline or not processes.is_running(
-                handle.pid, handle.pid_start_time
-            ):
+        while processes.state(leader.pid) != "T" or self._running_inside(handle):
+            if time.monotonic() > deadline or not leader.running():
                 raise ProviderError("the agent server did not stop")
             await asyncio.sleep(0.005)
 
@@ -48,14 +48,13 @@ class Signals:
         provider's)."""
         self.send(handle, signal.SIGCONT)
         if self.isolation is not None:
-            await self.isolation.resume(handle.pid)
+            await self.isolation.resume(Leader.of(handle).pid)
 
     def send(self, handle: Handle, sig: signal.Signals) -> None:
         """`sig` to the launcher's group and the sandbox's pid namespace; ProviderError when
         its process is gone."""
-        if not processes.is_running(
-            handle.pid, handle.pid_start_time
-        ) or not processes.signal_group(handle.pid, sig):
+        leader = Leader.of(handle)
+        if not leader.running() or not processes.signal_group(leader.pid, sig):
             raise ProviderError("the sandbox's process is gone")
         if (inside := self.namespace(handle)) is not None:
             namespaces.signal_all(inside, sig)
@@ -67,7 +66,7 @@ class Signals:
         if self.isolation is None or self.isolation.own_kernel:
             return None
         ours = namespaces.namespace(os.getpid())
-        for pid in processes.group_members(handle.pid):
+        for pid in processes.group_members(Leader.of(handle).pid):
             if (inside := namespaces.namespace(pid)) not in (None, ours):
                 return inside
         return None

@@ -27,6 +27,7 @@ from control_plane.providers.process.children import Children
 from control_plane.providers.process.disks import DiskError, Disks
 from control_plane.providers.process.environment import child_env
 from control_plane.providers.process.isolation import HOME, READY_FILE, Command, Isolation
+from control_plane.providers.process.leader import Leader
 from control_plane.providers.process.network import ProcessNetwork
 from control_plane.providers.process.settings import ProcessSettings
 from control_plane.providers.process.spawn import filled_pipe
@@ -158,8 +159,7 @@ class Starter:
                 raise ProviderError("the agent server exited right after starting")
             handle = Handle(
                 sandbox_id=launch.sandbox_id,
-                pid=pid,
-                pid_start_time=started,
+                ref=Leader(pid=pid, started=started).ref,
                 port=port,
                 host=Handle.host if address is None else str(address),
             )

@@ -13,12 +13,14 @@ A sandbox's service:
   its node;
 - publishes the agent server's port in host mode on its node (no routing mesh: it needs IPVS,
   and a sandbox's address must name the node its volume is on); its URL is the node's address
-  and the published port, stored in its handle;
+  and the published port, stored in its handle, whose ref is the service's id (which tells
+  it from another service of the same name: `spec.refers_to`);
 - runs on its node's default bridge (`Config.swarm_network`), whose daemon keeps containers
   apart (`"icc": false` on every node that takes sandboxes, README);
 - gets its session key in a Docker secret, runs hardened with the limits, reservations and
-  placement constraints of the settings (`spec`: its spec); a warm pool's (`pool`)
-  is made in advance and gets its keys over its port when a start claims it;
+  placement constraints of the settings (`spec`: its spec); a parked one (`pool`, for a
+  warm pool that wraps the provider: `providers.pool.Pooled`) is made in advance and gets its
+  keys over its port when a start claims it;
 - is RUNNING once `/alive` answers on its node's address (on gVisor, and once its node's fence
   holds it and says it runs on runsc: `fence`); `startup` waits for that.
 
@@ -53,11 +55,11 @@ import httpx
 
 from control_plane.network.fence import Refusals
 from control_plane.network.policy import NetworkPolicy
-from control_plane.providers.containers import ContainerProvider, name_of
+from control_plane.providers.containers import name_of
 from control_plane.providers.swarm import manager
 from control_plane.providers.swarm.fence import SwarmFence
 from control_plane.providers.swarm.nodejobs import ENDED, Jobs, Node, describe, host_port
-from control_plane.providers.swarm.pool import SwarmPool
+from control_plane.providers.swarm.pool import SwarmParking
 from control_plane.providers.swarm.settings import SwarmSettings
 from control_plane.providers.swarm.spec import (
     NODE_AWAY,
@@ -67,10 +69,10 @@ from control_plane.providers.swarm.spec import (
     pin,
     pinned,
     publish,
+    refers_to,
     replicas,
     restart,
     scale,
-    service_key,
 )
 from control_plane.providers.swarm.startup import Startup
 from control_plane.sandboxes.provider import (
@@ -85,7 +87,7 @@ from control_plane.sandboxes.provider import (
 logger = logging.getLogger(__name__)
 
 
-class SwarmProvider(ContainerProvider):
+class SwarmProvider(SwarmParking):
     """Sandboxes as one-replica services on a swarm: their lifecycle, from the manager's view
     and each agent server's /alive (the module says how each move is made)."""
 
@@ -113,11 +115,6 @@ class SwarmProvider(ContainerProvider):
         self.settings = settings
         self.fence = fence
         self.startup = Startup(self, settings, fence)
-        self.pool = (
-            SwarmPool(self, settings.warm_pool, settings.webhook_url, settings.lifeline)
-            if settings.warm_pool > 0 and settings.webhook_url
-            else None
-        )
 
     async def start(self) -> None:
         if self.fence is not None:  # the nodes' fences, before any sandbox runs there
@@ -142,22 +139,24 @@ class SwarmProvider(ContainerProvider):
     def _ours(self, client: docker.DockerClient, handle: Handle) -> dict[str, Any]:
         """The handle's service; ProviderError when it is gone, or is another of its name."""
         service = self._find(client, handle.sandbox_id)
-        if service is None or service_key(service["ID"]) != handle.pid_start_time:
+        if service is None or not refers_to(handle.ref, service["ID"]):
             raise ProviderError("the sandbox's service is gone")
         return service
 
     # -- create ------------------------------------------------------------------------------
 
-    async def create(self, launch: Launch) -> Handle:
+    # (`create` is `parking.Parking`'s: these three steps in a row, a pool's claim between.)
+
+    async def prepare(self, launch: Launch) -> None:
         self.check_spec(launch)
-        service_id = (
-            None if self.pool is None else await self.pool.claim(launch, launch.webhook_url)
-        )
-        if service_id is None:
-            if await self.run(self._find, launch.sandbox_id) is not None:
-                await self.remove_all(launch.sandbox_id)  # a start cut short: replaced
-            labels = self.labels(launch.sandbox_id)
-            service_id = await self.run(manager.start_service, self.settings, launch, labels)
+
+    async def start_cold(self, launch: Launch) -> str:
+        if await self.run(self._find, launch.sandbox_id) is not None:
+            await self.remove_all(launch.sandbox_id)  # a start cut short: replaced
+        labels = self.labels(launch.sandbox_id)
+        return await self.run(manager.start_service, self.settings, launch, labels)
+
+    async def until_started(self, launch: Launch, service_id: str) -> Handle:
         try:
             return await self.startup.until_up(launch.sandbox_id, service_id)
         except BaseException:
@@ -200,8 +199,7 @@ class SwarmProvider(ContainerProvider):
             return None
         return Handle(
             sandbox_id=sandbox_id,
-            pid=0,
-            pid_start_time=service_key(service["ID"]),
+            ref=str(service["ID"]),
             port=int(ports[0]["PublishedPort"]),
             host=found[0].address,
         )
@@ -219,7 +217,7 @@ class SwarmProvider(ContainerProvider):
     def _look(self, client: docker.DockerClient, handle: Handle) -> tuple[Health, str]:
         """The scheduler's view, and the node's name."""
         service = self._find(client, handle.sandbox_id)
-        if service is None or service_key(service["ID"]) != handle.pid_start_time:
+        if service is None or not refers_to(handle.ref, service["ID"]):
             return Health(Liveness.GONE, "its service was removed"), ""
         task = newest(manager.tasks(client, service["ID"]))
         node_id = pinned(service["Spec"]) or (task or {}).get("NodeID")

@@ -79,9 +79,21 @@ PORT_TAKEN = ("port already in use", "address already in use")
 
 
 def service_key(service_id: str) -> int:
-    """60 bits of the service's id: stored as the handle's pid_start_time (a signed BIGINT), it
-    tells our service from another of the same name."""
+    """60 bits of a hash of the service's id: what a handle kept of it before refs (store
+    revision 0008), in the old `pid_start_time` column (a signed BIGINT)."""
     return int(hashlib.sha256(service_id.encode()).hexdigest()[:15], 16)
+
+
+def refers_to(ref: str, service_id: str) -> bool:
+    """Whether a handle's ref names this service (and not another of the same name).
+
+    A Swarm sandbox's ref is its service's id. One started before refs has the shape the
+    migration wrote from the old columns, `"<pid>:<service_key>"`: the database never held the
+    id, so that sandbox is known by its key."""
+    if ref == service_id:
+        return True
+    _, colon, key = ref.partition(":")
+    return bool(colon) and key == str(service_key(service_id))
 
 
 def node_of(attrs: dict[str, Any]) -> Node:

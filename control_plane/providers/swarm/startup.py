@@ -26,7 +26,7 @@ from control_plane.providers.swarm.fence import SwarmFence
 from control_plane.providers.swarm.manager import current, service_logs
 from control_plane.providers.swarm.nodejobs import ENDED, describe
 from control_plane.providers.swarm.settings import SwarmSettings
-from control_plane.providers.swarm.spec import UNPLACED, published, service_key
+from control_plane.providers.swarm.spec import UNPLACED, published
 from control_plane.sandboxes.provider import Handle, ProviderError, until_up
 
 T = TypeVar("T")
@@ -82,13 +82,7 @@ class Startup:
             port = published(task)
             if port is None:
                 raise ProviderError("the agent server's port was not published")
-            handle = Handle(
-                sandbox_id=sandbox_id,
-                pid=int(task["Status"].get("ContainerStatus", {}).get("PID") or 0),
-                pid_start_time=service_key(service_id),
-                port=port,
-                host=node.address,
-            )
+            handle = Handle(sandbox_id=sandbox_id, ref=service_id, port=port, host=node.address)
             if not await self.reach.alive(handle):
                 return None
             if self.fence is not None:  # on gVisor: on runsc, its node's fence says

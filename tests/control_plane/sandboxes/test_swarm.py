@@ -709,16 +709,17 @@ def test_a_task_that_dies_and_a_worker_that_goes(
 PARKED_HOLDER = """
 import asyncio, sys
 from pathlib import Path
+from control_plane.providers.pool import Pooled
 from control_plane.providers.swarm.provider import SwarmProvider
 from control_plane.providers.swarm.settings import SwarmSettings
 
 async def main() -> None:
-    provider = SwarmProvider(SwarmSettings(Path(sys.argv[1]), image=sys.argv[2],
-                                           plane=sys.argv[3], network="bridge",
-                                           constraints=(sys.argv[4],), warm_pool=1,
-                                           webhook_url="http://127.0.0.1:9/hooks", lifeline=3))
+    hooks = "http://127.0.0.1:9/hooks"
+    provider = Pooled(SwarmProvider(SwarmSettings(Path(sys.argv[1]), image=sys.argv[2],
+                                                  plane=sys.argv[3], network="bridge",
+                                                  constraints=(sys.argv[4],), warm_pool=1,
+                                                  webhook_url=hooks, lifeline=3)), 1, hooks)
     await provider.start()
-    assert provider.pool is not None
     while not provider.pool.waiting:
         await asyncio.sleep(0.05)
     print(provider.pool.waiting[0], flush=True)
@@ -739,6 +740,7 @@ async def test_a_parked_service_is_claimed_once_with_its_token_and_ends_with_its
     import subprocess
     import sys
 
+    from control_plane.providers.pool import Pooled
     from control_plane.providers.swarm.pool import LABEL_PARKED
     from control_plane.providers.swarm.provider import SwarmProvider
     from control_plane.providers.swarm.settings import SwarmSettings
@@ -747,22 +749,25 @@ async def test_a_parked_service_is_claimed_once_with_its_token_and_ends_with_its
     plane = f"pool-{uuid.uuid4().hex[:8]}"
     constraint = f"node.hostname=={swarm.worker_hostname}"
     hooks = "http://127.0.0.1:9/hooks"
-    provider = SwarmProvider(
-        SwarmSettings(
-            tmp_path / "archives",
-            image=sandbox_image,
-            plane=plane,
-            network="bridge",
-            constraints=(constraint,),
-            warm_pool=1,
-            webhook_url=hooks,
-            lifeline=20,
-        )
+    provider = Pooled(  # as the composition root wraps it
+        SwarmProvider(
+            SwarmSettings(
+                tmp_path / "archives",
+                image=sandbox_image,
+                plane=plane,
+                network="bridge",
+                constraints=(constraint,),
+                warm_pool=1,
+                webhook_url=hooks,
+                lifeline=20,
+            )
+        ),
+        1,
+        hooks,
     )
     await provider.start()
     try:
         pool = provider.pool
-        assert pool is not None
         deadline = time.monotonic() + 120
         while not pool.waiting:
             assert time.monotonic() < deadline, "nothing was parked"
@@ -850,17 +855,21 @@ async def test_a_parked_service_is_claimed_once_with_its_token_and_ends_with_its
             )
 
         await asyncio.to_thread(wait_for, ended, 90, what="the orphan to end by itself")
-        again = SwarmProvider(
-            SwarmSettings(
-                tmp_path / "a3",
-                image=sandbox_image,
-                plane=plane,
-                network="bridge",
-                constraints=(constraint,),
-                warm_pool=1,
-                webhook_url=hooks,
-                lifeline=20,
-            )
+        again = Pooled(
+            SwarmProvider(
+                SwarmSettings(
+                    tmp_path / "a3",
+                    image=sandbox_image,
+                    plane=plane,
+                    network="bridge",
+                    constraints=(constraint,),
+                    warm_pool=1,
+                    webhook_url=hooks,
+                    lifeline=20,
+                )
+            ),
+            1,
+            hooks,
         )
         await again.start()
         try:

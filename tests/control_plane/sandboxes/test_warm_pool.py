@@ -21,8 +21,8 @@ from control_plane.providers.containers import LABEL_PLANE, name_of, plane_label
 from control_plane.providers.docker.pool import PREFIX
 from control_plane.providers.docker.provider import DockerProvider
 from control_plane.providers.docker.settings import DockerSettings
-from control_plane.providers.pool import WarmPool
-from control_plane.sandboxes.provider import Launch
+from control_plane.providers.pool import Pooled, WarmPool
+from control_plane.sandboxes.provider import Launch, SandboxProvider
 from tests.control_plane.planes import PlaneProcess
 from tests.control_plane.support import configure_llm, wait_task
 from tests.support import docker as docker_support
@@ -54,24 +54,38 @@ def key_works(url: str, key: str) -> int:
 @contextlib.asynccontextmanager
 async def pooled(
     tmp_path: Path, image: str, engine: docker.DockerClient, size: int
-) -> AsyncIterator[tuple[DockerProvider, WarmPool, str]]:
-    """A Docker provider with a pool of `size`, once that many are parked; its plane label.
-    Everything of it removed after."""
+) -> AsyncIterator[tuple[Pooled, WarmPool, str]]:
+    """A Docker provider in a pool of `size` (wrapped as the composition root does), once that
+    many are parked; its plane label. Everything of it removed after."""
     plane = f"pool-{tmp_path.name[-12:]}"
-    provider = DockerProvider(
-        DockerSettings(
-            tmp_path / "archives", image=image, plane=plane, warm_pool=size, webhook_url=HOOKS
-        )
+    provider = Pooled(
+        DockerProvider(
+            DockerSettings(
+                tmp_path / "archives", image=image, plane=plane, warm_pool=size, webhook_url=HOOKS
+            )
+        ),
+        size,
+        HOOKS,
     )
     await provider.start()
     try:
         pool = provider.pool
-        assert pool is not None
         await until(lambda: len(pool.waiting) == size, f"{size} parked")
         yield provider, pool, plane
     finally:
         await provider.close()
         docker_support.remove_labelled(engine, f"{LABEL_PLANE}={plane}")
+
+
+def test_a_pool_asks_its_provider_everything_but_reserve_and_create() -> None:
+    """`Pooled` wraps a provider: every method of the seam is its own (the provider's, asked
+    of it), none left to the seam's defaults, which would answer for the provider."""
+    seam = {
+        name
+        for name, value in vars(SandboxProvider).items()
+        if not name.startswith("_") and (callable(value) or isinstance(value, property))
+    }
+    assert seam and seam - set(vars(Pooled)) == set()
 
 
 async def test_each_parked_container_goes_to_one_sandbox_with_its_key_alone(
