@@ -143,8 +143,9 @@ def _is_list(annotation: Any) -> bool:
 
 def read_query(request: HTTPConnection, model: type[M]) -> M:
     """Query parameters as `model`. A list field takes repeated (`?id=a&id=b`) and comma-joined
-    (`?id=a,b`) values; any other field its last value. Names the model does not know are
-    passed on, so a model that forbids extras refuses them."""
+    (`?id=a,b`) values; any other field one value, and a repeated one is refused (422) rather
+    than one of them chosen in silence: the client meant something the query cannot say. Names
+    the model does not know are passed on, so a model that forbids extras refuses them."""
     data: dict[str, Any] = {}
     params = request.query_params
     for name in params.keys():
@@ -152,8 +153,10 @@ def read_query(request: HTTPConnection, model: type[M]) -> M:
         field = model.model_fields.get(name)
         if field is not None and _is_list(field.annotation):
             data[name] = [v for value in values for v in value.split(",") if v]
+        elif len(values) > 1:
+            raise invalid(["query", name], "Input should be one value, not repeated", input_=values)
         else:
-            data[name] = values[-1]
+            data[name] = values[0]
     try:
         return model.model_validate(data)
     except ValidationError as exc:
