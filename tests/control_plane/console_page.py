@@ -34,11 +34,8 @@ def watch(page: Page) -> list[str]:
     return problems
 
 
-def signed_in(browser: Browser, plane: ControlPlane, api_key: str) -> tuple[Page, list[str]]:
-    """A new browser context's page, signed in with `api_key`, and its problems (`watch`)."""
-    page = browser.new_context(viewport={"width": 1200, "height": 900}).new_page()
-    page.set_default_timeout(20_000)
-    problems = watch(page)
+def opened(page: Page, plane: ControlPlane) -> None:
+    """The console loaded in `page` up to its sign-in form."""
     failed: list[str] = []
     page.on("requestfailed", lambda request: failed.append(f"{request.url}: {request.failure}"))
     page.on(
@@ -52,14 +49,20 @@ def signed_in(browser: Browser, plane: ControlPlane, api_key: str) -> tuple[Page
         # would reload it.
         if not any("ERR_NETWORK_CHANGED" in failure for failure in failed):
             break
-    form = page.get_by_label("Account key")
     try:  # the console's modules load and run: seconds on a loaded machine
-        form.wait_for(timeout=60_000)
+        page.get_by_label("Account key").wait_for(timeout=60_000)
     except PlaywrightTimeoutError:
         raise AssertionError(
-            f"no sign-in form; failed requests {failed}, problems {problems}, "
-            f"the page: {page.content()[:2000]}"
+            f"no sign-in form; failed requests {failed}, the page: {page.content()[:2000]}"
         ) from None
-    form.fill(api_key)
+
+
+def signed_in(browser: Browser, plane: ControlPlane, api_key: str) -> tuple[Page, list[str]]:
+    """A new browser context's page, signed in with `api_key`, and its problems (`watch`)."""
+    page = browser.new_context(viewport={"width": 1200, "height": 900}).new_page()
+    page.set_default_timeout(20_000)
+    problems = watch(page)
+    opened(page, plane)
+    page.get_by_label("Account key").fill(api_key)
     page.get_by_role("button", name="Sign in").click()
     return page, problems

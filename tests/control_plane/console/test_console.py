@@ -19,7 +19,7 @@ import pytest
 from playwright.sync_api import Browser, Page, expect
 
 from core import processes
-from tests.control_plane.console_page import new_user, signed_in, watch
+from tests.control_plane.console_page import new_user, opened, signed_in, watch
 from tests.control_plane.support import (
     ControlPlane,
     ShiftedClock,
@@ -124,7 +124,7 @@ def test_the_console_end_to_end(
     problems = watch(page)
 
     # Sign in: a wrong key is refused; the right one is kept in this tab's session storage only.
-    page.goto(plane.url + "/")
+    opened(page, plane)
     expect(page.get_by_role("heading", name="Sign in")).to_be_visible()
     shot(page, "01-sign-in")
     page.get_by_label("Account key").fill("not-a-key")
