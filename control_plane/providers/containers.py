@@ -55,6 +55,17 @@ HOME = "/home/agent"
 LOG_TAIL = 2000
 
 
+def refers_to(ref: str, object_id: str, old_key: Callable[[str], int]) -> bool:
+    """Whether a handle's ref names this container or service (and not another of the same
+    name). Its ref is the object's id; one started before refs has the shape migration 0008
+    wrote from the old columns, `"<pid>:<old_key(id)>"`: the database never held the whole id,
+    so that sandbox is known by those bits."""
+    if ref == object_id:
+        return True
+    _, colon, key = ref.partition(":")
+    return bool(colon) and key == str(old_key(object_id))
+
+
 def name_of(sandbox_id: str) -> str:
     """The container's (or service's) and the volume's name."""
     return f"agent-sandbox-{sandbox_id}"

@@ -15,6 +15,7 @@ from typing import Any
 import docker
 import docker.errors
 
+from control_plane.providers import containers
 from control_plane.providers.containers import LOG_TAIL
 from control_plane.providers.docker.container import PORT
 from control_plane.providers.docker.network import address_of
@@ -28,15 +29,8 @@ def id_key(container_id: str) -> int:
 
 
 def refers_to(ref: str, container_id: str) -> bool:
-    """Whether a handle's ref names this container (and not another of the same name).
-
-    A Docker sandbox's ref is its container's id. One started before refs has the shape the
-    migration wrote from the old columns, `"<pid>:<60 bits of the id>"` (`id_key`): the
-    database never held the whole id, so that sandbox is known by those bits."""
-    if ref == container_id:
-        return True
-    _, colon, key = ref.partition(":")
-    return bool(colon) and key == str(id_key(container_id))
+    """Whether a handle's ref names this container (its id, or the old shape by `id_key`)."""
+    return containers.refers_to(ref, container_id, id_key)
 
 
 def state(client: docker.DockerClient, container_id: str) -> dict[str, Any] | None:

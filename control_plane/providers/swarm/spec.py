@@ -37,6 +37,7 @@ from control_plane.providers.containers import (
     environment,
     name_of,
 )
+from control_plane.providers.containers import refers_to as refers_to_object
 from control_plane.providers.swarm.nodejobs import NO_CHECK, Node, host_port
 from control_plane.providers.swarm.settings import SwarmSettings
 from control_plane.sandboxes.provider import Launch, SandboxSpec
@@ -85,15 +86,8 @@ def service_key(service_id: str) -> int:
 
 
 def refers_to(ref: str, service_id: str) -> bool:
-    """Whether a handle's ref names this service (and not another of the same name).
-
-    A Swarm sandbox's ref is its service's id. One started before refs has the shape the
-    migration wrote from the old columns, `"<pid>:<service_key>"`: the database never held the
-    id, so that sandbox is known by its key."""
-    if ref == service_id:
-        return True
-    _, colon, key = ref.partition(":")
-    return bool(colon) and key == str(service_key(service_id))
+    """Whether a handle's ref names this service (its id, or the old shape by `service_key`)."""
+    return refers_to_object(ref, service_id, service_key)
 
 
 def node_of(attrs: dict[str, Any]) -> Node:
