@@ -39,6 +39,11 @@ class Config(BaseModel):
     secret_key: Annotated[str | None, Env("CONTROL_PLANE_SECRET_KEY", flag=False)] = None
     """Fernet key for LLM keys and secrets at rest; default: generated once into the state dir."""
 
+    operator_key: Annotated[str | None, Env("CONTROL_PLANE_OPERATOR_KEY", flag=False)] = None
+    """What an operator's routes (`/metrics`, `/api/v1/admin/...`) take as
+    `Authorization: Bearer <key>`: not a user's API key, so no user reaches them. Unset, they
+    answer 404 (there is no operator to be)."""
+
     public_url: str | None = None
     """How sandboxes reach this control plane (their webhook base); default http://host:port."""
 

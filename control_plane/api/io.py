@@ -3,6 +3,7 @@ bodies within the configured limit."""
 
 from __future__ import annotations
 
+import hmac
 import re
 from datetime import datetime
 from typing import Annotated, Any, TypedDict, TypeVar
@@ -13,7 +14,7 @@ from starlette.requests import HTTPConnection, Request
 from control_plane.models import User
 from control_plane.services import Services
 from web import io
-from web.errors import Unauthorized
+from web.errors import NotFound, Unauthorized
 
 M = TypeVar("M", bound=BaseModel)
 _NUMBER = re.compile(r"[+-]?[0-9]+(?:\.[0-9]*)?(?:[eE][+-]?[0-9]+)?")
@@ -51,6 +52,20 @@ async def user(request: Request) -> User:
     if found is None:
         raise Unauthorized("unknown API key", scheme="Bearer")
     return found
+
+
+def operator(request: Request) -> None:
+    """Let an operator's request through: `Authorization: Bearer <CONTROL_PLANE_OPERATOR_KEY>`,
+    compared in constant time. Without that setting the operator's routes do not exist (404);
+    a user's API key is not an operator's (401)."""
+    expected = services(request).config.operator_key
+    if not expected:
+        raise NotFound("not found")
+    scheme, _, key = request.headers.get("authorization", "").partition(" ")
+    if scheme.lower() != "bearer" or not hmac.compare_digest(
+        key.strip().encode(), expected.encode()
+    ):
+        raise Unauthorized("Authorization: Bearer <operator key> is required", scheme="Bearer")
 
 
 def from_browser(request: Request) -> bool:
