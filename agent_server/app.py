@@ -13,7 +13,6 @@ from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.routing import WebSocketRoute
 
-from agent_server.accesslog import AccessLog
 from agent_server.agent.model import Model
 from agent_server.api import (
     bash,
@@ -32,6 +31,7 @@ from agent_server.auth import SessionAuth
 from agent_server.config import Config
 from agent_server.services import Services, State
 from agent_server.telemetry.http import Observe
+from web.accesslog import AccessLog
 from web.errors import HANDLERS
 from web.routing import Route, literal_first
 
@@ -131,7 +131,7 @@ def build_app(config: Config, model: Model | None = None) -> Starlette:
         middleware=[
             # Outermost: the access log line and the handlers' records carry the trace id.
             Middleware(Observe, telemetry=services.telemetry, routes=ROUTES),
-            Middleware(AccessLog, on_activity=services.touch),
+            Middleware(AccessLog, logger="agent_server.access", on_activity=services.touch),
             Middleware(SessionAuth, keys=services.keys, prefixes=services.guarded),
         ],
         exception_handlers=HANDLERS,

@@ -14,20 +14,10 @@ from core.net import is_loopback
 from launch.env import PREFIX
 from web import config
 from web.config import Env
+from web.telemetry import TraceSampler, otlp_endpoint
 
 #: The variables' prefix, the launchers' own (`launch.env`): one spelling for both sides.
 ENV_PREFIX = PREFIX
-
-
-#: OTEL_TRACES_SAMPLER's built-in values (the SDK's own names).
-TraceSampler = Literal[
-    "always_on",
-    "always_off",
-    "traceidratio",
-    "parentbased_always_on",
-    "parentbased_always_off",
-    "parentbased_traceidratio",
-]
 
 
 class ConfigError(Exception):
@@ -243,31 +233,11 @@ def keys_from_env(value: str | None) -> tuple[tuple[str, ...], bool]:
 
 
 def otlp_traces_endpoint(env: Mapping[str, str]) -> str | None:
-    """The OTLP/HTTP traces URL the standard variables give (the OpenTelemetry spec's rules):
-    OTEL_EXPORTER_OTLP_TRACES_ENDPOINT as it is, else OTEL_EXPORTER_OTLP_ENDPOINT + /v1/traces;
-    none with OTEL_SDK_DISABLED=true or OTEL_TRACES_EXPORTER=none. The exporter reads the
-    other OTEL_EXPORTER_OTLP_* variables (headers, timeout, compression, certificates) itself."""
-    if env.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
-        return None
-    exporters = {e.strip().lower() for e in env.get("OTEL_TRACES_EXPORTER", "otlp").split(",")}
-    if "otlp" not in exporters:
-        return None
-    protocol = (
-        env.get("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
-        or env.get("OTEL_EXPORTER_OTLP_PROTOCOL")
-        or "http/protobuf"
-    ).strip()
-    endpoint = env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "").strip()
-    if not endpoint:
-        base = env.get("OTEL_EXPORTER_OTLP_ENDPOINT", "").strip()
-        if not base:
-            return None
-        endpoint = base.rstrip("/") + "/v1/traces"
-    if protocol != "http/protobuf":
-        raise ConfigError(
-            f"OTEL_EXPORTER_OTLP_PROTOCOL={protocol}: this server exports over http/protobuf only"
-        )
-    return endpoint
+    """The OTLP/HTTP traces URL the standard variables give (`web.telemetry.otlp_endpoint`)."""
+    try:
+        return otlp_endpoint(env)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def from_env(environ: Mapping[str, str] | None = None, **flags: object) -> Config:

@@ -14,9 +14,8 @@ import contextlib
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from opentelemetry import trace
 from opentelemetry.trace import SpanKind
 
 from agent_server.telemetry.metrics import ServerMetrics
@@ -27,47 +26,10 @@ from agent_server.telemetry.tracing import (
     failed,
     llm_call_context,
 )
-
-if TYPE_CHECKING:
-    from opentelemetry.sdk.trace.sampling import Sampler
+from web.telemetry import tracer_provider
 
 #: service.name of the spans, unless OTEL_SERVICE_NAME says otherwise.
 SERVICE = "agent-server"
-
-
-def sampler(name: str, ratio: float) -> Sampler:
-    """The SDK's sampler of that OTEL_TRACES_SAMPLER name and argument (the config checked
-    both): given to the provider, so the SDK never reads the variables itself."""
-    from opentelemetry.sdk.trace.sampling import (
-        ALWAYS_OFF,
-        ALWAYS_ON,
-        ParentBased,
-        TraceIdRatioBased,
-    )
-
-    base: Sampler = (
-        ALWAYS_OFF
-        if name.endswith("always_off")
-        else TraceIdRatioBased(ratio)
-        if name.endswith("traceidratio")
-        else ALWAYS_ON
-    )
-    return ParentBased(base) if name.startswith("parentbased_") else base
-
-
-def _provider(
-    enabled: bool, endpoint: str | None, sampling: tuple[str, float]
-) -> trace.TracerProvider:
-    # The SDK is imported only when tracing is on: off costs neither its import nor its memory.
-    if not enabled:
-        return trace.NoOpTracerProvider()
-    if endpoint is None:
-        from agent_server.telemetry.ids import IdsTracerProvider
-
-        return IdsTracerProvider(sampler(*sampling))  # nothing would read what is recorded
-    from agent_server.telemetry.export import exporting_provider
-
-    return exporting_provider(endpoint, sampler(*sampling), SERVICE)
 
 
 class Telemetry:
@@ -88,7 +50,7 @@ class Telemetry:
         """`tracing`: spans have ids (else the no-op provider: only a caller's trace is kept);
         `endpoint`: the OTLP/HTTP traces URL spans are recorded for and exported to (None:
         ids only, `IdsTracer`); `sampler` and `ratio`: OTEL_TRACES_SAMPLER[_ARG]'s values."""
-        provider = _provider(tracing, endpoint, (sampler, ratio))
+        provider = tracer_provider(tracing, endpoint, (sampler, ratio), SERVICE)
         return cls(Tracing(provider, recording=tracing and endpoint is not None), ServerMetrics())
 
     def shutdown(self) -> None:
@@ -210,4 +172,4 @@ class AgentTelemetry:
                 )
 
 
-__all__ = ["AgentTelemetry", "LLMCallRecord", "Telemetry", "ToolCallRecord", "sampler"]
+__all__ = ["AgentTelemetry", "LLMCallRecord", "Telemetry", "ToolCallRecord"]

@@ -14,38 +14,19 @@ from collections.abc import Sequence
 from typing import Any
 
 from opentelemetry import context as otel_context
-from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
-from starlette.routing import BaseRoute, Match
+from starlette.routing import BaseRoute
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from agent_server.telemetry import Telemetry
 from agent_server.telemetry.tracing import REQUEST_PARENT, failed
-
-UNTRACED = frozenset({"/health", "/alive", "/ready", "/metrics"})
-METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
-UNMATCHED = "unmatched"
-_PROPAGATOR = TraceContextTextMapPropagator()
-
-
-def _carrier(scope: Scope) -> dict[str, str]:
-    """traceparent and tracestate, the only headers the propagator reads."""
-    out: dict[str, str] = {}
-    for key, value in scope.get("headers", ()):
-        if key in (b"traceparent", b"tracestate"):
-            out[key.decode("latin-1")] = value.decode("latin-1")
-    return out
-
-
-def route_template(scope: Scope, routes: Sequence[BaseRoute]) -> str:
-    route = scope.get("route")
-    path = getattr(route, "path", None)
-    if isinstance(path, str):
-        return path
-    for candidate in routes:  # the router was not reached (a 401): find it ourselves
-        match, _ = candidate.matches(scope)
-        if match is not Match.NONE:
-            return str(getattr(candidate, "path", UNMATCHED))
-    return UNMATCHED
+from web.telemetry.http import (
+    METHODS,
+    PROPAGATOR,
+    UNTRACED,
+    carrier,
+    has_traceparent,
+    route_template,
+)
 
 
 class Observe:
@@ -73,9 +54,7 @@ class Observe:
             await send(message)
 
         parent = (
-            _PROPAGATOR.extract(_carrier(scope))
-            if _has_traceparent(scope)
-            else otel_context.Context()
+            PROPAGATOR.extract(carrier(scope)) if has_traceparent(scope) else otel_context.Context()
         )
         token = otel_context.attach(otel_context.set_value(REQUEST_PARENT, parent, parent))
         try:
@@ -104,7 +83,3 @@ class Observe:
                     span.set_attributes({"http.route": route, "http.response.status_code": code})
                     if code >= 500:
                         failed(span, str(code))
-
-
-def _has_traceparent(scope: Scope) -> bool:
-    return any(key == b"traceparent" for key, _ in scope.get("headers", ()))

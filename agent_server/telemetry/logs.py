@@ -15,13 +15,10 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import json
-import logging
 from collections.abc import Iterator
-from datetime import UTC, datetime
 from typing import Any
 
-from opentelemetry import trace
+from web import logs
 
 _CONVERSATION: contextvars.ContextVar[str | None] = contextvars.ContextVar(
     "log_conversation_id", default=None
@@ -46,22 +43,8 @@ def current_conversation() -> str | None:
     return _CONVERSATION.get()
 
 
-class JsonFormatter(logging.Formatter):
-    def format(self, record: logging.LogRecord) -> str:
-        span = trace.get_current_span().get_span_context()
-        data: dict[str, Any] = {
-            "time": datetime.fromtimestamp(record.created, UTC)
-            .isoformat(timespec="milliseconds")
-            .replace("+00:00", "Z"),
-            "level": record.levelname,
-            "logger": record.name,
-            "message": record.getMessage(),
-            "conversation_id": _CONVERSATION.get(),
-            "trace_id": format(span.trace_id, "032x") if span.is_valid else None,
-            "span_id": format(span.span_id, "016x") if span.is_valid else None,
-        }
-        if record.exc_info:
-            data["exception"] = self.formatException(record.exc_info)
-        if record.stack_info:
-            data["stack"] = self.formatStack(record.stack_info)
-        return json.dumps(data, ensure_ascii=True, default=str)
+class JsonFormatter(logs.JsonFormatter):
+    """`web.logs.JsonFormatter`'s line, with the conversation the record was logged for."""
+
+    def fields(self) -> dict[str, Any]:
+        return {"conversation_id": _CONVERSATION.get()}

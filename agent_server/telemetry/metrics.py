@@ -19,13 +19,14 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 
+from web.telemetry import OTHER, BoundedLabel
+
 #: The media type of a scrape (the classic text format every Prometheus reads).
 CONTENT_TYPE = CONTENT_TYPE_PLAIN_0_0_4
 PREFIX = "agent_server_"
 #: Distinct values one label takes at most before new ones count as OTHER.
 MAX_MODELS = 50
 MAX_TOOLS = 200
-OTHER = "other"
 
 #: Latency buckets (seconds) for LLM calls and tools: 50 ms to 10 minutes.
 SLOW = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
@@ -48,22 +49,6 @@ FSYNC = (
 )
 #: HTTP request buckets (seconds).
 HTTP = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10, 30)
-
-
-class BoundedLabel:
-    """The values one label has taken, at most `limit`; later new values read as `other`."""
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self._seen: set[str] = set()
-
-    def __call__(self, value: str) -> str:
-        if value in self._seen:
-            return value
-        if len(self._seen) >= self.limit:
-            return OTHER
-        self._seen.add(value)
-        return value
 
 
 @dataclass

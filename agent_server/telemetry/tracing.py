@@ -19,7 +19,7 @@ span links to its source's root (and names the source): the two traces are one c
 
 Spans are recorded only when they are exported. Tracing off is OpenTelemetry's no-op
 provider: spans cost a context switch and carry the caller's trace id, nothing more. Tracing
-on without an exporter gives spans ids and nothing else (`agent_server.telemetry.ids`): trace
+on without an exporter gives spans ids and nothing else (`web.telemetry.ids`): trace
 ids in logs and on conversations. In both, the spans inside a run (steps, LLM and tool calls)
 are not made at all: they would only repeat the run's context, at a cost per step. Nothing from a
 message, a command or a tool's output becomes an attribute; what comes from the client (span name,

@@ -24,9 +24,9 @@ from agent_server.config import ConfigError, from_env, otlp_traces_endpoint
 from agent_server.record import CreateConversation
 from agent_server.telemetry import logs
 from agent_server.telemetry.logs import JsonFormatter
-from agent_server.telemetry.metrics import OTHER, BoundedLabel
 from control_plane.start_request import StartRequest
 from tests.support.inprocess import KEY, app_client, create_body, run_ends, serve
+from web.telemetry import OTHER, BoundedLabel
 
 AGENT = {"llm": {"model": "m"}}
 

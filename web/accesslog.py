@@ -1,5 +1,7 @@
-"""One log line per request: method, path, status, milliseconds. Never a query string; the
-path escaped (`web.logs.escape`), so a client cannot forge a line."""
+"""One log line per request: method, path, status, milliseconds. Never a query string (it may
+hold a key: the LLM gateway takes one there, as the providers it stands for do), the path
+escaped (`web.logs.escape`), so a client cannot forge a line. Both services log their requests
+so, in place of uvicorn's access log, which prints the query."""
 
 from __future__ import annotations
 
@@ -11,12 +13,13 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from web.logs import escape
 
-logger = logging.getLogger("agent_server.access")
-
 
 class AccessLog:
-    def __init__(self, app: ASGIApp, on_activity: Any = None) -> None:
+    def __init__(self, app: ASGIApp, logger: str, on_activity: Any = None) -> None:
+        """`logger`: the name lines are logged under (`<service>.access`); `on_activity`:
+        called after each request (the agent server's idle clock)."""
         self.app = app
+        self.logger = logging.getLogger(logger)
         self.on_activity = on_activity
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -43,4 +46,4 @@ class AccessLog:
                 self.on_activity()
             ms = (time.perf_counter() - started) * 1000
             method = escape(str(scope.get("method", "WS")))
-            logger.info("%s %s %s %.1fms", method, escape(scope["path"]), status or 500, ms)
+            self.logger.info("%s %s %s %.1fms", method, escape(scope["path"]), status or 500, ms)
