@@ -42,6 +42,7 @@ from tests.control_plane.postgres import PostgresServer, binaries  # noqa: E402
 from tests.control_plane.support import ControlPlane, configure_llm, make_config  # noqa: E402
 from tests.support import docker as docker_support  # noqa: E402
 from tests.support.llm import ScriptedLLM, call  # noqa: E402
+from tests.support.otlp import OTLPReceiver  # noqa: E402
 from tests.support.wait import wait_for  # noqa: E402
 
 STRATEGIES = (
@@ -456,6 +457,12 @@ def main() -> None:
         "--several", type=int, default=50, help="starts across two control planes on PostgreSQL"
     )
     parser.add_argument("--only", default="", help="comma-separated sections (default: all)")
+    parser.add_argument(
+        "--tracing",
+        action="store_true",
+        help="the SQLite control plane records and exports its spans (to a local OTLP "
+        "receiver): run with and without for tracing's overhead",
+    )
     args = parser.parse_args()
     only = {"docker"} if args.docker_only else set(filter(None, args.only.split(",")))
 
@@ -467,8 +474,10 @@ def main() -> None:
         print(json.dumps({"docker": docker_figures(args.docker_starts)}, indent=2))
         return
     llm = ScriptedLLM().start()
+    receiver = OTLPReceiver().start() if args.tracing else None
+    traced = {"otlp_traces_endpoint": receiver.base_url + "/v1/traces"} if receiver else {}
     with tempfile.TemporaryDirectory() as tmp:
-        plane = ControlPlane(make_config(Path(tmp) / "sqlite")).start()
+        plane = ControlPlane(make_config(Path(tmp) / "sqlite", **traced)).start()
         try:
             if wanted("start_latency"):
                 results["start_latency"] = start_latency(plane, llm, args.starts)
@@ -507,6 +516,9 @@ def main() -> None:
             finally:
                 postgres.stop()
     llm.stop()
+    if receiver is not None:
+        results["spans_received"] = len(receiver.received())
+        receiver.stop()
     if wanted("docker"):
         results["docker"] = docker_figures(args.docker_starts)
     print(json.dumps(results, indent=2))

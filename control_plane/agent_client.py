@@ -13,6 +13,8 @@ from typing import Any
 
 import httpx
 
+from web.telemetry.http import trace_headers
+
 HEADER = "X-Session-API-Key"
 #: Seconds before each new try of a creation whose connection broke before an answer came.
 CREATE_PAUSES = (0.1, 0.5)
@@ -54,7 +56,11 @@ class AgentClient:
     async def _request(self, target: Target, method: str, path: str, **kw: Any) -> httpx.Response:
         try:
             return await self._http.request(
-                method, target.url + path, headers={HEADER: target.session_api_key}, **kw
+                method,
+                target.url + path,
+                # The start's trace (a conversation created here joins it).
+                headers={HEADER: target.session_api_key, **trace_headers()},
+                **kw,
             )
         except httpx.HTTPError as exc:
             raise AgentError(

@@ -10,17 +10,18 @@ import uvicorn
 from sqlalchemy.exc import SQLAlchemyError
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
-from starlette.routing import Mount, Route
+from starlette.routing import Mount
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from control_plane.api import app_conversations as convs
 from control_plane.api import (
+    admin,
     controls,
     events,
     fences,
     files,
     gateway,
     llm,
+    metrics,
     sandboxes,
     server,
     settings,
@@ -28,6 +29,7 @@ from control_plane.api import (
     users,
     webhooks,
 )
+from control_plane.api import app_conversations as convs
 from control_plane.api.io import LifespanState
 from control_plane.config import Config
 from control_plane.console import SecurityHeaders, static_files
@@ -37,8 +39,11 @@ from control_plane.sandbox_side import SandboxSide, Side
 from control_plane.sandboxes.provider import SandboxProvider
 from control_plane.services import Services
 from control_plane.storage_errors import on_storage
+from control_plane.telemetry.http import Observe
 from core.retry import Clock
+from web.accesslog import AccessLog
 from web.errors import HANDLERS
+from web.routing import Route, literal_first
 
 V1 = "/api/v1"
 C = V1 + "/app-conversations/{conversation_id}"
@@ -47,7 +52,9 @@ S = V1 + "/sandboxes/{sandbox_id}"
 ROUTES = [
     Route("/health", server.health, methods=["GET"]),
     Route("/alive", server.health, methods=["GET"], name="alive"),
+    Route("/ready", server.ready, methods=["GET"]),
     Route("/openapi.json", server.openapi_json, methods=["GET"]),
+    Route("/metrics", metrics.scrape, methods=["GET"]),
     Route(V1 + "/app-conversations", start_tasks.start, methods=["POST"]),
     Route(V1 + "/app-conversations/stream-start", start_tasks.stream_start, methods=["POST"]),
     Route(V1 + "/app-conversations", convs.batch_get, methods=["GET"]),
@@ -96,7 +103,10 @@ ROUTES = [
     Route(V1 + "/llm/{path:path}", gateway.forward, methods=["GET", "POST"]),
     Route(V1 + "/webhooks/events/{conversation_id}", webhooks.receive, methods=["POST"]),
     Route(V1 + "/webhooks/conversations", webhooks.conversation, methods=["POST"]),
+    Route(V1 + "/admin/audit", admin.audit, methods=["GET"]),
 ]
+#: Literal paths first (`web.routing`): PATCH .../app-conversations/count is a 405.
+ROUTES = literal_first(ROUTES)
 
 
 def build_app(
@@ -131,7 +141,13 @@ def build_app(
     app = Starlette(
         routes=routes,
         exception_handlers=handlers,
-        middleware=[Middleware(StartRefusal), Middleware(SecurityHeaders), Middleware(SandboxSide)],
+        middleware=[
+            Middleware(StartRefusal),
+            Middleware(Observe, routes=routes),
+            Middleware(AccessLog, logger="control_plane.access"),
+            Middleware(SecurityHeaders),
+            Middleware(SandboxSide),
+        ],
         lifespan=lifespan,
     )
     app.state.bell = bell

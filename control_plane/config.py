@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import ipaddress
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -14,6 +15,7 @@ from pydantic import BaseModel, ByteSize, ConfigDict, Field, field_validator, mo
 from core.net import is_loopback
 from web import config
 from web.config import Env
+from web.telemetry import TraceSampler, otlp_endpoint
 
 PREFIX = "CONTROL_PLANE_"
 
@@ -48,6 +50,35 @@ class Config(BaseModel):
     """How sandboxes reach this control plane (their webhook base); default http://host:port."""
 
     log_level: str = "info"
+
+    log_format: Literal["text", "json"] = "text"
+    """text: one escaped line per record; json: one object per line (time, level, logger,
+    message, trace_id, span_id: a request's lines share its trace's id)."""
+
+    tracing: Literal["auto", "on", "off"] = "auto"
+    """auto: spans are recorded and exported when an OTLP endpoint is configured, and given ids
+    (nothing recorded) for JSON logs; on: ids even without either; off: never."""
+
+    otlp_traces_endpoint: Annotated[str | None, Env(None)] = Field(
+        default=None, pattern=r"^https?://"
+    )
+    """Where spans go over OTLP/HTTP (protobuf), from the standard OTEL_EXPORTER_OTLP_*
+    variables; None: nowhere."""
+
+    traces_sampler: Annotated[TraceSampler, Env("OTEL_TRACES_SAMPLER", flag=False)] = (
+        "parentbased_always_on"
+    )
+    """Which traces are kept (the standard OTEL_TRACES_SAMPLER's built-in names)."""
+
+    traces_sampler_arg: Annotated[float, Env("OTEL_TRACES_SAMPLER_ARG", flag=False)] = Field(
+        default=1.0, ge=0, le=1
+    )
+
+    sandbox_otlp_traces_endpoint: str | None = Field(default=None, pattern=r"^https?://")
+    """Where sandboxes' agent servers send their spans (OTLP/HTTP), so a start's trace goes on
+    into the sandbox (its conversation, runs and model calls); it must be reachable from the
+    sandboxes (their network policy). None: sandboxes export nothing, though their spans
+    still carry the start's trace id."""
 
     max_conversations_per_sandbox: int = Field(default=20, ge=1, le=10_000)
     """A grouped sandbox is 'available' only below this many conversations (SPEC 1)."""
@@ -167,9 +198,10 @@ class Config(BaseModel):
     """Processes and threads of one sandbox, container or process (a fork bomb stops there)."""
 
     sandbox_disk_limit: ByteSize = Field(default=ByteSize(8 * 1024**3), ge=0)
-    """Disk of one isolated process sandbox (bytes, or with a unit): its directory is a
-    filesystem of that size of its own, where the control plane runs as root (a sparse image:
-    the host gives only what is written). 0: none, the sandboxes share the host's disk."""
+    """Disk of one isolated process or Docker sandbox (bytes, or with a unit): its directory
+    (a container's volume) is a filesystem of that size of its own, where the control plane runs
+    as root (for Docker: on the daemon's host; a sparse image: the host gives only what is
+    written). 0: none, the sandboxes share the host's disk. Swarm sandboxes have none yet."""
 
     swarm_network: str = Field(default="bridge", pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
     """The Swarm provider's network: `bridge`, each node's default bridge (every node that
@@ -340,6 +372,12 @@ class Config(BaseModel):
         return self
 
     @property
+    def tracing_enabled(self) -> bool:
+        """Spans get ids: asked for, or wanted by an exporter or by JSON logs (their ids)."""
+        wanted = bool(self.otlp_traces_endpoint) or self.log_format == "json"
+        return self.tracing == "on" or (self.tracing == "auto" and wanted)
+
+    @property
     def db_url(self) -> str:
         return self.database_url or f"sqlite+aiosqlite:///{self.state_dir / 'control-plane.db'}"
 
@@ -376,4 +414,5 @@ VARIABLES = config.variables(Config, PREFIX)
 def from_env(environ: Mapping[str, str] | None = None, **flags: Any) -> Config:
     """Variables, then flags given (not None, by field name) on top; empty variables count as
     unset."""
-    return config.from_env(Config, PREFIX, environ, flags)
+    env = os.environ if environ is None else environ
+    return config.from_env(Config, PREFIX, env, flags, otlp_traces_endpoint=otlp_endpoint(env))

@@ -29,8 +29,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from datetime import datetime, timedelta
 
+from control_plane.audit import SYSTEM, AuditLog
 from control_plane.leases import Leases
 from control_plane.models import SandboxReason, SandboxRow, SandboxStatus
 from control_plane.sandboxes.drift import Drift
@@ -80,8 +82,11 @@ class Lifecycle:
         interval: float,
         max_session_seconds: float = MAX_SESSION_SECONDS,
         round_limit: int = ROUND_LIMIT,
+        audit: AuditLog | None = None,
     ) -> None:
         self.db = db
+        #: Where the timers' acts are recorded (actor `system`, from this process).
+        self.audit = audit or AuditLog(db)
         self.sandboxes = sandboxes
         self.drift = drift
         self.tasks = tasks
@@ -181,27 +186,59 @@ class Lifecycle:
             return
         if self.idle_due(row):
             assert self.idle is not None
-            await self.sandboxes.pause(
+            due = Due(self.idle_due)
+            paused = await self.sandboxes.pause(
                 row,
                 SandboxReason.IDLE,
                 f"idle for {duration(self.idle.total_seconds())}",
-                when=self.idle_due,
+                when=due,
             )
+            if due.met and paused.status is SandboxStatus.PAUSED:
+                await self._record("sandbox.pause", row, SandboxReason.IDLE)
         elif self.cap_due(row):
-            await self.sandboxes.pause(
+            due = Due(self.cap_due)
+            paused = await self.sandboxes.pause(
                 row,
                 SandboxReason.SESSION_CAP,
                 "the 12-hour session cap: runs were paused; resume for a new 12-hour window",
-                when=self.cap_due,
+                when=due,
             )
+            if due.met and paused.status is SandboxStatus.PAUSED:
+                await self._record("sandbox.pause", row, SandboxReason.SESSION_CAP)
         elif self.deletion_due(row):
             logger.info("deleting sandbox %s: paused beyond the deletion time", row.id)
-            await self.sandboxes.expire(
+            if await self.sandboxes.expire(
                 row, "deleted: paused beyond the deletion time", when=self.deletion_due
-            )
+            ):
+                await self._record("sandbox.delete", row, SandboxReason.DELETION_TIME)
         else:
             await self.drift.reconcile(row.id)
+
+    async def _record(self, action: str, row: SandboxRow, reason: SandboxReason) -> None:
+        """A timer's act in the audit log: by `system`, from this control-plane process."""
+        await self.audit.record(
+            actor=SYSTEM,
+            action=action,
+            target_kind="sandbox",
+            target_id=row.id,
+            user_id=row.user_id,
+            source=self.leases.holder,
+            details={"reason": reason.value},
+        )
 
     async def close(self) -> None:
         if self._task is not None:
             self._task.cancel()
+
+
+class Due:
+    """A timer's condition, remembering whether it held when the act was decided (under the
+    sandbox's guard): only then did this round act, and only then is the act recorded."""
+
+    def __init__(self, condition: Callable[[SandboxRow], bool]) -> None:
+        self.condition = condition
+        self.met = False
+
+    def __call__(self, row: SandboxRow) -> bool:
+        self.met = self.condition(row)
+        return self.met

@@ -133,6 +133,8 @@ class Listener:
             port=port,
             lifespan="off",
             log_level=log_level,
+            log_config=None,  # through the root handler, as the API's records are
+            access_log=False,  # the app's own (`web.accesslog`): never a query string
             timeout_graceful_shutdown=5,
         )
         self._server = uvicorn.Server(self._config)

@@ -6,8 +6,10 @@ an untyped bag.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -15,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from control_plane.accounts import Accounts
 from control_plane.agent_client import AgentClient
 from control_plane.app_conversations import AppConversationService
+from control_plane.audit import AuditLog
 from control_plane.config import Config
 from control_plane.crypto import Cipher
 from control_plane.deltas import DeltaHub
@@ -28,11 +31,11 @@ from control_plane.network.fence import Fence
 from control_plane.network.links import Links
 from control_plane.network.policy import NetworkPolicy
 from control_plane.network.rules import Segment
+from control_plane.providers.disks import Disks
 from control_plane.providers.docker.network import DockerNetwork
 from control_plane.providers.parking import Parking
-from control_plane.providers.pool import Pooled
+from control_plane.providers.pool import Pooled, WarmPool
 from control_plane.providers.process import cgroups, gvisor
-from control_plane.providers.process.disks import Disks
 from control_plane.providers.process.isolation import Isolation, IsolationUnavailable, choose
 from control_plane.providers.process.provider import SPEC, ProcessProvider
 from control_plane.providers.process.settings import ProcessSettings
@@ -42,12 +45,15 @@ from control_plane.runs import Runs
 from control_plane.sandboxes.drift import Drift
 from control_plane.sandboxes.egress import SandboxEgress
 from control_plane.sandboxes.fences import NodeFences
+from control_plane.sandboxes.measured import Measured
 from control_plane.sandboxes.provider import Limits, SandboxProvider
 from control_plane.sandboxes.rows import SandboxRows
 from control_plane.sandboxes.service import SandboxService
 from control_plane.settings import SettingsService
 from control_plane.start_tasks import StartTaskService
 from control_plane.store import Database
+from control_plane.telemetry import Telemetry
+from control_plane.telemetry.metrics import Figures
 from control_plane.transcripts import Transcripts
 from control_plane.webhook import WebhookReceiver
 from core.net import is_loopback
@@ -275,6 +281,12 @@ class Services:
     """Sandboxes' network policies: changed at run time, and what they refused."""
     fences: NodeFences | None
     """A swarm's node fences (their reports, the policies they are given); None otherwise."""
+    audit: AuditLog
+    """The audit log: who did what, when and from where (`control_plane.audit`)."""
+    telemetry: Telemetry
+    """Metrics and spans (`control_plane.telemetry`)."""
+    warm_pool: WarmPool | None
+    """The provider's warm pool, when it has one (its figures are scraped)."""
     openapi: dict[str, Any] = field(default_factory=dict)
     """The OpenAPI document, built on its first request (empty until then)."""
 
@@ -295,7 +307,15 @@ class Services:
             if config.sandbox_provider == "swarm" and config.sandbox_network != "host"
             else None
         )
-        provider = provider or build_provider(config, db, fences)
+        telemetry = Telemetry.build(
+            config.tracing_enabled,
+            config.otlp_traces_endpoint,
+            config.traces_sampler,
+            config.traces_sampler_arg,
+        )
+        built = provider or build_provider(config, db, fences)
+        warm_pool = built.pool if isinstance(built, Pooled) else None
+        provider = Measured(built, telemetry, config.sandbox_provider)
         bell = bell or Bell()
         leases = Leases(db, config.lease_seconds)
         agents = AgentClient(timeout=config.agent_timeout)
@@ -325,8 +345,10 @@ class Services:
             cap=config.max_conversations_per_sandbox,
             repository_url_template=config.repository_url_template,
             spec_id=provider.specs()[0].id if provider.specs() else SPEC.id,
+            telemetry=telemetry,
         )
         records = AppConversationService(db, sandboxes, agents)
+        audit = AuditLog(db)
         drift = Drift(sandboxes, health_grace=config.health_grace)
         lifecycle = Lifecycle(
             db,
@@ -337,6 +359,7 @@ class Services:
             idle_seconds=config.idle_seconds,
             deletion_seconds=config.deletion_seconds,
             interval=config.reconcile_interval,
+            audit=audit,
         )
         deltas = DeltaHub(db, sandboxes)
         gateway = Gateway(
@@ -346,6 +369,7 @@ class Services:
             config,
             lambda: sandboxes.control_plane_url,
             host_loopback=provider.host_loopback,
+            metrics=telemetry.metrics,
         )
         return cls(
             config=config,
@@ -364,6 +388,7 @@ class Services:
                 bell,
                 sandboxes.working_dir,
                 cap=config.webhook_conversations_per_sandbox,
+                metrics=telemetry.metrics,
             ),
             lifecycle=lifecycle,
             leases=leases,
@@ -374,6 +399,9 @@ class Services:
             gateway=gateway,
             egress=SandboxEgress(sandboxes),
             fences=fences,
+            audit=audit,
+            telemetry=telemetry,
+            warm_pool=warm_pool,
         )
 
     async def start(self) -> None:
@@ -401,9 +429,30 @@ class Services:
             ("leases", self.leases.close),
             ("agent client", self.agents.close),
             ("database", self.db.close),
+            ("telemetry", self._flush_spans),
         ]
         for name, close in steps:
             try:
                 await close()
             except Exception:
                 logger.exception("closing the %s failed", name)
+
+    async def _flush_spans(self) -> None:
+        """Spans still batched are sent (a blocking export, off the loop)."""
+        await asyncio.to_thread(self.telemetry.shutdown)
+
+    async def figures(self) -> Figures:
+        """What a metrics scrape reads first: the database's counts (sandboxes by status, on
+        Swarm by node too; the start tasks waiting), the database pool, the warm pool."""
+        swarm = self.config.sandbox_provider == "swarm"
+        by_status: Counter[tuple[str, str]] = Counter()
+        for (status, node), count in (await self.sandboxes.rows.by_status()).items():
+            by_status[status, self.telemetry.metrics.node(node) if swarm and node else ""] += count
+        pool = self.warm_pool
+        return Figures(
+            provider=self.config.sandbox_provider,
+            sandboxes=by_status,
+            start_tasks=await self.tasks.queue(),
+            db_pool=self.db.pool_figures(),
+            warm_pool=None if pool is None else (len(pool.waiting), pool.hits, pool.misses),
+        )

@@ -61,6 +61,8 @@ from control_plane.store import Database, accounts, conversations, tasks
 from control_plane.store import leases as lease_rows
 from control_plane.store.db import RETRY_PAUSES, describe, transient
 from control_plane.store.tasks import LeaseLost
+from control_plane.telemetry import Telemetry
+from control_plane.telemetry.stages import Stages
 from web.errors import ServiceError
 
 logger = logging.getLogger(__name__)
@@ -90,8 +92,10 @@ class StartTaskService:
         cap: int,
         repository_url_template: str,
         spec_id: str,
+        telemetry: Telemetry | None = None,
     ) -> None:
         self.db = db
+        self.telemetry = telemetry or Telemetry.build()
         self.leases = leases
         self.cipher = cipher
         self.sandboxes = sandboxes_
@@ -102,6 +106,7 @@ class StartTaskService:
         self.spec_id = spec_id
         self.placer = Placer(db, sandboxes_, cap=cap, spec_id=spec_id)
         self._running: dict[str, asyncio.Task[None]] = {}
+        self._stages: dict[str, Stages] = {}
 
     async def submit(self, user_id: str, request: StartRequest) -> TaskRow:
         """Store the task (its request encrypted: it holds secrets) and start working on it.
@@ -118,6 +123,10 @@ class StartTaskService:
         if await self.leases.claim(TASK, task.id):
             self._spawn(task)
         return task
+
+    async def queue(self) -> dict[str, int]:
+        """The unfinished tasks by stage (every control plane's: the metrics show them)."""
+        return await tasks.unfinished_by_stage(self.db)
 
     async def owned_many(self, ids: list[str], user_id: str) -> dict[str, TaskRow]:
         """The user's tasks among `ids` (others, and unknown ids, are left out)."""
@@ -235,34 +244,48 @@ class StartTaskService:
         await tasks.set_status(
             self.db, task.id, status, detail, holder=self.leases.holder, conn=conn, **values
         )
+        stages = self._stages.get(task.id)
+        if stages is not None and not status.finished:
+            stages.enter(status.value)
 
     async def _run(self, task: TaskRow) -> None:
         """The task's work, tried again while the database fails in a way that passes; no
-        failure leaves this job unhandled (a background task's error would be lost)."""
+        failure leaves this job unhandled (a background task's error would be lost). One span
+        holds it (`start_task`), a span per stage under it (`telemetry.stages`)."""
+        stages = self._stages[task.id] = Stages(self.telemetry, task.created_at)
         try:
-            for pause in (*RETRY_PAUSES, None):  # then the reconciler's rounds
+            with self.telemetry.span("start_task", {"control_plane.start_task.id": task.id}):
+                stages.enter(task.status.value)
                 try:
-                    await self._work(task)
-                    return
-                except SQLAlchemyError as exc:
-                    logger.warning(
-                        "start task %s: storage failed (%s); %s",
-                        task.id,
-                        describe(exc),
-                        "left to the reconciler" if pause is None else "trying again",
-                    )
-                    if pause is None:
-                        return
-                    await asyncio.sleep(pause)
+                    await self._attempts(task)
+                finally:
+                    stages.close()
         except LeaseLost:
             logger.warning("start task %s was taken over by another control plane", task.id)
         except Exception:
             logger.exception("start task %s failed", task.id)
         finally:  # stopped or done: another process may carry it on at once
+            self._stages.pop(task.id, None)
             try:
                 await self.leases.release(TASK, task.id)
             except Exception:  # the database away: the lease simply expires
                 logger.warning("releasing the lease of start task %s failed", task.id)
+
+    async def _attempts(self, task: TaskRow) -> None:
+        for pause in (*RETRY_PAUSES, None):  # then the reconciler's rounds
+            try:
+                await self._work(task)
+                return
+            except SQLAlchemyError as exc:
+                logger.warning(
+                    "start task %s: storage failed (%s); %s",
+                    task.id,
+                    describe(exc),
+                    "left to the reconciler" if pause is None else "trying again",
+                )
+                if pause is None:
+                    return
+                await asyncio.sleep(pause)
 
     async def _work(self, task: TaskRow) -> None:
         placement: Placement | None = None
@@ -312,6 +335,7 @@ class StartTaskService:
             async with self.db.begin() as conn:  # shown and READY together, or neither
                 await self._stage(task, StartTaskStatus.READY, conn=conn)
                 await conversations.mark_started(conn, placement.conversation_id, self.db.now())
+            self._ended(task)
         except (asyncio.CancelledError, LeaseLost):
             raise  # shutting down (resumed at the next start), or another has it now
         except SQLAlchemyError as exc:
@@ -323,12 +347,14 @@ class StartTaskService:
                 placement,
                 "the control plane could not store this start "
                 f"({type(exc).__name__}); start the conversation again",
+                reason="storage",
             )
         except (StartFailed, ServiceError, AgentError) as exc:
             await self._fail(
                 task,
                 placement,
                 masked(str(exc) if not isinstance(exc, ServiceError) else exc.detail, secrets),
+                reason=type(exc).__name__,
             )
         except Exception as exc:
             logger.exception("start task %s failed", task.id)
@@ -336,6 +362,7 @@ class StartTaskService:
                 task,
                 placement,
                 f"unexpected error ({type(exc).__name__}); see the control plane's log",
+                reason="unexpected",
             )
 
     async def _wait_clone(self, target: Target, conversation_id: str, repository: str) -> None:
@@ -379,7 +406,9 @@ class StartTaskService:
         if author:
             await self.agents.patch_settings(target, author)
 
-    async def _fail(self, task: TaskRow, placement: Placement | None, detail: str) -> None:
+    async def _fail(
+        self, task: TaskRow, placement: Placement | None, detail: str, *, reason: str
+    ) -> None:
         """ERROR with the reason; the half-made conversation is removed, and the sandbox made
         for it (by whichever process placed the task: `made_sandbox` is stored with the
         placement) unless another conversation has been placed in it meanwhile."""
@@ -409,6 +438,14 @@ class StartTaskService:
                     )
         finally:
             await self._stage(task, StartTaskStatus.ERROR, detail[:2000])
+            self._ended(task, reason)
+
+    def _ended(self, task: TaskRow, reason: str | None = None) -> None:
+        """READY (`reason` None) or ERROR for `reason`: a word from a fixed set (a class name
+        of this code's errors, `storage`, `unexpected`), never the detail, as a label."""
+        stages = self._stages.get(task.id)
+        if stages is not None:
+            stages.end(self.db.now(), reason)
 
     async def close(self) -> None:
         for job in list(self._running.values()):

@@ -28,6 +28,7 @@ import re
 import time
 import uuid
 from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -42,9 +43,12 @@ from control_plane.relay import Bell
 from control_plane.sandboxes.rows import SandboxRows
 from control_plane.store import Database, accounts, conversations, tasks
 from control_plane.store.tables import app_conversations, events
+from control_plane.telemetry import annotate
+from control_plane.telemetry.metrics import PlaneMetrics
 from core.ids import EVENT_ID_PATTERN
 from core.signing import TOLERANCE, signing_key, verify
 from events import kinds
+from events.kinds import parse_timestamp
 from events.status import ExecutionStatus
 from web.errors import Gone, LimitReached, Unauthorized, Unavailable, from_pydantic, invalid
 
@@ -101,6 +105,7 @@ class WebhookReceiver:
         working_dir: Callable[[SandboxRow], str] | None = None,
         *,
         cap: int = 500,
+        metrics: PlaneMetrics | None = None,
     ) -> None:
         """`working_dir`: a sandbox's workspace as its processes see it (where a conversation
         made straight on its agent server works unless its info says otherwise); `cap`: the
@@ -111,6 +116,7 @@ class WebhookReceiver:
         self.cap = cap
         self.bell = bell or Bell()
         self.working_dir = working_dir or (lambda row: f"{row.root_dir}/workspace")
+        self.metrics = metrics or PlaneMetrics()
 
     async def sender(self, headers: Mapping[str, str]) -> SandboxRow:
         """The sandbox a delivery says it comes from (`X-Webhook-Sender`, checked against the
@@ -318,4 +324,17 @@ class WebhookReceiver:
             raise Unavailable("events could not be stored; send the batch again") from None
         if rows:
             self.bell.ring(conversation_id)  # the live relays read what was just stored
+        self._measured(rows)
         return len(rows)
+
+    def _measured(self, rows: list[dict[str, Any]]) -> None:
+        """The batch's size and each event's lag, its timestamp to now (the wall clock's:
+        the sandbox stamped it so)."""
+        now = datetime.now(UTC)
+        lags = [
+            (now - parse_timestamp(row["timestamp"])).total_seconds()
+            for row in rows
+            if isinstance(row["timestamp"], str)
+        ]
+        self.metrics.webhook_batch_stored(len(rows), lags)
+        annotate({"control_plane.webhook.events": len(rows)})

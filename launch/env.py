@@ -14,6 +14,10 @@ from pydantic import BaseModel, ConfigDict, Field
 PREFIX = "AGENT_SERVER_"
 
 
+#: Fields set through a standard variable rather than one of the server's own.
+STANDARD = {"traces_url": "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"}
+
+
 def variable(field: str) -> str:
     """The variable that sets the agent server's setting `field`."""
     return PREFIX + field.upper()
@@ -40,10 +44,17 @@ class LaunchEnv(BaseModel):
     log_level: str | None = None
     ready_fd: int | None = Field(default=None, ge=0)
     """The pipe the server says it is serving on (`launch.ready`)."""
+    traces_url: str | None = None
+    """Where the server sends its spans (OTLP/HTTP): OpenTelemetry's own variable, which the
+    server reads as every OpenTelemetry program does."""
 
     def environment(self) -> dict[str, str]:
         """Variable -> value of every field set, in the fields' order."""
-        return {variable(name): str(value) for name, value in self if value is not None}
+        return {
+            STANDARD.get(name) or variable(name): str(value)
+            for name, value in self
+            if value is not None
+        }
 
     def entries(self) -> list[str]:
         """`NAME=value` of every field set (a container's `Env`, an environ's entries)."""

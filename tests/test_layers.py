@@ -455,6 +455,30 @@ def test_the_sandbox_domain_knows_only_the_seam() -> None:
     assert wrong == []
 
 
+def _importers(top: str) -> list[str]:
+    """The project's modules importing the third-party package `top`."""
+    return sorted(
+        name
+        for name, path in modules().items()
+        for node in ast.walk(ast.parse(path.read_text(), str(path)))
+        if isinstance(node, ast.Import | ast.ImportFrom)
+        and not (isinstance(node, ast.ImportFrom) and node.level)
+        and any(
+            (alias.name if isinstance(node, ast.Import) else node.module or "").split(".")[0] == top
+            for alias in ([node] if isinstance(node, ast.ImportFrom) else node.names)
+        )
+    )
+
+
+def test_the_control_plane_reports_through_its_telemetry() -> None:
+    """OpenTelemetry and prometheus-client are the telemetry packages' (`web.telemetry`, each
+    service's own): the control plane's services report through `control_plane.telemetry`,
+    never to a global of either library."""
+    for library in ("opentelemetry", "prometheus_client"):
+        users = [u for u in _importers(library) if u.startswith("control_plane")]
+        assert users and all(u.startswith("control_plane.telemetry") for u in users), users
+
+
 def test_only_the_providers_speak_to_docker() -> None:
     users = sorted(
         name
@@ -539,3 +563,25 @@ def test_the_tests_mirror_the_packages() -> None:
         if not ((ROOT / where).is_dir() or (ROOT / where).with_suffix(".py").is_file()):
             stray.append(str(path.relative_to(ROOT)))
     assert stray == []
+
+
+def test_the_audit_log_is_written_in_one_place_and_only_appended() -> None:
+    """`control_plane.store.audit` is the one module that names the audit log's table, and it
+    has no statement that changes or removes a row (the database refuses both anyway:
+    migration 0009's triggers); everything else records through `control_plane.audit`."""
+    naming = sorted(
+        name
+        for name, path in modules().items()
+        if name.startswith("control_plane")
+        and ".migrations." not in name
+        and name != "control_plane.store.tables"
+        and "audit_log" in path.read_text()
+    )
+    assert naming == ["control_plane.store.audit"], naming
+    tree = ast.parse((ROOT / "control_plane/store/audit.py").read_text())
+    called = {
+        node.func.id if isinstance(node.func, ast.Name) else getattr(node.func, "attr", "")
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+    }
+    assert not called & {"update", "delete"}, called

@@ -13,7 +13,7 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from control_plane.api import downloads
-from control_plane.api.io import Moment, body, from_browser, services, user
+from control_plane.api.io import Moment, audit, body, from_browser, services, user
 from control_plane.api.paths import MADE_ID, path_uuid
 from control_plane.app_conversations import AppConversation
 from control_plane.models import ConversationFilters, ConversationRow
@@ -259,6 +259,19 @@ async def patch(request: Request) -> Response:
 async def delete(request: Request) -> Response:
     row, _ = await owned(request)
     removed = await services(request).conversations.delete(row)
+    owner = row.user_id
+    details = {"sandbox_id": row.sandbox_id, "sandbox_deleted": removed}
+    await audit(
+        request,
+        owner,
+        "conversation.delete",
+        "conversation",
+        row.id,
+        user_id=owner,
+        details=details,
+    )
+    if removed:  # with its last conversation, the sandbox
+        await audit(request, owner, "sandbox.delete", "sandbox", row.sandbox_id, user_id=owner)
     return reply(Deleted(sandbox_deleted=removed))
 
 

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import hmac
 import re
-from datetime import datetime
+from collections.abc import Iterable
+from datetime import UTC, datetime
 from typing import Annotated, Any, TypedDict, TypeVar
 
-from pydantic import BaseModel, BeforeValidator
+from pydantic import AfterValidator, BaseModel, BeforeValidator
 from starlette.requests import HTTPConnection, Request
 
 from control_plane.models import User
@@ -28,8 +29,19 @@ def _no_epoch(value: Any) -> Any:
     return value
 
 
+def _in_range(value: datetime) -> datetime:
+    """A moment is stored and compared in UTC: one whose UTC time falls outside years 1 to
+    9999 (`9999-12-31T23:00:00-10:00`) is refused here, not met by the store as a 500."""
+    if value.tzinfo is not None:
+        try:
+            value.astimezone(UTC)
+        except OverflowError:
+            raise ValueError("out of range: its UTC time is not within years 1 to 9999") from None
+    return value
+
+
 #: A moment in a query: ISO 8601 text only.
-Moment = Annotated[datetime, BeforeValidator(_no_epoch)]
+Moment = Annotated[datetime, BeforeValidator(_no_epoch), AfterValidator(_in_range)]
 
 
 class LifespanState(TypedDict):
@@ -66,6 +78,38 @@ def operator(request: Request) -> None:
         key.strip().encode(), expected.encode()
     ):
         raise Unauthorized("Authorization: Bearer <operator key> is required", scheme="Bearer")
+
+
+def source(request: HTTPConnection) -> str:
+    """Where a request came from, as the audit log keeps it: the client's address."""
+    return request.client.host if request.client is not None else "unknown"
+
+
+async def audit(
+    request: Request,
+    actor: User | str,
+    action: str,
+    target_kind: str,
+    target_id: str | None,
+    *,
+    user_id: str | None = None,
+    details: dict[str, Any] | None = None,
+    secrets: Iterable[str] = (),
+) -> None:
+    """Record an act that succeeded (`control_plane.audit`): `actor` a user (the account it
+    concerns unless `user_id` says) or a word (`operator`, `sandbox:<id>`)."""
+    if isinstance(actor, User):
+        user_id, actor = user_id or actor.id, actor.id
+    await services(request).audit.record(
+        actor=actor,
+        action=action,
+        target_kind=target_kind,
+        target_id=target_id,
+        source=source(request),
+        user_id=user_id,
+        details=details,
+        secrets=secrets,
+    )
 
 
 def from_browser(request: Request) -> bool:

@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.requests import Request
 from starlette.responses import Response
 
-from control_plane.api.io import body, from_browser, services, user
+from control_plane.api.io import audit, body, from_browser, services, user
 from control_plane.api.paths import MADE_ID, path_id
 from control_plane.crypto import token_sandbox
 from control_plane.models import DiskUsage, SandboxReason, SandboxRow, SandboxStatus
@@ -199,6 +199,14 @@ async def create(request: Request) -> Response:
     network = asked.network_policy or (await svc.settings.get(account.id)).network_policy
     with located("body"):
         row = await svc.sandboxes.create(account.id, asked.sandbox_spec_id, network)
+    await audit(
+        request,
+        account,
+        "sandbox.create",
+        "sandbox",
+        row.id,
+        details={"spec": row.spec_id, "network_policy": network.model_dump(mode="json")},
+    )
     return reply(await info(request, row), 201)
 
 
@@ -211,7 +219,17 @@ async def create(request: Request) -> Response:
 async def patch(request: Request) -> Response:
     svc, row = await owned(request)
     asked = await body(request, SandboxPatch)
-    return reply(await info(request, await svc.egress.change(row, asked.network_policy)))
+    changed = await svc.egress.change(row, asked.network_policy)
+    await audit(
+        request,
+        row.user_id,
+        "sandbox.network_policy",
+        "sandbox",
+        row.id,
+        user_id=row.user_id,
+        details={"network_policy": asked.network_policy.model_dump(mode="json")},
+    )
+    return reply(await info(request, changed))
 
 
 @doc(
@@ -287,14 +305,20 @@ class Changed(SandboxInfo):
 )
 async def pause(request: Request) -> Response:
     svc, row = await owned(request)
-    changed = await info(request, await svc.sandboxes.pause(row))
+    paused = await svc.sandboxes.pause(row)
+    if paused.status is not row.status:  # (not when it was PAUSED already)
+        await audit(request, row.user_id, "sandbox.pause", "sandbox", row.id, user_id=row.user_id)
+    changed = await info(request, paused)
     return reply(Changed(**changed.model_dump()))
 
 
 @doc(summary="Resume a paused sandbox", response=Changed, errors=(404, 409, 410))
 async def resume(request: Request) -> Response:
     svc, row = await owned(request)
-    changed = await info(request, await svc.sandboxes.resume(row))
+    resumed = await svc.sandboxes.resume(row)
+    if resumed.status is not row.status:  # (not when it was RUNNING already)
+        await audit(request, row.user_id, "sandbox.resume", "sandbox", row.id, user_id=row.user_id)
+    changed = await info(request, resumed)
     return reply(Changed(**changed.model_dump()))
 
 
@@ -314,6 +338,8 @@ async def delete(request: Request) -> Response:
             input_=confirm,
         )
     await svc.sandboxes.destroy(row)
+    if row.status is not SandboxStatus.MISSING:  # (not a deleted one's remains)
+        await audit(request, row.user_id, "sandbox.delete", "sandbox", row.id, user_id=row.user_id)
     return reply(Deleted())
 
 

@@ -1,4 +1,7 @@
-"""Routes about the control plane itself: liveness and the OpenAPI document (no key needed)."""
+"""Routes about the control plane itself: liveness, readiness and the OpenAPI document (no key
+needed). `/health` and `/alive` answer while the process serves; `/ready` only while its
+database and its sandbox provider answer too (`control_plane.readiness`), else 503 naming the
+part that failed and why."""
 
 from __future__ import annotations
 
@@ -11,13 +14,26 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Match, NoMatchFound
 from starlette.types import Receive, Scope, Send
 
-from control_plane import openapi
+from control_plane import openapi, readiness
 from control_plane.api.io import services
 from web.errors import allowed
 
 
 async def health(request: Request) -> Response:
     return JSONResponse({"status": "ok"})
+
+
+async def ready(request: Request) -> Response:
+    svc = services(request)
+    found = await readiness.check(svc.db, svc.provider)
+    return JSONResponse(
+        {
+            "status": "ready" if found.ready else "not ready",
+            "checks": {p.name: {"ok": p.ok, "detail": p.detail} for p in found.parts},
+        },
+        status_code=200 if found.ready else 503,
+        headers={"Cache-Control": "no-store"},
+    )
 
 
 class Unserved(BaseRoute):
@@ -40,5 +56,6 @@ class Unserved(BaseRoute):
 async def openapi_json(request: Request) -> Response:
     document = services(request).openapi
     if not document:  # the routes do not change while the control plane runs
-        document.update(openapi.build(request.app.routes))
+        operator = bool(services(request).config.operator_key)
+        document.update(openapi.build(request.app.routes, operator=operator))
     return JSONResponse(document)

@@ -15,9 +15,9 @@ from pydantic import BaseModel, Field, field_validator
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from control_plane.api.io import Moment, body, from_browser, services, user
+from control_plane.api.io import Moment, audit, body, from_browser, services, user
 from control_plane.api.paths import MADE_ID
-from control_plane.models import StartTaskStatus, TaskRow
+from control_plane.models import StartTaskStatus, TaskRow, User
 from control_plane.start_request import StartRequest
 from web.io import doc, read_query, reply
 
@@ -100,8 +100,22 @@ async def view(request: Request, row: TaskRow) -> StartTask:
 )
 async def start(request: Request) -> Response:
     account = await user(request)
-    task = await services(request).tasks.submit(account.id, await body(request, StartRequest))
+    asked = await body(request, StartRequest)
+    task = await services(request).tasks.submit(account.id, asked)
+    await _audit(request, account, task, asked)
     return reply(await view(request, task), 201)
+
+
+async def _audit(request: Request, account: User, task: TaskRow, asked: StartRequest) -> None:
+    """A start in the audit log: the sandbox it names, if any (its placement may make one)."""
+    await audit(
+        request,
+        account,
+        "conversation.start",
+        "start_task",
+        task.id,
+        details={"sandbox_id": asked.sandbox_id},
+    )
 
 
 @doc(
@@ -113,7 +127,9 @@ async def start(request: Request) -> Response:
 )
 async def stream_start(request: Request) -> Response:
     account = await user(request)
-    task = await services(request).tasks.submit(account.id, await body(request, StartRequest))
+    asked = await body(request, StartRequest)
+    task = await services(request).tasks.submit(account.id, asked)
+    await _audit(request, account, task, asked)
     return StreamingResponse(_stages(request, task), media_type="application/json")
 
 

@@ -22,8 +22,10 @@ from pydantic import BaseModel, Field
 from starlette.requests import Request
 from starlette.responses import Response
 
+from control_plane.api.io import audit as record
 from control_plane.api.io import services, user
 from control_plane.api.paths import path_id
+from control_plane.audit import by_sandbox
 from control_plane.models import GroupingStrategy, SandboxRow
 from control_plane.settings import MASK, SECRET_NAME
 from web.errors import Forbidden, NotFound, Unauthorized, invalid
@@ -96,6 +98,7 @@ async def me(request: Request) -> Response:
             "users/me: the LLM gateway token of sandbox %s read by user %s", sandbox.id, account.id
         )
         access = svc.gateway.access(sandbox)
+        await record(request, account, "llm_token.read", "sandbox", sandbox.id)
         base_url, key = access.base_url, access.api_key
     return reply(
         UserInfo(
@@ -164,6 +167,9 @@ async def secret_value(request: Request) -> Response:
     if name not in settings.secrets:
         raise NotFound(f"no secret {name}")
     audit.info("secret %s read by sandbox %s of user %s", name, sandbox.id, sandbox.user_id)
+    await record(
+        request, by_sandbox(sandbox.id), "secret.read", "secret", name, user_id=sandbox.user_id
+    )
     return Response(
         settings.secrets[name], media_type="text/plain", headers={"Cache-Control": "no-store"}
     )

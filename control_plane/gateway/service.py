@@ -37,6 +37,7 @@ from control_plane.sandboxes.rows import SandboxRows
 from control_plane.settings import SettingsService, UserSettings
 from control_plane.store import Database, usage
 from control_plane.store.db import describe, retrying
+from control_plane.telemetry.metrics import PlaneMetrics
 from web.errors import PayloadTooLarge
 from web.io import read_bounded
 
@@ -84,6 +85,7 @@ class Gateway:
         *,
         host_loopback: bool = False,
         transport: httpx.AsyncBaseTransport | None = None,
+        metrics: PlaneMetrics | None = None,
     ) -> None:
         """`control_plane_url`: this control plane as sandboxes reach it (asked each time: the
         sandbox service knows it); `host_loopback`: this machine's loopback is an upstream a
@@ -97,6 +99,7 @@ class Gateway:
         self.forwarder = Forwarder(transport)
         self._recording: set[asyncio.Task[None]] = set()
         self._checked: dict[str, tuple[float, SandboxRow, UserSettings]] = {}
+        self.metrics = metrics or PlaneMetrics()
 
     def access(self, sandbox: SandboxRow) -> LLMAccess:
         """What `sandbox` is given for its model client: the gateway's URL and its token."""
@@ -111,10 +114,14 @@ class Gateway:
         refusal shaped as the provider the client speaks to would have shaped it."""
         anthropic = errors.anthropic_shaped(path, request.headers)
         try:
-            return await self._forward(request, path)
+            answer = await self._forward(request, path)
+            self.metrics.llm_request("forwarded")
+            return answer
         except errors.Refusal as refusal:
+            self.metrics.llm_request(refusal.kind.name.lower())
             return errors.response(refusal, anthropic)
         except SQLAlchemyError as exc:  # the database away: the client may try again
+            self.metrics.llm_request("unavailable")
             logger.warning("LLM gateway: storage failed (%s)", describe(exc))
             return errors.response(
                 errors.Refusal(
@@ -192,6 +199,7 @@ class Gateway:
                 "LLM gateway: a call of sandbox %s could not be priced", call.sandbox.id
             )
             price = 0.0
+        self.metrics.llm_usage(call.configured, used.prompt_tokens, used.completion_tokens, price)
         try:  # an add is not idempotent, but each failure that passes (`transient`: locked,
             # the server away) comes before its commit: tried again, it counts once
             await retrying(

@@ -6,6 +6,8 @@
                    cgroups, seccomp, template, disks)
       containers.py  what the container kinds share: names, labels, the launch environment,
                    the keys on a held stdin
+      disks.py     a sandbox's own filesystems (its disk limit): a process sandbox's directory,
+                   a Docker sandbox's volume (`docker/disks.py` binds them)
       pool.py      the warm pool both container kinds park started sandboxes in
       docker/      a sandbox as a container of one Docker engine (provider, pool, network)
       swarm/       a sandbox as a Swarm service (provider, spec, manager, pool, fence,

@@ -53,6 +53,10 @@ says."""
 HOME = "/home/agent"
 #: Bytes of a sandbox's log quoted when its agent server exits while starting.
 LOG_TAIL = 2000
+#: Seconds the Engine API has to answer a readiness ping.
+READY_TIMEOUT = 2
+#: The API version a ping's client is made with (unused by `/_ping`; none is negotiated).
+PING_VERSION = "1.41"
 
 
 def refers_to(ref: str, object_id: str, old_key: Callable[[str], int]) -> bool:
@@ -78,12 +82,14 @@ def plane_label(db_url: str) -> str:
     return hashlib.sha256(db_url.encode()).hexdigest()[:16]
 
 
-def environment(webhook_url: str, keys_fd: int) -> dict[str, str]:
-    """A sandbox's whole environment: the webhook, where its state and workspace are, and the
-    descriptor its keys come on. Nothing of the control plane's own, and no key."""
+def environment(webhook_url: str, keys_fd: int, traces_url: str | None = None) -> dict[str, str]:
+    """A sandbox's whole environment: the webhook, where its state and workspace are, the
+    descriptor its keys come on, and where its spans go. Nothing of the control plane's own,
+    and no key."""
     launch = LaunchEnv(
         keys_fd=keys_fd,
         webhook_url=webhook_url,
+        traces_url=traces_url,
         state_dir=STATE_DIR,
         working_dir=WORKSPACE,
         log_level="warning",
@@ -182,6 +188,37 @@ class ContainerProvider(Parking):
                 raise ProviderError(f"Docker: {explain(exc)}") from exc
 
         return await anyio.to_thread.run_sync(call)
+
+    async def ready(self) -> None:
+        """The Engine API's ping (this daemon's, or the Swarm manager's), on a client of its own
+        whose calls wait READY_TIMEOUT seconds at most (the shared one's wait out a stop)."""
+
+        def ping() -> None:
+            if self.docker_url.startswith("unix://"):
+                # The SDK leaves the socket of a failed connection to a unix path open: tried
+                # here first, and closed.
+                with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+                    probe.settimeout(READY_TIMEOUT)
+                    probe.connect(self.docker_url.removeprefix("unix://"))
+            # `/_ping` has no API version in its path, so none is asked for first (a failed
+            # "auto" leaves its connection open), and every Engine version answers it.
+            client = docker.APIClient(
+                base_url=self.docker_url, version=PING_VERSION, timeout=READY_TIMEOUT
+            )
+            try:
+                answer = client.get(f"{client.base_url}/_ping", timeout=READY_TIMEOUT)
+                if answer.status_code != 200:
+                    raise RuntimeError(f"its ping answered {answer.status_code}")
+            finally:
+                client.close()
+
+        try:
+            await anyio.to_thread.run_sync(ping, abandon_on_cancel=True)
+        except Exception as exc:  # the SDK's, or requests' own for a socket that went away
+            words = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise ProviderError(
+                f"the Docker Engine at {self.docker_url} does not answer: {words}"
+            ) from None
 
     def _docker(self) -> docker.DockerClient:
         with self._connecting:

@@ -33,24 +33,16 @@ import logging
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable
-from pathlib import Path
 
 import anyio
 
-from control_plane.models import DiskUsage
-from control_plane.network.fence import Refusals
-from control_plane.network.policy import NetworkPolicy
 from control_plane.providers.parking import Parked, Parking
 from control_plane.sandboxes.provider import (
     Handle,
-    Health,
     Launch,
-    Liveness,
     ProviderError,
-    SandboxProvider,
-    SandboxSpec,
 )
+from control_plane.sandboxes.wrapper import Wrapper
 
 logger = logging.getLogger(__name__)
 
@@ -76,6 +68,10 @@ class WarmPool:
         self._tasks: list[asyncio.Task[None]] = []
         self._removals: set[asyncio.Task[None]] = set()  # held: the loop keeps weak references
         self.interval = parking.keep_interval
+        self.hits = 0
+        """Starts that were handed a parked sandbox (read by the metrics' scrape)."""
+        self.misses = 0
+        """Starts that asked and started cold."""
 
     def start(self) -> None:
         self._tasks = [
@@ -188,7 +184,7 @@ class WarmPool:
         task.add_done_callback(self._removals.discard)
 
 
-class Pooled(SandboxProvider):
+class Pooled(Wrapper):
     """A provider behind a warm pool of `size`: a new sandbox's row takes a parked one's id
     (`reserve`) and its start claims it (`create`), else the provider starts it cold. Everything
     else is the provider's, asked of it as it is; the pool is started after it and closed
@@ -202,12 +198,9 @@ class Pooled(SandboxProvider):
         """`webhook_url`: this control plane's, as every sandbox of it is told (the provider
         says how a sandbox reaches it: `inside`); parked servers are given it before they
         know their sandbox."""
-        # (SandboxProvider.__init__ is not called: its HTTP client would be a second one.)
-        self.provider = provider
+        super().__init__(provider)
+        self.provider: Parking = provider
         self.pool = WarmPool(provider, size, provider.inside(webhook_url))
-        self.start_timeout = provider.start_timeout
-        self.single_tenant = provider.single_tenant
-        self.host_loopback = provider.host_loopback
 
     # -- through the pool ---------------------------------------------------------------------
 
@@ -224,65 +217,12 @@ class Pooled(SandboxProvider):
         await self.provider.prepare(launch)
         ref = await self.pool.claim(launch, self.provider.inside(launch.webhook_url))
         if ref is None:
+            self.pool.misses += 1
             ref = await self.provider.start_cold(launch)
+        else:
+            self.pool.hits += 1
         return await self.provider.until_started(launch, ref)
 
     async def close(self) -> None:
         await self.pool.close()
         await self.provider.close()
-
-    # -- the provider's -----------------------------------------------------------------------
-
-    async def alive(self, handle: Handle) -> bool:
-        return await self.provider.alive(handle)
-
-    async def until_alive(
-        self, handle: Handle, failure: str, still_there: Callable[[], bool] = lambda: True
-    ) -> None:
-        await self.provider.until_alive(handle, failure, still_there)
-
-    def specs(self) -> list[SandboxSpec]:
-        return self.provider.specs()
-
-    async def inspect(self, handle: Handle) -> Liveness:
-        return await self.provider.inspect(handle)
-
-    async def health(self, handle: Handle) -> Health:
-        return await self.provider.health(handle)
-
-    async def pause(self, handle: Handle) -> None:
-        await self.provider.pause(handle)
-
-    async def resume(self, handle: Handle) -> Handle:
-        return await self.provider.resume(handle)
-
-    async def destroy(self, sandbox_id: str, handle: Handle | None, root_dir: Path) -> Path | None:
-        return await self.provider.destroy(sandbox_id, handle, root_dir)
-
-    async def recover(self, launch: Launch) -> Handle | None:
-        return await self.provider.recover(launch)
-
-    def root_dir(self, sandbox_id: str, sandboxes_dir: Path) -> Path:
-        return self.provider.root_dir(sandbox_id, sandboxes_dir)
-
-    async def set_network(self, handle: Handle, policy: NetworkPolicy) -> bool:
-        return await self.provider.set_network(handle, policy)
-
-    async def refusals(self, handle: Handle) -> Refusals | None:
-        return await self.provider.refusals(handle)
-
-    def disk(self, root_dir: Path) -> DiskUsage | None:
-        return self.provider.disk(root_dir)
-
-    def inside(self, url: str) -> str:
-        return self.provider.inside(url)
-
-    @property
-    def sandbox_side(self) -> str | None:
-        return self.provider.sandbox_side
-
-    def working_dir(self, root_dir: Path) -> Path:
-        return self.provider.working_dir(root_dir)
-
-    def url(self, handle: Handle) -> str:
-        return self.provider.url(handle)

@@ -293,6 +293,12 @@ class SandboxProvider(abc.ABC):
         """Prepare what starts use (the process provider's template); nothing by default."""
         return None
 
+    async def ready(self) -> None:
+        """Returns when what this provider drives sandboxes through answers now (a Docker
+        Engine, a Swarm manager); ProviderError saying why not. Quick: asked by `GET /ready`
+        (which bounds it anyway). This machine's processes are always there (the default)."""
+        return None
+
     def reserve(self, spec_id: str) -> str | None:
         """The id of a sandbox of `spec_id` made in advance (a warm pool's), taken for a new
         sandbox's row, whose start then only hands it its keys; None: the row gets a new id
@@ -309,8 +315,9 @@ class SandboxProvider(abc.ABC):
         """What its policy refused it (None: no boundary here)."""
         return None
 
-    def disk(self, root_dir: Path) -> DiskUsage | None:
-        """What the sandbox's own filesystem holds and its limit (None: it has none here)."""
+    def disk(self, sandbox_id: str, root_dir: Path) -> DiskUsage | None:
+        """What the sandbox's own filesystem holds and its limit (None: it has none here).
+        Called on the event loop: a look at the filesystem, no call on a daemon."""
         return None
 
     def inside(self, url: str) -> str:

@@ -51,6 +51,10 @@ class SandboxRows:
         conversation is in it any more (the caller holds the user's lock); whether it was."""
         return await rows.retire_in(conn, sandbox_id, reason, detail, self.db.now())
 
+    async def by_status(self) -> dict[tuple[str, str], int]:
+        """Every sandbox counted by (status, host): what the metrics show."""
+        return await rows.by_status(self.db)
+
     async def conversation_count(self, sandbox_id: str) -> int:
         return await rows.conversation_count(self.db, sandbox_id)
 

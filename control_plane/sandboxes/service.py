@@ -142,7 +142,7 @@ class SandboxService:
         """What its own filesystem holds (None: it has none, or it is gone)."""
         if row.status not in (SandboxStatus.STARTING, SandboxStatus.RUNNING, SandboxStatus.PAUSED):
             return None
-        return self.provider.disk(Path(row.root_dir))
+        return self.provider.disk(row.id, Path(row.root_dir))
 
     def url(self, row: SandboxRow) -> str | None:
         handle = handle_of(row)

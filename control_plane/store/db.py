@@ -94,7 +94,22 @@ class SteadyConnection(aiosqlite.Connection):
     """An aiosqlite connection whose statements are never cut off by a cancellation: the
     awaiting task waits for the one sent to finish (swallowing the cancellation, which
     `_opened` raises again once the transaction is over), so SQLAlchemy never sees a
-    connection whose thread is still inside a statement it believes abandoned."""
+    connection whose thread is still inside a statement it believes abandoned.
+
+    Its thread is stopped once: aiosqlite's `close` stops it again after SQLAlchemy's
+    terminate (a connection invalidated, or one whose close was cancelled) has, and awaited
+    an answer from a thread that had ended at the first stop, forever: the task closing it
+    was left pending and destroyed at exit ("Task was destroyed but it is pending")."""
+
+    _stop_asked = False
+    _stopping: asyncio.Future[Any] | None = None
+
+    def stop(self) -> asyncio.Future[Any] | None:
+        """The first stop's answer, whoever asks again (None: asked with no event loop)."""
+        if not self._stop_asked:
+            self._stop_asked = True
+            self._stopping = super().stop()
+        return self._stopping
 
     async def _execute(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
         # aiosqlite's one queue of calls to its thread, which every statement goes through
@@ -226,6 +241,16 @@ class Database:
             )
             self._writes = self.engine
         self.dialect = self.engine.dialect.name
+
+    def pool_figures(self) -> dict[str, int]:
+        """The connections by state (the metrics' scrape): for PostgreSQL the pool's size,
+        those checked out and those past it (overflow); for SQLite the transactions and reads
+        under way (its connections are made per use)."""
+        pool = self.engine.pool
+        size, out, over = (getattr(pool, name, None) for name in ("size", "checkedout", "overflow"))
+        if callable(size) and callable(out) and callable(over):
+            return {"size": size(), "checked_out": out(), "overflow": max(over(), 0)}
+        return {"checked_out": self._busy}
 
     def now(self) -> datetime:
         """The clock's time as stored: aware UTC."""

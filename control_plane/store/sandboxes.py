@@ -325,3 +325,12 @@ async def claim_round(
             .order_by(sandboxes.c.created_at)
         )
         return list(found)
+
+
+async def by_status(db: Database) -> dict[tuple[str, str], int]:
+    """Every sandbox counted by (status, host): what the metrics' scrape shows."""
+    query = select(sandboxes.c.status, sandboxes.c.host, func.count()).group_by(
+        sandboxes.c.status, sandboxes.c.host
+    )
+    async with db.connect() as conn:
+        return {(s, h or ""): n for s, h, n in await conn.execute(query)}

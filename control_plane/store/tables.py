@@ -195,3 +195,25 @@ events = Table(
     Index("ix_events_conversation_seq", "conversation_id", "seq"),
     Index("ix_events_conversation_kind_seq", "conversation_id", "kind", "seq"),
 )
+
+audit_log = Table(
+    "audit_log",
+    metadata,
+    Column("seq", SEQ, primary_key=True, autoincrement=True),
+    # The record's own id, chosen before it is written: a write tried again is stored once.
+    Column("id", ID, nullable=False),
+    Column("at", UTCDateTime, nullable=False),
+    Column("actor", String(80), nullable=False),
+    Column("action", String(64), nullable=False),
+    Column("target_kind", String(32), nullable=False),
+    Column("target_id", String(255)),
+    # Not a foreign key: a record outlives the user, sandbox or key it names.
+    Column("user_id", ID),
+    Column("source", String(255), nullable=False),
+    Column("details", JSON),
+    UniqueConstraint("id", name="uq_audit_log_id"),
+    Index("ix_audit_log_at", "at"),
+    Index("ix_audit_log_user_seq", "user_id", "seq"),
+    Index("ix_audit_log_actor_seq", "actor", "seq"),
+    Index("ix_audit_log_action_seq", "action", "seq"),
+)

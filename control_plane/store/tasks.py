@@ -186,3 +186,11 @@ async def started_here(db: Database, conversation_id: str) -> bool:
             select(T.c.id).where(T.c.app_conversation_id == conversation_id).limit(1)
         )
     return found is not None
+
+
+async def unfinished_by_stage(db: Database) -> dict[str, int]:
+    """The start tasks not yet READY or ERROR, counted by stage: the queue."""
+    done = (StartTaskStatus.READY.value, StartTaskStatus.ERROR.value)
+    query = select(T.c.status, func.count()).where(T.c.status.not_in(done)).group_by(T.c.status)
+    async with db.connect() as conn:
+        return {status: n for status, n in await conn.execute(query)}

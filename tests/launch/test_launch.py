@@ -21,7 +21,7 @@ from control_plane.providers.process.isolation import READY_FILE
 from control_plane.sandboxes.provider import Launch
 from launch import claim
 from launch import keys as launch_keys
-from launch.env import KEYS_FD, PREFIX, LaunchEnv
+from launch.env import KEYS_FD, PREFIX, STANDARD, LaunchEnv
 from launch.keys import Keys
 from launch.ready import Ready
 from tests.test_layers import ALLOWED
@@ -35,12 +35,17 @@ def test_every_launch_variable_is_one_the_server_reads() -> None:
     launch environment is a setting of the server's (the keys' descriptor is secrecy's)."""
     assert ENV_PREFIX == PREFIX
     read = set(web_config.variables(Config, ENV_PREFIX).values())
-    for name in set(LaunchEnv.model_fields) - {"keys_fd"}:
+    for name in set(LaunchEnv.model_fields) - {"keys_fd", *STANDARD}:
         [written] = LaunchEnv.model_validate(
             {name: 1 if name in ("port", "ready_fd") else "x"}
         ).environment()
         assert written in read, name
     assert KEYS_FD == "AGENT_SERVER_KEYS_FD" and KEYS_FD not in read
+    # OpenTelemetry's own variable, which the server reads as the standard says.
+    traces = LaunchEnv(traces_url="http://collector:4318/v1/traces").environment()
+    assert from_env({"SESSION_API_KEY": KEY, **traces}).otlp_traces_endpoint == (
+        "http://collector:4318/v1/traces"
+    )
 
 
 def test_the_server_reads_the_launch_environment_as_it_was_meant(tmp_path: Path) -> None:

@@ -436,8 +436,13 @@ def parked(c: docker.DockerClient, plane: str) -> dict[str, str]:
 
 
 def remove_labelled(c: docker.DockerClient, label: str) -> None:
-    """Every container and volume carrying `label` (what a failed test left behind)."""
+    """Every container and volume carrying `label` (what a failed test left behind), and the
+    filesystems a disk-limited volume binds (their loop devices go with the mounts)."""
     for container in c.containers.list(all=True, filters={"label": label}):
         container.remove(force=True, v=True)
     for volume in c.volumes.list(filters={"label": label}):
+        device = (volume.attrs.get("Options") or {}).get("device")
         volume.remove(force=True)
+        for mount in (f"{device}/.agent-server", device) if device else ():
+            if os.path.ismount(mount):
+                subprocess.run(["umount", "-l", mount], check=False, capture_output=True)

@@ -7,7 +7,8 @@ A sandbox's container:
 - keeps its agent-server state and its workspace in a named volume of its own (same name),
   mounted at `/workspace`: the workspace is `/workspace/project` (where OpenHands clients
   expect it), the agent server's state `/workspace/.agent-server` beside it; a container
-  removed by hand loses nothing the next start needs;
+  removed by hand loses nothing the next start needs; with a disk limit the volume binds
+  filesystems of the sandbox's own (`docker.disks`);
 - publishes the agent server's port 8000 on 127.0.0.1 only, on a host port Docker chooses;
 - gets the webhook URL in its environment, and nothing of the control plane's own (no
   CONTROL_PLANE_* variable, no host environment at all); its session key comes on its stdin
@@ -43,6 +44,7 @@ from control_plane.providers.containers import (
     name_of,
 )
 from control_plane.providers.docker.bridge import HOST_ALIAS
+from control_plane.providers.docker.disks import VolumeDisks, ensure_volume
 from control_plane.providers.docker.settings import DockerSettings
 from control_plane.sandboxes.provider import Limits
 
@@ -75,21 +77,23 @@ def create(
     labels: dict[str, str],
     webhook_url: str,
     gateway: str | None,
+    disks: VolumeDisks | None = None,
     warm: bool = False,
 ) -> Container:
     """A sandbox's container named `name`, created (not started) with its volume. `gateway`:
     the boundary's address on the bridge, where the control plane and the resolver are (None:
-    no boundary, the host is the bridge's own gateway). `warm`: a warm pool's (`pool.py`)."""
+    no boundary, the host is the bridge's own gateway). `disks`: the volume's own filesystems
+    (None: a directory of Docker's). `warm`: a warm pool's (`pool.py`)."""
     # On 127.0.0.1 only, a host port Docker picks (the SDK's stubs know no "any port").
     ports: dict[str, Any] = {PORT: ("127.0.0.1", None)}
     fenced: dict[str, Any] = {} if gateway is None else {"dns": [gateway]}
     limits = settings.limits
-    client.volumes.create(name=name_of(sandbox_id), labels=labels)
+    ensure_volume(client, disks, sandbox_id, labels)
     return client.containers.create(
         settings.image,
         name=name,
         labels=labels,
-        environment=environment(webhook_url, keys_fd=0),
+        environment=environment(webhook_url, keys_fd=0, traces_url=settings.traces_url),
         # Not detached, stdin open: Docker closes the stdin once the one attach that hands
         # over the keys ends (StdinOnce).
         detach=False,

@@ -27,6 +27,7 @@ from control_plane.providers.containers import (
     hand_over,
     name_of,
 )
+from control_plane.providers.docker.disks import VolumeDisks, remove_volume
 from control_plane.providers.parking import Parked
 from control_plane.sandboxes.provider import ProviderError
 
@@ -35,6 +36,9 @@ PREFIX = "agent-pool-"
 
 class DockerParking(ContainerProvider):
     """Parked containers: what the Docker provider offers a warm pool."""
+
+    disks: VolumeDisks | None = None
+    """Each sandbox's own filesystems (`docker.disks`), a parked one's too."""
 
     @abc.abstractmethod
     def make_container(
@@ -58,13 +62,13 @@ class DockerParking(ContainerProvider):
         try:
             attached = client.api.attach_socket(str(container.id), params={"stdin": 1, "stream": 1})
         except BaseException:
-            _remove(client, str(container.id), name_of(sandbox_id))
+            self._remove(client, str(container.id), sandbox_id)
             raise
         try:
             container.start()
         except BaseException:
             close_attach(attached)
-            _remove(client, str(container.id), name_of(sandbox_id))
+            self._remove(client, str(container.id), sandbox_id)
             raise
         return Parked(sandbox_id, str(container.id), attached)
 
@@ -99,7 +103,7 @@ class DockerParking(ContainerProvider):
             close_attach(parked.hold)
         with contextlib.suppress(ProviderError):
             await self.run(
-                _remove, parked.ref or PREFIX + parked.sandbox_id, name_of(parked.sandbox_id)
+                self._remove, parked.ref or PREFIX + parked.sandbox_id, parked.sandbox_id
             )
 
     async def sweep(self) -> None:
@@ -110,14 +114,13 @@ class DockerParking(ContainerProvider):
             for container in client.api.containers(all=True, filters=filters):
                 name = str(container["Names"][0]).lstrip("/")
                 if name.startswith(PREFIX) and container["State"] != "running":
-                    _remove(client, str(container["Id"]), name_of(name.removeprefix(PREFIX)))
+                    self._remove(client, str(container["Id"]), name.removeprefix(PREFIX))
 
         await self.run(sweep)
 
-
-def _remove(client: docker.DockerClient, container_id: str, volume: str) -> None:
-    """A container that never had a key, and its volume."""
-    with contextlib.suppress(docker.errors.NotFound):
-        client.api.remove_container(container_id, force=True, v=True)
-    with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):
-        client.volumes.get(volume).remove(force=True)
+    def _remove(self, client: docker.DockerClient, container_id: str, sandbox_id: str) -> None:
+        """A container that never had a key, its volume and its filesystems."""
+        with contextlib.suppress(docker.errors.NotFound):
+            client.api.remove_container(container_id, force=True, v=True)
+        with contextlib.suppress(docker.errors.APIError, ProviderError):
+            remove_volume(client, self.disks, sandbox_id)

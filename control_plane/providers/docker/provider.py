@@ -9,6 +9,7 @@ hold what those steps are made of:
 - `settings`: what a provider is built from (`DockerSettings.of(config)`);
 - `container`: what a sandbox's container is (its name, labels, volume, published port,
   environment, user, capabilities, read-only root and limits);
+- `disks`: the volume's own filesystems, its disk limit;
 - `bridge`: the sandboxes' bridge network without inter-container traffic, and this host as
   a container names it (`host.docker.internal`);
 - `network`: the network boundary each container is held to by its address on that bridge;
@@ -39,6 +40,7 @@ import docker.errors
 import httpx
 from docker.models.containers import Container
 
+from control_plane.models import DiskUsage
 from control_plane.network.fence import Refusals
 from control_plane.network.policy import NetworkPolicy
 from control_plane.providers.containers import (
@@ -61,6 +63,7 @@ from control_plane.providers.docker.bridge import (
     for_container,
 )
 from control_plane.providers.docker.container import create as create_container
+from control_plane.providers.docker.disks import volume_disks
 from control_plane.providers.docker.network import DockerNetwork, address_of
 from control_plane.providers.docker.pool import DockerParking
 from control_plane.providers.docker.settings import DockerSettings
@@ -137,6 +140,7 @@ class DockerProvider(DockerParking):
         )
         self.settings = settings
         self.fence = fence
+        self.disks = volume_disks(settings.disks_dir, settings.disk_limit, settings.docker_url)
         self._runtime_known = settings.runtime is None
 
     def inside(self, url: str) -> str:
@@ -265,6 +269,7 @@ class DockerProvider(DockerParking):
             labels=self.labels(sandbox_id),
             webhook_url=webhook_url,
             gateway=gateway,
+            disks=self.disks,
             warm=warm,
         )
 
@@ -406,7 +411,8 @@ class DockerProvider(DockerParking):
 
     async def destroy(self, sandbox_id: str, handle: Handle | None, root_dir: Path) -> Path | None:
         """The container stopped (SIGTERM, SIGKILL after the grace period) and removed, the
-        workspace archived from its volume, the volume removed (`docker.teardown`). Works from
+        workspace archived from its volume, the volume and its filesystems removed
+        (`docker.teardown`). Works from
         labels and names alone, so a sandbox whose start was cut short (no handle) goes just as
         well. `root_dir` is a path inside the container: nothing of a sandbox is on this
         machine's disk."""
@@ -421,6 +427,10 @@ class DockerProvider(DockerParking):
                 self._find(client, sandbox_id),
                 labels=self.labels(sandbox_id),
                 write=self.write_archive,
+                disks=self.disks,
             )
 
         return await self.run(end)
+
+    def disk(self, sandbox_id: str, root_dir: Path) -> DiskUsage | None:
+        return None if self.disks is None else self.disks.usage(sandbox_id)

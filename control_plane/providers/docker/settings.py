@@ -43,8 +43,15 @@ class DockerSettings:
     which every parked server is given before it knows its sandbox."""
     webhook_url: str | None = None
     """The webhook URL every sandbox of this control plane gets, as this host sees it."""
+    traces_url: str | None = None
+    """Where every sandbox's agent server sends its spans (OTLP/HTTP; None: nowhere)."""
     runtime: str | None = None
     """The daemon's OCI runtime for the sandboxes' containers (runsc: gVisor), or its default."""
+    disk_limit: int = 0
+    """Bytes of each sandbox's own filesystem (`docker.disks`); 0: its volume is a directory
+    of Docker's disk."""
+    disks_dir: Path | None = None
+    """Where the sandboxes' filesystem images and their mounts are (the control plane's state)."""
 
     @classmethod
     def of(cls, config: Config) -> DockerSettings:
@@ -60,5 +67,8 @@ class DockerSettings:
             stop_grace=config.sandbox_stop_grace,
             warm_pool=config.warm_pool,
             webhook_url=config.webhook_base,
+            traces_url=config.sandbox_otlp_traces_endpoint,
             runtime=config.sandbox_runtime,
+            disk_limit=int(config.sandbox_disk_limit),
+            disks_dir=config.state_dir / "disks",
         )

@@ -1,5 +1,5 @@
 """A Docker sandbox's end: its container stopped and removed, its workspace archived, its volume
-removed.
+and its own filesystems (`docker.disks`) removed.
 
 Apart from the provider because it is a walk of its own, done in one worker thread, that has to
 work from whatever is left: a sandbox whose start was cut short (no handle), a container
@@ -23,6 +23,7 @@ import docker.errors
 from docker.models.containers import Container
 
 from control_plane.providers.containers import VOLUME_DIR, WORKSPACE, name_of
+from control_plane.providers.docker.disks import VolumeDisks, remove_volume
 from control_plane.providers.docker.settings import DockerSettings
 from control_plane.sandboxes.provider import ProviderError
 
@@ -42,11 +43,13 @@ def tear_down(
     *,
     labels: dict[str, str],
     write: Archiver,
+    disks: VolumeDisks | None = None,
 ) -> Path | None:
     """`container` (the sandbox's, found by its labels, or None) stopped (SIGTERM, SIGKILL
     after the grace period) and removed, the workspace archived from its volume (`write`), the
-    volume removed: the archive's path, or None when there was no workspace to archive.
-    `labels`: the sandbox's, for a helper container made to read its volume."""
+    volume removed, and its filesystems (`disks`): the archive's path, or None when there was
+    no workspace to archive. `labels`: the sandbox's, for a helper container made to read its
+    volume."""
     if container is not None and container.status in ("removing", "dead"):
         # Removed behind our back (`docker rm -f` returns before Docker is done): its
         # volume is what is left, and it is in use until the container is really gone.
@@ -60,13 +63,12 @@ def tear_down(
             container.unpause()
         if container.status in ("running", "paused", "restarting"):
             container.stop(timeout=int(settings.stop_grace + 0.999))
+    if disks is not None:  # read from its filesystems, not the bare directory under them
+        disks.remount(sandbox_id)
     archive = _archive(client, settings, sandbox_id, container, labels=labels, write=write)
     if container is not None:
         container.remove(force=True, v=True)
-    try:
-        client.volumes.get(name_of(sandbox_id)).remove(force=True)
-    except docker.errors.NotFound:
-        pass
+    remove_volume(client, disks, sandbox_id)
     return archive
 
 

@@ -14,8 +14,8 @@ import shutil
 import tarfile
 from pathlib import Path
 
+from control_plane.providers.disks import DiskError, Disks
 from control_plane.providers.process import cgroups
-from control_plane.providers.process.disks import DiskError, Disks
 from control_plane.providers.process.isolation import Isolation
 from control_plane.sandboxes.provider import ProviderError
 

@@ -27,12 +27,16 @@ def ready_marker(root_dir: Path) -> bytes:
 
 
 def child_env(
-    launch: Launch, isolation: Isolation | None = None, own_network: bool = False
+    launch: Launch,
+    isolation: Isolation | None = None,
+    own_network: bool = False,
+    traces_url: str | None = None,
 ) -> dict[str, str]:
     """The control plane's own settings (its database, its secret key) never reach a sandbox:
     core's child environment withholds them; the sandbox's own go on top. Its keys are not
     among them: they come over the pipe on its stdin. `own_network`: the server listens on
-    its namespace's addresses at a fixed port, not on a port of this host's loopback."""
+    its namespace's addresses at a fixed port, not on a port of this host's loopback;
+    `traces_url`: where it sends its spans."""
     return processes.child_env(
         LaunchEnv(
             keys_fd=0,
@@ -42,6 +46,7 @@ def child_env(
             working_dir=PROJECT_DIR if isolation else str(launch.workspace),
             ready_file=str(launch.root_dir / READY_FILE),
             webhook_url=launch.webhook_url,
+            traces_url=traces_url,
             log_level="warning",
         ).environment(),
         isolation.env(launch.root_dir) if isolation else {},

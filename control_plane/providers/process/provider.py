@@ -32,10 +32,10 @@ from control_plane.models import DiskUsage
 from control_plane.network.boundary import Boundary
 from control_plane.network.fence import Refusals
 from control_plane.network.policy import NetworkPolicy
+from control_plane.providers.disks import Disks
 from control_plane.providers.process import cgroups
 from control_plane.providers.process.archive import Archiver
 from control_plane.providers.process.children import Children
-from control_plane.providers.process.disks import Disks
 from control_plane.providers.process.isolation import READY_FILE, Isolation
 from control_plane.providers.process.leader import Leader
 from control_plane.providers.process.network import ProcessNetwork
@@ -223,5 +223,5 @@ class ProcessProvider(SandboxProvider):
     async def refusals(self, handle: Handle) -> Refusals | None:
         return None if self.network is None else await self.network.refusals(handle)
 
-    def disk(self, root_dir: Path) -> DiskUsage | None:
+    def disk(self, sandbox_id: str, root_dir: Path) -> DiskUsage | None:
         return None if self.disks is None else self.disks.usage(root_dir)

@@ -33,6 +33,8 @@ class ProcessSettings:
     sandbox is killed."""
     limits: Limits = DEFAULT_LIMITS
     """What one sandbox may use, held by its cgroups where there are some."""
+    traces_url: str | None = None
+    """Where every sandbox's agent server sends its spans (OTLP/HTTP; None: nowhere)."""
 
     @classmethod
     def of(cls, config: Config) -> ProcessSettings:
@@ -43,4 +45,5 @@ class ProcessSettings:
             start_timeout=config.sandbox_start_timeout,
             stop_grace=config.sandbox_stop_grace,
             limits=Limits.of(config),
+            traces_url=config.sandbox_otlp_traces_endpoint,
         )

@@ -22,9 +22,9 @@ import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
+from control_plane.providers.disks import DiskError, Disks
 from control_plane.providers.process import cgroups
 from control_plane.providers.process.children import Children
-from control_plane.providers.process.disks import DiskError, Disks
 from control_plane.providers.process.environment import child_env
 from control_plane.providers.process.isolation import HOME, READY_FILE, Command, Isolation
 from control_plane.providers.process.leader import Leader
@@ -64,6 +64,7 @@ class Starter:
         """`alive`: whether a handle's server answers /alive (the provider's probe)."""
         self.start_timeout = settings.start_timeout
         self.limits = settings.limits
+        self.traces_url = settings.traces_url
         self.children = children
         self.alive = alive
         self.isolation = isolation
@@ -87,7 +88,7 @@ class Starter:
         # -P: the working directory (the sandbox's own, which its agent writes) is not put
         # first on the import path, so nothing planted there is imported by the server.
         argv = [sys.executable, "-P", "-m", "agent_server", "--ready-file", str(ready)]
-        env = child_env(launch, self.isolation, self.network is not None)
+        env = child_env(launch, self.isolation, self.network is not None, self.traces_url)
         command = Command(argv, {}, env)
         uid, groups = None, []
         if self.isolation is not None:

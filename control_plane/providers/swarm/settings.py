@@ -62,6 +62,8 @@ class SwarmSettings:
     every parked server is given before it knows its sandbox."""
     webhook_url: str | None = None
     """The webhook URL every sandbox of this control plane gets, as the nodes see it."""
+    traces_url: str | None = None
+    """Where every sandbox's agent server sends its spans (OTLP/HTTP; None: nowhere)."""
     lifeline: float = LIFELINE
     """Seconds a parked service outlives its pool's last sign of life."""
 
@@ -84,4 +86,5 @@ class SwarmSettings:
             node_socket=config.swarm_node_docker_socket,
             warm_pool=config.warm_pool,
             webhook_url=config.webhook_base,
+            traces_url=config.sandbox_otlp_traces_endpoint,
         )

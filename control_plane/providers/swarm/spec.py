@@ -146,7 +146,10 @@ def task_template(
         settings.image,
         command=["tini", "--", "sh", "-c", entrypoint(server)],
         user="0:0",
-        env=[f"{k}={v}" for k, v in environment(launch.webhook_url, KEYS_FD).items()],
+        env=[
+            f"{k}={v}"
+            for k, v in environment(launch.webhook_url, KEYS_FD, settings.traces_url).items()
+        ],
         labels=labels,
         mounts=[
             docker.types.Mount(VOLUME_DIR, name, type="volume", labels=labels),

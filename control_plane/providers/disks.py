@@ -1,4 +1,4 @@
-"""A filesystem of its own for each isolated process sandbox: its disk quota.
+"""A filesystem of its own for each sandbox: its disk quota, for every kind that can have one.
 
 A sandbox's directory (its workspace, its agent server's state, its home) is otherwise a
 directory of the host's disk, and one tenant that fills it fills the disk under every other
@@ -13,6 +13,10 @@ Its agent server's state (its conversations' events) is a second, smaller filesy
 own inside it: a build that fills the workspace must not leave the server unable to record
 what happened (a run that filled one shared filesystem never finished). An agent that fills
 the state instead (its commands run as the server's user) stops only its own server.
+
+A process sandbox's directory is the mount itself (`process.start`); a Docker sandbox's
+volume binds it into the container (`docker.disks`). Both are this one module so that the
+kinds cannot drift apart: the layer rules let no kind import another's.
 
 The mount outlives a restart of the control plane (it is the kernel's); after a reboot the
 image is mounted again when the sandbox is. A directory already holding files without an
@@ -31,7 +35,7 @@ from pathlib import Path
 from control_plane.models import DiskUsage
 
 logger = logging.getLogger(__name__)
-#: The agent server's state, a directory of the sandbox's (`environment.child_env`).
+#: A process sandbox's agent server's state, a directory of its (`environment.child_env`).
 STATE = "state"
 #: Bytes of the smallest filesystem made (ext4 wants room for its journal).
 MIN_SIZE = 16 * 1024**2
@@ -49,12 +53,14 @@ class Disks:
     images: Path
     size: int
     """Bytes."""
+    state: str = STATE
+    """The server's state: the directory of the sandbox's that is a filesystem of its own."""
 
     def images_of(self, sandbox_id: str, root_dir: Path) -> list[tuple[Path, Path, int]]:
         """(image, mount point, bytes) of the sandbox's filesystems, outermost first."""
         return [
             (self.images / f"{sandbox_id}.ext4", root_dir, self.size),
-            (self.images / f"{sandbox_id}.state.ext4", root_dir / STATE, self.state_size),
+            (self.images / f"{sandbox_id}.state.ext4", root_dir / self.state, self.state_size),
         ]
 
     @property
@@ -109,7 +115,7 @@ class Disks:
         """Bytes used and the limit of the sandbox's filesystems together; None where it has
         none."""
         used = limit = 0
-        for mount_point in (root_dir, root_dir / STATE):
+        for mount_point in (root_dir, root_dir / self.state):
             if not os.path.ismount(mount_point):
                 return None
             stats = os.statvfs(mount_point)
