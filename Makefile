@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 TEST_STAMP := $(VENV)/.installed-test
 
-.PHONY: run control-plane demo image test system-deps clean
+.PHONY: run control-plane demo image test system-deps console-audit clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -20,12 +20,13 @@ $(TEST_STAMP): pyproject.toml | $(BIN)/python
 
 # What the tests need from the system: bash, git, Chromium for the browser tool, ripgrep for
 # grep, bubblewrap for isolated process sandboxes, iproute2, nftables and nsenter for their
-# network boundary, dnsmasq for the tests' internet (command:package pairs), and PostgreSQL
-# for the control plane's store tests (its binaries live outside PATH, under /usr/lib/postgresql).
+# network boundary, dnsmasq for the tests' internet, npm for the console's audit
+# (command:package pairs), and PostgreSQL for the control plane's store tests (its binaries
+# live outside PATH, under /usr/lib/postgresql).
 system-deps:
 	@missing=""; \
 	for pair in bash:bash git:git chromium:chromium rg:ripgrep bwrap:bubblewrap ip:iproute2 \
-			nft:nftables nsenter:util-linux dnsmasq:dnsmasq-base; do \
+			nft:nftables nsenter:util-linux dnsmasq:dnsmasq-base npm:npm; do \
 		command -v $${pair%%:*} >/dev/null 2>&1 || missing="$$missing $${pair#*:}"; \
 	done; \
 	ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1 || missing="$$missing postgresql"; \
@@ -54,14 +55,21 @@ BASE_IMAGE ?=
 image:
 	docker build -f sandbox.Dockerfile -t $(IMAGE) $(if $(BASE_IMAGE),--build-arg BASE_IMAGE=$(BASE_IMAGE)) .
 
+# The console's accessibility audit runs axe-core (npm, tests only: injected by the tests into
+# the pages, never served), installed from its lock file into tests/console-audit/node_modules.
+AUDIT := tests/console-audit
+console-audit: $(AUDIT)/node_modules/.package-lock.json
+$(AUDIT)/node_modules/.package-lock.json: $(AUDIT)/package.json $(AUDIT)/package-lock.json | system-deps
+	cd $(AUDIT) && npm ci --no-audit --no-fund --loglevel=error
+
 # Most tests wait on servers, browsers and containers rather than compute, so two workers
 # finish well ahead of one even on two cores.
 TEST_WORKERS ?= 2
-test: system-deps $(TEST_STAMP)
+test: system-deps $(TEST_STAMP) console-audit
 	$(BIN)/ruff format --check .
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --durations=15
 
 clean:
-	rm -rf $(VENV) .pytest_cache .agent-server .control-plane .control-plane-demo
+	rm -rf $(VENV) .pytest_cache .agent-server .control-plane .control-plane-demo $(AUDIT)/node_modules

@@ -37,19 +37,38 @@ function fields(object) {
   return out.join("\n");
 }
 
-export function raw(event, label = "Raw event") {
-  return h("details", { class: "raw" }, h("summary", {}, label),
-    h("pre", { class: "raw-json" }, JSON.stringify(event, null, 2)));
+// A card's one fold, "Details": what the card leaves out (a file as read, the whole file's
+// diff) and the raw events, the call's and then its result's. Nothing else on a card folds.
+export function raw(event, label = "The call as sent") {
+  return h("details", { class: "raw" }, h("summary", {}, "Details"),
+    h("p", { class: "raw-label" }, label),
+    h("pre", { class: "raw-json", tabindex: "0" }, JSON.stringify(event, null, 2)));
 }
 
-// Output of any length: the last FOLD_LINES lines, and the whole behind "Show all".
+// More in a card's fold: `parts` (elements) after what it holds.
+export function addToFold(fold, parts) {
+  fold.append(...[parts].flat(Infinity).filter(Boolean));
+}
+
+// The raw event of a result, for the fold of its call's card.
+export function rawResult(event) {
+  return [h("p", { class: "raw-label" }, "The result as received"),
+    h("pre", { class: "raw-json", tabindex: "0" }, JSON.stringify(event, null, 2))];
+}
+
+// Output of any length: the last FOLD_LINES lines, the earlier ones behind a "Show all" button
+// (a button, not a fold: a card has one fold, its Details).
 export function folded(text, className = "output") {
   const all = lines(text);
-  if (all.length <= FOLD_LINES) return h("pre", { class: className }, all.join("\n") || "(no output)");
-  return h("div", { class: "folded" },
-    h("details", {}, h("summary", {}, `Show all ${all.length} lines`),
-      h("pre", { class: className }, all.slice(0, -FOLD_LINES).join("\n"))),
-    h("pre", { class: className }, all.slice(-FOLD_LINES).join("\n")));
+  if (all.length <= FOLD_LINES) return h("pre", { class: className, tabindex: "0" }, all.join("\n") || "(no output)");
+  const earlier = h("pre", { class: className, hidden: true, tabindex: "0" }, all.slice(0, -FOLD_LINES).join("\n"));
+  const toggle = h("button", { type: "button", class: "link", "aria-expanded": "false", onclick: () => {
+    earlier.hidden = !earlier.hidden;
+    toggle.setAttribute("aria-expanded", String(!earlier.hidden));
+    toggle.textContent = earlier.hidden ? `Show all ${all.length} lines` : `Show the last ${FOLD_LINES} lines only`;
+  } }, `Show all ${all.length} lines`);
+  return h("div", { class: "folded" }, toggle, earlier,
+    h("pre", { class: className, tabindex: "0" }, all.slice(-FOLD_LINES).join("\n")));
 }
 
 export function diffView(original, modified) {
@@ -106,7 +125,7 @@ export function describeAction(event, shortPath = (path) => String(path || "")) 
 function preview(text) {
   const all = lines(text);
   const shown = all.slice(0, PREVIEW_LINES).join("\n");
-  return h("div", {}, h("pre", { class: "preview" }, shown || "(empty file)"),
+  return h("div", {}, h("pre", { class: "preview", tabindex: "0" }, shown || "(empty file)"),
     all.length > PREVIEW_LINES ? h("p", { class: "muted" }, `… ${all.length - PREVIEW_LINES} more lines`) : null);
 }
 
@@ -116,8 +135,14 @@ function terminalOutput(text) {
   return lines(text).filter((line) => !TRAILER.test(line)).join("\n");
 }
 
-// An observation (or an error, or a rejection) as the result part of its call's entry.
+// An observation (or an error, or a rejection) as the result part of its call's entry:
+// [what the card shows, what goes in its fold] (either null).
 export function describeResult(event) {
+  const shown = resultParts(event);
+  return shown && shown.fold ? [null, shown.fold] : [shown, null];
+}
+
+function resultParts(event) {
   if (event.kind === EVENT.AGENT_ERROR) {
     return h("div", { class: "result failed" }, h("p", { class: "who" }, "Error"), folded(event.error));
   }
@@ -142,12 +167,12 @@ export function describeResult(event) {
     case OBSERVATION.PLANNING_FILE_EDITOR: {
       if (failed) return h("div", { class: "result failed" }, h("p", { class: "who" }, "Failed"), folded(text));
       if (observation.command === "view") {
-        return h("div", { class: "result" }, h("details", {}, h("summary", {}, "Show what was read"), folded(text)));
+        return { fold: [h("p", { class: "raw-label" }, "What was read"), folded(text)] };
       }
       if (observation.old_content !== null && observation.old_content !== undefined &&
           observation.new_content !== null && observation.new_content !== undefined && observation.prev_exist) {
-        return h("div", { class: "result" }, h("details", {}, h("summary", {}, "The whole file's diff"),
-          diffView(observation.old_content, observation.new_content)));
+        return { fold: [h("p", { class: "raw-label" }, "The whole file's diff"),
+          diffView(observation.old_content, observation.new_content)] };
       }
       return null;
     }

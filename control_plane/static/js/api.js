@@ -124,12 +124,18 @@ export function follow(conversationId, { onEvent, onDelta, onState, onGone }) {
           return;
         }
         if (!frame.data.length) continue;
-        if (frame.event === "delta") {
-          onDelta?.(JSON.parse(frame.data.join("\n")));
-          continue;
+        // A page's failure to draw one event is said (the console's errors) and the stream
+        // goes on: it is not the connection's.
+        try {
+          if (frame.event === "delta") {
+            onDelta?.(JSON.parse(frame.data.join("\n")));
+            continue;
+          }
+          if (frame.id) lastId = frame.id;
+          onEvent(JSON.parse(frame.data.join("\n")));
+        } catch (error) {
+          console.error("could not show an event:", error);
         }
-        if (frame.id) lastId = frame.id;
-        onEvent(JSON.parse(frame.data.join("\n")));
       }
     }
   }

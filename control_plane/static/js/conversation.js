@@ -25,6 +25,7 @@ import {
   STATE_KEY,
   executionStatus,
   executionWord,
+  sandboxWord,
 } from "./schema.js";
 
 export const initialState = Object.freeze({
@@ -32,6 +33,7 @@ export const initialState = Object.freeze({
   sandbox: null, // its sandbox's record: why it is in its status (null: unknown)
   missing: false, // the conversation is not there (or not this user's)
   progress: null, // the execution status the progress line follows
+  since: null, // ms: when that status began (a message sent, the stream's event), null: unknown
   answered: false, // the confirmation was answered: hidden until the record says more
   live: "connecting…", // the live stream's state, in words
   deleting: false, // "Delete this conversation?" is asked
@@ -57,7 +59,11 @@ export function update(state, action) {
   switch (action.type) {
     case "found": // {record}: the conversation as just read
     case "renamed": // {record}: as its rename saved it
-      return { ...state, record: action.record, progress: followed(action.record), answered: false };
+    {
+      const progress = followed(action.record);
+      return { ...state, record: action.record, progress, since: progress === state.progress ? state.since : null,
+        answered: false };
+    }
     case "sandbox": // {sandbox}: its sandbox as just read (null: it could not be read)
       return { ...state, sandbox: action.sandbox };
     case "missing":
@@ -66,13 +72,14 @@ export function update(state, action) {
       const { event } = action;
       if (event.kind !== EVENT.STATE_UPDATE || event.key !== STATE_KEY.EXECUTION_STATUS) return state;
       const progress = executionStatus(event.value);
-      if (!state.record || readOnly(state.record)) return { ...state, progress };
+      const since = progress === state.progress ? state.since : action.at ?? null;
+      if (!state.record || readOnly(state.record)) return { ...state, progress, since };
       // The live status is newer than the record read before it.
       const record = { ...state.record, execution_status: event.value };
-      return { ...state, record, progress, answered: false };
+      return { ...state, record, progress, since, answered: false };
     }
-    case "sent": // a message went: the agent works on it
-      return { ...state, progress: EXECUTION.RUNNING };
+    case "sent": // {at}: a message went: the agent works on it, from now
+      return { ...state, progress: EXECUTION.RUNNING, since: action.at };
     case "answered":
       return { ...state, answered: true };
     case "live": // {words}: the live stream's state
@@ -92,9 +99,13 @@ export function conversationPage(main, id) {
   const heading = titleEditor(id, (saved) => page.dispatch({ type: "renamed", record: saved }));
   const meta = h("dl", { class: "meta" });
   const banner = h("p", { class: "banner", role: "alert", hidden: true });
+  // What the agent asks to do, repeated here (the actions themselves are marked above, in the
+  // transcript: "Show it" scrolls there).
+  const asked = h("ul", { class: "asked", "aria-label": "Actions waiting for your approval" });
   const confirmation = h("section", { class: "confirm card", hidden: true, "aria-labelledby": "confirm-title" },
     h("h2", { id: "confirm-title" }, "Waiting for your approval"),
-    h("p", {}, "The agent wants to run the action(s) marked below. Nothing runs until you answer."),
+    h("p", {}, "The agent asks to do this. Nothing runs until you answer."),
+    asked,
     h("div", { class: "row" },
       h("button", { type: "button", class: "primary", onclick: () => answer(true) }, "Approve"),
       h("button", { type: "button", class: "danger", onclick: () => answer(false) }, "Reject")));
@@ -103,7 +114,11 @@ export function conversationPage(main, id) {
   const liveState = h("span", { class: "muted", "aria-live": "polite" }, initialState.live);
 
   const pauseButton = h("button", { type: "button", onclick: () => control("pause", "Pause asked: the agent stops after its current step.") }, "Pause");
-  const interruptButton = h("button", { type: "button", onclick: () => control("interrupt", "Interrupted.") }, "Interrupt");
+  // Stop sits beside the message box, in view whatever the transcript's scroll, while the agent
+  // works: it interrupts the run (a running command is stopped with it).
+  const stopButton = h("button", { type: "button", class: "danger stop", hidden: true,
+    title: "Stop the agent now (a running command is interrupted)",
+    onclick: () => control("interrupt", "Stopped: the run was interrupted.") }, "Stop");
   const confirmBox = h("input", { type: "checkbox", name: "confirm-actions" });
   confirmBox.addEventListener("change", async () => {
     const kind = confirmBox.checked ? CONFIRMATION.ALWAYS : CONFIRMATION.NEVER;
@@ -127,7 +142,7 @@ export function conversationPage(main, id) {
     placeholder: "Message the agent (Enter sends, Shift+Enter for a new line)" });
   const sendButton = h("button", { type: "submit" }, "Send");
   const followUp = h("form", { class: "composer", "aria-label": "Send a message" },
-    field("Message", message), sendButton);
+    field("Message", message), sendButton, stopButton);
   message.addEventListener("keydown", (event) => {
     if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {
       event.preventDefault();
@@ -143,7 +158,7 @@ export function conversationPage(main, id) {
       message.value = "";
       notify("Message sent.");
       newest.stick();
-      page.dispatch({ type: "sent" });
+      page.dispatch({ type: "sent", at: Date.now() });
       refresh();
     } catch (error) {
       notify(`Could not send: ${error.message}`, "error");
@@ -210,17 +225,18 @@ export function conversationPage(main, id) {
     const pairs = [
       ["Repository", r.selected_repository ? `${r.selected_repository}${r.selected_branch ? ` @ ${r.selected_branch}` : ""}` : "—"],
       ["Sandbox", h("a", { href: "#/sandboxes" }, h("code", {}, r.sandbox_id))],
-      ["Sandbox status", [badge(r.sandbox_status, "Sandbox"), why ? h("span", { class: "why-line" }, ` ${why}`) : null]],
-      ["Execution", badge(executionWord(executionStatus(r.execution_status)), "Execution")],
+      ["Sandbox status", [badge(r.sandbox_status, "Sandbox", sandboxWord(r.sandbox_status)),
+        why ? h("span", { class: "why-line" }, ` ${why}`) : null]],
+      ["Execution", badge(executionStatus(r.execution_status), "Execution", executionWord(r.execution_status))],
       ["Cost", cost(r.metrics?.accumulated_cost)],
       ["Live events", liveState],
     ];
     for (const [term, value] of pairs) meta.append(h("div", {}, h("dt", {}, term), h("dd", {}, value)));
     banner.hidden = !ended;
     banner.textContent = ended
-      ? `Read-only: the sandbox is ${r.sandbox_status}${why ? ` (${why})` : ""}. The transcript stays; messages, controls and the workspace are not available.`
+      ? `Read-only: the sandbox is ${String(sandboxWord(r.sandbox_status)).toLowerCase()}${why ? ` (${why})` : ""}. The transcript stays; messages, controls and the workspace are not available.`
       : "";
-    for (const control of [pauseButton, interruptButton, confirmBox, sendButton, message, ...workButtons]) {
+    for (const control of [pauseButton, stopButton, confirmBox, sendButton, message, ...workButtons]) {
       control.disabled = ended;
     }
     for (const entry of log.pending()) entry.classList.toggle("waiting", asking(state));
@@ -237,9 +253,27 @@ export function conversationPage(main, id) {
       showRecord(state);
     }
     confirmation.hidden = state.answered || !asking(state);
-    progress.setStatus(state.progress);
+    if (!confirmation.hidden) showAsked();
+    stopButton.hidden = readOnly(state.record) ||
+      (state.progress !== EXECUTION.RUNNING && state.progress !== EXECUTION.WAITING_FOR_CONFIRMATION);
+    progress.setStatus(state.progress, state.since);
     if (state.live !== previous.live) liveState.textContent = state.live;
     deleteConfirm.hidden = !state.deleting;
+  }
+
+  // The actions waiting, as the card repeats them: what each is and its command.
+  function showAsked() {
+    clear(asked);
+    for (const entry of log.pending()) {
+      const call = entry.querySelector(".call, .diff, .preview")?.textContent;
+      asked.append(h("li", {},
+        h("strong", {}, entry.getAttribute("aria-label") || "An action"),
+        call ? h("pre", { class: "call", tabindex: "0" }, call) : null,
+        h("button", { type: "button", class: "link", onclick: () => {
+          entry.scrollIntoView({ block: "center" });
+          entry.focus({ preventScroll: true });
+        } }, "Show it in the transcript")));
+    }
   }
 
   const page = createStore(initialState, update, render);
@@ -269,7 +303,7 @@ export function conversationPage(main, id) {
   const dock = h("div", { class: "dock" }, confirmation, progress.element, followUp);
   main.append(heading.element, meta, banner,
     h("div", { class: "row toolbar", role: "group", "aria-label": "Controls" },
-      pauseButton, interruptButton,
+      pauseButton,
       h("label", { class: "check" }, confirmBox, " Ask before each action"),
       downloadButton, deleteButton),
     deleteConfirm, work,
@@ -282,7 +316,7 @@ export function conversationPage(main, id) {
   let pending = null;
   function receive(event) {
     log.add(event);
-    page.dispatch({ type: "event", event });
+    page.dispatch({ type: "event", event, at: log.lastAt });
     if (event.kind === EVENT.STATE_UPDATE || event.kind === EVENT.ACTION) {
       clearTimeout(pending);
       pending = setTimeout(refresh, 150); // a burst of updates: one read

@@ -1,10 +1,12 @@
 // Conversations: the user's app conversations (searched and paged as /app-conversations/search
-// allows), each archived (a tag: hidden from the list until "Show archived") or deleted in its
-// row; and the form that starts one, going straight to its page (start.js follows the start).
+// allows), the most recently active first, each archived (a tag: hidden from the list until
+// "Show archived") or deleted in its row; and the form that starts one, going straight to its
+// page (start.js follows the start). The list is read again every few seconds and its rows are
+// updated in place: a delete being confirmed, the focus and the scroll stay as they were.
 import { api } from "./api.js";
-import { badge, clear, cost, field, h, notify, timeElement } from "./dom.js";
+import { badge, clear, cost, field, h, notify, relative, when } from "./dom.js";
 import { createStore } from "./store.js";
-import { SANDBOX, SANDBOX_ENDED, executionStatus, executionWord } from "./schema.js";
+import { SANDBOX, SANDBOX_ENDED, executionStatus, executionWord, sandboxWord } from "./schema.js";
 
 const ARCHIVED = "archived";
 
@@ -31,6 +33,8 @@ export const initialState = Object.freeze({
   title: "", // "Title contains…", as typed
   showArchived: false,
   listing: null, // {items, total, nextPageId}: the page last read
+  reads: 0, // how many times the list was read (the page's data-reads: a refresh is seen)
+  confirming: null, // the id of the conversation whose delete is being confirmed
 });
 
 export function update(state, action) {
@@ -49,7 +53,12 @@ export function update(state, action) {
       return { ...state, pages, position: state.position + 1 };
     }
     case "listed": // {items, total, nextPageId}: a page of the list as read
-      return { ...state, listing: { items: action.items, total: action.total, nextPageId: action.nextPageId } };
+      return { ...state, reads: state.reads + 1,
+        listing: { items: action.items, total: action.total, nextPageId: action.nextPageId } };
+    case "ask-delete": // {id}
+      return { ...state, confirming: action.id };
+    case "keep": // the delete was not confirmed (or was done)
+      return state.confirming === null ? state : { ...state, confirming: null };
     default:
       return state;
   }
@@ -57,7 +66,8 @@ export function update(state, action) {
 
 // What the list asks /app-conversations/search for in this state.
 function query(state) {
-  return { limit: PAGE_SIZE, page_id: state.pages[state.position], title__contains: state.title.trim() };
+  return { limit: PAGE_SIZE, page_id: state.pages[state.position], title__contains: state.title.trim(),
+    sort_order: "UPDATED_AT_DESC" };
 }
 
 export function conversationsPage(main) {
@@ -75,19 +85,42 @@ export function conversationsPage(main) {
   const previous = h("button", { type: "button", disabled: true }, "Previous");
   const next = h("button", { type: "button", disabled: true }, "Next");
 
-  // The rows and the pager, drawn anew from each page read. The filter, the search and the
-  // page number take effect with the next read (each change asks for one at once), so a row
-  // never shows under a page it was not read for.
+  // The rows and the pager, from each page read. A row is kept for its conversation and
+  // updated in place (its texts, its place in the order), so what is open in it stays open. The
+  // filter, the search and the page number take effect with the next read (each change asks for
+  // one at once), so a row never shows under a page it was not read for.
+  const rows = new Map(); // conversation id -> {element, set(c, state)}
+  const empty = h("tr", {}, h("td", { colspan: 5, class: "muted" }));
   function render(state, before) {
     const { listing } = state;
-    if (!listing || listing === before.listing) return;
-    clear(tbody);
+    if (!listing) return;
+    const section = tbody.closest("section");
+    if (section) section.dataset.reads = String(state.reads);
+    if (listing === before.listing && state.confirming === before.confirming) return;
     const shown = listing.items.filter((c) => state.showArchived || !c.tags?.[ARCHIVED]);
-    for (const c of shown) tbody.append(row(c, load));
-    if (!shown.length) {
-      tbody.append(h("tr", {}, h("td", { colspan: 7, class: "muted" },
-        listing.items.length ? "Only archived conversations here." : "No conversations yet.")));
+    const ids = new Set(shown.map((c) => c.id));
+    for (const [id, kept] of rows) {
+      if (!ids.has(id)) {
+        kept.element.remove();
+        rows.delete(id);
+      }
     }
+    let at = tbody.firstElementChild;
+    for (const c of shown) {
+      let kept = rows.get(c.id);
+      if (!kept) {
+        kept = row(page, load);
+        rows.set(c.id, kept);
+      }
+      kept.set(c, state);
+      // Moved only when out of place: a moved element loses the focus.
+      if (at !== kept.element) tbody.insertBefore(kept.element, at);
+      else at = at.nextElementSibling;
+    }
+    empty.firstChild.textContent = listing.items.length ? "Only archived conversations here." : "No conversations yet.";
+    if (!shown.length) tbody.append(empty);
+    else empty.remove();
+    if (listing === before.listing) return;
     const n = listing.total;
     const hidden = listing.items.length - shown.length;
     count.textContent = `${n} conversation${n === 1 ? "" : "s"}` +
@@ -132,7 +165,7 @@ export function conversationsPage(main) {
       h("div", { class: "table-wrap" },
         h("table", { class: "list" },
           h("thead", {}, h("tr", {},
-            ["Title", "Repository", "Sandbox", "Sandbox status", "Execution", "Cost", "Actions"]
+            ["Conversation", "Last activity", "Status", "Cost", "Actions"]
               .map((name) => h("th", { scope: "col" }, name)))),
           tbody)),
       h("div", { class: "row pager" }, previous, next)));
@@ -141,53 +174,92 @@ export function conversationsPage(main) {
   return () => { stopped = true; clearInterval(timer); };
 }
 
-function row(c, reload) {
-  const repository = c.selected_repository
-    ? `${c.selected_repository}${c.selected_branch ? ` @ ${c.selected_branch}` : ""}` : "—";
-  const name = c.title || `Conversation ${c.id.slice(0, 8)}`;
-  const archived = Boolean(c.tags?.[ARCHIVED]);
-  const tags = (on) => {
-    const next = { ...(c.tags || {}) };
-    if (on) next[ARCHIVED] = "yes";
-    else delete next[ARCHIVED];
-    return next;
-  };
+// "Finished", "Waiting for your approval", with the sandbox's status when it is not running
+// ("Finished · sandbox paused"): in words, never the wire's names.
+export function statusWords(c) {
+  const execution = executionWord(c.execution_status) || "Not started";
+  const sandbox = c.sandbox_status && c.sandbox_status !== SANDBOX.RUNNING
+    ? ` · sandbox ${String(sandboxWord(c.sandbox_status)).toLowerCase()}` : "";
+  return `${execution}${sandbox}`;
+}
+
+// One row, kept while its conversation is listed: `set(c, state)` brings it up to date.
+function row(page, reload) {
+  let c = null;
+  const link = h("a", {});
+  const archivedBadge = badge("archived", null, "archived");
+  const where = h("span", { class: "muted repo" });
+  const time = h("time", { class: "rel" });
+  const status = h("span", { class: "badge" });
+  const spent = h("span", {});
+  const name = () => c.title || `Conversation ${c.id.slice(0, 8)}`;
+  const archived = () => Boolean(c.tags?.[ARCHIVED]);
+
   async function archive() {
+    const was = archived();
+    const tags = { ...(c.tags || {}) };
+    if (was) delete tags[ARCHIVED];
+    else tags[ARCHIVED] = "yes";
     try {
-      await api(`/app-conversations/${c.id}`, { method: "PATCH", body: { tags: tags(!archived) } });
-      notify(archived ? `Restored "${name}".` : `Archived "${name}": it is hidden from the list.`);
+      await api(`/app-conversations/${c.id}`, { method: "PATCH", body: { tags } });
+      notify(was ? `Restored "${name()}".` : `Archived "${name()}": it is hidden from the list.`);
     } catch (error) {
       notify(`Could not archive: ${error.message}`, "error");
     }
     reload();
   }
+  const archiveButton = h("button", { type: "button", class: "link", onclick: archive });
   const confirmDelete = h("button", { type: "button", class: "danger", hidden: true, onclick: async () => {
     try {
       await api(`/app-conversations/${c.id}`, { method: "DELETE" });
-      notify(`Deleted "${name}".`);
+      notify(`Deleted "${name()}".`);
     } catch (error) {
       notify(`Could not delete: ${error.message}`, "error");
     }
+    page.dispatch({ type: "keep" });
     reload();
-  } }, `Delete "${name}" for good`);
-  const deleteButton = h("button", { type: "button", class: "danger-outline", "aria-label": `Delete ${name}`, onclick: () => {
-    deleteButton.hidden = true;
-    confirmDelete.hidden = false;
+  } });
+  const cancelDelete = h("button", { type: "button", class: "link", hidden: true,
+    onclick: () => page.dispatch({ type: "keep" }) }, "Cancel");
+  const deleteButton = h("button", { type: "button", class: "danger-outline", onclick: () => {
+    page.dispatch({ type: "ask-delete", id: c.id });
     confirmDelete.focus();
   } }, "Delete");
-  return h("tr", { dataset: { conversationId: c.id, sandboxId: c.sandbox_id }, class: SANDBOX_ENDED.has(c.sandbox_status) ? "dead" : null },
-    h("td", { "data-label": "Title" },
-      h("a", { href: `#/conversations/${c.id}` }, name),
-      archived ? [" ", badge("archived")] : null,
-      h("br"), timeElement(c.created_at)),
-    h("td", { "data-label": "Repository" }, repository),
-    h("td", { "data-label": "Sandbox" }, h("code", { class: "sandbox-id" }, c.sandbox_id)),
-    h("td", { "data-label": "Sandbox status" }, badge(c.sandbox_status, "Sandbox")),
-    h("td", { "data-label": "Execution" }, badge(executionWord(executionStatus(c.execution_status)), "Execution")),
-    h("td", { "data-label": "Cost" }, cost(c.metrics?.accumulated_cost)),
-    h("td", { "data-label": "Actions", class: "actions" },
-      h("button", { type: "button", class: "link", "aria-label": `${archived ? "Restore" : "Archive"} ${name}`, onclick: archive },
-        archived ? "Restore" : "Archive"), " ", deleteButton, confirmDelete));
+  const element = h("tr", {},
+    h("td", { "data-label": "Conversation", class: "title-cell" }, link, archivedBadge, where),
+    h("td", { "data-label": "Last activity" }, time),
+    h("td", { "data-label": "Status" }, status),
+    h("td", { "data-label": "Cost" }, spent),
+    h("td", { "data-label": "Actions", class: "actions" }, archiveButton, " ", deleteButton, confirmDelete, " ", cancelDelete));
+
+  function set(next, state) {
+    c = next;
+    const title = name();
+    element.dataset.conversationId = c.id;
+    element.dataset.sandboxId = c.sandbox_id || "";
+    element.classList.toggle("dead", SANDBOX_ENDED.has(c.sandbox_status));
+    link.href = `#/conversations/${c.id}`;
+    link.textContent = title;
+    archivedBadge.hidden = !archived();
+    where.textContent = c.selected_repository
+      ? `${c.selected_repository}${c.selected_branch ? ` @ ${c.selected_branch}` : ""}` : "";
+    const at = c.updated_at || c.created_at;
+    time.setAttribute("datetime", at || "");
+    time.title = at ? when(at) : "";
+    time.textContent = at ? relative(at) : "—";
+    status.className = `badge badge-${executionStatus(c.execution_status) || "none"}`;
+    status.textContent = statusWords(c);
+    spent.textContent = cost(c.metrics?.accumulated_cost);
+    archiveButton.textContent = archived() ? "Restore" : "Archive";
+    archiveButton.setAttribute("aria-label", `${archived() ? "Restore" : "Archive"} ${title}`);
+    deleteButton.setAttribute("aria-label", `Delete ${title}`);
+    confirmDelete.textContent = `Delete "${title}" for good`;
+    const confirming = state.confirming === c.id;
+    deleteButton.hidden = confirming;
+    confirmDelete.hidden = !confirming;
+    cancelDelete.hidden = !confirming;
+  }
+  return { element, set };
 }
 
 // The start form: a message (and, folded, a repository, branch and sandbox). Starting goes

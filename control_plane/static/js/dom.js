@@ -34,22 +34,56 @@ export function clear(element) {
   return element;
 }
 
-// A status word as a badge (the word is also its text: colour is never the only cue).
-export function badge(value, label) {
-  const text = value ? String(value) : "—";
-  return h("span", { class: `badge badge-${text.toLowerCase().replace(/[^a-z_]/g, "")}`,
+// A status as a badge: `value` (the wire's, for its colour) shown as `word` (colour is never the
+// only cue, and the wire's spelling is never what a person reads).
+export function badge(value, label, word) {
+  const said = value ? String(value) : "—";
+  const text = word || (/^[A-Z_]+$/.test(said) ? said.charAt(0) + said.slice(1).toLowerCase().replace(/_/g, " ") : said);
+  return h("span", { class: `badge badge-${String(value || "none").toLowerCase().replace(/[^a-z_]/g, "")}`,
     title: label ? `${label}: ${text}` : null }, text);
 }
 
+// A moment in full ("17/03/2026, 14:02:11"): the title of a relative time.
 export function when(value) {
   if (!value) return "—";
   const date = new Date(value);
   return Number.isNaN(date.getTime()) ? String(value) : date.toLocaleString();
 }
 
-export function timeElement(value) {
-  return value ? h("time", { datetime: value }, when(value)) : "—";
+// A moment as a person scans it: "just now", "12 s ago", "5 min ago", "3 h ago", "yesterday",
+// "4 days ago", then the date. In the future (a pause to come): "in 5 min".
+export function relative(value, now = Date.now()) {
+  const at = new Date(value).getTime();
+  if (Number.isNaN(at)) return String(value);
+  const seconds = Math.round((now - at) / 1000);
+  const ahead = seconds < 0;
+  const s = Math.abs(seconds);
+  const said = (text) => (ahead ? `in ${text}` : `${text} ago`);
+  if (s < 5) return ahead ? "in a moment" : "just now";
+  if (s < 60) return said(`${s} s`);
+  if (s < 3600) return said(`${Math.floor(s / 60)} min`);
+  if (s < 86_400) return said(`${Math.floor(s / 3600)} h`);
+  const days = Math.floor(s / 86_400);
+  if (days === 1) return ahead ? "tomorrow" : "yesterday";
+  if (days < 7) return said(`${days} days`);
+  return new Date(at).toLocaleDateString();
 }
+
+// A <time> saying how long ago (the full moment in its title), kept current by one timer.
+export function timeElement(value, className) {
+  if (!value) return "—";
+  return h("time", { datetime: value, title: when(value), class: className ? `rel ${className}` : "rel" },
+    relative(value));
+}
+
+let ticking = null;
+function tick() {
+  for (const time of document.querySelectorAll("time.rel")) {
+    const text = relative(time.getAttribute("datetime"));
+    if (time.textContent !== text) time.textContent = text;
+  }
+}
+if (typeof document !== "undefined" && !ticking) ticking = setInterval(tick, 10_000);
 
 export function cost(value) {
   return `$${Number(value || 0).toFixed(4)}`;

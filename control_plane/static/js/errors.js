@@ -34,11 +34,11 @@ export function explain(text) {
 // The error as page elements: the words, a link to the setting, the original text folded.
 export function errorParts(text) {
   const known = explain(text);
-  if (!known) return [h("pre", { class: "output" }, String(text ?? ""))];
+  if (!known) return [h("pre", { class: "output", tabindex: "0" }, String(text ?? ""))];
   return [
     h("p", { class: "text plain-error" }, known.words, known.fix ? " " : null,
       known.fix ? h("a", { href: LLM, class: "fix" }, known.fix) : null),
-    h("details", { class: "raw" }, h("summary", {}, "What the system said"), h("pre", { class: "raw-json" }, String(text))),
+    h("details", { class: "raw" }, h("summary", {}, "What the system said"), h("pre", { class: "raw-json", tabindex: "0" }, String(text))),
   ];
 }
 

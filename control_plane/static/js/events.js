@@ -1,8 +1,8 @@
 // One conversation's events as page elements. Everything an event holds (model text, commands,
 // output, file contents) goes in as text; a tool call's result joins the call's own entry. The
 // control plane's notices of the sandbox's status (key `sandbox_status`) say why, in words.
-import { h, when } from "./dom.js";
-import { describeAction, describeResult, folded, raw, texts } from "./actions.js";
+import { h, timeElement } from "./dom.js";
+import { addToFold, describeAction, describeResult, folded, raw, rawResult, texts } from "./actions.js";
 import { extraDetail, statusLine } from "./status.js";
 import { errorParts } from "./errors.js";
 import {
@@ -13,8 +13,6 @@ import {
   OBSERVATION,
   SOURCE,
   STATE_KEY,
-  executionStatus,
-  executionWord,
 } from "./schema.js";
 
 // When an event happened (ms), from its timestamp; now when that is unreadable or ahead of
@@ -25,8 +23,9 @@ function eventTime(event) {
   return Number.isNaN(at) || at > now ? now : at;
 }
 
+// When, as "2 min ago" (the full moment in its title).
 function stamp(event) {
-  return event.timestamp ? h("time", { datetime: event.timestamp, class: "stamp" }, when(event.timestamp)) : null;
+  return event.timestamp ? timeElement(event.timestamp, "stamp") : null;
 }
 
 // "Sandbox · Paused: the 12-hour limit", and the detail when it says more.
@@ -55,7 +54,6 @@ export class EventLog {
     this.retry = null; // {until, why}: the model call is retried
     this.lastAt = null; // ms: when the last stored event happened
     this.draft = null; // streamed text not yet a message
-    this.lastStatus = null;
   }
 
   add(event) {
@@ -99,9 +97,13 @@ export class EventLog {
   }
 
   // A file's path as the user knows it: relative to the conversation's working directory.
+  // The same way everywhere: inside the workspace relative to it (its root "."), outside it
+  // absolute.
   relPath(path) {
-    const root = this.workingDir ? `${this.workingDir.replace(/\/+$/, "")}/` : null;
-    return root && path.startsWith(root) ? path.slice(root.length) : path;
+    const dir = this.workingDir ? this.workingDir.replace(/\/+$/, "") : null;
+    if (!dir) return path;
+    if (path === dir) return ".";
+    return path.startsWith(`${dir}/`) ? path.slice(dir.length + 1) : path;
   }
 
   // What the workspace panel lists: the files edited (first and last content) and commands.
@@ -140,7 +142,7 @@ export class EventLog {
     state.textContent = "Running; its output so far:";
     let live = entry.querySelector(".live-output");
     if (!live) {
-      live = h("pre", { class: "output live-output" });
+      live = h("pre", { class: "output live-output", tabindex: "0" });
       state.after(live);
     }
     live.textContent = soFar.split("\n").slice(-FOLD_LIVE).join("\n");
@@ -173,7 +175,7 @@ export class EventLog {
         }
         const [title, body] = describeAction(event, (path) => this.relPath(String(path || "")));
         const entry = h("li", { class: "event event-action", dataset: { actionId: event.id, callId: event.tool_call_id, tool: event.tool_name, at: String(this.lastAt) },
-          "aria-label": title },
+          "aria-label": title, tabindex: "-1" },
           h("p", { class: "who" }, h("strong", { class: "what" }, title), " ", stamp(event)),
           thought ? h("p", { class: "text thought" }, thought) : null,
           body,
@@ -188,16 +190,25 @@ export class EventLog {
       case EVENT.USER_REJECT: {
         const target = this.actions.get(event.action_id) ||
           [...this.actions.values()].find((e) => e.dataset.callId === event.tool_call_id);
-        const result = describeResult(event);
+        const [result, more] = describeResult(event);
         if (target) {
           target.querySelector(".result-state")?.remove();
           target.querySelector(".live-output")?.remove();
           target.dataset.done = "1";
-          if (result) target.querySelector("details.raw")?.before(result);
-          target.querySelector("details.raw")?.after(raw(event, "Raw result"));
+          // The agent's answer (a finish) has no fold: its result adds nothing to it.
+          const fold = target.querySelector("details.raw");
+          if (fold) {
+            if (result) fold.before(result);
+            addToFold(fold, [more, rawResult(event)]);
+          } else if (result) {
+            target.append(result);
+          }
           return null;
         }
-        return result ? h("li", { class: "event event-result" }, result) : null;
+        if (!result && !more) return null;
+        const fold = raw(event, "The result as received");
+        if (more) fold.querySelector("summary").after(...more);
+        return h("li", { class: "event event-result" }, result, fold);
       }
       case EVENT.ACP_TOOL_CALL: {
         // One entry per call, updated as its status changes.
@@ -221,17 +232,10 @@ export class EventLog {
         return h("li", { class: "event event-error", role: "note" },
           h("p", { class: "who" }, "Error ", h("code", {}, event.code), " ", stamp(event)),
           errorParts(event.detail));
-      case EVENT.STATE_UPDATE: {
-        if (event.key === STATE_KEY.SANDBOX_STATUS) return sandboxNotice(event);
-        let status = null;
-        if (event.key === STATE_KEY.EXECUTION_STATUS) status = executionStatus(event.value);
-        else if (event.key === STATE_KEY.FULL_STATE && event.value && typeof event.value === "object") {
-          status = executionStatus(event.value.execution_status);
-        }
-        if (!status || status === this.lastStatus) return null;
-        this.lastStatus = status;
-        return h("li", { class: "event event-state" }, "State: ", h("strong", {}, executionWord(status)), " ", stamp(event));
-      }
+      case EVENT.STATE_UPDATE:
+        // The execution status is the header's and the progress line's, not an entry between
+        // turns; a change of the sandbox's status is one, where it happened.
+        return event.key === STATE_KEY.SANDBOX_STATUS ? sandboxNotice(event) : null;
       case EVENT.PAUSE:
         return h("li", { class: "event event-state" }, "Paused by the user ", stamp(event));
       case EVENT.INTERRUPT:
@@ -239,7 +243,7 @@ export class EventLog {
       case EVENT.SYSTEM_PROMPT:
         return h("li", { class: "event event-system" },
           h("details", {}, h("summary", {}, `System prompt and ${(event.tools || []).length} tools`),
-            h("pre", { class: "output" }, event.system_prompt?.text || "")));
+            h("pre", { class: "output", tabindex: "0" }, event.system_prompt?.text || "")));
       case EVENT.CONDENSATION:
       case EVENT.CONDENSATION_SUMMARY:
         return h("li", { class: "event event-state" }, "The history was condensed ", stamp(event));

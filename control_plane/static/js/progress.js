@@ -26,11 +26,14 @@ export class Progress {
     this.timer = setInterval(() => this.render(), 1000);
   }
 
-  setStatus(value) {
+  // `since` (ms): when the status began (a message sent, the event that said it), when known;
+  // a run's time counts from it, never from the conversation's previous run.
+  setStatus(value, since = null) {
     const status = executionStatus(value);
     if (status === this.status) return;
-    if (status === EXECUTION.RUNNING && this.status !== EXECUTION.RUNNING) {
-      this.workingSince = this.log.lastAt || Date.now();
+    // A run starts (not a run going on after an approval): its time counts from then.
+    if (status === EXECUTION.RUNNING && this.status !== EXECUTION.WAITING_FOR_CONFIRMATION) {
+      this.workingSince = since || Date.now();
     }
     this.status = status;
     this.render();
@@ -50,8 +53,13 @@ export class Progress {
     let since;
     const pending = this.log.pending();
     if (this.status === EXECUTION.WAITING_FOR_CONFIRMATION) {
+      // Counted from the request: the action that waits (its own event's time).
       what = "Waiting for your approval";
-      since = this.log.lastAt;
+      const asked = pending.map((entry) => Number(entry.dataset.at)).filter(Boolean);
+      since = asked.length ? Math.max(...asked) : this.log.lastAt;
+      this.what.textContent = what;
+      this.time.textContent = elapsed(now - (since || now));
+      return;
     } else if (pending.length) {
       const entry = pending[pending.length - 1];
       const title = entry.getAttribute("aria-label") || "a tool";

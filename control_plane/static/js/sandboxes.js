@@ -8,7 +8,7 @@ import { append, badge, clear, field, h, notify, timeElement } from "./dom.js";
 import { fillNetwork, networkFieldset, policyWords, readNetwork, refusalLine, showProblems } from "./network.js";
 import { extraDetail, statusLine } from "./status.js";
 import { createStore } from "./store.js";
-import { SANDBOX } from "./schema.js";
+import { SANDBOX, sandboxWord } from "./schema.js";
 
 // The page's state: the list as last read. Reads are numbered; an answer older than the one
 // drawn is dropped (a slow read must not bring back a sandbox just deleted).
@@ -230,7 +230,7 @@ function sandboxCard(id, reload) {
     if (said === drawn) return;
     drawn = said;
     append(clear(view), [
-      h("h2", { id: titleId }, "Sandbox ", h("code", {}, id), " ", badge(next.status, "Status")),
+      h("h2", { id: titleId }, "Sandbox ", h("code", {}, id), " ", badge(next.status, "Status", sandboxWord(next.status))),
       why(next),
       h("dl", { class: "meta" },
         h("div", {}, h("dt", {}, "Conversations"), h("dd", {}, String(next.conversation_count))),

@@ -112,10 +112,25 @@ export function executionStatus(value) {
   return value ? String(value).toLowerCase() : null;
 }
 
-// How the console shows an execution status: in capitals, as it shows every status (a badge,
-// the transcript's "State: …" lines). Null for none.
+// How the console shows an execution status: in words ("Waiting for your approval", never the
+// wire's WAITING_FOR_CONFIRMATION). Null for none; a status this list does not know is said
+// with its underscores as spaces.
+export const EXECUTION_WORDS = Object.freeze({
+  [EXECUTION.IDLE]: "Idle",
+  [EXECUTION.RUNNING]: "Working",
+  [EXECUTION.PAUSED]: "Paused",
+  [EXECUTION.WAITING_FOR_CONFIRMATION]: "Waiting for your approval",
+  [EXECUTION.FINISHED]: "Finished",
+  [EXECUTION.ERROR]: "Failed",
+  [EXECUTION.STUCK]: "Stuck",
+});
+
 export function executionWord(status) {
-  return status ? String(status).toUpperCase() : null;
+  if (!status) return null;
+  const known = EXECUTION_WORDS[executionStatus(status)];
+  if (known) return known;
+  const said = String(status).toLowerCase().replace(/_/g, " ");
+  return said.charAt(0).toUpperCase() + said.slice(1);
 }
 
 // A sandbox's status (SPEC 3.1), in capitals on the wire; with its word in a sentence.
@@ -137,6 +152,15 @@ export const SANDBOX_WORDS = Object.freeze({
 
 // ERROR and MISSING are for good (SPEC 3.1): its conversations are read-only, and nothing can be
 // done to the sandbox any more but reading what it was.
+// A sandbox's status in a word ("Paused"), whatever case it came in; null for none.
+export function sandboxWord(status) {
+  if (!status) return null;
+  const known = SANDBOX_WORDS[String(status).toUpperCase()];
+  if (known) return known;
+  const said = String(status).toLowerCase().replace(/_/g, " ");
+  return said.charAt(0).toUpperCase() + said.slice(1);
+}
+
 export const SANDBOX_ENDED = new Set([SANDBOX.ERROR, SANDBOX.MISSING]);
 
 // Why a sandbox last changed status (`status_reason`, and `reason` in a sandbox_status notice).

@@ -45,6 +45,41 @@ export function update(state, action) {
   }
 }
 
+// The models people use most, first in the picker (those litellm knows, in this order).
+export const MOST_USED = Object.freeze([
+  "anthropic/claude-sonnet-4-5", "anthropic/claude-opus-4-5", "anthropic/claude-haiku-4-5",
+  "gpt-5", "gpt-5-mini", "gpt-4.1", "gpt-4o", "gpt-4o-mini", "o3", "o4-mini",
+  "gemini/gemini-2.5-pro", "gemini/gemini-2.5-flash", "deepseek/deepseek-chat",
+  "mistral/devstral-medium-2507", "xai/grok-4", "openrouter/anthropic/claude-sonnet-4.5",
+]);
+
+// The providers first in the list (the rest follow by name), with their names in words.
+const PROVIDERS = Object.freeze([
+  ["openai", "OpenAI"], ["anthropic", "Anthropic"], ["gemini", "Google Gemini"],
+  ["vertex_ai", "Google Vertex AI"], ["azure", "Azure OpenAI"], ["bedrock", "AWS Bedrock"],
+  ["mistral", "Mistral"], ["deepseek", "DeepSeek"], ["xai", "xAI"], ["openrouter", "OpenRouter"],
+  ["groq", "Groq"], ["ollama", "Ollama"],
+]);
+
+// [[group name, names]]: "Most used", then one group a provider (a name's prefix before its
+// first "/"; none: OpenAI's), the main providers first, then the others by name.
+export function modelGroups(models) {
+  const known = new Set(models);
+  const groups = [["Most used", MOST_USED.filter((name) => known.has(name))]];
+  const byProvider = new Map();
+  for (const name of models) {
+    const slash = name.indexOf("/");
+    const provider = slash > 0 ? name.slice(0, slash) : "openai";
+    if (!byProvider.has(provider)) byProvider.set(provider, []);
+    byProvider.get(provider).push(name);
+  }
+  const words = new Map(PROVIDERS);
+  const order = (p) => { const i = PROVIDERS.findIndex(([name]) => name === p); return i < 0 ? PROVIDERS.length : i; };
+  const providers = [...byProvider.keys()].sort((a, b) => order(a) - order(b) || a.localeCompare(b));
+  for (const provider of providers) groups.push([words.get(provider) || provider, byProvider.get(provider).sort()]);
+  return groups.filter(([, names]) => names.length);
+}
+
 export function settingsPage(main) {
   const strategies = GROUPING.map(([value, label, hint]) => {
     const input = h("input", { type: "radio", name: "grouping_strategy", value, id: `g-${value}`,
@@ -54,6 +89,12 @@ export function settingsPage(main) {
   });
   const model = h("input", { name: "llm_model", placeholder: "openai/gpt-4o", autocomplete: "off", list: "llm-models" });
   const suggestions = h("datalist", { id: "llm-models" });
+  // The models litellm knows, grouped by provider, the most used first; a choice fills the field.
+  const picker = h("select", { name: "llm_model_choice", id: "llm-model-choice" },
+    h("option", { value: "" }, "Choose from the list…"));
+  picker.addEventListener("change", () => {
+    if (picker.value) model.value = picker.value;
+  });
   const testButton = h("button", { type: "button", onclick: () => testConnection() }, "Test connection");
   const testResult = h("p", { class: "test-result", role: "status", "aria-live": "polite" });
   const secretList = h("ul", { class: "secrets", "aria-label": "Stored secrets" });
@@ -98,6 +139,7 @@ export function settingsPage(main) {
       strategies.map(([, row]) => row)),
     h("fieldset", {}, h("legend", {}, "Language model"),
       field("Model", model, "Type to see the models litellm knows, e.g. anthropic/claude-sonnet-4-5."), suggestions,
+      field("Models by provider", picker, "The most used first, then each provider's."),
       field("Base URL", baseUrl, "Optional."),
       field("API key", apiKey, "Write-only: it is stored encrypted and never shown again. Leave empty to keep it."),
       keyState,
@@ -204,7 +246,15 @@ export function settingsPage(main) {
     testButton.disabled = !state.ready || Boolean(state.test?.testing);
     if (state.usage !== previous.usage) showUsage(state.usage);
     if (state.models !== previous.models) {
-      for (const name of state.models) suggestions.append(h("option", { value: name }));
+      const suggested = new Set();
+      for (const [provider, names] of modelGroups(state.models)) {
+        picker.append(h("optgroup", { label: provider }, names.map((name) => h("option", { value: name }, name))));
+        for (const name of names) {
+          if (suggested.has(name)) continue;
+          suggested.add(name);
+          suggestions.append(h("option", { value: name, label: provider }));
+        }
+      }
     }
   }
 

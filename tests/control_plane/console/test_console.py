@@ -10,6 +10,7 @@ import json
 import re
 import signal
 import threading
+import time
 import zipfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -63,6 +64,43 @@ def plane(tmp_path: Path, clock: ShiftedClock) -> Iterator[ControlPlane]:
         server = ControlPlane(config, clock).start()
         yield server
         server.stop()
+
+
+# The wire's status names, none of which a person should read on a page (in its visible text:
+# the raw events folded away are not).
+RAW_STATUS = re.compile(
+    r"\b(STARTING|RUNNING|PAUSED|ERROR|MISSING|IDLE|FINISHED|STUCK|WAITING_FOR_CONFIRMATION"
+    r"|waiting_for_confirmation)\b"
+)
+
+
+def assert_no_raw_status(page: Page) -> None:
+    shown = page.locator("main").inner_text()
+    assert not RAW_STATUS.search(shown), RAW_STATUS.findall(shown)
+
+
+def commands_in(plane: ControlPlane, sandbox_id: str) -> list[str]:
+    """The command lines of the sandbox's processes (its leader's descendants), space-joined."""
+    children: dict[int, list[int]] = {}
+    for status in Path("/proc").glob("[0-9]*/status"):
+        try:
+            ppid = int(
+                next(x for x in status.read_text().splitlines() if x.startswith("PPid:"))[5:]
+            )
+        except (OSError, StopIteration, ValueError):
+            continue
+        children.setdefault(ppid, []).append(int(status.parent.name))
+    found: list[str] = []
+    todo = [sandbox_pid(plane, sandbox_id)]
+    while todo:
+        pid = todo.pop()
+        todo.extend(children.get(pid, []))
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        found.append(b" ".join(a for a in argv if a).decode(errors="replace"))
+    return found
 
 
 class Shots:
@@ -155,6 +193,20 @@ def test_the_console_end_to_end(
     # The model field suggests the models litellm knows.
     expect(page.locator("#llm-models option[value='gpt-4o']")).to_have_count(1)
     expect(page.locator("#llm-models option[value='anthropic/claude-sonnet-4-5']")).to_have_count(1)
+    # The picker: grouped by provider, the most used first.
+    picker = page.get_by_label("Models by provider")
+    groups = picker.locator("optgroup")
+    assert groups.count() > 10
+    labels = [groups.nth(i).get_attribute("label") for i in range(3)]
+    assert labels == ["Most used", "OpenAI", "Anthropic"], labels
+    most_used = groups.first.locator("option")
+    expect(most_used.first).to_have_attribute("value", "anthropic/claude-sonnet-4-5")
+    assert 5 <= most_used.count() <= 20
+    expect(groups.nth(1).locator("option[value='gpt-4o']")).to_have_count(1)
+    expect(groups.nth(1).locator("option[value^='anthropic/']")).to_have_count(0)
+    expect(picker.locator("optgroup[label='Anthropic'] option").first).to_have_attribute(
+        "value", re.compile("^anthropic/")
+    )
     # "Test connection": a base URL where nothing answers is said in words; the stored one works.
     base_url = page.get_by_label("Base URL", exact=True)
     base_url.fill("http://127.0.0.1:9/v1")
@@ -209,7 +261,8 @@ def test_the_console_end_to_end(
     llm.responder = scripted_after_pwd(steps)
     page.get_by_role("link", name="Conversations").click()
     start_form = page.locator("form.start")
-    assert start_form.bounding_box()["height"] < 300  # the list stays in view
+    form_box = start_form.bounding_box()
+    assert form_box is not None and form_box["height"] < 300  # the list stays in view
     page.get_by_label("Message", exact=True).fill("Write hello.py\nwith a greeting")
     page.locator("summary", has_text="Repository and sandbox").click()
     page.get_by_label("Repository", exact=True).fill("acme/demo")
@@ -256,11 +309,27 @@ def test_the_console_end_to_end(
     )
     box = page.get_by_label("Message", exact=True).bounding_box()
     assert box is not None and box["y"] + box["height"] <= 900
-    command.locator("summary", has_text="Raw event").click()
+    command.locator("summary", has_text="Details").click()
     expect(command.locator("details.raw pre").first).to_contain_text('"kind": "TerminalAction"')
     expect(command.locator("details.raw pre").first).to_be_visible()
-    expect(page.locator(".meta")).to_contain_text("FINISHED", timeout=SLOW)
+    expect(command.locator("details.raw pre").last).to_contain_text('"kind": "TerminalObservation"')
+    expect(page.locator(".meta")).to_contain_text("Finished", timeout=SLOW)
     expect(page.locator(".meta")).to_contain_text("live")
+    # No log residue: one fold ("Details") per card at most, no "State: …" rows between turns,
+    # times relative with the moment in full as their title, statuses in words.
+    assert (
+        page.evaluate(
+            "[...document.querySelectorAll('.events > li')]"
+            ".filter((li) => li.querySelectorAll('details').length > 1).length"
+        )
+        == 0
+    )
+    assert page.locator(".events > li details").count() >= 5
+    expect(page.locator(".events")).not_to_contain_text("State:")
+    stamp = page.locator(".events time.stamp").first
+    expect(stamp).to_have_text(re.compile(r"^(just now|\d+ s ago|\d+ min ago)$"))
+    assert re.search(r"\d{1,2}:\d{2}:\d{2}", stamp.get_attribute("title") or "")
+    assert_no_raw_status(page)
     shot(page, "04-transcript")
 
     llm.responder = None
@@ -343,13 +412,22 @@ def test_the_console_end_to_end(
         call("finish", message="approved it"),
     )
     page.get_by_label("Message", exact=True).fill("Write approved.txt")
+    sent_at = time.monotonic()
     page.get_by_role("button", name="Send").click()
     approve = page.get_by_role("button", name="Approve")
     expect(approve).to_be_visible(timeout=SLOW)
     expect(page.locator(".event-action.waiting .call")).to_contain_text("approved.txt")
-    expect(page.locator(".progress-line")).to_contain_text(
-        re.compile(r"Waiting for your approval\s*\d+ s")
-    )
+    # The card repeats the command it asks about, and shows where it is in the transcript.
+    card = page.locator(".confirm")
+    expect(card.locator(".call")).to_have_text("$ echo approved > approved.txt")
+    page.evaluate("window.scrollTo(0, 0)")
+    card.get_by_role("button", name="Show it in the transcript").click()
+    expect(page.locator(".event-action.waiting")).to_be_in_viewport()
+    # Its timer counts from the request alone (not from the conversation's previous run).
+    line = page.locator(".progress-line")
+    expect(line).to_have_text(re.compile(r"^\s*Waiting for your approval \d+ s\s*$"))
+    waited = int(re.findall(r"(\d+) s", line.inner_text())[0])
+    assert waited <= time.monotonic() - sent_at + 1, (waited, line.inner_text())
     assert (
         api.get(
             f"/api/v1/app-conversations/{cid}/file", params={"path": "approved.txt"}
@@ -362,7 +440,7 @@ def test_the_console_end_to_end(
     expect(page.locator(".event-action", has_text="approved.txt").locator(".result")).to_be_visible(
         timeout=SLOW
     )
-    expect(page.locator(".meta")).to_contain_text("FINISHED", timeout=SLOW)
+    expect(page.locator(".meta")).to_contain_text("Finished", timeout=SLOW)
     assert (
         api.get(f"/api/v1/app-conversations/{cid}/file", params={"path": "approved.txt"}).text
         == "approved\n"
@@ -371,7 +449,8 @@ def test_the_console_end_to_end(
     expect(page.locator("#notice")).to_contain_text("without approval")
 
     # A long command: its output shows as it comes (the transient path, never stored), the
-    # progress line says what runs and for how long; Interrupt stops it.
+    # progress line says what runs and for how long; Stop, beside the message box and in view
+    # wherever the page is scrolled, stops it.
     llm.script(key, call("terminal", command="echo live-line && sleep 120"))
     page.get_by_label("Message", exact=True).fill("Run something long")
     page.get_by_label("Message", exact=True).press("Enter")
@@ -382,10 +461,24 @@ def test_the_console_end_to_end(
         re.compile(r"Running a command: \$ echo live-line && sleep 120\s*\d+ s · working for \d+ s")
     )
     shot(page, "08-conversation-live-output")
-    page.get_by_role("button", name="Interrupt").click()
+    assert commands_in(plane, sid).count("sleep 120") == 1
+    stop = page.get_by_role("button", name="Stop", exact=True)
+    for scrolled in ("0", "document.documentElement.scrollHeight"):
+        page.evaluate(f"window.scrollTo(0, {scrolled})")
+        expect(stop).to_be_in_viewport(ratio=1)
+    assert page.locator(".composer").filter(has=stop).count() == 1
+    stop.click()
     expect(page.locator(".events")).to_contain_text("Interrupted by the user", timeout=SLOW)
     expect(running.locator(".live-output")).to_have_count(0, timeout=SLOW)
     expect(page.locator(".progress-line")).to_be_hidden(timeout=SLOW)
+    expect(stop).to_be_hidden()
+    wait_for(
+        lambda: conversation(api, cid)["execution_status"] not in ("running", None),
+        30,
+        what="the run to end",
+    )
+    wait_for(lambda: "sleep 120" not in commands_in(plane, sid), 30, what="the command to end")
+    shot(page, "08-conversation-stopped")
     stored = api.get(f"/api/v1/conversation/{cid}/events/search", params={"limit": 100}).json()
     assert stored["items"] and not [
         e for e in stored["items"] if e["kind"] == "StreamingDeltaEvent"
@@ -404,7 +497,7 @@ def test_the_console_end_to_end(
     shot(page, "08-conversation-progress")
     page.get_by_role("button", name="Pause").click()
     expect(page.locator(".events")).to_contain_text("Paused by the user")
-    expect(page.locator(".meta")).to_contain_text("PAUSED", timeout=SLOW)
+    expect(page.locator(".meta")).to_contain_text("Paused", timeout=SLOW)
     expect(page.locator(".events")).not_to_contain_text("never-runs")
     shot(page, "09-conversation-paused")
     with llm._lock:
@@ -439,6 +532,39 @@ def test_the_console_end_to_end(
     expect(page.locator(f"tr[data-sandbox-id='{sid}']")).to_have_count(2)
     shot(page, "10-conversations-grouped")
 
+    # The list a person scans: title, last activity (relative, the moment in full as its
+    # title), status in words, the most recently active first; nothing scrolls sideways at
+    # 1280 px.
+    page.set_viewport_size({"width": 1280, "height": 900})
+    expect(page.locator("thead th")).to_have_text(
+        ["Conversation", "Last activity", "Status", "Cost", "Actions"]
+    )
+    expect(rows.first.locator("a")).to_have_text("Titled: A second one")
+    expect(rows.nth(1).locator("td").nth(2)).to_have_text("Paused")
+    expect(rows.first.locator("time")).to_have_text(
+        re.compile(r"^(just now|\d+ s ago|\d+ min ago)$")
+    )
+    assert_no_raw_status(page)
+    assert page.evaluate(
+        "document.scrollingElement.scrollWidth <= document.scrollingElement.clientWidth"
+    )
+    assert page.locator(".table-wrap").evaluate("(e) => e.scrollWidth <= e.clientWidth")
+    # A delete being confirmed stays open while the list is read again (and changes under it).
+    hello = page.locator(f"tr[data-conversation-id='{cid}']")
+    hello.get_by_role("button", name="Delete Hello script").click()
+    confirm = hello.get_by_role("button", name='Delete "Hello script" for good')
+    expect(confirm).to_be_focused()
+    reads = int(page.locator("section[data-reads]").get_attribute("data-reads") or "0")
+    api.patch(f"/api/v1/app-conversations/{second}", json={"title": "Renamed meanwhile"})
+    expect(rows.first.locator("a")).to_have_text("Renamed meanwhile", timeout=SLOW)
+    assert int(page.locator("section[data-reads]").get_attribute("data-reads") or "0") > reads
+    expect(confirm).to_be_visible()
+    expect(confirm).to_be_focused()
+    shot(page, "10-conversations-delete-kept")
+    hello.get_by_role("button", name="Cancel").click()
+    expect(confirm).to_be_hidden()
+    page.set_viewport_size({"width": 1200, "height": 900})
+
     # Sandboxes: two conversations in one; pause, resume, delete after typing its id. Each
     # card says why its sandbox is in its status.
     page.get_by_role("link", name="Sandboxes").click()
@@ -447,12 +573,12 @@ def test_the_console_end_to_end(
     expect(card.locator(".meta")).not_to_contain_text("Pauses when idle at—")
     expect(card.locator(".meta")).to_contain_text(re.compile(r"Disk[\d.]+ \w+ of [\d.]+ GiB used"))
     card.get_by_role("button", name="Pause").click()
-    expect(card.locator("h2")).to_contain_text("PAUSED")
+    expect(card.locator("h2")).to_contain_text("Paused")
     expect(card.locator(".why-line")).to_have_text("Paused: you paused it")
     expect(card).not_to_contain_text("Deleted at—")
     shot(page, "11-sandboxes-paused")
     card.get_by_role("button", name="Resume").click()
-    expect(card.locator("h2")).to_contain_text("RUNNING")
+    expect(card.locator("h2")).to_contain_text("Running")
     expect(card.locator(".why-line")).to_have_text("Running: you resumed it")
     card.get_by_label(f"Type the sandbox id ({sid}) to delete it").fill("some-other-id")
     card.get_by_role("button", name="Delete sandbox").click()
@@ -471,7 +597,7 @@ def test_the_console_end_to_end(
     shot(page, "12-sandboxes-idle")
     card.get_by_label(f"Type the sandbox id ({sid}) to delete it").fill(sid)
     card.get_by_role("button", name="Delete sandbox").click()
-    expect(card.locator("h2")).to_contain_text("MISSING")
+    expect(card.locator("h2")).to_contain_text("Missing")
     expect(card.locator(".why-line")).to_have_text("Missing: you deleted it")
     shot(page, "13-sandboxes-deleted")
 
@@ -479,9 +605,10 @@ def test_the_console_end_to_end(
     # of the sandbox's status in it where it happened.
     page.goto(f"{plane.url}/#/conversations/{cid}")
     expect(page.get_by_role("alert")).to_contain_text(
-        "Read-only: the sandbox is MISSING (you deleted it)"
+        "Read-only: the sandbox is missing (you deleted it)"
     )
-    expect(page.locator(".meta")).to_contain_text("MISSING you deleted it")
+    expect(page.locator(".meta")).to_contain_text("Missing you deleted it")
+    assert_no_raw_status(page)
     expect(page.get_by_role("button", name="Send")).to_be_disabled()
     expect(page.get_by_role("button", name="Pause")).to_be_disabled()
     expect(page.locator(".event-action .call", has_text="approved.txt")).to_be_visible()
@@ -524,7 +651,7 @@ def test_the_console_end_to_end(
     page.goto(f"{plane.url}/#/conversations/{second}")
     # Its record shown first: the lines it adds above the toolbar move the buttons down, and a
     # click sent while they move lands on whatever came under it.
-    expect(page.locator(".banner[role=alert]")).to_contain_text("Read-only: the sandbox is MISSING")
+    expect(page.locator(".banner[role=alert]")).to_contain_text("Read-only: the sandbox is missing")
     page.get_by_role("button", name="Delete conversation").click()
     shot(page, "17-conversation-delete")
     page.get_by_role("group", name="Delete this conversation?").get_by_role(
@@ -601,7 +728,7 @@ def test_streaming_text_shows_as_it_is_written(
         ["Missing: the sandbox's process vanished"], timeout=SLOW
     )
     expect(page.get_by_role("alert")).to_contain_text(
-        "Read-only: the sandbox is MISSING (the sandbox's process vanished)"
+        "Read-only: the sandbox is missing (the sandbox's process vanished)"
     )
     expect(page.get_by_role("button", name="Send")).to_be_disabled()
     shot(page, "03-sandbox-vanished")

@@ -124,7 +124,7 @@ def test_a_sandbox_network_changed_in_place(
 
     page.get_by_role("link", name="Sandboxes").click()
     card = page.locator(f"li[data-sandbox-id='{sid}']")
-    expect(card.locator("h2")).to_contain_text("RUNNING")
+    expect(card.locator("h2")).to_contain_text("Running")
     expect(card.locator(".policy")).to_have_text(f"Network: {INTERNET}")
     expect(card).not_to_contain_text("null")
     editor = card.get_by_role("group", name="Network of this sandbox")
