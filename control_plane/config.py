@@ -250,6 +250,13 @@ class Config(BaseModel):
     idle_seconds: float | None = Field(default=1800.0, gt=0)
     """A RUNNING sandbox without activity this long is paused (SPEC 3.1 Idle Time); unset: never."""
 
+    sandbox_hibernation: Literal["idle", "always", "off"] = "idle"
+    """Which pauses hibernate a sandbox where its provider can (process sandboxes): its
+    processes end, its files stay (workspace, state, disk), so it holds no memory; its resume
+    starts a new server that picks its conversations up (a run paused by the pause goes on;
+    shells and background processes of the agent are gone). `idle`: the pauses the timers make
+    (idle, the 12-hour cap); `always`: every pause; `off`: none (a pause freezes)."""
+
     deletion_seconds: float | None = Field(default=7 * 86400.0, gt=0)
     """A sandbox PAUSED this long is deleted with its conversations (SPEC 3.1 Deletion Time)."""
 

@@ -333,6 +333,7 @@ class Services:
             memory_floor=int(config.sandbox_memory_floor),
             # A start (or a pause waiting for runs) may hold a sandbox this long.
             guard_timeout=config.sandbox_start_timeout + config.pause_grace + 30,
+            hibernation=config.sandbox_hibernation,
         )
         settings = SettingsService(db, cipher)
         tasks = StartTaskService(

@@ -53,6 +53,8 @@ class Drift:
             if row is None or row.status.terminal:
                 return
             handle = handle_of(row)
+            if handle is None and row.status is SandboxStatus.PAUSED:
+                return  # hibernated: nothing of it runs, its files wait for its resume
             if handle is None:
                 if row.status is SandboxStatus.STARTING and self.sandboxes.starts.starting(row.id):
                     return

@@ -85,6 +85,10 @@ class Measured(Wrapper):
         with self._call("resume"):
             return await self.provider.resume(handle)
 
+    async def hibernate(self, handle: Handle, root_dir: Path) -> None:
+        with self._call("hibernate"):
+            await self.provider.hibernate(handle, root_dir)
+
     async def destroy(self, sandbox_id: str, handle: Handle | None, root_dir: Path) -> Path | None:
         with self._call("destroy"):
             return await self.provider.destroy(sandbox_id, handle, root_dir)

@@ -293,6 +293,15 @@ class SandboxProvider(abc.ABC):
         """Prepare what starts use (the process provider's template); nothing by default."""
         return None
 
+    hibernates: bool = False
+    """It can end a sandbox's processes and keep its files (`hibernate`), and start it again
+    from them (`create` on the same directory)."""
+
+    async def hibernate(self, handle: Handle, root_dir: Path) -> None:
+        """End every process of the sandbox, keep its files (workspace, state, its disk); its
+        next `create` from the same launch picks them up. Only where `hibernates`."""
+        raise ProviderError("this kind of sandbox cannot hibernate")
+
     async def ready(self) -> None:
         """Returns when what this provider drives sandboxes through answers now (a Docker
         Engine, a Swarm manager); ProviderError saying why not. Quick: asked by `GET /ready`

@@ -75,7 +75,9 @@ class SandboxService:
         max_live: int = 1000,
         memory_floor: int = 0,
         guard_timeout: float = 120,
+        hibernation: str = "off",
     ) -> None:
+        """`hibernation`: which pauses hibernate a sandbox (`Config.sandbox_hibernation`)."""
         self.db, self.provider, self.cipher, self.leases = db, provider, cipher, leases
         self.rows = SandboxRows(db)  # the lookups (by id, by session key) others share
         self.starts = Starts(
@@ -93,6 +95,7 @@ class SandboxService:
         #: sandbox-side routes are under it), as the sandbox's processes see it.
         self.control_plane_url = provider.inside(webhook_url.removesuffix(WEBHOOKS))
         self.runs, self.ring, self.guard_timeout = runs, ring, guard_timeout
+        self.hibernation = hibernation
         #: Each sandbox's lock in this process, the guard's first half (`guard`).
         self._locks: dict[str, asyncio.Lock] = {}
 
@@ -225,6 +228,7 @@ class SandboxService:
         *,
         when: Callable[[SandboxRow], bool] | None = None,
         brief: bool = False,
+        hibernate: bool | None = None,
     ) -> SandboxRow:
         """Capacity released, state kept; `detail` is shown as status_detail.
 
@@ -234,7 +238,9 @@ class SandboxService:
         that dies half-way leaves a sandbox the next one finishes pausing (`drift`), not one it
         takes for hung.
         `when`: a condition on the current row (a timer still due); not met, nothing happens.
-        `brief`: the refreeze after a brief thaw (no notice, no runs touched)."""
+        `brief`: the refreeze after a brief thaw (no notice, no runs touched).
+        `hibernate`: its processes ended and its memory freed, not frozen, where the provider
+        can (`SandboxProvider.hibernate`); None: as `hibernation` says for `reason`."""
         async with self.guard(row.id):
             row = await self.current(row.id)
             if when is not None and not when(row):
@@ -246,8 +252,13 @@ class SandboxService:
             await rows.set_fields(
                 self.db, row.id, pausing_reason=reason.value, pausing_detail=detail
             )
+            if hibernate is None:
+                timers = reason in (SandboxReason.IDLE, SandboxReason.SESSION_CAP)
+                hibernate = self.hibernation == "always" or (self.hibernation == "idle" and timers)
             try:
-                paused = await self.freeze(row, handle, reason, detail, brief=brief)
+                paused = await self.freeze(
+                    row, handle, reason, detail, brief=brief, hibernate=hibernate
+                )
             except Exception:  # not under way any more (a shutdown's cancellation leaves it)
                 await rows.set_fields(self.db, row.id, pausing_reason=None, pausing_detail=None)
                 raise
@@ -261,14 +272,20 @@ class SandboxService:
         detail: str | None,
         *,
         brief: bool = False,
+        hibernate: bool = False,
     ) -> SandboxRow | None:
-        """The pause's work, under the guard: runs paused, the sandbox frozen, PAUSED stored
+        """The pause's work, under the guard: runs paused, the sandbox frozen (or hibernated:
+        its processes ended, its handle forgotten, so nothing looks for them), PAUSED stored
         (the row as paused; None when it was deleted meanwhile)."""
         target = self.target(row)
         if not brief and self.runs is not None and target is not None:
             await self.runs.pause(row.id, target)
         try:
-            await self.provider.pause(handle)
+            if hibernate and self.provider.hibernates:
+                await self.provider.hibernate(handle, Path(row.root_dir))
+                await rows.set_fields(self.db, row.id, ref=None, port=None, host=None)
+            else:
+                await self.provider.pause(handle)
         except ProviderError as exc:
             await self.enter(row.id, SandboxStatus.ERROR, SandboxReason.UNHEALTHY, str(exc))
             raise Conflict(f"sandbox {row.id} cannot be paused: {exc}") from None
@@ -288,9 +305,13 @@ class SandboxService:
             if not transition(row.id, row.status, SandboxStatus.RUNNING, "resumed"):
                 return row
             handle = handle_of(row)
-            assert handle is not None
             try:
-                moved = await self.provider.resume(handle)
+                # Hibernated (no handle): started again from its files, as after a restart.
+                moved = await (
+                    self.provider.create(self.launch_of(row))
+                    if handle is None
+                    else self.provider.resume(handle)
+                )
             except Refused as exc:  # intact, only not now (its node is down): stays PAUSED
                 raise Conflict(f"sandbox {row.id} cannot be resumed now: {exc}") from None
             except ProviderError as exc:

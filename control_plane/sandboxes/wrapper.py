@@ -31,6 +31,7 @@ class Wrapper(SandboxProvider):
         self.start_timeout = provider.start_timeout
         self.single_tenant = provider.single_tenant
         self.host_loopback = provider.host_loopback
+        self.hibernates = provider.hibernates
 
     async def start(self) -> None:
         await self.provider.start()
@@ -69,6 +70,9 @@ class Wrapper(SandboxProvider):
 
     async def resume(self, handle: Handle) -> Handle:
         return await self.provider.resume(handle)
+
+    async def hibernate(self, handle: Handle, root_dir: Path) -> None:
+        await self.provider.hibernate(handle, root_dir)
 
     async def destroy(self, sandbox_id: str, handle: Handle | None, root_dir: Path) -> Path | None:
         return await self.provider.destroy(sandbox_id, handle, root_dir)

@@ -75,6 +75,7 @@ def isolated_spec(isolation: Isolation) -> SandboxSpec:
 
 class ProcessProvider(SandboxProvider):
     host_loopback = True  # its sandboxes are this machine's processes
+    hibernates = True  # a start on the same directory picks its files up
 
     def __init__(
         self,
@@ -103,6 +104,7 @@ class ProcessProvider(SandboxProvider):
             ProcessNetwork(network) if network is not None and isolation is not None else None
         )
         self.disks = disks if isolation is not None else None
+        self.groups = groups
         self.single_tenant = isolation is None and not settings.shared_host
         #: Launchers started by this process (`spawn`), reaped so they never linger as zombies.
         self.children = Children()
@@ -209,6 +211,16 @@ class ProcessProvider(SandboxProvider):
             Leader.of(handle).running,
         )
         return handle
+
+    async def hibernate(self, handle: Handle, root_dir: Path) -> None:
+        """Its processes ended as a destroy ends them, its network and cgroups taken back;
+        its directory (and its disk, mounted) kept for the next `create`."""
+        if Leader.of(handle).holds_group():
+            await self.stopper.stop(handle, root_dir)
+        if self.network is not None:
+            await self.network.remove(handle.sandbox_id)
+        if self.groups is not None:
+            await asyncio.to_thread(self.groups.remove, handle.sandbox_id)
 
     async def destroy(self, sandbox_id: str, handle: Handle | None, root_dir: Path) -> Path | None:
         if handle is not None and Leader.of(handle).holds_group():

@@ -81,6 +81,8 @@ def clock() -> FrozenClock:
 
 
 def plane(tmp_path: Path, clock: Clock, **config: object) -> Iterator[ControlPlane]:
+    """The timers' pauses freeze here (their hibernation is test_hibernation's)."""
+    config = {"sandbox_hibernation": "off", **config}
     server = ControlPlane(
         make_config(tmp_path / "cp", lifecycle_interval=ROUND, **config), clock
     ).start()
