@@ -14,7 +14,10 @@ that runs at once against the scripted LLM:
   processes from /proc/<pid>/smaps_rollup (PSS: shared pages divided among their sharers,
   so N sandboxes that share a page pay 1/N of it each); rss_idle_mib the same as RSS;
 - pss_after_steps_mib: the same after one conversation of each sandbox ran `--steps` steps
-  (the think tool, so the figure is the server's own, not a tool's).
+  (the think tool, so the figure is the server's own, not a tool's);
+- hibernate_s, hibernated_pss_mib, hibernated_resume_to_running_s and
+  hibernated_resume_to_first_request_s: each sandbox then paused into hibernation, what its
+  processes hold meanwhile, its resume to RUNNING and to its conversation's next model call.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from control_plane.providers.process.environment import ready_marker  # noqa: E402
 from core import namespaces, processes  # noqa: E402
 from tests.control_plane.support import (  # noqa: E402
     ControlPlane,
@@ -129,6 +133,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             max_sandboxes_per_user=args.sandboxes + 5,
             sandbox_provider=args.provider,
             sandbox_template=args.template == "on",
+            sandbox_hibernation="always",  # the hibernation rows pause each one
         )
         plane = ControlPlane(config).start()
         template = Path(tmp) / "template" / "template.sock"
@@ -203,6 +208,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 )
             time.sleep(args.settle)
             busy = [memory_kib(sandbox_tree(pid)) for pid in pids.values()]
+            hibernated = hibernation(plane, client, llm, conversations)
         finally:
             plane.stop()
             llm.stop()
@@ -223,7 +229,61 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         f"uss_after_{args.steps}_steps_mib": summary(
             [(m["Private_Clean"] + m["Private_Dirty"]) / 1024 for m in busy], 1
         ),
+        **hibernated,
     }
+
+
+def hibernation(
+    plane: ControlPlane, client: Any, llm: ScriptedLLM, conversations: list[str]
+) -> dict[str, Any]:
+    """Each sandbox paused into hibernation, then resumed: the pause's time, the memory its
+    processes hold meanwhile (every process carrying its mark), the resume to RUNNING, and
+    the resume to its conversation's next model call."""
+    sandboxes = {
+        cid: client.get("/api/v1/app-conversations", params={"ids": cid}).json()[0]["sandbox_id"]
+        for cid in conversations
+    }
+    pause_s, resume_s, first_s, left = [], [], [], []
+    for sid in sandboxes.values():
+        began = time.monotonic()
+        client.post(f"/api/v1/sandboxes/{sid}/pause", timeout=120).raise_for_status()
+        pause_s.append(time.monotonic() - began)
+    for sid in sandboxes.values():
+        marker = ready_marker(plane.config.state_dir / "sandboxes" / sid)
+        left.append(memory_kib(marked(marker))["Pss"] / 1024)
+    for cid, sid in sandboxes.items():
+        llm.responder = None
+        llm.script("density", call("finish", message="again"))
+        asked = len(llm.timings["density"])
+        began = time.monotonic()
+        client.post(f"/api/v1/sandboxes/{sid}/resume", timeout=120).raise_for_status()
+        resume_s.append(time.monotonic() - began)
+        client.post(
+            f"/api/v1/app-conversations/{cid}/send-message",
+            json={"role": "user", "content": [{"type": "text", "text": "again"}], "run": True},
+        ).raise_for_status()
+        wait_for(lambda asked=asked: len(llm.timings["density"]) > asked, 60, interval=0.005)
+        first_s.append(llm.timings["density"][asked][0] - began)
+    return {
+        "hibernate_s": summary(pause_s),
+        "hibernated_pss_mib": summary(left, 1),
+        "hibernated_resume_to_running_s": summary(resume_s),
+        "hibernated_resume_to_first_request_s": summary(first_s),
+    }
+
+
+def marked(marker: bytes) -> list[int]:
+    """Every process whose environment carries `marker` (each of a sandbox's does)."""
+    found = []
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                with open(f"/proc/{entry.name}/environ", "rb") as f:
+                    if marker in f.read().split(b"\0"):
+                        found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
 
 
 def main() -> None:
