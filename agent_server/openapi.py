@@ -53,8 +53,62 @@ def _tool_specs(components: dict[str, Any]) -> None:
         }
 
 
+#: The operation whose body is merged into what is stored (`agent_server.settings.deep_merge`).
+MERGED = ("/api/settings", "patch")
+
+
+def _nullable(schema: dict[str, Any]) -> dict[str, Any]:
+    if any(branch.get("type") == "null" for branch in schema.get("anyOf", ())):
+        return schema
+    return {"anyOf": [schema, {"type": "null"}]}
+
+
+def _merge_patch(schema: dict[str, Any], components: dict[str, Any]) -> dict[str, Any]:
+    """A body deep-merged into a stored value, as deep_merge reads it: an object's fields
+    merge one by one (none required; null removes one that has a default, back to it); a
+    map's entries come whole, or null to remove one; anything else (a list, a union of forms,
+    a scalar) replaces what is stored. The stored value's own schema said every field was
+    required whole: `{"acp_agents": null}` was a valid patch refused by the document
+    (schemathesis' ST201)."""
+    if "$ref" in schema:
+        name = schema["$ref"].rsplit("/", 1)[-1]
+        patch = name.removesuffix("-Input") + "-Patch"
+        if patch not in components:
+            components[patch] = {}  # (a model that holds itself)
+            components[patch] = _merge_patch(components[name], components)
+        return {"$ref": REF.format(model=patch)}
+    branches = schema.get("anyOf", ())
+    if len(branches) == 2 and {"type": "null"} in branches:  # an optional object, merged too
+        return {**schema, "anyOf": [_merge_patch(b, components) for b in branches]}
+    if "properties" in schema:
+        required = set(schema.get("required", ()))
+        fields = {
+            name: (
+                _merge_patch(field, components)
+                if name in required
+                else _nullable(_merge_patch(field, components))
+            )
+            for name, field in schema["properties"].items()
+        }
+        return {k: v for k, v in schema.items() if k != "required"} | {"properties": fields}
+    if isinstance(schema.get("additionalProperties"), dict):
+        return {**schema, "additionalProperties": _nullable(schema["additionalProperties"])}
+    return schema
+
+
+def _merged_bodies(document: dict[str, Any]) -> dict[str, Any]:
+    path, method = MERGED
+    body = document["paths"][path][method]["requestBody"]["content"]["application/json"]
+    body["schema"] = _merge_patch(body["schema"], document["components"]["schemas"])
+    return document
+
+
 def build(routes: list[BaseRoute], guarded: tuple[str, ...] = ("/api",)) -> dict[str, Any]:
     """`guarded`: the path prefixes that need the session key (SessionAuth's)."""
+    return _merged_bodies(_build(routes, guarded))
+
+
+def _build(routes: list[BaseRoute], guarded: tuple[str, ...]) -> dict[str, Any]:
     return openapi.build(
         routes,
         openapi.Service(

@@ -59,7 +59,12 @@ class FileMissing(WorkspaceError):
 
 
 class NotAFile(WorkspaceError):
-    """A directory (or a device, a socket) where a regular file was asked for."""
+    """A directory (or a device, a socket) where a regular file was asked for, or a file where
+    a directory was: what the workspace holds there conflicts with the request (409), which
+    was valid as written (a 400 said it was not: schemathesis' ST202 on a write under a file
+    an earlier write had made)."""
+
+    status_code = 409
 
 
 class NameTooLong(WorkspaceError):

@@ -1,5 +1,6 @@
 """The fuzz of tests/agent_server/api/test_fuzz.py, longer: every operation of the served
-/openapi.json with many more generated requests, valid and invalid.
+/openapi.json with many more generated requests, valid and invalid, and every case of
+schemathesis' coverage phase (the suite takes FUZZ_COVERAGE of them).
 
     .venv/bin/python bench/fuzz.py [--examples 500]
 
@@ -22,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import schemathesis
 from schemathesis import GenerationMode
 
-from tests.agent_server.api.test_fuzz import OPERATIONS, configure, fuzz
+from tests.agent_server.api.test_fuzz import OPERATIONS, configure, coverage_cases, fuzz, send
 from tests.support.inprocess import served
 
 
@@ -50,6 +51,9 @@ def main() -> None:
                         args.examples,
                         derandomize=False,
                     )
+                    for case in coverage_cases(schema, method, path, mode, 0):  # all of them
+                        send(case, url, Path(tmp) / "workspace", method, path, mode)
+                        sent += 1
                 except KeyboardInterrupt:
                     raise
                 except BaseException as exc:  # noqa: BLE001 (a failure group: report, go on)

@@ -165,8 +165,15 @@ class PipelineCondenser(Lenient):
 
 
 def condenser_tag(value: Any) -> str:
-    """Our own form has no `kind`; the SDK's kinds name themselves."""
-    kind = value.get("kind") if isinstance(value, dict) else getattr(value, "kind", None)
+    """Our own form has no `kind`; the SDK's kinds name themselves. A `kind` given as anything
+    but one of their names (null among them) names no form: refused, as the document's `oneOf`
+    says, not read as ours with the rest ignored."""
+    if isinstance(value, dict):
+        if "kind" not in value:
+            return "ours"
+        kind = value["kind"]
+        return kind if isinstance(kind, str) and kind != "ours" else "unnamed"
+    kind = getattr(value, "kind", None)
     return "ours" if kind is None else str(kind)
 
 

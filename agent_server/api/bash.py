@@ -12,7 +12,7 @@ from starlette.responses import Response
 
 from agent_server.agent.spec import Lenient
 from agent_server.api.io import read_body, services
-from agent_server.api.schemas import NO_NUL
+from agent_server.api.schemas import NO_NUL, PathText
 from agent_server.api.workspace import git_author, scope
 from agent_server.commands import MAX_KEPT, BashCommand, BashOutput
 from web.errors import NotFound
@@ -23,7 +23,7 @@ class StartCommand(Lenient):
     command: str = Field(min_length=1, max_length=100_000, pattern=NO_NUL)
     """Run by `bash -c`; it may not hold NUL (a C string would end there: what runs would not
     be what is stored and shown)."""
-    cwd: str | None = Field(default=None, min_length=1, max_length=4096, pattern=NO_NUL)
+    cwd: PathText | None = None
     """Relative to the working directory, or absolute inside it."""
     timeout: float = Field(default=300, gt=0, le=3600)
     """Seconds; then the command's whole process group is killed."""
@@ -65,7 +65,7 @@ async def start(request: Request) -> Response:
     summary="Run a shell command to its end and answer its BashOutput",
     body=StartCommand,
     response=BashOutput,
-    errors=(400, 403, 404),
+    errors=(400, 403, 404, 409),
 )
 async def execute(request: Request) -> Response:
     where = scope(request)

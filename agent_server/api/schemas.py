@@ -26,6 +26,7 @@ from agent_server.agent.spec import (
 )
 from agent_server.record import ConversationInfo as ConversationInfo
 from agent_server.record import Secrets, Tags
+from agent_server.workspace import NAME_MAX
 from core.ids import EVENT_ID_PATTERN
 from events.kinds import KindName
 
@@ -147,19 +148,29 @@ class EventPage(BaseModel):
 
 #: Text that becomes a path or a program's argument: a NUL would cut it short.
 NO_NUL = r"^[^\x00]*$"
+#: A path as the document states it: no NUL, no component over NAME_MAX characters (the coverage
+#: phase of schemathesis sent 4096 zeros as a valid `path`, and was refused). JSON Schema counts
+#: characters; the server counts bytes (`workspace.resolve`): a component past NAME_MAX bytes, or
+#: a path past PATH_MAX once resolved, is one no file system here holds, a 400 on every route.
+PATH_SCHEMA: dict[str, Any] = {
+    "pattern": rf"^(?:[^/\x00]{{0,{NAME_MAX}}}/)*[^/\x00]{{0,{NAME_MAX}}}$"
+}
+PathText = Annotated[
+    str, Field(min_length=1, max_length=4096, pattern=NO_NUL, json_schema_extra=PATH_SCHEMA)
+]
 
 
 class FileQuery(Lenient):
     """?path= of GET and POST .../file: relative to the working directory, or absolute in it."""
 
-    path: str = Field(min_length=1, max_length=4096, pattern=NO_NUL)
+    path: PathText
 
 
 class ListQuery(Lenient):
     """?path= of GET .../files: a directory in the working directory (absent: the directory
     itself)."""
 
-    path: str | None = Field(default=None, min_length=1, max_length=4096, pattern=NO_NUL)
+    path: PathText | None = None
 
 
 class FileEntry(BaseModel):
@@ -195,14 +206,14 @@ class FileUploaded(BaseModel):
 
 
 class ChangesQuery(Lenient):
-    path: str | None = Field(default=None, min_length=1, max_length=4096, pattern=NO_NUL)
+    path: PathText | None = None
     """A directory (relative, or absolute inside a working directory): the repositories at or
     below it, or, inside a repository, that one's changes under it; paths relative to it.
     Default: the working directory."""
 
 
 class DiffQuery(Lenient):
-    path: str | None = Field(default=None, min_length=1, max_length=4096, pattern=NO_NUL)
+    path: PathText | None = None
     """One file; without it the whole unified diff comes back as text/plain."""
 
 
@@ -211,7 +222,7 @@ class RunCommand(Lenient):
 
     command: str = Field(min_length=1, max_length=100_000, pattern=NO_NUL)
     """Run by `bash -c`; it may not hold NUL (a C string would end there)."""
-    cwd: str | None = Field(default=None, min_length=1, max_length=4096, pattern=NO_NUL)
+    cwd: PathText | None = None
     """Relative to the working directory (or absolute inside it)."""
     timeout: float = Field(default=60, gt=0, le=600)
     """Seconds; then the command's whole process group is killed."""

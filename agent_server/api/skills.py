@@ -7,13 +7,14 @@ from __future__ import annotations
 import asyncio
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel
 from starlette.requests import Request
 from starlette.responses import Response
 
 from agent_server.agent import skills
 from agent_server.agent.spec import Lenient
 from agent_server.api.io import conversation, read_body
+from agent_server.api.schemas import PathText
 from agent_server.api.workspace import scope
 from agent_server.workspace import NotAFile
 from web.errors import NotFound
@@ -36,9 +37,7 @@ class SkillsRequest(Lenient):
     load_user: bool = True
     load_project: bool = True
     load_org: bool = True
-    project_dir: str | None = Field(
-        default=None, min_length=1, max_length=4096, pattern=r"^[^\x00]*$"
-    )
+    project_dir: PathText | None = None
 
 
 class LoadedSkill(BaseModel):
@@ -67,7 +66,7 @@ class LoadedSkills(BaseModel):
     ".agents/skills/*/SKILL.md); public, user and organisation skills are not fetched",
     body=SkillsRequest,
     response=LoadedSkills,
-    errors=(403, 404),
+    errors=(400, 403, 404),
 )
 async def load(request: Request) -> Response:
     body = await read_body(request, SkillsRequest)

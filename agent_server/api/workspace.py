@@ -78,7 +78,7 @@ def git_author(request: Request) -> dict[str, str]:
     summary="A workspace file, streamed with a guessed content type",
     query=FileQuery,
     media={"*/*": {"type": "string", "format": "binary"}},
-    errors=(400, 403, 404, 413),
+    errors=(400, 403, 404, 409, 413),
 )
 async def get_file(request: Request) -> Response:
     where = scope(request)
@@ -105,7 +105,7 @@ MAX_ENTRIES = 1000
     summary="The entries of a workspace directory (the console's file browser)",
     query=ListQuery,
     response=FileListing,
-    errors=(400, 403, 404),
+    errors=(400, 403, 404, 409),
 )
 async def list_files(request: Request) -> Response:
     where = scope(request)
@@ -145,7 +145,7 @@ UPLOAD = (
 )
 
 
-@doc(summary=UPLOAD, query=FileQuery, response=FileWritten, errors=(400, 403, 404, 413))
+@doc(summary=UPLOAD, query=FileQuery, response=FileWritten, errors=(400, 403, 404, 409, 413))
 async def upload_file(request: Request) -> Response:
     root, path, size = await _upload(request)
     return reply(FileWritten(path=relative(root, path), size=size))
@@ -155,7 +155,7 @@ async def upload_file(request: Request) -> Response:
     summary=UPLOAD + " (the OpenHands answer)",
     query=FileQuery,
     response=FileUploaded,
-    errors=(400, 403, 404, 413),
+    errors=(400, 403, 404, 409, 413),
 )
 async def upload(request: Request) -> Response:
     root, path, size = await _upload(request)
@@ -225,7 +225,7 @@ async def _read(upload: UploadFile) -> AsyncIterator[bytes]:
     "and an X-Detail header",
     query=ChangesQuery,
     response=list[GitChange],
-    errors=(400, 403, 404),
+    errors=(400, 403, 404, 409),
 )
 async def git_changes(request: Request) -> Response:
     where = scope(request)
@@ -246,7 +246,7 @@ async def git_changes(request: Request) -> Response:
     query=DiffQuery,
     response=GitDiff,
     media={"text/plain": {"type": "string"}},
-    errors=(400, 403, 404, 413),
+    errors=(400, 403, 404, 409, 413),
 )
 async def git_diff(request: Request) -> Response:
     where = scope(request)
@@ -271,7 +271,7 @@ async def git_diff(request: Request) -> Response:
     "and masked in its output",
     body=RunCommand,
     response=CommandResult,
-    errors=(400, 403, 404),
+    errors=(400, 403, 404, 409),
 )
 async def run_command(request: Request) -> Response:
     where = scope(request)

@@ -55,7 +55,7 @@ CASES: list[tuple[ServiceError, type[ServiceError], int, int]] = [
     (OutsideWorkspace("x"), WorkspaceError, 403, status.WS_1011_INTERNAL_ERROR),
     (PermissionDenied("x"), WorkspaceError, 403, status.WS_1011_INTERNAL_ERROR),
     (FileMissing("x"), WorkspaceError, 404, status.WS_1011_INTERNAL_ERROR),
-    (NotAFile("x"), WorkspaceError, 400, status.WS_1011_INTERNAL_ERROR),
+    (NotAFile("x"), WorkspaceError, 409, status.WS_1011_INTERNAL_ERROR),
     (TooLarge("x", 10), WorkspaceError, 413, status.WS_1011_INTERNAL_ERROR),
     (UpstreamError("Code", "x"), ServiceError, 502, status.WS_1011_INTERNAL_ERROR),
 ]

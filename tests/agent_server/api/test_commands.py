@@ -63,7 +63,7 @@ def test_runs_in_the_workspace_with_exit_code_and_streams(
     url = f"/api/conversations/{cid}/commands"
     assert client.post(url, json={"command": "pwd", "cwd": "../"}).status_code == 403
     assert client.post(url, json={"command": "pwd", "cwd": "missing"}).status_code == 404
-    assert client.post(url, json={"command": "pwd", "cwd": "file.txt"}).status_code == 400
+    assert client.post(url, json={"command": "pwd", "cwd": "file.txt"}).status_code == 409
     for bad in (
         {},
         {"command": ""},

@@ -105,7 +105,7 @@ def test_diff_of_one_file_and_of_everything(
     }
     assert diff("keep.txt").json()["original"] == diff("keep.txt").json()["modified"]
     assert diff("nothing.txt").status_code == 404
-    assert diff("dir").status_code == 400
+    assert diff("dir").status_code == 409
     assert diff("../elsewhere").status_code == 403
 
     r = client.get(url + "/git/diff")

@@ -110,8 +110,8 @@ def test_missing_directory_and_bad_requests(client: httpx.Client, url: str, ws: 
     assert r.status_code == 404 and "nope.txt" in r.json()["detail"]
     assert client.get(url, params={"path": "dir/nope/deeper"}).status_code == 404
     r = client.get(url, params={"path": "dir"})
-    assert r.status_code == 400 and "directory" in r.json()["detail"]
-    assert client.get(url, params={"path": "."}).status_code == 400
+    assert r.status_code == 409 and "directory" in r.json()["detail"]
+    assert client.get(url, params={"path": "."}).status_code == 409  # a directory
     r = client.get(url)
     assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["query", "path"]
     assert (
@@ -170,9 +170,9 @@ def test_upload_then_download_round_trip(client: httpx.Client, url: str, ws: Pat
 
     r = client.post(url, params={"path": "x.txt"}, files={"other": ("a", b"b")})
     assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "file"]
-    assert client.post(url, params={"path": "new"}, content=b"x").status_code == 400
+    assert client.post(url, params={"path": "new"}, content=b"x").status_code == 409
     r = client.post(url, params={"path": "form.txt/child"}, content=b"x")
-    assert r.status_code == 400 and "not a directory" in r.json()["detail"]
+    assert r.status_code == 409 and "not a directory" in r.json()["detail"]
     assert client.post(url, params={"path": "empty.txt"}, content=b"").json()["size"] == 0
 
 

@@ -371,9 +371,27 @@ def test_the_consoles_helpers_keep_to_the_users_workspace(
         r = client.get(base + "/files", params={"path": path})
         assert r.status_code == 403, (path, r.status_code, r.text)
         assert "secret.txt" not in r.text
-    assert client.get(base + "/files", params={"path": "src/a.txt"}).status_code == 400
+    assert client.get(base + "/files", params={"path": "src/a.txt"}).status_code == 409
     assert client.get(base + "/files", params={"path": "nothing"}).status_code == 404
     assert client.get(base + "/files", params={"path": ""}).status_code == 422
+
+    # The sandbox's whole workspace (`scope=sandbox`, the panel's Files): this conversation's
+    # directory is one of its entries, and still nothing outside the workspace is reachable.
+    wide = client.get(base + "/files", params={"scope": "sandbox"})
+    assert wide.status_code == 200, wide.text
+    own = conversation(client, cid)["working_dir"].rstrip("/").rsplit("/", 1)[1]
+    assert own in [e["name"] for e in wide.json()["entries"] if e["is_dir"]], wide.text
+    inner = client.get(base + "/files", params={"scope": "sandbox", "path": f"{own}/src"})
+    assert [e["path"] for e in inner.json()["entries"]] == [f"{own}/src/a.txt"]
+    read = client.get(base + "/file", params={"scope": "sandbox", "path": f"{own}/src/a.txt"})
+    assert read.status_code == 200 and read.text == "hi\n"
+    for path in ("..", f"{own}/link", str(outside), "/etc", f"{own}/../..", f"{own}/src/../../.."):
+        r = client.get(base + "/files", params={"path": path, "scope": "sandbox"})
+        assert r.status_code == 403, (path, r.status_code, r.text)
+        assert "secret.txt" not in r.text
+        r = client.get(base + "/file", params={"path": f"{path}/secret.txt", "scope": "sandbox"})
+        assert r.status_code == 403 and "not yours" not in r.text, (path, r.status_code, r.text)
+    assert client.get(base + "/files", params={"scope": "everything"}).status_code == 422
 
     # A title from the model (the title prompt is answered; the script is left alone).
     llm.interceptor = lambda _key, body: (
@@ -408,6 +426,7 @@ def test_the_consoles_helpers_keep_to_the_users_workspace(
     # Another user sees none of it.
     other = control_plane.client(control_plane.new_user("mallory"))
     assert other.get(base + "/files").status_code == 404
+    assert other.get(base + "/files", params={"scope": "sandbox"}).status_code == 404
     assert other.post(base + "/generate-title").status_code == 404
     assert conversation(client, cid)["title"] == "Source folder setup"
     assert control_plane.client(None).get("/api/v1/settings/llm-models").status_code == 401
