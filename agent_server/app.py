@@ -100,6 +100,7 @@ ROUTES = literal_first(
                 ),
             )
         ),
+        Route("/api/files", workspace.list_files, methods=["GET"]),
         Route("/api/git/changes", workspace.git_changes, methods=["GET"]),
         Route("/api/git/diff", workspace.git_diff, methods=["GET"]),
         Route(C + "/download", export.download, methods=["GET"]),

@@ -13,8 +13,10 @@ from starlette.middleware import Middleware
 from starlette.routing import Mount
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from control_plane import app_urls
 from control_plane.api import (
     admin,
+    apps,
     controls,
     events,
     fences,
@@ -48,6 +50,7 @@ from web.routing import Route, literal_first
 V1 = "/api/v1"
 C = V1 + "/app-conversations/{conversation_id}"
 S = V1 + "/sandboxes/{sandbox_id}"
+APPS = app_urls.PREFIX
 
 ROUTES = [
     Route("/health", server.health, methods=["GET"]),
@@ -71,6 +74,7 @@ ROUTES = [
     Route(C + "/interrupt", controls.interrupt, methods=["POST"]),
     Route(C + "/confirmation-policy", controls.confirmation_policy, methods=["POST"]),
     Route(C + "/respond-to-confirmation", controls.respond_to_confirmation, methods=["POST"]),
+    Route(C + "/llm", controls.llm, methods=["POST"]),
     Route(C + "/file", convs.file, methods=["GET"]),
     Route(C + "/files", files.files, methods=["GET"]),
     Route(C + "/generate-title", llm.generate_title, methods=["POST"]),
@@ -92,6 +96,7 @@ ROUTES = [
     Route(S, sandboxes.delete, methods=["DELETE"]),
     Route(S, sandboxes.patch, methods=["PATCH"]),
     Route(S + "/network", sandboxes.network, methods=["GET"]),
+    Route(S + "/app-url", apps.app_url, methods=["GET"]),
     Route(V1 + "/network/fences", fences.report, methods=["POST"]),
     Route(V1 + "/sandbox-specs/search", sandboxes.specs, methods=["GET"]),
     Route(V1 + "/users/me", users.me, methods=["GET"]),
@@ -104,6 +109,13 @@ ROUTES = [
     Route(V1 + "/webhooks/events/{conversation_id}", webhooks.receive, methods=["POST"]),
     Route(V1 + "/webhooks/conversations", webhooks.conversation, methods=["POST"]),
     Route(V1 + "/admin/audit", admin.audit, methods=["GET"]),
+    # The web apps sandboxes serve, for browsers (outside /api/v1: a link is its credential).
+    Route(
+        APPS + "{rest:path}",
+        apps.proxy,
+        methods=["GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"],
+        name="sandbox-apps",
+    ),
 ]
 #: Literal paths first (`web.routing`): PATCH .../app-conversations/count is a 405.
 ROUTES = literal_first(ROUTES)
@@ -144,7 +156,7 @@ def build_app(
         middleware=[
             Middleware(StartRefusal),
             Middleware(Observe, routes=routes),
-            Middleware(AccessLog, logger="control_plane.access"),
+            Middleware(AccessLog, logger="control_plane.access", redact=app_urls.logged),
             Middleware(SecurityHeaders),
             Middleware(SandboxSide),
         ],

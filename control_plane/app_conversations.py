@@ -49,12 +49,17 @@ INSPECTION = {
     "hooks": "/hooks",
 }
 
+#: The same over the whole workspace of the sandbox (every conversation's directory in it).
+SANDBOX_INSPECTION = {"file": "/api/file/download", "files": "/api/files"}
+
 #: The agent-server routes that steer a conversation (the console's buttons).
 CONTROLS = {
     "pause": "/pause",
     "interrupt": "/interrupt",
     "confirmation-policy": "/confirmation_policy",
     "respond-to-confirmation": "/events/respond_to_confirmation",
+    "switch-llm": "/switch_llm",
+    "run": "/run",
 }
 
 
@@ -338,6 +343,20 @@ class AppConversationService:
             raw = await self.agents.raw_get(
                 target, f"/api/conversations/{row.id}{INSPECTION[what]}", params
             )
+        except AgentError as exc:
+            raise UpstreamError("sandbox", str(exc)) from None
+        if raw.status >= 500 or raw.status == 401:
+            raise UpstreamError("sandbox", f"the agent server answered {raw.status}")
+        await self.touch(row)
+        return raw
+
+    async def inspect_sandbox(self, row: ConversationRow, what: str, params: dict[str, str]) -> Raw:
+        """As `inspect`, over the whole workspace of the conversation's sandbox (the agent
+        server's own routes, `SANDBOX_INSPECTION`: confined to its workspace, not to this
+        conversation's directory in it)."""
+        target = await self._target(row, resume=True)
+        try:
+            raw = await self.agents.raw_get(target, SANDBOX_INSPECTION[what], params)
         except AgentError as exc:
             raise UpstreamError("sandbox", str(exc)) from None
         if raw.status >= 500 or raw.status == 401:

@@ -3,7 +3,9 @@ build step) and the security headers every answer of the control plane carries.
 
 The console talks to `/api/v1` only, with the account key from the tab's session storage as its
 Bearer header. Its Content-Security-Policy allows scripts, styles and connections from this
-origin alone, no inline script or style, no plugins, no framing, and no form posts elsewhere;
+origin alone, no inline script or style, no plugins, no framing of it, and no form posts
+elsewhere; the one frame it holds is a sandbox's web app (`frame-src 'self'`: served under
+/sandbox-apps as a sandboxed document, `control_plane.app_urls`);
 the scripts render whatever an event holds as text (`textContent`), never as HTML.
 """
 
@@ -18,7 +20,7 @@ STATIC = Path(__file__).parent / "static"
 
 CSP = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
-    "connect-src 'self'; font-src 'none'; object-src 'none'; base-uri 'none'; "
+    "connect-src 'self'; frame-src 'self'; font-src 'none'; object-src 'none'; base-uri 'none'; "
     "form-action 'self'; frame-ancestors 'none'"
 )
 

@@ -203,6 +203,9 @@ class SandboxRow:
     network_policy: dict[str, Any] | None = None
     """Its egress policy as stored (`network`; None for a sandbox made before there was one:
     `open`)."""
+    name: str = ""
+    """Its readable name ("brisk-otter-42"), unique among its user's sandboxes
+    (`sandboxes.names`)."""
 
     @property
     def network(self) -> NetworkPolicy:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -15,12 +16,21 @@ from web.logs import escape
 
 
 class AccessLog:
-    def __init__(self, app: ASGIApp, logger: str, on_activity: Any = None) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        logger: str,
+        on_activity: Any = None,
+        redact: Callable[[str], str] | None = None,
+    ) -> None:
         """`logger`: the name lines are logged under (`<service>.access`); `on_activity`:
-        called after each request (the agent server's idle clock)."""
+        called after each request (the agent server's idle clock); `redact`: the path as it
+        may be logged (a capability in a path, as the control plane's app links carry, is
+        a credential like any other)."""
         self.app = app
         self.logger = logging.getLogger(logger)
         self.on_activity = on_activity
+        self.redact = redact
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] not in ("http", "websocket"):
@@ -46,4 +56,5 @@ class AccessLog:
                 self.on_activity()
             ms = (time.perf_counter() - started) * 1000
             method = escape(str(scope.get("method", "WS")))
-            self.logger.info("%s %s %s %.1fms", method, escape(scope["path"]), status or 500, ms)
+            path = scope["path"] if self.redact is None else self.redact(scope["path"])
+            self.logger.info("%s %s %s %.1fms", method, escape(path), status or 500, ms)

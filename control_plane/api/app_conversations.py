@@ -127,6 +127,9 @@ class FileQuery(BaseModel):
     file_path: str | None = Field(default=None, min_length=1, max_length=4096)
     """The app server's form (when `path` is not given): the text as a JSON string, `""` when
     there is no such file. With neither, there is no file to read: 404."""
+    scope: Literal["conversation", "sandbox"] = "conversation"
+    """Where `path` is read: the conversation's directory, or (`sandbox`) the whole workspace
+    of its sandbox."""
 
 
 class DiffQuery(BaseModel):
@@ -308,6 +311,11 @@ async def file(request: Request) -> Response:
     assert params is not None
     if params.path is None and params.file_path is None:
         raise NotFound("no file named: give path (its bytes) or file_path (its text as JSON)")
+    if params.path is not None and params.scope == "sandbox":  # the sandbox's whole workspace
+        raw = await services(request).conversations.inspect_sandbox(
+            row, "file", {"path": params.path}
+        )
+        return downloads.served(raw, params.path, downloads.OUTSIDE_SANDBOX)
     if params.path is not None:  # its bytes, as a download (never rendered on this origin)
         raw = await services(request).conversations.inspect(row, "file", {"path": params.path})
         return downloads.served(raw, params.path)

@@ -17,12 +17,14 @@ from control_plane.agent_client import Raw
 #: What a 403 of the agent server's file route says instead of its own words (they hold the
 #: workspace's absolute path).
 OUTSIDE = "the path is outside the conversation's working directory"
+#: The same, for a path read in the sandbox's whole workspace (`scope=sandbox`).
+OUTSIDE_SANDBOX = "the path is outside the sandbox's workspace"
 
 
-def served(raw: Raw, path: str) -> Response:
+def served(raw: Raw, path: str, outside: str = OUTSIDE) -> Response:
     if raw.status == 403:
         return Response(
-            json.dumps({"detail": OUTSIDE}), status_code=403, media_type="application/json"
+            json.dumps({"detail": outside}), status_code=403, media_type="application/json"
         )
     if raw.status != 200:
         return Response(raw.content, status_code=raw.status, media_type=raw.media_type)

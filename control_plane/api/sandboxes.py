@@ -11,9 +11,11 @@ from starlette.responses import Response
 
 from control_plane.api.io import audit, body, from_browser, services, user
 from control_plane.api.paths import MADE_ID, path_id
+from control_plane.app_urls import WORKERS, AppLinks
 from control_plane.crypto import token_sandbox
 from control_plane.models import DiskUsage, SandboxReason, SandboxRow, SandboxStatus
 from control_plane.network.policy import NetworkPolicy
+from control_plane.sandboxes import names
 from control_plane.services import Services
 from web.errors import Unauthorized, invalid
 from web.io import doc, located, read_query, reply
@@ -30,6 +32,9 @@ class SandboxInfo(BaseModel):
     `io.from_browser`)."""
 
     id: str
+    name: str
+    """Its readable name ("brisk-otter-42"), unique among its user's sandboxes: what the
+    console shows and confirms instead of the id (renamed by PATCH)."""
     created_by_user_id: str
     """The owner (the app server's name)."""
     status: SandboxStatus
@@ -71,10 +76,17 @@ class CreateSandbox(BaseModel):
 
 
 class SandboxPatch(BaseModel):
+    """What to change; a field left out is kept."""
+
     model_config = ConfigDict(extra="forbid")
 
-    network_policy: NetworkPolicy
+    network_policy: NetworkPolicy | None = None
     """Applied at once: new connections meet it, open ones go on."""
+    name: Annotated[str, Field(pattern=names.NAME_PATTERN, max_length=names.MAX_LENGTH)] | None = (
+        None
+    )
+    """A new readable name: letters, digits, spaces, `.`, `-` and `_`, starting and ending
+    with a letter or a digit; 409 when another of the user's sandboxes has it."""
 
 
 class RefusalInfo(BaseModel):
@@ -148,13 +160,17 @@ async def infos(request: Request, found: list[SandboxRow]) -> list[SandboxInfo]:
         out.append(
             SandboxInfo(
                 id=row.id,
+                name=row.name,
                 created_by_user_id=row.user_id,
                 status=row.status,
                 status_reason=row.status_reason,
                 status_detail=row.status_detail,
                 sandbox_spec_id=row.spec_id,
                 session_api_key=svc.sandboxes.session_key(row) if running else None,
-                exposed_urls=[ExposedUrl(name="AGENT_SERVER", url=url, port=row.port or 0)]
+                exposed_urls=[
+                    ExposedUrl(name="AGENT_SERVER", url=url, port=row.port or 0),
+                    *_workers(request, svc, row),
+                ]
                 if url
                 else None,
                 created_at=row.created_at,
@@ -167,6 +183,20 @@ async def infos(request: Request, found: list[SandboxRow]) -> list[SandboxInfo]:
             )
         )
     return out
+
+
+def _workers(request: Request, svc: Services, row: SandboxRow) -> list[ExposedUrl]:
+    """WORKER_1 and WORKER_2 (the app server's names): links to the web apps the sandbox may
+    serve on those ports, through this control plane (`control_plane.app_urls`: each is a
+    capability of the owner's, for an hour); none where its ports cannot be reached."""
+    if svc.sandboxes.app_host(row) is None:
+        return []
+    links, now = AppLinks(svc.sandboxes.cipher), svc.db.now()
+    origin = str(request.base_url).rstrip("/")
+    return [
+        ExposedUrl(name=name, url=origin + links.mint(row.user_id, row.id, port, now)[0], port=port)
+        for name, port in WORKERS
+    ]
 
 
 async def info(request: Request, row: SandboxRow) -> SandboxInfo:
@@ -211,7 +241,7 @@ async def create(request: Request) -> Response:
 
 
 @doc(
-    summary="Change the sandbox's network policy (at once: new connections meet it)",
+    summary="Rename the sandbox, or change its network policy (at once: new connections meet it)",
     body=SandboxPatch,
     response=SandboxInfo,
     errors=(404, 409, 410, 503),
@@ -219,16 +249,20 @@ async def create(request: Request) -> Response:
 async def patch(request: Request) -> Response:
     svc, row = await owned(request)
     asked = await body(request, SandboxPatch)
-    changed = await svc.egress.change(row, asked.network_policy)
-    await audit(
-        request,
-        row.user_id,
-        "sandbox.network_policy",
-        "sandbox",
-        row.id,
-        user_id=row.user_id,
-        details={"network_policy": asked.network_policy.model_dump(mode="json")},
-    )
+    changed = row
+    if asked.network_policy is not None:  # first: refused for an ended sandbox
+        changed = await svc.egress.change(changed, asked.network_policy)
+        await audit(
+            request,
+            row.user_id,
+            "sandbox.network_policy",
+            "sandbox",
+            row.id,
+            user_id=row.user_id,
+            details={"network_policy": asked.network_policy.model_dump(mode="json")},
+        )
+    if asked.name is not None and asked.name != row.name:  # for people: not audited
+        changed = await svc.sandboxes.rename(changed, asked.name)
     return reply(await info(request, changed))
 
 

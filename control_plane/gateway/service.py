@@ -105,6 +105,13 @@ class Gateway:
         """What `sandbox` is given for its model client: the gateway's URL and its token."""
         return credentials.access(self.control_plane_url(), self.cipher, sandbox)
 
+    def forget(self, user_id: str) -> None:
+        """The user's settings read afresh at the next call of any of their sandboxes: a run
+        started again because they were just changed (`POST /app-conversations/{id}/llm`) must
+        not meet the ones remembered for REUSE_SECONDS (this control plane's; another's are
+        that old at most)."""
+        self._checked = {k: v for k, v in self._checked.items() if v[1].user_id != user_id}
+
     def caps(self, settings: UserSettings) -> Caps:
         """The limits that hold for a user with `settings`."""
         return caps(self.config, settings)

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import logging
 from collections.abc import AsyncIterator, Callable
 from datetime import timedelta
@@ -134,6 +135,13 @@ class SandboxService:
         self.starts.launch(row, fresh=True)
         return row
 
+    async def rename(self, row: SandboxRow, name: str) -> SandboxRow:
+        """The sandbox under a new readable name (any status: a name is only for people);
+        Conflict when another of the user's sandboxes has it."""
+        if not await rows.rename(self.db, row, name):
+            raise Conflict(f"another of your sandboxes is named {name!r}")
+        return await self.rows.current(row.id)
+
     def session_key(self, row: SandboxRow) -> str:
         return self.cipher.decrypt(row.session_key_enc)
 
@@ -150,6 +158,20 @@ class SandboxService:
     def url(self, row: SandboxRow) -> str | None:
         handle = handle_of(row)
         return None if handle is None else self.provider.url(handle)
+
+    def app_host(self, row: SandboxRow) -> str | None:
+        """The sandbox's own address, where the control plane reaches the web apps it serves on
+        its ports (`control_plane.app_urls`); None where it has none of its own: it shares this
+        host's network (a loopback address would reach this host's services, not its apps), or
+        its kind reaches it through a published port (Docker, Swarm)."""
+        handle = handle_of(row)
+        if handle is None or self.provider.sandbox_side is None:
+            return None
+        try:
+            address = ipaddress.ip_address(handle.host)
+        except ValueError:
+            return None
+        return None if address.is_loopback or address.is_unspecified else str(address)
 
     def target(self, row: SandboxRow) -> Target | None:
         """Its agent server (address and key); None before it has come up."""

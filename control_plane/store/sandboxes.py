@@ -10,6 +10,7 @@ from sqlalchemy import and_, case, func, or_, select, text, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from control_plane.models import SandboxReason, SandboxRow, SandboxStatus, entered_from
+from control_plane.sandboxes import names
 from control_plane.store.db import Database
 from control_plane.store.tables import app_conversations, sandboxes
 
@@ -24,7 +25,11 @@ def _row(row: Any) -> SandboxRow:
 
 
 async def insert(conn: AsyncConnection, moment: datetime, **values: Any) -> SandboxRow:
-    """A sandbox made at `moment` (STARTING unless `values` say otherwise)."""
+    """A sandbox made at `moment` (STARTING unless `values` say otherwise), with a readable
+    name of its own among its user's sandboxes unless `values` give one (the caller holds the
+    user's lock, as a start does; the unique index refuses a name taken meanwhile)."""
+    if "name" not in values:
+        values["name"] = names.generate(await names_of(conn, values["user_id"]))
     values = {
         "status": SandboxStatus.STARTING.value,
         "created_at": moment,
@@ -268,6 +273,32 @@ async def over_cap(conn: AsyncConnection, user_id: str, per_user: int, in_all: i
             "try again once some are deleted or cleaned up"
         )
     return None
+
+
+async def names_of(conn: AsyncConnection, user_id: str) -> set[str]:
+    """The names of the user's sandboxes (MISSING ones' too: their rows stay, and so do the
+    names their conversations were read under)."""
+    found = await conn.scalars(select(sandboxes.c.name).where(sandboxes.c.user_id == user_id))
+    return set(found)
+
+
+async def rename(db: Database, row: SandboxRow, name: str) -> bool:
+    """Give the sandbox `name`; False (nothing changed) when another of its user's sandboxes
+    has it, compared without case (the unique index holds two renames at once apart)."""
+    async with db.begin() as conn:
+        clash = await conn.scalar(
+            select(sandboxes.c.id).where(
+                sandboxes.c.user_id == row.user_id,
+                sandboxes.c.id != row.id,
+                func.lower(sandboxes.c.name) == name.lower(),
+            )
+        )
+        if clash is not None:
+            return False
+        await conn.execute(
+            update(sandboxes).where(sandboxes.c.id == row.id).values(name=name, updated_at=db.now())
+        )
+    return True
 
 
 async def another_user_has_one(conn: AsyncConnection, user_id: str) -> bool:

@@ -112,6 +112,8 @@ sandboxes = Table(
     Column("pausing_detail", Text),
     Column("host", String(255)),
     Column("network_policy", JSON),
+    Column("name", String(64), nullable=False),
+    Index("ix_sandboxes_user_name", "user_id", "name", unique=True),
 )
 
 start_tasks = Table(

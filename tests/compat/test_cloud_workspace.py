@@ -137,7 +137,7 @@ def test_cloud_workspace_examples_06_and_10(
     page.goto(f"{plane.url}/#/conversations/{run['10_conversation']}")
     terminal = page.locator(".event-action[data-tool='terminal']").first
     expect(terminal.locator(".call")).to_contain_text("SECRETS_CHECK.txt")
-    expect(page.locator(".meta")).to_contain_text("FINISHED")
+    expect(page.locator(".meta")).to_contain_text("Finished")
     assert SECRET not in page.content()
     page.context.close()
     assert problems == []

@@ -1,8 +1,8 @@
 // One conversation as a chat: its events live (the page follows the newest unless you scroll
 // up), the message box pinned at the bottom (Enter sends, Shift+Enter a new line), a progress
 // line while the agent works, the title renamed in place, pause, interrupt, confirmation,
-// delete, the workspace and the trajectory. Read-only once its sandbox is ERROR or MISSING
-// (SPEC 3.1).
+// delete, the workspace and the trajectory; a failed run retried with the current model
+// settings from its error. Read-only once its sandbox is ERROR or MISSING (SPEC 3.1).
 //
 // The page's state is one object (`initialState`), changed only by `update` with the actions
 // below: the records the page reads, the live stream's events and state, and what the person
@@ -47,6 +47,11 @@ export function readOnly(record) {
 // The status the progress line follows for a record: none while read-only.
 function followed(record) {
   return readOnly(record) ? null : executionStatus(record.execution_status);
+}
+
+// Whether the run failed (and can be retried here: its sandbox still runs things).
+function failed(state) {
+  return Boolean(state.record) && !readOnly(state.record) && state.progress === EXECUTION.ERROR;
 }
 
 // Whether the agent waits for this person's answer (and the page can take it).
@@ -188,7 +193,41 @@ export function conversationPage(main, id) {
     }
   }
 
-  const { panel: work, buttons: workButtons } = workspacePanel(id, log);
+  // A failed run goes on in place with the model settings as they are now (POST …/llm: the
+  // conversation's model becomes the settings', the run starts again, its events kept): offered
+  // in the failed run's error entry, with the way to Settings to fix them first.
+  const retryButton = h("button", { type: "button", class: "primary", onclick: () => retry() },
+    "Retry with the current settings");
+  const retryBox = h("div", { class: "row retry", role: "group", "aria-label": "Retry the failed run", hidden: true },
+    retryButton, h("a", { href: "#/settings" }, "Change the model settings"));
+
+  async function retry() {
+    retryButton.disabled = true;
+    try {
+      await api(`/app-conversations/${id}/llm`, { method: "POST", body: { run: true } });
+      notify("Retrying with your current model settings.");
+      newest.stick();
+      page.dispatch({ type: "sent", at: Date.now() });
+      refresh();
+    } catch (error) {
+      notify(`Could not retry: ${error.message}`, "error");
+    } finally {
+      retryButton.disabled = false;
+    }
+  }
+
+  // The retry sits in the latest error entry (above the message box when none says why).
+  function placeRetry(state) {
+    retryBox.hidden = !failed(state);
+    if (retryBox.hidden) return;
+    const where = log.failure || dock;
+    if (retryBox.parentElement === where) return;
+    if (where === dock) dock.prepend(retryBox);
+    else where.append(retryBox);
+  }
+
+  const workspace = workspacePanel(id, log);
+  const { panel: work, buttons: workButtons } = workspace;
   const progress = new Progress(log);
 
   async function control(action, done) {
@@ -219,12 +258,14 @@ export function conversationPage(main, id) {
     const why = known ? reasonText(sandbox.status, sandbox.status_reason, sandbox.status_detail) : null;
     const ended = readOnly(r);
     log.workingDir = r.working_dir || null;
+    workspace.sandbox(r.sandbox_id);
     heading.set(r.title || `Conversation ${r.id.slice(0, 8)}`);
     document.title = `${r.title || `Conversation ${r.id.slice(0, 8)}`} · Agent console`;
     clear(meta);
     const pairs = [
       ["Repository", r.selected_repository ? `${r.selected_repository}${r.selected_branch ? ` @ ${r.selected_branch}` : ""}` : "—"],
-      ["Sandbox", h("a", { href: "#/sandboxes" }, h("code", {}, r.sandbox_id))],
+      ["Sandbox", h("a", { href: "#/sandboxes" },
+        sandbox && sandbox.id === r.sandbox_id && sandbox.name ? sandbox.name : `${r.sandbox_id.slice(0, 8)}…`)],
       ["Sandbox status", [badge(r.sandbox_status, "Sandbox", sandboxWord(r.sandbox_status)),
         why ? h("span", { class: "why-line" }, ` ${why}`) : null]],
       ["Execution", badge(executionStatus(r.execution_status), "Execution", executionWord(r.execution_status))],
@@ -259,6 +300,7 @@ export function conversationPage(main, id) {
     progress.setStatus(state.progress, state.since);
     if (state.live !== previous.live) liveState.textContent = state.live;
     deleteConfirm.hidden = !state.deleting;
+    placeRetry(state);
   }
 
   // The actions waiting, as the card repeats them: what each is and its command.
@@ -306,17 +348,23 @@ export function conversationPage(main, id) {
       pauseButton,
       h("label", { class: "check" }, confirmBox, " Ask before each action"),
       downloadButton, deleteButton),
-    deleteConfirm, work,
-    h("section", { class: "transcript", "aria-labelledby": "events-title" },
-      h("h2", { id: "events-title", class: "visually-hidden" }, "Events"), list),
-    dock);
+    deleteConfirm,
+    // The chat, and the workspace panel beside it (above it on a narrow window).
+    h("div", { class: "with-panel" },
+      h("div", { class: "chat" },
+        h("section", { class: "transcript", "aria-labelledby": "events-title" },
+          h("h2", { id: "events-title", class: "visually-hidden" }, "Events"), list),
+        dock),
+      work));
   const newest = followNewest([list, dock]);
 
   // An event of the live stream: into the transcript, and into the page's state as an action.
   let pending = null;
   function receive(event) {
     log.add(event);
+    workspace.event(event);
     page.dispatch({ type: "event", event, at: log.lastAt });
+    placeRetry(page.state); // (an error entry drawn after the record said the run failed)
     if (event.kind === EVENT.STATE_UPDATE || event.kind === EVENT.ACTION) {
       clearTimeout(pending);
       pending = setTimeout(refresh, 150); // a burst of updates: one read
@@ -327,7 +375,7 @@ export function conversationPage(main, id) {
   let stop = () => {};
   const listen = () => follow(id, {
     onEvent: receive,
-    onDelta: (delta) => { log.stream(delta); progress.render(); },
+    onDelta: (delta) => { log.stream(delta); workspace.delta(delta); progress.render(); },
     onState: (words) => page.dispatch({ type: "live", words }),
     onGone: () => page.dispatch({ type: "live", words: "the conversation was deleted" }),
   });

@@ -279,7 +279,7 @@ function startForm() {
     for (const s of page.items) {
       if (s.status === SANDBOX.RUNNING || s.status === SANDBOX.PAUSED) {
         placement.append(h("option", { value: s.id },
-          `Sandbox ${s.id} (${s.status}, ${s.conversation_count} conversation${s.conversation_count === 1 ? "" : "s"})`));
+          `${s.name || s.id} (${String(sandboxWord(s.status)).toLowerCase()}, ${s.conversation_count} conversation${s.conversation_count === 1 ? "" : "s"})`));
       }
     }
   }).catch(() => {});

@@ -51,7 +51,8 @@ export class EventLog {
     this.edits = new Map(); // path -> {before, after}: the file editor's changes of this run
     this.commands = []; // the terminal's history: {command, exit}
     this.liveOutput = new Map(); // tool call id -> a running command's output so far
-    this.retry = null; // {until, why}: the model call is retried
+    this.retry = null; // {until, why, count}: the model call is retried (count: the retries so far)
+    this.failure = null; // the entry of the latest ConversationErrorEvent (a failed run)
     this.lastAt = null; // ms: when the last stored event happened
     this.draft = null; // streamed text not yet a message
   }
@@ -77,7 +78,8 @@ export class EventLog {
   stream(event) {
     if (event.kind === EVENT.STATE_UPDATE && event.key === STATE_KEY.LLM_RETRY) {
       const wait = Number(event.value?.retry_in) || 0;
-      this.retry = { until: Date.now() + wait * 1000, why: String(event.value?.error || "an error") };
+      this.retry = { until: Date.now() + wait * 1000, why: String(event.value?.error || "an error"),
+        count: (this.retry?.count || 0) + 1 };
       return;
     }
     if (event.tool_call_id && event.output) return this.streamOutput(event);
@@ -228,13 +230,21 @@ export class EventLog {
         return entry;
       }
       case EVENT.CONVERSATION_ERROR:
-      case EVENT.SERVER_ERROR:
-        return h("li", { class: "event event-error", role: "note" },
+      case EVENT.SERVER_ERROR: {
+        const entry = h("li", { class: "event event-error", role: "note" },
           h("p", { class: "who" }, "Error ", h("code", {}, event.code), " ", stamp(event)),
           errorParts(event.detail));
+        if (event.kind === EVENT.CONVERSATION_ERROR) this.failure = entry; // where a retry is offered
+        return entry;
+      }
       case EVENT.STATE_UPDATE:
         // The execution status is the header's and the progress line's, not an entry between
-        // turns; a change of the sandbox's status is one, where it happened.
+        // turns; a change of the sandbox's status is one, where it happened, and so is a change
+        // of the model (a retry with the current settings, the agent's own switch).
+        if (event.key === STATE_KEY.LLM && event.value && typeof event.value === "object") {
+          return h("li", { class: "event event-state event-llm" },
+            "The model is now ", h("code", {}, String(event.value.model ?? "")), " ", stamp(event));
+        }
         return event.key === STATE_KEY.SANDBOX_STATUS ? sandboxNotice(event) : null;
       case EVENT.PAUSE:
         return h("li", { class: "event event-state" }, "Paused by the user ", stamp(event));

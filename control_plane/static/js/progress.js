@@ -4,6 +4,9 @@
 import { h } from "./dom.js";
 import { EXECUTION, TERMINAL_TOOL, executionStatus } from "./schema.js";
 
+// How long a model call may go unanswered before the line says it may be being retried.
+const QUIET_MS = 10_000;
+
 export function elapsed(ms) {
   const seconds = Math.max(0, Math.floor(ms / 1000));
   if (seconds < 60) return `${seconds} s`;
@@ -71,11 +74,22 @@ export class Progress {
       what = "The model is writing";
       since = this.log.lastAt;
     } else if (this.log.retry && this.log.retry.until > now) {
-      what = `The model call failed (${this.log.retry.why}): retrying in ${Math.ceil((this.log.retry.until - now) / 1000)} s`;
+      const { why, until, count } = this.log.retry;
+      what = `The model call failed (${why}): retrying in ${Math.ceil((until - now) / 1000)} s`
+        + (count > 1 ? ` (retry ${count})` : "");
       since = this.log.lastAt;
+    } else if (this.log.retry) {
+      // The wait is over: the call is being made again, its time counted from then.
+      const { why, until, count } = this.log.retry;
+      what = `Retrying the model call (retry ${count}; the last try failed: ${why})`;
+      since = until;
     } else {
-      what = "Calling the model";
       since = this.log.lastAt;
+      // The agent server says a call is retried only to a page that was following then: a
+      // long wait without an answer is most likely that.
+      what = since && now - since > QUIET_MS
+        ? "Calling the model: no answer yet (a failed call is retried before the run stops)"
+        : "Calling the model";
     }
     this.what.textContent = what;
     const total = this.workingSince ? ` · working for ${elapsed(now - this.workingSince)}` : "";

@@ -1,8 +1,9 @@
-// Sandboxes: status and why ("Paused: idle for 30 min"), conversations, when the idle and
-// deletion timers act, its network in words; pause, resume, delete (which asks for the sandbox's
-// id, as the API does), its network changed in place (network.js) and what it refused.
+// Sandboxes: each by its name ("brisk-otter-42", renamed in place; never its 32-hex id), its
+// status and why ("Paused: idle for 30 min"), conversations, when the idle and deletion timers
+// act, its network in words; pause, resume, delete (asked once, in place, by name), its network
+// changed in place (network.js) and what it refused.
 // The list is read again every 5 s: a card changes what it shows and keeps what is being typed
-// in it (an open network editor, the id typed to delete), and its focus.
+// in it (an open network editor, a name being changed, a delete being confirmed), and its focus.
 import { api } from "./api.js";
 import { append, badge, clear, field, h, notify, timeElement } from "./dom.js";
 import { fillNetwork, networkFieldset, policyWords, readNetwork, refusalLine, showProblems } from "./network.js";
@@ -87,6 +88,9 @@ export const cardState = Object.freeze({
   saving: null, // the network editor's line: null, "Saving…" or why it was not saved
   checking: false, // "What was refused" is open
   refused: null, // what was refused: {reading}, {error} or GET /sandboxes/{id}/network's answer
+  renaming: false, // the name's editor is open
+  naming: null, // its line: null, "Saving…" or why the name was not taken
+  deleting: false, // "Delete <name>?" is asked
 });
 
 // Whether a sandbox in this status can be changed (not ERROR or MISSING).
@@ -99,7 +103,7 @@ export function updateCard(state, action) {
     case "read": { // {sandbox, conversations}
       const next = { ...state, sandbox: action.sandbox, conversations: action.conversations };
       // Nothing of the network applies to a sandbox in ERROR or MISSING any more.
-      return live(action.sandbox) ? next : { ...next, editing: false, checking: false };
+      return live(action.sandbox) ? next : { ...next, editing: false, checking: false, deleting: false };
     }
     case "edit":
       return { ...state, editing: true, saving: null };
@@ -111,6 +115,16 @@ export function updateCard(state, action) {
       return { ...state, checking: !state.checking };
     case "refused": // {refused}
       return { ...state, refused: action.refused };
+    case "rename":
+      return { ...state, renaming: true, naming: null };
+    case "close-rename":
+      return { ...state, renaming: false, naming: null };
+    case "naming": // {words}: the name editor's line (null: none)
+      return { ...state, naming: action.words };
+    case "ask-delete":
+      return { ...state, deleting: true };
+    case "keep":
+      return { ...state, deleting: false };
     default:
       return state;
   }
@@ -122,12 +136,15 @@ function sandboxCard(id, reload) {
   const view = h("div");
   const policy = h("p", { class: "policy" });
 
+  // What a person calls it: its name (the id only for a record older than names).
+  const called = () => card.state.sandbox?.name || id;
+
   async function act(action) {
     try {
       await api(`/sandboxes/${id}/${action}`, { method: "POST" });
-      notify(`Sandbox ${id}: ${action === "pause" ? "paused" : "resumed"}.`);
+      notify(`Sandbox ${called()}: ${action === "pause" ? "paused" : "resumed"}.`);
     } catch (error) {
-      notify(`Could not ${action} sandbox ${id}: ${error.message}`, "error");
+      notify(`Could not ${action} sandbox ${called()}: ${error.message}`, "error");
     }
     reload();
   }
@@ -166,7 +183,7 @@ function sandboxCard(id, reload) {
       const changed = await api(`/sandboxes/${id}`, { method: "PATCH", body: { network_policy: readNetwork(fieldset) } });
       card.dispatch({ type: "read", sandbox: changed, conversations: card.state.conversations });
       closeEditor(focused);
-      notify(`Sandbox ${id}: ${policyWords(changed.network_policy)}.`);
+      notify(`Sandbox ${called()}: ${policyWords(changed.network_policy)}.`);
       reload();
     } catch (error) {
       card.dispatch({ type: "saving", words: showProblems(fieldset, error, ["body", "network_policy"])
@@ -198,31 +215,81 @@ function sandboxCard(id, reload) {
     card.dispatch({ type: "refused", refused });
   }
 
-  const confirmInput = h("input", { name: "confirm-id", autocomplete: "off", spellcheck: "false" });
-  const removal = h("form", { class: "delete" },
-    field(`Type the sandbox id (${id}) to delete it`, confirmInput),
-    h("button", { type: "submit", class: "danger" }, "Delete sandbox"));
-  removal.addEventListener("submit", async (event) => {
+  // Its name, changed in place (PATCH name; a name another of yours has is refused).
+  const nameInput = h("input", { name: "sandbox-name", autocomplete: "off", spellcheck: "false",
+    required: true, maxlength: 64 });
+  const named = h("p", { class: "form-result", role: "status", "aria-live": "polite" });
+  const renamer = h("form", { class: "rename-sandbox", id: `${titleId}-rename`, hidden: true },
+    field("New name", nameInput, "Letters, digits, spaces, . - and _."),
+    h("div", { class: "row" }, h("button", { type: "submit" }, "Save name"),
+      h("button", { type: "button", onclick: () => closeRename(true) }, "Cancel")), named);
+  const renameButton = h("button", { type: "button", "aria-expanded": "false", "aria-controls": renamer.id,
+    "aria-describedby": titleId, onclick: () => (renamer.hidden ? openRename() : closeRename(true)) }, "Rename");
+
+  function openRename() {
+    nameInput.value = called();
+    card.dispatch({ type: "rename" });
+    nameInput.select();
+    nameInput.focus();
+  }
+
+  function closeRename(focus) {
+    card.dispatch({ type: "close-rename" });
+    if (focus) renameButton.focus();
+  }
+
+  renamer.addEventListener("submit", async (event) => {
     event.preventDefault();
-    if (confirmInput.value.trim() !== id) {
-      notify("The id typed is not this sandbox's: nothing was deleted.", "error");
-      confirmInput.focus();
-      return;
-    }
+    const name = nameInput.value.trim();
+    card.dispatch({ type: "naming", words: "Saving…" });
     try {
-      await api(`/sandboxes/${id}`, { method: "DELETE", query: { sandbox_id: confirmInput.value.trim() } });
-      confirmInput.value = "";
-      notify(`Sandbox ${id} deleted.`);
+      const changed = await api(`/sandboxes/${id}`, { method: "PATCH", body: { name } });
+      card.dispatch({ type: "read", sandbox: changed, conversations: card.state.conversations });
+      closeRename(true);
+      notify(`Sandbox renamed ${changed.name}.`);
+      reload();
     } catch (error) {
-      notify(`Could not delete: ${error.message}`, "error");
+      const refused = error.status === 422 ? "Not saved: a name is letters, digits, spaces, . - and _, "
+        + "starting and ending with a letter or a digit (64 at most)."
+        : error.status === 409 ? `Not saved: another of your sandboxes is named ${name}.`
+          : `Could not rename it: ${error.message}`;
+      card.dispatch({ type: "naming", words: refused });
+      nameInput.focus();
     }
-    reload();
   });
+
+  // Delete: asked once, in place, by its name (the API's repeated sandbox_id is sent for you).
+  const deleteButton = h("button", { type: "button", class: "danger-outline", onclick: () => {
+    card.dispatch({ type: "ask-delete" });
+    deleteQuestion.querySelector("button.danger")?.focus();
+  } }, "Delete sandbox");
+  const question = h("span");
+  const deleteQuestion = h("div", { class: "row delete-confirm", role: "group", hidden: true,
+    "aria-label": "Delete this sandbox?" },
+    question,
+    h("button", { type: "button", class: "danger", onclick: () => remove() }, "Delete"),
+    h("button", { type: "button", onclick: () => {
+      card.dispatch({ type: "keep" });
+      deleteButton.focus();
+    } }, "Cancel"));
+  const removal = h("div", { class: "delete" }, deleteButton, deleteQuestion);
+
+  async function remove() {
+    const name = called();
+    try {
+      await api(`/sandboxes/${id}`, { method: "DELETE", query: { sandbox_id: id } });
+      notify(`Sandbox ${name} deleted.`);
+    } catch (error) {
+      notify(`Could not delete sandbox ${name}: ${error.message}`, "error");
+    }
+    card.dispatch({ type: "keep" });
+    reload();
+  }
 
   const element = h("li", { class: "card sandbox", dataset: { sandboxId: id }, "aria-labelledby": titleId },
     view, policy,
-    h("div", { class: "row" }, pause, resume, networkButton, refusedButton),
-    editor, refusals, removal);
+    h("div", { class: "row" }, pause, resume, renameButton, networkButton, refusedButton),
+    renamer, editor, refusals, removal);
 
   // The record's part, redrawn only when what it shows changed.
   function showRecord({ sandbox: next, conversations: its }) {
@@ -230,7 +297,8 @@ function sandboxCard(id, reload) {
     if (said === drawn) return;
     drawn = said;
     append(clear(view), [
-      h("h2", { id: titleId }, "Sandbox ", h("code", {}, id), " ", badge(next.status, "Status", sandboxWord(next.status))),
+      h("h2", { id: titleId }, h("span", { class: "sandbox-name" }, next.name || id), " ",
+        badge(next.status, "Status", sandboxWord(next.status))),
       why(next),
       h("dl", { class: "meta" },
         h("div", {}, h("dt", {}, "Conversations"), h("dd", {}, String(next.conversation_count))),
@@ -246,6 +314,9 @@ function sandboxCard(id, reload) {
     pause.hidden = next.status !== SANDBOX.RUNNING;
     resume.hidden = next.status !== SANDBOX.PAUSED;
     networkButton.hidden = refusedButton.hidden = removal.hidden = !changeable;
+    const n = next.conversation_count;
+    question.textContent = `Delete ${next.name || id}${n ? ` and its ${n === 1 ? "conversation" : `${n} conversations`}`
+      : ""}? ${n ? "They stay readable, read-only; " : ""}its workspace is removed.`;
   }
 
   function showRefused(refused) {
@@ -276,6 +347,11 @@ function sandboxCard(id, reload) {
     refusals.hidden = !state.checking;
     refusedButton.setAttribute("aria-expanded", String(state.checking));
     if (state.refused && state.refused !== previous.refused) showRefused(state.refused);
+    renamer.hidden = !state.renaming;
+    renameButton.setAttribute("aria-expanded", String(state.renaming));
+    if (state.naming !== previous.naming) named.textContent = state.naming ?? "";
+    deleteQuestion.hidden = !state.deleting;
+    deleteButton.hidden = state.deleting;
   }
 
   const card = createStore(cardState, updateCard, render);

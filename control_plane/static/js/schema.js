@@ -35,12 +35,14 @@ export const SOURCE = Object.freeze({ AGENT: "agent", USER: "user" });
 
 // The `key` of a ConversationStateUpdateEvent the console reads: the execution status, the whole
 // state (holding it too), the control plane's notice of the sandbox's status ({sandbox_id,
-// status, reason, detail}) and a model call being retried ({retry_in, error}; live only).
+// status, reason, detail}), a model call being retried ({retry_in, error}; live only) and a
+// switch of the conversation's model ({model, base_url, reason, …}).
 export const STATE_KEY = Object.freeze({
   EXECUTION_STATUS: "execution_status",
   FULL_STATE: "full_state",
   SANDBOX_STATUS: "sandbox_status",
   LLM_RETRY: "llm_retry",
+  LLM: "llm",
 });
 
 // The tools' payloads (`event.action.kind`, `event.observation.kind`) drawn in their own way.

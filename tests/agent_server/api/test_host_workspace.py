@@ -100,7 +100,12 @@ def test_host_and_conversation_scopes_share_one_implementation(
             "two\n",
         )
 
+        r = client.get(f"{prefix}/files", params={"path": str(repo)})
+        assert r.status_code == 200 and "a.txt" in [e["name"] for e in r.json()["entries"]]
+
         # Confined: nothing outside the working directories, whichever route.
+        for path in ("/etc", "..", str(tmp_path)):
+            assert client.get(f"{prefix}/files", params={"path": path}).status_code == 403, path
         outside = str(tmp_path / "elsewhere.txt")
         assert (
             client.get(f"{prefix}/file/download", params={"path": "/etc/passwd"}).status_code == 403

@@ -354,10 +354,10 @@ def test_the_console_end_to_end(
         assert cid in seen or sid in seen
         assert session_key not in seen and "AGENT_SERVER" not in seen, path
 
-    # The workspace: files to read and download, the changes of this run (from its edits, Git
-    # or not), the Git changes with a file's diff, the terminal's history.
-    page.locator("summary", has_text="Workspace").click()
-    page.get_by_role("button", name="Files", exact=True).click()
+    # The workspace, a panel beside the chat: files to read and download, the changes of this
+    # run (from its edits, Git or not), the Git changes with a file's diff, the terminal.
+    panel = page.locator("aside.workspace")
+    panel.get_by_role("tab", name="Files").click()
     files = page.get_by_role("list", name="Files")
     expect(files).to_contain_text("hello.py")
     files.get_by_role("button", name="hello.py").click()
@@ -366,13 +366,14 @@ def test_the_console_end_to_end(
         page.get_by_role("button", name="Download hello.py").click()
     assert pending_file.value.suggested_filename == "hello.py"
     assert Path(pending_file.value.path()).read_text() == "print(1)\nprint('hello')\n"
-    page.get_by_role("button", name="Changes of this run").click()
+    panel.get_by_role("tab", name="Changes").click()
     run_changes = page.get_by_role("list", name="Changes of this run")
     expect(run_changes).to_contain_text("hello.py")
     run_changes.get_by_role("button", name="hello.py").click()
     expect(page.locator(".viewer .diff .add")).to_have_text(["+ print(1)", "+ print('hello')"])
-    page.get_by_role("button", name="Terminal history").click()
-    expect(page.get_by_role("list", name="Terminal history")).to_contain_text("exit 1")
+    panel.get_by_role("tab", name="Terminal").click()
+    expect(panel.get_by_role("list", name="Terminal")).to_contain_text("exit 1")
+    panel.get_by_role("tab", name="Changes").click()
     page.get_by_role("button", name="Show Git changes").click()
     changes = page.get_by_role("list", name="Changed files")
     expect(changes).to_contain_text("hello.py")
@@ -565,11 +566,15 @@ def test_the_console_end_to_end(
     expect(confirm).to_be_hidden()
     page.set_viewport_size({"width": 1200, "height": 900})
 
-    # Sandboxes: two conversations in one; pause, resume, delete after typing its id. Each
-    # card says why its sandbox is in its status.
+    # Sandboxes: two conversations in one, shown by its name (no page shows the 32-hex id);
+    # pause, resume, rename, delete asked in place by name. Each card says why its sandbox is
+    # in its status.
     page.get_by_role("link", name="Sandboxes").click()
     card = page.locator(f"li[data-sandbox-id='{sid}']")
     expect(card).to_contain_text("Conversations2")
+    name = api.get("/api/v1/sandboxes", params={"id": sid}).json()[0]["name"]
+    expect(card.locator("h2")).to_contain_text(name)
+    assert sid not in page.locator("main").inner_text()
     expect(card.locator(".meta")).not_to_contain_text("Pauses when idle at—")
     expect(card.locator(".meta")).to_contain_text(re.compile(r"Disk[\d.]+ \w+ of [\d.]+ GiB used"))
     card.get_by_role("button", name="Pause").click()
@@ -580,9 +585,22 @@ def test_the_console_end_to_end(
     card.get_by_role("button", name="Resume").click()
     expect(card.locator("h2")).to_contain_text("Running")
     expect(card.locator(".why-line")).to_have_text("Running: you resumed it")
-    card.get_by_label(f"Type the sandbox id ({sid}) to delete it").fill("some-other-id")
+    # Renamed in place: a name that is not one is refused where it was typed.
+    card.get_by_role("button", name="Rename").click()
+    card.get_by_label("New name").fill("hello box!")
+    card.get_by_role("button", name="Save name").click()
+    expect(card.locator(".rename-sandbox .form-result")).to_contain_text("Not saved")
+    card.get_by_label("New name").fill("Hello box")
+    card.get_by_role("button", name="Save name").click()
+    expect(card.locator("h2")).to_contain_text("Hello box")
+    expect(card.get_by_label("New name")).to_be_hidden()
+    assert api.get("/api/v1/sandboxes", params={"id": sid}).json()[0]["name"] == "Hello box"
+    # Delete asks once, by name, in place: Cancel keeps it.
     card.get_by_role("button", name="Delete sandbox").click()
-    expect(page.locator("#notice")).to_contain_text("nothing was deleted")
+    asked = card.get_by_role("group", name="Delete this sandbox?")
+    expect(asked).to_contain_text("Delete Hello box and its 2 conversations?")
+    asked.get_by_role("button", name="Cancel").click()
+    expect(asked).to_be_hidden()
     assert api.get("/api/v1/sandboxes", params={"id": sid}).json()[0]["status"] == "RUNNING"
 
     # Half an hour without activity: the reconciler pauses it, and the card says so.
@@ -595,8 +613,10 @@ def test_the_console_end_to_end(
     page.reload()
     expect(card.locator(".why-line")).to_have_text("Paused: idle for 30 min")
     shot(page, "12-sandboxes-idle")
-    card.get_by_label(f"Type the sandbox id ({sid}) to delete it").fill(sid)
     card.get_by_role("button", name="Delete sandbox").click()
+    card.get_by_role("group", name="Delete this sandbox?").get_by_role(
+        "button", name="Delete", exact=True
+    ).click()
     expect(card.locator("h2")).to_contain_text("Missing")
     expect(card.locator(".why-line")).to_have_text("Missing: you deleted it")
     shot(page, "13-sandboxes-deleted")
@@ -812,8 +832,7 @@ def test_the_demo_model_runs_a_conversation(
         page.evaluate("window.scrollBy(0, -140)")
         page.screenshot(path=str(shot.dir / "transcript.png"))
         page.evaluate("window.scrollTo(0, 0)")
-        page.locator("summary", has_text="Workspace").click()
-        page.get_by_role("button", name="Files", exact=True).click()
+        page.locator("aside.workspace").get_by_role("tab", name="Files").click()
         page.get_by_role("list", name="Files").get_by_role("button", name="hello.py").click()
         expect(page.locator(".file-text")).to_contain_text("Hello from the demo model!")
         page.screenshot(path=str(shot.dir / "workspace.png"))

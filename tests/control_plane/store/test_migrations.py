@@ -4,6 +4,7 @@ control plane, with sandboxes running, upgraded to head (and back) keeps them fi
 from __future__ import annotations
 
 import os
+import re
 from datetime import UTC, datetime
 
 import pytest
@@ -20,7 +21,7 @@ from control_plane.sandboxes.starts import handle_of
 from control_plane.store import Database, accounts
 from control_plane.store import sandboxes as rows
 from control_plane.store.db import MIGRATIONS
-from control_plane.store.tables import UTCDateTime
+from control_plane.store.tables import UTCDateTime, sandboxes
 from core import processes
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.e2e]  # a real PostgreSQL server
@@ -130,5 +131,73 @@ async def test_sandboxes_running_across_the_upgrade_to_refs_are_found_by_their_k
                 )
             }
         assert back == {**old, "docker": (0, old["docker"][1])}  # Docker's pid was never read
+    finally:
+        await db.close()
+
+
+#: The sandboxes table as revision 0009 has it, as far as these rows fill it.
+sandboxes_0009 = sa.table(
+    "sandboxes",
+    sa.column("id", sa.String),
+    sa.column("user_id", sa.String),
+    sa.column("spec_id", sa.String),
+    sa.column("status", sa.String),
+    sa.column("session_key_hash", sa.String),
+    sa.column("session_key_enc", sa.String),
+    sa.column("root_dir", sa.String),
+    sa.column("created_at", UTCDateTime),
+    sa.column("updated_at", UTCDateTime),
+    sa.column("last_activity_at", UTCDateTime),
+)
+
+
+async def test_sandboxes_made_before_names_are_named_on_the_upgrade(database_url: str) -> None:
+    """Revision 0010 adds `sandboxes.name`: every existing row is given a readable name,
+    unique among its user's sandboxes (a MISSING one's too), and the column holds that from
+    then on; the downgrade takes the column away again."""
+    db = Database(database_url)
+    try:
+        await migrate(db, "0009")
+        alice = await accounts.get_or_create_user(db, "alice")
+        bob = await accounts.get_or_create_user(db, "bob")
+        moment = datetime.now(UTC)
+        owners = {f"a{i}": alice.id for i in range(30)} | {"b0": bob.id, "b1": bob.id}
+        async with db.begin() as conn:
+            for n, (sandbox_id, owner) in enumerate(owners.items()):
+                await conn.execute(
+                    sandboxes_0009.insert().values(
+                        id=sandbox_id,
+                        user_id=owner,
+                        spec_id="process",
+                        status=SandboxStatus.MISSING if n % 3 else SandboxStatus.RUNNING,
+                        session_key_hash=(sandbox_id + "-").ljust(64, "0"),
+                        session_key_enc="x",
+                        root_dir=f"/tmp/{sandbox_id}",
+                        created_at=moment,
+                        updated_at=moment,
+                        last_activity_at=moment,
+                    )
+                )
+        await db.migrate()
+
+        found = await rows.get_many(db, list(owners))
+        named = {sandbox_id: row.name for sandbox_id, row in found.items()}
+        assert all(re.fullmatch(r"[a-z]+-[a-z]+-\d{2,}", name) for name in named.values()), named
+        for owner in (alice.id, bob.id):
+            mine = [named[i] for i, o in owners.items() if o == owner]
+            assert len(set(mine)) == len(mine)
+        # The database holds them unique per user from now on.
+        with pytest.raises(sa.exc.IntegrityError):
+            async with db.begin() as conn:
+                await conn.execute(
+                    sa.update(sandboxes).where(sandboxes.c.id == "a1").values(name=named["a0"])
+                )
+
+        await migrate(db, "0009", down=True)
+        async with db.connect() as conn:
+            columns = await conn.run_sync(
+                lambda sync: {c["name"] for c in sa.inspect(sync).get_columns("sandboxes")}
+            )
+        assert "name" not in columns and "root_dir" in columns
     finally:
         await db.close()

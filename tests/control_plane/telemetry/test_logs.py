@@ -18,6 +18,7 @@ pytestmark = pytest.mark.e2e
 
 TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 SECRET = "sk-given-in-a-query-0123456789"
+CAPABILITY = "9999999999." + "C" * 43
 
 
 def test_json_lines_share_the_request_trace_and_keep_no_query(tmp_path: Path) -> None:
@@ -27,16 +28,19 @@ def test_json_lines_share_the_request_trace_and_keep_no_query(tmp_path: Path) ->
         r = httpx.get(plane.url + f"/api/v1/llm/v1/models?key={SECRET}", headers=headers)
         assert r.status_code == 401
         httpx.get(plane.url + "/api/v1/users/me", headers={"Authorization": "Bearer nope"})
+        # An app link's capability is a credential: its path is logged without it.
+        httpx.get(plane.url + f"/sandbox-apps/{'a' * 32}/8011/{CAPABILITY}/index.html")
 
         def access_lines() -> list[dict[str, object]]:
             lines = [json.loads(line) for line in plane.log_file.read_text().splitlines()]
             return [x for x in lines if x["logger"] == "control_plane.access"]
 
-        lines = wait_for(lambda: len(access_lines()) >= 2 and access_lines(), 30)
+        lines = wait_for(lambda: len(access_lines()) >= 3 and access_lines(), 30)
     finally:
         plane.stop()
     output = plane.log_file.read_text()
-    assert SECRET not in output
+    assert SECRET not in output and CAPABILITY.split(".")[1] not in output
+    assert any("/sandbox-apps/" in str(x["message"]) for x in lines)
     for line in output.splitlines():  # the whole output, start and stop included
         record = json.loads(line)
         assert {"time", "level", "logger", "message", "trace_id", "span_id"} <= set(record)
