@@ -286,7 +286,9 @@ def main(argv: list[str] | None = None) -> None:
             host=config.host,
             port=config.port,
             log_level=config.log_level,
-            log_config=None,  # uvicorn's records through the root handler (text or JSON)
+            # JSON: uvicorn's records through the root handler, one object per line; text:
+            # uvicorn's own lines, as an operator knows them.
+            log_config=None if config.log_format == "json" else uvicorn.config.LOGGING_CONFIG,
             access_log=False,  # the app's own (`web.accesslog`): never a query string
             lifespan="on",
             timeout_graceful_shutdown=10,

@@ -229,6 +229,11 @@ class SandboxProvider(abc.ABC):
             return response.status_code == 200
         except httpx.HTTPError:
             return False
+        except AttributeError:
+            # A connection closed by the other end as it was made: anyio then asks its
+            # transport, closed already, for the socket's peer, and gets None (seen with a
+            # Swarm task's published port coming up). Nothing answered: not alive yet.
+            return False
 
     async def until_alive(
         self, handle: Handle, failure: str, still_there: Callable[[], bool] = lambda: True

@@ -22,6 +22,7 @@ from control_plane.providers.docker.pool import PREFIX
 from control_plane.providers.docker.provider import DockerProvider
 from control_plane.providers.docker.settings import DockerSettings
 from control_plane.providers.pool import Pooled, WarmPool
+from control_plane.sandboxes.measured import Measured
 from control_plane.sandboxes.provider import Launch, SandboxProvider
 from tests.control_plane.planes import PlaneProcess
 from tests.control_plane.support import configure_llm, wait_task
@@ -77,15 +78,18 @@ async def pooled(
         docker_support.remove_labelled(engine, f"{LABEL_PLANE}={plane}")
 
 
-def test_a_pool_asks_its_provider_everything_but_reserve_and_create() -> None:
-    """`Pooled` wraps a provider: every method of the seam is its own (the provider's, asked
-    of it), none left to the seam's defaults, which would answer for the provider."""
+@pytest.mark.parametrize("wrapper", [Pooled, Measured])
+def test_a_wrapper_asks_its_provider_everything(wrapper: type[SandboxProvider]) -> None:
+    """What wraps a provider (the warm pool, the measures) answers every method of the seam
+    itself (the provider's, asked of it: `sandboxes.wrapper.Wrapper`), none left to the seam's
+    defaults, which would answer for the provider."""
     seam = {
         name
         for name, value in vars(SandboxProvider).items()
         if not name.startswith("_") and (callable(value) or isinstance(value, property))
     }
-    assert seam and seam - set(vars(Pooled)) == set()
+    defaults = [n for n in seam if getattr(wrapper, n) is getattr(SandboxProvider, n)]
+    assert seam and defaults == []
 
 
 async def test_each_parked_container_goes_to_one_sandbox_with_its_key_alone(

@@ -121,7 +121,11 @@ def run_and_kill(plane: PlaneProcess, client: httpx.Client, llm: ScriptedLLM, ke
 
     ids = wait_for(stored, 90, interval=0.5, what="the webhook to catch up")
     assert ids == expected and len(set(ids)) == len(ids)
-    assert sum(1 for e in agent.json()["items"] if e["kind"] == "ActionEvent") == 3
+    actions = [e for e in agent.json()["items"] if e["kind"] == "ActionEvent"]
+    # The slow reply's call goes through the LLM gateway, this control plane: killed while the
+    # model answers, the call is tried again and takes the script's next reply. Two steps or
+    # three, the last the finish.
+    assert len(actions) in (2, 3) and actions[-1]["tool_name"] == "finish", actions
 
 
 def test_a_start_taken_over_that_fails_removes_the_sandbox_it_made(tmp_path: Path) -> None:
