@@ -158,7 +158,13 @@ def test_a_failed_clone_is_an_error_event_and_the_conversation_stays_usable(
     assert f"git clone of file://{missing} exited with 128" in failure["detail"]
     assert "does not appear to be a git repository" in failure["detail"]
     assert llm.requests_for(key) == []  # the agent did not start on an empty workspace
-    info = client.get(f"/api/conversations/{cid}").json()
+    # The clone's status is stored just after the failure it reports (whoever reads "failed"
+    # finds the reason): waited for, as a client polls it.
+    info = wait_for(
+        lambda: (i := client.get(f"/api/conversations/{cid}").json())["repository_status"] and i,
+        10,
+        what="the clone's status",
+    )
     assert info["repository_status"] == "failed" and info["execution_status"] == "error"
 
     # Still usable: commands, messages, and a run that tries the clone again.

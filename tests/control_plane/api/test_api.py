@@ -99,7 +99,7 @@ def test_users_see_only_their_own(control_plane: ControlPlane, llm: ScriptedLLM,
         r = bob.request(
             method,
             fill(path, cid, sid),
-            params={"sandbox_id": sid, "path": "x"},
+            params={"sandbox_id": sid, "path": "x", "port": 8011},
             json={"role": "user", "content": [{"type": "text", "text": "x"}]},
         )
         assert r.status_code == 404, (method, path, r.text)
