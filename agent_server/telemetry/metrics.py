@@ -13,13 +13,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 
 from web.telemetry import OTHER, BoundedLabel
+from web.telemetry.metrics import Instruments
 
 #: The media type of a scrape (the classic text format every Prometheus reads).
 CONTENT_TYPE = CONTENT_TYPE_PLAIN_0_0_4
@@ -137,11 +137,12 @@ class _Collector:
             )
 
 
-class ServerMetrics:
+class ServerMetrics(Instruments):
     """The app's instruments; `scrape()` is the body of GET /metrics."""
 
     def __init__(self) -> None:
-        self.registry = r = CollectorRegistry(auto_describe=False)
+        super().__init__(PREFIX, HTTP)
+        r = self.registry
         self.model = BoundedLabel(MAX_MODELS)
         self.tool = BoundedLabel(MAX_TOOLS)
         self.steps = Counter(
@@ -187,20 +188,6 @@ class ServerMetrics:
             buckets=FSYNC,
             registry=r,
         )
-        self.http_requests = Counter(
-            PREFIX + "http_requests",
-            "HTTP requests by method, route template and status",
-            ["method", "route", "status"],
-            registry=r,
-        )
-        self.http_seconds = Histogram(
-            PREFIX + "http_request_seconds",
-            "HTTP request time by route template",
-            ["method", "route"],
-            buckets=HTTP,
-            registry=r,
-        )
-        self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
         self._collector = _Collector()
         r.register(self._collector)
 
@@ -213,15 +200,6 @@ class ServerMetrics:
         """One durable write of the event log (a group commit of `events` events)."""
         self.log_appends.inc(events)
         self.log_fsync.observe(seconds)
-
-    def child(self, metric: Any, *labels: str) -> Any:
-        """`metric.labels(*labels)`, kept: the client's lookup (validation, a lock) costs more
-        than the increment. Bounded as the label values are."""
-        key = (id(metric), labels)
-        found = self._children.get(key)
-        if found is None:
-            found = self._children[key] = metric.labels(*labels)
-        return found
 
     def llm_call(
         self,
@@ -250,12 +228,8 @@ class ServerMetrics:
         self.child(self.tool_calls, label, outcome).inc()
         self.child(self.tool_seconds, label).observe(seconds)
 
-    def http_request(self, method: str, route: str, status: int, seconds: float) -> None:
-        self.child(self.http_requests, method, route, str(status)).inc()
-        self.child(self.http_seconds, method, route).observe(seconds)
-
     def scrape(self) -> bytes:
-        return generate_latest(self.registry)
+        return self.exposition()
 
 
 __all__ = ["CONTENT_TYPE", "OTHER", "BoundedLabel", "ServerMetrics", "Sources", "WebhookFigures"]

@@ -15,13 +15,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 
 from web.telemetry import BoundedLabel
+from web.telemetry.metrics import Instruments
 
 #: The media type of a scrape (the classic text format every Prometheus reads).
 CONTENT_TYPE = CONTENT_TYPE_PLAIN_0_0_4
@@ -100,11 +100,12 @@ class _Collector:
             yield claims
 
 
-class PlaneMetrics:
+class PlaneMetrics(Instruments):
     """The control plane's instruments; `scrape(figures)` is the body of GET /metrics."""
 
     def __init__(self) -> None:
-        self.registry = r = CollectorRegistry(auto_describe=False)
+        super().__init__(PREFIX, CALL)
+        r = self.registry
         self.model = BoundedLabel(MAX_MODELS)
         self.node = BoundedLabel(MAX_NODES)
         self.starts = Counter(
@@ -160,30 +161,8 @@ class PlaneMetrics:
         self.llm_cost = Counter(
             PREFIX + "llm_cost_usd", "Cost of the gateway's calls by model", ["model"], registry=r
         )
-        self.http_requests = Counter(
-            PREFIX + "http_requests",
-            "HTTP requests by method, route template and status",
-            ["method", "route", "status"],
-            registry=r,
-        )
-        self.http_seconds = Histogram(
-            PREFIX + "http_request_seconds",
-            "HTTP request time by route template",
-            ["method", "route"],
-            buckets=CALL,
-            registry=r,
-        )
-        self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
         self._collector = _Collector()
         r.register(self._collector)
-
-    def child(self, metric: Any, *labels: str) -> Any:
-        """`metric.labels(*labels)`, kept (the client's lookup costs more than the increment)."""
-        key = (id(metric), labels)
-        found = self._children.get(key)
-        if found is None:
-            found = self._children[key] = metric.labels(*labels)
-        return found
 
     # -- what the control plane reports ------------------------------------------------------
 
@@ -219,13 +198,9 @@ class PlaneMetrics:
         if cost > 0:
             self.child(self.llm_cost, label).inc(cost)
 
-    def http_request(self, method: str, route: str, status: int, seconds: float) -> None:
-        self.child(self.http_requests, method, route, str(status)).inc()
-        self.child(self.http_seconds, method, route).observe(seconds)
-
     def scrape(self, figures: Figures) -> bytes:
         self._collector.figures = figures
-        return generate_latest(self.registry)
+        return self.exposition()
 
 
 __all__ = ["CONTENT_TYPE", "Figures", "PlaneMetrics"]
