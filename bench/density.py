@@ -1,13 +1,15 @@
 """Sandboxes per host: memory per sandbox, start to READY, and the first model call (prints JSON).
 
     .venv/bin/python bench/density.py [--sandboxes 10] [--steps 20] [--provider process] \
-        [--template on|off]
+        [--template on|off] [--warm-pool N]
 
 Everything goes through a real control plane (in this process) and real sandboxes. Starts are
 made one after another, each into a new sandbox (NO_GROUPING), each with an initial message
 that runs at once against the scripted LLM:
 
-- start_to_ready_s: the start request to its start task's READY (median, p95, each);
+- start_to_ready_s: the start request to its start task's READY (median, p95, each); with
+  `--warm-pool N`, each start claims a parked sandbox (the bench waits for the pool to be full
+  again before each; `warm_pool_hits` counts the claims);
 - start_to_first_request_s: the start request to the scripted LLM receiving the sandbox's first
   completion request (the sandbox's boot, litellm's import and the first step's own work);
 - pss_idle_mib: each sandbox's unique memory once all are up and idle, summed over its
@@ -37,9 +39,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from control_plane.providers.process.environment import ready_marker  # noqa: E402
 from core import namespaces, processes  # noqa: E402
 from tests.control_plane.support import (  # noqa: E402
+    OPERATOR,
     ControlPlane,
     configure_llm,
     make_config,
+    warm_pool,
 )
 from tests.support.llm import Reply, ScriptedLLM, call, text  # noqa: E402
 from tests.support.wait import wait_for  # noqa: E402
@@ -134,6 +138,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             sandbox_provider=args.provider,
             sandbox_template=args.template == "on",
             sandbox_hibernation="always",  # the hibernation rows pause each one
+            warm_pool=args.warm_pool,
+            operator_key=OPERATOR,
         )
         plane = ControlPlane(config).start()
         template = Path(tmp) / "template" / "template.sock"
@@ -146,6 +152,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             client.patch("/api/v1/settings", json={"grouping_strategy": "NO_GROUPING"})
             ready_s, first_s, conversations = [], [], []
             for _ in range(args.sandboxes):
+                if args.warm_pool:  # a start in a row finds the pool refilled since the last
+                    wait_for(
+                        lambda: warm_pool(plane.url)["parked"] == args.warm_pool,
+                        120,
+                        interval=0.01,
+                    )
                 llm.script("density", call("finish", message="done"))
                 seen = len(llm.timings["density"])
                 began = time.monotonic()
@@ -175,6 +187,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 wait_for(lambda seen=seen: len(llm.timings["density"]) > seen, 60, interval=0.005)
                 first_s.append(llm.timings["density"][seen][0] - began)
                 conversations.append(task["app_conversation_id"])
+            hits = warm_pool(plane.url)["hit"]
             pids = sandbox_pids(plane)
             time.sleep(args.settle)  # idle: background imports done, nothing running
             idle = [memory_kib(sandbox_tree(pid)) for pid in pids.values()]
@@ -215,6 +228,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "provider": args.provider,
         "sandboxes": args.sandboxes,
+        "warm_pool": args.warm_pool,
+        "warm_pool_hits": hits,
         "start_to_ready_s": summary(ready_s),
         "start_to_first_request_s": summary(first_s),
         "pss_idle_mib": summary([m["Pss"] / 1024 for m in idle], 1),
@@ -291,6 +306,12 @@ def main() -> None:
     parser.add_argument("--sandboxes", type=int, default=10)
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--provider", default="process")
+    parser.add_argument(
+        "--warm-pool",
+        type=int,
+        default=0,
+        help="sandboxes kept parked (each start waits until the pool is full again)",
+    )
     parser.add_argument(
         "--template",
         choices=["on", "off"],

@@ -1,6 +1,6 @@
 """Where a process sandbox's start goes: each stage of a start task to READY (prints JSON).
 
-    .venv/bin/python bench/start_stages.py [--starts 10] [--template on|off]
+    .venv/bin/python bench/start_stages.py [--starts 10] [--template on|off] [--warm-pool N]
 
 Starts are made one after another through a real control plane (in this process), each into a
 new sandbox (NO_GROUPING), as `bench/density.py` makes them. The control plane's own steps are
@@ -27,12 +27,20 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from control_plane import start_tasks  # noqa: E402
 from control_plane.agent_client import AgentClient  # noqa: E402
+from control_plane.providers.pool import Pooled  # noqa: E402
 from control_plane.providers.process import provider as process  # noqa: E402
 from control_plane.providers.process import template  # noqa: E402
+from control_plane.providers.process.parking import ProcessParking  # noqa: E402
 from control_plane.providers.process.start import Starter  # noqa: E402
 from control_plane.sandboxes.starts import Starts  # noqa: E402
 from control_plane.store import tasks  # noqa: E402
-from tests.control_plane.support import ControlPlane, configure_llm, make_config  # noqa: E402
+from tests.control_plane.support import (  # noqa: E402
+    OPERATOR,
+    ControlPlane,
+    configure_llm,
+    make_config,
+    warm_pool,
+)
 from tests.support.llm import ScriptedLLM, call  # noqa: E402
 from tests.support.wait import wait_for  # noqa: E402
 
@@ -61,8 +69,12 @@ def timed(owner: Any, name: str, label: str, *, begin: bool = True) -> None:
 
 def instrument() -> None:
     timed(tasks, "insert", "task row stored", begin=False)
-    timed(start_tasks.StartTaskService, "_place", "placed (sandbox row, conversation row)")
+    timed(start_tasks.StartTaskService, "_placed", "placed (sandbox row, conversation row)")
+    timed(start_tasks.StartTaskService, "_configure_git", "git configured")
     timed(process.ProcessProvider, "create", "provider.create")
+    timed(Pooled, "create", "pooled create")
+    timed(ProcessParking, "hand_over", "parked server handed its keys")
+    timed(ProcessParking, "until_started", "provider: started")
     timed(Starter, "_made", "bubblewrap made the sandbox")
     timed(template.Template, "fork", "template forked the server")
     timed(Starter, "_wait_ready", "ready file seen")  # a spawned server
@@ -89,6 +101,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             Path(tmp),
             max_sandboxes_per_user=args.starts + 5,
             sandbox_template=args.template == "on",
+            warm_pool=args.warm_pool,
+            operator_key=OPERATOR,
         )
         plane = ControlPlane(config).start()
         sock = Path(tmp) / "template" / "template.sock"
@@ -100,6 +114,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             configure_llm(client, llm.base_url("stages"), tools=["terminal"])
             client.patch("/api/v1/settings", json={"grouping_strategy": "NO_GROUPING"})
             for _ in range(args.starts):
+                if args.warm_pool:  # each start finds the pool refilled since the last
+                    wait_for(
+                        lambda: warm_pool(plane.url)["parked"] == args.warm_pool,
+                        120,
+                        interval=0.01,
+                    )
                 llm.script("stages", call("finish", message="done"))
                 marks.clear()
                 began_wall, began = time.time(), time.monotonic()
@@ -136,7 +156,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         finally:
             plane.stop()
             llm.stop()
-    return {"template": args.template, "starts": len(starts), **summarise(starts)}
+    return {
+        "template": args.template,
+        "warm_pool": args.warm_pool,
+        "starts": len(starts),
+        **summarise(starts),
+    }
 
 
 def summarise(starts: list[list[tuple[str, float]]]) -> dict[str, Any]:
@@ -169,6 +194,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--starts", type=int, default=10)
     parser.add_argument("--template", choices=["on", "off"], default="on")
+    parser.add_argument("--warm-pool", type=int, default=0, help="process sandboxes kept parked")
     print(json.dumps(run(parser.parse_args()), indent=1))
 
 

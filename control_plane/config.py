@@ -181,10 +181,11 @@ class Config(BaseModel):
     traffic off: sandboxes reach this control plane and the outside, not each other."""
 
     warm_pool: int = Field(default=0, ge=0, le=64)
-    """Sandboxes the Docker or Swarm provider keeps started for new ones: a start takes one
-    and only hands it its keys (Docker: 0.18 s to READY instead of 1.3). Each holds about
-    170 MiB while it waits and no key; none is shared, a taken one is replaced in the
-    background."""
+    """Sandboxes the provider keeps started for new ones: a start takes one and only hands it
+    its keys (Docker: 0.18 s to READY instead of 1.3). Each holds what an idle sandbox holds
+    (a Docker one about 170 MiB) while it waits and no key; none is shared, a taken one is
+    replaced in the background. The process provider parks servers forked from its template
+    (`CONTROL_PLANE_SANDBOX_TEMPLATE`, as root), and none without it."""
 
     sandbox_memory_limit: ByteSize = Field(default=ByteSize(4 * 1024**3), ge=64 * 1024**2)
     """Memory of one sandbox (bytes, or with a unit: `4GiB`, `512MiB`): a container's, or a
@@ -401,6 +402,11 @@ class Config(BaseModel):
             parts = urlsplit(self.public_url)
             return parts.port or (443 if parts.scheme == "https" else 80)
         return self.port
+
+    @property
+    def sandboxes_dir(self) -> Path:
+        """Where each sandbox's own directory is made (`SandboxProvider.root_dir`)."""
+        return self.state_dir / "sandboxes"
 
     @property
     def webhook_base(self) -> str:

@@ -182,7 +182,8 @@ def build_provider(
     config: Config, db: Database, fences: NodeFences | None = None
 ) -> SandboxProvider:
     """The provider `sandbox_provider` names (the Docker SDK is loaded only when one of its two
-    is chosen), a container kind's behind a warm pool when the deployment asks for one."""
+    is chosen), behind a warm pool when the deployment asks for one (a process kind's where
+    its servers are forked from the template)."""
     if config.sandbox_provider in ("docker", "swarm"):
         if config.sandbox_provider == "swarm":
             from control_plane.providers.swarm.provider import SwarmProvider
@@ -223,7 +224,7 @@ def build_provider(
     groups = cgroups.find()
     if isinstance(groups, str):
         logger.warning("process sandboxes run without memory, process or CPU limits: %s", groups)
-    return ProcessProvider(
+    process_kind = ProcessProvider(
         ProcessSettings.of(config),
         isolation=isolation,
         template=template,
@@ -231,9 +232,15 @@ def build_provider(
         network=network_boundary(config, db) if isolation else None,
         disks=disks(config, isolation),
     )
+    # Parked servers are the template's forks: without it, nothing is parked.
+    return (
+        process_kind
+        if template is None
+        else pooled(process_kind, config.warm_pool, config.webhook_base)
+    )
 
 
-def pooled(provider: Parking, size: int, webhook_url: str | None) -> SandboxProvider:
+def pooled(provider: Parking[Any], size: int, webhook_url: str | None) -> SandboxProvider:
     """`provider` behind a warm pool of `size` (`providers.pool`), when there is to be one and
     the webhook URL every sandbox of this control plane gets is known (a parked server is given
     it before it knows its sandbox); otherwise `provider` alone."""
@@ -324,7 +331,7 @@ class Services:
             provider,
             cipher,
             leases,
-            sandboxes_dir=config.state_dir / "sandboxes",
+            sandboxes_dir=config.sandboxes_dir,
             webhook_url=config.webhook_base,
             runs=Runs(db, agents, pause_grace=config.pause_grace),
             ring=bell.ring,

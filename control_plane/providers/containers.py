@@ -123,7 +123,7 @@ def explain(exc: docker.errors.DockerException) -> str:
     return str(exc)
 
 
-class ContainerProvider(Parking):
+class ContainerProvider(Parking[str]):
     """A provider whose sandboxes are containers of the sandbox image, driven through a Docker
     Engine API (a daemon's, or a swarm manager's); each kind parks them too (`parking`), for a
     warm pool that wraps it."""

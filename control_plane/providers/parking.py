@@ -11,22 +11,27 @@ A start is three steps, so that the pool's claim can stand between the first and
 `prepare` (what every start needs first: its spec checked, the platform ready), then either a
 parked sandbox handed its keys or `start_cold`, then `until_started` (the one wait until it
 answers, and its removal when it does not). A provider alone runs the three in a row
-(`Parking.create`).
+(`Parking.create`). What the middle step gives the last is the kind's own (`Started`): a
+container's id, or a process sandbox's server and the pipe it says it is ready on.
 
 The container kinds are such providers (`containers.ContainerProvider`): Docker's parking is
-`docker.pool`, Swarm's `swarm.pool`.
+`docker.pool`, Swarm's `swarm.pool`. The process kind's is `process.parking`: servers forked
+from the template into sandboxes of their own, waiting for their keys on a pipe.
 """
 
 from __future__ import annotations
 
 import abc
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from control_plane.sandboxes.provider import Handle, Launch, SandboxProvider, SandboxSpec
 
 #: Seconds between a pool's looks at its parked ones (and their lifelines), by default.
 CHECK_INTERVAL = 15.0
+
+Started = TypeVar("Started")
+"""What a start's middle step gives its wait: the kind's own."""
 
 
 @dataclass
@@ -35,15 +40,17 @@ class Parked:
 
     sandbox_id: str
     ref: str
-    """The container's (or service's) id; empty when a park was cut short (found by name)."""
+    """The container's (or service's) id, or the process sandbox's leader; empty when a park
+    was cut short (found by name)."""
     hold: Any
-    """What hands it its keys: Docker's held stdin attach, Swarm's claim token."""
+    """What hands it its keys: Docker's held stdin attach, Swarm's claim token, a process
+    sandbox's keys' pipe."""
     handle: Handle | None = None
     reserved_at: float | None = None
     """When a new sandbox's row took its id (`time.monotonic`); None while it waits."""
 
 
-class Parking(SandboxProvider):
+class Parking(SandboxProvider, Generic[Started]):
     """A provider whose sandboxes can be parked: started before they are asked for, handed
     their keys by the start of the sandbox that takes one."""
 
@@ -69,12 +76,12 @@ class Parking(SandboxProvider):
         the platform ready); ProviderError when it cannot be had."""
 
     @abc.abstractmethod
-    async def start_cold(self, launch: Launch) -> str:
-        """A new agent server for the sandbox, started with its keys; its ref (the container's
-        or service's id). What a start cut short earlier left is replaced."""
+    async def start_cold(self, launch: Launch) -> Started:
+        """A new agent server for the sandbox, started with its keys (a container's: its id).
+        What a start cut short earlier left is replaced."""
 
     @abc.abstractmethod
-    async def until_started(self, launch: Launch, ref: str) -> Handle:
+    async def until_started(self, launch: Launch, started: Started) -> Handle:
         """Once the started one (cold, or parked and claimed) answers, its handle; when it
         does not, or the wait is cancelled, it is removed and nothing of it is left running."""
 
@@ -85,8 +92,8 @@ class Parking(SandboxProvider):
         """A new parked sandbox, waiting for its keys; `webhook_url` as a sandbox reaches it."""
 
     @abc.abstractmethod
-    async def hand_over(self, parked: Parked, keys: bytes) -> str:
-        """Its keys handed over; its ref. ProviderError when it cannot take them."""
+    async def hand_over(self, parked: Parked, keys: bytes) -> Started:
+        """Its keys handed over. ProviderError when it cannot take them."""
 
     @abc.abstractmethod
     async def keep(self, parked: Parked) -> bool:

@@ -17,8 +17,9 @@ keys, which no parked sandbox holds.
 - **Never outliving its control plane**: each kind ends by itself once its control plane is
   gone (its parking says how); the pool of a control plane that starts removes what ended of
   its deployment's pools (`Parking.sweep`).
-- **Refilled in the background**, one at a time. One that cannot be parked is logged and tried
-  again after BACKOFF; a start never waits for the pool.
+- **Refilled in the background**, one at a time, once the start that took one is over (its
+  work would slow that start). One that cannot be parked is logged and tried again after
+  BACKOFF; a start never waits for the pool.
 
 The pool wraps its provider (`Pooled`): the provider offers the moves (`parking.Parking`:
 Docker's are `docker.pool`'s, Swarm's `swarm.pool`'s) and never holds its pool; the composition
@@ -33,6 +34,7 @@ import logging
 import time
 import uuid
 from collections import deque
+from typing import Any
 
 import anyio
 
@@ -56,7 +58,7 @@ class WarmPool:
     """The books of one provider's parked sandboxes: those waiting, those reserved for a new
     row, the refill and the looks at them in the background."""
 
-    def __init__(self, parking: Parking, size: int, webhook_url: str) -> None:
+    def __init__(self, parking: Parking[Any], size: int, webhook_url: str) -> None:
         """`webhook_url`: as a sandbox sees it, the same for every sandbox of this control
         plane (a start told another one starts cold)."""
         self.parking = parking
@@ -69,9 +71,10 @@ class WarmPool:
         self._removals: set[asyncio.Task[None]] = set()  # held: the loop keeps weak references
         self.interval = parking.keep_interval
         self.hits = 0
-        """Starts that were handed a parked sandbox (read by the metrics' scrape)."""
+        """New sandboxes that were handed a parked one (read by the metrics' scrape)."""
         self.misses = 0
-        """Starts that asked and started cold."""
+        """New sandboxes that asked and started cold (the pool empty, or a parked one dead);
+        a resumed or restarted sandbox never asks."""
 
     def start(self) -> None:
         self._tasks = [
@@ -87,27 +90,36 @@ class WarmPool:
     def reserve(self) -> str | None:
         """A parked sandbox's id, taken out of the pool (None when it is empty)."""
         if not self._parked:
+            self.misses += 1
             return None
         parked = self._parked.popleft()
         parked.reserved_at = time.monotonic()
         self._reserved[parked.sandbox_id] = parked
-        self._wanted.set()
-        return parked.sandbox_id
+        return parked.sandbox_id  # refilled once its start is over (`refill`)
 
-    async def claim(self, launch: Launch, webhook_url: str) -> str | None:
-        """The reserved one of `launch`'s sandbox with its keys handed over (its ref), or
-        None: not one of the pool's, or its server is gone (then removed)."""
+    def refill(self) -> None:
+        """Park another in place of one taken: called once the start that took it is over, so
+        the refill's work (a container made, a server forked) never slows that start down."""
+        self._wanted.set()
+
+    async def claim(self, launch: Launch, webhook_url: str) -> Any | None:
+        """The reserved one of `launch`'s sandbox with its keys handed over (what the
+        provider's wait is given), or None: not one of the pool's, or its server is gone (then
+        removed)."""
         parked = self._reserved.pop(launch.sandbox_id, None)
         if parked is None:
             return None
         try:
             if webhook_url != self.webhook_url:
                 raise ProviderError("it was parked for another webhook URL")
-            return await self.parking.hand_over(parked, launch.keys())
+            started = await self.parking.hand_over(parked, launch.keys())
         except ProviderError as exc:
             logger.warning("warm pool: sandbox %s starts cold (%s)", launch.sandbox_id, exc)
+            self.misses += 1
             await self.parking.discard(parked)
             return None
+        self.hits += 1
+        return started
 
     async def close(self) -> None:
         """Parked and reserved ones removed; claimed ones are sandboxes and stay."""
@@ -169,6 +181,7 @@ class WarmPool:
             if parked.reserved_at is not None and now - parked.reserved_at > RESERVE_TIMEOUT:
                 del self._reserved[sandbox_id]
                 self._remove(parked)
+                self._wanted.set()
         looked = list(self._parked)  # all at once: one slow answer delays no other's lifeline
         kept = await asyncio.gather(*(self.parking.keep(parked) for parked in looked))
         for parked, keep in zip(looked, kept, strict=True):
@@ -194,12 +207,12 @@ class Pooled(Wrapper):
     sandbox is the same sandbox whether a pool made it or not, and a control plane without a
     pool adopts it."""
 
-    def __init__(self, provider: Parking, size: int, webhook_url: str) -> None:
+    def __init__(self, provider: Parking[Any], size: int, webhook_url: str) -> None:
         """`webhook_url`: this control plane's, as every sandbox of it is told (the provider
         says how a sandbox reaches it: `inside`); parked servers are given it before they
         know their sandbox."""
         super().__init__(provider)
-        self.provider: Parking = provider
+        self.provider: Parking[Any] = provider
         self.pool = WarmPool(provider, size, provider.inside(webhook_url))
 
     # -- through the pool ---------------------------------------------------------------------
@@ -214,14 +227,14 @@ class Pooled(Wrapper):
     async def create(self, launch: Launch) -> Handle:
         """The parked sandbox reserved for it, handed its keys, else a cold start; either way
         the provider's wait (and its removal when the sandbox does not come up)."""
-        await self.provider.prepare(launch)
-        ref = await self.pool.claim(launch, self.provider.inside(launch.webhook_url))
-        if ref is None:
-            self.pool.misses += 1
-            ref = await self.provider.start_cold(launch)
-        else:
-            self.pool.hits += 1
-        return await self.provider.until_started(launch, ref)
+        try:
+            await self.provider.prepare(launch)
+            started = await self.pool.claim(launch, self.provider.inside(launch.webhook_url))
+            if started is None:
+                started = await self.provider.start_cold(launch)
+            return await self.provider.until_started(launch, started)
+        finally:
+            self.pool.refill()
 
     async def close(self) -> None:
         await self.pool.close()

@@ -229,6 +229,30 @@ def whole_run(client: httpx.Client, cid: str) -> list[str]:
     return [e["id"] for e in items] if done else []
 
 
+#: The operator key of control planes whose /metrics a test reads (`warm_pool`).
+OPERATOR = "operator-key-for-tests-" + "0" * 16
+
+
+def warm_pool(url: str) -> dict[str, int]:
+    """The warm pool's figures as an operator reads them on the /metrics of the control plane
+    at `url`: `parked` (waiting), and the starts that asked it, `hit` and `miss` (its
+    operator key must be `OPERATOR`)."""
+    text = httpx.get(
+        url + "/metrics", headers={"Authorization": f"Bearer {OPERATOR}"}, timeout=10
+    ).text
+    samples = {
+        "control_plane_warm_pool_parked": "parked",
+        'control_plane_warm_pool_claims_total{result="hit"}': "hit",
+        'control_plane_warm_pool_claims_total{result="miss"}': "miss",
+    }
+    found = {"parked": 0, "hit": 0, "miss": 0}
+    for line in text.splitlines():
+        name, _, value = line.rpartition(" ")
+        if name in samples:
+            found[samples[name]] = int(float(value))
+    return found
+
+
 def template_socket(plane: ControlPlane) -> Path:
     return plane.config.state_dir / "template" / "template.sock"
 

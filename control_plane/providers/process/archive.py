@@ -48,6 +48,12 @@ class Archiver:
                 tar.add(workspace, arcname=sandbox_id)
             os.chmod(partial, 0o600)
             os.replace(partial, archive)
+        self.remove(sandbox_id, root_dir)
+        return archive
+
+    def remove(self, sandbox_id: str, root_dir: Path) -> None:
+        """Everything of the sandbox on this host gone, nothing archived (a parked one's: no
+        one ever had it)."""
         if self.disks is not None:
             try:
                 self.disks.detach(sandbox_id, root_dir)
@@ -58,4 +64,3 @@ class Archiver:
             self.isolation.remove(root_dir)
         if self.groups is not None:
             self.groups.remove(sandbox_id)
-        return archive

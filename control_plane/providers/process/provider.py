@@ -14,7 +14,8 @@ start time), or finds a start cut short by its ready file's path on their comman
 
 This module is the seam's side of the kind: what the control plane calls, each call handed to
 the part of the wing that does it. The start is `start` (with `environment`, what the server
-is launched with, and `children`, the launchers this process spawned and reaps); pause and
+is launched with, and `children`, the launchers this process spawned and reaps), or a parked
+sandbox claimed (`parking`: the provider is its base, as Docker's is `docker.pool`); pause and
 resume are `signals`; the end is `stop` (the processes) and `archive` (the files); a sandbox's
 network namespace is `network`; what the configuration says is `settings`; the handle's ref,
 the launcher's pid and start time, is `leader`.
@@ -39,6 +40,7 @@ from control_plane.providers.process.children import Children
 from control_plane.providers.process.isolation import READY_FILE, Isolation
 from control_plane.providers.process.leader import Leader
 from control_plane.providers.process.network import ProcessNetwork
+from control_plane.providers.process.parking import ProcessParking
 from control_plane.providers.process.settings import ProcessSettings
 from control_plane.providers.process.signals import Signals
 from control_plane.providers.process.start import Starter
@@ -49,8 +51,6 @@ from control_plane.sandboxes.provider import (
     Handle,
     Launch,
     Liveness,
-    ProviderError,
-    SandboxProvider,
     SandboxSpec,
 )
 from core import processes
@@ -73,7 +73,7 @@ def isolated_spec(isolation: Isolation) -> SandboxSpec:
     )
 
 
-class ProcessProvider(SandboxProvider):
+class ProcessProvider(ProcessParking):
     host_loopback = True  # its sandboxes are this machine's processes
     hibernates = True  # a start on the same directory picks its files up
 
@@ -124,14 +124,17 @@ class ProcessProvider(SandboxProvider):
             settings.archive_dir, isolation=isolation, groups=groups, disks=self.disks
         )
 
+        self.spec = isolated_spec(isolation) if isolation else SPEC
+
     def specs(self) -> list[SandboxSpec]:
-        return [isolated_spec(self.isolation) if self.isolation else SPEC]
+        return [self.spec]
 
     async def start(self) -> None:
         if self.network is not None:
             await self.network.start()
         if self.template is not None:
             self.template.start()
+        await self.sweep()  # what an earlier control plane parked, with or without a pool now
 
     async def close(self) -> None:
         if self.template is not None:
@@ -153,11 +156,6 @@ class ProcessProvider(SandboxProvider):
         """Isolated: /workspace/project (bubblewrap binds the workspace there too); otherwise
         the workspace's own path on this machine."""
         return Path(PROJECT_DIR) if self.isolation is not None else root_dir / "workspace"
-
-    async def create(self, launch: Launch) -> Handle:
-        if launch.spec_id != SPEC.id:
-            raise ProviderError(f"unknown sandbox spec {launch.spec_id!r}")
-        return await self.starter.create(launch)
 
     async def recover(self, launch: Launch) -> Handle | None:
         """The child of a start that was cut short: its handle once it is up; a child still

@@ -35,6 +35,12 @@ class ProcessSettings:
     """What one sandbox may use, held by its cgroups where there are some."""
     traces_url: str | None = None
     """Where every sandbox's agent server sends its spans (OTLP/HTTP; None: nowhere)."""
+    sandboxes_dir: Path | None = None
+    """Where sandboxes' directories are (`SandboxProvider.root_dir`): a parked one's is made
+    there before its row is (None: none is parked)."""
+    parked_dir: Path | None = None
+    """Where each parked sandbox is marked until it is claimed: a control plane that starts
+    removes what earlier ones parked."""
 
     @classmethod
     def of(cls, config: Config) -> ProcessSettings:
@@ -46,4 +52,6 @@ class ProcessSettings:
             stop_grace=config.sandbox_stop_grace,
             limits=Limits.of(config),
             traces_url=config.sandbox_otlp_traces_endpoint,
+            sandboxes_dir=config.sandboxes_dir,
+            parked_dir=config.state_dir / "parked",
         )

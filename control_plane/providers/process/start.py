@@ -15,11 +15,13 @@ and reaped, and its network namespace detached.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ipaddress
 import logging
 import os
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 from control_plane.providers.disks import DiskError, Disks
@@ -44,6 +46,48 @@ logger = logging.getLogger(__name__)
 #: ready file's path is an argument, as a spawned server's is, so a restart finds it.
 HOLDER = ["sh", "-c", "trap '' TERM; exec cat"]
 LOG_FILE = "agent-server.log"
+
+
+@dataclass(frozen=True)
+class Place:
+    """A sandbox's place, made for its server (`Starter.place`)."""
+
+    command: Command
+    """Its server's command there: a spawned server's, and a forked one's environment."""
+    uid: int | None
+    """Its own user, where it is isolated."""
+    groups: list[Path]
+    """Its cgroups, where it has some."""
+    address: ipaddress.IPv4Address | None
+    """Its network namespace's address, behind the boundary."""
+
+
+@dataclass
+class Waiting:
+    """A parked server (`Starter.park`): forked into its sandbox, waiting for its keys."""
+
+    pid: int
+    """The sandbox's launcher (bubblewrap), which leads its process group."""
+    keys: int
+    """The write end of the pipe its keys come on. Closed unused (its control plane gone),
+    the server reads no keys and exits, and its sandbox with it."""
+    said: int
+    """The read end of the pipe it says its port on, once it has its keys and listens."""
+    address: ipaddress.IPv4Address | None
+
+    def hand_over(self, keys: bytes) -> None:
+        """Its keys written whole (a few hundred bytes: the pipe's buffer holds them), the
+        pipe closed; ProviderError when the server is gone."""
+        try:
+            with os.fdopen(os.dup(self.keys), "wb") as pipe:
+                pipe.write(keys)
+        except OSError as exc:
+            raise ProviderError(f"the parked server did not take its keys: {exc}") from None
+        finally:
+            self.keys = _closed(self.keys)
+
+    def close(self) -> None:
+        self.keys, self.said = _closed(self.keys), _closed(self.said)
 
 
 class Starter:
@@ -75,6 +119,17 @@ class Starter:
 
     async def create(self, launch: Launch) -> Handle:
         """The sandbox `launch` describes, started: its handle once its server answers."""
+        place = await self.place(launch)
+        try:
+            return await self._launch(launch, place)
+        except BaseException:
+            await self.unplace(launch)
+            raise
+
+    async def place(self, launch: Launch) -> Place:
+        """Its directories (on its own disk), its uid, its network namespace (let in under
+        `launch.network`) and its cgroups: what its server is started with there. What a
+        start cut short earlier left is taken up."""
         launch.root_dir.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         if self.disks is not None:
             try:
@@ -83,11 +138,10 @@ class Starter:
                 raise ProviderError(f"the sandbox's disk could not be made: {exc}") from None
         for path in (launch.root_dir, launch.root_dir / "state", launch.workspace):
             path.mkdir(exist_ok=True, mode=0o700)
-        ready = launch.root_dir / READY_FILE
-        ready.unlink(missing_ok=True)
+        ready_of(launch).unlink(missing_ok=True)
         # -P: the working directory (the sandbox's own, which its agent writes) is not put
         # first on the import path, so nothing planted there is imported by the server.
-        argv = [sys.executable, "-P", "-m", "agent_server", "--ready-file", str(ready)]
+        argv = [sys.executable, "-P", "-m", "agent_server", "--ready-file", str(ready_of(launch))]
         env = child_env(launch, self.isolation, self.network is not None, self.traces_url)
         command = Command(argv, {}, env)
         uid, groups = None, []
@@ -102,11 +156,60 @@ class Starter:
                 command = self._command(launch, argv, uid, env)
             if self.groups is not None:
                 groups = await asyncio.to_thread(self.groups.create, launch.sandbox_id, self.limits)
-            return await self._launch(launch, command, uid, groups, address)
         except BaseException:
-            if self.network is not None:
-                await self.network.detach(launch.sandbox_id)
+            await self.unplace(launch)
             raise
+        return Place(command, uid, groups, address)
+
+    async def unplace(self, launch: Launch) -> None:
+        """What a failed start made that a next one would not take up: its network namespace
+        (its files and cgroups are taken up again, or removed with the sandbox)."""
+        if self.network is not None:
+            await self.network.detach(launch.sandbox_id)
+
+    @property
+    def forks(self) -> bool:
+        """Whether servers are forked from the template now (it is ready)."""
+        if self.template is not None:
+            self.template.revive()
+        return (
+            self.template is not None
+            and self.template.ready
+            and self.isolation is not None
+            and not self.isolation.own_kernel
+        )
+
+    async def park(self, launch: Launch) -> Waiting:
+        """A server forked into the place `launch` describes, with no keys on its pipe yet:
+        it has loaded everything and waits for them (`hand_over`). ProviderError when the
+        template does not fork."""
+        if not self.forks:
+            raise ProviderError("servers are parked only where the sandbox template forks them")
+        place = await self.place(launch)
+        try:
+            if place.uid is None:
+                raise ProviderError("a parked server needs a uid of its own")
+            keys_read, keys = os.pipe()
+            try:
+                with _output(launch) as out:
+                    pid, said = await self._fork(launch, place, out, keys_read)
+            except BaseException:
+                os.close(keys)
+                raise
+            finally:
+                os.close(keys_read)
+        except BaseException:
+            await self.unplace(launch)
+            raise
+        return Waiting(pid=pid, keys=keys, said=said, address=place.address)
+
+    async def claimed(self, launch: Launch, waiting: Waiting) -> Handle:
+        """The handle of a parked server handed its keys, once it answers (killed, if it does
+        not)."""
+        try:
+            return await self._handle(launch, waiting.pid, waiting.said, waiting.address)
+        finally:
+            waiting.close()
 
     def _command(
         self, launch: Launch, argv: list[str], uid: int | None, env: dict[str, str]
@@ -118,43 +221,41 @@ class Starter:
         command = self.isolation.command(launch.root_dir, argv, uid, env, resolv_conf)
         return command if self.network is None else self.network.enter(launch.sandbox_id, command)
 
-    async def _launch(
-        self,
-        launch: Launch,
-        command: Command,
-        uid: int | None,
-        groups: list[Path],
-        address: ipaddress.IPv4Address | None,
-    ) -> Handle:
+    async def _launch(self, launch: Launch, place: Place) -> Handle:
         """The server forked from the template where it can be, else spawned; its handle once
         it answers (killed, if it does not)."""
-        ready = launch.root_dir / READY_FILE
-        out = os.open(launch.root_dir / LOG_FILE, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         said: int | None = None  # a forked server says it is ready on this pipe
-        try:
+        with _output(launch) as out:
             pid = None
-            if self.template is not None:
-                self.template.revive()
-            if (
-                uid is not None
-                and self.template is not None
-                and self.template.ready
-                and self.isolation is not None
-                and not self.isolation.own_kernel
-            ):
+            if place.uid is not None and self.forks:
+                keys = filled_pipe(launch.keys())
                 try:
-                    pid, said = await self._fork(launch, uid, out, groups, command.env)
+                    pid, said = await self._fork(launch, place, out, keys)
                 except TemplateError as exc:
                     logger.warning("%s; the server is started by itself", exc)
+                finally:
+                    os.close(keys)
             if pid is None:
-                pid = self.children.spawn(command, output=out, stdin=launch.keys(), groups=groups)
+                pid = self.children.spawn(
+                    place.command, output=out, stdin=launch.keys(), groups=place.groups
+                )
+        try:
+            return await self._handle(launch, pid, said, place.address)
         finally:
-            os.close(out)
+            if said is not None:
+                os.close(said)
+
+    async def _handle(
+        self, launch: Launch, pid: int, said: int | None, address: ipaddress.IPv4Address | None
+    ) -> Handle:
+        """The started server's handle once it answers: a forked one says its port on the
+        pipe `said`, a spawned one in its ready file. It is killed when it does not answer."""
+        log = launch.root_dir / LOG_FILE
         try:
             if said is not None:
-                port = await self._said_ready(said, launch.root_dir / LOG_FILE)
+                port = await self._said_ready(said, log)
             else:
-                port = await self._wait_ready(pid, ready, launch.root_dir / LOG_FILE)
+                port = await self._wait_ready(pid, ready_of(launch), log)
             started = processes.start_time(pid)
             if started is None:
                 raise ProviderError("the agent server exited right after starting")
@@ -170,34 +271,30 @@ class Starter:
         except BaseException:
             await self.children.kill_now(pid)
             raise
-        finally:
-            if said is not None:
-                os.close(said)
 
-    async def _fork(
-        self, launch: Launch, uid: int, out: int, groups: list[Path], env: dict[str, str]
-    ) -> tuple[int, int]:
+    async def _fork(self, launch: Launch, place: Place, out: int, keys: int) -> tuple[int, int]:
         """bubblewrap makes the sandbox around a holder, and the template forks the server
-        into it (`agent_server.template`): bubblewrap's pid, as a spawned server's, and the
-        read end of the pipe the server says it is ready on."""
+        into it (`agent_server.template`), `keys` its stdin: bubblewrap's pid, as a spawned
+        server's, and the read end of the pipe the server says it is ready on."""
         assert self.isolation is not None and self.template is not None
-        ready = str(launch.root_dir / READY_FILE)
-        command = self._command(launch, [*HOLDER, ready], uid, env)
+        assert place.uid is not None
+        ready = str(ready_of(launch))
+        env = place.command.env
+        command = self._command(launch, [*HOLDER, ready], place.uid, env)
         lifeline, held = os.pipe()
         said, says = os.pipe()
-        keys = filled_pipe(launch.keys())
         try:
-            pid = self.children.spawn(command, output=out, stdin=lifeline, groups=groups)
+            pid = self.children.spawn(command, output=out, stdin=lifeline, groups=place.groups)
             try:
                 inside = await self._made(pid, launch.root_dir / LOG_FILE)
                 await self.template.fork(
                     enter=inside,
-                    uid=uid,
+                    uid=place.uid,
                     cwd=launch.root_dir,
                     env=env,
                     argv=["--ready-file", ready],
                     fds=[keys, out, held, says],
-                    cgroups=groups,
+                    cgroups=place.groups,
                     seccomp=self.isolation.seccomp,
                 )
             except BaseException:
@@ -206,7 +303,7 @@ class Starter:
                 raise
             return pid, said
         finally:
-            for fd in (lifeline, held, says, keys):
+            for fd in (lifeline, held, says):
                 os.close(fd)
 
     async def _made(self, pid: int, log: Path) -> int:
@@ -281,6 +378,28 @@ class Starter:
 
         late = f"the agent server did not answer /alive within {self.start_timeout:g} s"
         await until_up(look, within=self.start_timeout, interval=0.02, late=late)
+
+
+def ready_of(launch: Launch) -> Path:
+    return launch.root_dir / READY_FILE
+
+
+@contextlib.contextmanager
+def _output(launch: Launch) -> Iterator[int]:
+    """The server's log, open for appending while it is started (it keeps its own copy)."""
+    out = os.open(launch.root_dir / LOG_FILE, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        yield out
+    finally:
+        os.close(out)
+
+
+def _closed(fd: int) -> int:
+    """-1, once `fd` is closed (where it was open)."""
+    if fd >= 0:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+    return -1
 
 
 def _tail(log: Path, size: int = 2000) -> str:

@@ -22,7 +22,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.control_plane.support import ControlPlane, make_config
+from tests.control_plane.support import OPERATOR, ControlPlane, make_config, warm_pool
 from tests.control_plane.tenants import Tenant, idle, outcomes, probe, run
 from tests.support.internet import Internet, Listener
 from tests.support.llm import ScriptedLLM, free_port
@@ -139,21 +139,32 @@ def configured(request: pytest.FixtureRequest, tmp_path: Path, provider: str, **
 
 @pytest.fixture(
     params=[
-        ("process", "isolated", "auto"),
-        ("process", "isolated", "gvisor"),
-        ("process", "host", "auto"),
-        ("docker", "isolated", "auto"),
-        ("docker", "host", "auto"),
+        ("process", "isolated", "auto", 0),
+        ("process", "isolated", "auto", 2),
+        ("process", "isolated", "gvisor", 0),
+        ("process", "host", "auto", 0),
+        ("docker", "isolated", "auto", 0),
+        ("docker", "host", "auto", 0),
     ],
-    ids=["process", "process-gvisor", "process-off", "docker", "docker-off"],
+    ids=["process", "process-pooled", "process-gvisor", "process-off", "docker", "docker-off"],
 )
 def plane(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ControlPlane]:
-    provider, network, isolation = request.param
+    """`process-pooled`: both tenants' sandboxes are claimed from a warm pool, parked under
+    the policy `none` (control_plane/providers/process/parking.py) until their own applies."""
+    provider, network, isolation, pool = request.param
+    pooled = {"sandbox_template": True, "warm_pool": pool, "operator_key": OPERATOR}
     control_plane = ControlPlane(
         configured(
-            request, tmp_path, provider, sandbox_network=network, sandbox_isolation=isolation
+            request,
+            tmp_path,
+            provider,
+            sandbox_network=network,
+            sandbox_isolation=isolation,
+            **(pooled if pool else {}),
         )
     ).start()
+    if pool:
+        wait_for(lambda: warm_pool(control_plane.url)["parked"] == pool, 180, what="the parked")
     yield control_plane
     control_plane.stop()
 
@@ -222,6 +233,8 @@ def test_open_reaches_the_internet_and_nothing_of_this_host_or_its_neighbours(
         if line.startswith("agent_server_network_refused_total ")
     ]
     assert counted and float(counted[0].split()[1]) >= 4, counted
+    if plane.config.warm_pool:  # both were parked ones
+        assert warm_pool(plane.url)["hit"] == 2
 
 
 @pytest.fixture(params=["process", "docker"])
