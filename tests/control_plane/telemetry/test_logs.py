@@ -35,7 +35,14 @@ def test_json_lines_share_the_request_trace_and_keep_no_query(tmp_path: Path) ->
             lines = [json.loads(line) for line in plane.log_file.read_text().splitlines()]
             return [x for x in lines if x["logger"] == "control_plane.access"]
 
-        lines = wait_for(lambda: len(access_lines()) >= 3 and access_lines(), 30)
+        def all_three() -> list[dict[str, object]] | None:
+            """(Lines of /health, asked while the plane started, may come before them.)"""
+            lines = access_lines()
+            paths = ("/api/v1/llm/v1/models", "/api/v1/users/me", "/sandbox-apps/")
+            logged = all(any(p in str(x["message"]) for x in lines) for p in paths)
+            return lines if logged else None
+
+        lines = wait_for(all_three, 30)
     finally:
         plane.stop()
     output = plane.log_file.read_text()
