@@ -81,7 +81,14 @@ class Disks:
             return
         filesystems = self.images_of(sandbox_id, root_dir)
         _make([(image, size) for image, _, size in filesystems if not image.exists()])
-        for image, mount_point, _ in filesystems:
+        self.mount(sandbox_id, root_dir)
+
+    def mount(self, sandbox_id: str, root_dir: Path) -> None:
+        """The sandbox's images that exist mounted where they belong (those mounted already
+        left as they are). Blocking."""
+        for image, mount_point, _ in self.images_of(sandbox_id, root_dir):
+            if not image.exists() or not mount_point.parent.is_dir():
+                continue
             mount_point.mkdir(exist_ok=True, mode=0o700)
             if os.path.ismount(mount_point):
                 continue
@@ -100,15 +107,21 @@ class Disks:
                 (mount_point / "lost+found").rmdir()
             mount_point.chmod(0o700)
 
-    def detach(self, sandbox_id: str, root_dir: Path) -> None:
-        """The sandbox's filesystems unmounted (lazily if something still holds one) and
-        their images removed: what they held is gone. Blocking."""
-        for image, mount_point, _ in reversed(self.images_of(sandbox_id, root_dir)):
+    def unmount(self, sandbox_id: str, root_dir: Path) -> None:
+        """The sandbox's filesystems unmounted (lazily if something still holds one), their
+        images kept: a hibernated sandbox holds no loop device and no mount. Blocking."""
+        for _, mount_point, _ in reversed(self.images_of(sandbox_id, root_dir)):
             if os.path.ismount(mount_point):
                 try:
                     _run(["umount", str(mount_point)])
                 except DiskError:
                     _run(["umount", "-l", str(mount_point)])
+
+    def detach(self, sandbox_id: str, root_dir: Path) -> None:
+        """The sandbox's filesystems unmounted and their images removed: what they held is
+        gone. Blocking."""
+        self.unmount(sandbox_id, root_dir)
+        for image, _, _ in self.images_of(sandbox_id, root_dir):
             image.unlink(missing_ok=True)
 
     def usage(self, root_dir: Path) -> DiskUsage | None:

@@ -39,6 +39,11 @@ class Archiver:
     def archive_and_remove(self, sandbox_id: str, root_dir: Path) -> Path | None:
         """The archive's path (None: the sandbox had no workspace); its files are gone."""
         archive: Path | None = None
+        if self.disks is not None:  # a hibernated sandbox's, unmounted
+            try:
+                self.disks.mount(sandbox_id, root_dir)
+            except DiskError as exc:
+                raise ProviderError(f"the sandbox's disk could not be mounted: {exc}") from None
         workspace = root_dir / "workspace"
         if workspace.is_dir():
             self.archive_dir.mkdir(parents=True, exist_ok=True, mode=0o700)

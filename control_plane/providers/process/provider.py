@@ -33,7 +33,7 @@ from control_plane.models import DiskUsage
 from control_plane.network.boundary import Boundary
 from control_plane.network.fence import Refusals
 from control_plane.network.policy import NetworkPolicy
-from control_plane.providers.disks import Disks
+from control_plane.providers.disks import DiskError, Disks
 from control_plane.providers.process import cgroups
 from control_plane.providers.process.archive import Archiver
 from control_plane.providers.process.children import Children
@@ -51,6 +51,7 @@ from control_plane.sandboxes.provider import (
     Handle,
     Launch,
     Liveness,
+    ProviderError,
     SandboxSpec,
 )
 from core import processes
@@ -211,14 +212,20 @@ class ProcessProvider(ProcessParking):
         return handle
 
     async def hibernate(self, handle: Handle, root_dir: Path) -> None:
-        """Its processes ended as a destroy ends them, its network and cgroups taken back;
-        its directory (and its disk, mounted) kept for the next `create`."""
+        """Its processes ended as a destroy ends them, its network and cgroups taken back,
+        its disk unmounted (no loop device, no mount held); its files kept for the next
+        `create`, which mounts them again."""
         if Leader.of(handle).holds_group():
             await self.stopper.stop(handle, root_dir)
         if self.network is not None:
             await self.network.remove(handle.sandbox_id)
         if self.groups is not None:
             await asyncio.to_thread(self.groups.remove, handle.sandbox_id)
+        if self.disks is not None:
+            try:
+                await asyncio.to_thread(self.disks.unmount, handle.sandbox_id, root_dir)
+            except DiskError as exc:
+                raise ProviderError(f"the sandbox's disk could not be unmounted: {exc}") from None
 
     async def destroy(self, sandbox_id: str, handle: Handle | None, root_dir: Path) -> Path | None:
         if handle is not None and Leader.of(handle).holds_group():

@@ -7,6 +7,7 @@ isolated as a fresh sandbox (its uid, its network namespace, its seccomp filter)
 from __future__ import annotations
 
 import os
+import tarfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -110,8 +111,9 @@ def test_a_hibernated_sandbox_runs_nothing_and_its_resume_goes_on(
     # Nothing of it runs: the server, its shells, the agent's background `sleep` are gone.
     wait_for(lambda: not processes_of(root), 10, what="every process of the sandbox ended")
     assert record(client, sid)["status"] == "PAUSED"
-    [kept_file] = (root / "workspace").rglob("kept.txt")  # its conversation's directory
-    assert kept_file.read_text() == "kept\n"
+    # Nor a mount, nor a loop device: its disk's image is kept, unmounted.
+    assert str(root) not in Path("/proc/mounts").read_text()
+    assert list((plane.config.state_dir / "disks").glob(f"{sid}*.ext4"))
     kept = [e["id"] for e in events(client, cid)]
     # The reconciler's rounds leave it alone (no process to find is not a vanished sandbox).
     time.sleep(plane.config.health_interval * 3)
@@ -135,6 +137,15 @@ def test_a_hibernated_sandbox_runs_nothing_and_its_resume_goes_on(
     assert last[0] == "kept" and int(last[1]) == uid_before and "2" in last[2:]
     assert processes_of(root), "the resumed sandbox runs again"
     assert len(llm.requests_for(key)) == 4
+
+    # Deleted while hibernated: its workspace is archived from its disk all the same.
+    r = client.post(f"/api/v1/sandboxes/{sid}/pause", timeout=90)
+    assert r.status_code == 200 and str(root) not in Path("/proc/mounts").read_text()
+    deleted = client.delete(f"/api/v1/sandboxes/{sid}", params={"sandbox_id": sid})
+    assert deleted.status_code == 200, deleted.text
+    with tarfile.open(plane.config.state_dir / "archives" / f"{sid}.tar.gz") as archive:
+        [kept_file] = [m for m in archive.getmembers() if m.name.endswith("/kept.txt")]
+        assert archive.extractfile(kept_file).read() == b"kept\n"  # type: ignore[union-attr]
 
 
 def test_the_idle_timer_hibernates_by_default_and_a_message_wakes_it(
