@@ -140,11 +140,11 @@ def main() -> None:
             for _ in range(args.starts):
                 llm.script("burst", call("finish", message="done"))
             results.update(asyncio.run(burst(plane.url, key, args.starts)))
+            results["load_after"] = round(os.getloadavg()[0], 1)
+            print(json.dumps(results, indent=1), flush=True)
         finally:
-            plane.stop()
+            plane.stop(timeout=600)  # every sandbox of the burst stopped before the files go
             llm.stop()
-    results["load_after"] = round(os.getloadavg()[0], 1)
-    print(json.dumps(results, indent=1))
 
 
 if __name__ == "__main__":

@@ -103,11 +103,12 @@ class ControlPlane:
             time.sleep(0.01)
         return self
 
-    def stop(self) -> None:
+    def stop(self, timeout: float = 60) -> None:
+        """`timeout`: seconds its shutdown may take (stopping many sandboxes takes longer)."""
         for client in self._clients:
             client.close()
         self._server.should_exit = True
-        self._thread.join(timeout=60)
+        self._thread.join(timeout=timeout)
         if self.config.sandbox_provider == "docker" and self.config.stop_sandboxes_on_exit:
             forget_docker_network(self.config.docker_network)
         Internet.shared().release(self.config.sandbox_subnet, self.config.stop_sandboxes_on_exit)
