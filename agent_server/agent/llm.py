@@ -8,11 +8,11 @@ is honoured, the jitter is known, and an interrupt cancels a wait as promptly as
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
 import importlib
 import logging
 import os
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -20,6 +20,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
+from agent_server import tls
 from agent_server.agent import responses, transport
 from agent_server.agent.spec import LLMConfig
 from agent_server.agent.usage import TokenUsage
@@ -31,6 +32,9 @@ from web.errors import UpstreamError
 logger = logging.getLogger(__name__)
 
 _import_lock = threading.Lock()
+#: litellm once `_import` has set it up (None before: its module may be half-imported).
+_litellm: Any = None
+_prewarm_started = False
 
 
 #: litellm's settings read from the environment, at import and at each call (so a process
@@ -45,33 +49,76 @@ ENVIRONMENT = {
     # litellm's logging scans every message of every request for base64 to shorten; we
     # log no request bodies, so that work (growing with the conversation) is skipped.
     "MAX_BASE64_LENGTH_FOR_LOGGING": "0",
+    # Not "DEV": litellm's import would read a `.env` file found by walking up from its own
+    # package directory (the settings of whatever lies above the installation).
+    "LITELLM_MODE": "PRODUCTION",
 }
 
 
 def _import() -> Any:
+    global _litellm
     with _import_lock:  # one import even when several runs start together
+        if _litellm is not None:
+            return _litellm
         for name, value in ENVIRONMENT.items():
             os.environ.setdefault(name, value)
-        # The import allocates a few million long-lived objects: the collector would walk
-        # them again and again meanwhile (a fifth of the import's time), for nothing.
+        # The import allocates a few hundred thousand long-lived objects: the collector would
+        # walk them again and again meanwhile (a fifth of the import's time), for nothing.
         collecting = gc.isenabled()
         gc.disable()
         try:
             module: Any = importlib.import_module("litellm")
+            module.telemetry = False
+            module.suppress_debug_info = True
+            for name in ("LiteLLM", "LiteLLM Router", "LiteLLM Proxy"):
+                logging.getLogger(name).setLevel(logging.WARNING)
+            module.drop_params = True
+            _lazy_tokenizer()
+            _first_call()
+            # Without this every full collection walks all that litellm left behind (tens of
+            # ms, more often the more a step allocates). No collection first: it would walk
+            # them all once (~0.25 s, the first model call waiting) to free ~1,000 objects.
+            gc.freeze()
         finally:
             if collecting:
                 gc.enable()
-        module.telemetry = False
-        module.suppress_debug_info = True
-        for name in ("LiteLLM", "LiteLLM Router", "LiteLLM Proxy"):
-            logging.getLogger(name).setLevel(logging.WARNING)
-        module.drop_params = True
-        _lazy_tokenizer()
-        # litellm leaves millions of long-lived objects behind; without this every full
-        # collection walks them all (tens of ms, more often the more a step allocates).
-        gc.collect()
-        gc.freeze()
+        _litellm = module
         return module
+
+
+#: What a first model call imports besides litellm itself (anyio's backend, and what litellm
+#: loads on its first completion; measured with a profile of a server's first conversation,
+#: and held complete by a test). A name another litellm version lacks is skipped.
+FIRST_CALL = (
+    "anyio._backends._asyncio",
+    "anyio.streams.tls",
+    "anyio.streams.memory",
+    "litellm.proxy._types",
+    "litellm.proxy.types_utils.utils",
+    "litellm.proxy.openai_files_endpoints.common_utils",
+    "litellm.proxy._experimental.mcp_server.stdio_gate",
+    "litellm.llms.litellm_proxy.chat.transformation",
+    "litellm.llms.openai_like.dynamic_config",
+    "litellm.llms.openai.chat.gpt_audio_transformation",
+    "litellm.llms.vertex_ai.vertex_ai_partner_models.anthropic.transformation",
+    "litellm.types.object_permission",
+    "litellm.types.integrations.compression_interception",
+    "litellm.types.proxy.carried_budget_state",
+    "litellm.types.proxy.control_plane_endpoints",
+    "litellm.types.proxy.spend_capture_rate",
+    "litellm._service_logger",
+    "litellm.integrations.prometheus_services",
+    "litellm.types.integrations.prometheus",
+)
+
+
+def _first_call() -> None:
+    """What the first call loads besides (~0.12 s): FIRST_CALL and the CA bundle, so that a
+    conversation that comes after the import (the background one) waits for neither."""
+    for name in FIRST_CALL:
+        with contextlib.suppress(ImportError):
+            importlib.import_module(name)
+    tls.client_context()
 
 
 class _LazyEncoding:
@@ -97,9 +144,8 @@ def _lazy_tokenizer() -> None:
 
 async def load() -> Any:
     """litellm, imported in a thread (its price map read from the package, not fetched)."""
-    module = sys.modules.get("litellm")
-    if module is not None and getattr(module, "drop_params", False):
-        return module
+    if _litellm is not None:
+        return _litellm
     return await asyncio.to_thread(_import)
 
 
@@ -109,8 +155,11 @@ def load_now() -> Any:
 
 
 def prewarm() -> None:
-    """Start importing litellm in the background (a conversation will probably run soon)."""
-    if "litellm" not in sys.modules:
+    """Start importing litellm in the background (a conversation will probably run soon);
+    once per process."""
+    global _prewarm_started
+    if _litellm is None and not _prewarm_started:
+        _prewarm_started = True
         threading.Thread(target=_import, name="import-litellm", daemon=True).start()
 
 

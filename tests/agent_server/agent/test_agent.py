@@ -506,3 +506,31 @@ print(gateway, type(encoding).__name__, getattr(encoding, "_encoding", "loaded")
     )
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.split() == ["[]", "_LazyEncoding", "None"], out.stdout
+
+
+def test_the_import_loads_what_the_first_call_would(llm: ScriptedLLM, key: str) -> None:
+    """A server loads litellm in the background: its first call must find all it needs there
+    (FIRST_CALL), not import more of it while the conversation waits."""
+    llm.script(key, call("think", thought="x"))
+    script = f"""
+import asyncio, sys
+from agent_server.agent import llm
+from agent_server.agent.spec import LLMConfig
+llm.load_now()
+before = set(sys.modules)
+config = LLMConfig(model="openai/test-model", base_url={llm.base_url(key)!r}, api_key="sk",
+                   num_retries=0)
+think = {{"name": "think", "parameters": {{"type": "object"}}}}
+tools = [{{"type": "function", "function": think}}]
+asyncio.run(llm.complete(config, [{{"role": "user", "content": "x"}}], tools))
+print(sorted(m for m in set(sys.modules) - before if m.startswith(("litellm", "anyio"))))
+"""
+    out = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=Path(__file__).resolve().parents[3],
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.split() == ["[]"], out.stdout
