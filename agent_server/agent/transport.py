@@ -116,3 +116,12 @@ def client(litellm: Any) -> Any:
         found = _clients[loop] = AsyncHTTPHandler(timeout=timeout, transport=QuickAckTransport())
         del litellm  # the module is loaded by the caller; only its handler class is needed
     return found
+
+
+async def close_clients() -> None:
+    """Every loop's client closed and forgotten: a loop that ends (the template's warm-up)
+    leaves none for a later loop that is given its id."""
+    found = list(_clients.values())
+    _clients.clear()
+    for each in found:
+        await each.close()
