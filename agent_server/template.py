@@ -28,7 +28,6 @@ import contextlib
 import ctypes
 import fcntl
 import gc
-import importlib
 import json
 import logging
 import os
@@ -51,7 +50,6 @@ from pydantic import (
 )
 
 import tools
-from agent_server import tls
 from agent_server.agent import llm, transport
 from agent_server.agent.model import LiteLLMModel
 from agent_server.agent.spec import LLMConfig
@@ -100,32 +98,6 @@ class Fork(BaseModel):
     loaded once the server is the sandbox's user; empty: none."""
 
 
-#: What a first model call imports besides litellm itself (anyio's backend, and what litellm
-#: loads on its first completion; measured with a profile of a server's first conversation).
-#: A name another litellm version lacks is skipped.
-FIRST_CALL = (
-    "anyio._backends._asyncio",
-    "anyio.streams.tls",
-    "anyio.streams.memory",
-    "litellm.proxy._types",
-    "litellm.proxy.types_utils.utils",
-    "litellm.proxy.openai_files_endpoints.common_utils",
-    "litellm.proxy._experimental.mcp_server.stdio_gate",
-    "litellm.llms.litellm_proxy.chat.transformation",
-    "litellm.llms.openai_like.dynamic_config",
-    "litellm.llms.openai.chat.gpt_audio_transformation",
-    "litellm.llms.vertex_ai.vertex_ai_partner_models.anthropic.transformation",
-    "litellm.types.object_permission",
-    "litellm.types.integrations.compression_interception",
-    "litellm.types.proxy.carried_budget_state",
-    "litellm.types.proxy.control_plane_endpoints",
-    "litellm.types.proxy.spend_capture_rate",
-    "litellm._service_logger",
-    "litellm.integrations.prometheus_services",
-    "litellm.types.integrations.prometheus",
-)
-
-
 def preload() -> None:
     """Everything a server imports to start and to make its first model call."""
     import uvicorn.lifespan.on  # noqa: F401
@@ -141,11 +113,7 @@ def preload() -> None:
     import agent_server.websocket  # noqa: F401
 
     agent_server.__main__.parser()
-    llm.load_now()  # litellm, with its settings (before anything of it is imported)
-    tls.client_context()  # the CA bundle read once, here
-    for name in FIRST_CALL:
-        with contextlib.suppress(ImportError):
-            importlib.import_module(name)
+    llm.load_now()  # litellm, its settings, what its first call imports and the CA bundle
     for action_type in tools.action_types():  # what a conversation's first request shows
         tool_base.action_schema(action_type)
     warm_up()
