@@ -1,16 +1,18 @@
 """The sandbox image as deployed, with Chromium: its size, and its tools working (prints JSON).
 
-    .venv/bin/python bench/image.py
+    .venv/bin/python bench/image.py [IMAGE]
 
 Builds sandbox.Dockerfile with its defaults (Debian's chromium-headless-shell) on the tests'
 base (tests/support/docker.py: Debian packages only), then in a container run as the Docker
 provider runs one (uid 1000, read-only root, tmpfs /tmp and home, every capability dropped,
 no-new-privileges; no network here) checks what an agent uses: the browser tool (Playwright
 driving the image's AGENT_SERVER_CHROMIUM) loads a data: page, reads it, saves a screenshot
-(a PNG of the viewport's size) and a recording (a trace zip); git init, commit, diff, clone
-and rebase; ripgrep. The suite builds the image without Chromium to stay fast, so this is
-where the browser in the image is checked. Exits 1 when a check fails. Sizes: `docker image
-inspect` (the image), `docker history` (its layers).
+(a PNG of the viewport's size), types into a field and clicks a button (whose script reports
+the text and whether WebGL works), and saves a recording (a trace zip); git init, commit, diff,
+clone and rebase; ripgrep; Perl with its common modules. The suite builds the image without
+Chromium to stay fast, so this is where the browser in the image is checked. Exits 1 when a
+check fails. Sizes: `docker image inspect` (the image), `docker history` (its layers). With
+IMAGE, checks that image instead of building one.
 """
 
 from __future__ import annotations
@@ -37,7 +39,10 @@ from tools.base import ToolContext
 from tools.browser import TOOL_SET, BrowserManager
 from tools.browser.manager import BrowserSettings
 
-PAGE = "data:text/html,<title>Probe</title><h1>Hello from the image</h1><a href='/x'>a link</a>"
+PAGE = ("data:text/html,<title>Probe</title><h1>Hello from the image</h1><a href='/x'>a link</a>"
+        "<input name=q><button onclick='send()'>Send</button><script>function send() {"
+        " document.title = 'Sent ' + document.querySelector('input').value + ', webgl '"
+        " + !!document.createElement('canvas').getContext('webgl') }</script>")
 
 async def main():
     manager = BrowserManager(BrowserSettings(executable=os.environ["AGENT_SERVER_CHROMIUM"]))
@@ -56,6 +61,10 @@ async def main():
         await call("browser_navigate", url=PAGE)
         state = await call("browser_get_state", include_screenshot=True)
         content = await call("browser_get_content")
+        field = re.search(r"\\[(\\d+)\\] <input", state).group(1)
+        button = re.search(r"\\[(\\d+)\\] <button", state).group(1)
+        await call("browser_type", index=int(field), text="typed")
+        clicked = await call("browser_click", index=int(button))
         saved = await call("browser_stop_recording")
         trace = Path(re.search(r"Recording saved to (\\S+) ", saved).group(1)).read_bytes()
         png = Path(re.search(r"Screenshot saved to (\\S+)\\.$", state, re.M).group(1)).read_bytes()
@@ -66,6 +75,8 @@ async def main():
                 "screenshot": [width, height, len(png)],
                 "title_seen": "Title: Probe" in state,
                 "text_seen": "Hello from the image" in content,
+                "typed_and_clicked": "Sent typed" in clicked,
+                "webgl": "webgl true" in clicked,
                 "trace_zip": trace[:2] == b"PK" and len(trace)}
     finally:
         for tool in tools.values():
@@ -83,6 +94,8 @@ git add f.txt && git commit -qm one
 sed -i s/world/there/ f.txt && git diff --stat | tail -1 && git commit -qam two
 cd /tmp && git clone -q src dst && cd dst && git rebase -q HEAD~1 && git log --oneline | wc -l
 rg -c there /tmp/dst/f.txt
+perl -MFile::Find -MData::Dumper -MJSON::PP -MDigest::MD5 -MEncode \\
+    -e 'print encode_json([1]), "\\n"'
 """
 
 
@@ -103,11 +116,12 @@ def run(c: Any, image: str, command: list[str]) -> str:
     return str(out.decode())
 
 
-def main() -> dict[str, Any]:
+def main(image: str | None = None) -> dict[str, Any]:
+    """`image`: check that image instead of building one."""
     docker_support.Daemon.ensure(docker_support.CACHE / "dockerd.log")
     timings: dict[str, float] = {}
     began = time.monotonic()
-    image = docker_support.sandbox_image(timings, chromium=True)
+    image = image or docker_support.sandbox_image(timings, chromium=True)
     build_s = time.monotonic() - began
     with contextlib.closing(docker_support.client()) as c:
         size = c.images.get(image).attrs["Size"]
@@ -126,7 +140,9 @@ def main() -> dict[str, Any]:
         and browser["title_seen"]
         and browser["text_seen"]
         and bool(browser["trace_zip"])
-        and tools[-2:] == ["2", "1"]
+        and browser["typed_and_clicked"]
+        and browser["webgl"]
+        and tools[-3:] == ["2", "1", "[1]"]
     )
     return {
         "image": image,
@@ -140,6 +156,6 @@ def main() -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    result = main()
+    result = main(sys.argv[1] if len(sys.argv) > 1 else None)
     print(json.dumps(result, indent=2))
     sys.exit(0 if result["all_working"] else 1)
