@@ -1,19 +1,25 @@
-"""One Docker sandbox's start, stage by stage (prints JSON).
+"""One Docker sandbox's start, request to READY, and optionally stage by stage (prints JSON).
 
-    .venv/bin/python bench/docker_start.py [--starts 5] [--image TAG]
+    .venv/bin/python bench/docker_start.py [--starts 10] [--image TAG] [--warm-pool N] [--split]
 
 A control plane with the Docker provider (the tests' image unless --image; built from Debian
 packages, tests/support/docker.py) makes `--starts` new sandboxes one after another
-(NO_GROUPING, no message). For each, Docker's own events and a poller of the published port
-split request -> READY into:
+(NO_GROUPING, no message), each deleted before the next: request -> READY, its median, p95 and
+maximum.
+
+With `--split`, Docker's own events and a poller of the published port split each cold start
+into:
 
 - to_created: the control plane's work up to `docker create` done (its task, the network and
   the volume, the container's creation);
 - created_to_started: attaching the keys' stdin and Docker starting the container;
 - started_to_alive: the agent server inside, from its container's start to the first answer
   of /alive (the interpreter, its imports, uvicorn listening), seen by a poller every 5 ms;
-- alive_to_ready: the control plane noticing /alive, then the conversation created in the
-  sandbox and the task's stages stored.
+- alive_to_ready: the control plane noticing the server (it says it serves on the container's
+  attach), then the conversation created in the sandbox and the task's stages stored.
+
+The poller is a load of its own (a connection every 5 ms, through Docker's proxy, while the
+server boots): without `--split` nothing polls, and request -> READY is the start's alone.
 
 With `--warm-pool N` the control plane keeps N containers parked (control_plane/providers/pool.py):
 before each start the pool is full again and its servers idle (done loading), and a start is
@@ -21,8 +27,8 @@ request -> READY alone (its container was made and started before the request).
 
 Also, in a container of the image with the provider's hardening (read-only root, no
 capabilities): the server's imports, timed inside it (wall-clock and CPU).
-Medians and maxima; the machine's load average beside them (a busy machine's figures say more
-about its neighbours than about the start).
+The machine's load average beside them (a busy machine's figures say more about its neighbours
+than about the start).
 """
 
 from __future__ import annotations
@@ -43,7 +49,12 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.control_plane import post_start, wait_ready  # noqa: E402
-from control_plane.providers.containers import LABEL_PLANE, PORT_NUMBER, plane_label  # noqa: E402
+from control_plane.providers.containers import (  # noqa: E402
+    LABEL_PLANE,
+    LABEL_SANDBOX,
+    PORT_NUMBER,
+    plane_label,
+)
 from control_plane.providers.docker.pool import PREFIX  # noqa: E402
 from tests.control_plane.support import ControlPlane, configure_llm, make_config  # noqa: E402
 from tests.support import docker as docker_support  # noqa: E402
@@ -148,16 +159,37 @@ def settled(engine: Any, plane: str, size: int) -> None:
     raise RuntimeError("the warm pool did not settle")
 
 
+def remove(client: Any, engine: Any, plane: str, sandbox_id: str) -> None:
+    """The sandbox deleted, until its container is gone (its removal is no neighbour of the
+    next start)."""
+    client.delete(f"/api/v1/sandboxes/{sandbox_id}", params={"sandbox_id": sandbox_id})
+    deadline = time.monotonic() + 60
+    labels = [f"{LABEL_PLANE}={plane}", f"{LABEL_SANDBOX}={sandbox_id}"]
+    while engine.api.containers(all=True, filters={"label": labels}):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"sandbox {sandbox_id}'s container was not removed")
+        time.sleep(0.1)
+
+
 def figures(samples: list[float]) -> dict[str, float]:
-    return {"median_s": round(statistics.median(samples), 3), "max_s": round(max(samples), 3)}
+    """Median, 95th percentile (the inclusive method: the maximum's neighbour for few samples)
+    and maximum."""
+    p95 = statistics.quantiles(samples, n=20, method="inclusive")[-1] if samples[1:] else samples[0]
+    return {
+        "median_s": round(statistics.median(samples), 3),
+        "p95_s": round(p95, 3),
+        "max_s": round(max(samples), 3),
+    }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--starts", type=int, default=5)
+    parser.add_argument("--starts", type=int, default=10)
     parser.add_argument("--image", default="")
     parser.add_argument("--warm-pool", type=int, default=0)
+    parser.add_argument("--split", action="store_true", help="a cold start's stages (polls)")
     args = parser.parse_args()
+    split = args.split and not args.warm_pool
     results: dict[str, Any] = {"load_before": os.getloadavg()[0]}
     with tempfile.TemporaryDirectory() as name:
         tmp = Path(name)
@@ -179,7 +211,7 @@ def main() -> None:
                 warm_pool=args.warm_pool,
             )
             running = ControlPlane(config).start()
-            watch = Watch(engine, plane_label(config.db_url))
+            watch = Watch(engine, plane_label(config.db_url)) if split else None
             try:
                 client = running.client(running.new_user("docker"), timeout=120)
                 configure_llm(client, llm.base_url("idle", host="host.docker.internal"))
@@ -201,11 +233,8 @@ def main() -> None:
                     task = wait_ready(client, post_start(client, {}))
                     ready = time.time()
                     stages["request_to_ready"].append(ready - began)
-                    if args.warm_pool:
-                        client.delete(
-                            f"/api/v1/sandboxes/{task['sandbox_id']}",
-                            params={"sandbox_id": task["sandbox_id"]},
-                        )
+                    if watch is None:
+                        remove(client, engine, plane_label(config.db_url), task["sandbox_id"])
                         continue
                     [seen] = [s for s in list(watch.seen.values()) if s.get("create", 0) >= began]
                     deadline = time.monotonic() + 10
@@ -215,15 +244,13 @@ def main() -> None:
                     stages["created_to_started"].append(seen["start"] - seen["create"])
                     stages["started_to_alive"].append(seen["alive"] - seen["start"])
                     stages["alive_to_ready"].append(ready - seen["alive"])
-                    client.delete(
-                        f"/api/v1/sandboxes/{task['sandbox_id']}",
-                        params={"sandbox_id": task["sandbox_id"]},
-                    )
+                    remove(client, engine, plane_label(config.db_url), task["sandbox_id"])
                 results["starts"] = args.starts
                 results["warm_pool"] = args.warm_pool
                 results.update({k: figures(v) for k, v in stages.items() if v})
             finally:
-                watch.close()
+                if watch is not None:
+                    watch.close()
                 running.stop()
                 llm.stop()
                 docker_support.remove_labelled(

@@ -182,7 +182,7 @@ class Config(BaseModel):
 
     warm_pool: int = Field(default=0, ge=0, le=64)
     """Sandboxes the provider keeps started for new ones: a start takes one and only hands it
-    its keys (Docker: 0.18 s to READY instead of 1.3). Each holds what an idle sandbox holds
+    its keys (Docker: about 0.12 s to READY instead of 1.0). Each holds what an idle sandbox holds
     (a Docker one about 170 MiB) while it waits and no key; none is shared, a taken one is
     replaced in the background. The process provider parks servers forked from its template
     (`CONTROL_PLANE_SANDBOX_TEMPLATE`, as root), and none without it."""

@@ -82,12 +82,15 @@ def plane_label(db_url: str) -> str:
     return hashlib.sha256(db_url.encode()).hexdigest()[:16]
 
 
-def environment(webhook_url: str, keys_fd: int, traces_url: str | None = None) -> dict[str, str]:
+def environment(
+    webhook_url: str, keys_fd: int, traces_url: str | None = None, ready_fd: int | None = None
+) -> dict[str, str]:
     """A sandbox's whole environment: the webhook, where its state and workspace are, the
-    descriptor its keys come on, and where its spans go. Nothing of the control plane's own,
-    and no key."""
+    descriptor its keys come on (and the one it says it serves on), and where its spans go.
+    Nothing of the control plane's own, and no key."""
     launch = LaunchEnv(
         keys_fd=keys_fd,
+        ready_fd=ready_fd,
         webhook_url=webhook_url,
         traces_url=traces_url,
         state_dir=STATE_DIR,

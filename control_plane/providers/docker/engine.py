@@ -33,6 +33,15 @@ def refers_to(ref: str, container_id: str) -> bool:
     return containers.refers_to(ref, container_id, id_key)
 
 
+def attributes(client: docker.DockerClient, container_id: str) -> dict[str, Any] | None:
+    """The container's attributes (`docker inspect`), None once it is gone."""
+    try:
+        found: dict[str, Any] = client.api.inspect_container(container_id)
+        return found
+    except docker.errors.NotFound:
+        return None
+
+
 def state(client: docker.DockerClient, container_id: str) -> dict[str, Any] | None:
     """The container's state (`docker inspect`'s State), None once it is gone."""
     try:
@@ -42,14 +51,32 @@ def state(client: docker.DockerClient, container_id: str) -> dict[str, Any] | No
         return None
 
 
-def handle_of(client: docker.DockerClient, sandbox_id: str, container_id: str) -> Handle:
-    """The handle of a running container: its id (the ref) and its published port."""
-    attrs = client.api.inspect_container(container_id)
+def published(attrs: dict[str, Any]) -> int:
+    """The host port of a running container's agent server (`docker inspect`'s attributes)."""
     try:
-        port = int(attrs["NetworkSettings"]["Ports"][PORT][0]["HostPort"])
+        return int(attrs["NetworkSettings"]["Ports"][PORT][0]["HostPort"])
     except (KeyError, IndexError, TypeError, ValueError):
         raise ProviderError("the container's port was not published") from None
+
+
+def handle_of(client: docker.DockerClient, sandbox_id: str, container_id: str) -> Handle:
+    """The handle of a running container: its id (the ref) and its published port."""
+    port = published(client.api.inspect_container(container_id))
     return Handle(sandbox_id=sandbox_id, ref=container_id, port=port)
+
+
+def start(
+    client: docker.DockerClient, container_id: str, network: str
+) -> tuple[int, ipaddress.IPv4Address | None]:
+    """The container started, then looked at once: its published port and its address on
+    `network` (None when it has none there)."""
+    client.api.start(container_id)
+    attrs = client.api.inspect_container(container_id)
+    return published(attrs), address_of(attrs, network)
+
+
+def rename(client: docker.DockerClient, container_id: str, name: str) -> None:
+    client.api.rename(container_id, name)
 
 
 def address(

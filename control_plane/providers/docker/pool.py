@@ -3,11 +3,15 @@ parked containers.
 
 A parked container is named `agent-pool-<id>` until claimed, and its stdin is this control
 plane's attach (Docker closes it when the attach ends: the parked server then reads the end of
-its keys' pipe and exits, so it never outlives its control plane). The claim renames it to the
-sandbox's name and writes the keys on that attach, as a cold start does on a new container's.
+its keys' pipe and exits, so it never outlives its control plane). The claim writes the keys on
+that attach, as a cold start does on a new container's, and the start then waits for the server
+to say it serves on that same attach while the container is renamed to the sandbox's name and
+its network let in (`DockerProvider.until_started`). Whether a parked one still runs is its
+attach's to say (the stream ends with the container): neither the claim nor the pool's looks
+ask Docker.
 
 `DockerParking` is the Docker provider's base: these moves are the provider's own methods, made
-of its container (`make_container`, the cold start's) and its calls on the engine (`run`).
+of its container (`made`, the cold start's) and its calls on the engine (`run`).
 """
 
 from __future__ import annotations
@@ -16,18 +20,15 @@ import abc
 import contextlib
 from typing import Any
 
+import anyio
 import docker
 import docker.errors
-from docker.models.containers import Container
 
-from control_plane.providers.containers import (
-    LABEL_PLANE,
-    ContainerProvider,
-    close_attach,
-    hand_over,
-    name_of,
-)
+from control_plane.providers.containers import LABEL_PLANE, ContainerProvider
+from control_plane.providers.docker import engine
+from control_plane.providers.docker.attach import Attach, Booting
 from control_plane.providers.docker.disks import VolumeDisks, remove_volume
+from control_plane.providers.docker.settings import DockerSettings
 from control_plane.providers.parking import Parked
 from control_plane.sandboxes.provider import ProviderError
 
@@ -37,56 +38,61 @@ PREFIX = "agent-pool-"
 class DockerParking(ContainerProvider):
     """Parked containers: what the Docker provider offers a warm pool."""
 
+    settings: DockerSettings
     disks: VolumeDisks | None = None
     """Each sandbox's own filesystems (`docker.disks`), a parked one's too."""
+    booting: dict[str, Booting]
+    """Started containers whose wait has not begun, by id (what `until_started` is given is
+    the id alone)."""
 
     @abc.abstractmethod
-    def make_container(
-        self,
-        client: docker.DockerClient,
-        sandbox_id: str,
-        name: str,
-        webhook_url: str,
-        *,
-        warm: bool = False,
-    ) -> Container:
-        """A sandbox's container, created (not started); `warm`: its server waits for its keys."""
+    async def made(
+        self, sandbox_id: str, name: str, webhook_url: str, *, warm: bool = False
+    ) -> tuple[str, Attach]:
+        """A sandbox's container, created on its volume and attached (not started): its id and
+        its attach; `warm`: its server waits for its keys. Nothing of it is left when it fails
+        but its volume."""
 
     async def park(self, sandbox_id: str, webhook_url: str) -> Parked:
-        return await self.run(self._park, sandbox_id, webhook_url)
-
-    def _park(self, client: docker.DockerClient, sandbox_id: str, webhook_url: str) -> Parked:
-        container = self.make_container(
-            client, sandbox_id, PREFIX + sandbox_id, webhook_url, warm=True
-        )
+        container_id = ""
         try:
-            attached = client.api.attach_socket(str(container.id), params={"stdin": 1, "stream": 1})
+            container_id, attach = await self.made(
+                sandbox_id, PREFIX + sandbox_id, webhook_url, warm=True
+            )
+            try:
+                port, address = await self.run(engine.start, container_id, self.settings.network)
+            except BaseException:
+                attach.close()
+                raise
         except BaseException:
-            self._remove(client, str(container.id), sandbox_id)
+            # Its volume and filesystems too (a failed park's id is never drawn again).
+            with anyio.CancelScope(shield=True), contextlib.suppress(ProviderError):
+                await self.run(self._remove, container_id or PREFIX + sandbox_id, sandbox_id)
             raise
-        try:
-            container.start()
-        except BaseException:
-            close_attach(attached)
-            self._remove(client, str(container.id), sandbox_id)
-            raise
-        return Parked(sandbox_id, str(container.id), attached)
+        return Parked(sandbox_id, container_id, Booting(attach, port, address))
 
     async def hand_over(self, parked: Parked, keys: bytes) -> str:
-        def give(client: docker.DockerClient) -> str:
-            state = client.api.inspect_container(parked.ref)["State"]
-            if state["Status"] != "running":
-                raise ProviderError(f"its parked container is {state['Status']}")
-            client.api.rename(parked.ref, name_of(parked.sandbox_id))
-            try:
-                hand_over(parked.hold, keys)
-            finally:
-                close_attach(parked.hold)
-            return parked.ref
-
-        return await self.run(give)
+        booting: Booting = parked.hold
+        ended = booting.attach.ended()
+        if ended is None:  # (an attach it cannot read) Docker is asked
+            state = await self.run(engine.state, parked.ref)
+            ended = state is None or state["Status"] != "running"
+        if ended:
+            raise ProviderError("its parked container has ended")
+        try:
+            await booting.attach.hand(keys)
+        except OSError as exc:
+            raise ProviderError(f"its parked container took no keys: {exc}") from None
+        booting.claimed = True
+        self.booting[parked.ref] = booting
+        return parked.ref
 
     async def keep(self, parked: Parked) -> bool:
+        if isinstance(parked.hold, Booting):
+            ended = parked.hold.attach.ended()
+            if ended is not None:
+                return not ended
+
         def running(client: docker.DockerClient) -> bool:
             try:
                 return bool(client.api.inspect_container(parked.ref)["State"]["Running"])
@@ -99,8 +105,8 @@ class DockerParking(ContainerProvider):
             return True  # Docker away: it is looked at again later
 
     async def discard(self, parked: Parked) -> None:
-        if parked.hold is not None:
-            close_attach(parked.hold)
+        if isinstance(parked.hold, Booting):
+            parked.hold.attach.close()
         with contextlib.suppress(ProviderError):
             await self.run(
                 self._remove, parked.ref or PREFIX + parked.sandbox_id, parked.sandbox_id

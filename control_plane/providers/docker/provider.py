@@ -14,16 +14,22 @@ hold what those steps are made of:
   a container names it (`host.docker.internal`);
 - `network`: the network boundary each container is held to by its address on that bridge;
 - `engine`: the small blocking calls the steps are made of;
+- `attach`: the attach each container is started with: its keys in, its server's word that it
+  serves out;
 - `teardown`: a sandbox's end, its workspace archived;
+- `start`: a start's making and waiting, as few round trips to the engine as it can be (the
+  server says on its attach when it serves; its network is let in meanwhile);
 - `pool`: containers started before they are asked for (parked, for a warm pool that wraps
-  the provider: `providers.pool.Pooled`); the provider's base, so parking is its own.
+  the provider: `providers.pool.Pooled`).
+`start` and `pool` are the provider's bases (`DockerStarts` over `DockerParking`), so starting
+and parking are its own.
 
 A sandbox's container is found again by its labels (never by its name alone), so a restarted
 control plane adopts what a previous one started; the handle's ref is the container's id, which
-tells it from another container of the same name (`engine.refers_to`). It is RUNNING only
-once `/alive` answers through the published port; its network beyond this host is let in (the
-boundary admits it) only then, so a start that fails has reached nothing. Pause and resume are
-Docker's pause and unpause (the cgroup freezer: no process notices, memory is kept).
+tells it from another container of the same name (`engine.refers_to`). It is RUNNING once its
+server has said it serves and `/alive` answers through the published port, its network beyond
+this host let in (a start that fails is let out again). Pause and resume are Docker's pause and
+unpause (the cgroup freezer: no process notices, memory is kept).
 """
 
 from __future__ import annotations
@@ -34,7 +40,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import anyio
 import docker
 import docker.errors
 import httpx
@@ -49,9 +54,7 @@ from control_plane.providers.containers import (
     STATE_DIR,
     VOLUME_DIR,
     WORKSPACE,
-    close_attach,
     explain,
-    hand_over,
     name_of,
     plane_label,
 )
@@ -62,11 +65,10 @@ from control_plane.providers.docker.bridge import (
     ensure_network,
     for_container,
 )
-from control_plane.providers.docker.container import create as create_container
 from control_plane.providers.docker.disks import volume_disks
 from control_plane.providers.docker.network import DockerNetwork, address_of
-from control_plane.providers.docker.pool import DockerParking
 from control_plane.providers.docker.settings import DockerSettings
+from control_plane.providers.docker.start import DockerStarts
 from control_plane.providers.docker.teardown import tear_down
 from control_plane.sandboxes.provider import (
     Handle,
@@ -75,7 +77,6 @@ from control_plane.sandboxes.provider import (
     Liveness,
     ProviderError,
     SandboxSpec,
-    until_up,
 )
 
 logger = logging.getLogger(__name__)
@@ -105,14 +106,11 @@ SPEC = SandboxSpec(
     f"its workspace at {WORKSPACE}",
     working_dir=WORKSPACE,
 )
-#: Seconds between a starting server's /alive checks, and between looks at its container.
-ALIVE_INTERVAL = 0.02
-STATE_INTERVAL = 0.25
 FREEZE_TRIES = 5
 """Docker's pause asked again this many times when runc could not freeze the container."""
 
 
-class DockerProvider(DockerParking):
+class DockerProvider(DockerStarts):
     """Sandboxes as containers of one Docker engine, on a bridge network of their own."""
 
     spec = SPEC
@@ -141,7 +139,9 @@ class DockerProvider(DockerParking):
         self.settings = settings
         self.fence = fence
         self.disks = volume_disks(settings.disks_dir, settings.disk_limit, settings.docker_url)
+        self.booting = {}
         self._runtime_known = settings.runtime is None
+        self._network_ready = False
 
     def inside(self, url: str) -> str:
         """`url` (this control plane's) as a sandbox's container reaches it (`docker.bridge`)."""
@@ -194,7 +194,11 @@ class DockerProvider(DockerParking):
         return found[0] if found else None
 
     def _ensure_network(self, client: docker.DockerClient) -> dict[str, Any]:
-        return ensure_network(client, self.settings.network)
+        """The sandboxes' network, made when missing (then known to be there: a start does not
+        ask again, unless its container's creation finds it gone)."""
+        attrs = ensure_network(client, self.settings.network)
+        self._network_ready = True
+        return attrs
 
     # -- create --------------------------------------------------------------------------------
 
@@ -205,106 +209,6 @@ class DockerProvider(DockerParking):
         self.check_spec(launch)
         await self._has_runtime()
         await self._fenced()
-
-    async def start_cold(self, launch: Launch) -> str:
-        return await self.run(self._start_container, launch)
-
-    async def until_started(self, launch: Launch, container_id: str) -> Handle:
-        """Until /alive answers (`_wait_up`); then, behind the boundary, its network let in."""
-        try:
-            handle = await self._wait_up(launch.sandbox_id, container_id, self.start_timeout)
-            if self.fence is not None:  # until now it reached nothing beyond this host
-                address = await self.run(engine.address, container_id, self.settings.network)
-                if address is None:
-                    raise ProviderError("the container has no address on its network")
-                await self.fence.admit(launch.sandbox_id, address, launch.network)
-            return handle
-        except BaseException:
-            with anyio.CancelScope(shield=True):  # a cancelled start leaves nothing running
-                await self.run(engine.remove_container, container_id)
-            raise
-
-    def _start_container(self, client: docker.DockerClient, launch: Launch) -> str:
-        """A cold start: a new container, started with its keys on its stdin."""
-        stale = self._find(client, launch.sandbox_id)
-        if stale is not None:  # a start cut short earlier: this one replaces it
-            stale.remove(force=True)
-        container = self.make_container(
-            client, launch.sandbox_id, name_of(launch.sandbox_id), self.inside(launch.webhook_url)
-        )
-        try:
-            attached = client.api.attach_socket(str(container.id), params={"stdin": 1, "stream": 1})
-            try:
-                container.start()
-                hand_over(attached, launch.keys())
-            finally:
-                close_attach(attached)
-        except BaseException:
-            container.remove(force=True)
-            raise
-        return str(container.id)
-
-    def make_container(
-        self,
-        client: docker.DockerClient,
-        sandbox_id: str,
-        name: str,
-        webhook_url: str,
-        *,
-        warm: bool = False,
-    ) -> Container:
-        """A sandbox's container (`docker.container`), created (not started) with its volume
-        on the sandboxes' network; `warm`: its server loads everything first and waits for its
-        keys (a parked one, `docker.pool`)."""
-        self._ensure_network(client)
-        # Behind the boundary, the control plane and the resolver are the bridge's gateway.
-        gateway = self.sandbox_side
-        if self.fence is not None and gateway is None:
-            raise ProviderError("the sandboxes' network boundary is not up yet")
-        return create_container(
-            client,
-            self.settings,
-            sandbox_id=sandbox_id,
-            name=name,
-            labels=self.labels(sandbox_id),
-            webhook_url=webhook_url,
-            gateway=gateway,
-            disks=self.disks,
-            warm=warm,
-        )
-
-    async def _wait_up(self, sandbox_id: str, container_id: str, timeout: float) -> Handle:
-        """Until /alive answers through the published port; ProviderError when the container
-        ends first or the time is up. /alive is asked every ALIVE_INTERVAL, Docker only every
-        STATE_INTERVAL: an inspection costs the daemon more than a refused connection costs
-        anyone, and a start is over the moment the server answers."""
-        handle: Handle | None = None
-        look_at = 0.0
-
-        async def look() -> Handle | None:
-            nonlocal handle, look_at
-            if handle is not None and await self.alive(handle):
-                return handle
-            if handle is None or time.monotonic() >= look_at:
-                state = await self.run(engine.state, container_id)
-                if state is None or state["Status"] not in ("running", "created"):
-                    logs = await self.run(engine.logs, container_id)
-                    status = (
-                        "is gone" if state is None else f"exited with status {state['ExitCode']}"
-                    )
-                    raise ProviderError(f"the agent server's container {status}: {logs}")
-                look_at = time.monotonic() + STATE_INTERVAL
-                if handle is None and state["Status"] == "running":
-                    handle = await self.run(engine.handle_of, sandbox_id, container_id)
-                    return handle if await self.alive(handle) else None  # asked at once
-            return None
-
-        return await until_up(
-            look,
-            within=timeout,
-            interval=ALIVE_INTERVAL,
-            late=f"the agent server did not answer /alive within {self.start_timeout:g} s",
-        )
 
     # -- adoption, health ---------------------------------------------------------------------
 
