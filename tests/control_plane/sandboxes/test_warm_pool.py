@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -58,7 +59,7 @@ async def pooled(
 ) -> AsyncIterator[tuple[Pooled, WarmPool, str]]:
     """A Docker provider in a pool of `size` (wrapped as the composition root does), once that
     many are parked; its plane label. Everything of it removed after."""
-    plane = f"pool-{tmp_path.name[-12:]}"
+    plane = f"pool-{uuid.uuid4().hex[:12]}"  # its own: another run on this machine has others
     provider = Pooled(
         DockerProvider(
             DockerSettings(
