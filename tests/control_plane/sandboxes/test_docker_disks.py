@@ -124,7 +124,13 @@ def test_a_docker_sandbox_is_held_to_its_disk(
         )
         assert not (disks / "mounts" / a.sid).exists()
         assert not [m for m in mounted(disks) if a.sid in m]
-        assert not [loop for loop in attached(disks) if a.sid in loop]
+        # A mount the container's namespace still held as it went was unmounted lazily: its
+        # loop device is released with that namespace, moments later.
+        wait_for(
+            lambda: not [loop for loop in attached(disks) if a.sid in loop],
+            30,
+            what="the sandbox's loop devices released",
+        )
         assert b.bash("echo still here")["stdout"] == "still here\n"
     finally:
         second.stop()
