@@ -158,12 +158,16 @@ class WarmPool:
         while True:
             if len(self._parked) < self.size:
                 sandbox_id = uuid.uuid4().hex
+                # Shielded: a park cut short in its worker thread would still finish there,
+                # and what it made (a held attach, a keys' pipe) would be lost unclosed.
+                parking = asyncio.ensure_future(self.parking.park(sandbox_id, self.webhook_url))
                 try:
-                    self._parked.append(await self.parking.park(sandbox_id, self.webhook_url))
+                    self._parked.append(await asyncio.shield(parking))
                     continue
-                except asyncio.CancelledError:  # (closing) what it made goes too
+                except asyncio.CancelledError:  # (closing) what it made goes too, once made
                     with anyio.CancelScope(shield=True):
-                        await self.parking.discard(Parked(sandbox_id, "", None))
+                        made = await _outcome(parking)
+                        await self.parking.discard(made or Parked(sandbox_id, "", None))
                     raise
                 except ProviderError as exc:
                     logger.warning(
@@ -209,6 +213,14 @@ class WarmPool:
         task = asyncio.create_task(self.parking.discard(parked), name=f"remove {parked.sandbox_id}")
         self._removals.add(task)
         task.add_done_callback(self._removals.discard)
+
+
+async def _outcome(parking: asyncio.Future[Parked]) -> Parked | None:
+    """The park's result once it has ended (None: it failed)."""
+    try:
+        return await parking
+    except Exception:
+        return None
 
 
 class Pooled(Wrapper):
