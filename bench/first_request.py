@@ -50,7 +50,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import httpx  # noqa: E402
 
-from bench.startup import compile_project  # noqa: E402
+from bench.startup import compile_project, spawn_server  # noqa: E402
 from tests.support.api import events, wait_status  # noqa: E402
 from tests.support.llm import Reply, ScriptedLLM, call, free_port, text  # noqa: E402
 from tests.support.server import KEY, ServerProcess  # noqa: E402
@@ -108,13 +108,7 @@ def at_once_run(tmp: Path, llm: ScriptedLLM, run: int) -> dict[str, Any]:
     payload = body(llm, key, tmp / "ws", 1, SDK_TOOLS)
     client = httpx.Client(base_url=f"http://127.0.0.1:{port}", headers={"X-Session-API-Key": KEY})
     started = time.monotonic()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "agent_server"],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
+    proc = spawn_server(env)
     try:
         while health_status(port) != 200:
             if proc.poll() is not None:

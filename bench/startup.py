@@ -39,6 +39,17 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("agent_server", "tools", "events", "web", "core", "launch")
 
 
+def spawn_server(env: dict[str, str]) -> subprocess.Popen[bytes]:
+    """`python -m agent_server` with `env`, quiet, in a session of its own."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "agent_server"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+
+
 def compile_project() -> None:
     """The `.pyc` of every project module whose source changed since its own was written."""
     for name in PACKAGES:
@@ -87,13 +98,7 @@ def one_run(idle: float, timeout: float = 30) -> dict[str, float]:
             "AGENT_SERVER_LOG_LEVEL": "warning",
         }
         started = time.perf_counter()
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "agent_server"],
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,
-        )
+        proc = spawn_server(env)
         try:
             while ready_status(port) != 200:
                 if proc.poll() is not None:

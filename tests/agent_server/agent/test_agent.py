@@ -476,6 +476,17 @@ def test_a_model_server_that_writes_headers_and_body_apart_costs_no_ack_delay(
         raw.stop()
 
 
+def fresh_python(script: str) -> subprocess.CompletedProcess[str]:
+    """`script` run by a new interpreter at the repository's root (its imports its own)."""
+    return subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=Path(__file__).resolve().parents[3],
+    )
+
+
 def test_a_call_with_tools_loads_neither_litellm_s_mcp_gateway_nor_a_tokenizer(
     llm: ScriptedLLM, key: str
 ) -> None:
@@ -497,13 +508,7 @@ gateway = [m for m in sys.modules if m.startswith("mcp.server")
 encoding = sys.modules["litellm.main"]._encoding_cache
 print(gateway, type(encoding).__name__, getattr(encoding, "_encoding", "loaded"))
 """
-    out = subprocess.run(
-        [sys.executable, "-c", script],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=Path(__file__).resolve().parents[3],
-    )
+    out = fresh_python(script)
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.split() == ["[]", "_LazyEncoding", "None"], out.stdout
 
@@ -525,12 +530,6 @@ tools = [{{"type": "function", "function": think}}]
 asyncio.run(llm.complete(config, [{{"role": "user", "content": "x"}}], tools))
 print(sorted(m for m in set(sys.modules) - before if m.startswith(("litellm", "anyio"))))
 """
-    out = subprocess.run(
-        [sys.executable, "-c", script],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=Path(__file__).resolve().parents[3],
-    )
+    out = fresh_python(script)
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.split() == ["[]"], out.stdout
