@@ -50,7 +50,7 @@ from pydantic import (
 )
 
 import tools
-from agent_server.agent import llm, transport
+from agent_server.agent import litellm_setup, transport
 from agent_server.agent.model import LiteLLMModel
 from agent_server.agent.spec import LLMConfig
 from core import namespaces
@@ -113,7 +113,7 @@ def preload() -> None:
     import agent_server.websocket  # noqa: F401
 
     agent_server.__main__.parser()
-    llm.load_now()  # litellm, its settings, what its first call imports and the CA bundle
+    litellm_setup.load_now()  # litellm, its settings, what its first call imports and the CA bundle
     for action_type in tools.action_types():  # what a conversation's first request shows
         tool_base.action_schema(action_type)
     warm_up()
@@ -148,7 +148,9 @@ def warm_up() -> int:
     canned = _CannedModel()
     saved = dict(os.environ)
     os.environ.clear()
-    os.environ.update({k: v for k, v in saved.items() if k in WARM_ENV or k in llm.ENVIRONMENT})
+    os.environ.update(
+        {k: v for k, v in saved.items() if k in WARM_ENV or k in litellm_setup.ENVIRONMENT}
+    )
     try:
         with asyncio.Runner(loop_factory=asyncio.SelectorEventLoop) as runner:
             runner.run(asyncio.wait_for(_warm_calls(canned), WARM_TIMEOUT))
@@ -383,7 +385,11 @@ def _become(
             namespaces.confine(request.seccomp)
         os.environ.clear()
         os.environ.update(
-            {**llm.ENVIRONMENT, **request.env, **LaunchEnv(ready_fd=READY_FD).environment()}
+            {
+                **litellm_setup.ENVIRONMENT,
+                **request.env,
+                **LaunchEnv(ready_fd=READY_FD).environment(),
+            }
         )
         tempfile.tempdir = None  # chosen again from the sandbox's TMPDIR, not the template's
         sys.argv = ["agent-server", *request.argv]

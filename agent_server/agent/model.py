@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from agent_server.agent import llm
+from agent_server.agent import litellm_setup, llm
 from agent_server.agent.llm import Completion, LLMFailure, ToolCall
 from agent_server.agent.spec import LLMConfig
 from agent_server.agent.usage import TokenUsage
@@ -89,14 +89,14 @@ class LiteLLMModel:
     async def supports_vision(self, config: LLMConfig) -> bool:
         if config.vision is not None:
             return config.vision
-        litellm = await llm.load()
+        litellm = await litellm_setup.load()
         try:
             return bool(litellm.supports_vision(model=config.model))
         except Exception:  # a model missing from litellm's map: assume text only
             return False
 
     async def context_window(self, config: LLMConfig) -> int | None:
-        litellm = await llm.load()
+        litellm = await litellm_setup.load()
         try:
             info = litellm.get_model_info(config.model)
         except Exception:  # a model missing from litellm's map: no window known
@@ -105,7 +105,7 @@ class LiteLLMModel:
         return int(window) if window else None
 
     def prewarm(self) -> None:
-        llm.prewarm()
+        litellm_setup.prewarm()
 
 
 @dataclass

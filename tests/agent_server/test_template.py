@@ -11,8 +11,8 @@ from pathlib import Path
 SCRIPT = """
 import json, os, threading
 from agent_server import template
-from agent_server.agent import llm, transport
-llm.load_now()
+from agent_server.agent import litellm_setup, transport
+litellm_setup.load_now()
 before = dict(os.environ)
 answered = template.warm_up()
 print(json.dumps({

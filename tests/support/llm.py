@@ -44,6 +44,9 @@ class Reply:
     headers: dict[str, str] = field(default_factory=dict)
     error: str | None = None
     usage: dict[str, int] | None = None
+    #: False: a chat completion without usage (neither the answer's `usage` nor, streamed, the
+    #: last chunk that carries it), as servers that do not count tokens answer.
+    report_usage: bool = True
     #: (thinking, signature) blocks: sent by the Anthropic-shaped endpoint only.
     thinking: list[tuple[str, str]] = field(default_factory=list)
     #: Streamed answers (`stream: true`) stop once `hold_after` characters of the text are sent,
@@ -242,8 +245,9 @@ class ScriptedLLM:
             "created": int(time.time()),
             "model": model,
             "choices": [choice],
-            "usage": usage,
         }
+        if reply.report_usage:
+            answer["usage"] = usage
         ids = self._token_ids(body, reply)
         if ids is not None:
             answer["prompt_token_ids"], choice["token_ids"] = ids
@@ -317,6 +321,9 @@ class ScriptedLLM:
                     {"tool_calls": [{"index": index, "function": {"arguments": args[i : i + 10]}}]}
                 )
         yield chunk({}, "tool_calls" if tool_calls else "stop", ids[1] if ids else None)
+        if not reply.report_usage:
+            yield "data: [DONE]\n\n"
+            return
         final = {
             "id": rid,
             "object": "chat.completion.chunk",

@@ -513,15 +513,55 @@ print(gateway, type(encoding).__name__, getattr(encoding, "_encoding", "loaded")
     assert out.stdout.split() == ["[]", "_LazyEncoding", "None"], out.stdout
 
 
+def test_a_streamed_call_to_a_server_that_reports_usage_loads_no_tokenizer(
+    llm: ScriptedLLM, key: str
+) -> None:
+    """litellm priced a streamed call's stream the moment it began (an empty completion,
+    counted with the model's tokenizer): tiktoken's cl100k, ~40 MB more in every server whose
+    conversations stream. A server that reports no usage still has its tokens counted."""
+    llm.script(
+        key,
+        call("think", "thinking aloud", thought="x"),
+        Reply(text="a server that counts nothing", report_usage=False),
+    )
+    script = f"""
+import asyncio, gc
+from agent_server.agent import llm
+from agent_server.agent.spec import LLMConfig
+config = LLMConfig(model="openai/gpt-4o", base_url={llm.base_url(key)!r}, api_key="sk",
+                   num_retries=0, stream=True)
+think = {{"name": "think", "parameters": {{"type": "object"}}}}
+tools = [{{"type": "function", "function": think}}]
+deltas = []
+def call():
+    on_delta = lambda text, reasoning: deltas.append(text)
+    return asyncio.run(llm.complete(config, [{{"role": "user", "content": "x"}}], tools, on_delta))
+def tokenizers():
+    import tiktoken.registry
+    from litellm.litellm_core_utils.tokenizer import OpenAIEncoding
+    kinds = (tiktoken.Encoding, OpenAIEncoding)
+    objects = sum(isinstance(o, kinds) for o in gc.get_objects())
+    return sorted(tiktoken.registry.ENCODINGS) + [objects]
+done = call()
+assert done.tool_calls[0].name == "think" and deltas and done.usage.prompt_tokens, done
+print(tokenizers(), done.cost > 0)
+counted = call()
+print(counted.usage.completion_tokens > 0)
+"""
+    out = fresh_python(script)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.split() == ["[0]", "True", "True"], out.stdout
+
+
 def test_the_import_loads_what_the_first_call_would(llm: ScriptedLLM, key: str) -> None:
     """A server loads litellm in the background: its first call must find all it needs there
     (FIRST_CALL), not import more of it while the conversation waits."""
     llm.script(key, call("think", thought="x"))
     script = f"""
 import asyncio, sys
-from agent_server.agent import llm
+from agent_server.agent import litellm_setup, llm
 from agent_server.agent.spec import LLMConfig
-llm.load_now()
+litellm_setup.load_now()
 before = set(sys.modules)
 config = LLMConfig(model="openai/test-model", base_url={llm.base_url(key)!r}, api_key="sk",
                    num_retries=0)
