@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from control_plane import llm
 from control_plane.accounts import Accounts
 from control_plane.agent_client import AgentClient
 from control_plane.app_conversations import AppConversationService
@@ -423,6 +424,7 @@ class Services:
         await self.lifecycle.adopt()
         await self.tasks.take_over()
         self.lifecycle.start()
+        llm.preload()
 
     async def close(self, stop_sandboxes: bool = False) -> None:
         """Every part is closed, the database last, even when one before it fails (the log
