@@ -104,6 +104,13 @@ class Boundary:
         await self.fence.admit(sandbox_id, address, interface, policy)
         self._remember(sandbox_id, policy)
 
+    async def lift(
+        self, sandbox_id: str, address: ipaddress.IPv4Address, policy: NetworkPolicy
+    ) -> None:
+        """A sandbox admitted under `none` and left so (a parked one) put under `policy`."""
+        await self.fence.lift(sandbox_id, address, policy)
+        self._remember(sandbox_id, policy)
+
     async def release(
         self, sandbox_id: str, address: ipaddress.IPv4Address, interface: str
     ) -> None:

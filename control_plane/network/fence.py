@@ -97,6 +97,14 @@ class Fence:
             await host.nft(script)
         self._sandboxes[address] = sandbox_id
 
+    async def lift(
+        self, sandbox_id: str, address: ipaddress.IPv4Address, policy: NetworkPolicy
+    ) -> None:
+        """A sandbox admitted under `none` and left so (a parked one) put under `policy`, by
+        additions alone (`rules.lift`: no wait for the kernel's grace period)."""
+        await host.nft(rules.lift(self.segment, sandbox_id, policy))
+        self._sandboxes[address] = sandbox_id
+
     async def _evict(self, address: ipaddress.IPv4Address, keep: str) -> None:
         """Whatever else the table holds under `address` (a container's address reused by
         Docker for another after a clean-up that did not happen)."""

@@ -222,37 +222,57 @@ def admit(
     """A sandbox into the table under `policy`, or its policy replaced: the same text does
     both, in one transaction (connections already open go on; new ones meet the new policy)."""
     t, chain = segment.table, chain_name(sandbox_id)
-    sets = list(_sets(sandbox_id))
+    elements, body = _policy(t, sandbox_id, policy)
     lines = [
         *_objects(t, sandbox_id, address, interface),
         f"flush chain inet {t} {chain}",
-        *(f"flush set inet {t} {name}" for name in sets),
+        *(f"flush set inet {t} {name}" for name in _sets(sandbox_id)),
+        *elements,
     ]
-    rules: list[str] = []
-    if policy.mode == "open":
-        rules = ["goto open"]
-    elif policy.mode == "none":
-        rules = ["goto refuse"]
-    else:
-        hosts, host_ports, nets, net_ports = sets
-        rules = [
-            "ip daddr @blocked goto refuse",
-            "meta l4proto != tcp goto refuse",
-            f"ip daddr @{hosts} accept",
-            f"ip daddr . tcp dport @{host_ports} accept",
-            f"ip daddr @{nets} accept",
-            f"ip daddr . tcp dport @{net_ports} accept",
-            "goto refuse",
-        ]
-        networks = [r for r in policy.rules if r.network is not None]
-        whole = [str(r.network) for r in networks if not r.ports]
-        ported = [f"{r.network} . {port}" for r in networks for port in r.ports]
-        if whole:
-            lines.append(f"add element inet {t} {nets} {{ {', '.join(whole)} }}")
-        if ported:
-            lines.append(f"add element inet {t} {net_ports} {{ {', '.join(ported)} }}")
-    lines += [f"add rule inet {t} {chain} {rule}" for rule in rules]
+    lines += [f"add rule inet {t} {chain} {rule}" for rule in body]
     return "\n".join(lines) + "\n"
+
+
+def lift(segment: Segment, sandbox_id: str, policy: NetworkPolicy) -> str:
+    """A sandbox let in under `none` and nothing since (a parked one: its chain holds that one
+    rule, its sets are empty) put under `policy` by additions alone: the policy's rules go
+    before the one it held, which is never reached again (every policy's rules end in a
+    verdict). A transaction that deletes a rule or an element waits for the kernel's grace
+    period (~16 ms here), one that only adds does not (~4 ms): this is a claimed start's
+    step. A later change of policy (`admit`) flushes the chain, that rule with it."""
+    t, chain = segment.table, chain_name(sandbox_id)
+    elements, body = _policy(t, sandbox_id, policy)
+    # `insert` puts a rule first in the chain: the last one is inserted first.
+    inserts = [f"insert rule inet {t} {chain} {rule}" for rule in reversed(body)]
+    return "\n".join([*elements, *inserts]) + "\n"
+
+
+def _policy(t: str, sandbox_id: str, policy: NetworkPolicy) -> tuple[list[str], list[str]]:
+    """The elements `policy` adds to a sandbox's sets, and its chain's rules (the last of them
+    a verdict, whatever the policy)."""
+    if policy.mode == "open":
+        return [], ["goto open"]
+    if policy.mode == "none":
+        return [], ["goto refuse"]
+    hosts, host_ports, nets, net_ports = _sets(sandbox_id)
+    rules = [
+        "ip daddr @blocked goto refuse",
+        "meta l4proto != tcp goto refuse",
+        f"ip daddr @{hosts} accept",
+        f"ip daddr . tcp dport @{host_ports} accept",
+        f"ip daddr @{nets} accept",
+        f"ip daddr . tcp dport @{net_ports} accept",
+        "goto refuse",
+    ]
+    networks = [r for r in policy.rules if r.network is not None]
+    whole = [str(r.network) for r in networks if not r.ports]
+    ported = [f"{r.network} . {port}" for r in networks for port in r.ports]
+    elements = []
+    if whole:
+        elements.append(f"add element inet {t} {nets} {{ {', '.join(whole)} }}")
+    if ported:
+        elements.append(f"add element inet {t} {net_ports} {{ {', '.join(ported)} }}")
+    return elements, rules
 
 
 def admit_resolved(

@@ -103,6 +103,14 @@ class ProcessNetwork:
             raise ProviderError(str(exc)) from None
         return True
 
+    async def lift(self, handle: Handle, policy: NetworkPolicy) -> None:
+        """`admit` for a sandbox attached under `none` and left so (a parked one, claimed),
+        by additions to its rules alone: quicker, as a claim's step should be."""
+        try:
+            await self.boundary.lift(handle.sandbox_id, ipaddress.IPv4Address(handle.host), policy)
+        except NetworkError as exc:
+            raise ProviderError(str(exc)) from None
+
     async def refusals(self, handle: Handle) -> Refusals | None:
         """What its policy refused it (None: it has no namespace)."""
         if handle.host == Handle.host:

@@ -78,7 +78,7 @@ class ProcessParking(Parking[Handle | Waiting]):
             at = Handle(sandbox_id=launch.sandbox_id, ref="", port=0, host=str(started.address))
             async with asyncio.TaskGroup() as group:
                 claimed = group.create_task(self.starter.claimed(launch, started))
-                group.create_task(self.network.admit(at, launch.network))
+                group.create_task(self.network.lift(at, launch.network))
             return claimed.result()
         except BaseException as exc:
             with anyio.CancelScope(shield=True):

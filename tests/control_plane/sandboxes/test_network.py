@@ -237,10 +237,22 @@ def test_open_reaches_the_internet_and_nothing_of_this_host_or_its_neighbours(
         assert warm_pool(plane.url)["hit"] == 2
 
 
-@pytest.fixture(params=["process", "docker"])
+@pytest.fixture(params=["process", "process-pooled", "docker"])
 def fenced(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ControlPlane]:
-    control_plane = ControlPlane(configured(request, tmp_path, request.param)).start()
+    """`process-pooled`: the sandboxes are claimed from a warm pool, where they waited under
+    `none`; a claim puts them under their own policy by adding rules before that one's
+    (`rules.lift`), and a change at run time replaces the whole chain."""
+    pool = 2 if request.param == "process-pooled" else 0
+    pooled = {"sandbox_template": True, "warm_pool": pool, "operator_key": OPERATOR}
+    provider = request.param.removesuffix("-pooled")
+    control_plane = ControlPlane(
+        configured(request, tmp_path, provider, **(pooled if pool else {}))
+    ).start()
+    if pool:
+        wait_for(lambda: warm_pool(control_plane.url)["parked"] == pool, 180, what="the parked")
     yield control_plane
+    if pool:  # the sandboxes tried were parked ones
+        assert warm_pool(control_plane.url)["hit"] >= 1
     control_plane.stop()
 
 
