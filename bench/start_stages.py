@@ -1,13 +1,16 @@
 """Where a process sandbox's start goes: each stage of a start task to READY (prints JSON).
 
     .venv/bin/python bench/start_stages.py [--starts 10] [--template on|off] [--warm-pool N]
+        [--poll]
 
 Starts are made one after another through a real control plane (in this process), each into a
 new sandbox (NO_GROUPING), as `bench/density.py` makes them. The control plane's own steps are
 timed by wrapping them (monotonic clock, this process); the server's are read from the ready
 file's time (written once uvicorn listens). Each stage's figure is the median over the starts
 of the time from the previous mark to its own; `total` is the start request to the client
-seeing READY.
+seeing READY: by default the client starts with `stream-start`, which says each stage as
+it is stored; `--poll` starts with a POST and polls the task every 5 ms instead (each poll
+is a request the control plane serves meanwhile, in this process).
 """
 
 from __future__ import annotations
@@ -23,6 +26,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import httpx
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from control_plane import start_tasks  # noqa: E402
@@ -30,6 +35,7 @@ from control_plane.agent_client import AgentClient  # noqa: E402
 from control_plane.providers.pool import Pooled  # noqa: E402
 from control_plane.providers.process import provider as process  # noqa: E402
 from control_plane.providers.process import template  # noqa: E402
+from control_plane.providers.process.network import ProcessNetwork  # noqa: E402
 from control_plane.providers.process.parking import ProcessParking  # noqa: E402
 from control_plane.providers.process.start import Starter  # noqa: E402
 from control_plane.sandboxes.starts import Starts  # noqa: E402
@@ -81,6 +87,7 @@ def instrument() -> None:
     if hasattr(Starter, "_said_ready"):  # a forked server's ready pipe
         timed(Starter, "_said_ready", "ready pipe read")
     timed(Starter, "_wait_alive", "/alive answered")
+    timed(ProcessNetwork, "lift", "network lifted to the user's policy")
     timed(Starts, "_started", "RUNNING stored", begin=False)
     timed(Starts, "wait_running", "wait_running returned", begin=False)
     timed(AgentClient, "create_conversation", "conversation created")
@@ -123,27 +130,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 llm.script("stages", call("finish", message="done"))
                 marks.clear()
                 began_wall, began = time.time(), time.monotonic()
-                r = client.post(
-                    "/api/v1/app-conversations",
-                    json={
-                        "initial_message": {
-                            "role": "user",
-                            "content": [{"type": "text", "text": "hello"}],
-                            "run": True,
-                        }
-                    },
-                )
-                r.raise_for_status()
-                mark("start request answered")
-                task_id = r.json()["id"]
-
-                def done(task_id: str = task_id) -> dict[str, Any] | None:
-                    task: dict[str, Any] = client.get(
-                        "/api/v1/app-conversations/start-tasks", params={"ids": task_id}
-                    ).json()[0]
-                    return task if task["status"] in ("READY", "ERROR") else None
-
-                task = wait_for(done, 120, interval=0.005)
+                body = {
+                    "initial_message": {
+                        "role": "user",
+                        "content": [{"type": "text", "text": "hello"}],
+                        "run": True,
+                    }
+                }
+                task = (follow if args.poll else stream)(client, body)
                 mark("client saw READY")
                 if task["status"] != "READY":
                     raise RuntimeError(task["detail"])
@@ -162,6 +156,39 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "starts": len(starts),
         **summarise(starts),
     }
+
+
+def stream(client: httpx.Client, body: dict[str, Any]) -> dict[str, Any]:
+    """The start made with `stream-start`: its task as the stream shows it when it ends (each
+    element is on a line of its own)."""
+    task: dict[str, Any] = {}
+    with client.stream("POST", "/api/v1/app-conversations/stream-start", json=body) as r:
+        r.raise_for_status()
+        mark("start request answered")  # its head, sent with the task as stored
+        for line in r.iter_lines():
+            if not line.strip(" [],"):
+                continue
+            task = json.loads(line.strip(" [],"))
+            if task["status"] in ("READY", "ERROR"):
+                break
+    return task
+
+
+def follow(client: httpx.Client, body: dict[str, Any]) -> dict[str, Any]:
+    """The start made with a POST, its task polled every 5 ms until it ends."""
+    r = client.post("/api/v1/app-conversations", json=body)
+    r.raise_for_status()
+    mark("start request answered")
+    task_id = r.json()["id"]
+
+    def done() -> dict[str, Any] | None:
+        task: dict[str, Any] = client.get(
+            "/api/v1/app-conversations/start-tasks", params={"ids": task_id}
+        ).json()[0]
+        return task if task["status"] in ("READY", "ERROR") else None
+
+    found: dict[str, Any] = wait_for(done, 120, interval=0.005)
+    return found
 
 
 def summarise(starts: list[list[tuple[str, float]]]) -> dict[str, Any]:
@@ -187,6 +214,7 @@ def summarise(starts: list[list[tuple[str, float]]]) -> dict[str, Any]:
     return {
         "stages": stages,
         "total_s": {"median": round(statistics.median(totals), 3), "p95": round(p95, 3)},
+        "each_s": [round(dict(start)["client saw READY"], 3) for start in starts],
     }
 
 
@@ -195,6 +223,12 @@ def main() -> None:
     parser.add_argument("--starts", type=int, default=10)
     parser.add_argument("--template", choices=["on", "off"], default="on")
     parser.add_argument("--warm-pool", type=int, default=0, help="process sandboxes kept parked")
+    parser.add_argument(
+        "--poll",
+        action="store_true",
+        help="start with POST /app-conversations and poll the task every 5 ms "
+        "(default: stream-start, which says each stage as it is stored)",
+    )
     print(json.dumps(run(parser.parse_args()), indent=1))
 
 

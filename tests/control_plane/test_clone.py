@@ -3,6 +3,7 @@ the conversation does not run yet, and a clone that fails says why, in git's wor
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -57,3 +58,29 @@ def test_a_failed_clone_says_why_in_gits_words(
     assert "acme/missing could not be cloned" in detail
     assert "git clone of git://" in detail and "fatal:" in detail and "not exported" in detail
     assert client.get("/api/v1/app-conversations/search").json()["items"] == []
+
+
+def test_a_streamed_start_shows_its_stages_in_order_and_closes_at_ready(
+    plane: ControlPlane, llm: ScriptedLLM, key: str
+) -> None:
+    """`stream-start` (the app server's): one JSON array, an element per stage reached, the
+    clone among them, closed once the task is READY; the conversation is there then."""
+    client = plane.client(plane.new_user("cy"))
+    configure_llm(client, llm.base_url(key))
+    body = {
+        "initial_message": {
+            "role": "user",
+            "content": [{"type": "text", "text": "x"}],
+            "run": False,
+        },
+        "selected_repository": "acme/demo",
+    }
+    with client.stream("POST", "/api/v1/app-conversations/stream-start", json=body) as r:
+        assert r.status_code == 200, r.read()
+        stages = [task["status"] for task in json.loads(r.read())]
+    order = ["WORKING", "WAITING_FOR_SANDBOX", "STARTING_CONVERSATION", "PREPARING_REPOSITORY"]
+    assert stages[-1] == "READY" and "PREPARING_REPOSITORY" in stages, stages
+    assert stages[:-1] == sorted(stages[:-1], key=order.index), stages
+    cid = client.get("/api/v1/app-conversations/search").json()["items"][0]["id"]
+    r = client.get(f"/api/v1/app-conversations/{cid}/file", params={"path": "README.md"})
+    assert r.status_code == 200 and r.text == "# demo\n", r.text
