@@ -16,6 +16,7 @@ import httpx
 from control_plane.store import Database
 from core import processes
 from tests.control_plane.support import launcher_pid
+from tests.support import probe
 from tests.support.internet import Internet, forget_docker_network
 from tests.support.llm import free_port
 from tests.support.wait import wait_for
@@ -80,7 +81,7 @@ class PlaneProcess:
     def _up(self) -> bool:
         assert self.proc is not None and self.proc.poll() is None, "the control plane exited"
         try:
-            return httpx.get(self.url + "/health", timeout=1).status_code == 200
+            return probe.get(self.url + "/health", timeout=1).status_code == 200
         except httpx.HTTPError:
             return False
 

@@ -31,6 +31,7 @@ from control_plane.config import Config
 from control_plane.providers.process import gvisor
 from core import namespaces, processes
 from core.retry import Clock
+from tests.support import probe
 from tests.support.internet import Internet, forget_docker_network
 from tests.support.llm import ScriptedLLM, call, free_port
 from tests.support.wait import wait_for
@@ -238,7 +239,7 @@ def warm_pool(url: str) -> dict[str, int]:
     """The warm pool's figures as an operator reads them on the /metrics of the control plane
     at `url`: `parked` (waiting), and the starts that asked it, `hit` and `miss` (its
     operator key must be `OPERATOR`)."""
-    text = httpx.get(
+    text = probe.get(
         url + "/metrics", headers={"Authorization": f"Bearer {OPERATOR}"}, timeout=10
     ).text
     samples = {

@@ -12,6 +12,7 @@ from typing import Any
 
 import httpx
 
+from tests.support import probe
 from tests.support.llm import free_port
 
 KEY = "test-session-key"
@@ -56,7 +57,7 @@ class ServerProcess:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"server exited with {self.proc.returncode}:\n{self.output()}")
             try:
-                if httpx.get(self.url + "/ready", timeout=1).status_code == 200:
+                if probe.get(self.url + "/ready", timeout=1).status_code == 200:
                     return self
             except httpx.HTTPError:
                 pass

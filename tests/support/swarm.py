@@ -39,6 +39,7 @@ import docker.errors
 import httpx
 
 from tests.support import docker as docker_support
+from tests.support import probe
 from tests.support.wait import wait_for
 
 DOCKERFILE = Path(__file__).with_name("swarm-worker.Dockerfile")
@@ -82,7 +83,7 @@ class Cluster:
                 if task["Status"]["State"] == "running" and ports:
                     url = f"http://{self.worker_address}:{ports[0]['PublishedPort']}/parked"
                     with contextlib.suppress(httpx.HTTPError):
-                        if httpx.get(url, timeout=2).status_code == 204:
+                        if probe.get(url, timeout=2).status_code == 204:
                             found.append(str(service["Spec"]["Name"]))
         return found
 
