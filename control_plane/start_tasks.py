@@ -48,6 +48,7 @@ from control_plane.gateway import credentials
 from control_plane.leases import TASK, Leases
 from control_plane.models import (
     SandboxReason,
+    SandboxRow,
     SandboxStatus,
     StartTaskStatus,
     TaskRow,
@@ -248,14 +249,28 @@ class StartTaskService:
         **values: Any,
     ) -> None:
         """Store a stage while this process holds the task (LeaseLost otherwise)."""
+        await self._store(task, status, detail, conn, **values)
+        self._enter(task, status)
+
+    async def _store(
+        self,
+        task: TaskRow,
+        status: StartTaskStatus,
+        detail: str | None = None,
+        conn: AsyncConnection | None = None,
+        **values: Any,
+    ) -> None:
         await tasks.set_status(
             self.db, task.id, status, detail, holder=self.leases.holder, conn=conn, **values
         )
+        if conn is None:  # else once its transaction is committed (`_ended`)
+            self._ring()
+
+    def _enter(self, task: TaskRow, status: StartTaskStatus) -> None:
+        """The stage's span begins (in the task's own job: spans are its context's)."""
         stages = self._stages.get(task.id)
         if stages is not None and not status.finished:
             stages.enter(status.value)
-        if conn is None:  # else once its transaction is committed (`_ended`)
-            self._ring()
 
     def _ring(self) -> None:
         """Wake the followers (`follow`): a stage was stored."""
@@ -323,24 +338,17 @@ class StartTaskService:
             # Read again, not taken from the placement: held by no guard since, the sandbox may
             # have been paused (it is resumed) or deleted meanwhile.
             row = await self.sandboxes.starts.wait_running(placement.sandbox_id)
-            await self._stage(task, StartTaskStatus.STARTING_CONVERSATION)
-            target = self.sandboxes.target(row)
-            assert target is not None
-            await self._configure_git(target, user)
-            conversation = await conversations.get(self.db, placement.conversation_id)
-            if conversation is None:
-                raise StartFailed("the conversation was deleted while it started")
-            # The LLM gateway and the sandbox's own token, never the user's key or base URL.
-            gateway = credentials.access(self.sandboxes.control_plane_url, self.cipher, row)
-            body = create_request(
-                placement.conversation_id,
-                conversation.working_dir,
-                request,
-                user,
-                gateway=gateway,
-                repository_url_template=self.repository_url_template,
-            )
-            await self.agents.create_conversation(target, body.body())
+            # Stored while the conversation is asked for (its creation is idempotent), and
+            # before whatever comes after it (READY, or ERROR).
+            self._enter(task, StartTaskStatus.STARTING_CONVERSATION)
+            storing = asyncio.create_task(self._store(task, StartTaskStatus.STARTING_CONVERSATION))
+            try:
+                target = await self._create_conversation(row, placement, request, user)
+            except BaseException:
+                with contextlib.suppress(Exception):  # the first failure is the one told
+                    await storing
+                raise
+            await storing
             if request.selected_repository:
                 await self._stage(task, StartTaskStatus.PREPARING_REPOSITORY)
                 await self._wait_clone(
@@ -378,6 +386,29 @@ class StartTaskService:
                 f"unexpected error ({type(exc).__name__}); see the control plane's log",
                 reason="unexpected",
             )
+
+    async def _create_conversation(
+        self, row: SandboxRow, placement: Placement, request: StartRequest, user: UserSettings
+    ) -> Target:
+        """The conversation asked of the sandbox's agent server: that server."""
+        target = self.sandboxes.target(row)
+        assert target is not None
+        await self._configure_git(target, user)
+        conversation = await conversations.get(self.db, placement.conversation_id)
+        if conversation is None:
+            raise StartFailed("the conversation was deleted while it started")
+        # The LLM gateway and the sandbox's own token, never the user's key or base URL.
+        gateway = credentials.access(self.sandboxes.control_plane_url, self.cipher, row)
+        body = create_request(
+            placement.conversation_id,
+            conversation.working_dir,
+            request,
+            user,
+            gateway=gateway,
+            repository_url_template=self.repository_url_template,
+        )
+        await self.agents.create_conversation(target, body.body())
+        return target
 
     async def _wait_clone(self, target: Target, conversation_id: str, repository: str) -> None:
         deadline = asyncio.get_running_loop().time() + CLONE_TIMEOUT
