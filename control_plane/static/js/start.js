@@ -3,7 +3,8 @@
 // goes to the list). Where an LLM is set, the model is asked for a better title meanwhile.
 //
 // The page's state is the start task as last read (`update` with its "read" action, every
-// 400 ms until it ends); `render` adds the stages not drawn yet and ends the page.
+// 100 ms for the first seconds, when a start usually ends, then every 400 ms); `render` adds
+// the stages not drawn yet and ends the page.
 import { api } from "./api.js";
 import { h, notify } from "./dom.js";
 import { elapsed } from "./progress.js";
@@ -95,7 +96,7 @@ export function startPage(main, taskId) {
         if (stopped) return;
         const state = page.dispatch({ type: "read", task: task || null });
         if (!state.known || START_ENDED.has(state.task.status)) return;
-        await new Promise((resolve) => setTimeout(resolve, 400));
+        await new Promise((resolve) => setTimeout(resolve, Date.now() - began < 3000 ? 100 : 400));
       }
     } catch (error) {
       notify(`Could not follow the start: ${error.message}`, "error");
