@@ -201,7 +201,17 @@ class StartRefusal:
 class Server(uvicorn.Server):
     """uvicorn's server, ending the live event streams first when it stops: uvicorn waits for
     open responses before the lifespan ends, so the streams would hold the shutdown up to its
-    time limit (a browser reconnects with Last-Event-ID and resumes where it was)."""
+    time limit (a browser reconnects with Last-Event-ID and resumes where it was).
+
+    It runs on asyncio's own event loop, never uvloop: the control plane starts a command
+    (`ip`, `nft`) or a few for every sandbox it starts, stops or fences, and uvloop starts
+    each with a fork() of the whole process, which blocked the loop for 20 ms and more once
+    the process had grown (litellm imported, 174 MiB: 20 ms median to start `true`, against
+    1 ms with asyncio's vfork; `bench/spawn.py`); a burst of starts queued behind them."""
+
+    def __init__(self, config: uvicorn.Config) -> None:
+        config.loop = "asyncio"
+        super().__init__(config)
 
     async def shutdown(self, sockets: Any = None) -> None:
         bell = getattr(getattr(self.config.app, "state", None), "bell", None)
