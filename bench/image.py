@@ -9,10 +9,11 @@ no-new-privileges; no network here) checks what an agent uses: the browser tool 
 driving the image's AGENT_SERVER_CHROMIUM) loads a data: page, reads it, saves a screenshot
 (a PNG of the viewport's size), types into a field and clicks a button (whose script reports
 the text and whether WebGL works), and saves a recording (a trace zip); git init, commit, diff,
-clone and rebase; ripgrep; Perl with its common modules. The suite builds the image without
-Chromium to stay fast, so this is where the browser in the image is checked. Exits 1 when a
-check fails. Sizes: `docker image inspect` (the image), `docker history` (its layers). With
-IMAGE, checks that image instead of building one.
+clone and rebase; ripgrep; Perl with its common modules; the AWS clients litellm makes for
+Bedrock and SageMaker and for their credentials (botocore keeps only the models it names). The
+suite builds the image without Chromium to stay fast, so this is where the browser in the image
+is checked. Exits 1 when a check fails. Sizes: `docker image inspect` (the image), `docker
+history` (its layers). With IMAGE, checks that image instead of building one.
 """
 
 from __future__ import annotations
@@ -98,6 +99,16 @@ perl -MFile::Find -MData::Dumper -MJSON::PP -MDigest::MD5 -MEncode \\
     -e 'print encode_json([1]), "\\n"'
 """
 
+#: Run inside the container: the clients litellm's Bedrock and SageMaker providers make (no
+#: request is sent), and those of botocore's credential providers.
+AWS_PROBE = """
+import boto3
+for name in ("bedrock", "bedrock-runtime", "bedrock-agent-runtime", "sagemaker-runtime", "s3",
+             "sts", "sso", "sso-oidc"):
+    boto3.client(name, region_name="us-east-1")
+print("ok")
+"""
+
 
 def run(c: Any, image: str, command: list[str]) -> str:
     """`command` in a container of `image` hardened as the Docker provider's sandboxes."""
@@ -135,6 +146,7 @@ def main(image: str | None = None) -> dict[str, Any]:
         ]
         browser = json.loads(run(c, image, ["python", "-c", BROWSER_PROBE]).splitlines()[-1])
         tools = run(c, image, ["bash", "-c", TOOLS_PROBE]).split()
+        aws = run(c, image, ["python", "-c", AWS_PROBE]).split()[-1:]
     ok = (
         browser["png"]
         and browser["title_seen"]
@@ -143,6 +155,7 @@ def main(image: str | None = None) -> dict[str, Any]:
         and browser["typed_and_clicked"]
         and browser["webgl"]
         and tools[-3:] == ["2", "1", "[1]"]
+        and aws == ["ok"]
     )
     return {
         "image": image,
@@ -150,6 +163,7 @@ def main(image: str | None = None) -> dict[str, Any]:
         "layers": layers,
         "browser": browser,
         "git_and_ripgrep": " ".join(tools),
+        "aws_clients": " ".join(aws),
         "all_working": ok,
         "build_s": round(build_s, 1),
     }
