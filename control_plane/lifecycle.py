@@ -140,7 +140,7 @@ class Lifecycle:
 
     async def adopt(self) -> None:
         """After a (re)start, before the first round: one look at every live sandbox."""
-        await self.drift.adopt()
+        await self.drift.adopt(CONCURRENCY)
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._loop(), name="reconciler")
@@ -162,6 +162,7 @@ class Lifecycle:
             self.interval,
             cleanup_due=self.db.now(),
             limit=self.round_limit,
+            paused_before=None if self.deletion is None else self.db.now() - self.deletion,
         )
         gate = asyncio.Semaphore(CONCURRENCY)
 

@@ -10,6 +10,7 @@ process acts on right now is looked at next round.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 
@@ -23,6 +24,11 @@ from web.errors import Conflict
 logger = logging.getLogger(__name__)
 
 
+def hibernated(row: SandboxRow) -> bool:
+    """PAUSED with no process: its files wait for a resume (`claim_round` says the same)."""
+    return row.status is SandboxStatus.PAUSED and handle_of(row) is None
+
+
 class Drift:
     def __init__(self, sandboxes: SandboxService, *, health_grace: float = 30.0) -> None:
         self.sandboxes = sandboxes
@@ -30,10 +36,20 @@ class Drift:
         self.provider = sandboxes.provider
         self.health_grace = health_grace
 
-    async def adopt(self) -> None:
-        """After a (re)start: one look at every live sandbox (see `reconcile`)."""
-        for row in await rows.live(self.db):
-            await self.reconcile(row.id, adopting=True)
+    async def adopt(self, concurrency: int = 1) -> None:
+        """After a (re)start: one look at every live sandbox (see `reconcile`), `concurrency`
+        at once, before this control plane answers. Hibernated ones are left out: nothing of
+        them runs, and a resume starts them from their files (3,425 of them had made a
+        restart 27 s long)."""
+        gate = asyncio.Semaphore(concurrency)
+
+        async def one(sandbox_id: str) -> None:
+            async with gate:
+                await self.reconcile(sandbox_id, adopting=True)
+
+        found = await rows.live(self.db)
+        awake = [row.id for row in found if not hibernated(row)]
+        await asyncio.gather(*(one(sandbox_id) for sandbox_id in awake))
 
     async def reconcile(self, sandbox_id: str, *, adopting: bool = False) -> None:
         """One look at one sandbox: adopt it, start it again, or record that it drifted.
@@ -52,9 +68,9 @@ class Drift:
             row = await rows.get(self.db, sandbox_id)  # the guard's read: what others did
             if row is None or row.status.terminal:
                 return
+            if hibernated(row):
+                return  # nothing of it runs, its files wait for its resume
             handle = handle_of(row)
-            if handle is None and row.status is SandboxStatus.PAUSED:
-                return  # hibernated: nothing of it runs, its files wait for its resume
             if handle is None:
                 if row.status is SandboxStatus.STARTING and self.sandboxes.starts.starting(row.id):
                     return

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import and_, case, func, or_, select, text, update
+from sqlalchemy import and_, case, func, not_, or_, select, text, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from control_plane.models import SandboxReason, SandboxRow, SandboxStatus, entered_from
@@ -315,17 +315,25 @@ async def claim_round(
     *,
     cleanup_due: datetime,
     limit: int,
+    paused_before: datetime | None = None,
 ) -> list[str]:
     """The sandboxes due for a reconciler round (live ones, and terminal ones whose clean-up is
     due at `cleanup_due`, lifecycle time), claimed by `holder` until `interval` seconds from
     `moment` (wall-clock time): two control planes never look at one sandbox in the same round
     (the second's UPDATE finds the rows no longer due). At most `limit`, those waiting longest
-    first: the rest stay due and are claimed by the next round (of this process or another)."""
+    first: the rest stay due and are claimed by the next round (of this process or another).
+
+    A hibernated sandbox (PAUSED, no process: no `ref`) has nothing to look at: it is due only
+    once it was paused before `paused_before` (lifecycle time; its deletion time has come),
+    never without it. Thousands of them would otherwise take the rounds' places, each a lease
+    taken and given back for nothing, and the live ones would be looked at minutes apart."""
     following = moment + timedelta(seconds=interval)
     live = [SandboxStatus.STARTING.value, SandboxStatus.RUNNING.value, SandboxStatus.PAUSED.value]
+    asleep = and_(sandboxes.c.status == SandboxStatus.PAUSED.value, sandboxes.c.ref.is_(None))
     wanted = or_(
-        sandboxes.c.status.in_(live),
+        and_(sandboxes.c.status.in_(live), not_(asleep)),
         and_(sandboxes.c.cleanup_after.is_not(None), sandboxes.c.cleanup_after <= cleanup_due),
+        *([and_(asleep, sandboxes.c.paused_at <= paused_before)] if paused_before else []),
     )
     due = or_(sandboxes.c.reconcile_after.is_(None), sandboxes.c.reconcile_after <= moment)
     first = (

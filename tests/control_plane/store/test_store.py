@@ -214,6 +214,44 @@ async def test_a_reconciler_round_claims_a_bounded_share_oldest_first(db: Databa
     assert sorted(third) == sorted([ids[4], *ids[:2]])  # (s2 and s3 wait longer than they)
 
 
+async def test_a_round_leaves_hibernated_sandboxes_out_until_their_deletion_is_due(
+    db: Database,
+) -> None:
+    """Thousands of hibernated sandboxes (PAUSED, no process) took the rounds' places, each for
+    nothing, and running ones were looked at minutes apart (bench/capacity.py)."""
+    user = await accounts.get_or_create_user(db, "gil")
+    running = await _sandbox(db, user.id, "run", SandboxStatus.RUNNING, age=1, idle=0)
+    frozen = await _sandbox(db, user.id, "frozen", SandboxStatus.PAUSED, age=2, idle=0)
+    asleep = await _sandbox(db, user.id, "asleep", SandboxStatus.PAUSED, age=3, idle=0)
+    paused_at = db.now() - timedelta(hours=2)
+    await sandboxes.set_fields(db, frozen, ref="123:456", port=8000, paused_at=paused_at)
+    await sandboxes.set_fields(db, asleep, paused_at=paused_at)  # no ref: hibernated
+    moment = db.now()
+    claimed = await sandboxes.claim_round(db, "plane-a", moment, 10, cleanup_due=moment, limit=10)
+    assert sorted(claimed) == sorted([running, frozen])
+    later = moment + timedelta(seconds=10)
+    not_yet = await sandboxes.claim_round(
+        db,
+        "plane-a",
+        later,
+        10,
+        cleanup_due=later,
+        limit=10,
+        paused_before=later - timedelta(days=1),
+    )
+    assert asleep not in not_yet
+    due = await sandboxes.claim_round(
+        db,
+        "plane-a",
+        later,
+        10,
+        cleanup_due=later,
+        limit=10,
+        paused_before=later - timedelta(hours=1),
+    )
+    assert asleep in due
+
+
 async def test_a_status_is_written_only_along_the_transition_table(db: Database) -> None:
     """The store's own guard, for what waits for no sandbox guard (a deletion racing a start):
     a move from a status the table does not allow is not written, and a move comes back as
