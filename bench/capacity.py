@@ -60,6 +60,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.density import memory_kib  # noqa: E402
 from control_plane.providers.process.environment import ready_marker  # noqa: E402
 from control_plane.providers.process.isolation import _uids_in_use  # noqa: E402
 from core.procfs import list_processes  # noqa: E402
@@ -451,21 +452,6 @@ def processes() -> dict[int, tuple[int, int, str | None, bytes]]:
             rest = stat[stat.rfind(b")") + 2 :].split()
             found[pid] = (int(rest[1]), int(rest[2]), ns, cmdline)
     return found
-
-
-def memory_kib(pids: list[int]) -> dict[str, int]:
-    """Pss, Rss and the private part summed over `pids` (kB, as smaps_rollup says)."""
-    totals = {"Pss": 0, "Rss": 0, "Private_Clean": 0, "Private_Dirty": 0}
-    for pid in pids:
-        try:
-            lines = Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines()
-        except OSError:
-            continue
-        for line in lines:
-            name, _, rest = line.partition(":")
-            if name in totals:
-                totals[name] += int(rest.split()[0])
-    return totals
 
 
 def sandbox_processes(state: Path, ids: list[str]) -> dict[str, list[int]]:
