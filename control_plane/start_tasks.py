@@ -109,10 +109,8 @@ class StartTaskService:
         self.placer = Placer(db, sandboxes_, cap=cap, spec_id=spec_id)
         self._running: dict[str, asyncio.Task[None]] = {}
         self._stages: dict[str, Stages] = {}
-        #: Per task followed: set (and dropped) when this process stores one of its stages,
-        #: so its followers, and only they, wake at once. An entry lives while a follower
-        #: waits on it (`follow` drops it on leaving) or until the task's next stage.
-        self._moved: dict[str, asyncio.Event] = {}
+        #: Set (and replaced) each time this process stores a stage: followers wake at once.
+        self._moved = asyncio.Event()
 
     async def submit(self, user_id: str, request: StartRequest) -> TaskRow:
         """Store the task (its request encrypted: it holds secrets) and start working on it.
@@ -175,29 +173,23 @@ class StartTaskService:
     async def follow(self, task: TaskRow, seconds: float) -> AsyncIterator[TaskRow]:
         """The task each time its stage (or detail) changes after `task`, until it is finished
         or `seconds` have passed. Read from the rows: the task may be worked by another
-        control plane. Read again as soon as this process stores one of its stages, and
-        every 0.1 s for the stages another process stores."""
+        control plane. Read again as soon as this process stores a stage (any task's: a
+        read is cheap), and every 0.1 s for the stages another process stores."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + seconds
         seen = (task.status, task.detail)
-        moved = asyncio.Event()
-        try:
-            while not task.status.finished and loop.time() < deadline:
-                # Taken before the read: a stage stored after it rings it.
-                moved = self._moved.setdefault(task.id, asyncio.Event())
-                found = (await tasks.get_many(self.db, [task.id], task.user_id)).get(task.id)
-                if found is None:
-                    return
-                task = found
-                if (task.status, task.detail) != seen:
-                    seen = (task.status, task.detail)
-                    yield task
-                if not task.status.finished:
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(moved.wait(), 0.1)
-        finally:  # another follower of the task falls back to reading every 0.1 s
-            if self._moved.get(task.id) is moved:
-                del self._moved[task.id]
+        while not task.status.finished and loop.time() < deadline:
+            moved = self._moved  # taken before the read: a stage stored after it rings it
+            found = (await tasks.get_many(self.db, [task.id], task.user_id)).get(task.id)
+            if found is None:
+                return
+            task = found
+            if (task.status, task.detail) != seen:
+                seen = (task.status, task.detail)
+                yield task
+            if not task.status.finished:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(moved.wait(), 0.1)
 
     async def initial_text(self, task_id: str | None, user_id: str) -> str | None:
         """The text of a start's initial message (None: no such start, or it had none)."""
@@ -272,7 +264,7 @@ class StartTaskService:
             self.db, task.id, status, detail, holder=self.leases.holder, conn=conn, **values
         )
         if conn is None:  # else once its transaction is committed (`_ended`)
-            self._ring(task.id)
+            self._ring()
 
     def _enter(self, task: TaskRow, status: StartTaskStatus) -> None:
         """The stage's span begins (in the task's own job: spans are its context's)."""
@@ -280,11 +272,10 @@ class StartTaskService:
         if stages is not None and not status.finished:
             stages.enter(status.value)
 
-    def _ring(self, task_id: str) -> None:
-        """Wake the task's followers (`follow`): one of its stages was stored."""
-        moved = self._moved.pop(task_id, None)
-        if moved is not None:
-            moved.set()
+    def _ring(self) -> None:
+        """Wake the followers (`follow`): a stage was stored."""
+        moved, self._moved = self._moved, asyncio.Event()
+        moved.set()
 
     async def _run(self, task: TaskRow) -> None:
         """The task's work, tried again while the database fails in a way that passes; no
@@ -497,7 +488,7 @@ class StartTaskService:
     def _ended(self, task: TaskRow, reason: str | None = None) -> None:
         """READY (`reason` None) or ERROR for `reason`: a word from a fixed set (a class name
         of this code's errors, `storage`, `unexpected`), never the detail, as a label."""
-        self._ring(task.id)
+        self._ring()
         stages = self._stages.get(task.id)
         if stages is not None:
             stages.end(self.db.now(), reason)
