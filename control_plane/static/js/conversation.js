@@ -62,15 +62,14 @@ function asking(state) {
 
 export function update(state, action) {
   switch (action.type) {
-    case "found": // {record}: the conversation as just read
+    case "found": // {record, sandbox}: the conversation and its sandbox as just read (sandbox null: unread)
     case "renamed": // {record}: as its rename saved it
     {
       const progress = followed(action.record);
-      return { ...state, record: action.record, progress, since: progress === state.progress ? state.since : null,
-        answered: false };
+      const sandbox = action.type === "found" ? action.sandbox : state.sandbox;
+      return { ...state, record: action.record, sandbox, progress,
+        since: progress === state.progress ? state.since : null, answered: false };
     }
-    case "sandbox": // {sandbox}: its sandbox as just read (null: it could not be read)
-      return { ...state, sandbox: action.sandbox };
     case "missing":
       return state.missing ? state : { ...state, missing: true };
     case "event": { // {event}: a stored event of the live stream
@@ -328,7 +327,8 @@ export function conversationPage(main, id) {
         page.dispatch({ type: "missing" });
         return;
       }
-      page.dispatch({ type: "found", record: found });
+      // Both read before either is drawn: the sandbox's reason adds lines above the controls, and
+      // drawing it a moment after the record moved the buttons under a person's click.
       let sandbox;
       try {
         [sandbox] = await api("/sandboxes", { query: { id: found.sandbox_id } });
@@ -336,7 +336,7 @@ export function conversationPage(main, id) {
         sandbox = null; // the status without its reason
       }
       if (stopped) return;
-      page.dispatch({ type: "sandbox", sandbox });
+      page.dispatch({ type: "found", record: found, sandbox: sandbox ?? null });
     } catch (error) {
       notify(`Could not read the conversation: ${error.message}`, "error");
     }
