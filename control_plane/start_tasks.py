@@ -57,6 +57,7 @@ from control_plane.models import (
 from control_plane.placement import Placement, Placer
 from control_plane.sandboxes.service import SandboxService
 from control_plane.settings import SettingsService, UserSettings
+from control_plane.start_follow import Followers
 from control_plane.start_request import StartRequest
 from control_plane.start_secrets import masked, shown
 from control_plane.store import Database, accounts, conversations, tasks
@@ -109,8 +110,7 @@ class StartTaskService:
         self.placer = Placer(db, sandboxes_, cap=cap, spec_id=spec_id)
         self._running: dict[str, asyncio.Task[None]] = {}
         self._stages: dict[str, Stages] = {}
-        #: Set (and replaced) each time this process stores a stage: followers wake at once.
-        self._moved = asyncio.Event()
+        self.followers = Followers(db)
 
     async def submit(self, user_id: str, request: StartRequest) -> TaskRow:
         """Store the task (its request encrypted: it holds secrets) and start working on it.
@@ -170,26 +170,10 @@ class StartTaskService:
         values of plugins' environments and headers (keys, often), masked (`start_secrets`)."""
         return shown(StartRequest.model_validate_json(self.cipher.decrypt(task.request_enc)))
 
-    async def follow(self, task: TaskRow, seconds: float) -> AsyncIterator[TaskRow]:
+    def follow(self, task: TaskRow, seconds: float) -> AsyncIterator[TaskRow]:
         """The task each time its stage (or detail) changes after `task`, until it is finished
-        or `seconds` have passed. Read from the rows: the task may be worked by another
-        control plane. Read again as soon as this process stores a stage (any task's: a
-        read is cheap), and every 0.1 s for the stages another process stores."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + seconds
-        seen = (task.status, task.detail)
-        while not task.status.finished and loop.time() < deadline:
-            moved = self._moved  # taken before the read: a stage stored after it rings it
-            found = (await tasks.get_many(self.db, [task.id], task.user_id)).get(task.id)
-            if found is None:
-                return
-            task = found
-            if (task.status, task.detail) != seen:
-                seen = (task.status, task.detail)
-                yield task
-            if not task.status.finished:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(moved.wait(), 0.1)
+        or `seconds` have passed (`start_follow`)."""
+        return self.followers.follow(task, seconds)
 
     async def initial_text(self, task_id: str | None, user_id: str) -> str | None:
         """The text of a start's initial message (None: no such start, or it had none)."""
@@ -264,18 +248,13 @@ class StartTaskService:
             self.db, task.id, status, detail, holder=self.leases.holder, conn=conn, **values
         )
         if conn is None:  # else once its transaction is committed (`_ended`)
-            self._ring()
+            self.followers.ring(task.id)
 
     def _enter(self, task: TaskRow, status: StartTaskStatus) -> None:
         """The stage's span begins (in the task's own job: spans are its context's)."""
         stages = self._stages.get(task.id)
         if stages is not None and not status.finished:
             stages.enter(status.value)
-
-    def _ring(self) -> None:
-        """Wake the followers (`follow`): a stage was stored."""
-        moved, self._moved = self._moved, asyncio.Event()
-        moved.set()
 
     async def _run(self, task: TaskRow) -> None:
         """The task's work, tried again while the database fails in a way that passes; no
@@ -488,7 +467,7 @@ class StartTaskService:
     def _ended(self, task: TaskRow, reason: str | None = None) -> None:
         """READY (`reason` None) or ERROR for `reason`: a word from a fixed set (a class name
         of this code's errors, `storage`, `unexpected`), never the detail, as a label."""
-        self._ring()
+        self.followers.ring(task.id)
         stages = self._stages.get(task.id)
         if stages is not None:
             stages.end(self.db.now(), reason)
