@@ -127,6 +127,11 @@ def _server(argv: list[str] | None) -> uvicorn.Server:
         access_log=False,  # our own access log never prints query strings (they may hold a key)
         ws=WebSocketProtocol,  # websockets-sansio, closing a laggard with 1013 (see there)
         lifespan="on",
+        # asyncio's own loop, never uvloop: uvloop starts each command (git, ripgrep, a hook,
+        # /commands) with a fork() of the whole server, which holds litellm (about 200 MiB):
+        # the loop stood still for 10-20 ms per command (`bench/server_commands.py`), where
+        # asyncio's vfork() takes under a millisecond. The control plane runs on it too.
+        loop="asyncio",
         timeout_graceful_shutdown=10,
         # Dead websocket peers are noticed within two intervals (about 40 s by default).
         ws_ping_interval=config.delivery.ws_ping_interval,

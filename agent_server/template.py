@@ -101,11 +101,7 @@ class Fork(BaseModel):
 def preload() -> None:
     """Everything a server imports to start and to make its first model call."""
     import uvicorn.lifespan.on  # noqa: F401
-    import uvicorn.loops.auto  # noqa: F401
-
-    with contextlib.suppress(ImportError):  # imported by uvicorn's loop factory as it runs
-        import uvicorn.loops.uvloop  # noqa: F401
-        import uvloop  # noqa: F401
+    import uvicorn.loops.asyncio  # noqa: F401
     import uvicorn.protocols.http.auto  # noqa: F401
 
     import agent_server.__main__

@@ -3,9 +3,10 @@
     .venv/bin/python bench/delivery.py [--subscribers 50] [--steps 200] [--backlog 100000]
 
 Fan-out: `subscribers` websockets watch one conversation while it runs `steps` think steps
-against the scripted LLM; latency is each stored event's timestamp (taken when it is appended,
-before its fsync) to its receipt by each client (one machine, one clock). The LLM runs in its
-own process so that it does not share the clients' interpreter.
+against the scripted LLM; the server's CPU seconds meanwhile are printed, and latency is each
+stored event's timestamp (taken when it is appended, before its fsync) to its receipt by each
+client (one machine, one clock). The LLM runs in its own process so that it does not share the
+clients' interpreter.
 
 Catch-up: a conversation's log is filled with `backlog` events while the server is down; the
 server then starts with a webhook aimed at a local receiver, and the rate is events received
@@ -79,6 +80,14 @@ def percentile(values: list[float], q: float) -> float:
 # -- websocket fan-out -----------------------------------------------------------------------------
 
 
+def cpu_seconds(server: ServerProcess) -> float:
+    """The server's CPU time so far (user and system): on a shared machine the fan-out's
+    cost says more than its wall time."""
+    assert server.proc is not None
+    fields = Path(f"/proc/{server.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 async def fan_out(
     server: ServerProcess,
     llm: ScriptedLLM,
@@ -129,13 +138,13 @@ async def fan_out(
         tasks = [asyncio.create_task(watch(i)) for i in range(subscribers)]
         for _ in range(subscribers):
             await ready.acquire()
-        started = time.monotonic()
+        started, cpu = time.monotonic(), cpu_seconds(server)
         await http.post(
             f"/api/conversations/{cid}/events",
             json={"role": "user", "content": [{"type": "text", "text": "go"}], "run": True},
         )
         await asyncio.wait_for(asyncio.gather(*tasks), 600)
-        elapsed = time.monotonic() - started
+        elapsed, cpu = time.monotonic() - started, cpu_seconds(server) - cpu
         stored = (await http.get(f"/api/conversations/{cid}/events/count")).json()
     return {
         "compression": compression or "none",
@@ -144,6 +153,7 @@ async def fan_out(
         "events_per_subscriber": min(counts),
         "stored_events": stored,
         "run_seconds": round(elapsed, 2),
+        "server_cpu_seconds": round(cpu, 2),
         "latency_ms_median": round(statistics.median(latencies), 2),
         "latency_ms_p90": round(percentile(latencies, 0.90), 2),
         "latency_ms_p99": round(percentile(latencies, 0.99), 2),

@@ -344,3 +344,20 @@ def test_every_setting_has_a_flag_that_wins_over_its_variable(tmp_path: Path) ->
         1234,
     )
     assert untouched.delivery.webhook_batch_ms == DeliverySettings().webhook_batch_ms
+
+
+def test_the_server_runs_on_asyncios_own_loop(tmp_path: Path) -> None:
+    """Not uvloop, which starts each command (git, ripgrep, a hook, /commands) with a fork()
+    of the whole server, litellm and all: 25 ms a command against 8 on asyncio's loop, whose
+    vfork() copies nothing (`bench/server_commands.py`)."""
+    from tests.support.server import ServerProcess
+
+    server = ServerProcess(tmp_path / "state").start()
+    try:
+        assert server.proc is not None
+        with server.client() as client:
+            assert client.get("/api/conversations/count").status_code == 200
+        maps = Path(f"/proc/{server.proc.pid}/maps").read_text()
+    finally:
+        server.stop()
+    assert "uvloop" not in maps

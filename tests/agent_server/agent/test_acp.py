@@ -407,17 +407,19 @@ async def test_acp_env_fills_placeholders_and_is_masked_in_responses(
     assert outputs[2]["output"] == "eulav-elbisiv\n"
 
 
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
 @pytest.mark.parametrize(
     "command, status",
     [(["true"], "exit status 0"), (["sh", "-c", "echo gone >&2; exit 3"], "exit status 3")],
 )
 def test_an_agent_that_exits_at_once_is_reported_with_its_exit_status(
-    tmp_path: Path, monkeypatch: Any, command: list[str], status: str
+    tmp_path: Path, monkeypatch: Any, command: list[str], status: str, loop: str
 ) -> None:
-    """On the server's own event loop (uvloop), a request written to an agent that is gone
-    raised RuntimeError ("unable to perform operation on <WriteUnixTransport closed=True...>"),
-    which ended the run as an internal error. The agent exits here before the first request
-    is written, and the end of its stdout is read only after (the order the race took)."""
+    """On uvloop (the server's loop once), a request written to an agent that is gone raised
+    RuntimeError ("unable to perform operation on <WriteUnixTransport closed=True...>"),
+    which ended the run as an internal error; the server now runs on asyncio's own loop, and
+    either is held to the same. The agent exits here before the first request is written,
+    and the end of its stdout is read only after (the order the race took)."""
     import uvloop
 
     from agent_server.agent.acp.process import AgentProcess
@@ -454,7 +456,7 @@ def test_an_agent_that_exits_at_once_is_reported_with_its_exit_status(
             )
             assert "Transport" not in error.detail
 
-    uvloop.run(scenario())
+    (uvloop.run if loop == "uvloop" else asyncio.run)(scenario())
 
 
 async def test_a_literal_acp_env_value_printed_by_the_agent_reaches_no_event(
