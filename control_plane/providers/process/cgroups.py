@@ -10,6 +10,13 @@ and v1 (the `memory`, `pids` and `cpu` hierarchies, as on these VMs) are both ta
 
 Only root writes there; elsewhere (or where the controllers are not offered) `find` says why
 and sandboxes run without limits, as the start's log line says once.
+
+A sandbox's processes are also listed and ended through its group (`Leaf`, what a stop uses):
+in cgroup v2 the kernel keeps the list (`cgroup.procs`, whatever session or parent a process
+has), says when it is empty (`cgroup.events`) and kills it whole (`cgroup.kill`, Linux 5.14),
+where reading /proc for them takes a scan of every process of the host. With v1 limits and a
+v2 hierarchy beside them (systemd's hybrid layout, `unified/`), each sandbox gets a leaf there
+too (`Cgroups.tracker`): no limits, only that list and that kill.
 """
 
 from __future__ import annotations
@@ -34,6 +41,8 @@ CONTROLLERS = ("memory", "pids", "cpu")
 PERIOD = 100_000
 #: Settings a kernel may not offer (swap accounting off): left out then.
 OPTIONAL = frozenset({"memory.swap.max"})
+#: Where the hybrid layout mounts its cgroup v2 hierarchy, beside the v1 ones.
+UNIFIED = "unified"
 
 
 @dataclass(frozen=True)
@@ -42,6 +51,9 @@ class Cgroups:
 
     parents: tuple[Path, ...]
     v2: bool
+    tracker: Path | None = None
+    """With v1 limits, `agent-sandboxes/` in the v2 hierarchy beside them (None: there is
+    none): each sandbox gets a leaf there too, which only lists and kills its processes."""
 
     def create(self, sandbox_id: str, limits: Limits) -> list[Path]:
         """The sandbox's groups, made (again) with `limits`: what `enter` moves a process into."""
@@ -54,6 +66,9 @@ class Cgroups:
                 for name, value in self._settings(parent, limits):
                     if name not in OPTIONAL or (group / name).exists():
                         (group / name).write_text(value)
+            if self.tracker is not None:
+                (self.tracker / sandbox_id).mkdir(exist_ok=True)
+                made.append(self.tracker / sandbox_id)
         except OSError as exc:
             raise ProviderError(f"the sandbox's cgroup could not be made: {exc}") from None
         return made
@@ -78,7 +93,7 @@ class Cgroups:
         just ended keeps its group busy for a moment (until it is reaped), so a busy group
         is tried again for up to `wait` seconds; one still busy then stays, and says so."""
         deadline = time.monotonic() + wait
-        for parent in self.parents:
+        for parent in (*self.parents, *([self.tracker] if self.tracker is not None else [])):
             while True:
                 try:
                     (parent / sandbox_id).rmdir()
@@ -90,7 +105,7 @@ class Cgroups:
                         continue
                     logger.warning(
                         "cgroup %s of sandbox %s stays: %s",
-                        parent.name,
+                        parent.parent.name,
                         sandbox_id,
                         os.strerror(exc.errno or errno.EBUSY),
                     )
@@ -141,4 +156,81 @@ def _v1(root: Path) -> Cgroups | str:
         parent = hierarchy / GROUP
         parent.mkdir(exist_ok=True)
         parents.append(parent)
-    return Cgroups(parents=tuple(parents), v2=False)
+    return Cgroups(parents=tuple(parents), v2=False, tracker=_tracker(root / UNIFIED))
+
+
+def _tracker(unified: Path) -> Path | None:
+    """`agent-sandboxes/` in the v2 hierarchy the hybrid layout mounts beside v1's, made; None
+    where there is none (or it refuses a group: the sandboxes are then listed from /proc)."""
+    if not (unified / "cgroup.procs").exists():
+        return None
+    try:
+        (unified / GROUP).mkdir(exist_ok=True)
+    except OSError as exc:
+        logger.info("no sandbox groups in %s: %s", unified, exc)
+        return None
+    return unified / GROUP
+
+
+def v2_root(root: Path = ROOT) -> Path | None:
+    """Where this machine's cgroup v2 hierarchy is mounted (alone, or beside v1's)."""
+    for mount in (root, root / UNIFIED):
+        if (mount / "cgroup.controllers").exists():
+            return mount
+    return None
+
+
+@dataclass(frozen=True)
+class Leaf:
+    """A sandbox's own cgroup v2 group, as the kernel keeps it: every process of the sandbox
+    is in it (or in a group below it), whatever its session or parent, as a child is born in
+    its parent's group and only root moves one out. Reading it is a few small files, where
+    /proc has every process of the host. Each call is one read or write of those files."""
+
+    path: Path
+
+    def pids(self) -> set[int]:
+        """The processes in it and in the groups below it (zombies are not: they have ended)."""
+        found: set[int] = set()
+        for directory, _, _ in os.walk(self.path):
+            with contextlib.suppress(OSError):  # a group below removed meanwhile
+                found.update(map(int, Path(directory, "cgroup.procs").read_text().split()))
+        return found
+
+    def populated(self) -> bool:
+        """Whether a live process is left in it or below it (`cgroup.events`)."""
+        try:
+            events = Path(self.path, "cgroup.events").read_text()
+        except FileNotFoundError:
+            return False  # removed, which only an empty group can be
+        return "populated 1" in events.splitlines()
+
+    def kill(self) -> bool:
+        """SIGKILL to every process in it and below it, by the kernel (also to one forked
+        meanwhile: none escapes); False when the kernel refused."""
+        try:
+            Path(self.path, "cgroup.kill").write_text("1")
+        except FileNotFoundError:
+            return not self.path.exists()  # removed: empty
+        except OSError as exc:
+            logger.warning("cgroup.kill of %s failed: %s", self.path, exc)
+            return False
+        return True
+
+
+def leaf_of(pid: int, sandbox_id: str, root: Path = ROOT) -> Leaf | None:
+    """The cgroup v2 group process `pid` is in, when it is sandbox `sandbox_id`'s own
+    (`agent-sandboxes/<id>`, as `Cgroups.create` made it) and the kernel kills it whole
+    (`cgroup.kill`, Linux 5.14). None where the process is in no such group (a sandbox started
+    without cgroups, or in v1 ones only), or the kernel has no `cgroup.kill`: a caller then
+    finds the sandbox's processes in /proc. A zombie still names its group."""
+    try:
+        lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
+    except OSError:
+        return None
+    if f"0::/{GROUP}/{sandbox_id}" not in lines or "/" in sandbox_id:
+        return None
+    mount = v2_root(root)
+    if mount is None or not (mount / GROUP / sandbox_id / "cgroup.kill").exists():
+        return None
+    return Leaf(mount / GROUP / sandbox_id)

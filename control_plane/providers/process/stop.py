@@ -3,9 +3,20 @@
 A destroy asks the server to end (SIGTERM, after SIGCONT: a stopped group only acts on it once
 continued), gives it a grace period, then kills whatever is left: the launcher's group (with
 bubblewrap's pid 1, the whole pid namespace), the namespace's processes, and what they started
-in sessions of their own (the terminal's shells), which nothing links to the server once it
-is gone, so they are listed while it lives and swept again by the sandbox's environment
-marker at the end. The launcher, a child of this process, is reaped, so no zombie is left.
+in sessions of their own (the terminal's shells). The launcher, a child of this process, is
+reaped, so no zombie is left.
+
+Where the sandbox has a cgroup v2 group of its own (`cgroups.Leaf`: its limits' group under
+cgroup v2, or its leaf in the hybrid layout's v2 hierarchy), the kernel names all of that: a
+child is born in its parent's group whatever session it makes, and only root moves it out.
+Its members are signalled as the namespace's are, the grace period watches the group's members
+(a few small files) and the kernel kills it whole (`cgroup.kill`), with whatever forks
+meanwhile. Elsewhere (no cgroups, v1 only, a kernel before 5.14) /proc is read instead: the
+shells in sessions of their own, which nothing links to the server once it is gone, are listed
+while it lives and swept again by the sandbox's environment marker at the end (which the
+commands the server runs do not carry: core withholds the server's variables from them, so
+one orphaned in a session of its own before the stop is missed that way). Each read of /proc
+reads every process of the host (a tenth of a second with thousands).
 """
 
 from __future__ import annotations
@@ -20,6 +31,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
+from control_plane.providers.process import cgroups
 from control_plane.providers.process.children import Children
 from control_plane.providers.process.environment import ready_marker
 from control_plane.providers.process.isolation import Isolation
@@ -47,24 +59,71 @@ class Stopper:
         """Nothing of the sandbox whose launcher `handle` names (a group still ours) is left
         running once this returns."""
         leader = Leader.of(handle).pid
+        leaf = cgroups.leaf_of(leader, handle.sandbox_id)
+        if leaf is None or not await self._held(leader, leaf):
+            await self._scanned(handle, leader, root_dir)
+        for _ in range(500):  # no zombie left behind: SIGKILL takes a moment to land
+            self.children.reap(leader)
+            if leader not in self.children:
+                break
+            await asyncio.sleep(0.01)
+
+    def _launcher(self, leader: int) -> set[int]:
+        """What of the group is not waited for. Isolated, bubblewrap (the leader, which
+        SIGTERM ends at once, and its pid 1, which waits for everything of the sandbox): the
+        server has stopped when nothing else of the group is left. On a kernel of its own the
+        launcher (runsc) and its children are all there is of it on this host, and they are
+        waited for."""
+        if self.isolation is None or self.isolation.own_kernel:
+            return set()
+        return {leader, *processes.children(leader)}
+
+    async def _held(self, leader: int, leaf: cgroups.Leaf) -> bool:
+        """The sandbox ended through its own cgroup (`leaf`), which holds every process of
+        it (the terminal's shells in their sessions, runsc's sandbox); no /proc scan. False
+        when the kernel refused to kill it: the caller sweeps /proc then."""
+        launcher = self._launcher(leader)
+        # Isolated (not on a kernel of its own), its processes are its pid namespace's and its
+        # launcher's: signalled as the namespace is on the way below.
+        inside = self.isolation is not None and not self.isolation.own_kernel
+        processes.signal_group(leader, signal.SIGCONT)
+        if inside:
+            _signal(leaf.pids(), signal.SIGCONT)
+        if self.isolation is None or not await self.isolation.terminate(leader):
+            processes.signal_group(leader, signal.SIGTERM)
+            if inside:
+                _signal(leaf.pids(), signal.SIGTERM)
+        deadline = time.monotonic() + self.grace
+        while time.monotonic() < deadline:
+            self.children.reap(leader)
+            if not leaf.populated() or not _in_group(leaf.pids(), leader) - launcher:
+                break
+            await asyncio.sleep(0.02)
+        processes.signal_group(leader, signal.SIGKILL)
+        if not leaf.kill():
+            return False
+        for _ in range(500):  # SIGKILL takes a moment to land
+            if not leaf.populated():
+                return True
+            await asyncio.sleep(0.01)
+        logger.warning("processes of sandbox process %d outlived SIGKILL", leader)
+        return True
+
+    async def _scanned(self, handle: Handle, leader: int, root_dir: Path) -> None:
+        """The sandbox ended with what /proc says of its processes: where it has no cgroup v2
+        group of its own (no cgroups, v1 only) or the kernel no `cgroup.kill`."""
         # Taken while the server lives: its shells run in sessions of their own, and once
         # it is gone nothing links them to it any more.
         tree = (
             await asyncio.to_thread(_sweep, processes.started_by, leader, ready_marker(root_dir))
             or set()
         )
-        # Isolated, bubblewrap (the leader, which SIGTERM ends at once, and its pid 1,
-        # which waits for everything of the sandbox) is not what is waited for: the server
-        # has stopped when nothing else of the group is left.
-        launcher = {leader, *processes.children(leader)} if self.isolation is not None else set()
+        launcher = self._launcher(leader)
         # A stopped group only acts on SIGTERM once continued.
         inside = self.signals.namespace(handle)
         if self.isolation is not None and self.isolation.own_kernel:
-            # On a kernel of its own the launcher (runsc) and its children are all there
-            # is of it on this host, and they are waited for; its sandbox process leads a
-            # session of its own, so it is killed by name at the end.
+            # Its sandbox process leads a session of its own: it is killed by name at the end.
             tree |= set(processes.children(leader))
-            launcher = set()
         processes.signal_group(leader, signal.SIGCONT)
         if inside is not None:
             namespaces.signal_all(inside, signal.SIGCONT)
@@ -84,15 +143,23 @@ class Stopper:
         processes.signal_group(leader, signal.SIGKILL)
         if inside is not None:
             namespaces.signal_all(inside, signal.SIGKILL)
-        for pid in tree:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signal.SIGKILL)
+        _signal(tree, signal.SIGKILL)
         await asyncio.to_thread(_sweep, processes.kill_tree, leader, ready_marker(root_dir))
-        for _ in range(500):  # no zombie left behind: SIGKILL takes a moment to land
-            self.children.reap(leader)
-            if leader not in self.children:
-                break
-            await asyncio.sleep(0.01)
+
+
+def _signal(pids: set[int], sig: int) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, sig)
+
+
+def _in_group(pids: set[int], pgid: int) -> set[int]:
+    """Those of `pids` alive in process group `pgid` (each one's stat read, not all of /proc)."""
+    return {
+        pid
+        for pid in pids
+        if (info := processes.process_info(pid)) is not None and info.alive and info.pgid == pgid
+    }
 
 
 def _sweep(scan: Callable[[int, bytes], T], leader: int, tag: bytes) -> T | None:
