@@ -7,7 +7,8 @@ conversation's row is written with the working directory it will have there, and
 stores the task's placement in the same transaction. Two starts of one user therefore never
 fill a sandbox past its cap, and a task placed meanwhile by another control plane keeps that
 placement. A new sandbox is launched only once the transaction has committed, so a placement
-that failed leaves nothing running.
+that failed leaves nothing running; its lease is taken in that transaction, so its start holds
+it from the moment the row exists.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from pathlib import Path
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from control_plane import grouping
+from control_plane.leases import SANDBOX
 from control_plane.models import SandboxRow, TaskRow, ensure_usable
 from control_plane.sandboxes.service import SandboxService
 from control_plane.settings import UserSettings
@@ -69,10 +71,15 @@ class Placer:
                 available = await grouping.candidates(conn, task.user_id, self.spec_id, self.cap)
                 chosen = grouping.choose(user.grouping_strategy, available)
                 found = None if chosen is None else await self.sandboxes.rows.get_in(conn, chosen)
-            new_sandbox = found is None
-            sandbox = found or await self.sandboxes.starts.new_row(
-                conn, task.user_id, self.spec_id, user.network_policy
-            )
+            new_sandbox, leased = found is None, False
+            if found is None:
+                sandbox = await self.sandboxes.starts.new_row(
+                    conn, task.user_id, self.spec_id, user.network_policy
+                )
+                # Its start's lease with it: no moment when it is there unheld, one write fewer.
+                leased = await self.sandboxes.leases.claim_in(conn, SANDBOX, sandbox.id)
+            else:
+                sandbox = found
             working_dir = Path(self.sandboxes.working_dir(sandbox)) / conversation_id
             await conversations.insert(
                 conn,
@@ -99,7 +106,7 @@ class Placer:
             placement = Placement(sandbox.id, conversation_id, new_sandbox)
             await record(conn, placement)
         if new_sandbox:
-            self.sandboxes.starts.launch(sandbox, fresh=True)
+            self.sandboxes.starts.launch(sandbox, fresh=True, leased=leased)
         return placement
 
     async def _explicit(self, conn: AsyncConnection, user_id: str, sandbox_id: str) -> SandboxRow:

@@ -120,11 +120,11 @@ class StartTaskService:
         if request.sandbox_id is not None:
             sandbox = await self.sandboxes.owned(request.sandbox_id, user_id)
             ensure_usable(sandbox.id, sandbox.status, "conversations cannot be started in it")
-        task = await tasks.insert(
-            self.db, uuid.uuid4().hex, user_id, self.cipher.encrypt(request.model_dump_json())
-        )
-        # Died between the two: the task has no lease, and the next round takes it over.
-        if await self.leases.claim(TASK, task.id):
+        request_enc = self.cipher.encrypt(request.model_dump_json())
+        async with self.db.begin() as conn:  # the task and its lease, one write
+            task = await tasks.insert(self.db, uuid.uuid4().hex, user_id, request_enc, conn)
+            held = await self.leases.claim_in(conn, TASK, task.id)
+        if held:
             self._spawn(task)
         return task
 

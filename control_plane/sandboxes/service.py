@@ -200,17 +200,22 @@ class SandboxService:
         return await self.rows.current(sandbox_id)
 
     @contextlib.asynccontextmanager
-    async def guard(self, sandbox_id: str, wait: bool = True) -> AsyncIterator[bool]:
+    async def guard(
+        self, sandbox_id: str, wait: bool = True, leased: bool = False
+    ) -> AsyncIterator[bool]:
         """Hold the sandbox: this process's lock, then the database lease. With `wait` False,
-        yields False at once when another holds it (the reconciler then leaves it alone)."""
+        yields False at once when another holds it (the reconciler then leaves it alone).
+        `leased`: this process took the lease already (with a row it made), so only the lock
+        is waited for; the lease is released at the end all the same (as it is when another
+        guard of this process comes first: a lease is this process's, not a guard's)."""
         lock = self._locks.setdefault(sandbox_id, asyncio.Lock())
         if not wait and lock.locked():
             yield False
             return
         async with lock:
-            if wait:
+            if wait and not leased:
                 await self.leases.acquire(SANDBOX, sandbox_id, self.guard_timeout)
-            elif not await self.leases.claim(SANDBOX, sandbox_id):
+            elif not leased and not await self.leases.claim(SANDBOX, sandbox_id):
                 yield False
                 return
             try:

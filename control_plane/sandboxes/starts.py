@@ -68,8 +68,11 @@ def handle_of(row: SandboxRow) -> Handle | None:
 class Owner(Protocol):
     """What a start asks of the service that owns it (`SandboxService`)."""
 
-    def guard(self, sandbox_id: str, wait: bool = True) -> AbstractAsyncContextManager[bool]:
-        """The sandbox held: this process's lock, then the database lease."""
+    def guard(
+        self, sandbox_id: str, wait: bool = True, leased: bool = False
+    ) -> AbstractAsyncContextManager[bool]:
+        """The sandbox held: this process's lock, then the database lease (`leased`: taken
+        already, with the row)."""
         ...
 
     async def enter(
@@ -154,13 +157,16 @@ class Starts:
         """Whether this process is starting it right now."""
         return sandbox_id in self._jobs
 
-    def launch(self, row: SandboxRow, *, fresh: bool = False) -> None:
+    def launch(self, row: SandboxRow, *, fresh: bool = False, leased: bool = False) -> None:
         """Start a STARTING sandbox in the background (POST /sandboxes answers at once).
 
         `fresh`: this process has just made the row, so no earlier start can have left a
-        process behind; otherwise (a start taken over) the provider is asked first."""
+        process behind; otherwise (a start taken over) the provider is asked first.
+        `leased`: its lease was taken with the row (`Placer`), and the start releases it."""
         if row.id not in self._jobs:
-            job = asyncio.create_task(self._start(row.id, fresh), name=f"start sandbox {row.id}")
+            job = asyncio.create_task(
+                self._start(row.id, fresh, leased), name=f"start sandbox {row.id}"
+            )
             self._jobs[row.id] = job
             self._up[row.id] = up = asyncio.get_running_loop().create_future()
             # In this order: no launch comes between (it is still starting) to lose its future.
@@ -169,10 +175,10 @@ class Starts:
             job.add_done_callback(lambda _: self._up.pop(row.id, up).cancel())
             job.add_done_callback(lambda _: self._jobs.pop(row.id, None))
 
-    async def _start(self, sandbox_id: str, fresh: bool) -> None:
+    async def _start(self, sandbox_id: str, fresh: bool, leased: bool) -> None:
         """A background job: nothing escapes it unseen (`drift` sees the sandbox again)."""
         try:
-            await self._start_once(sandbox_id, fresh)
+            await self._start_once(sandbox_id, fresh, leased)
         except Exception as exc:
             logger.error(
                 "starting sandbox %s failed: %s",
@@ -180,8 +186,8 @@ class Starts:
                 describe(exc) if isinstance(exc, SQLAlchemyError) else repr(exc),
             )
 
-    async def _start_once(self, sandbox_id: str, fresh: bool) -> None:
-        async with self.owner.guard(sandbox_id, wait=False) as mine:
+    async def _start_once(self, sandbox_id: str, fresh: bool, leased: bool) -> None:
+        async with self.owner.guard(sandbox_id, wait=False, leased=leased) as mine:
             if not mine:
                 return  # another process starts it (or acts on it): wait_running polls
             row = await rows.get(self.db, sandbox_id)  # the guard's read: started meanwhile?

@@ -27,7 +27,10 @@ def _row(row: Any) -> TaskRow:
     return TaskRow(**data)
 
 
-async def insert(db: Database, task_id: str, user_id: str, request_enc: str) -> TaskRow:
+async def insert(
+    db: Database, task_id: str, user_id: str, request_enc: str, conn: AsyncConnection
+) -> TaskRow:
+    """The new task's row, in the caller's transaction (its lease comes with it)."""
     moment = db.now()
     task = TaskRow(
         id=task_id,
@@ -40,8 +43,7 @@ async def insert(db: Database, task_id: str, user_id: str, request_enc: str) -> 
         created_at=moment,
         updated_at=moment,
     )
-    async with db.begin() as conn:
-        await conn.execute(T.insert().values(**{**task.__dict__, "status": task.status.value}))
+    await conn.execute(T.insert().values(**{**task.__dict__, "status": task.status.value}))
     return task
 
 

@@ -58,7 +58,8 @@ async def test_a_start_this_process_finishes_while_it_looks_for_orphans_is_not_w
     )
     await services.db.migrate()
     user = await accounts.get_or_create_user(services.db, "hal")
-    task = await tasks.insert(services.db, "t1", user.id, services.cipher.encrypt("{}"))
+    async with services.db.begin() as conn:
+        task = await tasks.insert(services.db, "t1", user.id, services.cipher.encrypt("{}"), conn)
     claim = services.leases.claim
 
     async def finished_meanwhile(kind: str, key: str) -> bool:

@@ -432,7 +432,8 @@ async def test_a_start_task_ends_once_and_is_ready_only_after_its_conversation(
     conversation was created, and a finished task is never written again (a start ends READY
     or ERROR exactly once); a task taken up again waits for its sandbox again."""
     user = await accounts.get_or_create_user(db, "gil")
-    task = await tasks.insert(db, "t1", user.id, "request")
+    async with db.begin() as conn:
+        task = await tasks.insert(db, "t1", user.id, "request", conn)
     with pytest.raises(
         InvalidTransition,
         match=r"is WORKING: it cannot go to READY \(from "
