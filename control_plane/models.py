@@ -117,7 +117,8 @@ _T = StartTaskStatus
 #: for); a task taken up again (the database failed in a way that passes, or its control plane
 #: died) goes on from its stored stage, waiting for its sandbox again.
 START_STAGES: dict[StartTaskStatus, frozenset[StartTaskStatus]] = {
-    _T.WORKING: frozenset({_T.WORKING, _T.WAITING_FOR_SANDBOX, _T.ERROR}),  # placed: WORKING
+    # Placed: WAITING_FOR_SANDBOX, in the placement's transaction.
+    _T.WORKING: frozenset({_T.WORKING, _T.WAITING_FOR_SANDBOX, _T.ERROR}),
     _T.WAITING_FOR_SANDBOX: frozenset({_T.WAITING_FOR_SANDBOX, _T.STARTING_CONVERSATION, _T.ERROR}),
     _T.STARTING_CONVERSATION: frozenset(
         {_T.PREPARING_REPOSITORY, _T.READY, _T.WAITING_FOR_SANDBOX, _T.ERROR}

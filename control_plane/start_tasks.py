@@ -307,13 +307,18 @@ class StartTaskService:
                     "no LLM configured: PATCH /api/v1/settings with llm_model "
                     "(and llm_api_key, llm_base_url) first"
                 )
+            placed: list[Placement] = []  # stored by this placement (WAITING_FOR_SANDBOX with it)
             if task.app_conversation_id and task.sandbox_id:  # placed before a takeover
                 placement = Placement(task.sandbox_id, task.app_conversation_id, task.made_sandbox)
             else:
                 placement = await self.placer.place(
-                    task, request, user, functools.partial(self._placed, task)
+                    task, request, user, functools.partial(self._placed, task, placed)
                 )
-            await self._stage(task, StartTaskStatus.WAITING_FOR_SANDBOX)
+            if placed:
+                self.followers.ring(task.id)
+                self._enter(task, StartTaskStatus.WAITING_FOR_SANDBOX)
+            else:
+                await self._stage(task, StartTaskStatus.WAITING_FOR_SANDBOX)
             # Read again, not taken from the placement: held by no guard since, the sandbox may
             # have been paused (it is resumed) or deleted meanwhile.
             row = await self.sandboxes.starts.wait_running(placement.sandbox_id)
@@ -406,16 +411,21 @@ class StartTaskService:
             await asyncio.sleep(0.05)
         raise StartFailed(f"cloning {repository} took more than {CLONE_TIMEOUT:g} s")
 
-    async def _placed(self, task: TaskRow, conn: AsyncConnection, placement: Placement) -> None:
-        """Only while this process holds the task: a placement is made once."""
-        await self._stage(
+    async def _placed(
+        self, task: TaskRow, placed: list[Placement], conn: AsyncConnection, placement: Placement
+    ) -> None:
+        """Only while this process holds the task: a placement is made once, and the task
+        waits for its sandbox from then (one write with it; its followers are rung and its
+        span begun by the caller, once it is committed)."""
+        await self._store(
             task,
-            StartTaskStatus.WORKING,
+            StartTaskStatus.WAITING_FOR_SANDBOX,
             conn=conn,
             app_conversation_id=placement.conversation_id,
             sandbox_id=placement.sandbox_id,
             made_sandbox=placement.new_sandbox,
         )
+        placed.append(placement)
 
     async def _configure_git(self, target: Target, user: UserSettings) -> None:
         """Commit authorship is separate from any push credential (SPEC 5 rule 5)."""
