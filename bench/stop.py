@@ -1,7 +1,7 @@
 """How long a process sandbox's stop takes on a host with many processes (prints JSON).
 
     .venv/bin/python bench/stop.py [--sandboxes 8] [--extra 3000] [--isolation bubblewrap]
-        [--proc]
+        [--proc] [--pause [--rounds 3]]
 
 `--sandboxes` idle sandboxes started through the process provider as a root control plane
 runs them (bubblewrap, a cgroup per sandbox; no template, network namespace or disk, which a
@@ -14,6 +14,11 @@ removed). `--proc` stops them as a host without a cgroup v2 group per sandbox do
 sandbox's processes found in /proc): the figure before. Also one read of /proc (every
 process's stat), which that way reads several times a stop, and how many of the launchers'
 descendants are outside their sandbox's cgroup v2 group (which the stop kills whole).
+
+`--pause` times a plain pause and resume instead (`Signals.pause`, SIGSTOP to everything of
+the sandbox and the wait until it is all stopped; `Signals.resume`, SIGCONT), `--rounds` of
+each per sandbox, which are then destroyed untimed; `--proc` finds the sandbox's processes in
+/proc there too (its pid namespace: found once a pause, its members read on each look).
 """
 
 from __future__ import annotations
@@ -112,9 +117,21 @@ async def measure(args: argparse.Namespace, base: Path) -> dict[str, Any]:
         began = time.monotonic()
         processes.list_processes()
         scan = time.monotonic() - began
-        times = []
+        times: list[float] = []
+        pauses: list[float] = []
+        resumes: list[float] = []
         with mock.patch.object(cgroups, "leaf_of", lambda *_: None) if args.proc else nullcontext():
             for launch, handle in made:
+                for _ in range(args.rounds if args.pause else 0):
+                    began = time.monotonic()
+                    await provider.signals.pause(handle)
+                    pauses.append(time.monotonic() - began)
+                    began = time.monotonic()
+                    await provider.signals.resume(handle)
+                    resumes.append(time.monotonic() - began)
+                    await provider.until_alive(handle, "not back", Leader.of(handle).running)
+                if args.pause:
+                    continue
                 began = time.monotonic()
                 await provider.stopper.stop(handle, launch.root_dir)
                 times.append(time.monotonic() - began)
@@ -128,7 +145,11 @@ async def measure(args: argparse.Namespace, base: Path) -> dict[str, Any]:
         "host_processes": host,
         "descendants_outside_their_leaf": sum(outside),
         "proc_read_ms": round(scan * 1000, 1),
-        "stop": figures(times),
+        **(
+            {"pause": figures(pauses), "resume": figures(resumes)}
+            if args.pause
+            else {"stop": figures(times)}
+        ),
         "load": os.getloadavg(),
     }
 
@@ -142,6 +163,8 @@ def main() -> None:
     )
     parser.add_argument("--grace", type=float, default=5.0)
     parser.add_argument("--proc", action="store_true")
+    parser.add_argument("--pause", action="store_true")
+    parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     if os.geteuid() != 0:
         raise SystemExit("run as root: cgroups and bubblewrap's uids are root's")

@@ -119,8 +119,8 @@ class Isolation:
         raise NotImplementedError
 
     async def pause(self, launcher: int) -> None:
-        """What stops the sandbox besides SIGSTOP to its launcher's group and pid namespace
-        (nothing, unless its kernel is its own)."""
+        """What stops the sandbox besides SIGSTOP to its launcher's group and its other
+        processes (`signals`: nothing, unless its kernel is its own)."""
 
     async def resume(self, launcher: int) -> None:
         """What continues it besides SIGCONT (nothing, unless its kernel is its own)."""

@@ -87,7 +87,9 @@ class Stopper:
         # launcher's: signalled as the namespace is on the way below.
         inside = self.isolation is not None and not self.isolation.own_kernel
         processes.signal_group(leader, signal.SIGCONT)
-        if inside:
+        if self.isolation is None or not self.isolation.own_kernel:
+            # Continued, every one (a pause stops them all): a stopped command would not
+            # act on the server's SIGTERM, and would be killed only at the grace's end.
             _signal(leaf.pids(), signal.SIGCONT)
         if self.isolation is None or not await self.isolation.terminate(leader):
             processes.signal_group(leader, signal.SIGTERM)
