@@ -147,17 +147,58 @@ def kill_tree(leader: int, tag: bytes) -> None:
         time.sleep(0.005)
 
 
+#: Seconds between looks at an exit status where no pidfd tells of the exit (longest pause).
+EXIT_POLL = 0.05
+
+
+async def exited(proc: asyncio.subprocess.Process) -> int:
+    """The process's exit status, once it has exited, whatever still holds its pipes.
+
+    asyncio's own `wait()` (Python 3.11's event loop) returns only once every pipe of the
+    process is closed too, so a finished command whose background child (`sleep 30 &`) holds
+    its stdout was waited for as long as that child ran. The process's pidfd is readable
+    when it ends; its status comes from the loop's child watcher a moment later. Where there
+    is no pidfd (a kernel or sandbox without pidfd_open), the status is looked at in pauses
+    growing to EXIT_POLL."""
+    if proc.returncode is None:
+        try:
+            fd: int | None = os.pidfd_open(proc.pid)
+        except ProcessLookupError:
+            fd = None  # reaped already: its status is on its way to the loop
+        except OSError:
+            fd = -1
+        if fd is not None and fd >= 0:
+            loop = asyncio.get_running_loop()
+            ended = loop.create_future()
+            loop.add_reader(fd, _settle, ended)
+            try:
+                await ended
+            finally:
+                loop.remove_reader(fd)
+                os.close(fd)
+    pause = 0.001
+    while proc.returncode is None:
+        await asyncio.sleep(pause)
+        pause = min(pause * 2, EXIT_POLL)
+    return proc.returncode
+
+
+def _settle(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
 async def end_group(proc: asyncio.subprocess.Process, tag: str) -> None:
     """SIGTERM the process's group, SIGKILL what is left a moment later; then sweep for what
     it started elsewhere (other groups, other sessions). `proc` must lead its own session."""
     pgid = proc.pid  # start_new_session: the leader's pid is the group's id
     signal_group(pgid, signal.SIGTERM)
     try:
-        await asyncio.wait_for(asyncio.shield(proc.wait()), TERM_GRACE)
+        await asyncio.wait_for(asyncio.shield(exited(proc)), TERM_GRACE)
     except TimeoutError:
         pass
     signal_group(pgid, signal.SIGKILL)
-    await proc.wait()
+    await exited(proc)
     await asyncio.to_thread(kill_tree, proc.pid, f"{TAG_VARIABLE}={tag}".encode())
 
 
@@ -222,7 +263,7 @@ async def run_process(
     timed_out = False
     try:
         try:
-            await asyncio.wait_for(proc.wait(), timeout)
+            await asyncio.wait_for(exited(proc), timeout)
         except TimeoutError:
             timed_out = True
     finally:
@@ -303,6 +344,7 @@ async def _feed(pipe: asyncio.StreamWriter, data: bytes) -> None:
 __all__ = [
     "CHUNK",
     "DROPPED_ENV",
+    "EXIT_POLL",
     "MAX_OUTPUT_BYTES",
     "OOM_FIRST",
     "QUIET_ENV",
@@ -314,6 +356,7 @@ __all__ = [
     "child_env",
     "children",
     "end_group",
+    "exited",
     "find_process",
     "group_members",
     "holds_group",

@@ -86,6 +86,16 @@ async def test_a_child_that_daemonises_is_killed_when_the_run_ends(tmp_path: Pat
     assert gone(pid), f"daemonised child {pid} outlived its run"
 
 
+async def test_a_command_ends_when_it_exits_though_its_background_child_holds_its_output(
+    tmp_path: Path,
+) -> None:
+    """asyncio's own wait() waits for the pipes as well: the command came back only when its
+    `sleep 30 &` did (or at its timeout), then counted as timed out."""
+    done = await run_process([SH, "-c", "sleep 30 & echo $!"], tmp_path, child_env(), 5)
+    assert not done.timed_out and done.exit_code == 0
+    wait_for(lambda: not alive(int(done.stdout.head)), 5, what="the background child to end")
+
+
 async def test_a_timeout_kills_the_whole_group(tmp_path: Path) -> None:
     started = time.monotonic()
     done = await run_process(

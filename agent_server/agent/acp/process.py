@@ -33,7 +33,7 @@ from agent_server import __version__
 from agent_server.agent.acp.client import WorkspaceClient
 from agent_server.agent.spec import ACPAgentSpec
 from core.ids import ENV_NAME, PLACEHOLDER
-from core.processes import CHUNK, TAG_VARIABLE, child_env, end_group, oom_first
+from core.processes import CHUNK, TAG_VARIABLE, child_env, end_group, exited, oom_first
 
 logger = logging.getLogger(__name__)
 
@@ -131,7 +131,7 @@ class AgentProcess:
     async def exited(self, timeout: float) -> int | None:
         """The exit status once the process has ended (None if it is still running then)."""
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(asyncio.shield(self.proc.wait()), timeout)
+            await asyncio.wait_for(asyncio.shield(exited(self.proc)), timeout)
         return self.proc.returncode
 
     def exit_text(self) -> str:

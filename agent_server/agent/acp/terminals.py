@@ -20,7 +20,7 @@ from acp import RequestError
 from acp.schema import EnvVariable, TerminalExitStatus
 
 from core.paths import OutsideRoot, confine
-from core.processes import CHUNK, TAG_VARIABLE, end_group, oom_first
+from core.processes import CHUNK, TAG_VARIABLE, end_group, exited, oom_first
 
 #: Terminals one conversation may hold at once.
 MAX_TERMINALS = 16
@@ -126,7 +126,7 @@ class Terminals:
 
     async def wait(self, terminal_id: str) -> Terminal:
         terminal = self.get(terminal_id)
-        await terminal.proc.wait()
+        await exited(terminal.proc)  # not its pipes: a background child may hold them
         if terminal.reader is not None:  # its last output is in before the exit is told
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(asyncio.shield(terminal.reader), 2)
