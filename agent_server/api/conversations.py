@@ -44,10 +44,10 @@ async def create(request: Request) -> Response:
     body = await read_body(request, CreateConversation)
     with located("body"):
         conv, created = await service(request).create(body)
-    info = await conv.opened_info()
+    info = (await conv.opened_info()).model_dump_json()  # encoded once, for both
     if created:
-        notify(request, info)
-    return reply(info, 201 if created else 200)
+        services(request).delivery.notify(info.encode())
+    return Response(info, 201 if created else 200, media_type="application/json")
 
 
 def notify(request: Request, info: ConversationInfo, status: str | None = None) -> None:

@@ -25,6 +25,7 @@ from agent_server.agent.spec import ACPAgentSpec, AgentSpec
 from agent_server.agent.toolbox import check_tools
 from agent_server.conversations.conversation import Conversation
 from agent_server.conversations.fanout import Fanout
+from agent_server.conversations.files import WorkingDirError, make_working_dir
 from agent_server.conversations.parts import build_parts
 from agent_server.log import LOG_FILE_NAME, EventLog
 from agent_server.record import (
@@ -41,7 +42,7 @@ from core.files import read_json
 from core.masking import check_secrets
 from events import ConversationErrorEvent
 from events.status import ExecutionStatus
-from web.errors import SECRET_FIELDS, Conflict, NotFound, from_pydantic, invalid
+from web.errors import SECRET_FIELDS, Conflict, InvalidInput, NotFound, from_pydantic, invalid
 
 logger = logging.getLogger(__name__)
 
@@ -216,7 +217,9 @@ class ConversationService:
                     input_=str(parent),
                 )
             workspace = request.workspace or Workspace(working_dir=str(self.default_working_dir))
-            await self._make_working_dir(Path(workspace.working_dir))
+            working_dir = Path(workspace.working_dir)
+            if not working_dir.is_dir():  # refused before a trace starts for it (a hop)
+                await self._make_working_dir(working_dir)
             record = StoredConversation.new(
                 conv_id,
                 request,
@@ -227,7 +230,10 @@ class ConversationService:
             )
             conv = self._conversation(record, self.root / conv_id.hex)
             conv.start_trace()
-            await conv.save()
+            try:  # its files, its record last: durable before it is listed
+                await conv.make()
+            except WorkingDirError as exc:  # removed since it was looked at
+                raise self._working_dir_error(working_dir, exc) from None
             self._items[conv_id] = conv
         try:
             await conv.open()
@@ -287,15 +293,13 @@ class ConversationService:
 
     async def _make_working_dir(self, path: Path) -> None:
         try:
-            await asyncio.to_thread(path.mkdir, parents=True, exist_ok=True)
-        except OSError as exc:
-            raise invalid(
-                ["workspace", "working_dir"],
-                f"cannot create the working directory: {exc.strerror}",
-                input_=str(path),
-            ) from None
-        if not path.is_dir():
-            raise invalid(["workspace", "working_dir"], "not a directory", input_=str(path))
+            await asyncio.to_thread(make_working_dir, path)
+        except WorkingDirError as exc:
+            raise self._working_dir_error(path, exc) from None
+
+    @staticmethod
+    def _working_dir_error(path: Path, exc: WorkingDirError) -> InvalidInput:
+        return invalid(["workspace", "working_dir"], str(exc), input_=str(path))
 
     async def fork(self, source: Conversation, request: ForkRequest) -> Conversation:
         """A new conversation with the source's history (all of it, or the branch from the root

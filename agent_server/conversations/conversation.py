@@ -24,6 +24,7 @@ from agent_server.agent.contract import AnsweringSession, Session, SteeredSessio
 from agent_server.agent.policies import ConfirmationPolicy
 from agent_server.agent.skills import SkillList
 from agent_server.agent.spec import LLMConfig
+from agent_server.conversations.files import create as create_files
 from agent_server.conversations.parts import ConversationParts
 from agent_server.log import EventLog
 from agent_server.record import ConversationInfo, SendMessage, StoredConversation
@@ -242,6 +243,20 @@ class Conversation:
         task = self._task
         if task is not None and not task.done() and self.status != ExecutionStatus.RUNNING:
             await asyncio.gather(asyncio.shield(task), return_exceptions=True)
+
+    async def make(self) -> None:
+        """A new conversation's files, made in one thread hop (`files.create`: its working
+        directory, its directory, its log and its record; WorkingDirError), while its agent
+        loads the skills its first event lists: `open` then waits on neither."""
+        skills = asyncio.ensure_future(self._load_skills())
+        try:
+            await create_files(self._meta, self._log, self.working_dir)
+        finally:
+            await skills
+
+    async def _load_skills(self) -> None:
+        with contextlib.suppress(Exception):  # a failure shows in `open`, which tries again
+            await self.skills()
 
     async def open(self) -> None:
         """The first events of a new conversation (the SystemPromptEvent)."""
