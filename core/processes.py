@@ -21,9 +21,11 @@ import secrets
 import shutil
 import signal
 import time
+import weakref
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from core.procfs import (
     ProcessInfo,
@@ -147,45 +149,62 @@ def kill_tree(leader: int, tag: bytes) -> None:
         time.sleep(0.005)
 
 
-#: Seconds between looks at an exit status where no pidfd tells of the exit (longest pause).
-EXIT_POLL = 0.05
+#: asyncio's own limit of a subprocess stream's buffer (`create_subprocess_exec`'s `limit`).
+STREAM_LIMIT = 64 * 1024
+
+
+class _Exits(asyncio.subprocess.SubprocessStreamProtocol):
+    """asyncio's protocol for a process's streams, which also says when the process exits:
+    the loop's child watcher tells it (`process_exited`) as soon as it has, whatever still
+    holds its pipes."""
+
+    def __init__(self, limit: int, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__(limit=limit, loop=loop)
+        self.exit: asyncio.Future[None] = loop.create_future()
+
+    def process_exited(self) -> None:
+        super().process_exited()
+        if not self.exit.done():
+            self.exit.set_result(None)
+
+
+#: The exit of each process `start_process` started (forgotten with the process).
+_EXITS: weakref.WeakKeyDictionary[asyncio.subprocess.Process, asyncio.Future[None]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+async def start_process(program: str, *args: str, **kwargs: Any) -> asyncio.subprocess.Process:
+    """`asyncio.create_subprocess_exec` (the same arguments), for a process whose exit
+    `exited` waits for."""
+    loop = asyncio.get_running_loop()
+    made: list[_Exits] = []
+
+    def protocol() -> _Exits:
+        made.append(_Exits(limit=STREAM_LIMIT, loop=loop))
+        return made[0]
+
+    transport, _ = await loop.subprocess_exec(protocol, program, *args, **kwargs)
+    proc = asyncio.subprocess.Process(transport, made[0], loop)
+    _EXITS[proc] = made[0].exit
+    return proc
 
 
 async def exited(proc: asyncio.subprocess.Process) -> int:
-    """The process's exit status, once it has exited, whatever still holds its pipes.
+    """The exit status of a process `start_process` started, once it has exited, whatever
+    still holds its pipes.
 
     asyncio's own `wait()` (Python 3.11's event loop) returns only once every pipe of the
     process is closed too, so a finished command whose background child (`sleep 30 &`) holds
-    its stdout was waited for as long as that child ran. The process's pidfd is readable
-    when it ends; its status comes from the loop's child watcher a moment later. Where there
-    is no pidfd (a kernel or sandbox without pidfd_open), the status is looked at in pauses
-    growing to EXIT_POLL."""
-    if proc.returncode is None:
-        try:
-            fd: int | None = os.pidfd_open(proc.pid)
-        except ProcessLookupError:
-            fd = None  # reaped already: its status is on its way to the loop
-        except OSError:
-            fd = -1
-        if fd is not None and fd >= 0:
-            loop = asyncio.get_running_loop()
-            ended = loop.create_future()
-            loop.add_reader(fd, _settle, ended)
-            try:
-                await ended
-            finally:
-                loop.remove_reader(fd)
-                os.close(fd)
-    pause = 0.001
-    while proc.returncode is None:
-        await asyncio.sleep(pause)
-        pause = min(pause * 2, EXIT_POLL)
+    its stdout was waited for as long as that child ran (uvloop's did not wait for them). A
+    process started otherwise is waited for as asyncio waits."""
+    exit = _EXITS.get(proc)
+    if exit is None:
+        return await proc.wait()
+    await asyncio.shield(exit)
+    while proc.returncode is None:  # told with it on asyncio's loop; a moment after on others
+        await asyncio.sleep(0.001)
     return proc.returncode
-
-
-def _settle(future: asyncio.Future[None]) -> None:
-    if not future.done():
-        future.set_result(None)
 
 
 async def end_group(proc: asyncio.subprocess.Process, tag: str) -> None:
@@ -242,7 +261,7 @@ async def run_process(
     Raises OSError when the process cannot start.
     """
     tag = secrets.token_hex(8)
-    proc = await asyncio.create_subprocess_exec(
+    proc = await start_process(
         *oom_first(argv, cwd, env),
         cwd=cwd,
         env={**env, TAG_VARIABLE: tag},
@@ -283,7 +302,7 @@ async def stream_process(
     """A process's stdout as it comes (stderr dropped), bounded by a timeout like run_process;
     closing the iterator early ends the process too."""
     tag = secrets.token_hex(8)
-    proc = await asyncio.create_subprocess_exec(
+    proc = await start_process(
         *oom_first(argv, cwd, env),
         cwd=cwd,
         env={**env, TAG_VARIABLE: tag},
@@ -344,7 +363,6 @@ async def _feed(pipe: asyncio.StreamWriter, data: bytes) -> None:
 __all__ = [
     "CHUNK",
     "DROPPED_ENV",
-    "EXIT_POLL",
     "MAX_OUTPUT_BYTES",
     "OOM_FIRST",
     "QUIET_ENV",
@@ -357,6 +375,7 @@ __all__ = [
     "children",
     "end_group",
     "exited",
+    "start_process",
     "find_process",
     "group_members",
     "holds_group",

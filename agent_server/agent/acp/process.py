@@ -33,7 +33,15 @@ from agent_server import __version__
 from agent_server.agent.acp.client import WorkspaceClient
 from agent_server.agent.spec import ACPAgentSpec
 from core.ids import ENV_NAME, PLACEHOLDER
-from core.processes import CHUNK, TAG_VARIABLE, child_env, end_group, exited, oom_first
+from core.processes import (
+    CHUNK,
+    TAG_VARIABLE,
+    child_env,
+    end_group,
+    exited,
+    oom_first,
+    start_process,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -99,7 +107,7 @@ class AgentProcess:
     ) -> AgentProcess:
         """Raises OSError when the program cannot be started."""
         tag = secrets.token_hex(8)
-        proc = await asyncio.create_subprocess_exec(
+        proc = await start_process(
             *oom_first(argv, cwd, env),
             cwd=cwd,
             env={**env, TAG_VARIABLE: tag},

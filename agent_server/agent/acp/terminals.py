@@ -20,7 +20,7 @@ from acp import RequestError
 from acp.schema import EnvVariable, TerminalExitStatus
 
 from core.paths import OutsideRoot, confine
-from core.processes import CHUNK, TAG_VARIABLE, end_group, exited, oom_first
+from core.processes import CHUNK, TAG_VARIABLE, end_group, exited, oom_first, start_process
 
 #: Terminals one conversation may hold at once.
 MAX_TERMINALS = 16
@@ -95,7 +95,7 @@ class Terminals:
         extra = {v.name: v.value for v in env or ()}
         try:
             variables = {**self._env(), **extra, TAG_VARIABLE: tag}
-            proc = await asyncio.create_subprocess_exec(
+            proc = await start_process(
                 *oom_first(argv, where, variables),
                 cwd=where,
                 env=variables,
