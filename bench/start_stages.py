@@ -93,9 +93,10 @@ def instrument() -> None:
     timed(AgentClient, "create_conversation", "conversation created")
     original_set = tasks.set_status
 
-    async def set_status(db: Any, task_id: str, status: Any, *args: Any, **kwargs: Any) -> None:
-        await original_set(db, task_id, status, *args, **kwargs)
+    async def set_status(db: Any, task_id: str, status: Any, *args: Any, **kwargs: Any) -> Any:
+        stored = await original_set(db, task_id, status, *args, **kwargs)
         mark(f"stage {status.value} stored")
+        return stored
 
     tasks.set_status = set_status
 

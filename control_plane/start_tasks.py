@@ -231,10 +231,11 @@ class StartTaskService:
         detail: str | None = None,
         conn: AsyncConnection | None = None,
         **values: Any,
-    ) -> None:
-        """Store a stage while this process holds the task (LeaseLost otherwise)."""
-        await self._store(task, status, detail, conn, **values)
+    ) -> TaskRow | None:
+        """Store a stage while this process holds the task (LeaseLost otherwise): the row."""
+        stored = await self._store(task, status, detail, conn, **values)
         self._enter(task, status)
+        return stored
 
     async def _store(
         self,
@@ -243,12 +244,13 @@ class StartTaskService:
         detail: str | None = None,
         conn: AsyncConnection | None = None,
         **values: Any,
-    ) -> None:
-        await tasks.set_status(
+    ) -> TaskRow | None:
+        stored = await tasks.set_status(
             self.db, task.id, status, detail, holder=self.leases.holder, conn=conn, **values
         )
         if conn is None:  # else once its transaction is committed (`_ended`)
-            self.followers.ring(task.id)
+            self.followers.ring(task.id, stored)
+        return stored
 
     def _enter(self, task: TaskRow, status: StartTaskStatus) -> None:
         """The stage's span begins (in the task's own job: spans are its context's)."""
@@ -339,9 +341,9 @@ class StartTaskService:
                     target, placement.conversation_id, request.selected_repository
                 )
             async with self.db.begin() as conn:  # shown and READY together, or neither
-                await self._stage(task, StartTaskStatus.READY, conn=conn)
+                ready = await self._stage(task, StartTaskStatus.READY, conn=conn)
                 await conversations.mark_started(conn, placement.conversation_id, self.db.now())
-            self._ended(task)
+            self._ended(task, ready=ready)
         except (asyncio.CancelledError, LeaseLost):
             raise  # shutting down (resumed at the next start), or another has it now
         except SQLAlchemyError as exc:
@@ -474,10 +476,13 @@ class StartTaskService:
             await self._stage(task, StartTaskStatus.ERROR, detail[:2000])
             self._ended(task, reason)
 
-    def _ended(self, task: TaskRow, reason: str | None = None) -> None:
-        """READY (`reason` None) or ERROR for `reason`: a word from a fixed set (a class name
-        of this code's errors, `storage`, `unexpected`), never the detail, as a label."""
-        self.followers.ring(task.id)
+    def _ended(
+        self, task: TaskRow, reason: str | None = None, ready: TaskRow | None = None
+    ) -> None:
+        """READY (`reason` None: `ready` is its row, once committed) or ERROR for `reason`: a
+        word from a fixed set (a class name of this code's errors, `storage`, `unexpected`),
+        never the detail, as a label."""
+        self.followers.ring(task.id, ready)
         stages = self._stages.get(task.id)
         if stages is not None:
             stages.end(self.db.now(), reason)

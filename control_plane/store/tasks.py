@@ -108,30 +108,32 @@ async def set_status(
     holder: str | None = None,
     conn: AsyncConnection | None = None,
     **values: Any,
-) -> None:
+) -> TaskRow | None:
     """Store a stage, only on a row whose stage may move to it (`models.START_STAGES`: a
     finished task is never written again); with `holder`, only while it holds the task's
     lease (LeaseLost otherwise); with `conn`, inside the caller's transaction.
-    InvalidTransition for a move the table does not list."""
+    InvalidTransition for a move the table does not list. The row as written (None: there
+    is no such task)."""
     query = update(T).where(
         T.c.id == task_id, T.c.status.in_([s.value for s in START_MOVES.sources(status)])
     )
     if holder is not None:
         query = query.where(leases.held(LEASE, task_id, holder))
-    query = query.values(status=status.value, detail=detail, updated_at=db.now(), **values)
+    query = query.values(
+        status=status.value, detail=detail, updated_at=db.now(), **values
+    ).returning(T)
     if conn is not None:
-        await _written(conn, await conn.execute(query), task_id, status, holder)
-    else:
-        async with db.begin() as own:
-            await _written(own, await own.execute(query), task_id, status, holder)
+        return await _written(conn, await conn.execute(query), task_id, status, holder)
+    async with db.begin() as own:
+        return await _written(own, await own.execute(query), task_id, status, holder)
 
 
 async def _written(
     conn: AsyncConnection, done: Any, task_id: str, status: StartTaskStatus, holder: str | None
-) -> None:
-    """Why a stage was not written, when it was not: its move, or the lease."""
-    if done.rowcount:
-        return
+) -> TaskRow | None:
+    """The row written; or why a stage was not written: its move, or the lease."""
+    if (written := done.first()) is not None:
+        return _row(written)
     now = await get_in(conn, task_id)
     if now is not None and status not in START_MOVES[now.status]:
         raise START_MOVES.refused(
@@ -141,6 +143,7 @@ async def _written(
         )
     if holder is not None:
         raise LeaseLost(f"start task {task_id} is another control plane's now")
+    return None
 
 
 def _matching(query: Any, user_id: str, created_at_gte: Any, conversation_id: str | None) -> Any:
