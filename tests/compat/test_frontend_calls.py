@@ -200,10 +200,13 @@ def test_the_frontends_create_poll_list_read_and_patch_calls(
     assert all({"event_type", "matchers"} <= set(h) for h in hooks.json()["hooks"])
 
     # searchEventsV1 and downloadConversation.
-    items = api.get(f"/api/v1/conversation/{cid}/events/search", params={"limit": 100}).json()[
-        "items"
-    ]
-    assert [e["tool_name"] for e in items if e["kind"] == "ActionEvent"] == ["terminal", "finish"]
+    # The status above is the agent server's own; the events come by its webhook, a moment
+    # later: the stored ones are waited for, as the frontend's next poll would see them.
+    def actions() -> list[str]:
+        items = api.get(f"/api/v1/conversation/{cid}/events/search", params={"limit": 100})
+        return [e["tool_name"] for e in items.json()["items"] if e["kind"] == "ActionEvent"]
+
+    wait_for(lambda: actions() == ["terminal", "finish"], 30, what="the run's stored actions")
     download = api.get(f"/api/v1/app-conversations/{cid}/download")
     assert download.status_code == 200, download.text
     with zipfile.ZipFile(io.BytesIO(download.content)) as archive:
