@@ -27,7 +27,6 @@ import argparse
 import json
 import os
 import re
-import signal
 import statistics
 import subprocess
 import sys
@@ -40,12 +39,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-import httpx  # noqa: E402
 
-from tests.support import probe  # noqa: E402
-from tests.support.llm import free_port  # noqa: E402
+from tests.support.server import ServerProcess  # noqa: E402
 
-KEY = "bench-session-key"
 TOOLS = ["terminal", "file_editor", "task_tracker"]
 ACCESS = re.compile(r"POST /api/conversations (\d{3}) ([0-9.]+)ms")
 
@@ -54,43 +50,13 @@ class Server:
     """`python -m agent_server` run in the tree `tree`, with its own state directory."""
 
     def __init__(self, tree: Path, state_dir: Path, workspace: Path) -> None:
-        self.tree, self.state_dir, self.port = tree, state_dir, free_port()
-        self.log_path = state_dir.parent / f"{state_dir.name}-server.log"
-        env = {
-            **os.environ,
-            "SESSION_API_KEY": KEY,
-            "AGENT_SERVER_STATE_DIR": str(state_dir),
-            "AGENT_SERVER_PORT": str(self.port),
-            "AGENT_SERVER_WORKING_DIR": str(workspace),
-            "AGENT_SERVER_LOG_LEVEL": "info",
-        }
-        with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "agent_server"],
-                cwd=tree,
-                env=env,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        self.url = f"http://127.0.0.1:{self.port}"
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise SystemExit(f"the server in {tree} exited:\n{self.output()}")
-            try:
-                if probe.get(self.url + "/ready", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.02)
-        else:
-            raise SystemExit(f"the server in {tree} was not ready:\n{self.output()}")
-        self.http = httpx.Client(base_url=self.url, headers={"X-Session-API-Key": KEY}, timeout=30)
+        self.tree = tree
+        self.process = ServerProcess(
+            state_dir, env={"AGENT_SERVER_WORKING_DIR": str(workspace)}, tree=tree
+        ).start(timeout=60)
+        self.log_path = self.process.log_path
+        self.http = self.process.client()
         self.client_ms: list[float] = []
-
-    def output(self) -> str:
-        return self.log_path.read_text(errors="replace")[-3000:]
 
     def create(self, data: dict[str, Any], counted: bool) -> None:
         started = time.perf_counter()
@@ -103,13 +69,7 @@ class Server:
 
     def stop(self) -> None:
         self.http.close()
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(5)
+        self.process.stop()
 
     def server_ms(self, skip: int) -> list[float]:
         lines = ACCESS.findall(self.log_path.read_text(errors="replace"))

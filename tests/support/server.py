@@ -22,9 +22,15 @@ class ServerProcess:
     """`python -m agent_server` with its own state dir; restartable, killable."""
 
     def __init__(
-        self, state_dir: Path, env: dict[str, str] | None = None, args: list[str] | None = None
+        self,
+        state_dir: Path,
+        env: dict[str, str] | None = None,
+        args: list[str] | None = None,
+        tree: Path | None = None,
     ) -> None:
+        """`tree`: the project copy whose `agent_server` runs (default: this one)."""
         self.state_dir = state_dir
+        self.tree = tree
         self.port = free_port()
         self.extra_env = env or {}
         self.args = args or []
@@ -47,6 +53,7 @@ class ServerProcess:
         with open(self.log_path, "ab") as log:  # the child keeps its own copy of the handle
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "agent_server", *self.args],
+                cwd=self.tree,
                 env=env,
                 stdout=log,
                 stderr=subprocess.STDOUT,

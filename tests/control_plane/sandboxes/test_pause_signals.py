@@ -9,24 +9,19 @@ without isolation only the server's process group is signalled then, as before t
 
 from __future__ import annotations
 
-import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 
 from control_plane.config import Config
 from control_plane.providers.process import cgroups
 from control_plane.providers.process.isolation import Isolation, choose
 from control_plane.providers.process.leader import Leader
-from control_plane.providers.process.provider import ProcessProvider
-from control_plane.providers.process.settings import ProcessSettings
-from control_plane.sandboxes.provider import Launch
 from core import processes
-from tests.control_plane.sandboxes.test_stop import clean_up, left
-from tests.control_plane.support import ControlPlane, make_config, sandbox_pid
+from tests.control_plane.sandboxes.escaped import as_root, bare, bash, clean_up, left, plane_for
+from tests.control_plane.support import ControlPlane, sandbox_pid
 from tests.control_plane.tenants import run
 from tests.support.llm import ScriptedLLM
 from tests.support.wait import wait_for
@@ -60,18 +55,8 @@ def states(pids: set[int]) -> dict[int, str | None]:
 
 @pytest.fixture(params=["off", "auto"], ids=["unisolated", "bubblewrap"])
 def plane(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ControlPlane]:
-    if os.geteuid() != 0:
-        pytest.fail("cgroups are written by root only: run as root")
-    plane = ControlPlane(
-        make_config(
-            tmp_path / "cp",
-            sandbox_isolation=request.param,
-            shared_host=True,
-            sandbox_hibernation="off",
-        )
-    ).start()
-    yield plane
-    plane.stop()
+    with plane_for(request.param, "off", tmp_path) as plane:
+        yield plane
 
 
 def test_a_pause_stops_what_left_the_server_session_and_a_resume_continues_it(
@@ -122,35 +107,18 @@ async def test_the_provider_pauses_with_its_group_or_from_proc(
     """With the sandbox's cgroup, everything of it is stopped and continued. Without one, a
     bubblewrap sandbox's pid namespace is (read from /proc); an unisolated sandbox has only its
     server's process group signalled, as it had before the groups: the orphan runs on."""
-    if os.geteuid() != 0:
-        pytest.fail("cgroups are written by root only: run as root")
+    as_root()
     found = cgroups.find()
     assert isinstance(found, cgroups.Cgroups), found
     groups = found if held else None
     isolation: Isolation | None = None
     if isolated:
         isolation = choose("bubblewrap", hidden=[tmp_path], uids=Config().sandbox_uids)
-    provider = ProcessProvider(
-        ProcessSettings(tmp_path / "archives", shared_host=True, stop_grace=1.0),
-        isolation=isolation,
-        groups=groups,
-    )
-    launch = Launch(
-        sandbox_id=uuid.uuid4().hex,
-        spec_id="process",
-        root_dir=tmp_path / "sandboxes" / uuid.uuid4().hex[:8],
-        session_api_key=uuid.uuid4().hex,
-        webhook_url="http://127.0.0.1:9/",
-    )
-    launch.root_dir.parent.mkdir()
+    provider, launch = bare(tmp_path, groups, isolation)
     mark = f"paused-{uuid.uuid4().hex}"
     handle = await provider.create(launch)
     try:
-        async with httpx.AsyncClient(
-            base_url=f"http://{handle.host}:{handle.port}/api/bash",
-            headers={"X-Session-API-Key": launch.session_api_key},
-            timeout=60,
-        ) as client:
+        async with bash(handle, launch) as client:
             r = await client.post("/execute_bash_command", json={"command": orphan(mark)})
             assert r.status_code == 200, r.text
         [escaped] = wait_for(lambda: left(mark), 10, what="the orphaned process")

@@ -11,20 +11,16 @@ descendants, taken while the server lives)."""
 
 from __future__ import annotations
 
-import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 
 from control_plane.providers.process import cgroups
-from control_plane.providers.process.provider import ProcessProvider
-from control_plane.providers.process.settings import ProcessSettings
-from control_plane.sandboxes.provider import Launch
 from core import processes
-from tests.control_plane.support import ControlPlane, make_config, sandbox_pid, wait_for
+from tests.control_plane.sandboxes.escaped import as_root, bare, bash, clean_up, left, plane_for
+from tests.control_plane.support import ControlPlane, sandbox_pid, wait_for
 from tests.control_plane.tenants import run
 from tests.support.llm import ScriptedLLM
 
@@ -44,40 +40,10 @@ def escapes(mark: str) -> str:
     return f"{ignores} {quiet}; {forks} {quiet}; echo started"
 
 
-def left(mark: str) -> list[processes.ProcessInfo]:
-    found = []
-    for p in processes.list_processes():
-        try:
-            if p.alive and mark.encode() in Path(f"/proc/{p.pid}/cmdline").read_bytes():
-                found.append(p)
-        except OSError:
-            continue  # ended meanwhile
-    return found
-
-
-def clean_up(mark: str, sandbox_id: str) -> None:
-    """What a failed test left: the marked processes, and all of the sandbox's cgroup."""
-    for found in left(mark):
-        os.kill(found.pid, 9)
-    mount = cgroups.v2_root()
-    if mount is not None and (leaf := mount / cgroups.GROUP / sandbox_id).is_dir():
-        (leaf / "cgroup.kill").write_text("1")
-
-
 @pytest.fixture(params=["off", "auto"], ids=["unisolated", "bubblewrap"])
 def plane(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ControlPlane]:
-    if os.geteuid() != 0:
-        pytest.fail("cgroups are written by root only: run as root")
-    plane = ControlPlane(
-        make_config(
-            tmp_path / "cp",
-            sandbox_isolation=request.param,
-            shared_host=True,
-            sandbox_hibernation="always",
-        )
-    ).start()
-    yield plane
-    plane.stop()
+    with plane_for(request.param, "always", tmp_path) as plane:
+        yield plane
 
 
 @pytest.mark.parametrize("end", ["delete", "hibernate"])
@@ -119,22 +85,11 @@ async def test_a_stop_ends_what_left_the_server_session(tmp_path: Path, held: bo
     orphaned in a session of its own with a clean environment: nothing in /proc names it as
     the sandbox's (no parent of its, no session, no marker), and without the cgroup it is
     left running."""
-    if os.geteuid() != 0:
-        pytest.fail("cgroups are written by root only: run as root")
+    as_root()
     found = cgroups.find()
     assert isinstance(found, cgroups.Cgroups), found
     groups = found if held else None
-    provider = ProcessProvider(
-        ProcessSettings(tmp_path / "archives", shared_host=True, stop_grace=1.0), groups=groups
-    )
-    launch = Launch(
-        sandbox_id=uuid.uuid4().hex,
-        spec_id="process",
-        root_dir=tmp_path / "sandboxes" / uuid.uuid4().hex[:8],
-        session_api_key=uuid.uuid4().hex,
-        webhook_url="http://127.0.0.1:9/",
-    )
-    launch.root_dir.parent.mkdir()
+    provider, launch = bare(tmp_path, groups)
     mark = f"escaped-{uuid.uuid4().hex}"
 
     def deaf(name: str) -> str:
@@ -147,11 +102,7 @@ async def test_a_stop_ends_what_left_the_server_session(tmp_path: Path, held: bo
 
     handle = await provider.create(launch)
     try:
-        async with httpx.AsyncClient(
-            base_url=f"http://{handle.host}:{handle.port}/api/bash",
-            headers={"X-Session-API-Key": launch.session_api_key},
-            timeout=60,
-        ) as client:
+        async with bash(handle, launch) as client:
             r = await client.post("/start_bash_command", json={"command": deaf("child")})
             assert r.status_code == 200, r.text
             if held:  # orphaned once its command ends, which waits until it ignores SIGTERM
