@@ -30,7 +30,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from control_plane import start_tasks  # noqa: E402
+from control_plane import start_conversation, start_tasks  # noqa: E402
 from control_plane.agent_client import AgentClient  # noqa: E402
 from control_plane.providers.pool import Pooled  # noqa: E402
 from control_plane.providers.process import provider as process  # noqa: E402
@@ -76,7 +76,7 @@ def timed(owner: Any, name: str, label: str, *, begin: bool = True) -> None:
 def instrument() -> None:
     timed(tasks, "insert", "task row stored", begin=False)
     timed(start_tasks.StartTaskService, "_placed", "placed (sandbox row, conversation row)")
-    timed(start_tasks.StartTaskService, "_configure_git", "git configured")
+    timed(start_conversation.ConversationStarts, "_configure_git", "git configured")
     timed(process.ProcessProvider, "create", "provider.create")
     timed(Pooled, "create", "pooled create")
     timed(ProcessParking, "hand_over", "parked server handed its keys")

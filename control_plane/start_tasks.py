@@ -23,7 +23,8 @@ a task ends READY or ERROR exactly once and is never placed twice.
 The walk is this module's; what it hands on is built elsewhere: the start is placed by
 `placement` (the sandbox and the conversation's row, under the user's lock), the sandbox is
 started and waited for by the sandbox service's starts (`sandboxes.starts`), the conversation
-is asked of the agent server with the body `create_request` builds, and what a client is shown
+is asked of the agent server by `start_conversation` (the moment that server answers, while its
+RUNNING is stored), with the body `create_request` builds, and what a client is shown
 of the start's secrets (its request again, a failure's detail) is `start_secrets`'.
 """
 
@@ -41,14 +42,11 @@ from typing import Any
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from control_plane.agent_client import AgentClient, AgentError, Target
-from control_plane.create_request import create_request
+from control_plane.agent_client import AgentClient, AgentError
 from control_plane.crypto import Cipher
-from control_plane.gateway import credentials
 from control_plane.leases import TASK, Leases
 from control_plane.models import (
     SandboxReason,
-    SandboxRow,
     SandboxStatus,
     StartTaskStatus,
     TaskRow,
@@ -56,7 +54,8 @@ from control_plane.models import (
 )
 from control_plane.placement import Placement, Placer
 from control_plane.sandboxes.service import SandboxService
-from control_plane.settings import SettingsService, UserSettings
+from control_plane.settings import SettingsService
+from control_plane.start_conversation import ConversationStarts, StartFailed
 from control_plane.start_follow import Followers
 from control_plane.start_request import StartRequest
 from control_plane.start_secrets import masked, shown
@@ -69,14 +68,6 @@ from control_plane.telemetry.stages import Stages
 from web.errors import ServiceError
 
 logger = logging.getLogger(__name__)
-
-
-#: Seconds a start task waits for the selected repository to be cloned.
-CLONE_TIMEOUT = 600.0
-
-
-class StartFailed(Exception):
-    """Ends a task in ERROR; the message is the task's detail."""
 
 
 class StartTaskService:
@@ -103,10 +94,11 @@ class StartTaskService:
         self.cipher = cipher
         self.sandboxes = sandboxes_
         self.settings = settings
-        self.agents = agents
         self.cap = cap
-        self.repository_url_template = repository_url_template
         self.spec_id = spec_id
+        self.conversation = ConversationStarts(
+            db, cipher, sandboxes_, agents, repository_url_template=repository_url_template
+        )
         self.placer = Placer(db, sandboxes_, cap=cap, spec_id=spec_id)
         self._running: dict[str, asyncio.Task[None]] = {}
         self._stages: dict[str, Stages] = {}
@@ -322,14 +314,15 @@ class StartTaskService:
             else:
                 await self._stage(task, StartTaskStatus.WAITING_FOR_SANDBOX)
             # Read again, not taken from the placement: held by no guard since, the sandbox may
-            # have been paused (it is resumed) or deleted meanwhile.
-            row = await self.sandboxes.starts.wait_running(placement.sandbox_id)
+            # have been paused (it is resumed) or deleted meanwhile. Its server answering is
+            # enough to ask for the conversation (`created` waits for RUNNING too).
+            row = await self.sandboxes.starts.wait_serving(placement.sandbox_id)
             # Stored while the conversation is asked for (its creation is idempotent), and
             # before whatever comes after it (READY, or ERROR).
             self._enter(task, StartTaskStatus.STARTING_CONVERSATION)
             storing = asyncio.create_task(self._store(task, StartTaskStatus.STARTING_CONVERSATION))
             try:
-                target = await self._create_conversation(row, placement, request, user)
+                target = await self.conversation.created(row, placement, request, user)
             except BaseException:
                 with contextlib.suppress(Exception):  # the first failure is the one told
                     await storing
@@ -337,7 +330,7 @@ class StartTaskService:
             await storing
             if request.selected_repository:
                 await self._stage(task, StartTaskStatus.PREPARING_REPOSITORY)
-                await self._wait_clone(
+                await self.conversation.wait_clone(
                     target, placement.conversation_id, request.selected_repository
                 )
             async with self.db.begin() as conn:  # shown and READY together, or neither
@@ -373,46 +366,6 @@ class StartTaskService:
                 reason="unexpected",
             )
 
-    async def _create_conversation(
-        self, row: SandboxRow, placement: Placement, request: StartRequest, user: UserSettings
-    ) -> Target:
-        """The conversation asked of the sandbox's agent server: that server."""
-        target = self.sandboxes.target(row)
-        assert target is not None
-        await self._configure_git(target, user)
-        conversation = await conversations.get(self.db, placement.conversation_id)
-        if conversation is None:
-            raise StartFailed("the conversation was deleted while it started")
-        # The LLM gateway and the sandbox's own token, never the user's key or base URL.
-        gateway = credentials.access(self.sandboxes.control_plane_url, self.cipher, row)
-        body = create_request(
-            placement.conversation_id,
-            conversation.working_dir,
-            request,
-            user,
-            gateway=gateway,
-            repository_url_template=self.repository_url_template,
-        )
-        await self.agents.create_conversation(target, body.body())
-        return target
-
-    async def _wait_clone(self, target: Target, conversation_id: str, repository: str) -> None:
-        deadline = asyncio.get_running_loop().time() + CLONE_TIMEOUT
-        while asyncio.get_running_loop().time() < deadline:
-            info = await self.agents.get_conversation(target, conversation_id)
-            if info.get("repository_status") == "cloned":
-                return
-            if info.get("repository_status") == "failed":
-                why = await self.agents.last_error(target, conversation_id)
-                await self.agents.delete_conversation(target, conversation_id)
-                raise StartFailed(
-                    f"{repository} could not be cloned (is the name right, and is "
-                    "a credential needed?); the conversation was not started"
-                    + (f". {why}" if why else "")
-                )
-            await asyncio.sleep(0.05)
-        raise StartFailed(f"cloning {repository} took more than {CLONE_TIMEOUT:g} s")
-
     async def _placed(
         self, task: TaskRow, placed: list[Placement], conn: AsyncConnection, placement: Placement
     ) -> None:
@@ -428,19 +381,6 @@ class StartTaskService:
             made_sandbox=placement.new_sandbox,
         )
         placed.append(placement)
-
-    async def _configure_git(self, target: Target, user: UserSettings) -> None:
-        """Commit authorship is separate from any push credential (SPEC 5 rule 5)."""
-        author = {
-            k: v
-            for k, v in (
-                ("git_user_name", user.git_user_name),
-                ("git_user_email", user.git_user_email),
-            )
-            if v
-        }
-        if author:
-            await self.agents.patch_settings(target, author)
 
     async def _fail(
         self, task: TaskRow, placement: Placement | None, detail: str, *, reason: str

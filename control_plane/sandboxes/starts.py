@@ -13,7 +13,10 @@ A start has three steps, and each may be taken by a different job, or a differen
    told to the sandbox's conversations; a sandbox deleted while it booted is destroyed at once,
    so no process runs unrecorded.
 3. Waited for (`wait_running`): a start task (or any caller that needs the sandbox's agent
-   server) waits until the row says RUNNING; a PAUSED sandbox is resumed on the way.
+   server) waits until the row says RUNNING; a PAUSED sandbox is resumed on the way. A start
+   task may begin earlier (`wait_serving`): a start of this process tells its row the moment
+   its server answers, before the RUNNING write, so the conversation is asked for while that
+   write is made (READY still waits for RUNNING).
 
 Two background jobs meet in step 3: the start task and the sandbox's launch job. Started in
 this process, the waiter is woken by the launch's future the moment RUNNING is stored (the
@@ -31,6 +34,7 @@ moves and a resume stay the service's, and a start asks for them through `Owner`
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import uuid
 from contextlib import AbstractAsyncContextManager
@@ -118,6 +122,9 @@ class Starts:
         #: A start's RUNNING row, as soon as it is stored (its guard is released after): what
         #: the waiters of a start made here wake on.
         self._up: dict[str, asyncio.Future[SandboxRow]] = {}
+        #: A start's row as its RUNNING write stores it, the moment its server answers (before
+        #: that write): what `wait_serving` wakes on.
+        self._serving: dict[str, asyncio.Future[SandboxRow]] = {}
 
     async def new_row(
         self, conn: AsyncConnection, user_id: str, spec_id: str, network: NetworkPolicy = OPEN
@@ -169,10 +176,12 @@ class Starts:
             )
             self._jobs[row.id] = job
             self._up[row.id] = up = asyncio.get_running_loop().create_future()
+            self._serving[row.id] = serving = asyncio.get_running_loop().create_future()
             # In this order: no launch comes between (it is still starting) to lose its future.
             # Never RUNNING by this start, its waiters are woken by the cancellation (a future
             # already told is left as it is).
             job.add_done_callback(lambda _: self._up.pop(row.id, up).cancel())
+            job.add_done_callback(lambda _: self._serving.pop(row.id, serving).cancel())
             job.add_done_callback(lambda _: self._jobs.pop(row.id, None))
 
     async def _start(self, sandbox_id: str, fresh: bool, leased: bool) -> None:
@@ -216,6 +225,16 @@ class Starts:
                     f"start failed ({type(exc).__name__}); see the control plane's log",
                 )
                 return
+            if (serving := self._serving.get(row.id)) is not None and not serving.done():
+                serving.set_result(
+                    dataclasses.replace(
+                        row,
+                        status=SandboxStatus.RUNNING,
+                        ref=handle.ref,
+                        port=handle.port,
+                        host=None if handle.host == Handle.host else handle.host,
+                    )
+                )
             try:
                 moved = await retrying(
                     lambda: self._started(row.id, handle), f"storing the start of sandbox {row.id}"
@@ -235,6 +254,17 @@ class Starts:
         return (
             row if row and row.status is SandboxStatus.RUNNING and row.ref == handle.ref else None
         )
+
+    async def wait_serving(self, sandbox_id: str, timeout: float = 120.0) -> SandboxRow:
+        """The row as its RUNNING write stores it, once its server answers: told by a start of
+        this process before that write (which may still fail: RUNNING itself is
+        `wait_running`'s to wait for); otherwise `wait_running`'s row."""
+        serving = self._serving.get(sandbox_id)
+        if serving is not None:
+            await asyncio.wait([serving], timeout=timeout)
+            if serving.done() and not serving.cancelled():
+                return serving.result()
+        return await self.wait_running(sandbox_id, timeout)
 
     async def wait_running(self, sandbox_id: str, timeout: float = 120.0) -> SandboxRow:
         """Until RUNNING (started or resumed as needed); Conflict or Gone when it cannot be."""
