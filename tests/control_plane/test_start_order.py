@@ -50,8 +50,8 @@ def test_the_first_model_call_comes_while_running_is_stored(
         wait_for(lambda: llm.timings[key], 120, what="the first model call")
         sandbox = client.get("/api/v1/sandboxes", params={"id": held}).json()[0]
         assert sandbox["status"] == "STARTING"
-        task = client.get("/api/v1/app-conversations/start-tasks", params={"ids": task_id})
-        assert task.json()[0]["status"] == "STARTING_CONVERSATION"
+        shown = client.get("/api/v1/app-conversations/start-tasks", params={"ids": task_id})
+        assert shown.json()[0]["status"] == "STARTING_CONVERSATION"
 
         stored.set()
         task = wait_task(client, task_id)
