@@ -6,7 +6,9 @@ types it brings, the same bytes in every sandbox. Forked from here, a server sta
 it loaded and shares those pages copy-on-write with the template and every other sandbox
 (`gc.freeze()` keeps the collector from writing to them); its first model call waits for no
 import, nor builds again what litellm builds on its first calls (the template made a few calls
-of its own to a canned model: `warm_up`). The fork enters the sandbox bubblewrap made
+of its own to a canned model, and a conversation of its own: `rehearsal`); a warm pool's server
+rehearses again while it waits for its keys, so its first writes to those shared pages are made
+before its start is asked for. The fork enters the sandbox bubblewrap made
 (`core.namespaces`) and becomes its user before it runs anything, so it is as isolated as a
 server bubblewrap started; it leaves the template's session, so the template ending (or
 crashing) ends no sandbox.
@@ -23,7 +25,6 @@ stdin closes (the control plane that started it is gone).
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import ctypes
 import fcntl
@@ -44,15 +45,13 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
-    SecretStr,
     StringConstraints,
     ValidationError,
 )
 
 import tools
-from agent_server.agent import litellm_setup, transport
-from agent_server.agent.model import LiteLLMModel
-from agent_server.agent.spec import LLMConfig
+from agent_server import rehearsal
+from agent_server.agent import litellm_setup
 from core import namespaces
 from launch.env import LaunchEnv
 from tools import base as tool_base
@@ -112,180 +111,10 @@ def preload() -> None:
     litellm_setup.load_now()  # litellm, its settings, what its first call imports and the CA bundle
     for action_type in tools.action_types():  # what a conversation's first request shows
         tool_base.action_schema(action_type)
-    warm_up()
+    rehearsal.warm_up()
+    rehearsal.first_conversation()
     gc.collect()
     gc.freeze()  # all of it in the permanent generation: no collection writes to those pages
-
-
-#: The warm-up's models: one litellm's map knows (its cost is computed) and one it does not
-#: (litellm looks for it among its providers, importing some, and formats a traceback for
-#: its cost: the source lines that reads are cached here once).
-WARM_MODELS = ("openai/gpt-4o-mini", "openai/agent-server-template")
-#: Calls per model: the canned model answers a tool call, then text.
-WARM_CALLS = 2
-WARM_TIMEOUT = 30.0
-#: What the warm-up keeps of this process's environment: litellm reads variables as it calls
-#: (a provider's key, base URL, region...), and none of this host's may end up in what it
-#: caches for the servers forked later.
-WARM_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "TZ")
-
-
-def warm_up() -> int:
-    """A server's first model calls, made here once; the number answered (0: skipped).
-
-    What litellm builds on its first calls (pydantic schemas it completes late, its
-    lower-cased price map, provider modules it imports, the lines of a cost failure's
-    traceback, its providers' configurations) would otherwise be built again in every
-    sandbox's own memory: ~8 MiB each, measured. The model is a canned one on this host's
-    loopback, the key a made-up one, the environment `WARM_ENV` only, the loop (asyncio's
-    own) one of the warm-up's, closed before any fork: nothing of a tenant, nor of this
-    host, is involved. A failure is said in a line and changes nothing else: the warm-up
-    only saves memory."""
-    canned = _CannedModel()
-    saved = dict(os.environ)
-    os.environ.clear()
-    os.environ.update(
-        {k: v for k, v in saved.items() if k in WARM_ENV or k in litellm_setup.ENVIRONMENT}
-    )
-    try:
-        with asyncio.Runner(loop_factory=asyncio.SelectorEventLoop) as runner:
-            runner.run(asyncio.wait_for(_warm_calls(canned), WARM_TIMEOUT))
-    except Exception as exc:  # any failure leaves the template as it was, only larger
-        print(f"template: warm-up skipped: {exc!r}", file=sys.stderr, flush=True)
-        return 0
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)
-    return canned.calls
-
-
-async def _warm_calls(canned: _CannedModel) -> None:
-    server = await asyncio.start_server(canned.answer, "127.0.0.1", 0)
-    port = server.sockets[0].getsockname()[1]
-    model = LiteLLMModel()
-    try:
-        for name in WARM_MODELS:
-            config = LLMConfig(
-                model=name,
-                base_url=f"http://127.0.0.1:{port}/v1",
-                api_key=SecretStr("sk-template-warm-up"),
-                num_retries=0,
-                timeout=10,
-            )
-            await model.supports_vision(config)
-            await model.context_window(config)
-            for _ in range(WARM_CALLS):
-                await model.complete(config, _WARM_MESSAGES, _WARM_TOOLS)
-    finally:
-        # Its HTTP client belongs to the warm-up's loop (`transport.client` keeps one per
-        # loop, by the loop's id): closed and forgotten, no server's loop may find it.
-        await transport.close_clients()
-        server.close()
-        await server.wait_closed()
-        await canned.closed()
-
-
-_WARM_TOOLS: list[dict[str, object]] = [
-    {
-        "type": "function",
-        "function": {
-            "name": "think",
-            "description": "Think.",
-            "parameters": {"type": "object", "properties": {"thought": {"type": "string"}}},
-        },
-    }
-]
-_WARM_MESSAGES: list[dict[str, object]] = [
-    {"role": "system", "content": "You are a warm-up."},
-    {"role": "user", "content": [{"type": "text", "text": "Think."}]},
-    {
-        "role": "assistant",
-        "content": None,
-        "tool_calls": [
-            {
-                "id": "call-1",
-                "type": "function",
-                "function": {"name": "think", "arguments": '{"thought": "a"}'},
-            }
-        ],
-    },
-    {"role": "tool", "tool_call_id": "call-1", "name": "think", "content": "ok"},
-]
-
-
-class _CannedModel:
-    """An OpenAI-compatible chat completions endpoint that answers a tool call and text in
-    turn (both shapes of answer parsed once)."""
-
-    def __init__(self) -> None:
-        self.calls = 0
-        self.connections: set[asyncio.Task[None]] = set()
-
-    async def answer(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        self.connections.add(task)
-        try:
-            while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                length = 0
-                for line in head.split(b"\r\n"):
-                    name, _, value = line.partition(b":")
-                    if name.strip().lower() == b"content-length":
-                        length = int(value)
-                await reader.readexactly(length)
-                body = self._body()
-                writer.write(
-                    b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
-                    b"content-length: %d\r\n\r\n%s" % (len(body), body)
-                )
-                await writer.drain()
-        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError):
-            pass  # the client closed the connection
-        except asyncio.CancelledError:
-            pass  # ended by `closed`: a task of this server's own, awaited by no one else
-        finally:
-            writer.close()
-            self.connections.discard(task)
-
-    def _body(self) -> bytes:
-        self.calls += 1
-        tool = self.calls % 2 == 1
-        call = {
-            "id": f"call-{self.calls}",
-            "type": "function",
-            "function": {"name": "think", "arguments": '{"thought": "b"}'},
-        }
-        message = (
-            {"role": "assistant", "content": None, "tool_calls": [call]}
-            if tool
-            else {"role": "assistant", "content": "Done."}
-        )
-        return json.dumps(
-            {
-                "id": f"chatcmpl-warm-up-{self.calls}",
-                "object": "chat.completion",
-                "created": 0,
-                "model": "warm-up",
-                "choices": [
-                    {
-                        "index": 0,
-                        "message": message,
-                        "finish_reason": "tool_calls" if tool else "stop",
-                    }
-                ],
-                "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
-            }
-        ).encode()
-
-    async def closed(self) -> None:
-        """Every connection's handler ended: the client closed them all (a handler sees it on
-        its next turn), or, after a second, they are ended here."""
-        if self.connections:
-            await asyncio.wait(list(self.connections), timeout=1.0)
-        for task in list(self.connections):
-            task.cancel()
-        await asyncio.gather(*self.connections, return_exceptions=True)
 
 
 def serve(path: Path) -> None:
@@ -348,6 +177,12 @@ def _fork(request: Fork, fds: list[int], sockets: list[socket.socket]) -> int:
     return server
 
 
+def _waiting() -> bool:
+    """No keys on stdin yet: a warm pool's server, parked until its start comes (a start's own
+    server has them before it is forked)."""
+    return not select.select([0], [], [], 0)[0]
+
+
 def _become(
     request: Fork, entry: namespaces.Entry, fds: list[int], sockets: list[socket.socket]
 ) -> NoReturn:
@@ -392,6 +227,7 @@ def _become(
         logging.root.handlers.clear()
         from agent_server.__main__ import main
 
+        rehearsal.rehearse(_waiting)  # a warm pool's (no keys yet); a start's does not wait
         main(request.argv)
         code = 0
     except SystemExit as exc:

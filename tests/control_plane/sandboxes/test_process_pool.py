@@ -17,6 +17,7 @@ import httpx
 import pytest
 
 from control_plane.providers.process.isolation import READY_FILE
+from control_plane.providers.process.start import LOG_FILE
 from core import processes
 from core.procfs import ProcessInfo
 from tests.control_plane.planes import PlaneProcess
@@ -30,6 +31,7 @@ from tests.control_plane.support import (
     wait_task,
     warm_pool,
 )
+from tests.control_plane.tenants import run
 from tests.support.llm import ScriptedLLM, call
 
 pytestmark = pytest.mark.e2e
@@ -69,6 +71,28 @@ def test_a_claimed_sandbox_is_as_isolated_as_a_fresh_one(
     directories = os.listdir(pooled.config.state_dir / "sandboxes")
     claimed = {d for d in directories if d.isalnum()} - parked_ids(pooled.config.state_dir)
     assert claimed and claimed <= parked  # the tenants' sandboxes are ones that were parked
+
+
+def test_a_claimed_server_rehearsed_and_its_tenant_finds_nothing_of_it(
+    pooled: ControlPlane, llm: ScriptedLLM
+) -> None:
+    """A parked server creates a conversation of its own while it waits for its keys
+    (`agent_server.rehearsal`); its tenant's sandbox holds nothing of it: one conversation (its
+    own), nothing of it in /tmp nor in the server's state."""
+    tenant = run(pooled, llm, "carol", "echo ran")
+    assert warm_pool(pooled.url)["hit"] == 1
+    sandbox = pooled.config.state_dir / "sandboxes" / tenant.sid
+    log = (sandbox / LOG_FILE).read_text()
+    assert log.count("rehearsal: first conversation created") == 1, log[-2000:]
+    assert "rehearsal" not in log.replace("rehearsal: first conversation created", ""), log
+    assert "rehearsal" not in tenant.bash("ls -A /tmp")["stdout"]
+    listed = httpx.get(
+        tenant.url + "/api/conversations/search",
+        headers={"X-Session-API-Key": tenant.session},
+        timeout=10,
+    ).json()["items"]
+    assert [c["id"].replace("-", "") for c in listed] == [tenant.cid.replace("-", "")]
+    assert not list((sandbox / "state").rglob("*rehearsal*"))
 
 
 def test_a_claimed_sandbox_pauses_resumes_and_deletes_everything_inside(
