@@ -17,8 +17,9 @@ canned parts before any tenant's request, so that what they build or write is do
   start is asked for, not while the start waits. It runs in the sandbox already, as its user,
   before any key: nothing of a tenant, nor of this host, is involved.
 
-Each is a canned model on loopback and made-up keys. A failure is said in a line and changes
-nothing else: a rehearsal only saves time and memory.
+Each uses made-up keys and no model but a canned one on loopback (the conversation's is never
+called). A failure is said in a line and changes nothing else: a rehearsal only saves time and
+memory.
 """
 
 from __future__ import annotations
@@ -267,7 +268,9 @@ async def _created(app: Any, key: str, work: str) -> bool:
             transport=transport_, base_url="http://rehearsal", headers={"X-Session-API-Key": key}
         ) as client:
             answer = await client.post("/api/conversations", json=body)
-    return answer.status_code == 201
+    if answer.status_code != 201:
+        raise RuntimeError(f"the creation answered {answer.status_code}: {answer.text[:300]}")
+    return True
 
 
 def rehearse(waiting: Callable[[], bool]) -> None:
