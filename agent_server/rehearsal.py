@@ -33,6 +33,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+import httpx
 from pydantic import SecretStr
 
 from agent_server.agent import litellm_setup, transport
@@ -240,8 +241,6 @@ def first_conversation() -> bool:
 
 async def _created(app: Any, key: str, work: str) -> bool:
     """POST /api/conversations through the app's own ASGI interface, in its lifespan."""
-    import httpx
-
     body = {
         "conversation_id": str(uuid.uuid4()),
         "agent": {

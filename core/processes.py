@@ -178,15 +178,10 @@ async def start_process(program: str, *args: str, **kwargs: Any) -> asyncio.subp
     """`asyncio.create_subprocess_exec` (the same arguments), for a process whose exit
     `exited` waits for."""
     loop = asyncio.get_running_loop()
-    made: list[_Exits] = []
-
-    def protocol() -> _Exits:
-        made.append(_Exits(limit=STREAM_LIMIT, loop=loop))
-        return made[0]
-
-    transport, _ = await loop.subprocess_exec(protocol, program, *args, **kwargs)
-    proc = asyncio.subprocess.Process(transport, made[0], loop)
-    _EXITS[proc] = made[0].exit
+    exits = _Exits(limit=STREAM_LIMIT, loop=loop)
+    transport, _ = await loop.subprocess_exec(lambda: exits, program, *args, **kwargs)
+    proc = asyncio.subprocess.Process(transport, exits, loop)
+    _EXITS[proc] = exits.exit
     return proc
 
 

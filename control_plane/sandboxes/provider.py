@@ -14,7 +14,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import TypedDict, TypeVar
 
 import httpx
 
@@ -91,6 +91,14 @@ class Limits:
 DEFAULT_LIMITS = Limits()
 
 
+class StoredHandle(TypedDict):
+    """A handle as the sandbox row keeps it (`Handle.stored`)."""
+
+    ref: str
+    port: int
+    host: str | None
+
+
 @dataclass(frozen=True)
 class Handle:
     """What the provider needs to find a sandbox again, stored so a restarted control plane can.
@@ -112,7 +120,7 @@ class Handle:
     """The address that port is published on: loopback for a sandbox of this machine, its
     node's address for a sandbox of a cluster."""
 
-    def stored(self) -> dict[str, object]:
+    def stored(self) -> StoredHandle:
         """The sandbox row's fields that keep it (the host only when not loopback)."""
         return {
             "ref": self.ref,

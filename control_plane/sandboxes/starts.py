@@ -227,13 +227,7 @@ class Starts:
                 return
             if (serving := self._serving.get(row.id)) is not None and not serving.done():
                 serving.set_result(
-                    dataclasses.replace(
-                        row,
-                        status=SandboxStatus.RUNNING,
-                        ref=handle.ref,
-                        port=handle.port,
-                        host=None if handle.host == Handle.host else handle.host,
-                    )
+                    dataclasses.replace(row, status=SandboxStatus.RUNNING, **handle.stored())
                 )
             try:
                 moved = await retrying(
