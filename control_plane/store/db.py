@@ -10,13 +10,21 @@ statement, so a transaction that reads then writes never finds its snapshot stal
 (SQLITE_BUSY at once, which no timeout helps). The busy timeout is left for other processes on
 the same file (`control-plane keys create`). PostgreSQL needs none of this: its row locks wait.
 
-A cancelled task must not leave SQLite's write lock behind. aiosqlite runs each statement on
-a thread of its own: cancelling the task that awaits one lets the statement run on, but
-SQLAlchemy, seeing the cancellation, gives the connection up half-way (a clean-clone run
-found a restarted control plane waiting out the busy timeout behind the lock its stopped
-predecessor's cancelled start task had left). So on SQLite a statement, once sent, is awaited
-to its end (`SteadyConnection`), and the cancellation goes on when the transaction or read
-is over (`_opened`).
+SQLite statements run on the event loop's own thread, at once (`SteadyConnection`): one on this
+local file takes tens of microseconds, where a round trip to aiosqlite's thread took 0.3-2 ms
+once the loop was busy (the thread waits for the GIL), three per statement: a start, some 25
+statements in a row, reached READY in 75-85 ms through the thread and in 46-51 ms without it
+(`bench/start_stages.py --warm-pool 1`). What may wait goes to the thread, so the loop never
+does: taking the lock another process holds (the connection's own busy timeout is 0; a busy
+answer is tried again on the thread, under the real one), a COMMIT (it may checkpoint the WAL:
+writes and an fsync), and whatever a caller marks long (`Database.aside`).
+
+A cancelled task must not leave SQLite's write lock behind. Cancelling a task awaiting a
+statement on the thread lets the statement run on, but SQLAlchemy, seeing the cancellation,
+gives the connection up half-way (a clean-clone run found a restarted control plane waiting out
+the busy timeout behind the lock its stopped predecessor's cancelled start task had left). So
+such a statement, once sent, is awaited to its end (`SteadyConnection`), and the cancellation
+goes on when the transaction or read is over (`_opened`).
 
 The database file is made 0600 before SQLite opens it: SQLite gives its -wal and -shm files the
 database file's mode, so none of the three is readable by another local user, whatever the
@@ -27,11 +35,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import logging
 import os
 import sqlite3
 import weakref
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from datetime import UTC, datetime
 from functools import partial
@@ -73,10 +82,10 @@ SQLITE_SIDES = ("-wal", "-shm", "-journal")
 CLOSE_GRACE = 5.0
 
 
-def _sqlite_connect(busy_ms: int) -> Any:
+def _sqlite_connect() -> Any:
     def connect(dbapi_connection: Any, record: Any) -> None:
         # WAL lets searches read while the webhook writes; NORMAL sync is durable at
-        # checkpoints and never corrupts; the busy timeout makes another process's writer wait.
+        # checkpoints and never corrupts. No busy timeout here (`SteadyConnection`).
         # Transactions are begun here (`_sqlite_begin`), not by the driver, which would begin
         # them only at the first write, leaving the reads before it outside.
         dbapi_connection.isolation_level = None
@@ -84,17 +93,23 @@ def _sqlite_connect(busy_ms: int) -> Any:
         cursor.execute("PRAGMA journal_mode=WAL")
         cursor.execute("PRAGMA synchronous=NORMAL")
         cursor.execute("PRAGMA foreign_keys=ON")
-        cursor.execute(f"PRAGMA busy_timeout={busy_ms}")
         cursor.close()
 
     return connect
 
 
+#: Whether this task's SQLite statements run on their connection's thread (`Database.aside`).
+_aside: contextvars.ContextVar[bool] = contextvars.ContextVar("sqlite_aside", default=False)
+
+
 class SteadyConnection(aiosqlite.Connection):
-    """An aiosqlite connection whose statements are never cut off by a cancellation: the
-    awaiting task waits for the one sent to finish (swallowing the cancellation, which
-    `_opened` raises again once the transaction is over), so SQLAlchemy never sees a
-    connection whose thread is still inside a statement it believes abandoned.
+    """An aiosqlite connection whose statements run on the event loop's thread, at once, but
+    for what may wait (the module's docstring): that goes to its thread, and is never cut off
+    by a cancellation there: the awaiting task waits for the call sent to finish (swallowing
+    the cancellation, which `_opened` raises again once the transaction is over), so
+    SQLAlchemy never sees a connection whose thread is still inside a statement it believes
+    abandoned. Calls on one connection never overlap (SQLAlchemy awaits each), so the
+    sqlite3 connection is shared by the two threads one call at a time.
 
     Its thread is stopped once: aiosqlite's `close` stops it again after SQLAlchemy's
     terminate (a connection invalidated, or one whose close was cancelled) has, and awaited
@@ -111,9 +126,38 @@ class SteadyConnection(aiosqlite.Connection):
             self._stopping = super().stop()
         return self._stopping
 
+    def __init__(self, connector: Callable[[], sqlite3.Connection], busy_ms: int) -> None:
+        super().__init__(connector, 64)
+        self.busy_ms = busy_ms
+
     async def _execute(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
-        # aiosqlite's one queue of calls to its thread, which every statement goes through
-        sent = asyncio.ensure_future(super()._execute(fn, *args, **kwargs))  # type: ignore[no-untyped-call]
+        # aiosqlite's one way to its connection, which every statement and fetch goes through
+        if _aside.get():
+            return await self._on_thread(fn, *args, **kwargs)
+        if not self._running or not self._connection:
+            raise ValueError("Connection closed")
+        try:
+            return fn(*args, **kwargs)
+        except sqlite3.OperationalError as exc:
+            if exc.sqlite_errorcode & 0xFF != sqlite3.SQLITE_BUSY:
+                raise
+        # Held by another process (a busy answer changed nothing): waited for on the thread.
+        return await self._on_thread(fn, *args, **kwargs)
+
+    async def commit(self) -> None:
+        await self._on_thread(self._conn.commit)  # may checkpoint the WAL: writes, an fsync
+
+    def _waiting(self, fn: Any, args: Any, kwargs: Any) -> Any:
+        """`fn` on the thread, where waiting for another process's lock blocks no loop."""
+        connection = self._conn
+        connection.execute(f"PRAGMA busy_timeout={self.busy_ms}")
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            connection.execute("PRAGMA busy_timeout=0")
+
+    async def _on_thread(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        sent = asyncio.ensure_future(super()._execute(self._waiting, fn, args, kwargs))  # type: ignore[no-untyped-call]
         while True:
             try:
                 return await asyncio.shield(sent)
@@ -136,7 +180,10 @@ def _sqlite_creator(
         if closed():
             raise sqlite3.OperationalError("the database is closed")
         connection = SteadyConnection(
-            partial(sqlite3.connect, path, timeout=busy_timeout, isolation_level=None), 64
+            partial(
+                sqlite3.connect, path, timeout=0, isolation_level=None, check_same_thread=False
+            ),
+            int(busy_timeout * 1000),
         )
         connection._thread.daemon = True  # as SQLAlchemy does for its own
         made.add(connection)
@@ -229,9 +276,7 @@ class Database:
                 url,
                 async_creator=_sqlite_creator(path, busy_timeout, self._made, lambda: self._closed),
             )
-            event.listen(
-                self.engine.sync_engine, "connect", _sqlite_connect(int(busy_timeout * 1000))
-            )
+            event.listen(self.engine.sync_engine, "connect", _sqlite_connect())
             event.listen(self.engine.sync_engine, "begin", _sqlite_begin)
             self._writes = self.engine.execution_options(**{BEGIN_MODE: "IMMEDIATE"})
             self._writer = asyncio.Lock()
@@ -293,6 +338,18 @@ class Database:
         """Reads (one snapshot on SQLite), rolled back when the block ends."""
         async with self._using(), _opened(self.engine, begin=False) as conn:
             yield conn
+
+    @staticmethod
+    @contextlib.contextmanager
+    def aside() -> Iterator[None]:
+        """This task's SQLite statements in the block run on their connection's thread, where
+        one that takes long (thousands of rows deleted together) holds up no other task; the
+        rest run on the event loop's (the module's docstring). Nothing changes on PostgreSQL."""
+        token = _aside.set(True)
+        try:
+            yield
+        finally:
+            _aside.reset(token)
 
     @asynccontextmanager
     async def _using(self) -> AsyncIterator[None]:

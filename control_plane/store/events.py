@@ -114,5 +114,7 @@ async def after(
 
 
 async def remove(db: Database, conversation_id: str) -> None:
+    """All of a conversation's events: thousands of rows, deleted off the event loop."""
     async with db.begin() as conn:
-        await conn.execute(delete(E).where(E.c.conversation_id == conversation_id))
+        with db.aside():
+            await conn.execute(delete(E).where(E.c.conversation_id == conversation_id))
