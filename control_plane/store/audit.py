@@ -113,7 +113,7 @@ def _where(query: Select[Any], asked: AuditQuery) -> Select[Any]:
 async def search(db: Database, asked: AuditQuery, limit: int) -> list[AuditEntry]:
     """The matching rows, newest first, `limit` at most."""
     query = _where(select(A), asked).order_by(A.c.seq.desc()).limit(limit)
-    async with db.connect() as conn:
+    async with db.connect(aside=True) as conn:
         return [
             AuditEntry(
                 seq=int(r.seq),

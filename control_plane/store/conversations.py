@@ -93,13 +93,13 @@ async def search(
     query = _filtered(_select(), user_id, f).order_by(
         column.desc() if desc else column.asc(), C.c.id.desc() if desc else C.c.id.asc()
     )
-    async with db.connect() as conn:
+    async with db.connect(aside=True) as conn:
         return [_row(r) for r in await conn.execute(query.limit(limit).offset(offset))]
 
 
 async def count(db: Database, user_id: str, f: ConversationFilters) -> int:
     query = _filtered(select(func.count()).select_from(C), user_id, f)
-    async with db.connect() as conn:
+    async with db.connect(aside=True) as conn:
         return int(await conn.scalar(query) or 0)
 
 

@@ -13,11 +13,12 @@ the same file (`control-plane keys create`). PostgreSQL needs none of this: its 
 SQLite statements run on the event loop's own thread, at once (`SteadyConnection`): one on this
 local file takes tens of microseconds, where a round trip to aiosqlite's thread took 0.3-2 ms
 once the loop was busy (the thread waits for the GIL), three per statement: a start, some 25
-statements in a row, reached READY in 75-85 ms through the thread and in 46-51 ms without it
+statements in a row, reached READY in 73-87 ms through the thread and in 43-51 ms without it
 (`bench/start_stages.py --warm-pool 1`). What may wait goes to the thread, so the loop never
 does: taking the lock another process holds (the connection's own busy timeout is 0; a busy
 answer is tried again on the thread, under the real one), a COMMIT (it may checkpoint the WAL:
-writes and an fsync), and whatever a caller marks long (`Database.aside`).
+writes and an fsync), and what a caller marks long (`aside`: a search through a long
+conversation's events, whose cost grows with what a user stored).
 
 A cancelled task must not leave SQLite's write lock behind. Cancelling a task awaiting a
 statement on the thread lets the statement run on, but SQLAlchemy, seeing the cancellation,
@@ -98,8 +99,21 @@ def _sqlite_connect() -> Any:
     return connect
 
 
-#: Whether this task's SQLite statements run on their connection's thread (`Database.aside`).
+#: Whether this task's SQLite statements run on their connection's thread (`aside`).
 _aside: contextvars.ContextVar[bool] = contextvars.ContextVar("sqlite_aside", default=False)
+
+
+@contextlib.contextmanager
+def _set_aside(aside: bool) -> Iterator[None]:
+    """This task's statements in the block on their connection's thread when `aside`."""
+    if not aside:
+        yield
+        return
+    token = _aside.set(True)
+    try:
+        yield
+    finally:
+        _aside.reset(token)
 
 
 class SteadyConnection(aiosqlite.Connection):
@@ -314,10 +328,17 @@ class Database:
             await conn.run_sync(_upgrade)
 
     @asynccontextmanager
-    async def begin(self) -> AsyncIterator[AsyncConnection]:
+    async def begin(self, *, aside: bool = False) -> AsyncIterator[AsyncConnection]:
         """One transaction: committed when the block ends, rolled back on an exception. On
         SQLite, after this process's writes before it, and holding the write lock from its
-        start. Never nested: the inner one would wait for the outer for ever (RuntimeError)."""
+        start. Never nested: the inner one would wait for the outer for ever (RuntimeError).
+        `aside`: its statements may take long (`connect`)."""
+        with _set_aside(aside):
+            async with self._begin() as conn:
+                yield conn
+
+    @asynccontextmanager
+    async def _begin(self) -> AsyncIterator[AsyncConnection]:
         if self._writer is None:
             async with self._using(), _opened(self._writes, begin=True) as conn:
                 yield conn
@@ -334,22 +355,14 @@ class Database:
                 self._holder = None
 
     @asynccontextmanager
-    async def connect(self) -> AsyncIterator[AsyncConnection]:
-        """Reads (one snapshot on SQLite), rolled back when the block ends."""
-        async with self._using(), _opened(self.engine, begin=False) as conn:
-            yield conn
-
-    @staticmethod
-    @contextlib.contextmanager
-    def aside() -> Iterator[None]:
-        """This task's SQLite statements in the block run on their connection's thread, where
-        one that takes long (thousands of rows deleted together) holds up no other task; the
-        rest run on the event loop's (the module's docstring). Nothing changes on PostgreSQL."""
-        token = _aside.set(True)
-        try:
-            yield
-        finally:
-            _aside.reset(token)
+    async def connect(self, *, aside: bool = False) -> AsyncIterator[AsyncConnection]:
+        """Reads (one snapshot on SQLite), rolled back when the block ends. `aside`: statements
+        whose cost grows with what a user stored (a search through a long conversation's
+        events, thousands of rows deleted): on SQLite they run on their connection's thread,
+        where a long one holds up no other task (the module's docstring)."""
+        with _set_aside(aside):
+            async with self._using(), _opened(self.engine, begin=False) as conn:
+                yield conn
 
     @asynccontextmanager
     async def _using(self) -> AsyncIterator[None]:

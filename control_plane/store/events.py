@@ -52,14 +52,14 @@ async def search(
     if page is not None:
         query = query.where(E.c.seq <= page if descending else E.c.seq >= page)
     query = query.order_by(E.c.seq.desc() if descending else E.c.seq.asc()).limit(limit + 1)
-    async with db.connect() as conn:
+    async with db.connect(aside=True) as conn:
         found = (await conn.execute(query)).all()
     following = found[limit].seq if len(found) > limit else None
     return [r.body for r in found[:limit]], following
 
 
 async def count(db: Database, conversation_id: str, f: EventFilters) -> int:
-    async with db.connect() as conn:
+    async with db.connect(aside=True) as conn:
         return int(
             await conn.scalar(
                 select(func.count()).select_from(E).where(*_where(conversation_id, f))
@@ -72,7 +72,7 @@ async def all_bodies(db: Database, conversation_id: str, chunk: int = 1000) -> A
     """Every stored event in order, read a chunk at a time (downloads of long conversations)."""
     after = 0
     while True:
-        async with db.connect() as conn:
+        async with db.connect(aside=True) as conn:
             found = (
                 await conn.execute(
                     select(E.c.seq, E.c.body)
@@ -114,7 +114,5 @@ async def after(
 
 
 async def remove(db: Database, conversation_id: str) -> None:
-    """All of a conversation's events: thousands of rows, deleted off the event loop."""
-    async with db.begin() as conn:
-        with db.aside():
-            await conn.execute(delete(E).where(E.c.conversation_id == conversation_id))
+    async with db.begin(aside=True) as conn:
+        await conn.execute(delete(E).where(E.c.conversation_id == conversation_id))

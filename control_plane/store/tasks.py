@@ -171,7 +171,7 @@ async def search(
     query = _matching(select(T), user_id, created_at_gte, conversation_id).order_by(
         column.desc() if desc else column.asc(), T.c.id.desc() if desc else T.c.id.asc()
     )
-    async with db.connect() as conn:
+    async with db.connect(aside=True) as conn:
         return [_row(x) for x in await conn.execute(query.limit(limit).offset(offset))]
 
 
@@ -179,7 +179,7 @@ async def count(
     db: Database, user_id: str, *, created_at_gte: Any = None, conversation_id: str | None = None
 ) -> int:
     query = _matching(select(func.count()).select_from(T), user_id, created_at_gte, conversation_id)
-    async with db.connect() as conn:
+    async with db.connect(aside=True) as conn:
         return int(await conn.scalar(query) or 0)
 
 

@@ -101,5 +101,5 @@ async def since(
         .order_by(U.c.day.desc(), U.c.sandbox_id)
         .limit(limit)
     )
-    async with db.connect() as conn:
+    async with db.connect(aside=True) as conn:
         return [_row(r) for r in await conn.execute(query)]

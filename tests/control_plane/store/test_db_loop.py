@@ -1,6 +1,7 @@
 """SQLite statements run on the event loop's thread, but nothing that may wait does: a write
-waiting for the lock another process holds, and a statement marked long (`Database.aside`),
-go to the connection's thread while the loop serves every other task."""
+waiting for the lock another process holds, and a read marked long (`aside`: its cost grows
+with what a user stored), go to the connection's thread while the loop serves every other
+task."""
 
 from __future__ import annotations
 
@@ -60,9 +61,9 @@ async def test_a_write_waiting_for_another_process_holds_up_no_other_task(
         await db.close()
 
 
-async def test_a_statement_marked_long_runs_off_the_loop(tmp_path: Path) -> None:
-    """A statement in `aside` that does not end until the loop says so (a stand-in for a
-    deletion of thousands of rows) ends, and a read made meanwhile is answered before it."""
+async def test_a_read_marked_long_runs_off_the_loop(tmp_path: Path) -> None:
+    """A read made `aside` that does not end until the loop says so (a stand-in for a search
+    through a long conversation's events) ends, and a read made meanwhile is answered first."""
     db, user_id = await _database(tmp_path)
     inside, go = threading.Event(), threading.Event()
     order: list[str] = []
@@ -74,14 +75,13 @@ async def test_a_statement_marked_long_runs_off_the_loop(tmp_path: Path) -> None
         return 1
 
     try:
-        async with db.connect() as conn:
+        async with db.connect(aside=True) as conn:
             raw = (await conn.get_raw_connection()).driver_connection
             assert raw is not None
             raw._conn.create_function("held", 0, held)
 
             async def long() -> None:
-                with db.aside():
-                    await conn.execute(text("SELECT held()"))
+                await conn.execute(text("SELECT held()"))
 
             running = asyncio.create_task(long())
             while not inside.is_set():
