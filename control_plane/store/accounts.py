@@ -75,7 +75,7 @@ async def list_keys(db: Database, user: str | None = None) -> list[StoredKey]:
     )
     if user is not None:
         query = query.where(users.c.name == user)
-    async with db.connect() as conn:
+    async with db.connect(aside=True) as conn:
         return [StoredKey(r.id, r.name, r.created_at) for r in await conn.execute(query)]
 
 

@@ -80,7 +80,7 @@ async def search(
         .limit(limit)
         .offset(offset)
     )
-    async with db.connect() as conn:
+    async with db.connect(aside=True) as conn:
         return [_row(r) for r in await conn.execute(query)]
 
 
@@ -91,7 +91,7 @@ async def live(db: Database) -> list[SandboxRow]:
             [SandboxStatus.STARTING.value, SandboxStatus.RUNNING.value, SandboxStatus.PAUSED.value]
         )
     )
-    async with db.connect() as conn:
+    async with db.connect(aside=True) as conn:
         return [_row(r) for r in await conn.execute(query)]
 
 
@@ -346,7 +346,7 @@ async def claim_round(
         )
         .limit(limit)
     )
-    async with db.begin() as conn:
+    async with db.begin(aside=True) as conn:
         # `wanted` and `due` again on the rows themselves: a row another process claimed
         # meanwhile is not due any more when PostgreSQL re-reads it after the other's commit.
         await conn.execute(
@@ -371,5 +371,5 @@ async def by_status(db: Database) -> dict[tuple[str, str], int]:
     query = select(sandboxes.c.status, sandboxes.c.host, func.count()).group_by(
         sandboxes.c.status, sandboxes.c.host
     )
-    async with db.connect() as conn:
+    async with db.connect(aside=True) as conn:
         return {(s, h or ""): n for s, h, n in await conn.execute(query)}
