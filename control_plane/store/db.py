@@ -161,6 +161,11 @@ class SteadyConnection(aiosqlite.Connection):
     async def commit(self) -> None:
         await self._on_thread(self._conn.commit)  # may checkpoint the WAL: writes, an fsync
 
+    async def close(self) -> None:
+        """On the thread, after whatever it still runs (a COMMIT a stopping task sent)."""
+        with _set_aside(True):
+            await super().close()
+
     def _waiting(self, fn: Any, args: Any, kwargs: Any) -> Any:
         """`fn` on the thread, where waiting for another process's lock blocks no loop."""
         connection = self._conn
