@@ -173,7 +173,8 @@ class SteadyConnection(aiosqlite.Connection):
         try:
             return fn(*args, **kwargs)
         finally:
-            connection.execute("PRAGMA busy_timeout=0")
+            if fn != connection.close:  # a closed connection has nothing to set back
+                connection.execute("PRAGMA busy_timeout=0")
 
     async def _on_thread(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
         sent = asyncio.ensure_future(super()._execute(self._waiting, fn, args, kwargs))  # type: ignore[no-untyped-call]

@@ -6,6 +6,7 @@ task."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import sqlite3
 import threading
 from pathlib import Path
@@ -94,4 +95,29 @@ async def test_a_read_marked_long_runs_off_the_loop(tmp_path: Path) -> None:
         assert order == ["read answered", "held statement ended"]
     finally:
         go.set()
+        await db.close()
+
+
+async def test_connections_past_the_pool_are_closed_cleanly(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Twenty reads at once: the pool keeps five connections and closes the others as they
+    come back (on their thread, after anything they still run there), with no error logged."""
+    db, user_id = await _database(tmp_path)
+    release = asyncio.Event()
+
+    async def read() -> None:
+        async with db.connect() as conn:
+            await release.wait()
+            await conn.scalar(select(users.c.name).where(users.c.id == user_id))
+
+    try:
+        with caplog.at_level(logging.WARNING):
+            reads = [asyncio.create_task(read()) for _ in range(20)]
+            while db._busy < 15:  # the pool's five and its overflow of ten are all out
+                await asyncio.sleep(0.001)
+            release.set()
+            await asyncio.gather(*reads)
+        assert [r.getMessage() for r in caplog.records] == []
+    finally:
         await db.close()
