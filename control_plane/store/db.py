@@ -17,8 +17,9 @@ statements in a row, reached READY in 73-87 ms through the thread and in 43-51 m
 (`bench/start_stages.py --warm-pool 1`). What may wait goes to the thread, so the loop never
 does: taking the lock another process holds (the connection's own busy timeout is 0; a busy
 answer is tried again on the thread, under the real one), a COMMIT (it may checkpoint the WAL:
-writes and an fsync), and what a caller marks long (`aside`: a search through a long
-conversation's events, whose cost grows with what a user stored).
+writes and an fsync), a close (after whatever the thread still runs), and what a caller marks
+long (`aside`: a search through a long conversation's events, whose cost grows with what a
+user stored).
 
 A cancelled task must not leave SQLite's write lock behind. Cancelling a task awaiting a
 statement on the thread lets the statement run on, but SQLAlchemy, seeing the cancellation,
@@ -83,20 +84,17 @@ SQLITE_SIDES = ("-wal", "-shm", "-journal")
 CLOSE_GRACE = 5.0
 
 
-def _sqlite_connect() -> Any:
-    def connect(dbapi_connection: Any, record: Any) -> None:
-        # WAL lets searches read while the webhook writes; NORMAL sync is durable at
-        # checkpoints and never corrupts. No busy timeout here (`SteadyConnection`).
-        # Transactions are begun here (`_sqlite_begin`), not by the driver, which would begin
-        # them only at the first write, leaving the reads before it outside.
-        dbapi_connection.isolation_level = None
-        cursor = dbapi_connection.cursor()
-        cursor.execute("PRAGMA journal_mode=WAL")
-        cursor.execute("PRAGMA synchronous=NORMAL")
-        cursor.execute("PRAGMA foreign_keys=ON")
-        cursor.close()
-
-    return connect
+def _sqlite_connect(dbapi_connection: Any, record: Any) -> None:
+    # WAL lets searches read while the webhook writes; NORMAL sync is durable at checkpoints
+    # and never corrupts. No busy timeout here (`SteadyConnection`). Transactions are begun
+    # here (`_sqlite_begin`), not by the driver, which would begin them only at the first
+    # write, leaving the reads before it outside.
+    dbapi_connection.isolation_level = None
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA synchronous=NORMAL")
+    cursor.execute("PRAGMA foreign_keys=ON")
+    cursor.close()
 
 
 #: Whether this task's SQLite statements run on their connection's thread (`aside`).
@@ -296,7 +294,7 @@ class Database:
                 url,
                 async_creator=_sqlite_creator(path, busy_timeout, self._made, lambda: self._closed),
             )
-            event.listen(self.engine.sync_engine, "connect", _sqlite_connect())
+            event.listen(self.engine.sync_engine, "connect", _sqlite_connect)
             event.listen(self.engine.sync_engine, "begin", _sqlite_begin)
             self._writes = self.engine.execution_options(**{BEGIN_MODE: "IMMEDIATE"})
             self._writer = asyncio.Lock()

@@ -10,9 +10,11 @@ import logging
 import sqlite3
 import threading
 from pathlib import Path
+from typing import cast
 
 import pytest
 from sqlalchemy import select, text, update
+from sqlalchemy.pool import QueuePool
 
 from control_plane.store import Database, accounts
 from control_plane.store.tables import users
@@ -114,7 +116,8 @@ async def test_connections_past_the_pool_are_closed_cleanly(
     try:
         with caplog.at_level(logging.WARNING):
             reads = [asyncio.create_task(read()) for _ in range(20)]
-            while db._busy < 15:  # the pool's five and its overflow of ten are all out
+            pool = cast(QueuePool, db.engine.pool)
+            while pool.checkedout() < 15:  # the pool's five and its overflow of ten are all out
                 await asyncio.sleep(0.001)
             release.set()
             await asyncio.gather(*reads)
