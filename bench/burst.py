@@ -1,6 +1,7 @@
 """A burst of starts from one user (prints JSON).
 
     .venv/bin/python bench/burst.py [--starts 100] [--strategy NO_GROUPING] [--template on|off]
+        [--warm-pool N] [--plane thread|own]
 
 One control plane on SQLite (the default store), the process provider (forked from the sandbox
 template when root with bubblewrap, as by default), one user: `--starts` start tasks POSTed at
@@ -9,6 +10,13 @@ POST to its READY (or ERROR) as seen by a poller of the batch read every 50 ms; 
 each way and why; how many sandboxes they made. NO_GROUPING makes one sandbox per start (the
 host's caps permitting: the memory floor, the per-user bound); ADD_TO_ANY puts them into the
 sandboxes that are RUNNING (none when the burst comes, so most are new sandboxes too).
+
+With `--warm-pool N` the control plane keeps N sandboxes parked, and the burst comes once the
+pool is full and the machine quiet (its servers done rehearsing): up to N starts are claims.
+`--plane own` runs the control plane as it is deployed, `python -m control_plane serve` in a
+process of its own (`bench.capacity.Plane`); by default it is a thread of this process, as
+the tests run it and as the figures before were measured, sharing the GIL with the bench's
+client and scripted model.
 """
 
 from __future__ import annotations
@@ -29,11 +37,45 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tests.control_plane.support import ControlPlane, configure_llm, make_config  # noqa: E402
+from bench.capacity import Plane, subnet_for  # noqa: E402
+from tests.control_plane.support import (  # noqa: E402
+    OPERATOR,
+    ControlPlane,
+    configure_llm,
+    make_config,
+    warm_pool,
+)
+from tests.support.internet import Internet, forget_subnet  # noqa: E402
 from tests.support.llm import ScriptedLLM, call  # noqa: E402
 from tests.support.wait import wait_for  # noqa: E402
 
 BODY = {"initial_message": {"content": [{"type": "text", "text": "hi"}], "run": True}}
+
+
+#: Clock ticks per second of /proc's CPU times.
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def machine_ticks() -> tuple[int, int]:
+    """The machine's busy CPU ticks (all but idle and iowait) and all ticks, since boot."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n")[0].split()[1:]]
+    return sum(fields) - fields[3] - fields[4], sum(fields)
+
+
+def process_ticks(pid: int) -> int:
+    """A process's CPU ticks, user and system."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    fields = stat[stat.rfind(")") + 2 :].split()
+    return int(fields[11]) + int(fields[12])
+
+
+def quiet() -> bool:
+    """The machine's CPUs busy less than a tenth of half a second (a warm pool's servers done
+    rehearsing)."""
+    b0, t0 = machine_ticks()
+    time.sleep(0.5)
+    b1, t1 = machine_ticks()
+    return (b1 - b0) < 0.1 * (t1 - t0)
 
 
 async def burst(url: str, key: str, n: int) -> dict[str, Any]:
@@ -112,39 +154,107 @@ def main() -> None:
     parser.add_argument("--starts", type=int, default=100)
     parser.add_argument("--strategy", default="NO_GROUPING")
     parser.add_argument("--template", choices=["on", "off"], default="on")
+    parser.add_argument("--warm-pool", type=int, default=0)
+    parser.add_argument(
+        "--plane",
+        choices=["thread", "own"],
+        default="thread",
+        help="the control plane in a thread of this process (as the tests run it, and the "
+        "figures before) or in a process of its own, as deployed",
+    )
     args = parser.parse_args()
     llm = ScriptedLLM().start()
     results: dict[str, Any] = {
         "load_before": round(os.getloadavg()[0], 1),
         "strategy": args.strategy,
         "template": args.template,
+        "warm_pool": args.warm_pool,
+        "plane": args.plane,
     }
     with tempfile.TemporaryDirectory() as tmp:
-        config = make_config(
-            Path(tmp),
-            max_sandboxes_per_user=args.starts + 10,
-            sandbox_template=args.template == "on",
-        )
-        plane = ControlPlane(config).start()
+        plane = own_process(Path(tmp), args) if args.plane == "own" else in_thread(Path(tmp), args)
         try:
-            if args.template == "on":
+            key = plane.new_key("burst")
+            with httpx.Client(
+                base_url=plane.url, headers={"Authorization": f"Bearer {key}"}, timeout=30
+            ) as client:
+                configure_llm(client, llm.base_url("burst"))
+                client.patch("/api/v1/settings", json={"grouping_strategy": args.strategy})
+            if args.warm_pool:  # full, and its servers done rehearsing, before the burst
                 wait_for(
-                    (Path(tmp) / "template" / "template.sock").exists,
-                    120,
-                    what="the sandbox template",
+                    lambda: warm_pool(plane.url)["parked"] == args.warm_pool,
+                    600,
+                    what="the warm pool full",
                 )
-            key = plane.new_user("burst")
-            client = plane.client(key)
-            configure_llm(client, llm.base_url("burst"))
-            client.patch("/api/v1/settings", json={"grouping_strategy": args.strategy})
+                wait_for(quiet, 120, what="the machine quiet")
+                print("burst: the pool is full and quiet", file=sys.stderr, flush=True)
             for _ in range(args.starts):
                 llm.script("burst", call("finish", message="done"))
+            machine, own = machine_ticks()[0], process_ticks(plane.pid)
             results.update(asyncio.run(burst(plane.url, key, args.starts)))
+            # CPU seconds the burst took (to its last READY, with the runs it started): the
+            # machine's, and the control plane's process (this whole bench's with --plane thread)
+            results["cpu_s"] = {
+                "machine": round((machine_ticks()[0] - machine) / TICKS, 1),
+                "control_plane": round((process_ticks(plane.pid) - own) / TICKS, 1),
+            }
+            if args.warm_pool:
+                results["warm_pool_hits"] = warm_pool(plane.url)["hit"]
             results["load_after"] = round(os.getloadavg()[0], 1)
             print(json.dumps(results, indent=1), flush=True)
         finally:
             plane.stop(timeout=600)  # every sandbox of the burst stopped before the files go
+            if isinstance(plane, Plane):
+                forget_subnet(plane.subnet)
             llm.stop()
+
+
+class InThread:
+    """The control plane in this process (a thread of its own), as the tests run it."""
+
+    def __init__(self, plane: ControlPlane) -> None:
+        self.plane = plane
+        self.url = plane.url
+        self.pid = os.getpid()
+
+    def new_key(self, user: str) -> str:
+        return self.plane.new_user(user)
+
+    def stop(self, timeout: float) -> None:
+        self.plane.stop(timeout=timeout)
+
+
+def in_thread(tmp: Path, args: argparse.Namespace) -> InThread:
+    config = make_config(
+        tmp,
+        max_sandboxes_per_user=args.starts + args.warm_pool + 10,
+        sandbox_template=args.template == "on",
+        warm_pool=args.warm_pool,
+        operator_key=OPERATOR,
+    )
+    plane = ControlPlane(config).start()
+    if args.template == "on":
+        wait_for((tmp / "template" / "template.sock").exists, 120, what="the sandbox template")
+    return InThread(plane)
+
+
+def own_process(tmp: Path, args: argparse.Namespace) -> Plane:
+    """`python -m control_plane serve`, as it is deployed (its CPU and GIL its own, not shared
+    with this bench's client and scripted model)."""
+    if args.template == "off":
+        raise SystemExit("--plane own runs the template, as by default")
+    internet = Internet.shared()
+    running = args.starts + args.warm_pool + 10
+    plane = Plane(
+        tmp / "state",
+        subnet_for(internet, running),
+        internet.dns,
+        running,
+        CONTROL_PLANE_WARM_POOL=str(args.warm_pool),
+        CONTROL_PLANE_OPERATOR_KEY=OPERATOR,
+    )
+    plane.start()
+    return plane
 
 
 if __name__ == "__main__":

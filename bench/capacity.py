@@ -109,8 +109,17 @@ def mem_available_mib() -> float:
 
 
 class Plane:
-    def __init__(self, state: Path, subnet: ipaddress.IPv4Network, dns: str, total: int) -> None:
+    def __init__(
+        self,
+        state: Path,
+        subnet: ipaddress.IPv4Network,
+        dns: str,
+        total: int,
+        **env: str,
+    ) -> None:
+        """`env`: more of the control plane's variables (over these)."""
         self.state = state
+        self.subnet = subnet
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         cap = total + 50
@@ -128,6 +137,7 @@ class Plane:
             "CONTROL_PLANE_STOP_SANDBOXES_ON_EXIT": "true",
             "CONTROL_PLANE_OPERATOR_KEY": OPERATOR,
             "CONTROL_PLANE_LOG_LEVEL": "warning",
+            **env,
         }
         self.process: subprocess.Popen[bytes] | None = None
         self.log_path = state.parent / "control-plane.log"
