@@ -14,12 +14,18 @@ SQLite statements run on the event loop's own thread, at once (`SteadyConnection
 local file takes tens of microseconds, where a round trip to aiosqlite's thread took 0.3-2 ms
 once the loop was busy (the thread waits for the GIL), three per statement: a start, some 25
 statements in a row, reached READY in 73-87 ms through the thread and in 43-51 ms without it
-(`bench/start_stages.py --warm-pool 1`). What may wait goes to the thread, so the loop never
+(`bench/start_stages.py --warm-pool 1`). What may wait goes to a thread, so the loop never
 does: taking the lock another process holds (the connection's own busy timeout is 0; a busy
-answer is tried again on the thread, under the real one), a COMMIT (it may checkpoint the WAL:
-writes and an fsync), a close (after whatever the thread still runs), and what a caller marks
-long (`aside`: a search through a long conversation's events, whose cost grows with what a
-user stored).
+answer is tried again on the thread, under the real one), a close (after whatever the thread
+still runs), what a caller marks long (`aside`: a search through a long conversation's events,
+whose cost grows with what a user stored), and the WAL's checkpoints. A COMMIT itself runs at
+once: in WAL mode at synchronous NORMAL it appends to the WAL and syncs nothing, unless it
+checkpoints, which SQLite would do on the commit that takes the WAL past 1,000 pages (writes
+and fsyncs, 0.26 s seen under load). So no connection of this process checkpoints as it
+commits (`wal_autocheckpoint=0`); the write that takes the WAL past as much starts one on a
+thread of its own (`Checkpoints`). Before, every COMMIT went to the connection's thread and
+back with the write lock held: in a burst of 64 starts claimed from a warm pool the writes
+queued behind those round trips (`bench/burst.py --warm-pool 64`).
 
 A cancelled task must not leave SQLite's write lock behind. Cancelling a task awaiting a
 statement on the thread lets the statement run on, but SQLAlchemy, seeing the cancellation,
@@ -82,17 +88,26 @@ BEGIN_MODE = "sqlite_begin"
 SQLITE_SIDES = ("-wal", "-shm", "-journal")
 #: Seconds `Database.close` lets transactions and reads under way end first.
 CLOSE_GRACE = 5.0
+#: The WAL's length, in pages of PAGE_BYTES, past which a write starts a checkpoint (SQLite's
+#: own default for its automatic one).
+WAL_PAGES = 1000
+PAGE_BYTES = 4096
 
 
 def _sqlite_connect(dbapi_connection: Any, record: Any) -> None:
     # WAL lets searches read while the webhook writes; NORMAL sync is durable at checkpoints
-    # and never corrupts. No busy timeout here (`SteadyConnection`). Transactions are begun
+    # and never corrupts; checkpoints are made aside (`Checkpoints`). No busy timeout here
+    # (`SteadyConnection`). Transactions are begun
     # here (`_sqlite_begin`), not by the driver, which would begin them only at the first
     # write, leaving the reads before it outside.
     dbapi_connection.isolation_level = None
     cursor = dbapi_connection.cursor()
     cursor.execute("PRAGMA journal_mode=WAL")
     cursor.execute("PRAGMA synchronous=NORMAL")
+    cursor.execute("PRAGMA wal_autocheckpoint=0")  # never on a commit: `Checkpoints`
+    # The WAL's file cut back when it is written from its start again (after a checkpoint that
+    # took all of it): its length is then what `Checkpoints` reads of it.
+    cursor.execute("PRAGMA journal_size_limit=0")
     cursor.execute("PRAGMA foreign_keys=ON")
     cursor.close()
 
@@ -157,7 +172,7 @@ class SteadyConnection(aiosqlite.Connection):
         return await self._on_thread(fn, *args, **kwargs)
 
     async def commit(self) -> None:
-        await self._on_thread(self._conn.commit)  # may checkpoint the WAL: writes, an fsync
+        await self._execute(self._conn.commit)  # appends to the WAL: it never checkpoints here
 
     async def close(self) -> None:
         """On the thread, after whatever it still runs (a COMMIT a stopping task sent)."""
@@ -208,6 +223,47 @@ def _sqlite_creator(
         return await connection
 
     return connect
+
+
+class Checkpoints:
+    """The WAL's checkpoints, each on a thread of its own (`asyncio.to_thread`), one at a
+    time: started by the write that finds the WAL past `WAL_PAGES` pages, as SQLite's own
+    automatic checkpoint would have been (a passive one: it waits for no reader or writer and
+    copies what it can; the WAL is written from its start again once all of it is in the
+    database). A checkpoint that fails is said in the log, and the next write tries again."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.wal = Path(path + "-wal")
+        self._running: asyncio.Task[None] | None = None
+
+    def after_write(self) -> None:
+        if self._running is not None and not self._running.done():
+            return
+        try:
+            size = self.wal.stat().st_size
+        except OSError:
+            return
+        if size >= WAL_PAGES * PAGE_BYTES:
+            self._running = asyncio.get_running_loop().create_task(self._checkpoint())
+
+    async def _checkpoint(self) -> None:
+        try:
+            await asyncio.to_thread(self._passive)
+        except sqlite3.Error as exc:
+            logger.warning("the database's WAL checkpoint failed: %s", exc)
+
+    def _passive(self) -> None:
+        connection = sqlite3.connect(self.path, timeout=0, isolation_level=None)
+        try:
+            connection.execute("PRAGMA wal_checkpoint(PASSIVE)")
+        finally:
+            connection.close()
+
+    async def close(self) -> None:
+        """After the one under way, if any."""
+        if self._running is not None:
+            await asyncio.gather(self._running, return_exceptions=True)
 
 
 def _sqlite_begin(conn: Connection) -> None:
@@ -278,6 +334,8 @@ class Database:
         self.clock = clock or Clock()
         #: SQLite's one writer of this process (None on PostgreSQL).
         self._writer: asyncio.Lock | None = None
+        #: The WAL's checkpoints (SQLite on a file only).
+        self._checkpoints: Checkpoints | None = None
         self._holder: asyncio.Task[Any] | None = None
         #: SQLite's connections made so far (closed with the database).
         self._made: weakref.WeakSet[SteadyConnection] = weakref.WeakSet()
@@ -290,6 +348,7 @@ class Database:
             path = url.split(":///", 1)[1].split("?", 1)[0] or ":memory:"
             if path != ":memory:":
                 private_file(Path(path))
+                self._checkpoints = Checkpoints(path)
             self.engine: AsyncEngine = create_async_engine(
                 url,
                 async_creator=_sqlite_creator(path, busy_timeout, self._made, lambda: self._closed),
@@ -357,6 +416,8 @@ class Database:
                     yield conn
             finally:
                 self._holder = None
+        if self._checkpoints is not None:
+            self._checkpoints.after_write()
 
     @asynccontextmanager
     async def connect(self, *, aside: bool = False) -> AsyncIterator[AsyncConnection]:
@@ -397,6 +458,8 @@ class Database:
         self._closed = True
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._idle.wait(), CLOSE_GRACE)
+        if self._checkpoints is not None:
+            await self._checkpoints.close()
         await self.engine.dispose()
         for connection in list(self._made):
             with contextlib.suppress(Exception):

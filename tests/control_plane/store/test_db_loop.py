@@ -1,7 +1,7 @@
 """SQLite statements run on the event loop's thread, but nothing that may wait does: a write
-waiting for the lock another process holds, and a read marked long (`aside`: its cost grows
-with what a user stored), go to the connection's thread while the loop serves every other
-task."""
+waiting for the lock another process holds, a read marked long (`aside`: its cost grows with
+what a user stored), and the WAL's checkpoints go to a thread while the loop serves every
+other task."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from sqlalchemy import select, text, update
 from sqlalchemy.pool import QueuePool
 
 from control_plane.store import Database, accounts
+from control_plane.store.db import PAGE_BYTES, WAL_PAGES
 from control_plane.store.tables import users
 
 pytestmark = pytest.mark.asyncio
@@ -122,5 +123,47 @@ async def test_connections_past_the_pool_are_closed_cleanly(
             release.set()
             await asyncio.gather(*reads)
         assert [r.getMessage() for r in caplog.records] == []
+    finally:
+        await db.close()
+
+
+async def test_commits_run_on_the_loop_and_the_wal_is_checkpointed_aside(tmp_path: Path) -> None:
+    """Writes of six times the WAL's checkpoint length: each COMMIT runs on the loop's thread
+    (it only appends to the WAL), and the WAL does not grow past its length for long: the
+    checkpoints made aside bring its pages into the database, and it starts again small."""
+    db, _ = await _database(tmp_path)
+    wal = tmp_path / "cp.db-wal"
+    loop_thread = threading.get_ident()
+    commits: list[int] = []
+    row = b"x" * 4000
+
+    def traced(statement: str) -> None:
+        if statement == "COMMIT":
+            commits.append(threading.get_ident())
+
+    try:
+        async with db.begin() as conn:
+            await conn.execute(text("CREATE TABLE scratch (data BLOB)"))
+            raw = (await conn.get_raw_connection()).driver_connection
+            assert raw is not None
+            raw._conn.set_trace_callback(traced)  # the pool hands this connection out again
+        for _ in range(6 * WAL_PAGES // 50):
+            async with db.begin() as conn:
+                await conn.execute(text("INSERT INTO scratch VALUES (:data)"), [{"data": row}] * 50)
+        written = 6 * WAL_PAGES
+        for _ in range(5):  # the last checkpoint over, the next write starts the WAL again
+            assert db._checkpoints is not None
+            await db._checkpoints.close()
+            async with db.begin() as conn:
+                await conn.execute(text("INSERT INTO scratch VALUES (x'00')"))
+            written += 1
+            if wal.stat().st_size < WAL_PAGES * PAGE_BYTES:
+                break
+        assert wal.stat().st_size < WAL_PAGES * PAGE_BYTES
+        assert (tmp_path / "cp.db").stat().st_size > 5 * WAL_PAGES * PAGE_BYTES
+        assert len(commits) > 6 * WAL_PAGES // 50
+        assert set(commits) == {loop_thread}
+        async with db.connect() as conn:
+            assert await conn.scalar(text("SELECT count(*) FROM scratch")) == written
     finally:
         await db.close()
