@@ -24,8 +24,7 @@ checkpoints, which SQLite would do on the commit that takes the WAL past 1,000 p
 and fsyncs, 0.26 s seen under load). So no connection of this process checkpoints as it
 commits (`wal_autocheckpoint=0`); the write that takes the WAL past as much starts one on a
 thread of its own (`Checkpoints`). Before, every COMMIT went to the connection's thread and
-back with the write lock held: in a burst of 64 starts claimed from a warm pool the writes
-queued behind those round trips (`bench/burst.py --warm-pool 64`).
+back with the write lock held, and so did a checkpoint's writes and fsyncs.
 
 A cancelled task must not leave SQLite's write lock behind. Cancelling a task awaiting a
 statement on the thread lets the statement run on, but SQLAlchemy, seeing the cancellation,
@@ -97,9 +96,8 @@ PAGE_BYTES = 4096
 def _sqlite_connect(dbapi_connection: Any, record: Any) -> None:
     # WAL lets searches read while the webhook writes; NORMAL sync is durable at checkpoints
     # and never corrupts; checkpoints are made aside (`Checkpoints`). No busy timeout here
-    # (`SteadyConnection`). Transactions are begun
-    # here (`_sqlite_begin`), not by the driver, which would begin them only at the first
-    # write, leaving the reads before it outside.
+    # (`SteadyConnection`). Transactions are begun here (`_sqlite_begin`), not by the driver,
+    # which would begin them only at the first write, leaving the reads before it outside.
     dbapi_connection.isolation_level = None
     cursor = dbapi_connection.cursor()
     cursor.execute("PRAGMA journal_mode=WAL")
