@@ -168,17 +168,19 @@ class Conversation:
             record.security_analyzer = analyzer
 
     async def transition(self, to: ExecutionStatus) -> None:
-        """Move the execution status along the table (staying put is no move), record it as
-        an event and save; any other move raises InvalidTransition. It holds here at once;
-        clients are shown it once its event is stored."""
+        """Move the execution status along the table (staying put is no move), save the record
+        and record the move as an event; any other move raises InvalidTransition. It holds
+        here at once; clients are shown it once the record and its event are stored, so what
+        the run counted (its cost, its tokens) is on disk before anyone sees it end: a server
+        killed right after a client saw FINISHED had lost the last turn's cost."""
         before = self.record.execution_status
         if to == before:
             return
         check_move(before, to)
         self.record.execution_status = to
         with self.shown.holding(before):
+            await self.save()
             await self.append(ConversationStateUpdateEvent(key="execution_status", value=to.value))
-        await self.save()
         if to != ExecutionStatus.RUNNING:  # a run ended (or never will): what clients wait for
             self.shown.publish_state()
 

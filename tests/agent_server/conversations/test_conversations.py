@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -105,6 +107,28 @@ async def test_staying_put_is_no_move(srv: InProcess, tmp_path: Path) -> None:
         await conv.transition(status)
         assert conv.status == status
         assert len(await events(conv)) == before
+
+
+async def test_the_record_on_disk_holds_a_move_before_its_event_is_out(
+    srv: InProcess, tmp_path: Path
+) -> None:
+    """A client that sees a run end (its status event, or the status it reads) may see the
+    server killed a moment later: by then the record on disk holds the move and what the run
+    counted (its cost), which a server started again reads back."""
+    conv = await new_conversation(srv, tmp_path / "ws")
+    on_disk: list[tuple[str, float]] = []
+
+    def when_out(written: Sequence[tuple[object, bytes]]) -> None:
+        for event, _ in written:
+            if isinstance(event, ConversationStateUpdateEvent) and event.key == "execution_status":
+                record = json.loads((conv.directory / "meta.json").read_text())
+                on_disk.append((record["execution_status"], record["metrics"]["accumulated_cost"]))
+
+    (await conv.log()).subscribe(when_out)
+    await conv.transition(S.RUNNING)
+    conv.record.metrics.accumulated_cost = 0.5  # what the run's model calls counted
+    await conv.transition(S.FINISHED)
+    assert on_disk == [("running", 0.0), ("finished", 0.5)]
 
 
 # -- run, pause, interrupt ---------------------------------------------------------------------
