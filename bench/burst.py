@@ -37,7 +37,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.capacity import Plane, subnet_for  # noqa: E402
+from bench.capacity import Plane, cpu_seconds, subnet_for  # noqa: E402
 from tests.control_plane.support import (  # noqa: E402
     OPERATOR,
     ControlPlane,
@@ -60,13 +60,6 @@ def machine_ticks() -> tuple[int, int]:
     """The machine's busy CPU ticks (all but idle and iowait) and all ticks, since boot."""
     fields = [int(x) for x in Path("/proc/stat").read_text().split("\n")[0].split()[1:]]
     return sum(fields) - fields[3] - fields[4], sum(fields)
-
-
-def process_ticks(pid: int) -> int:
-    """A process's CPU ticks, user and system."""
-    stat = Path(f"/proc/{pid}/stat").read_text()
-    fields = stat[stat.rfind(")") + 2 :].split()
-    return int(fields[11]) + int(fields[12])
 
 
 def quiet() -> bool:
@@ -190,13 +183,13 @@ def main() -> None:
                 print("burst: the pool is full and quiet", file=sys.stderr, flush=True)
             for _ in range(args.starts):
                 llm.script("burst", call("finish", message="done"))
-            machine, own = machine_ticks()[0], process_ticks(plane.pid)
+            machine, own = machine_ticks()[0], cpu_seconds(plane.pid)
             results.update(asyncio.run(burst(plane.url, key, args.starts)))
             # CPU seconds the burst took (to its last READY, with the runs it started): the
             # machine's, and the control plane's process (this whole bench's with --plane thread)
             results["cpu_s"] = {
                 "machine": round((machine_ticks()[0] - machine) / TICKS, 1),
-                "control_plane": round((process_ticks(plane.pid) - own) / TICKS, 1),
+                "control_plane": round(cpu_seconds(plane.pid) - own, 1),
             }
             if args.warm_pool:
                 results["warm_pool_hits"] = warm_pool(plane.url)["hit"]

@@ -105,6 +105,13 @@ def mem_available_mib() -> float:
     raise RuntimeError("no MemAvailable")
 
 
+def cpu_seconds(pid: int) -> float:
+    """A process's user and system CPU seconds (all its threads, not its children)."""
+    stat = Path(f"/proc/{pid}/stat").read_bytes()
+    rest = stat[stat.rfind(b")") + 2 :].split()
+    return (int(rest[11]) + int(rest[12])) / os.sysconf("SC_CLK_TCK")
+
+
 # -- the control plane, a process of its own ----------------------------------------------------
 
 
@@ -226,9 +233,7 @@ class Plane:
         return {"to_alive_s": round(alive, 2)}
 
     def cpu_seconds(self) -> float:
-        stat = Path(f"/proc/{self.pid}/stat").read_bytes()
-        rest = stat[stat.rfind(b")") + 2 :].split()
-        return (int(rest[11]) + int(rest[12])) / os.sysconf("SC_CLK_TCK")
+        return cpu_seconds(self.pid)
 
 
 # -- many waits, one batch read per round ---------------------------------------------------------
