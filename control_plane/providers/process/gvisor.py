@@ -236,7 +236,7 @@ def _mounts(
         tmpfs("/tmp", "mode=1777", f"size={limits.tmp}"),
         tmpfs("/dev/shm", "mode=1777", f"size={limits.shm}"),
     ]
-    bound = [Path(p) for p in SYSTEM_DIRS] + program_paths()
+    bound = [*(Path(p) for p in SYSTEM_DIRS), *program_paths()]
     for link in SYSTEM_LINKS:  # merged /usr: /bin is /usr/bin (OCI makes no symbolic links)
         if os.path.isdir(link):
             mounts.append(bind(os.path.realpath(link), link))
