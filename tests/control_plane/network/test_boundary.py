@@ -11,6 +11,7 @@ import pytest
 
 from control_plane.network.boundary import Boundary
 from control_plane.network.fence import Fence
+from control_plane.network.host import NetworkError, ip_batch
 from control_plane.network.links import Links, veth_of
 from control_plane.network.policy import NetworkPolicy
 from control_plane.network.rules import Segment
@@ -113,3 +114,26 @@ async def test_a_restarted_control_planes_fence_knows_the_sandboxes_in_its_table
     assert await again.who(str(attached.address)) == "s0d1"
     assert await again.address_of("s0d1") == attached.address
     await boundary.detach("s0d1")
+
+
+async def test_a_crowded_subnet_still_gives_its_last_free_address_and_then_says_it_is_full(
+    boundary: Boundary,
+) -> None:
+    """An address is a random pick claimed by its route, and the routes held are read only
+    after a clash: with every address but one held (another control plane's sandboxes), a
+    start still gets that one; with none left, it is refused in words."""
+    links = boundary.links
+    assert links is not None
+    hosts = list(links.subnet.hosts())[1:]  # the first is the gateway
+    free, held = hosts[len(hosts) // 2], [h for h in hosts if h != hosts[len(hosts) // 2]]
+    await ip_batch([f"route add {address}/32 dev {links.holder}" for address in held])
+    try:
+        attached = await links.attach("s0e1")
+        assert attached.address == free
+        await links.detach("s0e1")
+        await ip_batch([f"route add {free}/32 dev {links.holder}"])
+        with pytest.raises(NetworkError, match="no free address"):
+            await links.attach("s0e2")
+        assert not links.has("s0e2")
+    finally:
+        await ip_batch([f"route delete {address}/32" for address in [*held, free]])
