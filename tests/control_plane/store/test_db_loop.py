@@ -14,10 +14,11 @@ from typing import cast
 
 import pytest
 from sqlalchemy import select, text, update
+from sqlalchemy.exc import OperationalError
 from sqlalchemy.pool import QueuePool
 
 from control_plane.store import Database, accounts
-from control_plane.store.db import PAGE_BYTES, WAL_PAGES
+from control_plane.store.db import PAGE_BYTES, WAL_PAGES, describe, transient
 from control_plane.store.tables import users
 
 pytestmark = pytest.mark.asyncio
@@ -60,6 +61,34 @@ async def test_a_write_waiting_for_another_process_holds_up_no_other_task(
         await writing
         async with db.connect() as conn:
             assert await conn.scalar(select(users.c.name).where(users.c.id == user_id)) == "new"
+    finally:
+        other.close()
+        await db.close()
+
+
+async def test_a_write_that_waits_out_the_busy_timeout_fails_as_a_failure_that_passes(
+    tmp_path: Path,
+) -> None:
+    """Another process keeps the write lock past this one's wait: the write's BEGIN fails as
+    SQLAlchemy's OperationalError in SQLite's words, which passes (`transient`: a client is
+    told 503 and an idempotent write is tried again), not as the driver's own error, which
+    nothing here expects; once the lock is let go, the next write goes through."""
+    db = Database(f"sqlite+aiosqlite:///{tmp_path / 'cp.db'}", busy_timeout=0.2)
+    await db.migrate()
+    user_id = (await accounts.get_or_create_user(db, "busy")).id
+    other = sqlite3.connect(tmp_path / "cp.db", timeout=0, isolation_level=None)
+    try:
+        other.execute("BEGIN IMMEDIATE")
+        with pytest.raises(OperationalError) as failed:
+            async with db.begin() as conn:
+                await conn.execute(update(users).where(users.c.id == user_id).values(name="x"))
+        assert transient(failed.value)
+        assert "database is locked" in describe(failed.value)
+        other.execute("ROLLBACK")
+        async with db.begin() as conn:
+            await conn.execute(update(users).where(users.c.id == user_id).values(name="x"))
+        async with db.connect() as conn:
+            assert await conn.scalar(select(users.c.name).where(users.c.id == user_id)) == "x"
     finally:
         other.close()
         await db.close()
