@@ -98,7 +98,10 @@ class ConversationService:
             self._items[record.id] = self._conversation(record, directory)
         for conv in self._items.values():
             if conv.status == ExecutionStatus.RUNNING:
-                # No task survives a restart: say the run was cut; `run` continues it.
+                # No task survives a restart: say the run was cut; `run` continues it. What
+                # it counted since it began is taken back from its log first, so the record
+                # saved by the move has it.
+                await conv.recover_totals()
                 await conv.append(
                     ConversationErrorEvent(
                         source="environment",

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import traceback
 from collections.abc import AsyncIterator, Mapping
@@ -24,9 +25,11 @@ from agent_server.agent.contract import AnsweringSession, Session, SteeredSessio
 from agent_server.agent.policies import ConfirmationPolicy
 from agent_server.agent.skills import SkillList
 from agent_server.agent.spec import LLMConfig
+from agent_server.agent.usage import Metrics
 from agent_server.conversations.files import create as create_files
 from agent_server.conversations.parts import ConversationParts
 from agent_server.log import EventLog
+from agent_server.log_index import Query
 from agent_server.record import ConversationInfo, SendMessage, StoredConversation
 from agent_server.status import check_move
 from agent_server.telemetry import logs as log_context
@@ -403,6 +406,17 @@ class Conversation:
             if self.status == ExecutionStatus.RUNNING:
                 await self.transition(ExecutionStatus.PAUSED)
 
+    async def recover_totals(self) -> None:
+        """A run a stop cut short (the server killed during it): the record is saved at
+        status moves, so what the run counted since its move to RUNNING (its cost, its
+        tokens) is not in it; the run's last `stats` update in the log has those totals, and
+        is taken when it counts more responses."""
+        totals = _run_totals(await self.log())
+        metrics = self.record.metrics
+        if totals is not None and totals.response_count > metrics.response_count:
+            for name in type(metrics).model_fields:  # in place: the agent counts on this one
+                setattr(metrics, name, getattr(totals, name))
+
     async def wait_run(self) -> ExecutionStatus:
         """Wait for the run task, if any, to end; the status it left."""
         task = self._task
@@ -430,3 +444,29 @@ class Conversation:
         self.closed.set()
         self.trace.end()  # its root span ends (and is exported) with its life in this process
         await self._log.close()
+
+
+#: State updates read back at most, looking for a cut run's last `stats` (a run makes one per
+#: model response and two status moves).
+TOTALS_LOOKBACK = 1000
+
+
+def _run_totals(log: EventLog) -> Metrics | None:
+    """The totals of the last `stats` update since the log's last move to RUNNING (None when
+    the run made none): the state updates read from the end, newest first."""
+    query, page = Query(kind="ConversationStateUpdateEvent", descending=True), None
+    for _ in range(TOTALS_LOOKBACK // 100):
+        lines, page = log.search(query, 100, page)
+        for line in lines:
+            try:
+                update = json.loads(line)
+                key, value = update.get("key"), update.get("value")
+                if key == "execution_status" and value == ExecutionStatus.RUNNING.value:
+                    return None
+                if key == "stats":
+                    return Metrics.model_validate(next(iter(value["usage_to_metrics"].values())))
+            except (ValueError, TypeError, KeyError, AttributeError, StopIteration):
+                continue  # a line unreadable as such counts as none
+        if page is None:
+            break
+    return None

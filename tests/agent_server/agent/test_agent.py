@@ -8,6 +8,7 @@ import sys
 import time
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -448,6 +449,55 @@ def test_restart_in_the_middle_of_a_run(llm: ScriptedLLM, key: str, tmp_path: Pa
             assert [e["tool_name"] for e in errors] == ["terminal"]
             messages = llm.requests_for(key)[-1]["messages"]
             assert messages[-1]["role"] == "tool"
+    finally:
+        proc.stop()
+
+
+def test_a_run_killed_midway_keeps_what_it_counted(
+    llm: ScriptedLLM, key: str, tmp_path: Path
+) -> None:
+    """The server killed during a run, after a response was counted (its `stats` update in
+    the log): after the restart the conversation's totals still count it, and the run
+    continued adds to them. The record is saved at status moves only, and the restart read
+    the totals of the run's start: the response's tokens were gone."""
+    from tests.support.server import ServerProcess
+
+    first = {"prompt_tokens": 1234, "completion_tokens": 56, "total_tokens": 1290}
+    llm.script(
+        key,
+        Reply(tool_calls=[("terminal", {"command": "sleep 100"})], usage=first),
+        call("finish", message="done"),
+    )
+    proc = ServerProcess(tmp_path / "state").start()
+    try:
+        with proc.client() as c:
+            conv = create(c, llm, key, tmp_path / "ws", tools=["terminal"], message="go", run=True)
+            wait_for(
+                lambda: [
+                    e
+                    for e in events(c, conv["id"], "ConversationStateUpdateEvent")
+                    if e["key"] == "stats"
+                ],
+                what="the first response counted",
+            )
+        proc.kill()
+        proc.start()
+
+        def totals(c: httpx.Client) -> dict[str, Any]:
+            info = c.get(f"/api/conversations/{conv['id']}").json()
+            found: dict[str, Any] = next(iter(info["stats"]["usage_to_metrics"].values()))
+            return found
+
+        with proc.client() as c:
+            assert status(c, conv["id"]) == "error"
+            after = totals(c)
+            assert after["response_count"] == 1
+            assert after["accumulated_token_usage"]["prompt_tokens"] == 1234
+            c.post(f"/api/conversations/{conv['id']}/run")
+            assert wait_status(c, conv["id"], "finished") == "finished"
+            done = totals(c)
+            assert done["response_count"] == 2
+            assert done["accumulated_token_usage"]["prompt_tokens"] > 1234
     finally:
         proc.stop()
 
