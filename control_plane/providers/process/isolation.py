@@ -425,13 +425,15 @@ def _uids_in_use(sandboxes_dir: Path) -> set[int]:
     for name in os.listdir("/proc"):
         if not name.isdigit():
             continue
-        try:
-            with open(f"/proc/{name}/status", "rb") as status:
-                for line in status:
-                    if line.startswith(b"Uid:"):
-                        used.add(int(line.split()[1]))
-                        break
-        except (OSError, ValueError, IndexError):
+        try:  # one read of its start, where the Uid line is: half the cost of a line loop
+            fd = os.open(f"/proc/{name}/status", os.O_RDONLY)
+            try:
+                status = os.read(fd, 1024)
+            finally:
+                os.close(fd)
+            at = status.index(b"\nUid:") + 5
+            used.add(int(status[at : status.index(b"\t", at + 1)]))
+        except (OSError, ValueError):
             continue
     return used
 

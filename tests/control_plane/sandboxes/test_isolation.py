@@ -565,3 +565,28 @@ def test_a_uid_range_is_checked(value: str) -> None:
         200000,
         265535,
     )
+
+
+def test_a_uid_a_running_process_has_is_never_given_to_a_new_sandbox(tmp_path: Path) -> None:
+    """A process of another control plane's sandbox (its directory elsewhere) runs as one uid
+    of a range of two: every sandbox directory made here gets the other one."""
+    first = 61_000 + os.getpid() % 1000 * 2
+    isolation = choose("bubblewrap", hidden=[], uids=(first, first + 1))
+    assert isolation is not None
+    stranger = subprocess.Popen(
+        ["setpriv", f"--reuid={first}", f"--regid={first}", "--clear-groups", "sleep", "60"]
+    )
+    try:
+        wait_for(
+            lambda: Path(f"/proc/{stranger.pid}/status").read_text().count(f"\t{first}\t") > 0,
+            10,
+            what="the stranger running as its uid",
+        )
+        for n in range(20):
+            root = tmp_path / "sandboxes" / f"s{n}"
+            root.mkdir(parents=True)
+            assert isolation.own(root) == first + 1
+            root.rmdir()
+    finally:
+        stranger.kill()
+        stranger.wait()
