@@ -17,9 +17,11 @@ keys, which no parked sandbox holds.
 - **Never outliving its control plane**: each kind ends by itself once its control plane is
   gone (its parking says how); the pool of a control plane that starts removes what ended of
   its deployment's pools (`Parking.sweep`).
-- **Refilled in the background**, one at a time, REFILL_PAUSE after the start that took one is
-  over (its work would slow that start, whose task goes on to make its conversation). One that
-  cannot be parked is logged and tried again after BACKOFF; a start never waits for the pool.
+- **Refilled in the background**, one at a time, once starts are quiet: none under way, and
+  REFILL_PAUSE since the last was over (a park's work would slow those starts, whose tasks go
+  on to make their conversations; in a burst, every start would share the cores with parks),
+  or after PATIENCE of a steady stream of them. One that cannot be parked is logged and tried
+  again after BACKOFF; a start never waits for the pool.
 
 The pool wraps its provider (`Pooled`): the provider offers the moves (`parking.Parking`:
 Docker's are `docker.pool`'s, Swarm's `swarm.pool`'s) and never holds its pool; the composition
@@ -34,6 +36,7 @@ import logging
 import time
 import uuid
 from collections import deque
+from collections.abc import Iterator
 from typing import Any
 
 import anyio
@@ -52,11 +55,16 @@ logger = logging.getLogger(__name__)
 RESERVE_TIMEOUT = 120.0
 #: Seconds before parking is tried again after a failure (the engine away, the image missing).
 BACKOFF = 10.0
-#: Seconds between the end of a start that took a parked one and its refill: that start's task
-#: goes on (its conversation made in the sandbox), and a refill's work on the same cores (a
-#: container made and started, a server loading everything) slowed it: Docker, a pool of one at
-#: load 1 to 2, 0.07-0.09 s from the provider's return to READY, 0.04-0.055 s with the pause.
+#: Seconds between the end of the last start and a refill: that start's task goes on (its
+#: conversation made in the sandbox), and a refill's work on the same cores (a container made
+#: and started, a server loading everything) slowed it: Docker, a pool of one at load 1 to 2,
+#: 0.07-0.09 s from the provider's return to READY, 0.04-0.055 s with the pause. Each start puts
+#: the refill off again, so a burst of starts has the cores.
 REFILL_PAUSE = 1.0
+#: Seconds a pool short of parked ones waits for starts to be quiet, at most: starts that never
+#: leave REFILL_PAUSE between them are a steady stream, not a burst, and would otherwise keep
+#: the pool empty and every start cold; past this, it refills beside them.
+PATIENCE = 30.0
 
 
 class WarmPool:
@@ -75,6 +83,9 @@ class WarmPool:
         self._tasks: list[asyncio.Task[None]] = []
         self._removals: set[asyncio.Task[None]] = set()  # held: the loop keeps weak references
         self._refill: asyncio.TimerHandle | None = None
+        self._starts = 0  # under way (`starting`)
+        self._taken_at = -REFILL_PAUSE  # when a start last asked for one or ended
+        self._put_off: float | None = None  # since when the pool, short, has waited for starts
         self.interval = parking.keep_interval
         self.hits = 0
         """New sandboxes that were handed a parked one (read by the metrics' scrape)."""
@@ -94,25 +105,50 @@ class WarmPool:
         return [parked.sandbox_id for parked in self._parked]
 
     def reserve(self) -> str | None:
-        """A parked sandbox's id, taken out of the pool (None when it is empty)."""
+        """A parked sandbox's id, taken out of the pool (None when it is empty: the start is
+        a cold one, and puts the refill off as well)."""
+        self._taken_at = time.monotonic()
         if not self._parked:
             self.misses += 1
             return None
         parked = self._parked.popleft()
-        parked.reserved_at = time.monotonic()
+        parked.reserved_at = self._taken_at
         self._reserved[parked.sandbox_id] = parked
-        return parked.sandbox_id  # refilled once its start is over (`refill`)
+        return parked.sandbox_id  # refilled once the starts are over (`starting`)
 
-    def refill(self) -> None:
-        """Park another in place of one taken: called once the start that took it is over, and
-        done REFILL_PAUSE later, so the refill's work (a container made, a server forked) never
-        slows that start down."""
-        if self._refill is None or self._refill.cancelled():
+    @contextlib.contextmanager
+    def starting(self) -> Iterator[None]:
+        """A start under way (a claim or a cold one): no park begins until it and every other
+        start are over, and REFILL_PAUSE after the last, so a park's work (a container made, a
+        server forked) slows neither that start, whose task goes on to make its conversation,
+        nor the next ones of a burst. Then the pool refills what was taken."""
+        self._starts += 1
+        try:
+            yield
+        finally:
+            self._starts -= 1
+            self._taken_at = time.monotonic()
+            if self._refill is not None:
+                self._refill.cancel()
             self._refill = asyncio.get_running_loop().call_later(REFILL_PAUSE, self._refilled)
 
     def _refilled(self) -> None:
         self._refill = None
         self._wanted.set()
+
+    def _may_park(self) -> bool:
+        """The pool is short, and starts are quiet (none under way or holding a reserved one,
+        none begun or ended for REFILL_PAUSE: a park now slows no start) or have kept it
+        waiting PATIENCE."""
+        now = time.monotonic()
+        if len(self._parked) >= self.size or (
+            not self._starts and not self._reserved and now - self._taken_at >= REFILL_PAUSE
+        ):
+            self._put_off = None
+            return len(self._parked) < self.size
+        if self._put_off is None:
+            self._put_off = now
+        return now - self._put_off >= PATIENCE
 
     async def claim(self, launch: Launch, webhook_url: str) -> Any | None:
         """The reserved one of `launch`'s sandbox with its keys handed over (what the
@@ -156,7 +192,7 @@ class WarmPool:
         except ProviderError as exc:
             logger.warning("warm pool: what earlier control planes parked is left (%s)", exc)
         while True:
-            if len(self._parked) < self.size:
+            if self._may_park():
                 sandbox_id = uuid.uuid4().hex
                 # Shielded: a park cut short in its worker thread would still finish there,
                 # and what it made (a held attach, a keys' pipe) would be lost unclosed.
@@ -253,14 +289,12 @@ class Pooled(Wrapper):
     async def create(self, launch: Launch) -> Handle:
         """The parked sandbox reserved for it, handed its keys, else a cold start; either way
         the provider's wait (and its removal when the sandbox does not come up)."""
-        try:
+        with self.pool.starting():
             await self.provider.prepare(launch)
             started = await self.pool.claim(launch, self.provider.inside(launch.webhook_url))
             if started is None:
                 started = await self.provider.start_cold(launch)
             return await self.provider.until_started(launch, started)
-        finally:
-            self.pool.refill()
 
     async def close(self) -> None:
         await self.pool.close()

@@ -18,13 +18,15 @@ import httpx
 import pytest
 from docker.models.containers import Container
 
+from control_plane.providers import pool as pool_module
 from control_plane.providers.containers import LABEL_PLANE, name_of, plane_label
 from control_plane.providers.docker.pool import PREFIX
 from control_plane.providers.docker.provider import DockerProvider
 from control_plane.providers.docker.settings import DockerSettings
+from control_plane.providers.parking import Parked
 from control_plane.providers.pool import Pooled, WarmPool
 from control_plane.sandboxes.measured import Measured
-from control_plane.sandboxes.provider import Launch, SandboxProvider
+from control_plane.sandboxes.provider import Handle, Launch, SandboxProvider
 from tests.control_plane.planes import PlaneProcess
 from tests.control_plane.support import configure_llm, wait_task
 from tests.support import docker as docker_support
@@ -53,15 +55,36 @@ def key_works(url: str, key: str) -> int:
     ).status_code
 
 
+class Noted(DockerProvider):
+    """The Docker provider, noting when each park begins and each start is up (before the
+    pool hears that start is over)."""
+
+    parks: list[float]
+    started: list[float]
+
+    async def park(self, sandbox_id: str, webhook_url: str) -> Parked:
+        self.parks.append(time.monotonic())
+        return await super().park(sandbox_id, webhook_url)
+
+    async def until_started(self, launch: Launch, started: str) -> Handle:
+        handle = await super().until_started(launch, started)
+        self.started.append(time.monotonic())
+        return handle
+
+
 @contextlib.asynccontextmanager
 async def pooled(
-    tmp_path: Path, image: str, engine: docker.DockerClient, size: int
+    tmp_path: Path,
+    image: str,
+    engine: docker.DockerClient,
+    size: int,
+    kind: type[DockerProvider] = DockerProvider,
 ) -> AsyncIterator[tuple[Pooled, WarmPool, str]]:
     """A Docker provider in a pool of `size` (wrapped as the composition root does), once that
     many are parked; its plane label. Everything of it removed after."""
     plane = f"pool-{uuid.uuid4().hex[:12]}"  # its own: another run on this machine has others
     provider = Pooled(
-        DockerProvider(
+        kind(
             DockerSettings(
                 tmp_path / "archives", image=image, plane=plane, warm_pool=size, webhook_url=HOOKS
             )
@@ -145,6 +168,41 @@ async def test_each_parked_container_goes_to_one_sandbox_with_its_key_alone(
         )
         volumes = engine.volumes.list(filters={"label": f"{LABEL_PLANE}={plane}"})
         assert sorted(v.name for v in volumes) == sorted(name_of(x.sandbox_id) for x in launches)
+
+
+async def test_a_burst_of_starts_has_the_cores_and_the_pool_refills_after_it(
+    tmp_path: Path,
+    sandbox_image: str,
+    engine: docker.DockerClient,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A park (a container made and started, a server loading everything) beside a burst's
+    starts would slow each of them: none begins while a start is under way, however soon
+    after another start's end (the pause after the last start is set to nothing here, so it
+    is the starts under way that hold the parks off)."""
+    monkeypatch.setattr(pool_module, "REFILL_PAUSE", 0.0)
+    Noted.parks, Noted.started = [], []
+    async with pooled(tmp_path, sandbox_image, engine, 2, Noted) as (provider, pool, _):
+        assert len(Noted.parks) == 2
+        ids = [provider.reserve("docker") for _ in range(3)]  # two claims and a cold start
+        handles = await asyncio.gather(
+            *(
+                provider.create(
+                    Launch(
+                        sandbox_id=sid or "cold" + uuid.uuid4().hex[:12],
+                        spec_id="docker",
+                        root_dir=Path("/workspace"),
+                        session_api_key=f"sk-burst-{n}",
+                        webhook_url=HOOKS,
+                    )
+                )
+                for n, sid in enumerate(ids)
+            )
+        )
+        assert len(handles) == 3 and len(Noted.started) == 3
+        await until(lambda: len(pool.waiting) == 2, "the pool refilled")
+        refills = Noted.parks[2:]
+        assert len(refills) == 2 and min(refills) > max(Noted.started), (refills, Noted.started)
 
 
 async def test_a_parked_container_whose_server_died_gives_way_to_a_cold_start(
