@@ -166,22 +166,21 @@ class Lifecycle:
         )
         gate = asyncio.Semaphore(CONCURRENCY)
 
-        async def one(sandbox_id: str) -> None:
+        async def one(row: SandboxRow) -> None:
             async with gate:
                 try:
-                    await self.check(sandbox_id)
+                    await self.check(row)
                 except ServiceError as exc:  # it changed meanwhile (deleted, busy): next round
-                    logger.info("reconciling sandbox %s: %s", sandbox_id, exc.detail)
+                    logger.info("reconciling sandbox %s: %s", row.id, exc.detail)
                 except Exception:
-                    logger.exception("reconciling sandbox %s failed", sandbox_id)
+                    logger.exception("reconciling sandbox %s failed", row.id)
 
-        await asyncio.gather(*(one(i) for i in claimed))
+        await asyncio.gather(*(one(row) for row in claimed))
         await self.tasks.take_over()
 
-    async def check(self, sandbox_id: str) -> None:
-        row = await rows.get(self.db, sandbox_id)
-        if row is None:
-            return
+    async def check(self, row: SandboxRow) -> None:
+        """One claimed sandbox, as the round's claim read it: each act below reads it again
+        under its guard, so a row changed since is acted on as it is now."""
         if row.status.terminal:  # what is left of it, when an earlier clean-up failed
             await self.sandboxes.clean_up(row.id, wait=False)
             return
@@ -213,7 +212,7 @@ class Lifecycle:
             ):
                 await self._record("sandbox.delete", row, SandboxReason.DELETION_TIME)
         else:
-            await self.drift.reconcile(row.id)
+            await self.drift.reconcile(row.id, row=row)
 
     async def _record(self, action: str, row: SandboxRow, reason: SandboxReason) -> None:
         """A timer's act in the audit log: by `system`, from this control-plane process."""

@@ -316,7 +316,7 @@ async def claim_round(
     cleanup_due: datetime,
     limit: int,
     paused_before: datetime | None = None,
-) -> list[str]:
+) -> list[SandboxRow]:
     """The sandboxes due for a reconciler round (live ones, and terminal ones whose clean-up is
     due at `cleanup_due`, lifecycle time), claimed by `holder` until `interval` seconds from
     `moment` (wall-clock time): two control planes never look at one sandbox in the same round
@@ -326,7 +326,10 @@ async def claim_round(
     A hibernated sandbox (PAUSED, no process: no `ref`) has nothing to look at: it is due only
     once it was paused before `paused_before` (lifecycle time; its deletion time has come),
     never without it. Thousands of them would otherwise take the rounds' places, each a lease
-    taken and given back for nothing, and the live ones would be looked at minutes apart."""
+    taken and given back for nothing, and the live ones would be looked at minutes apart.
+
+    The rows as claimed: a round's looks start from them rather than from a read each (what
+    a look acts on, it reads again under the sandbox's guard)."""
     following = moment + timedelta(seconds=interval)
     live = [SandboxStatus.STARTING.value, SandboxStatus.RUNNING.value, SandboxStatus.PAUSED.value]
     asleep = and_(sandboxes.c.status == SandboxStatus.PAUSED.value, sandboxes.c.ref.is_(None))
@@ -354,8 +357,8 @@ async def claim_round(
             .where(sandboxes.c.id.in_(first.scalar_subquery()), wanted, due)
             .values(reconcile_after=following, reconciled_by=holder)
         )
-        found = await conn.scalars(
-            select(sandboxes.c.id)
+        found = await conn.execute(
+            select(sandboxes)
             .where(
                 sandboxes.c.reconciled_by == holder,
                 sandboxes.c.reconcile_after == following,
@@ -363,7 +366,7 @@ async def claim_round(
             )
             .order_by(sandboxes.c.created_at)
         )
-        return list(found)
+        return [_row(row) for row in found]
 
 
 async def by_status(db: Database) -> dict[tuple[str, str], int]:

@@ -14,7 +14,8 @@ from typing import Any
 
 import httpx
 import pytest
-from sqlalchemy import select
+from sqlalchemy import event, select
+from sqlalchemy.engine import Engine
 
 from control_plane.lifecycle import duration
 from control_plane.store.tables import sandboxes
@@ -314,6 +315,48 @@ def test_failing_health_checks_past_the_grace_make_it_error_and_read_only(
     assert client.post("/api/v1/app-conversations", json={"sandbox_id": sid}).status_code == 409
     assert client.get(f"/api/v1/app-conversations/{cid}/download").status_code == 200
     assert notices(client, cid) == [("ERROR", "UNHEALTHY")]
+
+
+@pytest.mark.e2e
+def test_a_sandbox_that_answers_is_looked_at_without_a_write(
+    watched: ControlPlane, llm: ScriptedLLM, key: str
+) -> None:
+    """Every round looks at every live sandbox; one that answers as its record says has
+    nothing to record, and its look writes nothing of its own. Its lease, taken and given back
+    for each look, was two writes a look: what 500 idle sandboxes made the busiest work of a
+    control plane asked nothing, and what several control planes send one PostgreSQL."""
+    client = watched.client(watched.new_user("dora"))
+    configure_llm(client, llm.base_url(key))
+    sid = start(client)["sandbox_id"]
+    leased: list[str] = []
+
+    def written(
+        conn: object, cursor: object, statement: str, parameters: Any, *rest: object
+    ) -> None:
+        if "leases" in statement and sid in repr(parameters):
+            if not statement.lstrip().upper().startswith("SELECT"):
+                leased.append(statement)
+
+    def claimed() -> datetime:
+        """When the next round may take it (each round's claim moves it on)."""
+        [(after,)] = query(
+            watched.config.db_url, select(sandboxes.c.reconcile_after).where(sandboxes.c.id == sid)
+        )
+        return after  # type: ignore[no-any-return]
+
+    seen = {claimed()}
+
+    def rounds_seen() -> int:
+        seen.add(claimed())
+        return len(seen) - 1
+
+    event.listen(Engine, "before_cursor_execute", written)
+    try:
+        wait_for(lambda: rounds_seen() >= 4, 10, what="four more rounds")
+    finally:
+        event.remove(Engine, "before_cursor_execute", written)
+    assert sandbox(client, sid)["status"] == "RUNNING"
+    assert leased == []
 
 
 @pytest.mark.e2e

@@ -204,14 +204,15 @@ async def test_a_reconciler_round_claims_a_bounded_share_oldest_first(db: Databa
     await _sandbox(db, user.id, "gone", SandboxStatus.MISSING, age=20, idle=0)  # nothing left
     moment = db.now()
     first = await sandboxes.claim_round(db, "plane-a", moment, 10, cleanup_due=moment, limit=2)
-    assert first == ids[:2]
+    assert [row.id for row in first] == ids[:2]
     # Another process, the same round: only what nobody claimed yet, still at most its limit.
     second = await sandboxes.claim_round(db, "plane-b", moment, 10, cleanup_due=moment, limit=2)
-    assert second == ids[2:4]
+    assert [row.id for row in second] == ids[2:4]
     # The next round takes the one left waiting first, then those claimed longest ago.
     later = moment + timedelta(seconds=10)
     third = await sandboxes.claim_round(db, "plane-a", later, 10, cleanup_due=later, limit=3)
-    assert sorted(third) == sorted([ids[4], *ids[:2]])  # (s2 and s3 wait longer than they)
+    # (s2 and s3 wait longer than they)
+    assert sorted(row.id for row in third) == sorted([ids[4], *ids[:2]])
 
 
 async def test_a_round_leaves_hibernated_sandboxes_out_until_their_deletion_is_due(
@@ -228,7 +229,7 @@ async def test_a_round_leaves_hibernated_sandboxes_out_until_their_deletion_is_d
     await sandboxes.set_fields(db, asleep, paused_at=paused_at)  # no ref: hibernated
     moment = db.now()
     claimed = await sandboxes.claim_round(db, "plane-a", moment, 10, cleanup_due=moment, limit=10)
-    assert sorted(claimed) == sorted([running, frozen])
+    assert sorted(row.id for row in claimed) == sorted([running, frozen])
     later = moment + timedelta(seconds=10)
     not_yet = await sandboxes.claim_round(
         db,
@@ -239,7 +240,7 @@ async def test_a_round_leaves_hibernated_sandboxes_out_until_their_deletion_is_d
         limit=10,
         paused_before=later - timedelta(days=1),
     )
-    assert asleep not in not_yet
+    assert asleep not in [row.id for row in not_yet]
     due = await sandboxes.claim_round(
         db,
         "plane-a",
@@ -249,7 +250,7 @@ async def test_a_round_leaves_hibernated_sandboxes_out_until_their_deletion_is_d
         limit=10,
         paused_before=later - timedelta(hours=1),
     )
-    assert asleep in due
+    assert asleep in [row.id for row in due]
 
 
 async def test_a_status_is_written_only_along_the_transition_table(db: Database) -> None:
