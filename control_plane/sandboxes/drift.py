@@ -59,7 +59,9 @@ class Drift:
 
         `row`: the sandbox as the caller just read it. When it is RUNNING with nothing left to
         finish and its agent server answers, the look ends there (`_steady`), without the
-        guard: it changes nothing, so it takes no lease.
+        guard: it changes nothing, so it takes no lease. One this process acts on right now is
+        left to the next round, as the guard would leave it (a server being frozen here would
+        keep its health check waiting for an answer).
 
         `adopting`: the first look after this control plane started, when a RUNNING sandbox
         found frozen is one whose pause was cut short (PAUSED), not a hung one (a pause under
@@ -110,6 +112,7 @@ class Drift:
         handle = handle_of(row)
         if (
             handle is None
+            or self.sandboxes.acting_on(row.id)
             or row.status is not SandboxStatus.RUNNING
             or row.pausing_reason is not None
             or row.unhealthy_since is not None

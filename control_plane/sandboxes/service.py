@@ -199,6 +199,12 @@ class SandboxService:
         before (a pause, a deletion, a start) is only known from it."""
         return await self.rows.current(sandbox_id)
 
+    def acting_on(self, sandbox_id: str) -> bool:
+        """Whether this process holds the sandbox's guard right now (a start, pause, resume or
+        deletion under way here)."""
+        lock = self._locks.get(sandbox_id)
+        return lock is not None and lock.locked()
+
     @contextlib.asynccontextmanager
     async def guard(
         self, sandbox_id: str, wait: bool = True, leased: bool = False

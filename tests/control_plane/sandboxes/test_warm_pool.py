@@ -59,8 +59,10 @@ class Noted(DockerProvider):
     """The Docker provider, noting when each park begins and each start is up (before the
     pool hears that start is over)."""
 
-    parks: list[float]
-    started: list[float]
+    def __init__(self, settings: DockerSettings) -> None:
+        super().__init__(settings)
+        self.parks: list[float] = []
+        self.started: list[float] = []
 
     async def park(self, sandbox_id: str, webhook_url: str) -> Parked:
         self.parks.append(time.monotonic())
@@ -181,9 +183,10 @@ async def test_a_burst_of_starts_has_the_cores_and_the_pool_refills_after_it(
     after another start's end (the pause after the last start is set to nothing here, so it
     is the starts under way that hold the parks off)."""
     monkeypatch.setattr(pool_module, "REFILL_PAUSE", 0.0)
-    Noted.parks, Noted.started = [], []
     async with pooled(tmp_path, sandbox_image, engine, 2, Noted) as (provider, pool, _):
-        assert len(Noted.parks) == 2
+        noted = provider.provider
+        assert isinstance(noted, Noted)
+        assert len(noted.parks) == 2
         ids = [provider.reserve("docker") for _ in range(3)]  # two claims and a cold start
         handles = await asyncio.gather(
             *(
@@ -199,10 +202,10 @@ async def test_a_burst_of_starts_has_the_cores_and_the_pool_refills_after_it(
                 for n, sid in enumerate(ids)
             )
         )
-        assert len(handles) == 3 and len(Noted.started) == 3
+        assert len(handles) == 3 and len(noted.started) == 3
         await until(lambda: len(pool.waiting) == 2, "the pool refilled")
-        refills = Noted.parks[2:]
-        assert len(refills) == 2 and min(refills) > max(Noted.started), (refills, Noted.started)
+        refills = noted.parks[2:]
+        assert len(refills) == 2 and min(refills) > max(noted.started), (refills, noted.started)
 
 
 async def test_a_parked_container_whose_server_died_gives_way_to_a_cold_start(
