@@ -14,7 +14,10 @@ container would hold the volume.
   so files the agent made unreadable are archived too;
 - the volume job deletes the volume through the node's Docker socket (the one mount that
   needs: it runs a fixed command, no input of a sandbox's), waiting while the sandbox's last
-  task, or the archive job, still holds the volume.
+  task, or the archive job, still holds the volume. A container of the sandbox's service that
+  has ended but is still on the node holds it too, and Swarm does not always remove it (seen
+  holding the volume past a minute after the service was scaled to 0, its task long ended):
+  the job removes those itself, never a running one, nor another service's.
 
 Both are stdlib Python run by the image's `python3`, so the sandbox image needs nothing more.
 """
@@ -79,24 +82,42 @@ while not server.served and time.monotonic() < deadline:
 """
 
 VOLUME_REMOVER = f"""
-import http.client, socket, sys, time
-name = sys.argv[1]
+import http.client, json, socket, sys, time, urllib.parse
+volume, service = sys.argv[1], sys.argv[2]
 
 class Docker(http.client.HTTPConnection):
     def connect(self):
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.sock.connect("/var/run/docker.sock")
 
+def call(method, path):
+    connection = Docker("localhost")
+    connection.request(method, path)
+    response = connection.getresponse()
+    try:
+        return response.status, response.read()
+    finally:
+        connection.close()
+
+def ended_holders():
+    filters = {{
+        "volume": [volume],
+        "label": ["com.docker.swarm.service.name=" + service],
+        "status": ["created", "exited", "dead"],
+    }}
+    query = urllib.parse.urlencode({{"all": 1, "filters": json.dumps(filters)}})
+    status, body = call("GET", "/containers/json?" + query)
+    return [c["Id"] for c in json.loads(body)] if status == 200 else []
+
 deadline = time.monotonic() + {VOLUME_WAIT}
 while True:
-    connection = Docker("localhost")
-    connection.request("DELETE", "/volumes/" + name)
-    response = connection.getresponse()
-    body = response.read().decode(errors="replace")[:500]
-    if response.status in (204, 404):
+    status, body = call("DELETE", "/volumes/" + volume)
+    if status in (204, 404):
         sys.exit(0)
-    if response.status != 409 or time.monotonic() > deadline:
-        sys.exit(f"removing volume {{name}}: {{response.status}} {{body}}")
+    if status != 409 or time.monotonic() > deadline:
+        sys.exit(f"removing volume {{volume}}: {{status}} {{body.decode(errors='replace')[:500]}}")
+    for container in ended_holders():
+        call("DELETE", "/containers/" + container + "?force=1")
     time.sleep(0.2)
 """
 
@@ -222,7 +243,7 @@ class Jobs:
     def remove_volume(self, service_name: str, node: Node, volume: str) -> None:
         spec = docker.types.ContainerSpec(
             self.image,
-            command=["python3", "-c", VOLUME_REMOVER, volume],
+            command=["python3", "-c", VOLUME_REMOVER, volume, service_name],
             user="0:0",
             read_only=True,
             cap_drop=["ALL"],

@@ -23,6 +23,7 @@ labels, its agent servers' address and its removal of a sandbox's every object (
 from __future__ import annotations
 
 import abc
+import asyncio
 import logging
 import secrets
 from pathlib import Path
@@ -182,8 +183,21 @@ class SwarmParking(ContainerProvider):
                     ended.append(str(service["Spec"]["Labels"].get(LABEL_SANDBOX)))
             return ended
 
-        for sandbox_id in await self.run(ended):
-            await self.remove_all(sandbox_id)
+        # All at once, and one that cannot be removed (its node busy) keeps none of the others.
+        found = await self.run(ended)
+        outcomes = await asyncio.gather(
+            *(self.remove_all(sandbox_id) for sandbox_id in found), return_exceptions=True
+        )
+        left = [
+            f"{sandbox_id}: {outcome}"
+            for sandbox_id, outcome in zip(found, outcomes, strict=True)
+            if isinstance(outcome, ProviderError)
+        ]
+        for outcome in outcomes:
+            if isinstance(outcome, BaseException) and not isinstance(outcome, ProviderError):
+                raise outcome
+        if left:
+            raise ProviderError(f"{len(left)} of {len(found)} are left ({'; '.join(left)})")
 
 
 def _unpark(spec: dict[str, Any]) -> None:

@@ -27,9 +27,16 @@ import pytest
 
 from control_plane.__main__ import node_fence
 from control_plane.config import Config
-from control_plane.providers.containers import LABEL_PLANE, LABEL_SANDBOX, name_of, plane_label
+from control_plane.providers.containers import (
+    LABEL_PLANE,
+    LABEL_SANDBOX,
+    VOLUME_DIR,
+    name_of,
+    plane_label,
+)
 from control_plane.providers.swarm.fence import LABEL_FENCE
-from control_plane.providers.swarm.spec import KEYS_FILE, ROOT_CAPS
+from control_plane.providers.swarm.nodejobs import Jobs
+from control_plane.providers.swarm.spec import KEYS_FILE, ROOT_CAPS, node_of
 from tests.control_plane.planes import PlaneProcess
 from tests.control_plane.postgres import PostgresServer
 from tests.control_plane.support import (
@@ -478,6 +485,46 @@ def test_a_sandbox_no_node_can_take_ends_its_start(
         left = swarm.services(f"{LABEL_PLANE}={plane_label(config.db_url)}")
         assert [s for s in left if LABEL_FENCE not in s["Spec"]["Labels"]] == []  # (the nodes'
         # fences stay: they are the deployment's, not a sandbox's)
+
+
+def test_a_volume_its_ended_container_still_holds_is_removed(
+    swarm: Cluster, sandbox_image: str
+) -> None:
+    """The volume job on a node where an ended container of the sandbox's service is still
+    there, holding the volume (Swarm once left one past the job's minute after the service was
+    scaled to 0): that container goes, then the volume; a neighbour's ended container stays."""
+    sandbox, neighbour = name_of(uuid.uuid4().hex), name_of(uuid.uuid4().hex)
+    held = {}
+    for name in (sandbox, neighbour):
+        held[name] = swarm.worker.containers.create(
+            sandbox_image,
+            entrypoint=["true"],
+            labels={"com.docker.swarm.service.name": name},
+            volumes={name: {"bind": VOLUME_DIR, "mode": "rw"}},
+        )
+        held[name].start()
+        assert held[name].wait(timeout=60)["StatusCode"] == 0
+    [attrs] = swarm.manager.api.nodes(filters={"name": swarm.worker_hostname})
+    jobs = Jobs(
+        swarm.manager,
+        image=sandbox_image,
+        labels={LABEL_SANDBOX: sandbox},
+        start_timeout=60,
+        node_socket="/var/run/docker.sock",
+    )
+    try:
+        jobs.remove_volume(sandbox, node_of(attrs), sandbox)
+        names = {v.name for v in swarm.worker.volumes.list()}
+        assert sandbox not in names and neighbour in names
+        with pytest.raises(docker.errors.NotFound):
+            held[sandbox].reload()
+        held[neighbour].reload()  # still there
+    finally:
+        for name, container in held.items():
+            with contextlib.suppress(docker.errors.NotFound):
+                container.remove(force=True)
+            with contextlib.suppress(docker.errors.NotFound):
+                swarm.worker.volumes.get(name).remove()
 
 
 def test_the_timers_pause_and_delete_a_swarm_sandbox(
