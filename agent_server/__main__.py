@@ -22,6 +22,7 @@ from agent_server import secrecy
 from agent_server.config import ENV_PREFIX, Config, ConfigError, from_env
 from launch.ready import Ready
 from web import config as config_kit
+from web import keepalive
 
 if TYPE_CHECKING:
     import uvicorn
@@ -133,6 +134,7 @@ def _server(argv: list[str] | None) -> uvicorn.Server:
         # asyncio's vfork() takes under a millisecond. The control plane runs on it too.
         loop="asyncio",
         timeout_graceful_shutdown=10,
+        timeout_keep_alive=keepalive.IDLE_SECONDS,  # past the clients' own pools (see there)
         # Dead websocket peers are noticed within two intervals (about 40 s by default).
         ws_ping_interval=config.delivery.ws_ping_interval,
         ws_ping_timeout=config.delivery.ws_ping_interval,

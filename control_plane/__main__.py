@@ -13,13 +13,17 @@ import logging
 import os
 import sys
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
 from control_plane.config import PREFIX, Config, from_env
 from web import config as config_kit
+from web import keepalive
 from web.logs import JsonFormatter, SafeFormatter
+
+if TYPE_CHECKING:
+    import uvicorn
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -276,11 +280,16 @@ def main(argv: list[str] | None = None) -> None:
             raise SystemExit(2) from None
         return
 
+    server(config).run()
+
+
+def server(config: Config) -> uvicorn.Server:
+    """The uvicorn server over the control plane's app, not yet running."""
     import uvicorn
 
     from control_plane.app import Server, build_app
 
-    Server(
+    return Server(
         uvicorn.Config(
             build_app(config),
             host=config.host,
@@ -292,8 +301,9 @@ def main(argv: list[str] | None = None) -> None:
             access_log=False,  # the app's own (`web.accesslog`): never a query string
             lifespan="on",
             timeout_graceful_shutdown=10,
+            timeout_keep_alive=keepalive.IDLE_SECONDS,  # past the clients' own pools (see there)
         )
-    ).run()
+    )
 
 
 if __name__ == "__main__":

@@ -25,6 +25,8 @@ import uvicorn
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from web import keepalive
+
 logger = logging.getLogger(__name__)
 #: Seconds between looks at whether the provider knows its gateway yet.
 WAIT_INTERVAL = 0.5
@@ -136,6 +138,7 @@ class Listener:
             log_config=None,  # through the root handler, as the API's records are
             access_log=False,  # the app's own (`web.accesslog`): never a query string
             timeout_graceful_shutdown=5,
+            timeout_keep_alive=keepalive.IDLE_SECONDS,  # past the sandboxes' own pools (see there)
         )
         self._server = uvicorn.Server(self._config)
         self._state = state
