@@ -91,6 +91,10 @@ class PlaneProcess:
         self.proc.wait(10)
 
     def stop(self) -> None:
+        if self.proc is not None and self.proc.returncode is None and self.proc.poll() is not None:
+            # It ended by itself, not by kill(): what it said is shown with a failed test.
+            tail = self.log_file.read_bytes()[-4000:].decode(errors="replace")
+            print(f"control plane {self.state_dir.name} exited ({self.proc.returncode}):\n{tail}")
         if self.proc is not None and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
