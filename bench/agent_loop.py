@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -34,6 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from tests.support.api import wait_status  # noqa: E402
 from tests.support.llm import Reply, ScriptedLLM, call, text  # noqa: E402
 from tests.support.otlp import OTLPReceiver  # noqa: E402
+from tests.support.proc import cpu_seconds  # noqa: E402
 from tests.support.server import ServerProcess  # noqa: E402
 from tests.support.wait import wait_for  # noqa: E402
 
@@ -96,13 +96,6 @@ def create(client: Any, llm: ScriptedLLM, key: str, workspace: Path, iterations:
 def per_step_ms(llm: ScriptedLLM, key: str) -> list[float]:
     t = llm.timings[key]
     return [(t[i + 1][0] - t[i][1]) * 1000 for i in range(len(t) - 1)]
-
-
-def cpu_seconds(pid: int) -> float:
-    """User and system CPU time of one process (all its threads, the exporter's included;
-    not its children, the shells): less sensitive to a busy machine than wall time."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def tracing_env(mode: str, receiver: OTLPReceiver | None) -> dict[str, str]:

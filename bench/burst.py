@@ -37,7 +37,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.capacity import Plane, cpu_seconds, subnet_for  # noqa: E402
+from bench.capacity import Plane, subnet_for  # noqa: E402
 from tests.control_plane.support import (  # noqa: E402
     OPERATOR,
     ControlPlane,
@@ -47,6 +47,7 @@ from tests.control_plane.support import (  # noqa: E402
 )
 from tests.support.internet import Internet, forget_subnet  # noqa: E402
 from tests.support.llm import ScriptedLLM, call  # noqa: E402
+from tests.support.proc import cpu_seconds  # noqa: E402
 from tests.support.wait import wait_for  # noqa: E402
 
 BODY = {"initial_message": {"content": [{"type": "text", "text": "hi"}], "run": True}}

@@ -66,6 +66,7 @@ from control_plane.providers.process.isolation import _uids_in_use  # noqa: E402
 from core.procfs import list_processes  # noqa: E402
 from tests.support.internet import Internet, forget_subnet  # noqa: E402
 from tests.support.llm import ScriptedLLM, call, free_port  # noqa: E402
+from tests.support.proc import cpu_seconds  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 PYTHON = ROOT / ".venv" / "bin" / "python"
@@ -103,13 +104,6 @@ def mem_available_mib() -> float:
         if line.startswith("MemAvailable:"):
             return int(line.split()[1]) / 1024
     raise RuntimeError("no MemAvailable")
-
-
-def cpu_seconds(pid: int) -> float:
-    """A process's user and system CPU seconds (all its threads, not its children)."""
-    stat = Path(f"/proc/{pid}/stat").read_bytes()
-    rest = stat[stat.rfind(b")") + 2 :].split()
-    return (int(rest[11]) + int(rest[12])) / os.sysconf("SC_CLK_TCK")
 
 
 # -- the control plane, a process of its own ----------------------------------------------------

@@ -37,6 +37,7 @@ from agent_server.log import EventLog  # noqa: E402
 from events import Message, MessageEvent, TextContent  # noqa: E402
 from tests.conftest import agent_spec  # noqa: E402
 from tests.support.llm import Reply, ScriptedLLM, call  # noqa: E402
+from tests.support.proc import cpu_seconds  # noqa: E402
 from tests.support.receiver import Receiver  # noqa: E402
 from tests.support.server import KEY, ServerProcess  # noqa: E402
 from tests.support.wait import wait_for  # noqa: E402
@@ -80,14 +81,6 @@ def percentile(values: list[float], q: float) -> float:
 # -- websocket fan-out -----------------------------------------------------------------------------
 
 
-def cpu_seconds(server: ServerProcess) -> float:
-    """The server's CPU time so far (user and system): on a shared machine the fan-out's
-    cost says more than its wall time."""
-    assert server.proc is not None
-    fields = Path(f"/proc/{server.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 async def fan_out(
     server: ServerProcess,
     llm: ScriptedLLM,
@@ -96,6 +89,8 @@ async def fan_out(
     workspace: Path,
     compression: str | None,
 ) -> dict[str, Any]:
+    assert server.proc is not None
+    pid = server.proc.pid  # its CPU time says more than its wall time on a shared machine
     async with httpx.AsyncClient(
         base_url=server.url, headers={"X-Session-API-Key": KEY}, timeout=60
     ) as http:
@@ -138,13 +133,13 @@ async def fan_out(
         tasks = [asyncio.create_task(watch(i)) for i in range(subscribers)]
         for _ in range(subscribers):
             await ready.acquire()
-        started, cpu = time.monotonic(), cpu_seconds(server)
+        started, cpu = time.monotonic(), cpu_seconds(pid)
         await http.post(
             f"/api/conversations/{cid}/events",
             json={"role": "user", "content": [{"type": "text", "text": "go"}], "run": True},
         )
         await asyncio.wait_for(asyncio.gather(*tasks), 600)
-        elapsed, cpu = time.monotonic() - started, cpu_seconds(server) - cpu
+        elapsed, cpu = time.monotonic() - started, cpu_seconds(pid) - cpu
         stored = (await http.get(f"/api/conversations/{cid}/events/count")).json()
     return {
         "compression": compression or "none",

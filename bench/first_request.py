@@ -53,6 +53,7 @@ import httpx  # noqa: E402
 from bench.startup import compile_project, spawn_server  # noqa: E402
 from tests.support.api import events, wait_status  # noqa: E402
 from tests.support.llm import Reply, ScriptedLLM, call, free_port, text  # noqa: E402
+from tests.support.proc import cpu_seconds  # noqa: E402
 from tests.support.server import KEY, ServerProcess  # noqa: E402
 
 #: The OpenHands SDK's default agent's tools (its browser left out).
@@ -74,12 +75,6 @@ def thinker(steps: int):  # type: ignore[no-untyped-def]
         return text("done") if n > steps else call("think", thought=f"step {n}")
 
     return respond
-
-
-def cpu_s(pid: int) -> float:
-    """User + system CPU seconds of the process so far."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def health_status(port: int) -> int | None:
@@ -117,12 +112,12 @@ def at_once_run(tmp: Path, llm: ScriptedLLM, run: int) -> dict[str, Any]:
                 raise RuntimeError("no /health after 60 s")
             time.sleep(0.002)
         healthy = time.monotonic()
-        cpu_health = cpu_s(proc.pid)
+        cpu_health = cpu_seconds(proc.pid)
         r = client.post("/api/conversations", json=payload)
         r.raise_for_status()
         while not llm.timings[key] and time.monotonic() < healthy + 60:
             time.sleep(0.001)
-        cpu_first = cpu_s(proc.pid)
+        cpu_first = cpu_seconds(proc.pid)
         first = llm.timings[key][0][0]
         wait_status(client, r.json()["id"], timeout=60)
     finally:

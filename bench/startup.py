@@ -31,6 +31,10 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from tests.support.proc import cpu_seconds  # noqa: E402
+
 READY_TARGET_S = 0.5
 RSS_TARGET_MB = 80.0
 ROOT = Path(__file__).resolve().parent.parent
@@ -81,12 +85,6 @@ def rss_mb(pid: int) -> float:
     raise RuntimeError("no VmRSS")
 
 
-def cpu_s(pid: int) -> float:
-    """User + system CPU seconds of the process so far (less sensitive to a busy machine)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def one_run(idle: float, timeout: float = 30) -> dict[str, float]:
     with tempfile.TemporaryDirectory(prefix="agent-server-bench-") as tmp:
         port = free_port()
@@ -107,7 +105,7 @@ def one_run(idle: float, timeout: float = 30) -> dict[str, float]:
                     raise RuntimeError(f"not ready after {timeout}s")
                 time.sleep(0.005)
             ready_s = time.perf_counter() - started
-            cpu_ready = cpu_s(proc.pid)
+            cpu_ready = cpu_seconds(proc.pid)
             rss_ready = rss_mb(proc.pid)
             time.sleep(idle)
             rss_idle = rss_mb(proc.pid)
