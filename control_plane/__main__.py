@@ -19,7 +19,6 @@ from pydantic import ValidationError
 
 from control_plane.config import PREFIX, Config, from_env
 from web import config as config_kit
-from web import keepalive
 from web.logs import JsonFormatter, SafeFormatter
 
 if TYPE_CHECKING:
@@ -301,7 +300,7 @@ def server(config: Config) -> uvicorn.Server:
             access_log=False,  # the app's own (`web.accesslog`): never a query string
             lifespan="on",
             timeout_graceful_shutdown=10,
-            timeout_keep_alive=keepalive.IDLE_SECONDS,  # past the clients' own pools (see there)
+            timeout_keep_alive=config.keep_alive_seconds,  # past the clients' (see there)
         )
     )
 

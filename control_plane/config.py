@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, ByteSize, ConfigDict, Field, field_validator, model_validator
 
 from core.net import is_loopback
-from web import config
+from web import config, keepalive
 from web.config import Env
 from web.telemetry import TraceSampler, otlp_endpoint
 
@@ -30,6 +30,11 @@ class Config(BaseModel):
 
     port: int = Field(default=3000, ge=0, le=65535)
     """Listen port."""
+
+    keep_alive_seconds: int = Field(default=keepalive.IDLE_SECONDS, ge=1, le=3600)
+    """Seconds an idle client connection is kept open. Longer than the idle timeout of
+    whatever connects (httpx's pool: 5 s; a load balancer in front: often 60 s, so 65 behind
+    one), or a request it sends as the server closes meets a reset (`web/keepalive.py`)."""
 
     state_dir: Path = Path("~/.local/state/control-plane")
     """Database (SQLite default), secret key, sandboxes' state and workspaces, archives."""
