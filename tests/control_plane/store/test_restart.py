@@ -60,15 +60,19 @@ def run_and_kill(plane: PlaneProcess, client: httpx.Client, llm: ScriptedLLM, ke
     running = wait_task(client, client.post("/api/v1/app-conversations", json=body).json()["id"])
     assert running["status"] == "READY"
     cid, sid = running["app_conversation_id"], running["sandbox_id"]
-    wait_for(
-        lambda: (
-            client.get(
-                f"/api/v1/conversation/{cid}/events/count", params={"kind__eq": "ActionEvent"}
-            ).json()
-            >= 1
-        ),
-        30,
-    )
+    try:
+        wait_for(
+            lambda: (
+                client.get(
+                    f"/api/v1/conversation/{cid}/events/count", params={"kind__eq": "ActionEvent"}
+                ).json()
+                >= 1
+            ),
+            30,
+            what="the run's first action, stored",
+        )
+    except AssertionError as exc:  # (twice in CI, unexplained) where did the run stand?
+        raise AssertionError(f"{exc}; {where_the_run_is(client, sid, cid, llm, key)}") from None
     doomed = wait_task(client, client.post("/api/v1/app-conversations", json={}).json()["id"])
     doomed_pid = sandbox_pids(plane.state_dir)[doomed["sandbox_id"]]
     # The control plane's own settings (its database, its secret key) never reach a sandbox.
@@ -181,3 +185,25 @@ def test_a_start_taken_over_that_fails_removes_the_sandbox_it_made(tmp_path: Pat
         assert (config.state_dir / "archives" / f"{sid}.tar.gz").exists()
     finally:
         second.stop()
+
+
+def where_the_run_is(
+    client: httpx.Client, sandbox_id: str, cid: str, llm: ScriptedLLM, key: str
+) -> str:
+    """What the agent server itself holds of the run, beside what the control plane stored
+    and the model was asked: a run stalled in the sandbox (its model's answer never ended),
+    against events made there that never reached the control plane."""
+    sandbox = client.get("/api/v1/sandboxes", params={"id": sandbox_id}).json()[0]
+    url = f"{sandbox['exposed_urls'][0]['url']}/api/conversations/{cid}"
+    headers = {"X-Session-API-Key": sandbox["session_api_key"]}
+    there = httpx.get(url, headers=headers, timeout=10).json()
+    events = httpx.get(
+        f"{url}/events/search", params={"limit": 1000}, headers=headers, timeout=10
+    ).json()["items"]
+    stored = client.get(f"/api/v1/conversation/{cid}/events/search", params={"limit": 1000})
+    return (
+        f"in the sandbox: {there.get('execution_status')}, "
+        f"{[e['kind'] for e in events][-8:]}; "
+        f"stored: {[e['kind'] for e in stored.json()['items']][-8:]}; "
+        f"model calls answered: {len(llm.timings.get(key, []))}"
+    )
