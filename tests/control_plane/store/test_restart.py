@@ -72,7 +72,11 @@ def run_and_kill(plane: PlaneProcess, client: httpx.Client, llm: ScriptedLLM, ke
             what="the run's first action, stored",
         )
     except AssertionError as exc:  # (twice in CI, unexplained) where did the run stand?
-        raise AssertionError(f"{exc}; {where_the_run_is(client, sid, cid, llm, key)}") from None
+        try:
+            where = where_the_run_is(client, sid, cid, llm, key)
+        except Exception as unread:  # the timeout stays the failure, whatever the look met
+            where = f"where the run stood could not be read ({unread!r})"
+        raise AssertionError(f"{exc}; {where}") from None
     doomed = wait_task(client, client.post("/api/v1/app-conversations", json={}).json()["id"])
     doomed_pid = sandbox_pids(plane.state_dir)[doomed["sandbox_id"]]
     # The control plane's own settings (its database, its secret key) never reach a sandbox.
